@@ -1,0 +1,427 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// lockKey is the pg_advisory_xact_lock key that serializes concurrent
+// migrators on one database ("pgshard1" in ASCII).
+const lockKey int64 = 0x7067736861726431
+
+// ledgerDDL creates the ledger. It runs in its own transaction under the
+// advisory lock, because concurrent CREATE TABLE IF NOT EXISTS can still
+// collide on the catalog's unique indexes.
+const ledgerDDL = `CREATE TABLE IF NOT EXISTS pgshard_migrations (
+    version    INT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)`
+
+// Options tune Apply.
+type Options struct {
+	// ViaPooler migrates through each shard's PgBouncer DSN when it has one.
+	// Migrations hold no session state, so this is safe in transaction mode.
+	ViaPooler bool
+	// Concurrency bounds how many shards are migrated at once (default 16).
+	Concurrency int
+	// ConnectTimeout bounds each connection attempt (default 10 s).
+	ConnectTimeout time.Duration
+}
+
+// ShardReport is what Apply did on one shard.
+type ShardReport struct {
+	Shard    string
+	Ordinal  int
+	Applied  []string // migrations this run applied
+	Present  int      // migrations found already applied
+	Identity string   // what happened to the identity record
+	Duration time.Duration
+	Err      error
+}
+
+// Report is Apply's per-shard result, in map order.
+type Report struct {
+	Shards []ShardReport
+}
+
+// Err joins the shard errors, each naming its shard.
+func (r *Report) Err() error {
+	var errs []error
+	for _, s := range r.Shards {
+		if s.Err != nil {
+			errs = append(errs, s.Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WriteText prints the report as a table.
+func (r *Report) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tORDINAL\tAPPLIED\tALREADY\tIDENTITY\tTIME\tRESULT")
+	for _, s := range r.Shards {
+		applied := "-"
+		if len(s.Applied) > 0 {
+			applied = strings.Join(s.Applied, ",")
+		}
+		result := "ok"
+		if s.Err != nil {
+			result = "FAILED: " + s.Err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", s.Shard, s.Ordinal, applied, s.Present,
+			orDash(s.Identity), s.Duration.Round(time.Millisecond), result)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Apply migrates every shard of m concurrently and writes each shard's
+// identity record. It returns the per-shard report and the joined shard
+// errors; shards that succeed stay migrated when others fail.
+func Apply(ctx context.Context, m *shardmap.Map, opts Options) (*Report, error) {
+	return apply(ctx, m, opts, all)
+}
+
+func apply(ctx context.Context, m *shardmap.Map, opts Options, ms []Migration) (*Report, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 16
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
+	rep := &Report{Shards: make([]ShardReport, len(m.Shards))}
+	ids := make([]Identity, len(m.Shards))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(opts.Concurrency)
+	for i, s := range m.Shards {
+		g.Go(func() error {
+			start := time.Now()
+			dsn := s.DSN
+			if opts.ViaPooler && s.PoolerDSN != "" {
+				dsn = s.PoolerDSN
+			}
+			r, id, err := migrateShard(gctx, dsn, opts.ConnectTimeout, s, m, ms)
+			r.Shard, r.Ordinal, r.Duration = s.Name, s.Ordinal, time.Since(start)
+			if err != nil {
+				r.Err = fmt.Errorf("shard %q: %w", s.Name, err)
+			}
+			rep.Shards[i], ids[i] = r, id
+			return nil // one shard's failure does not stop the others
+		})
+	}
+	_ = g.Wait()
+	// Two map entries on one database: the identity step of the second
+	// usually refuses already; this catches it whichever order they ran in.
+	byName := map[string]Identity{}
+	for i, r := range rep.Shards {
+		if r.Err == nil {
+			byName[r.Shard] = ids[i]
+		}
+	}
+	if err := CheckDistinct(byName); err != nil {
+		return rep, errors.Join(rep.Err(), err)
+	}
+	return rep, rep.Err()
+}
+
+func migrateShard(ctx context.Context, dsn string, timeout time.Duration, s shardmap.Shard, m *shardmap.Map, ms []Migration) (ShardReport, Identity, error) {
+	var r ShardReport
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return r, Identity{}, fmt.Errorf("parse dsn: %w", err)
+	}
+	cfg.ConnectTimeout = timeout
+	// Unnamed statements only: safe through a transaction pooler.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.RuntimeParams["application_name"] = "pgshard migrate"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return r, Identity{}, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	applied, present, err := Migrate(ctx, conn, ms)
+	r.Applied, r.Present = applied, present
+	if err != nil {
+		return r, Identity{}, err
+	}
+	id, action, err := ensureIdentity(ctx, conn, s, m)
+	r.Identity = action
+	return r, id, err
+}
+
+// UnknownMigrationsError means the ledger holds migrations this build does
+// not know: a newer pgshard migrated the database, and this one must not
+// touch it.
+type UnknownMigrationsError struct {
+	Entries []string // "0007_name" as recorded
+}
+
+func (e *UnknownMigrationsError) Error() string {
+	return fmt.Sprintf("the database has migrations this build does not know: %s (upgrade pgshard)", strings.Join(e.Entries, ", "))
+}
+
+// ChecksumMismatchError means a released migration was edited.
+type ChecksumMismatchError struct {
+	Migration string
+	Ledger    string
+	Build     string
+}
+
+func (e *ChecksumMismatchError) Error() string {
+	return fmt.Sprintf("migration %s was applied with checksum %.12s but this build has %.12s: released migrations must never be edited",
+		e.Migration, e.Ledger, e.Build)
+}
+
+type ledgerRow struct {
+	name, checksum string
+}
+
+// Migrate applies the migrations ms that the database's ledger lacks, each
+// in its own transaction holding pg_advisory_xact_lock, and records each in
+// the ledger. It is idempotent and safe against concurrent migrators and
+// through a transaction pooler. It returns the ids it applied and how many
+// were present already.
+func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []string, present int, err error) {
+	if err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, ledgerDDL)
+		return err
+	}); err != nil {
+		return nil, 0, fmt.Errorf("create ledger: %w", err)
+	}
+	ledger, err := readLedger(ctx, conn)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkLedger(ledger, ms); err != nil {
+		return nil, 0, err
+	}
+	for _, mig := range ms {
+		if _, ok := ledger[mig.Version]; ok {
+			present++
+			continue
+		}
+		done := false
+		err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+			// Another migrator may have applied it while we waited.
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgshard_migrations WHERE version = $1`, mig.Version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				done = true
+				return nil
+			}
+			// The simple protocol runs the file's statements in one message.
+			if err := tx.Conn().PgConn().Exec(ctx, mig.SQL).Close(); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO pgshard_migrations (version, name, checksum) VALUES ($1, $2, $3)`,
+				mig.Version, mig.Name, mig.Checksum)
+			return err
+		})
+		if err != nil {
+			return applied, present, fmt.Errorf("migration %s: %w", mig.ID(), err)
+		}
+		if done {
+			present++
+		} else {
+			applied = append(applied, mig.ID())
+		}
+	}
+	return applied, present, nil
+}
+
+func readLedger(ctx context.Context, conn *pgx.Conn) (map[int]ledgerRow, error) {
+	rows, err := conn.Query(ctx, `SELECT version, name, checksum FROM pgshard_migrations ORDER BY version`)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	ledger := map[int]ledgerRow{}
+	var v int
+	var r ledgerRow
+	_, err = pgx.ForEachRow(rows, []any{&v, &r.name, &r.checksum}, func() error {
+		ledger[v] = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	return ledger, nil
+}
+
+func checkLedger(ledger map[int]ledgerRow, ms []Migration) error {
+	known := make(map[int]Migration, len(ms))
+	for _, m := range ms {
+		known[m.Version] = m
+	}
+	var unknown []int
+	for v, row := range ledger {
+		m, ok := known[v]
+		if !ok || m.Name != row.name {
+			unknown = append(unknown, v)
+			continue
+		}
+		if m.Checksum != row.checksum {
+			return &ChecksumMismatchError{Migration: m.ID(), Ledger: row.checksum, Build: m.Checksum}
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Ints(unknown)
+		e := &UnknownMigrationsError{}
+		for _, v := range unknown {
+			e.Entries = append(e.Entries, fmt.Sprintf("%04d_%s", v, ledger[v].name))
+		}
+		return e
+	}
+	return nil
+}
+
+// inLockedTx runs fn in a transaction that first takes the migrators'
+// transaction-level advisory lock (released by COMMIT/ROLLBACK, so nothing
+// outlives the transaction on a pooled server connection).
+func inLockedTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
+			return fmt.Errorf("advisory lock: %w", err)
+		}
+		return fn(tx)
+	})
+}
+
+// globalSequences are the sequences strided by shard ordinal.
+var globalSequences = []struct{ table, column string }{{"outbox", "seq"}, {"spawns", "seq"}}
+
+// ensureIdentity writes the shard's identity record on first migrate (and
+// strides the global sequences for its ordinal), or checks an existing record
+// against the map and advances its map epoch.
+func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *shardmap.Map) (Identity, string, error) {
+	var id Identity
+	var action string
+	err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+		var err error
+		id, err = ReadIdentity(ctx, tx)
+		switch {
+		case errors.Is(err, ErrNoIdentity):
+			for _, g := range globalSequences {
+				if err := strideSequence(ctx, tx, g.table, g.column, s.Ordinal); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO pgshard_identity (shard_name, ordinal, buckets, map_epoch) VALUES ($1, $2, $3, $4)`,
+				s.Name, s.Ordinal, m.Buckets, int64(m.Epoch)); err != nil {
+				return fmt.Errorf("write identity: %w", err)
+			}
+			action = "created"
+			id, err = ReadIdentity(ctx, tx)
+			return err
+		case err != nil:
+			return err
+		}
+		if err := id.Check(s, m); err != nil {
+			return err
+		}
+		for _, g := range globalSequences {
+			if err := checkStride(ctx, tx, g.table, g.column, s.Ordinal); err != nil {
+				return err
+			}
+		}
+		action = "verified"
+		if id.MapEpoch < m.Epoch {
+			if _, err := tx.Exec(ctx, `UPDATE pgshard_identity SET map_epoch = $1, updated_at = now()`, int64(m.Epoch)); err != nil {
+				return fmt.Errorf("advance map epoch: %w", err)
+			}
+			action = fmt.Sprintf("epoch %d→%d", id.MapEpoch, m.Epoch)
+			id.MapEpoch = m.Epoch
+		}
+		return nil
+	})
+	return id, action, err
+}
+
+// strideSequence makes table.column's sequence yield k+1, k+1+1024, ...
+// starting above any value already in the table.
+func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int) error {
+	seq, err := sequenceOf(ctx, tx, table, column)
+	if err != nil {
+		return err
+	}
+	var maxVal int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(max(%s), 0) FROM %s`,
+		pgx.Identifier{column}.Sanitize(), pgx.Identifier{table}.Sanitize())).Scan(&maxVal); err != nil {
+		return fmt.Errorf("stride %s: %w", seq, err)
+	}
+	start := int64(k) + 1
+	if maxVal >= start {
+		start += ((maxVal-start)/shardmap.SeqStride + 1) * shardmap.SeqStride
+	}
+	_, err = tx.Exec(ctx, fmt.Sprintf(`ALTER SEQUENCE %s INCREMENT BY %d MINVALUE 1 START WITH %d RESTART WITH %d`,
+		seq, shardmap.SeqStride, start, start))
+	if err != nil {
+		return fmt.Errorf("stride %s: %w", seq, err)
+	}
+	return nil
+}
+
+func checkStride(ctx context.Context, tx pgx.Tx, table, column string, k int) error {
+	seq, err := sequenceOf(ctx, tx, table, column)
+	if err != nil {
+		return err
+	}
+	var inc, start int64
+	var last *int64
+	err = tx.QueryRow(ctx, `SELECT increment_by, start_value, last_value FROM pg_sequences
+		WHERE format('%I.%I', schemaname, sequencename)::regclass = $1::regclass`, seq).Scan(&inc, &start, &last)
+	if err != nil {
+		return fmt.Errorf("check stride of %s: %w", seq, err)
+	}
+	if inc != shardmap.SeqStride || (start-1)%shardmap.SeqStride != int64(k) || (last != nil && (*last-1)%shardmap.SeqStride != int64(k)) {
+		return fmt.Errorf("sequence %s is not strided for ordinal %d (increment %d, start %d): it would hand out values that name another shard", seq, k, inc, start)
+	}
+	return nil
+}
+
+func sequenceOf(ctx context.Context, tx pgx.Tx, table, column string) (string, error) {
+	var seq *string
+	if err := tx.QueryRow(ctx, `SELECT pg_get_serial_sequence($1, $2)`, table, column).Scan(&seq); err != nil {
+		return "", fmt.Errorf("find sequence of %s.%s: %w", table, column, err)
+	}
+	if seq == nil {
+		return "", fmt.Errorf("%s.%s has no sequence", table, column)
+	}
+	return *seq, nil
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

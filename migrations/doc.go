@@ -1,0 +1,16 @@
+// Package migrations holds pgshard's schema as embedded SQL and applies it to
+// every shard of a map.
+//
+// Each migration runs in its own transaction that first takes a
+// transaction-level advisory lock, so concurrent migrators serialize and the
+// lock never outlives the transaction (safe through PgBouncer in transaction
+// mode: there is no session state). Applied migrations are recorded in the
+// ledger table pgshard_migrations with a checksum; a migration already in the
+// ledger is skipped, an edited one is refused, and a ledger holding migrations
+// this build does not know makes Apply refuse to touch the database.
+//
+// After the schema, Apply writes (or checks) the shard's identity record —
+// name, ordinal, bucket count, map epoch and a random database id — and
+// strides the global sequences so that on ordinal k outbox.seq and spawns.seq
+// yield k+1, k+1+1024, k+1+2048, ...
+package migrations
