@@ -1,0 +1,33 @@
+// Package cluster runs a local multi-shard PostgreSQL cluster: N PostgreSQL
+// servers on free loopback ports and, optionally, one PgBouncer per shard in
+// transaction pooling mode. Integration tests, the chaos suite and the demo
+// (`pgshard dev up`) all use it.
+//
+// Two providers start the same [Spec]:
+//
+//   - [Local] runs the installed binaries (initdb, postgres, pgbouncer) as
+//     detached processes in a state directory. Everything it starts is
+//     recorded by PID in DIR/cluster.json, so another process can find,
+//     stop ([Down]) or fault ([Cluster.StopShard], ...) the cluster later.
+//     When the calling process is root the servers run as the "postgres" OS
+//     user, since PostgreSQL and PgBouncer refuse to run as root.
+//   - [Containers] runs postgres:15 and PgBouncer containers through
+//     testcontainers-go where a Docker engine is healthy. Its containers live
+//     only as long as the process that started them, and it does not support
+//     the fault hooks.
+//
+// Layout of a local cluster directory:
+//
+//	DIR/cluster.json          state: spec, binaries, ports and PIDs
+//	DIR/.lock                 serializes Up, Down and fault hooks on DIR
+//	DIR/shardN/data/          PGDATA (copied from a cached initdb template)
+//	DIR/shardN/postgres.log   server log
+//	DIR/shardN/pgbouncer.ini  pooler config, userlist.txt, pgbouncer.log, pgbouncer.pid
+//
+// Every server listens on 127.0.0.1 only, with Unix sockets disabled, and
+// trusts loopback connections: it is a development cluster, never a
+// production deployment.
+//
+// Package cluster/clustertest builds on this package to share one cluster
+// per test binary.
+package cluster
