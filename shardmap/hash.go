@@ -1,9 +1,6 @@
 package shardmap
 
-import (
-	"encoding/binary"
-	"math/bits"
-)
+import "math/bits"
 
 // HashPartitionSeed is Postgres's HASH_PARTITION_SEED (src/include/catalog/partition.h):
 // the seed every hash-partitioned table passes to the extended hash functions.
@@ -107,9 +104,11 @@ func PartitionHashInt8(v int64) uint64 {
 	return HashInt8(v, HashPartitionSeed) + hashCombineConst
 }
 
+// le32 reads a little-endian uint32 from the first four bytes of s (the
+// byte order hashfn.c's unaligned path uses on little-endian machines).
 func le32(s string) uint32 {
-	_ = s[3]
-	return binary.LittleEndian.Uint32([]byte{s[0], s[1], s[2], s[3]})
+	_ = s[3] // one bounds check
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
 func mix(a, b, c uint32) (uint32, uint32, uint32) {

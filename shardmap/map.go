@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -100,6 +101,9 @@ func (m *Map) Validate() error {
 	if len(m.Shards) == 0 {
 		add("shards: the map has no shards")
 	}
+	// Every shard's name is registered, even an empty or invalid one, so
+	// that one bad name is reported once, not again by each range naming
+	// that shard and as a shard without buckets.
 	byName := make(map[string]int, len(m.Shards))
 	byOrdinal := make(map[int]int, len(m.Shards))
 	for i, s := range m.Shards {
@@ -108,12 +112,11 @@ func (m *Map) Validate() error {
 			add("shards[%d]: name is empty", i)
 		case !validName(s.Name):
 			add("shards[%d]: name %q may only contain letters, digits, '_' and '-'", i, s.Name)
-		default:
-			if j, dup := byName[s.Name]; dup {
-				add("shards[%d]: duplicate name %q (also shards[%d])", i, s.Name, j)
-			} else {
-				byName[s.Name] = i
-			}
+		}
+		if j, dup := byName[s.Name]; !dup {
+			byName[s.Name] = i
+		} else if s.Name != "" {
+			add("shards[%d]: duplicate name %q (also shards[%d])", i, s.Name, j)
 		}
 		if s.Ordinal < 0 || s.Ordinal > MaxOrdinal {
 			add("shards[%d] %q: ordinal %d is outside 0..%d", i, s.Name, s.Ordinal, MaxOrdinal)
@@ -127,7 +130,9 @@ func (m *Map) Validate() error {
 		}
 	}
 
-	if m.Buckets > 0 && m.Buckets <= MaxBuckets {
+	// Ranges are checked only against a usable bucket count and shard list;
+	// otherwise every bucket would also be reported as a gap.
+	if m.Buckets > 0 && m.Buckets <= MaxBuckets && len(m.Shards) > 0 {
 		owner := make([]int32, m.Buckets)
 		for i := range owner {
 			owner[i] = -1
@@ -143,6 +148,14 @@ func (m *Map) Validate() error {
 			}
 			if r.Lo < 0 || r.Hi >= m.Buckets || r.Lo > r.Hi {
 				add("ranges[%d] %s: not a bucket range within 0-%d", i, r, m.Buckets-1)
+				// Claim the free buckets it meant (clamped, either order),
+				// so that the mistake is not reported again as a gap.
+				lo, hi := max(min(r.Lo, r.Hi), 0), min(max(r.Lo, r.Hi), m.Buckets-1)
+				for b := lo; b <= hi; b++ {
+					if owner[b] == -1 {
+						owner[b] = -2
+					}
+				}
 				continue
 			}
 			for b := r.Lo; b <= r.Hi; b++ {
@@ -151,7 +164,7 @@ func (m *Map) Validate() error {
 					for b <= r.Hi && owner[b] != -1 {
 						b++
 					}
-					add("ranges[%d] %s (shard %q): buckets %s overlap another range", i, r, r.Shard, span(first, b-1))
+					add("ranges[%d] %s (shard %q): %s another range", i, r, r.Shard, bucketsVerb(first, b-1, "overlaps", "overlap"))
 					b--
 					continue
 				}
@@ -164,11 +177,12 @@ func (m *Map) Validate() error {
 				for b < m.Buckets && owner[b] == -1 {
 					b++
 				}
-				add("ranges: buckets %s are not assigned to any shard (gap)", span(first, b-1))
+				add("ranges: %s not assigned to any shard (gap)", bucketsVerb(first, b-1, "is", "are"))
 			}
 		}
 		for i, u := range used {
-			if !u && m.Shards[i].Name != "" {
+			// A duplicate or empty name is reported as such already.
+			if !u && m.Shards[i].Name != "" && byName[m.Shards[i].Name] == i {
 				add("shards[%d] %q: owns no buckets", i, m.Shards[i].Name)
 			}
 		}
@@ -194,6 +208,14 @@ func span(lo, hi int) string {
 		return fmt.Sprintf("%d", lo)
 	}
 	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// bucketsVerb says "bucket 7 is" or "buckets 7-9 are".
+func bucketsVerb(lo, hi int, singular, plural string) string {
+	if lo == hi {
+		return fmt.Sprintf("bucket %d %s", lo, singular)
+	}
+	return fmt.Sprintf("buckets %d-%d %s", lo, hi, plural)
 }
 
 func validName(s string) bool {
@@ -324,6 +346,9 @@ func (m *Map) Clone() *Map {
 // sized ranges over shards, in order; earlier shards take one more bucket
 // when n does not divide evenly.
 func Even(n int, shards []Shard) (*Map, error) {
+	if len(shards) > n && n > 0 {
+		return nil, fmt.Errorf("even: %d shards cannot share %d buckets", len(shards), n)
+	}
 	m := &Map{Epoch: 1, Buckets: n, Shards: slices.Clone(shards)}
 	if len(shards) > 0 && n >= len(shards) {
 		lo := 0
@@ -342,13 +367,23 @@ func Even(n int, shards []Shard) (*Map, error) {
 	return m, nil
 }
 
-// Parse decodes a YAML shard map, rejecting unknown keys, and validates it.
+// Parse decodes a YAML shard map and validates it. It is strict: unknown or
+// duplicate keys, wrong types and anything but exactly one YAML document are
+// rejected with a one-line error naming the key and its line.
 func Parse(data []byte) (*Map, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var m Map
 	if err := dec.Decode(&m); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("decode shard map: empty document")
+		}
 		return nil, fmt.Errorf("decode shard map: %s", oneLine(err))
+	}
+	// Strict: a second document would otherwise be ignored silently.
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("decode shard map: the file must hold exactly one YAML document")
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
@@ -358,6 +393,11 @@ func Parse(data []byte) (*Map, error) {
 
 // oneLine flattens a yaml error (which may list several lines) to one line.
 func oneLine(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		// "yaml: unmarshal errors:\n  line 3: field foo not found ..."
+		return strings.Join(strings.Fields(strings.Join(te.Errors, "; ")), " ")
+	}
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }
 

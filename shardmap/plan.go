@@ -79,6 +79,7 @@ func PlanRemove(m *Map, name string) (*Map, error) {
 
 // NextOrdinal returns the smallest ordinal not used in m.
 func (m *Map) NextOrdinal() int {
+	m.mustBeValid()
 	for k := 0; ; k++ {
 		if _, used := m.byOrdinal[k]; !used {
 			return k
