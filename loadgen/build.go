@@ -1,0 +1,112 @@
+package loadgen
+
+import (
+	"context"
+	"time"
+
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// result assembles the Result once every goroutine of the run has ended.
+func (r *runner) result(ctx context.Context) *Result {
+	o := r.o
+	stoppedAt := time.Unix(0, r.stoppedAt.Load())
+	end := r.measureEnd
+	if stoppedAt.Before(end) {
+		end = stoppedAt
+	}
+	measured := max(end.Sub(r.measureStart), 0)
+	label := o.Label
+	if label == "" {
+		label = o.Target
+	}
+	res := &Result{
+		Version:         ResultVersion,
+		Label:           label,
+		Target:          o.Target,
+		Shards:          r.loc.Shards(),
+		Options:         o,
+		Start:           r.start,
+		WarmupSeconds:   o.Warmup.Seconds(),
+		MeasuredSeconds: measured.Seconds(),
+		Interrupted:     r.interrupted.Load(),
+		Kinds:           map[string]*KindStats{},
+		Windows:         r.windows,
+		hists:           map[string]*hdr.Histogram{},
+	}
+	if res.Windows == nil {
+		res.Windows = []Window{}
+	}
+	all := append(append([]*recorder(nil), r.recs...), r.relayRec)
+	t := mergeRecorders(r.shards, all)
+	for k, h := range t.kinds {
+		if h.TotalCount() > 0 {
+			name := Kind(k).String()
+			res.Kinds[name] = kindStats(h)
+			res.hists[name] = h
+		}
+	}
+	commits := newHist()
+	commits.Merge(t.kinds[KindFast])
+	commits.Merge(t.kinds[KindComplex])
+	if commits.TotalCount() > 0 {
+		res.Kinds[KindCommit] = kindStats(commits)
+		res.hists[KindCommit] = commits
+	}
+	res.Outcomes = t.counts
+	for k, v := range t.counts {
+		if k != OutcomeConflict && k != OutcomeRetry && k != "late" && k != "dropped" {
+			res.Ops += v
+		}
+	}
+	delete(res.Outcomes, "late")
+	delete(res.Outcomes, "dropped")
+	res.Errors = t.classes
+	res.ErrorSamples = t.samples
+	if s := measured.Seconds(); s > 0 {
+		res.Throughput = float64(r.completedIn.Load()) / s
+		res.CommitRate = float64(r.commitsIn.Load()) / s
+	}
+	var totalShardOps int64
+	for _, n := range t.shardOps {
+		totalShardOps += n
+	}
+	for i, name := range res.Shards {
+		ss := ShardStats{Name: name, Ops: t.shardOps[i]}
+		if totalShardOps > 0 {
+			ss.Share = float64(ss.Ops) / float64(totalShardOps)
+		}
+		if t.shards[i].TotalCount() > 0 {
+			ss.P50 = msOf(t.shards[i].ValueAtQuantile(50))
+			ss.P99 = msOf(t.shards[i].ValueAtQuantile(99))
+		}
+		res.HottestShare = max(res.HottestShare, ss.Share)
+		res.PerShard = append(res.PerShard, ss)
+	}
+	if o.Model == Open {
+		res.OpenLoop = &OpenLoopStats{
+			Rate: o.Rate, Intended: r.intended.Load(), Started: r.started.Load(),
+			Late: r.late.Load(), LateThresholdMs: float64(o.LateThreshold) / 1e6,
+			Dropped: r.dropped.Load(), MaxOutstanding: o.MaxOutstanding,
+			LagP50: msOf(r.lag.ValueAtQuantile(50)), LagP99: msOf(r.lag.ValueAtQuantile(99)), LagMax: msOf(r.lag.Max()),
+		}
+	}
+	res.Relays = RelayStats{
+		OutboxDelivered: r.relays.delivered.Load(), OutboxDeduped: r.relays.deduped.Load(),
+		SpawnsAcked: r.relays.spawns.Load(), TimersFired: r.relays.fired.Load(),
+		TimersDeduped: r.relays.timerDeduped.Load(), Errors: r.relays.errors.Load(),
+	}
+	if o.Relays && ctx.Err() == nil {
+		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if rows, err := r.t.PendingOutbox(bctx); err == nil {
+			res.Relays.OutboxBacklog = len(rows)
+		}
+		if due, err := r.t.DueTimers(bctx, unixSeconds(time.Now())); err == nil {
+			res.Relays.TimerBacklog = len(due)
+		}
+		cancel()
+	}
+	res.SelfCheck = r.checks.summary()
+	res.SelfCheck.Warnings = warnings(res.SelfCheck, res.OpenLoop)
+	return res
+}

@@ -1,0 +1,292 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Kind is an operation kind with its own latency histogram.
+type Kind int
+
+// Operation kinds.
+const (
+	// KindOp is a whole worker operation: load → transition → commit,
+	// retries included, from its intended start.
+	KindOp Kind = iota
+	// KindLoad is one LoadForEvent call.
+	KindLoad
+	// KindFast is one state-only (fast path) Commit call.
+	KindFast
+	// KindComplex is one Commit call with emits, timers, spawns or trace.
+	KindComplex
+	// KindRedelivery is a redelivered event's dedupe check.
+	KindRedelivery
+	// KindRelay is one outbox delivery: load, commit, ack.
+	KindRelay
+	// KindOutboxLag is the time from an emit's commit to its delivery.
+	KindOutboxLag
+	// KindTimerFire is one timer fire: load, commit, delete.
+	KindTimerFire
+	// KindTimerLag is the time from a timer's fire_at to its fire.
+	KindTimerLag
+	numKinds
+)
+
+var kindNames = [numKinds]string{"op", "load", "fast_commit", "complex_commit", "redelivery", "relay_delivery", "outbox_lag", "timer_fire", "timer_lag"}
+
+// KindCommit names the derived histogram of every commit (fast + complex).
+const KindCommit = "commit"
+
+func (k Kind) String() string {
+	if k >= 0 && k < numKinds {
+		return kindNames[k]
+	}
+	return "kind?"
+}
+
+// Outcome counters.
+const (
+	OutcomeOK         = "ok"          // operations that completed as intended
+	OutcomeConflict   = "conflict"    // CAS conflicts seen (each attempt)
+	OutcomeRetry      = "retry"       // reloads after a conflict
+	OutcomeGaveUp     = "gave_up"     // operations that hit the retry cap
+	OutcomeDedupeHit  = "dedupe_hit"  // redelivered events recognised as processed
+	OutcomeDedupeMiss = "dedupe_miss" // redelivered events NOT recognised (a store bug)
+	OutcomeError      = "error"       // operations that failed with an error
+	OutcomeCanceled   = "canceled"    // operations cut by the end of the run
+)
+
+// Histogram range: 1 µs .. 60 s with 3 significant digits; values are µs.
+const (
+	histMin    = 1
+	histMax    = 60_000_000
+	histDigits = 3
+)
+
+func newHist() *hdr.Histogram { return hdr.New(histMin, histMax, histDigits) }
+
+func recordUS(h *hdr.Histogram, d time.Duration) {
+	us := d.Microseconds()
+	if us < histMin {
+		us = histMin
+	}
+	if us > histMax {
+		us = histMax
+	}
+	_ = h.RecordValue(us) // in range by construction
+}
+
+// recorder collects one stripe of workers' measurements. HDR histograms are
+// not safe for concurrent use: each recorder has its own, behind a mutex
+// that is contended only by the workers of its stripe and by the collector
+// once a second; the collector merges them.
+type recorder struct {
+	mu       sync.Mutex
+	kinds    [numKinds]*hdr.Histogram // measured period only, lazily made
+	shards   []*hdr.Histogram         // KindOp per shard, measured period
+	shardOps []int64
+	counts   map[string]int64 // outcomes, measured period
+	classes  map[string]int64 // errors by class, measured period
+	samples  []string         // first error messages
+
+	// current 1 s window (warm-up included)
+	window                      *hdr.Histogram
+	wOps, wConflicts, wErrors   int64
+	wDropped, wLate, wDedupeHit int64
+}
+
+func newRecorder(shards int) *recorder {
+	return &recorder{
+		shards:   make([]*hdr.Histogram, shards),
+		shardOps: make([]int64, shards),
+		counts:   map[string]int64{},
+		classes:  map[string]int64{},
+		window:   newHist(),
+	}
+}
+
+const maxErrorSamples = 10
+
+func (r *recorder) recordKind(measured bool, k Kind, d time.Duration) {
+	if !measured {
+		return
+	}
+	r.mu.Lock()
+	r.kindLocked(k, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) kindLocked(k Kind, d time.Duration) {
+	if r.kinds[k] == nil {
+		r.kinds[k] = newHist()
+	}
+	recordUS(r.kinds[k], d)
+}
+
+// recordOp records a finished worker operation.
+func (r *recorder) recordOp(measured bool, shard int, d time.Duration, outcome string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wOps++
+	if outcome != OutcomeCanceled {
+		recordUS(r.window, d)
+	}
+	if outcome == OutcomeError || outcome == OutcomeDedupeMiss {
+		r.wErrors++
+	}
+	if outcome == OutcomeDedupeHit {
+		r.wDedupeHit++
+	}
+	if !measured {
+		return
+	}
+	r.counts[outcome]++
+	if outcome == OutcomeCanceled {
+		return
+	}
+	r.kindLocked(KindOp, d)
+	if shard >= 0 && shard < len(r.shards) {
+		if r.shards[shard] == nil {
+			r.shards[shard] = newHist()
+		}
+		recordUS(r.shards[shard], d)
+		r.shardOps[shard]++
+	}
+}
+
+// count adds n to an outcome counter (conflicts and retries count in the
+// window too).
+func (r *recorder) count(measured bool, outcome string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch outcome {
+	case OutcomeConflict:
+		r.wConflicts += n
+	case "dropped":
+		r.wDropped += n
+	case "late":
+		r.wLate += n
+	}
+	if measured {
+		r.counts[outcome] += n
+	}
+}
+
+// recordError counts err by class (measured period) and keeps a sample.
+func (r *recorder) recordError(measured bool, err error) {
+	if !measured {
+		return
+	}
+	cls := ErrorClass(err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.classes[cls]++
+	if len(r.samples) < maxErrorSamples {
+		r.samples = append(r.samples, cls+": "+err.Error())
+	}
+}
+
+// ErrorClass names the class of err: the SQLSTATE class ("40", "57", ...)
+// when the error carries a SQLSTATE, else "timeout", "canceled", "conflict",
+// "missing", "dedupe" or "other".
+func ErrorClass(err error) string {
+	var st interface{ SQLState() string }
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &st) && len(st.SQLState()) >= 2:
+		return "sqlstate_" + st.SQLState()[:2]
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, ErrConflict):
+		return "conflict"
+	case errors.Is(err, errMissing):
+		return "missing"
+	case errors.Is(err, errDedupeMiss):
+		return "dedupe"
+	case strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection refused") ||
+		strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "connection reset"):
+		return "connection"
+	}
+	return "other"
+}
+
+var (
+	errMissing    = errors.New("execution does not exist")
+	errDedupeMiss = errors.New("redelivered event was not recognised as processed")
+)
+
+// windowSnap is what the collector takes from a recorder each second.
+type windowSnap struct {
+	ops, conflicts, errors, dropped, late, dedupeHit int64
+}
+
+// takeWindow merges r's window into into and resets it.
+func (r *recorder) takeWindow(into *hdr.Histogram, s *windowSnap) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	into.Merge(r.window)
+	r.window.Reset()
+	s.ops += r.wOps
+	s.conflicts += r.wConflicts
+	s.errors += r.wErrors
+	s.dropped += r.wDropped
+	s.late += r.wLate
+	s.dedupeHit += r.wDedupeHit
+	r.wOps, r.wConflicts, r.wErrors, r.wDropped, r.wLate, r.wDedupeHit = 0, 0, 0, 0, 0, 0
+}
+
+// totals is the merge of every recorder's measured-period figures.
+type totals struct {
+	kinds    [numKinds]*hdr.Histogram
+	shards   []*hdr.Histogram
+	shardOps []int64
+	counts   map[string]int64
+	classes  map[string]int64
+	samples  []string
+}
+
+func mergeRecorders(shards int, rs []*recorder) *totals {
+	t := &totals{shards: make([]*hdr.Histogram, shards), shardOps: make([]int64, shards),
+		counts: map[string]int64{}, classes: map[string]int64{}}
+	for k := range t.kinds {
+		t.kinds[k] = newHist()
+	}
+	for i := range t.shards {
+		t.shards[i] = newHist()
+	}
+	for _, r := range rs {
+		r.mu.Lock()
+		for k, h := range r.kinds {
+			if h != nil {
+				t.kinds[k].Merge(h)
+			}
+		}
+		for i, h := range r.shards {
+			if h != nil {
+				t.shards[i].Merge(h)
+			}
+			t.shardOps[i] += r.shardOps[i]
+		}
+		for k, v := range r.counts {
+			t.counts[k] += v
+		}
+		for k, v := range r.classes {
+			t.classes[k] += v
+		}
+		for _, s := range r.samples {
+			if len(t.samples) < maxErrorSamples {
+				t.samples = append(t.samples, s)
+			}
+		}
+		r.mu.Unlock()
+	}
+	return t
+}
