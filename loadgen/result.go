@@ -140,11 +140,11 @@ type Window struct {
 	Late      int64   `json:"late,omitempty"`
 	InFlight  int64   `json:"in_flight"`
 	// Self-check samples for the window.
-	GenCPU    float64 `json:"gen_cpu"`     // generator's share of the machine's CPU (0..1)
-	HostCPU   float64 `json:"host_cpu"`    // machine CPU busy (0..1)
-	Load1     float64 `json:"load1"`       // 1-minute load average
-	SchedP99  float64 `json:"sched_p99_ms"` // Go scheduler latency p99 in the window
-	LagP99    float64 `json:"lag_p99_ms,omitempty"` // open-loop dispatcher lag p99
+	GenCPU   float64 `json:"gen_cpu"`              // generator's share of the machine's CPU (0..1)
+	HostCPU  float64 `json:"host_cpu"`             // machine CPU busy (0..1)
+	Load1    float64 `json:"load1"`                // 1-minute load average
+	SchedP99 float64 `json:"sched_p99_ms"`         // Go scheduler latency p99 in the window
+	LagP99   float64 `json:"lag_p99_ms,omitempty"` // open-loop dispatcher lag p99
 }
 
 // OpenLoopStats are the open-loop dispatcher's figures (measured period).

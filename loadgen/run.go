@@ -39,9 +39,9 @@ type runner struct {
 	measureStart time.Time
 	measureEnd   time.Time
 
-	stopOnce sync.Once
-	stopCh   chan struct{} // closed when no new operations may start
-	stoppedAt atomic.Int64 // unix nanos of the stop
+	stopOnce    sync.Once
+	stopCh      chan struct{} // closed when no new operations may start
+	stoppedAt   atomic.Int64  // unix nanos of the stop
 	interrupted atomic.Bool
 
 	measuredIssued atomic.Int64 // for the Ops bound
@@ -399,10 +399,10 @@ func (r *runner) fail(ctx context.Context, rec *recorder, measured bool, err err
 // plan is what a transition will write, drawn before the first attempt so
 // that retries write the same thing.
 type plan struct {
-	fast   bool
-	emits  []string
-	timer  *TimerOp
-	spawn  bool
+	fast  bool
+	emits []string
+	timer *TimerOp
+	spawn bool
 }
 
 func (r *runner) draw(rng *rand.Rand) plan {
