@@ -229,9 +229,9 @@ var spectrumPercentiles = []float64{0, 10, 20, 30, 40, 50, 55, 60, 65, 70, 75, 8
 func (r *Result) KindNames() []string {
 	order := map[string]int{}
 	for i, n := range kindNames {
-		order[n] = i
+		order[n] = 2 * i
 	}
-	order[KindCommit] = int(KindComplex) // right after the two commit kinds
+	order[KindCommit] = 2*int(KindComplex) + 1 // right after the two commit kinds
 	var names []string
 	for n, k := range r.Kinds {
 		if k.Count > 0 {
@@ -248,7 +248,7 @@ func (r *Result) KindNames() []string {
 	return names
 }
 
-// Errors total.
+// ErrorCount is the number of errors of every class (relays included).
 func (r *Result) ErrorCount() int64 {
 	var n int64
 	for _, v := range r.Errors {
