@@ -96,6 +96,7 @@ func (s Spec) withDefaults() Spec {
 // Validate reports every problem of a (defaulted) spec at once, each naming
 // the field at fault.
 func (s Spec) Validate() error {
+	roles := s.Roles
 	s = s.withDefaults()
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
@@ -108,7 +109,7 @@ func (s Spec) Validate() error {
 	if !identRe.MatchString(s.User) {
 		add("User: %q is not a plain identifier (letters, digits, '_', at most 63 bytes)", s.User)
 	}
-	for i, r := range s.Roles {
+	for i, r := range roles {
 		if !identRe.MatchString(r) {
 			add("Roles[%d]: %q is not a plain identifier (letters, digits, '_', at most 63 bytes)", i, r)
 		}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -33,14 +34,24 @@ func ensureTemplate(ctx context.Context, b Binaries, r runAs, spec Spec) (string
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	root := templateRoot(r.UID)
 	final := filepath.Join(root, fmt.Sprintf("pg%d-%s", b.Major, key))
-	if _, err := os.Stat(filepath.Join(final, "PG_VERSION")); err == nil {
-		return final, nil
-	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", err
+	}
+	if err := ownedByMe(root); err != nil {
 		return "", err
 	}
 	if err := os.Chmod(root, 0o755); err != nil {
 		return "", err
+	}
+	if templateComplete(final) {
+		return final, nil
+	}
+	if _, err := os.Stat(final); err == nil {
+		// Damaged, e.g. by a tmp cleaner that removed old files.
+		spec.logf("initdb template %s is incomplete; rebuilding it", final)
+		if err := os.RemoveAll(final); err != nil {
+			return "", err
+		}
 	}
 	cleanStaleStaging(root)
 	staging, err := os.MkdirTemp(root, "staging-")
@@ -69,12 +80,36 @@ func ensureTemplate(ctx context.Context, b Binaries, r runAs, spec Spec) (string
 	}
 	spec.logf("initdb done in %v", time.Since(start).Round(time.Millisecond))
 	if err := os.Rename(data, final); err != nil {
-		if _, serr := os.Stat(filepath.Join(final, "PG_VERSION")); serr == nil {
+		if templateComplete(final) {
 			return final, nil // another process published it first
 		}
 		return "", fmt.Errorf("publish initdb template: %w", err)
 	}
 	return final, nil
+}
+
+// templateComplete checks the files a usable data directory cannot lack.
+func templateComplete(dir string) bool {
+	for _, f := range []string{"PG_VERSION", "postgresql.conf", "pg_hba.conf", "global/pg_control", "base/1/PG_VERSION", "pg_wal"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ownedByMe refuses a cache directory someone else made in the shared
+// temporary directory.
+func ownedByMe(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
+		return fmt.Errorf("%s is not a directory owned by uid %d; remove it", dir, os.Geteuid())
+	}
+	return nil
 }
 
 // cleanStaleStaging removes staging directories left by processes killed

@@ -381,7 +381,7 @@ func FreshDatabase(t testing.TB, c *cluster.Cluster) string {
 	return name
 }
 
-// databaseName makes "t_<test name>_<random>" within 63 bytes, using only
+// databaseName makes "t_<test name>_<random hex>" within 63 bytes, using only
 // lowercase letters, digits and '_'.
 func databaseName(test string) string {
 	var b strings.Builder
@@ -401,5 +401,8 @@ func databaseName(test string) string {
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	return "t_" + base + "_" + hex.EncodeToString(rnd[:])
+	if base != "" {
+		base += "_"
+	}
+	return "t_" + base + hex.EncodeToString(rnd[:])
 }

@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestVersionDirsNewestFirst(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"9.6", "15", "16", "10", "common", "13.beta"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, d := range versionDirs(root) {
+		got = append(got, filepath.Base(d))
+	}
+	if want := []string{"16", "15", "10", "9.6"}; !slices.Equal(got, want) {
+		t.Errorf("versionDirs = %v, want %v", got, want)
+	}
+}
+
+func TestProcIdentity(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	// A test binary's command line holds its -test.* flags; use one as marker.
+	marker := "-test."
+	if (proc{self, exe, marker}).running() != true {
+		t.Errorf("this process is not recognised by its binary and marker")
+	}
+	if (proc{self, "/usr/lib/postgresql/15/bin/postgres", marker}).running() {
+		t.Error("a recycled PID running another binary is taken for ours")
+	}
+	if (proc{self, exe, "/some/other/data/dir"}).running() {
+		t.Error("a process without our marker is taken for ours")
+	}
+	if (proc{0, exe, marker}).running() {
+		t.Error("pid 0 runs")
+	}
+}
+
+func TestContainerArgs(t *testing.T) {
+	args := strings.Join(containerArgs(Spec{Settings: map[string]string{"work_mem": "it's"}}.withDefaults()), " ")
+	for _, want := range []string{"postgres -c ", "-c fsync=off", "-c max_connections=300", "-c work_mem=it's", "-c synchronous_commit=on"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("containerArgs = %s; missing %q", args, want)
+		}
+	}
+	for _, owned := range ownedSettings {
+		if strings.Contains(args, owned+"=") {
+			t.Errorf("containerArgs = %s; sets %s", args, owned)
+		}
+	}
+}
+
+func TestAuthFileAndBouncerConf(t *testing.T) {
+	spec := Spec{Roles: []string{"zed", "app", "postgres"}}.withDefaults()
+	if got, want := authFile(spec), "\"app\" \"\"\n\"postgres\" \"\"\n\"zed\" \"\"\n"; got != want {
+		t.Errorf("authFile = %q, want %q", got, want)
+	}
+	conf := bouncerConf("/d/shard0", 5000, 6000, spec)
+	for _, want := range []string{"* = host=127.0.0.1 port=5000", "listen_port = 6000", "pool_mode = transaction", "unix_socket_dir =\n", "auth_type = trust", "admin_users = postgres", "pidfile = /d/shard0/pgbouncer.pid"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("pgbouncer.ini lacks %q:\n%s", want, conf)
+		}
+	}
+	if strings.Contains(conf, "ignore_startup_parameters") {
+		t.Error("pgbouncer.ini sets ignore_startup_parameters")
+	}
+}
+
+// startIgnoringSIGINT starts `sleep 60` with SIGINT ignored, reaped by the
+// test itself (not registered with the package's reapers, like a server
+// started by another process), and waits until it has exec'd.
+func startIgnoringSIGINT(t *testing.T) (proc, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `trap "" INT; exec sleep 60`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proc{cmd.Process.Pid, sleep, "60"}
+	deadline := time.Now().Add(10 * time.Second)
+	for !p.running() {
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep did not start: %v", cmdline(p.pid))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return p, cmd
+}
+
+func TestStopEscalatesToSIGKILL(t *testing.T) {
+	p, _ := startIgnoringSIGINT(t)
+	start := time.Now()
+	if err := p.stop(context.Background(), syscall.SIGINT, 200*time.Millisecond, false); err != nil {
+		t.Fatal(err)
+	}
+	if p.running() {
+		t.Fatal("still running after stop")
+	}
+	if d := time.Since(start); d > killGrace {
+		t.Errorf("stop took %v", d)
+	}
+	// Stopping a process that is gone is fine.
+	if err := p.stop(context.Background(), syscall.SIGINT, time.Second, false); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestStopWithDoneContextKillsAtOnce(t *testing.T) {
+	p, _ := startIgnoringSIGINT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := p.stop(ctx, syscall.SIGINT, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > killGrace {
+		t.Errorf("stop with a done context took %v", d)
+	}
+}
+
+func TestStopLeavesStrangersAlone(t *testing.T) {
+	p, _ := startIgnoringSIGINT(t)
+	other := proc{p.pid, "/usr/lib/postgresql/15/bin/postgres", "/not/our/data"}
+	if err := other.stop(context.Background(), syscall.SIGKILL, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	if !p.running() {
+		t.Fatal("a process that is not ours was signalled")
+	}
+}
+
+func TestTemplateComplete(t *testing.T) {
+	dir := t.TempDir()
+	if templateComplete(dir) {
+		t.Error("an empty directory is a complete template")
+	}
+	for _, f := range []string{"PG_VERSION", "postgresql.conf", "pg_hba.conf", "global/pg_control", "base/1/PG_VERSION", "pg_wal/x"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !templateComplete(dir) {
+		t.Error("a complete template is rejected")
+	}
+}
