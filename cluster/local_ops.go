@@ -62,8 +62,10 @@ func poolerSignal(m StopMode) syscall.Signal {
 	return syscall.SIGINT
 }
 
-func (b *localBackend) pgProc(s Shard) proc     { return proc{s.PID, b.bins.Postgres, dataDir(s.Dir)} }
-func (b *localBackend) poolerProc(s Shard) proc { return proc{s.PoolerPID, b.bins.PgBouncer, bouncerIni(s.Dir)} }
+func (b *localBackend) pgProc(s Shard) proc { return proc{s.PID, b.bins.Postgres, dataDir(s.Dir)} }
+func (b *localBackend) poolerProc(s Shard) proc {
+	return proc{s.PoolerPID, b.bins.PgBouncer, bouncerIni(s.Dir)}
+}
 
 func (b *localBackend) stopShard(ctx context.Context, c *Cluster, i int, mode StopMode) error {
 	return b.op(ctx, c, func(st *state) error {
