@@ -25,9 +25,13 @@ var ErrNoBinaries = errors.New("binaries not found")
 
 // Binaries are the executables a local cluster runs.
 type Binaries struct {
-	BinDir    string `json:"bin_dir"`
-	Postgres  string `json:"postgres"`
-	Initdb    string `json:"initdb"`
+	// BinDir is the PostgreSQL bin directory holding Postgres and Initdb.
+	BinDir string `json:"bin_dir"`
+	// Postgres is the server executable.
+	Postgres string `json:"postgres"`
+	// Initdb creates data directories.
+	Initdb string `json:"initdb"`
+	// PgBouncer is the pooler executable, "" when the spec has none.
 	PgBouncer string `json:"pgbouncer,omitempty"`
 	// Version is the output of `postgres -V`, e.g.
 	// "postgres (PostgreSQL) 15.18 (Debian 15.18-1.pgdg120+1)".

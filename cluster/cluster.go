@@ -78,6 +78,7 @@ const (
 	Kill
 )
 
+// String returns "fast", "immediate" or "kill".
 func (m StopMode) String() string {
 	switch m {
 	case Fast:
@@ -137,8 +138,10 @@ type backend interface {
 }
 
 // Cluster is a running (or stopped) cluster. Its methods are safe for
-// concurrent use. Shards' ports and DSNs never change after Up returns;
-// only the PID fields change, when the fault hooks stop or start a server.
+// concurrent use. Shards' names, ports and DSNs never change after Up
+// returns, so any goroutine may read them; only the PID fields change, when
+// the fault hooks stop or start a server (read those with Shard(i) while
+// another goroutine may be injecting faults).
 type Cluster struct {
 	// Dir is the state directory.
 	Dir string

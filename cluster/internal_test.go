@@ -166,3 +166,37 @@ func TestTemplateComplete(t *testing.T) {
 		t.Error("a complete template is rejected")
 	}
 }
+
+func TestPrepareDir(t *testing.T) {
+	mode := func(dir string) os.FileMode {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	root := t.TempDir()
+	fresh := filepath.Join(root, "a", "b")
+	if err := prepareDir(fresh); err != nil || mode(fresh) != 0o755 {
+		t.Errorf("new dir: %v, mode %v", err, mode(fresh))
+	}
+	empty, _ := os.MkdirTemp(root, "x")
+	if err := prepareDir(empty); err != nil || mode(empty) != 0o755 {
+		t.Errorf("empty dir: %v, mode %v", err, mode(empty))
+	}
+	ours, _ := os.MkdirTemp(root, "x")
+	_ = os.WriteFile(filepath.Join(ours, StateFile), nil, 0o644)
+	if err := prepareDir(ours); err != nil || mode(ours) != 0o755 {
+		t.Errorf("cluster dir: %v, mode %v", err, mode(ours))
+	}
+	theirs, _ := os.MkdirTemp(root, "x")
+	_ = os.WriteFile(filepath.Join(theirs, "notes.txt"), nil, 0o644)
+	if err := prepareDir(theirs); err != nil || mode(theirs) != 0o700 {
+		t.Errorf("someone's dir: %v, mode %v (must stay 0700)", err, mode(theirs))
+	}
+	if r, err := currentRunAs(); err == nil && r.switchTo {
+		if err := r.checkTraversable(theirs); err == nil || !strings.Contains(err.Error(), "cannot reach") {
+			t.Errorf("checkTraversable(%s) = %v", theirs, err)
+		}
+	}
+}

@@ -88,10 +88,7 @@ func (p localProvider) Up(ctx context.Context, dir string, spec Spec) (*Cluster,
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // e.g. made by os.MkdirTemp (0700)
+	if err := prepareDir(dir); err != nil {
 		return nil, err
 	}
 	if err := run.checkTraversable(dir); err != nil {
@@ -145,6 +142,25 @@ func (p localProvider) Up(ctx context.Context, dir string, spec Spec) (*Cluster,
 	c := u.cluster()
 	c.Spec.Log = spec.Log
 	return c, nil
+}
+
+// prepareDir creates dir, or opens up an existing one made for us (empty,
+// e.g. by os.MkdirTemp with mode 0700, or holding our state file) so the
+// servers' OS user can traverse it. Other existing directories keep their
+// mode: checkTraversable then says what is wrong.
+func prepareDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case notExist(err):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case len(ents) > 0 && !slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == StateFile }):
+		return nil
+	}
+	return os.Chmod(dir, 0o755)
 }
 
 // upper brings one cluster directory up.

@@ -21,7 +21,8 @@ type localBackend struct {
 }
 
 // op runs f on the current state under the directory lock, saves the state
-// and copies the shards into c.
+// and copies the shards' PIDs into c (only the PIDs: other fields never
+// change after Up, so goroutines may read them without the lock).
 func (b *localBackend) op(ctx context.Context, c *Cluster, f func(st *state) error) error {
 	lock, err := lockDir(ctx, c.Dir)
 	if err != nil {
@@ -36,7 +37,7 @@ func (b *localBackend) op(ctx context.Context, c *Cluster, f func(st *state) err
 	werr := st.write(c.Dir)
 	c.mu.Lock()
 	for i := range st.Shards {
-		c.Shards[i] = st.Shards[i].Shard
+		c.Shards[i].PID, c.Shards[i].PoolerPID = st.Shards[i].PID, st.Shards[i].PoolerPID
 	}
 	c.mu.Unlock()
 	return errors.Join(ferr, werr)

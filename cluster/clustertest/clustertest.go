@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -223,11 +224,8 @@ func start(t testing.TB, spec cluster.Spec) (*cluster.Cluster, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := makeDir()
 	if err != nil {
-		return nil, "", err
-	}
-	if err := writeOwner(dir); err != nil {
 		return nil, dir, err
 	}
 	begin := time.Now()
@@ -247,11 +245,8 @@ func start(t testing.TB, spec cluster.Spec) (*cluster.Cluster, string, error) {
 // the test binary dies first, a later Main does that.
 func Dir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := makeDir()
 	if err != nil {
-		t.Fatalf("clustertest: %v", err)
-	}
-	if err := writeOwner(dir); err != nil {
 		t.Fatalf("clustertest: %v", err)
 	}
 	t.Cleanup(func() {
@@ -324,6 +319,19 @@ func processStart(pid int) string {
 	return f[19]
 }
 
+// makeDir makes a cluster directory under os.TempDir(), traversable by the
+// servers' OS user, with an owner file naming this process.
+func makeDir() (string, error) {
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return dir, err
+	}
+	return dir, writeOwner(dir)
+}
+
 func writeOwner(dir string) error {
 	b, err := json.Marshal(owner{PID: os.Getpid(), Start: processStart(os.Getpid())})
 	if err != nil {
@@ -354,7 +362,8 @@ func reapOrphans() {
 		if err == nil {
 			err = os.RemoveAll(dir)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) { // another package's Main may reap it too
+
 			fmt.Fprintf(os.Stderr, "clustertest: removing the orphaned test cluster %s: %v\n", dir, err)
 		}
 	}
