@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,7 +23,21 @@ import (
 	"github.com/pgshard/pgshard/cluster/clustertest"
 )
 
+// helperDirEnv makes the test binary a helper process that starts a cluster
+// in the directory it names and exits, leaving the cluster running (like
+// `pgshard dev up`).
+const helperDirEnv = "PGSHARD_CLUSTER_TEST_HELPER_DIR"
+
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(helperDirEnv); dir != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if _, err := cluster.Up(ctx, dir, cluster.Spec{Shards: 2, PgBouncer: true}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := clustertest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -330,6 +345,59 @@ func TestLocalLifecycle(t *testing.T) {
 	if err := cluster.Down(ctx, dir, true); err != nil {
 		t.Errorf("Down of a missing directory: %v", err)
 	}
+}
+
+// TestOutlivesStarter: a cluster started by a process that exits keeps
+// running; another process finds it by its state file, injects faults and
+// stops it by PID.
+func TestOutlivesStarter(t *testing.T) {
+	spec := cluster.Spec{Shards: 2, PgBouncer: true}
+	requireLocal(t, spec)
+	ctx := ctxFor(t, 3*time.Minute)
+	dir := clustertest.Dir(t)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	c, err := cluster.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs []pidInfo
+	for _, st := range c.Status(ctx) {
+		if !st.Postgres.Ready || !st.Pooler.Ready {
+			t.Fatalf("after the starter exited: %+v", st)
+		}
+		if _, ppid, _, _ := stat(st.Postgres.PID); ppid == os.Getpid() {
+			t.Fatalf("postgres %d is our child", st.Postgres.PID)
+		}
+		procs = append(procs, family(st.Postgres.PID)...)
+		procs = append(procs, family(st.Pooler.PID)...)
+	}
+	for _, mode := range []cluster.StopMode{cluster.Fast, cluster.Kill} {
+		if err := c.StopShard(ctx, 1, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartShard(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RestartPooler(ctx, 0, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range c.Shards {
+		procs = append(procs, family(s.PID)...)
+		procs = append(procs, family(s.PoolerPID)...)
+		if err := ping(ctx, s.PoolerDSN("pgshard", "postgres")); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := cluster.Down(ctx, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, procs, "after Down")
+	assertNothingRuns(t, dir)
 }
 
 // checkTransactionPooling proves the pooler runs in transaction mode: its
