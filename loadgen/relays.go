@@ -127,6 +127,9 @@ func (r *runner) apply(ctx context.Context, id, event string) (string, error) {
 		n := r.next(exe, event)
 		err = r.t.Commit(ctx, &Commit{Exe: n, ProcessedEventID: event})
 		if err == nil {
+			if now := time.Now(); r.inMeasuredPeriod(now) {
+				r.commitsIn.Add(1)
+			}
 			return OutcomeOK, nil
 		}
 		if !errors.Is(err, ErrConflict) || attempt >= r.o.Workload.RetryCap {

@@ -39,7 +39,8 @@ type Result struct {
 	Ops int64 `json:"ops"`
 	// Throughput is completed operations (ok + dedupe hits) per second.
 	Throughput float64 `json:"throughput"`
-	// CommitRate is successful commits per second (fast + complex).
+	// CommitRate is successful commits per second: the workers' (fast and
+	// complex) and the relays' (outbox deliveries, timer fires).
 	CommitRate float64 `json:"commit_rate"`
 	// Kinds has a latency summary per operation kind.
 	Kinds map[string]*KindStats `json:"kinds"`
