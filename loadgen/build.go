@@ -98,10 +98,10 @@ func (r *runner) result(ctx context.Context) *Result {
 	}
 	if o.Relays && ctx.Err() == nil {
 		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if rows, err := r.t.PendingOutbox(bctx); err == nil {
+		if rows, err := r.t.PendingOutbox(bctx, 0); err == nil {
 			res.Relays.OutboxBacklog = len(rows)
 		}
-		if due, err := r.t.DueTimers(bctx, unixSeconds(time.Now())); err == nil {
+		if due, err := r.t.DueTimers(bctx, unixSeconds(time.Now()), 0); err == nil {
 			res.Relays.TimerBacklog = len(due)
 		}
 		cancel()

@@ -191,14 +191,17 @@ func (r *recorder) recordError(measured bool, err error) {
 	}
 }
 
-// ErrorClass names the class of err: the SQLSTATE class ("40", "57", ...)
-// when the error carries a SQLSTATE, else "timeout", "canceled", "conflict",
-// "missing", "dedupe" or "other".
+// ErrorClass names the class of err: "outcome_unknown" for a commit that
+// may have been applied, "sqlstate_XX" (the SQLSTATE class: 40, 57, ...)
+// when the error carries a SQLSTATE, else "timeout", "canceled",
+// "conflict", "missing", "dedupe", "connection" or "other".
 func ErrorClass(err error) string {
 	var st interface{ SQLState() string }
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, ErrOutcomeUnknown):
+		return "outcome_unknown"
 	case errors.As(err, &st) && len(st.SQLState()) >= 2:
 		return "sqlstate_" + st.SQLState()[:2]
 	case errors.Is(err, context.DeadlineExceeded):

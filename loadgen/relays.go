@@ -38,7 +38,7 @@ func (r *runner) outboxRelay(ctx context.Context) {
 	rec := r.relayRec
 	for !r.stopped() && ctx.Err() == nil {
 		busy := false
-		rows, err := r.t.PendingOutbox(ctx)
+		rows, err := r.t.PendingOutbox(ctx, relayBatch)
 		if err != nil {
 			r.relayError(ctx, err)
 		}
@@ -49,7 +49,7 @@ func (r *runner) outboxRelay(ctx context.Context) {
 			busy = true
 			r.deliver(ctx, rec, row)
 		}
-		spawns, err := r.t.PendingSpawns(ctx)
+		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
 		if err != nil {
 			r.relayError(ctx, err)
 		}
@@ -144,7 +144,7 @@ func (r *runner) apply(ctx context.Context, id, event string) (string, error) {
 func (r *runner) timerSweeper(ctx context.Context) {
 	rec := r.relayRec
 	for !r.stopped() && ctx.Err() == nil {
-		due, err := r.t.DueTimers(ctx, unixSeconds(time.Now()))
+		due, err := r.t.DueTimers(ctx, unixSeconds(time.Now()), relayBatch)
 		if err != nil {
 			r.relayError(ctx, err)
 		}
@@ -157,7 +157,7 @@ func (r *runner) timerSweeper(ctx context.Context) {
 			event := fmt.Sprintf("timer:%s:%.6f", tm.Path, tm.FireAt)
 			outcome, err := r.apply(ctx, tm.ExecutionID, event)
 			if err == nil {
-				err = r.t.DeleteTimer(ctx, tm.ExecutionID, tm.Path, tm.FireAt)
+				_, err = r.t.DeleteTimer(ctx, tm.ExecutionID, tm.Path, tm.FireAt)
 			}
 			if err != nil {
 				r.relayError(ctx, err)

@@ -492,7 +492,7 @@ func (r *runner) commitFor(exe *Execution, event string, p plan) *Commit {
 		return c
 	}
 	now := time.Now()
-	c.Trace = []string{fmt.Sprintf(`{"step":%d,"event":%q,"active":%q}`, c.Exe.State.Step, event, c.Exe.State.Active)}
+	c.Trace = fmt.Sprintf(`{"step":%d,"event":%q,"active":%q}`, c.Exe.State.Step, event, c.Exe.State.Active)
 	for k, target := range p.emits {
 		c.Emits = append(c.Emits, Emit{TargetID: target,
 			Event: fmt.Sprintf(`{"id":"%s-e%d","name":"ping","from":%q,"emitted_ns":%d}`, event, k, exe.ID, now.UnixNano())})

@@ -9,6 +9,10 @@ import (
 // execution's version failed (another writer committed first).
 var ErrConflict = errors.New("loadgen: commit conflict")
 
+// ErrOutcomeUnknown is wrapped by a Target's Commit when the commit may or
+// may not have been applied (the connection failed after it was sent).
+var ErrOutcomeUnknown = errors.New("loadgen: commit outcome unknown")
+
 // Execution is the part of a stored execution the workload reads and writes.
 // Version is the CAS token: a Commit of an Execution with Version v succeeds
 // only if the stored version is still v (0 = first save).
@@ -62,13 +66,14 @@ type Commit struct {
 	ProcessedEventID string
 	Timers           []TimerOp
 	Spawns           []Spawn
-	Trace            []string
+	// Trace is one trace entry (JSON), "" for none.
+	Trace string
 }
 
 // Fast reports whether c is a state-only commit (the store's one-round-trip
 // fast path).
 func (c *Commit) Fast() bool {
-	return len(c.Emits) == 0 && len(c.Timers) == 0 && len(c.Spawns) == 0 && len(c.Trace) == 0
+	return len(c.Emits) == 0 && len(c.Timers) == 0 && len(c.Spawns) == 0 && c.Trace == ""
 }
 
 // OutboxEntry is one pending outbox row.
@@ -98,23 +103,25 @@ type TimerEntry struct {
 // a SQLSTATE should expose it with a SQLState() string method (as
 // *pgconn.PgError does) so outcomes can be counted by class.
 type Target interface {
-	// LoadForEvent returns the execution (nil if it does not exist) and
-	// whether eventID was already processed for it, in one query.
+	// LoadForEvent returns the execution (nil, false, nil if it does not
+	// exist) and whether eventID was already processed for it, in one query.
 	LoadForEvent(ctx context.Context, id, eventID string) (*Execution, bool, error)
 	// Commit writes c in one transaction.
 	Commit(ctx context.Context, c *Commit) error
-	// PendingOutbox returns pending outbox rows in seq order.
-	PendingOutbox(ctx context.Context) ([]OutboxEntry, error)
+	// PendingOutbox returns up to limit pending outbox rows in seq order.
+	PendingOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
 	// AckOutbox deletes one outbox row.
 	AckOutbox(ctx context.Context, seq int64) error
-	// PendingSpawns returns pending spawn intents in seq order.
-	PendingSpawns(ctx context.Context) ([]SpawnEntry, error)
+	// PendingSpawns returns up to limit pending spawn intents in seq order.
+	PendingSpawns(ctx context.Context, limit int) ([]SpawnEntry, error)
 	// AckSpawn deletes one spawn intent.
 	AckSpawn(ctx context.Context, seq int64) error
-	// DueTimers returns the timers with fire_at <= now (unix seconds).
-	DueTimers(ctx context.Context, now float64) ([]TimerEntry, error)
-	// DeleteTimer deletes the timer only if its fire_at still matches.
-	DeleteTimer(ctx context.Context, id, path string, fireAt float64) error
+	// DueTimers returns up to limit timers with fire_at <= now (unix
+	// seconds), by fire_at.
+	DueTimers(ctx context.Context, now float64, limit int) ([]TimerEntry, error)
+	// DeleteTimer deletes the timer only if its fire_at still matches and
+	// reports whether it did.
+	DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error)
 	// Close releases the target's connections.
 	Close()
 }

@@ -161,18 +161,20 @@ func (t *Target) Commit(ctx context.Context, c *loadgen.Commit) error {
 			t.timers[k] = tm.FireAt
 		}
 	}
-	t.trace[e.ID] += len(c.Trace)
+	if c.Trace != "" {
+		t.trace[e.ID]++
+	}
 	return nil
 }
 
 // PendingOutbox implements loadgen.Target.
-func (t *Target) PendingOutbox(ctx context.Context) ([]loadgen.OutboxEntry, error) {
+func (t *Target) PendingOutbox(ctx context.Context, limit int) ([]loadgen.OutboxEntry, error) {
 	if err := t.serve(ctx, "pending_outbox"); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]loadgen.OutboxEntry(nil), t.outbox...), nil
+	return append([]loadgen.OutboxEntry(nil), t.outbox[:limited(len(t.outbox), limit)]...), nil
 }
 
 // AckOutbox implements loadgen.Target.
@@ -193,13 +195,13 @@ func (t *Target) AckOutbox(ctx context.Context, seq int64) error {
 }
 
 // PendingSpawns implements loadgen.Target.
-func (t *Target) PendingSpawns(ctx context.Context) ([]loadgen.SpawnEntry, error) {
+func (t *Target) PendingSpawns(ctx context.Context, limit int) ([]loadgen.SpawnEntry, error) {
 	if err := t.serve(ctx, "pending_spawns"); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]loadgen.SpawnEntry(nil), t.spawns...), nil
+	return append([]loadgen.SpawnEntry(nil), t.spawns[:limited(len(t.spawns), limit)]...), nil
 }
 
 // AckSpawn implements loadgen.Target.
@@ -220,7 +222,7 @@ func (t *Target) AckSpawn(ctx context.Context, seq int64) error {
 }
 
 // DueTimers implements loadgen.Target.
-func (t *Target) DueTimers(ctx context.Context, now float64) ([]loadgen.TimerEntry, error) {
+func (t *Target) DueTimers(ctx context.Context, now float64, limit int) ([]loadgen.TimerEntry, error) {
 	if err := t.serve(ctx, "due_timers"); err != nil {
 		return nil, err
 	}
@@ -233,13 +235,13 @@ func (t *Target) DueTimers(ctx context.Context, now float64) ([]loadgen.TimerEnt
 		}
 	}
 	sort.Slice(due, func(i, j int) bool { return due[i].FireAt < due[j].FireAt })
-	return due, nil
+	return due[:limited(len(due), limit)], nil
 }
 
 // DeleteTimer implements loadgen.Target.
-func (t *Target) DeleteTimer(ctx context.Context, id, path string, fireAt float64) error {
+func (t *Target) DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error) {
 	if err := t.serve(ctx, "delete_timer"); err != nil {
-		return err
+		return false, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -247,8 +249,17 @@ func (t *Target) DeleteTimer(ctx context.Context, id, path string, fireAt float6
 	if at, ok := t.timers[k]; ok && at == fireAt {
 		delete(t.timers, k)
 		t.stats.TimerDeletes++
+		return true, nil
 	}
-	return nil
+	return false, nil
+}
+
+// limited returns min(n, limit), or n when limit <= 0.
+func limited(n, limit int) int {
+	if limit > 0 && limit < n {
+		return limit
+	}
+	return n
 }
 
 // Close implements loadgen.Target.
