@@ -16,7 +16,7 @@
 //
 // The engine knows the store only through [Target], a handful of operations,
 // and [Locator], which says on which shard an execution lives; adapters for
-// the router and a single store are in this package too (see NewStoreTarget).
+// the router and a single store are in package loadgen/storetarget.
 //
 // Honesty rules the engine follows:
 //   - open-loop latency is measured from each operation's intended start

@@ -45,6 +45,8 @@ type Config struct {
 	ShardMap map[string]any `mapstructure:"shardmap"`
 	// Store configures the store and the router's pools.
 	Store Store `mapstructure:"store"`
+	// Loadgen configures `pgshard loadgen` (flags override it).
+	Loadgen Loadgen `mapstructure:"loadgen"`
 
 	// Map is the validated shard map, nil when the config has none.
 	Map *shardmap.Map `mapstructure:"-"`
@@ -69,6 +71,71 @@ type Store struct {
 	MaxConns int `mapstructure:"max_conns"`
 }
 
+// Loadgen configures the load generator; see `pgshard loadgen run --help`
+// for each setting's meaning (each key has the flag of the same name, with
+// dashes).
+type Loadgen struct {
+	// Target is direct (router to the shards), pgbouncer (router to each
+	// shard's PgBouncer) or proxy (one DSN to pgshard proxy).
+	Target string `mapstructure:"target"`
+	// DSN is the proxy's DSN (target proxy).
+	DSN string `mapstructure:"dsn"`
+	// Duration is the measured period; Warmup precedes it.
+	Duration time.Duration `mapstructure:"duration"`
+	Warmup   time.Duration `mapstructure:"warmup"`
+	// Ops, when > 0, ends the run after that many measured operations.
+	Ops int64 `mapstructure:"ops"`
+	// Concurrency is the closed loop's workers.
+	Concurrency int `mapstructure:"concurrency"`
+	// Rate, when > 0, runs the open loop at that many operations/s.
+	Rate float64 `mapstructure:"rate"`
+	// MaxOutstanding bounds the open loop's operations in flight.
+	MaxOutstanding int `mapstructure:"max_outstanding"`
+	// LateThreshold: open-loop operations starting later than this after
+	// their intended time are counted late.
+	LateThreshold time.Duration `mapstructure:"late_threshold"`
+	// Executions is how many executions the setup phase creates.
+	Executions int `mapstructure:"executions"`
+	// Seed makes the workload reproducible.
+	Seed uint64 `mapstructure:"seed"`
+	// Keys is uniform, zipfian[:theta] or hotset[:share:fraction].
+	Keys string `mapstructure:"keys"`
+	// Mix is what the commits write.
+	Mix LoadgenMix `mapstructure:"mix"`
+	// Redelivery is the share of operations that resend a processed event.
+	Redelivery float64 `mapstructure:"redelivery"`
+	// RetryCap bounds reload-and-retry after conflicts.
+	RetryCap int `mapstructure:"retry_cap"`
+	// PayloadBytes pads each execution's stored state.
+	PayloadBytes int `mapstructure:"payload_bytes"`
+	// Relays runs the outbox relay and timer sweeper during the run.
+	Relays bool `mapstructure:"relays"`
+	// Out is the report directory ("" = loadgen-out/<target>-<time>).
+	Out string `mapstructure:"out"`
+	// FailIf lists CI thresholds, e.g. "p99(commit)>50ms".
+	FailIf []string `mapstructure:"fail_if"`
+	// SLO is the latency objective of sweeps, e.g. "p99=50ms".
+	SLO string `mapstructure:"slo"`
+	// Steps lists a sweep's concurrencies (or rates), e.g. "1,2,4,8,16".
+	Steps string `mapstructure:"steps"`
+	// TargetRate is the commits/s the capacity model plans for.
+	TargetRate float64 `mapstructure:"target_rate"`
+	// Headroom is the share of each shard's capacity kept free.
+	Headroom float64 `mapstructure:"headroom"`
+}
+
+// LoadgenMix is the load generator's commit mix.
+type LoadgenMix struct {
+	// Fast is the share of state-only (fast path) commits.
+	Fast float64 `mapstructure:"fast"`
+	// MaxEmits bounds a complex commit's outbox emits.
+	MaxEmits int `mapstructure:"max_emits"`
+	// Timer is the chance a complex commit schedules or cancels a timer.
+	Timer float64 `mapstructure:"timer"`
+	// Spawn is the chance a complex commit records a spawn.
+	Spawn float64 `mapstructure:"spawn"`
+}
+
 // Defaults returns the configuration used for every key nothing else sets.
 func Defaults() Config {
 	return Config{
@@ -77,6 +144,26 @@ func Defaults() Config {
 			ConnectAttempts: 15,
 			ConnectInterval: time.Second,
 			MaxConns:        16,
+		},
+		Loadgen: Loadgen{
+			Target:         "direct",
+			Duration:       10 * time.Second,
+			Warmup:         2 * time.Second,
+			Concurrency:    16,
+			MaxOutstanding: 1024,
+			LateThreshold:  10 * time.Millisecond,
+			Executions:     10000,
+			Seed:           1,
+			Keys:           "uniform",
+			Mix:            LoadgenMix{Fast: 0.6, MaxEmits: 2, Timer: 0.3, Spawn: 0.05},
+			Redelivery:     0.05,
+			RetryCap:       10,
+			PayloadBytes:   256,
+			Relays:         true,
+			FailIf:         []string{},
+			SLO:            "p99=50ms",
+			Steps:          "1,2,4,8,16,32",
+			Headroom:       0.3,
 		},
 	}
 }
@@ -102,10 +189,71 @@ func (c *Config) Validate() error {
 	if c.Store.MaxConns < 1 {
 		p = append(p, fmt.Sprintf("store.max_conns: must be at least 1 (got %d)", c.Store.MaxConns))
 	}
+	p = append(p, c.Loadgen.problems()...)
 	if len(p) > 0 {
 		return errors.New(strings.Join(p, "; "))
 	}
 	return nil
+}
+
+// problems checks the loadgen section (the CLI parses keys, slo, steps
+// and fail_if, naming the key on error).
+func (l *Loadgen) problems() []string {
+	var p []string
+	bad := func(key, format string, args ...any) {
+		p = append(p, "loadgen."+key+": "+fmt.Sprintf(format, args...))
+	}
+	switch l.Target {
+	case "direct", "pgbouncer", "proxy":
+	default:
+		bad("target", "want direct, pgbouncer or proxy (got %q)", l.Target)
+	}
+	if l.Duration <= 0 {
+		bad("duration", "must be positive: every run is bounded (got %s)", l.Duration)
+	}
+	if l.Warmup < 0 {
+		bad("warmup", "must not be negative (got %s)", l.Warmup)
+	}
+	if l.Ops < 0 {
+		bad("ops", "must not be negative (got %d)", l.Ops)
+	}
+	if l.Concurrency < 1 || l.Concurrency > 10000 {
+		bad("concurrency", "must be in [1, 10000] (got %d)", l.Concurrency)
+	}
+	if l.Rate < 0 || l.Rate > 1e7 {
+		bad("rate", "must be in [0, 1e7] (got %g)", l.Rate)
+	}
+	if l.MaxOutstanding < 1 || l.MaxOutstanding > 100000 {
+		bad("max_outstanding", "must be in [1, 100000] (got %d)", l.MaxOutstanding)
+	}
+	if l.LateThreshold <= 0 {
+		bad("late_threshold", "must be positive (got %s)", l.LateThreshold)
+	}
+	if l.Executions < 1 {
+		bad("executions", "must be at least 1 (got %d)", l.Executions)
+	}
+	for key, v := range map[string]float64{"mix.fast": l.Mix.Fast, "mix.timer": l.Mix.Timer, "mix.spawn": l.Mix.Spawn, "redelivery": l.Redelivery} {
+		if v < 0 || v > 1 {
+			bad(key, "must be in [0, 1] (got %g)", v)
+		}
+	}
+	if l.Mix.MaxEmits < 0 || l.Mix.MaxEmits > 100 {
+		bad("mix.max_emits", "must be in [0, 100] (got %d)", l.Mix.MaxEmits)
+	}
+	if l.RetryCap < 0 {
+		bad("retry_cap", "must not be negative (got %d)", l.RetryCap)
+	}
+	if l.PayloadBytes < 0 || l.PayloadBytes > 1<<20 {
+		bad("payload_bytes", "must be in [0, 1048576] (got %d)", l.PayloadBytes)
+	}
+	if l.TargetRate < 0 {
+		bad("target_rate", "must not be negative (got %g)", l.TargetRate)
+	}
+	if l.Headroom < 0 || l.Headroom >= 1 {
+		bad("headroom", "must be in [0, 1) (got %g)", l.Headroom)
+	}
+	sort.Strings(p)
+	return p
 }
 
 // Options say where Load finds its inputs.
