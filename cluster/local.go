@@ -118,7 +118,7 @@ func (p localProvider) Up(ctx context.Context, dir string, spec Spec) (*Cluster,
 				dir, st.Provider, dir)
 		}
 		if d := sameShape(st.Spec, spec); d != "" {
-			return nil, fmt.Errorf("%s already holds a cluster with %s; run `pgshard dev down --purge --dir %s` first, or use another --dir",
+			return nil, fmt.Errorf("%s already holds a cluster of %s; run `pgshard dev down --purge --dir %s` first, or use another --dir",
 				dir, d, dir)
 		}
 		if st.Binaries.Major != 0 && st.Binaries.Major != bins.Major {

@@ -168,18 +168,19 @@ func (s Spec) postgresConf(port int) string {
 	return b.String()
 }
 
+// shape describes what cannot change in an existing cluster.
+func (s Spec) shape() string {
+	with := "without"
+	if s.PgBouncer {
+		with = "with"
+	}
+	return fmt.Sprintf("%d shards %s PgBouncer", s.Shards, with)
+}
+
 // sameShape reports why a cluster built from old cannot serve s, or "".
 func sameShape(old, s Spec) string {
-	var d []string
-	if old.Shards != s.Shards {
-		d = append(d, fmt.Sprintf("%d shards, not %d", old.Shards, s.Shards))
+	if old.Shards == s.Shards && old.PgBouncer == s.PgBouncer {
+		return ""
 	}
-	if old.PgBouncer != s.PgBouncer {
-		if old.PgBouncer {
-			d = append(d, "PgBouncer, not without")
-		} else {
-			d = append(d, "no PgBouncer, not with")
-		}
-	}
-	return strings.Join(d, " and ")
+	return fmt.Sprintf("%s, but the spec asks for %s", old.shape(), s.shape())
 }
