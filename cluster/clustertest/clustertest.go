@@ -88,7 +88,9 @@ var reg = struct {
 //	func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 //
 // Before running the tests it reaps clusters left behind by test binaries
-// that died without cleaning up.
+// that died without cleaning up. To check for leaked goroutines as well,
+// call goleak.Find() after Main returns 0 (not goleak.VerifyTestMain, which
+// would run the tests itself).
 func Main(m *testing.M) int {
 	reg.Lock()
 	reg.main = true
@@ -135,9 +137,8 @@ func stopAll() error {
 }
 
 // Get returns the package's shared cluster (DefaultSpec), starting it on
-// first use. Tests may create databases on it but must not stop its servers;
-// a test that injects faults should start its own cluster with GetSpec and a
-// distinct spec, or cluster.Up.
+// first use. Tests may create databases on it but must not stop its servers:
+// a test that injects faults starts its own cluster with Private.
 func Get(t testing.TB) *cluster.Cluster {
 	t.Helper()
 	return GetSpec(t, DefaultSpec())
