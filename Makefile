@@ -1,0 +1,58 @@
+# pgshard — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/pgshard
+DEV_DIR ?= .pgshard
+SHARDS ?= 4
+# Integration tests must run, not skip: a missing Postgres/PgBouncer fails.
+export PGSHARD_TEST_REQUIRE ?= 1
+TEST_TIMEOUT ?= 75m
+FUZZTIME ?= 20s
+# Tests allowed to skip here: the testcontainers provider needs a Docker
+# engine, which these machines do not have.
+ALLOW_SKIP ?= ^TestContainers
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install missing system packages (postgresql, pgbouncer, python3-psycopg) and Go modules
+	@scripts/install-deps.sh
+	@$(GO) mod download
+
+.PHONY: build
+build: ## Build bin/pgshard
+	$(GO) build -o $(BIN) ./cmd/pgshard
+
+.PHONY: test
+test: deps ## Run every test (unit + integration on a real local cluster) with -race
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) build -o bin/testreport ./internal/tools/testreport
+	set -o pipefail; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -json ./... 2>&1 | tee test-output.json | \
+		bin/testreport -allow-skip '$(ALLOW_SKIP)'
+
+.PHONY: test-short
+test-short: ## Run unit tests only (no database)
+	$(GO) test -short -count=1 ./...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each
+	@scripts/fuzz-all.sh $(FUZZTIME)
+
+.PHONY: demo
+demo: deps build ## Bring up a 4-shard cluster with PgBouncer, migrate, show the map and where sample keys land
+	@scripts/demo.sh $(BIN) $(DEV_DIR) $(SHARDS)
+
+.PHONY: up
+up: build ## Start (or reuse) the local dev cluster
+	$(BIN) dev up --dir $(DEV_DIR) --shards $(SHARDS)
+
+.PHONY: down
+down: ## Stop the local dev cluster (nothing left running)
+	@if [ -x $(BIN) ]; then $(BIN) dev down --dir $(DEV_DIR); else $(GO) run ./cmd/pgshard dev down --dir $(DEV_DIR); fi
+
+.PHONY: clean
+clean: down ## Stop the dev cluster and remove build output and its state
+	rm -rf bin $(DEV_DIR) test-output.json

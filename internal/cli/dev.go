@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/internal/config"
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+func newDevCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "A local multi-shard cluster (PostgreSQL + PgBouncer per shard) for development",
+	}
+	cmd.AddCommand(newDevUpCmd(), newDevStatusCmd(), newDevDownCmd())
+	return cmd
+}
+
+// devConfigPath is the config `dev up` writes.
+func devConfigPath(dir string) string { return filepath.Join(dir, "pgshard.yaml") }
+
+func addDirFlag(cmd *cobra.Command) *string {
+	p := new(string)
+	cmd.Flags().StringVar(p, "dir", config.DefaultDevDir, "state directory of the local cluster")
+	return p
+}
+
+func newDevUpCmd() *cobra.Command {
+	var shards, buckets int
+	var pgbouncer, fsync bool
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start (or reuse) a local cluster, migrate it and write DIR/pgshard.yaml",
+		Long: `Start N PostgreSQL servers on free loopback ports (and one PgBouncer per shard
+in transaction pooling mode), migrate every shard, and write DIR/pgshard.yaml:
+the config with the shard map, which later pgshard commands in this directory
+find by themselves. Running "up" again on the same DIR reuses the cluster.
+Ctrl-C while starting stops everything started so far.`,
+		Args: cobra.NoArgs,
+	}
+	dir := addDirFlag(cmd)
+	cmd.Flags().IntVar(&shards, "shards", cluster.DefaultShards, "number of shards")
+	cmd.Flags().IntVar(&buckets, "buckets", shardmap.DefaultBuckets, "bucket count B (power of two, fixed for the cluster's life)")
+	cmd.Flags().BoolVar(&pgbouncer, "pgbouncer", true, "run one PgBouncer (transaction mode) per shard")
+	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		_, loadErr := cluster.Load(*dir)
+		fresh := loadErr != nil
+		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: cmd.ErrOrStderr()}
+		c, err := cluster.Up(ctx, *dir, spec)
+		if err != nil {
+			return err
+		}
+		m, reused, err := devMap(c, *dir, buckets)
+		if err == nil {
+			var rep *migrations.Report
+			rep, err = migrations.Apply(ctx, m, migrations.Options{})
+			if err != nil && rep != nil {
+				_ = rep.WriteText(cmd.ErrOrStderr())
+			}
+		}
+		if err == nil && !reused {
+			err = writeDevConfig(*dir, m, pgbouncer)
+		}
+		if err != nil {
+			if fresh && ctx.Err() != nil {
+				// Interrupted on a cluster this run started: leave nothing behind.
+				_ = cluster.Down(context.WithoutCancel(ctx), *dir, false)
+			}
+			return err
+		}
+		out := cmd.OutOrStdout()
+		verb := "started"
+		if !fresh {
+			verb = "reused"
+		}
+		fmt.Fprintf(out, "%s %d-shard cluster in %s (map epoch %d, %d buckets); config: %s\n",
+			verb, len(c.Shards), *dir, m.Epoch, m.Buckets, devConfigPath(*dir))
+		if err := writeShardTable(out, m); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nstop it with: pgshard dev down --dir %s\n", *dir)
+		return nil
+	}
+	return cmd
+}
+
+// devMap returns the map for the cluster: the one in DIR/pgshard.yaml when it
+// still describes these shards (it may have been replanned), else an even
+// split. reused reports the former.
+func devMap(c *cluster.Cluster, dir string, buckets int) (*shardmap.Map, bool, error) {
+	fresh, err := c.Map(buckets)
+	if err != nil {
+		return nil, false, err
+	}
+	cfg, err := config.Load(config.Options{Path: devConfigPath(dir), Environ: []string{}})
+	if err != nil || cfg.Map == nil {
+		return fresh, false, nil
+	}
+	if sameShards(cfg.Map, fresh) {
+		return cfg.Map, true, nil
+	}
+	return fresh, false, nil
+}
+
+func sameShards(a, b *shardmap.Map) bool {
+	if len(a.Shards) != len(b.Shards) || a.Buckets != b.Buckets {
+		return false
+	}
+	for i := range a.Shards {
+		if a.Shards[i] != b.Shards[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func writeDevConfig(dir string, m *shardmap.Map, pooler bool) error {
+	data, err := m.Marshal()
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# Written by `pgshard dev up`. Used by pgshard commands run in this\n")
+	b.WriteString("# directory's parent (or pass --config / set PGSHARD_CONFIG).\n")
+	fmt.Fprintf(&b, "store:\n  use_pooler: %t\n", pooler)
+	b.WriteString("shardmap:\n")
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line != "" {
+			b.WriteString("  " + line)
+		}
+	}
+	tmp := devConfigPath(dir) + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, devConfigPath(dir))
+}
+
+// devShardJSON is one shard in `dev status --json`.
+type devShardJSON struct {
+	Name      string   `json:"name"`
+	Ordinal   int      `json:"ordinal"`
+	DSN       string   `json:"dsn"`
+	PoolerDSN string   `json:"pooler_dsn"`
+	Buckets   []int    `json:"buckets"` // [lo, hi] of the first range
+	Ranges    [][2]int `json:"ranges"`
+	PID       int      `json:"pid"`
+	Ready     bool     `json:"ready"`
+	PoolerPID int      `json:"pooler_pid,omitempty"`
+	PoolerOK  bool     `json:"pooler_ready,omitempty"`
+}
+
+type devStatusJSON struct {
+	Dir      string         `json:"dir"`
+	Config   string         `json:"config"`
+	Epoch    uint64         `json:"map_epoch"`
+	NBuckets int            `json:"bucket_count"`
+	Shards   []devShardJSON `json:"shards"`
+}
+
+func newDevStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the local cluster: shards, DSNs, bucket ranges, liveness",
+		Args:  cobra.NoArgs,
+	}
+	dir := addDirFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		st, err := devStatus(cmd.Context(), *dir)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(st)
+		}
+		return writeDevStatus(cmd.OutOrStdout(), st)
+	}
+	return cmd
+}
+
+func devStatus(ctx context.Context, dir string) (*devStatusJSON, error) {
+	c, err := cluster.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(config.Options{Path: devConfigPath(dir), Environ: []string{}, RequireMap: true})
+	if err != nil {
+		return nil, fmt.Errorf("cluster in %s has no usable config (run pgshard dev up again): %w", dir, err)
+	}
+	m := cfg.Map
+	st := &devStatusJSON{Dir: dir, Config: cfg.Path, Epoch: m.Epoch, NBuckets: m.Buckets}
+	live := c.Status(ctx)
+	for i, s := range m.Shards {
+		j := devShardJSON{Name: s.Name, Ordinal: s.Ordinal, DSN: s.DSN, PoolerDSN: s.PoolerDSN, Ranges: [][2]int{}}
+		for _, r := range m.RangesOf(s.Name) {
+			j.Ranges = append(j.Ranges, [2]int{r.Lo, r.Hi})
+		}
+		if len(j.Ranges) > 0 {
+			j.Buckets = []int{j.Ranges[0][0], j.Ranges[0][1]}
+		}
+		if i < len(live) {
+			j.PID, j.Ready = live[i].Postgres.PID, live[i].Postgres.Ready
+			j.PoolerPID, j.PoolerOK = live[i].Pooler.PID, live[i].Pooler.Ready
+		}
+		st.Shards = append(st.Shards, j)
+	}
+	return st, nil
+}
+
+func writeDevStatus(w io.Writer, st *devStatusJSON) error {
+	fmt.Fprintf(w, "cluster %s, map epoch %d, %d buckets, config %s\n", st.Dir, st.Epoch, st.NBuckets, st.Config)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tORDINAL\tBUCKETS\tPOSTGRES\tPGBOUNCER\tDSN\tPOOLER DSN")
+	for _, s := range st.Shards {
+		var rs []string
+		for _, r := range s.Ranges {
+			rs = append(rs, fmt.Sprintf("%d-%d", r[0], r[1]))
+		}
+		pg := liveness(s.PID, s.Ready)
+		pb := "-"
+		if s.PoolerDSN != "" {
+			pb = liveness(s.PoolerPID, s.PoolerOK)
+		}
+		pooler := s.PoolerDSN
+		if pooler == "" {
+			pooler = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Ordinal, strings.Join(rs, ","), pg, pb, s.DSN, pooler)
+	}
+	return tw.Flush()
+}
+
+func liveness(pid int, ready bool) string {
+	switch {
+	case ready:
+		return fmt.Sprintf("up (pid %d)", pid)
+	case pid > 0:
+		return fmt.Sprintf("NOT READY (pid %d)", pid)
+	}
+	return "down"
+}
+
+func newDevDownCmd() *cobra.Command {
+	var purge bool
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop everything the local cluster started (by PID)",
+		Args:  cobra.NoArgs,
+	}
+	dir := addDirFlag(cmd)
+	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the state directory (data, logs, config)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if _, err := os.Stat(*dir); errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(cmd.OutOrStdout(), "nothing to stop: %s does not exist\n", *dir)
+			return nil
+		}
+		if err := cluster.Down(cmd.Context(), *dir, purge); err != nil {
+			return err
+		}
+		msg := "stopped the cluster in " + *dir
+		if purge {
+			msg += " and removed it"
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), msg)
+		return nil
+	}
+	return cmd
+}
