@@ -37,7 +37,8 @@ type Result struct {
 	Interrupted bool `json:"interrupted"`
 	// Ops is the number of worker operations measured (every outcome).
 	Ops int64 `json:"ops"`
-	// Throughput is completed operations (ok + dedupe hits) per second.
+	// Throughput is operations completed (ok + dedupe hits) during the
+	// measured period, per second.
 	Throughput float64 `json:"throughput"`
 	// CommitRate is successful commits per second: the workers' (fast and
 	// complex) and the relays' (outbox deliveries, timer fires).

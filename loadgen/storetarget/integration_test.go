@@ -1,0 +1,241 @@
+package storetarget_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/loadgen/storetarget"
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
+	"github.com/pgshard/pgshard/store"
+)
+
+// TestMain runs the tests on the package's shared cluster, then checks that
+// no goroutine outlived them.
+func TestMain(m *testing.M) {
+	code := clustertest.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// oneShard creates and migrates a fresh database on shard 0 of the shared
+// cluster and returns its one-shard map.
+func oneShard(t *testing.T) *shardmap.Map {
+	t.Helper()
+	c := clustertest.Get(t)
+	db := clustertest.FreshDatabase(t, c)
+	full, err := c.MapFor(db, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := shardmap.Even(64, full.Shards[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func openStore(t *testing.T, dsn string, maxConns int) *storetarget.Target {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, dsn, store.Options{MaxConns: maxConns, ConnectAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := storetarget.New(s)
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+// execSQL runs statements on dsn.
+func execSQL(t *testing.T, dsn string, sqls ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range sqls {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+func count(t *testing.T, dsn, sql string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func shortOptions() loadgen.Options {
+	o := loadgen.DefaultOptions()
+	o.Target = "store"
+	o.Workload.Executions = 300
+	o.Workload.TimerDelay = 50 * time.Millisecond
+	o.Concurrency = 4
+	o.Warmup = 300 * time.Millisecond
+	o.Duration = 2 * time.Second
+	o.RelayInterval = 10 * time.Millisecond
+	o.DrainTimeout = 3 * time.Second
+	return o
+}
+
+// The whole hot path against a real Postgres through one DSN (as through
+// the proxy): every operation kind measured, no errors, redeliveries
+// deduplicated, relays draining the outbox and timers, and the database
+// agreeing with the counts.
+func TestRunAgainstOneRealDatabase(t *testing.T) {
+	m := oneShard(t)
+	for _, mode := range []string{"direct", "pgbouncer"} {
+		t.Run(mode, func(t *testing.T) {
+			dsn := m.Shards[0].DSN
+			if mode == "pgbouncer" {
+				dsn = m.Shards[0].PoolerDSN
+			}
+			tg := openStore(t, dsn, 8)
+			o := shortOptions()
+			o.Workload.Seed = uint64(len(mode)) // distinct executions per mode
+			res, err := loadgen.Run(context.Background(), tg, loadgen.SingleShard("shard0"), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ErrorCount() != 0 {
+				t.Fatalf("errors %v: %v", res.Errors, res.ErrorSamples)
+			}
+			for _, k := range []string{"op", "load", "fast_commit", "complex_commit", "redelivery", "relay_delivery", "timer_fire"} {
+				if res.Kinds[k] == nil || res.Kinds[k].Count == 0 {
+					t.Errorf("kind %s not measured", k)
+				}
+			}
+			if res.Outcomes[loadgen.OutcomeDedupeHit] == 0 || res.Outcomes[loadgen.OutcomeDedupeMiss] != 0 {
+				t.Errorf("dedupe: %v", res.Outcomes)
+			}
+			if res.Relays.OutboxDelivered == 0 || res.Relays.TimersFired == 0 {
+				t.Errorf("relays: %+v", res.Relays)
+			}
+			// Every committed transition is one version step of one execution.
+			versions := count(t, m.Shards[0].DSN, "SELECT coalesce(sum(version - 1), 0) FROM executions WHERE definition_id = 'loadgen'")
+			if versions < res.Outcomes[loadgen.OutcomeOK] {
+				t.Errorf("the database holds %d version steps, fewer than the %d measured ok commits", versions, res.Outcomes[loadgen.OutcomeOK])
+			}
+			t.Logf("%s: %.0f ops/s, commit p50 %.2fms p99 %.2fms", mode, res.Throughput, res.Kinds["commit"].P50, res.Kinds["commit"].P99)
+		})
+	}
+}
+
+const slowTrigger = `CREATE OR REPLACE FUNCTION loadgen_test_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(%g); RETURN NEW; END $$;
+CREATE TRIGGER loadgen_test_slow BEFORE UPDATE ON executions FOR EACH ROW EXECUTE FUNCTION loadgen_test_slow()`
+
+// A server-side delay (pg_sleep in a trigger on the commit's UPDATE) shows
+// up in the commit percentiles, and not in the loads.
+func TestInjectedServerDelayShowsInPercentiles(t *testing.T) {
+	m := oneShard(t)
+	dsn := m.Shards[0].DSN
+	tg := openStore(t, dsn, 8)
+	o := shortOptions()
+	o.Relays = false
+	o.Duration = 1500 * time.Millisecond
+	base, err := loadgen.Run(context.Background(), tg, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, dsn, fmt.Sprintf(slowTrigger, 0.03))
+	o.SkipSetup = true
+	slow, err := loadgen.Run(context.Background(), tg, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, s := base.Kinds["commit"], slow.Kinds["commit"]
+	t.Logf("commit p50/p99: base %.2f/%.2f ms, with pg_sleep(0.03) %.2f/%.2f ms; load p50 %.2f → %.2f ms",
+		b.P50, b.P99, s.P50, s.P99, base.Kinds["load"].P50, slow.Kinds["load"].P50)
+	if s.P50 < 30 || slow.Kinds["op"].P50 < 30 {
+		t.Errorf("a 30ms server-side delay: commit p50 %.2fms, op p50 %.2fms", s.P50, slow.Kinds["op"].P50)
+	}
+	if b.P50 >= 30 {
+		t.Errorf("baseline commit p50 %.2fms is already above the injected delay", b.P50)
+	}
+	if slow.Kinds["load"].P50 >= 30 {
+		t.Errorf("loads were slowed too (p50 %.2fms): the delay is not attributed to commits", slow.Kinds["load"].P50)
+	}
+	if slow.ErrorCount() != 0 || base.ErrorCount() != 0 {
+		t.Errorf("errors: %v / %v", base.Errors, slow.Errors)
+	}
+}
+
+// Against a real database whose capacity is pinned (2 connections, each
+// commit holding its row 5ms), an open loop offered 3× the closed loop's
+// throughput reports latency growing over the run; the closed loop does
+// not.
+func TestOpenLoopOverloadOnRealDatabase(t *testing.T) {
+	m := oneShard(t)
+	dsn := m.Shards[0].DSN
+	execSQL(t, dsn, fmt.Sprintf(slowTrigger, 0.005))
+	tg := openStore(t, dsn, 2)
+	o := shortOptions()
+	o.Relays = false
+	o.Workload.Redelivery = 0
+	o.Workload.Mix.Fast = 1
+	o.Concurrency = 2
+	o.Duration = 2500 * time.Millisecond
+	o.DrainTimeout = 500 * time.Millisecond
+	closed, err := loadgen.Run(context.Background(), tg, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.SkipSetup = true
+	o.Model = loadgen.Open
+	o.Rate = 3 * closed.Throughput
+	o.MaxOutstanding = 3000
+	open, err := loadgen.Run(context.Background(), tg, nil, o)
+	if err != nil && err != context.Canceled {
+		t.Fatal(err)
+	}
+	cp, op := closed.Kinds["op"].P99, open.Kinds["op"].P99
+	t.Logf("closed: %.0f ops/s p99 %.1fms; open at %.0f/s: p99 %.1fms, %.0f ops/s, late %d, dropped %d, canceled %d",
+		closed.Throughput, cp, o.Rate, op, open.Throughput, open.OpenLoop.Late, open.OpenLoop.Dropped, open.Outcomes[loadgen.OutcomeCanceled])
+	if op < 5*cp {
+		t.Errorf("open-loop p99 %.1fms is not many times the closed-loop p99 %.1fms", op, cp)
+	}
+	var ws []loadgen.Window
+	for _, w := range open.Windows {
+		if !w.Warmup && w.Rate > 0 {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) < 2 || ws[len(ws)-1].P50 < 2*ws[0].P50 {
+		t.Errorf("open-loop latency did not grow over the run: %+v", ws)
+	}
+}
