@@ -1,0 +1,88 @@
+package migrations_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/pgshard/pgshard/migrations"
+)
+
+func TestAllMigrationsLoad(t *testing.T) {
+	ms := migrations.All()
+	if len(ms) < 4 {
+		t.Fatalf("want at least 4 migrations, got %d", len(ms))
+	}
+	for i, m := range ms {
+		if m.Version != i+1 {
+			t.Errorf("migration %d has version %d", i, m.Version)
+		}
+		if len(m.Checksum) != 64 || strings.TrimSpace(m.SQL) == "" {
+			t.Errorf("%s: checksum %q, %d bytes of SQL", m.ID(), m.Checksum, len(m.SQL))
+		}
+	}
+	if got := ms[0].ID(); got != "0001_store_tables" {
+		t.Errorf("first migration is %s", got)
+	}
+}
+
+// Released migrations must never change: their checksums are pinned here.
+// Adding a migration appends a line; editing one fails this test (and
+// `pgshard migrate` on every database that applied it).
+func TestReleasedMigrationsUnchanged(t *testing.T) {
+	pinned := map[string]string{
+		"0001_store_tables":     "7c58181dbf2e5b21df2fbe7d9e2049aee047f697039f7189334fb20af47a8a54",
+		"0002_commit_cas":       "e92b3536bdedcc2f03bbef32fd5c3de176dbb083366f41618ed042835df91414",
+		"0003_shard_identity":   "19ad86056a10d4f1b31ec71e449d3c66686b2eb70a8caa1efa0b204ee167aa27",
+		"0004_bucket_functions": "7b87a4b62f1e193ec6f25c56d62755fa2af2a5d3f6dda95dfc7b408d837eaaee",
+	}
+	seen := 0
+	for _, m := range migrations.All() {
+		want, ok := pinned[m.ID()]
+		if !ok {
+			continue
+		}
+		seen++
+		if m.Checksum != want {
+			t.Errorf("released migration %s changed (checksum %s, pinned %s): add a new migration instead", m.ID(), m.Checksum, want)
+		}
+	}
+	if seen != len(pinned) {
+		t.Errorf("found %d of %d pinned migrations", seen, len(pinned))
+	}
+}
+
+func TestLoadRejectsBadSets(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files fstest.MapFS
+		want  string
+	}{
+		{"bad name", fstest.MapFS{"sql/one.sql": {Data: []byte("SELECT 1")}}, "NNNN_description.sql"},
+		{"gap", fstest.MapFS{"sql/0001_a.sql": {Data: []byte("SELECT 1")}, "sql/0003_c.sql": {Data: []byte("SELECT 1")}}, "without gaps"},
+		{"duplicate", fstest.MapFS{"sql/0001_a.sql": {Data: []byte("SELECT 1")}, "sql/001_b.sql": {Data: []byte("SELECT 1")}}, "share version 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := migrations.Load(tc.files)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	u := &migrations.UnknownMigrationsError{Entries: []string{"0007_future", "0008_later"}}
+	if got := u.Error(); !strings.Contains(got, "0007_future, 0008_later") || strings.Contains(got, "\n") {
+		t.Errorf("unknown: %q", got)
+	}
+	c := &migrations.ChecksumMismatchError{Migration: "0002_x", Ledger: strings.Repeat("a", 64), Build: strings.Repeat("b", 64)}
+	if got := c.Error(); !strings.Contains(got, "0002_x") || !strings.Contains(got, "never be edited") {
+		t.Errorf("checksum: %q", got)
+	}
+	var target *migrations.UnknownMigrationsError
+	if !errors.As(error(u), &target) {
+		t.Error("errors.As")
+	}
+}
