@@ -148,7 +148,7 @@ func TestAtomicityTerminatedBackend(t *testing.T) {
 			}
 			err := admin.Pool().QueryRow(ctx, `SELECT COALESCE(max(pid), 0) FROM pg_stat_activity
 				WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
-				AND query LIKE '%INSERT INTO trace%'`).Scan(&pid)
+				AND query LIKE '%pgshard_commit(%'`).Scan(&pid)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,10 +32,10 @@ import (
 // happened: it may have committed), or is another error (nothing applied).
 //
 // A state-only commit (no emits, timers, spawns or trace) takes the fast
-// path, one statement: pgshard_commit_cas, which wraps harel_commit_cas.
-// Any other commit pipelines its statements behind
-// pgshard_commit_cas_or_raise, whose conflict error stops the rest and
-// rolls the transaction back within the same round trip.
+// path, pgshard_commit_cas, which wraps harel_commit_cas. Any other commit
+// is one call of pgshard_commit, which runs the same CAS and, only if it
+// won, the side effects. Either returns a lost CAS as data with the version
+// it found, so a conflict costs the same one round trip.
 func (s *Store) Commit(ctx context.Context, exe *Execution, emits []Emit, processedEventID string,
 	timers []TimerOp, spawns []Spawn, trace json.RawMessage) (err error) {
 	if err := checkCommit(exe, emits, timers, spawns, trace); err != nil {
@@ -57,41 +57,22 @@ func (s *Store) Commit(ctx context.Context, exe *Execution, emits []Emit, proces
 		eventID: processedEventID, emits: emits, timers: timers, spawns: spawns, trace: trace,
 		traceMax: s.opts.TraceMax,
 	}
+	sql, args := fastSQL, c.casArgs()
+	if !c.stateOnly() {
+		sql, args = commitSQL, c.args()
+	}
 	b := s.newBatch()
-	var read func(pgx.BatchResults) error
-	if c.stateOnly() {
-		b.Queue(fastSQL, c.casArgs()...)
-		read = func(br pgx.BatchResults) error {
-			var committed bool
-			var found int
-			if err := br.QueryRow().Scan(&committed, &found); err != nil {
-				return err
-			}
-			if !committed {
-				return &ConflictError{ID: exe.ID, Expected: old, Found: found}
-			}
-			return nil
+	b.Queue(sql, args...)
+	read := func(br pgx.BatchResults) error {
+		var committed bool
+		var found int
+		if err := br.QueryRow().Scan(&committed, &found); err != nil {
+			return err
 		}
-	} else {
-		stmts := c.plan()
-		for _, st := range stmts {
-			b.Queue(st.sql, st.args...)
+		if !committed {
+			return &ConflictError{ID: exe.ID, Expected: old, Found: found}
 		}
-		read = func(br pgx.BatchResults) error {
-			var v int
-			if err := br.QueryRow().Scan(&v); err != nil {
-				if ce := conflictFromPgError(err, exe.ID, old); ce != nil {
-					return ce
-				}
-				return err
-			}
-			for range stmts[1:] {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		return nil
 	}
 	sent, err := s.run(ctx, b, read)
 	if err == nil {
@@ -160,31 +141,16 @@ func checkCommit(exe *Execution, emits []Emit, timers []TimerOp, spawns []Spawn,
 // fastSQL is the state-only commit.
 const fastSQL = `SELECT committed, found_version FROM pgshard_commit_cas($1::text, $2::text, $3::text, $4::int, $5::text)`
 
-// The statements of a complex commit, in the order they run. Each
-// collection is one statement over arrays, whatever its length.
+// commitSQL is any other commit: the CAS and every side effect in one
+// server-side function (migration 0005), whose statements' plans the
+// server session caches.
+const commitSQL = `SELECT committed, found_version FROM pgshard_commit($1::text, $2::text, $3::text, $4::int, $5::text,
+    $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::float8[], $13::text[], $14::text, $15::int)`
+
+// Standalone trace appends (AppendTrace); a commit's entry is appended by
+// pgshard_commit the same way.
 const (
-	casOrRaiseSQL = `SELECT pgshard_commit_cas_or_raise($1::text, $2::text, $3::text, $4::int, $5::text)`
-
-	outboxSQL = `INSERT INTO outbox (target_id, event)
-SELECT NULLIF(u.target_id, ''), u.event
-FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(target_id, event, n)
-ORDER BY u.n`
-
-	spawnsSQL = `INSERT INTO spawns (parent_id, child_id, root_path, context)
-SELECT $1::text, u.child_id, u.root_path, u.context
-FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(child_id, root_path, context, n)
-ORDER BY u.n`
-
-	scheduleSQL = `INSERT INTO timers (execution_id, path, fire_at)
-SELECT $1::text, u.path, u.fire_at
-FROM unnest($2::text[], $3::float8[]) AS u(path, fire_at)
-ON CONFLICT (execution_id, path) DO UPDATE SET fire_at = EXCLUDED.fire_at`
-
-	cancelSQL = `DELETE FROM timers WHERE execution_id = $1::text AND path = ANY($2::text[])`
-
-	// traceSQL appends one entry with idx computed inline. The commit's
-	// CAS holds the execution's row lock, so concurrent appends to one
-	// ring are serialized.
+	// traceSQL appends one entry with idx computed inline.
 	traceSQL = `INSERT INTO trace (execution_id, idx, entry)
 SELECT $1::text, COALESCE(max(idx), -1) + 1, $2::text FROM trace WHERE execution_id = $1::text`
 
@@ -219,59 +185,38 @@ func (c *commitArgs) casArgs() []any {
 	return []any{c.id, c.definitionID, c.data, c.old, c.eventID}
 }
 
-// stmt is one statement of a batch.
-type stmt struct {
-	sql  string
-	args []any
-}
-
-// plan returns the statements of a complex commit: the raising CAS first
-// (it takes the row lock, so everything after it is serialized per
-// execution), then one statement per kind of side effect present.
-func (c *commitArgs) plan() []stmt {
-	out := []stmt{{casOrRaiseSQL, c.casArgs()}}
-	if len(c.emits) > 0 {
-		targets := make([]string, len(c.emits))
-		events := make([]string, len(c.emits))
-		for i, e := range c.emits {
-			targets[i], events[i] = e.TargetID, string(e.Event)
-		}
-		out = append(out, stmt{outboxSQL, []any{targets, events}})
+// args returns commitSQL's arguments: each collection as parallel arrays
+// (never NULL), the timer ops reduced to their net effect, a missing trace
+// entry as NULL.
+func (c *commitArgs) args() []any {
+	targets := make([]string, len(c.emits))
+	events := make([]string, len(c.emits))
+	for i, e := range c.emits {
+		targets[i], events[i] = e.TargetID, string(e.Event)
 	}
-	if len(c.spawns) > 0 {
-		children := make([]string, len(c.spawns))
-		roots := make([]string, len(c.spawns))
-		contexts := make([]string, len(c.spawns))
-		for i, sp := range c.spawns {
-			children[i], roots[i], contexts[i] = sp.ChildID, sp.RootPath, string(sp.Context)
-			if len(sp.Context) == 0 {
-				contexts[i] = "{}"
-			}
-		}
-		out = append(out, stmt{spawnsSQL, []any{c.id, children, roots, contexts}})
-	}
-	if len(c.timers) > 0 {
-		sched, cancel := collapseTimers(c.timers)
-		if len(sched) > 0 {
-			paths := make([]string, len(sched))
-			at := make([]float64, len(sched))
-			for i, t := range sched {
-				paths[i], at[i] = t.Path, t.FireAt
-			}
-			out = append(out, stmt{scheduleSQL, []any{c.id, paths, at}})
-		}
-		if len(cancel) > 0 {
-			out = append(out, stmt{cancelSQL, []any{c.id, cancel}})
+	children := make([]string, len(c.spawns))
+	roots := make([]string, len(c.spawns))
+	contexts := make([]string, len(c.spawns))
+	for i, sp := range c.spawns {
+		children[i], roots[i], contexts[i] = sp.ChildID, sp.RootPath, string(sp.Context)
+		if len(sp.Context) == 0 {
+			contexts[i] = "{}"
 		}
 	}
+	sched, cancels := collapseTimers(c.timers)
+	paths := make([]string, len(sched))
+	at := make([]float64, len(sched))
+	for i, t := range sched {
+		paths[i], at[i] = t.Path, t.FireAt
+	}
+	if cancels == nil {
+		cancels = []string{}
+	}
+	var trace any
 	if len(c.trace) > 0 {
-		if c.traceMax > 0 {
-			out = append(out, stmt{traceCappedSQL, []any{c.id, string(c.trace), c.traceMax}})
-		} else {
-			out = append(out, stmt{traceSQL, []any{c.id, string(c.trace)}})
-		}
+		trace = string(c.trace)
 	}
-	return out
+	return append(c.casArgs(), targets, events, children, roots, contexts, paths, at, cancels, trace, c.traceMax)
 }
 
 // collapseTimers reduces ops applied in order to their net effect: for each

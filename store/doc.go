@@ -17,21 +17,30 @@
 // aborted transaction after an error, needing a second round trip for
 // ROLLBACK (and pinning a PgBouncer server connection until then).
 //
-// A commit is either
+// A commit is one of
 //
-//	state-only:  [set_config timeout] SELECT … FROM pgshard_commit_cas(…)          → Sync
-//	complex:     [set_config timeout] SELECT pgshard_commit_cas_or_raise(…)
-//	             INSERT outbox … unnest   INSERT spawns … unnest
-//	             INSERT timers … ON CONFLICT DO UPDATE   DELETE timers …
-//	             INSERT trace … max(idx)+1 [+ ring cut]                            → Sync
+//	state-only:  [set_config timeout]  SELECT … FROM pgshard_commit_cas(id, def, data, old, event)   Sync
+//	any other:   [set_config timeout]  SELECT … FROM pgshard_commit(id, def, data, old, event,
+//	                                        emit arrays, spawn arrays, timer arrays, trace, trace_max)  Sync
 //
-// pgshard_commit_cas and pgshard_commit_cas_or_raise (migration 0005) wrap
-// harel_commit_cas (0002), the one definition of the CAS with its
-// insert-on-first-save: the first returns a conflict as data with the
-// version it found, the second raises SQLSTATE PS001 carrying it, which
-// skips the statements after it and rolls the transaction back — so even a
-// lost CAS costs one round trip, and the version found is read after the
-// CAS with a fresh snapshot, i.e. it is the winner's.
+// Both functions (migration 0005) call harel_commit_cas (0002), the one
+// definition of the CAS with its insert on first save, and return a lost
+// CAS as data — committed = false and the version found, read after the CAS
+// failed, i.e. the winner's — so a conflict costs the same one round trip
+// and leaves the transaction clean. pgshard_commit then writes the side
+// effects only if the CAS won: the outbox rows, spawn intents and timer
+// upserts from parallel arrays (one statement per collection, whatever its
+// length), and the trace entry with idx = max(idx)+1 under the CAS's row
+// lock, cutting the ring to TraceMax.
+//
+// Why a function and not the side-effect statements pipelined after the
+// CAS: measured on the 4-shard test cluster (BenchmarkCommitComplex*), a
+// pipeline of one unnamed statement per side effect — also one round trip —
+// spent about twice the server time of the function call, because every
+// unnamed statement is parsed and planned again on every commit (named
+// prepared statements being unsafe behind PgBouncer), while PL/pgSQL caches
+// its statements' plans in the server session, which is invisible to
+// clients and therefore safe behind a transaction pooler.
 //
 // # Safe behind PgBouncer in transaction mode
 //

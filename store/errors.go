@@ -3,15 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// SQLStateConflict is the SQLSTATE pgshard_commit_cas_or_raise raises on a
-// CAS conflict (migration 0005). Its DETAIL is "found_version=N".
-const SQLStateConflict = "PS001"
 
 // ErrConflict is matched (errors.Is) by every *ConflictError.
 var ErrConflict = errors.New("commit conflict")
@@ -33,15 +28,13 @@ type ConflictError struct {
 	ID string
 	// Expected is the version the commit started from.
 	Expected int
-	// Found is the version stored when the commit ran, 0 if the execution
-	// does not exist (or -1 if the server did not say).
+	// Found is the version stored when the commit lost, read after the
+	// CAS failed (so it is the winner's), 0 if the execution does not
+	// exist.
 	Found int
 }
 
 func (e *ConflictError) Error() string {
-	if e.Found < 0 {
-		return fmt.Sprintf("commit conflict on execution %s: expected version %d", e.ID, e.Expected)
-	}
 	return fmt.Sprintf("commit conflict on execution %s: expected version %d, found %d", e.ID, e.Expected, e.Found)
 }
 
@@ -55,29 +48,6 @@ func (e *unknownOutcomeError) Error() string {
 	return "commit outcome unknown (it may have been applied): " + e.err.Error()
 }
 func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
-
-// conflictFromPgError turns a PS001 raised by pgshard_commit_cas_or_raise
-// into a *ConflictError, or returns nil for any other error.
-func conflictFromPgError(err error, id string, expected int) *ConflictError {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != SQLStateConflict {
-		return nil
-	}
-	return &ConflictError{ID: id, Expected: expected, Found: parseFoundVersion(pe.Detail)}
-}
-
-// parseFoundVersion reads "found_version=N" (-1 if detail is anything else).
-func parseFoundVersion(detail string) int {
-	v, ok := strings.CutPrefix(detail, "found_version=")
-	if !ok {
-		return -1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
 
 // classifyCommitError decides what a commit's failure means once its
 // transaction was handed to the connection. A statement's ERROR from the

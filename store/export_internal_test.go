@@ -7,24 +7,20 @@ import (
 
 // Hooks for the external tests (compiled only with them).
 
-// PlanSQL returns the statements (SQL and arguments) of a complex commit,
-// as Commit would send them, for golden tests.
-func PlanSQL(id, definitionID, data string, old int, eventID string, emits []Emit, timers []TimerOp,
-	spawns []Spawn, trace []byte, traceMax int) (sqls []string, args [][]any) {
+// CommitSQL returns the statement and arguments Commit sends for a commit
+// (without the statement-timeout prefix), for golden tests.
+func CommitSQL(id, definitionID, data string, old int, eventID string, emits []Emit, timers []TimerOp,
+	spawns []Spawn, trace []byte, traceMax int) (string, []any) {
 	c := commitArgs{id: id, definitionID: definitionID, data: data, old: old, eventID: eventID,
 		emits: emits, timers: timers, spawns: spawns, trace: trace, traceMax: traceMax}
-	for _, st := range c.plan() {
-		sqls = append(sqls, st.sql)
-		args = append(args, st.args)
+	if c.stateOnly() {
+		return fastSQL, c.casArgs()
 	}
-	return sqls, args
+	return commitSQL, c.args()
 }
 
 // CollapseTimers exposes collapseTimers.
 var CollapseTimers = collapseTimers
-
-// ParseFoundVersion exposes parseFoundVersion.
-var ParseFoundVersion = parseFoundVersion
 
 // ClassifyCommitError exposes classifyCommitError.
 var ClassifyCommitError = classifyCommitError

@@ -46,7 +46,7 @@ func (d testDB) dsn() string {
 
 // freshDB creates and migrates a database for the test (one shard: the
 // store knows nothing of maps).
-func freshDB(t *testing.T, mode string) testDB {
+func freshDB(t testing.TB, mode string) testDB {
 	t.Helper()
 	c := clustertest.Get(t)
 	db := clustertest.FreshDatabase(t, c)

@@ -97,6 +97,51 @@ SELECT $1::text, COALESCE((SELECT max(idx) FROM trace WHERE execution_id = $1::t
 	})
 }
 
+// statementsCommit is the other one-round-trip design, measured against
+// pgshard_commit: the CAS, then one pipelined statement per kind of side
+// effect, all in the pipeline's implicit transaction. A lost CAS aborts the
+// pipeline by a division by zero (good enough for a benchmark, which has no
+// conflicts). Every statement is unnamed, so the server parses and plans
+// each of them on every commit.
+func statementsCommit(ctx context.Context, s *store.Store, exe *store.Execution, emits []store.Emit, eventID string,
+	timers []store.TimerOp, trace json.RawMessage, traceMax int) (err error) {
+	old := exe.Version
+	exe.Version = old + 1
+	defer func() {
+		if err != nil {
+			exe.Version = old
+		}
+	}()
+	data, err := json.Marshal(exe)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT CASE WHEN committed THEN found_version ELSE 1 / (found_version * 0) END
+FROM pgshard_commit_cas($1::text, $2::text, $3::text, $4::int, $5::text)`, exe.ID, exe.DefinitionID, string(data), old, eventID)
+	targets := make([]string, len(emits))
+	events := make([]string, len(emits))
+	for i, e := range emits {
+		targets[i], events[i] = e.TargetID, string(e.Event)
+	}
+	b.Queue(`INSERT INTO outbox (target_id, event)
+SELECT NULLIF(u.target_id, ''), u.event FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(target_id, event, n) ORDER BY u.n`, targets, events)
+	paths := make([]string, len(timers))
+	at := make([]float64, len(timers))
+	for i, t := range timers {
+		paths[i], at[i] = t.Path, t.FireAt
+	}
+	b.Queue(`INSERT INTO timers (execution_id, path, fire_at)
+SELECT $1::text, u.path, u.fire_at FROM unnest($2::text[], $3::float8[]) AS u(path, fire_at)
+ON CONFLICT (execution_id, path) DO UPDATE SET fire_at = EXCLUDED.fire_at`, exe.ID, paths, at)
+	b.Queue(`WITH ins AS (
+    INSERT INTO trace (execution_id, idx, entry)
+    SELECT $1::text, COALESCE(max(idx), -1) + 1, $2::text FROM trace WHERE execution_id = $1::text
+    RETURNING idx)
+DELETE FROM trace WHERE execution_id = $1::text AND idx <= (SELECT idx FROM ins) - $3::int`, exe.ID, string(trace), traceMax)
+	return s.Pool().SendBatch(ctx, b).Close()
+}
+
 // typicalStep is the complex commit the benchmarks and round-trip tests
 // use: two emits, a dedupe record, a timer re-armed, one trace entry — a
 // statechart step that sends events and arms a timeout.

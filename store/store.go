@@ -29,7 +29,7 @@ var _ ExecutionStore = (*Store)(nil)
 
 // errNotMigrated is returned by the connection probe of a database without
 // pgshard's schema.
-var errNotMigrated = errors.New("the database lacks pgshard's schema (function pgshard_commit_cas_or_raise, migration 0005): run pgshard migrate")
+var errNotMigrated = errors.New("the database lacks pgshard's schema (function pgshard_commit, migration 0005): run pgshard migrate")
 
 // Open connects to the database at dsn, retrying as opts say
 // (ConnectAttempts tries, ConnectInterval apart, each bounded by
@@ -112,7 +112,7 @@ func (s *Store) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
 	defer cancel()
 	var ok bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regproc('pgshard_commit_cas_or_raise') IS NOT NULL`).Scan(&ok); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT to_regproc('pgshard_commit') IS NOT NULL`).Scan(&ok); err != nil {
 		return err
 	}
 	if !ok {
