@@ -53,6 +53,17 @@ func (r Range) Len() int { return r.Hi - r.Lo + 1 }
 
 func (r Range) String() string { return fmt.Sprintf("%d-%d", r.Lo, r.Hi) }
 
+// MarshalYAML writes a range on one line: {lo: 0, hi: 1023, shard: shard0}.
+func (r Range) MarshalYAML() (any, error) {
+	var n yaml.Node
+	type plain Range // no MarshalYAML: avoids recursion
+	if err := n.Encode(plain(r)); err != nil {
+		return nil, err
+	}
+	n.Style = yaml.FlowStyle
+	return &n, nil
+}
+
 // Map is a versioned assignment of buckets to shards. A Map is immutable once
 // validated; build a changed copy and give it a greater Epoch.
 type Map struct {

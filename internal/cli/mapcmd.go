@@ -137,9 +137,7 @@ func validateFile(path string) (string, error) {
 	if err := yaml.Unmarshal(raw, &top); err != nil {
 		return "", fmt.Errorf("not YAML: %s", oneLine(err))
 	}
-	_, hasShards := top["shards"]
-	_, hasRanges := top["ranges"]
-	if hasShards || hasRanges {
+	if config.IsBareMap(top) {
 		m, err := shardmap.Parse(raw)
 		if err != nil {
 			return "", err

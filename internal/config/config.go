@@ -308,6 +308,11 @@ func Load(o Options) (*Config, error) {
 		if err := yaml.Unmarshal(raw, &doc); err != nil {
 			return nil, fmt.Errorf("config %s: %s", path, oneLine(err))
 		}
+		if IsBareMap(doc) {
+			// A shard map file given where a config is expected: the config
+			// is the defaults plus this map.
+			doc = map[string]any{"shardmap_file": filepath.Base(path)}
+		}
 		if err := checkKeys(doc, "", leaves); err != nil {
 			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
@@ -410,6 +415,14 @@ func (c *Config) loadMap() error {
 	}
 	c.Map = m
 	return nil
+}
+
+// IsBareMap reports whether a decoded YAML document is a shard map on its
+// own (top-level shards/ranges) rather than a config file.
+func IsBareMap(doc map[string]any) bool {
+	_, shards := doc["shards"]
+	_, ranges := doc["ranges"]
+	return shards || ranges
 }
 
 // leaf is one settable key.
