@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -95,6 +96,7 @@ func (r *runner) result(ctx context.Context) *Result {
 		OutboxDelivered: r.relays.delivered.Load(), OutboxDeduped: r.relays.deduped.Load(),
 		SpawnsAcked: r.relays.spawns.Load(), TimersFired: r.relays.fired.Load(),
 		TimersDeduped: r.relays.timerDeduped.Load(), Errors: r.relays.errors.Load(),
+		OutboxBacklogStart: r.backlogStart,
 	}
 	if o.Relays && ctx.Err() == nil {
 		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -108,5 +110,13 @@ func (r *runner) result(ctx context.Context) *Result {
 	}
 	res.SelfCheck = r.checks.summary()
 	res.SelfCheck.Warnings = warnings(res.SelfCheck, res.OpenLoop)
+	if lag := res.Kinds[KindOutboxLag.String()]; o.Relays && (res.Relays.OutboxBacklog > relayBatch || (lag != nil && lag.P99 > 1000)) {
+		lagText := "none of this run's emits was delivered"
+		if lag != nil {
+			lagText = fmt.Sprintf("emit-to-delivery p99 %.0f ms", lag.P99)
+		}
+		res.SelfCheck.Warnings = append(res.SelfCheck.Warnings, fmt.Sprintf("the outbox relay fell behind (%d rows pending at the start, %d at the end; %s): raise relay_workers, or the commits measured outrun what the relays deliver",
+			res.Relays.OutboxBacklogStart, res.Relays.OutboxBacklog, lagText))
+	}
 	return res
 }

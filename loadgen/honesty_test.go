@@ -56,6 +56,9 @@ func TestOpenLoopOverloadShowsQueueingClosedLoopDoesNot(t *testing.T) {
 	open.MaxOutstanding = 4000
 	ores := run(t, saturable(), open)
 
+	if cres.Kinds["op"] == nil || ores.Kinds["op"] == nil {
+		t.Fatalf("no op latencies: closed %v, open %v", cres.Outcomes, ores.Outcomes)
+	}
 	cp99, op99 := cres.Kinds["op"].P99, ores.Kinds["op"].P99
 	t.Logf("capacity %.0f ops/s; closed p99 %.1fms; open at %.0f ops/s p99 %.1fms, late %d, dropped %d",
 		capacity, cp99, open.Rate, op99, ores.OpenLoop.Late, ores.OpenLoop.Dropped)

@@ -58,7 +58,7 @@ const (
 	OutcomeDedupeHit  = "dedupe_hit"  // redelivered events recognised as processed
 	OutcomeDedupeMiss = "dedupe_miss" // redelivered events NOT recognised (a store bug)
 	OutcomeError      = "error"       // operations that failed with an error
-	OutcomeCanceled   = "canceled"    // operations cut by the end of the run
+	OutcomeCanceled   = "canceled"    // operations cut by the end of the run (latency recorded as a lower bound)
 )
 
 // Histogram range: 1 µs .. 60 s with 3 significant digits; values are µs.
@@ -133,9 +133,10 @@ func (r *recorder) recordOp(measured bool, shard int, d time.Duration, outcome s
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.wOps++
-	if outcome != OutcomeCanceled {
-		recordUS(r.window, d)
-	}
+	// A canceled operation (cut by the end of the run) is recorded with
+	// its time until cancellation, a lower bound of its latency: leaving
+	// it out would hide the worst of an overload's queue.
+	recordUS(r.window, d)
 	if outcome == OutcomeError || outcome == OutcomeDedupeMiss {
 		r.wErrors++
 	}
@@ -146,9 +147,6 @@ func (r *recorder) recordOp(measured bool, shard int, d time.Duration, outcome s
 		return
 	}
 	r.counts[outcome]++
-	if outcome == OutcomeCanceled {
-		return
-	}
 	r.kindLocked(KindOp, d)
 	if shard >= 0 && shard < len(r.shards) {
 		if r.shards[shard] == nil {

@@ -82,6 +82,9 @@ type Options struct {
 	Ops int64 `json:"ops,omitempty"`
 	// Relays runs the outbox relay and timer sweeper in the background.
 	Relays bool `json:"relays"`
+	// RelayWorkers is how many deliveries (and timer fires) each relay
+	// runs at once, like a pool of production relay workers.
+	RelayWorkers int `json:"relay_workers"`
 	// RelayInterval is the relays' pause when they find nothing to do.
 	RelayInterval time.Duration `json:"relay_interval"`
 	// DrainTimeout bounds how long in-flight operations may finish after
@@ -120,6 +123,7 @@ func DefaultOptions() Options {
 		Warmup:         2 * time.Second,
 		Duration:       10 * time.Second,
 		Relays:         true,
+		RelayWorkers:   4,
 		RelayInterval:  20 * time.Millisecond,
 		DrainTimeout:   5 * time.Second,
 	}
@@ -188,6 +192,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Relays && o.RelayInterval <= 0 {
 		p = append(p, fmt.Sprintf("relay_interval: must be positive (got %s)", o.RelayInterval))
+	}
+	if o.Relays && (o.RelayWorkers < 1 || o.RelayWorkers > 1000) {
+		p = append(p, fmt.Sprintf("relay_workers: must be in [1, 1000] (got %d)", o.RelayWorkers))
 	}
 	if o.DrainTimeout <= 0 {
 		p = append(p, fmt.Sprintf("drain_timeout: must be positive (got %s)", o.DrainTimeout))

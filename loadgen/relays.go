@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
-// relayBatch bounds the rows a relay handles per poll.
-const relayBatch = 1000
+// relayBatch bounds the rows a relay handles per poll (small enough that
+// the outbox and the spawns take turns under a backlog).
+const relayBatch = 100
 
 // relayEvent is the JSON of an emitted event.
 type relayEvent struct {
@@ -33,7 +37,8 @@ func (r *runner) pause(ctx context.Context, d time.Duration) bool {
 
 // outboxRelay is the production outbox relay: pending rows are delivered as
 // events to their target execution (deduplicated by event id) and acked;
-// pending spawn intents are acked. It runs until the run stops.
+// pending spawn intents are acked. A batch's rows are delivered by up to
+// RelayWorkers goroutines at once. It runs until the run stops.
 func (r *runner) outboxRelay(ctx context.Context) {
 	rec := r.relayRec
 	for !r.stopped() && ctx.Err() == nil {
@@ -42,32 +47,35 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		for i, row := range rows {
-			if i >= relayBatch || r.stopped() {
-				break
-			}
-			busy = true
-			r.deliver(ctx, rec, row)
-		}
+		busy = len(rows) > 0
+		r.parallel(len(rows), func(i int) { r.deliver(ctx, rec, rows[i]) })
 		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		for i, s := range spawns {
-			if i >= relayBatch || r.stopped() {
-				break
-			}
-			busy = true
-			if err := r.t.AckSpawn(ctx, s.Seq); err != nil {
+		busy = busy || len(spawns) > 0
+		r.parallel(len(spawns), func(i int) {
+			if err := r.t.AckSpawn(ctx, spawns[i].Seq); err != nil {
 				r.relayError(ctx, err)
 			} else if r.measured(time.Now()) {
 				r.relays.spawns.Add(1)
 			}
-		}
+		})
 		if !busy && !r.pause(ctx, r.o.RelayInterval) {
 			return
 		}
 	}
+}
+
+// parallel runs f(0..n-1) on up to RelayWorkers goroutines and waits for
+// them; it stops starting new items once the run stops.
+func (r *runner) parallel(n int, f func(i int)) {
+	var g errgroup.Group
+	g.SetLimit(max(r.o.RelayWorkers, 1))
+	for i := 0; i < n && !r.stopped(); i++ {
+		g.Go(func() error { f(i); return nil })
+	}
+	_ = g.Wait()
 }
 
 func (r *runner) relayError(ctx context.Context, err error) {
@@ -99,7 +107,9 @@ func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 	}
 	now := time.Now()
 	rec.recordKind(m, KindRelay, now.Sub(t0))
-	if ev.EmittedNs > 0 {
+	if ev.EmittedNs > 0 && strings.HasPrefix(ev.ID, r.eventPrefix()) {
+		// Only this run's emits: rows left by an earlier run would
+		// measure that run's backlog.
 		rec.recordKind(m, KindOutboxLag, now.Sub(time.Unix(0, ev.EmittedNs)))
 	}
 	if m {
@@ -148,34 +158,35 @@ func (r *runner) timerSweeper(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		for i, tm := range due {
-			if i >= relayBatch || r.stopped() {
-				break
-			}
-			t0 := time.Now()
-			m := r.measured(t0)
-			event := fmt.Sprintf("timer:%s:%.6f", tm.Path, tm.FireAt)
-			outcome, err := r.apply(ctx, tm.ExecutionID, event)
-			if err == nil {
-				_, err = r.t.DeleteTimer(ctx, tm.ExecutionID, tm.Path, tm.FireAt)
-			}
-			if err != nil {
-				r.relayError(ctx, err)
-				continue
-			}
-			now := time.Now()
-			rec.recordKind(m, KindTimerFire, now.Sub(t0))
-			rec.recordKind(m, KindTimerLag, now.Sub(time.Unix(0, int64(tm.FireAt*1e9))))
-			if m {
-				if outcome == OutcomeDedupeHit {
-					r.relays.timerDeduped.Add(1)
-				} else {
-					r.relays.fired.Add(1)
-				}
-			}
-		}
+		r.parallel(len(due), func(i int) { r.fire(ctx, rec, due[i]) })
 		if len(due) == 0 && !r.pause(ctx, r.o.RelayInterval) {
 			return
+		}
+	}
+}
+
+func (r *runner) fire(ctx context.Context, rec *recorder, tm TimerEntry) {
+	t0 := time.Now()
+	m := r.measured(t0)
+	event := fmt.Sprintf("timer:%s:%.6f", tm.Path, tm.FireAt)
+	outcome, err := r.apply(ctx, tm.ExecutionID, event)
+	if err == nil {
+		_, err = r.t.DeleteTimer(ctx, tm.ExecutionID, tm.Path, tm.FireAt)
+	}
+	if err != nil {
+		r.relayError(ctx, err)
+		return
+	}
+	now := time.Now()
+	rec.recordKind(m, KindTimerFire, now.Sub(t0))
+	if fireAt := time.Unix(0, int64(tm.FireAt*1e9)); !fireAt.Before(r.start) {
+		rec.recordKind(m, KindTimerLag, now.Sub(fireAt)) // armed by this run
+	}
+	if m {
+		if outcome == OutcomeDedupeHit {
+			r.relays.timerDeduped.Add(1)
+		} else {
+			r.relays.fired.Add(1)
 		}
 	}
 }

@@ -84,8 +84,15 @@ func (r *Result) Describe() string {
 	} else {
 		load = fmt.Sprintf("closed loop, %d workers", o.Concurrency)
 	}
-	return fmt.Sprintf("target %s, %s, %d shards, %d executions, keys %s, seed %d",
-		orDash(r.Target), load, len(r.Shards), o.Workload.Executions, o.Workload.Keys, o.Workload.Seed)
+	return fmt.Sprintf("target %s, %s, %s, %d executions, keys %s, seed %d",
+		orDash(r.Target), load, plural(len(r.Shards), "shard"), o.Workload.Executions, o.Workload.Keys, o.Workload.Seed)
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func orDash(s string) string {
@@ -113,6 +120,9 @@ func WriteText(w io.Writer, r *Result) error {
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "throughput  %.1f ops/s   commits %.1f/s   operations %d\n", r.Throughput, r.CommitRate, r.Ops)
 	fmt.Fprintf(&b, "outcomes    %s\n", fmtCounts(r.Outcomes))
+	if n := r.Outcomes[OutcomeCanceled]; n > 0 {
+		fmt.Fprintf(&b, "canceled    %d operations were still running when the run ended: their latency is recorded as the time until cancellation (a lower bound)\n", n)
+	}
 	fmt.Fprintf(&b, "errors      %d", r.ErrorCount())
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(&b, " (%s)", fmtCounts(r.Errors))
@@ -134,8 +144,8 @@ func WriteText(w io.Writer, r *Result) error {
 	tw.Flush()
 	fmt.Fprintf(&b, "hottest shard share %.1f%%\n\n", 100*r.HottestShare)
 	rl := r.Relays
-	fmt.Fprintf(&b, "relays      outbox delivered %d (deduped %d), timers fired %d (deduped %d), spawns acked %d, errors %d; backlog at end: outbox %d, timers %d\n",
-		rl.OutboxDelivered, rl.OutboxDeduped, rl.TimersFired, rl.TimersDeduped, rl.SpawnsAcked, rl.Errors, rl.OutboxBacklog, rl.TimerBacklog)
+	fmt.Fprintf(&b, "relays      %d workers each: outbox delivered %d (deduped %d), timers fired %d (deduped %d), spawns acked %d, errors %d; outbox backlog %d at start, %d at end; timers due at end %d\n",
+		r.Options.RelayWorkers, rl.OutboxDelivered, rl.OutboxDeduped, rl.TimersFired, rl.TimersDeduped, rl.SpawnsAcked, rl.Errors, rl.OutboxBacklogStart, rl.OutboxBacklog, rl.TimerBacklog)
 	if ol := r.OpenLoop; ol != nil {
 		fmt.Fprintf(&b, "open loop   offered %.1f ops/s: intended %d, started %d, late (>%.0fms) %d, dropped %d; dispatcher lag p50 %.2fms p99 %.2fms max %.2fms\n",
 			ol.Rate, ol.Intended, ol.Started, ol.LateThresholdMs, ol.Late, ol.Dropped, ol.LagP50, ol.LagP99, ol.LagMax)

@@ -179,6 +179,9 @@ type RelayStats struct {
 	TimersFired     int64 `json:"timers_fired"`
 	TimersDeduped   int64 `json:"timers_deduped"`
 	Errors          int64 `json:"errors"`
+	// OutboxBacklogStart is what was pending when the run started (rows
+	// an earlier run left; the relay delivers them first, in seq order).
+	OutboxBacklogStart int `json:"outbox_backlog_start"`
 	// OutboxBacklog and TimerBacklog are what was pending at the end.
 	OutboxBacklog int `json:"outbox_backlog"`
 	TimerBacklog  int `json:"timer_backlog"`

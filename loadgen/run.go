@@ -55,7 +55,8 @@ type runner struct {
 	lag                              *hdr.Histogram // dispatcher lag, measured period
 	lagWindow                        *hdr.Histogram
 
-	relays relayCounters
+	relays       relayCounters
+	backlogStart int
 
 	windows []Window
 	checks  *selfChecker
@@ -204,6 +205,13 @@ func (r *runner) run(ctx context.Context) *Result {
 	opCtx, cancelOps := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelOps()
 
+	if o.Relays {
+		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if rows, err := r.t.PendingOutbox(bctx, 0); err == nil {
+			r.backlogStart = len(rows)
+		}
+		cancel()
+	}
 	r.start = time.Now()
 	r.measureStart = r.start.Add(o.Warmup)
 	r.measureEnd = r.measureStart.Add(o.Duration)
@@ -434,7 +442,7 @@ func (r *runner) draw(rng *rand.Rand) plan {
 // reload after each conflict up to the retry cap.
 func (r *runner) transition(ctx context.Context, w *worker, rng *rand.Rand, id string, measured bool) string {
 	w.seq++
-	event := fmt.Sprintf("lg-%s-%d-%d", r.nonce, w.idx, w.seq)
+	event := fmt.Sprintf("%s%d-%d", r.eventPrefix(), w.idx, w.seq)
 	p := r.draw(rng)
 	for attempt := 0; ; attempt++ {
 		t0 := time.Now()
@@ -511,5 +519,8 @@ func (r *runner) commitFor(exe *Execution, event string, p plan) *Commit {
 	}
 	return c
 }
+
+// eventPrefix starts the id of every event this run creates.
+func (r *runner) eventPrefix() string { return "lg-" + r.nonce + "-" }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
