@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultListen             = "127.0.0.1:6543"
+	DefaultPoolSize           = 20
+	DefaultMaxClients         = 1000
+	DefaultMaxMessageSize     = 64 << 20 // 64 MiB
+	DefaultConnectTimeout     = 5 * time.Second
+	DefaultPoolTimeout        = 10 * time.Second
+	DefaultIdleTimeout        = 5 * time.Minute
+	DefaultStatementCacheSize = 256
+	DefaultStartupTimeout     = 30 * time.Second
+)
+
+// Config configures a Server. Map and Analyzer are required; zero values of
+// the other fields take the defaults above.
+type Config struct {
+	// Map is the validated shard map the proxy routes by.
+	Map *shardmap.Map
+	// Analyzer parses and routes statements (route.New for Map).
+	Analyzer route.Analyzer
+	// HintKeyType is the type of keys given by SET LOCAL pgshard.key
+	// (the sharding schema's hint_type; KeyText by default).
+	HintKeyType route.KeyType
+	// Listen is the TCP address clients connect to.
+	Listen string
+	// Users may log in; a client naming another user is refused.
+	Users []User
+	// UsePooler connects to each shard through its PgBouncer (PoolerDSN)
+	// when the map has one, else directly (DSN).
+	UsePooler bool
+	// PoolSize bounds the backend connections per shard.
+	PoolSize int
+	// MaxClients bounds concurrent client connections.
+	MaxClients int
+	// MaxMessageSize bounds one client message (header included). Larger
+	// messages get a protocol error (08P01) and the connection is closed.
+	MaxMessageSize int
+	// MaxPipelineBytes bounds the extended-protocol messages buffered
+	// before a Sync or Flush (default 4 × MaxMessageSize).
+	MaxPipelineBytes int
+	// ConnectTimeout bounds connecting to a shard.
+	ConnectTimeout time.Duration
+	// PoolTimeout bounds the wait for a free backend connection.
+	PoolTimeout time.Duration
+	// IdleTimeout closes backend connections idle for longer.
+	IdleTimeout time.Duration
+	// IdleInTransactionTimeout, when set, closes a client that holds a
+	// backend transaction open without sending anything for that long
+	// (like Postgres's idle_in_transaction_session_timeout).
+	IdleInTransactionTimeout time.Duration
+	// StartupTimeout bounds a client's startup and authentication.
+	StartupTimeout time.Duration
+	// DefaultShard names the shard for statements that need a fixed shard
+	// but carry no key (sequence or advisory-lock calls and other writes
+	// that touch no sharded table); "" = the map's first shard.
+	DefaultShard string
+	// Databases, when not empty, lists the database names clients may
+	// connect to; empty accepts any name (the proxy is one database).
+	Databases []string
+	// StatementCacheSize is how many server-side prepared statements each
+	// direct backend connection keeps for client-named statements (0 =
+	// DefaultStatementCacheSize, negative = none). Never used through a
+	// pooler.
+	StatementCacheSize int
+	// VerifyIdentity checks every shard's identity record against Map:
+	// at start for the shards that are up (a mismatch fails New's caller
+	// via Verify), and on the first connection to a shard that was down.
+	VerifyIdentity bool
+	// MetricsListen, when set, serves Prometheus metrics at /metrics.
+	MetricsListen string
+	// Logger receives structured logs (nil = slog.Default()).
+	Logger *slog.Logger
+}
+
+// User is a client login.
+type User struct {
+	// Name is the user name clients send in the startup packet.
+	Name string
+	// Password is the user's password in plain text, or a SCRAM-SHA-256
+	// verifier in Postgres's format ("SCRAM-SHA-256$4096:salt$StoredKey:ServerKey").
+	// Clients authenticate with SCRAM-SHA-256.
+	Password string
+	// Trust lets the user in without a password (development only).
+	Trust bool
+}
+
+// withDefaults returns c with zero fields set to the defaults.
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = DefaultPoolSize
+	}
+	if c.MaxClients == 0 {
+		c.MaxClients = DefaultMaxClients
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.MaxPipelineBytes == 0 {
+		c.MaxPipelineBytes = 4 * c.MaxMessageSize
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.PoolTimeout == 0 {
+		c.PoolTimeout = DefaultPoolTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.StartupTimeout == 0 {
+		c.StartupTimeout = DefaultStartupTimeout
+	}
+	if c.StatementCacheSize == 0 {
+		c.StatementCacheSize = DefaultStatementCacheSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports every problem, naming the field.
+func (c Config) validate() error {
+	var p []string
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	if c.Map == nil {
+		add("Map: required")
+	}
+	if c.Analyzer == nil {
+		add("Analyzer: required")
+	}
+	if c.PoolSize < 1 {
+		add("PoolSize: must be at least 1 (got %d)", c.PoolSize)
+	}
+	if c.MaxClients < 1 {
+		add("MaxClients: must be at least 1 (got %d)", c.MaxClients)
+	}
+	if c.MaxMessageSize < 1024 || c.MaxMessageSize > 1<<30 {
+		add("MaxMessageSize: must be between 1 KiB and 1 GiB (got %d)", c.MaxMessageSize)
+	}
+	if c.MaxPipelineBytes < c.MaxMessageSize {
+		add("MaxPipelineBytes: must be at least MaxMessageSize (got %d)", c.MaxPipelineBytes)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ConnectTimeout", c.ConnectTimeout}, {"PoolTimeout", c.PoolTimeout}, {"IdleTimeout", c.IdleTimeout},
+		{"IdleInTransactionTimeout", c.IdleInTransactionTimeout}, {"StartupTimeout", c.StartupTimeout}} {
+		if d.v < 0 {
+			add("%s: must not be negative (got %s)", d.name, d.v)
+		}
+	}
+	if c.Map != nil && c.DefaultShard != "" {
+		if _, err := c.Map.ShardByName(c.DefaultShard); err != nil {
+			add("DefaultShard: no shard named %q in the map", c.DefaultShard)
+		}
+	}
+	seen := map[string]bool{}
+	for i, u := range c.Users {
+		switch {
+		case u.Name == "":
+			add("Users[%d]: name is empty", i)
+		case seen[u.Name]:
+			add("Users[%d]: duplicate user %q", i, u.Name)
+		}
+		seen[u.Name] = true
+		if !u.Trust && u.Password == "" {
+			add("Users[%d] %q: set a password or trust", i, u.Name)
+		}
+		if strings.HasPrefix(u.Password, scramMechanism+"$") {
+			if _, err := ParseSCRAMVerifier(u.Password); err != nil {
+				add("Users[%d] %q: password: %v", i, u.Name, err)
+			}
+		}
+	}
+	if len(p) > 0 {
+		return errors.New("proxy config: " + strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// login is a User prepared for authentication.
+type login struct {
+	trust    bool
+	verifier scramVerifier
+}
+
+func prepareUsers(users []User) (map[string]login, error) {
+	out := make(map[string]login, len(users))
+	for _, u := range users {
+		l := login{trust: u.Trust}
+		if !u.Trust {
+			var err error
+			if strings.HasPrefix(u.Password, scramMechanism+"$") {
+				l.verifier, err = ParseSCRAMVerifier(u.Password)
+			} else {
+				var s string
+				if s, err = NewSCRAMVerifier(u.Password); err == nil {
+					l.verifier, err = ParseSCRAMVerifier(s)
+				}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("user %q: %w", u.Name, err)
+			}
+		}
+		out[u.Name] = l
+	}
+	return out, nil
+}

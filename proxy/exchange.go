@@ -1,0 +1,514 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// serve is the session's message loop: simple queries run one at a time;
+// extended-protocol messages are buffered (without copying: the reader
+// holds them) up to Sync or Flush, then planned and run as one exchange.
+func (s *session) serve(ctx context.Context) error {
+	idleTxTimeout := s.srv.cfg.IdleInTransactionTimeout
+	for {
+		if err := s.flush(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if idleTxTimeout > 0 && len(s.grp) == 0 {
+			if s.tx == txBound || s.pinned {
+				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
+			} else {
+				_ = s.conn.SetReadDeadline(time.Time{})
+			}
+		}
+		typ, msg, err := s.rd.next()
+		if err != nil {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned) {
+				return fatal(codeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
+			}
+			return err
+		}
+		if s.skipUntilSync && typ != 'S' && typ != 'X' {
+			continue
+		}
+		switch typ {
+		case 'P', 'B', 'D', 'E', 'C':
+			if len(s.grp) == 0 {
+				s.rd.hold()
+				s.grpBytes = 0
+			}
+			s.grpBytes += len(msg)
+			if s.grpBytes > s.srv.cfg.MaxPipelineBytes {
+				return &Error{Severity: "FATAL", Code: codeProgramLimitExceeded,
+					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.srv.cfg.MaxPipelineBytes),
+					Hint:    "Send Sync more often, or raise proxy.max_pipeline_bytes."}
+			}
+			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
+		case 'S', 'H':
+			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
+			err := s.runPipeline(ctx)
+			s.grp = s.grp[:0]
+			s.rd.release()
+			if err != nil {
+				return err
+			}
+		case 'Q':
+			if len(s.grp) > 0 {
+				// A Query in the middle of a pipeline: run what came before
+				// as if flushed, then the query (Postgres processes
+				// messages in order; a Query implies a Sync).
+				s.grp = append(s.grp, cmsg{typ: 'H'})
+				err := s.runPipeline(ctx)
+				s.grp = s.grp[:0]
+				if err != nil {
+					return err
+				}
+			}
+			err := s.simpleQuery(ctx, msg)
+			s.rd.release()
+			if err != nil {
+				return err
+			}
+		case 'X':
+			return nil
+		case 'F':
+			s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard"))
+			s.out = appendRFQ(s.out, s.status())
+		case 'd', 'c', 'f':
+			// Outside COPY these are ignored, as Postgres does.
+		default:
+			return protoErrorf("invalid frontend message type %d", typ)
+		}
+	}
+}
+
+// status is the ReadyForQuery status the client should see now.
+func (s *session) status() byte {
+	switch s.tx {
+	case txDeferred:
+		return 'T'
+	case txFailed:
+		return 'E'
+	case txBound:
+		return s.bstatus
+	}
+	return 'I'
+}
+
+// ---- the response engine ----
+
+// itemKind says what a planned step is: a local answer, or one message
+// sent to the backend whose responses the engine reads.
+type itemKind uint8
+
+const (
+	itLocal      itemKind = iota // answer from s.lbuf[lo:hi], apply eff
+	itParse                      // ParseComplete
+	itBind                       // BindComplete
+	itDescStmt                   // ParameterDescription + RowDescription/NoData
+	itDescPortal                 // RowDescription/NoData
+	itExecute                    // rows ... CommandComplete/EmptyQuery/PortalSuspended
+	itClose                      // CloseComplete
+	itFlush                      // nothing
+	itSync                       // ReadyForQuery
+	itQuery                      // everything up to ReadyForQuery
+	itAbort                      // an injected failing Parse: its error is replaced by s.lbuf[lo:hi]
+)
+
+// extended reports whether the backend skips this kind after an error
+// until Sync.
+func (k itemKind) extended() bool { return k >= itParse && k <= itFlush || k == itAbort }
+
+type itemFlags uint8
+
+const (
+	fSwallow    itemFlags = 1 << iota // drop the non-error responses
+	fRFQ                              // forward this item's ReadyForQuery (the client's)
+	fReplay                           // the replay of a deferred transaction
+	fClientPart                       // client's message after a replay: drop a 25P02 caused by a failed replay
+	fReplaceErr                       // replace the backend error by s.lbuf[lo:hi]
+	fDropNoData                       // drop a NoData answer (Describe sent for the proxy's own use)
+)
+
+// item is one planned step of an exchange.
+type item struct {
+	kind   itemKind
+	flags  itemFlags
+	lo, hi int32
+	eff    *effect
+	// cs is a statement-cache entry: confirmed by ParseComplete, dropped
+	// when the statement fails in a way that needs re-preparing.
+	cs *cachedStmt
+}
+
+// addLocal appends a local item answering with the bytes appended to
+// s.lbuf since lo.
+func (s *session) addLocal(lo int, eff *effect) {
+	s.items = append(s.items, item{kind: itLocal, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+}
+
+// exchangeResult says how an exchange ended.
+type exchangeResult struct {
+	// status is the last backend ReadyForQuery status (0 if none was read).
+	status byte
+	// errored: an error response was sent to the client.
+	errored bool
+	// lost: the backend connection failed (it was discarded).
+	lost bool
+}
+
+// exchange sends s.bw to bc and answers the client item by item. It
+// returns an error only when the client connection failed.
+func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
+	var res exchangeResult
+	if err := bc.write(s.bw); err != nil {
+		s.bw = s.bw[:0]
+		return s.backendLost(bc, err, explicit, res)
+	}
+	s.bw = s.bw[:0]
+	errored := false // backend skipping to Sync
+	replayFailed := false
+	for i := range s.items {
+		it := &s.items[i]
+		if it.kind == itLocal {
+			if !errored {
+				s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+				s.apply(it.eff)
+			}
+			continue
+		}
+		if errored && it.kind.extended() {
+			continue
+		}
+		if it.kind == itFlush {
+			continue
+		}
+		for done := false; !done; {
+			if len(s.out) > 64*1024 {
+				if err := s.flush(); err != nil {
+					return res, err
+				}
+			}
+			typ, msg, err := bc.rd.next()
+			if err != nil {
+				if it.cs != nil {
+					bc.stmts.drop(it.cs)
+				}
+				return s.backendLost(bc, err, explicit, res)
+			}
+			switch typ {
+			case 'S':
+				s.notePS(msg)
+				continue
+			case 'N':
+				if it.flags&fSwallow == 0 {
+					s.out = append(s.out, msg...)
+				}
+				continue
+			case 'A':
+				s.out = append(s.out, msg...)
+				continue
+			case 'E':
+				res.errored = true
+				fatalErr := errorField(msg, 'S') == "FATAL"
+				switch {
+				case it.flags&fReplaceErr != 0:
+					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+				case replayFailed && it.flags&fClientPart != 0 && errorField(msg, 'C') == codeInFailedTransaction:
+					// consequence of the replay's error, already reported
+				case fatalErr:
+					// The backend is going away; the client's session is
+					// not: report the same error, as ERROR.
+					e := decodeErrorResponse(msg)
+					e.Severity, e.SeverityUnlocalized = "ERROR", "ERROR"
+					s.out = appendErrorResponse(s.out, e)
+				default:
+					s.out = append(s.out, msg...)
+				}
+				if it.flags&fReplay != 0 {
+					replayFailed = true
+				}
+				if it.cs != nil && bc.stmts != nil {
+					bc.stmts.drop(it.cs)
+				}
+				if fatalErr {
+					bc.broken = true
+					s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
+					return s.afterLoss(bc, explicit, res)
+				}
+				if it.kind == itQuery {
+					continue // the query goes on to ReadyForQuery
+				}
+				errored = true
+				done = true
+				continue
+			case 'Z':
+				if it.kind != itSync && it.kind != itQuery {
+					return s.desync(bc, typ, it.kind, explicit, res)
+				}
+				st := readyStatus(msg)
+				res.status = st
+				if it.flags&fRFQ != 0 {
+					s.reconcilePS(st)
+					s.out = appendRFQ(s.out, st)
+				}
+				errored = false
+				done = true
+				continue
+			case 'G':
+				s.out = append(s.out, msg...)
+				if err := s.copyIn(bc); err != nil {
+					return res, err
+				}
+				continue
+			case 'W':
+				bc.broken = true
+				return s.desync(bc, typ, it.kind, explicit, res)
+			}
+			// Item-specific responses.
+			ok := true
+			switch it.kind {
+			case itParse:
+				ok, done = typ == '1', true
+				if ok && it.cs != nil {
+					it.cs.confirmed = true
+				}
+			case itBind:
+				ok, done = typ == '2', true
+			case itDescStmt:
+				switch typ {
+				case 't':
+				case 'T', 'n':
+					done = true
+				default:
+					ok = false
+				}
+			case itDescPortal:
+				ok, done = typ == 'T' || typ == 'n', true
+			case itExecute:
+				switch typ {
+				case 'D', 'H', 'd', 'c':
+				case 'C', 'I', 's':
+					done = true
+				default:
+					ok = false
+				}
+			case itClose:
+				ok, done = typ == '3', true
+			case itQuery:
+			default:
+				ok = false
+			}
+			if !ok {
+				return s.desync(bc, typ, it.kind, explicit, res)
+			}
+			if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
+				s.out = append(s.out, msg...)
+			}
+		}
+		if it.eff != nil && !errored && it.flags&fReplaceErr == 0 {
+			s.apply(it.eff)
+		}
+	}
+	if bc.stmts != nil {
+		bc.stmts.dropUnconfirmed()
+	}
+	return res, nil
+}
+
+// desync handles a response the engine did not expect: the connection's
+// state is unknown, so it is discarded and the client told.
+func (s *session) desync(bc *bconn, typ byte, k itemKind, explicit bool, res exchangeResult) (exchangeResult, error) {
+	s.log.Error("unexpected message from a shard; discarding the connection", "shard", bc.pool.shard.Name, "type", string(rune(typ)), "step", int(k))
+	bc.broken = true
+	return s.backendLost(bc, fmt.Errorf("unexpected message type %q from the server", typ), explicit, res)
+}
+
+// backendLost reports a failed backend connection to the client and
+// discards it: the client gets 08006 naming the shard; a transaction it
+// had open is failed (it must roll back), an implicit one is gone.
+func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
+	bc.broken = true
+	s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
+	s.log.Warn("lost a backend connection", "shard", bc.pool.shard.Name, "err", shortErr(cause))
+	s.out = appendError(s.out, &Error{Code: codeConnectionFailure,
+		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.pool.shard.Name, shortErr(cause)),
+		Detail:  "If a COMMIT was in flight, the transaction may or may not have committed.",
+		Hint:    "Roll back and retry the transaction."})
+	res.errored = true
+	return s.afterLoss(bc, explicit, res)
+}
+
+// afterLoss ends the exchange after the backend went away.
+func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (exchangeResult, error) {
+	res.lost = true
+	s.dropBackend(false)
+	s.pinned = false
+	s.soft = false
+	if explicit {
+		s.tx = txFailed
+		s.deferred = s.deferred[:0]
+	} else {
+		s.tx = txIdle
+	}
+	return res, nil
+}
+
+// notePS records a ParameterStatus from the backend.
+func (s *session) notePS(msg []byte) {
+	b := body(msg)
+	name, i, err := cstring(b, 0)
+	if err != nil {
+		return
+	}
+	val, _, err := cstring(b, i)
+	if err != nil {
+		return
+	}
+	for k := range s.pendingPS {
+		if s.pendingPS[k][0] == string(name) {
+			s.pendingPS[k][1] = string(val)
+			return
+		}
+	}
+	s.pendingPS = append(s.pendingPS, [2]string{string(name), string(val)})
+}
+
+// reconcilePS sends the ParameterStatus messages the client needs before a
+// ReadyForQuery with status st: inside a transaction the backend's values,
+// after it the session's own (a backend reverting to its pool defaults at
+// COMMIT must not change what the client believes).
+func (s *session) reconcilePS(st byte) {
+	if len(s.pendingPS) == 0 && !(st == 'I' && s.psDirty) {
+		return
+	}
+	for _, p := range s.pendingPS {
+		want := p[1]
+		if sv, ok := s.reported[p[0]]; ok {
+			if st == 'I' {
+				want = sv
+			} else if want != sv {
+				s.psDirty = true
+			}
+		}
+		if s.seen[p[0]] != want {
+			s.seen[p[0]] = want
+			s.out = appendParameterStatus(s.out, p[0], want)
+		}
+	}
+	s.pendingPS = s.pendingPS[:0]
+	if st == 'I' && s.psDirty {
+		s.psDirty = false
+		for n, v := range s.reported {
+			if s.seen[n] != v {
+				s.seen[n] = v
+				s.out = appendParameterStatus(s.out, n, v)
+			}
+		}
+	}
+}
+
+// copyIn relays a COPY FROM STDIN: client CopyData goes to the backend until
+// CopyDone or CopyFail.
+func (s *session) copyIn(bc *bconn) error {
+	if err := s.flush(); err != nil {
+		return err
+	}
+	s.rd.release()
+	for {
+		typ, msg, err := s.rd.next()
+		if err != nil {
+			bc.broken = true
+			return err
+		}
+		if typ == 'X' {
+			bc.broken = true
+			return errClientTerminated
+		}
+		s.bw = append(s.bw, msg...)
+		if typ == 'c' || typ == 'f' || len(s.bw) > 256*1024 {
+			if err := bc.write(s.bw); err != nil {
+				s.bw = s.bw[:0]
+				return nil // the read side reports the loss
+			}
+			s.bw = s.bw[:0]
+		}
+		if typ == 'c' || typ == 'f' {
+			return nil
+		}
+	}
+}
+
+var errClientTerminated = errors.New("client terminated during COPY")
+
+// ---- local effects ----
+
+type effKind uint8
+
+const (
+	effStmtPut effKind = iota
+	effStmtDel
+	effStmtClear
+	effTx
+	effSettings
+)
+
+// effect is a change of session state that an answer implies; it is
+// applied when the answer is sent (so a pipeline that fails earlier leaves
+// the state unchanged, as in Postgres).
+type effect struct {
+	kind effKind
+	name string
+	vs   *vstmt
+	tx   *txSnap
+	set  *settings
+	rep  map[string]string
+}
+
+// txSnap is a transaction state to switch to.
+type txSnap struct {
+	tx       txState
+	deferred []deferredStmt
+	hint     int
+}
+
+func (s *session) apply(e *effect) {
+	if e == nil {
+		return
+	}
+	switch e.kind {
+	case effStmtPut:
+		s.stmts[e.name] = e.vs
+	case effStmtDel:
+		delete(s.stmts, e.name)
+	case effStmtClear:
+		clear(s.stmts)
+	case effTx:
+		s.tx = e.tx.tx
+		s.deferred = append(s.deferred[:0], e.tx.deferred...)
+		s.hint = e.tx.hint
+	case effSettings:
+		for n, v := range e.rep {
+			if s.reported[n] != v {
+				s.seen[n] = v
+			}
+		}
+		s.cur = e.set
+		s.reported = e.rep
+		if e.name == "discard" {
+			clear(s.stmts)
+			s.unnamed = nil
+		}
+	}
+}
+
+// errorResponse decodes a raw ErrorResponse, for tests and logs.
+func errorResponse(msg []byte) *pgproto3.ErrorResponse { return decodeErrorResponse(msg) }

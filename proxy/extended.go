@@ -1,0 +1,551 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// portalInfo is a portal bound in the current pipeline.
+type portalInfo struct {
+	name  string
+	vs    *vstmt
+	local bool
+}
+
+func (p *planner) portal(name []byte) *portalInfo {
+	for i := len(p.s.portals) - 1; i >= 0; i-- {
+		if p.s.portals[i].name == string(name) {
+			return &p.s.portals[i]
+		}
+	}
+	return nil
+}
+
+// runPipeline plans and runs the buffered extended-protocol messages (the
+// last one is Sync or Flush).
+func (s *session) runPipeline(ctx context.Context) error {
+	term := s.grp[len(s.grp)-1].typ
+	if s.skipUntilSync {
+		// Reached only with Sync: an earlier Flush-terminated part failed.
+		s.skipUntilSync = false
+		if s.bc != nil {
+			p := s.newPlanner(ctx)
+			p.onBackend = true
+			s.bw = appendEmpty(s.bw, 'S')
+			s.items = append(s.items, item{kind: itSync, flags: fRFQ})
+			return s.finish(p, 'S')
+		}
+		s.out = appendRFQ(s.out, s.status())
+		return nil
+	}
+	p := s.newPlanner(ctx)
+	for i := range s.grp {
+		m := s.grp[i]
+		if p.protoErr != nil {
+			return p.protoErr
+		}
+		if p.fan != nil {
+			// A fan-out statement must be alone in its pipeline.
+			if !p.fanAccepts(m) {
+				p.fan = nil
+				p.fail(&Error{Code: codeFeatureNotSupported,
+					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync)",
+					Hint:    "Send a Sync after it, or add a key."}, nil)
+			}
+			continue
+		}
+		if p.failed && m.typ != 'S' && m.typ != 'H' {
+			continue
+		}
+		switch m.typ {
+		case 'P':
+			p.parse(m.raw)
+		case 'B':
+			p.bind(m.raw, i)
+		case 'D':
+			p.describe(m.raw, i)
+		case 'E':
+			p.execute(m.raw)
+		case 'C':
+			p.close(m.raw)
+		case 'S':
+			p.sync(m.raw)
+		case 'H':
+			p.flushMsg(m.raw)
+		}
+	}
+	if p.protoErr != nil {
+		return p.protoErr
+	}
+	return s.finish(p, term)
+}
+
+func (p *planner) parse(raw []byte) {
+	s := p.s
+	if err := s.pv.decode(raw); err != nil {
+		p.protoErr = err
+		return
+	}
+	a, err := s.srv.an.analyze(s.pv.query)
+	if err != nil {
+		p.fail(newError(codeSyntaxError, err.Error()), nil)
+		return
+	}
+	var vs *vstmt
+	var eff *effect
+	if len(s.pv.name) == 0 {
+		vs = s.unnamed
+		if vs == nil || vs.a != a || !equalOids(vs.oids, s.pv.oids) {
+			vs = newVstmt("", a, s.pv.oids)
+		}
+		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
+	} else {
+		name := string(s.pv.name)
+		if p.lookup(s.pv.name) != nil {
+			p.fail(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
+			return
+		}
+		vs = newVstmt(name, a, s.pv.oids)
+		p.overlayPut(name, vs)
+		eff = &effect{kind: effStmtPut, name: name, vs: vs}
+	}
+	if a.st.ParseError != "" || (p.onBackend && len(s.pv.name) == 0) {
+		// Send it: Postgres reports a syntax error itself, exactly.
+		if !p.onBackend {
+			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
+			if e == nil {
+				e = p.ensureBackend(shard, a)
+			}
+			if e != nil {
+				p.fail(e, nil)
+				return
+			}
+		}
+		if len(s.pv.name) == 0 {
+			s.bw = append(s.bw, raw...)
+		} else {
+			s.bw = appendParseMsg(s.bw, "", a.st.SQL, vs.oids)
+		}
+		s.items = append(s.items, item{kind: itParse, eff: eff})
+		p.backendUnnamed = vs
+		return
+	}
+	lo := len(s.lbuf)
+	s.lbuf = appendEmpty(s.lbuf, '1')
+	s.addLocal(lo, eff)
+	if len(s.pv.name) == 0 {
+		p.pendingParse, p.pendingRaw = len(s.items)-1, raw
+	}
+}
+
+func equalOids(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// sendParse makes vs the backend's statement for the next Bind/Describe:
+// nothing if it already is; the client's own Parse when it came just
+// before; a cached server-side statement on a direct connection; else an
+// injected unnamed Parse whose ParseComplete the client does not see.
+// It returns the backend statement name and the cache entry used.
+func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
+	s := p.s
+	if vs == p.backendUnnamed {
+		return "", nil
+	}
+	if vs.name != "" && p.bc.stmts != nil {
+		c := p.bc.stmts
+		cs := c.get(vs.cacheKey)
+		for _, old := range c.evicted {
+			s.bw = appendClose(s.bw, 'S', old)
+			s.items = append(s.items, item{kind: itClose, flags: fSwallow})
+		}
+		c.evicted = c.evicted[:0]
+		if cs == nil {
+			cs = c.add(vs.cacheKey)
+			s.bw = appendParseMsg(s.bw, cs.name, vs.a.st.SQL, vs.oids)
+			s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
+		}
+		return cs.name, cs
+	}
+	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed {
+		// The client's unnamed Parse was the previous message: send it as is.
+		s.items[p.pendingParse] = item{kind: itParse}
+		s.bw = append(s.bw, p.pendingRaw...)
+	} else {
+		s.bw = appendParseMsg(s.bw, "", vs.a.st.SQL, vs.oids)
+		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
+	}
+	p.pendingParse = -1
+	p.backendUnnamed = vs
+	return "", nil
+}
+
+func (p *planner) bind(raw []byte, idx int) {
+	s := p.s
+	bv := &s.bv
+	if err := bv.decode(raw); err != nil {
+		p.protoErr = err
+		return
+	}
+	vs := p.lookup(bv.stmt)
+	if vs == nil {
+		p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.stmt)), nil)
+		return
+	}
+	pi := portalInfo{vs: vs}
+	if len(bv.portal) > 0 {
+		pi.name = string(bv.portal)
+	}
+	a := vs.a
+	if p.isLocal(a) {
+		pi.local = true
+		s.portals = append(s.portals, pi)
+		lo := len(s.lbuf)
+		s.lbuf = appendEmpty(s.lbuf, '2')
+		s.addLocal(lo, nil)
+		return
+	}
+	if a.st.Kind == route.KindPrepare || a.st.Kind == route.KindExecute {
+		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
+		return
+	}
+	d := s.srv.cfg.Analyzer.Route(a.st, bv.params, bv.formats, vs.oids)
+	shard, fan, e := p.target(a, d)
+	if e != nil {
+		p.fail(e, nil)
+		return
+	}
+	if fan {
+		p.startFan(a, d, vs, idx)
+		return
+	}
+	if e := p.ensureBackend(shard, a); e != nil {
+		p.fail(e, nil)
+		return
+	}
+	p.recordSoft(a)
+	name, cs := p.sendParse(vs)
+	if len(bv.stmt) == 0 && name == "" {
+		s.bw = append(s.bw, raw...)
+	} else {
+		s.bw = appendBindAs(s.bw, raw, bv, name)
+	}
+	s.items = append(s.items, item{kind: itBind, cs: cs})
+	s.portals = append(s.portals, pi)
+}
+
+// recordSoft keeps SET LOCAL / SAVEPOINT of a soft transaction in the
+// deferred list, so that moving it replays them.
+func (p *planner) recordSoft(a *analyzed) {
+	if !p.soft {
+		return
+	}
+	switch a.st.Kind {
+	case route.KindSetLocal, route.KindSavepoint:
+		d := deferredStmt{sql: a.st.SQL}
+		if a.st.Kind == route.KindSavepoint && a.savepointVerb() == "SAVEPOINT" {
+			d.savepoint = a.savepointName()
+		}
+		p.addDeferred(d)
+		lo := len(p.s.lbuf)
+		p.s.addLocal(lo, p.txEffectKeep())
+	case route.KindOther, route.KindShow:
+		if !a.st.ReadOnly {
+			p.soft = false
+		}
+	default:
+		p.soft = false
+	}
+}
+
+// txEffectKeep is txEffect for a bound (soft) transaction: it only updates
+// the deferred list.
+func (p *planner) txEffectKeep() *effect {
+	e := p.txEffect()
+	e.tx.tx = txBound
+	return e
+}
+
+func (p *planner) describe(raw []byte, idx int) {
+	s := p.s
+	kind, name, err := decodeTarget(raw)
+	if err != nil {
+		p.protoErr = err
+		return
+	}
+	if kind == 'S' {
+		vs := p.lookup(name)
+		if vs == nil {
+			p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
+			return
+		}
+		if p.isLocal(vs.a) || vs.a.st.Kind == route.KindPrepare || vs.a.st.Kind == route.KindExecute {
+			lo := len(s.lbuf)
+			s.lbuf = appendParamDesc(s.lbuf, vs)
+			s.lbuf = appendEmpty(s.lbuf, 'n')
+			s.addLocal(lo, nil)
+			return
+		}
+		if !p.onBackend {
+			shard := p.lookahead(idx)
+			if shard < 0 {
+				var e *Error
+				shard, _, e = p.target(vs.a, route.Dest{Kind: route.DestAny})
+				if e != nil {
+					p.fail(e, nil)
+					return
+				}
+			}
+			if e := p.ensureBackend(shard, vs.a); e != nil {
+				p.fail(e, nil)
+				return
+			}
+		}
+		bname, cs := p.sendParse(vs)
+		s.bw = appendDescribe(s.bw, 'S', bname)
+		s.items = append(s.items, item{kind: itDescStmt, cs: cs})
+		return
+	}
+	pi := p.portal(name)
+	switch {
+	case pi != nil && pi.local:
+		lo := len(s.lbuf)
+		s.lbuf = appendEmpty(s.lbuf, 'n')
+		s.addLocal(lo, nil)
+	case pi != nil || p.held:
+		if e := p.ensureBackend(p.shard, nil); e != nil {
+			p.fail(e, nil)
+			return
+		}
+		s.bw = append(s.bw, raw...)
+		s.items = append(s.items, item{kind: itDescPortal})
+	default:
+		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
+	}
+}
+
+// appendParamDesc appends a ParameterDescription for a statement the proxy
+// answers itself (utility statements take no parameters).
+func appendParamDesc(dst []byte, vs *vstmt) []byte {
+	dst, sp := beginMsg(dst, 't')
+	n := max(len(vs.oids), vs.a.st.NumParams)
+	dst = appendU16(dst, uint16(n))
+	for i := 0; i < n; i++ {
+		var o uint32
+		if i < len(vs.oids) {
+			o = vs.oids[i]
+		}
+		dst = appendU32(dst, o)
+	}
+	return finishMsg(dst, sp)
+}
+
+// lookahead routes the next Bind of the pipeline after idx, so that a
+// Describe before it runs on the shard the pipeline will use (-1 = none
+// decided).
+func (p *planner) lookahead(idx int) int {
+	s := p.s
+	var bv bindView
+	for _, m := range s.grp[idx+1:] {
+		if m.typ != 'B' {
+			continue
+		}
+		if bv.decode(m.raw) != nil {
+			return -1
+		}
+		vs := p.lookup(bv.stmt)
+		if vs == nil || p.isLocal(vs.a) {
+			return -1
+		}
+		d := s.srv.cfg.Analyzer.Route(vs.a.st, bv.params, bv.formats, vs.oids)
+		if d.Kind != route.DestShard {
+			return -1
+		}
+		if p.hint >= 0 {
+			return p.hint
+		}
+		return d.Shard
+	}
+	return -1
+}
+
+func (p *planner) execute(raw []byte) {
+	s := p.s
+	portal, _, err := decodeExecute(raw)
+	if err != nil {
+		p.protoErr = err
+		return
+	}
+	pi := p.portal(portal)
+	switch {
+	case pi != nil && pi.local:
+		p.answer(p.localAction(pi.vs.a))
+	case pi != nil || p.held:
+		if e := p.ensureBackend(p.shard, nil); e != nil {
+			p.fail(e, nil)
+			return
+		}
+		s.bw = append(s.bw, raw...)
+		s.items = append(s.items, item{kind: itExecute, flags: fClientPart})
+	default:
+		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
+	}
+}
+
+func (p *planner) close(raw []byte) {
+	s := p.s
+	kind, name, err := decodeTarget(raw)
+	if err != nil {
+		p.protoErr = err
+		return
+	}
+	if kind == 'S' {
+		lo := len(s.lbuf)
+		s.lbuf = appendEmpty(s.lbuf, '3')
+		var eff *effect
+		if len(name) == 0 {
+			s.unnamed = nil
+		} else {
+			n := string(name)
+			p.overlayPut(n, nil)
+			eff = &effect{kind: effStmtDel, name: n}
+		}
+		s.addLocal(lo, eff)
+		return
+	}
+	if p.onTxnBackend() {
+		if e := p.ensureBackend(p.shard, nil); e != nil {
+			p.fail(e, nil)
+			return
+		}
+		s.bw = append(s.bw, raw...)
+		s.items = append(s.items, item{kind: itClose})
+		return
+	}
+	lo := len(s.lbuf)
+	s.lbuf = appendEmpty(s.lbuf, '3')
+	s.addLocal(lo, nil)
+}
+
+func (p *planner) sync(raw []byte) {
+	s := p.s
+	if p.onTxnBackend() {
+		if e := p.ensureBackend(p.shard, nil); e == nil {
+			s.bw = append(s.bw, raw...)
+			if p.wrap {
+				s.items = append(s.items, item{kind: itSync})
+				s.bw = appendQuery(s.bw, "COMMIT")
+				s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+			} else {
+				s.items = append(s.items, item{kind: itSync, flags: fRFQ})
+			}
+			return
+		}
+	}
+	lo := len(s.lbuf)
+	s.lbuf = appendRFQ(s.lbuf, p.simStatus())
+	s.addLocal(lo, nil)
+}
+
+func (p *planner) flushMsg(raw []byte) {
+	s := p.s
+	if !p.onBackend {
+		return // answered locally so far; the loop flushes the client buffer
+	}
+	if raw == nil {
+		raw = []byte{'H', 0, 0, 0, 4}
+	}
+	s.bw = append(s.bw, raw...)
+	s.items = append(s.items, item{kind: itFlush})
+}
+
+// finish runs a planned exchange and updates the session from its result.
+func (s *session) finish(p *planner, term byte) error {
+	if p.protoErr != nil {
+		return p.protoErr
+	}
+	if p.fan != nil {
+		return s.runFanout(p)
+	}
+	if !p.onBackend {
+		for i := range s.items {
+			it := &s.items[i]
+			s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+			s.apply(it.eff)
+		}
+		if p.failed && term == 'H' {
+			s.skipUntilSync = true
+		}
+		return nil
+	}
+	res, err := s.exchange(p.bc, p.explicit)
+	if err != nil {
+		return err
+	}
+	if res.lost {
+		if term == 'H' {
+			s.skipUntilSync = true
+		} else {
+			s.out = appendRFQ(s.out, s.status())
+		}
+		return nil
+	}
+	if term == 'H' {
+		if res.errored || p.failed {
+			s.skipUntilSync = true
+		}
+		if p.explicit || s.tx == txBound {
+			s.tx = txBound
+			if res.status != 0 {
+				s.bstatus = res.status
+			} else if s.bstatus == 0 {
+				s.bstatus = 'T'
+			}
+			if res.errored {
+				s.bstatus = 'E'
+			}
+		} else {
+			s.pinned = true
+		}
+		s.soft = p.soft
+		return nil
+	}
+	s.afterReady(p, res.status)
+	return nil
+}
+
+// afterReady updates the session after the client's ReadyForQuery: the
+// backend's status says whether a transaction is still open.
+func (s *session) afterReady(p *planner, st byte) {
+	s.pinned = false
+	switch st {
+	case 'T', 'E':
+		s.tx = txBound
+		s.bstatus = st
+		s.soft = p.soft
+		if !p.soft {
+			s.deferred = s.deferred[:0]
+		}
+		s.hint = -1
+	default:
+		s.tx = txIdle
+		s.bstatus = 0
+		s.deferred = s.deferred[:0]
+		s.hint = -1
+		s.soft = false
+		if p.shard >= 0 {
+			s.srv.metrics.txnByShard[p.shard].Inc()
+		}
+		s.dropBackend(true)
+	}
+}

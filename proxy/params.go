@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+)
+
+// Client settings without leaks.
+//
+// Backend connections are shared by clients, so a client's settings (its
+// startup parameters and session SETs) must be in effect on whichever
+// backend runs its transaction and must never reach another client:
+//
+//   - Towards Postgres directly, every setting is a startup parameter of the
+//     backend connection, and a pool keeps connections per distinct set
+//     (the "pool key"). A client with default settings uses the default
+//     set; nothing is ever SET on a pooled connection.
+//   - Towards PgBouncer 1.18, which accepts only the five parameters it
+//     tracks as startup parameters, those five form the pool key (PgBouncer
+//     itself applies them on its server connection), and the rest is applied
+//     with set_config(name, value, true) — transaction-local — at the start
+//     of each transaction, pipelined in the same write ("preamble"). A
+//     single statement outside a transaction is then wrapped in
+//     BEGIN/COMMIT. Clients with default settings pay nothing.
+//
+// Transaction-local settings end with the transaction (COMMIT or
+// ROLLBACK), so a returned connection carries no client state.
+
+// poolerTracked are the parameters PgBouncer 1.18 tracks per client and
+// accepts in the startup packet, with the spelling it expects.
+var poolerTracked = map[string]string{
+	"client_encoding":             "client_encoding",
+	"datestyle":                   "DateStyle",
+	"timezone":                    "TimeZone",
+	"standard_conforming_strings": "standard_conforming_strings",
+	"application_name":            "application_name",
+}
+
+// startupOnly are startup packet keys that are not settings.
+var startupOnly = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
+
+// reportedParams are Postgres 15's GUC_REPORT parameters (ParameterStatus
+// is sent when they change), lowercase → canonical spelling.
+var reportedParams = map[string]string{
+	"application_name":              "application_name",
+	"client_encoding":               "client_encoding",
+	"datestyle":                     "DateStyle",
+	"default_transaction_read_only": "default_transaction_read_only",
+	"in_hot_standby":                "in_hot_standby",
+	"integer_datetimes":             "integer_datetimes",
+	"intervalstyle":                 "IntervalStyle",
+	"is_superuser":                  "is_superuser",
+	"server_encoding":               "server_encoding",
+	"server_version":                "server_version",
+	"session_authorization":         "session_authorization",
+	"standard_conforming_strings":   "standard_conforming_strings",
+	"timezone":                      "TimeZone",
+}
+
+// settings is an immutable set of settings: lowercase GUC name → value,
+// sorted by name. Share freely; modify by copy (with, without).
+type settings struct {
+	kv [][2]string
+	// key identifies the set (names and values), "" for the empty set.
+	key string
+}
+
+var noSettings = &settings{}
+
+func newSettings(kv [][2]string) *settings {
+	s := &settings{}
+	for _, p := range kv {
+		s.kv = setKV(s.kv, strings.ToLower(p[0]), p[1])
+	}
+	s.key = settingsKey(s.kv)
+	return s
+}
+
+func setKV(kv [][2]string, name, value string) [][2]string {
+	i, found := slices.BinarySearchFunc(kv, name, func(e [2]string, n string) int { return strings.Compare(e[0], n) })
+	if found {
+		kv[i][1] = value
+		return kv
+	}
+	return slices.Insert(kv, i, [2]string{name, value})
+}
+
+func settingsKey(kv [][2]string) string {
+	var b strings.Builder
+	for _, p := range kv {
+		b.WriteString(p[0])
+		b.WriteByte(0)
+		b.WriteString(p[1])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// get returns the value of name (lowercase).
+func (s *settings) get(name string) (string, bool) {
+	i, found := slices.BinarySearchFunc(s.kv, name, func(e [2]string, n string) int { return strings.Compare(e[0], n) })
+	if !found {
+		return "", false
+	}
+	return s.kv[i][1], true
+}
+
+// with returns a copy with name set to value.
+func (s *settings) with(name, value string) *settings {
+	kv := setKV(slices.Clone(s.kv), name, value)
+	return &settings{kv: kv, key: settingsKey(kv)}
+}
+
+// without returns a copy without name.
+func (s *settings) without(name string) *settings {
+	kv := slices.DeleteFunc(slices.Clone(s.kv), func(e [2]string) bool { return e[0] == name })
+	return &settings{kv: kv, key: settingsKey(kv)}
+}
+
+// split divides the settings of a client into what goes into the backend
+// connection's startup packet (the pool key) and what the preamble applies
+// per transaction. Direct connections take everything at startup.
+func (s *settings) split(viaPooler bool) (startup, preamble *settings) {
+	if !viaPooler || len(s.kv) == 0 {
+		return s, noSettings
+	}
+	var a, b [][2]string
+	for _, p := range s.kv {
+		if _, ok := poolerTracked[p[0]]; ok {
+			a = append(a, p)
+		} else {
+			b = append(b, p)
+		}
+	}
+	if len(b) == 0 {
+		return s, noSettings
+	}
+	return &settings{kv: a, key: settingsKey(a)}, &settings{kv: b, key: settingsKey(b)}
+}
+
+// runtimeParams returns the settings as pgconn RuntimeParams (PgBouncer's
+// spelling for the parameters it tracks).
+func (s *settings) runtimeParams(viaPooler bool) map[string]string {
+	m := make(map[string]string, len(s.kv))
+	for _, p := range s.kv {
+		name := p[0]
+		if viaPooler {
+			if n, ok := poolerTracked[name]; ok {
+				name = n
+			}
+		}
+		m[name] = p[1]
+	}
+	return m
+}
+
+// preambleSQL returns the statement that applies s for one transaction:
+// SELECT set_config(...), ... with every value as an escape string, which
+// reads the same whatever standard_conforming_strings is.
+func (s *settings) preambleSQL() string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, p := range s.kv {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.set_config(")
+		writeEscapeLiteral(&b, p[0])
+		b.WriteString(", ")
+		writeEscapeLiteral(&b, p[1])
+		b.WriteString(", true)")
+	}
+	return b.String()
+}
+
+func writeEscapeLiteral(b *strings.Builder, s string) {
+	b.WriteString("E'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\'':
+			b.WriteString(`\'`)
+		case '\\':
+			b.WriteString(`\\`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+}
+
+// quoteLiteral quotes s as a standard SQL string literal.
+func quoteLiteral(s string) string {
+	var b strings.Builder
+	writeEscapeLiteral(&b, s)
+	return b.String()
+}

@@ -1,0 +1,630 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// abortSQL is sent as an unnamed Parse (or Query) when the proxy refuses a
+// statement inside a transaction that already runs on a backend: its
+// syntax error aborts the backend's transaction exactly where the client's
+// is aborted, so a later COMMIT cannot commit what came before. Aborting
+// releases the transaction's locks at once; the backend then waits for the
+// client's ROLLBACK like any failed transaction.
+const abortSQL = "/* pgshard: statement refused; this error aborts the transaction */ SELECT ("
+
+// planner turns one pipeline (the extended-protocol messages up to Sync or
+// Flush) or one simple query into the bytes to send to a backend (s.bw) and
+// the items that say how to answer the client (s.items, s.lbuf). It
+// simulates the transaction state as it goes; the session's real state
+// changes only through item effects and the backend's final ReadyForQuery.
+type planner struct {
+	s   *session
+	ctx context.Context
+
+	// simulated transaction state
+	tx       txState
+	deferred []deferredStmt // shared with the session until modified
+	cow      bool           // deferred is a private copy
+	hint     int
+
+	// held: the session held a backend when the pipeline started (bound
+	// transaction or pinned pipeline).
+	held bool
+	// onBackend: the pipeline runs on a backend (bc, shard).
+	onBackend bool
+	bc        *bconn
+	shard     int
+	// explicit: the backend part runs inside a transaction block the
+	// client opened (so a lost backend fails the client's transaction).
+	explicit bool
+	// wrap: an implicit transaction is wrapped in BEGIN/COMMIT so the
+	// preamble's transaction-local settings apply.
+	wrap bool
+	soft bool
+
+	// backendUnnamed is the statement that is the backend's unnamed
+	// statement in this pipeline.
+	backendUnnamed *vstmt
+	// pendingParse is the index of the local ParseComplete item of the
+	// unnamed Parse just before (-1): the next Bind may send that Parse
+	// itself instead of a re-Parse.
+	pendingParse int
+	pendingRaw   []byte
+	// overlay holds named statements created or removed earlier in the
+	// pipeline (effects are applied only when answered).
+	overlay map[string]*vstmt
+
+	// simple: planning a simple Query (not a pipeline).
+	simple bool
+
+	failed   bool  // a local error ended the pipeline
+	protoErr error // a malformed message: the client is disconnected
+	// fan is set when the pipeline is a fan-out (DestAll) statement.
+	fan *fanPlan
+}
+
+func (s *session) newPlanner(ctx context.Context) *planner {
+	p := &planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
+	if s.bc != nil {
+		p.held = true
+		p.bc = s.bc
+		p.shard = s.shard
+		p.explicit = s.tx == txBound
+		p.soft = s.soft
+	}
+	s.items = s.items[:0]
+	s.lbuf = s.lbuf[:0]
+	s.bw = s.bw[:0]
+	s.portals = s.portals[:0]
+	return p
+}
+
+// onTxnBackend reports whether statements now go to a backend rather than
+// being emulated (a backend is involved in the pipeline or the
+// transaction).
+func (p *planner) onTxnBackend() bool { return p.onBackend || p.held }
+
+// simStatus is the ReadyForQuery status of the simulated state.
+func (p *planner) simStatus() byte {
+	switch p.tx {
+	case txDeferred:
+		return 'T'
+	case txFailed:
+		return 'E'
+	case txBound:
+		return p.s.bstatus
+	}
+	return 'I'
+}
+
+// setDeferred replaces the simulated deferred list (copy on write).
+func (p *planner) setDeferred(d []deferredStmt) {
+	p.deferred = d
+	p.cow = true
+}
+
+func (p *planner) addDeferred(d deferredStmt) {
+	if !p.cow {
+		p.deferred = slices.Clone(p.deferred)
+		p.cow = true
+	}
+	p.deferred = append(p.deferred, d)
+}
+
+// txEffect is an effect switching the session to the simulated state.
+func (p *planner) txEffect() *effect {
+	return &effect{kind: effTx, tx: &txSnap{tx: p.tx, deferred: slices.Clone(p.deferred), hint: p.hint}}
+}
+
+// lookup finds a prepared statement as the pipeline sees it so far.
+func (p *planner) lookup(name []byte) *vstmt {
+	if len(name) == 0 {
+		return p.s.unnamed
+	}
+	if p.overlay != nil {
+		if v, ok := p.overlay[string(name)]; ok {
+			return v
+		}
+	}
+	return p.s.stmts[string(name)]
+}
+
+func (p *planner) overlayPut(name string, v *vstmt) {
+	if p.overlay == nil {
+		p.overlay = map[string]*vstmt{}
+	}
+	p.overlay[name] = v
+}
+
+// isLocal reports whether a statement is answered by the proxy itself.
+func (p *planner) isLocal(a *analyzed) bool {
+	k := a.st.Kind
+	switch {
+	case p.tx == txFailed:
+		return true
+	case localKind(k):
+		return true
+	case k == route.KindSetLocal && strings.HasPrefix(a.st.SetName, "pgshard."):
+		return true
+	case txnControl(k) && !p.onTxnBackend():
+		return true
+	}
+	return false
+}
+
+// action is the proxy's own answer to a statement.
+type action struct {
+	notice *Error // a WARNING Postgres would have sent first
+	tag    string // CommandComplete tag
+	empty  bool   // EmptyQueryResponse instead of a tag
+	err    *Error
+	eff    *effect
+}
+
+// localAction answers a statement isLocal accepted, advancing the
+// simulated state.
+func (p *planner) localAction(a *analyzed) action {
+	st := a.st
+	k := st.Kind
+	backendFailed := p.held && p.tx == txBound && p.s.bstatus == 'E'
+	if p.tx == txFailed {
+		return p.failedTxAction(a)
+	}
+	if backendFailed && k != route.KindEmpty {
+		return action{err: errInFailedTx()}
+	}
+	switch k {
+	case route.KindEmpty:
+		return action{empty: true}
+	case route.KindBegin:
+		if p.tx == txDeferred {
+			return action{notice: &Error{Severity: "WARNING", Code: codeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
+		}
+		p.tx = txDeferred
+		p.hint = -1
+		p.setDeferred([]deferredStmt{{sql: st.SQL}})
+		return action{tag: "BEGIN", eff: p.txEffect()}
+	case route.KindCommit, route.KindRollback:
+		tag := "COMMIT"
+		if k == route.KindRollback {
+			tag = "ROLLBACK"
+		}
+		if p.tx == txIdle {
+			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
+		}
+		if st.Chain && len(p.deferred) > 0 {
+			p.setDeferred([]deferredStmt{p.deferred[0]})
+			p.hint = -1
+			return action{tag: tag, eff: p.txEffect()}
+		}
+		p.tx = txIdle
+		p.hint = -1
+		p.setDeferred(nil)
+		return action{tag: tag, eff: p.txEffect()}
+	case route.KindSavepoint:
+		verb := a.savepointVerb()
+		if p.tx == txIdle {
+			what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
+			return action{err: newError(codeNoActiveTransaction, what+" can only be used in transaction blocks")}
+		}
+		name := a.savepointName()
+		if verb == "SAVEPOINT" {
+			p.addDeferred(deferredStmt{sql: st.SQL, savepoint: name})
+			return action{tag: "SAVEPOINT", eff: p.txEffect()}
+		}
+		if !p.hasSavepoint(name) {
+			return p.failLocal(newError(codeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
+		}
+		p.addDeferred(deferredStmt{sql: st.SQL})
+		return action{tag: verb, eff: p.txEffect()}
+	case route.KindSetLocal:
+		if strings.HasPrefix(st.SetName, "pgshard.") {
+			return p.hintAction(a)
+		}
+		if p.tx == txIdle {
+			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
+		}
+		p.addDeferred(deferredStmt{sql: st.SQL})
+		return action{tag: "SET", eff: p.txEffect()}
+	case route.KindSetSession:
+		return p.setSessionAction(a)
+	case route.KindDeallocate:
+		if st.PrepareName == "" {
+			if p.overlay == nil {
+				p.overlay = map[string]*vstmt{}
+			}
+			for n := range p.s.stmts {
+				p.overlay[n] = nil
+			}
+			for n := range p.overlay {
+				p.overlay[n] = nil
+			}
+			return action{tag: "DEALLOCATE ALL", eff: &effect{kind: effStmtClear}}
+		}
+		if p.lookup([]byte(st.PrepareName)) == nil {
+			return p.failLocal(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)))
+		}
+		p.overlayPut(st.PrepareName, nil)
+		return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: st.PrepareName}}
+	case route.KindDiscard:
+		switch strings.ToLower(st.SetName) {
+		case "all":
+			if p.tx != txIdle || p.held && p.tx == txBound {
+				return p.failLocal(newError(codeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
+			}
+			if p.overlay == nil {
+				p.overlay = map[string]*vstmt{}
+			}
+			for n := range p.s.stmts {
+				p.overlay[n] = nil
+			}
+			return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.startupReported, name: "discard"}}
+		case "plans":
+			return action{tag: "DISCARD PLANS"}
+		case "sequences":
+			return action{tag: "DISCARD SEQUENCES"}
+		case "temp", "temporary":
+			return action{tag: "DISCARD TEMP"}
+		}
+		return action{tag: "DISCARD"}
+	case route.KindPrepare:
+		if st.Prepared == nil {
+			return p.failLocal(newError(codeFeatureNotSupported, "cannot analyze the prepared statement: "+st.Reason))
+		}
+		if p.lookup([]byte(st.PrepareName)) != nil {
+			return p.failLocal(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
+		}
+		vs := newVstmt(st.PrepareName, newAnalyzed(st.Prepared), st.PrepareTypes)
+		p.overlayPut(st.PrepareName, vs)
+		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
+	case route.KindExecute:
+		return p.failLocal(newError(codeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
+	case route.KindUnsupported:
+		p.s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
+		reason := st.Reason
+		if reason == "" {
+			reason = "this statement needs session state, which does not survive transaction pooling"
+		}
+		return p.failLocal(&Error{Code: codeFeatureNotSupported, Message: reason,
+			Hint: "pgshard runs each transaction on a pooled connection: use transaction-scoped features (SET LOCAL, pg_advisory_xact_lock, ...)."})
+	}
+	return p.failLocal(newError(codeInternalError, fmt.Sprintf("pgshard cannot answer a %s statement itself", k)))
+}
+
+func errInFailedTx() *Error {
+	return newError(codeInFailedTransaction, "current transaction is aborted, commands ignored until end of transaction block")
+}
+
+// failLocal is an error answered locally; a deferred transaction fails.
+func (p *planner) failLocal(e *Error) action {
+	if p.tx == txDeferred && !p.onTxnBackend() {
+		p.tx = txFailed
+		return action{err: e, eff: p.txEffect()}
+	}
+	return action{err: e}
+}
+
+// failedTxAction answers a statement in a failed deferred transaction.
+func (p *planner) failedTxAction(a *analyzed) action {
+	st := a.st
+	switch {
+	case st.Kind == route.KindRollback || st.Kind == route.KindCommit:
+		p.tx = txIdle
+		p.hint = -1
+		p.setDeferred(nil)
+		return action{tag: "ROLLBACK", eff: p.txEffect()}
+	case st.Kind == route.KindSavepoint && a.savepointVerb() == "ROLLBACK":
+		name := a.savepointName()
+		for i := len(p.deferred) - 1; i >= 0; i-- {
+			if p.deferred[i].savepoint == name {
+				p.setDeferred(slices.Clone(p.deferred[:i+1]))
+				p.tx = txDeferred
+				return action{tag: "ROLLBACK", eff: p.txEffect()}
+			}
+		}
+		return action{err: newError(codeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name))}
+	case st.Kind == route.KindEmpty:
+		return action{empty: true}
+	}
+	return action{err: errInFailedTx()}
+}
+
+func (p *planner) hasSavepoint(name string) bool {
+	for _, d := range p.deferred {
+		if d.savepoint == name {
+			return true
+		}
+	}
+	return false
+}
+
+// hintAction handles SET LOCAL pgshard.key / pgshard.shard.
+func (p *planner) hintAction(a *analyzed) action {
+	st := a.st
+	srv := p.s.srv
+	var shard int
+	var reason string
+	switch st.SetName {
+	case "pgshard.key":
+		d := srv.cfg.Analyzer.RouteKey(st.SetValue, srv.cfg.HintKeyType)
+		if d.Kind == route.DestRefuse && d.Refusal != nil {
+			return p.failLocal(refusalError(d.Refusal))
+		}
+		if d.Kind != route.DestShard {
+			return p.failLocal(newError(codeInvalidParameterValue, fmt.Sprintf("pgshard.key %q does not name a shard", st.SetValue)))
+		}
+		shard, reason = d.Shard, d.Reason
+	case "pgshard.shard":
+		shard = -1
+		for i, sh := range srv.cfg.Map.Shards {
+			if sh.Name == st.SetValue {
+				shard = i
+			}
+		}
+		if shard < 0 {
+			return p.failLocal(newError(codeInvalidParameterValue, fmt.Sprintf("pgshard.shard: no shard named %q", st.SetValue)))
+		}
+		reason = "SET LOCAL pgshard.shard"
+	default:
+		return p.failLocal(newError(codeFeatureNotSupported, fmt.Sprintf("unknown pgshard setting %q (pgshard.key and pgshard.shard exist)", st.SetName)))
+	}
+	if p.tx == txIdle && !p.onTxnBackend() {
+		return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
+	}
+	if p.onTxnBackend() {
+		if shard != p.shard {
+			if p.soft && !p.onBackend {
+				// Only table-less reads ran so far: follow the hint.
+				p.hint = shard
+				return action{tag: "SET"}
+			}
+			return action{err: p.crossShard(shard, p.shard, reason)}
+		}
+		p.soft = false
+		return action{tag: "SET"}
+	}
+	if p.hint >= 0 && p.hint != shard {
+		return p.failLocal(p.crossShard(shard, p.hint, reason))
+	}
+	p.hint = shard
+	return action{tag: "SET", eff: p.txEffect()}
+}
+
+// crossShard is the error for a statement whose shard is not the
+// transaction's.
+func (p *planner) crossShard(want, have int, reason string) *Error {
+	srv := p.s.srv
+	srv.metrics.refusals.WithLabelValues("cross_shard").Inc()
+	e := &Error{Code: codeFeatureNotSupported,
+		Message: fmt.Sprintf("statement touches shard %q but the transaction is on shard %q", srv.shardName(want), srv.shardName(have)),
+		Hint:    "A transaction runs on one shard: roll it back, then run the statement in its own transaction."}
+	if p.tx == txIdle && !p.explicit {
+		e.Message = fmt.Sprintf("statement touches shard %q but earlier statements of the same pipeline (one implicit transaction) ran on shard %q", srv.shardName(want), srv.shardName(have))
+		e.Hint = "Send a Sync between statements for different shards."
+	}
+	if reason != "" {
+		e.Detail = "Routing: " + reason
+	}
+	return e
+}
+
+func refusalError(r *route.Refusal) *Error {
+	code := r.SQLState
+	if code == "" {
+		code = codeFeatureNotSupported
+	}
+	return &Error{Code: code, Message: r.Message, Detail: r.Detail, Hint: r.Hint}
+}
+
+// target decides the shard of a statement that runs on a backend, or
+// returns a fan-out (DestAll) or an error.
+func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
+	srv := p.s.srv
+	switch d.Kind {
+	case route.DestRefuse:
+		srv.metrics.refusals.WithLabelValues("analyzer").Inc()
+		if d.Refusal != nil {
+			return 0, false, refusalError(d.Refusal)
+		}
+		return 0, false, newError(codeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
+	case route.DestAll:
+		if p.onTxnBackend() || p.tx != txIdle {
+			srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+			what := "read every shard"
+			if a.st.Kind == route.KindDDL {
+				what = "change every shard's schema"
+			}
+			return 0, false, &Error{Code: codeFeatureNotSupported,
+				Message: fmt.Sprintf("a statement that must %s cannot run inside a transaction or pipeline on one shard", what),
+				Detail:  d.Reason,
+				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard), or add a key."}
+		}
+		return -1, true, nil
+	}
+	want := -1
+	if d.Kind == route.DestShard {
+		want = d.Shard
+	}
+	if p.held && p.tx == txBound && p.s.bstatus == 'E' {
+		// The transaction is aborted: the backend answers 25P02.
+		return p.shard, false, nil
+	}
+	if p.onTxnBackend() {
+		if want >= 0 && want != p.shard {
+			if p.soft && !p.onBackend && p.held {
+				return want, false, nil // ensureBackend moves the soft transaction
+			}
+			return 0, false, p.crossShard(want, p.shard, d.Reason)
+		}
+		if want >= 0 {
+			p.soft = false
+		}
+		return p.shard, false, nil
+	}
+	if p.hint >= 0 {
+		if want >= 0 && want != p.hint {
+			return 0, false, p.crossShard(want, p.hint, d.Reason)
+		}
+		return p.hint, false, nil
+	}
+	if want >= 0 {
+		return want, false, nil
+	}
+	if a.st.ReadOnly {
+		if p.tx == txDeferred {
+			p.soft = true
+		}
+		return srv.pickAny(), false, nil
+	}
+	return srv.defaultShard, false, nil
+}
+
+// ensureBackend makes the pipeline run on shard: acquires a connection,
+// replays a deferred transaction, or moves a soft one.
+func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
+	s := p.s
+	if p.onBackend {
+		return nil
+	}
+	if p.held {
+		if shard == p.shard || shard < 0 {
+			p.onBackend = true
+			return nil
+		}
+		// A soft transaction (only table-less reads so far) moves.
+		if e := p.moveSoft(); e != nil {
+			return e
+		}
+	}
+	pool := s.srv.pools[shard]
+	key, pre := s.cur.split(pool.viaPooler)
+	bc, err := pool.acquire(p.ctx, key)
+	if err != nil {
+		if be, ok := err.(*backendPgError); ok {
+			return pgErrorToError(be.pe, "ERROR")
+		}
+		return asError(err, &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.shard.Name, err)})
+	}
+	s.setBackend(bc)
+	s.shard = shard
+	p.bc, p.shard, p.onBackend = bc, shard, true
+	switch {
+	case p.tx == txDeferred:
+		var b strings.Builder
+		for i, d := range p.deferred {
+			if i > 0 {
+				b.WriteString(";\n")
+			}
+			b.WriteString(d.sql)
+		}
+		if len(pre.kv) > 0 {
+			b.WriteString(";\n")
+			b.WriteString(pre.preambleSQL())
+		}
+		s.bw = appendQuery(s.bw, b.String())
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		p.explicit = true
+		p.tx = txBound
+	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.noTxnBlock):
+		s.bw = appendQuery(s.bw, "BEGIN;\n"+pre.preambleSQL())
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		p.wrap = true
+	}
+	return nil
+}
+
+// moveSoft rolls back a soft transaction (it ran only table-less reads)
+// and makes the transaction deferred again, to be replayed elsewhere.
+func (p *planner) moveSoft() *Error {
+	s := p.s
+	bc := s.bc
+	_, err := bc.runSimple(p.ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
+	s.dropBackend(err == nil)
+	p.held, p.bc, p.soft = false, nil, false
+	p.tx = txDeferred
+	p.explicit = false
+	if err != nil {
+		return newError(codeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.srv.shardName(p.shard), err))
+	}
+	return nil
+}
+
+// fail ends the pipeline with a local error. When a backend takes part,
+// its transaction (explicit or implicit) is aborted at the same point by a
+// failing Parse, whose error is replaced by e.
+func (p *planner) fail(e *Error, eff *effect) {
+	s := p.s
+	p.failed = true
+	if p.onTxnBackend() {
+		if !p.onBackend {
+			if be := p.ensureBackend(p.shard, nil); be != nil {
+				lo := len(s.lbuf)
+				s.lbuf = appendError(s.lbuf, e)
+				s.addLocal(lo, eff)
+				return
+			}
+		}
+		lo := len(s.lbuf)
+		s.lbuf = appendError(s.lbuf, e)
+		if p.simple {
+			s.bw = appendQuery(s.bw, abortSQL)
+			s.items = append(s.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+			return
+		}
+		s.bw = appendParseMsg(s.bw, "", abortSQL, nil)
+		s.items = append(s.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+		p.backendUnnamed = nil
+		return
+	}
+	if eff == nil && p.tx == txDeferred {
+		p.tx = txFailed
+		eff = p.txEffect()
+	}
+	lo := len(s.lbuf)
+	s.lbuf = appendError(s.lbuf, e)
+	s.addLocal(lo, eff)
+}
+
+// answer emits a local action's answer (when it succeeded).
+func (p *planner) answer(act action) {
+	s := p.s
+	if act.err != nil {
+		p.fail(act.err, act.eff)
+		return
+	}
+	lo := len(s.lbuf)
+	if act.notice != nil {
+		s.lbuf = appendNotice(s.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
+	}
+	if act.empty {
+		s.lbuf = appendEmpty(s.lbuf, 'I')
+	} else {
+		s.lbuf = appendCommandComplete(s.lbuf, act.tag)
+	}
+	if act.eff != nil && act.eff.kind == effSettings {
+		s.lbuf = s.appendSettingStatus(s.lbuf, act.eff)
+	}
+	s.addLocal(lo, act.eff)
+}
+
+// appendSettingStatus appends the ParameterStatus messages a settings
+// change implies (after its CommandComplete, as Postgres does before
+// ReadyForQuery).
+func (s *session) appendSettingStatus(dst []byte, e *effect) []byte {
+	names := make([]string, 0, len(e.rep))
+	for n := range e.rep {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if v := e.rep[n]; s.reported[n] != v {
+			dst = appendParameterStatus(dst, n, v)
+		}
+	}
+	return dst
+}

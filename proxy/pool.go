@@ -1,0 +1,616 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// bconn is one authenticated backend connection (to a shard's Postgres or
+// its PgBouncer), taken over from pgconn with Hijack. It is used by one
+// session at a time; between transactions it sits idle in its pool, clean:
+// no open transaction, no session state the proxy did not put there at
+// connect time (its startup settings, which are its pool key).
+type bconn struct {
+	pool *shardPool
+	nc   net.Conn
+	io   io.ReadWriter
+	rd   *msgReader
+	// key is the startup settings the connection was opened with.
+	key *settings
+	// statuses are the ParameterStatus values the backend reported at
+	// connect time.
+	statuses map[string]string
+	pid      uint32
+	secret   []byte
+	// stmts caches server-side prepared statements (direct connections
+	// only; nil through a pooler).
+	stmts *stmtCache
+	// idleSince is when the connection was last returned to its pool.
+	idleSince time.Time
+	// broken marks a connection that must not be reused.
+	broken bool
+	// cancelled is set when a cancel request was sent for this connection;
+	// the connection is then closed instead of being reused, so a late
+	// cancel can never hit another client's query.
+	cancelled atomic.Bool
+}
+
+// write sends b in one write.
+func (c *bconn) write(b []byte) error {
+	if _, err := c.io.Write(b); err != nil {
+		c.broken = true
+		return err
+	}
+	return nil
+}
+
+// close closes the network connection (politely: Terminate first).
+func (c *bconn) close() {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.nc.Write([]byte{'X', 0, 0, 0, 4})
+	_ = c.nc.Close()
+}
+
+// idleHealthy reports whether an idle connection is still usable: nothing
+// may be waiting to be read (a terminated backend sends a FATAL error, a
+// closed one EOF). One non-blocking peek.
+func (c *bconn) idleHealthy() bool {
+	if c.rd.buffered() > 0 {
+		return false
+	}
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	healthy := true
+	var b [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch {
+		case rerr == syscall.EAGAIN:
+		case rerr != 0:
+			healthy = false
+		case n > 0:
+			healthy = false // unsolicited data: an error or a notice before closing
+		default:
+			healthy = false // EOF
+		}
+		return true
+	})
+	return err == nil && healthy
+}
+
+// shardPool holds the backend connections of one shard, keyed by their
+// startup settings, bounded by Config.PoolSize in total.
+type shardPool struct {
+	srv       *Server
+	idx       int
+	shard     shardmap.Shard
+	viaPooler bool
+	base      *pgconn.Config
+	dsn       string
+	// addr is host:port, for messages.
+	addr string
+
+	mu      sync.Mutex
+	idle    map[string][]*bconn
+	nidle   int
+	open    int // open or being opened
+	waiters []*poolWaiter
+	closed  bool
+	// statuses per startup key: what a connection with those settings
+	// reports at connect (the client's ParameterStatus values).
+	statuses map[string]map[string]string
+	// verified is set once the shard's identity record matched the map.
+	verified atomic.Bool
+}
+
+type poolWaiter struct {
+	key string
+	ch  chan poolGrant
+}
+
+// poolGrant hands a waiter either a connection or the right to open one.
+type poolGrant struct {
+	c    *bconn
+	open bool
+}
+
+func newShardPool(srv *Server, idx int, s shardmap.Shard, usePooler bool) (*shardPool, error) {
+	dsn, via := s.DSN, false
+	if usePooler && s.PoolerDSN != "" {
+		dsn, via = s.PoolerDSN, true
+	}
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("shard %q: parse dsn: %w", s.Name, err)
+	}
+	cfg.ConnectTimeout = srv.cfg.ConnectTimeout
+	// One address, no TLS negotiation fallbacks: a shard is one server.
+	cfg.Fallbacks = nil
+	return &shardPool{
+		srv: srv, idx: idx, shard: s, viaPooler: via, base: cfg, dsn: dsn,
+		addr:     net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
+		idle:     map[string][]*bconn{},
+		statuses: map[string]map[string]string{},
+	}, nil
+}
+
+// errPoolClosed is returned by acquire after the server shut down.
+var errPoolClosed = errors.New("the proxy is shutting down")
+
+// acquire returns a connection with startup settings key, opening one if
+// needed and allowed, else waiting (bounded by PoolTimeout and ctx).
+func (p *shardPool) acquire(ctx context.Context, key *settings) (*bconn, error) {
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		if l := p.idle[key.key]; len(l) > 0 {
+			c := l[len(l)-1]
+			p.idle[key.key] = l[:len(l)-1]
+			p.nidle--
+			p.mu.Unlock()
+			if c.idleHealthy() {
+				return c, nil
+			}
+			p.discard(c)
+			continue
+		}
+		if p.open < p.srv.cfg.PoolSize {
+			p.open++
+			p.mu.Unlock()
+			return p.connect(ctx, key)
+		}
+		if victim := p.oldestIdleLocked(); victim != nil {
+			// Full, but idle connections with other settings exist: replace one.
+			p.mu.Unlock()
+			victim.close()
+			return p.connect(ctx, key)
+		}
+		w := &poolWaiter{key: key.key, ch: make(chan poolGrant, 1)}
+		p.waiters = append(p.waiters, w)
+		p.mu.Unlock()
+		p.srv.metrics.poolWaits.WithLabelValues(p.shard.Name).Inc()
+		start := time.Now()
+		g, err := p.wait(ctx, w)
+		p.srv.metrics.poolWaitSeconds.WithLabelValues(p.shard.Name).Observe(time.Since(start).Seconds())
+		if err != nil {
+			return nil, err
+		}
+		if g.c != nil {
+			if g.c.idleHealthy() {
+				return g.c, nil
+			}
+			p.discard(g.c)
+			continue
+		}
+		if !g.open {
+			return nil, errPoolClosed
+		}
+		return p.connect(ctx, key) // the grant carries the slot
+	}
+}
+
+func (p *shardPool) wait(ctx context.Context, w *poolWaiter) (poolGrant, error) {
+	t := time.NewTimer(p.srv.cfg.PoolTimeout)
+	defer t.Stop()
+	select {
+	case g := <-w.ch:
+		return g, nil
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	p.mu.Lock()
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.mu.Unlock()
+			if ctx.Err() != nil {
+				return poolGrant{}, ctx.Err()
+			}
+			return poolGrant{}, &Error{Code: codeTooManyConnections,
+				Message: fmt.Sprintf("timed out after %s waiting for a connection to shard %q (pool size %d)", p.srv.cfg.PoolTimeout, p.shard.Name, p.srv.cfg.PoolSize),
+				Hint:    "Raise proxy.pool_size (and the shard's max_connections) or shorten transactions."}
+		}
+	}
+	p.mu.Unlock()
+	// Granted concurrently with the timeout: give the grant back.
+	g := <-w.ch
+	if g.c != nil {
+		p.release(g.c)
+	} else if g.open {
+		p.slotFreed()
+	}
+	if ctx.Err() != nil {
+		return poolGrant{}, ctx.Err()
+	}
+	return poolGrant{}, &Error{Code: codeTooManyConnections, Message: fmt.Sprintf("timed out waiting for a connection to shard %q", p.shard.Name)}
+}
+
+func (p *shardPool) oldestIdleLocked() *bconn {
+	var victim *bconn
+	var vk string
+	for k, l := range p.idle {
+		if len(l) > 0 && (victim == nil || l[0].idleSince.Before(victim.idleSince)) {
+			victim, vk = l[0], k
+		}
+	}
+	if victim != nil {
+		p.idle[vk] = p.idle[vk][1:]
+		if len(p.idle[vk]) == 0 {
+			delete(p.idle, vk)
+		}
+		p.nidle--
+	}
+	return victim
+}
+
+// release returns a clean connection (no transaction open).
+func (p *shardPool) release(c *bconn) {
+	if c.broken || c.cancelled.Load() {
+		p.discard(c)
+		return
+	}
+	c.rd.maybeShrink()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(c)
+		return
+	}
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.mu.Unlock()
+		if w.key == c.key.key {
+			w.ch <- poolGrant{c: c}
+			return
+		}
+		c.close() // the slot passes to the waiter, who opens its own kind
+		w.ch <- poolGrant{open: true}
+		return
+	}
+	c.idleSince = time.Now()
+	p.idle[c.key.key] = append(p.idle[c.key.key], c)
+	p.nidle++
+	p.mu.Unlock()
+}
+
+// discard closes a connection and frees its slot.
+func (p *shardPool) discard(c *bconn) {
+	c.close()
+	p.slotFreed()
+}
+
+// slotFreed gives a freed slot to a waiter or returns it.
+func (p *shardPool) slotFreed() {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.mu.Unlock()
+		w.ch <- poolGrant{open: true}
+		return
+	}
+	p.open--
+	p.mu.Unlock()
+}
+
+// connect opens a connection; the caller holds a slot, which is freed on
+// failure.
+func (p *shardPool) connect(ctx context.Context, key *settings) (*bconn, error) {
+	c, err := p.dial(ctx, key)
+	if err != nil {
+		p.slotFreed()
+		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
+	cfg := p.base.Copy()
+	for k, v := range key.runtimeParams(p.viaPooler) {
+		cfg.RuntimeParams[k] = v
+	}
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = "pgshard proxy"
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.srv.cfg.ConnectTimeout)
+	defer cancel()
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, p.connectError(err)
+	}
+	if p.srv.cfg.VerifyIdentity && !p.verified.Load() {
+		if err := p.verify(ctx, pc); err != nil {
+			_ = pc.Close(context.Background())
+			return nil, err
+		}
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		_ = pc.Close(context.Background())
+		return nil, p.connectError(err)
+	}
+	cio := connIO(hc.Conn)
+	c := &bconn{
+		pool:     p,
+		nc:       hc.Conn,
+		io:       cio,
+		rd:       newMsgReader(cio, nil),
+		key:      key,
+		statuses: hc.ParameterStatuses,
+		pid:      hc.PID,
+		secret:   hc.SecretKey,
+	}
+	if !p.viaPooler && p.srv.cfg.StatementCacheSize > 0 {
+		c.stmts = newStmtCache(p.srv.cfg.StatementCacheSize)
+	}
+	p.mu.Lock()
+	if _, ok := p.statuses[key.key]; !ok {
+		p.statuses[key.key] = hc.ParameterStatuses
+	}
+	p.mu.Unlock()
+	return c, nil
+}
+
+// connectError turns a connect failure into the client's error: a
+// Postgres error (bad setting, authentication) keeps its fields; anything
+// else names the shard.
+func (p *shardPool) connectError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return &backendPgError{pe: pe, shard: p.shard.Name}
+	}
+	return &Error{Code: codeCannotConnect,
+		Message: fmt.Sprintf("cannot connect to shard %q at %s: %v", p.shard.Name, p.addr, shortErr(err)),
+		Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
+}
+
+// backendPgError is a Postgres error returned while connecting.
+type backendPgError struct {
+	pe    *pgconn.PgError
+	shard string
+}
+
+func (e *backendPgError) Error() string { return "shard " + e.shard + ": " + e.pe.Error() }
+func (e *backendPgError) Unwrap() error { return e.pe }
+
+// verify checks the shard's identity record on a fresh connection.
+func (p *shardPool) verify(ctx context.Context, pc *pgconn.PgConn) error {
+	rr := pc.ExecParams(ctx, "SELECT shard_name, ordinal, buckets, map_epoch, database_id::text FROM pgshard_identity", nil, nil, nil, nil).Read()
+	if rr.Err != nil || len(rr.Rows) != 1 || len(rr.Rows[0]) != 5 {
+		reason := "no identity record (run pgshard migrate)"
+		if rr.Err != nil {
+			reason = shortErr(rr.Err)
+		}
+		return &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %s", p.shard.Name, reason)}
+	}
+	row := rr.Rows[0]
+	ord, _ := strconv.Atoi(string(row[1]))
+	buckets, _ := strconv.Atoi(string(row[2]))
+	epoch, _ := strconv.ParseUint(string(row[3]), 10, 64)
+	id := migrations.Identity{ShardName: string(row[0]), Ordinal: ord, Buckets: buckets, MapEpoch: epoch, DatabaseID: string(row[4])}
+	if err := id.Check(p.shard, p.srv.cfg.Map); err != nil {
+		return &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %v", p.shard.Name, err)}
+	}
+	if err := p.srv.registerDatabaseID(p.shard.Name, id.DatabaseID); err != nil {
+		return &Error{Code: codeCannotConnect, Message: err.Error()}
+	}
+	p.verified.Store(true)
+	return nil
+}
+
+// startupStatuses returns the ParameterStatus values of a connection with
+// startup settings key, connecting once if no connection was made yet.
+func (p *shardPool) startupStatuses(ctx context.Context, key *settings) (map[string]string, error) {
+	p.mu.Lock()
+	st, ok := p.statuses[key.key]
+	p.mu.Unlock()
+	if ok {
+		return st, nil
+	}
+	c, err := p.acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	st = c.statuses
+	p.release(c)
+	return st, nil
+}
+
+// reapIdle closes connections idle for longer than IdleTimeout.
+func (p *shardPool) reapIdle(now time.Time) {
+	var old []*bconn
+	p.mu.Lock()
+	for k, l := range p.idle {
+		keep := l[:0]
+		for _, c := range l {
+			if now.Sub(c.idleSince) > p.srv.cfg.IdleTimeout {
+				old = append(old, c)
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		if len(keep) == 0 {
+			delete(p.idle, k)
+		} else {
+			p.idle[k] = keep
+		}
+	}
+	p.nidle -= len(old)
+	p.mu.Unlock()
+	for _, c := range old {
+		p.discard(c)
+	}
+}
+
+// shutdown closes the idle connections and refuses new acquisitions;
+// connections in use are closed when their sessions return them.
+func (p *shardPool) shutdown() {
+	p.mu.Lock()
+	p.closed = true
+	var all []*bconn
+	for _, l := range p.idle {
+		all = append(all, l...)
+	}
+	p.idle = map[string][]*bconn{}
+	p.nidle = 0
+	p.open -= len(all)
+	waiters := p.waiters
+	p.waiters = nil
+	p.mu.Unlock()
+	for _, c := range all {
+		c.close()
+	}
+	for _, w := range waiters {
+		w.ch <- poolGrant{} // neither a connection nor a slot: closed
+	}
+}
+
+// stats returns the pool's open and idle connection counts.
+func (p *shardPool) stats() (open, idle int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open, p.nidle
+}
+
+// sendCancel sends a CancelRequest for c's backend process to the address c
+// is connected to (Postgres, or PgBouncer which forwards it).
+func sendCancel(ctx context.Context, addr net.Addr, pid uint32, secret []byte, timeout time.Duration) error {
+	d := net.Dialer{Timeout: timeout}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := d.DialContext(ctx, addr.Network(), addr.String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 0, 16+len(secret))
+	buf = appendU32(buf, uint32(12+len(secret)))
+	buf = appendU32(buf, cancelCode)
+	buf = appendU32(buf, pid)
+	buf = append(buf, secret...)
+	if _, err := conn.Write(buf); err != nil {
+		return err
+	}
+	// Postgres closes the connection without replying; wait for that so
+	// the request has been read before we report it sent.
+	var b [1]byte
+	_, _ = conn.Read(b[:])
+	return nil
+}
+
+func shortErr(err error) string {
+	var ne *net.OpError
+	if errors.As(err, &ne) && ne.Err != nil {
+		return ne.Op + ": " + ne.Err.Error()
+	}
+	return err.Error()
+}
+
+// stmtCache maps statement texts to server-side prepared statements on one
+// direct connection, least recently used first out.
+type stmtCache struct {
+	max     int
+	seq     uint64
+	byKey   map[string]*cachedStmt
+	head    cachedStmt // sentinel of the LRU list; head.next is the newest
+	evicted []string   // names to Close before the next use of the cache
+}
+
+type cachedStmt struct {
+	key, name  string
+	confirmed  bool // ParseComplete seen
+	prev, next *cachedStmt
+}
+
+func newStmtCache(max int) *stmtCache {
+	c := &stmtCache{max: max, byKey: map[string]*cachedStmt{}}
+	c.head.next, c.head.prev = &c.head, &c.head
+	return c
+}
+
+func (c *stmtCache) unlink(e *cachedStmt) { e.prev.next, e.next.prev = e.next, e.prev }
+
+func (c *stmtCache) pushFront(e *cachedStmt) {
+	e.next, e.prev = c.head.next, &c.head
+	c.head.next.prev = e
+	c.head.next = e
+}
+
+// get returns the cached statement for key and marks it recently used.
+func (c *stmtCache) get(key string) *cachedStmt {
+	e := c.byKey[key]
+	if e != nil && e != c.head.next {
+		c.unlink(e)
+		c.pushFront(e)
+	}
+	return e
+}
+
+// add registers a new statement (to be parsed now) and returns it; the
+// least recently used one is evicted when the cache is full.
+func (c *stmtCache) add(key string) *cachedStmt {
+	if len(c.byKey) >= c.max {
+		old := c.head.prev
+		c.unlink(old)
+		delete(c.byKey, old.key)
+		if old.confirmed {
+			c.evicted = append(c.evicted, old.name)
+		}
+	}
+	c.seq++
+	e := &cachedStmt{key: key, name: "pgshard_" + strconv.FormatUint(c.seq, 10)}
+	c.byKey[key] = e
+	c.pushFront(e)
+	return e
+}
+
+// drop forgets an entry (its Parse failed, or it must be re-prepared).
+func (c *stmtCache) drop(e *cachedStmt) {
+	if c.byKey[e.key] != e {
+		return
+	}
+	c.unlink(e)
+	delete(c.byKey, e.key)
+	if e.confirmed {
+		c.evicted = append(c.evicted, e.name)
+	}
+}
+
+// dropUnconfirmed forgets entries whose Parse never completed.
+func (c *stmtCache) dropUnconfirmed() {
+	for e := c.head.next; e != &c.head; {
+		n := e.next
+		if !e.confirmed {
+			c.unlink(e)
+			delete(c.byKey, e.key)
+		}
+		e = n
+	}
+}

@@ -1,0 +1,429 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// Server is a running proxy: it accepts clients, authenticates them and
+// runs one session per client over per-shard backend pools.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	users   map[string]login
+	pools   []*shardPool
+	an      *analysisCache
+	reg     *prometheus.Registry
+	metrics *metrics
+	// defaultShard is the index of Config.DefaultShard.
+	defaultShard int
+	// rr spreads key-less read-only statements over the shards.
+	rr atomic.Uint32
+
+	mu       sync.Mutex
+	sessions map[uint32]*session // by the BackendKeyData process ID
+	nclients int
+	dbIDs    map[string]string // database id → shard name (identity checks)
+
+	addrMu sync.Mutex
+	addr   net.Addr
+	ready  chan struct{}
+}
+
+// New checks cfg and builds a server; it does no I/O. Call Verify to check
+// the shards' identities, then Serve or ListenAndServe.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	users, err := prepareUsers(cfg.Users)
+	if err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		users:    users,
+		an:       newAnalysisCache(cfg.Analyzer),
+		reg:      prometheus.NewRegistry(),
+		sessions: map[uint32]*session{},
+		dbIDs:    map[string]string{},
+		ready:    make(chan struct{}),
+	}
+	var names []string
+	for i, sh := range cfg.Map.Shards {
+		p, err := newShardPool(s, i, sh, cfg.UsePooler)
+		if err != nil {
+			return nil, err
+		}
+		s.pools = append(s.pools, p)
+		names = append(names, sh.Name)
+		if sh.Name == cfg.DefaultShard {
+			s.defaultShard = i
+		}
+	}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.metrics = newMetrics(s.reg, names, func(i int) (int, int) { return s.pools[i].stats() })
+	return s, nil
+}
+
+// Registry is the server's Prometheus registry.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Addr returns the address the server listens on, after Serve started
+// (it blocks until then or until ctx is done).
+func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
+	return s.addr, nil
+}
+
+// Verify reads every shard's identity record and checks it against the map
+// (like migrations.VerifyCluster): a shard that answers with a mismatching
+// record, or two shards on one database, is an error. A shard that cannot
+// be reached is not: it is reported in down, its transactions fail until
+// it is back, and it is verified on its first connection (with
+// Config.VerifyIdentity).
+func (s *Server) Verify(ctx context.Context) (down []string, err error) {
+	m := s.cfg.Map
+	type res struct {
+		id  migrations.Identity
+		err error
+		up  bool
+	}
+	out := make([]res, len(m.Shards))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, p := range s.pools {
+		g.Go(func() error {
+			cctx, cancel := context.WithTimeout(gctx, s.cfg.ConnectTimeout)
+			defer cancel()
+			cfg, err := pgx.ParseConfig(p.dsn)
+			if err != nil {
+				out[i] = res{err: err}
+				return nil
+			}
+			cfg.ConnectTimeout = s.cfg.ConnectTimeout
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+			cfg.RuntimeParams["application_name"] = "pgshard proxy (identity check)"
+			conn, err := pgx.ConnectConfig(cctx, cfg)
+			if err != nil {
+				out[i] = res{err: err}
+				return nil
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			id, err := migrations.ReadIdentity(cctx, conn)
+			out[i] = res{id: id, err: err, up: true}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var errs []error
+	ids := map[string]migrations.Identity{}
+	for i, r := range out {
+		sh := m.Shards[i]
+		switch {
+		case !r.up:
+			down = append(down, sh.Name)
+			s.log.Warn("shard unreachable at start; its transactions fail until it is back", "shard", sh.Name, "addr", s.pools[i].addr, "err", shortErr(r.err))
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, r.err))
+		default:
+			if err := r.id.Check(sh, m); err != nil {
+				errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, err))
+				continue
+			}
+			ids[sh.Name] = r.id
+		}
+	}
+	if err := migrations.CheckDistinct(ids); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return down, errors.Join(errs...)
+	}
+	s.mu.Lock()
+	for name, id := range ids {
+		s.dbIDs[id.DatabaseID] = name
+	}
+	s.mu.Unlock()
+	for i, sh := range m.Shards {
+		if _, ok := ids[sh.Name]; ok {
+			s.pools[i].verified.Store(true)
+		}
+	}
+	return down, nil
+}
+
+// registerDatabaseID records a shard's database id and fails if another
+// shard has the same database.
+func (s *Server) registerDatabaseID(shard, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if other, ok := s.dbIDs[id]; ok && other != shard {
+		return fmt.Errorf("map entries %q and %q point at the same database (database id %s)", other, shard, id)
+	}
+	s.dbIDs[id] = shard
+	return nil
+}
+
+// ListenAndServe listens on Config.Listen and serves until ctx is done.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy: listen on %s: %w", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve accepts clients on ln until ctx is done, then closes every client
+// and backend connection and returns once all its goroutines ended.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	g, ctx := errgroup.WithContext(ctx)
+	s.addrMu.Lock()
+	s.addr = ln.Addr()
+	s.addrMu.Unlock()
+	close(s.ready)
+	s.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(s.pools), "via_pooler", s.cfg.UsePooler)
+
+	var metricsSrv *http.Server
+	if s.cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", s.cfg.MetricsListen)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("proxy: metrics listen on %s: %w", s.cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+
+	g.Go(func() error { // shutdown
+		<-ctx.Done()
+		_ = ln.Close()
+		if metricsSrv != nil {
+			_ = metricsSrv.Close()
+		}
+		s.mu.Lock()
+		for _, sess := range s.sessions {
+			sess.closeClient()
+		}
+		s.mu.Unlock()
+		return nil
+	})
+	g.Go(func() error { // idle reaper
+		period := min(max(s.cfg.IdleTimeout/4, time.Second), 30*time.Second)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case now := <-t.C:
+				for _, p := range s.pools {
+					p.reapIdle(now)
+				}
+			}
+		}
+	})
+	g.Go(func() error { // accept loop
+		backoff := 5 * time.Millisecond
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
+					s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+					t := time.NewTimer(backoff)
+					select {
+					case <-ctx.Done():
+						t.Stop()
+						return nil
+					case <-t.C:
+					}
+					backoff = min(2*backoff, time.Second)
+					continue
+				}
+				return fmt.Errorf("proxy: accept: %w", err)
+			}
+			backoff = 5 * time.Millisecond
+			g.Go(func() error {
+				s.handle(ctx, conn)
+				return nil
+			})
+		}
+	})
+	err := g.Wait()
+	for _, p := range s.pools {
+		p.shutdown()
+	}
+	s.log.Info("proxy stopped")
+	return err
+}
+
+// handle runs one client connection to its end.
+func (s *Server) handle(ctx context.Context, conn net.Conn) {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	sess := newSession(s, conn)
+	defer conn.Close()
+	sess.run(ctx)
+}
+
+// register assigns the session its cancel key and counts it against
+// MaxClients; false means the server is full.
+func (s *Server) register(sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nclients >= s.cfg.MaxClients {
+		return false
+	}
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		pid := binary.BigEndian.Uint32(b[:4]) & 0x7fffffff
+		if pid == 0 {
+			continue
+		}
+		if _, dup := s.sessions[pid]; dup {
+			continue
+		}
+		sess.pid = pid
+		sess.secret = binary.BigEndian.Uint32(b[4:])
+		s.sessions[pid] = sess
+		s.nclients++
+		s.metrics.clients.Inc()
+		s.metrics.clientsTotal.Inc()
+		return true
+	}
+}
+
+func (s *Server) unregister(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[sess.pid] == sess {
+		delete(s.sessions, sess.pid)
+		s.nclients--
+		s.metrics.clients.Dec()
+	}
+}
+
+// cancel forwards a client's cancel request to the backend serving its
+// session right now, if any. A request whose key matches no session is
+// ignored, as Postgres does.
+func (s *Server) cancel(ctx context.Context, pid uint32, key []byte) {
+	s.mu.Lock()
+	sess := s.sessions[pid]
+	s.mu.Unlock()
+	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
+		return
+	}
+	sess.cancelBackend(ctx)
+}
+
+// pickAny returns a shard for a statement that may run anywhere.
+func (s *Server) pickAny() int {
+	return int(s.rr.Add(1) % uint32(len(s.pools)))
+}
+
+// shardName returns the name of shard i.
+func (s *Server) shardName(i int) string { return s.cfg.Map.Shards[i].Name }
+
+// analysisCache caches analyses by statement text, looked up without
+// allocating: the hot path hands in the Parse/Query bytes.
+type analysisCache struct {
+	an    routeAnalyzer
+	mu    sync.RWMutex
+	one   map[string]*analyzed
+	multi map[string][]*analyzed
+}
+
+const analysisCacheMax = 20000
+
+func newAnalysisCache(an routeAnalyzer) *analysisCache {
+	return &analysisCache{an: an, one: map[string]*analyzed{}, multi: map[string][]*analyzed{}}
+}
+
+// analyze returns the analysis of one statement text.
+func (c *analysisCache) analyze(sql []byte) (*analyzed, error) {
+	c.mu.RLock()
+	a := c.one[string(sql)]
+	c.mu.RUnlock()
+	if a != nil {
+		return a, nil
+	}
+	st, err := c.an.Analyze(string(sql))
+	if err != nil {
+		return nil, err
+	}
+	a = newAnalyzed(st)
+	c.mu.Lock()
+	if len(c.one) >= analysisCacheMax {
+		clear(c.one)
+	}
+	c.one[st.SQL] = a
+	c.mu.Unlock()
+	return a, nil
+}
+
+// split returns the analyses of a simple-Query string's statements.
+func (c *analysisCache) split(sql []byte) ([]*analyzed, error) {
+	c.mu.RLock()
+	as := c.multi[string(sql)]
+	c.mu.RUnlock()
+	if as != nil {
+		return as, nil
+	}
+	sts, err := c.an.Split(string(sql))
+	if err != nil {
+		return nil, err
+	}
+	as = make([]*analyzed, len(sts))
+	for i, st := range sts {
+		as[i] = newAnalyzed(st)
+	}
+	c.mu.Lock()
+	if len(c.multi) >= analysisCacheMax {
+		clear(c.multi)
+	}
+	c.multi[string(sql)] = as
+	c.mu.Unlock()
+	return as, nil
+}
+
+// mapShards returns the map's shards (for messages).
+func (s *Server) mapShards() []shardmap.Shard { return s.cfg.Map.Shards }

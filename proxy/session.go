@@ -1,0 +1,544 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var syscallEMFILE = syscall.EMFILE
+
+// txState is where a session's transaction is.
+type txState uint8
+
+const (
+	// txIdle: no transaction; no backend held.
+	txIdle txState = iota
+	// txDeferred: BEGIN seen but nothing sent; BEGIN, SET LOCAL and
+	// SAVEPOINT are recorded in deferred and replayed on the shard the
+	// first routed statement picks.
+	txDeferred
+	// txBound: the transaction runs on bc (shard bound); the backend's
+	// ReadyForQuery status (bstatus, 'T' or 'E') is authoritative.
+	txBound
+	// txFailed: a deferred (never sent) transaction failed; everything
+	// but ROLLBACK / ROLLBACK TO SAVEPOINT is refused with 25P02.
+	txFailed
+)
+
+// session is one client connection: its settings, its virtual prepared
+// statements and its transaction. One goroutine runs it (run); only
+// cancelBackend and closeClient are called from others.
+type session struct {
+	srv  *Server
+	conn net.Conn
+	io   io.ReadWriter // conn's raw reader/writer (netio.go)
+	rd   *msgReader
+	out  []byte
+	log  *slog.Logger
+
+	pid, secret uint32
+	user, db    string
+
+	// Settings: startup is what the client connected with, cur the
+	// session's current settings (startup + session SETs).
+	startup, cur *settings
+	// reported are the session values of the GUC_REPORT parameters
+	// (canonical names) — what a client with a direct connection would
+	// have been told; startupReported those at connect time (for RESET).
+	reported, startupReported map[string]string
+	// seen is what the client was last told for each parameter.
+	seen map[string]string
+	// pendingPS collects ParameterStatus messages from the backend during
+	// an exchange; they are reconciled before the client's ReadyForQuery.
+	pendingPS [][2]string
+	// psDirty: the client was told a transaction-local value that differs
+	// from the session's.
+	psDirty bool
+
+	// stmts are the client's named prepared statements (virtual); unnamed
+	// is the unnamed one.
+	stmts   map[string]*vstmt
+	unnamed *vstmt
+
+	tx txState
+	// deferred holds the statements to replay (BEGIN ..., SET LOCAL ...,
+	// SAVEPOINT ...) in txDeferred and txFailed.
+	deferred []deferredStmt
+	// hint is a shard chosen by SET LOCAL pgshard.key in a deferred
+	// transaction (-1 = none).
+	hint int
+	// shard is the shard of bc.
+	shard int
+	// soft: the transaction is bound only because of read-only, table-less
+	// statements; a keyed statement for another shard may move it.
+	soft bool
+	// bstatus is the backend's last ReadyForQuery status while bound.
+	bstatus byte
+	// pinned: bc is held outside a transaction block because the client
+	// is mid-pipeline (Flush without Sync).
+	pinned bool
+	// skipUntilSync: an error occurred in an extended-protocol pipeline;
+	// messages are discarded until Sync, as Postgres does.
+	skipUntilSync bool
+
+	mu     sync.Mutex // guards bc against cancelBackend
+	bc     *bconn
+	closed bool
+
+	// Scratch reused by every exchange (no allocation on the hot path).
+	grp      []cmsg
+	grpBytes int
+	items    []item
+	lbuf     []byte
+	bw       []byte
+	pv       parseView
+	bv       bindView
+	portals  []portalInfo
+}
+
+// deferredStmt is a statement recorded in a deferred transaction.
+type deferredStmt struct {
+	sql string
+	// savepoint names the savepoint a SAVEPOINT statement created ("" for
+	// other statements), for ROLLBACK TO in a failed deferred transaction.
+	savepoint string
+}
+
+// vstmt is a client's prepared statement: the text and declared parameter
+// types the client gave in Parse. Backends only ever see it as an unnamed
+// statement (or a proxy-named one on a direct connection's cache).
+type vstmt struct {
+	name string
+	a    *analyzed
+	oids []uint32
+	// cacheKey identifies text + types in the statement cache.
+	cacheKey string
+}
+
+func newVstmt(name string, a *analyzed, oids []uint32) *vstmt {
+	v := &vstmt{name: name, a: a, oids: slices.Clone(oids)}
+	if len(oids) == 0 {
+		v.cacheKey = a.st.SQL
+	} else {
+		var b strings.Builder
+		b.WriteString(a.st.SQL)
+		for _, o := range oids {
+			fmt.Fprintf(&b, "\x00%d", o)
+		}
+		v.cacheKey = b.String()
+	}
+	return v
+}
+
+// cmsg is one buffered client message of a pipeline.
+type cmsg struct {
+	typ byte
+	raw []byte
+}
+
+func newSession(srv *Server, conn net.Conn) *session {
+	s := &session{
+		srv:   srv,
+		conn:  conn,
+		log:   srv.log,
+		hint:  -1,
+		stmts: map[string]*vstmt{},
+		seen:  map[string]string{},
+	}
+	s.io = connIO(conn)
+	s.rd = newMsgReader(s.io, s.messageLimit)
+	return s
+}
+
+// messageLimit is the size limit of a client message by type.
+func (s *session) messageLimit(typ byte) int {
+	switch typ {
+	case 'Q', 'P', 'B', 'd', 'F', 'p':
+		return s.srv.cfg.MaxMessageSize
+	}
+	return smallMessageLimit
+}
+
+// closeClient closes the client connection (server shutdown), which ends
+// the session's goroutine.
+func (s *session) closeClient() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	_ = s.conn.Close()
+}
+
+// run serves the client until it disconnects, misbehaves or the server
+// shuts down.
+func (s *session) run(ctx context.Context) {
+	ok, err := s.startupPhase(ctx)
+	if !ok {
+		if err != nil && !isDisconnect(err) {
+			s.log.Debug("client startup failed", "remote", s.conn.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	defer s.srv.unregister(s)
+	defer s.releaseAll()
+	err = s.serve(ctx)
+	switch {
+	case err == nil, isDisconnect(err):
+	case errors.Is(err, errProtocol):
+		s.log.Info("closing client after a protocol error", "user", s.user, "remote", s.conn.RemoteAddr().String(), "err", err)
+		s.out = appendError(s.out[:0], &Error{Severity: "FATAL", Code: codeProtocolViolation, Message: err.Error()})
+		_ = s.flush()
+	default:
+		var e *Error
+		if errors.As(err, &e) {
+			s.out = appendError(s.out, e)
+			_ = s.flush()
+		}
+		s.log.Debug("client session ended", "user", s.user, "err", err)
+	}
+}
+
+func isDisconnect(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// flush writes the client buffer.
+func (s *session) flush() error {
+	if len(s.out) == 0 {
+		return nil
+	}
+	_, err := s.io.Write(s.out)
+	if cap(s.out) > 1<<20 {
+		s.out = nil
+	} else {
+		s.out = s.out[:0]
+	}
+	return err
+}
+
+// fail sends a FATAL error and ends the startup.
+func (s *session) fail(e *Error) (bool, error) {
+	if e.Severity == "" {
+		e.Severity = "FATAL"
+	}
+	s.out = appendError(s.out[:0], e)
+	_ = s.flush()
+	return false, e
+}
+
+// startupPhase negotiates, authenticates and sends the initial parameter
+// statuses. It returns false when the connection is done (cancel request,
+// refused or failed startup).
+func (s *session) startupPhase(ctx context.Context) (bool, error) {
+	_ = s.conn.SetDeadline(time.Now().Add(s.srv.cfg.StartupTimeout))
+	defer s.conn.SetDeadline(time.Time{})
+	var pkt *startupPacket
+	for tries := 0; ; tries++ {
+		var err error
+		pkt, err = readStartupPacket(s.conn)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return s.fail(e)
+			}
+			if errors.Is(err, errProtocol) {
+				return s.fail(fatal(codeProtocolViolation, err.Error()))
+			}
+			return false, err
+		}
+		if tries >= 2 && (pkt.kind == startupSSL || pkt.kind == startupGSSEnc) {
+			return s.fail(fatal(codeProtocolViolation, "too many encryption requests"))
+		}
+		switch pkt.kind {
+		case startupSSL, startupGSSEnc:
+			// Not supported (yet): 'N' tells the client to go on in plain text.
+			if _, err := s.conn.Write([]byte{'N'}); err != nil {
+				return false, err
+			}
+			continue
+		case startupCancel:
+			s.srv.cancel(ctx, pkt.cancelPID, pkt.cancelKey)
+			return false, nil
+		}
+		break
+	}
+
+	user, _ := pkt.param("user")
+	if user == "" {
+		return s.fail(fatal(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
+	}
+	s.user = user
+	s.db, _ = pkt.param("database")
+	if s.db == "" {
+		s.db = user
+	}
+	if v, ok := pkt.param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
+		return s.fail(fatal(codeFeatureNotSupported, "replication connections are not supported by pgshard"))
+	}
+	if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
+		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
+	}
+	var kv [][2]string
+	for _, p := range pkt.params {
+		name := strings.ToLower(p[0])
+		if startupOnly[name] {
+			continue
+		}
+		kv = append(kv, [2]string{name, p[1]})
+	}
+	if opts, ok := pkt.param("options"); ok {
+		o, err := parseOptions(opts)
+		if err != nil {
+			return s.fail(asError(err, fatal(codeProtocolViolation, err.Error())))
+		}
+		kv = append(kv, o...)
+	}
+	for _, p := range kv {
+		if strings.HasPrefix(p[0], "pgshard.") {
+			return s.fail(fatal(codeFeatureNotSupported, fmt.Sprintf("%s cannot be a startup parameter: pgshard hints are transaction-local (SET LOCAL)", p[0])))
+		}
+	}
+
+	if !s.srv.register(s) {
+		s.srv.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
+		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
+	}
+	ok, err := s.authenticate()
+	if !ok {
+		s.srv.unregister(s)
+		s.srv.metrics.clientsRefused.WithLabelValues("auth").Inc()
+		return false, err
+	}
+	if pkt.minor > 0 || len(pkt.protocolOptions) > 0 {
+		s.out = appendNegotiateProtocol(s.out, pkt.protocolOptions)
+	}
+	s.startup = newSettings(kv)
+	s.cur = s.startup
+	st, e := s.initialStatuses(ctx)
+	if e != nil {
+		s.srv.unregister(s)
+		return s.fail(e)
+	}
+	s.reported = st
+	s.startupReported = st
+	names := make([]string, 0, len(st))
+	for n := range st {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		s.out = appendParameterStatus(s.out, n, st[n])
+		s.seen[n] = st[n]
+	}
+	s.out = append(s.out, 'K', 0, 0, 0, 12)
+	s.out = appendU32(s.out, s.pid)
+	s.out = appendU32(s.out, s.secret)
+	s.out = appendRFQ(s.out, 'I')
+	if err := s.flush(); err != nil {
+		s.srv.unregister(s)
+		return false, err
+	}
+	return true, nil
+}
+
+func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
+	dst, sp := beginMsg(dst, 'v')
+	dst = appendU32(dst, protocolV3)
+	dst = appendU32(dst, uint32(len(unsupported)))
+	for _, o := range unsupported {
+		dst = appendCStr(dst, o)
+	}
+	return finishMsg(dst, sp)
+}
+
+// authenticate runs trust or SCRAM-SHA-256 for the startup user.
+func (s *session) authenticate() (bool, error) {
+	l, ok := s.srv.users[s.user]
+	if !ok {
+		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
+		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
+		return false, err
+	}
+	if l.trust {
+		s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+		return true, nil
+	}
+	// AuthenticationSASL
+	s.out, _ = appendAuth(s.out, 10, []byte(scramMechanism+"\x00\x00"))
+	if err := s.flush(); err != nil {
+		return false, err
+	}
+	authFail := func(reason string) (bool, error) {
+		s.log.Info("login refused", "user", s.user, "remote", s.conn.RemoteAddr().String(), "reason", reason)
+		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
+		return false, err
+	}
+	typ, msg, err := s.rd.next()
+	if err != nil {
+		return false, err
+	}
+	if typ != 'p' {
+		return s.fail(fatal(codeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+	}
+	b := body(msg)
+	mech, i, err := cstring(b, 0)
+	if err != nil || len(b)-i < 4 {
+		return s.fail(fatal(codeProtocolViolation, "malformed SASLInitialResponse message"))
+	}
+	if string(mech) != scramMechanism {
+		return s.fail(fatal(codeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
+	}
+	n := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
+	i += 4
+	if n < 0 || len(b)-i != n {
+		return s.fail(fatal(codeProtocolViolation, "malformed SASLInitialResponse message"))
+	}
+	sc := &scramServer{v: l.verifier}
+	serverFirst, err := sc.first(string(b[i:]))
+	if err != nil {
+		return authFail(err.Error())
+	}
+	s.out, _ = appendAuth(s.out, 11, []byte(serverFirst))
+	if err := s.flush(); err != nil {
+		return false, err
+	}
+	typ, msg, err = s.rd.next()
+	if err != nil {
+		return false, err
+	}
+	if typ != 'p' {
+		return s.fail(fatal(codeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+	}
+	serverFinal, err := sc.final(string(body(msg)))
+	if err != nil {
+		return authFail(err.Error())
+	}
+	s.out, _ = appendAuth(s.out, 12, []byte(serverFinal))
+	s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+	return true, nil
+}
+
+func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
+	dst, sp := beginMsg(dst, 'R')
+	dst = appendU32(dst, code)
+	dst = append(dst, data...)
+	return finishMsg(dst, sp), nil
+}
+
+// initialStatuses returns the ParameterStatus values the client gets at
+// startup: those of a backend connection opened with the client's startup
+// settings (which also validates them, as Postgres would), plus the
+// canonical values of the settings the preamble applies.
+func (s *session) initialStatuses(ctx context.Context) (map[string]string, *Error) {
+	var lastErr error
+	for k := 0; k < len(s.srv.pools); k++ {
+		p := s.srv.pools[(s.srv.pickAny()+k)%len(s.srv.pools)]
+		key, pre := s.cur.split(p.viaPooler)
+		st, err := p.startupStatuses(ctx, key)
+		if err != nil {
+			var be *backendPgError
+			if errors.As(err, &be) {
+				// The server refused the client's settings: that is the
+				// client's error, as it would have been connecting directly.
+				return nil, pgErrorToError(be.pe, "FATAL")
+			}
+			lastErr = err
+			continue
+		}
+		out := make(map[string]string, len(st)+4)
+		for n, v := range st {
+			out[n] = v
+		}
+		if len(pre.kv) > 0 {
+			vals, e := s.srv.validatePreamble(ctx, p, key, pre)
+			if e != nil {
+				e.Severity = "FATAL"
+				return nil, e
+			}
+			for n, v := range vals {
+				out[n] = v
+			}
+		}
+		return out, nil
+	}
+	e := asError(lastErr, fatal(codeCannotConnect, "no shard is reachable"))
+	return nil, &Error{Severity: "FATAL", Code: e.Code, Message: "cannot start the session: no shard is reachable: " + e.Message, Hint: e.Hint}
+}
+
+// pgErrorToError converts a backend's PgError (met while connecting) into
+// an Error with the same code and texts.
+func pgErrorToError(pe *pgconn.PgError, severity string) *Error {
+	return &Error{Severity: severity, Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+}
+
+// releaseAll returns or discards what the session holds when it ends.
+func (s *session) releaseAll() {
+	s.mu.Lock()
+	bc := s.bc
+	s.bc = nil
+	s.mu.Unlock()
+	if bc == nil {
+		return
+	}
+	if s.tx == txBound || s.pinned {
+		// A transaction or pipeline is open: the connection is not clean.
+		bc.pool.discard(bc)
+		return
+	}
+	bc.pool.release(bc)
+}
+
+// cancelBackend forwards a cancel request to the backend serving the
+// session, if it holds one. The backend connection is then never reused
+// by another client, so a late cancel cannot hit someone else's query.
+func (s *session) cancelBackend(ctx context.Context) {
+	s.mu.Lock()
+	bc := s.bc
+	if bc != nil {
+		bc.cancelled.Store(true)
+	}
+	s.mu.Unlock()
+	if bc == nil {
+		return
+	}
+	s.srv.metrics.cancels.Inc()
+	if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.srv.cfg.ConnectTimeout); err != nil {
+		s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
+	}
+}
+
+// setBackend records bc as the session's backend (under mu, for cancel).
+func (s *session) setBackend(bc *bconn) {
+	s.mu.Lock()
+	s.bc = bc
+	s.mu.Unlock()
+}
+
+// dropBackend returns the session's backend to its pool (clean) or discards
+// it (broken, or not clean).
+func (s *session) dropBackend(clean bool) {
+	s.mu.Lock()
+	bc := s.bc
+	s.bc = nil
+	s.mu.Unlock()
+	if bc == nil {
+		return
+	}
+	if clean && !bc.broken {
+		bc.pool.release(bc)
+	} else {
+		bc.pool.discard(bc)
+	}
+}

@@ -1,0 +1,253 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+)
+
+// simpleResult is the outcome of one internal simple query.
+type simpleResult struct {
+	// errRaw is the ErrorResponse (a copy), nil on success.
+	errRaw []byte
+	tag    string
+	rows   [][][]byte // text values (nil = NULL)
+	// statuses are the ParameterStatus messages that preceded the query's
+	// ReadyForQuery.
+	statuses [][2]string
+	status   byte
+}
+
+// runSimple sends queries as Query messages in one write and reads every
+// result (the proxy's own queries: probes, ROLLBACK). An error means the
+// connection failed; it is then marked broken.
+func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ...string) ([]simpleResult, error) {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.nc.SetDeadline(deadline)
+	defer c.nc.SetDeadline(time.Time{})
+	var buf []byte
+	for _, q := range queries {
+		buf = appendQuery(buf, q)
+	}
+	if err := c.write(buf); err != nil {
+		return nil, err
+	}
+	out := make([]simpleResult, 0, len(queries))
+	cur := simpleResult{}
+	for len(out) < len(queries) {
+		typ, msg, err := c.rd.next()
+		if err != nil {
+			c.broken = true
+			return out, err
+		}
+		switch typ {
+		case 'E':
+			cur.errRaw = append([]byte(nil), msg...)
+			if errorField(msg, 'S') == "FATAL" {
+				c.broken = true
+			}
+		case 'C':
+			cur.tag = string(commandTag(msg))
+		case 'D':
+			cur.rows = append(cur.rows, decodeDataRow(msg))
+		case 'S':
+			b := body(msg)
+			n, i, err1 := cstring(b, 0)
+			v, _, err2 := cstring(b, i)
+			if err1 == nil && err2 == nil {
+				cur.statuses = append(cur.statuses, [2]string{string(n), string(v)})
+			}
+		case 'Z':
+			cur.status = readyStatus(msg)
+			out = append(out, cur)
+			cur = simpleResult{}
+		}
+	}
+	return out, nil
+}
+
+// decodeDataRow copies a DataRow's values.
+func decodeDataRow(msg []byte) [][]byte {
+	b := body(msg)
+	if len(b) < 2 {
+		return nil
+	}
+	n := int(b[0])<<8 | int(b[1])
+	i := 2
+	row := make([][]byte, 0, n)
+	for k := 0; k < n && i+4 <= len(b); k++ {
+		l := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
+		i += 4
+		if l < 0 {
+			row = append(row, nil)
+			continue
+		}
+		if i+l > len(b) {
+			break
+		}
+		row = append(row, append([]byte{}, b[i:i+l]...))
+		i += l
+	}
+	return row
+}
+
+// preambleCache remembers validated preamble settings: their canonical
+// ParameterStatus values.
+type preambleCache struct {
+	mu sync.Mutex
+	m  map[string]map[string]string
+}
+
+var preambles = &preambleCache{m: map[string]map[string]string{}}
+
+// validatePreamble checks settings the preamble applies (they did not go
+// into a startup packet) the way Postgres checks startup parameters, and
+// returns the ParameterStatus values they produce. Results are cached.
+func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *settings) (map[string]string, *Error) {
+	ck := p.shard.Name + "\x00" + key.key + "\x00" + pre.key
+	preambles.mu.Lock()
+	vals, ok := preambles.m[ck]
+	preambles.mu.Unlock()
+	if ok {
+		return vals, nil
+	}
+	bc, err := p.acquire(ctx, key)
+	if err != nil {
+		return nil, asError(err, newError(codeCannotConnect, err.Error()))
+	}
+	res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.preambleSQL(), "ROLLBACK")
+	if err != nil {
+		p.discard(bc)
+		return nil, newError(codeConnectionFailure, fmt.Sprintf("shard %q: %v", p.shard.Name, err))
+	}
+	p.release(bc)
+	if res[0].errRaw != nil {
+		e := decodeErrorResponse(res[0].errRaw)
+		return nil, &Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
+	}
+	vals = map[string]string{}
+	for _, st := range res[0].statuses {
+		vals[st[0]] = st[1]
+	}
+	preambles.mu.Lock()
+	if len(preambles.m) > 4096 {
+		clear(preambles.m)
+	}
+	preambles.m[ck] = vals
+	preambles.mu.Unlock()
+	return vals, nil
+}
+
+// refusedSettings cannot be changed through a transaction pooler.
+var refusedSettings = map[string]string{
+	"role":                    "SET ROLE",
+	"session_authorization":   "SET SESSION AUTHORIZATION",
+	"transaction":             "SET SESSION CHARACTERISTICS",
+	"session characteristics": "SET SESSION CHARACTERISTICS",
+}
+
+// setSessionAction handles a session SET / RESET: the proxy records the
+// setting in the client's settings (never on a pooled backend) and applies
+// it to each of the client's transactions from then on.
+func (p *planner) setSessionAction(a *analyzed) action {
+	s := p.s
+	st := a.st
+	name := strings.ToLower(st.SetName)
+	if p.tx != txIdle || p.held {
+		return p.failLocal(&Error{Code: codeFeatureNotSupported,
+			Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
+			Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."})
+	}
+	if strings.HasPrefix(name, "pgshard.") {
+		return action{err: &Error{Code: codeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
+	}
+	if what, ok := refusedSettings[name]; ok {
+		s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
+		return action{err: &Error{Code: codeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
+	}
+	reset := a.words[0] == "RESET"
+	tag := "SET"
+	if reset {
+		tag = "RESET"
+	}
+	if name == "all" {
+		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.startupReported}}
+	}
+	if reset || st.SetValue == "" && a.words[0] == "SET" && strings.Contains(strings.ToUpper(st.SQL), "DEFAULT") {
+		set := s.cur.without(name)
+		if v, ok := s.startup.get(name); ok {
+			set = s.cur.with(name, v)
+		}
+		rep := s.reported
+		if canon, ok := reportedParams[name]; ok {
+			rep = maps.Clone(s.reported)
+			if v, ok := s.startupReported[canon]; ok {
+				rep[canon] = v
+			}
+		}
+		return action{tag: tag, eff: &effect{kind: effSettings, set: set, rep: rep}}
+	}
+	value, statuses, raw, e := s.probeSet(p.ctx, a, name)
+	if e != nil {
+		return action{err: e}
+	}
+	if raw != nil {
+		return action{err: rawError(raw)}
+	}
+	rep := s.reported
+	if len(statuses) > 0 {
+		rep = maps.Clone(s.reported)
+		for _, kv := range statuses {
+			rep[kv[0]] = kv[1]
+		}
+	}
+	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.with(name, value), rep: rep}}
+}
+
+// rawError wraps a backend's ErrorResponse to be sent unchanged.
+func rawError(raw []byte) *Error {
+	e := decodeErrorResponse(raw)
+	return &Error{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint, raw: raw}
+}
+
+// probeSet runs the client's SET in a transaction that is rolled back, on
+// any shard: Postgres validates it (the client gets Postgres's own error)
+// and reports the canonical value; nothing stays on the connection.
+func (s *session) probeSet(ctx context.Context, a *analyzed, name string) (string, [][2]string, []byte, *Error) {
+	var lastErr error
+	for k := 0; k < len(s.srv.pools); k++ {
+		pool := s.srv.pools[(s.srv.pickAny()+k)%len(s.srv.pools)]
+		key, _ := s.cur.split(pool.viaPooler)
+		bc, err := pool.acquire(ctx, key)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		res, err := bc.runSimple(ctx, s.srv.cfg.PoolTimeout, "BEGIN", a.st.SQL,
+			"SELECT pg_catalog.current_setting("+quoteLiteral(name)+")", "ROLLBACK")
+		if err != nil || len(res) != 4 || res[3].status != 'I' {
+			pool.discard(bc)
+			lastErr = fmt.Errorf("shard %q: %v", pool.shard.Name, err)
+			continue
+		}
+		pool.release(bc)
+		if res[1].errRaw != nil {
+			return "", nil, res[1].errRaw, nil
+		}
+		if res[2].errRaw != nil {
+			return "", nil, res[2].errRaw, nil
+		}
+		if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
+			return "", nil, nil, newError(codeInternalError, "pgshard could not read back the setting "+name)
+		}
+		return string(res[2].rows[0][0]), res[1].statuses, nil, nil
+	}
+	e := asError(lastErr, newError(codeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
+	return "", nil, nil, e
+}

@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// simpleQuery runs one Query message: analyzed (cached per text), answered
+// locally (transaction control while nothing is bound, session settings,
+// DEALLOCATE, ...), sent to one shard, or fanned out.
+func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
+	sql, err := decodeQuery(msg)
+	if err != nil {
+		return err
+	}
+	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
+	p := s.newPlanner(ctx)
+	p.simple = true
+	as, err := s.srv.an.split(sql)
+	switch {
+	case err != nil:
+		p.fail(newError(codeSyntaxError, err.Error()), nil)
+		p.endQuery()
+	case len(as) == 1:
+		p.simpleOne(msg, as[0])
+	default:
+		p.simpleMulti(msg, as)
+	}
+	return s.finish(p, 'Q')
+}
+
+// endQuery adds what follows a simple query: the ReadyForQuery (local,
+// or the COMMIT of a wrapped implicit transaction).
+func (p *planner) endQuery() {
+	s := p.s
+	if p.onBackend {
+		if p.wrap {
+			s.bw = appendQuery(s.bw, "COMMIT")
+			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+		}
+		return
+	}
+	lo := len(s.lbuf)
+	s.lbuf = appendRFQ(s.lbuf, p.simStatus())
+	s.addLocal(lo, nil)
+}
+
+// queryFlags are the flags of the client's query item: it carries the
+// client's ReadyForQuery unless a wrapping COMMIT follows.
+func (p *planner) queryFlags() itemFlags {
+	if p.wrap {
+		return fClientPart
+	}
+	return fClientPart | fRFQ
+}
+
+func (p *planner) simpleOne(msg []byte, a *analyzed) {
+	s := p.s
+	st := a.st
+	if p.isLocal(a) {
+		if st.Kind == route.KindExecute && p.tx != txFailed {
+			p.sqlExecute(a)
+			p.endQuery()
+			return
+		}
+		p.answer(p.localAction(a))
+		p.endQuery()
+		return
+	}
+	d := s.srv.cfg.Analyzer.Route(st, nil, nil, nil)
+	shard, fan, e := p.target(a, d)
+	if e != nil {
+		p.fail(e, nil)
+		p.endQuery()
+		return
+	}
+	if fan {
+		p.fan = &fanPlan{simple: true, a: a, dest: d, query: string(msg)}
+		return
+	}
+	if e := p.ensureBackend(shard, a); e != nil {
+		p.fail(e, nil)
+		p.endQuery()
+		return
+	}
+	p.recordSoft(a)
+	s.bw = append(s.bw, msg...)
+	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.endQuery()
+}
+
+// sqlExecute runs EXECUTE name(args) of a statement PREPAREd through the
+// proxy: as Parse/Bind/Describe/Execute/Sync of the statement's text, with
+// the answers a simple query would have given.
+func (p *planner) sqlExecute(a *analyzed) {
+	s := p.s
+	st := a.st
+	vs := p.lookup([]byte(st.PrepareName))
+	if vs == nil {
+		p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
+		return
+	}
+	if st.ExecuteArgs == nil && st.Reason != "" {
+		p.fail(newError(codeFeatureNotSupported, st.Reason), nil)
+		return
+	}
+	if p.isLocal(vs.a) {
+		p.fail(newError(codeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
+		return
+	}
+	d := s.srv.cfg.Analyzer.Route(vs.a.st, st.ExecuteArgs, nil, vs.oids)
+	shard, fan, e := p.target(vs.a, d)
+	if e == nil && fan {
+		e = newError(codeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
+	}
+	if e == nil {
+		e = p.ensureBackend(shard, vs.a)
+	}
+	if e != nil {
+		p.fail(e, nil)
+		return
+	}
+	s.bw = appendParseMsg(s.bw, "", vs.a.st.SQL, vs.oids)
+	s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
+	s.bw = appendBindText(s.bw, "", "", st.ExecuteArgs)
+	s.items = append(s.items, item{kind: itBind, flags: fSwallow})
+	s.bw = appendDescribe(s.bw, 'P', "")
+	s.items = append(s.items, item{kind: itDescPortal, flags: fDropNoData})
+	s.bw = appendExecute(s.bw, "", 0)
+	s.items = append(s.items, item{kind: itExecute})
+	s.bw = appendEmpty(s.bw, 'S')
+	if p.wrap {
+		s.items = append(s.items, item{kind: itSync})
+	} else {
+		s.items = append(s.items, item{kind: itSync, flags: fRFQ})
+	}
+	p.backendUnnamed = nil
+}
+
+// simpleMulti runs a query string of several statements. Postgres runs
+// them in one implicit transaction (unless they contain transaction
+// control); pgshard sends the string as is to the one shard all of them
+// route to. Statements the proxy answers itself can only be combined with
+// each other.
+func (p *planner) simpleMulti(msg []byte, as []*analyzed) {
+	s := p.s
+	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
+	for _, a := range as {
+		k := a.st.Kind
+		local := localKind(k) || k == route.KindSetLocal && strings.HasPrefix(a.st.SetName, "pgshard.")
+		if txnControl(k) && !local {
+			hasTxn = true
+		} else if local {
+			anyLocal = true
+		} else {
+			allLocal = false
+		}
+		if k != route.KindDDL {
+			allDDL = false
+		}
+	}
+	if p.tx == txFailed {
+		allLocal = true
+	}
+	if allLocal {
+		// Only statements the proxy answers (or transaction control while
+		// nothing is bound): answer each in turn, stopping at an error.
+		for _, a := range as {
+			if !p.isLocal(a) {
+				p.fail(newError(codeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
+				break
+			}
+			act := p.localAction(a)
+			p.answer(act)
+			if act.err != nil {
+				break
+			}
+		}
+		p.endQuery()
+		return
+	}
+	if anyLocal {
+		p.fail(&Error{Code: codeFeatureNotSupported,
+			Message: "session settings, DEALLOCATE, DISCARD, PREPARE/EXECUTE and pgshard hints cannot be combined with other statements in one query string",
+			Hint:    "Send them as separate queries."}, nil)
+		p.endQuery()
+		return
+	}
+	// Route every statement; they must agree.
+	shard, first := -1, -1
+	var firstDest route.Dest
+	fanAll := true
+	for i, a := range as {
+		if txnControl(a.st.Kind) {
+			continue
+		}
+		d := s.srv.cfg.Analyzer.Route(a.st, nil, nil, nil)
+		switch d.Kind {
+		case route.DestRefuse:
+			_, _, e := p.target(a, d)
+			p.fail(e, nil)
+			p.endQuery()
+			return
+		case route.DestAll:
+			continue
+		case route.DestShard:
+			if shard >= 0 && d.Shard != shard {
+				p.fail(p.crossShard(d.Shard, shard, d.Reason), nil)
+				p.endQuery()
+				return
+			}
+			shard = d.Shard
+		}
+		fanAll = false
+		if first < 0 || d.Kind == route.DestShard && firstDest.Kind != route.DestShard {
+			first, firstDest = i, d
+		}
+	}
+	if fanAll || first < 0 {
+		if allDDL && !hasTxn {
+			d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
+			if _, _, e := p.target(as[0], d); e != nil {
+				p.fail(e, nil)
+				p.endQuery()
+				return
+			}
+			p.fan = &fanPlan{simple: true, a: as[0], dest: d, query: string(msg)}
+			return
+		}
+		p.fail(&Error{Code: codeFeatureNotSupported,
+			Message: "a statement that runs on every shard must be alone in its query string (except several DDL statements)",
+			Hint:    "Send it as a separate query, outside a transaction block."}, nil)
+		p.endQuery()
+		return
+	}
+	for _, a := range as {
+		if a.st.Kind == route.KindDDL || !txnControl(a.st.Kind) && s.srv.cfg.Analyzer.Route(a.st, nil, nil, nil).Kind == route.DestAll {
+			p.fail(&Error{Code: codeFeatureNotSupported,
+				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}, nil)
+			p.endQuery()
+			return
+		}
+	}
+	target, _, e := p.target(as[first], firstDest)
+	if e != nil {
+		p.fail(e, nil)
+		p.endQuery()
+		return
+	}
+	if hasTxn && p.tx == txIdle && !p.held {
+		// The string manages its own transaction: no wrapping possible.
+		pool := s.srv.pools[target]
+		if _, pre := s.cur.split(pool.viaPooler); len(pre.kv) > 0 {
+			p.fail(&Error{Code: codeFeatureNotSupported,
+				Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
+				Hint:    "Send the statements separately."}, nil)
+			p.endQuery()
+			return
+		}
+	}
+	if e := p.ensureBackend(target, as[first]); e != nil {
+		p.fail(e, nil)
+		p.endQuery()
+		return
+	}
+	s.bw = append(s.bw, msg...)
+	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.endQuery()
+}
+
+func settingNames(st *settings) string {
+	var n []string
+	for _, kv := range st.kv {
+		n = append(n, kv[0])
+	}
+	return strings.Join(n, ", ")
+}
