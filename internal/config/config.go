@@ -110,6 +110,8 @@ type Loadgen struct {
 	PayloadBytes int `mapstructure:"payload_bytes"`
 	// Relays runs the outbox relay and timer sweeper during the run.
 	Relays bool `mapstructure:"relays"`
+	// RelayWorkers is how many deliveries each relay runs at once.
+	RelayWorkers int `mapstructure:"relay_workers"`
 	// Out is the report directory ("" = loadgen-out/<target>-<time>).
 	Out string `mapstructure:"out"`
 	// FailIf lists CI thresholds, e.g. "p99(commit)>50ms".
@@ -160,6 +162,7 @@ func Defaults() Config {
 			RetryCap:       10,
 			PayloadBytes:   256,
 			Relays:         true,
+			RelayWorkers:   4,
 			FailIf:         []string{},
 			SLO:            "p99=50ms",
 			Steps:          "1,2,4,8,16,32",
@@ -239,6 +242,9 @@ func (l *Loadgen) problems() []string {
 	}
 	if l.Mix.MaxEmits < 0 || l.Mix.MaxEmits > 100 {
 		bad("mix.max_emits", "must be in [0, 100] (got %d)", l.Mix.MaxEmits)
+	}
+	if l.RelayWorkers < 1 || l.RelayWorkers > 1000 {
+		bad("relay_workers", "must be in [1, 1000] (got %d)", l.RelayWorkers)
 	}
 	if l.RetryCap < 0 {
 		bad("retry_cap", "must not be negative (got %d)", l.RetryCap)
