@@ -1,0 +1,198 @@
+package router
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgshard/pgshard/store"
+)
+
+// fanOut runs read on every shard concurrently and returns the shards'
+// results by shard index. The first failure cancels the other shards'
+// reads; the error names every shard that failed on its own (a read
+// cancelled because another shard failed is not reported as a failure).
+func fanOut[T any](ctx context.Context, r *Router, what string, read func(context.Context, *store.Store) (T, error)) ([]T, error) {
+	out := make([]T, len(r.stores))
+	errs := make([]error, len(r.stores))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range r.stores {
+		g.Go(func() error {
+			v, err := read(gctx, s)
+			if err != nil {
+				errs[i] = &ShardError{Shard: r.m.Shards[i].Name, Err: err}
+				return errs[i]
+			}
+			out[i] = v
+			return nil
+		})
+	}
+	if g.Wait() == nil {
+		return out, nil
+	}
+	var failed []error
+	for _, err := range errs {
+		if err == nil || (ctx.Err() == nil && errors.Is(err, context.Canceled)) {
+			continue
+		}
+		failed = append(failed, err)
+	}
+	names := FailedShards(errors.Join(failed...))
+	return nil, fmt.Errorf("%s: could not read shard(s) %s: %w", what, strings.Join(quote(names), ", "), errors.Join(failed...))
+}
+
+func quote(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = fmt.Sprintf("%q", n)
+	}
+	return out
+}
+
+// mergeSorted merges lists, each already sorted by less, into one sorted
+// list of at most limit items (limit <= 0: all). It is a k-way merge over a
+// heap of the lists' heads: it takes one item at a time and stops at the
+// limit, so it looks at no more than limit + k items. Equal items keep the
+// order of their lists.
+func mergeSorted[T any](lists [][]T, less func(a, b T) bool, limit int) []T {
+	h := &mergeHeap[T]{less: less}
+	total := 0
+	for i, l := range lists {
+		total += len(l)
+		if len(l) > 0 {
+			h.heads = append(h.heads, cursor{list: i})
+		}
+	}
+	h.lists = lists
+	if limit <= 0 || limit > total {
+		limit = total
+	}
+	heap.Init(h)
+	out := make([]T, 0, limit)
+	for len(out) < limit {
+		c := &h.heads[0]
+		out = append(out, lists[c.list][c.pos])
+		c.pos++
+		if c.pos == len(lists[c.list]) {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	return out
+}
+
+type cursor struct{ list, pos int }
+
+type mergeHeap[T any] struct {
+	lists [][]T
+	heads []cursor
+	less  func(a, b T) bool
+}
+
+func (h *mergeHeap[T]) Len() int { return len(h.heads) }
+func (h *mergeHeap[T]) Less(i, j int) bool {
+	a, b := h.heads[i], h.heads[j]
+	x, y := h.lists[a.list][a.pos], h.lists[b.list][b.pos]
+	if h.less(x, y) {
+		return true
+	}
+	if h.less(y, x) {
+		return false
+	}
+	return a.list < b.list
+}
+func (h *mergeHeap[T]) Swap(i, j int) { h.heads[i], h.heads[j] = h.heads[j], h.heads[i] }
+func (h *mergeHeap[T]) Push(x any)    { h.heads = append(h.heads, x.(cursor)) }
+func (h *mergeHeap[T]) Pop() any {
+	last := h.heads[len(h.heads)-1]
+	h.heads = h.heads[:len(h.heads)-1]
+	return last
+}
+
+func outboxLess(a, b store.OutboxRow) bool { return a.Seq < b.Seq }
+func spawnLess(a, b store.SpawnRow) bool   { return a.Seq < b.Seq }
+
+// timerLess orders timers as every shard's DueTimers does: fire_at, then
+// execution id and path bytewise.
+func timerLess(a, b store.Timer) bool {
+	if a.FireAt != b.FireAt {
+		return a.FireAt < b.FireAt
+	}
+	if a.ExecutionID != b.ExecutionID {
+		return a.ExecutionID < b.ExecutionID
+	}
+	return a.Path < b.Path
+}
+
+func summaryLess(a, b store.Summary) bool { return a.ID < b.ID }
+
+// PendingOutbox returns the limit (all for limit <= 0) outbox rows with the
+// smallest seqs over all shards, by seq. Each shard is asked for at most
+// limit rows.
+func (r *Router) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRow, error) {
+	lists, err := fanOut(ctx, r, "pending outbox", func(ctx context.Context, s *store.Store) ([]store.OutboxRow, error) {
+		return s.PendingOutbox(ctx, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mergeSorted(lists, outboxLess, limit), nil
+}
+
+// PendingSpawns returns the limit (all for limit <= 0) spawn intents with
+// the smallest seqs over all shards, by seq.
+func (r *Router) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow, error) {
+	lists, err := fanOut(ctx, r, "pending spawns", func(ctx context.Context, s *store.Store) ([]store.SpawnRow, error) {
+		return s.PendingSpawns(ctx, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mergeSorted(lists, spawnLess, limit), nil
+}
+
+// DueTimers returns the limit (all for limit <= 0) earliest timers due at
+// now over all shards, by fire_at, execution id and path.
+func (r *Router) DueTimers(ctx context.Context, now float64, limit int) ([]store.Timer, error) {
+	lists, err := fanOut(ctx, r, "due timers", func(ctx context.Context, s *store.Store) ([]store.Timer, error) {
+		return s.DueTimers(ctx, now, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mergeSorted(lists, timerLess, limit), nil
+}
+
+// ListExecutions returns one page of the executions of all shards matching
+// o, by id (bytewise). Every shard is asked for one page after the same
+// cursor; the merge keeps the page's first o.PageLimit() ids, and the next
+// cursor (the last id kept) continues on every shard where this page ended.
+func (r *Router) ListExecutions(ctx context.Context, o store.ListOptions) (store.Page, error) {
+	if _, err := store.DecodeCursor(o.Cursor); err != nil {
+		return store.Page{}, fmt.Errorf("list executions: %w", err)
+	}
+	limit := o.PageLimit()
+	pages, err := fanOut(ctx, r, "list executions", func(ctx context.Context, s *store.Store) (store.Page, error) {
+		return s.ListExecutions(ctx, o)
+	})
+	if err != nil {
+		return store.Page{}, err
+	}
+	lists := make([][]store.Summary, len(pages))
+	total, more := 0, false
+	for i, p := range pages {
+		lists[i] = p.Items
+		total += len(p.Items)
+		more = more || p.NextCursor != ""
+	}
+	page := store.Page{Items: mergeSorted(lists, summaryLess, limit)}
+	if len(page.Items) > 0 && (more || total > limit) {
+		page.NextCursor = store.EncodeCursor(page.Items[len(page.Items)-1].ID)
+	}
+	return page, nil
+}
