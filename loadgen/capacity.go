@@ -160,9 +160,13 @@ func PlanCapacity(in CapacityInput) (*Capacity, error) {
 		c.Verdict = fmt.Sprintf("%d shards for %s commits/s: the hottest shard takes %.1f%% of traffic = %s commits/s, %.0f%% of the %s commits/s one shard sustained within the SLO (headroom %.0f%%)",
 			c.ShardsNeeded, fmtNum(in.TargetRate), 100*c.HottestShareNeeded, fmtNum(in.TargetRate*c.HottestShareNeeded),
 			100*in.TargetRate*c.HottestShareNeeded/c.PerShardCapacity, fmtNum(c.PerShardCapacity), 100*in.Headroom)
+	} else if in.TargetRate*c.HottestBucketShare > usable {
+		c.Verdict = fmt.Sprintf("no shard count meets %s commits/s: the hottest bucket alone gets %.2f%% of the traffic (%s commits/s), more than one shard sustains within the SLO (%s commits/s with %.0f%% headroom); reduce the key skew",
+			fmtNum(in.TargetRate), 100*c.HottestBucketShare, fmtNum(in.TargetRate*c.HottestBucketShare), fmtNum(usable), 100*in.Headroom)
 	} else {
-		c.Verdict = fmt.Sprintf("no shard count up to %d meets %s commits/s: the hottest bucket alone gets %.2f%% of the traffic (%s commits/s), more than one shard sustains within the SLO (%s commits/s with %.0f%% headroom); reduce the key skew",
-			MaxPlannedShards, fmtNum(in.TargetRate), 100*c.HottestBucketShare, fmtNum(in.TargetRate*c.HottestBucketShare), fmtNum(usable), 100*in.Headroom)
+		h := share(MaxPlannedShards)
+		c.Verdict = fmt.Sprintf("no shard count up to %d meets %s commits/s: even then the hottest shard gets %.2f%% of the traffic (%s commits/s, above the %s commits/s one shard sustains with %.0f%% headroom): the traffic is concentrated on too few keys to spread (more executions, or less skew)",
+			MaxPlannedShards, fmtNum(in.TargetRate), 100*h, fmtNum(in.TargetRate*h), fmtNum(usable), 100*in.Headroom)
 	}
 	return c, nil
 }
