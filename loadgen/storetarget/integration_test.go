@@ -15,6 +15,7 @@ import (
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/loadgen/storetarget"
 	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/router"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
 )
@@ -240,5 +241,65 @@ func TestOpenLoopOverloadOnRealDatabase(t *testing.T) {
 	}
 	if len(ws) < 2 || ws[len(ws)-1].P50 < 2*ws[0].P50 {
 		t.Errorf("open-loop latency did not grow over the run: %+v", ws)
+	}
+}
+
+// The router targets (direct and through PgBouncer) on the 4-shard
+// cluster: the same workload and seed on both, every shard loaded, no
+// errors, and every execution on the shard its bucket names.
+func TestRouterTargets(t *testing.T) {
+	c := clustertest.Get(t)
+	db := clustertest.FreshDatabase(t, c)
+	m, err := c.MapFor(db, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]*loadgen.Result{}
+	for _, mode := range []string{"direct", "pgbouncer"} {
+		rt, err := router.Open(ctx, m, router.Options{Store: store.Options{MaxConns: 4, ConnectAttempts: 3}, UsePooler: mode == "pgbouncer"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := shortOptions()
+		o.Target = mode
+		o.Workload.Executions = 400
+		res, err := loadgen.Run(ctx, storetarget.New(rt), loadgen.MapLocator(m), o)
+		rt.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[mode] = res
+		if res.ErrorCount() != 0 {
+			t.Errorf("%s: errors %v: %v", mode, res.Errors, res.ErrorSamples)
+		}
+		if len(res.PerShard) != 4 || res.HottestShare > 0.4 {
+			t.Errorf("%s: per-shard %+v", mode, res.PerShard)
+		}
+		for _, s := range res.PerShard {
+			if s.Ops == 0 {
+				t.Errorf("%s: shard %s got no operations", mode, s.Name)
+			}
+		}
+		if res.Relays.OutboxDelivered == 0 {
+			t.Errorf("%s: relays %+v", mode, res.Relays)
+		}
+		t.Logf("%s: %.0f ops/s, op p50 %.2fms p99 %.2fms, hottest %.1f%%", mode, res.Throughput, res.Kinds["op"].P50, res.Kinds["op"].P99, 100*res.HottestShare)
+	}
+	// The same seed put the same executions on the same shards.
+	loc := loadgen.MapLocator(m)
+	want := make([]int64, 4)
+	for _, id := range loadgen.ExecutionIDs(shortOptions().Workload.Seed, 400) {
+		want[loc.ShardOf(id)]++
+	}
+	for i, sh := range m.Shards {
+		got := count(t, sh.DSN, "SELECT count(*) FROM executions WHERE definition_id = 'loadgen'")
+		if got != want[i] {
+			t.Errorf("%s holds %d executions, the map places %d there", sh.Name, got, want[i])
+		}
 	}
 }
