@@ -136,8 +136,8 @@ type proxyEnv struct {
 
 type envOpt func(*proxy.Config)
 
-func direct() envOpt          { return func(c *proxy.Config) { c.UsePooler = false } }
-func poolSize(n int) envOpt   { return func(c *proxy.Config) { c.PoolSize = n } }
+func direct() envOpt        { return func(c *proxy.Config) { c.UsePooler = false } }
+func poolSize(n int) envOpt { return func(c *proxy.Config) { c.PoolSize = n } }
 func withUsers(u ...proxy.User) envOpt {
 	return func(c *proxy.Config) { c.Users = append(c.Users, u...) }
 }
