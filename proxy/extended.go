@@ -252,7 +252,7 @@ func (p *planner) recordSoft(a *analyzed) {
 	}
 	switch a.st.Kind {
 	case route.KindSetLocal, route.KindSavepoint:
-		d := deferredStmt{sql: a.st.SQL}
+		d := deferredStmt{sql: a.st.SQL, setLocal: a.st.Kind == route.KindSetLocal, setTxn: a.st.SetName == "transaction"}
 		if a.st.Kind == route.KindSavepoint && a.savepointVerb() == "SAVEPOINT" {
 			d.savepoint = a.savepointName()
 		}

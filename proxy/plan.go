@@ -229,7 +229,7 @@ func (p *planner) localAction(a *analyzed) action {
 		if p.tx == txIdle {
 			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 		}
-		p.addDeferred(deferredStmt{sql: st.SQL})
+		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction"})
 		return action{tag: "SET", eff: p.txEffect()}
 	case route.KindSetSession:
 		return p.setSessionAction(a)
@@ -515,18 +515,7 @@ func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	switch {
 	case p.tx == txDeferred:
-		var b strings.Builder
-		for i, d := range p.deferred {
-			if i > 0 {
-				b.WriteString(";\n")
-			}
-			b.WriteString(d.sql)
-		}
-		if len(pre.kv) > 0 {
-			b.WriteString(";\n")
-			b.WriteString(pre.preambleSQL())
-		}
-		s.bw = appendQuery(s.bw, b.String())
+		s.bw = appendQuery(s.bw, replaySQL(p.deferred, pre))
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.explicit = true
 		p.tx = txBound
@@ -627,4 +616,42 @@ func (s *session) appendSettingStatus(dst []byte, e *effect) []byte {
 		}
 	}
 	return dst
+}
+
+// replaySQL is the text that replays a deferred transaction: BEGIN and the
+// recorded statements, with the client's transaction-local settings
+// (preamble) right after BEGIN and any SET TRANSACTION (which must precede
+// every query, and the preamble is a query); SET LOCALs recorded before
+// that point run again after it, so the client's own SET LOCAL wins.
+func replaySQL(deferred []deferredStmt, pre *settings) string {
+	var b strings.Builder
+	add := func(sql string) {
+		if b.Len() > 0 {
+			b.WriteString(";\n")
+		}
+		b.WriteString(sql)
+	}
+	at := min(1, len(deferred))
+	if len(pre.kv) > 0 {
+		for i, d := range deferred {
+			if d.setTxn {
+				at = i + 1
+			}
+		}
+	}
+	for _, d := range deferred[:at] {
+		add(d.sql)
+	}
+	if len(pre.kv) > 0 {
+		add(pre.preambleSQL())
+		for _, d := range deferred[1:at] {
+			if d.setLocal && !d.setTxn {
+				add(d.sql)
+			}
+		}
+	}
+	for _, d := range deferred[at:] {
+		add(d.sql)
+	}
+	return b.String()
 }

@@ -111,6 +111,9 @@ type session struct {
 // deferredStmt is a statement recorded in a deferred transaction.
 type deferredStmt struct {
 	sql string
+	// setLocal: a SET LOCAL; setTxn: SET TRANSACTION (must precede any
+	// query of the transaction).
+	setLocal, setTxn bool
 	// savepoint names the savepoint a SAVEPOINT statement created ("" for
 	// other statements), for ROLLBACK TO in a failed deferred transaction.
 	savepoint string

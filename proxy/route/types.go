@@ -20,11 +20,28 @@ const (
 	KeySeq
 )
 
+// String returns the key type's name as the sharding schema spells it:
+// "text", "int8" or "seq".
+func (t KeyType) String() string {
+	switch t {
+	case KeyText:
+		return "text"
+	case KeyInt8:
+		return "int8"
+	case KeySeq:
+		return "seq"
+	}
+	return "KeyType(" + itoa(int64(t)) + ")"
+}
+
 // TableKey names the sharding column of a table.
 type TableKey struct {
 	Table  string  // unqualified, lowercase
 	Column string  // lowercase
 	Type   KeyType //
+	// Position is the column's 1-based position in the table, used for an
+	// INSERT without a column list; 0 = unknown (such an INSERT is refused).
+	Position int
 }
 
 // FuncKey names the argument of a function that carries the key.
@@ -35,13 +52,22 @@ type FuncKey struct {
 }
 
 // Schema says where keys live. DefaultSchema is the store's (DESIGN.md §2).
+//
+// A table may have one placement key (KeyText or KeyInt8) and any number of
+// KeySeq columns; a table with only KeySeq columns (outbox) places a new row
+// on the shard of the statement that inserts it.
 type Schema struct {
 	Tables    []TableKey
 	Functions []FuncKey
 	// Global lists tables that are NOT sharded but exist identically on every
 	// shard (reference tables); statements touching only them may run on any
-	// shard. Writes to them are refused unless hinted.
+	// shard. Writes to them are refused unless hinted. Tables in neither
+	// Tables nor Global are treated like Global tables.
 	Global []string
+	// HintType is the type of keys given by hints (`/* pgshard:key=... */`,
+	// `SET LOCAL pgshard.key`) when the statement itself names no keyed
+	// table; KeyText unless set.
+	HintType KeyType
 }
 
 // DefaultSchema is the execution store's sharding schema: executions.id,
@@ -51,13 +77,13 @@ type Schema struct {
 func DefaultSchema() Schema {
 	return Schema{
 		Tables: []TableKey{
-			{Table: "executions", Column: "id", Type: KeyText},
-			{Table: "processed_events", Column: "execution_id", Type: KeyText},
-			{Table: "timers", Column: "execution_id", Type: KeyText},
-			{Table: "trace", Column: "execution_id", Type: KeyText},
-			{Table: "spawns", Column: "parent_id", Type: KeyText},
-			{Table: "outbox", Column: "seq", Type: KeySeq},
-			{Table: "spawns", Column: "seq", Type: KeySeq},
+			{Table: "executions", Column: "id", Type: KeyText, Position: 1},
+			{Table: "processed_events", Column: "execution_id", Type: KeyText, Position: 1},
+			{Table: "timers", Column: "execution_id", Type: KeyText, Position: 1},
+			{Table: "trace", Column: "execution_id", Type: KeyText, Position: 1},
+			{Table: "spawns", Column: "parent_id", Type: KeyText, Position: 2},
+			{Table: "outbox", Column: "seq", Type: KeySeq, Position: 1},
+			{Table: "spawns", Column: "seq", Type: KeySeq, Position: 1},
 		},
 		Functions: []FuncKey{{Function: "harel_commit_cas", Arg: 0, Type: KeyText}},
 	}
@@ -72,7 +98,7 @@ const (
 	KindCommit                  // COMMIT / END / COMMIT AND CHAIN (Chain set)
 	KindRollback                // ROLLBACK / ABORT
 	KindSavepoint               // SAVEPOINT / RELEASE / ROLLBACK TO (deferred like BEGIN when unbound)
-	KindSetLocal                // SET LOCAL x = ... (deferred; `SET LOCAL pgshard.key` is a hint, never sent)
+	KindSetLocal                // SET LOCAL x = ... / SET TRANSACTION ... (deferred; `SET LOCAL pgshard.key` is a hint, never sent)
 	KindSetSession              // session SET x = ... / RESET x / RESET ALL / SET SESSION ...
 	KindShow                    // SHOW x
 	KindDeallocate              // DEALLOCATE name | DEALLOCATE ALL (handled by the proxy)
@@ -84,6 +110,17 @@ const (
 	KindEmpty                   // empty query string / only comments
 )
 
+var kindNames = [...]string{"other", "begin", "commit", "rollback", "savepoint", "set-local", "set-session",
+	"show", "deallocate", "discard", "prepare", "execute", "unsupported", "ddl", "empty"}
+
+// String returns the kind's lowercase name ("other", "begin", ...).
+func (k Kind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "Kind(" + itoa(int64(k)) + ")"
+}
+
 // DestKind is where a statement must run.
 type DestKind int
 
@@ -94,6 +131,21 @@ const (
 	DestRefuse                 // cannot be routed correctly: the engine answers Refusal
 )
 
+// String returns "any", "shard", "all" or "refuse".
+func (k DestKind) String() string {
+	switch k {
+	case DestAny:
+		return "any"
+	case DestShard:
+		return "shard"
+	case DestAll:
+		return "all"
+	case DestRefuse:
+		return "refuse"
+	}
+	return "DestKind(" + itoa(int64(k)) + ")"
+}
+
 // Dest is a routing decision, a value (not an action).
 type Dest struct {
 	Kind    DestKind
@@ -102,6 +154,10 @@ type Dest struct {
 	Bucket  int    // its bucket, -1 when not from a key
 	Reason  string // one line: why ("executions.id = $1 → 'abc…' → bucket 17 → shard1")
 	Refusal *Refusal
+	// Merge is the fan-out plan of a DestAll read; nil for DestAll DDL
+	// (send the statement unchanged to every shard and expect the same
+	// command tag from each). Shared: do not modify.
+	Merge *Merge
 }
 
 // Refusal is an error the engine sends to the client instead of routing.
@@ -112,19 +168,32 @@ type Refusal struct {
 	Hint     string
 }
 
+// Error makes a Refusal usable as an error: "SQLSTATE: message".
+func (r *Refusal) Error() string { return r.SQLState + ": " + r.Message }
+
 // Merge says how the engine combines a DestAll read's per-shard results.
 // Nil for statements that need no merge (DDL) or cannot be merged (then the
 // statement is DestRefuse).
+//
+// The engine sends SQL (or the original statement) with the original
+// parameters to every shard, then: with Aggregates, combines the one row
+// each shard returns column by column; otherwise k-way merges the rows by
+// OrderBy (each shard's rows arrive sorted) or concatenates them when
+// OrderBy is empty; finally skips Offset rows and stops after Limit rows.
 type Merge struct {
 	// SQL is the statement to send to each shard (e.g. LIMIT n OFFSET m
 	// rewritten to LIMIT n+m; AVG split into SUM and COUNT). Empty = unchanged.
 	SQL string
-	// OrderBy lists result column positions to k-way merge by.
+	// OrderBy lists result column positions to k-way merge by. Values
+	// compare as Postgres compares them for the column's type; text columns
+	// assume the C collation (byte order) unless the engine knows better.
 	OrderBy []SortKey
 	// Limit / Offset apply after merging; -1 = none.
 	Limit, Offset int64
 	// Aggregates, when set, combine the single row each shard returns
-	// (count/sum → sum, min → min, max → max) column by column.
+	// (count/sum → sum, min → min, max → max) column by column. A NULL
+	// from one shard (sum/min/max over no rows) is skipped; the result is
+	// NULL only when every shard returned NULL. count(...) never is NULL.
 	Aggregates []Agg
 }
 
@@ -145,6 +214,21 @@ const (
 	AggMax
 )
 
+// String returns "none", "sum", "min" or "max".
+func (a Agg) String() string {
+	switch a {
+	case AggNone:
+		return "none"
+	case AggSum:
+		return "sum"
+	case AggMin:
+		return "min"
+	case AggMax:
+		return "max"
+	}
+	return "Agg(" + itoa(int64(a)) + ")"
+}
+
 // Statement is the cached analysis of one SQL statement text. It is
 // immutable and shared between sessions.
 type Statement struct {
@@ -160,12 +244,41 @@ type Statement struct {
 	// Chain is set for COMMIT/ROLLBACK AND CHAIN.
 	Chain bool
 	// SetName / SetValue for KindSetLocal, KindSetSession, KindShow (lowercase name).
+	// SetValue is the plain value (a string constant unquoted, a list
+	// joined by ", "), "" for RESET / SET ... TO DEFAULT. RESET ALL and
+	// SHOW ALL have SetName "all"; SET TRANSACTION has SetName "transaction";
+	// DISCARD has its target ("all", "plans", "sequences", "temp") in SetName.
 	SetName, SetValue string
+	// SetLocalSQL, for KindSetSession, is the statement that has the same
+	// effect for one transaction ("SET LOCAL timezone TO 'UTC'", "SET LOCAL
+	// x TO DEFAULT"): an engine that emulates session settings replays it
+	// after each BEGIN. Empty for RESET ALL.
+	SetLocalSQL string
 	// PrepareName for KindPrepare/KindExecute/KindDeallocate ("" = ALL).
 	PrepareName string
+	// Prepared, for KindPrepare, is the analysis of the prepared statement
+	// (its SQL is the statement deparsed from PREPARE's body); PrepareTypes
+	// are the declared parameter types' OIDs (0 where the type is not a
+	// built-in one this package knows: let the server infer it).
+	Prepared     *Statement
+	PrepareTypes []uint32
+	// ExecuteArgs, for KindExecute, are EXECUTE's arguments in text format
+	// (nil = NULL), ready for Route; nil with a non-empty Reason when an
+	// argument is not a constant.
+	ExecuteArgs [][]byte
+	// ParseError is set when Postgres's grammar rejects the text: the
+	// statement is KindOther and routes DestAny, so that the engine sends it
+	// (to the transaction's shard, or any) and the client gets Postgres's
+	// own syntax error, SQLSTATE and position unchanged.
+	ParseError string
+	// Tables lists the tables the statement references, unqualified and
+	// lowercase, in order of first appearance.
+	Tables []string
 
-	// Unexported: where keys come from (constants, $n params with their
-	// cast type, hints), the tables touched, the merge plan. Route uses them.
+	// plan holds where keys come from (constants, $n params with their
+	// cast type, hints), the tables touched and the merge plan. Route uses
+	// it; nil for statements that always route DestAny.
+	plan *plan
 }
 
 // Analyzer parses statements with Postgres's own grammar and routes them.
@@ -173,6 +286,7 @@ type Statement struct {
 type Analyzer interface {
 	// Split splits a simple-Query string into its statements, analyzed.
 	// An empty or comment-only query yields one KindEmpty statement.
+	// The returned slice is shared: do not modify it.
 	Split(sql string) ([]*Statement, error)
 	// Analyze analyzes one statement (the Parse message's query; a Parse may
 	// carry one statement only).

@@ -1,0 +1,1428 @@
+package route
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// role is what a statement does with a ref.
+type role uint8
+
+const (
+	roleRead   role = iota
+	roleInsert      // rows inserted into a keyed table
+	roleUpdate
+	roleDelete
+	roleFunc   // a keyed function's key argument
+	roleSetKey // a key assigned by UPDATE SET / ON CONFLICT DO UPDATE SET
+)
+
+// tref is one reference to a keyed table (or a pseudo-reference: a keyed
+// function argument, an assigned key).
+type tref struct {
+	id       int
+	t        *tableInfo // nil for roleFunc / roleSetKey
+	name     string     // the name it is visible by (alias or table)
+	role     role
+	cons     []*cnode // AND-ed constraints on its keys
+	nullable bool     // on the nullable side of an outer join
+	top      bool     // in the FROM of the top-level query
+	sc       *scope
+	desc     string
+}
+
+// colOrigin is a key column of a ref.
+type colOrigin struct {
+	ref *tref
+	key int // index into ref.t.keys
+}
+
+func (o colOrigin) typ() KeyType { return o.ref.t.keys[o.key].typ }
+
+// scope is one query level's FROM items, searched innermost first.
+type scope struct {
+	parent *scope
+	items  []*item
+	ctes   map[string]*derived
+}
+
+func (s *scope) cte(name string) *derived {
+	for ; s != nil; s = s.parent {
+		if d, ok := s.ctes[name]; ok {
+			return d
+		}
+	}
+	return nil
+}
+
+func (s *scope) isAncestorOf(o *scope) bool {
+	for p := o.parent; p != nil; p = p.parent {
+		if p == s {
+			return true
+		}
+	}
+	return false
+}
+
+// item is one FROM entry.
+type item struct {
+	name    string
+	ref     *tref
+	derived *derived
+	// other: a table outside the sharding schema, a function, VALUES: its
+	// columns are unknown.
+	other bool
+}
+
+// derived is the output of a query: a subquery, CTE or RETURNING list.
+type derived struct {
+	cols    []outCol
+	known   bool // cols lists every output column
+	sharded bool // the query reads or writes keyed tables
+}
+
+func (d *derived) col(name string) (outCol, bool) {
+	n, found := 0, outCol{}
+	for _, c := range d.cols {
+		if c.name == name {
+			n++
+			found = c
+		}
+	}
+	return found, n == 1
+}
+
+type outCol struct {
+	name   string
+	origin *colOrigin
+	expr   *pg.Node
+}
+
+// topInfo is the top-level SELECT, for the merge plan.
+type topInfo struct {
+	sel            *pg.SelectStmt
+	sc             *scope
+	cols           []outCol
+	setop          bool
+	other          bool // a non-sharded item in its FROM
+	derivedSharded bool // a subquery/CTE in its FROM reads keyed tables
+}
+
+// analyzer walks one statement.
+type analyzer struct {
+	r        *Router
+	sc       *compiled
+	refs     []*tref
+	uf, co   []int
+	edges    [][2]int // ref ids: rows of edges[1] matter only where they join edges[0]
+	sublinks map[*pg.SubLink]*derived
+	tables   []string
+
+	write       bool
+	writeWhat   string
+	notRO       string
+	locking     bool
+	unsupported string   // a session-level feature: the statement is KindUnsupported
+	refusal     *Refusal // refused unless hinted
+	placeType   KeyType
+	havePlace   bool
+	top         *topInfo
+}
+
+func newAnalyzer(r *Router) *analyzer {
+	return &analyzer{r: r, sc: r.sc, sublinks: map[*pg.SubLink]*derived{}}
+}
+
+func (a *analyzer) newRef(t *tableInfo, name string, ro role, sc *scope) *tref {
+	ref := &tref{id: len(a.refs), t: t, name: name, role: ro, sc: sc}
+	switch {
+	case t == nil:
+		ref.desc = name
+	case name != t.name:
+		ref.desc = t.name + " " + name
+	default:
+		ref.desc = t.name
+	}
+	a.refs = append(a.refs, ref)
+	a.uf = append(a.uf, ref.id)
+	a.co = append(a.co, ref.id)
+	if t != nil && t.place >= 0 && !a.havePlace {
+		a.placeType, a.havePlace = t.keys[t.place].typ, true
+	}
+	return ref
+}
+
+func find(uf []int, i int) int {
+	for uf[i] != i {
+		uf[i] = uf[uf[i]]
+		i = uf[i]
+	}
+	return i
+}
+
+func union(uf []int, i, j int) {
+	i, j = find(uf, i), find(uf, j)
+	if i < j {
+		uf[j] = i
+	} else if j < i {
+		uf[i] = j
+	}
+}
+
+// sameKeys records that x and y have equal keys in every row that matters.
+func (a *analyzer) sameKeys(x, y *tref) {
+	union(a.uf, x.id, y.id)
+	union(a.co, x.id, y.id)
+}
+
+// limits records that y's rows matter only where they join x's.
+func (a *analyzer) limits(x, y *tref) {
+	a.edges = append(a.edges, [2]int{x.id, y.id})
+	union(a.co, x.id, y.id)
+}
+
+func (a *analyzer) addTable(name string) {
+	if !slices.Contains(a.tables, name) {
+		a.tables = append(a.tables, name)
+	}
+}
+
+func (a *analyzer) refuse(state, msg, hint string) {
+	if a.refusal == nil {
+		a.refusal = &Refusal{SQLState: state, Message: msg, Hint: hint}
+	}
+}
+
+func (a *analyzer) setWrite(what string) {
+	a.write = true
+	if a.writeWhat == "" {
+		a.writeWhat = what
+	}
+}
+
+// strName returns the value of a String node ("" otherwise).
+func strName(n *pg.Node) string {
+	if s := n.GetString_(); s != nil {
+		return s.Sval
+	}
+	return ""
+}
+
+func isCatalog(schema, rel string) bool {
+	return schema == "pg_catalog" || schema == "information_schema" || (schema == "" && strings.HasPrefix(rel, "pg_"))
+}
+
+// ---- queries ----
+
+// query analyzes a query-like node in scope parent and returns its output.
+func (a *analyzer) query(n *pg.Node, parent *scope, top bool) *derived {
+	if n == nil {
+		return &derived{}
+	}
+	before := len(a.refs)
+	var d *derived
+	switch x := n.Node.(type) {
+	case *pg.Node_SelectStmt:
+		d = a.selectStmt(x.SelectStmt, parent, top)
+	case *pg.Node_InsertStmt:
+		d = a.insertStmt(x.InsertStmt, parent)
+	case *pg.Node_UpdateStmt:
+		d = a.updateStmt(x.UpdateStmt, parent)
+	case *pg.Node_DeleteStmt:
+		d = a.deleteStmt(x.DeleteStmt, parent)
+	case *pg.Node_MergeStmt:
+		d = a.mergeStmt(x.MergeStmt, parent)
+	default:
+		a.walk(n, parent)
+		d = &derived{}
+	}
+	d.sharded = d.sharded || len(a.refs) > before
+	return d
+}
+
+func (a *analyzer) with(w *pg.WithClause, sc *scope) {
+	if w == nil {
+		return
+	}
+	sc.ctes = map[string]*derived{}
+	for _, c := range w.Ctes {
+		cte := c.GetCommonTableExpr()
+		if cte == nil {
+			continue
+		}
+		if w.Recursive {
+			sc.ctes[cte.Ctename] = &derived{}
+		}
+		d := a.query(cte.Ctequery, sc, false)
+		if len(cte.Aliascolnames) > 0 {
+			cols := make([]outCol, len(cte.Aliascolnames))
+			for i, n := range cte.Aliascolnames {
+				cols[i].name = strName(n)
+				if i < len(d.cols) {
+					cols[i].origin, cols[i].expr = d.cols[i].origin, d.cols[i].expr
+				}
+			}
+			d = &derived{cols: cols, known: true, sharded: d.sharded}
+		}
+		if w.Recursive {
+			// A recursive CTE's rows come from several iterations: keep
+			// its columns unknown.
+			d = &derived{sharded: d.sharded}
+		}
+		sc.ctes[cte.Ctename] = d
+	}
+}
+
+func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derived {
+	if s == nil {
+		return &derived{}
+	}
+	sc := &scope{parent: parent}
+	a.with(s.WithClause, sc)
+	if s.Op != pg.SetOperation_SETOP_NONE && s.Op != pg.SetOperation_SET_OPERATION_UNDEFINED {
+		l := a.selectStmt(s.Larg, sc, false)
+		a.selectStmt(s.Rarg, sc, false)
+		a.walkList(s.SortClause, sc)
+		a.walk(s.LimitCount, sc)
+		a.walk(s.LimitOffset, sc)
+		if len(s.LockingClause) > 0 {
+			a.locking = true
+		}
+		d := &derived{known: l.known}
+		for _, c := range l.cols {
+			d.cols = append(d.cols, outCol{name: c.name})
+		}
+		if top {
+			a.top = &topInfo{sel: s, sc: sc, setop: true}
+		}
+		return d
+	}
+	if len(s.ValuesLists) > 0 {
+		d := &derived{known: true}
+		for i, row := range s.ValuesLists {
+			for j, v := range row.GetList().GetItems() {
+				a.walk(v, sc)
+				if i == 0 {
+					d.cols = append(d.cols, outCol{name: fmt.Sprintf("column%d", j+1), expr: v})
+				}
+			}
+		}
+		if top {
+			a.top = &topInfo{sel: s, sc: sc, cols: d.cols}
+		}
+		return d
+	}
+	var ti *topInfo
+	if top {
+		ti = &topInfo{sel: s, sc: sc}
+		a.top = ti
+	}
+	for _, f := range s.FromClause {
+		a.fromItem(f, sc, false, ti)
+	}
+	if s.WhereClause != nil {
+		a.walk(s.WhereClause, sc)
+		a.apply(a.conj(s.WhereClause, sc), sc, modeInner, nil)
+	}
+	d := &derived{known: true}
+	for _, t := range s.TargetList {
+		rt := t.GetResTarget()
+		if rt == nil {
+			continue
+		}
+		a.walk(rt.Val, sc)
+		d.addTarget(a, rt, sc)
+	}
+	a.walkList(s.GroupClause, sc)
+	a.walk(s.HavingClause, sc)
+	a.walkList(s.SortClause, sc)
+	a.walkList(s.WindowClause, sc)
+	a.walkList(s.DistinctClause, sc)
+	a.walk(s.LimitCount, sc)
+	a.walk(s.LimitOffset, sc)
+	if len(s.LockingClause) > 0 {
+		a.locking = true
+	}
+	if s.IntoClause != nil {
+		a.refuse("0A000", "SELECT INTO creates a table from query results: pgshard does not route it",
+			"Create the table with CREATE TABLE (applied to every shard) and fill it with INSERT ... SELECT on a key.")
+	}
+	if ti != nil {
+		ti.cols = d.cols
+	}
+	return d
+}
+
+// addTarget adds a select-list entry (or RETURNING entry) to d's columns.
+func (d *derived) addTarget(a *analyzer, rt *pg.ResTarget, sc *scope) {
+	if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+		// * or rel.*: the key columns are known, the others are not.
+		rel := ""
+		if len(cr.Fields) >= 2 {
+			rel = strName(cr.Fields[len(cr.Fields)-2])
+		}
+		for _, it := range sc.items {
+			if rel != "" && it.name != rel {
+				continue
+			}
+			switch {
+			case it.ref != nil:
+				for k, kc := range it.ref.t.keys {
+					d.cols = append(d.cols, outCol{name: kc.col, origin: &colOrigin{ref: it.ref, key: k}})
+				}
+				d.known = false
+			case it.derived != nil:
+				d.cols = append(d.cols, it.derived.cols...)
+				d.known = d.known && it.derived.known
+			default:
+				d.known = false
+			}
+		}
+		return
+	}
+	c := outCol{name: rt.Name, expr: rt.Val}
+	if c.name == "" {
+		c.name = colName(rt.Val)
+	}
+	if o, ok := a.keyOrigin(rt.Val, sc); ok {
+		c.origin = &o
+	}
+	d.cols = append(d.cols, c)
+}
+
+// colName is the name Postgres gives an unnamed select-list entry
+// (FigureColname), for the cases that matter to ORDER BY.
+func colName(n *pg.Node) string {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_ColumnRef:
+		f := x.ColumnRef.Fields
+		if len(f) > 0 {
+			return strName(f[len(f)-1])
+		}
+	case *pg.Node_FuncCall:
+		f := x.FuncCall.Funcname
+		if len(f) > 0 {
+			return strName(f[len(f)-1])
+		}
+	case *pg.Node_TypeCast:
+		if name := colName(x.TypeCast.Arg); name != "?column?" {
+			return name
+		}
+		if tn := x.TypeCast.TypeName; tn != nil && len(tn.Names) > 0 {
+			return strName(tn.Names[len(tn.Names)-1])
+		}
+	case *pg.Node_AIndirection:
+		for i := len(x.AIndirection.Indirection) - 1; i >= 0; i-- {
+			if s := strName(x.AIndirection.Indirection[i]); s != "" {
+				return s
+			}
+		}
+		return colName(x.AIndirection.Arg)
+	case *pg.Node_CoalesceExpr:
+		return "coalesce"
+	case *pg.Node_CaseExpr:
+		return "case"
+	case *pg.Node_SubLink:
+		switch x.SubLink.SubLinkType {
+		case pg.SubLinkType_EXISTS_SUBLINK:
+			return "exists"
+		case pg.SubLinkType_ARRAY_SUBLINK:
+			return "array"
+		case pg.SubLinkType_EXPR_SUBLINK:
+			if s := x.SubLink.Subselect.GetSelectStmt(); s != nil && len(s.TargetList) > 0 {
+				if rt := s.TargetList[0].GetResTarget(); rt != nil {
+					if rt.Name != "" {
+						return rt.Name
+					}
+					return colName(rt.Val)
+				}
+			}
+		}
+	}
+	return "?column?"
+}
+
+// fromItem adds a FROM entry to sc and returns the keyed refs it holds.
+func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) []*tref {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_RangeVar:
+		rv := x.RangeVar
+		vis := rv.Relname
+		if rv.Alias != nil {
+			vis = rv.Alias.Aliasname
+		}
+		if rv.Schemaname == "" {
+			if d := sc.cte(rv.Relname); d != nil {
+				sc.items = append(sc.items, &item{name: vis, derived: d})
+				if ti != nil && d.sharded {
+					ti.derivedSharded = true
+				}
+				return nil
+			}
+		}
+		a.addTable(rv.Relname)
+		if t := a.sc.tables[rv.Relname]; t != nil && !isCatalog(rv.Schemaname, rv.Relname) {
+			ref := a.newRef(t, vis, roleRead, sc)
+			ref.nullable = nullable
+			ref.top = ti != nil
+			sc.items = append(sc.items, &item{name: vis, ref: ref})
+			return []*tref{ref}
+		}
+		sc.items = append(sc.items, &item{name: vis, other: true})
+		if ti != nil {
+			ti.other = true
+		}
+		return nil
+	case *pg.Node_JoinExpr:
+		j := x.JoinExpr
+		lnull := nullable || j.Jointype == pg.JoinType_JOIN_RIGHT || j.Jointype == pg.JoinType_JOIN_FULL
+		rnull := nullable || j.Jointype == pg.JoinType_JOIN_LEFT || j.Jointype == pg.JoinType_JOIN_FULL
+		lrefs := a.fromItem(j.Larg, sc, lnull, ti)
+		rrefs := a.fromItem(j.Rarg, sc, rnull, ti)
+		var f facts
+		if j.Quals != nil {
+			a.walk(j.Quals, sc)
+			f = a.conj(j.Quals, sc)
+		}
+		for _, u := range j.UsingClause {
+			name := strName(u)
+			lo, lok := keyIn(lrefs, name)
+			ro, rok := keyIn(rrefs, name)
+			if lok && rok && lo.typ() == ro.typ() {
+				f.eqs = append(f.eqs, [2]colOrigin{lo, ro})
+			}
+		}
+		switch j.Jointype {
+		case pg.JoinType_JOIN_LEFT:
+			a.apply(f, sc, modeOuter, rrefs)
+		case pg.JoinType_JOIN_RIGHT:
+			a.apply(f, sc, modeOuter, lrefs)
+		case pg.JoinType_JOIN_FULL:
+			a.apply(f, sc, modeFull, nil)
+		default:
+			a.apply(f, sc, modeInner, nil)
+		}
+		return append(lrefs, rrefs...)
+	case *pg.Node_RangeSubselect:
+		rs := x.RangeSubselect
+		d := a.query(rs.Subquery, sc, false)
+		name := ""
+		if rs.Alias != nil {
+			name = rs.Alias.Aliasname
+			if len(rs.Alias.Colnames) > 0 {
+				cols := make([]outCol, len(rs.Alias.Colnames))
+				for i, c := range rs.Alias.Colnames {
+					cols[i].name = strName(c)
+					if i < len(d.cols) {
+						cols[i].origin, cols[i].expr = d.cols[i].origin, d.cols[i].expr
+					}
+				}
+				d = &derived{cols: cols, known: true, sharded: d.sharded}
+			}
+		}
+		sc.items = append(sc.items, &item{name: name, derived: d})
+		if ti != nil && d.sharded {
+			ti.derivedSharded = true
+		}
+		return nil
+	case *pg.Node_RangeTableSample:
+		return a.fromItem(x.RangeTableSample.Relation, sc, nullable, ti)
+	}
+	a.walk(n, sc)
+	name := ""
+	if rf := n.GetRangeFunction(); rf != nil && rf.Alias != nil {
+		name = rf.Alias.Aliasname
+	}
+	sc.items = append(sc.items, &item{name: name, other: true})
+	if ti != nil {
+		ti.other = true
+	}
+	return nil
+}
+
+func keyIn(refs []*tref, col string) (colOrigin, bool) {
+	found, n := colOrigin{}, 0
+	for _, r := range refs {
+		if k := r.t.keyIndex(col); k >= 0 {
+			found, n = colOrigin{ref: r, key: k}, n+1
+		}
+	}
+	return found, n == 1
+}
+
+// ---- DML ----
+
+func (a *analyzer) targetRef(rv *pg.RangeVar, sc *scope, ro role, verb string) *tref {
+	vis := rv.Relname
+	if rv.Alias != nil {
+		vis = rv.Alias.Aliasname
+	}
+	a.addTable(rv.Relname)
+	a.setWrite(verb + " " + rv.Relname)
+	t := a.sc.tables[rv.Relname]
+	if t == nil || isCatalog(rv.Schemaname, rv.Relname) {
+		what := "is not in the sharding schema"
+		if a.sc.global[rv.Relname] {
+			what = "is a global table (identical on every shard)"
+		}
+		a.refuse("0A000", fmt.Sprintf("%s %s: the table %s, so pgshard cannot choose its shard", verb, rv.Relname, what),
+			"Add the table to the sharding schema with its key column, or route the statement with /* pgshard:shard=NAME */.")
+		sc.items = append(sc.items, &item{name: vis, other: true})
+		return nil
+	}
+	ref := a.newRef(t, vis, ro, sc)
+	sc.items = append(sc.items, &item{name: vis, ref: ref})
+	return ref
+}
+
+func (a *analyzer) insertStmt(ins *pg.InsertStmt, parent *scope) *derived {
+	sc := &scope{parent: parent}
+	a.with(ins.WithClause, sc)
+	rv := ins.Relation
+	// The rows to insert: VALUES lists, or a query (which cannot see the
+	// target table).
+	var rows [][]*pg.Node
+	var src *derived
+	if ins.SelectStmt != nil {
+		sel := ins.SelectStmt.GetSelectStmt()
+		if sel != nil && len(sel.ValuesLists) > 0 && sel.WithClause == nil && len(sel.SortClause) == 0 && sel.LimitCount == nil {
+			for _, row := range sel.ValuesLists {
+				items := row.GetList().GetItems()
+				for _, v := range items {
+					a.walk(v, sc)
+				}
+				rows = append(rows, items)
+			}
+		} else {
+			src = a.query(ins.SelectStmt, sc, false)
+		}
+	} else {
+		rows = [][]*pg.Node{nil} // DEFAULT VALUES
+	}
+	ref := a.targetRef(rv, sc, roleInsert, "INSERT into")
+	if ref != nil {
+		var cols []string
+		for _, c := range ins.Cols {
+			if rt := c.GetResTarget(); rt != nil {
+				cols = append(cols, rt.Name)
+			}
+		}
+		// pos: the key's index in a row, -1 if absent, -2 if unknown.
+		pos := func(k keyCol) int {
+			if len(cols) > 0 {
+				return slices.Index(cols, k.col)
+			}
+			if ins.SelectStmt == nil {
+				return -1
+			}
+			if k.pos > 0 {
+				return k.pos - 1
+			}
+			return -2
+		}
+		var rowNodes []*cnode
+		if src != nil {
+			rowNodes = append(rowNodes, a.insertRow(ref, pos, func(i int) (*pg.Node, *colOrigin, bool) {
+				if !src.known || i >= len(src.cols) {
+					return nil, nil, false
+				}
+				c := src.cols[i]
+				if c.expr == nil && c.origin == nil {
+					return nil, nil, false // e.g. a UNION's column: unknown, not a default
+				}
+				return c.expr, c.origin, true
+			}))
+		}
+		for _, row := range rows {
+			rowNodes = append(rowNodes, a.insertRow(ref, pos, func(i int) (*pg.Node, *colOrigin, bool) {
+				if i >= len(row) {
+					return nil, nil, row == nil && ins.SelectStmt == nil // DEFAULT VALUES: every column takes its default
+				}
+				return row[i], nil, true
+			}))
+		}
+		switch rowNodes = dropNil(rowNodes); len(rowNodes) {
+		case 0:
+		case 1:
+			ref.cons = append(ref.cons, rowNodes[0])
+		default:
+			ref.cons = append(ref.cons, &cnode{op: cOr, kids: rowNodes})
+		}
+	}
+	if oc := ins.OnConflictClause; oc != nil {
+		// EXCLUDED is the proposed row: it has the inserted key.
+		sc.items = append(sc.items, &item{name: "excluded", ref: ref, other: ref == nil})
+		if oc.Infer != nil {
+			a.walk(oc.Infer.WhereClause, sc)
+		}
+		a.walk(oc.WhereClause, sc)
+		for _, t := range oc.TargetList {
+			if rt := t.GetResTarget(); rt != nil {
+				a.walk(rt.Val, sc)
+				if ref != nil {
+					a.keyAssign(ref, rt, sc, true)
+				}
+			}
+		}
+	}
+	return a.returning(ins.ReturningList, sc)
+}
+
+// insertRow is the constraint one inserted row puts on the target's shard.
+// at returns the row's i-th value: an expression, or (INSERT ... SELECT) a
+// key column it copies; ok false when the value is unknown.
+func (a *analyzer) insertRow(ref *tref, pos func(keyCol) int, at func(i int) (*pg.Node, *colOrigin, bool)) *cnode {
+	t := ref.t
+	var kids []*cnode
+	linked := false
+	for _, k := range t.keys {
+		col := t.name + "." + k.col
+		p := pos(k)
+		if p == -2 {
+			kids = append(kids, &cnode{op: cAll, note: "INSERT into " + t.name + " without a column list: the position of " + col + " is not configured"})
+			continue
+		}
+		var e *pg.Node
+		var o *colOrigin
+		ok := p >= 0
+		if ok {
+			e, o, ok = at(p)
+		}
+		if p == -1 || ok && e == nil && o == nil || ok && e.GetSetToDefault() != nil {
+			if k.typ == KeySeq {
+				continue // generated on the shard that inserts the row
+			}
+			kids = append(kids, &cnode{op: cAll, note: col + " takes its default, whose shard is unknown"})
+			continue
+		}
+		if !ok {
+			kids = append(kids, &cnode{op: cAll, note: "the value of " + col + " is not known"})
+			continue
+		}
+		if o != nil && o.typ() == k.typ {
+			a.sameKeys(ref, o.ref)
+			linked = true
+			continue
+		}
+		if s := a.srcOf(e, k, t.name, true); s != nil {
+			kids = append(kids, &cnode{op: cSrc, src: s})
+			continue
+		}
+		kids = append(kids, &cnode{op: cAll, note: col + " is computed (" + exprText(e) + ")"})
+	}
+	switch {
+	case len(kids) == 0 && linked:
+		return nil // the key is copied from the rows read: their group decides
+	case len(kids) == 0:
+		return &cnode{op: cNone, note: "a new " + t.name + " row is stored on the shard the statement runs on"}
+	case len(kids) == 1:
+		return kids[0]
+	}
+	return &cnode{op: cAnd, kids: kids}
+}
+
+func dropNil(ns []*cnode) []*cnode {
+	out := ns[:0]
+	for _, n := range ns {
+		if n != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// keyAssign checks an assignment (UPDATE SET, ON CONFLICT DO UPDATE SET)
+// to a key column of ref: the row must stay on the statement's shard.
+func (a *analyzer) keyAssign(ref *tref, rt *pg.ResTarget, sc *scope, onConflict bool) {
+	k := ref.t.keyIndex(rt.Name)
+	if k < 0 {
+		return
+	}
+	kc := ref.t.keys[k]
+	col := ref.t.name + "." + kc.col
+	moves := func(how string) {
+		a.refuse("0A000", fmt.Sprintf("the statement sets the sharding key %s %s: the row would belong to another shard", col, how),
+			"Delete the row and insert it with its new key instead.")
+	}
+	v := rt.Val
+	switch {
+	case len(rt.Indirection) > 0 || v.GetMultiAssignRef() != nil:
+		moves("in a compound assignment")
+		return
+	case v.GetSetToDefault() != nil:
+		if kc.typ != KeySeq {
+			moves("to its default")
+		}
+		return // a new sequence value from this shard's stride
+	}
+	if o, ok := a.keyOrigin(v, sc); ok && o.ref == ref && o.key == k {
+		return // unchanged (SET id = id, SET id = EXCLUDED.id)
+	}
+	if s := a.srcOf(v, kc, ref.t.name, true); s != nil {
+		s.col = col + " (new value)"
+		set := a.newRef(nil, "SET "+col, roleSetKey, sc)
+		set.cons = []*cnode{{op: cSrc, src: s}}
+		return
+	}
+	moves("to " + exprText(v))
+}
+
+func (a *analyzer) returning(list []*pg.Node, sc *scope) *derived {
+	d := &derived{known: true}
+	for _, t := range list {
+		if rt := t.GetResTarget(); rt != nil {
+			a.walk(rt.Val, sc)
+			d.addTarget(a, rt, sc)
+		}
+	}
+	return d
+}
+
+func (a *analyzer) updateStmt(up *pg.UpdateStmt, parent *scope) *derived {
+	sc := &scope{parent: parent}
+	a.with(up.WithClause, sc)
+	ref := a.targetRef(up.Relation, sc, roleUpdate, "UPDATE")
+	for _, f := range up.FromClause {
+		a.fromItem(f, sc, false, nil)
+	}
+	a.where(up.WhereClause, sc, ref)
+	for _, t := range up.TargetList {
+		if rt := t.GetResTarget(); rt != nil {
+			a.walk(rt.Val, sc)
+			if ref != nil {
+				a.keyAssign(ref, rt, sc, false)
+			}
+		}
+	}
+	return a.returning(up.ReturningList, sc)
+}
+
+func (a *analyzer) deleteStmt(del *pg.DeleteStmt, parent *scope) *derived {
+	sc := &scope{parent: parent}
+	a.with(del.WithClause, sc)
+	ref := a.targetRef(del.Relation, sc, roleDelete, "DELETE from")
+	for _, f := range del.UsingClause {
+		a.fromItem(f, sc, false, nil)
+	}
+	a.where(del.WhereClause, sc, ref)
+	return a.returning(del.ReturningList, sc)
+}
+
+// where analyzes an UPDATE/DELETE WHERE clause.
+func (a *analyzer) where(w *pg.Node, sc *scope, target *tref) {
+	if w == nil {
+		return
+	}
+	if w.GetCurrentOfExpr() != nil {
+		if target != nil {
+			target.cons = append(target.cons, &cnode{op: cNone, note: "WHERE CURRENT OF: the row is on the cursor's shard"})
+		}
+		return
+	}
+	a.walk(w, sc)
+	a.apply(a.conj(w, sc), sc, modeInner, nil)
+}
+
+func (a *analyzer) mergeStmt(m *pg.MergeStmt, parent *scope) *derived {
+	sc := &scope{parent: parent}
+	a.with(m.WithClause, sc)
+	if m.Relation != nil {
+		a.addTable(m.Relation.Relname)
+		a.setWrite("MERGE into " + m.Relation.Relname)
+	}
+	a.walk(m.SourceRelation, sc)
+	a.refuse("0A000", "MERGE is not routed by pgshard",
+		"Use INSERT ... ON CONFLICT with a key, or route the statement with /* pgshard:shard=NAME */.")
+	return &derived{sharded: true}
+}
+
+// ---- expressions ----
+
+// walk analyzes the subqueries and function calls inside an expression.
+func (a *analyzer) walk(n *pg.Node, sc *scope) {
+	inspect(n, func(x *pg.Node) bool {
+		switch y := x.Node.(type) {
+		case *pg.Node_SubLink:
+			sl := y.SubLink
+			a.walk(sl.Testexpr, sc)
+			a.sublinks[sl] = a.query(sl.Subselect, sc, false)
+			return false
+		case *pg.Node_FuncCall:
+			a.funcCall(y.FuncCall, sc)
+		case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt:
+			a.query(x, sc, false)
+			return false
+		}
+		return true
+	})
+}
+
+func (a *analyzer) walkList(ns []*pg.Node, sc *scope) {
+	for _, n := range ns {
+		a.walk(n, sc)
+	}
+}
+
+func funcName(fc *pg.FuncCall) (schema, name string) {
+	f := fc.Funcname
+	if len(f) == 0 {
+		return "", ""
+	}
+	if len(f) > 1 {
+		schema = strName(f[len(f)-2])
+	}
+	return schema, strName(f[len(f)-1])
+}
+
+func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
+	schema, name := funcName(fc)
+	builtin := schema == "" || schema == "pg_catalog"
+	if builtin {
+		if why, ok := sessionFuncs[name]; ok && a.unsupported == "" {
+			a.unsupported = why
+		}
+		if name == "set_config" && len(fc.Args) == 3 && !isTrue(fc.Args[2]) && a.unsupported == "" {
+			a.unsupported = "set_config(..., false) changes a session setting, which would stay behind on a pooled server connection; use set_config(..., true) or SET LOCAL inside a transaction"
+		}
+	}
+	if fk, ok := a.sc.funcs[name]; ok {
+		a.setWrite("SELECT " + name + "()")
+		ref := a.newRef(nil, name+"()", roleFunc, sc)
+		var arg *pg.Node
+		if fk.Arg < len(fc.Args) {
+			arg = fc.Args[fk.Arg]
+		}
+		kc := keyCol{col: fmt.Sprintf("arg%d", fk.Arg+1), typ: fk.Type}
+		switch {
+		case arg == nil || arg.GetNamedArgExpr() != nil:
+			ref.cons = []*cnode{{op: cAll, note: fmt.Sprintf("%s(): its key argument %d is not given by position", name, fk.Arg+1)}}
+		default:
+			if o, ok := a.keyOrigin(arg, sc); ok && o.typ() == fk.Type {
+				a.sameKeys(ref, o.ref)
+			} else if s := a.srcOf(arg, kc, name, false); s != nil {
+				s.col = fmt.Sprintf("%s() argument %d", name, fk.Arg+1)
+				ref.cons = []*cnode{{op: cSrc, src: s}}
+			} else {
+				ref.cons = []*cnode{{op: cAll, note: fmt.Sprintf("%s(): its key argument is computed (%s)", name, exprText(arg))}}
+			}
+		}
+		return
+	}
+	if a.notRO == "" && !(builtin && (readOnlyFuncs[name] || aggregates[name])) {
+		a.notRO = fmt.Sprintf("it calls %s(), which pgshard cannot prove read-only", name)
+	}
+}
+
+func isTrue(n *pg.Node) bool {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	c := n.GetAConst()
+	if c == nil {
+		return false
+	}
+	if b, ok := c.Val.(*pg.A_Const_Boolval); ok {
+		return b.Boolval.Boolval
+	}
+	if s, ok := c.Val.(*pg.A_Const_Sval); ok {
+		switch strings.ToLower(s.Sval.Sval) {
+		case "t", "true", "on", "yes", "y", "1":
+			return true
+		}
+	}
+	return false
+}
+
+// keyOrigin returns the key column an expression is (through casts that
+// keep its value), if any.
+func (a *analyzer) keyOrigin(e *pg.Node, sc *scope) (colOrigin, bool) {
+	var casts []vtype
+	for e != nil && e.GetTypeCast() != nil {
+		casts = append(casts, vtypeOfCast(e.GetTypeCast().TypeName))
+		e = e.GetTypeCast().Arg
+	}
+	cr := e.GetColumnRef()
+	if cr == nil {
+		return colOrigin{}, false
+	}
+	o, ok := a.resolve(cr, sc)
+	if !ok {
+		return o, false
+	}
+	for _, c := range casts {
+		if c != naturalType(o.typ()) {
+			return o, false
+		}
+	}
+	return o, true
+}
+
+// resolve finds the key column a column reference names. Scopes are
+// searched innermost first, as Postgres does; a name that might belong to
+// a table whose columns are unknown resolves to nothing (never guess).
+func (a *analyzer) resolve(cr *pg.ColumnRef, sc *scope) (colOrigin, bool) {
+	var names []string
+	for _, f := range cr.Fields {
+		s := f.GetString_()
+		if s == nil {
+			return colOrigin{}, false // * or a subscript
+		}
+		names = append(names, s.Sval)
+	}
+	if len(names) == 0 {
+		return colOrigin{}, false
+	}
+	col := names[len(names)-1]
+	if len(names) == 1 {
+		for s := sc; s != nil; s = s.parent {
+			var found *colOrigin
+			count, maybe := 0, false
+			for _, it := range s.items {
+				switch {
+				case it.ref != nil:
+					if k := it.ref.t.keyIndex(col); k >= 0 {
+						count++
+						found = &colOrigin{ref: it.ref, key: k}
+					} else {
+						maybe = true
+					}
+				case it.derived != nil:
+					if c, ok := it.derived.col(col); ok {
+						count++
+						found = c.origin
+					} else if !it.derived.known {
+						maybe = true
+					}
+				default:
+					maybe = true
+				}
+			}
+			if count == 1 && found != nil {
+				return *found, true
+			}
+			if count > 0 || maybe {
+				return colOrigin{}, false
+			}
+		}
+		return colOrigin{}, false
+	}
+	rel := names[len(names)-2]
+	for s := sc; s != nil; s = s.parent {
+		for _, it := range s.items {
+			if it.name != rel {
+				continue
+			}
+			switch {
+			case it.ref != nil:
+				if k := it.ref.t.keyIndex(col); k >= 0 {
+					return colOrigin{ref: it.ref, key: k}, true
+				}
+			case it.derived != nil:
+				if c, ok := it.derived.col(col); ok && c.origin != nil {
+					return *c.origin, true
+				}
+			}
+			return colOrigin{}, false
+		}
+	}
+	return colOrigin{}, false
+}
+
+// srcOf returns the key source an expression is — a constant or $n,
+// through casts — or nil.
+func (a *analyzer) srcOf(e *pg.Node, k keyCol, table string, insert bool) *source {
+	text := exprText(e)
+	var casts []vtype // outermost first
+	for e != nil && e.GetTypeCast() != nil {
+		casts = append(casts, vtypeOfCast(e.GetTypeCast().TypeName))
+		e = e.GetTypeCast().Arg
+	}
+	slices.Reverse(casts) // innermost first
+	col := table + "." + k.col
+	switch {
+	case e.GetParamRef() != nil:
+		s := &source{param: int(e.GetParamRef().Number), key: k.typ, insert: insert, col: col, expr: text, table: table}
+		if len(casts) > 0 {
+			s.cast, s.chain = casts[0], casts[1:]
+		}
+		if s.param < 1 {
+			return nil
+		}
+		return s
+	case e.GetAConst() != nil:
+		v, literal := constVal(e.GetAConst())
+		switch {
+		case literal && len(casts) == 0 && k.typ != KeyText:
+			v = parseInt(v.s, vtInt8) // an untyped literal is read as the key's type
+		default:
+			for _, c := range casts {
+				v = castTo(v, c)
+			}
+		}
+		return &source{konst: toKey(v, k.typ), key: k.typ, insert: insert, col: col, expr: text, table: table}
+	}
+	return nil
+}
+
+// exprText renders the small expressions that carry keys; others as "…".
+func exprText(e *pg.Node) string {
+	switch x := e.GetNode().(type) {
+	case *pg.Node_ParamRef:
+		return fmt.Sprintf("$%d", x.ParamRef.Number)
+	case *pg.Node_AConst:
+		if x.AConst.Isnull {
+			return "NULL"
+		}
+		v, _ := constVal(x.AConst)
+		switch v.kind {
+		case kText:
+			return quoteKey(v.s)
+		case kInt:
+			return itoa(v.i)
+		case kNum:
+			return v.s
+		}
+		if b, ok := x.AConst.Val.(*pg.A_Const_Boolval); ok {
+			if b.Boolval.Boolval {
+				return "true"
+			}
+			return "false"
+		}
+	case *pg.Node_TypeCast:
+		tn := x.TypeCast.TypeName
+		name := "?"
+		if tn != nil && len(tn.Names) > 0 {
+			name = strName(tn.Names[len(tn.Names)-1])
+		}
+		return exprText(x.TypeCast.Arg) + "::" + name
+	case *pg.Node_ColumnRef:
+		var parts []string
+		for _, f := range x.ColumnRef.Fields {
+			if f.GetAStar() != nil {
+				parts = append(parts, "*")
+			} else {
+				parts = append(parts, strName(f))
+			}
+		}
+		return strings.Join(parts, ".")
+	case *pg.Node_FuncCall:
+		_, name := funcName(x.FuncCall)
+		return name + "(…)"
+	case *pg.Node_SetToDefault:
+		return "DEFAULT"
+	case *pg.Node_SubLink:
+		return "(SELECT …)"
+	case *pg.Node_AExpr:
+		ae := x.AExpr
+		if ae.Kind == pg.A_Expr_Kind_AEXPR_OP && len(ae.Name) > 0 {
+			op := strName(ae.Name[len(ae.Name)-1])
+			if ae.Lexpr == nil {
+				return op + exprText(ae.Rexpr)
+			}
+			return exprText(ae.Lexpr) + " " + op + " " + exprText(ae.Rexpr)
+		}
+	}
+	return "…"
+}
+
+// ---- conditions ----
+
+// facts are what a boolean condition says about keys.
+type facts struct {
+	cons []refCons      // ref's key is constrained
+	eqs  [][2]colOrigin // two keys are equal
+	ins  [][2]colOrigin // key IN (SELECT key ...): the subquery's rows matter only for the outer key
+}
+
+type refCons struct {
+	ref *tref
+	n   *cnode
+}
+
+func (f *facts) add(g facts) {
+	f.cons = append(f.cons, g.cons...)
+	f.eqs = append(f.eqs, g.eqs...)
+	f.ins = append(f.ins, g.ins...)
+}
+
+// conj analyzes a condition that must hold for every row that matters.
+func (a *analyzer) conj(e *pg.Node, sc *scope) facts {
+	var f facts
+	switch x := e.GetNode().(type) {
+	case *pg.Node_BoolExpr:
+		switch x.BoolExpr.Boolop {
+		case pg.BoolExprType_AND_EXPR:
+			for _, arg := range x.BoolExpr.Args {
+				f.add(a.conj(arg, sc))
+			}
+		case pg.BoolExprType_OR_EXPR:
+			f.cons = a.disj(x.BoolExpr.Args, sc)
+		}
+	case *pg.Node_AExpr:
+		ae := x.AExpr
+		if !isEqOp(ae.Name) {
+			break
+		}
+		switch ae.Kind {
+		case pg.A_Expr_Kind_AEXPR_OP:
+			l, r := ae.Lexpr.GetRowExpr(), ae.Rexpr.GetRowExpr()
+			if l != nil && r != nil && len(l.Args) == len(r.Args) {
+				for i := range l.Args {
+					f.add(a.eqPair(l.Args[i], r.Args[i], sc))
+				}
+				break
+			}
+			f.add(a.eqPair(ae.Lexpr, ae.Rexpr, sc))
+		case pg.A_Expr_Kind_AEXPR_IN:
+			f.add(a.inList(ae.Lexpr, ae.Rexpr.GetList().GetItems(), sc))
+		case pg.A_Expr_Kind_AEXPR_OP_ANY:
+			if arr := ae.Rexpr.GetAArrayExpr(); arr != nil {
+				f.add(a.inList(ae.Lexpr, arr.Elements, sc))
+			}
+		}
+	case *pg.Node_SubLink:
+		sl := x.SubLink
+		if sl.SubLinkType != pg.SubLinkType_ANY_SUBLINK || (len(sl.OperName) > 0 && !isEqOp(sl.OperName)) {
+			break
+		}
+		o, ok := a.keyOrigin(sl.Testexpr, sc)
+		d := a.sublinks[sl]
+		if ok && d != nil && len(d.cols) > 0 && d.cols[0].origin != nil && d.cols[0].origin.typ() == o.typ() {
+			f.ins = append(f.ins, [2]colOrigin{o, *d.cols[0].origin})
+		}
+	}
+	return f
+}
+
+// disj: a ref is constrained by an OR only when every arm constrains it.
+func (a *analyzer) disj(args []*pg.Node, sc *scope) []refCons {
+	if len(args) == 0 {
+		return nil
+	}
+	arms := make([]facts, len(args))
+	for i, arg := range args {
+		arms[i] = a.conj(arg, sc)
+	}
+	var out []refCons
+	for _, rc := range arms[0].cons {
+		if slices.ContainsFunc(out, func(o refCons) bool { return o.ref == rc.ref }) {
+			continue
+		}
+		or := &cnode{op: cOr}
+		ok := true
+		for _, arm := range arms {
+			var kids []*cnode
+			for _, c := range arm.cons {
+				if c.ref == rc.ref {
+					kids = append(kids, c.n)
+				}
+			}
+			switch len(kids) {
+			case 0:
+				ok = false
+			case 1:
+				or.kids = append(or.kids, kids[0])
+			default:
+				or.kids = append(or.kids, &cnode{op: cAnd, kids: kids})
+			}
+		}
+		if ok {
+			out = append(out, refCons{ref: rc.ref, n: or})
+		}
+	}
+	return out
+}
+
+func isEqOp(name []*pg.Node) bool {
+	if len(name) == 0 {
+		return false
+	}
+	if len(name) > 1 && strName(name[0]) != "pg_catalog" {
+		return false
+	}
+	return strName(name[len(name)-1]) == "="
+}
+
+func (a *analyzer) eqPair(l, r *pg.Node, sc *scope) facts {
+	var f facts
+	lo, lok := a.keyOrigin(l, sc)
+	ro, rok := a.keyOrigin(r, sc)
+	switch {
+	case lok && rok:
+		if lo.typ() == ro.typ() {
+			f.eqs = append(f.eqs, [2]colOrigin{lo, ro})
+		}
+	case lok:
+		if s := a.srcOf(r, lo.ref.t.keys[lo.key], lo.ref.t.name, false); s != nil {
+			f.cons = append(f.cons, refCons{ref: lo.ref, n: &cnode{op: cSrc, src: s}})
+		}
+	case rok:
+		if s := a.srcOf(l, ro.ref.t.keys[ro.key], ro.ref.t.name, false); s != nil {
+			f.cons = append(f.cons, refCons{ref: ro.ref, n: &cnode{op: cSrc, src: s}})
+		}
+	}
+	return f
+}
+
+func (a *analyzer) inList(l *pg.Node, items []*pg.Node, sc *scope) facts {
+	var f facts
+	o, ok := a.keyOrigin(l, sc)
+	if !ok || len(items) == 0 {
+		return f
+	}
+	or := &cnode{op: cOr}
+	for _, it := range items {
+		s := a.srcOf(it, o.ref.t.keys[o.key], o.ref.t.name, false)
+		if s == nil {
+			return facts{}
+		}
+		or.kids = append(or.kids, &cnode{op: cSrc, src: s})
+	}
+	if len(or.kids) == 1 {
+		or = or.kids[0]
+	}
+	f.cons = append(f.cons, refCons{ref: o.ref, n: or})
+	return f
+}
+
+type applyMode uint8
+
+const (
+	modeInner applyMode = iota // WHERE, inner join ON: filters every ref of the level
+	modeOuter                  // outer join ON: filters only the nullable side
+	modeFull                   // full join ON: filters nothing
+)
+
+// apply records the facts of a condition of scope sc. nullSide lists the
+// refs of an outer join's nullable side.
+func (a *analyzer) apply(f facts, sc *scope, mode applyMode, nullSide []*tref) {
+	onNullSide := func(r *tref) bool { return slices.Contains(nullSide, r) }
+	for _, rc := range f.cons {
+		// A condition on an outer query's row inside a subquery does not
+		// filter the outer rows (NOT EXISTS ...).
+		if rc.ref.sc != sc {
+			continue
+		}
+		if mode == modeInner || mode == modeOuter && onNullSide(rc.ref) {
+			rc.ref.cons = append(rc.ref.cons, rc.n)
+		}
+	}
+	for _, eq := range f.eqs {
+		x, y := eq[0].ref, eq[1].ref
+		xin, yin := x.sc == sc, y.sc == sc
+		switch {
+		case xin && yin:
+			switch {
+			case mode == modeInner:
+				a.sameKeys(x, y)
+			case mode == modeFull:
+				union(a.co, x.id, y.id)
+			case onNullSide(x) && onNullSide(y):
+				a.sameKeys(x, y)
+			case onNullSide(y):
+				a.limits(x, y)
+			case onNullSide(x):
+				a.limits(y, x)
+			}
+		case xin && y.sc.isAncestorOf(sc):
+			if mode != modeFull {
+				a.limits(y, x)
+			}
+			union(a.co, x.id, y.id)
+		case yin && x.sc.isAncestorOf(sc):
+			if mode != modeFull {
+				a.limits(x, y)
+			}
+			union(a.co, x.id, y.id)
+		}
+	}
+	for _, in := range f.ins {
+		a.limits(in[0].ref, in[1].ref)
+	}
+}
+
+// inspect calls fn for n and every node below it, depth first; fn
+// returning false skips a node's children.
+//
+// The common expression nodes are walked directly (protoreflect is slow);
+// the names inside a ColumnRef, operator or type are not visited.
+func inspect(n *pg.Node, fn func(*pg.Node) bool) {
+	if n == nil || n.Node == nil || !fn(n) {
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_ColumnRef, *pg.Node_AConst, *pg.Node_ParamRef, *pg.Node_String_, *pg.Node_AStar,
+		*pg.Node_Integer, *pg.Node_Float, *pg.Node_Boolean, *pg.Node_SetToDefault:
+		return
+	case *pg.Node_AExpr:
+		inspect(x.AExpr.Lexpr, fn)
+		inspect(x.AExpr.Rexpr, fn)
+	case *pg.Node_TypeCast:
+		inspect(x.TypeCast.Arg, fn)
+	case *pg.Node_BoolExpr:
+		inspectAll(x.BoolExpr.Args, fn)
+	case *pg.Node_ResTarget:
+		inspectAll(x.ResTarget.Indirection, fn)
+		inspect(x.ResTarget.Val, fn)
+	case *pg.Node_SortBy:
+		inspect(x.SortBy.Node, fn)
+	case *pg.Node_List:
+		inspectAll(x.List.Items, fn)
+	case *pg.Node_NullTest:
+		inspect(x.NullTest.Arg, fn)
+	case *pg.Node_RowExpr:
+		inspectAll(x.RowExpr.Args, fn)
+	case *pg.Node_AArrayExpr:
+		inspectAll(x.AArrayExpr.Elements, fn)
+	case *pg.Node_CoalesceExpr:
+		inspectAll(x.CoalesceExpr.Args, fn)
+	case *pg.Node_SubLink:
+		inspect(x.SubLink.Testexpr, fn)
+		inspect(x.SubLink.Subselect, fn)
+	case *pg.Node_FuncCall:
+		fc := x.FuncCall
+		inspectAll(fc.Args, fn)
+		inspectAll(fc.AggOrder, fn)
+		inspect(fc.AggFilter, fn)
+		if fc.Over != nil {
+			inspectMsg(fc.Over.ProtoReflect(), fn)
+		}
+	default:
+		inspectMsg(n.ProtoReflect(), fn)
+	}
+}
+
+func inspectAll(ns []*pg.Node, fn func(*pg.Node) bool) {
+	for _, n := range ns {
+		inspect(n, fn)
+	}
+}
+
+func inspectMsg(m protoreflect.Message, fn func(*pg.Node) bool) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil || fd.IsMap() {
+			return true
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				visitMsg(l.Get(i).Message(), fn)
+			}
+			return true
+		}
+		visitMsg(v.Message(), fn)
+		return true
+	})
+}
+
+func visitMsg(m protoreflect.Message, fn func(*pg.Node) bool) {
+	if node, ok := m.Interface().(*pg.Node); ok {
+		inspect(node, fn)
+		return
+	}
+	inspectMsg(m, fn)
+}

@@ -1,0 +1,546 @@
+package route
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// cursorOptHold is CURSOR_OPT_HOLD (parsenodes.h): DECLARE ... WITH HOLD.
+const cursorOptHold = 0x0020
+
+// analyzeStmt classifies one parsed statement and builds its plan. text is
+// the statement's own text (hints are read from its comments).
+func (r *Router) analyzeStmt(text string, node *pg.Node) *Statement {
+	st := &Statement{SQL: text, Kind: KindOther}
+	lr := lex(text, false, 0)
+	st.NumParams = lr.maxParam
+	h, hintErr := parseHints(lr.comments)
+
+	a := newAnalyzer(r)
+	p := &plan{anyReason: "touches no sharded table"}
+	unsupported := func(why string) {
+		st.Kind, st.Reason = KindUnsupported, why
+	}
+	query := false
+	switch x := node.GetNode().(type) {
+	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+		a.query(node, nil, true)
+		query = true
+	case *pg.Node_TransactionStmt:
+		t := x.TransactionStmt
+		st.ReadOnly = true
+		switch t.Kind {
+		case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
+			st.Kind = KindBegin
+		case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
+			st.Kind, st.Chain = KindCommit, t.Chain
+		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+			st.Kind, st.Chain = KindRollback, t.Chain
+		case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg.TransactionStmtKind_TRANS_STMT_RELEASE, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+			st.Kind = KindSavepoint
+		default:
+			unsupported("two-phase commit (PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED) is not supported through pgshard: the prepared transaction must be finished on the shard that holds it")
+		}
+	case *pg.Node_VariableSetStmt:
+		r.classifySet(st, x.VariableSetStmt)
+	case *pg.Node_VariableShowStmt:
+		st.Kind, st.SetName, st.ReadOnly = KindShow, strings.ToLower(x.VariableShowStmt.Name), true
+	case *pg.Node_DeallocateStmt:
+		st.Kind, st.ReadOnly = KindDeallocate, true
+		if !x.DeallocateStmt.Isall {
+			st.PrepareName = x.DeallocateStmt.Name
+		}
+	case *pg.Node_DiscardStmt:
+		st.Kind, st.ReadOnly = KindDiscard, true
+		st.SetName = map[pg.DiscardMode]string{pg.DiscardMode_DISCARD_ALL: "all", pg.DiscardMode_DISCARD_PLANS: "plans",
+			pg.DiscardMode_DISCARD_SEQUENCES: "sequences", pg.DiscardMode_DISCARD_TEMP: "temp"}[x.DiscardStmt.Target]
+	case *pg.Node_PrepareStmt:
+		ps := x.PrepareStmt
+		st.Kind, st.PrepareName, st.ReadOnly = KindPrepare, ps.Name, true
+		for _, t := range ps.Argtypes {
+			st.PrepareTypes = append(st.PrepareTypes, typeNameOID(t.GetTypeName()))
+		}
+		inner := "SELECT 1"
+		if out, err := deparse(ps.Query); err == nil {
+			inner = out
+		}
+		st.Prepared = r.analyzeStmt(inner, ps.Query)
+	case *pg.Node_ExecuteStmt:
+		es := x.ExecuteStmt
+		st.Kind, st.PrepareName = KindExecute, es.Name
+		args := make([][]byte, 0, len(es.Params))
+		for i, prm := range es.Params {
+			v, ok := constText(prm)
+			if !ok {
+				st.Reason = fmt.Sprintf("EXECUTE argument %d is not a constant (%s): pgshard cannot route it", i+1, exprText(prm))
+				args = nil
+				break
+			}
+			args = append(args, v)
+		}
+		st.ExecuteArgs = args
+	case *pg.Node_ListenStmt:
+		unsupported("LISTEN is not supported through pgshard: notifications are delivered to a server session, which a transaction pooler shares between clients")
+	case *pg.Node_UnlistenStmt:
+		st.ReadOnly = true
+		p.anyReason = "UNLISTEN: nothing to undo (LISTEN is not supported): any shard"
+	case *pg.Node_NotifyStmt:
+		p.anyReason = "NOTIFY is delivered at commit to listeners on the shard the transaction runs on"
+	case *pg.Node_DeclareCursorStmt:
+		dc := x.DeclareCursorStmt
+		if dc.Options&cursorOptHold != 0 {
+			unsupported("DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
+			break
+		}
+		a.query(dc.Query, nil, false)
+		a.top = nil // a cursor cannot be merged across shards
+		p.mergeWhy = "a cursor over a key-less query would need one cursor per shard"
+		query = true
+	case *pg.Node_ClosePortalStmt, *pg.Node_FetchStmt:
+		st.ReadOnly = true
+		p.anyReason = "a cursor lives on the shard of its transaction"
+	case *pg.Node_ExplainStmt:
+		ex := x.ExplainStmt
+		p.explain = true
+		for _, o := range ex.Options {
+			if d := o.GetDefElem(); d != nil && d.Defname == "analyze" && (d.Arg == nil || isTrue(d.Arg)) {
+				p.analyze = true
+			}
+		}
+		a.query(ex.Query, nil, false)
+		query = true
+	case *pg.Node_CopyStmt:
+		cp := x.CopyStmt
+		switch {
+		case cp.Query != nil:
+			a.query(cp.Query, nil, false)
+			p.mergeWhy = "COPY (query) TO of a key-less query cannot be merged"
+		case cp.Relation != nil:
+			a.addTable(cp.Relation.Relname)
+			if t := r.sc.tables[cp.Relation.Relname]; t != nil {
+				if cp.IsFrom {
+					a.setWrite("COPY into " + cp.Relation.Relname)
+					a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM would need each row routed by its key",
+						"Use INSERT (one shard per statement), or route the COPY to one shard with /* pgshard:shard=NAME */.")
+				} else {
+					a.refuse("0A000", "COPY "+cp.Relation.Relname+" TO reads a sharded table from every shard; COPY output is not merged",
+						"COPY (SELECT ... WHERE key = ...) TO, or route it with /* pgshard:shard=NAME */.")
+				}
+			} else if cp.IsFrom {
+				a.setWrite("COPY into " + cp.Relation.Relname)
+				a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM: the table is not in the sharding schema, so pgshard cannot choose its shard",
+					"Route it with /* pgshard:shard=NAME */.")
+			}
+		}
+		if cp.Filename != "" || cp.IsProgram {
+			a.refuse("0A000", "COPY to or from a server file or program is not routed by pgshard", "Use COPY ... STDIN/STDOUT.")
+		}
+		query = true
+	case *pg.Node_CallStmt:
+		fc := x.CallStmt.Funccall
+		a.setWrite("CALL")
+		if fc != nil {
+			a.walk(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: fc}}, nil)
+			_, name := funcName(fc)
+			if _, keyed := r.sc.funcs[name]; !keyed {
+				a.refuse("0A000", fmt.Sprintf("CALL %s(): the procedure has no key in the sharding schema, so pgshard cannot choose its shard", name),
+					"Add it to the schema's functions with its key argument, or route it with /* pgshard:shard=NAME */.")
+			}
+		}
+		query = true
+	case *pg.Node_DoStmt:
+		a.setWrite("DO")
+		a.refuse("0A000", "DO blocks are not routed: pgshard cannot see which keys the code touches",
+			"Route it with /* pgshard:key=KEY */ or /* pgshard:shard=NAME */.")
+		query = true
+	case *pg.Node_LockStmt:
+		st.Kind = KindOther
+		for _, rel := range x.LockStmt.Relations {
+			if rv := rel.GetRangeVar(); rv != nil {
+				a.addTable(rv.Relname)
+				if r.sc.tables[rv.Relname] != nil {
+					a.setWrite("LOCK TABLE " + rv.Relname)
+					a.refuse("0A000", "LOCK TABLE "+rv.Relname+" would lock the table on every shard inside one transaction",
+						"Lock rows by key (SELECT ... WHERE key = $1 FOR UPDATE), or route it with /* pgshard:shard=NAME */.")
+				}
+			}
+		}
+		p.anyReason = "LOCK of a table that is not sharded: on the transaction's shard"
+		query = true
+	case *pg.Node_CreateStmt:
+		if temp(x.CreateStmt.Relation) {
+			if x.CreateStmt.Oncommit != pg.OnCommitAction_ONCOMMIT_DROP {
+				unsupported("CREATE TEMP TABLE creates a table that outlives the transaction in one server session, which a transaction pooler shares; add ON COMMIT DROP to use it inside one transaction")
+			} else {
+				p.anyReason = "a temporary table dropped at commit lives on the transaction's shard"
+			}
+			break
+		}
+		st.Kind, p.ddl = KindDDL, true
+	case *pg.Node_CreateTableAsStmt:
+		ct := x.CreateTableAsStmt
+		if ct.Into != nil && temp(ct.Into.Rel) && ct.Into.OnCommit != pg.OnCommitAction_ONCOMMIT_DROP {
+			unsupported("CREATE TEMP TABLE ... AS creates a table that outlives the transaction in one server session; add ON COMMIT DROP")
+			break
+		}
+		if ct.Objtype == pg.ObjectType_OBJECT_MATVIEW {
+			st.Kind, p.ddl = KindDDL, true
+			break
+		}
+		a.query(ct.Query, nil, false)
+		a.setWrite("CREATE TABLE AS")
+		a.refuse("0A000", "CREATE TABLE ... AS copies query results into a new table: pgshard does not route it",
+			"Create the table with CREATE TABLE (applied to every shard) and fill it by key, or route it with /* pgshard:shard=NAME */.")
+		query = true
+	case *pg.Node_ViewStmt:
+		if temp(x.ViewStmt.View) {
+			unsupported("CREATE TEMP VIEW creates a view that outlives the transaction in one server session")
+			break
+		}
+		st.Kind, p.ddl = KindDDL, true
+	case *pg.Node_CreateSeqStmt:
+		if temp(x.CreateSeqStmt.Sequence) {
+			unsupported("CREATE TEMP SEQUENCE creates a sequence that outlives the transaction in one server session")
+			break
+		}
+		st.Kind, p.ddl = KindDDL, true
+	case *pg.Node_LoadStmt:
+		unsupported("LOAD loads a library into one server session")
+	case *pg.Node_ConstraintsSetStmt:
+		st.Kind, st.SetName, st.ReadOnly = KindSetLocal, "constraints", true
+	default:
+		// Any other utility statement (CREATE/ALTER/DROP/GRANT/TRUNCATE/
+		// VACUUM/ANALYZE/COMMENT/REINDEX/CHECKPOINT/...) has no key: it is
+		// applied to every shard.
+		st.Kind, p.ddl = KindDDL, true
+	}
+
+	if a.unsupported != "" && st.Kind != KindUnsupported {
+		unsupported(a.unsupported)
+	}
+	st.Tables = a.tables
+	if query {
+		st.ReadOnly = !a.write && !a.locking && a.notRO == "" && a.refusal == nil
+	}
+	if st.Kind == KindDDL {
+		st.ReadOnly = false
+	}
+	r.finish(st, p, a, h, hintErr)
+	return st
+}
+
+func temp(rv *pg.RangeVar) bool {
+	return rv != nil && (rv.Relpersistence == "t" || rv.Schemaname == "pg_temp")
+}
+
+// constText is a constant EXECUTE argument in text format (nil = NULL).
+func constText(n *pg.Node) ([]byte, bool) {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	c := n.GetAConst()
+	if c == nil {
+		return nil, false
+	}
+	if c.Isnull {
+		return nil, true
+	}
+	v, _ := constVal(c)
+	switch v.kind {
+	case kText, kInt, kNum:
+		return []byte(v.text()), true
+	}
+	if b, ok := c.Val.(*pg.A_Const_Boolval); ok {
+		if b.Boolval.Boolval {
+			return []byte("t"), true
+		}
+		return []byte("f"), true
+	}
+	if b, ok := c.Val.(*pg.A_Const_Bsval); ok {
+		return []byte(b.Bsval.Bsval), true
+	}
+	return nil, false
+}
+
+// classifySet classifies SET / RESET.
+func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
+	st.ReadOnly = true
+	name := strings.ToLower(v.Name)
+	st.SetName = name
+	if v.Kind == pg.VariableSetKind_VAR_SET_MULTI {
+		switch name {
+		case "transaction":
+			st.Kind = KindSetLocal
+		case "session characteristics":
+			st.Kind = KindSetSession
+			var parts []string
+			for _, a := range v.Args {
+				if d := a.GetDefElem(); d != nil {
+					parts = append(parts, "SET LOCAL "+d.Defname+" TO "+setValueSQL([]*pg.Node{d.Arg}))
+				}
+			}
+			st.SetLocalSQL = strings.Join(parts, "; ")
+		default:
+			st.Kind = KindSetSession
+		}
+		return
+	}
+	if strings.HasPrefix(name, "pgshard.") {
+		switch {
+		case name != hintSetting && name != shardSetting:
+			st.Kind = KindUnsupported
+			st.Reason = fmt.Sprintf("unknown pgshard setting %q (the proxy knows %s and %s)", name, hintSetting, shardSetting)
+		case !v.IsLocal:
+			st.Kind = KindUnsupported
+			st.Reason = "SET " + name + " must be SET LOCAL, inside a transaction: it names one transaction's shard"
+		case v.Kind != pg.VariableSetKind_VAR_SET_VALUE || len(v.Args) != 1:
+			st.Kind = KindUnsupported
+			st.Reason = "SET LOCAL " + name + " takes one value"
+		default:
+			st.Kind = KindSetLocal
+			st.SetValue = setValuePlain(v.Args)
+		}
+		return
+	}
+	switch {
+	case name == "session_authorization":
+		st.Kind = KindUnsupported
+		st.Reason = "SET SESSION AUTHORIZATION changes the identity of a server session, which a transaction pooler shares; connect as that user instead"
+		return
+	case v.IsLocal:
+		st.Kind = KindSetLocal
+	default:
+		st.Kind = KindSetSession
+	}
+	switch v.Kind {
+	case pg.VariableSetKind_VAR_SET_VALUE:
+		st.SetValue = setValuePlain(v.Args)
+		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " TO " + setValueSQL(v.Args)
+	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
+		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " TO DEFAULT"
+	case pg.VariableSetKind_VAR_SET_CURRENT:
+		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " FROM CURRENT"
+	case pg.VariableSetKind_VAR_RESET_ALL:
+		st.SetName = "all"
+	}
+	if st.Kind == KindSetLocal {
+		st.SetLocalSQL = ""
+	}
+}
+
+// setValuePlain is a SET value list as plain text: constants unquoted,
+// joined by ", ".
+func setValuePlain(args []*pg.Node) string {
+	var parts []string
+	for _, a := range args {
+		if b, ok := constText(a); ok {
+			parts = append(parts, string(b))
+		} else {
+			parts = append(parts, exprText(a))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// setValueSQL is a SET value list as SQL.
+func setValueSQL(args []*pg.Node) string {
+	var parts []string
+	for _, a := range args {
+		c := a.GetAConst()
+		switch {
+		case c == nil:
+			parts = append(parts, exprText(a))
+		case c.GetSval() != nil:
+			parts = append(parts, "'"+strings.ReplaceAll(c.GetSval().Sval, "'", "''")+"'")
+		default:
+			b, _ := constText(a)
+			parts = append(parts, string(b))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func quoteGUC(name string) string {
+	for _, part := range strings.Split(name, ".") {
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+				return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+			}
+		}
+	}
+	return name
+}
+
+// finish turns the analysis into a plan: groups, edges, hints, the merge
+// plan, and — when no parameter matters — the decision itself.
+func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr error) {
+	st.plan = p
+	if st.Kind != KindOther && st.Kind != KindDDL {
+		p.anyReason = kindReason(st.Kind)
+	}
+	switch {
+	case st.Kind == KindUnsupported:
+		ref := &Refusal{SQLState: "0A000", Message: st.Reason}
+		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: st.Reason, Refusal: ref}
+		return
+	case hintErr != nil:
+		ref := &Refusal{SQLState: "42601", Message: hintErr.Error(),
+			Hint: "Hints are /* pgshard:key=VALUE */ or /* pgshard:shard=NAME */."}
+		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
+		return
+	case st.Kind == KindSetLocal && st.SetName == hintSetting:
+		d := r.RouteKey(st.SetValue, r.sc.hintType)
+		p.static = &d
+		return
+	case st.Kind == KindSetLocal && st.SetName == shardSetting:
+		d := r.RouteShard(st.SetValue)
+		p.static = &d
+		return
+	}
+
+	// Groups: refs with equal keys.
+	groupOf := map[int]int{}
+	colocOf := map[int]int{}
+	for _, ref := range a.refs {
+		root := find(a.uf, ref.id)
+		gi, ok := groupOf[root]
+		if !ok {
+			gi = len(p.groups)
+			groupOf[root] = gi
+			c := find(a.co, ref.id)
+			if _, ok := colocOf[c]; !ok {
+				colocOf[c] = len(colocOf)
+			}
+			p.groups = append(p.groups, group{coloc: colocOf[c]})
+		}
+		g := &p.groups[gi]
+		if g.desc != "" {
+			g.desc += ", "
+		}
+		g.desc += ref.desc
+		if ref.role != roleRead {
+			g.write = true
+		}
+		for _, c := range ref.cons {
+			if g.expr == nil {
+				g.expr = c
+			} else if g.expr.op == cAnd && g.expr.note == "group" {
+				g.expr.kids = append(g.expr.kids, c)
+			} else {
+				g.expr = &cnode{op: cAnd, kids: []*cnode{g.expr, c}, note: "group"}
+			}
+		}
+	}
+	for _, e := range a.edges {
+		from, to := groupOf[find(a.uf, e[0])], groupOf[find(a.uf, e[1])]
+		if from != to && !containsEdge(p.edges, from, to) {
+			p.edges = append(p.edges, [2]int{from, to})
+		}
+	}
+	p.write = a.write || a.locking
+	p.writeWhat = a.writeWhat
+	if p.writeWhat == "" && a.locking {
+		p.writeWhat = "SELECT ... FOR UPDATE/SHARE"
+	}
+	p.notReadOnly = a.notRO
+	if a.locking && p.notReadOnly == "" {
+		p.notReadOnly = "it locks rows (FOR UPDATE/SHARE)"
+	}
+	p.refusal = a.refusal
+	if p.mergeWhy == "" {
+		p.merge, p.mergeWhy = a.mergePlan()
+	}
+
+	// Hints.
+	if h.present() {
+		hp, ref := r.hintPlan(h, a)
+		if ref != nil {
+			p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
+			return
+		}
+		p.hint = hp
+	}
+
+	if !p.dependsOnParams() {
+		d := r.decide(p, &input{}, nil)
+		p.static, p.decided = &d, true
+		return
+	}
+	if len(p.groups) == 1 && len(p.edges) == 0 && p.hint == nil && p.refusal == nil && !p.ddl {
+		if e := p.groups[0].expr; e != nil && e.op == cSrc && e.src.param > 0 {
+			p.fast = e.src
+		}
+	}
+}
+
+func containsEdge(es [][2]int, a, b int) bool {
+	for _, e := range es {
+		if e[0] == a && e[1] == b {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *plan) dependsOnParams() bool {
+	if p.merge != nil && (p.merge.limit != nil || p.merge.offset != nil) {
+		return true
+	}
+	var dep func(n *cnode) bool
+	dep = func(n *cnode) bool {
+		if n == nil {
+			return false
+		}
+		if n.op == cSrc {
+			return n.src.param > 0
+		}
+		for _, k := range n.kids {
+			if dep(k) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range p.groups {
+		if dep(p.groups[i].expr) {
+			return true
+		}
+	}
+	return false
+}
+
+// hintPlan resolves a statement's hints.
+func (r *Router) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
+	hp := &hintPlan{shard: -1, b: -1}
+	if h.hasShard {
+		i, ok := r.byName[h.shard]
+		if !ok {
+			return nil, r.unknownShard(h.shard)
+		}
+		hp.shard = i
+		hp.desc = "hint pgshard:shard=" + h.shard
+	}
+	if h.hasKey {
+		t := r.sc.hintType
+		if a.havePlace {
+			t = a.placeType
+		}
+		d := r.RouteKey(h.key, t)
+		if d.Kind != DestShard {
+			return nil, d.Refusal
+		}
+		if hp.shard >= 0 && hp.shard != d.Shard {
+			return nil, &Refusal{SQLState: "0A000",
+				Message: fmt.Sprintf("hints disagree: pgshard:key=%s is on shard %s, pgshard:shard=%s", h.key, r.m.Shards[d.Shard].Name, h.shard)}
+		}
+		hp.shard, hp.key, hp.b = d.Shard, d.Key, d.Bucket
+		hp.desc = fmt.Sprintf("hint pgshard:key=%s (%s) → bucket %d", quoteKey(h.key), t, d.Bucket)
+		if t == KeySeq {
+			hp.desc = fmt.Sprintf("hint pgshard:key=%s (seq)", h.key)
+		}
+	}
+	return hp, nil
+}

@@ -1,0 +1,143 @@
+// Package route is the SQL analyzer and router of pgshard's proxy: it
+// decides, per statement, which shard runs it — one shard, every shard
+// (with a merge plan), any shard, or none (a refusal with a SQLSTATE).
+//
+//	query text ─► cache ─hit─► *Statement (kind, plan)        Analyze / Split
+//	              │miss
+//	              ├─ fast path (BEGIN/COMMIT/ROLLBACK, SET LOCAL pgshard.key): no parse
+//	              └─ pg_query (Postgres's own grammar) ─► classify ─► plan
+//	*Statement + Bind params ─► decode key params ─► hash ─► shard sets ─► Dest   Route
+//
+// # Parsing and the cache
+//
+// Statements are parsed with github.com/pganalyze/pg_query_go, which is
+// Postgres's parser, once per distinct text: a Router caches analyses in a
+// bounded CLOCK cache (Options.CacheSize entries; a hit takes a read lock
+// and sets an atomic flag, and allocates nothing). A text Postgres cannot
+// parse is not an error here: it becomes a KindOther statement with
+// ParseError set that routes DestAny, so the engine forwards it and the
+// client receives Postgres's own error (SQLSTATE, position) unchanged.
+//
+// # Where keys come from
+//
+// The sharding Schema names keyed tables (column and key type: text, int8,
+// or seq for the strided global sequences) and keyed function arguments
+// (harel_commit_cas's first). Analyze finds, once per text, every place a
+// key value enters the statement — a constant (evaluated then) or a $n
+// (decoded at Route) — in:
+//
+//   - WHERE / JOIN ON equality on a key column, through AND chains, IN
+//     lists, = ANY(ARRAY[...]), row comparisons, and OR when every arm
+//     constrains the same table;
+//   - INSERT column lists (or the configured column position) with VALUES
+//     rows, INSERT ... SELECT (a constant, a parameter or a copied key
+//     column), ON CONFLICT DO UPDATE SET key = ...;
+//   - UPDATE SET key = value (the row must stay on the statement's shard);
+//   - keyed function arguments anywhere in the statement;
+//   - subqueries and CTEs (including data-modifying ones) — every keyed
+//     reference of a statement must agree on one shard;
+//   - casts of constants and parameters ($1::text, CAST($1 AS int8),
+//     42::text, '42'::int8).
+//
+// Tables are matched by name with any schema qualifier (public.executions
+// is executions); quoted names are exact ("Executions" is another table).
+// An unqualified column that might belong to a table whose columns are
+// unknown is not treated as a key: the router never guesses.
+//
+// A parameter's type is the type the client declared in Parse (a cast in
+// the SQL then converts it, as the server does), else the type of the
+// cast applied to it, else the key column's type. This is how Postgres
+// types parameters; the order (cast first) would decode a value
+// declared int8 and written $1::text as raw text, which the server does not.
+// Parameters are decoded in text and binary format: text, varchar, bpchar
+// (trailing blanks dropped, as when compared with text), name and unknown
+// as bytes; int2/int4/int8 big-endian; uuid as 16 bytes, rendered as the
+// server's uuid::text does (lowercase, dashed). The store's execution ids
+// are 32 lowercase hex digits without dashes stored as text, so a uuid-typed
+// parameter never equals one: it routes by the dashed text the server
+// would compare, and finds nothing there, exactly as it would on one
+// database. A binary value of the wrong length is refused with 22P03, text
+// that is not a valid integer or uuid with 22P02, like the server does.
+// A NULL key matches no row (the statement may run anywhere, DestAny) in a
+// condition; as an inserted or assigned key it is refused (23502).
+//
+// # Deciding
+//
+// Keyed references whose keys are equal (joined on the key by an inner
+// join or WHERE) form a group; a group's shard set is the intersection of
+// its conditions (AND), unions for OR/IN. A reference on the nullable side
+// of an outer join, or inside a correlated subquery, needs only the rows
+// that join the other side, so its set is narrowed by that side's.
+//
+//   - Every group on one shard, the same one: DestShard.
+//   - Groups on different shards: refused, SQLSTATE 0A000, naming both keys
+//     and shards — never a silent misroute.
+//   - No group needs a shard (no keyed table; a NULL or contradictory key;
+//     a new outbox row, whose seq the inserting shard generates): DestAny.
+//   - Some group needs several shards (no key, or IN keys on several
+//     shards): a write (or FOR UPDATE, or a keyed function) is refused; a
+//     read fans out (DestAll) if all keyed tables are joined on their keys
+//     and the result can be merged (Merge), and is refused otherwise.
+//
+// DDL and other utility statements without a key run on every shard
+// (KindDDL, DestAll, Merge nil).
+//
+// # Fan-out merges
+//
+// A key-less SELECT merges when: its FROM reads a keyed table directly
+// (not only in subqueries or derived tables); ORDER BY terms are select-list
+// columns (by position, output name or equal expression; hidden sort
+// columns are not added); LIMIT/OFFSET are constants or parameters (each
+// shard is sent LIMIT n+m without OFFSET, deparsed from the tree); without
+// GROUP BY, every select-list entry is a bare count/sum/min/max or a
+// constant. GROUP BY and DISTINCT merge only when they include a sharding
+// key of a table that is not on the nullable side of an outer join (every
+// group then lives on one shard). Refused, with the reason and the advice
+// to add a key predicate or a hint: avg (select sum and count), count
+// (DISTINCT), other aggregates, window functions, HAVING without GROUP BY
+// key, DISTINCT ON, GROUPING SETS, set operations, FETCH WITH TIES, a
+// function not known to be read-only, a join of keyed tables not on their
+// keys, a subquery reading another keyed table.
+//
+// # Hints
+//
+// Hints need no parsing of the statement itself and override the SQL's
+// keys; a hint that contradicts a key the SQL gives is refused (0A000):
+//
+//   - /* pgshard:key=VALUE */ anywhere in the text (in a block comment whose
+//     body starts with "pgshard:"; VALUE bare or quoted '...' / "..."), the
+//     first one wins. Its type is the placement key type of the statement's
+//     first keyed table, else Schema.HintType.
+//   - /* pgshard:shard=NAME */ names a shard (an operator's tool); an
+//     unknown name is refused with 42704. Several directives may share one
+//     comment; an unknown directive is refused with 42601.
+//   - SET LOCAL pgshard.key = '...' is KindSetLocal with SetName
+//     "pgshard.key": the engine routes the transaction with RouteKey (or
+//     Route, which does the same) and never sends it to a shard. A session
+//     SET pgshard.key and other pgshard.* settings are KindUnsupported.
+//
+// # Behind a transaction pooler
+//
+// Session state cannot survive on a pooled server connection. KindUnsupported
+// (refused with 0A000 and a reason): LISTEN; session advisory locks
+// (pg_advisory_lock and friends; the _xact_ forms are fine);
+// set_config(..., false); DECLARE ... WITH HOLD; CREATE TEMP TABLE / VIEW /
+// SEQUENCE without ON COMMIT DROP (with it, the table lives inside one
+// transaction, which is fine); SET SESSION AUTHORIZATION (replaying it per
+// transaction would need superuser on the pooled connection: connect as
+// that user); PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED (a
+// prepared transaction must be finished on the shard that holds it); LOAD.
+// Allowed: NOTIFY and pg_notify (transactional, delivered at commit to
+// listeners on the transaction's shard), UNLISTEN (a no-op), cursors
+// without HOLD, SET LOCAL, and session SET/RESET, which are KindSetSession
+// with SetName, SetValue and SetLocalSQL, so the engine can keep them and
+// replay them as SET LOCAL in each transaction. SET TIME ZONE is named
+// "timezone", as SHOW names it.
+//
+// # Cost
+//
+// Route is the hot path: a cached Analyze plus Route of a point SELECT by
+// $1 costs about half a microsecond and two allocations (the Key and Reason
+// strings); statements whose decision depends on no parameter are decided
+// at analysis and cost a copy.
+package route

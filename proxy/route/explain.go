@@ -1,0 +1,29 @@
+package route
+
+// Explanation is a routing decision with the steps that led to it, for
+// people (`pgshard route`), not for the hot path.
+type Explanation struct {
+	Statement *Statement
+	Dest      Dest
+	// Steps are the reasons, in order: each key found and where it lives,
+	// how references combine, the decision.
+	Steps []string
+}
+
+// Explain routes st like Route and records why.
+func (r *Router) Explain(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Explanation {
+	ex := Explanation{Statement: st, Dest: r.Route(st, params, formats, paramOIDs)}
+	p := st.plan
+	if st.ParseError != "" {
+		ex.Steps = append(ex.Steps, "Postgres's grammar rejects the text: "+st.ParseError)
+	}
+	if p != nil && (p.static == nil || p.decided) {
+		var steps []string
+		r.decide(p, &input{params: params, formats: formats, oids: paramOIDs}, &steps)
+		ex.Steps = append(ex.Steps, steps...)
+	}
+	if n := len(ex.Steps); n == 0 || ex.Steps[n-1] != ex.Dest.Reason {
+		ex.Steps = append(ex.Steps, ex.Dest.Reason)
+	}
+	return ex
+}

@@ -1,0 +1,381 @@
+package route
+
+import "strconv"
+
+// A small SQL lexer: enough of Postgres's scanner (scan.l) to find comments
+// (where hints live), the words of a statement and its semicolons without
+// ever mistaking the inside of a string, quoted identifier or dollar-quoted
+// body for either. It assumes standard_conforming_strings = on (the default
+// since PostgreSQL 9.1): in '...' a backslash is an ordinary character; in
+// E'...' it escapes the next one.
+
+type tokKind uint8
+
+const (
+	tokWord   tokKind = iota // identifier or keyword (unquoted)
+	tokQIdent                // "quoted identifier" (text holds the unescaped name)
+	tokString                // any string constant (text holds the unescaped value for plain '...')
+	tokNumber                // numeric constant
+	tokParam                 // $n
+	tokPunct                 // operator or punctuation, one token per run
+	tokSemi                  // ;
+)
+
+type token struct {
+	kind tokKind
+	text string // for tokString of a plain '...' constant: its value; otherwise the source text
+	// plain is true for a tokString that is a plain '...' constant whose
+	// value text holds.
+	plain bool
+}
+
+// comment is a /* ... */ block comment: its body without the delimiters.
+type comment struct {
+	body string
+}
+
+// lexResult is what one pass over a query text finds.
+type lexResult struct {
+	toks     []token
+	comments []comment
+	// bad is set when the text ends inside a string, identifier or comment
+	// (the parser will report the error).
+	bad bool
+	// maxParam is the highest $n.
+	maxParam int
+}
+
+// lex scans sql. With wantTokens false it only collects comments. It stops
+// collecting tokens after maxToks (the fast path never needs more).
+func lex(sql string, wantTokens bool, maxToks int) lexResult {
+	var r lexResult
+	i, n := 0, len(sql)
+	addTok := func(t token) {
+		if wantTokens && len(r.toks) < maxToks {
+			r.toks = append(r.toks, t)
+		}
+	}
+	for i < n {
+		c := sql[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case c == '-' && i+1 < n && sql[i+1] == '-':
+			for i < n && sql[i] != '\n' && sql[i] != '\r' {
+				i++
+			}
+		case c == '/' && i+1 < n && sql[i+1] == '*':
+			// Block comments nest in Postgres.
+			start := i + 2
+			depth := 1
+			i += 2
+			for i < n && depth > 0 {
+				switch {
+				case sql[i] == '/' && i+1 < n && sql[i+1] == '*':
+					depth++
+					i += 2
+				case sql[i] == '*' && i+1 < n && sql[i+1] == '/':
+					depth--
+					i += 2
+				default:
+					i++
+				}
+			}
+			if depth > 0 {
+				r.bad = true
+				return r
+			}
+			r.comments = append(r.comments, comment{body: sql[start : i-2]})
+		case c == '\'':
+			v, next, ok := scanQuoted(sql, i, '\'', false)
+			if !ok {
+				r.bad = true
+				return r
+			}
+			addTok(token{kind: tokString, text: v, plain: true})
+			i = next
+		case (c == 'e' || c == 'E') && i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i):
+			_, next, ok := scanQuoted(sql, i+1, '\'', true)
+			if !ok {
+				r.bad = true
+				return r
+			}
+			addTok(token{kind: tokString, text: sql[i:next]})
+			i = next
+		case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i):
+			_, next, ok := scanQuoted(sql, i+1, '\'', false)
+			if !ok {
+				r.bad = true
+				return r
+			}
+			addTok(token{kind: tokString, text: sql[i:next]})
+			i = next
+		case (c == 'u' || c == 'U') && i+2 < n && sql[i+1] == '&' && (sql[i+2] == '\'' || sql[i+2] == '"') && !identBefore(sql, i):
+			q := sql[i+2]
+			_, next, ok := scanQuoted(sql, i+2, q, false)
+			if !ok {
+				r.bad = true
+				return r
+			}
+			kind := tokString
+			if q == '"' {
+				kind = tokQIdent
+			}
+			addTok(token{kind: kind, text: sql[i:next]})
+			i = next
+		case c == '"':
+			v, next, ok := scanQuoted(sql, i, '"', false)
+			if !ok {
+				r.bad = true
+				return r
+			}
+			addTok(token{kind: tokQIdent, text: v})
+			i = next
+		case c == '$':
+			if i+1 < n && isDigit(sql[i+1]) {
+				j := i + 1
+				for j < n && isDigit(sql[j]) {
+					j++
+				}
+				addTok(token{kind: tokParam, text: sql[i:j]})
+				if n, err := strconv.Atoi(sql[i+1 : j]); err == nil && n > r.maxParam {
+					r.maxParam = n
+				}
+				i = j
+				continue
+			}
+			// A dollar quote: $tag$ ... $tag$, the tag an identifier
+			// without '$' (or empty).
+			j := i + 1
+			for j < n && isIdentCont(sql[j]) && sql[j] != '$' {
+				j++
+			}
+			if j < n && sql[j] == '$' && (j == i+1 || isIdentStart(sql[i+1])) {
+				delim := sql[i : j+1]
+				end := indexFrom(sql, delim, j+1)
+				if end < 0 {
+					r.bad = true
+					return r
+				}
+				addTok(token{kind: tokString, text: sql[i : end+len(delim)]})
+				i = end + len(delim)
+				continue
+			}
+			addTok(token{kind: tokPunct, text: "$"})
+			i++
+		case isIdentStart(c):
+			j := i + 1
+			for j < n && isIdentCont(sql[j]) {
+				j++
+			}
+			addTok(token{kind: tokWord, text: sql[i:j]})
+			i = j
+		case isDigit(c) || (c == '.' && i+1 < n && isDigit(sql[i+1])):
+			j := i + 1
+			for j < n && (isDigit(sql[j]) || sql[j] == '.' || sql[j] == '_' || isLetter(sql[j]) ||
+				((sql[j] == '+' || sql[j] == '-') && (sql[j-1] == 'e' || sql[j-1] == 'E'))) {
+				j++
+			}
+			addTok(token{kind: tokNumber, text: sql[i:j]})
+			i = j
+		case c == ';':
+			addTok(token{kind: tokSemi, text: ";"})
+			i++
+		default:
+			// Operators: a run of operator characters is one token, but a
+			// comment start inside it ends the run (as in scan.l).
+			j := i + 1
+			if isOpChar(c) {
+				for j < n && isOpChar(sql[j]) && !(sql[j] == '-' && j+1 < n && sql[j+1] == '-') &&
+					!(sql[j] == '/' && j+1 < n && sql[j+1] == '*') {
+					j++
+				}
+			}
+			addTok(token{kind: tokPunct, text: sql[i:j]})
+			i = j
+		}
+	}
+	return r
+}
+
+// scanQuoted scans a quoted token starting at sql[i] == q, where a doubled
+// q stands for one q and, with backslash, '\' escapes the next byte. It
+// returns the unescaped value, the index after the closing quote and
+// whether the token was closed. Adjacent string constants separated by a
+// newline continue one another in SQL; this lexer treats them as separate
+// tokens, which only matters to the fast path (it then declines).
+func scanQuoted(sql string, i int, q byte, backslash bool) (string, int, bool) {
+	n := len(sql)
+	j := i + 1
+	var buf []byte
+	start := j
+	for j < n {
+		c := sql[j]
+		if backslash && c == '\\' {
+			if j+1 >= n {
+				return "", n, false
+			}
+			buf = append(buf, sql[start:j]...)
+			buf = append(buf, sql[j+1])
+			j += 2
+			start = j
+			continue
+		}
+		if c == q {
+			if j+1 < n && sql[j+1] == q {
+				buf = append(buf, sql[start:j+1]...)
+				j += 2
+				start = j
+				continue
+			}
+			if buf == nil {
+				return sql[i+1 : j], j + 1, true
+			}
+			buf = append(buf, sql[start:j]...)
+			return string(buf), j + 1, true
+		}
+		j++
+	}
+	return "", n, false
+}
+
+func identBefore(sql string, i int) bool { return i > 0 && isIdentCont(sql[i-1]) }
+
+func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// isIdentStart matches scan.l's ident_start: letters, '_' and any byte of
+// a multi-byte UTF-8 character.
+func isIdentStart(c byte) bool { return isLetter(c) || c == '_' || c >= 0x80 }
+
+func isIdentCont(c byte) bool { return isIdentStart(c) || isDigit(c) || c == '$' }
+
+func isOpChar(c byte) bool {
+	switch c {
+	case '~', '!', '@', '#', '^', '&', '|', '`', '?', '+', '-', '*', '/', '%', '<', '>', '=':
+		return true
+	}
+	return false
+}
+
+func indexFrom(s, sub string, from int) int {
+	for i := from; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+// fold lowercases ASCII letters, as Postgres folds unquoted identifiers.
+func fold(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// isWord reports whether t is the unquoted keyword kw (kw in lowercase).
+func (t token) isWord(kw string) bool {
+	if t.kind != tokWord || len(t.text) != len(kw) {
+		return false
+	}
+	for i := 0; i < len(kw); i++ {
+		c := t.text[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != kw[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// fastPath recognises, without the parser, the statements that a session
+// sends most and that never carry a key in their SQL: BEGIN, COMMIT,
+// ROLLBACK and their spellings, and SET LOCAL pgshard.key = '...' (whose
+// text differs per transaction and so must not fill the statement cache).
+// It returns nil for anything else, including any variant with options
+// (BEGIN ISOLATION LEVEL ...), which the parser then handles.
+func fastPath(sql string) *Statement {
+	lr := lex(sql, true, 8)
+	if lr.bad || len(lr.toks) == 0 || len(lr.toks) >= 8 {
+		return nil
+	}
+	toks := lr.toks
+	if toks[len(toks)-1].kind == tokSemi {
+		toks = toks[:len(toks)-1]
+	}
+	if len(toks) == 0 {
+		return nil
+	}
+	for _, t := range toks {
+		if t.kind == tokSemi {
+			return nil
+		}
+	}
+	optWork := func(rest []token) bool {
+		return len(rest) == 0 || len(rest) == 1 && (rest[0].isWord("work") || rest[0].isWord("transaction"))
+	}
+	st := &Statement{SQL: sql, ReadOnly: true}
+	switch {
+	case toks[0].isWord("begin") && optWork(toks[1:]):
+		st.Kind = KindBegin
+	case toks[0].isWord("start") && len(toks) == 2 && toks[1].isWord("transaction"):
+		st.Kind = KindBegin
+	case (toks[0].isWord("commit") || toks[0].isWord("end")) && optWork(toks[1:]):
+		st.Kind = KindCommit
+	case (toks[0].isWord("rollback") || toks[0].isWord("abort")) && optWork(toks[1:]):
+		st.Kind = KindRollback
+	case len(toks) == 7 && toks[0].isWord("set") && toks[1].isWord("local") && toks[2].isWord("pgshard") &&
+		toks[3].kind == tokPunct && toks[3].text == "." && toks[4].isWord("key") &&
+		(toks[5].kind == tokPunct && toks[5].text == "=" || toks[5].isWord("to")):
+		v := toks[6]
+		switch {
+		case v.kind == tokString && v.plain:
+			st.SetValue = v.text
+		case v.kind == tokNumber && isDecimal(v.text):
+			st.SetValue = v.text
+		case v.kind == tokWord && !v.isWord("default"):
+			st.SetValue = fold(v.text)
+		default:
+			return nil
+		}
+		st.Kind = KindSetLocal
+		st.SetName = hintSetting
+	default:
+		return nil
+	}
+	// A hint comment on a transaction-control statement is honoured by
+	// Route like any other (the engine may bind the transaction early).
+	if len(lr.comments) > 0 {
+		h, err := parseHints(lr.comments)
+		if err != nil || h.present() {
+			return nil // let the full path build the plan and the refusal
+		}
+	}
+	return st
+}
+
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,108 @@
+package route
+
+// A plan is what Analyze leaves for Route: everything that depends only on
+// the statement text is decided once; Route only decodes the parameters
+// that carry keys, hashes them and combines shard sets.
+//
+//	statement ─► refs (each reference to a keyed table, or a keyed
+//	             function argument, inserted row, assigned key)
+//	          ─► groups (refs whose keys are equal: joined on the key
+//	             in an inner join or WHERE) with a constraint tree of
+//	             key sources (=, IN, AND, OR)
+//	          ─► edges (group A's rows that matter are limited by group
+//	             B's: outer join, correlated subquery, IN (SELECT ...))
+//	Route:    sources ─► values ─► shard sets ─► per-group sets ─► Dest
+
+// source is one place a key value comes from: a constant or a $n, with the
+// casts applied to it, compared with (or stored into) a key of type key.
+type source struct {
+	param int     // 1-based $n; 0 for a constant
+	cast  vtype   // the cast applied directly to $n ($1::int8), vtNone if none
+	chain []vtype // further casts around it, innermost first
+	key   KeyType
+	// insert: the value is stored as a key (INSERT, SET key = ...): NULL is
+	// refused instead of matching no row.
+	insert bool
+	// what the key column is ("executions.id") and the SQL of the value
+	// ("$1::text"), for reasons
+	col, expr string
+	konst     kval // a constant's value, already converted (param == 0)
+	table     string
+}
+
+func (s *source) desc() string { return s.col + " = " + s.expr }
+
+type cop uint8
+
+const (
+	cSrc  cop = iota // a key source
+	cAnd             // all kids hold: intersection
+	cOr              // any kid holds: union
+	cAll             // no constraint: every shard
+	cNone            // no row, or a row that follows the statement: no shard needed
+)
+
+// cnode is a constraint on the keys of a group, as shard sets combine.
+type cnode struct {
+	op   cop
+	src  *source
+	kids []*cnode
+	note string // why cAll / cNone, for explanations
+}
+
+// group is a set of refs whose keys are equal in every row that matters.
+type group struct {
+	expr  *cnode // nil: unconstrained (every shard)
+	write bool   // it writes (or locks, or calls a keyed function)
+	coloc int    // co-location class: groups joined on the key
+	desc  string // "executions e, timers t"
+}
+
+// plan is the routing plan of one statement.
+type plan struct {
+	groups []group
+	edges  [][2]int // groups[e[1]] ∩= groups[e[0]]
+	hint   *hintPlan
+
+	write     bool   // changes data or locks rows: never fans out
+	writeWhat string // "UPDATE executions", for messages
+	// notReadOnly says why a key-less read may not fan out (a function
+	// that may write, FOR UPDATE, ...); "" when it may.
+	notReadOnly string
+
+	merge    *mergePlan // how a key-less read fans out; nil = refused with mergeWhy
+	mergeWhy string
+
+	// refusal, when set, refuses the statement unless a hint routes it.
+	refusal *Refusal
+	// ddl: without a hint the statement runs on every shard.
+	ddl bool
+	// explain: the statement is EXPLAIN (analyze = EXPLAIN ANALYZE).
+	explain, analyze bool
+	// anyReason explains DestAny when no group needs a shard.
+	anyReason string
+
+	// static is the decision when it depends on no parameter; decided
+	// says it came from the full evaluation (Explain can retrace it).
+	static  *Dest
+	decided bool
+	// fast is the only source of the only group, when nothing else
+	// matters: Route decodes it and is done.
+	fast *source
+}
+
+// hintPlan is a statement's hint, resolved at analysis.
+type hintPlan struct {
+	shard int // the shard the hint names or whose key it gives
+	key   string
+	b     int // bucket, -1 for a shard hint
+	desc  string
+}
+
+// mergePlan is a fan-out: the Merge to use, and the parameters that carry
+// LIMIT / OFFSET (then Merge's Limit/Offset are filled in per Route).
+type mergePlan struct {
+	merge         Merge
+	limit, offset *source // parameters that carry LIMIT / OFFSET, nil = constant
+	desc          string
+}
