@@ -31,6 +31,9 @@ BEGIN
     IF NEW.entry LIKE '%sleep%' THEN
         PERFORM pg_sleep(30);
     END IF;
+    IF NEW.entry LIKE '%nap%' THEN
+        PERFORM pg_sleep(1.5);
+    END IF;
     RETURN NEW;
 END $$;
 CREATE TRIGGER test_trace_sleep BEFORE INSERT ON trace FOR EACH ROW EXECUTE FUNCTION test_trace_sleep();
@@ -233,6 +236,27 @@ func TestStatementTimeout(t *testing.T) {
 		}
 		if _, err := s.Load(ctx, id); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestStallCheckSparesSlowOperations: an operation that runs long on a
+// healthy server is checked (every 200 ms here) but never cancelled: the
+// checks find the server answering.
+func TestStallCheckSparesSlowOperations(t *testing.T) {
+	eachMode(t, store.Options{StallCheck: 200 * time.Millisecond}, func(t *testing.T, s *store.Store, _ testDB) {
+		installFaults(t, s)
+		ctx := ctxT(t)
+		e := &store.Execution{ID: newID(t), DefinitionID: "d"}
+		start := time.Now()
+		if err := complexCommit(ctx, s, e, "ev1", `{"n":1}`, `{"nap":true}`); err != nil {
+			t.Fatalf("a slow commit on a healthy server failed: %v", err)
+		}
+		if took := time.Since(start); took < 1500*time.Millisecond {
+			t.Fatalf("the commit took %v: the trigger did not hold it, the test proves nothing", took)
+		}
+		if got, want := countLeftovers(t, s, e.ID, "ev1"), (leftovers{version: 1, outbox: 2, dedupe: 1, timers: 1, spawns: 1, trace: 1}); got != want {
+			t.Errorf("committed %+v, want %+v", got, want)
 		}
 	})
 }

@@ -58,6 +58,13 @@ type Options struct {
 	PingAfterIdle time.Duration
 	// ApplicationName is reported to the server (default "pgshard").
 	ApplicationName string
+	// StallCheck is how long an operation may run before the store checks
+	// over a fresh connection that the server still answers, and again
+	// after each further StallCheck; an operation on a server found
+	// unreachable fails with ErrUnreachable instead of waiting (behind
+	// PgBouncer, for its query_wait_timeout). 0 means ConnectTimeout;
+	// negative turns the checks off.
+	StallCheck time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -81,6 +88,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ApplicationName == "" {
 		o.ApplicationName = "pgshard"
+	}
+	if o.StallCheck == 0 {
+		o.StallCheck = o.ConnectTimeout
 	}
 	return o
 }

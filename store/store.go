@@ -23,6 +23,9 @@ type Store struct {
 	dsn        string // redacted, for errors
 	timeout    string // statement_timeout value for set_config, "" for none
 	roundTrips atomic.Uint64
+	// checkConfig connects the stall checks: no pool, no round-trip
+	// counting.
+	checkConfig *pgconn.Config
 }
 
 var _ ExecutionStore = (*Store)(nil)
@@ -67,6 +70,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
 		return idle >= 0 && p.IdleDuration > idle
 	}
+	if s.checkConfig, err = pgconn.ParseConfig(dsn); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", s.dsn, err)
+	}
+	s.checkConfig.ConnectTimeout = opts.ConnectTimeout
+	s.checkConfig.RuntimeParams["application_name"] = opts.ApplicationName + " (stall check)"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", s.dsn, err)
@@ -168,7 +176,19 @@ func (s *Store) newBatch() *pgx.Batch {
 // form one implicit transaction, which the server commits at the Sync if
 // all succeeded and rolls back otherwise, in the same round trip. sent
 // reports whether any byte of the batch may have reached the server.
+// An operation that stalls is checked as watchStall says; one cancelled
+// because its server is unreachable returns an error matching
+// ErrUnreachable.
 func (s *Store) run(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) (sent bool, err error) {
+	ctx, stop := s.watchStall(ctx)
+	defer stop()
+	defer func() {
+		if err != nil {
+			if ue := unreachableCause(ctx); ue != nil {
+				err = fmt.Errorf("%w; the operation: %w", ue, err)
+			}
+		}
+	}()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
