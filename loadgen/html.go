@@ -54,7 +54,10 @@ func WriteHTML(w io.Writer, r *Result) error {
 	b.WriteString(latencyOverTimeChart(r).svg())
 	b.WriteString(selfCheckChart(r).svg())
 	b.WriteString(`</div><h2>Latency percentile spectrum (measured period)</h2><div class="charts">`)
-	b.WriteString(spectrumChart(r).svg())
+	b.WriteString(spectrumChart(r, "Latency by percentile: worker operations", workerKinds).svg())
+	if c := spectrumChart(r, "Latency by percentile: relays and lags", relayKinds); len(c.Series) > 0 {
+		b.WriteString(c.svg())
+	}
 	b.WriteString(`</div><h2>Per shard</h2><div class="charts">`)
 	var bars []bar
 	for _, s := range r.PerShard {
@@ -130,10 +133,21 @@ func spectrumSeries(name string, k *KindStats, col string, dashed bool) series {
 	return s
 }
 
-func spectrumChart(r *Result) lineChart {
-	c := lineChart{Title: "Latency by percentile", XLabel: "percentile", YLabel: "ms (log)", LogX: true, LogY: true, XTicks: spectrumTicks}
-	for i, n := range r.KindNames() {
-		c.Series = append(c.Series, spectrumSeries(n, r.Kinds[n], color(i), false))
+// workerKinds and relayKinds split the spectrum plots: the relays' lags
+// are seconds where the worker operations are milliseconds.
+var (
+	workerKinds = map[string]bool{"op": true, "load": true, "fast_commit": true, "complex_commit": true, KindCommit: true, "redelivery": true}
+	relayKinds  = map[string]bool{"relay_delivery": true, "outbox_lag": true, "timer_fire": true, "timer_lag": true}
+)
+
+func spectrumChart(r *Result, title string, kinds map[string]bool) lineChart {
+	c := lineChart{Title: title, XLabel: "percentile", YLabel: "ms (log)", LogX: true, LogY: true, XTicks: spectrumTicks}
+	i := 0
+	for _, n := range r.KindNames() {
+		if kinds[n] {
+			c.Series = append(c.Series, spectrumSeries(n, r.Kinds[n], color(i), false))
+			i++
+		}
 	}
 	return c
 }

@@ -123,7 +123,7 @@ func DefaultOptions() Options {
 		Warmup:         2 * time.Second,
 		Duration:       10 * time.Second,
 		Relays:         true,
-		RelayWorkers:   4,
+		RelayWorkers:   8,
 		RelayInterval:  20 * time.Millisecond,
 		DrainTimeout:   5 * time.Second,
 	}

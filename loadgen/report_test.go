@@ -100,7 +100,7 @@ func TestWriteReportsFromARealRun(t *testing.T) {
 	}
 	page, _ := os.ReadFile(filepath.Join(dir, loadgen.HTMLFile))
 	checkSelfContained(t, string(page))
-	for _, s := range []string{"Throughput", "p50 / p99", "Latency by percentile", "per shard", "Self-check"} {
+	for _, s := range []string{"Throughput", "p50 / p99", "Latency by percentile: worker operations", "relays and lags", "per shard", "Self-check"} {
 		if !strings.Contains(string(page), s) {
 			t.Errorf("HTML report lacks %q", s)
 		}

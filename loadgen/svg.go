@@ -266,12 +266,12 @@ func barChart(title, ylabel string, bars []bar) string {
 }
 
 // spectrumTicks label a percentile axis plotted as 1/(1-p).
-var spectrumTicks = []tick{{1, "0%"}, {2, "50%"}, {10, "90%"}, {100, "99%"}, {1000, "99.9%"}, {10000, "99.99%"}, {100000, "99.999%"}}
+var spectrumTicks = []tick{{2, "50%"}, {10, "90%"}, {100, "99%"}, {1000, "99.9%"}, {10000, "99.99%"}, {100000, "99.999%"}}
 
 // spectrumX maps a percentile to the x of a spectrum plot.
 func spectrumX(p float64) float64 {
-	if p >= 100 {
-		p = 99.9999
+	if p >= 99.999 {
+		return 1e5 // the maximum is drawn at the last tick
 	}
 	return 1 / (1 - p/100)
 }

@@ -162,7 +162,7 @@ func Defaults() Config {
 			RetryCap:       10,
 			PayloadBytes:   256,
 			Relays:         true,
-			RelayWorkers:   4,
+			RelayWorkers:   8,
 			FailIf:         []string{},
 			SLO:            "p99=50ms",
 			Steps:          "1,2,4,8,16,32",
