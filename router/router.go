@@ -46,6 +46,7 @@ type ShardError struct {
 	Err   error
 }
 
+// Error is `shard "NAME": <the shard's error>`.
 func (e *ShardError) Error() string { return fmt.Sprintf("shard %q: %v", e.Shard, e.Err) }
 
 // Unwrap returns the shard's error.

@@ -34,6 +34,7 @@ type ConflictError struct {
 	Found int
 }
 
+// Error says which execution lost and the versions.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("commit conflict on execution %s: expected version %d, found %d", e.ID, e.Expected, e.Found)
 }

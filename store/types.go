@@ -197,6 +197,7 @@ const (
 	TimerCancel
 )
 
+// String returns "schedule" or "cancel".
 func (a TimerAction) String() string {
 	switch a {
 	case TimerSchedule:
