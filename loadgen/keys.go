@@ -57,6 +57,7 @@ func (k Keys) Validate() error {
 	return nil
 }
 
+// String describes the distribution, e.g. "zipfian(θ=0.99)".
 func (k Keys) String() string {
 	switch k.Dist {
 	case Zipfian:

@@ -42,6 +42,7 @@ var kindNames = [numKinds]string{"op", "load", "fast_commit", "complex_commit", 
 // KindCommit names the derived histogram of every commit (fast + complex).
 const KindCommit = "commit"
 
+// String is the kind's name in reports ("op", "fast_commit", ...).
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
 		return kindNames[k]

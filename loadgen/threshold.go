@@ -320,6 +320,7 @@ type Breach struct {
 	Err error
 }
 
+// String is one line for the terminal: state, threshold, measured value.
 func (b Breach) String() string {
 	state := "ok"
 	if b.Breached {
@@ -352,6 +353,7 @@ type SLOTarget struct {
 // SLO is a set of latency objectives that must all hold.
 type SLO []SLOTarget
 
+// String writes the SLO in a form ParseSLO reads back.
 func (s SLO) String() string {
 	var parts []string
 	for _, t := range s {

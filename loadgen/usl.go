@@ -51,6 +51,7 @@ func (u USL) PeakX() float64 {
 	return u.X(n)
 }
 
+// String summarizes the fit with its peak.
 func (u USL) String() string {
 	return fmt.Sprintf("λ=%.4g ops/s per worker, σ=%.4g, κ=%.4g (R²=%.3f, %d points); peak %.0f ops/s at N≈%.1f",
 		u.Lambda, u.Sigma, u.Kappa, u.R2, u.Points, u.PeakX(), u.PeakN())
