@@ -35,6 +35,7 @@ type Options struct {
 type Router struct {
 	m      *shardmap.Map
 	stores []*store.Store // by index in m.Shards
+	byName map[string]int // shard name → index in m.Shards
 }
 
 var _ store.ExecutionStore = (*Router)(nil)
@@ -92,7 +93,10 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 	if opts.Store.ConnectTimeout <= 0 {
 		opts.Store.ConnectTimeout = DefaultConnectTimeout
 	}
-	r := &Router{m: m, stores: make([]*store.Store, len(m.Shards))}
+	r := &Router{m: m, stores: make([]*store.Store, len(m.Shards)), byName: make(map[string]int, len(m.Shards))}
+	for i, sh := range m.Shards {
+		r.byName[sh.Name] = i
+	}
 	errs := make([]error, len(m.Shards))
 	var g errgroup.Group
 	for i, sh := range m.Shards {
@@ -151,14 +155,8 @@ func FromConfig(ctx context.Context, cfg *config.Config) (*Router, error) {
 	return Open(ctx, cfg.Map, OptionsFromConfig(cfg.Store))
 }
 
-func (r *Router) index(name string) int {
-	for i, s := range r.m.Shards {
-		if s.Name == name {
-			return i
-		}
-	}
-	panic("router: unknown shard " + name)
-}
+// index returns the index of a shard of the map (the caller found it there).
+func (r *Router) index(name string) int { return r.byName[name] }
 
 // Close closes every shard's pool.
 func (r *Router) Close() {
