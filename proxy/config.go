@@ -61,6 +61,10 @@ type Config struct {
 	// backend transaction open without sending anything for that long
 	// (like Postgres's idle_in_transaction_session_timeout).
 	IdleInTransactionTimeout time.Duration
+	// HealthInterval is how often each shard's Postgres is probed (a TCP
+	// connect); a shard that does not answer fails its transactions at
+	// once. Negative disables probing (default 1s).
+	HealthInterval time.Duration
 	// StartupTimeout bounds a client's startup and authentication.
 	StartupTimeout time.Duration
 	// DefaultShard names the shard for statements that need a fixed shard
@@ -122,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = time.Second
 	}
 	if c.StartupTimeout == 0 {
 		c.StartupTimeout = DefaultStartupTimeout

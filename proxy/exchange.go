@@ -337,6 +337,11 @@ func (s *session) desync(bc *bconn, typ byte, k itemKind, explicit bool, res exc
 // had open is failed (it must roll back), an implicit one is gone.
 func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
 	bc.broken = true
+	if e := bc.downErr.Load(); e != nil {
+		s.out = appendError(s.out, e)
+		res.errored = true
+		return s.afterLoss(bc, explicit, res)
+	}
 	s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
 	s.log.Warn("lost a backend connection", "shard", bc.pool.shard.Name, "err", shortErr(cause))
 	s.out = appendError(s.out, &Error{Code: codeConnectionFailure,

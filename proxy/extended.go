@@ -297,13 +297,18 @@ func (p *planner) describe(raw []byte, idx int) {
 			return
 		}
 		if !p.onBackend {
-			shard := p.lookahead(idx)
+			shard := p.shard
+			if !p.held {
+				shard = p.lookahead(idx)
+			}
 			if shard < 0 {
-				var e *Error
-				shard, _, e = p.target(vs.a, route.Dest{Kind: route.DestAny})
-				if e != nil {
-					p.fail(e, nil)
-					return
+				// Any shard can describe a statement: a deferred
+				// transaction binds only softly for it.
+				shard, p.anyShard = s.srv.pickAny(), true
+				if p.hint >= 0 {
+					shard, p.anyShard = p.hint, false
+				} else if p.tx == txDeferred {
+					p.soft = true
 				}
 			}
 			if e := p.ensureBackend(shard, vs.a); e != nil {

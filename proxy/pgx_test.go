@@ -75,7 +75,10 @@ func TestPgxExecModes(t *testing.T) {
 						}
 					}
 					// A transaction on one shard, committed and rolled back.
-					k0, k1 := keys[0], keys[1] // both on shard 0
+					// Both on the last shard (not the default one, where key-less
+					// statements go): a Describe before the first key must not
+					// pin the transaction elsewhere.
+					k0, k1 := keys[len(keys)-2], keys[len(keys)-1]
 					tx, err := conn.Begin(ctx)
 					if err != nil {
 						t.Fatal(err)

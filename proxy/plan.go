@@ -61,6 +61,9 @@ type planner struct {
 
 	// simple: planning a simple Query (not a pipeline).
 	simple bool
+	// anyShard: the shard was picked because any would do; another may
+	// be tried if it cannot be reached.
+	anyShard bool
 
 	failed   bool  // a local error ended the pipeline
 	protoErr error // a malformed message: the client is disconnected
@@ -479,6 +482,7 @@ func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
 		if p.tx == txDeferred {
 			p.soft = true
 		}
+		p.anyShard = true
 		return srv.pickAny(), false, nil
 	}
 	return srv.defaultShard, false, nil
@@ -492,7 +496,7 @@ func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
 		return nil
 	}
 	if p.held {
-		if shard == p.shard || shard < 0 {
+		if shard == p.shard || shard < 0 || !p.soft {
 			p.onBackend = true
 			return nil
 		}
@@ -504,6 +508,15 @@ func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
 	pool := s.srv.pools[shard]
 	key, pre := s.cur.split(pool.viaPooler)
 	bc, err := pool.acquire(p.ctx, key)
+	for k := 1; err != nil && p.anyShard && k < len(s.srv.pools); k++ {
+		if _, isPg := err.(*backendPgError); isPg {
+			break
+		}
+		shard = (shard + 1) % len(s.srv.pools)
+		pool = s.srv.pools[shard]
+		key, pre = s.cur.split(pool.viaPooler)
+		bc, err = pool.acquire(p.ctx, key)
+	}
 	if err != nil {
 		if be, ok := err.(*backendPgError); ok {
 			return pgErrorToError(be.pe, "ERROR")

@@ -43,6 +43,9 @@ type bconn struct {
 	idleSince time.Time
 	// broken marks a connection that must not be reused.
 	broken bool
+	// downErr is set when the shard was found down while the connection
+	// was in use (its reads are then interrupted).
+	downErr atomic.Pointer[Error]
 	// cancelled is set when a cancel request was sent for this connection;
 	// the connection is then closed instead of being reused, so a late
 	// cancel can never hit another client's query.
@@ -122,6 +125,15 @@ type shardPool struct {
 	statuses map[string]map[string]string
 	// verified is set once the shard's identity record matched the map.
 	verified atomic.Bool
+	// down is the shard's health: nil while its Postgres accepts
+	// connections, else the error of the last probe (see probe).
+	down atomic.Pointer[Error]
+	// pgAddr is the shard's Postgres (the direct DSN), which the health
+	// probe checks even when clients go through PgBouncer.
+	pgAddr string
+	// inUse are the connections sessions hold, so that a shard found down
+	// can unblock sessions waiting on it.
+	inUse map[*bconn]struct{}
 }
 
 type poolWaiter struct {
@@ -147,11 +159,17 @@ func newShardPool(srv *Server, idx int, s shardmap.Shard, usePooler bool) (*shar
 	cfg.ConnectTimeout = srv.cfg.ConnectTimeout
 	// One address, no TLS negotiation fallbacks: a shard is one server.
 	cfg.Fallbacks = nil
+	dcfg, err := pgconn.ParseConfig(s.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("shard %q: parse dsn: %w", s.Name, err)
+	}
 	return &shardPool{
 		srv: srv, idx: idx, shard: s, viaPooler: via, base: cfg, dsn: dsn,
 		addr:     net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
+		pgAddr:   net.JoinHostPort(dcfg.Host, strconv.Itoa(int(dcfg.Port))),
 		idle:     map[string][]*bconn{},
 		statuses: map[string]map[string]string{},
+		inUse:    map[*bconn]struct{}{},
 	}, nil
 }
 
@@ -161,6 +179,19 @@ var errPoolClosed = errors.New("the proxy is shutting down")
 // acquire returns a connection with startup settings key, opening one if
 // needed and allowed, else waiting (bounded by PoolTimeout and ctx).
 func (p *shardPool) acquire(ctx context.Context, key *settings) (*bconn, error) {
+	if e := p.isDown(); e != nil {
+		return nil, e
+	}
+	c, err := p.acquire1(ctx, key)
+	if err == nil {
+		p.mu.Lock()
+		p.inUse[c] = struct{}{}
+		p.mu.Unlock()
+	}
+	return c, err
+}
+
+func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error) {
 	for attempt := 0; ; attempt++ {
 		p.mu.Lock()
 		if p.closed {
@@ -275,6 +306,7 @@ func (p *shardPool) release(c *bconn) {
 	}
 	c.rd.maybeShrink()
 	p.mu.Lock()
+	delete(p.inUse, c)
 	if p.closed {
 		p.mu.Unlock()
 		p.discard(c)
@@ -301,7 +333,49 @@ func (p *shardPool) release(c *bconn) {
 // discard closes a connection and frees its slot.
 func (p *shardPool) discard(c *bconn) {
 	c.close()
+	p.mu.Lock()
+	delete(p.inUse, c)
+	p.mu.Unlock()
 	p.slotFreed()
+}
+
+// isDown returns the shard's last health-probe error, nil if it is up.
+func (p *shardPool) isDown() *Error { return p.down.Load() }
+
+// probe checks that the shard's Postgres accepts TCP connections (a
+// connection, closed at once, costs the server one short-lived process).
+// Through PgBouncer this is what lets a transaction fail fast while the
+// shard is down: PgBouncer itself would keep the client waiting until its
+// query_wait_timeout. When the shard goes down, sessions waiting on one of
+// its pooler connections are unblocked with an error.
+func (p *shardPool) probe(ctx context.Context) {
+	d := net.Dialer{Timeout: p.srv.cfg.ConnectTimeout}
+	conn, err := d.DialContext(ctx, "tcp", p.pgAddr)
+	if err == nil {
+		_ = conn.Close()
+		if p.down.Swap(nil) != nil {
+			p.srv.log.Info("shard is reachable again", "shard", p.shard.Name)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	e := &Error{Code: codeCannotConnect,
+		Message: fmt.Sprintf("shard %q is down: its server at %s does not accept connections (%s)", p.shard.Name, p.pgAddr, shortErr(err)),
+		Hint:    "Transactions for other shards still work; retry when the shard is back."}
+	if p.down.Swap(e) == nil {
+		p.srv.log.Warn("shard is down", "shard", p.shard.Name, "addr", p.pgAddr, "err", shortErr(err))
+		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "down").Inc()
+		if p.viaPooler {
+			p.mu.Lock()
+			for c := range p.inUse {
+				c.downErr.Store(e)
+				_ = c.nc.SetReadDeadline(time.Now())
+			}
+			p.mu.Unlock()
+		}
+	}
 }
 
 // slotFreed gives a freed slot to a waiter or returns it.
@@ -385,9 +459,16 @@ func (p *shardPool) connectError(err error) error {
 	if errors.As(err, &pe) {
 		return &backendPgError{pe: pe, shard: p.shard.Name}
 	}
-	return &Error{Code: codeCannotConnect,
+	e := &Error{Code: codeCannotConnect,
 		Message: fmt.Sprintf("cannot connect to shard %q at %s: %v", p.shard.Name, p.addr, shortErr(err)),
 		Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
+	if p.srv.cfg.HealthInterval > 0 && !p.viaPooler {
+		// Until the next probe says otherwise, fail fast.
+		if p.down.Swap(e) == nil {
+			p.srv.log.Warn("shard is down", "shard", p.shard.Name, "addr", p.addr, "err", shortErr(err))
+		}
+	}
+	return e
 }
 
 // backendPgError is a Postgres error returned while connecting.

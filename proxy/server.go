@@ -241,6 +241,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.mu.Unlock()
 		return nil
 	})
+	if s.cfg.HealthInterval > 0 {
+		for _, p := range s.pools {
+			g.Go(func() error { // health probe
+				t := time.NewTicker(s.cfg.HealthInterval)
+				defer t.Stop()
+				for {
+					p.probe(ctx)
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-t.C:
+					}
+				}
+			})
+		}
+	}
 	g.Go(func() error { // idle reaper
 		period := min(max(s.cfg.IdleTimeout/4, time.Second), 30*time.Second)
 		t := time.NewTicker(period)
@@ -356,8 +372,16 @@ func (s *Server) cancel(ctx context.Context, pid uint32, key []byte) {
 }
 
 // pickAny returns a shard for a statement that may run anywhere.
+// Shards found down are skipped while others are up.
 func (s *Server) pickAny() int {
-	return int(s.rr.Add(1) % uint32(len(s.pools)))
+	n := len(s.pools)
+	start := int(s.rr.Add(1) % uint32(n))
+	for k := 0; k < n; k++ {
+		if i := (start + k) % n; s.pools[i].down.Load() == nil {
+			return i
+		}
+	}
+	return start
 }
 
 // shardName returns the name of shard i.

@@ -446,8 +446,13 @@ func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
 // canonical values of the settings the preamble applies.
 func (s *session) initialStatuses(ctx context.Context) (map[string]string, *Error) {
 	var lastErr error
+	first := s.srv.pickAny()
 	for k := 0; k < len(s.srv.pools); k++ {
-		p := s.srv.pools[(s.srv.pickAny()+k)%len(s.srv.pools)]
+		p := s.srv.pools[(first+k)%len(s.srv.pools)]
+		if p.isDown() != nil {
+			lastErr = p.isDown()
+			continue
+		}
 		key, pre := s.cur.split(p.viaPooler)
 		st, err := p.startupStatuses(ctx, key)
 		if err != nil {

@@ -221,8 +221,13 @@ func rawError(raw []byte) *Error {
 // and reports the canonical value; nothing stays on the connection.
 func (s *session) probeSet(ctx context.Context, a *analyzed, name string) (string, [][2]string, []byte, *Error) {
 	var lastErr error
+	first := s.srv.pickAny()
 	for k := 0; k < len(s.srv.pools); k++ {
-		pool := s.srv.pools[(s.srv.pickAny()+k)%len(s.srv.pools)]
+		pool := s.srv.pools[(first+k)%len(s.srv.pools)]
+		if pool.isDown() != nil {
+			lastErr = pool.isDown()
+			continue
+		}
 		key, _ := s.cur.split(pool.viaPooler)
 		bc, err := pool.acquire(ctx, key)
 		if err != nil {
