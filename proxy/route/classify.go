@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 )
 
 // cursorOptHold is CURSOR_OPT_HOLD (parsenodes.h): DECLARE ... WITH HOLD.
@@ -318,6 +319,15 @@ func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
 	case pg.VariableSetKind_VAR_SET_VALUE:
 		st.SetValue = setValuePlain(v.Args)
 		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " TO " + setValueSQL(v.Args)
+		if !allConst(v.Args) {
+			// SET TIME ZONE INTERVAL '...' HOUR TO MINUTE and the like: let
+			// the deparser write the value.
+			c := proto.Clone(v).(*pg.VariableSetStmt)
+			c.IsLocal = true
+			if out, err := deparse(&pg.Node{Node: &pg.Node_VariableSetStmt{VariableSetStmt: c}}); err == nil {
+				st.SetLocalSQL = out
+			}
+		}
 	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
 		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " TO DEFAULT"
 	case pg.VariableSetKind_VAR_SET_CURRENT:
@@ -342,6 +352,15 @@ func setValuePlain(args []*pg.Node) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+func allConst(args []*pg.Node) bool {
+	for _, a := range args {
+		if a.GetAConst() == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // setValueSQL is a SET value list as SQL.

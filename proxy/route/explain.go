@@ -3,8 +3,10 @@ package route
 // Explanation is a routing decision with the steps that led to it, for
 // people (`pgshard route`), not for the hot path.
 type Explanation struct {
+	// Statement is the statement explained.
 	Statement *Statement
-	Dest      Dest
+	// Dest is the decision, as Route returns it.
+	Dest Dest
 	// Steps are the reasons, in order: each key found and where it lives,
 	// how references combine, the decision.
 	Steps []string

@@ -395,3 +395,65 @@ func sortStable(rows [][]any, cmp func(a, b []any) int) {
 		}
 	}
 }
+
+// TestSetLocalSQLRuns: the SET LOCAL statements Analyze offers for
+// replaying session settings are accepted by the server inside a
+// transaction.
+func TestSetLocalSQLRuns(t *testing.T) {
+	c := clustertest.Get(t)
+	db := clustertest.FreshDatabase(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := c.MapFor(db, shardmap.DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, m.Shards[0].DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE ROLE pgshard_test_role"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "DROP ROLE pgshard_test_role")
+	r := newRouter(t, "default")
+	for _, sql := range []string{
+		"SET search_path = public, 'my schema'",
+		"SET TIME ZONE 'Europe/Paris'",
+		"SET TIME ZONE LOCAL",
+		"SET TIME ZONE INTERVAL '+02:00' HOUR TO MINUTE",
+		"SET statement_timeout = '5s'",
+		"SET statement_timeout TO 5000",
+		"SET work_mem TO DEFAULT",
+		"RESET work_mem",
+		"SET application_name = 'it''s mine'",
+		"SET extra_float_digits = 3",
+		"SET enable_seqscan = off",
+		"SET myapp.user_id = 7",
+		"SET ROLE pgshard_test_role",
+		"SET datestyle = iso, mdy",
+		"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+		"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY, DEFERRABLE",
+		"SET client_min_messages FROM CURRENT",
+	} {
+		st, err := r.Analyze(sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Kind != route.KindSetSession || st.SetLocalSQL == "" {
+			t.Errorf("%q: %s, SetLocalSQL %q", sql, st.Kind, st.SetLocalSQL)
+			continue
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, st.SetLocalSQL); err != nil {
+			t.Errorf("%q replayed as %q: %v", sql, st.SetLocalSQL, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

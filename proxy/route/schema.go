@@ -111,9 +111,12 @@ func validIdent(s string) bool {
 //	  - {function: harel_commit_cas, arg: 0, type: text}
 //	global: [definitions]
 type SchemaConfig struct {
-	Tables    []TableKeyConfig `mapstructure:"tables" yaml:"tables" json:"tables"`
-	Functions []FuncKeyConfig  `mapstructure:"functions" yaml:"functions" json:"functions"`
-	Global    []string         `mapstructure:"global" yaml:"global" json:"global"`
+	// Tables are the keyed columns (Schema.Tables).
+	Tables []TableKeyConfig `mapstructure:"tables" yaml:"tables" json:"tables"`
+	// Functions are the keyed function arguments (Schema.Functions).
+	Functions []FuncKeyConfig `mapstructure:"functions" yaml:"functions" json:"functions"`
+	// Global lists tables that are identical on every shard (Schema.Global).
+	Global []string `mapstructure:"global" yaml:"global" json:"global"`
 	// HintType is "text" (default when empty) or "int8".
 	HintType string `mapstructure:"hint_type" yaml:"hint_type,omitempty" json:"hint_type,omitempty"`
 }
@@ -122,17 +125,17 @@ type SchemaConfig struct {
 // "bigint") or "seq"; position is the column's 1-based place in the table
 // (optional; needed to route an INSERT without a column list).
 type TableKeyConfig struct {
-	Table    string `mapstructure:"table" yaml:"table" json:"table"`
-	Column   string `mapstructure:"column" yaml:"column" json:"column"`
-	Type     string `mapstructure:"type" yaml:"type" json:"type"`
-	Position int    `mapstructure:"position" yaml:"position,omitempty" json:"position,omitempty"`
+	Table    string `mapstructure:"table" yaml:"table" json:"table"`                              // unqualified, lowercase
+	Column   string `mapstructure:"column" yaml:"column" json:"column"`                           // lowercase
+	Type     string `mapstructure:"type" yaml:"type" json:"type"`                                 // text (default), int8/bigint or seq
+	Position int    `mapstructure:"position" yaml:"position,omitempty" json:"position,omitempty"` // 1-based, 0 = unknown
 }
 
 // FuncKeyConfig names the 0-based argument of a function that carries the key.
 type FuncKeyConfig struct {
-	Function string `mapstructure:"function" yaml:"function" json:"function"`
-	Arg      int    `mapstructure:"arg" yaml:"arg" json:"arg"`
-	Type     string `mapstructure:"type" yaml:"type" json:"type"`
+	Function string `mapstructure:"function" yaml:"function" json:"function"` // unqualified, lowercase
+	Arg      int    `mapstructure:"arg" yaml:"arg" json:"arg"`                // 0-based
+	Type     string `mapstructure:"type" yaml:"type" json:"type"`             // text (default), int8/bigint or seq
 }
 
 // ParseKeyType parses a key type name: text, int8 (bigint) or seq.

@@ -46,9 +46,9 @@ type TableKey struct {
 
 // FuncKey names the argument of a function that carries the key.
 type FuncKey struct {
-	Function string // unqualified, lowercase
-	Arg      int    // 0-based argument position
-	Type     KeyType
+	Function string  // unqualified, lowercase
+	Arg      int     // 0-based argument position
+	Type     KeyType // the key's type
 }
 
 // Schema says where keys live. DefaultSchema is the store's (DESIGN.md §2).
@@ -57,7 +57,9 @@ type FuncKey struct {
 // KeySeq columns; a table with only KeySeq columns (outbox) places a new row
 // on the shard of the statement that inserts it.
 type Schema struct {
-	Tables    []TableKey
+	// Tables are the keyed columns.
+	Tables []TableKey
+	// Functions are the function arguments that carry a key.
 	Functions []FuncKey
 	// Global lists tables that are NOT sharded but exist identically on every
 	// shard (reference tables); statements touching only them may run on any
@@ -148,12 +150,12 @@ func (k DestKind) String() string {
 
 // Dest is a routing decision, a value (not an action).
 type Dest struct {
-	Kind    DestKind
-	Shard   int    // index into the map's Shards, for DestShard
-	Key     string // the key that decided (text form), for explanations
-	Bucket  int    // its bucket, -1 when not from a key
-	Reason  string // one line: why ("executions.id = $1 → 'abc…' → bucket 17 → shard1")
-	Refusal *Refusal
+	Kind    DestKind // where: any, one shard, all, or refused
+	Shard   int      // index into the map's Shards, for DestShard
+	Key     string   // the key that decided (text form), for explanations
+	Bucket  int      // its bucket, -1 when not from a key
+	Reason  string   // one line: why ("executions.id = $1 → 'abc…' → bucket 17 → shard1")
+	Refusal *Refusal // the error to send, for DestRefuse
 	// Merge is the fan-out plan of a DestAll read; nil for DestAll DDL
 	// (send the statement unchanged to every shard and expect the same
 	// command tag from each). Shared: do not modify.
@@ -163,9 +165,9 @@ type Dest struct {
 // Refusal is an error the engine sends to the client instead of routing.
 type Refusal struct {
 	SQLState string // e.g. 0A000 feature_not_supported
-	Message  string
-	Detail   string
-	Hint     string
+	Message  string // the primary message (one line)
+	Detail   string // optional detail
+	Hint     string // optional advice: what to change
 }
 
 // Error makes a Refusal usable as an error: "SQLSTATE: message".
@@ -199,9 +201,9 @@ type Merge struct {
 
 // SortKey is one ORDER BY term of a merge.
 type SortKey struct {
-	Column     int // 0-based result column
-	Desc       bool
-	NullsFirst bool
+	Column     int  // 0-based result column
+	Desc       bool // descending
+	NullsFirst bool // NULLs before other values (Postgres's default for DESC)
 }
 
 // Agg combines one result column across shards.
@@ -210,8 +212,8 @@ type Agg int
 const (
 	AggNone Agg = iota // keep (must be equal on every shard, e.g. a constant)
 	AggSum             // count(*), count(x), sum(x)
-	AggMin
-	AggMax
+	AggMin             // min(x)
+	AggMax             // max(x)
 )
 
 // String returns "none", "sum", "min" or "max".
@@ -232,8 +234,8 @@ func (a Agg) String() string {
 // Statement is the cached analysis of one SQL statement text. It is
 // immutable and shared between sessions.
 type Statement struct {
-	SQL  string
-	Kind Kind
+	SQL  string // the statement's text
+	Kind Kind   // what it is
 	// Reason explains KindUnsupported / refusals.
 	Reason string
 	// NumParams is the highest $n referenced.

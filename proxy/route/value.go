@@ -28,6 +28,7 @@ const (
 
 var vtypeNames = [...]string{"", "text", "bpchar", "name", "int2", "int4", "int8", "uuid", "other"}
 
+// String names the type as in a cast.
 func (t vtype) String() string { return vtypeNames[t] }
 
 // Built-in type OIDs (pg_type.oid) that a key parameter may be declared with.
