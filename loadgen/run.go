@@ -244,7 +244,9 @@ func (r *runner) run(ctx context.Context) *Result {
 	})
 	if o.Relays {
 		bg.Go(func() error { r.outboxRelay(opCtx); return nil })
-		bg.Go(func() error { r.timerSweeper(opCtx); return nil })
+		if o.Workload.Mix.Timer > 0 { // a workload without timers has none to sweep
+			bg.Go(func() error { r.timerSweeper(opCtx); return nil })
+		}
 	}
 	switch o.Model {
 	case Closed:

@@ -79,6 +79,7 @@ else ./.pgshard/pgshard.yaml (written by "pgshard dev up").`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDevCmd(), newMigrateCmd(), newMapCmd(), newVersionCmd())
 	root.AddCommand(newLoadgenCmd())
+	root.AddCommand(newRouteCmd())
 	root.AddCommand(newStoreCmd())
 	return root
 }

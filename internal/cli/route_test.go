@@ -1,0 +1,89 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRoute pins the text explanation of a few statements.
+func TestRoute(t *testing.T) {
+	var out strings.Builder
+	for _, args := range [][]string{
+		{"SELECT data FROM executions WHERE id = $1", "0123456789abcdef0123456789abcdef"},
+		{"--types", "int8", "--binary", "BEGIN; DELETE FROM outbox WHERE seq = $1; COMMIT", "1026"},
+		{"SELECT id, version FROM executions ORDER BY version DESC LIMIT 10 OFFSET 5"},
+		{"SELECT count(*), max(version) FROM timers JOIN executions ON executions.id = timers.execution_id"},
+		{"UPDATE executions SET version = 0 WHERE id IN ('a', 'c')"},
+		{"/* pgshard:shard=s1 */ SELECT * FROM definitions"},
+		{"SET LOCAL pgshard.key = 'abc'"},
+		{"SELECT avg(version) FROM executions"},
+		{"SELECT * FROM executions WHERE id = $1", `\N`},
+	} {
+		r := mustRun(t, "", append([]string{"route", "--map", testMap}, args...)...)
+		out.WriteString("$ pgshard route " + strings.Join(args, " ") + "\n" + r.stdout + "\n")
+	}
+	golden(t, "route.golden", out.String())
+}
+
+func TestRouteJSON(t *testing.T) {
+	r := mustRun(t, "", "route", "--map", testMap, "--json", "--schema", "../../configs/sharding.yaml",
+		"SELECT id FROM executions WHERE id = $1 OR id = $2 ORDER BY id LIMIT 3", "a", "c")
+	var reps []struct {
+		Kind  string   `json:"kind"`
+		Dest  string   `json:"dest"`
+		Steps []string `json:"steps"`
+		Merge *struct {
+			OrderBy []struct{ Column int } `json:"order_by"`
+			Limit   int64                  `json:"limit"`
+		} `json:"merge"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &reps); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if len(reps) != 1 || reps[0].Dest != "all" || reps[0].Merge == nil || reps[0].Merge.Limit != 3 || len(reps[0].Steps) == 0 {
+		t.Errorf("unexpected report:\n%s", r.stdout)
+	}
+}
+
+func TestRouteInputs(t *testing.T) {
+	// The statement from stdin; NULL with --null.
+	r := mustRun(t, "SELECT harel_commit_cas($1, 'd', '{}', 0, '')", "route", "--map", testMap, "--null", "NULL", "-", "NULL")
+	if !strings.Contains(r.stdout, "dest:     any shard") {
+		t.Errorf("NULL key:\n%s", r.stdout)
+	}
+	// A config file: its map and its proxy.schema.
+	r = mustRun(t, "", "route", "--config", "../../configs/pgshard.yaml", "SELECT 1 FROM trace WHERE execution_id = 'x'")
+	if !strings.Contains(r.stdout, "dest:     shard ") {
+		t.Errorf("with --config:\n%s", r.stdout)
+	}
+	// A schema file with an int8 key.
+	dir := t.TempDir()
+	schema := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(schema, []byte("tables: [{table: accounts, column: k, type: int8}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, "", "route", "--map", testMap, "--schema", schema, "--types", "int4", "--binary", "SELECT * FROM accounts WHERE k = $1", "42")
+	if !strings.Contains(r.stdout, `key:      "42"`) {
+		t.Errorf("int8 schema:\n%s", r.stdout)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"route", "--map", testMap}, 2, "requires at least 1 arg"},
+		{[]string{"route", "--map", testMap, "--types", "int9", "SELECT 1"}, 2, `unknown type "int9"`},
+		{[]string{"route", "--map", testMap, "--types", "int8", "--binary", "SELECT 1", "x"}, 2, `"x" is not an int8`},
+		{[]string{"route", "--map", testMap, "--types", "float8", "--binary", "SELECT 1", "1.5"}, 2, "cannot encode type OID 701"},
+		{[]string{"route", "--map", "nope.yaml", "SELECT 1"}, 1, "--map"},
+		{[]string{"route", "--map", testMap, "--schema", testMap, "SELECT 1"}, 1, "--schema"},
+	} {
+		r := run(t, "", c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.args, r.code, r.stderr, c.code, c.msg)
+		}
+	}
+}
