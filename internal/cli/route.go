@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -41,15 +40,15 @@ PARAMs are the Bind values of $1, $2, ... in text format; the value of --null
 encoded by those types. SQL "-" reads the statement from stdin.
 
 The shard map comes from the config (--config, as for other commands) or
-from --map FILE; the sharding schema from --schema FILE, else the config's
-proxy.schema, else the execution store's default.`,
+from --map FILE; the sharding schema from --schema FILE, else it is the
+execution store's default (configs/sharding.yaml).`,
 		Example: `  pgshard route "SELECT data FROM executions WHERE id = \$1" 0123456789abcdef0123456789abcdef
   pgshard route --types int8 --binary "DELETE FROM outbox WHERE seq = \$1" 1026
   pgshard route --json "SELECT id FROM executions ORDER BY id LIMIT 10 OFFSET 5"`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	cfgPath := addConfigFlag(cmd)
-	cmd.Flags().StringVar(&schemaFile, "schema", "", "sharding schema YAML file (default: the config's proxy.schema)")
+	cmd.Flags().StringVar(&schemaFile, "schema", "", "sharding schema YAML file (default: the execution store's)")
 	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file (instead of the config's map)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&null, "null", `\N`, "the PARAM value that stands for NULL")
@@ -118,14 +117,11 @@ func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (*shar
 			return nil, schema, fmt.Errorf("--map %s: %w", mapFile, err)
 		}
 	} else {
-		cfg, cm, err := loadMap(cmd, cfgPath)
+		_, cm, err := loadMap(cmd, cfgPath)
 		if err != nil {
 			return nil, schema, err
 		}
 		m = cm
-		if schema, err = configSchema(cfg); err != nil {
-			return nil, schema, err
-		}
 	}
 	if schemaFile != "" {
 		raw, err := os.ReadFile(schemaFile)
@@ -137,14 +133,6 @@ func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (*shar
 		}
 	}
 	return m, schema, nil
-}
-
-func configSchema(cfg *config.Config) (route.Schema, error) {
-	s, err := cfg.Proxy.Schema.ToSchema()
-	if err != nil {
-		return s, fmt.Errorf("config: proxy.schema: %w", err)
-	}
-	return s, nil
 }
 
 func parseTypes(s string) ([]uint32, error) {

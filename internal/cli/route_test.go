@@ -54,7 +54,7 @@ func TestRouteInputs(t *testing.T) {
 	if !strings.Contains(r.stdout, "dest:     any shard") {
 		t.Errorf("NULL key:\n%s", r.stdout)
 	}
-	// A config file: its map and its proxy.schema.
+	// A config file's map.
 	r = mustRun(t, "", "route", "--config", "../../configs/pgshard.yaml", "SELECT 1 FROM trace WHERE execution_id = 'x'")
 	if !strings.Contains(r.stdout, "dest:     shard ") {
 		t.Errorf("with --config:\n%s", r.stdout)
