@@ -17,6 +17,9 @@ type series struct {
 	Points [][2]float64
 	Dashed bool
 	Dots   bool
+	// Ring draws each point as a large hollow ring and no line (markers
+	// such as a knee).
+	Ring bool
 }
 
 // hline is a horizontal reference line (an SLO, say).
@@ -209,6 +212,16 @@ func (c lineChart) svg() string {
 		dash := ""
 		if s.Dashed {
 			dash = ` stroke-dasharray="5,4"`
+		}
+		if s.Ring {
+			for _, p := range pts {
+				xy := strings.Split(p, ",")
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="7" fill="none" stroke="%s" stroke-width="2"/>`, xy[0], xy[1], s.Color)
+			}
+			ly := padT + 14*i + 10
+			fmt.Fprintf(&b, `<circle cx="%d" cy="%d" r="5" fill="none" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`,
+				padL+plotW+19, ly, s.Color, padL+plotW+32, ly+4, html.EscapeString(s.Name))
+			continue
 		}
 		if len(pts) > 0 {
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>`, s.Color, dash, strings.Join(pts, " "))

@@ -187,7 +187,7 @@ func sweepThroughputChart(sws []*Sweep) lineChart {
 		}
 		if sw.Knee >= 0 {
 			k := sw.Steps[sw.Knee]
-			c.Series = append(c.Series, series{Name: sw.Label + " knee", Color: color(i), Dots: true, Points: [][2]float64{{k.X, k.Throughput}}})
+			c.Series = append(c.Series, series{Name: sw.Label + " knee", Color: color(i), Ring: true, Points: [][2]float64{{k.X, k.Throughput}}})
 		}
 	}
 	return c
