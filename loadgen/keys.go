@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -190,8 +191,8 @@ func ParseKeys(s string) (Keys, error) {
 		if i >= len(parts) || err != nil {
 			return def
 		}
-		var v float64
-		if _, e := fmt.Sscanf(parts[i], "%g", &v); e != nil {
+		v, e := strconv.ParseFloat(strings.TrimSpace(parts[i]), 64)
+		if e != nil {
 			err = fmt.Errorf("key distribution %q: %q is not a number", s, parts[i])
 		}
 		return v
