@@ -106,5 +106,4 @@ func reformat(k loadgen.Keys) string {
 	return string(k.Dist)
 }
 
-
 func strconvG(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
