@@ -1,0 +1,393 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgshard/pgshard/proxy"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// fakePG is a tiny Postgres speaking the wire protocol well enough for the
+// proxy's unit tests: trust auth, simple and extended queries answered
+// with one text row, transaction status, an error for abortSQL-like
+// syntax errors, and a log of every message it received.
+type fakePG struct {
+	t  *testing.T
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu      sync.Mutex
+	log     []string // "conn#: message" in arrival order
+	conns   int
+	cancels []string // "pid/secret"
+	closed  bool
+	open    map[net.Conn]bool
+}
+
+func newFakePG(t *testing.T) *fakePG {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakePG{t: t, ln: ln, open: map[net.Conn]bool{}}
+	f.wg.Add(1)
+	go f.accept()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fakePG) addr() string { return f.ln.Addr().String() }
+
+func (f *fakePG) close() {
+	f.mu.Lock()
+	f.closed = true
+	for c := range f.open {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.ln.Close()
+	f.wg.Wait()
+}
+
+func (f *fakePG) accept() {
+	defer f.wg.Done()
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			c.Close()
+			return
+		}
+		f.open[c] = true
+		f.mu.Unlock()
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			defer func() {
+				f.mu.Lock()
+				delete(f.open, c)
+				f.mu.Unlock()
+				c.Close()
+			}()
+			f.serve(c)
+		}()
+	}
+}
+
+// messages returns the log, and clears it.
+func (f *fakePG) messages() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.log
+	f.log = nil
+	return out
+}
+
+func (f *fakePG) record(id int, s string) {
+	f.mu.Lock()
+	f.log = append(f.log, fmt.Sprintf("%d:%s", id, s))
+	f.mu.Unlock()
+}
+
+func (f *fakePG) serve(c net.Conn) {
+	be := pgproto3.NewBackend(c, c)
+	msg, err := be.ReceiveStartupMessage()
+	if err != nil {
+		return // a health probe: connect and close
+	}
+	switch m := msg.(type) {
+	case *pgproto3.CancelRequest:
+		f.mu.Lock()
+		f.cancels = append(f.cancels, fmt.Sprintf("%d/%x", m.ProcessID, m.SecretKey))
+		f.mu.Unlock()
+		return
+	case *pgproto3.StartupMessage:
+	default:
+		return
+	}
+	f.mu.Lock()
+	f.conns++
+	id := f.conns
+	f.mu.Unlock()
+	be.Send(&pgproto3.AuthenticationOk{})
+	for _, kv := range [][2]string{{"server_version", "15.0"}, {"server_encoding", "UTF8"}, {"client_encoding", "UTF8"},
+		{"DateStyle", "ISO, MDY"}, {"TimeZone", "UTC"}, {"integer_datetimes", "on"}, {"standard_conforming_strings", "on"},
+		{"IntervalStyle", "postgres"}, {"application_name", ""}, {"is_superuser", "on"}, {"session_authorization", "postgres"}} {
+		be.Send(&pgproto3.ParameterStatus{Name: kv[0], Value: kv[1]})
+	}
+	be.Send(&pgproto3.BackendKeyData{ProcessID: uint32(1000 + id), SecretKey: []byte{0, 0, 0, byte(id)}})
+	be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if be.Flush() != nil {
+		return
+	}
+	status := byte('I')
+	skipping := false
+	row := func() {
+		be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(fmt.Sprintf("conn%d", id))}})
+	}
+	desc := &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("v"), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1}}}
+	fail := func() {
+		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: "syntax error at end of input"})
+		if status == 'T' {
+			status = 'E'
+		}
+	}
+	for {
+		msg, err := be.Receive()
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.Query:
+			f.record(id, "Q:"+m.String)
+			for _, stmt := range strings.Split(m.String, ";\n") {
+				up := strings.ToUpper(strings.TrimSpace(stmt))
+				switch {
+				case strings.Contains(stmt, "SELECT ("):
+					fail()
+				case status == 'E' && !strings.HasPrefix(up, "ROLLBACK") && !strings.HasPrefix(up, "COMMIT"):
+					be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "25P02", Message: "current transaction is aborted"})
+				case strings.HasPrefix(up, "BEGIN"):
+					status = 'T'
+					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")})
+				case strings.HasPrefix(up, "COMMIT"), strings.HasPrefix(up, "ROLLBACK"):
+					tag := "COMMIT"
+					if status == 'E' || strings.HasPrefix(up, "ROLLBACK") {
+						tag = "ROLLBACK"
+					}
+					status = 'I'
+					be.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
+				case strings.HasPrefix(up, "SET"):
+					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SET")})
+				default:
+					be.Send(desc)
+					row()
+					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+				}
+				if status == 'E' {
+					break
+				}
+			}
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
+		case *pgproto3.Parse:
+			f.record(id, fmt.Sprintf("P:%s:%s", m.Name, m.Query))
+			if skipping {
+				continue
+			}
+			if strings.Contains(m.Query, "SELECT (") {
+				fail()
+				skipping = true
+				continue
+			}
+			be.Send(&pgproto3.ParseComplete{})
+		case *pgproto3.Bind:
+			f.record(id, fmt.Sprintf("B:%s:%s", m.DestinationPortal, m.PreparedStatement))
+			if !skipping {
+				be.Send(&pgproto3.BindComplete{})
+			}
+		case *pgproto3.Describe:
+			f.record(id, fmt.Sprintf("D:%c:%s", m.ObjectType, m.Name))
+			if skipping {
+				continue
+			}
+			if m.ObjectType == 'S' {
+				be.Send(&pgproto3.ParameterDescription{ParameterOIDs: []uint32{20}})
+			}
+			be.Send(desc)
+		case *pgproto3.Execute:
+			f.record(id, "E:"+m.Portal)
+			if !skipping {
+				row()
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			}
+		case *pgproto3.Close:
+			f.record(id, fmt.Sprintf("C:%c:%s", m.ObjectType, m.Name))
+			if !skipping {
+				be.Send(&pgproto3.CloseComplete{})
+			}
+		case *pgproto3.Sync:
+			f.record(id, "S")
+			skipping = false
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
+		case *pgproto3.Flush:
+			f.record(id, "H")
+		case *pgproto3.Terminate:
+			return
+		}
+		if err := be.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// fakeEnv is a proxy in front of two fake shards.
+type fakeEnv struct {
+	shards []*fakePG
+	m      *shardmap.Map
+	addr   string
+}
+
+// startFake runs a proxy over two fake shards; pooler makes the proxy
+// treat them as PgBouncers (no server-side statement cache).
+func startFake(t *testing.T, pooler bool, opts ...envOpt) *fakeEnv {
+	t.Helper()
+	fe := &fakeEnv{shards: []*fakePG{newFakePG(t), newFakePG(t)}}
+	var shards []shardmap.Shard
+	for i, f := range fe.shards {
+		s := shardmap.Shard{Name: fmt.Sprintf("shard%d", i), Ordinal: i, DSN: "postgres://postgres@" + f.addr() + "/db?sslmode=disable"}
+		if pooler {
+			s.PoolerDSN = s.DSN
+		}
+		shards = append(shards, s)
+	}
+	m, err := shardmap.Even(64, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.m = m
+	an, err := route.New(m, testSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := proxy.Config{
+		Map: m, Analyzer: an, UsePooler: pooler,
+		Users:  []proxy.User{{Name: "postgres", Trust: true}},
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := proxy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("proxy: %v", err)
+		}
+	})
+	fe.addr = ln.Addr().String()
+	return fe
+}
+
+// keyOn returns an int8 key owned by shard i.
+func (fe *fakeEnv) keyOn(i int) int64 {
+	for k := int64(1); ; k++ {
+		if fe.m.ShardIndexForBucket(fe.m.BucketInt8(k)) == i {
+			return k
+		}
+	}
+}
+
+// client is a raw protocol client for unit tests.
+type client struct {
+	t  *testing.T
+	fe *pgproto3.Frontend
+	c  net.Conn
+}
+
+func (fe *fakeEnv) client(t *testing.T) *client {
+	t.Helper()
+	rc := dialRaw(t, fe.addr)
+	rc.startup("db")
+	return &client{t: t, fe: rc.fe, c: rc.conn}
+}
+
+func (c *client) send(msgs ...pgproto3.FrontendMessage) {
+	c.t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	if err := c.fe.Flush(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// until reads messages up to ReadyForQuery and returns them in a compact
+// form: "1 2 T D C Z:T", errors as "E:<code>".
+func (c *client) until() string {
+	c.t.Helper()
+	var out []string
+	for {
+		m, err := c.fe.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				c.t.Fatalf("connection closed after %v", out)
+			}
+			c.t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ReadyForQuery:
+			out = append(out, "Z:"+string(m.TxStatus))
+			return strings.Join(out, " ")
+		case *pgproto3.ErrorResponse:
+			out = append(out, "E:"+m.Code)
+		case *pgproto3.NoticeResponse:
+			out = append(out, "N:"+m.Code)
+		case *pgproto3.CommandComplete:
+			out = append(out, "C:"+string(m.CommandTag))
+		case *pgproto3.DataRow:
+			out = append(out, "D:"+string(m.Values[0]))
+		case *pgproto3.ParseComplete:
+			out = append(out, "1")
+		case *pgproto3.BindComplete:
+			out = append(out, "2")
+		case *pgproto3.CloseComplete:
+			out = append(out, "3")
+		case *pgproto3.NoData:
+			out = append(out, "n")
+		case *pgproto3.ParameterDescription:
+			out = append(out, "t")
+		case *pgproto3.RowDescription:
+			out = append(out, "T")
+		case *pgproto3.ParameterStatus:
+			out = append(out, "S:"+m.Name)
+		default:
+			out = append(out, fmt.Sprintf("%T", m))
+		}
+	}
+}
+
+func expect(t *testing.T, what, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s:\n got %s\nwant %s", what, got, want)
+	}
+}
+
+// waitFor polls cond until it holds or 10 s passed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
