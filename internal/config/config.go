@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -47,6 +48,8 @@ type Config struct {
 	Store Store `mapstructure:"store"`
 	// Loadgen configures `pgshard loadgen` (flags override it).
 	Loadgen Loadgen `mapstructure:"loadgen"`
+	// Proxy configures `pgshard proxy`.
+	Proxy Proxy `mapstructure:"proxy"`
 
 	// Map is the validated shard map, nil when the config has none.
 	Map *shardmap.Map `mapstructure:"-"`
@@ -168,6 +171,7 @@ func Defaults() Config {
 			Steps:          "1,2,4,8,16,32",
 			Headroom:       0.3,
 		},
+		Proxy: DefaultProxy(),
 	}
 }
 
@@ -193,6 +197,7 @@ func (c *Config) Validate() error {
 		p = append(p, fmt.Sprintf("store.max_conns: must be at least 1 (got %d)", c.Store.MaxConns))
 	}
 	p = append(p, c.Loadgen.problems()...)
+	p = append(p, c.Proxy.problems()...)
 	if len(p) > 0 {
 		return errors.New(strings.Join(p, "; "))
 	}
@@ -601,4 +606,133 @@ func decodeError(err error) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Proxy configures `pgshard proxy`, the wire-protocol sharding proxy (see
+// package proxy for what each setting does).
+type Proxy struct {
+	// Listen is the address clients connect to.
+	Listen string `mapstructure:"listen"`
+	// UsePooler connects to each shard through its PgBouncer when the map
+	// has one (else directly to Postgres).
+	UsePooler bool `mapstructure:"use_pooler"`
+	// Users may log in: name + password (plain or a SCRAM-SHA-256
+	// verifier), or trust.
+	Users []ProxyUser `mapstructure:"users"`
+	// Databases, when not empty, are the database names clients may use.
+	Databases []string `mapstructure:"databases"`
+	// PoolSize bounds the backend connections per shard.
+	PoolSize int `mapstructure:"pool_size"`
+	// MaxClients bounds concurrent client connections.
+	MaxClients int `mapstructure:"max_clients"`
+	// MaxMessageSize bounds one client message in bytes.
+	MaxMessageSize int `mapstructure:"max_message_size"`
+	// MaxPipelineBytes bounds the extended-protocol bytes buffered before
+	// a Sync or Flush (0 = 4 × max_message_size).
+	MaxPipelineBytes int `mapstructure:"max_pipeline_bytes"`
+	// ConnectTimeout bounds connecting to a shard.
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	// PoolTimeout bounds the wait for a free backend connection.
+	PoolTimeout time.Duration `mapstructure:"pool_timeout"`
+	// IdleTimeout closes backend connections idle for longer.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// IdleInTransactionTimeout closes clients idle inside a transaction
+	// for longer (0 = never).
+	IdleInTransactionTimeout time.Duration `mapstructure:"idle_in_transaction_timeout"`
+	// DefaultShard runs key-less statements that must run on one fixed
+	// shard ("" = the map's first shard).
+	DefaultShard string `mapstructure:"default_shard"`
+	// StatementCacheSize is the server-side prepared statements kept per
+	// direct backend connection (-1 = none).
+	StatementCacheSize int `mapstructure:"statement_cache_size"`
+	// VerifyIdentity checks every shard's identity record against the map.
+	VerifyIdentity bool `mapstructure:"verify_identity"`
+	// MetricsListen, when set, serves Prometheus metrics at /metrics.
+	MetricsListen string `mapstructure:"metrics_listen"`
+	// Schema is the sharding schema: keyed tables and columns, key
+	// functions, global tables. The default is the execution store's.
+	Schema route.SchemaConfig `mapstructure:"schema"`
+}
+
+// ProxyUser is a client login of the proxy.
+type ProxyUser struct {
+	Name string `mapstructure:"name"`
+	// Password is plain text or "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>".
+	Password string `mapstructure:"password"`
+	// Trust admits the user without a password (development only).
+	Trust bool `mapstructure:"trust"`
+}
+
+// DefaultProxy is the proxy section's defaults.
+func DefaultProxy() Proxy {
+	return Proxy{
+		Listen:             "127.0.0.1:6543",
+		UsePooler:          true,
+		Users:              []ProxyUser{},
+		Databases:          []string{},
+		PoolSize:           20,
+		MaxClients:         1000,
+		MaxMessageSize:     64 << 20,
+		ConnectTimeout:     5 * time.Second,
+		PoolTimeout:        10 * time.Second,
+		IdleTimeout:        5 * time.Minute,
+		StatementCacheSize: 256,
+		VerifyIdentity:     true,
+		Schema:             route.DefaultSchemaConfig(),
+	}
+}
+
+// problems checks the proxy section, naming each key.
+func (x *Proxy) problems() []string {
+	var p []string
+	bad := func(key, format string, args ...any) {
+		p = append(p, "proxy."+key+": "+fmt.Sprintf(format, args...))
+	}
+	if x.Listen == "" {
+		bad("listen", "must not be empty (host:port)")
+	}
+	if x.PoolSize < 1 || x.PoolSize > 10000 {
+		bad("pool_size", "must be in [1, 10000] (got %d)", x.PoolSize)
+	}
+	if x.MaxClients < 1 || x.MaxClients > 1000000 {
+		bad("max_clients", "must be in [1, 1000000] (got %d)", x.MaxClients)
+	}
+	if x.MaxMessageSize < 1024 || x.MaxMessageSize > 1<<30 {
+		bad("max_message_size", "must be between 1024 and 1073741824 bytes (got %d)", x.MaxMessageSize)
+	}
+	if x.MaxPipelineBytes != 0 && x.MaxPipelineBytes < x.MaxMessageSize {
+		bad("max_pipeline_bytes", "must be 0 or at least max_message_size (got %d)", x.MaxPipelineBytes)
+	}
+	for key, d := range map[string]time.Duration{"connect_timeout": x.ConnectTimeout, "pool_timeout": x.PoolTimeout, "idle_timeout": x.IdleTimeout} {
+		if d <= 0 {
+			bad(key, "must be positive (got %s)", d)
+		}
+	}
+	if x.IdleInTransactionTimeout < 0 {
+		bad("idle_in_transaction_timeout", "must not be negative (got %s)", x.IdleInTransactionTimeout)
+	}
+	if x.StatementCacheSize < -1 {
+		bad("statement_cache_size", "must be -1 (off) or more (got %d)", x.StatementCacheSize)
+	}
+	seen := map[string]bool{}
+	for i, u := range x.Users {
+		switch {
+		case u.Name == "":
+			bad(fmt.Sprintf("users[%d].name", i), "must not be empty")
+		case seen[u.Name]:
+			bad(fmt.Sprintf("users[%d].name", i), "duplicate user %q", u.Name)
+		}
+		seen[u.Name] = true
+		if !u.Trust && u.Password == "" {
+			bad(fmt.Sprintf("users[%d]", i), "user %q needs a password or trust: true", u.Name)
+		}
+		if u.Trust && u.Password != "" {
+			bad(fmt.Sprintf("users[%d]", i), "user %q has both a password and trust: true; choose one", u.Name)
+		}
+	}
+	if err := x.Schema.Validate(); err != nil {
+		bad("schema", "%s", strings.TrimPrefix(err.Error(), "sharding schema: "))
+	}
+	sort.Strings(p)
+	return p
 }
