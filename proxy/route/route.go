@@ -157,7 +157,11 @@ func (r *Router) shardDest(p placed, agree int) Dest {
 		b = strconv.AppendInt(b, int64(agree), 10)
 		b = append(b, " keyed references agree)"...)
 	}
-	return Dest{Kind: DestShard, Shard: p.shard, Key: strings.Clone(p.v.text()), Bucket: p.bucket, Reason: string(b)}
+	key := p.v.text() // a fresh string, except text that may alias the Bind bytes
+	if p.v.kind == kText {
+		key = strings.Clone(key)
+	}
+	return Dest{Kind: DestShard, Shard: p.shard, Key: key, Bucket: p.bucket, Reason: string(b)}
 }
 
 func appendKey(b []byte, v kval) []byte {
