@@ -39,7 +39,8 @@ func addDirFlag(cmd *cobra.Command) *string {
 
 func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
-	var pgbouncer, fsync bool
+	var pgbouncer, fsync, withProxy bool
+	var proxyBin string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start (or reuse) a local cluster, migrate it and write DIR/pgshard.yaml",
@@ -55,6 +56,9 @@ Ctrl-C while starting stops everything started so far.`,
 	cmd.Flags().IntVar(&buckets, "buckets", shardmap.DefaultBuckets, "bucket count B (power of two, fixed for the cluster's life)")
 	cmd.Flags().BoolVar(&pgbouncer, "pgbouncer", true, "run one PgBouncer (transaction mode) per shard")
 	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
+	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
+	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
+	_ = cmd.Flags().MarkHidden("proxy-bin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		_, loadErr := cluster.Load(*dir)
@@ -91,6 +95,17 @@ Ctrl-C while starting stops everything started so far.`,
 			verb, len(c.Shards), *dir, m.Epoch, m.Buckets, devConfigPath(*dir))
 		if err := writeShardTable(out, m); err != nil {
 			return err
+		}
+		if withProxy {
+			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User)
+			if err != nil {
+				return err
+			}
+			verb := "started"
+			if reused {
+				verb = "reused"
+			}
+			fmt.Fprintf(out, "\nproxy %s: %s (pid %d, log %s)\n", verb, devProxyDSN(r, c.Spec.User, c.Spec.Database), r.PID, devProxyLog(*dir))
 		}
 		fmt.Fprintf(out, "\nstop it with: pgshard dev down --dir %s\n", *dir)
 		return nil
@@ -170,6 +185,9 @@ type devStatusJSON struct {
 	Epoch    uint64         `json:"map_epoch"`
 	NBuckets int            `json:"bucket_count"`
 	Shards   []devShardJSON `json:"shards"`
+	// ProxyDSN connects to the dev proxy (dev up --proxy), "" if none runs.
+	ProxyDSN string `json:"proxy_dsn,omitempty"`
+	ProxyPID int    `json:"proxy_pid,omitempty"`
 }
 
 func newDevStatusCmd() *cobra.Command {
@@ -207,6 +225,9 @@ func devStatus(ctx context.Context, dir string) (*devStatusJSON, error) {
 	}
 	m := cfg.Map
 	st := &devStatusJSON{Dir: dir, Config: cfg.Path, Epoch: m.Epoch, NBuckets: m.Buckets}
+	if r := readDevProxy(dir); r != nil {
+		st.ProxyDSN, st.ProxyPID = devProxyDSN(r, c.Spec.User, c.Spec.Database), r.PID
+	}
 	live := c.Status(ctx)
 	for i, s := range m.Shards {
 		j := devShardJSON{Name: s.Name, Ordinal: s.Ordinal, DSN: s.DSN, PoolerDSN: s.PoolerDSN, Ranges: [][2]int{}}
@@ -245,7 +266,13 @@ func writeDevStatus(w io.Writer, st *devStatusJSON) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Ordinal, strings.Join(rs, ","), pg, pb, s.DSN, pooler)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.ProxyDSN != "" {
+		fmt.Fprintf(w, "proxy: %s (pid %d)\n", st.ProxyDSN, st.ProxyPID)
+	}
+	return nil
 }
 
 func liveness(pid int, ready bool) string {
@@ -271,6 +298,11 @@ func newDevDownCmd() *cobra.Command {
 		if _, err := os.Stat(*dir); errors.Is(err, os.ErrNotExist) {
 			fmt.Fprintf(cmd.OutOrStdout(), "nothing to stop: %s does not exist\n", *dir)
 			return nil
+		}
+		if stopped, err := stopDevProxy(cmd.Context(), *dir); err != nil {
+			return err
+		} else if stopped {
+			fmt.Fprintln(cmd.OutOrStdout(), "stopped the proxy")
 		}
 		if err := cluster.Down(cmd.Context(), *dir, purge); err != nil {
 			return err

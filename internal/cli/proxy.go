@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -181,4 +184,177 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 		defer os.Remove(readyFile)
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// Local development: `pgshard dev up --proxy` runs a proxy for the dev
+// cluster as a detached process, recorded in DIR/proxy.json (PID and
+// address); `dev status` reports it and `dev down` stops it first.
+
+// devProxyFile is where the dev proxy announces itself.
+func devProxyFile(dir string) string { return filepath.Join(dir, "proxy.json") }
+
+// devProxyLog is the dev proxy's log.
+func devProxyLog(dir string) string { return filepath.Join(dir, "proxy.log") }
+
+// readDevProxy returns the running dev proxy of dir, nil if none runs.
+func readDevProxy(dir string) *proxyReady {
+	b, err := os.ReadFile(devProxyFile(dir))
+	if err != nil {
+		return nil
+	}
+	var r proxyReady
+	if json.Unmarshal(b, &r) != nil || r.PID <= 0 || !isDevProxy(r.PID, dir) {
+		return nil
+	}
+	return &r
+}
+
+// isDevProxy reports whether pid is alive and is the proxy of dir (its
+// command line names dir's ready file), so a recycled PID is never
+// mistaken for it.
+func isDevProxy(pid int, dir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+			return false // exited, not yet reaped
+		}
+	}
+	args := strings.Split(string(b), "\x00")
+	want, _ := filepath.Abs(devProxyFile(dir))
+	for i, a := range args {
+		if a == "--ready-file" && i+1 < len(args) && args[i+1] == want {
+			return true
+		}
+	}
+	return false
+}
+
+// devProxyDSN is the DSN clients use for the dev proxy.
+func devProxyDSN(r *proxyReady, user, database string) string {
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", user, r.Addr, database)
+}
+
+// startDevProxy starts (or reuses) the dev cluster's proxy and waits until
+// it accepts connections.
+func startDevProxy(ctx context.Context, dir, bin, user string) (*proxyReady, bool, error) {
+	if r := readDevProxy(dir); r != nil {
+		return r, true, nil
+	}
+	_ = os.Remove(devProxyFile(dir))
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, false, fmt.Errorf("start the dev proxy: %w", err)
+		}
+	}
+	ready, err := filepath.Abs(devProxyFile(dir))
+	if err != nil {
+		return nil, false, err
+	}
+	logf, err := os.OpenFile(devProxyLog(dir), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	defer logf.Close()
+	cfgPath, err := filepath.Abs(devConfigPath(dir))
+	if err != nil {
+		return nil, false, err
+	}
+	cmd := exec.Command(bin, "proxy", "--config", cfgPath, "--listen", "127.0.0.1:0", "--trust-user", user, "--ready-file", ready)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = cleanProxyEnv(os.Environ())
+	// Its own session: the proxy outlives `dev up` and ignores its Ctrl-C.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, false, fmt.Errorf("start the dev proxy (%s): %w", bin, err)
+	}
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if r := readDevProxy(dir); r != nil {
+			conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
+			if err == nil {
+				_ = conn.Close()
+				return r, false, nil
+			}
+		}
+		var ws syscall.WaitStatus
+		if wpid, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); wpid == pid || syscall.Kill(pid, 0) != nil {
+			return nil, false, fmt.Errorf("the dev proxy exited during startup; see %s:\n%s", devProxyLog(dir), tailFile(devProxyLog(dir), 10))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_, _ = syscall.Wait4(pid, nil, 0, nil)
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			return nil, false, fmt.Errorf("the dev proxy did not start within 60s; see %s", devProxyLog(dir))
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// cleanProxyEnv drops PGSHARD_* settings of the caller: the dev proxy runs
+// on the dev config alone.
+func cleanProxyEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, config.EnvPrefix+"_") && !strings.HasPrefix(kv, config.EnvPrefix+"_TEST_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// stopDevProxy stops the dev proxy of dir (by its verified PID): SIGTERM,
+// then SIGKILL after 15s. It reports whether one was running.
+func stopDevProxy(ctx context.Context, dir string) (bool, error) {
+	r := readDevProxy(dir)
+	if r == nil {
+		_ = os.Remove(devProxyFile(dir))
+		return false, nil
+	}
+	if err := syscall.Kill(r.PID, syscall.SIGTERM); err != nil && err != syscall.ESRCH {
+		return true, fmt.Errorf("stop the dev proxy (pid %d): %w", r.PID, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for isDevProxy(r.PID, dir) {
+		_, _ = syscall.Wait4(r.PID, nil, syscall.WNOHANG, nil) // reap it if it is our child
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = syscall.Kill(r.PID, syscall.SIGKILL)
+			deadline = time.Now().Add(5 * time.Second)
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	_, _ = syscall.Wait4(r.PID, nil, syscall.WNOHANG, nil)
+	_ = os.Remove(devProxyFile(dir))
+	return true, nil
+}
+
+// tailFile returns the last n lines of a file.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
