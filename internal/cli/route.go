@@ -40,15 +40,16 @@ PARAMs are the Bind values of $1, $2, ... in text format; the value of --null
 encoded by those types. SQL "-" reads the statement from stdin.
 
 The shard map comes from the config (--config, as for other commands) or
-from --map FILE; the sharding schema from --schema FILE, else it is the
-execution store's default (configs/sharding.yaml).`,
+from --map FILE; the sharding schema from --schema FILE, else from the
+config's proxy.schema, else it is the execution store's default
+(configs/sharding.yaml).`,
 		Example: `  pgshard route "SELECT data FROM executions WHERE id = \$1" 0123456789abcdef0123456789abcdef
   pgshard route --types int8 --binary "DELETE FROM outbox WHERE seq = \$1" 1026
   pgshard route --json "SELECT id FROM executions ORDER BY id LIMIT 10 OFFSET 5"`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	cfgPath := addConfigFlag(cmd)
-	cmd.Flags().StringVar(&schemaFile, "schema", "", "sharding schema YAML file (default: the execution store's)")
+	cmd.Flags().StringVar(&schemaFile, "schema", "", "sharding schema YAML file (default: the config's proxy.schema, else the execution store's)")
 	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file (instead of the config's map)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&null, "null", `\N`, "the PARAM value that stands for NULL")
@@ -117,11 +118,14 @@ func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (*shar
 			return nil, schema, fmt.Errorf("--map %s: %w", mapFile, err)
 		}
 	} else {
-		_, cm, err := loadMap(cmd, cfgPath)
+		cfg, cm, err := loadMap(cmd, cfgPath)
 		if err != nil {
 			return nil, schema, err
 		}
 		m = cm
+		if schema, err = cfg.Proxy.Schema.ToSchema(); err != nil {
+			return nil, schema, fmt.Errorf("config: proxy.schema: %w", err)
+		}
 	}
 	if schemaFile != "" {
 		raw, err := os.ReadFile(schemaFile)

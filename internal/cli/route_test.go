@@ -59,8 +59,21 @@ func TestRouteInputs(t *testing.T) {
 	if !strings.Contains(r.stdout, "dest:     shard ") {
 		t.Errorf("with --config:\n%s", r.stdout)
 	}
-	// A schema file with an int8 key.
+	// ... and its proxy.schema.
 	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pgshard.yaml")
+	abs, err := filepath.Abs(testMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("shardmap_file: "+abs+"\nproxy:\n  schema:\n    tables: [{table: ledger, column: acct, type: int8}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, "", "route", "--config", cfg, "SELECT * FROM ledger WHERE acct = 42")
+	if !strings.Contains(r.stdout, `key:      "42"`) || !strings.Contains(r.stdout, "ledger.acct = 42") {
+		t.Errorf("with the config's proxy.schema:\n%s", r.stdout)
+	}
+	// A schema file with an int8 key.
 	schema := filepath.Join(dir, "s.yaml")
 	if err := os.WriteFile(schema, []byte("tables: [{table: accounts, column: k, type: int8}]\n"), 0o644); err != nil {
 		t.Fatal(err)
