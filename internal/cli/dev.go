@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -63,7 +64,7 @@ Ctrl-C while starting stops everything started so far.`,
 		ctx := cmd.Context()
 		_, loadErr := cluster.Load(*dir)
 		fresh := loadErr != nil
-		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: cmd.ErrOrStderr()}
+		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: &lockedWriter{w: cmd.ErrOrStderr()}}
 		c, err := cluster.Up(ctx, *dir, spec)
 		if err != nil {
 			return err
@@ -315,4 +316,17 @@ func newDevDownCmd() *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// lockedWriter serializes writes: the cluster logs progress from one
+// goroutine per shard, and the command's stderr need not be safe for that.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
