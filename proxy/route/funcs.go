@@ -57,6 +57,9 @@ var readOnlyFuncs = setOf(
 	"jsonb_array_elements_text", "json_object_keys", "jsonb_object_keys", "jsonb_set", "jsonb_insert",
 	"jsonb_pretty", "jsonb_strip_nulls", "json_strip_nulls", "jsonb_path_query", "jsonb_path_exists",
 	"jsonb_path_match", "jsonb_path_query_array", "jsonb_path_query_first",
+	"json_to_record", "jsonb_to_record", "json_to_recordset", "jsonb_to_recordset",
+	"json_populate_record", "jsonb_populate_record", "json_populate_recordset", "jsonb_populate_recordset",
+	"cardinality", "array_length", "array_position", "array_positions", "unnest",
 	// arrays and sets
 	"array_length", "array_lower", "array_upper", "array_ndims", "array_dims", "cardinality", "array_append",
 	"array_prepend", "array_cat", "array_position", "array_positions", "array_remove", "array_replace",

@@ -297,6 +297,14 @@ func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
 func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int, t *topInfo) (int, string) {
 	n := sb.Node
 	notListed := fmt.Sprintf("ORDER BY %s is not in the select list: add it to the select list (pgshard merges by result columns)", exprText(n))
+	// x COLLATE "C" orders bytewise, which is how the engine merges text:
+	// resolve it as x. Any other collation would need the server's rules.
+	if cc := n.GetCollateClause(); cc != nil {
+		if !bytewiseCollation(cc.Collname) {
+			return 0, fmt.Sprintf("ORDER BY %s: only COLLATE \"C\" (bytewise) can be merged across shards", exprText(n))
+		}
+		n = cc.Arg
+	}
 	if c := n.GetAConst(); c != nil {
 		v, _ := constVal(c)
 		if v.kind != kInt || v.i < 1 || int(v.i) > len(targets) {
@@ -323,6 +331,16 @@ func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int
 		return 0, fmt.Sprintf("ORDER BY %s: with * in the select list the column's position is unknown; name the columns", exprText(n))
 	}
 	return 0, notListed
+}
+
+// bytewiseCollation reports whether a COLLATE name (possibly
+// schema-qualified) is "C" or "POSIX": byte order, as the merge compares.
+func bytewiseCollation(name []*pg.Node) bool {
+	if len(name) == 0 {
+		return false
+	}
+	c := strName(name[len(name)-1])
+	return c == "C" || c == "POSIX"
 }
 
 // targetByName finds the select-list entry with output name name: its
