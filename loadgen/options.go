@@ -87,6 +87,10 @@ type Options struct {
 	RelayWorkers int `json:"relay_workers"`
 	// RelayInterval is the relays' pause when they find nothing to do.
 	RelayInterval time.Duration `json:"relay_interval"`
+	// OpTimeout bounds every call to the target (setup included), so a
+	// hung target fails calls as timeouts instead of hanging the run
+	// (0: no bound).
+	OpTimeout time.Duration `json:"op_timeout"`
 	// DrainTimeout bounds how long in-flight operations may finish after
 	// the run ends; then they are canceled.
 	DrainTimeout time.Duration `json:"drain_timeout"`
@@ -125,6 +129,7 @@ func DefaultOptions() Options {
 		Relays:         true,
 		RelayWorkers:   8,
 		RelayInterval:  20 * time.Millisecond,
+		OpTimeout:      30 * time.Second,
 		DrainTimeout:   5 * time.Second,
 	}
 }
@@ -195,6 +200,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Relays && (o.RelayWorkers < 1 || o.RelayWorkers > 1000) {
 		p = append(p, fmt.Sprintf("relay_workers: must be in [1, 1000] (got %d)", o.RelayWorkers))
+	}
+	if o.OpTimeout < 0 {
+		p = append(p, fmt.Sprintf("op_timeout: must not be negative (got %s)", o.OpTimeout))
 	}
 	if o.DrainTimeout <= 0 {
 		p = append(p, fmt.Sprintf("drain_timeout: must be positive (got %s)", o.DrainTimeout))

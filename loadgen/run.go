@@ -102,6 +102,7 @@ func Run(ctx context.Context, t Target, loc Locator, o Options) (*Result, error)
 	if loc == nil {
 		loc = SingleShard("all")
 	}
+	t = withTimeout(t, o.OpTimeout)
 	r := &runner{t: t, loc: loc, o: o, shards: len(loc.Shards()), stopCh: make(chan struct{})}
 	var err error
 	if r.keys, err = newChooser(o.Workload.Keys, o.Workload.Executions); err != nil {

@@ -200,3 +200,26 @@ func TestValidateRejectsUnboundedAndBadRuns(t *testing.T) {
 		}
 	}
 }
+
+// A target that hangs fails calls as timeouts: the run stays bounded.
+func TestHungTargetTimesOut(t *testing.T) {
+	var hang atomic.Bool
+	f := loadgentest.New(loadgentest.Options{Extra: func(op string) time.Duration {
+		if hang.Load() && op == "commit" {
+			return time.Hour
+		}
+		return 0
+	}})
+	o := quick()
+	o.Relays = false
+	o.OpTimeout = 100 * time.Millisecond
+	o.Hook = func() { hang.Store(true) }
+	start := time.Now()
+	res := run(t, f, o)
+	if time.Since(start) > 30*time.Second {
+		t.Fatalf("a hung target held the run for %s", time.Since(start))
+	}
+	if res.Errors["timeout"] == 0 {
+		t.Fatalf("no timeouts counted: %v %v", res.Errors, res.Outcomes)
+	}
+}

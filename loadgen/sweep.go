@@ -97,7 +97,7 @@ func RunSweep(ctx context.Context, t Target, loc Locator, so SweepOptions) (*Swe
 		sw.Label = sw.Target
 	}
 	if !so.Base.SkipSetup {
-		if err := Setup(ctx, t, so.Base.Workload, 16); err != nil {
+		if err := Setup(ctx, withTimeout(t, so.Base.OpTimeout), so.Base.Workload, 16); err != nil {
 			return nil, err
 		}
 	}

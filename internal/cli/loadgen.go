@@ -71,7 +71,7 @@ var loadgenBind = map[string]string{
 	"loadgen.executions": "executions", "loadgen.seed": "seed", "loadgen.keys": "keys",
 	"loadgen.mix.fast": "fast", "loadgen.mix.max_emits": "max-emits", "loadgen.mix.timer": "timers",
 	"loadgen.mix.spawn": "spawns", "loadgen.redelivery": "redelivery", "loadgen.retry_cap": "retry-cap",
-	"loadgen.payload_bytes": "payload-bytes", "loadgen.relays": "relays", "loadgen.relay_workers": "relay-workers", "loadgen.out": "out",
+	"loadgen.payload_bytes": "payload-bytes", "loadgen.relays": "relays", "loadgen.op_timeout": "op-timeout", "loadgen.relay_workers": "relay-workers", "loadgen.out": "out",
 	"loadgen.slo": "slo", "loadgen.steps": "steps", "loadgen.target_rate": "target-rate", "loadgen.headroom": "headroom",
 }
 
@@ -100,6 +100,7 @@ func addLoadgenFlags(cmd *cobra.Command, sweep bool) *loadgenFlags {
 	f.Float64("redelivery", d.Redelivery, "share of operations that resend an already processed event (must be deduplicated)")
 	f.Int("retry-cap", d.RetryCap, "reload-and-retry attempts after a conflict")
 	f.Int("payload-bytes", d.PayloadBytes, "padding of each execution's stored state")
+	f.Duration("op-timeout", d.OpTimeout, "bound on every call to the target: a hung target fails calls as timeouts (0: none)")
 	f.Bool("relays", d.Relays, "run the outbox relay and timer sweeper during the run")
 	f.Int("relay-workers", d.RelayWorkers, "deliveries (and timer fires) each relay runs at once")
 	f.String("out", d.Out, "report directory (default loadgen-out/<label>-<time>)")
@@ -170,6 +171,7 @@ func resolveLoadgen(cmd *cobra.Command, lf *loadgenFlags) (*loadgenSetup, error)
 		o.Model, o.Rate = loadgen.Open, l.Rate
 	}
 	o.Warmup, o.Duration, o.Ops, o.Relays, o.RelayWorkers = l.Warmup, l.Duration, l.Ops, l.Relays, l.RelayWorkers
+	o.OpTimeout = l.OpTimeout
 	if !lf.quiet {
 		o.Progress = cmd.ErrOrStderr()
 	}

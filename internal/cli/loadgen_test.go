@@ -31,7 +31,7 @@ func TestLoadgenDefaultsAgree(t *testing.T) {
 		d.LateThreshold != o.LateThreshold || d.Executions != w.Executions || d.Seed != w.Seed || d.Keys != string(w.Keys.Dist) ||
 		d.Mix.Fast != w.Mix.Fast || d.Mix.MaxEmits != w.Mix.MaxEmits || d.Mix.Timer != w.Mix.Timer || d.Mix.Spawn != w.Mix.Spawn ||
 		d.Redelivery != w.Redelivery || d.RetryCap != w.RetryCap || d.PayloadBytes != w.PayloadBytes || d.Relays != o.Relays ||
-		d.RelayWorkers != o.RelayWorkers {
+		d.RelayWorkers != o.RelayWorkers || d.OpTimeout != o.OpTimeout {
 		t.Errorf("config defaults %+v disagree with loadgen.DefaultOptions %+v", d, o)
 	}
 }

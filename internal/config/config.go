@@ -111,6 +111,8 @@ type Loadgen struct {
 	RetryCap int `mapstructure:"retry_cap"`
 	// PayloadBytes pads each execution's stored state.
 	PayloadBytes int `mapstructure:"payload_bytes"`
+	// OpTimeout bounds every call to the target (0: no bound).
+	OpTimeout time.Duration `mapstructure:"op_timeout"`
 	// Relays runs the outbox relay and timer sweeper during the run.
 	Relays bool `mapstructure:"relays"`
 	// RelayWorkers is how many deliveries each relay runs at once.
@@ -164,6 +166,7 @@ func Defaults() Config {
 			Redelivery:     0.05,
 			RetryCap:       10,
 			PayloadBytes:   256,
+			OpTimeout:      30 * time.Second,
 			Relays:         true,
 			RelayWorkers:   8,
 			FailIf:         []string{},
@@ -247,6 +250,9 @@ func (l *Loadgen) problems() []string {
 	}
 	if l.Mix.MaxEmits < 0 || l.Mix.MaxEmits > 100 {
 		bad("mix.max_emits", "must be in [0, 100] (got %d)", l.Mix.MaxEmits)
+	}
+	if l.OpTimeout < 0 {
+		bad("op_timeout", "must not be negative (got %s)", l.OpTimeout)
 	}
 	if l.RelayWorkers < 1 || l.RelayWorkers > 1000 {
 		bad("relay_workers", "must be in [1, 1000] (got %d)", l.RelayWorkers)
