@@ -45,6 +45,10 @@ fuzz: ## Run every fuzz target for FUZZTIME each
 demo: deps build ## Bring up a 4-shard cluster with PgBouncer, migrate, show the map and where sample keys land
 	@scripts/demo.sh $(BIN) $(DEV_DIR) $(SHARDS)
 
+.PHONY: bench-proxy
+bench-proxy: build ## Point-SELECT benchmark, 16 clients: direct, PgBouncer, pgshard (direct, via PgBouncer, 2 shards) side by side, with ratios
+	@scripts/bench-proxy.sh $(BIN)
+
 .PHONY: up
 up: build ## Start (or reuse) the local dev cluster
 	$(BIN) dev up --dir $(DEV_DIR) --shards $(SHARDS)

@@ -24,7 +24,7 @@ import (
 // with one text row, transaction status, an error for abortSQL-like
 // syntax errors, and a log of every message it received.
 type fakePG struct {
-	t  *testing.T
+	t  testing.TB
 	ln net.Listener
 	wg sync.WaitGroup
 
@@ -36,7 +36,7 @@ type fakePG struct {
 	open    map[net.Conn]bool
 }
 
-func newFakePG(t *testing.T) *fakePG {
+func newFakePG(t testing.TB) *fakePG {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -246,7 +246,7 @@ type fakeEnv struct {
 
 // startFake runs a proxy over two fake shards; pooler makes the proxy
 // treat them as PgBouncers (no server-side statement cache).
-func startFake(t *testing.T, pooler bool, opts ...envOpt) *fakeEnv {
+func startFake(t testing.TB, pooler bool, opts ...envOpt) *fakeEnv {
 	t.Helper()
 	fe := &fakeEnv{shards: []*fakePG{newFakePG(t), newFakePG(t)}}
 	var shards []shardmap.Shard
@@ -306,12 +306,12 @@ func (fe *fakeEnv) keyOn(i int) int64 {
 
 // client is a raw protocol client for unit tests.
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	fe *pgproto3.Frontend
 	c  net.Conn
 }
 
-func (fe *fakeEnv) client(t *testing.T) *client {
+func (fe *fakeEnv) client(t testing.TB) *client {
 	t.Helper()
 	rc := dialRaw(t, fe.addr)
 	rc.startup("db")

@@ -201,7 +201,7 @@ func startProxyFor(t *testing.T, d *testDB, opts ...envOpt) *proxyEnv {
 }
 
 // testWriter sends log lines to t.Log (and nowhere after the test ended).
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }() // logging after the test ended

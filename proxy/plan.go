@@ -72,7 +72,8 @@ type planner struct {
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
-	p := &planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
+	p := &s.plan
+	*p = planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc

@@ -46,6 +46,10 @@ type bconn struct {
 	// downErr is set when the shard was found down while the connection
 	// was in use (its reads are then interrupted).
 	downErr atomic.Pointer[Error]
+	// peekFn, peekBuf, peekOK: idleHealthy's state.
+	peekFn  func(fd uintptr) bool
+	peekBuf [1]byte
+	peekOK  bool
 	// cancelled is set when a cancel request was sent for this connection;
 	// the connection is then closed instead of being reused, so a late
 	// cancel can never hit another client's query.
@@ -72,34 +76,45 @@ func (c *bconn) close() {
 // may be waiting to be read (a terminated backend sends a FATAL error, a
 // closed one EOF). One non-blocking peek.
 func (c *bconn) idleHealthy() bool {
-	if c.rd.buffered() > 0 {
+	if c.rd.buffered() > 0 || c.downErr.Load() != nil {
 		return false
 	}
-	sc, ok := c.nc.(syscall.Conn)
+	if time.Since(c.idleSince) < peekAfter {
+		// Just used: a peek would find nothing new (and it costs a system
+		// call per transaction under load). A backend terminated in this
+		// window is still reported to the client as an error, as it would
+		// be if it died a moment after the peek.
+		return true
+	}
+	r, ok := c.io.(*rawIO)
 	if !ok {
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	c.peekOK = true
+	if err := r.rc.Read(c.peekFn); err != nil {
 		return false
 	}
-	healthy := true
-	var b [1]byte
-	err = rc.Read(func(fd uintptr) bool {
-		n, _, rerr := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-		switch {
-		case rerr == syscall.EAGAIN:
-		case rerr != 0:
-			healthy = false
-		case n > 0:
-			healthy = false // unsolicited data: an error or a notice before closing
-		default:
-			healthy = false // EOF
-		}
-		return true
-	})
-	return err == nil && healthy
+	return c.peekOK
+}
+
+// peekAfter: connections idle for less are not peeked at.
+const peekAfter = 20 * time.Millisecond
+
+// peek is idleHealthy's non-blocking MSG_PEEK (made once per connection,
+// so a check allocates nothing).
+func (c *bconn) peek(fd uintptr) bool {
+	n, _, err := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.peekBuf[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	switch {
+	case err == syscall.EAGAIN:
+	case err != 0:
+		c.peekOK = false
+	case n > 0:
+		c.peekOK = false // unsolicited data: an error or a notice before closing
+	default:
+		c.peekOK = false // EOF
+	}
+	return true
 }
 
 // shardPool holds the backend connections of one shard, keyed by their
@@ -131,9 +146,10 @@ type shardPool struct {
 	// pgAddr is the shard's Postgres (the direct DSN), which the health
 	// probe checks even when clients go through PgBouncer.
 	pgAddr string
-	// inUse are the connections sessions hold, so that a shard found down
-	// can unblock sessions waiting on it.
-	inUse map[*bconn]struct{}
+	// conns are all open connections (idle or in use), so that a shard
+	// found down can unblock the sessions waiting on one; changed only when
+	// a connection opens or closes.
+	conns map[*bconn]struct{}
 }
 
 type poolWaiter struct {
@@ -169,7 +185,7 @@ func newShardPool(srv *Server, idx int, s shardmap.Shard, usePooler bool) (*shar
 		pgAddr:   net.JoinHostPort(dcfg.Host, strconv.Itoa(int(dcfg.Port))),
 		idle:     map[string][]*bconn{},
 		statuses: map[string]map[string]string{},
-		inUse:    map[*bconn]struct{}{},
+		conns:    map[*bconn]struct{}{},
 	}, nil
 }
 
@@ -182,13 +198,7 @@ func (p *shardPool) acquire(ctx context.Context, key *settings) (*bconn, error) 
 	if e := p.isDown(); e != nil {
 		return nil, e
 	}
-	c, err := p.acquire1(ctx, key)
-	if err == nil {
-		p.mu.Lock()
-		p.inUse[c] = struct{}{}
-		p.mu.Unlock()
-	}
-	return c, err
+	return p.acquire1(ctx, key)
 }
 
 func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error) {
@@ -217,7 +227,7 @@ func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error)
 		if victim := p.oldestIdleLocked(); victim != nil {
 			// Full, but idle connections with other settings exist: replace one.
 			p.mu.Unlock()
-			victim.close()
+			p.forget(victim)
 			return p.connect(ctx, key)
 		}
 		w := &poolWaiter{key: key.key, ch: make(chan poolGrant, 1)}
@@ -306,7 +316,6 @@ func (p *shardPool) release(c *bconn) {
 	}
 	c.rd.maybeShrink()
 	p.mu.Lock()
-	delete(p.inUse, c)
 	if p.closed {
 		p.mu.Unlock()
 		p.discard(c)
@@ -320,7 +329,7 @@ func (p *shardPool) release(c *bconn) {
 			w.ch <- poolGrant{c: c}
 			return
 		}
-		c.close() // the slot passes to the waiter, who opens its own kind
+		p.forget(c) // the slot passes to the waiter, who opens its own kind
 		w.ch <- poolGrant{open: true}
 		return
 	}
@@ -334,9 +343,17 @@ func (p *shardPool) release(c *bconn) {
 func (p *shardPool) discard(c *bconn) {
 	c.close()
 	p.mu.Lock()
-	delete(p.inUse, c)
+	delete(p.conns, c)
 	p.mu.Unlock()
 	p.slotFreed()
+}
+
+// forget closes a connection whose slot the caller hands on.
+func (p *shardPool) forget(c *bconn) {
+	c.close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
 }
 
 // isDown returns the shard's last health-probe error, nil if it is up.
@@ -369,7 +386,8 @@ func (p *shardPool) probe(ctx context.Context) {
 		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "down").Inc()
 		if p.viaPooler {
 			p.mu.Lock()
-			for c := range p.inUse {
+			for c := range p.conns {
+				// Idle ones are discarded by their next health check.
 				c.downErr.Store(e)
 				_ = c.nc.SetReadDeadline(time.Now())
 			}
@@ -440,6 +458,7 @@ func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
 		pid:      hc.PID,
 		secret:   hc.SecretKey,
 	}
+	c.peekFn = c.peek
 	if !p.viaPooler && p.srv.cfg.StatementCacheSize > 0 {
 		c.stmts = newStmtCache(p.srv.cfg.StatementCacheSize)
 	}
@@ -447,6 +466,7 @@ func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
 	if _, ok := p.statuses[key.key]; !ok {
 		p.statuses[key.key] = hc.ParameterStatuses
 	}
+	p.conns[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
 }
@@ -565,7 +585,7 @@ func (p *shardPool) shutdown() {
 	p.waiters = nil
 	p.mu.Unlock()
 	for _, c := range all {
-		c.close()
+		p.forget(c)
 	}
 	for _, w := range waiters {
 		w.ch <- poolGrant{} // neither a connection nor a slot: closed

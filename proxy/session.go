@@ -98,6 +98,7 @@ type session struct {
 	closed bool
 
 	// Scratch reused by every exchange (no allocation on the hot path).
+	plan     planner
 	grp      []cmsg
 	grpBytes int
 	items    []item

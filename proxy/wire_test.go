@@ -22,12 +22,12 @@ import (
 
 // rawClient is a hand-driven protocol client for malformed input.
 type rawClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn net.Conn
 	fe   *pgproto3.Frontend
 }
 
-func dialRaw(t *testing.T, addr string) *rawClient {
+func dialRaw(t testing.TB, addr string) *rawClient {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what pgshard's demo and tests need on Debian/Ubuntu, skipping what
 # is already there: PostgreSQL (server + client + pgbench), PgBouncer, and the
-# real client drivers the proxy tests drive (psycopg 3).
+# real client drivers the proxy tests drive (psycopg 3, pgJDBC, node-postgres).
 # Usage: scripts/install-deps.sh        (as root, or with sudo available)
 set -euo pipefail
 
-packages=(postgresql postgresql-contrib pgbouncer python3-psycopg)
+packages=(postgresql postgresql-contrib pgbouncer python3-psycopg libpostgresql-jdbc-java)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -13,6 +13,12 @@ for p in "${packages[@]}"; do
 		missing+=("$p")
 	fi
 done
+
+# The proxy's client tests also compile a pgJDBC program (javac) and run
+# node-postgres (npm installs pg@8 at test time); checked by command, since
+# either may come from outside Debian (e.g. nodesource's nodejs bundles npm).
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v npm >/dev/null || missing+=(nodejs npm)
 
 if ((${#missing[@]} == 0)); then
 	echo "deps: all present (${packages[*]})"
