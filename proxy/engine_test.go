@@ -242,3 +242,45 @@ func TestEngineOneBackendPerPool(t *testing.T) {
 		t.Fatalf("shard0 has %d connections, want 1", n)
 	}
 }
+
+// TestEnginePreambleWrap: a client setting a parameter PgBouncer does not
+// track gets it with set_config(..., true) in a BEGIN the proxy adds (and
+// commits), also when the pipeline is flushed before its Sync.
+func TestEnginePreambleWrap(t *testing.T) {
+	fe := startFake(t, true)
+	rc := dialRaw(t, fe.addr)
+	rc.fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
+		Parameters: map[string]string{"user": "postgres", "database": "db", "extra_float_digits": "0"}})
+	_ = rc.fe.Flush()
+	c := &client{t: t, fe: rc.fe, c: rc.conn}
+	if got := c.until(); !strings.HasSuffix(got, "Z:I") {
+		t.Fatalf("startup: %s", got)
+	}
+	fe.shards[0].messages()
+	fe.shards[1].messages()
+	k := fe.keyOn(1)
+	c.send(&pgproto3.Parse{Query: "SELECT note FROM accounts WHERE aid = $1"},
+		&pgproto3.Bind{Parameters: [][]byte{[]byte(fmt.Sprint(k))}}, &pgproto3.Execute{}, &pgproto3.Flush{})
+	for _, want := range []string{"*pgproto3.ParseComplete", "*pgproto3.BindComplete", "*pgproto3.DataRow", "*pgproto3.CommandComplete"} {
+		m, err := c.fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%T", m); got != want {
+			t.Fatalf("after Flush: got %s, want %s", got, want)
+		}
+	}
+	c.send(&pgproto3.Sync{})
+	expect(t, "Sync", c.until(), "Z:I")
+	got := filterLog(fe.shards[1].messages())
+	want := "1:Q:BEGIN;\nSELECT pg_catalog.set_config(E'extra_float_digits', E'0', true) | 1:P::SELECT note FROM accounts WHERE aid = $1 | 1:B:: | 1:E: | 1:H | 1:S | 1:Q:COMMIT"
+	expect(t, "shard1 received", got, want)
+	// A client with default settings pays nothing.
+	d := fe.client(t)
+	d.send(&pgproto3.Query{String: fmt.Sprintf("SELECT note FROM accounts WHERE aid = %d", k)})
+	expect(t, "default client", d.until(), "T D:conn1 C:SELECT 1 Z:I")
+	got = filterLog(fe.shards[1].messages())
+	if strings.Contains(got, "set_config") || strings.Contains(got, "BEGIN") {
+		t.Fatalf("default client's transaction got a preamble: %s", got)
+	}
+}

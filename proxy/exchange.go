@@ -357,6 +357,7 @@ func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (excha
 	res.lost = true
 	s.dropBackend(false)
 	s.pinned = false
+	s.wrapped = false
 	s.soft = false
 	if explicit {
 		s.tx = txFailed

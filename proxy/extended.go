@@ -32,9 +32,7 @@ func (s *session) runPipeline(ctx context.Context) error {
 		s.skipUntilSync = false
 		if s.bc != nil {
 			p := s.newPlanner(ctx)
-			p.onBackend = true
-			s.bw = appendEmpty(s.bw, 'S')
-			s.items = append(s.items, item{kind: itSync, flags: fRFQ})
+			p.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
 		s.out = appendRFQ(s.out, s.status())
@@ -521,6 +519,7 @@ func (s *session) finish(p *planner, term byte) error {
 			}
 		} else {
 			s.pinned = true
+			s.wrapped = p.wrap
 		}
 		s.soft = p.soft
 		return nil
@@ -533,6 +532,7 @@ func (s *session) finish(p *planner, term byte) error {
 // backend's status says whether a transaction is still open.
 func (s *session) afterReady(p *planner, st byte) {
 	s.pinned = false
+	s.wrapped = false
 	switch st {
 	case 'T', 'E':
 		s.tx = txBound

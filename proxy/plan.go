@@ -80,6 +80,7 @@ func (s *session) newPlanner(ctx context.Context) *planner {
 		p.shard = s.shard
 		p.explicit = s.tx == txBound
 		p.soft = s.soft
+		p.wrap = s.wrapped
 	}
 	s.items = s.items[:0]
 	s.lbuf = s.lbuf[:0]

@@ -89,6 +89,9 @@ type session struct {
 	// pinned: bc is held outside a transaction block because the client
 	// is mid-pipeline (Flush without Sync).
 	pinned bool
+	// wrapped: the pinned pipeline runs in a BEGIN the proxy added for the
+	// preamble; the Sync that ends it gets the matching COMMIT.
+	wrapped bool
 	// skipUntilSync: an error occurred in an extended-protocol pipeline;
 	// messages are discarded until Sync, as Postgres does.
 	skipUntilSync bool
