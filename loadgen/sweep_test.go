@@ -21,7 +21,9 @@ func TestSweepFindsKneeAndFitsUSL(t *testing.T) {
 	o := honestOptions()
 	o.Warmup = 150 * time.Millisecond
 	o.Duration = 700 * time.Millisecond
-	slo, err := loadgen.ParseSLO("p99=12ms")
+	// 32 workers on 2 slots queue ≥ 15 operations (≈ 30 ms) each: their p99
+	// cannot meet 30ms, while 1-4 workers meet it even on a busy machine.
+	slo, err := loadgen.ParseSLO("p99=30ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestSweepFindsKneeAndFitsUSL(t *testing.T) {
 		t.Fatalf("%d steps reported, %d recorded", done, len(sw.Steps))
 	}
 	if sw.Steps[3].SLOMet {
-		t.Errorf("32 workers on 2 slots met a 12ms p99: %+v", sw.Steps[3])
+		t.Errorf("32 workers on 2 slots met a 30ms p99: %+v", sw.Steps[3])
 	}
 	if sw.Knee < 0 || sw.Steps[sw.Knee].X == 32 {
 		t.Fatalf("knee %d", sw.Knee)
