@@ -191,7 +191,7 @@ func (c Config) validate() error {
 			add("Users[%d] %q: set a password or trust", i, u.Name)
 		}
 		if strings.HasPrefix(u.Password, scramMechanism+"$") {
-			if _, err := ParseSCRAMVerifier(u.Password); err != nil {
+			if _, err := parseSCRAMVerifier(u.Password); err != nil {
 				add("Users[%d] %q: password: %v", i, u.Name, err)
 			}
 		}
@@ -215,11 +215,11 @@ func prepareUsers(users []User) (map[string]login, error) {
 		if !u.Trust {
 			var err error
 			if strings.HasPrefix(u.Password, scramMechanism+"$") {
-				l.verifier, err = ParseSCRAMVerifier(u.Password)
+				l.verifier, err = parseSCRAMVerifier(u.Password)
 			} else {
 				var s string
 				if s, err = NewSCRAMVerifier(u.Password); err == nil {
-					l.verifier, err = ParseSCRAMVerifier(s)
+					l.verifier, err = parseSCRAMVerifier(s)
 				}
 			}
 			if err != nil {

@@ -46,6 +46,7 @@ type Error struct {
 	raw []byte
 }
 
+// Error formats the error like pgconn does: "SEVERITY: message (SQLSTATE code)".
 func (e *Error) Error() string {
 	sev := e.Severity
 	if sev == "" {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // serve is the session's message loop: simple queries run one at a time;
@@ -515,6 +513,3 @@ func (s *session) apply(e *effect) {
 		}
 	}
 }
-
-// errorResponse decodes a raw ErrorResponse, for tests and logs.
-func errorResponse(msg []byte) *pgproto3.ErrorResponse { return decodeErrorResponse(msg) }

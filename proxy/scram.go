@@ -32,9 +32,9 @@ type scramVerifier struct {
 	serverKey  []byte
 }
 
-// ParseSCRAMVerifier parses a verifier in Postgres's format (as in
+// parseSCRAMVerifier parses a verifier in Postgres's format (as in
 // pg_authid.rolpassword).
-func ParseSCRAMVerifier(s string) (scramVerifier, error) {
+func parseSCRAMVerifier(s string) (scramVerifier, error) {
 	var v scramVerifier
 	rest, ok := strings.CutPrefix(s, scramMechanism+"$")
 	if !ok {

@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgshard/pgshard/migrations"
-	"github.com/pgshard/pgshard/shardmap"
 )
 
 // Server is a running proxy: it accepts clients, authenticates them and
@@ -448,6 +447,3 @@ func (c *analysisCache) split(sql []byte) ([]*analyzed, error) {
 	c.mu.Unlock()
 	return as, nil
 }
-
-// mapShards returns the map's shards (for messages).
-func (s *Server) mapShards() []shardmap.Shard { return s.cfg.Map.Shards }

@@ -492,7 +492,8 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *Erro
 // pgErrorToError converts a backend's PgError (met while connecting) into
 // an Error with the same code and texts.
 func pgErrorToError(pe *pgconn.PgError, severity string) *Error {
-	return &Error{Severity: severity, Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+	return &Error{Severity: severity, Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint,
+		raw: appendPgError(nil, pe, severity)}
 }
 
 // releaseAll returns or discards what the session holds when it ends.

@@ -38,6 +38,7 @@ type ProtocolError struct {
 	Msg string
 }
 
+// Error returns the description.
 func (e *ProtocolError) Error() string { return e.Msg }
 
 // Is makes errors.Is(err, errProtocol) true for every ProtocolError.
