@@ -543,3 +543,37 @@ func TestFanout(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestOutboxSeqRouting: an outbox row written in a transaction on an
+// execution's shard gets a seq of that shard's stride, and a later
+// statement keyed only by that seq (ack_outbox) goes back to that shard.
+func TestOutboxSeqRouting(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	for s := range e.db.m.Shards {
+		id := e.db.textKeysOn(s, 1, fmt.Sprintf("outbox%d-", s))[0]
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ok bool
+		if err := tx.QueryRow(ctx, "SELECT harel_commit_cas($1, 'def', '{}', 0, '')", id).Scan(&ok); err != nil || !ok {
+			t.Fatalf("commit cas: %v %v", ok, err)
+		}
+		var seq int64
+		if err := tx.QueryRow(ctx, "INSERT INTO outbox (target_id, event) VALUES ($1, 'ping') RETURNING seq", id).Scan(&seq); err != nil {
+			t.Fatalf("outbox insert: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ord := int((seq - 1) % 1024); ord != e.db.m.Shards[s].Ordinal {
+			t.Fatalf("seq %d has ordinal %d, want shard %d's %d", seq, ord, s, e.db.m.Shards[s].Ordinal)
+		}
+		tag, err := conn.Exec(ctx, "DELETE FROM outbox WHERE seq = $1", seq)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("ack outbox seq %d: %v %v", seq, tag, err)
+		}
+	}
+}
