@@ -577,3 +577,54 @@ func TestOutboxSeqRouting(t *testing.T) {
 		}
 	}
 }
+
+// TestHints: SET LOCAL pgshard.key / pgshard.shard choose the transaction's
+// shard before any table is touched; a key-less statement then runs there.
+func TestHints(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	shardOf := func(tx pgx.Tx) string {
+		t.Helper()
+		var name string
+		if err := tx.QueryRow(ctx, "SELECT shard_name FROM pgshard_identity").Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	for i := 0; i < 8; i++ {
+		key := fmt.Sprintf("hint-key-%d", i)
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL pgshard.key = '"+key+"'"); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := shardOf(tx), e.db.m.Lookup(key).Name; got != want {
+			t.Fatalf("pgshard.key %q: ran on %s, want %s", key, got, want)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL pgshard.shard = 'shard2'"); err != nil {
+		t.Fatal(err)
+	}
+	if got := shardOf(tx); got != "shard2" {
+		t.Fatalf("pgshard.shard: ran on %s", got)
+	}
+	// A key of another shard is refused in this transaction.
+	other := e.db.keysOn(1, 1, 9_500_000)[0]
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE aid = $1", other); pgCode(err) != "0A000" {
+		t.Fatalf("other shard's key after the hint: %v", err)
+	}
+	_ = tx.Rollback(ctx)
+	if _, err := conn.Exec(ctx, "SET pgshard.key = 'x'"); pgCode(err) != "0A000" {
+		t.Fatalf("session SET pgshard.key: %v, want 0A000", err)
+	}
+}
