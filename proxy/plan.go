@@ -383,15 +383,17 @@ func (p *planner) hintAction(a *analyzed) action {
 	}
 	if p.onTxnBackend() {
 		if shard != p.shard {
-			if p.soft && !p.onBackend {
-				// Only table-less reads ran so far: follow the hint.
-				p.hint = shard
-				return action{tag: "SET"}
+			if !(p.soft && p.held && !p.onBackend) {
+				return action{err: p.crossShard(shard, p.shard, reason)}
 			}
-			return action{err: p.crossShard(shard, p.shard, reason)}
+			// Only table-less reads ran so far: move to the hint's shard.
+			if e := p.moveSoft(); e != nil {
+				return action{err: e}
+			}
+		} else {
+			p.soft = false
+			return action{tag: "SET"}
 		}
-		p.soft = false
-		return action{tag: "SET"}
 	}
 	if p.hint >= 0 && p.hint != shard {
 		return p.failLocal(p.crossShard(shard, p.hint, reason))
@@ -549,6 +551,7 @@ func (p *planner) moveSoft() *Error {
 	bc := s.bc
 	_, err := bc.runSimple(p.ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
+	s.soft = false
 	p.held, p.bc, p.soft = false, nil, false
 	p.tx = txDeferred
 	p.explicit = false

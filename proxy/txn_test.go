@@ -166,6 +166,25 @@ func TestSoftTransactionMoves(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k).Scan(&bal); err != nil || bal != 3 {
 			t.Fatalf("balance %d, %v; want 3", bal, err)
 		}
+		// A shard hint after a soft start moves the transaction too.
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var one int
+		if err := tx.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL pgshard.shard = '"+e.db.m.Shards[s].Name+"'"); err != nil {
+			t.Fatal(err)
+		}
+		var shard string
+		if err := tx.QueryRow(ctx, "SELECT shard_name FROM pgshard_identity").Scan(&shard); err != nil || shard != e.db.m.Shards[s].Name {
+			t.Fatalf("after a hint in a soft transaction: %q %v", shard, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
