@@ -59,8 +59,9 @@ type planner struct {
 	// pipeline (effects are applied only when answered).
 	overlay map[string]*vstmt
 
-	// simple: planning a simple Query (not a pipeline).
-	simple bool
+	// simple: planning a simple Query (not a pipeline); multi: two
+	// statements of one query string belong to different shards.
+	simple, multi bool
 	// anyShard: the shard was picked because any would do; another may
 	// be tried if it cannot be reached.
 	anyShard bool
@@ -410,7 +411,11 @@ func (p *planner) crossShard(want, have int, reason string) *Error {
 	e := &Error{Code: codeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but the transaction is on shard %q", srv.shardName(want), srv.shardName(have)),
 		Hint:    "A transaction runs on one shard: roll it back, then run the statement in its own transaction."}
-	if p.tx == txIdle && !p.explicit {
+	switch {
+	case p.multi:
+		e.Message = fmt.Sprintf("statement touches shard %q but other statements of the same query string run on shard %q", srv.shardName(want), srv.shardName(have))
+		e.Hint = "A query string runs on one shard: send statements for different shards as separate queries (and transactions)."
+	case p.tx == txIdle && !p.explicit:
 		e.Message = fmt.Sprintf("statement touches shard %q but earlier statements of the same pipeline (one implicit transaction) ran on shard %q", srv.shardName(want), srv.shardName(have))
 		e.Hint = "Send a Sync between statements for different shards."
 	}

@@ -208,6 +208,7 @@ func (p *planner) simpleMulti(msg []byte, as []*analyzed) {
 			continue
 		case route.DestShard:
 			if shard >= 0 && d.Shard != shard {
+				p.multi = true // the conflict is within the string
 				p.fail(p.crossShard(d.Shard, shard, d.Reason), nil)
 				p.endQuery()
 				return
