@@ -284,3 +284,22 @@ func TestEnginePreambleWrap(t *testing.T) {
 		t.Fatalf("default client's transaction got a preamble: %s", got)
 	}
 }
+
+// TestEngineShutdownDuringQuery: the server stops promptly even while a
+// session waits for a backend that does not answer.
+func TestEngineShutdownDuringQuery(t *testing.T) {
+	fe := startFake(t, true)
+	c := fe.client(t)
+	c.send(&pgproto3.Query{String: fmt.Sprintf("SELECT 'hang forever' FROM accounts WHERE aid = %d", fe.keyOn(0))})
+	waitFor(t, "the backend to receive the query", func() bool {
+		fe.shards[0].mu.Lock()
+		defer fe.shards[0].mu.Unlock()
+		for _, l := range fe.shards[0].log {
+			if strings.HasSuffix(l, ":hanging") {
+				return true
+			}
+		}
+		return false
+	})
+	// The test's cleanup cancels the server and requires it to stop.
+}

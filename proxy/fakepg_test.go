@@ -160,6 +160,13 @@ func (f *fakePG) serve(c net.Conn) {
 			for _, stmt := range strings.Split(m.String, ";\n") {
 				up := strings.ToUpper(strings.TrimSpace(stmt))
 				switch {
+				case strings.Contains(stmt, "hang forever"):
+					f.mu.Lock()
+					f.log = append(f.log, fmt.Sprintf("%d:hanging", id))
+					f.mu.Unlock()
+					var b [1]byte
+					_, _ = c.Read(b[:]) // until the connection closes
+					return
 				case strings.Contains(stmt, "SELECT ("):
 					fail()
 				case status == 'E' && !strings.HasPrefix(up, "ROLLBACK") && !strings.HasPrefix(up, "COMMIT"):
@@ -287,8 +294,13 @@ func startFake(t testing.TB, pooler bool, opts ...envOpt) *fakeEnv {
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("proxy: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("proxy: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("the proxy did not stop within 15s of its context ending")
 		}
 	})
 	fe.addr = ln.Addr().String()
