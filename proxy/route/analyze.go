@@ -125,6 +125,7 @@ type analyzer struct {
 	write       bool
 	writeWhat   string
 	notRO       string
+	unknownFn   string // a function neither built in nor in the schema
 	locking     bool
 	unsupported string   // a session-level feature: the statement is KindUnsupported
 	refusal     *Refusal // refused unless hinted
@@ -911,6 +912,9 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 			}
 		}
 		return
+	}
+	if a.unknownFn == "" && !(builtin && pgBuiltin[name]) {
+		a.unknownFn = name
 	}
 	if a.notRO == "" && !(builtin && (readOnlyFuncs[name] || aggregates[name])) {
 		a.notRO = fmt.Sprintf("it calls %s(), which pgshard cannot prove read-only", name)

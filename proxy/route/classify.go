@@ -465,6 +465,7 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 		p.writeWhat = "SELECT ... FOR UPDATE/SHARE"
 	}
 	p.notReadOnly = a.notRO
+	p.unknownFn = a.unknownFn
 	if a.locking && p.notReadOnly == "" {
 		p.notReadOnly = "it locks rows (FOR UPDATE/SHARE)"
 	}

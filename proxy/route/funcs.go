@@ -1,5 +1,10 @@
 package route
 
+import (
+	_ "embed"
+	"strings"
+)
+
 // sessionFuncs are built-in functions whose effect outlives the transaction
 // on the server connection: behind a transaction pooler the next client of
 // that connection would inherit it, so they are refused.
@@ -26,6 +31,20 @@ var aggregates = setOf(
 	"regr_count", "regr_intercept", "regr_r2", "regr_slope", "regr_sxx", "regr_sxy", "regr_syy",
 	"percentile_cont", "percentile_disc", "mode", "xmlagg", "any_value", "range_agg", "range_intersect_agg",
 )
+
+//go:embed pg_builtin_functions.txt
+var builtinFuncsText string
+
+// pgBuiltin holds the names of PostgreSQL's own functions (pg_catalog).
+var pgBuiltin = func() map[string]bool {
+	m := map[string]bool{}
+	for _, line := range strings.Split(builtinFuncsText, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			m[line] = true
+		}
+	}
+	return m
+}()
 
 // readOnlyFuncs are built-in functions that change no data: a key-less
 // read that calls only these may fan out.

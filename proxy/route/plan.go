@@ -69,6 +69,10 @@ type plan struct {
 	// notReadOnly says why a key-less read may not fan out (a function
 	// that may write, FOR UPDATE, ...); "" when it may.
 	notReadOnly string
+	// unknownFn names a called function that is neither PostgreSQL's own
+	// nor in the sharding schema: it may touch any shard's data, so a
+	// statement without a key that calls it cannot go to "any shard".
+	unknownFn string
 
 	merge    *mergePlan // how a key-less read fans out; nil = refused with mergeWhy
 	mergeWhy string

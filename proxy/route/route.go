@@ -387,6 +387,11 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 	}
 	if multi < 0 {
 		if single < 0 {
+			if len(p.groups) == 0 && p.unknownFn != "" {
+				return refuseDest(&Refusal{SQLState: "0A000",
+					Message: fmt.Sprintf("cannot route a call of %s(): it is not a PostgreSQL built-in and not in the sharding schema, so pgshard cannot tell which shard's data it touches", p.unknownFn),
+					Hint:    "Add it to the sharding schema's functions with its key argument (proxy.schema.functions), or route the statement with /* pgshard:key=KEY */ or /* pgshard:shard=NAME */."})
+			}
 			return Dest{Kind: DestAny, Bucket: -1, Reason: anyWhy(p)}
 		}
 		if haveWit {

@@ -75,7 +75,8 @@ type Schema struct {
 // DefaultSchema is the execution store's sharding schema: executions.id,
 // processed_events.execution_id, timers.execution_id, trace.execution_id,
 // spawns.parent_id (text); outbox.seq and spawns.seq (sequence stride);
-// harel_commit_cas's first argument.
+// the first argument of harel_commit_cas and of the store's one-round-trip
+// commit functions pgshard_commit_cas and pgshard_commit.
 func DefaultSchema() Schema {
 	return Schema{
 		Tables: []TableKey{
@@ -87,7 +88,11 @@ func DefaultSchema() Schema {
 			{Table: "outbox", Column: "seq", Type: KeySeq, Position: 1},
 			{Table: "spawns", Column: "seq", Type: KeySeq, Position: 1},
 		},
-		Functions: []FuncKey{{Function: "harel_commit_cas", Arg: 0, Type: KeyText}},
+		Functions: []FuncKey{
+			{Function: "harel_commit_cas", Arg: 0, Type: KeyText},
+			{Function: "pgshard_commit_cas", Arg: 0, Type: KeyText},
+			{Function: "pgshard_commit", Arg: 0, Type: KeyText},
+		},
 	}
 }
 
