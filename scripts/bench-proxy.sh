@@ -13,6 +13,7 @@
 # Usage: scripts/bench-proxy.sh [BIN]
 #   env: DURATION=8 (s per path per round) ROUNDS=3 CLIENTS=16 MODE=extended
 #        ROWS=100000 KEEP=0 (1 keeps the cluster in $DIR)
+#        PROXY_GOMAXPROCS= (GOMAXPROCS of the proxies; default: Go's)
 set -euo pipefail
 bin=${1:-bin/pgshard}
 duration=${DURATION:-8}
@@ -105,7 +106,7 @@ proxy:
       - {table: executions, column: id, type: text, position: 1}
       - {table: pgbench_accounts, column: aid, type: int8, position: 1}
 EOF
-	"$bin" proxy --config "$cfg" --listen 127.0.0.1:0 --ready-file "$dir/$1.ready" --log-level warn >"$dir/$1.log" 2>&1 &
+	GOMAXPROCS=${PROXY_GOMAXPROCS:-} "$bin" proxy --config "$cfg" --listen 127.0.0.1:0 --ready-file "$dir/$1.ready" --log-level warn >"$dir/$1.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 1 200); do [ -s "$dir/$1.ready" ] && break; sleep 0.05; done
 	[ -s "$dir/$1.ready" ] || { echo "proxy $1 did not start:"; cat "$dir/$1.log"; exit 1; }
