@@ -43,8 +43,9 @@
 // commit the earlier statements, and the client must roll back. A key-less,
 // table-less read-only statement (SELECT 1, SHOW, now()) in a deferred
 // transaction binds it "softly" to any shard; if a later statement needs
-// another shard, the soft transaction (which has only read nothing but
-// constants) is rolled back there and replayed on the right shard. Other
+// another shard, the soft transaction (which has read no table) is rolled
+// back there and replayed on the right shard; now() may then differ between
+// the first statements and the rest. Other
 // key-less statements with side effects (nextval, advisory locks) run on
 // Config.DefaultShard, so that they always meet the same shard.
 //
@@ -71,6 +72,25 @@
 // SET is validated by running it inside a rolled-back transaction on some
 // shard, which also yields Postgres's canonical value and error. RESET
 // returns to the client's startup value.
+//
+// # Shards that are down
+//
+// A TCP probe per shard each Config.HealthInterval marks a shard down; its
+// transactions then fail at once with 08001 naming it (through PgBouncer,
+// which would otherwise queue the client until its query_wait_timeout),
+// sessions waiting on it are interrupted, and key-less statements go to the
+// other shards. At start, a shard that is down is logged and verified on
+// its first connection; a shard whose identity record disagrees with the
+// map stops the start.
+//
+// # Limits
+//
+// MaxMessageSize (default 64 MiB: large enough for big bytea/jsonb
+// parameters, small enough that MaxClients sessions cannot exhaust memory
+// at once with the pipeline limit of 4×) bounds Query, Parse, Bind and
+// CopyData; other messages keep Postgres's 10000-byte limit. MaxClients
+// refuses further clients with 53300, PoolSize and PoolTimeout bound the
+// backend connections per shard and the wait for one.
 //
 // # Errors
 //
