@@ -97,6 +97,16 @@ func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 		ev.ID = fmt.Sprintf("outbox-%d", row.Seq)
 	}
 	outcome, err := r.apply(ctx, row.TargetID, ev.ID)
+	if errors.Is(err, errMissing) {
+		// Undeliverable (no such target, e.g. a row another program left):
+		// counted as an error, then acked like a dead letter, so that one
+		// bad row cannot stall the relay behind it forever.
+		r.relayError(ctx, fmt.Errorf("outbox seq %d undeliverable: %w", row.Seq, err))
+		if err := r.t.AckOutbox(ctx, row.Seq); err != nil {
+			r.relayError(ctx, err)
+		}
+		return
+	}
 	if err != nil {
 		r.relayError(ctx, err)
 		return

@@ -125,7 +125,72 @@ func runStoreDemo(ctx context.Context, w io.Writer, r *router.Router, n, workers
 	if err != nil {
 		return err
 	}
-	return writeDemoTable(w, r.Map(), rows, run)
+	if err := writeDemoTable(w, r.Map(), rows, run); err != nil {
+		return err
+	}
+	delivered, acked, err := demoRelay(ctx, r, run)
+	if err != nil {
+		return fmt.Errorf("store demo relay: %w", err)
+	}
+	fmt.Fprintf(w, "\nrelayed this run's outbox as a relay would: %d events delivered to their target executions (deduplicated by event id), %d rows acked\n", delivered, acked)
+	return nil
+}
+
+// demoRelay drains this run's outbox rows the way the production relay
+// does: each event with a target is applied to it as a state-only commit
+// recorded in its dedupe ledger, then the row is acked (routed by its seq);
+// rows without a target are acked. So the demo leaves no pending outbox
+// behind for the next relay that runs on this cluster.
+func demoRelay(ctx context.Context, r *router.Router, run demoRun) (delivered, acked int, err error) {
+	for pass := 0; pass < 100; pass++ {
+		rows, err := r.PendingOutbox(ctx, 1000)
+		if err != nil {
+			return delivered, acked, err
+		}
+		mine := 0
+		for _, row := range rows {
+			var ev struct {
+				Run string `json:"run"`
+			}
+			if json.Unmarshal(row.Event, &ev) != nil || ev.Run != run.id {
+				continue
+			}
+			mine++
+			if row.TargetID != "" {
+				if err := demoDeliver(ctx, r, row.TargetID, fmt.Sprintf("outbox-%d", row.Seq)); err != nil {
+					return delivered, acked, err
+				}
+				delivered++
+			}
+			if err := r.AckOutbox(ctx, row.Seq); err != nil {
+				return delivered, acked, err
+			}
+			acked++
+		}
+		if mine == 0 {
+			return delivered, acked, nil
+		}
+	}
+	return delivered, acked, errors.New("outbox not drained after 100 passes")
+}
+
+// demoDeliver applies one event to an execution: load with its dedupe
+// flag, commit the next version with the event recorded, retry conflicts.
+func demoDeliver(ctx context.Context, r *router.Router, id, eventID string) error {
+	for attempt := 0; attempt < 10; attempt++ {
+		e, done, err := r.LoadForEvent(ctx, id, eventID)
+		if err != nil || done {
+			return err
+		}
+		if e == nil {
+			return fmt.Errorf("deliver %s: execution %s does not exist", eventID, id)
+		}
+		err = r.Commit(ctx, e, nil, eventID, nil, nil, nil)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("deliver %s to %s: conflicts on every attempt", eventID, id)
 }
 
 // demoCommits writes one execution: a complex first commit (two emits, a
