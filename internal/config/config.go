@@ -17,9 +17,11 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
@@ -350,7 +352,7 @@ func Load(o Options) (*Config, error) {
 		}
 	}
 	var c Config
-	if err := v.UnmarshalExact(&c); err != nil {
+	if err := v.UnmarshalExact(&c, viper.DecodeHook(decodeHook())); err != nil {
 		return nil, fmt.Errorf("config%s: %s", inFile(path), decodeError(err))
 	}
 	c.Path = path
@@ -599,6 +601,56 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }
 
+// decodeHook converts strings (from the environment, flags or quoted YAML)
+// to the setting's type with errors that quote the bad value, and keeps
+// viper's usual conversions (durations, comma-separated lists).
+func decodeHook() mapstructure.DecodeHookFunc {
+	durationType := reflect.TypeOf(time.Duration(0))
+	return mapstructure.ComposeDecodeHookFunc(
+		func(from, to reflect.Type, data any) (any, error) {
+			s, ok := data.(string)
+			if !ok || from.Kind() != reflect.String {
+				return data, nil
+			}
+			s = strings.TrimSpace(s)
+			switch {
+			case to == durationType:
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					return nil, fmt.Errorf("%q is not a duration (write e.g. 250ms, 1s, 2m)", s)
+				}
+				return d, nil
+			case to.Kind() >= reflect.Int && to.Kind() <= reflect.Int64:
+				n, err := strconv.ParseInt(s, 10, to.Bits())
+				if err != nil {
+					return nil, fmt.Errorf("%q is not an integer", s)
+				}
+				return n, nil
+			case to.Kind() >= reflect.Uint && to.Kind() <= reflect.Uint64:
+				n, err := strconv.ParseUint(s, 10, to.Bits())
+				if err != nil {
+					return nil, fmt.Errorf("%q is not a non-negative integer", s)
+				}
+				return n, nil
+			case to.Kind() == reflect.Float32 || to.Kind() == reflect.Float64:
+				f, err := strconv.ParseFloat(s, to.Bits())
+				if err != nil {
+					return nil, fmt.Errorf("%q is not a number", s)
+				}
+				return f, nil
+			case to.Kind() == reflect.Bool:
+				b, err := strconv.ParseBool(s)
+				if err != nil {
+					return nil, fmt.Errorf("%q is not true or false", s)
+				}
+				return b, nil
+			}
+			return data, nil
+		},
+		mapstructure.StringToSliceHookFunc(","),
+	)
+}
+
 // decodeError turns mapstructure's multi-line report into one line that
 // names each key.
 func decodeError(err error) string {
@@ -607,6 +659,12 @@ func decodeError(err error) string {
 	var parts []string
 	for _, line := range strings.Split(s, "\n") {
 		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		// "'store.max_conns' msg" → "store.max_conns: msg", as Validate words it.
+		if rest, ok := strings.CutPrefix(line, "'"); ok {
+			if key, msg, ok := strings.Cut(rest, "' "); ok && !strings.ContainsAny(key, " '") {
+				line = key + ": " + msg
+			}
+		}
 		if line != "" {
 			parts = append(parts, line)
 		}
