@@ -629,7 +629,15 @@ func waitFor(ctx context.Context, what string, alive func() bool, timeout time.D
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		if ctx.Err() != nil {
+			// Checked first: a cancelled Up stops what it started, so the
+			// server may be gone because of the cancellation itself.
+			return ctx.Err()
+		}
 		if !alive() {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			tail := excerpt()
 			err := errors.New("exited during startup")
 			if strings.Contains(tail, "Address already in use") {

@@ -4,16 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
-	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/router"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
@@ -21,16 +16,7 @@ import (
 
 // TestMain runs the tests on the package's shared cluster, then checks that
 // no goroutine outlived them (fan-out readers, pools).
-func TestMain(m *testing.M) {
-	code := clustertest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 var modes = []string{"direct", "pgbouncer"}
 
@@ -49,21 +35,6 @@ func newID(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b[:])
-}
-
-// migratedMap creates a fresh database on every shard of c, migrates it
-// and returns its map.
-func migratedMap(t testing.TB, c *cluster.Cluster) *shardmap.Map {
-	t.Helper()
-	db := clustertest.FreshDatabase(t, c)
-	m, err := c.MapFor(db, shardmap.DefaultBuckets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Apply(ctxT(t), m, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // openRouter opens a router on m, closed when the test ends.
@@ -86,7 +57,7 @@ func eachMode(t *testing.T, so store.Options, f func(t *testing.T, r *router.Rou
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			c := clustertest.Get(t)
-			f(t, openRouter(t, migratedMap(t, c), mode, so))
+			f(t, openRouter(t, clustertest.MigratedMap(t, c), mode, so))
 		})
 	}
 }

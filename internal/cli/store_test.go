@@ -1,16 +1,13 @@
 package cli_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
-	"github.com/pgshard/pgshard/migrations"
 )
 
 // TestStoreDemo runs `pgshard store demo` against a migrated database of
@@ -18,17 +15,7 @@ import (
 // found on its shard at version 2 with its outbox rows, placement checks
 // pass, and the table accounts for every execution.
 func TestStoreDemo(t *testing.T) {
-	c := clustertest.Get(t)
-	db := clustertest.FreshDatabase(t, c)
-	m, err := c.MapFor(db, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	m := clustertest.MigratedMap(t, clustertest.Get(t))
 	data, err := m.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package clitest_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,41 +12,19 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/internal/cli"
 	"github.com/pgshard/pgshard/loadgen"
-	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-func TestMain(m *testing.M) {
-	code := clustertest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 // devConfig makes a migrated fresh database on every shard and writes a
 // config like the one `pgshard dev up` writes.
 func devConfig(t *testing.T) (string, *shardmap.Map) {
 	t.Helper()
-	c := clustertest.Get(t)
-	db := clustertest.FreshDatabase(t, c)
-	m, err := c.MapFor(db, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	m := clustertest.MigratedMap(t, clustertest.Get(t))
 	data, err := m.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -135,35 +114,70 @@ func TestRunReportsThresholdsAndCompare(t *testing.T) {
 	}
 }
 
-// The proxy target is one store over one DSN. Without the proxy this test
-// points it at one shard's PgBouncer directly (a one-shard "cluster"), so
-// the adapter and the command's proxy path run end to end.
-func TestProxyTargetOverOneDSN(t *testing.T) {
-	c := clustertest.Get(t)
-	db := clustertest.FreshDatabase(t, c)
-	full, err := c.MapFor(db, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := shardmap.Even(64, full.Shards[:1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// The proxy target through the real proxy: `pgshard proxy` runs in-process
+// in front of the 4-shard cluster (through each shard's PgBouncer), and the
+// full workload — fast and complex commits, emits, timers, spawns, the
+// outbox relay and the timer sweeper, whose fan-out reads the proxy merges —
+// runs through its one DSN without an error, and loads every shard.
+func TestProxyTarget(t *testing.T) {
+	cfg, _ := devConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
-		t.Fatal(err)
+	ready := filepath.Join(t.TempDir(), "proxy.json")
+	proxyCtx, stopProxy := context.WithCancel(ctx)
+	proxyDone := make(chan string, 1)
+	go func() {
+		code, text := pgshard(proxyCtx, nil, "proxy", "--config", cfg, "--listen", "127.0.0.1:0",
+			"--trust-user", "postgres", "--ready-file", ready)
+		proxyDone <- fmt.Sprintf("exit %d: %s", code, text)
+	}()
+	defer func() {
+		stopProxy()
+		select {
+		case <-proxyDone:
+		case <-time.After(time.Minute):
+			t.Error("the proxy did not stop within a minute")
+		}
+	}()
+	var addr string
+	for deadline := time.Now().Add(time.Minute); addr == ""; {
+		if b, err := os.ReadFile(ready); err == nil {
+			var r struct{ Addr string }
+			if json.Unmarshal(b, &r) == nil {
+				addr = r.Addr
+			}
+		}
+		select {
+		case text := <-proxyDone:
+			t.Fatalf("the proxy stopped before it was ready: %s", text)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy was not ready within a minute")
+		}
 	}
-	t.Chdir(t.TempDir()) // no pgshard.yaml around: the proxy target needs no map
 	out := filepath.Join(t.TempDir(), "proxy")
-	code, text := pgshard(ctx, nil, "loadgen", "run", "--target", "proxy", "--dsn", m.Shards[0].PoolerDSN, "--duration", "1s",
-		"--warmup", "200ms", "--executions", "200", "--concurrency", "4", "--quiet", "--out", out, "--fail-if", "errors>0")
+	dsn := "postgres://postgres@" + addr + "/pgshard?sslmode=disable"
+	code, text := pgshard(ctx, nil, "loadgen", "run", "--config", cfg, "--target", "proxy", "--dsn", dsn, "--duration", "2s",
+		"--warmup", "300ms", "--executions", "300", "--concurrency", "4", "--quiet", "--out", out,
+		"--fail-if", "errors>0", "--fail-if", "dedupe_miss>0")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, text)
 	}
 	res, err := loadgen.ReadResult(filepath.Join(out, loadgen.ResultFile))
-	if err != nil || res.Target != "proxy" || len(res.Shards) != 1 || res.Ops == 0 {
+	if err != nil || res.Target != "proxy" || res.Ops == 0 {
 		t.Fatalf("result: %v %+v", err, res)
+	}
+	if len(res.PerShard) != 4 {
+		t.Errorf("per-shard figures for %d shards, want 4: %+v", len(res.PerShard), res.PerShard)
+	}
+	for _, sh := range res.PerShard {
+		if sh.Ops == 0 {
+			t.Errorf("shard %s got no operations through the proxy", sh.Name)
+		}
+	}
+	if res.Relays.OutboxDelivered == 0 || res.Relays.Errors != 0 {
+		t.Errorf("relays through the proxy: %+v", res.Relays)
 	}
 }
 

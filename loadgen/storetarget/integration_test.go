@@ -9,51 +9,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/loadgen/storetarget"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/router"
-	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
 )
 
 // TestMain runs the tests on the package's shared cluster, then checks that
 // no goroutine outlived them.
-func TestMain(m *testing.M) {
-	code := clustertest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// oneShard creates and migrates a fresh database on shard 0 of the shared
-// cluster and returns its one-shard map.
-func oneShard(t *testing.T) *shardmap.Map {
-	t.Helper()
-	c := clustertest.Get(t)
-	db := clustertest.FreshDatabase(t, c)
-	full, err := c.MapFor(db, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := shardmap.Even(64, full.Shards[:1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 func openStore(t *testing.T, dsn string, maxConns int) *storetarget.Target {
 	t.Helper()
@@ -119,7 +86,7 @@ func shortOptions() loadgen.Options {
 // deduplicated, relays draining the outbox and timers, and the database
 // agreeing with the counts.
 func TestRunAgainstOneRealDatabase(t *testing.T) {
-	m := oneShard(t)
+	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
 	for _, mode := range []string{"direct", "pgbouncer"} {
 		t.Run(mode, func(t *testing.T) {
 			dsn := m.Shards[0].DSN
@@ -164,7 +131,7 @@ CREATE TRIGGER loadgen_test_slow BEFORE UPDATE ON executions FOR EACH ROW EXECUT
 // A server-side delay (pg_sleep in a trigger on the commit's UPDATE) shows
 // up in the commit percentiles, and not in the loads.
 func TestInjectedServerDelayShowsInPercentiles(t *testing.T) {
-	m := oneShard(t)
+	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
 	dsn := m.Shards[0].DSN
 	tg := openStore(t, dsn, 8)
 	o := shortOptions()
@@ -201,7 +168,7 @@ func TestInjectedServerDelayShowsInPercentiles(t *testing.T) {
 // commit holding its row 5ms), an open loop offered far more than that
 // reports latency growing over the run; the closed loop does not.
 func TestOpenLoopOverloadOnRealDatabase(t *testing.T) {
-	m := oneShard(t)
+	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
 	dsn := m.Shards[0].DSN
 	execSQL(t, dsn, fmt.Sprintf(slowTrigger, 0.005))
 	tg := openStore(t, dsn, 2)
