@@ -27,6 +27,8 @@ type token struct {
 	// plain is true for a tokString that is a plain '...' constant whose
 	// value text holds.
 	plain bool
+	// start and end delimit the token in the text (end exclusive).
+	start, end int
 }
 
 // comment is a /* ... */ block comment: its body without the delimiters.
@@ -49,11 +51,51 @@ type lexResult struct {
 // collecting tokens after maxToks (the fast path never needs more).
 func lex(sql string, wantTokens bool, maxToks int) lexResult {
 	var r lexResult
-	i, n := 0, len(sql)
-	addTok := func(t token) {
+	sc := scanner{sql: sql, keepComments: true}
+	for {
+		t, ok := sc.next()
+		if !ok {
+			break
+		}
+		if t.kind == tokParam {
+			if n, err := strconv.Atoi(t.text[1:]); err == nil && n > r.maxParam {
+				r.maxParam = n
+			}
+		}
 		if wantTokens && len(r.toks) < maxToks {
 			r.toks = append(r.toks, t)
 		}
+	}
+	r.comments, r.bad = sc.comments, sc.bad
+	return r
+}
+
+// scanner reads a query text one token at a time. Whitespace and comments
+// separate tokens; block comments are kept when keepComments is set.
+type scanner struct {
+	sql          string
+	i            int
+	keepComments bool
+	comments     []comment
+	// bad is set when the text ends inside a string, identifier or comment
+	// (the parser will report the error); next then returns false.
+	bad bool
+}
+
+// next returns the next token, or false at the end of the text (or of the
+// scannable part: see bad).
+func (s *scanner) next() (token, bool) {
+	sql := s.sql
+	i, n := s.i, len(sql)
+	tok := func(t token, next int) (token, bool) {
+		t.start, t.end = i, next
+		s.i = next
+		return t, true
+	}
+	fail := func() (token, bool) {
+		s.bad = true
+		s.i = n
+		return token{}, false
 	}
 	for i < n {
 		c := sql[i]
@@ -82,67 +124,53 @@ func lex(sql string, wantTokens bool, maxToks int) lexResult {
 				}
 			}
 			if depth > 0 {
-				r.bad = true
-				return r
+				return fail()
 			}
-			r.comments = append(r.comments, comment{body: sql[start : i-2]})
+			if s.keepComments {
+				s.comments = append(s.comments, comment{body: sql[start : i-2]})
+			}
 		case c == '\'':
 			v, next, ok := scanQuoted(sql, i, '\'', false)
 			if !ok {
-				r.bad = true
-				return r
+				return fail()
 			}
-			addTok(token{kind: tokString, text: v, plain: true})
-			i = next
+			return tok(token{kind: tokString, text: v, plain: true}, next)
 		case (c == 'e' || c == 'E') && i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i):
 			_, next, ok := scanQuoted(sql, i+1, '\'', true)
 			if !ok {
-				r.bad = true
-				return r
+				return fail()
 			}
-			addTok(token{kind: tokString, text: sql[i:next]})
-			i = next
+			return tok(token{kind: tokString, text: sql[i:next]}, next)
 		case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i):
 			_, next, ok := scanQuoted(sql, i+1, '\'', false)
 			if !ok {
-				r.bad = true
-				return r
+				return fail()
 			}
-			addTok(token{kind: tokString, text: sql[i:next]})
-			i = next
+			return tok(token{kind: tokString, text: sql[i:next]}, next)
 		case (c == 'u' || c == 'U') && i+2 < n && sql[i+1] == '&' && (sql[i+2] == '\'' || sql[i+2] == '"') && !identBefore(sql, i):
 			q := sql[i+2]
 			_, next, ok := scanQuoted(sql, i+2, q, false)
 			if !ok {
-				r.bad = true
-				return r
+				return fail()
 			}
 			kind := tokString
 			if q == '"' {
 				kind = tokQIdent
 			}
-			addTok(token{kind: kind, text: sql[i:next]})
-			i = next
+			return tok(token{kind: kind, text: sql[i:next]}, next)
 		case c == '"':
 			v, next, ok := scanQuoted(sql, i, '"', false)
 			if !ok {
-				r.bad = true
-				return r
+				return fail()
 			}
-			addTok(token{kind: tokQIdent, text: v})
-			i = next
+			return tok(token{kind: tokQIdent, text: v}, next)
 		case c == '$':
 			if i+1 < n && isDigit(sql[i+1]) {
 				j := i + 1
 				for j < n && isDigit(sql[j]) {
 					j++
 				}
-				addTok(token{kind: tokParam, text: sql[i:j]})
-				if n, err := strconv.Atoi(sql[i+1 : j]); err == nil && n > r.maxParam {
-					r.maxParam = n
-				}
-				i = j
-				continue
+				return tok(token{kind: tokParam, text: sql[i:j]}, j)
 			}
 			// A dollar quote: $tag$ ... $tag$, the tag an identifier
 			// without '$' (or empty).
@@ -154,33 +182,26 @@ func lex(sql string, wantTokens bool, maxToks int) lexResult {
 				delim := sql[i : j+1]
 				end := indexFrom(sql, delim, j+1)
 				if end < 0 {
-					r.bad = true
-					return r
+					return fail()
 				}
-				addTok(token{kind: tokString, text: sql[i : end+len(delim)]})
-				i = end + len(delim)
-				continue
+				return tok(token{kind: tokString, text: sql[i : end+len(delim)]}, end+len(delim))
 			}
-			addTok(token{kind: tokPunct, text: "$"})
-			i++
+			return tok(token{kind: tokPunct, text: "$"}, i+1)
 		case isIdentStart(c):
 			j := i + 1
 			for j < n && isIdentCont(sql[j]) {
 				j++
 			}
-			addTok(token{kind: tokWord, text: sql[i:j]})
-			i = j
+			return tok(token{kind: tokWord, text: sql[i:j]}, j)
 		case isDigit(c) || (c == '.' && i+1 < n && isDigit(sql[i+1])):
 			j := i + 1
 			for j < n && (isDigit(sql[j]) || sql[j] == '.' || sql[j] == '_' || isLetter(sql[j]) ||
 				((sql[j] == '+' || sql[j] == '-') && (sql[j-1] == 'e' || sql[j-1] == 'E'))) {
 				j++
 			}
-			addTok(token{kind: tokNumber, text: sql[i:j]})
-			i = j
+			return tok(token{kind: tokNumber, text: sql[i:j]}, j)
 		case c == ';':
-			addTok(token{kind: tokSemi, text: ";"})
-			i++
+			return tok(token{kind: tokSemi, text: ";"}, i+1)
 		default:
 			// Operators: a run of operator characters is one token, but a
 			// comment start inside it ends the run (as in scan.l).
@@ -191,11 +212,11 @@ func lex(sql string, wantTokens bool, maxToks int) lexResult {
 					j++
 				}
 			}
-			addTok(token{kind: tokPunct, text: sql[i:j]})
-			i = j
+			return tok(token{kind: tokPunct, text: sql[i:j]}, j)
 		}
 	}
-	return r
+	s.i = n
+	return token{}, false
 }
 
 // scanQuoted scans a quoted token starting at sql[i] == q, where a doubled
@@ -309,11 +330,24 @@ func (t token) isWord(kw string) bool {
 // It returns nil for anything else, including any variant with options
 // (BEGIN ISOLATION LEVEL ...), which the parser then handles.
 func fastPath(sql string) *Statement {
-	lr := lex(sql, true, 8)
-	if lr.bad || len(lr.toks) == 0 || len(lr.toks) >= 8 {
+	// At most 7 tokens: stop scanning at the 8th (a long text is never
+	// one of these statements).
+	var buf [8]token
+	toks := buf[:0]
+	sc := scanner{sql: sql, keepComments: true}
+	for {
+		t, ok := sc.next()
+		if !ok {
+			break
+		}
+		if len(toks) == len(buf)-1 {
+			return nil
+		}
+		toks = append(toks, t)
+	}
+	if sc.bad || len(toks) == 0 {
 		return nil
 	}
-	toks := lr.toks
 	if toks[len(toks)-1].kind == tokSemi {
 		toks = toks[:len(toks)-1]
 	}
@@ -359,8 +393,8 @@ func fastPath(sql string) *Statement {
 	}
 	// A hint comment on a transaction-control statement is honoured by
 	// Route like any other (the engine may bind the transaction early).
-	if len(lr.comments) > 0 {
-		h, err := parseHints(lr.comments)
+	if len(sc.comments) > 0 {
+		h, err := parseHints(sc.comments)
 		if err != nil || h.present() {
 			return nil // let the full path build the plan and the refusal
 		}
