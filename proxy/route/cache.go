@@ -6,7 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// cache maps a query text to its analysis. It is bounded by entry count
+// cache maps a query text to a value: its analysis (Router.cache) or the
+// analysis of a literal-normalized text (Router.shapes). It is bounded by entry count
 // and evicts with CLOCK (second chance): a hit only sets an atomic
 // "referenced" flag under a read lock, so hits neither allocate nor contend
 // on a write lock; a miss inserts with the flag clear, so a text seen once
@@ -15,24 +16,24 @@ import (
 //
 // The map is split into shards by a hash of the text so that concurrent
 // misses and evictions do not all serialize on one lock.
-type cache struct {
-	shards []cacheShard
+type cache[V any] struct {
+	shards []cacheShard[V]
 	mask   uint64
 	seed   maphash.Seed
 }
 
-type cacheShard struct {
+type cacheShard[V any] struct {
 	mu   sync.RWMutex
-	m    map[string]*cacheEntry
-	ring []*cacheEntry
+	m    map[string]*cacheEntry[V]
+	ring []*cacheEntry[V]
 	hand int
 	cap  int
 	_    [40]byte // keep neighbouring shards' locks on separate cache lines
 }
 
-type cacheEntry struct {
+type cacheEntry[V any] struct {
 	sql  string
-	val  *analysis
+	val  V
 	used atomic.Bool
 }
 
@@ -45,7 +46,7 @@ type analysis struct {
 
 const cacheShards = 16
 
-func newCache(size int) *cache {
+func newCache[V any](size int) *cache[V] {
 	if size <= 0 {
 		return nil
 	}
@@ -53,28 +54,43 @@ func newCache(size int) *cache {
 	for n > 1 && size/n < 8 {
 		n /= 2
 	}
-	c := &cache{shards: make([]cacheShard, n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
+	c := &cache[V]{shards: make([]cacheShard[V], n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		per := size / n
 		if i < size%n {
 			per++
 		}
-		c.shards[i] = cacheShard{m: make(map[string]*cacheEntry, per), cap: per}
+		c.shards[i] = cacheShard[V]{m: make(map[string]*cacheEntry[V], per), cap: per}
 	}
 	return c
 }
 
-func (c *cache) shard(sql string) *cacheShard {
+func (c *cache[V]) shard(sql string) *cacheShard[V] {
 	return &c.shards[maphash.String(c.seed, sql)&c.mask]
 }
 
-func (c *cache) get(sql string) *analysis {
+// get returns the value cached for sql (the zero V if none).
+func (c *cache[V]) get(sql string) V {
 	s := c.shard(sql)
 	s.mu.RLock()
 	e := s.m[sql]
 	s.mu.RUnlock()
+	return e.hit()
+}
+
+// getBytes is get for a key held in a byte slice; it does not allocate.
+func (c *cache[V]) getBytes(key []byte) V {
+	s := &c.shards[maphash.Bytes(c.seed, key)&c.mask]
+	s.mu.RLock()
+	e := s.m[string(key)]
+	s.mu.RUnlock()
+	return e.hit()
+}
+
+func (e *cacheEntry[V]) hit() V {
 	if e == nil {
-		return nil
+		var zero V
+		return zero
 	}
 	if !e.used.Load() {
 		e.used.Store(true)
@@ -84,7 +100,7 @@ func (c *cache) get(sql string) *analysis {
 
 // put stores a and returns the value now cached for sql: a, or the value a
 // concurrent caller stored first (so that every caller shares one analysis).
-func (c *cache) put(sql string, a *analysis) *analysis {
+func (c *cache[V]) put(sql string, a V) V {
 	s := c.shard(sql)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,7 +108,7 @@ func (c *cache) put(sql string, a *analysis) *analysis {
 		e.used.Store(true)
 		return e.val
 	}
-	e := &cacheEntry{sql: sql, val: a}
+	e := &cacheEntry[V]{sql: sql, val: a}
 	if len(s.ring) < s.cap {
 		s.ring = append(s.ring, e)
 		s.m[sql] = e
@@ -116,7 +132,7 @@ func (c *cache) put(sql string, a *analysis) *analysis {
 }
 
 // len is the number of cached texts.
-func (c *cache) len() int {
+func (c *cache[V]) len() int {
 	n := 0
 	for i := range c.shards {
 		s := &c.shards[i]

@@ -33,7 +33,7 @@ type Router struct {
 	m        *shardmap.Map
 	schema   Schema
 	sc       *compiled
-	cache    *cache
+	cache    *cache[*analysis]
 	maxCache int
 	ordIdx   [maxShards]int16 // ordinal → shard index, -1 if none
 	byName   map[string]int
@@ -61,7 +61,7 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Router, error) {
 	if opts.MaxCachedSQL <= 0 {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
-	r := &Router{m: mc, schema: schema, sc: compile(schema), cache: newCache(opts.CacheSize), maxCache: opts.MaxCachedSQL, byName: map[string]int{}}
+	r := &Router{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, byName: map[string]int{}}
 	for i := range r.ordIdx {
 		r.ordIdx[i] = -1
 	}
