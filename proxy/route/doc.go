@@ -137,7 +137,7 @@
 // # Cost
 //
 // Route is the hot path: a cached Analyze plus Route of a point SELECT by
-// $1 costs about half a microsecond and two allocations (the Key and Reason
-// strings); statements whose decision depends on no parameter are decided
-// at analysis and cost a copy.
+// $1 costs about half a microsecond and one allocation (the Key and Reason
+// strings share it); statements whose decision depends on no parameter are
+// decided at analysis and cost a copy.
 package route

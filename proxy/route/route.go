@@ -143,7 +143,8 @@ func (r *Router) place(v kval, s *source) placed {
 }
 
 // shardDest is the decision for one placed key; agree counts the keyed
-// references that agree on its shard.
+// references that agree on its shard. The reason and the key are one
+// allocation (the key may alias Bind bytes: it is copied).
 func (r *Router) shardDest(p placed, agree int) Dest {
 	var buf [256]byte
 	b := append(buf[:0], p.src.col...)
@@ -157,11 +158,14 @@ func (r *Router) shardDest(p placed, agree int) Dest {
 		b = strconv.AppendInt(b, int64(agree), 10)
 		b = append(b, " keyed references agree)"...)
 	}
-	key := p.v.text() // a fresh string, except text that may alias the Bind bytes
-	if p.v.kind == kText {
-		key = strings.Clone(key)
+	reason := len(b)
+	if p.v.kind == kInt {
+		b = strconv.AppendInt(b, p.v.i, 10)
+	} else {
+		b = append(b, p.v.text()...)
 	}
-	return Dest{Kind: DestShard, Shard: p.shard, Key: key, Bucket: p.bucket, Reason: string(b)}
+	s := string(b)
+	return Dest{Kind: DestShard, Shard: p.shard, Key: s[reason:], Bucket: p.bucket, Reason: s[:reason]}
 }
 
 func appendKey(b []byte, v kval) []byte {
@@ -313,7 +317,9 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 	}
 	for i := range p.groups {
 		g := &p.groups[i]
-		e.prefix = "[" + g.desc + "] "
+		if trace != nil {
+			e.prefix = "[" + g.desc + "] "
+		}
 		st, ref := e.eval(g.expr)
 		if ref != nil {
 			return refuseDest(ref)
