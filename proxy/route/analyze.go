@@ -132,6 +132,9 @@ type analyzer struct {
 	placeType   KeyType
 	havePlace   bool
 	top         *topInfo
+	// lit, when analyzing a normalized text, says which $n are literal
+	// slots (nil otherwise).
+	lit *litCtx
 }
 
 func newAnalyzer(r *Router) *analyzer {
@@ -886,6 +889,9 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 		if why, ok := sessionFuncs[name]; ok && a.unsupported == "" {
 			a.unsupported = why
 		}
+		if name == "set_config" && len(fc.Args) == 3 && a.lit.has(fc.Args[2]) {
+			a.lit.taintf("set_config()'s third argument is a literal: its value decides the statement's kind")
+		}
 		if name == "set_config" && len(fc.Args) == 3 && !isTrue(fc.Args[2]) && a.unsupported == "" {
 			a.unsupported = "set_config(..., false) changes a session setting, which would stay behind on a pooled server connection; use set_config(..., true) or SET LOCAL inside a transaction"
 		}
@@ -1049,9 +1055,18 @@ func (a *analyzer) srcOf(e *pg.Node, k keyCol, table string, insert bool) *sourc
 	col := table + "." + k.col
 	switch {
 	case e.GetParamRef() != nil:
-		s := &source{param: int(e.GetParamRef().Number), key: k.typ, insert: insert, col: col, expr: text, table: table}
+		num := int(e.GetParamRef().Number)
+		s := &source{param: num, key: k.typ, insert: insert, col: col, expr: text, table: table}
 		if len(casts) > 0 {
 			s.cast, s.chain = casts[0], casts[1:]
+		}
+		if lit := a.lit.slot(num); lit > 0 {
+			// A literal constant: its value is the text's, converted at
+			// Route as the constant branch below converts it; its
+			// rendering ("'abc'::text") is the literal's + the casts'.
+			s.param, s.lit = 0, lit
+			s.expr = strings.TrimPrefix(text, "$"+itoa(int64(num)))
+			return s
 		}
 		if s.param < 1 {
 			return nil
@@ -1083,12 +1098,8 @@ func exprText(e *pg.Node) string {
 		}
 		v, _ := constVal(x.AConst)
 		switch v.kind {
-		case kText:
-			return quoteKey(v.s)
-		case kInt:
-			return itoa(v.i)
-		case kNum:
-			return v.s
+		case kText, kInt, kNum:
+			return string(appendConstExpr(nil, v))
 		}
 		if b, ok := x.AConst.Val.(*pg.A_Const_Boolval); ok {
 			if b.Boolval.Boolval {

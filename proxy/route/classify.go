@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -14,12 +15,25 @@ const cursorOptHold = 0x0020
 // analyzeStmt classifies one parsed statement and builds its plan. text is
 // the statement's own text (hints are read from its comments).
 func (r *Router) analyzeStmt(text string, node *pg.Node) *Statement {
+	return r.analyzeStmtLit(text, node, nil)
+}
+
+// analyzeStmtLit is analyzeStmt for a normalized text when lc is set: the
+// $n that lc names are literal slots.
+func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statement {
 	st := &Statement{SQL: text, Kind: KindOther}
 	lr := lex(text, false, 0)
 	st.NumParams = lr.maxParam
+	if lc != nil {
+		st.NumParams = maxParamUpTo(text, lc.base)
+		if !literalStatement(node) && lc.has(node) {
+			lc.taintf("literals in a statement other than SELECT/INSERT/UPDATE/DELETE/CALL")
+		}
+	}
 	h, hintErr := parseHints(lr.comments)
 
 	a := newAnalyzer(r)
+	a.lit = lc
 	p := &plan{anyReason: "touches no sharded table"}
 	unsupported := func(why string) {
 		st.Kind, st.Reason = KindUnsupported, why
@@ -515,7 +529,7 @@ func (p *plan) dependsOnParams() bool {
 			return false
 		}
 		if n.op == cSrc {
-			return n.src.param > 0
+			return n.src.param > 0 || n.src.lit > 0
 		}
 		for _, k := range n.kids {
 			if dep(k) {
@@ -563,4 +577,22 @@ func (r *Router) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
 		}
 	}
 	return hp, nil
+}
+
+// maxParamUpTo is the highest $n of text that is at most limit (the real
+// parameters of a normalized text, whose literal slots come above them).
+func maxParamUpTo(text string, limit int) int {
+	sc := scanner{sql: text}
+	m := 0
+	for {
+		t, ok := sc.next()
+		if !ok {
+			return m
+		}
+		if t.kind == tokParam {
+			if n, err := strconv.Atoi(t.text[1:]); err == nil && n <= limit && n > m {
+				m = n
+			}
+		}
+	}
 }

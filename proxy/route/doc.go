@@ -5,6 +5,7 @@
 //	query text ─► cache ─hit─► *Statement (kind, plan)        Analyze / Split
 //	              │miss
 //	              ├─ fast path (BEGIN/COMMIT/ROLLBACK, SET LOCAL pgshard.key): no parse
+//	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
 //	              └─ pg_query (Postgres's own grammar) ─► classify ─► plan
 //	*Statement + Bind params ─► decode key params ─► hash ─► shard sets ─► Dest   Route
 //
@@ -17,6 +18,57 @@
 // parse is not an error here: it becomes a KindOther statement with
 // ParseError set that routes DestAny, so the engine forwards it and the
 // client receives Postgres's own error (SQLSTATE, position) unchanged.
+//
+// # Texts that differ only in their constants
+//
+// A client that inlines its values (the simple protocol: pgbench -M
+// simple, psql scripts, ORMs without server-side binding) sends a new
+// text for every query. Such a text is normalized instead of parsed: one
+// pass of the lexer replaces its literal constants by placeholders
+// numbered above any $n ($1048577, ...) and keeps their values. Texts
+// with the same normalized text and the same classes of literals (string,
+// integer ≥ 0, other number) share one analysis, cached in a second cache
+// of the same size; the text itself gets a Statement that carries its own
+// SQL, its literals and — when it has no $n — its decision, made at once
+// and cached with the text, so that a repeated text costs one lookup.
+//
+// A placeholder is typed as the constant it replaces: a quoted string is
+// unknown-typed (compared with an integer key it is read as an integer), an
+// integer is int4 or int8, a decimal or a larger integer numeric, -5 is the
+// constant -5 (the grammar folds the minus). Route converts the literal's
+// value exactly as the analysis converts a constant (casts included), and
+// renders it exactly as reasons render a constant: the decision — shard,
+// key, bucket, reason, refusal, merge plan — is the one a full parse of the
+// text gives, which the tests check over the routing corpus, variations of
+// it with other values, and a fuzz target.
+//
+// Kept in the normalized text (the text shares its analysis only with
+// texts that have the same constant there): constants in ORDER BY, GROUP
+// BY and DISTINCT ON (positions, not values), in type modifiers
+// (varchar(10), numeric(10,2), timestamp(3)) and EXTRACT(... FROM),
+// typed literals (date '2024-01-01', interval '1' day, int8 '5'; a cast
+// '5'::int8 is normalized and keeps its cast), a number after a word that
+// may be a type name, -N where the minus may not be folded into it (x -5,
+// - 5, -(5), -5::text), E'...', $$...$$, B'...', X'...', N'...', numbers
+// in any form but plain decimals (1.5e3, 0x1F, 1_000), a constant followed
+// by . or [ (pg_query reads $1.f, not 'x'.f), and every constant of a
+// statement that is not SELECT / INSERT / UPDATE / DELETE / WITH / VALUES /
+// CALL (SET x = 5, DDL, COPY options, EXPLAIN, PREPARE, EXECUTE). Hints are
+// comments: they stay as they are. TRUE, FALSE and NULL are keywords.
+//
+// Analyzed in full, text by text (as without normalization): texts the
+// lexer cannot follow (a U&'...' string or U&"..." identifier, a string continued on
+// the next line, a string right after ')', unbalanced parentheses, a $n
+// above 1048576, an unterminated token), texts whose normalized text does
+// not parse, and shapes whose analysis would depend on a literal's value
+// beyond its use as a key: a literal rendered into a reason, refusal or
+// per-shard SQL (found by walking every string of the analysis), a literal
+// LIMIT/OFFSET that is not a plain integer, a literal compared as an
+// expression (ORDER BY an expression equal to a select-list entry) or
+// deciding a statement's kind (set_config(..., 'false')). A key-less read
+// whose LIMIT n OFFSET m is rewritten per shard fans out with SQL deparsed
+// from the text's own tree: such a text is analyzed in full when it fans
+// out. Options.KeepLiterals turns normalization off.
 //
 // # Where keys come from
 //
@@ -139,5 +191,8 @@
 // Route is the hot path: a cached Analyze plus Route of a point SELECT by
 // $1 costs about half a microsecond and one allocation (the Key and Reason
 // strings share it); statements whose decision depends on no parameter are
-// decided at analysis and cost a copy.
+// decided at analysis and cost a copy. A text with inlined constants never
+// seen before costs a lexer pass, two cache lookups, building its
+// Statement and deciding it (a few microseconds and four allocations
+// instead of a full parse); seen before, it costs one lookup.
 package route

@@ -21,7 +21,11 @@ func (r *Router) Explain(st *Statement, params [][]byte, formats []int16, paramO
 	}
 	if p != nil && (p.static == nil || p.decided) {
 		var steps []string
-		r.decide(p, &input{params: params, formats: formats, oids: paramOIDs}, &steps)
+		in := input{params: params, formats: formats, oids: paramOIDs}
+		if st.lit != nil {
+			in.lits = st.lit.lits
+		}
+		r.decide(p, &in, &steps)
 		ex.Steps = append(ex.Steps, steps...)
 	}
 	if n := len(ex.Steps); n == 0 || ex.Steps[n-1] != ex.Dest.Reason {

@@ -99,6 +99,9 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	}
 	grouped := false
 	for _, g := range s.GroupClause {
+		if a.lit.has(g) {
+			a.lit.taintf("a literal in GROUP BY (a constant there is a position)")
+		}
 		switch {
 		case g.GetGroupingSet() != nil:
 			return nil, "GROUPING SETS / ROLLUP / CUBE cannot be merged across shards"
@@ -111,7 +114,7 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 				grouped = true
 			} else if cr := g.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
 				// An output-column name.
-				if i := targetByName(targets[:starAt], strName(cr.Fields[0])); targetKey(i) {
+				if i := a.targetByName(targets[:starAt], strName(cr.Fields[0])); targetKey(i) {
 					grouped = true
 				}
 			}
@@ -210,6 +213,10 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	hasOffset := offSrc != nil || mp.merge.Offset > 0
 	if s.LimitCount != nil || s.LimitOffset != nil {
 		l := "LIMIT " + limitText(mp.merge.Limit, limSrc)
+		if limSrc != nil && limSrc.lit > 0 {
+			// Rendered per text (descText).
+			l, mp.litDesc = "LIMIT "+litMark, true
+		}
 		if hasOffset {
 			l += " OFFSET " + limitText(mp.merge.Offset, offSrc)
 		}
@@ -238,6 +245,9 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		}
 		mp.merge.SQL = out
 		desc = append(desc, "each shard runs: "+out)
+		// With literal placeholders the per-shard SQL is not the text's: a
+		// text that fans out is analyzed in full (bindStatement).
+		mp.litFanout = a.lit != nil && a.lit.inString(out)
 	}
 	mp.desc = strings.Join(desc, "; ")
 	return mp, ""
@@ -263,6 +273,20 @@ func limitText(v int64, s *source) string {
 func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
 	if n == nil {
 		return -1, nil, ""
+	}
+	if a.lit.has(n) {
+		// A plain integer literal is a value read at Route; any other
+		// literal (a string, a decimal, a negative number, a cast one) is
+		// judged here by its value: not shared.
+		if pr := n.GetParamRef(); pr != nil {
+			if k := a.lit.slot(int(pr.Number)); k > 0 && a.lit.class(k) == litInt {
+				s := a.srcOf(n, keyCol{col: what, typ: KeyInt8}, "", false)
+				s.col = what
+				return -1, s, ""
+			}
+		}
+		a.lit.taintf("%s %s is a literal other than a plain integer", what, exprText(n))
+		return 0, nil, what + " is not shared"
 	}
 	e := n
 	for e.GetTypeCast() != nil {
@@ -305,6 +329,9 @@ func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int
 		}
 		n = cc.Arg
 	}
+	if a.lit.has(n) {
+		a.lit.taintf("a literal in ORDER BY (a constant there is a position)")
+	}
 	if c := n.GetAConst(); c != nil {
 		v, _ := constVal(c)
 		if v.kind != kInt || v.i < 1 || int(v.i) > len(targets) {
@@ -316,14 +343,14 @@ func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int
 		return int(v.i) - 1, ""
 	}
 	if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_() != nil {
-		if i := targetByName(targets[:starAt], strName(cr.Fields[0])); i >= 0 {
+		if i := a.targetByName(targets[:starAt], strName(cr.Fields[0])); i >= 0 {
 			return i, ""
 		} else if i == -2 {
 			return 0, "ORDER BY " + exprText(n) + " is ambiguous"
 		}
 	}
 	for i := 0; i < starAt; i++ {
-		if sameExpr(n, targets[i].Val) || sameColumn(n, targets[i].Val, t) {
+		if a.sameExpr(n, targets[i].Val) || sameColumn(n, targets[i].Val, t) {
 			return i, ""
 		}
 	}
@@ -345,7 +372,7 @@ func bytewiseCollation(name []*pg.Node) bool {
 
 // targetByName finds the select-list entry with output name name: its
 // index, -1 if none, -2 if several (that are not the same expression).
-func targetByName(targets []*pg.ResTarget, name string) int {
+func (a *analyzer) targetByName(targets []*pg.ResTarget, name string) int {
 	found := -1
 	for i, rt := range targets {
 		n := rt.Name
@@ -355,7 +382,7 @@ func targetByName(targets []*pg.ResTarget, name string) int {
 		if n != name {
 			continue
 		}
-		if found >= 0 && !sameExpr(targets[found].Val, rt.Val) {
+		if found >= 0 && !a.sameExpr(targets[found].Val, rt.Val) {
 			return -2
 		}
 		if found < 0 {
@@ -375,6 +402,15 @@ func sameColumn(x, y *pg.Node, t *topInfo) bool {
 		return false
 	}
 	return len(t.sc.items) == 1 && len(cx.Fields) <= 2 && len(cy.Fields) <= 2
+}
+
+// sameExpr is sameExpr for the analysis: comparing an expression that
+// holds a literal slot would compare placeholders, not the literals.
+func (a *analyzer) sameExpr(x, y *pg.Node) bool {
+	if a.lit.has(x) || a.lit.has(y) {
+		a.lit.taintf("an expression with a literal is compared with another (ORDER BY / GROUP BY / output names)")
+	}
+	return sameExpr(x, y)
 }
 
 // sameExpr compares two expressions, ignoring where they are in the text.

@@ -1,5 +1,7 @@
 package route
 
+import "strings"
+
 // A plan is what Analyze leaves for Route: everything that depends only on
 // the statement text is decided once; Route only decodes the parameters
 // that carry keys, hashes them and combines shard sets.
@@ -16,7 +18,11 @@ package route
 // source is one place a key value comes from: a constant or a $n, with the
 // casts applied to it, compared with (or stored into) a key of type key.
 type source struct {
-	param int     // 1-based $n; 0 for a constant
+	param int // 1-based $n; 0 for a constant
+	// lit is the 1-based literal slot of a normalized text's constant (its
+	// value is the text's, in Route's input); 0 otherwise. Its expr is then
+	// what follows the literal ("::text"): see appendExpr.
+	lit   int
 	cast  vtype   // the cast applied directly to $n ($1::int8), vtNone if none
 	chain []vtype // further casts around it, innermost first
 	key   KeyType
@@ -30,7 +36,25 @@ type source struct {
 	table     string
 }
 
-func (s *source) desc() string { return s.col + " = " + s.expr }
+// desc is "column = expression", for reasons.
+func (s *source) desc(lits []literal) string { return s.col + " = " + s.exprText(lits) }
+
+// exprText is the source's SQL ("$1::text", "'abc'").
+func (s *source) exprText(lits []literal) string {
+	if s.lit == 0 {
+		return s.expr
+	}
+	return string(s.appendExpr(nil, lits))
+}
+
+// appendExpr appends the source's SQL: a literal slot is rendered as
+// exprText renders the constant it stands for.
+func (s *source) appendExpr(b []byte, lits []literal) []byte {
+	if s.lit > 0 && s.lit <= len(lits) {
+		b = appendConstExpr(b, lits[s.lit-1].v)
+	}
+	return append(b, s.expr...)
+}
 
 type cop uint8
 
@@ -107,6 +131,23 @@ type hintPlan struct {
 // LIMIT / OFFSET (then Merge's Limit/Offset are filled in per Route).
 type mergePlan struct {
 	merge         Merge
-	limit, offset *source // parameters that carry LIMIT / OFFSET, nil = constant
+	limit, offset *source // parameters (or literal slots) that carry LIMIT / OFFSET, nil = constant
 	desc          string
+	// litDesc: desc holds litMark where the LIMIT literal is rendered.
+	litDesc bool
+	// litFanout: the per-shard SQL was deparsed with literal placeholders;
+	// a text whose decision is this fan-out is analyzed in full.
+	litFanout bool
+}
+
+// litMark stands for the LIMIT literal in a merge description (no text
+// holds a NUL byte).
+const litMark = "\x00"
+
+// descText is the merge's description for the given literals.
+func (mp *mergePlan) descText(lits []literal) string {
+	if !mp.litDesc {
+		return mp.desc
+	}
+	return strings.Replace(mp.desc, litMark, mp.limit.exprText(lits), 1)
 }

@@ -11,6 +11,18 @@ import (
 // Route decides where st runs. It never panics on any parameter bytes:
 // malformed input becomes a DestRefuse with the SQLSTATE Postgres would use.
 func (r *Router) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
+	b := st.lit
+	if b != nil && b.decided {
+		return b.dest // a text with literals and no $n: decided when analyzed
+	}
+	in := input{params: params, formats: formats, oids: paramOIDs}
+	if b != nil {
+		in.lits = b.lits
+	}
+	return r.route(st, &in)
+}
+
+func (r *Router) route(st *Statement, in *input) Dest {
 	p := st.plan
 	if p == nil {
 		return *anyDest(kindReason(st.Kind))
@@ -18,29 +30,33 @@ func (r *Router) Route(st *Statement, params [][]byte, formats []int16, paramOID
 	if p.static != nil {
 		return *p.static
 	}
-	in := input{params: params, formats: formats, oids: paramOIDs}
 	if s := p.fast; s != nil {
-		v := r.value(s, &in)
+		v := r.value(s, in)
 		pl := r.place(v, s)
 		switch pl.kind {
 		case pOne:
-			return r.shardDest(pl, 1)
+			return r.shardDest(pl, 1, in.lits)
 		case pEmpty:
-			return Dest{Kind: DestAny, Bucket: -1, Reason: emptyWhy(pl)}
+			return Dest{Kind: DestAny, Bucket: -1, Reason: emptyWhy(pl, in.lits)}
 		}
 	}
-	return r.decide(p, &in, nil)
+	return r.decide(p, in, nil)
 }
 
-// input is one Bind's parameters.
+// input is one Bind's parameters, and the literals of the statement's text
+// (a statement analyzed through its normalized text).
 type input struct {
 	params  [][]byte
 	formats []int16
 	oids    []uint32
+	lits    []literal
 }
 
 // value returns the key value source s has under in.
 func (r *Router) value(s *source, in *input) kval {
+	if s.lit > 0 {
+		return litValue(s, in.lits)
+	}
 	if s.param == 0 {
 		return s.konst
 	}
@@ -145,11 +161,11 @@ func (r *Router) place(v kval, s *source) placed {
 // shardDest is the decision for one placed key; agree counts the keyed
 // references that agree on its shard. The reason and the key are one
 // allocation (the key may alias Bind bytes: it is copied).
-func (r *Router) shardDest(p placed, agree int) Dest {
+func (r *Router) shardDest(p placed, agree int, lits []literal) Dest {
 	var buf [256]byte
 	b := append(buf[:0], p.src.col...)
 	b = append(b, " = "...)
-	b = append(b, p.src.expr...)
+	b = p.src.appendExpr(b, lits)
 	b = append(b, " → "...)
 	b = appendKey(b, p.v)
 	b = appendPlace(b, r, p)
@@ -209,8 +225,8 @@ func appendPlace(b []byte, r *Router, p placed) []byte {
 
 func placeWhy(r *Router, p placed) string { return string(appendPlace(nil, r, p)) }
 
-func emptyWhy(p placed) string {
-	return "matches no row: " + p.src.col + " = " + p.src.expr + " is " + p.v.text() + " (" + p.note + "); any shard"
+func emptyWhy(p placed, lits []literal) string {
+	return "matches no row: " + p.src.desc(lits) + " is " + p.v.text() + " (" + p.note + "); any shard"
 }
 
 // gstate is one group's evaluated shard set and the key that witnesses it.
@@ -252,15 +268,19 @@ func (e *evaluator) eval(n *cnode) (gstate, *Refusal) {
 		switch p.kind {
 		case pOne:
 			if e.trace != nil {
-				e.tracef("%s → %s%s", n.src.desc(), string(appendKey(nil, p.v)), placeWhy(e.r, p))
+				e.tracef("%s → %s%s", n.src.desc(e.in.lits), string(appendKey(nil, p.v)), placeWhy(e.r, p))
 			}
 			return gstate{set: setOne(p.shard), wit: p, ok: true}, nil
 		case pEmpty:
-			e.tracef("%s → %s: matches no row (%s)", n.src.desc(), p.v.text(), p.note)
+			if e.trace != nil {
+				e.tracef("%s → %s: matches no row (%s)", n.src.desc(e.in.lits), p.v.text(), p.note)
+			}
 			return gstate{}, nil
 		case pAll:
-			e.tracef("%s: no key (%s): every shard", n.src.desc(), p.note)
-			return gstate{set: setAll(), note: n.src.desc() + ": " + p.note}, nil
+			if e.trace != nil {
+				e.tracef("%s: no key (%s): every shard", n.src.desc(e.in.lits), p.note)
+			}
+			return gstate{set: setAll(), note: n.src.desc(e.in.lits) + ": " + p.note}, nil
 		}
 		return gstate{}, p.ref
 	case cAnd:
@@ -342,7 +362,7 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 			}
 			other := "its keys are elsewhere"
 			if gs[i].ok {
-				other = fmt.Sprintf("%s → %s is on shard %s", gs[i].wit.src.desc(), string(appendKey(nil, gs[i].wit.v)), r.m.Shards[gs[i].wit.shard].Name)
+				other = fmt.Sprintf("%s → %s is on shard %s", gs[i].wit.src.desc(in.lits), string(appendKey(nil, gs[i].wit.v)), r.m.Shards[gs[i].wit.shard].Name)
 			}
 			ref := &Refusal{SQLState: "0A000",
 				Message: fmt.Sprintf("%s routes to shard %s but %s", h.desc, r.m.Shards[h.shard].Name, other),
@@ -388,7 +408,7 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 				wit, haveWit = gs[i].wit, true
 			}
 		default:
-			return r.conflict(p, gs, single, i)
+			return r.conflict(p, gs, single, i, in.lits)
 		}
 	}
 	if multi < 0 {
@@ -401,7 +421,7 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 			return Dest{Kind: DestAny, Bucket: -1, Reason: anyWhy(p)}
 		}
 		if haveWit {
-			return r.shardDest(wit, agree)
+			return r.shardDest(wit, agree, in.lits)
 		}
 		return Dest{Kind: DestShard, Shard: single, Bucket: -1,
 			Reason: fmt.Sprintf("the keyed references (%s) all live on shard %s", p.groups[0].desc, r.m.Shards[single].Name)}
@@ -470,15 +490,15 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 		m = &mc
 	}
 	return Dest{Kind: DestAll, Bucket: -1, Merge: m,
-		Reason: fmt.Sprintf("%s: fan out to all %d shards, %s", spread, len(r.m.Shards), p.merge.desc)}
+		Reason: fmt.Sprintf("%s: fan out to all %d shards, %s", spread, len(r.m.Shards), p.merge.descText(in.lits))}
 }
 
 // conflict refuses a statement whose keys name two shards.
-func (r *Router) conflict(p *plan, gs []gstate, first, at int) Dest {
+func (r *Router) conflict(p *plan, gs []gstate, first, at int, lits []literal) Dest {
 	describe := func(shard int) string {
 		for i := range gs {
 			if gs[i].ok && gs[i].wit.shard == shard && gs[i].set.one() == shard {
-				return fmt.Sprintf("%s → %s is on shard %s", gs[i].wit.src.desc(), string(appendKey(nil, gs[i].wit.v)), r.m.Shards[shard].Name)
+				return fmt.Sprintf("%s → %s is on shard %s", gs[i].wit.src.desc(lits), string(appendKey(nil, gs[i].wit.v)), r.m.Shards[shard].Name)
 			}
 		}
 		for i := range gs {
@@ -513,7 +533,7 @@ func (r *Router) limitValue(s *source, in *input, def int64) (int64, *Refusal) {
 	case kRefuse:
 		return 0, v.ref
 	}
-	return 0, &Refusal{SQLState: "0A000", Message: fmt.Sprintf("cannot read LIMIT/OFFSET from %s for the merge", s.expr),
+	return 0, &Refusal{SQLState: "0A000", Message: fmt.Sprintf("cannot read LIMIT/OFFSET from %s for the merge", s.exprText(in.lits)),
 		Hint: "Send it as an integer (int2/int4/int8)."}
 }
 

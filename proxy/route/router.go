@@ -18,6 +18,11 @@ type Options struct {
 	// MaxCachedSQL is the longest text that is cached (default 64 KiB):
 	// longer ones are analyzed on every use.
 	MaxCachedSQL int
+	// KeepLiterals turns literal normalization off: every distinct text is
+	// parsed and analyzed in full, as if its constants mattered to its
+	// shape (see the package documentation). Normalization needs the
+	// cache; it is off without one.
+	KeepLiterals bool
 }
 
 // DefaultCacheSize is the statement cache's default capacity.
@@ -34,6 +39,7 @@ type Router struct {
 	schema   Schema
 	sc       *compiled
 	cache    *cache[*analysis]
+	shapes   *cache[*shape] // analyses of literal-normalized texts; nil = no normalization
 	maxCache int
 	ordIdx   [maxShards]int16 // ordinal → shard index, -1 if none
 	byName   map[string]int
@@ -62,6 +68,9 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Router, error) {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
 	r := &Router{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, byName: map[string]int{}}
+	if r.cache != nil && !opts.KeepLiterals {
+		r.shapes = newCache[*shape](opts.CacheSize)
+	}
 	for i := range r.ordIdx {
 		r.ordIdx[i] = -1
 	}
@@ -137,6 +146,11 @@ func (r *Router) analysis(sql string) (*analysis, error) {
 		st.plan = &plan{static: anyDest(kindReason(st.Kind))}
 		return r.store(sql, a), nil
 	}
+	if r.shapes != nil && len(sql) <= r.maxCache {
+		if a := r.analyzeLiterals(sql); a != nil {
+			return r.store(sql, a), nil
+		}
+	}
 	a := r.analyzeText(sql)
 	return r.store(sql, a), nil
 }
@@ -150,18 +164,30 @@ func (r *Router) store(sql string, a *analysis) *analysis {
 
 // analyzeText parses sql once and analyzes each of its statements.
 func (r *Router) analyzeText(sql string) *analysis {
+	a, _, _ := r.analyzeTextLit(sql, nil)
+	return a
+}
+
+// analyzeTextLit is analyzeText, for a normalized text when lc is set. It
+// also returns, for a text of several statements, each one's span, and
+// the parse error: for a normalized text the analysis is then nil.
+func (r *Router) analyzeTextLit(sql string, lc *litCtx) (*analysis, [][2]int, error) {
 	res, err := pg.Parse(sql)
 	if err != nil {
+		if lc != nil {
+			return nil, nil, err
+		}
 		st := &Statement{SQL: sql, Kind: KindOther, ParseError: err.Error()}
 		st.plan = &plan{static: anyDest("the server reports the syntax error: " + clip(err.Error(), 80))}
-		return &analysis{list: []*Statement{st}, one: st}
+		return &analysis{list: []*Statement{st}, one: st}, nil, nil
 	}
 	if len(res.Stmts) == 0 {
 		st := &Statement{SQL: sql, Kind: KindEmpty, ReadOnly: true}
 		st.plan = &plan{static: anyDest(kindReason(KindEmpty))}
-		return &analysis{list: []*Statement{st}, one: st}
+		return &analysis{list: []*Statement{st}, one: st}, nil, nil
 	}
 	a := &analysis{}
+	var spans [][2]int
 	for _, raw := range res.Stmts {
 		text := sql
 		if len(res.Stmts) > 1 {
@@ -174,8 +200,9 @@ func (r *Router) analyzeText(sql string) *analysis {
 				start, end = 0, len(sql)
 			}
 			text = strings.TrimSpace(sql[start:end])
+			spans = append(spans, [2]int{start, end})
 		}
-		a.list = append(a.list, r.analyzeStmt(text, raw.Stmt))
+		a.list = append(a.list, r.analyzeStmtLit(text, raw.Stmt, lc))
 	}
 	if len(a.list) == 1 {
 		a.one = a.list[0]
@@ -184,7 +211,7 @@ func (r *Router) analyzeText(sql string) *analysis {
 		a.one = &Statement{SQL: sql, Kind: KindOther, Reason: ref.Message,
 			plan: &plan{static: &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}}}
 	}
-	return a
+	return a, spans, nil
 }
 
 // RouteKey routes an explicit key (SET LOCAL pgshard.key, a hint). An int8

@@ -284,8 +284,13 @@ type Statement struct {
 
 	// plan holds where keys come from (constants, $n params with their
 	// cast type, hints), the tables touched and the merge plan. Route uses
-	// it; nil for statements that always route DestAny.
+	// it; nil for statements that always route DestAny. A statement
+	// analyzed through its literal-normalized text shares its plan with
+	// the other texts of that shape.
 	plan *plan
+	// lit, for such a statement, holds its text's literals (and its
+	// decision when it depends on nothing else); nil otherwise.
+	lit *litBinding
 }
 
 // Analyzer parses statements with Postgres's own grammar and routes them.
