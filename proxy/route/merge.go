@@ -245,9 +245,10 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		}
 		mp.merge.SQL = out
 		desc = append(desc, "each shard runs: "+out)
-		// With literal placeholders the per-shard SQL is not the text's: a
+		// With literal placeholders the per-shard SQL is not the text's,
+		// nor is the choice to rewrite it (OFFSET 0 is not rewritten): a
 		// text that fans out is analyzed in full (bindStatement).
-		mp.litFanout = a.lit != nil && a.lit.inString(out)
+		mp.litFanout = a.lit != nil && (a.lit.inString(out) || limSrc != nil && limSrc.lit > 0 || offSrc != nil && offSrc.lit > 0)
 	}
 	mp.desc = strings.Join(desc, "; ")
 	return mp, ""
