@@ -169,7 +169,7 @@ func checkExpect(t *testing.T, m *shardmap.Map, expect string, d route.Dest) {
 }
 
 // checkInvariants holds for every decision.
-func checkInvariants(t *testing.T, m *shardmap.Map, st *route.Statement, d route.Dest) {
+func checkInvariants(t testing.TB, m *shardmap.Map, st *route.Statement, d route.Dest) {
 	t.Helper()
 	if d.Reason == "" {
 		t.Error("decision without a reason")

@@ -1,0 +1,27 @@
+package route
+
+// Normalized reports whether st was analyzed through its literal-normalized
+// text (for tests: an equivalence check that never normalizes proves
+// nothing).
+func Normalized(st *Statement) bool { return st.lit != nil }
+
+// ShapeCount is the number of normalized texts whose analysis is cached.
+func (r *Router) ShapeCount() int {
+	if r.shapes == nil {
+		return 0
+	}
+	return r.shapes.len()
+}
+
+// ShapeOf normalizes sql and reports whether it has literals to replace
+// and, when its shape is cached and analyzed in full, why.
+func (r *Router) ShapeOf(sql string) (normalizes bool, fallback string) {
+	n := new(normalizer)
+	if r.shapes == nil || !n.run(sql) {
+		return false, ""
+	}
+	if sh := r.shapes.getBytes(n.key); sh != nil && sh.a == nil {
+		return true, sh.why
+	}
+	return true, ""
+}
