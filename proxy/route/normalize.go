@@ -136,8 +136,8 @@ func (n *normalizer) run(sql string) bool {
 			}
 		}
 		k := kwNone
-		if t.kind == tokWord {
-			k = keyword(t.text)
+		if t.kind == tokWord && !(have1 && p1.kind == tokPunct && p1.text == ".") {
+			k = keyword(t.text) // after '.', a word is a name: i.limit
 		}
 		if stmtStart && t.kind != tokSemi {
 			stmtStart = false

@@ -41,6 +41,8 @@ func TestNormalizeRules(t *testing.T) {
 		{"SELECT a FROM t ORDER BY a <-> 'x' OFFSET 5", "SELECT a FROM t ORDER BY a <-> 'x' OFFSET ?", "i"},
 		{"SELECT DISTINCT ON (1) a FROM t WHERE b = 2 ORDER BY 1", "SELECT DISTINCT ON (1) a FROM t WHERE b = ? ORDER BY 1", "i"},
 		{"SELECT a FROM t GROUP BY a HAVING count(*) > 1", "SELECT a FROM t GROUP BY a HAVING count(*) > ?", "i"},
+		{"SELECT a FROM t WHERE b = 1 ORDER BY t.limit, 2", "SELECT a FROM t WHERE b = ? ORDER BY t.limit, 2", "i"}, // a name, not LIMIT
+		{"SELECT t.select 5, t.from 'x' FROM t", "", ""},
 		// Type modifiers and typed literals stay; a cast keeps its type.
 		{"SELECT 'a'::varchar(10), CAST(b AS numeric(10, 2)), c::character varying(5), d::pg_catalog.numeric(3) FROM t WHERE e = 3",
 			"SELECT ?::varchar(10), CAST(b AS numeric(10, 2)), c::character varying(5), d::pg_catalog.numeric(3) FROM t WHERE e = ?", "si"},
@@ -147,5 +149,22 @@ func TestNormalizeAllocs(t *testing.T) {
 		r.Route(st, nil, nil, nil)
 	}); a != 0 {
 		t.Errorf("a repeated literal text allocates %.1f times", a)
+	}
+}
+
+// TestCacheGetBytes: a key looked up in bytes finds what was stored under
+// the same text, in whichever shard it landed.
+func TestCacheGetBytes(t *testing.T) {
+	c := newCache[*shape](64)
+	for i := 0; i < 200; i++ {
+		k := fmt.Sprintf("SELECT $%d\x00s", i)
+		sh := &shape{why: k}
+		c.put(k, sh)
+		if got := c.getBytes([]byte(k)); got != sh && c.get(k) == sh {
+			t.Fatalf("%q: getBytes misses what get finds", k)
+		}
+	}
+	if c.getBytes([]byte("absent")) != nil {
+		t.Error("getBytes found an absent key")
 	}
 }
