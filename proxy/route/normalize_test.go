@@ -252,6 +252,59 @@ func TestNormalizeShares(t *testing.T) {
 	}
 }
 
+// TestNormalizeContexts: every kind of literal in many grammatical
+// positions — where it is a key, a value, a position, a type modifier, a
+// typed literal's string, under a unary minus, before an indirection —
+// analyzes and routes as the full parse does.
+func TestNormalizeContexts(t *testing.T) {
+	contexts := []string{
+		"SELECT %s", "SELECT %s FROM executions WHERE id = 'a'", "SELECT * FROM executions WHERE id = %s",
+		"SELECT * FROM executions WHERE %s = id", "SELECT id FROM executions WHERE id IN (%s, 'b')",
+		"SELECT id FROM executions WHERE id = ANY(ARRAY[%s, 'x'])", "SELECT id FROM executions WHERE (id, version) = (%s, 1)",
+		"INSERT INTO executions (id, definition_id, data, version) VALUES (%s, 'd', '{}', 1)",
+		"UPDATE executions SET version = %s WHERE id = 'a'", "UPDATE executions SET id = %s WHERE id = 'a'",
+		"DELETE FROM outbox WHERE seq = %s", "SELECT harel_commit_cas(%s, 'd', '{}', 0, '')", "CALL pgshard_commit(%s)",
+		"SELECT id FROM executions ORDER BY id LIMIT %s", "SELECT id FROM executions ORDER BY id LIMIT 5 OFFSET %s",
+		"SELECT id FROM executions ORDER BY %s", "SELECT definition_id, count(*) FROM executions GROUP BY %s",
+		"SELECT date %s", "SELECT int8 %s FROM executions WHERE id = 'a'", "SELECT t.limit %s FROM executions t",
+		"SELECT interval %s", "SELECT interval %s day", "SELECT x::numeric(%s) FROM executions", "SELECT %s::int2",
+		"SELECT -%s", "SELECT - %s", "SELECT -(%s)", "SELECT 1 -%s", "SELECT 1 + -%s", "SELECT %s.x", "SELECT %s[1]",
+		"SELECT extract(%s FROM now())", "SELECT %s COLLATE \"C\"", "SELECT * FROM executions WHERE id = %s COLLATE \"C\"",
+		"SELECT * FROM executions WHERE id = %s::text", "SELECT * FROM executions WHERE id = %s::uuid::text",
+		"SELECT * FROM executions WHERE id = CAST(%s AS varchar(3))", "SELECT * FROM executions WHERE id BETWEEN %s AND 'z'",
+		"SELECT * FROM executions WHERE data LIKE %s ESCAPE '!'", "SELECT CASE WHEN %s THEN 1 ELSE %s END",
+		"SELECT * FROM executions WHERE id = 'a' AND version = %s FOR UPDATE", "SELECT %s AS x, %s AS x FROM executions ORDER BY x",
+		"SELECT * FROM executions e JOIN timers t ON t.execution_id = e.id AND t.execution_id = %s",
+		"SELECT * FROM executions WHERE id = (SELECT %s)", "WITH x AS (SELECT %s AS id) SELECT * FROM executions WHERE id IN (SELECT id FROM x)",
+		"SELECT set_config('a', 'b', %s)", "SELECT 1 FROM executions WHERE id = 'a' FETCH FIRST %s ROWS ONLY",
+		"SELECT count(*) FROM executions HAVING count(*) > %s",
+	}
+	vals := append(append(append([]string{}, intLits...), numLits...), strLits...)
+	vals = append(vals, "- 5", "-(5)", "true", "NULL", "E'a'", "$$a$$", "B'1'", "'a'\n'b'", "0x1F", "1_000", "'\x80'")
+	type pair struct{ full, norm *route.Router }
+	var rs []pair
+	for _, s := range []string{"default", "int8"} {
+		f, n := routers(t, s)
+		rs = append(rs, pair{f, n})
+	}
+	texts, normalized := 0, 0
+	for _, c := range contexts {
+		for _, v := range vals {
+			sql := strings.ReplaceAll(c, "%s", v)
+			for _, p := range rs {
+				if equivalent(t, p.full, p.norm, sql) > 0 {
+					normalized++
+				}
+				texts++
+			}
+		}
+	}
+	t.Logf("%d texts, %d analyzed through their normalized text", texts, normalized)
+	if normalized < texts/3 {
+		t.Errorf("only %d of %d texts were normalized", normalized, texts)
+	}
+}
+
 // FuzzNormalize: for any text, and for random substitutions of its
 // literal constants, the normalizing router analyzes and routes exactly as
 // the router that parses every text in full; it never panics.
