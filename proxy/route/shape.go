@@ -199,7 +199,7 @@ func (r *Router) bind(sql string, sh *shape, n *normalizer) *analysis {
 	if len(sh.a.list) == 1 && sh.a.one == sh.a.list[0] {
 		x := &litText{st: *sh.a.one}
 		x.st.SQL = sql
-		if !r.bindStatement(&x.st, &x.b, x.lits[:0], n.lits) {
+		if !r.bindStatement(&x.st, &x.b, append(x.lits[:0], n.lits...)) {
 			return nil
 		}
 		x.list[0] = &x.st
@@ -217,7 +217,7 @@ func (r *Router) bind(sql string, sh *shape, n *normalizer) *analysis {
 		}
 		sts[i] = *shared
 		sts[i].SQL = strings.TrimSpace(sql[start:end])
-		if !r.bindStatement(&sts[i], &bs[i], lits, nil) {
+		if !r.bindStatement(&sts[i], &bs[i], lits) {
 			return nil
 		}
 		a.list[i] = &sts[i]
@@ -228,13 +228,10 @@ func (r *Router) bind(sql string, sh *shape, n *normalizer) *analysis {
 	return a
 }
 
-// bindStatement attaches the literals to st (copying src into buf when
-// given) and decides st now when it has no $n parameters.
-func (r *Router) bindStatement(st *Statement, b *litBinding, buf, src []literal) bool {
-	b.lits = buf
-	if src != nil {
-		b.lits = append(buf, src...)
-	}
+// bindStatement attaches the text's literals to st, and decides st now
+// when it has no $n parameters (nothing else can change its decision).
+func (r *Router) bindStatement(st *Statement, b *litBinding, lits []literal) bool {
+	b.lits = lits
 	st.lit = b
 	p := st.plan
 	if st.NumParams > 0 {
