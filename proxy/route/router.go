@@ -13,7 +13,8 @@ import (
 // Options tune a Router.
 type Options struct {
 	// CacheSize is how many distinct statement texts keep their analysis
-	// (default 10000); a negative size disables the cache.
+	// (default 10000), and how many literal-normalized texts keep theirs
+	// (a second cache); a negative size disables both.
 	CacheSize int
 	// MaxCachedSQL is the longest text that is cached (default 64 KiB):
 	// longer ones are analyzed on every use.
