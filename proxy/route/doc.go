@@ -46,29 +46,34 @@
 // texts that have the same constant there): constants in ORDER BY, GROUP
 // BY and DISTINCT ON (positions, not values), in type modifiers
 // (varchar(10), numeric(10,2), timestamp(3)) and EXTRACT(... FROM),
-// typed literals (date '2024-01-01', interval '1' day, int8 '5'; a cast
+// typed literals (date '2024-01-01', interval '1' day, int8 '5': a string
+// after a word that is not a keyword an expression follows; a cast
 // '5'::int8 is normalized and keeps its cast), a number after a word that
-// may be a type name, -N where the minus may not be folded into it (x -5,
-// - 5, -(5), -5::text), E'...', $$...$$, B'...', X'...', N'...', numbers
-// in any form but plain decimals (1.5e3, 0x1F, 1_000), a constant followed
-// by . or [ (pg_query reads $1.f, not 'x'.f), and every constant of a
-// statement that is not SELECT / INSERT / UPDATE / DELETE / WITH / VALUES /
-// CALL (SET x = 5, DDL, COPY options, EXPLAIN, PREPARE, EXECUTE). Hints are
-// comments: they stay as they are. TRUE, FALSE and NULL are keywords.
+// is not a reserved keyword (pg_query reads date $1 as a typed literal,
+// date 1.5 is an error; after '.', even LIMIT is a name), -N where the
+// minus may not be folded into it (x -5, - 5, -(5), -5::text), E'...',
+// $$...$$, B'...', X'...', N'...', a string that is not valid UTF-8 (the
+// parser rejects it), numbers in any form but plain decimals (1.5e3, 0x1F,
+// 1_000), a constant followed by . or [ (pg_query reads $1.f, not 'x'.f),
+// and every constant of a statement that is not SELECT / INSERT / UPDATE /
+// DELETE / WITH / VALUES / CALL (SET x = 5, DDL, COPY options, EXPLAIN,
+// PREPARE, EXECUTE). Hints are comments: they stay as they are. TRUE,
+// FALSE and NULL are keywords.
 //
 // Analyzed in full, text by text (as without normalization): texts the
-// lexer cannot follow (a U&'...' string or U&"..." identifier, a string continued on
-// the next line, a string right after ')', unbalanced parentheses, a $n
-// above 1048576, an unterminated token), texts whose normalized text does
-// not parse, and shapes whose analysis would depend on a literal's value
-// beyond its use as a key: a literal rendered into a reason, refusal or
-// per-shard SQL (found by walking every string of the analysis), a literal
-// LIMIT/OFFSET that is not a plain integer, a literal compared as an
-// expression (ORDER BY an expression equal to a select-list entry) or
-// deciding a statement's kind (set_config(..., 'false')). A key-less read
-// whose LIMIT n OFFSET m is rewritten per shard fans out with SQL deparsed
-// from the text's own tree: such a text is analyzed in full when it fans
-// out. Options.KeepLiterals turns normalization off.
+// lexer cannot follow (a U&'...' string or U&"..." identifier, a string
+// continued on the next line, a string right after ')', unbalanced
+// parentheses, a $n above 1048576, an unterminated token), texts whose
+// normalized text does not parse, and shapes whose analysis would depend
+// on a literal's value beyond its use as a key: a literal rendered into a
+// reason, refusal or per-shard SQL (found by walking every string of the
+// analysis), a literal LIMIT/OFFSET that is not a plain integer, a literal
+// compared as an expression (ORDER BY an expression equal to a select-list
+// entry) or deciding a statement's kind (set_config(..., 'false')). A
+// key-less read with a literal LIMIT and OFFSET fans out with per-shard
+// SQL (LIMIT n+m) deparsed from the text's own tree, or none for OFFSET 0:
+// such a text is analyzed in full when it fans out. Options.KeepLiterals
+// turns normalization off.
 //
 // # Where keys come from
 //
