@@ -310,7 +310,9 @@ func stringAfter(p1 token, k1 kw, have1 bool) bool {
 // forms are replaced: 1.5e3, 0x1F, 1_000 stay.
 func numberCandidate(sql string, t token, p1, p2 token, k1, k2 kw, have1, have2, negFrame bool) (litCandidate, bool) {
 	isInt, ok := plainNumber(t.text)
-	if !ok || !have1 {
+	if !ok || !have1 || t.end < len(sql) && isIdentCont(sql[t.end]) {
+		// 0쫏: a number glued to an identifier is the scanner's "trailing
+		// junk" error, which must stay one.
 		return litCandidate{}, false
 	}
 	neg := false

@@ -81,6 +81,7 @@ func TestNormalizeRules(t *testing.T) {
 		{"/* pgshard:key=abc */ SELECT 1 FROM t WHERE a = 'b' -- 'c'", "/* pgshard:key=abc */ SELECT ? FROM t WHERE a = ? -- 'c'", "is"},
 		// Placeholders never run into neighbouring words.
 		{"SELECT'x'FROM t", "SELECT ? FROM t", "s"},
+		{"SELECT 0\xec\xab\x8f, 1$ FROM t WHERE a = 'x'", "SELECT 0\xec\xab\x8f, 1$ FROM t WHERE a = ?", "s"}, // trailing junk stays an error
 		{"SELECT * FROM t WHERE a = $2 AND b = 'x'", "SELECT * FROM t WHERE a = $2 AND b = ?", "s"},
 		// Declined: no literal, unbalanced, too large a $n, unterminated.
 		{"SELECT * FROM t WHERE a = $1", "", ""},
