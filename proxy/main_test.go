@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
@@ -24,16 +23,8 @@ import (
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-func TestMain(m *testing.M) {
-	code := clustertest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain: clustertest.Main also fails the run on leaked goroutines.
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 // testSchema is the store's schema plus the test tables keyed by integers.
 func testSchema() route.Schema {
