@@ -5,7 +5,6 @@ import (
 	"os"
 	"testing"
 
-
 	"github.com/pgshard/pgshard/cluster/clustertest"
 )
 
