@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,5 +199,39 @@ func TestPrepareDir(t *testing.T) {
 		if err := r.checkTraversable(theirs); err == nil || !strings.Contains(err.Error(), "cannot reach") {
 			t.Errorf("checkTraversable(%s) = %v", theirs, err)
 		}
+	}
+}
+
+// A server that exits during startup is reported with how it ended, even
+// when it wrote no line of its own.
+func TestLogExcerptSaysHowTheProcessEnded(t *testing.T) {
+	r, err := currentRunAs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// The process may run as another user (postgres, when we are root).
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.chown(dir); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "server.log")
+	pid, err := startDetached(r, dir, logPath, "/bin/sh", "-c", "echo 'FATAL: no luck'; exit 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := logExcerpt(logPath, 0, pid)()
+	want := fmt.Sprintf("process %d: exit status 3\nFATAL: no luck", pid)
+	if got != want {
+		t.Fatalf("excerpt %q, want %q", got, want)
+	}
+	pid, err = startDetached(r, dir, logPath, "/bin/sh", "-c", "kill -9 $$")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := logExcerpt(logPath, fileSize(logPath), pid)(); got != fmt.Sprintf("process %d: signal: killed", pid) {
+		t.Fatalf("excerpt %q after SIGKILL", got)
 	}
 }

@@ -666,14 +666,23 @@ func waitFor(ctx context.Context, what string, alive func() bool, timeout time.D
 }
 
 // logExcerpt returns the last lines of a server log written since offset
-// (offset < 0: the server was not started by this call, show the end).
-func logExcerpt(path string, offset int64) func() string {
-	return func() string { return logTail(path, offset, 20) }
+// (offset < 0: the server was not started by this call, show the end),
+// after how the process ended when it did (a server killed by a signal
+// leaves no line of its own).
+func logExcerpt(path string, offset int64, pid int) func() string {
+	return func() string {
+		how := howEnded(pid) // first: it waits for the process's last words
+		tail := logTail(path, offset, 20)
+		if how != "" {
+			tail = strings.TrimSuffix("process "+strconv.Itoa(pid)+": "+how+"\n"+tail, "\n")
+		}
+		return tail
+	}
 }
 
 func waitPostgres(ctx context.Context, p proc, s Shard, timeout time.Duration, offset int64) error {
 	dsn := s.DSN("postgres", DefaultUser)
-	return waitFor(ctx, fmt.Sprintf("%s postgres on 127.0.0.1:%d", s.Name, s.Port), p.running, timeout, logExcerpt(pgLog(s.Dir), offset),
+	return waitFor(ctx, fmt.Sprintf("%s postgres on 127.0.0.1:%d", s.Name, s.Port), p.running, timeout, logExcerpt(pgLog(s.Dir), offset, p.pid),
 		func(ctx context.Context) error { return pingConn(ctx, dsn, "SELECT 1") })
 }
 
@@ -681,7 +690,7 @@ func waitPooler(ctx context.Context, p proc, s Shard, spec Spec, timeout time.Du
 	admin := s.PoolerDSN("pgbouncer", spec.User)
 	db := s.PoolerDSN(spec.Database, spec.User)
 	return waitFor(ctx, fmt.Sprintf("%s pgbouncer on 127.0.0.1:%d", s.Name, s.PoolerPort), p.running, timeout,
-		logExcerpt(bouncerLog(s.Dir), offset), poolerReady(admin, db, pgUp))
+		logExcerpt(bouncerLog(s.Dir), offset, p.pid), poolerReady(admin, db, pgUp))
 }
 
 // poolerReady probes a PgBouncer: its admin console answers, and, when its

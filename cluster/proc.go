@@ -112,11 +112,32 @@ func childEnv() []string {
 }
 
 // reapers tracks the processes this process started: a goroutine waits for
-// each (so no zombie is left) and closes its channel when it has exited.
+// each (so no zombie is left) and closes its channel when it has exited,
+// noting how it ended (for "exited during startup" errors).
 var reapers = struct {
 	sync.Mutex
-	m map[int]chan struct{}
-}{m: map[int]chan struct{}{}}
+	m     map[int]chan struct{}
+	ended map[int]string
+}{m: map[int]chan struct{}{}, ended: map[int]string{}}
+
+// howEnded says how a process started by startDetached ended ("exit status
+// 1", "signal: killed"), waiting a moment for its reaper; "" while it runs
+// or when unknown.
+func howEnded(pid int) string {
+	reapers.Lock()
+	done := reapers.m[pid]
+	reapers.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			return ""
+		}
+	}
+	reapers.Lock()
+	defer reapers.Unlock()
+	return reapers.ended[pid]
+}
 
 // startDetached starts bin in its own session as r, stdout and stderr
 // appended to logPath, and returns its PID. A goroutine reaps it when it
@@ -147,6 +168,10 @@ func startDetached(r runAs, dir, logPath, bin string, args ...string) (int, erro
 		_ = cmd.Wait()
 		reapers.Lock()
 		delete(reapers.m, pid)
+		if len(reapers.ended) >= 1024 {
+			clear(reapers.ended) // a bound; only recent exits are asked about
+		}
+		reapers.ended[pid] = cmd.ProcessState.String()
 		reapers.Unlock()
 		close(done)
 	}()
