@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strings"
+	"sync/atomic"
 
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -20,6 +21,16 @@ type analyzed struct {
 	noTxnBlock bool
 	// copyFrom / copyTo: COPY ... FROM STDIN / TO STDOUT.
 	copyStmt bool
+	// unnamedSeen: a client has parsed this text as an unnamed statement
+	// (the statement cache takes unnamed texts from their second use, so
+	// one-off texts do not crowd out the ones that repeat).
+	unnamedSeen atomic.Bool
+}
+
+// seenUnnamed reports whether the text was parsed as an unnamed statement
+// before, and records that it now was.
+func (a *analyzed) seenUnnamed() bool {
+	return a.unnamedSeen.Load() || a.unnamedSeen.Swap(true)
 }
 
 func newAnalyzed(st *route.Statement) *analyzed {

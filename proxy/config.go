@@ -79,6 +79,10 @@ type Config struct {
 	// DefaultStatementCacheSize, negative = none). Never used through a
 	// pooler.
 	StatementCacheSize int
+	// UnnamedStatements decides whether a direct connection's statement
+	// cache also serves clients' unnamed statements (default: yes, from a
+	// text's second use; see doc.go, "Prepared statements").
+	UnnamedStatements UnnamedMode
 	// VerifyIdentity checks every shard's identity record against Map:
 	// at start for the shards that are up (a mismatch fails New's caller
 	// via Verify), and on the first connection to a shard that was down.
@@ -88,6 +92,21 @@ type Config struct {
 	// Logger receives structured logs (nil = slog.Default()).
 	Logger *slog.Logger
 }
+
+// UnnamedMode is what a direct backend connection receives for a client's
+// unnamed Parse (Config.UnnamedStatements).
+type UnnamedMode int
+
+const (
+	// UnnamedCached: from the second time any client parses a text as an
+	// unnamed statement, the connection's statement cache serves it (the
+	// text is parsed once per connection, and Postgres's plan cache
+	// applies, as for a client that names its statements). The default.
+	UnnamedCached UnnamedMode = iota
+	// UnnamedPassThrough: the client's unnamed Parse goes to the backend
+	// as it is, every time.
+	UnnamedPassThrough
+)
 
 // User is a client login.
 type User struct {

@@ -236,6 +236,11 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				}
 				if it.cs != nil && bc.stmts != nil {
 					bc.stmts.drop(it.cs)
+					if isResultTypeChanged(msg) {
+						// The schema changed under the cached statements
+						// of every connection, not only this one.
+						s.srv.stmtEpoch.Add(1)
+					}
 				}
 				if fatalErr {
 					bc.broken = true

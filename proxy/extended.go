@@ -99,6 +99,8 @@ func (p *planner) parse(raw []byte) {
 			vs = newVstmt("", a, s.pv.oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
+		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
+			a.st.Kind == route.KindOther && a.st.ParseError == "" && a.seenUnnamed()
 	} else {
 		name := string(s.pv.name)
 		if p.lookup(s.pv.name) != nil {
@@ -109,7 +111,7 @@ func (p *planner) parse(raw []byte) {
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
 	}
-	if a.st.ParseError != "" || (p.onBackend && len(s.pv.name) == 0) {
+	if a.st.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
 			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
@@ -151,17 +153,25 @@ func equalOids(a, b []uint32) bool {
 }
 
 // sendParse makes vs the backend's statement for the next Bind/Describe:
-// nothing if it already is; the client's own Parse when it came just
-// before; a cached server-side statement on a direct connection; else an
-// injected unnamed Parse whose ParseComplete the client does not see.
+// nothing if it already is; a cached server-side statement on a direct
+// connection (named statements, and unnamed ones vs.cacheUnnamed); the
+// client's own Parse when it came just before; else an injected unnamed
+// Parse whose ParseComplete the client does not see.
 // It returns the backend statement name and the cache entry used.
 func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 	s := p.s
 	if vs == p.backendUnnamed {
 		return "", nil
 	}
-	if vs.name != "" && p.bc.stmts != nil {
-		c := p.bc.stmts
+	if c := p.bc.stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
+		if vs.name == "" {
+			// The client's Parse was answered by the proxy; the cache's
+			// statement replaces it.
+			p.pendingParse = -1
+		}
+		if e := s.srv.stmtEpoch.Load(); c.epoch != e {
+			c.reset(e)
+		}
 		cs := c.get(vs.cacheKey)
 		for _, old := range c.evicted {
 			s.bw = appendClose(s.bw, 'S', old)

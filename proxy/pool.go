@@ -461,6 +461,7 @@ func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
 	c.peekFn = c.peek
 	if !p.viaPooler && p.srv.cfg.StatementCacheSize > 0 {
 		c.stmts = newStmtCache(p.srv.cfg.StatementCacheSize)
+		c.stmts.epoch = p.srv.stmtEpoch.Load()
 	}
 	p.mu.Lock()
 	if _, ok := p.statuses[key.key]; !ok {
@@ -642,6 +643,8 @@ type stmtCache struct {
 	byKey   map[string]*cachedStmt
 	head    cachedStmt // sentinel of the LRU list; head.next is the newest
 	evicted []string   // names to Close before the next use of the cache
+	// epoch is the Server.stmtEpoch the entries were prepared under.
+	epoch uint64
 }
 
 type cachedStmt struct {
@@ -702,6 +705,19 @@ func (c *stmtCache) drop(e *cachedStmt) {
 	if e.confirmed {
 		c.evicted = append(c.evicted, e.name)
 	}
+}
+
+// reset forgets every entry (closing the prepared ones before the next
+// use) and moves the cache to epoch.
+func (c *stmtCache) reset(epoch uint64) {
+	for e := c.head.next; e != &c.head; e = e.next {
+		if e.confirmed {
+			c.evicted = append(c.evicted, e.name)
+		}
+	}
+	clear(c.byKey)
+	c.head.next, c.head.prev = &c.head, &c.head
+	c.epoch = epoch
 }
 
 // dropUnconfirmed forgets entries whose Parse never completed.

@@ -36,6 +36,11 @@ type Server struct {
 	defaultShard int
 	// rr spreads key-less read-only statements over the shards.
 	rr atomic.Uint32
+	// stmtEpoch moves on at every schema change the proxy sees (a DDL
+	// statement planned, or Postgres refusing a cached statement whose
+	// result columns changed): every connection's statement cache then
+	// starts afresh at its next use.
+	stmtEpoch atomic.Uint64
 
 	mu       sync.Mutex
 	sessions map[uint32]*session // by the BackendKeyData process ID

@@ -132,6 +132,9 @@ type vstmt struct {
 	oids []uint32
 	// cacheKey identifies text + types in the statement cache.
 	cacheKey string
+	// cacheUnnamed: an unnamed statement a direct connection's statement
+	// cache serves (Config.UnnamedStatements), decided at its Parse.
+	cacheUnnamed bool
 }
 
 func newVstmt(name string, a *analyzed, oids []uint32) *vstmt {

@@ -517,3 +517,11 @@ func commandTag(msg []byte) []byte {
 	}
 	return b
 }
+
+// isResultTypeChanged reports whether a raw ErrorResponse is Postgres
+// refusing to run a prepared statement whose result columns changed since
+// it was prepared ("cached plan must not change result type"). The routine
+// name identifies it whatever the server's lc_messages.
+func isResultTypeChanged(msg []byte) bool {
+	return errorField(msg, 'C') == codeFeatureNotSupported && errorField(msg, 'R') == "RevalidateCachedQuery"
+}

@@ -113,6 +113,7 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		DefaultShard:             x.DefaultShard,
 		Databases:                x.Databases,
 		StatementCacheSize:       x.StatementCacheSize,
+		UnnamedStatements:        unnamedMode(x.CacheUnnamedStatements),
 		VerifyIdentity:           x.VerifyIdentity,
 		MetricsListen:            x.MetricsListen,
 		Logger:                   log,
@@ -357,4 +358,11 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func unnamedMode(cache bool) proxy.UnnamedMode {
+	if cache {
+		return proxy.UnnamedCached
+	}
+	return proxy.UnnamedPassThrough
 }

@@ -709,6 +709,9 @@ type Proxy struct {
 	// StatementCacheSize is the server-side prepared statements kept per
 	// direct backend connection (-1 = none).
 	StatementCacheSize int `mapstructure:"statement_cache_size"`
+	// CacheUnnamedStatements lets that cache serve clients' unnamed
+	// statements too, from a text's second use.
+	CacheUnnamedStatements bool `mapstructure:"cache_unnamed_statements"`
 	// VerifyIdentity checks every shard's identity record against the map.
 	VerifyIdentity bool `mapstructure:"verify_identity"`
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
@@ -730,19 +733,20 @@ type ProxyUser struct {
 // DefaultProxy is the proxy section's defaults.
 func DefaultProxy() Proxy {
 	return Proxy{
-		Listen:             "127.0.0.1:6543",
-		UsePooler:          true,
-		Users:              []ProxyUser{},
-		Databases:          []string{},
-		PoolSize:           20,
-		MaxClients:         1000,
-		MaxMessageSize:     64 << 20,
-		ConnectTimeout:     5 * time.Second,
-		PoolTimeout:        10 * time.Second,
-		IdleTimeout:        5 * time.Minute,
-		StatementCacheSize: 256,
-		VerifyIdentity:     true,
-		Schema:             route.DefaultSchemaConfig(),
+		Listen:                 "127.0.0.1:6543",
+		UsePooler:              true,
+		Users:                  []ProxyUser{},
+		Databases:              []string{},
+		PoolSize:               20,
+		MaxClients:             1000,
+		MaxMessageSize:         64 << 20,
+		ConnectTimeout:         5 * time.Second,
+		PoolTimeout:            10 * time.Second,
+		IdleTimeout:            5 * time.Minute,
+		StatementCacheSize:     256,
+		CacheUnnamedStatements: true,
+		VerifyIdentity:         true,
+		Schema:                 route.DefaultSchemaConfig(),
 	}
 }
 
