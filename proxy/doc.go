@@ -64,8 +64,8 @@
 // client still sees its unnamed Parse answered, and Postgres parses the
 // text once per connection and plans it through its plan cache, as it does
 // for a client that names its statements. This is what lets a proxy cost
-// less than it adds: measured side by side (make bench-proxy), it roughly
-// halves Postgres's work per point SELECT. A schema change made through the
+// less than it adds: it saves Postgres the parse and most of the planning
+// of each query (make bench-proxy measures the effect). A schema change made through the
 // proxy (DDL) starts every cache afresh; one made behind its back that
 // changes a cached statement's result columns fails that statement once
 // with Postgres's 0A000 "cached plan must not change result type", which
