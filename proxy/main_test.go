@@ -182,6 +182,9 @@ func startProxyFor(t *testing.T, d *testDB, opts ...envOpt) *proxyEnv {
 			if err != nil {
 				t.Errorf("proxy: %v", err)
 			}
+			if n := uncleanReleases(t, srv); n > 0 {
+				t.Errorf("proxy: %v backend connections were returned to their pool not idle (a transaction open or replies unread)", n)
+			}
 		case <-time.After(30 * time.Second):
 			t.Errorf("proxy did not stop within 30s")
 		}
@@ -259,3 +262,27 @@ func pgCode(err error) string {
 }
 
 var _ = io.Discard
+
+// uncleanReleases is the proxy's count of backend connections returned to
+// a pool while not idle (closed by the pool's safety net: always a bug).
+func uncleanReleases(t *testing.T, srv *proxy.Server) float64 {
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Errorf("metrics: %v", err)
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "pgshard_proxy_backend_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "unclean" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}

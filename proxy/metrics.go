@@ -39,7 +39,7 @@ func newMetrics(reg *prometheus.Registry, shards []string, poolStats func(i int)
 			Name: "pgshard_proxy_pool_wait_seconds", Help: "Time spent waiting for a backend connection, by shard.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"shard"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost)."}, []string{"shard", "kind"}),
+			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, unclean: returned not idle, closed)."}, []string{"shard", "kind"}),
 		fanouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fanouts_total", Help: "Statements run on every shard (DDL, merged reads)."}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{

@@ -58,6 +58,7 @@ type bconn struct {
 
 // write sends b in one write.
 func (c *bconn) write(b []byte) error {
+	c.rd.ready = 0 // until its ReadyForQuery is read
 	if _, err := c.io.Write(b); err != nil {
 		c.broken = true
 		return err
@@ -314,6 +315,15 @@ func (p *shardPool) release(c *bconn) {
 		p.discard(c)
 		return
 	}
+	if c.rd.ready != 'I' {
+		// A bug's safety net: a connection with a transaction open (or
+		// replies not read) would hold its locks for nobody and answer the
+		// next client with someone else's replies. Close it instead.
+		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "unclean").Inc()
+		p.srv.log.Error("a backend connection was returned not idle; closed instead", "shard", p.shard.Name, "status", string(rune(c.rd.ready)))
+		p.discard(c)
+		return
+	}
 	c.rd.maybeShrink()
 	p.mu.Lock()
 	if p.closed {
@@ -458,6 +468,7 @@ func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
 		pid:      hc.PID,
 		secret:   hc.SecretKey,
 	}
+	c.rd.ready = hc.TxStatus
 	c.peekFn = c.peek
 	if !p.viaPooler && p.srv.cfg.StatementCacheSize > 0 {
 		c.stmts = newStmtCache(p.srv.cfg.StatementCacheSize)

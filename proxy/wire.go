@@ -63,6 +63,10 @@ type msgReader struct {
 	// limit returns the maximum total length (header included) allowed
 	// for a message of type typ; nil = no limit.
 	limit func(typ byte) int
+	// ready is the status of the last ReadyForQuery read ('I', 'T', 'E'),
+	// or 0 when the owner has written since (backend connections: see
+	// bconn.write and shardPool.release).
+	ready byte
 }
 
 func newMsgReader(r io.Reader, limit func(byte) int) *msgReader {
@@ -105,6 +109,9 @@ func (m *msgReader) next() (byte, []byte, error) {
 	}
 	msg := m.buf[m.pos : m.pos+total : m.pos+total]
 	m.pos += total
+	if typ == 'Z' && total >= 6 {
+		m.ready = msg[5]
+	}
 	if !m.holding {
 		m.keep = m.pos
 	}
