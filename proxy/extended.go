@@ -501,6 +501,17 @@ func (s *session) finish(p *planner, term byte) error {
 		}
 		return nil
 	}
+	release := term == 'H' && p.statementsOnly()
+	if release {
+		// Close the backend's implicit transaction (a Sync the client
+		// does not see), so that the backend can go back to its pool.
+		s.bw = append(s.bw, 'S', 0, 0, 0, 4)
+		s.items = append(s.items, item{kind: itSync})
+		if p.wrap {
+			s.bw = appendQuery(s.bw, "COMMIT")
+			s.items = append(s.items, item{kind: itQuery, flags: fSwallow})
+		}
+	}
 	res, err := s.exchange(p.bc, p.explicit)
 	if err != nil {
 		return err
@@ -516,6 +527,10 @@ func (s *session) finish(p *planner, term byte) error {
 	if term == 'H' {
 		if res.errored || p.failed {
 			s.skipUntilSync = true
+		}
+		if release {
+			s.dropBackend(res.status == 'I')
+			return nil
 		}
 		if p.explicit || s.tx == txBound {
 			s.tx = txBound
@@ -536,6 +551,31 @@ func (s *session) finish(p *planner, term byte) error {
 	}
 	s.afterReady(p, res.status)
 	return nil
+}
+
+// statementsOnly reports whether a Flush-terminated pipeline that took a
+// backend outside any transaction only parsed, described or closed
+// statements there (on whichever shard the planner picked, as no key was
+// known yet). Nothing of it needs that backend afterwards (the proxy
+// re-parses a statement on the backend where it is bound), so the
+// backend is released rather than pinned: a pinned one would refuse the
+// next Bind for a key of another shard as cross-shard.
+func (p *planner) statementsOnly() bool {
+	if p.held || p.explicit || p.tx != txIdle || !p.onBackend {
+		return false
+	}
+	for _, it := range p.s.items {
+		switch it.kind {
+		case itLocal, itParse, itDescStmt, itClose, itFlush, itAbort:
+		case itQuery:
+			if it.flags&fReplay == 0 { // not the settings preamble of a wrap
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // afterReady updates the session after the client's ReadyForQuery: the
