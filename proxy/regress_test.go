@@ -3,8 +3,12 @@ package proxy_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgshard/pgshard/proxy"
 )
 
 // TestDescribeFlushThenBind: a statement described (Parse, Describe,
@@ -52,6 +56,97 @@ func TestDescribeFlushThenBind(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSessionSetAfterRoutedStatement: a session SET after a routed
+// statement of the same pipeline is checked on the backend that statement
+// took, never by waiting for another connection while holding one (with
+// pool_size 1 the probe waited for its own session's connection, or for
+// connections held by other transactions, PoolTimeout per shard, then
+// failed with 53300; found by TestStress).
+func TestSessionSetAfterRoutedStatement(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []envOpt
+	}{{"pgbouncer", nil}, {"direct", []envOpt{direct()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, append(tc.opts, poolSize(1), func(c *proxy.Config) { c.PoolTimeout = time.Second })...)
+			ctx := ctxT(t, time.Minute)
+			pc := e.connect(t).PgConn()
+			n := len(e.db.m.Shards)
+			keys := make([]int64, n)
+			others := make([]*pgconn.PgConn, n)
+			for s := range keys {
+				keys[s] = e.db.keysOn(s, 1, 8_600_000)[0]
+				others[s] = e.connect(t).PgConn()
+			}
+			for s := range keys {
+				// Every other shard's only connection is in a transaction.
+				for j, o := range others {
+					if j != s {
+						q := fmt.Sprintf("BEGIN; UPDATE accounts SET note = note WHERE aid = %d", keys[j])
+						if _, err := o.Exec(ctx, q).ReadAll(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				set := fmt.Sprintf("SET statement_timeout = '%ds'", 30+s)
+				p := pc.StartPipeline(ctx)
+				p.SendQueryParams(updSQL, textArgs([]any{keys[s], 1}), nil, nil, nil)
+				p.SendQueryParams(set, nil, nil, nil, nil)
+				p.SendPipelineSync()
+				if err := p.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				for j := 0; j < 3; j++ {
+					res, err := p.GetResults()
+					if rr, ok := res.(*pgconn.ResultReader); ok {
+						_, err = rr.Close()
+					}
+					if err != nil {
+						t.Fatalf("pipeline UPDATE on shard %d, %s: %v", s, set, err)
+					}
+				}
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+				for j, o := range others {
+					if j != s {
+						if _, err := o.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			if w := counter(t, e.srv, "pgshard_proxy_pool_waits_total"); w != 0 {
+				t.Fatalf("%v waits for a backend connection", w)
+			}
+			res, err := pc.Exec(ctx, "SHOW statement_timeout").ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := string(res[0].Rows[0][0]), fmt.Sprintf("%ds", 30+n-1); got != want {
+				t.Fatalf("statement_timeout %s, want %s (the last SET)", got, want)
+			}
+		})
+	}
+}
+
+// counter sums a counter of the proxy over its labels.
+func counter(t *testing.T, srv *proxy.Server, name string) float64 {
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 func (c *rawClient) flush() {

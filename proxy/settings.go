@@ -193,7 +193,11 @@ func (p *planner) setSessionAction(a *analyzed) action {
 		}
 		return action{tag: tag, eff: &effect{kind: effSettings, set: set, rep: rep}}
 	}
-	value, statuses, raw, e := s.probeSet(p.ctx, a, name)
+	var own *bconn
+	if p.onBackend { // taken by this pipeline (p.held is false here)
+		own = p.bc
+	}
+	value, statuses, raw, e := s.probeSet(p.ctx, a, name, own)
 	if e != nil {
 		return action{err: e}
 	}
@@ -219,7 +223,22 @@ func rawError(raw []byte) *Error {
 // probeSet runs the client's SET in a transaction that is rolled back, on
 // any shard: Postgres validates it (the client gets Postgres's own error)
 // and reports the canonical value; nothing stays on the connection.
-func (s *session) probeSet(ctx context.Context, a *analyzed, name string) (string, [][2]string, []byte, *Error) {
+//
+// own is the backend the pipeline or query string already took (nothing
+// sent on it yet), or nil: the probe then runs there, because waiting for
+// another connection while holding one can wait for itself (the same
+// shard's pool being full) or for sessions that wait likewise, until
+// PoolTimeout.
+func (s *session) probeSet(ctx context.Context, a *analyzed, name string, own *bconn) (string, [][2]string, []byte, *Error) {
+	probe := []string{"BEGIN", a.st.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
+	if own != nil {
+		res, err := own.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		if err != nil || len(res) != 4 || res[3].status != 'I' {
+			own.broken = true
+			return "", nil, nil, newError(codeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.pool.shard.Name, err))
+		}
+		return probeResult(res, name)
+	}
 	var lastErr error
 	first := s.srv.pickAny()
 	for k := 0; k < len(s.srv.pools); k++ {
@@ -234,25 +253,30 @@ func (s *session) probeSet(ctx context.Context, a *analyzed, name string) (strin
 			lastErr = err
 			continue
 		}
-		res, err := bc.runSimple(ctx, s.srv.cfg.PoolTimeout, "BEGIN", a.st.SQL,
-			"SELECT pg_catalog.current_setting("+quoteLiteral(name)+")", "ROLLBACK")
+		res, err := bc.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].status != 'I' {
 			pool.discard(bc)
 			lastErr = fmt.Errorf("shard %q: %v", pool.shard.Name, err)
 			continue
 		}
 		pool.release(bc)
-		if res[1].errRaw != nil {
-			return "", nil, res[1].errRaw, nil
-		}
-		if res[2].errRaw != nil {
-			return "", nil, res[2].errRaw, nil
-		}
-		if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
-			return "", nil, nil, newError(codeInternalError, "pgshard could not read back the setting "+name)
-		}
-		return string(res[2].rows[0][0]), res[1].statuses, nil, nil
+		return probeResult(res, name)
 	}
 	e := asError(lastErr, newError(codeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
 	return "", nil, nil, e
+}
+
+// probeResult reads probeSet's results: the canonical value and the
+// ParameterStatus changes, or Postgres's error.
+func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, *Error) {
+	if res[1].errRaw != nil {
+		return "", nil, res[1].errRaw, nil
+	}
+	if res[2].errRaw != nil {
+		return "", nil, res[2].errRaw, nil
+	}
+	if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
+		return "", nil, nil, newError(codeInternalError, "pgshard could not read back the setting "+name)
+	}
+	return string(res[2].rows[0][0]), res[1].statuses, nil, nil
 }
