@@ -69,6 +69,14 @@ func (s *session) serve(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				if s.skipUntilSync {
+					// It failed: Postgres ignores the query, as it does
+					// every message up to Sync (sent to the backend, the
+					// query would get no answer, and the proxy would
+					// wait for one forever).
+					s.rd.release()
+					continue
+				}
 			}
 			err := s.simpleQuery(ctx, msg)
 			s.rd.release()

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -128,6 +129,58 @@ func TestSessionSetAfterRoutedStatement(t *testing.T) {
 			if got, want := string(res[0].Rows[0][0]), fmt.Sprintf("%ds", 30+n-1); got != want {
 				t.Fatalf("statement_timeout %s, want %s (the last SET)", got, want)
 			}
+		})
+	}
+}
+
+// TestQueryAfterFailedExtendedMessages: a Query that follows failed
+// extended-protocol messages without a Sync is ignored, as Postgres
+// ignores every message up to Sync: the client gets the error and, at
+// its Sync, ReadyForQuery. The proxy used to send the Query to the
+// backend, which ignored it, and then waited for its answer forever,
+// holding the backend connection, without reading the client's Sync.
+func TestQueryAfterFailedExtendedMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []envOpt
+	}{{"pgbouncer", nil}, {"direct", []envOpt{direct()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.opts...)
+			c := dialRaw(t, e.addr)
+			c.startup(e.db.name)
+			k := e.db.keysOn(0, 1, 8_800_000)[0]
+			c.fe.Send(&pgproto3.Query{String: fmt.Sprintf("INSERT INTO accounts (aid) VALUES (%d) ON CONFLICT DO NOTHING", k)})
+			c.flush()
+			c.until('Z', "INSERT")
+			c.fe.Send(&pgproto3.Parse{Query: "SELECT 1 / (aid - aid) FROM accounts WHERE aid = $1", ParameterOIDs: []uint32{20}})
+			c.fe.Send(&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, k)}})
+			c.fe.Send(&pgproto3.Execute{})
+			c.fe.Send(&pgproto3.Query{String: "SELECT 2"})
+			c.fe.Send(&pgproto3.Sync{})
+			c.flush()
+			var got []string
+			for done := false; !done; {
+				m, err := c.fe.Receive()
+				if err != nil {
+					t.Fatalf("after %q: %v", got, err)
+				}
+				switch m := m.(type) {
+				case *pgproto3.ErrorResponse:
+					got = append(got, "E"+m.Code)
+				case *pgproto3.ReadyForQuery:
+					got = append(got, "Z"+string(m.TxStatus))
+					done = true
+				default:
+					got = append(got, fmt.Sprintf("%T", m)[len("*pgproto3."):])
+				}
+			}
+			if want := []string{"ParseComplete", "BindComplete", "E22012", "ZI"}; !slices.Equal(got, want) {
+				t.Fatalf("replies %q, want %q", got, want)
+			}
+			c.fe.Send(&pgproto3.Query{String: "SELECT 3"})
+			c.flush()
+			c.until('C', "SELECT 3")
+			c.until('Z', "SELECT 3")
 		})
 	}
 }
