@@ -868,6 +868,9 @@ type rawStep struct {
 	want string
 	// fault is the SQLSTATE of the error the step should fail with.
 	fault string
+	// ifErrored: sent only after an error (a Sync after a Query that
+	// the error made Postgres ignore).
+	ifErrored bool
 	// rows: DataRows of rowsSQL for key, g from firstG, balance want+pend.
 	firstG int
 	key    int64
@@ -1073,6 +1076,13 @@ func (c *stressClient) rawScript(s int, pending map[int64]int64, leave bool, car
 		}
 		maybeFlush()
 	}
+	if !leave && carry == nil && c.rng.Intn(5) == 0 {
+		// A Query ends the messages before it as a Sync would (Postgres
+		// ignores it after an error: then a Sync is needed).
+		add(&pgproto3.Query{String: "SELECT 1"}, "TDCZ")
+		st = append(st, rawStep{msg: &pgproto3.Sync{}, want: "Z", ifErrored: true})
+		return st, faulty, left
+	}
 	add(&pgproto3.Sync{}, "Z")
 	return st, faulty, left
 }
@@ -1085,9 +1095,13 @@ func (c *stressClient) runRaw(ctx context.Context, steps []rawStep, explicit boo
 	fe := pc.Frontend()
 	next := 0 // first step whose replies are not read
 	for i := range steps {
+		if steps[i].ifErrored && !errored {
+			next = i + 1
+			continue
+		}
 		fe.Send(steps[i].msg)
 		switch steps[i].msg.(type) {
-		case *pgproto3.Flush, *pgproto3.Sync:
+		case *pgproto3.Flush, *pgproto3.Sync, *pgproto3.Query:
 		default:
 			continue
 		}
