@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -39,8 +40,10 @@ func (s *session) runPipeline(ctx context.Context) error {
 		return nil
 	}
 	p := s.newPlanner(ctx)
+	p.pipeline = true
 	for i := range s.grp {
 		m := s.grp[i]
+		p.cur = i
 		if p.protoErr != nil {
 			return p.protoErr
 		}
@@ -363,20 +366,43 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 	return finishMsg(dst, sp)
 }
 
-// lookahead routes the next Bind of the pipeline after idx, so that a
-// Describe before it runs on the shard the pipeline will use (-1 = none
-// decided).
+// lookahead routes the next Bind of the pipeline after idx, up to its
+// Sync (where its implicit transaction ends), so that a Describe or a
+// key-less statement before it runs on the shard the pipeline will use
+// (-1 = none decided). Statements parsed by the pipeline itself count.
 func (p *planner) lookahead(idx int) int {
 	s := p.s
+	var pv parseView
 	var bv bindView
+	var parsed map[string]*vstmt // by name, "" = unnamed
 	for _, m := range s.grp[idx+1:] {
-		if m.typ != 'B' {
+		switch m.typ {
+		case 'S':
+			return -1
+		case 'P':
+			if pv.decode(m.raw) != nil {
+				return -1
+			}
+			a, err := s.srv.an.analyze(pv.query)
+			if err != nil {
+				return -1
+			}
+			if parsed == nil {
+				parsed = map[string]*vstmt{}
+			}
+			parsed[string(pv.name)] = &vstmt{a: a, oids: slices.Clone(pv.oids)}
+			continue
+		case 'B':
+		default:
 			continue
 		}
 		if bv.decode(m.raw) != nil {
 			return -1
 		}
-		vs := p.lookup(bv.stmt)
+		vs := parsed[string(bv.stmt)]
+		if vs == nil {
+			vs = p.lookup(bv.stmt)
+		}
 		if vs == nil || p.isLocal(vs.a) {
 			return -1
 		}

@@ -65,6 +65,10 @@ type planner struct {
 	// anyShard: the shard was picked because any would do; another may
 	// be tried if it cannot be reached.
 	anyShard bool
+	// pipeline: planning an extended-protocol pipeline (s.grp), whose
+	// message cur is being planned.
+	pipeline bool
+	cur      int
 
 	failed   bool  // a local error ended the pipeline
 	protoErr error // a malformed message: the client is disconnected
@@ -489,6 +493,14 @@ func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
 	}
 	if want >= 0 {
 		return want, false, nil
+	}
+	if p.pipeline {
+		// No key: the shard of the pipeline's next keyed statement (before
+		// its Sync), so that its implicit transaction stays on one shard
+		// (e.g. set_config(..., true) ahead of a keyed statement).
+		if sh := p.lookahead(p.cur); sh >= 0 {
+			return sh, false, nil
+		}
 	}
 	if a.st.ReadOnly {
 		if p.tx == txDeferred {

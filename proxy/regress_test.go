@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -234,5 +235,48 @@ func (c *rawClient) until(typ byte, what string) pgproto3.BackendMessage {
 				return m
 			}
 		}
+	}
+}
+
+// TestKeylessStatementBeforeKeyedInPipeline: a key-less statement ahead of
+// a keyed one in the same pipeline (the store's set_config(…, true) before
+// its commit, in one pgx batch) runs on the keyed statement's shard, so the
+// implicit transaction stays on one shard and the setting applies to the
+// keyed statement; it was sent to the default shard and the keyed
+// statement refused as cross-shard for keys of every other shard.
+func TestKeylessStatementBeforeKeyedInPipeline(t *testing.T) {
+	t.Parallel()
+	e := startProxy(t, direct())
+	for _, mode := range execModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := ctxT(t, time.Minute)
+			conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
+			for s := range e.db.m.Shards {
+				key := e.db.keysOn(s, 1, 8_700_000)[0]
+				if _, err := conn.Exec(ctx, "INSERT INTO accounts (aid) VALUES ($1) ON CONFLICT DO NOTHING", key); err != nil {
+					t.Fatal(err)
+				}
+				b := &pgx.Batch{}
+				b.Queue("SELECT set_config('statement_timeout', $1::text, true)", "1ms")
+				b.Queue("SELECT pg_sleep(0.2) FROM accounts WHERE aid = $1", key)
+				br := conn.SendBatch(ctx, b)
+				var got string
+				if err := br.QueryRow().Scan(&got); err != nil {
+					t.Fatalf("shard %d: set_config: %v", s, err)
+				}
+				_, err := br.Exec()
+				if code := pgCode(err); code != "57014" {
+					t.Fatalf("shard %d: the keyed statement after set_config: %v (%s), want 57014: the timeout applies on its shard", s, err, code)
+				}
+				if err := br.Close(); err != nil && pgCode(err) != "57014" {
+					t.Fatal(err)
+				}
+				// The setting was transaction-local: gone now.
+				var st string
+				if err := conn.QueryRow(ctx, "SELECT current_setting('statement_timeout') FROM accounts WHERE aid = $1", key).Scan(&st); err != nil || st == "1ms" {
+					t.Fatalf("shard %d: statement_timeout after the batch: %q, %v", s, st, err)
+				}
+			}
+		})
 	}
 }
