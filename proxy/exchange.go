@@ -58,25 +58,17 @@ func (s *session) serve(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-		case 'Q':
-			if len(s.grp) > 0 {
-				// A Query in the middle of a pipeline: run what came before
-				// as if flushed, then the query (Postgres processes
-				// messages in order; a Query implies a Sync).
-				s.grp = append(s.grp, cmsg{typ: 'H'})
-				err := s.runPipeline(ctx)
-				s.grp = s.grp[:0]
-				if err != nil {
-					return err
-				}
-				if s.skipUntilSync {
-					// It failed: Postgres ignores the query, as it does
-					// every message up to Sync (sent to the backend, the
-					// query would get no answer, and the proxy would
-					// wait for one forever).
-					s.rd.release()
-					continue
-				}
+		case 'Q', 'F':
+			if ignore, err := s.runPipelineBefore(ctx); err != nil {
+				return err
+			} else if ignore {
+				continue
+			}
+			if typ == 'F' {
+				s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard"))
+				s.out = appendRFQ(s.out, s.status())
+				s.rd.release()
+				continue
 			}
 			err := s.simpleQuery(ctx, msg)
 			s.rd.release()
@@ -85,15 +77,35 @@ func (s *session) serve(ctx context.Context) error {
 			}
 		case 'X':
 			return nil
-		case 'F':
-			s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard"))
-			s.out = appendRFQ(s.out, s.status())
 		case 'd', 'c', 'f':
 			// Outside COPY these are ignored, as Postgres does.
 		default:
 			return protoErrorf("invalid frontend message type %d", typ)
 		}
 	}
+}
+
+// runPipelineBefore runs the extended-protocol messages buffered before a
+// Query or FunctionCall as if flushed (Postgres processes messages in
+// order; either implies a Sync). ignore reports that they failed: then
+// Postgres ignores the Query or FunctionCall, as it does every message up
+// to Sync (sent to a backend, a query would get no answer, and the proxy
+// would wait for one forever).
+func (s *session) runPipelineBefore(ctx context.Context) (ignore bool, err error) {
+	if len(s.grp) == 0 {
+		return false, nil
+	}
+	s.grp = append(s.grp, cmsg{typ: 'H'})
+	err = s.runPipeline(ctx)
+	s.grp = s.grp[:0]
+	if err != nil {
+		return false, err
+	}
+	if s.skipUntilSync {
+		s.rd.release()
+		return true, nil
+	}
+	return false, nil
 }
 
 // status is the ReadyForQuery status the client should see now.

@@ -280,3 +280,56 @@ func TestKeylessStatementBeforeKeyedInPipeline(t *testing.T) {
 		})
 	}
 }
+
+// TestFunctionCallAfterExtendedMessages: a FunctionCall (refused by the
+// proxy) after extended-protocol messages without a Sync is answered after
+// their replies, in order, as Postgres would (it used to be answered at
+// once, ahead of them), and is ignored when they failed.
+func TestFunctionCallAfterExtendedMessages(t *testing.T) {
+	e := startProxy(t, direct())
+	c := dialRaw(t, e.addr)
+	c.startup(e.db.name)
+	k := e.db.keysOn(1, 1, 8_900_000)[0]
+	c.fe.Send(&pgproto3.Query{String: fmt.Sprintf("INSERT INTO accounts (aid) VALUES (%d) ON CONFLICT DO NOTHING", k)})
+	c.flush()
+	c.until('Z', "INSERT")
+	// replies reads up to the n-th ReadyForQuery.
+	replies := func(n int) []string {
+		var got []string
+		for n > 0 {
+			m, err := c.fe.Receive()
+			if err != nil {
+				t.Fatalf("after %q: %v", got, err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ErrorResponse:
+				got = append(got, "E"+m.Code)
+			case *pgproto3.ReadyForQuery:
+				got = append(got, "Z"+string(m.TxStatus))
+				n--
+			default:
+				got = append(got, fmt.Sprintf("%T", m)[len("*pgproto3."):])
+			}
+		}
+		return got
+	}
+	send := func(divisor string) {
+		c.fe.Send(&pgproto3.Parse{Query: "SELECT 1 / " + divisor + " FROM accounts WHERE aid = $1", ParameterOIDs: []uint32{20}})
+		c.fe.Send(&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, k)}})
+		c.fe.Send(&pgproto3.Execute{})
+		c.fe.Send(&pgproto3.FunctionCall{Function: 1598}) // random()
+		c.fe.Send(&pgproto3.Sync{})
+		c.fe.Send(&pgproto3.Query{String: "SELECT 3"})
+		c.flush()
+	}
+	send("1")
+	if got, want := replies(3), []string{"ParseComplete", "BindComplete", "DataRow", "CommandComplete", "E0A000", "ZI", "ZI",
+		"RowDescription", "DataRow", "CommandComplete", "ZI"}; !slices.Equal(got, want) {
+		t.Fatalf("replies %q, want %q", got, want)
+	}
+	send("(aid - aid)")
+	if got, want := replies(2), []string{"ParseComplete", "BindComplete", "E22012", "ZI",
+		"RowDescription", "DataRow", "CommandComplete", "ZI"}; !slices.Equal(got, want) {
+		t.Fatalf("after a failure: replies %q, want %q", got, want)
+	}
+}
