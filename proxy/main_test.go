@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
@@ -182,7 +184,7 @@ func startProxyFor(t *testing.T, d *testDB, opts ...envOpt) *proxyEnv {
 			if err != nil {
 				t.Errorf("proxy: %v", err)
 			}
-			if n := uncleanReleases(t, srv); n > 0 {
+			if n := metricSum(t, srv, "pgshard_proxy_backend_errors_total", "kind", "unclean"); n > 0 {
 				t.Errorf("proxy: %v backend connections were returned to their pool not idle (a transaction open or replies unread)", n)
 			}
 		case <-time.After(30 * time.Second):
@@ -263,9 +265,10 @@ func pgCode(err error) string {
 
 var _ = io.Discard
 
-// uncleanReleases is the proxy's count of backend connections returned to
-// a pool while not idle (closed by the pool's safety net: always a bug).
-func uncleanReleases(t *testing.T, srv *proxy.Server) float64 {
+// metricSum sums the proxy's metric name (a counter or gauge's value, a
+// histogram's sum of samples) over its series carrying every label
+// name/value pair given.
+func metricSum(t *testing.T, srv *proxy.Server, name string, labels ...string) float64 {
 	mfs, err := srv.Registry().Gather()
 	if err != nil {
 		t.Errorf("metrics: %v", err)
@@ -273,15 +276,19 @@ func uncleanReleases(t *testing.T, srv *proxy.Server) float64 {
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() != "pgshard_proxy_backend_errors_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "unclean" {
-					n += m.GetCounter().GetValue()
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue series
 				}
 			}
+			n += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetHistogram().GetSampleSum()
 		}
 	}
 	return n

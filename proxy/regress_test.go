@@ -120,7 +120,7 @@ func TestSessionSetAfterRoutedStatement(t *testing.T) {
 					}
 				}
 			}
-			if w := counter(t, e.srv, "pgshard_proxy_pool_waits_total"); w != 0 {
+			if w := metricSum(t, e.srv, "pgshard_proxy_pool_waits_total"); w != 0 {
 				t.Fatalf("%v waits for a backend connection", w)
 			}
 			res, err := pc.Exec(ctx, "SHOW statement_timeout").ReadAll()
@@ -184,23 +184,6 @@ func TestQueryAfterFailedExtendedMessages(t *testing.T) {
 			c.until('Z', "SELECT 3")
 		})
 	}
-}
-
-// counter sums a counter of the proxy over its labels.
-func counter(t *testing.T, srv *proxy.Server, name string) float64 {
-	mfs, err := srv.Registry().Gather()
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
 }
 
 func (c *rawClient) flush() {

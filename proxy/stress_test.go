@@ -170,8 +170,8 @@ func runStress(t *testing.T, e *proxyEnv, seed int64, dur time.Duration, base in
 		<-done
 	}
 	t.Logf("operations: %v; %v pool waits (%.1fs), %v backend errors", r.ops,
-		counter(t, e.srv, "pgshard_proxy_pool_waits_total"), histSum(t, e.srv, "pgshard_proxy_pool_wait_seconds"),
-		counter(t, e.srv, "pgshard_proxy_backend_errors_total"))
+		metricSum(t, e.srv, "pgshard_proxy_pool_waits_total"), metricSum(t, e.srv, "pgshard_proxy_pool_wait_seconds"),
+		metricSum(t, e.srv, "pgshard_proxy_backend_errors_total"))
 	r.checkBalances(ctx)
 	r.checkPools(2)
 }
@@ -201,23 +201,6 @@ func (r *stressRun) checkPools(size float64) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// histSum sums a histogram of the proxy over its labels.
-func histSum(t *testing.T, srv *proxy.Server, name string) float64 {
-	mfs, err := srv.Registry().Gather()
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				n += m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
-	return n
 }
 
 // gauges returns the proxy's gauges by name and shard label.
