@@ -243,6 +243,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			sess.closeClient()
 		}
 		s.mu.Unlock()
+		// Sessions reading a backend other than their own (a fan-out's
+		// shards) end too.
+		for _, p := range s.pools {
+			p.mu.Lock()
+			for c := range p.conns {
+				_ = c.nc.SetDeadline(time.Now())
+			}
+			p.mu.Unlock()
+		}
 		return nil
 	})
 	if s.cfg.HealthInterval > 0 {
