@@ -452,6 +452,16 @@ func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
 			return nil, err
 		}
 	}
+	// pgconn may still be reading in the background (its reader starts
+	// when a write takes over 15ms, as on a loaded machine, and stops only
+	// after its read in progress returns) or hold buffered bytes: taken
+	// over like that, its reader would steal the backend's next reply and
+	// the proxy would wait for it forever. SyncConn stops it (pgconn's
+	// documented step before Hijack).
+	if err := pc.SyncConn(ctx); err != nil {
+		_ = pc.Close(context.Background())
+		return nil, p.connectError(err)
+	}
 	hc, err := pc.Hijack()
 	if err != nil {
 		_ = pc.Close(context.Background())

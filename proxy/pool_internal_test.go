@@ -1,13 +1,17 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -71,5 +75,76 @@ func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
 	p.mu.Unlock()
 	if nidle != 1 || unclean() != 3 {
 		t.Fatalf("an idle connection: %d idle, %v unclean; want 1 and 3", nidle, unclean())
+	}
+}
+
+// stallConn is a connection whose first writes return only after a pause,
+// their bytes already sent: a writer descheduled on a loaded machine.
+type stallConn struct {
+	net.Conn
+	stalls *atomic.Int32
+}
+
+func (c *stallConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if c.stalls.Add(-1) >= 0 {
+		time.Sleep(60 * time.Millisecond)
+	}
+	return n, err
+}
+
+// A write that stalls for more than 15ms while connecting starts pgconn's
+// background reader, which keeps reading after the connection is set up;
+// taken over as it was, that reader stole the backend's next reply and the
+// proxy waited for it forever (a session, or a fan-out, stuck on an idle
+// backend, seen under full-CI load). The pool syncs the connection before
+// taking it over: the first query's reply reaches the proxy.
+func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
+	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
+	an, err := route.New(m, route.DefaultSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Map: m, Analyzer: an, Users: []User{{Name: "u", Trust: true}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := srv.pools[0]
+	var stalls atomic.Int32
+	var d net.Dialer
+	p.base.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &stallConn{Conn: c, stalls: &stalls}, nil
+	}
+	for i := range 3 {
+		stalls.Store(1) // the startup message
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p.mu.Lock()
+		p.open++
+		p.mu.Unlock()
+		c, err := p.connect(ctx, &settings{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.write(appendQuery(nil, "SELECT 1")); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			typ, _, err := c.rd.next()
+			if err != nil {
+				t.Fatalf("connection %d: the reply to the first query never came: %v", i, err)
+			}
+			if typ == 'Z' {
+				break
+			}
+		}
+		_ = c.nc.SetReadDeadline(time.Time{})
+		p.discard(c)
 	}
 }
