@@ -16,15 +16,9 @@ import (
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// The pool's safety net: a connection handed back while its last
-// ReadyForQuery said "in a transaction" (or after a write whose replies
-// were not read) is closed, counted and logged, never pooled; an idle one
-// is pooled.
-func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
-	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+// quietServer is a proxy server for m (not serving) that logs nowhere.
+func quietServer(t *testing.T, m *shardmap.Map) *Server {
+	t.Helper()
 	an, err := route.New(m, route.DefaultSchema(), route.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +28,19 @@ func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// The pool's safety net: a connection handed back while its last
+// ReadyForQuery said "in a transaction" (or after a write whose replies
+// were not read) is closed, counted and logged, never pooled; an idle one
+// is pooled.
+func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
+	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := quietServer(t, m)
 	p := srv.pools[0]
 	conn := func(ready byte) (*bconn, net.Conn) {
 		a, b := net.Pipe()
@@ -101,15 +108,7 @@ func (c *stallConn) Write(b []byte) (int, error) {
 // taking it over: the first query's reply reaches the proxy.
 func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
-	an, err := route.New(m, route.DefaultSchema(), route.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Config{Map: m, Analyzer: an, Users: []User{{Name: "u", Trust: true}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := quietServer(t, m)
 	p := srv.pools[0]
 	var stalls atomic.Int32
 	var d net.Dialer
