@@ -531,7 +531,7 @@ func (s *session) finish(p *planner, term byte) error {
 	if release {
 		// Close the backend's implicit transaction (a Sync the client
 		// does not see), so that the backend can go back to its pool.
-		s.bw = append(s.bw, 'S', 0, 0, 0, 4)
+		s.bw = appendEmpty(s.bw, 'S')
 		s.items = append(s.items, item{kind: itSync})
 		if p.wrap {
 			s.bw = appendQuery(s.bw, "COMMIT")

@@ -440,10 +440,10 @@ func refusalError(r *route.Refusal) *Error {
 // target decides the shard of a statement that runs on a backend, or
 // returns a fan-out (DestAll) or an error.
 func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
-	if a.st.Kind == route.KindDDL {
-		p.s.srv.stmtEpoch.Add(1)
-	}
 	srv := p.s.srv
+	if a.st.Kind == route.KindDDL {
+		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
+	}
 	switch d.Kind {
 	case route.DestRefuse:
 		srv.metrics.refusals.WithLabelValues("analyzer").Inc()

@@ -351,10 +351,7 @@ func (p *shardPool) release(c *bconn) {
 
 // discard closes a connection and frees its slot.
 func (p *shardPool) discard(c *bconn) {
-	c.close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
+	p.forget(c)
 	p.slotFreed()
 }
 

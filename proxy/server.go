@@ -243,7 +243,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			sess.closeClient()
 		}
 		s.mu.Unlock()
-		// Sessions reading a backend other than their own (a fan-out's
+		// Sessions waiting for a backend (a long query, a fan-out's
 		// shards) end too.
 		for _, p := range s.pools {
 			p.mu.Lock()

@@ -181,15 +181,11 @@ func (s *session) messageLimit(typ byte) int {
 	return smallMessageLimit
 }
 
-// closeClient closes the client connection (server shutdown) and
-// interrupts a wait for the backend, which ends the session's goroutine.
+// closeClient closes the client connection (server shutdown), which ends
+// the session's goroutine (the server interrupts its backend reads).
 func (s *session) closeClient() {
 	s.mu.Lock()
 	s.closed = true
-	if s.bc != nil {
-		// A session waiting for its backend (a long query) ends too.
-		_ = s.bc.nc.SetDeadline(time.Now())
-	}
 	s.mu.Unlock()
 	_ = s.conn.Close()
 }
