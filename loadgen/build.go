@@ -110,6 +110,7 @@ func (r *runner) result(ctx context.Context) *Result {
 		}
 		cancel()
 	}
+	res.Quiesce = r.quiesce
 	res.SelfCheck = r.checks.summary()
 	res.SelfCheck.Warnings = warnings(res.SelfCheck, res.OpenLoop)
 	if lag := res.Kinds[KindOutboxLag.String()]; o.Relays && (res.Relays.OutboxBacklog > relayBatch || (lag != nil && lag.P99 > 1000)) {

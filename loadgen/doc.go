@@ -14,6 +14,24 @@
 //	                                      ▼
 //	Result ─▶ text / JSON / .hgrm / HTML ─▶ Sweep (knee, USL fit) ─▶ capacity model
 //
+// Files: run.go (setup, workers, open loop, the worker step), relays.go
+// (outbox relay, timer sweeper), history.go (Observer: every operation as
+// it completes), measure.go and collect.go (recorders, windows), build.go
+// and result.go (the Result), report.go, html.go and svg.go (reports),
+// sweep*.go, usl.go and capacity.go (capacity answers), target.go and
+// locator.go (what is driven), keys.go (key choice), timeout.go.
+//
+// History (chaos runs): with Options.Observer set, every operation — the
+// setup's creates, loads, each commit attempt, relay polls, deliveries,
+// acks, timer fires and deletes — is handed to the Observer when it
+// completes, and every effect of a commit carries the committing op's id
+// (State.Op in the execution's data, "op" in each outbox event, the trace
+// entry and each spawn's context), so a commit whose outcome was unknown
+// can be resolved from the final state. The state also lists the timers
+// it arms (State.Timers). Options.Quiesce adds a heal-and-quiesce phase
+// after the workers stop: Heal, then the relays drain the outbox and the
+// spawns and fire every armed timer, bounded in time.
+//
 // The engine knows the store only through [Target], a handful of operations,
 // and [Locator], which says on which shard an execution lives; adapters for
 // the router and a single store are in package loadgen/storetarget.

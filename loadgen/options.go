@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -104,6 +105,31 @@ type Options struct {
 	Progress io.Writer `json:"-"`
 	// Hook, when set, runs before each operation's Commit (tests only).
 	Hook func() `json:"-"`
+	// Observer, when set, receives every operation of the run, setup
+	// included (a chaos run's history).
+	Observer Observer `json:"-"`
+	// RunID prefixes every op id and event id of the run; "" draws one
+	// from the clock. Ids must be unique across runs on one store.
+	RunID string `json:"run_id,omitempty"`
+	// Quiesce, when set, adds a phase after the workers stopped: see
+	// Quiesce.
+	Quiesce *Quiesce `json:"-"`
+}
+
+// Quiesce is the phase after the workers stopped, in which the system is
+// brought to rest so that its final state can be checked: Heal is called
+// (a chaos run heals every fault), then the outbox relay and the timer
+// sweeper keep running until no outbox row, spawn intent or armed timer
+// is left (timers armed near the end are waited for until they are due
+// and fired), or Timeout passes.
+type Quiesce struct {
+	// Timeout bounds the phase, Heal included.
+	Timeout time.Duration
+	// Heal, when set, runs first; its error is recorded in the result
+	// and the phase goes on.
+	Heal func(ctx context.Context) error
+	// Poll is how often the remaining work is counted (default 200ms).
+	Poll time.Duration
 }
 
 // DefaultOptions returns the defaults of `pgshard loadgen run`.
@@ -203,6 +229,14 @@ func (o *Options) Validate() error {
 	}
 	if o.OpTimeout < 0 {
 		p = append(p, fmt.Sprintf("op_timeout: must not be negative (got %s)", o.OpTimeout))
+	}
+	if q := o.Quiesce; q != nil {
+		if q.Timeout <= 0 {
+			p = append(p, fmt.Sprintf("quiesce.timeout: must be positive (got %s)", q.Timeout))
+		}
+		if !o.Relays {
+			p = append(p, "quiesce: needs the relays (relays: true): they are what drains the outbox and fires the timers")
+		}
 	}
 	if o.DrainTimeout <= 0 {
 		p = append(p, fmt.Sprintf("drain_timeout: must be positive (got %s)", o.DrainTimeout))

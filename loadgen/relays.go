@@ -18,21 +18,32 @@ const relayBatch = 100
 // relayEvent is the JSON of an emitted event.
 type relayEvent struct {
 	ID        string `json:"id"`
+	Op        string `json:"op"`
 	EmittedNs int64  `json:"emitted_ns"`
 }
 
-// pause waits d or until the run stops; it reports whether to go on.
+// pause waits d or until the relays stop; it reports whether to go on.
 func (r *runner) pause(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-r.stopCh:
+	case <-r.relayStop:
 		return false
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// relayOp starts recording a relay or sweeper operation (nil when the run
+// records nothing).
+func (r *runner) relayOp(kind OpKind, src string, ids *opIDs, id string) *Op {
+	op := r.observing(kind, src, id)
+	if op != nil {
+		op.ID = ids.next()
+	}
+	return op
 }
 
 // outboxRelay is the production outbox relay: pending rows are delivered as
@@ -41,21 +52,38 @@ func (r *runner) pause(ctx context.Context, d time.Duration) bool {
 // RelayWorkers goroutines at once. It runs until the run stops.
 func (r *runner) outboxRelay(ctx context.Context) {
 	rec := r.relayRec
-	for !r.stopped() && ctx.Err() == nil {
+	for !r.relaysStopped() && ctx.Err() == nil {
 		busy := false
+		op := r.relayOp(OpReadOutbox, "relay", r.relayIDs, "")
 		rows, err := r.t.PendingOutbox(ctx, relayBatch)
+		if op != nil && (err != nil || len(rows) > 0) {
+			op.N = len(rows)
+			r.done(op, err)
+		}
 		if err != nil {
 			r.relayError(ctx, err)
 		}
 		busy = len(rows) > 0
 		r.parallel(len(rows), func(i int) { r.deliver(ctx, rec, rows[i]) })
+		op = r.relayOp(OpReadSpawns, "relay", r.relayIDs, "")
 		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
+		if op != nil && (err != nil || len(spawns) > 0) {
+			op.N = len(spawns)
+			r.done(op, err)
+		}
 		if err != nil {
 			r.relayError(ctx, err)
 		}
 		busy = busy || len(spawns) > 0
 		r.parallel(len(spawns), func(i int) {
-			if err := r.t.AckSpawn(ctx, spawns[i].Seq); err != nil {
+			sp := spawns[i]
+			op := r.relayOp(OpAckSpawn, "relay", r.relayIDs, sp.ParentID)
+			if op != nil {
+				op.Seq, op.Child = sp.Seq, sp.ChildID
+			}
+			err := r.t.AckSpawn(ctx, sp.Seq)
+			r.done(op, err)
+			if err != nil {
 				r.relayError(ctx, err)
 			} else if r.measured(time.Now()) {
 				r.relays.spawns.Add(1)
@@ -68,11 +96,11 @@ func (r *runner) outboxRelay(ctx context.Context) {
 }
 
 // parallel runs f(0..n-1) on up to RelayWorkers goroutines and waits for
-// them; it stops starting new items once the run stops.
+// them; it stops starting new items once the relays stop.
 func (r *runner) parallel(n int, f func(i int)) {
 	var g errgroup.Group
 	g.SetLimit(max(r.o.RelayWorkers, 1))
-	for i := 0; i < n && !r.stopped(); i++ {
+	for i := 0; i < n && !r.relaysStopped(); i++ {
 		g.Go(func() error { f(i); return nil })
 	}
 	_ = g.Wait()
@@ -96,13 +124,13 @@ func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 	if err := json.Unmarshal([]byte(row.Event), &ev); err != nil || ev.ID == "" {
 		ev.ID = fmt.Sprintf("outbox-%d", row.Seq)
 	}
-	outcome, err := r.apply(ctx, row.TargetID, ev.ID)
+	outcome, err := r.apply(ctx, delivery{id: row.TargetID, event: ev.ID, cause: CauseOutbox, seq: row.Seq, origin: ev.Op})
 	if errors.Is(err, errMissing) {
 		// Undeliverable (no such target, e.g. a row another program left):
 		// counted as an error, then acked like a dead letter, so that one
 		// bad row cannot stall the relay behind it forever.
 		r.relayError(ctx, fmt.Errorf("outbox seq %d undeliverable: %w", row.Seq, err))
-		if err := r.t.AckOutbox(ctx, row.Seq); err != nil {
+		if err := r.ack(ctx, row, ev.ID); err != nil {
 			r.relayError(ctx, err)
 		}
 		return
@@ -111,7 +139,7 @@ func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 		r.relayError(ctx, err)
 		return
 	}
-	if err := r.t.AckOutbox(ctx, row.Seq); err != nil {
+	if err := r.ack(ctx, row, ev.ID); err != nil {
 		r.relayError(ctx, err)
 		return
 	}
@@ -131,21 +159,64 @@ func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 	}
 }
 
-// apply delivers event to execution id as a state-only commit, retrying
-// conflicts with a reload; an already processed event is a dedupe hit.
-func (r *runner) apply(ctx context.Context, id, event string) (string, error) {
+// ack acks an outbox row after its delivery.
+func (r *runner) ack(ctx context.Context, row OutboxEntry, event string) error {
+	op := r.relayOp(OpAckOutbox, "relay", r.relayIDs, "")
+	if op != nil {
+		op.Seq, op.EventID, op.Target = row.Seq, event, row.TargetID
+	}
+	err := r.t.AckOutbox(ctx, row.Seq)
+	r.done(op, err)
+	return err
+}
+
+// delivery is an event the relays apply: an outbox row (seq, origin) or a
+// timer fire (fire).
+type delivery struct {
+	id, event, cause string
+	seq              int64
+	origin           string
+	fire             *TimerEntry
+}
+
+// apply delivers d's event to execution d.id as a state-only commit,
+// retrying conflicts with a reload; an already processed event is a dedupe
+// hit. A timer fire disarms the timer in the state if it still fires at
+// that time (a stale fire changes nothing else).
+func (r *runner) apply(ctx context.Context, d delivery) (string, error) {
+	src, ids := "relay", r.relayIDs
+	if d.cause == CauseTimer {
+		src, ids = "sweeper", r.sweepIDs
+	}
 	for attempt := 0; ; attempt++ {
-		exe, done, err := r.t.LoadForEvent(ctx, id, event)
+		lop := r.startLoad(src, d.id, d.event, d.cause, ids)
+		exe, done, err := r.t.LoadForEvent(ctx, d.id, d.event)
+		r.endLoad(lop, exe, done, err)
 		switch {
 		case err != nil:
 			return "", err
 		case exe == nil:
-			return "", fmt.Errorf("%w: %s", errMissing, id)
+			return "", fmt.Errorf("%w: %s", errMissing, d.id)
 		case done:
 			return OutcomeDedupeHit, nil
 		}
-		n := r.next(exe, event)
-		err = r.t.Commit(ctx, &Commit{Exe: n, ProcessedEventID: event})
+		opID := ids.next()
+		n := r.next(exe, d.event, opID)
+		if f := d.fire; f != nil {
+			if at, ok := n.State.Timers[f.Path]; ok && at == f.FireAt {
+				delete(n.State.Timers, f.Path)
+			}
+		}
+		c := &Commit{Exe: n, ProcessedEventID: d.event}
+		cop := r.startCommit(src, opID, c, d.cause, d.event)
+		if cop != nil {
+			cop.Seq, cop.Origin = d.seq, d.origin
+			if d.fire != nil {
+				cop.Path, cop.FireAt = d.fire.Path, d.fire.FireAt
+			}
+		}
+		err = r.t.Commit(ctx, c)
+		r.done(cop, err)
 		if err == nil {
 			if now := time.Now(); r.inMeasuredPeriod(now) {
 				r.commitsIn.Add(1)
@@ -163,8 +234,14 @@ func (r *runner) apply(ctx context.Context, id, event string) (string, error) {
 // their fire_at still matches, so a re-armed timer survives.
 func (r *runner) timerSweeper(ctx context.Context) {
 	rec := r.relayRec
-	for !r.stopped() && ctx.Err() == nil {
-		due, err := r.t.DueTimers(ctx, unixSeconds(time.Now()), relayBatch)
+	for !r.relaysStopped() && ctx.Err() == nil {
+		now := unixSeconds(time.Now())
+		op := r.relayOp(OpDueTimers, "sweeper", r.sweepIDs, "")
+		due, err := r.t.DueTimers(ctx, now, relayBatch)
+		if op != nil && (err != nil || len(due) > 0) {
+			op.Now, op.Timers, op.N = now, due, len(due)
+			r.done(op, err)
+		}
 		if err != nil {
 			r.relayError(ctx, err)
 		}
@@ -179,9 +256,18 @@ func (r *runner) fire(ctx context.Context, rec *recorder, tm TimerEntry) {
 	t0 := time.Now()
 	m := r.measured(t0)
 	event := fmt.Sprintf("timer:%s:%.6f", tm.Path, tm.FireAt)
-	outcome, err := r.apply(ctx, tm.ExecutionID, event)
+	outcome, err := r.apply(ctx, delivery{id: tm.ExecutionID, event: event, cause: CauseTimer, fire: &tm})
 	if err == nil {
-		_, err = r.t.DeleteTimer(ctx, tm.ExecutionID, tm.Path, tm.FireAt)
+		op := r.relayOp(OpDeleteTimer, "sweeper", r.sweepIDs, tm.ExecutionID)
+		if op != nil {
+			op.Path, op.FireAt = tm.Path, tm.FireAt
+		}
+		var deleted bool
+		deleted, err = r.t.DeleteTimer(ctx, tm.ExecutionID, tm.Path, tm.FireAt)
+		if op != nil {
+			op.Deleted = deleted
+		}
+		r.done(op, err)
 	}
 	if err != nil {
 		r.relayError(ctx, err)

@@ -63,6 +63,8 @@ type Result struct {
 	Relays RelayStats `json:"relays"`
 	// SelfCheck says whether the generator or the machine was saturated.
 	SelfCheck SelfCheck `json:"self_check"`
+	// Quiesce is the heal-and-quiesce phase's outcome (nil without one).
+	Quiesce *QuiesceStats `json:"quiesce,omitempty"`
 
 	hists map[string]*hdr.Histogram // for .hgrm files; not serialized
 }
@@ -185,6 +187,22 @@ type RelayStats struct {
 	// OutboxBacklog and TimerBacklog are what was pending at the end.
 	OutboxBacklog int `json:"outbox_backlog"`
 	TimerBacklog  int `json:"timer_backlog"`
+}
+
+// QuiesceStats is how the heal-and-quiesce phase ended.
+type QuiesceStats struct {
+	// OK reports that nothing was left: no outbox row, spawn intent or
+	// armed timer.
+	OK bool `json:"ok"`
+	// Seconds is how long the phase took, Heal included.
+	Seconds float64 `json:"seconds"`
+	// HealError is Heal's error, "" if none.
+	HealError string `json:"heal_error,omitempty"`
+	// OutboxLeft, SpawnsLeft and TimersLeft are what was still pending
+	// when the phase ended (-1: could not be counted).
+	OutboxLeft int `json:"outbox_left"`
+	SpawnsLeft int `json:"spawns_left"`
+	TimersLeft int `json:"timers_left"`
 }
 
 // SelfCheck is the generator watching itself.

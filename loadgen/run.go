@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -28,9 +29,17 @@ type runner struct {
 	ids  []string
 	keys *chooser
 
-	nonce   string // makes this run's event ids unique across runs
+	runID   string // prefixes op ids and event ids: unique across runs
 	payload string
 	shards  int
+
+	setupIDs, relayIDs, sweepIDs *opIDs
+
+	// The relays stop at relayStop: with the stop of the workers, or
+	// after the quiesce phase when there is one.
+	relayStopOnce sync.Once
+	relayStop     chan struct{}
+	quiesce       *QuiesceStats
 
 	recs     []*recorder
 	relayRec *recorder
@@ -69,6 +78,8 @@ type relayCounters struct {
 // worker is one closed-loop worker or open-loop executor.
 type worker struct {
 	idx    int
+	src    string // "w<idx>"
+	ids    *opIDs
 	rng    *rand.Rand
 	rec    *recorder
 	seq    int64
@@ -103,18 +114,22 @@ func Run(ctx context.Context, t Target, loc Locator, o Options) (*Result, error)
 		loc = SingleShard("all")
 	}
 	t = withTimeout(t, o.OpTimeout)
-	r := &runner{t: t, loc: loc, o: o, shards: len(loc.Shards()), stopCh: make(chan struct{})}
+	r := &runner{t: t, loc: loc, o: o, shards: len(loc.Shards()), stopCh: make(chan struct{}), relayStop: make(chan struct{})}
 	var err error
 	if r.keys, err = newChooser(o.Workload.Keys, o.Workload.Executions); err != nil {
 		return nil, err
 	}
 	r.ids = ExecutionIDs(o.Workload.Seed, o.Workload.Executions)
 	r.payload = strings.Repeat("x", o.Workload.PayloadBytes)
-	r.nonce = strconv.FormatInt(time.Now().UnixNano(), 36)
+	r.runID = o.RunID
+	if r.runID == "" {
+		r.runID = "lg" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	r.setupIDs, r.relayIDs, r.sweepIDs = newOpIDs(r.runID, "setup"), newOpIDs(r.runID, "relay"), newOpIDs(r.runID, "sweeper")
 	var setup time.Duration
 	if !o.SkipSetup {
 		t0 := time.Now()
-		if err := Setup(ctx, t, o.Workload, min(max(o.Concurrency, 4), 32)); err != nil {
+		if err := r.setup(ctx, min(max(o.Concurrency, 4), 32)); err != nil {
 			return nil, err
 		}
 		setup = time.Since(t0)
@@ -130,25 +145,42 @@ func Run(ctx context.Context, t Target, loc Locator, o Options) (*Result, error)
 // Setup creates the workload's executions that do not exist yet, with
 // up to parallel concurrent creators.
 func Setup(ctx context.Context, t Target, w Workload, parallel int) error {
+	o := DefaultOptions()
+	o.Workload = w
+	r := &runner{t: t, o: o, runID: "setup" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		payload: strings.Repeat("x", w.PayloadBytes)}
+	r.setupIDs = newOpIDs(r.runID, "setup")
+	return r.setup(ctx, parallel)
+}
+
+// setup creates the run's executions that do not exist yet, recording
+// each load and create when the run has an Observer.
+func (r *runner) setup(ctx context.Context, parallel int) error {
+	w := r.o.Workload
 	ids := ExecutionIDs(w.Seed, w.Executions)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(parallel, 1))
-	payload := strings.Repeat("x", w.PayloadBytes)
 	for _, id := range ids {
 		if gctx.Err() != nil {
 			break
 		}
 		g.Go(func() error {
-			exe, _, err := t.LoadForEvent(gctx, id, "")
+			op := r.startLoad("setup", id, "", CauseSetup, r.setupIDs)
+			exe, _, err := r.t.LoadForEvent(gctx, id, "")
+			r.endLoad(op, exe, false, err)
 			if err != nil {
 				return fmt.Errorf("setup: load %s: %w", id, err)
 			}
 			if exe != nil {
 				return nil
 			}
+			opID := r.setupIDs.next()
 			c := &Commit{Exe: Execution{ID: id, DefinitionID: w.DefinitionID, Version: 0,
-				State: State{Active: activeStates[0], Payload: payload}}}
-			if err := t.Commit(gctx, c); err != nil && !errors.Is(err, ErrConflict) {
+				State: State{Active: activeStates[0], Op: opID, Payload: r.payload}}}
+			cop := r.startCommit("setup", opID, c, CauseSetup, "")
+			err = r.t.Commit(gctx, c)
+			r.done(cop, err)
+			if err != nil && !errors.Is(err, ErrConflict) {
 				return fmt.Errorf("setup: create %s: %w", id, err)
 			}
 			return nil
@@ -173,6 +205,18 @@ func (r *runner) stop() {
 func (r *runner) stopped() bool {
 	select {
 	case <-r.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopRelays ends the relays' loops (they finish the batch at hand).
+func (r *runner) stopRelays() { r.relayStopOnce.Do(func() { close(r.relayStop) }) }
+
+func (r *runner) relaysStopped() bool {
+	select {
+	case <-r.relayStop:
 		return true
 	default:
 		return false
@@ -223,7 +267,19 @@ func (r *runner) run(ctx context.Context) *Result {
 		r.stop()
 	})
 	defer stopWatch()
-	var load, bg errgroup.Group
+	// The relays run on their own context: with a quiesce phase they go
+	// on after the workers' operations were drained.
+	relayCtx, cancelRelays := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRelays()
+	if o.Quiesce == nil {
+		stopRelays := context.AfterFunc(opCtx, cancelRelays)
+		defer stopRelays()
+	} else {
+		// Interrupted: the relays' operations get DrainTimeout too.
+		stopRelays := context.AfterFunc(ctx, func() { time.AfterFunc(o.DrainTimeout, cancelRelays) })
+		defer stopRelays()
+	}
+	var load, bg, relays errgroup.Group
 	bgCtx, cancelBg := context.WithCancel(opCtx)
 	defer cancelBg()
 	bg.Go(func() error { r.collect(bgCtx); return nil })
@@ -244,15 +300,16 @@ func (r *runner) run(ctx context.Context) *Result {
 		return nil
 	})
 	if o.Relays {
-		bg.Go(func() error { r.outboxRelay(opCtx); return nil })
+		relays.Go(func() error { r.outboxRelay(relayCtx); return nil })
 		if o.Workload.Mix.Timer > 0 { // a workload without timers has none to sweep
-			bg.Go(func() error { r.timerSweeper(opCtx); return nil })
+			relays.Go(func() error { r.timerSweeper(relayCtx); return nil })
 		}
 	}
 	switch o.Model {
 	case Closed:
 		for i := 0; i < o.Concurrency; i++ {
-			w := &worker{idx: i, rng: rand.New(rand.NewPCG(o.Workload.Seed, uint64(i)+1)), rec: r.recs[i%len(r.recs)]}
+			w := r.newWorker(i)
+			w.rng = rand.New(rand.NewPCG(o.Workload.Seed, uint64(i)+1))
 			load.Go(func() error { r.closedWorker(opCtx, w); return nil })
 		}
 	case Open:
@@ -260,9 +317,68 @@ func (r *runner) run(ctx context.Context) *Result {
 	}
 	_ = load.Wait()
 	r.stop()
+	if o.Quiesce != nil && !r.interrupted.Load() {
+		r.quiesceRun(ctx, relayCtx)
+	}
+	r.stopRelays()
+	_ = relays.Wait()
 	cancelBg()
 	_ = bg.Wait()
 	return r.result(opCtx)
+}
+
+// quiesceRun is the heal-and-quiesce phase: Heal, then wait until the
+// relays have drained the outbox and the spawns and fired every timer,
+// or the timeout passes. Interrupting the run (ctx) ends it early.
+func (r *runner) quiesceRun(ctx, relayCtx context.Context) {
+	q := r.o.Quiesce
+	t0 := time.Now()
+	qctx, cancel := context.WithTimeout(ctx, q.Timeout)
+	defer cancel()
+	st := &QuiesceStats{OutboxLeft: -1, SpawnsLeft: -1, TimersLeft: -1}
+	r.quiesce = st
+	defer func() { st.Seconds = time.Since(t0).Seconds() }()
+	if q.Heal != nil {
+		if err := q.Heal(qctx); err != nil {
+			st.HealError = err.Error()
+		}
+	}
+	poll := q.Poll
+	if poll <= 0 {
+		poll = 200 * time.Millisecond
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		st.OutboxLeft, st.SpawnsLeft, st.TimersLeft = r.pending(qctx)
+		if st.OutboxLeft == 0 && st.SpawnsLeft == 0 && st.TimersLeft == 0 {
+			st.OK = true
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-qctx.Done():
+			return
+		case <-relayCtx.Done():
+			return
+		}
+	}
+}
+
+// pending counts what the relays still have to do: outbox rows, spawn
+// intents and armed timers, due or not (-1: could not be counted).
+func (r *runner) pending(ctx context.Context) (outbox, spawns, timers int) {
+	outbox, spawns, timers = -1, -1, -1
+	if rows, err := r.t.PendingOutbox(ctx, 0); err == nil {
+		outbox = len(rows)
+	}
+	if rows, err := r.t.PendingSpawns(ctx, 0); err == nil {
+		spawns = len(rows)
+	}
+	if rows, err := r.t.DueTimers(ctx, math.MaxFloat64, 0); err == nil {
+		timers = len(rows)
+	}
+	return outbox, spawns, timers
 }
 
 func (r *runner) closedWorker(ctx context.Context, w *worker) {
@@ -281,6 +397,11 @@ func (r *runner) closedWorker(ctx context.Context, w *worker) {
 	}
 }
 
+func (r *runner) newWorker(i int) *worker {
+	src := "w" + strconv.Itoa(i)
+	return &worker{idx: i, src: src, ids: newOpIDs(r.runID, src), rec: r.recs[i%len(r.recs)]}
+}
+
 type job struct {
 	i        int64
 	intended time.Time
@@ -296,7 +417,7 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 	jobs := make(chan job, o.MaxOutstanding)
 	slots := make(chan struct{}, o.MaxOutstanding)
 	for i := 0; i < o.MaxOutstanding; i++ {
-		w := &worker{idx: i, rec: r.recs[i%len(r.recs)]}
+		w := r.newWorker(i)
 		g.Go(func() error {
 			for j := range jobs {
 				startAt := time.Now()
@@ -389,7 +510,9 @@ func (r *runner) doOp(ctx context.Context, w *worker, rng *rand.Rand, intended t
 // was processed (dedupe), and nothing is committed.
 func (r *runner) redeliver(ctx context.Context, w *worker, p processed, measured bool) string {
 	t0 := time.Now()
-	_, done, err := r.t.LoadForEvent(ctx, p.id, p.event)
+	op := r.startLoad(w.src, p.id, p.event, CauseRedeliver, w.ids)
+	exe, done, err := r.t.LoadForEvent(ctx, p.id, p.event)
+	r.endLoad(op, exe, done, err)
 	w.rec.recordKind(measured, KindRedelivery, time.Since(t0))
 	switch {
 	case err != nil:
@@ -445,11 +568,13 @@ func (r *runner) draw(rng *rand.Rand) plan {
 // reload after each conflict up to the retry cap.
 func (r *runner) transition(ctx context.Context, w *worker, rng *rand.Rand, id string, measured bool) string {
 	w.seq++
-	event := fmt.Sprintf("%s%d-%d", r.eventPrefix(), w.idx, w.seq)
+	event := r.eventPrefix() + w.src + "-" + strconv.FormatInt(w.seq, 10)
 	p := r.draw(rng)
 	for attempt := 0; ; attempt++ {
 		t0 := time.Now()
+		lop := r.startLoad(w.src, id, event, CauseWorker, w.ids)
 		exe, done, err := r.t.LoadForEvent(ctx, id, event)
+		r.endLoad(lop, exe, done, err)
 		w.rec.recordKind(measured, KindLoad, time.Since(t0))
 		switch {
 		case err != nil:
@@ -459,12 +584,15 @@ func (r *runner) transition(ctx context.Context, w *worker, rng *rand.Rand, id s
 		case done:
 			return OutcomeDedupeHit // an earlier attempt committed after all
 		}
-		c := r.commitFor(exe, event, p)
+		opID := w.ids.next()
+		c := r.commitFor(exe, event, p, opID)
 		if r.o.Hook != nil {
 			r.o.Hook()
 		}
+		cop := r.startCommit(w.src, opID, c, CauseWorker, event)
 		t1 := time.Now()
 		err = r.t.Commit(ctx, c)
+		r.done(cop, err)
 		kind := KindComplex
 		if c.Fast() {
 			kind = KindFast
@@ -489,41 +617,90 @@ func (r *runner) transition(ctx context.Context, w *worker, rng *rand.Rand, id s
 	}
 }
 
-// next applies event to exe: the workload's deterministic transition.
-func (r *runner) next(exe *Execution, event string) Execution {
+// next applies event to exe as the commit op opID: the workload's
+// deterministic transition. The armed timers carry over (a copy).
+func (r *runner) next(exe *Execution, event, opID string) Execution {
 	n := *exe
 	n.State.Step++
 	n.State.Active = activeStates[n.State.Step%int64(len(activeStates))]
 	n.State.Last = event
+	n.State.Op = opID
 	n.State.Payload = r.payload
+	n.State.Timers = nil
+	for p, at := range exe.State.Timers {
+		if n.State.Timers == nil {
+			n.State.Timers = make(map[string]float64, len(exe.State.Timers)+1)
+		}
+		n.State.Timers[p] = at
+	}
 	return n
 }
 
-func (r *runner) commitFor(exe *Execution, event string, p plan) *Commit {
-	c := &Commit{Exe: r.next(exe, event), ProcessedEventID: event}
+// commitFor is a worker step's commit of event as op opID: every effect
+// carries opID, and the state's armed timers follow the step's timer op.
+func (r *runner) commitFor(exe *Execution, event string, p plan, opID string) *Commit {
+	c := &Commit{Exe: r.next(exe, event, opID), ProcessedEventID: event}
 	if p.fast {
 		return c
 	}
 	now := time.Now()
-	c.Trace = fmt.Sprintf(`{"step":%d,"event":%q,"active":%q}`, c.Exe.State.Step, event, c.Exe.State.Active)
+	c.Trace = fmt.Sprintf(`{"op":%q,"step":%d,"event":%q,"active":%q}`, opID, c.Exe.State.Step, event, c.Exe.State.Active)
 	for k, target := range p.emits {
-		c.Emits = append(c.Emits, Emit{TargetID: target,
-			Event: fmt.Sprintf(`{"id":"%s-e%d","name":"ping","from":%q,"emitted_ns":%d}`, event, k, exe.ID, now.UnixNano())})
+		id := event + "-e" + strconv.Itoa(k)
+		c.Emits = append(c.Emits, Emit{ID: id, TargetID: target,
+			Event: fmt.Sprintf(`{"id":%q,"name":"ping","from":%q,"op":%q,"emitted_ns":%d}`, id, exe.ID, opID, now.UnixNano())})
 	}
 	if p.timer != nil {
 		op := *p.timer
-		if !op.Cancel {
+		st := &c.Exe.State
+		if op.Cancel {
+			delete(st.Timers, op.Path)
+		} else {
 			op.FireAt = unixSeconds(now.Add(r.o.Workload.TimerDelay))
+			if st.Timers == nil {
+				st.Timers = map[string]float64{}
+			}
+			st.Timers[op.Path] = op.FireAt
 		}
 		c.Timers = []TimerOp{op}
 	}
 	if p.spawn {
-		c.Spawns = []Spawn{{ChildID: derivedID(event), RootPath: "child", Context: "{}"}}
+		c.Spawns = []Spawn{{ChildID: derivedID(event), RootPath: "child", Context: fmt.Sprintf(`{"op":%q}`, opID)}}
 	}
 	return c
 }
 
 // eventPrefix starts the id of every event this run creates.
-func (r *runner) eventPrefix() string { return "lg-" + r.nonce + "-" }
+func (r *runner) eventPrefix() string { return r.runID + "-" }
+
+// startLoad starts recording a load (nil when the run records nothing).
+func (r *runner) startLoad(src, id, event, cause string, ids *opIDs) *Op {
+	op := r.observing(OpLoad, src, id)
+	if op != nil {
+		op.ID, op.EventID, op.Cause = ids.next(), event, cause
+	}
+	return op
+}
+
+// endLoad completes a load op with what it read.
+func (r *runner) endLoad(op *Op, exe *Execution, processed bool, err error) {
+	if op == nil {
+		return
+	}
+	if err == nil && exe != nil {
+		op.Exists, op.Version, op.Writer, op.Processed = true, exe.Version, exe.State.Op, processed
+	}
+	r.done(op, err)
+}
+
+// startCommit starts recording commit attempt opID of c (nil when the run
+// records nothing).
+func (r *runner) startCommit(src, opID string, c *Commit, cause, input string) *Op {
+	op := r.observing(OpCommit, src, c.Exe.ID)
+	if op != nil {
+		op.ID, op.Commit, op.Cause, op.EventID, op.Input = opID, c, cause, c.ProcessedEventID, input
+	}
+	return op
+}
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

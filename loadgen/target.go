@@ -33,12 +33,19 @@ type State struct {
 	Active string `json:"active"`
 	// Last is the id of the last applied event.
 	Last string `json:"last,omitempty"`
+	// Op is the id of the commit op that wrote this version (see Observer).
+	Op string `json:"op,omitempty"`
+	// Timers are the timers armed after this version, by path (fire_at in
+	// Unix seconds): what the timers table must hold for the execution.
+	Timers map[string]float64 `json:"timers,omitempty"`
 	// Payload pads the stored document to a realistic size.
 	Payload string `json:"payload,omitempty"`
 }
 
 // Emit is one outbox row written by a commit.
 type Emit struct {
+	// ID is the event's id (also inside Event); targets need not store it.
+	ID       string
 	TargetID string
 	Event    string
 }

@@ -27,9 +27,11 @@ func New(s store.ExecutionStore) *Target { return &Target{s: s} }
 
 // context is the workload state as stored in the execution's context.
 type stateDoc struct {
-	Step    int64  `json:"step"`
-	Last    string `json:"last,omitempty"`
-	Payload string `json:"payload,omitempty"`
+	Step    int64              `json:"step"`
+	Last    string             `json:"last,omitempty"`
+	Op      string             `json:"op,omitempty"`
+	Timers  map[string]float64 `json:"timers,omitempty"`
+	Payload string             `json:"payload,omitempty"`
 }
 
 func fromStore(e *store.Execution) (*loadgen.Execution, error) {
@@ -42,13 +44,13 @@ func fromStore(e *store.Execution) (*loadgen.Execution, error) {
 		if err := json.Unmarshal(e.Context, &d); err != nil {
 			return nil, fmt.Errorf("execution %s: context is not loadgen state: %w", e.ID, err)
 		}
-		x.State.Step, x.State.Last, x.State.Payload = d.Step, d.Last, d.Payload
+		x.State.Step, x.State.Last, x.State.Op, x.State.Timers, x.State.Payload = d.Step, d.Last, d.Op, d.Timers, d.Payload
 	}
 	return x, nil
 }
 
 func toStore(x *loadgen.Execution) (*store.Execution, error) {
-	ctx, err := json.Marshal(stateDoc{Step: x.State.Step, Last: x.State.Last, Payload: x.State.Payload})
+	ctx, err := json.Marshal(stateDoc{Step: x.State.Step, Last: x.State.Last, Op: x.State.Op, Timers: x.State.Timers, Payload: x.State.Payload})
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +105,12 @@ func (t *Target) Commit(ctx context.Context, c *loadgen.Commit) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, store.ErrConflict):
-		return fmt.Errorf("%w: %w", loadgen.ErrConflict, err)
+		found := -1
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			found = ce.Found
+		}
+		return &loadgen.ConflictError{Found: found, Err: err}
 	case errors.Is(err, store.ErrOutcomeUnknown):
 		return fmt.Errorf("%w: %w", loadgen.ErrOutcomeUnknown, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -67,7 +68,7 @@ func TestRoundTripOfState(t *testing.T) {
 	tg := storetarget.New(f)
 	ctx := context.Background()
 	c := &loadgen.Commit{
-		Exe:              loadgen.Execution{ID: "abc", DefinitionID: "loadgen", Version: 3, State: loadgen.State{Step: 7, Active: "running", Last: "ev6", Payload: "xx"}},
+		Exe:              loadgen.Execution{ID: "abc", DefinitionID: "loadgen", Version: 3, State: loadgen.State{Step: 7, Active: "running", Last: "ev6", Op: "r/w1/3", Timers: map[string]float64{"t0": 100.25}, Payload: "xx"}},
 		Emits:            []loadgen.Emit{{TargetID: "def", Event: `{"id":"e1"}`}},
 		ProcessedEventID: "ev7",
 		Timers:           []loadgen.TimerOp{{Path: "t0", FireAt: 100.25}, {Path: "t1", Cancel: true}},
@@ -94,7 +95,7 @@ func TestRoundTripOfState(t *testing.T) {
 	stored := g.exe
 	f.exe, f.processed = &stored, true
 	x, done, err := tg.LoadForEvent(ctx, "abc", "ev7")
-	if err != nil || !done || x.State != c.Exe.State || x.Version != 3 {
+	if err != nil || !done || !reflect.DeepEqual(x.State, c.Exe.State) || x.Version != 3 {
 		t.Fatalf("load back: %+v %v %v", x, done, err)
 	}
 	// A fast commit passes no side effects at all.

@@ -1,0 +1,186 @@
+package loadgen_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/loadgen/loadgentest"
+)
+
+// collector is an Observer that keeps every op.
+type collector struct {
+	mu  sync.Mutex
+	ops []*loadgen.Op
+}
+
+func (c *collector) Observe(op *loadgen.Op) {
+	c.mu.Lock()
+	c.ops = append(c.ops, op)
+	c.mu.Unlock()
+}
+
+// TestHistoryRecordsEveryOperation runs a short workload with relays and a
+// quiesce phase against the in-memory target and checks that the history
+// tells the whole story: every commit op's id is in the state it wrote and
+// in each of its effects, every version read names a recorded writer,
+// every delivery and fire names its source, and after the quiesce nothing
+// is left pending.
+func TestHistoryRecordsEveryOperation(t *testing.T) {
+	tg := loadgentest.New(loadgentest.Options{Shards: 2})
+	col := &collector{}
+	healed := 0
+	o := loadgen.DefaultOptions()
+	o.Workload.Executions = 40
+	o.Workload.Mix = loadgen.Mix{Fast: 0.3, MaxEmits: 2, Timer: 0.6, Spawn: 0.2}
+	o.Workload.Redelivery = 0.1
+	o.Workload.TimerDelay = 50 * time.Millisecond
+	o.Concurrency = 4
+	o.Warmup, o.Duration = 0, 400*time.Millisecond
+	o.Observer = col
+	o.RunID = "rtest"
+	o.Quiesce = &loadgen.Quiesce{Timeout: 10 * time.Second, Heal: func(context.Context) error { healed++; return nil }}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := loadgen.Run(ctx, tg, tg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if healed != 1 {
+		t.Errorf("Heal ran %d times, want 1", healed)
+	}
+	if res.Quiesce == nil || !res.Quiesce.OK || res.Quiesce.OutboxLeft != 0 || res.Quiesce.TimersLeft != 0 || res.Quiesce.SpawnsLeft != 0 {
+		t.Fatalf("quiesce: %+v", res.Quiesce)
+	}
+
+	ids := map[string]bool{}
+	commits := map[string]*loadgen.Op{}
+	okCommits := map[string]*loadgen.Op{}
+	kinds := map[string]int{}
+	for _, op := range col.ops {
+		if ids[op.ID] {
+			t.Fatalf("op id %s used twice", op.ID)
+		}
+		ids[op.ID] = true
+		if !strings.HasPrefix(op.ID, "rtest/"+op.Src+"/") {
+			t.Errorf("op id %s does not name its run and source %s", op.ID, op.Src)
+		}
+		if op.Complete.Before(op.Invoke) {
+			t.Errorf("op %s completes before it is invoked", op.ID)
+		}
+		kinds[string(op.Kind)+"/"+op.Cause]++
+		if op.Kind != loadgen.OpCommit {
+			continue
+		}
+		commits[op.ID] = op
+		c := op.Commit
+		if c.Exe.State.Op != op.ID {
+			t.Fatalf("commit %s wrote state of op %q", op.ID, c.Exe.State.Op)
+		}
+		if c.Trace != "" && !strings.Contains(c.Trace, `"op":"`+op.ID+`"`) {
+			t.Errorf("commit %s: trace %s lacks the op id", op.ID, c.Trace)
+		}
+		for _, e := range c.Emits {
+			var ev struct{ ID, Op, From string }
+			if err := json.Unmarshal([]byte(e.Event), &ev); err != nil || ev.ID != e.ID || ev.Op != op.ID || ev.From != c.Exe.ID {
+				t.Errorf("commit %s: emit %+v decodes as %+v (%v)", op.ID, e, ev, err)
+			}
+		}
+		for _, s := range c.Spawns {
+			if s.Context != `{"op":"`+op.ID+`"}` {
+				t.Errorf("commit %s: spawn context %s", op.ID, s.Context)
+			}
+		}
+		if op.Err == nil {
+			okCommits[op.ID] = op
+		}
+		switch op.Cause {
+		case loadgen.CauseSetup, loadgen.CauseWorker, loadgen.CauseOutbox, loadgen.CauseTimer:
+		default:
+			t.Errorf("commit %s has cause %q", op.ID, op.Cause)
+		}
+	}
+	for _, k := range []string{"commit/setup", "load/setup", "commit/worker", "load/worker", "load/redeliver",
+		"commit/outbox", "commit/timer", "read_outbox/", "ack_outbox/", "due_timers/", "delete_timer/", "ack_spawn/"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s op recorded (have %v)", k, kinds)
+		}
+	}
+	for _, op := range col.ops {
+		switch {
+		case op.Kind == loadgen.OpLoad && op.Err == nil && op.Exists:
+			w, ok := okCommits[op.Writer]
+			if !ok {
+				t.Fatalf("load %s read version %d written by %q, not an acknowledged commit of the history", op.ID, op.Version, op.Writer)
+			}
+			if w.Commit.Exe.Version+1 != op.Version || w.ExecutionID != op.ExecutionID {
+				t.Fatalf("load %s read %s v%d, but its writer %s committed %s v%d", op.ID, op.ExecutionID, op.Version, w.ID, w.ExecutionID, w.Commit.Exe.Version+1)
+			}
+		case op.Kind == loadgen.OpCommit && op.Cause == loadgen.CauseOutbox:
+			src, ok := commits[op.Origin]
+			if !ok || op.Seq == 0 || op.Input != op.EventID {
+				t.Fatalf("delivery %s: origin %q seq %d input %q", op.ID, op.Origin, op.Seq, op.Input)
+			}
+			found := false
+			for _, e := range src.Commit.Emits {
+				found = found || (e.ID == op.EventID && e.TargetID == op.ExecutionID)
+			}
+			if !found {
+				t.Fatalf("delivery %s of %s to %s: not an emit of %s", op.ID, op.EventID, op.ExecutionID, op.Origin)
+			}
+		case op.Kind == loadgen.OpCommit && op.Cause == loadgen.CauseTimer:
+			if op.Path == "" || op.FireAt == 0 || !strings.HasPrefix(op.Input, "timer:"+op.Path+":") {
+				t.Fatalf("timer fire %s: path %q fire_at %v input %q", op.ID, op.Path, op.FireAt, op.Input)
+			}
+			if at, armed := op.Commit.Exe.State.Timers[op.Path]; armed && at == op.FireAt {
+				t.Fatalf("timer fire %s left %s armed at its own fire time", op.ID, op.Path)
+			}
+		}
+	}
+	// The state's armed timers are what the store holds: after the
+	// quiesce, nothing.
+	for _, id := range loadgen.ExecutionIDs(o.Workload.Seed, o.Workload.Executions) {
+		exe, _, err := tg.LoadForEvent(ctx, id, "")
+		if err != nil || exe == nil {
+			t.Fatalf("load %s: %v", id, err)
+		}
+		if len(exe.State.Timers) != 0 {
+			t.Errorf("%s: state still arms %v after the quiesce", id, exe.State.Timers)
+		}
+	}
+}
+
+// TestQuiesceTimesOut: a relay that cannot make progress ends the phase at
+// its timeout, with what was left counted.
+func TestQuiesceTimesOut(t *testing.T) {
+	tg := loadgentest.New(loadgentest.Options{Err: func(op string) error {
+		if op == "ack_outbox" {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}})
+	o := loadgen.DefaultOptions()
+	o.Workload.Executions = 10
+	o.Workload.Mix = loadgen.Mix{Fast: 0, MaxEmits: 2}
+	o.Concurrency = 2
+	o.Warmup, o.Duration = 0, 200*time.Millisecond
+	o.Quiesce = &loadgen.Quiesce{Timeout: 700 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	res, err := loadgen.Run(ctx, tg, tg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := res.Quiesce
+	if q == nil || q.OK || q.OutboxLeft <= 0 {
+		t.Fatalf("quiesce %+v: want not OK with outbox rows left", q)
+	}
+	if q.Seconds < 0.6 || time.Since(t0) > 20*time.Second {
+		t.Errorf("quiesce took %.2fs (run %s), want its 0.7s timeout", q.Seconds, time.Since(t0))
+	}
+}
