@@ -114,6 +114,10 @@ type Options struct {
 	// Quiesce, when set, adds a phase after the workers stopped: see
 	// Quiesce.
 	Quiesce *Quiesce `json:"-"`
+	// OnStart, when set, is called once the setup is done, with the
+	// instant the run's clock starts (warm-up, then the measured period).
+	// It must not block.
+	OnStart func(start time.Time) `json:"-"`
 }
 
 // Quiesce is the phase after the workers stopped, in which the system is

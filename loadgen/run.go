@@ -258,6 +258,9 @@ func (r *runner) run(ctx context.Context) *Result {
 		cancel()
 	}
 	r.start = time.Now()
+	if o.OnStart != nil {
+		o.OnStart(r.start)
+	}
 	r.measureStart = r.start.Add(o.Warmup)
 	r.measureEnd = r.measureStart.Add(o.Duration)
 	endTimer := time.AfterFunc(time.Until(r.measureEnd), r.stop)
