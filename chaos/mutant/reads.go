@@ -190,8 +190,12 @@ func fanOut[T any](ctx context.Context, s *refStore, read func(context.Context, 
 
 // firstN sorts rows by cmp and keeps the first limit (all for limit <= 0):
 // each shard returned its first limit rows in this order, so these are the
-// first limit rows of all shards.
+// first limit rows of all shards. No rows is an empty slice, not nil (as
+// the router's merge returns).
 func firstN[T any](rows []T, limit int, cmp func(a, b T) int) []T {
+	if rows == nil {
+		rows = []T{}
+	}
 	slices.SortStableFunc(rows, cmp)
 	if limit > 0 && len(rows) > limit {
 		rows = rows[:limit]
