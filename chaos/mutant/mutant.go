@@ -60,7 +60,7 @@ var all = []Mutant{
 	{
 		Kind: OutboxOutsideTx, Level: LevelStore,
 		Description: "a commit's outbox rows are inserted and committed in their own transaction before the CAS transaction, so a commit that loses its CAS or fails still leaves its events",
-		Exposes:     "conflicts (any lost CAS of a commit with emits): outbox rows, and deliveries, of events whose commit never committed (outbox: an event exists iff its commit committed)",
+		Exposes:     "conflicts (any lost CAS of a commit with emits): outbox rows, and their deliveries, whose origin op (the op id in the event) never committed — a retry that wins writes the same event ids again under its own op id (outbox: an event exists iff its commit committed)",
 	},
 	{
 		Kind: CASWithoutVersion, Level: LevelStore,
@@ -75,12 +75,12 @@ var all = []Mutant{
 	{
 		Kind: TimerDeleteWithoutFireAt, Level: LevelStore,
 		Description: "DeleteTimer deletes the timer of (execution_id, path) whatever its fire_at, so a sweep of a stale due timer removes a timer re-armed meanwhile",
-		Exposes:     "stale sweeps (a timer re-armed between DueTimers and DeleteTimer): a re-armed timer missing from the timers table (timers: armed set equals the last committed state; a stale sweep never removes a re-armed timer)",
+		Exposes:     "stale sweeps (a timer re-armed between DueTimers and DeleteTimer, so timers on hot executions): the re-armed timer is gone from the table while the last committed state still arms it, and never fires (timers: armed set equals the last committed state; a stale sweep never removes a re-armed timer)",
 	},
 	{
 		Kind: CancelDoesNotDelete, Level: LevelStore,
 		Description: "timer cancels of a commit are skipped: the commit succeeds but the cancelled timer stays armed",
-		Exposes:     "any commit that cancels an armed timer: an armed row the committed state does not arm, and later a fire of a cancelled arming (timers: armed set equals the last committed state)",
+		Exposes:     "any commit that cancels an armed timer: a row the committed state does not arm, returned by due_timers and fired although cancelled; the sweeper then deletes it (its fire_at matches), so after quiesce only the history shows it unless a later schedule or the end of the run comes first (timers: armed set equals the last committed state; fires only of armings)",
 	},
 	{
 		Kind: RelayAcksBeforeDelivering, Level: LevelClient,
