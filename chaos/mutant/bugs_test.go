@@ -164,7 +164,7 @@ func TestStoreBugs(t *testing.T) {
 					t.Fatalf("due timers %v, %v: want %s's at 100", due, err, x.ID)
 				}
 				e.commit(t, s, x, []store.TimerOp{store.Schedule("t", 200)}, "") // ... a worker re-arms it ...
-				deleted, err := s.DeleteTimer(e.ctx, x.ID, "t", 100)            // ... the stale sweep deletes
+				deleted, err := s.DeleteTimer(e.ctx, x.ID, "t", 100)             // ... the stale sweep deletes
 				if err != nil {
 					t.Fatal(err)
 				}

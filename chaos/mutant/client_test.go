@@ -30,7 +30,9 @@ type fakeTarget struct {
 
 var _ loadgen.Target = (*fakeTarget)(nil)
 
-func (f *fakeTarget) logf(format string, args ...any) { f.log = append(f.log, fmt.Sprintf(format, args...)) }
+func (f *fakeTarget) logf(format string, args ...any) {
+	f.log = append(f.log, fmt.Sprintf(format, args...))
+}
 
 func (f *fakeTarget) LoadForEvent(_ context.Context, id, event string) (*loadgen.Execution, bool, error) {
 	f.mu.Lock()

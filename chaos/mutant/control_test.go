@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/router"
@@ -190,7 +191,10 @@ func TestControlBehavesLikeTheRouter(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			opts := store.Options{TraceMax: 3, ConnectAttempts: 3, StatementTimeout: 0}
+			opts := store.Options{TraceMax: 3, ConnectAttempts: 3}
+			if pooler {
+				opts.StatementTimeout = 5 * time.Second // set_config in every transaction
+			}
 			prodMap := clustertest.MigratedMap(t, c)
 			prod, err := router.Open(ctx, prodMap, router.Options{UsePooler: pooler, Store: opts})
 			if err != nil {

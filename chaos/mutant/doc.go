@@ -29,17 +29,28 @@
 // wrap the production loadgen.Target (Wrap); the configuration bug changes
 // the shards' servers (Configure).
 //
-//	              chaos runner (one run per mutant)
-//	                │            │               │
-//	     OpenStore(bug) ──▶ storetarget ──▶ loadgen workload ◀── Wrap(target, bug)
-//	                │                            │
-//	 refstore.go  pools, routing (+ wrong shard)  client.go   acksFirst, retryUnknown
-//	 commit.go    BEGIN; CAS; side effects; COMMIT (+ outbox/dedupe outside, no
-//	              version, skipped cancels, ring off by one); outcome classification
-//	 reads.go     loads, fan-out reads merged by seq / fire_at, acks,
-//	              DeleteTimer (+ without fire_at)
-//	                │
-//	          every shard (direct or PgBouncer) ◀── config.go  Configure(synchronous_commit)
+//	                    chaos runner: one run per mutant, then verify
+//	               │                        │                          │
+//	 OpenStore(ctx, m, pooler, bug, o)   Wrap(target, bug)   Configure(ctx, m, bug)
+//	               │                        │                          │
+//	refstore.go  pools per shard,        client.go                config.go
+//	             routing by bucket       acksFirst.PendingOutbox  ALTER SYSTEM
+//	             (+ wrong shard),        retryUnknown.Commit      synchronous_commit,
+//	             identity check                 │                  restore
+//	commit.go    BEGIN; CAS; side               │                          │
+//	             effects; COMMIT;        the production target             │
+//	             outcome classes         (storetarget over a router)       │
+//	             (+ outbox/dedupe               │                          │
+//	             outside, no version,           │                          │
+//	             skipped cancels,               │                          │
+//	             ring off by one)               │                          │
+//	reads.go     loads, fan-out reads           │                          │
+//	             merged by seq/fire_at,         │                          │
+//	             acks by seq, DeleteTimer       │                          │
+//	             (+ without fire_at)            │                          │
+//	               │                            │                          │
+//	               └────────────────────────────┴──────────────────────────┘
+//	                   every shard: Postgres, directly or through PgBouncer
 //
-//	 mutant.go    Kind, Level, Mutant, All, Lookup
+//	mutant.go    Kind, Level, Mutant, All, Lookup
 package mutant

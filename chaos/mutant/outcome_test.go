@@ -66,6 +66,14 @@ func TestOutcomeClassification(t *testing.T) {
 	}
 	t.Cleanup(prod.Close)
 	ref := openStore(t, m, false, "", store.Options{})
+	// The same with a statement timeout shorter than a nap.
+	timed := store.Options{ConnectAttempts: 3, StatementTimeout: 300 * time.Millisecond}
+	prodTimed, err := router.Open(ctxT(t), m, router.Options{Store: timed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prodTimed.Close)
+	refTimed := openStore(t, m, false, "", timed)
 	fresh := ids(5, 16)
 	for _, tc := range []struct {
 		name        string
@@ -73,23 +81,30 @@ func TestOutcomeClassification(t *testing.T) {
 		event       string
 		timeout     time.Duration
 		wantUnknown bool
+		// timed uses the stores with a statement timeout.
+		timed bool
 		// prodUnknown, when set, is the production store's answer where
 		// it differs.
 		prodUnknown *bool
 	}{
 		{name: "statement fails before COMMIT", status: "running", event: `{"boom":1}`},
 		{name: "refused at COMMIT", status: "refuse-at-commit", event: `{"n":1}`},
+		{name: "statement timeout before COMMIT", status: "running", event: `{"nap":1}`, timed: true},
 		{name: "context ends before COMMIT", status: "running", event: `{"nap":1}`, timeout: 500 * time.Millisecond, prodUnknown: ptr(true)},
 		{name: "no answer to COMMIT", status: "sleep-at-commit", event: `{"n":1}`, timeout: 500 * time.Millisecond, wantUnknown: true},
 	} {
-		for _, s := range []struct {
+		stores := []struct {
 			name string
 			s    store.ExecutionStore
-		}{{"production", prod}, {"reference", ref}} {
+		}{{"production", prod}, {"reference", ref}}
+		if tc.timed {
+			stores[0].s, stores[1].s = prodTimed, refTimed
+		}
+		for _, s := range stores {
 			t.Run(tc.name+"/"+s.name, func(t *testing.T) {
 				ctx := ctxT(t)
 				wantUnknown := tc.wantUnknown
-				if s.s == prod && tc.prodUnknown != nil {
+				if s.name == "production" && tc.prodUnknown != nil {
 					wantUnknown = *tc.prodUnknown
 				}
 				x := &store.Execution{ID: fresh[0], DefinitionID: "def", Status: "running"}
