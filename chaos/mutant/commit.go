@@ -107,6 +107,17 @@ func (s *refStore) Save(ctx context.Context, exe *store.Execution) error {
 // inTx runs body in one explicit transaction on sh and commits it if body
 // succeeded; see Commit for what its errors mean.
 func (s *refStore) inTx(ctx context.Context, sh *shard, body func(pgx.Tx) error) error {
+	ctx, done := s.watch(ctx, sh)
+	err := s.runTx(ctx, sh, body)
+	if errors.Is(err, store.ErrConflict) {
+		done(nil)
+		return err
+	}
+	return done(err)
+}
+
+// runTx is inTx without the stall check.
+func (s *refStore) runTx(ctx context.Context, sh *shard, body func(pgx.Tx) error) error {
 	tx, err := sh.pool.Begin(ctx)
 	if err != nil {
 		return onShard(sh, err)

@@ -48,6 +48,9 @@
 //	             merged by seq/fire_at,         │                          │
 //	             acks by seq, DeleteTimer       │                          │
 //	             (+ without fire_at)            │                          │
+//	stall.go     stall checks: a shard          │                          │
+//	             that stops answering           │                          │
+//	             fails operations fast          │                          │
 //	               │                            │                          │
 //	               └────────────────────────────┴──────────────────────────┘
 //	                   every shard: Postgres, directly or through PgBouncer

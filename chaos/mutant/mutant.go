@@ -50,8 +50,9 @@ type Mutant struct {
 	// them) the scenario must include for the bug to manifest; none means
 	// the plain workload exposes it.
 	NeedsFaults []string
-	// Needs lists other requirements of the run (store options, shard
-	// count), "" entries never; OpenStore refuses a run that lacks them.
+	// Needs lists what else the run must have for the bug to manifest
+	// (store options, shard count); OpenStore refuses to open a store
+	// mutant without it.
 	Needs []string
 }
 

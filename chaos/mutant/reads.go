@@ -25,6 +25,7 @@ func (s *refStore) query(ctx context.Context, sh *shard, sql string, args []any,
 		b.Queue(setTimeoutSQL, s.timeout)
 	}
 	b.Queue(sql, args...)
+	ctx, done := s.watch(ctx, sh)
 	br := sh.pool.SendBatch(ctx, b)
 	err := func() error {
 		if s.timeout != "" {
@@ -47,7 +48,7 @@ func (s *refStore) query(ctx context.Context, sh *shard, sql string, args []any,
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return onShard(sh, err)
+	return onShard(sh, done(err))
 }
 
 // exec runs one statement on sh in its own transaction and returns the
@@ -59,6 +60,7 @@ func (s *refStore) exec(ctx context.Context, sh *shard, sql string, args ...any)
 		b.Queue(setTimeoutSQL, s.timeout)
 	}
 	b.Queue(sql, args...)
+	ctx, done := s.watch(ctx, sh)
 	br := sh.pool.SendBatch(ctx, b)
 	err := func() error {
 		if s.timeout != "" {
@@ -73,7 +75,7 @@ func (s *refStore) exec(ctx context.Context, sh *shard, sql string, args ...any)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return n, onShard(sh, err)
+	return n, onShard(sh, done(err))
 }
 
 // decode builds an Execution from a row, the columns winning over the

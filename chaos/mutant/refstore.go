@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -29,6 +30,7 @@ type shard struct {
 	name    string
 	ordinal int
 	pool    *pgxpool.Pool
+	check   *pgconn.Config // the stall check's connections
 }
 
 // refStore is the reference store: the store's semantics as plain
@@ -40,6 +42,9 @@ type refStore struct {
 	bug      Kind
 	traceMax int
 	timeout  string // statement_timeout for set_config, "" for none
+	// stallCheck is how long an operation runs before its shard's
+	// reachability is checked (0: never); see stall.go.
+	stallCheck, connectTimeout time.Duration
 }
 
 var _ store.ExecutionStore = (*refStore)(nil)
@@ -54,10 +59,10 @@ var _ store.ExecutionStore = (*refStore)(nil)
 //
 // Of o it uses ConnectAttempts, ConnectInterval, ConnectTimeout (default
 // 2 s, the router's), MaxConns, StatementTimeout, TraceMax and
-// ApplicationName (default "pgshard mutant"); statements are always
-// unnamed (pgx.QueryExecModeExec) and no session state is set, so it works
-// behind PgBouncer in transaction mode. It has no stall checks: an
-// operation on a shard that is down behind PgBouncer waits until ctx ends.
+// ApplicationName (default "pgshard mutant") and StallCheck (default
+// ConnectTimeout, negative for none; see stall.go), like the router;
+// statements are always unnamed (pgx.QueryExecModeExec) and no session
+// state is set, so it works behind PgBouncer in transaction mode.
 // Every shard's identity record must name the map's shard and ordinal.
 func OpenStore(ctx context.Context, m *shardmap.Map, pooler bool, bug Kind, o store.Options) (store.ExecutionStore, error) {
 	if bug != "" {
@@ -78,7 +83,8 @@ func OpenStore(ctx context.Context, m *shardmap.Map, pooler bool, bug Kind, o st
 		return nil, fmt.Errorf("mutant store: TraceMax and StatementTimeout must not be negative")
 	}
 	o = withDefaults(o)
-	s := &refStore{m: m, shards: make([]*shard, len(m.Shards)), bug: bug, traceMax: o.TraceMax}
+	s := &refStore{m: m, shards: make([]*shard, len(m.Shards)), bug: bug, traceMax: o.TraceMax,
+		stallCheck: max(o.StallCheck, 0), connectTimeout: o.ConnectTimeout}
 	if o.StatementTimeout > 0 {
 		s.timeout = strconv.FormatInt(max(o.StatementTimeout.Milliseconds(), 1), 10) + "ms"
 	}
@@ -89,11 +95,17 @@ func OpenStore(ctx context.Context, m *shardmap.Map, pooler bool, bug Kind, o st
 			if pooler && sh.PoolerDSN != "" {
 				dsn = sh.PoolerDSN
 			}
+			check, err := pgconn.ParseConfig(dsn)
+			if err != nil {
+				return fmt.Errorf("shard %q (%s): %w", sh.Name, store.RedactDSN(dsn), err)
+			}
+			check.ConnectTimeout = o.ConnectTimeout
+			check.RuntimeParams["application_name"] = o.ApplicationName + " (stall check)"
 			p, err := openPool(ctx, sh, dsn, o)
 			if err != nil {
 				return fmt.Errorf("shard %q (%s): %w", sh.Name, store.RedactDSN(dsn), err)
 			}
-			s.shards[i] = &shard{name: sh.Name, ordinal: sh.Ordinal, pool: p}
+			s.shards[i] = &shard{name: sh.Name, ordinal: sh.Ordinal, pool: p, check: check}
 			return nil
 		})
 	}
@@ -119,6 +131,9 @@ func withDefaults(o store.Options) store.Options {
 	}
 	if o.ApplicationName == "" {
 		o.ApplicationName = "pgshard mutant"
+	}
+	if o.StallCheck == 0 {
+		o.StallCheck = o.ConnectTimeout
 	}
 	return o
 }
