@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -202,7 +201,7 @@ func (ck *checker) linearizability(ctx context.Context) {
 			case porcupine.Illegal:
 				ck.v.lin = append(ck.v.lin, linFailure{exe: id, info: info})
 				ck.add(InvLinearizable, id, fmt.Sprintf("the loads and commits of execution %s are not linearizable as a CAS register (%s)",
-					id, longestPrefix(info)), linRefs(ck.w, ops), nil)
+					id, longestPrefix(info)), linRefs(ck.w, ops, info), nil)
 			default:
 				ck.v.Undecided = append(ck.v.Undecided, id)
 			}
@@ -224,23 +223,56 @@ func longestPrefix(info porcupine.LinearizationInfo) string {
 	return fmt.Sprintf("the longest linearizable prefix has %d ops; see the visualization", best)
 }
 
-// linRefs lists the ops of a failing partition (at most 12, the
-// acknowledged and unknown commits first).
-func linRefs(w *world, ops []porcupine.Operation) []OpRef {
-	ops = slices.Clone(ops)
-	slices.SortStableFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
-	var out []OpRef
-	for _, o := range ops {
-		id, _ := o.Metadata.(string)
-		if op := w.byID[id]; op != nil {
-			if c := w.commits[id]; c != nil {
-				out = append(out, c.ref(""))
-			} else {
-				out = append(out, ref(op, strings.TrimSpace(registerModel.DescribeOperation(o.Input, o.Output))))
+// linRefs lists the ops of a failing partition that matter most: those
+// porcupine could not fit into its longest linearizable prefix (up to 8,
+// by invocation), then the last ops of that prefix (up to 4).
+func linRefs(w *world, ops []porcupine.Operation, info porcupine.LinearizationInfo) []OpRef {
+	var best []int
+	for _, p := range info.PartialLinearizations() {
+		for _, l := range p {
+			if len(l) > len(best) {
+				best = l
 			}
 		}
-		if len(out) == 12 {
+	}
+	in := make([]bool, len(ops))
+	for _, i := range best {
+		if i >= 0 && i < len(ops) {
+			in[i] = true
+		}
+	}
+	var outside []int
+	for i := range ops {
+		if !in[i] {
+			outside = append(outside, i)
+		}
+	}
+	slices.SortStableFunc(outside, func(a, b int) int { return cmp.Compare(ops[a].Call, ops[b].Call) })
+	var out []OpRef
+	add := func(i int, note string) {
+		o := ops[i]
+		id, _ := o.Metadata.(string)
+		op := w.byID[id]
+		if op == nil {
+			return
+		}
+		d := registerModel.DescribeOperation(o.Input, o.Output)
+		if c := w.commits[id]; c != nil {
+			r := c.ref(note + ": " + d)
+			out = append(out, r)
+			return
+		}
+		out = append(out, ref(op, note+": "+d))
+	}
+	for k, i := range outside {
+		if k == 8 {
 			break
+		}
+		add(i, "not linearizable after the prefix")
+	}
+	for k := max(0, len(best)-4); k < len(best); k++ {
+		if best[k] >= 0 && best[k] < len(ops) {
+			add(best[k], fmt.Sprintf("prefix op %d of %d", k+1, len(best)))
 		}
 	}
 	return out

@@ -232,6 +232,17 @@ func (w *world) resolve() (bad []badClaim) {
 		}
 	}
 	w.buildSlots()
+	for _, c := range infos {
+		if c.st == unresolved {
+			n := 0
+			for _, o := range w.exes[c.Exe].commits {
+				if o.st == unresolved && o.slot() == c.slot() {
+					n++
+				}
+			}
+			c.why = fmt.Sprintf("no evidence names it; %d unresolved candidates for version %d", n, c.slot())
+		}
+	}
 	return bad
 }
 
