@@ -472,12 +472,9 @@ func (d *decoder) decode(b []byte, n int) error {
 		return errAfterEnd
 	}
 	var l line
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&l); err != nil {
+	// Unmarshal also refuses anything after the object.
+	if err := json.Unmarshal(b, &l); err != nil {
 		return fmt.Errorf("not a JSON object: %w", err)
-	}
-	if dec.More() {
-		return errors.New("more than one JSON value on the line")
 	}
 	if !d.seenHeader && l.Type != "header" {
 		return fmt.Errorf("the first line must be the header, this one has type %q", l.Type)

@@ -328,7 +328,10 @@ func (o OpRef) text() string {
 }
 
 func (r RowRef) text() string {
-	s := fmt.Sprintf("%s %s[%s]", r.Shard, r.Table, r.Key)
+	s := fmt.Sprintf("%s[%s]", r.Table, r.Key)
+	if r.Shard != "" {
+		s = r.Shard + " " + s
+	}
 	if r.Note != "" {
 		s += ": " + r.Note
 	}
