@@ -133,13 +133,17 @@ func widen(lines []obj, rng *rand.Rand) {
 }
 
 // TestLargeHistory checks a ~300k-op history (2000 executions, 16
-// workers, faults) read from zstd: it must pass, quickly. It measures the
-// check's time and memory and logs them.
+// workers, faults) read from zstd (40k ops under the race detector;
+// PGSHARD_VERIFY_BIG_OPS overrides): it must pass, quickly. It measures
+// the check's time and memory and logs them.
 func TestLargeHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large history in -short mode")
 	}
 	ops := 300000
+	if raceEnabled {
+		ops = 40000
+	}
 	if v := os.Getenv("PGSHARD_VERIFY_BIG_OPS"); v != "" {
 		ops, _ = strconv.Atoi(v)
 	}

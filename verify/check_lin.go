@@ -277,4 +277,3 @@ func linRefs(w *world, ops []porcupine.Operation, info porcupine.LinearizationIn
 	}
 	return out
 }
-

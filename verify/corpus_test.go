@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -722,5 +721,3 @@ func sortedCopy(s []string) []string {
 	}
 	return c
 }
-
-var _ = fmt.Sprint

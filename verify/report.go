@@ -72,7 +72,7 @@ func safeName(s string) string {
 const reportMaxViolations = 100
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"secs": fmtNS,
+	"secs":  fmtNS,
 	"lower": func(r Result) string { return strings.ToLower(string(r)) },
 	"corr": func(n int) string {
 		if n < 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/pgshard/pgshard/shardmap"
@@ -810,5 +809,3 @@ func shardNamed(st *verify.State, name string) *verify.ShardState {
 	}
 	panic("no shard " + name)
 }
-
-var _ = strings.TrimSpace
