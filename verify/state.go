@@ -1,13 +1,16 @@
 package verify
 
 import (
+	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,14 +168,46 @@ func ReadState(r io.Reader) (*State, error) {
 	return &s, nil
 }
 
-// ReadStateFile reads the State in the file at path.
+// ReadStateFile reads the State in the file at path, plain or gzip
+// (recognized by its magic bytes).
 func ReadStateFile(path string) (*State, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read state: %w", err)
 	}
 	defer f.Close()
-	return ReadState(f)
+	br := bufio.NewReader(f)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("read state %s: %w", path, err)
+		}
+		defer zr.Close()
+		return ReadState(zr)
+	}
+	return ReadState(br)
+}
+
+// WriteStateFile writes s to path, gzip-compressed if path ends in ".gz".
+func WriteStateFile(path string, s *State) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	var w io.Writer = f
+	var zw *gzip.Writer
+	if strings.HasSuffix(path, ".gz") {
+		zw = gzip.NewWriter(f)
+		w = zw
+	}
+	err = s.WriteJSON(w)
+	if zw != nil {
+		err = errors.Join(err, zw.Close())
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("write state %s: %w", path, err)
+	}
+	return nil
 }
 
 // MapInfoOf converts a validated shard map (DSNs dropped).
