@@ -59,12 +59,30 @@ func (ck *checker) cas(bad []badClaim) {
 				}
 			}
 		}
-		top := max(e.n, len(e.slots)-1)
-		for v := 1; v <= top; v++ {
-			var s []*cop
-			if v < len(e.slots) {
-				s = e.slots[v]
+		// Versions 1..n that no commit of the history writes at all, as
+		// ranges (a corrupt version can be huge).
+		bySlot := map[int][]*cop{}
+		for _, c := range e.commits {
+			bySlot[c.slot()] = append(bySlot[c.slot()], c)
+		}
+		next := 1
+		gap := func(lo, hi int) {
+			if lo > hi {
+				return
 			}
+			what := fmt.Sprintf("version %d", lo)
+			if hi > lo {
+				what = fmt.Sprintf("versions %d..%d", lo, hi)
+			}
+			ck.add(InvCAS, id, fmt.Sprintf("%s (final version %d): no commit of the history writes it", what, e.n), nil, rowsOf(e))
+		}
+		for _, v := range e.versions {
+			if v < 1 {
+				continue
+			}
+			gap(next, min(v-1, e.n))
+			next = v + 1
+			s := e.slots[v]
 			switch {
 			case len(s) >= 2:
 				var ops []OpRef
@@ -77,10 +95,7 @@ func (ck *checker) cas(bad []badClaim) {
 					v, len(s), strings.Join(names, ", ")), ops, rowsOf(e))
 			case len(s) == 0 && v <= e.n:
 				var open, failed []OpRef
-				for _, c := range e.commits {
-					if c.slot() != v {
-						continue
-					}
+				for _, c := range bySlot[v] {
 					if c.st == unresolved {
 						open = append(open, c.ref("a candidate"))
 					} else {
@@ -105,6 +120,10 @@ func (ck *checker) cas(bad []badClaim) {
 					}
 				}
 			}
+		}
+		gap(next, e.n)
+		if e.row != nil && e.n < 1 {
+			ck.add(InvCAS, id, fmt.Sprintf("final row: version %d is not a version (versions start at 1)", e.n), nil, rowsOf(e))
 		}
 		ck.rowIntegrity(e)
 	}
@@ -157,7 +176,7 @@ func (ck *checker) rowIntegrity(e *exe) {
 	if c.Op == nil || *c.Op == "" {
 		bad("context has no op (the writer's op id)")
 	}
-	if r.Version < len(e.slots) && len(e.slots[r.Version]) == 1 {
+	if len(e.slots[r.Version]) == 1 {
 		wr := e.slots[r.Version][0]
 		last := ""
 		if c.Last != nil {

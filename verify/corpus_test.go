@@ -251,6 +251,19 @@ var corpusCases = []corpusCase{
 		ss.Executions[i].Version++
 		return lines
 	}},
+	{name: "version-huge", want: fail("cas"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+		ss, i := exeRow(st, sc.B)
+		ss.Executions[i].Version = 2147483647
+		return lines
+	}},
+	{name: "history-exp-huge", want: fail("cas", "dedupe", "linearizability"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+		// A corrupt history line: an acknowledged commit at an absurd
+		// version. It must be reported, not allocate by version.
+		sc.s.now += int64(time.Millisecond)
+		return append(lines, obj{{"type", "op"}, {"id", "r1/w1/901"}, {"kind", "commit"}, {"src", "w1"}, {"exe", sc.C}, {"shard", "shard0"},
+			{"t0", sc.s.now - 1000}, {"t1", sc.s.now}, {"outcome", "ok"}, {"exp", 1 << 50}, {"new", 1<<50 + 1},
+			{"event", "r1-w1-901"}, {"input", "r1-w1-901"}, {"cause", "worker"}, {"fast", true}})
+	}},
 	{name: "version-bumped-consistently", want: fail("cas"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 		ss, i := exeRow(st, sc.B)
 		ss.Executions[i].Version++

@@ -79,9 +79,12 @@ type exe struct {
 	n       int // final version, 0 without a row
 	maxSlot int // the highest version any commit of this execution writes
 
-	// slots[v] are the present writers of version v (1-based; index 0
-	// unused), filled by resolve.
-	slots [][]*cop
+	// versions are the distinct versions the commits write, sorted: the
+	// only versions that can have a writer (a corrupt version or exp can
+	// be huge, so nothing is indexed densely by version).
+	versions []int
+	// slots[v] are the present writers of version v, filled by resolve.
+	slots map[int][]*cop
 	// chain is the present writers in version order.
 	chain []*cop
 	// chainOK says the chain is usable for replays: versions 1..n each
@@ -250,6 +253,15 @@ func newWorld(h *History, s *State) *world {
 	for id, e := range w.exes {
 		w.exeOrder = append(w.exeOrder, id)
 		e.pickRow(w.mp)
+		seen := map[int]bool{}
+		for _, c := range e.commits {
+			if !seen[c.slot()] {
+				seen[c.slot()] = true
+				e.versions = append(e.versions, c.slot())
+			}
+		}
+		sort.Ints(e.versions)
+		e.slots = map[int][]*cop{}
 	}
 	sort.Strings(w.exeOrder)
 	return w

@@ -182,7 +182,7 @@ func (w *world) resolve() (bad []badClaim) {
 				continue
 			}
 			e := w.exes[c.Exe]
-			if v := c.slot(); v < len(e.slots) && len(e.slots[v]) > 0 {
+			if v := c.slot(); len(e.slots[v]) > 0 {
 				c.st, c.why = absent, fmt.Sprintf("version %d is held by %s", v, e.slots[v][0].ID)
 				changed = true
 			} else if v > e.n {
@@ -214,18 +214,15 @@ func (w *world) resolve() (bad []badClaim) {
 		}
 		for _, id := range w.exeOrder {
 			e := w.exes[id]
-			for v := 1; v <= e.n; v++ {
-				if v < len(e.slots) && len(e.slots[v]) > 0 {
-					continue
+			open := map[int][]*cop{}
+			for _, c := range e.commits {
+				if c.st == unresolved {
+					open[c.slot()] = append(open[c.slot()], c)
 				}
-				var open []*cop
-				for _, c := range e.commits {
-					if c.st == unresolved && c.slot() == v {
-						open = append(open, c)
-					}
-				}
-				if len(open) == 1 {
-					open[0].st, open[0].why = present, fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n)
+			}
+			for v, cs := range open {
+				if v >= 1 && v <= e.n && len(e.slots[v]) == 0 && len(cs) == 1 {
+					cs[0].st, cs[0].why = present, fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n)
 					changed = true
 				}
 			}
@@ -250,30 +247,27 @@ func (w *world) resolve() (bad []badClaim) {
 // commits.
 func (w *world) buildSlots() {
 	for _, e := range w.exes {
-		n := max(e.n, e.maxSlot)
-		if cap(e.slots) >= n+1 {
-			e.slots = e.slots[:n+1]
-			for i := range e.slots {
-				e.slots[i] = e.slots[i][:0]
-			}
-		} else {
-			e.slots = make([][]*cop, n+1)
-		}
+		clear(e.slots)
 		for _, c := range e.commits {
 			if c.st == present {
 				e.slots[c.slot()] = append(e.slots[c.slot()], c)
 			}
 		}
 		e.chain = e.chain[:0]
-		e.chainOK = true
-		for v := 1; v < len(e.slots); v++ {
+		ok, single := true, 0
+		for _, v := range e.versions {
 			s := e.slots[v]
 			sort.SliceStable(s, func(i, j int) bool { return s[i].T0 < s[j].T0 })
 			e.chain = append(e.chain, s...)
-			if (v <= e.n && len(s) != 1) || (v > e.n && len(s) > 0) {
-				e.chainOK = false
+			switch {
+			case v >= 1 && v <= e.n && len(s) == 1:
+				single++
+			case len(s) > 0:
+				ok = false
 			}
 		}
+		// Versions 1..n each have exactly one writer, none beyond.
+		e.chainOK = ok && single == max(e.n, 0)
 	}
 }
 
