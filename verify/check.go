@@ -26,7 +26,7 @@ type Options struct {
 	// GOMAXPROCS).
 	Parallel int
 	// TimerSlack: an armed timer due more than this before the run's end
-	// must have fired (default 1 s).
+	// must have fired (default 2 s: a sweeper polls at least that often).
 	TimerSlack time.Duration
 }
 
@@ -44,7 +44,7 @@ func (o *Options) defaults() {
 		o.Parallel = runtime.GOMAXPROCS(0)
 	}
 	if o.TimerSlack <= 0 {
-		o.TimerSlack = time.Second
+		o.TimerSlack = 2 * time.Second
 	}
 }
 

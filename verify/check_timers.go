@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -40,7 +41,7 @@ func (ck *checker) timers() {
 		}
 		ck.count(InvTimers, len(e.timers))
 		rowRef := func(t placed[TimerRow]) RowRef {
-			return RowRef{Shard: t.shard, Table: "timers", Key: fmt.Sprintf("execution_id=%s path=%s", id, t.r.Path), Note: fmt.Sprintf("fire_at %v", t.r.FireAt)}
+			return RowRef{Shard: t.shard, Table: "timers", Key: fmt.Sprintf("execution_id=%s path=%s", id, t.r.Path), Note: fmt.Sprintf("fire_at %v", fmtAt(t.r.FireAt))}
 		}
 		for _, p := range sortedKeys(rowsByPath) {
 			if rs := rowsByPath[p]; len(rs) > 1 {
@@ -62,9 +63,9 @@ func (ck *checker) timers() {
 				rs := rowsByPath[p]
 				switch {
 				case len(rs) == 0:
-					ck.add(InvTimers, id, fmt.Sprintf("the final state arms %s at %v, but timers has no row for it", p, state[p]), nil, []RowRef{*execRow(e.row.shard, id)})
+					ck.add(InvTimers, id, fmt.Sprintf("the final state arms %s at %s, but timers has no row for it", p, fmtAt(state[p])), nil, []RowRef{*execRow(e.row.shard, id)})
 				case rs[0].r.FireAt != state[p]:
-					ck.add(InvTimers, id, fmt.Sprintf("timers row %s fires at %v, the final state arms it at %v", p, rs[0].r.FireAt, state[p]), nil,
+					ck.add(InvTimers, id, fmt.Sprintf("timers row %s fires at %s, the final state arms it at %s", p, fmtAt(rs[0].r.FireAt), fmtAt(state[p])), nil,
 						[]RowRef{rowRef(rs[0]), *execRow(e.row.shard, id)})
 				}
 			}
@@ -75,7 +76,7 @@ func (ck *checker) timers() {
 			if stateOK {
 				for _, p := range sortedKeys(rowsByPath) {
 					if _, ok := state[p]; !ok {
-						ck.add(InvTimers, id, fmt.Sprintf("timers row %s (at %v) is not armed by the final state", p, rowsByPath[p][0].r.FireAt),
+						ck.add(InvTimers, id, fmt.Sprintf("timers row %s (at %s) is not armed by the final state", p, fmtAt(rowsByPath[p][0].r.FireAt)),
 							nil, []RowRef{rowRef(rowsByPath[p][0])})
 					}
 				}
@@ -94,7 +95,7 @@ func (ck *checker) timers() {
 				} else if as := am[timerKey(c.Path, c.FireAt)]; len(as) > 0 {
 					as[len(as)-1].stale = append(as[len(as)-1].stale, c)
 				} else {
-					ck.add(InvTimers, id, fmt.Sprintf("timer fire %s of %s at %v: no committed commit before it armed that timer", c.ID, c.Path, c.FireAt),
+					ck.add(InvTimers, id, fmt.Sprintf("timer fire %s of %s at %s: no committed commit before it armed that timer", c.ID, c.Path, fmtAt(c.FireAt)),
 						[]OpRef{c.ref("the fire")}, nil)
 				}
 			}
@@ -125,11 +126,11 @@ func (ck *checker) timers() {
 				as := am[timerKey(p, t.r.FireAt)]
 				if len(as) > 0 && len(as[len(as)-1].fired) > 0 && as[len(as)-1].until == nil {
 					a := as[len(as)-1]
-					ck.add(InvLiveness, id, fmt.Sprintf("timer %s at %v fired (%s) but its row was never deleted", p, t.r.FireAt, a.fired[0].ID),
+					ck.add(InvLiveness, id, fmt.Sprintf("timer %s at %s fired (%s) but its row was never deleted", p, fmtAt(t.r.FireAt), a.fired[0].ID),
 						[]OpRef{a.fired[0].ref("the fire")}, []RowRef{rowRef(t)})
 					continue
 				}
-				ck.add(InvTimers, id, fmt.Sprintf("timers row %s (at %v) is not armed by the final state, and no fire of it explains that (a cancel that did not delete, a stale row?)", p, t.r.FireAt),
+				ck.add(InvTimers, id, fmt.Sprintf("timers row %s (at %s) is not armed by the final state, and no fire of it explains that (a cancel that did not delete, a stale row?)", p, fmtAt(t.r.FireAt)),
 					nil, []RowRef{rowRef(t)})
 			}
 			want := map[string]float64{}
@@ -144,12 +145,12 @@ func (ck *checker) timers() {
 		for _, k := range sortedKeys(am) {
 			for _, a := range am[k] {
 				if n := len(a.fired) + len(a.stale); n > 1 {
-					ops := []OpRef{a.by.ref(fmt.Sprintf("arms %s at %v", a.path, a.at))}
+					ops := []OpRef{a.by.ref(fmt.Sprintf("arms %s at %s", a.path, fmtAt(a.at)))}
 					ops = append(ops, refsOf(append(append([]*cop{}, a.fired...), a.stale...), "fires it")...)
-					ck.add(InvTimers, id, fmt.Sprintf("timer %s at %v (armed by %s) fired %d times", a.path, a.at, a.by.ID, n), ops, nil)
+					ck.add(InvTimers, id, fmt.Sprintf("timer %s at %s (armed by %s) fired %d times", a.path, fmtAt(a.at), a.by.ID, n), ops, nil)
 				}
 				if a.until == nil && len(a.fired) == 0 && haveEnd && a.at < endUnix-ck.o.TimerSlack.Seconds() {
-					ck.add(InvLiveness, id, fmt.Sprintf("timer %s at %v (armed by %s) was due %.1fs before the end but never fired", a.path, a.at, a.by.ID, endUnix-a.at),
+					ck.add(InvLiveness, id, fmt.Sprintf("timer %s at %s (armed by %s) was due %.1fs before the end but never fired", a.path, fmtAt(a.at), a.by.ID, endUnix-a.at),
 						[]OpRef{a.by.ref("armed it")}, timerRows(rowsByPath[a.path], rowRef))
 				}
 			}
@@ -161,13 +162,13 @@ func (ck *checker) timers() {
 			}
 			as := am[timerKey(d.Path, d.FireAt)]
 			if len(as) == 0 {
-				ck.add(InvTimers, id, fmt.Sprintf("delete_timer %s deleted %s at %v, which no committed commit armed", d.ID, d.Path, d.FireAt), []OpRef{ref(d, "deleted=true")}, nil)
+				ck.add(InvTimers, id, fmt.Sprintf("delete_timer %s deleted %s at %s, which no committed commit armed", d.ID, d.Path, fmtAt(d.FireAt)), []OpRef{ref(d, "deleted=true")}, nil)
 				continue
 			}
 			a := as[len(as)-1]
 			if a.until != nil && a.until.Outcome == OutcomeOK && a.until.T1 < d.T0 {
-				ck.add(InvTimers, id, fmt.Sprintf("delete_timer %s deleted %s at %v although %s had re-armed or cancelled it before the delete began: a stale sweep removed a re-armed timer",
-					d.ID, d.Path, d.FireAt, a.until.ID), []OpRef{ref(d, "deleted=true"), a.by.ref("armed it"), a.until.ref("superseded it")}, nil)
+				ck.add(InvTimers, id, fmt.Sprintf("delete_timer %s deleted %s at %s although %s had re-armed or cancelled it before the delete began: a stale sweep removed a re-armed timer",
+					d.ID, d.Path, fmtAt(d.FireAt), a.until.ID), []OpRef{ref(d, "deleted=true"), a.by.ref("armed it"), a.until.ref("superseded it")}, nil)
 			}
 		}
 	}
@@ -178,7 +179,7 @@ func (ck *checker) timers() {
 		for _, t := range r.Timers {
 			ck.count(InvTimers, 1)
 			if t.FireAt > r.Now {
-				ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s (now %v) returned %s at %v, which was not due", r.ID, r.Now, t.Path, t.FireAt), []OpRef{ref(r, "")}, nil)
+				ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s (now %s) returned %s at %s, which was not due", r.ID, fmtAt(r.Now), t.Path, fmtAt(t.FireAt)), []OpRef{ref(r, "")}, nil)
 			}
 			e := w.exes[t.Exe]
 			if e == nil {
@@ -193,14 +194,14 @@ func (ck *checker) timers() {
 				committed = committed || c.st == present
 			}
 			if !committed {
-				ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s returned %s at %v, whose arming never committed", r.ID, t.Path, t.FireAt),
+				ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s returned %s at %s, whose arming never committed", r.ID, t.Path, fmtAt(t.FireAt)),
 					append([]OpRef{ref(r, "")}, refsOf(cands, "arms it, did not commit")...), nil)
 				continue
 			}
 			if as := armings[e][k]; len(as) > 0 {
 				a := as[len(as)-1]
 				if a.until != nil && a.until.Outcome == OutcomeOK && a.until.T1 < r.T0 {
-					ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s returned %s at %v, which %s had re-armed or cancelled before the read began", r.ID, t.Path, t.FireAt, a.until.ID),
+					ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s returned %s at %s, which %s had re-armed or cancelled before the read began", r.ID, t.Path, fmtAt(t.FireAt), a.until.ID),
 						[]OpRef{ref(r, ""), a.by.ref("armed it"), a.until.ref("superseded it")}, nil)
 				}
 			}
@@ -250,8 +251,11 @@ func fmtTimers(m map[string]float64) string {
 	}
 	var s []string
 	for k, v := range m {
-		s = append(s, fmt.Sprintf("%s@%v", k, v))
+		s = append(s, k+"@"+fmtAt(v))
 	}
 	sort.Strings(s)
 	return "{" + strings.Join(s, ", ") + "}"
 }
+
+// fmtAt prints a fire time (Unix seconds) exactly, without an exponent.
+func fmtAt(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

@@ -233,6 +233,15 @@ var corpusCases = []corpusCase{
 		Result: verify.Fail, Liveness: true}, build: pendingScenario(true)},
 	{name: "quiesce-timeout", want: want{Note: "the quiesce ran out of time with an emit pending: not proven, an error",
 		Result: verify.Error, Liveness: true}, build: pendingScenario(false)},
+	{name: "timer-never-fired", want: want{Note: "a timer due seconds before the end never fired, although the quiesce says it drained everything",
+		Result: verify.Fail, Liveness: true},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			s.step("w0", sc.C, spec{timers: []verify.TimerOp{{Path: "t5", FireAt: s.unix(10 * time.Millisecond)}}}, mOK)
+			s.now += int64(3 * time.Second)
+			s.finish(true)
+			return sc
+		}},
 	{name: "map-mismatch", want: want{Note: "the history was routed by another map than the one dumped", Result: verify.Error},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			st.Map.Shards[0].Ranges[0][1]--
