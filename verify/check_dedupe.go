@@ -42,7 +42,7 @@ func (ck *checker) dedupe() {
 		for _, ev := range sortedKeys(byEvent) {
 			cs := byEvent[ev]
 			if len(rows[ev]) == 0 {
-				ck.add(InvDedupe, id, fmt.Sprintf("event %s applied by %s (version %d) has no processed_events row", ev, cs[0].ID, cs[0].slot()),
+				ck.add(InvDedupe, id, fmt.Sprintf("event %s applied by %s (version %d) has no processed_events row%s", ev, cs[0].ID, cs[0].slot(), cs[0].wholly()),
 					[]OpRef{cs[0].ref("applied it")}, nil)
 			}
 			if len(cs) > 1 {

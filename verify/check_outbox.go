@@ -43,7 +43,7 @@ func (ck *checker) outbox() {
 			case c == nil:
 				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s) names emitter %q, which is not a commit of the history", r.Seq, ev.ID, ev.Op), nil, []RowRef{rr})
 			case c.st != present:
-				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s) was emitted by %s, which did not commit: an event must exist only if its commit committed", r.Seq, ev.ID, c.ID),
+				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s) was emitted by %s, which did not commit: an event must exist only if its commit committed%s", r.Seq, ev.ID, c.ID, c.wholly()),
 					[]OpRef{c.ref("the emitter")}, []RowRef{rr})
 			case c.Exe != ev.From:
 				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d says it is from %s, but its emitter %s is a commit of %s", r.Seq, ev.From, c.ID, c.Exe),
@@ -63,7 +63,7 @@ func (ck *checker) outbox() {
 			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s of event %s (seq %d) names origin %q, which is not a commit of the history", d.ID, d.Input, d.Seq, d.Origin),
 				[]OpRef{d.ref("the delivery")}, nil)
 		case o.st != present:
-			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s (%s) carried event %s of %s, which did not commit: the relay read an outbox row of an uncommitted commit", d.ID, d.Outcome, d.Input, o.ID),
+			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s (%s) carried event %s of %s, which did not commit: the relay read an outbox row of an uncommitted commit%s", d.ID, d.Outcome, d.Input, o.ID, o.wholly()),
 				[]OpRef{d.ref("the delivery"), o.ref("the origin")}, nil)
 		case !o.emitsTo(d.Input, d.Exe):
 			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s applies event %s to %s, which its origin %s did not emit there", d.ID, d.Input, d.Exe, o.ID),
@@ -125,7 +125,7 @@ func (ck *checker) outbox() {
 					ck.add(InvLiveness, em.Target, fmt.Sprintf("event %s of %s is still pending for %s (never applied)", em.Event, c.ID, em.Target),
 						[]OpRef{c.ref("the emitter")}, rr)
 				case len(a) == 0:
-					ck.add(InvOutbox, em.Target, fmt.Sprintf("event %s emitted by %s to %s was never applied, and its outbox row is gone (acked without delivery, or deleted)", em.Event, c.ID, em.Target),
+					ck.add(InvOutbox, em.Target, fmt.Sprintf("event %s emitted by %s to %s was never applied, and its outbox row is gone (acked without delivery, or deleted)%s", em.Event, c.ID, em.Target, c.wholly()),
 						[]OpRef{c.ref("the emitter")}, nil)
 				case len(a) > 1:
 					ops := []OpRef{c.ref("the emitter")}

@@ -39,7 +39,7 @@ func (ck *checker) spawns() {
 			case c == nil || c.Exe != id:
 				ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d (child %s) names op %q, which is not a commit of %s", s.r.Seq, s.r.ChildID, d.Op, id), nil, []RowRef{rr})
 			case c.st != present:
-				ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d (child %s) was written by %s, which did not commit", s.r.Seq, s.r.ChildID, c.ID),
+				ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d (child %s) was written by %s, which did not commit%s", s.r.Seq, s.r.ChildID, c.ID, c.wholly()),
 					[]OpRef{c.ref("the spawner")}, []RowRef{rr})
 			case !contains(c.Spawns, s.r.ChildID):
 				ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d: child %s is not a spawn of %s", s.r.Seq, s.r.ChildID, c.ID),
@@ -65,7 +65,7 @@ func (ck *checker) spawns() {
 				m := seqs[ch]
 				switch {
 				case len(m) == 0:
-					ck.add(InvSpawns, id, fmt.Sprintf("child %s spawned by %s has no spawn intent (no row, never acked)", ch, c.ID), []OpRef{c.ref("the spawner")}, nil)
+					ck.add(InvSpawns, id, fmt.Sprintf("child %s spawned by %s has no spawn intent (no row, never acked)%s", ch, c.ID, c.wholly()), []OpRef{c.ref("the spawner")}, nil)
 				case len(m) > 1:
 					var parts []string
 					for seq, where := range m {

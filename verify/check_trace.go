@@ -34,7 +34,7 @@ func (ck *checker) trace() {
 			case c == nil || c.Exe != id:
 				ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d names op %q, which is not a commit of %s", t.r.Idx, docs[i].Op, id), nil, []RowRef{rr(t)})
 			case c.st != present:
-				ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d is the entry of %s, which did not commit", t.r.Idx, c.ID), []OpRef{c.ref("")}, []RowRef{rr(t)})
+				ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d is the entry of %s, which did not commit%s", t.r.Idx, c.ID, c.wholly()), []OpRef{c.ref("")}, []RowRef{rr(t)})
 			case !c.Trace:
 				ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d names %s, which appends no trace entry", t.r.Idx, c.ID), []OpRef{c.ref("")}, []RowRef{rr(t)})
 			}

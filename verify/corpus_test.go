@@ -410,6 +410,22 @@ var corpusCases = []corpusCase{
 		}
 		panic("no row")
 	}},
+	{name: "info-present-partly", want: want{Note: "an unknown-outcome commit resolved present (the reload read its version) lacks its ledger row: not wholly present",
+		Result: verify.Fail, Violated: []string{"dedupe"}},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			s.step("w1", sc.B, spec{}, mInfoApplied)
+			s.step("w0", sc.B, spec{}, mOK)
+			s.finish(true)
+			return sc
+		},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			i := lastOp(lines, "kind", "commit", "exe", sc.B, "outcome", "info")
+			ev := lines[i].get("event").(string)
+			ss := shardNamed(st, "shard1")
+			ss.Processed = slices.DeleteFunc(ss.Processed, func(r verify.ProcessedRow) bool { return r.EventID == ev })
+			return lines
+		}},
 	{name: "processed-row-inserted", want: fail("dedupe"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 		ss := shardNamed(st, "shard1")
 		ss.Processed = append(ss.Processed, verify.ProcessedRow{ExecutionID: sc.B, EventID: "r1-w9-1", Bucket: sc.s.mp.Bucket(sc.B)})

@@ -355,6 +355,20 @@ func (c *cop) describe() string {
 	return b.String()
 }
 
+// wholly explains, for an unknown-outcome commit, why its effects must be
+// all present or all absent ("" for other commits).
+func (c *cop) wholly() string {
+	switch {
+	case c.Outcome != OutcomeInfo:
+		return ""
+	case c.st == present:
+		return fmt.Sprintf(" (%s had an unknown outcome and was resolved present — %s — so all its effects must be present)", c.ID, c.why)
+	case c.st == absent:
+		return fmt.Sprintf(" (%s had an unknown outcome and was resolved absent — %s — so none of its effects may be present)", c.ID, c.why)
+	}
+	return ""
+}
+
 func (c *cop) ref(note string) OpRef {
 	r := ref(c.Op, note)
 	if c.Outcome == OutcomeInfo {
