@@ -29,8 +29,16 @@ func (ck *checker) dedupe() {
 			}
 		}
 		ck.count(InvDedupe, len(e.processed)+len(e.chain))
+		// unsure: events recorded by an unresolved commit, which may be
+		// the one that applied it.
+		unsure := map[string]bool{}
+		for _, c := range e.commits {
+			if c.st == unresolved && c.Event != "" {
+				unsure[c.Event] = true
+			}
+		}
 		for _, ev := range sortedKeys(rows) {
-			if len(byEvent[ev]) > 0 {
+			if len(byEvent[ev]) > 0 || unsure[ev] {
 				continue
 			}
 			var ops []OpRef
@@ -71,10 +79,10 @@ func (ck *checker) dedupe() {
 			ck.count(InvDedupe, 1)
 			cs := byEvent[l.Event]
 			switch {
-			case l.Processed && len(cs) == 0:
+			case l.Processed && len(cs) == 0 && !unsure[l.Event]:
 				ck.add(InvDedupe, id, fmt.Sprintf("load %s said event %s is processed, but no committed commit of %s applied it", l.ID, l.Event, id),
 					[]OpRef{ref(l, "processed=true")}, rows[l.Event])
-			case l.Processed && earliestCall(cs).T0 > l.T1:
+			case l.Processed && len(cs) > 0 && earliestCall(cs).T0 > l.T1:
 				c := earliestCall(cs)
 				ck.add(InvDedupe, id, fmt.Sprintf("load %s said event %s is processed before the commit applying it (%s) was even invoked", l.ID, l.Event, c.ID),
 					[]OpRef{ref(l, "processed=true"), c.ref("applies it")}, nil)

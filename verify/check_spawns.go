@@ -52,7 +52,7 @@ func (ck *checker) spawns() {
 			cands := w.spawners[id+"\x00"+a.Child]
 			ok := false
 			for _, c := range cands {
-				ok = ok || c.st == present
+				ok = ok || c.st != absent // an unresolved spawner may have committed
 			}
 			if !ok {
 				ck.add(InvSpawns, id, fmt.Sprintf("ack_spawn %s acked seq %d (child %s), which no committed commit of %s spawned", a.ID, a.Seq, a.Child, id),

@@ -191,7 +191,7 @@ func (ck *checker) timers() {
 			committed := false
 			for _, c := range w.byArming[e][k] {
 				cands = append(cands, c)
-				committed = committed || c.st == present
+				committed = committed || c.st != absent // an unresolved one may have committed
 			}
 			if !committed {
 				ck.add(InvTimers, t.Exe, fmt.Sprintf("due_timers %s returned %s at %s, whose arming never committed", r.ID, t.Path, fmtAt(t.FireAt)),
