@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -337,5 +338,5 @@ func fmtCount(v float64) string {
 	case v == math.Trunc(v):
 		return fmt.Sprintf("%.0f", v)
 	}
-	return fmt.Sprintf("%.1f", v)
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
