@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgshard/pgshard/verify"
+)
+
+// verifyExitError is the exit code of `verify` when it cannot reach a
+// verdict (a bad history, a shard that is down): like a vacuous run, it
+// proves nothing.
+const verifyExitError = 2
+
+// StateFile is the name of the dumped final state `verify` writes next to
+// its report, so a verdict can be re-checked without the database
+// (`pgshard verify --state`).
+const StateFile = "state.json.gz"
+
+func newVerifyCmd() *cobra.Command {
+	var historyPath, outDir, statePath string
+	var asJSON bool
+	var minLanded int
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check a chaos run's history against the final state of every shard",
+		Long: `Check a chaos run: read its history (history.jsonl, .jsonl.gz or .jsonl.zst)
+and the final contents of every shard of the config's map (over each shard's
+direct DSN, read-only), and decide whether the store's invariants held — CAS
+versions and linearizability, outbox, dedupe, timers, spawns, trace ring,
+placement — and whether every scheduled fault kind really landed.
+
+Prints the verdict table (or JSON with --json) and writes verdict.json,
+report.html (with porcupine's visualization of any execution that is not
+linearizable) and the dumped state (` + StateFile + `) to --out (default: the
+history's directory). --state checks against a saved state instead of the
+database.
+
+Exit status: 0 PASS, 1 FAIL (violations), 2 VACUOUS (a scheduled fault kind
+landed fewer than --min-landed times) or ERROR (truncated history, quiesce
+not finished, undecided check, unreadable input or shard).`,
+		Args: cobra.NoArgs,
+	}
+	cfgPath := addConfigFlag(cmd)
+	cmd.Flags().StringVar(&historyPath, "history", "", "the run's history file (required)")
+	cmd.Flags().StringVar(&outDir, "out", "", "directory for verdict.json, report.html and the state (default: the history's directory)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verdict as JSON")
+	cmd.Flags().IntVar(&minLanded, "min-landed", 1, "landings each scheduled fault kind needs, counted from evidence, for the run not to be vacuous")
+	cmd.Flags().StringVar(&statePath, "state", "", "check against this saved state (state.json[.gz]) instead of dumping the shards")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if historyPath == "" {
+			return usagef("--history is required")
+		}
+		if minLanded < 1 {
+			return usagef("--min-landed must be at least 1")
+		}
+		fail := func(err error) error { return &ExitCodeError{Code: verifyExitError, Err: err} }
+		h, err := verify.OpenHistory(historyPath)
+		if err != nil {
+			return fail(err)
+		}
+		var st *verify.State
+		if statePath != "" {
+			if st, err = verify.ReadStateFile(statePath); err != nil {
+				return fail(err)
+			}
+		} else {
+			_, m, err := loadMap(cmd, *cfgPath)
+			if err != nil {
+				return fail(err)
+			}
+			if st, err = verify.Dump(cmd.Context(), m, verify.DumpOptions{}); err != nil {
+				return fail(err)
+			}
+		}
+		v := verify.Check(cmd.Context(), h, st, verify.Options{MinLanded: minLanded})
+		if outDir == "" {
+			outDir = filepath.Dir(historyPath)
+		}
+		if err := verify.WriteReport(outDir, v); err != nil {
+			return fail(err)
+		}
+		if statePath == "" {
+			if err := verify.WriteStateFile(filepath.Join(outDir, StateFile), st); err != nil {
+				return fail(err)
+			}
+		}
+		out := cmd.OutOrStdout()
+		if asJSON {
+			err = v.WriteJSON(out)
+		} else {
+			err = v.WriteText(out)
+			fmt.Fprintf(out, "\nreport: %s\n", filepath.Join(outDir, verify.ReportFile))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if code := v.ExitCode(); code != 0 {
+			return &ExitCodeError{Code: code, Err: fmt.Errorf("verdict %s: %s", v.Result, strings.Join(v.Reasons, "; "))}
+		}
+		return nil
+	}
+	return cmd
+}

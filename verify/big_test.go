@@ -1,0 +1,199 @@
+package verify_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/pgshard/pgshard/verify"
+)
+
+// bigScenario drives the sim like the chaos workload: workers stepping
+// random executions (fast and complex commits, emits, timers, spawns,
+// traces, redeliveries, conflicts, unknown outcomes), the relay and the
+// sweeper every few steps, and faults whose evidence and errors land, until
+// the history has about ops ops; then a drained quiesce.
+func bigScenario(s *sim, rng *rand.Rand, executions, workers, ops int) {
+	s.traceMax = 8
+	ids := make([]string, executions)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%032x", 0xb0000000+i)
+		s.setup(ids[i])
+	}
+	type done struct{ exe, event string }
+	var applied []done
+	kinds := []string{verify.FaultTerminate, verify.FaultLostAck, verify.FaultPgBouncerKill, verify.FaultShardCrash}
+	nextFault := 0
+	for step := 0; len(s.lines) < ops; step++ {
+		w := "w" + strconv.Itoa(rng.IntN(workers))
+		exe := ids[rng.IntN(len(ids))]
+		if rng.IntN(10) == 0 {
+			exe = ids[rng.IntN(8)] // a few hot executions
+		}
+		var sp spec
+		if rng.Float64() >= 0.5 {
+			for n := rng.IntN(3); n > 0; n-- {
+				sp.emits = append(sp.emits, ids[rng.IntN(len(ids))])
+			}
+			if rng.Float64() < 0.4 {
+				p := "t" + strconv.Itoa(rng.IntN(3))
+				if rng.Float64() < 0.3 {
+					sp.timers = []verify.TimerOp{{Path: p, Cancel: true}}
+				} else {
+					sp.timers = []verify.TimerOp{{Path: p, FireAt: s.unix(1500 * time.Millisecond)}}
+				}
+			}
+			if rng.Float64() < 0.05 {
+				sp.spawns = []string{fmt.Sprintf("child-%d", step)}
+			}
+			sp.trace = true
+		}
+		md := mOK
+		switch r := rng.Float64(); {
+		case r < 0.015:
+			md = mInfoApplied
+		case r < 0.03:
+			md = mInfoLost
+		}
+		var commits []string
+		if rng.Float64() < 0.05 {
+			commits = s.stepRacing(w, exe, sp, func() { s.step("w"+strconv.Itoa(rng.IntN(workers)), exe, spec{}, mOK) })
+		} else {
+			commits = s.step(w, exe, sp, md)
+		}
+		if len(commits) > 0 {
+			applied = append(applied, done{exe, fmt.Sprintf("%s-%s-%d", s.run, w, s.events[w])})
+		}
+		if rng.Float64() < 0.05 && len(applied) > 0 {
+			d := applied[rng.IntN(len(applied))]
+			if s.processed[d.exe][d.event] {
+				s.redeliver(w, d.exe, d.event)
+			}
+		}
+		if step%40 == 0 {
+			s.relay()
+		}
+		if step%100 == 0 {
+			s.sweep(s.unix(0), nil)
+		}
+		if step%2000 == 1000 {
+			k := kinds[nextFault%len(kinds)]
+			nextFault++
+			id := "f" + strconv.Itoa(nextFault)
+			sh := "shard" + strconv.Itoa(nextFault%2)
+			ev := map[string]obj{
+				verify.FaultTerminate:     {{"terminated", []obj{{{"pid", 4000 + nextFault}, {"state", "active"}}}}},
+				verify.FaultLostAck:       {{"dropped", 1}},
+				verify.FaultPgBouncerKill: {{"old_pid", 100 + nextFault}, {"new_pid", 200 + nextFault}},
+				verify.FaultShardCrash:    {{"old_pid", 300 + nextFault}, {"new_pid", 400 + nextFault}, {"recovery", []string{"database system was interrupted; last known up at ..."}}},
+			}[k]
+			s.fault(id, k, sh, true, ev)
+			target := s.exeID(sh, rng.IntN(5))
+			if k == verify.FaultLostAck {
+				s.step(w, target, spec{}, mInfoApplied)
+			} else {
+				s.errOp(w, target, "57P01")
+			}
+			s.heal(id, k, sh)
+		}
+		s.now += int64(rng.IntN(500)) * int64(time.Microsecond)
+	}
+	for range 3 {
+		s.relay()
+		s.now += int64(2 * time.Second)
+		s.sweep(s.unix(0), nil)
+	}
+	s.relay()
+	s.finish(true)
+}
+
+// widen makes ops overlap as concurrent clients' do, without making a
+// correct history incorrect: each op's interval grows around the instant
+// it took effect.
+func widen(lines []obj, rng *rand.Rand) {
+	for _, l := range lines {
+		if l.get("type") != "op" {
+			continue
+		}
+		t0, t1 := l.get("t0").(int64), l.get("t1").(int64)
+		t0 = max(0, t0-rng.Int64N(int64(3*time.Millisecond)))
+		t1 += rng.Int64N(int64(3 * time.Millisecond))
+		l.set("t0", t0)
+		l.set("t1", t1)
+	}
+}
+
+// TestLargeHistory checks a ~300k-op history (2000 executions, 16
+// workers, faults) read from zstd (40k ops under the race detector;
+// PGSHARD_VERIFY_BIG_OPS overrides): it must pass, quickly. It measures
+// the check's time and memory and logs them.
+func TestLargeHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large history in -short mode")
+	}
+	ops := 300000
+	if raceEnabled {
+		ops = 40000
+	}
+	if v := os.Getenv("PGSHARD_VERIFY_BIG_OPS"); v != "" {
+		ops, _ = strconv.Atoi(v)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := newSim()
+	t0 := time.Now()
+	bigScenario(s, rng, 2000, 16, ops)
+	lines := s.historyLines()
+	widen(lines, rng)
+	raw := encodeLines(lines)
+	var zb bytes.Buffer
+	zw, _ := zstd.NewWriter(&zb)
+	_, _ = zw.Write(raw)
+	_ = zw.Close()
+	path := filepath.Join(t.TempDir(), "history.jsonl.zst")
+	if err := os.WriteFile(path, zb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := s.state()
+	t.Logf("generated %d lines (%d MB, %d MB zstd) in %v", len(lines), len(raw)>>20, zb.Len()>>20, time.Since(t0).Round(time.Millisecond))
+	s, lines, raw = nil, nil, nil
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	h, err := verify.OpenHistory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := time.Since(start)
+	v := verify.Check(context.Background(), h, st, verify.Options{})
+	total := time.Since(start)
+	runtime.ReadMemStats(&m1)
+	var b bytes.Buffer
+	_ = v.WriteText(&b)
+	t.Logf("read %d ops in %v, checked in %v (total %v); heap in use %d MB, allocated %d MB\n%s",
+		len(h.Ops), read.Round(time.Millisecond), time.Duration(v.CheckMS)*time.Millisecond, total.Round(time.Millisecond),
+		m1.HeapInuse>>20, (m1.TotalAlloc-m0.TotalAlloc)>>20, b.String())
+	if keep := os.Getenv("PGSHARD_VERIFY_REPORT_DIR"); keep != "" {
+		if err := verify.WriteReport(filepath.Join(keep, "large"), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.Result != verify.Pass {
+		t.Fatalf("a correct large history: %s", v.Result)
+	}
+	if v.Unknown.Total == 0 || v.Unknown.Unresolved != 0 {
+		t.Errorf("unknown outcomes %+v: want some, all resolved", v.Unknown)
+	}
+	if total > 90*time.Second {
+		t.Errorf("checking took %v, want well under 90 s", total)
+	}
+}

@@ -1,0 +1,251 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Options tune Check. The zero value is usable.
+type Options struct {
+	// MinLanded is how many times each scheduled fault kind must have
+	// landed (counted from evidence) for the run not to be vacuous
+	// (default 1).
+	MinLanded int
+	// PartitionTimeout bounds porcupine on one execution (default 10 s);
+	// a partition it cannot decide in time is undecided, never a pass.
+	PartitionTimeout time.Duration
+	// LinearizabilityBudget bounds the whole linearizability check
+	// (default 2 min); partitions not checked when it runs out are
+	// undecided.
+	LinearizabilityBudget time.Duration
+	// Parallel is how many partitions are checked at once (default
+	// GOMAXPROCS).
+	Parallel int
+	// TimerSlack: an armed timer due more than this before the run's end
+	// must have fired (default 2 s: a sweeper polls at least that often).
+	TimerSlack time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.MinLanded <= 0 {
+		o.MinLanded = 1
+	}
+	if o.PartitionTimeout <= 0 {
+		o.PartitionTimeout = 10 * time.Second
+	}
+	if o.LinearizabilityBudget <= 0 {
+		o.LinearizabilityBudget = 2 * time.Minute
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = runtime.GOMAXPROCS(0)
+	}
+	if o.TimerSlack <= 0 {
+		o.TimerSlack = 2 * time.Second
+	}
+}
+
+// checker collects the violations and item counts of one Check.
+type checker struct {
+	w       *world
+	o       Options
+	v       *Verdict
+	checked map[string]int
+	viol    map[string][]Violation
+}
+
+func (ck *checker) add(inv, exeID, summary string, ops []OpRef, rows []RowRef) {
+	ck.viol[inv] = append(ck.viol[inv], Violation{Invariant: inv, Execution: exeID, Summary: summary, Ops: ops, Rows: rows})
+}
+
+func (ck *checker) count(inv string, n int) { ck.checked[inv] += n }
+
+// drained reports whether the run's end line says the quiesce drained
+// everything (outbox, spawns, due timers): only then is pending work a
+// liveness failure rather than expected.
+func (ck *checker) drained() bool {
+	e := ck.w.h.End
+	return e != nil && e.Quiesce != nil && e.Quiesce.OK
+}
+
+// Check checks every invariant of DESIGN.md §5 over a history and the
+// final state of every shard, counts the landed faults and returns the
+// verdict. It needs no database. ctx bounds the linearizability check
+// (its end leaves partitions undecided, which is an ERROR result).
+func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
+	start := time.Now()
+	o.defaults()
+	v := &Verdict{
+		Run: h.Header.Run, Scenario: h.Header.Scenario, Target: h.Header.Target, Seed: h.Header.Seed,
+		Truncated: h.Truncated(), Ops: len(h.Ops), MinLanded: o.MinLanded, CheckedAt: start.UTC(),
+	}
+	if h.End != nil && h.End.Quiesce != nil {
+		v.Quiesced = h.End.Quiesce.OK
+	}
+	var reasons []string
+	if len(h.Header.Map.Shards) > 0 {
+		if d := mapDiff(h.Header.Map, s.Map); d != "" {
+			reasons = append(reasons, "the history's shard map is not the dumped one: "+d)
+		}
+	}
+	w := newWorld(h, s)
+	ck := &checker{w: w, o: o, v: v, checked: map[string]int{}, viol: map[string][]Violation{}}
+	bad := w.resolve()
+	ck.cas(bad)
+	ck.linearizability(ctx)
+	ck.outbox()
+	ck.dedupe()
+	ck.timers()
+	ck.spawns()
+	ck.trace()
+	ck.placement()
+
+	v.Commits = len(w.commits)
+	for _, e := range w.exes {
+		if len(e.commits) > 0 || len(e.rows) > 0 {
+			v.Executions++
+		}
+	}
+	for _, id := range w.exeOrder {
+		for _, c := range w.exes[id].commits {
+			if c.Outcome != OutcomeInfo {
+				continue
+			}
+			v.Unknown.Total++
+			switch c.st {
+			case present:
+				v.Unknown.Present++
+			case absent:
+				v.Unknown.Absent++
+			default:
+				v.Unknown.Unresolved++
+				if len(v.Unknown.UnresolvedOps) < 100 {
+					v.Unknown.UnresolvedOps = append(v.Unknown.UnresolvedOps, c.ref(""))
+				}
+			}
+		}
+	}
+	for _, inv := range Invariants {
+		vs := ck.viol[inv.Name]
+		sortViolations(vs)
+		v.Violations = append(v.Violations, vs...)
+		v.Invariants = append(v.Invariants, InvariantResult{Name: inv.Name, Checked: ck.checked[inv.Name], Violations: len(vs), Checks: inv.Checks})
+	}
+	if v.Violations == nil {
+		v.Violations = []Violation{}
+	}
+	v.Liveness = ck.viol[InvLiveness]
+	sortViolations(v.Liveness)
+	if v.Liveness == nil {
+		v.Liveness = []Violation{}
+	}
+	v.Invariants = append(v.Invariants, InvariantResult{Name: InvLiveness, Checked: ck.checked[InvLiveness], Violations: len(v.Liveness),
+		Checks: "nothing pending after the quiesce: outbox rows, spawn intents, due timers"})
+	v.Faults = landings(w, o)
+	v.Timeline = timeline(w)
+
+	// The result, most serious first.
+	vacuous := 0
+	for _, f := range v.Faults {
+		if f.Vacuous {
+			vacuous++
+		}
+	}
+	switch {
+	case len(reasons) > 0:
+		v.Result = Error
+	case h.Truncated():
+		v.Result = Error
+		reasons = append(reasons, "the history is truncated (no end line): the run did not finish; violations may involve ops it never recorded")
+	case len(v.Violations) > 0:
+		v.Result = Fail
+	case len(v.Liveness) > 0 && ck.drained():
+		v.Result = Fail
+		reasons = append(reasons, fmt.Sprintf("%d liveness failures although the quiesce reported everything drained", len(v.Liveness)))
+	case len(v.Undecided) > 0:
+		v.Result = Error
+	case len(v.Liveness) > 0:
+		v.Result = Error
+		reasons = append(reasons, fmt.Sprintf("the quiesce did not finish (%d liveness failures): delivery, firing and acking are not proven", len(v.Liveness)))
+	case vacuous > 0:
+		v.Result = Vacuous
+	default:
+		v.Result = Pass
+	}
+	if n := len(v.Violations); n > 0 {
+		var names []string
+		for _, r := range v.Invariants {
+			if r.Violations > 0 && r.Name != InvLiveness {
+				names = append(names, fmt.Sprintf("%s %d", r.Name, r.Violations))
+			}
+		}
+		reasons = append(reasons, fmt.Sprintf("%d violations (%s)", n, joinComma(names)))
+	}
+	if len(v.Undecided) > 0 {
+		reasons = append(reasons, fmt.Sprintf("linearizability undecided for %d executions (timeout): not a pass", len(v.Undecided)))
+	}
+	for _, f := range v.Faults {
+		if f.Vacuous {
+			reasons = append(reasons, fmt.Sprintf("fault %s scheduled %d times but landed %d times (< %d): vacuous", f.Kind, f.Scheduled, f.Landed, o.MinLanded))
+		}
+	}
+	v.Reasons = reasons
+	v.CheckMS = time.Since(start).Milliseconds()
+	return v
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	return out
+}
+
+func sortViolations(vs []Violation) {
+	sort.SliceStable(vs, func(i, j int) bool {
+		if vs[i].Execution != vs[j].Execution {
+			return vs[i].Execution < vs[j].Execution
+		}
+		return vs[i].Summary < vs[j].Summary
+	})
+}
+
+// mapDiff says how two maps differ, "" if they are the same.
+func mapDiff(a, b MapInfo) string {
+	if a.Buckets != b.Buckets {
+		return fmt.Sprintf("buckets %d vs %d", a.Buckets, b.Buckets)
+	}
+	if len(a.Shards) != len(b.Shards) {
+		return fmt.Sprintf("%d shards vs %d", len(a.Shards), len(b.Shards))
+	}
+	norm := func(m MapInfo) map[string]MapShard {
+		out := map[string]MapShard{}
+		for _, s := range m.Shards {
+			r := slices.Clone(s.Ranges)
+			sort.Slice(r, func(i, j int) bool { return r[i][0] < r[j][0] })
+			s.Ranges = r
+			out[s.Name] = s
+		}
+		return out
+	}
+	na, nb := norm(a), norm(b)
+	for name, sa := range na {
+		sb, ok := nb[name]
+		switch {
+		case !ok:
+			return fmt.Sprintf("shard %s is not in the dumped map", name)
+		case sa.Ordinal != sb.Ordinal:
+			return fmt.Sprintf("shard %s has ordinal %d vs %d", name, sa.Ordinal, sb.Ordinal)
+		case !slices.Equal(sa.Ranges, sb.Ranges):
+			return fmt.Sprintf("shard %s has ranges %v vs %v", name, sa.Ranges, sb.Ranges)
+		}
+	}
+	return ""
+}

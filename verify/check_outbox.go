@@ -1,0 +1,173 @@
+package verify
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// outbox checks that an outbox event exists (as a final row, or as a
+// delivery, an ack or a relay read of one) only if the commit that emitted
+// it committed, that each event was in exactly one row, and that each
+// emit of a committed commit was applied to its target exactly once (a
+// row still pending after the quiesce is a liveness failure).
+func (ck *checker) outbox() {
+	w := ck.w
+	seqs := map[string]map[int64][]string{} // event → seq → where it was seen
+	seen := func(event string, seq int64, where string) {
+		m := seqs[event]
+		if m == nil {
+			m = map[int64][]string{}
+			seqs[event] = m
+		}
+		m[seq] = append(m[seq], where)
+	}
+	pending := map[string][]placed[OutboxRow]{} // event → final rows
+	for _, sh := range w.s.Shards {
+		for _, r := range sh.Outbox {
+			ck.count(InvOutbox, 1)
+			rr := RowRef{Shard: sh.Name, Table: "outbox", Key: fmt.Sprintf("seq=%d", r.Seq)}
+			ev, ok := parseOutbox(r.Event)
+			if !ok || ev.ID == "" || ev.From == "" || ev.Op == "" {
+				ck.add(InvOutbox, "", fmt.Sprintf("outbox row seq %d is not an event document with id, from and op", r.Seq), nil, []RowRef{rr})
+				continue
+			}
+			target := ""
+			if r.TargetID != nil {
+				target = *r.TargetID
+			}
+			seen(ev.ID, r.Seq, "row on "+sh.Name)
+			pending[ev.ID] = append(pending[ev.ID], placed[OutboxRow]{sh.Name, r})
+			c := w.commits[ev.Op]
+			switch {
+			case c == nil:
+				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s) names emitter %q, which is not a commit of the history", r.Seq, ev.ID, ev.Op), nil, []RowRef{rr})
+			case c.st != present:
+				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s) was emitted by %s, which did not commit: an event must exist only if its commit committed%s", r.Seq, ev.ID, c.ID, c.wholly()),
+					[]OpRef{c.ref("the emitter")}, []RowRef{rr})
+			case c.Exe != ev.From:
+				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d says it is from %s, but its emitter %s is a commit of %s", r.Seq, ev.From, c.ID, c.Exe),
+					[]OpRef{c.ref("the emitter")}, []RowRef{rr})
+			case !c.emitsTo(ev.ID, target):
+				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s to %q) is not an emit of %s", r.Seq, ev.ID, target, c.ID),
+					[]OpRef{c.ref("the emitter")}, []RowRef{rr})
+			}
+		}
+	}
+	for _, d := range w.deliveries {
+		ck.count(InvOutbox, 1)
+		seen(d.Input, d.Seq, "delivery "+d.ID)
+		o := w.commits[d.Origin]
+		switch {
+		case o == nil:
+			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s of event %s (seq %d) names origin %q, which is not a commit of the history", d.ID, d.Input, d.Seq, d.Origin),
+				[]OpRef{d.ref("the delivery")}, nil)
+		case o.st != present:
+			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s (%s) carried event %s of %s, which did not commit: the relay read an outbox row of an uncommitted commit%s", d.ID, d.Outcome, d.Input, o.ID, o.wholly()),
+				[]OpRef{d.ref("the delivery"), o.ref("the origin")}, nil)
+		case !o.emitsTo(d.Input, d.Exe):
+			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s applies event %s to %s, which its origin %s did not emit there", d.ID, d.Input, d.Exe, o.ID),
+				[]OpRef{d.ref("the delivery"), o.ref("the origin")}, nil)
+		}
+	}
+	for _, a := range w.outAcks {
+		ck.count(InvOutbox, 1)
+		if a.Event == "" {
+			continue
+		}
+		seen(a.Event, a.Seq, "ack "+a.ID)
+		ck.emitted(a, a.Event, a.Target, "ack_outbox "+a.ID+fmt.Sprintf(" acked seq %d", a.Seq))
+	}
+	for _, l := range w.relayLoads {
+		ck.count(InvOutbox, 1)
+		ck.emitted(l, l.Event, l.Exe, "relay load "+l.ID)
+	}
+	events := make([]string, 0, len(seqs))
+	for ev := range seqs {
+		events = append(events, ev)
+	}
+	sort.Strings(events)
+	for _, ev := range events {
+		m := seqs[ev]
+		if len(m) < 2 {
+			continue
+		}
+		var parts []string
+		for seq, where := range m {
+			parts = append(parts, fmt.Sprintf("seq %d (%s)", seq, strings.Join(where, ", ")))
+		}
+		sort.Strings(parts)
+		ck.add(InvOutbox, "", fmt.Sprintf("event %s was in %d outbox rows: %s", ev, len(m), strings.Join(parts, "; ")), nil, nil)
+	}
+
+	// Every emit of a committed commit is applied exactly once.
+	applied := map[string][]*cop{} // target \x00 event → present deliveries
+	maybe := map[string]bool{}     // ... → an unresolved delivery exists
+	for _, id := range w.exeOrder {
+		for _, c := range w.exes[id].chain {
+			if c.Cause == CauseOutbox {
+				k := c.Exe + "\x00" + c.Input
+				applied[k] = append(applied[k], c)
+			}
+		}
+	}
+	for _, d := range w.deliveries {
+		if d.st == unresolved {
+			maybe[d.Exe+"\x00"+d.Input] = true
+		}
+	}
+	for _, id := range w.exeOrder {
+		for _, c := range w.exes[id].chain {
+			for _, em := range c.Emits {
+				ck.count(InvOutbox, 1)
+				a := applied[em.Target+"\x00"+em.Event]
+				rows := pending[em.Event]
+				var rr []RowRef
+				for _, r := range rows {
+					rr = append(rr, RowRef{Shard: r.shard, Table: "outbox", Key: fmt.Sprintf("seq=%d", r.r.Seq)})
+				}
+				switch {
+				case len(a) == 0 && len(rows) > 0:
+					ck.add(InvLiveness, em.Target, fmt.Sprintf("event %s of %s is still pending for %s (never applied)", em.Event, c.ID, em.Target),
+						[]OpRef{c.ref("the emitter")}, rr)
+				case len(a) == 0 && maybe[em.Target+"\x00"+em.Event]:
+					// An unresolved delivery may have applied it.
+				case len(a) == 0:
+					ck.add(InvOutbox, em.Target, fmt.Sprintf("event %s emitted by %s to %s was never applied, and its outbox row is gone (acked without delivery, or deleted)%s", em.Event, c.ID, em.Target, c.wholly()),
+						[]OpRef{c.ref("the emitter")}, nil)
+				case len(a) > 1:
+					ops := []OpRef{c.ref("the emitter")}
+					for _, d := range a {
+						ops = append(ops, d.ref("applies it"))
+					}
+					ck.add(InvOutbox, em.Target, fmt.Sprintf("event %s emitted by %s was applied %d times to %s", em.Event, c.ID, len(a), em.Target), ops, rr)
+				case len(rows) > 0:
+					ck.add(InvLiveness, em.Target, fmt.Sprintf("event %s of %s was applied by %s but its outbox row was never acked", em.Event, c.ID, a[0].ID),
+						[]OpRef{c.ref("the emitter"), a[0].ref("the delivery")}, rr)
+				}
+			}
+		}
+	}
+}
+
+// emitted checks that event, seen by op o, was emitted to target (if not
+// "") by a commit that committed.
+func (ck *checker) emitted(o *Op, event, target, what string) {
+	cands := ck.w.emitters[event]
+	var ops []OpRef
+	for _, c := range cands {
+		// An unresolved candidate may have committed: not a violation.
+		if c.st != absent && (target == "" || c.emitsTo(event, target)) {
+			return
+		}
+		ops = append(ops, c.ref("an emitter of "+event))
+	}
+	why := "which no commit of the history emitted"
+	if len(cands) > 0 {
+		why = "whose emitters did not commit"
+		if target != "" {
+			why += " (or did not emit it to " + target + ")"
+		}
+	}
+	ck.add(InvOutbox, target, fmt.Sprintf("%s saw event %s, %s", what, event, why), append([]OpRef{ref(o, "")}, ops...), nil)
+}

@@ -1,0 +1,282 @@
+package verify
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// Resolution decides, for every commit, whether it belongs in the final
+// state, from evidence only:
+//
+//  1. an ok commit is present, a fail commit absent;
+//  2. an info commit named by evidence (claims: the final row's
+//     context.op, a load's writer, a trace entry's op, an outbox row's or a
+//     delivery's origin, a spawn row's op) is present;
+//  3. an info commit whose version exp+1 is held by another present commit,
+//     or lies beyond the final version, is absent;
+//  4. an info commit that is the only possible author of a token (a
+//     processed_events row, an outbox event id, a spawn child, a timer
+//     arming seen in a row or a read) that no present commit explains is
+//     present;
+//  5. an info commit that is the only candidate for a version 1..N that no
+//     present commit holds is present;
+//
+// repeated until nothing changes. What is left is unresolved (counted,
+// and nondeterministic in the linearizability check). Every later check
+// reads "present" and "absent" from this one resolution, which is what
+// makes a resolved-present info commit required to be wholly present and a
+// resolved-absent one wholly absent.
+
+// badClaim is evidence naming an op id that is not a commit of the
+// execution the evidence is about.
+type badClaim struct {
+	exe string // the execution the evidence is about, "" if unknown
+	id  string
+	c   claim
+}
+
+// token is evidence that some commit among cands committed.
+type token struct {
+	cands []*cop
+	what  string
+}
+
+func timerKey(path string, at float64) string {
+	return path + "\x00" + strconv.FormatFloat(at, 'g', -1, 64)
+}
+
+func (w *world) resolve() (bad []badClaim) {
+	// Per execution indexes: commits by event id and by timer arming.
+	byEvent := map[*exe]map[string][]*cop{}
+	byArming := map[*exe]map[string][]*cop{}
+	for _, e := range w.exes {
+		be, ba := map[string][]*cop{}, map[string][]*cop{}
+		for _, c := range e.commits {
+			if c.Event != "" {
+				be[c.Event] = append(be[c.Event], c)
+			}
+			for _, t := range c.Timers {
+				if !t.Cancel {
+					ba[timerKey(t.Path, t.FireAt)] = append(ba[timerKey(t.Path, t.FireAt)], c)
+				}
+			}
+		}
+		byEvent[e], byArming[e] = be, ba
+	}
+	w.byEvent, w.byArming = byEvent, byArming
+
+	addClaim := func(exeID, id string, c claim) {
+		if id == "" {
+			return
+		}
+		k := w.commits[id]
+		if k == nil || (exeID != "" && k.Exe != exeID) {
+			bad = append(bad, badClaim{exe: exeID, id: id, c: c})
+			return
+		}
+		k.claims = append(k.claims, c)
+	}
+	var tokens []token
+	for _, id := range w.exeOrder {
+		e := w.exes[id]
+		if e.row != nil && e.doc != nil && e.doc.ctx.Op != nil {
+			addClaim(id, *e.doc.ctx.Op, claim{version: e.n, what: "the final executions row (context.op)",
+				row: execRow(e.row.shard, id)})
+		}
+		for _, l := range e.loads {
+			if l.Outcome == OutcomeOK && l.Exists && l.Writer != "" {
+				addClaim(id, l.Writer, claim{version: l.Version, what: "load " + l.ID, op: l})
+			}
+		}
+		for _, t := range e.trace {
+			var d traceDoc
+			if decodeDoc(t.r.Entry, &d) == nil && d.Op != "" {
+				v := 0
+				if d.Step != nil {
+					v = *d.Step + 1
+				}
+				addClaim(id, d.Op, claim{version: v, what: fmt.Sprintf("trace row idx %d", t.r.Idx),
+					row: &RowRef{Shard: t.shard, Table: "trace", Key: fmt.Sprintf("execution_id=%s idx=%d", id, t.r.Idx)}})
+			}
+		}
+		for _, s := range e.spawnRows {
+			rr := &RowRef{Shard: s.shard, Table: "spawns", Key: fmt.Sprintf("seq=%d", s.r.Seq)}
+			var d spawnDoc
+			if decodeDoc(s.r.Context, &d) == nil && d.Op != "" {
+				addClaim(id, d.Op, claim{what: fmt.Sprintf("spawn row seq %d", s.r.Seq), row: rr})
+			}
+			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+s.r.ChildID], what: fmt.Sprintf("spawn row seq %d (child %s)", s.r.Seq, s.r.ChildID)})
+		}
+		for _, o := range e.outbox {
+			ev, _ := parseOutbox(o.r.Event)
+			if ev.Op != "" {
+				addClaim(id, ev.Op, claim{what: fmt.Sprintf("outbox row seq %d", o.r.Seq),
+					row: &RowRef{Shard: o.shard, Table: "outbox", Key: fmt.Sprintf("seq=%d", o.r.Seq)}})
+			}
+			if ev.ID != "" {
+				tokens = append(tokens, token{cands: w.emitters[ev.ID], what: fmt.Sprintf("outbox row seq %d (event %s)", o.r.Seq, ev.ID)})
+			}
+		}
+		for _, p := range e.processed {
+			tokens = append(tokens, token{cands: byEvent[e][p.r.EventID], what: "processed_events row " + p.r.EventID})
+		}
+		for _, a := range e.spawnAcks {
+			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+a.Child], what: "ack_spawn " + a.ID})
+		}
+		for _, t := range e.timers {
+			tokens = append(tokens, token{cands: byArming[e][timerKey(t.r.Path, t.r.FireAt)],
+				what: fmt.Sprintf("timers row %s at %v", t.r.Path, t.r.FireAt)})
+		}
+		for _, c := range e.commits {
+			if c.Cause == CauseTimer {
+				tokens = append(tokens, token{cands: byArming[e][timerKey(c.Path, c.FireAt)], what: "timer fire " + c.ID})
+			}
+		}
+	}
+	for _, d := range w.deliveries {
+		addClaim("", d.Origin, claim{what: fmt.Sprintf("delivery %s (%s) of outbox seq %d", d.ID, d.Outcome, d.Seq), op: d.Op})
+	}
+	for _, a := range w.outAcks {
+		if a.Event != "" {
+			tokens = append(tokens, token{cands: w.emitters[a.Event], what: "ack_outbox " + a.ID})
+		}
+	}
+	for _, l := range w.relayLoads {
+		var cands []*cop
+		for _, c := range w.emitters[l.Event] {
+			if c.emitsTo(l.Event, l.Exe) {
+				cands = append(cands, c)
+			}
+		}
+		tokens = append(tokens, token{cands: cands, what: "relay load " + l.ID})
+	}
+	for _, r := range w.dueReads {
+		for _, t := range r.Timers {
+			if e := w.exes[t.Exe]; e != nil {
+				tokens = append(tokens, token{cands: byArming[e][timerKey(t.Path, t.FireAt)], what: "due_timers " + r.ID})
+			}
+		}
+	}
+
+	// The fixpoint. Each round either resolves an info commit or stops,
+	// so it ends after at most (info commits + 1) rounds.
+	var infos []*cop
+	for _, id := range w.exeOrder {
+		for _, c := range w.exes[id].commits {
+			if c.Outcome == OutcomeInfo {
+				infos = append(infos, c)
+			}
+		}
+	}
+	for _, c := range infos {
+		if len(c.claims) > 0 {
+			c.st, c.why = present, "named by "+c.claims[0].what
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		w.buildSlots()
+		for _, c := range infos {
+			if c.st != unresolved {
+				continue
+			}
+			e := w.exes[c.Exe]
+			if v := c.slot(); len(e.slots[v]) > 0 {
+				c.st, c.why = absent, fmt.Sprintf("version %d is held by %s", v, e.slots[v][0].ID)
+				changed = true
+			} else if v > e.n {
+				c.st, c.why = absent, fmt.Sprintf("version %d is beyond the final version %d", v, e.n)
+				changed = true
+			}
+		}
+		if changed {
+			continue
+		}
+		for _, t := range tokens {
+			var open []*cop
+			explained := false
+			for _, c := range t.cands {
+				switch c.st {
+				case present:
+					explained = true
+				case unresolved:
+					open = append(open, c)
+				}
+			}
+			if !explained && len(open) == 1 {
+				open[0].st, open[0].why = present, "sole possible author of "+t.what
+				changed = true
+			}
+		}
+		if changed {
+			continue
+		}
+		for _, id := range w.exeOrder {
+			e := w.exes[id]
+			open := map[int][]*cop{}
+			for _, c := range e.commits {
+				if c.st == unresolved {
+					open[c.slot()] = append(open[c.slot()], c)
+				}
+			}
+			for v, cs := range open {
+				if v >= 1 && v <= e.n && len(e.slots[v]) == 0 && len(cs) == 1 {
+					cs[0].st, cs[0].why = present, fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n)
+					changed = true
+				}
+			}
+		}
+	}
+	w.buildSlots()
+	for _, c := range infos {
+		if c.st == unresolved {
+			n := 0
+			for _, o := range w.exes[c.Exe].commits {
+				if o.st == unresolved && o.slot() == c.slot() {
+					n++
+				}
+			}
+			c.why = fmt.Sprintf("no evidence names it; %d unresolved candidates for version %d", n, c.slot())
+		}
+	}
+	return bad
+}
+
+// buildSlots fills each execution's slots and chain from the present
+// commits.
+func (w *world) buildSlots() {
+	for _, e := range w.exes {
+		clear(e.slots)
+		for _, c := range e.commits {
+			if c.st == present {
+				e.slots[c.slot()] = append(e.slots[c.slot()], c)
+			}
+		}
+		e.chain = e.chain[:0]
+		ok, single := true, 0
+		for _, v := range e.versions {
+			s := e.slots[v]
+			sort.SliceStable(s, func(i, j int) bool { return s[i].T0 < s[j].T0 })
+			e.chain = append(e.chain, s...)
+			switch {
+			case v >= 1 && v <= e.n && len(s) == 1:
+				single++
+			case len(s) > 0:
+				ok = false
+			}
+		}
+		// Versions 1..n each have exactly one writer, none beyond.
+		e.chainOK = ok && single == max(e.n, 0)
+	}
+}
+
+// emitsTo reports whether c emits event to target.
+func (c *cop) emitsTo(event, target string) bool {
+	for _, em := range c.Emits {
+		if em.Event == event && em.Target == target {
+			return true
+		}
+	}
+	return false
+}
