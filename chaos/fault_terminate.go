@@ -47,7 +47,7 @@ func (*terminate) Inject(ctx context.Context, env *Env, shard int, p Params, rng
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	deadline := time.Now().Add(wait)
-	terminated := []backend{}
+	terminated := []map[string]any{}
 	for {
 		busy, err := workloadBackends(ctx, conn, db, false)
 		if err != nil {
@@ -63,7 +63,7 @@ func (*terminate) Inject(ctx context.Context, env *Env, shard int, p Params, rng
 				return Evidence{}, fmt.Errorf("terminate on %s: pg_terminate_backend(%d): %w", env.shardName(shard), b.PID, err)
 			}
 			if ok {
-				terminated = append(terminated, b)
+				terminated = append(terminated, map[string]any{"pid": b.PID, "state": b.State})
 			}
 		}
 		if len(terminated) > 0 || !time.Now().Before(deadline) {

@@ -574,3 +574,5 @@ func TestRelayCloseWaits(t *testing.T) {
 		t.Fatal("a closed relay still accepts")
 	}
 }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
