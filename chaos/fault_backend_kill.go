@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -82,8 +83,8 @@ func (f *backendKill) Inject(ctx context.Context, env *Env, shard int, _ Params,
 
 // Heal waits (bounded) until the shard accepts connections again after the
 // postmaster's reinitialization. Evidence: pid, recovery (the server log's
-// lines since Inject); landed when they show the backend killed by signal
-// 9.
+// lines since Inject); landed when they show this backend killed by
+// signal 9.
 func (f *backendKill) Heal(ctx context.Context, env *Env, shard int) (Evidence, error) {
 	f.mu.Lock()
 	pid, path, off := f.pid, f.logPath, f.offset
@@ -98,7 +99,7 @@ func (f *backendKill) Heal(ctx context.Context, env *Env, shard int) (Evidence, 
 	if lines == nil {
 		lines = []string{}
 	}
-	ev := Evidence{Landed: anyContains(lines, "terminated by signal 9"), Fields: map[string]any{"pid": pid, "recovery": lines}}
+	ev := Evidence{Landed: anyContains(lines, "(PID "+strconv.Itoa(pid)+") was terminated by signal 9"), Fields: map[string]any{"pid": pid, "recovery": lines}}
 	if err != nil {
 		return ev, fmt.Errorf("backend-kill: %w", err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/chaos"
+	"github.com/pgshard/pgshard/store"
 )
 
 func fieldInt(t *testing.T, ev chaos.Evidence, key string) int {
@@ -152,4 +155,176 @@ func TestLostAck(t *testing.T) {
 			w.waitCommits(t, 10)
 		})
 	}
+}
+
+// TestPgBouncerKill: the killed PgBouncer fails the clients' connections;
+// after the heal a new one serves them.
+func TestPgBouncerKill(t *testing.T) {
+	r := newRig(t, 1, true)
+	w := startWorkload(t, r.rt, 3)
+	w.waitCommits(t, 10)
+	begin := time.Now()
+	f, ev := inject(t, r.env, chaos.KindPgBouncerKill, 0, nil)
+	old := fieldInt(t, ev, "old_pid")
+	if !ev.Landed || old == 0 || r.c.Shard(0).PoolerPID != 0 {
+		t.Fatalf("inject: %v, pooler pid now %d", ev.Fields, r.c.Shard(0).PoolerPID)
+	}
+	eventually(t, "the clients to see the kill", func() bool { return w.errorsSince(begin) > 0 })
+	ev = heal(t, r.env, f, 0)
+	if n := fieldInt(t, ev, "new_pid"); !ev.Landed || n == 0 || n == old {
+		t.Fatalf("heal: %v", ev.Fields)
+	}
+	w.waitCommits(t, 20)
+	w.logErrors(t)
+}
+
+// TestPgBouncerPause: while paused, clients wait in PgBouncer (cl_waiting)
+// and a commit started then completes only after the RESUME.
+func TestPgBouncerPause(t *testing.T) {
+	r := newRig(t, 1, true)
+	w := startWorkload(t, r.rt, 3)
+	w.waitCommits(t, 10)
+	f, ev := inject(t, r.env, chaos.KindPgBouncerPause, 0, chaos.Params{"timeout": "10s"})
+	if ev.Fields["paused"] != true {
+		t.Fatalf("inject: %v", ev.Fields)
+	}
+	var done atomic.Int64 // unix nanos when the probe commit returned
+	probeErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		exe := &store.Execution{ID: newID(), DefinitionID: "probe", Status: "running"}
+		err := r.rt.Save(ctx, exe)
+		done.Store(time.Now().UnixNano())
+		probeErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the hold
+	healAt := time.Now()
+	if done.Load() != 0 {
+		t.Fatal("a commit completed while PgBouncer was paused")
+	}
+	ev = heal(t, r.env, f, 0)
+	if !ev.Landed || fieldInt(t, ev, "waiting") < 1 || ev.Fields["resumed"] != true {
+		t.Fatalf("heal: %v", ev.Fields)
+	}
+	if err := <-probeErr; err != nil {
+		t.Fatalf("the commit that waited for the RESUME: %v", err)
+	}
+	if time.Unix(0, done.Load()).Before(healAt) {
+		t.Fatal("the waiting commit completed before the heal")
+	}
+	w.waitCommits(t, 20)
+	if n := len(w.errors()); n != 0 {
+		w.logErrors(t)
+		t.Fatalf("a pause should only delay clients, %d errors", n)
+	}
+}
+
+// TestPgBouncerReconnect: RECONNECT replaces every server connection of the
+// workload database, without an error for the clients.
+func TestPgBouncerReconnect(t *testing.T) {
+	r := newRig(t, 1, true)
+	w := startWorkload(t, r.rt, 3)
+	w.waitCommits(t, 10)
+	admin := r.admin(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pids := func() []int {
+		rows, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()", r.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	before := pids()
+	if len(before) == 0 {
+		t.Fatal("no server connections before RECONNECT")
+	}
+	_, ev := inject(t, r.env, chaos.KindPgBouncerReconnect, 0, nil)
+	if !ev.Landed || ev.Fields["reconnected"] != true {
+		t.Fatalf("inject: %v", ev.Fields)
+	}
+	eventually(t, "the old server connections to be replaced", func() bool {
+		return !slices.ContainsFunc(pids(), func(p int) bool { return slices.Contains(before, p) })
+	})
+	w.waitCommits(t, 20)
+	if n := len(w.errors()); n != 0 {
+		w.logErrors(t)
+		t.Fatalf("RECONNECT should be invisible to clients, %d errors", n)
+	}
+}
+
+// TestShardCrash: an immediate stop (and a SIGKILL of the postmaster)
+// fails the clients' connections; the heal's restart runs crash recovery,
+// and the clients go on.
+func TestShardCrash(t *testing.T) {
+	r := newRig(t, 1, false)
+	w := startWorkload(t, r.rt, 3)
+	for _, mode := range []string{"immediate", "kill"} {
+		t.Run(mode, func(t *testing.T) {
+			w.waitCommits(t, 20)
+			begin := time.Now()
+			f, ev := inject(t, r.env, chaos.KindShardCrash, 0, chaos.Params{"mode": mode})
+			old := fieldInt(t, ev, "old_pid")
+			if !ev.Landed || old == 0 || r.c.Shard(0).PID != 0 {
+				t.Fatalf("inject: %v", ev.Fields)
+			}
+			eventually(t, "the clients to see the crash", func() bool { return w.errorsSince(begin) > 0 })
+			ev = heal(t, r.env, f, 0)
+			rec := fieldLines(t, ev, "recovery")
+			if n := fieldInt(t, ev, "new_pid"); !ev.Landed || n == 0 || n == old {
+				t.Fatalf("heal: %v", ev.Fields)
+			}
+			for _, want := range []string{"database system was not properly shut down; automatic recovery in progress", "database system is ready to accept connections"} {
+				if !containsLine(rec, want) {
+					t.Errorf("recovery lines lack %q:\n%s", want, strings.Join(rec, "\n"))
+				}
+			}
+			if mode == "immediate" && !containsLine(rec, "received immediate shutdown request") {
+				t.Errorf("recovery lines lack the immediate shutdown:\n%s", strings.Join(rec, "\n"))
+			}
+			w.waitCommits(t, 20)
+		})
+	}
+	for _, o := range w.errors() {
+		if o.code != "" && !strings.HasPrefix(o.code, "57P") && !strings.HasPrefix(o.code, "08") {
+			t.Errorf("unexpected error for a crash: %s", o.msg)
+		}
+	}
+}
+
+// TestBackendKill: SIGKILL of one backend makes the postmaster end every
+// backend and reinitialize; the heal waits for that and reads it in the
+// log.
+func TestBackendKill(t *testing.T) {
+	r := newRig(t, 1, false)
+	w := startWorkload(t, r.rt, 3)
+	w.waitCommits(t, 20)
+	postmaster := r.c.Shard(0).PID
+	begin := time.Now()
+	f, ev := inject(t, r.env, chaos.KindBackendKill, 0, nil)
+	pid := fieldInt(t, ev, "pid")
+	if !ev.Landed || pid == 0 {
+		t.Fatalf("inject: %v", ev.Fields)
+	}
+	ev = heal(t, r.env, f, 0)
+	rec := fieldLines(t, ev, "recovery")
+	for _, want := range []string{"terminated by signal 9", "all server processes terminated; reinitializing", "database system is ready to accept connections"} {
+		if !containsLine(rec, want) {
+			t.Errorf("recovery lines lack %q:\n%s", want, strings.Join(rec, "\n"))
+		}
+	}
+	if !ev.Landed || !containsLine(rec, "(PID "+strconv.Itoa(pid)+") was terminated by signal 9") {
+		t.Fatalf("heal: landed %v, the killed pid %d not in %v", ev.Landed, pid, rec)
+	}
+	if r.c.Shard(0).PID != postmaster {
+		t.Fatal("a backend kill must not replace the postmaster")
+	}
+	eventually(t, "the clients to see the reinitialization", func() bool { return w.errorsSince(begin) > 0 })
+	w.waitCommits(t, 20)
+	w.logErrors(t)
 }
