@@ -252,8 +252,9 @@ func (e *Env) clusterShard(i int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for j, s := range e.Cluster.Shards {
-		if s.Name == sh.Name {
+	for j := range e.Cluster.Shards {
+		// Only the name: the PID fields change under the cluster's lock.
+		if e.Cluster.Shards[j].Name == sh.Name {
 			return j, nil
 		}
 	}

@@ -328,3 +328,138 @@ func TestBackendKill(t *testing.T) {
 	w.waitCommits(t, 20)
 	w.logErrors(t)
 }
+
+// TestRelayFaults: latency, stall, reset and partition on a shard's relay
+// in front of Postgres, each asserting its evidence and what the clients
+// saw.
+func TestRelayFaults(t *testing.T) {
+	r := newRig(t, 1, false)
+	w := startWorkload(t, r.rt, 3)
+	w.waitCommits(t, 10)
+
+	t.Run("latency", func(t *testing.T) {
+		f, ev := inject(t, r.env, chaos.KindLatency, 0, chaos.Params{"delay": "2ms", "jitter": "3ms"})
+		if fieldInt(t, ev, "delay_ms") != 2 {
+			t.Fatalf("inject: %v", ev.Fields)
+		}
+		w.waitCommits(t, 20) // the clients go on, slower (not asserted: timing)
+		ev = heal(t, r.env, f, 0)
+		if !ev.Landed || fieldInt(t, ev, "delayed") < 40 {
+			t.Fatalf("heal: %v (20 commits are at least 40 chunks)", ev.Fields)
+		}
+	})
+
+	t.Run("stall", func(t *testing.T) {
+		f, _ := inject(t, r.env, chaos.KindStall, 0, nil)
+		var done atomic.Int64
+		probe := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := r.rt.Save(ctx, &store.Execution{ID: newID(), DefinitionID: "probe", Status: "running"})
+			done.Store(time.Now().UnixNano())
+			probe <- err
+		}()
+		eventually(t, "held data", func() bool { return r.relays[0].Stats().Held > 0 })
+		time.Sleep(200 * time.Millisecond) // the hold
+		if done.Load() != 0 {
+			t.Fatal("a commit completed through a stalled relay")
+		}
+		healAt := time.Now()
+		ev := heal(t, r.env, f, 0)
+		if !ev.Landed || fieldInt(t, ev, "stalled") < 1 {
+			t.Fatalf("heal: %v", ev.Fields)
+		}
+		err := <-probe
+		if time.Unix(0, done.Load()).Before(healAt) {
+			t.Fatal("the stalled commit completed before the heal")
+		}
+		// A stall delays; the router's stall check may still give up on
+		// the server meanwhile (its probe connection stalls too).
+		if err != nil && !errors.Is(err, store.ErrUnreachable) {
+			t.Fatalf("the stalled commit: %v", err)
+		}
+		w.waitCommits(t, 20)
+	})
+
+	t.Run("reset", func(t *testing.T) {
+		begin := time.Now()
+		_, ev := inject(t, r.env, chaos.KindReset, 0, nil)
+		if !ev.Landed || fieldInt(t, ev, "reset") < 1 {
+			t.Fatalf("inject: %v", ev.Fields)
+		}
+		eventually(t, "the clients to see the reset", func() bool { return w.errorsSince(begin) > 0 })
+		w.waitCommits(t, 20)
+	})
+
+	t.Run("partition", func(t *testing.T) {
+		begin := time.Now()
+		f, ev := inject(t, r.env, chaos.KindPartition, 0, nil)
+		if fieldInt(t, ev, "held") < 1 {
+			t.Fatalf("inject: %v", ev.Fields)
+		}
+		eventually(t, "the clients to give up on the partitioned shard", func() bool { return w.errorsSince(begin) > 0 })
+		ev = heal(t, r.env, f, 0)
+		if !ev.Landed || fieldInt(t, ev, "held") < 1 || fieldInt(t, ev, "refused") < 1 {
+			t.Fatalf("heal: %v (the stall checks' new connections must have been held)", ev.Fields)
+		}
+		w.waitCommits(t, 20)
+	})
+	w.logErrors(t)
+}
+
+// proxyRig adds the chaos-owned proxy (over the shards' PgBouncers) and a
+// relay in front of it to a rig, and a store workload through them.
+func proxyRig(t *testing.T) (*rig, *workload) {
+	t.Helper()
+	r := newRig(t, 2, true)
+	p := startProxy(t, r.m)
+	pr := newRelay(t, p.Addr())
+	r.env.Proxy, r.env.ProxyRelay = p, pr
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := testOpts(false).Store
+	st, err := store.Open(ctx, "postgres://postgres@"+pr.Addr()+"/"+r.db+"?sslmode=disable", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	w := startWorkload(t, st, 3)
+	w.waitCommits(t, 10)
+	return r, w
+}
+
+// TestProxyFaults: lost-ack through the relay in front of the proxy, and
+// a proxy restart with clients connected.
+func TestProxyFaults(t *testing.T) {
+	r, w := proxyRig(t)
+
+	t.Run("lost-ack", func(t *testing.T) {
+		f, _ := inject(t, r.env, chaos.KindLostAck, -1, chaos.Params{"via": "proxy", "count": "2"})
+		waitDropped(t, r.env.ProxyRelay, 2)
+		ev := heal(t, r.env, f, -1)
+		if ev.Fields["via"] != "proxy" {
+			t.Fatalf("heal: %v", ev.Fields)
+		}
+		checkLostAcks(t, w, ev, 2)
+		w.waitCommits(t, 10)
+	})
+
+	t.Run("proxy-restart", func(t *testing.T) {
+		begin := time.Now()
+		addr := r.env.Proxy.Addr()
+		f, ev := inject(t, r.env, chaos.KindProxyRestart, -1, nil)
+		old := fieldInt(t, ev, "old_pid")
+		if !ev.Landed || old == 0 || fieldInt(t, ev, "clients") < 1 || fieldInt(t, ev, "cut") < 1 || r.env.Proxy.Running() {
+			t.Fatalf("inject: %v", ev.Fields)
+		}
+		eventually(t, "the clients to see the proxy go", func() bool { return w.errorsSince(begin) > 0 })
+		time.Sleep(200 * time.Millisecond) // the hold: the proxy is down
+		ev = heal(t, r.env, f, -1)
+		if n := fieldInt(t, ev, "new_pid"); !ev.Landed || n == 0 || n == old || r.env.Proxy.Addr() != addr {
+			t.Fatalf("heal: %v, address %s (was %s)", ev.Fields, r.env.Proxy.Addr(), addr)
+		}
+		w.waitCommits(t, 20)
+	})
+	w.logErrors(t)
+}

@@ -52,12 +52,17 @@ type ProxyConfig struct {
 type ProxyProcess struct {
 	cfg ProxyConfig
 
-	mu     sync.Mutex
-	addr   string
-	pid    int           // 0 when not running
-	exited chan struct{} // closed when the current process was reaped
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	addr    string
+	pid     int           // 0 when not running
+	exited  chan struct{} // closed when the current process was reaped
+	stopped bool          // Stop was called: no more starts
+	startMu sync.Mutex    // serializes starts (p.mu is held only briefly)
+	wg      sync.WaitGroup
 }
+
+// ErrProxyStopped is returned by Start after Stop.
+var ErrProxyStopped = errors.New("the proxy was stopped")
 
 // StartProxy starts the proxy and waits until it accepts connections
 // (bounded by ctx and c.StartTimeout). The child gets the caller's
@@ -131,22 +136,67 @@ func (p *ProxyProcess) runningLocked() bool {
 // Running reports whether the proxy process runs.
 func (p *ProxyProcess) Running() bool { return p.PID() != 0 }
 
+// Stopped reports whether Stop was called (the proxy is over for good).
+func (p *ProxyProcess) Stopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
+
 type proxyReady struct {
 	PID  int    `json:"pid"`
 	Addr string `json:"addr"`
 }
 
 // Start starts the proxy again on its address (a no-op if it runs) and
-// waits until it accepts connections.
+// waits until it accepts connections. A proxy that exits during startup is
+// started again every 500 ms until c.StartTimeout (or ctx) ends: it
+// refuses to start while a shard behind a PgBouncer is down (the identity
+// check's query fails), which a restart during a shard crash meets. After
+// Stop it fails with ErrProxyStopped.
 func (p *ProxyProcess) Start(ctx context.Context) error {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.runningLocked() {
+	stopped, running, addr := p.stopped, p.runningLocked(), p.addr
+	p.mu.Unlock()
+	if stopped {
+		return ErrProxyStopped
+	}
+	if running {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
+	defer cancel()
+	for {
+		pid, exited, got, err := p.launch(ctx, addr)
+		if err == nil {
+			p.mu.Lock()
+			if p.stopped { // Stop came meanwhile
+				p.mu.Unlock()
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				<-exited
+				return ErrProxyStopped
+			}
+			p.pid, p.addr, p.exited = pid, got, exited
+			p.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, errExitedEarly) || sleepCtx(ctx, 500*time.Millisecond) != nil {
+			return err
+		}
+	}
+}
+
+// errExitedEarly is wrapped when the proxy exits before it is ready.
+var errExitedEarly = errors.New("it exited during startup")
+
+// launch starts one proxy process on addr and waits until it is ready; on
+// an error the process is gone.
+func (p *ProxyProcess) launch(ctx context.Context, addr string) (int, chan struct{}, string, error) {
 	c := p.cfg
 	_ = os.Remove(c.ReadyFile)
-	args := []string{"proxy", "--config", c.ConfigPath, "--listen", p.addr, "--ready-file", c.ReadyFile}
+	args := []string{"proxy", "--config", c.ConfigPath, "--listen", addr, "--ready-file", c.ReadyFile}
 	if c.TrustUser != "" {
 		args = append(args, "--trust-user", c.TrustUser)
 	}
@@ -156,35 +206,32 @@ func (p *ProxyProcess) Start(ctx context.Context) error {
 	if c.LogPath != "" {
 		f, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return fmt.Errorf("start proxy: %w", err)
+			return 0, nil, "", fmt.Errorf("start proxy: %w", err)
 		}
 		defer f.Close()
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start proxy (%s): %w", c.Bin, err)
+		return 0, nil, "", fmt.Errorf("start proxy (%s): %w", c.Bin, err)
 	}
 	exited := make(chan struct{})
 	p.wg.Go(func() {
 		_ = cmd.Wait()
-		close(exited) // first: Start may hold p.mu while it waits for this
+		close(exited)
 	})
 	pid := cmd.Process.Pid
-	addr, err := waitProxyReady(ctx, c, pid, exited)
+	got, err := waitProxyReady(ctx, c, pid, exited)
 	if err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		<-exited
-		return err
+		return 0, nil, "", err
 	}
-	p.pid, p.addr, p.exited = pid, addr, exited
-	return nil
+	return pid, exited, got, nil
 }
 
 // waitProxyReady waits for the ready file naming pid and a successful
 // connect to its address.
 func waitProxyReady(ctx context.Context, c ProxyConfig, pid int, exited <-chan struct{}) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.StartTimeout)
-	defer cancel()
 	for {
 		if b, err := os.ReadFile(c.ReadyFile); err == nil {
 			var r proxyReady
@@ -200,7 +247,7 @@ func waitProxyReady(ctx context.Context, c ProxyConfig, pid int, exited <-chan s
 		select {
 		case <-exited:
 			t.Stop()
-			return "", fmt.Errorf("start proxy: it exited during startup%s", logHint(c.LogPath))
+			return "", fmt.Errorf("start proxy: %w%s", errExitedEarly, logHint(c.LogPath))
 		case <-ctx.Done():
 			t.Stop()
 			return "", fmt.Errorf("start proxy: not ready: %w%s", ctx.Err(), logHint(c.LogPath))
@@ -263,11 +310,12 @@ func (p *ProxyProcess) signalAndWait(sig syscall.Signal, d time.Duration) error 
 	}
 }
 
-// Stop ends the proxy: SIGTERM (a graceful shutdown), then SIGKILL after
-// 15 s or when ctx ends, and waits until it is reaped. A no-op if it is
-// not running.
+// Stop ends the proxy for good: SIGTERM (a graceful shutdown), then
+// SIGKILL after 15 s or when ctx ends, and waits until it is reaped. Later
+// starts fail (HealAll leaves a stopped proxy alone). Idempotent.
 func (p *ProxyProcess) Stop(ctx context.Context) error {
 	p.mu.Lock()
+	p.stopped = true
 	pid, exited, running := p.pid, p.exited, p.runningLocked()
 	p.mu.Unlock()
 	if !running {

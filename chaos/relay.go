@@ -126,8 +126,9 @@ type Relay struct {
 	stallHeld             int
 	partHeld, partRefused int
 
-	armedHint atomic.Bool // armed > 0, read without the lock on the hot path
-	st        struct {
+	armedHint   atomic.Bool  // armed > 0, read without the lock on the hot path
+	lastDialLog atomic.Int64 // unix nanos of the last dial error logged
+	st          struct {
 		accepted, active, closed, bytesUp, bytesDown, delayed, held, blackholed,
 		resets, dropped, dialErrors, unframed atomic.Int64
 	}
@@ -561,7 +562,10 @@ func (c *relayConn) run() {
 	up, err := d.DialContext(r.ctx, "tcp", r.upstream)
 	if err != nil {
 		r.st.dialErrors.Add(1)
-		r.debugf("conn %d: dial %s: %v", c.id, r.upstream, err)
+		if now := time.Now().UnixNano(); now-r.lastDialLog.Load() > int64(time.Second) {
+			r.lastDialLog.Store(now)
+			r.debugf("conn %d: dial %s: %v (dial errors so far: %d; logged at most once a second)", c.id, r.upstream, err, r.st.dialErrors.Load())
+		}
 		return
 	}
 	r.mu.Lock()

@@ -433,7 +433,8 @@ func runPlanned(ctx context.Context, env *Env, p Planned, start time.Time, lock 
 // HealAll makes env whole again, whatever faults were left: every relay
 // passes traffic through, every shard's Postgres and PgBouncer run and
 // accept connections (StartShard/StartPooler, which wait until ready),
-// every PgBouncer's workload database is RESUMEd, the proxy runs.
+// every PgBouncer's workload database is RESUMEd, the proxy runs (unless
+// it was stopped for good).
 // Idempotent; used before the quiesce phase and on abort. Each step is
 // bounded (2 minutes); the errors of all steps are joined.
 func HealAll(ctx context.Context, env *Env) error {
@@ -486,14 +487,12 @@ func HealAll(ctx context.Context, env *Env) error {
 			})
 		}
 	}
-	if env.Proxy != nil {
-		g.Go(func() error {
-			if err := env.Proxy.Start(ctx); err != nil {
-				fail(fmt.Errorf("heal the proxy: %w", err))
-			}
-			return nil
-		})
-	}
 	_ = g.Wait()
+	// The proxy last: it checks every shard when it starts.
+	if env.Proxy != nil && !env.Proxy.Stopped() {
+		if err := env.Proxy.Start(ctx); err != nil && !errors.Is(err, ErrProxyStopped) {
+			fail(fmt.Errorf("heal the proxy: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
