@@ -94,14 +94,38 @@ func (f *backendKill) Heal(ctx context.Context, env *Env, shard int) (Evidence, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, recoveryWait)
 	defer cancel()
+	killed := "(PID " + strconv.Itoa(pid) + ") was terminated by signal 9"
+	// The postmaster notices the death at once; until it has, the shard
+	// still accepts connections, so wait for its reaction first.
+	waitLog(ctx, path, off, killed, logWait)
 	err := waitAccepting(ctx, env, shard)
+	if err == nil {
+		waitLog(ctx, path, off, "database system is ready to accept connections", logWait)
+	}
 	lines := logLines(path, off, recoveryPatterns)
 	if lines == nil {
 		lines = []string{}
 	}
-	ev := Evidence{Landed: anyContains(lines, "(PID "+strconv.Itoa(pid)+") was terminated by signal 9"), Fields: map[string]any{"pid": pid, "recovery": lines}}
+	ev := Evidence{Landed: anyContains(lines, killed), Fields: map[string]any{"pid": pid, "recovery": lines}}
 	if err != nil {
 		return ev, fmt.Errorf("backend-kill: %w", err)
 	}
 	return ev, nil
+}
+
+// logWait bounds a wait for a server log line.
+const logWait = 10 * time.Second
+
+// waitLog polls the log from offset until a line contains s, d passes or
+// ctx ends; it reports whether the line came.
+func waitLog(ctx context.Context, path string, offset int64, s string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if anyContains(logLines(path, offset, []string{s}), s) {
+			return true
+		}
+		if time.Now().After(deadline) || sleepCtx(ctx, 20*time.Millisecond) != nil {
+			return false
+		}
+	}
 }

@@ -253,3 +253,45 @@ func FuzzFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRelayScan: the relay's per-connection scanning never panics on any
+// bytes from either side, forwards a prefix of what it read, and holds
+// back only while a reply is being dropped.
+func FuzzRelayScan(f *testing.F) {
+	login := encode(f, &pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": "u"}})
+	f.Add(append(login, encode(f, &pgproto3.Query{String: "select pgshard_commit(1)"})...),
+		encode(f, &pgproto3.AuthenticationOk{}, &pgproto3.ReadyForQuery{TxStatus: 'I'}, &pgproto3.DataRow{Values: [][]byte{[]byte("t")}}, &pgproto3.ReadyForQuery{TxStatus: 'I'}), uint8(3))
+	f.Add([]byte{0, 0, 0, 8, 4, 210, 22, 47}, []byte("N\x00\x00"), uint8(1))
+	f.Fuzz(func(t *testing.T, up, down []byte, split uint8) {
+		r := &Relay{conns: map[*relayConn]struct{}{}, changed: make(chan struct{}), dropCh: make(chan struct{})}
+		r.DropCommitReplies(2)
+		c := &relayConn{r: r, done: make(chan struct{}), fe: newFramer(frontendSide), be: newFramer(backendSide)}
+		c.upFraming.Store(true)
+		c.downFraming.Store(true)
+		step := int(split)%7 + 1
+		for len(up) > 0 {
+			n := min(step, len(up))
+			if c.upFraming.Load() {
+				c.scanUp(up[:n])
+			}
+			up = up[n:]
+		}
+		for len(down) > 0 {
+			n := min(step, len(down))
+			if !c.downFraming.Load() {
+				break
+			}
+			fwd, act := c.scanDown(down[:n])
+			if fwd < 0 || fwd > n {
+				t.Fatalf("forward %d of %d bytes", fwd, n)
+			}
+			if fwd < n && act == actForward && !c.holding {
+				t.Fatalf("held back %d bytes without holding a reply", n-fwd)
+			}
+			if act != actForward {
+				break
+			}
+			down = down[n:]
+		}
+	})
+}

@@ -63,6 +63,15 @@ type Planned struct {
 	Spec int
 }
 
+// ShardName names the planned fault's shard among shards (the names Plan
+// was given), "" for the proxy's kinds.
+func (p Planned) ShardName(shards []string) string {
+	if p.Shard < 0 || p.Shard >= len(shards) {
+		return ""
+	}
+	return shards[p.Shard]
+}
+
 // planGap is the least time between two faults on one resource, after
 // the first's hold and settling time.
 const planGap = 250 * time.Millisecond

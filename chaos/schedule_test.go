@@ -138,6 +138,12 @@ func TestPlanRates(t *testing.T) {
 	if len(plan) != 2 || plan[0].At != time.Second || plan[1].At != 5*time.Second || plan[0].Shard != 2 || plan[1].Shard != 2 {
 		t.Fatalf("explicit times on shard2: %+v", plan)
 	}
+	if n := plan[0].ShardName(threeShards); n != "shard2" {
+		t.Fatalf("ShardName = %q", n)
+	}
+	if n := (chaos.Planned{Shard: -1}).ShardName(threeShards); n != "" {
+		t.Fatalf("ShardName of a proxy fault = %q", n)
+	}
 }
 
 // A busy resource delays a fault to when it is free, moves it to another
