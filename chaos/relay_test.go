@@ -154,6 +154,8 @@ func TestRelayPassThrough(t *testing.T) {
 	c := dial(t, r.Addr())
 	roundTrip(t, c, "hello")
 	roundTrip(t, c, string(bytes.Repeat([]byte("x"), 100_000)))
+	// The relay counts a chunk after writing it: poll.
+	eventually(t, "the byte counters", func() bool { st := r.Stats(); return st.BytesUp == 100_005 && st.BytesDown == 100_005 })
 	st := r.Stats()
 	if st.Accepted != 1 || st.Active != 1 || st.BytesUp != 100_005 || st.BytesDown != 100_005 {
 		t.Fatalf("stats %+v", st)
