@@ -179,9 +179,14 @@ func TestPgBouncerKill(t *testing.T) {
 }
 
 // TestPgBouncerPause: while paused, clients wait in PgBouncer (cl_waiting)
-// and a commit started then completes only after the RESUME.
+// and a commit started then completes only after the RESUME. (The store's
+// stall check is off here: it would connect through the paused PgBouncer,
+// which fails new server logins with 08P01, and report the shard
+// unreachable after StallCheck.)
 func TestPgBouncerPause(t *testing.T) {
-	r := newRig(t, 1, true)
+	opts := testOpts(true)
+	opts.Store.StallCheck = -1
+	r := newRigOpts(t, 1, opts)
 	w := startWorkload(t, r.rt, 3)
 	w.waitCommits(t, 10)
 	f, ev := inject(t, r.env, chaos.KindPgBouncerPause, 0, chaos.Params{"timeout": "10s"})
@@ -218,6 +223,40 @@ func TestPgBouncerPause(t *testing.T) {
 		w.logErrors(t)
 		t.Fatalf("a pause should only delay clients, %d errors", n)
 	}
+}
+
+// TestPgBouncerPauseTimeout: PAUSE waits for a transaction in flight;
+// bounded by its timeout it is recorded as not landed, and the heal's
+// RESUME undoes the pause PgBouncer went on with.
+func TestPgBouncerPauseTimeout(t *testing.T) {
+	r := newRig(t, 1, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.m.Shards[0].PoolerDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	f, ev := inject(t, r.env, chaos.KindPgBouncerPause, 0, chaos.Params{"timeout": "300ms"})
+	if ev.Landed || ev.Fields["paused"] != false || ev.Fields["timeout"] != "300ms" {
+		t.Fatalf("inject with a transaction open: %v", ev.Fields)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("the open transaction: %v", err)
+	}
+	ev = heal(t, r.env, f, 0)
+	if ev.Landed || ev.Fields["paused"] != false {
+		t.Fatalf("heal: %v", ev.Fields)
+	}
+	w := startWorkload(t, r.rt, 2)
+	w.waitCommits(t, 10) // not left paused
 }
 
 // TestPgBouncerReconnect: RECONNECT replaces every server connection of the

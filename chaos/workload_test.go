@@ -198,6 +198,13 @@ type rig struct {
 
 func newRig(t *testing.T, shards int, pooler bool) *rig {
 	t.Helper()
+	return newRigOpts(t, shards, testOpts(pooler))
+}
+
+// newRigOpts is newRig with the router's options.
+func newRigOpts(t *testing.T, shards int, opts router.Options) *rig {
+	t.Helper()
+	pooler := opts.UsePooler
 	c := clustertest.Private(t, cluster.Spec{Shards: shards, PgBouncer: true})
 	m := clustertest.MigratedMap(t, c)
 	cfg, err := pgconn.ParseConfig(m.Shards[0].DSN)
@@ -215,7 +222,7 @@ func newRig(t *testing.T, shards int, pooler bool) *rig {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := router.Open(ctx, relayed, testOpts(pooler))
+	rt, err := router.Open(ctx, relayed, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
