@@ -10,7 +10,7 @@ import (
 // The relay's Postgres protocol framer: it finds message boundaries in a
 // byte stream that arrives in arbitrary chunks, without buffering messages.
 //
-//	chunk ──▶ framer.next ──▶ (bytes consumed, Frame at a message's end)
+//	chunk ──▶ framer.next ──▶ (bytes consumed, frame at a message's end)
 //	           │  header: type byte + int32 length (typed phase), or
 //	           │          int32 length + int32 code (startup phase)
 //	           └─ body: skipped, its first bytes captured (bounded)
@@ -57,8 +57,8 @@ const (
 // Postgres protocol (or not one the framer follows).
 var errFrame = errors.New("not a postgres protocol stream")
 
-// Frame is one complete message seen by a framer.
-type Frame struct {
+// frame is one complete message seen by a framer.
+type frame struct {
 	// Type is the message type byte; 0 for an untyped startup-phase
 	// message (Code says which) and for a one-byte SSL/GSS answer.
 	Type byte
@@ -132,22 +132,22 @@ func (f *framer) fail(format string, args ...any) error {
 // bytes it consumed and, when a message ended, that message. An error
 // means the stream cannot be framed; the framer then stays failed and
 // consumes nothing more.
-func (f *framer) next(b []byte) (n int, fr Frame, ok bool, err error) {
+func (f *framer) next(b []byte) (n int, fr frame, ok bool, err error) {
 	if f.state == stFailed {
-		return 0, Frame{}, false, f.err
+		return 0, frame{}, false, f.err
 	}
 	if f.remain == 0 && f.hdrN == 0 && f.oneByte > 0 && len(b) > 0 {
 		f.oneByte--
 		c := b[0]
 		if c != 'S' && c != 'N' && c != 'G' && c != 'E' {
-			return 0, Frame{}, false, f.fail("answer %q to an SSL or GSS request", c)
+			return 0, frame{}, false, f.fail("answer %q to an SSL or GSS request", c)
 		}
 		// 'E': an old server's error for the request comes as a typed
 		// ErrorResponse; put the byte back by not consuming it.
 		if c == 'E' {
 			return f.next(b)
 		}
-		return 1, Frame{Code: uint32(c), Len: 1}, true, nil
+		return 1, frame{Code: uint32(c), Len: 1}, true, nil
 	}
 	for n < len(b) {
 		if f.remain == 0 && f.hdrLen == 0 { // at a message boundary
@@ -162,10 +162,10 @@ func (f *framer) next(b []byte) (n int, fr Frame, ok bool, err error) {
 			f.hdrN += k
 			n += k
 			if f.hdrN < f.hdrLen {
-				return n, Frame{}, false, nil
+				return n, frame{}, false, nil
 			}
 			if err := f.header(); err != nil {
-				return n, Frame{}, false, err
+				return n, frame{}, false, err
 			}
 			if f.remain == 0 {
 				return n, f.finish(), true, nil
@@ -182,7 +182,7 @@ func (f *framer) next(b []byte) (n int, fr Frame, ok bool, err error) {
 			return n, f.finish(), true, nil
 		}
 	}
-	return n, Frame{}, false, nil
+	return n, frame{}, false, nil
 }
 
 // header validates the collected header and sets up the body.
@@ -223,8 +223,8 @@ func (f *framer) header() error {
 }
 
 // finish returns the message that just ended and moves to the next state.
-func (f *framer) finish() Frame {
-	fr := Frame{Type: f.typ, Code: f.code, Len: f.total}
+func (f *framer) finish() frame {
+	fr := frame{Type: f.typ, Code: f.code, Len: f.total}
 	if f.capN > 0 {
 		fr.Head = f.head
 	}
@@ -252,7 +252,7 @@ var commitFuncs = [][]byte{[]byte("pgshard_commit_cas"), []byte("pgshard_commit"
 // a commit function's name followed by "(" — and sees only the captured
 // head (frontendCapture bytes), so a call further into a long multi-statement
 // Query is not recognized.
-func isCommit(fr Frame) bool {
+func isCommit(fr frame) bool {
 	var sql []byte
 	switch fr.Type {
 	case 'Q':

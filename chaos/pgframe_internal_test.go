@@ -26,8 +26,8 @@ func encode(t testing.TB, msgs ...encoder) []byte {
 
 // frameAll feeds b to f in chunks of size step (0: all at once) and
 // returns the frames (heads copied) and the first error.
-func frameAll(f *framer, b []byte, step int) ([]Frame, error) {
-	var out []Frame
+func frameAll(f *framer, b []byte, step int) ([]frame, error) {
+	var out []frame
 	for len(b) > 0 {
 		chunk := b
 		if step > 0 && len(chunk) > step {
@@ -202,8 +202,8 @@ func TestIsCommit(t *testing.T) {
 		{``, false},
 	}
 	for _, tc := range tests {
-		q := Frame{Type: 'Q', Head: []byte(tc.sql + "\x00")}
-		p := Frame{Type: 'P', Head: []byte("stmt\x00" + tc.sql + "\x00\x00\x00")}
+		q := frame{Type: 'Q', Head: []byte(tc.sql + "\x00")}
+		p := frame{Type: 'P', Head: []byte("stmt\x00" + tc.sql + "\x00\x00\x00")}
 		if got := isCommit(q); got != tc.want {
 			t.Errorf("Query %q: %v, want %v", tc.sql, got, tc.want)
 		}
@@ -211,7 +211,7 @@ func TestIsCommit(t *testing.T) {
 			t.Errorf("Parse %q: %v, want %v", tc.sql, got, tc.want)
 		}
 	}
-	if isCommit(Frame{Type: 'B', Head: []byte(commitQuery)}) {
+	if isCommit(frame{Type: 'B', Head: []byte(commitQuery)}) {
 		t.Error("a Bind is never a commit")
 	}
 }
