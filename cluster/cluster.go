@@ -50,6 +50,26 @@ func (s Shard) PoolerDSN(database, user string) string {
 	return dsn(s.Host, s.PoolerPort, database, user)
 }
 
+// LogPath is the file the shard's PostgreSQL logs to (DIR/shardN/postgres.log),
+// "" when the shard has no directory (the testcontainers provider). The
+// file only grows while the cluster exists: a reader may remember its size
+// and read what a later event appended.
+func (s Shard) LogPath() string {
+	if s.Dir == "" {
+		return ""
+	}
+	return pgLog(s.Dir)
+}
+
+// PoolerLogPath is the file the shard's PgBouncer logs to, "" without
+// PgBouncer or without a directory.
+func (s Shard) PoolerLogPath() string {
+	if s.Dir == "" || s.PoolerPort == 0 {
+		return ""
+	}
+	return bouncerLog(s.Dir)
+}
+
 func dsn(host string, port int, database, user string) string {
 	u := url.URL{
 		Scheme:   "postgres",

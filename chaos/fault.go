@@ -1,0 +1,416 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// The faults: one small type per kind, a file each (fault_<kind>.go).
+//
+//	Plan (schedule.go) ──▶ []Planned ──▶ Execute ──▶ NewFault(kind)
+//	                                        │          ├─ Inject(env, shard, params, rng) ──▶ Evidence
+//	                                        │          └─ Heal(env, shard)                ──▶ Evidence
+//	                                        └─ record(Event) for each inject and heal
+//
+//	fault_terminate.go            pg_terminate_backend of the workload's busy sessions
+//	fault_lost_ack.go             the relay drops commit replies (relay.go, pgframe.go)
+//	fault_pgbouncer_kill.go       SIGKILL PgBouncer, start it again
+//	fault_pgbouncer_pause.go      PAUSE / RESUME through the admin console
+//	fault_pgbouncer_reconnect.go  RECONNECT through the admin console
+//	fault_shard_crash.go          immediate stop of a shard, start (crash recovery)
+//	fault_backend_kill.go         SIGKILL one backend (the postmaster reinitializes)
+//	fault_latency.go, fault_stall.go, fault_reset.go, fault_partition.go   relay modes
+//	fault_proxy_restart.go        SIGKILL the chaos-owned proxy, start it again
+//	admin.go                      admin connections, PgBouncer's console, server logs
+
+// Kind names a fault.
+type Kind string
+
+// The fault kinds. Each phase's Evidence.Landed is the fault's own reading
+// of its evidence; for faults that act over a window (latency, stall,
+// partition, lost-ack) only the heal's evidence can say whether anything
+// was affected, and for restarts (shard-crash, backend-kill) the heal's
+// evidence holds the crash recovery.
+const (
+	// KindTerminate: pg_terminate_backend of the workload's sessions that
+	// are active or idle in transaction in the workload database on the
+	// shard (direct admin connection; the chaos tool's own and the
+	// verifier's sessions are spared). It polls up to param wait (default
+	// 2s) until at least one such session exists; param count limits how
+	// many it terminates (seeded choice; default all). Landed: at least
+	// one was terminated. Clients see 57P01.
+	KindTerminate Kind = "terminate"
+	// KindLostAck: the shard's relay (via=shard, the default) or the
+	// proxy's relay (via=proxy) is armed to drop the replies to the next
+	// count (default 1) commits after the server sent all of them, and to
+	// reset both sides, for the hold. Landed (heal): at least one reply was
+	// dropped. Clients see their connection fail after the commit was sent
+	// (an unknown outcome) while the commit is in the database.
+	KindLostAck Kind = "lost-ack"
+	// KindPgBouncerKill: SIGKILL the shard's PgBouncer at inject, start it
+	// again at heal. Landed: inject killed it (old_pid), heal started a
+	// new one (new_pid).
+	KindPgBouncerKill Kind = "pgbouncer-kill"
+	// KindPgBouncerPause: PAUSE the workload database in the shard's
+	// PgBouncer (admin console, bounded by param timeout, default 5s),
+	// RESUME it at heal. Landed: PAUSE was answered and clients were seen
+	// waiting (cl_waiting in SHOW POOLS while paused).
+	KindPgBouncerPause Kind = "pgbouncer-pause"
+	// KindPgBouncerReconnect: RECONNECT the workload database in the
+	// shard's PgBouncer: every server connection is closed once released.
+	// Instantaneous. Landed: RECONNECT was answered.
+	KindPgBouncerReconnect Kind = "pgbouncer-reconnect"
+	// KindShardCrash: stop the shard's Postgres the way `pg_ctl stop -m
+	// immediate` does (param mode=kill SIGKILLs the postmaster instead),
+	// start it again at heal. Landed (heal): a new postmaster ran crash
+	// recovery (the server log's recovery lines).
+	KindShardCrash Kind = "shard-crash"
+	// KindBackendKill: SIGKILL one client backend of the workload on the
+	// shard (busy ones preferred), so the postmaster terminates every
+	// backend and reinitializes; heal waits until the shard accepts
+	// connections again. Landed (heal): the server log shows the backend
+	// killed by signal 9 and the reinitialization.
+	KindBackendKill Kind = "backend-kill"
+	// KindLatency: the shard's relay delays every chunk in either
+	// direction by param delay (default 20ms) plus a seeded jitter in
+	// [0, param jitter) (default 0) for the hold. Landed (heal): chunks
+	// were delayed.
+	KindLatency Kind = "latency"
+	// KindStall: the shard's relay stops forwarding in both directions for
+	// the hold; heal delivers what was held. Landed (heal): connections had
+	// data held.
+	KindStall Kind = "stall"
+	// KindReset: the shard's relay resets every connection now.
+	// Instantaneous. Landed: at least one connection was reset.
+	KindReset Kind = "reset"
+	// KindPartition: the shard's relay blackholes its connections and
+	// holds new ones unconnected for the hold; heal resets all of them.
+	// Landed (heal): connections were blackholed or held.
+	KindPartition Kind = "partition"
+	// KindProxyRestart: SIGKILL the chaos-owned proxy with its clients
+	// connected, start it again on the same address at heal (the hold is
+	// the downtime). Landed: inject killed it, heal started a new one.
+	KindProxyRestart Kind = "proxy-restart"
+)
+
+// Kinds returns every fault kind, in a fixed order.
+func Kinds() []Kind {
+	return []Kind{KindTerminate, KindLostAck, KindPgBouncerKill, KindPgBouncerPause, KindPgBouncerReconnect,
+		KindShardCrash, KindBackendKill, KindLatency, KindStall, KindReset, KindPartition, KindProxyRestart}
+}
+
+// ParseKind returns the kind named s.
+func ParseKind(s string) (Kind, error) {
+	if _, ok := kindInfos[Kind(s)]; ok {
+		return Kind(s), nil
+	}
+	names := make([]string, 0, len(kindInfos))
+	for _, k := range Kinds() {
+		names = append(names, string(k))
+	}
+	return "", fmt.Errorf("unknown fault kind %q (known: %s)", s, strings.Join(names, ", "))
+}
+
+// Instantaneous reports whether the kind takes no hold (terminate, reset,
+// pgbouncer-reconnect, backend-kill): its heal only collects evidence or
+// waits for recovery.
+func (k Kind) Instantaneous() bool { return kindInfos[k].instant }
+
+// Needs says what a fault requires of its Env.
+type Needs uint8
+
+const (
+	// NeedsProcessControl: Env.Cluster, a local cluster whose processes
+	// this machine can signal and restart (a cluster from `pgshard dev
+	// up` or cluster.Up).
+	NeedsProcessControl Needs = 1 << iota
+	// NeedsPooler: the target shard has a PgBouncer (a pooler DSN in
+	// Env.Map).
+	NeedsPooler
+	// NeedsShardRelay: Env.Relays holds a relay for the target shard.
+	NeedsShardRelay
+	// NeedsProxy: Env.Proxy, the chaos-owned proxy process.
+	NeedsProxy
+	// NeedsProxyRelay: Env.ProxyRelay, the relay in front of the proxy.
+	NeedsProxyRelay
+)
+
+// String lists the needs, e.g. "process-control+pooler".
+func (n Needs) String() string {
+	var parts []string
+	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay"} {
+		if n&(1<<i) != 0 {
+			parts = append(parts, name)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
+}
+
+// Params are a fault's kind-specific parameters, e.g. delay=20ms,
+// mode=immediate, count=3, via=proxy. Plan validates them.
+type Params map[string]string
+
+// Evidence is what an inject or a heal observed.
+type Evidence struct {
+	// Landed is the fault's own reading of Fields: the fault took effect
+	// (see each Kind for what that means).
+	Landed bool
+	// Fields go into the history verbatim (JSON-encodable values), named
+	// as verify/HISTORY.md says for each kind.
+	Fields map[string]any
+}
+
+// Fault is one kind of fault. A Fault value carries the state of one
+// injection from Inject to Heal (old PIDs, log offsets, counters): use a
+// fresh value (NewFault) for each injection. Inject and Heal may block
+// (bounded by ctx and by the kind's own limits).
+type Fault interface {
+	// Kind names the fault.
+	Kind() Kind
+	// Needs says what the fault requires of an Env (Check refuses a plan
+	// whose env lacks it).
+	Needs() Needs
+	// Inject starts the fault on shard (an index into Env.Map.Shards; -1
+	// for the proxy's kinds). rng is the fault's own seeded source.
+	Inject(ctx context.Context, env *Env, shard int, p Params, rng *rand.Rand) (Evidence, error)
+	// Heal ends it and collects the evidence only the end can give; a
+	// no-op for instantaneous kinds other than backend-kill. Heal is
+	// called even when Inject failed, and tolerates that.
+	Heal(ctx context.Context, env *Env, shard int) (Evidence, error)
+}
+
+// Env is what faults act on.
+type Env struct {
+	// Cluster gives process control; nil when the cluster has none
+	// (Check refuses kinds that need it).
+	Cluster *cluster.Cluster
+	// Map is the ORIGINAL shard map (not rewritten to the relays): its
+	// direct DSNs serve admin connections, its pooler DSNs PgBouncer's
+	// admin console.
+	Map *shardmap.Map
+	// Database is the workload's database, User the cluster user (the
+	// PgBouncer admin).
+	Database, User string
+	// Relays, by shard index, are the relays in front of the endpoint the
+	// workload uses for each shard (Postgres or PgBouncer); nil entries
+	// when none.
+	Relays []*Relay
+	// ProxyRelay is the relay in front of the chaos-owned proxy (clients
+	// → relay → proxy), or nil.
+	ProxyRelay *Relay
+	// Proxy is the chaos-owned proxy, or nil.
+	Proxy *ProxyProcess
+	// Logf receives progress and debug lines; nil is silent.
+	Logf func(format string, args ...any)
+}
+
+func (e *Env) logf(format string, args ...any) {
+	if e != nil && e.Logf != nil {
+		e.Logf(format, args...)
+	}
+}
+
+// shardName names shard i of the map, "" for -1.
+func (e *Env) shardName(i int) string {
+	if i < 0 || e.Map == nil || i >= len(e.Map.Shards) {
+		return ""
+	}
+	return e.Map.Shards[i].Name
+}
+
+// mapShard returns shard i of the map.
+func (e *Env) mapShard(i int) (shardmap.Shard, error) {
+	if e.Map == nil {
+		return shardmap.Shard{}, errors.New("the env has no shard map")
+	}
+	if i < 0 || i >= len(e.Map.Shards) {
+		return shardmap.Shard{}, fmt.Errorf("shard %d: the map has shards 0..%d", i, len(e.Map.Shards)-1)
+	}
+	return e.Map.Shards[i], nil
+}
+
+// clusterShard returns the index in Env.Cluster of the map's shard i
+// (matched by name).
+func (e *Env) clusterShard(i int) (int, error) {
+	if e.Cluster == nil {
+		return 0, errors.New("no process control: the env has no local cluster")
+	}
+	sh, err := e.mapShard(i)
+	if err != nil {
+		return 0, err
+	}
+	for j := range e.Cluster.Shards {
+		// Only the name: the PID fields change under the cluster's lock.
+		if e.Cluster.Shards[j].Name == sh.Name {
+			return j, nil
+		}
+	}
+	return 0, fmt.Errorf("shard %s is not one of the cluster's", sh.Name)
+}
+
+// relay returns the relay of shard i.
+func (e *Env) relay(i int) (*Relay, error) {
+	if i < 0 || i >= len(e.Relays) || e.Relays[i] == nil {
+		return nil, fmt.Errorf("shard %s has no relay", e.shardName(i))
+	}
+	return e.Relays[i], nil
+}
+
+// NewFault returns a fresh fault of kind k.
+func NewFault(k Kind) (Fault, error) {
+	info, ok := kindInfos[k]
+	if !ok {
+		_, err := ParseKind(string(k))
+		return nil, err
+	}
+	return info.new(), nil
+}
+
+// kindInfo is what the planner and Check know of a kind.
+type kindInfo struct {
+	needs   Needs
+	instant bool // takes no hold
+	global  bool // aims at the proxy, not at a shard
+	// resource is what two faults must not share at once: "proc" (a
+	// shard's processes), "relay" (a shard's relay), "proxy",
+	// "proxy-relay".
+	resource string
+	// settle estimates how long after its hold a fault still occupies its
+	// resource (restarts, recovery); the planner spaces faults by it.
+	settle time.Duration
+	params map[string]paramCheck
+	// byParams overrides needs, global and resource from the params
+	// (lost-ack's via).
+	byParams func(p Params) (needs Needs, global bool, resource string)
+	new      func() Fault
+}
+
+func (ki kindInfo) target(p Params) (needs Needs, global bool, resource string) {
+	if ki.byParams != nil {
+		return ki.byParams(p)
+	}
+	return ki.needs, ki.global, ki.resource
+}
+
+var kindInfos = map[Kind]kindInfo{
+	KindTerminate:          terminateInfo,
+	KindLostAck:            lostAckInfo,
+	KindPgBouncerKill:      pgbouncerKillInfo,
+	KindPgBouncerPause:     pgbouncerPauseInfo,
+	KindPgBouncerReconnect: pgbouncerReconnectInfo,
+	KindShardCrash:         shardCrashInfo,
+	KindBackendKill:        backendKillInfo,
+	KindLatency:            latencyInfo,
+	KindStall:              stallInfo,
+	KindReset:              resetInfo,
+	KindPartition:          partitionInfo,
+	KindProxyRestart:       proxyRestartInfo,
+}
+
+// paramCheck validates one parameter's value.
+type paramCheck func(v string) error
+
+func durationParam(lo, hi time.Duration) paramCheck {
+	return func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (e.g. 20ms)", v)
+		}
+		if d < lo || d > hi {
+			return fmt.Errorf("%v is outside %v..%v", d, lo, hi)
+		}
+		return nil
+	}
+}
+
+func intParam(lo, hi int) paramCheck {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		if n < lo || n > hi {
+			return fmt.Errorf("%d is outside %d..%d", n, lo, hi)
+		}
+		return nil
+	}
+}
+
+func enumParam(values ...string) paramCheck {
+	return func(v string) error {
+		if !slices.Contains(values, v) {
+			return fmt.Errorf("%q: want %s", v, strings.Join(values, " or "))
+		}
+		return nil
+	}
+}
+
+// validateParams checks p against kind k's parameters; each problem names
+// the key.
+func validateParams(k Kind, p Params) []string {
+	info := kindInfos[k]
+	var probs []string
+	for _, key := range slices.Sorted(maps.Keys(p)) {
+		check, ok := info.params[key]
+		if !ok {
+			known := slices.Sorted(maps.Keys(info.params))
+			if len(known) == 0 {
+				probs = append(probs, fmt.Sprintf("params.%s: %s takes no parameters", key, k))
+			} else {
+				probs = append(probs, fmt.Sprintf("params.%s: unknown parameter of %s (known: %s)", key, k, strings.Join(known, ", ")))
+			}
+			continue
+		}
+		if err := check(p[key]); err != nil {
+			probs = append(probs, fmt.Sprintf("params.%s: %v", key, err))
+		}
+	}
+	return probs
+}
+
+// Accessors of validated params (Inject re-checks: it may be called with
+// params Plan never saw).
+
+func (p Params) duration(key string, def time.Duration) (time.Duration, error) {
+	v, ok := p[key]
+	if !ok {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("param %s: %q is not a duration", key, v)
+	}
+	return d, nil
+}
+
+func (p Params) int(key string, def int) (int, error) {
+	v, ok := p[key]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("param %s: %q is not an integer", key, v)
+	}
+	return n, nil
+}
+
+func (p Params) str(key, def string) string {
+	if v, ok := p[key]; ok {
+		return v
+	}
+	return def
+}

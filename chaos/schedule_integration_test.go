@@ -1,0 +1,196 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgshard/pgshard/chaos"
+	"github.com/pgshard/pgshard/cluster"
+)
+
+// events collects what Execute records.
+type events struct {
+	mu  sync.Mutex
+	all []chaos.Event
+}
+
+func (e *events) record(ev chaos.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+}
+
+func (e *events) list() []chaos.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]chaos.Event(nil), e.all...)
+}
+
+// ping runs SELECT 1 over a new connection to dsn.
+func ping(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "SELECT 1")
+	return err
+}
+
+// TestExecuteAndHealAll runs a schedule of every kind but terminate's
+// seeded luck on a 2-shard cluster through PgBouncer and the proxy, then
+// cancels one mid-hold, then leaves every kind of damage behind and heals
+// it with HealAll.
+func TestExecuteAndHealAll(t *testing.T) {
+	r, pw := proxyRig(t)
+	w := startWorkload(t, r.rt, 4)
+	w.waitCommits(t, 10)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	specs := []chaos.Spec{
+		{Kind: chaos.KindStall, At: []time.Duration{ms(200)}, Hold: ms(300), Shards: []string{"shard0"}},
+		{Kind: chaos.KindLatency, At: []time.Duration{ms(200)}, Hold: ms(500), Shards: []string{"shard1"}, Params: chaos.Params{"delay": "3ms"}},
+		{Kind: chaos.KindPgBouncerPause, At: []time.Duration{ms(300)}, Hold: ms(400), Shards: []string{"shard1"}},
+		{Kind: chaos.KindReset, At: []time.Duration{ms(1200)}, Shards: []string{"shard1"}},
+		{Kind: chaos.KindTerminate, At: []time.Duration{ms(1200)}, Shards: []string{"shard0"}, Params: chaos.Params{"wait": "500ms"}},
+		{Kind: chaos.KindPgBouncerKill, At: []time.Duration{ms(1500)}, Hold: ms(200), Shards: []string{"shard1"}},
+		{Kind: chaos.KindProxyRestart, At: []time.Duration{ms(1500)}, Hold: ms(200)},
+		{Kind: chaos.KindLostAck, At: []time.Duration{ms(1600)}, Hold: ms(1500), Shards: []string{"shard0"}},
+		{Kind: chaos.KindLostAck, At: []time.Duration{ms(2500)}, Hold: ms(1500), Params: chaos.Params{"via": "proxy"}},
+		{Kind: chaos.KindBackendKill, At: []time.Duration{ms(3000)}, Shards: []string{"shard1"}},
+		{Kind: chaos.KindShardCrash, At: []time.Duration{ms(3000)}, Hold: ms(300), Shards: []string{"shard0"}},
+		{Kind: chaos.KindPartition, At: []time.Duration{ms(4000)}, Hold: ms(600), Shards: []string{"shard1"}},
+		{Kind: chaos.KindPgBouncerReconnect, At: []time.Duration{ms(4000)}, Shards: []string{"shard0"}},
+	}
+	plan, err := chaos.Plan(specs, 20*time.Second, []string{"shard0", "shard1"}, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != len(specs) {
+		t.Fatalf("planned %d of %d faults: %+v", len(plan), len(specs), plan)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var ev events
+	start := time.Now()
+	if err := chaos.Execute(ctx, r.env, plan, start, ev.record); err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	got := ev.list()
+	byID := map[string][]chaos.Event{}
+	for _, e := range got {
+		byID[e.ID] = append(byID[e.ID], e)
+	}
+	landed := map[chaos.Kind]bool{}
+	for _, p := range plan {
+		es := byID[p.ID]
+		if len(es) != 2 || es[0].Phase != "inject" || es[1].Phase != "heal" {
+			t.Fatalf("%s (%s): events %+v, want an inject then a heal", p.ID, p.Kind, es)
+		}
+		in, he := es[0], es[1]
+		if in.T < p.At || in.Done < in.T || he.T < p.At+p.Hold || he.T < in.Done || he.Done < he.T {
+			t.Errorf("%s (%s) at %v hold %v: inject %v..%v, heal %v..%v", p.ID, p.Kind, p.At, p.Hold, in.T, in.Done, he.T, he.Done)
+		}
+		if in.Err != "" || he.Err != "" {
+			t.Errorf("%s (%s): errors %q %q", p.ID, p.Kind, in.Err, he.Err)
+		}
+		if in.Kind != p.Kind || (p.Shard >= 0 && in.Shard != r.m.Shards[p.Shard].Name) || (p.Shard < 0 && in.Shard != "") {
+			t.Errorf("%s: event %+v for planned %+v", p.ID, in, p)
+		}
+		// The heal's reading decides, except for the instantaneous kinds
+		// whose heal has nothing to say (all but backend-kill).
+		landed[p.Kind] = landed[p.Kind] || he.Landed || in.Landed && p.Kind.Instantaneous() && p.Kind != chaos.KindBackendKill
+	}
+	for _, k := range chaos.Kinds() {
+		if !landed[k] && k != chaos.KindTerminate { // terminate needs a busy session at that moment
+			t.Errorf("%s did not land", k)
+		}
+	}
+	w.waitCommits(t, 20)
+	pw.waitCommits(t, 10)
+
+	t.Run("cancel mid-hold", func(t *testing.T) {
+		plan, err := chaos.Plan([]chaos.Spec{
+			{Kind: chaos.KindStall, At: []time.Duration{0}, Hold: time.Minute, Shards: []string{"shard0"}},
+			{Kind: chaos.KindReset, At: []time.Duration{30 * time.Second}},
+		}, 2*time.Minute, []string{"shard0", "shard1"}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev events
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- chaos.Execute(ctx, r.env, plan, time.Now(), ev.record) }()
+		eventually(t, "the stall's inject", func() bool { return len(ev.list()) == 1 })
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Execute after cancel: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Execute did not return after its context ended")
+		}
+		es := ev.list()
+		if len(es) != 2 || es[1].Phase != "heal" || es[1].Kind != chaos.KindStall || es[1].Err != "" {
+			t.Fatalf("events %+v: want the stall injected and healed, the reset skipped", es)
+		}
+		w.waitCommits(t, 10)
+	})
+
+	t.Run("HealAll", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		r.relays[0].Stall()
+		r.relays[1].Partition()
+		r.relays[1].DropCommitReplies(100)
+		r.env.ProxyRelay.SetLatency(time.Second, 0, nil)
+		if _, err := chaos.NewFault(chaos.KindPgBouncerPause); err != nil {
+			t.Fatal(err)
+		}
+		inject(t, r.env, chaos.KindPgBouncerPause, 1, nil)
+		if err := r.c.StopShard(ctx, 0, cluster.Immediate); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.c.StopPooler(ctx, 1, cluster.Kill); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.env.Proxy.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 { // idempotent
+			if err := chaos.HealAll(ctx, r.env); err != nil {
+				t.Fatalf("HealAll round %d: %v", round, err)
+			}
+		}
+		for i, sh := range r.m.Shards {
+			for what, dsn := range map[string]string{"direct": sh.DSN, "pgbouncer": sh.PoolerDSN,
+				"relay": fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", r.relays[i].Addr(), r.db)} {
+				if err := ping(ctx, dsn); err != nil {
+					t.Errorf("%s %s after HealAll: %v", sh.Name, what, err)
+				}
+			}
+		}
+		if err := ping(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", r.env.ProxyRelay.Addr(), r.db)); err != nil {
+			t.Errorf("the proxy through its relay after HealAll: %v", err)
+		}
+		w.waitCommits(t, 20)
+		pw.waitCommits(t, 10)
+		if err := r.env.Proxy.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.env.Proxy.Start(ctx); !errors.Is(err, chaos.ErrProxyStopped) {
+			t.Fatalf("Start after Stop: %v", err)
+		}
+		if err := chaos.HealAll(ctx, r.env); err != nil || r.env.Proxy.Running() {
+			t.Fatalf("HealAll with a stopped proxy: %v, running %v", err, r.env.Proxy.Running())
+		}
+	})
+}
