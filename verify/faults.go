@@ -110,15 +110,21 @@ func pidChanged(ev map[string]json.RawMessage) bool {
 // window is one injection and its heal.
 type window struct {
 	inject *FaultEvent
-	to     int64 // the heal's time, or the scheduled hold, or the end
+	// evidence is the injection's with the heal's evidence laid over it:
+	// what only the end of a fault can show (the log lines of a crash
+	// recovery, the replies a lost-ack dropped, the chunks a latency
+	// delayed) is in its heal line.
+	evidence *FaultEvent
+	to       int64 // the heal's time, or the scheduled hold, or the end
 }
 
 func (w *world) windows() []window {
 	heal := map[string]int64{}
+	healed := map[string]*FaultEvent{}
 	for _, f := range w.h.Faults {
 		if f.Phase == "heal" {
 			if _, ok := heal[f.ID]; !ok {
-				heal[f.ID] = f.T
+				heal[f.ID], healed[f.ID] = f.T, f
 			}
 		}
 	}
@@ -146,7 +152,19 @@ func (w *world) windows() []window {
 		default:
 			to = max(end, f.T)
 		}
-		out = append(out, window{inject: f, to: to})
+		ev := f
+		if h := healed[f.ID]; h != nil && len(h.Evidence) > 0 {
+			merged := *f
+			merged.Evidence = make(map[string]json.RawMessage, len(f.Evidence)+len(h.Evidence))
+			for k, v := range f.Evidence {
+				merged.Evidence[k] = v
+			}
+			for k, v := range h.Evidence {
+				merged.Evidence[k] = v
+			}
+			ev = &merged
+		}
+		out = append(out, window{inject: f, evidence: ev, to: to})
 	}
 	return out
 }
@@ -214,7 +232,7 @@ func landings(w *world, o Options) []FaultLanding {
 		if f.Landed {
 			r.WriterLanded++
 		}
-		ev := landedByEvidence(f)
+		ev := landedByEvidence(win.evidence)
 		if ev {
 			r.Evidence++
 		}

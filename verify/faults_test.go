@@ -19,27 +19,36 @@ func TestFaultLandings(t *testing.T) {
 		withError      bool
 		want           int // landed
 		corroborable   bool
+		heal           string // the heal line's evidence, "" for none
 	}{
-		{verify.FaultTerminate, `{"terminated":[{"pid":1,"state":"active"}]}`, true, 1, true},
-		{verify.FaultTerminate, `{"terminated":[{"pid":1,"state":"active"}]}`, false, 0, true},
-		{verify.FaultTerminate, `{"terminated":[]}`, true, 0, true},
-		{verify.FaultTerminate, `{"terminated":2}`, true, 1, true},
-		{verify.FaultPgBouncerKill, `{"old_pid":10,"new_pid":11}`, true, 1, true},
-		{verify.FaultPgBouncerKill, `{"old_pid":10,"new_pid":10}`, true, 0, true},
-		{verify.FaultShardCrash, `{"old_pid":10,"new_pid":11,"recovery":["redo done"]}`, true, 1, true},
-		{verify.FaultShardCrash, `{"old_pid":10,"new_pid":11,"recovery":[]}`, true, 0, true},
-		{verify.FaultBackendKill, `{"pid":12,"recovery":["terminating any other active server processes"]}`, true, 1, true},
-		{verify.FaultProxyRestart, `{"old_pid":10,"new_pid":11,"clients":3}`, true, 1, true},
-		{verify.FaultReset, `{"reset":4}`, true, 1, true},
-		{verify.FaultReset, `{"reset":0}`, true, 0, true},
-		{verify.FaultPgBouncerPause, `{"paused":true,"waiting":3}`, false, 1, false},
-		{verify.FaultPgBouncerPause, `{"paused":true,"waiting":0}`, false, 0, false},
-		{verify.FaultPgBouncerReconnect, `{"reconnected":true}`, false, 1, false},
-		{verify.FaultLatency, `{"delay_ms":50,"delayed":9}`, false, 1, false},
-		{verify.FaultStall, `{"stalled":2}`, false, 1, false},
-		{verify.FaultPartition, `{"held":0,"refused":5}`, false, 1, false},
-		{verify.FaultPartition, `{"held":0,"refused":0}`, false, 0, false},
-		{"future-kind", `{"whatever":1}`, false, 1, false}, // the writer's own reading
+		{verify.FaultTerminate, `{"terminated":[{"pid":1,"state":"active"}]}`, true, 1, true, ""},
+		{verify.FaultTerminate, `{"terminated":[{"pid":1,"state":"active"}]}`, false, 0, true, ""},
+		{verify.FaultTerminate, `{"terminated":[]}`, true, 0, true, ""},
+		{verify.FaultTerminate, `{"terminated":2}`, true, 1, true, ""},
+		{verify.FaultPgBouncerKill, `{"old_pid":10,"new_pid":11}`, true, 1, true, ""},
+		{verify.FaultPgBouncerKill, `{"old_pid":10,"new_pid":10}`, true, 0, true, ""},
+		{verify.FaultShardCrash, `{"old_pid":10,"new_pid":11,"recovery":["redo done"]}`, true, 1, true, ""},
+		{verify.FaultShardCrash, `{"old_pid":10,"new_pid":11,"recovery":[]}`, true, 0, true, ""},
+		{verify.FaultBackendKill, `{"pid":12,"recovery":["terminating any other active server processes"]}`, true, 1, true, ""},
+		{verify.FaultProxyRestart, `{"old_pid":10,"new_pid":11,"clients":3}`, true, 1, true, ""},
+		{verify.FaultReset, `{"reset":4}`, true, 1, true, ""},
+		{verify.FaultReset, `{"reset":0}`, true, 0, true, ""},
+		{verify.FaultPgBouncerPause, `{"paused":true,"waiting":3}`, false, 1, false, ""},
+		{verify.FaultPgBouncerPause, `{"paused":true,"waiting":0}`, false, 0, false, ""},
+		{verify.FaultPgBouncerReconnect, `{"reconnected":true}`, false, 1, false, ""},
+		{verify.FaultLatency, `{"delay_ms":50,"delayed":9}`, false, 1, false, ""},
+		{verify.FaultStall, `{"stalled":2}`, false, 1, false, ""},
+		{verify.FaultPartition, `{"held":0,"refused":5}`, false, 1, false, ""},
+		{verify.FaultPartition, `{"held":0,"refused":0}`, false, 0, false, ""},
+		{"future-kind", `{"whatever":1}`, false, 1, false, ""}, // the writer's own reading
+		// What only the end of a fault shows is in its heal line.
+		{verify.FaultShardCrash, `{"old_pid":10}`, true, 1, true, `{"old_pid":10,"new_pid":11,"recovery":["automatic recovery in progress"]}`},
+		{verify.FaultShardCrash, `{"old_pid":10}`, true, 0, true, `{"old_pid":10,"new_pid":10,"recovery":["automatic recovery in progress"]}`},
+		{verify.FaultBackendKill, `{"pid":12,"state":"active"}`, true, 1, true, `{"pid":12,"recovery":["terminated by signal 9"]}`},
+		{verify.FaultLatency, `{"delay_ms":15,"conns":3}`, false, 1, false, `{"delay_ms":15,"delayed":40}`},
+		{verify.FaultLatency, `{"delay_ms":15,"conns":3}`, false, 0, false, `{"delay_ms":15,"delayed":0}`},
+		{verify.FaultStall, `{"conns":3}`, false, 1, false, `{"stalled":3}`},
+		{verify.FaultPgBouncerKill, `{"old_pid":10}`, true, 1, true, `{"old_pid":10,"new_pid":11}`},
 	}
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%d-%s", i, c.kind), func(t *testing.T) {
@@ -51,7 +60,11 @@ func TestFaultLandings(t *testing.T) {
 			if c.withError {
 				ls = append(ls, errOp)
 			}
-			ls = append(ls, `{"type":"fault","id":"f1","kind":"`+c.kind+`","phase":"heal","t":5000000,"shard":"shard0"}`, endLine)
+			heal := ""
+			if c.heal != "" {
+				heal = `,"evidence":` + c.heal
+			}
+			ls = append(ls, `{"type":"fault","id":"f1","kind":"`+c.kind+`","phase":"heal","t":5000000,"shard":"shard0"`+heal+`}`, endLine)
 			h, err := verify.ReadHistory(strings.NewReader(lines(ls...)))
 			if err != nil {
 				t.Fatal(err)
