@@ -1,0 +1,477 @@
+package chaos
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// HistoryFormat and HistoryVersion name the format the History writes
+// (verify/HISTORY.md is its definition).
+const (
+	HistoryFormat  = "pgshard-history"
+	HistoryVersion = 1
+)
+
+// Header is the first line of a history.
+type Header struct {
+	Run       string          `json:"run"`
+	StartedAt time.Time       `json:"started_at"`
+	Seed      uint64          `json:"seed"`
+	Scenario  string          `json:"scenario"`
+	Target    string          `json:"target"`
+	Workload  HeaderWorkload  `json:"workload"`
+	Map       HeaderMap       `json:"map"`
+	Schedule  []HeaderPlanned `json:"schedule"`
+}
+
+// HeaderWorkload is what the checker needs to know of the workload.
+type HeaderWorkload struct {
+	Executions   int     `json:"executions"`
+	DefinitionID string  `json:"definition_id"`
+	TraceMax     int     `json:"trace_max"`
+	TimerDelayMs int64   `json:"timer_delay_ms"`
+	Fast         float64 `json:"fast"`
+	MaxEmits     int     `json:"max_emits"`
+	Timer        float64 `json:"timer"`
+	Spawn        float64 `json:"spawn"`
+	Redelivery   float64 `json:"redelivery"`
+	RetryCap     int     `json:"retry_cap"`
+	Concurrency  int     `json:"concurrency"`
+	// Mutant names the deliberately broken variant the run used, "" for
+	// the production store.
+	Mutant string `json:"mutant,omitempty"`
+}
+
+// HeaderMap is the shard map the workload was routed by.
+type HeaderMap struct {
+	Epoch   uint64        `json:"epoch"`
+	Buckets int           `json:"buckets"`
+	Shards  []HeaderShard `json:"shards"`
+}
+
+// HeaderShard is one shard of HeaderMap; ranges are inclusive [lo, hi].
+type HeaderShard struct {
+	Name    string   `json:"name"`
+	Ordinal int      `json:"ordinal"`
+	Ranges  [][2]int `json:"ranges"`
+}
+
+// HeaderPlanned is one fault of the schedule drawn before the run.
+type HeaderPlanned struct {
+	ID     string            `json:"id"`
+	Kind   string            `json:"kind"`
+	Shard  string            `json:"shard"`
+	AtMs   int64             `json:"at_ms"`
+	HoldMs int64             `json:"hold_ms"`
+	Params map[string]string `json:"params,omitempty"`
+}
+
+// HeaderMapOf describes m.
+func HeaderMapOf(m *shardmap.Map) HeaderMap {
+	h := HeaderMap{Epoch: m.Epoch, Buckets: m.Buckets}
+	for _, s := range m.Shards {
+		hs := HeaderShard{Name: s.Name, Ordinal: s.Ordinal, Ranges: [][2]int{}}
+		for _, r := range m.RangesOf(s.Name) {
+			hs.Ranges = append(hs.Ranges, [2]int{r.Lo, r.Hi})
+		}
+		h.Shards = append(h.Shards, hs)
+	}
+	return h
+}
+
+// End is the last line of a history.
+type End struct {
+	EndedAt     time.Time    `json:"ended_at"`
+	Interrupted bool         `json:"interrupted"`
+	Quiesce     *EndQuiesce  `json:"quiesce,omitempty"`
+	Error       string       `json:"error,omitempty"`
+	Ops         int64        `json:"ops"`
+	Faults      map[Kind]int `json:"faults,omitempty"`
+}
+
+// EndQuiesce is the heal-and-quiesce phase's outcome.
+type EndQuiesce struct {
+	OK         bool   `json:"ok"`
+	Ms         int64  `json:"ms"`
+	HealError  string `json:"heal_error,omitempty"`
+	OutboxLeft int    `json:"outbox_left"`
+	SpawnsLeft int    `json:"spawns_left"`
+	TimersLeft int    `json:"timers_left"`
+}
+
+// History streams a run's history to a file as JSON lines (optionally
+// gzip or zstd compressed, by the file name's extension). It implements
+// loadgen.Observer; it is safe for concurrent use and holds nothing but
+// its write buffer, so memory stays bounded whatever the run's length.
+//
+//	loadgen ops ─┐
+//	faults ──────┼─▶ encode (one line each) ─▶ buffer ─▶ [gzip|zstd] ─▶ file
+//	end ─────────┘
+type History struct {
+	m     *shardmap.Map
+	start time.Time
+
+	mu     sync.Mutex
+	f      *os.File
+	comp   io.WriteCloser // nil when uncompressed
+	buf    *bufio.Writer
+	enc    *json.Encoder
+	ops    int64
+	stats  HistoryStats
+	faults map[Kind]int
+	err    error // the first write error; later writes are dropped
+}
+
+var _ loadgen.Observer = (*History)(nil)
+
+// CreateHistory creates path and writes h as its header. Times of later
+// lines count from start (monotonic). m names the shard of each op.
+func CreateHistory(path string, h Header, m *shardmap.Map, start time.Time) (*History, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	w := &History{m: m, start: start, f: f, faults: map[Kind]int{}}
+	var out io.Writer = f
+	switch {
+	case strings.HasSuffix(path, ".gz"):
+		w.comp = gzip.NewWriter(f)
+	case strings.HasSuffix(path, ".zst"):
+		z, err := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("history: %w", err)
+		}
+		w.comp = z
+	}
+	if w.comp != nil {
+		out = w.comp
+	}
+	w.buf = bufio.NewWriterSize(out, 256<<10)
+	w.enc = json.NewEncoder(w.buf)
+	w.enc.SetEscapeHTML(false)
+	line := struct {
+		Type    string `json:"type"`
+		Format  string `json:"format"`
+		Version int    `json:"version"`
+		Header
+	}{"header", HistoryFormat, HistoryVersion, h}
+	if line.Schedule == nil {
+		line.Schedule = []HeaderPlanned{}
+	}
+	w.write(line)
+	if w.err != nil {
+		w.Close()
+		return nil, w.err
+	}
+	return w, nil
+}
+
+func (w *History) write(v any) {
+	if w.err != nil {
+		return
+	}
+	if err := w.enc.Encode(v); err != nil {
+		w.err = fmt.Errorf("history: %w", err)
+	}
+}
+
+func (w *History) since(t time.Time) int64 { return int64(t.Sub(w.start)) }
+
+// Ops is the number of op lines written so far.
+func (w *History) Ops() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ops
+}
+
+// opLine is one op line (verify/HISTORY.md, "op").
+type opLine struct {
+	Type     string   `json:"type"`
+	ID       string   `json:"id"`
+	Kind     string   `json:"kind"`
+	Src      string   `json:"src"`
+	Exe      string   `json:"exe"`
+	Shard    string   `json:"shard,omitempty"`
+	T0       int64    `json:"t0"`
+	T1       int64    `json:"t1"`
+	Outcome  string   `json:"outcome"`
+	Err      string   `json:"err,omitempty"`
+	SQLState string   `json:"sqlstate,omitempty"`
+	Cause    string   `json:"cause,omitempty"`
+	Event    string   `json:"event,omitempty"`
+	Input    string   `json:"input,omitempty"`
+	Exists   *bool    `json:"exists,omitempty"`
+	Version  *int     `json:"version,omitempty"`
+	Writer   *string  `json:"writer,omitempty"`
+	Proc     *bool    `json:"processed,omitempty"`
+	Exp      *int     `json:"exp,omitempty"`
+	New      *int     `json:"new,omitempty"`
+	Found    *int     `json:"found,omitempty"`
+	Conflict bool     `json:"conflict,omitempty"`
+	Fast     *bool    `json:"fast,omitempty"`
+	Emits    []emit   `json:"emits,omitempty"`
+	Timers   any      `json:"timers,omitempty"`
+	Spawns   []string `json:"spawns,omitempty"`
+	Trace    bool     `json:"trace,omitempty"`
+	Seq      int64    `json:"seq,omitempty"`
+	Origin   string   `json:"origin,omitempty"`
+	Target   string   `json:"target,omitempty"`
+	Path     string   `json:"path,omitempty"`
+	FireAt   *float64 `json:"fire_at,omitempty"`
+	Deleted  *bool    `json:"deleted,omitempty"`
+	Parent   string   `json:"parent,omitempty"`
+	Child    string   `json:"child,omitempty"`
+	N        *int     `json:"n,omitempty"`
+	Now      *float64 `json:"now,omitempty"`
+}
+
+type emit struct {
+	Event  string `json:"event"`
+	Target string `json:"target"`
+}
+
+type timerOp struct {
+	Path   string   `json:"path"`
+	FireAt *float64 `json:"fire_at,omitempty"`
+	Cancel bool     `json:"cancel,omitempty"`
+}
+
+type dueTimer struct {
+	Exe    string  `json:"exe"`
+	Path   string  `json:"path"`
+	FireAt float64 `json:"fire_at"`
+}
+
+// maxErrLen bounds an error's text in the history.
+const maxErrLen = 300
+
+func ptr[T any](v T) *T { return &v }
+
+// HistoryStats counts what a history holds so far.
+type HistoryStats struct {
+	Ops       int64 // op lines
+	Commits   int64 // acknowledged commits
+	Unknown   int64 // ops with an unknown outcome
+	Conflicts int64 // lost compare-and-swaps
+	Errors    int64 // other failed ops
+}
+
+// Stats returns the counts so far.
+func (w *History) Stats() HistoryStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
+
+// Observe writes op as one line (loadgen.Observer).
+func (w *History) Observe(op *loadgen.Op) {
+	l := w.line(op)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ops++
+	w.stats.Ops++
+	switch l.Outcome {
+	case "ok":
+		if op.Kind == loadgen.OpCommit {
+			w.stats.Commits++
+		}
+	case "info":
+		w.stats.Unknown++
+	default:
+		if l.Conflict {
+			w.stats.Conflicts++
+		} else {
+			w.stats.Errors++
+		}
+	}
+	w.write(l)
+}
+
+func (w *History) line(op *loadgen.Op) *opLine {
+	l := &opLine{Type: "op", ID: op.ID, Kind: string(op.Kind), Src: op.Src, Exe: op.ExecutionID,
+		T0: w.since(op.Invoke), T1: w.since(op.Complete), Outcome: op.Outcome(), Cause: op.Cause}
+	l.Shard = w.shardOf(op)
+	if op.Err != nil {
+		l.Err = op.Err.Error()
+		if len(l.Err) > maxErrLen {
+			l.Err = l.Err[:maxErrLen] + "..."
+		}
+		l.SQLState = sqlState(op.Err)
+	}
+	ok := op.Err == nil
+	switch op.Kind {
+	case loadgen.OpLoad:
+		l.Event = op.EventID
+		if ok {
+			l.Exists, l.Proc = ptr(op.Exists), ptr(op.Processed)
+			if op.Exists {
+				l.Version, l.Writer = ptr(op.Version), ptr(op.Writer)
+			}
+		}
+	case loadgen.OpCommit:
+		c := op.Commit
+		l.Event, l.Input = op.EventID, op.Input
+		l.Exp, l.Fast = ptr(c.Exe.Version), ptr(c.Fast())
+		switch {
+		case ok:
+			l.New = ptr(c.Exe.Version + 1)
+		case errors.Is(op.Err, loadgen.ErrConflict):
+			l.Conflict = true
+			if op.Found >= 0 {
+				l.Found = ptr(op.Found)
+			}
+		}
+		for _, e := range c.Emits {
+			l.Emits = append(l.Emits, emit{Event: e.ID, Target: e.TargetID})
+		}
+		if len(c.Timers) > 0 {
+			ts := make([]timerOp, len(c.Timers))
+			for i, t := range c.Timers {
+				ts[i] = timerOp{Path: t.Path, Cancel: t.Cancel}
+				if !t.Cancel {
+					ts[i].FireAt = ptr(t.FireAt)
+				}
+			}
+			l.Timers = ts
+		}
+		for _, s := range c.Spawns {
+			l.Spawns = append(l.Spawns, s.ChildID)
+		}
+		l.Trace = c.Trace != ""
+		l.Seq, l.Origin = op.Seq, op.Origin
+		if op.Path != "" {
+			l.Path, l.FireAt = op.Path, ptr(op.FireAt)
+		}
+	case loadgen.OpReadOutbox, loadgen.OpReadSpawns:
+		l.N = ptr(op.N)
+	case loadgen.OpAckOutbox:
+		l.Seq, l.Event, l.Target = op.Seq, op.EventID, op.Target
+	case loadgen.OpAckSpawn:
+		l.Seq, l.Parent, l.Child = op.Seq, op.ExecutionID, op.Child
+	case loadgen.OpDueTimers:
+		l.Now = ptr(op.Now)
+		if ok {
+			ts := make([]dueTimer, len(op.Timers))
+			for i, t := range op.Timers {
+				ts[i] = dueTimer{Exe: t.ExecutionID, Path: t.Path, FireAt: t.FireAt}
+			}
+			l.Timers = ts
+		}
+	case loadgen.OpDeleteTimer:
+		l.Path, l.FireAt = op.Path, ptr(op.FireAt)
+		if ok {
+			l.Deleted = ptr(op.Deleted)
+		}
+	}
+	return l
+}
+
+// shardOf names the shard an op went to: its execution's, or its seq's.
+func (w *History) shardOf(op *loadgen.Op) string {
+	if w.m == nil {
+		return ""
+	}
+	if op.ExecutionID != "" {
+		return w.m.Lookup(op.ExecutionID).Name
+	}
+	if op.Seq > 0 {
+		if s, err := w.m.ShardForSeq(op.Seq); err == nil {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// sqlState returns the SQLSTATE an error carries, "" if none.
+func sqlState(err error) string {
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		return se.SQLState()
+	}
+	return ""
+}
+
+// faultLine is one fault line (verify/HISTORY.md, "fault").
+type faultLine struct {
+	Type     string         `json:"type"`
+	ID       string         `json:"id"`
+	Kind     Kind           `json:"kind"`
+	Phase    string         `json:"phase"`
+	T        int64          `json:"t"`
+	Shard    string         `json:"shard,omitempty"`
+	Landed   bool           `json:"landed"`
+	Evidence map[string]any `json:"evidence,omitempty"`
+	Err      string         `json:"err,omitempty"`
+}
+
+// Fault writes a fault's inject or heal line.
+func (w *History) Fault(e Event) {
+	l := faultLine{Type: "fault", ID: e.ID, Kind: e.Kind, Phase: e.Phase, T: int64(e.T), Shard: e.Shard,
+		Landed: e.Landed, Evidence: e.Evidence, Err: e.Err}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e.Phase == "inject" && e.Landed {
+		w.faults[e.Kind]++
+	}
+	w.write(l)
+}
+
+// Landed counts the faults that landed so far, by kind (the writer's own
+// reading of their evidence; the verifier recounts).
+func (w *History) Landed() map[Kind]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[Kind]int, len(w.faults))
+	for k, n := range w.faults {
+		out[k] = n
+	}
+	return out
+}
+
+// End writes the last line; Close still has to be called.
+func (w *History) End(e End) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e.Ops = w.ops
+	e.Faults = w.faults
+	line := struct {
+		Type string `json:"type"`
+		T    int64  `json:"t"`
+		End
+	}{"end", w.since(time.Now()), e}
+	w.write(line)
+}
+
+// Close flushes and closes the file; it returns the first error of any
+// write.
+func (w *History) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.err
+	if ferr := w.buf.Flush(); err == nil && ferr != nil {
+		err = fmt.Errorf("history: %w", ferr)
+	}
+	if w.comp != nil {
+		if cerr := w.comp.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("history: %w", cerr)
+		}
+	}
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("history: %w", cerr)
+	}
+	return err
+}

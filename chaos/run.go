@@ -1,0 +1,505 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgshard/pgshard/chaos/mutant"
+	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/loadgen/storetarget"
+	"github.com/pgshard/pgshard/router"
+	"github.com/pgshard/pgshard/shardmap"
+	"github.com/pgshard/pgshard/store"
+)
+
+// Files a run writes into its output directory.
+const (
+	HistoryFile     = "history.jsonl"
+	FaultsFile      = "faults.json"
+	RunFile         = "run.json"
+	LoadgenDir      = "loadgen"
+	ProxyConfigFile = "proxy.yaml"
+	ProxyLog        = "proxy.log"
+)
+
+// WorkloadApp is the application_name of the workload's connections.
+const WorkloadApp = "pgshard-chaos"
+
+// RunOptions configure Run.
+type RunOptions struct {
+	// Scenario is what to run.
+	Scenario *Scenario
+	// Map is the cluster's shard map: direct DSNs, and pooler DSNs for
+	// the PgBouncer and proxy targets.
+	Map *shardmap.Map
+	// Cluster gives process control (shard crashes, pooler restarts);
+	// nil when the cluster has none: faults that need it are refused up
+	// front.
+	Cluster *cluster.Cluster
+	// Out is the output directory (created).
+	Out string
+	// Bin is the pgshard binary that runs the proxy (proxy targets).
+	Bin string
+	// Compress is "", "gz" or "zst": how the history is written.
+	Compress string
+	// Mutant, when set, replaces the store (or the client) with a
+	// deliberately broken variant (package chaos/mutant).
+	Mutant mutant.Kind
+	// Plan, when not nil, is the fault schedule to run (a replay) instead
+	// of one drawn from the scenario's seed.
+	Plan []Planned
+	// Progress, when set, receives a live progress line; Terminal says
+	// it is a terminal (the line is redrawn in place each second, else a
+	// line is printed every 10 s).
+	Progress io.Writer
+	Terminal bool
+}
+
+// RunResult is what a run did; the verdict comes from package verify,
+// which reads the history and the shards.
+type RunResult struct {
+	// Dir is the output directory, History the history file in it.
+	Dir, History string
+	// RunID prefixes every op and event id of the run.
+	RunID string
+	// Plan is the schedule that was run; Events what each fault did.
+	Plan   []Planned
+	Events []Event
+	// Load is loadgen's result (throughput, latency, quiesce).
+	Load *loadgen.Result
+	// Ops is the number of op lines in the history.
+	Ops int64
+	// Landed counts the faults whose own evidence says they landed.
+	Landed map[Kind]int
+	// Duration is the whole run, setup and quiesce included.
+	Duration time.Duration
+}
+
+// RunRecord is run.json: what `chaos replay` needs to run it again.
+type RunRecord struct {
+	RunID     string    `json:"run"`
+	StartedAt time.Time `json:"started_at"`
+	Scenario  Scenario  `json:"scenario"`
+	Mutant    string    `json:"mutant,omitempty"`
+	Compress  string    `json:"compress,omitempty"`
+	Ops       int64     `json:"ops"`
+	Seconds   float64   `json:"seconds"`
+}
+
+// FaultsRecord is faults.json: the schedule drawn and what happened.
+type FaultsRecord struct {
+	Plan   []Planned `json:"plan"`
+	Events []Event   `json:"events"`
+}
+
+// Run runs the scenario against the cluster: reset the store's tables,
+// put a relay in front of every shard (and the proxy), start the proxy
+// when the target needs one, run the workload with its relays for the
+// scenario's duration while the fault schedule runs, heal everything and
+// quiesce, and write the history, the realized schedule and loadgen's
+// reports into o.Out. It returns an error only when the run could not be
+// done; what the store did is for the verifier to judge.
+func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
+	t0 := time.Now()
+	sc := o.Scenario
+	if sc == nil || o.Map == nil {
+		return nil, errors.New("chaos run: no scenario or no shard map")
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	m := o.Map
+	if err := checkLoopback(m); err != nil {
+		return nil, err
+	}
+	if sc.Shards > 0 && sc.Shards != len(m.Shards) {
+		return nil, fmt.Errorf("scenario %s wants %d shards; the cluster has %d", sc.Name, sc.Shards, len(m.Shards))
+	}
+	pooler := sc.Target != TargetDirect
+	if pooler {
+		for _, s := range m.Shards {
+			if s.PoolerDSN == "" {
+				return nil, fmt.Errorf("target %s needs PgBouncer: shard %s has no pooler_dsn in the map (start the cluster with PgBouncer, or use --target direct)", sc.Target, s.Name)
+			}
+		}
+	}
+	var mut mutant.Mutant
+	if o.Mutant != "" {
+		if mut, err = mutant.Lookup(o.Mutant); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	database, user, err := dbAndUser(m.Shards[0].DSN)
+	if err != nil {
+		return nil, err
+	}
+
+	// The schedule first: a scenario the cluster cannot run fails before
+	// anything is touched.
+	plan := o.Plan
+	if plan == nil {
+		if plan, err = Plan(sc.specs(), time.Duration(sc.Duration), shardNames(m), sc.Seed); err != nil {
+			return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+		}
+	}
+
+	if err := resetStore(ctx, &Env{Map: m}); err != nil {
+		return nil, err
+	}
+
+	// Relays in front of the endpoint every shard is used through.
+	relayed, relays, err := RelayMap(m, pooler, RelayOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer CloseRelays(relays)
+	env := &Env{Cluster: o.Cluster, Map: m, Database: database, User: user, Relays: relays}
+
+	sopts := store.Options{
+		ConnectAttempts: 3, ConnectInterval: 500 * time.Millisecond, ConnectTimeout: 2 * time.Second,
+		MaxConns: sc.Workload.MaxConns, TraceMax: sc.Workload.TraceMax, ApplicationName: WorkloadApp,
+		// No server-side statement timeout (the store's default): the
+		// workload's op_timeout bounds every call on the client, and pgx
+		// cancels a statement whose context ends.
+	}
+
+	// The proxy, behind its own relay, for the proxy targets.
+	var proxyTarget loadgen.Target
+	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
+		px, pr, err := startProxy(ctx, o, relayed, pooler, user)
+		if px != nil {
+			defer px.Stop(context.WithoutCancel(ctx))
+		}
+		if pr != nil {
+			defer pr.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
+		env.Proxy, env.ProxyRelay = px, pr
+		dsn, err := withHost(m.Shards[0].DSN, pr.Addr())
+		if err != nil {
+			return nil, err
+		}
+		st, err := store.Open(ctx, dsn, sopts)
+		if err != nil {
+			return nil, fmt.Errorf("connect to the proxy: %w", err)
+		}
+		proxyTarget = storetarget.New(st)
+	}
+	if err := Check(plan, env); err != nil {
+		if proxyTarget != nil {
+			proxyTarget.Close()
+		}
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+
+	// The store under test: the production router, or a mutant.
+	var target loadgen.Target
+	switch sc.Target {
+	case TargetProxy:
+		target = proxyTarget
+	default:
+		var st store.ExecutionStore
+		if mut.Level == mutant.LevelStore {
+			st, err = mutant.OpenStore(ctx, relayed, pooler, mut.Kind, sopts)
+		} else {
+			st, err = router.Open(ctx, relayed, router.Options{Store: sopts, UsePooler: pooler})
+		}
+		if err != nil {
+			if proxyTarget != nil {
+				proxyTarget.Close()
+			}
+			return nil, fmt.Errorf("open the store (%s): %w", sc.Target, err)
+		}
+		target = storetarget.New(st)
+		if proxyTarget != nil {
+			target = &splitTarget{ts: [2]loadgen.Target{target, proxyTarget}}
+		}
+	}
+	defer target.Close()
+	if mut.Level == mutant.LevelClient {
+		if target, err = mutant.Wrap(target, mut.Kind); err != nil {
+			return nil, err
+		}
+	}
+	if mut.Level == mutant.LevelConfig {
+		restore, err := mutant.Configure(ctx, m, mut.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("mutant %s: %w", mut.Kind, err)
+		}
+		defer func() {
+			if rerr := restore(context.WithoutCancel(ctx)); rerr != nil && err == nil {
+				err = fmt.Errorf("mutant %s: restore the configuration: %w", mut.Kind, rerr)
+			}
+		}()
+	}
+
+	runID := "c" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	start := time.Now()
+	histPath := filepath.Join(o.Out, HistoryFile)
+	if o.Compress != "" {
+		histPath += "." + o.Compress
+	}
+	h, err := CreateHistory(histPath, header(sc, m, plan, runID, string(o.Mutant), start), m, start)
+	if err != nil {
+		return nil, err
+	}
+	res = &RunResult{Dir: o.Out, History: histPath, RunID: runID, Plan: plan}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = h.Close()
+		}
+	}()
+
+	// The fault schedule starts with the workload's clock (after the
+	// setup) and runs until the heal-and-quiesce phase stops it.
+	var events []Event
+	var evMu sync.Mutex
+	record := func(e Event) {
+		evMu.Lock()
+		events = append(events, e)
+		evMu.Unlock()
+		h.Fault(e)
+	}
+	started := make(chan time.Time, 1)
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	defer stopFaults()
+	var faults errgroup.Group
+	var faultErr error
+	faults.Go(func() error {
+		var s time.Time
+		select {
+		case s = <-started:
+		case <-faultCtx.Done():
+			return nil
+		}
+		offset := s.Sub(start)
+		faultErr = Execute(faultCtx, env, plan, s, func(e Event) {
+			e.T += offset // history times count from the history's start
+			record(e)
+		})
+		return nil
+	})
+	var healOnce sync.Once
+	heal := func(ctx context.Context) error {
+		var err error
+		healOnce.Do(func() {
+			stopFaults()
+			_ = faults.Wait()
+			err = HealAll(ctx, env)
+		})
+		return err
+	}
+
+	lo := sc.loadgenOptions()
+	lo.Observer, lo.RunID = h, runID
+	lo.Quiesce = &loadgen.Quiesce{Timeout: time.Duration(sc.QuiesceTimeout), Heal: heal}
+	lo.OnStart = func(s time.Time) { started <- s }
+	lo.Label = sc.Name
+	if o.Mutant != "" {
+		lo.Label += " mutant " + string(o.Mutant)
+	}
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	var prog errgroup.Group
+	if o.Progress != nil {
+		prog.Go(func() error { progress(progressCtx, o, h, start); return nil })
+	}
+	load, runErr := loadgen.Run(ctx, target, loadgen.MapLocator(m), lo)
+	stopProgress()
+	_ = prog.Wait()
+	// On an early end (setup failed, interrupted) the faults still heal.
+	if herr := heal(context.WithoutCancel(ctx)); herr != nil && runErr == nil && (load == nil || load.Quiesce == nil) {
+		runErr = fmt.Errorf("heal: %w", herr)
+	}
+	if faultErr != nil && runErr == nil {
+		runErr = faultErr
+	}
+	end := End{EndedAt: time.Now(), Interrupted: ctx.Err() != nil}
+	if load != nil && load.Quiesce != nil {
+		q := load.Quiesce
+		end.Quiesce = &EndQuiesce{OK: q.OK, Ms: int64(q.Seconds * 1000), HealError: q.HealError,
+			OutboxLeft: q.OutboxLeft, SpawnsLeft: q.SpawnsLeft, TimersLeft: q.TimersLeft}
+	}
+	if runErr != nil {
+		end.Error = runErr.Error()
+	}
+	h.End(end)
+	res.Ops, res.Landed = h.Ops(), h.Landed()
+	closed = true
+	if cerr := h.Close(); cerr != nil && runErr == nil {
+		runErr = cerr
+	}
+	evMu.Lock()
+	res.Events = events
+	evMu.Unlock()
+	res.Load = load
+	res.Duration = time.Since(t0)
+	if load != nil {
+		if _, werr := loadgen.WriteReports(filepath.Join(o.Out, LoadgenDir), load); werr != nil && runErr == nil {
+			runErr = fmt.Errorf("write loadgen reports: %w", werr)
+		}
+	}
+	if werr := writeJSON(filepath.Join(o.Out, FaultsFile), FaultsRecord{Plan: plan, Events: res.Events}); werr != nil && runErr == nil {
+		runErr = werr
+	}
+	rec := RunRecord{RunID: runID, StartedAt: start, Scenario: *sc, Mutant: string(o.Mutant), Compress: o.Compress,
+		Ops: res.Ops, Seconds: res.Duration.Seconds()}
+	if werr := writeJSON(filepath.Join(o.Out, RunFile), rec); werr != nil && runErr == nil {
+		runErr = werr
+	}
+	return res, runErr
+}
+
+// header is the history's first line.
+func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, start time.Time) Header {
+	w := sc.Workload
+	h := Header{
+		Run: runID, StartedAt: start.UTC(), Seed: sc.Seed, Scenario: sc.Name, Target: sc.Target,
+		Workload: HeaderWorkload{Executions: w.Executions, DefinitionID: "chaos", TraceMax: w.TraceMax,
+			TimerDelayMs: time.Duration(w.TimerDelay).Milliseconds(), Fast: w.Fast, MaxEmits: w.MaxEmits,
+			Timer: w.Timers, Spawn: w.Spawns, Redelivery: w.Redelivery, RetryCap: w.RetryCap,
+			Concurrency: w.Concurrency, Mutant: mut},
+		Map: HeaderMapOf(m),
+	}
+	names := shardNames(m)
+	for _, p := range plan {
+		h.Schedule = append(h.Schedule, HeaderPlanned{ID: p.ID, Kind: string(p.Kind), Shard: p.ShardName(names),
+			AtMs: p.At.Milliseconds(), HoldMs: p.Hold.Milliseconds(), Params: p.Params})
+	}
+	return h
+}
+
+// startProxy starts the chaos-owned proxy over the relayed map, and a
+// relay in front of it.
+func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, pooler bool, user string) (*ProxyProcess, *Relay, error) {
+	if o.Bin == "" {
+		return nil, nil, errors.New("target proxy: no pgshard binary to run the proxy with")
+	}
+	data, err := relayed.Marshal()
+	if err != nil {
+		return nil, nil, err
+	}
+	var b strings.Builder
+	b.WriteString("# Written by `pgshard chaos run`: the proxy under test, over the fault relays.\n")
+	fmt.Fprintf(&b, "proxy:\n  use_pooler: %t\n  pool_size: %d\n  verify_identity: true\nshardmap:\n", pooler, 2*o.Scenario.Workload.MaxConns)
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line != "" {
+			b.WriteString("  " + line)
+		}
+	}
+	cfgPath := filepath.Join(o.Out, ProxyConfigFile)
+	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o644); err != nil {
+		return nil, nil, err
+	}
+	px, err := StartProxy(ctx, ProxyConfig{Bin: o.Bin, ConfigPath: cfgPath, Listen: "127.0.0.1:0",
+		LogPath: filepath.Join(o.Out, ProxyLog), ReadyFile: filepath.Join(o.Out, "proxy.ready"), TrustUser: user})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the proxy: %w", err)
+	}
+	pr, err := NewRelay(px.Addr(), RelayOptions{Name: "proxy"})
+	if err != nil {
+		return px, nil, fmt.Errorf("relay for the proxy: %w", err)
+	}
+	return px, pr, nil
+}
+
+// resetStore empties the store's tables on every shard, so that the
+// final state holds this run's rows only. The sequences keep counting
+// (their stride names the shard).
+func resetStore(ctx context.Context, env *Env) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range env.Map.Shards {
+		g.Go(func() error {
+			c, err := adminConnect(gctx, env, i)
+			if err != nil {
+				return fmt.Errorf("reset the store: %w", err)
+			}
+			defer c.Close(context.WithoutCancel(gctx))
+			if _, err := c.Exec(gctx, `TRUNCATE executions, outbox, processed_events, timers, spawns, trace`); err != nil {
+				return fmt.Errorf("reset the store on %s: %w", s.Name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func shardNames(m *shardmap.Map) []string {
+	names := make([]string, len(m.Shards))
+	for i, s := range m.Shards {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// dbAndUser reads the database and user a DSN names.
+func dbAndUser(dsn string) (string, string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", "", fmt.Errorf("shard DSN %s: %w", redact(dsn), err)
+	}
+	return cfg.Database, cfg.User, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// progress prints a live line: time, ops/s, commits, faults, unknowns.
+func progress(ctx context.Context, o RunOptions, h *History, start time.Time) {
+	every := time.Second
+	if !o.Terminal {
+		every = 10 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	total := time.Duration(o.Scenario.Duration)
+	var last int64
+	lastT := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			if o.Terminal {
+				fmt.Fprintln(o.Progress)
+			}
+			return
+		case now := <-t.C:
+			st := h.Stats()
+			rate := float64(st.Ops-last) / now.Sub(lastT).Seconds()
+			last, lastT = st.Ops, now
+			landed := 0
+			for _, n := range h.Landed() {
+				landed += n
+			}
+			line := fmt.Sprintf("chaos %s: %4.0fs/%.0fs  %6.0f ops/s  %d commits  %d conflicts  %d errors  %d unknown  faults landed %d",
+				o.Scenario.Name, time.Since(start).Seconds(), total.Seconds(), rate, st.Commits, st.Conflicts, st.Errors, st.Unknown, landed)
+			if o.Terminal {
+				fmt.Fprintf(o.Progress, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(o.Progress, line)
+			}
+		}
+	}
+}
