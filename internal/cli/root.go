@@ -82,6 +82,7 @@ else ./.pgshard/pgshard.yaml (written by "pgshard dev up").`,
 	root.AddCommand(newLoadgenCmd())
 	root.AddCommand(newRouteCmd())
 	root.AddCommand(newStoreCmd())
+	root.AddCommand(newChaosCmd())
 	root.AddCommand(newVerifyCmd())
 	return root
 }

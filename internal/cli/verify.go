@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/verify"
 )
 
@@ -58,35 +61,20 @@ not finished, undecided check, unreadable input or shard).`,
 			return usagef("--min-landed must be at least 1")
 		}
 		fail := func(err error) error { return &ExitCodeError{Code: verifyExitError, Err: err} }
-		h, err := verify.OpenHistory(historyPath)
-		if err != nil {
-			return fail(err)
-		}
-		var st *verify.State
-		if statePath != "" {
-			if st, err = verify.ReadStateFile(statePath); err != nil {
-				return fail(err)
-			}
-		} else {
-			_, m, err := loadMap(cmd, *cfgPath)
+		var m *shardmap.Map
+		if statePath == "" {
+			_, lm, err := loadMap(cmd, *cfgPath)
 			if err != nil {
 				return fail(err)
 			}
-			if st, err = verify.Dump(cmd.Context(), m, verify.DumpOptions{}); err != nil {
-				return fail(err)
-			}
+			m = lm
 		}
-		v := verify.Check(cmd.Context(), h, st, verify.Options{MinLanded: minLanded})
 		if outDir == "" {
 			outDir = filepath.Dir(historyPath)
 		}
-		if err := verify.WriteReport(outDir, v); err != nil {
+		v, err := checkRun(cmd.Context(), m, historyPath, statePath, outDir, verify.Options{MinLanded: minLanded})
+		if err != nil {
 			return fail(err)
-		}
-		if statePath == "" {
-			if err := verify.WriteStateFile(filepath.Join(outDir, StateFile), st); err != nil {
-				return fail(err)
-			}
 		}
 		out := cmd.OutOrStdout()
 		if asJSON {
@@ -104,4 +92,35 @@ not finished, undecided check, unreadable input or shard).`,
 		return nil
 	}
 	return cmd
+}
+
+// checkRun verifies a run: the history at historyPath against the saved
+// state at statePath, or (statePath "") the shards of m, dumped and saved
+// next to the report in outDir.
+func checkRun(ctx context.Context, m *shardmap.Map, historyPath, statePath, outDir string, o verify.Options) (*verify.Verdict, error) {
+	h, err := verify.OpenHistory(historyPath)
+	if err != nil {
+		return nil, err
+	}
+	var st *verify.State
+	if statePath != "" {
+		if st, err = verify.ReadStateFile(statePath); err != nil {
+			return nil, err
+		}
+	} else if st, err = verify.Dump(ctx, m, verify.DumpOptions{}); err != nil {
+		return nil, err
+	}
+	v := verify.Check(ctx, h, st, o)
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := verify.WriteReport(outDir, v); err != nil {
+		return nil, err
+	}
+	if statePath == "" {
+		if err := verify.WriteStateFile(filepath.Join(outDir, StateFile), st); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
