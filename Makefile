@@ -3,6 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/pgshard
 DEV_DIR ?= .pgshard
+CHAOS_DIR ?= .pgshard-chaos
+CHAOS_OUT ?= chaos-out
 SHARDS ?= 4
 # Integration tests must run, not skip: a missing Postgres/PgBouncer fails.
 export PGSHARD_TEST_REQUIRE ?= 1
@@ -33,6 +35,10 @@ test: deps ## Run every test (unit + integration on a real local cluster) with -
 	set -o pipefail; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -json ./... 2>&1 | tee test-output.json | \
 		bin/testreport -allow-skip '$(ALLOW_SKIP)'
 
+.PHONY: chaos
+chaos: deps build ## CI chaos suite: every fault kind against 3 shards (PgBouncer + proxy) verified, then every mutant caught
+	@scripts/chaos.sh $(BIN) $(CHAOS_DIR) $(CHAOS_OUT)
+
 .PHONY: test-short
 test-short: ## Run unit tests only (no database)
 	$(GO) test -short -count=1 ./...
@@ -59,4 +65,5 @@ down: ## Stop the local dev cluster (nothing left running)
 
 .PHONY: clean
 clean: down ## Stop the dev cluster and remove build output and its state
-	rm -rf bin $(DEV_DIR) test-output.json
+	@if [ -d $(CHAOS_DIR) ]; then $(GO) run ./cmd/pgshard dev down --dir $(CHAOS_DIR); fi
+	rm -rf bin $(DEV_DIR) $(CHAOS_DIR) $(CHAOS_OUT) test-output.json
