@@ -329,7 +329,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	if herr := heal(context.WithoutCancel(ctx)); herr != nil && runErr == nil && (load == nil || load.Quiesce == nil) {
 		runErr = fmt.Errorf("heal: %w", herr)
 	}
-	if faultErr != nil && runErr == nil {
+	// Execute ends with its context's error when the heal stopped it
+	// before the last planned fault: that is the plan's end, not an error.
+	if faultErr != nil && !(errors.Is(faultErr, context.Canceled) && ctx.Err() == nil) && runErr == nil {
 		runErr = faultErr
 	}
 	end := End{EndedAt: time.Now(), Interrupted: ctx.Err() != nil}

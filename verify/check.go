@@ -28,6 +28,10 @@ type Options struct {
 	// TimerSlack: an armed timer due more than this before the run's end
 	// must have fired (default 2 s: a sweeper polls at least that often).
 	TimerSlack time.Duration
+	// MaxPartitionOps bounds the ops of one execution porcupine is given
+	// (default 20000): a larger partition is undecided at once (ERROR),
+	// instead of exhausting time or memory. Spread the workload's keys.
+	MaxPartitionOps int
 }
 
 func (o *Options) defaults() {
@@ -46,6 +50,9 @@ func (o *Options) defaults() {
 	if o.TimerSlack <= 0 {
 		o.TimerSlack = 2 * time.Second
 	}
+	if o.MaxPartitionOps <= 0 {
+		o.MaxPartitionOps = 20000
+	}
 }
 
 // checker collects the violations and item counts of one Check.
@@ -55,6 +62,8 @@ type checker struct {
 	v       *Verdict
 	checked map[string]int
 	viol    map[string][]Violation
+	// tooLarge counts partitions left undecided for their size.
+	tooLarge int
 }
 
 func (ck *checker) add(inv, exeID, summary string, ops []OpRef, rows []RowRef) {
@@ -185,7 +194,11 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 		reasons = append(reasons, fmt.Sprintf("%d violations (%s)", n, joinComma(names)))
 	}
 	if len(v.Undecided) > 0 {
-		reasons = append(reasons, fmt.Sprintf("linearizability undecided for %d executions (timeout): not a pass", len(v.Undecided)))
+		reasons = append(reasons, fmt.Sprintf("linearizability undecided for %d executions (timeout): not a pass", len(v.Undecided)-ck.tooLarge))
+		if ck.tooLarge > 0 {
+			reasons[len(reasons)-1] = fmt.Sprintf("linearizability undecided for %d executions (%d timed out, %d with more than %d ops, porcupine's bound: spread the workload's keys): not a pass",
+				len(v.Undecided), len(v.Undecided)-ck.tooLarge, ck.tooLarge, ck.o.MaxPartitionOps)
+		}
 	}
 	for _, f := range v.Faults {
 		if f.Vacuous {
