@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
@@ -131,28 +130,6 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 		return nil, fmt.Errorf("router: the shards disagree with the map (epoch %d): %w", m.Epoch, err)
 	}
 	return r, nil
-}
-
-// OptionsFromConfig returns the router options a configuration asks for.
-func OptionsFromConfig(c config.Store) Options {
-	return Options{
-		UsePooler: c.UsePooler,
-		Store: store.Options{
-			ConnectAttempts:  c.ConnectAttempts,
-			ConnectInterval:  c.ConnectInterval,
-			StatementTimeout: c.StatementTimeout,
-			TraceMax:         c.TraceMax,
-			MaxConns:         c.MaxConns,
-		},
-	}
-}
-
-// FromConfig opens a router on cfg's shard map with cfg's store settings.
-func FromConfig(ctx context.Context, cfg *config.Config) (*Router, error) {
-	if cfg.Map == nil {
-		return nil, errors.New("router: the configuration has no shard map")
-	}
-	return Open(ctx, cfg.Map, OptionsFromConfig(cfg.Store))
 }
 
 // index returns the index of a shard of the map (the caller found it there).

@@ -26,7 +26,6 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -718,7 +717,7 @@ type Proxy struct {
 	MetricsListen string `mapstructure:"metrics_listen"`
 	// Schema is the sharding schema: keyed tables and columns, key
 	// functions, global tables. The default is the execution store's.
-	Schema route.SchemaConfig `mapstructure:"schema"`
+	Schema Schema `mapstructure:"schema"`
 }
 
 // ProxyUser is a client login of the proxy.
@@ -746,7 +745,7 @@ func DefaultProxy() Proxy {
 		StatementCacheSize:     256,
 		CacheUnnamedStatements: true,
 		VerifyIdentity:         true,
-		Schema:                 route.DefaultSchemaConfig(),
+		Schema:                 DefaultSchema(),
 	}
 }
 
