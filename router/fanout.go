@@ -14,8 +14,13 @@ import (
 
 // fanOut runs read on every shard concurrently and returns the shards'
 // results by shard index. The first failure cancels the other shards'
-// reads; the error names every shard that failed on its own (a read
-// cancelled because another shard failed is not reported as a failure).
+// reads; the error names every shard that failed on its own, and never
+// none: the shard whose failure cancelled the others is always named, and
+// a read that ended in context.Canceled counts as "cancelled because
+// another shard failed" only when it does not also carry a verdict of its
+// own (a stall check that found its server unreachable cancels the read's
+// context too, and its error then matches both context.Canceled and
+// store.ErrUnreachable).
 func fanOut[T any](ctx context.Context, r *Router, what string, read func(context.Context, *store.Store) (T, error)) ([]T, error) {
 	out := make([]T, len(r.stores))
 	errs := make([]error, len(r.stores))
@@ -31,18 +36,32 @@ func fanOut[T any](ctx context.Context, r *Router, what string, read func(contex
 			return nil
 		})
 	}
-	if g.Wait() == nil {
+	first := g.Wait() // the error that cancelled gctx
+	if first == nil {
 		return out, nil
 	}
-	var failed []error
+	var failed, all []error
 	for _, err := range errs {
-		if err == nil || (ctx.Err() == nil && errors.Is(err, context.Canceled)) {
+		if err == nil {
 			continue
 		}
-		failed = append(failed, err)
+		all = append(all, err)
+		if err == first || ctx.Err() != nil || !cancelledByOthers(err) {
+			failed = append(failed, err)
+		}
 	}
-	names := FailedShards(errors.Join(failed...))
-	return nil, fmt.Errorf("%s: could not read shard(s) %s: %w", what, strings.Join(quote(names), ", "), errors.Join(failed...))
+	if len(failed) == 0 { // cannot happen (first is in errs), but never report no shard
+		failed = all
+	}
+	joined := errors.Join(failed...)
+	names := FailedShards(joined)
+	return nil, fmt.Errorf("%s: could not read shard(s) %s: %w", what, strings.Join(quote(names), ", "), joined)
+}
+
+// cancelledByOthers reports whether a shard's read error is only the
+// cancellation the fan-out caused after another shard failed.
+func cancelledByOthers(err error) bool {
+	return errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrUnreachable)
 }
 
 func quote(names []string) []string {
