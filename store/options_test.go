@@ -40,7 +40,7 @@ func TestOpenRejectsOptions(t *testing.T) {
 		{"named statements behind a pooler", store.Options{BehindPooler: true, ExecMode: pgx.QueryExecModeCacheStatement}, "ExecMode: cache_statement"},
 		{"unknown exec mode", store.Options{ExecMode: 42}, "unknown mode 42"},
 		{"negative timeout", store.Options{StatementTimeout: -time.Second}, "StatementTimeout"},
-		{"negative trace max", store.Options{TraceMax: -1}, "TraceMax"},
+		{"trace max below NoTraceCap", store.Options{TraceMax: -2}, "TraceMax"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

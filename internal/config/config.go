@@ -69,7 +69,9 @@ type Store struct {
 	// StatementTimeout, when set, applies SET LOCAL statement_timeout to
 	// every transaction.
 	StatementTimeout time.Duration `mapstructure:"statement_timeout"`
-	// TraceMax caps each execution's trace ring (0 = unbounded).
+	// TraceMax caps each execution's trace ring: 0 is the store's default
+	// (store.DefaultTraceMax, 200 entries, as in the seed), -1 keeps every
+	// entry.
 	TraceMax int `mapstructure:"trace_max"`
 	// MaxConns bounds each shard's pool.
 	MaxConns int `mapstructure:"max_conns"`
@@ -194,8 +196,8 @@ func (c *Config) Validate() error {
 	if c.Store.StatementTimeout < 0 {
 		p = append(p, fmt.Sprintf("store.statement_timeout: must not be negative (got %s)", c.Store.StatementTimeout))
 	}
-	if c.Store.TraceMax < 0 {
-		p = append(p, fmt.Sprintf("store.trace_max: must not be negative (got %d)", c.Store.TraceMax))
+	if c.Store.TraceMax < -1 {
+		p = append(p, fmt.Sprintf("store.trace_max: must be positive, 0 (the default, 200) or -1 (unbounded) (got %d)", c.Store.TraceMax))
 	}
 	if c.Store.MaxConns < 1 {
 		p = append(p, fmt.Sprintf("store.max_conns: must be at least 1 (got %d)", c.Store.MaxConns))
