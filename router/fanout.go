@@ -212,6 +212,9 @@ func (r *Router) ListExecutions(ctx context.Context, o store.ListOptions) (store
 	page := store.Page{Items: mergeSorted(lists, summaryLess, limit)}
 	if len(page.Items) > 0 && (more || total > limit) {
 		page.NextCursor = store.EncodeCursor(page.Items[len(page.Items)-1].ID)
+		if _, err := store.DecodeCursor(page.NextCursor); err != nil { // an id too long for a cursor
+			return store.Page{}, fmt.Errorf("list executions: the page ends at an id no cursor can carry: %w", err)
+		}
 	}
 	return page, nil
 }

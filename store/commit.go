@@ -105,6 +105,9 @@ func checkCommit(exe *Execution, emits []Emit, timers []TimerOp, spawns []Spawn,
 	if exe.ID == "" {
 		return fail("the execution has no id")
 	}
+	if len(exe.ID) > MaxIDLength {
+		return fmt.Errorf("commit execution %.40q…: the id is %d bytes, at most %d are allowed", exe.ID, len(exe.ID), MaxIDLength)
+	}
 	if exe.Version < 0 || exe.Version >= math.MaxInt32 {
 		return fail("version %d is outside 0..%d", exe.Version, math.MaxInt32-1)
 	}

@@ -19,8 +19,11 @@ var ErrBadCursor = errors.New("malformed list cursor")
 // cursorVersion prefixes every cursor, so the format can change later.
 const cursorVersion = '1'
 
-// maxCursorID bounds the id a cursor may carry.
-const maxCursorID = 1024
+// maxCursorID bounds the id a cursor may carry: far above MaxIDLength, so
+// that a listing also pages past the longer ids another program may have
+// stored (a Postgres btree entry holds up to about 2700 bytes, more if the
+// id compresses), and still a bound on what a client can make us decode.
+const maxCursorID = 8192
 
 // EncodeCursor returns the cursor that continues a listing after the
 // execution id lastID. Cursors are opaque to callers; the router and the
@@ -107,7 +110,11 @@ func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error)
 	}
 	if len(page.Items) > limit {
 		page.Items = page.Items[:limit]
-		page.NextCursor = EncodeCursor(page.Items[limit-1].ID)
+		last := page.Items[limit-1].ID
+		if len(last) > maxCursorID {
+			return Page{}, fmt.Errorf("list executions: execution id %.40q… is %d bytes, longer than a cursor can carry (%d)", last, len(last), maxCursorID)
+		}
+		page.NextCursor = EncodeCursor(last)
 	}
 	return page, nil
 }

@@ -18,7 +18,8 @@ import (
 // column's value, and ID and DefinitionID likewise come from their columns.
 type Execution struct {
 	// ID is the execution id, lowercase uuid hex (32 chars) by convention;
-	// the store only requires it to be non-empty. It is the routing key.
+	// the store only requires it to be non-empty and at most MaxIDLength
+	// bytes. It is the routing key.
 	ID string
 	// DefinitionID names the statechart definition (column definition_id).
 	DefinitionID string
@@ -175,6 +176,10 @@ func (e *Execution) Clone() *Execution {
 	}
 	return &c
 }
+
+// MaxIDLength is the longest execution id Commit accepts, in bytes. Every
+// id it accepts can be carried by a listing cursor.
+const MaxIDLength = 1024
 
 // Emit is an event a commit sends: a row of the outbox, on the emitting
 // execution's shard.
