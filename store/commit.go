@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Commit persists exe and everything the step that changed it produced, as
@@ -189,13 +190,14 @@ func (c *commitArgs) casArgs() []any {
 }
 
 // args returns commitSQL's arguments: each collection as parallel arrays
-// (never NULL), the timer ops reduced to their net effect, a missing trace
-// entry as NULL.
+// (never NULL; a NULL element of the targets is an emit without target),
+// the timer ops reduced to their net effect, a missing trace entry as NULL.
 func (c *commitArgs) args() []any {
-	targets := make([]string, len(c.emits))
+	targets := make([]pgtype.Text, len(c.emits)) // not Valid: NULL, no target
 	events := make([]string, len(c.emits))
 	for i, e := range c.emits {
-		targets[i], events[i] = e.TargetID, string(e.Event)
+		targets[i] = pgtype.Text{String: e.TargetID, Valid: e.TargetID != "" || e.HasTarget}
+		events[i] = string(e.Event)
 	}
 	children := make([]string, len(c.spawns))
 	roots := make([]string, len(c.spawns))

@@ -62,14 +62,16 @@ func DecodeCursor(cursor string) (string, error) {
 
 // listSQL pages executions by id in bytewise order (COLLATE "C", served by
 // executions_id_c_idx), filtering on the JSON document, which is parsed
-// once per row. Every non-empty id sorts after ”, the no-cursor value.
-const listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.outcome
+// once per row, and projecting the seed's summary fields from it (status,
+// parent_id, active_path, outcome). Roots are parent_id IS NULL, as in the
+// seed. Every non-empty id sorts after ”, the no-cursor value.
+const listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome
 FROM executions e
-CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, outcome jsonb)
+CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)
 WHERE e.id COLLATE "C" > $1::text
   AND ($2::text = '' OR e.definition_id = $2::text)
   AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[]))
-  AND (NOT $4::bool OR COALESCE(d.parent_id, '') = '')
+  AND (NOT $4::bool OR d.parent_id IS NULL)
 ORDER BY e.id COLLATE "C"
 LIMIT $5::bigint`
 
@@ -89,9 +91,14 @@ func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error)
 	err = s.query(ctx, listSQL, []any{after, o.DefinitionID, statuses, o.RootsOnly, int64(limit + 1)},
 		func(r pgx.Rows) error {
 			var sm Summary
-			var outcome []byte
-			if err := r.Scan(&sm.ID, &sm.DefinitionID, &sm.Version, &sm.Status, &sm.ParentID, &outcome); err != nil {
+			var path, outcome []byte
+			if err := r.Scan(&sm.ID, &sm.DefinitionID, &sm.Version, &sm.Status, &sm.ParentID, &path, &outcome); err != nil {
 				return err
+			}
+			if path != nil && string(path) != "null" {
+				if err := json.Unmarshal(path, &sm.ActivePath); err != nil {
+					return fmt.Errorf("execution %s: active_path: %w", sm.ID, err)
+				}
 			}
 			if outcome != nil && string(outcome) != "null" {
 				// jsonb prints {"n": 1}; give back the compact form the

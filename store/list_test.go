@@ -31,6 +31,9 @@ func listFixture(t *testing.T, s store.ExecutionStore, n int) []store.Summary {
 		if i%4 == 0 {
 			e.ParentID = newID(t)
 		}
+		if i%3 != 2 {
+			e.ActivePath = []string{"root", fmt.Sprintf("root.s%d", i%3)}
+		}
 		if e.Status == "done" {
 			e.Outcome = json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))
 		}
@@ -43,7 +46,7 @@ func listFixture(t *testing.T, s store.ExecutionStore, n int) []store.Summary {
 			}
 		}
 		all = append(all, store.Summary{ID: e.ID, DefinitionID: e.DefinitionID, Version: e.Version, Status: e.Status,
-			ParentID: e.ParentID, Outcome: e.Outcome})
+			ParentID: e.ParentID, ActivePath: e.ActivePath, Outcome: e.Outcome})
 	}
 	slices.SortFunc(all, func(a, b store.Summary) int { return compareStrings(a.ID, b.ID) })
 	return all
@@ -106,7 +109,7 @@ func pageAll(t *testing.T, s store.ExecutionStore, o store.ListOptions) []store.
 func summariesEqual(a, b []store.Summary) bool {
 	return slices.EqualFunc(a, b, func(x, y store.Summary) bool {
 		return x.ID == y.ID && x.DefinitionID == y.DefinitionID && x.Version == y.Version && x.Status == y.Status &&
-			x.ParentID == y.ParentID && string(x.Outcome) == string(y.Outcome)
+			x.ParentID == y.ParentID && slices.Equal(x.ActivePath, y.ActivePath) && string(x.Outcome) == string(y.Outcome)
 	})
 }
 
