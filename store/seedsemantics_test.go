@@ -25,8 +25,8 @@ func TestListingMatchesSeed(t *testing.T) {
 		// Documents another writer (the seed's Python store) could have left.
 		for id, data := range map[string]string{
 			"b1": `{"status":"done","parent_id":"","active_path":["x"]}`, // an empty parent id: not a root
-			"b2": `{"status":"done","parent_id":null}`,                    // JSON null: a root
-			"b3": `{"status":"done"}`,                                     // absent: a root
+			"b2": `{"status":"done","parent_id":null}`,                   // JSON null: a root
+			"b3": `{"status":"done"}`,                                    // absent: a root
 		} {
 			if _, err := s.Pool().Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'd', $2, 1)`, id, data); err != nil {
 				t.Fatal(err)
@@ -58,7 +58,7 @@ func TestListingMatchesSeed(t *testing.T) {
 
 // TestOutboxTargetNullOrEmpty is a regression test of issue 11, defect 4:
 // an emit without a target stores NULL, an emit with the empty target id
-// stores '' (as the seed does for target_id ""), and the two read back
+// stores ” (as the seed does for target_id ""), and the two read back
 // differently.
 func TestOutboxTargetNullOrEmpty(t *testing.T) {
 	eachMode(t, store.Options{}, func(t *testing.T, s *store.Store, _ testDB) {
