@@ -312,9 +312,19 @@ func inLockedTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) erro
 // globalSequences are the sequences strided by shard ordinal.
 var globalSequences = []struct{ table, column string }{{"outbox", "seq"}, {"spawns", "seq"}}
 
-// ensureIdentity writes the shard's identity record on first migrate (and
-// strides the global sequences for its ordinal), or checks an existing record
-// against the map and advances its map epoch.
+// ensureIdentity writes the shard's identity record on first migrate and
+// strides the global sequences for its ordinal, or checks an existing
+// record against the map and advances its map epoch.
+//
+// Striding happens in the transaction that writes the record, with outbox
+// and spawns locked against writers (LOCK TABLE ... IN EXCLUSIVE MODE:
+// reads go on, inserts wait), so no row can take an un-strided value
+// between reading the tables and altering their sequences. Rows written
+// before — after migration 0001 created the tables, by any client, or
+// under an earlier build whose stride was set unlocked — whose seq names
+// another ordinal are re-numbered to strided values above every existing
+// seq (never reusing a value a relay may still ack); each shard's later
+// migrates re-check and repair such rows the same way.
 func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *shardmap.Map) (Identity, string, error) {
 	var id Identity
 	var action string
@@ -323,16 +333,18 @@ func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *sh
 		id, err = ReadIdentity(ctx, tx)
 		switch {
 		case errors.Is(err, ErrNoIdentity):
-			for _, g := range globalSequences {
-				if err := strideSequence(ctx, tx, g.table, g.column, s.Ordinal); err != nil {
-					return err
-				}
+			if _, err := tx.Exec(ctx, `LOCK TABLE outbox, spawns IN EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("lock outbox and spawns to stride their sequences: %w", err)
+			}
+			moved, err := strideAll(ctx, tx, s.Ordinal)
+			if err != nil {
+				return err
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO pgshard_identity (shard_name, ordinal, buckets, map_epoch) VALUES ($1, $2, $3, $4)`,
 				s.Name, s.Ordinal, m.Buckets, int64(m.Epoch)); err != nil {
 				return fmt.Errorf("write identity: %w", err)
 			}
-			action = "created"
+			action = "created" + moved
 			id, err = ReadIdentity(ctx, tx)
 			return err
 		case err != nil:
@@ -341,17 +353,33 @@ func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *sh
 		if err := id.Check(s, m); err != nil {
 			return err
 		}
+		action = "verified"
+		if id.MapEpoch < m.Epoch {
+			action = fmt.Sprintf("epoch %d→%d", id.MapEpoch, m.Epoch)
+		}
+		stray, err := strayRows(ctx, tx, s.Ordinal)
+		if err != nil {
+			return err
+		}
+		if stray {
+			if _, err := tx.Exec(ctx, `LOCK TABLE outbox, spawns IN EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("lock outbox and spawns to re-stride rows: %w", err)
+			}
+			moved, err := strideAll(ctx, tx, s.Ordinal)
+			if err != nil {
+				return err
+			}
+			action += moved
+		}
 		for _, g := range globalSequences {
 			if err := checkStride(ctx, tx, g.table, g.column, s.Ordinal); err != nil {
 				return err
 			}
 		}
-		action = "verified"
 		if id.MapEpoch < m.Epoch {
 			if _, err := tx.Exec(ctx, `UPDATE pgshard_identity SET map_epoch = $1, updated_at = now()`, int64(m.Epoch)); err != nil {
 				return fmt.Errorf("advance map epoch: %w", err)
 			}
-			action = fmt.Sprintf("epoch %d→%d", id.MapEpoch, m.Epoch)
 			id.MapEpoch = m.Epoch
 		}
 		return nil
@@ -359,28 +387,89 @@ func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *sh
 	return id, action, err
 }
 
+// namesOtherOrdinal is the SQL condition of a seq that does not name
+// ordinal $1 (a seq names (seq-1) mod SeqStride).
+var namesOtherOrdinal = fmt.Sprintf(`(seq - 1) %% %d <> $1::int OR seq < 1`, shardmap.SeqStride)
+
+// strayRows reports whether outbox or spawns hold a seq that names another
+// ordinal than k.
+func strayRows(ctx context.Context, tx pgx.Tx, k int) (bool, error) {
+	for _, g := range globalSequences {
+		var stray bool
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE %s)`,
+			pgx.Identifier{g.table}.Sanitize(), namesOtherOrdinal), k).Scan(&stray); err != nil {
+			return false, fmt.Errorf("check the stride of %s rows: %w", g.table, err)
+		}
+		if stray {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// strideAll strides both global sequences and their tables' rows for
+// ordinal k (the tables are locked by the caller) and describes what it
+// re-numbered ("" for nothing, else "; re-strided 3 outbox rows, ...").
+func strideAll(ctx context.Context, tx pgx.Tx, k int) (string, error) {
+	var moved []string
+	for _, g := range globalSequences {
+		n, err := strideSequence(ctx, tx, g.table, g.column, k)
+		if err != nil {
+			return "", err
+		}
+		if n > 0 {
+			moved = append(moved, fmt.Sprintf("%d %s %s", n, g.table, plural(n, "row", "rows")))
+		}
+	}
+	if len(moved) == 0 {
+		return "", nil
+	}
+	return "; re-strided " + strings.Join(moved, ", "), nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // strideSequence makes table.column's sequence yield k+1, k+1+1024, ...
-// starting above any value already in the table.
-func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int) error {
+// above every value in the table, after moving the rows whose value names
+// another ordinal to the first strided values above the table's maximum,
+// in their order. The caller holds a lock that keeps writers out. It
+// returns how many rows it moved.
+func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int) (int64, error) {
 	seq, err := sequenceOf(ctx, tx, table, column)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	tbl, col := pgx.Identifier{table}.Sanitize(), pgx.Identifier{column}.Sanitize()
 	var maxVal int64
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(max(%s), 0) FROM %s`,
-		pgx.Identifier{column}.Sanitize(), pgx.Identifier{table}.Sanitize())).Scan(&maxVal); err != nil {
-		return fmt.Errorf("stride %s: %w", seq, err)
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(max(%s), 0) FROM %s`, col, tbl)).Scan(&maxVal); err != nil {
+		return 0, fmt.Errorf("stride %s: %w", seq, err)
 	}
-	start := int64(k) + 1
-	if maxVal >= start {
-		start += ((maxVal-start)/shardmap.SeqStride + 1) * shardmap.SeqStride
+	next := int64(k) + 1
+	if maxVal >= next {
+		next += ((maxVal-next)/shardmap.SeqStride + 1) * shardmap.SeqStride
 	}
-	_, err = tx.Exec(ctx, fmt.Sprintf(`ALTER SEQUENCE %s INCREMENT BY %d MINVALUE 1 START WITH %d RESTART WITH %d`,
-		seq, shardmap.SeqStride, start, start))
+	// New values are above every existing one, so no move collides with
+	// a row (the primary key is checked row by row) and no value a relay
+	// may still hold is ever handed out again.
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s t SET %[2]s = $2::bigint + (s.n - 1) * %[3]d
+FROM (SELECT %[2]s AS old, row_number() OVER (ORDER BY %[2]s) AS n FROM %[1]s WHERE %[4]s) s
+WHERE t.%[2]s = s.old`, tbl, col, shardmap.SeqStride, strings.ReplaceAll(namesOtherOrdinal, "seq", col)), k, next)
 	if err != nil {
-		return fmt.Errorf("stride %s: %w", seq, err)
+		return 0, fmt.Errorf("re-stride the rows of %s: %w", table, err)
 	}
-	return nil
+	moved := tag.RowsAffected()
+	next += moved * shardmap.SeqStride
+	_, err = tx.Exec(ctx, fmt.Sprintf(`ALTER SEQUENCE %s INCREMENT BY %d MINVALUE 1 START WITH %d RESTART WITH %d`,
+		seq, shardmap.SeqStride, next, next))
+	if err != nil {
+		return 0, fmt.Errorf("stride %s: %w", seq, err)
+	}
+	return moved, nil
 }
 
 func checkStride(ctx context.Context, tx pgx.Tx, table, column string, k int) error {

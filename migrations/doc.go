@@ -10,7 +10,13 @@
 // this build does not know makes Apply refuse to touch the database.
 //
 // After the schema, Apply writes (or checks) the shard's identity record —
-// name, ordinal, bucket count, map epoch and a random database id — and
-// strides the global sequences so that on ordinal k outbox.seq and spawns.seq
-// yield k+1, k+1+1024, k+1+2048, ...
+// name, ordinal, bucket count, map epoch and a random database id — and, in
+// the same transaction with outbox and spawns locked against writers,
+// strides the global sequences so that on ordinal k outbox.seq and
+// spawns.seq yield k+1, k+1+1024, k+1+2048, ... Rows written before (after
+// the tables existed, before the identity did) whose seq names another
+// ordinal are re-numbered above every existing seq; later migrates check
+// for such rows again and repair them. store.Open refuses a database
+// without the identity record, so pgshard itself writes no row before the
+// stride.
 package migrations
