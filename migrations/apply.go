@@ -40,6 +40,14 @@ type Options struct {
 	Concurrency int
 	// ConnectTimeout bounds each connection attempt (default 10 s).
 	ConnectTimeout time.Duration
+	// LockTimeout bounds each wait for a lock (the migrators' advisory
+	// lock, DDL's and the sequence stride's table locks); default
+	// DefaultLockTimeout, negative: no bound. A wait that times out fails
+	// with a *TimeoutError naming the backends it waited for.
+	LockTimeout time.Duration
+	// StatementTimeout bounds each statement; default
+	// DefaultStatementTimeout, negative: no bound.
+	StatementTimeout time.Duration
 }
 
 // ShardReport is what Apply did on one shard.
@@ -120,7 +128,7 @@ func apply(ctx context.Context, m *shardmap.Map, opts Options, ms []Migration) (
 			if opts.ViaPooler && s.PoolerDSN != "" {
 				dsn = s.PoolerDSN
 			}
-			r, id, err := migrateShard(gctx, dsn, opts.ConnectTimeout, s, m, ms)
+			r, id, err := migrateShard(gctx, dsn, opts, s, m, ms)
 			r.Shard, r.Ordinal, r.Duration = s.Name, s.Ordinal, time.Since(start)
 			if err != nil {
 				r.Err = fmt.Errorf("shard %q: %w", s.Name, err)
@@ -144,13 +152,13 @@ func apply(ctx context.Context, m *shardmap.Map, opts Options, ms []Migration) (
 	return rep, rep.Err()
 }
 
-func migrateShard(ctx context.Context, dsn string, timeout time.Duration, s shardmap.Shard, m *shardmap.Map, ms []Migration) (ShardReport, Identity, error) {
+func migrateShard(ctx context.Context, dsn string, opts Options, s shardmap.Shard, m *shardmap.Map, ms []Migration) (ShardReport, Identity, error) {
 	var r ShardReport
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return r, Identity{}, fmt.Errorf("parse dsn: %w", err)
 	}
-	cfg.ConnectTimeout = timeout
+	cfg.ConnectTimeout = opts.ConnectTimeout
 	// Unnamed statements only: safe through a transaction pooler.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.RuntimeParams["application_name"] = "pgshard migrate"
@@ -160,12 +168,13 @@ func migrateShard(ctx context.Context, dsn string, timeout time.Duration, s shar
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	applied, present, err := Migrate(ctx, conn, ms)
+	lim := opts.limits()
+	applied, present, err := migrate(ctx, conn, ms, lim)
 	r.Applied, r.Present = applied, present
 	if err != nil {
 		return r, Identity{}, err
 	}
-	id, action, err := ensureIdentity(ctx, conn, s, m)
+	id, action, err := ensureIdentity(ctx, conn, s, m, lim)
 	r.Identity = action
 	return r, id, err
 }
@@ -200,17 +209,26 @@ type ledgerRow struct {
 // Migrate applies the migrations ms that the database's ledger lacks, each
 // in its own transaction holding pg_advisory_xact_lock, and records each in
 // the ledger. It is idempotent and safe against concurrent migrators and
-// through a transaction pooler. It returns the ids it applied and how many
-// were present already.
+// through a transaction pooler. Its waits are bounded by
+// DefaultLockTimeout and DefaultStatementTimeout. It returns the ids it
+// applied and how many were present already.
 func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []string, present int, err error) {
-	if err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+	return migrate(ctx, conn, ms, Options{}.limits())
+}
+
+func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits) (applied []string, present int, err error) {
+	if err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, ledgerDDL)
 		return err
 	}); err != nil {
 		return nil, 0, fmt.Errorf("create ledger: %w", err)
 	}
-	ledger, err := readLedger(ctx, conn)
-	if err != nil {
+	var ledger map[int]ledgerRow
+	if err := inTx(ctx, conn, lim, func(tx pgx.Tx) error {
+		var err error
+		ledger, err = readLedger(ctx, tx)
+		return err
+	}); err != nil {
 		return nil, 0, err
 	}
 	if err := checkLedger(ledger, ms); err != nil {
@@ -222,7 +240,7 @@ func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []str
 			continue
 		}
 		done := false
-		err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+		err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 			// Another migrator may have applied it while we waited.
 			var n int
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgshard_migrations WHERE version = $1`, mig.Version).Scan(&n); err != nil {
@@ -252,8 +270,8 @@ func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []str
 	return applied, present, nil
 }
 
-func readLedger(ctx context.Context, conn *pgx.Conn) (map[int]ledgerRow, error) {
-	rows, err := conn.Query(ctx, `SELECT version, name, checksum FROM pgshard_migrations ORDER BY version`)
+func readLedger(ctx context.Context, tx pgx.Tx) (map[int]ledgerRow, error) {
+	rows, err := tx.Query(ctx, `SELECT version, name, checksum FROM pgshard_migrations ORDER BY version`)
 	if err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
@@ -297,18 +315,6 @@ func checkLedger(ledger map[int]ledgerRow, ms []Migration) error {
 	return nil
 }
 
-// inLockedTx runs fn in a transaction that first takes the migrators'
-// transaction-level advisory lock (released by COMMIT/ROLLBACK, so nothing
-// outlives the transaction on a pooled server connection).
-func inLockedTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
-			return fmt.Errorf("advisory lock: %w", err)
-		}
-		return fn(tx)
-	})
-}
-
 // globalSequences are the sequences strided by shard ordinal.
 var globalSequences = []struct{ table, column string }{{"outbox", "seq"}, {"spawns", "seq"}}
 
@@ -325,16 +331,16 @@ var globalSequences = []struct{ table, column string }{{"outbox", "seq"}, {"spaw
 // another ordinal are re-numbered to strided values above every existing
 // seq (never reusing a value a relay may still ack); each shard's later
 // migrates re-check and repair such rows the same way.
-func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *shardmap.Map) (Identity, string, error) {
+func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *shardmap.Map, lim limits) (Identity, string, error) {
 	var id Identity
 	var action string
-	err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+	err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 		var err error
 		id, err = ReadIdentity(ctx, tx)
 		switch {
 		case errors.Is(err, ErrNoIdentity):
 			if _, err := tx.Exec(ctx, `LOCK TABLE outbox, spawns IN EXCLUSIVE MODE`); err != nil {
-				return fmt.Errorf("lock outbox and spawns to stride their sequences: %w", err)
+				return fmt.Errorf("LOCK TABLE outbox, spawns IN EXCLUSIVE MODE (to stride their sequences): %w", err)
 			}
 			moved, err := strideAll(ctx, tx, s.Ordinal)
 			if err != nil {
@@ -363,7 +369,7 @@ func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *sh
 		}
 		if stray {
 			if _, err := tx.Exec(ctx, `LOCK TABLE outbox, spawns IN EXCLUSIVE MODE`); err != nil {
-				return fmt.Errorf("lock outbox and spawns to re-stride rows: %w", err)
+				return fmt.Errorf("LOCK TABLE outbox, spawns IN EXCLUSIVE MODE (to re-stride rows): %w", err)
 			}
 			moved, err := strideAll(ctx, tx, s.Ordinal)
 			if err != nil {

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +13,7 @@ import (
 
 func newMigrateCmd() *cobra.Command {
 	var viaPooler, asJSON bool
+	var timeout, lockTimeout, statementTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema to every shard and write each shard's identity",
@@ -19,18 +22,32 @@ and write (or check) each shard's identity record. Each migration runs in its
 own transaction under a transaction-level advisory lock and is recorded in the
 pgshard_migrations ledger: running migrate again is a no-op, concurrent
 migrators serialize, and a ledger with migrations this build does not know is
-refused. Prints a per-shard report.`,
+refused. Every wait is bounded: a lock wait by --lock-timeout (its error names
+the backend holding the lock), a statement by --statement-timeout, the whole
+run by --timeout. Prints a per-shard report.`,
 		Args: cobra.NoArgs,
 	}
 	cfgPath := addConfigFlag(cmd)
 	cmd.Flags().BoolVar(&viaPooler, "via-pooler", false, "connect through each shard's PgBouncer (safe: no session state)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "bound of the whole run (0: none)")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrations.DefaultLockTimeout, "bound of each lock wait; the error names the blocking backend (negative: none)")
+	cmd.Flags().DurationVar(&statementTimeout, "statement-timeout", migrations.DefaultStatementTimeout, "bound of each statement (negative: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		_, m, err := loadMap(cmd, *cfgPath)
 		if err != nil {
 			return err
 		}
-		rep, err := migrations.Apply(cmd.Context(), m, migrations.Options{ViaPooler: viaPooler})
+		ctx := cmd.Context()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		rep, err := migrations.Apply(ctx, m, migrations.Options{ViaPooler: viaPooler, LockTimeout: lockTimeout, StatementTimeout: statementTimeout})
+		if err != nil && ctx.Err() != nil && cmd.Context().Err() == nil {
+			err = fmt.Errorf("%w (--timeout %v)", err, timeout)
+		}
 		if asJSON {
 			type shardJSON struct {
 				Shard    string   `json:"shard"`
