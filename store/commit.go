@@ -33,7 +33,8 @@ import (
 // happened: it may have committed), or is another error (nothing applied).
 //
 // A state-only commit (no emits, timers, spawns or trace) takes the fast
-// path, pgshard_commit_cas, which wraps harel_commit_cas. Any other commit
+// path, pgshard_commit_cas, on pgshard_cas (harel_commit_cas's CAS under
+// pgshard's own name). Any other commit
 // is one call of pgshard_commit, which runs the same CAS and, only if it
 // won, the side effects. Either returns a lost CAS as data with the version
 // it found, so a conflict costs the same one round trip.
