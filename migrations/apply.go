@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -48,6 +49,15 @@ type Options struct {
 	// StatementTimeout bounds each statement; default
 	// DefaultStatementTimeout, negative: no bound.
 	StatementTimeout time.Duration
+	// Adopt takes over a database whose store tables another program made
+	// (the seed's Python store): if the tables have exactly 0001's columns
+	// and types, every keyed row belongs to the shard's buckets and an
+	// existing harel_commit_cas has the seed's signature and semantics,
+	// 0001 (and 0002, replacing harel_commit_cas) are recorded as applied
+	// instead of run, the later migrations run as usual, and the identity
+	// step strides the sequences above the existing rows. Without Adopt
+	// such a database is refused (*ForeignTablesError).
+	Adopt bool
 }
 
 // ShardReport is what Apply did on one shard.
@@ -55,6 +65,7 @@ type ShardReport struct {
 	Shard    string
 	Ordinal  int
 	Applied  []string // migrations this run applied
+	Adopted  []string // migrations this run recorded for tables (and harel_commit_cas) another program made (Options.Adopt)
 	Present  int      // migrations found already applied
 	Identity string   // what happened to the identity record
 	Duration time.Duration
@@ -82,9 +93,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tORDINAL\tAPPLIED\tALREADY\tIDENTITY\tTIME\tRESULT")
 	for _, s := range r.Shards {
+		var ids []string
+		for _, a := range s.Adopted {
+			ids = append(ids, a+"(adopted)")
+		}
+		ids = append(ids, s.Applied...)
 		applied := "-"
-		if len(s.Applied) > 0 {
-			applied = strings.Join(s.Applied, ",")
+		if len(ids) > 0 {
+			applied = strings.Join(ids, ",")
 		}
 		result := "ok"
 		if s.Err != nil {
@@ -169,8 +185,12 @@ func migrateShard(ctx context.Context, dsn string, opts Options, s shardmap.Shar
 	defer conn.Close(context.WithoutCancel(ctx))
 
 	lim := opts.limits()
-	applied, present, err := migrate(ctx, conn, ms, lim)
-	r.Applied, r.Present = applied, present
+	var ad *adoption
+	if opts.Adopt {
+		ad = &adoption{shard: s, m: m}
+	}
+	applied, present, adopted, err := migrate(ctx, conn, ms, lim, ad)
+	r.Applied, r.Present, r.Adopted = applied, present, adopted
 	if err != nil {
 		return r, Identity{}, err
 	}
@@ -212,16 +232,23 @@ type ledgerRow struct {
 // through a transaction pooler. Its waits are bounded by
 // DefaultLockTimeout and DefaultStatementTimeout. It returns the ids it
 // applied and how many were present already.
+//
+// A database that already has the store's tables without pgshard's ledger
+// recording them (another program created them) is refused with a
+// *ForeignTablesError; Apply with Options.Adopt takes such a database over.
 func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []string, present int, err error) {
-	return migrate(ctx, conn, ms, Options{}.limits())
+	applied, present, _, err = migrate(ctx, conn, ms, Options{}.limits(), nil)
+	return applied, present, err
 }
 
-func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits) (applied []string, present int, err error) {
+// migrate is Migrate; with ad it adopts foreign store tables (see
+// adoptStore) and returns the migrations it recorded that way.
+func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits, ad *adoption) (applied []string, present int, adopted []string, err error) {
 	if err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, ledgerDDL)
 		return err
 	}); err != nil {
-		return nil, 0, fmt.Errorf("create ledger: %w", err)
+		return nil, 0, nil, fmt.Errorf("create ledger: %w", err)
 	}
 	var ledger map[int]ledgerRow
 	if err := inTx(ctx, conn, lim, func(tx pgx.Tx) error {
@@ -229,14 +256,17 @@ func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits) (a
 		ledger, err = readLedger(ctx, tx)
 		return err
 	}); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if err := checkLedger(ledger, ms); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	for _, mig := range ms {
 		if _, ok := ledger[mig.Version]; ok {
 			present++
+			continue
+		}
+		if slices.Contains(adopted, mig.ID()) {
 			continue
 		}
 		done := false
@@ -250,6 +280,19 @@ func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits) (a
 				done = true
 				return nil
 			}
+			if mig.Version == 1 {
+				existing, err := existingStoreTables(ctx, tx)
+				if err != nil {
+					return err
+				}
+				if len(existing) > 0 {
+					if ad == nil {
+						return &ForeignTablesError{Tables: existing}
+					}
+					adopted, err = adoptStore(ctx, tx, ms, existing, ad)
+					return err
+				}
+			}
 			// The simple protocol runs the file's statements in one message.
 			if err := tx.Conn().PgConn().Exec(ctx, mig.SQL).Close(); err != nil {
 				return err
@@ -259,15 +302,16 @@ func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits) (a
 			return err
 		})
 		if err != nil {
-			return applied, present, fmt.Errorf("migration %s: %w", mig.ID(), err)
+			return applied, present, nil, fmt.Errorf("migration %s: %w", mig.ID(), err)
 		}
-		if done {
+		switch {
+		case done:
 			present++
-		} else {
+		case !slices.Contains(adopted, mig.ID()):
 			applied = append(applied, mig.ID())
 		}
 	}
-	return applied, present, nil
+	return applied, present, adopted, nil
 }
 
 func readLedger(ctx context.Context, tx pgx.Tx) (map[int]ledgerRow, error) {
@@ -442,8 +486,11 @@ func plural(n int64, one, many string) string {
 
 // strideSequence makes table.column's sequence yield k+1, k+1+1024, ...
 // above every value in the table, after moving the rows whose value names
-// another ordinal to the first strided values above the table's maximum,
-// in their order. The caller holds a lock that keeps writers out. It
+// another ordinal to strided values above the table's maximum. To keep the
+// rows' order (a relay drains a shard oldest first), every row from the
+// first such one on moves, in order (a moved row that a relay had already
+// read is delivered again under its new seq: at least once, deduplicated
+// by its event id). The caller holds a lock that keeps writers out. It
 // returns how many rows it moved.
 func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int) (int64, error) {
 	seq, err := sequenceOf(ctx, tx, table, column)
@@ -463,7 +510,8 @@ func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int)
 	// a row (the primary key is checked row by row) and no value a relay
 	// may still hold is ever handed out again.
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s t SET %[2]s = $2::bigint + (s.n - 1) * %[3]d
-FROM (SELECT %[2]s AS old, row_number() OVER (ORDER BY %[2]s) AS n FROM %[1]s WHERE %[4]s) s
+FROM (SELECT %[2]s AS old, row_number() OVER (ORDER BY %[2]s) AS n FROM %[1]s
+      WHERE %[2]s >= (SELECT min(%[2]s) FROM %[1]s WHERE %[4]s)) s
 WHERE t.%[2]s = s.old`, tbl, col, shardmap.SeqStride, strings.ReplaceAll(namesOtherOrdinal, "seq", col)), k, next)
 	if err != nil {
 		return 0, fmt.Errorf("re-stride the rows of %s: %w", table, err)

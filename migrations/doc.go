@@ -19,4 +19,16 @@
 // for such rows again and repair them. store.Open refuses a database
 // without the identity record, so pgshard itself writes no row before the
 // stride.
+//
+// Every wait is bounded (Options.LockTimeout, StatementTimeout): a lock
+// wait that times out fails with a *TimeoutError naming the backends that
+// held the lock (wait.go). Options.Adopt takes over a database whose store
+// tables another program created — the seed's store — after checking them
+// (adopt.go).
+//
+//	migrations.go  the embedded SQL (sql/NNNN_*.sql), checksums
+//	apply.go       Apply, Migrate, the ledger, identity and sequence stride
+//	identity.go    the identity record and its checks (VerifyCluster)
+//	wait.go        bounded waits, blocker reports
+//	adopt.go       --adopt: checks and take-over of foreign store tables
 package migrations

@@ -167,4 +167,3 @@ func firstSaveRace(t *testing.T, dsn, call, id string) (committed bool, found in
 	}
 	return r.committed, r.found, r.err
 }
-

@@ -145,7 +145,8 @@ func TestStrideCoversRowsWrittenBeforeIdentity(t *testing.T) {
 
 // TestMigrateRestridesStrayRows: a shard migrated before this fix may hold
 // rows with seqs that name another ordinal; the next migrate re-strides
-// them (and leaves a clean shard alone).
+// them and the rows after them, keeping their order (and leaves a clean
+// shard alone).
 func TestMigrateRestridesStrayRows(t *testing.T) {
 	m := oneShardMap(t, 7)
 	rep := mustApply(t, m, migrations.Options{})
@@ -161,12 +162,19 @@ func TestMigrateRestridesStrayRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = mustApply(t, m, migrations.Options{})
-	if got := rep.Shards[0].Identity; got != "verified; re-strided 1 outbox row, 1 spawns row" {
+	if got := rep.Shards[0].Identity; got != "verified; re-strided 2 outbox rows, 1 spawns row" {
 		t.Errorf("second migrate: identity %q", got)
 	}
 	checkNamed(t, conn, m, map[string]int{"outbox": 2, "spawns": 1})
-	if got := seqs(t, conn, "outbox"); len(got) != 2 || got[0] != 1032 || got[1] <= 1032 {
-		t.Errorf("outbox seqs %v: want the clean row kept at 1032 and the stray one moved above it", got)
+	rows, err := conn.Query(ctx, `SELECT event FROM outbox ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events, err := pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || fmt.Sprint(events) != "[stray fine]" {
+		t.Errorf("outbox events %v (%v): the re-stride must keep the rows' order", events, err)
+	}
+	if got := seqs(t, conn, "outbox"); len(got) != 2 || got[0] <= 1032 {
+		t.Errorf("outbox seqs %v: want both moved above the old maximum 1032", got)
 	}
 	if rep = mustApply(t, m, migrations.Options{}); rep.Shards[0].Identity != "verified" {
 		t.Errorf("third migrate: identity %q, want verified", rep.Shards[0].Identity)
