@@ -133,9 +133,6 @@ func (h *mergeHeap[T]) Pop() any {
 	return last
 }
 
-func outboxLess(a, b store.OutboxRow) bool { return a.Seq < b.Seq }
-func spawnLess(a, b store.SpawnRow) bool   { return a.Seq < b.Seq }
-
 // timerLess orders timers as every shard's DueTimers does: fire_at, then
 // execution id and path bytewise.
 func timerLess(a, b store.Timer) bool {
@@ -150,9 +147,20 @@ func timerLess(a, b store.Timer) bool {
 
 func summaryLess(a, b store.Summary) bool { return a.ID < b.ID }
 
-// PendingOutbox returns the limit (all for limit <= 0) outbox rows with the
-// smallest seqs over all shards, by seq. Each shard is asked for at most
-// limit rows.
+// PendingOutbox returns up to limit pending outbox rows (all for limit <=
+// 0) of every shard, shared fairly among the shards: each shard is asked
+// for up to limit rows, oldest first on that shard (by seq), and the batch
+// takes one row of each shard that has rows left, in turn, until it is
+// full — starting at a shard that moves on by one with every call. So
+// each shard with pending rows gets at least limit/k rows of a batch (k
+// shards with rows; all its rows if it has fewer, the unused share going
+// to the others), and when limit < k successive calls take turns: a shard
+// with a deep backlog cannot starve the others, nor a quiet or new shard
+// (whose seqs are small) the busy ones.
+//
+// Order: each shard's rows in its seq order. No order across shards is
+// promised — a seq counts its shard's inserts, so seqs of different
+// shards say nothing about which row is older.
 func (r *Router) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRow, error) {
 	lists, err := fanOut(ctx, r, "pending outbox", func(ctx context.Context, s *store.Store) ([]store.OutboxRow, error) {
 		return s.PendingOutbox(ctx, limit)
@@ -160,11 +168,12 @@ func (r *Router) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRo
 	if err != nil {
 		return nil, err
 	}
-	return mergeSorted(lists, outboxLess, limit), nil
+	return roundRobin(lists, int(r.outboxTurn.Add(1)-1), limit), nil
 }
 
-// PendingSpawns returns the limit (all for limit <= 0) spawn intents with
-// the smallest seqs over all shards, by seq.
+// PendingSpawns returns up to limit pending spawn intents (all for limit
+// <= 0) of every shard, shared fairly among the shards as PendingOutbox
+// shares outbox rows; each shard's intents in its seq order.
 func (r *Router) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow, error) {
 	lists, err := fanOut(ctx, r, "pending spawns", func(ctx context.Context, s *store.Store) ([]store.SpawnRow, error) {
 		return s.PendingSpawns(ctx, limit)
@@ -172,7 +181,32 @@ func (r *Router) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow
 	if err != nil {
 		return nil, err
 	}
-	return mergeSorted(lists, spawnLess, limit), nil
+	return roundRobin(lists, int(r.spawnTurn.Add(1)-1), limit), nil
+}
+
+// roundRobin takes one item of each list in turn, starting with list
+// start mod len(lists) and skipping exhausted lists, until limit items
+// (limit <= 0: all). Each list's items keep their order.
+func roundRobin[T any](lists [][]T, start, limit int) []T {
+	total := 0
+	for _, l := range lists {
+		total += len(l)
+	}
+	if limit <= 0 || limit > total {
+		limit = total
+	}
+	out := make([]T, 0, limit)
+	if len(lists) == 0 {
+		return out
+	}
+	pos := make([]int, len(lists))
+	for i := start % len(lists); len(out) < limit; i = (i + 1) % len(lists) {
+		if pos[i] < len(lists[i]) {
+			out = append(out, lists[i][pos[i]])
+			pos[i]++
+		}
+	}
+	return out
 }
 
 // DueTimers returns the limit (all for limit <= 0) earliest timers due at

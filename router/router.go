@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -35,6 +36,9 @@ type Router struct {
 	m      *shardmap.Map
 	stores []*store.Store // by index in m.Shards
 	byName map[string]int // shard name → index in m.Shards
+	// outboxTurn and spawnTurn count the calls of PendingOutbox and
+	// PendingSpawns: the shard their batch starts with.
+	outboxTurn, spawnTurn atomic.Uint64
 }
 
 var _ store.ExecutionStore = (*Router)(nil)
