@@ -485,8 +485,9 @@ func plural(n int64, one, many string) string {
 }
 
 // strideSequence makes table.column's sequence yield k+1, k+1+1024, ...
-// above every value in the table, after moving the rows whose value names
-// another ordinal to strided values above the table's maximum. To keep the
+// above every value in the table and every value it handed out before,
+// after moving the rows whose value names another ordinal to strided
+// values above those. To keep the
 // rows' order (a relay drains a shard oldest first), every row from the
 // first such one on moves, in order (a moved row that a relay had already
 // read is delivered again under its new seq: at least once, deduplicated
@@ -498,8 +499,12 @@ func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int)
 		return 0, err
 	}
 	tbl, col := pgx.Identifier{table}.Sanitize(), pgx.Identifier{column}.Sanitize()
+	// Above every row and every value the sequence handed out: a row may
+	// be gone (delivered, acked) while a relay still holds its seq.
 	var maxVal int64
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(max(%s), 0) FROM %s`, col, tbl)).Scan(&maxVal); err != nil {
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT GREATEST((SELECT COALESCE(max(%s), 0) FROM %s),
+       (SELECT COALESCE(last_value, 0) FROM pg_sequences WHERE format('%%I.%%I', schemaname, sequencename)::regclass = $1::regclass))`,
+		col, tbl), seq).Scan(&maxVal); err != nil {
 		return 0, fmt.Errorf("stride %s: %w", seq, err)
 	}
 	next := int64(k) + 1

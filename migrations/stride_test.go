@@ -180,3 +180,35 @@ func TestMigrateRestridesStrayRows(t *testing.T) {
 		t.Errorf("third migrate: identity %q, want verified", rep.Shards[0].Identity)
 	}
 }
+
+// TestRestrideNeverReusesHandedOutSeqs: re-striding moves rows above every
+// value the sequence has handed out, not only above the rows still there —
+// a relay may hold a seq whose row is gone, and would delete another row if
+// the value came back.
+func TestRestrideNeverReusesHandedOutSeqs(t *testing.T) {
+	m := oneShardMap(t, 7)
+	mustApply(t, m, migrations.Options{})
+	conn := connect(t, m.Shards[0].DSN)
+	ctx := ctxT(t)
+	var handedOut int64
+	if err := conn.QueryRow(ctx, `WITH ins AS (INSERT INTO outbox (target_id, event) SELECT 't', 'acked' FROM generate_series(1, 5) RETURNING seq)
+		SELECT max(seq) FROM ins`).Scan(&handedOut); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM outbox`); err != nil { // delivered and acked
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (seq, target_id, event) VALUES (2, 't', 'stray')`); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, m, migrations.Options{})
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (target_id, event) VALUES ('t', 'next')`); err != nil {
+		t.Fatal(err)
+	}
+	checkNamed(t, conn, m, map[string]int{"outbox": 2, "spawns": 0})
+	for _, seq := range seqs(t, conn, "outbox") {
+		if seq <= handedOut {
+			t.Errorf("seq %d is at or below %d, which the sequence had handed out before", seq, handedOut)
+		}
+	}
+}
