@@ -89,3 +89,27 @@ func TestFanOutNamesUnreachableShard(t *testing.T) {
 		})
 	}
 }
+
+func TestRoundRobin(t *testing.T) {
+	lists := [][]int{{1, 2, 3, 4}, {}, {10, 11}, {20}}
+	tests := []struct {
+		start, limit int
+		want         []int
+	}{
+		{0, 0, []int{1, 10, 20, 2, 11, 3, 4}},
+		{0, 3, []int{1, 10, 20}},
+		{1, 3, []int{10, 20, 1}}, // list 1 is empty: its turn goes to the next
+		{2, 4, []int{10, 20, 1, 11}},
+		{3, 1, []int{20}},
+		{7, 2, []int{20, 1}}, // start wraps around
+		{0, 100, []int{1, 10, 20, 2, 11, 3, 4}},
+	}
+	for _, tt := range tests {
+		if got := roundRobin(lists, tt.start, tt.limit); !slices.Equal(got, tt.want) {
+			t.Errorf("roundRobin(start %d, limit %d) = %v, want %v", tt.start, tt.limit, got, tt.want)
+		}
+	}
+	if got := roundRobin[int](nil, 5, 3); len(got) != 0 {
+		t.Errorf("no lists: %v", got)
+	}
+}
