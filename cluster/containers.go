@@ -228,7 +228,7 @@ func (cb *containerBackend) upShard(ctx context.Context, nw *testcontainers.Dock
 		return s, err
 	}
 	err = waitFor(ctx, name+" pgbouncer container", pb.IsRunning, spec.StartTimeout, func() string { return "" },
-		poolerReady(s.PoolerDSN("pgbouncer", spec.User), s.PoolerDSN(spec.Database, spec.User), true))
+		poolerReady(s.PoolerDSN("pgbouncer", spec.User), s.PoolerDSN(spec.Database, spec.User), "", true))
 	return s, err
 }
 

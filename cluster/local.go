@@ -460,6 +460,10 @@ func (u *upper) newPort() (int, error) {
 	return 0, errors.New("find a free port: no luck after 20 tries")
 }
 
+// beforeServerStart, when set (tests), is called with a server's kind and
+// port just before the server is started.
+var beforeServerStart func(kind string, port int)
+
 // errPortInUse is wrapped when a server could not bind its port.
 var errPortInUse = errors.New("port already in use")
 
@@ -491,6 +495,9 @@ func startPostgres(ctx context.Context, b Binaries, r runAs, spec Spec, shardDir
 		return 0, err
 	}
 	spec.logf("starting %s on 127.0.0.1:%d", filepath.Base(shardDir), port)
+	if beforeServerStart != nil {
+		beforeServerStart("postgres", port)
+	}
 	offset := fileSize(pgLog(shardDir))
 	pid, err := startDetached(r, shardDir, pgLog(shardDir), b.Postgres, "-D", dataDir(shardDir))
 	if err != nil {
@@ -520,6 +527,9 @@ func startPooler(ctx context.Context, b Binaries, r runAs, spec Spec, s Shard, p
 	// start if its PID was recycled; we know ours is not running.
 	_ = os.Remove(bouncerPid(s.Dir))
 	spec.logf("starting %s pgbouncer on 127.0.0.1:%d", s.Name, port)
+	if beforeServerStart != nil {
+		beforeServerStart("pgbouncer", port)
+	}
 	offset := fileSize(bouncerLog(s.Dir))
 	pid, err := startDetached(r, s.Dir, bouncerLog(s.Dir), b.PgBouncer, "-q", bouncerIni(s.Dir))
 	if err != nil {
@@ -680,25 +690,50 @@ func logExcerpt(path string, offset int64, pid int) func() string {
 	}
 }
 
+// Readiness checks make sure that the server answering on the port is the
+// one that was started: the ports are picked free, but another program
+// can take one between the pick and the server's bind, and it may answer
+// the same logins (another cluster's PostgreSQL or PgBouncer). The server
+// started then fails to bind and exits ("Address already in use", a start
+// retried on another port) — unless a check that only logs in took the
+// other server for it first, and the cluster went on with a server that
+// is not its own (seen as a start failing later, or worse, working).
+
+// errNotOurs means another server answers on a server's port.
+var errNotOurs = errors.New("another server answers on the port")
+
 func waitPostgres(ctx context.Context, p proc, s Shard, timeout time.Duration, offset int64) error {
 	dsn := s.DSN("postgres", DefaultUser)
+	want := dataDir(s.Dir)
 	return waitFor(ctx, fmt.Sprintf("%s postgres on 127.0.0.1:%d", s.Name, s.Port), p.running, timeout, logExcerpt(pgLog(s.Dir), offset, p.pid),
-		func(ctx context.Context) error { return pingConn(ctx, dsn, "SELECT 1") })
+		func(ctx context.Context) error {
+			got, err := queryValue(ctx, dsn, "SELECT current_setting('data_directory')")
+			if err == nil && got != want {
+				err = fmt.Errorf("%w (its data directory is %q, not %q)", errNotOurs, got, want)
+			}
+			return err
+		})
 }
 
 func waitPooler(ctx context.Context, p proc, s Shard, spec Spec, timeout time.Duration, offset int64, pgUp bool) error {
 	admin := s.PoolerDSN("pgbouncer", spec.User)
 	db := s.PoolerDSN(spec.Database, spec.User)
 	return waitFor(ctx, fmt.Sprintf("%s pgbouncer on 127.0.0.1:%d", s.Name, s.PoolerPort), p.running, timeout,
-		logExcerpt(bouncerLog(s.Dir), offset, p.pid), poolerReady(admin, db, pgUp))
+		logExcerpt(bouncerLog(s.Dir), offset, p.pid), poolerReady(admin, db, bouncerLog(s.Dir), pgUp))
 }
 
-// poolerReady probes a PgBouncer: its admin console answers, and, when its
-// PostgreSQL runs, a query through it to the database works.
-func poolerReady(adminDSN, dbDSN string, pgUp bool) func(ctx context.Context) error {
+// poolerReady probes a PgBouncer: its admin console answers and, unless
+// logFile is "" (a container's, on a port Docker mapped), is the PgBouncer
+// that writes logFile; and, when its PostgreSQL runs, a query through it
+// to the database works.
+func poolerReady(adminDSN, dbDSN, logFile string, pgUp bool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		if err := pingConn(ctx, adminDSN, "SHOW VERSION"); err != nil {
+		got, err := bouncerSetting(ctx, adminDSN, "logfile")
+		if err != nil {
 			return err
+		}
+		if logFile != "" && got != logFile {
+			return fmt.Errorf("%w (its logfile is %q, not %q)", errNotOurs, got, logFile)
 		}
 		if pgUp {
 			return pingConn(ctx, dbDSN, "SELECT 1")
@@ -716,6 +751,46 @@ func pingConn(ctx context.Context, dsn, sql string) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, sql).ReadAll()
 	return err
+}
+
+// queryValue connects and returns the first column of the first row of a
+// simple-protocol query.
+func queryValue(ctx context.Context, dsn, sql string) (string, error) {
+	conn, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rs, err := conn.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return "", err
+	}
+	if len(rs) == 0 || len(rs[0].Rows) == 0 || len(rs[0].Rows[0]) == 0 {
+		return "", fmt.Errorf("%s: no value", sql)
+	}
+	return string(rs[0].Rows[0][0]), nil
+}
+
+// bouncerSetting returns a setting from a PgBouncer admin console's SHOW
+// CONFIG (rows of key, value, ...); "" when it has no such row.
+func bouncerSetting(ctx context.Context, adminDSN, key string) (string, error) {
+	conn, err := pgconn.Connect(ctx, adminDSN)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rs, err := conn.Exec(ctx, "SHOW CONFIG").ReadAll()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rs {
+		for _, row := range r.Rows {
+			if len(row) >= 2 && string(row[0]) == key {
+				return string(row[1]), nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // provision creates spec's user, roles and database on a shard if missing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -40,6 +41,23 @@ type Options struct {
 	Concurrency int
 	// ConnectTimeout bounds each connection attempt (default 10 s).
 	ConnectTimeout time.Duration
+	// LockTimeout bounds each wait for a lock (the migrators' advisory
+	// lock, DDL's and the sequence stride's table locks); default
+	// DefaultLockTimeout, negative: no bound. A wait that times out fails
+	// with a *TimeoutError naming the backends it waited for.
+	LockTimeout time.Duration
+	// StatementTimeout bounds each statement; default
+	// DefaultStatementTimeout, negative: no bound.
+	StatementTimeout time.Duration
+	// Adopt takes over a database whose store tables another program made
+	// (the seed's Python store): if the tables have exactly 0001's columns
+	// and types, every keyed row belongs to the shard's buckets and an
+	// existing harel_commit_cas has the seed's signature and semantics,
+	// 0001 (and 0002, replacing harel_commit_cas) are recorded as applied
+	// instead of run, the later migrations run as usual, and the identity
+	// step strides the sequences above the existing rows. Without Adopt
+	// such a database is refused (*ForeignTablesError).
+	Adopt bool
 }
 
 // ShardReport is what Apply did on one shard.
@@ -47,6 +65,7 @@ type ShardReport struct {
 	Shard    string
 	Ordinal  int
 	Applied  []string // migrations this run applied
+	Adopted  []string // migrations this run recorded for tables (and harel_commit_cas) another program made (Options.Adopt)
 	Present  int      // migrations found already applied
 	Identity string   // what happened to the identity record
 	Duration time.Duration
@@ -74,9 +93,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tORDINAL\tAPPLIED\tALREADY\tIDENTITY\tTIME\tRESULT")
 	for _, s := range r.Shards {
+		var ids []string
+		for _, a := range s.Adopted {
+			ids = append(ids, a+"(adopted)")
+		}
+		ids = append(ids, s.Applied...)
 		applied := "-"
-		if len(s.Applied) > 0 {
-			applied = strings.Join(s.Applied, ",")
+		if len(ids) > 0 {
+			applied = strings.Join(ids, ",")
 		}
 		result := "ok"
 		if s.Err != nil {
@@ -120,7 +144,7 @@ func apply(ctx context.Context, m *shardmap.Map, opts Options, ms []Migration) (
 			if opts.ViaPooler && s.PoolerDSN != "" {
 				dsn = s.PoolerDSN
 			}
-			r, id, err := migrateShard(gctx, dsn, opts.ConnectTimeout, s, m, ms)
+			r, id, err := migrateShard(gctx, dsn, opts, s, m, ms)
 			r.Shard, r.Ordinal, r.Duration = s.Name, s.Ordinal, time.Since(start)
 			if err != nil {
 				r.Err = fmt.Errorf("shard %q: %w", s.Name, err)
@@ -144,13 +168,13 @@ func apply(ctx context.Context, m *shardmap.Map, opts Options, ms []Migration) (
 	return rep, rep.Err()
 }
 
-func migrateShard(ctx context.Context, dsn string, timeout time.Duration, s shardmap.Shard, m *shardmap.Map, ms []Migration) (ShardReport, Identity, error) {
+func migrateShard(ctx context.Context, dsn string, opts Options, s shardmap.Shard, m *shardmap.Map, ms []Migration) (ShardReport, Identity, error) {
 	var r ShardReport
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return r, Identity{}, fmt.Errorf("parse dsn: %w", err)
 	}
-	cfg.ConnectTimeout = timeout
+	cfg.ConnectTimeout = opts.ConnectTimeout
 	// Unnamed statements only: safe through a transaction pooler.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.RuntimeParams["application_name"] = "pgshard migrate"
@@ -160,12 +184,17 @@ func migrateShard(ctx context.Context, dsn string, timeout time.Duration, s shar
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	applied, present, err := Migrate(ctx, conn, ms)
-	r.Applied, r.Present = applied, present
+	lim := opts.limits()
+	var ad *adoption
+	if opts.Adopt {
+		ad = &adoption{shard: s, m: m}
+	}
+	applied, present, adopted, err := migrate(ctx, conn, ms, lim, ad)
+	r.Applied, r.Present, r.Adopted = applied, present, adopted
 	if err != nil {
 		return r, Identity{}, err
 	}
-	id, action, err := ensureIdentity(ctx, conn, s, m)
+	id, action, err := ensureIdentity(ctx, conn, s, m, lim)
 	r.Identity = action
 	return r, id, err
 }
@@ -200,29 +229,48 @@ type ledgerRow struct {
 // Migrate applies the migrations ms that the database's ledger lacks, each
 // in its own transaction holding pg_advisory_xact_lock, and records each in
 // the ledger. It is idempotent and safe against concurrent migrators and
-// through a transaction pooler. It returns the ids it applied and how many
-// were present already.
+// through a transaction pooler. Its waits are bounded by
+// DefaultLockTimeout and DefaultStatementTimeout. It returns the ids it
+// applied and how many were present already.
+//
+// A database that already has the store's tables without pgshard's ledger
+// recording them (another program created them) is refused with a
+// *ForeignTablesError; Apply with Options.Adopt takes such a database over.
 func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []string, present int, err error) {
-	if err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+	applied, present, _, err = migrate(ctx, conn, ms, Options{}.limits(), nil)
+	return applied, present, err
+}
+
+// migrate is Migrate; with ad it adopts foreign store tables (see
+// adoptStore) and returns the migrations it recorded that way.
+func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration, lim limits, ad *adoption) (applied []string, present int, adopted []string, err error) {
+	if err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, ledgerDDL)
 		return err
 	}); err != nil {
-		return nil, 0, fmt.Errorf("create ledger: %w", err)
+		return nil, 0, nil, fmt.Errorf("create ledger: %w", err)
 	}
-	ledger, err := readLedger(ctx, conn)
-	if err != nil {
-		return nil, 0, err
+	var ledger map[int]ledgerRow
+	if err := inTx(ctx, conn, lim, func(tx pgx.Tx) error {
+		var err error
+		ledger, err = readLedger(ctx, tx)
+		return err
+	}); err != nil {
+		return nil, 0, nil, err
 	}
 	if err := checkLedger(ledger, ms); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	for _, mig := range ms {
 		if _, ok := ledger[mig.Version]; ok {
 			present++
 			continue
 		}
+		if slices.Contains(adopted, mig.ID()) {
+			continue
+		}
 		done := false
-		err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+		err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 			// Another migrator may have applied it while we waited.
 			var n int
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgshard_migrations WHERE version = $1`, mig.Version).Scan(&n); err != nil {
@@ -231,6 +279,19 @@ func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []str
 			if n > 0 {
 				done = true
 				return nil
+			}
+			if mig.Version == 1 {
+				existing, err := existingStoreTables(ctx, tx)
+				if err != nil {
+					return err
+				}
+				if len(existing) > 0 {
+					if ad == nil {
+						return &ForeignTablesError{Tables: existing}
+					}
+					adopted, err = adoptStore(ctx, tx, ms, existing, ad)
+					return err
+				}
 			}
 			// The simple protocol runs the file's statements in one message.
 			if err := tx.Conn().PgConn().Exec(ctx, mig.SQL).Close(); err != nil {
@@ -241,19 +302,20 @@ func Migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []str
 			return err
 		})
 		if err != nil {
-			return applied, present, fmt.Errorf("migration %s: %w", mig.ID(), err)
+			return applied, present, nil, fmt.Errorf("migration %s: %w", mig.ID(), err)
 		}
-		if done {
+		switch {
+		case done:
 			present++
-		} else {
+		case !slices.Contains(adopted, mig.ID()):
 			applied = append(applied, mig.ID())
 		}
 	}
-	return applied, present, nil
+	return applied, present, adopted, nil
 }
 
-func readLedger(ctx context.Context, conn *pgx.Conn) (map[int]ledgerRow, error) {
-	rows, err := conn.Query(ctx, `SELECT version, name, checksum FROM pgshard_migrations ORDER BY version`)
+func readLedger(ctx context.Context, tx pgx.Tx) (map[int]ledgerRow, error) {
+	rows, err := tx.Query(ctx, `SELECT version, name, checksum FROM pgshard_migrations ORDER BY version`)
 	if err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
@@ -297,42 +359,42 @@ func checkLedger(ledger map[int]ledgerRow, ms []Migration) error {
 	return nil
 }
 
-// inLockedTx runs fn in a transaction that first takes the migrators'
-// transaction-level advisory lock (released by COMMIT/ROLLBACK, so nothing
-// outlives the transaction on a pooled server connection).
-func inLockedTx(ctx context.Context, conn *pgx.Conn, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
-			return fmt.Errorf("advisory lock: %w", err)
-		}
-		return fn(tx)
-	})
-}
-
 // globalSequences are the sequences strided by shard ordinal.
 var globalSequences = []struct{ table, column string }{{"outbox", "seq"}, {"spawns", "seq"}}
 
-// ensureIdentity writes the shard's identity record on first migrate (and
-// strides the global sequences for its ordinal), or checks an existing record
-// against the map and advances its map epoch.
-func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *shardmap.Map) (Identity, string, error) {
+// ensureIdentity writes the shard's identity record on first migrate and
+// strides the global sequences for its ordinal, or checks an existing
+// record against the map and advances its map epoch.
+//
+// Striding happens in the transaction that writes the record, with outbox
+// and spawns locked against writers (LOCK TABLE ... IN EXCLUSIVE MODE:
+// reads go on, inserts wait), so no row can take an un-strided value
+// between reading the tables and altering their sequences. Rows written
+// before — after migration 0001 created the tables, by any client, or
+// under an earlier build whose stride was set unlocked — whose seq names
+// another ordinal are re-numbered to strided values above every existing
+// seq (never reusing a value a relay may still ack); each shard's later
+// migrates re-check and repair such rows the same way.
+func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *shardmap.Map, lim limits) (Identity, string, error) {
 	var id Identity
 	var action string
-	err := inLockedTx(ctx, conn, func(tx pgx.Tx) error {
+	err := inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
 		var err error
 		id, err = ReadIdentity(ctx, tx)
 		switch {
 		case errors.Is(err, ErrNoIdentity):
-			for _, g := range globalSequences {
-				if err := strideSequence(ctx, tx, g.table, g.column, s.Ordinal); err != nil {
-					return err
-				}
+			if _, err := tx.Exec(ctx, `LOCK TABLE outbox, spawns IN EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("LOCK TABLE outbox, spawns IN EXCLUSIVE MODE (to stride their sequences): %w", err)
+			}
+			moved, err := strideAll(ctx, tx, s.Ordinal)
+			if err != nil {
+				return err
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO pgshard_identity (shard_name, ordinal, buckets, map_epoch) VALUES ($1, $2, $3, $4)`,
 				s.Name, s.Ordinal, m.Buckets, int64(m.Epoch)); err != nil {
 				return fmt.Errorf("write identity: %w", err)
 			}
-			action = "created"
+			action = "created" + moved
 			id, err = ReadIdentity(ctx, tx)
 			return err
 		case err != nil:
@@ -341,17 +403,33 @@ func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *sh
 		if err := id.Check(s, m); err != nil {
 			return err
 		}
+		action = "verified"
+		if id.MapEpoch < m.Epoch {
+			action = fmt.Sprintf("epoch %d→%d", id.MapEpoch, m.Epoch)
+		}
+		stray, err := strayRows(ctx, tx, s.Ordinal)
+		if err != nil {
+			return err
+		}
+		if stray {
+			if _, err := tx.Exec(ctx, `LOCK TABLE outbox, spawns IN EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("LOCK TABLE outbox, spawns IN EXCLUSIVE MODE (to re-stride rows): %w", err)
+			}
+			moved, err := strideAll(ctx, tx, s.Ordinal)
+			if err != nil {
+				return err
+			}
+			action += moved
+		}
 		for _, g := range globalSequences {
 			if err := checkStride(ctx, tx, g.table, g.column, s.Ordinal); err != nil {
 				return err
 			}
 		}
-		action = "verified"
 		if id.MapEpoch < m.Epoch {
 			if _, err := tx.Exec(ctx, `UPDATE pgshard_identity SET map_epoch = $1, updated_at = now()`, int64(m.Epoch)); err != nil {
 				return fmt.Errorf("advance map epoch: %w", err)
 			}
-			action = fmt.Sprintf("epoch %d→%d", id.MapEpoch, m.Epoch)
 			id.MapEpoch = m.Epoch
 		}
 		return nil
@@ -359,28 +437,98 @@ func ensureIdentity(ctx context.Context, conn *pgx.Conn, s shardmap.Shard, m *sh
 	return id, action, err
 }
 
+// namesOtherOrdinal is the SQL condition of a seq that does not name
+// ordinal $1 (a seq names (seq-1) mod SeqStride).
+var namesOtherOrdinal = fmt.Sprintf(`(seq - 1) %% %d <> $1::int OR seq < 1`, shardmap.SeqStride)
+
+// strayRows reports whether outbox or spawns hold a seq that names another
+// ordinal than k.
+func strayRows(ctx context.Context, tx pgx.Tx, k int) (bool, error) {
+	for _, g := range globalSequences {
+		var stray bool
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE %s)`,
+			pgx.Identifier{g.table}.Sanitize(), namesOtherOrdinal), k).Scan(&stray); err != nil {
+			return false, fmt.Errorf("check the stride of %s rows: %w", g.table, err)
+		}
+		if stray {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// strideAll strides both global sequences and their tables' rows for
+// ordinal k (the tables are locked by the caller) and describes what it
+// re-numbered ("" for nothing, else "; re-strided 3 outbox rows, ...").
+func strideAll(ctx context.Context, tx pgx.Tx, k int) (string, error) {
+	var moved []string
+	for _, g := range globalSequences {
+		n, err := strideSequence(ctx, tx, g.table, g.column, k)
+		if err != nil {
+			return "", err
+		}
+		if n > 0 {
+			moved = append(moved, fmt.Sprintf("%d %s %s", n, g.table, plural(n, "row", "rows")))
+		}
+	}
+	if len(moved) == 0 {
+		return "", nil
+	}
+	return "; re-strided " + strings.Join(moved, ", "), nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // strideSequence makes table.column's sequence yield k+1, k+1+1024, ...
-// starting above any value already in the table.
-func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int) error {
+// above every value in the table and every value it handed out before,
+// after moving the rows whose value names another ordinal to strided
+// values above those. To keep the
+// rows' order (a relay drains a shard oldest first), every row from the
+// first such one on moves, in order (a moved row that a relay had already
+// read is delivered again under its new seq: at least once, deduplicated
+// by its event id). The caller holds a lock that keeps writers out. It
+// returns how many rows it moved.
+func strideSequence(ctx context.Context, tx pgx.Tx, table, column string, k int) (int64, error) {
 	seq, err := sequenceOf(ctx, tx, table, column)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	tbl, col := pgx.Identifier{table}.Sanitize(), pgx.Identifier{column}.Sanitize()
+	// Above every row and every value the sequence handed out: a row may
+	// be gone (delivered, acked) while a relay still holds its seq.
 	var maxVal int64
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(max(%s), 0) FROM %s`,
-		pgx.Identifier{column}.Sanitize(), pgx.Identifier{table}.Sanitize())).Scan(&maxVal); err != nil {
-		return fmt.Errorf("stride %s: %w", seq, err)
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT GREATEST((SELECT COALESCE(max(%s), 0) FROM %s),
+       (SELECT COALESCE(last_value, 0) FROM pg_sequences WHERE format('%%I.%%I', schemaname, sequencename)::regclass = $1::regclass))`,
+		col, tbl), seq).Scan(&maxVal); err != nil {
+		return 0, fmt.Errorf("stride %s: %w", seq, err)
 	}
-	start := int64(k) + 1
-	if maxVal >= start {
-		start += ((maxVal-start)/shardmap.SeqStride + 1) * shardmap.SeqStride
+	next := int64(k) + 1
+	if maxVal >= next {
+		next += ((maxVal-next)/shardmap.SeqStride + 1) * shardmap.SeqStride
 	}
-	_, err = tx.Exec(ctx, fmt.Sprintf(`ALTER SEQUENCE %s INCREMENT BY %d MINVALUE 1 START WITH %d RESTART WITH %d`,
-		seq, shardmap.SeqStride, start, start))
+	// New values are above every existing one, so no move collides with
+	// a row (the primary key is checked row by row) and no value a relay
+	// may still hold is ever handed out again.
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s t SET %[2]s = $2::bigint + (s.n - 1) * %[3]d
+FROM (SELECT %[2]s AS old, row_number() OVER (ORDER BY %[2]s) AS n FROM %[1]s
+      WHERE %[2]s >= (SELECT min(%[2]s) FROM %[1]s WHERE %[4]s)) s
+WHERE t.%[2]s = s.old`, tbl, col, shardmap.SeqStride, strings.ReplaceAll(namesOtherOrdinal, "seq", col)), k, next)
 	if err != nil {
-		return fmt.Errorf("stride %s: %w", seq, err)
+		return 0, fmt.Errorf("re-stride the rows of %s: %w", table, err)
 	}
-	return nil
+	moved := tag.RowsAffected()
+	next += moved * shardmap.SeqStride
+	_, err = tx.Exec(ctx, fmt.Sprintf(`ALTER SEQUENCE %s INCREMENT BY %d MINVALUE 1 START WITH %d RESTART WITH %d`,
+		seq, shardmap.SeqStride, next, next))
+	if err != nil {
+		return 0, fmt.Errorf("stride %s: %w", seq, err)
+	}
+	return moved, nil
 }
 
 func checkStride(ctx context.Context, tx pgx.Tx, table, column string, k int) error {

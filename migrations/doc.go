@@ -10,7 +10,25 @@
 // this build does not know makes Apply refuse to touch the database.
 //
 // After the schema, Apply writes (or checks) the shard's identity record —
-// name, ordinal, bucket count, map epoch and a random database id — and
-// strides the global sequences so that on ordinal k outbox.seq and spawns.seq
-// yield k+1, k+1+1024, k+1+2048, ...
+// name, ordinal, bucket count, map epoch and a random database id — and, in
+// the same transaction with outbox and spawns locked against writers,
+// strides the global sequences so that on ordinal k outbox.seq and
+// spawns.seq yield k+1, k+1+1024, k+1+2048, ... Rows written before (after
+// the tables existed, before the identity did) whose seq names another
+// ordinal are re-numbered above every existing seq; later migrates check
+// for such rows again and repair them. store.Open refuses a database
+// without the identity record, so pgshard itself writes no row before the
+// stride.
+//
+// Every wait is bounded (Options.LockTimeout, StatementTimeout): a lock
+// wait that times out fails with a *TimeoutError naming the backends that
+// held the lock (wait.go). Options.Adopt takes over a database whose store
+// tables another program created — the seed's store — after checking them
+// (adopt.go).
+//
+//	migrations.go  the embedded SQL (sql/NNNN_*.sql), checksums
+//	apply.go       Apply, Migrate, the ledger, identity and sequence stride
+//	identity.go    the identity record and its checks (VerifyCluster)
+//	wait.go        bounded waits, blocker reports
+//	adopt.go       --adopt: checks and take-over of foreign store tables
 package migrations

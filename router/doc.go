@@ -6,9 +6,12 @@
 //
 //	                  ┌── Commit/Load/…(id) ──▶ m.Lookup(id) ──▶ one shard's store.Store
 //	Router ───────────┼── AckOutbox/AckSpawn(seq) ──▶ m.ShardForSeq(seq) ──▶ one shard
-//	                  └── PendingOutbox/PendingSpawns/DueTimers/ListExecutions
+//	                  ├── DueTimers/ListExecutions
+//	                  │     ──▶ every shard concurrently, each asked for at most the
+//	                  │         requested limit ──▶ k-way merge (container/heap) ──▶ limit
+//	                  └── PendingOutbox/PendingSpawns
 //	                        ──▶ every shard concurrently, each asked for at most the
-//	                            requested limit ──▶ k-way merge (container/heap) ──▶ limit
+//	                            requested limit ──▶ round robin over the shards ──▶ limit
 //
 // Each shard has its own pool (store.Store), directly or through the
 // shard's PgBouncer (Options.UsePooler). Every error that concerns one
@@ -19,9 +22,14 @@
 // reach a shard fails as a whole and says which shards it could not read —
 // never a silently partial answer.
 //
-// Ordering of merged reads: outbox rows and spawn intents by seq (global:
-// seqs are strided by shard ordinal, so they never collide), due timers by
-// fire_at then execution id and path, listings by execution id. Ids
+// Ordering of fanned-out reads: due timers by fire_at then execution id
+// and path, listings by execution id — global orders. Outbox rows and
+// spawn intents are drained fairly instead: a batch takes one row of each
+// shard in turn (starting with a shard that moves on every call), each
+// shard's rows oldest first by seq; no order across shards is promised,
+// because a seq counts its own shard's inserts (it is strided by ordinal
+// so that it names its shard) and says nothing about age across shards —
+// merging by seq let a shard with small seqs win every batch. Ids
 // compare bytewise — Go's string order, and COLLATE "C" in every shard's
 // SQL — so the shards' pages merge into one global order, and a listing's
 // cursor (the last id returned) continues correctly on every shard.

@@ -14,8 +14,13 @@ import (
 
 // fanOut runs read on every shard concurrently and returns the shards'
 // results by shard index. The first failure cancels the other shards'
-// reads; the error names every shard that failed on its own (a read
-// cancelled because another shard failed is not reported as a failure).
+// reads; the error names every shard that failed on its own, and never
+// none: the shard whose failure cancelled the others is always named, and
+// a read that ended in context.Canceled counts as "cancelled because
+// another shard failed" only when it does not also carry a verdict of its
+// own (a stall check that found its server unreachable cancels the read's
+// context too, and its error then matches both context.Canceled and
+// store.ErrUnreachable).
 func fanOut[T any](ctx context.Context, r *Router, what string, read func(context.Context, *store.Store) (T, error)) ([]T, error) {
 	out := make([]T, len(r.stores))
 	errs := make([]error, len(r.stores))
@@ -31,18 +36,32 @@ func fanOut[T any](ctx context.Context, r *Router, what string, read func(contex
 			return nil
 		})
 	}
-	if g.Wait() == nil {
+	first := g.Wait() // the error that cancelled gctx
+	if first == nil {
 		return out, nil
 	}
-	var failed []error
+	var failed, all []error
 	for _, err := range errs {
-		if err == nil || (ctx.Err() == nil && errors.Is(err, context.Canceled)) {
+		if err == nil {
 			continue
 		}
-		failed = append(failed, err)
+		all = append(all, err)
+		if err == first || ctx.Err() != nil || !cancelledByOthers(err) {
+			failed = append(failed, err)
+		}
 	}
-	names := FailedShards(errors.Join(failed...))
-	return nil, fmt.Errorf("%s: could not read shard(s) %s: %w", what, strings.Join(quote(names), ", "), errors.Join(failed...))
+	if len(failed) == 0 { // cannot happen (first is in errs), but never report no shard
+		failed = all
+	}
+	joined := errors.Join(failed...)
+	names := FailedShards(joined)
+	return nil, fmt.Errorf("%s: could not read shard(s) %s: %w", what, strings.Join(quote(names), ", "), joined)
+}
+
+// cancelledByOthers reports whether a shard's read error is only the
+// cancellation the fan-out caused after another shard failed.
+func cancelledByOthers(err error) bool {
+	return errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrUnreachable)
 }
 
 func quote(names []string) []string {
@@ -114,9 +133,6 @@ func (h *mergeHeap[T]) Pop() any {
 	return last
 }
 
-func outboxLess(a, b store.OutboxRow) bool { return a.Seq < b.Seq }
-func spawnLess(a, b store.SpawnRow) bool   { return a.Seq < b.Seq }
-
 // timerLess orders timers as every shard's DueTimers does: fire_at, then
 // execution id and path bytewise.
 func timerLess(a, b store.Timer) bool {
@@ -131,9 +147,20 @@ func timerLess(a, b store.Timer) bool {
 
 func summaryLess(a, b store.Summary) bool { return a.ID < b.ID }
 
-// PendingOutbox returns the limit (all for limit <= 0) outbox rows with the
-// smallest seqs over all shards, by seq. Each shard is asked for at most
-// limit rows.
+// PendingOutbox returns up to limit pending outbox rows (all for limit <=
+// 0) of every shard, shared fairly among the shards: each shard is asked
+// for up to limit rows, oldest first on that shard (by seq), and the batch
+// takes one row of each shard that has rows left, in turn, until it is
+// full — starting at a shard that moves on by one with every call. So
+// each shard with pending rows gets at least limit/k rows of a batch (k
+// shards with rows; all its rows if it has fewer, the unused share going
+// to the others), and when limit < k successive calls take turns: a shard
+// with a deep backlog cannot starve the others, nor a quiet or new shard
+// (whose seqs are small) the busy ones.
+//
+// Order: each shard's rows in its seq order. No order across shards is
+// promised — a seq counts its shard's inserts, so seqs of different
+// shards say nothing about which row is older.
 func (r *Router) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRow, error) {
 	lists, err := fanOut(ctx, r, "pending outbox", func(ctx context.Context, s *store.Store) ([]store.OutboxRow, error) {
 		return s.PendingOutbox(ctx, limit)
@@ -141,11 +168,12 @@ func (r *Router) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRo
 	if err != nil {
 		return nil, err
 	}
-	return mergeSorted(lists, outboxLess, limit), nil
+	return roundRobin(lists, int(r.outboxTurn.Add(1)-1), limit), nil
 }
 
-// PendingSpawns returns the limit (all for limit <= 0) spawn intents with
-// the smallest seqs over all shards, by seq.
+// PendingSpawns returns up to limit pending spawn intents (all for limit
+// <= 0) of every shard, shared fairly among the shards as PendingOutbox
+// shares outbox rows; each shard's intents in its seq order.
 func (r *Router) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow, error) {
 	lists, err := fanOut(ctx, r, "pending spawns", func(ctx context.Context, s *store.Store) ([]store.SpawnRow, error) {
 		return s.PendingSpawns(ctx, limit)
@@ -153,7 +181,32 @@ func (r *Router) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow
 	if err != nil {
 		return nil, err
 	}
-	return mergeSorted(lists, spawnLess, limit), nil
+	return roundRobin(lists, int(r.spawnTurn.Add(1)-1), limit), nil
+}
+
+// roundRobin takes one item of each list in turn, starting with list
+// start mod len(lists) and skipping exhausted lists, until limit items
+// (limit <= 0: all). Each list's items keep their order.
+func roundRobin[T any](lists [][]T, start, limit int) []T {
+	total := 0
+	for _, l := range lists {
+		total += len(l)
+	}
+	if limit <= 0 || limit > total {
+		limit = total
+	}
+	out := make([]T, 0, limit)
+	if len(lists) == 0 {
+		return out
+	}
+	pos := make([]int, len(lists))
+	for i := start % len(lists); len(out) < limit; i = (i + 1) % len(lists) {
+		if pos[i] < len(lists[i]) {
+			out = append(out, lists[i][pos[i]])
+			pos[i]++
+		}
+	}
+	return out
 }
 
 // DueTimers returns the limit (all for limit <= 0) earliest timers due at
@@ -193,6 +246,9 @@ func (r *Router) ListExecutions(ctx context.Context, o store.ListOptions) (store
 	page := store.Page{Items: mergeSorted(lists, summaryLess, limit)}
 	if len(page.Items) > 0 && (more || total > limit) {
 		page.NextCursor = store.EncodeCursor(page.Items[len(page.Items)-1].ID)
+		if _, err := store.DecodeCursor(page.NextCursor); err != nil { // an id too long for a cursor
+			return store.Page{}, fmt.Errorf("list executions: the page ends at an id no cursor can carry: %w", err)
+		}
 	}
 	return page, nil
 }

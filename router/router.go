@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
@@ -36,6 +36,9 @@ type Router struct {
 	m      *shardmap.Map
 	stores []*store.Store // by index in m.Shards
 	byName map[string]int // shard name → index in m.Shards
+	// outboxTurn and spawnTurn count the calls of PendingOutbox and
+	// PendingSpawns: the shard their batch starts with.
+	outboxTurn, spawnTurn atomic.Uint64
 }
 
 var _ store.ExecutionStore = (*Router)(nil)
@@ -131,28 +134,6 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 		return nil, fmt.Errorf("router: the shards disagree with the map (epoch %d): %w", m.Epoch, err)
 	}
 	return r, nil
-}
-
-// OptionsFromConfig returns the router options a configuration asks for.
-func OptionsFromConfig(c config.Store) Options {
-	return Options{
-		UsePooler: c.UsePooler,
-		Store: store.Options{
-			ConnectAttempts:  c.ConnectAttempts,
-			ConnectInterval:  c.ConnectInterval,
-			StatementTimeout: c.StatementTimeout,
-			TraceMax:         c.TraceMax,
-			MaxConns:         c.MaxConns,
-		},
-	}
-}
-
-// FromConfig opens a router on cfg's shard map with cfg's store settings.
-func FromConfig(ctx context.Context, cfg *config.Config) (*Router, error) {
-	if cfg.Map == nil {
-		return nil, errors.New("router: the configuration has no shard map")
-	}
-	return Open(ctx, cfg.Map, OptionsFromConfig(cfg.Store))
 }
 
 // index returns the index of a shard of the map (the caller found it there).

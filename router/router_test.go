@@ -178,9 +178,10 @@ func TestPlacement(t *testing.T) {
 	})
 }
 
-// TestFanOutReads: the merged outbox, spawns and due timers are exactly
-// the global order of all shards' rows cut at the limit, and acks routed by
-// seq delete the right row on the right shard.
+// TestFanOutReads: the outbox and spawns batches share the limit fairly
+// among the shards, each shard's rows a prefix of its seq order; due
+// timers are the global order of all shards' timers cut at the limit; and
+// acks routed by seq delete the right row on the right shard.
 func TestFanOutReads(t *testing.T) {
 	eachMode(t, store.Options{}, func(t *testing.T, r *router.Router) {
 		ctx := ctxT(t)
@@ -227,18 +228,18 @@ func TestFanOutReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.EqualFunc(o, allOutbox[:cut(len(allOutbox), limit)], func(a, b store.OutboxRow) bool {
-				return a.Seq == b.Seq && a.TargetID == b.TargetID && string(a.Event) == string(b.Event)
-			}) {
-				t.Errorf("PendingOutbox(%d) differs from the global order", limit)
-			}
+			checkFairBatch(t, r, "PendingOutbox", o, allOutbox, limit, func(x store.OutboxRow) int64 { return x.Seq },
+				func(a, b store.OutboxRow) bool {
+					return a.Seq == b.Seq && a.TargetID == b.TargetID && a.HasTarget == b.HasTarget && string(a.Event) == string(b.Event)
+				})
 			sp, err := r.PendingSpawns(ctx, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(sp) != cut(len(allSpawns), limit) || (len(sp) > 0 && sp[len(sp)-1].Seq != allSpawns[len(sp)-1].Seq) {
-				t.Errorf("PendingSpawns(%d) differs from the global order", limit)
-			}
+			checkFairBatch(t, r, "PendingSpawns", sp, allSpawns, limit, func(x store.SpawnRow) int64 { return x.Seq },
+				func(a, b store.SpawnRow) bool {
+					return a.Seq == b.Seq && a.ChildID == b.ChildID && a.ParentID == b.ParentID && string(a.Context) == string(b.Context)
+				})
 			tm, err := r.DueTimers(ctx, 1003, limit)
 			if err != nil {
 				t.Fatal(err)
@@ -261,9 +262,10 @@ func TestFanOutReads(t *testing.T) {
 		}
 		o, _ := r.PendingOutbox(ctx, 0)
 		sp, _ := r.PendingSpawns(ctx, 0)
-		if len(o) != len(allOutbox)-10 || o[0].Seq != allOutbox[10].Seq || len(sp) != len(allSpawns)-10 || sp[0].Seq != allSpawns[10].Seq {
-			t.Errorf("after 10 acks each: %d outbox rows from seq %d, %d spawns", len(o), o[0].Seq, len(sp))
-		}
+		checkFairBatch(t, r, "PendingOutbox after acks", o, allOutbox[10:], 0, func(x store.OutboxRow) int64 { return x.Seq },
+			func(a, b store.OutboxRow) bool { return a.Seq == b.Seq })
+		checkFairBatch(t, r, "PendingSpawns after acks", sp, allSpawns[10:], 0, func(x store.SpawnRow) int64 { return x.Seq },
+			func(a, b store.SpawnRow) bool { return a.Seq == b.Seq })
 		if err := r.AckOutbox(ctx, 1024*5+1000); err == nil || !strings.Contains(err.Error(), "ordinal 999") {
 			t.Errorf("ack of a seq no shard generated: %v", err)
 		}
@@ -459,4 +461,46 @@ func TestRouterRoundTrips(t *testing.T) {
 		rt("due timers", shards, func() error { _, err := r.DueTimers(ctx, 10, 10); return err })
 		rt("list", shards, func() error { _, err := r.ListExecutions(ctx, store.ListOptions{}); return err })
 	})
+}
+
+// checkFairBatch checks a batch of PendingOutbox or PendingSpawns against
+// all pending rows: limit rows (all for limit <= 0); each shard's rows a
+// prefix of that shard's rows in seq order; every shard with rows getting
+// at least its fair share, limit divided among the shards with rows (or
+// all its rows when it has fewer).
+func checkFairBatch[T any](t *testing.T, r *router.Router, what string, got, all []T, limit int, seq func(T) int64, eq func(a, b T) bool) {
+	t.Helper()
+	byShard := map[string][]T{}
+	for _, x := range all {
+		name := shardOfSeq(t, r, seq(x))
+		byShard[name] = append(byShard[name], x)
+	}
+	for _, xs := range byShard {
+		sort.Slice(xs, func(i, j int) bool { return seq(xs[i]) < seq(xs[j]) })
+	}
+	want := len(all)
+	if limit > 0 && limit < want {
+		want = limit
+	}
+	if len(got) != want {
+		t.Errorf("%s(%d): %d rows, want %d", what, limit, len(got), want)
+	}
+	gotBy := map[string][]T{}
+	for _, x := range got {
+		name := shardOfSeq(t, r, seq(x))
+		gotBy[name] = append(gotBy[name], x)
+	}
+	share := want
+	if len(byShard) > 0 {
+		share = want / len(byShard)
+	}
+	for name, xs := range byShard {
+		g := gotBy[name]
+		if len(g) > len(xs) || !slices.EqualFunc(g, xs[:len(g)], eq) {
+			t.Errorf("%s(%d): %s's rows are not the oldest of that shard in seq order", what, limit, name)
+		}
+		if len(g) < min(share, len(xs)) {
+			t.Errorf("%s(%d): %s got %d rows, less than its fair share %d of %d (it has %d)", what, limit, name, len(g), share, want, len(xs))
+		}
+	}
 }

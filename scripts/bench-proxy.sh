@@ -39,7 +39,9 @@ cleanup() {
 trap cleanup EXIT
 
 echo "bench-proxy: ${clients} clients, pgbench -M ${mode}, ${rounds} rounds x ${duration}s per path, ${rows} rows; state in ${dir}"
-"$bin" dev up --dir "$dir" --shards 2 --fsync=false >/dev/null 2>&1 || { echo "dev up failed"; exit 1; }
+# The start's output is kept: on failure it says why (which server, its
+# log's last lines).
+"$bin" dev up --dir "$dir" --shards 2 --fsync=false >"$dir/devup.log" 2>&1 || { echo "dev up failed:"; cat "$dir/devup.log"; exit 1; }
 status=$("$bin" dev status --dir "$dir" --json)
 field() { $py -c "import json,sys; d=json.loads(sys.argv[1]); print(d['shards'][int(sys.argv[2])][sys.argv[3]])" "$status" "$1" "$2"; }
 dsn0=$(field 0 dsn); dsn1=$(field 1 dsn); pool0=$(field 0 pooler_dsn)

@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Commit persists exe and everything the step that changed it produced, as
@@ -32,7 +33,8 @@ import (
 // happened: it may have committed), or is another error (nothing applied).
 //
 // A state-only commit (no emits, timers, spawns or trace) takes the fast
-// path, pgshard_commit_cas, which wraps harel_commit_cas. Any other commit
+// path, pgshard_commit_cas, on pgshard_cas (harel_commit_cas's CAS under
+// pgshard's own name). Any other commit
 // is one call of pgshard_commit, which runs the same CAS and, only if it
 // won, the side effects. Either returns a lost CAS as data with the version
 // it found, so a conflict costs the same one round trip.
@@ -104,6 +106,9 @@ func checkCommit(exe *Execution, emits []Emit, timers []TimerOp, spawns []Spawn,
 	}
 	if exe.ID == "" {
 		return fail("the execution has no id")
+	}
+	if len(exe.ID) > MaxIDLength {
+		return fmt.Errorf("commit execution %.40q…: the id is %d bytes, at most %d are allowed", exe.ID, len(exe.ID), MaxIDLength)
 	}
 	if exe.Version < 0 || exe.Version >= math.MaxInt32 {
 		return fail("version %d is outside 0..%d", exe.Version, math.MaxInt32-1)
@@ -186,13 +191,14 @@ func (c *commitArgs) casArgs() []any {
 }
 
 // args returns commitSQL's arguments: each collection as parallel arrays
-// (never NULL), the timer ops reduced to their net effect, a missing trace
-// entry as NULL.
+// (never NULL; a NULL element of the targets is an emit without target),
+// the timer ops reduced to their net effect, a missing trace entry as NULL.
 func (c *commitArgs) args() []any {
-	targets := make([]string, len(c.emits))
+	targets := make([]pgtype.Text, len(c.emits)) // not Valid: NULL, no target
 	events := make([]string, len(c.emits))
 	for i, e := range c.emits {
-		targets[i], events[i] = e.TargetID, string(e.Event)
+		targets[i] = pgtype.Text{String: e.TargetID, Valid: e.TargetID != "" || e.HasTarget}
+		events[i] = string(e.Event)
 	}
 	children := make([]string, len(c.spawns))
 	roots := make([]string, len(c.spawns))

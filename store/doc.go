@@ -23,11 +23,13 @@
 //	any other:   [set_config timeout]  SELECT … FROM pgshard_commit(id, def, data, old, event,
 //	                                        emit arrays, spawn arrays, timer arrays, trace, trace_max)  Sync
 //
-// Both functions (migration 0005) call harel_commit_cas (0002), the one
-// definition of the CAS with its insert on first save, and return a lost
-// CAS as data — committed = false and the version found, read after the CAS
-// failed, i.e. the winner's — so a conflict costs the same one round trip
-// and leaves the transaction clean. pgshard_commit then writes the side
+// Both functions (migrations 0005-0007) call pgshard_cas (0007), the one
+// definition of the CAS with its insert on first save — harel_commit_cas,
+// which the seed's clients call and may re-create at start-up, is only a
+// wrapper of it, so a seed client cannot change pgshard's commits — and
+// return a lost CAS as data — committed = false and the version found,
+// read after the CAS failed, i.e. the winner's — so a conflict costs the
+// same one round trip and leaves the transaction clean. pgshard_commit then writes the side
 // effects only if the CAS won: the outbox rows, spawn intents and timer
 // upserts from parallel arrays (one statement per collection, whatever its
 // length), and the trace entry with idx = max(idx)+1 under the CAS's row

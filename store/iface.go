@@ -23,11 +23,15 @@ type ExecutionStore interface {
 	LoadForEvent(ctx context.Context, id, eventID string) (*Execution, bool, error)
 	// IsProcessed reports whether execution id processed eventID.
 	IsProcessed(ctx context.Context, id, eventID string) (bool, error)
-	// PendingOutbox returns up to limit outbox rows by seq (limit <= 0: all).
+	// PendingOutbox returns up to limit outbox rows (limit <= 0: all),
+	// each shard's rows oldest first by seq. Over several shards
+	// (*router.Router) the limit is shared fairly among the shards and no
+	// order across shards is promised.
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxRow, error)
 	// AckOutbox deletes outbox row seq.
 	AckOutbox(ctx context.Context, seq int64) error
-	// PendingSpawns returns up to limit spawn intents by seq (limit <= 0: all).
+	// PendingSpawns returns up to limit spawn intents (limit <= 0: all),
+	// in the order PendingOutbox promises for outbox rows.
 	PendingSpawns(ctx context.Context, limit int) ([]SpawnRow, error)
 	// AckSpawn deletes spawn intent seq.
 	AckSpawn(ctx context.Context, seq int64) error

@@ -19,8 +19,11 @@ var ErrBadCursor = errors.New("malformed list cursor")
 // cursorVersion prefixes every cursor, so the format can change later.
 const cursorVersion = '1'
 
-// maxCursorID bounds the id a cursor may carry.
-const maxCursorID = 1024
+// maxCursorID bounds the id a cursor may carry: far above MaxIDLength, so
+// that a listing also pages past the longer ids another program may have
+// stored (a Postgres btree entry holds up to about 2700 bytes, more if the
+// id compresses), and still a bound on what a client can make us decode.
+const maxCursorID = 8192
 
 // EncodeCursor returns the cursor that continues a listing after the
 // execution id lastID. Cursors are opaque to callers; the router and the
@@ -59,14 +62,16 @@ func DecodeCursor(cursor string) (string, error) {
 
 // listSQL pages executions by id in bytewise order (COLLATE "C", served by
 // executions_id_c_idx), filtering on the JSON document, which is parsed
-// once per row. Every non-empty id sorts after ”, the no-cursor value.
-const listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.outcome
+// once per row, and projecting the seed's summary fields from it (status,
+// parent_id, active_path, outcome). Roots are parent_id IS NULL, as in the
+// seed. Every non-empty id sorts after ”, the no-cursor value.
+const listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome
 FROM executions e
-CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, outcome jsonb)
+CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)
 WHERE e.id COLLATE "C" > $1::text
   AND ($2::text = '' OR e.definition_id = $2::text)
   AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[]))
-  AND (NOT $4::bool OR COALESCE(d.parent_id, '') = '')
+  AND (NOT $4::bool OR d.parent_id IS NULL)
 ORDER BY e.id COLLATE "C"
 LIMIT $5::bigint`
 
@@ -86,9 +91,14 @@ func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error)
 	err = s.query(ctx, listSQL, []any{after, o.DefinitionID, statuses, o.RootsOnly, int64(limit + 1)},
 		func(r pgx.Rows) error {
 			var sm Summary
-			var outcome []byte
-			if err := r.Scan(&sm.ID, &sm.DefinitionID, &sm.Version, &sm.Status, &sm.ParentID, &outcome); err != nil {
+			var path, outcome []byte
+			if err := r.Scan(&sm.ID, &sm.DefinitionID, &sm.Version, &sm.Status, &sm.ParentID, &path, &outcome); err != nil {
 				return err
+			}
+			if path != nil && string(path) != "null" {
+				if err := json.Unmarshal(path, &sm.ActivePath); err != nil {
+					return fmt.Errorf("execution %s: active_path: %w", sm.ID, err)
+				}
 			}
 			if outcome != nil && string(outcome) != "null" {
 				// jsonb prints {"n": 1}; give back the compact form the
@@ -107,7 +117,11 @@ func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error)
 	}
 	if len(page.Items) > limit {
 		page.Items = page.Items[:limit]
-		page.NextCursor = EncodeCursor(page.Items[limit-1].ID)
+		last := page.Items[limit-1].ID
+		if len(last) > maxCursorID {
+			return Page{}, fmt.Errorf("list executions: execution id %.40q… is %d bytes, longer than a cursor can carry (%d)", last, len(last), maxCursorID)
+		}
+		page.NextCursor = EncodeCursor(last)
 	}
 	return page, nil
 }

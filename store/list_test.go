@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pgshard/pgshard/store"
@@ -30,6 +31,9 @@ func listFixture(t *testing.T, s store.ExecutionStore, n int) []store.Summary {
 		if i%4 == 0 {
 			e.ParentID = newID(t)
 		}
+		if i%3 != 2 {
+			e.ActivePath = []string{"root", fmt.Sprintf("root.s%d", i%3)}
+		}
 		if e.Status == "done" {
 			e.Outcome = json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))
 		}
@@ -42,7 +46,7 @@ func listFixture(t *testing.T, s store.ExecutionStore, n int) []store.Summary {
 			}
 		}
 		all = append(all, store.Summary{ID: e.ID, DefinitionID: e.DefinitionID, Version: e.Version, Status: e.Status,
-			ParentID: e.ParentID, Outcome: e.Outcome})
+			ParentID: e.ParentID, ActivePath: e.ActivePath, Outcome: e.Outcome})
 	}
 	slices.SortFunc(all, func(a, b store.Summary) int { return compareStrings(a.ID, b.ID) })
 	return all
@@ -105,7 +109,7 @@ func pageAll(t *testing.T, s store.ExecutionStore, o store.ListOptions) []store.
 func summariesEqual(a, b []store.Summary) bool {
 	return slices.EqualFunc(a, b, func(x, y store.Summary) bool {
 		return x.ID == y.ID && x.DefinitionID == y.DefinitionID && x.Version == y.Version && x.Status == y.Status &&
-			x.ParentID == y.ParentID && string(x.Outcome) == string(y.Outcome)
+			x.ParentID == y.ParentID && slices.Equal(x.ActivePath, y.ActivePath) && string(x.Outcome) == string(y.Outcome)
 	})
 }
 
@@ -151,4 +155,59 @@ func summaryIDs(s []store.Summary) []string {
 		ids[i] = x.ID
 	}
 	return ids
+}
+
+// TestLongIDs is the regression test of issue 11, defect 5: Commit refuses
+// an id longer than MaxIDLength with an error saying so (before, it stored
+// it and its listing cursor was then refused), and a listing pages past
+// longer ids that another program stored.
+func TestLongIDs(t *testing.T) {
+	d := freshDB(t, "direct")
+	s := d.open(t, store.Options{})
+	ctx := ctxT(t)
+	long := strings.Repeat("x", store.MaxIDLength+1)
+	err := s.Save(ctx, &store.Execution{ID: long, DefinitionID: "d"})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes", store.MaxIDLength+1)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("at most %d", store.MaxIDLength)) {
+		t.Fatalf("commit of a %d-byte id: %v, want an error naming the limit", len(long), err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM executions`); n != 0 {
+		t.Fatalf("%d rows after the refused commit", n)
+	}
+	if err := s.Save(ctx, &store.Execution{ID: strings.Repeat("y", store.MaxIDLength), DefinitionID: "d"}); err != nil {
+		t.Fatalf("commit of a %d-byte id: %v", store.MaxIDLength, err)
+	}
+	// A foreign writer's 2000-byte id (Postgres indexes up to ~2700 bytes).
+	foreign := "m" + strings.Repeat("z", 1999)
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'd', '{"status":"running"}', 1)`, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, &store.Execution{ID: "n", DefinitionID: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	cursor := ""
+	for page := 0; page < 10; page++ {
+		p, err := s.ListExecutions(ctx, store.ListOptions{Limit: 1, Cursor: cursor})
+		if err != nil {
+			t.Fatalf("page %d (after an id of %d bytes): %v", page, len(cursor), err)
+		}
+		for _, it := range p.Items {
+			ids = append(ids, it.ID)
+		}
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if want := []string{foreign, "n", strings.Repeat("y", store.MaxIDLength)}; !slices.Equal(ids, want) {
+		t.Errorf("listed %d ids %v, want the 3 (lengths %d, 1, %d)", len(ids), lens(ids), len(foreign), store.MaxIDLength)
+	}
+}
+
+func lens(ss []string) []int {
+	out := make([]int, len(ss))
+	for i, s := range ss {
+		out[i] = len(s)
+	}
+	return out
 }

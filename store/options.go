@@ -17,11 +17,17 @@ const (
 	DefaultConnectInterval = time.Second
 	DefaultConnectTimeout  = 5 * time.Second
 	DefaultMaxConns        = 16
+	// DefaultTraceMax is the trace ring's cap when Options.TraceMax is 0:
+	// the seed store's DEFAULT_TRACE_MAX, 200 entries per execution.
+	DefaultTraceMax = 200
 )
 
+// NoTraceCap, as Options.TraceMax, keeps every trace entry (no ring).
+const NoTraceCap = -1
+
 // Options configure Open. The zero value is usable: connect with 15
-// attempts 1 s apart, 16 connections, no statement timeout, unbounded trace
-// rings, unnamed statements only.
+// attempts 1 s apart, 16 connections, no statement timeout, trace rings of
+// DefaultTraceMax (200) entries, unnamed statements only.
 type Options struct {
 	// ConnectAttempts is how many times Open tries to reach the database
 	// before giving up (default 15), so a worker started before Postgres
@@ -40,7 +46,8 @@ type Options struct {
 	// statement_timeout, in the same round trip. No session state is set.
 	StatementTimeout time.Duration
 	// TraceMax caps each execution's trace ring: an append drops entries
-	// with idx <= newest idx - TraceMax. 0 keeps every entry.
+	// with idx <= newest idx - TraceMax. 0 means DefaultTraceMax (200, as
+	// in the seed); NoTraceCap (-1) keeps every entry.
 	TraceMax int
 	// ExecMode is how statements are sent (default pgx.QueryExecModeExec:
 	// unnamed statements, parameters typed by the server, one round trip
@@ -80,6 +87,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	if o.TraceMax == 0 {
+		o.TraceMax = DefaultTraceMax
+	}
 	if o.ExecMode == 0 {
 		o.ExecMode = pgx.QueryExecModeExec
 	}
@@ -100,8 +110,8 @@ func (o Options) validate() error {
 	if o.StatementTimeout < 0 {
 		p = append(p, fmt.Sprintf("StatementTimeout: must not be negative (got %s)", o.StatementTimeout))
 	}
-	if o.TraceMax < 0 {
-		p = append(p, fmt.Sprintf("TraceMax: must not be negative (got %d)", o.TraceMax))
+	if o.TraceMax < NoTraceCap {
+		p = append(p, fmt.Sprintf("TraceMax: must be positive, 0 (the default, %d) or NoTraceCap (-1, unbounded) (got %d)", DefaultTraceMax, o.TraceMax))
 	}
 	switch o.ExecMode {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheDescribe:

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/store"
 )
 
@@ -40,7 +42,7 @@ func TestOpenRejectsOptions(t *testing.T) {
 		{"named statements behind a pooler", store.Options{BehindPooler: true, ExecMode: pgx.QueryExecModeCacheStatement}, "ExecMode: cache_statement"},
 		{"unknown exec mode", store.Options{ExecMode: 42}, "unknown mode 42"},
 		{"negative timeout", store.Options{StatementTimeout: -time.Second}, "StatementTimeout"},
-		{"negative trace max", store.Options{TraceMax: -1}, "TraceMax"},
+		{"trace max below NoTraceCap", store.Options{TraceMax: -2}, "TraceMax"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,5 +103,37 @@ func TestOpenStopsWithContext(t *testing.T) {
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("Open returned %v after the context ended", took)
+	}
+}
+
+// TestOpenRefusesShardWithoutIdentity is a regression test of issue 11,
+// defect 3: a database with pgshard's tables but no identity record (its
+// sequences not yet strided for an ordinal) is refused; so is one without
+// the schema.
+func TestOpenRefusesShardWithoutIdentity(t *testing.T) {
+	c := clustertest.Get(t)
+	db := clustertest.FreshDatabase(t, c)
+	dsn := c.Shards[0].DSN(db, c.Spec.User)
+	ctx := ctxT(t)
+	open := func() error {
+		s, err := store.Open(ctx, dsn, store.Options{ConnectAttempts: 1})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	}
+	if err := open(); err == nil || !strings.Contains(err.Error(), "run pgshard migrate") {
+		t.Errorf("unmigrated database: %v, want a refusal saying to migrate", err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, _, err := migrations.Migrate(ctx, conn, migrations.All()); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(); err == nil || !strings.Contains(err.Error(), "no identity record") {
+		t.Errorf("migrated database without identity: %v, want a refusal naming the identity record", err)
 	}
 }

@@ -97,12 +97,16 @@ func limitArg(limit int) any {
 // ordered by seq.
 func (s *Store) PendingOutbox(ctx context.Context, limit int) ([]OutboxRow, error) {
 	var out []OutboxRow
-	err := s.query(ctx, `SELECT seq, COALESCE(target_id, ''), event FROM outbox ORDER BY seq LIMIT $1::bigint`,
+	err := s.query(ctx, `SELECT seq, target_id, event FROM outbox ORDER BY seq LIMIT $1::bigint`,
 		[]any{limitArg(limit)}, func(r pgx.Rows) error {
 			var o OutboxRow
+			var target *string
 			var ev []byte
-			if err := r.Scan(&o.Seq, &o.TargetID, &ev); err != nil {
+			if err := r.Scan(&o.Seq, &target, &ev); err != nil {
 				return err
+			}
+			if target != nil {
+				o.TargetID, o.HasTarget = *target, true
 			}
 			o.Event = ev
 			out = append(out, o)

@@ -371,3 +371,39 @@ func TestTraceRing(t *testing.T) {
 		}
 	})
 }
+
+// TestTraceRingDefaultCap is the regression test of issue 11, defect 7:
+// without TraceMax the ring is capped at DefaultTraceMax (the seed's
+// default); NoTraceCap keeps every entry.
+func TestTraceRingDefaultCap(t *testing.T) {
+	d := freshDB(t, "direct")
+	tests := []struct {
+		name string
+		max  int
+		want int
+	}{
+		{"default", 0, store.DefaultTraceMax},
+		{"unbounded", store.NoTraceCap, store.DefaultTraceMax + 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := d.open(t, store.Options{TraceMax: tt.max})
+			ctx := ctxT(t)
+			id := newID(t)
+			const n = store.DefaultTraceMax + 5
+			for i := range n {
+				if err := s.AppendTrace(ctx, id, json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := s.ReadTrace(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tt.want || got[0].Index != n-tt.want || got[len(got)-1].Index != n-1 {
+				t.Fatalf("%d entries (indexes %d..%d), want %d (indexes %d..%d)",
+					len(got), got[0].Index, got[len(got)-1].Index, tt.want, n-tt.want, n-1)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/store"
 )
@@ -54,7 +55,7 @@ func seedCommit(ctx context.Context, s *store.Store, exe *store.Execution, emits
 			}
 		}
 		for _, e := range emits {
-			if _, err := tx.Exec(ctx, `INSERT INTO outbox (target_id, event) VALUES (NULLIF($1::text, ''), $2::text)`, e.TargetID, string(e.Event)); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO outbox (target_id, event) VALUES ($1::text, $2::text)`, targetOf(e), string(e.Event)); err != nil {
 				return err
 			}
 		}
@@ -119,13 +120,13 @@ func statementsCommit(ctx context.Context, s *store.Store, exe *store.Execution,
 	b := &pgx.Batch{}
 	b.Queue(`SELECT CASE WHEN committed THEN found_version ELSE 1 / (found_version * 0) END
 FROM pgshard_commit_cas($1::text, $2::text, $3::text, $4::int, $5::text)`, exe.ID, exe.DefinitionID, string(data), old, eventID)
-	targets := make([]string, len(emits))
+	targets := make([]pgtype.Text, len(emits))
 	events := make([]string, len(emits))
 	for i, e := range emits {
-		targets[i], events[i] = e.TargetID, string(e.Event)
+		targets[i], events[i] = targetOf(e), string(e.Event)
 	}
 	b.Queue(`INSERT INTO outbox (target_id, event)
-SELECT NULLIF(u.target_id, ''), u.event FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(target_id, event, n) ORDER BY u.n`, targets, events)
+SELECT u.target_id, u.event FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(target_id, event, n) ORDER BY u.n`, targets, events)
 	paths := make([]string, len(timers))
 	at := make([]float64, len(timers))
 	for i, t := range timers {
@@ -160,4 +161,10 @@ func newTypicalStep(id string, v int) typicalStep {
 		timers: []store.TimerOp{store.Schedule("root.waiting", 1.9e9+float64(v))},
 		trace:  json.RawMessage(fmt.Sprintf(`{"event":"Tick","from":"a","to":"b","n":%d}`, v)),
 	}
+}
+
+// targetOf is an emit's target_id: NULL without a target (as the seed's
+// None).
+func targetOf(e store.Emit) pgtype.Text {
+	return pgtype.Text{String: e.TargetID, Valid: e.TargetID != "" || e.HasTarget}
 }

@@ -34,10 +34,17 @@ var _ ExecutionStore = (*Store)(nil)
 // pgshard's schema.
 var errNotMigrated = errors.New("the database lacks pgshard's schema (function pgshard_commit, migration 0005): run pgshard migrate")
 
+// errNoIdentity is returned by the connection probe of a database with
+// pgshard's schema but no identity record: its global sequences are not
+// strided for a shard ordinal yet, so outbox and spawn seqs written now
+// would name another shard.
+var errNoIdentity = errors.New("the database has pgshard's schema but no identity record (pgshard_identity), so its sequences are not strided for a shard yet: run pgshard migrate with the shard map")
+
 // Open connects to the database at dsn, retrying as opts say
 // (ConnectAttempts tries, ConnectInterval apart, each bounded by
-// ConnectTimeout) until the server answers and has pgshard's schema, or ctx
-// ends. The error after the last attempt names the DSN (password redacted)
+// ConnectTimeout) until the server answers and has pgshard's schema and
+// identity record (written by pgshard migrate, which strides the outbox
+// and spawn sequences for the shard's ordinal), or ctx ends. The error after the last attempt names the DSN (password redacted)
 // and the last failure.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
@@ -114,8 +121,9 @@ func (s *Store) connect(ctx context.Context) error {
 		s.dsn, s.opts.ConnectAttempts, time.Since(start).Round(time.Millisecond), last)
 }
 
-// probe checks, in one round trip bounded by ConnectTimeout, that the
-// server answers and has the schema.
+// probe checks, bounded by ConnectTimeout, that the server answers, has
+// the schema and the identity record that pgshard migrate writes when it
+// strides the global sequences.
 func (s *Store) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
 	defer cancel()
@@ -125,6 +133,13 @@ func (s *Store) probe(ctx context.Context) error {
 	}
 	if !ok {
 		return errNotMigrated
+	}
+	// pgshard_identity exists wherever pgshard_commit does (0003 < 0005).
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pgshard_identity)`).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return errNoIdentity
 	}
 	return nil
 }

@@ -18,7 +18,8 @@ import (
 // column's value, and ID and DefinitionID likewise come from their columns.
 type Execution struct {
 	// ID is the execution id, lowercase uuid hex (32 chars) by convention;
-	// the store only requires it to be non-empty. It is the routing key.
+	// the store only requires it to be non-empty and at most MaxIDLength
+	// bytes. It is the routing key.
 	ID string
 	// DefinitionID names the statechart definition (column definition_id).
 	DefinitionID string
@@ -176,12 +177,22 @@ func (e *Execution) Clone() *Execution {
 	return &c
 }
 
+// MaxIDLength is the longest execution id Commit accepts, in bytes. Every
+// id it accepts can be carried by a listing cursor.
+const MaxIDLength = 1024
+
 // Emit is an event a commit sends: a row of the outbox, on the emitting
 // execution's shard.
 type Emit struct {
-	// TargetID is the receiving execution; "" stores NULL (no target
-	// execution, e.g. an event for the outside world).
+	// TargetID is the receiving execution. "" stores NULL (no target
+	// execution, e.g. an event for the outside world) unless HasTarget is
+	// set.
 	TargetID string
+	// HasTarget stores TargetID even when it is "": the empty string, as
+	// the seed stores target_id "" (a non-empty TargetID implies it). An
+	// OutboxRow's TargetID and HasTarget passed back here store the same
+	// target_id again.
+	HasTarget bool
 	// Event is the event as JSON text; it must not be empty.
 	Event json.RawMessage
 }
@@ -240,9 +251,14 @@ type Spawn struct {
 type OutboxRow struct {
 	// Seq is the row's global sequence value; it names the shard that
 	// holds the row (see shardmap.OrdinalForSeq).
-	Seq      int64
-	TargetID string // "" for NULL
-	Event    json.RawMessage
+	Seq int64
+	// TargetID is the receiving execution, "" for NULL or the empty
+	// string; HasTarget tells them apart.
+	TargetID string
+	// HasTarget reports whether target_id is not NULL (false: the event
+	// has no target execution).
+	HasTarget bool
+	Event     json.RawMessage
 }
 
 // SpawnRow is a pending spawn intent.
@@ -279,8 +295,13 @@ type Summary struct {
 	DefinitionID string
 	Version      int
 	Status       string
-	ParentID     string          // "" for a root
-	Outcome      json.RawMessage // nil when absent or null
+	// ParentID is the parent's id, "" when parent_id is null or absent (a
+	// root) — or, in a document another program wrote, the empty string,
+	// which is not a root (RootsOnly follows the seed: parent_id IS NULL).
+	ParentID string
+	// ActivePath is the document's active_path, nil when absent or null.
+	ActivePath []string
+	Outcome    json.RawMessage // nil when absent or null
 }
 
 // Default and maximum page sizes of ListExecutions.
@@ -297,7 +318,9 @@ type ListOptions struct {
 	// Statuses, when non-empty, keeps executions whose status is one of
 	// them.
 	Statuses []string
-	// RootsOnly keeps executions without a parent.
+	// RootsOnly keeps executions without a parent: parent_id null or
+	// absent in the document (the seed's IS NULL; an empty parent id is
+	// not a root).
 	RootsOnly bool
 	// Limit is the page size: <= 0 means DefaultListLimit, larger than
 	// MaxListLimit means MaxListLimit.

@@ -205,14 +205,8 @@ func safeName(s string) string {
 // openTarget connects to the target the setup names.
 func openTarget(ctx context.Context, s *loadgenSetup) (loadgen.Target, loadgen.Locator, int, error) {
 	cfg := s.cfg
-	sopts := store.Options{
-		ConnectAttempts:  cfg.Store.ConnectAttempts,
-		ConnectInterval:  cfg.Store.ConnectInterval,
-		StatementTimeout: cfg.Store.StatementTimeout,
-		TraceMax:         cfg.Store.TraceMax,
-		MaxConns:         cfg.Store.MaxConns,
-		ApplicationName:  "pgshard-loadgen",
-	}
+	sopts := storeOptions(cfg.Store)
+	sopts.ApplicationName = "pgshard-loadgen"
 	buckets := 0
 	if cfg.Map != nil {
 		buckets = cfg.Map.Buckets

@@ -88,7 +88,7 @@ Stop it with SIGINT or SIGTERM.`,
 // proxyConfig builds the proxy's configuration from the loaded config.
 func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (proxy.Config, error) {
 	x := cfg.Proxy
-	schema, err := x.Schema.ToSchema()
+	schema, err := x.Schema.Route()
 	if err != nil {
 		return proxy.Config{}, fmt.Errorf("config: proxy.schema: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -123,7 +124,7 @@ func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (*shar
 			return nil, schema, err
 		}
 		m = cm
-		if schema, err = cfg.Proxy.Schema.ToSchema(); err != nil {
+		if schema, err = cfg.Proxy.Schema.Route(); err != nil {
 			return nil, schema, fmt.Errorf("config: proxy.schema: %w", err)
 		}
 	}
@@ -132,7 +133,7 @@ func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (*shar
 		if err != nil {
 			return nil, schema, fmt.Errorf("--schema: %w", err)
 		}
-		if schema, err = route.ParseSchema(raw); err != nil {
+		if schema, err = config.ParseSchema(raw); err != nil {
 			return nil, schema, fmt.Errorf("--schema %s: %w", schemaFile, err)
 		}
 	}

@@ -58,7 +58,7 @@ share, and the share the shard's bucket count predicts.`,
 		if err != nil {
 			return err
 		}
-		opts := router.OptionsFromConfig(cfg.Store)
+		opts := routerOptions(cfg.Store)
 		if direct {
 			opts.UsePooler = false
 		}

@@ -26,7 +26,6 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -70,7 +69,9 @@ type Store struct {
 	// StatementTimeout, when set, applies SET LOCAL statement_timeout to
 	// every transaction.
 	StatementTimeout time.Duration `mapstructure:"statement_timeout"`
-	// TraceMax caps each execution's trace ring (0 = unbounded).
+	// TraceMax caps each execution's trace ring: 0 is the store's default
+	// (store.DefaultTraceMax, 200 entries, as in the seed), -1 keeps every
+	// entry.
 	TraceMax int `mapstructure:"trace_max"`
 	// MaxConns bounds each shard's pool.
 	MaxConns int `mapstructure:"max_conns"`
@@ -195,8 +196,8 @@ func (c *Config) Validate() error {
 	if c.Store.StatementTimeout < 0 {
 		p = append(p, fmt.Sprintf("store.statement_timeout: must not be negative (got %s)", c.Store.StatementTimeout))
 	}
-	if c.Store.TraceMax < 0 {
-		p = append(p, fmt.Sprintf("store.trace_max: must not be negative (got %d)", c.Store.TraceMax))
+	if c.Store.TraceMax < -1 {
+		p = append(p, fmt.Sprintf("store.trace_max: must be positive, 0 (the default, 200) or -1 (unbounded) (got %d)", c.Store.TraceMax))
 	}
 	if c.Store.MaxConns < 1 {
 		p = append(p, fmt.Sprintf("store.max_conns: must be at least 1 (got %d)", c.Store.MaxConns))
@@ -718,7 +719,7 @@ type Proxy struct {
 	MetricsListen string `mapstructure:"metrics_listen"`
 	// Schema is the sharding schema: keyed tables and columns, key
 	// functions, global tables. The default is the execution store's.
-	Schema route.SchemaConfig `mapstructure:"schema"`
+	Schema Schema `mapstructure:"schema"`
 }
 
 // ProxyUser is a client login of the proxy.
@@ -746,7 +747,7 @@ func DefaultProxy() Proxy {
 		StatementCacheSize:     256,
 		CacheUnnamedStatements: true,
 		VerifyIdentity:         true,
-		Schema:                 route.DefaultSchemaConfig(),
+		Schema:                 DefaultSchema(),
 	}
 }
 

@@ -127,6 +127,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"bad duration", "store:\n  connect_interval: soon\n", nil, []string{"store.connect_interval"}},
 		{"invalid value", "store:\n  connect_attempts: 0\n", nil, []string{"store.connect_attempts: must be at least 1"}},
 		{"negative timeout", "store:\n  statement_timeout: -1s\n", nil, []string{"store.statement_timeout"}},
+		{"trace_max below -1", "store:\n  trace_max: -2\n", nil, []string{"store.trace_max: must be positive, 0 (the default, 200) or -1 (unbounded)"}},
 		{"both map sources", "shardmap_file: gap.yaml\nshardmap:\n" + indent(mapYAML), nil, []string{"shardmap_file and shardmap"}},
 		{"bad map file", "shardmap_file: gap.yaml\n", nil, []string{"shardmap_file", "bucket 8 is not assigned"}},
 		{"missing map file", "shardmap_file: nope.yaml\n", nil, []string{"shardmap_file", "nope.yaml"}},

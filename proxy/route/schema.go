@@ -1,14 +1,10 @@
 package route
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Validate checks s and reports every problem at once, each naming the
@@ -101,43 +97,6 @@ func validIdent(s string) bool {
 	return s == strings.ToLower(s)
 }
 
-// SchemaConfig is the sharding schema as configuration: a YAML document or
-// a section of another config (the tags suit viper/mapstructure and YAML).
-//
-//	tables:
-//	  - {table: executions, column: id, type: text, position: 1}
-//	  - {table: outbox, column: seq, type: seq}
-//	functions:
-//	  - {function: harel_commit_cas, arg: 0, type: text}
-//	global: [definitions]
-type SchemaConfig struct {
-	// Tables are the keyed columns (Schema.Tables).
-	Tables []TableKeyConfig `mapstructure:"tables" yaml:"tables" json:"tables"`
-	// Functions are the keyed function arguments (Schema.Functions).
-	Functions []FuncKeyConfig `mapstructure:"functions" yaml:"functions" json:"functions"`
-	// Global lists tables that are identical on every shard (Schema.Global).
-	Global []string `mapstructure:"global" yaml:"global" json:"global"`
-	// HintType is "text" (default when empty) or "int8".
-	HintType string `mapstructure:"hint_type" yaml:"hint_type,omitempty" json:"hint_type,omitempty"`
-}
-
-// TableKeyConfig is one keyed column: type is "text", "int8" (or
-// "bigint") or "seq"; position is the column's 1-based place in the table
-// (optional; needed to route an INSERT without a column list).
-type TableKeyConfig struct {
-	Table    string `mapstructure:"table" yaml:"table" json:"table"`                              // unqualified, lowercase
-	Column   string `mapstructure:"column" yaml:"column" json:"column"`                           // lowercase
-	Type     string `mapstructure:"type" yaml:"type" json:"type"`                                 // text (default), int8/bigint or seq
-	Position int    `mapstructure:"position" yaml:"position,omitempty" json:"position,omitempty"` // 1-based, 0 = unknown
-}
-
-// FuncKeyConfig names the 0-based argument of a function that carries the key.
-type FuncKeyConfig struct {
-	Function string `mapstructure:"function" yaml:"function" json:"function"` // unqualified, lowercase
-	Arg      int    `mapstructure:"arg" yaml:"arg" json:"arg"`                // 0-based
-	Type     string `mapstructure:"type" yaml:"type" json:"type"`             // text (default), int8/bigint or seq
-}
-
 // ParseKeyType parses a key type name: text, int8 (bigint) or seq.
 func ParseKeyType(s string) (KeyType, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
@@ -149,87 +108,6 @@ func ParseKeyType(s string) (KeyType, error) {
 		return KeySeq, nil
 	}
 	return 0, fmt.Errorf("unknown key type %q (want text, int8 or seq)", s)
-}
-
-// Validate checks the configuration, naming the key of each problem
-// ("tables[2].type: ...").
-func (c SchemaConfig) Validate() error {
-	_, err := c.ToSchema()
-	return err
-}
-
-// ToSchema converts and validates the configuration.
-func (c SchemaConfig) ToSchema() (Schema, error) {
-	var s Schema
-	var p []string
-	for i, t := range c.Tables {
-		kt, err := ParseKeyType(t.Type)
-		if err != nil {
-			p = append(p, fmt.Sprintf("tables[%d].type: %s", i, err))
-		}
-		s.Tables = append(s.Tables, TableKey{Table: t.Table, Column: t.Column, Type: kt, Position: t.Position})
-	}
-	for i, f := range c.Functions {
-		kt, err := ParseKeyType(f.Type)
-		if err != nil {
-			p = append(p, fmt.Sprintf("functions[%d].type: %s", i, err))
-		}
-		s.Functions = append(s.Functions, FuncKey{Function: f.Function, Arg: f.Arg, Type: kt})
-	}
-	s.Global = slices.Clone(c.Global)
-	if c.HintType != "" {
-		kt, err := ParseKeyType(c.HintType)
-		if err != nil {
-			p = append(p, fmt.Sprintf("hint_type: %s", err))
-		}
-		s.HintType = kt
-	}
-	if len(p) > 0 {
-		return Schema{}, errors.New("sharding schema: " + strings.Join(p, "; "))
-	}
-	if err := s.Validate(); err != nil {
-		return Schema{}, err
-	}
-	return s, nil
-}
-
-// Config returns s as configuration (the inverse of ToSchema).
-func (s Schema) Config() SchemaConfig {
-	var c SchemaConfig
-	for _, t := range s.Tables {
-		c.Tables = append(c.Tables, TableKeyConfig{Table: t.Table, Column: t.Column, Type: t.Type.String(), Position: t.Position})
-	}
-	for _, f := range s.Functions {
-		c.Functions = append(c.Functions, FuncKeyConfig{Function: f.Function, Arg: f.Arg, Type: f.Type.String()})
-	}
-	c.Global = slices.Clone(s.Global)
-	if s.HintType != KeyText {
-		c.HintType = s.HintType.String()
-	}
-	return c
-}
-
-// DefaultSchemaConfig is DefaultSchema as configuration: the default of a
-// config section that embeds SchemaConfig.
-func DefaultSchemaConfig() SchemaConfig { return DefaultSchema().Config() }
-
-// ParseSchema decodes a YAML sharding schema (see SchemaConfig), rejecting
-// unknown keys, and validates it.
-func ParseSchema(data []byte) (Schema, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var c SchemaConfig
-	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return Schema{}, errors.New("decode sharding schema: empty document")
-		}
-		return Schema{}, fmt.Errorf("decode sharding schema: %s", strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return Schema{}, errors.New("decode sharding schema: the file must hold exactly one YAML document")
-	}
-	return c.ToSchema()
 }
 
 // compiled is a Schema indexed for analysis.

@@ -1,0 +1,30 @@
+// Package layering holds the test that enforces pgshard's dependency rules
+// (DESIGN.md §3); it has no code of its own.
+//
+//	doc.go            this comment
+//	layering_test.go  the rules, the checker, and a test of the checker
+//
+// The rules, one line each, allow-lists over the module's own packages
+// (a package may always use its own subtree; anything outside the module is
+// not checked):
+//
+//	cmd → internal/cli → proxy | loadgen | chaos | verify → router → store, shardmap
+//
+//	shardmap         nothing of ours
+//	migrations       shardmap
+//	store            shardmap                 (knows nothing of router, proxy, loadgen)
+//	router           store, shardmap, migrations
+//	cluster          shardmap                 (no core logic)
+//	clustertest      cluster, shardmap, migrations
+//	proxy            router, store, shardmap, migrations
+//	loadgen          router, store, shardmap, migrations
+//	chaos            cluster, shardmap, store, router, loadgen, migrations
+//	verify           shardmap                 (a checker must not share the code it checks)
+//	internal/config  shardmap, proxy/route
+//	everyone         never internal/cli or cmd (only cmd/pgshard uses internal/cli)
+//
+// The rules are checked on the production import graph (`go list`'s Deps,
+// transitive; test files are not checked). A rule whose package does not
+// exist yet is skipped, so the rules can name packages before they land. A
+// violation fails with the rule's name and the import chain that breaks it.
+package layering

@@ -1,0 +1,309 @@
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// rule is one dependency rule of DESIGN.md §3: the packages under pkg (the
+// package and its subtree, paths relative to the module) may depend on the
+// module's packages under allow and on their own subtree, nothing else of
+// ours. except exempts subtrees of pkg that have a rule of their own.
+type rule struct {
+	name   string
+	pkg    string
+	except []string
+	allow  []string
+}
+
+// rules encodes DESIGN.md §3 (see doc.go for the table).
+var rules = []rule{
+	{name: "shardmap imports nothing of ours", pkg: "shardmap"},
+	{name: "migrations build on shardmap only", pkg: "migrations", allow: []string{"shardmap"}},
+	{name: "store knows nothing of router, proxy, loadgen (store builds on shardmap only)", pkg: "store", allow: []string{"shardmap"}},
+	{name: "router depends only on what is below it (store, shardmap, migrations)", pkg: "router", allow: []string{"store", "shardmap", "migrations"}},
+	{name: "cluster knows no core logic (shardmap only)", pkg: "cluster", except: []string{"cluster/clustertest"}, allow: []string{"shardmap"}},
+	{name: "clustertest builds test clusters from cluster, shardmap and migrations only", pkg: "cluster/clustertest", allow: []string{"cluster", "shardmap", "migrations"}},
+	{name: "proxy sits on router, store, shardmap, migrations (never loadgen, chaos, verify, cli)", pkg: "proxy", allow: []string{"router", "store", "shardmap", "migrations"}},
+	{name: "loadgen drives a store (router, store, shardmap, migrations; never proxy, chaos, verify, cli)", pkg: "loadgen", allow: []string{"router", "store", "shardmap", "migrations"}},
+	{name: "chaos may import cluster, shardmap, store, router, loadgen, migrations only", pkg: "chaos", allow: []string{"cluster", "shardmap", "store", "router", "loadgen", "migrations"}},
+	{name: "verify imports neither store, router nor loadgen: a checker must not share the code it checks (shardmap only)", pkg: "verify", allow: []string{"shardmap"}},
+	{name: "internal/config is configuration only (shardmap, proxy/route)", pkg: "internal/config", allow: []string{"shardmap", "proxy/route"}},
+}
+
+// globalRules forbid some packages to every package outside the listed
+// exceptions.
+var globalRules = []struct {
+	name    string
+	denied  string
+	allowed []string // packages (subtrees) that may depend on denied
+}{
+	{name: "only cmd/pgshard uses internal/cli (dependencies flow cmd → cli → the rest)", denied: "internal/cli", allowed: []string{"cmd", "internal/cli"}},
+	{name: "nothing imports a command", denied: "cmd", allowed: []string{"cmd"}},
+	{name: "nothing imports the build tools", denied: "internal/tools", allowed: []string{"internal/tools"}},
+}
+
+// under reports whether path is p or inside p's subtree.
+func under(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
+
+// pkgInfo is one package of the module: its direct imports and transitive
+// dependencies, paths relative to the module, ours only.
+type pkgInfo struct {
+	imports []string
+	deps    []string
+}
+
+// graph is the module's production import graph.
+type graph map[string]pkgInfo
+
+// violation is one broken rule.
+type violation struct {
+	rule  string
+	pkg   string
+	dep   string
+	chain []string
+}
+
+func (v violation) String() string {
+	return fmt.Sprintf("layering rule %q (DESIGN.md §3) is broken: %s depends on %s (%s)",
+		v.rule, v.pkg, v.dep, strings.Join(v.chain, " → "))
+}
+
+// check returns every violation of rules and globalRules in g, and the
+// rules skipped because their package does not exist.
+func check(g graph) (vs []violation, skipped []string) {
+	pkgs := slices.Sorted(func(yield func(string) bool) {
+		for p := range g {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	for _, r := range rules {
+		matched := false
+		for _, p := range pkgs {
+			if !under(p, r.pkg) || slices.ContainsFunc(r.except, func(e string) bool { return under(p, e) }) {
+				continue
+			}
+			matched = true
+			for _, d := range g[p].deps {
+				if under(d, r.pkg) || slices.ContainsFunc(r.allow, func(a string) bool { return under(d, a) }) {
+					continue
+				}
+				vs = append(vs, violation{rule: r.name, pkg: p, dep: d, chain: g.chain(p, d)})
+			}
+		}
+		if !matched {
+			skipped = append(skipped, r.pkg)
+		}
+	}
+	for _, gr := range globalRules {
+		for _, p := range pkgs {
+			if slices.ContainsFunc(gr.allowed, func(a string) bool { return under(p, a) }) {
+				continue
+			}
+			for _, d := range g[p].deps {
+				if under(d, gr.denied) {
+					vs = append(vs, violation{rule: gr.name, pkg: p, dep: d, chain: g.chain(p, d)})
+				}
+			}
+		}
+	}
+	return vs, skipped
+}
+
+// chain returns a shortest import chain from one package to another
+// (breadth-first over direct imports).
+func (g graph) chain(from, to string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var out []string
+			for q := to; q != ""; q = prev[q] {
+				out = append(out, q)
+			}
+			slices.Reverse(out)
+			return out
+		}
+		for _, i := range g[p].imports {
+			if _, seen := prev[i]; !seen {
+				prev[i] = p
+				queue = append(queue, i)
+			}
+		}
+	}
+	return []string{from, "…", to}
+}
+
+// goTool returns the go command that built this test.
+func goTool() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// loadGraph lists the module's packages with `go list`.
+func loadGraph(t *testing.T) graph {
+	t.Helper()
+	goCmd := goTool()
+	out, err := exec.Command(goCmd, "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		t.Fatal("not inside a Go module")
+	}
+	root := filepath.Dir(gomod)
+	cmd := exec.Command(goCmd, "list", "-e", "-json=ImportPath,Module,Imports,Deps,Error", "./...")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./... in %s: %v\n%s", root, err, stderr.String())
+	}
+	type listed struct {
+		ImportPath string
+		Module     *struct{ Path string }
+		Imports    []string
+		Deps       []string
+		Error      *struct{ Err string }
+	}
+	var all []listed
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listed
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Fatalf("go list: package %s: %s", p.ImportPath, p.Error.Err)
+		}
+		all = append(all, p)
+	}
+	if len(all) == 0 || all[0].Module == nil {
+		t.Fatal("go list found no package of a module")
+	}
+	mod := all[0].Module.Path
+	ours := func(paths []string) []string {
+		var r []string
+		for _, p := range paths {
+			if p == mod {
+				r = append(r, ".")
+			} else if rel, ok := strings.CutPrefix(p, mod+"/"); ok {
+				r = append(r, rel)
+			}
+		}
+		sort.Strings(r)
+		return r
+	}
+	g := graph{}
+	for _, p := range all {
+		rel := ours([]string{p.ImportPath})
+		if len(rel) == 0 {
+			continue
+		}
+		g[rel[0]] = pkgInfo{imports: ours(p.Imports), deps: ours(p.Deps)}
+	}
+	return g
+}
+
+// TestLayering checks the module's import graph against DESIGN.md §3.
+func TestLayering(t *testing.T) {
+	g := loadGraph(t)
+	if _, ok := g["store"]; !ok {
+		t.Fatalf("go list did not find package store (got %d packages): is the test run inside the pgshard module?", len(g))
+	}
+	vs, skipped := check(g)
+	for _, s := range skipped {
+		t.Logf("no package %s yet: its rule is skipped", s)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
+
+// TestCheckerCatchesBackEdges feeds the checker graphs with one back edge
+// each: a checker that cannot fail would prove nothing.
+func TestCheckerCatchesBackEdges(t *testing.T) {
+	base := graph{
+		"shardmap":            {},
+		"migrations":          {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
+		"store":               {},
+		"router":              {imports: []string{"migrations", "shardmap", "store"}, deps: []string{"migrations", "shardmap", "store"}},
+		"cluster":             {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
+		"cluster/clustertest": {imports: []string{"cluster", "migrations"}, deps: []string{"cluster", "migrations", "shardmap"}},
+		"internal/cli":        {imports: []string{"router"}, deps: []string{"migrations", "router", "shardmap", "store"}},
+		"cmd/pgshard":         {imports: []string{"internal/cli"}, deps: []string{"internal/cli", "migrations", "router", "shardmap", "store"}},
+	}
+	if vs, _ := check(base); len(vs) != 0 {
+		t.Fatalf("the clean graph has violations: %v", vs)
+	}
+	tests := []struct {
+		name      string
+		pkg, dep  string // the added edge (direct import; deps extended transitively)
+		wantRule  string
+		wantChain string
+	}{
+		{"store imports router", "store", "router", "store knows nothing of router", "store → router"},
+		{"shardmap imports store", "shardmap", "store", "shardmap imports nothing of ours", "shardmap → store"},
+		{"verify imports store", "verify", "store", "verify imports neither store, router nor loadgen", "verify → store"},
+		{"verify reaches router through a helper", "verify", "router", "verify imports neither store", "verify → router"},
+		{"chaos imports proxy", "chaos", "proxy", "chaos may import", "chaos → proxy"},
+		{"cluster imports store", "cluster", "store", "cluster knows no core logic", "cluster → store"},
+		{"router imports internal/cli", "router", "internal/cli", "only cmd/pgshard uses internal/cli", "router → internal/cli"},
+		{"migrations import the cluster", "migrations", "cluster", "migrations build on shardmap only", "migrations → cluster"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := graph{}
+			for k, v := range base {
+				g[k] = pkgInfo{imports: slices.Clone(v.imports), deps: slices.Clone(v.deps)}
+			}
+			if _, ok := g[tt.dep]; !ok {
+				g[tt.dep] = pkgInfo{}
+			}
+			p := g[tt.pkg]
+			p.imports = append(p.imports, tt.dep)
+			p.deps = append(p.deps, tt.dep)
+			p.deps = append(p.deps, g[tt.dep].deps...)
+			g[tt.pkg] = p
+			vs, _ := check(g)
+			var msgs []string
+			found := false
+			for _, v := range vs {
+				msgs = append(msgs, v.String())
+				if strings.Contains(v.String(), tt.wantRule) && strings.Contains(v.String(), tt.wantChain) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("a %s → %s edge: want a violation of %q naming %q, got %q", tt.pkg, tt.dep, tt.wantRule, tt.wantChain, msgs)
+			}
+		})
+	}
+	// A rule for a package that does not exist is skipped, not failed.
+	if _, skipped := check(base); !slices.Contains(skipped, "verify") || !slices.Contains(skipped, "chaos") {
+		t.Errorf("skipped = %v, want verify and chaos (absent from the graph)", skipped)
+	}
+}
