@@ -375,7 +375,7 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 	w := sc.Workload
 	h := Header{
 		Run: runID, StartedAt: start.UTC(), Seed: sc.Seed, Scenario: sc.Name, Target: sc.Target,
-		Workload: HeaderWorkload{Executions: w.Executions, DefinitionID: "chaos", TraceMax: w.TraceMax,
+		Workload: HeaderWorkload{Executions: w.Executions, DefinitionID: "chaos", TraceMax: effectiveTraceMax(w.TraceMax),
 			TimerDelayMs: time.Duration(w.TimerDelay).Milliseconds(), Fast: w.Fast, MaxEmits: w.MaxEmits,
 			Timer: w.Timers, Spawn: w.Spawns, Redelivery: w.Redelivery, RetryCap: w.RetryCap,
 			Concurrency: w.Concurrency, Mutant: mut},
@@ -442,6 +442,15 @@ func resetStore(ctx context.Context, env *Env) error {
 		})
 	}
 	return g.Wait()
+}
+
+// effectiveTraceMax is the ring cap the store applies for a scenario's
+// trace_max (0: the store's default).
+func effectiveTraceMax(n int) int {
+	if n == 0 {
+		return store.DefaultTraceMax
+	}
+	return n
 }
 
 func shardNames(m *shardmap.Map) []string {

@@ -115,11 +115,13 @@ type Target interface {
 	LoadForEvent(ctx context.Context, id, eventID string) (*Execution, bool, error)
 	// Commit writes c in one transaction.
 	Commit(ctx context.Context, c *Commit) error
-	// PendingOutbox returns up to limit pending outbox rows in seq order.
+	// PendingOutbox returns up to limit pending outbox rows (each shard's
+	// oldest first; no order across shards is promised).
 	PendingOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
 	// AckOutbox deletes one outbox row.
 	AckOutbox(ctx context.Context, seq int64) error
-	// PendingSpawns returns up to limit pending spawn intents in seq order.
+	// PendingSpawns returns up to limit pending spawn intents (each
+	// shard's oldest first).
 	PendingSpawns(ctx context.Context, limit int) ([]SpawnEntry, error)
 	// AckSpawn deletes one spawn intent.
 	AckSpawn(ctx context.Context, seq int64) error
