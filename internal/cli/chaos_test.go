@@ -1,0 +1,215 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/cluster/clustertest"
+)
+
+// chaosRig is a private 3-shard cluster with PgBouncer (the chaos tests
+// crash and restart its servers), a fresh migrated database on it and a
+// config naming that database's map.
+type chaosRig struct {
+	cfg, clusterDir, bin, dir string
+}
+
+func newChaosRig(t *testing.T) *chaosRig {
+	t.Helper()
+	c := clustertest.Private(t, cluster.Spec{Shards: 3, PgBouncer: true})
+	m := clustertest.MigratedMap(t, c)
+	data, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("shardmap:\n")
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line != "" {
+			b.WriteString("  " + line)
+		}
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pgshard.yaml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &chaosRig{cfg: cfg, clusterDir: c.Dir, bin: buildPgshard(t), dir: dir}
+}
+
+// scenario writes a scenario file: the workload of the tests (small and
+// short) with the given target, duration and faults.
+func (r *chaosRig) scenario(t *testing.T, name, target, duration, faults string) string {
+	t.Helper()
+	s := `name: ` + name + `
+target: ` + target + `
+shards: 3
+duration: ` + duration + `
+seed: 5
+quiesce_timeout: 40s
+workload:
+  executions: 300
+  concurrency: 8
+  keys: hotset:0.1:0.5
+  fast: 0.5
+  max_emits: 2
+  timers: 0.5
+  spawns: 0.1
+  redelivery: 0.1
+  timer_delay: 400ms
+  trace_max: 4
+  op_timeout: 8s
+faults:` + faults + "\n"
+	p := filepath.Join(r.dir, name+".yaml")
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (r *chaosRig) args(cmd ...string) []string {
+	return append(cmd, "--config", r.cfg, "--cluster-dir", r.clusterDir, "--proxy-bin", r.bin, "--quiet")
+}
+
+func readVerdict(t *testing.T, dir string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "verdict.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestChaos runs the chaos commands end to end on a real cluster: a
+// healthy run without faults passes (no false positives); faults that hit
+// what the workload does not use make the run vacuous (exit 2); a run with
+// faults passes and its replay reproduces the verdict; and two mutants
+// are caught while the control passes.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a cluster")
+	}
+	r := newChaosRig(t)
+
+	t.Run("no faults pass", func(t *testing.T) {
+		out := filepath.Join(r.dir, "nofaults")
+		sc := r.scenario(t, "nofaults", "pgbouncer+proxy", "5s", " []")
+		res := run(t, "", r.args("chaos", "run", "--scenario", sc, "--out", out)...)
+		if res.code != 0 || !strings.Contains(res.stdout, "verdict: PASS") {
+			t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+		}
+		for _, f := range []string{"history.jsonl", "faults.json", "run.json", "report.html", "verdict.json", "state.json.gz", "loadgen/result.json"} {
+			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+				t.Errorf("missing %s: %v", f, err)
+			}
+		}
+		v := readVerdict(t, out)
+		if v["result"] != "PASS" || v["commits"].(float64) < 500 {
+			t.Errorf("verdict %v with %v commits", v["result"], v["commits"])
+		}
+	})
+
+	t.Run("faults that do not land are vacuous", func(t *testing.T) {
+		// Killing PgBouncer does nothing to a workload that talks to
+		// Postgres directly: the kill lands on the process, but no op
+		// shows it, so the run proves nothing about it.
+		out := filepath.Join(r.dir, "vacuous")
+		sc := r.scenario(t, "vacuous", "direct", "5s", "\n  - {kind: pgbouncer-kill, every: 2s, hold: 200ms}")
+		res := run(t, "", r.args("chaos", "run", "--scenario", sc, "--out", out)...)
+		if res.code != 2 || !strings.Contains(res.stdout, "verdict: VACUOUS") || !strings.Contains(res.stdout, "pgbouncer-kill") {
+			t.Fatalf("exit %d, want 2 VACUOUS naming pgbouncer-kill\n%s\n%s", res.code, res.stdout, res.stderr)
+		}
+	})
+
+	faults := `
+  - {kind: lost-ack, every: 1500ms, hold: 1s, params: {count: "2"}}
+  - {kind: terminate, every: 1500ms}
+  - {kind: reset, every: 2s}
+  - {kind: shard-crash, every: 3s, hold: 400ms}`
+	var faultsDir string
+	t.Run("faults pass", func(t *testing.T) {
+		faultsDir = filepath.Join(r.dir, "faults")
+		sc := r.scenario(t, "faults", "pgbouncer", "7s", faults)
+		res := run(t, "", r.args("chaos", "run", "--scenario", sc, "--out", faultsDir)...)
+		if res.code != 0 || !strings.Contains(res.stdout, "verdict: PASS") {
+			t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+		}
+		v := readVerdict(t, faultsDir)
+		for _, f := range v["faults"].([]any) {
+			f := f.(map[string]any)
+			if f["landed"].(float64) < 1 {
+				t.Errorf("fault %v did not land: %v", f["kind"], f)
+			}
+		}
+		if u := v["unknown"].(map[string]any); u["total"].(float64) < 1 || u["unresolved"].(float64) != 0 {
+			t.Errorf("unknown outcomes %v: want some, all resolved", u)
+		}
+	})
+
+	t.Run("replay reproduces", func(t *testing.T) {
+		if faultsDir == "" {
+			t.Skip("the faults run failed")
+		}
+		res := run(t, "", r.args("chaos", "replay", faultsDir)...)
+		if res.code != 0 || !strings.Contains(res.stdout, "the verdict reproduced") {
+			t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(faultsDir, "replay-1", "verdict.json")); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("mutants are caught", func(t *testing.T) {
+		out := filepath.Join(r.dir, "mutants")
+		sc := r.scenario(t, "mutants", "pgbouncer", "6s", faults)
+		res := run(t, "", r.args("chaos", "mutants", "--scenario", sc, "--out", out,
+			"--only", "cas-without-version,relay-acks-before-delivering")...)
+		if res.code != 0 || !strings.Contains(res.stdout, "caught 2 of 2 mutants (100%)") {
+			t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+		}
+		var rows []map[string]any
+		b, err := os.ReadFile(filepath.Join(out, "mutants.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rows); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"control": "passed", "cas-without-version": "caught", "relay-acks-before-delivering": "caught"}
+		if len(rows) != len(want) {
+			t.Fatalf("rows %v", rows)
+		}
+		for _, row := range rows {
+			if want[row["mutant"].(string)] != row["result"] {
+				t.Errorf("%v: %v (%v), want %s", row["mutant"], row["result"], row["verdict"], want[row["mutant"].(string)])
+			}
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		bad := filepath.Join(r.dir, "bad.yaml")
+		if err := os.WriteFile(bad, []byte("target: direct\nduraton: 5s\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := run(t, "", r.args("chaos", "run", "--scenario", bad)...)
+		if res.code != 2 || !strings.Contains(res.stderr, "duraton") {
+			t.Errorf("unknown key: exit %d\n%s", res.code, res.stderr)
+		}
+		res = run(t, "", r.args("chaos", "run", "--target", "nowhere")...)
+		if res.code != 2 || !strings.Contains(res.stderr, "target") {
+			t.Errorf("bad target: exit %d\n%s", res.code, res.stderr)
+		}
+		res = run(t, "", r.args("chaos", "replay", r.dir)...)
+		if res.code != 2 || !strings.Contains(res.stderr, "run.json") {
+			t.Errorf("replay of a non-run: exit %d\n%s", res.code, res.stderr)
+		}
+	})
+}
