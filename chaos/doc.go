@@ -1,0 +1,41 @@
+// Package chaos runs fault-injection scenarios against a local cluster and
+// records what happened, so that package verify — which shares none of the
+// code it checks — can prove the store's invariants survived
+// (DESIGN.md §5).
+//
+// A run (Run, in run.go):
+//
+//	scenario.go  Scenario (YAML: target, workload, duration, faults, seed)
+//	     │
+//	     ▼
+//	run.go       reset the store's tables ─▶ relays in front of every shard (relaymap.go, relay.go)
+//	             ─▶ the chaos-owned proxy behind its own relay (proxyproc.go), for proxy targets
+//	             ─▶ the store under test: router | proxy | both (target.go) | a mutant (mutant/)
+//	     │
+//	     ├─▶ loadgen.Run: setup, workers, outbox relay, timer sweeper ──▶ every op ─┐
+//	     │        (OnStart) ─▶ Execute (schedule.go): Plan drawn from the seed,      │
+//	     │                      each fault's Inject/Heal + evidence ──▶ every event ─┤
+//	     │        (Quiesce)  ─▶ stop the schedule, HealAll, drain outbox,            │
+//	     │                      spawns and timers, bounded                           ▼
+//	     │                                                    history.go  History: history.jsonl[.gz|.zst]
+//	     ▼                                                                (verify/HISTORY.md, version 1)
+//	faults.json (the plan and what each fault did), run.json (what replay needs), loadgen/ reports
+//
+// The faults are small types, one per kind, in fault_<kind>.go (fault.go
+// has the diagram and the catalogue); network faults happen in a user-space
+// relay that frames the Postgres protocol (pgframe.go), which is what makes
+// a lost commit acknowledgement deterministic: the relay lets the commit
+// through, waits for the server's whole reply, drops it and resets both
+// sides. Everything is drawn from the scenario's seed, so a run's workload
+// choices and fault schedule repeat exactly (`pgshard chaos replay`);
+// the interleaving of operations is the machine's.
+//
+// Chaos only ever targets a cluster on this machine (loopback DSNs) and
+// empties the store's six tables on every shard when a run starts. Process
+// faults (crashes, PgBouncer and proxy restarts) need the process control a
+// local cluster gives (package cluster); a scenario that needs it against a
+// cluster without it is refused before anything runs.
+//
+// Package chaos/mutant holds the deliberately broken stores and clients the
+// mutant runs plug in; only chaos tooling reaches it.
+package chaos
