@@ -153,8 +153,9 @@ func (w *world) windows() []window {
 			to = max(end, f.T)
 		}
 		ev := f
-		if h := healed[f.ID]; h != nil && len(h.Evidence) > 0 {
+		if h := healed[f.ID]; h != nil && (len(h.Evidence) > 0 || h.Landed) {
 			merged := *f
+			merged.Landed = f.Landed || h.Landed
 			merged.Evidence = make(map[string]json.RawMessage, len(f.Evidence)+len(h.Evidence))
 			for k, v := range f.Evidence {
 				merged.Evidence[k] = v
@@ -229,7 +230,7 @@ func landings(w *world, o Options) []FaultLanding {
 		f := win.inject
 		r := row(f.Kind)
 		r.Injected++
-		if f.Landed {
+		if win.evidence.Landed {
 			r.WriterLanded++
 		}
 		ev := landedByEvidence(win.evidence)
