@@ -1,14 +1,20 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // chaosRig is a private 3-shard cluster with PgBouncer (the chaos tests
@@ -16,6 +22,7 @@ import (
 // config naming that database's map.
 type chaosRig struct {
 	cfg, clusterDir, bin, dir string
+	m                         *shardmap.Map
 }
 
 func newChaosRig(t *testing.T) *chaosRig {
@@ -38,7 +45,7 @@ func newChaosRig(t *testing.T) *chaosRig {
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &chaosRig{cfg: cfg, clusterDir: c.Dir, bin: buildPgshard(t), dir: dir}
+	return &chaosRig{cfg: cfg, clusterDir: c.Dir, bin: buildPgshard(t), dir: dir, m: m}
 }
 
 // scenario writes a scenario file: the workload of the tests (small and
@@ -114,6 +121,18 @@ func TestChaos(t *testing.T) {
 		v := readVerdict(t, out)
 		if v["result"] != "PASS" || v["commits"].(float64) < 500 {
 			t.Errorf("verdict %v with %v commits", v["result"], v["commits"])
+		}
+	})
+
+	t.Run("edits made directly in the database are caught", func(t *testing.T) {
+		r.corruptions(t, filepath.Join(r.dir, "nofaults"))
+	})
+
+	t.Run("process faults need process control", func(t *testing.T) {
+		sc := r.scenario(t, "crash", "pgbouncer", "5s", "\n  - {kind: shard-crash, every: 2s, hold: 200ms}")
+		res := run(t, "", "chaos", "run", "--config", r.cfg, "--scenario", sc, "--quiet", "--out", filepath.Join(r.dir, "crash"))
+		if res.code != 2 || !strings.Contains(res.stderr, "shard-crash") || !strings.Contains(res.stderr, "process control") {
+			t.Fatalf("without --cluster-dir: exit %d, want 2 refusing shard-crash for lack of process control\n%s", res.code, res.stderr)
 		}
 	})
 
@@ -212,4 +231,130 @@ func TestChaos(t *testing.T) {
 			t.Errorf("replay of a non-run: exit %d\n%s", res.code, res.stderr)
 		}
 	})
+}
+
+// corruptions edits the final state of a passing run directly in the
+// database, one edit at a time, and checks that pgshard verify fails on
+// each (naming the invariant) and passes again once it is undone: the
+// checker checks invariants, not the bugs it was told about.
+func (r *chaosRig) corruptions(t *testing.T, run string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conns := make([]*pgx.Conn, len(r.m.Shards))
+	for i, s := range r.m.Shards {
+		c, err := pgx.Connect(ctx, s.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		conns[i] = c
+	}
+	exec := func(i int, sql string, args ...any) {
+		t.Helper()
+		if _, err := conns[i].Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("shard %d: %s: %v", i, sql, err)
+		}
+	}
+	// One execution with a trace ring and one with processed events, each
+	// on its own shard.
+	var exe, event string
+	var shard int
+	for i, c := range conns {
+		err := c.QueryRow(ctx, `SELECT p.execution_id, p.event_id FROM processed_events p JOIN trace t ON t.execution_id = p.execution_id LIMIT 1`).Scan(&exe, &event)
+		if err == nil {
+			shard = i
+			break
+		}
+	}
+	if exe == "" {
+		t.Fatal("no execution with a trace and processed events")
+	}
+	other := (shard + 1) % len(conns)
+	verifyRun := func(want string) {
+		t.Helper()
+		res := runOut(t, "verify", "--config", r.cfg, "--history", filepath.Join(run, "history.jsonl"), "--out", filepath.Join(r.dir, "corrupt"))
+		switch {
+		case want == "" && res.code != 0:
+			t.Fatalf("after undoing the edit: exit %d\n%s", res.code, res.stdout)
+		case want != "" && (res.code != 1 || !regexpRow(res.stdout, want)):
+			t.Fatalf("want FAIL with %s violations, got exit %d\n%s", want, res.code, res.stdout)
+		}
+	}
+	for _, c := range []struct {
+		name, inv string
+		do, undo  func()
+	}{
+		{"version bumped", "cas",
+			func() { exec(shard, `UPDATE executions SET version = version + 1 WHERE id = $1`, exe) },
+			func() { exec(shard, `UPDATE executions SET version = version - 1 WHERE id = $1`, exe) }},
+		{"writer op edited", "cas",
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"op":"', '"op":"x') WHERE id = $1`, exe)
+			},
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"op":"x', '"op":"') WHERE id = $1`, exe)
+			}},
+		{"dedupe row deleted", "dedupe",
+			func() {
+				exec(shard, `DELETE FROM processed_events WHERE execution_id = $1 AND event_id = $2`, exe, event)
+			},
+			func() {
+				exec(shard, `INSERT INTO processed_events (execution_id, event_id) VALUES ($1, $2)`, exe, event)
+			}},
+		{"phantom outbox row", "outbox",
+			func() {
+				exec(shard, `INSERT INTO outbox (target_id, event) VALUES ($1, $2)`, exe,
+					fmt.Sprintf(`{"id":"phantom-e0","name":"ping","from":%q,"op":"nobody/w0/1","emitted_ns":1}`, exe))
+			},
+			func() { exec(shard, `DELETE FROM outbox WHERE event LIKE '%phantom-e0%'`) }},
+		{"timer armed behind the state's back", "timers",
+			func() {
+				exec(shard, `INSERT INTO timers (execution_id, path, fire_at) VALUES ($1, 'ghost', 1e10)`, exe)
+			},
+			func() { exec(shard, `DELETE FROM timers WHERE execution_id = $1 AND path = 'ghost'`, exe) }},
+		{"trace row deleted", "trace",
+			func() {
+				exec(shard, `CREATE TEMP TABLE IF NOT EXISTS saved_trace AS SELECT * FROM trace WHERE false`)
+				exec(shard, `INSERT INTO saved_trace SELECT * FROM trace WHERE execution_id = $1 AND idx = (SELECT max(idx) FROM trace WHERE execution_id = $1)`, exe)
+				exec(shard, `DELETE FROM trace WHERE (execution_id, idx) IN (SELECT execution_id, idx FROM saved_trace)`)
+			},
+			func() {
+				exec(shard, `INSERT INTO trace SELECT * FROM saved_trace`)
+				exec(shard, `DELETE FROM saved_trace`)
+			}},
+		{"execution copied to another shard", "placement",
+			func() {
+				var def, data string
+				var version int
+				if err := conns[shard].QueryRow(ctx, `SELECT definition_id, data, version FROM executions WHERE id = $1`, exe).Scan(&def, &data, &version); err != nil {
+					t.Fatal(err)
+				}
+				exec(other, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, $2, $3, $4)`, exe, def, data, version)
+			},
+			func() { exec(other, `DELETE FROM executions WHERE id = $1`, exe) }},
+	} {
+		c.do()
+		verifyRun(c.inv)
+		c.undo()
+		verifyRun("")
+		t.Logf("%s: caught as %s", c.name, c.inv)
+	}
+}
+
+// regexpRow reports whether the verdict table's row for inv counts
+// violations.
+func regexpRow(table, inv string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == inv && f[2] != "0" {
+			return true
+		}
+	}
+	return false
+}
+
+// runOut is run for commands whose output goes to stdout.
+func runOut(t *testing.T, args ...string) result {
+	t.Helper()
+	return run(t, "", args...)
 }
