@@ -22,7 +22,7 @@ const (
 	firstSaveSQL    = `INSERT INTO executions (id, definition_id, data, version) VALUES ($1::text, $2::text, $3::text, 1)
 ON CONFLICT (id) DO NOTHING`
 	foundSQL    = `SELECT version FROM executions WHERE id = $1::text`
-	outboxSQL   = `INSERT INTO outbox (target_id, event) VALUES (NULLIF($1::text, ''), $2::text)`
+	outboxSQL   = `INSERT INTO outbox (target_id, event) VALUES (CASE WHEN $3::bool THEN $1::text ELSE NULLIF($1::text, '') END, $2::text)`
 	dedupeSQL   = `INSERT INTO processed_events (execution_id, event_id) VALUES ($1::text, $2::text) ON CONFLICT DO NOTHING`
 	spawnSQL    = `INSERT INTO spawns (parent_id, child_id, root_path, context) VALUES ($1::text, $2::text, $3::text, $4::text)`
 	scheduleSQL = `INSERT INTO timers (execution_id, path, fire_at) VALUES ($1::text, $2::text, $3::float8)
@@ -193,7 +193,7 @@ func (s *refStore) sideEffects(ctx context.Context, tx pgx.Tx, id string, emits 
 	timers []store.TimerOp, spawns []store.Spawn, trace json.RawMessage) error {
 	b := &pgx.Batch{}
 	for _, e := range emits {
-		b.Queue(outboxSQL, e.TargetID, string(e.Event))
+		b.Queue(outboxSQL, e.TargetID, string(e.Event), e.HasTarget)
 	}
 	if eventID != "" {
 		b.Queue(dedupeSQL, id, eventID)

@@ -175,6 +175,15 @@ func limitArg(limit int) any {
 // fanOut runs read on every shard concurrently. Any shard's failure fails
 // the whole read (never a partial answer), naming the shards that failed.
 func fanOut[T any](ctx context.Context, s *refStore, read func(context.Context, *shard) ([]T, error)) ([]T, error) {
+	lists, err := fanOutLists(ctx, s, read)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(lists...), nil
+}
+
+// fanOutLists is fanOut keeping each shard's rows apart, by shard index.
+func fanOutLists[T any](ctx context.Context, s *refStore, read func(context.Context, *shard) ([]T, error)) ([][]T, error) {
 	lists := make([][]T, len(s.shards))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, sh := range s.shards {
@@ -187,7 +196,32 @@ func fanOut[T any](ctx context.Context, s *refStore, read func(context.Context, 
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	return slices.Concat(lists...), nil
+	return lists, nil
+}
+
+// fair shares up to limit rows (all for limit <= 0) among the shards as
+// the store promises to relays: one row of each shard in turn, starting
+// at shard turn (mod the shard count; the caller moves it on with every
+// call), each shard's rows in its own seq order. No rows is an empty
+// slice, not nil.
+func fair[T any](lists [][]T, turn, limit int) []T {
+	out := []T{}
+	n := 0
+	for _, l := range lists {
+		n += len(l)
+	}
+	if limit <= 0 || limit > n {
+		limit = n
+	}
+	next := make([]int, len(lists))
+	for i := turn; len(out) < limit; i++ {
+		k := i % len(lists)
+		if next[k] < len(lists[k]) {
+			out = append(out, lists[k][next[k]])
+			next[k]++
+		}
+	}
+	return out
 }
 
 // firstN sorts rows by cmp and keeps the first limit (all for limit <= 0):
@@ -205,17 +239,21 @@ func firstN[T any](rows []T, limit int, cmp func(a, b T) int) []T {
 	return rows
 }
 
-// PendingOutbox returns the limit (all for limit <= 0) outbox rows with the
-// smallest seqs over all shards, by seq.
+// PendingOutbox returns up to limit outbox rows (all for limit <= 0),
+// shared fairly among the shards (see fair).
 func (s *refStore) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRow, error) {
-	rows, err := fanOut(ctx, s, func(ctx context.Context, sh *shard) ([]store.OutboxRow, error) {
+	lists, err := fanOutLists(ctx, s, func(ctx context.Context, sh *shard) ([]store.OutboxRow, error) {
 		var out []store.OutboxRow
-		err := s.query(ctx, sh, `SELECT seq, COALESCE(target_id, ''), event FROM outbox ORDER BY seq LIMIT $1::bigint`,
+		err := s.query(ctx, sh, `SELECT seq, target_id, event FROM outbox ORDER BY seq LIMIT $1::bigint`,
 			[]any{limitArg(limit)}, func(r pgx.Rows) error {
 				var o store.OutboxRow
+				var target *string
 				var ev []byte
-				if err := r.Scan(&o.Seq, &o.TargetID, &ev); err != nil {
+				if err := r.Scan(&o.Seq, &target, &ev); err != nil {
 					return err
+				}
+				if target != nil {
+					o.TargetID, o.HasTarget = *target, true
 				}
 				o.Event = ev
 				out = append(out, o)
@@ -226,7 +264,7 @@ func (s *refStore) PendingOutbox(ctx context.Context, limit int) ([]store.Outbox
 	if err != nil {
 		return nil, fmt.Errorf("pending outbox: %w", err)
 	}
-	return firstN(rows, limit, func(a, b store.OutboxRow) int { return cmp.Compare(a.Seq, b.Seq) }), nil
+	return fair(lists, int(s.outboxTurn.Add(1)-1), limit), nil
 }
 
 // AckOutbox deletes outbox row seq on the shard its ordinal names; a
@@ -242,10 +280,10 @@ func (s *refStore) AckOutbox(ctx context.Context, seq int64) error {
 	return nil
 }
 
-// PendingSpawns returns the limit (all for limit <= 0) spawn intents with
-// the smallest seqs over all shards, by seq.
+// PendingSpawns returns up to limit spawn intents (all for limit <= 0),
+// shared fairly among the shards (see fair).
 func (s *refStore) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow, error) {
-	rows, err := fanOut(ctx, s, func(ctx context.Context, sh *shard) ([]store.SpawnRow, error) {
+	lists, err := fanOutLists(ctx, s, func(ctx context.Context, sh *shard) ([]store.SpawnRow, error) {
 		var out []store.SpawnRow
 		err := s.query(ctx, sh, `SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq LIMIT $1::bigint`,
 			[]any{limitArg(limit)}, func(r pgx.Rows) error {
@@ -263,7 +301,7 @@ func (s *refStore) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnR
 	if err != nil {
 		return nil, fmt.Errorf("pending spawns: %w", err)
 	}
-	return firstN(rows, limit, func(a, b store.SpawnRow) int { return cmp.Compare(a.Seq, b.Seq) }), nil
+	return fair(lists, int(s.spawnTurn.Add(1)-1), limit), nil
 }
 
 // AckSpawn deletes spawn intent seq on the shard its ordinal names; a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,8 @@ type refStore struct {
 	// stallCheck is how long an operation runs before its shard's
 	// reachability is checked (0: never); see stall.go.
 	stallCheck, connectTimeout time.Duration
+	// outboxTurn and spawnTurn move the shard a relay read starts at.
+	outboxTurn, spawnTurn atomic.Uint64
 }
 
 var _ store.ExecutionStore = (*refStore)(nil)

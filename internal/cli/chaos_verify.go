@@ -37,7 +37,7 @@ func (o *verdictOutcome) exitError() error {
 // prints the verdict (text or JSON); the scenario adds its own vacuity
 // floors (min_landed, min_commits).
 func verifyRun(ctx context.Context, cmd *cobra.Command, m *shardmap.Map, history, out string, sc *chaos.Scenario, asJSON bool) (*verdictOutcome, error) {
-	v, err := checkRun(ctx, m, history, "", out, verify.Options{MinLanded: max(sc.MinLanded, 1)})
+	v, err := checkRun(ctx, func() (*shardmap.Map, error) { return m, nil }, history, "", out, verify.Options{MinLanded: max(sc.MinLanded, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", history, err)
 	}

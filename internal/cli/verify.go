@@ -61,18 +61,14 @@ not finished, undecided check, unreadable input or shard).`,
 			return usagef("--min-landed must be at least 1")
 		}
 		fail := func(err error) error { return &ExitCodeError{Code: verifyExitError, Err: err} }
-		var m *shardmap.Map
-		if statePath == "" {
-			_, lm, err := loadMap(cmd, *cfgPath)
-			if err != nil {
-				return fail(err)
-			}
-			m = lm
-		}
 		if outDir == "" {
 			outDir = filepath.Dir(historyPath)
 		}
-		v, err := checkRun(cmd.Context(), m, historyPath, statePath, outDir, verify.Options{MinLanded: minLanded})
+		shards := func() (*shardmap.Map, error) {
+			_, m, err := loadMap(cmd, *cfgPath)
+			return m, err
+		}
+		v, err := checkRun(cmd.Context(), shards, historyPath, statePath, outDir, verify.Options{MinLanded: minLanded})
 		if err != nil {
 			return fail(err)
 		}
@@ -95,9 +91,10 @@ not finished, undecided check, unreadable input or shard).`,
 }
 
 // checkRun verifies a run: the history at historyPath against the saved
-// state at statePath, or (statePath "") the shards of m, dumped and saved
-// next to the report in outDir.
-func checkRun(ctx context.Context, m *shardmap.Map, historyPath, statePath, outDir string, o verify.Options) (*verify.Verdict, error) {
+// state at statePath, or (statePath "") the shards of the map shards
+// returns (asked for only then), dumped and saved next to the report in
+// outDir. The history is read first: a bad one is reported as such.
+func checkRun(ctx context.Context, shards func() (*shardmap.Map, error), historyPath, statePath, outDir string, o verify.Options) (*verify.Verdict, error) {
 	h, err := verify.OpenHistory(historyPath)
 	if err != nil {
 		return nil, err
@@ -107,8 +104,14 @@ func checkRun(ctx context.Context, m *shardmap.Map, historyPath, statePath, outD
 		if st, err = verify.ReadStateFile(statePath); err != nil {
 			return nil, err
 		}
-	} else if st, err = verify.Dump(ctx, m, verify.DumpOptions{}); err != nil {
-		return nil, err
+	} else {
+		m, err := shards()
+		if err != nil {
+			return nil, err
+		}
+		if st, err = verify.Dump(ctx, m, verify.DumpOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	v := verify.Check(ctx, h, st, o)
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
