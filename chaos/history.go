@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -211,6 +212,7 @@ type opLine struct {
 	Outcome  string   `json:"outcome"`
 	Err      string   `json:"err,omitempty"`
 	SQLState string   `json:"sqlstate,omitempty"`
+	Class    string   `json:"class,omitempty"`
 	Cause    string   `json:"cause,omitempty"`
 	Event    string   `json:"event,omitempty"`
 	Input    string   `json:"input,omitempty"`
@@ -311,6 +313,7 @@ func (w *History) line(op *loadgen.Op) *opLine {
 			l.Err = l.Err[:maxErrLen] + "..."
 		}
 		l.SQLState = sqlState(op.Err)
+		l.Class = errorClass(op.Err, l.SQLState)
 	}
 	ok := op.Err == nil
 	switch op.Kind {
@@ -394,6 +397,24 @@ func (w *History) shardOf(op *loadgen.Op) string {
 		}
 	}
 	return ""
+}
+
+// errorClass classifies an op's error for counting: "conflict", the
+// SQLSTATE's class (its first two characters: "57", "08", ...), or, for an
+// error the server never answered with, "timeout", "canceled" or
+// "connection".
+func errorClass(err error, state string) string {
+	switch {
+	case errors.Is(err, loadgen.ErrConflict):
+		return "conflict"
+	case len(state) >= 2:
+		return state[:2]
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "connection"
 }
 
 // sqlState returns the SQLSTATE an error carries, "" if none.
