@@ -20,6 +20,7 @@ func (s *session) serve(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		s.maybeSwitchGeneration()
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
 			if s.tx == txBound || s.pinned {
 				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
@@ -209,6 +210,9 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 		if it.kind == itFlush {
 			continue
 		}
+		if it.kind == itExecute || it.kind == itQuery {
+			bc.queries++
+		}
 		for done := false; !done; {
 			if len(s.out) > 64*1024 {
 				if err := s.flush(); err != nil {
@@ -236,6 +240,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				continue
 			case 'E':
 				res.errored = true
+				bc.pool.stats.noteError(errorField(msg, 'C'))
 				fatalErr := errorField(msg, 'S') == "FATAL"
 				switch {
 				case it.flags&fReplaceErr != 0:
@@ -361,11 +366,13 @@ func (s *session) desync(bc *bconn, typ byte, k itemKind, explicit bool, res exc
 func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
 	bc.broken = true
 	if e := bc.downErr.Load(); e != nil {
+		bc.pool.stats.noteError(e.Code)
 		s.out = appendError(s.out, e)
 		res.errored = true
 		return s.afterLoss(bc, explicit, res)
 	}
 	s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
+	bc.pool.stats.noteError(codeConnectionFailure)
 	s.log.Warn("lost a backend connection", "shard", bc.pool.shard.Name, "err", shortErr(cause))
 	s.out = appendError(s.out, &Error{Code: codeConnectionFailure,
 		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.pool.shard.Name, shortErr(cause)),

@@ -624,9 +624,6 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.deferred = s.deferred[:0]
 		s.hint = -1
 		s.soft = false
-		if p.shard >= 0 {
-			s.srv.metrics.txnByShard[p.shard].Inc()
-		}
 		s.dropBackend(true)
 	}
 }

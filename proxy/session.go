@@ -100,6 +100,19 @@ type session struct {
 	bc     *bconn
 	closed bool
 
+	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
+	// from other goroutines after register): admin is an admin console
+	// session; tlsOn the client uses TLS; connected when it connected;
+	// app its application_name.
+	admin     bool
+	tlsOn     bool
+	connected time.Time
+	app       string
+	// core is the server's shared state (never changes, unlike srv).
+	core *core
+	// adminCancel cancels the admin command running (under mu).
+	adminCancel context.CancelFunc
+
 	// Scratch reused by every exchange (no allocation on the hot path).
 	plan     planner
 	grp      []cmsg
@@ -160,12 +173,14 @@ type cmsg struct {
 
 func newSession(srv *Server, conn net.Conn) *session {
 	s := &session{
-		srv:   srv,
-		conn:  conn,
-		log:   srv.log,
-		hint:  -1,
-		stmts: map[string]*vstmt{},
-		seen:  map[string]string{},
+		srv:       srv,
+		core:      srv.core,
+		connected: time.Now(),
+		conn:      conn,
+		log:       srv.log,
+		hint:      -1,
+		stmts:     map[string]*vstmt{},
+		seen:      map[string]string{},
 	}
 	s.io = connIO(conn)
 	s.rd = newMsgReader(s.io, s.messageLimit)
@@ -202,7 +217,11 @@ func (s *session) run(ctx context.Context) {
 	}
 	defer s.srv.unregister(s)
 	defer s.releaseAll()
-	err = s.serve(ctx)
+	if s.admin {
+		err = s.serveAdmin(ctx)
+	} else {
+		err = s.serve(ctx)
+	}
 	switch {
 	case err == nil, isDisconnect(err):
 	case errors.Is(err, errProtocol):
@@ -272,8 +291,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 			return s.fail(fatal(codeProtocolViolation, "too many encryption requests"))
 		}
 		switch pkt.kind {
-		case startupSSL, startupGSSEnc:
-			// Not supported (yet): 'N' tells the client to go on in plain text.
+		case startupSSL:
+			if err := s.startTLS(); err != nil { // 'S' and a handshake, or 'N'
+				return false, err
+			}
+			continue
+		case startupGSSEnc:
+			// Not supported: 'N' tells the client to go on without it.
 			if _, err := s.conn.Write([]byte{'N'}); err != nil {
 				return false, err
 			}
@@ -285,6 +309,12 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		break
 	}
 
+	if ts := s.core.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
+		s.core.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
+		return s.fail(&Error{Severity: "FATAL", Code: codeInvalidAuthorization,
+			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
+			Hint:    "Connect with sslmode=require, verify-ca or verify-full."})
+	}
 	user, _ := pkt.param("user")
 	if user == "" {
 		return s.fail(fatal(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
@@ -296,6 +326,17 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	}
 	if v, ok := pkt.param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
 		return s.fail(fatal(codeFeatureNotSupported, "replication connections are not supported by pgshard"))
+	}
+	s.app, _ = pkt.param("application_name")
+	s.admin = len(s.srv.cfg.AdminUsers) > 0 && s.db == s.srv.cfg.AdminDatabase
+	if !s.admin && s.core.life.disabled.Load() {
+		s.core.metrics.clientsRefused.WithLabelValues("disabled").Inc()
+		return s.fail(&Error{Severity: "FATAL", Code: codeCannotConnectNow,
+			Message: "pgshard is not accepting new connections (DISABLE on the admin console)",
+			Hint:    "Retry later; an operator re-enables logins with ENABLE."})
+	}
+	if s.admin {
+		return s.adminStartup(ctx, pkt)
 	}
 	if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
 		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
@@ -520,6 +561,10 @@ func (s *session) releaseAll() {
 // session, if it holds one. The backend connection is then never reused
 // by another client, so a late cancel cannot hit someone else's query.
 func (s *session) cancelBackend(ctx context.Context) {
+	if s.admin {
+		s.cancelAdmin()
+		return
+	}
 	s.mu.Lock()
 	bc := s.bc
 	if bc != nil {
@@ -529,8 +574,8 @@ func (s *session) cancelBackend(ctx context.Context) {
 	if bc == nil {
 		return
 	}
-	s.srv.metrics.cancels.Inc()
-	if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.srv.cfg.ConnectTimeout); err != nil {
+	s.core.metrics.cancels.Inc()
+	if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.core.current().cfg.ConnectTimeout); err != nil {
 		s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
 	}
 }
