@@ -158,7 +158,7 @@ func (s *session) serveAdmin(ctx context.Context) error {
 // error.
 func (s *session) adminQuery(ctx context.Context, sql string) {
 	var cmds []string
-	for _, c := range strings.Split(sql, ";") {
+	for _, c := range strings.Split(stripComments(sql), ";") {
 		if c = strings.TrimSpace(c); c != "" {
 			cmds = append(cmds, c)
 		}
@@ -189,6 +189,33 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 		}
 		s.out = res.append(s.out)
 	}
+}
+
+// stripComments removes SQL comments (-- to the end of the line, /* */)
+// from a console query: drivers send "-- ping" to check a connection.
+func stripComments(sql string) string {
+	var b strings.Builder
+	for i := 0; i < len(sql); i++ {
+		switch {
+		case strings.HasPrefix(sql[i:], "--"):
+			j := strings.IndexByte(sql[i:], '\n')
+			if j < 0 {
+				return b.String()
+			}
+			i += j
+			b.WriteByte('\n')
+		case strings.HasPrefix(sql[i:], "/*"):
+			j := strings.Index(sql[i+2:], "*/")
+			if j < 0 {
+				return b.String()
+			}
+			i += j + 3
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(sql[i])
+		}
+	}
+	return b.String()
 }
 
 // adminResult is a command's answer: a result set (cols) or only a tag.
@@ -653,7 +680,7 @@ var clientCols = []adminCol{
 	{"type", oidText}, {"user", oidText}, {"database", oidText}, {"state", oidText}, {"addr", oidText},
 	{"port", oidInt4}, {"local_addr", oidText}, {"local_port", oidInt4}, {"connect_time", oidText},
 	{"request_time", oidText}, {"wait", oidInt4}, {"wait_us", oidInt4}, {"close_needed", oidInt4},
-	{"ptr", oidText}, {"link", oidText}, {"remote_pid", oidInt4}, {"tls", oidText},
+	{"ptr", oidText}, {"link", oidText}, {"remote_pid", oidInt8}, {"tls", oidText},
 	{"application_name", oidText}, {"shard", oidText},
 }
 
