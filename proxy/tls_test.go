@@ -195,4 +195,6 @@ func TestTLSBackends(t *testing.T) {
 	}
 }
 
-func newRouter(m *shardmap.Map) (*route.Router, error) { return route.New(m, testSchema(), route.Options{}) }
+func newRouter(m *shardmap.Map) (*route.Router, error) {
+	return route.New(m, testSchema(), route.Options{})
+}
