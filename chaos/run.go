@@ -378,7 +378,7 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 		Workload: HeaderWorkload{Executions: w.Executions, DefinitionID: "chaos", TraceMax: effectiveTraceMax(w.TraceMax),
 			TimerDelayMs: time.Duration(w.TimerDelay).Milliseconds(), Fast: w.Fast, MaxEmits: w.MaxEmits,
 			Timer: w.Timers, Spawn: w.Spawns, Redelivery: w.Redelivery, RetryCap: w.RetryCap,
-			Concurrency: w.Concurrency, Mutant: mut},
+			Concurrency: w.Concurrency, PayloadBytes: w.PayloadBytes, Mutant: mut},
 		Map: HeaderMapOf(m),
 	}
 	names := shardNames(m)
