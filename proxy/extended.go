@@ -89,7 +89,7 @@ func (p *planner) parse(raw []byte) {
 		p.protoErr = err
 		return
 	}
-	a, err := s.srv.an.analyze(s.pv.query)
+	a, err := s.srv.cfg.Analyzer.AnalyzeBytes(s.pv.query)
 	if err != nil {
 		p.fail(newError(codeSyntaxError, err.Error()), nil)
 		return
@@ -98,12 +98,12 @@ func (p *planner) parse(raw []byte) {
 	var eff *effect
 	if len(s.pv.name) == 0 {
 		vs = s.unnamed
-		if vs == nil || vs.a != a || !equalOids(vs.oids, s.pv.oids) {
+		if vs == nil || vs.st != a || !equalOids(vs.oids, s.pv.oids) {
 			vs = newVstmt("", a, s.pv.oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
-			a.st.Kind == route.KindOther && a.st.ParseError == "" && a.seenUnnamed()
+			a.Kind == route.KindOther && a.ParseError == "" && a.MarkUnnamed()
 	} else {
 		name := string(s.pv.name)
 		if p.lookup(s.pv.name) != nil {
@@ -114,7 +114,7 @@ func (p *planner) parse(raw []byte) {
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
 	}
-	if a.st.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
+	if a.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
 			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
@@ -129,7 +129,7 @@ func (p *planner) parse(raw []byte) {
 		if len(s.pv.name) == 0 {
 			s.bw = append(s.bw, raw...)
 		} else {
-			s.bw = appendParseMsg(s.bw, "", a.st.SQL, vs.oids)
+			s.bw = appendParseMsg(s.bw, "", a.SQL, vs.oids)
 		}
 		s.items = append(s.items, item{kind: itParse, eff: eff})
 		p.backendUnnamed = vs
@@ -183,7 +183,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		c.evicted = c.evicted[:0]
 		if cs == nil {
 			cs = c.add(vs.cacheKey)
-			s.bw = appendParseMsg(s.bw, cs.name, vs.a.st.SQL, vs.oids)
+			s.bw = appendParseMsg(s.bw, cs.name, vs.st.SQL, vs.oids)
 			s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
 		return cs.name, cs
@@ -193,7 +193,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		s.items[p.pendingParse] = item{kind: itParse}
 		s.bw = append(s.bw, p.pendingRaw...)
 	} else {
-		s.bw = appendParseMsg(s.bw, "", vs.a.st.SQL, vs.oids)
+		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	}
 	p.pendingParse = -1
@@ -217,7 +217,7 @@ func (p *planner) bind(raw []byte, idx int) {
 	if len(bv.portal) > 0 {
 		pi.name = string(bv.portal)
 	}
-	a := vs.a
+	a := vs.st
 	if p.isLocal(a) {
 		pi.local = true
 		s.portals = append(s.portals, pi)
@@ -226,11 +226,11 @@ func (p *planner) bind(raw []byte, idx int) {
 		s.addLocal(lo, nil)
 		return
 	}
-	if a.st.Kind == route.KindPrepare || a.st.Kind == route.KindExecute {
+	if a.Kind == route.KindPrepare || a.Kind == route.KindExecute {
 		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
-	d := s.srv.cfg.Analyzer.Route(a.st, bv.params, bv.formats, vs.oids)
+	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
 		p.fail(e, nil)
@@ -257,21 +257,21 @@ func (p *planner) bind(raw []byte, idx int) {
 
 // recordSoft keeps SET LOCAL / SAVEPOINT of a soft transaction in the
 // deferred list, so that moving it replays them.
-func (p *planner) recordSoft(a *analyzed) {
+func (p *planner) recordSoft(a *route.Statement) {
 	if !p.soft {
 		return
 	}
-	switch a.st.Kind {
+	switch a.Kind {
 	case route.KindSetLocal, route.KindSavepoint:
-		d := deferredStmt{sql: a.st.SQL, setLocal: a.st.Kind == route.KindSetLocal, setTxn: a.st.SetName == "transaction"}
-		if a.st.Kind == route.KindSavepoint && a.savepointVerb() == "SAVEPOINT" {
-			d.savepoint = a.savepointName()
+		d := deferredStmt{sql: a.SQL, setLocal: a.Kind == route.KindSetLocal, setTxn: a.SetName == "transaction"}
+		if a.Kind == route.KindSavepoint && a.SavepointVerb == "SAVEPOINT" {
+			d.savepoint = a.SavepointName
 		}
 		p.addDeferred(d)
 		lo := len(p.s.lbuf)
 		p.s.addLocal(lo, p.txEffectKeep())
 	case route.KindOther, route.KindShow:
-		if !a.st.ReadOnly {
+		if !a.ReadOnly {
 			p.soft = false
 		}
 	default:
@@ -300,7 +300,7 @@ func (p *planner) describe(raw []byte, idx int) {
 			p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.isLocal(vs.a) || vs.a.st.Kind == route.KindPrepare || vs.a.st.Kind == route.KindExecute {
+		if p.isLocal(vs.st) || vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute {
 			lo := len(s.lbuf)
 			s.lbuf = appendParamDesc(s.lbuf, vs)
 			s.lbuf = appendEmpty(s.lbuf, 'n')
@@ -322,7 +322,7 @@ func (p *planner) describe(raw []byte, idx int) {
 					p.soft = true
 				}
 			}
-			if e := p.ensureBackend(shard, vs.a); e != nil {
+			if e := p.ensureBackend(shard, vs.st); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -354,7 +354,7 @@ func (p *planner) describe(raw []byte, idx int) {
 // answers itself (utility statements take no parameters).
 func appendParamDesc(dst []byte, vs *vstmt) []byte {
 	dst, sp := beginMsg(dst, 't')
-	n := max(len(vs.oids), vs.a.st.NumParams)
+	n := max(len(vs.oids), vs.st.NumParams)
 	dst = appendU16(dst, uint16(n))
 	for i := 0; i < n; i++ {
 		var o uint32
@@ -383,14 +383,14 @@ func (p *planner) lookahead(idx int) int {
 			if pv.decode(m.raw) != nil {
 				return -1
 			}
-			a, err := s.srv.an.analyze(pv.query)
+			a, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.query)
 			if err != nil {
 				return -1
 			}
 			if parsed == nil {
 				parsed = map[string]*vstmt{}
 			}
-			parsed[string(pv.name)] = &vstmt{a: a, oids: slices.Clone(pv.oids)}
+			parsed[string(pv.name)] = &vstmt{st: a, oids: slices.Clone(pv.oids)}
 			continue
 		case 'B':
 		default:
@@ -403,10 +403,10 @@ func (p *planner) lookahead(idx int) int {
 		if vs == nil {
 			vs = p.lookup(bv.stmt)
 		}
-		if vs == nil || p.isLocal(vs.a) {
+		if vs == nil || p.isLocal(vs.st) {
 			return -1
 		}
-		d := s.srv.cfg.Analyzer.Route(vs.a.st, bv.params, bv.formats, vs.oids)
+		d := s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)
 		if d.Kind != route.DestShard {
 			return -1
 		}
@@ -428,7 +428,7 @@ func (p *planner) execute(raw []byte) {
 	pi := p.portal(portal)
 	switch {
 	case pi != nil && pi.local:
-		p.answer(p.localAction(pi.vs.a))
+		p.answer(p.localAction(pi.vs.st))
 	case pi != nil || p.held:
 		if e := p.ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)

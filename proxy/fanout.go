@@ -17,7 +17,7 @@ import (
 // fanPlan is a fan-out statement of a pipeline or simple query.
 type fanPlan struct {
 	simple bool
-	a      *analyzed
+	st     *route.Statement
 	dest   route.Dest
 	// query is the raw Query message (simple protocol).
 	query string
@@ -32,9 +32,9 @@ type fanPlan struct {
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
 // Describe, Execute and Sync.
-func (p *planner) startFan(a *analyzed, d route.Dest, vs *vstmt, idx int) {
+func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
 	s := p.s
-	p.fan = &fanPlan{a: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal)}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal)}
 }
 
 // fanAccepts reports whether m may follow a fan-out Bind.
@@ -219,13 +219,13 @@ func (s *session) runFanout(p *planner) error {
 		st := &fanStream{shard: i, bc: bc}
 		streams[i] = st
 		var buf []byte
-		wrap := len(pre.kv) > 0 && !f.a.noTxnBlock
+		wrap := len(pre.kv) > 0 && !f.st.NoTxnBlock
 		if wrap {
 			buf = appendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
 			st.rfqLeft++
 			st.skipReplies = 1
 		}
-		sql := f.a.st.SQL
+		sql := f.st.SQL
 		if merge != nil && merge.SQL != "" {
 			sql = merge.SQL
 		}

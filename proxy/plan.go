@@ -152,14 +152,14 @@ func (p *planner) overlayPut(name string, v *vstmt) {
 }
 
 // isLocal reports whether a statement is answered by the proxy itself.
-func (p *planner) isLocal(a *analyzed) bool {
-	k := a.st.Kind
+func (p *planner) isLocal(a *route.Statement) bool {
+	k := a.Kind
 	switch {
 	case p.tx == txFailed:
 		return true
 	case localKind(k):
 		return true
-	case k == route.KindSetLocal && strings.HasPrefix(a.st.SetName, "pgshard."):
+	case k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard."):
 		return true
 	case txnControl(k) && !p.onTxnBackend():
 		return true
@@ -178,8 +178,8 @@ type action struct {
 
 // localAction answers a statement isLocal accepted, advancing the
 // simulated state.
-func (p *planner) localAction(a *analyzed) action {
-	st := a.st
+func (p *planner) localAction(a *route.Statement) action {
+	st := a
 	k := st.Kind
 	backendFailed := p.held && p.tx == txBound && p.s.bstatus == 'E'
 	if p.tx == txFailed {
@@ -217,12 +217,12 @@ func (p *planner) localAction(a *analyzed) action {
 		p.setDeferred(nil)
 		return action{tag: tag, eff: p.txEffect()}
 	case route.KindSavepoint:
-		verb := a.savepointVerb()
+		verb := a.SavepointVerb
 		if p.tx == txIdle {
 			what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
 			return action{err: newError(codeNoActiveTransaction, what+" can only be used in transaction blocks")}
 		}
-		name := a.savepointName()
+		name := a.SavepointName
 		if verb == "SAVEPOINT" {
 			p.addDeferred(deferredStmt{sql: st.SQL, savepoint: name})
 			return action{tag: "SAVEPOINT", eff: p.txEffect()}
@@ -289,7 +289,7 @@ func (p *planner) localAction(a *analyzed) action {
 		if p.lookup([]byte(st.PrepareName)) != nil {
 			return p.failLocal(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
 		}
-		vs := newVstmt(st.PrepareName, newAnalyzed(st.Prepared), st.PrepareTypes)
+		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
 		p.overlayPut(st.PrepareName, vs)
 		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
 	case route.KindExecute:
@@ -320,16 +320,16 @@ func (p *planner) failLocal(e *Error) action {
 }
 
 // failedTxAction answers a statement in a failed deferred transaction.
-func (p *planner) failedTxAction(a *analyzed) action {
-	st := a.st
+func (p *planner) failedTxAction(a *route.Statement) action {
+	st := a
 	switch {
 	case st.Kind == route.KindRollback || st.Kind == route.KindCommit:
 		p.tx = txIdle
 		p.hint = -1
 		p.setDeferred(nil)
 		return action{tag: "ROLLBACK", eff: p.txEffect()}
-	case st.Kind == route.KindSavepoint && a.savepointVerb() == "ROLLBACK":
-		name := a.savepointName()
+	case st.Kind == route.KindSavepoint && a.SavepointVerb == "ROLLBACK":
+		name := a.SavepointName
 		for i := len(p.deferred) - 1; i >= 0; i-- {
 			if p.deferred[i].savepoint == name {
 				p.setDeferred(slices.Clone(p.deferred[:i+1]))
@@ -354,8 +354,8 @@ func (p *planner) hasSavepoint(name string) bool {
 }
 
 // hintAction handles SET LOCAL pgshard.key / pgshard.shard.
-func (p *planner) hintAction(a *analyzed) action {
-	st := a.st
+func (p *planner) hintAction(a *route.Statement) action {
+	st := a
 	srv := p.s.srv
 	var shard int
 	var reason string
@@ -439,9 +439,9 @@ func refusalError(r *route.Refusal) *Error {
 
 // target decides the shard of a statement that runs on a backend, or
 // returns a fan-out (DestAll) or an error.
-func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
+func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	srv := p.s.srv
-	if a.st.Kind == route.KindDDL {
+	if a.Kind == route.KindDDL {
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
 	}
 	switch d.Kind {
@@ -455,7 +455,7 @@ func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
 		if p.onTxnBackend() || p.tx != txIdle {
 			srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
 			what := "read every shard"
-			if a.st.Kind == route.KindDDL {
+			if a.Kind == route.KindDDL {
 				what = "change every shard's schema"
 			}
 			return 0, false, &Error{Code: codeFeatureNotSupported,
@@ -502,7 +502,7 @@ func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
 			return sh, false, nil
 		}
 	}
-	if a.st.ReadOnly {
+	if a.ReadOnly {
 		if p.tx == txDeferred {
 			p.soft = true
 		}
@@ -514,7 +514,7 @@ func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
 
 // ensureBackend makes the pipeline run on shard: acquires a connection,
 // replays a deferred transaction, or moves a soft one.
-func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
+func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 	s := p.s
 	if p.onBackend {
 		return nil
@@ -556,7 +556,7 @@ func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.explicit = true
 		p.tx = txBound
-	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.noTxnBlock):
+	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		s.bw = appendQuery(s.bw, "BEGIN;\n"+pre.preambleSQL())
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.wrap = true

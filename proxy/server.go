@@ -29,7 +29,6 @@ type Server struct {
 	log     *slog.Logger
 	users   map[string]login
 	pools   []*shardPool
-	an      *analysisCache
 	reg     *prometheus.Registry
 	metrics *metrics
 	// defaultShard is the index of Config.DefaultShard.
@@ -67,7 +66,6 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		users:    users,
-		an:       newAnalysisCache(cfg.Analyzer),
 		reg:      prometheus.NewRegistry(),
 		sessions: map[uint32]*session{},
 		dbIDs:    map[string]string{},
@@ -399,65 +397,3 @@ func (s *Server) pickAny() int {
 
 // shardName returns the name of shard i.
 func (s *Server) shardName(i int) string { return s.cfg.Map.Shards[i].Name }
-
-// analysisCache caches analyses by statement text, looked up without
-// allocating: the hot path hands in the Parse/Query bytes.
-type analysisCache struct {
-	an    routeAnalyzer
-	mu    sync.RWMutex
-	one   map[string]*analyzed
-	multi map[string][]*analyzed
-}
-
-const analysisCacheMax = 20000
-
-func newAnalysisCache(an routeAnalyzer) *analysisCache {
-	return &analysisCache{an: an, one: map[string]*analyzed{}, multi: map[string][]*analyzed{}}
-}
-
-// analyze returns the analysis of one statement text.
-func (c *analysisCache) analyze(sql []byte) (*analyzed, error) {
-	c.mu.RLock()
-	a := c.one[string(sql)]
-	c.mu.RUnlock()
-	if a != nil {
-		return a, nil
-	}
-	st, err := c.an.Analyze(string(sql))
-	if err != nil {
-		return nil, err
-	}
-	a = newAnalyzed(st)
-	c.mu.Lock()
-	if len(c.one) >= analysisCacheMax {
-		clear(c.one)
-	}
-	c.one[st.SQL] = a
-	c.mu.Unlock()
-	return a, nil
-}
-
-// split returns the analyses of a simple-Query string's statements.
-func (c *analysisCache) split(sql []byte) ([]*analyzed, error) {
-	c.mu.RLock()
-	as := c.multi[string(sql)]
-	c.mu.RUnlock()
-	if as != nil {
-		return as, nil
-	}
-	sts, err := c.an.Split(string(sql))
-	if err != nil {
-		return nil, err
-	}
-	as = make([]*analyzed, len(sts))
-	for i, st := range sts {
-		as[i] = newAnalyzed(st)
-	}
-	c.mu.Lock()
-	if len(c.multi) >= analysisCacheMax {
-		clear(c.multi)
-	}
-	c.multi[string(sql)] = as
-	c.mu.Unlock()
-	return as, nil
-}

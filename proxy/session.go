@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy/route"
 )
 
 var syscallEMFILE = syscall.EMFILE
@@ -128,7 +130,7 @@ type deferredStmt struct {
 // statement (or a proxy-named one on a direct connection's cache).
 type vstmt struct {
 	name string
-	a    *analyzed
+	st   *route.Statement
 	oids []uint32
 	// cacheKey identifies text + types in the statement cache.
 	cacheKey string
@@ -137,13 +139,13 @@ type vstmt struct {
 	cacheUnnamed bool
 }
 
-func newVstmt(name string, a *analyzed, oids []uint32) *vstmt {
-	v := &vstmt{name: name, a: a, oids: slices.Clone(oids)}
+func newVstmt(name string, st *route.Statement, oids []uint32) *vstmt {
+	v := &vstmt{name: name, st: st, oids: slices.Clone(oids)}
 	if len(oids) == 0 {
-		v.cacheKey = a.st.SQL
+		v.cacheKey = st.SQL
 	} else {
 		var b strings.Builder
-		b.WriteString(a.st.SQL)
+		b.WriteString(st.SQL)
 		for _, o := range oids {
 			fmt.Fprintf(&b, "\x00%d", o)
 		}

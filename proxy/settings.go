@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // simpleResult is the outcome of one internal simple query.
@@ -155,9 +157,9 @@ var refusedSettings = map[string]string{
 // setSessionAction handles a session SET / RESET: the proxy records the
 // setting in the client's settings (never on a pooled backend) and applies
 // it to each of the client's transactions from then on.
-func (p *planner) setSessionAction(a *analyzed) action {
+func (p *planner) setSessionAction(a *route.Statement) action {
 	s := p.s
-	st := a.st
+	st := a
 	name := strings.ToLower(st.SetName)
 	if p.tx != txIdle || p.held {
 		return p.failLocal(&Error{Code: codeFeatureNotSupported,
@@ -171,15 +173,14 @@ func (p *planner) setSessionAction(a *analyzed) action {
 		s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
 		return action{err: &Error{Code: codeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
 	}
-	reset := a.words[0] == "RESET"
 	tag := "SET"
-	if reset {
+	if st.Reset {
 		tag = "RESET"
 	}
 	if name == "all" {
 		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.startupReported}}
 	}
-	if reset || st.SetValue == "" && a.words[0] == "SET" && strings.Contains(strings.ToUpper(st.SQL), "DEFAULT") {
+	if st.ToDefault {
 		set := s.cur.without(name)
 		if v, ok := s.startup.get(name); ok {
 			set = s.cur.with(name, v)
@@ -229,8 +230,8 @@ func rawError(raw []byte) *Error {
 // another connection while holding one can wait for itself (the same
 // shard's pool being full) or for sessions that wait likewise, until
 // PoolTimeout.
-func (s *session) probeSet(ctx context.Context, a *analyzed, name string, own *bconn) (string, [][2]string, []byte, *Error) {
-	probe := []string{"BEGIN", a.st.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
+func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *bconn) (string, [][2]string, []byte, *Error) {
+	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
 	if own != nil {
 		res, err := own.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].status != 'I' {

@@ -4,6 +4,8 @@ package route
 // proxy's session engine (package proxy). Change it only in agreement.
 
 import (
+	"sync/atomic"
+
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -237,7 +239,8 @@ func (a Agg) String() string {
 }
 
 // Statement is the cached analysis of one SQL statement text. It is
-// immutable and shared between sessions.
+// shared between sessions and immutable, except for the flag MarkUnnamed
+// sets.
 type Statement struct {
 	SQL  string // the statement's text
 	Kind Kind   // what it is
@@ -281,6 +284,24 @@ type Statement struct {
 	// Tables lists the tables the statement references, unqualified and
 	// lowercase, in order of first appearance.
 	Tables []string
+	// NoTxnBlock is set for statements Postgres refuses inside a
+	// transaction block (VACUUM, CREATE/DROP DATABASE or TABLESPACE, ALTER
+	// SYSTEM, CREATE/DROP INDEX CONCURRENTLY, REINDEX ... CONCURRENTLY,
+	// subscriptions, CLUSTER, CHECKPOINT): the engine never wraps them.
+	NoTxnBlock bool
+	// Copy is set for COPY statements.
+	Copy bool
+	// SavepointVerb, for KindSavepoint, is "SAVEPOINT", "RELEASE" or
+	// "ROLLBACK" (ROLLBACK TO SAVEPOINT); SavepointName is the savepoint's
+	// name as Postgres folds it (lowercase unless quoted).
+	SavepointVerb, SavepointName string
+	// Reset, for KindSetSession, is set for RESET x / RESET ALL (the
+	// command tag is RESET); ToDefault for RESET and SET x TO DEFAULT.
+	Reset, ToDefault bool
+
+	// unnamedSeen: a client has parsed this text as an unnamed
+	// statement (see MarkUnnamed). The one mutable field.
+	unnamedSeen uint32
 
 	// plan holds where keys come from (constants, $n params with their
 	// cast type, hints), the tables touched and the merge plan. Route uses
@@ -293,6 +314,15 @@ type Statement struct {
 	lit *litBinding
 }
 
+// MarkUnnamed records that a client parsed the statement's text as an
+// unnamed statement, and reports whether one had done so before (the
+// proxy's statement cache serves unnamed texts from their second use, so
+// that one-off texts do not crowd out the ones that repeat). Safe for
+// concurrent use.
+func (s *Statement) MarkUnnamed() (before bool) {
+	return atomic.LoadUint32(&s.unnamedSeen) != 0 || atomic.SwapUint32(&s.unnamedSeen, 1) != 0
+}
+
 // Analyzer parses statements with Postgres's own grammar and routes them.
 // It is safe for concurrent use; analyses are cached per statement text.
 type Analyzer interface {
@@ -303,6 +333,10 @@ type Analyzer interface {
 	// Analyze analyzes one statement (the Parse message's query; a Parse may
 	// carry one statement only).
 	Analyze(sql string) (*Statement, error)
+	// AnalyzeBytes and SplitBytes are Analyze and Split for a text in a
+	// byte slice (a protocol message); a cached text costs no allocation.
+	AnalyzeBytes(sql []byte) (*Statement, error)
+	SplitBytes(sql []byte) ([]*Statement, error)
 	// Route decides where st runs given its Bind parameters (nil for simple
 	// queries), their format codes (as in Bind: none = all text, one = for
 	// all, else per parameter) and the parameter type OIDs the client
