@@ -480,6 +480,9 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 			p.groups = append(p.groups, group{coloc: colocOf[c]})
 		}
 		g := &p.groups[gi]
+		if g.sub == "" {
+			g.sub = ref.sub
+		}
 		if g.desc != "" {
 			g.desc += ", "
 		}
