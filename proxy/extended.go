@@ -237,7 +237,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		return
 	}
 	if fan {
-		p.startFan(a, d, vs, idx)
+		p.startFan(a, d, vs, idx, p.fanInTxn)
 		return
 	}
 	if e := p.ensureBackend(shard, a); e != nil {
@@ -255,14 +255,19 @@ func (p *planner) bind(raw []byte, idx int) {
 	s.portals = append(s.portals, pi)
 }
 
-// recordSoft keeps SET LOCAL / SAVEPOINT of a soft transaction in the
-// deferred list, so that moving it replays them.
+// recordSoft keeps the SET LOCAL and savepoint commands a transaction
+// sends to its backend in the deferred list (the transaction's start, as
+// replayed when a soft transaction moves, or when a read of every shard
+// opens a reader on another shard), and ends a soft binding at the first
+// statement that is not a table-less read. COMMIT / ROLLBACK sent to the
+// backend end the list (AND CHAIN keeps the BEGIN).
 func (p *planner) recordSoft(a *route.Statement) {
-	if !p.soft {
-		return
-	}
+	inTxn := p.tx == txBound || p.explicit
 	switch a.Kind {
 	case route.KindSetLocal, route.KindSavepoint:
+		if !inTxn {
+			return
+		}
 		d := deferredStmt{sql: a.SQL, setLocal: a.Kind == route.KindSetLocal, setTxn: a.SetName == "transaction"}
 		if a.Kind == route.KindSavepoint && a.SavepointVerb == "SAVEPOINT" {
 			d.savepoint = a.SavepointName
@@ -270,6 +275,22 @@ func (p *planner) recordSoft(a *route.Statement) {
 		p.addDeferred(d)
 		lo := len(p.s.lbuf)
 		p.s.addLocal(lo, p.txEffectKeep())
+		return
+	case route.KindCommit, route.KindRollback:
+		if inTxn && len(p.deferred) > 0 {
+			keep := p.deferred[:0:0]
+			if a.Chain {
+				keep = []deferredStmt{p.deferred[0]}
+			}
+			p.setDeferred(keep)
+			lo := len(p.s.lbuf)
+			p.s.addLocal(lo, p.txEffectKeep())
+		}
+	}
+	if !p.soft {
+		return
+	}
+	switch a.Kind {
 	case route.KindOther, route.KindShow:
 		if !a.ReadOnly {
 			p.soft = false
@@ -614,10 +635,10 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.tx = txBound
 		s.bstatus = st
 		s.soft = p.soft
-		if !p.soft {
-			s.deferred = s.deferred[:0]
-		}
 		s.hint = -1
+		if st == 'E' {
+			s.endReaders() // the transaction failed: nothing more to read
+		}
 	default:
 		s.tx = txIdle
 		s.bstatus = 0
@@ -628,5 +649,6 @@ func (s *session) afterReady(p *planner, st byte) {
 			s.srv.metrics.txnByShard[p.shard].Inc()
 		}
 		s.dropBackend(true)
+		s.endReaders()
 	}
 }

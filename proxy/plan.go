@@ -72,8 +72,10 @@ type planner struct {
 
 	failed   bool  // a local error ended the pipeline
 	protoErr error // a malformed message: the client is disconnected
-	// fan is set when the pipeline is a fan-out (DestAll) statement.
-	fan *fanPlan
+	// fan is set when the pipeline is a fan-out (DestAll) statement;
+	// fanInTxn says the last DestAll target joins the client's transaction.
+	fan      *fanPlan
+	fanInTxn bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -443,6 +445,7 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	srv := p.s.srv
 	if a.Kind == route.KindDDL {
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
+		srv.collation.Store(collationUnknown)
 	}
 	switch d.Kind {
 	case route.DestRefuse:
@@ -452,18 +455,30 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 		}
 		return 0, false, newError(codeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
 	case route.DestAll:
-		if p.onTxnBackend() || p.tx != txIdle {
-			srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
-			what := "read every shard"
-			if a.Kind == route.KindDDL {
-				what = "change every shard's schema"
-			}
-			return 0, false, &Error{Code: codeFeatureNotSupported,
-				Message: fmt.Sprintf("a statement that must %s cannot run inside a transaction or pipeline on one shard", what),
-				Detail:  d.Reason,
-				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard), or add a key."}
+		p.fanInTxn = false
+		if !p.onTxnBackend() && p.tx == txIdle {
+			return -1, true, nil
 		}
-		return -1, true, nil
+		if d.Merge != nil && a.Kind != route.KindDDL && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
+			// A read of every shard inside the client's transaction: each
+			// shard reads in a backend transaction of its own (fanout.go).
+			if p.held && p.s.bstatus == 'E' {
+				return p.shard, false, nil // aborted: the backend answers 25P02
+			}
+			p.fanInTxn = true
+			return -1, true, nil
+		}
+		srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+		if a.Kind == route.KindDDL || d.Merge == nil {
+			return 0, false, &Error{Code: codeFeatureNotSupported,
+				Message: "a statement that must change every shard's schema cannot run inside a transaction block",
+				Detail:  d.Reason,
+				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
+		}
+		return 0, false, &Error{Code: codeFeatureNotSupported,
+			Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
+			Detail:  d.Reason,
+			Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
 	}
 	want := -1
 	if d.Kind == route.DestShard {
@@ -527,6 +542,26 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 		// A soft transaction (only table-less reads so far) moves.
 		if e := p.moveSoft(); e != nil {
 			return e
+		}
+	}
+	if p.tx == txDeferred && !p.held && s.hasReaders() {
+		// A read of every shard opened the transaction there already:
+		// its reader becomes the transaction's backend.
+		if p.anyShard {
+			for i := range s.readers {
+				if s.readers[(shard+i)%len(s.readers)] != nil {
+					shard = (shard + i) % len(s.readers)
+					break
+				}
+			}
+		}
+		if bc := s.takeReader(shard); bc != nil {
+			s.setBackend(bc)
+			s.shard = shard
+			p.bc, p.shard, p.onBackend = bc, shard, true
+			p.explicit = true
+			p.tx = txBound
+			return nil
 		}
 	}
 	pool := s.srv.pools[shard]

@@ -40,6 +40,10 @@ type Server struct {
 	// result columns changed): every connection's statement cache then
 	// starts afresh at its next use.
 	stmtEpoch atomic.Uint64
+	// collation is whether the shards order text by bytes (collationC),
+	// checked on the first merge that compares text (collationUnknown
+	// again after DDL).
+	collation atomic.Int32
 
 	mu       sync.Mutex
 	sessions map[uint32]*session // by the BackendKeyData process ID
@@ -397,3 +401,59 @@ func (s *Server) pickAny() int {
 
 // shardName returns the name of shard i.
 func (s *Server) shardName(i int) string { return s.cfg.Map.Shards[i].Name }
+
+const (
+	collationUnknown int32 = iota
+	collationC
+	collationOther
+)
+
+// collationSQL reads what decides whether a shard orders text by bytes:
+// the database's default collation and provider, and whether any column
+// of a user table has a collation other than the default, C and POSIX.
+const collationSQL = `SELECT d.datcollate, coalesce(pg_catalog.to_jsonb(d)->>'datlocprovider', 'c'),
+ (SELECT count(*) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+   WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100, 950, 951)
+     AND c.relnamespace NOT IN ('pg_catalog'::pg_catalog.regnamespace, 'information_schema'::pg_catalog.regnamespace))
+FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`
+
+// textBytewise reports whether every shard orders text by bytes (the C
+// or POSIX collation, libc provider, no column with another collation):
+// only then does the merge compare text as the shards sort it. Checked
+// once (and after DDL); a shard that cannot be asked counts as "no".
+func (s *Server) textBytewise(ctx context.Context) bool {
+	switch s.collation.Load() {
+	case collationC:
+		return true
+	case collationOther:
+		return false
+	}
+	ok := true
+	for _, p := range s.pools {
+		bc, err := p.acquire(ctx, noSettings)
+		if err != nil {
+			return false
+		}
+		res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, collationSQL)
+		if err != nil {
+			p.discard(bc)
+			return false
+		}
+		p.release(bc)
+		if len(res) != 1 || res[0].errRaw != nil || len(res[0].rows) != 1 || len(res[0].rows[0]) != 3 {
+			return false
+		}
+		row := res[0].rows[0]
+		coll, prov, n := string(row[0]), string(row[1]), string(row[2])
+		if !(coll == "C" || coll == "POSIX") || prov != "c" || n != "0" {
+			ok = false
+		}
+	}
+	if ok {
+		s.collation.Store(collationC)
+	} else {
+		s.collation.Store(collationOther)
+		s.log.Info("the shards do not order text by bytes: merges that compare text need COLLATE \"C\"")
+	}
+	return ok
+}

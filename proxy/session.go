@@ -98,9 +98,15 @@ type session struct {
 	// messages are discarded until Sync, as Postgres does.
 	skipUntilSync bool
 
-	mu     sync.Mutex // guards bc against cancelBackend
+	mu     sync.Mutex // guards bc, readers and fanning against cancelBackend
 	bc     *bconn
 	closed bool
+	// readers are the transaction's read-only backend transactions on
+	// other shards, by shard (readers.go); nreaders counts them.
+	readers  []*bconn
+	nreaders int
+	// fanning are the connections a fan-out is reading (cancel reaches all).
+	fanning []*bconn
 
 	// Scratch reused by every exchange (no allocation on the hot path).
 	plan     planner
@@ -503,6 +509,7 @@ func pgErrorToError(pe *pgconn.PgError, severity string) *Error {
 
 // releaseAll returns or discards what the session holds when it ends.
 func (s *session) releaseAll() {
+	s.discardReaders()
 	s.mu.Lock()
 	bc := s.bc
 	s.bc = nil
@@ -523,17 +530,24 @@ func (s *session) releaseAll() {
 // by another client, so a late cancel cannot hit someone else's query.
 func (s *session) cancelBackend(ctx context.Context) {
 	s.mu.Lock()
-	bc := s.bc
-	if bc != nil {
+	var targets []*bconn
+	if len(s.fanning) > 0 {
+		targets = append(targets, s.fanning...) // a fan-out: every shard's part
+	} else if s.bc != nil {
+		targets = append(targets, s.bc)
+	}
+	for _, bc := range targets {
 		bc.cancelled.Store(true)
 	}
 	s.mu.Unlock()
-	if bc == nil {
+	if len(targets) == 0 {
 		return
 	}
 	s.srv.metrics.cancels.Inc()
-	if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.srv.cfg.ConnectTimeout); err != nil {
-		s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
+	for _, bc := range targets {
+		if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.srv.cfg.ConnectTimeout); err != nil {
+			s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
+		}
 	}
 }
 

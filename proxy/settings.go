@@ -57,7 +57,13 @@ func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ..
 		case 'C':
 			cur.tag = string(commandTag(msg))
 		case 'D':
-			cur.rows = append(cur.rows, decodeDataRow(msg))
+			cols, _ := dataRowCols(nil, msg)
+			for k, c := range cols {
+				if c != nil {
+					cols[k] = append([]byte{}, c...)
+				}
+			}
+			cur.rows = append(cur.rows, cols)
 		case 'S':
 			b := body(msg)
 			n, i, err1 := cstring(b, 0)
@@ -72,31 +78,6 @@ func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ..
 		}
 	}
 	return out, nil
-}
-
-// decodeDataRow copies a DataRow's values.
-func decodeDataRow(msg []byte) [][]byte {
-	b := body(msg)
-	if len(b) < 2 {
-		return nil
-	}
-	n := int(b[0])<<8 | int(b[1])
-	i := 2
-	row := make([][]byte, 0, n)
-	for k := 0; k < n && i+4 <= len(b); k++ {
-		l := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
-		i += 4
-		if l < 0 {
-			row = append(row, nil)
-			continue
-		}
-		if i+l > len(b) {
-			break
-		}
-		row = append(row, append([]byte{}, b[i:i+l]...))
-		i += l
-	}
-	return row
 }
 
 // preambleCache remembers validated preamble settings: their canonical
@@ -130,8 +111,12 @@ func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *s
 	}
 	p.release(bc)
 	if res[0].errRaw != nil {
-		e := decodeErrorResponse(res[0].errRaw)
-		return nil, &Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
+		e := decodeError(res[0].errRaw)
+		if e == nil {
+			return nil, fatal(codeInternalError, "undecodable error from a shard")
+		}
+		e.Severity, e.raw = "FATAL", nil
+		return nil, e
 	}
 	vals = map[string]string{}
 	for _, st := range res[0].statuses {
@@ -203,7 +188,11 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		return action{err: e}
 	}
 	if raw != nil {
-		return action{err: rawError(raw)}
+		e := decodeError(raw)
+		if e == nil {
+			e = newError(codeInternalError, "undecodable error from a shard")
+		}
+		return action{err: e}
 	}
 	rep := s.reported
 	if len(statuses) > 0 {
@@ -213,12 +202,6 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		}
 	}
 	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.with(name, value), rep: rep}}
-}
-
-// rawError wraps a backend's ErrorResponse to be sent unchanged.
-func rawError(raw []byte) *Error {
-	e := decodeErrorResponse(raw)
-	return &Error{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint, raw: raw}
 }
 
 // probeSet runs the client's SET in a transaction that is rolled back, on

@@ -78,7 +78,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	if fan {
-		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg)}
+		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn}
 		return
 	}
 	if e := p.ensureBackend(shard, a); e != nil {

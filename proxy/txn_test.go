@@ -549,14 +549,27 @@ func TestFanout(t *testing.T) {
 			t.Fatalf("%s ORDER BY aid DESC LIMIT 5 OFFSET 2: %v, want %v", mode, got, sorted[2:7])
 		}
 	}
-	// Inside a transaction a fan-out is refused.
+	// Inside a transaction a fan-out reads every shard, each in a backend
+	// transaction of its own; under REPEATABLE READ it is refused.
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n int64
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE note = 'fan'").Scan(&n); err != nil || n != int64(len(want)) {
+		t.Fatalf("fan-out in a transaction: %d, %v (want %d)", n, err, len(want))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = tx.Exec(ctx, "SELECT count(*) FROM accounts")
-	if pgCode(err) != "0A000" {
-		t.Fatalf("fan-out in a transaction: %v, want 0A000", err)
+	var pe2 *pgconn.PgError
+	if !errors.As(err, &pe2) || pe2.Code != "0A000" || !strings.Contains(pe2.Message, "REPEATABLE READ") {
+		t.Fatalf("fan-out in a REPEATABLE READ transaction: %v, want 0A000 naming the isolation", err)
 	}
 	_ = tx.Rollback(ctx)
 }
