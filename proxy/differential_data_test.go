@@ -183,7 +183,7 @@ func diffData(m *shardmap.Map) ([]diffRow, []diffExec) {
 			texts[rng.IntN(len(texts))],
 			nul(rng.IntN(2) == 0),
 			nul(base.AddDate(0, 0, rng.IntN(400)-200)),
-			nul(base.Add(time.Duration(rng.IntN(1_000_000)) * time.Second)),
+			nul(base.Add(time.Duration(rng.IntN(1_000_000))*time.Second)),
 			nul(fmt.Sprintf("%08x-0000-4000-8000-%012x", rng.Uint32(), i)),
 		)
 	}
