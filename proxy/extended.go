@@ -237,7 +237,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		return
 	}
 	if fan {
-		p.startFan(a, d, vs, idx, p.fanInTxn)
+		p.startFan(a, d, vs, idx)
 		return
 	}
 	if e := p.ensureBackend(shard, a); e != nil {
@@ -245,6 +245,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		return
 	}
 	p.recordSoft(a)
+	p.noteWrite(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
@@ -297,6 +298,14 @@ func (p *planner) recordSoft(a *route.Statement) {
 		}
 	default:
 		p.soft = false
+	}
+}
+
+// noteWrite records that the transaction's backend ran a statement that
+// may write: from then on the transaction writes only there.
+func (p *planner) noteWrite(a *route.Statement) {
+	if (p.tx == txBound || p.explicit) && !a.ReadOnly && (a.Kind == route.KindOther || a.Kind == route.KindDDL) {
+		p.s.mainWrote = true
 	}
 }
 
@@ -645,6 +654,7 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.deferred = s.deferred[:0]
 		s.hint = -1
 		s.soft = false
+		s.mainWrote = false
 		if p.shard >= 0 {
 			s.srv.metrics.txnByShard[p.shard].Inc()
 		}

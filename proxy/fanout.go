@@ -43,14 +43,20 @@ type fanPlan struct {
 	executed bool
 	// inTxn: the read joins the client's transaction.
 	inTxn bool
+	// only, when set, is the one shard (+1) that reads: a keyed read of
+	// another shard than the transaction's backend's, in its reader.
+	only int
 }
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
 // Describe, Execute and Sync.
-func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int, inTxn bool) {
+func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
 	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: inTxn}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly}
 }
+
+// singleMerge is the merge of a read on one shard: its rows as they are.
+var singleMerge = &route.Merge{Width: -1, Limit: -1, Offset: -1}
 
 // fanAccepts reports whether m may follow a fan-out Bind.
 func (p *planner) fanAccepts(m cmsg) bool {
@@ -241,7 +247,10 @@ func (s *session) runFanout(p *planner) error {
 		s.apply(it.eff)
 	}
 	merge := f.dest.Merge
-	bytewise := merge != nil && s.srv.textBytewise(p.ctx)
+	if f.only > 0 {
+		merge = singleMerge
+	}
+	bytewise := merge != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
 	streams, e := s.fanParts(p, f)
 	if e != nil {
 		return s.fanFail(e, f)
@@ -295,6 +304,9 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *Error) {
 		return nil, e
 	}
 	for i, pool := range srv.pools {
+		if f.only > 0 && i != f.only-1 {
+			continue
+		}
 		st := &fanStream{shard: i}
 		switch {
 		case f.inTxn && s.bc != nil && s.shard == i:
@@ -345,6 +357,9 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []
 		st.lead = append(st.lead, leadCheck)
 	}
 	merge := f.dest.Merge
+	if f.only > 0 {
+		merge = singleMerge
+	}
 	switch {
 	case merge == nil && f.simple:
 		buf = append(buf, f.query...) // DDL: the client's query string
@@ -407,10 +422,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 				}
 			}
 			s.srv.metrics.refusals.WithLabelValues("isolation").Inc()
-			return appendError(nil, &Error{Code: codeFeatureNotSupported,
-				Message: fmt.Sprintf("a read of every shard cannot run in a %s transaction: no snapshot spans shards, so the shards' answers would not be one consistent snapshot", iso),
-				Detail:  "pgshard runs a key-less read inside a transaction as one read per shard, each in its own backend transaction.",
-				Hint:    "Run the read under READ COMMITTED (or outside the transaction), or add a key so that one shard answers."})
+			return appendError(nil, isolationRefusal(iso, "a read of more than one shard"))
 		}
 	}
 	var failed, ok []string
@@ -443,6 +455,15 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 	}
 	d += fmt.Sprintf("; this error is shard %q's.", firstShard)
 	return appendErrorDetail(nil, first, d)
+}
+
+// isolationRefusal is the error for a transaction that would touch
+// several shards under an isolation level that needs one snapshot.
+func isolationRefusal(iso, what string) *Error {
+	return &Error{Code: codeFeatureNotSupported,
+		Message: fmt.Sprintf("%s cannot run in a %s transaction: no snapshot spans shards, so the shards' answers would not be one consistent snapshot", what, iso),
+		Detail:  "pgshard runs each shard's part of a transaction in a backend transaction of its own.",
+		Hint:    "Use READ COMMITTED for transactions that read several shards, or keep the transaction on one shard (a key, or /* pgshard:shard=NAME */)."}
 }
 
 // fanCollect answers a fan-out without a merge plan (DDL): every shard's
@@ -562,6 +583,10 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 	for _, n := range streams[0].notices {
 		s.out = append(s.out, n...)
 	}
+	if f.only > 0 && streams[0].tag != nil {
+		s.out = appendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
+		return nil
+	}
 	s.out = appendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.emitted, 10))
 	return nil
 }
@@ -642,7 +667,7 @@ func (s *session) failTxn(main *fanStream) {
 		}
 	case main != nil && main.lost != nil:
 		s.dropBackend(false)
-		s.tx, s.soft = txFailed, false
+		s.tx, s.soft, s.mainWrote = txFailed, false, false
 		s.deferred = s.deferred[:0]
 	case main != nil && main.errRaw != nil:
 		s.bstatus = 'E'
@@ -653,7 +678,7 @@ func (s *session) failTxn(main *fanStream) {
 		res, err := s.bc.runSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
-			s.tx, s.soft = txFailed, false
+			s.tx, s.soft, s.mainWrote = txFailed, false, false
 			s.deferred = s.deferred[:0]
 			return
 		}

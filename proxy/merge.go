@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -533,9 +534,6 @@ func (r *mergeRun) groupFields() ([]field, []field, *Error) {
 		if computed {
 			f.typlen, f.typmod, f.table, f.attnum = typeLen(f.oid), -1, 0, 0
 		}
-		if o.Name != "" && o.Agg == route.AggAvg {
-			f.name = o.Name
-		}
 		if j < g.Visible {
 			f.format = r.clientFormat(j)
 		}
@@ -859,13 +857,23 @@ func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
 		}
 		return operandVal{}, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
 	}
-	if d, ok := decFromText(string(v)); ok && d.special == 0 {
-		return operandVal{isNum: true, n: num{kind: nDec, d: d, oid: oidNumeric}}, nil
-	}
-	if x, err := strconv.ParseFloat(string(v), 64); err == nil {
-		return operandVal{isNum: true, n: num{kind: nF8, f: x, oid: oidFloat8}}, nil
+	if n, ok := numFromText(v); ok {
+		return operandVal{isNum: true, n: n}, nil
 	}
 	return operandVal{text: v}, nil
+}
+
+// numFromText reads a number written as text: a decimal exactly, else a
+// float (NaN, Infinity, 1e5).
+func numFromText(v []byte) (num, bool) {
+	t := strings.TrimSpace(string(v))
+	if d, ok := decFromText(t); ok && d.special == 0 && t != "" && t[0] != '+' {
+		return num{kind: nDec, d: d, oid: oidNumeric}, true
+	}
+	if x, ok := parsePgFloat(t, 64); ok {
+		return num{kind: nF8, f: x, oid: oidFloat8}, true
+	}
+	return num{}, false
 }
 
 // compareOperands compares two HAVING operands.
@@ -880,6 +888,22 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 	}
 	if l.null || rv.null {
 		return 0, true, nil
+	}
+	// An untyped string literal (or text parameter) compared with a
+	// number is read as a number, as Postgres coerces an unknown literal.
+	if l.isNum && !rv.isNum && rv.field == nil {
+		n, ok := numFromText(rv.text)
+		if !ok {
+			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", rv.text)}
+		}
+		rv = operandVal{isNum: true, n: n}
+	}
+	if rv.isNum && !l.isNum && l.field == nil {
+		n, ok := numFromText(l.text)
+		if !ok {
+			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", l.text)}
+		}
+		l = operandVal{isNum: true, n: n}
 	}
 	switch {
 	case l.isNum && rv.isNum:

@@ -76,6 +76,13 @@ type planner struct {
 	// fanInTxn says the last DestAll target joins the client's transaction.
 	fan      *fanPlan
 	fanInTxn bool
+	// fanOnly, when set, is the one shard (+1) of a "fan-out" that reads
+	// another shard than the transaction's backend's, in its reader.
+	fanOnly int
+	// swapMain: the pipeline's write goes to another shard than the
+	// transaction's backend, which has only read: that backend becomes a
+	// reader, the write's shard the transaction's backend.
+	swapMain bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -443,6 +450,7 @@ func refusalError(r *route.Refusal) *Error {
 // returns a fan-out (DestAll) or an error.
 func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	srv := p.s.srv
+	p.fanInTxn, p.fanOnly = false, 0
 	if a.Kind == route.KindDDL {
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
 		srv.collation.Store(collationUnknown)
@@ -455,7 +463,6 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 		}
 		return 0, false, newError(codeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
 	case route.DestAll:
-		p.fanInTxn = false
 		if !p.onTxnBackend() && p.tx == txIdle {
 			return -1, true, nil
 		}
@@ -492,6 +499,16 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 		if want >= 0 && want != p.shard {
 			if p.soft && !p.onBackend && p.held {
 				return want, false, nil // ensureBackend moves the soft transaction
+			}
+			// A transaction reads any shards and writes one.
+			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit
+			if inTxn && a.ReadOnly && a.Kind == route.KindOther {
+				p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
+				return -1, true, nil
+			}
+			if inTxn && !a.ReadOnly && !p.s.mainWrote {
+				p.swapMain = true
+				return want, false, nil
 			}
 			return 0, false, p.crossShard(want, p.shard, d.Reason)
 		}
@@ -533,6 +550,15 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 	s := p.s
 	if p.onBackend {
 		return nil
+	}
+	if p.held && p.swapMain {
+		// The backend has only read: it becomes the reader of its shard,
+		// and the transaction continues on the write's shard (its reader,
+		// or a replay of the transaction's start there).
+		s.addReader(p.shard, s.bc)
+		s.setBackend(nil)
+		p.held, p.bc, p.soft = false, nil, false
+		p.tx, p.explicit = txDeferred, false
 	}
 	if p.held {
 		if shard == p.shard || shard < 0 || !p.soft {
@@ -589,6 +615,14 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 	case p.tx == txDeferred:
 		s.bw = appendQuery(s.bw, replaySQL(p.deferred, pre))
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		if p.swapMain {
+			// Its other shard's reads and this shard's write are one
+			// transaction only under READ COMMITTED.
+			lo := len(s.lbuf)
+			s.lbuf = appendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+			s.bw = appendQuery(s.bw, isoCheckSQL)
+			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
+		}
 		p.explicit = true
 		p.tx = txBound
 	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):

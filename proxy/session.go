@@ -88,6 +88,10 @@ type session struct {
 	soft bool
 	// bstatus is the backend's last ReadyForQuery status while bound.
 	bstatus byte
+	// mainWrote: a statement that may write (or lock) ran on the
+	// transaction's backend; until then a write for another shard moves
+	// the transaction there (the backend becomes a reader).
+	mainWrote bool
 	// pinned: bc is held outside a transaction block because the client
 	// is mid-pipeline (Flush without Sync).
 	pinned bool

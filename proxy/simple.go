@@ -78,7 +78,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	if fan {
-		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn}
+		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn, only: p.fanOnly}
 		return
 	}
 	if e := p.ensureBackend(shard, a); e != nil {
@@ -87,6 +87,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	p.recordSoft(a)
+	p.noteWrite(a)
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()

@@ -162,8 +162,9 @@ type merger struct {
 	// when every shard runs the client's statement as it is.
 	shard *pg.SelectStmt
 	// hidden are the hidden per-shard select-list entries (Rows), or every
-	// per-shard entry (Groups).
+	// per-shard entry (Groups); names their aliases ("" = none).
 	hidden []*pg.Node
+	names  []string
 	// keepLimit: the per-shard statement keeps the client's LIMIT and
 	// OFFSET (a negative constant, which every shard reports as an error).
 	keepLimit bool
@@ -252,9 +253,7 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 	}
 	if len(m.hidden) > 0 {
 		sc := m.clone()
-		for _, e := range m.hidden {
-			sc.TargetList = append(sc.TargetList, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Location: -1}}})
-		}
+		sc.TargetList = append(sc.TargetList, m.targetList()...)
 		mp.merge.Hidden = len(m.hidden)
 	}
 	if len(mp.merge.OrderBy) > 0 {
@@ -372,7 +371,7 @@ func (m *merger) limits(perShard bool) string {
 			// that the shards type them as one database would (int8).
 			for _, src := range []*source{limSrc, offSrc} {
 				if src != nil && src.param > 0 {
-					m.hidden = append(m.hidden, int8Expr(pg.MakeParamRefNode(int32(src.param), -1)))
+					m.add(int8Expr(pg.MakeParamRefNode(int32(src.param), -1)))
 				}
 			}
 		}
@@ -388,7 +387,7 @@ func (m *merger) limits(perShard bool) string {
 		if offSrc != nil {
 			// LIMIT ALL, written so that the OFFSET parameter is still used
 			// (and typed int8, as one database types it).
-			sc.LimitCount = mustExpr("CASE WHEN " + paramInt8(offSrc.param) + " IS NULL THEN NULL END")
+			sc.LimitCount = mustExpr("CASE WHEN " + paramInt8(offSrc.param) + " IS NULL THEN NULL::pg_catalog.int8 END")
 		} else {
 			sc.LimitCount = nil
 		}
@@ -578,11 +577,7 @@ func (m *merger) groups() string {
 	}
 	// Outputs.
 	for _, rt := range m.targets {
-		name := rt.Name
-		if name == "" {
-			name = colName(rt.Val)
-		}
-		out, why := m.output(rt.Val, name)
+		out, why := m.output(rt.Val, rt.Name, true)
 		if why != "" {
 			return why
 		}
@@ -601,7 +596,7 @@ func (m *merger) groups() string {
 		g.Having = c
 		if hasParam(s.HavingClause) {
 			// Keep its parameters typed as one database types them.
-			m.hidden = append(m.hidden, s.HavingClause)
+			m.add(s.HavingClause)
 		}
 	}
 	// ORDER BY: output columns; streamed when they are group keys.
@@ -631,7 +626,7 @@ func (m *merger) groups() string {
 			if c := e.GetAConst(); c != nil {
 				return "ORDER BY " + exprText(e) + " is not a select-list position"
 			}
-			out, why := m.output(e, "")
+			out, why := m.output(e, "", false)
 			if why != "" {
 				return why
 			}
@@ -688,10 +683,7 @@ func (m *merger) groups() string {
 	}
 	// The per-shard statement.
 	sc := m.shard
-	sc.TargetList = nil
-	for _, e := range m.hidden {
-		sc.TargetList = append(sc.TargetList, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Location: -1}}})
-	}
+	sc.TargetList = m.targetList()
 	sc.HavingClause = nil
 	sc.GroupClause = nil
 	for _, e := range keys {
@@ -754,9 +746,23 @@ func limitDesc(desc []string) []string {
 }
 
 // add appends a per-shard select-list entry and returns its column.
-func (m *merger) add(e *pg.Node) int {
+func (m *merger) add(e *pg.Node) int { return m.addAs(e, "") }
+
+// addAs is add with an alias: the shards then name the column as the
+// client's statement names it.
+func (m *merger) addAs(e *pg.Node, alias string) int {
 	m.hidden = append(m.hidden, e)
+	m.names = append(m.names, alias)
 	return len(m.hidden) - 1
+}
+
+// targets renders the per-shard select-list entries.
+func (m *merger) targetList() []*pg.Node {
+	var out []*pg.Node
+	for i, e := range m.hidden {
+		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: m.names[i], Location: -1}}})
+	}
+	return out
 }
 
 // keyOf returns the group key an output is (its expression equals the
@@ -776,16 +782,25 @@ func (m *merger) keyOf(o Output, keys []*pg.Node, col int) int {
 
 // output plans one merged column: an aggregate (possibly cast), or any
 // other expression (a group key or a constant: the first shard's value).
-func (m *merger) output(e *pg.Node, name string) (Output, string) {
+// alias is the client's name for it; visible says the client sees it
+// (the shards then name it as the client's statement does).
+func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string) {
 	spec, isAgg, why := m.aggSpec(e)
 	if why != "" {
 		return Output{}, fmt.Sprintf("%s %s", exprText(e), why)
+	}
+	name := alias
+	if name == "" {
+		name = colName(e)
+	}
+	if !visible {
+		alias = ""
 	}
 	if !isAgg {
 		if containsAggregate(e) {
 			return Output{}, fmt.Sprintf("%s: an expression of aggregates cannot be merged (select the aggregates themselves; a cast of one is fine)", exprText(e))
 		}
-		return Output{Agg: AggNone, Column: m.add(e), Name: name}, ""
+		return Output{Agg: AggNone, Column: m.addAs(e, alias), Name: name}, ""
 	}
 	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name}
 	if spec.agg == AggAvg {
@@ -793,11 +808,14 @@ func (m *merger) output(e *pg.Node, name string) (Output, string) {
 		sum.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("sum")}
 		cnt := proto.Clone(spec.call).(*pg.FuncCall)
 		cnt.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("count")}
-		out.Column = m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}})
+		if visible && alias == "" {
+			alias = name // the shards would name the sum "sum"
+		}
+		out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias)
 		m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: cnt}})
 		return out, ""
 	}
-	out.Column = m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}})
+	out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias)
 	if len(spec.call.Args) == 1 {
 		if cc := spec.call.Args[0].GetCollateClause(); cc != nil && bytewiseCollation(cc.Collname) {
 			out.Bytewise = true
@@ -1024,7 +1042,7 @@ func (m *merger) operand(n *pg.Node) (Operand, string) {
 			return Operand{Output: i}, ""
 		}
 	}
-	out, why := m.output(e, "")
+	out, why := m.output(e, "", false)
 	if why != "" {
 		return Operand{}, why
 	}
