@@ -190,8 +190,8 @@ func diffData(m *shardmap.Map) ([]diffRow, []diffExec) {
 	return rows, execs
 }
 
-// loadDiffData inserts the rows of every table: into ref (all of them)
-// and into shards[shard] (each row on its shard).
+// loadDiffData inserts the rows of every table: into ref (all of them;
+// nil: no reference) and into shards[shard] (each row on its shard).
 func loadDiffData(ctx context.Context, rows []diffRow, ref *pgx.Conn, shards []*pgx.Conn) error {
 	byTable := map[string][]diffRow{}
 	var order []string
@@ -209,8 +209,10 @@ func loadDiffData(ctx context.Context, rows []diffRow, ref *pgx.Conn, shards []*
 			all = append(all, r.vals)
 			per[r.shard] = append(per[r.shard], r.vals)
 		}
-		if _, err := ref.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(all)); err != nil {
-			return fmt.Errorf("load %s into the reference: %w", table, err)
+		if ref != nil {
+			if _, err := ref.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(all)); err != nil {
+				return fmt.Errorf("load %s into the reference: %w", table, err)
+			}
 		}
 		for i, c := range shards {
 			if _, err := c.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(per[i])); err != nil {
@@ -218,7 +220,11 @@ func loadDiffData(ctx context.Context, rows []diffRow, ref *pgx.Conn, shards []*
 			}
 		}
 	}
-	for _, c := range append([]*pgx.Conn{ref}, shards...) {
+	all := shards
+	if ref != nil {
+		all = append([]*pgx.Conn{ref}, shards...)
+	}
+	for _, c := range all {
 		if _, err := c.Exec(ctx, "ANALYZE"); err != nil {
 			return err
 		}

@@ -48,14 +48,38 @@ func (s *session) runPipeline(ctx context.Context) error {
 			return p.protoErr
 		}
 		if p.fan != nil {
-			// A fan-out statement must be alone in its pipeline.
-			if !p.fanAccepts(m) {
+			if p.fanAccepts(m) {
+				continue
+			}
+			f := p.fan
+			if !f.inTxn || !f.executed {
+				// Outside a transaction block a fan-out is its pipeline's
+				// implicit transaction: it must be alone in it.
 				p.fan = nil
 				p.fail(&Error{Code: codeFeatureNotSupported,
-					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync)",
+					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync) outside a transaction block",
 					Hint:    "Send a Sync after it, or add a key."}, nil)
+				continue
 			}
-			continue
+			// Inside a transaction block the pipeline goes on after the
+			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
+			// now, the rest is planned afresh.
+			f.continues = true
+			if err := s.runFanout(p); err != nil {
+				return err
+			}
+			if f.failed {
+				// Postgres skips the rest of the pipeline up to its Sync.
+				if term == 'S' {
+					s.out = appendRFQ(s.out, s.status())
+				} else {
+					s.skipUntilSync = true
+				}
+				return nil
+			}
+			p = s.newPlanner(ctx)
+			p.pipeline = true
+			p.cur = i
 		}
 		if p.failed && m.typ != 'S' && m.typ != 'H' {
 			continue

@@ -46,6 +46,9 @@ type fanPlan struct {
 	// only, when set, is the one shard (+1) that reads: a keyed read of
 	// another shard than the transaction's backend's, in its reader.
 	only int
+	// continues: more of the pipeline follows (no ReadyForQuery yet);
+	// failed reports that the read failed the transaction.
+	continues, failed bool
 }
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
@@ -240,6 +243,9 @@ func (s *session) runFanout(p *planner) error {
 	f := p.fan
 	srv := s.srv
 	srv.metrics.fanouts.Inc()
+	if f.inTxn {
+		srv.metrics.txnReads.Inc()
+	}
 	// Answers planned before the fan-out statement (ParseComplete, BEGIN, ...).
 	for i := range s.items {
 		it := &s.items[i]
@@ -403,7 +409,10 @@ func (s *session) fanFail(e *Error, f *fanPlan) error {
 	if f.inTxn {
 		s.failTxn(nil)
 	}
-	s.out = appendRFQ(s.out, s.status())
+	f.failed = true
+	if !f.continues {
+		s.out = appendRFQ(s.out, s.status())
+	}
 	return nil
 }
 
@@ -616,6 +625,7 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 		st.drain()
 		failed = failed || st.failed()
 	}
+	f.failed = failed
 	if !f.inTxn {
 		for _, st := range streams {
 			if st.lost != nil || st.bc.broken {
@@ -626,6 +636,9 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 		}
 		s.out = appendRFQ(s.out, 'I')
 		return
+	}
+	if !f.continues {
+		defer func() { s.out = appendRFQ(s.out, s.status()) }()
 	}
 	if !failed {
 		for _, st := range streams {
@@ -638,7 +651,6 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 				s.addReader(st.shard, st.bc)
 			}
 		}
-		s.out = appendRFQ(s.out, s.status())
 		return
 	}
 	var main *fanStream
@@ -651,7 +663,6 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 		}
 	}
 	s.failTxn(main)
-	s.out = appendRFQ(s.out, s.status())
 }
 
 // failTxn fails the client's transaction after a fan-out read failed:
