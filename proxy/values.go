@@ -889,7 +889,7 @@ func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
 			return num{kind: nF4, f: float64(r), oid: oidFloat4}, nil, nil
 		}
 	case route.CastText:
-		return num{kind: n.kind, oid: oidText}, []byte(numText(n, efd)), nil
+		return n, []byte(numText(n, efd)), nil // compared as text (its field says so)
 	}
 	return num{}, nil, newError(codeInternalError, "pgshard merge: unknown cast")
 }

@@ -498,11 +498,11 @@ func dataRowCols(dst [][]byte, msg []byte) ([][]byte, error) {
 		}
 		l := int(int32(binary.BigEndian.Uint32(b[i:])))
 		i += 4
-		if l < 0 {
+		if l == -1 {
 			dst = append(dst, nil)
 			continue
 		}
-		if len(b)-i < l {
+		if l < 0 || len(b)-i < l {
 			return dst, protoErrorf("malformed DataRow")
 		}
 		dst = append(dst, b[i:i+l:i+l])
