@@ -17,6 +17,27 @@ import (
 // client's ROLLBACK like any failed transaction.
 const abortSQL = "/* pgshard: statement refused; this error aborts the transaction */ SELECT ("
 
+// localKind reports whether statements of kind k are always answered by
+// the proxy itself (never sent to a backend).
+func localKind(k route.Kind) bool {
+	switch k {
+	case route.KindSetSession, route.KindDeallocate, route.KindDiscard, route.KindPrepare,
+		route.KindExecute, route.KindUnsupported, route.KindEmpty:
+		return true
+	}
+	return false
+}
+
+// txnControl reports whether k is a transaction-control kind the proxy
+// emulates while no backend is bound.
+func txnControl(k route.Kind) bool {
+	switch k {
+	case route.KindBegin, route.KindCommit, route.KindRollback, route.KindSavepoint, route.KindSetLocal:
+		return true
+	}
+	return false
+}
+
 // planner turns one pipeline (the extended-protocol messages up to Sync or
 // Flush) or one simple query into the bytes to send to a backend (s.bw) and
 // the items that say how to answer the client (s.items, s.lbuf). It
