@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy"
 )
 
 // inUse is the number of backend connections the proxy holds that are
@@ -285,3 +287,42 @@ func TestFanoutInTransaction(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestMergeGroupLimit: a merged GROUP BY ordered by an aggregate buffers
+// its groups, at most MergeGroupLimit (54000 beyond); ordered by its keys
+// it streams, whatever the number of groups.
+func TestMergeGroupLimit(t *testing.T) {
+	e := startProxy(t, func(c *proxy.Config) { c.MergeGroupLimit = 3 })
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	for s := range e.db.m.Shards {
+		for i, k := range e.db.keysOn(s, 4, 8_000_000) {
+			if _, err := conn.Exec(ctx, "INSERT INTO accounts (aid, abalance, note) VALUES ($1, $2, 'groups')", k, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var n int
+	rows, err := conn.Query(ctx, "SELECT abalance, count(*) FROM accounts WHERE note = 'groups' GROUP BY abalance ORDER BY abalance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var b, c int64
+		err := r.Scan(&b, &c)
+		return fmt.Sprintf("%d:%d", b, c), err
+	})
+	want := "[0:4 1:4 2:4 3:4]"
+	if err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("4 groups ordered by their key (streamed): %v, %v (want %s)", got, err, want)
+	}
+	_, err = conn.Exec(ctx, "SELECT abalance, count(*) FROM accounts WHERE note = 'groups' GROUP BY abalance ORDER BY count(*) DESC, 1")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "54000" || !strings.Contains(pe.Message, "more than 3 groups") {
+		t.Fatalf("4 groups ordered by an aggregate with a limit of 3: %v, want 54000", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE note = 'groups'").Scan(&n); err != nil || n != 16 {
+		t.Fatalf("the session after the limit: %d, %v", n, err)
+	}
+	waitIdle(t, e)
+}
