@@ -379,7 +379,7 @@ func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (excha
 	res.lost = true
 	s.dropBackend(false)
 	s.endReaders()
-	s.mainWrote = false
+	s.mainWrote, s.hintBound = false, false
 	s.pinned = false
 	s.wrapped = false
 	s.soft = false

@@ -678,7 +678,7 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.deferred = s.deferred[:0]
 		s.hint = -1
 		s.soft = false
-		s.mainWrote = false
+		s.mainWrote, s.hintBound = false, false
 		if p.shard >= 0 {
 			s.srv.metrics.txnByShard[p.shard].Inc()
 		}

@@ -487,6 +487,14 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 		if !p.onTxnBackend() && p.tx == txIdle {
 			return -1, true, nil
 		}
+		if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
+			// SET LOCAL pgshard.shard/key chose the transaction's shard:
+			// a key-less read reads that shard (an operator's view of it).
+			if p.hint >= 0 && !p.onTxnBackend() {
+				return p.hint, false, nil
+			}
+			return p.shard, false, nil
+		}
 		if d.Merge != nil && a.Kind != route.KindDDL && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
 			// A read of every shard inside the client's transaction: each
 			// shard reads in a backend transaction of its own (fanout.go).
@@ -521,8 +529,9 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 			if p.soft && !p.onBackend && p.held {
 				return want, false, nil // ensureBackend moves the soft transaction
 			}
-			// A transaction reads any shards and writes one.
-			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit
+			// A transaction reads any shards and writes one (unless a
+			// pgshard hint put it on its shard).
+			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound
 			if inTxn && a.ReadOnly && a.Kind == route.KindOther {
 				p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
 				return -1, true, nil
@@ -603,6 +612,9 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 			}
 		}
 		if bc := s.takeReader(shard); bc != nil {
+			if p.hint >= 0 {
+				s.hintBound = true
+			}
 			s.setBackend(bc)
 			s.shard = shard
 			p.bc, p.shard, p.onBackend = bc, shard, true
@@ -634,6 +646,9 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	switch {
 	case p.tx == txDeferred:
+		if p.hint >= 0 {
+			s.hintBound = true
+		}
 		s.bw = appendQuery(s.bw, replaySQL(p.deferred, pre))
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		if p.swapMain {

@@ -88,6 +88,9 @@ type session struct {
 	soft bool
 	// bstatus is the backend's last ReadyForQuery status while bound.
 	bstatus byte
+	// hintBound: the transaction runs where SET LOCAL pgshard.key/shard
+	// put it: its reads stay there too, nothing moves it.
+	hintBound bool
 	// mainWrote: a statement that may write (or lock) ran on the
 	// transaction's backend; until then a write for another shard moves
 	// the transaction there (the backend becomes a reader).

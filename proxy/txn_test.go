@@ -650,10 +650,28 @@ func TestHints(t *testing.T) {
 	if got := shardOf(tx); got != "shard2" {
 		t.Fatalf("pgshard.shard: ran on %s", got)
 	}
-	// A key of another shard is refused in this transaction.
+	// A key of another shard is refused in this transaction, and a
+	// key-less read reads the hinted shard only.
 	other := e.db.keysOn(1, 1, 9_500_000)[0]
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE aid = $1", other); pgCode(err) != "0A000" {
 		t.Fatalf("other shard's key after the hint: %v", err)
+	}
+	_ = tx.Rollback(ctx)
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL pgshard.shard = 'shard3'"); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var n int64
+	if err := tx.QueryRow(ctx, "SELECT (SELECT shard_name FROM pgshard_identity), count(*) FROM accounts").Scan(&name, &n); err != nil || name != "shard3" {
+		t.Fatalf("a key-less read in a transaction hinted to shard3 read shard %q (%d rows), %v", name, n, err)
+	}
+	var want int64
+	if err := e.db.shardConn(t, 3).QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&want); err != nil || n != want {
+		t.Fatalf("a key-less read in a transaction hinted to shard3 counted %d rows, shard3 has %d (%v)", n, want, err)
 	}
 	_ = tx.Rollback(ctx)
 	if _, err := conn.Exec(ctx, "SET pgshard.key = 'x'"); pgCode(err) != "0A000" {
