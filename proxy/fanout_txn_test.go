@@ -41,9 +41,9 @@ func TestFanoutInTransaction(t *testing.T) {
 	for _, via := range []string{"pgbouncer", "direct"} {
 		t.Run(via, func(t *testing.T) {
 			var opts []envOpt
-			base := int64(7_000_000)
+			base := int64(12_000_000)
 			if via == "direct" {
-				opts, base = append(opts, direct()), 7_500_000
+				opts, base = append(opts, direct()), 12_500_000
 			}
 			e := startProxy(t, opts...)
 			ctx := ctxT(t, 2*time.Minute)
@@ -296,7 +296,7 @@ func TestMergeGroupLimit(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	conn := e.connect(t)
 	for s := range e.db.m.Shards {
-		for i, k := range e.db.keysOn(s, 4, 8_000_000) {
+		for i, k := range e.db.keysOn(s, 4, 9_800_000) {
 			if _, err := conn.Exec(ctx, "INSERT INTO accounts (aid, abalance, note) VALUES ($1, $2, 'groups')", k, i); err != nil {
 				t.Fatal(err)
 			}

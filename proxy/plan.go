@@ -227,7 +227,7 @@ func (p *planner) localAction(a *route.Statement) action {
 		}
 		p.tx = txDeferred
 		p.hint = -1
-		p.setDeferred([]deferredStmt{{sql: st.SQL}})
+		p.setDeferred([]deferredStmt{{sql: st.SQL, strict: isStrict(st.Isolation)}})
 		return action{tag: "BEGIN", eff: p.txEffect()}
 	case route.KindCommit, route.KindRollback:
 		tag := "COMMIT"
@@ -269,7 +269,7 @@ func (p *planner) localAction(a *route.Statement) action {
 		if p.tx == txIdle {
 			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 		}
-		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction"})
+		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction", strict: isStrict(st.Isolation)})
 		return action{tag: "SET", eff: p.txEffect()}
 	case route.KindSetSession:
 		return p.setSessionAction(a)
@@ -495,7 +495,7 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 			}
 			return p.shard, false, nil
 		}
-		if d.Merge != nil && a.Kind != route.KindDDL && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
+		if d.Merge != nil && a.Select && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
 			// A read of every shard inside the client's transaction: each
 			// shard reads in a backend transaction of its own (fanout.go).
 			if p.held && p.s.bstatus == 'E' {
@@ -531,8 +531,8 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 			}
 			// A transaction reads any shards and writes one (unless a
 			// pgshard hint put it on its shard).
-			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound
-			if inTxn && a.ReadOnly && a.Kind == route.KindOther {
+			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound && !strictIsolation(p.deferred)
+			if inTxn && a.ReadOnly && a.Select {
 				p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
 				return -1, true, nil
 			}

@@ -136,7 +136,22 @@ type deferredStmt struct {
 	// savepoint names the savepoint a SAVEPOINT statement created ("" for
 	// other statements), for ROLLBACK TO in a failed deferred transaction.
 	savepoint string
+	// strict: it asks for REPEATABLE READ or SERIALIZABLE.
+	strict bool
 }
+
+// strictIsolation reports whether a transaction's start asks for an
+// isolation level that needs one snapshot (it then stays on one shard).
+func strictIsolation(ds []deferredStmt) bool {
+	for _, d := range ds {
+		if d.strict {
+			return true
+		}
+	}
+	return false
+}
+
+func isStrict(iso string) bool { return iso == "repeatable read" || iso == "serializable" }
 
 // vstmt is a client's prepared statement: the text and declared parameter
 // types the client gave in Parse. Backends only ever see it as an unnamed

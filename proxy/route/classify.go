@@ -49,6 +49,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		switch t.Kind {
 		case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
 			st.Kind = KindBegin
+			st.Isolation = isolationOf(t.Options)
 		case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
 			st.Kind, st.Chain = KindCommit, t.Chain
 		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
@@ -238,6 +239,9 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 
 	st.NoTxnBlock = noTxnBlock(node)
 	_, st.Copy = node.GetNode().(*pg.Node_CopyStmt)
+	if sel := node.GetSelectStmt(); sel != nil {
+		st.Select = sel.IntoClause == nil
+	}
 	if a.unsupported != "" && st.Kind != KindUnsupported {
 		unsupported(a.unsupported)
 	}
@@ -273,6 +277,19 @@ func noTxnBlock(n *pg.Node) bool {
 		return x.RefreshMatViewStmt.Concurrent
 	}
 	return false
+}
+
+// isolationOf reads transaction_isolation from BEGIN / SET TRANSACTION
+// options.
+func isolationOf(opts []*pg.Node) string {
+	for _, o := range opts {
+		if d := o.GetDefElem(); d != nil && d.Defname == "transaction_isolation" {
+			if c := d.Arg.GetAConst(); c != nil && c.GetSval() != nil {
+				return strings.ToLower(c.GetSval().Sval)
+			}
+		}
+	}
+	return ""
 }
 
 func temp(rv *pg.RangeVar) bool {
@@ -317,6 +334,7 @@ func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
 		switch name {
 		case "transaction":
 			st.Kind = KindSetLocal
+			st.Isolation = isolationOf(v.Args)
 		case "session characteristics":
 			st.Kind = KindSetSession
 			var parts []string

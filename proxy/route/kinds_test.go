@@ -228,12 +228,17 @@ func TestStatementFacts(t *testing.T) {
 		noTxn, copy      bool
 		verb, name       string
 		reset, toDefault bool
+		sel              bool
 	}
 	cases := []struct {
 		sql  string
 		want facts
 	}{
-		{"SELECT 1", facts{}},
+		{"SELECT 1", facts{sel: true}},
+		{"VALUES (1), (2)", facts{sel: true}},
+		{"WITH x AS (SELECT 1) SELECT * FROM x", facts{sel: true}},
+		{"SELECT 1 INTO t", facts{}},
+		{"DECLARE c CURSOR FOR SELECT 1", facts{}},
 		{"VACUUM executions", facts{noTxn: true}},
 		{"vacuum (analyze) executions", facts{noTxn: true}},
 		{"CREATE DATABASE x", facts{noTxn: true}},
@@ -246,7 +251,7 @@ func TestStatementFacts(t *testing.T) {
 		{"ALTER SYSTEM SET work_mem = '8MB'", facts{noTxn: true}},
 		{"CREATE TABLESPACE t LOCATION '/x'", facts{noTxn: true}},
 		{"REFRESH MATERIALIZED VIEW CONCURRENTLY v", facts{noTxn: true}},
-		{"-- CONCURRENTLY in a comment\nSELECT 'CONCURRENTLY'", facts{}},
+		{"-- CONCURRENTLY in a comment\nSELECT 'CONCURRENTLY'", facts{sel: true}},
 		{"COPY executions TO STDOUT", facts{copy: true}},
 		{"COPY (SELECT 1) TO STDOUT", facts{copy: true}},
 		{"SAVEPOINT sp1", facts{verb: "SAVEPOINT", name: "sp1"}},
@@ -270,9 +275,17 @@ func TestStatementFacts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", c.sql, err)
 		}
-		got := facts{st.NoTxnBlock, st.Copy, st.SavepointVerb, st.SavepointName, st.Reset, st.ToDefault}
+		got := facts{st.NoTxnBlock, st.Copy, st.SavepointVerb, st.SavepointName, st.Reset, st.ToDefault, st.Select}
 		if got != c.want {
 			t.Errorf("%q: got %+v, want %+v", c.sql, got, c.want)
+		}
+	}
+	for sql, want := range map[string]string{"BEGIN": "", "BEGIN ISOLATION LEVEL REPEATABLE READ": "repeatable read",
+		"START TRANSACTION READ ONLY, ISOLATION LEVEL SERIALIZABLE": "serializable",
+		"SET TRANSACTION ISOLATION LEVEL READ COMMITTED": "read committed", "begin transaction isolation level read uncommitted": "read uncommitted"} {
+		st, err := r.Analyze(sql)
+		if err != nil || st.Isolation != want {
+			t.Errorf("%q: isolation %q, %v (want %q)", sql, st.Isolation, err, want)
 		}
 	}
 	// A statement text remembers that a client parsed it unnamed.

@@ -412,6 +412,13 @@ type Statement struct {
 	NoTxnBlock bool
 	// Copy is set for COPY statements.
 	Copy bool
+	// Isolation is the isolation level a BEGIN / START TRANSACTION / SET
+	// TRANSACTION names ("read committed", "repeatable read",
+	// "serializable", "read uncommitted"), "" if none.
+	Isolation string
+	// Select is set for a query that only returns rows (SELECT, VALUES,
+	// TABLE; not SELECT INTO, not a cursor).
+	Select bool
 	// SavepointVerb, for KindSavepoint, is "SAVEPOINT", "RELEASE" or
 	// "ROLLBACK" (ROLLBACK TO SAVEPOINT); SavepointName is the savepoint's
 	// name as Postgres folds it (lowercase unless quoted).
