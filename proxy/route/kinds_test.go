@@ -282,7 +282,7 @@ func TestStatementFacts(t *testing.T) {
 	}
 	for sql, want := range map[string]string{"BEGIN": "", "BEGIN ISOLATION LEVEL REPEATABLE READ": "repeatable read",
 		"START TRANSACTION READ ONLY, ISOLATION LEVEL SERIALIZABLE": "serializable",
-		"SET TRANSACTION ISOLATION LEVEL READ COMMITTED": "read committed", "begin transaction isolation level read uncommitted": "read uncommitted"} {
+		"SET TRANSACTION ISOLATION LEVEL READ COMMITTED":            "read committed", "begin transaction isolation level read uncommitted": "read uncommitted"} {
 		st, err := r.Analyze(sql)
 		if err != nil || st.Isolation != want {
 			t.Errorf("%q: isolation %q, %v (want %q)", sql, st.Isolation, err, want)
