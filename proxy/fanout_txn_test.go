@@ -326,3 +326,77 @@ func TestMergeGroupLimit(t *testing.T) {
 	}
 	waitIdle(t, e)
 }
+
+// TestFanoutCancel: a cancel request reaches every shard of a running
+// fan-out, inside and outside a transaction; the connections go back to
+// their pools.
+func TestFanoutCancel(t *testing.T) {
+	e := startProxy(t, direct())
+	ctx := ctxT(t, 2*time.Minute)
+	conn := e.connect(t)
+	for s := range e.db.m.Shards {
+		if _, err := conn.Exec(ctx, "INSERT INTO accounts (aid, note) VALUES ($1, 'cancel-fan') ON CONFLICT DO NOTHING", e.db.keysOn(s, 1, 13_000_000)[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Slow on every shard, and cancellable (a function scan of a huge
+	// generate_series is not: Postgres materializes it without checking
+	// for interrupts).
+	slow := "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 300000000) SELECT count(*) FROM accounts a, r WHERE a.note = 'cancel-fan'"
+	for _, inTxn := range []bool{false, true} {
+		if inTxn {
+			if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := conn.Exec(ctx, slow)
+			errc <- err
+		}()
+		// Wait until it runs on every shard.
+		deadline := time.Now().Add(15 * time.Second)
+		for s := range e.db.m.Shards {
+			sh := e.db.shardConn(t, s)
+			for {
+				var n int
+				if err := sh.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%n < 300000000%' AND state = 'active' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the slow fan-out never started on shard %d", s)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		start := time.Now()
+		if err := conn.PgConn().CancelRequest(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errc:
+			if pgCode(err) != "57014" {
+				t.Fatalf("cancelled fan-out (in a transaction: %v): %v, want 57014", inTxn, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the cancelled fan-out did not end within 20s (in a transaction: %v)", inTxn)
+		}
+		t.Logf("in a transaction: %v: cancelled in %s", inTxn, time.Since(start).Round(time.Millisecond))
+		if inTxn {
+			if _, err := conn.Exec(ctx, "SELECT 1"); pgCode(err) != "25P02" {
+				t.Fatalf("after the cancelled read: %v, want 25P02", err)
+			}
+			if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitIdle(t, e)
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE note = 'cancel-fan'").Scan(&n); err != nil || n != int64(len(e.db.m.Shards)) {
+			t.Fatalf("the session after the cancel: %d, %v", n, err)
+		}
+	}
+}
