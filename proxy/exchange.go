@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -21,7 +22,7 @@ func (s *session) serve(ctx context.Context) error {
 			return nil
 		}
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pinned {
+			if s.tx == txBound || s.pinned || s.hasReaders() {
 				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
 				_ = s.conn.SetReadDeadline(time.Time{})
@@ -29,7 +30,7 @@ func (s *session) serve(ctx context.Context) error {
 		}
 		typ, msg, err := s.rd.next()
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned) {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
 				return fatal(codeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
@@ -245,9 +246,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				case fatalErr:
 					// The backend is going away; the client's session is
 					// not: report the same error, as ERROR.
-					e := decodeErrorResponse(msg)
-					e.Severity, e.SeverityUnlocalized = "ERROR", "ERROR"
-					s.out = appendErrorResponse(s.out, e)
+					s.out = appendErrorSeverity(s.out, msg, "ERROR")
 				default:
 					s.out = append(s.out, msg...)
 				}
@@ -379,6 +378,8 @@ func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchang
 func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (exchangeResult, error) {
 	res.lost = true
 	s.dropBackend(false)
+	s.endReaders()
+	s.mainWrote, s.hintBound = false, false
 	s.pinned = false
 	s.wrapped = false
 	s.soft = false
@@ -521,6 +522,11 @@ func (s *session) apply(e *effect) {
 	case effStmtClear:
 		clear(s.stmts)
 	case effTx:
+		if s.hasReaders() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
+			// The transaction ended, failed, or its start changed (a SET
+			// LOCAL or savepoint command): the readers are no longer its.
+			s.endReaders()
+		}
 		s.tx = e.tx.tx
 		s.deferred = append(s.deferred[:0], e.tx.deferred...)
 		s.hint = e.tx.hint

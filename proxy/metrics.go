@@ -16,6 +16,7 @@ type metrics struct {
 	poolWaitSeconds *prometheus.HistogramVec
 	backendErrors   *prometheus.CounterVec
 	fanouts         prometheus.Counter
+	txnReads        prometheus.Counter
 	cancels         prometheus.Counter
 	// txnByShard caches the per-shard counters (no label lookup per txn).
 	txnByShard []prometheus.Counter
@@ -42,11 +43,13 @@ func newMetrics(reg *prometheus.Registry, shards []string, poolStats func(i int)
 			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, unclean: returned not idle, closed)."}, []string{"shard", "kind"}),
 		fanouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fanouts_total", Help: "Statements run on every shard (DDL, merged reads)."}),
+		txnReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgshard_proxy_transaction_reads_total", Help: "Reads of shards other than (or as well as) the transaction's own, run in a client's transaction (key-less reads, reads of another shard)."}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
 	}
 	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.txns, m.refusals, m.poolWaits,
-		m.poolWaitSeconds, m.backendErrors, m.fanouts, m.cancels)
+		m.poolWaitSeconds, m.backendErrors, m.fanouts, m.txnReads, m.cancels)
 	for i, s := range shards {
 		m.txnByShard = append(m.txnByShard, m.txns.WithLabelValues(s))
 		i := i
