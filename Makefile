@@ -52,7 +52,7 @@ demo: deps build ## Bring up a 4-shard cluster with PgBouncer, migrate, show the
 	@scripts/demo.sh $(BIN) $(DEV_DIR) $(SHARDS)
 
 .PHONY: bench-proxy
-bench-proxy: build ## Point-SELECT benchmark, 16 clients: direct, PgBouncer, pgshard (direct, via PgBouncer, 2 shards) side by side, with ratios
+bench-proxy: build ## Point-SELECT benchmark, 16 clients: direct, PgBouncer, pgshard (direct, via PgBouncer, 2 shards) side by side, with ratios; then a fan-out (ORDER BY + LIMIT over 4 shards): merge throughput, proxy memory (BASE_BIN=other build compares it too)
 	@scripts/bench-proxy.sh $(BIN)
 
 .PHONY: up

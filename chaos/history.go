@@ -51,6 +51,9 @@ type HeaderWorkload struct {
 	Redelivery   float64 `json:"redelivery"`
 	RetryCap     int     `json:"retry_cap"`
 	Concurrency  int     `json:"concurrency"`
+	// PayloadBytes is the length of the padding every state carries
+	// ("x" repeated).
+	PayloadBytes int `json:"payload_bytes"`
 	// Mutant names the deliberately broken variant the run used, "" for
 	// the production store.
 	Mutant string `json:"mutant,omitempty"`
@@ -229,16 +232,21 @@ type opLine struct {
 	Timers   any      `json:"timers,omitempty"`
 	Spawns   []string `json:"spawns,omitempty"`
 	Trace    bool     `json:"trace,omitempty"`
-	Seq      int64    `json:"seq,omitempty"`
-	Origin   string   `json:"origin,omitempty"`
-	Target   string   `json:"target,omitempty"`
-	Path     string   `json:"path,omitempty"`
-	FireAt   *float64 `json:"fire_at,omitempty"`
-	Deleted  *bool    `json:"deleted,omitempty"`
-	Parent   string   `json:"parent,omitempty"`
-	Child    string   `json:"child,omitempty"`
-	N        *int     `json:"n,omitempty"`
-	Now      *float64 `json:"now,omitempty"`
+	// What a commit writes into the execution's state (verify compares
+	// the final row with its writer's).
+	Step    *int64              `json:"step,omitempty"`
+	Active  string              `json:"active,omitempty"`
+	Armed   *map[string]float64 `json:"armed,omitempty"`
+	Seq     int64               `json:"seq,omitempty"`
+	Origin  string              `json:"origin,omitempty"`
+	Target  string              `json:"target,omitempty"`
+	Path    string              `json:"path,omitempty"`
+	FireAt  *float64            `json:"fire_at,omitempty"`
+	Deleted *bool               `json:"deleted,omitempty"`
+	Parent  string              `json:"parent,omitempty"`
+	Child   string              `json:"child,omitempty"`
+	N       *int                `json:"n,omitempty"`
+	Now     *float64            `json:"now,omitempty"`
 }
 
 type emit struct {
@@ -355,6 +363,11 @@ func (w *History) line(op *loadgen.Op) *opLine {
 			l.Spawns = append(l.Spawns, s.ChildID)
 		}
 		l.Trace = c.Trace != ""
+		armed := c.Exe.State.Timers
+		if armed == nil {
+			armed = map[string]float64{}
+		}
+		l.Step, l.Active, l.Armed = ptr(c.Exe.State.Step), c.Exe.State.Active, &armed
 		l.Seq, l.Origin = op.Seq, op.Origin
 		if op.Path != "" {
 			l.Path, l.FireAt = op.Path, ptr(op.FireAt)

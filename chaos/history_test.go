@@ -101,7 +101,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 			if ok.Exp != 3 || ok.New != 4 || ok.Input != "r1-w0-1" || ok.Event != "r1-w0-1" || ok.Fast || !ok.Trace ||
 				len(ok.Emits) != 1 || ok.Emits[0] != (verify.Emit{Event: "r1-w0-1-e0", Target: "bb22"}) ||
 				len(ok.Timers) != 2 || ok.Timers[0].FireAt != fire || ok.Timers[0].Path != "t0" || !ok.Timers[1].Cancel ||
-				len(ok.Spawns) != 1 || ok.Spawns[0] != "cc33" {
+				len(ok.Spawns) != 1 || ok.Spawns[0] != "cc33" || ok.Step == nil || *ok.Step != 0 || ok.Armed == nil {
 				t.Errorf("commit %+v", ok)
 			}
 			if c := got.Ops[2]; c.Outcome != verify.OutcomeFail || !c.Conflict || c.Found == nil || *c.Found != 5 {

@@ -159,6 +159,20 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 	}
 
+	// Refuse what the cluster cannot do before anything is touched:
+	// check the plan against the env the run will build (its relays and
+	// proxy stand in as placeholders here).
+	will := &Env{Cluster: o.Cluster, Map: m, Relays: make([]*Relay, len(m.Shards))}
+	for i := range will.Relays {
+		will.Relays[i] = &Relay{}
+	}
+	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
+		will.Proxy, will.ProxyRelay = &ProxyProcess{}, &Relay{}
+	}
+	if err := Check(plan, will); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+
 	if err := resetStore(ctx, &Env{Map: m}); err != nil {
 		return nil, err
 	}
@@ -378,7 +392,7 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 		Workload: HeaderWorkload{Executions: w.Executions, DefinitionID: "chaos", TraceMax: effectiveTraceMax(w.TraceMax),
 			TimerDelayMs: time.Duration(w.TimerDelay).Milliseconds(), Fast: w.Fast, MaxEmits: w.MaxEmits,
 			Timer: w.Timers, Spawn: w.Spawns, Redelivery: w.Redelivery, RetryCap: w.RetryCap,
-			Concurrency: w.Concurrency, Mutant: mut},
+			Concurrency: w.Concurrency, PayloadBytes: w.PayloadBytes, Mutant: mut},
 		Map: HeaderMapOf(m),
 	}
 	names := shardNames(m)

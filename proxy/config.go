@@ -28,6 +28,7 @@ const (
 	DefaultPauseTimeout       = 2 * time.Minute
 	DefaultAdminDatabase      = "pgshard"
 	DefaultBouncerPoll        = time.Second
+	DefaultMergeGroupLimit    = 100000
 )
 
 // Config configures a Server. Map and Analyzer are required; zero values of
@@ -93,6 +94,11 @@ type Config struct {
 	// at start for the shards that are up (a mismatch fails New's caller
 	// via Verify), and on the first connection to a shard that was down.
 	VerifyIdentity bool
+	// MergeGroupLimit bounds the merged groups a fan-out read buffers to
+	// sort them (GROUP BY ordered by an aggregate, across shards); more
+	// fail the statement with 54000 instead of using memory without bound.
+	// Groups ordered by their GROUP BY columns stream and need no bound.
+	MergeGroupLimit int
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string
 	// Logger receives structured logs (nil = slog.Default()).
@@ -252,6 +258,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementCacheSize == 0 {
 		c.StatementCacheSize = DefaultStatementCacheSize
+	}
+	if c.MergeGroupLimit == 0 {
+		c.MergeGroupLimit = DefaultMergeGroupLimit
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

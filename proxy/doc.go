@@ -4,41 +4,91 @@
 // owns the first key it touches, through the shard's PgBouncer in
 // transaction mode or directly. DESIGN.md §4 is the contract.
 //
-//	client ──TCP──▶ Server (accept, cancel keys, MaxClients)
+//	client ──TCP──▶ Server (server.go: accept, cancel keys, MaxClients; config.go)
 //	                  │
 //	                  ▼
-//	               session ── startup: SSL/GSS refused ('N'), SCRAM-SHA-256
-//	                  │        or trust, ParameterStatus, BackendKeyData
+//	               session (session.go) ── startup: SSL/GSS refused ('N'),
+//	                  │        SCRAM-SHA-256 (scram.go) or trust, startup.go
 //	                  │
-//	                  │  Query ─────────────┐   Parse/Bind/Describe/Execute/
-//	                  │                     │   Close buffered (no copy) up
-//	                  ▼                     ▼   to Sync or Flush
-//	               planner ◀── route.Analyzer (pg_query grammar, cached per
-//	                  │          text; keys from SQL, Bind params, hints)
+//	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close
+//	                  │  (simple.go)      │   buffered up to Sync/Flush (extended.go)
+//	                  ▼                   ▼
+//	               planner (plan.go) ◀── route.Statement: route.Analyzer parses once
+//	                  │                    per text (pg_query), routes with Bind params
 //	                  │  txn engine: idle ─BEGIN▶ deferred ─key▶ bound(shard)
 //	                  │              deferred ─error▶ failed ─ROLLBACK▶ idle
-//	                  │  emits: bytes for one backend write (s.bw) and
-//	                  │  ordered items: local answers | backend responses
-//	                  │  to forward or swallow | errors replacing an abort
+//	                  │  emits: bytes for one backend write (s.bw) and ordered
+//	                  │  items: local answers | backend responses to forward or
+//	                  │  swallow | errors replacing an abort
 //	                  ▼
-//	    exchange ──one write──▶ shardPool[shard] ──▶ PgBouncer ──▶ Postgres
-//	       ▲       (backend conns keyed by startup settings,     (or direct)
-//	       │        held for one transaction only)
-//	       └──raw bytes, headers read, one write per round trip──▶ client
+//	    exchange (exchange.go) ──one write──▶ shardPool[shard] (pool.go) ──▶ PgBouncer ──▶ Postgres
+//	       ▲       (backend conns keyed by startup settings,         (or direct)
+//	       │        held for one transaction only; settings.go,
+//	       │        sessionset.go: client settings without leaks)
+//	       └──raw bytes, headers read, one write per round trip (wire.go, netio.go)──▶ client
 //
-//	    fan-out (DestAll, outside transactions): the statement goes to
-//	    every shard at once; rows are concatenated or k-way merged per
-//	    route.Merge (ORDER BY, LIMIT/OFFSET, count/sum/min/max), DDL
-//	    answers are checked on every shard.
+//	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
+//	    ── outside a transaction on pooled connections, inside one in the
+//	    transaction's backend and its readers (readers.go) ── and the answers
+//	    are merged as route.Merge says (merge.go: k-way merge of rows, merged
+//	    groups; values.go: Postgres's order and exact output of every value
+//	    the proxy computes); DDL answers are checked on every shard.
+//	    errors.go: the proxy's errors and the ErrorResponse codec;
+//	    backendquery.go: the proxy's own queries; metrics.go.
 //
+// # Reads of every shard (fan-out)
+//
+// A key-less read (or an IN list of keys on several shards) runs on every
+// shard and is merged into the answer one database would give — rows,
+// column names and types, text and binary values, command tag — or is
+// refused with SQLSTATE 0A000 and the reason; the analyzer decides which
+// shapes merge (see package route, "Fan-out merges"). Memory is bounded:
+// ordered rows are k-way merged holding one row per shard, groups are
+// merged as every shard sorts them holding one group; only a GROUP BY
+// ordered by something other than its keys buffers its merged groups, at
+// most Config.MergeGroupLimit (54000 beyond). The merge checks that the
+// shards' rows arrive in the order it merges them (a shard sorting text by
+// another collation stops the statement instead of answering wrongly), and
+// merges text by bytes only where the shards' collation is C/POSIX (checked
+// once per server and after DDL) or the statement says COLLATE "C".
+//
+// Values the proxy computes — merged sums, avg, the casts of merged
+// aggregates — are what Postgres computes for that result type: sum(int2/
+// int4) bigint, sum(int8) and avg of integers numeric (exact, avg with
+// numeric_div's scale), sum(real) accumulated in real, float4out/float8out
+// with the extra_float_digits in effect on the shards, range errors
+// (22003) as Postgres raises them. A float sum is exact when the addends'
+// sum does not depend on their order; otherwise, as on one database with
+// parallel aggregation, the last bits depend on the order of addition.
+//
+// Inside a transaction (explicit BEGIN, or the BEGIN a driver sends with
+// autocommit off) a transaction reads any shards and writes one. The
+// shard of the transaction's backend reads in its transaction (it sees
+// the transaction's writes); every other shard reads in a "reader", a
+// read-only backend transaction opened with the client's BEGIN, SET
+// LOCALs, savepoints and settings replayed, and held until the
+// transaction ends (a transaction that read N shards holds N backends,
+// each bounded by its pool's PoolSize). A keyed read of another shard
+// runs in that shard's reader too; the first write binds the transaction
+// to its shard (the backend that had only read becomes a reader); a
+// write for a second shard is refused (0A000). COMMIT commits the writing
+// shard and ends the readers; ROLLBACK ends all. A read that fails on one
+// shard fails the transaction on every shard, as on one database. Under
+// REPEATABLE READ or SERIALIZABLE a read of a second shard is refused: no
+// snapshot spans shards (every participant checks its isolation level in
+// the same write, once per transaction). Outside a transaction block the
+// fan-out is its pipeline's implicit transaction and must be alone in it.
+
 // # Transactions
 //
 // BEGIN, SET LOCAL and SAVEPOINT are answered by the proxy while no shard
 // is chosen (ReadyForQuery 'T') and replayed, pipelined in the same write,
 // on the shard the first routed statement picks. While a transaction runs
-// on a backend, the backend's ReadyForQuery status is authoritative. A
-// statement for another shard is refused with SQLSTATE 0A000 naming both
-// shards; the proxy then aborts the backend transaction at the same point
+// on a backend, the backend's ReadyForQuery status is authoritative. The
+// transaction keeps its start (BEGIN, SET LOCAL, savepoint commands) to
+// replay it on the other shards it reads (readers.go). A write for a second
+// shard (or any statement for another shard that is not a read) is refused
+// with SQLSTATE 0A000 naming both shards; the proxy then aborts the backend transaction at the same point
 // (a failing statement whose error it replaces), so a later COMMIT cannot
 // commit the earlier statements, and the client must roll back. A key-less,
 // table-less read-only statement (SELECT 1, SHOW, now()) in a deferred
@@ -78,7 +128,7 @@
 //
 // # Settings
 //
-// See params.go: a client's startup parameters and session SETs are kept
+// See settings.go and sessionset.go: a client's startup parameters and session SETs are kept
 // per session and applied on whichever backend runs its transaction
 // (startup parameters of the pooled connection, or transaction-local
 // set_config through PgBouncer); they never reach another client. Session

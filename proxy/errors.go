@@ -139,17 +139,50 @@ func appendPgError(dst []byte, pe *pgconn.PgError, severity string) []byte {
 	return out
 }
 
-// decodeErrorResponse decodes a raw ErrorResponse.
-func decodeErrorResponse(msg []byte) *pgproto3.ErrorResponse {
+// ---- ErrorResponse: the one codec ----
+//
+// Errors the proxy makes are Error values (appendError); errors from a
+// shard travel as their raw bytes and are decoded only to be changed:
+// decodeError reads the fields the engine looks at (errorField reads one
+// without allocating), appendErrorDetail and appendErrorSeverity re-encode
+// one with every field kept.
+
+// decodeError decodes a raw ErrorResponse into an Error that is sent as
+// the same bytes; nil if the message is malformed.
+func decodeError(raw []byte) *Error {
 	var e pgproto3.ErrorResponse
-	if err := e.Decode(body(msg)); err != nil {
-		return &pgproto3.ErrorResponse{Severity: "ERROR", Code: codeInternalError, Message: "undecodable error from a shard"}
+	if len(raw) < headerLen || e.Decode(body(raw)) != nil {
+		return nil
 	}
-	return &e
+	return &Error{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint, raw: raw}
 }
 
-// appendErrorResponse re-encodes a decoded ErrorResponse.
-func appendErrorResponse(dst []byte, e *pgproto3.ErrorResponse) []byte {
+// appendErrorDetail re-encodes a raw ErrorResponse with d added to its
+// Detail (on its own line), every other field unchanged.
+func appendErrorDetail(dst, raw []byte, d string) []byte {
+	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) {
+		if e.Detail != "" {
+			e.Detail += "\n" + d
+		} else {
+			e.Detail = d
+		}
+	})
+}
+
+// appendErrorSeverity re-encodes a raw ErrorResponse with another
+// severity (a backend's FATAL the client gets as ERROR).
+func appendErrorSeverity(dst, raw []byte, severity string) []byte {
+	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) {
+		e.Severity, e.SeverityUnlocalized = severity, severity
+	})
+}
+
+func reencodeError(dst, raw []byte, change func(*pgproto3.ErrorResponse)) []byte {
+	var e pgproto3.ErrorResponse
+	if len(raw) < headerLen || e.Decode(body(raw)) != nil {
+		return appendError(dst, newError(codeInternalError, "undecodable error from a shard"))
+	}
+	change(&e)
 	out, err := e.Encode(dst)
 	if err != nil {
 		return dst

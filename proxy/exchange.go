@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -20,9 +21,8 @@ func (s *session) serve(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.maybeSwitchGeneration()
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pinned {
+			if s.tx == txBound || s.pinned || s.hasReaders() {
 				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
 				_ = s.conn.SetReadDeadline(time.Time{})
@@ -30,7 +30,7 @@ func (s *session) serve(ctx context.Context) error {
 		}
 		typ, msg, err := s.rd.next()
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned) {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
 				return fatal(codeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
@@ -38,6 +38,9 @@ func (s *session) serve(ctx context.Context) error {
 		if s.skipUntilSync && typ != 'S' && typ != 'X' {
 			continue
 		}
+		// A reload's new generation applies from the first message of the
+		// next exchange on (reload.go).
+		s.maybeSwitchGeneration()
 		switch typ {
 		case 'P', 'B', 'D', 'E', 'C':
 			if len(s.grp) == 0 {
@@ -250,9 +253,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				case fatalErr:
 					// The backend is going away; the client's session is
 					// not: report the same error, as ERROR.
-					e := decodeErrorResponse(msg)
-					e.Severity, e.SeverityUnlocalized = "ERROR", "ERROR"
-					s.out = appendErrorResponse(s.out, e)
+					s.out = appendErrorSeverity(s.out, msg, "ERROR")
 				default:
 					s.out = append(s.out, msg...)
 				}
@@ -386,6 +387,8 @@ func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchang
 func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (exchangeResult, error) {
 	res.lost = true
 	s.dropBackend(false)
+	s.endReaders()
+	s.mainWrote, s.hintBound = false, false
 	s.pinned = false
 	s.wrapped = false
 	s.soft = false
@@ -528,6 +531,11 @@ func (s *session) apply(e *effect) {
 	case effStmtClear:
 		clear(s.stmts)
 	case effTx:
+		if s.hasReaders() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
+			// The transaction ended, failed, or its start changed (a SET
+			// LOCAL or savepoint command): the readers are no longer its.
+			s.endReaders()
+		}
 		s.tx = e.tx.tx
 		s.deferred = append(s.deferred[:0], e.tx.deferred...)
 		s.hint = e.tx.hint

@@ -48,14 +48,38 @@ func (s *session) runPipeline(ctx context.Context) error {
 			return p.protoErr
 		}
 		if p.fan != nil {
-			// A fan-out statement must be alone in its pipeline.
-			if !p.fanAccepts(m) {
+			if p.fanAccepts(m) {
+				continue
+			}
+			f := p.fan
+			if !f.inTxn || !f.executed {
+				// Outside a transaction block a fan-out is its pipeline's
+				// implicit transaction: it must be alone in it.
 				p.fan = nil
 				p.fail(&Error{Code: codeFeatureNotSupported,
-					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync)",
+					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync) outside a transaction block",
 					Hint:    "Send a Sync after it, or add a key."}, nil)
+				continue
 			}
-			continue
+			// Inside a transaction block the pipeline goes on after the
+			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
+			// now, the rest is planned afresh.
+			f.continues = true
+			if err := s.runFanout(p); err != nil {
+				return err
+			}
+			if f.failed {
+				// Postgres skips the rest of the pipeline up to its Sync.
+				if term == 'S' {
+					s.out = appendRFQ(s.out, s.status())
+				} else {
+					s.skipUntilSync = true
+				}
+				return nil
+			}
+			p = s.newPlanner(ctx)
+			p.pipeline = true
+			p.cur = i
 		}
 		if p.failed && m.typ != 'S' && m.typ != 'H' {
 			continue
@@ -89,7 +113,7 @@ func (p *planner) parse(raw []byte) {
 		p.protoErr = err
 		return
 	}
-	a, err := s.srv.an.analyze(s.pv.query)
+	a, err := s.srv.cfg.Analyzer.AnalyzeBytes(s.pv.query)
 	if err != nil {
 		p.fail(newError(codeSyntaxError, err.Error()), nil)
 		return
@@ -98,12 +122,12 @@ func (p *planner) parse(raw []byte) {
 	var eff *effect
 	if len(s.pv.name) == 0 {
 		vs = s.unnamed
-		if vs == nil || vs.a != a || !equalOids(vs.oids, s.pv.oids) {
+		if vs == nil || vs.st != a || !equalOids(vs.oids, s.pv.oids) {
 			vs = newVstmt("", a, s.pv.oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
-			a.st.Kind == route.KindOther && a.st.ParseError == "" && a.seenUnnamed()
+			a.Kind == route.KindOther && a.ParseError == "" && a.MarkUnnamed()
 	} else {
 		name := string(s.pv.name)
 		if p.lookup(s.pv.name) != nil {
@@ -114,7 +138,7 @@ func (p *planner) parse(raw []byte) {
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
 	}
-	if a.st.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
+	if a.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
 			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
@@ -129,7 +153,7 @@ func (p *planner) parse(raw []byte) {
 		if len(s.pv.name) == 0 {
 			s.bw = append(s.bw, raw...)
 		} else {
-			s.bw = appendParseMsg(s.bw, "", a.st.SQL, vs.oids)
+			s.bw = appendParseMsg(s.bw, "", a.SQL, vs.oids)
 		}
 		s.items = append(s.items, item{kind: itParse, eff: eff})
 		p.backendUnnamed = vs
@@ -183,7 +207,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		c.evicted = c.evicted[:0]
 		if cs == nil {
 			cs = c.add(vs.cacheKey)
-			s.bw = appendParseMsg(s.bw, cs.name, vs.a.st.SQL, vs.oids)
+			s.bw = appendParseMsg(s.bw, cs.name, vs.st.SQL, vs.oids)
 			s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
 		return cs.name, cs
@@ -193,7 +217,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		s.items[p.pendingParse] = item{kind: itParse}
 		s.bw = append(s.bw, p.pendingRaw...)
 	} else {
-		s.bw = appendParseMsg(s.bw, "", vs.a.st.SQL, vs.oids)
+		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	}
 	p.pendingParse = -1
@@ -217,7 +241,7 @@ func (p *planner) bind(raw []byte, idx int) {
 	if len(bv.portal) > 0 {
 		pi.name = string(bv.portal)
 	}
-	a := vs.a
+	a := vs.st
 	if p.isLocal(a) {
 		pi.local = true
 		s.portals = append(s.portals, pi)
@@ -226,11 +250,11 @@ func (p *planner) bind(raw []byte, idx int) {
 		s.addLocal(lo, nil)
 		return
 	}
-	if a.st.Kind == route.KindPrepare || a.st.Kind == route.KindExecute {
+	if a.Kind == route.KindPrepare || a.Kind == route.KindExecute {
 		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
-	d := s.srv.cfg.Analyzer.Route(a.st, bv.params, bv.formats, vs.oids)
+	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
 		p.fail(e, nil)
@@ -245,6 +269,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		return
 	}
 	p.recordSoft(a)
+	p.noteWrite(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
@@ -255,27 +280,56 @@ func (p *planner) bind(raw []byte, idx int) {
 	s.portals = append(s.portals, pi)
 }
 
-// recordSoft keeps SET LOCAL / SAVEPOINT of a soft transaction in the
-// deferred list, so that moving it replays them.
-func (p *planner) recordSoft(a *analyzed) {
-	if !p.soft {
-		return
-	}
-	switch a.st.Kind {
+// recordSoft keeps the SET LOCAL and savepoint commands a transaction
+// sends to its backend in the deferred list (the transaction's start, as
+// replayed when a soft transaction moves, or when a read of every shard
+// opens a reader on another shard), and ends a soft binding at the first
+// statement that is not a table-less read. COMMIT / ROLLBACK sent to the
+// backend end the list (AND CHAIN keeps the BEGIN).
+func (p *planner) recordSoft(a *route.Statement) {
+	inTxn := p.tx == txBound || p.explicit
+	switch a.Kind {
 	case route.KindSetLocal, route.KindSavepoint:
-		d := deferredStmt{sql: a.st.SQL, setLocal: a.st.Kind == route.KindSetLocal, setTxn: a.st.SetName == "transaction"}
-		if a.st.Kind == route.KindSavepoint && a.savepointVerb() == "SAVEPOINT" {
-			d.savepoint = a.savepointName()
+		if !inTxn {
+			return
+		}
+		d := deferredStmt{sql: a.SQL, setLocal: a.Kind == route.KindSetLocal, setTxn: a.SetName == "transaction", strict: isStrict(a.Isolation)}
+		if a.Kind == route.KindSavepoint && a.SavepointVerb == "SAVEPOINT" {
+			d.savepoint = a.SavepointName
 		}
 		p.addDeferred(d)
 		lo := len(p.s.lbuf)
 		p.s.addLocal(lo, p.txEffectKeep())
+		return
+	case route.KindCommit, route.KindRollback:
+		if inTxn && len(p.deferred) > 0 {
+			keep := p.deferred[:0:0]
+			if a.Chain {
+				keep = []deferredStmt{p.deferred[0]}
+			}
+			p.setDeferred(keep)
+			lo := len(p.s.lbuf)
+			p.s.addLocal(lo, p.txEffectKeep())
+		}
+	}
+	if !p.soft {
+		return
+	}
+	switch a.Kind {
 	case route.KindOther, route.KindShow:
-		if !a.st.ReadOnly {
+		if !a.ReadOnly {
 			p.soft = false
 		}
 	default:
 		p.soft = false
+	}
+}
+
+// noteWrite records that the transaction's backend ran a statement that
+// may write: from then on the transaction writes only there.
+func (p *planner) noteWrite(a *route.Statement) {
+	if (p.tx == txBound || p.explicit) && !a.ReadOnly && (a.Kind == route.KindOther || a.Kind == route.KindDDL) {
+		p.s.mainWrote = true
 	}
 }
 
@@ -300,7 +354,7 @@ func (p *planner) describe(raw []byte, idx int) {
 			p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.isLocal(vs.a) || vs.a.st.Kind == route.KindPrepare || vs.a.st.Kind == route.KindExecute {
+		if p.isLocal(vs.st) || vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute {
 			lo := len(s.lbuf)
 			s.lbuf = appendParamDesc(s.lbuf, vs)
 			s.lbuf = appendEmpty(s.lbuf, 'n')
@@ -322,7 +376,7 @@ func (p *planner) describe(raw []byte, idx int) {
 					p.soft = true
 				}
 			}
-			if e := p.ensureBackend(shard, vs.a); e != nil {
+			if e := p.ensureBackend(shard, vs.st); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -354,7 +408,7 @@ func (p *planner) describe(raw []byte, idx int) {
 // answers itself (utility statements take no parameters).
 func appendParamDesc(dst []byte, vs *vstmt) []byte {
 	dst, sp := beginMsg(dst, 't')
-	n := max(len(vs.oids), vs.a.st.NumParams)
+	n := max(len(vs.oids), vs.st.NumParams)
 	dst = appendU16(dst, uint16(n))
 	for i := 0; i < n; i++ {
 		var o uint32
@@ -383,14 +437,14 @@ func (p *planner) lookahead(idx int) int {
 			if pv.decode(m.raw) != nil {
 				return -1
 			}
-			a, err := s.srv.an.analyze(pv.query)
+			a, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.query)
 			if err != nil {
 				return -1
 			}
 			if parsed == nil {
 				parsed = map[string]*vstmt{}
 			}
-			parsed[string(pv.name)] = &vstmt{a: a, oids: slices.Clone(pv.oids)}
+			parsed[string(pv.name)] = &vstmt{st: a, oids: slices.Clone(pv.oids)}
 			continue
 		case 'B':
 		default:
@@ -403,10 +457,10 @@ func (p *planner) lookahead(idx int) int {
 		if vs == nil {
 			vs = p.lookup(bv.stmt)
 		}
-		if vs == nil || p.isLocal(vs.a) {
+		if vs == nil || p.isLocal(vs.st) {
 			return -1
 		}
-		d := s.srv.cfg.Analyzer.Route(vs.a.st, bv.params, bv.formats, vs.oids)
+		d := s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)
 		if d.Kind != route.DestShard {
 			return -1
 		}
@@ -428,7 +482,7 @@ func (p *planner) execute(raw []byte) {
 	pi := p.portal(portal)
 	switch {
 	case pi != nil && pi.local:
-		p.answer(p.localAction(pi.vs.a))
+		p.answer(p.localAction(pi.vs.st))
 	case pi != nil || p.held:
 		if e := p.ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
@@ -614,16 +668,18 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.tx = txBound
 		s.bstatus = st
 		s.soft = p.soft
-		if !p.soft {
-			s.deferred = s.deferred[:0]
-		}
 		s.hint = -1
+		if st == 'E' {
+			s.endReaders() // the transaction failed: nothing more to read
+		}
 	default:
 		s.tx = txIdle
 		s.bstatus = 0
 		s.deferred = s.deferred[:0]
 		s.hint = -1
 		s.soft = false
+		s.mainWrote, s.hintBound = false, false
 		s.dropBackend(true)
+		s.endReaders()
 	}
 }

@@ -9,15 +9,28 @@ import (
 )
 
 // Fan-out: a statement the analyzer sends to every shard (DestAll) — DDL,
-// or a key-less read merged per route.Merge — runs outside a transaction
-// only, on every shard at once (one write per shard, then the results are
-// read shard by shard, or merged row by row: no goroutines, no buffering
-// beyond one row per shard).
+// or a key-less read merged per route.Merge (merge.go) — runs on every
+// shard at once: one write per shard, then the answers are read shard by
+// shard (DDL) or merged row by row (reads): no goroutines, no buffering
+// beyond one row per shard.
+//
+//	outside a transaction: every shard's connection is taken from its pool
+//	  for the statement (wrapped in BEGIN/COMMIT when the client's settings
+//	  need a preamble) and returned after it;
+//	inside one (explicit BEGIN, or a driver's autocommit off): the shard of
+//	  the transaction's backend runs the read there; every other shard runs
+//	  it in a read-only backend transaction of its own (a "reader"), opened
+//	  with the client's BEGIN, SET LOCALs and settings replayed and kept
+//	  until the transaction ends. A read under REPEATABLE READ or
+//	  SERIALIZABLE is refused (no snapshot spans shards): each participant
+//	  checks its isolation in the same write, once per transaction. A
+//	  transaction that read N shards holds N backends (PoolSize bounds
+//	  them per shard).
 
 // fanPlan is a fan-out statement of a pipeline or simple query.
 type fanPlan struct {
 	simple bool
-	a      *analyzed
+	st     *route.Statement
 	dest   route.Dest
 	// query is the raw Query message (simple protocol).
 	query string
@@ -28,14 +41,25 @@ type fanPlan struct {
 	portal   string
 	describe bool
 	executed bool
+	// inTxn: the read joins the client's transaction.
+	inTxn bool
+	// only, when set, is the one shard (+1) that reads: a keyed read of
+	// another shard than the transaction's backend's, in its reader.
+	only int
+	// continues: more of the pipeline follows (no ReadyForQuery yet);
+	// failed reports that the read failed the transaction.
+	continues, failed bool
 }
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
 // Describe, Execute and Sync.
-func (p *planner) startFan(a *analyzed, d route.Dest, vs *vstmt, idx int) {
+func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
 	s := p.s
-	p.fan = &fanPlan{a: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal)}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly}
 }
+
+// singleMerge is the merge of a read on one shard: its rows as they are.
+var singleMerge = &route.Merge{Width: -1, Limit: -1, Offset: -1}
 
 // fanAccepts reports whether m may follow a fan-out Bind.
 func (p *planner) fanAccepts(m cmsg) bool {
@@ -61,23 +85,53 @@ func (p *planner) fanAccepts(m cmsg) bool {
 	return false
 }
 
+// partRole is how a fan-out participant's connection is held.
+type partRole uint8
+
+const (
+	partOwn       partRole = iota // taken from the pool for this statement
+	partMain                      // the client transaction's backend (s.bc)
+	partReader                    // a reader the transaction already holds
+	partNewReader                 // a reader opened by this statement
+)
+
+// leadKind is a simple query a participant runs before the statement.
+type leadKind uint8
+
+const (
+	leadSetup leadKind = iota // BEGIN and the preamble, or a reader's replay
+	leadCheck                 // the isolation check
+)
+
+// isoCheckSQL fails (22P02) unless the transaction reads committed data
+// statement by statement: a multi-shard read has no snapshot across shards.
+const isoCheckSQL = "SELECT CASE WHEN pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN NULL ELSE pg_catalog.current_setting('transaction_isolation')::pg_catalog.int4 END /* pgshard: a read of every shard needs READ COMMITTED */"
+
 // fanStream reads one shard's answer to a fan-out.
 type fanStream struct {
-	shard   int
-	bc      *bconn
-	rowDesc []byte // copy of the RowDescription
-	row     []byte // current DataRow, valid until the next read
-	tag     []byte // CommandComplete tag (copy)
-	errRaw  []byte // the shard's error (copy)
+	shard int
+	bc    *bconn
+	role  partRole
+	// lead are the simple queries ahead of the statement, in order.
+	lead    []leadKind
+	leadErr int // the lead query that failed +1, 0 if none
+	rowDesc []byte
+	row     []byte   // current DataRow, valid until the next read
+	cols    [][]byte // row, split
+	tag     []byte   // CommandComplete tag (copy)
+	errRaw  []byte   // the shard's first error (copy)
 	notices [][]byte
+	// status is the statement's ReadyForQuery status.
+	status byte
 	// rfqLeft is how many ReadyForQuery messages are still to come.
 	rfqLeft  int
 	rowsDone bool
 	lost     error
-	// skipReplies counts leading queries whose answers are the proxy's own
-	// (the preamble's BEGIN).
-	skipReplies int
 }
+
+// failed reports whether the shard's answer is an error or its connection
+// was lost.
+func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
 
 // nextRow advances to the shard's next DataRow; false at the end of rows.
 func (f *fanStream) nextRow() bool {
@@ -87,42 +141,43 @@ func (f *fanStream) nextRow() bool {
 	for {
 		typ, msg, err := f.bc.rd.next()
 		if err != nil {
-			f.lost = err
-			f.bc.broken = true
-			f.rowsDone = true
-			f.rfqLeft = 0
+			f.loseConn(err)
 			return false
+		}
+		if len(f.lead) > 0 {
+			switch typ {
+			case 'Z':
+				f.rfqLeft--
+				f.lead = f.lead[1:]
+			case 'E':
+				if f.errRaw == nil {
+					f.errRaw = append([]byte(nil), msg...)
+					f.leadErr = int(f.lead[0]) + 1
+				}
+				if errorField(msg, 'S') == "FATAL" {
+					f.bc.broken = true
+				}
+			}
+			continue
 		}
 		switch typ {
 		case 'Z':
 			f.rfqLeft--
-			if f.skipReplies > 0 {
-				f.skipReplies--
-				continue
-			}
+			f.status = readyStatus(msg)
 			f.rowsDone = true
 			return false
 		case 'D':
-			if f.skipReplies > 0 {
-				continue
-			}
 			f.row = msg
+			var e error
+			if f.cols, e = dataRowCols(f.cols[:0], msg); e != nil {
+				f.loseConn(e)
+				return false
+			}
 			return true
 		case 'T':
-			if f.skipReplies == 0 {
-				f.rowDesc = append([]byte(nil), msg...)
-			}
+			f.rowDesc = append([]byte(nil), msg...)
 		case 'C':
-			if f.skipReplies == 0 {
-				f.tag = append([]byte(nil), commandTag(msg)...)
-				f.rowsDone = true
-				return false
-			}
-		case 'I':
-			if f.skipReplies == 0 {
-				f.rowsDone = true
-				return false
-			}
+			f.tag = append([]byte(nil), commandTag(msg)...)
 		case 'E':
 			if f.errRaw == nil {
 				f.errRaw = append([]byte(nil), msg...)
@@ -130,16 +185,10 @@ func (f *fanStream) nextRow() bool {
 			if errorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
 			}
-			if f.skipReplies == 0 {
-				f.rowsDone = true
-				return false
-			}
 		case 'N':
-			if f.skipReplies == 0 {
-				f.notices = append(f.notices, append([]byte(nil), msg...))
-			}
+			f.notices = append(f.notices, append([]byte(nil), msg...))
 		case 'G', 'H', 'W':
-			// COPY cannot fan out; the analyzer should refuse it.
+			// COPY cannot fan out; the analyzer refuses it.
 			f.errRaw = appendError(nil, newError(codeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
 			f.bc.broken = true
 			f.rowsDone = true
@@ -149,26 +198,27 @@ func (f *fanStream) nextRow() bool {
 	}
 }
 
+func (f *fanStream) loseConn(err error) {
+	f.lost = err
+	f.bc.broken = true
+	f.rowsDone = true
+	f.rfqLeft = 0
+}
+
 // drain reads the rest of the shard's answer up to its last ReadyForQuery.
 func (f *fanStream) drain() {
+	for f.nextRow() {
+	}
 	for f.rfqLeft > 0 && f.lost == nil {
 		typ, msg, err := f.bc.rd.next()
 		if err != nil {
-			f.lost = err
-			f.bc.broken = true
+			f.loseConn(err)
 			return
 		}
 		switch typ {
 		case 'Z':
 			f.rfqLeft--
-		case 'C':
-			if f.tag == nil && f.skipReplies == 0 {
-				f.tag = append([]byte(nil), commandTag(msg)...)
-			}
 		case 'E':
-			if f.errRaw == nil {
-				f.errRaw = append([]byte(nil), msg...)
-			}
 			if errorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
 			}
@@ -176,107 +226,214 @@ func (f *fanStream) drain() {
 	}
 }
 
+// params returns the client's Bind parameters of an extended fan-out.
+func (f *fanPlan) params() ([][]byte, []int16, []uint32) {
+	if f.simple {
+		return nil, nil, nil
+	}
+	var bv bindView
+	if bv.decode(f.bind) != nil {
+		return nil, nil, nil
+	}
+	return bv.params, bv.formats, f.vs.oids
+}
+
 // runFanout executes p.fan on every shard and answers the client.
 func (s *session) runFanout(p *planner) error {
 	f := p.fan
 	srv := s.srv
 	srv.metrics.fanouts.Inc()
-	// Answers planned before the fan-out statement (ParseComplete, ...).
+	if f.inTxn {
+		srv.metrics.txnReads.Inc()
+	}
+	// Answers planned before the fan-out statement (ParseComplete, BEGIN, ...).
 	for i := range s.items {
 		it := &s.items[i]
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 		s.apply(it.eff)
 	}
 	merge := f.dest.Merge
-	streams := make([]*fanStream, len(srv.pools))
-	defer func() {
-		for _, st := range streams {
-			if st == nil {
-				continue
-			}
-			st.drain()
-			if st.lost != nil || st.bc.broken {
-				st.bc.pool.discard(st.bc)
-			} else {
-				st.bc.pool.release(st.bc)
-			}
+	if f.only > 0 {
+		merge = singleMerge
+	}
+	bytewise := merge != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
+	streams, e := s.fanParts(p, f)
+	if e != nil {
+		return s.fanFail(e, f)
+	}
+	s.setFanning(streams)
+	defer s.setFanning(nil)
+	var bv bindView
+	if !f.simple {
+		if err := bv.decode(f.bind); err != nil {
+			return err
 		}
-	}()
-	// Connect to every shard, in shard order (two fan-outs never wait for
-	// each other's connections in a cycle).
-	for i, pool := range srv.pools {
-		key, pre := s.cur.split(pool.viaPooler)
-		bc, err := pool.acquire(p.ctx, key)
+	}
+	var formats []int16
+	if merge != nil {
+		formats = shardFormats(merge, bv.resultFmts)
+	}
+	for _, st := range streams {
+		buf, err := s.fanRequest(st, f, &bv, formats)
 		if err != nil {
-			e := asError(err, newError(codeCannotConnect, err.Error()))
-			if be, ok := err.(*backendPgError); ok {
-				e = pgErrorToError(be.pe, "ERROR")
-			}
-			e2 := *e
-			e2.Message = fmt.Sprintf("cannot run the statement on every shard: %s", e.Message)
-			return s.fanFail(&e2, f)
+			st.loseConn(err)
+			continue
 		}
-		st := &fanStream{shard: i, bc: bc}
-		streams[i] = st
-		var buf []byte
-		wrap := len(pre.kv) > 0 && !f.a.noTxnBlock
-		if wrap {
-			buf = appendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
-			st.rfqLeft++
-			st.skipReplies = 1
-		}
-		sql := f.a.st.SQL
-		if merge != nil && merge.SQL != "" {
-			sql = merge.SQL
-		}
-		if f.simple {
-			if merge != nil && merge.SQL != "" {
-				buf = appendQuery(buf, merge.SQL)
-			} else {
-				buf = append(buf, f.query...)
-			}
-		} else {
-			var bv bindView
-			if err := bv.decode(f.bind); err != nil {
-				return err
-			}
-			buf = appendParseMsg(buf, "", sql, f.vs.oids)
-			buf = appendBindAs(buf, f.bind, &bv, "")
-			buf = appendDescribe(buf, 'P', string(bv.portal))
-			buf = appendExecute(buf, string(bv.portal), 0)
-			buf = appendEmpty(buf, 'S')
-		}
-		st.rfqLeft++
-		if wrap {
-			buf = appendQuery(buf, "COMMIT")
-			st.rfqLeft++
-		}
-		if err := bc.write(buf); err != nil {
-			st.lost = err
-			st.rfqLeft = 0
+		if err := st.bc.write(buf); err != nil {
+			st.loseConn(err)
 		}
 	}
 	if !f.simple {
 		s.out = appendEmpty(s.out, '2') // BindComplete
 	}
+	var runErr error
 	if merge == nil {
-		return s.fanCollect(streams, f)
+		s.fanCollect(streams, f)
+	} else {
+		runErr = s.fanMerge(streams, f, merge, &bv, bytewise)
 	}
-	return s.fanMerge(streams, f, merge)
+	s.fanEnd(streams, f)
+	return runErr
+}
+
+// fanParts gives every shard's participant, in shard order (two fan-outs
+// never wait for each other's connections in a cycle).
+func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *Error) {
+	srv := s.srv
+	streams := make([]*fanStream, 0, len(srv.pools))
+	fail := func(e *Error) ([]*fanStream, *Error) {
+		for _, st := range streams {
+			if st.role == partOwn || st.role == partNewReader {
+				st.bc.pool.release(st.bc) // nothing was sent on it
+			}
+		}
+		return nil, e
+	}
+	for i, pool := range srv.pools {
+		if f.only > 0 && i != f.only-1 {
+			continue
+		}
+		st := &fanStream{shard: i}
+		switch {
+		case f.inTxn && s.bc != nil && s.shard == i:
+			st.bc, st.role = s.bc, partMain
+		case f.inTxn && s.reader(i) != nil:
+			st.bc, st.role = s.reader(i), partReader
+		default:
+			key, _ := s.cur.split(pool.viaPooler)
+			bc, err := pool.acquire(p.ctx, key)
+			if err != nil {
+				e := asError(err, newError(codeCannotConnect, err.Error()))
+				if be, ok := err.(*backendPgError); ok {
+					e = pgErrorToError(be.pe, "ERROR")
+				}
+				e2 := *e
+				e2.Message = fmt.Sprintf("cannot run the statement on every shard: %s", e.Message)
+				e2.raw = nil
+				return fail(&e2)
+			}
+			st.bc, st.role = bc, partOwn
+			if f.inTxn {
+				st.role = partNewReader
+			}
+		}
+		streams = append(streams, st)
+	}
+	return streams, nil
+}
+
+// fanRequest is what one participant is sent.
+func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []int16) ([]byte, error) {
+	var buf []byte
+	_, pre := s.cur.split(st.bc.pool.viaPooler)
+	wrap := false
+	switch st.role {
+	case partOwn:
+		if len(pre.kv) > 0 && !f.st.NoTxnBlock {
+			buf = appendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
+			st.lead = append(st.lead, leadSetup)
+			wrap = true
+		}
+	case partNewReader:
+		buf = appendQuery(buf, replaySQL(s.deferred, pre))
+		st.lead = append(st.lead, leadSetup)
+	}
+	if f.inTxn && !st.bc.txnChecked {
+		buf = appendQuery(buf, isoCheckSQL)
+		st.lead = append(st.lead, leadCheck)
+	}
+	merge := f.dest.Merge
+	if f.only > 0 {
+		merge = singleMerge
+	}
+	switch {
+	case merge == nil && f.simple:
+		buf = append(buf, f.query...) // DDL: the client's query string
+	case f.simple:
+		sql := f.st.SQL
+		if merge.SQL != "" {
+			sql = merge.SQL
+		}
+		buf = appendParseMsg(buf, "", sql, nil)
+		buf = appendBindNoParams(buf, formats)
+		buf = appendDescribe(buf, 'P', "")
+		buf = appendExecute(buf, "", 0)
+		buf = appendEmpty(buf, 'S')
+	default:
+		sql := f.st.SQL
+		if merge != nil && merge.SQL != "" {
+			sql = merge.SQL
+		}
+		buf = appendParseMsg(buf, "", sql, f.vs.oids)
+		if merge != nil {
+			buf = appendBindFormats(buf, f.bind, bv, formats)
+		} else {
+			buf = appendBindAs(buf, f.bind, bv, "")
+		}
+		buf = appendDescribe(buf, 'P', "")
+		buf = appendExecute(buf, "", 0)
+		buf = appendEmpty(buf, 'S')
+	}
+	st.rfqLeft = len(st.lead) + 1
+	if wrap {
+		buf = appendQuery(buf, "COMMIT")
+		st.rfqLeft++
+	}
+	return buf, nil
 }
 
 // fanFail answers the client with an error after a failed fan-out start.
 func (s *session) fanFail(e *Error, f *fanPlan) error {
 	s.srv.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
 	s.out = appendError(s.out, e)
-	s.out = appendRFQ(s.out, 'I')
+	if f.inTxn {
+		s.failTxn(nil)
+	}
+	f.failed = true
+	if !f.continues {
+		s.out = appendRFQ(s.out, s.status())
+	}
 	return nil
 }
 
-// fanResultError picks the error to report: the first shard's error in
-// map order, with the shard named in its Detail and where the statement
-// did succeed (DDL is not atomic across shards).
+// fanResultError picks the error to report: an isolation refusal, or the
+// first shard's error in map order, with the shard named in its Detail and
+// where the statement did succeed (DDL is not atomic across shards).
 func (s *session) fanResultError(streams []*fanStream) []byte {
+	for _, st := range streams {
+		if st.leadErr == int(leadCheck)+1 {
+			iso := "REPEATABLE READ or SERIALIZABLE"
+			if e := decodeError(st.errRaw); e != nil {
+				if i := strings.IndexByte(e.Message, '"'); i >= 0 {
+					if j := strings.LastIndexByte(e.Message, '"'); j > i {
+						iso = strings.ToUpper(e.Message[i+1 : j])
+					}
+				}
+			}
+			s.srv.metrics.refusals.WithLabelValues("isolation").Inc()
+			return appendError(nil, isolationRefusal(iso, "a read of more than one shard"))
+		}
+	}
 	var failed, ok []string
 	var first []byte
 	firstShard := ""
@@ -301,24 +458,27 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 	if first == nil {
 		return nil
 	}
-	e := decodeErrorResponse(first)
 	d := fmt.Sprintf("pgshard ran the statement on every shard: it failed on %s", strings.Join(failed, ", "))
 	if len(ok) > 0 {
 		d += fmt.Sprintf(" and succeeded on %s", strings.Join(ok, ", "))
 	}
 	d += fmt.Sprintf("; this error is shard %q's.", firstShard)
-	if e.Detail != "" {
-		e.Detail += "\n" + d
-	} else {
-		e.Detail = d
-	}
-	return appendErrorResponse(nil, e)
+	return appendErrorDetail(nil, first, d)
 }
 
-// fanCollect answers a fan-out without a merge plan (DDL, or writes the
-// analyzer sends everywhere): every shard's answer is read; on success the
-// first shard's answer stands for all, with row counts summed.
-func (s *session) fanCollect(streams []*fanStream, f *fanPlan) error {
+// isolationRefusal is the error for a transaction that would touch
+// several shards under an isolation level that needs one snapshot.
+func isolationRefusal(iso, what string) *Error {
+	return &Error{Code: codeFeatureNotSupported,
+		Message: fmt.Sprintf("%s cannot run in a %s transaction: no snapshot spans shards, so the shards' answers would not be one consistent snapshot", what, iso),
+		Detail:  "pgshard runs each shard's part of a transaction in a backend transaction of its own.",
+		Hint:    "Use READ COMMITTED for transactions that read several shards, or keep the transaction on one shard (a key, or /* pgshard:shard=NAME */)."}
+}
+
+// fanCollect answers a fan-out without a merge plan (DDL): every shard's
+// answer is read; on success the first shard's answer stands for all,
+// with row counts summed.
+func (s *session) fanCollect(streams []*fanStream, f *fanPlan) {
 	var total int64
 	var tag []byte
 	countable := true
@@ -353,13 +513,10 @@ func (s *session) fanCollect(streams []*fanStream, f *fanPlan) error {
 	}
 	if e := s.fanResultError(streams); e != nil {
 		s.out = append(s.out, e...)
-		s.out = appendRFQ(s.out, 'I')
-		return nil
+		return
 	}
-	if len(streams) > 0 {
-		for _, n := range streams[0].notices {
-			s.out = append(s.out, n...)
-		}
+	for _, n := range streams[0].notices {
+		s.out = append(s.out, n...)
 	}
 	if tag != nil {
 		if countable {
@@ -369,8 +526,6 @@ func (s *session) fanCollect(streams []*fanStream, f *fanPlan) error {
 	} else {
 		s.out = appendEmpty(s.out, 'I')
 	}
-	s.out = appendRFQ(s.out, 'I')
-	return nil
 }
 
 // tagCount returns the row count at the end of a command tag.
@@ -391,135 +546,153 @@ func replaceTagCount(tag []byte, n int64) []byte {
 	return append(append([]byte(nil), tag[:i+1]...), strconv.FormatInt(n, 10)...)
 }
 
-// fanMerge answers a merged fan-out read.
-func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge) error {
-	// Prime every stream: its first row (and its RowDescription).
+// fanMerge answers a merged fan-out read. It returns an error only when
+// the client connection failed.
+func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *bindView, bytewise bool) error {
 	live := make([]bool, len(streams))
 	for i, st := range streams {
 		if st.lost == nil {
 			live[i] = st.nextRow()
 		}
 	}
-	if e := s.fanErrorsSoFar(streams); e != nil {
-		s.out = append(s.out, e...)
-		s.out = appendRFQ(s.out, 'I')
+	if s.fanErrorsSoFar(streams) {
 		return nil
 	}
-	rd := streams[0].rowDesc
-	cols, err := parseRowDesc(rd)
-	if err != nil {
-		return err
-	}
-	if f.simple {
-		if rd != nil {
-			s.out = append(s.out, rd...)
-		}
-	} else if f.describe {
-		if rd != nil {
-			s.out = append(s.out, rd...)
-		} else {
-			s.out = appendEmpty(s.out, 'n')
+	var rd []byte
+	for _, st := range streams {
+		if st.rowDesc != nil {
+			rd = st.rowDesc
+			break
 		}
 	}
-	var emitted int64
-	var mergeErr *Error
-	switch {
-	case len(m.Aggregates) > 0:
-		var rows [][][]byte
-		for i, st := range streams {
-			if live[i] {
-				rows = append(rows, splitDataRow(st.row))
-				for st.nextRow() {
-					// an aggregate returns one row per shard; more is a bug
-					mergeErr = newError(codeInternalError, "pgshard expected one row per shard for a merged aggregate")
-				}
-			}
-		}
-		if mergeErr == nil && len(rows) > 0 {
-			row, e := combineAggregates(rows, m.Aggregates, cols)
-			if e != nil {
-				mergeErr = e
-			} else if m.Offset <= 0 && m.Limit != 0 {
-				s.out = appendDataRow(s.out, row)
-				emitted = 1
-			}
-		}
-	default:
-		skip := m.Offset
-		limit := m.Limit
-		for limit != 0 {
-			// pick the next row: concatenation takes shards in order.
-			best := -1
-			for i := range streams {
-				if !live[i] {
-					continue
-				}
-				if best < 0 {
-					best = i
-					if len(m.OrderBy) == 0 {
-						break
-					}
-					continue
-				}
-				c, e := compareRows(streams[i].row, streams[best].row, m.OrderBy, cols)
-				if e != nil {
-					mergeErr = e
-					break
-				}
-				if c < 0 {
-					best = i
-				}
-			}
-			if mergeErr != nil || best < 0 {
-				break
-			}
-			if skip > 0 {
-				skip--
-			} else {
-				s.out = append(s.out, streams[best].row...)
-				emitted++
-				if limit > 0 {
-					limit--
-				}
-				if len(s.out) > 64*1024 {
-					if err := s.flush(); err != nil {
-						return err
-					}
-				}
-			}
-			live[best] = streams[best].nextRow()
-		}
+	r := &mergeRun{s: s, m: m, streams: streams, live: live, rawDesc: rd, client: bv.resultFmts,
+		describe: f.simple || f.describe, bytewise: bytewise, limit: s.srv.cfg.MergeGroupLimit}
+	if !f.simple {
+		r.params, r.formats, r.oids = bv.params, bv.formats, f.vs.oids
+	}
+	lo := len(s.out)
+	e := r.run()
+	if e == errStop {
+		return r.ioErr
 	}
 	for _, st := range streams {
 		st.drain()
 	}
-	if e := s.fanResultError(streams); e != nil {
-		s.out = append(s.out, e...)
-		s.out = appendRFQ(s.out, 'I')
+	if err := s.fanResultError(streams); err != nil {
+		s.out = append(s.out[:lo], err...)
 		return nil
 	}
-	if mergeErr != nil {
-		s.out = appendError(s.out, mergeErr)
-		s.out = appendRFQ(s.out, 'I')
+	if e != nil {
+		s.out = appendError(s.out[:lo], e)
+		for _, st := range streams {
+			st.errRaw = appendError(nil, e) // the transaction fails as on a shard's error
+		}
 		return nil
 	}
 	for _, n := range streams[0].notices {
 		s.out = append(s.out, n...)
 	}
-	s.out = appendCommandComplete(s.out, "SELECT "+strconv.FormatInt(emitted, 10))
-	s.out = appendRFQ(s.out, 'I')
+	if f.only > 0 && streams[0].tag != nil {
+		s.out = appendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
+		return nil
+	}
+	s.out = appendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.emitted, 10))
 	return nil
 }
 
-// fanErrorsSoFar reports an error once any shard failed before its rows.
-func (s *session) fanErrorsSoFar(streams []*fanStream) []byte {
+// fanErrorsSoFar writes the error once any shard failed before its rows.
+func (s *session) fanErrorsSoFar(streams []*fanStream) bool {
 	for _, st := range streams {
-		if st.errRaw != nil || st.lost != nil {
+		if st.failed() {
 			for _, x := range streams {
 				x.drain()
 			}
-			return s.fanResultError(streams)
+			s.out = append(s.out, s.fanResultError(streams)...)
+			return true
 		}
 	}
-	return nil
+	return false
+}
+
+// fanEnd returns or keeps every participant's connection and answers the
+// client's ReadyForQuery. Outside a transaction the connections go back to
+// their pools. Inside one, new readers join the transaction and the
+// transaction backend's status is taken; after an error the client's
+// transaction is failed on every participant, as on one database.
+func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
+	failed := false
+	for _, st := range streams {
+		st.drain()
+		failed = failed || st.failed()
+	}
+	f.failed = failed
+	if !f.inTxn {
+		for _, st := range streams {
+			if st.lost != nil || st.bc.broken {
+				st.bc.pool.discard(st.bc)
+			} else {
+				st.bc.pool.release(st.bc)
+			}
+		}
+		s.out = appendRFQ(s.out, 'I')
+		return
+	}
+	if !f.continues {
+		defer func() { s.out = appendRFQ(s.out, s.status()) }()
+	}
+	if !failed {
+		for _, st := range streams {
+			st.bc.txnChecked = true
+			switch st.role {
+			case partMain:
+				s.bstatus = st.status
+				s.soft = false // it read a table
+			case partNewReader:
+				s.addReader(st.shard, st.bc)
+			}
+		}
+		return
+	}
+	var main *fanStream
+	for _, st := range streams {
+		switch st.role {
+		case partMain:
+			main = st
+		case partNewReader:
+			s.addReader(st.shard, st.bc) // ended with the others below
+		}
+	}
+	s.failTxn(main)
+}
+
+// failTxn fails the client's transaction after a fan-out read failed:
+// readers are ended; the transaction backend is aborted at this point (a
+// failing statement) unless its own answer already was the error; without
+// one, the deferred transaction is failed.
+func (s *session) failTxn(main *fanStream) {
+	s.endReaders()
+	switch {
+	case s.bc == nil:
+		if s.tx == txDeferred {
+			s.tx = txFailed
+		}
+	case main != nil && main.lost != nil:
+		s.dropBackend(false)
+		s.tx, s.soft, s.mainWrote = txFailed, false, false
+		s.deferred = s.deferred[:0]
+	case main != nil && main.errRaw != nil:
+		s.bstatus = 'E'
+		if main.status != 0 {
+			s.bstatus = main.status
+		}
+	default:
+		res, err := s.bc.runSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
+		if err != nil || len(res) != 1 {
+			s.dropBackend(false)
+			s.tx, s.soft, s.mainWrote = txFailed, false, false
+			s.deferred = s.deferred[:0]
+			return
+		}
+		s.bstatus = res[0].status
+	}
 }

@@ -1,493 +1,934 @@
 package proxy
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
-	"math"
-	"math/big"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
-// Merging rows of different shards needs Postgres's order for each column
-// type. Supported: integers, floats, numeric (text format), bool, text-like
-// types (C collation: byte order), uuid, date, timestamp and timestamptz.
-// Anything else is refused with 0A000 rather than merged wrongly.
+// The merge: route builds the plan (route.Merge), this file executes it
+// over the shards' answers (fanout.go reads them) and writes the client's
+// RowDescription, rows and command tag. Values compare and encode as
+// values.go says.
+//
+//	Rows:   shard0 ─┐
+//	        shard1 ─┼─ k-way merge by OrderBy ─ [dedup] ─ OFFSET ─ LIMIT ─▶ client
+//	        shard2 ─┘  (one row per shard in memory)
+//
+//	Groups: shard0 ─┐  rows sorted by the group key
+//	        shard1 ─┼─ equal keys combined ─ HAVING ─ [sort, bounded] ─ OFFSET ─ LIMIT ─▶ client
+//	        shard2 ─┘  (one group in memory; MergeGroupLimit when sorted)
 
-// Type OIDs.
-const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidChar        = 18
-	oidName        = 19
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidOID         = 26
-	oidFloat4      = 700
-	oidFloat8      = 701
-	oidBpchar      = 1042
-	oidVarchar     = 1043
-	oidDate        = 1082
-	oidTimestamp   = 1114
-	oidTimestamptz = 1184
-	oidNumeric     = 1700
-	oidUUID        = 2950
-	oidJSONB       = 3802
-)
-
-// colInfo is one result column: type and format.
-type colInfo struct {
-	name   string
-	oid    uint32
-	format int16
+// mergeRun executes one merge.
+type mergeRun struct {
+	s       *session
+	m       *route.Merge
+	streams []*fanStream
+	live    []bool
+	fields  []field // the per-shard columns (the first shard's RowDescription)
+	rawDesc []byte
+	// client: the client's result format codes (Bind), none = text.
+	client   []int16
+	describe bool // send a RowDescription (simple query, or a portal Describe)
+	bytewise bool // text orders by bytes on the shards (C collation)
+	limit    int  // MergeGroupLimit
+	emitted  int64
+	// params, formats, oids are the client's Bind parameters (HAVING $n).
+	params  [][]byte
+	formats []int16
+	oids    []uint32
+	// ioErr is the client write that failed (run returned errStop).
+	ioErr error
 }
 
-// parseRowDesc decodes a RowDescription (nil → no columns).
-func parseRowDesc(msg []byte) ([]colInfo, error) {
-	if msg == nil {
-		return nil, nil
+// errStop ends a merge whose client went away (mergeRun.ioErr).
+var errStop = &Error{Code: codeConnectionFailure, Message: "the client connection failed"}
+
+// clientFormat is the format the client asked for column i.
+func (r *mergeRun) clientFormat(i int) int16 {
+	switch len(r.client) {
+	case 0:
+		return 0
+	case 1:
+		return r.client[0]
 	}
-	b := body(msg)
-	if len(b) < 2 {
-		return nil, protoErrorf("malformed RowDescription from a shard")
+	if i < len(r.client) {
+		return r.client[i]
 	}
-	n := int(binary.BigEndian.Uint16(b))
-	i := 2
-	cols := make([]colInfo, 0, n)
-	for k := 0; k < n; k++ {
-		name, j, err := cstring(b, i)
-		if err != nil || len(b)-j < 18 {
-			return nil, protoErrorf("malformed RowDescription from a shard")
-		}
-		c := colInfo{name: string(name)}
-		c.oid = binary.BigEndian.Uint32(b[j+6:])
-		c.format = int16(binary.BigEndian.Uint16(b[j+16:]))
-		cols = append(cols, c)
-		i = j + 18
-	}
-	return cols, nil
+	return 0
 }
 
-// dataRowValue returns column col of a raw DataRow (nil, false for NULL).
-func dataRowValue(msg []byte, col int) ([]byte, bool) {
-	b := body(msg)
-	if len(b) < 2 {
-		return nil, false
-	}
-	n := int(binary.BigEndian.Uint16(b))
-	if col >= n {
-		return nil, false
-	}
-	i := 2
-	for k := 0; ; k++ {
-		if i+4 > len(b) {
-			return nil, false
+// shardFormats are the result formats to ask every shard for: the
+// client's on the client's columns, binary on the proxy's own (hidden
+// columns, partial aggregates, group keys). width is the per-shard
+// column count, -1 when unknown (a * in the select list).
+func shardFormats(m *route.Merge, client []int16) []int16 {
+	fmtOf := func(i int) int16 {
+		switch len(client) {
+		case 0:
+			return 0
+		case 1:
+			return client[0]
 		}
-		l := int(int32(binary.BigEndian.Uint32(b[i:])))
-		i += 4
-		if k == col {
-			if l < 0 {
-				return nil, false
+		if i < len(client) {
+			return client[i]
+		}
+		return 0
+	}
+	if g := m.Groups; g != nil {
+		out := make([]int16, m.Width)
+		for i := range out {
+			out[i] = 1
+		}
+		for j := 0; j < g.Visible; j++ {
+			o := g.Outputs[j]
+			if o.Cast == route.CastNone && (o.Agg == route.AggNone || o.Agg == route.AggMin || o.Agg == route.AggMax) {
+				out[o.Column] = fmtOf(j)
 			}
-			if i+l > len(b) {
-				return nil, false
-			}
-			return b[i : i+l], true
 		}
-		if l > 0 {
-			i += l
+		return out
+	}
+	if m.Hidden == 0 {
+		return client
+	}
+	if m.Width < 0 {
+		if len(client) > 1 {
+			out := slices.Clone(client)
+			for i := 0; i < m.Hidden; i++ {
+				out = append(out, 1)
+			}
+			return out
+		}
+		return client // one format for every column, the hidden ones too
+	}
+	out := make([]int16, m.Width)
+	for i := range out {
+		if i < m.Width-m.Hidden {
+			out[i] = fmtOf(i)
+		} else {
+			out[i] = 1
 		}
 	}
+	return out
 }
 
-// splitDataRow copies a DataRow's values (nil = NULL).
-func splitDataRow(msg []byte) [][]byte { return decodeDataRow(msg) }
-
-// appendDataRow appends a DataRow.
-func appendDataRow(dst []byte, row [][]byte) []byte {
-	dst, sp := beginMsg(dst, 'D')
-	dst = appendU16(dst, uint16(len(row)))
-	for _, v := range row {
-		if v == nil {
-			dst = appendU32(dst, 0xFFFFFFFF)
-			continue
-		}
-		dst = appendU32(dst, uint32(len(v)))
-		dst = append(dst, v...)
+// run writes the merged answer (RowDescription, rows) to s.out and returns
+// the number of rows, or the error that ends it.
+func (r *mergeRun) run() *Error {
+	fs, err := parseRowDesc(r.rawDesc)
+	if err != nil {
+		return newError(codeProtocolViolation, err.Error())
 	}
-	return finishMsg(dst, sp)
+	r.fields = fs
+	if r.m.Groups != nil {
+		return r.groups()
+	}
+	return r.rows()
 }
 
-// compareRows orders two DataRows by the sort keys (<0: a first).
-func compareRows(a, b []byte, keys []route.SortKey, cols []colInfo) (int, *Error) {
-	for _, k := range keys {
-		if k.Column < 0 || k.Column >= len(cols) {
-			return 0, newError(codeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", k.Column))
+// ---- rows ----
+
+func (r *mergeRun) rows() *Error {
+	s, m := r.s, r.m
+	visible := len(r.fields) - m.Hidden
+	if visible < 0 {
+		return newError(codeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+	}
+	keys := make([]sortCol, len(m.OrderBy))
+	for i, k := range m.OrderBy {
+		c := k.Column
+		if k.Hidden {
+			c += visible
 		}
-		av, aok := dataRowValue(a, k.Column)
-		bv, bok := dataRowValue(b, k.Column)
-		var c int
-		switch {
-		case !aok && !bok:
-			c = 0
-		case !aok:
-			c = 1
-			if k.NullsFirst {
-				c = -1
+		if c < 0 || c >= len(r.fields) {
+			return newError(codeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
+		}
+		keys[i] = sortCol{col: c, SortKey: k}
+	}
+	if r.describe {
+		if m.Hidden == 0 {
+			s.out = append(s.out, r.rawDesc...)
+		} else {
+			s.out = appendRowDesc(s.out, r.fields[:visible])
+		}
+	}
+	skip, limit := m.Offset, m.Limit
+	var last []byte
+	var lastCols [][]byte
+	ordered := len(keys) > 0
+	for limit != 0 {
+		best := -1
+		for i, st := range r.streams {
+			if !r.live[i] {
+				continue
 			}
-		case !bok:
-			c = -1
-			if k.NullsFirst {
-				c = 1
+			if best < 0 {
+				best = i
+				if !ordered {
+					break
+				}
+				continue
 			}
-		default:
-			var e *Error
-			c, e = compareValues(av, bv, cols[k.Column])
+			c, e := r.compareRows(st.cols, r.streams[best].cols, keys)
 			if e != nil {
-				return 0, e
+				return e
 			}
-			if k.Desc {
-				c = -c
+			if c < 0 {
+				best = i
 			}
 		}
-		if c != 0 {
-			return c, nil
+		if best < 0 {
+			break
+		}
+		st := r.streams[best]
+		dup := false
+		if last != nil {
+			if ordered {
+				// Each shard sends its rows in this order: a row that sorts
+				// before the last one means the shards order differently
+				// from the merge (another collation): never answer wrongly.
+				c, e := r.compareRows(st.cols, lastCols, keys)
+				if e != nil {
+					return e
+				}
+				if c < 0 {
+					return r.outOfOrder(st)
+				}
+			}
+			if m.Distinct {
+				eq, e := r.equalCols(st.cols, lastCols, visible)
+				if e != nil {
+					return e
+				}
+				dup = eq
+			}
+		}
+		if ordered || m.Distinct {
+			last = append(last[:0], st.row...)
+			lastCols, _ = dataRowCols(lastCols[:0], last)
+		}
+		if !dup {
+			if skip > 0 {
+				skip--
+			} else {
+				if m.Hidden == 0 {
+					s.out = append(s.out, st.row...)
+				} else {
+					s.out = appendDataRow(s.out, st.cols[:visible])
+				}
+				r.emitted++
+				if limit > 0 {
+					limit--
+				}
+				if len(s.out) > 64*1024 {
+					if err := s.flush(); err != nil {
+						r.ioErr = err
+						return errStop
+					}
+				}
+			}
+		}
+		r.live[best] = st.nextRow()
+		if st.failed() {
+			return nil // reported by the caller
+		}
+	}
+	return nil
+}
+
+// sortCol is a sort key on an absolute per-shard column.
+type sortCol struct {
+	route.SortKey
+	col int
+}
+
+// compareRows orders two rows (split DataRows) by the keys (<0: a first).
+func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *Error) {
+	for _, k := range keys {
+		if k.col >= len(a) || k.col >= len(b) {
+			return 0, newError(codeInternalError, "pgshard merge: shards returned rows of different widths")
+		}
+		c, e := r.compareNullable(a[k.col], b[k.col], k.col, k.SortKey)
+		if e != nil || c != 0 {
+			return c, e
 		}
 	}
 	return 0, nil
 }
 
-// compareValues compares two non-NULL values of one column as Postgres
-// orders them.
-func compareValues(a, b []byte, c colInfo) (int, *Error) {
-	unsupported := func() (int, *Error) {
-		return 0, &Error{Code: codeFeatureNotSupported,
-			Message: fmt.Sprintf("pgshard cannot merge rows of every shard ordered by column %q (type oid %d, format %d)", c.name, c.oid, c.format),
-			Hint:    "Order by an integer, numeric, float, text, uuid, date or timestamp column, or add a key so that one shard answers."}
-	}
-	if c.format == 1 {
-		switch c.oid {
-		case oidInt2:
-			if len(a) != 2 || len(b) != 2 {
-				return unsupported()
-			}
-			return cmpInt(int64(int16(binary.BigEndian.Uint16(a))), int64(int16(binary.BigEndian.Uint16(b)))), nil
-		case oidInt4, oidDate:
-			if len(a) != 4 || len(b) != 4 {
-				return unsupported()
-			}
-			return cmpInt(int64(int32(binary.BigEndian.Uint32(a))), int64(int32(binary.BigEndian.Uint32(b)))), nil
-		case oidOID:
-			if len(a) != 4 || len(b) != 4 {
-				return unsupported()
-			}
-			return cmpInt(int64(binary.BigEndian.Uint32(a)), int64(binary.BigEndian.Uint32(b))), nil
-		case oidInt8, oidTimestamp, oidTimestamptz:
-			if len(a) != 8 || len(b) != 8 {
-				return unsupported()
-			}
-			return cmpInt(int64(binary.BigEndian.Uint64(a)), int64(binary.BigEndian.Uint64(b))), nil
-		case oidFloat4:
-			if len(a) != 4 || len(b) != 4 {
-				return unsupported()
-			}
-			return cmpFloat(float64(math.Float32frombits(binary.BigEndian.Uint32(a))), float64(math.Float32frombits(binary.BigEndian.Uint32(b)))), nil
-		case oidFloat8:
-			if len(a) != 8 || len(b) != 8 {
-				return unsupported()
-			}
-			return cmpFloat(math.Float64frombits(binary.BigEndian.Uint64(a)), math.Float64frombits(binary.BigEndian.Uint64(b))), nil
-		case oidBool, oidText, oidVarchar, oidName, oidChar, oidUUID, oidBytea:
-			return bytes.Compare(a, b), nil
-		case oidBpchar:
-			return bytes.Compare(bytes.TrimRight(a, " "), bytes.TrimRight(b, " ")), nil
-		}
-		return unsupported()
-	}
-	switch c.oid {
-	case oidInt2, oidInt4, oidInt8, oidOID:
-		x, err1 := strconv.ParseInt(string(a), 10, 64)
-		y, err2 := strconv.ParseInt(string(b), 10, 64)
-		if err1 != nil || err2 != nil {
-			return unsupported()
-		}
-		return cmpInt(x, y), nil
-	case oidFloat4, oidFloat8:
-		x, ok1 := parsePgFloat(string(a))
-		y, ok2 := parsePgFloat(string(b))
-		if !ok1 || !ok2 {
-			return unsupported()
-		}
-		return cmpFloat(x, y), nil
-	case oidNumeric:
-		c, ok := cmpNumeric(string(a), string(b))
-		if !ok {
-			return unsupported()
-		}
-		return c, nil
-	case oidBool, oidText, oidVarchar, oidName, oidChar, oidUUID:
-		return bytes.Compare(a, b), nil
-	case oidBpchar:
-		return bytes.Compare(bytes.TrimRight(a, " "), bytes.TrimRight(b, " ")), nil
-	case oidDate, oidTimestamp, oidTimestamptz:
-		c, ok := cmpTime(string(a), string(b))
-		if !ok {
-			return unsupported()
-		}
-		return c, nil
-	}
-	return unsupported()
-}
-
-func cmpInt(a, b int64) int {
+// compareNullable orders two values of column col under one sort key.
+func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *Error) {
 	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// cmpFloat orders floats like Postgres: NaN is greater than everything.
-func cmpFloat(a, b float64) int {
-	an, bn := math.IsNaN(a), math.IsNaN(b)
-	switch {
-	case an && bn:
-		return 0
-	case an:
-		return 1
-	case bn:
-		return -1
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func parsePgFloat(s string) (float64, bool) {
-	switch s {
-	case "NaN":
-		return math.NaN(), true
-	case "Infinity":
-		return math.Inf(1), true
-	case "-Infinity":
-		return math.Inf(-1), true
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	return f, err == nil
-}
-
-// cmpNumeric compares numeric text values exactly (NaN greatest,
-// Infinity below NaN).
-func cmpNumeric(a, b string) (int, bool) {
-	rank := func(s string) (int, *big.Rat, bool) {
-		switch s {
-		case "NaN":
-			return 3, nil, true
-		case "Infinity":
-			return 2, nil, true
-		case "-Infinity":
-			return 0, nil, true
+	case av == nil && bv == nil:
+		return 0, nil
+	case av == nil:
+		if k.NullsFirst {
+			return -1, nil
 		}
-		r, ok := new(big.Rat).SetString(s)
-		return 1, r, ok
-	}
-	ra, xa, ok1 := rank(a)
-	rb, xb, ok2 := rank(b)
-	if !ok1 || !ok2 {
-		return 0, false
-	}
-	if ra != rb {
-		return cmpInt(int64(ra), int64(rb)), true
-	}
-	if ra != 1 {
-		return 0, true
-	}
-	return xa.Cmp(xb), true
-}
-
-// cmpTime compares ISO-format date/timestamp texts (DateStyle ISO):
-// parsed when they carry a time zone offset, else compared as text (which
-// orders ISO values correctly). infinity sorts last, -infinity first.
-func cmpTime(a, b string) (int, bool) {
-	rank := func(s string) int {
-		switch s {
-		case "-infinity":
-			return 0
-		case "infinity":
-			return 2
+		return 1, nil
+	case bv == nil:
+		if k.NullsFirst {
+			return 1, nil
 		}
-		return 1
+		return -1, nil
 	}
-	ra, rb := rank(a), rank(b)
-	if ra != rb || ra != 1 {
-		return cmpInt(int64(ra), int64(rb)), true
+	c, e := compareValues(av, bv, &r.fields[col], r.bytewise || k.Bytewise)
+	if e != nil {
+		return 0, e
 	}
-	if strings.HasSuffix(a, " BC") || strings.HasSuffix(b, " BC") || len(a) < 10 || len(b) < 10 || a[4] != '-' || b[4] != '-' {
-		return 0, false
+	if k.Desc {
+		c = -c
 	}
-	ta, erra := parseTimestamptz(a)
-	tb, errb := parseTimestamptz(b)
-	if erra == nil && errb == nil {
-		return ta.Compare(tb), true
-	}
-	return strings.Compare(a, b), true
+	return c, nil
 }
 
-func parseTimestamptz(s string) (time.Time, error) {
-	// Postgres prints offsets as +HH, +HH:MM or +HH:MM:SS.
-	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05.999999-07:00:00"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
+// equalCols reports whether two rows are equal (as Postgres's equality
+// for each type: DISTINCT) in their first n columns.
+func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *Error) {
+	for i := 0; i < n; i++ {
+		switch {
+		case a[i] == nil && b[i] == nil:
+			continue
+		case a[i] == nil || b[i] == nil:
+			return false, nil
+		}
+		c, e := compareValues(a[i], b[i], &r.fields[i], r.bytewise)
+		if e != nil {
+			return false, e
+		}
+		if c != 0 {
+			return false, nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("not a timestamptz")
+	return true, nil
 }
 
-// combineAggregates combines the single row of each shard column by
-// column: sum, min or max; AggNone keeps the first shard's value. NULLs
-// (aggregates over no rows) are skipped.
-func combineAggregates(rows [][][]byte, aggs []route.Agg, cols []colInfo) ([][]byte, *Error) {
-	out := make([][]byte, len(rows[0]))
-	for c := range out {
-		agg := route.AggNone
-		if c < len(aggs) {
-			agg = aggs[c]
-		}
-		var col colInfo
-		if c < len(cols) {
-			col = cols[c]
-		}
-		var acc []byte
-		have := false
-		for _, r := range rows {
-			if c >= len(r) {
-				return nil, newError(codeInternalError, "pgshard merge: shards returned rows of different widths")
-			}
-			v := r[c]
-			if agg == route.AggNone {
-				if !have {
-					acc, have = v, true
-				}
+func (r *mergeRun) outOfOrder(st *fanStream) *Error {
+	return &Error{Code: codeInternalError,
+		Message: fmt.Sprintf("pgshard merge: shard %q returned rows in an order the merge does not reproduce; the statement was stopped rather than answered wrongly", r.s.srv.shardName(st.shard)),
+		Hint:    `The shards sort text by a collation other than C: write COLLATE "C" in ORDER BY, or add a key so that one shard answers.`}
+}
+
+// ---- groups ----
+
+// outVal is one merged column of a group.
+type outVal struct {
+	null bool
+	raw  []byte // the value in the client's format (AggNone/min/max: a shard's bytes)
+	n    num    // computed columns: the number
+	comp bool   // computed (n is set)
+}
+
+// acc accumulates one output over a group's shard rows.
+type acc struct {
+	have  bool
+	raw   []byte
+	sum   num
+	count int64
+}
+
+func (r *mergeRun) groups() *Error {
+	s, m := r.s, r.m
+	g := m.Groups
+	if len(r.fields) != m.Width {
+		return newError(codeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
+	}
+	out, finals, e := r.groupFields()
+	if e != nil {
+		return e
+	}
+	if r.describe {
+		s.out = appendRowDesc(s.out, out)
+	}
+	efd := 1
+	keys := make([]sortCol, len(g.Keys))
+	for i, k := range g.Keys {
+		keys[i] = sortCol{col: k.Column, SortKey: k}
+	}
+	accs := make([]acc, len(g.Outputs))
+	var buffered [][]outVal
+	skip, limit := m.Offset, m.Limit
+	var lastKey []byte
+	var lastKeyCols [][]byte
+	first := true
+	members := make([]int, 0, len(r.streams))
+	for {
+		// The group with the least key, and the shards that have it.
+		members = members[:0]
+		for i, st := range r.streams {
+			if !r.live[i] {
 				continue
+			}
+			if len(members) == 0 {
+				members = append(members, i)
+				continue
+			}
+			c, e := r.compareRows(st.cols, r.streams[members[0]].cols, keys)
+			if e != nil {
+				return e
+			}
+			switch {
+			case c < 0:
+				members = append(members[:0], i)
+			case c == 0:
+				members = append(members, i)
+			}
+		}
+		if len(members) == 0 {
+			break
+		}
+		lead := r.streams[members[0]]
+		if first && g.DigitsColumn >= 0 {
+			if v := lead.cols[g.DigitsColumn]; v != nil {
+				if d, err := strconv.Atoi(string(v)); err == nil {
+					efd = d
+				}
+			}
+		}
+		if len(keys) > 0 {
+			if lastKey != nil {
+				// Keys must strictly increase: a key met again means the
+				// shards sort differently from the merge.
+				c, e := r.compareRows(lead.cols, lastKeyCols, keys)
+				if e != nil {
+					return e
+				}
+				if c <= 0 {
+					return r.outOfOrder(lead)
+				}
+			}
+			lastKey = append(lastKey[:0], lead.row...)
+			lastKeyCols, _ = dataRowCols(lastKeyCols[:0], lastKey)
+		}
+		first = false
+		clear(accs)
+		for _, i := range members {
+			if e := r.accumulate(accs, r.streams[i].cols); e != nil {
+				return e
+			}
+		}
+		vals, e := r.finish(accs, finals, out, efd)
+		if e != nil {
+			return e
+		}
+		for _, i := range members {
+			st := r.streams[i]
+			r.live[i] = st.nextRow()
+			if st.failed() {
+				return nil
+			}
+		}
+		if g.Having != nil {
+			ok, e := r.eval(g.Having, vals, finals)
+			if e != nil {
+				return e
+			}
+			if ok != 1 {
+				continue
+			}
+		}
+		if g.SortAfter {
+			if len(buffered) >= r.limit {
+				return &Error{Code: codeProgramLimitExceeded,
+					Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.limit),
+					Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
+			}
+			buffered = append(buffered, vals)
+			continue
+		}
+		if limit == 0 {
+			continue // drain: the shards' rows are read to the end
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		r.emitGroup(vals, g.Visible)
+		if limit > 0 {
+			limit--
+		}
+		if len(s.out) > 64*1024 {
+			if err := s.flush(); err != nil {
+				r.ioErr = err
+				return errStop
+			}
+		}
+	}
+	if g.SortAfter {
+		var sortErr *Error
+		slices.SortStableFunc(buffered, func(a, b []outVal) int {
+			for _, k := range g.OrderBy {
+				c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+				if e != nil && sortErr == nil {
+					sortErr = e
+				}
+				if c != 0 {
+					return c
+				}
+			}
+			return 0
+		})
+		if sortErr != nil {
+			return sortErr
+		}
+		for _, vals := range buffered {
+			if limit == 0 {
+				break
+			}
+			if skip > 0 {
+				skip--
+				continue
+			}
+			r.emitGroup(vals, g.Visible)
+			if limit > 0 {
+				limit--
+			}
+		}
+	}
+	return nil
+}
+
+// groupFields returns the client's RowDescription fields for the merged
+// columns, and every output's field (its type as the merge computes it).
+func (r *mergeRun) groupFields() ([]field, []field, *Error) {
+	g := r.m.Groups
+	finals := make([]field, len(g.Outputs))
+	for j, o := range g.Outputs {
+		f := r.fields[o.Column]
+		computed := false
+		switch o.Agg {
+		case route.AggSum:
+			switch f.oid {
+			case oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			default:
+				return nil, nil, &Error{Code: codeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.name, f.oid),
+					Hint:    "Add a key so that one shard answers."}
+			}
+			computed = true
+		case route.AggAvg:
+			switch f.oid {
+			case oidInt8, oidNumeric:
+				f.oid = oidNumeric
+			case oidFloat8:
+			default:
+				return nil, nil, &Error{Code: codeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.name, f.oid),
+					Hint:    "Cast the argument (avg(x::float8)), or add a key so that one shard answers."}
+			}
+			computed = true
+		}
+		if o.Cast != route.CastNone {
+			switch f.oid {
+			case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			default:
+				return nil, nil, &Error{Code: codeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.name, f.oid, o.Cast)}
+			}
+			f.oid = castOID(o.Cast)
+			computed = true
+		}
+		if computed {
+			f.typlen, f.typmod, f.table, f.attnum = typeLen(f.oid), -1, 0, 0
+		}
+		if j < g.Visible {
+			f.format = r.clientFormat(j)
+		}
+		finals[j] = f
+	}
+	return finals[:g.Visible], finals, nil
+}
+
+func castOID(c route.Cast) uint32 {
+	switch c {
+	case route.CastInt2:
+		return oidInt2
+	case route.CastInt4:
+		return oidInt4
+	case route.CastInt8:
+		return oidInt8
+	case route.CastNumeric:
+		return oidNumeric
+	case route.CastFloat4:
+		return oidFloat4
+	case route.CastFloat8:
+		return oidFloat8
+	}
+	return oidText
+}
+
+// accumulate adds one shard's row of a group.
+func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
+	for j, o := range r.m.Groups.Outputs {
+		a := &accs[j]
+		v := cols[o.Column]
+		f := &r.fields[o.Column]
+		switch o.Agg {
+		case route.AggNone:
+			if !a.have {
+				a.raw, a.have = slices.Clone(v), true
+			}
+		case route.AggMin, route.AggMax:
+			if v == nil {
+				continue
+			}
+			if !a.have {
+				a.raw, a.have = slices.Clone(v), true
+				continue
+			}
+			c, e := compareValues(v, a.raw, f, r.bytewise || o.Bytewise)
+			if e != nil {
+				return e
+			}
+			if o.Agg == route.AggMin && c < 0 || o.Agg == route.AggMax && c > 0 {
+				a.raw = append(a.raw[:0], v...)
+			}
+		case route.AggSum, route.AggAvg:
+			if o.Agg == route.AggAvg {
+				cv := cols[o.Column+1]
+				if cv != nil {
+					n, e := decodeNum(cv, r.fields[o.Column+1].oid, r.fields[o.Column+1].format)
+					if e != nil {
+						return e
+					}
+					a.count += n.i
+				}
 			}
 			if v == nil {
 				continue
 			}
-			if !have {
-				acc, have = v, true
+			n, e := decodeNum(v, f.oid, f.format)
+			if e != nil {
+				return e
+			}
+			if !a.have {
+				a.sum, a.have = n, true
 				continue
 			}
-			switch agg {
-			case route.AggSum:
-				sum, e := addValues(acc, v, col)
-				if e != nil {
-					return nil, e
-				}
-				acc = sum
-			case route.AggMin, route.AggMax:
-				cmp, e := compareValues(v, acc, col)
-				if e != nil {
-					return nil, e
-				}
-				if agg == route.AggMin && cmp < 0 || agg == route.AggMax && cmp > 0 {
-					acc = v
-				}
+			if a.sum, e = numAdd(a.sum, n); e != nil {
+				return e
 			}
 		}
-		out[c] = acc
 	}
-	return out, nil
+	return nil
 }
 
-// addValues adds two values of a sum/count column.
-func addValues(a, b []byte, c colInfo) ([]byte, *Error) {
-	unsupported := &Error{Code: codeFeatureNotSupported,
-		Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d, format %d)", c.name, c.oid, c.format)}
-	if c.format == 1 {
-		switch c.oid {
-		case oidInt8:
-			if len(a) != 8 || len(b) != 8 {
-				return nil, unsupported
+// finish computes a group's merged columns.
+func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]outVal, *Error) {
+	g := r.m.Groups
+	vals := make([]outVal, len(g.Outputs))
+	for j, o := range g.Outputs {
+		a := &accs[j]
+		format := finals[j].format
+		var n num
+		switch o.Agg {
+		case route.AggNone, route.AggMin, route.AggMax:
+			if !a.have || a.raw == nil {
+				vals[j] = outVal{null: true}
+				continue
 			}
-			return binary.BigEndian.AppendUint64(nil, uint64(int64(binary.BigEndian.Uint64(a))+int64(binary.BigEndian.Uint64(b)))), nil
-		case oidInt4:
-			if len(a) != 4 || len(b) != 4 {
-				return nil, unsupported
+			if o.Cast == route.CastNone {
+				vals[j] = outVal{raw: a.raw}
+				continue
 			}
-			return binary.BigEndian.AppendUint32(nil, uint32(int32(binary.BigEndian.Uint32(a))+int32(binary.BigEndian.Uint32(b)))), nil
-		case oidFloat8:
-			if len(a) != 8 || len(b) != 8 {
-				return nil, unsupported
+			f := &r.fields[o.Column]
+			var e *Error
+			if n, e = decodeNum(a.raw, f.oid, f.format); e != nil {
+				return nil, e
 			}
-			s := math.Float64frombits(binary.BigEndian.Uint64(a)) + math.Float64frombits(binary.BigEndian.Uint64(b))
-			return binary.BigEndian.AppendUint64(nil, math.Float64bits(s)), nil
+		case route.AggSum:
+			if !a.have {
+				vals[j] = outVal{null: true}
+				continue
+			}
+			n = a.sum
+		case route.AggAvg:
+			var e *Error
+			if n, e = numAvg(a.sum, a.count); e != nil {
+				return nil, e
+			}
+			if n.kind == nNull {
+				vals[j] = outVal{null: true}
+				continue
+			}
 		}
-		return nil, unsupported
+		n, text, e := numCast(n, o.Cast, efd)
+		if e != nil {
+			return nil, e
+		}
+		if text != nil {
+			vals[j] = outVal{raw: text, n: n, comp: true}
+			continue
+		}
+		vals[j] = outVal{raw: appendNum(nil, n, format, efd), n: n, comp: true}
 	}
-	switch c.oid {
-	case oidInt2, oidInt4, oidInt8:
-		x, err1 := strconv.ParseInt(string(a), 10, 64)
-		y, err2 := strconv.ParseInt(string(b), 10, 64)
-		if err1 != nil || err2 != nil {
-			return nil, unsupported
-		}
-		return strconv.AppendInt(nil, x+y, 10), nil
-	case oidFloat4, oidFloat8:
-		x, ok1 := parsePgFloat(string(a))
-		y, ok2 := parsePgFloat(string(b))
-		if !ok1 || !ok2 {
-			return nil, unsupported
-		}
-		return []byte(formatPgFloat(x + y)), nil
-	case oidNumeric:
-		s, ok := addNumeric(string(a), string(b))
-		if !ok {
-			return nil, unsupported
-		}
-		return []byte(s), nil
-	}
-	return nil, unsupported
+	return vals, nil
 }
 
-func formatPgFloat(f float64) string {
+func (r *mergeRun) emitGroup(vals []outVal, visible int) {
+	s := r.s
+	row := make([][]byte, visible)
+	for j := 0; j < visible; j++ {
+		if !vals[j].null {
+			row[j] = vals[j].raw
+			if row[j] == nil {
+				row[j] = []byte{}
+			}
+		}
+	}
+	s.out = appendDataRow(s.out, row)
+	r.emitted++
+}
+
+// compareOut orders two merged values of output j.
+func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKey) (int, *Error) {
 	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
+	case a.null && b.null:
+		return 0, nil
+	case a.null:
+		if k.NullsFirst {
+			return -1, nil
+		}
+		return 1, nil
+	case b.null:
+		if k.NullsFirst {
+			return 1, nil
+		}
+		return -1, nil
 	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
+	var c int
+	if a.comp && b.comp && a.n.kind != nNull && b.n.kind != nNull && finals[j].oid != oidText {
+		c = cmpNum(a.n, b.n)
+	} else {
+		var e *Error
+		bytewise := r.bytewise || k.Bytewise || r.m.Groups.Outputs[j].Bytewise
+		if c, e = compareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
+			return 0, e
+		}
+	}
+	if k.Desc {
+		c = -c
+	}
+	return c, nil
 }
 
-// addNumeric adds two numeric texts exactly, keeping the larger scale.
-func addNumeric(a, b string) (string, bool) {
-	if a == "NaN" || b == "NaN" {
-		return "NaN", true
+// eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
+func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *Error) {
+	switch c.Op {
+	case route.CondAnd, route.CondOr:
+		res := 1
+		if c.Op == route.CondOr {
+			res = 0
+		}
+		for _, k := range c.Kids {
+			v, e := r.eval(k, vals, finals)
+			if e != nil {
+				return 0, e
+			}
+			switch {
+			case c.Op == route.CondAnd && v == 0, c.Op == route.CondOr && v == 1:
+				return v, nil
+			case v == -1:
+				res = -1
+			}
+		}
+		return res, nil
+	case route.CondNot:
+		v, e := r.eval(c.Kids[0], vals, finals)
+		if v == -1 || e != nil {
+			return v, e
+		}
+		return 1 - v, nil
+	case route.CondIsNull, route.CondNotNull:
+		isNull := c.L.Output >= 0 && vals[c.L.Output].null || c.L.Output < 0 && c.L.Null
+		if isNull == (c.Op == route.CondIsNull) {
+			return 1, nil
+		}
+		return 0, nil
 	}
-	x, ok1 := new(big.Rat).SetString(a)
-	y, ok2 := new(big.Rat).SetString(b)
-	if !ok1 || !ok2 {
-		return "", false
+	cmp, null, e := r.compareOperands(c.L, c.R, vals, finals)
+	if e != nil || null {
+		return -1, e
 	}
-	scale := max(numScale(a), numScale(b))
-	return new(big.Rat).Add(x, y).FloatString(scale), true
+	var ok bool
+	switch c.Cmp {
+	case "=":
+		ok = cmp == 0
+	case "<>":
+		ok = cmp != 0
+	case "<":
+		ok = cmp < 0
+	case "<=":
+		ok = cmp <= 0
+	case ">":
+		ok = cmp > 0
+	case ">=":
+		ok = cmp >= 0
+	}
+	if ok {
+		return 1, nil
+	}
+	return 0, nil
 }
 
-func numScale(s string) int {
-	if i := strings.IndexByte(s, '.'); i >= 0 {
-		return len(s) - i - 1
+// operandVal is a HAVING operand's value: a number, or text.
+type operandVal struct {
+	null   bool
+	isNum  bool
+	n      num
+	text   []byte
+	field  *field // for a merged value that is neither
+	raw    []byte
+	output int
+}
+
+func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (operandVal, *Error) {
+	if o.Output >= 0 {
+		v := vals[o.Output]
+		if v.null {
+			return operandVal{null: true}, nil
+		}
+		if v.comp && finals[o.Output].oid != oidText {
+			return operandVal{isNum: true, n: v.n}, nil
+		}
+		f := &finals[o.Output]
+		switch f.oid {
+		case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			n, e := decodeNum(v.raw, f.oid, f.format)
+			if e != nil {
+				return operandVal{}, e
+			}
+			return operandVal{isNum: true, n: n}, nil
+		}
+		return operandVal{field: f, raw: v.raw, output: o.Output}, nil
 	}
-	return 0
+	if o.Null {
+		return operandVal{null: true}, nil
+	}
+	if o.Param > 0 {
+		return r.paramOperand(o.Param)
+	}
+	switch o.ConstKind {
+	case "int", "numeric":
+		d, ok := decFromText(o.Const)
+		if !ok {
+			return operandVal{}, newError(codeInternalError, "pgshard merge: bad constant "+o.Const)
+		}
+		return operandVal{isNum: true, n: num{kind: nDec, d: d, oid: oidNumeric}}, nil
+	}
+	return operandVal{text: []byte(o.Const)}, nil
+}
+
+// paramOperand reads a Bind parameter used in HAVING.
+func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
+	params, formats, oids := r.params, r.formats, r.oids
+	if n > len(params) {
+		return operandVal{}, newError(codeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but HAVING uses $%d", len(params), n))
+	}
+	v := params[n-1]
+	if v == nil {
+		return operandVal{null: true}, nil
+	}
+	var f int16
+	switch len(formats) {
+	case 0:
+	case 1:
+		f = formats[0]
+	default:
+		f = formats[n-1]
+	}
+	var oid uint32
+	if n <= len(oids) {
+		oid = oids[n-1]
+	}
+	if f == 1 {
+		switch oid {
+		case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			x, e := decodeNum(v, oid, 1)
+			if e != nil {
+				return operandVal{}, e
+			}
+			return operandVal{isNum: true, n: x}, nil
+		case oidText, oidVarchar:
+			return operandVal{text: v}, nil
+		}
+		return operandVal{}, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
+	}
+	if n, ok := numFromText(v); ok {
+		return operandVal{isNum: true, n: n}, nil
+	}
+	return operandVal{text: v}, nil
+}
+
+// numFromText reads a number written as text: a decimal exactly, else a
+// float (NaN, Infinity, 1e5).
+func numFromText(v []byte) (num, bool) {
+	t := strings.TrimSpace(string(v))
+	if d, ok := decFromText(t); ok && d.special == 0 && t != "" && t[0] != '+' {
+		return num{kind: nDec, d: d, oid: oidNumeric}, true
+	}
+	if x, ok := parsePgFloat(t, 64); ok {
+		return num{kind: nF8, f: x, oid: oidFloat8}, true
+	}
+	return num{}, false
+}
+
+// compareOperands compares two HAVING operands.
+func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []field) (int, bool, *Error) {
+	l, e := r.operand(lo, vals, finals)
+	if e != nil {
+		return 0, false, e
+	}
+	rv, e := r.operand(ro, vals, finals)
+	if e != nil {
+		return 0, false, e
+	}
+	if l.null || rv.null {
+		return 0, true, nil
+	}
+	// An untyped string literal (or text parameter) compared with a
+	// number is read as a number, as Postgres coerces an unknown literal.
+	if l.isNum && !rv.isNum && rv.field == nil {
+		n, ok := numFromText(rv.text)
+		if !ok {
+			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", rv.text)}
+		}
+		rv = operandVal{isNum: true, n: n}
+	}
+	if rv.isNum && !l.isNum && l.field == nil {
+		n, ok := numFromText(l.text)
+		if !ok {
+			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", l.text)}
+		}
+		l = operandVal{isNum: true, n: n}
+	}
+	switch {
+	case l.isNum && rv.isNum:
+		return cmpNum(l.n, rv.n), false, nil
+	case l.field != nil && rv.field == nil && !rv.isNum:
+		c, e := r.compareTextOperand(l, rv.text)
+		return c, false, e
+	case rv.field != nil && l.field == nil && !l.isNum:
+		c, e := r.compareTextOperand(rv, l.text)
+		return -c, false, e
+	case l.field != nil && rv.field != nil:
+		c, e := compareValues(l.raw, rv.raw, l.field, r.bytewise)
+		return c, false, e
+	}
+	return 0, false, &Error{Code: codeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
+}
+
+func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *Error) {
+	f := v.field
+	switch f.oid {
+	case oidText, oidVarchar, oidBpchar, oidName:
+		tf := *f
+		tf.format = 0
+		raw := v.raw
+		return compareValues(raw, text, &tf, r.bytewise || r.m.Groups.Outputs[v.output].Bytewise)
+	}
+	return 0, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.name, f.oid)}
 }

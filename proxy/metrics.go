@@ -22,6 +22,7 @@ type metrics struct {
 	fanouts        prometheus.Counter
 	cancels        prometheus.Counter
 	reloads        *prometheus.CounterVec
+	txnReads       prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, c *core) *metrics {
@@ -38,13 +39,15 @@ func newMetrics(reg *prometheus.Registry, c *core) *metrics {
 			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, down, unclean: returned not idle)."}, []string{"shard", "kind"}),
 		fanouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fanouts_total", Help: "Statements run on every shard (DDL, merged reads)."}),
+		txnReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgshard_proxy_transaction_reads_total", Help: "Reads of shards other than (or as well as) the transaction's own, run in a client's transaction (key-less reads, reads of another shard)."}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
 	}
 	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.refusals,
-		m.backendErrors, m.fanouts, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
+		m.backendErrors, m.fanouts, m.txnReads, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
 	return m
 }
 

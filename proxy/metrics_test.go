@@ -111,8 +111,8 @@ func TestMetricsScrape(t *testing.T) {
 		t.Fatalf("division by zero: %v", err)
 	}
 	tx, _ := a.Begin(ctx)
-	_, _ = tx.Exec(ctx, "SELECT 1 FROM accounts WHERE aid = $1", k0[0])
-	_, _ = tx.Exec(ctx, "UPDATE accounts SET note = 'x' WHERE aid = $1", k1) // refused: cross-shard write
+	_, _ = tx.Exec(ctx, "UPDATE accounts SET note = 'x' WHERE aid = $1", k0[0])
+	_, _ = tx.Exec(ctx, "UPDATE accounts SET note = 'x' WHERE aid = $1", k1) // refused: a second shard's write
 	// A wait: the pool of shard0 has one connection, held by tx.
 	waited := make(chan error, 1)
 	go func() { _, err := b.Exec(ctx, "SELECT 1 FROM accounts WHERE aid = $1", k0[1]); waited <- err }()

@@ -17,6 +17,27 @@ import (
 // client's ROLLBACK like any failed transaction.
 const abortSQL = "/* pgshard: statement refused; this error aborts the transaction */ SELECT ("
 
+// localKind reports whether statements of kind k are always answered by
+// the proxy itself (never sent to a backend).
+func localKind(k route.Kind) bool {
+	switch k {
+	case route.KindSetSession, route.KindDeallocate, route.KindDiscard, route.KindPrepare,
+		route.KindExecute, route.KindUnsupported, route.KindEmpty:
+		return true
+	}
+	return false
+}
+
+// txnControl reports whether k is a transaction-control kind the proxy
+// emulates while no backend is bound.
+func txnControl(k route.Kind) bool {
+	switch k {
+	case route.KindBegin, route.KindCommit, route.KindRollback, route.KindSavepoint, route.KindSetLocal:
+		return true
+	}
+	return false
+}
+
 // planner turns one pipeline (the extended-protocol messages up to Sync or
 // Flush) or one simple query into the bytes to send to a backend (s.bw) and
 // the items that say how to answer the client (s.items, s.lbuf). It
@@ -72,8 +93,17 @@ type planner struct {
 
 	failed   bool  // a local error ended the pipeline
 	protoErr error // a malformed message: the client is disconnected
-	// fan is set when the pipeline is a fan-out (DestAll) statement.
-	fan *fanPlan
+	// fan is set when the pipeline is a fan-out (DestAll) statement;
+	// fanInTxn says the last DestAll target joins the client's transaction.
+	fan      *fanPlan
+	fanInTxn bool
+	// fanOnly, when set, is the one shard (+1) of a "fan-out" that reads
+	// another shard than the transaction's backend's, in its reader.
+	fanOnly int
+	// swapMain: the pipeline's write goes to another shard than the
+	// transaction's backend, which has only read: that backend becomes a
+	// reader, the write's shard the transaction's backend.
+	swapMain bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -152,14 +182,14 @@ func (p *planner) overlayPut(name string, v *vstmt) {
 }
 
 // isLocal reports whether a statement is answered by the proxy itself.
-func (p *planner) isLocal(a *analyzed) bool {
-	k := a.st.Kind
+func (p *planner) isLocal(a *route.Statement) bool {
+	k := a.Kind
 	switch {
 	case p.tx == txFailed:
 		return true
 	case localKind(k):
 		return true
-	case k == route.KindSetLocal && strings.HasPrefix(a.st.SetName, "pgshard."):
+	case k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard."):
 		return true
 	case txnControl(k) && !p.onTxnBackend():
 		return true
@@ -178,8 +208,8 @@ type action struct {
 
 // localAction answers a statement isLocal accepted, advancing the
 // simulated state.
-func (p *planner) localAction(a *analyzed) action {
-	st := a.st
+func (p *planner) localAction(a *route.Statement) action {
+	st := a
 	k := st.Kind
 	backendFailed := p.held && p.tx == txBound && p.s.bstatus == 'E'
 	if p.tx == txFailed {
@@ -197,7 +227,7 @@ func (p *planner) localAction(a *analyzed) action {
 		}
 		p.tx = txDeferred
 		p.hint = -1
-		p.setDeferred([]deferredStmt{{sql: st.SQL}})
+		p.setDeferred([]deferredStmt{{sql: st.SQL, strict: isStrict(st.Isolation)}})
 		return action{tag: "BEGIN", eff: p.txEffect()}
 	case route.KindCommit, route.KindRollback:
 		tag := "COMMIT"
@@ -217,12 +247,12 @@ func (p *planner) localAction(a *analyzed) action {
 		p.setDeferred(nil)
 		return action{tag: tag, eff: p.txEffect()}
 	case route.KindSavepoint:
-		verb := a.savepointVerb()
+		verb := a.SavepointVerb
 		if p.tx == txIdle {
 			what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
 			return action{err: newError(codeNoActiveTransaction, what+" can only be used in transaction blocks")}
 		}
-		name := a.savepointName()
+		name := a.SavepointName
 		if verb == "SAVEPOINT" {
 			p.addDeferred(deferredStmt{sql: st.SQL, savepoint: name})
 			return action{tag: "SAVEPOINT", eff: p.txEffect()}
@@ -239,7 +269,7 @@ func (p *planner) localAction(a *analyzed) action {
 		if p.tx == txIdle {
 			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 		}
-		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction"})
+		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction", strict: isStrict(st.Isolation)})
 		return action{tag: "SET", eff: p.txEffect()}
 	case route.KindSetSession:
 		return p.setSessionAction(a)
@@ -289,7 +319,7 @@ func (p *planner) localAction(a *analyzed) action {
 		if p.lookup([]byte(st.PrepareName)) != nil {
 			return p.failLocal(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
 		}
-		vs := newVstmt(st.PrepareName, newAnalyzed(st.Prepared), st.PrepareTypes)
+		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
 		p.overlayPut(st.PrepareName, vs)
 		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
 	case route.KindExecute:
@@ -320,16 +350,16 @@ func (p *planner) failLocal(e *Error) action {
 }
 
 // failedTxAction answers a statement in a failed deferred transaction.
-func (p *planner) failedTxAction(a *analyzed) action {
-	st := a.st
+func (p *planner) failedTxAction(a *route.Statement) action {
+	st := a
 	switch {
 	case st.Kind == route.KindRollback || st.Kind == route.KindCommit:
 		p.tx = txIdle
 		p.hint = -1
 		p.setDeferred(nil)
 		return action{tag: "ROLLBACK", eff: p.txEffect()}
-	case st.Kind == route.KindSavepoint && a.savepointVerb() == "ROLLBACK":
-		name := a.savepointName()
+	case st.Kind == route.KindSavepoint && a.SavepointVerb == "ROLLBACK":
+		name := a.SavepointName
 		for i := len(p.deferred) - 1; i >= 0; i-- {
 			if p.deferred[i].savepoint == name {
 				p.setDeferred(slices.Clone(p.deferred[:i+1]))
@@ -354,8 +384,8 @@ func (p *planner) hasSavepoint(name string) bool {
 }
 
 // hintAction handles SET LOCAL pgshard.key / pgshard.shard.
-func (p *planner) hintAction(a *analyzed) action {
-	st := a.st
+func (p *planner) hintAction(a *route.Statement) action {
+	st := a
 	srv := p.s.srv
 	var shard int
 	var reason string
@@ -440,17 +470,19 @@ func refusalError(r *route.Refusal) *Error {
 // target decides the shard of a statement that runs on a backend, or
 // returns a fan-out (DestAll) or an error; the decision is recorded
 // (SHOW ROUTES, pgshard_proxy_routes_total).
-func (p *planner) target(a *analyzed, d route.Dest) (int, bool, *Error) {
+func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	shard, fan, e := p.decideTarget(a, d)
-	p.s.srv.noteDecision(a.st.SQL, d, shard, fan, e, p.hint >= 0)
+	p.s.srv.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
 	return shard, fan, e
 }
 
 // decideTarget is target's decision.
-func (p *planner) decideTarget(a *analyzed, d route.Dest) (int, bool, *Error) {
+func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	srv := p.s.srv
-	if a.st.Kind == route.KindDDL {
+	p.fanInTxn, p.fanOnly = false, 0
+	if a.Kind == route.KindDDL {
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
+		srv.collation.Store(collationUnknown)
 	}
 	switch d.Kind {
 	case route.DestRefuse:
@@ -460,18 +492,37 @@ func (p *planner) decideTarget(a *analyzed, d route.Dest) (int, bool, *Error) {
 		}
 		return 0, false, newError(codeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
 	case route.DestAll:
-		if p.onTxnBackend() || p.tx != txIdle {
-			srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
-			what := "read every shard"
-			if a.st.Kind == route.KindDDL {
-				what = "change every shard's schema"
-			}
-			return 0, false, &Error{Code: codeFeatureNotSupported,
-				Message: fmt.Sprintf("a statement that must %s cannot run inside a transaction or pipeline on one shard", what),
-				Detail:  d.Reason,
-				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard), or add a key."}
+		if !p.onTxnBackend() && p.tx == txIdle {
+			return -1, true, nil
 		}
-		return -1, true, nil
+		if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
+			// SET LOCAL pgshard.shard/key chose the transaction's shard:
+			// a key-less read reads that shard (an operator's view of it).
+			if p.hint >= 0 && !p.onTxnBackend() {
+				return p.hint, false, nil
+			}
+			return p.shard, false, nil
+		}
+		if d.Merge != nil && a.Select && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
+			// A read of every shard inside the client's transaction: each
+			// shard reads in a backend transaction of its own (fanout.go).
+			if p.held && p.s.bstatus == 'E' {
+				return p.shard, false, nil // aborted: the backend answers 25P02
+			}
+			p.fanInTxn = true
+			return -1, true, nil
+		}
+		srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+		if a.Kind == route.KindDDL || d.Merge == nil {
+			return 0, false, &Error{Code: codeFeatureNotSupported,
+				Message: "a statement that must change every shard's schema cannot run inside a transaction block",
+				Detail:  d.Reason,
+				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
+		}
+		return 0, false, &Error{Code: codeFeatureNotSupported,
+			Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
+			Detail:  d.Reason,
+			Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
 	}
 	want := -1
 	if d.Kind == route.DestShard {
@@ -485,6 +536,17 @@ func (p *planner) decideTarget(a *analyzed, d route.Dest) (int, bool, *Error) {
 		if want >= 0 && want != p.shard {
 			if p.soft && !p.onBackend && p.held {
 				return want, false, nil // ensureBackend moves the soft transaction
+			}
+			// A transaction reads any shards and writes one (unless a
+			// pgshard hint put it on its shard).
+			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound && !strictIsolation(p.deferred)
+			if inTxn && a.ReadOnly && a.Select {
+				p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
+				return -1, true, nil
+			}
+			if inTxn && !a.ReadOnly && !p.s.mainWrote {
+				p.swapMain = true
+				return want, false, nil
 			}
 			return 0, false, p.crossShard(want, p.shard, d.Reason)
 		}
@@ -510,7 +572,7 @@ func (p *planner) decideTarget(a *analyzed, d route.Dest) (int, bool, *Error) {
 			return sh, false, nil
 		}
 	}
-	if a.st.ReadOnly {
+	if a.ReadOnly {
 		if p.tx == txDeferred {
 			p.soft = true
 		}
@@ -522,10 +584,19 @@ func (p *planner) decideTarget(a *analyzed, d route.Dest) (int, bool, *Error) {
 
 // ensureBackend makes the pipeline run on shard: acquires a connection,
 // replays a deferred transaction, or moves a soft one.
-func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
+func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 	s := p.s
 	if p.onBackend {
 		return nil
+	}
+	if p.held && p.swapMain {
+		// The backend has only read: it becomes the reader of its shard,
+		// and the transaction continues on the write's shard (its reader,
+		// or a replay of the transaction's start there).
+		s.addReader(p.shard, s.bc)
+		s.setBackend(nil)
+		p.held, p.bc, p.soft = false, nil, false
+		p.tx, p.explicit = txDeferred, false
 	}
 	if p.held {
 		if shard == p.shard || shard < 0 || !p.soft {
@@ -535,6 +606,29 @@ func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
 		// A soft transaction (only table-less reads so far) moves.
 		if e := p.moveSoft(); e != nil {
 			return e
+		}
+	}
+	if p.tx == txDeferred && !p.held && s.hasReaders() {
+		// A read of every shard opened the transaction there already:
+		// its reader becomes the transaction's backend.
+		if p.anyShard {
+			for i := range s.readers {
+				if s.readers[(shard+i)%len(s.readers)] != nil {
+					shard = (shard + i) % len(s.readers)
+					break
+				}
+			}
+		}
+		if bc := s.takeReader(shard); bc != nil {
+			if p.hint >= 0 {
+				s.hintBound = true
+			}
+			s.setBackend(bc)
+			s.shard = shard
+			p.bc, p.shard, p.onBackend = bc, shard, true
+			p.explicit = true
+			p.tx = txBound
+			return nil
 		}
 	}
 	pool := s.srv.pools[shard]
@@ -560,11 +654,22 @@ func (p *planner) ensureBackend(shard int, a *analyzed) *Error {
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	switch {
 	case p.tx == txDeferred:
+		if p.hint >= 0 {
+			s.hintBound = true
+		}
 		s.bw = appendQuery(s.bw, replaySQL(p.deferred, pre))
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		if p.swapMain {
+			// Its other shard's reads and this shard's write are one
+			// transaction only under READ COMMITTED.
+			lo := len(s.lbuf)
+			s.lbuf = appendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+			s.bw = appendQuery(s.bw, isoCheckSQL)
+			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
+		}
 		p.explicit = true
 		p.tx = txBound
-	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.noTxnBlock):
+	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		s.bw = appendQuery(s.bw, "BEGIN;\n"+pre.preambleSQL())
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.wrap = true

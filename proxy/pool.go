@@ -51,6 +51,9 @@ type bconn struct {
 	peekFn  func(fd uintptr) bool
 	peekBuf [1]byte
 	peekOK  bool
+	// txnChecked: in the client transaction it serves, the isolation
+	// check of fan-out reads passed (fanout.go); cleared when released.
+	txnChecked bool
 	// cancelled is set when a cancel request was sent for this connection;
 	// the connection is then closed instead of being reused, so a late
 	// cancel can never hit another client's query.
@@ -393,6 +396,7 @@ func (p *shardPool) release(c *bconn) {
 		return
 	}
 	c.rd.maybeShrink()
+	c.txnChecked = false
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -149,7 +149,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		return res, fmt.Errorf("proxy config: %w", err)
 	}
 
-	gen := &Server{core: c, cfg: cfg, users: users, an: newAnalysisCache(cfg.Analyzer), generation: old.generation + 1}
+	gen := &Server{core: c, cfg: cfg, users: users, generation: old.generation + 1}
 	oldByName := map[string]*shardPool{}
 	for _, p := range old.pools {
 		oldByName[p.shard.Name] = p
@@ -279,7 +279,7 @@ func (c *core) retire(p *shardPool) {
 // transaction, pipeline or backend).
 func (s *session) maybeSwitchGeneration() {
 	g := s.core.cur.Load()
-	if g == s.srv || s.tx != txIdle || s.pinned || s.bc != nil || len(s.grp) > 0 || s.skipUntilSync {
+	if g == s.srv || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
 		return
 	}
 	// The prepared statements' analyses name shards of the old map: analyze
@@ -299,12 +299,12 @@ func (s *session) maybeSwitchGeneration() {
 }
 
 func (s *session) reanalyze(g *Server, vs *vstmt) *vstmt {
-	a, err := g.an.analyze([]byte(vs.a.st.SQL))
+	st, err := g.cfg.Analyzer.Analyze(vs.st.SQL)
 	if err != nil {
 		s.log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)
 		return nil
 	}
-	nv := newVstmt(vs.name, a, vs.oids)
+	nv := newVstmt(vs.name, st, vs.oids)
 	nv.cacheUnnamed = vs.cacheUnnamed
 	return nv
 }

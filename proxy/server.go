@@ -34,7 +34,10 @@ type Server struct {
 	cfg   Config
 	users map[string]login
 	pools []*shardPool
-	an    *analysisCache
+	// collation is whether the shards order text by bytes (collationC),
+	// checked on the first merge that compares text (collationUnknown
+	// again after DDL).
+	collation atomic.Int32
 	// defaultShard is the index of Config.DefaultShard.
 	defaultShard int
 	// rr spreads key-less read-only statements over the shards.
@@ -112,7 +115,6 @@ func New(cfg Config) (*Server, error) {
 		core:       c,
 		cfg:        cfg,
 		users:      users,
-		an:         newAnalysisCache(cfg.Analyzer),
 		generation: 1,
 	}
 	for i, sh := range cfg.Map.Shards {
@@ -341,64 +343,58 @@ func (s *Server) pickAny() int {
 // shardName returns the name of shard i.
 func (s *Server) shardName(i int) string { return s.cfg.Map.Shards[i].Name }
 
-// analysisCache caches analyses by statement text, looked up without
-// allocating: the hot path hands in the Parse/Query bytes.
-type analysisCache struct {
-	an    routeAnalyzer
-	mu    sync.RWMutex
-	one   map[string]*analyzed
-	multi map[string][]*analyzed
-}
+const (
+	collationUnknown int32 = iota
+	collationC
+	collationOther
+)
 
-const analysisCacheMax = 20000
+// collationSQL reads what decides whether a shard orders text by bytes:
+// the database's default collation and provider, and whether any column
+// of a user table has a collation other than the default, C and POSIX.
+const collationSQL = `SELECT d.datcollate, coalesce(pg_catalog.to_jsonb(d)->>'datlocprovider', 'c'),
+ (SELECT count(*) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+   WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100, 950, 951)
+     AND c.relnamespace NOT IN ('pg_catalog'::pg_catalog.regnamespace, 'information_schema'::pg_catalog.regnamespace))
+FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`
 
-func newAnalysisCache(an routeAnalyzer) *analysisCache {
-	return &analysisCache{an: an, one: map[string]*analyzed{}, multi: map[string][]*analyzed{}}
-}
-
-// analyze returns the analysis of one statement text.
-func (c *analysisCache) analyze(sql []byte) (*analyzed, error) {
-	c.mu.RLock()
-	a := c.one[string(sql)]
-	c.mu.RUnlock()
-	if a != nil {
-		return a, nil
+// textBytewise reports whether every shard orders text by bytes (the C
+// or POSIX collation, libc provider, no column with another collation):
+// only then does the merge compare text as the shards sort it. Checked
+// once (and after DDL); a shard that cannot be asked counts as "no".
+func (s *Server) textBytewise(ctx context.Context) bool {
+	switch s.collation.Load() {
+	case collationC:
+		return true
+	case collationOther:
+		return false
 	}
-	st, err := c.an.Analyze(string(sql))
-	if err != nil {
-		return nil, err
+	ok := true
+	for _, p := range s.pools {
+		bc, err := p.acquire(ctx, noSettings)
+		if err != nil {
+			return false
+		}
+		res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, collationSQL)
+		if err != nil {
+			p.discard(bc)
+			return false
+		}
+		p.release(bc)
+		if len(res) != 1 || res[0].errRaw != nil || len(res[0].rows) != 1 || len(res[0].rows[0]) != 3 {
+			return false
+		}
+		row := res[0].rows[0]
+		coll, prov, n := string(row[0]), string(row[1]), string(row[2])
+		if !(coll == "C" || coll == "POSIX") || prov != "c" || n != "0" {
+			ok = false
+		}
 	}
-	a = newAnalyzed(st)
-	c.mu.Lock()
-	if len(c.one) >= analysisCacheMax {
-		clear(c.one)
+	if ok {
+		s.collation.Store(collationC)
+	} else {
+		s.collation.Store(collationOther)
+		s.log.Info("the shards do not order text by bytes: merges that compare text need COLLATE \"C\"")
 	}
-	c.one[st.SQL] = a
-	c.mu.Unlock()
-	return a, nil
-}
-
-// split returns the analyses of a simple-Query string's statements.
-func (c *analysisCache) split(sql []byte) ([]*analyzed, error) {
-	c.mu.RLock()
-	as := c.multi[string(sql)]
-	c.mu.RUnlock()
-	if as != nil {
-		return as, nil
-	}
-	sts, err := c.an.Split(string(sql))
-	if err != nil {
-		return nil, err
-	}
-	as = make([]*analyzed, len(sts))
-	for i, st := range sts {
-		as[i] = newAnalyzed(st)
-	}
-	c.mu.Lock()
-	if len(c.multi) >= analysisCacheMax {
-		clear(c.multi)
-	}
-	c.multi[string(sql)] = as
-	c.mu.Unlock()
-	return as, nil
+	return ok
 }

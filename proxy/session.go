@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy/route"
 )
 
 var syscallEMFILE = syscall.EMFILE
@@ -86,6 +88,13 @@ type session struct {
 	soft bool
 	// bstatus is the backend's last ReadyForQuery status while bound.
 	bstatus byte
+	// hintBound: the transaction runs where SET LOCAL pgshard.key/shard
+	// put it: its reads stay there too, nothing moves it.
+	hintBound bool
+	// mainWrote: a statement that may write (or lock) ran on the
+	// transaction's backend; until then a write for another shard moves
+	// the transaction there (the backend becomes a reader).
+	mainWrote bool
 	// pinned: bc is held outside a transaction block because the client
 	// is mid-pipeline (Flush without Sync).
 	pinned bool
@@ -96,9 +105,15 @@ type session struct {
 	// messages are discarded until Sync, as Postgres does.
 	skipUntilSync bool
 
-	mu     sync.Mutex // guards bc against cancelBackend
+	mu     sync.Mutex // guards bc, readers and fanning against cancelBackend
 	bc     *bconn
 	closed bool
+	// readers are the transaction's read-only backend transactions on
+	// other shards, by shard (readers.go); nreaders counts them.
+	readers  []*bconn
+	nreaders int
+	// fanning are the connections a fan-out is reading (cancel reaches all).
+	fanning []*bconn
 
 	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
 	// from other goroutines after register): admin is an admin console
@@ -134,14 +149,29 @@ type deferredStmt struct {
 	// savepoint names the savepoint a SAVEPOINT statement created ("" for
 	// other statements), for ROLLBACK TO in a failed deferred transaction.
 	savepoint string
+	// strict: it asks for REPEATABLE READ or SERIALIZABLE.
+	strict bool
 }
+
+// strictIsolation reports whether a transaction's start asks for an
+// isolation level that needs one snapshot (it then stays on one shard).
+func strictIsolation(ds []deferredStmt) bool {
+	for _, d := range ds {
+		if d.strict {
+			return true
+		}
+	}
+	return false
+}
+
+func isStrict(iso string) bool { return iso == "repeatable read" || iso == "serializable" }
 
 // vstmt is a client's prepared statement: the text and declared parameter
 // types the client gave in Parse. Backends only ever see it as an unnamed
 // statement (or a proxy-named one on a direct connection's cache).
 type vstmt struct {
 	name string
-	a    *analyzed
+	st   *route.Statement
 	oids []uint32
 	// cacheKey identifies text + types in the statement cache.
 	cacheKey string
@@ -150,13 +180,13 @@ type vstmt struct {
 	cacheUnnamed bool
 }
 
-func newVstmt(name string, a *analyzed, oids []uint32) *vstmt {
-	v := &vstmt{name: name, a: a, oids: slices.Clone(oids)}
+func newVstmt(name string, st *route.Statement, oids []uint32) *vstmt {
+	v := &vstmt{name: name, st: st, oids: slices.Clone(oids)}
 	if len(oids) == 0 {
-		v.cacheKey = a.st.SQL
+		v.cacheKey = st.SQL
 	} else {
 		var b strings.Builder
-		b.WriteString(a.st.SQL)
+		b.WriteString(st.SQL)
 		for _, o := range oids {
 			fmt.Fprintf(&b, "\x00%d", o)
 		}
@@ -542,6 +572,7 @@ func pgErrorToError(pe *pgconn.PgError, severity string) *Error {
 
 // releaseAll returns or discards what the session holds when it ends.
 func (s *session) releaseAll() {
+	s.discardReaders()
 	s.mu.Lock()
 	bc := s.bc
 	s.bc = nil
@@ -566,17 +597,25 @@ func (s *session) cancelBackend(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
-	bc := s.bc
-	if bc != nil {
+	var targets []*bconn
+	if len(s.fanning) > 0 {
+		targets = append(targets, s.fanning...) // a fan-out: every shard's part
+	} else if s.bc != nil {
+		targets = append(targets, s.bc)
+	}
+	for _, bc := range targets {
 		bc.cancelled.Store(true)
 	}
 	s.mu.Unlock()
-	if bc == nil {
+	if len(targets) == 0 {
 		return
 	}
 	s.core.metrics.cancels.Inc()
-	if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.core.current().cfg.ConnectTimeout); err != nil {
-		s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
+	timeout := s.core.current().cfg.ConnectTimeout
+	for _, bc := range targets {
+		if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, timeout); err != nil {
+			s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
+		}
 	}
 }
 

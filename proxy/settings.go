@@ -1,282 +1,196 @@
 package proxy
 
 import (
-	"context"
-	"fmt"
-	"maps"
+	"slices"
 	"strings"
-	"sync"
-	"time"
 )
 
-// simpleResult is the outcome of one internal simple query.
-type simpleResult struct {
-	// errRaw is the ErrorResponse (a copy), nil on success.
-	errRaw []byte
-	tag    string
-	rows   [][][]byte // text values (nil = NULL)
-	// statuses are the ParameterStatus messages that preceded the query's
-	// ReadyForQuery.
-	statuses [][2]string
-	status   byte
-}
-
-// runSimple sends queries as Query messages in one write and reads every
-// result (the proxy's own queries: probes, ROLLBACK). An error means the
-// connection failed; it is then marked broken.
-func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ...string) ([]simpleResult, error) {
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = c.nc.SetDeadline(deadline)
-	defer c.nc.SetDeadline(time.Time{})
-	var buf []byte
-	for _, q := range queries {
-		buf = appendQuery(buf, q)
-	}
-	if err := c.write(buf); err != nil {
-		return nil, err
-	}
-	out := make([]simpleResult, 0, len(queries))
-	cur := simpleResult{}
-	for len(out) < len(queries) {
-		typ, msg, err := c.rd.next()
-		if err != nil {
-			c.broken = true
-			return out, err
-		}
-		switch typ {
-		case 'E':
-			cur.errRaw = append([]byte(nil), msg...)
-			if errorField(msg, 'S') == "FATAL" {
-				c.broken = true
-			}
-		case 'C':
-			cur.tag = string(commandTag(msg))
-		case 'D':
-			cur.rows = append(cur.rows, decodeDataRow(msg))
-		case 'S':
-			b := body(msg)
-			n, i, err1 := cstring(b, 0)
-			v, _, err2 := cstring(b, i)
-			if err1 == nil && err2 == nil {
-				cur.statuses = append(cur.statuses, [2]string{string(n), string(v)})
-			}
-		case 'Z':
-			cur.status = readyStatus(msg)
-			out = append(out, cur)
-			cur = simpleResult{}
-		}
-	}
-	return out, nil
-}
-
-// decodeDataRow copies a DataRow's values.
-func decodeDataRow(msg []byte) [][]byte {
-	b := body(msg)
-	if len(b) < 2 {
-		return nil
-	}
-	n := int(b[0])<<8 | int(b[1])
-	i := 2
-	row := make([][]byte, 0, n)
-	for k := 0; k < n && i+4 <= len(b); k++ {
-		l := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
-		i += 4
-		if l < 0 {
-			row = append(row, nil)
-			continue
-		}
-		if i+l > len(b) {
-			break
-		}
-		row = append(row, append([]byte{}, b[i:i+l]...))
-		i += l
-	}
-	return row
-}
-
-// preambleCache remembers validated preamble settings: their canonical
-// ParameterStatus values.
-type preambleCache struct {
-	mu sync.Mutex
-	m  map[string]map[string]string
-}
-
-var preambles = &preambleCache{m: map[string]map[string]string{}}
-
-// validatePreamble checks settings the preamble applies (they did not go
-// into a startup packet) the way Postgres checks startup parameters, and
-// returns the ParameterStatus values they produce. Results are cached.
-func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *settings) (map[string]string, *Error) {
-	ck := p.shard.Name + "\x00" + key.key + "\x00" + pre.key
-	preambles.mu.Lock()
-	vals, ok := preambles.m[ck]
-	preambles.mu.Unlock()
-	if ok {
-		return vals, nil
-	}
-	bc, err := p.acquire(ctx, key)
-	if err != nil {
-		return nil, asError(err, newError(codeCannotConnect, err.Error()))
-	}
-	res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.preambleSQL(), "ROLLBACK")
-	if err != nil {
-		p.discard(bc)
-		return nil, newError(codeConnectionFailure, fmt.Sprintf("shard %q: %v", p.shard.Name, err))
-	}
-	p.release(bc)
-	if res[0].errRaw != nil {
-		e := decodeErrorResponse(res[0].errRaw)
-		return nil, &Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
-	}
-	vals = map[string]string{}
-	for _, st := range res[0].statuses {
-		vals[st[0]] = st[1]
-	}
-	preambles.mu.Lock()
-	if len(preambles.m) > 4096 {
-		clear(preambles.m)
-	}
-	preambles.m[ck] = vals
-	preambles.mu.Unlock()
-	return vals, nil
-}
-
-// refusedSettings cannot be changed through a transaction pooler.
-var refusedSettings = map[string]string{
-	"role":                    "SET ROLE",
-	"session_authorization":   "SET SESSION AUTHORIZATION",
-	"transaction":             "SET SESSION CHARACTERISTICS",
-	"session characteristics": "SET SESSION CHARACTERISTICS",
-}
-
-// setSessionAction handles a session SET / RESET: the proxy records the
-// setting in the client's settings (never on a pooled backend) and applies
-// it to each of the client's transactions from then on.
-func (p *planner) setSessionAction(a *analyzed) action {
-	s := p.s
-	st := a.st
-	name := strings.ToLower(st.SetName)
-	if p.tx != txIdle || p.held {
-		return p.failLocal(&Error{Code: codeFeatureNotSupported,
-			Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
-			Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."})
-	}
-	if strings.HasPrefix(name, "pgshard.") {
-		return action{err: &Error{Code: codeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
-	}
-	if what, ok := refusedSettings[name]; ok {
-		s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
-		return action{err: &Error{Code: codeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
-	}
-	reset := a.words[0] == "RESET"
-	tag := "SET"
-	if reset {
-		tag = "RESET"
-	}
-	if name == "all" {
-		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.startupReported}}
-	}
-	if reset || st.SetValue == "" && a.words[0] == "SET" && strings.Contains(strings.ToUpper(st.SQL), "DEFAULT") {
-		set := s.cur.without(name)
-		if v, ok := s.startup.get(name); ok {
-			set = s.cur.with(name, v)
-		}
-		rep := s.reported
-		if canon, ok := reportedParams[name]; ok {
-			rep = maps.Clone(s.reported)
-			if v, ok := s.startupReported[canon]; ok {
-				rep[canon] = v
-			}
-		}
-		return action{tag: tag, eff: &effect{kind: effSettings, set: set, rep: rep}}
-	}
-	var own *bconn
-	if p.onBackend { // taken by this pipeline (p.held is false here)
-		own = p.bc
-	}
-	value, statuses, raw, e := s.probeSet(p.ctx, a, name, own)
-	if e != nil {
-		return action{err: e}
-	}
-	if raw != nil {
-		return action{err: rawError(raw)}
-	}
-	rep := s.reported
-	if len(statuses) > 0 {
-		rep = maps.Clone(s.reported)
-		for _, kv := range statuses {
-			rep[kv[0]] = kv[1]
-		}
-	}
-	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.with(name, value), rep: rep}}
-}
-
-// rawError wraps a backend's ErrorResponse to be sent unchanged.
-func rawError(raw []byte) *Error {
-	e := decodeErrorResponse(raw)
-	return &Error{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint, raw: raw}
-}
-
-// probeSet runs the client's SET in a transaction that is rolled back, on
-// any shard: Postgres validates it (the client gets Postgres's own error)
-// and reports the canonical value; nothing stays on the connection.
+// Client settings without leaks.
 //
-// own is the backend the pipeline or query string already took (nothing
-// sent on it yet), or nil: the probe then runs there, because waiting for
-// another connection while holding one can wait for itself (the same
-// shard's pool being full) or for sessions that wait likewise, until
-// PoolTimeout.
-func (s *session) probeSet(ctx context.Context, a *analyzed, name string, own *bconn) (string, [][2]string, []byte, *Error) {
-	probe := []string{"BEGIN", a.st.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
-	if own != nil {
-		res, err := own.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
-		if err != nil || len(res) != 4 || res[3].status != 'I' {
-			own.broken = true
-			return "", nil, nil, newError(codeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.pool.shard.Name, err))
-		}
-		return probeResult(res, name)
-	}
-	var lastErr error
-	first := s.srv.pickAny()
-	for k := 0; k < len(s.srv.pools); k++ {
-		pool := s.srv.pools[(first+k)%len(s.srv.pools)]
-		if pool.isDown() != nil {
-			lastErr = pool.isDown()
-			continue
-		}
-		key, _ := s.cur.split(pool.viaPooler)
-		bc, err := pool.acquire(ctx, key)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		res, err := bc.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
-		if err != nil || len(res) != 4 || res[3].status != 'I' {
-			pool.discard(bc)
-			lastErr = fmt.Errorf("shard %q: %v", pool.shard.Name, err)
-			continue
-		}
-		pool.release(bc)
-		return probeResult(res, name)
-	}
-	e := asError(lastErr, newError(codeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
-	return "", nil, nil, e
+// Backend connections are shared by clients, so a client's settings (its
+// startup parameters and session SETs) must be in effect on whichever
+// backend runs its transaction and must never reach another client:
+//
+//   - Towards Postgres directly, every setting is a startup parameter of the
+//     backend connection, and a pool keeps connections per distinct set
+//     (the "pool key"). A client with default settings uses the default
+//     set; nothing is ever SET on a pooled connection.
+//   - Towards PgBouncer 1.18, which accepts only the five parameters it
+//     tracks as startup parameters, those five form the pool key (PgBouncer
+//     itself applies them on its server connection), and the rest is applied
+//     with set_config(name, value, true) — transaction-local — at the start
+//     of each transaction, pipelined in the same write ("preamble"). A
+//     single statement outside a transaction is then wrapped in
+//     BEGIN/COMMIT. Clients with default settings pay nothing.
+//
+// Transaction-local settings end with the transaction (COMMIT or
+// ROLLBACK), so a returned connection carries no client state.
+
+// poolerTracked are the parameters PgBouncer 1.18 tracks per client and
+// accepts in the startup packet, with the spelling it expects.
+var poolerTracked = map[string]string{
+	"client_encoding":             "client_encoding",
+	"datestyle":                   "DateStyle",
+	"timezone":                    "TimeZone",
+	"standard_conforming_strings": "standard_conforming_strings",
+	"application_name":            "application_name",
 }
 
-// probeResult reads probeSet's results: the canonical value and the
-// ParameterStatus changes, or Postgres's error.
-func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, *Error) {
-	if res[1].errRaw != nil {
-		return "", nil, res[1].errRaw, nil
+// startupOnly are startup packet keys that are not settings.
+var startupOnly = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
+
+// reportedParams are Postgres 15's GUC_REPORT parameters (ParameterStatus
+// is sent when they change), lowercase → canonical spelling.
+var reportedParams = map[string]string{
+	"application_name":              "application_name",
+	"client_encoding":               "client_encoding",
+	"datestyle":                     "DateStyle",
+	"default_transaction_read_only": "default_transaction_read_only",
+	"in_hot_standby":                "in_hot_standby",
+	"integer_datetimes":             "integer_datetimes",
+	"intervalstyle":                 "IntervalStyle",
+	"is_superuser":                  "is_superuser",
+	"server_encoding":               "server_encoding",
+	"server_version":                "server_version",
+	"session_authorization":         "session_authorization",
+	"standard_conforming_strings":   "standard_conforming_strings",
+	"timezone":                      "TimeZone",
+}
+
+// settings is an immutable set of settings: lowercase GUC name → value,
+// sorted by name. Share freely; modify by copy (with, without).
+type settings struct {
+	kv [][2]string
+	// key identifies the set (names and values), "" for the empty set.
+	key string
+}
+
+var noSettings = &settings{}
+
+func newSettings(kv [][2]string) *settings {
+	s := &settings{}
+	for _, p := range kv {
+		s.kv = setKV(s.kv, strings.ToLower(p[0]), p[1])
 	}
-	if res[2].errRaw != nil {
-		return "", nil, res[2].errRaw, nil
+	s.key = settingsKey(s.kv)
+	return s
+}
+
+func setKV(kv [][2]string, name, value string) [][2]string {
+	i, found := slices.BinarySearchFunc(kv, name, func(e [2]string, n string) int { return strings.Compare(e[0], n) })
+	if found {
+		kv[i][1] = value
+		return kv
 	}
-	if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
-		return "", nil, nil, newError(codeInternalError, "pgshard could not read back the setting "+name)
+	return slices.Insert(kv, i, [2]string{name, value})
+}
+
+func settingsKey(kv [][2]string) string {
+	var b strings.Builder
+	for _, p := range kv {
+		b.WriteString(p[0])
+		b.WriteByte(0)
+		b.WriteString(p[1])
+		b.WriteByte(0)
 	}
-	return string(res[2].rows[0][0]), res[1].statuses, nil, nil
+	return b.String()
+}
+
+// get returns the value of name (lowercase).
+func (s *settings) get(name string) (string, bool) {
+	i, found := slices.BinarySearchFunc(s.kv, name, func(e [2]string, n string) int { return strings.Compare(e[0], n) })
+	if !found {
+		return "", false
+	}
+	return s.kv[i][1], true
+}
+
+// with returns a copy with name set to value.
+func (s *settings) with(name, value string) *settings {
+	kv := setKV(slices.Clone(s.kv), name, value)
+	return &settings{kv: kv, key: settingsKey(kv)}
+}
+
+// without returns a copy without name.
+func (s *settings) without(name string) *settings {
+	kv := slices.DeleteFunc(slices.Clone(s.kv), func(e [2]string) bool { return e[0] == name })
+	return &settings{kv: kv, key: settingsKey(kv)}
+}
+
+// split divides the settings of a client into what goes into the backend
+// connection's startup packet (the pool key) and what the preamble applies
+// per transaction. Direct connections take everything at startup.
+func (s *settings) split(viaPooler bool) (startup, preamble *settings) {
+	if !viaPooler || len(s.kv) == 0 {
+		return s, noSettings
+	}
+	var a, b [][2]string
+	for _, p := range s.kv {
+		if _, ok := poolerTracked[p[0]]; ok {
+			a = append(a, p)
+		} else {
+			b = append(b, p)
+		}
+	}
+	if len(b) == 0 {
+		return s, noSettings
+	}
+	return &settings{kv: a, key: settingsKey(a)}, &settings{kv: b, key: settingsKey(b)}
+}
+
+// runtimeParams returns the settings as pgconn RuntimeParams (PgBouncer's
+// spelling for the parameters it tracks).
+func (s *settings) runtimeParams(viaPooler bool) map[string]string {
+	m := make(map[string]string, len(s.kv))
+	for _, p := range s.kv {
+		name := p[0]
+		if viaPooler {
+			if n, ok := poolerTracked[name]; ok {
+				name = n
+			}
+		}
+		m[name] = p[1]
+	}
+	return m
+}
+
+// preambleSQL returns the statement that applies s for one transaction:
+// SELECT set_config(...), ... with every value as an escape string, which
+// reads the same whatever standard_conforming_strings is.
+func (s *settings) preambleSQL() string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, p := range s.kv {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.set_config(")
+		writeEscapeLiteral(&b, p[0])
+		b.WriteString(", ")
+		writeEscapeLiteral(&b, p[1])
+		b.WriteString(", true)")
+	}
+	return b.String()
+}
+
+func writeEscapeLiteral(b *strings.Builder, s string) {
+	b.WriteString("E'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\'':
+			b.WriteString(`\'`)
+		case '\\':
+			b.WriteString(`\\`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+}
+
+// quoteLiteral quotes s as a standard SQL string literal.
+func quoteLiteral(s string) string {
+	var b strings.Builder
+	writeEscapeLiteral(&b, s)
+	return b.String()
 }

@@ -19,7 +19,7 @@ func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
 	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
 	p := s.newPlanner(ctx)
 	p.simple = true
-	as, err := s.srv.an.split(sql)
+	as, err := s.srv.cfg.Analyzer.SplitBytes(sql)
 	switch {
 	case err != nil:
 		p.fail(newError(codeSyntaxError, err.Error()), nil)
@@ -57,9 +57,9 @@ func (p *planner) queryFlags() itemFlags {
 	return fClientPart | fRFQ
 }
 
-func (p *planner) simpleOne(msg []byte, a *analyzed) {
+func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	s := p.s
-	st := a.st
+	st := a
 	if p.isLocal(a) {
 		if st.Kind == route.KindExecute && p.tx != txFailed {
 			p.sqlExecute(a)
@@ -78,7 +78,7 @@ func (p *planner) simpleOne(msg []byte, a *analyzed) {
 		return
 	}
 	if fan {
-		p.fan = &fanPlan{simple: true, a: a, dest: d, query: string(msg)}
+		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn, only: p.fanOnly}
 		return
 	}
 	if e := p.ensureBackend(shard, a); e != nil {
@@ -87,6 +87,7 @@ func (p *planner) simpleOne(msg []byte, a *analyzed) {
 		return
 	}
 	p.recordSoft(a)
+	p.noteWrite(a)
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
@@ -95,9 +96,9 @@ func (p *planner) simpleOne(msg []byte, a *analyzed) {
 // sqlExecute runs EXECUTE name(args) of a statement PREPAREd through the
 // proxy: as Parse/Bind/Describe/Execute/Sync of the statement's text, with
 // the answers a simple query would have given.
-func (p *planner) sqlExecute(a *analyzed) {
+func (p *planner) sqlExecute(a *route.Statement) {
 	s := p.s
-	st := a.st
+	st := a
 	vs := p.lookup([]byte(st.PrepareName))
 	if vs == nil {
 		p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
@@ -107,23 +108,23 @@ func (p *planner) sqlExecute(a *analyzed) {
 		p.fail(newError(codeFeatureNotSupported, st.Reason), nil)
 		return
 	}
-	if p.isLocal(vs.a) {
+	if p.isLocal(vs.st) {
 		p.fail(newError(codeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
 		return
 	}
-	d := s.srv.cfg.Analyzer.Route(vs.a.st, st.ExecuteArgs, nil, vs.oids)
-	shard, fan, e := p.target(vs.a, d)
+	d := s.srv.cfg.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
+	shard, fan, e := p.target(vs.st, d)
 	if e == nil && fan {
 		e = newError(codeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
 	}
 	if e == nil {
-		e = p.ensureBackend(shard, vs.a)
+		e = p.ensureBackend(shard, vs.st)
 	}
 	if e != nil {
 		p.fail(e, nil)
 		return
 	}
-	s.bw = appendParseMsg(s.bw, "", vs.a.st.SQL, vs.oids)
+	s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 	s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	s.bw = appendBindText(s.bw, "", "", st.ExecuteArgs)
 	s.items = append(s.items, item{kind: itBind, flags: fSwallow})
@@ -145,12 +146,12 @@ func (p *planner) sqlExecute(a *analyzed) {
 // control); pgshard sends the string as is to the one shard all of them
 // route to. Statements the proxy answers itself can only be combined with
 // each other.
-func (p *planner) simpleMulti(msg []byte, as []*analyzed) {
+func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
 	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
 	for _, a := range as {
-		k := a.st.Kind
-		local := localKind(k) || k == route.KindSetLocal && strings.HasPrefix(a.st.SetName, "pgshard.")
+		k := a.Kind
+		local := localKind(k) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
 		if txnControl(k) && !local {
 			hasTxn = true
 		} else if local {
@@ -194,10 +195,10 @@ func (p *planner) simpleMulti(msg []byte, as []*analyzed) {
 	var firstDest route.Dest
 	fanAll := true
 	for i, a := range as {
-		if txnControl(a.st.Kind) {
+		if txnControl(a.Kind) {
 			continue
 		}
-		d := s.srv.cfg.Analyzer.Route(a.st, nil, nil, nil)
+		d := s.srv.cfg.Analyzer.Route(a, nil, nil, nil)
 		switch d.Kind {
 		case route.DestRefuse:
 			_, _, e := p.target(a, d)
@@ -228,7 +229,7 @@ func (p *planner) simpleMulti(msg []byte, as []*analyzed) {
 				p.endQuery()
 				return
 			}
-			p.fan = &fanPlan{simple: true, a: as[0], dest: d, query: string(msg)}
+			p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg)}
 			return
 		}
 		p.fail(&Error{Code: codeFeatureNotSupported,
@@ -238,7 +239,7 @@ func (p *planner) simpleMulti(msg []byte, as []*analyzed) {
 		return
 	}
 	for _, a := range as {
-		if a.st.Kind == route.KindDDL || !txnControl(a.st.Kind) && s.srv.cfg.Analyzer.Route(a.st, nil, nil, nil).Kind == route.DestAll {
+		if a.Kind == route.KindDDL || !txnControl(a.Kind) && s.srv.cfg.Analyzer.Route(a, nil, nil, nil).Kind == route.DestAll {
 			p.fail(&Error{Code: codeFeatureNotSupported,
 				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}, nil)
 			p.endQuery()

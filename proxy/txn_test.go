@@ -549,14 +549,27 @@ func TestFanout(t *testing.T) {
 			t.Fatalf("%s ORDER BY aid DESC LIMIT 5 OFFSET 2: %v, want %v", mode, got, sorted[2:7])
 		}
 	}
-	// Inside a transaction a fan-out is refused.
+	// Inside a transaction a fan-out reads every shard, each in a backend
+	// transaction of its own; under REPEATABLE READ it is refused.
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n int64
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE note = 'fan'").Scan(&n); err != nil || n != int64(len(want)) {
+		t.Fatalf("fan-out in a transaction: %d, %v (want %d)", n, err, len(want))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = tx.Exec(ctx, "SELECT count(*) FROM accounts")
-	if pgCode(err) != "0A000" {
-		t.Fatalf("fan-out in a transaction: %v, want 0A000", err)
+	var pe2 *pgconn.PgError
+	if !errors.As(err, &pe2) || pe2.Code != "0A000" || !strings.Contains(pe2.Message, "REPEATABLE READ") {
+		t.Fatalf("fan-out in a REPEATABLE READ transaction: %v, want 0A000 naming the isolation", err)
 	}
 	_ = tx.Rollback(ctx)
 }
@@ -637,10 +650,28 @@ func TestHints(t *testing.T) {
 	if got := shardOf(tx); got != "shard2" {
 		t.Fatalf("pgshard.shard: ran on %s", got)
 	}
-	// A key of another shard is refused in this transaction.
+	// A key of another shard is refused in this transaction, and a
+	// key-less read reads the hinted shard only.
 	other := e.db.keysOn(1, 1, 9_500_000)[0]
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE aid = $1", other); pgCode(err) != "0A000" {
 		t.Fatalf("other shard's key after the hint: %v", err)
+	}
+	_ = tx.Rollback(ctx)
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL pgshard.shard = 'shard3'"); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var n int64
+	if err := tx.QueryRow(ctx, "SELECT (SELECT shard_name FROM pgshard_identity), count(*) FROM accounts").Scan(&name, &n); err != nil || name != "shard3" {
+		t.Fatalf("a key-less read in a transaction hinted to shard3 read shard %q (%d rows), %v", name, n, err)
+	}
+	var want int64
+	if err := e.db.shardConn(t, 3).QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&want); err != nil || n != want {
+		t.Fatalf("a key-less read in a transaction hinted to shard3 counted %d rows, shard3 has %d (%v)", n, want, err)
 	}
 	_ = tx.Rollback(ctx)
 	if _, err := conn.Exec(ctx, "SET pgshard.key = 'x'"); pgCode(err) != "0A000" {

@@ -225,8 +225,8 @@ type bindView struct {
 	resultFmts   []int16  // reused
 	// restAt is the offset in the message of the parameter format count:
 	// everything from there on is copied unchanged when the statement name
-	// is rewritten.
-	restAt int
+	// is rewritten. resultAt is the offset of the result format count.
+	restAt, resultAt int
 }
 
 func (v *bindView) decode(msg []byte) error {
@@ -282,6 +282,7 @@ func (v *bindView) decode(msg []byte) error {
 	if len(b)-i < 2 {
 		return short("result format count")
 	}
+	v.resultAt = headerLen + i
 	nr := int(binary.BigEndian.Uint16(b[i:]))
 	i += 2
 	if len(b)-i != 2*nr {
@@ -450,6 +451,84 @@ func appendBindAs(dst []byte, msg []byte, v *bindView, stmt string) []byte {
 	dst = appendCString(dst, v.portal)
 	dst = appendCStr(dst, stmt)
 	dst = append(dst, msg[v.restAt:]...)
+	return finishMsg(dst, sp)
+}
+
+// appendBindFormats appends msg (a Bind) to the unnamed portal and
+// statement with its parameters unchanged and the result formats given.
+func appendBindFormats(dst []byte, msg []byte, v *bindView, formats []int16) []byte {
+	dst, sp := beginMsg(dst, 'B')
+	dst = appendCStr(dst, "")
+	dst = appendCStr(dst, "")
+	dst = append(dst, msg[v.restAt:v.resultAt]...)
+	dst = appendU16(dst, uint16(len(formats)))
+	for _, f := range formats {
+		dst = appendU16(dst, uint16(f))
+	}
+	return finishMsg(dst, sp)
+}
+
+// appendBindNoParams appends a Bind of the unnamed portal and statement
+// without parameters, with the result formats given.
+func appendBindNoParams(dst []byte, formats []int16) []byte {
+	dst, sp := beginMsg(dst, 'B')
+	dst = appendCStr(dst, "")
+	dst = appendCStr(dst, "")
+	dst = appendU16(dst, 0)
+	dst = appendU16(dst, 0)
+	dst = appendU16(dst, uint16(len(formats)))
+	for _, f := range formats {
+		dst = appendU16(dst, uint16(f))
+	}
+	return finishMsg(dst, sp)
+}
+
+// ---- DataRow: the one codec ----
+
+// dataRowCols splits a raw DataRow into its values (nil for NULL, an empty
+// non-nil slice for an empty value), appended to dst; the values alias
+// msg.
+func dataRowCols(dst [][]byte, msg []byte) ([][]byte, error) {
+	b := body(msg)
+	if len(b) < 2 {
+		return dst, protoErrorf("malformed DataRow")
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	i := 2
+	for k := 0; k < n; k++ {
+		if len(b)-i < 4 {
+			return dst, protoErrorf("malformed DataRow")
+		}
+		l := int(int32(binary.BigEndian.Uint32(b[i:])))
+		i += 4
+		if l == -1 {
+			dst = append(dst, nil)
+			continue
+		}
+		if l < 0 || len(b)-i < l {
+			return dst, protoErrorf("malformed DataRow")
+		}
+		dst = append(dst, b[i:i+l:i+l])
+		i += l
+	}
+	if i != len(b) {
+		return dst, protoErrorf("malformed DataRow")
+	}
+	return dst, nil
+}
+
+// appendDataRow appends a DataRow of the values (nil = NULL).
+func appendDataRow(dst []byte, row [][]byte) []byte {
+	dst, sp := beginMsg(dst, 'D')
+	dst = appendU16(dst, uint16(len(row)))
+	for _, v := range row {
+		if v == nil {
+			dst = appendU32(dst, 0xFFFFFFFF)
+			continue
+		}
+		dst = appendU32(dst, uint32(len(v)))
+		dst = append(dst, v...)
+	}
 	return finishMsg(dst, sp)
 }
 

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -186,7 +187,69 @@ func (ck *checker) rowIntegrity(e *exe) {
 			ck.add(InvCAS, e.id, fmt.Sprintf("final row: context.last is %q, but its writer %s applied event %q", last, wr.ID, wr.Event),
 				[]OpRef{wr.ref("the writer of the final version")}, row)
 		}
+		ck.writtenContent(e, d, wr, row)
 	}
+	ck.workloadDoc(e, d, row)
+}
+
+// writtenContent compares the final row's state with what its writer
+// wrote (when the history records it): the step, the active state and the
+// armed timers. An acknowledged commit whose content was altered is as
+// lost as one that is missing.
+func (ck *checker) writtenContent(e *exe, d *execDoc, wr *cop, row []RowRef) {
+	bad := func(format string, args ...any) {
+		ck.add(InvCAS, e.id, "final row: "+fmt.Sprintf(format, args...), []OpRef{wr.ref("the writer of the final version")}, row)
+	}
+	c := d.ctx
+	if wr.Step != nil && c.Step != nil && *c.Step != *wr.Step {
+		bad("context.step is %d, but its writer %s wrote %d", *c.Step, wr.ID, *wr.Step)
+	}
+	if wr.Active != "" && !(len(d.ActivePath) == 1 && d.ActivePath[0] == wr.Active) {
+		bad("active_path is %q, but its writer %s wrote [%q]", d.ActivePath, wr.ID, wr.Active)
+	}
+	if wr.Armed != nil && !sameTimers(c.Timers, wr.Armed) {
+		bad("context.timers is %s, but its writer %s armed %s", fmtTimers(c.Timers), wr.ID, fmtTimers(wr.Armed))
+	}
+}
+
+// workloadDoc checks the parts of the final row's document every state of
+// the chaos workload has (HISTORY.md, workload conventions), for histories
+// whose header describes them: the definition, status "running", no
+// parent and no outcome, and the padding.
+func (ck *checker) workloadDoc(e *exe, d *execDoc, row []RowRef) {
+	w := ck.w.h.Header.Workload
+	if w.PayloadBytes == nil {
+		return
+	}
+	bad := func(format string, args ...any) {
+		ck.add(InvCAS, e.id, "final row: "+fmt.Sprintf(format, args...), nil, row)
+	}
+	if r := e.row.r; w.DefinitionID != "" && r.DefinitionID != w.DefinitionID {
+		bad("definition_id is %q; every execution of the run is of %q", r.DefinitionID, w.DefinitionID)
+	}
+	if d.Status == nil || *d.Status != "running" {
+		bad("data.status is %s, the workload only ever writes \"running\"", jsonOf(d.Status))
+	}
+	if isSet(d.ParentID) {
+		bad("data.parent_id is %s, the workload's executions have no parent", d.ParentID)
+	}
+	if isSet(d.Outcome) {
+		bad("data.outcome is %s, the workload never sets one", d.Outcome)
+	}
+	if p := d.ctx.Payload; p == nil && *w.PayloadBytes > 0 || p != nil && *p != strings.Repeat("x", *w.PayloadBytes) {
+		bad("context.payload is not the workload's %d-byte padding", *w.PayloadBytes)
+	}
+}
+
+// isSet reports whether a JSON member is present and not null.
+func isSet(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null"
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 func presentWhy(c *cop) string {

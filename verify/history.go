@@ -116,6 +116,9 @@ type Workload struct {
 	Redelivery   float64 `json:"redelivery"`
 	RetryCap     int     `json:"retry_cap"`
 	Concurrency  int     `json:"concurrency"`
+	// PayloadBytes is the length of the "x" padding every state carries
+	// (nil in histories of older writers: not checked).
+	PayloadBytes *int `json:"payload_bytes,omitempty"`
 }
 
 // MapInfo is a shard map without DSNs, as the history header and a State
@@ -195,10 +198,15 @@ type Op struct {
 	Timers   []TimerOp `json:"timers,omitempty"`
 	Spawns   []string  `json:"spawns,omitempty"`
 	Trace    bool      `json:"trace,omitempty"`
-	Seq      int64     `json:"seq,omitempty"`
-	Origin   string    `json:"origin,omitempty"`
-	Path     string    `json:"path,omitempty"`
-	FireAt   float64   `json:"fire_at,omitempty"`
+	// What the commit wrote into the execution's state (absent in
+	// histories of older writers): step, active state, armed timers.
+	Step   *int               `json:"step,omitempty"`
+	Active string             `json:"active,omitempty"`
+	Armed  map[string]float64 `json:"armed,omitempty"`
+	Seq    int64              `json:"seq,omitempty"`
+	Origin string             `json:"origin,omitempty"`
+	Path   string             `json:"path,omitempty"`
+	FireAt float64            `json:"fire_at,omitempty"`
 
 	// read_outbox, read_spawns: rows returned.
 	N int `json:"n,omitempty"`
@@ -268,41 +276,44 @@ type line struct {
 	Schedule  []ScheduledFault `json:"schedule"`
 
 	// op (version is shared with the header: a load's version)
-	ID        string    `json:"id"`
-	Kind      string    `json:"kind"`
-	Src       string    `json:"src"`
-	Exe       *string   `json:"exe"`
-	Shard     string    `json:"shard"`
-	T0        *int64    `json:"t0"`
-	T1        *int64    `json:"t1"`
-	Outcome   string    `json:"outcome"`
-	Err       string    `json:"err"`
-	SQLState  string    `json:"sqlstate"`
-	Event     string    `json:"event"`
-	Cause     string    `json:"cause"`
-	Exists    bool      `json:"exists"`
-	Writer    string    `json:"writer"`
-	Processed bool      `json:"processed"`
-	Exp       *int      `json:"exp"`
-	New       *int      `json:"new"`
-	Found     *int      `json:"found"`
-	Conflict  bool      `json:"conflict"`
-	Input     string    `json:"input"`
-	Fast      bool      `json:"fast"`
-	Emits     []Emit    `json:"emits"`
-	Timers    []rawTime `json:"timers"`
-	Spawns    []string  `json:"spawns"`
-	Trace     bool      `json:"trace"`
-	Seq       *int64    `json:"seq"`
-	Origin    string    `json:"origin"`
-	Path      string    `json:"path"`
-	FireAt    *float64  `json:"fire_at"`
-	N         int       `json:"n"`
-	Target    string    `json:"target"`
-	Parent    string    `json:"parent"`
-	Child     string    `json:"child"`
-	Now       *float64  `json:"now"`
-	Deleted   bool      `json:"deleted"`
+	ID        string             `json:"id"`
+	Kind      string             `json:"kind"`
+	Src       string             `json:"src"`
+	Exe       *string            `json:"exe"`
+	Shard     string             `json:"shard"`
+	T0        *int64             `json:"t0"`
+	T1        *int64             `json:"t1"`
+	Outcome   string             `json:"outcome"`
+	Err       string             `json:"err"`
+	SQLState  string             `json:"sqlstate"`
+	Event     string             `json:"event"`
+	Cause     string             `json:"cause"`
+	Exists    bool               `json:"exists"`
+	Writer    string             `json:"writer"`
+	Processed bool               `json:"processed"`
+	Exp       *int               `json:"exp"`
+	New       *int               `json:"new"`
+	Found     *int               `json:"found"`
+	Conflict  bool               `json:"conflict"`
+	Input     string             `json:"input"`
+	Fast      bool               `json:"fast"`
+	Emits     []Emit             `json:"emits"`
+	Timers    []rawTime          `json:"timers"`
+	Spawns    []string           `json:"spawns"`
+	Trace     bool               `json:"trace"`
+	Step      *int               `json:"step"`
+	Active    string             `json:"active"`
+	Armed     map[string]float64 `json:"armed"`
+	Seq       *int64             `json:"seq"`
+	Origin    string             `json:"origin"`
+	Path      string             `json:"path"`
+	FireAt    *float64           `json:"fire_at"`
+	N         int                `json:"n"`
+	Target    string             `json:"target"`
+	Parent    string             `json:"parent"`
+	Child     string             `json:"child"`
+	Now       *float64           `json:"now"`
+	Deleted   bool               `json:"deleted"`
 
 	// fault
 	Phase    string                     `json:"phase"`
@@ -612,6 +623,7 @@ func (d *decoder) op(l *line, n int) error {
 		Processed: l.Processed, Found: l.Found, Conflict: l.Conflict, Input: l.Input, Fast: l.Fast,
 		Emits: l.Emits, Spawns: l.Spawns, Trace: l.Trace, Origin: l.Origin, Path: l.Path,
 		N: l.N, Target: d.intern(l.Target), Parent: d.intern(l.Parent), Child: l.Child, Deleted: l.Deleted,
+		Step: l.Step, Active: d.intern(l.Active), Armed: l.Armed,
 		Line: n,
 	}
 	if l.Exe != nil {

@@ -103,6 +103,10 @@ type execDoc struct {
 	ID           *string         `json:"id"`
 	DefinitionID *string         `json:"definition_id"`
 	Version      *int            `json:"version"`
+	Status       *string         `json:"status"`
+	Outcome      json.RawMessage `json:"outcome"`
+	ActivePath   []string        `json:"active_path"`
+	ParentID     json.RawMessage `json:"parent_id"`
 	Context      json.RawMessage `json:"context"`
 	ctx          ctxDoc
 	ctxErr       error
@@ -110,10 +114,11 @@ type execDoc struct {
 
 // ctxDoc is the workload's context inside executions.data.
 type ctxDoc struct {
-	Step   *int               `json:"step"`
-	Last   *string            `json:"last"`
-	Op     *string            `json:"op"`
-	Timers map[string]float64 `json:"timers"`
+	Step    *int               `json:"step"`
+	Last    *string            `json:"last"`
+	Op      *string            `json:"op"`
+	Timers  map[string]float64 `json:"timers"`
+	Payload *string            `json:"payload"`
 }
 
 // outboxDoc is outbox.event.

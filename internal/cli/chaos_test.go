@@ -294,6 +294,29 @@ func (r *chaosRig) corruptions(t *testing.T, run string) {
 			func() {
 				exec(shard, `UPDATE executions SET data = replace(data, '"op":"x', '"op":"') WHERE id = $1`, exe)
 			}},
+		{"status edited", "cas",
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"status":"running"', '"status":"done"') WHERE id = $1`, exe)
+			},
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"status":"done"', '"status":"running"') WHERE id = $1`, exe)
+			}},
+		{"payload edited", "cas",
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"payload":"x', '"payload":"y') WHERE id = $1`, exe)
+			},
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"payload":"y', '"payload":"x') WHERE id = $1`, exe)
+			}},
+		{"timer armed in the row and the state alike", "cas",
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"context":{', '"context":{"timers":{"ghost":10000000000},') WHERE id = $1`, exe)
+				exec(shard, `INSERT INTO timers (execution_id, path, fire_at) VALUES ($1, 'ghost', 1e10)`, exe)
+			},
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"context":{"timers":{"ghost":10000000000},', '"context":{') WHERE id = $1`, exe)
+				exec(shard, `DELETE FROM timers WHERE execution_id = $1 AND path = 'ghost'`, exe)
+			}},
 		{"dedupe row deleted", "dedupe",
 			func() {
 				exec(shard, `DELETE FROM processed_events WHERE execution_id = $1 AND event_id = $2`, exe, event)

@@ -139,6 +139,7 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		Databases:                x.Databases,
 		StatementCacheSize:       x.StatementCacheSize,
 		UnnamedStatements:        unnamedMode(x.CacheUnnamedStatements),
+		MergeGroupLimit:          x.MergeGroupLimit,
 		VerifyIdentity:           x.VerifyIdentity,
 		MetricsListen:            x.MetricsListen,
 		Logger:                   log,

@@ -244,11 +244,13 @@ type routeReport struct {
 }
 
 type mergeReport struct {
-	SQL        string          `json:"sql,omitempty"`
-	OrderBy    []route.SortKey `json:"order_by,omitempty"`
-	Limit      int64           `json:"limit"`
-	Offset     int64           `json:"offset"`
-	Aggregates []string        `json:"aggregates,omitempty"`
+	SQL     string            `json:"sql,omitempty"`
+	OrderBy []route.SortKey   `json:"order_by,omitempty"`
+	Limit   int64             `json:"limit"`
+	Offset  int64             `json:"offset"`
+	Groups  *route.GroupMerge `json:"groups,omitempty"`
+	// Plan is the merge, step by step, as the text output prints it.
+	Plan []string `json:"plan"`
 }
 
 func report(r *route.Router, ex route.Explanation) routeReport {
@@ -270,10 +272,7 @@ func report(r *route.Router, ex route.Explanation) routeReport {
 		}
 	}
 	if mg := d.Merge; mg != nil {
-		rep.Merge = &mergeReport{SQL: mg.SQL, OrderBy: mg.OrderBy, Limit: mg.Limit, Offset: mg.Offset}
-		for _, a := range mg.Aggregates {
-			rep.Merge.Aggregates = append(rep.Merge.Aggregates, a.String())
-		}
+		rep.Merge = &mergeReport{SQL: mg.SQL, OrderBy: mg.OrderBy, Limit: mg.Limit, Offset: mg.Offset, Groups: mg.Groups, Plan: mg.Describe()}
 	}
 	return rep
 }
@@ -322,31 +321,8 @@ func writeRouteReport(w io.Writer, rep routeReport, i, n int) {
 	}
 	if mg := rep.Merge; mg != nil {
 		fmt.Fprintf(w, "  merge:\n")
-		if mg.SQL != "" {
-			fmt.Fprintf(w, "    per-shard SQL: %s\n", mg.SQL)
-		}
-		if len(mg.OrderBy) > 0 {
-			var ks []string
-			for _, k := range mg.OrderBy {
-				dir, nulls := "asc", "nulls last"
-				if k.Desc {
-					dir = "desc"
-				}
-				if k.NullsFirst {
-					nulls = "nulls first"
-				}
-				ks = append(ks, fmt.Sprintf("column %d %s %s", k.Column+1, dir, nulls))
-			}
-			fmt.Fprintf(w, "    order by:      %s\n", strings.Join(ks, ", "))
-		}
-		if len(mg.Aggregates) > 0 {
-			fmt.Fprintf(w, "    aggregates:    %s\n", strings.Join(mg.Aggregates, ", "))
-		}
-		if mg.Limit >= 0 {
-			fmt.Fprintf(w, "    limit:         %d\n", mg.Limit)
-		}
-		if mg.Offset >= 0 {
-			fmt.Fprintf(w, "    offset:        %d\n", mg.Offset)
+		for _, l := range mg.Plan {
+			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
 }

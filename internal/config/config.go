@@ -713,6 +713,9 @@ type Proxy struct {
 	// CacheUnnamedStatements lets that cache serve clients' unnamed
 	// statements too, from a text's second use.
 	CacheUnnamedStatements bool `mapstructure:"cache_unnamed_statements"`
+	// MergeGroupLimit bounds the merged groups a read of every shard may
+	// buffer to sort them (GROUP BY ordered by an aggregate).
+	MergeGroupLimit int `mapstructure:"merge_group_limit"`
 	// VerifyIdentity checks every shard's identity record against the map.
 	VerifyIdentity bool `mapstructure:"verify_identity"`
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
@@ -794,6 +797,7 @@ func DefaultProxy() Proxy {
 		IdleTimeout:            5 * time.Minute,
 		StatementCacheSize:     256,
 		CacheUnnamedStatements: true,
+		MergeGroupLimit:        100000,
 		VerifyIdentity:         true,
 		Schema:                 DefaultSchema(),
 		HealthInterval:         time.Second,
@@ -837,6 +841,9 @@ func (x *Proxy) problems() []string {
 	}
 	if x.StatementCacheSize < -1 {
 		bad("statement_cache_size", "must be -1 (off) or more (got %d)", x.StatementCacheSize)
+	}
+	if x.MergeGroupLimit < 1 {
+		bad("merge_group_limit", "must be at least 1 (got %d)", x.MergeGroupLimit)
 	}
 	seen := map[string]bool{}
 	for i, u := range x.Users {

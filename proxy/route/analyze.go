@@ -33,6 +33,10 @@ type tref struct {
 	top      bool     // in the FROM of the top-level query
 	sc       *scope
 	desc     string
+	// sub, when set, says the ref is read by a subquery whose result needs
+	// every shard's rows at once (LIMIT, aggregates, ...): it is linked to
+	// no other ref by its key, so it never runs on a part of the shards.
+	sub string
 }
 
 // colOrigin is a key column of a ref.
@@ -325,6 +329,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 		ti = &topInfo{sel: s, sc: sc}
 		a.top = ti
 	}
+	firstRef := len(a.refs)
 	for _, f := range s.FromClause {
 		a.fromItem(f, sc, false, ti)
 	}
@@ -358,7 +363,52 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 	if ti != nil {
 		ti.cols = d.cols
 	}
+	if !top {
+		if why := a.globalSelect(s, sc); why != "" {
+			// Its rows depend on every shard's rows, so no row of it is
+			// tied to one key: none of its columns carries a key's origin
+			// (no IN / join on them links it to another ref), and its refs
+			// say why.
+			for i := range d.cols {
+				d.cols[i].origin = nil
+			}
+			for _, r := range a.refs[firstRef:] {
+				if r.sub == "" {
+					r.sub = why
+				}
+			}
+		}
+	}
 	return d
+}
+
+// globalSelect says why a subquery's, CTE's or derived table's result
+// depends on the rows of every shard at once ("" when each of its rows
+// depends only on rows of one key): LIMIT, OFFSET, FETCH, DISTINCT ON,
+// window functions, and aggregates or GROUP BY that do not group by a
+// key of the subquery's own tables.
+func (a *analyzer) globalSelect(s *pg.SelectStmt, sc *scope) string {
+	switch {
+	case s.LimitCount != nil || s.LimitOffset != nil:
+		return "a subquery with LIMIT/OFFSET/FETCH picks rows among every shard's"
+	case len(s.DistinctClause) > 0 && s.DistinctClause[0].GetNode() != nil:
+		return "a subquery with DISTINCT ON picks rows among every shard's"
+	}
+	w1, agg := topLevelCalls(s.TargetList)
+	w2, agg2 := topLevelCalls(s.SortClause)
+	_, agg3 := topLevelCalls([]*pg.Node{s.HavingClause})
+	if w1 || w2 || len(s.WindowClause) > 0 {
+		return "a subquery with window functions sees every shard's rows"
+	}
+	if !(agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil) {
+		return ""
+	}
+	for _, g := range s.GroupClause {
+		if o, ok := a.keyOrigin(g, sc); ok && o.ref.sc == sc {
+			return "" // groups of one key: each lives on one shard
+		}
+	}
+	return "a subquery with aggregates or GROUP BY (not by a sharding key) combines every shard's rows"
 }
 
 // addTarget adds a select-list entry (or RETURNING entry) to d's columns.

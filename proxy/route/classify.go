@@ -49,12 +49,17 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		switch t.Kind {
 		case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
 			st.Kind = KindBegin
+			st.Isolation = isolationOf(t.Options)
 		case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
 			st.Kind, st.Chain = KindCommit, t.Chain
 		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
 			st.Kind, st.Chain = KindRollback, t.Chain
-		case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg.TransactionStmtKind_TRANS_STMT_RELEASE, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
-			st.Kind = KindSavepoint
+		case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
+			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "SAVEPOINT", t.SavepointName
+		case pg.TransactionStmtKind_TRANS_STMT_RELEASE:
+			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "RELEASE", t.SavepointName
+		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "ROLLBACK", t.SavepointName
 		default:
 			unsupported("two-phase commit (PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED) is not supported through pgshard: the prepared transaction must be finished on the shard that holds it")
 		}
@@ -232,6 +237,11 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		st.Kind, p.ddl = KindDDL, true
 	}
 
+	st.NoTxnBlock = noTxnBlock(node)
+	_, st.Copy = node.GetNode().(*pg.Node_CopyStmt)
+	if sel := node.GetSelectStmt(); sel != nil {
+		st.Select = sel.IntoClause == nil
+	}
 	if a.unsupported != "" && st.Kind != KindUnsupported {
 		unsupported(a.unsupported)
 	}
@@ -244,6 +254,42 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	}
 	r.finish(st, p, a, h, hintErr)
 	return st
+}
+
+// noTxnBlock reports whether Postgres refuses the statement inside a
+// transaction block (PreventInTransactionBlock in its source). CLUSTER and
+// CHECKPOINT are included as they always were: the engine never needs to
+// wrap them.
+func noTxnBlock(n *pg.Node) bool {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_VacuumStmt, *pg.Node_ClusterStmt, *pg.Node_CheckPointStmt,
+		*pg.Node_CreatedbStmt, *pg.Node_DropdbStmt, *pg.Node_AlterDatabaseStmt, *pg.Node_AlterDatabaseSetStmt,
+		*pg.Node_CreateTableSpaceStmt, *pg.Node_DropTableSpaceStmt, *pg.Node_AlterTableSpaceOptionsStmt,
+		*pg.Node_AlterSystemStmt, *pg.Node_CreateSubscriptionStmt, *pg.Node_DropSubscriptionStmt, *pg.Node_AlterSubscriptionStmt:
+		return true
+	case *pg.Node_ReindexStmt:
+		return true
+	case *pg.Node_IndexStmt:
+		return x.IndexStmt.Concurrent
+	case *pg.Node_DropStmt:
+		return x.DropStmt.Concurrent
+	case *pg.Node_RefreshMatViewStmt:
+		return x.RefreshMatViewStmt.Concurrent
+	}
+	return false
+}
+
+// isolationOf reads transaction_isolation from BEGIN / SET TRANSACTION
+// options.
+func isolationOf(opts []*pg.Node) string {
+	for _, o := range opts {
+		if d := o.GetDefElem(); d != nil && d.Defname == "transaction_isolation" {
+			if c := d.Arg.GetAConst(); c != nil && c.GetSval() != nil {
+				return strings.ToLower(c.GetSval().Sval)
+			}
+		}
+	}
+	return ""
 }
 
 func temp(rv *pg.RangeVar) bool {
@@ -288,6 +334,7 @@ func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
 		switch name {
 		case "transaction":
 			st.Kind = KindSetLocal
+			st.Isolation = isolationOf(v.Args)
 		case "session characteristics":
 			st.Kind = KindSetSession
 			var parts []string
@@ -344,10 +391,11 @@ func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
 		}
 	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
 		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " TO DEFAULT"
+		st.ToDefault, st.Reset = true, v.Kind == pg.VariableSetKind_VAR_RESET
 	case pg.VariableSetKind_VAR_SET_CURRENT:
 		st.SetLocalSQL = "SET LOCAL " + quoteGUC(name) + " FROM CURRENT"
 	case pg.VariableSetKind_VAR_RESET_ALL:
-		st.SetName = "all"
+		st.SetName, st.ToDefault, st.Reset = "all", true, true
 	}
 	if st.Kind == KindSetLocal {
 		st.SetLocalSQL = ""
@@ -450,6 +498,9 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 			p.groups = append(p.groups, group{coloc: colocOf[c]})
 		}
 		g := &p.groups[gi]
+		if g.sub == "" {
+			g.sub = ref.sub
+		}
 		if g.desc != "" {
 			g.desc += ", "
 		}

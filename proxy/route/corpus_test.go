@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,7 +114,7 @@ func sameDest(a, b route.Dest) bool {
 	if a.Refusal != nil && *a.Refusal != *b.Refusal {
 		return false
 	}
-	if a.Merge != nil && fmt.Sprint(*a.Merge) != fmt.Sprint(*b.Merge) {
+	if a.Merge != nil && !reflect.DeepEqual(*a.Merge, *b.Merge) {
 		return false
 	}
 	return a.Kind == b.Kind && a.Shard == b.Shard && a.Key == b.Key && a.Bucket == b.Bucket && a.Reason == b.Reason

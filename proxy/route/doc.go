@@ -2,12 +2,19 @@
 // decides, per statement, which shard runs it — one shard, every shard
 // (with a merge plan), any shard, or none (a refusal with a SQLSTATE).
 //
-//	query text ─► cache ─hit─► *Statement (kind, plan)        Analyze / Split
+//	query text ─► cache ─hit─► *Statement (kind, facts, plan)   Analyze / Split (router.go, cache.go)
 //	              │miss
-//	              ├─ fast path (BEGIN/COMMIT/ROLLBACK, SET LOCAL pgshard.key): no parse
+//	              ├─ fast path (BEGIN/COMMIT/ROLLBACK, SET LOCAL pgshard.key): no parse (lex.go)
 //	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
-//	              └─ pg_query (Postgres's own grammar) ─► classify ─► plan
-//	*Statement + Bind params ─► decode key params ─► hash ─► shard sets ─► Dest   Route
+//	              │             (normalize.go, shape.go)
+//	              └─ pg_query (Postgres's own grammar) ─► classify (classify.go)
+//	                   ─► keyed references, groups, edges (analyze.go) ─► plan (plan.go)
+//	                   ─► merge plan of a key-less read (merge.go) ─► hints (hint.go)
+//	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
+//	  ─► Dest (route.go; explain.go records the steps)                    Route
+//
+//	types.go is the contract with the proxy (Statement, Dest, Merge);
+//	schema.go the sharding schema; funcs.go the built-in function lists.
 //
 // # Parsing and the cache
 //
@@ -69,11 +76,11 @@
 // reason, refusal or per-shard SQL (found by walking every string of the
 // analysis), a literal LIMIT/OFFSET that is not a plain integer, a literal
 // compared as an expression (ORDER BY an expression equal to a select-list
-// entry) or deciding a statement's kind (set_config(..., 'false')). A
-// key-less read with a literal LIMIT and OFFSET fans out with per-shard
-// SQL (LIMIT n+m) deparsed from the text's own tree, or none for OFFSET 0:
-// such a text is analyzed in full when it fans out. Options.KeepLiterals
-// turns normalization off.
+// entry), compared by the merge (HAVING) or deciding a statement's kind
+// (set_config(..., 'false')). A key-less read whose per-shard SQL is
+// rewritten (LIMIT n+m, hidden columns, merged groups) and holds a literal
+// is analyzed in full when it fans out. Options.KeepLiterals turns
+// normalization off.
 //
 // # Where keys come from
 //
@@ -141,21 +148,48 @@
 //
 // # Fan-out merges
 //
-// A key-less SELECT merges when: its FROM reads a keyed table directly
-// (not only in subqueries or derived tables); ORDER BY terms are select-list
-// columns (by position, output name or equal expression; hidden sort
-// columns are not added); LIMIT/OFFSET are constants or parameters (each
-// shard is sent LIMIT n+m without OFFSET, deparsed from the tree); without
-// GROUP BY, every select-list entry is a bare count/sum/min/max or a
-// constant. GROUP BY and DISTINCT merge only when they include a sharding
-// key of a table that is not on the nullable side of an outer join (every
-// group then lives on one shard). Refused, with the reason and the advice
-// to add a key predicate or a hint: avg (select sum and count), count
-// (DISTINCT), other aggregates, window functions, HAVING without GROUP BY
-// key, DISTINCT ON, GROUPING SETS, set operations, FETCH WITH TIES, a
-// function not known to be read-only, a join of keyed tables not on their
-// keys, a subquery reading another keyed table.
+// A key-less read fans out (DestAll) with a Merge that says how the engine
+// combines the shards' answers; mergePlan (merge.go) decides from the
+// parse tree, with a whitelist of the shapes whose merge is provably the
+// answer of one database, and refuses every other shape with 0A000 and the
+// reason. Merged:
 //
+//   - rows: plain reads (concatenated); ORDER BY select-list columns (by
+//     position, output name or equal expression) or any other expression
+//     of the input columns (sent to the shards as hidden trailing columns),
+//     k-way merged, with ASC/DESC, NULLS FIRST/LAST and COLLATE "C";
+//     LIMIT/OFFSET (each shard gets LIMIT n+m computed in 64 bits,
+//     saturating to LIMIT ALL, and no OFFSET; a parameter's n+m is computed
+//     by the shard; a negative constant is left for the shards to reject as
+//     Postgres does, a negative parameter refused with 2201W / 2201X);
+//     GROUP BY or DISTINCT that include a sharding key of a table that is
+//     not on the nullable side of an outer join (each group lives on one
+//     shard); DISTINCT without a key (every shard sorts by every column,
+//     the merge drops duplicates);
+//   - groups: aggregates count, sum, min, max and avg (as sum and count),
+//     count/sum(DISTINCT key) (additive: a key's rows are on one shard),
+//     min/max(DISTINCT x), FILTER (WHERE ...), each possibly under one cast
+//     to int2, int4, int8, numeric, float4, float8 or text; GROUP BY any
+//     expressions, positions or output names (hidden key columns every shard
+//     sorts by, merged group by group); HAVING of comparisons (=, <>, <, <=,
+//     >, >=, IS [NOT] NULL, AND, OR, NOT) of merged aggregates, group keys,
+//     constants and parameters; ORDER BY of merged columns (streamed when it
+//     orders by group keys, else sorted after the merge); LIMIT and OFFSET
+//     after the merge.
+//
+// Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
+// FETCH ... WITH TIES, ORDER BY ... USING, a collation other than C in
+// ORDER BY, other aggregates (string_agg, array_agg, stddev, ...) and
+// expressions of aggregates (sum(x)/count(x), coalesce(max(x), 0)), a
+// function not known to be read-only, FOR UPDATE, a join of keyed tables not
+// on their keys, sharded tables read only through a derived table or CTE in
+// FROM, and any subquery, CTE or derived table whose result needs every
+// shard's rows at once (LIMIT, OFFSET, FETCH, DISTINCT ON, window
+// functions, aggregates or GROUP BY not by a key of its own tables): its
+// rows are linked to no other reference by their key, so the statement
+// (keyed or not) is refused unless the subquery is correlated by the key.
+// Merge.Describe renders a plan step by step (pgshard route prints it).
+
 // # Hints
 //
 // Hints need no parsing of the statement itself and override the SQL's

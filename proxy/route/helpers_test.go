@@ -148,9 +148,8 @@ func describe(m *shardmap.Map, st *route.Statement, ex route.Explanation) string
 		}
 	}
 	if mg := d.Merge; mg != nil {
-		fmt.Fprintf(&b, "merge:   order=%v limit=%d offset=%d aggs=%v\n", mg.OrderBy, mg.Limit, mg.Offset, mg.Aggregates)
-		if mg.SQL != "" {
-			fmt.Fprintf(&b, "per-shard SQL: %s\n", mg.SQL)
+		for _, l := range mg.Describe() {
+			fmt.Fprintf(&b, "merge:   %s\n", l)
 		}
 	}
 	for _, s := range ex.Steps {

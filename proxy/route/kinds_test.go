@@ -218,3 +218,85 @@ func TestBound(t *testing.T) {
 		t.Errorf("fan-out in a bound transaction: %+v", d)
 	}
 }
+
+// TestStatementFacts checks the facts the engine reads instead of lexing
+// the text itself: transaction-block restrictions, COPY, savepoint verbs
+// and names (folded as Postgres folds them), RESET and SET ... DEFAULT.
+func TestStatementFacts(t *testing.T) {
+	r := newRouter(t, "default")
+	type facts struct {
+		noTxn, copy      bool
+		verb, name       string
+		reset, toDefault bool
+		sel              bool
+	}
+	cases := []struct {
+		sql  string
+		want facts
+	}{
+		{"SELECT 1", facts{sel: true}},
+		{"VALUES (1), (2)", facts{sel: true}},
+		{"WITH x AS (SELECT 1) SELECT * FROM x", facts{sel: true}},
+		{"SELECT 1 INTO t", facts{}},
+		{"DECLARE c CURSOR FOR SELECT 1", facts{}},
+		{"VACUUM executions", facts{noTxn: true}},
+		{"vacuum (analyze) executions", facts{noTxn: true}},
+		{"CREATE DATABASE x", facts{noTxn: true}},
+		{"DROP DATABASE x", facts{noTxn: true}},
+		{"CREATE INDEX CONCURRENTLY i ON executions (definition_id)", facts{noTxn: true}},
+		{"CREATE INDEX i ON executions (definition_id)", facts{}},
+		{"DROP INDEX CONCURRENTLY i", facts{noTxn: true}},
+		{"DROP INDEX i", facts{}},
+		{"REINDEX TABLE CONCURRENTLY executions", facts{noTxn: true}},
+		{"ALTER SYSTEM SET work_mem = '8MB'", facts{noTxn: true}},
+		{"CREATE TABLESPACE t LOCATION '/x'", facts{noTxn: true}},
+		{"REFRESH MATERIALIZED VIEW CONCURRENTLY v", facts{noTxn: true}},
+		{"-- CONCURRENTLY in a comment\nSELECT 'CONCURRENTLY'", facts{sel: true}},
+		{"COPY executions TO STDOUT", facts{copy: true}},
+		{"COPY (SELECT 1) TO STDOUT", facts{copy: true}},
+		{"SAVEPOINT sp1", facts{verb: "SAVEPOINT", name: "sp1"}},
+		{"savepoint \"Mixed Case\"", facts{verb: "SAVEPOINT", name: "Mixed Case"}},
+		{"SAVEPOINT MiXeD", facts{verb: "SAVEPOINT", name: "mixed"}},
+		{"RELEASE SAVEPOINT sp1", facts{verb: "RELEASE", name: "sp1"}},
+		{"RELEASE sp1", facts{verb: "RELEASE", name: "sp1"}},
+		{"ROLLBACK TO SAVEPOINT sp1", facts{verb: "ROLLBACK", name: "sp1"}},
+		{"ROLLBACK WORK TO sp1", facts{verb: "ROLLBACK", name: "sp1"}},
+		{"/* c */ ROLLBACK TRANSACTION TO SAVEPOINT \"a b\"", facts{verb: "ROLLBACK", name: "a b"}},
+		{"RESET work_mem", facts{reset: true, toDefault: true}},
+		{"RESET ALL", facts{reset: true, toDefault: true}},
+		{"SET work_mem TO DEFAULT", facts{toDefault: true}},
+		{"SET work_mem = default", facts{toDefault: true}},
+		{"SET TIME ZONE LOCAL", facts{toDefault: true}},
+		{"SET application_name = 'DEFAULT'", facts{}},
+		{"SET work_mem = '8MB'", facts{}},
+	}
+	for _, c := range cases {
+		st, err := r.Analyze(c.sql)
+		if err != nil {
+			t.Fatalf("%q: %v", c.sql, err)
+		}
+		got := facts{st.NoTxnBlock, st.Copy, st.SavepointVerb, st.SavepointName, st.Reset, st.ToDefault, st.Select}
+		if got != c.want {
+			t.Errorf("%q: got %+v, want %+v", c.sql, got, c.want)
+		}
+	}
+	for sql, want := range map[string]string{"BEGIN": "", "BEGIN ISOLATION LEVEL REPEATABLE READ": "repeatable read",
+		"START TRANSACTION READ ONLY, ISOLATION LEVEL SERIALIZABLE": "serializable",
+		"SET TRANSACTION ISOLATION LEVEL READ COMMITTED":            "read committed", "begin transaction isolation level read uncommitted": "read uncommitted"} {
+		st, err := r.Analyze(sql)
+		if err != nil || st.Isolation != want {
+			t.Errorf("%q: isolation %q, %v (want %q)", sql, st.Isolation, err, want)
+		}
+	}
+	// A statement text remembers that a client parsed it unnamed.
+	st, err := r.Analyze("SELECT data FROM executions WHERE id = $1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MarkUnnamed() {
+		t.Fatal("first MarkUnnamed reported an earlier use")
+	}
+	if !st.MarkUnnamed() {
+		t.Fatal("second MarkUnnamed did not report the first")
+	}
+}

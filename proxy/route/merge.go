@@ -3,6 +3,8 @@ package route
 import (
 	"fmt"
 	"math"
+	"math/big"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -11,16 +13,40 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// mergePlan decides whether the top-level SELECT, read from every shard,
-// can be merged into the answer one database would give, and how. It
-// returns nil and the reason when it cannot: pgshard refuses rather than
-// answer wrongly.
+// The fan-out merge planner: whether the top-level SELECT, read from every
+// shard, can be merged into the answer one database would give, and how.
+// It is a whitelist: a shape is merged only when the merge provably gives
+// that answer; anything else is refused with the reason (pgshard refuses
+// rather than answer wrongly).
 //
-// What merges: plain rows (concatenated), ORDER BY on select-list columns
-// (k-way merge of per-shard sorted rows), LIMIT/OFFSET (each shard returns
-// LIMIT n+m rows, the merge skips m and keeps n), count/sum/min/max without
-// GROUP BY (one row per shard, combined), and GROUP BY / DISTINCT that
-// include a sharding key (every group lives on one shard).
+// Rows (the per-shard rows are the client's rows):
+//   - plain rows, concatenated;
+//   - ORDER BY select-list columns (position, output name or an equal
+//     expression) or other expressions of the input columns (sent as
+//     hidden columns), k-way merged;
+//   - LIMIT/OFFSET: each shard returns its first n+m rows (64-bit,
+//     saturating; LIMIT ALL when n+m does not fit), the merge skips m and
+//     keeps n;
+//   - GROUP BY or DISTINCT including a sharding key of a table that is not
+//     on the nullable side of an outer join: every group is on one shard;
+//   - DISTINCT without a key: each shard sorts by every column, the merge
+//     drops adjacent duplicates.
+//
+// Groups (the per-shard rows are partial groups, merged by the proxy):
+//   - count, sum, min, max, avg (as sum and count), count/sum(DISTINCT key)
+//     (additive: a key's rows are on one shard), min/max(DISTINCT x),
+//     FILTER (WHERE ...), each possibly under one cast to int2, int4,
+//     int8, numeric, float4, float8 or text;
+//   - GROUP BY any expressions (hidden key columns, sorted per shard, then
+//     merged), HAVING of comparisons of merged aggregates, group keys,
+//     constants and parameters, ORDER BY of the merged columns, LIMIT and
+//     OFFSET after the merge.
+//
+// Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
+// FETCH WITH TIES, other aggregates and expressions of aggregates, ORDER
+// BY ... USING, collations other than "C", and reads of sharded tables
+// through derived tables or subqueries whose result needs every shard
+// (see globalSelect).
 func (a *analyzer) mergePlan() (*mergePlan, string) {
 	t := a.top
 	if t == nil {
@@ -51,53 +77,32 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		// on one shard; else another table's rows repeat once per shard.
 		return nil, "the keyed tables are on the nullable side of an outer join with a table that is not sharded: its rows would repeat once per shard"
 	}
-	var targets []*pg.ResTarget
-	starAt := -1
+	m := &merger{a: a, t: t, s: s, anchors: anchors, starAt: -1}
 	for _, n := range s.TargetList {
-		rt := n.GetResTarget()
-		if rt == nil {
-			continue
+		if rt := n.GetResTarget(); rt != nil {
+			if cr := rt.Val.GetColumnRef(); m.starAt < 0 && cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+				m.starAt = len(m.targets)
+			}
+			m.targets = append(m.targets, rt)
 		}
-		if cr := rt.Val.GetColumnRef(); starAt < 0 && cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-			starAt = len(targets)
-		}
-		targets = append(targets, rt)
 	}
-	if starAt < 0 {
-		starAt = len(targets)
+	if m.starAt < 0 {
+		m.starAt = len(m.targets)
 	}
 	hasWindow, hasAgg := topLevelCalls(s.TargetList)
-	sortWindow, _ := topLevelCalls(s.SortClause)
+	sortWindow, sortAgg := topLevelCalls(s.SortClause)
+	_, havingAgg := topLevelCalls([]*pg.Node{s.HavingClause})
 	if len(s.WindowClause) > 0 || hasWindow || sortWindow {
 		return nil, "window functions would see only one shard's rows"
 	}
-	isAnchorKey := func(o *colOrigin) bool {
-		if o == nil {
-			return false
-		}
-		for _, r := range anchors {
-			if o.ref == r {
-				return true
-			}
-		}
-		return false
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
+		return nil, "FETCH ... WITH TIES cannot be merged across shards"
 	}
-	targetKey := func(i int) bool {
-		return i >= 0 && i < starAt && i < len(t.cols) && isAnchorKey(t.cols[i].origin)
+	distinct := len(s.DistinctClause) > 0
+	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
+		return nil, "DISTINCT ON cannot be merged across shards"
 	}
-	if len(s.DistinctClause) > 0 {
-		if len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil {
-			return nil, "DISTINCT ON cannot be merged across shards"
-		}
-		ok := false
-		for i := range targets {
-			ok = ok || targetKey(i)
-		}
-		if !ok {
-			return nil, "DISTINCT without a sharding key in the select list would return a row once per shard"
-		}
-	}
-	grouped := false
+	keyGrouped := false
 	for _, g := range s.GroupClause {
 		if a.lit.has(g) {
 			a.lit.taintf("a literal in GROUP BY (a constant there is a position)")
@@ -106,158 +111,323 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		case g.GetGroupingSet() != nil:
 			return nil, "GROUPING SETS / ROLLUP / CUBE cannot be merged across shards"
 		case g.GetAConst() != nil:
-			if v, _ := constVal(g.GetAConst()); v.kind == kInt && targetKey(int(v.i)-1) {
-				grouped = true
+			if v, _ := constVal(g.GetAConst()); v.kind == kInt && m.targetKey(int(v.i)-1) {
+				keyGrouped = true
 			}
 		default:
-			if o, ok := a.keyOrigin(g, t.sc); ok && isAnchorKey(&o) {
-				grouped = true
+			if o, ok := a.keyOrigin(g, t.sc); ok && m.isAnchorKey(&o) {
+				keyGrouped = true
 			} else if cr := g.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
-				// An output-column name.
-				if i := a.targetByName(targets[:starAt], strName(cr.Fields[0])); targetKey(i) {
-					grouped = true
+				if i := a.targetByName(m.targets[:m.starAt], strName(cr.Fields[0])); m.targetKey(i) {
+					keyGrouped = true
 				}
 			}
 		}
 	}
-	if len(s.GroupClause) > 0 && !grouped {
-		return nil, "GROUP BY without a sharding key would split groups across shards"
-	}
-	if s.HavingClause != nil && !grouped {
-		return nil, "HAVING without GROUP BY a sharding key needs every shard's rows at once"
-	}
-	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
-		return nil, "FETCH ... WITH TIES cannot be merged across shards"
-	}
-
-	mp := &mergePlan{merge: Merge{Limit: -1, Offset: -1}}
-	var desc []string
-	if !grouped && hasAgg {
-		if starAt < len(targets) {
-			return nil, "* together with aggregates cannot be merged"
-		}
-		for i, rt := range targets {
-			agg, why := aggOf(rt.Val)
-			if why != "" {
-				return nil, fmt.Sprintf("select-list entry %d (%s) %s", i+1, exprText(rt.Val), why)
-			}
-			mp.merge.Aggregates = append(mp.merge.Aggregates, agg)
-		}
-		// ORDER BY is moot: the merge yields a single row.
-		var as []string
-		for _, g := range mp.merge.Aggregates {
-			as = append(as, g.String())
-		}
-		desc = append(desc, "combine one row per shard ("+strings.Join(as, ", ")+")")
-	} else {
-		for _, n := range s.SortClause {
-			sb := n.GetSortBy()
-			if sb == nil {
-				return nil, "an ORDER BY term cannot be merged"
-			}
-			col, why := a.sortColumn(sb, targets, starAt, t)
-			if why != "" {
-				return nil, why
-			}
-			k := SortKey{Column: col}
-			switch sb.SortbyDir {
-			case pg.SortByDir_SORTBY_DESC:
-				k.Desc = true
-			case pg.SortByDir_SORTBY_USING:
-				return nil, "ORDER BY ... USING an operator cannot be merged"
-			}
-			switch sb.SortbyNulls {
-			case pg.SortByNulls_SORTBY_NULLS_FIRST:
-				k.NullsFirst = true
-			case pg.SortByNulls_SORTBY_NULLS_LAST:
-				k.NullsFirst = false
-			default:
-				k.NullsFirst = k.Desc // Postgres: NULLs sort as larger than any value
-			}
-			mp.merge.OrderBy = append(mp.merge.OrderBy, k)
-		}
-		if len(mp.merge.OrderBy) > 0 {
-			var ks []string
-			for _, k := range mp.merge.OrderBy {
-				d := "asc"
-				if k.Desc {
-					d = "desc"
-				}
-				n := "nulls last"
-				if k.NullsFirst {
-					n = "nulls first"
-				}
-				ks = append(ks, fmt.Sprintf("column %d %s %s", k.Column+1, d, n))
-			}
-			desc = append(desc, "merge sorted rows by "+strings.Join(ks, ", "))
-		} else {
-			desc = append(desc, "concatenate rows")
-		}
-		if grouped {
-			desc[0] += " (grouped by a sharding key: each group is on one shard)"
+	keyDistinct := false
+	if distinct {
+		for i := range m.targets {
+			keyDistinct = keyDistinct || m.targetKey(i)
 		}
 	}
-
-	// LIMIT / OFFSET.
+	aggregated := hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || s.HavingClause != nil
 	var why string
-	var limSrc, offSrc *source
-	mp.merge.Limit, limSrc, why = a.limitOf(s.LimitCount, "LIMIT")
+	switch {
+	case keyGrouped || !aggregated:
+		// Each group (if any) lives on one shard: per-shard rows are rows.
+		why = m.rows(distinct && !keyDistinct && !keyGrouped, keyGrouped)
+	case distinct:
+		return nil, "SELECT DISTINCT with aggregates or GROUP BY without a sharding key cannot be merged"
+	default:
+		why = m.groups()
+	}
 	if why != "" {
 		return nil, why
 	}
-	mp.merge.Offset, offSrc, why = a.limitOf(s.LimitOffset, "OFFSET")
-	if why != "" {
-		return nil, why
+	return m.finish()
+}
+
+// merger builds one statement's merge plan.
+type merger struct {
+	a       *analyzer
+	t       *topInfo
+	s       *pg.SelectStmt
+	anchors []*tref
+	targets []*pg.ResTarget
+	starAt  int
+
+	mp   mergePlan
+	desc []string
+	// shard is the per-shard statement being built (a clone of s), nil
+	// when every shard runs the client's statement as it is.
+	shard *pg.SelectStmt
+	// hidden are the hidden per-shard select-list entries (Rows), or every
+	// per-shard entry (Groups); names their aliases ("" = none).
+	hidden []*pg.Node
+	names  []string
+	// keepLimit: the per-shard statement keeps the client's LIMIT and
+	// OFFSET (a negative constant, which every shard reports as an error).
+	keepLimit bool
+}
+
+func (m *merger) isAnchorKey(o *colOrigin) bool {
+	if o == nil {
+		return false
 	}
+	for _, r := range m.anchors {
+		if o.ref == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *merger) targetKey(i int) bool {
+	return i >= 0 && i < m.starAt && i < len(m.t.cols) && m.isAnchorKey(m.t.cols[i].origin)
+}
+
+// clone makes the per-shard statement, once.
+func (m *merger) clone() *pg.SelectStmt {
+	if m.shard == nil {
+		m.shard = proto.Clone(m.s).(*pg.SelectStmt)
+	}
+	return m.shard
+}
+
+// ---- rows ----
+
+// rows plans a merge of rows: dedup is SELECT DISTINCT without a key;
+// keyGrouped a GROUP BY on a key (aggregates are then per group, exact).
+func (m *merger) rows(dedup, keyGrouped bool) string {
+	s, mp := m.s, &m.mp
+	for _, n := range s.SortClause {
+		sb := n.GetSortBy()
+		if sb == nil {
+			return "an ORDER BY term cannot be merged"
+		}
+		k, why := sortKey(sb)
+		if why != "" {
+			return why
+		}
+		col, found, why := m.a.sortColumn(sb, m.targets, m.starAt, m.t)
+		if why != "" {
+			return why
+		}
+		if !found {
+			e := sb.Node
+			switch {
+			case dedup:
+				return fmt.Sprintf("for SELECT DISTINCT, ORDER BY %s must be in the select list", exprText(e))
+			case !keyGrouped && containsAggregate(e):
+				return fmt.Sprintf("ORDER BY %s is an aggregate of every shard's rows", exprText(e))
+			}
+			if c := e.GetAConst(); c != nil {
+				return "ORDER BY " + exprText(e) + " is not a select-list position"
+			}
+			// Sent as a hidden column: the shards sort by it, the proxy
+			// merges by it and drops it.
+			k.Hidden, col = true, m.add(e)
+		}
+		k.Column = col
+		mp.merge.OrderBy = append(mp.merge.OrderBy, k)
+	}
+	if dedup {
+		if m.starAt < len(m.targets) {
+			return "SELECT DISTINCT * cannot be merged: name the columns"
+		}
+		// Every shard sorts by every column (the client's order first), so
+		// that duplicates from different shards meet.
+		used := map[int]bool{}
+		for _, k := range mp.merge.OrderBy {
+			used[k.Column] = true
+		}
+		sc := m.clone()
+		for i := range m.targets {
+			if !used[i] {
+				mp.merge.OrderBy = append(mp.merge.OrderBy, SortKey{Column: i})
+				sc.SortClause = append(sc.SortClause, pg.MakeSortByNode(pg.MakeAConstIntNode(int64(i+1), -1),
+					pg.SortByDir_SORTBY_ASC, pg.SortByNulls_SORTBY_NULLS_LAST, -1))
+			}
+		}
+		mp.merge.Distinct = true
+	}
+	if len(m.hidden) > 0 {
+		sc := m.clone()
+		sc.TargetList = append(sc.TargetList, m.targetList()...)
+		mp.merge.Hidden = len(m.hidden)
+	}
+	if len(mp.merge.OrderBy) > 0 {
+		var ks []string
+		for _, k := range mp.merge.OrderBy {
+			ks = append(ks, k.describe("column", m.hiddenName))
+		}
+		m.desc = append(m.desc, "merge sorted rows by "+strings.Join(ks, ", "))
+	} else {
+		m.desc = append(m.desc, "concatenate rows")
+	}
+	switch {
+	case keyGrouped:
+		m.desc[0] += " (grouped by a sharding key: each group is on one shard)"
+	case mp.merge.Distinct:
+		m.desc[0] += ", dropping duplicates (DISTINCT: every shard sorts by every column)"
+	case len(s.DistinctClause) > 0:
+		m.desc[0] += " (DISTINCT includes a sharding key: duplicates are on one shard)"
+	}
+	return m.limits(true)
+}
+
+// hiddenName names hidden column i for descriptions.
+func (m *merger) hiddenName(i int) string {
+	if m.shard != nil && i < len(m.hidden) {
+		return "hidden " + exprText(m.hidden[i])
+	}
+	return fmt.Sprintf("hidden column %d", i+1)
+}
+
+// sortKey reads an ORDER BY term's direction and NULLs placement.
+func sortKey(sb *pg.SortBy) (SortKey, string) {
+	var k SortKey
+	switch sb.SortbyDir {
+	case pg.SortByDir_SORTBY_DESC:
+		k.Desc = true
+	case pg.SortByDir_SORTBY_USING:
+		return k, "ORDER BY ... USING an operator cannot be merged"
+	}
+	switch sb.SortbyNulls {
+	case pg.SortByNulls_SORTBY_NULLS_FIRST:
+		k.NullsFirst = true
+	case pg.SortByNulls_SORTBY_NULLS_LAST:
+		k.NullsFirst = false
+	default:
+		k.NullsFirst = k.Desc // Postgres: NULLs sort as larger than any value
+	}
+	if cc := sb.Node.GetCollateClause(); cc != nil && bytewiseCollation(cc.Collname) {
+		k.Bytewise = true
+	}
+	return k, ""
+}
+
+// describe renders a sort key: "column 2 desc nulls first".
+func (k SortKey) describe(what string, hidden func(int) string) string {
+	d := "asc"
+	if k.Desc {
+		d = "desc"
+	}
+	n := "nulls last"
+	if k.NullsFirst {
+		n = "nulls first"
+	}
+	c := fmt.Sprintf("%s %d", what, k.Column+1)
+	if k.Hidden && hidden != nil {
+		c = hidden(k.Column)
+	}
+	s := c + " " + d + " " + n
+	if k.Bytewise {
+		s += " (bytewise)"
+	}
+	return s
+}
+
+// ---- LIMIT / OFFSET ----
+
+// limits reads LIMIT and OFFSET; perShard says the shards may apply the
+// LIMIT as LIMIT n+m (Rows), else they get neither (Groups).
+func (m *merger) limits(perShard bool) string {
+	s, mp := m.s, &m.mp
+	lim, limSrc, limWhy := m.a.limitOf(s.LimitCount, "LIMIT")
+	off, offSrc, offWhy := m.a.limitOf(s.LimitOffset, "OFFSET")
+	if limWhy == errNegative || offWhy == errNegative {
+		// Every shard rejects it, as one database would (2201W / 2201X).
+		m.keepLimit = true
+		mp.merge.Limit, mp.merge.Offset = -1, -1
+		m.desc = append(m.desc, "every shard reports the negative LIMIT/OFFSET")
+		return ""
+	}
+	if limWhy != "" {
+		return limWhy
+	}
+	if offWhy != "" {
+		return offWhy
+	}
+	mp.merge.Limit, mp.merge.Offset = lim, off
 	mp.limit, mp.offset = limSrc, offSrc
-	hasOffset := offSrc != nil || mp.merge.Offset > 0
+	hasOffset := offSrc != nil || off > 0
 	if s.LimitCount != nil || s.LimitOffset != nil {
-		l := "LIMIT " + limitText(mp.merge.Limit, limSrc)
+		l := "LIMIT " + limitText(lim, limSrc)
 		if limSrc != nil && limSrc.lit > 0 {
 			// Rendered per text (descText).
 			l, mp.litDesc = "LIMIT "+litMark, true
 		}
 		if hasOffset {
-			l += " OFFSET " + limitText(mp.merge.Offset, offSrc)
+			l += " OFFSET " + limitText(off, offSrc)
 		}
-		desc = append(desc, "then "+l)
+		m.desc = append(m.desc, "then "+l)
 	}
-	if hasOffset {
-		// Each shard returns the first n+m rows; the merge skips m.
-		c := proto.Clone(s).(*pg.SelectStmt)
-		c.LimitOffset = nil
-		switch {
-		case s.LimitCount == nil || (limSrc == nil && mp.merge.Limit < 0):
-			c.LimitCount = nil
-		case limSrc == nil && offSrc == nil:
-			if mp.merge.Limit > math.MaxInt64-mp.merge.Offset {
-				c.LimitCount = nil
-			} else {
-				c.LimitCount = pg.MakeAConstIntNode(mp.merge.Limit+mp.merge.Offset, -1)
+	if !perShard {
+		if s.LimitCount != nil || s.LimitOffset != nil {
+			sc := m.clone()
+			sc.LimitCount, sc.LimitOffset, sc.LimitOption = nil, nil, pg.LimitOption_LIMIT_OPTION_DEFAULT
+			// Parameters only LIMIT/OFFSET used stay in the statement, so
+			// that the shards type them as one database would (int8).
+			for _, src := range []*source{limSrc, offSrc} {
+				if src != nil && src.param > 0 {
+					m.add(int8Expr(pg.MakeParamRefNode(int32(src.param), -1)))
+				}
 			}
-		default:
-			c.LimitCount = pg.MakeAExprNode(pg.A_Expr_Kind_AEXPR_OP, []*pg.Node{pg.MakeStrNode("+")},
-				int8Expr(s.LimitCount), int8Expr(s.LimitOffset), -1)
 		}
-		out, err := deparse(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: c}})
-		if err != nil {
-			return nil, "the per-shard LIMIT could not be rewritten: " + err.Error()
-		}
-		mp.merge.SQL = out
-		desc = append(desc, "each shard runs: "+out)
-		// With literal placeholders the per-shard SQL is not the text's,
-		// nor is the choice to rewrite it (OFFSET 0 is not rewritten): a
-		// text that fans out is analyzed in full (bindStatement).
-		mp.litFanout = a.lit != nil && (a.lit.inString(out) || limSrc != nil && limSrc.lit > 0 || offSrc != nil && offSrc.lit > 0)
+		return ""
 	}
-	mp.desc = strings.Join(desc, "; ")
-	return mp, ""
+	if !hasOffset {
+		return "" // each shard applies the LIMIT itself
+	}
+	sc := m.clone()
+	sc.LimitOffset = nil
+	switch {
+	case s.LimitCount == nil || (limSrc == nil && lim < 0):
+		if offSrc != nil {
+			// LIMIT ALL, written so that the OFFSET parameter is still used
+			// (and typed int8, as one database types it).
+			sc.LimitCount = mustExpr("CASE WHEN " + paramInt8(offSrc.param) + " IS NULL THEN NULL::pg_catalog.int8 END")
+		} else {
+			sc.LimitCount = nil
+		}
+	case limSrc == nil && offSrc == nil:
+		if lim > math.MaxInt64-off {
+			sc.LimitCount = nil // n+m does not fit: every row
+		} else {
+			sc.LimitCount = int8Const(lim + off)
+		}
+	default:
+		// n+m at Bind time, saturating to LIMIT ALL (NULL): CASE WHEN n >
+		// max-m THEN NULL ELSE n+m END, NULL n stays NULL (ALL), NULL m is 0.
+		n := exprSQL(int8Expr(s.LimitCount))
+		o := "0"
+		if s.LimitOffset != nil {
+			o = "COALESCE(" + exprSQL(int8Expr(s.LimitOffset)) + ", 0)"
+		}
+		sc.LimitCount = mustExpr(fmt.Sprintf("CASE WHEN %s > 9223372036854775807 - %s THEN NULL ELSE %s + %s END", n, o, n, o))
+	}
+	return ""
 }
+
+// errNegative is limitOf's reason for a negative constant.
+const errNegative = "negative"
+
+func paramInt8(n int) string { return "$" + strconv.Itoa(n) + "::pg_catalog.int8" }
 
 // int8Expr is n::int8 (constants and parameters as they are written).
 func int8Expr(n *pg.Node) *pg.Node {
 	return &pg.Node{Node: &pg.Node_TypeCast{TypeCast: &pg.TypeCast{Arg: n, Location: -1,
 		TypeName: &pg.TypeName{Names: []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("int8")}, Typemod: -1, Location: -1}}}}
+}
+
+// int8Const is an integer constant of any size (the grammar reads an
+// integer beyond int4 as a Float node; an Integer node holds 32 bits).
+func int8Const(v int64) *pg.Node {
+	if v >= math.MinInt32 && v <= math.MaxInt32 {
+		return pg.MakeAConstIntNode(v, -1)
+	}
+	return &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Fval{Fval: &pg.Float{Fval: strconv.FormatInt(v, 10)}}, Location: -1}}}
 }
 
 func limitText(v int64, s *source) string {
@@ -270,7 +440,9 @@ func limitText(v int64, s *source) string {
 	return itoa(v)
 }
 
-// limitOf reads a LIMIT or OFFSET: a constant, NULL/ALL (-1) or a parameter.
+// limitOf reads a LIMIT or OFFSET: a constant (its value, as Postgres
+// coerces it to bigint), NULL/ALL (-1) or a parameter (a source read at
+// Route). A negative constant gives errNegative.
 func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
 	if n == nil {
 		return -1, nil, ""
@@ -291,6 +463,9 @@ func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
 	}
 	e := n
 	for e.GetTypeCast() != nil {
+		if vt := vtypeOfCast(e.GetTypeCast().TypeName); vt != vtInt2 && vt != vtInt4 && vt != vtInt8 && !isNumericType(e.GetTypeCast().TypeName) {
+			return 0, nil, fmt.Sprintf("%s %s: only integer and numeric casts are read for the merge", what, exprText(n))
+		}
 		e = e.GetTypeCast().Arg
 	}
 	if c := e.GetAConst(); c != nil {
@@ -298,13 +473,14 @@ func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
 			return -1, nil, ""
 		}
 		v, _ := constVal(c)
-		if v.kind != kInt {
-			return 0, nil, what + " " + exprText(n) + " is not an integer"
+		i, ok := limitConst(v)
+		if !ok {
+			return 0, nil, what + " " + exprText(n) + " is not a bigint the merge can read"
 		}
-		if v.i < 0 {
-			return 0, nil, what + " must not be negative"
+		if i < 0 {
+			return 0, nil, errNegative
 		}
-		return v.i, nil, ""
+		return i, nil, ""
 	}
 	if e.GetParamRef() != nil {
 		s := a.srcOf(n, keyCol{col: what, typ: KeyInt8}, "", false)
@@ -316,17 +492,678 @@ func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
 	return 0, nil, what + " " + exprText(n) + " must be a constant or a parameter to be merged"
 }
 
+// limitConst converts a LIMIT/OFFSET constant as Postgres coerces it to
+// bigint: integers as they are, a numeric rounded half away from zero, a
+// quoted string read as int8in reads it.
+func limitConst(v kval) (int64, bool) {
+	switch v.kind {
+	case kInt:
+		return v.i, true
+	case kNum:
+		r, ok := new(big.Rat).SetString(v.s)
+		if !ok {
+			return 0, false
+		}
+		return roundRat(r)
+	case kText:
+		i, err := strconv.ParseInt(strings.TrimSpace(v.s), 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// roundRat rounds half away from zero to an int64.
+func roundRat(r *big.Rat) (int64, bool) {
+	num, den := new(big.Int).Set(r.Num()), r.Denom()
+	neg := num.Sign() < 0
+	num.Abs(num)
+	q, rem := new(big.Int).QuoRem(num, den, new(big.Int))
+	if rem.Mul(rem, big.NewInt(2)).Cmp(den) >= 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	if neg {
+		q.Neg(q)
+	}
+	if !q.IsInt64() {
+		return 0, false
+	}
+	return q.Int64(), true
+}
+
+func isNumericType(tn *pg.TypeName) bool {
+	if tn == nil || len(tn.Names) == 0 || len(tn.Typmods) > 0 {
+		return false
+	}
+	n := strName(tn.Names[len(tn.Names)-1])
+	return n == "numeric" || n == "decimal"
+}
+
+// ---- groups ----
+
+// groups plans a merge of per-shard partial groups.
+func (m *merger) groups() string {
+	s, a := m.s, m.a
+	if m.starAt < len(m.targets) {
+		return "* together with aggregates or GROUP BY cannot be merged"
+	}
+	g := &GroupMerge{DigitsColumn: -1}
+	m.mp.merge.Groups = g
+	m.shard = proto.Clone(s).(*pg.SelectStmt)
+	m.shard.TargetList = nil
+	// Group keys: the expressions, as Postgres resolves GROUP BY items.
+	var keys []*pg.Node
+	for _, item := range s.GroupClause {
+		e := item
+		if c := item.GetAConst(); c != nil {
+			v, _ := constVal(c)
+			if v.kind != kInt || v.i < 1 || int(v.i) > len(m.targets) {
+				return "GROUP BY " + exprText(item) + " is not a select-list position"
+			}
+			e = m.targets[v.i-1].Val
+			if containsAggregate(e) {
+				return "GROUP BY " + exprText(item) + " names an aggregate"
+			}
+		} else if cr := item.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
+			// A bare name is an input column first, an output name only if
+			// there is no such input column: pgshard cannot tell which.
+			name := strName(cr.Fields[0])
+			for _, rt := range m.targets {
+				if rt.Name == name && !a.sameExpr(rt.Val, item) {
+					return fmt.Sprintf("GROUP BY %s: it is the name of a select-list entry and maybe of an input column; group by the expression or its position", name)
+				}
+			}
+		}
+		keys = append(keys, e)
+	}
+	// Outputs.
+	for _, rt := range m.targets {
+		out, why := m.output(rt.Val, rt.Name, true)
+		if why != "" {
+			return why
+		}
+		g.Outputs = append(g.Outputs, out)
+	}
+	g.Visible = len(g.Outputs)
+	// HAVING.
+	if s.HavingClause != nil {
+		if a.lit.has(s.HavingClause) {
+			a.lit.taintf("a literal in HAVING (the merge compares with it)")
+		}
+		c, why := m.cond(s.HavingClause)
+		if why != "" {
+			return "HAVING cannot be merged: " + why
+		}
+		g.Having = c
+		if hasParam(s.HavingClause) {
+			// Keep its parameters typed as one database types them.
+			m.add(s.HavingClause)
+		}
+	}
+	// ORDER BY: output columns; streamed when they are group keys.
+	var keyOrder []SortKey // in terms of keys
+	streaming := true
+	for _, n := range s.SortClause {
+		sb := n.GetSortBy()
+		if sb == nil {
+			return "an ORDER BY term cannot be merged"
+		}
+		k, why := sortKey(sb)
+		if why != "" {
+			return why
+		}
+		if hasParam(sb.Node) {
+			return "ORDER BY " + exprText(sb.Node) + ": a parameter in ORDER BY of a merged aggregate is not supported"
+		}
+		col, found, why := a.sortColumn(sb, m.targets, len(m.targets), m.t)
+		if why != "" {
+			return why
+		}
+		if !found {
+			e := sb.Node
+			if cc := e.GetCollateClause(); cc != nil {
+				e = cc.Arg
+			}
+			if c := e.GetAConst(); c != nil {
+				return "ORDER BY " + exprText(e) + " is not a select-list position"
+			}
+			out, why := m.output(e, "", false)
+			if why != "" {
+				return why
+			}
+			col = len(g.Outputs)
+			g.Outputs = append(g.Outputs, out)
+		}
+		k.Column = col
+		g.OrderBy = append(g.OrderBy, k)
+		ki := m.keyOf(g.Outputs[col], keys, col)
+		if ki < 0 {
+			streaming = false
+		} else {
+			kk := k
+			kk.Column = ki
+			keyOrder = append(keyOrder, kk)
+		}
+	}
+	// The key columns (hidden), and the order every shard sorts them in.
+	keyCol := make([]int, len(keys))
+	for i, e := range keys {
+		keyCol[i] = m.add(e)
+	}
+	if !streaming {
+		keyOrder = nil
+		g.SortAfter = len(g.OrderBy) > 0
+	}
+	used := map[int]bool{}
+	for _, k := range keyOrder {
+		used[k.Column] = true
+	}
+	for i := range keys {
+		if !used[i] {
+			keyOrder = append(keyOrder, SortKey{Column: i})
+		}
+	}
+	for _, k := range keyOrder {
+		col := keyCol[k.Column]
+		if k.Bytewise {
+			// Sort the shards' rows as the merge compares them.
+			col = m.add(&pg.Node{Node: &pg.Node_CollateClause{CollateClause: &pg.CollateClause{Arg: keys[k.Column],
+				Collname: []*pg.Node{pg.MakeStrNode("C")}, Location: -1}}})
+		}
+		g.Keys = append(g.Keys, SortKey{Column: col, Desc: k.Desc, NullsFirst: k.NullsFirst, Bytewise: k.Bytewise})
+	}
+	// extra_float_digits as the shard applies it, for floats the proxy prints.
+	for _, o := range g.Outputs {
+		if o.Agg != AggNone && o.Agg != AggMin && o.Agg != AggMax || o.Cast != CastNone {
+			g.DigitsColumn = m.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
+			break
+		}
+	}
+	if why := m.limits(false); why != "" {
+		return why
+	}
+	// The per-shard statement.
+	sc := m.shard
+	sc.TargetList = m.targetList()
+	sc.HavingClause = nil
+	sc.GroupClause = nil
+	for _, e := range keys {
+		// Positions and names are resolved: the per-shard select list
+		// differs from the client's.
+		sc.GroupClause = append(sc.GroupClause, proto.Clone(e).(*pg.Node))
+	}
+	sc.SortClause = nil
+	for _, k := range g.Keys {
+		dir, nulls := pg.SortByDir_SORTBY_ASC, pg.SortByNulls_SORTBY_NULLS_LAST
+		if k.Desc {
+			dir = pg.SortByDir_SORTBY_DESC
+		}
+		if k.NullsFirst {
+			nulls = pg.SortByNulls_SORTBY_NULLS_FIRST
+		}
+		sc.SortClause = append(sc.SortClause, pg.MakeSortByNode(pg.MakeAConstIntNode(int64(k.Column+1), -1), dir, nulls, -1))
+	}
+	// Description.
+	var outs []string
+	for i, o := range g.Outputs {
+		what := fmt.Sprintf("column %d", i+1)
+		if i >= g.Visible {
+			what = "hidden " + what
+		}
+		outs = append(outs, what+" "+o.describe())
+	}
+	d := "combine one row per shard"
+	if len(keys) > 0 {
+		var ks []string
+		for _, e := range keys {
+			ks = append(ks, exprText(e))
+		}
+		d = "merge groups by (" + strings.Join(ks, ", ") + "), sorted on every shard,"
+	}
+	m.desc = append([]string{d + " into " + strings.Join(outs, ", ")}, m.desc...)
+	if g.Having != nil {
+		m.desc = append(m.desc[:1], append([]string{"keep groups where " + g.Having.describe()}, m.desc[1:]...)...)
+	}
+	if len(g.OrderBy) > 0 {
+		var ks []string
+		for _, k := range g.OrderBy {
+			ks = append(ks, k.describe("column", nil))
+		}
+		how := "in key order, "
+		if g.SortAfter {
+			how = "sorting the merged groups (bounded), "
+		}
+		m.desc = append(m.desc[:len(m.desc)-len(limitDesc(m.desc))], append([]string{"order " + how + "by " + strings.Join(ks, ", ")}, limitDesc(m.desc)...)...)
+	}
+	return ""
+}
+
+// limitDesc is the trailing LIMIT part of a description ("then LIMIT ...").
+func limitDesc(desc []string) []string {
+	if n := len(desc); n > 0 && strings.HasPrefix(desc[n-1], "then LIMIT") {
+		return desc[n-1:]
+	}
+	return nil
+}
+
+// add appends a per-shard select-list entry and returns its column.
+func (m *merger) add(e *pg.Node) int { return m.addAs(e, "") }
+
+// addAs is add with an alias: the shards then name the column as the
+// client's statement names it.
+func (m *merger) addAs(e *pg.Node, alias string) int {
+	m.hidden = append(m.hidden, e)
+	m.names = append(m.names, alias)
+	return len(m.hidden) - 1
+}
+
+// targets renders the per-shard select-list entries.
+func (m *merger) targetList() []*pg.Node {
+	var out []*pg.Node
+	for i, e := range m.hidden {
+		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: m.names[i], Location: -1}}})
+	}
+	return out
+}
+
+// keyOf returns the group key an output is (its expression equals the
+// key's), -1 if none.
+func (m *merger) keyOf(o Output, keys []*pg.Node, col int) int {
+	if o.Agg != AggNone || o.Cast != CastNone || o.Hidden {
+		return -1
+	}
+	e := m.hidden[o.Column]
+	for i, k := range keys {
+		if m.a.sameExpr(e, k) || sameColumn(e, k, m.t) {
+			return i
+		}
+	}
+	return -1
+}
+
+// output plans one merged column: an aggregate (possibly cast), or any
+// other expression (a group key or a constant: the first shard's value).
+// alias is the client's name for it; visible says the client sees it
+// (the shards then name it as the client's statement does).
+func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string) {
+	spec, isAgg, why := m.aggSpec(e)
+	if why != "" {
+		return Output{}, fmt.Sprintf("%s %s", exprText(e), why)
+	}
+	name := alias
+	if name == "" {
+		name = colName(e)
+	}
+	if !visible {
+		alias = ""
+	}
+	if !isAgg {
+		if containsAggregate(e) {
+			return Output{}, fmt.Sprintf("%s: an expression of aggregates cannot be merged (select the aggregates themselves; a cast of one is fine)", exprText(e))
+		}
+		return Output{Agg: AggNone, Column: m.addAs(e, alias), Name: name}, ""
+	}
+	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name}
+	if spec.agg == AggAvg {
+		sum := proto.Clone(spec.call).(*pg.FuncCall)
+		sum.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("sum")}
+		cnt := proto.Clone(spec.call).(*pg.FuncCall)
+		cnt.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("count")}
+		if visible && alias == "" {
+			alias = name // the shards would name the sum "sum"
+		}
+		out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias)
+		m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: cnt}})
+		return out, ""
+	}
+	out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias)
+	if len(spec.call.Args) == 1 {
+		if cc := spec.call.Args[0].GetCollateClause(); cc != nil && bytewiseCollation(cc.Collname) {
+			out.Bytewise = true
+		}
+	}
+	return out, ""
+}
+
+// describe renders an output for explanations.
+func (o Output) describe() string {
+	var s string
+	switch o.Agg {
+	case AggNone:
+		s = "= first shard's value"
+	case AggSum:
+		s = "= sum of the shards'"
+	case AggMin:
+		s = "= least of the shards'"
+	case AggMax:
+		s = "= greatest of the shards'"
+	case AggAvg:
+		s = "= sum of the shards' sums / sum of their counts"
+	}
+	if o.Cast != CastNone {
+		s += ", then ::" + o.Cast.String()
+	}
+	return s
+}
+
+// aggSpec is a merged aggregate: the aggregate call and what follows.
+type aggSpec struct {
+	agg  Agg
+	cast Cast
+	call *pg.FuncCall // the call to send to the shards (sum/count/min/max)
+}
+
+// aggSpec reads an aggregate call, possibly under one cast. isAgg false:
+// e is not an aggregate call (it may contain some); why: it is one that
+// cannot be merged.
+func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
+	var spec aggSpec
+	n := e
+	if !containsAggregate(e) {
+		return spec, false, ""
+	}
+	if tc := n.GetTypeCast(); tc != nil {
+		c, ok := castOf(tc.TypeName)
+		if !isAggregate(tc.Arg) && tc.Arg.GetTypeCast() == nil {
+			return spec, false, "" // an expression of aggregates, under a cast
+		}
+		if !ok || tc.Arg.GetTypeCast() != nil {
+			return spec, false, "casts a merged aggregate to a type pgshard does not compute (it casts to int2, int4, int8, numeric, float4, float8 or text)"
+		}
+		spec.cast, n = c, tc.Arg
+	}
+	fc := n.GetFuncCall()
+	if fc == nil || !isAggregate(n) {
+		return spec, false, ""
+	}
+	schema, name := funcName(fc)
+	if schema != "" && schema != "pg_catalog" {
+		return spec, false, "is not a built-in aggregate"
+	}
+	switch {
+	case fc.AggWithinGroup:
+		return spec, false, "is an ordered-set aggregate: it needs every shard's rows at once"
+	case len(fc.AggOrder) > 0:
+		return spec, false, "orders its input: it needs every shard's rows at once"
+	case fc.FuncVariadic:
+		return spec, false, "cannot be merged"
+	}
+	switch name {
+	case "count":
+		spec.agg = AggSum
+	case "sum":
+		spec.agg = AggSum
+	case "min":
+		spec.agg = AggMin
+	case "max":
+		spec.agg = AggMax
+	case "avg":
+		spec.agg = AggAvg
+	default:
+		return spec, false, "needs every shard's rows at once (count, sum, avg, min and max merge)"
+	}
+	if fc.AggDistinct && spec.agg != AggMin && spec.agg != AggMax {
+		// Additive only over a sharding key: each value is on one shard.
+		if len(fc.Args) != 1 {
+			return spec, false, "counts distinct values of several shards"
+		}
+		o, ok := m.a.keyOrigin(fc.Args[0], m.t.sc)
+		if !ok || !m.isAnchorKey(&o) {
+			return spec, false, fmt.Sprintf("would count a value once per shard: %s(DISTINCT ...) merges only over a sharding key", name)
+		}
+	}
+	if !fc.AggStar && len(fc.Args) != 1 {
+		return spec, false, "cannot be merged"
+	}
+	spec.call = proto.Clone(fc).(*pg.FuncCall)
+	return spec, true, ""
+}
+
+// castOf maps a cast's type name to a Cast the merge computes.
+func castOf(tn *pg.TypeName) (Cast, bool) {
+	if tn == nil || len(tn.Names) == 0 || len(tn.Typmods) > 0 || len(tn.ArrayBounds) > 0 || tn.Setof || tn.PctType {
+		return 0, false
+	}
+	if len(tn.Names) > 1 && strName(tn.Names[0]) != "pg_catalog" {
+		return 0, false
+	}
+	switch strName(tn.Names[len(tn.Names)-1]) {
+	case "int2":
+		return CastInt2, true
+	case "int4":
+		return CastInt4, true
+	case "int8":
+		return CastInt8, true
+	case "numeric", "decimal":
+		return CastNumeric, true
+	case "float4":
+		return CastFloat4, true
+	case "float8":
+		return CastFloat8, true
+	case "text":
+		return CastText, true
+	}
+	return 0, false
+}
+
+// cond plans a HAVING condition over merged values.
+func (m *merger) cond(n *pg.Node) (*Cond, string) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_BoolExpr:
+		c := &Cond{}
+		switch x.BoolExpr.Boolop {
+		case pg.BoolExprType_AND_EXPR:
+			c.Op = CondAnd
+		case pg.BoolExprType_OR_EXPR:
+			c.Op = CondOr
+		case pg.BoolExprType_NOT_EXPR:
+			c.Op = CondNot
+		}
+		for _, arg := range x.BoolExpr.Args {
+			k, why := m.cond(arg)
+			if why != "" {
+				return nil, why
+			}
+			c.Kids = append(c.Kids, k)
+		}
+		return c, ""
+	case *pg.Node_NullTest:
+		l, why := m.operand(x.NullTest.Arg)
+		if why != "" {
+			return nil, why
+		}
+		op := CondIsNull
+		if x.NullTest.Nulltesttype == pg.NullTestType_IS_NOT_NULL {
+			op = CondNotNull
+		}
+		if x.NullTest.Argisrow {
+			return nil, "a row IS NULL test is not supported"
+		}
+		return &Cond{Op: op, L: l}, ""
+	case *pg.Node_AExpr:
+		ae := x.AExpr
+		if ae.Kind != pg.A_Expr_Kind_AEXPR_OP || len(ae.Name) == 0 || ae.Lexpr == nil {
+			return nil, exprText(n) + " is not a comparison"
+		}
+		if len(ae.Name) > 1 && strName(ae.Name[0]) != "pg_catalog" {
+			return nil, exprText(n) + " uses an operator pgshard does not evaluate"
+		}
+		op := strName(ae.Name[len(ae.Name)-1])
+		switch op {
+		case "=", "<>", "<", "<=", ">", ">=":
+		case "!=":
+			op = "<>"
+		default:
+			return nil, "the operator " + op + " is not evaluated by pgshard (it evaluates =, <>, <, <=, >, >=, AND, OR, NOT, IS [NOT] NULL)"
+		}
+		l, why := m.operand(ae.Lexpr)
+		if why != "" {
+			return nil, why
+		}
+		r, why := m.operand(ae.Rexpr)
+		if why != "" {
+			return nil, why
+		}
+		if l.Output < 0 && r.Output < 0 {
+			return nil, exprText(n) + " compares no merged value"
+		}
+		return &Cond{Op: CondCmp, Cmp: op, L: l, R: r}, ""
+	}
+	return nil, exprText(n) + " is not a comparison"
+}
+
+// operand plans one side of a HAVING comparison.
+func (m *merger) operand(n *pg.Node) (Operand, string) {
+	e := n
+	if c := e.GetAConst(); c != nil {
+		if c.Isnull {
+			return Operand{Output: -1, Null: true}, ""
+		}
+		v, _ := constVal(c)
+		switch v.kind {
+		case kInt:
+			return Operand{Output: -1, Const: strconv.FormatInt(v.i, 10), ConstKind: "int"}, ""
+		case kNum:
+			return Operand{Output: -1, Const: v.s, ConstKind: "numeric"}, ""
+		case kText:
+			return Operand{Output: -1, Const: v.s, ConstKind: "text"}, ""
+		}
+		return Operand{}, exprText(n) + " is a constant pgshard does not compare"
+	}
+	if pr := e.GetParamRef(); pr != nil {
+		return Operand{Output: -1, Param: int(pr.Number)}, ""
+	}
+	if e.GetTypeCast() != nil && !isAggregate(e.GetTypeCast().Arg) {
+		return Operand{}, exprText(n) + ": a cast in HAVING is evaluated only on an aggregate"
+	}
+	// A merged value: reuse a select-list column equal to it.
+	g := m.mp.merge.Groups
+	for i := 0; i < g.Visible; i++ {
+		if m.a.sameExpr(m.targets[i].Val, e) {
+			return Operand{Output: i}, ""
+		}
+	}
+	out, why := m.output(e, "", false)
+	if why != "" {
+		return Operand{}, why
+	}
+	g.Outputs = append(g.Outputs, out)
+	return Operand{Output: len(g.Outputs) - 1}, ""
+}
+
+// describe renders a condition for explanations.
+func (c *Cond) describe() string {
+	switch c.Op {
+	case CondAnd, CondOr:
+		var parts []string
+		for _, k := range c.Kids {
+			parts = append(parts, "("+k.describe()+")")
+		}
+		if c.Op == CondAnd {
+			return strings.Join(parts, " AND ")
+		}
+		return strings.Join(parts, " OR ")
+	case CondNot:
+		return "NOT (" + c.Kids[0].describe() + ")"
+	case CondIsNull:
+		return c.L.describe() + " IS NULL"
+	case CondNotNull:
+		return c.L.describe() + " IS NOT NULL"
+	}
+	return c.L.describe() + " " + c.Cmp + " " + c.R.describe()
+}
+
+func (o Operand) describe() string {
+	switch {
+	case o.Output >= 0:
+		return fmt.Sprintf("column %d", o.Output+1)
+	case o.Null:
+		return "NULL"
+	case o.Param > 0:
+		return "$" + strconv.Itoa(o.Param)
+	case o.ConstKind == "text":
+		return quoteKey(o.Const)
+	}
+	return o.Const
+}
+
+// finish builds the per-shard SQL and the plan.
+func (m *merger) finish() (*mergePlan, string) {
+	mp := &m.mp
+	if m.keepLimit && m.shard != nil {
+		m.shard.LimitCount, m.shard.LimitOffset, m.shard.LimitOption = m.s.LimitCount, m.s.LimitOffset, m.s.LimitOption
+	}
+	if m.shard != nil {
+		out, err := deparse(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: m.shard}})
+		if err != nil {
+			return nil, "the per-shard statement could not be written: " + err.Error()
+		}
+		mp.merge.SQL = out
+		m.desc = append(m.desc, "each shard runs: "+out)
+		// With literal placeholders the per-shard SQL is not the text's:
+		// a text whose decision is this fan-out is analyzed in full
+		// (bindStatement).
+		mp.litFanout = m.a.lit != nil && (m.a.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
+	}
+	switch {
+	case mp.merge.Groups != nil:
+		mp.merge.Hidden, mp.merge.Width = 0, len(m.hidden)
+	case m.starAt < len(m.targets):
+		mp.merge.Width = -1
+	default:
+		mp.merge.Width = len(m.targets) + mp.merge.Hidden
+	}
+	mp.desc = strings.Join(m.desc, "; ")
+	return mp, ""
+}
+
+// hasParam reports a $n in n (outside subqueries too).
+func hasParam(n *pg.Node) bool {
+	found := false
+	inspect(n, func(x *pg.Node) bool {
+		if x.GetParamRef() != nil {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// containsAggregate reports an aggregate call in n, outside subqueries.
+func containsAggregate(n *pg.Node) bool {
+	_, agg := topLevelCalls([]*pg.Node{n})
+	return agg
+}
+
+// exprSQL deparses an expression.
+func exprSQL(n *pg.Node) string {
+	sel := &pg.SelectStmt{TargetList: []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: n, Location: -1}}}}}
+	out, err := deparse(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sel}})
+	if err != nil {
+		return "NULL"
+	}
+	return strings.TrimPrefix(out, "SELECT ")
+}
+
+// mustExpr parses an expression the planner writes itself.
+func mustExpr(sql string) *pg.Node {
+	res, err := pg.Parse("SELECT " + sql)
+	if err != nil || len(res.Stmts) != 1 {
+		panic("route: bad internal expression " + sql + ": " + fmt.Sprint(err))
+	}
+	return res.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val
+}
+
 // sortColumn resolves an ORDER BY term to a select-list position, as
 // Postgres does: a position number, an output column name, or an
-// expression equal to a select-list entry.
-func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int, t *topInfo) (int, string) {
+// expression equal to a select-list entry. found is false (with no
+// reason) for another expression.
+func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int, t *topInfo) (int, bool, string) {
 	n := sb.Node
-	notListed := fmt.Sprintf("ORDER BY %s is not in the select list: add it to the select list (pgshard merges by result columns)", exprText(n))
 	// x COLLATE "C" orders bytewise, which is how the engine merges text:
 	// resolve it as x. Any other collation would need the server's rules.
 	if cc := n.GetCollateClause(); cc != nil {
 		if !bytewiseCollation(cc.Collname) {
-			return 0, fmt.Sprintf("ORDER BY %s: only COLLATE \"C\" (bytewise) can be merged across shards", exprText(n))
+			return 0, false, fmt.Sprintf("ORDER BY %s: only COLLATE \"C\" (bytewise) can be merged across shards", exprText(n))
 		}
 		n = cc.Arg
 	}
@@ -336,29 +1173,26 @@ func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int
 	if c := n.GetAConst(); c != nil {
 		v, _ := constVal(c)
 		if v.kind != kInt || v.i < 1 || int(v.i) > len(targets) {
-			return 0, "ORDER BY " + exprText(n) + " is not a select-list position"
+			return 0, false, "ORDER BY " + exprText(n) + " is not a select-list position"
 		}
 		if int(v.i)-1 >= starAt {
-			return 0, "ORDER BY " + itoa(v.i) + " is a position after *: name the columns in the select list"
+			return 0, false, "ORDER BY " + itoa(v.i) + " is a position after *: name the columns in the select list"
 		}
-		return int(v.i) - 1, ""
+		return int(v.i) - 1, true, ""
 	}
 	if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_() != nil {
 		if i := a.targetByName(targets[:starAt], strName(cr.Fields[0])); i >= 0 {
-			return i, ""
+			return i, true, ""
 		} else if i == -2 {
-			return 0, "ORDER BY " + exprText(n) + " is ambiguous"
+			return 0, false, "ORDER BY " + exprText(n) + " is ambiguous"
 		}
 	}
 	for i := 0; i < starAt; i++ {
 		if a.sameExpr(n, targets[i].Val) || sameColumn(n, targets[i].Val, t) {
-			return i, ""
+			return i, true, ""
 		}
 	}
-	if starAt < len(targets) {
-		return 0, fmt.Sprintf("ORDER BY %s: with * in the select list the column's position is unknown; name the columns", exprText(n))
-	}
-	return 0, notListed
+	return 0, false, ""
 }
 
 // bytewiseCollation reports whether a COLLATE name (possibly
@@ -469,40 +1303,7 @@ func isAggregate(n *pg.Node) bool {
 		return false
 	}
 	_, name := funcName(fc)
-	return aggregates[name] || fc.AggStar || fc.AggDistinct || fc.AggWithinGroup || len(fc.AggOrder) > 0
-}
-
-// aggOf says how a select-list entry of an aggregate query combines.
-func aggOf(n *pg.Node) (Agg, string) {
-	e := n
-	for e.GetTypeCast() != nil {
-		e = e.GetTypeCast().Arg
-	}
-	if e.GetAConst() != nil || e.GetParamRef() != nil {
-		return AggNone, ""
-	}
-	fc := n.GetFuncCall()
-	if fc == nil || !isAggregate(n) {
-		return 0, "cannot be merged: with aggregates, select bare count(), sum(), min() or max() (or constants)"
-	}
-	_, name := funcName(fc)
-	switch {
-	case fc.AggDistinct:
-		return 0, "cannot be merged: " + name + "(DISTINCT ...) would count values once per shard"
-	case fc.AggWithinGroup:
-		return 0, "cannot be merged: ordered-set aggregates need every shard's rows at once"
-	}
-	switch name {
-	case "count", "sum":
-		return AggSum, ""
-	case "min":
-		return AggMin, ""
-	case "max":
-		return AggMax, ""
-	case "avg":
-		return 0, "cannot be merged: avg() of averages is wrong; select sum(x) and count(x) and divide"
-	}
-	return 0, "cannot be merged: " + name + "() needs every shard's rows at once (count, sum, min and max merge)"
+	return aggregates[name] || fc.AggStar || fc.AggDistinct || fc.AggWithinGroup || len(fc.AggOrder) > 0 || fc.AggFilter != nil
 }
 
 // parseVersion is the parse-tree version Deparse expects (the grammar's
@@ -518,4 +1319,73 @@ var parseVersion = sync.OnceValue(func() int32 {
 // deparse renders one statement as SQL.
 func deparse(n *pg.Node) (string, error) {
 	return pg.Deparse(&pg.ParseResult{Version: parseVersion(), Stmts: []*pg.RawStmt{{Stmt: n}}})
+}
+
+// Describe renders the plan for people (pgshard route): one line per
+// step the engine takes.
+func (mg *Merge) Describe() []string {
+	var out []string
+	if mg.SQL != "" {
+		out = append(out, "per-shard SQL: "+mg.SQL)
+	} else {
+		out = append(out, "per-shard SQL: the client's statement")
+	}
+	if mg.Hidden > 0 {
+		out = append(out, fmt.Sprintf("hidden:        the last %d per-shard columns are the proxy's (never shown)", mg.Hidden))
+	}
+	hidden := func(i int) string { return fmt.Sprintf("hidden column %d", i+1) }
+	keys := func(ks []SortKey, what string, h func(int) string) string {
+		var s []string
+		for _, k := range ks {
+			s = append(s, k.describe(what, h))
+		}
+		return strings.Join(s, ", ")
+	}
+	if g := mg.Groups; g != nil {
+		if len(g.Keys) == 0 {
+			out = append(out, "groups:        one (no GROUP BY): one row per shard, combined")
+		} else {
+			out = append(out, "group keys:    "+keys(g.Keys, "per-shard column", nil)+" (every shard sorts by them; equal keys are combined)")
+		}
+		for i, o := range g.Outputs {
+			what := "output"
+			if i >= g.Visible {
+				what = "hidden output"
+			}
+			src := fmt.Sprintf("per-shard column %d", o.Column+1)
+			if o.Agg == AggAvg {
+				src = fmt.Sprintf("per-shard columns %d (sum) and %d (count)", o.Column+1, o.Column+2)
+			}
+			out = append(out, fmt.Sprintf("%-14s %d %s %s", what+":", i+1, o.describe(), "("+src+")"))
+		}
+		if g.Having != nil {
+			out = append(out, "having:        "+g.Having.describe())
+		}
+		if len(g.OrderBy) > 0 {
+			how := "(groups arrive in this order)"
+			if g.SortAfter {
+				how = "(merged groups are sorted, bounded by proxy.max_merge_groups)"
+			}
+			out = append(out, "order by:      "+keys(g.OrderBy, "output", nil)+" "+how)
+		}
+		if g.DigitsColumn >= 0 {
+			out = append(out, fmt.Sprintf("float digits:  per-shard column %d (extra_float_digits as the shard applies it)", g.DigitsColumn+1))
+		}
+	} else {
+		if len(mg.OrderBy) > 0 {
+			out = append(out, "order by:      "+keys(mg.OrderBy, "column", hidden)+" (k-way merge: one row per shard in memory)")
+		} else {
+			out = append(out, "order:         none (rows concatenated, shard by shard)")
+		}
+		if mg.Distinct {
+			out = append(out, "distinct:      a row equal to the one before is dropped")
+		}
+	}
+	if mg.Offset > 0 {
+		out = append(out, fmt.Sprintf("offset:        %d (skipped after the merge)", mg.Offset))
+	}
+	if mg.Limit >= 0 {
+		out = append(out, fmt.Sprintf("limit:         %d (after the merge)", mg.Limit))
+	}
+	return out
 }

@@ -80,6 +80,7 @@ type group struct {
 	write bool   // it writes (or locks, or calls a keyed function)
 	coloc int    // co-location class: groups joined on the key
 	desc  string // "executions e, timers t"
+	sub   string // why a subquery reads it from every shard at once (tref.sub)
 }
 
 // plan is the routing plan of one statement.

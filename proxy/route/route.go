@@ -457,6 +457,13 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 	}
 	for i := range gs {
 		if !gs[i].set.empty() && p.groups[i].coloc != g.coloc {
+			if sub := firstNonEmpty(g.sub, p.groups[i].sub); sub != "" {
+				ref := &Refusal{SQLState: "0A000",
+					Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, g, &p.groups[i])),
+					Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
+					Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
+				return refuseDest(ref)
+			}
 			ref := &Refusal{SQLState: "0A000",
 				Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", g.desc, p.groups[i].desc),
 				Detail:  "Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
@@ -521,10 +528,21 @@ func (r *Router) limitValue(s *source, in *input, def int64) (int64, *Refusal) {
 	if s == nil {
 		return def, nil
 	}
+	if s.param > 0 && s.param <= len(in.oids) {
+		switch in.oids[s.param-1] {
+		case 0, oidInt2, oidInt4, oidInt8:
+		default:
+			return 0, &Refusal{SQLState: "0A000", Message: fmt.Sprintf("%s $%d is declared with a type other than an integer: pgshard does not convert it for the merge", s.col, s.param),
+				Hint: "Declare it int8 (or leave its type unspecified)."}
+		}
+	}
 	v := r.value(s, in)
 	switch v.kind {
 	case kInt:
 		if v.i < 0 {
+			if s.col == "OFFSET" {
+				return 0, &Refusal{SQLState: "2201X", Message: "OFFSET must not be negative"}
+			}
 			return 0, &Refusal{SQLState: "2201W", Message: "LIMIT must not be negative"}
 		}
 		return v.i, nil
@@ -552,4 +570,22 @@ func anyWhy(p *plan) string {
 		}
 	}
 	return strings.Join(parts, "; ") + ": any shard"
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// subDesc names the refs of whichever of two groups is read by a
+// subquery that needs every shard.
+func subDesc(p *plan, a, b *group) string {
+	if a.sub != "" {
+		return a.desc
+	}
+	return b.desc
 }

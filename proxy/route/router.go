@@ -126,6 +126,28 @@ func (r *Router) Split(sql string) ([]*Statement, error) {
 	return a.list, nil
 }
 
+// AnalyzeBytes is Analyze for a text held in a byte slice (a Parse
+// message's query): a cached text is found without allocating.
+func (r *Router) AnalyzeBytes(sql []byte) (*Statement, error) {
+	if r.cache != nil {
+		if a := r.cache.getBytes(sql); a != nil {
+			return a.one, nil
+		}
+	}
+	return r.Analyze(string(sql))
+}
+
+// SplitBytes is Split for a text held in a byte slice (a Query message's
+// text): a cached text is found without allocating.
+func (r *Router) SplitBytes(sql []byte) ([]*Statement, error) {
+	if r.cache != nil {
+		if a := r.cache.getBytes(sql); a != nil {
+			return a.list, nil
+		}
+	}
+	return r.Split(string(sql))
+}
+
 func (r *Router) analysis(sql string) (*analysis, error) {
 	if r.cache != nil {
 		if a := r.cache.get(sql); a != nil {

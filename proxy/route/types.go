@@ -4,6 +4,8 @@ package route
 // proxy's session engine (package proxy). Change it only in agreement.
 
 import (
+	"sync/atomic"
+
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -178,66 +180,188 @@ type Refusal struct {
 // Error makes a Refusal usable as an error: "SQLSTATE: message".
 func (r *Refusal) Error() string { return r.SQLState + ": " + r.Message }
 
-// Merge says how the engine combines a DestAll read's per-shard results.
-// Nil for statements that need no merge (DDL) or cannot be merged (then the
-// statement is DestRefuse).
+// Merge says how the engine combines a DestAll read's per-shard results
+// into the answer one database would give. Nil for statements that need
+// no merge (DDL) or cannot be merged (then the statement is DestRefuse).
+// Shared between sessions: do not modify.
 //
-// The engine sends SQL (or the original statement) with the original
-// parameters to every shard, then: with Aggregates, combines the one row
-// each shard returns column by column; otherwise k-way merges the rows by
-// OrderBy (each shard's rows arrive sorted) or concatenates them when
-// OrderBy is empty; finally skips Offset rows and stops after Limit rows.
+// The engine sends SQL (or the client's statement when SQL is empty) with
+// the client's parameters to every shard, asking for the client's result
+// formats on the client's columns and binary on the Hidden columns, which
+// the proxy adds at the end of the select list for its own use (sort keys,
+// group keys, partial aggregates, settings) and never shows. Then:
+//
+//   - Rows (Groups nil): every per-shard row is a client row. Rows are
+//     k-way merged by OrderBy (each shard returns its rows in that order;
+//     none: concatenated), rows equal in every client column to the one
+//     before are dropped when Distinct, and finally Offset rows are
+//     skipped and at most Limit returned. Memory: one row per shard.
+//   - Groups: every per-shard row is one group's partial result, ordered
+//     by the group key (Groups.Keys); rows of equal keys are combined
+//     (Groups.Outputs), filtered (Groups.Having), sorted when
+//     Groups.SortAfter (buffered, bounded by the engine), then Offset and
+//     Limit apply.
 type Merge struct {
-	// SQL is the statement to send to each shard (e.g. LIMIT n OFFSET m
-	// rewritten to LIMIT n+m; AVG split into SUM and COUNT). Empty = unchanged.
+	// SQL is the statement to send to each shard ("" = the client's).
 	SQL string
-	// OrderBy lists result column positions to k-way merge by. Values
-	// compare as Postgres compares them for the column's type; text columns
-	// assume the C collation (byte order) unless the engine knows better.
+	// Hidden is the number of trailing per-shard columns that are not the
+	// client's (Rows; in Groups every column index is absolute).
+	Hidden int
+	// Width is the number of per-shard columns, -1 when the select list
+	// has a * (then only Hidden is known).
+	Width int
+	// OrderBy (Rows) lists per-shard columns to k-way merge by.
 	OrderBy []SortKey
+	// Distinct (Rows) drops a row equal to the previous one in every
+	// client column (SELECT DISTINCT without a sharding key: each shard
+	// sorts by every column).
+	Distinct bool
 	// Limit / Offset apply after merging; -1 = none.
 	Limit, Offset int64
-	// Aggregates, when set, combine the single row each shard returns
-	// (count/sum → sum, min → min, max → max) column by column. A NULL
-	// from one shard (sum/min/max over no rows) is skipped; the result is
-	// NULL only when every shard returned NULL. count(...) never is NULL.
-	Aggregates []Agg
+	// Groups, when set, combines per-shard groups.
+	Groups *GroupMerge
 }
 
 // SortKey is one ORDER BY term of a merge.
 type SortKey struct {
-	Column     int  // 0-based result column
-	Desc       bool // descending
-	NullsFirst bool // NULLs before other values (Postgres's default for DESC)
+	// Column is the 0-based column: of the per-shard row (Merge.OrderBy
+	// and GroupMerge.Keys; with Hidden, the index among the hidden
+	// columns), or of the merged row (GroupMerge.OrderBy, an index into
+	// Outputs).
+	Column int
+	Hidden bool
+	Desc   bool // descending
+	// NullsFirst: NULLs before other values (Postgres's default for DESC).
+	NullsFirst bool
+	// Bytewise: the term orders text by bytes (COLLATE "C") whatever the
+	// database's collation.
+	Bytewise bool
 }
 
-// Agg combines one result column across shards.
+// GroupMerge combines per-shard partial groups.
+type GroupMerge struct {
+	// Keys are the hidden per-shard columns holding the group key, in the
+	// order each shard sorts its rows (with these directions). No keys:
+	// one group, one row per shard (an aggregate without GROUP BY).
+	Keys []SortKey
+	// Outputs are the merged row's columns: the first Visible are the
+	// client's, the rest feed Having and OrderBy only.
+	Outputs []Output
+	Visible int
+	// Having filters merged groups; nil = none.
+	Having *Cond
+	// OrderBy sorts merged groups (indexes into Outputs) when SortAfter;
+	// else the groups are returned in the order of Keys.
+	OrderBy   []SortKey
+	SortAfter bool
+	// DigitsColumn is the hidden column holding extra_float_digits as in
+	// effect on the shard (for float values the proxy prints), -1 if none.
+	DigitsColumn int
+}
+
+// Output is one column of a merged group.
+type Output struct {
+	// Agg combines the column across shards; AggNone takes the first
+	// shard's value (a group key, a constant).
+	Agg Agg
+	// Column is the per-shard column of the value (AggNone) or partial
+	// (count/sum/min/max: the aggregate; avg: the sum, its count is
+	// Column+1); Hidden says it is among the hidden columns.
+	Column int
+	Hidden bool
+	// Cast converts the merged aggregate (count(*)::int), CastNone if none.
+	Cast Cast
+	// Name is the column's name as Postgres names it, for the
+	// RowDescription of a column the proxy computes.
+	Name string
+	// Bytewise: min/max of x COLLATE "C" (text compares by bytes whatever
+	// the database's collation).
+	Bytewise bool
+}
+
+// Agg combines one column across shards.
 type Agg int
 
 const (
-	AggNone Agg = iota // keep (must be equal on every shard, e.g. a constant)
-	AggSum             // count(*), count(x), sum(x)
+	AggNone Agg = iota // keep the first shard's value (a group key, a constant)
+	AggSum             // count(...), sum(...): added up; NULL only when every shard's is
 	AggMin             // min(x)
 	AggMax             // max(x)
+	AggAvg             // avg(x) = sum(x) / count(x), computed as Postgres does
 )
 
-// String returns "none", "sum", "min" or "max".
+var aggNames = [...]string{"none", "sum", "min", "max", "avg"}
+
+// String returns "none", "sum", "min", "max" or "avg".
 func (a Agg) String() string {
-	switch a {
-	case AggNone:
-		return "none"
-	case AggSum:
-		return "sum"
-	case AggMin:
-		return "min"
-	case AggMax:
-		return "max"
+	if a >= 0 && int(a) < len(aggNames) {
+		return aggNames[a]
 	}
 	return "Agg(" + itoa(int64(a)) + ")"
 }
 
+// Cast is a type conversion the proxy applies to a merged aggregate.
+type Cast int
+
+const (
+	CastNone Cast = iota
+	CastInt2
+	CastInt4
+	CastInt8
+	CastNumeric
+	CastFloat4
+	CastFloat8
+	CastText
+)
+
+var castNames = [...]string{"", "int2", "int4", "int8", "numeric", "float4", "float8", "text"}
+
+// String returns the target type's name ("" for CastNone).
+func (c Cast) String() string {
+	if c >= 0 && int(c) < len(castNames) {
+		return castNames[c]
+	}
+	return "Cast(" + itoa(int64(c)) + ")"
+}
+
+// Cond is a HAVING condition over merged groups, in SQL's three-valued
+// logic.
+type Cond struct {
+	Op   CondOp
+	Kids []*Cond // CondAnd, CondOr, CondNot
+	// Cmp ("=", "<>", "<", "<=", ">", ">=") compares L and R (CondCmp);
+	// CondIsNull / CondNotNull test L.
+	Cmp  string
+	L, R Operand
+}
+
+// CondOp is a Cond's operator.
+type CondOp int
+
+const (
+	CondAnd CondOp = iota
+	CondOr
+	CondNot
+	CondCmp
+	CondIsNull
+	CondNotNull
+)
+
+// Operand is a value in a Cond: a merged column (Output >= 0), a
+// constant (Const, the SQL literal's text; Null for NULL), or a Bind
+// parameter (Param, 1-based).
+type Operand struct {
+	Output int
+	Const  string
+	// ConstKind says how Const reads: "int", "numeric" or "text".
+	ConstKind string
+	Null      bool
+	Param     int
+}
+
 // Statement is the cached analysis of one SQL statement text. It is
-// immutable and shared between sessions.
+// shared between sessions and immutable, except for the flag MarkUnnamed
+// sets.
 type Statement struct {
 	SQL  string // the statement's text
 	Kind Kind   // what it is
@@ -281,6 +405,31 @@ type Statement struct {
 	// Tables lists the tables the statement references, unqualified and
 	// lowercase, in order of first appearance.
 	Tables []string
+	// NoTxnBlock is set for statements Postgres refuses inside a
+	// transaction block (VACUUM, CREATE/DROP DATABASE or TABLESPACE, ALTER
+	// SYSTEM, CREATE/DROP INDEX CONCURRENTLY, REINDEX ... CONCURRENTLY,
+	// subscriptions, CLUSTER, CHECKPOINT): the engine never wraps them.
+	NoTxnBlock bool
+	// Copy is set for COPY statements.
+	Copy bool
+	// Isolation is the isolation level a BEGIN / START TRANSACTION / SET
+	// TRANSACTION names ("read committed", "repeatable read",
+	// "serializable", "read uncommitted"), "" if none.
+	Isolation string
+	// Select is set for a query that only returns rows (SELECT, VALUES,
+	// TABLE; not SELECT INTO, not a cursor).
+	Select bool
+	// SavepointVerb, for KindSavepoint, is "SAVEPOINT", "RELEASE" or
+	// "ROLLBACK" (ROLLBACK TO SAVEPOINT); SavepointName is the savepoint's
+	// name as Postgres folds it (lowercase unless quoted).
+	SavepointVerb, SavepointName string
+	// Reset, for KindSetSession, is set for RESET x / RESET ALL (the
+	// command tag is RESET); ToDefault for RESET and SET x TO DEFAULT.
+	Reset, ToDefault bool
+
+	// unnamedSeen: a client has parsed this text as an unnamed
+	// statement (see MarkUnnamed). The one mutable field.
+	unnamedSeen uint32
 
 	// plan holds where keys come from (constants, $n params with their
 	// cast type, hints), the tables touched and the merge plan. Route uses
@@ -293,6 +442,15 @@ type Statement struct {
 	lit *litBinding
 }
 
+// MarkUnnamed records that a client parsed the statement's text as an
+// unnamed statement, and reports whether one had done so before (the
+// proxy's statement cache serves unnamed texts from their second use, so
+// that one-off texts do not crowd out the ones that repeat). Safe for
+// concurrent use.
+func (s *Statement) MarkUnnamed() (before bool) {
+	return atomic.LoadUint32(&s.unnamedSeen) != 0 || atomic.SwapUint32(&s.unnamedSeen, 1) != 0
+}
+
 // Analyzer parses statements with Postgres's own grammar and routes them.
 // It is safe for concurrent use; analyses are cached per statement text.
 type Analyzer interface {
@@ -303,6 +461,10 @@ type Analyzer interface {
 	// Analyze analyzes one statement (the Parse message's query; a Parse may
 	// carry one statement only).
 	Analyze(sql string) (*Statement, error)
+	// AnalyzeBytes and SplitBytes are Analyze and Split for a text in a
+	// byte slice (a protocol message); a cached text costs no allocation.
+	AnalyzeBytes(sql []byte) (*Statement, error)
+	SplitBytes(sql []byte) ([]*Statement, error)
 	// Route decides where st runs given its Bind parameters (nil for simple
 	// queries), their format codes (as in Bind: none = all text, one = for
 	// all, else per parameter) and the parameter type OIDs the client

@@ -1,0 +1,508 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/proxy"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// TestDifferential runs every statement of testdata/differential.sql
+// against one plain Postgres database and against pgshard over 3 shards
+// holding the same rows, in each protocol mode, and compares the answers:
+// each case must be the same (rows byte for byte in order — or as a
+// multiset where the statement leaves the order open — column names,
+// types, type modifiers, sizes and formats, command tag; or the same
+// SQLSTATE when both fail) or refused by pgshard with 0A000. A wrong
+// answer, an error where the database answers, or a hang fails the test.
+//
+// The corpus is one statement per line (see the file's header); a new
+// case is one line. PGSHARD_DIFF_VERBOSE=1 logs every refusal.
+func TestDifferential(t *testing.T) {
+	c := clustertest.Get(t)
+	if len(c.Shards) < 4 {
+		t.Fatalf("the differential suite needs 4 servers (3 shards + the reference), the cluster has %d", len(c.Shards))
+	}
+	ctx := ctxT(t, 5*time.Minute)
+	db := clustertest.FreshDatabase(t, c)
+	var shards []shardmap.Shard
+	for i := 0; i < 3; i++ {
+		s := c.Shards[i]
+		shards = append(shards, shardmap.Shard{Name: s.Name, Ordinal: s.Ordinal, DSN: s.DSN(db, c.Spec.User), PoolerDSN: s.PoolerDSN(db, c.Spec.User)})
+	}
+	m, err := shardmap.Even(shardmap.DefaultBuckets, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refMap, err := shardmap.Even(shardmap.DefaultBuckets, []shardmap.Shard{{Name: "reference", Ordinal: 0, DSN: c.Shards[3].DSN(db, c.Spec.User)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mm := range []*shardmap.Map{m, refMap} {
+		if _, err := migrations.Apply(ctx, mm, migrations.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refDSN := refMap.Shards[0].DSN
+	var loaders []*pgx.Conn
+	for _, dsn := range []string{refDSN, m.Shards[0].DSN, m.Shards[1].DSN, m.Shards[2].DSN} {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, diffValsDDL); err != nil {
+			t.Fatal(err)
+		}
+		loaders = append(loaders, conn)
+	}
+	rows, execs := diffData(m)
+	if err := loadDiffData(ctx, rows, loaders[0], loaders[1:]); err != nil {
+		t.Fatal(err)
+	}
+	schema := route.DefaultSchema()
+	schema.Tables = append(schema.Tables, route.TableKey{Table: "vals", Column: "id", Type: route.KeyText, Position: 1})
+	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, direct(), withSchema(m, schema))
+
+	cases, err := readDiffCorpus(filepath.Join("testdata", "differential.sql"), execs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 400 {
+		t.Fatalf("the corpus has %d statements, the suite needs at least 400", len(cases))
+	}
+	// A key on shard 1 for the mode that binds the transaction first.
+	var bindKey string
+	for _, x := range execs {
+		if m.ShardIndexForBucket(m.Bucket(x.id)) == 1 {
+			bindKey = x.id
+			break
+		}
+	}
+	verbose := os.Getenv("PGSHARD_DIFF_VERBOSE") == "1"
+	start := time.Now()
+	var summary []string
+	for _, mode := range diffModes(bindKey) {
+		tally := map[string]int{}
+		reasons := map[string]int{}
+		ref := diffConnect(ctx, t, refDSN, mode)
+		px := diffConnect(ctx, t, e.dsn, mode)
+		for _, dc := range cases {
+			want := mode.run(ctx, ref.get(ctx, t), dc)
+			got := mode.run(ctx, px.get(ctx, t), dc)
+			if want.broken != nil {
+				t.Fatalf("%s line %d: the reference database failed: %v\n%s", mode.name, dc.line, want.broken, dc.sql)
+			}
+			if got.broken != nil {
+				t.Errorf("%s line %d: the proxy connection failed (a hang or a closed connection): %v\n%s", mode.name, dc.line, got.broken, dc.sql)
+				px.reset()
+				tally["broken"]++
+				continue
+			}
+			v, detail := diffCompare(want, got, dc)
+			tally[v]++
+			switch v {
+			case "wrong", "error":
+				t.Errorf("%s line %d: %s: %s\n  %s", mode.name, dc.line, v, detail, dc.sql)
+			case "refused":
+				reasons[clipReason(got.msg)]++
+				if verbose {
+					t.Logf("%s line %d refused: %s\n  %s", mode.name, dc.line, got.msg, dc.sql)
+				}
+			}
+		}
+		ref.close()
+		px.close()
+		line := fmt.Sprintf("%-10s %d cases: %d same (%d of them the same error), %d refused (0A000), %d wrong, %d errors where one database answers, %d broken",
+			mode.name, len(cases), tally["same"]+tally["same-error"], tally["same-error"], tally["refused"], tally["wrong"], tally["error"], tally["broken"])
+		summary = append(summary, line)
+		if mode.name == "extended" {
+			var rs []string
+			for r, n := range reasons {
+				rs = append(rs, fmt.Sprintf("%4d × %s", n, r))
+			}
+			sort.Strings(rs)
+			t.Logf("refusals (extended protocol), by reason:\n  %s", strings.Join(rs, "\n  "))
+		}
+	}
+	t.Logf("differential suite, %d statements, %s:\n  %s", len(cases), time.Since(start).Round(time.Millisecond), strings.Join(summary, "\n  "))
+}
+
+// withSchema routes with another sharding schema.
+func withSchema(m *shardmap.Map, schema route.Schema) envOpt {
+	return func(c *proxy.Config) {
+		an, err := route.New(m, schema, route.Options{})
+		if err != nil {
+			panic(err)
+		}
+		c.Analyzer = an
+	}
+}
+
+// diffCase is one line of the corpus.
+type diffCase struct {
+	line      int
+	sql       string
+	params    []*string
+	unordered bool
+	ties      []int // 1-based columns whose sequence must match; rows compared as a multiset
+}
+
+var diffParamRe = regexp.MustCompile(`\{exec(\d+)\}`)
+
+// readDiffCorpus reads the corpus. A line is
+//
+//	[@unordered | @ties=1,3] SQL [ ;; JSON array of parameters ]
+//
+// {execN} in SQL or parameters is the id of the data set's execution N.
+func readDiffCorpus(path string, execs []diffExec) ([]diffCase, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []diffCase
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	subst := func(s string) string {
+		return diffParamRe.ReplaceAllStringFunc(s, func(m string) string {
+			i, _ := strconv.Atoi(m[5 : len(m)-1])
+			return execs[i%len(execs)].id
+		})
+	}
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		dc := diffCase{line: n}
+		for strings.HasPrefix(line, "@") {
+			flag, rest, _ := strings.Cut(line, " ")
+			switch {
+			case flag == "@unordered":
+				dc.unordered = true
+			case strings.HasPrefix(flag, "@ties="):
+				for _, c := range strings.Split(strings.TrimPrefix(flag, "@ties="), ",") {
+					k, err := strconv.Atoi(c)
+					if err != nil {
+						return nil, fmt.Errorf("%s:%d: bad flag %s", path, n, flag)
+					}
+					dc.ties = append(dc.ties, k)
+				}
+			default:
+				return nil, fmt.Errorf("%s:%d: unknown flag %s", path, n, flag)
+			}
+			line = strings.TrimSpace(rest)
+		}
+		sql, ps, hasParams := strings.Cut(line, " ;; ")
+		dc.sql = subst(strings.TrimSpace(sql))
+		if hasParams {
+			var raw []*string
+			if err := json.Unmarshal([]byte(subst(ps)), &raw); err != nil {
+				return nil, fmt.Errorf("%s:%d: parameters: %v", path, n, err)
+			}
+			dc.params = raw
+		}
+		if !dc.unordered && dc.ties == nil && !strings.Contains(strings.ToUpper(dc.sql), "ORDER BY") {
+			dc.unordered = true
+		}
+		out = append(out, dc)
+	}
+	return out, sc.Err()
+}
+
+// diffResult is one answer.
+type diffResult struct {
+	fields []pgconn.FieldDescription
+	rows   [][][]byte
+	tag    string
+	code   string // SQLSTATE of the error, "" if none
+	msg    string
+	broken error // not an answer: a timeout, a closed connection
+}
+
+// diffMode runs a case one way.
+type diffMode struct {
+	name    string
+	startup map[string]string
+	run     func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult
+}
+
+func diffModes(bindKey string) []diffMode {
+	ext := func(binary bool) func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+		return func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			var formats []int16
+			if binary {
+				formats = []int16{1}
+			}
+			return diffExtended(ctx, conn, dc, formats)
+		}
+	}
+	inTxn := func(before string) func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+		return func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			if r := diffSimpleSQL(ctx, conn, "BEGIN"); r.code != "" || r.broken != nil {
+				return r
+			}
+			if before != "" {
+				if r := diffSimpleSQL(ctx, conn, before); r.code != "" || r.broken != nil {
+					return r
+				}
+			}
+			r := diffExtended(ctx, conn, dc, nil)
+			end := diffSimpleSQL(ctx, conn, "COMMIT")
+			if end.broken != nil && r.broken == nil {
+				r.broken = end.broken
+			}
+			return r
+		}
+	}
+	return []diffMode{
+		{name: "simple", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))
+		}},
+		{name: "extended", run: ext(false)},
+		{name: "binary", run: ext(true)},
+		{name: "txn", run: inTxn("")},
+		{name: "txn-bound", run: inTxn("SELECT version FROM executions WHERE id = '" + bindKey + "'")},
+		{name: "floats0", startup: map[string]string{"extra_float_digits": "0"}, run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))
+		}},
+	}
+}
+
+const diffTimeout = 30 * time.Second
+
+func diffSimpleSQL(ctx context.Context, conn *pgconn.PgConn, sql string) diffResult {
+	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
+	defer cancel()
+	results, err := conn.Exec(ctx, sql).ReadAll()
+	if len(results) == 0 {
+		return diffErr(err)
+	}
+	r := results[len(results)-1]
+	if r.Err != nil {
+		return diffErr(r.Err)
+	}
+	if err != nil {
+		return diffErr(err)
+	}
+	return diffResult{fields: r.FieldDescriptions, rows: r.Rows, tag: r.CommandTag.String()}
+}
+
+func diffExtended(ctx context.Context, conn *pgconn.PgConn, dc diffCase, formats []int16) diffResult {
+	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
+	defer cancel()
+	var params [][]byte
+	for _, p := range dc.params {
+		if p == nil {
+			params = append(params, nil)
+		} else {
+			params = append(params, []byte(*p))
+		}
+	}
+	r := conn.ExecParams(ctx, dc.sql, params, nil, nil, formats).Read()
+	if r.Err != nil {
+		return diffErr(r.Err)
+	}
+	return diffResult{fields: r.FieldDescriptions, rows: r.Rows, tag: r.CommandTag.String()}
+}
+
+func diffErr(err error) diffResult {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return diffResult{code: pe.Code, msg: pe.Message}
+	}
+	return diffResult{broken: err}
+}
+
+// interpolate writes the parameters into the text, as a client library
+// without server-side parameters does: quoted strings, NULL.
+func interpolate(sql string, params []*string) string {
+	for i := len(params); i >= 1; i-- {
+		v := "NULL"
+		if p := params[i-1]; p != nil {
+			v = "'" + strings.ReplaceAll(*p, "'", "''") + "'"
+		}
+		sql = regexp.MustCompile(`\$`+strconv.Itoa(i)+`\b`).ReplaceAllLiteralString(sql, v)
+	}
+	return sql
+}
+
+// diffCompare judges an answer against one database's.
+func diffCompare(want, got diffResult, dc diffCase) (string, string) {
+	switch {
+	case want.code != "" && got.code != "":
+		if want.code == got.code {
+			return "same-error", ""
+		}
+		if got.code == "0A000" {
+			return "refused", ""
+		}
+		return "wrong", fmt.Sprintf("SQLSTATE %s (%s), one database: %s (%s)", got.code, got.msg, want.code, want.msg)
+	case got.code == "0A000":
+		return "refused", ""
+	case got.code != "":
+		return "error", fmt.Sprintf("SQLSTATE %s: %s", got.code, got.msg)
+	case want.code != "":
+		return "wrong", fmt.Sprintf("answered where one database fails with %s (%s)", want.code, want.msg)
+	}
+	if want.tag != got.tag {
+		return "wrong", fmt.Sprintf("command tag %q, one database %q", got.tag, want.tag)
+	}
+	if len(want.fields) != len(got.fields) {
+		return "wrong", fmt.Sprintf("%d columns, one database %d", len(got.fields), len(want.fields))
+	}
+	for i := range want.fields {
+		w, g := want.fields[i], got.fields[i]
+		if w.Name != g.Name || w.DataTypeOID != g.DataTypeOID || w.TypeModifier != g.TypeModifier || w.DataTypeSize != g.DataTypeSize ||
+			w.Format != g.Format || w.TableAttributeNumber != g.TableAttributeNumber || (w.TableOID == 0) != (g.TableOID == 0) {
+			return "wrong", fmt.Sprintf("column %d is %s, one database's %s", i+1, fieldText(g), fieldText(w))
+		}
+	}
+	wr, gr := want.rows, got.rows
+	if dc.unordered || dc.ties != nil {
+		if dc.ties != nil {
+			wp, gp := project(wr, dc.ties), project(gr, dc.ties)
+			if !slices.EqualFunc(wp, gp, rowEqual) {
+				return "wrong", "the order of the sort columns differs:\n" + rowsText(gp, 8) + "\n one database:\n" + rowsText(wp, 8)
+			}
+		}
+		wr, gr = sortedRows(wr), sortedRows(gr)
+	}
+	if !slices.EqualFunc(wr, gr, rowEqual) {
+		return "wrong", fmt.Sprintf("%d rows:\n%s\n one database, %d rows:\n%s", len(gr), rowsText(gr, 8), len(wr), rowsText(wr, 8))
+	}
+	return "same", ""
+}
+
+func fieldText(f pgconn.FieldDescription) string {
+	return fmt.Sprintf("%q oid %d mod %d size %d format %d attnum %d table %v", f.Name, f.DataTypeOID, f.TypeModifier, f.DataTypeSize, f.Format, f.TableAttributeNumber, f.TableOID != 0)
+}
+
+func rowEqual(a, b [][]byte) bool {
+	return slices.EqualFunc(a, b, func(x, y []byte) bool { return (x == nil) == (y == nil) && bytes.Equal(x, y) })
+}
+
+func project(rows [][][]byte, cols []int) [][][]byte {
+	out := make([][][]byte, len(rows))
+	for i, r := range rows {
+		for _, c := range cols {
+			if c-1 < len(r) {
+				out[i] = append(out[i], r[c-1])
+			}
+		}
+	}
+	return out
+}
+
+func sortedRows(rows [][][]byte) [][][]byte {
+	out := slices.Clone(rows)
+	key := func(r [][]byte) string {
+		var b strings.Builder
+		for _, v := range r {
+			if v == nil {
+				b.WriteString("\x00N")
+			} else {
+				b.WriteString("\x00V")
+				b.Write(v)
+			}
+		}
+		return b.String()
+	}
+	sort.SliceStable(out, func(i, j int) bool { return key(out[i]) < key(out[j]) })
+	return out
+}
+
+func rowsText(rows [][][]byte, max int) string {
+	var b strings.Builder
+	for i, r := range rows {
+		if i == max {
+			fmt.Fprintf(&b, "  … %d more\n", len(rows)-max)
+			break
+		}
+		var vs []string
+		for _, v := range r {
+			if v == nil {
+				vs = append(vs, "NULL")
+			} else {
+				vs = append(vs, strconv.Quote(string(v)))
+			}
+		}
+		fmt.Fprintf(&b, "  (%s)\n", strings.Join(vs, ", "))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func clipReason(s string) string {
+	if i := strings.IndexAny(s, ":("); i > 20 {
+		s = s[:i]
+	}
+	if len(s) > 110 {
+		s = s[:110] + "…"
+	}
+	return s
+}
+
+// diffConn is a connection that reconnects after it broke.
+type diffConn struct {
+	dsn     string
+	startup map[string]string
+	conn    *pgconn.PgConn
+}
+
+func diffConnect(ctx context.Context, t *testing.T, dsn string, mode diffMode) *diffConn {
+	return &diffConn{dsn: dsn, startup: mode.startup}
+}
+
+func (d *diffConn) get(ctx context.Context, t *testing.T) *pgconn.PgConn {
+	t.Helper()
+	if d.conn != nil && !d.conn.IsClosed() {
+		return d.conn
+	}
+	cfg, err := pgconn.ParseConfig(d.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range d.startup {
+		cfg.RuntimeParams[k] = v
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(cctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.conn = conn
+	return conn
+}
+
+func (d *diffConn) reset() {
+	if d.conn != nil {
+		_ = d.conn.Close(context.Background())
+		d.conn = nil
+	}
+}
+
+func (d *diffConn) close() { d.reset() }

@@ -1,0 +1,201 @@
+package proxy
+
+// Session SET / RESET: a client's session settings are kept by the proxy
+// (settings.go) and validated by running them on a shard inside a
+// transaction that is rolled back; the settings that the preamble applies
+// are validated once per set, as Postgres validates startup parameters.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// preambleCache remembers validated preamble settings: their canonical
+// ParameterStatus values.
+type preambleCache struct {
+	mu sync.Mutex
+	m  map[string]map[string]string
+}
+
+var preambles = &preambleCache{m: map[string]map[string]string{}}
+
+// validatePreamble checks settings the preamble applies (they did not go
+// into a startup packet) the way Postgres checks startup parameters, and
+// returns the ParameterStatus values they produce. Results are cached.
+func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *settings) (map[string]string, *Error) {
+	ck := p.shard.Name + "\x00" + key.key + "\x00" + pre.key
+	preambles.mu.Lock()
+	vals, ok := preambles.m[ck]
+	preambles.mu.Unlock()
+	if ok {
+		return vals, nil
+	}
+	bc, err := p.acquire(ctx, key)
+	if err != nil {
+		return nil, asError(err, newError(codeCannotConnect, err.Error()))
+	}
+	res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.preambleSQL(), "ROLLBACK")
+	if err != nil {
+		p.discard(bc)
+		return nil, newError(codeConnectionFailure, fmt.Sprintf("shard %q: %v", p.shard.Name, err))
+	}
+	p.release(bc)
+	if res[0].errRaw != nil {
+		e := decodeError(res[0].errRaw)
+		if e == nil {
+			return nil, fatal(codeInternalError, "undecodable error from a shard")
+		}
+		e.Severity, e.raw = "FATAL", nil
+		return nil, e
+	}
+	vals = map[string]string{}
+	for _, st := range res[0].statuses {
+		vals[st[0]] = st[1]
+	}
+	preambles.mu.Lock()
+	if len(preambles.m) > 4096 {
+		clear(preambles.m)
+	}
+	preambles.m[ck] = vals
+	preambles.mu.Unlock()
+	return vals, nil
+}
+
+// refusedSettings cannot be changed through a transaction pooler.
+var refusedSettings = map[string]string{
+	"role":                    "SET ROLE",
+	"session_authorization":   "SET SESSION AUTHORIZATION",
+	"transaction":             "SET SESSION CHARACTERISTICS",
+	"session characteristics": "SET SESSION CHARACTERISTICS",
+}
+
+// setSessionAction handles a session SET / RESET: the proxy records the
+// setting in the client's settings (never on a pooled backend) and applies
+// it to each of the client's transactions from then on.
+func (p *planner) setSessionAction(a *route.Statement) action {
+	s := p.s
+	st := a
+	name := strings.ToLower(st.SetName)
+	if p.tx != txIdle || p.held {
+		return p.failLocal(&Error{Code: codeFeatureNotSupported,
+			Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
+			Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."})
+	}
+	if strings.HasPrefix(name, "pgshard.") {
+		return action{err: &Error{Code: codeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
+	}
+	if what, ok := refusedSettings[name]; ok {
+		s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
+		return action{err: &Error{Code: codeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
+	}
+	tag := "SET"
+	if st.Reset {
+		tag = "RESET"
+	}
+	if name == "all" {
+		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.startupReported}}
+	}
+	if st.ToDefault {
+		set := s.cur.without(name)
+		if v, ok := s.startup.get(name); ok {
+			set = s.cur.with(name, v)
+		}
+		rep := s.reported
+		if canon, ok := reportedParams[name]; ok {
+			rep = maps.Clone(s.reported)
+			if v, ok := s.startupReported[canon]; ok {
+				rep[canon] = v
+			}
+		}
+		return action{tag: tag, eff: &effect{kind: effSettings, set: set, rep: rep}}
+	}
+	var own *bconn
+	if p.onBackend { // taken by this pipeline (p.held is false here)
+		own = p.bc
+	}
+	value, statuses, raw, e := s.probeSet(p.ctx, a, name, own)
+	if e != nil {
+		return action{err: e}
+	}
+	if raw != nil {
+		e := decodeError(raw)
+		if e == nil {
+			e = newError(codeInternalError, "undecodable error from a shard")
+		}
+		return action{err: e}
+	}
+	rep := s.reported
+	if len(statuses) > 0 {
+		rep = maps.Clone(s.reported)
+		for _, kv := range statuses {
+			rep[kv[0]] = kv[1]
+		}
+	}
+	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.with(name, value), rep: rep}}
+}
+
+// probeSet runs the client's SET in a transaction that is rolled back, on
+// any shard: Postgres validates it (the client gets Postgres's own error)
+// and reports the canonical value; nothing stays on the connection.
+//
+// own is the backend the pipeline or query string already took (nothing
+// sent on it yet), or nil: the probe then runs there, because waiting for
+// another connection while holding one can wait for itself (the same
+// shard's pool being full) or for sessions that wait likewise, until
+// PoolTimeout.
+func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *bconn) (string, [][2]string, []byte, *Error) {
+	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
+	if own != nil {
+		res, err := own.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		if err != nil || len(res) != 4 || res[3].status != 'I' {
+			own.broken = true
+			return "", nil, nil, newError(codeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.pool.shard.Name, err))
+		}
+		return probeResult(res, name)
+	}
+	var lastErr error
+	first := s.srv.pickAny()
+	for k := 0; k < len(s.srv.pools); k++ {
+		pool := s.srv.pools[(first+k)%len(s.srv.pools)]
+		if pool.isDown() != nil {
+			lastErr = pool.isDown()
+			continue
+		}
+		key, _ := s.cur.split(pool.viaPooler)
+		bc, err := pool.acquire(ctx, key)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		res, err := bc.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		if err != nil || len(res) != 4 || res[3].status != 'I' {
+			pool.discard(bc)
+			lastErr = fmt.Errorf("shard %q: %v", pool.shard.Name, err)
+			continue
+		}
+		pool.release(bc)
+		return probeResult(res, name)
+	}
+	e := asError(lastErr, newError(codeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
+	return "", nil, nil, e
+}
+
+// probeResult reads probeSet's results: the canonical value and the
+// ParameterStatus changes, or Postgres's error.
+func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, *Error) {
+	if res[1].errRaw != nil {
+		return "", nil, res[1].errRaw, nil
+	}
+	if res[2].errRaw != nil {
+		return "", nil, res[2].errRaw, nil
+	}
+	if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
+		return "", nil, nil, newError(codeInternalError, "pgshard could not read back the setting "+name)
+	}
+	return string(res[2].rows[0][0]), res[1].statuses, nil, nil
+}

@@ -1,0 +1,482 @@
+# The differential corpus (TestDifferential): one read statement per line,
+# run against one plain Postgres database and against pgshard over 3 shards
+# holding the same rows, in simple protocol, extended protocol, binary
+# results, inside a transaction (alone, and after a keyed read bound it),
+# and with extra_float_digits = 0. Each must be answered the same (rows,
+# column types, command tag) or refused with 0A000.
+#
+# Line format:  [@unordered | @ties=COLS] SQL [ ;; JSON array of parameters ]
+#   @unordered   compare the rows as a multiset (default when the statement
+#                has no ORDER BY)
+#   @ties=1,3    rows as a multiset, and the sequence of those columns must
+#                match (an ORDER BY with ties)
+#   {execN}      the id of the data set's execution N (0..239)
+# Parameters are text ("..."), null is NULL.
+#
+# Tables (differential_data_test.go): executions (240), outbox (180),
+# timers (~290, fire_at in steps of 0.25 with ties), spawns (90), trace,
+# processed_events, vals (200 rows of typed values: g group a..e/NULL, i2,
+# i4, i8 (int8 sums beyond 64 bits), n numeric (scales 0..4), f4, f8 (NaN
+# in group e), fbig (~1e21), ftiny (~1e-9), f4big, t text, b, d, ts, u).
+
+# --- the seed store's reads, as its PostgresStore sends them ---------------
+SELECT seq, target_id, event FROM outbox ORDER BY seq
+SELECT seq, target_id, event FROM outbox ORDER BY seq LIMIT $1 ;; ["10"]
+SELECT seq, COALESCE(target_id, ''), event FROM outbox ORDER BY seq LIMIT $1::bigint ;; ["25"]
+@ties=3 SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1 ORDER BY fire_at ;; ["1020.5"]
+@ties=3 SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1 ORDER BY fire_at ;; ["1100"]
+@ties=3 SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1 ORDER BY fire_at ;; ["999"]
+SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1::float8 ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint ;; ["1050", "20"]
+SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1::float8 ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint ;; ["1100", null]
+SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq
+SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq LIMIT $1 ;; ["7"]
+SELECT id, definition_id, data FROM executions ORDER BY id LIMIT $1 ;; ["51"]
+SELECT id, definition_id, data FROM executions WHERE id > $1 ORDER BY id LIMIT $2 ;; ["{exec5}", "11"]
+SELECT id, definition_id, data FROM executions WHERE definition_id = $1 ORDER BY id LIMIT $2 ;; ["payment", "21"]
+SELECT id, definition_id, data FROM executions WHERE definition_id = $1 AND id > $2 ORDER BY id LIMIT $3 ;; ["order", "{exec9}", "6"]
+SELECT id, definition_id, data FROM executions WHERE data::jsonb->>'status' = ANY($1) ORDER BY id LIMIT $2 ;; ["{running,failed}", "31"]
+SELECT id, definition_id, data FROM executions WHERE data::jsonb->>'status' = ANY($1) AND data::jsonb->>'parent_id' IS NULL ORDER BY id LIMIT $2 ;; ["{done}", "41"]
+SELECT id, definition_id, data FROM executions WHERE data::jsonb->>'parent_id' IS NULL ORDER BY id LIMIT $1 ;; ["16"]
+SELECT id, definition_id, data FROM executions WHERE data::jsonb->>'parent_id' IS NULL AND id > $1 ORDER BY id LIMIT $2 ;; ["{exec100}", "16"]
+SELECT id, definition_id, data FROM executions WHERE definition_id = $1 AND data::jsonb->>'status' = ANY($2) AND data::jsonb->>'parent_id' IS NULL AND id > $3 ORDER BY id LIMIT $4 ;; ["shipment", "{running,waiting,done}", "", "101"]
+SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.outcome FROM executions e CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, outcome jsonb) WHERE e.id COLLATE "C" > $1::text AND ($2::text = '' OR e.definition_id = $2::text) AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[])) AND (NOT $4::bool OR COALESCE(d.parent_id, '') = '') ORDER BY e.id COLLATE "C" LIMIT $5::bigint ;; ["", "", "{}", "false", "26"]
+SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.outcome FROM executions e CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, outcome jsonb) WHERE e.id COLLATE "C" > $1::text AND ($2::text = '' OR e.definition_id = $2::text) AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[])) AND (NOT $4::bool OR COALESCE(d.parent_id, '') = '') ORDER BY e.id COLLATE "C" LIMIT $5::bigint ;; ["{exec3}", "ärger", "{failed,done}", "true", "9"]
+SELECT data FROM executions WHERE id = $1 ;; ["{exec17}"]
+SELECT data, EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1 AND event_id = $2) FROM executions WHERE id = $1 ;; ["{exec4}", "ev-3"]
+SELECT idx AS index, entry FROM trace WHERE execution_id = $1 ORDER BY idx ;; ["{exec2}"]
+SELECT count(*) FROM outbox
+SELECT count(*) FROM timers WHERE fire_at <= $1 ;; ["1050"]
+
+# --- plain reads: rows of every shard, concatenated -------------------------
+SELECT id, version FROM executions
+SELECT id, version FROM executions WHERE version > 6
+SELECT * FROM timers WHERE path = 'root/t3'
+SELECT seq, event FROM outbox WHERE target_id IS NULL
+SELECT seq FROM outbox WHERE target_id = ''
+SELECT id FROM executions WHERE id IN ('{exec1}', '{exec2}', '{exec3}', 'nope')
+SELECT id, data::jsonb->>'status' FROM executions WHERE data::jsonb ? 'outcome'
+SELECT id FROM executions WHERE definition_id LIKE 'R%'
+SELECT id, i2, t FROM vals WHERE t = ''
+SELECT id FROM vals WHERE t IS NULL
+SELECT id, b FROM vals WHERE b
+SELECT id FROM vals WHERE false
+SELECT 1 AS one FROM executions WHERE version = 1
+SELECT id, data FROM executions WHERE version BETWEEN 3 AND 4 AND definition_id <> 'order'
+SELECT t.execution_id, t.path FROM timers t WHERE t.fire_at = 1000.25
+SELECT execution_id, event_id FROM processed_events WHERE event_id LIKE 'ev-1%'
+SELECT seq, root_path FROM spawns WHERE root_path IN ('root/r1', 'root/r3')
+SELECT execution_id, count(*) AS n FROM trace GROUP BY execution_id
+SELECT id, d, ts FROM vals WHERE d > '2024-06-01'
+SELECT id, u FROM vals WHERE u IS NOT NULL AND i2 > 250
+SELECT id FROM vals WHERE n > 5000 OR f8 < -100000
+SELECT id, i8 FROM vals WHERE i8 > $1 ;; ["3000000000000000000"]
+SELECT id FROM vals WHERE t = $1 ;; ["abc"]
+SELECT id FROM vals WHERE t = ANY ($1) ;; ["{abc,Abc,\"\"}"]
+SELECT id, g FROM vals WHERE g IS DISTINCT FROM 'a'
+SELECT id FROM executions WHERE data::jsonb @> '{"status": "done"}'
+SELECT id, data::jsonb->'outcome'->>'n' FROM executions WHERE data::jsonb->'outcome' IS NOT NULL AND data::jsonb->'outcome' <> 'null'::jsonb
+
+# --- ORDER BY: k-way merge of sorted rows ----------------------------------
+SELECT id, version FROM executions ORDER BY version, id
+SELECT id, version FROM executions ORDER BY version DESC, id
+SELECT id, version FROM executions ORDER BY 2 DESC, 1 DESC
+SELECT id, version AS v FROM executions ORDER BY v, id DESC
+SELECT id AS k FROM executions ORDER BY k
+SELECT id FROM executions ORDER BY id DESC
+SELECT id FROM executions ORDER BY version, id
+SELECT id FROM executions ORDER BY version DESC, definition_id, id
+SELECT id FROM executions ORDER BY definition_id COLLATE "C", id COLLATE "C"
+SELECT id, definition_id FROM executions ORDER BY definition_id DESC, id
+SELECT * FROM executions ORDER BY id
+SELECT * FROM executions ORDER BY version DESC, id LIMIT 17
+SELECT * FROM timers ORDER BY fire_at DESC, execution_id, path
+SELECT *, version * 10 FROM executions ORDER BY 5 DESC, 1
+SELECT id FROM executions ORDER BY length(data), id
+SELECT id, version FROM executions ORDER BY version % 3, id DESC
+SELECT id, version FROM executions ORDER BY version % 3 DESC, version, id
+SELECT id FROM executions ORDER BY id COLLATE "C" DESC
+SELECT id FROM executions e ORDER BY e.id
+SELECT e.id FROM executions e ORDER BY id
+SELECT id, data::jsonb->>'status' AS status FROM executions ORDER BY status NULLS FIRST, id
+SELECT id, data::jsonb->>'status' AS status FROM executions ORDER BY status DESC NULLS LAST, id
+@ties=3 SELECT execution_id, path, fire_at FROM timers ORDER BY fire_at
+@ties=2 SELECT id, version FROM executions ORDER BY version
+@ties=2 SELECT id, version FROM executions ORDER BY version DESC
+@ties=1 SELECT definition_id, id FROM executions ORDER BY definition_id
+SELECT seq, target_id FROM outbox ORDER BY target_id NULLS FIRST, seq
+SELECT seq, target_id FROM outbox ORDER BY target_id DESC, seq DESC
+SELECT seq FROM outbox ORDER BY seq DESC
+SELECT seq, event FROM outbox ORDER BY event, seq
+SELECT seq, parent_id FROM spawns ORDER BY parent_id, seq
+SELECT execution_id, idx, entry FROM trace ORDER BY execution_id, idx
+SELECT execution_id, idx FROM trace ORDER BY idx DESC, execution_id
+SELECT id, t FROM vals ORDER BY t, id
+SELECT id, t FROM vals ORDER BY t DESC NULLS LAST, id
+SELECT id, t FROM vals ORDER BY t NULLS FIRST, id DESC
+SELECT id, i2 FROM vals ORDER BY i2, id
+SELECT id, i2 FROM vals ORDER BY i2 DESC NULLS LAST, id
+SELECT id, i4 FROM vals ORDER BY i4, id
+SELECT id, i4 FROM vals ORDER BY i4 NULLS FIRST, id
+SELECT id, i8 FROM vals ORDER BY i8 DESC, id
+SELECT id, n FROM vals ORDER BY n, id
+SELECT id, n FROM vals ORDER BY n DESC NULLS LAST, id
+SELECT id, f4 FROM vals ORDER BY f4, id
+SELECT id, f4 FROM vals ORDER BY f4 DESC, id
+SELECT id, f8 FROM vals ORDER BY f8, id
+SELECT id, f8 FROM vals ORDER BY f8 DESC NULLS LAST, id
+SELECT id, fbig FROM vals ORDER BY fbig, id
+SELECT id, ftiny FROM vals ORDER BY ftiny DESC, id
+SELECT id, f4big FROM vals ORDER BY f4big, id
+SELECT id, b FROM vals ORDER BY b, id
+SELECT id, b FROM vals ORDER BY b DESC NULLS LAST, id
+SELECT id, d FROM vals ORDER BY d, id
+SELECT id, d FROM vals ORDER BY d DESC, id
+SELECT id, ts FROM vals ORDER BY ts, id
+SELECT id, ts FROM vals ORDER BY ts DESC NULLS LAST, id
+SELECT id, u FROM vals ORDER BY u, id
+SELECT id, g FROM vals ORDER BY g NULLS FIRST, id
+SELECT id FROM vals ORDER BY i4 + i2, id
+SELECT id FROM vals ORDER BY n * 2 DESC, id
+SELECT id FROM vals ORDER BY t COLLATE "C", id
+SELECT id, t FROM vals ORDER BY t COLLATE "POSIX" DESC, id
+SELECT id FROM vals ORDER BY t COLLATE "en_US", id
+SELECT id FROM vals ORDER BY lower(t), id
+SELECT id, f8 FROM vals ORDER BY abs(f8), id LIMIT 12
+SELECT id, i8, n FROM vals ORDER BY i8::numeric + n, id
+SELECT id FROM executions ORDER BY version USING >, id
+
+# --- LIMIT / OFFSET ---------------------------------------------------------
+SELECT id FROM executions ORDER BY id LIMIT 0
+SELECT id FROM executions ORDER BY id LIMIT 1
+SELECT id FROM executions ORDER BY id LIMIT 5 OFFSET 0
+SELECT id FROM executions ORDER BY id OFFSET 5
+SELECT id FROM executions ORDER BY id OFFSET 239
+SELECT id FROM executions ORDER BY id OFFSET 240
+SELECT id FROM executions ORDER BY id OFFSET 1000
+SELECT id FROM executions ORDER BY id LIMIT 7 OFFSET 233
+SELECT id FROM executions ORDER BY id LIMIT ALL
+SELECT id FROM executions ORDER BY id LIMIT ALL OFFSET 200
+SELECT id FROM executions ORDER BY id LIMIT NULL
+SELECT id FROM executions ORDER BY id LIMIT 3 OFFSET NULL
+SELECT id FROM executions ORDER BY id LIMIT 4294967296 OFFSET 5
+SELECT id FROM executions ORDER BY id LIMIT 4294967296
+SELECT id FROM executions ORDER BY id LIMIT 2147483648 OFFSET 2147483648
+SELECT id FROM executions ORDER BY id LIMIT 9223372036854775807 OFFSET 9223372036854775807
+SELECT id FROM executions ORDER BY id LIMIT 9223372036854775807 OFFSET 1
+SELECT id FROM executions ORDER BY id LIMIT 9223372036854775806 OFFSET 1
+SELECT id FROM executions ORDER BY id LIMIT 9223372036854775808
+SELECT id FROM executions ORDER BY id LIMIT -1
+SELECT id FROM executions ORDER BY id OFFSET -1
+SELECT id FROM executions ORDER BY id LIMIT 5 OFFSET -3
+SELECT id FROM executions ORDER BY id LIMIT -5 OFFSET 3
+SELECT id FROM executions ORDER BY id LIMIT '7'
+SELECT id FROM executions ORDER BY id LIMIT '7' OFFSET '2'
+SELECT id FROM executions ORDER BY id LIMIT 2.5
+SELECT id FROM executions ORDER BY id LIMIT 2.4 OFFSET 1.5
+SELECT id FROM executions ORDER BY id LIMIT 3::int2 OFFSET 2::int4
+SELECT id FROM executions ORDER BY id FETCH FIRST 3 ROWS ONLY
+SELECT id FROM executions ORDER BY id FETCH FIRST ROW ONLY
+SELECT id FROM executions ORDER BY id OFFSET 2 ROWS FETCH NEXT 4 ROWS ONLY
+SELECT id, version FROM executions ORDER BY version FETCH FIRST 3 ROWS WITH TIES
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["5", "3"]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["0", "0"]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; [null, "230"]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["3", null]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["9223372036854775807", "9223372036854775807"]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["4294967296", "5"]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["-1", "0"]
+SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["1", "-1"]
+SELECT id FROM executions ORDER BY id OFFSET $1 ;; ["236"]
+SELECT id FROM executions ORDER BY id OFFSET $1 ;; [null]
+SELECT id FROM executions ORDER BY id LIMIT $1 ;; ["2"]
+SELECT id FROM executions ORDER BY id LIMIT $1::int8 OFFSET $2::int8 ;; ["4", "4"]
+SELECT id FROM executions ORDER BY id LIMIT $1::int4 ;; ["6"]
+SELECT id, version FROM executions ORDER BY version DESC, id LIMIT 10 OFFSET 20
+SELECT * FROM executions ORDER BY id LIMIT 3 OFFSET 3
+SELECT seq FROM outbox ORDER BY seq LIMIT 10 OFFSET 170
+SELECT id FROM executions LIMIT 0
+SELECT id FROM executions LIMIT 1000
+SELECT id FROM executions OFFSET 240
+SELECT id FROM vals ORDER BY f8 NULLS FIRST, id LIMIT 10
+SELECT id FROM vals ORDER BY n DESC NULLS FIRST, id LIMIT 5 OFFSET 5
+
+# --- aggregates without GROUP BY: one row per shard, combined ---------------
+SELECT count(*) FROM executions
+SELECT count(*), count(version), sum(version), min(version), max(version) FROM executions
+SELECT avg(version) FROM executions
+SELECT count(*)::int FROM executions
+SELECT count(*)::int2, count(*)::int8, count(*)::numeric, count(*)::float8, count(*)::float4, count(*)::text FROM executions
+SELECT CAST(count(*) AS integer) AS n FROM executions
+SELECT sum(version)::bigint, sum(version)::int, avg(version)::float8, avg(version)::int FROM executions
+SELECT min(id), max(id) FROM executions
+SELECT min(definition_id), max(definition_id) FROM executions
+SELECT count(*) FILTER (WHERE version > 6), count(*) FILTER (WHERE definition_id = 'order') FROM executions
+SELECT count(*) AS total, 'x' AS tag, 42 AS answer, NULL::int AS nothing FROM executions
+SELECT count(DISTINCT id) FROM executions
+SELECT count(DISTINCT execution_id) FROM timers
+SELECT count(DISTINCT execution_id), count(*) FROM trace
+SELECT count(DISTINCT definition_id) FROM executions
+SELECT sum(DISTINCT version) FROM executions
+SELECT min(DISTINCT version), max(DISTINCT path) FROM executions, timers WHERE timers.execution_id = executions.id
+SELECT count(*), sum(version), avg(version), min(id) FROM executions WHERE false
+SELECT count(*), sum(fire_at), avg(fire_at), max(fire_at) FROM timers WHERE fire_at > 5000
+SELECT count(*) FROM executions HAVING count(*) > 100
+SELECT count(*) FROM executions HAVING count(*) > 1000
+SELECT count(*) FROM executions WHERE false HAVING count(*) = 0
+SELECT sum(version) FROM executions HAVING sum(version) IS NOT NULL
+SELECT max(version) FROM executions HAVING max(version) = 12 AND min(version) = 1
+SELECT count(*), min(fire_at), max(fire_at), sum(fire_at), avg(fire_at) FROM timers
+SELECT sum(fire_at)::numeric, avg(fire_at)::numeric, sum(fire_at)::text FROM timers
+SELECT count(*), sum(idx), avg(idx) FROM trace
+SELECT count(*), count(target_id), min(seq), max(seq), sum(seq), avg(seq) FROM outbox
+SELECT count(i2), sum(i2), avg(i2), min(i2), max(i2) FROM vals
+SELECT count(i4), sum(i4), avg(i4), min(i4), max(i4) FROM vals
+SELECT count(i8), sum(i8), avg(i8), min(i8), max(i8) FROM vals
+SELECT count(n), sum(n), avg(n), min(n), max(n) FROM vals
+SELECT count(f4), sum(f4), min(f4), max(f4) FROM vals
+SELECT sum(f4), sum(f8), sum(fbig), sum(ftiny), sum(f4big) FROM vals WHERE g IS DISTINCT FROM 'e'
+SELECT sum(f8) FROM vals
+SELECT max(f8), min(f8), max(f4), min(f4) FROM vals
+SELECT avg(f8), avg(fbig), avg(ftiny) FROM vals WHERE g <> 'e'
+SELECT avg(f4) FROM vals
+SELECT avg(f4::float8) FROM vals WHERE g <> 'e'
+SELECT sum(f4)::float8, sum(f4)::numeric, sum(f4)::int FROM vals WHERE g <> 'e'
+SELECT sum(fbig)::numeric, sum(ftiny)::numeric, avg(ftiny)::float4 FROM vals
+SELECT sum(f8)::numeric, sum(f8)::int8 FROM vals WHERE g <> 'e'
+SELECT sum(i4)::int FROM vals
+SELECT sum(i8)::bigint FROM vals
+SELECT sum(i8)::float8, sum(i8)::float4, sum(i8)::text, avg(i8)::float8 FROM vals
+SELECT sum(i2)::numeric, sum(i2)::int2, avg(i2)::float4, avg(i2)::int FROM vals
+SELECT sum(n)::int, sum(n)::float8, avg(n)::int, avg(n)::float8, max(n)::int8, min(n)::float4 FROM vals
+SELECT max(f8)::int FROM vals WHERE g <> 'e'
+SELECT min(t), max(t) FROM vals
+SELECT min(t COLLATE "C"), max(t COLLATE "C") FROM vals
+SELECT min(d), max(d), min(ts), max(ts) FROM vals
+SELECT count(b), count(u), count(*) FROM vals
+SELECT count(*) FROM vals WHERE t = 'abc' AND b
+SELECT sum(i4) FILTER (WHERE i4 > 0), sum(i4) FILTER (WHERE i4 < 0), avg(n) FILTER (WHERE g = 'a') FROM vals
+SELECT sum(version) AS "Total", avg(version) AS "Mean" FROM executions
+SELECT count(*) FROM executions ORDER BY 1
+SELECT count(*) FROM executions LIMIT 0
+SELECT count(*) FROM executions OFFSET 1
+SELECT count(*) FROM executions LIMIT 5
+SELECT sum(version) / count(*) FROM executions
+SELECT max(version) + 1 FROM executions
+SELECT coalesce(sum(i4), 0) FROM vals
+SELECT string_agg(id, ',') FROM executions
+SELECT array_agg(version ORDER BY version) FROM executions
+SELECT bool_and(b), bool_or(b) FROM vals
+SELECT json_agg(id) FROM vals
+SELECT stddev(version) FROM executions
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY version) FROM executions
+SELECT count(*)::numeric(10,2) FROM executions
+SELECT count(*)::varchar FROM executions
+SELECT count(*) FROM executions WHERE id = '{exec7}'
+SELECT count(*), sum(version) FROM executions WHERE id IN ('{exec1}', '{exec2}', '{exec3}', '{exec4}')
+SELECT count(*) FROM executions WHERE version > $1 ;; ["5"]
+SELECT sum(i8) FROM vals WHERE i8 > $1 ;; ["0"]
+SELECT count(*) FROM executions HAVING count(*) > $1 ;; ["10"]
+SELECT count(*) FROM executions HAVING count(*) > $1 ;; ["10000"]
+
+# --- GROUP BY without a key: partial groups merged --------------------------
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY definition_id
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id
+SELECT definition_id, count(*) FROM executions GROUP BY 1 ORDER BY 1 DESC
+SELECT definition_id, count(*), sum(version), min(version), max(version), avg(version) FROM executions GROUP BY definition_id ORDER BY 1
+SELECT definition_id AS d, count(*) AS n FROM executions GROUP BY definition_id ORDER BY n DESC, d
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id HAVING count(*) > 45 ORDER BY 1
+SELECT definition_id, avg(version) FROM executions GROUP BY definition_id HAVING avg(version) > 6.5 ORDER BY 1
+SELECT definition_id FROM executions GROUP BY definition_id HAVING max(version) = 12 AND min(version) = 1 ORDER BY 1
+SELECT definition_id FROM executions GROUP BY definition_id HAVING NOT (count(*) < 50) ORDER BY 1
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id HAVING count(*) > $1 ORDER BY 1 ;; ["48"]
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id HAVING count(*) >= 40 OR definition_id = 'order' ORDER BY 1
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id HAVING count(*) BETWEEN 40 AND 50 ORDER BY 1
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id HAVING sum(version) % 2 = 0
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY count(*) DESC, 1
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY 2 DESC, 1 LIMIT 2
+SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY 2, 1 LIMIT 2 OFFSET 1
+SELECT definition_id FROM executions GROUP BY definition_id ORDER BY avg(version), 1
+SELECT definition_id, max(version) FROM executions GROUP BY definition_id ORDER BY definition_id LIMIT 3 OFFSET 1
+SELECT definition_id, max(version) FROM executions GROUP BY definition_id ORDER BY definition_id LIMIT $1 OFFSET $2 ;; ["2", "2"]
+SELECT count(*) FROM executions GROUP BY definition_id
+SELECT count(*), definition_id FROM executions GROUP BY definition_id ORDER BY 2
+SELECT version % 3, count(*) FROM executions GROUP BY version % 3 ORDER BY 1
+SELECT version % 3 AS r, count(*) FROM executions GROUP BY 1 ORDER BY r DESC
+SELECT data::jsonb->>'status' AS s, count(*) FROM executions GROUP BY 1 ORDER BY 1 NULLS FIRST
+SELECT data::jsonb->>'status', definition_id, count(*) FROM executions GROUP BY 1, 2 ORDER BY 1, 2
+SELECT data::jsonb->>'status', count(*) FROM executions GROUP BY data::jsonb->>'status' HAVING count(*) > 50
+SELECT g, count(*), sum(i8), avg(n), sum(f8), sum(f4), min(t), max(t) FROM vals GROUP BY g ORDER BY g NULLS FIRST
+SELECT g, count(*), sum(i2), sum(i4), avg(i4), avg(i2) FROM vals GROUP BY g ORDER BY g
+SELECT g, sum(n), min(n), max(n), avg(n)::float8 FROM vals GROUP BY g ORDER BY g DESC NULLS LAST
+SELECT g, sum(fbig), sum(ftiny), sum(f4big), avg(ftiny) FROM vals GROUP BY g ORDER BY 1
+SELECT g, max(f8), min(f8), max(f4) FROM vals GROUP BY g ORDER BY 1
+SELECT g, b, count(*) FROM vals GROUP BY g, b ORDER BY g, b
+SELECT g, b, count(*) FROM vals GROUP BY b, g ORDER BY b DESC, g NULLS FIRST
+SELECT b, count(*), sum(i4) FROM vals GROUP BY b ORDER BY b
+SELECT d, count(*) FROM vals GROUP BY d ORDER BY d DESC LIMIT 5
+SELECT date_trunc('month', d) AS m, count(*) FROM vals GROUP BY 1 ORDER BY 1
+SELECT extract(year FROM ts), count(*) FROM vals GROUP BY 1 ORDER BY 1
+SELECT t, count(*) FROM vals GROUP BY t ORDER BY t NULLS FIRST
+SELECT t, count(*) FROM vals GROUP BY t ORDER BY 2 DESC, 1
+SELECT lower(t), count(*) FROM vals GROUP BY lower(t) ORDER BY 1
+SELECT i2 / 100, count(*) FROM vals GROUP BY 1 ORDER BY 1
+SELECT round(n), count(*) FROM vals GROUP BY round(n) ORDER BY 2 DESC, 1 LIMIT 5
+SELECT f4 > 0, count(*) FROM vals GROUP BY 1 ORDER BY 1
+SELECT u, count(*) FROM vals WHERE i2 > 200 GROUP BY u ORDER BY u
+SELECT path, count(*), min(fire_at), max(fire_at), avg(fire_at) FROM timers GROUP BY path ORDER BY path
+SELECT path, count(DISTINCT execution_id) FROM timers GROUP BY path ORDER BY 1
+SELECT path, count(DISTINCT fire_at) FROM timers GROUP BY path ORDER BY 1
+SELECT target_id IS NULL, count(*) FROM outbox GROUP BY 1 ORDER BY 1
+SELECT target_id, count(*) FROM outbox GROUP BY target_id HAVING count(*) > 1 ORDER BY 1 NULLS FIRST
+SELECT root_path, count(*), min(seq), max(seq) FROM spawns GROUP BY root_path ORDER BY 1
+SELECT idx, count(*) FROM trace GROUP BY idx ORDER BY idx
+SELECT definition_id, count(*) FROM executions WHERE false GROUP BY definition_id
+SELECT definition_id, count(*)::int FROM executions GROUP BY definition_id ORDER BY 1
+SELECT definition_id, sum(version)::numeric, avg(version)::int FROM executions GROUP BY definition_id ORDER BY 1
+SELECT definition_id, count(*) FROM executions GROUP BY ROLLUP (definition_id)
+SELECT definition_id, count(*) FROM executions GROUP BY CUBE (definition_id, version)
+SELECT definition_id, string_agg(id, ',') FROM executions GROUP BY 1
+SELECT definition_id AS id, count(*) FROM executions GROUP BY id
+SELECT lower(definition_id) AS definition_id, count(*) FROM executions GROUP BY definition_id
+SELECT definition_id, count(*), rank() OVER (ORDER BY count(*)) FROM executions GROUP BY 1
+SELECT definition_id, count(*) * 2 FROM executions GROUP BY 1
+SELECT g, count(*) FROM vals GROUP BY g HAVING max(t) > 'a'
+SELECT g, count(*) FROM vals GROUP BY g HAVING g IS NOT NULL ORDER BY 1
+SELECT g, avg(f4) FROM vals GROUP BY g ORDER BY 1
+
+# --- GROUP BY or DISTINCT with a sharding key: groups live on one shard -----
+SELECT execution_id, count(*) FROM timers GROUP BY execution_id ORDER BY 2 DESC, 1 LIMIT 5
+SELECT execution_id, max(idx) FROM trace GROUP BY execution_id HAVING max(idx) > 3 ORDER BY 1
+SELECT parent_id, count(*) FROM spawns GROUP BY parent_id ORDER BY parent_id
+SELECT e.id, count(t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY e.id ORDER BY 2 DESC, 1 LIMIT 10
+SELECT execution_id, avg(fire_at), min(path) FROM timers GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 7
+SELECT execution_id, count(*) FROM processed_events GROUP BY execution_id HAVING count(*) > 1 ORDER BY 2, 1
+SELECT id, count(*) FROM vals GROUP BY id ORDER BY id LIMIT 3
+SELECT DISTINCT execution_id FROM timers ORDER BY 1
+SELECT DISTINCT execution_id, path FROM timers ORDER BY 2, 1 LIMIT 10
+SELECT DISTINCT id, definition_id FROM executions ORDER BY 2, 1
+
+# --- DISTINCT without a key: every shard sorts by every column --------------
+SELECT DISTINCT definition_id FROM executions ORDER BY 1
+SELECT DISTINCT definition_id FROM executions
+SELECT DISTINCT g FROM vals ORDER BY g NULLS FIRST
+SELECT DISTINCT g, b FROM vals ORDER BY 1, 2
+SELECT DISTINCT b, g FROM vals ORDER BY 2 DESC, 1
+SELECT DISTINCT version FROM executions ORDER BY version DESC LIMIT 3 OFFSET 1
+SELECT DISTINCT path FROM timers ORDER BY path LIMIT 5
+SELECT DISTINCT path FROM timers ORDER BY path OFFSET 10
+SELECT DISTINCT n FROM vals WHERE g = 'a' ORDER BY n
+SELECT DISTINCT f8 FROM vals ORDER BY 1 LIMIT 20
+SELECT DISTINCT t FROM vals ORDER BY t
+SELECT DISTINCT root_path FROM spawns
+SELECT DISTINCT data::jsonb->>'status' FROM executions ORDER BY 1
+SELECT DISTINCT version % 4 FROM executions ORDER BY 1 DESC
+SELECT DISTINCT * FROM timers ORDER BY 1, 2
+SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT definition_id FROM executions ORDER BY 1 LIMIT $1 ;; ["2"]
+
+# --- joins on the key, lateral functions -----------------------------------
+SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at, e.id, t.path LIMIT 20
+SELECT e.id, r.idx FROM executions e LEFT JOIN trace r ON r.execution_id = e.id WHERE e.version > 10 ORDER BY e.id, r.idx
+SELECT e.definition_id, count(*) FROM executions e JOIN timers t ON t.execution_id = e.id GROUP BY 1 ORDER BY 1
+SELECT count(*) FROM executions e JOIN processed_events p ON p.execution_id = e.id
+SELECT e.id, p.event_id FROM executions e JOIN processed_events p USING (id) ORDER BY 1
+SELECT e.id, t.path FROM executions e, timers t WHERE t.execution_id = e.id AND t.fire_at < 1003 ORDER BY 1, 2
+SELECT s.seq, e.version FROM spawns s JOIN executions e ON e.id = s.parent_id ORDER BY s.seq
+SELECT e.id, j.key FROM executions e, LATERAL jsonb_object_keys(e.data::jsonb) j(key) WHERE e.version = 3 ORDER BY 1, 2
+SELECT e.id, x.n FROM executions e CROSS JOIN LATERAL (SELECT count(*) AS n FROM trace r WHERE r.execution_id = e.id) x ORDER BY x.n DESC, e.id LIMIT 5
+SELECT t.execution_id, t.path, r.entry FROM timers t JOIN trace r ON r.execution_id = t.execution_id AND r.idx = 0 ORDER BY 1, 2
+SELECT e.id, t.path FROM executions e RIGHT JOIN timers t ON t.execution_id = e.id WHERE t.fire_at > 1098 ORDER BY 2, 1
+SELECT e.id, t.path FROM executions e FULL JOIN timers t ON t.execution_id = e.id WHERE e.version = 2 ORDER BY 1, 2
+SELECT count(*) FROM executions e JOIN timers t ON t.path = e.definition_id
+SELECT e.id FROM executions e JOIN outbox o ON o.target_id = e.id ORDER BY 1
+SELECT a.id, b.id FROM executions a JOIN executions b ON a.version = b.version WHERE a.version = 1 ORDER BY 1, 2
+SELECT count(*) FROM executions e, vals v WHERE v.t = e.definition_id
+
+# --- subqueries and CTEs ----------------------------------------------------
+SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers WHERE fire_at < 1010) ORDER BY id
+SELECT id FROM executions WHERE id = ANY (SELECT execution_id FROM trace WHERE idx = 4) ORDER BY id
+SELECT id FROM executions e WHERE EXISTS (SELECT 1 FROM trace r WHERE r.execution_id = e.id AND r.idx > 3) ORDER BY id
+SELECT id FROM executions e WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = e.id) ORDER BY id
+SELECT id, (SELECT count(*) FROM timers t WHERE t.execution_id = e.id) AS n FROM executions e ORDER BY n DESC, id LIMIT 10
+SELECT id, (SELECT max(idx) FROM trace r WHERE r.execution_id = e.id) FROM executions e WHERE version = 5 ORDER BY 1
+SELECT e.id FROM executions e WHERE EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = e.id ORDER BY t.fire_at LIMIT 1) ORDER BY 1
+SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers GROUP BY execution_id HAVING count(*) > 2) ORDER BY id
+SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
+SELECT id FROM executions WHERE id = ANY (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
+SELECT id FROM executions WHERE id = '{exec11}' AND id IN (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
+SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers OFFSET 100)
+SELECT id FROM executions WHERE id IN (SELECT DISTINCT ON (path) execution_id FROM timers ORDER BY path, fire_at)
+SELECT id FROM executions WHERE id IN (SELECT execution_id FROM (SELECT execution_id, row_number() OVER (ORDER BY fire_at) AS rn FROM timers) x WHERE rn <= 5)
+SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions) ORDER BY id
+SELECT id FROM executions WHERE id IN (SELECT max(execution_id) FROM timers) ORDER BY id
+WITH t AS (SELECT execution_id FROM timers WHERE fire_at > 1090) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t) ORDER BY id
+WITH t AS (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t)
+WITH t AS (SELECT execution_id, count(*) AS n FROM timers GROUP BY execution_id) SELECT e.id, t.n FROM executions e JOIN t ON t.execution_id = e.id ORDER BY 2 DESC, 1
+WITH t AS (SELECT * FROM timers) SELECT * FROM t ORDER BY 1, 2
+SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) s
+SELECT * FROM (SELECT id, version FROM executions) s ORDER BY 1
+SELECT id FROM executions WHERE definition_id IN (SELECT 'order' UNION SELECT 'payment') ORDER BY id
+SELECT id FROM executions WHERE definition_id IN (VALUES ('order'), ('Refund')) ORDER BY id
+SELECT id FROM executions WHERE version IN (SELECT generate_series(1, 3)) ORDER BY id
+SELECT id, (SELECT count(*) FROM executions) FROM executions ORDER BY 1 LIMIT 3
+SELECT id FROM executions WHERE id IN (SELECT parent_id FROM spawns) ORDER BY id
+SELECT id FROM executions e WHERE version = (SELECT max(version) FROM executions x WHERE x.id = e.id) ORDER BY id LIMIT 5
+
+# --- shapes that need every shard's rows at once ---------------------------
+SELECT id, rank() OVER (ORDER BY version) FROM executions
+SELECT id, row_number() OVER (PARTITION BY definition_id ORDER BY id) FROM executions
+SELECT execution_id FROM timers UNION SELECT execution_id FROM trace
+SELECT execution_id FROM timers UNION ALL SELECT execution_id FROM trace
+SELECT id FROM executions INTERSECT SELECT execution_id FROM trace
+SELECT id FROM executions WHERE version = 1 FOR UPDATE
+SELECT id, version FROM executions TABLESAMPLE BERNOULLI (100) ORDER BY 1
+SELECT nextval('outbox_seq_seq') FROM executions LIMIT 1
+
+# --- keyed reads: one shard answers ----------------------------------------
+SELECT * FROM vals WHERE id = 'v001'
+SELECT * FROM vals WHERE id = $1 ;; ["v042"]
+SELECT id, version, definition_id FROM executions WHERE id = $1 ;; ["{exec30}"]
+SELECT path, fire_at FROM timers WHERE execution_id = $1 ORDER BY path ;; ["{exec12}"]
+SELECT count(*), max(idx) FROM trace WHERE execution_id = $1 ;; ["{exec1}"]
+SELECT * FROM outbox WHERE seq = 1
+SELECT * FROM outbox WHERE seq = $1::bigint ;; ["2"]
+SELECT * FROM spawns WHERE parent_id = $1 ORDER BY seq ;; ["{exec20}"]
+SELECT id FROM executions WHERE id = $1 AND version > $2 ;; ["{exec21}", "0"]
+SELECT e.id, t.path FROM executions e JOIN timers t ON t.execution_id = e.id WHERE e.id = $1 ORDER BY 2 ;; ["{exec40}"]
+SELECT id FROM executions WHERE id IN ($1, $2, $3) ORDER BY id ;; ["{exec50}", "{exec51}", "{exec52}"]
+SELECT count(*) FROM timers WHERE execution_id IN ('{exec60}', '{exec61}', '{exec62}', '{exec63}')
+SELECT id FROM executions WHERE id = 'no-such-id'
+SELECT 1, 'x', now() IS NOT NULL
+SELECT version()  IS NOT NULL
+
+# --- more parameters and types ---------------------------------------------
+SELECT id, i4 FROM vals WHERE i4 > $1 ORDER BY i4, id LIMIT $2 ;; ["0", "9"]
+SELECT id FROM vals WHERE d > $1::date ORDER BY d, id ;; ["2024-08-01"]
+SELECT id, ts FROM vals WHERE ts >= $1 ORDER BY ts DESC, id LIMIT 5 ;; ["2024-03-05 00:00:00+00"]
+SELECT g, count(*) FROM vals WHERE n > $1 GROUP BY g ORDER BY g ;; ["0"]
+SELECT g, sum(i8) FROM vals WHERE t <> $1 GROUP BY 1 ORDER BY 1 NULLS FIRST ;; ["abc"]
+SELECT definition_id, count(*) FROM executions WHERE version >= $1 GROUP BY 1 HAVING count(*) >= $2 ORDER BY 2 DESC, 1 ;; ["3", "30"]
+SELECT id FROM vals WHERE f8 = $1 ;; ["NaN"]
+SELECT id FROM vals WHERE u = $1 ;; ["00000000-0000-4000-8000-000000000001"]
+SELECT id, n FROM vals WHERE n BETWEEN $1 AND $2 ORDER BY n, id ;; ["-100.5", "100.25"]
+SELECT max(n) - min(n) FROM vals
+SELECT count(*) FROM vals WHERE i2 IS NULL OR i4 IS NULL
+SELECT min(i2 + i4), max(i8 - 1) FROM vals
+SELECT sum(i2 * 2), sum(i4::int8 * 3), avg(n * 2) FROM vals
+SELECT sum(abs(f8)) FROM vals WHERE g <> 'e'
+SELECT g, sum(i4 / 1000) FROM vals GROUP BY g ORDER BY 1
+SELECT sum(version::numeric / 4) FROM executions
+SELECT avg(version::numeric / 3) FROM executions
+SELECT avg(fire_at - 1000) FROM timers
+SELECT sum(fire_at * 1000000000000) FROM timers
+SELECT min(fire_at * 1e20), max(fire_at * 1e-10) FROM timers
+SELECT sum(i8 / 1000000000) FROM vals
+SELECT sum(i8::numeric * i8) FROM vals
+SELECT count(*) FROM vals WHERE t LIKE $1 ;; ["a%"]
+SELECT id, t || '!' AS x FROM vals WHERE t IS NOT NULL ORDER BY x, id LIMIT 15
+SELECT id, length(t) FROM vals ORDER BY 2 DESC NULLS LAST, 1 LIMIT 10
+SELECT t, max(i2) FROM vals GROUP BY t ORDER BY 2 DESC NULLS LAST, 1 NULLS FIRST
+SELECT id, f8::text FROM vals ORDER BY id LIMIT 10
+SELECT id, (f4 * 3)::real FROM vals WHERE g = 'b' ORDER BY 2, 1
+SELECT sum(f4 * 3) FROM vals WHERE g = 'b'
