@@ -42,7 +42,7 @@ func TestPgBouncerBackPressure(t *testing.T) {
 	}
 
 	// 26 other clients of shard0's PgBouncer (pool size 20) sleep 3 s.
-	const others, sleep = 26, 3
+	const others, sleep = 26, 5
 	var wg sync.WaitGroup
 	errs := make(chan error, others)
 	for range others {
@@ -57,20 +57,42 @@ func TestPgBouncerBackPressure(t *testing.T) {
 			errs <- err
 		}()
 	}
-	// The proxy sees the queue and fails shard0's transactions fast.
-	deadline := time.Now().Add(sleep * time.Second)
-	var refused error
-	for time.Now().Before(deadline) {
-		start := time.Now()
-		_, err := conn.Exec(ctx, "SELECT count(*) FROM accounts WHERE aid = $1", k0)
-		if pgCode(err) == "53300" {
-			if took := time.Since(start); took > 500*time.Millisecond {
-				t.Fatalf("the refusal took %s (want at once)", took)
-			}
-			refused = err
-			break
+	// The proxy sees the queue (its next reading of PgBouncer) ...
+	admin := e.connectAdmin(t)
+	shardRow := func(name string) map[string]any {
+		rows, err := admin.Query(ctx, "SHOW SHARDS")
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		defer rows.Close()
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]any{}
+			for i, f := range rows.FieldDescriptions() {
+				m[f.Name] = v[i]
+			}
+			if m["shard"] == name {
+				return m
+			}
+		}
+		t.Fatalf("SHOW SHARDS has no %s", name)
+		return nil
+	}
+	deadline := time.Now().Add(sleep * time.Second)
+	for shardRow("shard0")["state"] != "overloaded" {
+		if time.Now().After(deadline) {
+			t.Fatalf("shard0 never overloaded while its PgBouncer queued clients: %v", shardRow("shard0"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// ... and fails shard0's new transactions at once.
+	start := time.Now()
+	_, refused := conn.Exec(ctx, "SELECT count(*) FROM accounts WHERE aid = $1", k0)
+	if took := time.Since(start); pgCode(refused) == "53300" && took > 500*time.Millisecond {
+		t.Fatalf("the refusal took %s (want at once)", took)
 	}
 	if refused == nil || !strings.Contains(refused.Error(), `shard "shard0" is overloaded`) || !strings.Contains(refused.Error(), "waiting") {
 		t.Fatalf("no 53300 naming shard0 while its PgBouncer queued clients: %v", refused)
@@ -78,30 +100,9 @@ func TestPgBouncerBackPressure(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT count(*) FROM accounts WHERE aid = $1", k1); err != nil {
 		t.Fatalf("shard1 while shard0's PgBouncer is overloaded: %v", err)
 	}
-	admin := e.connectAdmin(t)
-	var state string
-	var waiting int
-	rows, err := admin.Query(ctx, "SHOW SHARDS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		v, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		desc := rows.FieldDescriptions()
-		m := map[string]any{}
-		for i, f := range desc {
-			m[f.Name] = v[i]
-		}
-		if m["shard"] == "shard0" {
-			state, _ = m["state"].(string)
-			if w, ok := m["pgbouncer_cl_waiting"].(int32); ok {
-				waiting = int(w)
-			}
-		}
-	}
+	row := shardRow("shard0")
+	state, _ := row["state"].(string)
+	waiting, _ := row["pgbouncer_cl_waiting"].(int32)
 	if state != "overloaded" || waiting < 3 {
 		t.Errorf("SHOW SHARDS shard0: state %q, pgbouncer_cl_waiting %d", state, waiting)
 	}
