@@ -330,3 +330,15 @@ func Listen(ctx context.Context, addr string, reusePort bool) (net.Listener, err
 
 // soReusePort is SO_REUSEPORT on Linux.
 const soReusePort = 0xf
+
+// Abort gives up a hand-over before serving: the sockets are closed here
+// (the predecessor, which keeps its own copies, goes on serving).
+func (h *Handover) Abort() {
+	if h.Listener != nil {
+		_ = h.Listener.Close()
+	}
+	if h.Metrics != nil {
+		_ = h.Metrics.Close()
+	}
+	_ = h.conn.Close()
+}

@@ -36,7 +36,7 @@ type proxyReady struct {
 }
 
 func newProxyCmd() *cobra.Command {
-	var listen, readyFile, logLevel, cpuProfile string
+	var listen, readyFile, logLevel, cpuProfile, handover string
 	var trustUsers []string
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -67,12 +67,13 @@ restart without refused or dropped connections.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default proxy.listen, 127.0.0.1:6543); port 0 picks a free port")
 	cmd.Flags().StringArrayVar(&trustUsers, "trust-user", nil, "also admit USER without a password (local development; repeatable)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write {\"pid\":...,\"addr\":...} to this file once listening")
+	cmd.Flags().StringVar(&handover, "handover-socket", "", "unix socket for zero-downtime restarts (proxy.handover_socket): take the listening socket over from the proxy serving there, and offer it to the next one")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		load := func() (*config.Config, error) {
-			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen"}, RequireMap: true})
+			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket"}, RequireMap: true})
 		}
 		cfg, err := load()
 		if err != nil {
@@ -234,6 +235,12 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 			h = nil
 		}
 	}
+	if h != nil && !sameListenAddr(pc.Listen, h.Listener.Addr().String()) {
+		// Another proxy's socket: never take over what this one was not
+		// configured to serve (the predecessor keeps serving).
+		h.Abort()
+		return fmt.Errorf("proxy: the proxy on the hand-over socket %s listens on %s, this one is configured for %s", pc.HandoverSocket, h.Listener.Addr(), pc.Listen)
+	}
 	var ln, mln net.Listener
 	if h != nil {
 		ln, mln = h.Listener, h.Metrics
@@ -306,6 +313,32 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 	close(done)
 	wg.Wait()
 	return err
+}
+
+// sameListenAddr reports whether a configured listen address (port 0: any)
+// names the address a predecessor listens on.
+func sameListenAddr(configured, actual string) bool {
+	ch, cp, err1 := net.SplitHostPort(configured)
+	ah, ap, err2 := net.SplitHostPort(actual)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	if cp != "0" && cp != ap {
+		return false
+	}
+	if ch == "" || ch == ah {
+		return true
+	}
+	ips, err := net.LookupIP(ch)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if ip.String() == ah {
+			return true
+		}
+	}
+	return false
 }
 
 // isSignalCause reports whether ctx ended because the process got a signal
