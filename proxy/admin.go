@@ -157,12 +157,7 @@ func (s *session) serveAdmin(ctx context.Context) error {
 // adminQuery runs the commands of one query string, stopping at the first
 // error.
 func (s *session) adminQuery(ctx context.Context, sql string) {
-	var cmds []string
-	for _, c := range strings.Split(stripComments(sql), ";") {
-		if c = strings.TrimSpace(c); c != "" {
-			cmds = append(cmds, c)
-		}
-	}
+	cmds := parseAdminQuery(sql)
 	if len(cmds) == 0 {
 		s.out = appendEmpty(s.out, 'I')
 		return
@@ -189,6 +184,27 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 		}
 		s.out = res.append(s.out)
 	}
+}
+
+// adminCmd is one console command: its verb (upper case) and arguments.
+type adminCmd struct {
+	verb string
+	args []string
+	text string // as written, for messages
+}
+
+// parseAdminQuery splits a console query into its commands (';'
+// separates them; comments and empty commands are dropped).
+func parseAdminQuery(sql string) []adminCmd {
+	var cmds []adminCmd
+	for _, c := range strings.Split(stripComments(sql), ";") {
+		words := strings.Fields(c)
+		if len(words) == 0 {
+			continue
+		}
+		cmds = append(cmds, adminCmd{verb: strings.ToUpper(words[0]), args: words[1:], text: strings.Join(words, " ")})
+	}
+	return cmds
 }
 
 // stripComments removes SQL comments (-- to the end of the line, /* */)
@@ -319,10 +335,8 @@ func adminText(v any) (string, bool) {
 }
 
 // adminCommand runs one console command.
-func (s *session) adminCommand(ctx context.Context, cmd string) (*adminResult, error) {
-	words := strings.Fields(cmd)
-	verb := strings.ToUpper(words[0])
-	args := words[1:]
+func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, error) {
+	verb, args, cmd := c.verb, c.args, c.text
 	srv := s.core.current()
 	arity := func(max int) error {
 		if len(args) > max {
