@@ -331,23 +331,28 @@ func (c *core) stopMonitor(p *shardPool) {
 // ends.
 func (p *shardPool) monitor(ctx context.Context) {
 	defer p.closeBouncer()
-	var lastPoll time.Time
+	var lastProbe, lastPoll time.Time
 	for {
 		cfg := &p.server().cfg
-		if cfg.HealthInterval > 0 {
+		now := time.Now()
+		if cfg.HealthInterval > 0 && now.Sub(lastProbe) >= cfg.HealthInterval {
+			lastProbe = now
 			p.probe(ctx)
 		}
-		if p.bouncerEnabled() && time.Since(lastPoll) >= cfg.PgBouncer.PollInterval {
-			lastPoll = time.Now()
+		bouncer := p.bouncerEnabled()
+		if bouncer && now.Sub(lastPoll) >= cfg.PgBouncer.PollInterval {
+			lastPoll = now
 			p.pollBouncer(ctx)
 		}
-		next := cfg.HealthInterval
-		if next <= 0 || p.bouncerEnabled() && cfg.PgBouncer.PollInterval < next {
-			next = cfg.PgBouncer.PollInterval
+		// Sleep until the next of the two is due.
+		next := time.Second
+		if cfg.HealthInterval > 0 {
+			next = min(next, time.Until(lastProbe.Add(cfg.HealthInterval)))
 		}
-		if next <= 0 {
-			next = time.Second
+		if bouncer {
+			next = min(next, time.Until(lastPoll.Add(cfg.PgBouncer.PollInterval)))
 		}
+		next = max(next, time.Millisecond)
 		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():

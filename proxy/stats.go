@@ -208,18 +208,14 @@ type routeEntry struct {
 // routeLog is a ring of recent routing decisions, plus counts of the
 // decisions that name no shard (refusals before a shard was known).
 type routeLog struct {
-	keyed      atomic.Uint64 // sampling counter
 	noShard    [numRouteKinds]atomic.Uint64
 	mu         sync.Mutex
 	ring       [routeLogSize]routeEntry
 	next, size int
 }
 
-// record adds a decision to the ring (sampled for keyed decisions).
+// record adds a decision to the ring.
 func (l *routeLog) record(kind routeKind, shard, sql, reason string) {
-	if kind == routeKeyed && l.keyed.Add(1)%keyedSample != 1 {
-		return
-	}
 	if len(sql) > 200 {
 		sql = sql[:200] + "…"
 	}
@@ -248,7 +244,10 @@ func (l *routeLog) recent() []routeEntry {
 func (srv *Server) noteRoute(kind routeKind, shard int, sql, reason string) {
 	name := ""
 	if shard >= 0 && shard < len(srv.pools) {
-		srv.pools[shard].stats.routes[kind].Add(1)
+		n := srv.pools[shard].stats.routes[kind].Add(1)
+		if kind == routeKeyed && n%keyedSample != 1 {
+			return // keyed decisions are sampled into the log
+		}
 		name = srv.pools[shard].shard.Name
 	} else if kind == routeFanout {
 		for _, p := range srv.pools {
