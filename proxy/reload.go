@@ -225,6 +225,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	c.secrets.set(&cfg)
 	c.tls.Store(ts)
 	c.cur.Store(gen)
+	warnPlainPasswords(cfg.Users, c.log)
 	for _, p := range fresh {
 		c.startMonitor(p)
 	}
