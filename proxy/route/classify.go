@@ -248,6 +248,9 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	st.Tables = a.tables
 	if query {
 		st.ReadOnly = !a.write && !a.locking && a.notRO == "" && a.refusal == nil
+		if st.Kind == KindOther {
+			st.Settings = localSettings(node)
+		}
 	}
 	if st.Kind == KindDDL {
 		st.ReadOnly = false
