@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,13 +50,15 @@ type fanPlan struct {
 	// continues: more of the pipeline follows (no ReadyForQuery yet);
 	// failed reports that the read failed the transaction.
 	continues, failed bool
+	// leads are the settings every shard runs first (fanlead.go).
+	leads []fanLead
 }
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
 // Describe, Execute and Sync.
 func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
 	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly, leads: p.leads}
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -133,32 +136,43 @@ type fanStream struct {
 // was lost.
 func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
 
+// recv reads the shard's next message past the answers to its lead
+// queries; false when the connection failed.
+func (f *fanStream) recv() (byte, []byte, bool) {
+	for {
+		typ, msg, err := f.bc.rd.next()
+		if err != nil {
+			f.loseConn(err)
+			return 0, nil, false
+		}
+		if len(f.lead) == 0 {
+			return typ, msg, true
+		}
+		switch typ {
+		case 'Z':
+			f.rfqLeft--
+			f.lead = f.lead[1:]
+		case 'E':
+			if f.errRaw == nil {
+				f.errRaw = append([]byte(nil), msg...)
+				f.leadErr = int(f.lead[0]) + 1
+			}
+			if errorField(msg, 'S') == "FATAL" {
+				f.bc.broken = true
+			}
+		}
+	}
+}
+
 // nextRow advances to the shard's next DataRow; false at the end of rows.
 func (f *fanStream) nextRow() bool {
 	if f.rowsDone {
 		return false
 	}
 	for {
-		typ, msg, err := f.bc.rd.next()
-		if err != nil {
-			f.loseConn(err)
+		typ, msg, ok := f.recv()
+		if !ok {
 			return false
-		}
-		if len(f.lead) > 0 {
-			switch typ {
-			case 'Z':
-				f.rfqLeft--
-				f.lead = f.lead[1:]
-			case 'E':
-				if f.errRaw == nil {
-					f.errRaw = append([]byte(nil), msg...)
-					f.leadErr = int(f.lead[0]) + 1
-				}
-				if errorField(msg, 'S') == "FATAL" {
-					f.bc.broken = true
-				}
-			}
-			continue
 		}
 		switch typ {
 		case 'Z':
@@ -246,8 +260,13 @@ func (s *session) runFanout(p *planner) error {
 	if f.inTxn {
 		srv.metrics.txnReads.Inc()
 	}
-	// Answers planned before the fan-out statement (ParseComplete, BEGIN, ...).
-	for i := range s.items {
+	// Answers planned before the fan-out statement (ParseComplete, BEGIN,
+	// ...), up to its first lead, which needs the shards' answers.
+	first := len(s.items)
+	if len(f.leads) > 0 {
+		first = slices.IndexFunc(s.items, func(it item) bool { return it.kind == itLead })
+	}
+	for i := range s.items[:first] {
 		it := &s.items[i]
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 		s.apply(it.eff)
@@ -282,6 +301,10 @@ func (s *session) runFanout(p *planner) error {
 		if err := st.bc.write(buf); err != nil {
 			st.loseConn(err)
 		}
+	}
+	if first < len(s.items) && !s.fanLeads(streams, f, s.items[first:]) {
+		s.fanEnd(streams, f)
+		return nil
 	}
 	if !f.simple {
 		s.out = appendEmpty(s.out, '2') // BindComplete
@@ -361,6 +384,9 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []
 	if f.inTxn && !st.bc.txnChecked {
 		buf = appendQuery(buf, isoCheckSQL)
 		st.lead = append(st.lead, leadCheck)
+	}
+	for i := range f.leads {
+		buf = appendLead(buf, &f.leads[i])
 	}
 	merge := f.dest.Merge
 	if f.only > 0 {

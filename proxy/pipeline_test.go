@@ -213,6 +213,3 @@ func checkTimeoutOnEveryShard(t *testing.T, ctx context.Context, conn *pgx.Conn,
 
 // head is the start of a list, for messages.
 func head[T any](s []T) []T { return s[:min(len(s), 3)] }
-
-
-

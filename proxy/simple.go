@@ -190,6 +190,10 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.endQuery()
 		return
 	}
+	if f := p.simpleLeads(msg, as); f != nil {
+		p.fan = f // settings, then a read of every shard (fanlead.go)
+		return
+	}
 	// Route every statement; they must agree.
 	shard, first := -1, -1
 	var firstDest route.Dest
