@@ -535,6 +535,14 @@ func (p *planner) execute(raw []byte) {
 			p.fail(e, nil)
 			return
 		}
+		if pi != nil && pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
+			// Postgres warns about SET LOCAL in a pipeline's implicit
+			// transaction; the BEGIN pgshard wraps it in (for the client's
+			// settings) keeps the backend from it.
+			lo := len(s.lbuf)
+			s.lbuf = appendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+			s.addLocal(lo, nil)
+		}
 		s.bw = append(s.bw, raw...)
 		s.items = append(s.items, item{kind: itExecute, flags: fClientPart})
 	default:

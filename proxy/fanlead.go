@@ -211,7 +211,11 @@ var setLocalWarning = &Error{Severity: "WARNING", Code: codeNoActiveTransaction,
 // is the proxy's: a shard whose part is wrapped in BEGIN (for the
 // client's settings) would not give it.
 func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
+	// Postgres warns about SET LOCAL as it starts to run it, ahead of its
+	// CommandComplete or of an error about its value.
+	warn := l.st.Kind == route.KindSetLocal && !simple
 	setLocal := l.st.Kind == route.KindSetLocal
+	bound := false
 	for !f.failed() {
 		typ, msg, ok := f.recv()
 		if !ok {
@@ -219,7 +223,12 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 		}
 		switch typ {
 		case '1':
-		case '2', 'n':
+		case '2':
+			bound = true
+			if !simple {
+				dst = append(dst, msg...)
+			}
+		case 'n':
 			if !simple {
 				dst = append(dst, msg...)
 			}
@@ -233,11 +242,14 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 			// ParameterStatus: Postgres reports settings at ReadyForQuery,
 			// when the implicit transaction's are gone again.
 		case 'C':
-			if setLocal && !simple {
+			if warn {
 				dst = appendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
 			}
 			return append(dst, msg...)
 		case 'E':
+			if warn && bound {
+				dst = appendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+			}
 			f.errRaw = append([]byte(nil), msg...)
 			if errorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
@@ -270,6 +282,16 @@ func (s *session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool 
 			failed = failed || st.failed()
 		}
 		if failed {
+			// What the first shard that failed answered before its error
+			// (BindComplete, the description), then the error.
+			for k, st := range streams {
+				if st.failed() {
+					if st.lost == nil {
+						s.out = append(s.out, answers[k]...)
+					}
+					break
+				}
+			}
 			s.out = append(s.out, s.leadError(streams)...)
 			return false
 		}

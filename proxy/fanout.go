@@ -130,6 +130,8 @@ type fanStream struct {
 	rfqLeft  int
 	rowsDone bool
 	lost     error
+	// bound: the statement's BindComplete arrived.
+	bound bool
 }
 
 // failed reports whether the shard's answer is an error or its connection
@@ -180,6 +182,8 @@ func (f *fanStream) nextRow() bool {
 			f.status = readyStatus(msg)
 			f.rowsDone = true
 			return false
+		case '2':
+			f.bound = true
 		case 'D':
 			f.row = msg
 			var e error
@@ -306,14 +310,16 @@ func (s *session) runFanout(p *planner) error {
 		s.fanEnd(streams, f)
 		return nil
 	}
+	bindAt := -1
 	if !f.simple {
+		bindAt = len(s.out)
 		s.out = appendEmpty(s.out, '2') // BindComplete
 	}
 	var runErr error
 	if merge == nil {
 		s.fanCollect(streams, f)
 	} else {
-		runErr = s.fanMerge(streams, f, merge, &bv, bytewise)
+		runErr = s.fanMerge(streams, f, merge, &bv, bytewise, bindAt)
 	}
 	s.fanEnd(streams, f)
 	return runErr
@@ -574,15 +580,12 @@ func replaceTagCount(tag []byte, n int64) []byte {
 
 // fanMerge answers a merged fan-out read. It returns an error only when
 // the client connection failed.
-func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *bindView, bytewise bool) error {
+func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *bindView, bytewise bool, bindAt int) error {
 	live := make([]bool, len(streams))
 	for i, st := range streams {
 		if st.lost == nil {
 			live[i] = st.nextRow()
 		}
-	}
-	if s.fanErrorsSoFar(streams) {
-		return nil
 	}
 	var rd []byte
 	for _, st := range streams {
@@ -595,6 +598,9 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		describe: f.simple || f.describe, bytewise: bytewise, limit: s.srv.cfg.MergeGroupLimit}
 	if !f.simple {
 		r.params, r.formats, r.oids = bv.params, bv.formats, f.vs.oids
+	}
+	if s.fanErrorsSoFar(streams, r, bindAt) {
+		return nil
 	}
 	lo := len(s.out)
 	e := r.run()
@@ -627,17 +633,38 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 }
 
 // fanErrorsSoFar writes the error once any shard failed before its rows.
-func (s *session) fanErrorsSoFar(streams []*fanStream) bool {
+// The replies before it are one database's: where the shard whose error
+// is reported failed at Bind (BindComplete at bindAt, >= 0, is taken
+// back) or after describing the result (its merged description goes
+// first, if the client asked for it); a lost connection or an error of a
+// query of the proxy's own comes after BindComplete.
+func (s *session) fanErrorsSoFar(streams []*fanStream, r *mergeRun, bindAt int) bool {
+	var first *fanStream
 	for _, st := range streams {
 		if st.failed() {
-			for _, x := range streams {
-				x.drain()
-			}
-			s.out = append(s.out, s.fanResultError(streams)...)
-			return true
+			first = st
+			break
 		}
 	}
-	return false
+	if first == nil {
+		return false
+	}
+	for _, x := range streams {
+		x.drain()
+	}
+	if first.lost == nil && first.leadErr == 0 {
+		switch {
+		case !first.bound && bindAt >= 0 && bindAt+5 == len(s.out):
+			s.out = s.out[:bindAt]
+		case first.rowDesc != nil && r.describe:
+			r.rawDesc = first.rowDesc
+			if d, e := r.description(); e == nil {
+				s.out = append(s.out, d...)
+			}
+		}
+	}
+	s.out = append(s.out, s.fanResultError(streams)...)
+	return true
 }
 
 // fanEnd returns or keeps every participant's connection and answers the

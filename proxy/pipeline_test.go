@@ -2,12 +2,21 @@ package proxy_test
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgshard/pgshard/cluster/clustertest"
 
 	"github.com/pgshard/pgshard/router"
 	"github.com/pgshard/pgshard/shardmap"
@@ -213,3 +222,275 @@ func checkTimeoutOnEveryShard(t *testing.T, ctx context.Context, conn *pgx.Conn,
 
 // head is the start of a list, for messages.
 func head[T any](s []T) []T { return s[:min(len(s), 3)] }
+
+// settingsEnv holds rows of accounts on every shard of the shared test
+// database and the same rows in one plain database (the reference), for
+// comparing pgshard's replies with one Postgres's message by message.
+type settingsEnv struct {
+	refAddr, refDB string
+	lo, hi         int64 // the rows' keys: aid BETWEEN lo AND hi
+	keyed          int64 // one of them
+	n              int
+}
+
+func newSettingsEnv(t *testing.T, e *proxyEnv, base int64) *settingsEnv {
+	t.Helper()
+	c := clustertest.Get(t)
+	ctx := ctxT(t, time.Minute)
+	refDB := clustertest.FreshDatabase(t, c)
+	ref, err := pgx.Connect(ctx, c.Shards[0].DSN(refDB, c.Spec.User))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close(context.Background())
+	if _, err := ref.Exec(ctx, testTables); err != nil {
+		t.Fatal(err)
+	}
+	var keys []int64
+	for s := range e.db.m.Shards {
+		keys = append(keys, e.db.keysOn(s, 3, base)...)
+	}
+	slices.Sort(keys)
+	conn := e.connect(t)
+	for _, k := range keys {
+		for _, q := range []interface {
+			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+		}{conn, ref} {
+			if _, err := q.Exec(ctx, "INSERT INTO accounts (aid, abalance, note) VALUES ($1, $2, $3) ON CONFLICT (aid) DO UPDATE SET abalance = EXCLUDED.abalance, note = EXCLUDED.note",
+				k, int32(k%997), fmt.Sprintf("n%d", k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return &settingsEnv{refAddr: net.JoinHostPort(c.Shards[0].Host, strconv.Itoa(c.Shards[0].Port)), refDB: refDB,
+		lo: keys[0], hi: keys[len(keys)-1], keyed: keys[len(keys)/2], n: len(keys)}
+}
+
+// replies sends msgs and returns the replies up to the ReadyForQuery of
+// each Sync and Query, as text (ParameterStatus left out; the Detail
+// pgshard adds to an error of a read of every shard left out too).
+func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []string {
+	t.Helper()
+	rfq := 0
+	for _, m := range msgs {
+		c.fe.Send(m)
+		switch m.(type) {
+		case *pgproto3.Sync, *pgproto3.Query:
+			rfq++
+		}
+	}
+	c.flush()
+	var out []string
+	for rfq > 0 {
+		m, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("after %q: %v", out, err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ParseComplete:
+			out = append(out, "ParseComplete")
+		case *pgproto3.BindComplete:
+			out = append(out, "BindComplete")
+		case *pgproto3.NoData:
+			out = append(out, "NoData")
+		case *pgproto3.CloseComplete:
+			out = append(out, "CloseComplete")
+		case *pgproto3.EmptyQueryResponse:
+			out = append(out, "EmptyQuery")
+		case *pgproto3.PortalSuspended:
+			out = append(out, "PortalSuspended")
+		case *pgproto3.ParameterStatus:
+		case *pgproto3.RowDescription:
+			var b strings.Builder
+			b.WriteString("RowDescription")
+			for _, f := range m.Fields {
+				fmt.Fprintf(&b, " %s:%d:%d:%d:%d", f.Name, f.DataTypeOID, f.TypeModifier, f.Format, f.TableAttributeNumber)
+			}
+			out = append(out, b.String())
+		case *pgproto3.DataRow:
+			var vs []string
+			for _, v := range m.Values {
+				if v == nil {
+					vs = append(vs, "NULL")
+				} else {
+					vs = append(vs, strconv.Quote(string(v)))
+				}
+			}
+			out = append(out, "DataRow "+strings.Join(vs, " "))
+		case *pgproto3.CommandComplete:
+			out = append(out, "CommandComplete "+string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			detail := m.Detail
+			if i := strings.Index(detail, "pgshard ran the statement on every shard"); i >= 0 {
+				detail = strings.TrimSuffix(detail[:i], "\n")
+			}
+			out = append(out, fmt.Sprintf("Error %s %s %q detail=%q hint=%q", m.Severity, m.Code, m.Message, detail, m.Hint))
+		case *pgproto3.NoticeResponse:
+			out = append(out, fmt.Sprintf("Notice %s %s %q", m.Severity, m.Code, m.Message))
+		case *pgproto3.ReadyForQuery:
+			out = append(out, "ReadyForQuery "+string(m.TxStatus))
+			rfq--
+		default:
+			out = append(out, fmt.Sprintf("%T", m))
+		}
+	}
+	return out
+}
+
+// TestSettingsAheadOfFanoutWire: settings ahead of a read of every shard
+// in one implicit transaction get exactly the replies one Postgres sends
+// — every message, in order — in the extended protocol (the store's
+// shape, binary parameters and results, several settings, SET LOCAL with
+// its warning, named statements, no Describe) and in a query string; a
+// setting that fails fails the implicit transaction; the settings are gone
+// after it. Through PgBouncer (with and without a client setting, which
+// wraps each shard's part in BEGIN/COMMIT) and directly.
+func TestSettingsAheadOfFanoutWire(t *testing.T) {
+	for i, tc := range []struct {
+		name string
+		opts []envOpt
+		set  string
+	}{
+		{"pgbouncer", nil, ""},
+		{"pgbouncer with a setting", nil, "SET work_mem = '7MB'"},
+		{"direct", []envOpt{direct()}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.opts...)
+			env := newSettingsEnv(t, e, 9_100_000+int64(i)*10_000)
+			px := dialRaw(t, e.addr)
+			px.startup(e.db.name)
+			ref := dialRaw(t, env.refAddr)
+			ref.startup(env.refDB)
+			if tc.set != "" {
+				for _, c := range []*rawClient{px, ref} {
+					replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: tc.set}})
+				}
+			}
+			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+			read := "SELECT aid, abalance, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
+			readSQL := fmt.Sprintf("SELECT aid, abalance, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)
+			setTimeout := "SELECT set_config('statement_timeout', $1::text, true)"
+			bin := func(b ...[]byte) [][]byte { return b }
+			cases := []struct {
+				name string
+				msgs []pgproto3.FrontendMessage
+			}{
+				{"the store's shape", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"binary parameters and results", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout, ParameterOIDs: []uint32{25}},
+					&pgproto3.Bind{ParameterFormatCodes: []int16{1}, Parameters: bin([]byte("4500ms")), ResultFormatCodes: []int16{1}},
+					&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read, ParameterOIDs: []uint32{20, 20}},
+					&pgproto3.Bind{ParameterFormatCodes: []int16{1}, Parameters: bin(binary.BigEndian.AppendUint64(nil, uint64(env.lo)), binary.BigEndian.AppendUint64(nil, uint64(env.hi))), ResultFormatCodes: []int16{1}},
+					&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"several settings, SET LOCAL, no Describe", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "SELECT set_config('lock_timeout', $1, true), pg_catalog.set_config('application_name', 'x''y', 'on') AS app"},
+					&pgproto3.Bind{Parameters: bin([]byte("3s"))}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: "SET LOCAL statement_timeout = '7s'"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"a setting that fails", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("soon"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"the second setting fails", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: "SET LOCAL lock_timeout = 'never'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"the read fails", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: "SELECT aid / (aid - aid) FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"},
+					&pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"the settings were the implicit transaction's", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: readSQL}}},
+				{"named statements", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Name: "set1", Query: setTimeout}, &pgproto3.Parse{Name: "read1", Query: read},
+					&pgproto3.Describe{ObjectType: 'S', Name: "read1"}, &pgproto3.Sync{},
+					&pgproto3.Bind{PreparedStatement: "set1", Parameters: bin([]byte("6s"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Bind{PreparedStatement: "read1", Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{},
+					&pgproto3.Close{ObjectType: 'S', Name: "set1"}, &pgproto3.Close{ObjectType: 'S', Name: "read1"}, &pgproto3.Sync{}}},
+				{"a query string", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "SET LOCAL statement_timeout = '3s'; SELECT set_config('lock_timeout', '2s', true); " + readSQL}}},
+				{"a query string whose setting fails", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "SELECT set_config('lock_timeout', '2s', true); SET LOCAL statement_timeout = 'x'; " + readSQL}}},
+				{"SET LOCAL ahead of a keyed statement", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "SET LOCAL statement_timeout = '8s'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: "SELECT aid, current_setting('statement_timeout') FROM accounts WHERE aid = $1"},
+					&pgproto3.Bind{Parameters: bin(fmt.Append(nil, env.keyed))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"a read that fails at Bind", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read, ParameterOIDs: []uint32{20, 20}}, &pgproto3.Bind{Parameters: bin(lo, []byte("many"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+					&pgproto3.Sync{}}},
+				{"a read of groups that fails, alone", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "SELECT note, sum(aid / (aid - aid)) AS s, count(*) FROM accounts WHERE aid BETWEEN $1 AND $2 GROUP BY note ORDER BY note"},
+					&pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"a read with a hidden sort column that fails, in a query string", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: fmt.Sprintf("SELECT aid / (aid - aid) AS q FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY abalance, aid", env.lo, env.hi)}}},
+				{"a read that fails in a query string after a setting", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: fmt.Sprintf("SET LOCAL statement_timeout = '3s'; SELECT aid / (aid - aid) AS q FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)}}},
+				{"SET LOCAL alone", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "SET LOCAL statement_timeout = '8s'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"afterwards", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: readSQL}}},
+			}
+			for _, c := range cases {
+				want := replies(t, ref, c.msgs)
+				got := replies(t, px, c.msgs)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+			}
+			// What is not provably transaction-local state, or not in the
+			// shape pgshard runs, ahead of a read of every shard is refused
+			// as before (one database would answer; pgshard says 0A000).
+			refused := []struct {
+				name string
+				msgs []pgproto3.FrontendMessage
+			}{
+				{"a statement that is not a setting", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"a setting computed by an expression", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "SELECT set_config('statement_timeout', $1 || 's', true)"}, &pgproto3.Bind{Parameters: bin([]byte("4"))}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"a setting after the read", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"a setting whose Execute fetches one row at a time", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Execute{MaxRows: 1},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"a Flush between the setting and the read", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Execute{}, &pgproto3.Flush{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"two reads after the setting", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{},
+					&pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"SET TRANSACTION ahead of the read", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; " + readSQL}}},
+				{"a query string with another statement", []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "SELECT set_config('lock_timeout', '2s', true); SELECT 1; " + readSQL}}},
+			}
+			for _, c := range refused {
+				got := replies(t, px, c.msgs)
+				if !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "Error ERROR 0A000") }) || got[len(got)-1] != "ReadyForQuery I" {
+					t.Errorf("%s: pgshard answered\n %s\nwant a refusal (0A000) and ReadyForQuery I", c.name, strings.Join(got, "\n "))
+				}
+			}
+			// Nothing stayed behind: the next read sees no setting.
+			after := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: readSQL}})
+			if want := replies(t, ref, []pgproto3.FrontendMessage{&pgproto3.Query{String: readSQL}}); !slices.Equal(after, want) {
+				t.Errorf("after the refusals:\n pgshard:      %s\n one database: %s", strings.Join(after, "\n               "), strings.Join(want, "\n               "))
+			}
+		})
+	}
+}
