@@ -494,3 +494,62 @@ func TestSettingsAheadOfFanoutWire(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsAheadOfFanoutPgxModes: a pgx batch of set_config(..., true)
+// and a read of every shard works in every QueryExecMode (named
+// statements, described statements, unnamed ones, the simple protocol's
+// query string), and every row was read with the setting.
+func TestSettingsAheadOfFanoutPgxModes(t *testing.T) {
+	for vi, via := range []string{"pgbouncer", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			var opts []envOpt
+			if via == "direct" {
+				opts = append(opts, direct())
+			}
+			e := startProxy(t, opts...)
+			env := newSettingsEnv(t, e, 9_200_000+int64(vi)*10_000)
+			for mi, mode := range execModes {
+				t.Run(mode.String(), func(t *testing.T) {
+					ctx := ctxT(t, time.Minute)
+					conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
+					for round := 0; round < 3; round++ { // statement caches kick in
+						want := fmt.Sprintf("%dms", 4001+100*mi+round) // not whole seconds: set_config answers the canonical form
+						b := &pgx.Batch{}
+						b.Queue("SELECT set_config('statement_timeout', $1::text, true)", want)
+						b.Queue("SELECT aid, current_setting('statement_timeout') FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid", env.lo, env.hi)
+						br := conn.SendBatch(ctx, b)
+						var set string
+						if err := br.QueryRow().Scan(&set); err != nil || set != want {
+							t.Fatalf("round %d: set_config: %q, %v", round, set, err)
+						}
+						rows, err := br.Query()
+						if err != nil {
+							t.Fatal(err)
+						}
+						n := 0
+						for rows.Next() {
+							var aid int64
+							var st string
+							if err := rows.Scan(&aid, &st); err != nil {
+								t.Fatal(err)
+							}
+							if st != want {
+								t.Fatalf("round %d: aid %d read with statement_timeout %q, want %q", round, aid, st, want)
+							}
+							n++
+						}
+						if err := rows.Err(); err != nil {
+							t.Fatalf("round %d: %v", round, err)
+						}
+						if err := br.Close(); err != nil {
+							t.Fatal(err)
+						}
+						if n != env.n {
+							t.Fatalf("round %d: %d rows, want %d", round, n, env.n)
+						}
+					}
+				})
+			}
+		})
+	}
+}
