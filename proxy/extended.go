@@ -15,6 +15,9 @@ type portalInfo struct {
 	local bool
 	// lead is the fan-out lead (p.leads, +1) the portal runs, 0 if none.
 	lead int
+	// replay repeats the settings the portal makes inside a transaction
+	// block on the transaction's other backends (settingsReplay).
+	replay string
 }
 
 func (p *planner) portal(name []byte) *portalInfo {
@@ -268,6 +271,23 @@ func (p *planner) bind(raw []byte, idx int) {
 		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
+	if a.Settings != nil && (p.tx == txDeferred || p.tx == txBound) {
+		// Inside a transaction block the settings hold for the rest of
+		// the transaction, on every backend it uses: they are repeated on
+		// the others (replaySQL), and ahead of a read of every shard in
+		// this pipeline they run on every shard first (a lead).
+		replay, e := settingsReplay(a, &s.bv, vs.oids)
+		if e != nil {
+			p.fail(e, nil)
+			return
+		}
+		if p.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
+			p.addLead(vs, raw, pi)
+			p.leads[len(p.leads)-1].replay = replay
+			return
+		}
+		pi.replay = replay
+	}
 	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
@@ -496,14 +516,16 @@ func (p *planner) lookahead(idx int, lead bool) int {
 			return -1
 		}
 		if setsOnlyLocal(vs.st) {
-			lead = lead && leadable(vs.st) && ls.bind(m)
+			// Inside a transaction block SET LOCAL is kept by the proxy
+			// (replayed on every backend), not a lead.
+			lead = lead && leadable(vs.st) && (p.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
 			continue
 		}
 		if p.isLocal(vs.st) {
 			return -1
 		}
 		d := s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)
-		if d.Kind == route.DestAll && lead && d.Merge != nil && vs.st.Select && ls.fan(s.grp[idx+1+i:]) {
+		if d.Kind == route.DestAll && lead && d.Merge != nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
 			return aheadFan
 		}
 		if d.Kind != route.DestShard {
@@ -543,8 +565,15 @@ func (p *planner) execute(raw []byte) {
 			s.lbuf = appendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
 			s.addLocal(lo, nil)
 		}
+		var eff *effect
+		if pi != nil && pi.replay != "" && (p.tx == txBound || p.explicit) {
+			// Once they ran, the transaction's other backends repeat the
+			// settings (readers that did not are ended by the effect).
+			p.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
+			eff = p.txEffectKeep()
+		}
 		s.bw = append(s.bw, raw...)
-		s.items = append(s.items, item{kind: itExecute, flags: fClientPart})
+		s.items = append(s.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
 		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}

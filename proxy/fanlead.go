@@ -35,6 +35,9 @@ import (
 // without their read. A keyed statement after the same settings is not a
 // lead: the settings run on its shard (lookahead), as before.
 
+// oidUnknown is the unknown pseudo-type (a parameter read as text).
+const oidUnknown = 705
+
 // aheadFan is lookahead's answer when the pipeline's next statement, past
 // settings, is a read of every shard the settings may lead.
 const aheadFan = -2
@@ -49,6 +52,9 @@ type fanLead struct {
 	// describe: the client described the lead's portal; executed: it
 	// sent its Execute (the shape requires both in order).
 	describe, executed bool
+	// replay, inside a transaction block, repeats the settings on the
+	// transaction's other backends later (settingsReplay).
+	replay string
 }
 
 // setsOnlyLocal reports whether a statement only sets transaction-local
@@ -116,10 +122,11 @@ func (l *leadShape) other(m cmsg) bool {
 }
 
 // fan accepts the read: rest starts at its Bind and must be the end of
-// the pipeline.
-func (l *leadShape) fan(rest []cmsg) bool {
+// the pipeline, unless more may follow (inside a transaction block the
+// pipeline goes on after the read: runPipeline plans the rest afresh).
+func (l *leadShape) fan(rest []cmsg, more bool) bool {
 	var bv bindView
-	if !l.executed || len(rest) < 3 || bv.decode(rest[0].raw) != nil {
+	if !l.executed || len(rest) < 2 || bv.decode(rest[0].raw) != nil {
 		return false
 	}
 	i := 1
@@ -130,11 +137,77 @@ func (l *leadShape) fan(rest []cmsg) bool {
 		}
 		i++
 	}
-	if i+2 != len(rest) || rest[i].typ != 'E' || rest[i+1].typ != 'S' {
+	if i >= len(rest) || rest[i].typ != 'E' {
 		return false
 	}
-	portal, maxRows, err := decodeExecute(rest[i].raw)
-	return err == nil && bytes.Equal(portal, bv.portal) && maxRows == 0
+	if portal, maxRows, err := decodeExecute(rest[i].raw); err != nil || !bytes.Equal(portal, bv.portal) || maxRows != 0 {
+		return false
+	}
+	return more || i+2 == len(rest) && rest[i+1].typ == 'S'
+}
+
+// fanReadsInTxn reports whether a read of every shard planned now would
+// read every shard inside the client's transaction (as target decides
+// for DestAll): a transaction block not bound to one shard by a hint,
+// nothing of the pipeline sent to a backend yet, not aborted.
+func (p *planner) fanReadsInTxn() bool {
+	hinted := p.hint >= 0 || p.s.hintBound
+	return !hinted && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) && !(p.held && p.s.bstatus == 'E')
+}
+
+// settingsReplay is the statement that repeats a's settings (a.Settings)
+// on the other backends of the client's transaction (readers opened later,
+// a soft transaction that moves: replaySQL): a's own text when it takes no
+// parameters, else SELECT pg_catalog.set_config(E'name', E'value', true),
+// ... with the values the Bind gives. A parameter the server reads as
+// another type than text (declared other than text, varchar or unknown)
+// or a value with a NUL byte (no statement text holds one) cannot be
+// repeated exactly: an error, which refuses the statement. "" when the
+// server refuses the Bind itself (a value missing, a NUL byte).
+func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *Error) {
+	if a.NumParams == 0 {
+		return a.SQL, nil
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, st := range a.Settings {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.set_config(")
+		writeEscapeLiteral(&b, st.Name)
+		b.WriteString(", ")
+		switch {
+		case st.Param > 0:
+			k := st.Param - 1
+			if k >= len(bv.params) {
+				return "", nil
+			}
+			var oid uint32
+			if k < len(oids) {
+				oid = oids[k]
+			}
+			switch v := bv.params[k]; {
+			case oid != 0 && oid != oidText && oid != oidVarchar && oid != oidUnknown:
+				return "", &Error{Code: codeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot repeat set_config(%s, $%d, true) on the other shards of the transaction: the parameter is declared with type oid %d", quoteLiteral(st.Name), st.Param, oid),
+					Detail:  "A transaction's settings apply on every shard it reads; pgshard repeats them as text.",
+					Hint:    "Declare the parameter as text (or leave its type to the server)."}
+			case v == nil:
+				b.WriteString("NULL")
+			case bytes.IndexByte(v, 0) >= 0:
+				return "", nil // the server refuses the value (22021)
+			default:
+				writeEscapeLiteral(&b, string(v))
+			}
+		case st.Null:
+			b.WriteString("NULL")
+		default:
+			writeEscapeLiteral(&b, st.Value)
+		}
+		b.WriteString(", true)")
+	}
+	return b.String(), nil
 }
 
 // addLead makes the statement bound by the Bind being planned (s.bv, raw)

@@ -704,6 +704,13 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 				s.addReader(st.shard, st.bc)
 			}
 		}
+		// Every participant ran the leads: backends the transaction uses
+		// later repeat them.
+		for _, l := range f.leads {
+			if l.replay != "" {
+				s.deferred = append(s.deferred, deferredStmt{sql: l.replay, setLocal: true})
+			}
+		}
 		return
 	}
 	var main *fanStream

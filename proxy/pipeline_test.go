@@ -553,3 +553,98 @@ func TestSettingsAheadOfFanoutPgxModes(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsInTransactionWire: inside a transaction block,
+// set_config(..., true) holds for the rest of the transaction on every
+// shard it reads — in the pipeline of the read (every shard runs it
+// first) or before it (the readers the transaction opens repeat it) —
+// and it neither ties the transaction to a shard nor counts as a write
+// (a write on any shard may follow); the replies are one Postgres's,
+// message by message.
+func TestSettingsInTransactionWire(t *testing.T) {
+	for i, tc := range []struct {
+		name string
+		opts []envOpt
+	}{{"pgbouncer", nil}, {"direct", []envOpt{direct()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.opts...)
+			env := newSettingsEnv(t, e, 9_300_000+int64(i)*10_000)
+			px := dialRaw(t, e.addr)
+			px.startup(e.db.name)
+			ref := dialRaw(t, env.refAddr)
+			ref.startup(env.refDB)
+			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+			bin := func(b ...[]byte) [][]byte { return b }
+			read := "SELECT aid, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
+			readSQL := fmt.Sprintf("SELECT aid, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)
+			ext := func(sql string, params ...[]byte) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: params}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}}
+			}
+			seq := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return slices.Concat(parts...) }
+			q := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+			}
+			sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
+			setTimeout := "SELECT set_config('statement_timeout', $1::text, true)"
+			type step = []pgproto3.FrontendMessage
+			cases := []struct {
+				name  string
+				steps []step
+			}{
+				{"BEGIN and the setting in one pipeline, the read in the next (JDBC)", []step{
+					seq(ext("BEGIN"), ext(setTimeout, []byte("6s")), sync),
+					seq(ext(read, lo, hi), sync),
+					q("COMMIT"), q(readSQL)}},
+				{"BEGIN, the setting, the read and COMMIT in one pipeline", []step{
+					seq(ext("BEGIN"), ext(setTimeout, []byte("6500ms")), ext("SELECT set_config('lock_timeout', '2s', true)"), ext(read, lo, hi), ext("COMMIT"), sync),
+					q(readSQL)}},
+				{"a bound transaction: the setting ahead of the read in one pipeline", []step{
+					q("BEGIN"), q(fmt.Sprintf("SELECT abalance FROM accounts WHERE aid = %d", env.keyed)),
+					seq(ext(setTimeout, []byte("7s")), ext(read, lo, hi), sync),
+					seq(ext(read, lo, hi), sync),
+					q("COMMIT")}},
+				{"a setting after a read of every shard: the readers repeat it", []step{
+					q("BEGIN"), q(fmt.Sprintf("SELECT abalance FROM accounts WHERE aid = %d", env.keyed)), q(readSQL),
+					q("SELECT set_config('statement_timeout', '9s', true)"), q(readSQL),
+					seq(ext(setTimeout, []byte("11s")), sync), seq(ext(read, lo, hi), sync),
+					q("COMMIT")}},
+				{"a setting that fails in a transaction", []step{
+					q("BEGIN"), seq(ext(setTimeout, []byte("later")), sync), q(readSQL), q("ROLLBACK"), q(readSQL)}},
+				{"a setting then a savepoint rolled back", []step{
+					q("BEGIN"), q("SAVEPOINT a"), q("SELECT set_config('lock_timeout', '3s', true)"), q(readSQL),
+					q("ROLLBACK TO SAVEPOINT a"), q(readSQL), q("COMMIT")}},
+			}
+			// A setting and then a statement of each shard: the setting binds
+			// no shard (the transaction moves to the statement's) and is no
+			// write (a write of any shard may follow).
+			for s := range e.db.m.Shards {
+				k := e.db.keysOn(s, 1, env.lo)[0]
+				cases = append(cases, struct {
+					name  string
+					steps []step
+				}{fmt.Sprintf("a setting, then a write on shard %d", s), []step{
+					q("BEGIN"), seq(ext(setTimeout, []byte("5s")), sync),
+					q(fmt.Sprintf("UPDATE accounts SET note = note WHERE aid = %d RETURNING aid, current_setting('statement_timeout')", k)),
+					q(readSQL), q("COMMIT")}})
+			}
+			for _, c := range cases {
+				var got, want []string
+				for _, st := range c.steps {
+					want = append(want, replies(t, ref, st)...)
+					got = append(got, replies(t, px, st)...)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+			}
+			// A value pgshard cannot repeat as the server reads it is refused.
+			got := replies(t, px, seq(q("BEGIN"), []pgproto3.FrontendMessage{
+				&pgproto3.Parse{Query: setTimeout, ParameterOIDs: []uint32{23}},
+				&pgproto3.Bind{ParameterFormatCodes: []int16{1}, Parameters: bin(binary.BigEndian.AppendUint32(nil, 5000))},
+				&pgproto3.Execute{}, &pgproto3.Sync{}}, q("ROLLBACK")))
+			if !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "Error ERROR 0A000") }) {
+				t.Errorf("set_config with an int4 parameter in a transaction: %q, want a refusal", got)
+			}
+		})
+	}
+}

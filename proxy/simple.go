@@ -88,8 +88,14 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	}
 	p.recordSoft(a)
 	p.noteWrite(a)
+	var eff *effect
+	if a.Settings != nil && (p.tx == txBound || p.explicit) {
+		// The transaction's other backends repeat the settings.
+		p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
+		eff = p.txEffectKeep()
+	}
 	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
 	p.endQuery()
 }
 

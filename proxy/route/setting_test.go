@@ -62,8 +62,8 @@ func TestLocalSettings(t *testing.T) {
 			if !reflect.DeepEqual(st.Settings, c.want) {
 				t.Errorf("%s: Settings %+v, want %+v", c.sql, st.Settings, c.want)
 			}
-			if c.want != nil && st.Kind != route.KindOther {
-				t.Errorf("%s: kind %s", c.sql, st.Kind)
+			if c.want != nil && (st.Kind != route.KindOther || !st.ReadOnly) {
+				t.Errorf("%s: kind %s, read-only %v: want a read-only statement", c.sql, st.Kind, st.ReadOnly)
 			}
 		}
 	}
