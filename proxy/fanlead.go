@@ -162,7 +162,9 @@ func (p *planner) fanReadsInTxn() bool {
 // ... with the values the Bind gives. A parameter the server reads as
 // another type than text (declared other than text, varchar or unknown)
 // or a value with a NUL byte (no statement text holds one) cannot be
-// repeated exactly: an error, which refuses the statement. "" when the
+// repeated exactly, nor a constant with a backslash next to parameters
+// (what it means depends on standard_conforming_strings): an error, which
+// refuses the statement. "" when the
 // server refuses the Bind itself (a value missing, a NUL byte).
 func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *Error) {
 	if a.NumParams == 0 {
@@ -202,6 +204,12 @@ func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *E
 			}
 		case st.Null:
 			b.WriteString("NULL")
+		case strings.IndexByte(st.Value, '\\') >= 0:
+			// The constant's value depends on the session's
+			// standard_conforming_strings, which the analysis assumes on.
+			return "", &Error{Code: codeFeatureNotSupported,
+				Message: "pgshard cannot repeat a set_config constant with a backslash next to a parameter on the other shards of the transaction",
+				Hint:    "Pass the value as a parameter too, or write the statement without parameters."}
 		default:
 			writeEscapeLiteral(&b, st.Value)
 		}
