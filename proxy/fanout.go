@@ -26,7 +26,9 @@ import (
 //	  SERIALIZABLE is refused (no snapshot spans shards): each participant
 //	  checks its isolation in the same write, once per transaction. A
 //	  transaction that read N shards holds N backends (PoolSize bounds
-//	  them per shard).
+//	  them per shard);
+//	settings ahead of the read in its implicit transaction (fanlead.go):
+//	  every shard runs them first, in the same write.
 
 // fanPlan is a fan-out statement of a pipeline or simple query.
 type fanPlan struct {
