@@ -18,6 +18,10 @@ type portalInfo struct {
 	// replay repeats the settings the portal makes inside a transaction
 	// block on the transaction's other backends (settingsReplay).
 	replay string
+	// setting: the portal runs a setting on the backend (replay, or a
+	// SET LOCAL of the pipeline's implicit transaction): execute looks
+	// closer.
+	setting bool
 }
 
 func (p *planner) portal(name []byte) *portalInfo {
@@ -257,6 +261,7 @@ func (p *planner) bind(raw []byte, idx int) {
 			return
 		case sh >= 0:
 			local = false // on the shard of the keyed statement after it
+			pi.setting = true
 		}
 	}
 	if local {
@@ -286,7 +291,7 @@ func (p *planner) bind(raw []byte, idx int) {
 			p.leads[len(p.leads)-1].replay = replay
 			return
 		}
-		pi.replay = replay
+		pi.replay, pi.setting = replay, replay != ""
 	}
 	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
 	shard, fan, e := p.target(a, d)
@@ -557,26 +562,36 @@ func (p *planner) execute(raw []byte) {
 			p.fail(e, nil)
 			return
 		}
-		if pi != nil && pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
-			// Postgres warns about SET LOCAL in a pipeline's implicit
-			// transaction; the BEGIN pgshard wraps it in (for the client's
-			// settings) keeps the backend from it.
-			lo := len(s.lbuf)
-			s.lbuf = appendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
-			s.addLocal(lo, nil)
-		}
 		var eff *effect
-		if pi != nil && pi.replay != "" && (p.tx == txBound || p.explicit) {
-			// Once they ran, the transaction's other backends repeat the
-			// settings (readers that did not are ended by the effect).
-			p.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
-			eff = p.txEffectKeep()
+		if pi != nil && pi.setting {
+			eff = p.executeSetting(pi)
 		}
 		s.bw = append(s.bw, raw...)
 		s.items = append(s.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
 		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}
+}
+
+// executeSetting plans what goes with the Execute of a setting sent to
+// the backend, and returns the effect its success has.
+func (p *planner) executeSetting(pi *portalInfo) *effect {
+	s := p.s
+	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
+		// Postgres warns about SET LOCAL in a pipeline's implicit
+		// transaction; the BEGIN pgshard wraps it in (for the client's
+		// settings) keeps the backend from it.
+		lo := len(s.lbuf)
+		s.lbuf = appendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+		s.addLocal(lo, nil)
+	}
+	if pi.replay != "" && (p.tx == txBound || p.explicit) {
+		// Once they ran, the transaction's other backends repeat the
+		// settings (readers that did not are ended by the effect).
+		p.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
+		return p.txEffectKeep()
+	}
+	return nil
 }
 
 func (p *planner) close(raw []byte) {
