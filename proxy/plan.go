@@ -104,6 +104,12 @@ type planner struct {
 	// transaction's backend, which has only read: that backend becomes a
 	// reader, the write's shard the transaction's backend.
 	swapMain bool
+	// leads are the statements that only set transaction-local settings
+	// ahead of the pipeline's fan-out read, in its implicit transaction
+	// (fanlead.go); leadNext says target chose to make the statement being
+	// planned one.
+	leads    []fanLead
+	leadNext bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -567,9 +573,15 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 	if p.pipeline {
 		// No key: the shard of the pipeline's next keyed statement (before
 		// its Sync), so that its implicit transaction stays on one shard
-		// (e.g. set_config(..., true) ahead of a keyed statement).
-		if sh := p.lookahead(p.cur); sh >= 0 {
+		// (e.g. set_config(..., true) ahead of a keyed statement); or, for
+		// a setting ahead of a read of every shard, every shard.
+		sh := p.lookahead(p.cur, leadable(a) && p.s.grp[p.cur].typ == 'B')
+		if sh >= 0 {
 			return sh, false, nil
+		}
+		if sh == aheadFan && p.tx == txIdle {
+			p.leadNext = true
+			return -1, false, nil
 		}
 	}
 	if a.ReadOnly {
