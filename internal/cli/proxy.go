@@ -205,6 +205,9 @@ func inConfigFile(path string) string {
 // ends or a graceful shutdown (SIGTERM, SIGINT, SHUTDOWN, a successor
 // taking over) drained. SIGHUP reloads.
 func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile string, log *slog.Logger) error {
+	if Version != "dev" {
+		proxy.BuildVersion = Version // SHOW VERSION, pgshard_build_info
+	}
 	srv, err := proxy.New(pc)
 	if err != nil {
 		return err
