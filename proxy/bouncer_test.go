@@ -27,12 +27,12 @@ func TestPgBouncerBackPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
 	e := startProxyFor(t, d, func(c *proxy.Config) {
 		c.AdminUsers = []string{"postgres"}
-		c.MetricsListen = addr
+		c.MetricsListen = "127.0.0.1:0"
 		c.PgBouncer = proxy.BouncerConfig{AdminUser: "postgres", PollInterval: 100 * time.Millisecond, MaxWaiting: 3}
 	})
+	addr := metricsAddr(t, e)
 	ctx := ctxT(t, 2*time.Minute)
 	k0 := d.keysOn(0, 1, 41_000_000)[0]
 	k1 := d.keysOn(1, 1, 41_000_000)[0]

@@ -116,25 +116,27 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	hardCtx, hardStop := context.WithCancel(ctx)
 	defer hardStop()
 	g, gctx := errgroup.WithContext(hardCtx)
+	cur := c.current()
+	// The metrics endpoint listens before the server is ready, so that
+	// MetricsAddr (and a ready file) can name the port it got.
+	if mln == nil && cur.cfg.MetricsListen != "" {
+		var err error
+		if mln, err = Listen(ctx, cur.cfg.MetricsListen, cur.cfg.ReusePort); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("proxy: metrics: %w", err)
+		}
+	}
 	c.addrMu.Lock()
 	c.addr = ln.Addr()
+	if mln != nil {
+		c.metricsAddr = mln.Addr()
+	}
 	c.addrMu.Unlock()
 	close(c.ready)
-	cur := c.current()
 	c.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
 
 	var metricsSrv *http.Server
-	if cur.cfg.MetricsListen != "" || mln != nil {
-		if mln == nil {
-			var err error
-			if mln, err = Listen(ctx, cur.cfg.MetricsListen, cur.cfg.ReusePort); err != nil {
-				_ = ln.Close()
-				return fmt.Errorf("proxy: metrics: %w", err)
-			}
-		}
-		c.addrMu.Lock()
-		c.metricsAddr = mln.Addr()
-		c.addrMu.Unlock()
+	if mln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

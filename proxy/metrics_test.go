@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,17 +15,16 @@ import (
 	"github.com/pgshard/pgshard/proxy"
 )
 
-// freeAddr returns a loopback address nothing listens on (for
-// MetricsListen).
-func freeAddr(t *testing.T) string {
+// metricsAddr returns the address the proxy's metrics endpoint got
+// (MetricsListen 127.0.0.1:0: the system picks the port, so no other
+// process can take it between a pick and the listen).
+func metricsAddr(t *testing.T, e *proxyEnv) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	a, err := e.srv.MetricsAddr(ctxT(t, 10*time.Second))
+	if err != nil || a == nil {
+		t.Fatalf("metrics address: %v %v", a, err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return a.String()
 }
 
 // scrape fetches and parses the metrics endpoint (polling until it answers).
@@ -92,8 +90,8 @@ next:
 // pool figures, latency and wait histograms, health, clients and the build,
 // with Prometheus's naming conventions.
 func TestMetricsScrape(t *testing.T) {
-	addr := freeAddr(t)
-	e := startProxy(t, poolSize(1), func(c *proxy.Config) { c.MetricsListen = addr })
+	e := startProxy(t, poolSize(1), func(c *proxy.Config) { c.MetricsListen = "127.0.0.1:0" })
+	addr := metricsAddr(t, e)
 	ctx := ctxT(t, 2*time.Minute)
 	a := e.connect(t)
 	b := e.connect(t)

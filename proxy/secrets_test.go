@@ -52,7 +52,6 @@ func TestSecretsNeverShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs lockedBuffer
-	addr := freeAddr(t)
 	d := db(t)
 	m := d.m.Clone()
 	for i := range m.Shards {
@@ -68,10 +67,11 @@ func TestSecretsNeverShown(t *testing.T) {
 	e := startProxyFor(t, &testDB{c: d.c, name: d.name, m: m}, func(c *proxy.Config) {
 		c.Users = append(c.Users, proxy.User{Name: "alice", Password: plain}, proxy.User{Name: "bob", Password: verifier})
 		c.AdminUsers = []string{"postgres"}
-		c.MetricsListen = addr
+		c.MetricsListen = "127.0.0.1:0"
 		c.PgBouncer = proxy.BouncerConfig{AdminUser: bouncerUsr, AdminPassword: bouncerPW, PollInterval: 100 * time.Millisecond}
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
+	addr := metricsAddr(t, e)
 	ctx := ctxT(t, 2*time.Minute)
 	var seen []string // everything a client or scraper was shown
 	dsnAs := func(user, pw string) string {

@@ -150,6 +150,20 @@ func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
 	return s.addr, nil
 }
 
+// MetricsAddr waits until Serve listens and returns the metrics
+// endpoint's address (nil without Config.MetricsListen); with port 0 in
+// MetricsListen it names the port the system picked.
+func (s *Server) MetricsAddr(ctx context.Context) (net.Addr, error) {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
+	return s.metricsAddr, nil
+}
+
 // Verify reads every shard's identity record and checks it against the map
 // (like migrations.VerifyCluster): a shard that answers with a mismatching
 // record, or two shards on one database, is an error. A shard that cannot
