@@ -45,6 +45,21 @@ func ping(ctx context.Context, dsn string) error {
 	return err
 }
 
+// pingWithin pings dsn until it answers or d passed. After a shard's
+// restart PgBouncer refuses logins for server_login_retry (1 s in the
+// project's clusters) if one failed while the shard was down: healed, but
+// not yet serving; a heal leaves it to that timer.
+func pingWithin(ctx context.Context, dsn string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := ping(ctx, dsn)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestExecuteAndHealAll runs a schedule of every kind but terminate's
 // seeded luck on a 2-shard cluster through PgBouncer and the proxy, then
 // cancels one mid-hold, then leaves every kind of damage behind and heals
@@ -173,12 +188,12 @@ func TestExecuteAndHealAll(t *testing.T) {
 		for i, sh := range r.m.Shards {
 			for what, dsn := range map[string]string{"direct": sh.DSN, "pgbouncer": sh.PoolerDSN,
 				"relay": fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", r.relays[i].Addr(), r.db)} {
-				if err := ping(ctx, dsn); err != nil {
+				if err := pingWithin(ctx, dsn, 5*time.Second); err != nil {
 					t.Errorf("%s %s after HealAll: %v", sh.Name, what, err)
 				}
 			}
 		}
-		if err := ping(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", r.env.ProxyRelay.Addr(), r.db)); err != nil {
+		if err := pingWithin(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", r.env.ProxyRelay.Addr(), r.db), 5*time.Second); err != nil {
 			t.Errorf("the proxy through its relay after HealAll: %v", err)
 		}
 		w.waitCommits(t, 20)
