@@ -120,6 +120,7 @@ func (ck *checker) outbox() {
 		for _, c := range w.exes[id].chain {
 			for _, em := range c.Emits {
 				ck.count(InvOutbox, 1)
+				ck.count(InvLiveness, 1) // applied and acked after the quiesce
 				a := applied[em.Target+"\x00"+em.Event]
 				rows := pending[em.Event]
 				var rr []RowRef

@@ -62,6 +62,7 @@ func (ck *checker) spawns() {
 		for _, c := range e.chain {
 			for _, ch := range c.Spawns {
 				ck.count(InvSpawns, 1)
+				ck.count(InvLiveness, 1) // acked after the quiesce
 				m := seqs[ch]
 				switch {
 				case len(m) == 0:

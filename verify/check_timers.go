@@ -149,7 +149,11 @@ func (ck *checker) timers() {
 					ops = append(ops, refsOf(append(append([]*cop{}, a.fired...), a.stale...), "fires it")...)
 					ck.add(InvTimers, id, fmt.Sprintf("timer %s at %s (armed by %s) fired %d times", a.path, fmtAt(a.at), a.by.ID, n), ops, nil)
 				}
-				if a.until == nil && len(a.fired) == 0 && haveEnd && a.at < endUnix-ck.o.TimerSlack.Seconds() {
+				due := a.until == nil && haveEnd && a.at < endUnix-ck.o.TimerSlack.Seconds()
+				if due {
+					ck.count(InvLiveness, 1) // fired by the end
+				}
+				if due && len(a.fired) == 0 {
 					ck.add(InvLiveness, id, fmt.Sprintf("timer %s at %s (armed by %s) was due %.1fs before the end but never fired", a.path, fmtAt(a.at), a.by.ID, endUnix-a.at),
 						[]OpRef{a.by.ref("armed it")}, timerRows(rowsByPath[a.path], rowRef))
 				}
