@@ -718,6 +718,13 @@ func TestCorpus(t *testing.T) {
 					t.Errorf("unknown outcomes %+v, want %+v\n%s", u, *w.Unknown, text.String())
 				}
 			}
+			if d.Name() == "clean" { // every kind of op: every invariant looks at something
+				for _, r := range v.Invariants {
+					if r.Checked == 0 {
+						t.Errorf("invariant %s checked nothing on a history with every kind of op\n%s", r.Name, text.String())
+					}
+				}
+			}
 			for kind, n := range w.Landed {
 				got := -1
 				for _, f := range v.Faults {
