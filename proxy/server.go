@@ -140,20 +140,18 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Addr returns the address the server listens on, after Serve started
 // (it blocks until then or until ctx is done).
 func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
-	select {
-	case <-s.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s.addrMu.Lock()
-	defer s.addrMu.Unlock()
-	return s.addr, nil
+	return s.readyAddr(ctx, &s.addr)
 }
 
 // MetricsAddr waits until Serve listens and returns the metrics
 // endpoint's address (nil without Config.MetricsListen); with port 0 in
 // MetricsListen it names the port the system picked.
 func (s *Server) MetricsAddr(ctx context.Context) (net.Addr, error) {
+	return s.readyAddr(ctx, &s.metricsAddr)
+}
+
+// readyAddr waits until Serve listens, then reads *a.
+func (s *Server) readyAddr(ctx context.Context, a *net.Addr) (net.Addr, error) {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -161,7 +159,7 @@ func (s *Server) MetricsAddr(ctx context.Context) (net.Addr, error) {
 	}
 	s.addrMu.Lock()
 	defer s.addrMu.Unlock()
-	return s.metricsAddr, nil
+	return *a, nil
 }
 
 // Verify reads every shard's identity record and checks it against the map
