@@ -22,7 +22,8 @@
 //	faults.json (the plan and what each fault did), run.json (what replay needs), loadgen/ reports
 //
 // The faults are small types, one per kind, in fault_<kind>.go (fault.go
-// has the diagram and the catalogue); network faults happen in a user-space
+// has the diagram and the catalogue; admin.go the SQL sessions they use on
+// the shards and PgBouncers' consoles, named so no fault touches them); network faults happen in a user-space
 // relay that frames the Postgres protocol (pgframe.go), which is what makes
 // a lost commit acknowledgement deterministic: the relay lets the commit
 // through, waits for the server's whole reply, drops it and resets both

@@ -14,12 +14,15 @@
 //	                                      ▼
 //	Result ─▶ text / JSON / .hgrm / HTML ─▶ Sweep (knee, USL fit) ─▶ capacity model
 //
-// Files: run.go (setup, workers, open loop, the worker step), relays.go
-// (outbox relay, timer sweeper), history.go (Observer: every operation as
-// it completes), measure.go and collect.go (recorders, windows), build.go
-// and result.go (the Result), report.go, html.go and svg.go (reports),
-// sweep*.go, usl.go and capacity.go (capacity answers), target.go and
-// locator.go (what is driven), keys.go (key choice), timeout.go.
+// Files: options.go (Options, Workload, load models), run.go (setup,
+// workers, open loop, the worker step), relays.go (outbox relay, timer
+// sweeper), history.go (Observer: every operation as it completes),
+// measure.go and collect.go (recorders, windows), selfcheck.go (the
+// generator watching itself), build.go and result.go (the Result),
+// report.go, html.go and svg.go (reports), threshold.go (CI conditions
+// such as p99(commit)>50ms), compare.go (runs side by side), sweep.go and
+// sweep_report.go, usl.go and capacity.go (capacity answers), target.go
+// and locator.go (what is driven), keys.go (key choice), timeout.go.
 //
 // History (chaos runs): with Options.Observer set, every operation — the
 // setup's creates, loads, each commit attempt, relay polls, deliveries,
