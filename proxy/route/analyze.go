@@ -132,6 +132,8 @@ type analyzer struct {
 	unknownFn   string // a function neither built in nor in the schema
 	locking     bool
 	unsupported string   // a session-level feature: the statement is KindUnsupported
+	// unsupportedState names that feature's session state (Statement.SessionState).
+	unsupportedState string
 	refusal     *Refusal // refused unless hinted
 	placeType   KeyType
 	havePlace   bool
@@ -197,6 +199,16 @@ func (a *analyzer) addTable(name string) {
 	if !slices.Contains(a.tables, name) {
 		a.tables = append(a.tables, name)
 	}
+}
+
+// hasKeyedRef reports whether the statement references a keyed table.
+func (a *analyzer) hasKeyedRef() bool {
+	for _, ref := range a.refs {
+		if ref.t != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *analyzer) refuse(state, msg, hint string) {
@@ -619,12 +631,18 @@ func (a *analyzer) targetRef(rv *pg.RangeVar, sc *scope, ro role, verb string) *
 	a.setWrite(verb + " " + rv.Relname)
 	t := a.sc.tables[rv.Relname]
 	if t == nil || isCatalog(rv.Schemaname, rv.Relname) {
-		what := "is not in the sharding schema"
-		if a.sc.global[rv.Relname] {
-			what = "is a global table (identical on every shard)"
+		// A table outside the sharding schema is unsharded: it lives on
+		// the default shard, where the write goes (Statement.Unsharded).
+		// A global table (identical on every shard) or a catalog cannot
+		// be written on one shard.
+		if a.sc.global[rv.Relname] || isCatalog(rv.Schemaname, rv.Relname) {
+			what := "is a global table (identical on every shard)"
+			if !a.sc.global[rv.Relname] {
+				what = "is a system catalog"
+			}
+			a.refuse("0A000", fmt.Sprintf("%s %s: the table %s, so pgshard cannot choose its shard", verb, rv.Relname, what),
+				"Route the statement with /* pgshard:shard=NAME */.")
 		}
-		a.refuse("0A000", fmt.Sprintf("%s %s: the table %s, so pgshard cannot choose its shard", verb, rv.Relname, what),
-			"Add the table to the sharding schema with its key column, or route the statement with /* pgshard:shard=NAME */.")
 		sc.items = append(sc.items, &item{name: vis, other: true})
 		return nil
 	}
@@ -937,12 +955,13 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 	builtin := schema == "" || schema == "pg_catalog"
 	if builtin {
 		if why, ok := sessionFuncs[name]; ok && a.unsupported == "" {
-			a.unsupported = why
+			a.unsupported, a.unsupportedState = why, sessionFuncState[name]
 		}
 		if name == "set_config" && len(fc.Args) == 3 && a.lit.has(fc.Args[2]) {
 			a.lit.taintf("set_config()'s third argument is a literal: its value decides the statement's kind")
 		}
 		if name == "set_config" && len(fc.Args) == 3 && !isTrue(fc.Args[2]) && a.unsupported == "" {
+			a.unsupportedState = "set-config"
 			a.unsupported = "set_config(..., false) changes a session setting, which would stay behind on a pooled server connection; use set_config(..., true) or SET LOCAL inside a transaction"
 		}
 	}

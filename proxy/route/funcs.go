@@ -20,6 +20,15 @@ var sessionFuncs = map[string]string{
 	"lo_open":                     "lo_open returns a descriptor valid only in this server session",
 }
 
+// sessionFuncState names the session state each of sessionFuncs keeps
+// (Statement.SessionState).
+var sessionFuncState = map[string]string{
+	"pg_advisory_lock": "advisory-lock", "pg_advisory_lock_shared": "advisory-lock",
+	"pg_try_advisory_lock": "advisory-lock", "pg_try_advisory_lock_shared": "advisory-lock",
+	"pg_advisory_unlock": "advisory-lock", "pg_advisory_unlock_shared": "advisory-lock",
+	"pg_advisory_unlock_all": "advisory-lock", "dblink_connect": "dblink", "lo_open": "large-object",
+}
+
 // aggregates are the built-in aggregate functions. A select list that uses
 // them reads one group (or row) from every shard; only count, sum, min and
 // max combine across shards.
