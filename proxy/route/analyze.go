@@ -131,13 +131,13 @@ type analyzer struct {
 	notRO       string
 	unknownFn   string // a function neither built in nor in the schema
 	locking     bool
-	unsupported string   // a session-level feature: the statement is KindUnsupported
+	unsupported string // a session-level feature: the statement is KindUnsupported
 	// unsupportedState names that feature's session state (Statement.SessionState).
 	unsupportedState string
-	refusal     *Refusal // refused unless hinted
-	placeType   KeyType
-	havePlace   bool
-	top         *topInfo
+	refusal          *Refusal // refused unless hinted
+	placeType        KeyType
+	havePlace        bool
+	top              *topInfo
 	// lit, when analyzing a normalized text, says which $n are literal
 	// slots (nil otherwise).
 	lit *litCtx
