@@ -95,6 +95,13 @@ type Config struct {
 	MergeGroupLimit int
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string
+	// PoolMode is how clients use backends (pin.go): PoolTransaction (the
+	// default) or PoolSession; a User may override it.
+	PoolMode PoolMode
+	// MaxPinned bounds the sessions pinned in transaction pooling
+	// (session state the pooler cannot keep); beyond it such statements
+	// are refused with 53300. 0 = DefaultMaxPinned, negative = no bound.
+	MaxPinned int
 	// Logger receives structured logs (nil = slog.Default()).
 	Logger *slog.Logger
 }
@@ -124,6 +131,9 @@ type User struct {
 	Password string
 	// Trust lets the user in without a password (development only).
 	Trust bool
+	// PoolMode overrides Config.PoolMode for this user (PoolModeDefault:
+	// the server's).
+	PoolMode PoolMode
 }
 
 // withDefaults returns c with zero fields set to the defaults.
@@ -163,6 +173,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MergeGroupLimit == 0 {
 		c.MergeGroupLimit = DefaultMergeGroupLimit
+	}
+	if c.MaxPinned == 0 {
+		c.MaxPinned = DefaultMaxPinned
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -28,7 +29,10 @@ func (s *session) serve(ctx context.Context) error {
 				_ = s.conn.SetReadDeadline(time.Time{})
 			}
 		}
-		typ, msg, err := s.rd.next()
+		if s.pinLost {
+			return fatal(codeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
+		}
+		typ, msg, err := s.readClient()
 		if err != nil {
 			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
 				return fatal(codeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
@@ -418,6 +422,22 @@ func (s *session) notePS(msg []byte) {
 // COMMIT must not change what the client believes).
 func (s *session) reconcilePS(st byte) {
 	if len(s.pendingPS) == 0 && !(st == 'I' && s.psDirty) {
+		return
+	}
+	if s.pin != nil {
+		// A pinned backend is the client's own session: its values are
+		// the session's.
+		rep := maps.Clone(s.reported)
+		for _, p := range s.pendingPS {
+			rep[p[0]] = p[1]
+			if s.seen[p[0]] != p[1] {
+				s.seen[p[0]] = p[1]
+				s.out = appendParameterStatus(s.out, p[0], p[1])
+			}
+		}
+		s.reported = rep
+		s.pendingPS = s.pendingPS[:0]
+		s.psDirty = false
 		return
 	}
 	for _, p := range s.pendingPS {

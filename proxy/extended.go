@@ -39,6 +39,15 @@ func (s *session) runPipeline(ctx context.Context) error {
 		s.out = appendRFQ(s.out, s.status())
 		return nil
 	}
+	if e := s.pinForPipeline(ctx); e != nil {
+		s.out = appendError(s.out, e)
+		if term == 'S' {
+			s.out = appendRFQ(s.out, s.status())
+		} else {
+			s.skipUntilSync = true
+		}
+		return nil
+	}
 	p := s.newPlanner(ctx)
 	p.pipeline = true
 	for i := range s.grp {
@@ -270,6 +279,7 @@ func (p *planner) bind(raw []byte, idx int) {
 	}
 	p.recordSoft(a)
 	p.noteWrite(a)
+	p.notePinOp(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
@@ -629,6 +639,7 @@ func (s *session) finish(p *planner, term byte) error {
 		s.soft = p.soft
 		return nil
 	}
+	p.exErrored = res.errored
 	s.afterReady(p, res.status)
 	return nil
 }
@@ -682,7 +693,19 @@ func (s *session) afterReady(p *planner, st byte) {
 		if p.shard >= 0 {
 			s.srv.metrics.txnByShard[p.shard].Inc()
 		}
-		s.dropBackend(true)
+		if s.pin != nil {
+			if !p.exErrored {
+				s.applyPinOps(p.pinOps, true)
+			} else if s.pin.reasons == 0 {
+				s.unpin()
+			}
+		} else {
+			s.dropBackend(true)
+		}
 		s.endReaders()
+		return
+	}
+	if s.pin != nil && !p.exErrored {
+		s.applyPinOps(p.pinOps, false)
 	}
 }

@@ -104,6 +104,10 @@ type planner struct {
 	// transaction's backend, which has only read: that backend becomes a
 	// reader, the write's shard the transaction's backend.
 	swapMain bool
+	// pinOps are the pin changes of statements sent to a pinned backend;
+	// exErrored says the exchange reported an error (pin.go).
+	pinOps    []pinOp
+	exErrored bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -187,6 +191,8 @@ func (p *planner) isLocal(a *route.Statement) bool {
 	switch {
 	case p.tx == txFailed:
 		return true
+	case p.s.forwardPinned(a):
+		return false
 	case localKind(k):
 		return true
 	case k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard."):
@@ -476,6 +482,12 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
 		srv.collation.Store(collationUnknown)
 	}
+	d = p.s.adjustDest(a, d)
+	if p.s.pin != nil {
+		if sh, ok, e := p.pinnedTarget(a, d); ok {
+			return sh, false, e
+		}
+	}
 	switch d.Kind {
 	case route.DestRefuse:
 		srv.metrics.refusals.WithLabelValues("analyzer").Inc()
@@ -486,6 +498,9 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	case route.DestAll:
 		if !p.onTxnBackend() && p.tx == txIdle {
 			return -1, true, nil
+		}
+		if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
+			return -1, true, nil // a pinned session's read of every shard, on pooled connections
 		}
 		if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
 			// SET LOCAL pgshard.shard/key chose the transaction's shard:
@@ -519,6 +534,8 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	want := -1
 	if d.Kind == route.DestShard {
 		want = d.Shard
+	} else if d.Default {
+		want = srv.defaultShard // unsharded objects live there
 	}
 	if p.held && p.tx == txBound && p.s.bstatus == 'E' {
 		// The transaction is aborted: the backend answers 25P02.

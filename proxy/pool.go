@@ -434,7 +434,15 @@ func (p *shardPool) connect(ctx context.Context, key *settings) (*bconn, error) 
 }
 
 func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
+	return p.dialAs(ctx, key, "")
+}
+
+// dialAs is dial connecting as user ("" = the DSN's).
+func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bconn, error) {
 	cfg := p.base.Copy()
+	if user != "" {
+		cfg.User = user
+	}
 	for k, v := range key.runtimeParams(p.viaPooler) {
 		cfg.RuntimeParams[k] = v
 	}

@@ -53,6 +53,13 @@ type Server struct {
 	addrMu sync.Mutex
 	addr   net.Addr
 	ready  chan struct{}
+
+	// Pinning (pin.go): direct pools by shard, made on first use when
+	// the shards' own pools go through a pooler; pinned sessions.
+	directMu  sync.Mutex
+	direct    []*shardPool
+	npinned   atomic.Int64
+	pinsTotal *prometheus.CounterVec
 }
 
 // New checks cfg and builds a server; it does no I/O. Call Verify to check
@@ -89,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = newMetrics(s.reg, names, func(i int) (int, int) { return s.pools[i].stats() })
+	s.pinMetrics()
 	return s, nil
 }
 
@@ -254,6 +262,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			p.mu.Unlock()
 		}
+		s.interruptDirect()
 		return nil
 	})
 	if s.cfg.HealthInterval > 0 {
@@ -321,6 +330,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for _, p := range s.pools {
 		p.shutdown()
 	}
+	s.shutdownDirect()
 	s.log.Info("proxy stopped")
 	return err
 }

@@ -115,6 +115,19 @@ type session struct {
 	// fanning are the connections a fan-out is reading (cancel reaches all).
 	fanning []*bconn
 
+	// pin, when set, keeps s.bc as the client's own backend across
+	// transactions (pin.go). pinInfo is its description for other
+	// goroutines (Server.PinnedSessions), under pinMu.
+	pin     *pinState
+	pinMu   sync.Mutex
+	pinInfo *PinnedSession
+	// pinLost: a pinned backend went away; its session state is gone and
+	// the session ends, as it would on a direct connection.
+	pinLost bool
+	// wmu serializes writes to the client (a pinned session's watcher
+	// forwards notifications while the session waits for the client).
+	wmu sync.Mutex
+
 	// Scratch reused by every exchange (no allocation on the hot path).
 	plan     planner
 	grp      []cmsg
@@ -259,7 +272,9 @@ func (s *session) flush() error {
 	if len(s.out) == 0 {
 		return nil
 	}
+	s.wmu.Lock()
 	_, err := s.io.Write(s.out)
+	s.wmu.Unlock()
 	if cap(s.out) > 1<<20 {
 		s.out = nil
 	} else {
@@ -366,9 +381,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	}
 	s.startup = newSettings(kv)
 	s.cur = s.startup
-	st, e := s.initialStatuses(ctx)
+	st, e := s.pinAtStartup(ctx)
+	if e == nil && st == nil {
+		st, e = s.initialStatuses(ctx)
+	}
 	if e != nil {
 		s.srv.unregister(s)
+		s.releaseAll()
 		return s.fail(e)
 	}
 	s.reported = st
@@ -539,6 +558,12 @@ func (s *session) releaseAll() {
 	if bc == nil {
 		return
 	}
+	if s.pin != nil {
+		// A pinned backend carries the client's session state.
+		s.clearPin()
+		bc.pool.discard(bc)
+		return
+	}
 	if s.tx == txBound || s.pinned {
 		// A transaction or pipeline is open: the connection is not clean.
 		bc.pool.discard(bc)
@@ -588,6 +613,13 @@ func (s *session) dropBackend(clean bool) {
 	s.bc = nil
 	s.mu.Unlock()
 	if bc == nil {
+		return
+	}
+	if s.pin != nil {
+		// The pinned backend is gone: so is the session state it kept.
+		s.clearPin()
+		s.pinLost = true
+		bc.pool.discard(bc)
 		return
 	}
 	if clean && !bc.broken {

@@ -17,9 +17,16 @@ func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
 		return err
 	}
 	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
+	as, err := s.srv.cfg.Analyzer.SplitBytes(sql)
+	if err == nil {
+		if e := s.pinForQuery(ctx, as); e != nil {
+			s.out = appendError(s.out, e)
+			s.out = appendRFQ(s.out, s.status())
+			return nil
+		}
+	}
 	p := s.newPlanner(ctx)
 	p.simple = true
-	as, err := s.srv.cfg.Analyzer.SplitBytes(sql)
 	switch {
 	case err != nil:
 		p.fail(newError(codeSyntaxError, err.Error()), nil)
@@ -88,6 +95,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	}
 	p.recordSoft(a)
 	p.noteWrite(a)
+	p.notePinOp(a)
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
@@ -148,10 +156,14 @@ func (p *planner) sqlExecute(a *route.Statement) {
 // each other.
 func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
+	if s.pin != nil && p.tx != txFailed {
+		p.pinnedMulti(msg, as)
+		return
+	}
 	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
 	for _, a := range as {
 		k := a.Kind
-		local := localKind(k) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
+		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
 		if txnControl(k) && !local {
 			hasTxn = true
 		} else if local {
@@ -198,7 +210,12 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) {
 			continue
 		}
-		d := s.srv.cfg.Analyzer.Route(a, nil, nil, nil)
+		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		if s.forwardPinned(a) {
+			d = route.Dest{Kind: route.DestShard, Shard: s.pin.shard, Bucket: -1, Reason: "the pinned session's backend"}
+		} else if d.Kind == route.DestAny && d.Default {
+			d = route.Dest{Kind: route.DestShard, Shard: s.srv.defaultShard, Bucket: -1, Reason: d.Reason}
+		}
 		switch d.Kind {
 		case route.DestRefuse:
 			_, _, e := p.target(a, d)
@@ -239,7 +256,10 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		return
 	}
 	for _, a := range as {
-		if a.Kind == route.KindDDL || !txnControl(a.Kind) && s.srv.cfg.Analyzer.Route(a, nil, nil, nil).Kind == route.DestAll {
+		if s.forwardPinned(a) {
+			continue
+		}
+		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
 			p.fail(&Error{Code: codeFeatureNotSupported,
 				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}, nil)
 			p.endQuery()
@@ -267,6 +287,9 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.fail(e, nil)
 		p.endQuery()
 		return
+	}
+	for _, a := range as {
+		p.notePinOp(a)
 	}
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})

@@ -41,7 +41,7 @@ func addDirFlag(cmd *cobra.Command) *string {
 func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
 	var pgbouncer, fsync, withProxy bool
-	var proxyBin string
+	var proxyBin, poolMode string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start (or reuse) a local cluster, migrate it and write DIR/pgshard.yaml",
@@ -59,6 +59,7 @@ Ctrl-C while starting stops everything started so far.`,
 	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
 	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
 	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
+	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "with --proxy: transaction (default) or session pooling")
 	_ = cmd.Flags().MarkHidden("proxy-bin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
@@ -98,7 +99,7 @@ Ctrl-C while starting stops everything started so far.`,
 			return err
 		}
 		if withProxy {
-			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User)
+			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User, poolMode)
 			if err != nil {
 				return err
 			}

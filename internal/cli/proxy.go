@@ -28,7 +28,7 @@ type proxyReady struct {
 }
 
 func newProxyCmd() *cobra.Command {
-	var listen, readyFile, logLevel, cpuProfile string
+	var listen, readyFile, logLevel, cpuProfile, poolMode string
 	var trustUsers []string
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -50,13 +50,14 @@ Stop it with SIGINT or SIGTERM.`,
 	}
 	cfgPath := addConfigFlag(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default proxy.listen, 127.0.0.1:6543); port 0 picks a free port")
+	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "transaction or session (default proxy.pool_mode, transaction)")
 	cmd.Flags().StringArrayVar(&trustUsers, "trust-user", nil, "also admit USER without a password (local development; repeatable)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write {\"pid\":...,\"addr\":...} to this file once listening")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen"}, RequireMap: true})
+		cfg, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.pool_mode": "pool-mode"}, RequireMap: true})
 		if err != nil {
 			return err
 		}
@@ -117,10 +118,18 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		MergeGroupLimit:          x.MergeGroupLimit,
 		VerifyIdentity:           x.VerifyIdentity,
 		MetricsListen:            x.MetricsListen,
+		MaxPinned:                x.MaxPinned,
 		Logger:                   log,
 	}
+	if pc.PoolMode, err = proxy.ParsePoolMode(x.PoolMode); err != nil {
+		return proxy.Config{}, fmt.Errorf("config: proxy.pool_mode: %w", err)
+	}
 	for _, u := range x.Users {
-		pc.Users = append(pc.Users, proxy.User{Name: u.Name, Password: u.Password, Trust: u.Trust})
+		pm, err := proxy.ParsePoolMode(u.PoolMode)
+		if err != nil {
+			return proxy.Config{}, fmt.Errorf("config: proxy.users: %s: %w", u.Name, err)
+		}
+		pc.Users = append(pc.Users, proxy.User{Name: u.Name, Password: u.Password, Trust: u.Trust, PoolMode: pm})
 	}
 	for _, u := range trustUsers {
 		if u == "" {
@@ -241,7 +250,7 @@ func devProxyDSN(r *proxyReady, user, database string) string {
 
 // startDevProxy starts (or reuses) the dev cluster's proxy and waits until
 // it accepts connections.
-func startDevProxy(ctx context.Context, dir, bin, user string) (*proxyReady, bool, error) {
+func startDevProxy(ctx context.Context, dir, bin, user, poolMode string) (*proxyReady, bool, error) {
 	if r := readDevProxy(dir); r != nil {
 		return r, true, nil
 	}
@@ -265,7 +274,11 @@ func startDevProxy(ctx context.Context, dir, bin, user string) (*proxyReady, boo
 	if err != nil {
 		return nil, false, err
 	}
-	cmd := exec.Command(bin, "proxy", "--config", cfgPath, "--listen", "127.0.0.1:0", "--trust-user", user, "--ready-file", ready)
+	args := []string{"proxy", "--config", cfgPath, "--listen", "127.0.0.1:0", "--trust-user", user, "--ready-file", ready}
+	if poolMode != "" {
+		args = append(args, "--pool-mode", poolMode)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanProxyEnv(os.Environ())
 	// Its own session: the proxy outlives `dev up` and ignores its Ctrl-C.

@@ -720,6 +720,13 @@ type Proxy struct {
 	VerifyIdentity bool `mapstructure:"verify_identity"`
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string `mapstructure:"metrics_listen"`
+	// PoolMode is transaction (each transaction on a pooled backend;
+	// session state pins the client) or session (every client has a
+	// backend of its own); users[].pool_mode overrides it.
+	PoolMode string `mapstructure:"pool_mode"`
+	// MaxPinned bounds the sessions pinned in transaction pooling
+	// (-1 = no bound).
+	MaxPinned int `mapstructure:"max_pinned"`
 	// Schema is the sharding schema: keyed tables and columns, key
 	// functions, global tables. The default is the execution store's.
 	Schema Schema `mapstructure:"schema"`
@@ -732,6 +739,8 @@ type ProxyUser struct {
 	Password string `mapstructure:"password"`
 	// Trust admits the user without a password (development only).
 	Trust bool `mapstructure:"trust"`
+	// PoolMode overrides proxy.pool_mode for this user ("" = inherit).
+	PoolMode string `mapstructure:"pool_mode"`
 }
 
 // DefaultProxy is the proxy section's defaults.
@@ -750,6 +759,8 @@ func DefaultProxy() Proxy {
 		StatementCacheSize:     256,
 		CacheUnnamedStatements: true,
 		MergeGroupLimit:        100000,
+		PoolMode:               "transaction",
+		MaxPinned:              100,
 		VerifyIdentity:         true,
 		Schema:                 DefaultSchema(),
 	}
@@ -787,6 +798,12 @@ func (x *Proxy) problems() []string {
 	if x.StatementCacheSize < -1 {
 		bad("statement_cache_size", "must be -1 (off) or more (got %d)", x.StatementCacheSize)
 	}
+	if m := strings.ToLower(x.PoolMode); m != "transaction" && m != "session" {
+		bad("pool_mode", "want transaction or session (got %q)", x.PoolMode)
+	}
+	if x.MaxPinned < -1 || x.MaxPinned == 0 {
+		bad("max_pinned", "must be -1 (no bound) or at least 1 (got %d)", x.MaxPinned)
+	}
 	if x.MergeGroupLimit < 1 {
 		bad("merge_group_limit", "must be at least 1 (got %d)", x.MergeGroupLimit)
 	}
@@ -801,6 +818,9 @@ func (x *Proxy) problems() []string {
 		seen[u.Name] = true
 		if !u.Trust && u.Password == "" {
 			bad(fmt.Sprintf("users[%d]", i), "user %q needs a password or trust: true", u.Name)
+		}
+		if m := strings.ToLower(u.PoolMode); m != "" && m != "transaction" && m != "session" {
+			bad(fmt.Sprintf("users[%d].pool_mode", i), "want transaction, session or empty (got %q)", u.PoolMode)
 		}
 		if u.Trust && u.Password != "" {
 			bad(fmt.Sprintf("users[%d]", i), "user %q has both a password and trust: true; choose one", u.Name)
