@@ -123,7 +123,8 @@ const (
 
 // User is a client login.
 type User struct {
-	// Name is the user name clients send in the startup packet.
+	// Name is the user name clients send in the startup packet; "*"
+	// stands for every user not listed by name.
 	Name string
 	// Password is the user's password in plain text, or a SCRAM-SHA-256
 	// verifier in Postgres's format ("SCRAM-SHA-256$4096:salt$StoredKey:ServerKey").

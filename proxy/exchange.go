@@ -70,9 +70,11 @@ func (s *session) serve(ctx context.Context) error {
 				continue
 			}
 			if typ == 'F' {
-				s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard"))
-				s.out = appendRFQ(s.out, s.status())
+				err := s.fastpath(ctx, msg)
 				s.rd.release()
+				if err != nil {
+					return err
+				}
 				continue
 			}
 			err := s.simpleQuery(ctx, msg)

@@ -259,7 +259,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		s.addLocal(lo, nil)
 		return
 	}
-	if a.Kind == route.KindPrepare || a.Kind == route.KindExecute {
+	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.forwardPinned(a) {
 		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
@@ -364,7 +364,7 @@ func (p *planner) describe(raw []byte, idx int) {
 			p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.isLocal(vs.st) || vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute {
+		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.forwardPinned(vs.st) {
 			lo := len(s.lbuf)
 			s.lbuf = appendParamDesc(s.lbuf, vs)
 			s.lbuf = appendEmpty(s.lbuf, 'n')

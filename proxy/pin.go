@@ -984,3 +984,37 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
 }
+
+// fastpath runs a FunctionCall message (libpq's large-object functions
+// use it): on the backend the session holds (its transaction, or its
+// pin); outside a transaction the session is pinned first, on the
+// default shard, as large objects are session state there.
+func (s *session) fastpath(ctx context.Context, msg []byte) error {
+	if s.bc == nil {
+		if e := s.pinTo(ctx, -1, pinOther, nil); e != nil {
+			s.out = appendError(s.out, e)
+			s.out = appendRFQ(s.out, s.status())
+			return nil
+		}
+	}
+	if s.bc == nil || s.pinned {
+		s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
+		s.out = appendRFQ(s.out, s.status())
+		return nil
+	}
+	p := s.newPlanner(ctx)
+	p.onBackend = true
+	s.bw = append(s.bw, msg...)
+	s.items = append(s.items, item{kind: itQuery, flags: fClientPart | fRFQ})
+	res, err := s.exchange(p.bc, p.explicit)
+	if err != nil {
+		return err
+	}
+	if res.lost {
+		s.out = appendRFQ(s.out, s.status())
+		return nil
+	}
+	p.exErrored = res.errored
+	s.afterReady(p, res.status)
+	return nil
+}

@@ -426,6 +426,11 @@ func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
 func (s *session) authenticate() (bool, error) {
 	l, ok := s.srv.users[s.user]
 	if !ok {
+		// A user named "*" stands for every user not listed (local
+		// development and compatibility runs: `--trust-user '*'`).
+		l, ok = s.srv.users["*"]
+	}
+	if !ok {
 		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
 		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
 		return false, err
