@@ -62,7 +62,7 @@ func main() {
 
 type options struct {
 	pgshard, out, regressSrc, regressLib, pgRegress, pgxVersion, suites, targets, thresholds string
-	pgxTimeout, regressTimeout, timeout                                                 time.Duration
+	pgxTimeout, regressTimeout, timeout                                                      time.Duration
 }
 
 func (o options) wants(suite, target string) bool {

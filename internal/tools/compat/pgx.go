@@ -82,7 +82,9 @@ func preparePgx(ctx context.Context, o options) (*pgxModule, error) {
 
 var topLevelRe = regexp.MustCompile(`^(Test|Example|Fuzz)\w*$`)
 
-func isTopLevel(name string) bool { return topLevelRe.MatchString(name) && !strings.HasPrefix(name, "TestMain") }
+func isTopLevel(name string) bool {
+	return topLevelRe.MatchString(name) && !strings.HasPrefix(name, "TestMain")
+}
 
 func suffix(ss []string, s string) []string {
 	out := make([]string, len(ss))
