@@ -74,7 +74,12 @@ type Config struct {
 	DefaultShard string
 	// Databases, when not empty, lists the database names clients may
 	// connect to; empty accepts any name (the proxy is one database).
+	// The names of ExtraDatabases are accepted too.
 	Databases []string
+	// ExtraDatabases are further logical databases served on the same
+	// listener (databases.go): a client whose dbname is one of them is
+	// served by a server of its own (its map, pools, routing).
+	ExtraDatabases []Database
 	// StatementCacheSize is how many server-side prepared statements each
 	// direct backend connection keeps for client-named statements (0 =
 	// DefaultStatementCacheSize, negative = none). Never used through a

@@ -60,6 +60,9 @@ type Server struct {
 	direct    []*shardPool
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
+
+	// dbs are the servers of Config.ExtraDatabases, by name (databases.go).
+	dbs map[string]*Server
 }
 
 // New checks cfg and builds a server; it does no I/O. Call Verify to check
@@ -97,6 +100,9 @@ func New(cfg Config) (*Server, error) {
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = newMetrics(s.reg, names, func(i int) (int, int) { return s.pools[i].stats() })
 	s.pinMetrics()
+	if err := s.newExtraDatabases(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -175,6 +181,12 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 	}
 	if err := migrations.CheckDistinct(ids); err != nil {
 		errs = append(errs, err)
+	}
+	if d, err := s.verifyExtra(ctx); err != nil || len(d) > 0 {
+		down = append(down, d...)
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return down, errors.Join(errs...)
@@ -296,6 +308,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	})
+	s.serveExtra(ctx, g)
 	g.Go(func() error { // accept loop
 		backoff := 5 * time.Millisecond
 		for {
@@ -390,6 +403,10 @@ func (s *Server) cancel(ctx context.Context, pid uint32, key []byte) {
 	s.mu.Lock()
 	sess := s.sessions[pid]
 	s.mu.Unlock()
+	if sess == nil && s.dbs != nil {
+		s.cancelExtra(ctx, pid, key)
+		return
+	}
 	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
 		return
 	}

@@ -342,7 +342,10 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	if v, ok := pkt.param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
 		return s.fail(fatal(codeFeatureNotSupported, "replication connections are not supported by pgshard"))
 	}
-	if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
+	if sub := s.srv.database(s.db); sub != s.srv {
+		// Another logical database: its server serves the session.
+		s.srv, s.log = sub, sub.log
+	} else if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
 		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
 	}
 	var kv [][2]string

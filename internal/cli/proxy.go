@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // proxyReady is what `pgshard proxy --ready-file` writes once it listens.
@@ -112,7 +114,6 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		IdleTimeout:              x.IdleTimeout,
 		IdleInTransactionTimeout: x.IdleInTransactionTimeout,
 		DefaultShard:             x.DefaultShard,
-		Databases:                x.Databases,
 		StatementCacheSize:       x.StatementCacheSize,
 		UnnamedStatements:        unnamedMode(x.CacheUnnamedStatements),
 		MergeGroupLimit:          x.MergeGroupLimit,
@@ -123,6 +124,9 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 	}
 	if pc.PoolMode, err = proxy.ParsePoolMode(x.PoolMode); err != nil {
 		return proxy.Config{}, fmt.Errorf("config: proxy.pool_mode: %w", err)
+	}
+	if err := addDatabases(&pc, cfg, schema); err != nil {
+		return proxy.Config{}, err
 	}
 	for _, u := range x.Users {
 		pm, err := proxy.ParsePoolMode(u.PoolMode)
@@ -379,4 +383,62 @@ func unnamedMode(cache bool) proxy.UnnamedMode {
 		return proxy.UnnamedCached
 	}
 	return proxy.UnnamedPassThrough
+}
+
+// addDatabases turns proxy.databases into the proxy's allow-list (names of
+// the config's own sharded database) and its extra databases: an
+// unsharded passthrough (dsn: a map of one shard, where every statement
+// is routable) or a sharded database with a map file of its own.
+func addDatabases(pc *proxy.Config, cfg *config.Config, schema route.Schema) error {
+	names := make([]string, 0, len(cfg.Proxy.Databases))
+	for name := range cfg.Proxy.Databases {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		d := cfg.Proxy.Databases[name]
+		if d.DSN == "" && d.Map == "" {
+			pc.Databases = append(pc.Databases, name)
+			continue
+		}
+		var m *shardmap.Map
+		if d.DSN != "" {
+			m = &shardmap.Map{Epoch: 1, Buckets: cfg.Map.Buckets,
+				Shards: []shardmap.Shard{{Name: "db", Ordinal: 0, DSN: d.DSN, PoolerDSN: d.PoolerDSN}},
+				Ranges: []shardmap.Range{{Lo: 0, Hi: cfg.Map.Buckets - 1, Shard: "db"}}}
+			if err := m.Validate(); err != nil {
+				return fmt.Errorf("config: proxy.databases.%s: %w", name, err)
+			}
+		} else {
+			p := d.Map
+			if !filepath.IsAbs(p) && cfg.Path != "" {
+				p = filepath.Join(filepath.Dir(cfg.Path), p)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("config: proxy.databases.%s.map: %w", name, err)
+			}
+			if m, err = shardmap.Parse(b); err != nil {
+				return fmt.Errorf("config: proxy.databases.%s.map %s: %w", name, p, err)
+			}
+		}
+		an, err := route.New(m, schema, route.Options{})
+		if err != nil {
+			return fmt.Errorf("config: proxy.databases.%s: %w", name, err)
+		}
+		sub := *pc
+		sub.Map, sub.Analyzer, sub.Databases, sub.ExtraDatabases = m, an, nil, nil
+		sub.DefaultShard = d.DefaultShard
+		// A passthrough database has no pgshard identity record.
+		sub.VerifyIdentity = pc.VerifyIdentity && d.DSN == ""
+		if d.PoolMode != "" {
+			pm, err := proxy.ParsePoolMode(d.PoolMode)
+			if err != nil {
+				return fmt.Errorf("config: proxy.databases.%s.pool_mode: %w", name, err)
+			}
+			sub.PoolMode = pm
+		}
+		pc.ExtraDatabases = append(pc.ExtraDatabases, proxy.Database{Name: name, Config: sub})
+	}
+	return nil
 }

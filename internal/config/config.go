@@ -649,6 +649,35 @@ func decodeHook() mapstructure.DecodeHookFunc {
 			return data, nil
 		},
 		mapstructure.StringToSliceHookFunc(","),
+		// proxy.databases as a list of names (the older form): each is
+		// the config's sharded database.
+		func(from, to reflect.Type, data any) (any, error) {
+			if to != reflect.TypeOf(map[string]ProxyDatabase{}) {
+				return data, nil
+			}
+			var names []string
+			switch l := data.(type) {
+			case []any:
+				for _, n := range l {
+					names = append(names, fmt.Sprint(n))
+				}
+			case []string:
+				names = l
+			case string:
+				for _, n := range strings.Split(l, ",") {
+					if n = strings.TrimSpace(n); n != "" {
+						names = append(names, n)
+					}
+				}
+			default:
+				return data, nil
+			}
+			m := map[string]any{}
+			for _, n := range names {
+				m[n] = map[string]any{}
+			}
+			return m, nil
+		},
 	)
 }
 
@@ -684,8 +713,13 @@ type Proxy struct {
 	// Users may log in: name + password (plain or a SCRAM-SHA-256
 	// verifier), or trust.
 	Users []ProxyUser `mapstructure:"users"`
-	// Databases, when not empty, are the database names clients may use.
-	Databases []string `mapstructure:"databases"`
+	// Databases maps the database names clients may use (dbname) to what
+	// they are, like PgBouncer's [databases]: {} is the config's sharded
+	// database (the shard map above), {dsn: ...} one backend database
+	// passed through unsharded, {map: FILE} a sharded database of its own.
+	// Empty: any name is the config's sharded database. A list of names
+	// is accepted as {name: {}} for each.
+	Databases map[string]ProxyDatabase `mapstructure:"databases"`
 	// PoolSize bounds the backend connections per shard.
 	PoolSize int `mapstructure:"pool_size"`
 	// MaxClients bounds concurrent client connections.
@@ -732,6 +766,22 @@ type Proxy struct {
 	Schema Schema `mapstructure:"schema"`
 }
 
+// ProxyDatabase is one logical database of the proxy (proxy.databases).
+type ProxyDatabase struct {
+	// DSN, when set, makes the database an unsharded passthrough to this
+	// one backend database (its PgBouncer: PoolerDSN, with use_pooler).
+	DSN       string `mapstructure:"dsn"`
+	PoolerDSN string `mapstructure:"pooler_dsn"`
+	// Map is a shard map file (relative to the config file) for a
+	// sharded database of its own; "" with no DSN: the config's map.
+	Map string `mapstructure:"map"`
+	// DefaultShard is where its unsharded tables live ("" = proxy.default_shard
+	// for the config's map, else the map's first shard).
+	DefaultShard string `mapstructure:"default_shard"`
+	// PoolMode overrides proxy.pool_mode for this database.
+	PoolMode string `mapstructure:"pool_mode"`
+}
+
 // ProxyUser is a client login of the proxy.
 type ProxyUser struct {
 	Name string `mapstructure:"name"`
@@ -749,7 +799,7 @@ func DefaultProxy() Proxy {
 		Listen:                 "127.0.0.1:6543",
 		UsePooler:              true,
 		Users:                  []ProxyUser{},
-		Databases:              []string{},
+		Databases:              map[string]ProxyDatabase{},
 		PoolSize:               20,
 		MaxClients:             1000,
 		MaxMessageSize:         64 << 20,
@@ -803,6 +853,20 @@ func (x *Proxy) problems() []string {
 	}
 	if x.MaxPinned < -1 || x.MaxPinned == 0 {
 		bad("max_pinned", "must be -1 (no bound) or at least 1 (got %d)", x.MaxPinned)
+	}
+	for name, d := range x.Databases {
+		key := "databases." + name
+		switch {
+		case name == "":
+			bad("databases", "a database name is empty")
+		case d.DSN != "" && d.Map != "":
+			bad(key, "set dsn (unsharded passthrough) or map (sharded), not both")
+		case d.DSN == "" && d.PoolerDSN != "":
+			bad(key+".pooler_dsn", "needs dsn")
+		}
+		if m := strings.ToLower(d.PoolMode); m != "" && m != "transaction" && m != "session" {
+			bad(key+".pool_mode", "want transaction, session or empty (got %q)", d.PoolMode)
+		}
 	}
 	if x.MergeGroupLimit < 1 {
 		bad("merge_group_limit", "must be at least 1 (got %d)", x.MergeGroupLimit)
