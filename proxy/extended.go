@@ -376,6 +376,9 @@ func (p *planner) describe(raw []byte, idx int) {
 			if !p.held {
 				shard = p.lookahead(idx)
 			}
+			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.srv.cfg.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.srv.pools) > 1 {
+				shard = s.srv.defaultShard // its objects live there only
+			}
 			if shard < 0 {
 				// Any shard can describe a statement: a deferred
 				// transaction binds only softly for it.

@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -637,6 +638,10 @@ func (s *session) applyPinOps(ops []pinOp, idle bool) {
 				s.pin.reasons &^= pinTemp
 			}
 		case route.KindUnsupported:
+			if strings.Contains(a.SQL, "pg_advisory_unlock_all") {
+				s.pin.reasons &^= pinLock
+				continue
+			}
 			s.pin.reasons |= reasonOf(a.SessionState)
 			for _, t := range a.TempTables {
 				if s.pin.temps == nil {
@@ -827,7 +832,7 @@ func (s *session) watchPinned(bc *bconn) {
 		switch typ {
 		case 'A', 'N', 'S':
 			s.wmu.Lock()
-			_, err := s.io.Write(msg)
+			_, err := s.asyncWriter().Write(msg)
 			s.wmu.Unlock()
 			if err != nil {
 				return
@@ -836,7 +841,7 @@ func (s *session) watchPinned(bc *bconn) {
 			// A FATAL (the server terminating the session): forward it and
 			// let the next exchange find the connection gone.
 			s.wmu.Lock()
-			_, _ = s.io.Write(msg)
+			_, _ = s.asyncWriter().Write(msg)
 			s.wmu.Unlock()
 			bc.broken = true
 			return
@@ -845,6 +850,16 @@ func (s *session) watchPinned(bc *bconn) {
 			return
 		}
 	}
+}
+
+// asyncWriter writes to the client from the watcher while the session
+// goroutine reads: a rawIO of its own (a rawIO's call state serves one
+// call at a time).
+func (s *session) asyncWriter() io.Writer {
+	if s.aio == nil {
+		s.aio = connIO(s.conn)
+	}
+	return s.aio
 }
 
 func isTimeout(err error) bool {

@@ -127,6 +127,8 @@ type session struct {
 	// wmu serializes writes to the client (a pinned session's watcher
 	// forwards notifications while the session waits for the client).
 	wmu sync.Mutex
+	// aio is the watcher's writer to the client (asyncWriter).
+	aio io.Writer
 
 	// Scratch reused by every exchange (no allocation on the hot path).
 	plan     planner
