@@ -108,6 +108,24 @@ func goCmd(ctx context.Context, dir string, d time.Duration, env []string, args 
 	return b.Bytes(), err
 }
 
+// goCmdTo is goCmd writing its output to a file as it goes (a run's
+// progress can be followed there).
+func goCmdTo(ctx context.Context, dir string, d time.Duration, env []string, path string, args ...string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off"), env...)
+	cmd.WaitDelay = 10 * time.Second
+	cmd.Stdout, cmd.Stderr = f, f
+	return cmd.Run()
+}
+
 type event struct {
 	Action  string
 	Package string
@@ -133,7 +151,9 @@ func parseEvents(r io.Reader) []event {
 func runPgx(ctx context.Context, o options, m *pgxModule, t target) *result {
 	r := newResult("pgx", t.name)
 	start := time.Now()
-	args := []string{"test", "-json", "-count=1", "-p", "1", "-timeout", (o.pgxTimeout - 30*time.Second).String()}
+	// Each package's binary is bounded (a hang there costs that bound, and
+	// the next packages still run); the whole run by -pgx-timeout.
+	args := []string{"test", "-json", "-count=1", "-p", "1", "-timeout", min(o.pgxPackageTimeout, o.pgxTimeout-30*time.Second).String()}
 	if t.viaBouncer && !t.proxy {
 		args = append(args, "-skip", "^"+pgxCrashesPgBouncer+"$")
 		r.note = pgxCrashesPgBouncer + " left out (it crashes PgBouncer 1.18)"
@@ -143,9 +163,10 @@ func runPgx(ctx context.Context, o options, m *pgxModule, t target) *result {
 	// custom lookup, an invalid user): every target here is one.
 	env := []string{"PGX_TEST_DATABASE=" + t.dsn("pgx_test"), "PGX_TEST_TCP_CONN_STRING=" + t.dsn("pgx_test")}
 	logf("pgx %s: go test (PGX_TEST_DATABASE=%s)", t.name, t.dsn("pgx_test"))
-	out, err := goCmd(ctx, m.dir, o.pgxTimeout, env, args...)
+	path := filepath.Join(o.out, "pgx-"+t.name+".json")
+	err := goCmdTo(ctx, m.dir, o.pgxTimeout, env, path, args...)
 	r.duration = time.Since(start)
-	_ = os.WriteFile(filepath.Join(o.out, "pgx-"+t.name+".json"), out, 0o644)
+	out, _ := os.ReadFile(path)
 	scorePgx(r, m.list, parseEvents(bytes.NewReader(out)), t.viaBouncer && !t.proxy)
 	if err != nil && ctx.Err() == nil && r.total() == 0 {
 		r.err = fmt.Sprintf("go test: %v: %s", err, tail(out, 5))
