@@ -36,6 +36,38 @@
 //	    errors.go: the proxy's errors and the ErrorResponse codec;
 //	    backendquery.go: the proxy's own queries; metrics.go.
 //
+//	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
+//	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
+//	    SET in a transaction or a mixed query string, large objects) pins
+//	    the client to a direct backend of its own (s.bc across
+//	    transactions) until the state is gone; PoolSession pins every
+//	    client for its session. databases.go: further logical databases
+//	    (passthrough or own map) on the same listener, by dbname.
+//
+// # Pool modes, pinning and unsharded tables
+//
+// Config.PoolMode (per User too) is PoolTransaction (the default: each
+// transaction on a pooled backend) or PoolSession (each client on a
+// backend of its own, opened directly to the shard's Postgres as the
+// client's user with its startup parameters: everything one Postgres
+// session does works — SET/RESET/DISCARD, PREPARE, temp tables, LISTEN,
+// cursors, COPY, large objects — on one shard; on a map of one shard the
+// client is pinned at startup and BackendKeyData carries the backend's real
+// PID and secret). In transaction pooling a statement creating session
+// state pins the client the same way until that state is gone (see
+// pin.go for what ends each kind); Config.MaxPinned bounds such pins. A
+// pinned session runs every statement on its backend as it is; one that
+// needs another shard is refused (0A000), a read of every shard outside a
+// transaction block still fans out on pooled connections.
+//
+// Tables outside the sharding schema are unsharded and live on
+// Config.DefaultShard: statements that touch only them (reads, writes,
+// DDL, COPY, DO, CALL, functions the schema does not know) run there; one
+// that joins them with rows of another shard, or reads them on every
+// shard, is refused. On a map of one shard every statement is routable:
+// reads of "every shard", DDL inside transactions and shapes no merge
+// supports run on that shard.
+//
 // # Reads of every shard (fan-out)
 //
 // A key-less read (or an IN list of keys on several shards) runs on every
