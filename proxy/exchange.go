@@ -523,6 +523,9 @@ type effect struct {
 	tx   *txSnap
 	set  *settings
 	rep  map[string]string
+	// real, with effStmtPut, is the pinned backend the statement was
+	// parsed on under its own name.
+	real *bconn
 }
 
 // txSnap is a transaction state to switch to.
@@ -538,6 +541,9 @@ func (s *session) apply(e *effect) {
 	}
 	switch e.kind {
 	case effStmtPut:
+		if e.real != nil {
+			e.vs.realOn = e.real
+		}
 		s.stmts[e.name] = e.vs
 	case effStmtDel:
 		delete(s.stmts, e.name)

@@ -136,7 +136,7 @@ func (p *planner) parse(raw []byte) {
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
-			a.Kind == route.KindOther && a.ParseError == "" && a.MarkUnnamed()
+			a.Kind == route.KindOther && a.ParseError == "" && s.pin == nil && a.MarkUnnamed()
 	} else {
 		name := string(s.pv.name)
 		if p.lookup(s.pv.name) != nil {
@@ -146,6 +146,19 @@ func (p *planner) parse(raw []byte) {
 		vs = newVstmt(name, a, s.pv.oids)
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
+		if s.pin != nil && p.tx != txFailed {
+			// A pinned session's named statement is the server's own, as
+			// on a direct connection (its plan cache, pg_prepared_statements,
+			// "cached plan must not change result type").
+			if e := p.ensureBackend(s.pin.shard, a); e != nil {
+				p.fail(e, nil)
+				return
+			}
+			eff.real, vs.realOn = p.bc, p.bc // later messages of the pipeline use it
+			s.bw = append(s.bw, raw...)
+			s.items = append(s.items, item{kind: itParse, eff: eff})
+			return
+		}
 	}
 	if a.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
@@ -198,6 +211,9 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 	s := p.s
 	if vs == p.backendUnnamed {
 		return "", nil
+	}
+	if vs.realOn != nil && vs.realOn == p.bc {
+		return vs.name, nil // the pinned backend has it under its own name
 	}
 	if c := p.bc.stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
 		if vs.name == "" {
@@ -523,6 +539,18 @@ func (p *planner) close(raw []byte) {
 			s.unnamed = nil
 		} else {
 			n := string(name)
+			if vs := p.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
+				// The pinned backend has it: close it there too.
+				s.lbuf = s.lbuf[:lo]
+				p.overlayPut(n, nil)
+				if e := p.ensureBackend(p.shard, nil); e != nil {
+					p.fail(e, nil)
+					return
+				}
+				s.bw = append(s.bw, raw...)
+				s.items = append(s.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
+				return
+			}
 			p.overlayPut(n, nil)
 			eff = &effect{kind: effStmtDel, name: n}
 		}

@@ -629,6 +629,8 @@ func (s *session) applyPinOps(ops []pinOp, idle bool) {
 			if a.PrepareName == "" {
 				clear(s.stmts)
 				s.resetStmtCache()
+			} else {
+				delete(s.stmts, a.PrepareName)
 			}
 		case route.KindDDL:
 			for _, t := range a.DropTables {

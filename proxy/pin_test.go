@@ -360,3 +360,37 @@ func TestExtraDatabase(t *testing.T) {
 		t.Fatalf("passthrough database runs on port %s, want shard1's (%s)", port, sh.DSN)
 	}
 }
+
+// TestSessionModeNamedStatements: in session pooling a client's named
+// statements are the server's own, as on a direct connection: they are in
+// pg_prepared_statements, and a schema change under one gives Postgres's
+// own "cached plan must not change result type".
+func TestSessionModeNamedStatements(t *testing.T) {
+	e := startProxy(t, sessionMode())
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	pc := conn.PgConn()
+	if _, err := conn.Exec(ctx, "CREATE TEMP TABLE sn_t (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "sn_ps", "SELECT * FROM sn_t", nil); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'sn_ps'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("pg_prepared_statements has sn_ps %d times (%v)", n, err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE sn_t ADD COLUMN b int"); err != nil {
+		t.Fatal(err)
+	}
+	res := pc.ExecPrepared(ctx, "sn_ps", nil, nil, nil).Read()
+	if pgCode(res.Err) != "0A000" || !strings.Contains(res.Err.Error(), "cached plan must not change result type") {
+		t.Fatalf("after the schema change: %v", res.Err)
+	}
+	if err := pc.Deallocate(ctx, "sn_ps"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'sn_ps'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after Close, pg_prepared_statements has sn_ps %d times (%v)", n, err)
+	}
+}

@@ -180,6 +180,10 @@ type vstmt struct {
 	// cacheUnnamed: an unnamed statement a direct connection's statement
 	// cache serves (Config.UnnamedStatements), decided at its Parse.
 	cacheUnnamed bool
+	// realOn is the pinned backend where the statement exists under the
+	// client's own name (parsed there as it was sent: pin.go); nil when
+	// it is virtual. Another backend (after the pin ended) re-parses it.
+	realOn *bconn
 }
 
 func newVstmt(name string, st *route.Statement, oids []uint32) *vstmt {
