@@ -333,6 +333,7 @@ func Load(o Options) (*Config, error) {
 			// is the defaults plus this map.
 			doc = map[string]any{"shardmap_file": filepath.Base(path)}
 		}
+		keepEmptyDatabases(doc)
 		if err := checkKeys(doc, "", leaves); err != nil {
 			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
@@ -435,6 +436,19 @@ func (c *Config) loadMap() error {
 	}
 	c.Map = m
 	return nil
+}
+
+// keepEmptyDatabases gives each `proxy.databases` entry written as {} (or
+// nothing) an explicit empty map key: viper drops empty maps when merging,
+// and the entry would be lost.
+func keepEmptyDatabases(doc map[string]any) {
+	px, _ := doc["proxy"].(map[string]any)
+	dbs, _ := px["databases"].(map[string]any)
+	for name, v := range dbs {
+		if m, ok := v.(map[string]any); v == nil || ok && len(m) == 0 {
+			dbs[name] = map[string]any{"map": ""}
+		}
+	}
 }
 
 // IsBareMap reports whether a decoded YAML document is a shard map on its
