@@ -30,6 +30,9 @@ func (s *session) serve(ctx context.Context) error {
 			}
 		}
 		if s.pinLost {
+			if s.pinFatal {
+				return nil // the backend's FATAL was forwarded: the session ends
+			}
 			return fatal(codeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
 		}
 		typ, msg, err := s.readClient()
@@ -249,6 +252,11 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 				case replayFailed && it.flags&fClientPart != 0 && errorField(msg, 'C') == codeInFailedTransaction:
 					// consequence of the replay's error, already reported
+				case fatalErr && s.pin != nil:
+					// A pinned backend is the client's own session: it ends
+					// with it, as on a direct connection.
+					s.out = append(s.out, msg...)
+					s.pinFatal = true
 				case fatalErr:
 					// The backend is going away; the client's session is
 					// not: report the same error, as ERROR.
@@ -272,8 +280,10 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 					s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
 					return s.afterLoss(bc, explicit, res)
 				}
-				if it.kind == itQuery {
-					continue // the query goes on to ReadyForQuery
+				if it.kind == itQuery || it.kind == itSync {
+					// The query goes on to ReadyForQuery; so does a Sync
+					// whose implicit COMMIT failed (a deferred constraint).
+					continue
 				}
 				errored = true
 				done = true

@@ -640,7 +640,7 @@ func (s *session) finish(p *planner, term byte) error {
 	if res.lost {
 		if term == 'H' {
 			s.skipUntilSync = true
-		} else {
+		} else if !s.pinFatal {
 			s.out = appendRFQ(s.out, s.status())
 		}
 		return nil

@@ -394,3 +394,38 @@ func TestSessionModeNamedStatements(t *testing.T) {
 		t.Fatalf("after Close, pg_prepared_statements has sn_ps %d times (%v)", n, err)
 	}
 }
+
+// TestDeferredErrorAtSync: an error raised when a pipeline's implicit
+// transaction commits (a deferred unique constraint) comes after the
+// statement's CommandComplete, at Sync: the client gets it and then
+// ReadyForQuery, and the connection stays usable (it used to lose the
+// ReadyForQuery and hang).
+func TestDeferredErrorAtSync(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []envOpt
+	}{{"transaction", nil}, {"session", []envOpt{sessionMode()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.opts...)
+			ctx := ctxT(t, time.Minute)
+			conn := e.connect(t)
+			if _, err := conn.Exec(ctx, `CREATE TEMP TABLE de_t (id text PRIMARY KEY, n int NOT NULL, UNIQUE (n) DEFERRABLE INITIALLY DEFERRED);
+INSERT INTO de_t VALUES ('a', 1), ('b', 2), ('c', 3)`); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := conn.Query(ctx, "UPDATE de_t SET n = n + 1 WHERE id = 'b' RETURNING *")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+			}
+			if pgCode(rows.Err()) != "23505" {
+				t.Fatalf("want 23505 at commit, got %v", rows.Err())
+			}
+			var one int
+			if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+				t.Fatalf("after it: %v", err)
+			}
+		})
+	}
+}

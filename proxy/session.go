@@ -124,6 +124,8 @@ type session struct {
 	// pinLost: a pinned backend went away; its session state is gone and
 	// the session ends, as it would on a direct connection.
 	pinLost bool
+	// pinFatal: the pinned backend's FATAL error was forwarded as it is.
+	pinFatal bool
 	// wmu serializes writes to the client (a pinned session's watcher
 	// forwards notifications while the session waits for the client).
 	wmu sync.Mutex
