@@ -1035,3 +1035,52 @@ func (s *session) fastpath(ctx context.Context, msg []byte) error {
 	s.afterReady(p, res.status)
 	return nil
 }
+
+// canRelay reports whether the session's protocol can be relayed as it
+// is: a session-pooling client pinned at startup on a database of one
+// shard, where no statement needs routing.
+func (s *session) canRelay() bool {
+	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.srv.pools) == 1 && s.bc != nil && !s.bc.pool.viaPooler
+}
+
+// relay copies the client's bytes to its backend and the backend's to the
+// client, unchanged, until either side closes (PgBouncer's session
+// pooling does the same): everything one Postgres session does behaves
+// exactly as on a direct connection. Cancel requests still reach the
+// backend through the proxy (the client knows the backend's PID and
+// secret). Both goroutines end before it returns.
+func (s *session) relay() error {
+	bc := s.bc
+	if b := s.rd.take(); len(b) > 0 {
+		if _, err := bc.nc.Write(b); err != nil {
+			return err
+		}
+	}
+	if b := bc.rd.take(); len(b) > 0 {
+		if _, err := s.conn.Write(b); err != nil {
+			return err
+		}
+	}
+	bc.broken = true // never reused: it carries the client's session
+	done := make(chan struct{})
+	go func() { // owned here: waited for below
+		defer close(done)
+		_, _ = io.Copy(bc.nc, s.conn)
+		_ = bc.nc.SetDeadline(time.Now()) // the client left: stop the other copy
+	}()
+	_, err := io.Copy(s.conn, bc.nc)
+	_ = s.conn.SetDeadline(time.Now()) // the backend left: stop the other copy
+	<-done
+	if err != nil && !isDisconnect(err) && !isTimeout(err) {
+		return err
+	}
+	return nil
+}
+
+// take returns the unread buffered bytes and consumes them.
+func (m *msgReader) take() []byte {
+	b := append([]byte(nil), m.buf[m.pos:m.end]...)
+	m.pos = m.end
+	m.keep = m.pos
+	return b
+}

@@ -429,3 +429,49 @@ INSERT INTO de_t VALUES ('a', 1), ('b', 2), ('c', 3)`); err != nil {
 		})
 	}
 }
+
+// TestSessionModeOneShardRelay: a session-pooling client of a database of
+// one shard is pinned at startup and relayed unchanged: BackendKeyData
+// carries the backend's real PID (pg_backend_pid() agrees), a cancel
+// reaches its query, a terminated backend ends the client's session.
+func TestSessionModeOneShardRelay(t *testing.T) {
+	d := db(t)
+	sh := d.m.Shards[0]
+	m := &shardmap.Map{Epoch: 1, Buckets: d.m.Buckets, Shards: []shardmap.Shard{{Name: "db", DSN: sh.DSN, PoolerDSN: sh.PoolerDSN}},
+		Ranges: []shardmap.Range{{Lo: 0, Hi: d.m.Buckets - 1, Shard: "db"}}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, testSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProxy(t, func(c *proxy.Config) {
+		c.ExtraDatabases = []proxy.Database{{Name: "one", Config: proxy.Config{Map: m, Analyzer: an, UsePooler: true, PoolMode: proxy.PoolSession}}}
+	})
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.Database = "one" })
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if pid != conn.PgConn().PID() {
+		t.Fatalf("BackendKeyData PID %d, pg_backend_pid() %d", conn.PgConn().PID(), pid)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = conn.Exec(cctx, "SELECT pg_sleep(20)")
+	cancel()
+	if err == nil {
+		t.Fatal("pg_sleep(20) was not cancelled")
+	}
+	// pgx closes the connection after a cancelled query; a new one works.
+	conn = e.connect(t, func(c *pgx.ConnConfig) { c.Database = "one" })
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())"); err == nil || pgCode(err) != "57P01" {
+		t.Fatalf("terminating its own backend: %v, want 57P01", err)
+	}
+	if !conn.IsClosed() {
+		if err := conn.Ping(ctx); err == nil {
+			t.Fatal("the session outlived its backend")
+		}
+	}
+}

@@ -253,7 +253,11 @@ func (s *session) run(ctx context.Context) {
 	}
 	defer s.srv.unregister(s)
 	defer s.releaseAll()
-	err = s.serve(ctx)
+	if s.canRelay() {
+		err = s.relay()
+	} else {
+		err = s.serve(ctx)
+	}
 	switch {
 	case err == nil, isDisconnect(err):
 	case errors.Is(err, errProtocol):

@@ -134,6 +134,8 @@ type analyzer struct {
 	unsupported string // a session-level feature: the statement is KindUnsupported
 	// unsupportedState names that feature's session state (Statement.SessionState).
 	unsupportedState string
+	// everywhere are relations on every shard (catalogs, pgshard's own).
+	everywhere map[string]bool
 	refusal          *Refusal // refused unless hinted
 	placeType        KeyType
 	havePlace        bool
@@ -230,6 +232,18 @@ func strName(n *pg.Node) string {
 		return s.Sval
 	}
 	return ""
+}
+
+// noteCatalog records a relation that exists on every shard whatever the
+// sharding schema says: a system catalog or view, or pgshard's own tables
+// (pgshard_identity, pgshard_migrations). It is not unsharded.
+func (a *analyzer) noteCatalog(rv *pg.RangeVar) {
+	if isCatalog(rv.Schemaname, rv.Relname) || strings.HasPrefix(rv.Relname, "pgshard_") {
+		if a.everywhere == nil {
+			a.everywhere = map[string]bool{}
+		}
+		a.everywhere[rv.Relname] = true
+	}
 }
 
 func isCatalog(schema, rel string) bool {
@@ -531,6 +545,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 			}
 		}
 		a.addTable(rv.Relname)
+		a.noteCatalog(rv)
 		if t := a.sc.tables[rv.Relname]; t != nil && !isCatalog(rv.Schemaname, rv.Relname) {
 			ref := a.newRef(t, vis, roleRead, sc)
 			ref.nullable = nullable
@@ -628,6 +643,7 @@ func (a *analyzer) targetRef(rv *pg.RangeVar, sc *scope, ro role, verb string) *
 		vis = rv.Alias.Aliasname
 	}
 	a.addTable(rv.Relname)
+	a.noteCatalog(rv)
 	a.setWrite(verb + " " + rv.Relname)
 	t := a.sc.tables[rv.Relname]
 	if t == nil || isCatalog(rv.Schemaname, rv.Relname) {

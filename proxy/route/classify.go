@@ -263,7 +263,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	}
 	st.Tables = a.tables
 	for _, t := range a.tables {
-		if r.sc.tables[t] == nil && !r.sc.global[t] {
+		if r.sc.tables[t] == nil && !r.sc.global[t] && !a.everywhere[t] {
 			st.Unsharded = append(st.Unsharded, t)
 		}
 	}
