@@ -136,10 +136,10 @@ type analyzer struct {
 	unsupportedState string
 	// everywhere are relations on every shard (catalogs, pgshard's own).
 	everywhere map[string]bool
-	refusal          *Refusal // refused unless hinted
-	placeType        KeyType
-	havePlace        bool
-	top              *topInfo
+	refusal    *Refusal // refused unless hinted
+	placeType  KeyType
+	havePlace  bool
+	top        *topInfo
 	// lit, when analyzing a normalized text, says which $n are literal
 	// slots (nil otherwise).
 	lit *litCtx
