@@ -62,6 +62,7 @@ var proxyTargets = []struct {
 }{
 	{"pgshard-session", "session", 1},
 	{"pgshard-transaction", "transaction", 1},
+	{"pgshard-session-2shards", "session", 2},
 	{"pgshard-transaction-2shards", "transaction", 2},
 }
 
