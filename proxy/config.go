@@ -129,7 +129,10 @@ const (
 // User is a client login.
 type User struct {
 	// Name is the user name clients send in the startup packet; "*"
-	// stands for every user not listed by name.
+	// stands for every user not listed by name, and such a client reaches
+	// the shards as itself (its backend connections log in as its user,
+	// so privileges and current_user are its own; listed users share the
+	// shard DSN's user).
 	Name string
 	// Password is the user's password in plain text, or a SCRAM-SHA-256
 	// verifier in Postgres's format ("SCRAM-SHA-256$4096:salt$StoredKey:ServerKey").

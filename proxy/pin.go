@@ -493,15 +493,10 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	return nil
 }
 
-// backendUser is the user a pinned backend connects as: in session
-// pooling the client's own (so current_user, SET ROLE and privileges are
-// what a direct connection would give), else the shard DSN's.
-func (s *session) backendUser() string {
-	if s.poolMode() == PoolSession {
-		return s.user
-	}
-	return ""
-}
+// backendUser is the user a pinned backend connects as ("" = what its
+// startup settings say: the client's own for a client admitted through
+// the "*" login, else the shard DSN's).
+func (s *session) backendUser() string { return "" }
 
 // setPin records the pin (the backend is s.bc).
 func (s *session) setPin(shard int, why pinReason, temps []string) {

@@ -475,3 +475,32 @@ func TestSessionModeOneShardRelay(t *testing.T) {
 		}
 	}
 }
+
+// TestWildcardUserAsItself: a client admitted through the "*" login
+// reaches the shards as its own role, in both pool modes; a listed user
+// shares the shard DSN's. (Directly: the test cluster's PgBouncers admit
+// only the roles of their auth_file.)
+func TestWildcardUserAsItself(t *testing.T) {
+	for _, mode := range []proxy.PoolMode{proxy.PoolTransaction, proxy.PoolSession} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, direct(), withUsers(proxy.User{Name: "*", Trust: true}), func(c *proxy.Config) { c.PoolMode = mode })
+			ctx := ctxT(t, time.Minute)
+			admin := e.connect(t)
+			for i := range e.db.m.Shards {
+				if _, err := e.db.shardConn(t, i).Exec(ctx, "DO $$BEGIN CREATE ROLE pin_self LOGIN; EXCEPTION WHEN duplicate_object THEN END$$"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var who string
+			if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != "postgres" {
+				t.Fatalf("listed user: current_user %q (%v)", who, err)
+			}
+			conn := e.connect(t, func(c *pgx.ConnConfig) { c.User = "pin_self" })
+			for i := 0; i < 2; i++ {
+				if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != "pin_self" {
+					t.Fatalf("wildcard user: current_user %q (%v)", who, err)
+				}
+			}
+		})
+	}
+}

@@ -440,6 +440,9 @@ func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
 // dialAs is dial connecting as user ("" = the DSN's).
 func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bconn, error) {
 	cfg := p.base.Copy()
+	if user == "" {
+		user = key.user
+	}
 	if user != "" {
 		cfg.User = user
 	}

@@ -126,6 +126,9 @@ type session struct {
 	pinLost bool
 	// pinFatal: the pinned backend's FATAL error was forwarded as it is.
 	pinFatal bool
+	// asSelf: admitted through the "*" login; its backends log in as its
+	// own user (settings.user).
+	asSelf bool
 	// wmu serializes writes to the client (a pinned session's watcher
 	// forwards notifications while the session waits for the client).
 	wmu sync.Mutex
@@ -395,6 +398,9 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		s.out = appendNegotiateProtocol(s.out, pkt.protocolOptions)
 	}
 	s.startup = newSettings(kv)
+	if s.asSelf {
+		s.startup = s.startup.withUser(s.user) // it reaches the shards as itself
+	}
 	s.cur = s.startup
 	st, e := s.pinAtStartup(ctx)
 	if e == nil && st == nil {
@@ -444,6 +450,7 @@ func (s *session) authenticate() (bool, error) {
 		// A user named "*" stands for every user not listed (local
 		// development and compatibility runs: `--trust-user '*'`).
 		l, ok = s.srv.users["*"]
+		s.asSelf = ok
 	}
 	if !ok {
 		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
