@@ -184,9 +184,7 @@ func (p *planner) parse(raw []byte) {
 	lo := len(s.lbuf)
 	s.lbuf = appendEmpty(s.lbuf, '1')
 	s.addLocal(lo, eff)
-	if len(s.pv.name) == 0 {
-		p.pendingParse, p.pendingRaw = len(s.items)-1, raw
-	}
+	p.pendingParse, p.pendingRaw, p.pendingVs = len(s.items)-1, raw, vs
 }
 
 func equalOids(a, b []uint32) bool {
@@ -216,11 +214,9 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		return vs.name, nil // the pinned backend has it under its own name
 	}
 	if c := p.bc.stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
-		if vs.name == "" {
-			// The client's Parse was answered by the proxy; the cache's
-			// statement replaces it.
-			p.pendingParse = -1
-		}
+		// The client's Parse was answered by the proxy; the cache's
+		// statement replaces it.
+		p.pendingParse = -1
 		if e := s.srv.stmtEpoch.Load(); c.epoch != e {
 			c.reset(e)
 		}
@@ -237,10 +233,17 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		}
 		return cs.name, cs
 	}
-	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed {
+	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed && vs.name == "" {
 		// The client's unnamed Parse was the previous message: send it as is.
 		s.items[p.pendingParse] = item{kind: itParse}
 		s.bw = append(s.bw, p.pendingRaw...)
+	} else if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == p.pendingVs && vs.name != "" {
+		// The client's named Parse was the previous message: the backend
+		// parses it (as the unnamed statement) and its ParseComplete — or
+		// its error, without a ParseComplete — is the client's answer.
+		eff := s.items[p.pendingParse].eff
+		s.items[p.pendingParse] = item{kind: itParse, eff: eff}
+		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 	} else {
 		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
@@ -727,8 +730,8 @@ func (s *session) afterReady(p *planner, st byte) {
 		if s.pin != nil {
 			if !p.exErrored {
 				s.applyPinOps(p.pinOps, true)
-			} else if s.pin.reasons == 0 {
-				s.unpin()
+			} else if s.pin.reasons &^= pinSetsOnce; s.pin.reasons == 0 {
+				s.unpin() // it failed: its settings were rolled back with it
 			}
 		} else {
 			s.dropBackend(true)

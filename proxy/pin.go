@@ -102,9 +102,13 @@ const (
 	pinListen                            // LISTEN
 	pinSettings                          // settings the proxy cannot keep (set_config(..., false), SET in a transaction or a query string)
 	pinOther                             // LOAD, SET SESSION AUTHORIZATION, prepared transactions, large objects, dblink
+	// pinSetsOnce: a query string or pipeline whose session SET precedes
+	// other statements runs on one server session, in order; its settings
+	// are then kept by the proxy (s.cur) and the pin ends with it.
+	pinSetsOnce
 )
 
-var pinReasonNames = []string{"session mode", "temporary objects", "WITH HOLD cursors", "session advisory locks", "LISTEN", "session settings", "session state"}
+var pinReasonNames = []string{"session mode", "temporary objects", "WITH HOLD cursors", "session advisory locks", "LISTEN", "session settings", "session state", "settings ahead of other statements"}
 
 func (r pinReason) String() string {
 	var out []string
@@ -315,6 +319,11 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *Error
 			temps = append(temps, a.TempTables...)
 		}
 	}
+	if why == pinSettings && s.tx == txIdle && setsAhead(as) {
+		// Only settings in a query string with other statements: one
+		// server session for this query, on the query's shard.
+		why = pinSetsOnce
+	}
 	if s.poolMode() == PoolSession {
 		why |= pinSessionMode
 	}
@@ -322,10 +331,26 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *Error
 		return nil
 	}
 	shard := -1
-	if why&pinSessionMode != 0 {
+	if why&(pinSessionMode|pinSetsOnce) != 0 {
 		shard = s.firstShard(as)
 	}
 	return s.pinTo(ctx, shard, why, temps)
+}
+
+// setsAhead reports whether a session SET (or DISCARD, PREPARE, ...)
+// comes before another statement, so that it must apply to it.
+func setsAhead(as []*route.Statement) bool {
+	local := false
+	for _, a := range as {
+		switch {
+		case a.Kind == route.KindEmpty || txnControl(a.Kind):
+		case localKind(a.Kind):
+			local = true
+		case local:
+			return true
+		}
+	}
+	return false
 }
 
 // pinForPipeline is pinForQuery for a buffered extended-protocol
@@ -338,6 +363,7 @@ func (s *session) pinForPipeline(ctx context.Context) *Error {
 	var temps []string
 	var pv parseView
 	var bv bindView
+	var sets, others bool
 	shard := -1
 	for _, m := range s.grp {
 		var a *route.Statement
@@ -381,6 +407,17 @@ func (s *session) pinForPipeline(ctx context.Context) *Error {
 			why |= r
 			temps = append(temps, a.TempTables...)
 		}
+		switch {
+		case a.Kind == route.KindSetSession && !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard."):
+			sets = true
+		case sets && !localKind(a.Kind) && !txnControl(a.Kind):
+			others = true
+		}
+	}
+	if sets && others && why == 0 && s.tx == txIdle {
+		// A session SET ahead of other statements in one pipeline applies
+		// to them, in order, as on one server session.
+		why = pinSetsOnce
 	}
 	if s.poolMode() == PoolSession {
 		why |= pinSessionMode
@@ -388,7 +425,7 @@ func (s *session) pinForPipeline(ctx context.Context) *Error {
 	if why == 0 {
 		return nil
 	}
-	if why&pinSessionMode == 0 {
+	if why&(pinSessionMode|pinSetsOnce) == 0 {
 		shard = -1
 	}
 	return s.pinTo(ctx, shard, why, temps)
@@ -436,9 +473,19 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	if s.hasReaders() {
 		return nil // a transaction reading several shards: refused as before
 	}
+	if s.bc != nil && s.bc.pool.viaPooler && s.soft && s.tx == txBound {
+		// Only table-less reads ran: roll back and replay the start of
+		// the transaction on the pinned backend, as a soft move does.
+		res, err := s.bc.runSimple(ctx, srv.cfg.PoolTimeout, "ROLLBACK")
+		s.dropBackend(err == nil && len(res) == 1 && res[0].status == 'I')
+		s.soft, s.tx = false, txDeferred
+	}
 	switch {
 	case s.bc != nil && s.bc.pool.viaPooler:
-		return nil // mid-transaction through a pooler: refused as before
+		srv.metrics.refusals.WithLabelValues("pinned").Inc()
+		return &Error{Code: codeFeatureNotSupported,
+			Message: fmt.Sprintf("this statement needs a server session of its own (%s), but its transaction already runs on a pooled connection (PgBouncer), which cannot become one", why),
+			Hint:    "Run it at the start of the transaction, or outside a transaction block: pgshard then pins the session to a backend of its own."}
 	case s.bc != nil:
 		// A direct backend in a transaction (or mid-pipeline): it becomes
 		// the client's own.
@@ -656,6 +703,9 @@ func (s *session) applyPinOps(ops []pinOp, idle bool) {
 				s.pin.reasons &^= pinCursor
 			}
 		}
+	}
+	if idle {
+		s.pin.reasons &^= pinSetsOnce // its settings are in s.cur now
 	}
 	if s.pin.reasons == 0 && idle {
 		s.unpin()

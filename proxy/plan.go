@@ -76,6 +76,7 @@ type planner struct {
 	// itself instead of a re-Parse.
 	pendingParse int
 	pendingRaw   []byte
+	pendingVs    *vstmt // the statement that Parse made
 	// overlay holds named statements created or removed earlier in the
 	// pipeline (effects are applied only when answered).
 	overlay map[string]*vstmt

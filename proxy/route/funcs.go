@@ -17,7 +17,6 @@ var sessionFuncs = map[string]string{
 	"pg_advisory_unlock_shared":   "pg_advisory_unlock_shared releases a session-level advisory lock, which cannot be held through pgshard",
 	"pg_advisory_unlock_all":      "pg_advisory_unlock_all releases session-level advisory locks, which cannot be held through pgshard",
 	"dblink_connect":              "dblink_connect opens a connection that outlives the transaction",
-	"lo_open":                     "lo_open returns a descriptor valid only in this server session",
 }
 
 // sessionFuncState names the session state each of sessionFuncs keeps
@@ -26,7 +25,7 @@ var sessionFuncState = map[string]string{
 	"pg_advisory_lock": "advisory-lock", "pg_advisory_lock_shared": "advisory-lock",
 	"pg_try_advisory_lock": "advisory-lock", "pg_try_advisory_lock_shared": "advisory-lock",
 	"pg_advisory_unlock": "advisory-lock", "pg_advisory_unlock_shared": "advisory-lock",
-	"pg_advisory_unlock_all": "advisory-lock", "dblink_connect": "dblink", "lo_open": "large-object",
+	"pg_advisory_unlock_all": "advisory-lock", "dblink_connect": "dblink",
 }
 
 // aggregates are the built-in aggregate functions. A select list that uses
