@@ -29,6 +29,9 @@ func (s *session) serve(ctx context.Context) error {
 				_ = s.conn.SetReadDeadline(time.Time{})
 			}
 		}
+		if s.terminateSelf {
+			return &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+		}
 		if s.pinLost {
 			if s.pinFatal {
 				return nil // the backend's FATAL was forwarded: the session ends

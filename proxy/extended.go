@@ -13,6 +13,9 @@ type portalInfo struct {
 	name  string
 	vs    *vstmt
 	local bool
+	// term, for a local portal, is a pg_terminate_backend/pg_cancel_backend
+	// call of sessions' PIDs the proxy answered (terminate.go).
+	term *terminateCall
 }
 
 func (p *planner) portal(name []byte) *portalInfo {
@@ -282,6 +285,17 @@ func (p *planner) bind(raw []byte, idx int) {
 		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
+	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') {
+		if c := parseTerminate(a.SQL, bv.params, bv.formats); c != nil && s.runTerminate(p.ctx, c) {
+			c.binary = len(bv.resultFmts) == 1 && bv.resultFmts[0] == 1
+			pi.local, pi.term = true, c
+			s.portals = append(s.portals, pi)
+			lo := len(s.lbuf)
+			s.lbuf = appendEmpty(s.lbuf, '2')
+			s.addLocal(lo, nil)
+			return
+		}
+	}
 	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
@@ -422,7 +436,11 @@ func (p *planner) describe(raw []byte, idx int) {
 	switch {
 	case pi != nil && pi.local:
 		lo := len(s.lbuf)
-		s.lbuf = appendEmpty(s.lbuf, 'n')
+		if pi.term != nil {
+			s.lbuf = appendBoolRowDescription(s.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
+		} else {
+			s.lbuf = appendEmpty(s.lbuf, 'n')
+		}
 		s.addLocal(lo, nil)
 	case pi != nil || p.held:
 		if e := p.ensureBackend(p.shard, nil); e != nil {
@@ -513,6 +531,10 @@ func (p *planner) execute(raw []byte) {
 	}
 	pi := p.portal(portal)
 	switch {
+	case pi != nil && pi.term != nil:
+		lo := len(s.lbuf)
+		s.lbuf = appendTerminateResult(s.lbuf, pi.term, false)
+		s.addLocal(lo, nil)
 	case pi != nil && pi.local:
 		p.answer(p.localAction(pi.vs.st))
 	case pi != nil || p.held:

@@ -504,3 +504,68 @@ func TestWildcardUserAsItself(t *testing.T) {
 		})
 	}
 }
+
+// TestTerminateSessionByPID: pg_terminate_backend / pg_cancel_backend of a
+// client session's BackendKeyData PID act on that session (its PID is the
+// proxy's, no backend's), in the forms drivers and tools use.
+func TestTerminateSessionByPID(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	ctl := e.connect(t)
+	for _, tc := range []struct {
+		name string
+		sql  func(pid uint32) (string, []any)
+	}{
+		{"literal, simple protocol", func(pid uint32) (string, []any) { return fmt.Sprintf("select pg_terminate_backend(%d)", pid), nil }},
+		{"parameter", func(pid uint32) (string, []any) { return "select pg_terminate_backend($1)", []any{pid} }},
+		{"unnest of an array", func(pid uint32) (string, []any) {
+			return "select pg_terminate_backend(n) from unnest($1::int[]) n", []any{[]int32{int32(pid)}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			victim := e.connect(t)
+			q, args := tc.sql(victim.PgConn().PID())
+			var ok bool
+			if err := ctl.QueryRow(ctx, q, args...).Scan(&ok); err != nil || !ok {
+				t.Fatalf("%s: %v, %v", q, ok, err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				err := victim.Ping(ctx)
+				if err != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the terminated session still answers")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	t.Run("cancel", func(t *testing.T) {
+		victim := e.connect(t)
+		errc := make(chan error, 1)
+		sh := e.db.m.Shards[0].Name
+		go func() { _, err := victim.Exec(ctx, "/* pgshard:shard="+sh+" */ SELECT pg_sleep(20)"); errc <- err }()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			if err := ctl.QueryRow(ctx, "/* pgshard:shard="+sh+" */ SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(20)' AND state = 'active'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the query never started")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := ctl.Exec(ctx, fmt.Sprintf("select pg_cancel_backend(%d)", victim.PgConn().PID())); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; pgCode(err) != "57014" {
+			t.Fatalf("cancelled query: %v, want 57014", err)
+		}
+	})
+}

@@ -129,6 +129,9 @@ type session struct {
 	// asSelf: admitted through the "*" login; its backends log in as its
 	// own user (settings.user).
 	asSelf bool
+	// terminateSelf: the client called pg_terminate_backend of its own
+	// session's PID (terminate.go): it ends after that answer.
+	terminateSelf bool
 	// wmu serializes writes to the client (a pinned session's watcher
 	// forwards notifications while the session waits for the client).
 	wmu sync.Mutex

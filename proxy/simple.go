@@ -18,6 +18,9 @@ func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
 	}
 	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
 	as, err := s.srv.cfg.Analyzer.SplitBytes(sql)
+	if err == nil && s.terminateSimple(ctx, as) {
+		return nil
+	}
 	if err == nil {
 		if e := s.pinForQuery(ctx, as); e != nil {
 			s.out = appendError(s.out, e)
