@@ -550,7 +550,7 @@ func TestTerminateSessionByPID(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			var n int
-			if err := ctl.QueryRow(ctx, "/* pgshard:shard="+sh+" */ SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(20)' AND state = 'active'").Scan(&n); err != nil {
+			if err := ctl.QueryRow(ctx, "/* pgshard:shard="+sh+" */ SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(20)' AND state = 'active' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			if n > 0 {
