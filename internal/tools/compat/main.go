@@ -44,7 +44,7 @@ func main() {
 	flag.StringVar(&o.suites, "suites", "pgx,regress", "suites to run")
 	flag.StringVar(&o.targets, "targets", "", "comma-separated targets to run (default: all)")
 	flag.DurationVar(&o.pgxTimeout, "pgx-timeout", 10*time.Minute, "bound of one pgx suite run")
-	flag.DurationVar(&o.pgxPackageTimeout, "pgx-package-timeout", 3*time.Minute, "bound of one pgx package's tests (go test -timeout)")
+	flag.DurationVar(&o.pgxPackageTimeout, "pgx-package-timeout", 4*time.Minute, "bound of one pgx package's tests (go test -timeout)")
 	flag.DurationVar(&o.regressTimeout, "regress-timeout", 6*time.Minute, "bound of one regression suite run")
 	flag.DurationVar(&o.timeout, "timeout", 75*time.Minute, "bound of the whole run")
 	flag.StringVar(&o.thresholds, "thresholds", "", "file of floors: lines `SUITE TARGET passed>=N` (exit 1 when one is not met)")
