@@ -750,7 +750,7 @@ func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 		}
 		return 0, true, p.pinnedElsewhere(d.Shard, d.Reason)
 	case route.DestAll:
-		if a.Kind != route.KindDDL && d.Merge != nil && p.tx == txIdle && !p.onBackend && !p.explicit {
+		if (a.Kind == route.KindDDL || d.Merge != nil) && p.tx == txIdle && !p.onBackend && !p.explicit {
 			return 0, false, nil // fans out on pooled connections
 		}
 		s.srv.metrics.refusals.WithLabelValues("pinned").Inc()

@@ -316,6 +316,23 @@ func TestUnshardedTables(t *testing.T) {
 	if _, err := conn.Exec(ctx, "DROP TABLE unsh_settings"); err != nil {
 		t.Fatal(err)
 	}
+	// One query string with DDL every shard needs and an unsharded table:
+	// the type is on every shard, the table on the default one.
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS unsh_mix; DROP TYPE IF EXISTS unsh_mix_t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TYPE unsh_mix_t AS ENUM ('a', 'b'); CREATE TABLE unsh_mix (x unsh_mix_t)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range e.db.m.Shards {
+		var typ, tab bool
+		if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT to_regtype('unsh_mix_t') IS NOT NULL, to_regclass('unsh_mix') IS NOT NULL").Scan(&typ, &tab); err != nil {
+			t.Fatal(err)
+		}
+		if !typ || tab != (i == 0) {
+			t.Errorf("shard %d: type %v, table %v", i, typ, tab)
+		}
+	}
 }
 
 // TestExtraDatabase: a passthrough database served on the same listener:

@@ -258,6 +258,18 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.endQuery()
 		return
 	}
+	if others, ok := p.ddlSubsets(as); ok {
+		// DDL every shard needs mixed with statements of unsharded tables:
+		// the default shard runs the string, the others the former.
+		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
+		if _, _, e := p.target(as[0], d); e != nil {
+			p.fail(e, nil)
+			p.endQuery()
+			return
+		}
+		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg), others: others}
+		return
+	}
 	for _, a := range as {
 		if s.forwardPinned(a) {
 			continue
@@ -305,4 +317,35 @@ func settingNames(st *settings) string {
 		n = append(n, kv[0])
 	}
 	return strings.Join(n, ", ")
+}
+
+// ddlSubsets decides whether a query string mixes DDL every shard needs
+// (DestAll) with statements that live on the default shard (unsharded
+// tables' DDL and rows), outside a transaction: then it returns the Query
+// message of the DestAll statements alone, in order, for the other shards.
+func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
+	s := p.s
+	if len(s.srv.pools) < 2 || p.tx != txIdle || p.held {
+		return nil, false
+	}
+	var all []string
+	dflt := false
+	for _, a := range as {
+		if txnControl(a.Kind) || localKind(a.Kind) {
+			return nil, false
+		}
+		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		switch {
+		case d.Kind == route.DestAll && a.Kind == route.KindDDL && d.Merge == nil:
+			all = append(all, a.SQL)
+		case d.Kind == route.DestAny && d.Default, d.Kind == route.DestShard && d.Shard == s.srv.defaultShard && len(a.Unsharded) > 0:
+			dflt = true
+		default:
+			return nil, false
+		}
+	}
+	if len(all) == 0 || !dflt {
+		return nil, false
+	}
+	return appendQuery(nil, strings.Join(all, ";\n")), true
 }
