@@ -586,3 +586,20 @@ func TestTerminateSessionByPID(t *testing.T) {
 		}
 	})
 }
+
+// TestReadOnlyStartupThroughPooler: a client that connects with
+// default_transaction_read_only=on gets read-only transactions through
+// PgBouncer too (the preamble's transaction had begun read-write).
+func TestReadOnlyStartupThroughPooler(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.RuntimeParams["default_transaction_read_only"] = "on" })
+	var ro string
+	if err := conn.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro); err != nil || ro != "on" {
+		t.Fatalf("transaction_read_only = %q (%v), want on", ro, err)
+	}
+	k := e.db.keysOn(1, 1, 9_300_000)[0]
+	if _, err := conn.Exec(ctx, "INSERT INTO accounts (aid) VALUES ($1)", k); pgCode(err) != "25006" {
+		t.Fatalf("a write in a read-only session: %v, want 25006", err)
+	}
+}

@@ -193,7 +193,22 @@ func (s *settings) preambleSQL() string {
 		writeEscapeLiteral(&b, p[1])
 		b.WriteString(", true)")
 	}
+	if v, ok := s.get("default_transaction_read_only"); ok && isOn(v) {
+		// The transaction the preamble runs in has begun already: its own
+		// read-only status follows the client's default only if set too
+		// (going read-only is allowed at any point of a transaction).
+		b.WriteString(", pg_catalog.set_config('transaction_read_only', 'on', true)")
+	}
 	return b.String()
+}
+
+// isOn reports whether a boolean setting's value means on.
+func isOn(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "on", "true", "yes", "1", "t", "y":
+		return true
+	}
+	return false
 }
 
 func writeEscapeLiteral(b *strings.Builder, s string) {

@@ -261,6 +261,17 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	if a.unsupported != "" && st.Kind != KindUnsupported {
 		unsupported(a.unsupportedState, a.unsupported)
 	}
+	if p.defaultWhy == "" && !p.ddl && st.Kind != KindUnsupported {
+		if tn := userType(node); tn != "" {
+			// A type the server does not ship: a user's, perhaps the row
+			// type of an unsharded table; the default shard has them all.
+			p.defaultWhy = "uses the type " + tn + ", which is not PostgreSQL's own"
+		}
+	}
+	if st.Kind == KindDDL && strings.Contains(strings.ToLower(text), "pg_temp.") {
+		// An object created in (or altered in) the session's temporary schema.
+		unsupported("temp", "DDL in pg_temp creates session-private objects, which a transaction pooler shares")
+	}
 	st.Tables = a.tables
 	for _, t := range a.tables {
 		if r.sc.tables[t] == nil && !r.sc.global[t] && !a.everywhere[t] {
@@ -735,3 +746,52 @@ func dropTables(n *pg.Node) []string {
 	}
 	return out
 }
+
+// userType returns the first type name in a statement that is not one
+// of PostgreSQL's own ("" if none): casts and declared types.
+func userType(n *pg.Node) string {
+	found := ""
+	var walk func(m protoreflect.Message)
+	walk = func(m protoreflect.Message) {
+		if found != "" {
+			return
+		}
+		if tn, ok := m.Interface().(*pg.TypeName); ok {
+			if len(tn.Names) == 0 {
+				return
+			}
+			name := strName(tn.Names[len(tn.Names)-1])
+			schema := ""
+			if len(tn.Names) > 1 {
+				schema = strName(tn.Names[len(tn.Names)-2])
+			}
+			if name != "" && (schema != "" && schema != "pg_catalog" || !pgBuiltinType[name] && !sqlTypeAlias[name]) {
+				found = name
+			}
+			return
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if fd.Kind() != protoreflect.MessageKind || fd.IsMap() {
+				return true
+			}
+			if fd.IsList() {
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					walk(l.Get(i).Message())
+				}
+				return true
+			}
+			walk(v.Message())
+			return true
+		})
+	}
+	walk(n.ProtoReflect())
+	return found
+}
+
+// sqlTypeAlias are type names the grammar accepts that pg_type spells
+// otherwise.
+var sqlTypeAlias = map[string]bool{"integer": true, "int": true, "smallint": true, "bigint": true, "real": true,
+	"double": true, "boolean": true, "decimal": true, "dec": true, "character": true, "char": true, "varchar": true,
+	"timestamp": true, "timestamptz": true, "time": true, "timetz": true, "interval": true, "float": true, "serial": true,
+	"bigserial": true, "smallserial": true}

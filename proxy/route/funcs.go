@@ -43,6 +43,20 @@ var aggregates = setOf(
 //go:embed pg_builtin_functions.txt
 var builtinFuncsText string
 
+//go:embed pg_builtin_types.txt
+var builtinTypesText string
+
+// pgBuiltinType holds the names of PostgreSQL's own types (pg_catalog).
+var pgBuiltinType = func() map[string]bool {
+	m := map[string]bool{}
+	for _, line := range strings.Split(builtinTypesText, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			m[line] = true
+		}
+	}
+	return m
+}()
+
 // pgBuiltin holds the names of PostgreSQL's own functions (pg_catalog).
 var pgBuiltin = func() map[string]bool {
 	m := map[string]bool{}
