@@ -200,7 +200,18 @@ type exchangeResult struct {
 // returns an error only when the client connection failed.
 func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 	var res exchangeResult
-	if err := bc.write(s.bw); err != nil {
+	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
+	// after it may be sent only once the copy is done (the backend in
+	// COPY mode takes nothing else).
+	var rest []byte
+	restItem := -1
+	out := s.bw
+	if h := s.bwHold; h > 0 && h < len(s.bw) {
+		rest = append([]byte(nil), s.bw[h:]...)
+		out, restItem = s.bw[:h], s.bwHoldItem
+	}
+	s.bwHold = 0
+	if err := bc.write(out); err != nil {
 		s.bw = s.bw[:0]
 		return s.backendLost(bc, err, explicit, res)
 	}
@@ -209,6 +220,12 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 	replayFailed := false
 	for i := range s.items {
 		it := &s.items[i]
+		if rest != nil && i >= restItem && it.kind != itLocal {
+			if err := bc.write(rest); err != nil {
+				return s.backendLost(bc, err, explicit, res)
+			}
+			rest = nil
+		}
 		if it.kind == itLocal {
 			if !errored {
 				s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
@@ -308,6 +325,12 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				s.out = append(s.out, msg...)
 				if err := s.copyIn(bc); err != nil {
 					return res, err
+				}
+				if rest != nil {
+					if err := bc.write(rest); err != nil {
+						return s.backendLost(bc, err, explicit, res)
+					}
+					rest = nil
 				}
 				continue
 			case 'W':

@@ -324,6 +324,15 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *Error
 		// server session for this query, on the query's shard.
 		why = pinSetsOnce
 	}
+	if why == 0 && len(as) == 1 && as[0].NoTxnBlock && s.tx == txIdle && s.bc == nil {
+		// A statement that cannot run in a transaction block (VACUUM,
+		// CREATE TABLESPACE, ...) cannot get the client's settings from
+		// a transaction-local preamble: through a pooler it runs on a
+		// server session of its own, opened with them.
+		if _, pre := s.cur.split(true); len(pre.kv) > 0 && s.srv.pools[s.srv.defaultShard].viaPooler {
+			why = pinSetsOnce
+		}
+	}
 	if s.poolMode() == PoolSession {
 		why |= pinSessionMode
 	}

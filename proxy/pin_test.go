@@ -603,3 +603,27 @@ func TestReadOnlyStartupThroughPooler(t *testing.T) {
 		t.Fatalf("a write in a read-only session: %v, want 25006", err)
 	}
 }
+
+// TestCopyFromWithSettingsThroughPooler: a COPY FROM STDIN of a client
+// whose settings the proxy applies per transaction (BEGIN, preamble, COPY,
+// COMMIT) sends the COMMIT only after the copy (it used to arrive during
+// it: "unexpected message type 0x51 during COPY from stdin").
+func TestCopyFromWithSettingsThroughPooler(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.RuntimeParams["work_mem"] = "7MB" })
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS copy_w; CREATE TABLE copy_w (a int, wm text)"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := conn.CopyFrom(ctx, pgx.Identifier{"copy_w"}, []string{"a"}, pgx.CopyFromRows([][]any{{1}, {2}, {3}}))
+	if err != nil || n != 3 {
+		t.Fatalf("CopyFrom: %d, %v", n, err)
+	}
+	var got int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM copy_w").Scan(&got); err != nil || got != 3 {
+		t.Fatalf("count %d, %v", got, err)
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE copy_w"); err != nil {
+		t.Fatal(err)
+	}
+}

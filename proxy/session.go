@@ -132,6 +132,10 @@ type session struct {
 	// terminateSelf: the client called pg_terminate_backend of its own
 	// session's PID (terminate.go): it ends after that answer.
 	terminateSelf bool
+	// bwHold, when set, is where s.bw's bytes that must wait for a COPY
+	// FROM STDIN to finish begin, and bwHoldItem the first item they
+	// answer (exchange).
+	bwHold, bwHoldItem int
 	// wmu serializes writes to the client (a pinned session's watcher
 	// forwards notifications while the session waits for the client).
 	wmu sync.Mutex

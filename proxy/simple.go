@@ -101,6 +101,9 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	p.notePinOp(a)
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	if a.Copy && p.wrap {
+		s.bwHold, s.bwHoldItem = len(s.bw), len(s.items)
+	}
 	p.endQuery()
 }
 
