@@ -106,9 +106,13 @@ const (
 	// other statements runs on one server session, in order; its settings
 	// are then kept by the proxy (s.cur) and the pin ends with it.
 	pinSetsOnce
+	// pinPrepare: SQL-level prepared statements on a database of one
+	// shard (where EXECUTE needs no routing): the server's own, as on a
+	// direct connection (EXPLAIN EXECUTE, pg_prepared_statements).
+	pinPrepare
 )
 
-var pinReasonNames = []string{"session mode", "temporary objects", "WITH HOLD cursors", "session advisory locks", "LISTEN", "session settings", "session state", "settings ahead of other statements"}
+var pinReasonNames = []string{"session mode", "temporary objects", "WITH HOLD cursors", "session advisory locks", "LISTEN", "session settings", "session state", "settings ahead of other statements", "prepared statements"}
 
 func (r pinReason) String() string {
 	var out []string
@@ -146,6 +150,8 @@ type pinState struct {
 	// temps are the temporary objects the session created (while pinned
 	// for them); dropping all of them clears pinTemp.
 	temps map[string]bool
+	// prepared are its SQL-level prepared statements (pinPrepare).
+	prepared map[string]bool
 	since time.Time
 }
 
@@ -292,6 +298,16 @@ func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
 	return 0
 }
 
+// pinTriggerOf is pinTrigger with what the session's database allows:
+// on one shard SQL-level PREPARE pins too (elsewhere the proxy routes each
+// EXECUTE by its arguments, which needs its own prepared statements).
+func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
+	if a.Kind == route.KindPrepare && len(s.srv.pools) == 1 {
+		return pinPrepare
+	}
+	return pinTrigger(a, inMulti, inTxn)
+}
+
 // pinForQuery pins the session before a simple query when one of its
 // statements needs it (or the session pools by session). It returns an
 // error to answer instead of the query, nil to go on (pinned or not).
@@ -314,9 +330,12 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *Error
 		multi = local && other
 	}
 	for _, a := range as {
-		if r := pinTrigger(a, multi, s.tx != txIdle); r != 0 {
+		if r := s.pinTriggerOf(a, multi, s.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
+			if a.Kind == route.KindPrepare {
+				temps = append(temps, "\x00prepare\x00"+a.PrepareName)
+			}
 		}
 	}
 	if why == pinSettings && s.tx == txIdle && setsAhead(as) {
@@ -412,7 +431,7 @@ func (s *session) pinForPipeline(ctx context.Context) *Error {
 		if a == nil {
 			continue
 		}
-		if r := pinTrigger(a, false, s.tx != txIdle); r != 0 {
+		if r := s.pinTriggerOf(a, false, s.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
 		}
@@ -564,6 +583,13 @@ func (s *session) setPin(shard int, why pinReason, temps []string) {
 	}
 	s.pin.reasons |= why
 	for _, t := range temps {
+		if name, ok := strings.CutPrefix(t, "\x00prepare\x00"); ok {
+			if s.pin.prepared == nil {
+				s.pin.prepared = map[string]bool{}
+			}
+			s.pin.prepared[name] = true
+			continue
+		}
 		if s.pin.temps == nil {
 			s.pin.temps = map[string]bool{}
 		}
@@ -635,7 +661,7 @@ func (p *planner) notePinOp(a *route.Statement) {
 		return
 	}
 	switch a.Kind {
-	case route.KindSetSession, route.KindDiscard, route.KindDeallocate, route.KindUnsupported, route.KindDDL, route.KindOther:
+	case route.KindSetSession, route.KindDiscard, route.KindDeallocate, route.KindPrepare, route.KindUnsupported, route.KindDDL, route.KindOther:
 		p.pinOps = append(p.pinOps, pinOp{st: a})
 	}
 }
@@ -668,7 +694,7 @@ func (s *session) applyPinOps(ops []pinOp, idle bool) {
 			case "all":
 				s.cur = s.startup
 				s.pin.reasons &= pinSessionMode
-				s.pin.temps = nil
+				s.pin.temps, s.pin.prepared = nil, nil
 				clear(s.stmts)
 				s.unnamed = nil
 				s.resetStmtCache()
@@ -680,9 +706,19 @@ func (s *session) applyPinOps(ops []pinOp, idle bool) {
 			if a.PrepareName == "" {
 				clear(s.stmts)
 				s.resetStmtCache()
+				s.pin.prepared = nil
 			} else {
 				delete(s.stmts, a.PrepareName)
+				delete(s.pin.prepared, a.PrepareName)
 			}
+			if len(s.pin.prepared) == 0 {
+				s.pin.reasons &^= pinPrepare
+			}
+		case route.KindPrepare:
+			if s.pin.prepared == nil {
+				s.pin.prepared = map[string]bool{}
+			}
+			s.pin.prepared[a.PrepareName] = true
 		case route.KindDDL:
 			for _, t := range a.DropTables {
 				delete(s.pin.temps, t)

@@ -627,3 +627,45 @@ func TestCopyFromWithSettingsThroughPooler(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPreparePinsOnOneShard: on a database of one shard an SQL-level
+// PREPARE pins the session (the server's own statement: EXPLAIN EXECUTE,
+// pg_prepared_statements), until DEALLOCATE; on several shards it stays
+// virtual (each EXECUTE routed by its arguments: TestSessionFeatures).
+func TestPreparePinsOnOneShard(t *testing.T) {
+	d := db(t)
+	sh := d.m.Shards[2]
+	m := &shardmap.Map{Epoch: 1, Buckets: d.m.Buckets, Shards: []shardmap.Shard{{Name: "db", DSN: sh.DSN, PoolerDSN: sh.PoolerDSN}},
+		Ranges: []shardmap.Range{{Lo: 0, Hi: d.m.Buckets - 1, Shard: "db"}}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, testSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProxy(t, func(c *proxy.Config) {
+		c.ExtraDatabases = []proxy.Database{{Name: "one", Config: proxy.Config{Map: m, Analyzer: an, UsePooler: true}}}
+	})
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) {
+		c.Database = "one"
+		c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	})
+	if _, err := conn.Exec(ctx, "PREPARE pp1(int) AS SELECT $1 + 1"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'pp1'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("pg_prepared_statements: %d, %v", n, err)
+	}
+	if _, err := conn.Exec(ctx, "EXPLAIN EXECUTE pp1(1)"); err != nil {
+		t.Fatalf("EXPLAIN EXECUTE: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "DEALLOCATE pp1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after DEALLOCATE, pg_prepared_statements: %d, %v", n, err)
+	}
+}
