@@ -152,7 +152,7 @@ type pinState struct {
 	temps map[string]bool
 	// prepared are its SQL-level prepared statements (pinPrepare).
 	prepared map[string]bool
-	since time.Time
+	since    time.Time
 }
 
 // pinOp is a change of a pin's state that a forwarded statement makes,
