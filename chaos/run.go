@@ -159,6 +159,20 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 	}
 
+	// Refuse what the cluster cannot do before anything is touched:
+	// check the plan against the env the run will build (its relays and
+	// proxy stand in as placeholders here).
+	will := &Env{Cluster: o.Cluster, Map: m, Relays: make([]*Relay, len(m.Shards))}
+	for i := range will.Relays {
+		will.Relays[i] = &Relay{}
+	}
+	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
+		will.Proxy, will.ProxyRelay = &ProxyProcess{}, &Relay{}
+	}
+	if err := Check(plan, will); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+
 	if err := resetStore(ctx, &Env{Map: m}); err != nil {
 		return nil, err
 	}
@@ -174,9 +188,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	sopts := store.Options{
 		ConnectAttempts: 3, ConnectInterval: 500 * time.Millisecond, ConnectTimeout: 2 * time.Second,
 		MaxConns: sc.Workload.MaxConns, TraceMax: sc.Workload.TraceMax, ApplicationName: WorkloadApp,
-		// No server-side statement timeout (the store's default): the
-		// workload's op_timeout bounds every call on the client, and pgx
-		// cancels a statement whose context ends.
+		// The server bounds every statement too (set_config in the same
+		// pipeline as each operation, through the proxy as well).
+		StatementTimeout: time.Duration(sc.Workload.OpTimeout),
 	}
 
 	// The proxy, behind its own relay, for the proxy targets.

@@ -289,7 +289,113 @@ func diffModes(bindKey string) []diffMode {
 		{name: "floats0", startup: map[string]string{"extra_float_digits": "0"}, run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
 			return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))
 		}},
+		{name: "set-pipe", run: diffSettingsPipeline},
+		{name: "set-query", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			return diffSettingsQuery(ctx, conn, interpolate(dc.sql, dc.params))
+		}},
 	}
+}
+
+// The settings modes run each case behind transaction-local settings in
+// its implicit transaction, as pgshard's store and drivers send them: in
+// one pipeline (set-pipe: SELECT set_config(...) with a parameter, SET
+// LOCAL, the case, one Sync) or one query string (set-query). The
+// settings must apply to the case on every shard it runs on:
+// extra_float_digits 0 changes how floats print (values the merge
+// computes included).
+const (
+	diffSetConfig = "SELECT set_config('statement_timeout', $1, true)"
+	diffSetLocal  = "SET LOCAL extra_float_digits = 0"
+)
+
+// diffSettingsCheck is the answer when the settings themselves were not
+// answered as one database answers them (a failure of the suite, never a
+// refusal).
+func diffSettingsCheck(setConfig *pgconn.Result, setLocal *pgconn.Result) *diffResult {
+	switch {
+	case setConfig.Err != nil || len(setConfig.Rows) != 1 || len(setConfig.Rows[0]) != 1 || string(setConfig.Rows[0][0]) != "55s":
+		return &diffResult{code: "XXSET", msg: fmt.Sprintf("set_config answered %v (%v)", setConfig.Rows, setConfig.Err)}
+	case setLocal.Err != nil || setLocal.CommandTag.String() != "SET":
+		return &diffResult{code: "XXSET", msg: fmt.Sprintf("SET LOCAL answered %q (%v)", setLocal.CommandTag, setLocal.Err)}
+	}
+	return nil
+}
+
+func diffSettingsPipeline(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
+	defer cancel()
+	var params [][]byte
+	for _, p := range dc.params {
+		if p == nil {
+			params = append(params, nil)
+		} else {
+			params = append(params, []byte(*p))
+		}
+	}
+	p := conn.StartPipeline(ctx)
+	p.SendQueryParams(diffSetConfig, [][]byte{[]byte("55s")}, nil, nil, nil)
+	p.SendQueryParams(diffSetLocal, nil, nil, nil, nil)
+	p.SendQueryParams(dc.sql, params, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		return diffErr(err)
+	}
+	var rs []*pgconn.Result
+	for len(rs) < 3 {
+		res, err := p.GetResults()
+		if err != nil {
+			if errors.As(err, new(*pgconn.PgError)) {
+				rs = append(rs, &pgconn.Result{Err: err})
+				continue
+			}
+			return diffErr(err)
+		}
+		rr, ok := res.(*pgconn.ResultReader)
+		if !ok {
+			return diffResult{broken: fmt.Errorf("pipeline: %T before the results", res)}
+		}
+		rs = append(rs, rr.Read())
+	}
+	if _, err := p.GetResults(); err != nil { // the Sync
+		return diffErr(err)
+	}
+	if err := p.Close(); err != nil {
+		return diffErr(err)
+	}
+	if r := rs[2]; r.Err != nil {
+		if bad := diffSettingsCheck(rs[0], rs[1]); bad != nil && rs[0].Err == nil {
+			return *bad
+		}
+		return diffErr(r.Err)
+	}
+	if bad := diffSettingsCheck(rs[0], rs[1]); bad != nil {
+		return *bad
+	}
+	r := rs[2]
+	return diffResult{fields: r.FieldDescriptions, rows: r.Rows, tag: r.CommandTag.String()}
+}
+
+func diffSettingsQuery(ctx context.Context, conn *pgconn.PgConn, sql string) diffResult {
+	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
+	defer cancel()
+	results, err := conn.Exec(ctx, diffSetLocal+"; "+strings.Replace(diffSetConfig, "$1", "'55s'", 1)+"; "+sql).ReadAll()
+	if len(results) < 3 {
+		if len(results) > 0 && results[len(results)-1].Err != nil {
+			return diffErr(results[len(results)-1].Err)
+		}
+		return diffErr(err)
+	}
+	if bad := diffSettingsCheck(results[1], results[0]); bad != nil {
+		return *bad
+	}
+	r := results[len(results)-1]
+	if r.Err != nil {
+		return diffErr(r.Err)
+	}
+	if err != nil {
+		return diffErr(err)
+	}
+	return diffResult{fields: r.FieldDescriptions, rows: r.Rows, tag: r.CommandTag.String()}
 }
 
 const diffTimeout = 30 * time.Second

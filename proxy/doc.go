@@ -33,6 +33,10 @@
 //	    are merged as route.Merge says (merge.go: k-way merge of rows, merged
 //	    groups; values.go: Postgres's order and exact output of every value
 //	    the proxy computes); DDL answers are checked on every shard.
+//	    fanlead.go: transaction-local settings ahead of a read of every shard
+//	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
+//	    every shard first; inside a transaction block set_config is repeated
+//	    on every backend the transaction uses.
 //	    errors.go: the proxy's errors and the ErrorResponse codec;
 //	    backendquery.go: the proxy's own queries; metrics.go.
 //
@@ -109,7 +113,30 @@
 // REPEATABLE READ or SERIALIZABLE a read of a second shard is refused: no
 // snapshot spans shards (every participant checks its isolation level in
 // the same write, once per transaction). Outside a transaction block the
-// fan-out is its pipeline's implicit transaction and must be alone in it.
+// fan-out is its pipeline's implicit transaction and must be alone in it,
+// but for statements that only set transaction-local settings ahead of it.
+//
+// # Settings ahead of a read of every shard
+//
+// pgshard's own store (with a statement timeout) and drivers send
+// SELECT set_config(name, $1, true) ahead of a statement in the same
+// pipeline (one Sync: one implicit transaction), or SET LOCAL ...; ahead of
+// it in one query string. Ahead of a keyed statement the settings run on
+// its shard; ahead of a read of every shard, every shard runs them first,
+// in the same write and implicit transaction, and the client gets the
+// first shard's answers to them (each must succeed on every shard; an
+// error fails the implicit transaction as on one database), then the
+// merged read and one ReadyForQuery (fanlead.go). Only what provably sets
+// transaction-local state leads (route.Statement.Settings: set_config with
+// a constant name, a constant or parameter value and true; SET LOCAL of a
+// setting that is not a transaction characteristic), and only in a
+// pipeline of that shape (each setting Bind, [Describe], Execute, then the
+// read); anything else ahead of a read of every shard is refused as
+// before. Inside a transaction block set_config(..., true) holds on every
+// shard the transaction reads: it binds no shard and is no write, every
+// shard runs it ahead of a read of every shard in its pipeline, and the
+// readers opened later (or a soft transaction that moves) repeat it, like
+// SET LOCAL; a value that cannot be repeated exactly as text is refused.
 
 // # Transactions
 //

@@ -152,6 +152,7 @@ const (
 	itSync                       // ReadyForQuery
 	itQuery                      // everything up to ReadyForQuery
 	itAbort                      // an injected failing Parse: its error is replaced by s.lbuf[lo:hi]
+	itLead                       // a fan-out lead (fanlead.go): p.fan.leads[lo], answered by runFanout
 )
 
 // extended reports whether the backend skips this kind after an error

@@ -16,6 +16,15 @@ type portalInfo struct {
 	// term, for a local portal, is a pg_terminate_backend/pg_cancel_backend
 	// call of sessions' PIDs the proxy answered (terminate.go).
 	term *terminateCall
+	// lead is the fan-out lead (p.leads, +1) the portal runs, 0 if none.
+	lead int
+	// replay repeats the settings the portal makes inside a transaction
+	// block on the transaction's other backends (settingsReplay).
+	replay string
+	// setting: the portal runs a setting on the backend (replay, or a
+	// SET LOCAL of the pipeline's implicit transaction): execute looks
+	// closer.
+	setting bool
 }
 
 func (p *planner) portal(name []byte) *portalInfo {
@@ -273,7 +282,20 @@ func (p *planner) bind(raw []byte, idx int) {
 		pi.name = string(bv.portal)
 	}
 	a := vs.st
-	if p.isLocal(a) {
+	local := p.isLocal(a)
+	if local && a.Kind == route.KindSetLocal && p.pipeline && p.tx == txIdle && !p.onTxnBackend() && setsOnlyLocal(a) {
+		// SET LOCAL in a pipeline's implicit transaction: Postgres applies
+		// it (with a warning) to the statements after it, up to the Sync.
+		switch sh := p.lookahead(idx, leadable(a)); {
+		case sh == aheadFan:
+			p.addLead(vs, raw, pi) // on every shard, ahead of the read
+			return
+		case sh >= 0:
+			local = false // on the shard of the keyed statement after it
+			pi.setting = true
+		}
+	}
+	if local {
 		pi.local = true
 		s.portals = append(s.portals, pi)
 		lo := len(s.lbuf)
@@ -296,6 +318,23 @@ func (p *planner) bind(raw []byte, idx int) {
 			return
 		}
 	}
+	if a.Settings != nil && (p.tx == txDeferred || p.tx == txBound) {
+		// Inside a transaction block the settings hold for the rest of
+		// the transaction, on every backend it uses: they are repeated on
+		// the others (replaySQL), and ahead of a read of every shard in
+		// this pipeline they run on every shard first (a lead).
+		replay, e := settingsReplay(a, &s.bv, vs.oids)
+		if e != nil {
+			p.fail(e, nil)
+			return
+		}
+		if p.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
+			p.addLead(vs, raw, pi)
+			p.leads[len(p.leads)-1].replay = replay
+			return
+		}
+		pi.replay, pi.setting = replay, replay != ""
+	}
 	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
@@ -304,6 +343,11 @@ func (p *planner) bind(raw []byte, idx int) {
 	}
 	if fan {
 		p.startFan(a, d, vs, idx)
+		return
+	}
+	if p.leadNext {
+		p.leadNext = false
+		p.addLead(vs, raw, pi)
 		return
 	}
 	if e := p.ensureBackend(shard, a); e != nil {
@@ -407,7 +451,7 @@ func (p *planner) describe(raw []byte, idx int) {
 		if !p.onBackend {
 			shard := p.shard
 			if !p.held {
-				shard = p.lookahead(idx)
+				shard = p.lookahead(idx, false)
 			}
 			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.srv.cfg.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.srv.pools) > 1 {
 				shard = s.srv.defaultShard // its objects live there only
@@ -434,6 +478,8 @@ func (p *planner) describe(raw []byte, idx int) {
 	}
 	pi := p.portal(name)
 	switch {
+	case pi != nil && pi.lead > 0:
+		p.leads[pi.lead-1].describe = true // answered with the lead's answer
 	case pi != nil && pi.local:
 		lo := len(s.lbuf)
 		if pi.term != nil {
@@ -473,13 +519,25 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // lookahead routes the next Bind of the pipeline after idx, up to its
 // Sync (where its implicit transaction ends), so that a Describe or a
 // key-less statement before it runs on the shard the pipeline will use
-// (-1 = none decided). Statements parsed by the pipeline itself count.
-func (p *planner) lookahead(idx int) int {
+// (-1 = none decided). Statements parsed by the pipeline itself count;
+// statements that only set transaction-local state are passed over (they
+// run wherever the statement after them runs).
+//
+// lead says that message idx is the Bind of a statement that may run
+// ahead of a read of every shard (leadable): lookahead then returns
+// aheadFan when the pipeline's next other statement is such a read and
+// the messages in between and after it have the shape fanlead.go runs
+// (leadShape): the settings run on every shard, ahead of the read.
+func (p *planner) lookahead(idx int, lead bool) int {
 	s := p.s
 	var pv parseView
 	var bv bindView
 	var parsed map[string]*vstmt // by name, "" = unnamed
-	for _, m := range s.grp[idx+1:] {
+	var ls leadShape
+	if lead {
+		lead = ls.bind(s.grp[idx])
+	}
+	for i, m := range s.grp[idx+1:] {
 		switch m.typ {
 		case 'S':
 			return -1
@@ -487,6 +545,7 @@ func (p *planner) lookahead(idx int) int {
 			if pv.decode(m.raw) != nil {
 				return -1
 			}
+			lead = lead && ls.parse(&pv)
 			a, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.query)
 			if err != nil {
 				return -1
@@ -498,6 +557,7 @@ func (p *planner) lookahead(idx int) int {
 			continue
 		case 'B':
 		default:
+			lead = lead && ls.other(m)
 			continue
 		}
 		if bv.decode(m.raw) != nil {
@@ -507,10 +567,22 @@ func (p *planner) lookahead(idx int) int {
 		if vs == nil {
 			vs = p.lookup(bv.stmt)
 		}
-		if vs == nil || p.isLocal(vs.st) {
+		if vs == nil {
+			return -1
+		}
+		if setsOnlyLocal(vs.st) {
+			// Inside a transaction block SET LOCAL is kept by the proxy
+			// (replayed on every backend), not a lead.
+			lead = lead && leadable(vs.st) && (p.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
+			continue
+		}
+		if p.isLocal(vs.st) {
 			return -1
 		}
 		d := s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)
+		if d.Kind == route.DestAll && lead && d.Merge != nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
+			return aheadFan
+		}
 		if d.Kind != route.DestShard {
 			return -1
 		}
@@ -535,6 +607,8 @@ func (p *planner) execute(raw []byte) {
 		lo := len(s.lbuf)
 		s.lbuf = appendTerminateResult(s.lbuf, pi.term, false)
 		s.addLocal(lo, nil)
+	case pi != nil && pi.lead > 0:
+		p.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
 		p.answer(p.localAction(pi.vs.st))
 	case pi != nil || p.held:
@@ -542,11 +616,36 @@ func (p *planner) execute(raw []byte) {
 			p.fail(e, nil)
 			return
 		}
+		var eff *effect
+		if pi != nil && pi.setting {
+			eff = p.executeSetting(pi)
+		}
 		s.bw = append(s.bw, raw...)
-		s.items = append(s.items, item{kind: itExecute, flags: fClientPart})
+		s.items = append(s.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
 		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}
+}
+
+// executeSetting plans what goes with the Execute of a setting sent to
+// the backend, and returns the effect its success has.
+func (p *planner) executeSetting(pi *portalInfo) *effect {
+	s := p.s
+	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
+		// Postgres warns about SET LOCAL in a pipeline's implicit
+		// transaction; the BEGIN pgshard wraps it in (for the client's
+		// settings) keeps the backend from it.
+		lo := len(s.lbuf)
+		s.lbuf = appendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+		s.addLocal(lo, nil)
+	}
+	if pi.replay != "" && (p.tx == txBound || p.explicit) {
+		// Once they ran, the transaction's other backends repeat the
+		// settings (readers that did not are ended by the effect).
+		p.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
+		return p.txEffectKeep()
+	}
+	return nil
 }
 
 func (p *planner) close(raw []byte) {
@@ -639,6 +738,12 @@ func (s *session) finish(p *planner, term byte) error {
 	if !p.onBackend {
 		for i := range s.items {
 			it := &s.items[i]
+			if it.kind == itLead {
+				// Cannot happen: lookahead makes leads only of a pipeline
+				// whose read fans out.
+				s.out = appendError(s.out, newError(codeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
+				continue
+			}
 			s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 			s.apply(it.eff)
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,7 +26,9 @@ import (
 //	  SERIALIZABLE is refused (no snapshot spans shards): each participant
 //	  checks its isolation in the same write, once per transaction. A
 //	  transaction that read N shards holds N backends (PoolSize bounds
-//	  them per shard).
+//	  them per shard);
+//	settings ahead of the read in its implicit transaction (fanlead.go):
+//	  every shard runs them first, in the same write.
 
 // fanPlan is a fan-out statement of a pipeline or simple query.
 type fanPlan struct {
@@ -53,13 +56,15 @@ type fanPlan struct {
 	// continues: more of the pipeline follows (no ReadyForQuery yet);
 	// failed reports that the read failed the transaction.
 	continues, failed bool
+	// leads are the settings every shard runs first (fanlead.go).
+	leads []fanLead
 }
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
 // Describe, Execute and Sync.
 func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
 	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly, leads: p.leads}
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -131,11 +136,41 @@ type fanStream struct {
 	rfqLeft  int
 	rowsDone bool
 	lost     error
+	// bound: the statement's BindComplete arrived.
+	bound bool
 }
 
 // failed reports whether the shard's answer is an error or its connection
 // was lost.
 func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
+
+// recv reads the shard's next message past the answers to its lead
+// queries; false when the connection failed.
+func (f *fanStream) recv() (byte, []byte, bool) {
+	for {
+		typ, msg, err := f.bc.rd.next()
+		if err != nil {
+			f.loseConn(err)
+			return 0, nil, false
+		}
+		if len(f.lead) == 0 {
+			return typ, msg, true
+		}
+		switch typ {
+		case 'Z':
+			f.rfqLeft--
+			f.lead = f.lead[1:]
+		case 'E':
+			if f.errRaw == nil {
+				f.errRaw = append([]byte(nil), msg...)
+				f.leadErr = int(f.lead[0]) + 1
+			}
+			if errorField(msg, 'S') == "FATAL" {
+				f.bc.broken = true
+			}
+		}
+	}
+}
 
 // nextRow advances to the shard's next DataRow; false at the end of rows.
 func (f *fanStream) nextRow() bool {
@@ -143,26 +178,9 @@ func (f *fanStream) nextRow() bool {
 		return false
 	}
 	for {
-		typ, msg, err := f.bc.rd.next()
-		if err != nil {
-			f.loseConn(err)
+		typ, msg, ok := f.recv()
+		if !ok {
 			return false
-		}
-		if len(f.lead) > 0 {
-			switch typ {
-			case 'Z':
-				f.rfqLeft--
-				f.lead = f.lead[1:]
-			case 'E':
-				if f.errRaw == nil {
-					f.errRaw = append([]byte(nil), msg...)
-					f.leadErr = int(f.lead[0]) + 1
-				}
-				if errorField(msg, 'S') == "FATAL" {
-					f.bc.broken = true
-				}
-			}
-			continue
 		}
 		switch typ {
 		case 'Z':
@@ -170,6 +188,8 @@ func (f *fanStream) nextRow() bool {
 			f.status = readyStatus(msg)
 			f.rowsDone = true
 			return false
+		case '2':
+			f.bound = true
 		case 'D':
 			f.row = msg
 			var e error
@@ -250,8 +270,13 @@ func (s *session) runFanout(p *planner) error {
 	if f.inTxn {
 		srv.metrics.txnReads.Inc()
 	}
-	// Answers planned before the fan-out statement (ParseComplete, BEGIN, ...).
-	for i := range s.items {
+	// Answers planned before the fan-out statement (ParseComplete, BEGIN,
+	// ...), up to its first lead, which needs the shards' answers.
+	first := len(s.items)
+	if len(f.leads) > 0 {
+		first = slices.IndexFunc(s.items, func(it item) bool { return it.kind == itLead })
+	}
+	for i := range s.items[:first] {
 		it := &s.items[i]
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 		s.apply(it.eff)
@@ -287,14 +312,20 @@ func (s *session) runFanout(p *planner) error {
 			st.loseConn(err)
 		}
 	}
+	if first < len(s.items) && !s.fanLeads(streams, f, s.items[first:]) {
+		s.fanEnd(streams, f)
+		return nil
+	}
+	bindAt := -1
 	if !f.simple {
+		bindAt = len(s.out)
 		s.out = appendEmpty(s.out, '2') // BindComplete
 	}
 	var runErr error
 	if merge == nil {
 		s.fanCollect(streams, f)
 	} else {
-		runErr = s.fanMerge(streams, f, merge, &bv, bytewise)
+		runErr = s.fanMerge(streams, f, merge, &bv, bytewise, bindAt)
 	}
 	s.fanEnd(streams, f)
 	return runErr
@@ -365,6 +396,9 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []
 	if f.inTxn && !st.bc.txnChecked {
 		buf = appendQuery(buf, isoCheckSQL)
 		st.lead = append(st.lead, leadCheck)
+	}
+	for i := range f.leads {
+		buf = appendLead(buf, &f.leads[i])
 	}
 	merge := f.dest.Merge
 	if f.only > 0 {
@@ -554,15 +588,12 @@ func replaceTagCount(tag []byte, n int64) []byte {
 
 // fanMerge answers a merged fan-out read. It returns an error only when
 // the client connection failed.
-func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *bindView, bytewise bool) error {
+func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *bindView, bytewise bool, bindAt int) error {
 	live := make([]bool, len(streams))
 	for i, st := range streams {
 		if st.lost == nil {
 			live[i] = st.nextRow()
 		}
-	}
-	if s.fanErrorsSoFar(streams) {
-		return nil
 	}
 	var rd []byte
 	for _, st := range streams {
@@ -575,6 +606,9 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		describe: f.simple || f.describe, bytewise: bytewise, limit: s.srv.cfg.MergeGroupLimit}
 	if !f.simple {
 		r.params, r.formats, r.oids = bv.params, bv.formats, f.vs.oids
+	}
+	if s.fanErrorsSoFar(streams, r, bindAt) {
+		return nil
 	}
 	lo := len(s.out)
 	e := r.run()
@@ -607,17 +641,38 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 }
 
 // fanErrorsSoFar writes the error once any shard failed before its rows.
-func (s *session) fanErrorsSoFar(streams []*fanStream) bool {
+// The replies before it are one database's: where the shard whose error
+// is reported failed at Bind (BindComplete at bindAt, >= 0, is taken
+// back) or after describing the result (its merged description goes
+// first, if the client asked for it); a lost connection or an error of a
+// query of the proxy's own comes after BindComplete.
+func (s *session) fanErrorsSoFar(streams []*fanStream, r *mergeRun, bindAt int) bool {
+	var first *fanStream
 	for _, st := range streams {
 		if st.failed() {
-			for _, x := range streams {
-				x.drain()
-			}
-			s.out = append(s.out, s.fanResultError(streams)...)
-			return true
+			first = st
+			break
 		}
 	}
-	return false
+	if first == nil {
+		return false
+	}
+	for _, x := range streams {
+		x.drain()
+	}
+	if first.lost == nil && first.leadErr == 0 {
+		switch {
+		case !first.bound && bindAt >= 0 && bindAt+5 == len(s.out):
+			s.out = s.out[:bindAt]
+		case first.rowDesc != nil && r.describe:
+			r.rawDesc = first.rowDesc
+			if d, e := r.description(); e == nil {
+				s.out = append(s.out, d...)
+			}
+		}
+	}
+	s.out = append(s.out, s.fanResultError(streams)...)
+	return true
 }
 
 // fanEnd returns or keeps every participant's connection and answers the
@@ -655,6 +710,13 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 				s.soft = false // it read a table
 			case partNewReader:
 				s.addReader(st.shard, st.bc)
+			}
+		}
+		// Every participant ran the leads: backends the transaction uses
+		// later repeat them.
+		for _, l := range f.leads {
+			if l.replay != "" {
+				s.deferred = append(s.deferred, deferredStmt{sql: l.replay, setLocal: true})
 			}
 		}
 		return

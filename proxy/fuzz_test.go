@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"strconv"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
@@ -277,6 +278,70 @@ func FuzzShardAnswer(f *testing.F) {
 			back, ok := decFromText(d.text())
 			if !ok || decCmp(back, d) != 0 {
 				t.Fatalf("numeric text %q: %s re-read as %s", text, d.text(), back.text())
+			}
+		}
+	})
+}
+
+// FuzzSettingsReplay: the statement that repeats set_config's settings
+// on a transaction's other backends (settingsReplay), written from any
+// Bind values, reads back as the same settings: the same names and
+// exactly the values the client bound (or NULL), whatever quotes and
+// backslashes they hold, or it is refused.
+func FuzzSettingsReplay(f *testing.F) {
+	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	an, err := route.New(m, route.DefaultSchema(), route.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	st, err := an.Analyze("SELECT set_config('statement_timeout', $1::text, true), pg_catalog.set_config('my.x''y', $2, 'on'), set_config('search_path', 'a, \"b c\"', true)")
+	if err != nil || len(st.Settings) != 3 {
+		f.Fatalf("%v: %+v", err, st)
+	}
+	f.Add([]byte("5s"), []byte("it's"), false, uint32(0))
+	f.Add([]byte(`\'\\`), []byte(nil), true, uint32(25))
+	f.Add([]byte("E'x"), []byte("ä\n"), false, uint32(1043))
+	f.Add([]byte("5000"), []byte("x"), true, uint32(23))
+	f.Fuzz(func(t *testing.T, v1, v2 []byte, null2 bool, oid uint32) {
+		if null2 {
+			v2 = nil
+		} else if v2 == nil {
+			v2 = []byte{}
+		}
+		if v1 == nil {
+			v1 = []byte{}
+		}
+		var bv bindView
+		if err := bv.decode(appendBindText(nil, "", "", [][]byte{v1, v2})); err != nil {
+			t.Fatal(err)
+		}
+		replay, e := settingsReplay(st, &bv, []uint32{oid, 0})
+		switch {
+		case e != nil:
+			if oid == 0 || oid == oidText || oid == oidVarchar || oid == oidUnknown {
+				t.Fatalf("refused with a text parameter: %v", e)
+			}
+			return
+		case replay == "":
+			if bytes.IndexByte(v1, 0) < 0 && bytes.IndexByte(v2, 0) < 0 {
+				t.Fatal("no replay for values without a NUL byte")
+			}
+			return
+		}
+		if !utf8.Valid(v1) || !utf8.Valid(v2) {
+			return // the server refuses such values itself
+		}
+		got, err := an.Analyze(replay)
+		if err != nil || len(got.Settings) != 3 {
+			t.Fatalf("replay %q: %v, settings %+v", replay, err, got)
+		}
+		want := []route.Setting{{Name: "statement_timeout", Value: string(v1)}, {Name: "my.x'y", Value: string(v2), Null: v2 == nil}, {Name: "search_path", Value: `a, "b c"`}}
+		for i, w := range want {
+			if g := got.Settings[i]; g.Name != w.Name || g.Null != w.Null || (!w.Null && g.Value != w.Value) || g.Param != 0 {
+				t.Fatalf("replay %q: setting %d is %+v, want %+v", replay, i, g, w)
 			}
 		}
 	})

@@ -129,6 +129,34 @@ func (r *mergeRun) run() *Error {
 	return r.rows()
 }
 
+// description is the RowDescription the merge would answer with (for an
+// error that ends the statement before its rows).
+func (r *mergeRun) description() ([]byte, *Error) {
+	fs, err := parseRowDesc(r.rawDesc)
+	if err != nil {
+		return nil, newError(codeProtocolViolation, err.Error())
+	}
+	r.fields = fs
+	if r.m.Groups != nil {
+		if len(r.fields) != r.m.Width {
+			return nil, newError(codeInternalError, "pgshard merge: a shard returned another number of columns than the merge expects")
+		}
+		out, _, e := r.groupFields()
+		if e != nil {
+			return nil, e
+		}
+		return appendRowDesc(nil, out), nil
+	}
+	visible := len(r.fields) - r.m.Hidden
+	switch {
+	case visible < 0:
+		return nil, newError(codeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+	case r.m.Hidden == 0:
+		return r.rawDesc, nil
+	}
+	return appendRowDesc(nil, r.fields[:visible]), nil
+}
+
 // ---- rows ----
 
 func (r *mergeRun) rows() *Error {

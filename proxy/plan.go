@@ -109,6 +109,12 @@ type planner struct {
 	// exErrored says the exchange reported an error (pin.go).
 	pinOps    []pinOp
 	exErrored bool
+	// leads are the statements that only set transaction-local settings
+	// ahead of the pipeline's fan-out read, in its implicit transaction
+	// (fanlead.go); leadNext says target chose to make the statement being
+	// planned one.
+	leads    []fanLead
+	leadNext bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -577,9 +583,15 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	if p.pipeline {
 		// No key: the shard of the pipeline's next keyed statement (before
 		// its Sync), so that its implicit transaction stays on one shard
-		// (e.g. set_config(..., true) ahead of a keyed statement).
-		if sh := p.lookahead(p.cur); sh >= 0 {
+		// (e.g. set_config(..., true) ahead of a keyed statement); or, for
+		// a setting ahead of a read of every shard, every shard.
+		sh := p.lookahead(p.cur, leadable(a) && p.s.grp[p.cur].typ == 'B')
+		if sh >= 0 {
 			return sh, false, nil
+		}
+		if sh == aheadFan && p.tx == txIdle {
+			p.leadNext = true
+			return -1, false, nil
 		}
 	}
 	if a.ReadOnly {

@@ -37,7 +37,7 @@ type seedStoreEnv struct {
 	execs []diffExec
 }
 
-func newSeedStoreEnv(t *testing.T) *seedStoreEnv {
+func newSeedStoreEnv(t *testing.T, opts ...envOpt) *seedStoreEnv {
 	t.Helper()
 	c := clustertest.Get(t)
 	m := clustertest.MigratedMap(t, c)
@@ -62,7 +62,7 @@ func newSeedStoreEnv(t *testing.T) *seedStoreEnv {
 		t.Fatal(err)
 	}
 	db := strings.TrimPrefix(mustURL(t, m.Shards[0].DSN).Path, "/")
-	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, withSchema(m, route.DefaultSchema()))
+	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, append([]envOpt{withSchema(m, route.DefaultSchema())}, opts...)...)
 	return &seedStoreEnv{e: e, rows: store, execs: execs}
 }
 

@@ -99,8 +99,14 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	p.recordSoft(a)
 	p.noteWrite(a)
 	p.notePinOp(a)
+	var eff *effect
+	if a.Settings != nil && (p.tx == txBound || p.explicit) {
+		// The transaction's other backends repeat the settings.
+		p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
+		eff = p.txEffectKeep()
+	}
 	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
 	if a.Copy && p.wrap {
 		s.bwHold, s.bwHoldItem = len(s.bw), len(s.items)
 	}
@@ -206,6 +212,10 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 			Message: "session settings, DEALLOCATE, DISCARD, PREPARE/EXECUTE and pgshard hints cannot be combined with other statements in one query string",
 			Hint:    "Send them as separate queries."}, nil)
 		p.endQuery()
+		return
+	}
+	if f := p.simpleLeads(msg, as); f != nil {
+		p.fan = f // settings, then a read of every shard (fanlead.go)
 		return
 	}
 	// Route every statement; they must agree.

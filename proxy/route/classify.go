@@ -280,6 +280,13 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	}
 	if query {
 		st.ReadOnly = !a.write && !a.locking && a.notRO == "" && a.refusal == nil
+		if st.Kind == KindOther {
+			// Settings change no data: a transaction may run them on any
+			// of its backends (the engine repeats them on the others).
+			if st.Settings = localSettings(node); st.Settings != nil {
+				st.ReadOnly = true
+			}
+		}
 	}
 	if st.Kind == KindDDL {
 		st.ReadOnly = false

@@ -14,7 +14,8 @@
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
 //
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
-//	schema.go the sharding schema; funcs.go the built-in function lists.
+//	schema.go the sharding schema; funcs.go the built-in function lists;
+//	setting.go the statements that only set transaction-local settings.
 //
 // # Parsing and the cache
 //
@@ -239,6 +240,14 @@
 // with SetName, SetValue and SetLocalSQL, so the engine can keep them and
 // replay them as SET LOCAL in each transaction. SET TIME ZONE is named
 // "timezone", as SHOW names it.
+//
+// A statement that only sets transaction-local settings — SELECT
+// set_config(name, value, true) [, ...] and nothing else, the name a
+// constant that is not a transaction characteristic, a pgshard setting or
+// session_authorization, the value a constant or a parameter (setting.go)
+// — carries them in Statement.Settings and is read-only: the engine may
+// run it on every shard ahead of a read of every shard in its implicit
+// transaction, and repeat it on a transaction's other backends.
 //
 // # Cost
 //

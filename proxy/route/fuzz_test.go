@@ -1,6 +1,7 @@
 package route_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -14,6 +15,8 @@ func FuzzAnalyze(f *testing.F) {
 		f.Add(c.SQL)
 	}
 	f.Add("SELECT 1; SELECT 2")
+	f.Add("SELECT set_config('statement_timeout', $1::text, true)")
+	f.Add("SELECT set_config('transaction_isolation', 'serializable', true), set_config('a.b', 'c', 't')")
 	f.Add("/* pgshard:key='a''b' */ UPDATE executions SET id = id WHERE id = $1")
 	cached := newRouter(f, "default")
 	fresh, err := route.New(testMap(f), testSchema(f, "default"), route.Options{CacheSize: -1})
@@ -37,7 +40,7 @@ func FuzzAnalyze(f *testing.F) {
 			t.Fatalf("%d / %d statements", len(a), len(b))
 		}
 		for i := range a {
-			if a[i].Kind != b[i].Kind || a[i].SQL != b[i].SQL || a[i].ParseError != b[i].ParseError {
+			if a[i].Kind != b[i].Kind || a[i].SQL != b[i].SQL || a[i].ParseError != b[i].ParseError || !reflect.DeepEqual(a[i].Settings, b[i].Settings) {
 				t.Fatalf("statement %d differs: %+v / %+v", i, a[i], b[i])
 			}
 			for _, ps := range [][][]byte{nil, params} {

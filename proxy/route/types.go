@@ -386,6 +386,12 @@ type Statement struct {
 	// SHOW ALL have SetName "all"; SET TRANSACTION has SetName "transaction";
 	// DISCARD has its target ("all", "plans", "sequences", "temp") in SetName.
 	SetName, SetValue string
+	// Settings, for a statement that only sets transaction-local settings
+	// (SELECT set_config(name, value, true), ...; setting.go says exactly
+	// which), are its settings in order; nil for every other statement.
+	// The engine may run such a statement on every shard ahead of a read
+	// of every shard in the same implicit transaction.
+	Settings []Setting
 	// SetLocalSQL, for KindSetSession, is the statement that has the same
 	// effect for one transaction ("SET LOCAL timezone TO 'UTC'", "SET LOCAL
 	// x TO DEFAULT"): an engine that emulates session settings replays it

@@ -2,8 +2,11 @@
 # run against one plain Postgres database and against pgshard over 3 shards
 # holding the same rows, in simple protocol, extended protocol, binary
 # results, inside a transaction (alone, and after a keyed read bound it),
-# and with extra_float_digits = 0. Each must be answered the same (rows,
-# column types, command tag) or refused with 0A000.
+# with extra_float_digits = 0, and behind transaction-local settings in its
+# implicit transaction (set_config(..., true) and SET LOCAL
+# extra_float_digits = 0 ahead of it in one pipeline, or in one query
+# string). Each must be answered the same (rows, column types, command
+# tag) or refused with 0A000.
 #
 # Line format:  [@unordered | @ties=COLS] SQL [ ;; JSON array of parameters ]
 #   @unordered   compare the rows as a multiset (default when the statement
@@ -46,6 +49,15 @@ SELECT data, EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1 AND 
 SELECT idx AS index, entry FROM trace WHERE execution_id = $1 ORDER BY idx ;; ["{exec2}"]
 SELECT count(*) FROM outbox
 SELECT count(*) FROM timers WHERE fire_at <= $1 ;; ["1050"]
+
+# --- pgshard's own store's reads (store/reads.go, store/list.go), as sent ---
+SELECT seq, target_id, event FROM outbox ORDER BY seq LIMIT $1::bigint ;; [null]
+SELECT seq, target_id, event FROM outbox ORDER BY seq LIMIT $1::bigint ;; ["7"]
+SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq LIMIT $1::bigint ;; [null]
+SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq LIMIT $1::bigint ;; ["3"]
+SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1::float8 ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint ;; ["1e9", null]
+SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome FROM executions e CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb) WHERE e.id COLLATE "C" > $1::text AND ($2::text = '' OR e.definition_id = $2::text) AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[])) AND (NOT $4::bool OR d.parent_id IS NULL) ORDER BY e.id COLLATE "C" LIMIT $5::bigint ;; ["", "", "{}", "false", "51"]
+SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome FROM executions e CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb) WHERE e.id COLLATE "C" > $1::text AND ($2::text = '' OR e.definition_id = $2::text) AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[])) AND (NOT $4::bool OR d.parent_id IS NULL) ORDER BY e.id COLLATE "C" LIMIT $5::bigint ;; ["{exec7}", "payment", "{running,done}", "true", "4"]
 
 # --- plain reads: rows of every shard, concatenated -------------------------
 SELECT id, version FROM executions

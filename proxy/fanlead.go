@@ -1,0 +1,407 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// Leads: statements that only set transaction-local settings, ahead of a
+// read of every shard in the same implicit transaction — the store's
+// SELECT set_config('statement_timeout', $1, true) before its relay reads
+// in one pipeline (one Sync), or SET LOCAL ...; SELECT ... in one query
+// string. On one database the settings apply to the read; so every shard
+// the read runs on runs them first, in the same implicit transaction:
+//
+//	client:  P1 B1 [D1] E1 … P2 B2 [D2] E2 S     (or Q "SET LOCAL …; SELECT …")
+//	         │  └─ lead ──┘    └─ the fan-out ┘
+//	shard k: [BEGIN; preamble]  P1 B1 [D1] E1 …  P2 B2 D2 E2 S  [COMMIT]
+//	         one write per shard; the client gets the first shard's answers
+//	         to each lead (every shard's must succeed), then the merged read
+//	         and one ReadyForQuery.
+//
+// A lead that fails on any shard fails the implicit transaction, as on
+// one database: the client gets the error in the lead's place (the
+// shard's own when every shard failed alike), the rest is skipped and
+// every shard rolls back at its Sync. Only what provably sets
+// transaction-local state leads (leadable: route.Statement.Settings, or a
+// SET LOCAL of a setting that is not a transaction characteristic), and
+// only in a pipeline of exactly this shape (leadShape) or a query string
+// of such statements and one read; anything else ahead of a read of every
+// shard is refused as before. The planner checks the shape before it
+// makes the first lead (lookahead), so a pipeline never leaves leads
+// without their read. A keyed statement after the same settings is not a
+// lead: the settings run on its shard (lookahead), as before.
+
+// oidUnknown is the unknown pseudo-type (a parameter read as text).
+const oidUnknown = 705
+
+// aheadFan is lookahead's answer when the pipeline's next statement, past
+// settings, is a read of every shard the settings may lead.
+const aheadFan = -2
+
+// fanLead is one lead of a fan-out read.
+type fanLead struct {
+	st   *route.Statement
+	oids []uint32
+	// bind is the client's Bind with the portal and statement unnamed
+	// (nil in a simple query: no parameters, text results).
+	bind []byte
+	// describe: the client described the lead's portal; executed: it
+	// sent its Execute (the shape requires both in order).
+	describe, executed bool
+	// replay, inside a transaction block, repeats the settings on the
+	// transaction's other backends later (settingsReplay).
+	replay string
+}
+
+// setsOnlyLocal reports whether a statement only sets transaction-local
+// state: SELECT set_config(..., true) as route.Statement.Settings says, or
+// SET LOCAL / SET TRANSACTION / SET CONSTRAINTS (not a pgshard hint).
+func setsOnlyLocal(a *route.Statement) bool {
+	return a.Settings != nil || a.Kind == route.KindSetLocal && !strings.HasPrefix(a.SetName, "pgshard.")
+}
+
+// leadable reports whether a statement may run on every shard ahead of a
+// read of every shard: one that only sets transaction-local settings, and
+// not a transaction characteristic (SET TRANSACTION, transaction_*: a read
+// of several shards is refused under some of them) nor SET CONSTRAINTS.
+func leadable(a *route.Statement) bool {
+	if a.Settings != nil {
+		return true
+	}
+	return setsOnlyLocal(a) && !strings.HasPrefix(a.SetName, "transaction") && a.SetName != "constraints"
+}
+
+// leadShape follows a pipeline from a lead's Bind to the read's Bind:
+// only unnamed Parses and leads, each its Bind, an optional Describe of
+// its portal, and its Execute (all rows); after the read's Bind, an
+// optional Describe of its portal, its Execute (all rows) and the Sync
+// that ends the pipeline. This is what runFanout runs; any other message
+// (Flush, Close, Describe of a statement, a named Parse, a second
+// Execute, messages after the read) breaks the shape, and the statements
+// run as they did without leads.
+type leadShape struct {
+	portal            []byte // the current lead's portal
+	started, executed bool
+}
+
+// bind starts a lead at its Bind m (the previous lead must be complete).
+func (l *leadShape) bind(m cmsg) bool {
+	var bv bindView
+	if m.typ != 'B' || bv.decode(m.raw) != nil {
+		return false
+	}
+	if l.started && !l.executed {
+		return false
+	}
+	l.portal, l.started, l.executed = append(l.portal[:0], bv.portal...), true, false
+	return true
+}
+
+// parse accepts an unnamed Parse between complete leads.
+func (l *leadShape) parse(pv *parseView) bool { return len(pv.name) == 0 && l.executed }
+
+// other accepts the current lead's Describe and Execute.
+func (l *leadShape) other(m cmsg) bool {
+	switch m.typ {
+	case 'D':
+		kind, name, err := decodeTarget(m.raw)
+		return err == nil && kind == 'P' && bytes.Equal(name, l.portal) && !l.executed
+	case 'E':
+		portal, maxRows, err := decodeExecute(m.raw)
+		if err != nil || !bytes.Equal(portal, l.portal) || maxRows != 0 || l.executed {
+			return false
+		}
+		l.executed = true
+		return true
+	}
+	return false
+}
+
+// fan accepts the read: rest starts at its Bind and must be the end of
+// the pipeline, unless more may follow (inside a transaction block the
+// pipeline goes on after the read: runPipeline plans the rest afresh).
+func (l *leadShape) fan(rest []cmsg, more bool) bool {
+	var bv bindView
+	if !l.executed || len(rest) < 2 || bv.decode(rest[0].raw) != nil {
+		return false
+	}
+	i := 1
+	if rest[i].typ == 'D' {
+		kind, name, err := decodeTarget(rest[i].raw)
+		if err != nil || kind != 'P' || !bytes.Equal(name, bv.portal) {
+			return false
+		}
+		i++
+	}
+	if i >= len(rest) || rest[i].typ != 'E' {
+		return false
+	}
+	if portal, maxRows, err := decodeExecute(rest[i].raw); err != nil || !bytes.Equal(portal, bv.portal) || maxRows != 0 {
+		return false
+	}
+	return more || i+2 == len(rest) && rest[i+1].typ == 'S'
+}
+
+// fanReadsInTxn reports whether a read of every shard planned now would
+// read every shard inside the client's transaction (as target decides
+// for DestAll): a transaction block not bound to one shard by a hint,
+// nothing of the pipeline sent to a backend yet, not aborted.
+func (p *planner) fanReadsInTxn() bool {
+	hinted := p.hint >= 0 || p.s.hintBound
+	return !hinted && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) && !(p.held && p.s.bstatus == 'E')
+}
+
+// settingsReplay is the statement that repeats a's settings (a.Settings)
+// on the other backends of the client's transaction (readers opened later,
+// a soft transaction that moves: replaySQL): a's own text when it takes no
+// parameters, else SELECT pg_catalog.set_config(E'name', E'value', true),
+// ... with the values the Bind gives. A parameter the server reads as
+// another type than text (declared other than text, varchar or unknown)
+// or a value with a NUL byte (no statement text holds one) cannot be
+// repeated exactly, nor a constant with a backslash next to parameters
+// (what it means depends on standard_conforming_strings): an error, which
+// refuses the statement. "" when the
+// server refuses the Bind itself (a value missing, a NUL byte).
+func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *Error) {
+	if a.NumParams == 0 {
+		return a.SQL, nil
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, st := range a.Settings {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.set_config(")
+		writeEscapeLiteral(&b, st.Name)
+		b.WriteString(", ")
+		switch {
+		case st.Param > 0:
+			k := st.Param - 1
+			if k >= len(bv.params) {
+				return "", nil
+			}
+			var oid uint32
+			if k < len(oids) {
+				oid = oids[k]
+			}
+			switch v := bv.params[k]; {
+			case oid != 0 && oid != oidText && oid != oidVarchar && oid != oidUnknown:
+				return "", &Error{Code: codeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot repeat set_config(%s, $%d, true) on the other shards of the transaction: the parameter is declared with type oid %d", quoteLiteral(st.Name), st.Param, oid),
+					Detail:  "A transaction's settings apply on every shard it reads; pgshard repeats them as text.",
+					Hint:    "Declare the parameter as text (or leave its type to the server)."}
+			case v == nil:
+				b.WriteString("NULL")
+			case bytes.IndexByte(v, 0) >= 0:
+				return "", nil // the server refuses the value (22021)
+			default:
+				writeEscapeLiteral(&b, string(v))
+			}
+		case st.Null:
+			b.WriteString("NULL")
+		case strings.IndexByte(st.Value, '\\') >= 0:
+			// The constant's value depends on the session's
+			// standard_conforming_strings, which the analysis assumes on.
+			return "", &Error{Code: codeFeatureNotSupported,
+				Message: "pgshard cannot repeat a set_config constant with a backslash next to a parameter on the other shards of the transaction",
+				Hint:    "Pass the value as a parameter too, or write the statement without parameters."}
+		default:
+			writeEscapeLiteral(&b, st.Value)
+		}
+		b.WriteString(", true)")
+	}
+	return b.String(), nil
+}
+
+// addLead makes the statement bound by the Bind being planned (s.bv, raw)
+// a lead of the pipeline's fan-out read; its answers come from the shards
+// (an itLead item).
+func (p *planner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
+	s := p.s
+	b, sp := beginMsg(nil, 'B')
+	b = appendCStr(b, "")
+	b = appendCStr(b, "")
+	b = append(b, raw[s.bv.restAt:]...)
+	p.leads = append(p.leads, fanLead{st: vs.st, oids: vs.oids, bind: finishMsg(b, sp)})
+	s.items = append(s.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
+	pi.lead = len(p.leads)
+	s.portals = append(s.portals, pi)
+	p.pendingParse = -1
+}
+
+// simpleLeads plans a query string of settings and one read of every
+// shard, in its implicit transaction (no transaction block open): nil if
+// as is not of that shape.
+func (p *planner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
+	s := p.s
+	if p.tx != txIdle || p.onTxnBackend() || len(as) < 2 {
+		return nil
+	}
+	for _, a := range as[:len(as)-1] {
+		if !leadable(a) {
+			return nil
+		}
+	}
+	last := as[len(as)-1]
+	if last.Kind != route.KindOther || !last.Select {
+		return nil
+	}
+	d := s.srv.cfg.Analyzer.Route(last, nil, nil, nil)
+	if d.Kind != route.DestAll || d.Merge == nil {
+		return nil
+	}
+	f := &fanPlan{simple: true, st: last, dest: d, query: string(msg)}
+	for _, a := range as[:len(as)-1] {
+		f.leads = append(f.leads, fanLead{st: a, describe: true, executed: true})
+		s.items = append(s.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
+	}
+	return f
+}
+
+// appendLead appends what a shard is sent for lead l (ahead of the read,
+// in the same write and implicit transaction).
+func appendLead(dst []byte, l *fanLead) []byte {
+	dst = appendParseMsg(dst, "", l.st.SQL, l.oids)
+	if l.bind != nil {
+		dst = append(dst, l.bind...)
+	} else {
+		dst = appendBindNoParams(dst, nil)
+	}
+	if l.describe {
+		dst = appendDescribe(dst, 'P', "")
+	}
+	return appendExecute(dst, "", 0)
+}
+
+// setLocalWarning is the warning Postgres gives for SET LOCAL in a
+// pipeline's implicit transaction (not in a query string's, which is a
+// transaction block of its own).
+var setLocalWarning = &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}
+
+// readLead reads the shard's answer to lead l, up to its CommandComplete,
+// and appends what the client gets of it to dst: in a pipeline
+// BindComplete, the portal's description if the client asked, rows and
+// CommandComplete (the client's Parse was answered already); in a query
+// string RowDescription, rows and CommandComplete. An error is kept in
+// errRaw (the shard then skips to its Sync). The warning SET LOCAL gives
+// is the proxy's: a shard whose part is wrapped in BEGIN (for the
+// client's settings) would not give it.
+func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
+	// Postgres warns about SET LOCAL as it starts to run it, ahead of its
+	// CommandComplete or of an error about its value.
+	warn := l.st.Kind == route.KindSetLocal && !simple
+	setLocal := l.st.Kind == route.KindSetLocal
+	bound := false
+	for !f.failed() {
+		typ, msg, ok := f.recv()
+		if !ok {
+			break
+		}
+		switch typ {
+		case '1':
+		case '2':
+			bound = true
+			if !simple {
+				dst = append(dst, msg...)
+			}
+		case 'n':
+			if !simple {
+				dst = append(dst, msg...)
+			}
+		case 'T', 'D':
+			dst = append(dst, msg...)
+		case 'N':
+			if !(setLocal && errorField(msg, 'C') == codeNoActiveTransaction) {
+				dst = append(dst, msg...)
+			}
+		case 'S':
+			// ParameterStatus: Postgres reports settings at ReadyForQuery,
+			// when the implicit transaction's are gone again.
+		case 'C':
+			if warn {
+				dst = appendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+			}
+			return append(dst, msg...)
+		case 'E':
+			if warn && bound {
+				dst = appendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+			}
+			f.errRaw = append([]byte(nil), msg...)
+			if errorField(msg, 'S') == "FATAL" {
+				f.bc.broken = true
+			}
+		default:
+			f.loseConn(fmt.Errorf("unexpected message %q from the server ahead of the read", typ))
+		}
+	}
+	return dst
+}
+
+// fanLeads answers the items from the fan-out's first lead on (leads and
+// local answers in the client's order), reading every shard's answer to
+// each lead. It returns false when a lead failed: the error is written in
+// its place and the rest of the pipeline is skipped, as Postgres skips to
+// the Sync.
+func (s *session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool {
+	answers := make([][]byte, len(streams))
+	for i := range items {
+		it := &items[i]
+		if it.kind != itLead {
+			s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+			s.apply(it.eff)
+			continue
+		}
+		l := &f.leads[it.lo]
+		failed := false
+		for k, st := range streams {
+			answers[k] = st.readLead(answers[k][:0], l, f.simple)
+			failed = failed || st.failed()
+		}
+		if failed {
+			// What the first shard that failed answered before its error
+			// (BindComplete, the description), then the error.
+			for k, st := range streams {
+				if st.failed() {
+					if st.lost == nil {
+						s.out = append(s.out, answers[k]...)
+					}
+					break
+				}
+			}
+			s.out = append(s.out, s.leadError(streams)...)
+			return false
+		}
+		s.out = append(s.out, answers[0]...)
+	}
+	return true
+}
+
+// leadError is the error of a lead that failed: the shard's own error
+// when every shard failed alike (one database would have said the same),
+// else the first shard's with the shards named (fanResultError).
+func (s *session) leadError(streams []*fanStream) []byte {
+	var first *fanStream
+	alike := true
+	for _, st := range streams {
+		switch {
+		case !st.failed() || st.lost != nil || st.leadErr != 0:
+			alike = false
+		case first == nil:
+			first = st
+		case errorField(st.errRaw, 'C') != errorField(first.errRaw, 'C') || errorField(st.errRaw, 'M') != errorField(first.errRaw, 'M'):
+			alike = false
+		}
+	}
+	if alike && first != nil {
+		if errorField(first.errRaw, 'S') == "FATAL" {
+			return appendErrorSeverity(nil, first.errRaw, "ERROR") // the client's session survives
+		}
+		return first.errRaw
+	}
+	return s.fanResultError(streams)
+}
