@@ -47,6 +47,8 @@
 //	    transactions) until the state is gone; PoolSession pins every
 //	    client for its session. databases.go: further logical databases
 //	    (passthrough or own map) on the same listener, by dbname.
+//	    terminate.go: pg_terminate_backend / pg_cancel_backend of a client
+//	    session's PID act on that session.
 //
 // # Pool modes, pinning and unsharded tables
 //
