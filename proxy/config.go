@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +24,10 @@ const (
 	DefaultIdleTimeout        = 5 * time.Minute
 	DefaultStatementCacheSize = 256
 	DefaultStartupTimeout     = 30 * time.Second
+	DefaultShutdownTimeout    = 10 * time.Second
+	DefaultPauseTimeout       = 2 * time.Minute
+	DefaultAdminDatabase      = "pgshard"
+	DefaultBouncerPoll        = time.Second
 	DefaultMergeGroupLimit    = 100000
 )
 
@@ -109,6 +115,98 @@ type Config struct {
 	MaxPinned int
 	// Logger receives structured logs (nil = slog.Default()).
 	Logger *slog.Logger
+
+	// AdminUsers may use the admin console: the virtual database
+	// AdminDatabase, PgBouncer-style SHOW/RELOAD/PAUSE/... commands
+	// (admin.go). They log in as any user (Users). Empty: no console.
+	AdminUsers []string
+	// AdminDatabase is the console's database name (default "pgshard").
+	AdminDatabase string
+	// TLS is TLS towards clients (tls.go).
+	TLS TLSConfig
+	// PgBouncer configures reading each shard's PgBouncer admin console
+	// and failing transactions fast when it is overloaded (bouncer.go).
+	PgBouncer BouncerConfig
+	// ShutdownTimeout bounds a graceful shutdown: sessions are served
+	// until their clients leave, at most this long (default 10s).
+	ShutdownTimeout time.Duration
+	// PauseTimeout bounds how long PAUSE holds a new transaction before
+	// failing it with 57P03 (default 2m).
+	PauseTimeout time.Duration
+	// ReusePort sets SO_REUSEPORT on the listeners (ListenAndServe and
+	// the metrics endpoint): another process may listen on the same
+	// address at the same time.
+	ReusePort bool
+	// HandoverSocket, when set, is a unix socket path on which the running
+	// proxy hands its listening sockets to a successor (handover.go).
+	HandoverSocket string
+	// Reload, when set, returns the configuration to apply on RELOAD (the
+	// admin console; the command also calls it on SIGHUP): a fresh read
+	// of the config file and shard map. Nil: RELOAD is refused.
+	Reload func(ctx context.Context) (Config, error)
+}
+
+// TLSMode says whether clients may or must use TLS.
+type TLSMode int
+
+const (
+	// TLSDisable answers SSLRequest with 'N': no TLS (the default).
+	TLSDisable TLSMode = iota
+	// TLSAllow accepts TLS and plain-text clients.
+	TLSAllow
+	// TLSRequire refuses plain-text clients (28000).
+	TLSRequire
+)
+
+// String returns disable, allow or require.
+func (m TLSMode) String() string {
+	switch m {
+	case TLSAllow:
+		return "allow"
+	case TLSRequire:
+		return "require"
+	}
+	return "disable"
+}
+
+// ParseTLSMode parses disable, allow or require.
+func ParseTLSMode(s string) (TLSMode, error) {
+	switch strings.ToLower(s) {
+	case "", "disable":
+		return TLSDisable, nil
+	case "allow":
+		return TLSAllow, nil
+	case "require":
+		return TLSRequire, nil
+	}
+	return TLSDisable, fmt.Errorf("tls mode %q: want disable, allow or require", s)
+}
+
+// TLSConfig is TLS towards clients: TLS 1.2 or newer with the certificate
+// and key in CertFile and KeyFile (PEM), read at New and at each reload.
+type TLSConfig struct {
+	Mode              TLSMode
+	CertFile, KeyFile string
+}
+
+// BouncerConfig configures the PgBouncer-aware back-pressure: for each
+// shard reached through its PgBouncer, the proxy reads that PgBouncer's
+// SHOW POOLS and SHOW STATS (as AdminUser, a user in its admin_users or
+// stats_users) every PollInterval, and fails new transactions for the
+// shard at once with 53300 naming it while PgBouncer's cl_waiting is at
+// least MaxWaiting or its maxwait at least MaxWait.
+type BouncerConfig struct {
+	// AdminUser logs in to PgBouncer's admin database "pgbouncer"; ""
+	// turns the readings (and the back-pressure) off.
+	AdminUser string
+	// AdminPassword is AdminUser's password ("" for trust).
+	AdminPassword string
+	// PollInterval is how often each PgBouncer is read (default 1s).
+	PollInterval time.Duration
+	// MaxWaiting: fail fast while cl_waiting ≥ MaxWaiting (0 = never).
+	MaxWaiting int
+	// MaxWait: fail fast while maxwait ≥ MaxWait (0 = never).
+	MaxWait time.Duration
 }
 
 // UnnamedMode is what a direct backend connection receives for a client's
@@ -189,6 +287,18 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.AdminDatabase == "" {
+		c.AdminDatabase = DefaultAdminDatabase
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.PauseTimeout == 0 {
+		c.PauseTimeout = DefaultPauseTimeout
+	}
+	if c.PgBouncer.PollInterval == 0 {
+		c.PgBouncer.PollInterval = DefaultBouncerPoll
+	}
 	return c
 }
 
@@ -218,7 +328,9 @@ func (c Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"ConnectTimeout", c.ConnectTimeout}, {"PoolTimeout", c.PoolTimeout}, {"IdleTimeout", c.IdleTimeout},
-		{"IdleInTransactionTimeout", c.IdleInTransactionTimeout}, {"StartupTimeout", c.StartupTimeout}} {
+		{"IdleInTransactionTimeout", c.IdleInTransactionTimeout}, {"StartupTimeout", c.StartupTimeout},
+		{"ShutdownTimeout", c.ShutdownTimeout}, {"PauseTimeout", c.PauseTimeout},
+		{"PgBouncer.PollInterval", c.PgBouncer.PollInterval}, {"PgBouncer.MaxWait", c.PgBouncer.MaxWait}} {
 		if d.v < 0 {
 			add("%s: must not be negative (got %s)", d.name, d.v)
 		}
@@ -245,6 +357,25 @@ func (c Config) validate() error {
 				add("Users[%d] %q: password: %v", i, u.Name, err)
 			}
 		}
+	}
+	for i, a := range c.AdminUsers {
+		if a == "" {
+			add("AdminUsers[%d]: empty", i)
+		} else if !seen[a] {
+			add("AdminUsers[%d]: %q is not in Users (admins log in like every user)", i, a)
+		}
+	}
+	if c.Databases != nil && slices.Contains(c.Databases, c.AdminDatabase) && len(c.AdminUsers) > 0 {
+		add("AdminDatabase: %q is also in Databases; the console needs a name of its own", c.AdminDatabase)
+	}
+	if c.TLS.Mode != TLSDisable && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
+		add("TLS: mode %s needs CertFile and KeyFile", c.TLS.Mode)
+	}
+	if c.TLS.Mode < TLSDisable || c.TLS.Mode > TLSRequire {
+		add("TLS.Mode: unknown mode %d", int(c.TLS.Mode))
+	}
+	if c.PgBouncer.MaxWaiting < 0 {
+		add("PgBouncer.MaxWaiting: must not be negative (got %d)", c.PgBouncer.MaxWaiting)
 	}
 	if len(p) > 0 {
 		return errors.New("proxy config: " + strings.Join(p, "; "))

@@ -5,14 +5,21 @@ package proxy
 // database (a map with one shard: every statement is routable there), or
 // a sharded database with its own map — like PgBouncer's [databases]. The
 // startup packet's dbname picks one; each is a Server of its own (pools,
-// routing, health probes), sharing the listener, the logins and the
-// cancel keys' lookup of the Server that accepted the client.
+// routing, health probes), sharing the listener and the logins. Its
+// sessions belong to the main server's core (SHOW CLIENTS, cancel keys,
+// max_clients, pins, graceful shutdown); its pools, routing and
+// statistics are its own. A reload keeps the extra databases as they are
+// (a changed list is reported as needing a restart), so sessions on them
+// are never moved.
 //
-//	listener ─▶ Server (Config.Map) ─dbname─▶ sub-Server per ExtraDatabase
-//	                                           (Serve on an idle listener:
-//	                                            pools, probes, reaper)
+//	listener ─▶ core (sessions, console, lifecycle)
+//	              └─ generation Server (Config.Map) ─dbname─▶ sub-Server per ExtraDatabase
+//	                                                          (Serve on an idle listener
+//	                                                           in the main Serve's group:
+//	                                                           pools, monitors, reaper)
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -42,6 +49,8 @@ func (s *Server) newExtraDatabases() error {
 		c := d.Config
 		c.Listen, c.Users, c.MetricsListen, c.Logger = s.cfg.Listen, s.cfg.Users, "", s.cfg.Logger.With("database", d.Name)
 		c.MaxClients, c.ExtraDatabases, c.Databases = s.cfg.MaxClients, nil, nil
+		// The main server owns the listener, TLS, the console and reloads.
+		c.HandoverSocket, c.AdminUsers, c.TLS, c.Reload = "", nil, TLSConfig{}, nil
 		sub, err := New(c)
 		if err != nil {
 			return fmt.Errorf("database %q: %w", d.Name, err)
@@ -87,12 +96,27 @@ func (s *Server) serveExtra(ctx context.Context, g interface{ Go(func() error) }
 	}
 }
 
-// cancelExtra forwards a cancel request no session of s has to the
-// sub-servers (the secret decides).
-func (s *Server) cancelExtra(ctx context.Context, pid uint32, key []byte) {
-	for _, sub := range s.dbs {
-		sub.cancel(ctx, pid, key)
+// sameDatabases reports whether two ExtraDatabases lists configure the
+// same databases (names, maps, pool modes, pooler use, default shards).
+func sameDatabases(a, b []Database) bool {
+	if len(a) != len(b) {
+		return false
 	}
+	for i := range a {
+		x, y := a[i].Config, b[i].Config
+		if a[i].Name != b[i].Name || x.PoolMode != y.PoolMode || x.UsePooler != y.UsePooler ||
+			x.DefaultShard != y.DefaultShard || x.MaxPinned != y.MaxPinned || (x.Map == nil) != (y.Map == nil) {
+			return false
+		}
+		if x.Map != nil {
+			mx, err1 := x.Map.Marshal()
+			my, err2 := y.Map.Marshal()
+			if err1 != nil || err2 != nil || !bytes.Equal(mx, my) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // idleListener accepts nothing: a sub-server's Serve runs on it.

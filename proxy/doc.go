@@ -4,11 +4,12 @@
 // owns the first key it touches, through the shard's PgBouncer in
 // transaction mode or directly. DESIGN.md §4 is the contract.
 //
-//	client ──TCP──▶ Server (server.go: accept, cancel keys, MaxClients; config.go)
-//	                  │
+//	client ──TCP──▶ Server (server.go: a generation of the config, the shared
+//	                  │      core; config.go; lifecycle.go: accept, drain)
 //	                  ▼
-//	               session (session.go) ── startup: SSL/GSS refused ('N'),
-//	                  │        SCRAM-SHA-256 (scram.go) or trust, startup.go
+//	               session (session.go) ── startup (startup.go): TLS (tls.go)
+//	                  │        or 'N', SCRAM-SHA-256 (scram.go) or trust;
+//	                  │        database AdminDatabase → admin console (admin.go)
 //	                  │
 //	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close
 //	                  │  (simple.go)      │   buffered up to Sync/Flush (extended.go)
@@ -38,7 +39,14 @@
 //	    every shard first; inside a transaction block set_config is repeated
 //	    on every backend the transaction uses.
 //	    errors.go: the proxy's errors and the ErrorResponse codec;
-//	    backendquery.go: the proxy's own queries; metrics.go.
+//	    backendquery.go: the proxy's own queries.
+//
+//	    operations: stats.go (per-shard counters, routing decisions) read by
+//	    admin.go, admin_config.go (the console) and metrics.go (Prometheus);
+//	    pool_ops.go (PAUSE, RECONNECT, KILL, retirement), bouncer.go
+//	    (PgBouncer readings, back-pressure), reachability.go (down or
+//	    disagreeing), reload.go (generations), lifecycle.go and handover.go
+//	    (graceful shutdown, socket hand-over), secrets.go (redaction).
 //
 //	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
 //	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
@@ -197,15 +205,46 @@
 // shard, which also yields Postgres's canonical value and error. RESET
 // returns to the client's startup value.
 //
+// # Operations
+//
+// The admin console (admin.go): a client connecting to the virtual
+// database Config.AdminDatabase ("pgshard") as one of Config.AdminUsers
+// gets PgBouncer's console commands and column names (SHOW POOLS, STATS,
+// CLIENTS, SERVERS, DATABASES, LISTS, CONFIG, VERSION, HELP), pgshard's
+// own (SHOW SHARDS, MAP, ROUTES, USERS), RELOAD, PAUSE/RESUME [shard],
+// DISABLE/ENABLE, RECONNECT/KILL [shard], SHUTDOWN, WAIT_CLOSE [shard];
+// a "database" of PgBouncer is a shard here. Others get 42501.
+//
+// Metrics (metrics.go): per-shard series are read from the same counters
+// at scrape time (a reload may change the shards); names follow
+// Prometheus's conventions (pgshard_proxy_*_total, *_seconds).
+//
+// Back-pressure (bouncer.go): a shard reached through its PgBouncer is
+// overloaded while PgBouncer's cl_waiting or maxwait is at or above the
+// configured thresholds; its new transactions then fail at once with
+// 53300 naming it, instead of waiting invisibly inside PgBouncer.
+//
+// Reload (reload.go): a new configuration is validated whole (every field,
+// TLS files, the map's epoch never lower, new shards' identity records)
+// and published as a new generation; sessions move to it between
+// transactions; removed shards' pools drain. Graceful shutdown
+// (lifecycle.go): stop accepting, serve the connected sessions until their
+// clients leave, at most ShutdownTimeout. Hand-over (handover.go): a new
+// process takes the listening socket over through a unix socket, so a
+// restart refuses and drops no connection.
+//
 // # Shards that are down
 //
 // A TCP probe per shard each Config.HealthInterval marks a shard down; its
-// transactions then fail at once with 08001 naming it (through PgBouncer,
+// transactions then fail at once with 08006 naming it (through PgBouncer,
 // which would otherwise queue the client until its query_wait_timeout),
 // sessions waiting on it are interrupted, and key-less statements go to the
 // other shards. At start, a shard that is down is logged and verified on
 // its first connection; a shard whose identity record disagrees with the
-// map stops the start.
+// map stops the start. Through PgBouncer a shard that is down can look
+// like an answer — the login succeeds and the identity read fails with
+// PgBouncer's 08P01 "server login has been failing" — which counts as down
+// too (reachability.go), never as a disagreement.
 //
 // # Limits
 //

@@ -31,6 +31,9 @@ const (
 	codeInvalidParameterValue = "22023"
 	codeSyntaxError           = "42601"
 	codeInternalError         = "XX000"
+	codeCannotConnectNow      = "57P03"
+	codeInsufficientPrivilege = "42501"
+	codeQueryCanceled         = "57014"
 )
 
 // Error is an error the proxy sends to a client as an ErrorResponse. Its

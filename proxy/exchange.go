@@ -48,6 +48,9 @@ func (s *session) serve(ctx context.Context) error {
 		if s.skipUntilSync && typ != 'S' && typ != 'X' {
 			continue
 		}
+		// A reload's new generation applies from the first message of the
+		// next exchange on (reload.go).
+		s.maybeSwitchGeneration()
 		switch typ {
 		case 'P', 'B', 'D', 'E', 'C':
 			if len(s.grp) == 0 {
@@ -240,6 +243,9 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 		if it.kind == itFlush {
 			continue
 		}
+		if it.kind == itExecute || it.kind == itQuery {
+			bc.queries++
+		}
 		for done := false; !done; {
 			if len(s.out) > 64*1024 {
 				if err := s.flush(); err != nil {
@@ -267,6 +273,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				continue
 			case 'E':
 				res.errored = true
+				bc.pool.stats.noteError(errorField(msg, 'C'))
 				fatalErr := errorField(msg, 'S') == "FATAL"
 				switch {
 				case it.flags&fReplaceErr != 0:
@@ -403,11 +410,13 @@ func (s *session) desync(bc *bconn, typ byte, k itemKind, explicit bool, res exc
 func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
 	bc.broken = true
 	if e := bc.downErr.Load(); e != nil {
+		bc.pool.stats.noteError(e.Code)
 		s.out = appendError(s.out, e)
 		res.errored = true
 		return s.afterLoss(bc, explicit, res)
 	}
 	s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
+	bc.pool.stats.noteError(codeConnectionFailure)
 	s.log.Warn("lost a backend connection", "shard", bc.pool.shard.Name, "err", shortErr(cause))
 	s.out = appendError(s.out, &Error{Code: codeConnectionFailure,
 		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.pool.shard.Name, shortErr(cause)),

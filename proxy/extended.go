@@ -851,9 +851,6 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.hint = -1
 		s.soft = false
 		s.mainWrote, s.hintBound = false, false
-		if p.shard >= 0 {
-			s.srv.metrics.txnByShard[p.shard].Inc()
-		}
 		if s.pin != nil {
 			if !p.exErrored {
 				s.applyPinOps(p.pinOps, true)

@@ -1,64 +1,203 @@
 package proxy
 
 import (
+	"runtime"
+	"runtime/debug"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the proxy's Prometheus metrics, registered on the server's
-// own registry (Server.Registry).
+// own registry (Server.Registry). Counters of events without a shard are
+// plain vectors here; every per-shard series is read at scrape time from
+// the shard's statistics (stats.go) by shardCollector, so a reload that
+// adds or removes shards changes the series without re-registering, and
+// the admin console and the metrics read the same numbers.
 type metrics struct {
-	clients         prometheus.Gauge
-	clientsTotal    prometheus.Counter
-	clientsRefused  *prometheus.CounterVec
-	txns            *prometheus.CounterVec
-	refusals        *prometheus.CounterVec
-	poolWaits       *prometheus.CounterVec
-	poolWaitSeconds *prometheus.HistogramVec
-	backendErrors   *prometheus.CounterVec
-	fanouts         prometheus.Counter
-	txnReads        prometheus.Counter
-	cancels         prometheus.Counter
-	// txnByShard caches the per-shard counters (no label lookup per txn).
-	txnByShard []prometheus.Counter
+	clients        prometheus.Gauge
+	clientsTotal   prometheus.Counter
+	clientsRefused *prometheus.CounterVec
+	refusals       *prometheus.CounterVec
+	backendErrors  *prometheus.CounterVec
+	fanouts        prometheus.Counter
+	cancels        prometheus.Counter
+	reloads        *prometheus.CounterVec
+	txnReads       prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, shards []string, poolStats func(i int) (open, idle int)) *metrics {
+func newMetrics(reg *prometheus.Registry, c *core) *metrics {
 	m := &metrics{
 		clients: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pgshard_proxy_client_connections", Help: "Client connections currently open."}),
 		clientsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_client_connections_total", Help: "Client connections accepted."}),
 		clientsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_client_refused_total", Help: "Client connections refused, by reason."}, []string{"reason"}),
-		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_transactions_total", Help: "Transactions (explicit or single-statement) run, by shard."}, []string{"shard"}),
+			Name: "pgshard_proxy_client_refused_total", Help: "Client connections refused, by reason (max_clients, auth, tls_required, disabled, shutting_down, not_admin)."}, []string{"reason"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_refusals_total", Help: "Statements refused instead of routed, by reason."}, []string{"reason"}),
-		poolWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_pool_waits_total", Help: "Times a session waited for a backend connection, by shard."}, []string{"shard"}),
-		poolWaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "pgshard_proxy_pool_wait_seconds", Help: "Time spent waiting for a backend connection, by shard.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"shard"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, unclean: returned not idle, closed)."}, []string{"shard", "kind"}),
+			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, down, unclean: returned not idle)."}, []string{"shard", "kind"}),
 		fanouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fanouts_total", Help: "Statements run on every shard (DDL, merged reads)."}),
 		txnReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_transaction_reads_total", Help: "Reads of shards other than (or as well as) the transaction's own, run in a client's transaction (key-less reads, reads of another shard)."}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
 	}
-	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.txns, m.refusals, m.poolWaits,
-		m.poolWaitSeconds, m.backendErrors, m.fanouts, m.txnReads, m.cancels)
-	for i, s := range shards {
-		m.txnByShard = append(m.txnByShard, m.txns.WithLabelValues(s))
-		i := i
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "pgshard_proxy_backend_connections", Help: "Backend connections open (idle or in use), by shard.",
-			ConstLabels: prometheus.Labels{"shard": s}}, func() float64 { o, _ := poolStats(i); return float64(o) }))
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "pgshard_proxy_backend_connections_idle", Help: "Idle backend connections, by shard.",
-			ConstLabels: prometheus.Labels{"shard": s}}, func() float64 { _, n := poolStats(i); return float64(n) }))
-	}
+	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.refusals,
+		m.backendErrors, m.fanouts, m.txnReads, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
 	return m
+}
+
+// buildInfo is pgshard_build_info: 1, labelled with the build's version.
+func buildInfo() prometheus.Collector {
+	version, revision := "dev", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	if BuildVersion != "" {
+		version = BuildVersion
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "pgshard_build_info",
+		Help:        "A metric with a constant '1' value labelled by the version, revision and Go version pgshard was built with.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
+}
+
+// BuildVersion, when set (by the command, from its build flags), is the
+// version pgshard_build_info and SHOW VERSION report.
+var BuildVersion string
+
+// Descriptions of the per-shard series.
+var (
+	descTxns       = shardDesc("pgshard_proxy_transactions_total", "Transactions run on the shard (holds of a backend connection: explicit, implicit, a fan-out's part).")
+	descStatements = shardDesc("pgshard_proxy_statements_total", "Statements sent to the shard (Execute and Query messages).")
+	descBytesIn    = shardDesc("pgshard_proxy_received_bytes_total", "Bytes received from the shard.")
+	descBytesOut   = shardDesc("pgshard_proxy_sent_bytes_total", "Bytes sent to the shard.")
+	descWaits      = shardDesc("pgshard_proxy_pool_waits_total", "Times a session waited for a backend connection of the shard.")
+	descOpen       = shardDesc("pgshard_proxy_backend_connections", "Backend connections of the shard open or being opened (idle or in use).")
+	descIdle       = shardDesc("pgshard_proxy_backend_connections_idle", "Idle backend connections of the shard.")
+	descActive     = shardDesc("pgshard_proxy_backend_connections_active", "Backend connections of the shard held by a client session.")
+	descWaiting    = shardDesc("pgshard_proxy_pool_waiting_clients", "Sessions waiting for a backend connection of the shard (pool full or shard paused).")
+	descMaxWait    = shardDesc("pgshard_proxy_pool_max_wait_seconds", "How long the oldest session waiting for a connection of the shard has waited.")
+	descPoolSize   = shardDesc("pgshard_proxy_pool_size", "The most backend connections the proxy opens to the shard.")
+	descUp         = shardDesc("pgshard_proxy_shard_up", "1 while the shard's server accepts connections (health probe), else 0.")
+	descState      = prometheus.NewDesc("pgshard_proxy_shard_state", "The shard's state: 1 for the current one of up, down, paused, overloaded (PgBouncer back-pressure), removed.", []string{"shard", "state"}, nil)
+	descRoutes     = prometheus.NewDesc("pgshard_proxy_routes_total", "Routing decisions by shard and kind (keyed, hinted, any, fanout, refused); shard is empty for refusals before a shard was known.", []string{"shard", "kind"}, nil)
+	descErrors     = prometheus.NewDesc("pgshard_proxy_shard_errors_total", "Errors clients got from or about the shard, by SQLSTATE class.", []string{"shard", "class"}, nil)
+	descGeneration = prometheus.NewDesc("pgshard_proxy_config_generation", "The configuration's generation: 1 at start, one more for each applied reload.", nil, nil)
+	descEpoch      = prometheus.NewDesc("pgshard_proxy_shard_map_epoch", "The epoch of the shard map the proxy routes by.", nil, nil)
+	descDisabled   = prometheus.NewDesc("pgshard_proxy_logins_disabled", "1 while new client logins are refused (DISABLE), else 0.", nil, nil)
+	descDraining   = prometheus.NewDesc("pgshard_proxy_shutting_down", "1 once a graceful shutdown began (SIGTERM, SHUTDOWN, a hand-over), else 0.", nil, nil)
+
+	descBouncerUp      = shardDesc("pgshard_proxy_pgbouncer_up", "1 when the last reading of the shard's PgBouncer admin console succeeded, else 0.")
+	descBouncerActive  = shardDesc("pgshard_proxy_pgbouncer_clients_active", "PgBouncer's cl_active for the shard's database (all its clients, not only the proxy's).")
+	descBouncerWaiting = shardDesc("pgshard_proxy_pgbouncer_clients_waiting", "PgBouncer's cl_waiting for the shard's database.")
+	descBouncerSvAct   = shardDesc("pgshard_proxy_pgbouncer_servers_active", "PgBouncer's sv_active for the shard's database.")
+	descBouncerSvIdle  = shardDesc("pgshard_proxy_pgbouncer_servers_idle", "PgBouncer's sv_idle for the shard's database.")
+	descBouncerMaxWait = shardDesc("pgshard_proxy_pgbouncer_max_wait_seconds", "PgBouncer's maxwait for the shard's database: how long its oldest waiting client has waited.")
+	descBouncerXacts   = shardDesc("pgshard_proxy_pgbouncer_transactions_total", "PgBouncer's total_xact_count for the shard's database.")
+)
+
+func shardDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, []string{"shard"}, nil)
+}
+
+// shardCollector reads every per-shard series of the current generation
+// at scrape time. It is unchecked (Describe sends nothing): the shards
+// change with reloads.
+type shardCollector struct{ c *core }
+
+// Describe implements prometheus.Collector (an unchecked collector).
+func (*shardCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (sc *shardCollector) Collect(ch chan<- prometheus.Metric) {
+	srv := sc.c.current()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, p := range srv.pools {
+		name := p.shard.Name
+		st := p.stats
+		counter(descTxns, st.xacts.Load(), name)
+		counter(descStatements, st.queries.Load(), name)
+		counter(descBytesIn, st.bytesIn.Load(), name)
+		counter(descBytesOut, st.bytesOut.Load(), name)
+		counter(descWaits, st.waits.Load(), name)
+		for k := routeKind(0); k < numRouteKinds; k++ {
+			counter(descRoutes, st.routes[k].Load(), name, k.String())
+		}
+		for class, n := range st.errorCounts() {
+			counter(descErrors, n, name, class)
+		}
+		st.xactHist.Collect(ch)
+		st.waitHist.Collect(ch)
+		f := p.figures()
+		gauge(descOpen, float64(f.open), name)
+		gauge(descIdle, float64(f.idle), name)
+		gauge(descActive, float64(f.active), name)
+		gauge(descWaiting, float64(f.waiting), name)
+		gauge(descMaxWait, f.maxWait.Seconds(), name)
+		gauge(descPoolSize, float64(srv.cfg.PoolSize), name)
+		up := 1.0
+		if p.down.Load() != nil {
+			up = 0
+		}
+		gauge(descUp, up, name)
+		cur := p.state()
+		for _, s := range shardStates {
+			v := 0.0
+			if s == cur {
+				v = 1
+			}
+			gauge(descState, v, name, s)
+		}
+		if b := p.ops.bouncer.Load(); b != nil {
+			ok := 0.0
+			if b.err == "" {
+				ok = 1
+			}
+			gauge(descBouncerUp, ok, name)
+			if b.err == "" {
+				gauge(descBouncerActive, float64(b.clActive), name)
+				gauge(descBouncerWaiting, float64(b.clWaiting), name)
+				gauge(descBouncerSvAct, float64(b.svActive), name)
+				gauge(descBouncerSvIdle, float64(b.svIdle), name)
+				gauge(descBouncerMaxWait, b.maxWait.Seconds(), name)
+				counter(descBouncerXacts, b.xactCount, name)
+			}
+		}
+	}
+	for k := routeKind(0); k < numRouteKinds; k++ {
+		if n := sc.c.routes.noShard[k].Load(); n > 0 {
+			counter(descRoutes, n, "", k.String())
+		}
+	}
+	gauge(descGeneration, float64(srv.generation))
+	gauge(descEpoch, float64(srv.cfg.Map.Epoch))
+	gauge(descDisabled, boolGauge(sc.c.life.disabled.Load()))
+	gauge(descDraining, boolGauge(sc.c.life.draining.Load()))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -183,41 +183,52 @@ func (s *Server) directPool(i int) *shardPool {
 	return s.direct[i]
 }
 
-// shutdownDirect closes the direct pools (Serve's end).
-func (s *Server) shutdownDirect() {
+// directPools returns the direct pools made so far (nil entries skipped).
+func (s *Server) directPools() []*shardPool {
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
+	var out []*shardPool
 	for _, p := range s.direct {
 		if p != nil {
-			p.shutdown()
+			out = append(out, p)
 		}
 	}
+	return out
 }
 
-// interruptDirect unblocks reads on direct connections (shutdown).
-func (s *Server) interruptDirect() {
+// inheritDirect gives gen (a reload's next generation) the direct pools
+// of s whose shard gen keeps (kept: old pool → its index in gen) and
+// returns the others, which retire: their pinned sessions stay on s (a
+// session never changes generation while pinned) and each connection
+// closes when its pin ends.
+func (s *Server) inheritDirect(gen *Server, kept map[*shardPool]int) (retire []*shardPool) {
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
-	for _, p := range s.direct {
-		if p == nil {
+	for i, dp := range s.direct {
+		if dp == nil {
 			continue
 		}
-		p.mu.Lock()
-		for c := range p.conns {
-			_ = c.nc.SetDeadline(time.Now())
+		if j, ok := kept[s.pools[i]]; ok {
+			if gen.direct == nil {
+				gen.direct = make([]*shardPool, len(gen.pools))
+			}
+			gen.direct[j] = dp
+			dp.srvp.Store(gen)
+			continue
 		}
-		p.mu.Unlock()
+		retire = append(retire, dp)
 	}
+	return retire
 }
 
-// pinMetrics registers the pinned-session gauge.
-func (s *Server) pinMetrics() {
-	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+// pinMetrics registers the pinned-session gauge and counter.
+func (c *core) pinMetrics() {
+	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pgshard_proxy_pinned_sessions", Help: "Client sessions pinned to a backend of their own (session pooling, or session state in transaction pooling)."},
-		func() float64 { return float64(s.npinned.Load()) }))
-	s.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		func() float64 { return float64(c.npinned.Load()) }))
+	c.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgshard_proxy_pins_total", Help: "Sessions pinned, by the reason that pinned them."}, []string{"reason"})
-	s.reg.MustRegister(s.pinsTotal)
+	c.reg.MustRegister(c.pinsTotal)
 }
 
 // PinnedSession describes one pinned client session (admin console).
@@ -231,11 +242,11 @@ type PinnedSession struct {
 }
 
 // PinnedSessions lists the sessions pinned right now.
-func (s *Server) PinnedSessions() []PinnedSession {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (c *core) PinnedSessions() []PinnedSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []PinnedSession
-	for _, sess := range s.sessions {
+	for _, sess := range c.sessions {
 		sess.pinMu.Lock()
 		if ps := sess.pinInfo; ps != nil {
 			out = append(out, *ps)
@@ -491,7 +502,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		}
 	}
 	if why&pinSessionMode == 0 {
-		if max := srv.cfg.MaxPinned; max > 0 && srv.npinned.Load() >= int64(max) {
+		if max := srv.cfg.MaxPinned; max > 0 && s.core.npinned.Load() >= int64(max) {
 			srv.metrics.refusals.WithLabelValues("max_pinned").Inc()
 			return &Error{Code: codeTooManyConnections,
 				Message: fmt.Sprintf("too many pinned sessions (%d, proxy.max_pinned): this statement needs a server session of its own (%s)", max, why),
@@ -577,7 +588,7 @@ func (s *session) backendUser() string { return "" }
 func (s *session) setPin(shard int, why pinReason, temps []string) {
 	if s.pin == nil {
 		s.pin = &pinState{shard: shard, since: time.Now()}
-		s.srv.npinned.Add(1)
+		s.core.npinned.Add(1)
 		s.soft = false
 		s.wrapped = false
 	}
@@ -595,7 +606,7 @@ func (s *session) setPin(shard int, why pinReason, temps []string) {
 		}
 		s.pin.temps[t] = true
 	}
-	s.srv.pinsTotal.WithLabelValues(why.String()).Inc()
+	s.core.pinsTotal.WithLabelValues(why.String()).Inc()
 	s.pinMu.Lock()
 	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.srv.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
 	s.pinMu.Unlock()
@@ -607,7 +618,7 @@ func (s *session) clearPin() {
 		return
 	}
 	s.pin = nil
-	s.srv.npinned.Add(-1)
+	s.core.npinned.Add(-1)
 	s.pinMu.Lock()
 	s.pinInfo = nil
 	s.pinMu.Unlock()
@@ -962,7 +973,7 @@ func isTimeout(err error) bool {
 // rekeyToBackend gives a session pinned at startup the backend's real PID
 // and secret in BackendKeyData (clients compare it with pg_backend_pid()
 // and cancel with it), unless another session already has that PID.
-func (s *Server) rekeyToBackend(sess *session, pid uint32, secret []byte) {
+func (s *core) rekeyToBackend(sess *session, pid uint32, secret []byte) {
 	if len(secret) != 4 || pid == 0 {
 		return
 	}
@@ -992,7 +1003,7 @@ func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *Error) 
 	if s.bc == nil {
 		return nil, nil
 	}
-	s.srv.rekeyToBackend(s, s.bc.pid, s.bc.secret)
+	s.core.rekeyToBackend(s, s.bc.pid, s.bc.secret)
 	return maps.Clone(s.bc.statuses), nil
 }
 
@@ -1013,7 +1024,7 @@ func (p *shardPool) acquireAs(ctx context.Context, key *settings, user string) (
 			p.mu.Unlock()
 			return nil, errPoolClosed
 		}
-		if p.open < p.srv.cfg.PoolSize {
+		if p.open < p.server().cfg.PoolSize {
 			p.open++
 			p.mu.Unlock()
 			return p.connectAs(ctx, key, user)
@@ -1047,7 +1058,7 @@ func (p *shardPool) connectAs(ctx context.Context, key *settings, user string) (
 	c, err := p.dialAs(ctx, key, user)
 	if err != nil {
 		p.slotFreed()
-		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
+		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
 		return nil, err
 	}
 	return c, nil

@@ -481,8 +481,16 @@ func refusalError(r *route.Refusal) *Error {
 }
 
 // target decides the shard of a statement that runs on a backend, or
-// returns a fan-out (DestAll) or an error.
+// returns a fan-out (DestAll) or an error; the decision is recorded
+// (SHOW ROUTES, pgshard_proxy_routes_total).
 func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
+	shard, fan, e := p.decideTarget(a, d)
+	p.s.srv.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
+	return shard, fan, e
+}
+
+// decideTarget is target's decision.
+func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Error) {
 	srv := p.s.srv
 	p.fanInTxn, p.fanOnly = false, 0
 	if a.Kind == route.KindDDL {

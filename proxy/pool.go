@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -57,11 +58,24 @@ type bconn struct {
 	// the connection is then closed instead of being reused, so a late
 	// cancel can never hit another client's query.
 	cancelled atomic.Bool
+	// usedSince is when the current use began (unix nanoseconds), 0 while
+	// idle (stats.go).
+	usedSince atomic.Int64
+	// queries, sent and the reader's received bytes since the last
+	// release (owned by the session using the connection).
+	queries, sent, recvMark uint64
+	// opened is when the connection was made; gen the pool's reconnect
+	// generation then (RECONNECT closes older ones when released).
+	opened time.Time
+	gen    uint64
+	// tls: the connection is encrypted.
+	tls bool
 }
 
 // write sends b in one write.
 func (c *bconn) write(b []byte) error {
 	c.rd.ready = 0 // until its ReadyForQuery is read
+	c.sent += uint64(len(b))
 	if _, err := c.io.Write(b); err != nil {
 		c.broken = true
 		return err
@@ -124,8 +138,11 @@ func (c *bconn) peek(fd uintptr) bool {
 // shardPool holds the backend connections of one shard, keyed by their
 // startup settings, bounded by Config.PoolSize in total.
 type shardPool struct {
-	srv       *Server
-	idx       int
+	// srvp is the newest generation that has this pool: the pool follows
+	// its Config (a reload that keeps the shard keeps the pool, with its
+	// connections and statistics). Use server().
+	srvp      atomic.Pointer[Server]
+	core      *core
 	shard     shardmap.Shard
 	viaPooler bool
 	base      *pgconn.Config
@@ -154,11 +171,29 @@ type shardPool struct {
 	// found down can unblock the sessions waiting on one; changed only when
 	// a connection opens or closes.
 	conns map[*bconn]struct{}
+
+	// stats are the shard's counters (stats.go).
+	stats *shardStats
+	// bouncer is the monitor's connection to the shard's PgBouncer admin
+	// console (bouncer.go; only the monitor uses it).
+	bouncer bouncerConn
+	// ops is the operator's state of the pool: paused, back-pressure,
+	// reconnect, retirement (pool_ops.go).
+	ops poolOps
+	// pauseWaiters counts sessions held by PAUSE, the oldest since
+	// oldestPauseWaiter (guarded by mu; SHOW POOLS).
+	pauseWaiters      int32
+	oldestPauseWaiter time.Time
+	// SHOW STATS's averages (stats.go).
+	avgMu    sync.Mutex
+	lastSnap statsSnap
+	avg      atomic.Pointer[statsAvg]
 }
 
 type poolWaiter struct {
-	key string
-	ch  chan poolGrant
+	key   string
+	ch    chan poolGrant
+	since time.Time
 }
 
 // poolGrant hands a waiter either a connection or the right to open one.
@@ -183,15 +218,22 @@ func newShardPool(srv *Server, idx int, s shardmap.Shard, usePooler bool) (*shar
 	if err != nil {
 		return nil, fmt.Errorf("shard %q: parse dsn: %w", s.Name, err)
 	}
-	return &shardPool{
-		srv: srv, idx: idx, shard: s, viaPooler: via, base: cfg, dsn: dsn,
+	p := &shardPool{
+		core: srv.core, shard: s, viaPooler: via, base: cfg, dsn: dsn,
 		addr:     net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
 		pgAddr:   net.JoinHostPort(dcfg.Host, strconv.Itoa(int(dcfg.Port))),
 		idle:     map[string][]*bconn{},
 		statuses: map[string]map[string]string{},
 		conns:    map[*bconn]struct{}{},
-	}, nil
+		stats:    newShardStats(s.Name),
+	}
+	p.srvp.Store(srv)
+	p.ops.init()
+	return p, nil
 }
+
+// server returns the generation whose Config the pool follows.
+func (p *shardPool) server() *Server { return p.srvp.Load() }
 
 // errPoolClosed is returned by acquire after the server shut down.
 var errPoolClosed = errors.New("the proxy is shutting down")
@@ -199,10 +241,33 @@ var errPoolClosed = errors.New("the proxy is shutting down")
 // acquire returns a connection with startup settings key, opening one if
 // needed and allowed, else waiting (bounded by PoolTimeout and ctx).
 func (p *shardPool) acquire(ctx context.Context, key *settings) (*bconn, error) {
-	if e := p.isDown(); e != nil {
+	if e := p.refusal(); e != nil {
+		p.stats.noteError(e.Code)
 		return nil, e
 	}
-	return p.acquire1(ctx, key)
+	if p.ops.paused.Load() {
+		if err := p.waitResumed(ctx); err != nil {
+			p.stats.noteErr(err)
+			return nil, err
+		}
+	}
+	c, err := p.acquire1(ctx, key)
+	if err != nil {
+		p.stats.noteErr(err)
+		return nil, err
+	}
+	c.usedSince.Store(time.Now().UnixNano())
+	return c, nil
+}
+
+// refusal returns the error that fails a new transaction on the shard at
+// once, nil when it may start: the shard is down, or its PgBouncer is
+// overloaded (back-pressure), or the pool was retired by a reload.
+func (p *shardPool) refusal() *Error {
+	if e := p.down.Load(); e != nil {
+		return e
+	}
+	return p.ops.refuse.Load()
 }
 
 func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error) {
@@ -223,7 +288,7 @@ func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error)
 			p.discard(c)
 			continue
 		}
-		if p.open < p.srv.cfg.PoolSize {
+		if p.open < p.server().cfg.PoolSize {
 			p.open++
 			p.mu.Unlock()
 			return p.connect(ctx, key)
@@ -234,13 +299,15 @@ func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error)
 			p.forget(victim)
 			return p.connect(ctx, key)
 		}
-		w := &poolWaiter{key: key.key, ch: make(chan poolGrant, 1)}
+		start := time.Now()
+		w := &poolWaiter{key: key.key, ch: make(chan poolGrant, 1), since: start}
 		p.waiters = append(p.waiters, w)
 		p.mu.Unlock()
-		p.srv.metrics.poolWaits.WithLabelValues(p.shard.Name).Inc()
-		start := time.Now()
 		g, err := p.wait(ctx, w)
-		p.srv.metrics.poolWaitSeconds.WithLabelValues(p.shard.Name).Observe(time.Since(start).Seconds())
+		waited := time.Since(start)
+		p.stats.waits.Add(1)
+		p.stats.waitNanos.Add(uint64(waited))
+		p.stats.waitHist.Observe(waited.Seconds())
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +326,7 @@ func (p *shardPool) acquire1(ctx context.Context, key *settings) (*bconn, error)
 }
 
 func (p *shardPool) wait(ctx context.Context, w *poolWaiter) (poolGrant, error) {
-	t := time.NewTimer(p.srv.cfg.PoolTimeout)
+	t := time.NewTimer(p.server().cfg.PoolTimeout)
 	defer t.Stop()
 	select {
 	case g := <-w.ch:
@@ -276,7 +343,7 @@ func (p *shardPool) wait(ctx context.Context, w *poolWaiter) (poolGrant, error) 
 				return poolGrant{}, ctx.Err()
 			}
 			return poolGrant{}, &Error{Code: codeTooManyConnections,
-				Message: fmt.Sprintf("timed out after %s waiting for a connection to shard %q (pool size %d)", p.srv.cfg.PoolTimeout, p.shard.Name, p.srv.cfg.PoolSize),
+				Message: fmt.Sprintf("timed out after %s waiting for a connection to shard %q (pool size %d)", p.server().cfg.PoolTimeout, p.shard.Name, p.server().cfg.PoolSize),
 				Hint:    "Raise proxy.pool_size (and the shard's max_connections) or shorten transactions."}
 		}
 	}
@@ -314,7 +381,8 @@ func (p *shardPool) oldestIdleLocked() *bconn {
 
 // release returns a clean connection (no transaction open).
 func (p *shardPool) release(c *bconn) {
-	if c.broken || c.cancelled.Load() {
+	p.endUse(c)
+	if c.broken || c.cancelled.Load() || p.ops.retire(c) {
 		p.discard(c)
 		return
 	}
@@ -322,8 +390,8 @@ func (p *shardPool) release(c *bconn) {
 		// A bug's safety net: a connection with a transaction open (or
 		// replies not read) would hold its locks for nobody and answer the
 		// next client with someone else's replies. Close it instead.
-		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "unclean").Inc()
-		p.srv.log.Error("a backend connection was returned not idle; closed instead", "shard", p.shard.Name, "status", string(rune(c.rd.ready)))
+		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "unclean").Inc()
+		p.server().log.Error("a backend connection was returned not idle; closed instead", "shard", p.shard.Name, "status", string(rune(c.rd.ready)))
 		p.discard(c)
 		return
 	}
@@ -355,6 +423,7 @@ func (p *shardPool) release(c *bconn) {
 
 // discard closes a connection and frees its slot.
 func (p *shardPool) discard(c *bconn) {
+	p.endUse(c)
 	p.forget(c)
 	p.slotFreed()
 }
@@ -377,24 +446,24 @@ func (p *shardPool) isDown() *Error { return p.down.Load() }
 // query_wait_timeout. When the shard goes down, sessions waiting on one of
 // its pooler connections are unblocked with an error.
 func (p *shardPool) probe(ctx context.Context) {
-	d := net.Dialer{Timeout: p.srv.cfg.ConnectTimeout}
+	d := net.Dialer{Timeout: p.server().cfg.ConnectTimeout}
 	conn, err := d.DialContext(ctx, "tcp", p.pgAddr)
 	if err == nil {
 		_ = conn.Close()
 		if p.down.Swap(nil) != nil {
-			p.srv.log.Info("shard is reachable again", "shard", p.shard.Name)
+			p.server().log.Info("shard is reachable again", "shard", p.shard.Name)
 		}
 		return
 	}
 	if ctx.Err() != nil {
 		return
 	}
-	e := &Error{Code: codeCannotConnect,
+	e := &Error{Code: codeConnectionFailure,
 		Message: fmt.Sprintf("shard %q is down: its server at %s does not accept connections (%s)", p.shard.Name, p.pgAddr, shortErr(err)),
 		Hint:    "Transactions for other shards still work; retry when the shard is back."}
 	if p.down.Swap(e) == nil {
-		p.srv.log.Warn("shard is down", "shard", p.shard.Name, "addr", p.pgAddr, "err", shortErr(err))
-		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "down").Inc()
+		p.server().log.Warn("shard is down", "shard", p.shard.Name, "addr", p.pgAddr, "err", shortErr(err))
+		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "down").Inc()
 		if p.viaPooler {
 			p.mu.Lock()
 			for c := range p.conns {
@@ -427,7 +496,7 @@ func (p *shardPool) connect(ctx context.Context, key *settings) (*bconn, error) 
 	c, err := p.dial(ctx, key)
 	if err != nil {
 		p.slotFreed()
-		p.srv.metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
+		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
 		return nil, err
 	}
 	return c, nil
@@ -452,13 +521,13 @@ func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bc
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "pgshard proxy"
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.srv.cfg.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.server().cfg.ConnectTimeout)
 	defer cancel()
 	pc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, p.connectError(err)
 	}
-	if p.srv.cfg.VerifyIdentity && !p.verified.Load() {
+	if p.server().cfg.VerifyIdentity && !p.verified.Load() {
 		if err := p.verify(ctx, pc); err != nil {
 			_ = pc.Close(context.Background())
 			return nil, err
@@ -489,12 +558,15 @@ func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bc
 		statuses: hc.ParameterStatuses,
 		pid:      hc.PID,
 		secret:   hc.SecretKey,
+		opened:   time.Now(),
+		gen:      p.ops.reconnectGen.Load(),
 	}
+	_, c.tls = hc.Conn.(*tls.Conn)
 	c.rd.ready = hc.TxStatus
 	c.peekFn = c.peek
-	if !p.viaPooler && p.srv.cfg.StatementCacheSize > 0 {
-		c.stmts = newStmtCache(p.srv.cfg.StatementCacheSize)
-		c.stmts.epoch = p.srv.stmtEpoch.Load()
+	if !p.viaPooler && p.server().cfg.StatementCacheSize > 0 {
+		c.stmts = newStmtCache(p.server().cfg.StatementCacheSize)
+		c.stmts.epoch = p.server().stmtEpoch.Load()
 	}
 	p.mu.Lock()
 	if _, ok := p.statuses[key.key]; !ok {
@@ -513,13 +585,13 @@ func (p *shardPool) connectError(err error) error {
 	if errors.As(err, &pe) {
 		return &backendPgError{pe: pe, shard: p.shard.Name}
 	}
-	e := &Error{Code: codeCannotConnect,
+	e := &Error{Code: codeConnectionFailure,
 		Message: fmt.Sprintf("cannot connect to shard %q at %s: %v", p.shard.Name, p.addr, shortErr(err)),
 		Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
-	if p.srv.cfg.HealthInterval > 0 && !p.viaPooler {
+	if p.server().cfg.HealthInterval > 0 && !p.viaPooler {
 		// Until the next probe says otherwise, fail fast.
 		if p.down.Swap(e) == nil {
-			p.srv.log.Warn("shard is down", "shard", p.shard.Name, "addr", p.addr, "err", shortErr(err))
+			p.server().log.Warn("shard is down", "shard", p.shard.Name, "addr", p.addr, "err", shortErr(err))
 		}
 	}
 	return e
@@ -537,6 +609,12 @@ func (e *backendPgError) Unwrap() error { return e.pe }
 // verify checks the shard's identity record on a fresh connection.
 func (p *shardPool) verify(ctx context.Context, pc *pgconn.PgConn) error {
 	rr := pc.ExecParams(ctx, "SELECT shard_name, ordinal, buckets, map_epoch, database_id::text FROM pgshard_identity", nil, nil, nil, nil).Read()
+	if rr.Err != nil && unreachable(rr.Err) {
+		// Through PgBouncer: the login worked, the shard behind it is down.
+		return &Error{Code: codeConnectionFailure,
+			Message: fmt.Sprintf("cannot reach shard %q through %s: %s", p.shard.Name, p.addr, shortErr(rr.Err)),
+			Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
+	}
 	if rr.Err != nil || len(rr.Rows) != 1 || len(rr.Rows[0]) != 5 {
 		reason := "no identity record (run pgshard migrate)"
 		if rr.Err != nil {
@@ -549,10 +627,10 @@ func (p *shardPool) verify(ctx context.Context, pc *pgconn.PgConn) error {
 	buckets, _ := strconv.Atoi(string(row[2]))
 	epoch, _ := strconv.ParseUint(string(row[3]), 10, 64)
 	id := migrations.Identity{ShardName: string(row[0]), Ordinal: ord, Buckets: buckets, MapEpoch: epoch, DatabaseID: string(row[4])}
-	if err := id.Check(p.shard, p.srv.cfg.Map); err != nil {
+	if err := id.Check(p.shard, p.server().cfg.Map); err != nil {
 		return &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %v", p.shard.Name, err)}
 	}
-	if err := p.srv.registerDatabaseID(p.shard.Name, id.DatabaseID); err != nil {
+	if err := p.server().registerDatabaseID(p.shard.Name, id.DatabaseID); err != nil {
 		return &Error{Code: codeCannotConnect, Message: err.Error()}
 	}
 	p.verified.Store(true)
@@ -584,7 +662,7 @@ func (p *shardPool) reapIdle(now time.Time) {
 	for k, l := range p.idle {
 		keep := l[:0]
 		for _, c := range l {
-			if now.Sub(c.idleSince) > p.srv.cfg.IdleTimeout {
+			if now.Sub(c.idleSince) > p.server().cfg.IdleTimeout {
 				old = append(old, c)
 			} else {
 				keep = append(keep, c)
@@ -624,13 +702,6 @@ func (p *shardPool) shutdown() {
 	for _, w := range waiters {
 		w.ch <- poolGrant{} // neither a connection nor a slot: closed
 	}
-}
-
-// stats returns the pool's open and idle connection counts.
-func (p *shardPool) stats() (open, idle int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.open, p.nidle
 }
 
 // sendCancel sends a CancelRequest for c's backend process to the address c

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,54 +15,91 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // Server is a running proxy: it accepts clients, authenticates them and
 // runs one session per client over per-shard backend pools.
+//
+// A Server value is one generation of the proxy's configuration (its
+// Config, users, shard pools); what outlives a reload (sessions, metrics,
+// the listener, the lifecycle) is the shared core. RELOAD makes a new
+// generation (reload.go); each session moves to it between transactions,
+// so a session's s.srv never changes under a transaction.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	users   map[string]login
-	pools   []*shardPool
-	reg     *prometheus.Registry
-	metrics *metrics
+	*core
+	cfg   Config
+	users map[string]login
+	pools []*shardPool
+	// collation is whether the shards order text by bytes (collationC),
+	// checked on the first merge that compares text (collationUnknown
+	// again after DDL).
+	collation atomic.Int32
 	// defaultShard is the index of Config.DefaultShard.
 	defaultShard int
 	// rr spreads key-less read-only statements over the shards.
 	rr atomic.Uint32
+	// generation counts configurations: 1 is New's, each reload adds one.
+	generation uint64
+
+	// Pinning (pin.go): direct pools by shard, made on first use when the
+	// shards' own pools go through a pooler. A reload hands a kept shard's
+	// direct pool to the new generation and retires the others'.
+	directMu sync.Mutex
+	direct   []*shardPool
+
+	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
+	// the same for every generation (a reload keeps them).
+	dbs map[string]*Server
+}
+
+// core is the state every generation of a Server shares.
+type core struct {
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
 	// stmtEpoch moves on at every schema change the proxy sees (a DDL
 	// statement planned, or Postgres refusing a cached statement whose
 	// result columns changed): every connection's statement cache then
 	// starts afresh at its next use.
 	stmtEpoch atomic.Uint64
-	// collation is whether the shards order text by bytes (collationC),
-	// checked on the first merge that compares text (collationUnknown
-	// again after DDL).
-	collation atomic.Int32
+	// cur is the current generation.
+	cur atomic.Pointer[Server]
+	// routes records recent routing decisions (SHOW ROUTES).
+	routes routeLog
+	// life is the server's lifecycle: logins disabled, shutdown, handover.
+	life lifecycle
+	// started is when New ran (SHOW STATS averages, uptime).
+	started time.Time
 
 	mu       sync.Mutex
 	sessions map[uint32]*session // by the BackendKeyData process ID
 	nclients int
+	nadmin   int               // of nclients, admin console sessions
 	dbIDs    map[string]string // database id → shard name (identity checks)
 
-	addrMu sync.Mutex
-	addr   net.Addr
-	ready  chan struct{}
+	// secrets are redacted from every log line (secrets.go).
+	secrets secretSet
+	// tls is the current TLS configuration towards clients (nil: off).
+	tls atomic.Pointer[tlsSetup]
 
-	// Pinning (pin.go): direct pools by shard, made on first use when
-	// the shards' own pools go through a pooler; pinned sessions.
-	directMu  sync.Mutex
-	direct    []*shardPool
+	// npinned counts the sessions pinned to a backend of their own
+	// (pin.go), across generations and databases (Config.MaxPinned bounds
+	// it); pinsTotal counts pins by reason.
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
 
-	// dbs are the servers of Config.ExtraDatabases, by name (databases.go).
-	dbs map[string]*Server
+	addrMu      sync.Mutex
+	addr        net.Addr
+	metricsAddr net.Addr
+	ready       chan struct{}
 }
+
+// current returns the current generation.
+func (c *core) current() *Server { return c.cur.Load() }
 
 // New checks cfg and builds a server; it does no I/O. Call Verify to check
 // the shards' identities, then Serve or ListenAndServe.
@@ -76,30 +112,42 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		users:    users,
+	c := &core{
 		reg:      prometheus.NewRegistry(),
 		sessions: map[uint32]*session{},
 		dbIDs:    map[string]string{},
 		ready:    make(chan struct{}),
+		started:  time.Now(),
 	}
-	var names []string
+	c.life.init()
+	c.secrets.set(&cfg)
+	c.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &c.secrets})
+	ts, err := loadTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	c.tls.Store(ts)
+	s := &Server{
+		core:       c,
+		cfg:        cfg,
+		users:      users,
+		generation: 1,
+	}
 	for i, sh := range cfg.Map.Shards {
 		p, err := newShardPool(s, i, sh, cfg.UsePooler)
 		if err != nil {
 			return nil, err
 		}
 		s.pools = append(s.pools, p)
-		names = append(names, sh.Name)
 		if sh.Name == cfg.DefaultShard {
 			s.defaultShard = i
 		}
 	}
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.metrics = newMetrics(s.reg, names, func(i int) (int, int) { return s.pools[i].stats() })
-	s.pinMetrics()
+	c.cur.Store(s)
+	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c.metrics = newMetrics(c.reg, c)
+	c.pinMetrics()
+	warnPlainPasswords(cfg.Users, c.log)
 	if err := s.newExtraDatabases(); err != nil {
 		return nil, err
 	}
@@ -129,24 +177,52 @@ func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
 // it is back, and it is verified on its first connection (with
 // Config.VerifyIdentity).
 func (s *Server) Verify(ctx context.Context) (down []string, err error) {
-	m := s.cfg.Map
+	ids, down, err := s.verifyPools(ctx, s.cfg.Map, s.pools, nil)
+	if err != nil {
+		return down, err
+	}
+	if d, err := s.verifyExtra(ctx); err != nil || len(d) > 0 {
+		down = append(down, d...)
+		if err != nil {
+			return down, err
+		}
+	}
+	s.mu.Lock()
+	for name, id := range ids {
+		s.dbIDs[id.DatabaseID] = name
+	}
+	s.mu.Unlock()
+	for _, p := range s.pools {
+		if _, ok := ids[p.shard.Name]; ok {
+			p.verified.Store(true)
+		}
+	}
+	return down, nil
+}
+
+// verifyPools reads the identity records of pools' shards and checks them
+// against m: a mismatch, or two shards (also among others, database id →
+// shard of shards already known) on one database, is an error; a shard
+// that cannot be reached is reported in down.
+func (s *Server) verifyPools(ctx context.Context, m *shardmap.Map, pools []*shardPool, others map[string]string) (map[string]migrations.Identity, []string, error) {
 	type res struct {
 		id  migrations.Identity
 		err error
 		up  bool
 	}
-	out := make([]res, len(m.Shards))
+	out := make([]res, len(pools))
 	g, gctx := errgroup.WithContext(ctx)
-	for i, p := range s.pools {
+	for i, p := range pools {
 		g.Go(func() error {
-			cctx, cancel := context.WithTimeout(gctx, s.cfg.ConnectTimeout)
+			timeout := p.server().cfg.ConnectTimeout
+			cctx, cancel := context.WithTimeout(gctx, timeout)
 			defer cancel()
 			cfg, err := pgx.ParseConfig(p.dsn)
 			if err != nil {
 				out[i] = res{err: err}
 				return nil
 			}
-			cfg.ConnectTimeout = s.cfg.ConnectTimeout
+			cfg.ConnectTimeout = timeout
 			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 			cfg.RuntimeParams["application_name"] = "pgshard proxy (identity check)"
 			conn, err := pgx.ConnectConfig(cctx, cfg)
@@ -156,19 +232,24 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
 			id, err := migrations.ReadIdentity(cctx, conn)
-			out[i] = res{id: id, err: err, up: true}
+			// Through PgBouncer the login succeeds with the shard down and
+			// the first query fails (08P01 "server login has been
+			// failing"): the shard is unreachable, not in disagreement.
+			out[i] = res{id: id, err: err, up: err == nil || !unreachable(err)}
 			return nil
 		})
 	}
 	_ = g.Wait()
 	var errs []error
+	var down []string
 	ids := map[string]migrations.Identity{}
 	for i, r := range out {
-		sh := m.Shards[i]
+		p := pools[i]
+		sh := p.shard
 		switch {
 		case !r.up:
 			down = append(down, sh.Name)
-			s.log.Warn("shard unreachable at start; its transactions fail until it is back", "shard", sh.Name, "addr", s.pools[i].addr, "err", shortErr(r.err))
+			s.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.addr, "err", shortErr(r.err))
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, r.err))
 		default:
@@ -182,26 +263,15 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 	if err := migrations.CheckDistinct(ids); err != nil {
 		errs = append(errs, err)
 	}
-	if d, err := s.verifyExtra(ctx); err != nil || len(d) > 0 {
-		down = append(down, d...)
-		if err != nil {
-			errs = append(errs, err)
+	for name, id := range ids {
+		if other, ok := others[id.DatabaseID]; ok && other != name {
+			errs = append(errs, fmt.Errorf("map entries %q and %q point at the same database (database id %s)", other, name, id.DatabaseID))
 		}
 	}
 	if len(errs) > 0 {
-		return down, errors.Join(errs...)
+		return nil, down, errors.Join(errs...)
 	}
-	s.mu.Lock()
-	for name, id := range ids {
-		s.dbIDs[id.DatabaseID] = name
-	}
-	s.mu.Unlock()
-	for i, sh := range m.Shards {
-		if _, ok := ids[sh.Name]; ok {
-			s.pools[i].verified.Store(true)
-		}
-	}
-	return down, nil
+	return ids, down, nil
 }
 
 // registerDatabaseID records a shard's database id and fails if another
@@ -214,138 +284,6 @@ func (s *Server) registerDatabaseID(shard, id string) error {
 	}
 	s.dbIDs[id] = shard
 	return nil
-}
-
-// ListenAndServe listens on Config.Listen and serves until ctx is done.
-func (s *Server) ListenAndServe(ctx context.Context) error {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("proxy: listen on %s: %w", s.cfg.Listen, err)
-	}
-	return s.Serve(ctx, ln)
-}
-
-// Serve accepts clients on ln until ctx is done, then closes every client
-// and backend connection and returns once all its goroutines ended.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	g, ctx := errgroup.WithContext(ctx)
-	s.addrMu.Lock()
-	s.addr = ln.Addr()
-	s.addrMu.Unlock()
-	close(s.ready)
-	s.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(s.pools), "via_pooler", s.cfg.UsePooler)
-
-	var metricsSrv *http.Server
-	if s.cfg.MetricsListen != "" {
-		mln, err := net.Listen("tcp", s.cfg.MetricsListen)
-		if err != nil {
-			_ = ln.Close()
-			return fmt.Errorf("proxy: metrics listen on %s: %w", s.cfg.MetricsListen, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		g.Go(func() error {
-			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-	}
-
-	g.Go(func() error { // shutdown
-		<-ctx.Done()
-		_ = ln.Close()
-		if metricsSrv != nil {
-			_ = metricsSrv.Close()
-		}
-		s.mu.Lock()
-		for _, sess := range s.sessions {
-			sess.closeClient()
-		}
-		s.mu.Unlock()
-		// Sessions waiting for a backend (a long query, a fan-out's
-		// shards) end too.
-		for _, p := range s.pools {
-			p.mu.Lock()
-			for c := range p.conns {
-				_ = c.nc.SetDeadline(time.Now())
-			}
-			p.mu.Unlock()
-		}
-		s.interruptDirect()
-		return nil
-	})
-	if s.cfg.HealthInterval > 0 {
-		for _, p := range s.pools {
-			g.Go(func() error { // health probe
-				t := time.NewTicker(s.cfg.HealthInterval)
-				defer t.Stop()
-				for {
-					p.probe(ctx)
-					select {
-					case <-ctx.Done():
-						return nil
-					case <-t.C:
-					}
-				}
-			})
-		}
-	}
-	g.Go(func() error { // idle reaper
-		period := min(max(s.cfg.IdleTimeout/4, time.Second), 30*time.Second)
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case now := <-t.C:
-				for _, p := range s.pools {
-					p.reapIdle(now)
-				}
-			}
-		}
-	})
-	s.serveExtra(ctx, g)
-	g.Go(func() error { // accept loop
-		backoff := 5 * time.Millisecond
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
-					s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
-					t := time.NewTimer(backoff)
-					select {
-					case <-ctx.Done():
-						t.Stop()
-						return nil
-					case <-t.C:
-					}
-					backoff = min(2*backoff, time.Second)
-					continue
-				}
-				return fmt.Errorf("proxy: accept: %w", err)
-			}
-			backoff = 5 * time.Millisecond
-			g.Go(func() error {
-				s.handle(ctx, conn)
-				return nil
-			})
-		}
-	})
-	err := g.Wait()
-	for _, p := range s.pools {
-		p.shutdown()
-	}
-	s.shutdownDirect()
-	s.log.Info("proxy stopped")
-	return err
 }
 
 // handle runs one client connection to its end.
@@ -380,6 +318,9 @@ func (s *Server) register(sess *session) bool {
 		sess.secret = binary.BigEndian.Uint32(b[4:])
 		s.sessions[pid] = sess
 		s.nclients++
+		if sess.admin {
+			s.nadmin++
+		}
 		s.metrics.clients.Inc()
 		s.metrics.clientsTotal.Inc()
 		return true
@@ -392,6 +333,9 @@ func (s *Server) unregister(sess *session) {
 	if s.sessions[sess.pid] == sess {
 		delete(s.sessions, sess.pid)
 		s.nclients--
+		if sess.admin {
+			s.nadmin--
+		}
 		s.metrics.clients.Dec()
 	}
 }
@@ -403,10 +347,6 @@ func (s *Server) cancel(ctx context.Context, pid uint32, key []byte) {
 	s.mu.Lock()
 	sess := s.sessions[pid]
 	s.mu.Unlock()
-	if sess == nil && s.dbs != nil {
-		s.cancelExtra(ctx, pid, key)
-		return
-	}
 	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
 		return
 	}

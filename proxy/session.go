@@ -142,6 +142,19 @@ type session struct {
 	// aio is the watcher's writer to the client (asyncWriter).
 	aio io.Writer
 
+	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
+	// from other goroutines after register): admin is an admin console
+	// session; tlsOn the client uses TLS; connected when it connected;
+	// app its application_name.
+	admin     bool
+	tlsOn     bool
+	connected time.Time
+	app       string
+	// core is the server's shared state (never changes, unlike srv).
+	core *core
+	// adminCancel cancels the admin command running (under mu).
+	adminCancel context.CancelFunc
+
 	// Scratch reused by every exchange (no allocation on the hot path).
 	plan     planner
 	grp      []cmsg
@@ -221,12 +234,14 @@ type cmsg struct {
 
 func newSession(srv *Server, conn net.Conn) *session {
 	s := &session{
-		srv:   srv,
-		conn:  conn,
-		log:   srv.log,
-		hint:  -1,
-		stmts: map[string]*vstmt{},
-		seen:  map[string]string{},
+		srv:       srv,
+		core:      srv.core,
+		connected: time.Now(),
+		conn:      conn,
+		log:       srv.log,
+		hint:      -1,
+		stmts:     map[string]*vstmt{},
+		seen:      map[string]string{},
 	}
 	s.io = connIO(conn)
 	s.rd = newMsgReader(s.io, s.messageLimit)
@@ -261,9 +276,11 @@ func (s *session) run(ctx context.Context) {
 		}
 		return
 	}
-	defer s.srv.unregister(s)
+	defer s.core.current().unregister(s)
 	defer s.releaseAll()
-	if s.canRelay() {
+	if s.admin {
+		err = s.serveAdmin(ctx)
+	} else if s.canRelay() {
 		err = s.relay()
 	} else {
 		err = s.serve(ctx)
@@ -339,8 +356,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 			return s.fail(fatal(codeProtocolViolation, "too many encryption requests"))
 		}
 		switch pkt.kind {
-		case startupSSL, startupGSSEnc:
-			// Not supported (yet): 'N' tells the client to go on in plain text.
+		case startupSSL:
+			if err := s.startTLS(); err != nil { // 'S' and a handshake, or 'N'
+				return false, err
+			}
+			continue
+		case startupGSSEnc:
+			// Not supported: 'N' tells the client to go on without it.
 			if _, err := s.conn.Write([]byte{'N'}); err != nil {
 				return false, err
 			}
@@ -352,6 +374,12 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		break
 	}
 
+	if ts := s.core.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
+		s.core.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
+		return s.fail(&Error{Severity: "FATAL", Code: codeInvalidAuthorization,
+			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
+			Hint:    "Connect with sslmode=require, verify-ca or verify-full."})
+	}
 	user, _ := pkt.param("user")
 	if user == "" {
 		return s.fail(fatal(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
@@ -364,8 +392,21 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	if v, ok := pkt.param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
 		return s.fail(fatal(codeFeatureNotSupported, "replication connections are not supported by pgshard"))
 	}
+	s.app, _ = pkt.param("application_name")
+	s.admin = len(s.srv.cfg.AdminUsers) > 0 && s.db == s.srv.cfg.AdminDatabase
+	if !s.admin && s.core.life.disabled.Load() {
+		s.core.metrics.clientsRefused.WithLabelValues("disabled").Inc()
+		return s.fail(&Error{Severity: "FATAL", Code: codeCannotConnectNow,
+			Message: "pgshard is not accepting new connections (DISABLE on the admin console)",
+			Hint:    "Retry later; an operator re-enables logins with ENABLE."})
+	}
+	if s.admin {
+		return s.adminStartup(ctx, pkt)
+	}
 	if sub := s.srv.database(s.db); sub != s.srv {
-		// Another logical database: its server serves the session.
+		// Another logical database: its server serves the session (its
+		// pools and routing); the session stays in this core (console,
+		// cancel keys, shutdown).
 		s.srv, s.log = sub, sub.log
 	} else if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
 		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
@@ -391,13 +432,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		}
 	}
 
-	if !s.srv.register(s) {
-		s.srv.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
+	if !s.core.current().register(s) {
+		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
 	}
 	ok, err := s.authenticate()
 	if !ok {
-		s.srv.unregister(s)
+		s.core.current().unregister(s)
 		s.srv.metrics.clientsRefused.WithLabelValues("auth").Inc()
 		return false, err
 	}
@@ -414,7 +455,7 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		st, e = s.initialStatuses(ctx)
 	}
 	if e != nil {
-		s.srv.unregister(s)
+		s.core.current().unregister(s)
 		s.releaseAll()
 		return s.fail(e)
 	}
@@ -434,7 +475,7 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	s.out = appendU32(s.out, s.secret)
 	s.out = appendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.srv.unregister(s)
+		s.core.current().unregister(s)
 		return false, err
 	}
 	return true, nil
@@ -610,6 +651,10 @@ func (s *session) releaseAll() {
 // session, if it holds one. The backend connection is then never reused
 // by another client, so a late cancel cannot hit someone else's query.
 func (s *session) cancelBackend(ctx context.Context) {
+	if s.admin {
+		s.cancelAdmin()
+		return
+	}
 	s.mu.Lock()
 	var targets []*bconn
 	if len(s.fanning) > 0 {
@@ -624,9 +669,10 @@ func (s *session) cancelBackend(ctx context.Context) {
 	if len(targets) == 0 {
 		return
 	}
-	s.srv.metrics.cancels.Inc()
+	s.core.metrics.cancels.Inc()
+	timeout := s.core.current().cfg.ConnectTimeout
 	for _, bc := range targets {
-		if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, s.srv.cfg.ConnectTimeout); err != nil {
+		if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, timeout); err != nil {
 			s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
 		}
 	}

@@ -67,6 +67,8 @@ type msgReader struct {
 	// or 0 when the owner has written since (backend connections: see
 	// bconn.write and shardPool.release).
 	ready byte
+	// nread counts the bytes read (statistics).
+	nread uint64
 }
 
 func newMsgReader(r io.Reader, limit func(byte) int) *msgReader {
@@ -126,6 +128,7 @@ func (m *msgReader) fill(need int) error {
 		}
 		n, err := m.r.Read(m.buf[m.end:])
 		m.end += n
+		m.nread += uint64(n)
 		if err != nil {
 			if m.end-m.pos >= need {
 				return nil

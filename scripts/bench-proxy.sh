@@ -39,6 +39,7 @@ clients=${CLIENTS:-16}
 mode=${MODE:-extended}
 rows=${ROWS:-100000}
 dir=${DIR:-$(mktemp -d /tmp/pgshard-bench-XXXXXX)}
+chmod 755 "$dir" # the servers run as postgres when this runs as root
 pgbench=$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)
 psql=$(command -v psql)
 py=/usr/bin/python3

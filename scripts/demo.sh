@@ -9,8 +9,8 @@ cfg="$dir/pgshard.yaml"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
-step "Start (or reuse) a ${shards}-shard cluster: PostgreSQL + PgBouncer (transaction mode) per shard, and the pgshard proxy, in $dir"
-"$bin" dev up --dir "$dir" --shards "$shards" --proxy
+step "Start (or reuse) a ${shards}-shard cluster: PostgreSQL + PgBouncer (transaction mode) per shard, and the pgshard proxy (admin console, metrics, TLS with a local CA), in $dir"
+"$bin" dev up --dir "$dir" --shards "$shards" --proxy --tls
 
 step "Migrate every shard again: idempotent, each shard's ledger and identity verified"
 "$bin" migrate --config "$cfg"

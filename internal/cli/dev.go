@@ -40,7 +40,7 @@ func addDirFlag(cmd *cobra.Command) *string {
 
 func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
-	var pgbouncer, fsync, withProxy bool
+	var pgbouncer, fsync, withProxy, withTLS bool
 	var proxyBin, poolMode string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -49,7 +49,15 @@ func newDevUpCmd() *cobra.Command {
 in transaction pooling mode), migrate every shard, and write DIR/pgshard.yaml:
 the config with the shard map, which later pgshard commands in this directory
 find by themselves. Running "up" again on the same DIR reuses the cluster.
-Ctrl-C while starting stops everything started so far.`,
+Ctrl-C while starting stops everything started so far.
+
+The config's proxy section turns on the admin console (database
+pgshard_admin, for the cluster user), Prometheus metrics (a free port) and
+PgBouncer readings; --proxy runs the proxy (dev status --json reports
+proxy_dsn, admin_dsn and metrics_url). --tls makes a local CA and a server
+certificate in DIR/tls, turns TLS on in every PostgreSQL and in the proxy
+(tls.mode allow: verify with sslmode=verify-full sslrootcert=DIR/tls/ca.crt;
+plain-text clients still work, set require to refuse them).`,
 		Args: cobra.NoArgs,
 	}
 	dir := addDirFlag(cmd)
@@ -58,6 +66,7 @@ Ctrl-C while starting stops everything started so far.`,
 	cmd.Flags().BoolVar(&pgbouncer, "pgbouncer", true, "run one PgBouncer (transaction mode) per shard")
 	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
 	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
+	cmd.Flags().BoolVar(&withTLS, "tls", false, "make a local CA and certificates (DIR/tls) and turn TLS on in PostgreSQL and the proxy")
 	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
 	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "with --proxy: transaction (default) or session pooling")
 	_ = cmd.Flags().MarkHidden("proxy-bin")
@@ -66,6 +75,15 @@ Ctrl-C while starting stops everything started so far.`,
 		_, loadErr := cluster.Load(*dir)
 		fresh := loadErr != nil
 		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: &lockedWriter{w: cmd.ErrOrStderr()}}
+		var tlsFiles *cluster.TLSFiles
+		if withTLS {
+			f, err := cluster.WriteTLSFiles(devTLSDir(*dir))
+			if err != nil {
+				return err
+			}
+			tlsFiles = &f
+			spec.Settings = f.PostgresSettings()
+		}
 		c, err := cluster.Up(ctx, *dir, spec)
 		if err != nil {
 			return err
@@ -78,8 +96,8 @@ Ctrl-C while starting stops everything started so far.`,
 				_ = rep.WriteText(cmd.ErrOrStderr())
 			}
 		}
-		if err == nil && !reused {
-			err = writeDevConfig(*dir, m, pgbouncer)
+		if err == nil && (!reused || withTLS) {
+			err = writeDevConfig(*dir, m, pgbouncer, c.Spec.User, tlsFiles)
 		}
 		if err != nil {
 			if fresh && ctx.Err() != nil {
@@ -108,6 +126,15 @@ Ctrl-C while starting stops everything started so far.`,
 				verb = "reused"
 			}
 			fmt.Fprintf(out, "\nproxy %s: %s (pid %d, log %s)\n", verb, devProxyDSN(r, c.Spec.User, c.Spec.Database), r.PID, devProxyLog(*dir))
+			if r.AdminDatabase != "" {
+				fmt.Fprintf(out, "admin console: %s\n", devProxyDSN(r, c.Spec.User, r.AdminDatabase))
+			}
+			if r.MetricsAddr != "" {
+				fmt.Fprintf(out, "metrics: http://%s/metrics\n", r.MetricsAddr)
+			}
+			if r.TLS != "" && r.TLS != "disable" {
+				fmt.Fprintf(out, "TLS (%s): sslmode=verify-full sslrootcert=%s\n", r.TLS, filepath.Join(devTLSDir(*dir), "ca.crt"))
+			}
 		}
 		fmt.Fprintf(out, "\nstop it with: pgshard dev down --dir %s\n", *dir)
 		return nil
@@ -145,7 +172,19 @@ func sameShards(a, b *shardmap.Map) bool {
 	return true
 }
 
-func writeDevConfig(dir string, m *shardmap.Map, pooler bool) error {
+// devAdminDatabase is the dev proxy's admin console database (the data
+// database of a dev cluster is called pgshard, the console's default name).
+const devAdminDatabase = "pgshard_admin"
+
+// devTLSDir holds the dev cluster's CA and certificates (dev up --tls).
+func devTLSDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Join(dir, "tls")
+}
+
+func writeDevConfig(dir string, m *shardmap.Map, pooler bool, user string, tlsFiles *cluster.TLSFiles) error {
 	data, err := m.Marshal()
 	if err != nil {
 		return err
@@ -154,6 +193,18 @@ func writeDevConfig(dir string, m *shardmap.Map, pooler bool) error {
 	b.WriteString("# Written by `pgshard dev up`. Used by pgshard commands run in this\n")
 	b.WriteString("# directory's parent (or pass --config / set PGSHARD_CONFIG).\n")
 	fmt.Fprintf(&b, "store:\n  use_pooler: %t\n", pooler)
+	b.WriteString("proxy:\n")
+	b.WriteString("  # The admin console: psql -d " + devAdminDatabase + " (the data database is pgshard).\n")
+	fmt.Fprintf(&b, "  admin_users: [%s]\n  admin_database: %s\n", user, devAdminDatabase)
+	b.WriteString("  # Prometheus metrics on a free port (dev status --json: metrics_url).\n")
+	b.WriteString("  metrics_listen: 127.0.0.1:0\n")
+	if pooler {
+		fmt.Fprintf(&b, "  # Read each PgBouncer's SHOW POOLS/STATS (SHOW SHARDS, metrics).\n  pgbouncer:\n    admin_user: %s\n", user)
+	}
+	if tlsFiles != nil {
+		fmt.Fprintf(&b, "  # TLS: verify with sslmode=verify-full sslrootcert=%s\n", tlsFiles.CA)
+		fmt.Fprintf(&b, "  tls:\n    mode: allow\n    cert_file: %s\n    key_file: %s\n", tlsFiles.Cert, tlsFiles.Key)
+	}
 	b.WriteString("shardmap:\n")
 	for _, line := range strings.SplitAfter(string(data), "\n") {
 		if line != "" {
@@ -190,6 +241,14 @@ type devStatusJSON struct {
 	// ProxyDSN connects to the dev proxy (dev up --proxy), "" if none runs.
 	ProxyDSN string `json:"proxy_dsn,omitempty"`
 	ProxyPID int    `json:"proxy_pid,omitempty"`
+	// AdminDSN connects to the dev proxy's admin console; MetricsURL is its
+	// Prometheus endpoint ("" if off or no proxy runs).
+	AdminDSN   string `json:"admin_dsn,omitempty"`
+	MetricsURL string `json:"metrics_url,omitempty"`
+	// ProxyTLS is the proxy's client TLS mode; TLSCA the CA to verify it
+	// (and the shards' PostgreSQL) with, after dev up --tls.
+	ProxyTLS string `json:"proxy_tls,omitempty"`
+	TLSCA    string `json:"tls_ca,omitempty"`
 }
 
 func newDevStatusCmd() *cobra.Command {
@@ -229,6 +288,16 @@ func devStatus(ctx context.Context, dir string) (*devStatusJSON, error) {
 	st := &devStatusJSON{Dir: dir, Config: cfg.Path, Epoch: m.Epoch, NBuckets: m.Buckets}
 	if r := readDevProxy(dir); r != nil {
 		st.ProxyDSN, st.ProxyPID = devProxyDSN(r, c.Spec.User, c.Spec.Database), r.PID
+		if r.AdminDatabase != "" {
+			st.AdminDSN = devProxyDSN(r, c.Spec.User, r.AdminDatabase)
+		}
+		if r.MetricsAddr != "" {
+			st.MetricsURL = "http://" + r.MetricsAddr + "/metrics"
+		}
+		st.ProxyTLS = r.TLS
+	}
+	if ca := filepath.Join(devTLSDir(dir), "ca.crt"); fileExists(ca) {
+		st.TLSCA = ca
 	}
 	live := c.Status(ctx)
 	for i, s := range m.Shards {
@@ -274,7 +343,21 @@ func writeDevStatus(w io.Writer, st *devStatusJSON) error {
 	if st.ProxyDSN != "" {
 		fmt.Fprintf(w, "proxy: %s (pid %d)\n", st.ProxyDSN, st.ProxyPID)
 	}
+	if st.AdminDSN != "" {
+		fmt.Fprintf(w, "admin console: %s\n", st.AdminDSN)
+	}
+	if st.MetricsURL != "" {
+		fmt.Fprintf(w, "metrics: %s\n", st.MetricsURL)
+	}
+	if st.TLSCA != "" {
+		fmt.Fprintf(w, "TLS CA: %s\n", st.TLSCA)
+	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func liveness(pid int, ready bool) string {

@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,10 +29,16 @@ import (
 type proxyReady struct {
 	PID  int    `json:"pid"`
 	Addr string `json:"addr"`
+	// MetricsAddr is the Prometheus endpoint's address ("" if off).
+	MetricsAddr string `json:"metrics_addr,omitempty"`
+	// AdminDatabase is the admin console's database ("" if off).
+	AdminDatabase string `json:"admin_database,omitempty"`
+	// TLS is the client TLS mode (disable, allow, require).
+	TLS string `json:"tls,omitempty"`
 }
 
 func newProxyCmd() *cobra.Command {
-	var listen, readyFile, logLevel, cpuProfile, poolMode string
+	var listen, readyFile, logLevel, cpuProfile, handover, poolMode string
 	var trustUsers []string
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -43,11 +51,18 @@ their transaction's fail with SQLSTATE 0A000; key-less reads fan out and are
 merged; key-less DDL runs on every shard.
 
 The config's proxy section sets users (SCRAM-SHA-256 or trust), pool sizes,
-limits, timeouts and the sharding schema. At start the proxy checks every
-shard's identity record against the map and refuses to start on a mismatch; a
-shard that is down at start only fails the transactions that need it.
+limits, timeouts, TLS, the admin console, metrics and the sharding schema. At
+start the proxy checks every shard's identity record against the map and
+refuses to start on a mismatch; a shard that is down at start only fails the
+transactions that need it.
 
-Stop it with SIGINT or SIGTERM.`,
+Signals: SIGHUP reloads the config file and the shard map (RELOAD on the
+admin console does the same); SIGTERM or SIGINT shuts down gracefully (stop
+accepting, serve the connected sessions until they leave, at most
+proxy.shutdown_timeout); a second one stops at once. With
+proxy.handover_socket set, a new proxy process started with the same config
+takes the listening socket over from the running one, which then drains: a
+restart without refused or dropped connections.`,
 		Args: cobra.NoArgs,
 	}
 	cfgPath := addConfigFlag(cmd)
@@ -55,11 +70,15 @@ Stop it with SIGINT or SIGTERM.`,
 	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "transaction or session (default proxy.pool_mode, transaction)")
 	cmd.Flags().StringArrayVar(&trustUsers, "trust-user", nil, "also admit USER without a password (local development; repeatable)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write {\"pid\":...,\"addr\":...} to this file once listening")
+	cmd.Flags().StringVar(&handover, "handover-socket", "", "unix socket for zero-downtime restarts (proxy.handover_socket): take the listening socket over from the proxy serving there, and offer it to the next one")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.pool_mode": "pool-mode"}, RequireMap: true})
+		load := func() (*config.Config, error) {
+			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket", "proxy.pool_mode": "pool-mode"}, RequireMap: true})
+		}
+		cfg, err := load()
 		if err != nil {
 			return err
 		}
@@ -71,6 +90,13 @@ Stop it with SIGINT or SIGTERM.`,
 		pc, err := proxyConfig(cfg, trustUsers, log)
 		if err != nil {
 			return err
+		}
+		pc.Reload = func(context.Context) (proxy.Config, error) {
+			cfg, err := load()
+			if err != nil {
+				return proxy.Config{}, err
+			}
+			return proxyConfig(cfg, trustUsers, log)
 		}
 		if cpuProfile != "" {
 			f, err := os.Create(cpuProfile)
@@ -121,7 +147,26 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		MetricsListen:            x.MetricsListen,
 		MaxPinned:                x.MaxPinned,
 		Logger:                   log,
+		HealthInterval:           x.HealthInterval,
+		AdminUsers:               x.AdminUsers,
+		AdminDatabase:            x.AdminDatabase,
+		ShutdownTimeout:          x.ShutdownTimeout,
+		PauseTimeout:             x.PauseTimeout,
+		ReusePort:                x.ReusePort,
+		HandoverSocket:           relToConfig(cfg.Path, x.HandoverSocket),
+		PgBouncer: proxy.BouncerConfig{
+			AdminUser:     x.PgBouncer.AdminUser,
+			AdminPassword: x.PgBouncer.AdminPassword,
+			PollInterval:  x.PgBouncer.PollInterval,
+			MaxWaiting:    x.PgBouncer.MaxWaiting,
+			MaxWait:       x.PgBouncer.MaxWait,
+		},
 	}
+	mode, err := proxy.ParseTLSMode(x.TLS.Mode)
+	if err != nil {
+		return proxy.Config{}, fmt.Errorf("config%s: proxy.tls.mode: %w", inConfigFile(cfg.Path), err)
+	}
+	pc.TLS = proxy.TLSConfig{Mode: mode, CertFile: relToConfig(cfg.Path, x.TLS.CertFile), KeyFile: relToConfig(cfg.Path, x.TLS.KeyFile)}
 	if pc.PoolMode, err = proxy.ParsePoolMode(x.PoolMode); err != nil {
 		return proxy.Config{}, fmt.Errorf("config: proxy.pool_mode: %w", err)
 	}
@@ -153,6 +198,14 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 	return pc, nil
 }
 
+// relToConfig resolves a path given in the config file relative to it.
+func relToConfig(cfgPath, p string) string {
+	if p == "" || filepath.IsAbs(p) || cfgPath == "" {
+		return p
+	}
+	return filepath.Join(filepath.Dir(cfgPath), p)
+}
+
 func inConfigFile(path string) string {
 	if path == "" {
 		return ""
@@ -160,9 +213,14 @@ func inConfigFile(path string) string {
 	return " " + path
 }
 
-// runProxy verifies the shards, listens, announces readiness and serves
-// until ctx ends.
+// runProxy verifies the shards, listens (or takes the listening socket
+// over from a running proxy), announces readiness and serves until ctx
+// ends or a graceful shutdown (SIGTERM, SIGINT, SHUTDOWN, a successor
+// taking over) drained. SIGHUP reloads.
 func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile string, log *slog.Logger) error {
+	if Version != "dev" {
+		proxy.BuildVersion = Version // SHOW VERSION, pgshard_build_info
+	}
 	srv, err := proxy.New(pc)
 	if err != nil {
 		return err
@@ -176,29 +234,161 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 			log.Warn("starting with shards down", "shards", strings.Join(down, ","))
 		}
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", pc.Listen)
-	if err != nil {
-		return fmt.Errorf("proxy: listen on %s: %w", pc.Listen, err)
+	// Signals: the command's context ends at the first SIGINT/SIGTERM (the
+	// main's handler); this proxy takes them as a graceful shutdown, and
+	// serves on a context only a second signal, or a cancellation that is
+	// not a signal (a caller's), ends at once.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	serveCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardStop()
+
+	var h *proxy.Handover
+	if pc.HandoverSocket != "" {
+		if h, err = proxy.TakeOver(ctx, pc.HandoverSocket); err != nil {
+			log.Warn("hand-over failed; listening anew", "err", err)
+			h = nil
+		}
+	}
+	if h != nil && !sameListenAddr(pc.Listen, h.Listener.Addr().String()) {
+		// Another proxy's socket: never take over what this one was not
+		// configured to serve (the predecessor keeps serving).
+		h.Abort()
+		return fmt.Errorf("proxy: the proxy on the hand-over socket %s listens on %s, this one is configured for %s", pc.HandoverSocket, h.Listener.Addr(), pc.Listen)
+	}
+	var ln, mln net.Listener
+	if h != nil {
+		ln, mln = h.Listener, h.Metrics
+		log.Info("took the listening socket over from the running proxy", "pid", h.FromPID, "addr", ln.Addr().String())
+	} else if ln, err = proxy.Listen(ctx, pc.Listen, pc.ReusePort); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	if mln == nil && pc.MetricsListen != "" {
+		if mln, err = proxy.Listen(ctx, pc.MetricsListen, pc.ReusePort); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("proxy: metrics: %w", err)
+		}
 	}
 	if readyFile != "" {
-		b, _ := json.Marshal(proxyReady{PID: os.Getpid(), Addr: ln.Addr().String()})
-		tmp := readyFile + ".tmp"
-		if err := os.MkdirAll(filepath.Dir(readyFile), 0o755); err != nil {
+		r := proxyReady{PID: os.Getpid(), Addr: ln.Addr().String(), TLS: pc.TLS.Mode.String()}
+		if mln != nil {
+			r.MetricsAddr = mln.Addr().String()
+		}
+		if len(pc.AdminUsers) > 0 {
+			r.AdminDatabase = pc.AdminDatabase
+			if r.AdminDatabase == "" {
+				r.AdminDatabase = proxy.DefaultAdminDatabase
+			}
+		}
+		if err := writeReadyFile(readyFile, r); err != nil {
 			_ = ln.Close()
 			return err
 		}
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			_ = ln.Close()
-			return err
-		}
-		if err := os.Rename(tmp, readyFile); err != nil {
-			_ = ln.Close()
-			return err
-		}
-		defer os.Remove(readyFile)
+		defer removeReadyFileIfOurs(readyFile)
 	}
-	return srv.Serve(ctx, ln)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // signals
+		defer wg.Done()
+		ctxDone := ctx.Done()
+		terms := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctxDone:
+				ctxDone = nil
+				if !isSignalCause(ctx) {
+					hardStop() // the caller cancelled: stop at once
+				}
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					if res, err := srv.ReloadFromSource(serveCtx, "SIGHUP"); err == nil {
+						log.Info("SIGHUP: " + res.String())
+					}
+					continue
+				}
+				terms++
+				if terms == 1 {
+					log.Info("graceful shutdown (" + sig.String() + "; another signal stops at once)")
+					srv.Shutdown()
+				} else {
+					log.Warn("stopping at once (" + sig.String() + ")")
+					hardStop()
+				}
+			}
+		}
+	}()
+	if h != nil {
+		err = srv.ServeHandover(serveCtx, h)
+	} else {
+		err = srv.ServeListeners(serveCtx, ln, mln)
+	}
+	close(done)
+	wg.Wait()
+	return err
+}
+
+// sameListenAddr reports whether a configured listen address (port 0: any)
+// names the address a predecessor listens on.
+func sameListenAddr(configured, actual string) bool {
+	ch, cp, err1 := net.SplitHostPort(configured)
+	ah, ap, err2 := net.SplitHostPort(actual)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	if cp != "0" && cp != ap {
+		return false
+	}
+	if ch == "" || ch == ah {
+		return true
+	}
+	ips, err := net.LookupIP(ch)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if ip.String() == ah {
+			return true
+		}
+	}
+	return false
+}
+
+// isSignalCause reports whether ctx ended because the process got a signal
+// (signal.NotifyContext's cause says "... signal received").
+func isSignalCause(ctx context.Context) bool {
+	c := context.Cause(ctx)
+	return c != nil && strings.HasSuffix(c.Error(), "signal received")
+}
+
+// writeReadyFile writes r to path atomically.
+func writeReadyFile(path string, r proxyReady) error {
+	b, _ := json.Marshal(r)
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// removeReadyFileIfOurs removes the ready file unless a successor (a
+// hand-over) has replaced it with its own.
+func removeReadyFileIfOurs(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var r proxyReady
+	if json.Unmarshal(b, &r) == nil && r.PID != os.Getpid() {
+		return
+	}
+	_ = os.Remove(path)
 }
 
 // Local development: `pgshard dev up --proxy` runs a proxy for the dev

@@ -78,7 +78,7 @@ else ./.pgshard/pgshard.yaml (written by "pgshard dev up").`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDevCmd(), newMigrateCmd(), newMapCmd(), newVersionCmd())
-	root.AddCommand(newProxyCmd())
+	root.AddCommand(newProxyCmd(), newPasswdCmd())
 	root.AddCommand(newLoadgenCmd())
 	root.AddCommand(newRouteCmd())
 	root.AddCommand(newStoreCmd())

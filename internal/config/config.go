@@ -778,6 +778,54 @@ type Proxy struct {
 	// Schema is the sharding schema: keyed tables and columns, key
 	// functions, global tables. The default is the execution store's.
 	Schema Schema `mapstructure:"schema"`
+	// HealthInterval is how often each shard's server is probed (a TCP
+	// connect); a shard that does not answer fails its transactions at once.
+	HealthInterval time.Duration `mapstructure:"health_interval"`
+	// AdminUsers may use the admin console (the virtual database
+	// AdminDatabase); they must be users too. Empty: no console.
+	AdminUsers []string `mapstructure:"admin_users"`
+	// AdminDatabase is the admin console's database name.
+	AdminDatabase string `mapstructure:"admin_database"`
+	// TLS is TLS towards clients.
+	TLS ProxyTLS `mapstructure:"tls"`
+	// PgBouncer is the back-pressure from each shard's PgBouncer.
+	PgBouncer ProxyPgBouncer `mapstructure:"pgbouncer"`
+	// ShutdownTimeout bounds a graceful shutdown (SIGTERM, SHUTDOWN).
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// PauseTimeout bounds how long PAUSE holds a new transaction.
+	PauseTimeout time.Duration `mapstructure:"pause_timeout"`
+	// ReusePort sets SO_REUSEPORT on the listeners.
+	ReusePort bool `mapstructure:"reuse_port"`
+	// HandoverSocket is the unix socket on which a running proxy hands its
+	// listening sockets to a new process (zero-downtime restart); relative
+	// paths are relative to the config file.
+	HandoverSocket string `mapstructure:"handover_socket"`
+}
+
+// ProxyTLS is TLS towards the proxy's clients.
+type ProxyTLS struct {
+	// Mode is disable, allow or require (plain-text clients refused).
+	Mode string `mapstructure:"mode"`
+	// CertFile and KeyFile are PEM files (relative paths are relative to
+	// the config file), read at start and at each reload.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+}
+
+// ProxyPgBouncer configures reading each shard's PgBouncer admin console
+// and the back-pressure it drives.
+type ProxyPgBouncer struct {
+	// AdminUser is in PgBouncer's admin_users or stats_users ("" = off).
+	AdminUser string `mapstructure:"admin_user"`
+	// AdminPassword is its password (plain text; "" for trust).
+	AdminPassword string `mapstructure:"admin_password"`
+	// PollInterval is how often each PgBouncer is read.
+	PollInterval time.Duration `mapstructure:"poll_interval"`
+	// MaxWaiting fails new transactions for a shard while its PgBouncer's
+	// cl_waiting is at least this (0 = never).
+	MaxWaiting int `mapstructure:"max_waiting"`
+	// MaxWait does the same while PgBouncer's maxwait is at least this.
+	MaxWait time.Duration `mapstructure:"max_wait"`
 }
 
 // ProxyDatabase is one logical database of the proxy (proxy.databases).
@@ -827,6 +875,13 @@ func DefaultProxy() Proxy {
 		MaxPinned:              100,
 		VerifyIdentity:         true,
 		Schema:                 DefaultSchema(),
+		HealthInterval:         time.Second,
+		AdminUsers:             []string{},
+		AdminDatabase:          "pgshard",
+		TLS:                    ProxyTLS{Mode: "disable"},
+		PgBouncer:              ProxyPgBouncer{PollInterval: time.Second},
+		ShutdownTimeout:        10 * time.Second,
+		PauseTimeout:           2 * time.Minute,
 	}
 }
 
@@ -906,6 +961,41 @@ func (x *Proxy) problems() []string {
 	}
 	if err := x.Schema.Validate(); err != nil {
 		bad("schema", "%s", strings.TrimPrefix(err.Error(), "sharding schema: "))
+	}
+	for key, d := range map[string]time.Duration{"health_interval": x.HealthInterval, "shutdown_timeout": x.ShutdownTimeout,
+		"pause_timeout": x.PauseTimeout, "pgbouncer.poll_interval": x.PgBouncer.PollInterval} {
+		if d <= 0 {
+			bad(key, "must be positive (got %s)", d)
+		}
+	}
+	if x.PgBouncer.MaxWait < 0 {
+		bad("pgbouncer.max_wait", "must not be negative (got %s)", x.PgBouncer.MaxWait)
+	}
+	if x.PgBouncer.MaxWaiting < 0 {
+		bad("pgbouncer.max_waiting", "must not be negative (got %d)", x.PgBouncer.MaxWaiting)
+	}
+	if (x.PgBouncer.MaxWaiting > 0 || x.PgBouncer.MaxWait > 0) && x.PgBouncer.AdminUser == "" {
+		bad("pgbouncer.admin_user", "the back-pressure thresholds need PgBouncer's admin console: set admin_user")
+	}
+	if x.AdminDatabase == "" {
+		bad("admin_database", "must not be empty")
+	}
+	for i, a := range x.AdminUsers {
+		if a == "" {
+			bad(fmt.Sprintf("admin_users[%d]", i), "must not be empty")
+		}
+	}
+	if _, dup := x.Databases[x.AdminDatabase]; len(x.AdminUsers) > 0 && dup {
+		bad("admin_database", "%q is also in proxy.databases; the admin console needs a name of its own", x.AdminDatabase)
+	}
+	switch x.TLS.Mode {
+	case "disable":
+	case "allow", "require":
+		if x.TLS.CertFile == "" || x.TLS.KeyFile == "" {
+			bad("tls", "mode %s needs cert_file and key_file", x.TLS.Mode)
+		}
+	default:
+		bad("tls.mode", "want disable, allow or require (got %q)", x.TLS.Mode)
 	}
 	sort.Strings(p)
 	return p

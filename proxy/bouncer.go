@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// PgBouncer-aware back-pressure. A shard reached through its PgBouncer
+// hides the shard's queue from the proxy: when PgBouncer's server pool is
+// full, a client's query waits inside PgBouncer (cl_waiting) until a
+// server is free or query_wait_timeout (120 s by default) fails it. The
+// monitor (lifecycle.go) reads PgBouncer's admin console every
+// Config.PgBouncer.PollInterval:
+//
+//	SHOW POOLS  → cl_active, cl_waiting, sv_active, sv_idle, sv_used, sv_login, maxwait(+_us)
+//	SHOW STATS  → total_xact_count, total_query_count, avg_xact_time, avg_wait_time
+//
+// summed over the pools of the shard's database (every user: other
+// clients of the same PgBouncer count too). While cl_waiting ≥
+// MaxWaiting or maxwait ≥ MaxWait, new transactions for the shard fail at
+// once with 53300 naming it and the figures; the first reading below both
+// thresholds lets them through again. The readings are in SHOW SHARDS and
+// the metrics (pgshard_proxy_pgbouncer_*).
+
+// bouncerFigures is one reading of a shard's PgBouncer.
+type bouncerFigures struct {
+	at  time.Time
+	err string // "" when the reading succeeded
+	// From SHOW POOLS, summed over the database's pools (maxWait: the max).
+	clActive, clWaiting, svActive, svIdle, svUsed, svLogin int
+	maxWait                                                time.Duration
+	// From SHOW STATS for the database.
+	xactCount, queryCount uint64
+	avgXact, avgWait      time.Duration
+}
+
+// bouncerEnabled reports whether the shard is reached through a PgBouncer
+// whose admin console the config lets the proxy read.
+func (p *shardPool) bouncerEnabled() bool {
+	return p.viaPooler && p.server().cfg.PgBouncer.AdminUser != ""
+}
+
+// bouncerConn is the monitor's connection to the PgBouncer admin console
+// (kept between readings; only the monitor goroutine uses it).
+type bouncerConn struct {
+	pc *pgconn.PgConn
+}
+
+// pollBouncer takes one reading and applies the back-pressure rule.
+func (p *shardPool) pollBouncer(ctx context.Context) {
+	cfg := p.server().cfg.PgBouncer
+	timeout := min(max(cfg.PollInterval, time.Second), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	f, err := p.readBouncer(ctx)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+			return // stopping
+		}
+		prev := p.ops.bouncer.Load()
+		if prev == nil || prev.err == "" {
+			p.core.log.Warn("cannot read the shard's PgBouncer admin console", "shard", p.shard.Name, "addr", p.addr, "err", shortErr(err))
+		}
+		f = &bouncerFigures{at: time.Now(), err: shortErr(err)}
+		p.ops.bouncer.Store(f)
+		// No reading: keep the last decision (a PgBouncer that is down
+		// fails its clients by itself; the health probe covers the shard).
+		return
+	}
+	p.ops.bouncer.Store(f)
+	over := cfg.MaxWaiting > 0 && f.clWaiting >= cfg.MaxWaiting || cfg.MaxWait > 0 && f.maxWait >= cfg.MaxWait
+	if p.ops.retired.Load() {
+		return
+	}
+	if over {
+		e := &Error{Code: codeTooManyConnections,
+			Message: fmt.Sprintf("shard %q is overloaded: its PgBouncer has %d clients waiting for a server, the oldest for %s (thresholds: %s)",
+				p.shard.Name, f.clWaiting, f.maxWait.Round(time.Millisecond), thresholds(cfg)),
+			Hint: "The transaction was not started. Retry later; transactions for other shards are not affected."}
+		if p.ops.refuse.Swap(e) == nil {
+			p.core.log.Warn("shard overloaded behind PgBouncer: failing its new transactions fast", "shard", p.shard.Name,
+				"cl_waiting", f.clWaiting, "maxwait", f.maxWait.String())
+		}
+		return
+	}
+	if p.ops.refuse.Swap(nil) != nil {
+		p.core.log.Info("shard's PgBouncer no longer overloaded", "shard", p.shard.Name, "cl_waiting", f.clWaiting, "maxwait", f.maxWait.String())
+	}
+}
+
+func thresholds(c BouncerConfig) string {
+	var s string
+	if c.MaxWaiting > 0 {
+		s = fmt.Sprintf("cl_waiting ≥ %d", c.MaxWaiting)
+	}
+	if c.MaxWait > 0 {
+		if s != "" {
+			s += " or "
+		}
+		s += fmt.Sprintf("maxwait ≥ %s", c.MaxWait)
+	}
+	return s
+}
+
+// readBouncer reads SHOW POOLS and SHOW STATS for the shard's database.
+func (p *shardPool) readBouncer(ctx context.Context) (*bouncerFigures, error) {
+	if p.bouncer.pc == nil || p.bouncer.pc.IsClosed() {
+		pc, err := p.connectBouncer(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.bouncer.pc = pc
+	}
+	pc := p.bouncer.pc
+	var results []*pgconn.Result
+	for _, q := range []string{"SHOW POOLS", "SHOW STATS"} { // one command per query on PgBouncer's console
+		r, err := pc.Exec(ctx, q).ReadAll()
+		if err == nil && len(r) != 1 {
+			err = fmt.Errorf("PgBouncer answered %d results to %s", len(r), q)
+		}
+		if err != nil {
+			_ = pc.Close(context.Background())
+			p.bouncer.pc = nil
+			return nil, err
+		}
+		results = append(results, r[0])
+	}
+	db := p.base.Database
+	f := &bouncerFigures{at: time.Now()}
+	for _, row := range rowsOf(results[0]) {
+		if row["database"] != db {
+			continue
+		}
+		f.clActive += atoi(row["cl_active"])
+		f.clWaiting += atoi(row["cl_waiting"])
+		f.svActive += atoi(row["sv_active"])
+		f.svIdle += atoi(row["sv_idle"])
+		f.svUsed += atoi(row["sv_used"])
+		f.svLogin += atoi(row["sv_login"])
+		w := time.Duration(atoi(row["maxwait"]))*time.Second + time.Duration(atoi(row["maxwait_us"]))*time.Microsecond
+		f.maxWait = max(f.maxWait, w)
+	}
+	for _, row := range rowsOf(results[1]) {
+		if row["database"] != db {
+			continue
+		}
+		f.xactCount = uint64(atoi(row["total_xact_count"]))
+		f.queryCount = uint64(atoi(row["total_query_count"]))
+		f.avgXact = time.Duration(atoi(row["avg_xact_time"])) * time.Microsecond
+		f.avgWait = time.Duration(atoi(row["avg_wait_time"])) * time.Microsecond
+	}
+	return f, nil
+}
+
+// connectBouncer logs in to the PgBouncer's admin database.
+func (p *shardPool) connectBouncer(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg := p.server().cfg.PgBouncer
+	c := p.base.Copy()
+	c.Database = "pgbouncer"
+	c.User = cfg.AdminUser
+	c.Password = cfg.AdminPassword
+	c.RuntimeParams = map[string]string{} // PgBouncer's console accepts few startup parameters
+	pc, err := pgconn.ConnectConfig(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PgBouncer's admin console at %s as %q: %w", p.addr, cfg.AdminUser, err)
+	}
+	return pc, nil
+}
+
+// closeBouncer closes the monitor's admin connection.
+func (p *shardPool) closeBouncer() {
+	if p.bouncer.pc != nil {
+		_ = p.bouncer.pc.Close(context.Background())
+		p.bouncer.pc = nil
+	}
+}
+
+// rowsOf returns a result's rows as column name → text value.
+func rowsOf(r *pgconn.Result) []map[string]string {
+	out := make([]map[string]string, 0, len(r.Rows))
+	for _, row := range r.Rows {
+		m := make(map[string]string, len(row))
+		for i, v := range row {
+			if i < len(r.FieldDescriptions) {
+				m[r.FieldDescriptions[i].Name] = string(v)
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}

@@ -1,0 +1,396 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+)
+
+// The server's life: serving, a graceful shutdown, a hand-over of the
+// listening socket to a successor.
+//
+//	Serve ──▶ accept loop ─▶ sessions
+//	  │       monitors (health probe + PgBouncer reading, one per shard)
+//	  │       idle reaper (idle connections, retired pools)
+//	  │       metrics endpoint, hand-over socket (handover.go)
+//	  │
+//	  ├─ Shutdown / SIGTERM / admin SHUTDOWN / a successor took the socket:
+//	  │     stop accepting ─▶ sessions go on until their clients leave,
+//	  │     at most Config.ShutdownTimeout ─▶ hard stop
+//	  └─ ctx done (hard stop): every client and backend connection closed
+//
+// Draining never cuts a session between its client's statements before
+// the timeout: a client connected when the shutdown began can finish what
+// it does and start more transactions (they still work); a client that
+// reconnects reaches the successor (or is refused: nothing listens).
+
+// lifecycle is the core's lifecycle state.
+type lifecycle struct {
+	// disabled refuses new client logins (DISABLE); admin logins still work.
+	disabled atomic.Bool
+	// draining is set once a graceful shutdown began.
+	draining atomic.Bool
+	// shutdown is closed by the first Shutdown.
+	once     sync.Once
+	shutdown chan struct{}
+	// drainStart is when the shutdown began (unix nanos).
+	drainStart atomic.Int64
+
+	// The running Serve's group and context, for goroutines started later
+	// (monitors of pools a reload adds); set while Serve runs.
+	mu       sync.Mutex
+	group    *errgroup.Group
+	groupCtx context.Context
+	monitors map[*shardPool]context.CancelFunc
+	// retired pools drain; the reaper shuts each down once none of its
+	// connections is in use.
+	retired []*shardPool
+	// handover is the hand-over listener of the running Serve (nil if none).
+	handover *handoverServer
+}
+
+func (l *lifecycle) init() {
+	l.shutdown = make(chan struct{})
+	l.monitors = map[*shardPool]context.CancelFunc{}
+}
+
+// Shutdown starts a graceful shutdown: the server stops accepting clients
+// at once; sessions are served until their clients leave, for at most
+// Config.ShutdownTimeout, then every connection is closed and Serve
+// returns. It does not wait; calling it again does nothing.
+func (s *Server) Shutdown() { s.core.beginShutdown("requested") }
+
+// Draining reports whether a graceful shutdown began.
+func (s *Server) Draining() bool { return s.core.life.draining.Load() }
+
+func (c *core) beginShutdown(why string) {
+	c.life.once.Do(func() {
+		c.life.drainStart.Store(time.Now().UnixNano())
+		c.life.draining.Store(true)
+		c.log.Info("graceful shutdown: no new clients; waiting for sessions to end", "reason", why,
+			"timeout", c.current().cfg.ShutdownTimeout.String())
+		close(c.life.shutdown)
+	})
+}
+
+// ListenAndServe listens on Config.Listen and serves until ctx is done or a
+// graceful shutdown ended.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := Listen(ctx, s.cfg.Listen, s.cfg.ReusePort)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve accepts clients on ln until ctx is done (then it closes every
+// client and backend connection at once) or a graceful shutdown (Shutdown,
+// SIGTERM in the command, the admin console's SHUTDOWN, a successor taking
+// over the listening socket) has drained, and returns once all its
+// goroutines ended.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, nil, nil)
+}
+
+// ServeHandover serves on the listening sockets a predecessor handed over
+// (TakeOver): it accepts clients on them at once, then tells the
+// predecessor, which stops accepting and drains, and from then on offers
+// the sockets to its own successor (Config.HandoverSocket).
+func (s *Server) ServeHandover(ctx context.Context, h *Handover) error {
+	if h == nil || h.Listener == nil {
+		return errors.New("proxy: ServeHandover needs a hand-over with a listener")
+	}
+	return s.serve(ctx, h.Listener, h.Metrics, h)
+}
+
+func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) error {
+	c := s.core
+	hardCtx, hardStop := context.WithCancel(ctx)
+	defer hardStop()
+	g, gctx := errgroup.WithContext(hardCtx)
+	c.addrMu.Lock()
+	c.addr = ln.Addr()
+	c.addrMu.Unlock()
+	close(c.ready)
+	cur := c.current()
+	c.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
+
+	var metricsSrv *http.Server
+	if cur.cfg.MetricsListen != "" || mln != nil {
+		if mln == nil {
+			var err error
+			if mln, err = Listen(ctx, cur.cfg.MetricsListen, cur.cfg.ReusePort); err != nil {
+				_ = ln.Close()
+				return fmt.Errorf("proxy: metrics: %w", err)
+			}
+		}
+		c.addrMu.Lock()
+		c.metricsAddr = mln.Addr()
+		c.addrMu.Unlock()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("proxy: metrics endpoint: %w", err)
+			}
+			return nil
+		})
+	}
+
+	c.life.mu.Lock()
+	c.life.group, c.life.groupCtx = g, gctx
+	c.life.mu.Unlock()
+	for _, p := range cur.pools {
+		c.startMonitor(p)
+	}
+	// The extra databases' own pools, monitors and reapers run until the
+	// hard stop (their sessions are this core's and drain with it).
+	cur.serveExtra(gctx, g)
+
+	var stopAccept sync.Once
+	closeListener := func() { stopAccept.Do(func() { _ = ln.Close() }) }
+
+	g.Go(func() error { // hard stop
+		<-gctx.Done()
+		closeListener()
+		if metricsSrv != nil {
+			_ = metricsSrv.Close()
+		}
+		c.life.closeHandover()
+		c.mu.Lock()
+		for _, sess := range c.sessions {
+			sess.closeClient()
+		}
+		c.mu.Unlock()
+		// Sessions waiting for a backend (a long query, a fan-out's
+		// shards) end too.
+		for _, p := range c.allPools() {
+			p.interruptInUse()
+		}
+		return nil
+	})
+	g.Go(func() error { // graceful shutdown
+		select {
+		case <-gctx.Done():
+			return nil
+		case <-c.life.shutdown:
+		}
+		closeListener()
+		c.life.closeHandover()
+		timeout := c.current().cfg.ShutdownTimeout
+		wctx, cancel := context.WithTimeout(gctx, timeout)
+		err := pollUntil(wctx, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.nclients-c.nadmin == 0
+		})
+		cancel()
+		c.mu.Lock()
+		left := c.nclients - c.nadmin
+		c.mu.Unlock()
+		if err != nil && gctx.Err() == nil {
+			c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
+		} else {
+			c.log.Info("graceful shutdown: every session ended")
+		}
+		hardStop()
+		return nil
+	})
+	g.Go(func() error { // idle reaper, retired pools
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case now := <-t.C:
+				cur := c.current()
+				period := min(max(cur.cfg.IdleTimeout/4, time.Second), 30*time.Second)
+				if now.Sub(last) >= period {
+					last = now
+					for _, p := range cur.pools {
+						p.reapIdle(now)
+					}
+				}
+				for _, p := range cur.pools {
+					p.rollStats(now)
+				}
+				c.reapRetired()
+			}
+		}
+	})
+	g.Go(func() error { // accept loop
+		backoff := 5 * time.Millisecond
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if gctx.Err() != nil || c.life.draining.Load() {
+					return nil
+				}
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
+					c.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+					t := time.NewTimer(backoff)
+					select {
+					case <-gctx.Done():
+						t.Stop()
+						return nil
+					case <-t.C:
+					}
+					backoff = min(2*backoff, time.Second)
+					continue
+				}
+				return fmt.Errorf("proxy: accept: %w", err)
+			}
+			backoff = 5 * time.Millisecond
+			g.Go(func() error {
+				c.current().handle(gctx, conn)
+				return nil
+			})
+		}
+	})
+	if h != nil {
+		// Accepting on the inherited sockets: let the predecessor go.
+		if err := h.finish(gctx); err != nil {
+			c.log.Warn("hand-over: the predecessor did not confirm; it keeps accepting too until it stops", "err", err)
+		} else {
+			c.log.Info("hand-over: took over the listening socket", "from_pid", h.FromPID)
+		}
+	}
+	if cur.cfg.HandoverSocket != "" {
+		hs, err := listenHandover(cur.cfg.HandoverSocket, ln, mln, c)
+		if err != nil {
+			c.log.Warn("hand-over socket unavailable; a successor cannot take over without dropping connections", "path", cur.cfg.HandoverSocket, "err", err)
+		} else {
+			c.life.mu.Lock()
+			c.life.handover = hs
+			c.life.mu.Unlock()
+			g.Go(func() error { hs.serve(gctx); return nil })
+		}
+	}
+	err := g.Wait()
+	c.life.mu.Lock()
+	c.life.group, c.life.groupCtx = nil, nil
+	c.life.mu.Unlock()
+	for _, p := range c.allPools() {
+		p.shutdown()
+	}
+	c.log.Info("proxy stopped")
+	return err
+}
+
+// allPools returns the current generation's pools (its shards' and the
+// direct ones of pinned sessions) and the retired ones still draining.
+func (c *core) allPools() []*shardPool {
+	cur := c.current()
+	out := append([]*shardPool(nil), cur.pools...)
+	out = append(out, cur.directPools()...)
+	c.life.mu.Lock()
+	out = append(out, c.life.retired...)
+	c.life.mu.Unlock()
+	return out
+}
+
+// startMonitor starts p's monitor (health probe, PgBouncer reading) in the
+// running Serve's group; a no-op when Serve is not running or the monitor
+// runs already.
+func (c *core) startMonitor(p *shardPool) {
+	c.life.mu.Lock()
+	defer c.life.mu.Unlock()
+	if c.life.group == nil {
+		return
+	}
+	if _, ok := c.life.monitors[p]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.life.groupCtx)
+	c.life.monitors[p] = cancel
+	c.life.group.Go(func() error {
+		p.monitor(ctx)
+		return nil
+	})
+}
+
+// stopMonitor stops p's monitor.
+func (c *core) stopMonitor(p *shardPool) {
+	c.life.mu.Lock()
+	defer c.life.mu.Unlock()
+	if cancel, ok := c.life.monitors[p]; ok {
+		cancel()
+		delete(c.life.monitors, p)
+	}
+}
+
+// monitor probes the shard's health every Config.HealthInterval and reads
+// its PgBouncer's figures every Config.PgBouncer.PollInterval, until ctx
+// ends.
+func (p *shardPool) monitor(ctx context.Context) {
+	defer p.closeBouncer()
+	var lastProbe, lastPoll time.Time
+	for {
+		cfg := &p.server().cfg
+		now := time.Now()
+		if cfg.HealthInterval > 0 && now.Sub(lastProbe) >= cfg.HealthInterval {
+			lastProbe = now
+			p.probe(ctx)
+		}
+		bouncer := p.bouncerEnabled()
+		if bouncer && now.Sub(lastPoll) >= cfg.PgBouncer.PollInterval {
+			lastPoll = now
+			p.pollBouncer(ctx)
+		}
+		// Sleep until the next of the two is due.
+		next := time.Second
+		if cfg.HealthInterval > 0 {
+			next = min(next, time.Until(lastProbe.Add(cfg.HealthInterval)))
+		}
+		if bouncer {
+			next = min(next, time.Until(lastPoll.Add(cfg.PgBouncer.PollInterval)))
+		}
+		next = max(next, time.Millisecond)
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reapRetired shuts down the retired pools none of whose connections is in
+// use any more.
+func (c *core) reapRetired() {
+	c.life.mu.Lock()
+	var done []*shardPool
+	keep := c.life.retired[:0]
+	for _, p := range c.life.retired {
+		if p.inUse() == 0 {
+			done = append(done, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	c.life.retired = keep
+	c.life.mu.Unlock()
+	for _, p := range done {
+		p.shutdown()
+		c.log.Info("removed shard's pool closed", "shard", p.shard.Name)
+	}
+}
+
+// ServeListeners is Serve with the metrics endpoint's listener opened by
+// the caller (mln; nil: Config.MetricsListen, if set, is listened on).
+func (s *Server) ServeListeners(ctx context.Context, ln, mln net.Listener) error {
+	return s.serve(ctx, ln, mln, nil)
+}

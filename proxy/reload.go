@@ -1,0 +1,328 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// Hot reload: RELOAD on the admin console, SIGHUP in the command. The new
+// configuration (Config.Reload reads the config file and the shard map
+// again) is validated whole, then applied at once as a new generation:
+//
+//	Reload(cfg) ─▶ validate (every field, users, TLS files, map epoch ≥
+//	               the running one; an equal epoch must be the same map)
+//	            ─▶ pools: a shard with the same name, ordinal and DSNs
+//	               keeps its pool (connections, statistics); others get a
+//	               new pool whose identity record is checked now (a
+//	               mismatch rejects the reload; a shard that is down is
+//	               checked on its first connection)
+//	            ─▶ publish the generation (core.cur)
+//	            ─▶ removed shards' pools retire: no new transaction, each
+//	               connection closes when released, the pool closes when
+//	               none is in use (SHOW SHARDS "removed", WAIT_CLOSE)
+//
+// A session moves to the new generation between transactions (serve's
+// loop, session.switchGeneration): its transaction, pipeline and
+// prepared statements are never split across two maps; its prepared
+// statements are analyzed again for the new map and schema. A rejected
+// reload changes nothing. Settings that need a new listener (listen,
+// metrics_listen, reuse_port, handover_socket) keep their running values
+// and are reported.
+
+// ReloadResult says what an applied reload changed.
+type ReloadResult struct {
+	// Generation is the new configuration's generation.
+	Generation uint64
+	// Epoch is the shard map's epoch.
+	Epoch uint64
+	// Added and Removed name the shards whose pools were opened or
+	// retired (a shard whose DSNs changed is in both).
+	Added, Removed []string
+	// NeedRestart names settings that changed but only apply at a restart.
+	NeedRestart []string
+}
+
+// String summarizes the result in one line.
+func (r ReloadResult) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "configuration generation %d applied (shard map epoch %d)", r.Generation, r.Epoch)
+	if len(r.Added) > 0 {
+		fmt.Fprintf(&b, "; new pools: %s", strings.Join(r.Added, ", "))
+	}
+	if len(r.Removed) > 0 {
+		fmt.Fprintf(&b, "; pools draining: %s", strings.Join(r.Removed, ", "))
+	}
+	if len(r.NeedRestart) > 0 {
+		fmt.Fprintf(&b, "; unchanged until a restart: %s", strings.Join(r.NeedRestart, ", "))
+	}
+	return b.String()
+}
+
+// reloadMu serializes reloads (of any server in the process).
+var reloadMu sync.Mutex
+
+// ReloadFromSource reloads the configuration Config.Reload returns (the
+// command calls it on SIGHUP).
+func (s *Server) ReloadFromSource(ctx context.Context, why string) (ReloadResult, error) {
+	return s.core.current().reloadFromSource(ctx, why)
+}
+
+func (s *Server) reloadFromSource(ctx context.Context, why string) (ReloadResult, error) {
+	cur := s.core.current()
+	if cur.cfg.Reload == nil {
+		err := errors.New("this proxy has no configuration source to reload from")
+		s.core.metrics.reloads.WithLabelValues("rejected").Inc()
+		return ReloadResult{}, err
+	}
+	cfg, err := cur.cfg.Reload(ctx)
+	if err != nil {
+		s.core.metrics.reloads.WithLabelValues("rejected").Inc()
+		s.core.log.Error("reload rejected; the running configuration is unchanged", "why", why, "err", err)
+		return ReloadResult{}, err
+	}
+	return s.Reload(ctx, cfg)
+}
+
+// Reload validates cfg and applies it as the server's next generation (see
+// the comment at the top of reload.go). On error nothing changed.
+func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
+	reloadMu.Lock()
+	defer reloadMu.Unlock()
+	c := s.core
+	res, err := c.reload(ctx, cfg)
+	if err != nil {
+		c.metrics.reloads.WithLabelValues("rejected").Inc()
+		c.log.Error("reload rejected; the running configuration is unchanged", "err", err)
+		return res, err
+	}
+	c.metrics.reloads.WithLabelValues("applied").Inc()
+	c.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
+		"added", strings.Join(res.Added, ","), "removed", strings.Join(res.Removed, ","),
+		"need_restart", strings.Join(res.NeedRestart, ","))
+	return res, nil
+}
+
+func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
+	old := c.current()
+	if cfg.Logger == nil {
+		cfg.Logger = old.cfg.Logger
+	}
+	cfg = cfg.withDefaults()
+	var res ReloadResult
+	for _, f := range []struct {
+		name     string
+		old, new any
+		keep     func()
+	}{
+		{"listen", old.cfg.Listen, cfg.Listen, func() { cfg.Listen = old.cfg.Listen }},
+		{"metrics_listen", old.cfg.MetricsListen, cfg.MetricsListen, func() { cfg.MetricsListen = old.cfg.MetricsListen }},
+		{"reuse_port", old.cfg.ReusePort, cfg.ReusePort, func() { cfg.ReusePort = old.cfg.ReusePort }},
+		{"handover_socket", old.cfg.HandoverSocket, cfg.HandoverSocket, func() { cfg.HandoverSocket = old.cfg.HandoverSocket }},
+	} {
+		if f.old != f.new {
+			res.NeedRestart = append(res.NeedRestart, f.name)
+			f.keep()
+		}
+	}
+	cfg.Logger = old.cfg.Logger
+	if cfg.Reload == nil {
+		cfg.Reload = old.cfg.Reload
+	}
+	if err := cfg.validate(); err != nil {
+		return res, err
+	}
+	users, err := prepareUsers(cfg.Users)
+	if err != nil {
+		return res, fmt.Errorf("proxy config: %w", err)
+	}
+	if err := checkEpoch(old.cfg.Map, cfg.Map); err != nil {
+		return res, err
+	}
+	ts, err := loadTLS(cfg.TLS)
+	if err != nil {
+		return res, fmt.Errorf("proxy config: %w", err)
+	}
+
+	gen := &Server{core: c, cfg: cfg, users: users, generation: old.generation + 1}
+	oldByName := map[string]*shardPool{}
+	for _, p := range old.pools {
+		oldByName[p.shard.Name] = p
+	}
+	var fresh []*shardPool
+	kept := map[*shardPool]bool{}
+	keptAt := map[*shardPool]int{} // a kept pool's index in gen
+	for i, sh := range cfg.Map.Shards {
+		if p := oldByName[sh.Name]; p != nil && p.shard == sh && p.viaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
+			old.cfg.ConnectTimeout == cfg.ConnectTimeout {
+			gen.pools = append(gen.pools, p)
+			kept[p] = true
+			keptAt[p] = i
+		} else {
+			np, err := newShardPool(gen, i, sh, cfg.UsePooler)
+			if err != nil {
+				return res, err
+			}
+			gen.pools = append(gen.pools, np)
+			fresh = append(fresh, np)
+			res.Added = append(res.Added, sh.Name)
+		}
+		if sh.Name == cfg.DefaultShard {
+			gen.defaultShard = i
+		}
+	}
+	var retired []*shardPool
+	for _, p := range old.pools {
+		if !kept[p] {
+			retired = append(retired, p)
+			res.Removed = append(res.Removed, p.shard.Name)
+		}
+	}
+	if cfg.VerifyIdentity && len(fresh) > 0 {
+		others := map[string]string{}
+		c.mu.Lock()
+		for id, name := range c.dbIDs {
+			others[id] = name
+		}
+		c.mu.Unlock()
+		for _, p := range retired {
+			for id, name := range others {
+				if name == p.shard.Name {
+					delete(others, id) // a replaced shard may keep its database
+				}
+			}
+		}
+		ids, _, err := old.verifyPools(ctx, cfg.Map, fresh, others)
+		if err != nil {
+			return res, fmt.Errorf("the new shard map and the shards disagree: %w", err)
+		}
+		c.mu.Lock()
+		for id, name := range c.dbIDs {
+			for _, p := range retired {
+				if p.shard.Name == name {
+					delete(c.dbIDs, id)
+				}
+			}
+		}
+		for name, id := range ids {
+			c.dbIDs[id.DatabaseID] = name
+		}
+		c.mu.Unlock()
+		for _, p := range fresh {
+			if _, ok := ids[p.shard.Name]; ok {
+				p.verified.Store(true)
+			}
+		}
+	}
+
+	// The extra databases are the running ones: a reload keeps them (and
+	// the sessions on them) as they are.
+	gen.dbs = old.dbs
+	if !sameDatabases(old.cfg.ExtraDatabases, cfg.ExtraDatabases) {
+		res.NeedRestart = append(res.NeedRestart, "databases")
+	}
+
+	// Apply.
+	for p := range kept {
+		p.srvp.Store(gen)
+	}
+	// Direct pools (pinned sessions' backends) follow their shard's pool.
+	retiredDirect := old.inheritDirect(gen, keptAt)
+	c.secrets.set(&cfg)
+	c.tls.Store(ts)
+	c.cur.Store(gen)
+	warnPlainPasswords(cfg.Users, c.log)
+	for _, p := range fresh {
+		c.startMonitor(p)
+	}
+	for _, p := range retired {
+		c.retire(p)
+	}
+	for _, p := range retiredDirect {
+		c.retire(p)
+	}
+	res.Generation, res.Epoch = gen.generation, cfg.Map.Epoch
+	return res, nil
+}
+
+// checkEpoch refuses a map older than the running one, one with another
+// bucket count, and a changed map that kept its epoch.
+func checkEpoch(running, next *shardmap.Map) error {
+	if next.Epoch < running.Epoch {
+		return fmt.Errorf("shard map epoch %d is older than the running map's epoch %d: refused (an epoch only grows)", next.Epoch, running.Epoch)
+	}
+	if next.Buckets != running.Buckets {
+		return fmt.Errorf("the shard map has %d buckets, the running one %d: the bucket count is fixed for a cluster's life", next.Buckets, running.Buckets)
+	}
+	if next.Epoch == running.Epoch {
+		a, err := running.Marshal()
+		if err != nil {
+			return err
+		}
+		b, err := next.Marshal()
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(a, b) {
+			return fmt.Errorf("the shard map changed but kept epoch %d: a changed map needs a higher epoch", next.Epoch)
+		}
+	}
+	return nil
+}
+
+// retire takes a pool out of service after a reload removed its shard.
+func (c *core) retire(p *shardPool) {
+	p.ops.retired.Store(true)
+	p.ops.refuse.Store(&Error{Code: codeConnectionFailure,
+		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.shard.Name),
+		Hint:    "Retry: the transaction runs on the new map."})
+	p.resume()
+	c.stopMonitor(p)
+	p.closeIdle()
+	c.life.mu.Lock()
+	c.life.retired = append(c.life.retired, p)
+	c.life.mu.Unlock()
+}
+
+// maybeSwitchGeneration moves the session to the current generation when
+// a reload published one and the session is between transactions (no
+// transaction, pipeline or backend).
+func (s *session) maybeSwitchGeneration() {
+	if s.srv.core != s.core {
+		return // a database of Config.ExtraDatabases: a reload keeps it as it is
+	}
+	g := s.core.cur.Load()
+	if g == s.srv || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
+		return
+	}
+	// The prepared statements' analyses name shards of the old map: analyze
+	// their texts again (a statement that no longer analyzes is dropped;
+	// using it fails with 26000 and the client prepares it again).
+	for name, vs := range s.stmts {
+		if nv := s.reanalyze(g, vs); nv != nil {
+			s.stmts[name] = nv
+		} else {
+			delete(s.stmts, name)
+		}
+	}
+	if s.unnamed != nil {
+		s.unnamed = s.reanalyze(g, s.unnamed)
+	}
+	s.srv = g
+}
+
+func (s *session) reanalyze(g *Server, vs *vstmt) *vstmt {
+	st, err := g.cfg.Analyzer.Analyze(vs.st.SQL)
+	if err != nil {
+		s.log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)
+		return nil
+	}
+	nv := newVstmt(vs.name, st, vs.oids)
+	nv.cacheUnnamed = vs.cacheUnnamed
+	return nv
+}

@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"time"
+)
+
+// TLS towards clients. A client that wants TLS sends an SSLRequest before
+// its startup packet; the proxy answers 'S' and runs the TLS handshake
+// (TLS 1.2 or newer, Config.TLS's certificate) when proxy.tls.mode is
+// allow or require, 'N' when it is disable. With require, a startup packet
+// that did not come over TLS is refused with 28000. After the handshake
+// the session reads and writes through the TLS connection (the raw-socket
+// fast path of netio.go is for plain connections only).
+//
+// TLS towards the shards is the DSNs' business: pgconn negotiates it per
+// sslmode (verify-full with sslrootcert checks the server against a CA)
+// before the proxy takes the connection over.
+
+// tlsSetup is a loaded TLS configuration (the certificate read from its
+// files at New and at each reload).
+type tlsSetup struct {
+	mode TLSMode
+	conf *tls.Config
+	// notAfter is the certificate's expiry (SHOW CONFIG).
+	notAfter time.Time
+}
+
+// loadTLS reads c's certificate and key.
+func loadTLS(c TLSConfig) (*tlsSetup, error) {
+	if c.Mode == TLSDisable {
+		return &tlsSetup{mode: TLSDisable}, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: load certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	ts := &tlsSetup{mode: c.Mode, conf: &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		// PostgreSQL 17's direct TLS negotiation asks for this protocol.
+		NextProtos: []string{"postgresql"},
+	}}
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+		ts.notAfter = leaf.NotAfter
+	}
+	return ts, nil
+}
+
+// startTLS answers an SSLRequest: 'N' when TLS is off or already on, else
+// 'S' and the server side of the TLS handshake (bounded by the startup
+// deadline); the session then uses the TLS connection.
+func (s *session) startTLS() error {
+	ts := s.core.tls.Load()
+	if ts == nil || ts.mode == TLSDisable || s.tlsOn {
+		_, err := s.conn.Write([]byte{'N'})
+		return err
+	}
+	if _, err := s.conn.Write([]byte{'S'}); err != nil {
+		return err
+	}
+	tc := tls.Server(s.conn, ts.conf)
+	if err := tc.Handshake(); err != nil {
+		return fmt.Errorf("TLS handshake with %s: %w", s.conn.RemoteAddr(), err)
+	}
+	s.conn = tc
+	s.io = tc
+	s.rd = newMsgReader(tc, s.messageLimit)
+	s.tlsOn = true
+	return nil
+}
