@@ -171,6 +171,13 @@ const (
 	fClientPart                       // client's message after a replay: drop a 25P02 caused by a failed replay
 	fReplaceErr                       // replace the backend error by s.lbuf[lo:hi]
 	fDropNoData                       // drop a NoData answer (Describe sent for the proxy's own use)
+	// fStale: a Bind of a statement the client prepared before a schema
+	// change the proxy saw. The proxy parsed its text again, so Postgres
+	// answers a changed column count with 08P01 "bind message has N result
+	// formats but query has M columns" where, on the client's own
+	// statement, it says 0A000 "cached plan must not change result type":
+	// the client gets the latter, and prepares the statement again.
+	fStale
 )
 
 // item is one planned step of an exchange.
@@ -278,6 +285,8 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				switch {
 				case it.flags&fReplaceErr != 0:
 					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+				case it.flags&fStale != 0 && isFormatCountMismatch(msg):
+					s.out = appendError(s.out, &Error{Code: codeFeatureNotSupported, Message: "cached plan must not change result type"})
 				case replayFailed && it.flags&fClientPart != 0 && errorField(msg, 'C') == codeInFailedTransaction:
 					// consequence of the replay's error, already reported
 				case fatalErr && s.pin != nil:

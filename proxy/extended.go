@@ -147,6 +147,7 @@ func (p *planner) parse(raw []byte) {
 			vs = newVstmt("", a, s.pv.oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
+		vs.epoch = s.srv.stmtEpoch.Load()
 		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
 			a.Kind == route.KindOther && a.ParseError == "" && s.pin == nil && a.MarkUnnamed()
 	} else {
@@ -156,6 +157,7 @@ func (p *planner) parse(raw []byte) {
 			return
 		}
 		vs = newVstmt(name, a, s.pv.oids)
+		vs.epoch = s.srv.stmtEpoch.Load()
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
 		if s.pin != nil && p.tx != txFailed {
@@ -363,7 +365,11 @@ func (p *planner) bind(raw []byte, idx int) {
 	} else {
 		s.bw = appendBindAs(s.bw, raw, bv, name)
 	}
-	s.items = append(s.items, item{kind: itBind, cs: cs})
+	var fl itemFlags
+	if vs.epoch != s.srv.stmtEpoch.Load() {
+		fl = fStale
+	}
+	s.items = append(s.items, item{kind: itBind, cs: cs, flags: fl})
 	s.portals = append(s.portals, pi)
 }
 

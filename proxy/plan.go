@@ -333,6 +333,7 @@ func (p *planner) localAction(a *route.Statement) action {
 			return p.failLocal(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
 		}
 		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
+		vs.epoch = p.s.srv.stmtEpoch.Load()
 		p.overlayPut(st.PrepareName, vs)
 		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
 	case route.KindExecute:

@@ -323,6 +323,6 @@ func (s *session) reanalyze(g *Server, vs *vstmt) *vstmt {
 		return nil
 	}
 	nv := newVstmt(vs.name, st, vs.oids)
-	nv.cacheUnnamed = vs.cacheUnnamed
+	nv.cacheUnnamed, nv.epoch = vs.cacheUnnamed, vs.epoch
 	return nv
 }

@@ -209,6 +209,10 @@ type vstmt struct {
 	// client's own name (parsed there as it was sent: pin.go); nil when
 	// it is virtual. Another backend (after the pin ended) re-parses it.
 	realOn *bconn
+	// epoch is the Server.stmtEpoch when the client parsed it: a Bind
+	// under a later epoch (a schema change since) may find its result
+	// columns changed (fStale).
+	epoch uint64
 }
 
 func newVstmt(name string, st *route.Statement, oids []uint32) *vstmt {
