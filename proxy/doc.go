@@ -72,7 +72,15 @@
 // pin.go for what ends each kind); Config.MaxPinned bounds such pins. A
 // pinned session runs every statement on its backend as it is; one that
 // needs another shard is refused (0A000), a read of every shard outside a
-// transaction block still fans out on pooled connections.
+// transaction block still fans out on pooled connections. Pinned sessions
+// are counted in the core (pgshard_proxy_pinned_sessions,
+// pgshard_proxy_pins_total by reason; SHOW CLIENTS pinned and remote_pid,
+// SHOW POOLS cl_pinned, SHOW LISTS pinned_clients). The direct pools of
+// pinned backends belong to a generation: a reload hands a kept shard's
+// direct pool to the new generation and retires the others'; a pinned
+// session stays on its generation until its pin ends. The extra databases
+// (databases.go) are built once: a reload keeps them, and their sessions
+// belong to the core like the others.
 //
 // Tables outside the sharding schema are unsharded and live on
 // Config.DefaultShard: statements that touch only them (reads, writes,
