@@ -547,11 +547,48 @@ func (s *session) copyIn(bc *bconn) error {
 				return nil // the read side reports the loss
 			}
 			s.bw = s.bw[:0]
+			if typ != 'c' && typ != 'f' {
+				if cut, err := s.copyFailed(bc); err != nil || cut {
+					return err
+				}
+			}
 		}
 		if typ == 'c' || typ == 'f' {
 			return nil
 		}
 	}
+}
+
+// copyFailed reports, without waiting, whether the backend failed the
+// COPY FROM STDIN being relayed (checked after each write to it): its
+// ErrorResponse is left for the exchange to read and forward, so the
+// client hears of it at once and stops sending, as on a direct connection
+// (Postgres discards the rest of the copy; the proxy ignores the CopyData,
+// CopyDone or CopyFail that still come, as Postgres does). Notices and
+// notifications the backend sent meanwhile are forwarded.
+func (s *session) copyFailed(bc *bconn) (bool, error) {
+	for bc.readable() {
+		typ, err := bc.rd.peekType()
+		if err != nil {
+			return true, nil // the exchange's read reports the loss
+		}
+		switch typ {
+		case 'E':
+			return true, nil
+		case 'N', 'A':
+			_, msg, err := bc.rd.next()
+			if err != nil {
+				return true, nil
+			}
+			s.out = append(s.out, msg...)
+			if err := s.flush(); err != nil {
+				return false, err
+			}
+		default:
+			return false, nil // read after the copy, as before
+		}
+	}
+	return false, nil
 }
 
 var errClientTerminated = errors.New("client terminated during COPY")

@@ -108,3 +108,55 @@ func TestPinnedSessionsAcrossReload(t *testing.T) {
 		t.Fatalf("extra database after the pin ended: %v", err)
 	}
 }
+
+// slowFailSource is a COPY source whose third row breaks a NOT NULL
+// constraint, then goes on slowly (pgx's failSource).
+type slowFailSource struct{ n int }
+
+func (s *slowFailSource) Next() bool {
+	time.Sleep(40 * time.Millisecond)
+	s.n++
+	return s.n < 100
+}
+
+func (s *slowFailSource) Values() ([]any, error) {
+	if s.n == 3 {
+		return []any{nil}, nil
+	}
+	return []any{make([]byte, 100_000)}, nil
+}
+
+func (s *slowFailSource) Err() error { return nil }
+
+// TestCopyFromFailsFast: a COPY FROM STDIN the server fails midway ends at
+// once, as on a direct connection: the client hears the error while it is
+// still sending (it stops), in a pinned session and through PgBouncer.
+func TestCopyFromFailsFast(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	for _, c := range []struct{ name, create, table string }{
+		{"pinned", "CREATE TEMP TABLE copyfail_t (a bytea NOT NULL)", "copyfail_t"},
+		{"pooled", "CREATE TABLE IF NOT EXISTS public.copyfail_p (a bytea NOT NULL)", "copyfail_p"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := e.connect(t)
+			if _, err := conn.Exec(ctx, c.create); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			n, err := conn.CopyFrom(ctx, pgx.Identifier{c.table}, []string{"a"}, &slowFailSource{})
+			took := time.Since(start)
+			if pgCode(err) != "23502" || n != 0 {
+				t.Fatalf("CopyFrom = %d, %v; want 0 rows and 23502", n, err)
+			}
+			if took > 2*time.Second { // the whole source takes 4s
+				t.Fatalf("the failed COPY took %v: the error reached the client only at the end", took)
+			}
+			var cnt int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+c.table).Scan(&cnt); err != nil || cnt != 0 {
+				t.Fatalf("after the failed COPY: count %d, %v", cnt, err)
+			}
+		})
+	}
+	_, _ = e.connect(t).Exec(ctx, "DROP TABLE IF EXISTS public.copyfail_p")
+}

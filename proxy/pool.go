@@ -115,6 +115,23 @@ func (c *bconn) idleHealthy() bool {
 	return c.peekOK
 }
 
+// readable reports, without blocking, whether the backend sent something
+// not read yet (or closed the connection).
+func (c *bconn) readable() bool {
+	if c.rd.buffered() > 0 {
+		return true
+	}
+	r, ok := c.io.(*rawIO)
+	if !ok || c.peekFn == nil {
+		return false
+	}
+	c.peekOK = true
+	if err := r.rc.Read(c.peekFn); err != nil {
+		return true // the next read reports it
+	}
+	return !c.peekOK
+}
+
 // peekAfter: connections idle for less are not peeked at.
 const peekAfter = 20 * time.Millisecond
 

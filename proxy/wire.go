@@ -91,6 +91,14 @@ func (m *msgReader) release() {
 	m.keep = m.pos
 }
 
+// peekType returns the type of the next message without consuming it.
+func (m *msgReader) peekType() (byte, error) {
+	if err := m.fill(1); err != nil {
+		return 0, err
+	}
+	return m.buf[m.pos], nil
+}
+
 // next returns the next message (type and raw bytes, header included).
 func (m *msgReader) next() (byte, []byte, error) {
 	if err := m.fill(headerLen); err != nil {
