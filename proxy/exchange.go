@@ -30,7 +30,10 @@ func (s *session) serve(ctx context.Context) error {
 			}
 		}
 		if s.terminateSelf {
-			return &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+			if s.selfFatalSent {
+				return nil // the FATAL was the statement's answer
+			}
+			return errSelfTerminated()
 		}
 		if s.pinLost {
 			if s.pinFatal {

@@ -311,6 +311,13 @@ func (p *planner) bind(raw []byte, idx int) {
 	}
 	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') {
 		if c := parseTerminate(a.SQL, bv.params, bv.formats); c != nil && s.runTerminate(p.ctx, c) {
+			if c.self {
+				// The statement itself is interrupted (its FATAL is the
+				// answer); the session then ends.
+				p.fail(errSelfTerminated(), nil)
+				s.selfFatalSent = true
+				return
+			}
 			c.binary = len(bv.resultFmts) == 1 && bv.resultFmts[0] == 1
 			pi.local, pi.term = true, c
 			s.portals = append(s.portals, pi)

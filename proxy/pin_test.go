@@ -2,12 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -559,6 +561,20 @@ func TestTerminateSessionByPID(t *testing.T) {
 			}
 		})
 	}
+	t.Run("its own session, pg_backend_pid()", func(t *testing.T) {
+		// As on a direct connection the caller's session ends with FATAL
+		// 57P01 (the pooled backend it ran on is not the session).
+		self := e.connect(t)
+		var ok bool
+		err := self.QueryRow(ctx, "select pg_terminate_backend(pg_backend_pid())").Scan(&ok)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "57P01" || pe.SeverityUnlocalized != "FATAL" {
+			t.Fatalf("self-termination: %v, want FATAL 57P01", err)
+		}
+		if !self.IsClosed() {
+			t.Fatal("the session survived its own pg_terminate_backend(pg_backend_pid())")
+		}
+	})
 	t.Run("cancel", func(t *testing.T) {
 		victim := e.connect(t)
 		errc := make(chan error, 1)

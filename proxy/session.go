@@ -132,6 +132,9 @@ type session struct {
 	// terminateSelf: the client called pg_terminate_backend of its own
 	// session's PID (terminate.go): it ends after that answer.
 	terminateSelf bool
+	// selfFatalSent: that FATAL was already sent, as the answer of a
+	// pg_terminate_backend(pg_backend_pid()).
+	selfFatalSent bool
 	// bwHold, when set, is where s.bw's bytes that must wait for a COPY
 	// FROM STDIN to finish begin, and bwHoldItem the first item they
 	// answer (exchange).

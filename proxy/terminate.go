@@ -9,7 +9,10 @@ package proxy
 // a shard it would find no such process (or, worse, another one). So the
 // proxy answers the common forms itself when every PID named is one of
 // its sessions — `SELECT pg_terminate_backend(PID | $1)` and
-// `SELECT pg_terminate_backend(n) FROM unnest($1::int[]) n` — ending that
+// `SELECT pg_terminate_backend(n) FROM unnest($1::int[]) n`, and
+// `pg_terminate_backend(pg_backend_pid())`, the caller's own session (the
+// backend's PID is not the session's: a pooled backend's death would
+// not end the client's session) — ending that
 // session as Postgres would (FATAL 57P01 to its client, then the
 // connection closed) or cancelling its running query, and returning true
 // per PID. Any other form, or a PID that is not a session's, goes to the
@@ -26,7 +29,7 @@ import (
 )
 
 var (
-	termOneRe    = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\$1|\d+)\s*(?:::\s*(?:int[248]?|integer))?\s*\)\s*;?\s*$`)
+	termOneRe    = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\$1|\d+|(?:pg_catalog\.)?pg_backend_pid\s*\(\s*\))\s*(?:::\s*(?:int[248]?|integer))?\s*\)\s*;?\s*$`)
 	termUnnestRe = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\w+)\s*\)\s+from\s+(?:pg_catalog\.)?unnest\s*\(\s*\$1\s*(?:::\s*(?:int[248]?|integer)\s*\[\])?\s*\)\s+(?:as\s+)?(\w+)\s*;?\s*$`)
 )
 
@@ -34,6 +37,8 @@ var (
 type terminateCall struct {
 	fn   string // "terminate" or "cancel"
 	pids []uint32
+	// self: the PID is pg_backend_pid(), the calling session's own.
+	self bool
 	// binary: the client asked for its result in binary.
 	binary bool
 }
@@ -52,6 +57,12 @@ func parseTerminate(sql string, params [][]byte, formats []int16) *terminateCall
 		return 0
 	}
 	if m := termOneRe.FindStringSubmatch(sql); m != nil {
+		if strings.Contains(strings.ToLower(m[2]), "pg_backend_pid") {
+			if strings.EqualFold(m[1], "cancel") {
+				return nil // the backend running it cancels itself, as Postgres does
+			}
+			return &terminateCall{fn: "terminate", self: true}
+		}
 		var v []byte
 		f := int16(0)
 		if m[2] == "$1" {
@@ -145,30 +156,23 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 	return out, true
 }
 
-// sessionByPID finds a client session of this server (or of another
-// database on the same listener) by its BackendKeyData PID.
-func (s *Server) sessionByPID(pid uint32) *session {
-	s.mu.Lock()
-	sess := s.sessions[pid]
-	s.mu.Unlock()
-	if sess != nil {
-		return sess
-	}
-	for _, sub := range s.dbs {
-		if x := sub.sessionByPID(pid); x != nil {
-			return x
-		}
-	}
-	return nil
+// sessionByPID finds a client session of the core (of any database on the
+// listener) by its BackendKeyData PID.
+func (c *core) sessionByPID(pid uint32) *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessions[pid]
 }
 
 // runTerminate does the call if every PID is a session's, and returns the
 // DataRows' values ("t" each); ok false: not ours, send it on.
 func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) {
-	root := s.srv
+	if c.self {
+		c.pids = []uint32{s.pid}
+	}
 	targets := make([]*session, 0, len(c.pids))
 	for _, pid := range c.pids {
-		t := root.sessionByPID(pid)
+		t := s.core.sessionByPID(pid)
 		if t == nil {
 			return false
 		}
@@ -187,6 +191,11 @@ func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) 
 		t.terminate()
 	}
 	return true
+}
+
+// errSelfTerminated is what a session that terminated itself gets.
+func errSelfTerminated() *Error {
+	return &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
 }
 
 // terminate ends a session as pg_terminate_backend does: FATAL 57P01 to
@@ -242,6 +251,13 @@ func (s *session) terminateSimple(ctx context.Context, as []*route.Statement) bo
 	c := parseTerminate(as[0].SQL, nil, nil)
 	if c == nil || !s.runTerminate(ctx, c) {
 		return false
+	}
+	if c.self {
+		// As in Postgres the statement itself is interrupted: the FATAL
+		// is its answer, and the session ends.
+		s.out = appendError(s.out, errSelfTerminated())
+		s.selfFatalSent = true
+		return true
 	}
 	s.out = appendTerminateResult(s.out, c, true)
 	s.out = appendRFQ(s.out, s.status())

@@ -25,19 +25,23 @@ func TestParseTerminate(t *testing.T) {
 		formats []int16
 		fn      string
 		pids    []uint32
+		self    bool
 	}{
-		{"select pg_terminate_backend(1234)", nil, nil, "terminate", []uint32{1234}},
-		{"SELECT pg_catalog.pg_cancel_backend( 42 ) ;", nil, nil, "cancel", []uint32{42}},
-		{"select pg_terminate_backend($1)", [][]byte{[]byte("77")}, nil, "terminate", []uint32{77}},
-		{"select pg_terminate_backend($1::int4)", [][]byte{{0, 0, 1, 0}}, []int16{1}, "terminate", []uint32{256}},
-		{"select pg_terminate_backend(n) from unnest($1::int[]) n", [][]byte{[]byte("{5, 6}")}, nil, "terminate", []uint32{5, 6}},
-		{"select pg_terminate_backend(n) from unnest($1) as n", [][]byte{arr(7, 8, 9)}, []int16{1}, "terminate", []uint32{7, 8, 9}},
-		{"select pg_terminate_backend(pg_backend_pid())", nil, nil, "", nil},
-		{"select pg_terminate_backend(x) from unnest($1::int[]) n", [][]byte{[]byte("{5}")}, nil, "", nil},
-		{"select pg_terminate_backend($1)", [][]byte{[]byte("nope")}, nil, "", nil},
-		{"select pg_terminate_backend($1)", [][]byte{{1, 2, 3}}, []int16{1}, "", nil},
-		{"select pg_terminate_backend(n) from unnest($1) n", [][]byte{{0, 0, 0, 1, 0, 0}}, []int16{1}, "", nil},
-		{"select 1", nil, nil, "", nil},
+		{"select pg_terminate_backend(1234)", nil, nil, "terminate", []uint32{1234}, false},
+		{"SELECT pg_catalog.pg_cancel_backend( 42 ) ;", nil, nil, "cancel", []uint32{42}, false},
+		{"select pg_terminate_backend($1)", [][]byte{[]byte("77")}, nil, "terminate", []uint32{77}, false},
+		{"select pg_terminate_backend($1::int4)", [][]byte{{0, 0, 1, 0}}, []int16{1}, "terminate", []uint32{256}, false},
+		{"select pg_terminate_backend(n) from unnest($1::int[]) n", [][]byte{[]byte("{5, 6}")}, nil, "terminate", []uint32{5, 6}, false},
+		{"select pg_terminate_backend(n) from unnest($1) as n", [][]byte{arr(7, 8, 9)}, []int16{1}, "terminate", []uint32{7, 8, 9}, false},
+		{"select pg_terminate_backend(pg_backend_pid())", nil, nil, "terminate", nil, true},
+		{"SELECT pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid( ))", nil, nil, "terminate", nil, true},
+		{"select pg_cancel_backend(pg_backend_pid())", nil, nil, "", nil, false},
+		{"select pg_terminate_backend(pg_backend_pid() + 1)", nil, nil, "", nil, false},
+		{"select pg_terminate_backend(x) from unnest($1::int[]) n", [][]byte{[]byte("{5}")}, nil, "", nil, false},
+		{"select pg_terminate_backend($1)", [][]byte{[]byte("nope")}, nil, "", nil, false},
+		{"select pg_terminate_backend($1)", [][]byte{{1, 2, 3}}, []int16{1}, "", nil, false},
+		{"select pg_terminate_backend(n) from unnest($1) n", [][]byte{{0, 0, 0, 1, 0, 0}}, []int16{1}, "", nil, false},
+		{"select 1", nil, nil, "", nil, false},
 	} {
 		c := parseTerminate(tc.sql, tc.params, tc.formats)
 		if tc.fn == "" {
@@ -46,7 +50,7 @@ func TestParseTerminate(t *testing.T) {
 			}
 			continue
 		}
-		if c == nil || c.fn != tc.fn || !slices.Equal(c.pids, tc.pids) {
+		if c == nil || c.fn != tc.fn || !slices.Equal(c.pids, tc.pids) || c.self != tc.self {
 			t.Errorf("%q: %+v, want %s %v", tc.sql, c, tc.fn, tc.pids)
 		}
 	}
