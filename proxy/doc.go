@@ -56,7 +56,9 @@
 //	    client for its session. databases.go: further logical databases
 //	    (passthrough or own map) on the same listener, by dbname.
 //	    terminate.go: pg_terminate_backend / pg_cancel_backend of a client
-//	    session's PID act on that session.
+//	    session's PID (or pg_terminate_backend(pg_backend_pid())) act on
+//	    that session. exchange.go's copyIn peeks at the backend after each
+//	    write, so a COPY FROM the server fails ends at once.
 //
 // # Pool modes, pinning and unsharded tables
 //
@@ -196,7 +198,10 @@
 // proxy (DDL) starts every cache afresh; one made behind its back that
 // changes a cached statement's result columns fails that statement once
 // with Postgres's 0A000 "cached plan must not change result type", which
-// also starts every cache afresh. Describe of a statement runs on the pipeline's shard (or any);
+// also starts every cache afresh; a client's statement prepared before a
+// schema change seen through the proxy that altered its column count gets
+// the same 0A000 at its next Bind (exchange.go, fStale), and the client
+// prepares it again. Describe of a statement runs on the pipeline's shard (or any);
 // Describe of a portal always goes to the backend after the real Bind, so
 // result formats are never mislabelled. The unnamed statement changes as
 // soon as its Parse is planned (a failed pipeline may leave the new text in
