@@ -39,6 +39,12 @@ test: deps ## Run every test (unit + integration on a real local cluster) with -
 chaos: deps build ## CI chaos suite: every fault kind against 3 shards (PgBouncer + proxy) verified, then every mutant caught
 	@scripts/chaos.sh $(BIN) $(CHAOS_DIR) $(CHAOS_OUT)
 
+COMPAT_OUT ?= compat-out
+
+.PHONY: compat
+compat: deps build ## pgx's test suite and PostgreSQL's regression suite through pgshard (session and transaction pooling) vs direct and PgBouncer: scoreboard in $(COMPAT_OUT), thresholds in scripts/compat-thresholds.txt
+	@scripts/compat.sh $(BIN) $(COMPAT_OUT) scripts/compat-thresholds.txt
+
 .PHONY: test-short
 test-short: ## Run unit tests only (no database)
 	$(GO) test -short -count=1 ./...
@@ -66,4 +72,4 @@ down: ## Stop the local dev cluster (nothing left running)
 .PHONY: clean
 clean: down ## Stop the dev cluster and remove build output and its state
 	@if [ -d $(CHAOS_DIR) ]; then $(GO) run ./cmd/pgshard dev down --dir $(CHAOS_DIR); fi
-	rm -rf bin $(DEV_DIR) $(CHAOS_DIR) $(CHAOS_OUT) test-output.json
+	rm -rf bin $(DEV_DIR) $(CHAOS_DIR) $(CHAOS_OUT) $(COMPAT_OUT) test-output.json

@@ -582,12 +582,23 @@ func showPools(srv *Server, _ *session) *adminResult {
 		{"sv_active_cancel", oidInt4}, {"sv_being_canceled", oidInt4}, {"sv_idle", oidInt4},
 		{"sv_used", oidInt4}, {"sv_tested", oidInt4}, {"sv_login", oidInt4}, {"maxwait", oidInt4},
 		{"maxwait_us", oidInt4}, {"pool_mode", oidText}, {"pool_size", oidInt4}, {"state", oidText},
+		{"cl_pinned", oidInt4},
 	}}
+	pinned := map[string]int{} // shard → sessions of the main database pinned there
+	for _, ps := range srv.PinnedSessions() {
+		if srv.dbs[ps.DB] == nil {
+			pinned[ps.Shard]++
+		}
+	}
+	mode := srv.cfg.PoolMode
+	if mode == PoolModeDefault {
+		mode = PoolTransaction
+	}
 	for _, p := range srv.pools {
 		f := p.figures()
 		r.rows = append(r.rows, []any{p.shard.Name, p.backendUser(), f.active, f.waiting, 0, 0, f.active,
 			0, 0, f.idle, 0, 0, f.login, int(f.maxWait / time.Second), int((f.maxWait % time.Second) / time.Microsecond),
-			"transaction", srv.cfg.PoolSize, p.state()})
+			mode.String(), srv.cfg.PoolSize, p.state(), pinned[p.shard.Name]})
 	}
 	return r
 }
@@ -689,13 +700,15 @@ func showMap(srv *Server, _ *session) *adminResult {
 }
 
 // clientCols are PgBouncer's SHOW CLIENTS / SHOW SERVERS columns, plus the
-// shard.
+// shard and, for a client pinned to a backend of its own (pin.go), why
+// (remote_pid is then that backend's PID, as PgBouncer's for a linked
+// client).
 var clientCols = []adminCol{
 	{"type", oidText}, {"user", oidText}, {"database", oidText}, {"state", oidText}, {"addr", oidText},
 	{"port", oidInt4}, {"local_addr", oidText}, {"local_port", oidInt4}, {"connect_time", oidText},
 	{"request_time", oidText}, {"wait", oidInt4}, {"wait_us", oidInt4}, {"close_needed", oidInt4},
 	{"ptr", oidText}, {"link", oidText}, {"remote_pid", oidInt8}, {"tls", oidText},
-	{"application_name", oidText}, {"shard", oidText},
+	{"application_name", oidText}, {"shard", oidText}, {"pinned", oidText},
 }
 
 func hostPort(a interface{ String() string }) (string, int) {
@@ -721,15 +734,23 @@ func showClients(srv *Server, _ *session) *adminResult {
 	slices.SortFunc(sessions, func(a, b *session) int { return a.connected.Compare(b.connected) })
 	for _, x := range sessions {
 		state, shard, link := "idle", "", ""
+		bcPID := 0
 		req := x.connected
 		x.mu.Lock()
 		if bc := x.bc; bc != nil {
 			state, shard, link = "active", bc.pool.shard.Name, fmt.Sprintf("%s/%d", bc.pool.shard.Name, bc.pid)
+			bcPID = int(bc.pid)
 			if ns := bc.usedSince.Load(); ns != 0 {
 				req = time.Unix(0, ns)
 			}
 		}
 		x.mu.Unlock()
+		remotePID, pinned := 0, ""
+		x.pinMu.Lock()
+		if ps := x.pinInfo; ps != nil {
+			pinned, remotePID = ps.Reason, bcPID
+		}
+		x.pinMu.Unlock()
 		if x.admin {
 			state, shard = "active", ""
 		}
@@ -741,14 +762,14 @@ func showClients(srv *Server, _ *session) *adminResult {
 			tlsInfo = "TLS"
 		}
 		r.rows = append(r.rows, []any{"C", x.user, db, state, addr, port, laddr, lport, x.connected, req, 0, 0, 0,
-			fmt.Sprintf("%08x", x.pid), link, 0, tlsInfo, x.app, nullIfEmpty(shard)})
+			fmt.Sprintf("%08x", x.pid), link, remotePID, tlsInfo, x.app, nullIfEmpty(shard), nullIfEmpty(pinned)})
 	}
 	return r
 }
 
 func showServers(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: clientCols}
-	for _, p := range srv.pools {
+	for _, p := range append(slices.Clip(srv.pools), srv.directPools()...) {
 		gen := p.ops.reconnectGen.Load()
 		for i, ci := range p.snapshotConns() {
 			state := "active"
@@ -767,13 +788,17 @@ func showServers(srv *Server, _ *session) *adminResult {
 			_ = i
 			r.rows = append(r.rows, []any{"S", p.backendUser(), p.base.Database, state, addr, port, laddr, lport,
 				ci.opened, req, 0, 0, ci.gen < gen || p.ops.retired.Load(), fmt.Sprintf("%s/%d", p.shard.Name, ci.pid), "",
-				ci.pid, tlsInfo, "", p.shard.Name})
+				ci.pid, tlsInfo, "", p.shard.Name, nil})
 		}
 	}
 	return r
 }
 
 func showDatabases(srv *Server, _ *session) *adminResult {
+	mode := srv.cfg.PoolMode
+	if mode == PoolModeDefault {
+		mode = PoolTransaction
+	}
 	r := &adminResult{cols: []adminCol{
 		{"name", oidText}, {"host", oidText}, {"port", oidInt4}, {"database", oidText}, {"force_user", oidText},
 		{"pool_size", oidInt4}, {"min_pool_size", oidInt4}, {"reserve_pool", oidInt4}, {"pool_mode", oidText},
@@ -783,7 +808,7 @@ func showDatabases(srv *Server, _ *session) *adminResult {
 		f := p.figures()
 		host, port := hostPort(stringer(p.addr))
 		r.rows = append(r.rows, []any{p.shard.Name, host, port, p.base.Database, p.backendUser(), srv.cfg.PoolSize, 0, 0,
-			"transaction", srv.cfg.PoolSize, f.open, p.ops.paused.Load(), srv.life.disabled.Load()})
+			mode.String(), srv.cfg.PoolSize, f.open, p.ops.paused.Load(), srv.life.disabled.Load()})
 	}
 	return r
 }
@@ -806,6 +831,7 @@ func showLists(srv *Server, _ *session) *adminResult {
 		v int
 	}{{"databases", len(srv.pools)}, {"users", len(srv.users)}, {"pools", len(srv.pools)},
 		{"free_clients", max(srv.cfg.MaxClients-used, 0)}, {"used_clients", used}, {"login_clients", 0},
+		{"pinned_clients", int(srv.npinned.Load())},
 		{"free_servers", max(srv.cfg.PoolSize*len(srv.pools)-open, 0)}, {"used_servers", open},
 		{"dns_names", 0}, {"dns_zones", 0}, {"dns_queries", 0}, {"dns_pending", 0}} {
 		r.rows = append(r.rows, []any{kv.k, kv.v})

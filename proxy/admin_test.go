@@ -335,7 +335,7 @@ func TestAdminConsolePauseResume(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	var waiting int
-	if err := admin.QueryRow(ctx, "SHOW POOLS").Scan(nil, nil, nil, &waiting, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
+	if err := admin.QueryRow(ctx, "SHOW POOLS").Scan(nil, nil, nil, &waiting, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
 		// rows for shard0 come first
 		t.Fatalf("SHOW POOLS: %v", err)
 	}

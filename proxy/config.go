@@ -80,7 +80,12 @@ type Config struct {
 	DefaultShard string
 	// Databases, when not empty, lists the database names clients may
 	// connect to; empty accepts any name (the proxy is one database).
+	// The names of ExtraDatabases are accepted too.
 	Databases []string
+	// ExtraDatabases are further logical databases served on the same
+	// listener (databases.go): a client whose dbname is one of them is
+	// served by a server of its own (its map, pools, routing).
+	ExtraDatabases []Database
 	// StatementCacheSize is how many server-side prepared statements each
 	// direct backend connection keeps for client-named statements (0 =
 	// DefaultStatementCacheSize, negative = none). Never used through a
@@ -101,6 +106,13 @@ type Config struct {
 	MergeGroupLimit int
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string
+	// PoolMode is how clients use backends (pin.go): PoolTransaction (the
+	// default) or PoolSession; a User may override it.
+	PoolMode PoolMode
+	// MaxPinned bounds the sessions pinned in transaction pooling
+	// (session state the pooler cannot keep); beyond it such statements
+	// are refused with 53300. 0 = DefaultMaxPinned, negative = no bound.
+	MaxPinned int
 	// Logger receives structured logs (nil = slog.Default()).
 	Logger *slog.Logger
 
@@ -214,7 +226,11 @@ const (
 
 // User is a client login.
 type User struct {
-	// Name is the user name clients send in the startup packet.
+	// Name is the user name clients send in the startup packet; "*"
+	// stands for every user not listed by name, and such a client reaches
+	// the shards as itself (its backend connections log in as its user,
+	// so privileges and current_user are its own; listed users share the
+	// shard DSN's user).
 	Name string
 	// Password is the user's password in plain text, or a SCRAM-SHA-256
 	// verifier in Postgres's format ("SCRAM-SHA-256$4096:salt$StoredKey:ServerKey").
@@ -222,6 +238,9 @@ type User struct {
 	Password string
 	// Trust lets the user in without a password (development only).
 	Trust bool
+	// PoolMode overrides Config.PoolMode for this user (PoolModeDefault:
+	// the server's).
+	PoolMode PoolMode
 }
 
 // withDefaults returns c with zero fields set to the defaults.
@@ -261,6 +280,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MergeGroupLimit == 0 {
 		c.MergeGroupLimit = DefaultMergeGroupLimit
+	}
+	if c.MaxPinned == 0 {
+		c.MaxPinned = DefaultMaxPinned
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -48,6 +48,50 @@
 //	    disagreeing), reload.go (generations), lifecycle.go and handover.go
 //	    (graceful shutdown, socket hand-over), secrets.go (redaction).
 //
+//	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
+//	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
+//	    SET in a transaction or a mixed query string, large objects) pins
+//	    the client to a direct backend of its own (s.bc across
+//	    transactions) until the state is gone; PoolSession pins every
+//	    client for its session. databases.go: further logical databases
+//	    (passthrough or own map) on the same listener, by dbname.
+//	    terminate.go: pg_terminate_backend / pg_cancel_backend of a client
+//	    session's PID (or pg_terminate_backend(pg_backend_pid())) act on
+//	    that session. exchange.go's copyIn peeks at the backend after each
+//	    write, so a COPY FROM the server fails ends at once.
+//
+// # Pool modes, pinning and unsharded tables
+//
+// Config.PoolMode (per User too) is PoolTransaction (the default: each
+// transaction on a pooled backend) or PoolSession (each client on a
+// backend of its own, opened directly to the shard's Postgres as the
+// client's user with its startup parameters: everything one Postgres
+// session does works — SET/RESET/DISCARD, PREPARE, temp tables, LISTEN,
+// cursors, COPY, large objects — on one shard; on a map of one shard the
+// client is pinned at startup and BackendKeyData carries the backend's real
+// PID and secret). In transaction pooling a statement creating session
+// state pins the client the same way until that state is gone (see
+// pin.go for what ends each kind); Config.MaxPinned bounds such pins. A
+// pinned session runs every statement on its backend as it is; one that
+// needs another shard is refused (0A000), a read of every shard outside a
+// transaction block still fans out on pooled connections. Pinned sessions
+// are counted in the core (pgshard_proxy_pinned_sessions,
+// pgshard_proxy_pins_total by reason; SHOW CLIENTS pinned and remote_pid,
+// SHOW POOLS cl_pinned, SHOW LISTS pinned_clients). The direct pools of
+// pinned backends belong to a generation: a reload hands a kept shard's
+// direct pool to the new generation and retires the others'; a pinned
+// session stays on its generation until its pin ends. The extra databases
+// (databases.go) are built once: a reload keeps them, and their sessions
+// belong to the core like the others.
+//
+// Tables outside the sharding schema are unsharded and live on
+// Config.DefaultShard: statements that touch only them (reads, writes,
+// DDL, COPY, DO, CALL, functions the schema does not know) run there; one
+// that joins them with rows of another shard, or reads them on every
+// shard, is refused. On a map of one shard every statement is routable:
+// reads of "every shard", DDL inside transactions and shapes no merge
+// supports run on that shard.
+//
 // # Reads of every shard (fan-out)
 //
 // A key-less read (or an IN list of keys on several shards) runs on every
@@ -154,7 +198,10 @@
 // proxy (DDL) starts every cache afresh; one made behind its back that
 // changes a cached statement's result columns fails that statement once
 // with Postgres's 0A000 "cached plan must not change result type", which
-// also starts every cache afresh. Describe of a statement runs on the pipeline's shard (or any);
+// also starts every cache afresh; a client's statement prepared before a
+// schema change seen through the proxy that altered its column count gets
+// the same 0A000 at its next Bind (exchange.go, fStale), and the client
+// prepares it again. Describe of a statement runs on the pipeline's shard (or any);
 // Describe of a portal always goes to the backend after the real Bind, so
 // result formats are never mislabelled. The unnamed statement changes as
 // soon as its Parse is planned (a failed pipeline may leave the new text in

@@ -77,7 +77,7 @@ func TestEngineLocalTransactionControl(t *testing.T) {
 		{"DEALLOCATE nope", "E:26000 Z:I"},
 		{"DEALLOCATE ALL", "C:DEALLOCATE ALL Z:I"},
 		{"DISCARD ALL", "C:DISCARD ALL Z:I"},
-		{"LISTEN chan", "E:0A000 Z:I"},
+		{"SET pgshard.key = 'x'", "E:0A000 Z:I"},
 		{"BEGIN; COMMIT", "C:BEGIN C:COMMIT Z:I"},
 	}
 	for _, s := range steps {

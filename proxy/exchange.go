@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -28,7 +29,19 @@ func (s *session) serve(ctx context.Context) error {
 				_ = s.conn.SetReadDeadline(time.Time{})
 			}
 		}
-		typ, msg, err := s.rd.next()
+		if s.terminateSelf {
+			if s.selfFatalSent {
+				return nil // the FATAL was the statement's answer
+			}
+			return errSelfTerminated()
+		}
+		if s.pinLost {
+			if s.pinFatal {
+				return nil // the backend's FATAL was forwarded: the session ends
+			}
+			return fatal(codeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
+		}
+		typ, msg, err := s.readClient()
 		if err != nil {
 			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
 				return fatal(codeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
@@ -69,9 +82,11 @@ func (s *session) serve(ctx context.Context) error {
 				continue
 			}
 			if typ == 'F' {
-				s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard"))
-				s.out = appendRFQ(s.out, s.status())
+				err := s.fastpath(ctx, msg)
 				s.rd.release()
+				if err != nil {
+					return err
+				}
 				continue
 			}
 			err := s.simpleQuery(ctx, msg)
@@ -159,6 +174,13 @@ const (
 	fClientPart                       // client's message after a replay: drop a 25P02 caused by a failed replay
 	fReplaceErr                       // replace the backend error by s.lbuf[lo:hi]
 	fDropNoData                       // drop a NoData answer (Describe sent for the proxy's own use)
+	// fStale: a Bind of a statement the client prepared before a schema
+	// change the proxy saw. The proxy parsed its text again, so Postgres
+	// answers a changed column count with 08P01 "bind message has N result
+	// formats but query has M columns" where, on the client's own
+	// statement, it says 0A000 "cached plan must not change result type":
+	// the client gets the latter, and prepares the statement again.
+	fStale
 )
 
 // item is one planned step of an exchange.
@@ -192,7 +214,18 @@ type exchangeResult struct {
 // returns an error only when the client connection failed.
 func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 	var res exchangeResult
-	if err := bc.write(s.bw); err != nil {
+	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
+	// after it may be sent only once the copy is done (the backend in
+	// COPY mode takes nothing else).
+	var rest []byte
+	restItem := -1
+	out := s.bw
+	if h := s.bwHold; h > 0 && h < len(s.bw) {
+		rest = append([]byte(nil), s.bw[h:]...)
+		out, restItem = s.bw[:h], s.bwHoldItem
+	}
+	s.bwHold = 0
+	if err := bc.write(out); err != nil {
 		s.bw = s.bw[:0]
 		return s.backendLost(bc, err, explicit, res)
 	}
@@ -201,6 +234,12 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 	replayFailed := false
 	for i := range s.items {
 		it := &s.items[i]
+		if rest != nil && i >= restItem && it.kind != itLocal {
+			if err := bc.write(rest); err != nil {
+				return s.backendLost(bc, err, explicit, res)
+			}
+			rest = nil
+		}
 		if it.kind == itLocal {
 			if !errored {
 				s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
@@ -249,8 +288,15 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				switch {
 				case it.flags&fReplaceErr != 0:
 					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+				case it.flags&fStale != 0 && isFormatCountMismatch(msg):
+					s.out = appendError(s.out, &Error{Code: codeFeatureNotSupported, Message: "cached plan must not change result type"})
 				case replayFailed && it.flags&fClientPart != 0 && errorField(msg, 'C') == codeInFailedTransaction:
 					// consequence of the replay's error, already reported
+				case fatalErr && s.pin != nil:
+					// A pinned backend is the client's own session: it ends
+					// with it, as on a direct connection.
+					s.out = append(s.out, msg...)
+					s.pinFatal = true
 				case fatalErr:
 					// The backend is going away; the client's session is
 					// not: report the same error, as ERROR.
@@ -274,8 +320,10 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 					s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
 					return s.afterLoss(bc, explicit, res)
 				}
-				if it.kind == itQuery {
-					continue // the query goes on to ReadyForQuery
+				if it.kind == itQuery || it.kind == itSync {
+					// The query goes on to ReadyForQuery; so does a Sync
+					// whose implicit COMMIT failed (a deferred constraint).
+					continue
 				}
 				errored = true
 				done = true
@@ -297,6 +345,12 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				s.out = append(s.out, msg...)
 				if err := s.copyIn(bc); err != nil {
 					return res, err
+				}
+				if rest != nil {
+					if err := bc.write(rest); err != nil {
+						return s.backendLost(bc, err, explicit, res)
+					}
+					rest = nil
 				}
 				continue
 			case 'W':
@@ -430,6 +484,22 @@ func (s *session) reconcilePS(st byte) {
 	if len(s.pendingPS) == 0 && !(st == 'I' && s.psDirty) {
 		return
 	}
+	if s.pin != nil {
+		// A pinned backend is the client's own session: its values are
+		// the session's.
+		rep := maps.Clone(s.reported)
+		for _, p := range s.pendingPS {
+			rep[p[0]] = p[1]
+			if s.seen[p[0]] != p[1] {
+				s.seen[p[0]] = p[1]
+				s.out = appendParameterStatus(s.out, p[0], p[1])
+			}
+		}
+		s.reported = rep
+		s.pendingPS = s.pendingPS[:0]
+		s.psDirty = false
+		return
+	}
 	for _, p := range s.pendingPS {
 		want := p[1]
 		if sv, ok := s.reported[p[0]]; ok {
@@ -480,11 +550,48 @@ func (s *session) copyIn(bc *bconn) error {
 				return nil // the read side reports the loss
 			}
 			s.bw = s.bw[:0]
+			if typ != 'c' && typ != 'f' {
+				if cut, err := s.copyFailed(bc); err != nil || cut {
+					return err
+				}
+			}
 		}
 		if typ == 'c' || typ == 'f' {
 			return nil
 		}
 	}
+}
+
+// copyFailed reports, without waiting, whether the backend failed the
+// COPY FROM STDIN being relayed (checked after each write to it): its
+// ErrorResponse is left for the exchange to read and forward, so the
+// client hears of it at once and stops sending, as on a direct connection
+// (Postgres discards the rest of the copy; the proxy ignores the CopyData,
+// CopyDone or CopyFail that still come, as Postgres does). Notices and
+// notifications the backend sent meanwhile are forwarded.
+func (s *session) copyFailed(bc *bconn) (bool, error) {
+	for bc.readable() {
+		typ, err := bc.rd.peekType()
+		if err != nil {
+			return true, nil // the exchange's read reports the loss
+		}
+		switch typ {
+		case 'E':
+			return true, nil
+		case 'N', 'A':
+			_, msg, err := bc.rd.next()
+			if err != nil {
+				return true, nil
+			}
+			s.out = append(s.out, msg...)
+			if err := s.flush(); err != nil {
+				return false, err
+			}
+		default:
+			return false, nil // read after the copy, as before
+		}
+	}
+	return false, nil
 }
 
 var errClientTerminated = errors.New("client terminated during COPY")
@@ -511,6 +618,9 @@ type effect struct {
 	tx   *txSnap
 	set  *settings
 	rep  map[string]string
+	// real, with effStmtPut, is the pinned backend the statement was
+	// parsed on under its own name.
+	real *bconn
 }
 
 // txSnap is a transaction state to switch to.
@@ -526,6 +636,9 @@ func (s *session) apply(e *effect) {
 	}
 	switch e.kind {
 	case effStmtPut:
+		if e.real != nil {
+			e.vs.realOn = e.real
+		}
 		s.stmts[e.name] = e.vs
 	case effStmtDel:
 		delete(s.stmts, e.name)

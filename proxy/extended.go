@@ -13,6 +13,9 @@ type portalInfo struct {
 	name  string
 	vs    *vstmt
 	local bool
+	// term, for a local portal, is a pg_terminate_backend/pg_cancel_backend
+	// call of sessions' PIDs the proxy answered (terminate.go).
+	term *terminateCall
 	// lead is the fan-out lead (p.leads, +1) the portal runs, 0 if none.
 	lead int
 	// replay repeats the settings the portal makes inside a transaction
@@ -46,6 +49,15 @@ func (s *session) runPipeline(ctx context.Context) error {
 			return s.finish(p, 'S')
 		}
 		s.out = appendRFQ(s.out, s.status())
+		return nil
+	}
+	if e := s.pinForPipeline(ctx); e != nil {
+		s.out = appendError(s.out, e)
+		if term == 'S' {
+			s.out = appendRFQ(s.out, s.status())
+		} else {
+			s.skipUntilSync = true
+		}
 		return nil
 	}
 	p := s.newPlanner(ctx)
@@ -135,8 +147,9 @@ func (p *planner) parse(raw []byte) {
 			vs = newVstmt("", a, s.pv.oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
+		vs.epoch = s.srv.stmtEpoch.Load()
 		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
-			a.Kind == route.KindOther && a.ParseError == "" && a.MarkUnnamed()
+			a.Kind == route.KindOther && a.ParseError == "" && s.pin == nil && a.MarkUnnamed()
 	} else {
 		name := string(s.pv.name)
 		if p.lookup(s.pv.name) != nil {
@@ -144,8 +157,22 @@ func (p *planner) parse(raw []byte) {
 			return
 		}
 		vs = newVstmt(name, a, s.pv.oids)
+		vs.epoch = s.srv.stmtEpoch.Load()
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
+		if s.pin != nil && p.tx != txFailed {
+			// A pinned session's named statement is the server's own, as
+			// on a direct connection (its plan cache, pg_prepared_statements,
+			// "cached plan must not change result type").
+			if e := p.ensureBackend(s.pin.shard, a); e != nil {
+				p.fail(e, nil)
+				return
+			}
+			eff.real, vs.realOn = p.bc, p.bc // later messages of the pipeline use it
+			s.bw = append(s.bw, raw...)
+			s.items = append(s.items, item{kind: itParse, eff: eff})
+			return
+		}
 	}
 	if a.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
@@ -171,9 +198,7 @@ func (p *planner) parse(raw []byte) {
 	lo := len(s.lbuf)
 	s.lbuf = appendEmpty(s.lbuf, '1')
 	s.addLocal(lo, eff)
-	if len(s.pv.name) == 0 {
-		p.pendingParse, p.pendingRaw = len(s.items)-1, raw
-	}
+	p.pendingParse, p.pendingRaw, p.pendingVs = len(s.items)-1, raw, vs
 }
 
 func equalOids(a, b []uint32) bool {
@@ -199,12 +224,13 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 	if vs == p.backendUnnamed {
 		return "", nil
 	}
+	if vs.realOn != nil && vs.realOn == p.bc {
+		return vs.name, nil // the pinned backend has it under its own name
+	}
 	if c := p.bc.stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
-		if vs.name == "" {
-			// The client's Parse was answered by the proxy; the cache's
-			// statement replaces it.
-			p.pendingParse = -1
-		}
+		// The client's Parse was answered by the proxy; the cache's
+		// statement replaces it.
+		p.pendingParse = -1
 		if e := s.srv.stmtEpoch.Load(); c.epoch != e {
 			c.reset(e)
 		}
@@ -221,10 +247,17 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		}
 		return cs.name, cs
 	}
-	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed {
+	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed && vs.name == "" {
 		// The client's unnamed Parse was the previous message: send it as is.
 		s.items[p.pendingParse] = item{kind: itParse}
 		s.bw = append(s.bw, p.pendingRaw...)
+	} else if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == p.pendingVs && vs.name != "" {
+		// The client's named Parse was the previous message: the backend
+		// parses it (as the unnamed statement) and its ParseComplete — or
+		// its error, without a ParseComplete — is the client's answer.
+		eff := s.items[p.pendingParse].eff
+		s.items[p.pendingParse] = item{kind: itParse, eff: eff}
+		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 	} else {
 		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
@@ -272,9 +305,27 @@ func (p *planner) bind(raw []byte, idx int) {
 		s.addLocal(lo, nil)
 		return
 	}
-	if a.Kind == route.KindPrepare || a.Kind == route.KindExecute {
+	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.forwardPinned(a) {
 		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
+	}
+	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') {
+		if c := parseTerminate(a.SQL, bv.params, bv.formats); c != nil && s.runTerminate(p.ctx, c) {
+			if c.self {
+				// The statement itself is interrupted (its FATAL is the
+				// answer); the session then ends.
+				p.fail(errSelfTerminated(), nil)
+				s.selfFatalSent = true
+				return
+			}
+			c.binary = len(bv.resultFmts) == 1 && bv.resultFmts[0] == 1
+			pi.local, pi.term = true, c
+			s.portals = append(s.portals, pi)
+			lo := len(s.lbuf)
+			s.lbuf = appendEmpty(s.lbuf, '2')
+			s.addLocal(lo, nil)
+			return
+		}
 	}
 	if a.Settings != nil && (p.tx == txDeferred || p.tx == txBound) {
 		// Inside a transaction block the settings hold for the rest of
@@ -314,13 +365,18 @@ func (p *planner) bind(raw []byte, idx int) {
 	}
 	p.recordSoft(a)
 	p.noteWrite(a)
+	p.notePinOp(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
 	} else {
 		s.bw = appendBindAs(s.bw, raw, bv, name)
 	}
-	s.items = append(s.items, item{kind: itBind, cs: cs})
+	var fl itemFlags
+	if vs.epoch != s.srv.stmtEpoch.Load() {
+		fl = fStale
+	}
+	s.items = append(s.items, item{kind: itBind, cs: cs, flags: fl})
 	s.portals = append(s.portals, pi)
 }
 
@@ -398,7 +454,7 @@ func (p *planner) describe(raw []byte, idx int) {
 			p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.isLocal(vs.st) || vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute {
+		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.forwardPinned(vs.st) {
 			lo := len(s.lbuf)
 			s.lbuf = appendParamDesc(s.lbuf, vs)
 			s.lbuf = appendEmpty(s.lbuf, 'n')
@@ -409,6 +465,9 @@ func (p *planner) describe(raw []byte, idx int) {
 			shard := p.shard
 			if !p.held {
 				shard = p.lookahead(idx, false)
+			}
+			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.srv.cfg.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.srv.pools) > 1 {
+				shard = s.srv.defaultShard // its objects live there only
 			}
 			if shard < 0 {
 				// Any shard can describe a statement: a deferred
@@ -436,7 +495,11 @@ func (p *planner) describe(raw []byte, idx int) {
 		p.leads[pi.lead-1].describe = true // answered with the lead's answer
 	case pi != nil && pi.local:
 		lo := len(s.lbuf)
-		s.lbuf = appendEmpty(s.lbuf, 'n')
+		if pi.term != nil {
+			s.lbuf = appendBoolRowDescription(s.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
+		} else {
+			s.lbuf = appendEmpty(s.lbuf, 'n')
+		}
 		s.addLocal(lo, nil)
 	case pi != nil || p.held:
 		if e := p.ensureBackend(p.shard, nil); e != nil {
@@ -553,6 +616,10 @@ func (p *planner) execute(raw []byte) {
 	}
 	pi := p.portal(portal)
 	switch {
+	case pi != nil && pi.term != nil:
+		lo := len(s.lbuf)
+		s.lbuf = appendTerminateResult(s.lbuf, pi.term, false)
+		s.addLocal(lo, nil)
 	case pi != nil && pi.lead > 0:
 		p.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
@@ -609,6 +676,18 @@ func (p *planner) close(raw []byte) {
 			s.unnamed = nil
 		} else {
 			n := string(name)
+			if vs := p.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
+				// The pinned backend has it: close it there too.
+				s.lbuf = s.lbuf[:lo]
+				p.overlayPut(n, nil)
+				if e := p.ensureBackend(p.shard, nil); e != nil {
+					p.fail(e, nil)
+					return
+				}
+				s.bw = append(s.bw, raw...)
+				s.items = append(s.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
+				return
+			}
 			p.overlayPut(n, nil)
 			eff = &effect{kind: effStmtDel, name: n}
 		}
@@ -704,7 +783,7 @@ func (s *session) finish(p *planner, term byte) error {
 	if res.lost {
 		if term == 'H' {
 			s.skipUntilSync = true
-		} else {
+		} else if !s.pinFatal {
 			s.out = appendRFQ(s.out, s.status())
 		}
 		return nil
@@ -734,6 +813,7 @@ func (s *session) finish(p *planner, term byte) error {
 		s.soft = p.soft
 		return nil
 	}
+	p.exErrored = res.errored
 	s.afterReady(p, res.status)
 	return nil
 }
@@ -784,7 +864,19 @@ func (s *session) afterReady(p *planner, st byte) {
 		s.hint = -1
 		s.soft = false
 		s.mainWrote, s.hintBound = false, false
-		s.dropBackend(true)
+		if s.pin != nil {
+			if !p.exErrored {
+				s.applyPinOps(p.pinOps, true)
+			} else if s.pin.reasons &^= pinSetsOnce; s.pin.reasons == 0 {
+				s.unpin() // it failed: its settings were rolled back with it
+			}
+		} else {
+			s.dropBackend(true)
+		}
 		s.endReaders()
+		return
+	}
+	if s.pin != nil && !p.exErrored {
+		s.applyPinOps(p.pinOps, false)
 	}
 }

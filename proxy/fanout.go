@@ -37,6 +37,10 @@ type fanPlan struct {
 	dest   route.Dest
 	// query is the raw Query message (simple protocol).
 	query string
+	// others, when set, is the Query message the shards other than the
+	// default one run instead of query: the statements of a DDL query
+	// string that every shard needs, without those of unsharded tables.
+	others []byte
 	// Extended protocol: the statement, the client's Bind (copied), and
 	// whether the client asked for a portal Describe.
 	vs       *vstmt
@@ -401,6 +405,8 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []
 		merge = singleMerge
 	}
 	switch {
+	case merge == nil && f.simple && f.others != nil && st.shard != s.srv.defaultShard:
+		buf = append(buf, f.others...) // DDL every shard needs
 	case merge == nil && f.simple:
 		buf = append(buf, f.query...) // DDL: the client's query string
 	case f.simple:

@@ -154,6 +154,9 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	for _, p := range cur.pools {
 		c.startMonitor(p)
 	}
+	// The extra databases' own pools, monitors and reapers run until the
+	// hard stop (their sessions are this core's and drain with it).
+	cur.serveExtra(gctx, g)
 
 	var stopAccept sync.Once
 	closeListener := func() { stopAccept.Do(func() { _ = ln.Close() }) }
@@ -288,10 +291,12 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	return err
 }
 
-// allPools returns the current generation's pools and the retired ones
-// still draining.
+// allPools returns the current generation's pools (its shards' and the
+// direct ones of pinned sessions) and the retired ones still draining.
 func (c *core) allPools() []*shardPool {
-	out := append([]*shardPool(nil), c.current().pools...)
+	cur := c.current()
+	out := append([]*shardPool(nil), cur.pools...)
+	out = append(out, cur.directPools()...)
 	c.life.mu.Lock()
 	out = append(out, c.life.retired...)
 	c.life.mu.Unlock()

@@ -20,8 +20,8 @@ import (
 
 // TestSessionFeatures: SQL-level PREPARE/EXECUTE routed by the EXECUTE
 // arguments, DEALLOCATE, DISCARD ALL resetting settings and statements,
-// and the session features a transaction pooler cannot keep, refused with
-// 0A000.
+// and the session features a transaction pooler cannot keep, which pin the
+// session (pin_test.go) until DISCARD ALL.
 func TestSessionFeatures(t *testing.T) {
 	e := startProxy(t)
 	ctx := ctxT(t, time.Minute)
@@ -77,10 +77,15 @@ func TestSessionFeatures(t *testing.T) {
 		"CREATE TEMP TABLE tmp_x (x int)",
 		"SELECT set_config('work_mem', '8MB', false)",
 	} {
-		if _, err := conn.Exec(ctx, q); pgCode(err) != "0A000" {
-			t.Errorf("%s: %v, want 0A000", q, err)
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Errorf("%s (pins the session): %v", q, err)
 		}
 	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 1)
+	if _, err := conn.Exec(ctx, "DISCARD ALL"); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
 	// A transaction-scoped advisory lock on the default shard works.
 	tx, err := conn.Begin(ctx)
 	if err != nil {

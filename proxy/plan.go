@@ -76,6 +76,7 @@ type planner struct {
 	// itself instead of a re-Parse.
 	pendingParse int
 	pendingRaw   []byte
+	pendingVs    *vstmt // the statement that Parse made
 	// overlay holds named statements created or removed earlier in the
 	// pipeline (effects are applied only when answered).
 	overlay map[string]*vstmt
@@ -104,6 +105,10 @@ type planner struct {
 	// transaction's backend, which has only read: that backend becomes a
 	// reader, the write's shard the transaction's backend.
 	swapMain bool
+	// pinOps are the pin changes of statements sent to a pinned backend;
+	// exErrored says the exchange reported an error (pin.go).
+	pinOps    []pinOp
+	exErrored bool
 	// leads are the statements that only set transaction-local settings
 	// ahead of the pipeline's fan-out read, in its implicit transaction
 	// (fanlead.go); leadNext says target chose to make the statement being
@@ -193,6 +198,8 @@ func (p *planner) isLocal(a *route.Statement) bool {
 	switch {
 	case p.tx == txFailed:
 		return true
+	case p.s.forwardPinned(a):
+		return false
 	case localKind(k):
 		return true
 	case k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard."):
@@ -326,6 +333,7 @@ func (p *planner) localAction(a *route.Statement) action {
 			return p.failLocal(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
 		}
 		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
+		vs.epoch = p.s.srv.stmtEpoch.Load()
 		p.overlayPut(st.PrepareName, vs)
 		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
 	case route.KindExecute:
@@ -490,6 +498,12 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
 		srv.collation.Store(collationUnknown)
 	}
+	d = p.s.adjustDest(a, d)
+	if p.s.pin != nil {
+		if sh, ok, e := p.pinnedTarget(a, d); ok {
+			return sh, false, e
+		}
+	}
 	switch d.Kind {
 	case route.DestRefuse:
 		srv.metrics.refusals.WithLabelValues("analyzer").Inc()
@@ -500,6 +514,9 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 	case route.DestAll:
 		if !p.onTxnBackend() && p.tx == txIdle {
 			return -1, true, nil
+		}
+		if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
+			return -1, true, nil // a pinned session's read of every shard, on pooled connections
 		}
 		if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
 			// SET LOCAL pgshard.shard/key chose the transaction's shard:
@@ -533,6 +550,8 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 	want := -1
 	if d.Kind == route.DestShard {
 		want = d.Shard
+	} else if d.Default {
+		want = srv.defaultShard // unsharded objects live there
 	}
 	if p.held && p.tx == txBound && p.s.bstatus == 'E' {
 		// The transaction is aborted: the backend answers 25P02.

@@ -115,6 +115,23 @@ func (c *bconn) idleHealthy() bool {
 	return c.peekOK
 }
 
+// readable reports, without blocking, whether the backend sent something
+// not read yet (or closed the connection).
+func (c *bconn) readable() bool {
+	if c.rd.buffered() > 0 {
+		return true
+	}
+	r, ok := c.io.(*rawIO)
+	if !ok || c.peekFn == nil {
+		return false
+	}
+	c.peekOK = true
+	if err := r.rc.Read(c.peekFn); err != nil {
+		return true // the next read reports it
+	}
+	return !c.peekOK
+}
+
 // peekAfter: connections idle for less are not peeked at.
 const peekAfter = 20 * time.Millisecond
 
@@ -503,7 +520,18 @@ func (p *shardPool) connect(ctx context.Context, key *settings) (*bconn, error) 
 }
 
 func (p *shardPool) dial(ctx context.Context, key *settings) (*bconn, error) {
+	return p.dialAs(ctx, key, "")
+}
+
+// dialAs is dial connecting as user ("" = the DSN's).
+func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bconn, error) {
 	cfg := p.base.Copy()
+	if user == "" {
+		user = key.user
+	}
+	if user != "" {
+		cfg.User = user
+	}
 	for k, v := range key.runtimeParams(p.viaPooler) {
 		cfg.RuntimeParams[k] = v
 	}

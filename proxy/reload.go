@@ -156,11 +156,13 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 	var fresh []*shardPool
 	kept := map[*shardPool]bool{}
+	keptAt := map[*shardPool]int{} // a kept pool's index in gen
 	for i, sh := range cfg.Map.Shards {
 		if p := oldByName[sh.Name]; p != nil && p.shard == sh && p.viaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
 			old.cfg.ConnectTimeout == cfg.ConnectTimeout {
 			gen.pools = append(gen.pools, p)
 			kept[p] = true
+			keptAt[p] = i
 		} else {
 			np, err := newShardPool(gen, i, sh, cfg.UsePooler)
 			if err != nil {
@@ -218,10 +220,19 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		}
 	}
 
+	// The extra databases are the running ones: a reload keeps them (and
+	// the sessions on them) as they are.
+	gen.dbs = old.dbs
+	if !sameDatabases(old.cfg.ExtraDatabases, cfg.ExtraDatabases) {
+		res.NeedRestart = append(res.NeedRestart, "databases")
+	}
+
 	// Apply.
 	for p := range kept {
 		p.srvp.Store(gen)
 	}
+	// Direct pools (pinned sessions' backends) follow their shard's pool.
+	retiredDirect := old.inheritDirect(gen, keptAt)
 	c.secrets.set(&cfg)
 	c.tls.Store(ts)
 	c.cur.Store(gen)
@@ -230,6 +241,9 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		c.startMonitor(p)
 	}
 	for _, p := range retired {
+		c.retire(p)
+	}
+	for _, p := range retiredDirect {
 		c.retire(p)
 	}
 	res.Generation, res.Epoch = gen.generation, cfg.Map.Epoch
@@ -279,8 +293,11 @@ func (c *core) retire(p *shardPool) {
 // a reload published one and the session is between transactions (no
 // transaction, pipeline or backend).
 func (s *session) maybeSwitchGeneration() {
+	if s.srv.core != s.core {
+		return // a database of Config.ExtraDatabases: a reload keeps it as it is
+	}
 	g := s.core.cur.Load()
-	if g == s.srv || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
+	if g == s.srv || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
 		return
 	}
 	// The prepared statements' analyses name shards of the old map: analyze
@@ -306,6 +323,6 @@ func (s *session) reanalyze(g *Server, vs *vstmt) *vstmt {
 		return nil
 	}
 	nv := newVstmt(vs.name, st, vs.oids)
-	nv.cacheUnnamed = vs.cacheUnnamed
+	nv.cacheUnnamed, nv.epoch = vs.cacheUnnamed, vs.epoch
 	return nv
 }

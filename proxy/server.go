@@ -44,6 +44,16 @@ type Server struct {
 	rr atomic.Uint32
 	// generation counts configurations: 1 is New's, each reload adds one.
 	generation uint64
+
+	// Pinning (pin.go): direct pools by shard, made on first use when the
+	// shards' own pools go through a pooler. A reload hands a kept shard's
+	// direct pool to the new generation and retires the others'.
+	directMu sync.Mutex
+	direct   []*shardPool
+
+	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
+	// the same for every generation (a reload keeps them).
+	dbs map[string]*Server
 }
 
 // core is the state every generation of a Server shares.
@@ -75,6 +85,12 @@ type core struct {
 	secrets secretSet
 	// tls is the current TLS configuration towards clients (nil: off).
 	tls atomic.Pointer[tlsSetup]
+
+	// npinned counts the sessions pinned to a backend of their own
+	// (pin.go), across generations and databases (Config.MaxPinned bounds
+	// it); pinsTotal counts pins by reason.
+	npinned   atomic.Int64
+	pinsTotal *prometheus.CounterVec
 
 	addrMu      sync.Mutex
 	addr        net.Addr
@@ -130,7 +146,11 @@ func New(cfg Config) (*Server, error) {
 	c.cur.Store(s)
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
+	c.pinMetrics()
 	warnPlainPasswords(cfg.Users, c.log)
+	if err := s.newExtraDatabases(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -172,6 +192,12 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 	ids, down, err := s.verifyPools(ctx, s.cfg.Map, s.pools, nil)
 	if err != nil {
 		return down, err
+	}
+	if d, err := s.verifyExtra(ctx); err != nil || len(d) > 0 {
+		down = append(down, d...)
+		if err != nil {
+			return down, err
+		}
 	}
 	s.mu.Lock()
 	for name, id := range ids {

@@ -115,6 +115,36 @@ type session struct {
 	// fanning are the connections a fan-out is reading (cancel reaches all).
 	fanning []*bconn
 
+	// pin, when set, keeps s.bc as the client's own backend across
+	// transactions (pin.go). pinInfo is its description for other
+	// goroutines (Server.PinnedSessions), under pinMu.
+	pin     *pinState
+	pinMu   sync.Mutex
+	pinInfo *PinnedSession
+	// pinLost: a pinned backend went away; its session state is gone and
+	// the session ends, as it would on a direct connection.
+	pinLost bool
+	// pinFatal: the pinned backend's FATAL error was forwarded as it is.
+	pinFatal bool
+	// asSelf: admitted through the "*" login; its backends log in as its
+	// own user (settings.user).
+	asSelf bool
+	// terminateSelf: the client called pg_terminate_backend of its own
+	// session's PID (terminate.go): it ends after that answer.
+	terminateSelf bool
+	// selfFatalSent: that FATAL was already sent, as the answer of a
+	// pg_terminate_backend(pg_backend_pid()).
+	selfFatalSent bool
+	// bwHold, when set, is where s.bw's bytes that must wait for a COPY
+	// FROM STDIN to finish begin, and bwHoldItem the first item they
+	// answer (exchange).
+	bwHold, bwHoldItem int
+	// wmu serializes writes to the client (a pinned session's watcher
+	// forwards notifications while the session waits for the client).
+	wmu sync.Mutex
+	// aio is the watcher's writer to the client (asyncWriter).
+	aio io.Writer
+
 	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
 	// from other goroutines after register): admin is an admin console
 	// session; tlsOn the client uses TLS; connected when it connected;
@@ -178,6 +208,14 @@ type vstmt struct {
 	// cacheUnnamed: an unnamed statement a direct connection's statement
 	// cache serves (Config.UnnamedStatements), decided at its Parse.
 	cacheUnnamed bool
+	// realOn is the pinned backend where the statement exists under the
+	// client's own name (parsed there as it was sent: pin.go); nil when
+	// it is virtual. Another backend (after the pin ended) re-parses it.
+	realOn *bconn
+	// epoch is the Server.stmtEpoch when the client parsed it: a Bind
+	// under a later epoch (a schema change since) may find its result
+	// columns changed (fStale).
+	epoch uint64
 }
 
 func newVstmt(name string, st *route.Statement, oids []uint32) *vstmt {
@@ -245,10 +283,12 @@ func (s *session) run(ctx context.Context) {
 		}
 		return
 	}
-	defer s.srv.unregister(s)
+	defer s.core.current().unregister(s)
 	defer s.releaseAll()
 	if s.admin {
 		err = s.serveAdmin(ctx)
+	} else if s.canRelay() {
+		err = s.relay()
 	} else {
 		err = s.serve(ctx)
 	}
@@ -278,7 +318,9 @@ func (s *session) flush() error {
 	if len(s.out) == 0 {
 		return nil
 	}
+	s.wmu.Lock()
 	_, err := s.io.Write(s.out)
+	s.wmu.Unlock()
 	if cap(s.out) > 1<<20 {
 		s.out = nil
 	} else {
@@ -368,7 +410,12 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	if s.admin {
 		return s.adminStartup(ctx, pkt)
 	}
-	if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
+	if sub := s.srv.database(s.db); sub != s.srv {
+		// Another logical database: its server serves the session (its
+		// pools and routing); the session stays in this core (console,
+		// cancel keys, shutdown).
+		s.srv, s.log = sub, sub.log
+	} else if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
 		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
 	}
 	var kv [][2]string
@@ -392,13 +439,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		}
 	}
 
-	if !s.srv.register(s) {
-		s.srv.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
+	if !s.core.current().register(s) {
+		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
 	}
 	ok, err := s.authenticate()
 	if !ok {
-		s.srv.unregister(s)
+		s.core.current().unregister(s)
 		s.srv.metrics.clientsRefused.WithLabelValues("auth").Inc()
 		return false, err
 	}
@@ -406,10 +453,17 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		s.out = appendNegotiateProtocol(s.out, pkt.protocolOptions)
 	}
 	s.startup = newSettings(kv)
+	if s.asSelf {
+		s.startup = s.startup.withUser(s.user) // it reaches the shards as itself
+	}
 	s.cur = s.startup
-	st, e := s.initialStatuses(ctx)
+	st, e := s.pinAtStartup(ctx)
+	if e == nil && st == nil {
+		st, e = s.initialStatuses(ctx)
+	}
 	if e != nil {
-		s.srv.unregister(s)
+		s.core.current().unregister(s)
+		s.releaseAll()
 		return s.fail(e)
 	}
 	s.reported = st
@@ -428,7 +482,7 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	s.out = appendU32(s.out, s.secret)
 	s.out = appendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.srv.unregister(s)
+		s.core.current().unregister(s)
 		return false, err
 	}
 	return true, nil
@@ -447,6 +501,12 @@ func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
 // authenticate runs trust or SCRAM-SHA-256 for the startup user.
 func (s *session) authenticate() (bool, error) {
 	l, ok := s.srv.users[s.user]
+	if !ok {
+		// A user named "*" stands for every user not listed (local
+		// development and compatibility runs: `--trust-user '*'`).
+		l, ok = s.srv.users["*"]
+		s.asSelf = ok
+	}
 	if !ok {
 		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
 		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
@@ -580,6 +640,12 @@ func (s *session) releaseAll() {
 	if bc == nil {
 		return
 	}
+	if s.pin != nil {
+		// A pinned backend carries the client's session state.
+		s.clearPin()
+		bc.pool.discard(bc)
+		return
+	}
 	if s.tx == txBound || s.pinned {
 		// A transaction or pipeline is open: the connection is not clean.
 		bc.pool.discard(bc)
@@ -634,6 +700,13 @@ func (s *session) dropBackend(clean bool) {
 	s.bc = nil
 	s.mu.Unlock()
 	if bc == nil {
+		return
+	}
+	if s.pin != nil {
+		// The pinned backend is gone: so is the session state it kept.
+		s.clearPin()
+		s.pinLost = true
+		bc.pool.discard(bc)
 		return
 	}
 	if clean && !bc.broken {

@@ -61,8 +61,27 @@ var reportedParams = map[string]string{
 // sorted by name. Share freely; modify by copy (with, without).
 type settings struct {
 	kv [][2]string
-	// key identifies the set (names and values), "" for the empty set.
+	// key identifies the set (names and values, and user), "" for the
+	// empty set.
 	key string
+	// user, when set, is the role backend connections with these startup
+	// settings log in as (a client admitted through the "*" login
+	// reaches the shards as itself); "" = the shard DSN's user.
+	user string
+}
+
+// withUser returns a copy whose backend connections log in as user.
+func (s *settings) withUser(user string) *settings {
+	c := &settings{kv: s.kv, user: user}
+	c.key = c.makeKey()
+	return c
+}
+
+func (s *settings) makeKey() string {
+	if s.user == "" {
+		return settingsKey(s.kv)
+	}
+	return settingsKey(s.kv) + "\x00user\x00" + s.user
 }
 
 var noSettings = &settings{}
@@ -107,14 +126,16 @@ func (s *settings) get(name string) (string, bool) {
 
 // with returns a copy with name set to value.
 func (s *settings) with(name, value string) *settings {
-	kv := setKV(slices.Clone(s.kv), name, value)
-	return &settings{kv: kv, key: settingsKey(kv)}
+	c := &settings{kv: setKV(slices.Clone(s.kv), name, value), user: s.user}
+	c.key = c.makeKey()
+	return c
 }
 
 // without returns a copy without name.
 func (s *settings) without(name string) *settings {
-	kv := slices.DeleteFunc(slices.Clone(s.kv), func(e [2]string) bool { return e[0] == name })
-	return &settings{kv: kv, key: settingsKey(kv)}
+	c := &settings{kv: slices.DeleteFunc(slices.Clone(s.kv), func(e [2]string) bool { return e[0] == name }), user: s.user}
+	c.key = c.makeKey()
+	return c
 }
 
 // split divides the settings of a client into what goes into the backend
@@ -135,7 +156,9 @@ func (s *settings) split(viaPooler bool) (startup, preamble *settings) {
 	if len(b) == 0 {
 		return s, noSettings
 	}
-	return &settings{kv: a, key: settingsKey(a)}, &settings{kv: b, key: settingsKey(b)}
+	st := &settings{kv: a, user: s.user}
+	st.key = st.makeKey()
+	return st, &settings{kv: b, key: settingsKey(b)}
 }
 
 // runtimeParams returns the settings as pgconn RuntimeParams (PgBouncer's
@@ -170,7 +193,22 @@ func (s *settings) preambleSQL() string {
 		writeEscapeLiteral(&b, p[1])
 		b.WriteString(", true)")
 	}
+	if v, ok := s.get("default_transaction_read_only"); ok && isOn(v) {
+		// The transaction the preamble runs in has begun already: its own
+		// read-only status follows the client's default only if set too
+		// (going read-only is allowed at any point of a transaction).
+		b.WriteString(", pg_catalog.set_config('transaction_read_only', 'on', true)")
+	}
 	return b.String()
+}
+
+// isOn reports whether a boolean setting's value means on.
+func isOn(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "on", "true", "yes", "1", "t", "y":
+		return true
+	}
+	return false
 }
 
 func writeEscapeLiteral(b *strings.Builder, s string) {

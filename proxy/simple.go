@@ -17,9 +17,19 @@ func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
 		return err
 	}
 	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
+	as, err := s.srv.cfg.Analyzer.SplitBytes(sql)
+	if err == nil && s.terminateSimple(ctx, as) {
+		return nil
+	}
+	if err == nil {
+		if e := s.pinForQuery(ctx, as); e != nil {
+			s.out = appendError(s.out, e)
+			s.out = appendRFQ(s.out, s.status())
+			return nil
+		}
+	}
 	p := s.newPlanner(ctx)
 	p.simple = true
-	as, err := s.srv.cfg.Analyzer.SplitBytes(sql)
 	switch {
 	case err != nil:
 		p.fail(newError(codeSyntaxError, err.Error()), nil)
@@ -88,6 +98,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	}
 	p.recordSoft(a)
 	p.noteWrite(a)
+	p.notePinOp(a)
 	var eff *effect
 	if a.Settings != nil && (p.tx == txBound || p.explicit) {
 		// The transaction's other backends repeat the settings.
@@ -96,6 +107,9 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 	}
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+	if a.Copy && p.wrap {
+		s.bwHold, s.bwHoldItem = len(s.bw), len(s.items)
+	}
 	p.endQuery()
 }
 
@@ -154,10 +168,14 @@ func (p *planner) sqlExecute(a *route.Statement) {
 // each other.
 func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
+	if s.pin != nil && p.tx != txFailed {
+		p.pinnedMulti(msg, as)
+		return
+	}
 	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
 	for _, a := range as {
 		k := a.Kind
-		local := localKind(k) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
+		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
 		if txnControl(k) && !local {
 			hasTxn = true
 		} else if local {
@@ -208,7 +226,12 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) {
 			continue
 		}
-		d := s.srv.cfg.Analyzer.Route(a, nil, nil, nil)
+		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		if s.forwardPinned(a) {
+			d = route.Dest{Kind: route.DestShard, Shard: s.pin.shard, Bucket: -1, Reason: "the pinned session's backend"}
+		} else if d.Kind == route.DestAny && d.Default {
+			d = route.Dest{Kind: route.DestShard, Shard: s.srv.defaultShard, Bucket: -1, Reason: d.Reason}
+		}
 		switch d.Kind {
 		case route.DestRefuse:
 			_, _, e := p.target(a, d)
@@ -248,8 +271,23 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.endQuery()
 		return
 	}
+	if others, ok := p.ddlSubsets(as); ok {
+		// DDL every shard needs mixed with statements of unsharded tables:
+		// the default shard runs the string, the others the former.
+		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
+		if _, _, e := p.target(as[0], d); e != nil {
+			p.fail(e, nil)
+			p.endQuery()
+			return
+		}
+		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg), others: others}
+		return
+	}
 	for _, a := range as {
-		if a.Kind == route.KindDDL || !txnControl(a.Kind) && s.srv.cfg.Analyzer.Route(a, nil, nil, nil).Kind == route.DestAll {
+		if s.forwardPinned(a) {
+			continue
+		}
+		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
 			p.fail(&Error{Code: codeFeatureNotSupported,
 				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}, nil)
 			p.endQuery()
@@ -278,6 +316,9 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.endQuery()
 		return
 	}
+	for _, a := range as {
+		p.notePinOp(a)
+	}
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
@@ -289,4 +330,35 @@ func settingNames(st *settings) string {
 		n = append(n, kv[0])
 	}
 	return strings.Join(n, ", ")
+}
+
+// ddlSubsets decides whether a query string mixes DDL every shard needs
+// (DestAll) with statements that live on the default shard (unsharded
+// tables' DDL and rows), outside a transaction: then it returns the Query
+// message of the DestAll statements alone, in order, for the other shards.
+func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
+	s := p.s
+	if len(s.srv.pools) < 2 || p.tx != txIdle || p.held {
+		return nil, false
+	}
+	var all []string
+	dflt := false
+	for _, a := range as {
+		if txnControl(a.Kind) || localKind(a.Kind) {
+			return nil, false
+		}
+		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		switch {
+		case d.Kind == route.DestAll && a.Kind == route.KindDDL && d.Merge == nil:
+			all = append(all, a.SQL)
+		case d.Kind == route.DestAny && d.Default, d.Kind == route.DestShard && d.Shard == s.srv.defaultShard && len(a.Unsharded) > 0:
+			dflt = true
+		default:
+			return nil, false
+		}
+	}
+	if len(all) == 0 || !dflt {
+		return nil, false
+	}
+	return appendQuery(nil, strings.Join(all, ";\n")), true
 }

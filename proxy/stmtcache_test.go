@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,5 +172,50 @@ func TestStatementCacheSchemaChange(t *testing.T) {
 	}
 	if cols, err := e.unnamed(ctx, stmtCacheQuery); err != nil || cols != 6 {
 		t.Fatalf("after DDL through the proxy: %d columns, %v; want 6 and no error", cols, err)
+	}
+}
+
+// TestPreparedStatementAfterDDL: a client's prepared statement whose
+// result columns a schema change made through the proxy altered fails
+// once with Postgres's 0A000 "cached plan must not change result type"
+// (not the 08P01 format-count error of the proxy's fresh parse), as on a
+// direct connection; the client prepares it again and it runs (pgx's
+// statement cache: TestStmtCacheInvalidation* of pgx's suite).
+func TestPreparedStatementAfterDDL(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	for _, q := range []string{"DROP TABLE IF EXISTS public.ddl_cols", "CREATE TABLE public.ddl_cols (id int PRIMARY KEY, f1 int, f2 int)",
+		"INSERT INTO public.ddl_cols VALUES (1, 2, 3)"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = e.connect(t).Exec(context.Background(), "DROP TABLE IF EXISTS public.ddl_cols") })
+	const q = "SELECT * FROM public.ddl_cols WHERE id = $1"
+	count := func() (int, error) {
+		rows, err := conn.Query(ctx, q, 1)
+		if err != nil {
+			return 0, err
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			n = len(rows.RawValues())
+		}
+		return n, rows.Err()
+	}
+	if n, err := count(); err != nil || n != 3 {
+		t.Fatalf("before: %d columns, %v", n, err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE public.ddl_cols DROP COLUMN f1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := count()
+	if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "cached plan must not change result type") {
+		t.Fatalf("first run after the change: %v, want 0A000 cached plan must not change result type", err)
+	}
+	if n, err := count(); err != nil || n != 2 {
+		t.Fatalf("prepared again: %d columns, %v; want 2", n, err)
 	}
 }

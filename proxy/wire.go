@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Wire-level framing shared by the client and the backend side.
@@ -88,6 +89,14 @@ func (m *msgReader) hold() {
 func (m *msgReader) release() {
 	m.holding = false
 	m.keep = m.pos
+}
+
+// peekType returns the type of the next message without consuming it.
+func (m *msgReader) peekType() (byte, error) {
+	if err := m.fill(1); err != nil {
+		return 0, err
+	}
+	return m.buf[m.pos], nil
 }
 
 // next returns the next message (type and raw bytes, header included).
@@ -605,6 +614,15 @@ func commandTag(msg []byte) []byte {
 		return b[:len(b)-1]
 	}
 	return b
+}
+
+// isFormatCountMismatch reports whether a raw ErrorResponse is Postgres
+// refusing a Bind whose result format count is neither 0, 1 nor the
+// statement's column count (08P01 from PortalSetResultFormat, "bind message
+// has N result formats but query has M columns").
+func isFormatCountMismatch(msg []byte) bool {
+	return errorField(msg, 'C') == codeProtocolViolation && errorField(msg, 'R') == "PortalSetResultFormat" &&
+		strings.Contains(errorField(msg, 'M'), "result formats")
 }
 
 // isResultTypeChanged reports whether a raw ErrorResponse is Postgres

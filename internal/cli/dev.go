@@ -41,7 +41,7 @@ func addDirFlag(cmd *cobra.Command) *string {
 func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
 	var pgbouncer, fsync, withProxy, withTLS bool
-	var proxyBin string
+	var proxyBin, poolMode string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start (or reuse) a local cluster, migrate it and write DIR/pgshard.yaml",
@@ -68,6 +68,7 @@ plain-text clients still work, set require to refuse them).`,
 	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
 	cmd.Flags().BoolVar(&withTLS, "tls", false, "make a local CA and certificates (DIR/tls) and turn TLS on in PostgreSQL and the proxy")
 	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
+	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "with --proxy: transaction (default) or session pooling")
 	_ = cmd.Flags().MarkHidden("proxy-bin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
@@ -116,7 +117,7 @@ plain-text clients still work, set require to refuse them).`,
 			return err
 		}
 		if withProxy {
-			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User)
+			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User, poolMode)
 			if err != nil {
 				return err
 			}

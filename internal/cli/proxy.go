@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // proxyReady is what `pgshard proxy --ready-file` writes once it listens.
@@ -36,7 +38,7 @@ type proxyReady struct {
 }
 
 func newProxyCmd() *cobra.Command {
-	var listen, readyFile, logLevel, cpuProfile, handover string
+	var listen, readyFile, logLevel, cpuProfile, handover, poolMode string
 	var trustUsers []string
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -65,6 +67,7 @@ restart without refused or dropped connections.`,
 	}
 	cfgPath := addConfigFlag(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default proxy.listen, 127.0.0.1:6543); port 0 picks a free port")
+	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "transaction or session (default proxy.pool_mode, transaction)")
 	cmd.Flags().StringArrayVar(&trustUsers, "trust-user", nil, "also admit USER without a password (local development; repeatable)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write {\"pid\":...,\"addr\":...} to this file once listening")
 	cmd.Flags().StringVar(&handover, "handover-socket", "", "unix socket for zero-downtime restarts (proxy.handover_socket): take the listening socket over from the proxy serving there, and offer it to the next one")
@@ -73,7 +76,7 @@ restart without refused or dropped connections.`,
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		load := func() (*config.Config, error) {
-			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket"}, RequireMap: true})
+			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket", "proxy.pool_mode": "pool-mode"}, RequireMap: true})
 		}
 		cfg, err := load()
 		if err != nil {
@@ -137,12 +140,12 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		IdleTimeout:              x.IdleTimeout,
 		IdleInTransactionTimeout: x.IdleInTransactionTimeout,
 		DefaultShard:             x.DefaultShard,
-		Databases:                x.Databases,
 		StatementCacheSize:       x.StatementCacheSize,
 		UnnamedStatements:        unnamedMode(x.CacheUnnamedStatements),
 		MergeGroupLimit:          x.MergeGroupLimit,
 		VerifyIdentity:           x.VerifyIdentity,
 		MetricsListen:            x.MetricsListen,
+		MaxPinned:                x.MaxPinned,
 		Logger:                   log,
 		HealthInterval:           x.HealthInterval,
 		AdminUsers:               x.AdminUsers,
@@ -164,8 +167,18 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		return proxy.Config{}, fmt.Errorf("config%s: proxy.tls.mode: %w", inConfigFile(cfg.Path), err)
 	}
 	pc.TLS = proxy.TLSConfig{Mode: mode, CertFile: relToConfig(cfg.Path, x.TLS.CertFile), KeyFile: relToConfig(cfg.Path, x.TLS.KeyFile)}
+	if pc.PoolMode, err = proxy.ParsePoolMode(x.PoolMode); err != nil {
+		return proxy.Config{}, fmt.Errorf("config: proxy.pool_mode: %w", err)
+	}
+	if err := addDatabases(&pc, cfg, schema); err != nil {
+		return proxy.Config{}, err
+	}
 	for _, u := range x.Users {
-		pc.Users = append(pc.Users, proxy.User{Name: u.Name, Password: u.Password, Trust: u.Trust})
+		pm, err := proxy.ParsePoolMode(u.PoolMode)
+		if err != nil {
+			return proxy.Config{}, fmt.Errorf("config: proxy.users: %s: %w", u.Name, err)
+		}
+		pc.Users = append(pc.Users, proxy.User{Name: u.Name, Password: u.Password, Trust: u.Trust, PoolMode: pm})
 	}
 	for _, u := range trustUsers {
 		if u == "" {
@@ -431,7 +444,7 @@ func devProxyDSN(r *proxyReady, user, database string) string {
 
 // startDevProxy starts (or reuses) the dev cluster's proxy and waits until
 // it accepts connections.
-func startDevProxy(ctx context.Context, dir, bin, user string) (*proxyReady, bool, error) {
+func startDevProxy(ctx context.Context, dir, bin, user, poolMode string) (*proxyReady, bool, error) {
 	if r := readDevProxy(dir); r != nil {
 		return r, true, nil
 	}
@@ -455,7 +468,11 @@ func startDevProxy(ctx context.Context, dir, bin, user string) (*proxyReady, boo
 	if err != nil {
 		return nil, false, err
 	}
-	cmd := exec.Command(bin, "proxy", "--config", cfgPath, "--listen", "127.0.0.1:0", "--trust-user", user, "--ready-file", ready)
+	args := []string{"proxy", "--config", cfgPath, "--listen", "127.0.0.1:0", "--trust-user", user, "--ready-file", ready}
+	if poolMode != "" {
+		args = append(args, "--pool-mode", poolMode)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanProxyEnv(os.Environ())
 	// Its own session: the proxy outlives `dev up` and ignores its Ctrl-C.
@@ -556,4 +573,62 @@ func unnamedMode(cache bool) proxy.UnnamedMode {
 		return proxy.UnnamedCached
 	}
 	return proxy.UnnamedPassThrough
+}
+
+// addDatabases turns proxy.databases into the proxy's allow-list (names of
+// the config's own sharded database) and its extra databases: an
+// unsharded passthrough (dsn: a map of one shard, where every statement
+// is routable) or a sharded database with a map file of its own.
+func addDatabases(pc *proxy.Config, cfg *config.Config, schema route.Schema) error {
+	names := make([]string, 0, len(cfg.Proxy.Databases))
+	for name := range cfg.Proxy.Databases {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		d := cfg.Proxy.Databases[name]
+		if d.DSN == "" && d.Map == "" {
+			pc.Databases = append(pc.Databases, name)
+			continue
+		}
+		var m *shardmap.Map
+		if d.DSN != "" {
+			m = &shardmap.Map{Epoch: 1, Buckets: cfg.Map.Buckets,
+				Shards: []shardmap.Shard{{Name: "db", Ordinal: 0, DSN: d.DSN, PoolerDSN: d.PoolerDSN}},
+				Ranges: []shardmap.Range{{Lo: 0, Hi: cfg.Map.Buckets - 1, Shard: "db"}}}
+			if err := m.Validate(); err != nil {
+				return fmt.Errorf("config: proxy.databases.%s: %w", name, err)
+			}
+		} else {
+			p := d.Map
+			if !filepath.IsAbs(p) && cfg.Path != "" {
+				p = filepath.Join(filepath.Dir(cfg.Path), p)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("config: proxy.databases.%s.map: %w", name, err)
+			}
+			if m, err = shardmap.Parse(b); err != nil {
+				return fmt.Errorf("config: proxy.databases.%s.map %s: %w", name, p, err)
+			}
+		}
+		an, err := route.New(m, schema, route.Options{})
+		if err != nil {
+			return fmt.Errorf("config: proxy.databases.%s: %w", name, err)
+		}
+		sub := *pc
+		sub.Map, sub.Analyzer, sub.Databases, sub.ExtraDatabases = m, an, nil, nil
+		sub.DefaultShard = d.DefaultShard
+		// A passthrough database has no pgshard identity record.
+		sub.VerifyIdentity = pc.VerifyIdentity && d.DSN == ""
+		if d.PoolMode != "" {
+			pm, err := proxy.ParsePoolMode(d.PoolMode)
+			if err != nil {
+				return fmt.Errorf("config: proxy.databases.%s.pool_mode: %w", name, err)
+			}
+			sub.PoolMode = pm
+		}
+		pc.ExtraDatabases = append(pc.ExtraDatabases, proxy.Database{Name: name, Config: sub})
+	}
+	return nil
 }

@@ -333,6 +333,7 @@ func Load(o Options) (*Config, error) {
 			// is the defaults plus this map.
 			doc = map[string]any{"shardmap_file": filepath.Base(path)}
 		}
+		keepEmptyDatabases(doc)
 		if err := checkKeys(doc, "", leaves); err != nil {
 			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
@@ -435,6 +436,19 @@ func (c *Config) loadMap() error {
 	}
 	c.Map = m
 	return nil
+}
+
+// keepEmptyDatabases gives each `proxy.databases` entry written as {} (or
+// nothing) an explicit empty map key: viper drops empty maps when merging,
+// and the entry would be lost.
+func keepEmptyDatabases(doc map[string]any) {
+	px, _ := doc["proxy"].(map[string]any)
+	dbs, _ := px["databases"].(map[string]any)
+	for name, v := range dbs {
+		if m, ok := v.(map[string]any); v == nil || ok && len(m) == 0 {
+			dbs[name] = map[string]any{"map": ""}
+		}
+	}
 }
 
 // IsBareMap reports whether a decoded YAML document is a shard map on its
@@ -649,6 +663,35 @@ func decodeHook() mapstructure.DecodeHookFunc {
 			return data, nil
 		},
 		mapstructure.StringToSliceHookFunc(","),
+		// proxy.databases as a list of names (the older form): each is
+		// the config's sharded database.
+		func(from, to reflect.Type, data any) (any, error) {
+			if to != reflect.TypeOf(map[string]ProxyDatabase{}) {
+				return data, nil
+			}
+			var names []string
+			switch l := data.(type) {
+			case []any:
+				for _, n := range l {
+					names = append(names, fmt.Sprint(n))
+				}
+			case []string:
+				names = l
+			case string:
+				for _, n := range strings.Split(l, ",") {
+					if n = strings.TrimSpace(n); n != "" {
+						names = append(names, n)
+					}
+				}
+			default:
+				return data, nil
+			}
+			m := map[string]any{}
+			for _, n := range names {
+				m[n] = map[string]any{}
+			}
+			return m, nil
+		},
 	)
 }
 
@@ -684,8 +727,13 @@ type Proxy struct {
 	// Users may log in: name + password (plain or a SCRAM-SHA-256
 	// verifier), or trust.
 	Users []ProxyUser `mapstructure:"users"`
-	// Databases, when not empty, are the database names clients may use.
-	Databases []string `mapstructure:"databases"`
+	// Databases maps the database names clients may use (dbname) to what
+	// they are, like PgBouncer's [databases]: {} is the config's sharded
+	// database (the shard map above), {dsn: ...} one backend database
+	// passed through unsharded, {map: FILE} a sharded database of its own.
+	// Empty: any name is the config's sharded database. A list of names
+	// is accepted as {name: {}} for each.
+	Databases map[string]ProxyDatabase `mapstructure:"databases"`
 	// PoolSize bounds the backend connections per shard.
 	PoolSize int `mapstructure:"pool_size"`
 	// MaxClients bounds concurrent client connections.
@@ -720,6 +768,13 @@ type Proxy struct {
 	VerifyIdentity bool `mapstructure:"verify_identity"`
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string `mapstructure:"metrics_listen"`
+	// PoolMode is transaction (each transaction on a pooled backend;
+	// session state pins the client) or session (every client has a
+	// backend of its own); users[].pool_mode overrides it.
+	PoolMode string `mapstructure:"pool_mode"`
+	// MaxPinned bounds the sessions pinned in transaction pooling
+	// (-1 = no bound).
+	MaxPinned int `mapstructure:"max_pinned"`
 	// Schema is the sharding schema: keyed tables and columns, key
 	// functions, global tables. The default is the execution store's.
 	Schema Schema `mapstructure:"schema"`
@@ -773,6 +828,22 @@ type ProxyPgBouncer struct {
 	MaxWait time.Duration `mapstructure:"max_wait"`
 }
 
+// ProxyDatabase is one logical database of the proxy (proxy.databases).
+type ProxyDatabase struct {
+	// DSN, when set, makes the database an unsharded passthrough to this
+	// one backend database (its PgBouncer: PoolerDSN, with use_pooler).
+	DSN       string `mapstructure:"dsn"`
+	PoolerDSN string `mapstructure:"pooler_dsn"`
+	// Map is a shard map file (relative to the config file) for a
+	// sharded database of its own; "" with no DSN: the config's map.
+	Map string `mapstructure:"map"`
+	// DefaultShard is where its unsharded tables live ("" = proxy.default_shard
+	// for the config's map, else the map's first shard).
+	DefaultShard string `mapstructure:"default_shard"`
+	// PoolMode overrides proxy.pool_mode for this database.
+	PoolMode string `mapstructure:"pool_mode"`
+}
+
 // ProxyUser is a client login of the proxy.
 type ProxyUser struct {
 	Name string `mapstructure:"name"`
@@ -780,6 +851,8 @@ type ProxyUser struct {
 	Password string `mapstructure:"password"`
 	// Trust admits the user without a password (development only).
 	Trust bool `mapstructure:"trust"`
+	// PoolMode overrides proxy.pool_mode for this user ("" = inherit).
+	PoolMode string `mapstructure:"pool_mode"`
 }
 
 // DefaultProxy is the proxy section's defaults.
@@ -788,7 +861,7 @@ func DefaultProxy() Proxy {
 		Listen:                 "127.0.0.1:6543",
 		UsePooler:              true,
 		Users:                  []ProxyUser{},
-		Databases:              []string{},
+		Databases:              map[string]ProxyDatabase{},
 		PoolSize:               20,
 		MaxClients:             1000,
 		MaxMessageSize:         64 << 20,
@@ -798,6 +871,8 @@ func DefaultProxy() Proxy {
 		StatementCacheSize:     256,
 		CacheUnnamedStatements: true,
 		MergeGroupLimit:        100000,
+		PoolMode:               "transaction",
+		MaxPinned:              100,
 		VerifyIdentity:         true,
 		Schema:                 DefaultSchema(),
 		HealthInterval:         time.Second,
@@ -842,6 +917,26 @@ func (x *Proxy) problems() []string {
 	if x.StatementCacheSize < -1 {
 		bad("statement_cache_size", "must be -1 (off) or more (got %d)", x.StatementCacheSize)
 	}
+	if m := strings.ToLower(x.PoolMode); m != "transaction" && m != "session" {
+		bad("pool_mode", "want transaction or session (got %q)", x.PoolMode)
+	}
+	if x.MaxPinned < -1 || x.MaxPinned == 0 {
+		bad("max_pinned", "must be -1 (no bound) or at least 1 (got %d)", x.MaxPinned)
+	}
+	for name, d := range x.Databases {
+		key := "databases." + name
+		switch {
+		case name == "":
+			bad("databases", "a database name is empty")
+		case d.DSN != "" && d.Map != "":
+			bad(key, "set dsn (unsharded passthrough) or map (sharded), not both")
+		case d.DSN == "" && d.PoolerDSN != "":
+			bad(key+".pooler_dsn", "needs dsn")
+		}
+		if m := strings.ToLower(d.PoolMode); m != "" && m != "transaction" && m != "session" {
+			bad(key+".pool_mode", "want transaction, session or empty (got %q)", d.PoolMode)
+		}
+	}
 	if x.MergeGroupLimit < 1 {
 		bad("merge_group_limit", "must be at least 1 (got %d)", x.MergeGroupLimit)
 	}
@@ -856,6 +951,9 @@ func (x *Proxy) problems() []string {
 		seen[u.Name] = true
 		if !u.Trust && u.Password == "" {
 			bad(fmt.Sprintf("users[%d]", i), "user %q needs a password or trust: true", u.Name)
+		}
+		if m := strings.ToLower(u.PoolMode); m != "" && m != "transaction" && m != "session" {
+			bad(fmt.Sprintf("users[%d].pool_mode", i), "want transaction, session or empty (got %q)", u.PoolMode)
 		}
 		if u.Trust && u.Password != "" {
 			bad(fmt.Sprintf("users[%d]", i), "user %q has both a password and trust: true; choose one", u.Name)
@@ -887,7 +985,7 @@ func (x *Proxy) problems() []string {
 			bad(fmt.Sprintf("admin_users[%d]", i), "must not be empty")
 		}
 	}
-	if len(x.AdminUsers) > 0 && slices.Contains(x.Databases, x.AdminDatabase) {
+	if _, dup := x.Databases[x.AdminDatabase]; len(x.AdminUsers) > 0 && dup {
 		bad("admin_database", "%q is also in proxy.databases; the admin console needs a name of its own", x.AdminDatabase)
 	}
 	switch x.TLS.Mode {

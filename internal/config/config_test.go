@@ -188,3 +188,47 @@ func TestEnvName(t *testing.T) {
 		t.Errorf("EnvName = %s", got)
 	}
 }
+
+// TestProxyDatabasesAndPoolMode: proxy.databases is a map (or the older
+// list of names), pool modes are checked, each problem names its key.
+func TestProxyDatabasesAndPoolMode(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       map[string]config.ProxyDatabase
+		errs       []string
+	}{
+		{"list form", "proxy:\n  databases: [app, other]\n", map[string]config.ProxyDatabase{"app": {}, "other": {}}, nil},
+		{"map form", "proxy:\n  pool_mode: session\n  databases:\n    app: {}\n    rep: {dsn: \"postgres://h/rep\", pool_mode: transaction}\n",
+			map[string]config.ProxyDatabase{"app": {}, "rep": {DSN: "postgres://h/rep", PoolMode: "transaction"}}, nil},
+		{"bad", "proxy:\n  pool_mode: statement\n  max_pinned: 0\n  databases:\n    x: {dsn: \"postgres://h/x\", map: m.yaml, pool_mode: nope}\n", nil,
+			[]string{"proxy.pool_mode", "proxy.max_pinned", "proxy.databases.x: set dsn", "proxy.databases.x.pool_mode"}},
+		{"unknown key in a database", "proxy:\n  databases:\n    x: {dns: \"postgres://h/x\"}\n", nil, []string{"dns"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c, err := config.Load(config.Options{Path: write(t, dir, "c.yaml", tc.body), Environ: []string{}})
+			if tc.errs != nil {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				for _, w := range tc.errs {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Proxy.Databases) != len(tc.want) {
+				t.Fatalf("databases %+v, want %+v", c.Proxy.Databases, tc.want)
+			}
+			for k, v := range tc.want {
+				if c.Proxy.Databases[k] != v {
+					t.Errorf("databases[%s] = %+v, want %+v", k, c.Proxy.Databases[k], v)
+				}
+			}
+		})
+	}
+}

@@ -131,11 +131,15 @@ type analyzer struct {
 	notRO       string
 	unknownFn   string // a function neither built in nor in the schema
 	locking     bool
-	unsupported string   // a session-level feature: the statement is KindUnsupported
-	refusal     *Refusal // refused unless hinted
-	placeType   KeyType
-	havePlace   bool
-	top         *topInfo
+	unsupported string // a session-level feature: the statement is KindUnsupported
+	// unsupportedState names that feature's session state (Statement.SessionState).
+	unsupportedState string
+	// everywhere are relations on every shard (catalogs, pgshard's own).
+	everywhere map[string]bool
+	refusal    *Refusal // refused unless hinted
+	placeType  KeyType
+	havePlace  bool
+	top        *topInfo
 	// lit, when analyzing a normalized text, says which $n are literal
 	// slots (nil otherwise).
 	lit *litCtx
@@ -199,6 +203,16 @@ func (a *analyzer) addTable(name string) {
 	}
 }
 
+// hasKeyedRef reports whether the statement references a keyed table.
+func (a *analyzer) hasKeyedRef() bool {
+	for _, ref := range a.refs {
+		if ref.t != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *analyzer) refuse(state, msg, hint string) {
 	if a.refusal == nil {
 		a.refusal = &Refusal{SQLState: state, Message: msg, Hint: hint}
@@ -218,6 +232,18 @@ func strName(n *pg.Node) string {
 		return s.Sval
 	}
 	return ""
+}
+
+// noteCatalog records a relation that exists on every shard whatever the
+// sharding schema says: a system catalog or view, or pgshard's own tables
+// (pgshard_identity, pgshard_migrations). It is not unsharded.
+func (a *analyzer) noteCatalog(rv *pg.RangeVar) {
+	if isCatalog(rv.Schemaname, rv.Relname) || strings.HasPrefix(rv.Relname, "pgshard_") {
+		if a.everywhere == nil {
+			a.everywhere = map[string]bool{}
+		}
+		a.everywhere[rv.Relname] = true
+	}
 }
 
 func isCatalog(schema, rel string) bool {
@@ -519,6 +545,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 			}
 		}
 		a.addTable(rv.Relname)
+		a.noteCatalog(rv)
 		if t := a.sc.tables[rv.Relname]; t != nil && !isCatalog(rv.Schemaname, rv.Relname) {
 			ref := a.newRef(t, vis, roleRead, sc)
 			ref.nullable = nullable
@@ -616,15 +643,22 @@ func (a *analyzer) targetRef(rv *pg.RangeVar, sc *scope, ro role, verb string) *
 		vis = rv.Alias.Aliasname
 	}
 	a.addTable(rv.Relname)
+	a.noteCatalog(rv)
 	a.setWrite(verb + " " + rv.Relname)
 	t := a.sc.tables[rv.Relname]
 	if t == nil || isCatalog(rv.Schemaname, rv.Relname) {
-		what := "is not in the sharding schema"
-		if a.sc.global[rv.Relname] {
-			what = "is a global table (identical on every shard)"
+		// A table outside the sharding schema is unsharded: it lives on
+		// the default shard, where the write goes (Statement.Unsharded).
+		// A global table (identical on every shard) or a catalog cannot
+		// be written on one shard.
+		if a.sc.global[rv.Relname] || isCatalog(rv.Schemaname, rv.Relname) {
+			what := "is a global table (identical on every shard)"
+			if !a.sc.global[rv.Relname] {
+				what = "is a system catalog"
+			}
+			a.refuse("0A000", fmt.Sprintf("%s %s: the table %s, so pgshard cannot choose its shard", verb, rv.Relname, what),
+				"Route the statement with /* pgshard:shard=NAME */.")
 		}
-		a.refuse("0A000", fmt.Sprintf("%s %s: the table %s, so pgshard cannot choose its shard", verb, rv.Relname, what),
-			"Add the table to the sharding schema with its key column, or route the statement with /* pgshard:shard=NAME */.")
 		sc.items = append(sc.items, &item{name: vis, other: true})
 		return nil
 	}
@@ -937,7 +971,7 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 	builtin := schema == "" || schema == "pg_catalog"
 	if builtin {
 		if why, ok := sessionFuncs[name]; ok && a.unsupported == "" {
-			a.unsupported = why
+			a.unsupported, a.unsupportedState = why, sessionFuncState[name]
 		}
 		if name == "set_config" && len(fc.Args) == 3 && a.lit.has(fc.Args[2]) {
 			a.lit.taintf("set_config()'s third argument is a literal: its value decides the statement's kind")
@@ -946,6 +980,7 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 			a.lit.taintf("set_config()'s first argument is a literal: the setting it names decides whether the statement only sets transaction-local state")
 		}
 		if name == "set_config" && len(fc.Args) == 3 && !isTrue(fc.Args[2]) && a.unsupported == "" {
+			a.unsupportedState = "set-config"
 			a.unsupported = "set_config(..., false) changes a session setting, which would stay behind on a pooled server connection; use set_config(..., true) or SET LOCAL inside a transaction"
 		}
 	}

@@ -2,11 +2,13 @@ package route
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // cursorOptHold is CURSOR_OPT_HOLD (parsenodes.h): DECLARE ... WITH HOLD.
@@ -35,8 +37,8 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	a := newAnalyzer(r)
 	a.lit = lc
 	p := &plan{anyReason: "touches no sharded table"}
-	unsupported := func(why string) {
-		st.Kind, st.Reason = KindUnsupported, why
+	unsupported := func(state, why string) {
+		st.Kind, st.Reason, st.SessionState = KindUnsupported, why, state
 	}
 	query := false
 	switch x := node.GetNode().(type) {
@@ -61,7 +63,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
 			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "ROLLBACK", t.SavepointName
 		default:
-			unsupported("two-phase commit (PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED) is not supported through pgshard: the prepared transaction must be finished on the shard that holds it")
+			unsupported("two-phase", "two-phase commit (PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED) is not supported through pgshard: the prepared transaction must be finished on the shard that holds it")
 		}
 	case *pg.Node_VariableSetStmt:
 		r.classifySet(st, x.VariableSetStmt)
@@ -102,7 +104,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		}
 		st.ExecuteArgs = args
 	case *pg.Node_ListenStmt:
-		unsupported("LISTEN is not supported through pgshard: notifications are delivered to a server session, which a transaction pooler shares between clients")
+		unsupported("listen", "LISTEN is not supported through pgshard: notifications are delivered to a server session, which a transaction pooler shares between clients")
 	case *pg.Node_UnlistenStmt:
 		st.ReadOnly = true
 		p.anyReason = "UNLISTEN: nothing to undo (LISTEN is not supported): any shard"
@@ -111,7 +113,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	case *pg.Node_DeclareCursorStmt:
 		dc := x.DeclareCursorStmt
 		if dc.Options&cursorOptHold != 0 {
-			unsupported("DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
+			unsupported("hold-cursor", "DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
 			break
 		}
 		a.query(dc.Query, nil, false)
@@ -150,8 +152,6 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 				}
 			} else if cp.IsFrom {
 				a.setWrite("COPY into " + cp.Relation.Relname)
-				a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM: the table is not in the sharding schema, so pgshard cannot choose its shard",
-					"Route it with /* pgshard:shard=NAME */.")
 			}
 		}
 		if cp.Filename != "" || cp.IsProgram {
@@ -165,15 +165,13 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 			a.walk(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: fc}}, nil)
 			_, name := funcName(fc)
 			if _, keyed := r.sc.funcs[name]; !keyed {
-				a.refuse("0A000", fmt.Sprintf("CALL %s(): the procedure has no key in the sharding schema, so pgshard cannot choose its shard", name),
-					"Add it to the schema's functions with its key argument, or route it with /* pgshard:shard=NAME */.")
+				p.defaultWhy = fmt.Sprintf("CALL %s(): a procedure without a key in the sharding schema", name)
 			}
 		}
 		query = true
 	case *pg.Node_DoStmt:
 		a.setWrite("DO")
-		a.refuse("0A000", "DO blocks are not routed: pgshard cannot see which keys the code touches",
-			"Route it with /* pgshard:key=KEY */ or /* pgshard:shard=NAME */.")
+		p.defaultWhy = "a DO block (pgshard cannot see which keys the code touches)"
 		query = true
 	case *pg.Node_LockStmt:
 		st.Kind = KindOther
@@ -192,7 +190,8 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	case *pg.Node_CreateStmt:
 		if temp(x.CreateStmt.Relation) {
 			if x.CreateStmt.Oncommit != pg.OnCommitAction_ONCOMMIT_DROP {
-				unsupported("CREATE TEMP TABLE creates a table that outlives the transaction in one server session, which a transaction pooler shares; add ON COMMIT DROP to use it inside one transaction")
+				st.TempTables = []string{x.CreateStmt.Relation.Relname}
+				unsupported("temp", "CREATE TEMP TABLE creates a table that outlives the transaction in one server session, which a transaction pooler shares; add ON COMMIT DROP to use it inside one transaction")
 			} else {
 				p.anyReason = "a temporary table dropped at commit lives on the transaction's shard"
 			}
@@ -202,7 +201,8 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	case *pg.Node_CreateTableAsStmt:
 		ct := x.CreateTableAsStmt
 		if ct.Into != nil && temp(ct.Into.Rel) && ct.Into.OnCommit != pg.OnCommitAction_ONCOMMIT_DROP {
-			unsupported("CREATE TEMP TABLE ... AS creates a table that outlives the transaction in one server session; add ON COMMIT DROP")
+			st.TempTables = []string{ct.Into.Rel.Relname}
+			unsupported("temp", "CREATE TEMP TABLE ... AS creates a table that outlives the transaction in one server session; add ON COMMIT DROP")
 			break
 		}
 		if ct.Objtype == pg.ObjectType_OBJECT_MATVIEW {
@@ -211,23 +211,32 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		}
 		a.query(ct.Query, nil, false)
 		a.setWrite("CREATE TABLE AS")
-		a.refuse("0A000", "CREATE TABLE ... AS copies query results into a new table: pgshard does not route it",
-			"Create the table with CREATE TABLE (applied to every shard) and fill it by key, or route it with /* pgshard:shard=NAME */.")
+		if ct.Into != nil && ct.Into.Rel != nil {
+			a.addTable(ct.Into.Rel.Relname)
+		}
+		if a.hasKeyedRef() {
+			a.refuse("0A000", "CREATE TABLE ... AS copies rows of sharded tables into a new table: pgshard does not route it",
+				"Create the table with CREATE TABLE (applied to every shard) and fill it by key, or route it with /* pgshard:shard=NAME */.")
+		} else {
+			p.defaultWhy = "CREATE TABLE ... AS of unsharded data"
+		}
 		query = true
 	case *pg.Node_ViewStmt:
 		if temp(x.ViewStmt.View) {
-			unsupported("CREATE TEMP VIEW creates a view that outlives the transaction in one server session")
+			st.TempTables = []string{x.ViewStmt.View.Relname}
+			unsupported("temp", "CREATE TEMP VIEW creates a view that outlives the transaction in one server session")
 			break
 		}
 		st.Kind, p.ddl = KindDDL, true
 	case *pg.Node_CreateSeqStmt:
 		if temp(x.CreateSeqStmt.Sequence) {
-			unsupported("CREATE TEMP SEQUENCE creates a sequence that outlives the transaction in one server session")
+			st.TempTables = []string{x.CreateSeqStmt.Sequence.Relname}
+			unsupported("temp", "CREATE TEMP SEQUENCE creates a sequence that outlives the transaction in one server session")
 			break
 		}
 		st.Kind, p.ddl = KindDDL, true
 	case *pg.Node_LoadStmt:
-		unsupported("LOAD loads a library into one server session")
+		unsupported("load", "LOAD loads a library into one server session")
 	case *pg.Node_ConstraintsSetStmt:
 		st.Kind, st.SetName, st.ReadOnly = KindSetLocal, "constraints", true
 	default:
@@ -237,15 +246,38 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		st.Kind, p.ddl = KindDDL, true
 	}
 
+	if p.ddl {
+		p.ddlTables = ddlTables(node)
+		st.DropTables = dropTables(node)
+		for _, t := range p.ddlTables {
+			a.addTable(t)
+		}
+	}
 	st.NoTxnBlock = noTxnBlock(node)
 	_, st.Copy = node.GetNode().(*pg.Node_CopyStmt)
 	if sel := node.GetSelectStmt(); sel != nil {
 		st.Select = sel.IntoClause == nil
 	}
 	if a.unsupported != "" && st.Kind != KindUnsupported {
-		unsupported(a.unsupported)
+		unsupported(a.unsupportedState, a.unsupported)
+	}
+	if p.defaultWhy == "" && !p.ddl && st.Kind != KindUnsupported {
+		if tn := userType(node); tn != "" {
+			// A type the server does not ship: a user's, perhaps the row
+			// type of an unsharded table; the default shard has them all.
+			p.defaultWhy = "uses the type " + tn + ", which is not PostgreSQL's own"
+		}
+	}
+	if st.Kind == KindDDL && strings.Contains(strings.ToLower(text), "pg_temp.") {
+		// An object created in (or altered in) the session's temporary schema.
+		unsupported("temp", "DDL in pg_temp creates session-private objects, which a transaction pooler shares")
 	}
 	st.Tables = a.tables
+	for _, t := range a.tables {
+		if r.sc.tables[t] == nil && !r.sc.global[t] && !a.everywhere[t] {
+			st.Unsharded = append(st.Unsharded, t)
+		}
+	}
 	if query {
 		st.ReadOnly = !a.write && !a.locking && a.notRO == "" && a.refusal == nil
 		if st.Kind == KindOther {
@@ -375,7 +407,7 @@ func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
 	}
 	switch {
 	case name == "session_authorization":
-		st.Kind = KindUnsupported
+		st.Kind, st.SessionState = KindUnsupported, "session-authorization"
 		st.Reason = "SET SESSION AUTHORIZATION changes the identity of a server session, which a transaction pooler shares; connect as that user instead"
 		return
 	case v.IsLocal:
@@ -466,6 +498,9 @@ func quoteGUC(name string) string {
 // plan, and — when no parameter matters — the decision itself.
 func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr error) {
 	st.plan = p
+	if len(st.Unsharded) > 0 && p.defaultWhy == "" && !p.ddl {
+		p.defaultWhy = "touches unsharded tables (" + strings.Join(st.Unsharded, ", ") + ")"
+	}
 	if st.Kind != KindOther && st.Kind != KindDDL {
 		p.anyReason = kindReason(st.Kind)
 	}
@@ -654,3 +689,116 @@ func maxParamUpTo(text string, limit int) int {
 		}
 	}
 }
+
+// ddlTables returns the relations a utility statement names (every
+// RangeVar in it, and the objects of DROP TABLE / VIEW / SEQUENCE / INDEX
+// / MATERIALIZED VIEW / FOREIGN TABLE), unqualified, in order.
+func ddlTables(n *pg.Node) []string {
+	var out []string
+	add := func(name string) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, t := range dropTables(n) {
+		add(t)
+	}
+	if n.GetCreateFunctionStmt() != nil {
+		return out // a function exists on every shard, whatever its body reads
+	}
+	rangeVars(n.ProtoReflect(), func(rv *pg.RangeVar) { add(rv.Relname) })
+	return out
+}
+
+// rangeVars calls fn for every RangeVar in a parse tree (protobuf
+// reflection: utility statements have too many node types to list).
+func rangeVars(m protoreflect.Message, fn func(*pg.RangeVar)) {
+	if rv, ok := m.Interface().(*pg.RangeVar); ok {
+		fn(rv)
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind || fd.IsMap() {
+			return true
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				rangeVars(l.Get(i).Message(), fn)
+			}
+			return true
+		}
+		rangeVars(v.Message(), fn)
+		return true
+	})
+}
+
+// dropTables returns the relations a DROP statement drops.
+func dropTables(n *pg.Node) []string {
+	d := n.GetDropStmt()
+	if d == nil {
+		return nil
+	}
+	switch d.RemoveType {
+	case pg.ObjectType_OBJECT_TABLE, pg.ObjectType_OBJECT_VIEW, pg.ObjectType_OBJECT_SEQUENCE,
+		pg.ObjectType_OBJECT_INDEX, pg.ObjectType_OBJECT_MATVIEW, pg.ObjectType_OBJECT_FOREIGN_TABLE:
+	default:
+		return nil
+	}
+	var out []string
+	for _, o := range d.Objects {
+		if l := o.GetList(); l != nil && len(l.Items) > 0 {
+			out = append(out, strName(l.Items[len(l.Items)-1]))
+		}
+	}
+	return out
+}
+
+// userType returns the first type name in a statement that is not one
+// of PostgreSQL's own ("" if none): casts and declared types.
+func userType(n *pg.Node) string {
+	found := ""
+	var walk func(m protoreflect.Message)
+	walk = func(m protoreflect.Message) {
+		if found != "" {
+			return
+		}
+		if tn, ok := m.Interface().(*pg.TypeName); ok {
+			if len(tn.Names) == 0 {
+				return
+			}
+			name := strName(tn.Names[len(tn.Names)-1])
+			schema := ""
+			if len(tn.Names) > 1 {
+				schema = strName(tn.Names[len(tn.Names)-2])
+			}
+			if name != "" && (schema != "" && schema != "pg_catalog" || !pgBuiltinType[name] && !sqlTypeAlias[name]) {
+				found = name
+			}
+			return
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if fd.Kind() != protoreflect.MessageKind || fd.IsMap() {
+				return true
+			}
+			if fd.IsList() {
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					walk(l.Get(i).Message())
+				}
+				return true
+			}
+			walk(v.Message())
+			return true
+		})
+	}
+	walk(n.ProtoReflect())
+	return found
+}
+
+// sqlTypeAlias are type names the grammar accepts that pg_type spells
+// otherwise.
+var sqlTypeAlias = map[string]bool{"integer": true, "int": true, "smallint": true, "bigint": true, "real": true,
+	"double": true, "boolean": true, "decimal": true, "dec": true, "character": true, "char": true, "varchar": true,
+	"timestamp": true, "timestamptz": true, "time": true, "timetz": true, "interval": true, "float": true, "serial": true,
+	"bigserial": true, "smallserial": true}

@@ -152,6 +152,10 @@ func checkExpect(t *testing.T, m *shardmap.Map, expect string, d route.Dest) {
 		if d.Kind != route.DestAll {
 			t.Fatalf("want all, got %s: %s", d.Kind, d.Reason)
 		}
+	case "default":
+		if d.Kind != route.DestAny || !d.Default {
+			t.Fatalf("want any on the default shard, got %s (default %v): %s", d.Kind, d.Default, d.Reason)
+		}
 	case "any":
 		if d.Kind != route.DestAny {
 			t.Fatalf("want any, got %s: %s", d.Kind, d.Reason)

@@ -208,10 +208,25 @@
 //     Route, which does the same) and never sends it to a shard. A session
 //     SET pgshard.key and other pgshard.* settings are KindUnsupported.
 //
+// # Unsharded tables
+//
+// A table that is neither keyed nor global in the Schema is unsharded: it
+// lives on the database's default shard (Statement.Unsharded names them).
+// A statement that touches only unsharded objects — reads, writes, DDL of
+// those tables, COPY into them, DO blocks, CALL of a procedure and calls
+// of functions the schema does not know — routes DestAny with
+// Dest.Default set: the engine runs it on the default shard. DDL that
+// names keyed or global tables, or no table (CREATE FUNCTION, TYPE,
+// EXTENSION), runs on every shard. Writes to global tables and catalogs
+// stay refused unless hinted. CREATE TABLE ... AS of sharded rows is
+// refused; of unsharded data it runs on the default shard.
+//
 // # Behind a transaction pooler
 //
 // Session state cannot survive on a pooled server connection. KindUnsupported
-// (refused with 0A000 and a reason): LISTEN; session advisory locks
+// (refused with 0A000 and a reason, and Statement.SessionState naming the
+// state, so that an engine that pins the client to one server session can
+// run it there instead): LISTEN; session advisory locks
 // (pg_advisory_lock and friends; the _xact_ forms are fine);
 // set_config(..., false); DECLARE ... WITH HOLD; CREATE TEMP TABLE / VIEW /
 // SEQUENCE without ON COMMIT DROP (with it, the table lives inside one

@@ -17,7 +17,15 @@ var sessionFuncs = map[string]string{
 	"pg_advisory_unlock_shared":   "pg_advisory_unlock_shared releases a session-level advisory lock, which cannot be held through pgshard",
 	"pg_advisory_unlock_all":      "pg_advisory_unlock_all releases session-level advisory locks, which cannot be held through pgshard",
 	"dblink_connect":              "dblink_connect opens a connection that outlives the transaction",
-	"lo_open":                     "lo_open returns a descriptor valid only in this server session",
+}
+
+// sessionFuncState names the session state each of sessionFuncs keeps
+// (Statement.SessionState).
+var sessionFuncState = map[string]string{
+	"pg_advisory_lock": "advisory-lock", "pg_advisory_lock_shared": "advisory-lock",
+	"pg_try_advisory_lock": "advisory-lock", "pg_try_advisory_lock_shared": "advisory-lock",
+	"pg_advisory_unlock": "advisory-lock", "pg_advisory_unlock_shared": "advisory-lock",
+	"pg_advisory_unlock_all": "advisory-lock", "dblink_connect": "dblink",
 }
 
 // aggregates are the built-in aggregate functions. A select list that uses
@@ -34,6 +42,20 @@ var aggregates = setOf(
 
 //go:embed pg_builtin_functions.txt
 var builtinFuncsText string
+
+//go:embed pg_builtin_types.txt
+var builtinTypesText string
+
+// pgBuiltinType holds the names of PostgreSQL's own types (pg_catalog).
+var pgBuiltinType = func() map[string]bool {
+	m := map[string]bool{}
+	for _, line := range strings.Split(builtinTypesText, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			m[line] = true
+		}
+	}
+	return m
+}()
 
 // pgBuiltin holds the names of PostgreSQL's own functions (pg_catalog).
 var pgBuiltin = func() map[string]bool {

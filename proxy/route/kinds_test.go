@@ -59,7 +59,7 @@ func TestKinds(t *testing.T) {
 		{"DISCARD TEMP", route.Statement{Kind: route.KindDiscard, SetName: "temp", ReadOnly: true}},
 		{"DISCARD PLANS", route.Statement{Kind: route.KindDiscard, SetName: "plans", ReadOnly: true}},
 		{"EXECUTE p1", route.Statement{Kind: route.KindExecute, PrepareName: "p1"}},
-		{"CREATE TABLE t (a int)", route.Statement{Kind: route.KindDDL, Tables: []string{}}},
+		{"CREATE TABLE t (a int)", route.Statement{Kind: route.KindDDL, Tables: []string{"t"}}},
 		{"VACUUM", route.Statement{Kind: route.KindDDL}},
 		{"GRANT SELECT ON executions TO app", route.Statement{Kind: route.KindDDL}},
 		{"LISTEN ch", route.Statement{Kind: route.KindUnsupported}},

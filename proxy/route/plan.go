@@ -104,8 +104,15 @@ type plan struct {
 
 	// refusal, when set, refuses the statement unless a hint routes it.
 	refusal *Refusal
-	// ddl: without a hint the statement runs on every shard.
+	// ddl: without a hint the statement runs on every shard (or, when
+	// every table it names is unsharded, on the default shard).
 	ddl bool
+	// ddlTables are the relations a DDL statement names.
+	ddlTables []string
+	// defaultWhy, when set, says why a statement that needs no shard by
+	// its keys must run on the default shard (a DO block, a procedure or
+	// function the schema does not know): it is DestAny with Default.
+	defaultWhy string
 	// explain: the statement is EXPLAIN (analyze = EXPLAIN ANALYZE).
 	explain, analyze bool
 	// anyReason explains DestAny when no group needs a shard.

@@ -376,6 +376,10 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 		return refuseDest(p.refusal)
 	}
 	if p.ddl {
+		if len(p.ddlTables) > 0 && r.allUnsharded(p.ddlTables) {
+			return Dest{Kind: DestAny, Default: true, Bucket: -1,
+				Reason: "a schema change of unsharded tables (" + strings.Join(p.ddlTables, ", ") + "): on the default shard"}
+		}
 		return Dest{Kind: DestAll, Bucket: -1, Reason: "a schema change without a key: applied to every shard"}
 	}
 
@@ -413,10 +417,12 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 	}
 	if multi < 0 {
 		if single < 0 {
+			if p.defaultWhy != "" {
+				return Dest{Kind: DestAny, Default: true, Bucket: -1, Reason: p.defaultWhy + ": on the default shard"}
+			}
 			if len(p.groups) == 0 && p.unknownFn != "" {
-				return refuseDest(&Refusal{SQLState: "0A000",
-					Message: fmt.Sprintf("cannot route a call of %s(): it is not a PostgreSQL built-in and not in the sharding schema, so pgshard cannot tell which shard's data it touches", p.unknownFn),
-					Hint:    "Add it to the sharding schema's functions with its key argument (proxy.schema.functions), or route the statement with /* pgshard:key=KEY */ or /* pgshard:shard=NAME */."})
+				return Dest{Kind: DestAny, Default: true, Bucket: -1,
+					Reason: fmt.Sprintf("calls %s(), which is neither a PostgreSQL built-in nor in the sharding schema: on the default shard", p.unknownFn)}
 			}
 			return Dest{Kind: DestAny, Bucket: -1, Reason: anyWhy(p)}
 		}
@@ -588,4 +594,15 @@ func subDesc(p *plan, a, b *group) string {
 		return a.desc
 	}
 	return b.desc
+}
+
+// allUnsharded reports whether every table is outside the sharding
+// schema (neither keyed nor global).
+func (r *Router) allUnsharded(tables []string) bool {
+	for _, t := range tables {
+		if r.sc.tables[t] != nil || r.sc.global[t] {
+			return false
+		}
+	}
+	return true
 }

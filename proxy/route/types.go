@@ -167,6 +167,12 @@ type Dest struct {
 	// (send the statement unchanged to every shard and expect the same
 	// command tag from each). Shared: do not modify.
 	Merge *Merge
+	// Default, with DestAny, says the statement must run on the
+	// database's default shard rather than any shard: it touches
+	// unsharded objects (tables outside the sharding schema, a function
+	// or procedure the schema does not know, a DO block), which live
+	// there.
+	Default bool
 }
 
 // Refusal is an error the engine sends to the client instead of routing.
@@ -432,6 +438,24 @@ type Statement struct {
 	// Reset, for KindSetSession, is set for RESET x / RESET ALL (the
 	// command tag is RESET); ToDefault for RESET and SET x TO DEFAULT.
 	Reset, ToDefault bool
+	// SessionState, for KindUnsupported, names the session state the
+	// statement creates or needs, which a pooled server connection cannot
+	// keep: "temp" (temporary tables, views, sequences), "hold-cursor",
+	// "advisory-lock", "set-config", "listen", "large-object", "load",
+	// "session-authorization", "two-phase", "dblink". An engine that can
+	// keep the client on one server session (pinning) runs the statement
+	// there; "" for statements refused for other reasons (pgshard.*).
+	SessionState string
+	// Unsharded lists the tables the statement references that are
+	// neither keyed nor global in the sharding schema (lowercase,
+	// unqualified): they live on the database's default shard.
+	Unsharded []string
+	// TempTables, for CREATE TEMP TABLE / VIEW / SEQUENCE, names the
+	// object created; for DROP, the objects dropped (an engine that pins
+	// a session while it has temporary objects tracks them).
+	TempTables []string
+	// DropTables lists the relations a DROP statement drops.
+	DropTables []string
 
 	// unnamedSeen: a client has parsed this text as an unnamed
 	// statement (see MarkUnnamed). The one mutable field.

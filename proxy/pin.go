@@ -1,0 +1,1187 @@
+package proxy
+
+// Pinning: a client kept on one server session.
+//
+// In transaction pooling (the default) a client's transactions run on
+// whichever pooled backend is free, and the proxy keeps the client's
+// session state itself (settings, prepared statements). Some state lives
+// only in a server session: temporary tables, WITH HOLD cursors, session
+// advisory locks, LISTEN, set_config(..., false), LOAD, SET SESSION
+// AUTHORIZATION, prepared transactions, a SET inside a transaction block
+// or a query string that mixes settings with other statements. When a
+// client creates such state, the proxy pins it: it gives the client a
+// backend of its own — a direct connection to the shard's Postgres (a
+// transaction pooler in front would still switch server sessions
+// between transactions), opened with the client's startup parameters and
+// its session settings replayed — and from then on every statement of
+// the client runs there, unchanged (SET, DISCARD, PREPARE, LISTEN and
+// the rest go to the server as they are). A statement that needs another
+// shard is refused while the pin lasts. The pin ends when the state is
+// gone (DISCARD ALL; DISCARD TEMP or DROP of every temporary table it
+// created; CLOSE ALL; pg_advisory_unlock_all(); UNLISTEN *), and the
+// pinned backend is then closed (it carries the client's session state),
+// not returned to a pool. Config.MaxPinned bounds the pinned sessions;
+// beyond it such statements are refused.
+//
+// In session pooling (Config.PoolMode / User.PoolMode = PoolSession) every
+// client is pinned for its whole session: on a map with one shard at
+// startup (BackendKeyData then carries the backend's real PID and
+// secret), else at its first statement, on the shard its first key picks
+// or on Config.DefaultShard. Everything a single Postgres session can do
+// works, unless it needs a second shard.
+//
+//	client ─▶ session ─pin?─▶ no:  shardPool (PgBouncer or direct, per transaction)
+//	                      └─▶ yes: s.bc, a direct backend of its own (Server.direct)
+//	                               ◀── notifications while idle (watchPinned)
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// PoolMode is how a client's statements use backend connections.
+type PoolMode int
+
+const (
+	// PoolModeDefault (the zero value) inherits: a User's mode is the
+	// server's, the server's is PoolTransaction.
+	PoolModeDefault PoolMode = iota
+	// PoolTransaction: each transaction runs on a pooled backend; session
+	// state the proxy cannot keep pins the client (see above).
+	PoolTransaction
+	// PoolSession: every client has a backend of its own for its session.
+	PoolSession
+)
+
+// String returns "transaction", "session" or "default".
+func (m PoolMode) String() string {
+	switch m {
+	case PoolTransaction:
+		return "transaction"
+	case PoolSession:
+		return "session"
+	}
+	return "default"
+}
+
+// ParsePoolMode parses "transaction" or "session" ("" is PoolModeDefault).
+func ParsePoolMode(s string) (PoolMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return PoolModeDefault, nil
+	case "transaction":
+		return PoolTransaction, nil
+	case "session":
+		return PoolSession, nil
+	}
+	return PoolModeDefault, fmt.Errorf("unknown pool mode %q (want transaction or session)", s)
+}
+
+// DefaultMaxPinned is the default of Config.MaxPinned.
+const DefaultMaxPinned = 100
+
+// pinReason is a kind of session state that keeps a client pinned.
+type pinReason uint16
+
+const (
+	pinSessionMode pinReason = 1 << iota // session pooling: for the whole session
+	pinTemp                              // temporary tables, views, sequences
+	pinCursor                            // WITH HOLD cursors
+	pinLock                              // session advisory locks
+	pinListen                            // LISTEN
+	pinSettings                          // settings the proxy cannot keep (set_config(..., false), SET in a transaction or a query string)
+	pinOther                             // LOAD, SET SESSION AUTHORIZATION, prepared transactions, large objects, dblink
+	// pinSetsOnce: a query string or pipeline whose session SET precedes
+	// other statements runs on one server session, in order; its settings
+	// are then kept by the proxy (s.cur) and the pin ends with it.
+	pinSetsOnce
+	// pinPrepare: SQL-level prepared statements on a database of one
+	// shard (where EXECUTE needs no routing): the server's own, as on a
+	// direct connection (EXPLAIN EXECUTE, pg_prepared_statements).
+	pinPrepare
+)
+
+var pinReasonNames = []string{"session mode", "temporary objects", "WITH HOLD cursors", "session advisory locks", "LISTEN", "session settings", "session state", "settings ahead of other statements", "prepared statements"}
+
+func (r pinReason) String() string {
+	var out []string
+	for i, n := range pinReasonNames {
+		if r&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// reasonOf maps route.Statement.SessionState to a pin reason.
+func reasonOf(state string) pinReason {
+	switch state {
+	case "temp":
+		return pinTemp
+	case "hold-cursor":
+		return pinCursor
+	case "advisory-lock":
+		return pinLock
+	case "listen":
+		return pinListen
+	case "set-config":
+		return pinSettings
+	case "":
+		return 0
+	}
+	return pinOther
+}
+
+// pinState is a pinned session's bookkeeping; its backend is s.bc.
+type pinState struct {
+	shard   int
+	reasons pinReason
+	// temps are the temporary objects the session created (while pinned
+	// for them); dropping all of them clears pinTemp.
+	temps map[string]bool
+	// prepared are its SQL-level prepared statements (pinPrepare).
+	prepared map[string]bool
+	since    time.Time
+}
+
+// pinOp is a change of a pin's state that a forwarded statement makes,
+// applied when the exchange succeeded (afterReady).
+type pinOp struct {
+	st *route.Statement
+}
+
+// directPool returns the pool of direct connections of shard i (the
+// shard's own pool when it is direct).
+func (s *Server) directPool(i int) *shardPool {
+	if !s.pools[i].viaPooler {
+		return s.pools[i]
+	}
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	if s.direct == nil {
+		s.direct = make([]*shardPool, len(s.pools))
+	}
+	if s.direct[i] == nil {
+		p, err := newShardPool(s, i, s.cfg.Map.Shards[i], false)
+		if err != nil {
+			return s.pools[i] // the DSN parsed once already; not reached
+		}
+		p.verified.Store(true) // the same database as the pooler's
+		s.direct[i] = p
+	}
+	return s.direct[i]
+}
+
+// directPools returns the direct pools made so far (nil entries skipped).
+func (s *Server) directPools() []*shardPool {
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	var out []*shardPool
+	for _, p := range s.direct {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// inheritDirect gives gen (a reload's next generation) the direct pools
+// of s whose shard gen keeps (kept: old pool → its index in gen) and
+// returns the others, which retire: their pinned sessions stay on s (a
+// session never changes generation while pinned) and each connection
+// closes when its pin ends.
+func (s *Server) inheritDirect(gen *Server, kept map[*shardPool]int) (retire []*shardPool) {
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	for i, dp := range s.direct {
+		if dp == nil {
+			continue
+		}
+		if j, ok := kept[s.pools[i]]; ok {
+			if gen.direct == nil {
+				gen.direct = make([]*shardPool, len(gen.pools))
+			}
+			gen.direct[j] = dp
+			dp.srvp.Store(gen)
+			continue
+		}
+		retire = append(retire, dp)
+	}
+	return retire
+}
+
+// pinMetrics registers the pinned-session gauge and counter.
+func (c *core) pinMetrics() {
+	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pgshard_proxy_pinned_sessions", Help: "Client sessions pinned to a backend of their own (session pooling, or session state in transaction pooling)."},
+		func() float64 { return float64(c.npinned.Load()) }))
+	c.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgshard_proxy_pins_total", Help: "Sessions pinned, by the reason that pinned them."}, []string{"reason"})
+	c.reg.MustRegister(c.pinsTotal)
+}
+
+// PinnedSession describes one pinned client session (admin console).
+type PinnedSession struct {
+	PID    uint32
+	User   string
+	DB     string
+	Shard  string
+	Reason string
+	Since  time.Time
+}
+
+// PinnedSessions lists the sessions pinned right now.
+func (c *core) PinnedSessions() []PinnedSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []PinnedSession
+	for _, sess := range c.sessions {
+		sess.pinMu.Lock()
+		if ps := sess.pinInfo; ps != nil {
+			out = append(out, *ps)
+		}
+		sess.pinMu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b PinnedSession) int { return int(a.PID) - int(b.PID) })
+	return out
+}
+
+// poolMode is the session's pool mode (its user's, else the server's).
+func (s *session) poolMode() PoolMode {
+	for _, u := range s.srv.cfg.Users {
+		if u.Name == s.user && u.PoolMode != PoolModeDefault {
+			return u.PoolMode
+		}
+	}
+	if s.srv.cfg.PoolMode == PoolModeDefault {
+		return PoolTransaction
+	}
+	return s.srv.cfg.PoolMode
+}
+
+// forwardPinned reports whether a statement the proxy answers itself in
+// transaction pooling goes to the backend because the session is pinned.
+func (s *session) forwardPinned(a *route.Statement) bool {
+	if s.pin == nil {
+		return false
+	}
+	switch a.Kind {
+	case route.KindSetSession:
+		return !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard.")
+	case route.KindDiscard, route.KindPrepare, route.KindExecute, route.KindDeallocate:
+		return true
+	case route.KindUnsupported:
+		return a.SessionState != ""
+	}
+	return false
+}
+
+// pinTrigger returns the reason a statement pins a session in
+// transaction pooling (0 = none). inMulti: it is part of a query string
+// with other statements; inTxn: a transaction block is open.
+func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
+	switch a.Kind {
+	case route.KindUnsupported:
+		return reasonOf(a.SessionState)
+	case route.KindSetSession:
+		if strings.HasPrefix(strings.ToLower(a.SetName), "pgshard.") {
+			return 0
+		}
+		if _, refused := refusedSettings[strings.ToLower(a.SetName)]; refused || inMulti || inTxn {
+			return pinSettings
+		}
+	case route.KindDiscard, route.KindPrepare, route.KindExecute, route.KindDeallocate:
+		if inMulti {
+			return pinSettings
+		}
+	}
+	return 0
+}
+
+// pinTriggerOf is pinTrigger with what the session's database allows:
+// on one shard SQL-level PREPARE pins too (elsewhere the proxy routes each
+// EXECUTE by its arguments, which needs its own prepared statements).
+func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
+	if a.Kind == route.KindPrepare && len(s.srv.pools) == 1 {
+		return pinPrepare
+	}
+	return pinTrigger(a, inMulti, inTxn)
+}
+
+// pinForQuery pins the session before a simple query when one of its
+// statements needs it (or the session pools by session). It returns an
+// error to answer instead of the query, nil to go on (pinned or not).
+func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *Error {
+	if s.pin != nil {
+		return nil
+	}
+	var why pinReason
+	var temps []string
+	multi := len(as) > 1
+	if multi {
+		local, other := false, false
+		for _, a := range as {
+			if localKind(a.Kind) && a.Kind != route.KindEmpty || a.Kind == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.") {
+				local = true
+			} else if a.Kind != route.KindEmpty {
+				other = true
+			}
+		}
+		multi = local && other
+	}
+	for _, a := range as {
+		if r := s.pinTriggerOf(a, multi, s.tx != txIdle); r != 0 {
+			why |= r
+			temps = append(temps, a.TempTables...)
+			if a.Kind == route.KindPrepare {
+				temps = append(temps, "\x00prepare\x00"+a.PrepareName)
+			}
+		}
+	}
+	if why == pinSettings && s.tx == txIdle && setsAhead(as) {
+		// Only settings in a query string with other statements: one
+		// server session for this query, on the query's shard.
+		why = pinSetsOnce
+	}
+	if why == 0 && len(as) == 1 && as[0].NoTxnBlock && s.tx == txIdle && s.bc == nil {
+		// A statement that cannot run in a transaction block (VACUUM,
+		// CREATE TABLESPACE, ...) cannot get the client's settings from
+		// a transaction-local preamble: through a pooler it runs on a
+		// server session of its own, opened with them.
+		if _, pre := s.cur.split(true); len(pre.kv) > 0 && s.srv.pools[s.srv.defaultShard].viaPooler {
+			why = pinSetsOnce
+		}
+	}
+	if s.poolMode() == PoolSession {
+		why |= pinSessionMode
+	}
+	if why == 0 {
+		return nil
+	}
+	shard := -1
+	if why&(pinSessionMode|pinSetsOnce) != 0 {
+		shard = s.firstShard(as)
+	}
+	return s.pinTo(ctx, shard, why, temps)
+}
+
+// setsAhead reports whether a session SET (or DISCARD, PREPARE, ...)
+// comes before another statement, so that it must apply to it.
+func setsAhead(as []*route.Statement) bool {
+	local := false
+	for _, a := range as {
+		switch {
+		case a.Kind == route.KindEmpty || txnControl(a.Kind):
+		case localKind(a.Kind):
+			local = true
+		case local:
+			return true
+		}
+	}
+	return false
+}
+
+// pinForPipeline is pinForQuery for a buffered extended-protocol
+// pipeline: the statements it parses or binds.
+func (s *session) pinForPipeline(ctx context.Context) *Error {
+	if s.pin != nil {
+		return nil
+	}
+	var why pinReason
+	var temps []string
+	var pv parseView
+	var bv bindView
+	var sets, others bool
+	shard := -1
+	for _, m := range s.grp {
+		var a *route.Statement
+		switch m.typ {
+		case 'P':
+			if pv.decode(m.raw) != nil {
+				return nil
+			}
+			st, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.query)
+			if err != nil {
+				return nil
+			}
+			a = st
+		case 'B':
+			if bv.decode(m.raw) != nil {
+				return nil
+			}
+			if len(bv.stmt) > 0 {
+				if vs := s.stmts[string(bv.stmt)]; vs != nil {
+					a = vs.st
+				}
+			}
+			if shard < 0 {
+				var vs *vstmt
+				if len(bv.stmt) == 0 {
+					vs = s.unnamed
+				} else {
+					vs = s.stmts[string(bv.stmt)]
+				}
+				if vs != nil {
+					if d := s.adjustDest(vs.st, s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)); d.Kind == route.DestShard {
+						shard = d.Shard
+					}
+				}
+			}
+		}
+		if a == nil {
+			continue
+		}
+		if r := s.pinTriggerOf(a, false, s.tx != txIdle); r != 0 {
+			why |= r
+			temps = append(temps, a.TempTables...)
+		}
+		switch {
+		case a.Kind == route.KindSetSession && !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard."):
+			sets = true
+		case sets && !localKind(a.Kind) && !txnControl(a.Kind):
+			others = true
+		}
+	}
+	if sets && others && why == 0 && s.tx == txIdle {
+		// A session SET ahead of other statements in one pipeline applies
+		// to them, in order, as on one server session.
+		why = pinSetsOnce
+	}
+	if s.poolMode() == PoolSession {
+		why |= pinSessionMode
+	}
+	if why == 0 {
+		return nil
+	}
+	if why&(pinSessionMode|pinSetsOnce) == 0 {
+		shard = -1
+	}
+	return s.pinTo(ctx, shard, why, temps)
+}
+
+// firstShard is the shard of the first statement of a query that routes
+// to one (-1: none does).
+func (s *session) firstShard(as []*route.Statement) int {
+	for _, a := range as {
+		if localKind(a.Kind) || txnControl(a.Kind) {
+			continue
+		}
+		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
+			return d.Shard
+		}
+	}
+	return -1
+}
+
+// pinTo pins the session on shard (-1: the transaction's, the hint's or
+// the default shard). A transaction already running on a pooled
+// connection through a pooler cannot move to a server session of its
+// own: the statement is then refused as before (nil is returned and the
+// session stays unpinned; the planner refuses it).
+func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *Error {
+	srv := s.srv
+	if shard < 0 {
+		switch {
+		case s.bc != nil:
+			shard = s.shard
+		case s.hint >= 0:
+			shard = s.hint
+		default:
+			shard = srv.defaultShard
+		}
+	}
+	if why&pinSessionMode == 0 {
+		if max := srv.cfg.MaxPinned; max > 0 && s.core.npinned.Load() >= int64(max) {
+			srv.metrics.refusals.WithLabelValues("max_pinned").Inc()
+			return &Error{Code: codeTooManyConnections,
+				Message: fmt.Sprintf("too many pinned sessions (%d, proxy.max_pinned): this statement needs a server session of its own (%s)", max, why),
+				Hint:    "End the session state of other clients (DISCARD ALL, DROP of temporary tables, UNLISTEN *), or raise proxy.max_pinned."}
+		}
+	}
+	if s.hasReaders() {
+		return nil // a transaction reading several shards: refused as before
+	}
+	if s.bc != nil && s.bc.pool.viaPooler && s.soft && s.tx == txBound {
+		// Only table-less reads ran: roll back and replay the start of
+		// the transaction on the pinned backend, as a soft move does.
+		res, err := s.bc.runSimple(ctx, srv.cfg.PoolTimeout, "ROLLBACK")
+		s.dropBackend(err == nil && len(res) == 1 && res[0].status == 'I')
+		s.soft, s.tx = false, txDeferred
+	}
+	switch {
+	case s.bc != nil && s.bc.pool.viaPooler:
+		srv.metrics.refusals.WithLabelValues("pinned").Inc()
+		return &Error{Code: codeFeatureNotSupported,
+			Message: fmt.Sprintf("this statement needs a server session of its own (%s), but its transaction already runs on a pooled connection (PgBouncer), which cannot become one", why),
+			Hint:    "Run it at the start of the transaction, or outside a transaction block: pgshard then pins the session to a backend of its own."}
+	case s.bc != nil:
+		// A direct backend in a transaction (or mid-pipeline): it becomes
+		// the client's own.
+		s.setPin(shard, why, temps)
+		return nil
+	}
+	if e := srv.pools[shard].isDown(); e != nil {
+		return e
+	}
+	pool := srv.directPool(shard)
+	bc, err := pool.acquireAs(ctx, s.startup, s.backendUser())
+	if err != nil {
+		if be, ok := err.(*backendPgError); ok {
+			return pgErrorToError(be.pe, "ERROR")
+		}
+		return asError(err, newError(codeCannotConnect, fmt.Sprintf("shard %q: %v", pool.shard.Name, err)))
+	}
+	var qs []string
+	if q := sessionReplaySQL(s.startup, s.cur); q != "" {
+		qs = append(qs, q)
+	}
+	if s.tx == txDeferred {
+		qs = append(qs, replaySQL(s.deferred, noSettings))
+	}
+	if len(qs) > 0 {
+		res, err := bc.runSimple(ctx, srv.cfg.PoolTimeout, qs...)
+		if err != nil {
+			pool.discard(bc)
+			return newError(codeConnectionFailure, fmt.Sprintf("pinning the session on shard %q failed: %v", pool.shard.Name, err))
+		}
+		for _, r := range res {
+			if r.errRaw != nil {
+				pool.discard(bc)
+				e := decodeError(r.errRaw)
+				if e == nil {
+					e = newError(codeInternalError, "undecodable error from a shard")
+				}
+				return e
+			}
+		}
+		if s.tx == txDeferred {
+			s.tx, s.bstatus = txBound, res[len(res)-1].status
+			if s.hint >= 0 {
+				s.hintBound = true
+			}
+			s.hint = -1
+		}
+	}
+	s.setBackend(bc)
+	s.shard = shard
+	s.setPin(shard, why, temps)
+	return nil
+}
+
+// backendUser is the user a pinned backend connects as ("" = what its
+// startup settings say: the client's own for a client admitted through
+// the "*" login, else the shard DSN's).
+func (s *session) backendUser() string { return "" }
+
+// setPin records the pin (the backend is s.bc).
+func (s *session) setPin(shard int, why pinReason, temps []string) {
+	if s.pin == nil {
+		s.pin = &pinState{shard: shard, since: time.Now()}
+		s.core.npinned.Add(1)
+		s.soft = false
+		s.wrapped = false
+	}
+	s.pin.reasons |= why
+	for _, t := range temps {
+		if name, ok := strings.CutPrefix(t, "\x00prepare\x00"); ok {
+			if s.pin.prepared == nil {
+				s.pin.prepared = map[string]bool{}
+			}
+			s.pin.prepared[name] = true
+			continue
+		}
+		if s.pin.temps == nil {
+			s.pin.temps = map[string]bool{}
+		}
+		s.pin.temps[t] = true
+	}
+	s.core.pinsTotal.WithLabelValues(why.String()).Inc()
+	s.pinMu.Lock()
+	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.srv.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
+	s.pinMu.Unlock()
+}
+
+// clearPin forgets the pin (its backend is being dropped or closed).
+func (s *session) clearPin() {
+	if s.pin == nil {
+		return
+	}
+	s.pin = nil
+	s.core.npinned.Add(-1)
+	s.pinMu.Lock()
+	s.pinInfo = nil
+	s.pinMu.Unlock()
+}
+
+// unpin ends a pin whose state is gone: the backend, which carries the
+// client's session state, is closed; the session goes back to pooled
+// backends with the settings it has now.
+func (s *session) unpin() {
+	s.clearPin()
+	s.mu.Lock()
+	bc := s.bc
+	s.bc = nil
+	s.mu.Unlock()
+	if bc != nil {
+		bc.pool.discard(bc)
+	}
+}
+
+// sessionReplaySQL is the statement that gives a fresh backend opened with
+// startup the session settings cur ("" when they are the same).
+func sessionReplaySQL(startup, cur *settings) string {
+	var kv [][2]string
+	for _, p := range cur.kv {
+		if v, ok := startup.get(p[0]); !ok || v != p[1] {
+			kv = append(kv, p)
+		}
+	}
+	if len(kv) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, p := range kv {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.set_config(")
+		writeEscapeLiteral(&b, p[0])
+		b.WriteString(", ")
+		writeEscapeLiteral(&b, p[1])
+		b.WriteString(", false)")
+	}
+	return b.String()
+}
+
+// notePinOp records, for a statement sent to a pinned backend, how it
+// changes the pin (applied if the exchange succeeds).
+func (p *planner) notePinOp(a *route.Statement) {
+	if p.s.pin == nil {
+		return
+	}
+	switch a.Kind {
+	case route.KindSetSession, route.KindDiscard, route.KindDeallocate, route.KindPrepare, route.KindUnsupported, route.KindDDL, route.KindOther:
+		p.pinOps = append(p.pinOps, pinOp{st: a})
+	}
+}
+
+// applyPinOps applies the pin changes of a successful exchange and ends
+// the pin when its state is gone (the session is idle).
+func (s *session) applyPinOps(ops []pinOp, idle bool) {
+	if s.pin == nil {
+		return
+	}
+	for _, op := range ops {
+		a := op.st
+		switch a.Kind {
+		case route.KindSetSession:
+			name := strings.ToLower(a.SetName)
+			switch {
+			case name == "all":
+				s.cur = s.startup
+			case a.ToDefault:
+				if v, ok := s.startup.get(name); ok {
+					s.cur = s.cur.with(name, v)
+				} else {
+					s.cur = s.cur.without(name)
+				}
+			case a.SetValue != "" && !strings.Contains(name, " "):
+				s.cur = s.cur.with(name, a.SetValue)
+			}
+		case route.KindDiscard:
+			switch strings.ToLower(a.SetName) {
+			case "all":
+				s.cur = s.startup
+				s.pin.reasons &= pinSessionMode
+				s.pin.temps, s.pin.prepared = nil, nil
+				clear(s.stmts)
+				s.unnamed = nil
+				s.resetStmtCache()
+			case "temp", "temporary":
+				s.pin.reasons &^= pinTemp
+				s.pin.temps = nil
+			}
+		case route.KindDeallocate:
+			if a.PrepareName == "" {
+				clear(s.stmts)
+				s.resetStmtCache()
+				s.pin.prepared = nil
+			} else {
+				delete(s.stmts, a.PrepareName)
+				delete(s.pin.prepared, a.PrepareName)
+			}
+			if len(s.pin.prepared) == 0 {
+				s.pin.reasons &^= pinPrepare
+			}
+		case route.KindPrepare:
+			if s.pin.prepared == nil {
+				s.pin.prepared = map[string]bool{}
+			}
+			s.pin.prepared[a.PrepareName] = true
+		case route.KindDDL:
+			for _, t := range a.DropTables {
+				delete(s.pin.temps, t)
+			}
+			if len(a.DropTables) > 0 && len(s.pin.temps) == 0 {
+				s.pin.reasons &^= pinTemp
+			}
+		case route.KindUnsupported:
+			if strings.Contains(a.SQL, "pg_advisory_unlock_all") {
+				s.pin.reasons &^= pinLock
+				continue
+			}
+			s.pin.reasons |= reasonOf(a.SessionState)
+			for _, t := range a.TempTables {
+				if s.pin.temps == nil {
+					s.pin.temps = map[string]bool{}
+				}
+				s.pin.temps[t] = true
+			}
+		case route.KindOther:
+			switch {
+			case strings.Contains(a.SQL, "pg_advisory_unlock_all"):
+				s.pin.reasons &^= pinLock
+			case isUnlistenAll(a.SQL):
+				s.pin.reasons &^= pinListen
+			case isCloseAll(a.SQL):
+				s.pin.reasons &^= pinCursor
+			}
+		}
+	}
+	if idle {
+		s.pin.reasons &^= pinSetsOnce // its settings are in s.cur now
+	}
+	if s.pin.reasons == 0 && idle {
+		s.unpin()
+	}
+}
+
+func isUnlistenAll(sql string) bool {
+	f := strings.Fields(strings.ToLower(strings.TrimRight(strings.TrimSpace(sql), ";")))
+	return len(f) == 2 && f[0] == "unlisten" && f[1] == "*"
+}
+
+func isCloseAll(sql string) bool {
+	f := strings.Fields(strings.ToLower(strings.TrimRight(strings.TrimSpace(sql), ";")))
+	return len(f) == 2 && f[0] == "close" && f[1] == "all"
+}
+
+// resetStmtCache forgets the pinned backend's server-side statements
+// (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
+func (s *session) resetStmtCache() {
+	if s.bc != nil && s.bc.stmts != nil {
+		s.bc.stmts = newStmtCache(s.srv.cfg.StatementCacheSize)
+		s.bc.stmts.epoch = s.srv.stmtEpoch.Load()
+	}
+}
+
+// pinnedTarget decides where a statement of a pinned session runs: its
+// backend's shard, or an error when it needs another one. ok false: the
+// ordinary rules apply (a read of every shard outside a transaction
+// block, on pooled connections).
+func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *Error) {
+	s := p.s
+	pin := s.pin
+	if s.forwardPinned(a) {
+		return pin.shard, true, nil
+	}
+	switch d.Kind {
+	case route.DestRefuse:
+		return 0, false, nil
+	case route.DestShard:
+		if d.Shard == pin.shard {
+			return pin.shard, true, nil
+		}
+		return 0, true, p.pinnedElsewhere(d.Shard, d.Reason)
+	case route.DestAll:
+		if (a.Kind == route.KindDDL || d.Merge != nil) && p.tx == txIdle && !p.onBackend && !p.explicit {
+			return 0, false, nil // fans out on pooled connections
+		}
+		s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
+		return 0, true, &Error{Code: codeFeatureNotSupported,
+			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.srv.shardName(pin.shard), inTxnNote(p)),
+			Detail:  d.Reason,
+			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
+	}
+	if d.Default && pin.shard != s.srv.defaultShard {
+		return 0, true, p.pinnedElsewhere(s.srv.defaultShard, d.Reason)
+	}
+	return pin.shard, true, nil
+}
+
+func inTxnNote(p *planner) string {
+	if p.tx != txIdle || p.explicit {
+		return " inside a transaction block"
+	}
+	return ""
+}
+
+// pinnedElsewhere is the refusal of a statement for another shard than
+// the pinned session's.
+func (p *planner) pinnedElsewhere(want int, reason string) *Error {
+	s := p.s
+	s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
+	e := &Error{Code: codeFeatureNotSupported,
+		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.srv.shardName(want), s.srv.shardName(s.pin.shard), s.pin.reasons),
+		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
+	if reason != "" {
+		e.Detail = "Routing: " + reason
+	}
+	return e
+}
+
+// adjustDest applies the database's placement rules to a routing
+// decision: on a map with one shard every statement is routable there
+// (reads of "every shard", DDL in transactions, shapes no merge supports,
+// keys the analyzer could not read); unsharded objects live on the default
+// shard, so a statement that joins them with sharded tables of another
+// shard, or reads them on every shard, is refused.
+func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
+	srv := s.srv
+	if len(srv.pools) == 1 {
+		switch d.Kind {
+		case route.DestAll:
+			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Reason}
+		case route.DestRefuse:
+			if a.Kind != route.KindUnsupported && d.Refusal != nil && oneShardOverrides(d.Refusal.SQLState) {
+				return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard (else refused: " + d.Refusal.Message + ")"}
+			}
+		}
+		return d
+	}
+	if len(a.Unsharded) == 0 {
+		return d
+	}
+	switch d.Kind {
+	case route.DestShard:
+		if d.Shard != srv.defaultShard {
+			srv.metrics.refusals.WithLabelValues("unsharded").Inc()
+			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: codeFeatureNotSupported,
+				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.defaultShard), srv.shardName(d.Shard)),
+				Detail:  "Routing: " + d.Reason,
+				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
+		}
+	case route.DestAll:
+		if a.Kind == route.KindDDL {
+			return d
+		}
+		srv.metrics.refusals.WithLabelValues("unsharded").Inc()
+		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: codeFeatureNotSupported,
+			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.defaultShard)),
+			Detail:  "Routing: " + d.Reason,
+			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
+	}
+	return d
+}
+
+// oneShardOverrides reports which refusals a map with one shard makes moot:
+// those of routing (0A000) and of key values the server checks itself.
+func oneShardOverrides(state string) bool {
+	switch state {
+	case "0A000", "22P02", "22P03", "23502":
+		return true
+	}
+	return false
+}
+
+// ---- notifications while idle ----
+
+// readClient reads the client's next message; a pinned session that
+// listens meanwhile forwards what its backend sends on its own
+// (NotificationResponse, NoticeResponse, ParameterStatus), as Postgres
+// delivers notifications to an idle session.
+func (s *session) readClient() (byte, []byte, error) {
+	if s.pin == nil || s.pin.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pinned {
+		return s.rd.next()
+	}
+	bc := s.bc
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned here: waited for below
+		defer wg.Done()
+		s.watchPinned(bc)
+	}()
+	typ, msg, err := s.rd.next()
+	_ = bc.nc.SetReadDeadline(time.Now()) // ends the watcher's read
+	wg.Wait()
+	_ = bc.nc.SetReadDeadline(time.Time{})
+	return typ, msg, err
+}
+
+// watchPinned forwards the pinned backend's asynchronous messages to the
+// client until its read is interrupted (or the backend fails: the next
+// exchange reports that).
+func (s *session) watchPinned(bc *bconn) {
+	for {
+		typ, msg, err := bc.rd.next()
+		if err != nil {
+			if !isTimeout(err) {
+				bc.broken = true
+			}
+			return
+		}
+		switch typ {
+		case 'A', 'N', 'S':
+			s.wmu.Lock()
+			_, err := s.asyncWriter().Write(msg)
+			s.wmu.Unlock()
+			if err != nil {
+				return
+			}
+		case 'E':
+			// A FATAL (the server terminating the session): forward it and
+			// let the next exchange find the connection gone.
+			s.wmu.Lock()
+			_, _ = s.asyncWriter().Write(msg)
+			s.wmu.Unlock()
+			bc.broken = true
+			return
+		default:
+			bc.broken = true
+			return
+		}
+	}
+}
+
+// asyncWriter writes to the client from the watcher while the session
+// goroutine reads: a rawIO of its own (a rawIO's call state serves one
+// call at a time).
+func (s *session) asyncWriter() io.Writer {
+	if s.aio == nil {
+		s.aio = connIO(s.conn)
+	}
+	return s.aio
+}
+
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// rekeyToBackend gives a session pinned at startup the backend's real PID
+// and secret in BackendKeyData (clients compare it with pg_backend_pid()
+// and cancel with it), unless another session already has that PID.
+func (s *core) rekeyToBackend(sess *session, pid uint32, secret []byte) {
+	if len(secret) != 4 || pid == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if other, dup := s.sessions[pid]; dup && other != sess {
+		return
+	}
+	if s.sessions[sess.pid] == sess {
+		delete(s.sessions, sess.pid)
+	}
+	sess.pid = pid
+	sess.secret = uint32(secret[0])<<24 | uint32(secret[1])<<16 | uint32(secret[2])<<8 | uint32(secret[3])
+	s.sessions[pid] = sess
+}
+
+// pinAtStartup pins a session-pooling client on a one-shard map at once;
+// it returns the backend's ParameterStatus values (nil: not pinned).
+func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *Error) {
+	if s.poolMode() != PoolSession || len(s.srv.pools) != 1 {
+		return nil, nil
+	}
+	if e := s.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
+		e.Severity = "FATAL"
+		return nil, e
+	}
+	if s.bc == nil {
+		return nil, nil
+	}
+	s.core.rekeyToBackend(s, s.bc.pid, s.bc.secret)
+	return maps.Clone(s.bc.statuses), nil
+}
+
+// acquireAs is acquire for a pinned backend connecting as user ("" or
+// the DSN's user: an ordinary acquire). Such a connection is never
+// shared (pins are closed when they end), so it always opens a new one,
+// waiting for a slot like acquire.
+func (p *shardPool) acquireAs(ctx context.Context, key *settings, user string) (*bconn, error) {
+	if user == "" || user == p.base.User {
+		return p.acquire(ctx, key)
+	}
+	if e := p.isDown(); e != nil {
+		return nil, e
+	}
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		if p.open < p.server().cfg.PoolSize {
+			p.open++
+			p.mu.Unlock()
+			return p.connectAs(ctx, key, user)
+		}
+		if victim := p.oldestIdleLocked(); victim != nil {
+			p.mu.Unlock()
+			p.forget(victim)
+			return p.connectAs(ctx, key, user)
+		}
+		// A key no connection has: a release hands over its slot.
+		w := &poolWaiter{key: "\x00user\x00" + user, ch: make(chan poolGrant, 1)}
+		p.waiters = append(p.waiters, w)
+		p.mu.Unlock()
+		g, err := p.wait(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if g.c != nil {
+			p.discard(g.c)
+			continue
+		}
+		if !g.open {
+			return nil, errPoolClosed
+		}
+		return p.connectAs(ctx, key, user)
+	}
+}
+
+// connectAs is connect as user; the caller holds a slot.
+func (p *shardPool) connectAs(ctx context.Context, key *settings, user string) (*bconn, error) {
+	c, err := p.dialAs(ctx, key, user)
+	if err != nil {
+		p.slotFreed()
+		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
+		return nil, err
+	}
+	return c, nil
+}
+
+// pinnedMulti runs a query string of several statements in a pinned
+// session: as it is, on the pinned backend, if every statement may run
+// there (Postgres then runs it exactly as on a direct connection).
+func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
+	s := p.s
+	for _, a := range as {
+		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
+			continue
+		}
+		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		_, ok, e := p.pinnedTarget(a, d)
+		if e == nil && !ok {
+			if d.Kind == route.DestRefuse && d.Refusal != nil {
+				e = refusalError(d.Refusal)
+			} else {
+				e = &Error{Code: codeFeatureNotSupported,
+					Message: "a statement that runs on every shard cannot be combined with other statements in a query string",
+					Hint:    "Send it as a separate query."}
+			}
+		}
+		if e != nil {
+			p.fail(e, nil)
+			p.endQuery()
+			return
+		}
+	}
+	if e := p.ensureBackend(s.pin.shard, as[0]); e != nil {
+		p.fail(e, nil)
+		p.endQuery()
+		return
+	}
+	for _, a := range as {
+		p.notePinOp(a)
+	}
+	s.bw = append(s.bw, msg...)
+	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.endQuery()
+}
+
+// fastpath runs a FunctionCall message (libpq's large-object functions
+// use it): on the backend the session holds (its transaction, or its
+// pin); outside a transaction the session is pinned first, on the
+// default shard, as large objects are session state there.
+func (s *session) fastpath(ctx context.Context, msg []byte) error {
+	if s.bc == nil {
+		if e := s.pinTo(ctx, -1, pinOther, nil); e != nil {
+			s.out = appendError(s.out, e)
+			s.out = appendRFQ(s.out, s.status())
+			return nil
+		}
+	}
+	if s.bc == nil || s.pinned {
+		s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
+		s.out = appendRFQ(s.out, s.status())
+		return nil
+	}
+	p := s.newPlanner(ctx)
+	p.onBackend = true
+	s.bw = append(s.bw, msg...)
+	s.items = append(s.items, item{kind: itQuery, flags: fClientPart | fRFQ})
+	res, err := s.exchange(p.bc, p.explicit)
+	if err != nil {
+		return err
+	}
+	if res.lost {
+		s.out = appendRFQ(s.out, s.status())
+		return nil
+	}
+	p.exErrored = res.errored
+	s.afterReady(p, res.status)
+	return nil
+}
+
+// canRelay reports whether the session's protocol can be relayed as it
+// is: a session-pooling client pinned at startup on a database of one
+// shard, where no statement needs routing.
+func (s *session) canRelay() bool {
+	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.srv.pools) == 1 && s.bc != nil && !s.bc.pool.viaPooler
+}
+
+// relay copies the client's bytes to its backend and the backend's to the
+// client, unchanged, until either side closes (PgBouncer's session
+// pooling does the same): everything one Postgres session does behaves
+// exactly as on a direct connection. Cancel requests still reach the
+// backend through the proxy (the client knows the backend's PID and
+// secret). Both goroutines end before it returns.
+func (s *session) relay() error {
+	bc := s.bc
+	if b := s.rd.take(); len(b) > 0 {
+		if _, err := bc.nc.Write(b); err != nil {
+			return err
+		}
+	}
+	if b := bc.rd.take(); len(b) > 0 {
+		if _, err := s.conn.Write(b); err != nil {
+			return err
+		}
+	}
+	bc.broken = true // never reused: it carries the client's session
+	done := make(chan struct{})
+	go func() { // owned here: waited for below
+		defer close(done)
+		_, _ = io.Copy(bc.nc, s.conn)
+		_ = bc.nc.SetDeadline(time.Now()) // the client left: stop the other copy
+	}()
+	_, err := io.Copy(s.conn, bc.nc)
+	_ = s.conn.SetDeadline(time.Now()) // the backend left: stop the other copy
+	<-done
+	if err != nil && !isDisconnect(err) && !isTimeout(err) {
+		return err
+	}
+	return nil
+}
+
+// take returns the unread buffered bytes and consumes them.
+func (m *msgReader) take() []byte {
+	b := append([]byte(nil), m.buf[m.pos:m.end]...)
+	m.pos = m.end
+	m.keep = m.pos
+	return b
+}

@@ -1,0 +1,687 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// waitMetric polls a metric until it equals want (or fails at the deadline).
+func waitMetric(t *testing.T, srv *proxy.Server, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := metricSum(t, srv, name)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", name, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func sessionMode() envOpt { return func(c *proxy.Config) { c.PoolMode = proxy.PoolSession } }
+
+// TestPinTemporaryTable: in transaction pooling a temporary table pins the
+// client to a direct backend of its own, on the default shard, until it
+// is dropped; meanwhile a statement for another shard is refused, and
+// the session's own transactions see the table.
+func TestPinTemporaryTable(t *testing.T) {
+	for _, via := range []string{"pgbouncer", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			var opts []envOpt
+			if via == "direct" {
+				opts = append(opts, direct())
+			}
+			e := startProxy(t, opts...)
+			ctx := ctxT(t, time.Minute)
+			conn := e.connect(t)
+			pid := func() int {
+				var p int
+				if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			if _, err := conn.Exec(ctx, "CREATE TEMP TABLE pin_t (a int)"); err != nil {
+				t.Fatal(err)
+			}
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 1)
+			p1 := pid()
+			for i := 0; i < 3; i++ {
+				if _, err := conn.Exec(ctx, "INSERT INTO pin_t VALUES ($1)", i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM pin_t").Scan(&n); err != nil || n != 3 {
+				t.Fatalf("count = %d, %v", n, err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if p2 := pid(); p2 != p1 {
+				t.Fatalf("backend changed while pinned: %d then %d", p1, p2)
+			}
+			// A keyed statement for the default shard runs; for another, refused.
+			k0 := e.db.keysOn(0, 1, 9_100_000)[0]
+			if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k0); err != nil {
+				t.Fatalf("default shard's key: %v", err)
+			}
+			k1 := e.db.keysOn(1, 1, 9_100_000)[0]
+			_, err = conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k1)
+			if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
+				t.Fatalf("other shard's key while pinned: %v", err)
+			}
+			if _, err := conn.Exec(ctx, "DROP TABLE pin_t"); err != nil {
+				t.Fatal(err)
+			}
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+			if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k1); err != nil {
+				t.Fatalf("other shard's key after the pin ended: %v", err)
+			}
+		})
+	}
+}
+
+// TestPinSessionState: the kinds of session state that pin, and what
+// ends each pin.
+func TestPinSessionState(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, 2*time.Minute)
+	for _, tc := range []struct {
+		name       string
+		pin, unpin []string
+		check      string // a query that must work while pinned
+	}{
+		{"WITH HOLD cursor", []string{"BEGIN", "DECLARE c CURSOR WITH HOLD FOR SELECT generate_series(1, 3)", "COMMIT"}, []string{"CLOSE ALL"}, "FETCH 1 FROM c"},
+		{"session advisory lock", []string{"SELECT pg_advisory_lock(4242)"}, []string{"SELECT pg_advisory_unlock_all()"}, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"},
+		{"set_config(false)", []string{"SELECT set_config('application_name', 'pinned_app', false)"}, []string{"DISCARD ALL"}, "SELECT 1 WHERE current_setting('application_name') = 'pinned_app'"},
+		{"DISCARD TEMP ends a temp pin", []string{"CREATE TEMP TABLE pin_d (a int)"}, []string{"DISCARD TEMP"}, "SELECT count(*) FROM pin_d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := e.connect(t)
+			for _, q := range tc.pin {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 1)
+			if _, err := conn.Exec(ctx, tc.check); err != nil {
+				t.Fatalf("%s: %v", tc.check, err)
+			}
+			for _, q := range tc.unpin {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+		})
+	}
+}
+
+// TestSettingsInTransactionsAndQueryStrings: a session SET inside a
+// transaction that rolls back is undone; one in a query string with other
+// statements applies in order (both pin the session).
+func TestSettingsInTransactionsAndQueryStrings(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
+	show := func(name string) string {
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := show("work_mem")
+	for _, q := range []string{"BEGIN", "SET work_mem = '9MB'", "ROLLBACK"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if got := show("work_mem"); got != before {
+		t.Fatalf("work_mem after a rolled-back SET = %s, want %s", got, before)
+	}
+	res, err := conn.PgConn().Exec(ctx, "SET work_mem = '11MB'; SELECT current_setting('work_mem')").ReadAll()
+	if err != nil || len(res) != 2 || len(res[1].Rows) != 1 || string(res[1].Rows[0][0]) != "11MB" {
+		t.Fatalf("SET then SELECT in one query string: %+v, %v", res, err)
+	}
+	if got := show("work_mem"); got != "11MB" {
+		t.Fatalf("work_mem after it = %s", got)
+	}
+	if _, err := conn.Exec(ctx, "RESET work_mem"); err != nil {
+		t.Fatal(err)
+	}
+	if got := show("work_mem"); got != before {
+		t.Fatalf("work_mem after RESET = %s, want %s", got, before)
+	}
+}
+
+// TestSessionPoolMode: every client has a backend of its own for its
+// session: the same backend PID in every transaction, session state of any
+// kind, RESET to the startup value, LISTEN/NOTIFY delivered while idle.
+func TestSessionPoolMode(t *testing.T) {
+	e := startProxy(t, sessionMode())
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.RuntimeParams["work_mem"] = "5MB" })
+	var p1, p2 int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p1); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SET work_mem = '6MB'", "CREATE TEMP TABLE s_t AS SELECT 1 AS a", "PREPARE s_p AS SELECT a FROM s_t", "LISTEN s_chan"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var a int
+	if err := conn.QueryRow(ctx, "EXECUTE s_p").Scan(&a); err != nil || a != 1 {
+		t.Fatalf("EXECUTE: %d, %v", a, err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p2); err != nil || p1 != p2 {
+		t.Fatalf("backend PID %d then %d (%v)", p1, p2, err)
+	}
+	var wm string
+	if _, err := conn.Exec(ctx, "RESET work_mem"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SHOW work_mem").Scan(&wm); err != nil || wm != "5MB" {
+		t.Fatalf("RESET work_mem gives %q (%v), want the startup value 5MB", wm, err)
+	}
+	other := e.connect(t)
+	var sender int
+	if err := other.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&sender); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, "NOTIFY s_chan, 'hello'"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil {
+		t.Fatalf("no notification: %v", err)
+	}
+	if n.Channel != "s_chan" || n.Payload != "hello" || int(n.PID) != sender {
+		t.Fatalf("notification %+v, want s_chan/hello from %d", n, sender)
+	}
+	if got := metricSum(t, e.srv, "pgshard_proxy_pinned_sessions"); got != 2 {
+		t.Fatalf("pinned sessions = %v, want 2", got)
+	}
+	if ps := e.srv.PinnedSessions(); len(ps) != 2 || !strings.Contains(ps[0].Reason, "session mode") {
+		t.Fatalf("PinnedSessions = %+v", ps)
+	}
+}
+
+// TestListenInTransactionMode: LISTEN pins the session; a NOTIFY from
+// another client reaches it while it is idle, in order.
+func TestListenInTransactionMode(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	listener := e.connect(t)
+	if _, err := listener.Exec(ctx, "LISTEN t_chan"); err != nil {
+		t.Fatal(err)
+	}
+	sender := e.connect(t)
+	for i := 0; i < 3; i++ {
+		if _, err := sender.Exec(ctx, "SELECT pg_notify('t_chan', $1)", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listener.WaitForNotification(wctx)
+		cancel()
+		if err != nil || n.Payload != fmt.Sprint(i) {
+			t.Fatalf("notification %d: %+v, %v", i, n, err)
+		}
+	}
+	if _, err := listener.Exec(ctx, "UNLISTEN *"); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+}
+
+// TestMaxPinned: beyond Config.MaxPinned a statement that would pin is
+// refused with 53300.
+func TestMaxPinned(t *testing.T) {
+	e := startProxy(t, func(c *proxy.Config) { c.MaxPinned = 1 })
+	ctx := ctxT(t, time.Minute)
+	a, b := e.connect(t), e.connect(t)
+	if _, err := a.Exec(ctx, "CREATE TEMP TABLE mp_a (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Exec(ctx, "CREATE TEMP TABLE mp_b (x int)")
+	if pgCode(err) != "53300" {
+		t.Fatalf("second pin: %v, want 53300", err)
+	}
+	if _, err := a.Exec(ctx, "DISCARD ALL"); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+	if _, err := b.Exec(ctx, "CREATE TEMP TABLE mp_b (x int)"); err != nil {
+		t.Fatalf("after the first pin ended: %v", err)
+	}
+}
+
+// TestUnshardedTables: a table outside the sharding schema lives on the
+// default shard: its DDL, writes and reads run there only; a statement
+// joining it with rows of another shard is refused.
+func TestUnshardedTables(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS unsh_settings",
+		"CREATE TABLE unsh_settings (k text PRIMARY KEY, v text)",
+		"INSERT INTO unsh_settings VALUES ('a', '1'), ('b', '2')",
+		"DO $$BEGIN UPDATE unsh_settings SET v = '3' WHERE k = 'b'; END$$",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM unsh_settings WHERE v IN ('1', '3')").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("count = %d, %v", n, err)
+	}
+	for i := range e.db.m.Shards {
+		var exists bool
+		if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT to_regclass('unsh_settings') IS NOT NULL").Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists != (i == 0) {
+			t.Errorf("shard %d: table exists = %v", i, exists)
+		}
+	}
+	k1 := e.db.keysOn(1, 1, 9_200_000)[0]
+	_, err := conn.Exec(ctx, "SELECT a.abalance, s.v FROM accounts a, unsh_settings s WHERE a.aid = $1", k1)
+	if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "unsharded") {
+		t.Fatalf("join with another shard's rows: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE unsh_settings"); err != nil {
+		t.Fatal(err)
+	}
+	// One query string with DDL every shard needs and an unsharded table:
+	// the type is on every shard, the table on the default one.
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS unsh_mix; DROP TYPE IF EXISTS unsh_mix_t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TYPE unsh_mix_t AS ENUM ('a', 'b'); CREATE TABLE unsh_mix (x unsh_mix_t)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range e.db.m.Shards {
+		var typ, tab bool
+		if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT to_regtype('unsh_mix_t') IS NOT NULL, to_regclass('unsh_mix') IS NOT NULL").Scan(&typ, &tab); err != nil {
+			t.Fatal(err)
+		}
+		if !typ || tab != (i == 0) {
+			t.Errorf("shard %d: type %v, table %v", i, typ, tab)
+		}
+	}
+}
+
+// TestExtraDatabase: a passthrough database served on the same listener:
+// its dbname reaches its own backend database, with every statement
+// routable there (one shard).
+func TestExtraDatabase(t *testing.T) {
+	d := db(t)
+	sh := d.m.Shards[1]
+	m := &shardmap.Map{Epoch: 1, Buckets: d.m.Buckets, Shards: []shardmap.Shard{{Name: "db", DSN: sh.DSN, PoolerDSN: sh.PoolerDSN}},
+		Ranges: []shardmap.Range{{Lo: 0, Hi: d.m.Buckets - 1, Shard: "db"}}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, testSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProxy(t, func(c *proxy.Config) {
+		c.ExtraDatabases = []proxy.Database{{Name: "passthru", Config: proxy.Config{Map: m, Analyzer: an, UsePooler: true}}}
+	})
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.Database = "passthru" })
+	// Key-less DDL inside a transaction and an unknown function: on one
+	// shard both are routable.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE TABLE IF NOT EXISTS xdb_t (a int)", "INSERT INTO xdb_t VALUES (1)", "SELECT count(*) FROM accounts"} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var port string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('port')").Scan(&port); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sh.DSN, ":"+port+"/") {
+		t.Fatalf("passthrough database runs on port %s, want shard1's (%s)", port, sh.DSN)
+	}
+}
+
+// TestSessionModeNamedStatements: in session pooling a client's named
+// statements are the server's own, as on a direct connection: they are in
+// pg_prepared_statements, and a schema change under one gives Postgres's
+// own "cached plan must not change result type".
+func TestSessionModeNamedStatements(t *testing.T) {
+	e := startProxy(t, sessionMode())
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	pc := conn.PgConn()
+	if _, err := conn.Exec(ctx, "CREATE TEMP TABLE sn_t (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "sn_ps", "SELECT * FROM sn_t", nil); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'sn_ps'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("pg_prepared_statements has sn_ps %d times (%v)", n, err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE sn_t ADD COLUMN b int"); err != nil {
+		t.Fatal(err)
+	}
+	res := pc.ExecPrepared(ctx, "sn_ps", nil, nil, nil).Read()
+	if pgCode(res.Err) != "0A000" || !strings.Contains(res.Err.Error(), "cached plan must not change result type") {
+		t.Fatalf("after the schema change: %v", res.Err)
+	}
+	if err := pc.Deallocate(ctx, "sn_ps"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'sn_ps'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after Close, pg_prepared_statements has sn_ps %d times (%v)", n, err)
+	}
+}
+
+// TestDeferredErrorAtSync: an error raised when a pipeline's implicit
+// transaction commits (a deferred unique constraint) comes after the
+// statement's CommandComplete, at Sync: the client gets it and then
+// ReadyForQuery, and the connection stays usable (it used to lose the
+// ReadyForQuery and hang).
+func TestDeferredErrorAtSync(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []envOpt
+	}{{"transaction", nil}, {"session", []envOpt{sessionMode()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.opts...)
+			ctx := ctxT(t, time.Minute)
+			conn := e.connect(t)
+			if _, err := conn.Exec(ctx, `CREATE TEMP TABLE de_t (id text PRIMARY KEY, n int NOT NULL, UNIQUE (n) DEFERRABLE INITIALLY DEFERRED);
+INSERT INTO de_t VALUES ('a', 1), ('b', 2), ('c', 3)`); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := conn.Query(ctx, "UPDATE de_t SET n = n + 1 WHERE id = 'b' RETURNING *")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+			}
+			if pgCode(rows.Err()) != "23505" {
+				t.Fatalf("want 23505 at commit, got %v", rows.Err())
+			}
+			var one int
+			if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+				t.Fatalf("after it: %v", err)
+			}
+		})
+	}
+}
+
+// TestSessionModeOneShardRelay: a session-pooling client of a database of
+// one shard is pinned at startup and relayed unchanged: BackendKeyData
+// carries the backend's real PID (pg_backend_pid() agrees), a cancel
+// reaches its query, a terminated backend ends the client's session.
+func TestSessionModeOneShardRelay(t *testing.T) {
+	d := db(t)
+	sh := d.m.Shards[0]
+	m := &shardmap.Map{Epoch: 1, Buckets: d.m.Buckets, Shards: []shardmap.Shard{{Name: "db", DSN: sh.DSN, PoolerDSN: sh.PoolerDSN}},
+		Ranges: []shardmap.Range{{Lo: 0, Hi: d.m.Buckets - 1, Shard: "db"}}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, testSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProxy(t, func(c *proxy.Config) {
+		c.ExtraDatabases = []proxy.Database{{Name: "one", Config: proxy.Config{Map: m, Analyzer: an, UsePooler: true, PoolMode: proxy.PoolSession}}}
+	})
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.Database = "one" })
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if pid != conn.PgConn().PID() {
+		t.Fatalf("BackendKeyData PID %d, pg_backend_pid() %d", conn.PgConn().PID(), pid)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = conn.Exec(cctx, "SELECT pg_sleep(20)")
+	cancel()
+	if err == nil {
+		t.Fatal("pg_sleep(20) was not cancelled")
+	}
+	// pgx closes the connection after a cancelled query; a new one works.
+	conn = e.connect(t, func(c *pgx.ConnConfig) { c.Database = "one" })
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())"); err == nil || pgCode(err) != "57P01" {
+		t.Fatalf("terminating its own backend: %v, want 57P01", err)
+	}
+	if !conn.IsClosed() {
+		if err := conn.Ping(ctx); err == nil {
+			t.Fatal("the session outlived its backend")
+		}
+	}
+}
+
+// TestWildcardUserAsItself: a client admitted through the "*" login
+// reaches the shards as its own role, in both pool modes; a listed user
+// shares the shard DSN's. (Directly: the test cluster's PgBouncers admit
+// only the roles of their auth_file.)
+func TestWildcardUserAsItself(t *testing.T) {
+	for _, mode := range []proxy.PoolMode{proxy.PoolTransaction, proxy.PoolSession} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := startProxy(t, direct(), withUsers(proxy.User{Name: "*", Trust: true}), func(c *proxy.Config) { c.PoolMode = mode })
+			ctx := ctxT(t, time.Minute)
+			admin := e.connect(t)
+			for i := range e.db.m.Shards {
+				if _, err := e.db.shardConn(t, i).Exec(ctx, "DO $$BEGIN CREATE ROLE pin_self LOGIN; EXCEPTION WHEN duplicate_object THEN END$$"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var who string
+			if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != "postgres" {
+				t.Fatalf("listed user: current_user %q (%v)", who, err)
+			}
+			conn := e.connect(t, func(c *pgx.ConnConfig) { c.User = "pin_self" })
+			for i := 0; i < 2; i++ {
+				if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != "pin_self" {
+					t.Fatalf("wildcard user: current_user %q (%v)", who, err)
+				}
+			}
+		})
+	}
+}
+
+// TestTerminateSessionByPID: pg_terminate_backend / pg_cancel_backend of a
+// client session's BackendKeyData PID act on that session (its PID is the
+// proxy's, no backend's), in the forms drivers and tools use.
+func TestTerminateSessionByPID(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	ctl := e.connect(t)
+	for _, tc := range []struct {
+		name string
+		sql  func(pid uint32) (string, []any)
+	}{
+		{"literal, simple protocol", func(pid uint32) (string, []any) { return fmt.Sprintf("select pg_terminate_backend(%d)", pid), nil }},
+		{"parameter", func(pid uint32) (string, []any) { return "select pg_terminate_backend($1)", []any{pid} }},
+		{"unnest of an array", func(pid uint32) (string, []any) {
+			return "select pg_terminate_backend(n) from unnest($1::int[]) n", []any{[]int32{int32(pid)}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			victim := e.connect(t)
+			q, args := tc.sql(victim.PgConn().PID())
+			var ok bool
+			if err := ctl.QueryRow(ctx, q, args...).Scan(&ok); err != nil || !ok {
+				t.Fatalf("%s: %v, %v", q, ok, err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				err := victim.Ping(ctx)
+				if err != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the terminated session still answers")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	t.Run("its own session, pg_backend_pid()", func(t *testing.T) {
+		// As on a direct connection the caller's session ends with FATAL
+		// 57P01 (the pooled backend it ran on is not the session).
+		self := e.connect(t)
+		var ok bool
+		err := self.QueryRow(ctx, "select pg_terminate_backend(pg_backend_pid())").Scan(&ok)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "57P01" || pe.SeverityUnlocalized != "FATAL" {
+			t.Fatalf("self-termination: %v, want FATAL 57P01", err)
+		}
+		if !self.IsClosed() {
+			t.Fatal("the session survived its own pg_terminate_backend(pg_backend_pid())")
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		victim := e.connect(t)
+		errc := make(chan error, 1)
+		sh := e.db.m.Shards[0].Name
+		go func() { _, err := victim.Exec(ctx, "/* pgshard:shard="+sh+" */ SELECT pg_sleep(20)"); errc <- err }()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			if err := ctl.QueryRow(ctx, "/* pgshard:shard="+sh+" */ SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%SELECT pg_sleep(20)' AND state = 'active' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the query never started")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := ctl.Exec(ctx, fmt.Sprintf("select pg_cancel_backend(%d)", victim.PgConn().PID())); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; pgCode(err) != "57014" {
+			t.Fatalf("cancelled query: %v, want 57014", err)
+		}
+	})
+}
+
+// TestReadOnlyStartupThroughPooler: a client that connects with
+// default_transaction_read_only=on gets read-only transactions through
+// PgBouncer too (the preamble's transaction had begun read-write).
+func TestReadOnlyStartupThroughPooler(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.RuntimeParams["default_transaction_read_only"] = "on" })
+	var ro string
+	if err := conn.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro); err != nil || ro != "on" {
+		t.Fatalf("transaction_read_only = %q (%v), want on", ro, err)
+	}
+	k := e.db.keysOn(1, 1, 9_300_000)[0]
+	if _, err := conn.Exec(ctx, "INSERT INTO accounts (aid) VALUES ($1)", k); pgCode(err) != "25006" {
+		t.Fatalf("a write in a read-only session: %v, want 25006", err)
+	}
+}
+
+// TestCopyFromWithSettingsThroughPooler: a COPY FROM STDIN of a client
+// whose settings the proxy applies per transaction (BEGIN, preamble, COPY,
+// COMMIT) sends the COMMIT only after the copy (it used to arrive during
+// it: "unexpected message type 0x51 during COPY from stdin").
+func TestCopyFromWithSettingsThroughPooler(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.RuntimeParams["work_mem"] = "7MB" })
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS copy_w; CREATE TABLE copy_w (a int, wm text)"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := conn.CopyFrom(ctx, pgx.Identifier{"copy_w"}, []string{"a"}, pgx.CopyFromRows([][]any{{1}, {2}, {3}}))
+	if err != nil || n != 3 {
+		t.Fatalf("CopyFrom: %d, %v", n, err)
+	}
+	var got int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM copy_w").Scan(&got); err != nil || got != 3 {
+		t.Fatalf("count %d, %v", got, err)
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE copy_w"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPreparePinsOnOneShard: on a database of one shard an SQL-level
+// PREPARE pins the session (the server's own statement: EXPLAIN EXECUTE,
+// pg_prepared_statements), until DEALLOCATE; on several shards it stays
+// virtual (each EXECUTE routed by its arguments: TestSessionFeatures).
+func TestPreparePinsOnOneShard(t *testing.T) {
+	d := db(t)
+	sh := d.m.Shards[2]
+	m := &shardmap.Map{Epoch: 1, Buckets: d.m.Buckets, Shards: []shardmap.Shard{{Name: "db", DSN: sh.DSN, PoolerDSN: sh.PoolerDSN}},
+		Ranges: []shardmap.Range{{Lo: 0, Hi: d.m.Buckets - 1, Shard: "db"}}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, testSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProxy(t, func(c *proxy.Config) {
+		c.ExtraDatabases = []proxy.Database{{Name: "one", Config: proxy.Config{Map: m, Analyzer: an, UsePooler: true}}}
+	})
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) {
+		c.Database = "one"
+		c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	})
+	if _, err := conn.Exec(ctx, "PREPARE pp1(int) AS SELECT $1 + 1"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'pp1'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("pg_prepared_statements: %d, %v", n, err)
+	}
+	if _, err := conn.Exec(ctx, "EXPLAIN EXECUTE pp1(1)"); err != nil {
+		t.Fatalf("EXPLAIN EXECUTE: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "DEALLOCATE pp1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after DEALLOCATE, pg_prepared_statements: %d, %v", n, err)
+	}
+}

@@ -1,0 +1,265 @@
+package proxy
+
+// pg_terminate_backend / pg_cancel_backend of a client session's PID.
+//
+// A client's BackendKeyData PID is the proxy's key for its session (a
+// backend's real PID only for a session pinned at startup): no backend has
+// it. Tools and drivers end or cancel another session with
+// pg_terminate_backend(pid) / pg_cancel_backend(pid) of that PID; sent to
+// a shard it would find no such process (or, worse, another one). So the
+// proxy answers the common forms itself when every PID named is one of
+// its sessions — `SELECT pg_terminate_backend(PID | $1)` and
+// `SELECT pg_terminate_backend(n) FROM unnest($1::int[]) n`, and
+// `pg_terminate_backend(pg_backend_pid())`, the caller's own session (the
+// backend's PID is not the session's: a pooled backend's death would
+// not end the client's session) — ending that
+// session as Postgres would (FATAL 57P01 to its client, then the
+// connection closed) or cancelling its running query, and returning true
+// per PID. Any other form, or a PID that is not a session's, goes to the
+// backend as it is.
+
+import (
+	"context"
+	"encoding/binary"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+var (
+	termOneRe    = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\$1|\d+|(?:pg_catalog\.)?pg_backend_pid\s*\(\s*\))\s*(?:::\s*(?:int[248]?|integer))?\s*\)\s*;?\s*$`)
+	termUnnestRe = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\w+)\s*\)\s+from\s+(?:pg_catalog\.)?unnest\s*\(\s*\$1\s*(?:::\s*(?:int[248]?|integer)\s*\[\])?\s*\)\s+(?:as\s+)?(\w+)\s*;?\s*$`)
+)
+
+// terminateCall is a recognized call: the function and the PIDs.
+type terminateCall struct {
+	fn   string // "terminate" or "cancel"
+	pids []uint32
+	// self: the PID is pg_backend_pid(), the calling session's own.
+	self bool
+	// binary: the client asked for its result in binary.
+	binary bool
+}
+
+// parseTerminate recognizes a call in sql with Bind params (nil for a
+// simple query); nil when the text is not one of the forms or a value
+// cannot be read.
+func parseTerminate(sql string, params [][]byte, formats []int16) *terminateCall {
+	if len(sql) > 200 || !strings.Contains(strings.ToLower(sql), "_backend") {
+		return nil
+	}
+	format := func() int16 {
+		if len(formats) > 0 {
+			return formats[0]
+		}
+		return 0
+	}
+	if m := termOneRe.FindStringSubmatch(sql); m != nil {
+		if strings.Contains(strings.ToLower(m[2]), "pg_backend_pid") {
+			if strings.EqualFold(m[1], "cancel") {
+				return nil // the backend running it cancels itself, as Postgres does
+			}
+			return &terminateCall{fn: "terminate", self: true}
+		}
+		var v []byte
+		f := int16(0)
+		if m[2] == "$1" {
+			if len(params) != 1 || params[0] == nil {
+				return nil
+			}
+			v, f = params[0], format()
+		} else {
+			v = []byte(m[2])
+		}
+		pid, ok := readPID(v, f)
+		if !ok {
+			return nil
+		}
+		return &terminateCall{fn: strings.ToLower(m[1]), pids: []uint32{pid}}
+	}
+	if m := termUnnestRe.FindStringSubmatch(sql); m != nil && strings.EqualFold(m[2], m[3]) && len(params) == 1 && params[0] != nil {
+		pids, ok := readPIDArray(params[0], format())
+		if !ok || len(pids) == 0 {
+			return nil
+		}
+		return &terminateCall{fn: strings.ToLower(m[1]), pids: pids}
+	}
+	return nil
+}
+
+func readPID(v []byte, format int16) (uint32, bool) {
+	if format == 1 {
+		switch len(v) {
+		case 4:
+			return binary.BigEndian.Uint32(v), true
+		case 8:
+			n := binary.BigEndian.Uint64(v)
+			return uint32(n), n <= 1<<32-1
+		case 2:
+			return uint32(binary.BigEndian.Uint16(v)), true
+		}
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(v)), 10, 32)
+	return uint32(n), err == nil
+}
+
+// readPIDArray reads a one-dimensional integer array parameter in text
+// ({1,2}) or binary form.
+func readPIDArray(v []byte, format int16) ([]uint32, bool) {
+	if format != 1 {
+		s := strings.TrimSpace(string(v))
+		if !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}") {
+			return nil, false
+		}
+		var out []uint32
+		for _, f := range strings.Split(s[1:len(s)-1], ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+			if err != nil {
+				return nil, false
+			}
+			out = append(out, uint32(n))
+		}
+		return out, true
+	}
+	if len(v) < 12 {
+		return nil, false
+	}
+	ndim := binary.BigEndian.Uint32(v)
+	if ndim == 0 {
+		return nil, true
+	}
+	if ndim != 1 || len(v) < 20 {
+		return nil, false
+	}
+	n := int(binary.BigEndian.Uint32(v[12:]))
+	b := v[20:]
+	var out []uint32
+	for i := 0; i < n; i++ {
+		if len(b) < 4 {
+			return nil, false
+		}
+		l := int(int32(binary.BigEndian.Uint32(b)))
+		b = b[4:]
+		if l < 0 || len(b) < l {
+			return nil, false
+		}
+		pid, ok := readPID(b[:l], 1)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, pid)
+		b = b[l:]
+	}
+	return out, true
+}
+
+// sessionByPID finds a client session of the core (of any database on the
+// listener) by its BackendKeyData PID.
+func (c *core) sessionByPID(pid uint32) *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessions[pid]
+}
+
+// runTerminate does the call if every PID is a session's, and returns the
+// DataRows' values ("t" each); ok false: not ours, send it on.
+func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) {
+	if c.self {
+		c.pids = []uint32{s.pid}
+	}
+	targets := make([]*session, 0, len(c.pids))
+	for _, pid := range c.pids {
+		t := s.core.sessionByPID(pid)
+		if t == nil {
+			return false
+		}
+		targets = append(targets, t)
+	}
+	for _, t := range targets {
+		if c.fn == "cancel" {
+			t.cancelBackend(ctx)
+			continue
+		}
+		if t == s {
+			// Its own session: the answer goes first, then the FATAL.
+			s.terminateSelf = true
+			continue
+		}
+		t.terminate()
+	}
+	return true
+}
+
+// errSelfTerminated is what a session that terminated itself gets.
+func errSelfTerminated() *Error {
+	return &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+}
+
+// terminate ends a session as pg_terminate_backend does: FATAL 57P01 to
+// its client, then its connection is closed (its goroutine then ends and
+// releases what it holds).
+func (s *session) terminate() {
+	msg := appendError(nil, &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
+	s.wmu.Lock()
+	_, _ = connIO(s.conn).Write(msg)
+	s.wmu.Unlock()
+	s.closeClient()
+}
+
+// appendTerminateResult appends the result of a recognized call: one bool
+// column named after the function, one "t" row per PID.
+func appendTerminateResult(dst []byte, c *terminateCall, describe bool) []byte {
+	if describe {
+		dst = appendBoolRowDescription(dst, "pg_"+c.fn+"_backend", c.binary)
+	}
+	v := []byte("t")
+	if c.binary {
+		v = []byte{1}
+	}
+	for range c.pids {
+		dst = appendDataRow(dst, [][]byte{v})
+	}
+	return appendCommandComplete(dst, "SELECT "+strconv.Itoa(len(c.pids)))
+}
+
+func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
+	dst, sp := beginMsg(dst, 'T')
+	dst = appendU16(dst, 1)
+	dst = appendCStr(dst, name)
+	dst = appendU32(dst, 0)  // table
+	dst = appendU16(dst, 0)  // attribute
+	dst = appendU32(dst, 16) // bool
+	dst = appendU16(dst, 1)  // size
+	dst = appendU32(dst, 0xFFFFFFFF)
+	if binary {
+		dst = appendU16(dst, 1)
+	} else {
+		dst = appendU16(dst, 0)
+	}
+	return finishMsg(dst, sp)
+}
+
+// terminateSimple answers a simple query that is a recognized call of
+// our sessions' PIDs; false: not one.
+func (s *session) terminateSimple(ctx context.Context, as []*route.Statement) bool {
+	if len(as) != 1 || as[0].Kind != route.KindOther || s.tx == txFailed {
+		return false
+	}
+	c := parseTerminate(as[0].SQL, nil, nil)
+	if c == nil || !s.runTerminate(ctx, c) {
+		return false
+	}
+	if c.self {
+		// As in Postgres the statement itself is interrupted: the FATAL
+		// is its answer, and the session ends.
+		s.out = appendError(s.out, errSelfTerminated())
+		s.selfFatalSent = true
+		return true
+	}
+	s.out = appendTerminateResult(s.out, c, true)
+	s.out = appendRFQ(s.out, s.status())
+	return true
+}
