@@ -149,7 +149,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	faults := `
-  - {kind: lost-ack, every: 1500ms, hold: 1s, params: {count: "2"}}
+  - {kind: lost-ack, every: 1500ms, hold: 1400ms, params: {count: "2"}} # armed until a commit reply comes by: longer on a loaded machine
   - {kind: terminate, every: 1500ms}
   - {kind: reset, every: 2s}
   - {kind: shard-crash, every: 3s, hold: 400ms}`
