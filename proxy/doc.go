@@ -58,7 +58,10 @@
 //	    terminate.go: pg_terminate_backend / pg_cancel_backend of a client
 //	    session's PID (or pg_terminate_backend(pg_backend_pid())) act on
 //	    that session. exchange.go's copyIn peeks at the backend after each
-//	    write, so a COPY FROM the server fails ends at once.
+//	    write, so a COPY FROM the server fails ends at once; a COPY in a
+//	    query string of several statements (or a pipeline) runs as on one
+//	    database, the COMMIT of a wrapped implicit transaction held until
+//	    the string is done (planner.holdCommit).
 //
 // # Pool modes, pinning and unsharded tables
 //

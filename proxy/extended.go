@@ -366,6 +366,7 @@ func (p *planner) bind(raw []byte, idx int) {
 	p.recordSoft(a)
 	p.noteWrite(a)
 	p.notePinOp(a)
+	p.copyIn = p.copyIn || a.Copy
 	name, cs := p.sendParse(vs)
 	if len(bv.stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
@@ -715,6 +716,7 @@ func (p *planner) sync(raw []byte) {
 			s.bw = append(s.bw, raw...)
 			if p.wrap {
 				s.items = append(s.items, item{kind: itSync})
+				p.holdCommit()
 				s.bw = appendQuery(s.bw, "COMMIT")
 				s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 			} else {
@@ -772,6 +774,7 @@ func (s *session) finish(p *planner, term byte) error {
 		s.bw = appendEmpty(s.bw, 'S')
 		s.items = append(s.items, item{kind: itSync})
 		if p.wrap {
+			p.holdCommit()
 			s.bw = appendQuery(s.bw, "COMMIT")
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow})
 		}

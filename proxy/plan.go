@@ -67,6 +67,9 @@ type planner struct {
 	// preamble's transaction-local settings apply.
 	wrap bool
 	soft bool
+	// copyIn: a COPY is sent in this pipeline or query string; the
+	// wrapping COMMIT must then wait until its copy has ended (holdCommit).
+	copyIn bool
 
 	// backendUnnamed is the statement that is the backend's unnamed
 	// statement in this pipeline.
@@ -131,6 +134,7 @@ func (s *session) newPlanner(ctx context.Context) *planner {
 	s.items = s.items[:0]
 	s.lbuf = s.lbuf[:0]
 	s.bw = s.bw[:0]
+	s.bwHold = 0
 	s.portals = s.portals[:0]
 	return p
 }

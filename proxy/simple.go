@@ -48,6 +48,7 @@ func (p *planner) endQuery() {
 	s := p.s
 	if p.onBackend {
 		if p.wrap {
+			p.holdCommit()
 			s.bw = appendQuery(s.bw, "COMMIT")
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 		}
@@ -105,11 +106,9 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
 		eff = p.txEffectKeep()
 	}
+	p.copyIn = p.copyIn || a.Copy
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
-	if a.Copy && p.wrap {
-		s.bwHold, s.bwHoldItem = len(s.bw), len(s.items)
-	}
 	p.endQuery()
 }
 
@@ -318,10 +317,23 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	}
 	for _, a := range as {
 		p.notePinOp(a)
+		p.copyIn = p.copyIn || a.Copy
 	}
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
+}
+
+// holdCommit, before the COMMIT of a wrapped implicit transaction that ran
+// a COPY, marks where the bytes that must wait for the copy begin: a
+// backend in COPY FROM STDIN mode takes nothing but copy messages (a Query
+// there is Postgres's "unexpected message type 0x51 during COPY from
+// stdin"), and a query string may go on after its COPY, or hold several.
+// The exchange writes them once the items before them are answered.
+func (p *planner) holdCommit() {
+	if p.copyIn && p.s.bwHold == 0 {
+		p.s.bwHold, p.s.bwHoldItem = len(p.s.bw), len(p.s.items)
+	}
 }
 
 func settingNames(st *settings) string {
