@@ -118,6 +118,9 @@ type planner struct {
 	// planned one.
 	leads    []fanLead
 	leadNext bool
+	// setAhead: a statement that only sets transaction-local state went
+	// to the backend in this pipeline's implicit transaction.
+	setAhead bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -540,6 +543,9 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 			return -1, true, nil
 		}
 		srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+		if p.setAhead && p.tx == txIdle && !p.held {
+			return 0, false, errSettingsAhead(d.Reason)
+		}
 		if a.Kind == route.KindDDL || d.Merge == nil {
 			return 0, false, &Error{Code: codeFeatureNotSupported,
 				Message: "a statement that must change every shard's schema cannot run inside a transaction block",

@@ -217,6 +217,11 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.fan = f // settings, then a read of every shard (fanlead.go)
 		return
 	}
+	if e := p.settingsAheadOfAll(as); e != nil {
+		p.fail(e, nil)
+		p.endQuery()
+		return
+	}
 	// Route every statement; they must agree.
 	shard, first := -1, -1
 	var firstDest route.Dest
@@ -334,6 +339,43 @@ func (p *planner) holdCommit() {
 	if p.copyIn && p.s.bwHold == 0 {
 		p.s.bwHold, p.s.bwHoldItem = len(p.s.bw), len(p.s.items)
 	}
+}
+
+// settingsAheadOfAll refuses a query string (an implicit transaction) in
+// which transaction-local settings precede a statement that runs on every
+// shard and is not a read they lead (simpleLeads): they would be dropped.
+func (p *planner) settingsAheadOfAll(as []*route.Statement) *Error {
+	s := p.s
+	if p.tx != txIdle || p.held || hasTxnBlock(as) {
+		return nil
+	}
+	set := false
+	for _, a := range as {
+		if setsOnlyLocal(a) {
+			set = true
+			continue
+		}
+		if !set || txnControl(a.Kind) {
+			continue
+		}
+		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
+			return errSettingsAhead(d.Reason)
+		}
+	}
+	return nil
+}
+
+// hasTxnBlock reports whether a query string opens or ends a transaction
+// block itself (its settings then belong to that block, not the string's
+// implicit transaction).
+func hasTxnBlock(as []*route.Statement) bool {
+	for _, a := range as {
+		switch a.Kind {
+		case route.KindBegin, route.KindCommit, route.KindRollback:
+			return true
+		}
+	}
+	return false
 }
 
 func settingNames(st *settings) string {
