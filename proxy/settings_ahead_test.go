@@ -55,18 +55,30 @@ func TestSettingsAheadOfEveryDestination(t *testing.T) {
 				stmt: "CREATE OR REPLACE FUNCTION settings_ddl_f() RETURNS int LANGUAGE sql AS 'SELECT count(*)::int FROM settings_no_such_table'"},
 		}
 	}
+	// In session pooling on several shards the session is pinned to the
+	// default shard: statements of other shards (the key is on shard1) and
+	// of every shard are refused there, settings or not.
+	pinnedRefuses := map[string]bool{"keyed": true, "keyed-write": true, "fanout-read": true, "ddl-every-shard": true}
 	modes := []struct {
-		name string
-		opts []envOpt
+		name    string
+		opts    []envOpt
+		refuses map[string]bool
+		wrap    bool // a startup setting: each transaction is wrapped in BEGIN, preamble, COMMIT through PgBouncer
 	}{
-		{"pooler", []envOpt{poolSize(1)}},
-		{"direct", []envOpt{direct(), poolSize(1)}},
+		{"pooler", []envOpt{poolSize(1)}, nil, false},
+		{"pooler-preamble", []envOpt{poolSize(1)}, nil, true},
+		{"direct", []envOpt{direct(), poolSize(1)}, nil, false},
+		{"session", []envOpt{sessionMode()}, pinnedRefuses, true},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			e := startProxy(t, m.opts...)
 			dests := setup(t, e)
-			conn := e.connect(t)
+			conn := e.connect(t, func(c *pgx.ConnConfig) {
+				if m.wrap {
+					c.RuntimeParams["work_mem"] = "7MB"
+				}
+			})
 			for _, d := range dests {
 				sets := map[string]string{
 					"set_config": fmt.Sprintf("SELECT set_config('%s', '%s', true)", d.setting, d.val),
@@ -88,6 +100,10 @@ func TestSettingsAheadOfEveryDestination(t *testing.T) {
 								_, err = conn.PgConn().Exec(ctx, set+"; "+d.stmt).ReadAll()
 							}
 							switch {
+							case m.refuses[d.name]:
+								if pgCode(err) != "0A000" {
+									t.Errorf("%s; %s: %v, want 0A000 (another shard than the pinned one)", set, d.stmt, err)
+								}
 							case d.refused:
 								if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "transaction-local settings") {
 									t.Errorf("%s; %s: %v, want the 0A000 refusal of settings ahead of it", set, d.stmt, err)

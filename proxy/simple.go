@@ -172,11 +172,16 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		return
 	}
 	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
+	// blockCtl: the string has transaction control that the BEGIN/COMMIT
+	// of the settings preamble would change (not a SET LOCAL of a
+	// setting, which holds to the end of either transaction alike).
+	blockCtl := false
 	for _, a := range as {
 		k := a.Kind
 		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
 		if txnControl(k) && !local {
 			hasTxn = true
+			blockCtl = blockCtl || !(k == route.KindSetLocal && leadable(a))
 		} else if local {
 			anyLocal = true
 		} else {
@@ -304,7 +309,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.endQuery()
 		return
 	}
-	if hasTxn && p.tx == txIdle && !p.held {
+	if blockCtl && p.tx == txIdle && !p.held {
 		// The string manages its own transaction: no wrapping possible.
 		pool := s.srv.pools[target]
 		if _, pre := s.cur.split(pool.viaPooler); len(pre.kv) > 0 {
