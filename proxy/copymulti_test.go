@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // TestCopyInQueryString: a COPY FROM STDIN inside a query string of several
@@ -100,5 +102,68 @@ func TestCopyInQueryString(t *testing.T) {
 		if err != nil || strings.TrimSpace(string(out)) != "2" {
 			t.Fatalf("psql: %v %q; want 2", err, out)
 		}
+	})
+	// Two COPYs and a read in one string, with the preamble through
+	// PgBouncer: each copy is fed in turn, one ReadyForQuery at the end.
+	t.Run("two-copies", func(t *testing.T) {
+		e := startProxy(t)
+		ctx := ctxT(t, time.Minute)
+		cfg, err := pgconn.ParseConfig(e.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["work_mem"] = "7MB"
+		pc, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pc.Exec(ctx, "DROP TABLE IF EXISTS copy_multi_two; CREATE TABLE copy_multi_two (a int)").Close(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = execDirect(context.Background(), e.dsn, "DROP TABLE IF EXISTS copy_multi_two") })
+		hc, err := pc.Hijack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hc.Conn.Close()
+		_ = hc.Conn.SetDeadline(time.Now().Add(30 * time.Second))
+		fe := hc.Frontend
+		fe.Send(&pgproto3.Query{String: "COPY copy_multi_two (a) FROM STDIN; COPY copy_multi_two (a) FROM STDIN; SELECT count(*) FROM copy_multi_two"})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var copies int
+		var got []string
+		for done := false; !done; {
+			msg, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			switch m := msg.(type) {
+			case *pgproto3.CopyInResponse:
+				copies++
+				fe.Send(&pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\n%d\n", copies, copies))})
+				fe.Send(&pgproto3.CopyDone{})
+				if err := fe.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			case *pgproto3.CommandComplete:
+				got = append(got, string(m.CommandTag))
+			case *pgproto3.DataRow:
+				got = append(got, string(m.Values[0]))
+			case *pgproto3.ErrorResponse:
+				t.Fatalf("error after %v: %s %s", got, m.Code, m.Message)
+			case *pgproto3.ReadyForQuery:
+				if m.TxStatus != 'I' {
+					t.Errorf("ReadyForQuery %c, want I", m.TxStatus)
+				}
+				done = true
+			}
+		}
+		if want := "COPY 2,COPY 2,4,SELECT 1"; copies != 2 || strings.Join(got, ",") != want {
+			t.Fatalf("copies %d, answers %v; want 2, %s", copies, got, want)
+		}
+		fe.Send(&pgproto3.Terminate{})
+		_ = fe.Flush()
 	})
 }
