@@ -58,7 +58,10 @@
 //	    terminate.go: pg_terminate_backend / pg_cancel_backend of a client
 //	    session's PID (or pg_terminate_backend(pg_backend_pid())) act on
 //	    that session. exchange.go's copyIn peeks at the backend after each
-//	    write, so a COPY FROM the server fails ends at once.
+//	    write, so a COPY FROM the server fails ends at once; a COPY in a
+//	    query string of several statements (or a pipeline) runs as on one
+//	    database, the COMMIT of a wrapped implicit transaction held until
+//	    the string is done (planner.holdCommit).
 //
 // # Pool modes, pinning and unsharded tables
 //
@@ -146,7 +149,12 @@
 // in the same write and implicit transaction, and the client gets the
 // first shard's answers to them (each must succeed on every shard; an
 // error fails the implicit transaction as on one database), then the
-// merged read and one ReadyForQuery (fanlead.go). Only what provably sets
+// merged read and one ReadyForQuery (fanlead.go). Ahead of a statement of
+// one shard of any kind (an unsharded table's, the default shard's
+// function or DO block, a key-less statement any shard runs) they run on
+// that shard (lookahead: the pipeline's backend is the one that statement
+// uses or follows); ahead of DDL or another statement of every shard that
+// no lead can precede they are refused (0A000), never dropped. Only what provably sets
 // transaction-local state leads (route.Statement.Settings: set_config with
 // a constant name, a constant or parameter value and true; SET LOCAL of a
 // setting that is not a transaction characteristic), and only in a

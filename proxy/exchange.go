@@ -216,7 +216,8 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 	var res exchangeResult
 	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
 	// after it may be sent only once the copy is done (the backend in
-	// COPY mode takes nothing else).
+	// COPY mode takes nothing else): once the items before it are
+	// answered (planner.holdCommit).
 	var rest []byte
 	restItem := -1
 	out := s.bw
@@ -343,14 +344,10 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				continue
 			case 'G':
 				s.out = append(s.out, msg...)
+				// The held bytes wait for their item: the statement may
+				// go on (a query string after its COPY, another COPY).
 				if err := s.copyIn(bc); err != nil {
 					return res, err
-				}
-				if rest != nil {
-					if err := bc.write(rest); err != nil {
-						return s.backendLost(bc, err, explicit, res)
-					}
-					rest = nil
 				}
 				continue
 			case 'W':

@@ -292,8 +292,11 @@ func (p *planner) bind(raw []byte, idx int) {
 		case sh == aheadFan:
 			p.addLead(vs, raw, pi) // on every shard, ahead of the read
 			return
-		case sh >= 0:
-			local = false // on the shard of the keyed statement after it
+		case sh >= 0, sh == aheadAny:
+			// On the shard of the statement after it (or the one target
+			// picks, which that statement then follows); dropping it
+			// would run that statement without the setting.
+			local = false
 			pi.setting = true
 		}
 	}
@@ -366,6 +369,8 @@ func (p *planner) bind(raw []byte, idx int) {
 	p.recordSoft(a)
 	p.noteWrite(a)
 	p.notePinOp(a)
+	p.copyIn = p.copyIn || a.Copy
+	p.setAhead = p.setAhead || setsOnlyLocal(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
@@ -532,7 +537,8 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // lookahead routes the next Bind of the pipeline after idx, up to its
 // Sync (where its implicit transaction ends), so that a Describe or a
 // key-less statement before it runs on the shard the pipeline will use
-// (-1 = none decided). Statements parsed by the pipeline itself count;
+// (-1 = none decided; aheadAny = a statement follows that has no shard of
+// its own: any, or every shard). Statements parsed by the pipeline itself count;
 // statements that only set transaction-local state are passed over (they
 // run wherever the statement after them runs).
 //
@@ -596,8 +602,14 @@ func (p *planner) lookahead(idx int, lead bool) int {
 		if d.Kind == route.DestAll && lead && d.Merge != nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
 			return aheadFan
 		}
-		if d.Kind != route.DestShard {
-			return -1
+		switch {
+		case d.Kind == route.DestShard:
+		case d.Kind == route.DestAny && d.Default:
+			// Unsharded objects, side effects the proxy cannot see: the
+			// default shard runs it (as target decides).
+			d.Shard = s.srv.defaultShard
+		default:
+			return aheadAny
 		}
 		if p.hint >= 0 {
 			return p.hint
@@ -715,6 +727,7 @@ func (p *planner) sync(raw []byte) {
 			s.bw = append(s.bw, raw...)
 			if p.wrap {
 				s.items = append(s.items, item{kind: itSync})
+				p.holdCommit()
 				s.bw = appendQuery(s.bw, "COMMIT")
 				s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 			} else {
@@ -772,6 +785,7 @@ func (s *session) finish(p *planner, term byte) error {
 		s.bw = appendEmpty(s.bw, 'S')
 		s.items = append(s.items, item{kind: itSync})
 		if p.wrap {
+			p.holdCommit()
 			s.bw = appendQuery(s.bw, "COMMIT")
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow})
 		}

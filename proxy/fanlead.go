@@ -42,6 +42,12 @@ const oidUnknown = 705
 // settings, is a read of every shard the settings may lead.
 const aheadFan = -2
 
+// aheadAny is lookahead's answer when a statement follows in the pipeline
+// that runs on no fixed shard (any shard, or every shard but not as a
+// read a lead can go ahead of): settings ahead of it go to the backend the
+// pipeline picks, which that statement follows (or refuses it).
+const aheadAny = -3
+
 // fanLead is one lead of a fan-out read.
 type fanLead struct {
 	st   *route.Statement
@@ -62,6 +68,18 @@ type fanLead struct {
 // SET LOCAL / SET TRANSACTION / SET CONSTRAINTS (not a pgshard hint).
 func setsOnlyLocal(a *route.Statement) bool {
 	return a.Settings != nil || a.Kind == route.KindSetLocal && !strings.HasPrefix(a.SetName, "pgshard.")
+}
+
+// errSettingsAhead refuses transaction-local settings ahead of a
+// statement that runs on every shard in the same implicit transaction but
+// is not a read they can lead (DDL, utility statements): each shard would
+// run it in its own implicit transaction without them, so the setting
+// would be silently dropped.
+func errSettingsAhead(reason string) *Error {
+	return &Error{Code: codeFeatureNotSupported,
+		Message: "transaction-local settings (SET LOCAL, set_config(..., true)) can go ahead of a statement that runs on every shard only if it is a read pgshard merges; they cannot be carried to this statement",
+		Detail:  reason,
+		Hint:    "Send the statement in a pipeline (up to Sync) or query string of its own; a setting it needs can be SET for the session before it and RESET after."}
 }
 
 // leadable reports whether a statement may run on every shard ahead of a

@@ -67,6 +67,9 @@ type planner struct {
 	// preamble's transaction-local settings apply.
 	wrap bool
 	soft bool
+	// copyIn: a COPY is sent in this pipeline or query string; the
+	// wrapping COMMIT must then wait until its copy has ended (holdCommit).
+	copyIn bool
 
 	// backendUnnamed is the statement that is the backend's unnamed
 	// statement in this pipeline.
@@ -115,6 +118,9 @@ type planner struct {
 	// planned one.
 	leads    []fanLead
 	leadNext bool
+	// setAhead: a statement that only sets transaction-local state went
+	// to the backend in this pipeline's implicit transaction.
+	setAhead bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -131,6 +137,7 @@ func (s *session) newPlanner(ctx context.Context) *planner {
 	s.items = s.items[:0]
 	s.lbuf = s.lbuf[:0]
 	s.bw = s.bw[:0]
+	s.bwHold = 0
 	s.portals = s.portals[:0]
 	return p
 }
@@ -536,6 +543,9 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 			return -1, true, nil
 		}
 		srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+		if p.setAhead && p.tx == txIdle && !p.held {
+			return 0, false, errSettingsAhead(d.Reason)
+		}
 		if a.Kind == route.KindDDL || d.Merge == nil {
 			return 0, false, &Error{Code: codeFeatureNotSupported,
 				Message: "a statement that must change every shard's schema cannot run inside a transaction block",

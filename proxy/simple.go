@@ -48,6 +48,7 @@ func (p *planner) endQuery() {
 	s := p.s
 	if p.onBackend {
 		if p.wrap {
+			p.holdCommit()
 			s.bw = appendQuery(s.bw, "COMMIT")
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 		}
@@ -105,11 +106,9 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
 		eff = p.txEffectKeep()
 	}
+	p.copyIn = p.copyIn || a.Copy
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
-	if a.Copy && p.wrap {
-		s.bwHold, s.bwHoldItem = len(s.bw), len(s.items)
-	}
 	p.endQuery()
 }
 
@@ -173,11 +172,16 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		return
 	}
 	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
+	// blockCtl: the string has transaction control that the BEGIN/COMMIT
+	// of the settings preamble would change (not a SET LOCAL of a
+	// setting, which holds to the end of either transaction alike).
+	blockCtl := false
 	for _, a := range as {
 		k := a.Kind
 		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
 		if txnControl(k) && !local {
 			hasTxn = true
+			blockCtl = blockCtl || !(k == route.KindSetLocal && leadable(a))
 		} else if local {
 			anyLocal = true
 		} else {
@@ -216,6 +220,11 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	}
 	if f := p.simpleLeads(msg, as); f != nil {
 		p.fan = f // settings, then a read of every shard (fanlead.go)
+		return
+	}
+	if e := p.settingsAheadOfAll(as); e != nil {
+		p.fail(e, nil)
+		p.endQuery()
 		return
 	}
 	// Route every statement; they must agree.
@@ -300,7 +309,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.endQuery()
 		return
 	}
-	if hasTxn && p.tx == txIdle && !p.held {
+	if blockCtl && p.tx == txIdle && !p.held {
 		// The string manages its own transaction: no wrapping possible.
 		pool := s.srv.pools[target]
 		if _, pre := s.cur.split(pool.viaPooler); len(pre.kv) > 0 {
@@ -318,10 +327,60 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	}
 	for _, a := range as {
 		p.notePinOp(a)
+		p.copyIn = p.copyIn || a.Copy
 	}
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
+}
+
+// holdCommit, before the COMMIT of a wrapped implicit transaction that ran
+// a COPY, marks where the bytes that must wait for the copy begin: a
+// backend in COPY FROM STDIN mode takes nothing but copy messages (a Query
+// there is Postgres's "unexpected message type 0x51 during COPY from
+// stdin"), and a query string may go on after its COPY, or hold several.
+// The exchange writes them once the items before them are answered.
+func (p *planner) holdCommit() {
+	if p.copyIn && p.s.bwHold == 0 {
+		p.s.bwHold, p.s.bwHoldItem = len(p.s.bw), len(p.s.items)
+	}
+}
+
+// settingsAheadOfAll refuses a query string (an implicit transaction) in
+// which transaction-local settings precede a statement that runs on every
+// shard and is not a read they lead (simpleLeads): they would be dropped.
+func (p *planner) settingsAheadOfAll(as []*route.Statement) *Error {
+	s := p.s
+	if p.tx != txIdle || p.held || hasTxnBlock(as) {
+		return nil
+	}
+	set := false
+	for _, a := range as {
+		if setsOnlyLocal(a) {
+			set = true
+			continue
+		}
+		if !set || txnControl(a.Kind) {
+			continue
+		}
+		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
+			return errSettingsAhead(d.Reason)
+		}
+	}
+	return nil
+}
+
+// hasTxnBlock reports whether a query string opens or ends a transaction
+// block itself (its settings then belong to that block, not the string's
+// implicit transaction).
+func hasTxnBlock(as []*route.Statement) bool {
+	for _, a := range as {
+		switch a.Kind {
+		case route.KindBegin, route.KindCommit, route.KindRollback:
+			return true
+		}
+	}
+	return false
 }
 
 func settingNames(st *settings) string {
