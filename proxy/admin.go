@@ -62,14 +62,7 @@ var adminCommands = [][2]string{
 // client expects (no backend is involved: the console works with every
 // shard down).
 func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, error) {
-	if !s.srv.register(s) {
-		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
-		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
-	}
-	ok, err := s.authenticate()
-	if !ok {
-		s.srv.unregister(s)
-		s.core.metrics.clientsRefused.WithLabelValues("auth").Inc()
+	if ok, err := s.admit(); !ok {
 		return false, err
 	}
 	if !slices.Contains(s.srv.cfg.AdminUsers, s.user) {

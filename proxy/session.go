@@ -439,14 +439,7 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		}
 	}
 
-	if !s.core.current().register(s) {
-		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
-		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
-	}
-	ok, err := s.authenticate()
-	if !ok {
-		s.core.current().unregister(s)
-		s.srv.metrics.clientsRefused.WithLabelValues("auth").Inc()
+	if ok, err := s.admit(); !ok {
 		return false, err
 	}
 	if pkt.minor > 0 || len(pkt.protocolOptions) > 0 {
@@ -714,4 +707,22 @@ func (s *session) dropBackend(clean bool) {
 	} else {
 		bc.pool.discard(bc)
 	}
+}
+
+// admit registers the session (bounded by max_clients) and authenticates
+// it: the start of every login, the admin console's too. A refusal is
+// counted by its reason and leaves the session unregistered.
+func (s *session) admit() (bool, error) {
+	srv := s.core.current()
+	if !srv.register(s) {
+		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
+		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
+	}
+	ok, err := s.authenticate()
+	if !ok {
+		srv.unregister(s)
+		s.core.metrics.clientsRefused.WithLabelValues("auth").Inc()
+		return false, err
+	}
+	return true, nil
 }
