@@ -77,8 +77,17 @@ type Options struct {
 	LateThreshold time.Duration `json:"late_threshold,omitempty"`
 	// Warmup is excluded from every result figure.
 	Warmup time.Duration `json:"warmup"`
-	// Duration bounds the measured period.
+	// Duration bounds the measured period. With Until set it is the
+	// shortest measured period instead, and MaxDuration the longest.
 	Duration time.Duration `json:"duration"`
+	// Until, when set, extends the run past Duration until it reports
+	// true (polled a few times a second) or MaxDuration has passed: a
+	// run that must reach an amount of work (e.g. a chaos run's
+	// acknowledged commits) whatever the machine's speed, within a
+	// bound. It must be cheap and safe for concurrent use.
+	Until func() bool `json:"-"`
+	// MaxDuration is the ceiling of a run extended by Until.
+	MaxDuration time.Duration `json:"max_duration,omitempty"`
 	// Ops, when > 0, ends the run after that many measured operations.
 	Ops int64 `json:"ops,omitempty"`
 	// Relays runs the outbox relay and timer sweeper in the background.
@@ -224,6 +233,12 @@ func (o *Options) Validate() error {
 	}
 	if o.Ops < 0 {
 		p = append(p, fmt.Sprintf("ops: must not be negative (got %d)", o.Ops))
+	}
+	if o.Until != nil && o.MaxDuration < o.Duration {
+		p = append(p, fmt.Sprintf("max_duration: a run extended until its goal needs a ceiling of at least duration %s (got %s)", o.Duration, o.MaxDuration))
+	}
+	if o.Until == nil && o.MaxDuration != 0 {
+		p = append(p, "max_duration: only a run with a goal (Until) is extended; leave it unset")
 	}
 	if o.Relays && o.RelayInterval <= 0 {
 		p = append(p, fmt.Sprintf("relay_interval: must be positive (got %s)", o.RelayInterval))

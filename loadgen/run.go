@@ -263,7 +263,19 @@ func (r *runner) run(ctx context.Context) *Result {
 	}
 	r.measureStart = r.start.Add(o.Warmup)
 	r.measureEnd = r.measureStart.Add(o.Duration)
-	endTimer := time.AfterFunc(time.Until(r.measureEnd), r.stop)
+	var endTimer *time.Timer
+	if o.Until == nil {
+		endTimer = time.AfterFunc(time.Until(r.measureEnd), r.stop)
+	} else {
+		// Extended: the ceiling ends the run; from Duration on, the goal
+		// ends it as soon as it is met (checked by untilGoal).
+		r.measureEnd = r.measureStart.Add(o.MaxDuration)
+		goalFrom := r.measureStart.Add(o.Duration)
+		endTimer = time.AfterFunc(time.Until(r.measureEnd), r.stop)
+		goalDone := make(chan struct{})
+		defer func() { <-goalDone }()
+		go func() { defer close(goalDone); r.untilGoal(goalFrom) }()
+	}
 	defer endTimer.Stop()
 	stopWatch := context.AfterFunc(ctx, func() {
 		r.interrupted.Store(true)
@@ -382,6 +394,24 @@ func (r *runner) pending(ctx context.Context) (outbox, spawns, timers int) {
 		timers = len(rows)
 	}
 	return outbox, spawns, timers
+}
+
+// untilGoal stops the run once it is past from and o.Until reports its
+// goal met; it returns when the run stops either way.
+func (r *runner) untilGoal(from time.Time) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopCh:
+			return
+		case now := <-t.C:
+			if !now.Before(from) && r.o.Until() {
+				r.stop()
+				return
+			}
+		}
+	}
 }
 
 func (r *runner) closedWorker(ctx context.Context, w *worker) {
