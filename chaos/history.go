@@ -104,6 +104,11 @@ type End struct {
 	Error       string       `json:"error,omitempty"`
 	Ops         int64        `json:"ops"`
 	Faults      map[Kind]int `json:"faults,omitempty"`
+	// ScheduleCutMs, when set, is the offset in the schedule (at_ms's
+	// clock) where the fault schedule was stopped for the heal: planned
+	// faults at or after it were never due (an extended run plans up to
+	// its ceiling).
+	ScheduleCutMs int64 `json:"schedule_cut_ms,omitempty"`
 }
 
 // EndQuiesce is the heal-and-quiesce phase's outcome.

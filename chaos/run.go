@@ -154,7 +154,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	// anything is touched.
 	plan := o.Plan
 	if plan == nil {
-		if plan, err = Plan(sc.specs(), time.Duration(sc.Duration), shardNames(m), sc.Seed); err != nil {
+		if plan, err = Plan(sc.specs(), sc.faultPeriod(), shardNames(m), sc.Seed); err != nil {
 			return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 		}
 	}
@@ -313,9 +313,14 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		return nil
 	})
 	var healOnce sync.Once
+	var workloadStart time.Time // set by OnStart, before any heal
+	var scheduleCut time.Duration
 	heal := func(ctx context.Context) error {
 		var err error
 		healOnce.Do(func() {
+			if !workloadStart.IsZero() {
+				scheduleCut = time.Since(workloadStart)
+			}
 			stopFaults()
 			_ = faults.Wait()
 			err = HealAll(ctx, env)
@@ -326,7 +331,10 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	lo := sc.loadgenOptions()
 	lo.Observer, lo.RunID = h, runID
 	lo.Quiesce = &loadgen.Quiesce{Timeout: time.Duration(sc.QuiesceTimeout), Heal: heal}
-	lo.OnStart = func(s time.Time) { started <- s }
+	lo.OnStart = func(s time.Time) { workloadStart = s; started <- s }
+	if sc.extended() {
+		lo.Until = func() bool { return h.Stats().Commits >= sc.MinCommits }
+	}
 	lo.Label = sc.Name
 	if o.Mutant != "" {
 		lo.Label += " mutant " + string(o.Mutant)
@@ -349,6 +357,11 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		runErr = faultErr
 	}
 	end := End{EndedAt: time.Now(), Interrupted: ctx.Err() != nil}
+	if scheduleCut > 0 {
+		// Planned faults from here on were never due: an extended run
+		// plans up to its ceiling and stops where its goal was met.
+		end.ScheduleCutMs = max(scheduleCut.Milliseconds(), 1)
+	}
 	if load != nil && load.Quiesce != nil {
 		q := load.Quiesce
 		end.Quiesce = &EndQuiesce{OK: q.OK, Ms: int64(q.Seconds * 1000), HealError: q.HealError,
@@ -500,7 +513,10 @@ func progress(ctx context.Context, o RunOptions, h *History, start time.Time) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	total := time.Duration(o.Scenario.Duration)
+	total := fmt.Sprintf("%.0fs", time.Duration(o.Scenario.Duration).Seconds())
+	if o.Scenario.extended() {
+		total = fmt.Sprintf("%s+ (until %d commits, at most %.0fs)", total, o.Scenario.MinCommits, time.Duration(o.Scenario.MaxDuration).Seconds())
+	}
 	var last int64
 	lastT := time.Now()
 	for {
@@ -518,8 +534,8 @@ func progress(ctx context.Context, o RunOptions, h *History, start time.Time) {
 			for _, n := range h.Landed() {
 				landed += n
 			}
-			line := fmt.Sprintf("chaos %s: %4.0fs/%.0fs  %6.0f ops/s  %d commits  %d conflicts  %d errors  %d unknown  faults landed %d",
-				o.Scenario.Name, time.Since(start).Seconds(), total.Seconds(), rate, st.Commits, st.Conflicts, st.Errors, st.Unknown, landed)
+			line := fmt.Sprintf("chaos %s: %4.0fs/%s  %6.0f ops/s  %d commits  %d conflicts  %d errors  %d unknown  faults landed %d",
+				o.Scenario.Name, time.Since(start).Seconds(), total, rate, st.Commits, st.Conflicts, st.Errors, st.Unknown, landed)
 			if o.Terminal {
 				fmt.Fprintf(o.Progress, "\r\033[K%s", line)
 			} else {

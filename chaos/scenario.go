@@ -84,6 +84,13 @@ type Scenario struct {
 	// MinCommits, when set, fails the run as vacuous below that many
 	// acknowledged commits.
 	MinCommits int64 `yaml:"min_commits,omitempty" json:"min_commits,omitempty"`
+	// MaxDuration, when set (with MinCommits), makes Duration the
+	// shortest period of load and faults: the run goes on, faults and
+	// all, until MinCommits commits are acknowledged or MaxDuration has
+	// passed, so a slow machine runs longer instead of failing a floor
+	// tuned on a fast one. Only a run that hits the ceiling short of
+	// MinCommits is vacuous.
+	MaxDuration Duration `yaml:"max_duration,omitempty" json:"max_duration,omitempty"`
 	// Workload is the load (loadgen's worker loop and relays).
 	Workload ScenarioWorkload `yaml:"workload" json:"workload"`
 	// Faults are the fault kinds and their rates.
@@ -200,6 +207,14 @@ func (s *Scenario) Validate() error {
 	if s.MinCommits < 0 {
 		bad("min_commits", "must not be negative (got %d)", s.MinCommits)
 	}
+	if s.MaxDuration != 0 {
+		switch {
+		case s.MinCommits == 0:
+			bad("max_duration", "extends the run until min_commits is reached: set min_commits too (or remove max_duration)")
+		case s.MaxDuration < s.Duration || time.Duration(s.MaxDuration) > 24*time.Hour:
+			bad("max_duration", "must be in [duration %s, 24h] (got %s)", time.Duration(s.Duration), time.Duration(s.MaxDuration))
+		}
+	}
 	if s.MutantDuration < 0 {
 		bad("mutant_duration", "must not be negative (got %s)", time.Duration(s.MutantDuration))
 	}
@@ -287,10 +302,27 @@ func (s *Scenario) loadgenOptions() loadgen.Options {
 	o.Workload.DefinitionID = "chaos"
 	o.Concurrency = w.Concurrency
 	o.Warmup, o.Duration = 0, time.Duration(s.Duration)
+	if s.extended() {
+		o.MaxDuration = time.Duration(s.MaxDuration)
+		o.Until = func() bool { return false } // Run sets the real goal
+	}
 	o.Relays, o.RelayWorkers = true, w.RelayWorkers
 	o.OpTimeout = time.Duration(w.OpTimeout)
 	o.Target = s.Target
 	return o
+}
+
+// extended reports whether the run goes on past Duration until
+// MinCommits (up to MaxDuration).
+func (s *Scenario) extended() bool { return s.MaxDuration > 0 && s.MinCommits > 0 }
+
+// faultPeriod is the longest the fault schedule can run: the ceiling of
+// an extended run, else Duration.
+func (s *Scenario) faultPeriod() time.Duration {
+	if s.extended() {
+		return time.Duration(s.MaxDuration)
+	}
+	return time.Duration(s.Duration)
 }
 
 //go:embed default.yaml

@@ -49,6 +49,8 @@ func TestScenarioErrors(t *testing.T) {
 		{"workload:\n  concurrency: 0\n", "workload.concurrency"},
 		{"workload:\n  op_timeout: 0s\n", "workload.op_timeout"},
 		{"workload:\n  colour: blue\n", "colour"},
+		{"duration: 10s\nmax_duration: 1m\n", "max_duration: extends the run until min_commits"},
+		{"duration: 10s\nmin_commits: 5\nmax_duration: 5s\n", "max_duration: must be in [duration 10s, 24h]"},
 	} {
 		_, err := chaos.ParseScenario([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -58,6 +60,9 @@ func TestScenarioErrors(t *testing.T) {
 	sc, err := chaos.ParseScenario([]byte("duration: 3s\nfaults:\n  - {kind: latency, every: 1s, hold: 200ms, params: {delay: 5ms}}\n"))
 	if err != nil || time.Duration(sc.Duration) != 3*time.Second || sc.Target != chaos.TargetPgBouncer || sc.Faults[0].Params["delay"] != "5ms" {
 		t.Errorf("defaults and a valid scenario: %+v, %v", sc, err)
+	}
+	if sc, err := chaos.ParseScenario([]byte("duration: 10s\nmin_commits: 100\nmax_duration: 1m\n")); err != nil || time.Duration(sc.MaxDuration) != time.Minute {
+		t.Errorf("an extended run: %+v, %v", sc, err)
 	}
 	p := filepath.Join(t.TempDir(), "named.yaml")
 	if err := os.WriteFile(p, []byte("duration: 2s\n"), 0o644); err != nil {

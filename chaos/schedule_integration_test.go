@@ -46,8 +46,8 @@ func ping(ctx context.Context, dsn string) error {
 }
 
 // pingWithin pings dsn until it answers or d passed. After a shard's
-// restart PgBouncer refuses logins for server_login_retry (1 s in the
-// project's clusters) if one failed while the shard was down: healed, but
+// restart PgBouncer refuses logins for server_login_retry (0.2 s in
+// the project's clusters) if one failed while the shard was down: healed, but
 // not yet serving; a heal leaves it to that timer.
 func pingWithin(ctx context.Context, dsn string, d time.Duration) error {
 	deadline := time.Now().Add(d)
