@@ -576,7 +576,7 @@ admin_users = %s
 pool_mode = transaction
 max_client_conn = 2000
 default_pool_size = 20
-server_login_retry = 1
+server_login_retry = 0.2
 %s`, b.pgHost, b.pgPort, b.listenAddr, b.listenPort, b.authFile, b.adminUser, extra)
 }
 
