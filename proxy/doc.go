@@ -260,7 +260,8 @@
 // transactions then fail at once with 08006 naming it (through PgBouncer,
 // which would otherwise queue the client until its query_wait_timeout),
 // sessions waiting on it are interrupted, and key-less statements go to the
-// other shards. At start, a shard that is down is logged and verified on
+// other shards. A shard marked down is probed every 100 ms until it
+// answers, so it is served again at once after a restart. At start, a shard that is down is logged and verified on
 // its first connection; a shard whose identity record disagrees with the
 // map stops the start. Through PgBouncer a shard that is down can look
 // like an answer — the login succeeds and the identity read fails with

@@ -333,16 +333,26 @@ func (c *core) stopMonitor(p *shardPool) {
 	}
 }
 
-// monitor probes the shard's health every Config.HealthInterval and reads
-// its PgBouncer's figures every Config.PgBouncer.PollInterval, until ctx
-// ends.
+// downProbeInterval is how often a shard marked down is probed (when
+// Config.HealthInterval is longer): transactions for it fail fast until a
+// probe finds it back, so a restarted shard is served again within this,
+// not within a whole health interval.
+const downProbeInterval = 100 * time.Millisecond
+
+// monitor probes the shard's health every Config.HealthInterval (every
+// downProbeInterval while it is marked down) and reads its PgBouncer's
+// figures every Config.PgBouncer.PollInterval, until ctx ends.
 func (p *shardPool) monitor(ctx context.Context) {
 	defer p.closeBouncer()
 	var lastProbe, lastPoll time.Time
 	for {
 		cfg := &p.server().cfg
 		now := time.Now()
-		if cfg.HealthInterval > 0 && now.Sub(lastProbe) >= cfg.HealthInterval {
+		every := cfg.HealthInterval
+		if p.down.Load() != nil {
+			every = min(every, downProbeInterval)
+		}
+		if every > 0 && now.Sub(lastProbe) >= every {
 			lastProbe = now
 			p.probe(ctx)
 		}
@@ -353,8 +363,11 @@ func (p *shardPool) monitor(ctx context.Context) {
 		}
 		// Sleep until the next of the two is due.
 		next := time.Second
-		if cfg.HealthInterval > 0 {
-			next = min(next, time.Until(lastProbe.Add(cfg.HealthInterval)))
+		if every > 0 {
+			if p.down.Load() != nil {
+				every = min(every, downProbeInterval) // marked down by this probe
+			}
+			next = min(next, time.Until(lastProbe.Add(every)))
 		}
 		if bouncer {
 			next = min(next, time.Until(lastPoll.Add(cfg.PgBouncer.PollInterval)))
