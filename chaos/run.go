@@ -333,7 +333,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	lo.Quiesce = &loadgen.Quiesce{Timeout: time.Duration(sc.QuiesceTimeout), Heal: heal}
 	lo.OnStart = func(s time.Time) { workloadStart = s; started <- s }
 	if sc.extended() {
-		lo.Until = func() bool { return h.Stats().Commits >= sc.MinCommits }
+		lo.Until = goal(sc, plan, h)
 	}
 	lo.Label = sc.Name
 	if o.Mutant != "" {
@@ -395,6 +395,29 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		runErr = werr
 	}
 	return res, runErr
+}
+
+// goal is an extended run's goal: MinCommits acknowledged commits, and
+// every fault kind of the plan landed (by its own evidence) MinLanded
+// times, so that a run on a slow machine, or one whose faults land less
+// often than scheduled, goes on instead of ending vacuous.
+func goal(sc *Scenario, plan []Planned, h *History) func() bool {
+	kinds := map[Kind]bool{}
+	for _, p := range plan {
+		kinds[p.Kind] = true
+	}
+	return func() bool {
+		if h.Stats().Commits < sc.MinCommits {
+			return false
+		}
+		landed := h.Landed()
+		for k := range kinds {
+			if landed[k] < sc.MinLanded {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // header is the history's first line.

@@ -86,10 +86,10 @@ type Scenario struct {
 	MinCommits int64 `yaml:"min_commits,omitempty" json:"min_commits,omitempty"`
 	// MaxDuration, when set (with MinCommits), makes Duration the
 	// shortest period of load and faults: the run goes on, faults and
-	// all, until MinCommits commits are acknowledged or MaxDuration has
-	// passed, so a slow machine runs longer instead of failing a floor
-	// tuned on a fast one. Only a run that hits the ceiling short of
-	// MinCommits is vacuous.
+	// all, until MinCommits commits are acknowledged and every fault
+	// kind landed MinLanded times, or MaxDuration has passed, so a slow
+	// machine runs longer instead of failing a floor tuned on a fast
+	// one. Only a run that hits the ceiling short of its goal is vacuous.
 	MaxDuration Duration `yaml:"max_duration,omitempty" json:"max_duration,omitempty"`
 	// Workload is the load (loadgen's worker loop and relays).
 	Workload ScenarioWorkload `yaml:"workload" json:"workload"`
