@@ -141,6 +141,7 @@ type History struct {
 	ops    int64
 	stats  HistoryStats
 	faults map[Kind]int
+	landed map[string]bool // fault ids counted in faults
 	err    error // the first write error; later writes are dropped
 }
 
@@ -153,7 +154,7 @@ func CreateHistory(path string, h Header, m *shardmap.Map, start time.Time) (*Hi
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	w := &History{m: m, start: start, f: f, faults: map[Kind]int{}}
+	w := &History{m: m, start: start, f: f, faults: map[Kind]int{}, landed: map[string]bool{}}
 	var out io.Writer = f
 	switch {
 	case strings.HasSuffix(path, ".gz"):
@@ -463,7 +464,11 @@ func (w *History) Fault(e Event) {
 		Landed: e.Landed, Evidence: e.Evidence, Err: e.Err}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e.Phase == "inject" && e.Landed {
+	// A fault lands at its injection (a crash) or shows it only when
+	// healed (a lost acknowledgement: the dropped replies are counted
+	// then): each fault counts once, at its first landed line.
+	if e.Landed && !w.landed[e.ID] {
+		w.landed[e.ID] = true
 		w.faults[e.Kind]++
 	}
 	w.write(l)
