@@ -424,12 +424,11 @@ func runPlanned(ctx context.Context, env *Env, p Planned, start time.Time, lock 
 	}
 	rec(ev)
 	_ = sleepCtx(ctx, time.Until(start.Add(p.At+p.Hold)))
-	hctx := ctx
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), healTimeout)
-		defer cancel()
-	}
+	// The schedule's end (ctx canceled) cuts the hold short, never the
+	// heal: a heal canceled midway (a PgBouncer half restarted) would
+	// leave the fault's evidence broken and HealAll to clean up.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healTimeout)
+	defer cancel()
 	ev = Event{ID: p.ID, Kind: p.Kind, Phase: "heal", Shard: env.shardName(p.Shard), T: time.Since(start)}
 	e, err = f.Heal(hctx, env, p.Shard)
 	ev.Done, ev.Landed, ev.Evidence = time.Since(start), e.Landed, e.Fields
