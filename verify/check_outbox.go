@@ -51,6 +51,14 @@ func (ck *checker) outbox() {
 			case !c.emitsTo(ev.ID, target):
 				ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s to %q) is not an emit of %s", r.Seq, ev.ID, target, c.ID),
 					[]OpRef{c.ref("the emitter")}, []RowRef{rr})
+			default:
+				if want := c.emitDigest(ev.ID, target); want != "" {
+					ck.count(InvOutbox, 1)
+					if got := docDigest(r.Event); got != want {
+						ck.add(InvOutbox, ev.From, fmt.Sprintf("outbox row seq %d (event %s) has content digest %s, but %s wrote %s: the row does not hold what its writer wrote", r.Seq, ev.ID, got, c.ID, want),
+							[]OpRef{c.ref("the emitter")}, []RowRef{rr})
+					}
+				}
 			}
 		}
 	}
@@ -68,6 +76,14 @@ func (ck *checker) outbox() {
 		case !o.emitsTo(d.Input, d.Exe):
 			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s applies event %s to %s, which its origin %s did not emit there", d.ID, d.Input, d.Exe, o.ID),
 				[]OpRef{d.ref("the delivery"), o.ref("the origin")}, nil)
+		default:
+			if want := o.emitDigest(d.Input, d.Exe); want != "" && d.BodyDigest != "" {
+				ck.count(InvOutbox, 1)
+				if d.BodyDigest != want {
+					ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s read event %s (seq %d) with content digest %s, but its origin %s wrote %s: the relay read content its writer never wrote",
+						d.ID, d.Input, d.Seq, d.BodyDigest, o.ID, want), []OpRef{d.ref("the delivery"), o.ref("the origin")}, nil)
+				}
+			}
 		}
 	}
 	for _, a := range w.outAcks {
@@ -149,6 +165,17 @@ func (ck *checker) outbox() {
 			}
 		}
 	}
+}
+
+// emitDigest is the content digest of c's emit of event to target, ""
+// if the history does not record one.
+func (c *cop) emitDigest(event, target string) string {
+	for _, em := range c.Emits {
+		if em.Event == event && em.Target == target {
+			return em.Digest
+		}
+	}
+	return ""
 }
 
 // emitted checks that event, seen by op o, was emitted to target (if not

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -44,6 +45,15 @@ func (ck *checker) spawns() {
 			case !contains(c.Spawns, s.r.ChildID):
 				ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d: child %s is not a spawn of %s", s.r.Seq, s.r.ChildID, c.ID),
 					[]OpRef{c.ref("the op named")}, []RowRef{rr})
+			default:
+				if i := slices.Index(c.Spawns, s.r.ChildID); i < len(c.SpawnDigests) {
+					ck.count(InvSpawns, 1)
+					got, _ := spawnDigest(s.r.RootPath, s.r.Context)
+					if want := c.SpawnDigests[i]; got != want {
+						ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d (child %s): root_path and context have digest %s, but %s wrote %s: the row does not hold what its writer wrote",
+							s.r.Seq, s.r.ChildID, got, c.ID, want), []OpRef{c.ref("the spawner")}, []RowRef{rr})
+					}
+				}
 			}
 		}
 		for _, a := range e.spawnAcks {

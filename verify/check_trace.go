@@ -37,6 +37,12 @@ func (ck *checker) trace() {
 				ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d is the entry of %s, which did not commit%s", t.r.Idx, c.ID, c.wholly()), []OpRef{c.ref("")}, []RowRef{rr(t)})
 			case !c.Trace:
 				ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d names %s, which appends no trace entry", t.r.Idx, c.ID), []OpRef{c.ref("")}, []RowRef{rr(t)})
+			case c.TraceDigest != "":
+				ck.count(InvTrace, 1)
+				if got := docDigest(t.r.Entry); got != c.TraceDigest {
+					ck.add(InvTrace, id, fmt.Sprintf("trace row idx %d has content digest %s, but %s wrote the entry %s: the row does not hold what its writer wrote", t.r.Idx, got, c.ID, c.TraceDigest),
+						[]OpRef{c.ref("the writer")}, []RowRef{rr(t)})
+				}
 			}
 		}
 		if tm > 0 && len(rows) > tm {
