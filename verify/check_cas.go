@@ -104,7 +104,11 @@ func (ck *checker) cas(bad []badClaim) {
 					}
 				}
 				if len(open) > 1 {
-					continue // ambiguous: its candidates are counted as unresolved
+					// Ambiguous: not checked, and said so.
+					ck.skip(id, InvCAS, fmt.Sprintf("version %d has %d unresolved candidate writers", v, len(open)))
+					ck.count(InvCAS, -1) // counted in e.n above, not compared
+					e.ambiguous = true
+					continue
 				}
 				ck.add(InvCAS, id, fmt.Sprintf("version %d (final version %d) has no committed writer in the history", v, e.n),
 					failed, rowsOf(e))

@@ -60,9 +60,14 @@ func (ck *checker) spawns() {
 			ck.count(InvSpawns, 1)
 			seen(a.Child, a.Seq, "ack "+a.ID)
 			cands := w.spawners[id+"\x00"+a.Child]
-			ok := false
+			ok, maybe := false, false
 			for _, c := range cands {
-				ok = ok || c.st != absent // an unresolved spawner may have committed
+				ok = ok || c.st == present
+				maybe = maybe || c.st == unresolved
+			}
+			if !ok && maybe {
+				ck.skip(id, InvSpawns, fmt.Sprintf("ack_spawn %s acked child %s, spawned only by unresolved commits", a.ID, a.Child))
+				continue
 			}
 			if !ok {
 				ck.add(InvSpawns, id, fmt.Sprintf("ack_spawn %s acked seq %d (child %s), which no committed commit of %s spawned", a.ID, a.Seq, a.Child, id),

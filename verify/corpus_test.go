@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,9 @@ type want struct {
 	Unknown *unknownCounts `json:"unknown,omitempty"`
 	// Landed, when set, are the expected landed counts per fault kind.
 	Landed map[string]int `json:"landed,omitempty"`
+	// Undecided, when set, are the expected undecided executions per
+	// check skipped.
+	Undecided map[string]int `json:"undecided,omitempty"`
 }
 
 type unknownCounts struct {
@@ -164,8 +168,8 @@ var corpusCases = []corpusCase{
 			}
 			return lines
 		}},
-	{name: "clean-unresolved", want: want{Note: "two unknown first saves of one execution, nothing tells which committed: reported as unresolved, not a violation",
-		Result: verify.Pass, Unknown: &unknownCounts{Unresolved: 2}},
+	{name: "clean-unresolved", want: want{Note: "two unknown first saves of one execution, nothing tells which committed: unresolved, not a violation, but the execution is undecided (its version 1 is not checked): not a pass (before: PASS)",
+		Result: verify.Vacuous, Unknown: &unknownCounts{Unresolved: 2}, Undecided: map[string]int{"cas": 1, "timers": 1, "trace": 1}},
 		build: func(s *sim) *scenario {
 			sc := baseScenario(s, nil)
 			D := s.exeID("shard1", 1)
@@ -182,6 +186,29 @@ var corpusCases = []corpusCase{
 					failLoad(lines[i])
 				}
 			}
+			return lines
+		}},
+	{name: "forged-ledger-under-unresolved", want: want{Note: "a processed_events row no commit wrote, recorded only by unresolved commits of an ambiguous version: undecided, not a pass (before: PASS, the tolerance accepted it)",
+		Result: verify.Vacuous, Unknown: &unknownCounts{Unresolved: 3}, Undecided: map[string]int{"cas": 1, "dedupe": 1, "timers": 1, "trace": 1}},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			D := s.exeID("shard1", 1)
+			s.commit("setup", D, 0, spec{cause: verify.CauseSetup, event: "r1-init-D", input: "r1-init-D"}, mInfoLost)
+			s.commit("setup", D, 0, spec{cause: verify.CauseSetup, event: "r1-init-D", input: "r1-init-D"}, mInfoLost)
+			s.commit("setup", D, 0, spec{cause: verify.CauseSetup}, mInfoApplied)
+			s.step("w0", D, spec{}, mOK)
+			s.finish(true)
+			return sc
+		},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			D := sc.s.exeID("shard1", 1)
+			for i, l := range lines {
+				if l.get("kind") == "load" && l.get("exe") == D && l.get("version") == 1 {
+					failLoad(lines[i])
+				}
+			}
+			ss, _ := exeRow(st, D)
+			ss.Processed = append(ss.Processed, verify.ProcessedRow{ExecutionID: D, EventID: "r1-init-D", Bucket: sc.s.mp.Bucket(D)})
 			return lines
 		}},
 	{name: "faults-landed", want: want{Note: "faults whose evidence and ops show they landed", Result: verify.Pass,
@@ -790,6 +817,12 @@ func TestCorpus(t *testing.T) {
 						t.Errorf("invariant %s checked nothing on a history with every kind of op\n%s", r.Name, text.String())
 					}
 				}
+			}
+			if w.Undecided != nil && !maps.Equal(w.Undecided, v.UndecidedExecutions.ByCheck) {
+				t.Errorf("undecided executions by check %v, want %v\n%s", v.UndecidedExecutions.ByCheck, w.Undecided, text.String())
+			}
+			if w.Undecided == nil && v.UndecidedExecutions.Count > 0 {
+				t.Errorf("%d undecided executions, want none\n%s", v.UndecidedExecutions.Count, text.String())
 			}
 			for kind, n := range w.Landed {
 				got := -1
