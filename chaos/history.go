@@ -23,7 +23,7 @@ import (
 // (verify/HISTORY.md is its definition).
 const (
 	HistoryFormat  = "pgshard-history"
-	HistoryVersion = 1
+	HistoryVersion = 2
 )
 
 // Header is the first line of a history.
@@ -253,11 +253,18 @@ type opLine struct {
 	Child   string              `json:"child,omitempty"`
 	N       *int                `json:"n,omitempty"`
 	Now     *float64            `json:"now,omitempty"`
+	// Content digests (version 2): what a commit wrote, what a load or a
+	// delivery read.
+	DataDigest   string   `json:"data_digest,omitempty"`
+	TraceDigest  string   `json:"trace_digest,omitempty"`
+	SpawnDigests []string `json:"spawn_digests,omitempty"`
+	BodyDigest   string   `json:"body_digest,omitempty"`
 }
 
 type emit struct {
 	Event  string `json:"event"`
 	Target string `json:"target"`
+	Digest string `json:"digest,omitempty"`
 }
 
 type timerOp struct {
@@ -337,6 +344,7 @@ func (w *History) line(op *loadgen.Op) *opLine {
 			l.Exists, l.Proc = ptr(op.Exists), ptr(op.Processed)
 			if op.Exists {
 				l.Version, l.Writer = ptr(op.Version), ptr(op.Writer)
+				l.DataDigest = op.ReadDigest
 			}
 		}
 	case loadgen.OpCommit:
@@ -353,7 +361,8 @@ func (w *History) line(op *loadgen.Op) *opLine {
 			}
 		}
 		for _, e := range c.Emits {
-			l.Emits = append(l.Emits, emit{Event: e.ID, Target: e.TargetID})
+			d, _ := loadgen.ContentDigest([]byte(e.Event))
+			l.Emits = append(l.Emits, emit{Event: e.ID, Target: e.TargetID, Digest: d})
 		}
 		if len(c.Timers) > 0 {
 			ts := make([]timerOp, len(c.Timers))
@@ -367,8 +376,13 @@ func (w *History) line(op *loadgen.Op) *opLine {
 		}
 		for _, s := range c.Spawns {
 			l.Spawns = append(l.Spawns, s.ChildID)
+			l.SpawnDigests = append(l.SpawnDigests, loadgen.SpawnDigest(s))
 		}
 		l.Trace = c.Trace != ""
+		if l.Trace {
+			l.TraceDigest, _ = loadgen.ContentDigest([]byte(c.Trace))
+		}
+		l.DataDigest, l.BodyDigest = loadgen.StateDigest(c.Exe.State), op.BodyDigest
 		armed := c.Exe.State.Timers
 		if armed == nil {
 			armed = map[string]float64{}

@@ -18,6 +18,46 @@ import (
 	"github.com/pgshard/pgshard/verify"
 )
 
+func mustDigest(t *testing.T, doc string) string {
+	t.Helper()
+	d, err := verify.ContentDigest([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestContentDigestsAgree: the writer's digests (loadgen) and the
+// reader's (verify) are two implementations of one definition
+// (verify/HISTORY.md, "Content digests"); they agree on the forms a
+// document takes in the store (members reordered, whitespace), and differ
+// when content differs.
+func TestContentDigestsAgree(t *testing.T) {
+	docs := []struct{ written, stored string }{
+		{`{"id":"e1","name":"ping","from":"aa","op":"r/w0/1","emitted_ns":1764590000123456789}`,
+			`{"id": "e1", "op": "r/w0/1", "from": "aa", "name": "ping", "emitted_ns": 1764590000123456789}`},
+		{`{"op":"r/w0/1","step":3,"event":"<&>é","active":"b"}`, `{"step": 3, "active": "b", "event": "<&>é", "op": "r/w0/1"}`},
+		{`{"step":2,"active":"a","timers":{"t1":1764590000.123456,"t0":1.5},"payload":"xx"}`,
+			`{"active":"a","payload":"xx","step":2,"timers":{"t0":1.5,"t1":1764590000.123456}}`},
+	}
+	st := loadgen.State{Step: 2, Active: "a", Op: "r/w0/1", Timers: map[string]float64{"t0": 1.5}, Payload: "xx"}
+	if got, want := loadgen.StateDigest(st), mustDigest(t, `{"step":2,"active":"a","op":"r/w0/1","timers":{"t0":1.5},"payload":"xx"}`); got != want {
+		t.Errorf("StateDigest %s, want the digest of the state's document %s", got, want)
+	}
+	for _, d := range docs {
+		w, err := loadgen.ContentDigest([]byte(d.written))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := mustDigest(t, d.stored); r != w {
+			t.Errorf("%s: writer digest %s, reader digest of the stored form %s", d.written, w, r)
+		}
+		if r := mustDigest(t, strings.Replace(d.stored, "a", "A", 1)); r == w {
+			t.Errorf("%s: a changed document has the same digest", d.written)
+		}
+	}
+}
+
 // TestHistoryRoundTrip writes every kind of op, fault and end line with
 // the chaos writer and reads them back with the independent reader of
 // package verify (plain, gzip and zstd): the two sides of the format
@@ -99,7 +139,8 @@ func TestHistoryRoundTrip(t *testing.T) {
 				t.Errorf("load %+v", load)
 			}
 			if ok.Exp != 3 || ok.New != 4 || ok.Input != "r1-w0-1" || ok.Event != "r1-w0-1" || ok.Fast || !ok.Trace ||
-				len(ok.Emits) != 1 || ok.Emits[0] != (verify.Emit{Event: "r1-w0-1-e0", Target: "bb22"}) ||
+				len(ok.Emits) != 1 || ok.Emits[0] != (verify.Emit{Event: "r1-w0-1-e0", Target: "bb22", Digest: mustDigest(t, "{}")}) ||
+				ok.TraceDigest != mustDigest(t, `{"op":"r1/w0/2"}`) || ok.DataDigest != loadgen.StateDigest(c.Exe.State) || len(ok.SpawnDigests) != 1 ||
 				len(ok.Timers) != 2 || ok.Timers[0].FireAt != fire || ok.Timers[0].Path != "t0" || !ok.Timers[1].Cancel ||
 				len(ok.Spawns) != 1 || ok.Spawns[0] != "cc33" || ok.Step == nil || *ok.Step != 0 || ok.Armed == nil {
 				t.Errorf("commit %+v", ok)

@@ -1,7 +1,14 @@
 package loadgen
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -43,6 +50,11 @@ const (
 	CauseRedeliver = "redeliver" // a worker re-sending an event it had applied
 	CauseOutbox    = "outbox"    // the outbox relay delivering an event
 	CauseTimer     = "timer"     // the sweeper firing a timer
+	// CauseReadback is a load right after a commit whose outcome is
+	// unknown: it reads the execution back so that the history says which
+	// commit wrote the version (the verifier resolves the unknown commit
+	// from it instead of leaving it undecided).
+	CauseReadback = "readback"
 )
 
 // Op is one operation of a run, as an Observer sees it.
@@ -106,6 +118,76 @@ type Op struct {
 	// Now and Timers are a DueTimers poll's argument and answer.
 	Now    float64
 	Timers []TimerEntry
+
+	// ReadDigest is, for a load that found the execution, StateDigest of
+	// the state it read; BodyDigest is, for an outbox delivery commit,
+	// ContentDigest of the event document the relay read from the row.
+	ReadDigest, BodyDigest string
+}
+
+// ContentDigest is the content digest of a JSON document (verify's
+// HISTORY.md, "Content digests"): the first 16 bytes, in hex, of the
+// SHA-256 of its canonical form — members sorted by key, no whitespace,
+// numbers as written, no HTML escaping. It is what a history records of
+// every document a commit writes or a read returns, so that the verifier
+// can tell a row that holds exactly what its writer wrote from one that
+// was rewritten in place.
+func ContentDigest(doc []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("content digest: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", errors.New("content digest: data after the document")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", fmt.Errorf("content digest: %w", err)
+	}
+	sum := sha256.Sum256(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+// StateDigest is the content digest of a workload state as the store
+// holds it: the JSON of s (its members step, active, last, op, timers,
+// payload; the empty optional ones omitted).
+func StateDigest(s State) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return ""
+	}
+	d, _ := ContentDigest(b)
+	return d
+}
+
+// SpawnDigest is the content digest of a spawn intent: of the document
+// {"context":CONTEXT,"root_path":ROOT}.
+func SpawnDigest(sp Spawn) string {
+	b, err := json.Marshal(struct {
+		Context  json.RawMessage `json:"context"`
+		RootPath string          `json:"root_path"`
+	}{json.RawMessage(sp.Context), sp.RootPath})
+	if err != nil {
+		return ""
+	}
+	d, _ := ContentDigest(b)
+	return d
+}
+
+// readBack loads execution id again after a commit whose outcome is
+// unknown, recorded with cause CauseReadback, so the history names the
+// version's writer. Its result changes nothing else.
+func (r *runner) readBack(ctx context.Context, src string, ids *opIDs, id, event string) {
+	if r.o.Observer == nil || ctx.Err() != nil {
+		return
+	}
+	op := r.startLoad(src, id, event, CauseReadback, ids)
+	exe, done, err := r.t.LoadForEvent(ctx, id, event)
+	r.endLoad(op, exe, done, err)
 }
 
 // Outcome classifies the op the way a history does: "ok", "fail" (it

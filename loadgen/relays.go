@@ -124,7 +124,7 @@ func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 	if err := json.Unmarshal([]byte(row.Event), &ev); err != nil || ev.ID == "" {
 		ev.ID = fmt.Sprintf("outbox-%d", row.Seq)
 	}
-	outcome, err := r.apply(ctx, delivery{id: row.TargetID, event: ev.ID, cause: CauseOutbox, seq: row.Seq, origin: ev.Op})
+	outcome, err := r.apply(ctx, delivery{id: row.TargetID, event: ev.ID, cause: CauseOutbox, seq: row.Seq, origin: ev.Op, body: row.Event})
 	if errors.Is(err, errMissing) {
 		// Undeliverable (no such target, e.g. a row another program left):
 		// counted as an error, then acked like a dead letter, so that one
@@ -176,6 +176,7 @@ type delivery struct {
 	id, event, cause string
 	seq              int64
 	origin           string
+	body             string // an outbox row's event document, as read
 	fire             *TimerEntry
 }
 
@@ -211,6 +212,9 @@ func (r *runner) apply(ctx context.Context, d delivery) (string, error) {
 		cop := r.startCommit(src, opID, c, d.cause, d.event)
 		if cop != nil {
 			cop.Seq, cop.Origin = d.seq, d.origin
+			if d.body != "" {
+				cop.BodyDigest, _ = ContentDigest([]byte(d.body))
+			}
 			if d.fire != nil {
 				cop.Path, cop.FireAt = d.fire.Path, d.fire.FireAt
 			}
@@ -222,6 +226,9 @@ func (r *runner) apply(ctx context.Context, d delivery) (string, error) {
 				r.commitsIn.Add(1)
 			}
 			return OutcomeOK, nil
+		}
+		if errors.Is(err, ErrOutcomeUnknown) {
+			r.readBack(ctx, src, ids, d.id, d.event)
 		}
 		if !errors.Is(err, ErrConflict) || attempt >= r.o.Workload.RetryCap {
 			return "", err

@@ -645,6 +645,9 @@ func (r *runner) transition(ctx context.Context, w *worker, rng *rand.Rand, id s
 			}
 			w.rec.count(measured, OutcomeRetry, 1)
 		default:
+			if errors.Is(err, ErrOutcomeUnknown) {
+				r.readBack(ctx, w.src, w.ids, id, event)
+			}
 			return r.fail(ctx, w.rec, measured, err)
 		}
 	}
@@ -722,6 +725,7 @@ func (r *runner) endLoad(op *Op, exe *Execution, processed bool, err error) {
 	}
 	if err == nil && exe != nil {
 		op.Exists, op.Version, op.Writer, op.Processed = true, exe.Version, exe.State.Op, processed
+		op.ReadDigest = StateDigest(exe.State)
 	}
 	r.done(op, err)
 }

@@ -64,6 +64,45 @@ type checker struct {
 	viol    map[string][]Violation
 	// tooLarge counts partitions left undecided for their size.
 	tooLarge int
+	// undecided: execution → check → why the check could not decide it
+	// (see skip).
+	undecided map[string]map[string]string
+}
+
+// skip records that check could not decide execution exeID (an
+// ambiguity left by unresolved unknown outcomes): the check did not pass
+// there, it did not run.
+func (ck *checker) skip(exeID, check, why string) {
+	m := ck.undecided[exeID]
+	if m == nil {
+		m = map[string]string{}
+		ck.undecided[exeID] = m
+	}
+	if _, ok := m[check]; !ok {
+		m[check] = why
+	}
+}
+
+// maxUndecided is the bound on undecided executions of a run that can
+// PASS: 0.5 % of its executions, and never more than 10.
+func maxUndecided(executions int) int { return min(10, executions/200) }
+
+func (ck *checker) undecidedExecutions(executions int) UndecidedExecutions {
+	u := UndecidedExecutions{Bound: maxUndecided(executions), ByCheck: map[string]int{}}
+	for _, id := range sortedKeys(ck.undecided) {
+		m := ck.undecided[id]
+		u.Count++
+		x := UndecidedExecution{Execution: id}
+		for _, c := range sortedKeys(m) {
+			u.ByCheck[c]++
+			x.Checks = append(x.Checks, c)
+			x.Why = append(x.Why, c+": "+m[c])
+		}
+		if len(u.List) < 100 {
+			u.List = append(u.List, x)
+		}
+	}
+	return u
 }
 
 func (ck *checker) add(inv, exeID, summary string, ops []OpRef, rows []RowRef) {
@@ -101,7 +140,7 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 		}
 	}
 	w := newWorld(h, s)
-	ck := &checker{w: w, o: o, v: v, checked: map[string]int{}, viol: map[string][]Violation{}}
+	ck := &checker{w: w, o: o, v: v, checked: map[string]int{}, viol: map[string][]Violation{}, undecided: map[string]map[string]string{}}
 	bad := w.resolve()
 	ck.cas(bad)
 	ck.linearizability(ctx)
@@ -155,6 +194,8 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 		Checks: "nothing pending after the quiesce: outbox rows, spawn intents, due timers"})
 	v.Faults = landings(w, o)
 	v.Timeline = timeline(w)
+	v.UndecidedExecutions = ck.undecidedExecutions(v.Executions)
+	tooUndecided := v.UndecidedExecutions.Count > v.UndecidedExecutions.Bound
 
 	// The result, most serious first.
 	vacuous := 0
@@ -179,7 +220,7 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	case len(v.Liveness) > 0:
 		v.Result = Error
 		reasons = append(reasons, fmt.Sprintf("the quiesce did not finish (%d liveness failures): delivery, firing and acking are not proven", len(v.Liveness)))
-	case vacuous > 0:
+	case vacuous > 0 || tooUndecided:
 		v.Result = Vacuous
 	default:
 		v.Result = Pass
@@ -205,9 +246,22 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 			reasons = append(reasons, fmt.Sprintf("fault %s scheduled %d times but landed %d times (< %d): vacuous", f.Kind, f.Scheduled, f.Landed, o.MinLanded))
 		}
 	}
+	if tooUndecided {
+		u := v.UndecidedExecutions
+		reasons = append(reasons, fmt.Sprintf("%d undecided executions (more than %d, 0.5%% of %d executions and at most 10): unresolved unknown outcomes left checks unrun there (%s): vacuous",
+			u.Count, u.Bound, v.Executions, byCheckText(u.ByCheck)))
+	}
 	v.Reasons = reasons
 	v.CheckMS = time.Since(start).Milliseconds()
 	return v
+}
+
+func byCheckText(m map[string]int) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return joinComma(parts)
 }
 
 func joinComma(s []string) string {

@@ -104,7 +104,11 @@ func (ck *checker) cas(bad []badClaim) {
 					}
 				}
 				if len(open) > 1 {
-					continue // ambiguous: its candidates are counted as unresolved
+					// Ambiguous: not checked, and said so.
+					ck.skip(id, InvCAS, fmt.Sprintf("version %d has %d unresolved candidate writers", v, len(open)))
+					ck.count(InvCAS, -1) // counted in e.n above, not compared
+					e.ambiguous = true
+					continue
 				}
 				ck.add(InvCAS, id, fmt.Sprintf("version %d (final version %d) has no committed writer in the history", v, e.n),
 					failed, rowsOf(e))
@@ -127,6 +131,7 @@ func (ck *checker) cas(bad []badClaim) {
 			ck.add(InvCAS, id, fmt.Sprintf("final row: version %d is not a version (versions start at 1)", e.n), nil, rowsOf(e))
 		}
 		ck.rowIntegrity(e)
+		ck.loadContent(e)
 	}
 }
 
@@ -209,6 +214,45 @@ func (ck *checker) writtenContent(e *exe, d *execDoc, wr *cop, row []RowRef) {
 	}
 	if wr.Armed != nil && !sameTimers(c.Timers, wr.Armed) {
 		bad("context.timers is %s, but its writer %s armed %s", fmtTimers(c.Timers), wr.ID, fmtTimers(wr.Armed))
+	}
+	if wr.DataDigest == "" {
+		return
+	}
+	// The whole content, not only the members above.
+	ck.count(InvCAS, 1)
+	var members map[string]json.RawMessage
+	if json.Unmarshal([]byte(e.row.r.Data), &members) == nil {
+		for _, k := range sortedKeys(members) {
+			if !knownDataMembers[k] {
+				bad("data has a member %q, which no writer of the store's document writes", k)
+			}
+		}
+	}
+	got, err := stateDigest(d)
+	switch {
+	case err != nil:
+		bad("the state cannot be read (%v), but its writer %s wrote state %s", err, wr.ID, wr.DataDigest)
+	case got != wr.DataDigest:
+		bad("the state (active_path and context) has digest %s, but its writer %s wrote %s: the row does not hold what its writer wrote", got, wr.ID, wr.DataDigest)
+	}
+}
+
+// loadContent compares what each load read (the digest of the state it
+// returned) with what the commit it names as the writer wrote.
+func (ck *checker) loadContent(e *exe) {
+	for _, l := range e.loads {
+		if l.Outcome != OutcomeOK || !l.Exists || l.DataDigest == "" || l.Writer == "" {
+			continue
+		}
+		c := ck.w.commits[l.Writer]
+		if c == nil || c.Exe != e.id || c.DataDigest == "" || c.slot() != l.Version {
+			continue // a bad claim, reported by the resolution
+		}
+		ck.count(InvCAS, 1)
+		if c.DataDigest != l.DataDigest {
+			ck.add(InvCAS, e.id, fmt.Sprintf("load %s read version %d written by %s with state digest %s, but %s wrote %s: the store returned content its writer never wrote",
+				l.ID, l.Version, c.ID, l.DataDigest, c.ID, c.DataDigest), []OpRef{ref(l, "the read"), c.ref("the writer")}, nil)
+		}
 	}
 }
 

@@ -38,7 +38,11 @@ func (ck *checker) dedupe() {
 			}
 		}
 		for _, ev := range sortedKeys(rows) {
-			if len(byEvent[ev]) > 0 || unsure[ev] {
+			if len(byEvent[ev]) > 0 {
+				continue
+			}
+			if unsure[ev] {
+				ck.skip(id, InvDedupe, fmt.Sprintf("processed_events row %s is recorded only by unresolved commits", ev))
 				continue
 			}
 			var ops []OpRef
@@ -79,7 +83,9 @@ func (ck *checker) dedupe() {
 			ck.count(InvDedupe, 1)
 			cs := byEvent[l.Event]
 			switch {
-			case l.Processed && len(cs) == 0 && !unsure[l.Event]:
+			case l.Processed && len(cs) == 0 && unsure[l.Event]:
+				ck.skip(id, InvDedupe, fmt.Sprintf("load %s said %s is processed, which only unresolved commits record", l.ID, l.Event))
+			case l.Processed && len(cs) == 0:
 				ck.add(InvDedupe, id, fmt.Sprintf("load %s said event %s is processed, but no committed commit of %s applied it", l.ID, l.Event, id),
 					[]OpRef{ref(l, "processed=true")}, rows[l.Event])
 			case l.Processed && len(cs) > 0 && earliestCall(cs).T0 > l.T1:

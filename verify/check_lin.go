@@ -199,7 +199,6 @@ func (ck *checker) linearizability(ctx context.Context) {
 		if len(ops) == 0 {
 			continue
 		}
-		ck.count(InvLinearizable, len(ops))
 		if len(ops) > ck.o.MaxPartitionOps {
 			// porcupine's search and its cache grow with the ops that
 			// overlap; past this it runs out of time or memory.
@@ -230,7 +229,9 @@ func (ck *checker) linearizability(ctx context.Context) {
 			defer mu.Unlock()
 			switch res {
 			case porcupine.Ok:
+				ck.count(InvLinearizable, len(ops)) // decided: counted
 			case porcupine.Illegal:
+				ck.count(InvLinearizable, len(ops))
 				ck.v.lin = append(ck.v.lin, linFailure{exe: id, info: info})
 				ck.add(InvLinearizable, id, fmt.Sprintf("the loads and commits of execution %s are not linearizable as a CAS register (%s)",
 					id, longestPrefix(info)), linRefs(ck.w, ops, info), nil)

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -44,15 +45,29 @@ func (ck *checker) spawns() {
 			case !contains(c.Spawns, s.r.ChildID):
 				ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d: child %s is not a spawn of %s", s.r.Seq, s.r.ChildID, c.ID),
 					[]OpRef{c.ref("the op named")}, []RowRef{rr})
+			default:
+				if i := slices.Index(c.Spawns, s.r.ChildID); i < len(c.SpawnDigests) && c.SpawnDigests[i] != "" {
+					ck.count(InvSpawns, 1)
+					got, _ := spawnDigest(s.r.RootPath, s.r.Context)
+					if want := c.SpawnDigests[i]; got != want {
+						ck.add(InvSpawns, id, fmt.Sprintf("spawn row seq %d (child %s): root_path and context have digest %s, but %s wrote %s: the row does not hold what its writer wrote",
+							s.r.Seq, s.r.ChildID, got, c.ID, want), []OpRef{c.ref("the spawner")}, []RowRef{rr})
+					}
+				}
 			}
 		}
 		for _, a := range e.spawnAcks {
 			ck.count(InvSpawns, 1)
 			seen(a.Child, a.Seq, "ack "+a.ID)
 			cands := w.spawners[id+"\x00"+a.Child]
-			ok := false
+			ok, maybe := false, false
 			for _, c := range cands {
-				ok = ok || c.st != absent // an unresolved spawner may have committed
+				ok = ok || c.st == present
+				maybe = maybe || c.st == unresolved
+			}
+			if !ok && maybe {
+				ck.skip(id, InvSpawns, fmt.Sprintf("ack_spawn %s acked child %s, spawned only by unresolved commits", a.ID, a.Child))
+				continue
 			}
 			if !ok {
 				ck.add(InvSpawns, id, fmt.Sprintf("ack_spawn %s acked seq %d (child %s), which no committed commit of %s spawned", a.ID, a.Seq, a.Child, id),

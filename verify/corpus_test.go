@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,9 @@ type want struct {
 	Unknown *unknownCounts `json:"unknown,omitempty"`
 	// Landed, when set, are the expected landed counts per fault kind.
 	Landed map[string]int `json:"landed,omitempty"`
+	// Undecided, when set, are the expected undecided executions per
+	// check skipped.
+	Undecided map[string]int `json:"undecided,omitempty"`
 }
 
 type unknownCounts struct {
@@ -164,8 +168,8 @@ var corpusCases = []corpusCase{
 			}
 			return lines
 		}},
-	{name: "clean-unresolved", want: want{Note: "two unknown first saves of one execution, nothing tells which committed: reported as unresolved, not a violation",
-		Result: verify.Pass, Unknown: &unknownCounts{Unresolved: 2}},
+	{name: "clean-unresolved", want: want{Note: "two unknown first saves of one execution, nothing tells which committed: unresolved, not a violation, but the execution is undecided (its version 1 is not checked): not a pass (before: PASS)",
+		Result: verify.Vacuous, Unknown: &unknownCounts{Unresolved: 2}, Undecided: map[string]int{"cas": 1, "timers": 1, "trace": 1}},
 		build: func(s *sim) *scenario {
 			sc := baseScenario(s, nil)
 			D := s.exeID("shard1", 1)
@@ -182,6 +186,29 @@ var corpusCases = []corpusCase{
 					failLoad(lines[i])
 				}
 			}
+			return lines
+		}},
+	{name: "forged-ledger-under-unresolved", want: want{Note: "a processed_events row no commit wrote, recorded only by unresolved commits of an ambiguous version: undecided, not a pass (before: PASS, the tolerance accepted it)",
+		Result: verify.Vacuous, Unknown: &unknownCounts{Unresolved: 3}, Undecided: map[string]int{"cas": 1, "dedupe": 1, "timers": 1, "trace": 1}},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			D := s.exeID("shard1", 1)
+			s.commit("setup", D, 0, spec{cause: verify.CauseSetup, event: "r1-init-D", input: "r1-init-D"}, mInfoLost)
+			s.commit("setup", D, 0, spec{cause: verify.CauseSetup, event: "r1-init-D", input: "r1-init-D"}, mInfoLost)
+			s.commit("setup", D, 0, spec{cause: verify.CauseSetup}, mInfoApplied)
+			s.step("w0", D, spec{}, mOK)
+			s.finish(true)
+			return sc
+		},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			D := sc.s.exeID("shard1", 1)
+			for i, l := range lines {
+				if l.get("kind") == "load" && l.get("exe") == D && l.get("version") == 1 {
+					failLoad(lines[i])
+				}
+			}
+			ss, _ := exeRow(st, D)
+			ss.Processed = append(ss.Processed, verify.ProcessedRow{ExecutionID: D, EventID: "r1-init-D", Bucket: sc.s.mp.Bucket(D)})
 			return lines
 		}},
 	{name: "faults-landed", want: want{Note: "faults whose evidence and ops show they landed", Result: verify.Pass,
@@ -307,6 +334,72 @@ var corpusCases = []corpusCase{
 		editContext(st, sc.C, func(c map[string]any) { c["step"] = 0 })
 		return lines
 	}},
+	// ---- content rewritten in place (history version 2 digests) ----
+	{name: "content-data-payload-rewritten", want: want{Note: "executions.data: the padding rewritten, identity intact", Result: verify.Fail, Violated: []string{"cas"}},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			editContext(st, sc.C, func(c map[string]any) { c["payload"] = "yy" })
+			return lines
+		}},
+	{name: "content-data-member-added", want: want{Note: "executions.data: a member the writer never wrote, in the context and at the top", Result: verify.Fail, Violated: []string{"cas"}},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			editContext(st, sc.A, func(c map[string]any) { c["note"] = "edited" })
+			editData(st, sc.B, func(d map[string]any) { d["owner"] = "ops" })
+			return lines
+		}},
+	{name: "content-load-rewritten", want: want{Note: "a load returned a state its writer never wrote (the load's digest differs from its writer's)", Result: verify.Fail, Violated: []string{"cas"}},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			i := findOp(lines, "kind", "load", "exe", sc.A, "version", 2)
+			lines[i].set("data_digest", mustDigest([]byte(`{"active":"a","step":1}`)))
+			return lines
+		}},
+	{name: "content-trace-entry-rewritten", want: want{Note: "trace.entry: the event rewritten, op and step intact", Result: verify.Fail, Violated: []string{"trace"}},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			ss, _ := exeRow(st, sc.A)
+			i := slices.IndexFunc(ss.Trace, func(r verify.TraceRow) bool { return r.ExecutionID == sc.A })
+			var d map[string]any
+			_ = json.Unmarshal([]byte(ss.Trace[i].Entry), &d)
+			d["event"] = "r1-forged"
+			b, _ := json.Marshal(d)
+			ss.Trace[i].Entry = verify.Doc(b)
+			return lines
+		}},
+	{name: "content-outbox-event-rewritten", want: want{Note: "outbox.event of a pending row: the name rewritten, id/from/op intact (before: ERROR for the pending row only)", Result: verify.Fail, Violated: []string{"outbox"}, Liveness: true},
+		build: pendingScenario(false),
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			for _, ss := range st.Shards {
+				for i, r := range ss.Outbox {
+					var d map[string]any
+					_ = json.Unmarshal([]byte(r.Event), &d)
+					d["name"] = "pong"
+					b, _ := json.Marshal(d)
+					ss.Outbox[i].Event = verify.Doc(b)
+				}
+			}
+			return lines
+		}},
+	{name: "content-outbox-delivery-rewritten", want: want{Note: "the relay read an outbox event whose body is not what its emitter wrote", Result: verify.Fail, Violated: []string{"outbox"}},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			i := findOp(lines, "kind", "commit", "cause", "outbox")
+			lines[i].set("body_digest", mustDigest([]byte(`{"id":"x","name":"pong"}`)))
+			return lines
+		}},
+	{name: "content-spawn-rewritten", want: want{Note: "spawns: root_path and context rewritten, op intact (before: ERROR for the pending row only)", Result: verify.Fail, Violated: []string{"spawns"}, Liveness: true},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			s.step("w0", sc.C, spec{spawns: []string{"child-2", "child-3"}}, mOK)
+			s.finish(false)
+			return sc
+		},
+		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+			ss, _ := exeRow(st, sc.C)
+			ss.Spawns[0].RootPath = "elsewhere"
+			var d map[string]any
+			_ = json.Unmarshal([]byte(ss.Spawns[1].Context), &d)
+			d["extra"] = true
+			b, _ := json.Marshal(d)
+			ss.Spawns[1].Context = verify.Doc(b)
+			return lines
+		}},
 	{name: "data-not-json", want: fail("cas"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 		ss, i := exeRow(st, sc.C)
 		ss.Executions[i].Data = "{truncated"
@@ -463,7 +556,7 @@ var corpusCases = []corpusCase{
 		ss.Timers = append(ss.Timers, verify.TimerRow{ExecutionID: sc.A, Path: "t9", FireAt: 1.8e9, Bucket: sc.s.mp.Bucket(sc.A)})
 		return lines
 	}},
-	{name: "context-timers-edited", want: fail("timers"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
+	{name: "context-timers-edited", want: fail("cas", "timers"), mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 		editContext(st, sc.C, func(c map[string]any) { c["timers"] = map[string]any{"t1": 1.5e9} })
 		return lines
 	}},
@@ -724,6 +817,12 @@ func TestCorpus(t *testing.T) {
 						t.Errorf("invariant %s checked nothing on a history with every kind of op\n%s", r.Name, text.String())
 					}
 				}
+			}
+			if w.Undecided != nil && !maps.Equal(w.Undecided, v.UndecidedExecutions.ByCheck) {
+				t.Errorf("undecided executions by check %v, want %v\n%s", v.UndecidedExecutions.ByCheck, w.Undecided, text.String())
+			}
+			if w.Undecided == nil && v.UndecidedExecutions.Count > 0 {
+				t.Errorf("%d undecided executions, want none\n%s", v.UndecidedExecutions.Count, text.String())
 			}
 			for kind, n := range w.Landed {
 				got := -1

@@ -18,11 +18,13 @@ import (
 )
 
 // Format and Version name the history format this package reads
-// (HISTORY.md). A header naming another format, or another version, is
-// refused.
+// (HISTORY.md). A header naming another format, or a version other than
+// Version and MinVersion, is refused. Version 1 histories carry no content
+// digests: their content is compared only where version 1 recorded it.
 const (
-	Format  = "pgshard-history"
-	Version = 1
+	Format     = "pgshard-history"
+	Version    = 2
+	MinVersion = 1
 )
 
 // maxLine bounds one history line. A longer line is an error, not a reason
@@ -150,6 +152,9 @@ type ScheduledFault struct {
 type Emit struct {
 	Event  string `json:"event"`
 	Target string `json:"target"`
+	// Digest is the content digest of the event document written
+	// (version 2; "" in older histories).
+	Digest string `json:"digest,omitempty"`
 }
 
 // TimerOp is one timer operation of a commit (a schedule of Path at
@@ -207,6 +212,16 @@ type Op struct {
 	Origin string             `json:"origin,omitempty"`
 	Path   string             `json:"path,omitempty"`
 	FireAt float64            `json:"fire_at,omitempty"`
+
+	// Content digests (version 2, HISTORY.md "Content digests"; "" or
+	// nil in older histories). DataDigest: for a commit the state it
+	// writes, for a load the state it read. TraceDigest: the trace entry
+	// a commit appends. SpawnDigests: one per Spawns element. BodyDigest:
+	// the event document an outbox delivery read from its row.
+	DataDigest   string   `json:"data_digest,omitempty"`
+	TraceDigest  string   `json:"trace_digest,omitempty"`
+	SpawnDigests []string `json:"spawn_digests,omitempty"`
+	BodyDigest   string   `json:"body_digest,omitempty"`
 
 	// read_outbox, read_spawns: rows returned.
 	N int `json:"n,omitempty"`
@@ -314,6 +329,10 @@ type line struct {
 	Child     string             `json:"child"`
 	Now       *float64           `json:"now"`
 	Deleted   bool               `json:"deleted"`
+	DataDig   string             `json:"data_digest"`
+	TraceDig  string             `json:"trace_digest"`
+	SpawnDigs []string           `json:"spawn_digests"`
+	BodyDig   string             `json:"body_digest"`
 
 	// fault
 	Phase    string                     `json:"phase"`
@@ -505,7 +524,7 @@ func (d *decoder) decode(b []byte, n int) error {
 	case "":
 		return errors.New(`the line has no "type"`)
 	default:
-		return fmt.Errorf("unknown line type %q (this reader knows history format version %d)", l.Type, Version)
+		return fmt.Errorf("unknown line type %q (this reader knows history format versions %d..%d)", l.Type, MinVersion, Version)
 	}
 }
 
@@ -517,12 +536,12 @@ func (d *decoder) header(l *line) error {
 		}
 		return fmt.Errorf("format is %s, want %q", got, Format)
 	}
-	if l.HVersion == nil || *l.HVersion != Version {
+	if l.HVersion == nil || *l.HVersion < MinVersion || *l.HVersion > Version {
 		got := "<missing>"
 		if l.HVersion != nil {
 			got = fmt.Sprint(*l.HVersion)
 		}
-		return fmt.Errorf("history format version %s, this reader knows version %d", got, Version)
+		return fmt.Errorf("history format version %s, this reader knows versions %d..%d", got, MinVersion, Version)
 	}
 	if l.Run == "" {
 		return errors.New("header has no run id")
@@ -624,7 +643,14 @@ func (d *decoder) op(l *line, n int) error {
 		Emits: l.Emits, Spawns: l.Spawns, Trace: l.Trace, Origin: l.Origin, Path: l.Path,
 		N: l.N, Target: d.intern(l.Target), Parent: d.intern(l.Parent), Child: l.Child, Deleted: l.Deleted,
 		Step: l.Step, Active: d.intern(l.Active), Armed: l.Armed,
+		DataDigest: l.DataDig, TraceDigest: l.TraceDig, SpawnDigests: l.SpawnDigs, BodyDigest: l.BodyDig,
 		Line: n,
+	}
+	if d.h.Header.Version < 2 && (o.DataDigest != "" || o.TraceDigest != "" || o.SpawnDigests != nil || o.BodyDigest != "") {
+		return fmt.Errorf("op %s: content digests in a version-%d history (they are version 2)", l.ID, d.h.Header.Version)
+	}
+	if o.SpawnDigests != nil && len(o.SpawnDigests) != len(o.Spawns) {
+		return fmt.Errorf("op %s: %d spawn_digests for %d spawns", l.ID, len(o.SpawnDigests), len(o.Spawns))
 	}
 	if l.Exe != nil {
 		o.Exe = d.intern(*l.Exe)

@@ -90,6 +90,9 @@ type exe struct {
 	// chainOK says the chain is usable for replays: versions 1..n each
 	// have exactly one writer and nothing beyond n is present.
 	chainOK bool
+	// ambiguous: some version 1..n has no present writer and several
+	// unresolved candidates (set by the CAS check): replays are undecided.
+	ambiguous bool
 }
 
 // placed is a row with the shard it was found on.

@@ -132,6 +132,10 @@ checked in {{.V.CheckMS}} ms</div>
 {{range .Live}}<div class="v live"><b>{{.Summary}}</b>{{range .Ops}}<code>op  {{opText .}}</code>{{end}}{{range .Rows}}<code>row {{rowText .}}</code>{{end}}</div>
 {{end}}{{if gt .LiveMore 0}}<p class="more">and {{.LiveMore}} more</p>{{end}}
 
+{{with .V.UndecidedExecutions}}{{if .Count}}<h2>Undecided executions ({{.Count}}, bound {{.Bound}})</h2>
+<p>Checks that could not run because unresolved unknown outcomes left the execution ambiguous; they are not counted as passed.
+{{range $k, $n := .ByCheck}}<code>{{$k}}</code> {{$n}} · {{end}}</p>
+{{range .List}}<div class="v live"><code>{{.Execution}}</code>: {{range $i, $w := .Why}}{{if $i}}; {{end}}{{$w}}{{end}}</div>{{end}}{{end}}{{end}}
 {{if .V.Undecided}}<h2>Undecided linearizability ({{len .V.Undecided}})</h2><p>{{range $i, $e := .V.Undecided}}{{if $i}}, {{end}}{{$e}}{{end}}</p>{{end}}
 {{if .V.Unknown.UnresolvedOps}}<h2>Unresolved unknown outcomes ({{.V.Unknown.Unresolved}})</h2>
 {{range .V.Unknown.UnresolvedOps}}<div class="v live"><code>{{opText .}}</code></div>{{end}}{{end}}

@@ -61,6 +61,7 @@ type sExe struct {
 	last    string
 	op      string
 	timers  map[string]float64
+	digest  string // the content digest of the state it holds
 }
 
 type sOut struct {
@@ -215,7 +216,7 @@ func (s *sim) load(src, exeID, event, cause string) (version int, processed bool
 		s.emit(o)
 		return 0, processed
 	}
-	o = append(o, kv{"exists", true}, kv{"version", e.version}, kv{"writer", e.op}, kv{"processed", processed})
+	o = append(o, kv{"exists", true}, kv{"version", e.version}, kv{"writer", e.op}, kv{"processed", processed}, kv{"data_digest", e.digest})
 	s.emit(o)
 	return e.version, processed
 }
@@ -229,6 +230,7 @@ type spec struct {
 	trace               bool
 	seq                 int64  // outbox delivery
 	origin              string // outbox delivery
+	body                string // outbox delivery: the event document read
 	path                string // timer fire
 	fireAt              float64
 }
@@ -280,7 +282,8 @@ func (s *sim) commit(src, exeID string, exp int, sp spec, md mode) (string, stri
 	}
 	var emits []obj
 	for k, t := range sp.emits {
-		emits = append(emits, obj{{"event", fmt.Sprintf("%s-e%d", sp.event, k)}, {"target", t}})
+		ev := fmt.Sprintf("%s-e%d", sp.event, k)
+		emits = append(emits, obj{{"event", ev}, {"target", t}, {"digest", mustDigest(simEventDoc(ev, exeID, id))}})
 	}
 	var timers []obj
 	for _, t := range sp.timers {
@@ -299,12 +302,21 @@ func (s *sim) commit(src, exeID string, exp int, sp spec, md mode) (string, stri
 	}
 	if len(sp.spawns) > 0 {
 		o = append(o, kv{"spawns", sp.spawns})
+		var ds []string
+		for range sp.spawns {
+			ds = append(ds, mustDigest(simSpawnDoc(id)))
+		}
+		o = append(o, kv{"spawn_digests", ds})
 	}
 	if sp.trace {
-		o = append(o, kv{"trace", true})
+		o = append(o, kv{"trace", true}, kv{"trace_digest", mustDigest(simTraceDoc(id, exp, sp.event))})
 	}
+	o = append(o, kv{"data_digest", s.writtenDigest(exeID, exp, id, sp)})
 	if sp.cause == verify.CauseOutbox {
 		o = append(o, kv{"seq", sp.seq}, kv{"origin", sp.origin})
+		if sp.body != "" {
+			o = append(o, kv{"body_digest", mustDigest([]byte(sp.body))})
+		}
 	}
 	if sp.cause == verify.CauseTimer {
 		o = append(o, kv{"path", sp.path}, kv{"fire_at", sp.fireAt})
@@ -348,6 +360,79 @@ func (s *sim) writeOutbox(opID, exeID string, sp spec) {
 	}
 }
 
+// writtenDigest is the content digest of the state commit opID writes
+// when it applies sp at exp to the current state (HISTORY.md: context
+// members and "active").
+func (s *sim) writtenDigest(exeID string, exp int, opID string, sp spec) string {
+	timers := map[string]float64{}
+	if e := s.exes[exeID]; e != nil {
+		for p, at := range e.timers {
+			timers[p] = at
+		}
+	}
+	if sp.cause == verify.CauseTimer {
+		if at, ok := timers[sp.path]; ok && at == sp.fireAt {
+			delete(timers, sp.path)
+		}
+	}
+	for _, t := range sp.timers {
+		if t.Cancel {
+			delete(timers, t.Path)
+		} else {
+			timers[t.Path] = t.FireAt
+		}
+	}
+	b, _ := json.Marshal(simContext(exp, sp.event, opID, timers, "a"))
+	return mustDigest(b)
+}
+
+// simContext is the context of a state the sim writes, with "active"
+// when active is not "" (the digest's form; the row carries active in
+// active_path).
+func simContext(step int, last, op string, timers map[string]float64, active string) obj {
+	ctx := obj{{"step", step}}
+	if last != "" {
+		ctx = append(ctx, kv{"last", last})
+	}
+	ctx = append(ctx, kv{"op", op})
+	if len(timers) > 0 {
+		ts := obj{}
+		for _, p := range sortedPaths(timers) {
+			ts = append(ts, kv{p, timers[p]})
+		}
+		ctx = append(ctx, kv{"timers", ts})
+	}
+	ctx = append(ctx, kv{"payload", "xx"})
+	if active != "" {
+		ctx = append(ctx, kv{"active", active})
+	}
+	return ctx
+}
+
+func simEventDoc(event, from, op string) []byte {
+	b, _ := json.Marshal(obj{{"id", event}, {"name", "ping"}, {"from", from}, {"op", op}, {"emitted_ns", 1}})
+	return b
+}
+
+func simTraceDoc(op string, step int, event string) []byte {
+	b, _ := json.Marshal(obj{{"op", op}, {"step", step}, {"event", event}, {"active", "a"}})
+	return b
+}
+
+func simSpawnDoc(op string) []byte {
+	c, _ := json.Marshal(obj{{"op", op}})
+	b, _ := json.Marshal(obj{{"root_path", "child"}, {"context", json.RawMessage(c)}})
+	return b
+}
+
+func mustDigest(b []byte) string {
+	d, err := verify.ContentDigest(b)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
 // apply is the store's commit transaction.
 func (s *sim) apply(opID, exeID string, sp spec) {
 	e := s.exes[exeID]
@@ -355,6 +440,7 @@ func (s *sim) apply(opID, exeID string, sp spec) {
 		e = &sExe{id: exeID, timers: map[string]float64{}}
 		s.exes[exeID] = e
 	}
+	e.digest = s.writtenDigest(exeID, e.version, opID, sp)
 	e.version++
 	e.op, e.last = opID, sp.event
 	if sp.cause == verify.CauseTimer {
@@ -469,7 +555,7 @@ func (s *sim) relay() {
 			s.commit("relay", r.target, v, spec{event: r.event, input: r.event, cause: verify.CauseOutbox, seq: r.seq, origin: r.op}, mFail)
 			continue
 		}
-		sp := spec{event: r.event, input: r.event, cause: verify.CauseOutbox, seq: r.seq, origin: r.op}
+		sp := spec{event: r.event, input: r.event, cause: verify.CauseOutbox, seq: r.seq, origin: r.op, body: string(simEventDoc(r.event, r.from, r.op))}
 		s.attempts("relay", r.target, sp, mOK, nil)
 		s.ackOutbox(r)
 	}
@@ -663,19 +749,7 @@ func (s *sim) state() *verify.State {
 	for _, id := range sortedIDs(s.exes) {
 		e := s.exes[id]
 		ss := idx[s.shardOf(id)]
-		ctx := obj{{"step", e.version - 1}}
-		if e.last != "" {
-			ctx = append(ctx, kv{"last", e.last})
-		}
-		ctx = append(ctx, kv{"op", e.op})
-		if len(e.timers) > 0 {
-			ts := obj{}
-			for _, p := range sortedPaths(e.timers) {
-				ts = append(ts, kv{p, e.timers[p]})
-			}
-			ctx = append(ctx, kv{"timers", ts})
-		}
-		ctx = append(ctx, kv{"payload", "xx"})
+		ctx := simContext(e.version-1, e.last, e.op, e.timers, "")
 		data := obj{{"id", id}, {"definition_id", "chaos"}, {"version", e.version}, {"status", "running"}, {"outcome", nil},
 			{"active_path", []string{"a"}}, {"parent_id", nil}, {"context", ctx}}
 		j, _ := json.Marshal(data)
@@ -687,13 +761,13 @@ func (s *sim) state() *verify.State {
 			ss.Timers = append(ss.Timers, verify.TimerRow{ExecutionID: id, Path: p, FireAt: s.timers[id][p], Bucket: b(id)})
 		}
 		for _, t := range s.trace[id] {
-			en, _ := json.Marshal(obj{{"op", t.op}, {"step", t.step}, {"event", t.event}, {"active", "a"}})
+			en := simTraceDoc(t.op, t.step, t.event)
 			ss.Trace = append(ss.Trace, verify.TraceRow{ExecutionID: id, Idx: t.idx, Entry: verify.Doc(en), Bucket: b(id)})
 		}
 	}
 	for _, r := range s.outbox {
 		ss := idx[r.shard]
-		ev, _ := json.Marshal(obj{{"id", r.event}, {"name", "ping"}, {"from", r.from}, {"op", r.op}, {"emitted_ns", 1}})
+		ev := simEventDoc(r.event, r.from, r.op)
 		t := r.target
 		ss.Outbox = append(ss.Outbox, verify.OutboxRow{Seq: r.seq, TargetID: &t, Event: verify.Doc(ev), Bucket: b(r.from)})
 	}

@@ -89,6 +89,11 @@ type Verdict struct {
 	// Undecided partitions of the linearizability check (timeout or
 	// budget exhausted); any makes the result ERROR unless it is FAIL.
 	Undecided []string `json:"undecided,omitempty"`
+	// UndecidedExecutions are the executions for which a check could not
+	// run, or accepted something only because an unresolved commit might
+	// explain it: checks that did not run are not counted as passed. More
+	// than Bound makes the result VACUOUS unless it is worse.
+	UndecidedExecutions UndecidedExecutions `json:"undecided_executions"`
 	// Visualizations are porcupine's HTML files of failing partitions,
 	// relative to the report directory (written by WriteReport).
 	Visualizations []string `json:"visualizations,omitempty"`
@@ -127,6 +132,29 @@ type Unknowns struct {
 	Unresolved int `json:"unresolved"`
 	// UnresolvedOps lists the unresolved ones (at most 100).
 	UnresolvedOps []OpRef `json:"unresolved_ops,omitempty"`
+}
+
+// UndecidedExecutions counts the executions some check could not decide
+// because unresolved unknown outcomes left it ambiguous.
+type UndecidedExecutions struct {
+	// Count is the number of undecided executions.
+	Count int `json:"count"`
+	// Bound is the most the run may have and still PASS: 0.5 % of its
+	// executions (rounded down), and at most 10.
+	Bound int `json:"bound"`
+	// ByCheck counts undecided executions per check skipped.
+	ByCheck map[string]int `json:"by_check"`
+	// List names them (at most 100), with the checks skipped and why.
+	List []UndecidedExecution `json:"list,omitempty"`
+}
+
+// UndecidedExecution is one execution some check could not decide.
+type UndecidedExecution struct {
+	Execution string `json:"execution"`
+	// Checks are the invariants not (fully) checked.
+	Checks []string `json:"checks"`
+	// Why says, per check, what made it undecidable.
+	Why []string `json:"why"`
 }
 
 // Violation is one broken invariant, explained with the ops and rows
@@ -255,6 +283,20 @@ func (v *Verdict) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%s\n", f.Kind, f.Scheduled, f.Injected, f.Evidence, corr, f.Landed, mark)
 		}
 		_ = tw.Flush()
+	}
+	if u := v.UndecidedExecutions; u.Count > 0 {
+		var parts []string
+		for _, k := range sortedKeys(u.ByCheck) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, u.ByCheck[k]))
+		}
+		fmt.Fprintf(ew, "\nundecided executions: %d (bound %d; checks skipped: %s)\n", u.Count, u.Bound, strings.Join(parts, ", "))
+		for i, x := range u.List {
+			if i == MaxExplained {
+				fmt.Fprintf(ew, "  and %d more\n", u.Count-i)
+				break
+			}
+			fmt.Fprintf(ew, "  %s: %s\n", x.Execution, strings.Join(x.Why, "; "))
+		}
 	}
 	writeViolations(ew, "violations", v.Violations)
 	writeViolations(ew, "liveness failures", v.Liveness)
