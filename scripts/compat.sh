@@ -76,7 +76,9 @@ if [ ! -f "$regress/parallel_schedule" ]; then
 	$sudo mkdir -p "$srcdir"
 	echo "compat: fetching the source package postgresql-15=$ver"
 	(cd "$srcdir" && $sudo apt-get source --download-only -qq "postgresql-15=$ver" 2>&1 | grep -v "unsandboxed" || true)
-	tarball=$(ls "$srcdir"/postgresql-15_"$upstream".orig.tar.* 2>/dev/null | head -1)
+	tarballs=("$srcdir"/postgresql-15_"$upstream".orig.tar.*)
+	tarball=""
+	[ -e "${tarballs[0]}" ] && tarball=${tarballs[0]}
 	if [ -z "$tarball" ]; then
 		echo "compat: apt-get source postgresql-15=$ver fetched nothing: the regression suite cannot run" >&2
 		exit 2

@@ -33,6 +33,8 @@ func TestDecodeCursorRejects(t *testing.T) {
 		{"NUL in id", b64("1a\x00b"), "not valid text"},
 		{"invalid UTF-8", b64("1a\xffb"), "not valid text"},
 		{"too long", store.EncodeCursor(strings.Repeat("x", 8193)), "too long"},
+		{"carriage return", "M\rX0", "canonical"},
+		{"line feed", store.EncodeCursor("abc")[:2] + "\n" + store.EncodeCursor("abc")[2:], "canonical"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,7 +35,9 @@ func EncodeCursor(lastID string) string {
 // DecodeCursor returns the id a cursor continues after ("" for the empty
 // cursor). It rejects anything EncodeCursor cannot have produced for a
 // valid id: bad base64, an unknown version, an empty or over-long id,
-// invalid UTF-8 or a NUL byte (which Postgres text cannot hold).
+// invalid UTF-8 or a NUL byte (which Postgres text cannot hold), and any
+// other spelling of a valid cursor (base64 decoding skips CR and LF), so
+// one id has exactly one cursor.
 func DecodeCursor(cursor string) (string, error) {
 	if cursor == "" {
 		return "", nil
@@ -56,6 +58,9 @@ func DecodeCursor(cursor string) (string, error) {
 	id := string(raw[1:])
 	if !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0 {
 		return "", fmt.Errorf("%w: the execution id is not valid text", ErrBadCursor)
+	}
+	if EncodeCursor(id) != cursor {
+		return "", fmt.Errorf("%w: not in canonical form (line breaks or other characters the encoding does not produce)", ErrBadCursor)
 	}
 	return id, nil
 }

@@ -9,7 +9,7 @@ psql "$pdsn" -X -v ON_ERROR_STOP=1 \
 	-c "SELECT count(*) AS executions_on_all_shards FROM executions"
 # Two ids on different shards, for the cross-shard refusal below.
 read -r a sa b sb < <("$bin" map bucket --config "$cfg" demo-1 demo-2 demo-3 demo-4 demo-5 demo-6 |
-	awk -F'\t' 'NR==1 {a=$1; sa=$3; next} $3 != sa {print a, sa, $1, $3; exit}')
+	awk -F'\t' 'NR==1 {a=$1; sa=$3; next} !found && $3 != sa {print a, sa, $1, $3; found = 1}')
 psql "$pdsn" -X -q -c "INSERT INTO executions VALUES ('$b', 'demo', '{}', 1) ON CONFLICT (id) DO NOTHING"
 echo "A transaction that touches two shards ($a on $sa, then $b on $sb) is refused, never misrouted:"
 psql "$pdsn" -X -c "BEGIN" -c "UPDATE executions SET version = version WHERE id = '$a'" \

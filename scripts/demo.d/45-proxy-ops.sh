@@ -10,7 +10,11 @@ pdsn=$(jfield proxy_dsn)
 step "The proxy's admin console, as with PgBouncer: psql $adsn -c 'SHOW POOLS'"
 psql "$adsn" -X -P pager=off -c "SHOW POOLS"
 echo "SHOW SHARDS (first shard; every shard has one record): state, buckets, routing decisions by kind, pool and PgBouncer figures"
-psql "$adsn" -X -P pager=off -x -c "SHOW SHARDS" | awk '/RECORD 2/ {exit} {print}'
+# Output is captured first and the reader consumes all of it: a reader that
+# stops early (awk's exit, head) would kill its writer with SIGPIPE, and
+# under pipefail the demo would fail by chance.
+shards_out=$(psql "$adsn" -X -P pager=off -x -c "SHOW SHARDS")
+awk '/RECORD 2/ {done = 1} !done {print}' <<<"$shards_out"
 psql "$adsn" -X -P pager=off -c "SHOW STATS"
 
 if [ -n "$ca" ]; then
@@ -21,5 +25,6 @@ fi
 
 if [ -n "$murl" ]; then
 	step "Prometheus metrics: curl -s $murl"
-	curl -s "$murl" | grep -E '^pgshard_(build_info|proxy_(transactions_total|routes_total\{[^}]*kind="(keyed|fanout)"|shard_up|backend_connections\{|pgbouncer_clients_waiting))' | head -24
+	metrics=$(curl -sS --fail --max-time 10 "$murl")
+	grep -E '^pgshard_(build_info|proxy_(transactions_total|routes_total\{[^}]*kind="(keyed|fanout)"|shard_up|backend_connections\{|pgbouncer_clients_waiting))' <<<"$metrics" | awk 'NR <= 24'
 fi
