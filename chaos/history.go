@@ -142,7 +142,7 @@ type History struct {
 	stats  HistoryStats
 	faults map[Kind]int
 	landed map[string]bool // fault ids counted in faults
-	err    error // the first write error; later writes are dropped
+	err    error           // the first write error; later writes are dropped
 }
 
 var _ loadgen.Observer = (*History)(nil)
