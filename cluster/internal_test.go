@@ -235,3 +235,30 @@ func TestLogExcerptSaysHowTheProcessEnded(t *testing.T) {
 		t.Fatalf("excerpt %q after SIGKILL", got)
 	}
 }
+
+// A server just started reads an empty /proc/PID/cmdline for a moment
+// after exec (the kernel sets the new image's arguments after exec is
+// committed); on a loaded machine a readiness poll saw that and reported
+// "exited during startup" with an empty log. A process of ours that is
+// not reaped is alive then; one that is not ours is not.
+func TestRunningWhileArgumentsAreNotSetUp(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	readCmdline = func(int) []string { return nil }
+	defer func() { readCmdline = cmdline }()
+	p := proc{pid: pid, bin: "/usr/bin/sleep", marker: "30"}
+	if p.running() {
+		t.Fatal("a process that is not ours, with no arguments to check, counts as running")
+	}
+	reapers.Lock()
+	reapers.m[pid] = make(chan struct{})
+	reapers.Unlock()
+	defer func() { reapers.Lock(); delete(reapers.m, pid); reapers.Unlock() }()
+	if !p.running() {
+		t.Fatal("a process of ours, not reaped, whose arguments read empty counts as dead")
+	}
+}

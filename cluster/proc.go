@@ -139,6 +139,15 @@ func howEnded(pid int) string {
 	return reapers.ended[pid]
 }
 
+// startedAndAlive reports whether pid was started by startDetached and
+// has not been reaped.
+func startedAndAlive(pid int) bool {
+	reapers.Lock()
+	defer reapers.Unlock()
+	_, ok := reapers.m[pid]
+	return ok
+}
+
 // startDetached starts bin in its own session as r, stdout and stderr
 // appended to logPath, and returns its PID. A goroutine reaps it when it
 // exits.
@@ -206,6 +215,10 @@ func readStat(pid int) (procStat, error) {
 	return s, nil
 }
 
+// readCmdline is cmdline; a test replaces it to see the moment after exec
+// when the arguments read empty.
+var readCmdline = cmdline
+
 func cmdline(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil || len(b) == 0 {
@@ -232,8 +245,16 @@ func (p proc) running() bool {
 	if err != nil || st.state == 'Z' || st.state == 'X' {
 		return false
 	}
-	args := cmdline(p.pid)
-	if len(args) == 0 || (args[0] != p.bin && filepath.Base(args[0]) != filepath.Base(p.bin)) {
+	args := readCmdline(p.pid)
+	if len(args) == 0 {
+		// Right after exec the kernel has not set up the new image's
+		// arguments yet (exec.Cmd.Start returns once exec is committed,
+		// before that): /proc/PID/cmdline reads empty for a moment, long
+		// enough on a loaded machine to be taken for a server that died
+		// during startup. A process of ours not reaped yet is alive.
+		return startedAndAlive(p.pid)
+	}
+	if args[0] != p.bin && filepath.Base(args[0]) != filepath.Base(p.bin) {
 		return false
 	}
 	for _, a := range args[1:] {
