@@ -119,16 +119,16 @@ type blockWatch struct {
 	seen   []Blocker // the last non-empty answer
 }
 
-// watchBlockers starts watching the backend pid: after first, and every
-// second after that, it asks pg_blocking_pids over a connection it opens
-// with cfg (only once the transaction has lasted first, so that quick
-// migrations open no second connection). stop ends it and waits for it.
-func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid int, first time.Duration) *blockWatch {
+// watchBlockers starts watching the backend pid: every interval it asks
+// pg_blocking_pids over a connection it opens with cfg (only once the
+// transaction has lasted one interval, so that quick migrations open no
+// second connection). stop ends it and waits for it.
+func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid int, every time.Duration) *blockWatch {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &blockWatch{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		t := time.NewTimer(first)
+		t := time.NewTimer(every)
 		defer t.Stop()
 		var conn *pgx.Conn
 		defer func() {
@@ -142,7 +142,7 @@ func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid int, first time
 				return
 			case <-t.C:
 			}
-			t.Reset(time.Second)
+			t.Reset(every)
 			if conn == nil {
 				c := cfg.Copy()
 				c.RuntimeParams["application_name"] = "pgshard migrate (lock watch)"
@@ -207,11 +207,14 @@ func inTx(ctx context.Context, conn *pgx.Conn, lim limits, fn func(pgx.Tx) error
 			setting(lim.lock), setting(lim.statement)).Scan(&pid, &lt, &st); err != nil {
 			return fmt.Errorf("bound the migration's waits: %w", err)
 		}
-		first := 500 * time.Millisecond
+		// The watch must see the blocker before the lock timeout expires,
+		// connection included, also on a loaded machine: it looks
+		// five times within the lock timeout (at most once a second).
+		every := time.Second
 		if lim.lock > 0 {
-			first = min(first, lim.lock/2)
+			every = min(every, max(lim.lock/5, 50*time.Millisecond))
 		}
-		w := watchBlockers(ctx, conn.Config(), pid, first)
+		w := watchBlockers(ctx, conn.Config(), pid, every)
 		err := fn(tx)
 		seen := w.stop()
 		var pe *pgconn.PgError
