@@ -188,6 +188,18 @@ var corpusCases = []corpusCase{
 			}
 			return lines
 		}},
+	{name: "due-arming-vanished-rearmed", want: want{Note: "a due timer row deleted by no op, then re-armed: a complete due_timers read after it was due did not return it (before: PASS, only the last arming was checked)",
+		Result: verify.Fail, Violated: []string{"timers"}},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			s.step("w0", sc.B, spec{timers: []verify.TimerOp{{Path: "t5", FireAt: s.unix(10 * time.Millisecond)}}}, mOK)
+			s.now += int64(50 * time.Millisecond)
+			delete(s.timers[sc.B], "t5") // the corruption: the row vanishes while due
+			s.sweep(s.unix(0), nil)
+			s.step("w1", sc.B, spec{timers: []verify.TimerOp{{Path: "t5", FireAt: s.unix(time.Hour)}}}, mOK)
+			s.finish(true)
+			return sc
+		}},
 	{name: "forged-ledger-under-unresolved", want: want{Note: "a processed_events row no commit wrote, recorded only by unresolved commits of an ambiguous version: undecided, not a pass (before: PASS, the tolerance accepted it)",
 		Result: verify.Vacuous, Unknown: &unknownCounts{Unresolved: 3}, Undecided: map[string]int{"cas": 1, "dedupe": 1, "timers": 1, "trace": 1}},
 		build: func(s *sim) *scenario {
