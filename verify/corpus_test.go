@@ -833,6 +833,19 @@ func TestCorpus(t *testing.T) {
 			if w.Undecided != nil && !maps.Equal(w.Undecided, v.UndecidedExecutions.ByCheck) {
 				t.Errorf("undecided executions by check %v, want %v\n%s", v.UndecidedExecutions.ByCheck, w.Undecided, text.String())
 			}
+			if w.Undecided != nil {
+				// Said in every form: text, JSON, report.
+				dir := t.TempDir()
+				if err := verify.WriteReport(dir, v); err != nil {
+					t.Fatal(err)
+				}
+				html, _ := os.ReadFile(filepath.Join(dir, "report.html"))
+				js, _ := os.ReadFile(filepath.Join(dir, "verdict.json"))
+				if !strings.Contains(text.String(), "undecided executions: ") || !strings.Contains(string(html), "Undecided executions (") ||
+					!strings.Contains(string(js), `"undecided_executions"`) || !strings.Contains(strings.Join(v.Reasons, " "), "undecided executions") {
+					t.Errorf("undecided executions not reported in the text, report.html, verdict.json and reasons")
+				}
+			}
 			if w.Undecided == nil && v.UndecidedExecutions.Count > 0 {
 				t.Errorf("%d undecided executions, want none\n%s", v.UndecidedExecutions.Count, text.String())
 			}
