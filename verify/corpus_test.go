@@ -347,12 +347,12 @@ var corpusCases = []corpusCase{
 		return lines
 	}},
 	// ---- content rewritten in place (history version 2 digests) ----
-	{name: "content-data-payload-rewritten", want: want{Note: "executions.data: the padding rewritten, identity intact", Result: verify.Fail, Violated: []string{"cas"}},
+	{name: "content-data-payload-rewritten", want: want{Note: "executions.data: the padding rewritten, identity intact (before: PASS)", Result: verify.Fail, Violated: []string{"cas"}},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			editContext(st, sc.C, func(c map[string]any) { c["payload"] = "yy" })
 			return lines
 		}},
-	{name: "content-data-member-added", want: want{Note: "executions.data: a member the writer never wrote, in the context and at the top", Result: verify.Fail, Violated: []string{"cas"}},
+	{name: "content-data-member-added", want: want{Note: "executions.data: a member the writer never wrote, in the context and at the top (before: PASS)", Result: verify.Fail, Violated: []string{"cas"}},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			editContext(st, sc.A, func(c map[string]any) { c["note"] = "edited" })
 			editData(st, sc.B, func(d map[string]any) { d["owner"] = "ops" })
@@ -364,7 +364,7 @@ var corpusCases = []corpusCase{
 			lines[i].set("data_digest", mustDigest([]byte(`{"active":"a","step":1}`)))
 			return lines
 		}},
-	{name: "content-trace-entry-rewritten", want: want{Note: "trace.entry: the event rewritten, op and step intact", Result: verify.Fail, Violated: []string{"trace"}},
+	{name: "content-trace-entry-rewritten", want: want{Note: "trace.entry: the event rewritten, op and step intact (before: PASS)", Result: verify.Fail, Violated: []string{"trace"}},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			ss, _ := exeRow(st, sc.A)
 			i := slices.IndexFunc(ss.Trace, func(r verify.TraceRow) bool { return r.ExecutionID == sc.A })
