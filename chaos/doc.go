@@ -18,7 +18,7 @@
 //	     │        (Quiesce)  ─▶ stop the schedule, HealAll, drain outbox,            │
 //	     │                      spawns and timers, bounded                           ▼
 //	     │                                                    history.go  History: history.jsonl[.gz|.zst]
-//	     ▼                                                                (verify/HISTORY.md, version 1)
+//	     ▼                                                                (verify/HISTORY.md, version 2)
 //	faults.json (the plan and what each fault did), run.json (what replay needs), loadgen/ reports
 //
 // The faults are small types, one per kind, in fault_<kind>.go (fault.go

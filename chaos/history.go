@@ -253,6 +253,7 @@ type opLine struct {
 	Child   string              `json:"child,omitempty"`
 	N       *int                `json:"n,omitempty"`
 	Now     *float64            `json:"now,omitempty"`
+	Limit   int                 `json:"limit,omitempty"`
 	// Content digests (version 2): what a commit wrote, what a load or a
 	// delivery read.
 	DataDigest   string   `json:"data_digest,omitempty"`
@@ -399,7 +400,7 @@ func (w *History) line(op *loadgen.Op) *opLine {
 	case loadgen.OpAckSpawn:
 		l.Seq, l.Parent, l.Child = op.Seq, op.ExecutionID, op.Child
 	case loadgen.OpDueTimers:
-		l.Now = ptr(op.Now)
+		l.Now, l.Limit = ptr(op.Now), op.Limit
 		if ok {
 			ts := make([]dueTimer, len(op.Timers))
 			for i, t := range op.Timers {

@@ -115,9 +115,11 @@ type Op struct {
 	Child string
 	// N is the number of rows a relay poll returned.
 	N int
-	// Now and Timers are a DueTimers poll's argument and answer.
+	// Now and Timers are a DueTimers poll's argument and answer; Limit
+	// its row limit (an answer shorter than Limit holds every due timer).
 	Now    float64
 	Timers []TimerEntry
+	Limit  int
 
 	// ReadDigest is, for a load that found the execution, StateDigest of
 	// the state it read; BodyDigest is, for an outbox delivery commit,

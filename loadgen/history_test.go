@@ -3,8 +3,10 @@ package loadgen_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +122,14 @@ func TestHistoryRecordsEveryOperation(t *testing.T) {
 			if w.Commit.Exe.Version+1 != op.Version || w.ExecutionID != op.ExecutionID {
 				t.Fatalf("load %s read %s v%d, but its writer %s committed %s v%d", op.ID, op.ExecutionID, op.Version, w.ID, w.ExecutionID, w.Commit.Exe.Version+1)
 			}
+			// The content read is the content written (digests).
+			if op.ReadDigest == "" || op.ReadDigest != loadgen.StateDigest(w.Commit.Exe.State) {
+				t.Fatalf("load %s read state digest %q, its writer %s wrote %q", op.ID, op.ReadDigest, w.ID, loadgen.StateDigest(w.Commit.Exe.State))
+			}
+		case op.Kind == loadgen.OpDueTimers:
+			if op.Limit <= 0 || op.N != len(op.Timers) {
+				t.Fatalf("due_timers %s: limit %d, n %d, %d timers", op.ID, op.Limit, op.N, len(op.Timers))
+			}
 		case op.Kind == loadgen.OpCommit && op.Cause == loadgen.CauseOutbox:
 			src, ok := commits[op.Origin]
 			if !ok || op.Seq == 0 || op.Input != op.EventID {
@@ -131,6 +141,11 @@ func TestHistoryRecordsEveryOperation(t *testing.T) {
 			}
 			if !found {
 				t.Fatalf("delivery %s of %s to %s: not an emit of %s", op.ID, op.EventID, op.ExecutionID, op.Origin)
+			}
+			for _, e := range src.Commit.Emits {
+				if want, _ := loadgen.ContentDigest([]byte(e.Event)); e.ID == op.EventID && op.BodyDigest != want {
+					t.Fatalf("delivery %s read body digest %q, its origin wrote %q", op.ID, op.BodyDigest, want)
+				}
 			}
 		case op.Kind == loadgen.OpCommit && op.Cause == loadgen.CauseTimer:
 			if op.Path == "" || op.FireAt == 0 || !strings.HasPrefix(op.Input, "timer:"+op.Path+":") {
@@ -151,6 +166,59 @@ func TestHistoryRecordsEveryOperation(t *testing.T) {
 		if len(exe.State.Timers) != 0 {
 			t.Errorf("%s: state still arms %v after the quiesce", id, exe.State.Timers)
 		}
+	}
+}
+
+// TestReadBackAfterUnknownOutcome: after a commit whose outcome is
+// unknown, the worker (or relay) reads the execution back — a load with
+// cause readback of the same execution and event, by the same source —
+// so that the history names the version's writer.
+func TestReadBackAfterUnknownOutcome(t *testing.T) {
+	var n atomic.Int64
+	tg := loadgentest.New(loadgentest.Options{Err: func(op string) error {
+		if op != "commit" {
+			return nil
+		}
+		if k := n.Add(1); k > 20 && k%4 == 0 { // after the setup's 20
+			return fmt.Errorf("%w: connection reset", loadgen.ErrOutcomeUnknown)
+		}
+		return nil
+	}})
+	col := &collector{}
+	o := loadgen.DefaultOptions()
+	o.Workload.Executions = 20
+	o.Concurrency = 2
+	o.Warmup, o.Duration = 0, 300*time.Millisecond
+	o.Observer = col
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := loadgen.Run(ctx, tg, tg, o); err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ src, exe, event string }
+	readBacks := map[key][]*loadgen.Op{}
+	for _, op := range col.ops {
+		if op.Kind == loadgen.OpLoad && op.Cause == loadgen.CauseReadback {
+			k := key{op.Src, op.ExecutionID, op.EventID}
+			readBacks[k] = append(readBacks[k], op)
+		}
+	}
+	unknown := 0
+	for _, op := range col.ops {
+		if op.Kind != loadgen.OpCommit || !op.Unknown || op.Cause == loadgen.CauseSetup {
+			continue
+		}
+		unknown++
+		found := false
+		for _, l := range readBacks[key{op.Src, op.ExecutionID, op.EventID}] {
+			found = found || !l.Invoke.Before(op.Complete)
+		}
+		if !found {
+			t.Errorf("unknown commit %s (%s on %s, event %s) was not read back", op.ID, op.Src, op.ExecutionID, op.EventID)
+		}
+	}
+	if unknown == 0 {
+		t.Fatal("no unknown outcome happened: the test proves nothing")
 	}
 }
 

@@ -245,8 +245,10 @@ func (r *runner) timerSweeper(ctx context.Context) {
 		now := unixSeconds(time.Now())
 		op := r.relayOp(OpDueTimers, "sweeper", r.sweepIDs, "")
 		due, err := r.t.DueTimers(ctx, now, relayBatch)
-		if op != nil && (err != nil || len(due) > 0) {
-			op.Now, op.Timers, op.N = now, due, len(due)
+		if op != nil {
+			// Every poll, empty ones too: an answer without a timer that
+			// was armed and due shows its row had vanished.
+			op.Now, op.Timers, op.N, op.Limit = now, due, len(due), relayBatch
 			r.done(op, err)
 		}
 		if err != nil {

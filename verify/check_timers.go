@@ -33,6 +33,15 @@ func (ck *checker) timers() {
 	w := ck.w
 	endUnix, haveEnd := ck.endUnix()
 	armings := map[*exe]map[string][]*arming{}
+	// The complete answers of due_timers reads (shorter than their
+	// limit), by invocation: each lists every timer row due at its time.
+	var reads []*Op
+	for _, r := range w.dueReads {
+		if r.Outcome == OutcomeOK && r.Limit > 0 && len(r.Timers) < r.Limit {
+			reads = append(reads, r)
+		}
+	}
+	sort.SliceStable(reads, func(i, j int) bool { return reads[i].T0 < reads[j].T0 })
 	for _, id := range w.exeOrder {
 		e := w.exes[id]
 		rowsByPath := map[string][]placed[TimerRow]{}
@@ -154,6 +163,9 @@ func (ck *checker) timers() {
 					ops = append(ops, refsOf(append(append([]*cop{}, a.fired...), a.stale...), "fires it")...)
 					ck.add(InvTimers, id, fmt.Sprintf("timer %s at %s (armed by %s) fired %d times", a.path, fmtAt(a.at), a.by.ID, n), ops, nil)
 				}
+				if a.until != nil && len(a.fired) == 0 {
+					ck.vanished(id, a, reads)
+				}
 				due := a.until == nil && haveEnd && a.at < endUnix-ck.o.TimerSlack.Seconds()
 				if due {
 					ck.count(InvLiveness, 1) // fired by the end
@@ -220,6 +232,39 @@ func (ck *checker) timers() {
 				}
 			}
 		}
+	}
+}
+
+// vanished checks an arming that was replaced (re-armed or cancelled)
+// without having fired: if a complete due_timers read ran entirely after
+// the arming was acknowledged and before its replacement was invoked, at a
+// time it was due, and did not return it, its row had disappeared while it
+// was due — no op explains that (a correct store deletes a timer row only
+// by a cancel, a re-arm or a delete_timer of that very fire_at, and the
+// last runs only after a fire).
+func (ck *checker) vanished(id string, a *arming, reads []*Op) {
+	if a.by.Outcome != OutcomeOK {
+		return // when an unknown-outcome commit took effect is not known
+	}
+	i := sort.Search(len(reads), func(i int) bool { return reads[i].T0 > a.by.T1 })
+	for n := 0; i < len(reads) && n < 256; i, n = i+1, n+1 {
+		r := reads[i]
+		if r.T0 >= a.until.T0 {
+			return
+		}
+		if r.Now < a.at || r.T1 >= a.until.T0 {
+			continue
+		}
+		ck.count(InvTimers, 1)
+		for _, t := range r.Timers {
+			if t.Exe == id && t.Path == a.path && t.FireAt == a.at {
+				return // seen due: the sweeper's fire lost to the replacement
+			}
+		}
+		ck.add(InvTimers, id, fmt.Sprintf("timer %s at %s (armed by %s) was due, but due_timers %s (now %s, after the arming and before %s replaced it) did not return it: its row vanished while due, and no op explains that",
+			a.path, fmtAt(a.at), a.by.ID, r.ID, fmtAt(r.Now), a.until.ID),
+			[]OpRef{a.by.ref("armed it"), ref(r, "a complete read without it"), a.until.ref("replaced it")}, nil)
+		return
 	}
 }
 

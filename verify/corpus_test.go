@@ -188,6 +188,18 @@ var corpusCases = []corpusCase{
 			}
 			return lines
 		}},
+	{name: "due-arming-vanished-rearmed", want: want{Note: "a due timer row deleted by no op, then re-armed: a complete due_timers read after it was due did not return it (before: PASS, only the last arming was checked)",
+		Result: verify.Fail, Violated: []string{"timers"}},
+		build: func(s *sim) *scenario {
+			sc := baseScenario(s, nil)
+			s.step("w0", sc.B, spec{timers: []verify.TimerOp{{Path: "t5", FireAt: s.unix(10 * time.Millisecond)}}}, mOK)
+			s.now += int64(50 * time.Millisecond)
+			delete(s.timers[sc.B], "t5") // the corruption: the row vanishes while due
+			s.sweep(s.unix(0), nil)
+			s.step("w1", sc.B, spec{timers: []verify.TimerOp{{Path: "t5", FireAt: s.unix(time.Hour)}}}, mOK)
+			s.finish(true)
+			return sc
+		}},
 	{name: "forged-ledger-under-unresolved", want: want{Note: "a processed_events row no commit wrote, recorded only by unresolved commits of an ambiguous version: undecided, not a pass (before: PASS, the tolerance accepted it)",
 		Result: verify.Vacuous, Unknown: &unknownCounts{Unresolved: 3}, Undecided: map[string]int{"cas": 1, "dedupe": 1, "timers": 1, "trace": 1}},
 		build: func(s *sim) *scenario {
@@ -335,12 +347,12 @@ var corpusCases = []corpusCase{
 		return lines
 	}},
 	// ---- content rewritten in place (history version 2 digests) ----
-	{name: "content-data-payload-rewritten", want: want{Note: "executions.data: the padding rewritten, identity intact", Result: verify.Fail, Violated: []string{"cas"}},
+	{name: "content-data-payload-rewritten", want: want{Note: "executions.data: the padding rewritten, identity intact (before: PASS)", Result: verify.Fail, Violated: []string{"cas"}},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			editContext(st, sc.C, func(c map[string]any) { c["payload"] = "yy" })
 			return lines
 		}},
-	{name: "content-data-member-added", want: want{Note: "executions.data: a member the writer never wrote, in the context and at the top", Result: verify.Fail, Violated: []string{"cas"}},
+	{name: "content-data-member-added", want: want{Note: "executions.data: a member the writer never wrote, in the context and at the top (before: PASS)", Result: verify.Fail, Violated: []string{"cas"}},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			editContext(st, sc.A, func(c map[string]any) { c["note"] = "edited" })
 			editData(st, sc.B, func(d map[string]any) { d["owner"] = "ops" })
@@ -352,7 +364,7 @@ var corpusCases = []corpusCase{
 			lines[i].set("data_digest", mustDigest([]byte(`{"active":"a","step":1}`)))
 			return lines
 		}},
-	{name: "content-trace-entry-rewritten", want: want{Note: "trace.entry: the event rewritten, op and step intact", Result: verify.Fail, Violated: []string{"trace"}},
+	{name: "content-trace-entry-rewritten", want: want{Note: "trace.entry: the event rewritten, op and step intact (before: PASS)", Result: verify.Fail, Violated: []string{"trace"}},
 		mutate: func(sc *scenario, lines []obj, st *verify.State) []obj {
 			ss, _ := exeRow(st, sc.A)
 			i := slices.IndexFunc(ss.Trace, func(r verify.TraceRow) bool { return r.ExecutionID == sc.A })
@@ -820,6 +832,19 @@ func TestCorpus(t *testing.T) {
 			}
 			if w.Undecided != nil && !maps.Equal(w.Undecided, v.UndecidedExecutions.ByCheck) {
 				t.Errorf("undecided executions by check %v, want %v\n%s", v.UndecidedExecutions.ByCheck, w.Undecided, text.String())
+			}
+			if w.Undecided != nil {
+				// Said in every form: text, JSON, report.
+				dir := t.TempDir()
+				if err := verify.WriteReport(dir, v); err != nil {
+					t.Fatal(err)
+				}
+				html, _ := os.ReadFile(filepath.Join(dir, "report.html"))
+				js, _ := os.ReadFile(filepath.Join(dir, "verdict.json"))
+				if !strings.Contains(text.String(), "undecided executions: ") || !strings.Contains(string(html), "Undecided executions (") ||
+					!strings.Contains(string(js), `"undecided_executions"`) || !strings.Contains(strings.Join(v.Reasons, " "), "undecided executions") {
+					t.Errorf("undecided executions not reported in the text, report.html, verdict.json and reasons")
+				}
 			}
 			if w.Undecided == nil && v.UndecidedExecutions.Count > 0 {
 				t.Errorf("%d undecided executions, want none\n%s", v.UndecidedExecutions.Count, text.String())

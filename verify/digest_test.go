@@ -42,3 +42,12 @@ func TestStateDigestOfStoredRow(t *testing.T) {
 		}
 	}
 }
+
+// TestUndecidedBound: at most 0.5 % of the executions, never more than 10.
+func TestUndecidedBound(t *testing.T) {
+	for _, c := range []struct{ exes, want int }{{0, 0}, {4, 0}, {199, 0}, {200, 1}, {1999, 9}, {2000, 10}, {1000000, 10}} {
+		if got := maxUndecided(c.exes); got != c.want {
+			t.Errorf("maxUndecided(%d) = %d, want %d", c.exes, got, c.want)
+		}
+	}
+}

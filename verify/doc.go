@@ -1,5 +1,5 @@
 // Package verify is the independent checker of pgshard's chaos runs. It
-// reads only a run's history (HISTORY.md, format version 1) and the final
+// reads only a run's history (HISTORY.md, format versions 1 and 2) and the final
 // contents of every shard, and decides whether the invariants of the
 // execution store (DESIGN.md §5) held, whether the faults really landed,
 // and explains every violation with the ops and rows involved.
@@ -17,6 +17,8 @@
 //	                          and rows by key, one pass each
 //	                 ┌─ resolve (resolve.go): every commit present / absent /
 //	                 │  unresolved, from evidence only (claims and tokens)
+//	                 ├─ content      digest.go           canonical JSON digests: each
+//	                 │               row, load and delivery == its writer's
 //	                 ├─ cas          check_cas.go        versions, writers, final row
 //	                 ├─ linearizable check_lin.go        porcupine, one partition per execution
 //	                 ├─ outbox       check_outbox.go
@@ -28,10 +30,18 @@
 //	                 └─ faults       faults.go           landings from evidence + ops, timeline
 //	                                   │
 //	                                   ▼
-//	        Verdict (verdict.go): table, violations, liveness, unknowns, faults
+//	        Verdict (verdict.go): table, violations, liveness, unknowns,
+//	            undecided executions (checks that could not run), faults
 //	            WriteText · WriteJSON (VERDICT.md) · ExitCode 0/1/2
 //	            WriteReport (report.go): verdict.json, report.html,
 //	                                     porcupine visualizations
+//
+// A row must hold exactly what its last writer wrote: a version-2 history
+// records a digest of every document written and read (HISTORY.md,
+// "Content digests"), and every final row, load and delivery is compared
+// with its writer's. A check that cannot run because unresolved commits
+// leave it ambiguous is not a pass: the execution is reported undecided,
+// and too many make the run VACUOUS (VERDICT.md).
 //
 // Everything "present" or "absent" is decided once, by resolve, from the
 // history and the final state; every check reads the same resolution. So an

@@ -229,8 +229,10 @@ type Op struct {
 	Target string `json:"target,omitempty"`
 	Parent string `json:"parent,omitempty"`
 	Child  string `json:"child,omitempty"`
-	// due_timers: the time asked about (the returned timers are in Timers).
-	Now float64 `json:"now,omitempty"`
+	// due_timers: the time asked about (the returned timers are in
+	// Timers) and the row limit asked for (version 2; 0 if unknown).
+	Now   float64 `json:"now,omitempty"`
+	Limit int     `json:"limit,omitempty"`
 	// delete_timer, on ok.
 	Deleted bool `json:"deleted,omitempty"`
 
@@ -333,6 +335,7 @@ type line struct {
 	TraceDig  string             `json:"trace_digest"`
 	SpawnDigs []string           `json:"spawn_digests"`
 	BodyDig   string             `json:"body_digest"`
+	Limit     int                `json:"limit"`
 
 	// fault
 	Phase    string                     `json:"phase"`
@@ -643,7 +646,7 @@ func (d *decoder) op(l *line, n int) error {
 		Emits: l.Emits, Spawns: l.Spawns, Trace: l.Trace, Origin: l.Origin, Path: l.Path,
 		N: l.N, Target: d.intern(l.Target), Parent: d.intern(l.Parent), Child: l.Child, Deleted: l.Deleted,
 		Step: l.Step, Active: d.intern(l.Active), Armed: l.Armed,
-		DataDigest: l.DataDig, TraceDigest: l.TraceDig, SpawnDigests: l.SpawnDigs, BodyDigest: l.BodyDig,
+		Limit: l.Limit, DataDigest: l.DataDig, TraceDigest: l.TraceDig, SpawnDigests: l.SpawnDigs, BodyDigest: l.BodyDig,
 		Line: n,
 	}
 	if d.h.Header.Version < 2 && (o.DataDigest != "" || o.TraceDigest != "" || o.SpawnDigests != nil || o.BodyDigest != "") {

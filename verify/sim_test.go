@@ -41,6 +41,10 @@ type sim struct {
 	mut mutants
 
 	end *obj
+	// sink, when set, receives each line instead of lines (a history too
+	// large to keep); emitted and opLines count the lines either way.
+	sink             func(obj)
+	emitted, opLines int
 }
 
 // mutants are store or client bugs the sim can have.
@@ -195,6 +199,14 @@ func (s *sim) tick() (int64, int64) {
 }
 
 func (s *sim) emit(o obj) obj {
+	s.emitted++
+	if o.get("type") == "op" {
+		s.opLines++
+	}
+	if s.sink != nil {
+		s.sink(o)
+		return o
+	}
 	s.lines = append(s.lines, o)
 	return o
 }
@@ -609,14 +621,15 @@ func (s *sim) sweep(now float64, between func()) {
 			}
 		}
 	}
-	if len(ds) > 0 {
-		var ts []obj
+	{
+		// Every poll is recorded, with its limit (HISTORY.md version 2).
+		ts := []obj{}
 		for _, d := range ds {
 			ts = append(ts, obj{{"exe", d.exe}, {"path", d.path}, {"fire_at", d.at}})
 		}
 		t0, t1 := s.tick()
 		s.emit(obj{{"type", "op"}, {"id", s.opID("sweeper")}, {"kind", "due_timers"}, {"src", "sweeper"}, {"exe", ""}, {"shard", ""},
-			{"t0", t0}, {"t1", t1}, {"outcome", "ok"}, {"now", now}, {"timers", ts}})
+			{"t0", t0}, {"t1", t1}, {"outcome", "ok"}, {"now", now}, {"limit", 100}, {"timers", ts}})
 	}
 	if between != nil {
 		between()
@@ -680,15 +693,7 @@ func (s *sim) finish(quiesceOK bool) {
 	s.end = &end
 }
 
-func (s *sim) opCount() int {
-	n := 0
-	for _, l := range s.lines {
-		if l.get("type") == "op" {
-			n++
-		}
-	}
-	return n
-}
+func (s *sim) opCount() int { return s.opLines }
 
 func (s *sim) header() obj {
 	var shards []obj

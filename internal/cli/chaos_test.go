@@ -317,6 +317,20 @@ func (r *chaosRig) corruptions(t *testing.T, run string) {
 				exec(shard, `UPDATE executions SET data = replace(data, '"context":{"timers":{"ghost":10000000000},', '"context":{') WHERE id = $1`, exe)
 				exec(shard, `DELETE FROM timers WHERE execution_id = $1 AND path = 'ghost'`, exe)
 			}},
+		{"context member added in place (content, identity intact)", "cas",
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"context":{', '"context":{"note":1,') WHERE id = $1`, exe)
+			},
+			func() {
+				exec(shard, `UPDATE executions SET data = replace(data, '"context":{"note":1,', '"context":{') WHERE id = $1`, exe)
+			}},
+		{"trace entry rewritten in place (content, op and step intact)", "trace",
+			func() {
+				exec(shard, `UPDATE trace SET entry = replace(entry, '"event":"', '"event":"x') WHERE execution_id = $1`, exe)
+			},
+			func() {
+				exec(shard, `UPDATE trace SET entry = replace(entry, '"event":"x', '"event":"') WHERE execution_id = $1`, exe)
+			}},
 		{"dedupe row deleted", "dedupe",
 			func() {
 				exec(shard, `DELETE FROM processed_events WHERE execution_id = $1 AND event_id = $2`, exe, event)
