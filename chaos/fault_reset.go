@@ -21,14 +21,16 @@ func (*reset) Kind() Kind   { return KindReset }
 func (*reset) Needs() Needs { return resetInfo.needs }
 
 // Inject resets every connection of the relay. Evidence: reset (how
-// many); landed when at least one.
+// many), in_flight (how many of them had a request in flight); landed
+// when a connection with a request in flight was cut (an idle pooled
+// connection reset proves nothing).
 func (*reset) Inject(_ context.Context, env *Env, shard int, _ Params, _ *rand.Rand) (Evidence, error) {
 	r, err := env.relay(shard)
 	if err != nil {
 		return Evidence{}, err
 	}
-	n := r.Reset()
-	return Evidence{Landed: n > 0, Fields: map[string]any{"reset": n}}, nil
+	n, busy := r.ResetInFlight()
+	return Evidence{Landed: busy > 0, Fields: map[string]any{"reset": n, "in_flight": busy}}, nil
 }
 
 // Heal does nothing.

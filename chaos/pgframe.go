@@ -216,6 +216,8 @@ func (f *framer) header() error {
 			f.capN = frontendCapture
 		case f.side == backendSide && (f.typ == 'E' || f.typ == 'D'):
 			f.capN = backendCapture
+		case f.side == backendSide && f.typ == 'Z':
+			f.capN = 1 // the transaction status: 'I' idle, 'T' in a block, 'E' failed block
 		}
 	}
 	f.head = f.head[:0]
