@@ -297,3 +297,84 @@ func TestCorroborationOwnWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestRecovery measures availability under faults on a synthetic history:
+// 100 ok ops/s on shard0 for 5 s before the first fault (the baseline), a
+// fault whose heal is followed by 500 ms without ok ops, one overlapped
+// by a second fault before it recovers, and a last one after which no op
+// succeeds again.
+func TestRecovery(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	ls := []string{hdr, setupOp}
+	n := 0
+	okOp := func(t1 int64) {
+		n++
+		ls = append(ls, fmt.Sprintf(`{"type":"op","id":"r1/w0/%d","kind":"load","src":"w0","exe":"e1","shard":"shard0","t0":%d,"t1":%d,"outcome":"ok","cause":"worker","exists":true,"version":1,"writer":"r1/setup/1","processed":false}`, n, t1-ms, t1))
+	}
+	fault := func(id, kind string, at, heal int64) {
+		ls = append(ls,
+			fmt.Sprintf(`{"type":"fault","id":"%s","kind":"%s","phase":"inject","t":%d,"shard":"shard0","landed":true,"evidence":{"terminated":1}}`, id, kind, at),
+			fmt.Sprintf(`{"type":"fault","id":"%s","kind":"%s","phase":"heal","t":%d,"shard":"shard0"}`, id, kind, heal))
+	}
+	// ok ops every 10 ms, except in the gaps.
+	gaps := [][2]int64{{5000 * ms, 6550 * ms}, {8000 * ms, 10550 * ms}, {12000 * ms, 20000 * ms}}
+	for t1 := 10 * ms; t1 < 15000*ms; t1 += 10 * ms {
+		in := false
+		for _, g := range gaps {
+			in = in || (t1 >= g[0] && t1 < g[1])
+		}
+		if !in {
+			okOp(t1)
+		}
+	}
+	fault("f1", verify.FaultTerminate, 5000*ms, 6000*ms)   // recovers 500 ms after its heal
+	fault("f2", verify.FaultTerminate, 8000*ms, 8500*ms)   // f3 comes before it recovers
+	fault("f3", verify.FaultTerminate, 9000*ms, 9200*ms)   // recovers at 10.5 s
+	fault("f4", verify.FaultTerminate, 12000*ms, 12100*ms) // never again
+	ls = append(ls, `{"type":"end","t":16000000000,"ended_at":"2026-12-01T10:00:16Z","ops":1,"interrupted":false,"quiesce":{"ok":true,"ms":1}}`)
+	h, err := verify.ReadHistory(strings.NewReader(lines(ls...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := verify.Check(context.Background(), h, emptyState(h), verify.Options{})
+	rc := v.Recovery
+	if rc == nil || rc.Note != "" {
+		t.Fatalf("recovery %+v", rc)
+	}
+	// 5 s before the first fault at 100 ok ops/s (the first at 10 ms).
+	if rc.BaselineOKPerS < 99 || rc.BaselineOKPerS > 101 || !strings.Contains(rc.BaselineFrom, "before the first fault") {
+		t.Errorf("baseline %.1f from %q, want 100 before the first fault", rc.BaselineOKPerS, rc.BaselineFrom)
+	}
+	got := map[string]verify.FaultRecovery{}
+	for _, f := range rc.Faults {
+		got[f.ID] = f
+	}
+	// f1: ok ops again from 6.55 s; the rate over [t, t+1 s) is 75/s at
+	// t = 6.3 s and 85/s at 6.4 s: recovered 400 ms after the heal.
+	if f := got["f1"]; !f.Recovered || f.Overlapped != "" || f.RecoveryMS != 400 {
+		t.Errorf("f1 %+v, want recovered 400 ms after its heal", f)
+	}
+	if f := got["f2"]; f.Overlapped != "f3" {
+		t.Errorf("f2 %+v, want overlapped by f3", f)
+	}
+	if f := got["f3"]; !f.Recovered || f.RecoveryMS != 1200 {
+		t.Errorf("f3 %+v, want recovered 1200 ms after its heal (at 10.4 s)", f)
+	}
+	if f := got["f4"]; f.Recovered || f.Overlapped != "" {
+		t.Errorf("f4 %+v, want not recovered within the run", f)
+	}
+	if len(rc.Kinds) != 1 {
+		t.Fatalf("kinds %+v", rc.Kinds)
+	}
+	k := rc.Kinds[0]
+	if k.Faults != 4 || k.Measured != 2 || k.Overlapped != 1 || k.NotRecovered != 1 || k.P50MS != 400 || k.MaxMS != 1200 {
+		t.Errorf("kind %+v", k)
+	}
+	var b strings.Builder
+	_ = v.WriteText(&b)
+	for _, want := range []string{"availability under faults", "fault-free rate: 100 ok ops/s", "not recovered within the run", "f4 terminate shard0"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+}
