@@ -105,6 +105,7 @@ func serverPIDs(ctx context.Context, env *Env, shard int, db string) (map[string
 		return nil, err
 	}
 	out := map[string]bool{}
+	found := false
 	for _, r := range res {
 		dbCol, pidCol := -1, -1
 		for j, fd := range r.FieldDescriptions {
@@ -116,13 +117,17 @@ func serverPIDs(ctx context.Context, env *Env, shard int, db string) (map[string
 			}
 		}
 		if dbCol < 0 || pidCol < 0 {
-			return nil, fmt.Errorf("SHOW SERVERS of %s: no database or remote_pid column", env.shardName(shard))
+			continue // not the server list (a console answers some commands with several results)
 		}
+		found = true
 		for _, row := range r.Rows {
 			if string(row[dbCol]) == db && string(row[pidCol]) != "0" {
 				out[string(row[pidCol])] = true
 			}
 		}
+	}
+	if !found {
+		return nil, fmt.Errorf("SHOW SERVERS of %s: no result with database and remote_pid columns (%d results)", env.shardName(shard), len(res))
 	}
 	return out, nil
 }

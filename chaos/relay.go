@@ -548,11 +548,12 @@ type relayConn struct {
 	fe, be      *framer // the up pump's and the down pump's
 	upFraming   atomic.Bool
 	downFraming atomic.Bool
-	reqs        atomic.Int64 // StartupMessage, Sync, Query and FunctionCall messages sent: each earns a ReadyForQuery
-	rfqs        atomic.Int64 // ReadyForQuery messages seen (the down pump's rfq, for other goroutines)
-	sentNS      atomic.Int64 // unix ns when the commit whose reply is to drop was forwarded
-	oneByte     atomic.Int32 // one-byte answers (to SSLRequest, GSSENCRequest) the server owes
-	dropAt      atomic.Int64 // number of the ReadyForQuery whose reply is dropped; 0: none
+	reqs        atomic.Int64    // StartupMessage, Sync, Query and FunctionCall messages sent: each earns a ReadyForQuery
+	rfqs        atomic.Int64    // ReadyForQuery messages seen (the down pump's rfq, for other goroutines)
+	sentNS      atomic.Int64    // unix ns when the commit whose reply is to drop was forwarded
+	oneByte     atomic.Int32    // one-byte answers (to SSLRequest, GSSENCRequest) the server owes
+	dropAt      atomic.Int64    // number of the ReadyForQuery whose reply is dropped; 0: none
+	commitStmts map[string]bool // prepared statements that are commits (the up pump's own)
 
 	// The down pump's own.
 	rfq     int64 // ReadyForQuery messages seen
@@ -754,15 +755,44 @@ func (c *relayConn) scanUp(b []byte) {
 			default: // a StartupMessage: the login ends with a ReadyForQuery
 				c.reqs.Add(1)
 			}
-		case 'P', 'Q':
-			if c.r.armedHint.Load() && c.dropAt.Load() == 0 && isCommit(fr) && c.r.takeArm(c) {
-				c.sentNS.Store(time.Now().UnixNano())
-				c.dropAt.Store(c.reqs.Load() + 1)
+		case 'P':
+			// A prepared commit is armed on its Bind: a client that caches
+			// prepared statements parses a commit once per connection.
+			if isCommit(fr) {
+				if c.commitStmts == nil {
+					c.commitStmts = map[string]bool{}
+				}
+				if len(c.commitStmts) < maxCommitStmts {
+					c.commitStmts[parseName(fr.Head)] = true
+				}
+			} else {
+				delete(c.commitStmts, parseName(fr.Head))
+			}
+		case 'B':
+			if name, ok := bindStatement(fr.Head); ok && c.commitStmts[name] {
+				c.arm()
+			}
+		case 'Q':
+			if isCommit(fr) {
+				c.arm()
 			}
 		}
 		if fr.Type == 'S' || fr.Type == 'Q' || fr.Type == 'F' {
 			c.reqs.Add(1)
 		}
+	}
+}
+
+// maxCommitStmts bounds the commit statements a connection remembers.
+const maxCommitStmts = 1024
+
+// arm marks the reply to the request being sent — a commit — for the
+// down pump to hold, if the relay has an arm left and the connection holds
+// no other reply. The up pump's own.
+func (c *relayConn) arm() {
+	if c.r.armedHint.Load() && c.dropAt.Load() == 0 && c.r.takeArm(c) {
+		c.sentNS.Store(time.Now().UnixNano())
+		c.dropAt.Store(c.reqs.Load() + 1)
 	}
 }
 

@@ -586,3 +586,31 @@ func TestRelayCloseWaits(t *testing.T) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// TestRelayLostAckPreparedCommit: a client that prepares the commit once
+// and then only binds it (pgx's statement cache) still has its committed
+// commit's reply dropped — armed on the Bind — while the prepare's own
+// reply (no result row) is never taken for a commit's.
+func TestRelayLostAckPreparedCommit(t *testing.T) {
+	pg := &fakePG{}
+	up := newServer(t, pg.serve)
+	r := newRelay(t, up.addr())
+	c := pgConnect(t, r.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.DropCommitReplies(1)
+	if _, err := c.Prepare(ctx, "commit1", commitSQL, nil); err != nil {
+		t.Fatalf("prepare through the armed relay: %v", err)
+	}
+	if st := r.Stats(); st.DroppedReplies != 0 {
+		t.Fatalf("the prepare's reply was dropped: %+v", st)
+	}
+	params := [][]byte{[]byte("a"), []byte("b"), []byte("{}"), []byte("0"), []byte("")}
+	if err := c.ExecPrepared(ctx, "commit1", params, nil, nil).Read().Err; err == nil {
+		t.Fatal("the prepared commit's reply reached the client")
+	}
+	eventually(t, "a dropped reply", func() bool { return r.Stats().DroppedReplies == 1 })
+	if d := r.DroppedReplies(); len(d) != 1 || d[0].Committed == nil || !*d[0].Committed || d[0].Status != "I" {
+		t.Errorf("drops %+v", d)
+	}
+}
