@@ -299,10 +299,10 @@ func TestCorroborationOwnWindow(t *testing.T) {
 }
 
 // TestRecovery measures availability under faults on a synthetic history:
-// 100 ok ops/s on shard0 for 5 s before the first fault (the baseline), a
-// fault whose heal is followed by 500 ms without ok ops, one overlapped
-// by a second fault before it recovers, and a last one after which no op
-// succeeds again.
+// 100 ok ops/s on shard0 for 5 s before the first fault (the baseline); a
+// fault whose heal is followed by 550 ms without ok ops; one overlapped by
+// a second fault before it recovers; one after which the rate stays at
+// half; one healed too close to the end of the load to be measured.
 func TestRecovery(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	ls := []string{hdr, setupOp}
@@ -311,15 +311,15 @@ func TestRecovery(t *testing.T) {
 		n++
 		ls = append(ls, fmt.Sprintf(`{"type":"op","id":"r1/w0/%d","kind":"load","src":"w0","exe":"e1","shard":"shard0","t0":%d,"t1":%d,"outcome":"ok","cause":"worker","exists":true,"version":1,"writer":"r1/setup/1","processed":false}`, n, t1-ms, t1))
 	}
-	fault := func(id, kind string, at, heal int64) {
+	fault := func(id, shard string, at, heal int64) {
 		ls = append(ls,
-			fmt.Sprintf(`{"type":"fault","id":"%s","kind":"%s","phase":"inject","t":%d,"shard":"shard0","landed":true,"evidence":{"terminated":1}}`, id, kind, at),
-			fmt.Sprintf(`{"type":"fault","id":"%s","kind":"%s","phase":"heal","t":%d,"shard":"shard0"}`, id, kind, heal))
+			fmt.Sprintf(`{"type":"fault","id":"%s","kind":"terminate","phase":"inject","t":%d,"shard":"%s","landed":true,"evidence":{"terminated":1}}`, id, at, shard),
+			fmt.Sprintf(`{"type":"fault","id":"%s","kind":"terminate","phase":"heal","t":%d,"shard":"%s"}`, id, heal, shard))
 	}
-	// ok ops every 10 ms, except in the gaps.
-	gaps := [][2]int64{{5000 * ms, 6550 * ms}, {8000 * ms, 10550 * ms}, {12000 * ms, 20000 * ms}}
-	for t1 := 10 * ms; t1 < 15000*ms; t1 += 10 * ms {
-		in := false
+	// ok ops every 10 ms, none in the gaps, every 20 ms from 25 s on.
+	gaps := [][2]int64{{5000 * ms, 6550 * ms}, {10000 * ms, 13550 * ms}, {18000 * ms, 25000 * ms}}
+	for t1 := 10 * ms; t1 <= 30000*ms; t1 += 10 * ms {
+		in := t1 >= 25000*ms && t1%(20*ms) != 0
 		for _, g := range gaps {
 			in = in || (t1 >= g[0] && t1 < g[1])
 		}
@@ -327,11 +327,12 @@ func TestRecovery(t *testing.T) {
 			okOp(t1)
 		}
 	}
-	fault("f1", verify.FaultTerminate, 5000*ms, 6000*ms)   // recovers 500 ms after its heal
-	fault("f2", verify.FaultTerminate, 8000*ms, 8500*ms)   // f3 comes before it recovers
-	fault("f3", verify.FaultTerminate, 9000*ms, 9200*ms)   // recovers at 10.5 s
-	fault("f4", verify.FaultTerminate, 12000*ms, 12100*ms) // never again
-	ls = append(ls, `{"type":"end","t":16000000000,"ended_at":"2026-12-01T10:00:16Z","ops":1,"interrupted":false,"quiesce":{"ok":true,"ms":1}}`)
+	fault("f1", "shard0", 5000*ms, 6000*ms)   // ok ops again 550 ms after its heal
+	fault("f2", "shard0", 10000*ms, 10500*ms) // f3 comes before it recovers
+	fault("f3", "shard0", 11000*ms, 11200*ms) // ok ops again at 13.55 s
+	fault("f4", "shard0", 18000*ms, 18100*ms) // never back above half
+	fault("f5", "shard1", 29000*ms, 29100*ms) // 0.9 s before the load ends (another shard: no overlap)
+	ls = append(ls, `{"type":"end","t":31000000000,"ended_at":"2026-12-01T10:00:31Z","ops":1,"interrupted":false,"quiesce":{"ok":true,"ms":1}}`)
 	h, err := verify.ReadHistory(strings.NewReader(lines(ls...)))
 	if err != nil {
 		t.Fatal(err)
@@ -350,24 +351,28 @@ func TestRecovery(t *testing.T) {
 		got[f.ID] = f
 	}
 	// f1: ok ops again from 6.55 s; the rate over [t, t+1 s) is 75/s at
-	// t = 6.3 s and 85/s at 6.4 s: recovered 400 ms after the heal.
+	// t = 6.3 s and 85/s at 6.4 s, 100/s a second later: recovered 400 ms
+	// after the heal.
 	if f := got["f1"]; !f.Recovered || f.Overlapped != "" || f.RecoveryMS != 400 {
 		t.Errorf("f1 %+v, want recovered 400 ms after its heal", f)
 	}
 	if f := got["f2"]; f.Overlapped != "f3" {
 		t.Errorf("f2 %+v, want overlapped by f3", f)
 	}
-	if f := got["f3"]; !f.Recovered || f.RecoveryMS != 1200 {
-		t.Errorf("f3 %+v, want recovered 1200 ms after its heal (at 10.4 s)", f)
+	if f := got["f3"]; !f.Recovered || f.RecoveryMS != 2200 {
+		t.Errorf("f3 %+v, want recovered 2200 ms after its heal (at 13.4 s)", f)
 	}
-	if f := got["f4"]; f.Recovered || f.Overlapped != "" {
+	if f := got["f4"]; f.Recovered || f.Overlapped != "" || f.Unmeasurable {
 		t.Errorf("f4 %+v, want not recovered within the run", f)
+	}
+	if f := got["f5"]; !f.Unmeasurable {
+		t.Errorf("f5 %+v, want too late to measure", f)
 	}
 	if len(rc.Kinds) != 1 {
 		t.Fatalf("kinds %+v", rc.Kinds)
 	}
 	k := rc.Kinds[0]
-	if k.Faults != 4 || k.Measured != 2 || k.Overlapped != 1 || k.NotRecovered != 1 || k.P50MS != 400 || k.MaxMS != 1200 {
+	if k.Faults != 5 || k.Measured != 2 || k.Overlapped != 1 || k.NotRecovered != 1 || k.Unmeasurable != 1 || k.P50MS != 400 || k.MaxMS != 2200 {
 		t.Errorf("kind %+v", k)
 	}
 	var b strings.Builder

@@ -16,9 +16,10 @@ import (
 // per shard: a fault on a shard is judged by the ok-op rate of that shard,
 // a fault without a shard (the proxy's) by the whole workload's. The rate
 // at t is the ok ops completed in [t, t+1 s). A fault has recovered at the
-// first slot boundary t >= its heal whose rate is at least RecoveryShare
-// of the fault-free rate; its recovery time is t - heal (0: the rate never
-// dropped below it at the heal).
+// first slot boundary t >= its heal from which the rate stays at least
+// RecoveryShare of the fault-free rate for recoverySustain (the rates at t
+// and at t+1 s: a burst of requests released by the heal is not a
+// recovery); its recovery time is t - heal.
 //
 // The fault-free baseline is the ok-op rate before the first injection
 // (from the first op to the first inject), when that period is at least
@@ -31,7 +32,9 @@ import (
 // recovery, confounds the measurement: such a fault's recovery is
 // reported with Overlapped naming the other fault, and left out of the
 // per-kind p50 and max. A fault whose rate is not back before the load
-// ends (the last worker op) is "not recovered within the run".
+// ends (the last worker op) is "not recovered within the run"; one healed
+// less than recoverySustain before the load's end cannot be measured and
+// is counted as such (Unmeasurable), not as either.
 
 // RecoveryShare is the share of the fault-free rate that counts as
 // recovered.
@@ -40,8 +43,10 @@ const RecoveryShare = 0.8
 const (
 	recoverySlot   = 100 * time.Millisecond
 	recoveryWindow = time.Second
-	baselineMin    = 2 * time.Second
-	baselineQuiet  = 5 * time.Second
+	// recoverySustain: how long the rate must stay up (whole windows).
+	recoverySustain = 2 * recoveryWindow
+	baselineMin     = 2 * time.Second
+	baselineQuiet   = 5 * time.Second
 )
 
 // Recovery is the availability under faults.
@@ -76,12 +81,15 @@ type FaultRecovery struct {
 	Baseline float64 `json:"baseline_ok_per_s"`
 	// Overlapped names another fault that confounds the measurement.
 	Overlapped string `json:"overlapped,omitempty"`
+	// Unmeasurable: healed less than 2 s before the load ended.
+	Unmeasurable bool `json:"unmeasurable,omitempty"`
 }
 
 // KindRecovery summarizes one kind: Measured counts the faults recovered
 // without overlap, over which P50MS and MaxMS are taken; NotRecovered the
 // faults without overlap that did not recover within the run; Overlapped
-// the confounded ones.
+// the confounded ones; Unmeasurable those healed too close to the load's
+// end.
 type KindRecovery struct {
 	Kind         string  `json:"kind"`
 	Faults       int     `json:"faults"`
@@ -90,6 +98,7 @@ type KindRecovery struct {
 	MaxMS        float64 `json:"max_ms"`
 	NotRecovered int     `json:"not_recovered"`
 	Overlapped   int     `json:"overlapped"`
+	Unmeasurable int     `json:"unmeasurable"`
 }
 
 // recovery measures the availability under faults (see above).
@@ -210,10 +219,16 @@ func recovery(w *world) *Recovery {
 			fr.Baseline = rc.BaselineShards[f.Shard]
 		}
 		until := loadEnd
-		if s != nil && fr.Baseline > 0 {
+		fr.Unmeasurable = win.to+int64(recoverySustain) > loadEnd
+		if s != nil && fr.Baseline > 0 && !fr.Unmeasurable {
 			need := RecoveryShare * fr.Baseline
-			for i := int((win.to + slot - 1) / slot); int64(i+per)*slot <= loadEnd; i++ {
-				if rate(s, i) >= need {
+			sustain := int(recoverySustain / recoveryWindow)
+			for i := int((win.to + slot - 1) / slot); int64(i+sustain*per)*slot <= loadEnd; i++ {
+				up := true
+				for k := 0; k < sustain && up; k++ {
+					up = rate(s, i+k*per) >= need
+				}
+				if up {
 					fr.Recovered = true
 					until = int64(i) * slot
 					fr.RecoveryMS = float64(max(until-win.to, 0)) / 1e6
@@ -245,6 +260,8 @@ func recovery(w *world) *Recovery {
 		}
 		k.Faults++
 		switch {
+		case fr.Unmeasurable:
+			k.Unmeasurable++
 		case fr.Overlapped != "":
 			k.Overlapped++
 		case !fr.Recovered:

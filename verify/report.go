@@ -118,14 +118,14 @@ checked in {{.V.CheckMS}} ms</div>
 {{end}}</table>{{else}}<p>No faults were scheduled or injected.</p>{{end}}
 
 {{with .V.Recovery}}<h2>Availability under faults</h2>
-<p>Time from each fault's heal until the ok-op rate (of the fault's shard; of the whole workload for a fault without one) is back at ≥ {{pct .Share}} of the fault-free rate, in 100 ms steps over 1 s windows.
+<p>Time from each fault's heal until the ok-op rate (of the fault's shard; of the whole workload for a fault without one) is back at ≥ {{pct .Share}} of the fault-free rate and stays there for 2 s, in 100 ms steps over 1 s windows.
 {{if .Note}}Not measured: {{.Note}}.{{else}}Fault-free rate: <b>{{printf "%.0f" .BaselineOKPerS}} ok ops/s</b>{{range $s, $r := .BaselineShards}} · {{$s}} {{printf "%.0f" $r}}{{end}} — {{.BaselineFrom}}.
-A fault overlapped by another on the same shard (active at its heal, or injected before it recovered) is shown but left out of p50 and max.{{end}}</p>
-{{if .Kinds}}<table><tr><th class="l">kind</th><th>faults</th><th>measured</th><th>p50</th><th>max</th><th>not recovered within the run</th><th>overlapped</th></tr>
-{{range .Kinds}}<tr{{if gt .NotRecovered 0}} class="warn"{{end}}><td class="l">{{.Kind}}</td><td>{{.Faults}}</td><td>{{.Measured}}</td><td>{{if .Measured}}{{ms .P50MS}}{{else}}–{{end}}</td><td>{{if gt .NotRecovered 0}}not recovered{{else if .Measured}}{{ms .MaxMS}}{{else}}–{{end}}</td><td>{{.NotRecovered}}</td><td>{{.Overlapped}}</td></tr>
+A fault overlapped by another on the same shard (active at its heal, or injected before it recovered), or healed less than 2 s before the load ended (too late), is shown but left out of p50 and max.{{end}}</p>
+{{if .Kinds}}<table><tr><th class="l">kind</th><th>faults</th><th>measured</th><th>p50</th><th>max</th><th>not recovered within the run</th><th>overlapped</th><th>too late</th></tr>
+{{range .Kinds}}<tr{{if gt .NotRecovered 0}} class="warn"{{end}}><td class="l">{{.Kind}}</td><td>{{.Faults}}</td><td>{{.Measured}}</td><td>{{if .Measured}}{{ms .P50MS}}{{else}}–{{end}}</td><td>{{if gt .NotRecovered 0}}not recovered{{else if .Measured}}{{ms .MaxMS}}{{else}}–{{end}}</td><td>{{.NotRecovered}}</td><td>{{.Overlapped}}</td><td>{{.Unmeasurable}}</td></tr>
 {{end}}</table>
 <details><summary>per fault ({{len .Faults}})</summary><table><tr><th class="l">fault</th><th class="l">kind</th><th class="l">shard</th><th>healed at</th><th>recovery</th><th>baseline ok/s</th><th class="l">overlapped by</th></tr>
-{{range .Faults}}<tr{{if not .Recovered}} class="warn"{{end}}><td class="l">{{.ID}}</td><td class="l">{{.Kind}}</td><td class="l">{{.Shard}}</td><td>{{secs .HealNS}}</td><td>{{if .Recovered}}{{ms .RecoveryMS}}{{else}}not recovered within the run{{end}}</td><td>{{printf "%.0f" .Baseline}}</td><td class="l">{{.Overlapped}}</td></tr>
+{{range .Faults}}<tr{{if not .Recovered}} class="warn"{{end}}><td class="l">{{.ID}}</td><td class="l">{{.Kind}}</td><td class="l">{{.Shard}}</td><td>{{secs .HealNS}}</td><td>{{if .Unmeasurable}}too late to measure{{else if .Recovered}}{{ms .RecoveryMS}}{{else}}not recovered within the run{{end}}</td><td>{{printf "%.0f" .Baseline}}</td><td class="l">{{.Overlapped}}</td></tr>
 {{end}}</table></details>{{end}}{{end}}
 
 <h2>Timeline</h2>

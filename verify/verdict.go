@@ -500,7 +500,7 @@ func (v *Verdict) writeRecovery(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\tfaults\tmeasured\tp50\tmax\tnot recovered\toverlapped\t")
+	fmt.Fprintln(tw, "fault\tfaults\tmeasured\tp50\tmax\tnot recovered\toverlapped\ttoo late\t")
 	for _, k := range rc.Kinds {
 		p50, mx := "-", "-"
 		if k.Measured > 0 {
@@ -509,11 +509,12 @@ func (v *Verdict) writeRecovery(w io.Writer) {
 		if k.NotRecovered > 0 {
 			mx = "not recovered"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t\n", k.Kind, k.Faults, k.Measured, p50, mx, k.NotRecovered, k.Overlapped)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t\n", k.Kind, k.Faults, k.Measured, p50, mx, k.NotRecovered, k.Overlapped, k.Unmeasurable)
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(w, "  (the rate must stay back for 2 s; p50 and max leave out faults overlapped by another on the same shard, and those healed less than 2 s before the load ended: too late)")
 	for _, f := range rc.Faults {
-		if !f.Recovered && f.Overlapped == "" {
+		if !f.Recovered && f.Overlapped == "" && !f.Unmeasurable {
 			fmt.Fprintf(w, "  %s %s %s healed at %s: not recovered within the run\n", f.ID, f.Kind, f.Shard, fmtNS(f.HealNS))
 		}
 	}
