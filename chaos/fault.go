@@ -94,7 +94,8 @@ const (
 	// the hold; heal delivers what was held. Landed (heal): connections had
 	// data held.
 	KindStall Kind = "stall"
-	// KindReset: the shard's relay resets every connection now.
+	// KindReset: the shard's relay resets every connection, as soon as
+	// one has a request in flight (polled up to param wait, default 2s).
 	// Instantaneous. Landed: a connection with a request in flight was cut
 	// (idle pooled connections prove nothing).
 	KindReset Kind = "reset"

@@ -30,9 +30,10 @@ type pgbouncerReconnect struct {
 func (*pgbouncerReconnect) Kind() Kind   { return KindPgBouncerReconnect }
 func (*pgbouncerReconnect) Needs() Needs { return pgbouncerReconnectInfo.needs }
 
-// Inject notes the workload database's server connections (SHOW SERVERS)
-// and sends RECONNECT for it. Evidence: reconnected, servers (server
-// connections before).
+// Inject waits (at most reconnectWait) until the workload database has a
+// server connection, notes them (SHOW SERVERS) and sends RECONNECT for
+// it: RECONNECT with no server connection would do nothing. Evidence:
+// reconnected, servers (server connections before).
 func (f *pgbouncerReconnect) Inject(ctx context.Context, env *Env, shard int, _ Params, _ *rand.Rand) (Evidence, error) {
 	db, err := env.database()
 	if err != nil {
@@ -40,10 +41,19 @@ func (f *pgbouncerReconnect) Inject(ctx context.Context, env *Env, shard int, _ 
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	before, err := serverPIDs(ctx, env, shard, db)
-	if err != nil {
-		return Evidence{Fields: map[string]any{"reconnected": false}}, fmt.Errorf("pgbouncer-reconnect: %w", err)
+	var before map[string]bool
+	wctx, wcancel := context.WithTimeout(ctx, reconnectWait)
+	for {
+		before, err = serverPIDs(ctx, env, shard, db)
+		if err != nil {
+			wcancel()
+			return Evidence{Fields: map[string]any{"reconnected": false}}, fmt.Errorf("pgbouncer-reconnect: %w", err)
+		}
+		if len(before) > 0 || sleepCtx(wctx, 100*time.Millisecond) != nil {
+			break
+		}
 	}
+	wcancel()
 	if _, err := consoleRun(ctx, env, shard, "RECONNECT "+consoleIdent(db)); err != nil {
 		return Evidence{Fields: map[string]any{"reconnected": false}}, fmt.Errorf("pgbouncer-reconnect: %w", err)
 	}

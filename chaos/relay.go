@@ -277,6 +277,19 @@ func (r *Relay) Reset() int {
 	return n
 }
 
+// InFlight counts the connections with a request in flight now.
+func (r *Relay) InFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for c := range r.conns {
+		if c.inFlight() {
+			n++
+		}
+	}
+	return n
+}
+
 // ResetInFlight is Reset, and also says how many of the connections it
 // reset had a request in flight (sent, its ReadyForQuery not yet seen):
 // those are the resets a client must notice as a failed request.

@@ -252,10 +252,12 @@ func (w *world) windows() []window {
 // landings counts, per fault kind scheduled, configured or injected, how
 // many injections landed: their evidence shows the fault did what it
 // exists for and, for kinds the ops can corroborate, an op shows it too.
-// An op corroborates at most one fault: the one fault on its shard (or a
-// global one) whose window, extended by corroborationSlack, overlaps the
-// op; an op inside two faults' windows is ambiguous and corroborates
-// neither, so a fault is never counted on another's effects. A lost-ack
+// An op corroborates at most one fault on its shard (or a global one):
+// the one whose window proper (inject to heal) the op overlaps; if none,
+// the latest injected of those whose corroborationSlack after the heal it
+// overlaps; an op inside two faults' windows proper is ambiguous and
+// corroborates neither, so a fault is never counted on another's effects.
+// A lost-ack
 // is matched to its own op: the unknown-outcome commit around each
 // dropped reply. It returns the table and, by fault id, whether each
 // injection landed.
