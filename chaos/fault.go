@@ -52,10 +52,13 @@ const (
 	KindTerminate Kind = "terminate"
 	// KindLostAck: the shard's relay (via=shard, the default) or the
 	// proxy's relay (via=proxy) is armed to drop the replies to the next
-	// count (default 1) commits after the server sent all of them, and to
-	// reset both sides, for the hold. Landed (heal): at least one reply was
-	// dropped. Clients see their connection fail after the commit was sent
-	// (an unknown outcome) while the commit is in the database.
+	// count (default 1) commits that committed (no error, committed true,
+	// the transaction ended) after the server sent all of them, and to
+	// reset both sides, for the hold; other commit replies (errors, lost
+	// compare-and-swaps) are passed on and the arm kept. Landed (heal): a
+	// committed commit's reply was dropped. Clients see their connection
+	// fail after the commit was sent (an unknown outcome) while the commit
+	// is in the database.
 	KindLostAck Kind = "lost-ack"
 	// KindPgBouncerKill: SIGKILL the shard's PgBouncer at inject, start it
 	// again at heal. Landed: inject killed it (old_pid), heal started a
@@ -68,7 +71,8 @@ const (
 	KindPgBouncerPause Kind = "pgbouncer-pause"
 	// KindPgBouncerReconnect: RECONNECT the workload database in the
 	// shard's PgBouncer: every server connection is closed once released.
-	// Instantaneous. Landed: RECONNECT was answered.
+	// Instantaneous. Landed (heal): server connections that existed before
+	// were closed and new ones made (SHOW SERVERS, watched up to 3 s).
 	KindPgBouncerReconnect Kind = "pgbouncer-reconnect"
 	// KindShardCrash: stop the shard's Postgres the way `pg_ctl stop -m
 	// immediate` does (param mode=kill SIGKILLs the postmaster instead),
@@ -90,12 +94,15 @@ const (
 	// the hold; heal delivers what was held. Landed (heal): connections had
 	// data held.
 	KindStall Kind = "stall"
-	// KindReset: the shard's relay resets every connection now.
-	// Instantaneous. Landed: at least one connection was reset.
+	// KindReset: the shard's relay resets every connection, as soon as
+	// one has a request in flight (polled up to param wait, default 2s).
+	// Instantaneous. Landed: a connection with a request in flight was cut
+	// (idle pooled connections prove nothing).
 	KindReset Kind = "reset"
 	// KindPartition: the shard's relay blackholes its connections and
 	// holds new ones unconnected for the hold; heal resets all of them.
-	// Landed (heal): connections were blackholed or held.
+	// Landed (heal): it held requests (in flight when it began, or sent
+	// into it).
 	KindPartition Kind = "partition"
 	// KindProxyRestart: SIGKILL the chaos-owned proxy with its clients
 	// connected, start it again on the same address at heal (the hold is

@@ -27,7 +27,8 @@ var lostAckInfo = kindInfo{
 type lostAck struct {
 	mu     sync.Mutex
 	relay  *Relay
-	before int // DroppedReplies already logged at inject
+	before int   // DroppedReplies already logged at inject
+	passed int64 // PassedReplies at inject
 	count  int
 	via    string
 }
@@ -58,18 +59,21 @@ func (f *lostAck) Inject(_ context.Context, env *Env, shard int, p Params, _ *ra
 		return Evidence{}, err
 	}
 	f.mu.Lock()
-	f.relay, f.before, f.count, f.via = r, len(r.DroppedReplies()), n, via
+	f.relay, f.before, f.passed, f.count, f.via = r, len(r.DroppedReplies()), r.Stats().PassedReplies, n, via
 	f.mu.Unlock()
 	r.DropCommitReplies(n)
 	return Evidence{Fields: map[string]any{"via": via, "armed": n}}, nil
 }
 
 // Heal disarms what is left and reports the replies dropped since
-// Inject. Evidence: dropped (count), replies (per connection: conn, bytes,
-// error, sqlstate, committed), disarmed.
+// Inject — only replies of commits that committed are dropped (see
+// DroppedReply). Evidence: dropped (count), replies (per dropped reply:
+// conn, sent, at, bytes, committed, status), passed (held replies passed
+// on: errors, lost compare-and-swaps), disarmed. Landed: a committed
+// commit's reply was dropped.
 func (f *lostAck) Heal(context.Context, *Env, int) (Evidence, error) {
 	f.mu.Lock()
-	r, before, via := f.relay, f.before, f.via
+	r, before, passedBefore, via := f.relay, f.before, f.passed, f.via
 	f.mu.Unlock()
 	if r == nil {
 		return Evidence{}, nil
@@ -85,5 +89,6 @@ func (f *lostAck) Heal(context.Context, *Env, int) (Evidence, error) {
 	}
 	return Evidence{Landed: len(drops) > 0, Fields: map[string]any{
 		"via": via, "dropped": len(drops), "replies": drops, "disarmed": left,
+		"passed": r.Stats().PassedReplies - passedBefore,
 	}}, nil
 }

@@ -38,8 +38,10 @@ func (f *partition) Inject(_ context.Context, env *Env, shard int, _ Params, _ *
 }
 
 // Heal ends the partition, resetting the connections it held. Evidence:
-// held (blackholed), refused (new connections held unconnected); landed
-// when either is positive.
+// held (blackholed), refused (new connections held unconnected),
+// in_flight (connections with a request in flight when it began),
+// requests (client chunks it swallowed); landed when it held a request:
+// in_flight or requests positive.
 func (f *partition) Heal(context.Context, *Env, int) (Evidence, error) {
 	f.mu.Lock()
 	r := f.relay
@@ -48,5 +50,6 @@ func (f *partition) Heal(context.Context, *Env, int) (Evidence, error) {
 		return Evidence{}, nil
 	}
 	held, refused := r.Unpartition()
-	return Evidence{Landed: held+refused > 0, Fields: map[string]any{"held": held, "refused": refused}}, nil
+	busy, reqs := r.PartitionLoad()
+	return Evidence{Landed: busy+reqs > 0, Fields: map[string]any{"held": held, "refused": refused, "in_flight": busy, "requests": reqs}}, nil
 }

@@ -37,7 +37,8 @@ func (f *stall) Inject(_ context.Context, env *Env, shard int, _ Params, _ *rand
 }
 
 // Heal resumes forwarding, delivering what was held. Evidence: stalled
-// (connections that had data held); landed when any had.
+// (connections that had data held), in_flight (connections with a
+// request in flight when the stall began); landed when data was held.
 func (f *stall) Heal(context.Context, *Env, int) (Evidence, error) {
 	f.mu.Lock()
 	r := f.relay
@@ -46,5 +47,5 @@ func (f *stall) Heal(context.Context, *Env, int) (Evidence, error) {
 		return Evidence{}, nil
 	}
 	n := r.Unstall()
-	return Evidence{Landed: n > 0, Fields: map[string]any{"stalled": n}}, nil
+	return Evidence{Landed: n > 0, Fields: map[string]any{"stalled": n, "in_flight": r.StallInFlight()}}, nil
 }

@@ -283,9 +283,15 @@ func TestPgBouncerReconnect(t *testing.T) {
 	if len(before) == 0 {
 		t.Fatal("no server connections before RECONNECT")
 	}
-	_, ev := inject(t, r.env, chaos.KindPgBouncerReconnect, 0, nil)
-	if !ev.Landed || ev.Fields["reconnected"] != true {
+	f, ev := inject(t, r.env, chaos.KindPgBouncerReconnect, 0, nil)
+	if ev.Fields["reconnected"] != true || ev.Fields["servers"].(int) == 0 {
 		t.Fatalf("inject: %v", ev.Fields)
+	}
+	// The heal watches the server list: old connections closed, new
+	// ones made.
+	hev, err := f.Heal(ctx, r.env, 0)
+	if err != nil || !hev.Landed || hev.Fields["closed"].(int) == 0 || hev.Fields["new"].(int) == 0 {
+		t.Fatalf("heal: %v %v", hev.Fields, err)
 	}
 	eventually(t, "the old server connections to be replaced", func() bool {
 		return !slices.ContainsFunc(pids(), func(p int) bool { return slices.Contains(before, p) })

@@ -40,6 +40,9 @@ const (
 	// frontendCapture bounds the captured head of a Parse or Query: the
 	// commit function must be named within it.
 	frontendCapture = 4096
+	// bindCapture bounds the captured head of a Bind: enough for the
+	// portal and statement names (identifiers of at most 63 bytes each).
+	bindCapture = 160
 	// backendCapture bounds the captured head of an ErrorResponse or
 	// DataRow (the SQLSTATE, the commit's result).
 	backendCapture = 256
@@ -214,8 +217,12 @@ func (f *framer) header() error {
 		switch {
 		case f.side == frontendSide && (f.typ == 'P' || f.typ == 'Q'):
 			f.capN = frontendCapture
+		case f.side == frontendSide && f.typ == 'B':
+			f.capN = bindCapture // the portal's and the statement's names
 		case f.side == backendSide && (f.typ == 'E' || f.typ == 'D'):
 			f.capN = backendCapture
+		case f.side == backendSide && f.typ == 'Z':
+			f.capN = 1 // the transaction status: 'I' idle, 'T' in a block, 'E' failed block
 		}
 	}
 	f.head = f.head[:0]
@@ -325,4 +332,29 @@ func firstBool(head []byte) (v, ok bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// parseName returns a Parse message's statement name ("" the unnamed
+// statement), by its captured head.
+func parseName(head []byte) string {
+	if i := bytes.IndexByte(head, 0); i >= 0 {
+		return string(head[:i])
+	}
+	return ""
+}
+
+// bindStatement returns the statement a Bind message binds (portal name
+// \0 statement name \0 ...), by its captured head; ok is false when the
+// head does not hold it whole.
+func bindStatement(head []byte) (name string, ok bool) {
+	i := bytes.IndexByte(head, 0)
+	if i < 0 {
+		return "", false
+	}
+	rest := head[i+1:]
+	j := bytes.IndexByte(rest, 0)
+	if j < 0 {
+		return "", false
+	}
+	return string(rest[:j]), true
 }

@@ -61,8 +61,11 @@ type RelayStats struct {
 	// Resets counts connections reset (RST to both sides): by Reset, by
 	// healing a partition, after a dropped reply.
 	Resets int64
-	// DroppedReplies counts commit replies dropped (the lost-ack fault).
-	DroppedReplies int64
+	// DroppedReplies counts commit replies dropped (the lost-ack fault);
+	// PassedReplies counts held commit replies passed on because they
+	// were not a committed commit's (an error, a lost compare-and-swap, a
+	// transaction still open).
+	DroppedReplies, PassedReplies int64
 	// DialErrors counts upstream connections that failed.
 	DialErrors int64
 	// Unframed counts connections on which the protocol framer gave up
@@ -70,22 +73,35 @@ type RelayStats struct {
 	Unframed int64
 }
 
-// DroppedReply is one commit reply the relay dropped.
+// DroppedReply is one commit reply the relay dropped. Only the reply of a
+// commit that committed is dropped: no ErrorResponse, the commit
+// function's first column true (committed, not a lost compare-and-swap)
+// and the ReadyForQuery idle (the transaction ended). Any other reply is
+// passed on and the arm kept for the next commit.
 type DroppedReply struct {
-	// Conn is the relay connection's id (1, 2, ... in accept order).
+	// Conn is the relay connection's id (1, 2, ... in accept order): the
+	// backend connection whose reply was dropped.
 	Conn uint64 `json:"conn"`
-	// At is when the reply was complete (and dropped).
-	At time.Time `json:"-"`
+	// Sent is when the commit request was forwarded upstream, At when its
+	// reply was complete (and dropped): the op lies around [Sent, At].
+	Sent time.Time `json:"sent"`
+	At   time.Time `json:"at"`
 	// Bytes is the size of the dropped reply.
 	Bytes int `json:"bytes"`
-	// Error: the reply carried an ErrorResponse (the commit failed on the
-	// server); SQLState is its code.
+	// Error: the reply carried an ErrorResponse; SQLState is its code.
+	// Always false for a dropped reply (such replies are passed on).
 	Error    bool   `json:"error"`
 	SQLState string `json:"sqlstate,omitempty"`
-	// Committed is the commit function's first result column (committed
-	// or lost the compare-and-swap) when the reply carried it.
+	// Committed is the commit function's first result column; always
+	// true for a dropped reply.
 	Committed *bool `json:"committed,omitempty"`
+	// Status is the ReadyForQuery's transaction status ("I").
+	Status string `json:"status"`
 }
+
+// maxHeldReply bounds the bytes of a reply held while the relay waits to
+// see whether it is a committed commit's; a longer reply is passed on.
+const maxHeldReply = 1 << 20
 
 // maxDropLog bounds the dropped replies a relay remembers.
 const maxDropLog = 10000
@@ -124,13 +140,17 @@ type Relay struct {
 	// Stall and partition accounting.
 	stallEpoch            uint64
 	stallHeld             int
+	stallInFlight         int
 	partHeld, partRefused int
+	// partInFlight: connections with a request in flight when the
+	// partition began; partReqs: client chunks it swallowed since.
+	partInFlight, partReqs int
 
 	armedHint   atomic.Bool  // armed > 0, read without the lock on the hot path
 	lastDialLog atomic.Int64 // unix nanos of the last dial error logged
 	st          struct {
 		accepted, active, closed, bytesUp, bytesDown, delayed, held, blackholed,
-		resets, dropped, dialErrors, unframed atomic.Int64
+		resets, dropped, passed, dialErrors, unframed atomic.Int64
 	}
 	wg sync.WaitGroup
 }
@@ -179,7 +199,7 @@ func (r *Relay) Stats() RelayStats {
 		Accepted: r.st.accepted.Load(), Active: r.st.active.Load(), Closed: r.st.closed.Load(),
 		BytesUp: r.st.bytesUp.Load(), BytesDown: r.st.bytesDown.Load(),
 		Delayed: r.st.delayed.Load(), Held: r.st.held.Load(), Blackholed: r.st.blackholed.Load(),
-		Resets: r.st.resets.Load(), DroppedReplies: r.st.dropped.Load(),
+		Resets: r.st.resets.Load(), DroppedReplies: r.st.dropped.Load(), PassedReplies: r.st.passed.Load(),
 		DialErrors: r.st.dialErrors.Load(), Unframed: r.st.unframed.Load(),
 	}
 }
@@ -217,9 +237,23 @@ func (r *Relay) Stall() int {
 		r.mode.stalled = true
 		r.stallEpoch++
 		r.stallHeld = 0
+		r.stallInFlight = 0
+		for c := range r.conns {
+			if c.inFlight() {
+				r.stallInFlight++
+			}
+		}
 		r.changeLocked()
 	}
 	return len(r.conns)
+}
+
+// StallInFlight is how many connections had a request in flight when the
+// last stall began (their replies were held by it).
+func (r *Relay) StallInFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stallInFlight
 }
 
 // Unstall resumes forwarding and delivers what was held. It returns how
@@ -239,23 +273,47 @@ func (r *Relay) Unstall() int {
 // upstream) and returns how many it reset. New connections are relayed as
 // usual.
 func (r *Relay) Reset() int {
+	n, _ := r.ResetInFlight()
+	return n
+}
+
+// InFlight counts the connections with a request in flight now.
+func (r *Relay) InFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for c := range r.conns {
+		if c.inFlight() {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetInFlight is Reset, and also says how many of the connections it
+// reset had a request in flight (sent, its ReadyForQuery not yet seen):
+// those are the resets a client must notice as a failed request.
+func (r *Relay) ResetInFlight() (reset, inFlight int) {
 	r.mu.Lock()
 	conns := make([]*relayConn, 0, len(r.conns))
 	for c := range r.conns {
 		conns = append(conns, c)
 	}
 	r.mu.Unlock()
-	n := 0
 	for _, c := range conns {
+		busy := c.inFlight()
 		if c.close(true) {
-			n++
+			reset++
+			if busy {
+				inFlight++
+			}
 		}
 	}
-	r.st.resets.Add(int64(n))
-	if n > 0 {
-		r.debugf("reset %d connections", n)
+	r.st.resets.Add(int64(reset))
+	if reset > 0 {
+		r.debugf("reset %d connections (%d with a request in flight)", reset, inFlight)
 	}
-	return n
+	return reset, inFlight
 }
 
 // Partition blackholes the upstream: the open connections forward nothing
@@ -269,13 +327,26 @@ func (r *Relay) Partition() int {
 		return 0
 	}
 	r.mode.partitioned = true
-	r.partHeld, r.partRefused = 0, 0
+	r.partHeld, r.partRefused, r.partInFlight, r.partReqs = 0, 0, 0, 0
 	for c := range r.conns {
 		c.partitioned = true
 		r.partHeld++
+		if c.inFlight() {
+			r.partInFlight++
+		}
 	}
 	r.changeLocked()
 	return r.partHeld
+}
+
+// PartitionLoad says what the last partition held: connections with a
+// request in flight when it began, and client chunks (requests, logins)
+// it swallowed since. Valid after Unpartition too, until the next
+// Partition.
+func (r *Relay) PartitionLoad() (inFlight, requests int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.partInFlight, r.partReqs
 }
 
 // Unpartition ends a partition: every connection blackholed by it (held)
@@ -490,15 +561,24 @@ type relayConn struct {
 	fe, be      *framer // the up pump's and the down pump's
 	upFraming   atomic.Bool
 	downFraming atomic.Bool
-	reqs        atomic.Int64 // StartupMessage, Sync, Query and FunctionCall messages sent: each earns a ReadyForQuery
-	oneByte     atomic.Int32 // one-byte answers (to SSLRequest, GSSENCRequest) the server owes
-	dropAt      atomic.Int64 // number of the ReadyForQuery whose reply is dropped; 0: none
+	reqs        atomic.Int64    // StartupMessage, Sync, Query and FunctionCall messages sent: each earns a ReadyForQuery
+	rfqs        atomic.Int64    // ReadyForQuery messages seen (the down pump's rfq, for other goroutines)
+	sentNS      atomic.Int64    // unix ns when the commit whose reply is to drop was forwarded
+	oneByte     atomic.Int32    // one-byte answers (to SSLRequest, GSSENCRequest) the server owes
+	dropAt      atomic.Int64    // number of the ReadyForQuery whose reply is dropped; 0: none
+	commitStmts map[string]bool // prepared statements that are commits (the up pump's own)
 
 	// The down pump's own.
 	rfq     int64 // ReadyForQuery messages seen
-	holding bool  // the reply being read is to be dropped
+	holding bool  // the reply being read is held until its ReadyForQuery says whether to drop it
 	drop    DroppedReply
+	held    []byte // the held reply's bytes read in earlier chunks
+	release []byte // a held reply to pass on before the current chunk's bytes
 }
+
+// inFlight reports whether the connection has a request (or a login) in
+// flight: sent, its ReadyForQuery not yet seen.
+func (c *relayConn) inFlight() bool { return c.reqs.Load() > c.rfqs.Load() }
 
 func (c *relayConn) isClosed() bool {
 	select {
@@ -591,6 +671,9 @@ func (c *relayConn) blackhole() {
 		n, err := c.client.Read(buf)
 		if n > 0 {
 			c.r.st.blackholed.Add(1)
+			c.r.mu.Lock()
+			c.r.partReqs++
+			c.r.mu.Unlock()
 		}
 		if err != nil {
 			return
@@ -618,19 +701,24 @@ func (c *relayConn) pump(src, dst net.Conn, upward bool) {
 			} else if c.downFraming.Load() {
 				fwd, act = c.scanDown(chunk)
 			}
-			if fwd > 0 {
-				pass, err := c.gate()
+			out := chunk[:fwd]
+			if c.release != nil { // a held reply passed on goes first
+				out = append(c.release, out...)
+				c.release = nil
+			}
+			if len(out) > 0 {
+				pass, err := c.gate(upward)
 				if err != nil {
 					return
 				}
 				if pass {
-					if _, err := dst.Write(chunk[:fwd]); err != nil {
+					if _, err := dst.Write(out); err != nil {
 						return
 					}
 					if upward {
-						r.st.bytesUp.Add(int64(fwd))
+						r.st.bytesUp.Add(int64(len(out)))
 					} else {
-						r.st.bytesDown.Add(int64(fwd))
+						r.st.bytesDown.Add(int64(len(out)))
 					}
 				}
 			}
@@ -638,7 +726,7 @@ func (c *relayConn) pump(src, dst net.Conn, upward bool) {
 			case actDrop:
 				c.drop.Conn, c.drop.At = c.id, time.Now()
 				if r.recordDrop(c, c.drop) {
-					r.debugf("conn %d: dropped a commit reply (%d bytes, error %v)", c.id, c.drop.Bytes, c.drop.Error)
+					r.debugf("conn %d: dropped a committed commit's reply (%d bytes)", c.id, c.drop.Bytes)
 					r.st.resets.Add(1)
 				}
 				c.close(true)
@@ -680,14 +768,44 @@ func (c *relayConn) scanUp(b []byte) {
 			default: // a StartupMessage: the login ends with a ReadyForQuery
 				c.reqs.Add(1)
 			}
-		case 'P', 'Q':
-			if c.r.armedHint.Load() && c.dropAt.Load() == 0 && isCommit(fr) && c.r.takeArm(c) {
-				c.dropAt.Store(c.reqs.Load() + 1)
+		case 'P':
+			// A prepared commit is armed on its Bind: a client that caches
+			// prepared statements parses a commit once per connection.
+			if isCommit(fr) {
+				if c.commitStmts == nil {
+					c.commitStmts = map[string]bool{}
+				}
+				if len(c.commitStmts) < maxCommitStmts {
+					c.commitStmts[parseName(fr.Head)] = true
+				}
+			} else {
+				delete(c.commitStmts, parseName(fr.Head))
+			}
+		case 'B':
+			if name, ok := bindStatement(fr.Head); ok && c.commitStmts[name] {
+				c.arm()
+			}
+		case 'Q':
+			if isCommit(fr) {
+				c.arm()
 			}
 		}
 		if fr.Type == 'S' || fr.Type == 'Q' || fr.Type == 'F' {
 			c.reqs.Add(1)
 		}
+	}
+}
+
+// maxCommitStmts bounds the commit statements a connection remembers.
+const maxCommitStmts = 1024
+
+// arm marks the reply to the request being sent — a commit — for the
+// down pump to hold, if the relay has an arm left and the connection holds
+// no other reply. The up pump's own.
+func (c *relayConn) arm() {
+	if c.r.armedHint.Load() && c.dropAt.Load() == 0 && c.r.takeArm(c) {
+		c.sentNS.Store(time.Now().UnixNano())
+		c.dropAt.Store(c.reqs.Load() + 1)
 	}
 }
 
@@ -706,6 +824,10 @@ const (
 // commit's ReadyForQuery.
 func (c *relayConn) scanDown(b []byte) (fwd int, act downAction) {
 	off := 0
+	holdFrom := -1 // where this chunk's held bytes begin
+	if c.holding {
+		holdFrom = 0
+	}
 	for off < len(b) {
 		if k := c.oneByte.Swap(0); k > 0 {
 			c.be.oneByte += int(k)
@@ -714,6 +836,7 @@ func (c *relayConn) scanDown(b []byte) (fwd int, act downAction) {
 			if d := c.dropAt.Load(); d > 0 && c.rfq == d-1 {
 				c.holding = true
 				c.drop = DroppedReply{}
+				holdFrom = off
 			}
 		}
 		n, fr, ok, err := c.be.next(b[off:])
@@ -755,18 +878,57 @@ func (c *relayConn) scanDown(b []byte) (fwd int, act downAction) {
 			}
 		case 'Z':
 			c.rfq++
+			c.rfqs.Store(c.rfq)
 			if c.holding && c.rfq == c.dropAt.Load() {
-				return fwd, actDrop
+				status := byte(0)
+				if len(fr.Head) > 0 {
+					status = fr.Head[0]
+				}
+				if !c.drop.Error && c.drop.Committed != nil && *c.drop.Committed && status == 'I' {
+					c.drop.Status = "I"
+					c.drop.Sent = time.Unix(0, c.sentNS.Load())
+					c.held = nil
+					return fwd, actDrop
+				}
+				// Not a committed commit's reply (an error, a lost
+				// compare-and-swap, a transaction still open): pass it
+				// on and keep the arm for the next commit.
+				c.passHeld()
+				fwd, holdFrom = off, -1
 			}
+		}
+	}
+	if c.holding && holdFrom >= 0 {
+		c.held = append(c.held, b[holdFrom:]...)
+		if len(c.held) > maxHeldReply {
+			c.passHeld()
+			fwd = len(b)
 		}
 	}
 	return fwd, actForward
 }
 
+// passHeld stops holding a reply: the bytes held in earlier chunks go out
+// before the current chunk's (release), and the arm goes back to the
+// relay. The down pump's own.
+func (c *relayConn) passHeld() {
+	c.release, c.held = c.held, nil
+	c.holding = false
+	c.dropAt.Store(0)
+	r := c.r
+	r.st.passed.Add(1)
+	r.mu.Lock()
+	if c.armGen == r.armGen {
+		r.armed++
+		r.armedHint.Store(true)
+	}
+	r.mu.Unlock()
+}
+
 // gate applies the relay's mode to a chunk about to be forwarded: it
 // waits while stalled, says to drop the chunk when partitioned, sleeps the
 // latency. It fails when the connection closes meanwhile.
-func (c *relayConn) gate() (pass bool, err error) {
+func (c *relayConn) gate(upward bool) (pass bool, err error) {
 	r := c.r
 	counted := false
 	for {
@@ -786,6 +948,11 @@ func (c *relayConn) gate() (pass bool, err error) {
 		switch {
 		case part:
 			r.st.blackholed.Add(1)
+			if upward {
+				r.mu.Lock()
+				r.partReqs++
+				r.mu.Unlock()
+			}
 			return false, nil
 		case m.stalled:
 			if !counted {

@@ -409,25 +409,33 @@ func TestRelayLostAckFakePostgres(t *testing.T) {
 	if pg.answered.Load() != before+1 {
 		t.Fatalf("the server answered %d requests, want 1: the commit must reach it", pg.answered.Load()-before)
 	}
-	// The second arm: a simple-protocol commit that fails on the server.
+	// A simple-protocol commit that fails on the server: its reply is not
+	// a committed commit's, so it is passed on and the arm kept.
 	mrr := c2.Exec(context.Background(), "SELECT * FROM pgshard_commit('fail')")
 	_, err = mrr.ReadAll()
-	if err == nil {
-		t.Fatal("the second commit's reply reached the client")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22000" {
+		t.Fatalf("the failed commit's error did not reach the client: %v", err)
+	}
+	if st := r.Stats(); st.PassedReplies != 1 || st.DroppedReplies != 1 {
+		t.Fatalf("after a failed commit: %+v, want 1 passed, 1 dropped", st)
+	}
+	// The kept arm takes the next committed commit's reply.
+	if err := execParams(c3, commitSQL); err == nil {
+		t.Fatal("the third commit's reply reached the client")
 	}
 	eventually(t, "two dropped replies", func() bool { return r.Stats().DroppedReplies == 2 })
 	drops := r.DroppedReplies()
 	if len(drops) != 2 || drops[0].Conn == drops[1].Conn {
 		t.Fatalf("drops %+v", drops)
 	}
-	if drops[0].Committed == nil || !*drops[0].Committed || drops[0].Error {
-		t.Errorf("first drop %+v: want committed, no error", drops[0])
+	for _, d := range drops {
+		if d.Committed == nil || !*d.Committed || d.Error || d.Status != "I" || d.Sent.IsZero() || d.At.Before(d.Sent) {
+			t.Errorf("drop %+v: want committed, no error, idle, sent before at", d)
+		}
 	}
-	if !drops[1].Error || drops[1].SQLState != "22000" {
-		t.Errorf("second drop %+v: want an error 22000", drops[1])
-	}
-	// No arms left: the third connection commits normally.
-	if err := execParams(c3, commitSQL); err != nil {
+	// No arms left: the second connection (still open) commits normally.
+	if err := execParams(c2, commitSQL); err != nil {
 		t.Fatalf("commit after the arms were used: %v", err)
 	}
 	if st := r.Stats(); st.Unframed != 0 {
@@ -578,3 +586,31 @@ func TestRelayCloseWaits(t *testing.T) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// TestRelayLostAckPreparedCommit: a client that prepares the commit once
+// and then only binds it (pgx's statement cache) still has its committed
+// commit's reply dropped — armed on the Bind — while the prepare's own
+// reply (no result row) is never taken for a commit's.
+func TestRelayLostAckPreparedCommit(t *testing.T) {
+	pg := &fakePG{}
+	up := newServer(t, pg.serve)
+	r := newRelay(t, up.addr())
+	c := pgConnect(t, r.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.DropCommitReplies(1)
+	if _, err := c.Prepare(ctx, "commit1", commitSQL, nil); err != nil {
+		t.Fatalf("prepare through the armed relay: %v", err)
+	}
+	if st := r.Stats(); st.DroppedReplies != 0 {
+		t.Fatalf("the prepare's reply was dropped: %+v", st)
+	}
+	params := [][]byte{[]byte("a"), []byte("b"), []byte("{}"), []byte("0"), []byte("")}
+	if err := c.ExecPrepared(ctx, "commit1", params, nil, nil).Read().Err; err == nil {
+		t.Fatal("the prepared commit's reply reached the client")
+	}
+	eventually(t, "a dropped reply", func() bool { return r.Stats().DroppedReplies == 1 })
+	if d := r.DroppedReplies(); len(d) != 1 || d[0].Committed == nil || !*d[0].Committed || d[0].Status != "I" {
+		t.Errorf("drops %+v", d)
+	}
+}

@@ -96,9 +96,9 @@ func bigScenario(s *sim, rng *rand.Rand, executions, workers, ops int) {
 			sh := "shard" + strconv.Itoa(nextFault%2)
 			ev := map[string]obj{
 				verify.FaultTerminate:     {{"terminated", []obj{{{"pid", 4000 + nextFault}, {"state", "active"}}}}},
-				verify.FaultLostAck:       {{"dropped", 1}},
+				verify.FaultLostAck:       lostAckEvidence(s, true, false),
 				verify.FaultPgBouncerKill: {{"old_pid", 100 + nextFault}, {"new_pid", 200 + nextFault}},
-				verify.FaultShardCrash:    {{"old_pid", 300 + nextFault}, {"new_pid", 400 + nextFault}, {"recovery", []string{"database system was interrupted; last known up at ..."}}},
+				verify.FaultShardCrash:    {{"old_pid", 300 + nextFault}, {"new_pid", 400 + nextFault}, {"recovery", []string{"database system was interrupted; last known up at ...", "automatic recovery in progress"}}},
 			}[k]
 			s.fault(id, k, sh, true, ev)
 			target := s.exeID(sh, rng.IntN(5))

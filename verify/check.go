@@ -32,6 +32,21 @@ type Options struct {
 	// (default 20000): a larger partition is undecided at once (ERROR),
 	// instead of exhausting time or memory. Spread the workload's keys.
 	MaxPartitionOps int
+
+	// MinCommits: fewer acknowledged (ok) commits than this make the run
+	// VACUOUS (0: no floor). The scenario's min_commits.
+	MinCommits int64
+	// MinLandedShare: each scheduled fault kind must also have landed at
+	// least this share of its injections (default 0.5; negative: no
+	// share), so a floor met by a few landings of many does not pass.
+	MinLandedShare float64
+	// ExpectKinds are the fault kinds the run was configured to inject
+	// (the scenario's): a kind with no schedule entry makes the run
+	// VACUOUS, and so does an empty schedule when any is configured.
+	ExpectKinds []string
+	// RunError is the error the run itself ended with ("" none): the
+	// verdict is ERROR (FAIL if violations were found anyway).
+	RunError string
 }
 
 func (o *Options) defaults() {
@@ -52,6 +67,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxPartitionOps <= 0 {
 		o.MaxPartitionOps = 20000
+	}
+	if o.MinLandedShare == 0 {
+		o.MinLandedShare = 0.5
 	}
 }
 
@@ -129,6 +147,10 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	v := &Verdict{
 		Run: h.Header.Run, Scenario: h.Header.Scenario, Target: h.Header.Target, Seed: h.Header.Seed,
 		Truncated: h.Truncated(), Ops: len(h.Ops), MinLanded: o.MinLanded, CheckedAt: start.UTC(),
+		MinLandedShare: max(o.MinLandedShare, 0), MinCommits: o.MinCommits, RunError: o.RunError,
+	}
+	if h.End != nil {
+		v.Interrupted = h.End.Interrupted
 	}
 	if h.End != nil && h.End.Quiesce != nil {
 		v.Quiesced = h.End.Quiesce.OK
@@ -152,6 +174,11 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	ck.placement()
 
 	v.Commits = len(w.commits)
+	for _, c := range w.commits {
+		if c.Outcome == OutcomeOK {
+			v.Acked++
+		}
+	}
 	for _, e := range w.exes {
 		if len(e.commits) > 0 || len(e.rows) > 0 {
 			v.Executions++
@@ -192,66 +219,18 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	}
 	v.Invariants = append(v.Invariants, InvariantResult{Name: InvLiveness, Checked: ck.checked[InvLiveness], Violations: len(v.Liveness),
 		Checks: "nothing pending after the quiesce: outbox rows, spawn intents, due timers"})
-	v.Faults = landings(w, o)
-	v.Timeline = timeline(w)
+	var landed map[string]bool
+	v.Faults, landed = landings(w, o)
+	v.Timeline = timeline(w, landed)
+	v.Recovery = recovery(w)
 	v.UndecidedExecutions = ck.undecidedExecutions(v.Executions)
-	tooUndecided := v.UndecidedExecutions.Count > v.UndecidedExecutions.Bound
-
-	// The result, most serious first.
-	vacuous := 0
-	for _, f := range v.Faults {
-		if f.Vacuous {
-			vacuous++
-		}
-	}
-	switch {
-	case len(reasons) > 0:
-		v.Result = Error
-	case h.Truncated():
-		v.Result = Error
-		reasons = append(reasons, "the history is truncated (no end line): the run did not finish; violations may involve ops it never recorded")
-	case len(v.Violations) > 0:
-		v.Result = Fail
-	case len(v.Liveness) > 0 && ck.drained():
-		v.Result = Fail
-		reasons = append(reasons, fmt.Sprintf("%d liveness failures although the quiesce reported everything drained", len(v.Liveness)))
-	case len(v.Undecided) > 0:
-		v.Result = Error
-	case len(v.Liveness) > 0:
-		v.Result = Error
-		reasons = append(reasons, fmt.Sprintf("the quiesce did not finish (%d liveness failures): delivery, firing and acking are not proven", len(v.Liveness)))
-	case vacuous > 0 || tooUndecided:
-		v.Result = Vacuous
-	default:
-		v.Result = Pass
-	}
-	if n := len(v.Violations); n > 0 {
-		var names []string
-		for _, r := range v.Invariants {
-			if r.Violations > 0 && r.Name != InvLiveness {
-				names = append(names, fmt.Sprintf("%s %d", r.Name, r.Violations))
-			}
-		}
-		reasons = append(reasons, fmt.Sprintf("%d violations (%s)", n, joinComma(names)))
-	}
-	if len(v.Undecided) > 0 {
-		reasons = append(reasons, fmt.Sprintf("linearizability undecided for %d executions (timeout): not a pass", len(v.Undecided)-ck.tooLarge))
-		if ck.tooLarge > 0 {
-			reasons[len(reasons)-1] = fmt.Sprintf("linearizability undecided for %d executions (%d timed out, %d with more than %d ops, porcupine's bound: spread the workload's keys): not a pass",
-				len(v.Undecided), len(v.Undecided)-ck.tooLarge, ck.tooLarge, ck.o.MaxPartitionOps)
-		}
-	}
-	for _, f := range v.Faults {
-		if f.Vacuous {
-			reasons = append(reasons, fmt.Sprintf("fault %s scheduled %d times but landed %d times (< %d): vacuous", f.Kind, f.Scheduled, f.Landed, o.MinLanded))
-		}
-	}
-	if tooUndecided {
-		u := v.UndecidedExecutions
-		reasons = append(reasons, fmt.Sprintf("%d undecided executions (more than %d, 0.5%% of %d executions and at most 10): unresolved unknown outcomes left checks unrun there (%s): vacuous",
+	var vacuous []string
+	if u := v.UndecidedExecutions; u.Count > u.Bound {
+		vacuous = append(vacuous, fmt.Sprintf("%d undecided executions (more than %d, 0.5%% of %d executions and at most 10): unresolved unknown outcomes left checks unrun there (%s)",
 			u.Count, u.Bound, v.Executions, byCheckText(u.ByCheck)))
 	}
-	v.Reasons = reasons
+
+	v.decide(h, o, decideInputs{reasons: reasons, drained: ck.drained(), tooLarge: ck.tooLarge, vacuous: vacuous})
 	v.CheckMS = time.Since(start).Milliseconds()
 	return v
 }

@@ -27,11 +27,13 @@
 //	                 ├─ spawns       check_spawns.go
 //	                 ├─ trace        check_trace.go
 //	                 ├─ placement    check_placement.go
-//	                 └─ faults       faults.go           landings from evidence + ops, timeline
+//	                 ├─ faults       faults.go           landings from evidence + ops, timeline
+//	                 └─ recovery     recovery.go         time from heal until the ok-op rate is back
 //	                                   │
 //	                                   ▼
 //	        Verdict (verdict.go): table, violations, liveness, unknowns,
-//	            undecided executions (checks that could not run), faults
+//	            undecided executions (checks that could not run), faults,
+//	            recovery; decide sets the result, once
 //	            WriteText · WriteJSON (VERDICT.md) · ExitCode 0/1/2
 //	            WriteReport (report.go): verdict.json, report.html,
 //	                                     porcupine visualizations

@@ -3,7 +3,10 @@ package verify
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,9 +31,16 @@ const (
 // that was blocked, a pool noticing a dead connection).
 const corroborationSlack = 3 * time.Second
 
-// landedByEvidence reads a fault's evidence: did the injection land?
-// Kinds whose evidence this reader does not know count only when the
-// writer says they landed (and the history corroborates it).
+// dropTolerance is how far the wall-clock times a lost-ack records for a
+// dropped reply (sent, at) may lie outside the op's [t0, t1], which is
+// measured on the monotonic clock from the header's started_at.
+const dropTolerance = 250 * time.Millisecond
+
+// landedByEvidence reads a fault's evidence (the injection's with its
+// heal's laid over it): did the injection do what it exists for? The
+// rules are the writer's own (chaos/fault_*.go), never looser. Kinds whose
+// evidence this reader does not know count only when the writer says they
+// landed.
 func landedByEvidence(f *FaultEvent) bool {
 	if f.Err != "" {
 		return false
@@ -40,37 +50,106 @@ func landedByEvidence(f *FaultEvent) bool {
 	case FaultTerminate:
 		return positive(ev["terminated"])
 	case FaultLostAck:
-		return positive(ev["dropped"])
+		return len(committedDrops(ev)) > 0
 	case FaultPgBouncerKill, FaultProxyRestart:
 		return pidChanged(ev)
 	case FaultShardCrash:
-		return pidChanged(ev) && positive(ev["recovery"])
+		// A new postmaster ran crash recovery.
+		return pidChanged(ev) && anyLine(ev["recovery"], "automatic recovery in progress")
 	case FaultBackendKill:
-		return positive(ev["pid"]) && positive(ev["recovery"])
+		// The postmaster saw this very backend die of SIGKILL.
+		var pid int64
+		if json.Unmarshal(ev["pid"], &pid) != nil || pid <= 0 {
+			return false
+		}
+		return anyLine(ev["recovery"], "(PID "+strconv.FormatInt(pid, 10)+") was terminated by signal 9")
 	case FaultPgBouncerPause:
 		return positive(ev["paused"]) && positive(ev["waiting"])
 	case FaultPgBouncerReconnect:
-		return positive(ev["reconnected"])
+		// Server connections in use were closed and re-established.
+		return positive(ev["closed"]) && positive(ev["new"])
 	case FaultLatency:
 		return positive(ev["delayed"])
 	case FaultStall:
 		return positive(ev["stalled"])
 	case FaultReset:
-		return positive(ev["reset"])
+		// A connection with a request in flight was cut.
+		return positive(ev["in_flight"])
 	case FaultPartition:
-		return positive(ev["held"]) || positive(ev["refused"])
+		// Requests were held: in flight when it began, or sent into it.
+		return positive(ev["in_flight"]) || positive(ev["requests"])
 	}
 	return f.Landed
 }
 
-// corroboration says how the ops can confirm a kind landed: errors (a
-// failed non-conflict op or an unknown outcome) on the fault's shard in
-// its window, or, for a lost acknowledgement, an unknown-outcome commit
-// there that resolved present. Kinds that need not make any op fail
-// (latency, stalls, pauses, reconnects, partitions) are not corroborated.
+// droppedReply is one reply of a lost-ack's evidence ("replies").
+type droppedReply struct {
+	Conn      uint64    `json:"conn"`
+	Sent      time.Time `json:"sent"`
+	At        time.Time `json:"at"`
+	Error     bool      `json:"error"`
+	Committed *bool     `json:"committed"`
+	Status    string    `json:"status"`
+}
+
+// committedDrops returns the dropped replies of commits that committed:
+// no error, committed true, the transaction ended (status I), with the
+// times to match them to their op.
+func committedDrops(ev map[string]json.RawMessage) []droppedReply {
+	var all []droppedReply
+	if json.Unmarshal(ev["replies"], &all) != nil {
+		return nil
+	}
+	var out []droppedReply
+	for _, d := range all {
+		if !d.Error && d.Committed != nil && *d.Committed && d.Status == "I" && !d.Sent.IsZero() && !d.At.IsZero() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// anyLine reports whether a list of log lines has one containing s.
+func anyLine(raw json.RawMessage, s string) bool {
+	var lines []string
+	if json.Unmarshal(raw, &lines) != nil {
+		return false
+	}
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Corroboration rules: how the ops confirm a kind landed, each op
+// matched to exactly one fault (see landings).
+const (
+	// corrErrors: an op on the fault's shard failed (not a conflict) or
+	// has an unknown outcome, within [inject, heal+slack].
+	corrErrors = "errors"
+	// corrCut: an op in flight at the instant of the fault (t0 <= inject
+	// <= t1) failed or has an unknown outcome.
+	corrCut = "cut"
+	// corrHeld: an op in flight during the fault failed, has an unknown
+	// outcome, or waited: completed at or after the heal.
+	corrHeld = "held"
+	// corrSlow: an op wholly inside the fault took at least twice the
+	// delay (a round trip passes the relay twice).
+	corrSlow = "slow"
+	// corrDrop: an unknown-outcome commit on the shard, around the
+	// dropped reply's times, resolved present.
+	corrDrop = "drop"
+)
+
+// corroboration says how the ops can confirm each kind landed. Kinds
+// whose own evidence is direct and need not make any op fail (pauses,
+// reconnects) are not corroborated.
 var corroboration = map[string]string{
-	FaultTerminate: "errors", FaultPgBouncerKill: "errors", FaultShardCrash: "errors", FaultBackendKill: "errors",
-	FaultReset: "errors", FaultProxyRestart: "errors", FaultLostAck: "present-unknowns",
+	FaultTerminate: corrErrors, FaultPgBouncerKill: corrErrors, FaultShardCrash: corrErrors, FaultBackendKill: corrErrors,
+	FaultProxyRestart: corrErrors, FaultReset: corrCut, FaultLostAck: corrDrop,
+	FaultPartition: corrHeld, FaultStall: corrHeld, FaultLatency: corrSlow,
 }
 
 // positive reads an evidence value as "something happened": a number > 0,
@@ -170,45 +249,135 @@ func (w *world) windows() []window {
 	return out
 }
 
-// landings counts, per fault kind scheduled or injected, how many
-// injections landed, from their evidence and, where the history can
-// corroborate it, from the ops inside the fault's window.
-func landings(w *world, o Options) []FaultLanding {
-	type evt struct {
-		t       int64
-		shard   string
-		present bool // an unknown-outcome commit resolved present
-		unknown bool
-	}
-	var errs []evt
+// landings counts, per fault kind scheduled, configured or injected, how
+// many injections landed: their evidence shows the fault did what it
+// exists for and, for kinds the ops can corroborate, an op shows it too.
+// An op corroborates at most one fault on its shard (or a global one):
+// the one whose window proper (inject to heal) the op overlaps; if none,
+// the latest injected of those whose corroborationSlack after the heal it
+// overlaps; an op inside two faults' windows proper is ambiguous and
+// corroborates neither, so a fault is never counted on another's effects.
+// A lost-ack
+// is matched to its own op: the unknown-outcome commit around each
+// dropped reply. It returns the table and, by fault id, whether each
+// injection landed.
+func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
+	wins := w.windows()
+	start := w.h.Header.StartedAt
+	// Lost-ack: each committed dropped reply claims one op.
+	claimed := map[*Op]bool{}
+	dropMatched := map[string]bool{}
+	var infoCommits []*Op
 	for _, op := range w.h.Ops {
-		switch {
-		case op.Outcome == OutcomeInfo:
-			p := false
-			if c := w.commits[op.ID]; c != nil {
-				p = c.st == present
-			}
-			errs = append(errs, evt{op.T1, op.Shard, p, true})
-		case op.Outcome == OutcomeFail && !op.Conflict:
-			errs = append(errs, evt{op.T1, op.Shard, false, false})
+		if op.Kind == KindCommit && op.Outcome == OutcomeInfo {
+			infoCommits = append(infoCommits, op)
 		}
 	}
-	sort.Slice(errs, func(i, j int) bool { return errs[i].t < errs[j].t })
-	corroborated := func(win window, how string) bool {
-		f := win.inject
-		hi := win.to + int64(corroborationSlack)
-		i := sort.Search(len(errs), func(i int) bool { return errs[i].t >= f.T })
-		for ; i < len(errs) && errs[i].t <= hi; i++ {
-			e := errs[i]
-			if f.Shard != "" && e.shard != f.Shard {
+	for _, win := range wins {
+		if win.inject.Kind != FaultLostAck || start.IsZero() {
+			continue
+		}
+		for _, d := range committedDrops(win.evidence.Evidence) {
+			sent, at := d.Sent.Sub(start).Nanoseconds(), d.At.Sub(start).Nanoseconds()
+			tol := int64(dropTolerance)
+			for _, op := range infoCommits {
+				if claimed[op] {
+					continue
+				}
+				if win.inject.Shard != "" && op.Shard != win.inject.Shard {
+					continue
+				}
+				if op.T0 > sent+tol || op.T1 < at-tol {
+					continue
+				}
+				if c := w.commits[op.ID]; c == nil || c.st != present {
+					continue
+				}
+				claimed[op] = true
+				dropMatched[win.inject.ID] = true
+				break
+			}
+		}
+	}
+	// The other kinds: each op's one fault.
+	type span struct {
+		win      window
+		from, to int64
+	}
+	var spans []span
+	for _, win := range wins {
+		if win.inject.Kind == FaultLostAck {
+			continue
+		}
+		spans = append(spans, span{win, win.inject.T, win.to + int64(corroborationSlack)})
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
+	longest := int64(0)
+	for _, sp := range spans {
+		longest = max(longest, sp.to-sp.from)
+	}
+	corr := map[string]bool{}
+	for _, op := range w.h.Ops {
+		if claimed[op] || len(spans) == 0 {
+			continue
+		}
+		// The op's fault: the one whose window proper (inject to heal)
+		// the op overlaps; none such: the latest injected of those whose
+		// slack after the heal it overlaps; two or more: ambiguous.
+		var core, tail *span
+		cores := 0
+		lo := sort.Search(len(spans), func(i int) bool { return spans[i].from >= op.T0-longest })
+		for i := lo; i < len(spans); i++ {
+			sp := &spans[i]
+			if sp.from > op.T1 {
+				break
+			}
+			if op.T0 > sp.to || (sp.win.inject.Shard != "" && op.Shard != sp.win.inject.Shard) {
 				continue
 			}
-			if how == "errors" || e.present {
-				return true
+			if op.T0 < sp.win.to || op.T0 == sp.from {
+				cores++
+				core = sp
+			} else {
+				tail = sp // spans are in inject order: the latest wins
 			}
 		}
-		return false
+		only := core
+		switch {
+		case cores > 1:
+			continue
+		case cores == 0 && tail == nil:
+			continue
+		case cores == 0:
+			only = tail
+		}
+		if corr[only.win.inject.ID] {
+			continue
+		}
+		f := only.win.inject
+		bad := op.Outcome == OutcomeInfo || (op.Outcome == OutcomeFail && !op.Conflict)
+		ok := false
+		switch corroboration[f.Kind] {
+		case corrErrors:
+			ok = bad && op.T1 >= f.T
+		case corrCut:
+			ok = bad && op.T0 <= f.T && op.T1 >= f.T
+		case corrHeld:
+			ok = op.T0 < only.win.to && op.T1 >= f.T && (bad || op.T1 >= only.win.to)
+		case corrSlow:
+			var delayMS float64
+			_ = json.Unmarshal(only.win.evidence.Evidence["delay_ms"], &delayMS)
+			ok = delayMS > 0 && op.T0 >= f.T && op.T1 <= only.win.to && op.Outcome == OutcomeOK &&
+				float64(op.T1-op.T0) >= 2*delayMS*float64(time.Millisecond)
+		}
+		if ok {
+			corr[f.ID] = true
+		}
 	}
+	for id := range dropMatched {
+		corr[id] = true
+	}
+
 	rows := map[string]*FaultLanding{}
 	var order []string
 	row := func(kind string) *FaultLanding {
@@ -226,7 +395,11 @@ func landings(w *world, o Options) []FaultLanding {
 	for _, s := range w.h.Header.Schedule {
 		row(s.Kind).Scheduled++
 	}
-	for _, win := range w.windows() {
+	for _, k := range o.ExpectKinds {
+		row(k)
+	}
+	landed := map[string]bool{}
+	for _, win := range wins {
 		f := win.inject
 		r := row(f.Kind)
 		r.Injected++
@@ -237,26 +410,32 @@ func landings(w *world, o Options) []FaultLanding {
 		if ev {
 			r.Evidence++
 		}
-		how, corroborable := corroboration[f.Kind]
-		c := false
-		if corroborable {
-			c = corroborated(win, how)
-			if c {
-				r.Corroborated++
-			}
+		_, corroborable := corroboration[f.Kind]
+		c := corroborable && corr[f.ID]
+		if c {
+			r.Corroborated++
 		}
 		if ev && (c || !corroborable) {
 			r.Landed++
+			landed[f.ID] = true
 		}
 	}
 	out := make([]FaultLanding, 0, len(order))
 	for _, k := range order {
 		r := rows[k]
-		r.Vacuous = r.Scheduled > 0 && r.Landed < o.MinLanded
+		switch {
+		case r.Scheduled == 0 && r.Injected == 0:
+			r.Why = "configured but never scheduled"
+		case r.Scheduled > 0 && r.Landed < o.MinLanded:
+			r.Why = fmt.Sprintf("scheduled %d times, injected %d, landed %d (< %d)", r.Scheduled, r.Injected, r.Landed, o.MinLanded)
+		case r.Scheduled > 0 && o.MinLandedShare > 0 && float64(r.Landed) < o.MinLandedShare*float64(max(r.Injected, r.Scheduled)):
+			r.Why = fmt.Sprintf("landed %d of %d injections (< %.0f%%)", r.Landed, max(r.Injected, r.Scheduled), 100*o.MinLandedShare)
+		}
+		r.Vacuous = r.Why != ""
 		out = append(out, *r)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
-	return out
+	return out, landed
 }
 
 // Timeline is the history in 1 s buckets (by completion time) and the
@@ -286,7 +465,7 @@ type FaultWindow struct {
 	Landed bool   `json:"landed"`
 }
 
-func timeline(w *world) *Timeline {
+func timeline(w *world, landed map[string]bool) *Timeline {
 	tl := &Timeline{BucketNS: int64(time.Second)}
 	for _, o := range w.h.Ops {
 		tl.EndNS = max(tl.EndNS, o.T1)
@@ -317,7 +496,7 @@ func timeline(w *world) *Timeline {
 	}
 	for _, win := range w.windows() {
 		f := win.inject
-		tl.Faults = append(tl.Faults, FaultWindow{ID: f.ID, Kind: f.Kind, Shard: f.Shard, FromNS: f.T, ToNS: win.to, Landed: landedByEvidence(f)})
+		tl.Faults = append(tl.Faults, FaultWindow{ID: f.ID, Kind: f.Kind, Shard: f.Shard, FromNS: f.T, ToNS: win.to, Landed: landed[f.ID]})
 	}
 	return tl
 }

@@ -82,6 +82,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 		return fmt.Sprint(n)
 	},
 	"opText":  func(o OpRef) string { return o.text() },
+	"pct":     func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+	"ms":      fmtMS,
 	"rowText": func(r RowRef) string { return r.text() },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -100,7 +102,7 @@ td.l,th.l{text-align:left} tr.bad td{background:#fdecea} tr.warn td{background:#
 </style></head><body>
 <h1><span class="badge {{lower .V.Result}}">{{.V.Result}}</span>pgshard verify — run {{.V.Run}}</h1>
 <div class="meta">seed {{.V.Seed}}{{if .V.Scenario}} · scenario {{.V.Scenario}}{{end}}{{if .V.Target}} · target {{.V.Target}}{{end}} ·
-{{.V.Ops}} ops · {{.V.Commits}} commits · {{.V.Executions}} executions ·
+{{.V.Ops}} ops · {{.V.Commits}} commits ({{.V.Acked}} acknowledged{{if .V.MinCommits}}, at least {{.V.MinCommits}} asked{{end}}) · {{.V.Executions}} executions ·
 unknown outcomes {{.V.Unknown.Total}} ({{.V.Unknown.Present}} present, {{.V.Unknown.Absent}} absent, {{.V.Unknown.Unresolved}} unresolved) ·
 checked in {{.V.CheckMS}} ms</div>
 {{if .V.Reasons}}<ul class="reasons">{{range .V.Reasons}}<li>{{.}}</li>{{end}}</ul>{{end}}
@@ -110,10 +112,21 @@ checked in {{.V.CheckMS}} ms</div>
 {{range .V.Invariants}}<tr{{if gt .Violations 0}} class="bad"{{end}}><td class="l">{{.Name}}</td><td>{{.Checked}}</td><td>{{.Violations}}</td><td class="l">{{.Checks}}</td></tr>
 {{end}}</table>
 
-<h2>Faults (landed ≥ {{.V.MinLanded}} per scheduled kind)</h2>
-{{if .V.Faults}}<table><tr><th class="l">kind</th><th>scheduled</th><th>injected</th><th>evidence</th><th>corroborated</th><th>landed</th><th>writer said</th></tr>
-{{range .V.Faults}}<tr{{if .Vacuous}} class="warn"{{end}}><td class="l">{{.Kind}}</td><td>{{.Scheduled}}</td><td>{{.Injected}}</td><td>{{.Evidence}}</td><td>{{corr .Corroborated}}</td><td>{{.Landed}}</td><td>{{.WriterLanded}}</td></tr>
+<h2>Faults (landed ≥ {{.V.MinLanded}}{{if gt .V.MinLandedShare 0.0}} and ≥ {{pct .V.MinLandedShare}} of the injections{{end}} per scheduled kind)</h2>
+{{if .V.Faults}}<table><tr><th class="l">kind</th><th>scheduled</th><th>injected</th><th>evidence</th><th>corroborated</th><th>landed</th><th>writer said</th><th class="l">vacuous</th></tr>
+{{range .V.Faults}}<tr{{if .Vacuous}} class="warn"{{end}}><td class="l">{{.Kind}}</td><td>{{.Scheduled}}</td><td>{{.Injected}}</td><td>{{.Evidence}}</td><td>{{corr .Corroborated}}</td><td>{{.Landed}}</td><td>{{.WriterLanded}}</td><td class="l">{{.Why}}</td></tr>
 {{end}}</table>{{else}}<p>No faults were scheduled or injected.</p>{{end}}
+
+{{with .V.Recovery}}<h2>Availability under faults</h2>
+<p>Time from each fault's heal until the ok-op rate (of the fault's shard; of the whole workload for a fault without one) is back at ≥ {{pct .Share}} of the fault-free rate and stays there for 2 s, in 100 ms steps over 1 s windows.
+{{if .Note}}Not measured: {{.Note}}.{{else}}Fault-free rate: <b>{{printf "%.0f" .BaselineOKPerS}} ok ops/s</b>{{range $s, $r := .BaselineShards}} · {{$s}} {{printf "%.0f" $r}}{{end}} — {{.BaselineFrom}}.
+A fault overlapped by another on the same shard (active at its heal, or injected before it recovered), or healed less than 2 s before the load ended (too late), is shown but left out of p50 and max.{{end}}</p>
+{{if .Kinds}}<table><tr><th class="l">kind</th><th>faults</th><th>measured</th><th>p50</th><th>max</th><th>not recovered within the run</th><th>overlapped</th><th>too late</th></tr>
+{{range .Kinds}}<tr{{if gt .NotRecovered 0}} class="warn"{{end}}><td class="l">{{.Kind}}</td><td>{{.Faults}}</td><td>{{.Measured}}</td><td>{{if .Measured}}{{ms .P50MS}}{{else}}–{{end}}</td><td>{{if gt .NotRecovered 0}}not recovered{{else if .Measured}}{{ms .MaxMS}}{{else}}–{{end}}</td><td>{{.NotRecovered}}</td><td>{{.Overlapped}}</td><td>{{.Unmeasurable}}</td></tr>
+{{end}}</table>
+<details><summary>per fault ({{len .Faults}})</summary><table><tr><th class="l">fault</th><th class="l">kind</th><th class="l">shard</th><th>healed at</th><th>recovery</th><th>baseline ok/s</th><th class="l">overlapped by</th></tr>
+{{range .Faults}}<tr{{if not .Recovered}} class="warn"{{end}}><td class="l">{{.ID}}</td><td class="l">{{.Kind}}</td><td class="l">{{.Shard}}</td><td>{{secs .HealNS}}</td><td>{{if .Unmeasurable}}too late to measure{{else if .Recovered}}{{ms .RecoveryMS}}{{else}}not recovered within the run{{end}}</td><td>{{printf "%.0f" .Baseline}}</td><td class="l">{{.Overlapped}}</td></tr>
+{{end}}</table></details>{{end}}{{end}}
 
 <h2>Timeline</h2>
 {{.Timeline}}
@@ -262,6 +275,8 @@ func timelineSVG(tl *Timeline) string {
 	}
 	if len(lanes) == 0 {
 		fmt.Fprintf(&b, `<text x="%d" y="14" fill="#777">no faults</text>`, padL)
+	} else {
+		fmt.Fprintf(&b, `<text x="%d" y="12" fill="#555">fault windows, inject to heal: solid = landed, faint = did not land</text>`, padL)
 	}
 	bw := float64(tl.BucketNS) / 1e9
 	chart := func(top int, title string, ss []struct {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgshard/pgshard/verify"
 )
@@ -121,6 +122,134 @@ func TestVerdictText(t *testing.T) {
 	}{{verify.Pass, 0}, {verify.Fail, 1}, {verify.Vacuous, 2}, {verify.Error, 2}} {
 		if got := (&verify.Verdict{Result: c.r}).ExitCode(); got != c.code {
 			t.Errorf("%s: exit %d, want %d", c.r, got, c.code)
+		}
+	}
+}
+
+// checkCaseWith is checkCase with options.
+func checkCaseWith(t *testing.T, name string, o verify.Options) *verify.Verdict {
+	t.Helper()
+	dir := filepath.Join(corpusDir, name)
+	h, err := verify.OpenHistory(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := verify.ReadStateFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return verify.Check(context.Background(), h, st, o)
+}
+
+// TestOneVerdict: Check alone decides the result from everything that
+// bears on it — a run that errored is ERROR (FAIL when violations were
+// found anyway: they are real), the floors make a run VACUOUS — and the
+// text, the JSON, verdict.json, report.html and the exit code all say the
+// same, with every reason.
+func TestOneVerdict(t *testing.T) {
+	cases := []struct {
+		name, from string
+		o          verify.Options
+		want       verify.Result
+		reasons    []string
+	}{
+		{"pass", "clean", verify.Options{}, verify.Pass, nil},
+		{"run error", "clean", verify.Options{RunError: "workload: connect: refused"}, verify.Error, []string{"the run itself failed: workload: connect: refused"}},
+		{"run error with violations", "acked-commit-lost", verify.Options{RunError: "boom"}, verify.Fail, []string{"violations", "the run itself failed: boom"}},
+		{"too few commits", "clean", verify.Options{MinCommits: 1000}, verify.Vacuous, []string{"acknowledged commits; the scenario asks for at least 1000"}},
+		{"configured, nothing scheduled", "clean", verify.Options{ExpectKinds: []string{"reset"}}, verify.Vacuous, []string{"the fault schedule is empty", "fault reset: configured but never scheduled"}},
+		{"run error beats vacuous", "clean", verify.Options{RunError: "x", MinCommits: 1000}, verify.Error, []string{"the run itself failed: x", "at least 1000"}},
+		{"landed on too few of its injections", "faults-landed", verify.Options{MinLanded: 2}, verify.Vacuous, []string{"landed 1 (< 2)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := checkCaseWith(t, c.from, c.o)
+			if v.Result != c.want {
+				t.Fatalf("%s %q, want %s", v.Result, v.Reasons, c.want)
+			}
+			all := strings.Join(v.Reasons, "\n")
+			for _, r := range c.reasons {
+				if !strings.Contains(all, r) {
+					t.Errorf("reasons %q lack %q", v.Reasons, r)
+				}
+			}
+			if (len(v.Reasons) == 0) != (c.want == verify.Pass) {
+				t.Errorf("%s with reasons %q", v.Result, v.Reasons)
+			}
+			var text, js bytes.Buffer
+			if err := v.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(text.String(), "verdict: "+string(c.want)) {
+				t.Errorf("text: %s", text.String())
+			}
+			_ = v.WriteJSON(&js)
+			dir := t.TempDir()
+			if err := verify.WriteReport(dir, v); err != nil {
+				t.Fatal(err)
+			}
+			file, _ := os.ReadFile(filepath.Join(dir, verify.VerdictFile))
+			page, _ := os.ReadFile(filepath.Join(dir, verify.ReportFile))
+			for what, b := range map[string][]byte{"json": js.Bytes(), "verdict.json": file} {
+				var back verify.Verdict
+				if err := json.Unmarshal(b, &back); err != nil || back.Result != c.want || strings.Join(back.Reasons, "\n") != all {
+					t.Errorf("%s: %s %q (%v)", what, back.Result, back.Reasons, err)
+				}
+			}
+			if !strings.Contains(string(page), `<span class="badge `+strings.ToLower(string(c.want))+`">`+string(c.want)+`</span>`) {
+				t.Errorf("report.html does not show %s", c.want)
+			}
+			for _, r := range v.Reasons {
+				if !strings.Contains(string(page), htmlEscape(r)) && !strings.Contains(string(page), strings.ReplaceAll(htmlEscape(r), "+", "&#43;")) {
+					t.Errorf("report.html lacks the reason %q", r)
+				}
+			}
+			if code := map[verify.Result]int{verify.Pass: 0, verify.Fail: 1, verify.Vacuous: 2, verify.Error: 2}[c.want]; v.ExitCode() != code {
+				t.Errorf("exit %d, want %d", v.ExitCode(), code)
+			}
+		})
+	}
+}
+
+// TestTimelineLanded: the report's timeline draws a window as landed
+// exactly when the fault table counts it landed — also for the kinds whose
+// proof is in the heal line (lost-ack, latency, stall, shard-crash,
+// backend-kill), which it used to draw as not landed.
+func TestTimelineLanded(t *testing.T) {
+	s := newSim()
+	sc := baseScenario(s, nil)
+	s.fault("f1", verify.FaultLostAck, "shard1", true, obj{{"via", "shard"}, {"armed", 1}})
+	ev := lostAckEvidence(s, true, false)
+	s.step("w1", sc.B, spec{}, mInfoApplied)
+	s.now += int64(time.Millisecond)
+	s.emit(obj{{"type", "fault"}, {"id", "f1"}, {"kind", verify.FaultLostAck}, {"phase", "heal"}, {"t", s.now}, {"shard", "shard1"}, {"landed", true}, {"evidence", ev}})
+	s.fault("f2", verify.FaultShardCrash, "shard0", false, obj{{"old_pid", 10}})
+	s.errOp("w0", sc.A, "57P01")
+	s.now += int64(time.Millisecond)
+	s.emit(obj{{"type", "fault"}, {"id", "f2"}, {"kind", verify.FaultShardCrash}, {"phase", "heal"}, {"t", s.now}, {"shard", "shard0"}, {"landed", true},
+		{"evidence", obj{{"old_pid", 10}, {"new_pid", 11}, {"recovery", []string{"LOG:  automatic recovery in progress"}}}}})
+	s.fault("f3", verify.FaultStall, "shard1", true, obj{{"conns", 2}})
+	s.step("w1", sc.B, spec{}, mOK)
+	s.now += int64(time.Millisecond)
+	s.emit(obj{{"type", "fault"}, {"id", "f3"}, {"kind", verify.FaultStall}, {"phase", "heal"}, {"t", s.now}, {"shard", "shard1"}, {"landed", false}, {"evidence", obj{{"stalled", 0}}}})
+	s.finish(true)
+	v := simVerdict(t, s, verify.Options{})
+	want := map[string]bool{"f1": true, "f2": true, "f3": false}
+	if v.Timeline == nil || len(v.Timeline.Faults) != 3 {
+		t.Fatalf("timeline %+v", v.Timeline)
+	}
+	for _, f := range v.Timeline.Faults {
+		if f.Landed != want[f.ID] {
+			t.Errorf("%s %s drawn landed=%v, want %v (%+v)", f.ID, f.Kind, f.Landed, want[f.ID], v.Faults)
+		}
+	}
+	var page bytes.Buffer
+	if err := v.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	for id, landed := range want {
+		if !strings.Contains(page.String(), id+" ") || !strings.Contains(page.String(), "landed="+map[bool]string{true: "true", false: "false"}[landed]) {
+			t.Errorf("report.html: %s not drawn landed=%v", id, landed)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,12 +21,15 @@ const (
 	// Fail: at least one invariant was violated (or work was left pending
 	// after a quiesce that claimed to have drained it). Exit 1.
 	Fail Result = "FAIL"
-	// Vacuous: no violation, but a scheduled fault kind did not land
-	// MinLanded times, so the run proves nothing about it. Exit 2.
+	// Vacuous: no violation, but the run proves too little: a scheduled
+	// fault kind did not land often enough, a configured kind was never
+	// scheduled, too few acknowledged commits, the run was interrupted.
+	// Exit 2.
 	Vacuous Result = "VACUOUS"
-	// Error: the run or the check could not be completed: a truncated
-	// history, a quiesce that ran out of time, a linearizability check
-	// that could not decide, a map that disagrees. Exit 2.
+	// Error: the run or the check could not be completed: the run itself
+	// failed, a truncated history, a quiesce that ran out of time, a
+	// linearizability check that could not decide, a map that disagrees.
+	// Exit 2.
 	Error Result = "ERROR"
 )
 
@@ -72,9 +76,18 @@ type Verdict struct {
 	// Quiesced: the end line says the quiesce drained everything.
 	Quiesced bool `json:"quiesced"`
 
-	Ops        int `json:"ops"`
-	Commits    int `json:"commits"`
-	Executions int `json:"executions"`
+	// Interrupted: the end line says the run was cut short.
+	Interrupted bool `json:"interrupted"`
+	// RunError is the error the run itself ended with (Options.RunError).
+	RunError string `json:"run_error,omitempty"`
+
+	Ops     int `json:"ops"`
+	Commits int `json:"commits"`
+	// Acked counts the acknowledged (ok) commits; MinCommits is the floor
+	// they were held to (0: none).
+	Acked      int   `json:"acked_commits"`
+	MinCommits int64 `json:"min_commits,omitempty"`
+	Executions int   `json:"executions"`
 
 	// Invariants is the verdict table: one row per safety invariant
 	// (Invariants order) and the liveness row last.
@@ -102,6 +115,13 @@ type Verdict struct {
 	// injected.
 	Faults    []FaultLanding `json:"faults"`
 	MinLanded int            `json:"min_landed"`
+	// MinLandedShare is the share of its injections each scheduled kind
+	// had to land (besides MinLanded).
+	MinLandedShare float64 `json:"min_landed_share"`
+
+	// Recovery is the availability under faults: the fault-free ok-op
+	// rate and, per fault, how long after its heal the rate was back.
+	Recovery *Recovery `json:"recovery,omitempty"`
 
 	// Timeline is the per-second throughput, errors and unknown outcomes
 	// and the fault windows, for the report.
@@ -213,8 +233,101 @@ type FaultLanding struct {
 	Landed int `json:"landed"`
 	// WriterLanded counts injections the writer itself called landed.
 	WriterLanded int `json:"writer_landed"`
-	// Vacuous: scheduled, but fewer than MinLanded landed.
+	// Vacuous: scheduled, but fewer than MinLanded landed, or fewer than
+	// MinLandedShare of the injections, or configured and never
+	// scheduled.
 	Vacuous bool `json:"vacuous"`
+	// Why says why the kind is vacuous ("" if it is not).
+	Why string `json:"why,omitempty"`
+}
+
+// decideInputs are what decide needs besides the verdict's own members.
+type decideInputs struct {
+	// reasons found before the checks (a map that disagrees): ERROR.
+	reasons []string
+	// drained: the end line says the quiesce drained everything.
+	drained bool
+	// tooLarge counts partitions left undecided for their size.
+	tooLarge int
+	// vacuous are further reasons that make an otherwise passing run
+	// VACUOUS (a check that could not run must not count as passed).
+	vacuous []string
+}
+
+// decide sets Result and Reasons from everything the verdict holds. It is
+// the only place a result is decided: the text, the JSON, verdict.json,
+// the report and the exit code are all read from its outcome. Order of
+// seriousness: ERROR for a map that disagrees or a truncated history;
+// FAIL for violations (even if the run errored: a violation is real);
+// ERROR for a run that failed, an undecided check or an unfinished
+// quiesce; VACUOUS for a run that proves too little; else PASS. Every
+// reason that applies is listed, not only the deciding one.
+func (v *Verdict) decide(h *History, o Options, in decideInputs) {
+	var errs, vac []string
+	errs = append(errs, in.reasons...)
+	fail := false
+	var failWhy []string
+	if h.Truncated() {
+		errs = append(errs, "the history is truncated (no end line): the run did not finish; violations may involve ops it never recorded")
+	}
+	if n := len(v.Violations); n > 0 {
+		fail = true
+		var names []string
+		for _, r := range v.Invariants {
+			if r.Violations > 0 && r.Name != InvLiveness {
+				names = append(names, fmt.Sprintf("%s %d", r.Name, r.Violations))
+			}
+		}
+		failWhy = append(failWhy, fmt.Sprintf("%d violations (%s)", n, strings.Join(names, ", ")))
+	}
+	if len(v.Liveness) > 0 && in.drained {
+		fail = true
+		failWhy = append(failWhy, fmt.Sprintf("%d liveness failures although the quiesce reported everything drained", len(v.Liveness)))
+	}
+	var late []string // ERROR, but below FAIL
+	if v.RunError != "" {
+		late = append(late, "the run itself failed: "+v.RunError)
+	}
+	if len(v.Undecided) > 0 {
+		r := fmt.Sprintf("linearizability undecided for %d executions (timeout): not a pass", len(v.Undecided)-in.tooLarge)
+		if in.tooLarge > 0 {
+			r = fmt.Sprintf("linearizability undecided for %d executions (%d timed out, %d with more than %d ops, porcupine's bound: spread the workload's keys): not a pass",
+				len(v.Undecided), len(v.Undecided)-in.tooLarge, in.tooLarge, o.MaxPartitionOps)
+		}
+		late = append(late, r)
+	}
+	if len(v.Liveness) > 0 && !in.drained {
+		late = append(late, fmt.Sprintf("the quiesce did not finish (%d liveness failures): delivery, firing and acking are not proven", len(v.Liveness)))
+	}
+	if v.Interrupted {
+		vac = append(vac, "the run was interrupted (end.interrupted): it did not run its course")
+	}
+	if o.MinCommits > 0 && int64(v.Acked) < o.MinCommits {
+		vac = append(vac, fmt.Sprintf("only %d acknowledged commits; the scenario asks for at least %d", v.Acked, o.MinCommits))
+	}
+	if len(o.ExpectKinds) > 0 && len(h.Header.Schedule) == 0 {
+		vac = append(vac, fmt.Sprintf("the fault schedule is empty although %d fault kinds are configured (%s)", len(o.ExpectKinds), strings.Join(o.ExpectKinds, ", ")))
+	}
+	for _, f := range v.Faults {
+		if f.Vacuous {
+			vac = append(vac, fmt.Sprintf("fault %s: %s: vacuous", f.Kind, f.Why))
+		}
+	}
+	vac = append(vac, in.vacuous...)
+	switch {
+	case len(errs) > 0:
+		v.Result = Error
+	case fail:
+		v.Result = Fail
+	case len(late) > 0:
+		v.Result = Error
+	case len(vac) > 0:
+		v.Result = Vacuous
+	default:
+		v.Result = Pass
+	}
+	reasons := append(append(append(errs, failWhy...), late...), vac...)
+	v.Reasons = reasons
 }
 
 // ExitCode is the process exit code for the verdict: 0 PASS, 1 FAIL,
@@ -259,8 +372,8 @@ func (v *Verdict) WriteText(w io.Writer) error {
 	for _, r := range v.Reasons {
 		fmt.Fprintf(ew, "  - %s\n", r)
 	}
-	fmt.Fprintf(ew, "%d ops, %d commits, %d executions; unknown outcomes: %d (%d present, %d absent, %d unresolved)\n\n",
-		v.Ops, v.Commits, v.Executions, v.Unknown.Total, v.Unknown.Present, v.Unknown.Absent, v.Unknown.Unresolved)
+	fmt.Fprintf(ew, "%d ops, %d commits (%d acknowledged), %d executions; unknown outcomes: %d (%d present, %d absent, %d unresolved)\n\n",
+		v.Ops, v.Commits, v.Acked, v.Executions, v.Unknown.Total, v.Unknown.Present, v.Unknown.Absent, v.Unknown.Unresolved)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "invariant\tchecked\tviolations\t")
 	for _, r := range v.Invariants {
@@ -278,12 +391,13 @@ func (v *Verdict) WriteText(w io.Writer) error {
 			}
 			mark := ""
 			if f.Vacuous {
-				mark = fmt.Sprintf("  < %d: vacuous", v.MinLanded)
+				mark = "  vacuous: " + f.Why
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%s\n", f.Kind, f.Scheduled, f.Injected, f.Evidence, corr, f.Landed, mark)
 		}
 		_ = tw.Flush()
 	}
+	v.writeRecovery(ew)
 	if u := v.UndecidedExecutions; u.Count > 0 {
 		var parts []string
 		for _, k := range sortedKeys(u.ByCheck) {
@@ -400,4 +514,50 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	n, err := e.w.Write(p)
 	e.err = err
 	return n, err
+}
+
+// writeRecovery writes the availability under faults: the baseline and,
+// per kind, the recovery times after the heal.
+func (v *Verdict) writeRecovery(w io.Writer) {
+	rc := v.Recovery
+	if rc == nil || (len(rc.Faults) == 0 && rc.Note == "") {
+		return
+	}
+	fmt.Fprintf(w, "\navailability under faults: time from heal until the ok-op rate is back at >= %.0f%% of the fault-free rate\n", 100*rc.Share)
+	if rc.Note != "" {
+		fmt.Fprintf(w, "  not measured: %s\n", rc.Note)
+		return
+	}
+	fmt.Fprintf(w, "  fault-free rate: %.0f ok ops/s, %s", rc.BaselineOKPerS, rc.BaselineFrom)
+	shards := make([]string, 0, len(rc.BaselineShards))
+	for s := range rc.BaselineShards {
+		shards = append(shards, s)
+	}
+	sort.Strings(shards)
+	for i, s := range shards {
+		if i == 0 {
+			fmt.Fprint(w, "; per shard:")
+		}
+		fmt.Fprintf(w, " %s %.0f", s, rc.BaselineShards[s])
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault\tfaults\tmeasured\tp50\tmax\tnot recovered\toverlapped\ttoo late\t")
+	for _, k := range rc.Kinds {
+		p50, mx := "-", "-"
+		if k.Measured > 0 {
+			p50, mx = fmtMS(k.P50MS), fmtMS(k.MaxMS)
+		}
+		if k.NotRecovered > 0 {
+			mx = "not recovered"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t\n", k.Kind, k.Faults, k.Measured, p50, mx, k.NotRecovered, k.Overlapped, k.Unmeasurable)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "  (the rate must stay back for 2 s; p50 and max leave out faults overlapped by another on the same shard, and those healed less than 2 s before the load ended: too late)")
+	for _, f := range rc.Faults {
+		if !f.Recovered && f.Overlapped == "" && !f.Unmeasurable {
+			fmt.Fprintf(w, "  %s %s %s healed at %s: not recovered within the run\n", f.ID, f.Kind, f.Shard, fmtNS(f.HealNS))
+		}
+	}
 }

@@ -33,17 +33,16 @@ func (o *verdictOutcome) exitError() error {
 	return &ExitCodeError{Code: o.code, Err: fmt.Errorf("verdict %s: %s", o.status, o.summary)}
 }
 
-// verifyRun checks a chaos run's history against the shards of m and
-// prints the verdict (text or JSON); the scenario adds its own vacuity
-// floors (min_landed, min_commits).
-func verifyRun(ctx context.Context, cmd *cobra.Command, m *shardmap.Map, history, out string, sc *chaos.Scenario, asJSON bool) (*verdictOutcome, error) {
-	v, err := checkRun(ctx, func() (*shardmap.Map, error) { return m, nil }, history, "", out, verify.Options{MinLanded: max(sc.MinLanded, 1)})
+// verifyRun checks a chaos run's history against the shards of m, writes
+// verdict.json and report.html and prints the verdict (text or JSON).
+// Everything that decides the result — the scenario's floors (min_landed,
+// min_commits, the fault kinds it configures) and the run's own error
+// (runErr) — goes into verify.Check, so the printed verdict, the files and
+// the exit code all come from one final Verdict.
+func verifyRun(ctx context.Context, cmd *cobra.Command, m *shardmap.Map, history, out string, sc *chaos.Scenario, runErr error, asJSON bool) (*verdictOutcome, error) {
+	v, err := checkRun(ctx, func() (*shardmap.Map, error) { return m, nil }, history, "", out, scenarioOptions(sc, runErr))
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", history, err)
-	}
-	if sc.MinCommits > 0 && int64(v.Commits) < sc.MinCommits && v.Result == verify.Pass {
-		v.Result = verify.Vacuous
-		v.Reasons = append(v.Reasons, fmt.Sprintf("only %d acknowledged commits; the scenario asks for at least %d", v.Commits, sc.MinCommits))
 	}
 	w := cmd.OutOrStdout()
 	if asJSON {
@@ -58,15 +57,31 @@ func verifyRun(ctx context.Context, cmd *cobra.Command, m *shardmap.Map, history
 	return outcomeOf(v), nil
 }
 
+// scenarioOptions are the verify options a scenario asks for: its vacuity
+// floors and the fault kinds it configures; runErr is the run's own error
+// (nil: none).
+func scenarioOptions(sc *chaos.Scenario, runErr error) verify.Options {
+	o := verify.Options{MinLanded: max(sc.MinLanded, 1), MinCommits: sc.MinCommits}
+	seen := map[string]bool{}
+	for _, f := range sc.Faults {
+		if k := string(f.Kind); !seen[k] {
+			seen[k] = true
+			o.ExpectKinds = append(o.ExpectKinds, k)
+		}
+	}
+	if runErr != nil {
+		o.RunError = runErr.Error()
+	}
+	return o
+}
+
+// outcomeOf reads a final verdict: nothing here may change its result.
 func outcomeOf(v *verify.Verdict) *verdictOutcome {
 	o := &verdictOutcome{code: v.ExitCode(), status: string(v.Result), summary: strings.Join(v.Reasons, "; "), v: v}
 	for _, r := range v.Invariants {
 		if r.Violations > 0 {
 			o.violated = append(o.violated, r.Name)
 		}
-	}
-	if o.code == 0 && o.status != string(verify.Pass) {
-		o.code = ExitVacuous // a floor the scenario added
 	}
 	return o
 }

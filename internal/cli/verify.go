@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgshard/pgshard/chaos"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/verify"
 )
@@ -27,6 +28,7 @@ func newVerifyCmd() *cobra.Command {
 	var historyPath, outDir, statePath string
 	var asJSON bool
 	var minLanded int
+	var minCommits int64
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check a chaos run's history against the final state of every shard",
@@ -42,9 +44,18 @@ linearizable) and the dumped state (` + StateFile + `) to --out (default: the
 history's directory). --state checks against a saved state instead of the
 database.
 
+When the history's directory holds the run record of a chaos run
+(run.json), its scenario's floors apply as in ` + "`pgshard chaos run`" + ` —
+min_landed, min_commits and the fault kinds it configures — so both
+commands reach the same verdict; --min-landed and --min-commits override
+them.
+
 Exit status: 0 PASS, 1 FAIL (violations), 2 VACUOUS (a scheduled fault kind
-landed fewer than --min-landed times) or ERROR (truncated history, quiesce
-not finished, undecided check, unreadable input or shard).`,
+landed fewer than --min-landed times or on too few of its injections, a
+configured kind never scheduled, fewer than --min-commits acknowledged
+commits, an interrupted run) or ERROR (truncated history, quiesce not
+finished, undecided check, unreadable input or shard). The exit status,
+the printed verdict, verdict.json and report.html always agree.`,
 		Args: cobra.NoArgs,
 	}
 	cfgPath := addConfigFlag(cmd)
@@ -52,6 +63,7 @@ not finished, undecided check, unreadable input or shard).`,
 	cmd.Flags().StringVar(&outDir, "out", "", "directory for verdict.json, report.html and the state (default: the history's directory)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verdict as JSON")
 	cmd.Flags().IntVar(&minLanded, "min-landed", 1, "landings each scheduled fault kind needs, counted from evidence, for the run not to be vacuous")
+	cmd.Flags().Int64Var(&minCommits, "min-commits", 0, "acknowledged commits the run needs for it not to be vacuous (0: no floor)")
 	cmd.Flags().StringVar(&statePath, "state", "", "check against this saved state (state.json[.gz]) instead of dumping the shards")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if historyPath == "" {
@@ -68,7 +80,22 @@ not finished, undecided check, unreadable input or shard).`,
 			_, m, err := loadMap(cmd, *cfgPath)
 			return m, err
 		}
-		v, err := checkRun(cmd.Context(), shards, historyPath, statePath, outDir, verify.Options{MinLanded: minLanded})
+		if minCommits < 0 {
+			return usagef("--min-commits must not be negative")
+		}
+		opts := verify.Options{MinLanded: minLanded}
+		var rec chaos.RunRecord
+		if err := readJSONFile(filepath.Join(filepath.Dir(historyPath), chaos.RunFile), &rec); err == nil {
+			opts = scenarioOptions(&rec.Scenario, nil)
+			fmt.Fprintf(cmd.ErrOrStderr(), "verify: the floors of scenario %s (from %s)\n", rec.Scenario.Name, chaos.RunFile)
+		}
+		if cmd.Flags().Changed("min-landed") {
+			opts.MinLanded = minLanded
+		}
+		if cmd.Flags().Changed("min-commits") {
+			opts.MinCommits = minCommits
+		}
+		v, err := checkRun(cmd.Context(), shards, historyPath, statePath, outDir, opts)
 		if err != nil {
 			return fail(err)
 		}
