@@ -191,7 +191,7 @@ func TestPlanValidation(t *testing.T) {
 		{"hold too long", chaos.Spec{Kind: chaos.KindStall, Every: time.Second, Hold: time.Hour}, "does not fit in the period"},
 		{"bad delay", chaos.Spec{Kind: chaos.KindLatency, Every: time.Second, Hold: time.Second, Params: chaos.Params{"delay": "fast"}}, `faults[0] (latency): params.delay: "fast" is not a duration`},
 		{"unknown param", chaos.Spec{Kind: chaos.KindLatency, Every: time.Second, Hold: time.Second, Params: chaos.Params{"dealy": "1ms"}}, "params.dealy: unknown parameter of latency (known: delay, jitter)"},
-		{"param of a kind without", chaos.Spec{Kind: chaos.KindReset, Every: time.Second, Params: chaos.Params{"count": "1"}}, "params.count: reset takes no parameters"},
+		{"param of a kind without", chaos.Spec{Kind: chaos.KindStall, Every: time.Second, Hold: time.Second, Params: chaos.Params{"count": "1"}}, "params.count: stall takes no parameters"},
 		{"bad mode", chaos.Spec{Kind: chaos.KindShardCrash, Every: time.Second, Params: chaos.Params{"mode": "fast"}}, `params.mode: "fast": want immediate or kill`},
 		{"bad count", chaos.Spec{Kind: chaos.KindLostAck, Every: time.Second, Hold: time.Second, Params: chaos.Params{"count": "0"}}, "params.count: 0 is outside 1..1000"},
 		{"bad via", chaos.Spec{Kind: chaos.KindLostAck, Every: time.Second, Hold: time.Second, Params: chaos.Params{"via": "pigeon"}}, `params.via: "pigeon"`},

@@ -37,8 +37,8 @@ type Options struct {
 	// VACUOUS (0: no floor). The scenario's min_commits.
 	MinCommits int64
 	// MinLandedShare: each scheduled fault kind must also have landed at
-	// least this share of its injections (default 0.5; negative: no
-	// share), so a floor met by a few landings of many does not pass.
+	// least this share of its injections (0: no share), so a floor met by
+	// a few landings of many does not pass.
 	MinLandedShare float64
 	// ExpectKinds are the fault kinds the run was configured to inject
 	// (the scenario's): a kind with no schedule entry makes the run
@@ -67,9 +67,6 @@ func (o *Options) defaults() {
 	}
 	if o.MaxPartitionOps <= 0 {
 		o.MaxPartitionOps = 20000
-	}
-	if o.MinLandedShare == 0 {
-		o.MinLandedShare = 0.5
 	}
 }
 

@@ -129,8 +129,9 @@ const (
 	// corrErrors: an op on the fault's shard failed (not a conflict) or
 	// has an unknown outcome, within [inject, heal+slack].
 	corrErrors = "errors"
-	// corrCut: an op in flight at the instant of the fault (t0 <= inject
-	// <= t1) failed or has an unknown outcome.
+	// corrCut: an op in flight during the fault's instant (between its
+	// inject and heal lines: the reset waits for a request in flight)
+	// failed or has an unknown outcome.
 	corrCut = "cut"
 	// corrHeld: an op in flight during the fault failed, has an unknown
 	// outcome, or waited: completed at or after the heal.
@@ -361,7 +362,7 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 		case corrErrors:
 			ok = bad && op.T1 >= f.T
 		case corrCut:
-			ok = bad && op.T0 <= f.T && op.T1 >= f.T
+			ok = bad && op.T0 <= only.win.to && op.T1 >= f.T
 		case corrHeld:
 			ok = op.T0 < only.win.to && op.T1 >= f.T && (bad || op.T1 >= only.win.to)
 		case corrSlow:
