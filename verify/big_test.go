@@ -227,7 +227,10 @@ func BenchmarkVerifyMillion(b *testing.B) {
 			b.Fatal(err)
 		}
 		read := time.Since(start)
-		v := verify.Check(context.Background(), h, st, verify.Options{})
+		// A shared machine can stretch porcupine's wall time on the hot
+		// executions past the default 10 s per partition: the benchmark
+		// measures, so it allows a minute.
+		v := verify.Check(context.Background(), h, st, verify.Options{PartitionTimeout: time.Minute})
 		total := time.Since(start)
 		cpu := cpuTime() - cpu0
 		var m1 runtime.MemStats
