@@ -72,10 +72,11 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	if topRefs == 0 {
 		return nil, "the sharded tables are read only inside subqueries, whose per-shard results cannot be combined"
 	}
-	if len(anchors) == 0 && t.other {
-		// Every output row must contain a row of a keyed table, which lives
-		// on one shard; else another table's rows repeat once per shard.
-		return nil, "the keyed tables are on the nullable side of an outer join with a table that is not sharded: its rows would repeat once per shard"
+	if why := a.uncovered(s.FromClause, t.sc); why != "" {
+		// The rule: every row the FROM clause produces must contain a row
+		// of a keyed table, which lives on exactly one shard; else that
+		// row is produced by every shard (or by none).
+		return nil, why
 	}
 	m := &merger{a: a, t: t, s: s, anchors: anchors, starAt: -1}
 	for _, n := range s.TargetList {
@@ -165,6 +166,10 @@ type merger struct {
 	// per-shard entry (Groups); names their aliases ("" = none).
 	hidden []*pg.Node
 	names  []string
+	// internal says which of them the client never sees (named by
+	// internalName); taken is the statement's text, lowercased, for it.
+	internal []bool
+	taken    string
 	// keepLimit: the per-shard statement keeps the client's LIMIT and
 	// OFFSET (a negative constant, which every shard reports as an error).
 	keepLimit bool
@@ -746,23 +751,57 @@ func limitDesc(desc []string) []string {
 }
 
 // add appends a per-shard select-list entry and returns its column.
-func (m *merger) add(e *pg.Node) int { return m.addAs(e, "") }
+func (m *merger) add(e *pg.Node) int {
+	i := m.addAs(e, "")
+	m.internal[i] = true
+	return i
+}
 
 // addAs is add with an alias: the shards then name the column as the
-// client's statement names it.
+// client's statement names it ("" = as Postgres names the expression).
 func (m *merger) addAs(e *pg.Node, alias string) int {
 	m.hidden = append(m.hidden, e)
 	m.names = append(m.names, alias)
+	m.internal = append(m.internal, false)
 	return len(m.hidden) - 1
 }
 
-// targets renders the per-shard select-list entries.
+// put is addAs for a column the client sees, add for one it does not.
+func (m *merger) put(e *pg.Node, alias string, visible bool) int {
+	if !visible {
+		return m.add(e)
+	}
+	return m.addAs(e, alias)
+}
+
+// targets renders the per-shard select-list entries. A column the client
+// never sees gets a name of the proxy's that no name of the statement
+// uses: the name Postgres would give it (id for id::uuid) could make the
+// client's ORDER BY id ambiguous on the shards (42702).
 func (m *merger) targetList() []*pg.Node {
 	var out []*pg.Node
 	for i, e := range m.hidden {
-		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: m.names[i], Location: -1}}})
+		name := m.names[i]
+		if m.internal[i] {
+			name = m.internalName(i)
+		}
+		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: name, Location: -1}}})
 	}
 	return out
+}
+
+// internalName names hidden column i: pgshard_N, with as many leading
+// underscores as it takes for no identifier of the statement to contain
+// it.
+func (m *merger) internalName(i int) string {
+	if m.taken == "" {
+		m.taken = strings.ToLower(m.s.String())
+	}
+	prefix := "pgshard_"
+	for strings.Contains(m.taken, prefix) {
+		prefix = "_" + prefix
+	}
+	return prefix + strconv.Itoa(i+1)
 }
 
 // keyOf returns the group key an output is (its expression equals the
@@ -800,7 +839,7 @@ func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string)
 		if containsAggregate(e) {
 			return Output{}, fmt.Sprintf("%s: an expression of aggregates cannot be merged (select the aggregates themselves; a cast of one is fine)", exprText(e))
 		}
-		return Output{Agg: AggNone, Column: m.addAs(e, alias), Name: name}, ""
+		return Output{Agg: AggNone, Column: m.put(e, alias, visible), Name: name}, ""
 	}
 	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name}
 	if spec.agg == AggAvg {
@@ -811,11 +850,11 @@ func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string)
 		if visible && alias == "" {
 			alias = name // the shards would name the sum "sum"
 		}
-		out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias)
+		out.Column = m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias, visible)
 		m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: cnt}})
 		return out, ""
 	}
-	out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias)
+	out.Column = m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias, visible)
 	if len(spec.call.Args) == 1 {
 		if cc := spec.call.Args[0].GetCollateClause(); cc != nil && bytewiseCollation(cc.Collname) {
 			out.Bytewise = true
@@ -1388,4 +1427,97 @@ func (mg *Merge) Describe() []string {
 		out = append(out, fmt.Sprintf("limit:         %d (after the merge)", mg.Limit))
 	}
 	return out
+}
+
+// uncovered says why some row of a FROM list may contain no row of a keyed
+// table ("" when every row contains one). Such a row does not depend on any
+// shard's data: every shard produces it, and the concatenated answer would
+// repeat it once per shard. A keyed table covers its rows; an inner or
+// cross join is covered when either side is, a LEFT JOIN when its left
+// side is, a RIGHT JOIN when its right side is, a FULL JOIN when both are;
+// a FROM list when any item is. VALUES, functions (generate_series,
+// unnest, ...), CTEs, derived tables and tables outside the sharding
+// schema cover nothing.
+func (a *analyzer) uncovered(from []*pg.Node, sc *scope) string {
+	for _, f := range from {
+		if a.covered(f, sc) {
+			return ""
+		}
+	}
+	for _, f := range from {
+		if j := f.GetJoinExpr(); j != nil {
+			return "a row of " + joinWhat(j) + " would contain no row of a sharded table (" + a.uncoveredPart(f, sc) +
+				"), so every shard would produce it; pgshard answers a fan-out only when every row it returns comes from one shard"
+		}
+	}
+	return "the FROM clause has no sharded table that every row comes from (" + a.uncoveredPart(from[0], sc) +
+		" produces the same rows on every shard, which would repeat once per shard)"
+}
+
+func joinWhat(j *pg.JoinExpr) string {
+	switch j.Jointype {
+	case pg.JoinType_JOIN_LEFT:
+		return "the LEFT JOIN"
+	case pg.JoinType_JOIN_RIGHT:
+		return "the RIGHT JOIN"
+	case pg.JoinType_JOIN_FULL:
+		return "the FULL JOIN"
+	}
+	return "the join"
+}
+
+// uncoveredPart names the first FROM item that covers nothing.
+func (a *analyzer) uncoveredPart(n *pg.Node, sc *scope) string {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_JoinExpr:
+		j := x.JoinExpr
+		if !a.covered(j.Larg, sc) {
+			return a.uncoveredPart(j.Larg, sc)
+		}
+		return a.uncoveredPart(j.Rarg, sc)
+	case *pg.Node_RangeVar:
+		rv := x.RangeVar
+		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
+			return "the CTE " + rv.Relname
+		}
+		return "the table " + rv.Relname + ", which is not sharded"
+	case *pg.Node_RangeSubselect:
+		if sel := x.RangeSubselect.Subquery.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 {
+			return "a VALUES list"
+		}
+		return "a derived table"
+	case *pg.Node_RangeFunction:
+		return "a function in FROM"
+	case *pg.Node_RangeTableSample:
+		return a.uncoveredPart(x.RangeTableSample.Relation, sc)
+	}
+	return "a FROM item"
+}
+
+// covered reports whether every row of FROM item n contains a row of a
+// keyed table.
+func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_RangeVar:
+		rv := x.RangeVar
+		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
+			return false
+		}
+		return a.sc.tables[rv.Relname] != nil && !isCatalog(rv.Schemaname, rv.Relname)
+	case *pg.Node_RangeTableSample:
+		return a.covered(x.RangeTableSample.Relation, sc)
+	case *pg.Node_JoinExpr:
+		j := x.JoinExpr
+		switch j.Jointype {
+		case pg.JoinType_JOIN_INNER:
+			return a.covered(j.Larg, sc) || a.covered(j.Rarg, sc)
+		case pg.JoinType_JOIN_LEFT:
+			return a.covered(j.Larg, sc)
+		case pg.JoinType_JOIN_RIGHT:
+			return a.covered(j.Rarg, sc)
+		case pg.JoinType_JOIN_FULL:
+			return a.covered(j.Larg, sc) && a.covered(j.Rarg, sc)
+		}
+	}
+	return false
 }

@@ -492,3 +492,13 @@ SELECT t, max(i2) FROM vals GROUP BY t ORDER BY 2 DESC NULLS LAST, 1 NULLS FIRST
 SELECT id, f8::text FROM vals ORDER BY id LIMIT 10
 SELECT id, (f4 * 3)::real FROM vals WHERE g = 'b' ORDER BY 2, 1
 SELECT sum(f4 * 3) FROM vals WHERE g = 'b'
+
+# --- fan-out rule: rows that do not come from one shard are refused; the merge's own sort columns never collide with the client's names ---
+SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k WHERE v.w <> $1 ;; ["5"]
+SELECT v.w, count(e.id) FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k GROUP BY v.w ORDER BY v.w
+SELECT e.id, v.w FROM executions e LEFT JOIN (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) ON e.id = v.k ORDER BY e.id LIMIT 20
+SELECT g, t.path FROM generate_series(1, 3) AS g FULL JOIN timers t ON t.fire_at = g ORDER BY 1, 2 FETCH FIRST 5 ROWS ONLY
+SELECT id FROM executions ORDER BY id::uuid, id
+SELECT execution_id, path FROM timers ORDER BY execution_id::uuid, execution_id, path LIMIT 30
+SELECT execution_id, idx FROM trace ORDER BY idx::int8, idx, execution_id
+SELECT id AS pgshard_1, version FROM executions ORDER BY version::int8, pgshard_1
