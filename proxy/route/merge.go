@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,8 +57,8 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		return nil, "UNION/INTERSECT/EXCEPT cannot be merged across shards"
 	}
 	s := t.sel
-	if t.derivedSharded {
-		return nil, "a subquery or CTE in FROM reads sharded tables; only plain reads of sharded tables are merged"
+	if why := a.fromLocal(s.FromClause, t.sc); why != "" {
+		return nil, "a subquery or CTE in FROM reads sharded tables: " + why
 	}
 	var anchors []*tref
 	topRefs := 0
@@ -69,7 +70,7 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 			}
 		}
 	}
-	if topRefs == 0 {
+	if topRefs == 0 && !t.derivedSharded {
 		return nil, "the sharded tables are read only inside subqueries, whose per-shard results cannot be combined"
 	}
 	if why := a.uncovered(s.FromClause, t.sc); why != "" {
@@ -94,7 +95,9 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	sortWindow, sortAgg := topLevelCalls(s.SortClause)
 	_, havingAgg := topLevelCalls([]*pg.Node{s.HavingClause})
 	if len(s.WindowClause) > 0 || hasWindow || sortWindow {
-		return nil, "window functions would see only one shard's rows"
+		if hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || !a.windowsByKey(s, t.sc, m.isAnchorKey) {
+			return nil, "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
+		}
 	}
 	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
 		return nil, "FETCH ... WITH TIES cannot be merged across shards"
@@ -1439,6 +1442,9 @@ func (mg *Merge) Describe() []string {
 // unnest, ...), CTEs, derived tables and tables outside the sharding
 // schema cover nothing.
 func (a *analyzer) uncovered(from []*pg.Node, sc *scope) string {
+	if len(from) == 0 {
+		return "no FROM clause: its rows would repeat once per shard"
+	}
 	for _, f := range from {
 		if a.covered(f, sc) {
 			return ""
@@ -1500,10 +1506,15 @@ func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_RangeVar:
 		rv := x.RangeVar
-		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
-			return false
+		if rv.Schemaname == "" {
+			if d := sc.cte(rv.Relname); d != nil {
+				return d.sharded && d.localWhy == ""
+			}
 		}
 		return a.sc.tables[rv.Relname] != nil && !isCatalog(rv.Schemaname, rv.Relname)
+	case *pg.Node_RangeSubselect:
+		d := a.rangeSubs[x.RangeSubselect]
+		return d != nil && d.sharded && d.localWhy == ""
 	case *pg.Node_RangeTableSample:
 		return a.covered(x.RangeTableSample.Relation, sc)
 	case *pg.Node_JoinExpr:
@@ -1520,4 +1531,53 @@ func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
 		}
 	}
 	return false
+}
+
+// windowsByKey reports whether every window function of s (select list,
+// ORDER BY) is PARTITION BY an expression that is a sharding key accepted by
+// isKey: every partition then lives on one shard, which computes the
+// window exactly.
+func (a *analyzer) windowsByKey(s *pg.SelectStmt, sc *scope, isKey func(*colOrigin) bool) bool {
+	named := map[string]*pg.WindowDef{}
+	for _, w := range s.WindowClause {
+		if wd := w.GetWindowDef(); wd != nil {
+			named[wd.Name] = wd
+		}
+	}
+	byKey := func(wd *pg.WindowDef) bool {
+		for i := 0; wd != nil && i < 8; i++ {
+			for _, p := range wd.PartitionClause {
+				if o, ok := a.keyOrigin(p, sc); ok && isKey(&o) {
+					return true
+				}
+			}
+			if wd.Refname == "" {
+				return false
+			}
+			wd = named[wd.Refname]
+		}
+		return false
+	}
+	ok := true
+	for _, w := range s.WindowClause {
+		if wd := w.GetWindowDef(); wd != nil && !byKey(wd) {
+			ok = false
+		}
+	}
+	inspectAll(append(slices.Clone(s.TargetList), s.SortClause...), func(n *pg.Node) bool {
+		if n.GetSubLink() != nil {
+			return false
+		}
+		if fc := n.GetFuncCall(); fc != nil && fc.Over != nil {
+			wd := fc.Over
+			if wd.Name != "" && len(wd.PartitionClause) == 0 && wd.Refname == "" {
+				wd = named[wd.Name] // OVER w
+			}
+			if !byKey(wd) {
+				ok = false
+			}
+		}
+		return ok
+	})
+	return ok
 }
