@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -259,6 +260,10 @@ func (g *ggen) joinCond(a, b rel) string {
 	}
 	// crossing joins
 	switch {
+	case a.t.name == "outbox" && b.t.key != "" && g.p(70):
+		return cref(b, b.t.key) + " = " + cref(a, "target_id")
+	case b.t.name == "outbox" && a.t.key != "" && g.p(70):
+		return cref(b, "target_id") + " = " + cref(a, a.t.key)
 	case b.t.name == "executions" && a.t.name == "spawns" && g.p(50):
 		return cref(b, "id") + " = " + cref(a, "child_id")
 	case b.t.name == "executions" && a.t.name == "outbox":
@@ -490,8 +495,12 @@ func (g *ggen) plain() gquery {
 		distinct = true
 		pks = outs
 	case 1:
-		// DISTINCT ON the first expression, ordered totally within it
+		// DISTINCT ON the first expression (or a key), ordered totally
+		// within it
 		d := outs[0]
+		if rels[0].t.key != "" && g.p(50) {
+			d = cref(rels[0], rels[0].t.key)
+		}
 		w := g.where(rels, 60)
 		ord := " ORDER BY " + d + ", " + strings.Join(pksOf(rels), ", ")
 		lim := ""
@@ -502,7 +511,19 @@ func (g *ggen) plain() gquery {
 	}
 	w := g.where(rels, 70)
 	ord, total := g.orderLimit(outs, pks, distinct)
-	return gquery{sql: sel + strings.Join(outs, ", ") + " FROM " + from + w + ord, ordered: total}
+	return g.unqualify(gquery{sql: sel + strings.Join(outs, ", ") + " FROM " + from + w + ord, ordered: total}, rels)
+}
+
+var qualRe = regexp.MustCompile(`\ba\.`)
+
+// unqualify drops the alias of a one-table query now and then, so that
+// ORDER BY names meet select-list names (ORDER BY id::uuid, id).
+func (g *ggen) unqualify(qq gquery, rels []rel) gquery {
+	if len(rels) != 1 || !g.p(40) {
+		return qq
+	}
+	qq.sql = strings.Replace(qualRe.ReplaceAllString(qq.sql, ""), " "+rels[0].t.name+" a", " "+rels[0].t.name, 1)
+	return qq
 }
 
 func (g *ggen) agg(rels []rel) string {
@@ -608,7 +629,7 @@ func (g *ggen) semi() gquery {
 		return gquery{sql: s, ordered: true}
 	}
 	ord, total := g.orderLimit(outs, pksOf(rels), false)
-	return gquery{sql: "SELECT " + strings.Join(outs, ", ") + " FROM " + t.name + " a" + w + ord, ordered: total}
+	return g.unqualify(gquery{sql: "SELECT " + strings.Join(outs, ", ") + " FROM " + t.name + " a" + w + ord, ordered: total}, rels)
 }
 
 // inner writes a sub-select over one or two tables with named output
@@ -772,7 +793,7 @@ func (g *ggen) window() gquery {
 	outs := append(g.selectList(rels), fn)
 	s := "SELECT " + strings.Join(outs, ", ") + " FROM " + t.name + " a" + g.where(rels, 40)
 	o, total := g.orderLimit(outs, pksOf(rels), false)
-	return gquery{sql: s + o, ordered: total}
+	return g.unqualify(gquery{sql: s + o, ordered: total}, rels)
 }
 
 func (g *ggen) valuesJoin() gquery {

@@ -104,7 +104,18 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	}
 	distinct := len(s.DistinctClause) > 0
 	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
-		return nil, "DISTINCT ON cannot be merged across shards"
+		// DISTINCT ON a sharding key: each key's rows are on one shard,
+		// which picks its row; the shards' rows are the answer's rows.
+		onKey := false
+		for _, d := range s.DistinctClause {
+			if o, ok := a.keyOrigin(d, t.sc); ok && m.isAnchorKey(&o) {
+				onKey = true
+			}
+		}
+		if !onKey || hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 {
+			return nil, "DISTINCT ON cannot be merged across shards unless it includes a sharding key (without aggregates)"
+		}
+		distinct = false
 	}
 	keyGrouped := false
 	for _, g := range s.GroupClause {
