@@ -180,7 +180,9 @@
 //
 // Refused: window functions (unless PARTITION BY a sharding key), set
 // operations, DISTINCT ON (unless on a sharding key), GROUPING SETS,
-// FETCH ... WITH TIES, ORDER BY ... USING, a collation other than C in
+// FETCH ... WITH TIES with a parameter count or over aggregates (with
+// constant counts over rows the shards send every row and the merge keeps
+// the ties), ORDER BY ... USING, a collation other than C in
 // ORDER BY, other aggregates (string_agg, array_agg, stddev, ...) and
 // expressions of aggregates (sum(x)/count(x), coalesce(max(x), 0)), a
 // function not known to be read-only, FOR UPDATE, a join of keyed tables not

@@ -44,7 +44,7 @@ import (
 //     OFFSET after the merge.
 //
 // Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
-// FETCH WITH TIES, other aggregates and expressions of aggregates, ORDER
+// FETCH WITH TIES over aggregates or with a parameter count, other aggregates and expressions of aggregates, ORDER
 // BY ... USING, collations other than "C", and reads of sharded tables
 // through derived tables or subqueries whose result needs every shard
 // (see globalSelect).
@@ -99,8 +99,8 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 			return nil, "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
 		}
 	}
-	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
-		return nil, "FETCH ... WITH TIES cannot be merged across shards"
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && (hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || s.HavingClause != nil || len(s.DistinctClause) > 0) {
+		return nil, "FETCH ... WITH TIES is merged only over plain rows (no aggregates, GROUP BY or DISTINCT)"
 	}
 	distinct := len(s.DistinctClause) > 0
 	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
@@ -367,6 +367,23 @@ func (m *merger) limits(perShard bool) string {
 	}
 	if offWhy != "" {
 		return offWhy
+	}
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
+		// Every shard sends every row; the merge skips m, keeps n and the
+		// rows that tie with the n-th. Only constant counts: a parameter
+		// may be NULL, which one database refuses.
+		if limSrc != nil && limSrc.param > 0 || offSrc != nil && offSrc.param > 0 || limSrc == nil && lim < 0 {
+			return "FETCH ... WITH TIES with a parameter count cannot be merged (write the count)"
+		}
+		if len(mp.merge.OrderBy) == 0 {
+			return "FETCH ... WITH TIES needs ORDER BY"
+		}
+		mp.merge.Limit, mp.merge.Offset, mp.merge.WithTies = lim, off, true
+		mp.limit, mp.offset = limSrc, offSrc
+		sc := m.clone()
+		sc.LimitCount, sc.LimitOffset, sc.LimitOption = nil, nil, pg.LimitOption_LIMIT_OPTION_DEFAULT
+		m.desc = append(m.desc, "then FETCH FIRST "+limitText(lim, limSrc)+" ROWS WITH TIES after OFFSET "+limitText(off, offSrc)+" (every shard sends every row)")
+		return ""
 	}
 	mp.merge.Limit, mp.merge.Offset = lim, off
 	mp.limit, mp.offset = limSrc, offSrc
@@ -1437,7 +1454,9 @@ func (mg *Merge) Describe() []string {
 	if mg.Offset > 0 {
 		out = append(out, fmt.Sprintf("offset:        %d (skipped after the merge)", mg.Offset))
 	}
-	if mg.Limit >= 0 {
+	if mg.Limit >= 0 && mg.WithTies {
+		out = append(out, fmt.Sprintf("limit:         %d with ties (after the merge)", mg.Limit))
+	} else if mg.Limit >= 0 {
 		out = append(out, fmt.Sprintf("limit:         %d (after the merge)", mg.Limit))
 	}
 	return out

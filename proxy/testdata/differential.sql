@@ -189,7 +189,7 @@ SELECT id FROM executions ORDER BY id LIMIT 3::int2 OFFSET 2::int4
 SELECT id FROM executions ORDER BY id FETCH FIRST 3 ROWS ONLY
 SELECT id FROM executions ORDER BY id FETCH FIRST ROW ONLY
 SELECT id FROM executions ORDER BY id OFFSET 2 ROWS FETCH NEXT 4 ROWS ONLY
-SELECT id, version FROM executions ORDER BY version FETCH FIRST 3 ROWS WITH TIES
+@ties=2 SELECT id, version FROM executions ORDER BY version FETCH FIRST 3 ROWS WITH TIES
 SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["5", "3"]
 SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["0", "0"]
 SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; [null, "230"]
@@ -522,3 +522,8 @@ SELECT s.seq, e.id FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY
 SELECT o.seq, e.version FROM outbox o JOIN executions e ON e.id = o.target_id ORDER BY o.seq
 WITH c AS (SELECT id FROM executions) SELECT count(*) FROM c a JOIN c b ON a.id < b.id
 SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) d
+@ties=2 SELECT execution_id, fire_at FROM timers ORDER BY fire_at FETCH FIRST 7 ROWS WITH TIES
+@ties=2 SELECT execution_id, fire_at FROM timers ORDER BY fire_at DESC OFFSET 3 FETCH FIRST 5 ROWS WITH TIES
+@unordered SELECT e.id, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY e.version FETCH FIRST 1 ROW WITH TIES
+@unordered SELECT id FROM executions ORDER BY version FETCH FIRST 0 ROWS WITH TIES
+@unordered SELECT id FROM executions ORDER BY version FETCH FIRST $1 ROWS WITH TIES ;; ["3"]
