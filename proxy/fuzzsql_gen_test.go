@@ -282,7 +282,21 @@ func (g *ggen) joinCond(a, b rel) string {
 	if a.t.key != "" && b.t.key != "" {
 		return cref(b, b.t.key) + " = " + cref(a, a.t.key)
 	}
-	return cref(b, b.t.pk[0]) + " IS NOT NULL"
+	// Selective conditions only: a cross product of the larger tables
+	// would take the reference database longer than a case's bound.
+	if b.t.pk[0] == "seq" && a.t.pk[0] == "seq" {
+		return cref(b, "seq") + " = " + cref(a, "seq")
+	}
+	return cref(b, firstText(b.t)) + " = " + cref(a, firstText(a.t))
+}
+
+func firstText(t gtable) string {
+	for _, c := range t.cols {
+		if c.kind == "t" {
+			return c.name
+		}
+	}
+	return t.pk[0]
 }
 
 func (g *ggen) table() gtable {
