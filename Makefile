@@ -53,6 +53,13 @@ test-short: ## Run unit tests only (no database)
 fuzz: ## Run every fuzz target for FUZZTIME each (default 1m; CI: 8s); fails if any target fails
 	@scripts/fuzz-all.sh $(FUZZTIME)
 
+SEEDS ?= 1,2,3,4,5
+CASES ?= 2000
+
+.PHONY: fuzz-sql
+fuzz-sql: deps ## Random differential SQL: SEEDS (comma-separated) × CASES generated reads × 3 protocol modes, pgshard over 3 shards vs one Postgres (0 wrong or it fails)
+	PGSHARD_FUZZSQL_SEEDS=$(SEEDS) PGSHARD_FUZZSQL_CASES=$(CASES) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestFuzzSQL$$' -v ./proxy/
+
 .PHONY: demo
 demo: deps build ## Bring up a 4-shard cluster with PgBouncer, migrate, show the map and where sample keys land
 	@scripts/demo.sh $(BIN) $(DEV_DIR) $(SHARDS)

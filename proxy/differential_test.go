@@ -39,50 +39,10 @@ import (
 // The corpus is one statement per line (see the file's header); a new
 // case is one line. PGSHARD_DIFF_VERBOSE=1 logs every refusal.
 func TestDifferential(t *testing.T) {
-	c := clustertest.Get(t)
-	if len(c.Shards) < 4 {
-		t.Fatalf("the differential suite needs 4 servers (3 shards + the reference), the cluster has %d", len(c.Shards))
-	}
 	ctx := ctxT(t, 5*time.Minute)
-	db := clustertest.FreshDatabase(t, c)
-	var shards []shardmap.Shard
-	for i := 0; i < 3; i++ {
-		s := c.Shards[i]
-		shards = append(shards, shardmap.Shard{Name: s.Name, Ordinal: s.Ordinal, DSN: s.DSN(db, c.Spec.User), PoolerDSN: s.PoolerDSN(db, c.Spec.User)})
-	}
-	m, err := shardmap.Even(shardmap.DefaultBuckets, shards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refMap, err := shardmap.Even(shardmap.DefaultBuckets, []shardmap.Shard{{Name: "reference", Ordinal: 0, DSN: c.Shards[3].DSN(db, c.Spec.User)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mm := range []*shardmap.Map{m, refMap} {
-		if _, err := migrations.Apply(ctx, mm, migrations.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	refDSN := refMap.Shards[0].DSN
-	var loaders []*pgx.Conn
-	for _, dsn := range []string{refDSN, m.Shards[0].DSN, m.Shards[1].DSN, m.Shards[2].DSN} {
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, diffValsDDL); err != nil {
-			t.Fatal(err)
-		}
-		loaders = append(loaders, conn)
-	}
-	rows, execs := diffData(m)
-	if err := loadDiffData(ctx, rows, loaders[0], loaders[1:]); err != nil {
-		t.Fatal(err)
-	}
-	schema := route.DefaultSchema()
-	schema.Tables = append(schema.Tables, route.TableKey{Table: "vals", Column: "id", Type: route.KeyText, Position: 1})
-	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, direct(), withSchema(m, schema))
+	env := setupDiffEnv(ctx, t)
+	m, execs, refDSN := env.m, env.execs, env.refDSN
+	e := env.px
 
 	cases, err := readDiffCorpus(filepath.Join("testdata", "differential.sql"), execs)
 	if err != nil {
@@ -146,6 +106,66 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 	t.Logf("differential suite, %d statements, %s:\n  %s", len(cases), time.Since(start).Round(time.Millisecond), strings.Join(summary, "\n  "))
+}
+
+// diffEnv is the differential suites' setup: one plain reference database
+// and pgshard over 3 shards holding the same rows.
+type diffEnv struct {
+	m      *shardmap.Map
+	execs  []diffExec
+	refDSN string
+	px     *proxyEnv
+}
+
+// setupDiffEnv creates the reference database and the 3 shards, loads the
+// data set into both and starts a proxy over the shards.
+func setupDiffEnv(ctx context.Context, t *testing.T) *diffEnv {
+	t.Helper()
+	c := clustertest.Get(t)
+	if len(c.Shards) < 4 {
+		t.Fatalf("the differential suite needs 4 servers (3 shards + the reference), the cluster has %d", len(c.Shards))
+	}
+	db := clustertest.FreshDatabase(t, c)
+	var shards []shardmap.Shard
+	for i := 0; i < 3; i++ {
+		s := c.Shards[i]
+		shards = append(shards, shardmap.Shard{Name: s.Name, Ordinal: s.Ordinal, DSN: s.DSN(db, c.Spec.User), PoolerDSN: s.PoolerDSN(db, c.Spec.User)})
+	}
+	m, err := shardmap.Even(shardmap.DefaultBuckets, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refMap, err := shardmap.Even(shardmap.DefaultBuckets, []shardmap.Shard{{Name: "reference", Ordinal: 0, DSN: c.Shards[3].DSN(db, c.Spec.User)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mm := range []*shardmap.Map{m, refMap} {
+		if _, err := migrations.Apply(ctx, mm, migrations.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refDSN := refMap.Shards[0].DSN
+	var loaders []*pgx.Conn
+	for _, dsn := range []string{refDSN, m.Shards[0].DSN, m.Shards[1].DSN, m.Shards[2].DSN} {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, diffValsDDL); err != nil {
+			t.Fatal(err)
+		}
+		loaders = append(loaders, conn)
+	}
+	rows, execs := diffData(m)
+	if err := loadDiffData(ctx, rows, loaders[0], loaders[1:]); err != nil {
+		t.Fatal(err)
+	}
+	schema := route.DefaultSchema()
+	schema.Tables = append(schema.Tables, route.TableKey{Table: "vals", Column: "id", Type: route.KeyText, Position: 1})
+	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, direct(), withSchema(m, schema))
+
+	return &diffEnv{m: m, execs: execs, refDSN: refDSN, px: e}
 }
 
 // withSchema routes with another sharding schema.

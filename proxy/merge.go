@@ -187,7 +187,8 @@ func (r *mergeRun) rows() *Error {
 	var last []byte
 	var lastCols [][]byte
 	ordered := len(keys) > 0
-	for limit != 0 {
+	ties := m.WithTies && ordered
+	for limit != 0 || ties && r.emitted > 0 {
 		best := -1
 		for i, st := range r.streams {
 			if !r.live[i] {
@@ -212,6 +213,16 @@ func (r *mergeRun) rows() *Error {
 			break
 		}
 		st := r.streams[best]
+		if limit == 0 {
+			// FETCH ... WITH TIES: only rows that tie with the last one.
+			c, e := r.compareRows(st.cols, lastCols, keys)
+			if e != nil {
+				return e
+			}
+			if c != 0 {
+				break
+			}
+		}
 		dup := false
 		if last != nil {
 			if ordered {

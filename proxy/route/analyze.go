@@ -87,6 +87,12 @@ type derived struct {
 	cols    []outCol
 	known   bool // cols lists every output column
 	sharded bool // the query reads or writes keyed tables
+	// localWhy says why the query's rows are not the union of disjoint
+	// per-shard answers ("" when every row comes from one shard, so it
+	// may be read in the FROM of a fan-out): see localWhy.
+	localWhy string
+	// uses counts the FROM items that read it (a CTE may be read twice).
+	uses int
 }
 
 func (d *derived) col(name string) (outCol, bool) {
@@ -124,7 +130,9 @@ type analyzer struct {
 	uf, co   []int
 	edges    [][2]int // ref ids: rows of edges[1] matter only where they join edges[0]
 	sublinks map[*pg.SubLink]*derived
-	tables   []string
+	// rangeSubs are the derived tables of FROM items.
+	rangeSubs map[*pg.RangeSubselect]*derived
+	tables    []string
 
 	write       bool
 	writeWhat   string
@@ -146,7 +154,7 @@ type analyzer struct {
 }
 
 func newAnalyzer(r *Router) *analyzer {
-	return &analyzer{r: r, sc: r.sc, sublinks: map[*pg.SubLink]*derived{}}
+	return &analyzer{r: r, sc: r.sc, sublinks: map[*pg.SubLink]*derived{}, rangeSubs: map[*pg.RangeSubselect]*derived{}}
 }
 
 func (a *analyzer) newRef(t *tableInfo, name string, ro role, sc *scope) *tref {
@@ -300,12 +308,12 @@ func (a *analyzer) with(w *pg.WithClause, sc *scope) {
 					cols[i].origin, cols[i].expr = d.cols[i].origin, d.cols[i].expr
 				}
 			}
-			d = &derived{cols: cols, known: true, sharded: d.sharded}
+			d = &derived{cols: cols, known: true, sharded: d.sharded, localWhy: d.localWhy}
 		}
 		if w.Recursive {
 			// A recursive CTE's rows come from several iterations: keep
 			// its columns unknown.
-			d = &derived{sharded: d.sharded}
+			d = &derived{sharded: d.sharded, localWhy: "a recursive CTE combines every shard's rows"}
 		}
 		sc.ctes[cte.Ctename] = d
 	}
@@ -326,7 +334,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 		if len(s.LockingClause) > 0 {
 			a.locking = true
 		}
-		d := &derived{known: l.known}
+		d := &derived{known: l.known, localWhy: "a UNION/INTERSECT/EXCEPT combines every shard's rows"}
 		for _, c := range l.cols {
 			d.cols = append(d.cols, outCol{name: c.name})
 		}
@@ -390,6 +398,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 		ti.cols = d.cols
 	}
 	if !top {
+		d.localWhy = a.localWhy(s, sc)
 		if why := a.globalSelect(s, sc); why != "" {
 			// Its rows depend on every shard's rows, so no row of it is
 			// tied to one key: none of its columns carries a key's origin
@@ -424,17 +433,83 @@ func (a *analyzer) globalSelect(s *pg.SelectStmt, sc *scope) string {
 	w2, agg2 := topLevelCalls(s.SortClause)
 	_, agg3 := topLevelCalls([]*pg.Node{s.HavingClause})
 	if w1 || w2 || len(s.WindowClause) > 0 {
-		return "a subquery with window functions sees every shard's rows"
+		own := func(o *colOrigin) bool { return o.ref.sc == sc && !o.ref.nullable }
+		if agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil || !a.windowsByKey(s, sc, own) {
+			return "a subquery with window functions (not PARTITION BY a sharding key) sees every shard's rows"
+		}
+		return ""
 	}
 	if !(agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil) {
 		return ""
 	}
 	for _, g := range s.GroupClause {
-		if o, ok := a.keyOrigin(g, sc); ok && o.ref.sc == sc {
+		if o, ok := a.keyOrigin(g, sc); ok && o.ref.sc == sc && !o.ref.nullable {
 			return "" // groups of one key: each lives on one shard
 		}
 	}
 	return "a subquery with aggregates or GROUP BY (not by a sharding key) combines every shard's rows"
+}
+
+// localWhy says why a subquery's (derived table's, CTE's) rows are not the
+// union of the rows each shard computes from its own data, each row from
+// exactly one shard ("" when they are): globalSelect's reasons, DISTINCT
+// without a key of its own tables (duplicates on several shards), a FROM
+// with rows that contain no keyed row (uncovered), or a derived table in
+// its FROM for which the same holds.
+func (a *analyzer) localWhy(s *pg.SelectStmt, sc *scope) string {
+	if why := a.globalSelect(s, sc); why != "" {
+		return why
+	}
+	if len(s.DistinctClause) > 0 {
+		keyed := false
+		for _, t := range s.TargetList {
+			if rt := t.GetResTarget(); rt != nil {
+				if o, ok := a.keyOrigin(rt.Val, sc); ok && o.ref.sc == sc && !o.ref.nullable {
+					keyed = true
+				}
+			}
+		}
+		if !keyed {
+			return "a subquery with DISTINCT (without a sharding key) drops duplicates of one shard only"
+		}
+	}
+	if why := a.fromLocal(s.FromClause, sc); why != "" {
+		return why
+	}
+	return a.uncovered(s.FromClause, sc)
+}
+
+// fromLocal says why a FROM item reads a derived table or CTE over keyed
+// tables whose rows do not each come from one shard ("" if none does).
+func (a *analyzer) fromLocal(from []*pg.Node, sc *scope) string {
+	why := ""
+	for _, f := range from {
+		inspect(f, func(n *pg.Node) bool {
+			if why != "" || n.GetSubLink() != nil {
+				return false
+			}
+			var d *derived
+			switch x := n.GetNode().(type) {
+			case *pg.Node_RangeSubselect:
+				d = a.rangeSubs[x.RangeSubselect]
+			case *pg.Node_RangeVar:
+				if x.RangeVar.Schemaname == "" {
+					d = sc.cte(x.RangeVar.Relname)
+				}
+			}
+			if d != nil && d.sharded {
+				switch {
+				case d.localWhy != "":
+					why = d.localWhy
+				case d.uses > 1:
+					why = "a CTE over sharded tables is read twice: its rows would meet only their own shard's"
+				}
+				return false
+			}
+			return true
+		})
+	}
+	return why
 }
 
 // addTarget adds a select-list entry (or RETURNING entry) to d's columns.
@@ -537,6 +612,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 		}
 		if rv.Schemaname == "" {
 			if d := sc.cte(rv.Relname); d != nil {
+				d.uses++
 				sc.items = append(sc.items, &item{name: vis, derived: d})
 				if ti != nil && d.sharded {
 					ti.derivedSharded = true
@@ -602,9 +678,11 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 						cols[i].origin, cols[i].expr = d.cols[i].origin, d.cols[i].expr
 					}
 				}
-				d = &derived{cols: cols, known: true, sharded: d.sharded}
+				d = &derived{cols: cols, known: true, sharded: d.sharded, localWhy: d.localWhy}
 			}
 		}
+		d.uses++
+		a.rangeSubs[rs] = d
 		sc.items = append(sc.items, &item{name: name, derived: d})
 		if ti != nil && d.sharded {
 			ti.derivedSharded = true
@@ -1440,6 +1518,12 @@ func (a *analyzer) apply(f facts, sc *scope, mode applyMode, nullSide []*tref) {
 			if mode != modeFull {
 				a.limits(x, y)
 			}
+			union(a.co, x.id, y.id)
+		default:
+			// A key column of a derived table or CTE (its ref is in the
+			// subquery's scope): every pair of rows the condition lets
+			// meet has equal keys, so the two are co-located; their shard
+			// sets are not narrowed (a CTE's rows may matter elsewhere).
 			union(a.co, x.id, y.id)
 		}
 	}

@@ -501,6 +501,9 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 	if len(st.Unsharded) > 0 && p.defaultWhy == "" && !p.ddl {
 		p.defaultWhy = "touches unsharded tables (" + strings.Join(st.Unsharded, ", ") + ")"
 	}
+	if len(st.Unsharded) > 0 {
+		p.unsharded = strings.Join(st.Unsharded, ", ")
+	}
 	if st.Kind != KindOther && st.Kind != KindDDL {
 		p.anyReason = kindReason(st.Kind)
 	}

@@ -178,18 +178,84 @@
 //     orders by group keys, else sorted after the merge); LIMIT and OFFSET
 //     after the merge.
 //
-// Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
-// FETCH ... WITH TIES, ORDER BY ... USING, a collation other than C in
+// Refused: window functions (unless PARTITION BY a sharding key), set
+// operations, DISTINCT ON (unless on a sharding key), GROUPING SETS,
+// FETCH ... WITH TIES with a parameter count or over aggregates (with
+// constant counts over rows the shards send every row and the merge keeps
+// the ties), ORDER BY ... USING, a collation other than C in
 // ORDER BY, other aggregates (string_agg, array_agg, stddev, ...) and
 // expressions of aggregates (sum(x)/count(x), coalesce(max(x), 0)), a
 // function not known to be read-only, FOR UPDATE, a join of keyed tables not
-// on their keys, sharded tables read only through a derived table or CTE in
-// FROM, and any subquery, CTE or derived table whose result needs every
+// on their keys, rows not covered by a keyed table (the rule below), and
+// any subquery, CTE or derived table whose result needs every
 // shard's rows at once (LIMIT, OFFSET, FETCH, DISTINCT ON, window
 // functions, aggregates or GROUP BY not by a key of its own tables): its
 // rows are linked to no other reference by their key, so the statement
 // (keyed or not) is refused unless the subquery is correlated by the key.
 // Merge.Describe renders a plan step by step (pgshard route prints it).
+//
+// # The fan-out rule: every row from exactly one shard
+//
+// A fan-out concatenates (or merges) what each shard answers over its own
+// rows, so it is the answer of one database only when every row of the
+// answer is produced by exactly one shard. The analyzer proves that from
+// the parse tree and refuses (0A000, naming the part that breaks it)
+// every shape where it cannot:
+//
+//  1. Coverage: every row the top-level FROM produces contains a row of a
+//     keyed table (that row's shard is the row's only shard). A keyed
+//     table covers its rows; an inner or cross join is covered when
+//     either side is; A LEFT JOIN B when A is; A RIGHT JOIN B when B is;
+//     A FULL JOIN B when both are; a FROM list when any item is. VALUES,
+//     functions (generate_series, unnest, jsonb_to_record), global tables
+//     and catalogs cover nothing — their rows are the same on every shard,
+//     so they may join covered rows, but never stand alone in a row.
+//  2. Co-location: every keyed table the statement reads is joined to the
+//     others by equality of the sharding keys (executions.id,
+//     timers/trace/processed_events.execution_id, spawns.parent_id) —
+//     in ON, WHERE, USING, EXISTS / IN (semi- and anti-joins), through a
+//     derived table's or CTE's column — so every pair of rows that meet
+//     is on one shard. A join on data (outbox.target_id, spawns.child_id,
+//     data::jsonb->>'parent_id', any non-key column) crosses shards.
+//  3. Derived tables and CTEs read in FROM count as keyed when each of
+//     their rows comes from one shard: their own FROM is covered, and they
+//     have no LIMIT/OFFSET/FETCH, DISTINCT ON, DISTINCT, aggregates or
+//     GROUP BY unless by a key of their own (non-nullable) tables, window
+//     functions unless PARTITION BY such a key, set operations, or
+//     recursion; a CTE over keyed tables is read at most once.
+//  4. Subqueries elsewhere (select list, WHERE) over keyed tables either
+//     correlate by the key or are refused when their result needs every
+//     shard's rows (an uncorrelated count(*), min, LIMIT, ...).
+//  5. Tables outside the sharding schema live on the default shard only:
+//     a statement that reads one never fans out.
+//  6. The top-level merge is one of the whitelisted shapes above (ORDER
+//     BY, LIMIT/OFFSET, DISTINCT, aggregates, GROUP BY / HAVING, DISTINCT
+//     ON a sharding key, window functions PARTITION BY a sharding key).
+//
+// Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
+// timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
+// count(*) FROM executions e WHERE NOT EXISTS (SELECT 1 FROM trace r
+// WHERE r.execution_id = e.id); SELECT e.id, v.w FROM executions e JOIN
+// (VALUES ('a', 1)) v(k, w) ON v.k = e.definition_id; WITH c AS (SELECT
+// execution_id, count(*) n FROM timers GROUP BY execution_id) SELECT e.id,
+// c.n FROM executions e JOIN c ON c.execution_id = e.id; SELECT
+// execution_id, row_number() OVER (PARTITION BY execution_id ORDER BY idx)
+// FROM trace; SELECT DISTINCT ON (execution_id) execution_id, path FROM
+// timers ORDER BY execution_id, fire_at.
+//
+// Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
+// JOIN executions e ON e.id = v.k (a VALUES row without a match would
+// come from every shard); SELECT g, t.path FROM generate_series(1, 3) g
+// FULL JOIN timers t ON ...; SELECT s.seq, e.id FROM spawns s JOIN
+// executions e ON e.id = s.child_id (the child lives elsewhere); SELECT
+// o.seq FROM outbox o JOIN executions e ON e.id = o.target_id; SELECT
+// count(*) FROM (SELECT DISTINCT definition_id FROM executions) d; SELECT
+// id, (SELECT count(*) FROM trace) FROM executions; SELECT id FROM
+// executions UNION SELECT execution_id FROM timers; SELECT
+// row_number() OVER (ORDER BY id) FROM executions.
+//
+// proxy.TestFuzzSQL checks the rule with random queries against one plain
+// Postgres (make fuzz-sql SEEDS=... for long runs).
 
 // # Hints
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ import (
 //     OFFSET after the merge.
 //
 // Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
-// FETCH WITH TIES, other aggregates and expressions of aggregates, ORDER
+// FETCH WITH TIES over aggregates or with a parameter count, other aggregates and expressions of aggregates, ORDER
 // BY ... USING, collations other than "C", and reads of sharded tables
 // through derived tables or subqueries whose result needs every shard
 // (see globalSelect).
@@ -56,8 +57,8 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		return nil, "UNION/INTERSECT/EXCEPT cannot be merged across shards"
 	}
 	s := t.sel
-	if t.derivedSharded {
-		return nil, "a subquery or CTE in FROM reads sharded tables; only plain reads of sharded tables are merged"
+	if why := a.fromLocal(s.FromClause, t.sc); why != "" {
+		return nil, "a subquery or CTE in FROM reads sharded tables: " + why
 	}
 	var anchors []*tref
 	topRefs := 0
@@ -69,13 +70,14 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 			}
 		}
 	}
-	if topRefs == 0 {
+	if topRefs == 0 && !t.derivedSharded {
 		return nil, "the sharded tables are read only inside subqueries, whose per-shard results cannot be combined"
 	}
-	if len(anchors) == 0 && t.other {
-		// Every output row must contain a row of a keyed table, which lives
-		// on one shard; else another table's rows repeat once per shard.
-		return nil, "the keyed tables are on the nullable side of an outer join with a table that is not sharded: its rows would repeat once per shard"
+	if why := a.uncovered(s.FromClause, t.sc); why != "" {
+		// The rule: every row the FROM clause produces must contain a row
+		// of a keyed table, which lives on exactly one shard; else that
+		// row is produced by every shard (or by none).
+		return nil, why
 	}
 	m := &merger{a: a, t: t, s: s, anchors: anchors, starAt: -1}
 	for _, n := range s.TargetList {
@@ -93,14 +95,27 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	sortWindow, sortAgg := topLevelCalls(s.SortClause)
 	_, havingAgg := topLevelCalls([]*pg.Node{s.HavingClause})
 	if len(s.WindowClause) > 0 || hasWindow || sortWindow {
-		return nil, "window functions would see only one shard's rows"
+		if hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || !a.windowsByKey(s, t.sc, m.isAnchorKey) {
+			return nil, "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
+		}
 	}
-	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
-		return nil, "FETCH ... WITH TIES cannot be merged across shards"
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && (hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || s.HavingClause != nil || len(s.DistinctClause) > 0) {
+		return nil, "FETCH ... WITH TIES is merged only over plain rows (no aggregates, GROUP BY or DISTINCT)"
 	}
 	distinct := len(s.DistinctClause) > 0
 	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
-		return nil, "DISTINCT ON cannot be merged across shards"
+		// DISTINCT ON a sharding key: each key's rows are on one shard,
+		// which picks its row; the shards' rows are the answer's rows.
+		onKey := false
+		for _, d := range s.DistinctClause {
+			if o, ok := a.keyOrigin(d, t.sc); ok && m.isAnchorKey(&o) {
+				onKey = true
+			}
+		}
+		if !onKey || hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 {
+			return nil, "DISTINCT ON cannot be merged across shards unless it includes a sharding key (without aggregates)"
+		}
+		distinct = false
 	}
 	keyGrouped := false
 	for _, g := range s.GroupClause {
@@ -165,6 +180,10 @@ type merger struct {
 	// per-shard entry (Groups); names their aliases ("" = none).
 	hidden []*pg.Node
 	names  []string
+	// internal says which of them the client never sees (named by
+	// internalName); taken is the statement's text, lowercased, for it.
+	internal []bool
+	taken    string
 	// keepLimit: the per-shard statement keeps the client's LIMIT and
 	// OFFSET (a negative constant, which every shard reports as an error).
 	keepLimit bool
@@ -348,6 +367,23 @@ func (m *merger) limits(perShard bool) string {
 	}
 	if offWhy != "" {
 		return offWhy
+	}
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES {
+		// Every shard sends every row; the merge skips m, keeps n and the
+		// rows that tie with the n-th. Only constant counts: a parameter
+		// may be NULL, which one database refuses.
+		if limSrc != nil && limSrc.param > 0 || offSrc != nil && offSrc.param > 0 || limSrc == nil && lim < 0 {
+			return "FETCH ... WITH TIES with a parameter count cannot be merged (write the count)"
+		}
+		if len(mp.merge.OrderBy) == 0 {
+			return "FETCH ... WITH TIES needs ORDER BY"
+		}
+		mp.merge.Limit, mp.merge.Offset, mp.merge.WithTies = lim, off, true
+		mp.limit, mp.offset = limSrc, offSrc
+		sc := m.clone()
+		sc.LimitCount, sc.LimitOffset, sc.LimitOption = nil, nil, pg.LimitOption_LIMIT_OPTION_DEFAULT
+		m.desc = append(m.desc, "then FETCH FIRST "+limitText(lim, limSrc)+" ROWS WITH TIES after OFFSET "+limitText(off, offSrc)+" (every shard sends every row)")
+		return ""
 	}
 	mp.merge.Limit, mp.merge.Offset = lim, off
 	mp.limit, mp.offset = limSrc, offSrc
@@ -746,23 +782,57 @@ func limitDesc(desc []string) []string {
 }
 
 // add appends a per-shard select-list entry and returns its column.
-func (m *merger) add(e *pg.Node) int { return m.addAs(e, "") }
+func (m *merger) add(e *pg.Node) int {
+	i := m.addAs(e, "")
+	m.internal[i] = true
+	return i
+}
 
 // addAs is add with an alias: the shards then name the column as the
-// client's statement names it.
+// client's statement names it ("" = as Postgres names the expression).
 func (m *merger) addAs(e *pg.Node, alias string) int {
 	m.hidden = append(m.hidden, e)
 	m.names = append(m.names, alias)
+	m.internal = append(m.internal, false)
 	return len(m.hidden) - 1
 }
 
-// targets renders the per-shard select-list entries.
+// put is addAs for a column the client sees, add for one it does not.
+func (m *merger) put(e *pg.Node, alias string, visible bool) int {
+	if !visible {
+		return m.add(e)
+	}
+	return m.addAs(e, alias)
+}
+
+// targets renders the per-shard select-list entries. A column the client
+// never sees gets a name of the proxy's that no name of the statement
+// uses: the name Postgres would give it (id for id::uuid) could make the
+// client's ORDER BY id ambiguous on the shards (42702).
 func (m *merger) targetList() []*pg.Node {
 	var out []*pg.Node
 	for i, e := range m.hidden {
-		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: m.names[i], Location: -1}}})
+		name := m.names[i]
+		if m.internal[i] {
+			name = m.internalName(i)
+		}
+		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: name, Location: -1}}})
 	}
 	return out
+}
+
+// internalName names hidden column i: pgshard_N, with as many leading
+// underscores as it takes for no identifier of the statement to contain
+// it.
+func (m *merger) internalName(i int) string {
+	if m.taken == "" {
+		m.taken = strings.ToLower(m.s.String())
+	}
+	prefix := "pgshard_"
+	for strings.Contains(m.taken, prefix) {
+		prefix = "_" + prefix
+	}
+	return prefix + strconv.Itoa(i+1)
 }
 
 // keyOf returns the group key an output is (its expression equals the
@@ -800,7 +870,7 @@ func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string)
 		if containsAggregate(e) {
 			return Output{}, fmt.Sprintf("%s: an expression of aggregates cannot be merged (select the aggregates themselves; a cast of one is fine)", exprText(e))
 		}
-		return Output{Agg: AggNone, Column: m.addAs(e, alias), Name: name}, ""
+		return Output{Agg: AggNone, Column: m.put(e, alias, visible), Name: name}, ""
 	}
 	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name}
 	if spec.agg == AggAvg {
@@ -811,11 +881,11 @@ func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string)
 		if visible && alias == "" {
 			alias = name // the shards would name the sum "sum"
 		}
-		out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias)
+		out.Column = m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias, visible)
 		m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: cnt}})
 		return out, ""
 	}
-	out.Column = m.addAs(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias)
+	out.Column = m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias, visible)
 	if len(spec.call.Args) == 1 {
 		if cc := spec.call.Args[0].GetCollateClause(); cc != nil && bytewiseCollation(cc.Collname) {
 			out.Bytewise = true
@@ -1384,8 +1454,160 @@ func (mg *Merge) Describe() []string {
 	if mg.Offset > 0 {
 		out = append(out, fmt.Sprintf("offset:        %d (skipped after the merge)", mg.Offset))
 	}
-	if mg.Limit >= 0 {
+	if mg.Limit >= 0 && mg.WithTies {
+		out = append(out, fmt.Sprintf("limit:         %d with ties (after the merge)", mg.Limit))
+	} else if mg.Limit >= 0 {
 		out = append(out, fmt.Sprintf("limit:         %d (after the merge)", mg.Limit))
 	}
 	return out
+}
+
+// uncovered says why some row of a FROM list may contain no row of a keyed
+// table ("" when every row contains one). Such a row does not depend on any
+// shard's data: every shard produces it, and the concatenated answer would
+// repeat it once per shard. A keyed table covers its rows; an inner or
+// cross join is covered when either side is, a LEFT JOIN when its left
+// side is, a RIGHT JOIN when its right side is, a FULL JOIN when both are;
+// a FROM list when any item is. VALUES, functions (generate_series,
+// unnest, ...), CTEs, derived tables and tables outside the sharding
+// schema cover nothing.
+func (a *analyzer) uncovered(from []*pg.Node, sc *scope) string {
+	if len(from) == 0 {
+		return "no FROM clause: its rows would repeat once per shard"
+	}
+	for _, f := range from {
+		if a.covered(f, sc) {
+			return ""
+		}
+	}
+	for _, f := range from {
+		if j := f.GetJoinExpr(); j != nil {
+			return "a row of " + joinWhat(j) + " would contain no row of a sharded table (" + a.uncoveredPart(f, sc) +
+				"), so every shard would produce it; pgshard answers a fan-out only when every row it returns comes from one shard"
+		}
+	}
+	return "the FROM clause has no sharded table that every row comes from (" + a.uncoveredPart(from[0], sc) +
+		" produces the same rows on every shard, which would repeat once per shard)"
+}
+
+func joinWhat(j *pg.JoinExpr) string {
+	switch j.Jointype {
+	case pg.JoinType_JOIN_LEFT:
+		return "the LEFT JOIN"
+	case pg.JoinType_JOIN_RIGHT:
+		return "the RIGHT JOIN"
+	case pg.JoinType_JOIN_FULL:
+		return "the FULL JOIN"
+	}
+	return "the join"
+}
+
+// uncoveredPart names the first FROM item that covers nothing.
+func (a *analyzer) uncoveredPart(n *pg.Node, sc *scope) string {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_JoinExpr:
+		j := x.JoinExpr
+		if !a.covered(j.Larg, sc) {
+			return a.uncoveredPart(j.Larg, sc)
+		}
+		return a.uncoveredPart(j.Rarg, sc)
+	case *pg.Node_RangeVar:
+		rv := x.RangeVar
+		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
+			return "the CTE " + rv.Relname
+		}
+		return "the table " + rv.Relname + ", which is not sharded"
+	case *pg.Node_RangeSubselect:
+		if sel := x.RangeSubselect.Subquery.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 {
+			return "a VALUES list"
+		}
+		return "a derived table"
+	case *pg.Node_RangeFunction:
+		return "a function in FROM"
+	case *pg.Node_RangeTableSample:
+		return a.uncoveredPart(x.RangeTableSample.Relation, sc)
+	}
+	return "a FROM item"
+}
+
+// covered reports whether every row of FROM item n contains a row of a
+// keyed table.
+func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_RangeVar:
+		rv := x.RangeVar
+		if rv.Schemaname == "" {
+			if d := sc.cte(rv.Relname); d != nil {
+				return d.sharded && d.localWhy == ""
+			}
+		}
+		return a.sc.tables[rv.Relname] != nil && !isCatalog(rv.Schemaname, rv.Relname)
+	case *pg.Node_RangeSubselect:
+		d := a.rangeSubs[x.RangeSubselect]
+		return d != nil && d.sharded && d.localWhy == ""
+	case *pg.Node_RangeTableSample:
+		return a.covered(x.RangeTableSample.Relation, sc)
+	case *pg.Node_JoinExpr:
+		j := x.JoinExpr
+		switch j.Jointype {
+		case pg.JoinType_JOIN_INNER:
+			return a.covered(j.Larg, sc) || a.covered(j.Rarg, sc)
+		case pg.JoinType_JOIN_LEFT:
+			return a.covered(j.Larg, sc)
+		case pg.JoinType_JOIN_RIGHT:
+			return a.covered(j.Rarg, sc)
+		case pg.JoinType_JOIN_FULL:
+			return a.covered(j.Larg, sc) && a.covered(j.Rarg, sc)
+		}
+	}
+	return false
+}
+
+// windowsByKey reports whether every window function of s (select list,
+// ORDER BY) is PARTITION BY an expression that is a sharding key accepted by
+// isKey: every partition then lives on one shard, which computes the
+// window exactly.
+func (a *analyzer) windowsByKey(s *pg.SelectStmt, sc *scope, isKey func(*colOrigin) bool) bool {
+	named := map[string]*pg.WindowDef{}
+	for _, w := range s.WindowClause {
+		if wd := w.GetWindowDef(); wd != nil {
+			named[wd.Name] = wd
+		}
+	}
+	byKey := func(wd *pg.WindowDef) bool {
+		for i := 0; wd != nil && i < 8; i++ {
+			for _, p := range wd.PartitionClause {
+				if o, ok := a.keyOrigin(p, sc); ok && isKey(&o) {
+					return true
+				}
+			}
+			if wd.Refname == "" {
+				return false
+			}
+			wd = named[wd.Refname]
+		}
+		return false
+	}
+	ok := true
+	for _, w := range s.WindowClause {
+		if wd := w.GetWindowDef(); wd != nil && !byKey(wd) {
+			ok = false
+		}
+	}
+	inspectAll(append(slices.Clone(s.TargetList), s.SortClause...), func(n *pg.Node) bool {
+		if n.GetSubLink() != nil {
+			return false
+		}
+		if fc := n.GetFuncCall(); fc != nil && fc.Over != nil {
+			wd := fc.Over
+			if wd.Name != "" && len(wd.PartitionClause) == 0 && wd.Refname == "" {
+				wd = named[wd.Name] // OVER w
+			}
+			if !byKey(wd) {
+				ok = false
+			}
+		}
+		return ok
+	})
+	return ok
 }

@@ -99,8 +99,11 @@ type plan struct {
 	// statement without a key that calls it cannot go to "any shard".
 	unknownFn string
 
-	merge    *mergePlan // how a key-less read fans out; nil = refused with mergeWhy
-	mergeWhy string
+	merge *mergePlan // how a key-less read fans out; nil = refused with mergeWhy
+	// unsharded names the tables outside the sharding schema the statement
+	// reads: they live on the default shard only, so it never fans out.
+	unsharded string
+	mergeWhy  string
 
 	// refusal, when set, refuses the statement unless a hint routes it.
 	refusal *Refusal

@@ -483,6 +483,13 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 			Hint:    hintAdvice}
 		return refuseDest(ref)
 	}
+	if p.unsharded != "" {
+		ref := &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("cannot fan out (%s): the statement also reads %s, which is not sharded and lives on the default shard only", spread, p.unsharded),
+			Detail:  "Every shard would run the statement without that table's rows.",
+			Hint:    "Read the unsharded table and the sharded rows in separate statements, or give the sharded rows a key."}
+		return refuseDest(ref)
+	}
 	if p.merge == nil {
 		ref := &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("cannot merge a key-less read across shards: %s", p.mergeWhy),

@@ -224,6 +224,10 @@ type Merge struct {
 	Distinct bool
 	// Limit / Offset apply after merging; -1 = none.
 	Limit, Offset int64
+	// WithTies (Rows, ordered): after Limit rows, the rows that tie with
+	// the last one on every OrderBy key follow (FETCH ... WITH TIES; the
+	// shards send every row).
+	WithTies bool
 	// Groups, when set, combines per-shard groups.
 	Groups *GroupMerge
 }

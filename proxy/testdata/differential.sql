@@ -189,7 +189,7 @@ SELECT id FROM executions ORDER BY id LIMIT 3::int2 OFFSET 2::int4
 SELECT id FROM executions ORDER BY id FETCH FIRST 3 ROWS ONLY
 SELECT id FROM executions ORDER BY id FETCH FIRST ROW ONLY
 SELECT id FROM executions ORDER BY id OFFSET 2 ROWS FETCH NEXT 4 ROWS ONLY
-SELECT id, version FROM executions ORDER BY version FETCH FIRST 3 ROWS WITH TIES
+@ties=2 SELECT id, version FROM executions ORDER BY version FETCH FIRST 3 ROWS WITH TIES
 SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["5", "3"]
 SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; ["0", "0"]
 SELECT id FROM executions ORDER BY id LIMIT $1 OFFSET $2 ;; [null, "230"]
@@ -492,3 +492,38 @@ SELECT t, max(i2) FROM vals GROUP BY t ORDER BY 2 DESC NULLS LAST, 1 NULLS FIRST
 SELECT id, f8::text FROM vals ORDER BY id LIMIT 10
 SELECT id, (f4 * 3)::real FROM vals WHERE g = 'b' ORDER BY 2, 1
 SELECT sum(f4 * 3) FROM vals WHERE g = 'b'
+
+# --- fan-out rule: rows that do not come from one shard are refused; the merge's own sort columns never collide with the client's names ---
+SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k WHERE v.w <> $1 ;; ["5"]
+SELECT v.w, count(e.id) FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k GROUP BY v.w ORDER BY v.w
+SELECT e.id, v.w FROM executions e LEFT JOIN (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) ON e.id = v.k ORDER BY e.id LIMIT 20
+SELECT g, t.path FROM generate_series(1, 3) AS g FULL JOIN timers t ON t.fire_at = g ORDER BY 1, 2 FETCH FIRST 5 ROWS ONLY
+SELECT id FROM executions ORDER BY id::uuid, id
+SELECT execution_id, path FROM timers ORDER BY execution_id::uuid, execution_id, path LIMIT 30
+SELECT execution_id, idx FROM trace ORDER BY idx::int8, idx, execution_id
+SELECT id AS pgshard_1, version FROM executions ORDER BY version::int8, pgshard_1
+
+# --- co-located joins on the execution id, pushed down to every shard and merged ---
+SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at DESC, e.id, t.path LIMIT 25 OFFSET 3
+SELECT e.id, count(r.idx), max(r.idx) FROM executions e LEFT JOIN trace r ON r.execution_id = e.id GROUP BY e.id ORDER BY 2 DESC, 1 LIMIT 20
+SELECT e.definition_id, count(*), count(p.event_id) FROM executions e LEFT JOIN processed_events p ON p.execution_id = e.id GROUP BY e.definition_id ORDER BY 1
+SELECT s.parent_id, s.child_id, e.version FROM spawns s JOIN executions e ON e.id = s.parent_id ORDER BY s.seq
+SELECT count(*), sum(e.version) FROM executions e WHERE EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = e.id AND t.fire_at > $1) ;; ["1050"]
+SELECT e.id FROM executions e WHERE NOT EXISTS (SELECT 1 FROM trace r WHERE r.execution_id = e.id) ORDER BY e.id LIMIT 15
+SELECT e.id, e.version FROM executions e WHERE e.id IN (SELECT p.execution_id FROM processed_events p WHERE p.event_id > 'ev-50') ORDER BY e.version, e.id
+SELECT e.id FROM executions e WHERE e.id NOT IN (SELECT s.parent_id FROM spawns s) ORDER BY e.id DESC LIMIT 10
+SELECT e.id, t.path, r.idx FROM executions e FULL JOIN timers t ON t.execution_id = e.id LEFT JOIN trace r ON r.execution_id = e.id ORDER BY 1, 2, 3 LIMIT 40
+WITH c AS (SELECT execution_id, count(*) AS n FROM timers GROUP BY execution_id) SELECT e.id, c.n FROM executions e JOIN c ON c.execution_id = e.id ORDER BY c.n DESC, e.id LIMIT 12
+SELECT d.id, d.n FROM (SELECT e.id, count(t.path) AS n FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY e.id) d WHERE d.n > 1 ORDER BY d.n, d.id
+SELECT execution_id, idx, row_number() OVER (PARTITION BY execution_id ORDER BY idx DESC) FROM trace ORDER BY execution_id, idx
+SELECT DISTINCT ON (execution_id) execution_id, path, fire_at FROM timers ORDER BY execution_id, fire_at DESC, path LIMIT 30
+SELECT e.id, v.w FROM executions e JOIN (VALUES ('order', 1), ('payment', 2)) AS v(k, w) ON v.k = e.definition_id ORDER BY e.id LIMIT 10
+SELECT s.seq, e.id FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY s.seq
+SELECT o.seq, e.version FROM outbox o JOIN executions e ON e.id = o.target_id ORDER BY o.seq
+WITH c AS (SELECT id FROM executions) SELECT count(*) FROM c a JOIN c b ON a.id < b.id
+SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) d
+@ties=2 SELECT execution_id, fire_at FROM timers ORDER BY fire_at FETCH FIRST 7 ROWS WITH TIES
+@ties=2 SELECT execution_id, fire_at FROM timers ORDER BY fire_at DESC OFFSET 3 FETCH FIRST 5 ROWS WITH TIES
+@unordered SELECT e.id, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY e.version FETCH FIRST 1 ROW WITH TIES
+@unordered SELECT id FROM executions ORDER BY version FETCH FIRST 0 ROWS WITH TIES
+@unordered SELECT id FROM executions ORDER BY version FETCH FIRST $1 ROWS WITH TIES ;; ["3"]
