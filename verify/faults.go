@@ -394,7 +394,9 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 		return r
 	}
 	for _, s := range w.h.Header.Schedule {
-		row(s.Kind).Scheduled++
+		if w.h.Due(s) {
+			row(s.Kind).Scheduled++
+		}
 	}
 	for _, k := range o.ExpectKinds {
 		row(k)

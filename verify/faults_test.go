@@ -383,3 +383,38 @@ func TestRecovery(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleCut: a run extended until its goal plans faults up to its
+// ceiling and cuts the schedule where the goal was met; planned faults at
+// or after the cut were never due and are not "scheduled" (nor vacuous),
+// while one before the cut that never ran still counts.
+func TestScheduleCut(t *testing.T) {
+	s := newSim()
+	sc := baseScenario(s, nil)
+	s.fault("f1", verify.FaultTerminate, "shard1", true, obj{{"terminated", 1}})
+	s.errOp("w1", sc.B, "57P01")
+	s.heal("f1", verify.FaultTerminate, "shard1")
+	cut := s.now/1e6 + 1
+	// Planned after the cut: never injected.
+	s.schedule = append(s.schedule, obj{{"id", "f2"}, {"kind", verify.FaultTerminate}, {"shard", "shard0"}, {"at_ms", cut + 100}, {"hold_ms", 5}},
+		obj{{"id", "f3"}, {"kind", verify.FaultShardCrash}, {"shard", "shard0"}, {"at_ms", cut + 200}, {"hold_ms", 5}})
+	s.finish(true)
+	*s.end = append(*s.end, kv{"schedule_cut_ms", cut})
+	v := simVerdict(t, s, verify.Options{MinLanded: 1})
+	for _, f := range v.Faults {
+		if f.Kind == verify.FaultTerminate && f.Scheduled != 1 {
+			t.Errorf("terminate scheduled %d, want 1 (one planned after the cut)", f.Scheduled)
+		}
+		if f.Kind == verify.FaultShardCrash && (f.Scheduled != 0 || f.Vacuous) {
+			t.Errorf("shard-crash planned only after the cut: %+v", f)
+		}
+	}
+	if v.Result != verify.Pass {
+		t.Errorf("result %s, want PASS: %v", v.Result, v.Reasons)
+	}
+	// Without the cut, the never-injected shard-crash makes the run vacuous.
+	*s.end = (*s.end)[:len(*s.end)-1]
+	if v := simVerdict(t, s, verify.Options{MinLanded: 1}); v.Result != verify.Vacuous {
+		t.Errorf("without the cut: result %s, want VACUOUS", v.Result)
+	}
+}

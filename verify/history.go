@@ -265,6 +265,16 @@ type End struct {
 	Ops         int       `json:"ops"`
 	Interrupted bool      `json:"interrupted"`
 	Quiesce     *Quiesce  `json:"quiesce,omitempty"`
+	// ScheduleCutMS, when set, is where the writer stopped the fault
+	// schedule (at_ms's clock): planned faults at or after it were never
+	// due (a run extended until its goal plans up to its ceiling).
+	ScheduleCutMS int64 `json:"schedule_cut_ms,omitempty"`
+}
+
+// Due reports whether a planned fault was due before the schedule was
+// cut (every fault is, when the writer cut nothing).
+func (h *History) Due(s ScheduledFault) bool {
+	return h.End == nil || h.End.ScheduleCutMS <= 0 || s.AtMS < h.End.ScheduleCutMS
 }
 
 // Quiesce is the outcome of the run's heal-and-quiesce phase.
@@ -348,6 +358,8 @@ type line struct {
 	Ops         int      `json:"ops"`
 	Interrupted bool     `json:"interrupted"`
 	Quiesce     *Quiesce `json:"quiesce"`
+	// ScheduleCutMS is the end line's schedule_cut_ms.
+	ScheduleCutMS int64 `json:"schedule_cut_ms"`
 }
 
 type rawTime struct {
@@ -789,7 +801,10 @@ func (d *decoder) fault(l *line, n int) error {
 }
 
 func (d *decoder) end(l *line) error {
-	e := &End{Ops: l.Ops, Interrupted: l.Interrupted, Quiesce: l.Quiesce}
+	if l.ScheduleCutMS < 0 {
+		return fmt.Errorf("schedule_cut_ms: %d is negative", l.ScheduleCutMS)
+	}
+	e := &End{Ops: l.Ops, Interrupted: l.Interrupted, Quiesce: l.Quiesce, ScheduleCutMS: l.ScheduleCutMS}
 	if l.T != nil {
 		e.T = *l.T
 	}
