@@ -192,8 +192,12 @@ func (s *chaosSetup) runAndVerify(cmd *cobra.Command, f *chaosFlags, k string, p
 		if k != "" {
 			what += " (mutant " + k + ")"
 		}
+		period := time.Duration(s.sc.Duration).String()
+		if s.sc.MaxDuration > 0 && s.sc.MinCommits > 0 {
+			period = fmt.Sprintf("%s to %s (until %d commits and every kind landed)", period, time.Duration(s.sc.MaxDuration), s.sc.MinCommits)
+		}
 		fmt.Fprintf(errw, "chaos: %s: target %s, %d shards, %s of load and faults, seed %d; output in %s\n",
-			what, s.sc.Target, len(s.m.Shards), time.Duration(s.sc.Duration), s.sc.Seed, out)
+			what, s.sc.Target, len(s.m.Shards), period, s.sc.Seed, out)
 	}
 	res, err := chaos.Run(ctx, o)
 	if res == nil {

@@ -56,6 +56,10 @@ func (r *chaosRig) scenario(t *testing.T, name, target, duration, faults string)
 target: ` + target + `
 shards: 3
 duration: ` + duration + `
+# On past duration until 600 commits and every kind landed twice (a
+# loaded machine is slow and a short run can miss a kind), at most 40 s.
+min_commits: 600
+max_duration: 40s
 seed: 5
 quiesce_timeout: 40s
 workload:
