@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CI chaos suite behind `make chaos`: a dedicated 3-shard cluster
 # (PostgreSQL + PgBouncer per shard), the ci scenario (every fault kind,
-# through PgBouncer and the proxy at once) verified, then the mutant run
+# through PgBouncer and the proxy at once) verified, the recovery scenario
+# (each kind alone: time to recover per kind), then the mutant run
 # (the control must pass, every deliberately broken store must be caught).
 # Usage: scripts/chaos.sh BIN DIR OUT
 set -euo pipefail
@@ -22,8 +23,13 @@ rm -rf "$out/ci" "$out/mutants"
 "$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/ci.yaml --out "$out/ci"
 t1=$(date +%s)
 
+step "Recovery per fault kind: each kind alone (configs/chaos/recovery.yaml), verified"
+rm -rf "$out/recovery"
+"$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/recovery.yaml --out "$out/recovery"
+t2=$(date +%s)
+
 step "Proof of power: every mutant against configs/chaos/mutants.yaml"
 "$bin" chaos mutants --config "$dir/pgshard.yaml" --scenario configs/chaos/mutants.yaml --out "$out/mutants"
 
-printf '\nchaos: ci scenario %ds, mutants %ds, %ds in all; reports in %s (ci/report.html, mutants/*/report.html)\n' \
-	$((t1 - start)) $(($(date +%s) - t1)) $(($(date +%s) - start)) "$out"
+printf '\nchaos: ci scenario %ds, recovery %ds, mutants %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, mutants/*/report.html)\n' \
+	$((t1 - start)) $((t2 - t1)) $(($(date +%s) - t2)) $(($(date +%s) - start)) "$out"
