@@ -81,7 +81,9 @@ func TestExecuteAndHealAll(t *testing.T) {
 		{Kind: chaos.KindLostAck, At: []time.Duration{ms(2500)}, Hold: ms(1500), Params: chaos.Params{"via": "proxy"}},
 		{Kind: chaos.KindBackendKill, At: []time.Duration{ms(3000)}, Shards: []string{"shard1"}},
 		{Kind: chaos.KindShardCrash, At: []time.Duration{ms(3000)}, Hold: ms(300), Shards: []string{"shard0"}},
-		{Kind: chaos.KindPartition, At: []time.Duration{ms(4000)}, Hold: ms(600), Shards: []string{"shard1"}},
+		// After shard1's backend-kill has recovered (a partition lands only
+		// when it held requests, and a restarting shard gets none).
+		{Kind: chaos.KindPartition, At: []time.Duration{ms(7000)}, Hold: ms(1000), Shards: []string{"shard1"}},
 		{Kind: chaos.KindPgBouncerReconnect, At: []time.Duration{ms(4000)}, Shards: []string{"shard0"}},
 	}
 	plan, err := chaos.Plan(specs, 20*time.Second, []string{"shard0", "shard1"}, 42)
