@@ -231,6 +231,10 @@
 //  6. The top-level merge is one of the whitelisted shapes above (ORDER
 //     BY, LIMIT/OFFSET, DISTINCT, aggregates, GROUP BY / HAVING, DISTINCT
 //     ON a sharding key, window functions PARTITION BY a sharding key).
+//     The merged aggregates are count, sum, avg, min, max, and bool_and /
+//     every (the least of the shards' values: false < true) and bool_or
+//     (the greatest); a shard without rows answers NULL, which the merge
+//     skips. count/sum/avg(DISTINCT x) merge only when x is a sharding key.
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -241,7 +245,9 @@
 // c.n FROM executions e JOIN c ON c.execution_id = e.id; SELECT
 // execution_id, row_number() OVER (PARTITION BY execution_id ORDER BY idx)
 // FROM trace; SELECT DISTINCT ON (execution_id) execution_id, path FROM
-// timers ORDER BY execution_id, fire_at.
+// timers ORDER BY execution_id, fire_at; SELECT definition_id,
+// bool_and(version > 1), bool_or(version > 3) FROM executions GROUP BY
+// definition_id.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
 // JOIN executions e ON e.id = v.k (a VALUES row without a match would

@@ -968,8 +968,19 @@ func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 		spec.agg = AggMax
 	case "avg":
 		spec.agg = AggAvg
+	case "bool_and", "every", "bool_or":
+		// false < true: AND over the shards' values is their least, OR
+		// their greatest (a shard without rows answers NULL, which the
+		// merge skips as it skips NULLs of min and max).
+		spec.agg = AggMin
+		if name == "bool_or" {
+			spec.agg = AggMax
+		}
+		if spec.cast != CastNone {
+			return spec, false, "casts a merged boolean aggregate (pgshard casts only numbers)"
+		}
 	default:
-		return spec, false, "needs every shard's rows at once (count, sum, avg, min and max merge)"
+		return spec, false, "needs every shard's rows at once (count, sum, avg, min, max, bool_and, bool_or and every merge)"
 	}
 	if fc.AggDistinct && spec.agg != AggMin && spec.agg != AggMax {
 		// Additive only over a sharding key: each value is on one shard.

@@ -278,6 +278,17 @@ SELECT coalesce(sum(i4), 0) FROM vals
 SELECT string_agg(id, ',') FROM executions
 SELECT array_agg(version ORDER BY version) FROM executions
 SELECT bool_and(b), bool_or(b) FROM vals
+SELECT bool_and(b), bool_or(b), every(b), count(*) FROM vals WHERE g = 'a'
+SELECT g, bool_and(b), bool_or(b), every(i4 > 0) FROM vals GROUP BY g ORDER BY g COLLATE "C"
+SELECT bool_and(b), bool_or(b) FROM vals WHERE b IS NULL
+SELECT bool_and(b), bool_or(b) FROM vals WHERE false
+SELECT bool_or(version > $1), bool_and(version > $1) FROM executions ;; ["3"]
+SELECT g FROM vals GROUP BY g HAVING bool_or(b) = bool_and(b) ORDER BY 1
+SELECT bool_and(DISTINCT b), bool_or(DISTINCT b) FROM vals
+SELECT bool_and(b)::text FROM vals
+SELECT bool_and(b)::int FROM vals
+SELECT NOT bool_and(b) FROM vals
+@ties=1 SELECT bool_or(b) FROM vals GROUP BY g ORDER BY 1
 SELECT json_agg(id) FROM vals
 SELECT stddev(version) FROM executions
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY version) FROM executions
