@@ -244,6 +244,15 @@ func (r *mergeRun) rows() *Error {
 				}
 				dup = eq
 			}
+			if m.DistinctOn > 0 && m.DistinctOn <= len(keys) {
+				// DISTINCT ON: the shards' first rows of one group meet
+				// here in order; the first is the answer's.
+				c, e := r.compareRows(st.cols, lastCols, keys[:m.DistinctOn])
+				if e != nil {
+					return e
+				}
+				dup = c == 0
+			}
 		}
 		if ordered || m.Distinct {
 			last = append(last[:0], st.row...)

@@ -235,6 +235,11 @@
 //     every (the least of the shards' values: false < true) and bool_or
 //     (the greatest); a shard without rows answers NULL, which the merge
 //     skips. count/sum/avg(DISTINCT x) merge only when x is a sharding key.
+//     DISTINCT ON expressions without a sharding key merge when they are
+//     the leading ORDER BY terms and in the select list: each shard sends
+//     its first row of each group, the k-way merge meets a group's rows
+//     together in the ORDER BY order and keeps the first (the shards keep
+//     LIMIT + OFFSET groups each); without ORDER BY the row is arbitrary.
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -247,7 +252,8 @@
 // FROM trace; SELECT DISTINCT ON (execution_id) execution_id, path FROM
 // timers ORDER BY execution_id, fire_at; SELECT definition_id,
 // bool_and(version > 1), bool_or(version > 3) FROM executions GROUP BY
-// definition_id.
+// definition_id; SELECT DISTINCT ON (definition_id) definition_id, id
+// FROM executions ORDER BY definition_id, version DESC, id LIMIT 5.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
 // JOIN executions e ON e.id = v.k (a VALUES row without a match would

@@ -528,6 +528,17 @@ WITH c AS (SELECT execution_id, count(*) AS n FROM timers GROUP BY execution_id)
 SELECT d.id, d.n FROM (SELECT e.id, count(t.path) AS n FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY e.id) d WHERE d.n > 1 ORDER BY d.n, d.id
 SELECT execution_id, idx, row_number() OVER (PARTITION BY execution_id ORDER BY idx DESC) FROM trace ORDER BY execution_id, idx
 SELECT DISTINCT ON (execution_id) execution_id, path, fire_at FROM timers ORDER BY execution_id, fire_at DESC, path LIMIT 30
+SELECT DISTINCT ON (definition_id) definition_id, id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT ON (definition_id) definition_id, id, version FROM executions ORDER BY definition_id DESC NULLS LAST, version DESC, id LIMIT 3 OFFSET 1
+SELECT DISTINCT ON (path) path, execution_id, fire_at FROM timers ORDER BY path, fire_at DESC, execution_id
+SELECT DISTINCT ON (2, 1) version, definition_id, id FROM executions ORDER BY definition_id, version, id
+SELECT DISTINCT ON (g) g, i4, id FROM vals ORDER BY g NULLS FIRST, i4 DESC, id
+SELECT DISTINCT ON (b, g) b, g, id FROM vals ORDER BY g, b, id LIMIT $1 ;; ["4"]
+SELECT DISTINCT ON (version % 3) version % 3, id FROM executions WHERE version > $1 ORDER BY version % 3, id ;; ["2"]
+SELECT DISTINCT ON (lower(path)) lower(path), execution_id FROM timers ORDER BY lower(path), execution_id, path
+SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT ON (definition_id, version) definition_id, id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT ON (definition_id) definition_id, id FROM executions
 SELECT e.id, v.w FROM executions e JOIN (VALUES ('order', 1), ('payment', 2)) AS v(k, w) ON v.k = e.definition_id ORDER BY e.id LIMIT 10
 SELECT s.seq, e.id FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY s.seq
 SELECT o.seq, e.version FROM outbox o JOIN executions e ON e.id = o.target_id ORDER BY o.seq
