@@ -240,6 +240,9 @@
 //     its first row of each group, the k-way merge meets a group's rows
 //     together in the ORDER BY order and keeps the first (the shards keep
 //     LIMIT + OFFSET groups each); without ORDER BY the row is arbitrary.
+//     FETCH ... WITH TIES applies after the merge, to rows or to merged
+//     groups (the groups tying with the last one on every ORDER BY term
+//     follow), never together with DISTINCT.
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -253,7 +256,9 @@
 // timers ORDER BY execution_id, fire_at; SELECT definition_id,
 // bool_and(version > 1), bool_or(version > 3) FROM executions GROUP BY
 // definition_id; SELECT DISTINCT ON (definition_id) definition_id, id
-// FROM executions ORDER BY definition_id, version DESC, id LIMIT 5.
+// FROM executions ORDER BY definition_id, version DESC, id LIMIT 5;
+// SELECT definition_id, count(*) FROM executions GROUP BY definition_id
+// ORDER BY count(*) DESC FETCH FIRST 2 ROWS WITH TIES.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
 // JOIN executions e ON e.id = v.k (a VALUES row without a match would

@@ -99,8 +99,8 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 			return nil, "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
 		}
 	}
-	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && (hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || s.HavingClause != nil || len(s.DistinctClause) > 0) {
-		return nil, "FETCH ... WITH TIES is merged only over plain rows (no aggregates, GROUP BY or DISTINCT)"
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(s.DistinctClause) > 0 {
+		return nil, "FETCH ... WITH TIES is not merged together with DISTINCT"
 	}
 	distinct := len(s.DistinctClause) > 0
 	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
@@ -437,7 +437,7 @@ func (m *merger) limits(perShard bool) string {
 		if limSrc != nil && limSrc.param > 0 || offSrc != nil && offSrc.param > 0 || limSrc == nil && lim < 0 {
 			return "FETCH ... WITH TIES with a parameter count cannot be merged (write the count)"
 		}
-		if len(mp.merge.OrderBy) == 0 {
+		if g := mp.merge.Groups; g != nil && len(g.OrderBy) == 0 || g == nil && len(mp.merge.OrderBy) == 0 {
 			return "FETCH ... WITH TIES needs ORDER BY"
 		}
 		mp.merge.Limit, mp.merge.Offset, mp.merge.WithTies = lim, off, true

@@ -229,7 +229,9 @@ type Merge struct {
 	DistinctOn int
 	// Limit / Offset apply after merging; -1 = none.
 	Limit, Offset int64
-	// WithTies (Rows, ordered): after Limit rows, the rows that tie with
+	// WithTies (Rows ordered, or Groups with an OrderBy: the groups that
+	// tie with the last one on every Groups.OrderBy term): after Limit
+	// rows, the rows that tie with
 	// the last one on every OrderBy key follow (FETCH ... WITH TIES; the
 	// shards send every row).
 	WithTies bool

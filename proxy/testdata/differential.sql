@@ -539,6 +539,15 @@ SELECT DISTINCT ON (lower(path)) lower(path), execution_id FROM timers ORDER BY 
 SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
 SELECT DISTINCT ON (definition_id, version) definition_id, id FROM executions ORDER BY definition_id, id
 SELECT DISTINCT ON (definition_id) definition_id, id FROM executions
+@unordered SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY count(*) DESC FETCH FIRST 1 ROWS WITH TIES
+@unordered SELECT version, count(*) FROM executions GROUP BY version ORDER BY count(*) FETCH FIRST 2 ROWS WITH TIES
+@unordered SELECT version % 3, version, max(id) FROM executions GROUP BY version % 3, version ORDER BY 1 DESC FETCH FIRST 2 ROWS WITH TIES
+SELECT version % 3, version, max(id) FROM executions GROUP BY version % 3, version ORDER BY 3 OFFSET 2 FETCH FIRST 2 ROWS WITH TIES
+@unordered SELECT g, sum(i4) FROM vals GROUP BY g HAVING count(*) > 1 ORDER BY g NULLS FIRST FETCH FIRST 2 ROWS WITH TIES
+SELECT count(*), max(version) FROM executions ORDER BY count(*) FETCH FIRST 3 ROWS WITH TIES
+SELECT count(*) FROM executions ORDER BY 1 FETCH FIRST 0 ROWS WITH TIES
+@unordered SELECT execution_id, count(*) FROM timers GROUP BY execution_id ORDER BY count(*) DESC FETCH FIRST 3 ROWS WITH TIES
+@unordered SELECT path, count(*) FROM timers GROUP BY path ORDER BY count(*) DESC, path FETCH FIRST 3 ROWS WITH TIES
 SELECT e.id, v.w FROM executions e JOIN (VALUES ('order', 1), ('payment', 2)) AS v(k, w) ON v.k = e.definition_id ORDER BY e.id LIMIT 10
 SELECT s.seq, e.id FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY s.seq
 SELECT o.seq, e.version FROM outbox o JOIN executions e ON e.id = o.target_id ORDER BY o.seq
