@@ -234,7 +234,9 @@
 //     The merged aggregates are count, sum, avg, min, max, and bool_and /
 //     every (the least of the shards' values: false < true) and bool_or
 //     (the greatest); a shard without rows answers NULL, which the merge
-//     skips. count/sum/avg(DISTINCT x) merge only when x is a sharding key.
+//     skips. count/sum/avg(DISTINCT x) merge (as sums) only when x is a
+//     key column of a keyed table — also an outer join's nullable side or
+//     through a derived table or CTE: a non-NULL value is on one shard.
 //     DISTINCT ON expressions without a sharding key merge when they are
 //     the leading ORDER BY terms and in the select list: each shard sends
 //     its first row of each group, the k-way merge meets a group's rows

@@ -539,12 +539,20 @@ SELECT DISTINCT ON (lower(path)) lower(path), execution_id FROM timers ORDER BY 
 SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
 SELECT DISTINCT ON (definition_id, version) definition_id, id FROM executions ORDER BY definition_id, id
 SELECT DISTINCT ON (definition_id) definition_id, id FROM executions
+SELECT count(DISTINCT t.execution_id), count(*) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
+SELECT e.definition_id, count(DISTINCT t.execution_id) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY e.definition_id ORDER BY 1 NULLS FIRST
+WITH c AS (SELECT x.execution_id AS c1, x.path FROM timers x) SELECT count(*), count(DISTINCT c.c1) FROM c
+SELECT count(DISTINCT d.k) FROM (SELECT execution_id AS k FROM trace WHERE idx > $1) d ;; ["1"]
+SELECT count(DISTINCT seq), sum(DISTINCT seq), avg(DISTINCT seq) FROM outbox
+SELECT count(DISTINCT s.parent_id), count(DISTINCT s.seq) FROM executions e FULL JOIN spawns s ON s.parent_id = e.id
+SELECT count(DISTINCT t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
 @unordered SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY count(*) DESC FETCH FIRST 1 ROWS WITH TIES
 @unordered SELECT version, count(*) FROM executions GROUP BY version ORDER BY count(*) FETCH FIRST 2 ROWS WITH TIES
 @unordered SELECT version % 3, version, max(id) FROM executions GROUP BY version % 3, version ORDER BY 1 DESC FETCH FIRST 2 ROWS WITH TIES
 SELECT version % 3, version, max(id) FROM executions GROUP BY version % 3, version ORDER BY 3 OFFSET 2 FETCH FIRST 2 ROWS WITH TIES
 @unordered SELECT g, sum(i4) FROM vals GROUP BY g HAVING count(*) > 1 ORDER BY g NULLS FIRST FETCH FIRST 2 ROWS WITH TIES
 SELECT count(*), max(version) FROM executions ORDER BY count(*) FETCH FIRST 3 ROWS WITH TIES
+SELECT min(a.execution_id) FROM timers a WHERE a.fire_at < 1025 ORDER BY min(a.execution_id) DESC NULLS FIRST, min(a.execution_id) FETCH FIRST 3 ROWS WITH TIES
 SELECT count(*) FROM executions ORDER BY 1 FETCH FIRST 0 ROWS WITH TIES
 @unordered SELECT execution_id, count(*) FROM timers GROUP BY execution_id ORDER BY count(*) DESC FETCH FIRST 3 ROWS WITH TIES
 @unordered SELECT path, count(*) FROM timers GROUP BY path ORDER BY count(*) DESC, path FETCH FIRST 3 ROWS WITH TIES
