@@ -244,6 +244,15 @@ func (r *mergeRun) rows() *Error {
 				}
 				dup = eq
 			}
+			if m.DistinctOn > 0 && m.DistinctOn <= len(keys) {
+				// DISTINCT ON: the shards' first rows of one group meet
+				// here in order; the first is the answer's.
+				c, e := r.compareRows(st.cols, lastCols, keys[:m.DistinctOn])
+				if e != nil {
+					return e
+				}
+				dup = c == 0
+			}
 		}
 		if ordered || m.Distinct {
 			last = append(last[:0], st.row...)
@@ -390,6 +399,18 @@ func (r *mergeRun) groups() *Error {
 	accs := make([]acc, len(g.Outputs))
 	var buffered [][]outVal
 	skip, limit := m.Offset, m.Limit
+	// lastOut is the last group emitted (FETCH ... WITH TIES: the groups
+	// after the limit that tie with it on every ORDER BY term follow).
+	var lastOut []outVal
+	tieWith := func(a, b []outVal) (bool, *Error) {
+		for _, k := range g.OrderBy {
+			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+			if e != nil || c != 0 {
+				return false, e
+			}
+		}
+		return true, nil
+	}
 	var lastKey []byte
 	var lastKeyCols [][]byte
 	first := true
@@ -479,13 +500,28 @@ func (r *mergeRun) groups() *Error {
 			continue
 		}
 		if limit == 0 {
-			continue // drain: the shards' rows are read to the end
+			// FETCH ... WITH TIES: the groups that tie with the last one
+			// (they arrive together, in key order); else drain: the
+			// shards' rows are read to the end.
+			if m.WithTies && lastOut != nil {
+				tie, e := tieWith(vals, lastOut)
+				if e != nil {
+					return e
+				}
+				if tie {
+					r.emitGroup(vals, g.Visible)
+				} else {
+					lastOut = nil
+				}
+			}
+			continue
 		}
 		if skip > 0 {
 			skip--
 			continue
 		}
 		r.emitGroup(vals, g.Visible)
+		lastOut = vals
 		if limit > 0 {
 			limit--
 		}
@@ -515,13 +551,25 @@ func (r *mergeRun) groups() *Error {
 		}
 		for _, vals := range buffered {
 			if limit == 0 {
-				break
+				if !m.WithTies || lastOut == nil {
+					break
+				}
+				tie, e := tieWith(vals, lastOut)
+				if e != nil {
+					return e
+				}
+				if !tie {
+					break
+				}
+				r.emitGroup(vals, g.Visible)
+				continue
 			}
 			if skip > 0 {
 				skip--
 				continue
 			}
 			r.emitGroup(vals, g.Visible)
+			lastOut = vals
 			if limit > 0 {
 				limit--
 			}

@@ -231,6 +231,20 @@
 //  6. The top-level merge is one of the whitelisted shapes above (ORDER
 //     BY, LIMIT/OFFSET, DISTINCT, aggregates, GROUP BY / HAVING, DISTINCT
 //     ON a sharding key, window functions PARTITION BY a sharding key).
+//     The merged aggregates are count, sum, avg, min, max, and bool_and /
+//     every (the least of the shards' values: false < true) and bool_or
+//     (the greatest); a shard without rows answers NULL, which the merge
+//     skips. count/sum/avg(DISTINCT x) merge (as sums) only when x is a
+//     key column of a keyed table — also an outer join's nullable side or
+//     through a derived table or CTE: a non-NULL value is on one shard.
+//     DISTINCT ON expressions without a sharding key merge when they are
+//     the leading ORDER BY terms and in the select list: each shard sends
+//     its first row of each group, the k-way merge meets a group's rows
+//     together in the ORDER BY order and keeps the first (the shards keep
+//     LIMIT + OFFSET groups each); without ORDER BY the row is arbitrary.
+//     FETCH ... WITH TIES applies after the merge, to rows or to merged
+//     groups (the groups tying with the last one on every ORDER BY term
+//     follow), never together with DISTINCT.
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -241,7 +255,12 @@
 // c.n FROM executions e JOIN c ON c.execution_id = e.id; SELECT
 // execution_id, row_number() OVER (PARTITION BY execution_id ORDER BY idx)
 // FROM trace; SELECT DISTINCT ON (execution_id) execution_id, path FROM
-// timers ORDER BY execution_id, fire_at.
+// timers ORDER BY execution_id, fire_at; SELECT definition_id,
+// bool_and(version > 1), bool_or(version > 3) FROM executions GROUP BY
+// definition_id; SELECT DISTINCT ON (definition_id) definition_id, id
+// FROM executions ORDER BY definition_id, version DESC, id LIMIT 5;
+// SELECT definition_id, count(*) FROM executions GROUP BY definition_id
+// ORDER BY count(*) DESC FETCH FIRST 2 ROWS WITH TIES.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
 // JOIN executions e ON e.id = v.k (a VALUES row without a match would

@@ -99,8 +99,13 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 			return nil, "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
 		}
 	}
-	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && (hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || s.HavingClause != nil || len(s.DistinctClause) > 0) {
-		return nil, "FETCH ... WITH TIES is merged only over plain rows (no aggregates, GROUP BY or DISTINCT)"
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(s.DistinctClause) > 0 {
+		return nil, "FETCH ... WITH TIES is not merged together with DISTINCT"
+	}
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(s.GroupClause) == 0 && (hasAgg || sortAgg || havingAgg || s.HavingClause != nil) {
+		// One database may fail it (21000, the tie test evaluating the
+		// aggregate again): never answer where it fails.
+		return nil, "FETCH ... WITH TIES over aggregates without GROUP BY is not merged"
 	}
 	distinct := len(s.DistinctClause) > 0
 	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
@@ -112,8 +117,13 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 				onKey = true
 			}
 		}
-		if !onKey || hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 {
-			return nil, "DISTINCT ON cannot be merged across shards unless it includes a sharding key (without aggregates)"
+		if hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 {
+			return nil, "DISTINCT ON cannot be merged across shards together with aggregates or GROUP BY"
+		}
+		if !onKey {
+			// Each shard sends its first row of each group in the ORDER
+			// BY order; the merge keeps the first of a group's rows.
+			m.distinctOn = s.DistinctClause
 		}
 		distinct = false
 	}
@@ -184,6 +194,9 @@ type merger struct {
 	// internalName); taken is the statement's text, lowercased, for it.
 	internal []bool
 	taken    string
+	// distinctOn: DISTINCT ON without a sharding key (merged by
+	// Merge.DistinctOn).
+	distinctOn []*pg.Node
 	// keepLimit: the per-shard statement keeps the client's LIMIT and
 	// OFFSET (a negative constant, which every shard reports as an error).
 	keepLimit bool
@@ -250,6 +263,11 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 		k.Column = col
 		mp.merge.OrderBy = append(mp.merge.OrderBy, k)
 	}
+	if m.distinctOn != nil {
+		if why := m.distinctOnKeys(); why != "" {
+			return why
+		}
+	}
 	if dedup {
 		if m.starAt < len(m.targets) {
 			return "SELECT DISTINCT * cannot be merged: name the columns"
@@ -289,10 +307,59 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 		m.desc[0] += " (grouped by a sharding key: each group is on one shard)"
 	case mp.merge.Distinct:
 		m.desc[0] += ", dropping duplicates (DISTINCT: every shard sorts by every column)"
+	case mp.merge.DistinctOn > 0:
+		m.desc[0] += fmt.Sprintf(", keeping the first row of each DISTINCT ON group (equal on the first %d sort keys)", mp.merge.DistinctOn)
 	case len(s.DistinctClause) > 0:
 		m.desc[0] += " (DISTINCT includes a sharding key: duplicates are on one shard)"
 	}
 	return m.limits(true)
+}
+
+// distinctOnKeys plans DISTINCT ON without a sharding key: its
+// expressions must be the leading ORDER BY terms (as Postgres requires
+// when there is an ORDER BY), so that each shard's first row of a group
+// is its least in the ORDER BY order, the merged stream meets a group's
+// rows together, and the first of them is the one database's answer.
+func (m *merger) distinctOnKeys() string {
+	const why = "DISTINCT ON without a sharding key is merged only when its expressions are the leading ORDER BY terms (in the select list)"
+	type pos struct {
+		col   int
+		found bool
+	}
+	ds := make([]pos, len(m.distinctOn))
+	for i, d := range m.distinctOn {
+		col, found, w := m.a.sortColumn(&pg.SortBy{Node: d}, m.targets, m.starAt, m.t)
+		if w != "" {
+			return w
+		}
+		ds[i] = pos{col, found}
+	}
+	matched := make([]bool, len(ds))
+	n := 0
+	for i, sn := range m.s.SortClause {
+		sb := sn.GetSortBy()
+		k := m.mp.merge.OrderBy[i]
+		hit := false
+		for j, d := range m.distinctOn {
+			if !k.Hidden && ds[j].found && ds[j].col == k.Column || m.a.sameExpr(sb.Node, d) && ds[j].found && !k.Hidden {
+				matched[j], hit = true, true
+			}
+		}
+		if !hit {
+			break
+		}
+		n++
+	}
+	for _, ok := range matched {
+		if !ok {
+			return why
+		}
+	}
+	if n == 0 {
+		return why
+	}
+	m.mp.merge.DistinctOn = n
+	return ""
 }
 
 // hiddenName names hidden column i for descriptions.
@@ -375,7 +442,7 @@ func (m *merger) limits(perShard bool) string {
 		if limSrc != nil && limSrc.param > 0 || offSrc != nil && offSrc.param > 0 || limSrc == nil && lim < 0 {
 			return "FETCH ... WITH TIES with a parameter count cannot be merged (write the count)"
 		}
-		if len(mp.merge.OrderBy) == 0 {
+		if g := mp.merge.Groups; g != nil && len(g.OrderBy) == 0 || g == nil && len(mp.merge.OrderBy) == 0 {
 			return "FETCH ... WITH TIES needs ORDER BY"
 		}
 		mp.merge.Limit, mp.merge.Offset, mp.merge.WithTies = lim, off, true
@@ -968,16 +1035,31 @@ func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 		spec.agg = AggMax
 	case "avg":
 		spec.agg = AggAvg
+	case "bool_and", "every", "bool_or":
+		// false < true: AND over the shards' values is their least, OR
+		// their greatest (a shard without rows answers NULL, which the
+		// merge skips as it skips NULLs of min and max).
+		spec.agg = AggMin
+		if name == "bool_or" {
+			spec.agg = AggMax
+		}
+		if spec.cast != CastNone {
+			return spec, false, "casts a merged boolean aggregate (pgshard casts only numbers)"
+		}
 	default:
-		return spec, false, "needs every shard's rows at once (count, sum, avg, min and max merge)"
+		return spec, false, "needs every shard's rows at once (count, sum, avg, min, max, bool_and, bool_or and every merge)"
 	}
 	if fc.AggDistinct && spec.agg != AggMin && spec.agg != AggMax {
 		// Additive only over a sharding key: each value is on one shard.
+		// Any keyed table's key column will do, nullable (an outer join's
+		// side) or read through a derived table or CTE: a non-NULL value
+		// of it comes only from the shard the value places, and NULLs
+		// are not counted.
 		if len(fc.Args) != 1 {
 			return spec, false, "counts distinct values of several shards"
 		}
 		o, ok := m.a.keyOrigin(fc.Args[0], m.t.sc)
-		if !ok || !m.isAnchorKey(&o) {
+		if !ok || o.ref == nil {
 			return spec, false, fmt.Sprintf("would count a value once per shard: %s(DISTINCT ...) merges only over a sharding key", name)
 		}
 	}
@@ -1449,6 +1531,9 @@ func (mg *Merge) Describe() []string {
 		}
 		if mg.Distinct {
 			out = append(out, "distinct:      a row equal to the one before is dropped")
+		}
+		if mg.DistinctOn > 0 {
+			out = append(out, fmt.Sprintf("distinct on:   a row equal to the one before on the first %d order-by keys is dropped", mg.DistinctOn))
 		}
 	}
 	if mg.Offset > 0 {

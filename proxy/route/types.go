@@ -222,9 +222,16 @@ type Merge struct {
 	// client column (SELECT DISTINCT without a sharding key: each shard
 	// sorts by every column).
 	Distinct bool
+	// DistinctOn (Rows, ordered) drops a row equal to the one before on
+	// the first DistinctOn OrderBy keys (DISTINCT ON expressions without a
+	// sharding key, which are the leading ORDER BY terms: each shard sends
+	// its first row of each group, the merge keeps the first of those).
+	DistinctOn int
 	// Limit / Offset apply after merging; -1 = none.
 	Limit, Offset int64
-	// WithTies (Rows, ordered): after Limit rows, the rows that tie with
+	// WithTies (Rows ordered, or Groups with an OrderBy: the groups that
+	// tie with the last one on every Groups.OrderBy term): after Limit
+	// rows, the rows that tie with
 	// the last one on every OrderBy key follow (FETCH ... WITH TIES; the
 	// shards send every row).
 	WithTies bool

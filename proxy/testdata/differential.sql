@@ -278,6 +278,17 @@ SELECT coalesce(sum(i4), 0) FROM vals
 SELECT string_agg(id, ',') FROM executions
 SELECT array_agg(version ORDER BY version) FROM executions
 SELECT bool_and(b), bool_or(b) FROM vals
+SELECT bool_and(b), bool_or(b), every(b), count(*) FROM vals WHERE g = 'a'
+SELECT g, bool_and(b), bool_or(b), every(i4 > 0) FROM vals GROUP BY g ORDER BY g COLLATE "C"
+SELECT bool_and(b), bool_or(b) FROM vals WHERE b IS NULL
+SELECT bool_and(b), bool_or(b) FROM vals WHERE false
+SELECT bool_or(version > $1), bool_and(version > $1) FROM executions ;; ["3"]
+SELECT g FROM vals GROUP BY g HAVING bool_or(b) = bool_and(b) ORDER BY 1
+SELECT bool_and(DISTINCT b), bool_or(DISTINCT b) FROM vals
+SELECT bool_and(b)::text FROM vals
+SELECT bool_and(b)::int FROM vals
+SELECT NOT bool_and(b) FROM vals
+@ties=1 SELECT bool_or(b) FROM vals GROUP BY g ORDER BY 1
 SELECT json_agg(id) FROM vals
 SELECT stddev(version) FROM executions
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY version) FROM executions
@@ -517,6 +528,34 @@ WITH c AS (SELECT execution_id, count(*) AS n FROM timers GROUP BY execution_id)
 SELECT d.id, d.n FROM (SELECT e.id, count(t.path) AS n FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY e.id) d WHERE d.n > 1 ORDER BY d.n, d.id
 SELECT execution_id, idx, row_number() OVER (PARTITION BY execution_id ORDER BY idx DESC) FROM trace ORDER BY execution_id, idx
 SELECT DISTINCT ON (execution_id) execution_id, path, fire_at FROM timers ORDER BY execution_id, fire_at DESC, path LIMIT 30
+SELECT DISTINCT ON (definition_id) definition_id, id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT ON (definition_id) definition_id, id, version FROM executions ORDER BY definition_id DESC NULLS LAST, version DESC, id LIMIT 3 OFFSET 1
+SELECT DISTINCT ON (path) path, execution_id, fire_at FROM timers ORDER BY path, fire_at DESC, execution_id
+SELECT DISTINCT ON (2, 1) version, definition_id, id FROM executions ORDER BY definition_id, version, id
+SELECT DISTINCT ON (g) g, i4, id FROM vals ORDER BY g NULLS FIRST, i4 DESC, id
+SELECT DISTINCT ON (b, g) b, g, id FROM vals ORDER BY g, b, id LIMIT $1 ;; ["4"]
+SELECT DISTINCT ON (version % 3) version % 3, id FROM executions WHERE version > $1 ORDER BY version % 3, id ;; ["2"]
+SELECT DISTINCT ON (lower(path)) lower(path), execution_id FROM timers ORDER BY lower(path), execution_id, path
+SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT ON (definition_id, version) definition_id, id FROM executions ORDER BY definition_id, id
+SELECT DISTINCT ON (definition_id) definition_id, id FROM executions
+SELECT count(DISTINCT t.execution_id), count(*) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
+SELECT e.definition_id, count(DISTINCT t.execution_id) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY e.definition_id ORDER BY 1 NULLS FIRST
+WITH c AS (SELECT x.execution_id AS c1, x.path FROM timers x) SELECT count(*), count(DISTINCT c.c1) FROM c
+SELECT count(DISTINCT d.k) FROM (SELECT execution_id AS k FROM trace WHERE idx > $1) d ;; ["1"]
+SELECT count(DISTINCT seq), sum(DISTINCT seq), avg(DISTINCT seq) FROM outbox
+SELECT count(DISTINCT s.parent_id), count(DISTINCT s.seq) FROM executions e FULL JOIN spawns s ON s.parent_id = e.id
+SELECT count(DISTINCT t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
+@unordered SELECT definition_id, count(*) FROM executions GROUP BY definition_id ORDER BY count(*) DESC FETCH FIRST 1 ROWS WITH TIES
+@unordered SELECT version, count(*) FROM executions GROUP BY version ORDER BY count(*) FETCH FIRST 2 ROWS WITH TIES
+@unordered SELECT version % 3, version, max(id) FROM executions GROUP BY version % 3, version ORDER BY 1 DESC FETCH FIRST 2 ROWS WITH TIES
+SELECT version % 3, version, max(id) FROM executions GROUP BY version % 3, version ORDER BY 3 OFFSET 2 FETCH FIRST 2 ROWS WITH TIES
+@unordered SELECT g, sum(i4) FROM vals GROUP BY g HAVING count(*) > 1 ORDER BY g NULLS FIRST FETCH FIRST 2 ROWS WITH TIES
+SELECT count(*), max(version) FROM executions ORDER BY count(*) FETCH FIRST 3 ROWS WITH TIES
+SELECT min(a.execution_id) FROM timers a WHERE a.fire_at < 1025 ORDER BY min(a.execution_id) DESC NULLS FIRST, min(a.execution_id) FETCH FIRST 3 ROWS WITH TIES
+SELECT count(*) FROM executions ORDER BY 1 FETCH FIRST 0 ROWS WITH TIES
+@unordered SELECT execution_id, count(*) FROM timers GROUP BY execution_id ORDER BY count(*) DESC FETCH FIRST 3 ROWS WITH TIES
+@unordered SELECT path, count(*) FROM timers GROUP BY path ORDER BY count(*) DESC, path FETCH FIRST 3 ROWS WITH TIES
 SELECT e.id, v.w FROM executions e JOIN (VALUES ('order', 1), ('payment', 2)) AS v(k, w) ON v.k = e.definition_id ORDER BY e.id LIMIT 10
 SELECT s.seq, e.id FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY s.seq
 SELECT o.seq, e.version FROM outbox o JOIN executions e ON e.id = o.target_id ORDER BY o.seq
