@@ -79,7 +79,8 @@ type Scenario struct {
 	// QuiesceTimeout bounds the heal-and-quiesce phase.
 	QuiesceTimeout Duration `yaml:"quiesce_timeout" json:"quiesce_timeout"`
 	// MinLanded is how many times each scheduled fault kind must land
-	// (counted from evidence) for the run not to be vacuous.
+	// (counted from evidence) for the run not to be vacuous; 0 makes a
+	// measurement run, in which landing is reported, not required.
 	MinLanded int `yaml:"min_landed" json:"min_landed"`
 	// MinCommits, when set, fails the run as vacuous below that many
 	// acknowledged commits.
