@@ -294,19 +294,32 @@ func (r *Relay) InFlight() int {
 // reset had a request in flight (sent, its ReadyForQuery not yet seen):
 // those are the resets a client must notice as a failed request.
 func (r *Relay) ResetInFlight() (reset, inFlight int) {
+	// The busy connections go first: a request can complete between a
+	// caller's InFlight and this reset, and the busy ones are the resets
+	// that matter, so their window is kept to one close each.
 	r.mu.Lock()
-	conns := make([]*relayConn, 0, len(r.conns))
+	busy := make([]*relayConn, 0, len(r.conns))
+	var idle []*relayConn
 	for c := range r.conns {
-		conns = append(conns, c)
+		if c.inFlight() {
+			busy = append(busy, c)
+		} else {
+			idle = append(idle, c)
+		}
 	}
 	r.mu.Unlock()
-	for _, c := range conns {
-		busy := c.inFlight()
+	for _, c := range busy {
+		wasBusy := c.inFlight()
 		if c.close(true) {
 			reset++
-			if busy {
+			if wasBusy {
 				inFlight++
 			}
+		}
+	}
+	for _, c := range idle {
+		if c.close(true) {
+			reset++
 		}
 	}
 	r.st.resets.Add(int64(reset))
@@ -562,7 +575,7 @@ type relayConn struct {
 	upFraming   atomic.Bool
 	downFraming atomic.Bool
 	reqs        atomic.Int64    // StartupMessage, Sync, Query and FunctionCall messages sent: each earns a ReadyForQuery
-	rfqs        atomic.Int64    // ReadyForQuery messages seen (the down pump's rfq, for other goroutines)
+	rfqs        atomic.Int64    // ReadyForQuery messages forwarded to the client (the down pump's rfq once written, for other goroutines)
 	sentNS      atomic.Int64    // unix ns when the commit whose reply is to drop was forwarded
 	oneByte     atomic.Int32    // one-byte answers (to SSLRequest, GSSENCRequest) the server owes
 	dropAt      atomic.Int64    // number of the ReadyForQuery whose reply is dropped; 0: none
@@ -577,7 +590,9 @@ type relayConn struct {
 }
 
 // inFlight reports whether the connection has a request (or a login) in
-// flight: sent, its ReadyForQuery not yet seen.
+// flight: sent, its ReadyForQuery not yet written to the client. A reset
+// while the ReadyForQuery is framed but not yet written still fails the
+// request, so it counts.
 func (c *relayConn) inFlight() bool { return c.reqs.Load() > c.rfqs.Load() }
 
 func (c *relayConn) isClosed() bool {
@@ -719,6 +734,7 @@ func (c *relayConn) pump(src, dst net.Conn, upward bool) {
 						r.st.bytesUp.Add(int64(len(out)))
 					} else {
 						r.st.bytesDown.Add(int64(len(out)))
+						c.rfqs.Store(c.rfq)
 					}
 				}
 			}
@@ -877,8 +893,7 @@ func (c *relayConn) scanDown(b []byte) (fwd int, act downAction) {
 				}
 			}
 		case 'Z':
-			c.rfq++
-			c.rfqs.Store(c.rfq)
+			c.rfq++ // rfqs follows once the chunk is written (pump)
 			if c.holding && c.rfq == c.dropAt.Load() {
 				status := byte(0)
 				if len(fr.Head) > 0 {
