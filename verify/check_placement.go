@@ -7,7 +7,7 @@ import (
 )
 
 // seqStride is the stride of outbox.seq and spawns.seq: on the shard with
-// ordinal k they are k+1 modulo seqStride (DESIGN.md §2).
+// ordinal k they are k+1 modulo seqStride (ARCHITECTURE.md §2).
 const seqStride = 1024
 
 // placement checks every row against the map: it sits on the shard whose

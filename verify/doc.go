@@ -1,7 +1,7 @@
 // Package verify is the independent checker of pgshard's chaos runs. It
 // reads only a run's history (HISTORY.md, format versions 1 and 2) and the final
 // contents of every shard, and decides whether the invariants of the
-// execution store (DESIGN.md §5) held, whether the faults really landed,
+// execution store (ARCHITECTURE.md §5) held, whether the faults really landed,
 // and explains every violation with the ops and rows involved.
 //
 // It shares no code with what it checks: it imports neither store,

@@ -16,7 +16,7 @@ import (
 	"testing"
 )
 
-// rule is one dependency rule of DESIGN.md §3: the packages under pkg (the
+// rule is one dependency rule of ARCHITECTURE.md §3: the packages under pkg (the
 // package and its subtree, paths relative to the module) may depend on the
 // module's packages under allow and on their own subtree, nothing else of
 // ours. except exempts subtrees of pkg that have a rule of their own.
@@ -27,7 +27,7 @@ type rule struct {
 	allow  []string
 }
 
-// rules encodes DESIGN.md §3 (see doc.go for the table).
+// rules encodes ARCHITECTURE.md §3 (see doc.go for the table).
 var rules = []rule{
 	{name: "shardmap imports nothing of ours", pkg: "shardmap"},
 	{name: "migrations build on shardmap only", pkg: "migrations", allow: []string{"shardmap"}},
@@ -76,7 +76,7 @@ type violation struct {
 }
 
 func (v violation) String() string {
-	return fmt.Sprintf("layering rule %q (DESIGN.md §3) is broken: %s depends on %s (%s)",
+	return fmt.Sprintf("layering rule %q (ARCHITECTURE.md §3) is broken: %s depends on %s (%s)",
 		v.rule, v.pkg, v.dep, strings.Join(v.chain, " → "))
 }
 
@@ -228,7 +228,7 @@ func loadGraph(t *testing.T) graph {
 	return g
 }
 
-// TestLayering checks the module's import graph against DESIGN.md §3.
+// TestLayering checks the module's import graph against ARCHITECTURE.md §3.
 func TestLayering(t *testing.T) {
 	g := loadGraph(t)
 	if _, ok := g["store"]; !ok {
