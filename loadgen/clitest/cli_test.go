@@ -195,8 +195,19 @@ func TestSweepAndInterrupt(t *testing.T) {
 	if err != nil || len(sw.Steps) != 3 || sw.USL == nil {
 		t.Fatalf("sweep.json: %v %+v", err, sw)
 	}
-	if sw.Knee >= 0 && (sw.Capacity == nil || sw.Capacity.ShardsNeeded < 1) {
-		t.Errorf("a knee but no capacity answer: %+v %s", sw.Capacity, sw.CapacityError)
+	// A knee gives a capacity answer: a shard count, or (on a machine so
+	// loaded that one shard sustains little) the verdict that none up to
+	// 1024 meets the target, and why. Which one depends on this machine's
+	// speed; that there is an answer does not.
+	if sw.Knee >= 0 {
+		switch c := sw.Capacity; {
+		case c == nil:
+			t.Errorf("a knee but no capacity answer: %s", sw.CapacityError)
+		case c.ShardsNeeded < 1 && !strings.Contains(c.Verdict, "no shard count up to"):
+			t.Errorf("no shard count and no verdict saying why: %+v", c)
+		case c.PerShardCapacity <= 0 || len(c.Plan) == 0:
+			t.Errorf("capacity answer without a per-shard capacity or a plan: %+v", c)
+		}
 	}
 	for _, s := range sw.Steps {
 		if _, err := os.Stat(filepath.Join(s.Dir, loadgen.ResultFile)); err != nil {
