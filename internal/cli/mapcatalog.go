@@ -58,6 +58,9 @@ Through PgBouncer in transaction mode is fine.`,
 	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file to push (default: the config's shard map)")
 	cmd.Flags().Int64Var(&expect, "expect-epoch", -1, "replace only this catalog epoch (0: only bootstrap an empty catalog; default: the epoch read just before)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if expect < -1 {
+			return usagef("--expect-epoch: %d is not an epoch (0 or more; -1, the default, reads the catalog's)", expect)
+		}
 		cfg, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: catalogBind, RequireMap: mapFile == ""})
 		if err != nil {
 			return err

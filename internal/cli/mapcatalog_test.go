@@ -56,9 +56,26 @@ func TestMapCatalogPushShow(t *testing.T) {
 		t.Errorf("push without a catalog: exit %d, %q", r.code, r.stderr)
 	}
 
-	// Bootstrap from a map file: installs, then pushes.
+	r = run(t, "", "map", "push", "--catalog", dsn, "--map", testMap, "--expect-epoch", "-2")
+	if r.code != 2 || !strings.Contains(r.stderr, "--expect-epoch: -2 is not an epoch") {
+		t.Errorf("push --expect-epoch -2: exit %d, %q", r.code, r.stderr)
+	}
+
+	// A push expecting the wrong epoch installs the catalog, then loses
+	// the compare-and-swap and writes nothing: the catalog is empty.
+	r = run(t, "", "map", "push", "--catalog", dsn, "--map", testMap, "--expect-epoch", "3")
+	if r.code != 1 || !strings.Contains(r.stdout, "installed catalog schema 0001_catalog") ||
+		!strings.Contains(r.stderr, "the catalog is at epoch 0, not 3 as this push of epoch 7 expected") {
+		t.Errorf("push expecting epoch 3 of an empty catalog: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, "", "map", "show", "--catalog", dsn)
+	if r.code != 1 || !strings.Contains(r.stderr, "holds no shard map yet (epoch 0)") {
+		t.Errorf("show of an empty catalog: exit %d, %q", r.code, r.stderr)
+	}
+
+	// Bootstrap from a map file.
 	r = mustRun(t, "", "map", "push", "--catalog", dsn, "--map", testMap)
-	for _, want := range []string{"installed catalog schema 0001_catalog", "pushed map epoch 7", "bootstrapping an empty catalog", "from " + testMap} {
+	for _, want := range []string{"pushed map epoch 7", "bootstrapping an empty catalog", "from " + testMap} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("push output lacks %q:\n%s", want, r.stdout)
 		}
