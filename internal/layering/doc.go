@@ -12,6 +12,7 @@
 //
 //	shardmap         nothing of ours
 //	migrations       shardmap
+//	catalog          shardmap                 (the map in Postgres; router and proxy may later import it)
 //	store            shardmap                 (knows nothing of router, proxy, loadgen)
 //	router           store, shardmap, migrations
 //	cluster          shardmap                 (no core logic)

@@ -31,6 +31,7 @@ type rule struct {
 var rules = []rule{
 	{name: "shardmap imports nothing of ours", pkg: "shardmap"},
 	{name: "migrations build on shardmap only", pkg: "migrations", allow: []string{"shardmap"}},
+	{name: "catalog builds on shardmap only (the map's store in Postgres; router and proxy may import it, not the reverse)", pkg: "catalog", allow: []string{"shardmap"}},
 	{name: "store knows nothing of router, proxy, loadgen (store builds on shardmap only)", pkg: "store", allow: []string{"shardmap"}},
 	{name: "router depends only on what is below it (store, shardmap, migrations)", pkg: "router", allow: []string{"store", "shardmap", "migrations"}},
 	{name: "cluster knows no core logic (shardmap only)", pkg: "cluster", except: []string{"cluster/clustertest"}, allow: []string{"shardmap"}},
@@ -273,6 +274,8 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"cluster imports store", "cluster", "store", "cluster knows no core logic", "cluster → store"},
 		{"router imports internal/cli", "router", "internal/cli", "only cmd/pgshard uses internal/cli", "router → internal/cli"},
 		{"migrations import the cluster", "migrations", "cluster", "migrations build on shardmap only", "migrations → cluster"},
+		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
+		{"catalog imports the router", "catalog", "router", "catalog builds on shardmap only", "catalog → router"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
