@@ -112,6 +112,9 @@ func (r *runner) result(ctx context.Context) *Result {
 	}
 	res.Quiesce = r.quiesce
 	res.SelfCheck = r.checks.summary()
+	if res.Ops > 0 {
+		res.SelfCheck.GenCPUPerOpUS = res.SelfCheck.GenCPUSeconds * 1e6 / float64(res.Ops)
+	}
 	res.SelfCheck.Warnings = warnings(res.SelfCheck, res.OpenLoop)
 	if lag := res.Kinds[KindOutboxLag.String()]; o.Relays && (res.Relays.OutboxBacklog > relayBatch || (lag != nil && lag.P99 > 1000)) {
 		lagText := "none of this run's emits was delivered"

@@ -95,7 +95,8 @@ type Options struct {
 	// RelayWorkers is how many deliveries (and timer fires) each relay
 	// runs at once, like a pool of production relay workers.
 	RelayWorkers int `json:"relay_workers"`
-	// RelayInterval is the relays' pause when they find nothing to do.
+	// RelayInterval is the relays' pause after a poll that did not fill a
+	// batch (nothing, or all there was, to do).
 	RelayInterval time.Duration `json:"relay_interval"`
 	// OpTimeout bounds every call to the target (setup included), so a
 	// hung target fails calls as timeouts instead of hanging the run

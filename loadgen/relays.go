@@ -53,7 +53,6 @@ func (r *runner) relayOp(kind OpKind, src string, ids *opIDs, id string) *Op {
 func (r *runner) outboxRelay(ctx context.Context) {
 	rec := r.relayRec
 	for !r.relaysStopped() && ctx.Err() == nil {
-		busy := false
 		op := r.relayOp(OpReadOutbox, "relay", r.relayIDs, "")
 		rows, err := r.t.PendingOutbox(ctx, relayBatch)
 		if op != nil && (err != nil || len(rows) > 0) {
@@ -63,7 +62,11 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		busy = len(rows) > 0
+		// Busy: a full batch, so more rows may be waiting. After a
+		// partial one the relay pauses like an idle one: what it read was
+		// all there was, and polling again at once would cost a round
+		// trip per few rows.
+		busy := len(rows) >= relayBatch
 		r.parallel(len(rows), func(i int) { r.deliver(ctx, rec, rows[i]) })
 		op = r.relayOp(OpReadSpawns, "relay", r.relayIDs, "")
 		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
@@ -74,7 +77,7 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		busy = busy || len(spawns) > 0
+		busy = busy || len(spawns) >= relayBatch
 		r.parallel(len(spawns), func(i int) {
 			sp := spawns[i]
 			op := r.relayOp(OpAckSpawn, "relay", r.relayIDs, sp.ParentID)
@@ -255,7 +258,7 @@ func (r *runner) timerSweeper(ctx context.Context) {
 			r.relayError(ctx, err)
 		}
 		r.parallel(len(due), func(i int) { r.fire(ctx, rec, due[i]) })
-		if len(due) == 0 && !r.pause(ctx, r.o.RelayInterval) {
+		if len(due) < relayBatch && !r.pause(ctx, r.o.RelayInterval) { // a partial batch was all that was due
 			return
 		}
 	}

@@ -151,8 +151,8 @@ func WriteText(w io.Writer, r *Result) error {
 			ol.Rate, ol.Intended, ol.Started, ol.LateThresholdMs, ol.Late, ol.Dropped, ol.LagP50, ol.LagP99, ol.LagMax)
 	}
 	sc := r.SelfCheck
-	fmt.Fprintf(&b, "self-check  generator CPU %.0f%% of %d CPUs, machine CPU %.0f%%, load1 max %.2f, Go scheduler latency p99 %.2fms max %.2fms\n",
-		100*sc.GenCPU, sc.CPUs, 100*sc.HostCPU, sc.Load1Max, sc.SchedP99, sc.SchedMax)
+	fmt.Fprintf(&b, "self-check  generator CPU %.0f%% of %d CPUs (%.1f µs per operation), machine CPU %.0f%%, load1 max %.2f, Go scheduler latency p99 %.2fms max %.2fms\n",
+		100*sc.GenCPU, sc.CPUs, sc.GenCPUPerOpUS, 100*sc.HostCPU, sc.Load1Max, sc.SchedP99, sc.SchedMax)
 	for _, wn := range sc.Warnings {
 		fmt.Fprintf(&b, "WARNING     %s\n", wn)
 	}

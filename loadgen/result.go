@@ -210,6 +210,12 @@ type SelfCheck struct {
 	CPUs int `json:"cpus"`
 	// GenCPU is the generator process's mean share of all CPUs (0..1).
 	GenCPU float64 `json:"gen_cpu"`
+	// GenCPUSeconds is the generator process's CPU time (user + system,
+	// relays and recording included) over the measured period.
+	GenCPUSeconds float64 `json:"gen_cpu_seconds"`
+	// GenCPUPerOpUS is GenCPUSeconds per measured worker operation, in µs
+	// (0 when no operation was measured).
+	GenCPUPerOpUS float64 `json:"gen_cpu_us_per_op"`
 	// HostCPU is the machine's mean CPU busy share (0..1).
 	HostCPU float64 `json:"host_cpu"`
 	// Load1Max is the highest 1-minute load average seen.

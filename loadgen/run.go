@@ -449,8 +449,18 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 	o := r.o
 	jobs := make(chan job, o.MaxOutstanding)
 	slots := make(chan struct{}, o.MaxOutstanding)
-	for i := 0; i < o.MaxOutstanding; i++ {
-		w := r.newWorker(i)
+	// Executors start on demand, so that there are always at least as many
+	// as operations in flight (queued or running: the slots taken) and no
+	// queued operation waits for one; at most MaxOutstanding. A few
+	// executors then serve a low rate (cheaper to schedule, and their
+	// stacks stay grown) while a slow system still gets one executor per
+	// operation in flight. Only the dispatcher starts them.
+	executors := 0
+	spawn := func() {
+		w := r.newWorker(executors)
+		executors++
+		pcg := rand.NewPCG(0, 0)
+		rng := rand.New(pcg)
 		g.Go(func() error {
 			for j := range jobs {
 				startAt := time.Now()
@@ -461,7 +471,9 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 						w.rec.count(true, "late", 1)
 					}
 				}
-				rng := rand.New(rand.NewPCG(o.Workload.Seed, uint64(j.i)|1<<63))
+				// Operation i's choices depend on i only, whichever
+				// executor runs it.
+				pcg.Seed(o.Workload.Seed, uint64(j.i)|1<<63)
 				r.doOp(ctx, w, rng, j.intended, j.measured)
 				<-slots
 			}
@@ -506,6 +518,11 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 			}
 			select {
 			case slots <- struct{}{}:
+				// Slots are only released concurrently, so this holds
+				// when the job is sent too.
+				for executors < len(slots) {
+					spawn()
+				}
 				jobs <- job{i: i, intended: intended, measured: m}
 			default:
 				if m {
