@@ -67,8 +67,9 @@ type runner struct {
 	relays       relayCounters
 	backlogStart int
 
-	windows []Window
-	checks  *selfChecker
+	windows     []Window
+	windowHists []string // the windows' op histograms, encoded
+	checks      *selfChecker
 }
 
 type relayCounters struct {
@@ -116,14 +117,17 @@ func Run(ctx context.Context, t Target, loc Locator, o Options) (*Result, error)
 	t = withTimeout(t, o.OpTimeout)
 	r := &runner{t: t, loc: loc, o: o, shards: len(loc.Shards()), stopCh: make(chan struct{}), relayStop: make(chan struct{})}
 	var err error
-	if r.keys, err = newChooser(o.Workload.Keys, o.Workload.Executions); err != nil {
+	r.ids = partIDs(ExecutionIDs(o.Workload.Seed, o.Workload.Executions), o.Part)
+	if r.keys, err = newChooser(o.Workload.Keys, len(r.ids)); err != nil {
 		return nil, err
 	}
-	r.ids = ExecutionIDs(o.Workload.Seed, o.Workload.Executions)
 	r.payload = strings.Repeat("x", o.Workload.PayloadBytes)
 	r.runID = o.RunID
 	if r.runID == "" {
 		r.runID = "lg" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		if !o.Part.Whole() { // parts started at the same instant on two machines stay distinct
+			r.runID += "p" + strconv.Itoa(o.Part.Index)
+		}
 	}
 	r.setupIDs, r.relayIDs, r.sweepIDs = newOpIDs(r.runID, "setup"), newOpIDs(r.runID, "relay"), newOpIDs(r.runID, "sweeper")
 	var setup time.Duration
@@ -157,7 +161,7 @@ func Setup(ctx context.Context, t Target, w Workload, parallel int) error {
 // each load and create when the run has an Observer.
 func (r *runner) setup(ctx context.Context, parallel int) error {
 	w := r.o.Workload
-	ids := ExecutionIDs(w.Seed, w.Executions)
+	ids := partIDs(ExecutionIDs(w.Seed, w.Executions), r.o.Part)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(parallel, 1))
 	for _, id := range ids {
@@ -485,8 +489,14 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 		timer := time.NewTimer(time.Hour)
 		defer timer.Stop()
 		t0 := r.start
+		// A part's arrivals are offset by its index in the whole run's
+		// schedule (Index/Count of an interval).
+		offset := 0.0
+		if !o.Part.Whole() {
+			offset = float64(o.Part.Index) / float64(o.Part.Count)
+		}
 		for i := int64(0); ; i++ {
-			intended := t0.Add(time.Duration(float64(i) * 1e9 / o.Rate))
+			intended := t0.Add(time.Duration((float64(i) + offset) * 1e9 / o.Rate))
 			if !intended.Before(r.measureEnd) {
 				r.stop()
 				return nil
