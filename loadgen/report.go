@@ -84,8 +84,15 @@ func (r *Result) Describe() string {
 	} else {
 		load = fmt.Sprintf("closed loop, %d workers", o.Concurrency)
 	}
-	return fmt.Sprintf("target %s, %s, %s, %d executions, keys %s, seed %d",
+	d := fmt.Sprintf("target %s, %s, %s, %d executions, keys %s, seed %d",
 		orDash(r.Target), load, plural(len(r.Shards), "shard"), o.Workload.Executions, o.Workload.Keys, o.Workload.Seed)
+	switch {
+	case !o.Part.Whole():
+		d += fmt.Sprintf("; part %s (executions i with i mod %d = %d)", o.Part, o.Part.Count, o.Part.Index)
+	case len(r.Parts) > 0:
+		d += fmt.Sprintf("; merged from %s", plural(len(r.Parts), "part"))
+	}
+	return d
 }
 
 func plural(n int, noun string) string {
