@@ -14,10 +14,13 @@ import (
 // creates only its slice, its workers pick keys (with the workload's
 // distribution over the slice) and emit only to it, and its open-loop
 // schedule is offset by Index arrivals, so that Count parts started
-// together interleave like one run. The relays of every part run: they
-// share the outbox and the timers, and a row or timer another part
-// delivered first is a deduplicated delivery, as with several production
-// relays. MergeResults puts the parts' results back together.
+// together interleave like one run. Each part's relays deliver the outbox
+// rows, ack the spawn intents and fire the timers of its own executions
+// (its emits and timers concern only them), so the parts share the relay
+// work without doing it twice; a row or timer left more than partGrace
+// (2 s) past its time — its part stopped — is taken by any part, and
+// deduplicated as with several production relays. MergeResults puts the
+// parts' results back together.
 //
 // The zero Part (Count 0) is a whole run.
 type Part struct {

@@ -27,6 +27,7 @@ type runner struct {
 	loc  Locator
 	o    Options
 	ids  []string
+	own  map[string]struct{} // a part's executions (nil: a whole run drives every one)
 	keys *chooser
 
 	runID   string // prefixes op ids and event ids: unique across runs
@@ -118,6 +119,12 @@ func Run(ctx context.Context, t Target, loc Locator, o Options) (*Result, error)
 	r := &runner{t: t, loc: loc, o: o, shards: len(loc.Shards()), stopCh: make(chan struct{}), relayStop: make(chan struct{})}
 	var err error
 	r.ids = partIDs(ExecutionIDs(o.Workload.Seed, o.Workload.Executions), o.Part)
+	if !o.Part.Whole() {
+		r.own = make(map[string]struct{}, len(r.ids))
+		for _, id := range r.ids {
+			r.own[id] = struct{}{}
+		}
+	}
 	if r.keys, err = newChooser(o.Workload.Keys, len(r.ids)); err != nil {
 		return nil, err
 	}
