@@ -299,8 +299,10 @@ func TestPartsMergeLikeOneRun(t *testing.T) {
 	if shardOps != m.Kinds["op"].Count || len(m.PerShard) != len(whole.PerShard) || len(m.Windows) == 0 {
 		t.Errorf("merged shard table %+v (%d ops), %d windows", m.PerShard, shardOps, len(m.Windows))
 	}
-	if m.ErrorCount() != 0 || whole.ErrorCount() != 0 {
-		t.Errorf("errors: merged %v %v, whole %v", m.Errors, m.ErrorSamples, whole.Errors)
+	// Errors are summed too (a loaded machine may time some out: not
+	// asserted away).
+	if m.ErrorCount() != p0.ErrorCount()+p1.ErrorCount() {
+		t.Errorf("errors: merged %v, parts %v + %v", m.Errors, p0.Errors, p1.Errors)
 	}
 	for k, ks := range m.Kinds {
 		var n int64
@@ -314,6 +316,6 @@ func TestPartsMergeLikeOneRun(t *testing.T) {
 		}
 	}
 	wo, mo := whole.Kinds["op"], m.Kinds["op"]
-	t.Logf("op p50/p90/p99: whole run %.2f/%.2f/%.2f ms (%d ops), 2 parts merged %.2f/%.2f/%.2f ms (%d ops)",
-		wo.P50, wo.P90, wo.P99, whole.Ops, mo.P50, mo.P90, mo.P99, m.Ops)
+	t.Logf("op p50/p90/p99: whole run %.2f/%.2f/%.2f ms (%d ops, errors %v), 2 parts merged %.2f/%.2f/%.2f ms (%d ops, errors %v)",
+		wo.P50, wo.P90, wo.P99, whole.Ops, whole.Errors, mo.P50, mo.P90, mo.P99, m.Ops, m.Errors)
 }
