@@ -195,7 +195,9 @@ func TestSweepAndInterrupt(t *testing.T) {
 	if err != nil || len(sw.Steps) != 3 || sw.USL == nil {
 		t.Fatalf("sweep.json: %v %+v", err, sw)
 	}
-	if sw.Knee >= 0 && (sw.Capacity == nil || sw.Capacity.ShardsNeeded < 1) {
+	// A knee gives a capacity answer: a shard count, or — on a machine so
+	// loaded that the knee is tiny — the verdict that none meets the rate.
+	if sw.Knee >= 0 && (sw.Capacity == nil || sw.Capacity.ShardsNeeded < 1 && !strings.HasPrefix(sw.Capacity.Verdict, "no shard count")) {
 		t.Errorf("a knee but no capacity answer: %+v %s", sw.Capacity, sw.CapacityError)
 	}
 	for _, s := range sw.Steps {
