@@ -2,6 +2,7 @@ package loadgen_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -332,4 +333,71 @@ func TestTwoPartsAgainstOneRun(t *testing.T) {
 	}
 	t.Logf("op p50/p99/p99.9: whole %.2f/%.2f/%.2f ms, 2 parts merged %.2f/%.2f/%.2f ms (ops %d vs %d)",
 		whole.Kinds["op"].P50, whole.Kinds["op"].P99, whole.Kinds["op"].P999, m.Kinds["op"].P50, m.Kinds["op"].P99, m.Kinds["op"].P999, whole.Ops, m.Ops)
+}
+
+// A part's relays leave the outbox rows and timers of another part's
+// executions to that part, unless they are long overdue (that part may
+// have stopped): part 1/2 does not deliver part 0/2's fresh row, and takes
+// over an hour-old row and an hour-old timer of executions not its own.
+func TestPartRelaysTakeTheirOwnRows(t *testing.T) {
+	ctx := context.Background()
+	f := loadgentest.New(loadgentest.Options{})
+	o := quick()
+	other := loadgen.ExecutionIDs(o.Workload.Seed, o.Workload.Executions)[0] // index 0: part 0/2's
+	now := time.Now()
+	event := func(id string, emitted time.Time) string {
+		return fmt.Sprintf(`{"id":%q,"op":"x","emitted_ns":%d}`, id, emitted.UnixNano())
+	}
+	for _, c := range []*loadgen.Commit{
+		{Exe: loadgen.Execution{ID: other, DefinitionID: "loadgen", State: loadgen.State{Active: "idle"}}},
+		{Exe: loadgen.Execution{ID: "src", DefinitionID: "loadgen", State: loadgen.State{Active: "idle"}},
+			Emits: []loadgen.Emit{
+				{ID: "fresh", TargetID: other, Event: event("fresh", now.Add(time.Hour))},
+				{ID: "stale", TargetID: other, Event: event("stale", now.Add(-time.Hour))},
+			},
+			Timers: []loadgen.TimerOp{{Path: "stale", FireAt: float64(now.Add(-time.Hour).UnixNano()) / 1e9}}},
+	} {
+		if err := f.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stale timer is armed on "src", an execution of no part.
+	o, err := o.ForPart(loadgen.Part{Index: 1, Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := func() bool {
+		rows, _ := f.PendingOutbox(ctx, 0)
+		due, _ := f.DueTimers(ctx, float64(time.Now().Unix()), 0)
+		for _, r := range rows {
+			if strings.Contains(r.Event, `"stale"`) {
+				return false
+			}
+		}
+		for _, tm := range due {
+			if tm.ExecutionID == "src" {
+				return false
+			}
+		}
+		return true
+	}
+	o.Until, o.MaxDuration = delivered, 10*time.Second
+	run(t, f, o)
+	if !delivered() {
+		t.Errorf("part 1/2 left the hour-old row or timer of executions not its own")
+	}
+	rows, err := f.PendingOutbox(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh bool
+	for _, r := range rows {
+		fresh = fresh || strings.Contains(r.Event, `"fresh"`)
+	}
+	if !fresh {
+		t.Errorf("part 1/2 delivered a fresh row of part 0/2's execution")
+	}
+	if v := f.Version(other); v != 2 {
+		t.Errorf("part 0/2's execution is at version %d: want 2 (created, then the stale row's delivery only)", v)
+	}
 }
