@@ -22,7 +22,7 @@ import (
 // no goroutine outlived them.
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
-func openStore(t *testing.T, dsn string, maxConns int) *storetarget.Target {
+func openStore(t testing.TB, dsn string, maxConns int) *storetarget.Target {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
