@@ -158,7 +158,9 @@ func TestProxyTarget(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "proxy")
 	dsn := "postgres://postgres@" + addr + "/pgshard?sslmode=disable"
-	code, text := pgshard(ctx, nil, "loadgen", "run", "--config", cfg, "--target", "proxy", "--dsn", dsn, "--duration", "2s",
+	// 400 operations (every shard gets some: 300 executions spread over 4
+	// shards), however long a loaded machine takes, up to a minute.
+	code, text := pgshard(ctx, nil, "loadgen", "run", "--config", cfg, "--target", "proxy", "--dsn", dsn, "--duration", "60s", "--ops", "400",
 		"--warmup", "300ms", "--executions", "300", "--concurrency", "4", "--quiet", "--out", out,
 		"--fail-if", "errors>0", "--fail-if", "dedupe_miss>0")
 	if code != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/loadgen/loadgentest"
 	"github.com/pgshard/pgshard/loadgen/storetarget"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/router"
@@ -99,9 +99,7 @@ func TestRunAgainstOneRealDatabase(t *testing.T) {
 			// Every kind must be measured: on a loaded machine 2 s may see
 			// no redelivery or timer fire yet, so the run goes on (up to a
 			// minute) until it saw each.
-			seen := &kindsSeen{}
-			o.Observer, o.Until, o.MaxDuration = seen, seen.all, time.Minute
-			o.OnStart = func(start time.Time) { seen.measureFrom(start.Add(o.Warmup)) }
+			loadgentest.AttachEveryKind(&o, time.Minute)
 			res, err := loadgen.Run(context.Background(), tg, loadgen.SingleShard("shard0"), o)
 			if err != nil {
 				t.Fatal(err)
@@ -128,42 +126,6 @@ func TestRunAgainstOneRealDatabase(t *testing.T) {
 			t.Logf("%s: %.0f ops/s, commit p50 %.2fms p99 %.2fms", mode, res.Throughput, res.Kinds["commit"].P50, res.Kinds["commit"].P99)
 		})
 	}
-}
-
-// kindsSeen observes a run and reports (all) once each operation kind the
-// test asserts on completed without error in the measured period: a
-// worker commit, a redelivered event's commit, an outbox delivery's
-// commit, a timer fire's commit.
-type kindsSeen struct {
-	from                                     atomic.Int64 // unix ns: the measured period's start; 0 before the run starts
-	worker, redeliver, outbox, timer, others atomic.Int64
-}
-
-func (k *kindsSeen) measureFrom(t time.Time) { k.from.Store(t.UnixNano()) }
-
-func (k *kindsSeen) Observe(op *loadgen.Op) {
-	from := k.from.Load()
-	if from == 0 || op.Err != nil || op.Kind != loadgen.OpCommit || op.Invoke.UnixNano() < from {
-		return
-	}
-	switch op.Cause {
-	case loadgen.CauseWorker:
-		k.worker.Add(1)
-	case loadgen.CauseRedeliver:
-		k.redeliver.Add(1)
-	case loadgen.CauseOutbox:
-		k.outbox.Add(1)
-	case loadgen.CauseTimer:
-		k.timer.Add(1)
-	default:
-		k.others.Add(1)
-	}
-}
-
-// all: enough worker commits for both fast and complex ones (a complex
-// commit is one worker step in a few), and at least one of each other kind.
-func (k *kindsSeen) all() bool {
-	return k.worker.Load() >= 50 && k.redeliver.Load() > 0 && k.outbox.Load() > 0 && k.timer.Load() > 0
 }
 
 const slowTrigger = `CREATE OR REPLACE FUNCTION loadgen_test_slow() RETURNS trigger LANGUAGE plpgsql AS $$
