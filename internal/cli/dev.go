@@ -114,6 +114,12 @@ needs it. Once set, later runs keep it.`,
 		if err == nil && catalogDSN != "" {
 			catalogNote, err = ensureDevCatalog(ctx, c, catalogDSN, m)
 		}
+		if err == nil && reused && !withTLS && catalogDSN != prevCatalog {
+			// Rewritten for the catalog only: keep the proxy's TLS section.
+			if prev, perr := config.Load(config.Options{Path: devConfigPath(*dir), Environ: []string{}}); perr == nil {
+				tlsFiles, err = devTLSFiles(*dir, prev)
+			}
+		}
 		if err == nil && (!reused || withTLS || catalogDSN != prevCatalog) {
 			err = writeDevConfig(*dir, m, pgbouncer, c.Spec.User, tlsFiles, catalogDSN)
 		}
@@ -189,12 +195,12 @@ func devMap(c *cluster.Cluster, dir string, buckets int) (*shardmap.Map, bool, e
 // the cluster's, unchanged, and the cluster has more: shards that dev
 // add-shard started but did not register yet (interrupted), which the map
 // must not get by a re-split.
-func coversShards(cfgMap, cluster *shardmap.Map) bool {
-	if cfgMap.Buckets != cluster.Buckets || len(cfgMap.Shards) >= len(cluster.Shards) {
+func coversShards(cfgMap, running *shardmap.Map) bool {
+	if cfgMap.Buckets != running.Buckets || len(cfgMap.Shards) >= len(running.Shards) {
 		return false
 	}
 	for _, s := range cfgMap.Shards {
-		c, err := cluster.ShardByName(s.Name)
+		c, err := running.ShardByName(s.Name)
 		if err != nil {
 			return false
 		}

@@ -170,6 +170,16 @@ func devAddShard(cmd *cobra.Command, dir, name string) error {
 	inCluster := func(n string) bool {
 		return slices.ContainsFunc(lc.Shards, func(s cluster.Shard) bool { return s.Name == n })
 	}
+	if name == "" && cfg.Map.Epoch < cur.Epoch {
+		// An add-shard interrupted after registering a shard, before it
+		// wrote the config: finish that one rather than add another.
+		for _, sh := range cur.Shards {
+			if _, err := cfg.Map.ShardByName(sh.Name); err != nil && inCluster(sh.Name) {
+				name = sh.Name
+				break
+			}
+		}
+	}
 	if name == "" {
 		// A shard an interrupted add-shard started but did not register.
 		for _, s := range lc.Shards {

@@ -66,6 +66,10 @@ func TestDevAddShard(t *testing.T) {
 		t.Fatalf("catalog after dev up --catalog: epoch %d, %d shards", m.Epoch, len(m.Shards))
 	}
 
+	before, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r = mustRun(t, "", "dev", "add-shard", "--dir", dir)
 	if !strings.Contains(r.stdout, "added shard2 (ordinal 2)") || !strings.Contains(r.stdout, "at epoch 2") || !strings.Contains(r.stdout, "none (empty)") {
 		t.Errorf("dev add-shard:\n%s", r.stdout)
@@ -90,6 +94,18 @@ func TestDevAddShard(t *testing.T) {
 	}
 	if cfg2.Map.Epoch != 2 || len(cfg2.Map.Shards) != 3 || cfg2.Map.Shards[2] != s2 || cfg2.Catalog.DSN != dsn {
 		t.Errorf("config after add-shard: epoch %d, shards %+v, catalog %q", cfg2.Map.Epoch, cfg2.Map.Shards, cfg2.Catalog.DSN)
+	}
+	// As if an add-shard had stopped after registering the shard, before
+	// writing the config: running it again writes the catalog's map.
+	if err := os.WriteFile(cfgPath, before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, "", "dev", "add-shard", "--dir", dir)
+	if !strings.Contains(r.stdout, "shard2 was already added and registered (catalog epoch 2)") {
+		t.Errorf("add-shard with the config behind the catalog:\n%s", r.stdout)
+	}
+	if cfg3, err := config.Load(config.Options{Path: cfgPath, Environ: []string{}, RequireMap: true}); err != nil || cfg3.Map.Epoch != 2 || len(cfg3.Map.Shards) != 3 {
+		t.Errorf("config after catching up: %v %+v", err, cfg3)
 	}
 	st := status(t, dir)
 	if len(st.Shards) != 3 || !st.Shards[2].Ready || !st.Shards[2].PoolerOK || len(st.Shards[2].Ranges) != 0 {
