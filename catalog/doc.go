@@ -29,7 +29,9 @@
 // never updated: any change, a range's state included, is a new epoch.
 // Each range has a state — owned, frozen, incoming or moved — and the map
 // a reader gets holds the owning ones (owned and frozen); Push writes
-// every range owned, the other states are for the mover.
+// every range owned, the other states are for the mover. A shard that
+// owns no range in a generation (just added, or drained) loads marked
+// shardmap.Shard.Empty; the mark is not stored, it follows from the ranges.
 //
 // Leases are rows, never session-level advisory locks: a lease is live
 // while expires_at > now() on the catalog server, whose clock alone

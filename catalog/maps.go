@@ -271,10 +271,17 @@ func loadGeneration(ctx context.Context, q querier, epochExpr string, args ...an
 	if err := json.Unmarshal(rngsJ, &g.Ranges); err != nil {
 		return nil, fmt.Errorf("decode the ranges of generation %d: %w", epoch, err)
 	}
+	owns := make(map[string]bool, len(m.Shards))
 	for _, r := range g.Ranges {
 		if owning(r.State) {
 			m.Ranges = append(m.Ranges, r.Range)
+			owns[r.Shard] = true
 		}
+	}
+	// A shard that owns no range (just added, or drained) is Empty: the
+	// mark is not stored, it follows from the ranges.
+	for i := range m.Shards {
+		m.Shards[i].Empty = !owns[m.Shards[i].Name]
 	}
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("generation %d: %w", epoch, err)

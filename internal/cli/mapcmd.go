@@ -89,6 +89,9 @@ func writeShardTable(w io.Writer, m *shardmap.Map) error {
 		for _, r := range m.RangesOf(s.Name) {
 			rs = append(rs, r.String())
 		}
+		if len(rs) == 0 {
+			rs = []string{"none (empty)"}
+		}
 		pooler := s.PoolerDSN
 		if pooler == "" {
 			pooler = "-"
