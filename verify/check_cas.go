@@ -13,7 +13,7 @@ import (
 func (ck *checker) cas(bad []badClaim) {
 	w := ck.w
 	for _, bc := range bad {
-		o := w.byID[bc.id]
+		o := w.opByID(bc.id)
 		var why string
 		switch {
 		case o == nil:

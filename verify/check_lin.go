@@ -285,7 +285,7 @@ func linRefs(w *world, ops []porcupine.Operation, info porcupine.LinearizationIn
 	add := func(i int, note string) {
 		o := ops[i]
 		id, _ := o.Metadata.(string)
-		op := w.byID[id]
+		op := w.opByID(id)
 		if op == nil {
 			return
 		}

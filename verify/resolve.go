@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -169,18 +170,43 @@ func (w *world) resolve() (bad []badClaim) {
 			}
 		}
 	}
+	// Each round does what the rounds of the plain fixpoint do, in the
+	// same order, but only over what can still change: slots are rebuilt
+	// for the executions that gained a present commit (only those change),
+	// step 3 looks at the unresolved info commits, step 4 at the tokens
+	// that are neither explained nor without candidates (a status never
+	// returns to unresolved, so such a token cannot fire again), step 5
+	// at the executions with unresolved commits. A 1,000,000-op history
+	// takes hundreds of rounds; each used to walk every commit and token.
+	dirty := map[*exe]bool{}
+	setPresent := func(c *cop, why string) {
+		c.st, c.why = present, why
+		dirty[w.exes[c.Exe]] = true
+	}
 	for _, c := range infos {
 		if len(c.claims) > 0 {
-			c.st, c.why = present, "named by "+c.claims[0].what
+			setPresent(c, "named by "+c.claims[0].what)
 		}
 	}
-	for changed := true; changed; {
+	w.buildSlots()
+	clear(dirty)
+	todo := slices.Clone(infos)
+	var pending []*exe // executions with unresolved commits, in exeOrder
+	for _, id := range w.exeOrder {
+		if e := w.exes[id]; slices.ContainsFunc(e.commits, func(c *cop) bool { return c.st == unresolved }) {
+			pending = append(pending, e)
+		}
+	}
+	for changed, first := true, true; changed; first = false {
 		changed = false
-		w.buildSlots()
-		for _, c := range infos {
-			if c.st != unresolved {
-				continue
+		if !first {
+			for e := range dirty {
+				e.buildSlots()
 			}
+			clear(dirty)
+		}
+		todo = slices.DeleteFunc(todo, func(c *cop) bool { return c.st != unresolved })
+		for _, c := range todo {
 			e := w.exes[c.Exe]
 			if v := c.slot(); len(e.slots[v]) > 0 {
 				c.st, c.why = absent, fmt.Sprintf("version %d is held by %s", v, e.slots[v][0].ID)
@@ -193,6 +219,7 @@ func (w *world) resolve() (bad []badClaim) {
 		if changed {
 			continue
 		}
+		live := tokens[:0]
 		for _, t := range tokens {
 			var open []*cop
 			explained := false
@@ -205,30 +232,43 @@ func (w *world) resolve() (bad []badClaim) {
 				}
 			}
 			if !explained && len(open) == 1 {
-				open[0].st, open[0].why = present, "sole possible author of "+t.what
+				setPresent(open[0], "sole possible author of "+t.what)
 				changed = true
+				continue
+			}
+			if !explained && len(open) > 1 {
+				live = append(live, t)
 			}
 		}
+		clear(tokens[len(live):])
+		tokens = live
 		if changed {
 			continue
 		}
-		for _, id := range w.exeOrder {
-			e := w.exes[id]
+		still := pending[:0]
+		for _, e := range pending {
 			open := map[int][]*cop{}
 			for _, c := range e.commits {
 				if c.st == unresolved {
 					open[c.slot()] = append(open[c.slot()], c)
 				}
 			}
+			if len(open) == 0 {
+				continue
+			}
+			still = append(still, e)
 			for v, cs := range open {
 				if v >= 1 && v <= e.n && len(e.slots[v]) == 0 && len(cs) == 1 {
-					cs[0].st, cs[0].why = present, fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n)
+					setPresent(cs[0], fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n))
 					changed = true
 				}
 			}
 		}
+		pending = still
 	}
-	w.buildSlots()
+	for e := range dirty {
+		e.buildSlots()
+	}
 	for _, c := range infos {
 		if c.st == unresolved {
 			n := 0
@@ -247,28 +287,33 @@ func (w *world) resolve() (bad []badClaim) {
 // commits.
 func (w *world) buildSlots() {
 	for _, e := range w.exes {
-		clear(e.slots)
-		for _, c := range e.commits {
-			if c.st == present {
-				e.slots[c.slot()] = append(e.slots[c.slot()], c)
-			}
-		}
-		e.chain = e.chain[:0]
-		ok, single := true, 0
-		for _, v := range e.versions {
-			s := e.slots[v]
-			sort.SliceStable(s, func(i, j int) bool { return s[i].T0 < s[j].T0 })
-			e.chain = append(e.chain, s...)
-			switch {
-			case v >= 1 && v <= e.n && len(s) == 1:
-				single++
-			case len(s) > 0:
-				ok = false
-			}
-		}
-		// Versions 1..n each have exactly one writer, none beyond.
-		e.chainOK = ok && single == max(e.n, 0)
+		e.buildSlots()
 	}
+}
+
+// buildSlots fills e's slots and chain from its present commits.
+func (e *exe) buildSlots() {
+	clear(e.slots)
+	for _, c := range e.commits {
+		if c.st == present {
+			e.slots[c.slot()] = append(e.slots[c.slot()], c)
+		}
+	}
+	e.chain = e.chain[:0]
+	ok, single := true, 0
+	for _, v := range e.versions {
+		s := e.slots[v]
+		sort.SliceStable(s, func(i, j int) bool { return s[i].T0 < s[j].T0 })
+		e.chain = append(e.chain, s...)
+		switch {
+		case v >= 1 && v <= e.n && len(s) == 1:
+			single++
+		case len(s) > 0:
+			ok = false
+		}
+	}
+	// Versions 1..n each have exactly one writer, none beyond.
+	e.chainOK = ok && single == max(e.n, 0)
 }
 
 // emitsTo reports whether c emits event to target.
