@@ -310,7 +310,7 @@ func claimList(c *cop) string {
 			s = append(s, fmt.Sprintf("and %d more", len(c.claims)-3))
 			break
 		}
-		s = append(s, cl.what)
+		s = append(s, cl.what.String())
 	}
 	return strings.Join(s, ", ")
 }

@@ -651,7 +651,16 @@ func (p *fastParser) member(bit int, l *line) bool {
 			d.scratch.version, l.HVersion = v, &d.scratch.version
 		}
 	case kWriter:
-		l.Writer, ok = p.interned()
+		// A writer is an op id, mostly one read already: its string
+		// is shared with that op's.
+		var s []byte
+		if s, ok = p.rawString(); ok {
+			if o := d.ids[string(s)]; o != nil {
+				l.Writer = o.ID
+			} else {
+				l.Writer = d.keep(s)
+			}
+		}
 	case kProcessed:
 		l.Processed, ok = p.boolean()
 	case kExp:

@@ -487,7 +487,7 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 type decoder struct {
 	h          *History
 	seenHeader bool
-	ids        map[string]int // op id → line
+	ids        map[string]*Op // op id → op
 	strs       map[string]string
 
 	// fastLine's state (fastline.go): the line decoded into, scratch
@@ -508,7 +508,7 @@ type decoder struct {
 }
 
 func newDecoder() *decoder {
-	return &decoder{h: &History{}, ids: map[string]int{}, strs: map[string]string{}}
+	return &decoder{h: &History{}, ids: map[string]*Op{}, strs: map[string]string{}}
 }
 
 // intern shares the storage of repeated strings (execution ids, shard
@@ -666,7 +666,7 @@ func (d *decoder) op(l *line, n int) error {
 		return errors.New("op has no id")
 	}
 	if first, dup := d.ids[l.ID]; dup {
-		return fmt.Errorf("op id %q used twice (first on line %d)", l.ID, first)
+		return fmt.Errorf("op id %q used twice (first on line %d)", l.ID, first.Line)
 	}
 	if !knownKinds[l.Kind] {
 		return fmt.Errorf("op %s: unknown kind %q", l.ID, l.Kind)
@@ -809,7 +809,7 @@ func (d *decoder) op(l *line, n int) error {
 			return err
 		}
 	}
-	d.ids[o.ID] = n
+	d.ids[o.ID] = o
 	d.h.Ops = append(d.h.Ops, o)
 	return nil
 }

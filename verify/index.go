@@ -51,7 +51,7 @@ type claim struct {
 	// evidence does not say.
 	version int
 	// what describes the evidence ("the final row", "load X", ...).
-	what string
+	what desc
 	row  *RowRef
 	op   *Op
 }

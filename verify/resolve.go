@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -40,7 +41,73 @@ type badClaim struct {
 // token is evidence that some commit among cands committed.
 type token struct {
 	cands []*cop
-	what  string
+	what  desc
+}
+
+// desc describes a piece of evidence ("load X", "outbox row seq N", ...).
+// It is formatted only when a verdict shows it: a large history has
+// millions of pieces of evidence and shows a handful.
+type desc struct {
+	kind  descKind
+	s, s2 string
+	n     int64
+	f     float64
+}
+
+type descKind uint8
+
+const (
+	dFinalRow descKind = iota
+	dLoad
+	dTraceRow
+	dSpawnRow
+	dOutboxRow
+	dDelivery
+	dSpawnToken
+	dOutboxToken
+	dProcessed
+	dAckSpawn
+	dTimersRow
+	dTimerFire
+	dAckOutbox
+	dRelayLoad
+	dDueTimers
+)
+
+func (d desc) String() string {
+	switch d.kind {
+	case dFinalRow:
+		return "the final executions row (context.op)"
+	case dLoad:
+		return "load " + d.s
+	case dTraceRow:
+		return fmt.Sprintf("trace row idx %d", d.n)
+	case dSpawnRow:
+		return fmt.Sprintf("spawn row seq %d", d.n)
+	case dOutboxRow:
+		return fmt.Sprintf("outbox row seq %d", d.n)
+	case dDelivery:
+		return fmt.Sprintf("delivery %s (%s) of outbox seq %d", d.s, d.s2, d.n)
+	case dSpawnToken:
+		return fmt.Sprintf("spawn row seq %d (child %s)", d.n, d.s)
+	case dOutboxToken:
+		return fmt.Sprintf("outbox row seq %d (event %s)", d.n, d.s)
+	case dProcessed:
+		return "processed_events row " + d.s
+	case dAckSpawn:
+		return "ack_spawn " + d.s
+	case dTimersRow:
+		return fmt.Sprintf("timers row %s at %v", d.s, d.f)
+	case dTimerFire:
+		return "timer fire " + d.s
+	case dAckOutbox:
+		return "ack_outbox " + d.s
+	case dRelayLoad:
+		return "relay load " + d.s
+	case dDueTimers:
+		return "due_timers " + d.s
+	}
+	return "?"
 }
 
 func timerKey(path string, at float64) string {
@@ -82,12 +149,12 @@ func (w *world) resolve() (bad []badClaim) {
 	for _, id := range w.exeOrder {
 		e := w.exes[id]
 		if e.row != nil && e.doc != nil && e.doc.ctx.Op != nil {
-			addClaim(id, *e.doc.ctx.Op, claim{version: e.n, what: "the final executions row (context.op)",
+			addClaim(id, *e.doc.ctx.Op, claim{version: e.n, what: desc{kind: dFinalRow},
 				row: execRow(e.row.shard, id)})
 		}
 		for _, l := range e.loads {
 			if l.Outcome == OutcomeOK && l.Exists && l.Writer != "" {
-				addClaim(id, l.Writer, claim{version: l.Version, what: "load " + l.ID, op: l})
+				addClaim(id, l.Writer, claim{version: l.Version, what: desc{kind: dLoad, s: l.ID}, op: l})
 			}
 		}
 		for _, t := range e.trace {
@@ -97,7 +164,7 @@ func (w *world) resolve() (bad []badClaim) {
 				if d.Step != nil {
 					v = *d.Step + 1
 				}
-				addClaim(id, d.Op, claim{version: v, what: fmt.Sprintf("trace row idx %d", t.r.Idx),
+				addClaim(id, d.Op, claim{version: v, what: desc{kind: dTraceRow, n: int64(t.r.Idx)},
 					row: &RowRef{Shard: t.shard, Table: "trace", Key: fmt.Sprintf("execution_id=%s idx=%d", id, t.r.Idx)}})
 			}
 		}
@@ -105,42 +172,42 @@ func (w *world) resolve() (bad []badClaim) {
 			rr := &RowRef{Shard: s.shard, Table: "spawns", Key: fmt.Sprintf("seq=%d", s.r.Seq)}
 			var d spawnDoc
 			if decodeDoc(s.r.Context, &d) == nil && d.Op != "" {
-				addClaim(id, d.Op, claim{what: fmt.Sprintf("spawn row seq %d", s.r.Seq), row: rr})
+				addClaim(id, d.Op, claim{what: desc{kind: dSpawnRow, n: s.r.Seq}, row: rr})
 			}
-			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+s.r.ChildID], what: fmt.Sprintf("spawn row seq %d (child %s)", s.r.Seq, s.r.ChildID)})
+			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+s.r.ChildID], what: desc{kind: dSpawnToken, n: s.r.Seq, s: s.r.ChildID}})
 		}
 		for _, o := range e.outbox {
 			ev, _ := parseOutbox(o.r.Event)
 			if ev.Op != "" {
-				addClaim(id, ev.Op, claim{what: fmt.Sprintf("outbox row seq %d", o.r.Seq),
+				addClaim(id, ev.Op, claim{what: desc{kind: dOutboxRow, n: o.r.Seq},
 					row: &RowRef{Shard: o.shard, Table: "outbox", Key: fmt.Sprintf("seq=%d", o.r.Seq)}})
 			}
 			if ev.ID != "" {
-				tokens = append(tokens, token{cands: w.emitters[ev.ID], what: fmt.Sprintf("outbox row seq %d (event %s)", o.r.Seq, ev.ID)})
+				tokens = append(tokens, token{cands: w.emitters[ev.ID], what: desc{kind: dOutboxToken, n: o.r.Seq, s: ev.ID}})
 			}
 		}
 		for _, p := range e.processed {
-			tokens = append(tokens, token{cands: byEvent[e][p.r.EventID], what: "processed_events row " + p.r.EventID})
+			tokens = append(tokens, token{cands: byEvent[e][p.r.EventID], what: desc{kind: dProcessed, s: p.r.EventID}})
 		}
 		for _, a := range e.spawnAcks {
-			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+a.Child], what: "ack_spawn " + a.ID})
+			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+a.Child], what: desc{kind: dAckSpawn, s: a.ID}})
 		}
 		for _, t := range e.timers {
 			tokens = append(tokens, token{cands: byArming[e][timerKey(t.r.Path, t.r.FireAt)],
-				what: fmt.Sprintf("timers row %s at %v", t.r.Path, t.r.FireAt)})
+				what: desc{kind: dTimersRow, s: t.r.Path, f: t.r.FireAt}})
 		}
 		for _, c := range e.commits {
 			if c.Cause == CauseTimer {
-				tokens = append(tokens, token{cands: byArming[e][timerKey(c.Path, c.FireAt)], what: "timer fire " + c.ID})
+				tokens = append(tokens, token{cands: byArming[e][timerKey(c.Path, c.FireAt)], what: desc{kind: dTimerFire, s: c.ID}})
 			}
 		}
 	}
 	for _, d := range w.deliveries {
-		addClaim("", d.Origin, claim{what: fmt.Sprintf("delivery %s (%s) of outbox seq %d", d.ID, d.Outcome, d.Seq), op: d.Op})
+		addClaim("", d.Origin, claim{what: desc{kind: dDelivery, s: d.ID, s2: string(d.Outcome), n: d.Seq}, op: d.Op})
 	}
 	for _, a := range w.outAcks {
 		if a.Event != "" {
-			tokens = append(tokens, token{cands: w.emitters[a.Event], what: "ack_outbox " + a.ID})
+			tokens = append(tokens, token{cands: w.emitters[a.Event], what: desc{kind: dAckOutbox, s: a.ID}})
 		}
 	}
 	for _, l := range w.relayLoads {
@@ -150,12 +217,12 @@ func (w *world) resolve() (bad []badClaim) {
 				cands = append(cands, c)
 			}
 		}
-		tokens = append(tokens, token{cands: cands, what: "relay load " + l.ID})
+		tokens = append(tokens, token{cands: cands, what: desc{kind: dRelayLoad, s: l.ID}})
 	}
 	for _, r := range w.dueReads {
 		for _, t := range r.Timers {
 			if e := w.exes[t.Exe]; e != nil {
-				tokens = append(tokens, token{cands: byArming[e][timerKey(t.Path, t.FireAt)], what: "due_timers " + r.ID})
+				tokens = append(tokens, token{cands: byArming[e][timerKey(t.Path, t.FireAt)], what: desc{kind: dDueTimers, s: r.ID}})
 			}
 		}
 	}
@@ -185,7 +252,7 @@ func (w *world) resolve() (bad []badClaim) {
 	}
 	for _, c := range infos {
 		if len(c.claims) > 0 {
-			setPresent(c, "named by "+c.claims[0].what)
+			setPresent(c, "named by "+c.claims[0].what.String())
 		}
 	}
 	w.buildSlots()
@@ -232,7 +299,7 @@ func (w *world) resolve() (bad []badClaim) {
 				}
 			}
 			if !explained && len(open) == 1 {
-				setPresent(open[0], "sole possible author of "+t.what)
+				setPresent(open[0], "sole possible author of "+t.what.String())
 				changed = true
 				continue
 			}
@@ -294,10 +361,23 @@ func (w *world) buildSlots() {
 // buildSlots fills e's slots and chain from its present commits.
 func (e *exe) buildSlots() {
 	clear(e.slots)
+	// The present commits grouped by version (in commit order within
+	// one), each group a piece of one array: one allocation per
+	// execution, not one per version.
+	var ps []*cop
 	for _, c := range e.commits {
 		if c.st == present {
-			e.slots[c.slot()] = append(e.slots[c.slot()], c)
+			ps = append(ps, c)
 		}
+	}
+	slices.SortStableFunc(ps, func(a, b *cop) int { return cmp.Compare(a.slot(), b.slot()) })
+	for i := 0; i < len(ps); {
+		j := i + 1
+		for j < len(ps) && ps[j].slot() == ps[i].slot() {
+			j++
+		}
+		e.slots[ps[i].slot()] = ps[i:j:j]
+		i = j
 	}
 	e.chain = e.chain[:0]
 	ok, single := true, 0
