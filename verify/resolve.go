@@ -72,6 +72,7 @@ const (
 	dAckOutbox
 	dRelayLoad
 	dDueTimers
+	dAckedSeq
 )
 
 func (d desc) String() string {
@@ -106,6 +107,8 @@ func (d desc) String() string {
 		return "relay load " + d.s
 	case dDueTimers:
 		return "due_timers " + d.s
+	case dAckedSeq:
+		return fmt.Sprintf("ack_outbox %s acked seq %d", d.s, d.n)
 	}
 	return "?"
 }
