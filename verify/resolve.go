@@ -148,7 +148,15 @@ func (w *world) resolve() (bad []badClaim) {
 		}
 		k.claims = append(k.claims, c)
 	}
-	var tokens []token
+	// tokens, sized for what the loops below append (at most).
+	ntok := len(w.outAcks) + len(w.relayLoads)
+	for _, e := range w.exes {
+		ntok += len(e.spawnRows) + len(e.outbox) + len(e.processed) + len(e.spawnAcks) + len(e.timers) + len(e.commits)
+	}
+	for _, r := range w.dueReads {
+		ntok += len(r.Timers)
+	}
+	tokens := make([]token, 0, ntok)
 	for _, id := range w.exeOrder {
 		e := w.exes[id]
 		if e.row != nil && e.doc != nil && e.doc.ctx.Op != nil {
