@@ -13,7 +13,8 @@ import (
 // speed: a 1,000,000-op history is a few hundred MB of JSON, and
 // reflection-driven decoding of it (and the garbage it leaves) was most
 // of verify's time. It handles exactly the op lines a writer produces —
-// plain strings, integers, numbers, booleans, the members of an op — and
+// plain strings, integers, numbers, booleans, the members of an op; a
+// member no line type has is skipped, as encoding/json skips it — and
 // gives up (returns false) on anything else: an escape in a string, null,
 // a member of another line type, a member spelled in another case, a
 // repeated member, an integer with a fraction or exponent, a syntax error,
