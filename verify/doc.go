@@ -10,6 +10,8 @@
 // read the map it is given.
 //
 //	history.jsonl[.gz|.zst] ──ReadHistory (history.go)──▶ History
+//	                          op lines by fastLine (fastline.go), the
+//	                          rest and anything unusual by encoding/json
 //	every shard (direct DSNs) ──Dump (state.go)─────────▶ State ⇄ state.json
 //	                                   │
 //	                                   ▼
