@@ -1,4 +1,4 @@
--- The execution store's six tables, exactly as ARCHITECTURE.md §1 specifies them:
+-- The execution store's six tables, exactly as DESIGN.md §1 specifies them:
 -- existing clients depend on these names, columns, types and keys.
 CREATE TABLE executions (
     id            TEXT PRIMARY KEY,
