@@ -96,14 +96,15 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		// Busy: a full batch, so more rows may be waiting. After a
-		// partial one the relay pauses like an idle one: what it read was
-		// all there was, and polling again at once would cost a round
-		// trip per few rows. (A part's relay takes its own rows only, so
-		// a batch of other parts' rows does not keep it busy.)
-		full := len(rows) >= relayBatch
+		// Busy: it delivered something, so more may be waiting (rows
+		// whose delivery failed stay pending, and new ones arrive while
+		// a batch is delivered): poll again at once, as production relays
+		// do under a backlog. Pausing after a partial batch let a chaos
+		// run's backlog outgrow its quiesce on a loaded machine. (A part's
+		// relay takes its own rows only, so a batch of other parts' rows
+		// does not keep it busy.)
 		rows = keep(rows, func(row OutboxEntry) bool { return r.ownRow(row, time.Now()) })
-		busy := full && len(rows) > 0
+		busy := len(rows) > 0
 		r.parallel(len(rows), func(i int) { r.deliver(ctx, rec, rows[i]) })
 		op = r.relayOp(OpReadSpawns, "relay", r.relayIDs, "")
 		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
@@ -114,9 +115,8 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		full = len(spawns) >= relayBatch
 		spawns = keep(spawns, func(sp SpawnEntry) bool { return r.mine(sp.ParentID) })
-		busy = busy || full && len(spawns) > 0
+		busy = busy || len(spawns) > 0
 		r.parallel(len(spawns), func(i int) {
 			sp := spawns[i]
 			op := r.relayOp(OpAckSpawn, "relay", r.relayIDs, sp.ParentID)
@@ -296,10 +296,9 @@ func (r *runner) timerSweeper(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		full := len(due) >= relayBatch
 		due = keep(due, func(tm TimerEntry) bool { return r.ownTimer(tm, time.Now()) })
 		r.parallel(len(due), func(i int) { r.fire(ctx, rec, due[i]) })
-		if !(full && len(due) > 0) && !r.pause(ctx, r.o.RelayInterval) { // a partial batch was all that was due
+		if len(due) == 0 && !r.pause(ctx, r.o.RelayInterval) {
 			return
 		}
 	}
