@@ -2,35 +2,24 @@ package catalog
 
 import (
 	"context"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgshard/pgshard/internal/sqlver"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// Version is one released change of the catalog's schema. Its SQL is never
-// edited once released: the ledger records a checksum and Install refuses
-// a mismatch.
-type Version struct {
-	Number   int    // from the file name: 0001_name.sql → 1
-	Name     string // from the file name: 0001_name.sql → "name"
-	SQL      string
-	Checksum string // hex sha256 of SQL
-}
-
-// ID is "0001_name", the version's file name without extension.
-func (v Version) ID() string { return fmt.Sprintf("%04d_%s", v.Number, v.Name) }
+// Version is one released change of the catalog's schema, the file
+// sql/NNNN_name.sql. Its SQL is never edited once released: the ledger
+// records a checksum and Install refuses a mismatch.
+type Version = sqlver.File
 
 var versions = mustLoad(sqlFiles)
 
@@ -46,32 +35,7 @@ func mustLoad(fsys fs.FS) []Version {
 }
 
 func loadVersions(fsys fs.FS) ([]Version, error) {
-	names, err := fs.Glob(fsys, "sql/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var out []Version
-	for _, name := range names {
-		base := strings.TrimSuffix(path.Base(name), ".sql")
-		num, rest, ok := strings.Cut(base, "_")
-		n, err := strconv.Atoi(num)
-		if !ok || err != nil || n <= 0 || rest == "" {
-			return nil, fmt.Errorf("catalog schema file %s: name must be NNNN_description.sql", name)
-		}
-		body, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return nil, err
-		}
-		sum := sha256.Sum256(body)
-		out = append(out, Version{Number: n, Name: rest, SQL: string(body), Checksum: hex.EncodeToString(sum[:])})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
-	for i, v := range out {
-		if v.Number != i+1 {
-			return nil, fmt.Errorf("catalog schema file %s: versions must be 1, 2, 3, ... without gaps or duplicates", v.ID())
-		}
-	}
-	return out, nil
+	return sqlver.Load(fsys, "sql/*.sql", "catalog schema file")
 }
 
 // lockKey is the pg_advisory_xact_lock key that serializes concurrent
@@ -192,26 +156,13 @@ func (c *Catalog) install(ctx context.Context, vs []Version) ([]string, error) {
 // checkLedger refuses a ledger naming versions vs lacks or with a changed
 // checksum.
 func checkLedger(ledger map[int][2]string, vs []Version) error {
-	known := make(map[int]Version, len(vs))
-	for _, v := range vs {
-		known[v.Number] = v
+	rows := make(map[int]sqlver.Recorded, len(ledger))
+	for n, r := range ledger {
+		rows[n] = sqlver.Recorded{Name: r[0], Checksum: r[1]}
 	}
-	var unknown []string
-	nums := make([]int, 0, len(ledger))
-	for n := range ledger {
-		nums = append(nums, n)
-	}
-	sort.Ints(nums)
-	for _, n := range nums {
-		row := ledger[n]
-		v, ok := known[n]
-		if !ok || v.Name != row[0] {
-			unknown = append(unknown, fmt.Sprintf("%04d_%s", n, row[0]))
-			continue
-		}
-		if v.Checksum != row[1] {
-			return &ChecksumMismatchError{Version: v.ID(), Ledger: row[1], Build: v.Checksum}
-		}
+	unknown, edited := sqlver.Check(rows, vs)
+	if edited != nil {
+		return &ChecksumMismatchError{Version: edited.File.ID(), Ledger: edited.Ledger, Build: edited.File.Checksum}
 	}
 	if len(unknown) > 0 {
 		return &UnknownVersionsError{Entries: unknown}

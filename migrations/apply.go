@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgshard/pgshard/internal/sqlver"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -333,28 +334,20 @@ func readLedger(ctx context.Context, tx pgx.Tx) (map[int]ledgerRow, error) {
 }
 
 func checkLedger(ledger map[int]ledgerRow, ms []Migration) error {
-	known := make(map[int]Migration, len(ms))
-	for _, m := range ms {
-		known[m.Version] = m
+	rows := make(map[int]sqlver.Recorded, len(ledger))
+	for v, r := range ledger {
+		rows[v] = sqlver.Recorded{Name: r.name, Checksum: r.checksum}
 	}
-	var unknown []int
-	for v, row := range ledger {
-		m, ok := known[v]
-		if !ok || m.Name != row.name {
-			unknown = append(unknown, v)
-			continue
-		}
-		if m.Checksum != row.checksum {
-			return &ChecksumMismatchError{Migration: m.ID(), Ledger: row.checksum, Build: m.Checksum}
-		}
+	files := make([]sqlver.File, len(ms))
+	for i, m := range ms {
+		files[i] = sqlver.File{Number: m.Version, Name: m.Name, SQL: m.SQL, Checksum: m.Checksum}
+	}
+	unknown, edited := sqlver.Check(rows, files)
+	if edited != nil {
+		return &ChecksumMismatchError{Migration: edited.File.ID(), Ledger: edited.Ledger, Build: edited.File.Checksum}
 	}
 	if len(unknown) > 0 {
-		sort.Ints(unknown)
-		e := &UnknownMigrationsError{}
-		for _, v := range unknown {
-			e.Entries = append(e.Entries, fmt.Sprintf("%04d_%s", v, ledger[v].name))
-		}
-		return e
+		return &UnknownMigrationsError{Entries: unknown}
 	}
 	return nil
 }

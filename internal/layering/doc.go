@@ -22,6 +22,7 @@
 //	chaos            cluster, shardmap, store, router, loadgen, migrations
 //	verify           shardmap                 (a checker must not share the code it checks)
 //	internal/config  shardmap, proxy/route
+//	internal/sqlver  nothing of ours          (a foundation: every package may use it)
 //	everyone         never internal/cli or cmd (only cmd/pgshard uses internal/cli)
 //
 // The rules are checked on the production import graph (`go list`'s Deps,
