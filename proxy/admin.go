@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"net"
 	"slices"
 	"strconv"
@@ -61,7 +62,7 @@ var adminCommands = [][2]string{
 // authenticate, check the user is an admin, then the parameter statuses a
 // client expects (no backend is involved: the console works with every
 // shard down).
-func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, error) {
+func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
 	if ok, err := s.admit(); !ok {
 		return false, err
 	}
@@ -69,9 +70,9 @@ func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, err
 		s.srv.unregister(s)
 		s.core.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
 		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
-		return s.fail(fatal(codeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
+		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
 	}
-	enc, _ := pkt.param("client_encoding")
+	enc, _ := pkt.Param("client_encoding")
 	if enc == "" {
 		enc = "UTF8"
 	}
@@ -90,12 +91,12 @@ func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, err
 		{"integer_datetimes", "on"}, {"is_superuser", "off"}, {"server_encoding", "UTF8"},
 		{"server_version", version}, {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"},
 	} {
-		s.out = appendParameterStatus(s.out, kv[0], kv[1])
+		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
 	}
 	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = appendU32(s.out, s.pid)
-	s.out = appendU32(s.out, s.secret)
-	s.out = appendRFQ(s.out, 'I')
+	s.out = pgwire.AppendU32(s.out, s.pid)
+	s.out = pgwire.AppendU32(s.out, s.secret)
+	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
 		s.srv.unregister(s)
 		return false, err
@@ -114,35 +115,35 @@ func (s *session) serveAdmin(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		typ, msg, err := s.rd.next()
+		typ, msg, err := s.rd.Next()
 		if err != nil {
 			return err
 		}
 		switch typ {
 		case 'Q':
-			sql, err := decodeQuery(msg)
+			sql, err := pgwire.DecodeQuery(msg)
 			if err != nil {
 				return err
 			}
 			s.adminQuery(ctx, string(sql))
-			s.out = appendRFQ(s.out, 'I')
+			s.out = pgwire.AppendRFQ(s.out, 'I')
 		case 'X':
 			return nil
 		case 'S':
 			skipping = false
-			s.out = appendRFQ(s.out, 'I')
+			s.out = pgwire.AppendRFQ(s.out, 'I')
 		case 'P', 'B', 'D', 'E', 'C', 'H', 'F':
 			if !skipping {
 				skipping = true
-				s.out = appendError(s.out, newError(codeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
+				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
 			}
 			if typ == 'F' {
 				skipping = false
-				s.out = appendRFQ(s.out, 'I')
+				s.out = pgwire.AppendRFQ(s.out, 'I')
 			}
 		case 'd', 'c', 'f':
 		default:
-			return protoErrorf("invalid frontend message type %d", typ)
+			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
 		}
 	}
 }
@@ -152,7 +153,7 @@ func (s *session) serveAdmin(ctx context.Context) error {
 func (s *session) adminQuery(ctx context.Context, sql string) {
 	cmds := parseAdminQuery(sql)
 	if len(cmds) == 0 {
-		s.out = appendEmpty(s.out, 'I')
+		s.out = pgwire.AppendEmpty(s.out, 'I')
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -168,11 +169,11 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 	for _, c := range cmds {
 		res, err := s.adminCommand(cctx, c)
 		if err != nil {
-			e := asError(err, newError(codeProtocolViolation, err.Error()))
+			e := pgwire.AsError(err, pgwire.NewError(pgwire.CodeProtocolViolation, err.Error()))
 			if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				e = newError(codeQueryCanceled, "canceling statement due to user request")
+				e = pgwire.NewError(pgwire.CodeQueryCanceled, "canceling statement due to user request")
 			}
-			s.out = appendError(s.out, e)
+			s.out = pgwire.AppendError(s.out, e)
 			return
 		}
 		s.out = res.append(s.out)
@@ -255,13 +256,13 @@ func textCols(names ...string) []adminCol {
 func (r *adminResult) append(dst []byte) []byte {
 	if r.cols != nil {
 		var sp int
-		dst, sp = beginMsg(dst, 'T')
-		dst = appendU16(dst, uint16(len(r.cols)))
+		dst, sp = pgwire.BeginMsg(dst, 'T')
+		dst = pgwire.AppendU16(dst, uint16(len(r.cols)))
 		for _, c := range r.cols {
-			dst = appendCStr(dst, c.name)
-			dst = appendU32(dst, 0)
-			dst = appendU16(dst, 0)
-			dst = appendU32(dst, c.oid)
+			dst = pgwire.AppendCStr(dst, c.name)
+			dst = pgwire.AppendU32(dst, 0)
+			dst = pgwire.AppendU16(dst, 0)
+			dst = pgwire.AppendU32(dst, c.oid)
 			size := uint16(0xffff) // -1: variable
 			switch c.oid {
 			case oidInt4:
@@ -269,31 +270,31 @@ func (r *adminResult) append(dst []byte) []byte {
 			case oidInt8:
 				size = 8
 			}
-			dst = appendU16(dst, size)
-			dst = appendU32(dst, 0xffffffff) // typmod -1
-			dst = appendU16(dst, 0)          // text
+			dst = pgwire.AppendU16(dst, size)
+			dst = pgwire.AppendU32(dst, 0xffffffff) // typmod -1
+			dst = pgwire.AppendU16(dst, 0)          // text
 		}
-		dst = finishMsg(dst, sp)
+		dst = pgwire.FinishMsg(dst, sp)
 		for _, row := range r.rows {
-			dst, sp = beginMsg(dst, 'D')
-			dst = appendU16(dst, uint16(len(row)))
+			dst, sp = pgwire.BeginMsg(dst, 'D')
+			dst = pgwire.AppendU16(dst, uint16(len(row)))
 			for _, v := range row {
 				txt, null := adminText(v)
 				if null {
-					dst = appendU32(dst, 0xffffffff)
+					dst = pgwire.AppendU32(dst, 0xffffffff)
 					continue
 				}
-				dst = appendU32(dst, uint32(len(txt)))
+				dst = pgwire.AppendU32(dst, uint32(len(txt)))
 				dst = append(dst, txt...)
 			}
-			dst = finishMsg(dst, sp)
+			dst = pgwire.FinishMsg(dst, sp)
 		}
 	}
 	tag := r.tag
 	if tag == "" {
 		tag = "SHOW"
 	}
-	return appendCommandComplete(dst, tag)
+	return pgwire.AppendCommandComplete(dst, tag)
 }
 
 // adminText formats a value (nil is NULL).
@@ -333,18 +334,18 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 	srv := s.core.current()
 	arity := func(max int) error {
 		if len(args) > max {
-			return newError(codeSyntaxError, fmt.Sprintf("%s: too many arguments (%s)", verb, strings.Join(args, " ")))
+			return pgwire.NewError(pgwire.CodeSyntaxError, fmt.Sprintf("%s: too many arguments (%s)", verb, strings.Join(args, " ")))
 		}
 		return nil
 	}
 	switch verb {
 	case "SHOW":
 		if len(args) != 1 {
-			return nil, newError(codeSyntaxError, "SHOW needs one of: "+showNames())
+			return nil, pgwire.NewError(pgwire.CodeSyntaxError, "SHOW needs one of: "+showNames())
 		}
 		f, ok := showCommands[strings.ToUpper(args[0])]
 		if !ok {
-			return nil, newError(codeProtocolViolation, fmt.Sprintf("invalid command 'SHOW %s', use SHOW HELP;", args[0]))
+			return nil, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("invalid command 'SHOW %s', use SHOW HELP;", args[0]))
 		}
 		return f(srv, s), nil
 	case "RELOAD":
@@ -353,9 +354,9 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 		}
 		res, err := srv.reloadFromSource(ctx, "RELOAD on the admin console")
 		if err != nil {
-			return nil, &Error{Code: codeInvalidParameterValue, Message: "RELOAD rejected; the running configuration is unchanged: " + err.Error()}
+			return nil, &pgwire.Error{Code: pgwire.CodeInvalidParameterValue, Message: "RELOAD rejected; the running configuration is unchanged: " + err.Error()}
 		}
-		s.out = appendNotice(s.out, "NOTICE", "00000", res.String())
+		s.out = pgwire.AppendNotice(s.out, "NOTICE", "00000", res.String())
 		return &adminResult{tag: "RELOAD"}, nil
 	case "PAUSE", "RESUME", "RECONNECT", "KILL", "WAIT_CLOSE":
 		if err := arity(1); err != nil {
@@ -368,7 +369,7 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 		return &adminResult{tag: verb}, s.poolCommand(ctx, srv, verb, pools, len(args) == 0)
 	case "DISABLE", "ENABLE":
 		if err := arity(0); err != nil {
-			return nil, newError(codeSyntaxError, verb+" takes no argument: it refuses (DISABLE) or accepts (ENABLE) new client logins to the whole proxy; PAUSE holds one shard")
+			return nil, pgwire.NewError(pgwire.CodeSyntaxError, verb+" takes no argument: it refuses (DISABLE) or accepts (ENABLE) new client logins to the whole proxy; PAUSE holds one shard")
 		}
 		s.core.life.disabled.Store(verb == "DISABLE")
 		s.log.Info("client logins "+strings.ToLower(verb)+"d on the admin console", "by", s.user)
@@ -381,7 +382,7 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 		s.core.beginShutdown("SHUTDOWN on the admin console")
 		return &adminResult{tag: "SHUTDOWN"}, nil
 	}
-	return nil, newError(codeProtocolViolation, fmt.Sprintf("invalid command '%s', use SHOW HELP;", cmd))
+	return nil, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("invalid command '%s', use SHOW HELP;", cmd))
 }
 
 // poolsNamed returns the pools named by args (every pool for none).
@@ -394,7 +395,7 @@ func (srv *Server) poolsNamed(args []string) ([]*shardPool, error) {
 			return []*shardPool{p}, nil
 		}
 	}
-	return nil, newError(codeInvalidParameterValue, fmt.Sprintf("no shard named %q (SHOW SHARDS lists them)", args[0]))
+	return nil, pgwire.NewError(pgwire.CodeInvalidParameterValue, fmt.Sprintf("no shard named %q (SHOW SHARDS lists them)", args[0]))
 }
 
 // poolCommand runs PAUSE, RESUME, RECONNECT, KILL or WAIT_CLOSE on pools.
@@ -427,7 +428,7 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 			if errors.Is(first, context.Canceled) {
 				return first
 			}
-			return &Error{Code: codeQueryCanceled,
+			return &pgwire.Error{Code: pgwire.CodeQueryCanceled,
 				Message: fmt.Sprintf("PAUSE: %d transactions still running after %s; new transactions stay held (RESUME to undo)", busy, srv.cfg.PauseTimeout)}
 		}
 	case "RESUME":

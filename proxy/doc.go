@@ -7,7 +7,7 @@
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)
 //	                  ▼
-//	               session (session.go) ── startup (startup.go): TLS (tls.go)
+//	               session (session.go) ── startup (pgwire): TLS (tls.go)
 //	                  │        or 'N', SCRAM-SHA-256 (scram.go) or trust;
 //	                  │        database AdminDatabase → admin console (admin.go)
 //	                  │
@@ -26,7 +26,7 @@
 //	       ▲       (backend conns keyed by startup settings,         (or direct)
 //	       │        held for one transaction only; settings.go,
 //	       │        sessionset.go: client settings without leaks)
-//	       └──raw bytes, headers read, one write per round trip (wire.go, netio.go)──▶ client
+//	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
 //
 //	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
@@ -38,7 +38,8 @@
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated
 //	    on every backend the transaction uses.
-//	    errors.go: the proxy's errors and the ErrorResponse codec;
+//	    internal/pgwire: framing, message views and builders, the startup
+//	    packet, the proxy's errors and the ErrorResponse codec, raw I/O;
 //	    backendquery.go: the proxy's own queries.
 //
 //	    operations: stats.go (per-shard counters, routing decisions) read by

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -45,7 +46,7 @@ type mergeRun struct {
 }
 
 // errStop ends a merge whose client went away (mergeRun.ioErr).
-var errStop = &Error{Code: codeConnectionFailure, Message: "the client connection failed"}
+var errStop = &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: "the client connection failed"}
 
 // clientFormat is the format the client asked for column i.
 func (r *mergeRun) clientFormat(i int) int16 {
@@ -117,10 +118,10 @@ func shardFormats(m *route.Merge, client []int16) []int16 {
 
 // run writes the merged answer (RowDescription, rows) to s.out and returns
 // the number of rows, or the error that ends it.
-func (r *mergeRun) run() *Error {
+func (r *mergeRun) run() *pgwire.Error {
 	fs, err := parseRowDesc(r.rawDesc)
 	if err != nil {
-		return newError(codeProtocolViolation, err.Error())
+		return pgwire.NewError(pgwire.CodeProtocolViolation, err.Error())
 	}
 	r.fields = fs
 	if r.m.Groups != nil {
@@ -131,15 +132,15 @@ func (r *mergeRun) run() *Error {
 
 // description is the RowDescription the merge would answer with (for an
 // error that ends the statement before its rows).
-func (r *mergeRun) description() ([]byte, *Error) {
+func (r *mergeRun) description() ([]byte, *pgwire.Error) {
 	fs, err := parseRowDesc(r.rawDesc)
 	if err != nil {
-		return nil, newError(codeProtocolViolation, err.Error())
+		return nil, pgwire.NewError(pgwire.CodeProtocolViolation, err.Error())
 	}
 	r.fields = fs
 	if r.m.Groups != nil {
 		if len(r.fields) != r.m.Width {
-			return nil, newError(codeInternalError, "pgshard merge: a shard returned another number of columns than the merge expects")
+			return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned another number of columns than the merge expects")
 		}
 		out, _, e := r.groupFields()
 		if e != nil {
@@ -150,7 +151,7 @@ func (r *mergeRun) description() ([]byte, *Error) {
 	visible := len(r.fields) - r.m.Hidden
 	switch {
 	case visible < 0:
-		return nil, newError(codeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+		return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
 	case r.m.Hidden == 0:
 		return r.rawDesc, nil
 	}
@@ -159,11 +160,11 @@ func (r *mergeRun) description() ([]byte, *Error) {
 
 // ---- rows ----
 
-func (r *mergeRun) rows() *Error {
+func (r *mergeRun) rows() *pgwire.Error {
 	s, m := r.s, r.m
 	visible := len(r.fields) - m.Hidden
 	if visible < 0 {
-		return newError(codeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+		return pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
 	}
 	keys := make([]sortCol, len(m.OrderBy))
 	for i, k := range m.OrderBy {
@@ -172,7 +173,7 @@ func (r *mergeRun) rows() *Error {
 			c += visible
 		}
 		if c < 0 || c >= len(r.fields) {
-			return newError(codeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
+			return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
 		}
 		keys[i] = sortCol{col: c, SortKey: k}
 	}
@@ -256,7 +257,7 @@ func (r *mergeRun) rows() *Error {
 		}
 		if ordered || m.Distinct {
 			last = append(last[:0], st.row...)
-			lastCols, _ = dataRowCols(lastCols[:0], last)
+			lastCols, _ = pgwire.DataRowCols(lastCols[:0], last)
 		}
 		if !dup {
 			if skip > 0 {
@@ -265,7 +266,7 @@ func (r *mergeRun) rows() *Error {
 				if m.Hidden == 0 {
 					s.out = append(s.out, st.row...)
 				} else {
-					s.out = appendDataRow(s.out, st.cols[:visible])
+					s.out = pgwire.AppendDataRow(s.out, st.cols[:visible])
 				}
 				r.emitted++
 				if limit > 0 {
@@ -294,10 +295,10 @@ type sortCol struct {
 }
 
 // compareRows orders two rows (split DataRows) by the keys (<0: a first).
-func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *Error) {
+func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *pgwire.Error) {
 	for _, k := range keys {
 		if k.col >= len(a) || k.col >= len(b) {
-			return 0, newError(codeInternalError, "pgshard merge: shards returned rows of different widths")
+			return 0, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: shards returned rows of different widths")
 		}
 		c, e := r.compareNullable(a[k.col], b[k.col], k.col, k.SortKey)
 		if e != nil || c != 0 {
@@ -308,7 +309,7 @@ func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *Error) {
 }
 
 // compareNullable orders two values of column col under one sort key.
-func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *Error) {
+func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *pgwire.Error) {
 	switch {
 	case av == nil && bv == nil:
 		return 0, nil
@@ -335,7 +336,7 @@ func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int
 
 // equalCols reports whether two rows are equal (as Postgres's equality
 // for each type: DISTINCT) in their first n columns.
-func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *Error) {
+func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
 	for i := 0; i < n; i++ {
 		switch {
 		case a[i] == nil && b[i] == nil:
@@ -354,8 +355,8 @@ func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *Error) {
 	return true, nil
 }
 
-func (r *mergeRun) outOfOrder(st *fanStream) *Error {
-	return &Error{Code: codeInternalError,
+func (r *mergeRun) outOfOrder(st *fanStream) *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeInternalError,
 		Message: fmt.Sprintf("pgshard merge: shard %q returned rows in an order the merge does not reproduce; the statement was stopped rather than answered wrongly", r.s.srv.shardName(st.shard)),
 		Hint:    `The shards sort text by a collation other than C: write COLLATE "C" in ORDER BY, or add a key so that one shard answers.`}
 }
@@ -378,11 +379,11 @@ type acc struct {
 	count int64
 }
 
-func (r *mergeRun) groups() *Error {
+func (r *mergeRun) groups() *pgwire.Error {
 	s, m := r.s, r.m
 	g := m.Groups
 	if len(r.fields) != m.Width {
-		return newError(codeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
+		return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
 	}
 	out, finals, e := r.groupFields()
 	if e != nil {
@@ -402,7 +403,7 @@ func (r *mergeRun) groups() *Error {
 	// lastOut is the last group emitted (FETCH ... WITH TIES: the groups
 	// after the limit that tie with it on every ORDER BY term follow).
 	var lastOut []outVal
-	tieWith := func(a, b []outVal) (bool, *Error) {
+	tieWith := func(a, b []outVal) (bool, *pgwire.Error) {
 		for _, k := range g.OrderBy {
 			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
 			if e != nil || c != 0 {
@@ -461,7 +462,7 @@ func (r *mergeRun) groups() *Error {
 				}
 			}
 			lastKey = append(lastKey[:0], lead.row...)
-			lastKeyCols, _ = dataRowCols(lastKeyCols[:0], lastKey)
+			lastKeyCols, _ = pgwire.DataRowCols(lastKeyCols[:0], lastKey)
 		}
 		first = false
 		clear(accs)
@@ -492,7 +493,7 @@ func (r *mergeRun) groups() *Error {
 		}
 		if g.SortAfter {
 			if len(buffered) >= r.limit {
-				return &Error{Code: codeProgramLimitExceeded,
+				return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
 					Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.limit),
 					Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
 			}
@@ -533,7 +534,7 @@ func (r *mergeRun) groups() *Error {
 		}
 	}
 	if g.SortAfter {
-		var sortErr *Error
+		var sortErr *pgwire.Error
 		slices.SortStableFunc(buffered, func(a, b []outVal) int {
 			for _, k := range g.OrderBy {
 				c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
@@ -580,7 +581,7 @@ func (r *mergeRun) groups() *Error {
 
 // groupFields returns the client's RowDescription fields for the merged
 // columns, and every output's field (its type as the merge computes it).
-func (r *mergeRun) groupFields() ([]field, []field, *Error) {
+func (r *mergeRun) groupFields() ([]field, []field, *pgwire.Error) {
 	g := r.m.Groups
 	finals := make([]field, len(g.Outputs))
 	for j, o := range g.Outputs {
@@ -591,7 +592,7 @@ func (r *mergeRun) groupFields() ([]field, []field, *Error) {
 			switch f.oid {
 			case oidInt8, oidNumeric, oidFloat4, oidFloat8:
 			default:
-				return nil, nil, &Error{Code: codeFeatureNotSupported,
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.name, f.oid),
 					Hint:    "Add a key so that one shard answers."}
 			}
@@ -602,7 +603,7 @@ func (r *mergeRun) groupFields() ([]field, []field, *Error) {
 				f.oid = oidNumeric
 			case oidFloat8:
 			default:
-				return nil, nil, &Error{Code: codeFeatureNotSupported,
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.name, f.oid),
 					Hint:    "Cast the argument (avg(x::float8)), or add a key so that one shard answers."}
 			}
@@ -612,7 +613,7 @@ func (r *mergeRun) groupFields() ([]field, []field, *Error) {
 			switch f.oid {
 			case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
 			default:
-				return nil, nil, &Error{Code: codeFeatureNotSupported,
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.name, f.oid, o.Cast)}
 			}
 			f.oid = castOID(o.Cast)
@@ -648,7 +649,7 @@ func castOID(c route.Cast) uint32 {
 }
 
 // accumulate adds one shard's row of a group.
-func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
+func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 	for j, o := range r.m.Groups.Outputs {
 		a := &accs[j]
 		v := cols[o.Column]
@@ -704,7 +705,7 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
 }
 
 // finish computes a group's merged columns.
-func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]outVal, *Error) {
+func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]outVal, *pgwire.Error) {
 	g := r.m.Groups
 	vals := make([]outVal, len(g.Outputs))
 	for j, o := range g.Outputs {
@@ -722,7 +723,7 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 				continue
 			}
 			f := &r.fields[o.Column]
-			var e *Error
+			var e *pgwire.Error
 			if n, e = decodeNum(a.raw, f.oid, f.format); e != nil {
 				return nil, e
 			}
@@ -733,7 +734,7 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 			}
 			n = a.sum
 		case route.AggAvg:
-			var e *Error
+			var e *pgwire.Error
 			if n, e = numAvg(a.sum, a.count); e != nil {
 				return nil, e
 			}
@@ -766,12 +767,12 @@ func (r *mergeRun) emitGroup(vals []outVal, visible int) {
 			}
 		}
 	}
-	s.out = appendDataRow(s.out, row)
+	s.out = pgwire.AppendDataRow(s.out, row)
 	r.emitted++
 }
 
 // compareOut orders two merged values of output j.
-func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKey) (int, *Error) {
+func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKey) (int, *pgwire.Error) {
 	switch {
 	case a.null && b.null:
 		return 0, nil
@@ -790,7 +791,7 @@ func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKe
 	if a.comp && b.comp && a.n.kind != nNull && b.n.kind != nNull && finals[j].oid != oidText {
 		c = cmpNum(a.n, b.n)
 	} else {
-		var e *Error
+		var e *pgwire.Error
 		bytewise := r.bytewise || k.Bytewise || r.m.Groups.Outputs[j].Bytewise
 		if c, e = compareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
 			return 0, e
@@ -803,7 +804,7 @@ func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKe
 }
 
 // eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
-func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *Error) {
+func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *pgwire.Error) {
 	switch c.Op {
 	case route.CondAnd, route.CondOr:
 		res := 1
@@ -872,7 +873,7 @@ type operandVal struct {
 	output int
 }
 
-func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (operandVal, *Error) {
+func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (operandVal, *pgwire.Error) {
 	if o.Output >= 0 {
 		v := vals[o.Output]
 		if v.null {
@@ -902,7 +903,7 @@ func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (oper
 	case "int", "numeric":
 		d, ok := decFromText(o.Const)
 		if !ok {
-			return operandVal{}, newError(codeInternalError, "pgshard merge: bad constant "+o.Const)
+			return operandVal{}, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: bad constant "+o.Const)
 		}
 		return operandVal{isNum: true, n: num{kind: nDec, d: d, oid: oidNumeric}}, nil
 	}
@@ -910,10 +911,10 @@ func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (oper
 }
 
 // paramOperand reads a Bind parameter used in HAVING.
-func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
+func (r *mergeRun) paramOperand(n int) (operandVal, *pgwire.Error) {
 	params, formats, oids := r.params, r.formats, r.oids
 	if n > len(params) {
-		return operandVal{}, newError(codeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but HAVING uses $%d", len(params), n))
+		return operandVal{}, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but HAVING uses $%d", len(params), n))
 	}
 	v := params[n-1]
 	if v == nil {
@@ -942,7 +943,7 @@ func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
 		case oidText, oidVarchar:
 			return operandVal{text: v}, nil
 		}
-		return operandVal{}, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
+		return operandVal{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
 	}
 	if n, ok := numFromText(v); ok {
 		return operandVal{isNum: true, n: n}, nil
@@ -964,7 +965,7 @@ func numFromText(v []byte) (num, bool) {
 }
 
 // compareOperands compares two HAVING operands.
-func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []field) (int, bool, *Error) {
+func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []field) (int, bool, *pgwire.Error) {
 	l, e := r.operand(lo, vals, finals)
 	if e != nil {
 		return 0, false, e
@@ -981,14 +982,14 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 	if l.isNum && !rv.isNum && rv.field == nil {
 		n, ok := numFromText(rv.text)
 		if !ok {
-			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", rv.text)}
+			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", rv.text)}
 		}
 		rv = operandVal{isNum: true, n: n}
 	}
 	if rv.isNum && !l.isNum && l.field == nil {
 		n, ok := numFromText(l.text)
 		if !ok {
-			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", l.text)}
+			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", l.text)}
 		}
 		l = operandVal{isNum: true, n: n}
 	}
@@ -1005,10 +1006,10 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 		c, e := compareValues(l.raw, rv.raw, l.field, r.bytewise)
 		return c, false, e
 	}
-	return 0, false, &Error{Code: codeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
+	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
 }
 
-func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *Error) {
+func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *pgwire.Error) {
 	f := v.field
 	switch f.oid {
 	case oidText, oidVarchar, oidBpchar, oidName:
@@ -1017,5 +1018,5 @@ func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *Error) {
 		raw := v.raw
 		return compareValues(raw, text, &tf, r.bytewise || r.m.Groups.Outputs[v.output].Bytewise)
 	}
-	return 0, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.name, f.oid)}
+	return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.name, f.oid)}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"time"
 )
 
@@ -76,13 +77,13 @@ func (s *session) endReaders() {
 		_ = bc.nc.SetReadDeadline(time.Now().Add(s.srv.cfg.PoolTimeout))
 		ok := true
 		for {
-			typ, msg, err := bc.rd.next()
+			typ, msg, err := bc.rd.Next()
 			if err != nil {
 				ok = false
 				break
 			}
 			if typ == 'Z' {
-				ok = readyStatus(msg) == 'I'
+				ok = pgwire.ReadyStatus(msg) == 'I'
 				break
 			}
 		}

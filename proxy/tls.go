@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"time"
 )
 
@@ -13,7 +14,7 @@ import (
 // allow or require, 'N' when it is disable. With require, a startup packet
 // that did not come over TLS is refused with 28000. After the handshake
 // the session reads and writes through the TLS connection (the raw-socket
-// fast path of netio.go is for plain connections only).
+// fast path of pgwire.RawIO is for plain connections only).
 //
 // TLS towards the shards is the DSNs' business: pgconn negotiates it per
 // sslmode (verify-full with sslrootcert checks the server against a CA)
@@ -67,7 +68,7 @@ func (s *session) startTLS() error {
 	}
 	s.conn = tc
 	s.io = tc
-	s.rd = newMsgReader(tc, s.messageLimit)
+	s.rd = pgwire.NewMsgReader(tc, s.messageLimit)
 	s.tlsOn = true
 	return nil
 }

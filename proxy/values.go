@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -73,17 +74,17 @@ func parseRowDesc(msg []byte) ([]field, error) {
 	if msg == nil {
 		return nil, nil
 	}
-	b := body(msg)
+	b := pgwire.Body(msg)
 	if len(b) < 2 {
-		return nil, protoErrorf("malformed RowDescription from a shard")
+		return nil, pgwire.ProtoErrorf("malformed RowDescription from a shard")
 	}
 	n := int(binary.BigEndian.Uint16(b))
 	i := 2
 	fs := make([]field, 0, n)
 	for k := 0; k < n; k++ {
-		name, j, err := cstring(b, i)
+		name, j, err := pgwire.CString(b, i)
 		if err != nil || len(b)-j < 18 {
-			return nil, protoErrorf("malformed RowDescription from a shard")
+			return nil, pgwire.ProtoErrorf("malformed RowDescription from a shard")
 		}
 		fs = append(fs, field{
 			name:   string(name),
@@ -101,18 +102,18 @@ func parseRowDesc(msg []byte) ([]field, error) {
 
 // appendRowDesc encodes a RowDescription.
 func appendRowDesc(dst []byte, fs []field) []byte {
-	dst, sp := beginMsg(dst, 'T')
-	dst = appendU16(dst, uint16(len(fs)))
+	dst, sp := pgwire.BeginMsg(dst, 'T')
+	dst = pgwire.AppendU16(dst, uint16(len(fs)))
 	for _, f := range fs {
-		dst = appendCStr(dst, f.name)
-		dst = appendU32(dst, f.table)
-		dst = appendU16(dst, f.attnum)
-		dst = appendU32(dst, f.oid)
-		dst = appendU16(dst, uint16(f.typlen))
-		dst = appendU32(dst, uint32(f.typmod))
-		dst = appendU16(dst, uint16(f.format))
+		dst = pgwire.AppendCStr(dst, f.name)
+		dst = pgwire.AppendU32(dst, f.table)
+		dst = pgwire.AppendU16(dst, f.attnum)
+		dst = pgwire.AppendU32(dst, f.oid)
+		dst = pgwire.AppendU16(dst, uint16(f.typlen))
+		dst = pgwire.AppendU32(dst, uint32(f.typmod))
+		dst = pgwire.AppendU16(dst, uint16(f.format))
 	}
-	return finishMsg(dst, sp)
+	return pgwire.FinishMsg(dst, sp)
 }
 
 // ---- comparison ----
@@ -120,15 +121,15 @@ func appendRowDesc(dst []byte, fs []field) []byte {
 // valueOrder compares non-NULL values of one column as Postgres orders
 // them. bytewise says text orders by bytes (the database's collation is
 // C/POSIX, or the term says COLLATE "C").
-func compareValues(a, b []byte, f *field, bytewise bool) (int, *Error) {
-	unsupported := func() (int, *Error) {
-		return 0, &Error{Code: codeFeatureNotSupported,
+func compareValues(a, b []byte, f *field, bytewise bool) (int, *pgwire.Error) {
+	unsupported := func() (int, *pgwire.Error) {
+		return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q (type oid %d, %s format)", f.name, f.oid, formatName(f.format)),
 			Hint:    "Order, group or aggregate by an integer, numeric, float, boolean, text, uuid, date or timestamp value, or add a key so that one shard answers."}
 	}
-	textLike := func() (int, *Error) {
+	textLike := func() (int, *pgwire.Error) {
 		if !bytewise {
-			return 0, &Error{Code: codeFeatureNotSupported,
+			return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: fmt.Sprintf("pgshard cannot merge rows of every shard by the text column %q: the shards' collation is not C, so their order is not the order of bytes", f.name),
 				Hint:    `Write COLLATE "C" in the ORDER BY / GROUP BY term (or use a C-collated database), or add a key so that one shard answers.`}
 		}
@@ -339,9 +340,9 @@ func pow10(n int) *big.Int { return new(big.Int).Exp(bigTen, big.NewInt(int64(n)
 func decInt(i int64) dec { return dec{c: big.NewInt(i)} }
 
 // decodeNum reads an int, numeric or float value in text or binary.
-func decodeNum(v []byte, oid uint32, format int16) (num, *Error) {
-	bad := func() (num, *Error) {
-		return num{}, newError(codeInternalError, fmt.Sprintf("pgshard merge: a shard sent a malformed value of type oid %d", oid))
+func decodeNum(v []byte, oid uint32, format int16) (num, *pgwire.Error) {
+	bad := func() (num, *pgwire.Error) {
+		return num{}, pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard sent a malformed value of type oid %d", oid))
 	}
 	n := num{oid: oid}
 	switch oid {
@@ -409,7 +410,7 @@ func decodeNum(v []byte, oid uint32, format int16) (num, *Error) {
 		}
 		return n, nil
 	}
-	return num{}, &Error{Code: codeFeatureNotSupported,
+	return num{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("pgshard cannot add up values of type oid %d from every shard", oid),
 		Hint:    "Sum and average integers, numeric or floats, or add a key so that one shard answers."}
 }
@@ -563,12 +564,12 @@ func (d dec) appendBinary(dst []byte) []byte {
 	if d.c.Sign() < 0 && len(digits) > 0 {
 		sign = 0x4000
 	}
-	dst = appendU16(dst, uint16(len(digits)))
-	dst = appendU16(dst, uint16(int16(weight)))
-	dst = appendU16(dst, sign)
-	dst = appendU16(dst, uint16(d.scale))
+	dst = pgwire.AppendU16(dst, uint16(len(digits)))
+	dst = pgwire.AppendU16(dst, uint16(int16(weight)))
+	dst = pgwire.AppendU16(dst, sign)
+	dst = pgwire.AppendU16(dst, uint16(d.scale))
 	for _, g := range digits {
-		dst = appendU16(dst, g)
+		dst = pgwire.AppendU16(dst, g)
 	}
 	return dst
 }
@@ -594,12 +595,12 @@ func decAdd(a, b dec) dec {
 
 // decDiv divides as numeric_div does: the result scale from
 // select_div_scale, rounded half away from zero (div_var with round).
-func decDiv(a, b dec) (dec, *Error) {
+func decDiv(a, b dec) (dec, *pgwire.Error) {
 	if a.special == decNaN || b.special == decNaN {
 		return dec{special: decNaN}, nil
 	}
 	if b.special == 0 && b.c.Sign() == 0 {
-		return dec{}, newError("22012", "division by zero")
+		return dec{}, pgwire.NewError("22012", "division by zero")
 	}
 	switch {
 	case a.special != 0 && b.special != 0:
@@ -738,20 +739,20 @@ func decToFloat(d dec, bits int) (float64, bool) {
 
 // numAdd adds two partial sums of one column (same type). A NULL side is
 // skipped (sum over no rows).
-func numAdd(a, b num) (num, *Error) {
+func numAdd(a, b num) (num, *pgwire.Error) {
 	switch {
 	case a.kind == nNull:
 		return b, nil
 	case b.kind == nNull:
 		return a, nil
 	case a.kind != b.kind:
-		return num{}, newError(codeInternalError, "pgshard merge: shards returned sums of different types")
+		return num{}, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: shards returned sums of different types")
 	}
 	switch a.kind {
 	case nInt:
 		s := a.i + b.i
 		if (s > a.i) != (b.i > 0) {
-			return num{}, newError("22003", "bigint out of range")
+			return num{}, pgwire.NewError("22003", "bigint out of range")
 		}
 		a.i = s
 	case nDec:
@@ -759,13 +760,13 @@ func numAdd(a, b num) (num, *Error) {
 	case nF4:
 		s := float32(a.f) + float32(b.f) // float4pl: in float4
 		if math.IsInf(float64(s), 0) && !math.IsInf(a.f, 0) && !math.IsInf(b.f, 0) {
-			return num{}, newError("22003", "value out of range: overflow")
+			return num{}, pgwire.NewError("22003", "value out of range: overflow")
 		}
 		a.f = float64(s)
 	case nF8:
 		s := a.f + b.f
 		if math.IsInf(s, 0) && !math.IsInf(a.f, 0) && !math.IsInf(b.f, 0) {
-			return num{}, newError("22003", "value out of range: overflow")
+			return num{}, pgwire.NewError("22003", "value out of range: overflow")
 		}
 		a.f = s
 	}
@@ -775,7 +776,7 @@ func numAdd(a, b num) (num, *Error) {
 // numAvg is avg from the merged sum and count, with Postgres's result
 // type: numeric for integer and numeric input (int8_avg / numeric_avg:
 // numeric_div(sum, count)), float8 for float8 (float8_avg: Sx / N).
-func numAvg(sum num, count int64) (num, *Error) {
+func numAvg(sum num, count int64) (num, *pgwire.Error) {
 	if count == 0 || sum.kind == nNull {
 		return num{kind: nNull}, nil
 	}
@@ -789,14 +790,14 @@ func numAvg(sum num, count int64) (num, *Error) {
 	case nF8:
 		return num{kind: nF8, f: sum.f / float64(count), oid: oidFloat8}, nil
 	}
-	return num{}, &Error{Code: codeFeatureNotSupported,
+	return num{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: "pgshard cannot merge avg(real): Postgres accumulates it in double precision, which the shards' sum(real) does not give",
 		Hint:    "Write avg(x::float8), or add a key so that one shard answers."}
 }
 
 // numCast applies a cast of a merged aggregate, as Postgres's cast
 // functions do (rounding and range errors included).
-func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
+func numCast(n num, c route.Cast, efd int) (num, []byte, *pgwire.Error) {
 	if n.kind == nNull || c == route.CastNone {
 		return n, nil, nil
 	}
@@ -814,25 +815,25 @@ func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
 			out.i = n.i
 		case nDec:
 			if n.d.special == decNaN {
-				return num{}, nil, newError(codeFeatureNotSupported, "cannot convert NaN to "+name)
+				return num{}, nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot convert NaN to "+name)
 			}
 			if n.d.special != 0 {
-				return num{}, nil, newError(codeFeatureNotSupported, "cannot convert infinity to "+name)
+				return num{}, nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot convert infinity to "+name)
 			}
 			r := decRoundInt(n.d)
 			if !r.IsInt64() {
-				return num{}, nil, newError("22003", name+" out of range")
+				return num{}, nil, pgwire.NewError("22003", name+" out of range")
 			}
 			out.i = r.Int64()
 		case nF4, nF8:
 			r := math.RoundToEven(n.f) // rint
 			if math.IsNaN(r) || r < float64(lo) || r >= -float64(lo) {
-				return num{}, nil, newError("22003", name+" out of range")
+				return num{}, nil, pgwire.NewError("22003", name+" out of range")
 			}
 			out.i = int64(r)
 		}
 		if out.i < lo || out.i > hi {
-			return num{}, nil, newError("22003", name+" out of range")
+			return num{}, nil, pgwire.NewError("22003", name+" out of range")
 		}
 		return out, nil, nil
 	case route.CastNumeric:
@@ -849,7 +850,7 @@ func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
 			}
 			d, ok := decFromFloatG(n.f, digs)
 			if !ok {
-				return num{}, nil, newError(codeInternalError, "pgshard merge: cannot convert the float to numeric")
+				return num{}, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: cannot convert the float to numeric")
 			}
 			return num{kind: nDec, d: d, oid: oidNumeric}, nil, nil
 		}
@@ -860,7 +861,7 @@ func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
 		case nDec:
 			f, ok := decToFloat(n.d, 64)
 			if !ok || math.IsInf(f, 0) && n.d.special == 0 {
-				return num{}, nil, newError("22003", fmt.Sprintf("%q is out of range for type double precision", n.d.text()))
+				return num{}, nil, pgwire.NewError("22003", fmt.Sprintf("%q is out of range for type double precision", n.d.text()))
 			}
 			return num{kind: nF8, f: f, oid: oidFloat8}, nil, nil
 		case nF4, nF8:
@@ -873,7 +874,7 @@ func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
 		case nDec:
 			f, ok := decToFloat(n.d, 32)
 			if !ok || math.IsInf(f, 0) && n.d.special == 0 {
-				return num{}, nil, newError("22003", fmt.Sprintf("%q is out of range for type real", n.d.text()))
+				return num{}, nil, pgwire.NewError("22003", fmt.Sprintf("%q is out of range for type real", n.d.text()))
 			}
 			return num{kind: nF4, f: float64(float32(f)), oid: oidFloat4}, nil, nil
 		case nF4:
@@ -881,17 +882,17 @@ func numCast(n num, c route.Cast, efd int) (num, []byte, *Error) {
 		case nF8:
 			r := float32(n.f)
 			if math.IsInf(float64(r), 0) && !math.IsInf(n.f, 0) {
-				return num{}, nil, newError("22003", "value out of range: overflow")
+				return num{}, nil, pgwire.NewError("22003", "value out of range: overflow")
 			}
 			if r == 0 && n.f != 0 {
-				return num{}, nil, newError("22003", "value out of range: underflow")
+				return num{}, nil, pgwire.NewError("22003", "value out of range: underflow")
 			}
 			return num{kind: nF4, f: float64(r), oid: oidFloat4}, nil, nil
 		}
 	case route.CastText:
 		return n, []byte(numText(n, efd)), nil // compared as text (its field says so)
 	}
-	return num{}, nil, newError(codeInternalError, "pgshard merge: unknown cast")
+	return num{}, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: unknown cast")
 }
 
 // decFromFloatG is numeric_in of printf("%.*g", digs, f).
@@ -953,15 +954,15 @@ func appendNum(dst []byte, n num, format int16, efd int) []byte {
 	case nInt:
 		switch n.oid {
 		case oidInt2:
-			return appendU16(dst, uint16(int16(n.i)))
+			return pgwire.AppendU16(dst, uint16(int16(n.i)))
 		case oidInt4:
-			return appendU32(dst, uint32(int32(n.i)))
+			return pgwire.AppendU32(dst, uint32(int32(n.i)))
 		}
 		return binary.BigEndian.AppendUint64(dst, uint64(n.i))
 	case nDec:
 		return n.d.appendBinary(dst)
 	case nF4:
-		return appendU32(dst, math.Float32bits(float32(n.f)))
+		return pgwire.AppendU32(dst, math.Float32bits(float32(n.f)))
 	case nF8:
 		return binary.BigEndian.AppendUint64(dst, math.Float64bits(n.f))
 	}
