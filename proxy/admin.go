@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The admin console: a client that connects to the virtual database
@@ -242,12 +245,12 @@ type adminCol struct {
 }
 
 // The console's column types are PgBouncer's: text, int4, int8 and
-// numeric (oidText, ... are declared with the merge's type OIDs).
+// numeric (pgx's pgtype OIDs).
 
 func textCols(names ...string) []adminCol {
 	out := make([]adminCol, len(names))
 	for i, n := range names {
-		out[i] = adminCol{n, oidText}
+		out[i] = adminCol{n, pgtype.TextOID}
 	}
 	return out
 }
@@ -265,9 +268,9 @@ func (r *adminResult) append(dst []byte) []byte {
 			dst = pgwire.AppendU32(dst, c.oid)
 			size := uint16(0xffff) // -1: variable
 			switch c.oid {
-			case oidInt4:
+			case pgtype.Int4OID:
 				size = 4
-			case oidInt8:
+			case pgtype.Int8OID:
 				size = 8
 			}
 			dst = pgwire.AppendU16(dst, size)
@@ -571,12 +574,12 @@ func (p *shardPool) backendUser() string { return p.base.User }
 
 func showPools(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
-		{"database", oidText}, {"user", oidText}, {"cl_active", oidInt4}, {"cl_waiting", oidInt4},
-		{"cl_active_cancel_req", oidInt4}, {"cl_waiting_cancel_req", oidInt4}, {"sv_active", oidInt4},
-		{"sv_active_cancel", oidInt4}, {"sv_being_canceled", oidInt4}, {"sv_idle", oidInt4},
-		{"sv_used", oidInt4}, {"sv_tested", oidInt4}, {"sv_login", oidInt4}, {"maxwait", oidInt4},
-		{"maxwait_us", oidInt4}, {"pool_mode", oidText}, {"pool_size", oidInt4}, {"state", oidText},
-		{"cl_pinned", oidInt4},
+		{"database", pgtype.TextOID}, {"user", pgtype.TextOID}, {"cl_active", pgtype.Int4OID}, {"cl_waiting", pgtype.Int4OID},
+		{"cl_active_cancel_req", pgtype.Int4OID}, {"cl_waiting_cancel_req", pgtype.Int4OID}, {"sv_active", pgtype.Int4OID},
+		{"sv_active_cancel", pgtype.Int4OID}, {"sv_being_canceled", pgtype.Int4OID}, {"sv_idle", pgtype.Int4OID},
+		{"sv_used", pgtype.Int4OID}, {"sv_tested", pgtype.Int4OID}, {"sv_login", pgtype.Int4OID}, {"maxwait", pgtype.Int4OID},
+		{"maxwait_us", pgtype.Int4OID}, {"pool_mode", pgtype.TextOID}, {"pool_size", pgtype.Int4OID}, {"state", pgtype.TextOID},
+		{"cl_pinned", pgtype.Int4OID},
 	}}
 	pinned := map[string]int{} // shard → sessions of the main database pinned there
 	for _, ps := range srv.PinnedSessions() {
@@ -599,12 +602,12 @@ func showPools(srv *Server, _ *session) *adminResult {
 
 func showStats(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
-		{"database", oidText}, {"total_xact_count", oidNumeric}, {"total_query_count", oidNumeric},
-		{"total_received", oidNumeric}, {"total_sent", oidNumeric}, {"total_xact_time", oidNumeric},
-		{"total_query_time", oidNumeric}, {"total_wait_time", oidNumeric}, {"avg_xact_count", oidNumeric},
-		{"avg_query_count", oidNumeric}, {"avg_recv", oidNumeric}, {"avg_sent", oidNumeric},
-		{"avg_xact_time", oidNumeric}, {"avg_query_time", oidNumeric}, {"avg_wait_time", oidNumeric},
-		{"p99_xact_time", oidNumeric}, {"errors", oidText},
+		{"database", pgtype.TextOID}, {"total_xact_count", pgtype.NumericOID}, {"total_query_count", pgtype.NumericOID},
+		{"total_received", pgtype.NumericOID}, {"total_sent", pgtype.NumericOID}, {"total_xact_time", pgtype.NumericOID},
+		{"total_query_time", pgtype.NumericOID}, {"total_wait_time", pgtype.NumericOID}, {"avg_xact_count", pgtype.NumericOID},
+		{"avg_query_count", pgtype.NumericOID}, {"avg_recv", pgtype.NumericOID}, {"avg_sent", pgtype.NumericOID},
+		{"avg_xact_time", pgtype.NumericOID}, {"avg_query_time", pgtype.NumericOID}, {"avg_wait_time", pgtype.NumericOID},
+		{"p99_xact_time", pgtype.NumericOID}, {"errors", pgtype.TextOID},
 	}}
 	for _, p := range srv.pools {
 		st := p.stats
@@ -624,14 +627,14 @@ func showStats(srv *Server, _ *session) *adminResult {
 
 func showShards(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
-		{"shard", oidText}, {"ordinal", oidInt4}, {"state", oidText}, {"reason", oidText}, {"buckets", oidInt4},
-		{"ranges", oidText}, {"via", oidText}, {"addr", oidText}, {"dsn", oidText}, {"pooler_dsn", oidText},
-		{"verified", oidInt4}, {"cl_active", oidInt4}, {"cl_waiting", oidInt4}, {"sv_active", oidInt4},
-		{"sv_idle", oidInt4}, {"maxwait_us", oidInt8}, {"xact_count", oidInt8}, {"avg_xact_time", oidInt8},
-		{"p99_xact_time", oidInt8}, {"keyed", oidInt8}, {"hinted", oidInt8}, {"any", oidInt8},
-		{"fanout", oidInt8}, {"refused", oidInt8}, {"errors", oidText},
-		{"pgbouncer_cl_active", oidInt4}, {"pgbouncer_cl_waiting", oidInt4}, {"pgbouncer_sv_active", oidInt4},
-		{"pgbouncer_sv_idle", oidInt4}, {"pgbouncer_maxwait_us", oidInt8}, {"pgbouncer_read_at", oidText},
+		{"shard", pgtype.TextOID}, {"ordinal", pgtype.Int4OID}, {"state", pgtype.TextOID}, {"reason", pgtype.TextOID}, {"buckets", pgtype.Int4OID},
+		{"ranges", pgtype.TextOID}, {"via", pgtype.TextOID}, {"addr", pgtype.TextOID}, {"dsn", pgtype.TextOID}, {"pooler_dsn", pgtype.TextOID},
+		{"verified", pgtype.Int4OID}, {"cl_active", pgtype.Int4OID}, {"cl_waiting", pgtype.Int4OID}, {"sv_active", pgtype.Int4OID},
+		{"sv_idle", pgtype.Int4OID}, {"maxwait_us", pgtype.Int8OID}, {"xact_count", pgtype.Int8OID}, {"avg_xact_time", pgtype.Int8OID},
+		{"p99_xact_time", pgtype.Int8OID}, {"keyed", pgtype.Int8OID}, {"hinted", pgtype.Int8OID}, {"any", pgtype.Int8OID},
+		{"fanout", pgtype.Int8OID}, {"refused", pgtype.Int8OID}, {"errors", pgtype.TextOID},
+		{"pgbouncer_cl_active", pgtype.Int4OID}, {"pgbouncer_cl_waiting", pgtype.Int4OID}, {"pgbouncer_sv_active", pgtype.Int4OID},
+		{"pgbouncer_sv_idle", pgtype.Int4OID}, {"pgbouncer_maxwait_us", pgtype.Int8OID}, {"pgbouncer_read_at", pgtype.TextOID},
 	}}
 	m := srv.cfg.Map
 	for _, p := range srv.pools {
@@ -681,8 +684,8 @@ func nullIfEmpty(s string) any {
 
 func showMap(srv *Server, _ *session) *adminResult {
 	m := srv.cfg.Map
-	r := &adminResult{cols: []adminCol{{"epoch", oidInt8}, {"bucket_count", oidInt4}, {"lo", oidInt4},
-		{"hi", oidInt4}, {"buckets", oidInt4}, {"shard", oidText}, {"ordinal", oidInt4}}}
+	r := &adminResult{cols: []adminCol{{"epoch", pgtype.Int8OID}, {"bucket_count", pgtype.Int4OID}, {"lo", pgtype.Int4OID},
+		{"hi", pgtype.Int4OID}, {"buckets", pgtype.Int4OID}, {"shard", pgtype.TextOID}, {"ordinal", pgtype.Int4OID}}}
 	ords := map[string]int{}
 	for _, sh := range m.Shards {
 		ords[sh.Name] = sh.Ordinal
@@ -698,11 +701,11 @@ func showMap(srv *Server, _ *session) *adminResult {
 // (remote_pid is then that backend's PID, as PgBouncer's for a linked
 // client).
 var clientCols = []adminCol{
-	{"type", oidText}, {"user", oidText}, {"database", oidText}, {"state", oidText}, {"addr", oidText},
-	{"port", oidInt4}, {"local_addr", oidText}, {"local_port", oidInt4}, {"connect_time", oidText},
-	{"request_time", oidText}, {"wait", oidInt4}, {"wait_us", oidInt4}, {"close_needed", oidInt4},
-	{"ptr", oidText}, {"link", oidText}, {"remote_pid", oidInt8}, {"tls", oidText},
-	{"application_name", oidText}, {"shard", oidText}, {"pinned", oidText},
+	{"type", pgtype.TextOID}, {"user", pgtype.TextOID}, {"database", pgtype.TextOID}, {"state", pgtype.TextOID}, {"addr", pgtype.TextOID},
+	{"port", pgtype.Int4OID}, {"local_addr", pgtype.TextOID}, {"local_port", pgtype.Int4OID}, {"connect_time", pgtype.TextOID},
+	{"request_time", pgtype.TextOID}, {"wait", pgtype.Int4OID}, {"wait_us", pgtype.Int4OID}, {"close_needed", pgtype.Int4OID},
+	{"ptr", pgtype.TextOID}, {"link", pgtype.TextOID}, {"remote_pid", pgtype.Int8OID}, {"tls", pgtype.TextOID},
+	{"application_name", pgtype.TextOID}, {"shard", pgtype.TextOID}, {"pinned", pgtype.TextOID},
 }
 
 func hostPort(a interface{ String() string }) (string, int) {
@@ -794,9 +797,9 @@ func showDatabases(srv *Server, _ *session) *adminResult {
 		mode = PoolTransaction
 	}
 	r := &adminResult{cols: []adminCol{
-		{"name", oidText}, {"host", oidText}, {"port", oidInt4}, {"database", oidText}, {"force_user", oidText},
-		{"pool_size", oidInt4}, {"min_pool_size", oidInt4}, {"reserve_pool", oidInt4}, {"pool_mode", oidText},
-		{"max_connections", oidInt4}, {"current_connections", oidInt4}, {"paused", oidInt4}, {"disabled", oidInt4},
+		{"name", pgtype.TextOID}, {"host", pgtype.TextOID}, {"port", pgtype.Int4OID}, {"database", pgtype.TextOID}, {"force_user", pgtype.TextOID},
+		{"pool_size", pgtype.Int4OID}, {"min_pool_size", pgtype.Int4OID}, {"reserve_pool", pgtype.Int4OID}, {"pool_mode", pgtype.TextOID},
+		{"max_connections", pgtype.Int4OID}, {"current_connections", pgtype.Int4OID}, {"paused", pgtype.Int4OID}, {"disabled", pgtype.Int4OID},
 	}}
 	for _, p := range srv.pools {
 		f := p.figures()
@@ -819,7 +822,7 @@ func showLists(srv *Server, _ *session) *adminResult {
 	for _, p := range srv.pools {
 		open += p.figures().open
 	}
-	r := &adminResult{cols: []adminCol{{"list", oidText}, {"items", oidInt4}}}
+	r := &adminResult{cols: []adminCol{{"list", pgtype.TextOID}, {"items", pgtype.Int4OID}}}
 	for _, kv := range []struct {
 		k string
 		v int

@@ -2,8 +2,9 @@ package proxy
 
 import (
 	"context"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The proxy's own queries on a backend connection (identity and setting

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 

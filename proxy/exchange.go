@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"maps"
 	"os"
 	"slices"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // serve is the session's message loop: simple queries run one at a time;

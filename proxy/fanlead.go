@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -35,9 +37,6 @@ import (
 // makes the first lead (lookahead), so a pipeline never leaves leads
 // without their read. A keyed statement after the same settings is not a
 // lead: the settings run on its shard (lookahead), as before.
-
-// oidUnknown is the unknown pseudo-type (a parameter read as text).
-const oidUnknown = 705
 
 // aheadFan is lookahead's answer when the pipeline's next statement, past
 // settings, is a read of every shard the settings may lead.
@@ -209,7 +208,7 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 				oid = oids[k]
 			}
 			switch v := bv.Params[k]; {
-			case oid != 0 && oid != oidText && oid != oidVarchar && oid != oidUnknown:
+			case oid != 0 && oid != pgtype.TextOID && oid != pgtype.VarcharOID && oid != pgtype.UnknownOID:
 				return "", &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: fmt.Sprintf("pgshard cannot repeat set_config(%s, $%d, true) on the other shards of the transaction: the parameter is declared with type oid %d", quoteLiteral(st.Name), st.Param, oid),
 					Detail:  "A transaction's settings apply on every shard it reads; pgshard repeats them as text.",

@@ -3,10 +3,11 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
-	"math/big"
 	"strconv"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -110,66 +111,6 @@ func FuzzSCRAM(f *testing.F) {
 	})
 }
 
-// FuzzShardAnswer: the decoders of what a shard sends to a merge — a
-// DataRow, a RowDescription, numeric and float values in text and binary
-// — never panic; what decodes re-encodes to the same bytes (DataRow,
-// RowDescription, numeric binary in its canonical form) or reads back the
-// same (numeric text).
-func FuzzShardAnswer(f *testing.F) {
-	f.Add(pgwire.AppendDataRow(nil, [][]byte{[]byte("abc"), nil, {}}), []byte("12.500"))
-	f.Add(appendRowDesc(nil, []field{{name: "a", oid: oidInt8, typlen: 8, typmod: -1}, {name: "b", oid: oidNumeric, typlen: -1, typmod: -1, format: 1}}), []byte("-0.0001"))
-	f.Add([]byte{'D', 0, 0, 0, 6, 0, 1}, []byte("NaN"))
-	f.Add(dec{c: big.NewInt(-123456789), scale: 4}.appendBinary(nil), []byte("Infinity"))
-	f.Fuzz(func(t *testing.T, msg []byte, text []byte) {
-		if len(msg) >= pgwire.HeaderLen {
-			framed := append([]byte{'D'}, binary.BigEndian.AppendUint32(nil, uint32(len(msg)-1))...)
-			framed = append(framed, msg[pgwire.HeaderLen:]...)
-			if cols, err := pgwire.DataRowCols(nil, framed); err == nil {
-				if again := pgwire.AppendDataRow(nil, cols); !bytes.Equal(again, framed) {
-					t.Fatalf("DataRow %x re-encodes as %x", framed, again)
-				}
-			}
-			framed[0] = 'T'
-			if fs, err := parseRowDesc(framed); err == nil {
-				if again := appendRowDesc(nil, fs); !bytes.Equal(again, framed) && bytes.IndexByte(framed[pgwire.HeaderLen:], 0) >= 0 {
-					if _, err := parseRowDesc(again); err != nil {
-						t.Fatalf("RowDescription %x re-encodes undecodably as %x", framed, again)
-					}
-				}
-			}
-		}
-		for _, oid := range []uint32{oidInt2, oidInt4, oidInt8, oidFloat4, oidFloat8, oidNumeric} {
-			for _, format := range []int16{0, 1} {
-				v := text
-				if format == 1 {
-					v = msg
-				}
-				n, e := decodeNum(v, oid, format)
-				if e != nil {
-					continue
-				}
-				_ = appendNum(nil, n, format, 1)
-				f := field{oid: oid, format: format}
-				if _, e := compareValues(v, v, &f, true); e != nil {
-					t.Fatalf("a value that decodes (%x, oid %d) does not compare: %v", v, oid, e)
-				}
-			}
-		}
-		if d, ok := decFromBinary(msg); ok && d.special == 0 {
-			back, ok := decFromBinary(d.appendBinary(nil))
-			if !ok || decCmp(back, d) != 0 || back.scale != d.scale {
-				t.Fatalf("numeric %x: %s re-read as %s", msg, d.text(), back.text())
-			}
-		}
-		if d, ok := decFromText(string(text)); ok && d.special == 0 {
-			back, ok := decFromText(d.text())
-			if !ok || decCmp(back, d) != 0 {
-				t.Fatalf("numeric text %q: %s re-read as %s", text, d.text(), back.text())
-			}
-		}
-	})
-}
-
 // FuzzSettingsReplay: the statement that repeats set_config's settings
 // on a transaction's other backends (settingsReplay), written from any
 // Bind values, reads back as the same settings: the same names and
@@ -208,7 +149,7 @@ func FuzzSettingsReplay(f *testing.F) {
 		replay, e := settingsReplay(st, &bv, []uint32{oid, 0})
 		switch {
 		case e != nil:
-			if oid == 0 || oid == oidText || oid == oidVarchar || oid == oidUnknown {
+			if oid == 0 || oid == pgtype.TextOID || oid == pgtype.VarcharOID || oid == pgtype.UnknownOID {
 				t.Fatalf("refused with a text parameter: %v", e)
 			}
 			return

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -29,7 +32,7 @@ type mergeRun struct {
 	m       *route.Merge
 	streams []*fanStream
 	live    []bool
-	fields  []field // the per-shard columns (the first shard's RowDescription)
+	fields  []pgvalue.Field // the per-shard columns (the first shard's RowDescription)
 	rawDesc []byte
 	// client: the client's result format codes (Bind), none = text.
 	client   []int16
@@ -119,7 +122,7 @@ func shardFormats(m *route.Merge, client []int16) []int16 {
 // run writes the merged answer (RowDescription, rows) to s.out and returns
 // the number of rows, or the error that ends it.
 func (r *mergeRun) run() *pgwire.Error {
-	fs, err := parseRowDesc(r.rawDesc)
+	fs, err := pgvalue.ParseRowDesc(r.rawDesc)
 	if err != nil {
 		return pgwire.NewError(pgwire.CodeProtocolViolation, err.Error())
 	}
@@ -133,7 +136,7 @@ func (r *mergeRun) run() *pgwire.Error {
 // description is the RowDescription the merge would answer with (for an
 // error that ends the statement before its rows).
 func (r *mergeRun) description() ([]byte, *pgwire.Error) {
-	fs, err := parseRowDesc(r.rawDesc)
+	fs, err := pgvalue.ParseRowDesc(r.rawDesc)
 	if err != nil {
 		return nil, pgwire.NewError(pgwire.CodeProtocolViolation, err.Error())
 	}
@@ -146,7 +149,7 @@ func (r *mergeRun) description() ([]byte, *pgwire.Error) {
 		if e != nil {
 			return nil, e
 		}
-		return appendRowDesc(nil, out), nil
+		return pgvalue.AppendRowDesc(nil, out), nil
 	}
 	visible := len(r.fields) - r.m.Hidden
 	switch {
@@ -155,7 +158,7 @@ func (r *mergeRun) description() ([]byte, *pgwire.Error) {
 	case r.m.Hidden == 0:
 		return r.rawDesc, nil
 	}
-	return appendRowDesc(nil, r.fields[:visible]), nil
+	return pgvalue.AppendRowDesc(nil, r.fields[:visible]), nil
 }
 
 // ---- rows ----
@@ -181,7 +184,7 @@ func (r *mergeRun) rows() *pgwire.Error {
 		if m.Hidden == 0 {
 			s.out = append(s.out, r.rawDesc...)
 		} else {
-			s.out = appendRowDesc(s.out, r.fields[:visible])
+			s.out = pgvalue.AppendRowDesc(s.out, r.fields[:visible])
 		}
 	}
 	skip, limit := m.Offset, m.Limit
@@ -324,7 +327,7 @@ func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int
 		}
 		return -1, nil
 	}
-	c, e := compareValues(av, bv, &r.fields[col], r.bytewise || k.Bytewise)
+	c, e := pgvalue.CompareValues(av, bv, &r.fields[col], r.bytewise || k.Bytewise)
 	if e != nil {
 		return 0, e
 	}
@@ -344,7 +347,7 @@ func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
 		case a[i] == nil || b[i] == nil:
 			return false, nil
 		}
-		c, e := compareValues(a[i], b[i], &r.fields[i], r.bytewise)
+		c, e := pgvalue.CompareValues(a[i], b[i], &r.fields[i], r.bytewise)
 		if e != nil {
 			return false, e
 		}
@@ -366,16 +369,16 @@ func (r *mergeRun) outOfOrder(st *fanStream) *pgwire.Error {
 // outVal is one merged column of a group.
 type outVal struct {
 	null bool
-	raw  []byte // the value in the client's format (AggNone/min/max: a shard's bytes)
-	n    num    // computed columns: the number
-	comp bool   // computed (n is set)
+	raw  []byte      // the value in the client's format (AggNone/min/max: a shard's bytes)
+	n    pgvalue.Num // computed columns: the number
+	comp bool        // computed (n is set)
 }
 
 // acc accumulates one output over a group's shard rows.
 type acc struct {
 	have  bool
 	raw   []byte
-	sum   num
+	sum   pgvalue.Num
 	count int64
 }
 
@@ -390,7 +393,7 @@ func (r *mergeRun) groups() *pgwire.Error {
 		return e
 	}
 	if r.describe {
-		s.out = appendRowDesc(s.out, out)
+		s.out = pgvalue.AppendRowDesc(s.out, out)
 	}
 	efd := 1
 	keys := make([]sortCol, len(g.Keys))
@@ -581,49 +584,49 @@ func (r *mergeRun) groups() *pgwire.Error {
 
 // groupFields returns the client's RowDescription fields for the merged
 // columns, and every output's field (its type as the merge computes it).
-func (r *mergeRun) groupFields() ([]field, []field, *pgwire.Error) {
+func (r *mergeRun) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
 	g := r.m.Groups
-	finals := make([]field, len(g.Outputs))
+	finals := make([]pgvalue.Field, len(g.Outputs))
 	for j, o := range g.Outputs {
 		f := r.fields[o.Column]
 		computed := false
 		switch o.Agg {
 		case route.AggSum:
-			switch f.oid {
-			case oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			switch f.OID {
+			case pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
 			default:
 				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.name, f.oid),
+					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.Name, f.OID),
 					Hint:    "Add a key so that one shard answers."}
 			}
 			computed = true
 		case route.AggAvg:
-			switch f.oid {
-			case oidInt8, oidNumeric:
-				f.oid = oidNumeric
-			case oidFloat8:
+			switch f.OID {
+			case pgtype.Int8OID, pgtype.NumericOID:
+				f.OID = pgtype.NumericOID
+			case pgtype.Float8OID:
 			default:
 				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.name, f.oid),
+					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.Name, f.OID),
 					Hint:    "Cast the argument (avg(x::float8)), or add a key so that one shard answers."}
 			}
 			computed = true
 		}
 		if o.Cast != route.CastNone {
-			switch f.oid {
-			case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			switch f.OID {
+			case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
 			default:
 				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.name, f.oid, o.Cast)}
+					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.Name, f.OID, o.Cast)}
 			}
-			f.oid = castOID(o.Cast)
+			f.OID = castOID(o.Cast)
 			computed = true
 		}
 		if computed {
-			f.typlen, f.typmod, f.table, f.attnum = typeLen(f.oid), -1, 0, 0
+			f.Typlen, f.Typmod, f.Table, f.Attnum = pgvalue.TypeLen(f.OID), -1, 0, 0
 		}
 		if j < g.Visible {
-			f.format = r.clientFormat(j)
+			f.Format = r.clientFormat(j)
 		}
 		finals[j] = f
 	}
@@ -633,19 +636,19 @@ func (r *mergeRun) groupFields() ([]field, []field, *pgwire.Error) {
 func castOID(c route.Cast) uint32 {
 	switch c {
 	case route.CastInt2:
-		return oidInt2
+		return pgtype.Int2OID
 	case route.CastInt4:
-		return oidInt4
+		return pgtype.Int4OID
 	case route.CastInt8:
-		return oidInt8
+		return pgtype.Int8OID
 	case route.CastNumeric:
-		return oidNumeric
+		return pgtype.NumericOID
 	case route.CastFloat4:
-		return oidFloat4
+		return pgtype.Float4OID
 	case route.CastFloat8:
-		return oidFloat8
+		return pgtype.Float8OID
 	}
-	return oidText
+	return pgtype.TextOID
 }
 
 // accumulate adds one shard's row of a group.
@@ -667,7 +670,7 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 				a.raw, a.have = slices.Clone(v), true
 				continue
 			}
-			c, e := compareValues(v, a.raw, f, r.bytewise || o.Bytewise)
+			c, e := pgvalue.CompareValues(v, a.raw, f, r.bytewise || o.Bytewise)
 			if e != nil {
 				return e
 			}
@@ -678,17 +681,17 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 			if o.Agg == route.AggAvg {
 				cv := cols[o.Column+1]
 				if cv != nil {
-					n, e := decodeNum(cv, r.fields[o.Column+1].oid, r.fields[o.Column+1].format)
+					n, e := pgvalue.DecodeNum(cv, r.fields[o.Column+1].OID, r.fields[o.Column+1].Format)
 					if e != nil {
 						return e
 					}
-					a.count += n.i
+					a.count += n.Int
 				}
 			}
 			if v == nil {
 				continue
 			}
-			n, e := decodeNum(v, f.oid, f.format)
+			n, e := pgvalue.DecodeNum(v, f.OID, f.Format)
 			if e != nil {
 				return e
 			}
@@ -696,7 +699,7 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 				a.sum, a.have = n, true
 				continue
 			}
-			if a.sum, e = numAdd(a.sum, n); e != nil {
+			if a.sum, e = pgvalue.NumAdd(a.sum, n); e != nil {
 				return e
 			}
 		}
@@ -705,13 +708,13 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 }
 
 // finish computes a group's merged columns.
-func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]outVal, *pgwire.Error) {
+func (r *mergeRun) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
 	g := r.m.Groups
 	vals := make([]outVal, len(g.Outputs))
 	for j, o := range g.Outputs {
 		a := &accs[j]
-		format := finals[j].format
-		var n num
+		format := finals[j].Format
+		var n pgvalue.Num
 		switch o.Agg {
 		case route.AggNone, route.AggMin, route.AggMax:
 			if !a.have || a.raw == nil {
@@ -724,7 +727,7 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 			}
 			f := &r.fields[o.Column]
 			var e *pgwire.Error
-			if n, e = decodeNum(a.raw, f.oid, f.format); e != nil {
+			if n, e = pgvalue.DecodeNum(a.raw, f.OID, f.Format); e != nil {
 				return nil, e
 			}
 		case route.AggSum:
@@ -735,15 +738,15 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 			n = a.sum
 		case route.AggAvg:
 			var e *pgwire.Error
-			if n, e = numAvg(a.sum, a.count); e != nil {
+			if n, e = pgvalue.NumAvg(a.sum, a.count); e != nil {
 				return nil, e
 			}
-			if n.kind == nNull {
+			if n.Kind == pgvalue.NumNull {
 				vals[j] = outVal{null: true}
 				continue
 			}
 		}
-		n, text, e := numCast(n, o.Cast, efd)
+		n, text, e := pgvalue.NumCast(n, castTarget(o.Cast), efd)
 		if e != nil {
 			return nil, e
 		}
@@ -751,7 +754,7 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 			vals[j] = outVal{raw: text, n: n, comp: true}
 			continue
 		}
-		vals[j] = outVal{raw: appendNum(nil, n, format, efd), n: n, comp: true}
+		vals[j] = outVal{raw: pgvalue.AppendNum(nil, n, format, efd), n: n, comp: true}
 	}
 	return vals, nil
 }
@@ -772,7 +775,7 @@ func (r *mergeRun) emitGroup(vals []outVal, visible int) {
 }
 
 // compareOut orders two merged values of output j.
-func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKey) (int, *pgwire.Error) {
+func (r *mergeRun) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.SortKey) (int, *pgwire.Error) {
 	switch {
 	case a.null && b.null:
 		return 0, nil
@@ -788,12 +791,12 @@ func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKe
 		return -1, nil
 	}
 	var c int
-	if a.comp && b.comp && a.n.kind != nNull && b.n.kind != nNull && finals[j].oid != oidText {
-		c = cmpNum(a.n, b.n)
+	if a.comp && b.comp && a.n.Kind != pgvalue.NumNull && b.n.Kind != pgvalue.NumNull && finals[j].OID != pgtype.TextOID {
+		c = pgvalue.CmpNum(a.n, b.n)
 	} else {
 		var e *pgwire.Error
 		bytewise := r.bytewise || k.Bytewise || r.m.Groups.Outputs[j].Bytewise
-		if c, e = compareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
+		if c, e = pgvalue.CompareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
 			return 0, e
 		}
 	}
@@ -804,7 +807,7 @@ func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKe
 }
 
 // eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
-func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *pgwire.Error) {
+func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []pgvalue.Field) (int, *pgwire.Error) {
 	switch c.Op {
 	case route.CondAnd, route.CondOr:
 		res := 1
@@ -866,26 +869,26 @@ func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *pgw
 type operandVal struct {
 	null   bool
 	isNum  bool
-	n      num
+	n      pgvalue.Num
 	text   []byte
-	field  *field // for a merged value that is neither
+	field  *pgvalue.Field // for a merged value that is neither
 	raw    []byte
 	output int
 }
 
-func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (operandVal, *pgwire.Error) {
+func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []pgvalue.Field) (operandVal, *pgwire.Error) {
 	if o.Output >= 0 {
 		v := vals[o.Output]
 		if v.null {
 			return operandVal{null: true}, nil
 		}
-		if v.comp && finals[o.Output].oid != oidText {
+		if v.comp && finals[o.Output].OID != pgtype.TextOID {
 			return operandVal{isNum: true, n: v.n}, nil
 		}
 		f := &finals[o.Output]
-		switch f.oid {
-		case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
-			n, e := decodeNum(v.raw, f.oid, f.format)
+		switch f.OID {
+		case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			n, e := pgvalue.DecodeNum(v.raw, f.OID, f.Format)
 			if e != nil {
 				return operandVal{}, e
 			}
@@ -901,11 +904,11 @@ func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (oper
 	}
 	switch o.ConstKind {
 	case "int", "numeric":
-		d, ok := decFromText(o.Const)
+		d, ok := pgvalue.DecFromText(o.Const)
 		if !ok {
 			return operandVal{}, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: bad constant "+o.Const)
 		}
-		return operandVal{isNum: true, n: num{kind: nDec, d: d, oid: oidNumeric}}, nil
+		return operandVal{isNum: true, n: pgvalue.Num{Kind: pgvalue.NumDec, Dec: d, OID: pgtype.NumericOID}}, nil
 	}
 	return operandVal{text: []byte(o.Const)}, nil
 }
@@ -934,13 +937,13 @@ func (r *mergeRun) paramOperand(n int) (operandVal, *pgwire.Error) {
 	}
 	if f == 1 {
 		switch oid {
-		case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
-			x, e := decodeNum(v, oid, 1)
+		case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			x, e := pgvalue.DecodeNum(v, oid, 1)
 			if e != nil {
 				return operandVal{}, e
 			}
 			return operandVal{isNum: true, n: x}, nil
-		case oidText, oidVarchar:
+		case pgtype.TextOID, pgtype.VarcharOID:
 			return operandVal{text: v}, nil
 		}
 		return operandVal{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
@@ -953,19 +956,19 @@ func (r *mergeRun) paramOperand(n int) (operandVal, *pgwire.Error) {
 
 // numFromText reads a number written as text: a decimal exactly, else a
 // float (NaN, Infinity, 1e5).
-func numFromText(v []byte) (num, bool) {
+func numFromText(v []byte) (pgvalue.Num, bool) {
 	t := strings.TrimSpace(string(v))
-	if d, ok := decFromText(t); ok && d.special == 0 && t != "" && t[0] != '+' {
-		return num{kind: nDec, d: d, oid: oidNumeric}, true
+	if d, ok := pgvalue.DecFromText(t); ok && d.Special == 0 && t != "" && t[0] != '+' {
+		return pgvalue.Num{Kind: pgvalue.NumDec, Dec: d, OID: pgtype.NumericOID}, true
 	}
-	if x, ok := parsePgFloat(t, 64); ok {
-		return num{kind: nF8, f: x, oid: oidFloat8}, true
+	if x, ok := pgvalue.ParsePgFloat(t, 64); ok {
+		return pgvalue.Num{Kind: pgvalue.NumF8, Float: x, OID: pgtype.Float8OID}, true
 	}
-	return num{}, false
+	return pgvalue.Num{}, false
 }
 
 // compareOperands compares two HAVING operands.
-func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []field) (int, bool, *pgwire.Error) {
+func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []pgvalue.Field) (int, bool, *pgwire.Error) {
 	l, e := r.operand(lo, vals, finals)
 	if e != nil {
 		return 0, false, e
@@ -995,7 +998,7 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 	}
 	switch {
 	case l.isNum && rv.isNum:
-		return cmpNum(l.n, rv.n), false, nil
+		return pgvalue.CmpNum(l.n, rv.n), false, nil
 	case l.field != nil && rv.field == nil && !rv.isNum:
 		c, e := r.compareTextOperand(l, rv.text)
 		return c, false, e
@@ -1003,7 +1006,7 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 		c, e := r.compareTextOperand(rv, l.text)
 		return -c, false, e
 	case l.field != nil && rv.field != nil:
-		c, e := compareValues(l.raw, rv.raw, l.field, r.bytewise)
+		c, e := pgvalue.CompareValues(l.raw, rv.raw, l.field, r.bytewise)
 		return c, false, e
 	}
 	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
@@ -1011,12 +1014,36 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 
 func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *pgwire.Error) {
 	f := v.field
-	switch f.oid {
-	case oidText, oidVarchar, oidBpchar, oidName:
+	switch f.OID {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
 		tf := *f
-		tf.format = 0
+		tf.Format = 0
 		raw := v.raw
-		return compareValues(raw, text, &tf, r.bytewise || r.m.Groups.Outputs[v.output].Bytewise)
+		return pgvalue.CompareValues(raw, text, &tf, r.bytewise || r.m.Groups.Outputs[v.output].Bytewise)
 	}
-	return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.name, f.oid)}
+	return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.Name, f.OID)}
+}
+
+// castTarget is pgvalue.NumCast's target type for a cast of a merged aggregate
+// (0: no cast; a cast it does not know maps to an OID pgvalue.NumCast refuses).
+func castTarget(c route.Cast) uint32 {
+	switch c {
+	case route.CastNone:
+		return 0
+	case route.CastInt2:
+		return pgtype.Int2OID
+	case route.CastInt4:
+		return pgtype.Int4OID
+	case route.CastInt8:
+		return pgtype.Int8OID
+	case route.CastNumeric:
+		return pgtype.NumericOID
+	case route.CastFloat4:
+		return pgtype.Float4OID
+	case route.CastFloat8:
+		return pgtype.Float8OID
+	case route.CastText:
+		return pgtype.TextOID
+	}
+	return 1<<32 - 1
 }

@@ -3,10 +3,11 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The operator's controls of one shard pool: PAUSE/RESUME, KILL,

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 

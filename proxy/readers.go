@@ -2,8 +2,9 @@ package proxy
 
 import (
 	"context"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // Readers: the backend transactions a client transaction holds on shards

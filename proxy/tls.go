@@ -4,8 +4,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // TLS towards clients. A client that wants TLS sends an SSLRequest before

@@ -1,4 +1,4 @@
-package proxy
+package pgvalue
 
 import (
 	"bytes"
@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
-	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // The value codec of the merge: how values of the shards' results compare
@@ -36,41 +37,19 @@ import (
 // or its float output thresholds, and the merge must match them byte for
 // byte.
 
-// Type OIDs.
-const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidChar        = 18
-	oidName        = 19
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidOID         = 26
-	oidFloat4      = 700
-	oidFloat8      = 701
-	oidBpchar      = 1042
-	oidVarchar     = 1043
-	oidDate        = 1082
-	oidTimestamp   = 1114
-	oidTimestamptz = 1184
-	oidNumeric     = 1700
-	oidUUID        = 2950
-)
-
-// field is one column of a RowDescription.
-type field struct {
-	name   string
-	table  uint32
-	attnum uint16
-	oid    uint32
-	typlen int16
-	typmod int32
-	format int16
+// Field is one column of a RowDescription.
+type Field struct {
+	Name   string
+	Table  uint32
+	Attnum uint16
+	OID    uint32
+	Typlen int16
+	Typmod int32
+	Format int16
 }
 
-// parseRowDesc decodes a RowDescription (nil → no columns).
-func parseRowDesc(msg []byte) ([]field, error) {
+// ParseRowDesc decodes a RowDescription (nil → no columns).
+func ParseRowDesc(msg []byte) ([]Field, error) {
 	if msg == nil {
 		return nil, nil
 	}
@@ -80,38 +59,38 @@ func parseRowDesc(msg []byte) ([]field, error) {
 	}
 	n := int(binary.BigEndian.Uint16(b))
 	i := 2
-	fs := make([]field, 0, n)
+	fs := make([]Field, 0, n)
 	for k := 0; k < n; k++ {
 		name, j, err := pgwire.CString(b, i)
 		if err != nil || len(b)-j < 18 {
 			return nil, pgwire.ProtoErrorf("malformed RowDescription from a shard")
 		}
-		fs = append(fs, field{
-			name:   string(name),
-			table:  binary.BigEndian.Uint32(b[j:]),
-			attnum: binary.BigEndian.Uint16(b[j+4:]),
-			oid:    binary.BigEndian.Uint32(b[j+6:]),
-			typlen: int16(binary.BigEndian.Uint16(b[j+10:])),
-			typmod: int32(binary.BigEndian.Uint32(b[j+12:])),
-			format: int16(binary.BigEndian.Uint16(b[j+16:])),
+		fs = append(fs, Field{
+			Name:   string(name),
+			Table:  binary.BigEndian.Uint32(b[j:]),
+			Attnum: binary.BigEndian.Uint16(b[j+4:]),
+			OID:    binary.BigEndian.Uint32(b[j+6:]),
+			Typlen: int16(binary.BigEndian.Uint16(b[j+10:])),
+			Typmod: int32(binary.BigEndian.Uint32(b[j+12:])),
+			Format: int16(binary.BigEndian.Uint16(b[j+16:])),
 		})
 		i = j + 18
 	}
 	return fs, nil
 }
 
-// appendRowDesc encodes a RowDescription.
-func appendRowDesc(dst []byte, fs []field) []byte {
+// AppendRowDesc encodes a RowDescription.
+func AppendRowDesc(dst []byte, fs []Field) []byte {
 	dst, sp := pgwire.BeginMsg(dst, 'T')
 	dst = pgwire.AppendU16(dst, uint16(len(fs)))
 	for _, f := range fs {
-		dst = pgwire.AppendCStr(dst, f.name)
-		dst = pgwire.AppendU32(dst, f.table)
-		dst = pgwire.AppendU16(dst, f.attnum)
-		dst = pgwire.AppendU32(dst, f.oid)
-		dst = pgwire.AppendU16(dst, uint16(f.typlen))
-		dst = pgwire.AppendU32(dst, uint32(f.typmod))
-		dst = pgwire.AppendU16(dst, uint16(f.format))
+		dst = pgwire.AppendCStr(dst, f.Name)
+		dst = pgwire.AppendU32(dst, f.Table)
+		dst = pgwire.AppendU16(dst, f.Attnum)
+		dst = pgwire.AppendU32(dst, f.OID)
+		dst = pgwire.AppendU16(dst, uint16(f.Typlen))
+		dst = pgwire.AppendU32(dst, uint32(f.Typmod))
+		dst = pgwire.AppendU16(dst, uint16(f.Format))
 	}
 	return pgwire.FinishMsg(dst, sp)
 }
@@ -121,89 +100,89 @@ func appendRowDesc(dst []byte, fs []field) []byte {
 // valueOrder compares non-NULL values of one column as Postgres orders
 // them. bytewise says text orders by bytes (the database's collation is
 // C/POSIX, or the term says COLLATE "C").
-func compareValues(a, b []byte, f *field, bytewise bool) (int, *pgwire.Error) {
+func CompareValues(a, b []byte, f *Field, bytewise bool) (int, *pgwire.Error) {
 	unsupported := func() (int, *pgwire.Error) {
 		return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q (type oid %d, %s format)", f.name, f.oid, formatName(f.format)),
+			Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q (type oid %d, %s format)", f.Name, f.OID, formatName(f.Format)),
 			Hint:    "Order, group or aggregate by an integer, numeric, float, boolean, text, uuid, date or timestamp value, or add a key so that one shard answers."}
 	}
 	textLike := func() (int, *pgwire.Error) {
 		if !bytewise {
 			return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-				Message: fmt.Sprintf("pgshard cannot merge rows of every shard by the text column %q: the shards' collation is not C, so their order is not the order of bytes", f.name),
+				Message: fmt.Sprintf("pgshard cannot merge rows of every shard by the text column %q: the shards' collation is not C, so their order is not the order of bytes", f.Name),
 				Hint:    `Write COLLATE "C" in the ORDER BY / GROUP BY term (or use a C-collated database), or add a key so that one shard answers.`}
 		}
-		if f.oid == oidBpchar {
+		if f.OID == pgtype.BPCharOID {
 			return bytes.Compare(bytes.TrimRight(a, " "), bytes.TrimRight(b, " ")), nil
 		}
 		return bytes.Compare(a, b), nil
 	}
-	switch f.oid {
-	case oidText, oidVarchar, oidBpchar:
+	switch f.OID {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID:
 		return textLike()
-	case oidName, oidChar:
+	case pgtype.NameOID, pgtype.QCharOID:
 		return bytes.Compare(a, b), nil // name and "char" always compare bytewise
-	case oidBool:
-		if f.format == 1 {
+	case pgtype.BoolOID:
+		if f.Format == 1 {
 			return bytes.Compare(a, b), nil
 		}
 		return cmpInt(boolRank(a), boolRank(b)), nil
-	case oidUUID:
+	case pgtype.UUIDOID:
 		return bytes.Compare(a, b), nil // 16 bytes, or the canonical lowercase text: the same order
-	case oidBytea:
-		if f.format == 1 || bytes.HasPrefix(a, []byte(`\x`)) && bytes.HasPrefix(b, []byte(`\x`)) {
+	case pgtype.ByteaOID:
+		if f.Format == 1 || bytes.HasPrefix(a, []byte(`\x`)) && bytes.HasPrefix(b, []byte(`\x`)) {
 			return bytes.Compare(a, b), nil // hex preserves byte order
 		}
 		return unsupported()
 	}
-	if f.format == 1 {
-		switch f.oid {
-		case oidInt2:
+	if f.Format == 1 {
+		switch f.OID {
+		case pgtype.Int2OID:
 			if len(a) != 2 || len(b) != 2 {
 				return unsupported()
 			}
 			return cmpInt(int64(int16(binary.BigEndian.Uint16(a))), int64(int16(binary.BigEndian.Uint16(b)))), nil
-		case oidInt4, oidDate:
+		case pgtype.Int4OID, pgtype.DateOID:
 			if len(a) != 4 || len(b) != 4 {
 				return unsupported()
 			}
 			return cmpInt(int64(int32(binary.BigEndian.Uint32(a))), int64(int32(binary.BigEndian.Uint32(b)))), nil
-		case oidOID:
+		case pgtype.OIDOID:
 			if len(a) != 4 || len(b) != 4 {
 				return unsupported()
 			}
 			return cmpInt(int64(binary.BigEndian.Uint32(a)), int64(binary.BigEndian.Uint32(b))), nil
-		case oidInt8, oidTimestamp, oidTimestamptz:
+		case pgtype.Int8OID, pgtype.TimestampOID, pgtype.TimestamptzOID:
 			if len(a) != 8 || len(b) != 8 {
 				return unsupported()
 			}
 			return cmpInt(int64(binary.BigEndian.Uint64(a)), int64(binary.BigEndian.Uint64(b))), nil
-		case oidFloat4, oidFloat8, oidNumeric:
-			x, e1 := decodeNum(a, f.oid, 1)
-			y, e2 := decodeNum(b, f.oid, 1)
+		case pgtype.Float4OID, pgtype.Float8OID, pgtype.NumericOID:
+			x, e1 := DecodeNum(a, f.OID, 1)
+			y, e2 := DecodeNum(b, f.OID, 1)
 			if e1 != nil || e2 != nil {
 				return unsupported()
 			}
-			return cmpNum(x, y), nil
+			return CmpNum(x, y), nil
 		}
 		return unsupported()
 	}
-	switch f.oid {
-	case oidInt2, oidInt4, oidInt8, oidOID:
+	switch f.OID {
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.OIDOID:
 		x, err1 := strconv.ParseInt(string(a), 10, 64)
 		y, err2 := strconv.ParseInt(string(b), 10, 64)
 		if err1 != nil || err2 != nil {
 			return unsupported()
 		}
 		return cmpInt(x, y), nil
-	case oidFloat4, oidFloat8, oidNumeric:
-		x, e1 := decodeNum(a, f.oid, 0)
-		y, e2 := decodeNum(b, f.oid, 0)
+	case pgtype.Float4OID, pgtype.Float8OID, pgtype.NumericOID:
+		x, e1 := DecodeNum(a, f.OID, 0)
+		y, e2 := DecodeNum(b, f.OID, 0)
 		if e1 != nil || e2 != nil {
 			return unsupported()
 		}
-		return cmpNum(x, y), nil
-	case oidDate, oidTimestamp, oidTimestamptz:
+		return CmpNum(x, y), nil
+	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
 		c, ok := cmpTime(string(a), string(b))
 		if !ok {
 			return unsupported()
@@ -296,38 +275,39 @@ func parseTimestamptz(s string) (time.Time, error) {
 
 // ---- numbers ----
 
-// numKind is what a number is.
-type numKind uint8
+// NumKind is what a number is.
+type NumKind uint8
 
 const (
-	nNull numKind = iota
-	nInt          // int2/int4/int8 (i)
-	nDec          // numeric (d)
-	nF4           // float4 (f holds the float32 value)
-	nF8           // float8 (f)
+	NumNull NumKind = iota
+	NumInt          // int2/int4/int8 (i)
+	NumDec          // numeric (d)
+	NumF4           // float4 (f holds the float32 value)
+	NumF8           // float8 (f)
 )
 
-// num is a number the merge computes with.
-type num struct {
-	kind numKind
-	i    int64
-	d    dec
-	f    float64
-	oid  uint32 // its SQL type: int2, int4, int8, numeric, float4, float8
+// Num is a number the merge computes with.
+type Num struct {
+	Kind  NumKind
+	Int   int64
+	Dec   Dec
+	Float float64
+	OID   uint32 // its SQL type: int2, int4, int8, numeric, float4, float8
 }
 
-// dec is an exact decimal: c / 10^scale, scale being the display scale
+// Dec is an exact decimal: Coef / 10^Scale, scale being the display scale
 // (numeric's dscale); or a special value.
-type dec struct {
-	c       *big.Int
-	scale   int
-	special uint8 // 0, decNaN, decPInf, decNInf
+type Dec struct {
+	Coef    *big.Int
+	Scale   int
+	Special uint8 // 0, DecNaN, DecPInf, DecNInf
 }
 
+// Dec.Special values: NaN, +Infinity, -Infinity.
 const (
-	decNaN uint8 = 1 + iota
-	decPInf
-	decNInf
+	DecNaN uint8 = 1 + iota
+	DecPInf
+	DecNInf
 )
 
 var (
@@ -337,25 +317,25 @@ var (
 
 func pow10(n int) *big.Int { return new(big.Int).Exp(bigTen, big.NewInt(int64(n)), nil) }
 
-func decInt(i int64) dec { return dec{c: big.NewInt(i)} }
+func decInt(i int64) Dec { return Dec{Coef: big.NewInt(i)} }
 
-// decodeNum reads an int, numeric or float value in text or binary.
-func decodeNum(v []byte, oid uint32, format int16) (num, *pgwire.Error) {
-	bad := func() (num, *pgwire.Error) {
-		return num{}, pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard sent a malformed value of type oid %d", oid))
+// DecodeNum reads an int, numeric or float value in text or binary.
+func DecodeNum(v []byte, oid uint32, format int16) (Num, *pgwire.Error) {
+	bad := func() (Num, *pgwire.Error) {
+		return Num{}, pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard sent a malformed value of type oid %d", oid))
 	}
-	n := num{oid: oid}
+	n := Num{OID: oid}
 	switch oid {
-	case oidInt2, oidInt4, oidInt8:
-		n.kind = nInt
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
+		n.Kind = NumInt
 		if format == 1 {
 			switch {
-			case oid == oidInt2 && len(v) == 2:
-				n.i = int64(int16(binary.BigEndian.Uint16(v)))
-			case oid == oidInt4 && len(v) == 4:
-				n.i = int64(int32(binary.BigEndian.Uint32(v)))
-			case oid == oidInt8 && len(v) == 8:
-				n.i = int64(binary.BigEndian.Uint64(v))
+			case oid == pgtype.Int2OID && len(v) == 2:
+				n.Int = int64(int16(binary.BigEndian.Uint16(v)))
+			case oid == pgtype.Int4OID && len(v) == 4:
+				n.Int = int64(int32(binary.BigEndian.Uint32(v)))
+			case oid == pgtype.Int8OID && len(v) == 8:
+				n.Int = int64(binary.BigEndian.Uint64(v))
 			default:
 				return bad()
 			}
@@ -365,57 +345,59 @@ func decodeNum(v []byte, oid uint32, format int16) (num, *pgwire.Error) {
 		if err != nil {
 			return bad()
 		}
-		n.i = i
+		n.Int = i
 		return n, nil
-	case oidFloat4:
-		n.kind = nF4
+	case pgtype.Float4OID:
+		n.Kind = NumF4
 		if format == 1 {
 			if len(v) != 4 {
 				return bad()
 			}
-			n.f = float64(math.Float32frombits(binary.BigEndian.Uint32(v)))
+			n.Float = float64(math.Float32frombits(binary.BigEndian.Uint32(v)))
 			return n, nil
 		}
-		f, ok := parsePgFloat(string(v), 32)
+		f, ok := ParsePgFloat(string(v), 32)
 		if !ok {
 			return bad()
 		}
-		n.f = f
+		n.Float = f
 		return n, nil
-	case oidFloat8:
-		n.kind = nF8
+	case pgtype.Float8OID:
+		n.Kind = NumF8
 		if format == 1 {
 			if len(v) != 8 {
 				return bad()
 			}
-			n.f = math.Float64frombits(binary.BigEndian.Uint64(v))
+			n.Float = math.Float64frombits(binary.BigEndian.Uint64(v))
 			return n, nil
 		}
-		f, ok := parsePgFloat(string(v), 64)
+		f, ok := ParsePgFloat(string(v), 64)
 		if !ok {
 			return bad()
 		}
-		n.f = f
+		n.Float = f
 		return n, nil
-	case oidNumeric:
-		n.kind = nDec
+	case pgtype.NumericOID:
+		n.Kind = NumDec
 		var ok bool
 		if format == 1 {
-			n.d, ok = decFromBinary(v)
+			n.Dec, ok = decFromBinary(v)
 		} else {
-			n.d, ok = decFromText(string(v))
+			n.Dec, ok = DecFromText(string(v))
 		}
 		if !ok {
 			return bad()
 		}
 		return n, nil
 	}
-	return num{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+	return Num{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("pgshard cannot add up values of type oid %d from every shard", oid),
 		Hint:    "Sum and average integers, numeric or floats, or add a key so that one shard answers."}
 }
 
-func parsePgFloat(s string, bits int) (float64, bool) {
+// ParsePgFloat reads a float in Postgres's text form (NaN, Infinity,
+// -Infinity included) at bits precision.
+func ParsePgFloat(s string, bits int) (float64, bool) {
 	switch s {
 	case "NaN":
 		return math.NaN(), true
@@ -428,15 +410,15 @@ func parsePgFloat(s string, bits int) (float64, bool) {
 	return f, err == nil
 }
 
-// decFromText reads numeric_out's text.
-func decFromText(s string) (dec, bool) {
+// DecFromText reads numeric_out's text.
+func DecFromText(s string) (Dec, bool) {
 	switch s {
 	case "NaN":
-		return dec{special: decNaN}, true
+		return Dec{Special: DecNaN}, true
 	case "Infinity":
-		return dec{special: decPInf}, true
+		return Dec{Special: DecPInf}, true
 	case "-Infinity":
-		return dec{special: decNInf}, true
+		return Dec{Special: DecNInf}, true
 	}
 	digits, scale := s, 0
 	if i := strings.IndexByte(s, '.'); i >= 0 {
@@ -444,15 +426,15 @@ func decFromText(s string) (dec, bool) {
 	}
 	c, ok := new(big.Int).SetString(digits, 10)
 	if !ok {
-		return dec{}, false
+		return Dec{}, false
 	}
-	return dec{c: c, scale: scale}, true
+	return Dec{Coef: c, Scale: scale}, true
 }
 
 // decFromBinary reads numeric_send's form.
-func decFromBinary(b []byte) (dec, bool) {
+func decFromBinary(b []byte) (Dec, bool) {
 	if len(b) < 8 {
-		return dec{}, false
+		return Dec{}, false
 	}
 	nd := int(binary.BigEndian.Uint16(b))
 	weight := int(int16(binary.BigEndian.Uint16(b[2:])))
@@ -460,23 +442,23 @@ func decFromBinary(b []byte) (dec, bool) {
 	dscale := int(binary.BigEndian.Uint16(b[6:]))
 	switch sign {
 	case 0xC000:
-		return dec{special: decNaN}, true
+		return Dec{Special: DecNaN}, true
 	case 0xD000:
-		return dec{special: decPInf}, true
+		return Dec{Special: DecPInf}, true
 	case 0xF000:
-		return dec{special: decNInf}, true
+		return Dec{Special: DecNInf}, true
 	case 0x0000, 0x4000:
 	default:
-		return dec{}, false
+		return Dec{}, false
 	}
 	if len(b) != 8+2*nd || dscale > 0x3FFF {
-		return dec{}, false
+		return Dec{}, false
 	}
 	c := new(big.Int)
 	for i := 0; i < nd; i++ {
 		d := binary.BigEndian.Uint16(b[8+2*i:])
 		if d >= 10000 {
-			return dec{}, false
+			return Dec{}, false
 		}
 		c.Mul(c, bigNBase).Add(c, big.NewInt(int64(d)))
 	}
@@ -496,26 +478,26 @@ func decFromBinary(b []byte) (dec, bool) {
 	if sign == 0x4000 {
 		c.Neg(c)
 	}
-	return dec{c: c, scale: scale}, true
+	return Dec{Coef: c, Scale: scale}, true
 }
 
 // text is numeric_out.
-func (d dec) text() string {
-	switch d.special {
-	case decNaN:
+func (d Dec) Text() string {
+	switch d.Special {
+	case DecNaN:
 		return "NaN"
-	case decPInf:
+	case DecPInf:
 		return "Infinity"
-	case decNInf:
+	case DecNInf:
 		return "-Infinity"
 	}
-	s := new(big.Int).Abs(d.c).String()
-	neg := d.c.Sign() < 0
-	if d.scale > 0 {
-		if len(s) <= d.scale {
-			s = strings.Repeat("0", d.scale-len(s)+1) + s
+	s := new(big.Int).Abs(d.Coef).String()
+	neg := d.Coef.Sign() < 0
+	if d.Scale > 0 {
+		if len(s) <= d.Scale {
+			s = strings.Repeat("0", d.Scale-len(s)+1) + s
 		}
-		s = s[:len(s)-d.scale] + "." + s[len(s)-d.scale:]
+		s = s[:len(s)-d.Scale] + "." + s[len(s)-d.Scale:]
 	}
 	if neg {
 		s = "-" + s
@@ -526,10 +508,10 @@ func (d dec) text() string {
 // nbase returns the value's base-10000 digits (no leading or trailing
 // zero digits) and the weight of the first: |value| = Σ digits[i] *
 // 10000^(weight-i). Zero has no digits and weight 0.
-func (d dec) nbase() (weight int, digits []uint16) {
-	s4 := (d.scale + 3) / 4 * 4
-	c := new(big.Int).Abs(d.c)
-	c.Mul(c, pow10(s4-d.scale))
+func (d Dec) nbase() (weight int, digits []uint16) {
+	s4 := (d.Scale + 3) / 4 * 4
+	c := new(big.Int).Abs(d.Coef)
+	c.Mul(c, pow10(s4-d.Scale))
 	var rev []uint16
 	m := new(big.Int)
 	for c.Sign() > 0 {
@@ -550,24 +532,24 @@ func (d dec) nbase() (weight int, digits []uint16) {
 }
 
 // appendBinary is numeric_send.
-func (d dec) appendBinary(dst []byte) []byte {
+func (d Dec) AppendBinary(dst []byte) []byte {
 	var sign uint16
-	switch d.special {
-	case decNaN:
+	switch d.Special {
+	case DecNaN:
 		return append(dst, 0, 0, 0, 0, 0xC0, 0, 0, 0)
-	case decPInf:
+	case DecPInf:
 		return append(dst, 0, 0, 0, 0, 0xD0, 0, 0, 0)
-	case decNInf:
+	case DecNInf:
 		return append(dst, 0, 0, 0, 0, 0xF0, 0, 0, 0)
 	}
 	weight, digits := d.nbase()
-	if d.c.Sign() < 0 && len(digits) > 0 {
+	if d.Coef.Sign() < 0 && len(digits) > 0 {
 		sign = 0x4000
 	}
 	dst = pgwire.AppendU16(dst, uint16(len(digits)))
 	dst = pgwire.AppendU16(dst, uint16(int16(weight)))
 	dst = pgwire.AppendU16(dst, sign)
-	dst = pgwire.AppendU16(dst, uint16(d.scale))
+	dst = pgwire.AppendU16(dst, uint16(d.Scale))
 	for _, g := range digits {
 		dst = pgwire.AppendU16(dst, g)
 	}
@@ -575,53 +557,53 @@ func (d dec) appendBinary(dst []byte) []byte {
 }
 
 // decAdd adds exactly, keeping the larger scale (numeric's add_var).
-func decAdd(a, b dec) dec {
-	if a.special != 0 || b.special != 0 {
+func decAdd(a, b Dec) Dec {
+	if a.Special != 0 || b.Special != 0 {
 		switch {
-		case a.special == decNaN || b.special == decNaN:
-			return dec{special: decNaN}
-		case a.special != 0 && b.special != 0 && a.special != b.special:
-			return dec{special: decNaN} // Infinity + -Infinity
-		case a.special != 0:
-			return dec{special: a.special}
+		case a.Special == DecNaN || b.Special == DecNaN:
+			return Dec{Special: DecNaN}
+		case a.Special != 0 && b.Special != 0 && a.Special != b.Special:
+			return Dec{Special: DecNaN} // Infinity + -Infinity
+		case a.Special != 0:
+			return Dec{Special: a.Special}
 		}
-		return dec{special: b.special}
+		return Dec{Special: b.Special}
 	}
-	s := max(a.scale, b.scale)
-	x := new(big.Int).Mul(a.c, pow10(s-a.scale))
-	y := new(big.Int).Mul(b.c, pow10(s-b.scale))
-	return dec{c: x.Add(x, y), scale: s}
+	s := max(a.Scale, b.Scale)
+	x := new(big.Int).Mul(a.Coef, pow10(s-a.Scale))
+	y := new(big.Int).Mul(b.Coef, pow10(s-b.Scale))
+	return Dec{Coef: x.Add(x, y), Scale: s}
 }
 
 // decDiv divides as numeric_div does: the result scale from
 // select_div_scale, rounded half away from zero (div_var with round).
-func decDiv(a, b dec) (dec, *pgwire.Error) {
-	if a.special == decNaN || b.special == decNaN {
-		return dec{special: decNaN}, nil
+func decDiv(a, b Dec) (Dec, *pgwire.Error) {
+	if a.Special == DecNaN || b.Special == DecNaN {
+		return Dec{Special: DecNaN}, nil
 	}
-	if b.special == 0 && b.c.Sign() == 0 {
-		return dec{}, pgwire.NewError("22012", "division by zero")
+	if b.Special == 0 && b.Coef.Sign() == 0 {
+		return Dec{}, pgwire.NewError("22012", "division by zero")
 	}
 	switch {
-	case a.special != 0 && b.special != 0:
-		return dec{special: decNaN}, nil
-	case a.special != 0:
-		if (a.special == decPInf) == (b.c.Sign() > 0) {
-			return dec{special: decPInf}, nil
+	case a.Special != 0 && b.Special != 0:
+		return Dec{Special: DecNaN}, nil
+	case a.Special != 0:
+		if (a.Special == DecPInf) == (b.Coef.Sign() > 0) {
+			return Dec{Special: DecPInf}, nil
 		}
-		return dec{special: decNInf}, nil
-	case b.special != 0:
-		return dec{c: new(big.Int), scale: 0}, nil // finite / infinity = 0
+		return Dec{Special: DecNInf}, nil
+	case b.Special != 0:
+		return Dec{Coef: new(big.Int), Scale: 0}, nil // finite / infinity = 0
 	}
 	rscale := selectDivScale(a, b)
 	// q = a/b * 10^rscale = (ca * 10^(sb+rscale)) / (cb * 10^sa)
-	num := new(big.Int).Mul(a.c, pow10(b.scale+rscale))
-	den := new(big.Int).Mul(b.c, pow10(a.scale))
-	return dec{c: divRound(num, den), scale: rscale}, nil
+	num := new(big.Int).Mul(a.Coef, pow10(b.Scale+rscale))
+	den := new(big.Int).Mul(b.Coef, pow10(a.Scale))
+	return Dec{Coef: divRound(num, den), Scale: rscale}, nil
 }
 
 // selectDivScale is numeric.c's select_div_scale.
-func selectDivScale(a, b dec) int {
+func selectDivScale(a, b Dec) int {
 	const minSigDigits, decDigits, maxDisplayScale = 16, 4, 1000
 	w1, d1 := a.nbase()
 	w2, d2 := b.nbase()
@@ -641,7 +623,7 @@ func selectDivScale(a, b dec) int {
 		qweight--
 	}
 	r := minSigDigits - qweight*decDigits
-	r = max(r, a.scale, b.scale, 0)
+	r = max(r, a.Scale, b.Scale, 0)
 	return min(r, maxDisplayScale)
 }
 
@@ -660,19 +642,19 @@ func divRound(num, den *big.Int) *big.Int {
 }
 
 // decRoundInt rounds half away from zero to an integer (numeric → int).
-func decRoundInt(d dec) *big.Int {
-	return divRound(d.c, pow10(d.scale))
+func decRoundInt(d Dec) *big.Int {
+	return divRound(d.Coef, pow10(d.Scale))
 }
 
 // decCmp orders numerics as Postgres: NaN greatest, then Infinity.
-func decCmp(a, b dec) int {
-	rank := func(d dec) int {
-		switch d.special {
-		case decNaN:
+func decCmp(a, b Dec) int {
+	rank := func(d Dec) int {
+		switch d.Special {
+		case DecNaN:
 			return 3
-		case decPInf:
+		case DecPInf:
 			return 2
-		case decNInf:
+		case DecNInf:
 			return 0
 		}
 		return 1
@@ -681,229 +663,230 @@ func decCmp(a, b dec) int {
 	if ra != rb || ra != 1 {
 		return cmpInt(int64(ra), int64(rb))
 	}
-	s := max(a.scale, b.scale)
-	x := new(big.Int).Mul(a.c, pow10(s-a.scale))
-	y := new(big.Int).Mul(b.c, pow10(s-b.scale))
+	s := max(a.Scale, b.Scale)
+	x := new(big.Int).Mul(a.Coef, pow10(s-a.Scale))
+	y := new(big.Int).Mul(b.Coef, pow10(s-b.Scale))
 	return x.Cmp(y)
 }
 
 // asDec converts an integer or numeric to a dec.
-func (n num) asDec() dec {
-	if n.kind == nInt {
-		return decInt(n.i)
+func (n Num) asDec() Dec {
+	if n.Kind == NumInt {
+		return decInt(n.Int)
 	}
-	return n.d
+	return n.Dec
 }
 
-// cmpNum compares two non-NULL numbers as Postgres's cross-type
+// CmpNum compares two non-NULL numbers as Postgres's cross-type
 // comparison operators do: floats as float8, else exactly.
-func cmpNum(a, b num) int {
-	if a.kind == nF4 || a.kind == nF8 || b.kind == nF4 || b.kind == nF8 {
+func CmpNum(a, b Num) int {
+	if a.Kind == NumF4 || a.Kind == NumF8 || b.Kind == NumF4 || b.Kind == NumF8 {
 		return cmpFloat(a.float(), b.float())
 	}
-	if a.kind == nInt && b.kind == nInt {
-		return cmpInt(a.i, b.i)
+	if a.Kind == NumInt && b.Kind == NumInt {
+		return cmpInt(a.Int, b.Int)
 	}
 	return decCmp(a.asDec(), b.asDec())
 }
 
 // float is the number as a float8.
-func (n num) float() float64 {
-	switch n.kind {
-	case nF4, nF8:
-		return n.f
-	case nInt:
-		return float64(n.i)
+func (n Num) float() float64 {
+	switch n.Kind {
+	case NumF4, NumF8:
+		return n.Float
+	case NumInt:
+		return float64(n.Int)
 	}
-	f, _ := decToFloat(n.d, 64)
+	f, _ := decToFloat(n.Dec, 64)
 	return f
 }
 
 // decToFloat is numeric → float8/float4 (numeric_float8: numeric_out,
 // then float8in).
-func decToFloat(d dec, bits int) (float64, bool) {
-	switch d.special {
-	case decNaN:
+func decToFloat(d Dec, bits int) (float64, bool) {
+	switch d.Special {
+	case DecNaN:
 		return math.NaN(), true
-	case decPInf:
+	case DecPInf:
 		return math.Inf(1), true
-	case decNInf:
+	case DecNInf:
 		return math.Inf(-1), true
 	}
-	f, err := strconv.ParseFloat(d.text(), bits)
+	f, err := strconv.ParseFloat(d.Text(), bits)
 	if err != nil && !math.IsInf(f, 0) && f != 0 {
 		return f, false
 	}
 	return f, err == nil
 }
 
-// numAdd adds two partial sums of one column (same type). A NULL side is
+// NumAdd adds two partial sums of one column (same type). A NULL side is
 // skipped (sum over no rows).
-func numAdd(a, b num) (num, *pgwire.Error) {
+func NumAdd(a, b Num) (Num, *pgwire.Error) {
 	switch {
-	case a.kind == nNull:
+	case a.Kind == NumNull:
 		return b, nil
-	case b.kind == nNull:
+	case b.Kind == NumNull:
 		return a, nil
-	case a.kind != b.kind:
-		return num{}, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: shards returned sums of different types")
+	case a.Kind != b.Kind:
+		return Num{}, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: shards returned sums of different types")
 	}
-	switch a.kind {
-	case nInt:
-		s := a.i + b.i
-		if (s > a.i) != (b.i > 0) {
-			return num{}, pgwire.NewError("22003", "bigint out of range")
+	switch a.Kind {
+	case NumInt:
+		s := a.Int + b.Int
+		if (s > a.Int) != (b.Int > 0) {
+			return Num{}, pgwire.NewError("22003", "bigint out of range")
 		}
-		a.i = s
-	case nDec:
-		a.d = decAdd(a.d, b.d)
-	case nF4:
-		s := float32(a.f) + float32(b.f) // float4pl: in float4
-		if math.IsInf(float64(s), 0) && !math.IsInf(a.f, 0) && !math.IsInf(b.f, 0) {
-			return num{}, pgwire.NewError("22003", "value out of range: overflow")
+		a.Int = s
+	case NumDec:
+		a.Dec = decAdd(a.Dec, b.Dec)
+	case NumF4:
+		s := float32(a.Float) + float32(b.Float) // float4pl: in float4
+		if math.IsInf(float64(s), 0) && !math.IsInf(a.Float, 0) && !math.IsInf(b.Float, 0) {
+			return Num{}, pgwire.NewError("22003", "value out of range: overflow")
 		}
-		a.f = float64(s)
-	case nF8:
-		s := a.f + b.f
-		if math.IsInf(s, 0) && !math.IsInf(a.f, 0) && !math.IsInf(b.f, 0) {
-			return num{}, pgwire.NewError("22003", "value out of range: overflow")
+		a.Float = float64(s)
+	case NumF8:
+		s := a.Float + b.Float
+		if math.IsInf(s, 0) && !math.IsInf(a.Float, 0) && !math.IsInf(b.Float, 0) {
+			return Num{}, pgwire.NewError("22003", "value out of range: overflow")
 		}
-		a.f = s
+		a.Float = s
 	}
 	return a, nil
 }
 
-// numAvg is avg from the merged sum and count, with Postgres's result
+// NumAvg is avg from the merged sum and count, with Postgres's result
 // type: numeric for integer and numeric input (int8_avg / numeric_avg:
 // numeric_div(sum, count)), float8 for float8 (float8_avg: Sx / N).
-func numAvg(sum num, count int64) (num, *pgwire.Error) {
-	if count == 0 || sum.kind == nNull {
-		return num{kind: nNull}, nil
+func NumAvg(sum Num, count int64) (Num, *pgwire.Error) {
+	if count == 0 || sum.Kind == NumNull {
+		return Num{Kind: NumNull}, nil
 	}
-	switch sum.kind {
-	case nInt, nDec:
+	switch sum.Kind {
+	case NumInt, NumDec:
 		d, e := decDiv(sum.asDec(), decInt(count))
 		if e != nil {
-			return num{}, e
+			return Num{}, e
 		}
-		return num{kind: nDec, d: d, oid: oidNumeric}, nil
-	case nF8:
-		return num{kind: nF8, f: sum.f / float64(count), oid: oidFloat8}, nil
+		return Num{Kind: NumDec, Dec: d, OID: pgtype.NumericOID}, nil
+	case NumF8:
+		return Num{Kind: NumF8, Float: sum.Float / float64(count), OID: pgtype.Float8OID}, nil
 	}
-	return num{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+	return Num{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: "pgshard cannot merge avg(real): Postgres accumulates it in double precision, which the shards' sum(real) does not give",
 		Hint:    "Write avg(x::float8), or add a key so that one shard answers."}
 }
 
-// numCast applies a cast of a merged aggregate, as Postgres's cast
-// functions do (rounding and range errors included).
-func numCast(n num, c route.Cast, efd int) (num, []byte, *pgwire.Error) {
-	if n.kind == nNull || c == route.CastNone {
+// NumCast applies a cast of a merged aggregate to the type to (int2,
+// int4, int8, numeric, float4, float8 or text; 0: no cast), as Postgres's
+// cast functions do (rounding and range errors included).
+func NumCast(n Num, to uint32, efd int) (Num, []byte, *pgwire.Error) {
+	if n.Kind == NumNull || to == 0 {
 		return n, nil, nil
 	}
-	switch c {
-	case route.CastInt2, route.CastInt4, route.CastInt8:
-		lo, hi, name, oid := int64(math.MinInt16), int64(math.MaxInt16), "smallint", uint32(oidInt2)
-		if c == route.CastInt4 {
-			lo, hi, name, oid = math.MinInt32, math.MaxInt32, "integer", oidInt4
-		} else if c == route.CastInt8 {
-			lo, hi, name, oid = math.MinInt64, math.MaxInt64, "bigint", oidInt8
+	switch to {
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
+		lo, hi, name, oid := int64(math.MinInt16), int64(math.MaxInt16), "smallint", uint32(pgtype.Int2OID)
+		if to == pgtype.Int4OID {
+			lo, hi, name, oid = math.MinInt32, math.MaxInt32, "integer", pgtype.Int4OID
+		} else if to == pgtype.Int8OID {
+			lo, hi, name, oid = math.MinInt64, math.MaxInt64, "bigint", pgtype.Int8OID
 		}
-		out := num{kind: nInt, oid: oid}
-		switch n.kind {
-		case nInt:
-			out.i = n.i
-		case nDec:
-			if n.d.special == decNaN {
-				return num{}, nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot convert NaN to "+name)
+		out := Num{Kind: NumInt, OID: oid}
+		switch n.Kind {
+		case NumInt:
+			out.Int = n.Int
+		case NumDec:
+			if n.Dec.Special == DecNaN {
+				return Num{}, nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot convert NaN to "+name)
 			}
-			if n.d.special != 0 {
-				return num{}, nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot convert infinity to "+name)
+			if n.Dec.Special != 0 {
+				return Num{}, nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot convert infinity to "+name)
 			}
-			r := decRoundInt(n.d)
+			r := decRoundInt(n.Dec)
 			if !r.IsInt64() {
-				return num{}, nil, pgwire.NewError("22003", name+" out of range")
+				return Num{}, nil, pgwire.NewError("22003", name+" out of range")
 			}
-			out.i = r.Int64()
-		case nF4, nF8:
-			r := math.RoundToEven(n.f) // rint
+			out.Int = r.Int64()
+		case NumF4, NumF8:
+			r := math.RoundToEven(n.Float) // rint
 			if math.IsNaN(r) || r < float64(lo) || r >= -float64(lo) {
-				return num{}, nil, pgwire.NewError("22003", name+" out of range")
+				return Num{}, nil, pgwire.NewError("22003", name+" out of range")
 			}
-			out.i = int64(r)
+			out.Int = int64(r)
 		}
-		if out.i < lo || out.i > hi {
-			return num{}, nil, pgwire.NewError("22003", name+" out of range")
+		if out.Int < lo || out.Int > hi {
+			return Num{}, nil, pgwire.NewError("22003", name+" out of range")
 		}
 		return out, nil, nil
-	case route.CastNumeric:
-		switch n.kind {
-		case nInt:
-			return num{kind: nDec, d: decInt(n.i), oid: oidNumeric}, nil, nil
-		case nDec:
+	case pgtype.NumericOID:
+		switch n.Kind {
+		case NumInt:
+			return Num{Kind: NumDec, Dec: decInt(n.Int), OID: pgtype.NumericOID}, nil, nil
+		case NumDec:
 			return n, nil, nil
-		case nF8, nF4:
+		case NumF8, NumF4:
 			// float8_numeric / float4_numeric: DBL_DIG (FLT_DIG) digits.
 			digs := 15
-			if n.kind == nF4 {
+			if n.Kind == NumF4 {
 				digs = 6
 			}
-			d, ok := decFromFloatG(n.f, digs)
+			d, ok := decFromFloatG(n.Float, digs)
 			if !ok {
-				return num{}, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: cannot convert the float to numeric")
+				return Num{}, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: cannot convert the float to numeric")
 			}
-			return num{kind: nDec, d: d, oid: oidNumeric}, nil, nil
+			return Num{Kind: NumDec, Dec: d, OID: pgtype.NumericOID}, nil, nil
 		}
-	case route.CastFloat8:
-		switch n.kind {
-		case nInt:
-			return num{kind: nF8, f: float64(n.i), oid: oidFloat8}, nil, nil
-		case nDec:
-			f, ok := decToFloat(n.d, 64)
-			if !ok || math.IsInf(f, 0) && n.d.special == 0 {
-				return num{}, nil, pgwire.NewError("22003", fmt.Sprintf("%q is out of range for type double precision", n.d.text()))
+	case pgtype.Float8OID:
+		switch n.Kind {
+		case NumInt:
+			return Num{Kind: NumF8, Float: float64(n.Int), OID: pgtype.Float8OID}, nil, nil
+		case NumDec:
+			f, ok := decToFloat(n.Dec, 64)
+			if !ok || math.IsInf(f, 0) && n.Dec.Special == 0 {
+				return Num{}, nil, pgwire.NewError("22003", fmt.Sprintf("%q is out of range for type double precision", n.Dec.Text()))
 			}
-			return num{kind: nF8, f: f, oid: oidFloat8}, nil, nil
-		case nF4, nF8:
-			return num{kind: nF8, f: n.f, oid: oidFloat8}, nil, nil
+			return Num{Kind: NumF8, Float: f, OID: pgtype.Float8OID}, nil, nil
+		case NumF4, NumF8:
+			return Num{Kind: NumF8, Float: n.Float, OID: pgtype.Float8OID}, nil, nil
 		}
-	case route.CastFloat4:
-		switch n.kind {
-		case nInt:
-			return num{kind: nF4, f: float64(float32(n.i)), oid: oidFloat4}, nil, nil
-		case nDec:
-			f, ok := decToFloat(n.d, 32)
-			if !ok || math.IsInf(f, 0) && n.d.special == 0 {
-				return num{}, nil, pgwire.NewError("22003", fmt.Sprintf("%q is out of range for type real", n.d.text()))
+	case pgtype.Float4OID:
+		switch n.Kind {
+		case NumInt:
+			return Num{Kind: NumF4, Float: float64(float32(n.Int)), OID: pgtype.Float4OID}, nil, nil
+		case NumDec:
+			f, ok := decToFloat(n.Dec, 32)
+			if !ok || math.IsInf(f, 0) && n.Dec.Special == 0 {
+				return Num{}, nil, pgwire.NewError("22003", fmt.Sprintf("%q is out of range for type real", n.Dec.Text()))
 			}
-			return num{kind: nF4, f: float64(float32(f)), oid: oidFloat4}, nil, nil
-		case nF4:
+			return Num{Kind: NumF4, Float: float64(float32(f)), OID: pgtype.Float4OID}, nil, nil
+		case NumF4:
 			return n, nil, nil
-		case nF8:
-			r := float32(n.f)
-			if math.IsInf(float64(r), 0) && !math.IsInf(n.f, 0) {
-				return num{}, nil, pgwire.NewError("22003", "value out of range: overflow")
+		case NumF8:
+			r := float32(n.Float)
+			if math.IsInf(float64(r), 0) && !math.IsInf(n.Float, 0) {
+				return Num{}, nil, pgwire.NewError("22003", "value out of range: overflow")
 			}
-			if r == 0 && n.f != 0 {
-				return num{}, nil, pgwire.NewError("22003", "value out of range: underflow")
+			if r == 0 && n.Float != 0 {
+				return Num{}, nil, pgwire.NewError("22003", "value out of range: underflow")
 			}
-			return num{kind: nF4, f: float64(r), oid: oidFloat4}, nil, nil
+			return Num{Kind: NumF4, Float: float64(r), OID: pgtype.Float4OID}, nil, nil
 		}
-	case route.CastText:
+	case pgtype.TextOID:
 		return n, []byte(numText(n, efd)), nil // compared as text (its field says so)
 	}
-	return num{}, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: unknown cast")
+	return Num{}, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: unknown cast")
 }
 
 // decFromFloatG is numeric_in of printf("%.*g", digs, f).
-func decFromFloatG(f float64, digs int) (dec, bool) {
+func decFromFloatG(f float64, digs int) (Dec, bool) {
 	switch {
 	case math.IsNaN(f):
-		return dec{special: decNaN}, true
+		return Dec{Special: DecNaN}, true
 	case math.IsInf(f, 1):
-		return dec{special: decPInf}, true
+		return Dec{Special: DecPInf}, true
 	case math.IsInf(f, -1):
-		return dec{special: decNInf}, true
+		return Dec{Special: DecNInf}, true
 	}
 	s := strconv.FormatFloat(f, 'g', digs, 64)
 	mant, exp := s, 0
@@ -911,72 +894,72 @@ func decFromFloatG(f float64, digs int) (dec, bool) {
 		mant = s[:i]
 		e, err := strconv.Atoi(s[i+1:])
 		if err != nil {
-			return dec{}, false
+			return Dec{}, false
 		}
 		exp = e
 	}
-	d, ok := decFromText(mant)
+	d, ok := DecFromText(mant)
 	if !ok {
-		return dec{}, false
+		return Dec{}, false
 	}
 	// numeric_in: value * 10^exp, dscale = max(0, dscale - exp).
 	if exp > 0 {
-		shift := min(exp, d.scale)
-		d.scale -= shift
-		d.c.Mul(d.c, pow10(exp-shift))
+		shift := min(exp, d.Scale)
+		d.Scale -= shift
+		d.Coef.Mul(d.Coef, pow10(exp-shift))
 	} else if exp < 0 {
-		d.scale -= exp
+		d.Scale -= exp
 	}
 	return d, true
 }
 
 // numText is the value's text, as the type's output function writes it.
-func numText(n num, efd int) string {
-	switch n.kind {
-	case nInt:
-		return strconv.FormatInt(n.i, 10)
-	case nDec:
-		return n.d.text()
-	case nF4:
-		return formatFloat(n.f, 32, efd)
-	case nF8:
-		return formatFloat(n.f, 64, efd)
+func numText(n Num, efd int) string {
+	switch n.Kind {
+	case NumInt:
+		return strconv.FormatInt(n.Int, 10)
+	case NumDec:
+		return n.Dec.Text()
+	case NumF4:
+		return formatFloat(n.Float, 32, efd)
+	case NumF8:
+		return formatFloat(n.Float, 64, efd)
 	}
 	return ""
 }
 
-// appendNum appends a non-NULL value of type n.oid in format.
-func appendNum(dst []byte, n num, format int16, efd int) []byte {
+// AppendNum appends a non-NULL value of type n.OID in format.
+func AppendNum(dst []byte, n Num, format int16, efd int) []byte {
 	if format == 0 {
 		return append(dst, numText(n, efd)...)
 	}
-	switch n.kind {
-	case nInt:
-		switch n.oid {
-		case oidInt2:
-			return pgwire.AppendU16(dst, uint16(int16(n.i)))
-		case oidInt4:
-			return pgwire.AppendU32(dst, uint32(int32(n.i)))
+	switch n.Kind {
+	case NumInt:
+		switch n.OID {
+		case pgtype.Int2OID:
+			return pgwire.AppendU16(dst, uint16(int16(n.Int)))
+		case pgtype.Int4OID:
+			return pgwire.AppendU32(dst, uint32(int32(n.Int)))
 		}
-		return binary.BigEndian.AppendUint64(dst, uint64(n.i))
-	case nDec:
-		return n.d.appendBinary(dst)
-	case nF4:
-		return pgwire.AppendU32(dst, math.Float32bits(float32(n.f)))
-	case nF8:
-		return binary.BigEndian.AppendUint64(dst, math.Float64bits(n.f))
+		return binary.BigEndian.AppendUint64(dst, uint64(n.Int))
+	case NumDec:
+		return n.Dec.AppendBinary(dst)
+	case NumF4:
+		return pgwire.AppendU32(dst, math.Float32bits(float32(n.Float)))
+	case NumF8:
+		return binary.BigEndian.AppendUint64(dst, math.Float64bits(n.Float))
 	}
 	return dst
 }
 
-// typeLen is the RowDescription type size of a type the merge computes.
-func typeLen(oid uint32) int16 {
+// TypeLen is the RowDescription type size of a type the merge computes.
+func TypeLen(oid uint32) int16 {
 	switch oid {
-	case oidInt2:
+	case pgtype.Int2OID:
 		return 2
-	case oidInt4, oidFloat4:
+	case pgtype.Int4OID, pgtype.Float4OID:
 		return 4
-	case oidInt8, oidFloat8:
+	case pgtype.Int8OID, pgtype.Float8OID:
 		return 8
 	}
 	return -1
