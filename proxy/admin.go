@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -839,18 +840,18 @@ func showLists(srv *Server, _ *session) *adminResult {
 func showUsers(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: textCols("name", "auth", "admin")}
 	for _, u := range srv.cfg.Users {
-		auth := "scram-sha-256"
+		method := "scram-sha-256"
 		switch {
 		case u.Trust:
-			auth = "trust"
-		case !strings.HasPrefix(u.Password, scramMechanism+"$"):
-			auth = "scram-sha-256 (plain-text password in the config)"
+			method = "trust"
+		case !strings.HasPrefix(u.Password, auth.Mechanism+"$"):
+			method = "scram-sha-256 (plain-text password in the config)"
 		}
 		admin := "no"
 		if slices.Contains(srv.cfg.AdminUsers, u.Name) {
 			admin = "yes"
 		}
-		r.rows = append(r.rows, []any{u.Name, auth, admin})
+		r.rows = append(r.rows, []any{u.Name, method, admin})
 	}
 	return r
 }

@@ -7,8 +7,9 @@
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)
 //	                  ▼
-//	               session (session.go) ── startup (pgwire): TLS (tls.go)
-//	                  │        or 'N', SCRAM-SHA-256 (scram.go) or trust;
+//	               session (session.go) ── startup (pgwire): TLS (tls.go,
+//	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)
+//	                  │        or trust;
 //	                  │        database AdminDatabase → admin console (admin.go)
 //	                  │
 //	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close

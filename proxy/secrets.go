@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -60,7 +61,7 @@ func (ss *secretSet) set(cfg *Config) {
 	}
 	for _, u := range cfg.Users {
 		add(u.Password)
-		if v, err := parseSCRAMVerifier(u.Password); err == nil {
+		if v, err := auth.ParseVerifier(u.Password); err == nil {
 			_ = v
 			// A verifier's parts (salt, keys) are secrets on their own.
 			if i := strings.IndexByte(u.Password, '$'); i >= 0 {
@@ -172,7 +173,7 @@ func (h *redactHandler) WithGroup(name string) slog.Handler {
 // text in the config (never the password).
 func warnPlainPasswords(users []User, log *slog.Logger) {
 	for _, u := range users {
-		if !u.Trust && u.Password != "" && !strings.HasPrefix(u.Password, scramMechanism+"$") {
+		if !u.Trust && u.Password != "" && !strings.HasPrefix(u.Password, auth.Mechanism+"$") {
 			log.Warn("a plain-text password is in the config; store a SCRAM-SHA-256 verifier instead (pgshard passwd USER prints one)", "user", u.Name)
 		}
 	}

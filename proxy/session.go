@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -511,7 +512,7 @@ func (s *session) authenticate() (bool, error) {
 		return true, nil
 	}
 	// AuthenticationSASL
-	s.out, _ = appendAuth(s.out, 10, []byte(scramMechanism+"\x00\x00"))
+	s.out, _ = appendAuth(s.out, 10, []byte(auth.Mechanism+"\x00\x00"))
 	if err := s.flush(); err != nil {
 		return false, err
 	}
@@ -532,7 +533,7 @@ func (s *session) authenticate() (bool, error) {
 	if err != nil || len(b)-i < 4 {
 		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
-	if string(mech) != scramMechanism {
+	if string(mech) != auth.Mechanism {
 		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
 	}
 	n := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
@@ -540,8 +541,8 @@ func (s *session) authenticate() (bool, error) {
 	if n < 0 || len(b)-i != n {
 		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
-	sc := &scramServer{v: l.verifier}
-	serverFirst, err := sc.first(string(b[i:]))
+	sc := &auth.SCRAMServer{Verifier: l.verifier}
+	serverFirst, err := sc.First(string(b[i:]))
 	if err != nil {
 		return authFail(err.Error())
 	}
@@ -556,7 +557,7 @@ func (s *session) authenticate() (bool, error) {
 	if typ != 'p' {
 		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
-	serverFinal, err := sc.final(string(pgwire.Body(msg)))
+	serverFinal, err := sc.Final(string(pgwire.Body(msg)))
 	if err != nil {
 		return authFail(err.Error())
 	}

@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -35,20 +35,11 @@ func loadTLS(c TLSConfig) (*tlsSetup, error) {
 	if c.Mode == TLSDisable {
 		return &tlsSetup{mode: TLSDisable}, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	conf, notAfter, err := auth.LoadCertificate(c.CertFile, c.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls: load certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
+		return nil, err
 	}
-	ts := &tlsSetup{mode: c.Mode, conf: &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS12,
-		// PostgreSQL 17's direct TLS negotiation asks for this protocol.
-		NextProtos: []string{"postgresql"},
-	}}
-	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
-		ts.notAfter = leaf.NotAfter
-	}
-	return ts, nil
+	return &tlsSetup{mode: c.Mode, conf: conf, notAfter: notAfter}, nil
 }
 
 // startTLS answers an SSLRequest: 'N' when TLS is off or already on, else
