@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/store"
 )
 
 // The admin console: a client that connects to the virtual database
@@ -659,7 +660,7 @@ func showShards(srv *Server, _ *session) *adminResult {
 			via = "pgbouncer"
 		}
 		row := []any{p.shard.Name, p.shard.Ordinal, p.state(), reason, n, strings.Join(ranges, ","), via, p.addr,
-			RedactDSN(p.shard.DSN), nullIfEmpty(RedactDSN(p.shard.PoolerDSN)), p.verified.Load(), f.active, f.waiting,
+			store.RedactDSN(p.shard.DSN), nullIfEmpty(store.RedactDSN(p.shard.PoolerDSN)), p.verified.Load(), f.active, f.waiting,
 			f.active, f.idle, int64(f.maxWait / time.Microsecond), st.xacts.Load(),
 			avgMicros(st.xactNanos.Load(), st.xacts.Load()), uint64(quantile(st.xactHist, 0.99) / time.Microsecond),
 			st.routes[routeKeyed].Load(), st.routes[routeHinted].Load(), st.routes[routeAny].Load(),
