@@ -33,8 +33,8 @@
 //	    ── outside a transaction on pooled connections, inside one in the
 //	    transaction's backend and its readers (readers.go) ── and the answers
 //	    are merged as route.Merge says (merge.go: k-way merge of rows, merged
-//	    groups; values.go: Postgres's order and exact output of every value
-//	    the proxy computes); DDL answers are checked on every shard.
+//	    groups; internal/pgvalue: Postgres's order and exact output of every
+//	    value the proxy computes); DDL answers are checked on every shard.
 //	    fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated
@@ -64,6 +64,22 @@
 //	    query string of several statements (or a pipeline) runs as on one
 //	    database, the COMMIT of a wrapped implicit transaction held until
 //	    the string is done (planner.holdCommit).
+//
+// # Layers
+//
+// The proxy's lower layers are packages of their own under
+// proxy/internal, imported only downward (internal/layering enforces it):
+//
+//	proxy (this package: sessions, planner, pools, merge, console, lifecycle)
+//	  ├──▶ route                 the analyzer (statements → routes, merge plans)
+//	  ├──▶ internal/auth         SCRAM-SHA-256 server side, certificate loading
+//	  ├──▶ internal/pgvalue ──▶ internal/pgwire
+//	  │      row descriptions, Postgres-exact value compare/decode/format
+//	  └──▶ internal/pgwire       framing, message views and builders, startup
+//	                             packet, the wire error type, raw socket I/O
+//
+// A DSN shown anywhere goes through store.RedactDSN, the one redaction of
+// a DSN in pgshard.
 //
 // # Pool modes, pinning and unsharded tables
 //

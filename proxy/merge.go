@@ -16,7 +16,7 @@ import (
 // The merge: route builds the plan (route.Merge), this file executes it
 // over the shards' answers (fanout.go reads them) and writes the client's
 // RowDescription, rows and command tag. Values compare and encode as
-// values.go says.
+// package pgvalue says.
 //
 //	Rows:   shard0 ─┐
 //	        shard1 ─┼─ k-way merge by OrderBy ─ [dedup] ─ OFFSET ─ LIMIT ─▶ client
