@@ -406,40 +406,14 @@ func (r *mergeRun) groups() *pgwire.Error {
 	// lastOut is the last group emitted (FETCH ... WITH TIES: the groups
 	// after the limit that tie with it on every ORDER BY term follow).
 	var lastOut []outVal
-	tieWith := func(a, b []outVal) (bool, *pgwire.Error) {
-		for _, k := range g.OrderBy {
-			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
-			if e != nil || c != 0 {
-				return false, e
-			}
-		}
-		return true, nil
-	}
 	var lastKey []byte
 	var lastKeyCols [][]byte
 	first := true
 	members := make([]int, 0, len(r.streams))
 	for {
-		// The group with the least key, and the shards that have it.
-		members = members[:0]
-		for i, st := range r.streams {
-			if !r.live[i] {
-				continue
-			}
-			if len(members) == 0 {
-				members = append(members, i)
-				continue
-			}
-			c, e := r.compareRows(st.cols, r.streams[members[0]].cols, keys)
-			if e != nil {
-				return e
-			}
-			switch {
-			case c < 0:
-				members = append(members[:0], i)
-			case c == 0:
-				members = append(members, i)
-			}
+		members, e = r.leastGroup(members[:0], keys)
+		if e != nil {
+			return e
 		}
 		if len(members) == 0 {
 			break
@@ -508,7 +482,7 @@ func (r *mergeRun) groups() *pgwire.Error {
 			// (they arrive together, in key order); else drain: the
 			// shards' rows are read to the end.
 			if m.WithTies && lastOut != nil {
-				tie, e := tieWith(vals, lastOut)
+				tie, e := r.tie(vals, lastOut, finals)
 				if e != nil {
 					return e
 				}
@@ -537,46 +511,93 @@ func (r *mergeRun) groups() *pgwire.Error {
 		}
 	}
 	if g.SortAfter {
-		var sortErr *pgwire.Error
-		slices.SortStableFunc(buffered, func(a, b []outVal) int {
-			for _, k := range g.OrderBy {
-				c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
-				if e != nil && sortErr == nil {
-					sortErr = e
-				}
-				if c != 0 {
-					return c
-				}
-			}
-			return 0
-		})
-		if sortErr != nil {
-			return sortErr
+		return r.emitSorted(buffered, finals, skip, limit, lastOut)
+	}
+	return nil
+}
+
+// leastGroup returns in members the live shards whose current row has the
+// least group key (every live shard when keys is empty).
+func (r *mergeRun) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
+	for i, st := range r.streams {
+		if !r.live[i] {
+			continue
 		}
-		for _, vals := range buffered {
-			if limit == 0 {
-				if !m.WithTies || lastOut == nil {
-					break
-				}
-				tie, e := tieWith(vals, lastOut)
-				if e != nil {
-					return e
-				}
-				if !tie {
-					break
-				}
-				r.emitGroup(vals, g.Visible)
-				continue
+		if len(members) == 0 {
+			members = append(members, i)
+			continue
+		}
+		c, e := r.compareRows(st.cols, r.streams[members[0]].cols, keys)
+		if e != nil {
+			return members, e
+		}
+		switch {
+		case c < 0:
+			members = append(members[:0], i)
+		case c == 0:
+			members = append(members, i)
+		}
+	}
+	return members, nil
+}
+
+// tie reports whether two merged groups are equal on every ORDER BY term
+// (FETCH ... WITH TIES).
+func (r *mergeRun) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
+	for _, k := range r.m.Groups.OrderBy {
+		c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+		if e != nil || c != 0 {
+			return false, e
+		}
+	}
+	return true, nil
+}
+
+// emitSorted sorts the groups a GROUP BY ordered by something other than
+// its keys buffered, and emits them after OFFSET skip, at most limit
+// (negative: all) and the groups tying with the last (WITH TIES); lastOut
+// is the last group emitted before.
+func (r *mergeRun) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limit int64, lastOut []outVal) *pgwire.Error {
+	m, g := r.m, r.m.Groups
+	var sortErr *pgwire.Error
+	slices.SortStableFunc(buffered, func(a, b []outVal) int {
+		for _, k := range g.OrderBy {
+			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+			if e != nil && sortErr == nil {
+				sortErr = e
 			}
-			if skip > 0 {
-				skip--
-				continue
+			if c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	if sortErr != nil {
+		return sortErr
+	}
+	for _, vals := range buffered {
+		if limit == 0 {
+			if !m.WithTies || lastOut == nil {
+				break
+			}
+			tie, e := r.tie(vals, lastOut, finals)
+			if e != nil {
+				return e
+			}
+			if !tie {
+				break
 			}
 			r.emitGroup(vals, g.Visible)
-			lastOut = vals
-			if limit > 0 {
-				limit--
-			}
+			continue
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		r.emitGroup(vals, g.Visible)
+		lastOut = vals
+		if limit > 0 {
+			limit--
 		}
 	}
 	return nil
