@@ -68,6 +68,20 @@ demo: deps build ## Bring up a 4-shard cluster with PgBouncer, migrate, show the
 bench-proxy: build ## Point-SELECT benchmark, 16 clients: direct, PgBouncer, pgshard (direct, via PgBouncer, 2 shards) side by side, with ratios; then a fan-out (ORDER BY + LIMIT over 4 shards): merge throughput, proxy memory (BASE_BIN=other build compares it too)
 	@scripts/bench-proxy.sh $(BIN)
 
+.PHONY: bench-verify
+bench-verify: ## The verifier on a synthetic 1,000,000-op history (goal < 60 s): wall, CPU-s, peak heap, ops/s (VERIFY_OPS= to change the size); asserts nothing
+	PGSHARD_VERIFY_BENCH_OPS=$(VERIFY_OPS) $(GO) test -run '^$$' -bench 'BenchmarkVerifyMillion' -benchtime 1x -count 1 -timeout 30m ./verify/
+
+VERIFY_OPS ?= 1000000
+
+.PHONY: bench
+bench: bench-proxy bench-loadgen bench-verify ## Every speed benchmark in one run, each beside its anchor (PgBouncer, a bare pgx round trip): ratios, never assertions
+
+.PHONY: bench-loadgen
+bench-loadgen: deps ## loadgen's own CPU per operation (goal ≤ 50 µs): the engine against an in-memory target, then an open loop at 600 ops/s against a real shard beside a bare pgx round trip; prints µs/op and ×goal, asserts nothing
+	$(GO) test -run '^$$' -bench 'EngineCPU' -benchtime 1x -count 1 ./loadgen/
+	$(GO) test -run '^$$' -bench 'GeneratorCPU' -benchtime 1x -count 1 ./loadgen/storetarget/
+
 .PHONY: up
 up: build ## Start (or reuse) the local dev cluster
 	$(BIN) dev up --dir $(DEV_DIR) --shards $(SHARDS)

@@ -1,7 +1,7 @@
 // Package chaos runs fault-injection scenarios against a local cluster and
 // records what happened, so that package verify — which shares none of the
 // code it checks — can prove the store's invariants survived
-// (DESIGN.md §5).
+// (ARCHITECTURE.md §5).
 //
 // A run (Run, in run.go):
 //

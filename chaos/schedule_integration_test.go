@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +61,26 @@ func pingWithin(ctx context.Context, dsn string, d time.Duration) error {
 	}
 }
 
+// probe runs short requests (a 50 ms sleep) over new connections to dsn
+// until ctx ends, counting the answered ones; failures are expected (the
+// faults) and only slow it down.
+func probe(ctx context.Context, dsn string, answered *atomic.Int64) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if conn, err := pgx.Connect(rctx, dsn); err == nil {
+			if _, err := conn.Exec(rctx, "SELECT pg_sleep(0.05)"); err == nil {
+				answered.Add(1)
+			}
+			_ = conn.Close(context.WithoutCancel(rctx))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // TestExecuteAndHealAll runs a schedule of every kind but terminate's
 // seeded luck on a 2-shard cluster through PgBouncer and the proxy, then
 // cancels one mid-hold, then leaves every kind of damage behind and heals
@@ -95,11 +116,26 @@ func TestExecuteAndHealAll(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The workload alone may leave a shard without a request in flight
+	// for a whole hold on a loaded machine (its clients back off after the
+	// crashes); a prober per shard keeps short requests going through
+	// PgBouncer and the relay, so the kinds that land only on traffic
+	// find some.
+	pctx, stopProbes := context.WithCancel(ctx)
+	var probes sync.WaitGroup
+	var probed atomic.Int64
+	for _, sh := range r.m.Shards {
+		probes.Go(func() { probe(pctx, sh.PoolerDSN, &probed) })
+	}
 	var ev events
 	start := time.Now()
-	if err := chaos.Execute(ctx, r.env, plan, start, ev.record); err != nil {
+	err = chaos.Execute(ctx, r.env, plan, start, ev.record)
+	stopProbes()
+	probes.Wait()
+	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
+	t.Logf("probes answered: %d", probed.Load())
 	got := ev.list()
 	byID := map[string][]chaos.Event{}
 	for _, e := range got {

@@ -175,7 +175,11 @@ func assertGone(t *testing.T, procs []pidInfo, what string) {
 	t.Helper()
 	for _, p := range procs {
 		if p.alive() {
-			t.Errorf("%s: pid %d is still running", what, p.pid)
+			// Say what it is: a process that outlives Down is a leak
+			// worth naming (its command line, state and parent).
+			st, ppid, _, _ := stat(p.pid)
+			cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
+			t.Errorf("%s: pid %d is still running (state %s, parent %d): %s", what, p.pid, st, ppid, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
 		}
 	}
 }

@@ -30,7 +30,8 @@
 //
 // Files: spec.go (Spec and its defaults), cluster.go (Cluster, Shard and
 // their DSNs), binaries.go (finding initdb, postgres, pgbouncer), local.go
-// (the Local provider's Up), local_ops.go (Load, Down and the fault hooks:
+// (the Local provider's Up), add.go (AddShard: one more shard in a running
+// local cluster), local_ops.go (Load, Down and the fault hooks:
 // stop, start, kill a shard or its PgBouncer), template.go (cached initdb
 // templates), proc.go (processes by PID and start time, stops with grace
 // periods), state.go (DIR/cluster.json), tls.go (a local CA and server

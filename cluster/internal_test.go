@@ -266,3 +266,37 @@ func TestRunningWhileArgumentsAreNotSetUp(t *testing.T) {
 		t.Fatal("a process of ours, not reaped, whose arguments read empty counts as dead")
 	}
 }
+
+// A server its starter left behind (its parent is now init) reads an empty
+// /proc/PID/cmdline while it exits: the kernel releases its memory before
+// its files and sockets. CI saw Down return while such a postmaster was
+// still running (state R, no arguments). waitGone must wait for the process
+// itself, not for its arguments to disappear.
+func TestWaitGoneOutlastsEmptyArguments(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	p := proc{pid: cmd.Process.Pid, bin: "/usr/bin/sleep", marker: "30"}
+	if !p.running() {
+		t.Fatal("sleep is not seen running")
+	}
+	calls := 0
+	readCmdline = func(pid int) []string {
+		calls++
+		if calls == 1 {
+			return cmdline(pid)
+		}
+		return nil // from now on it reads as an exiting process does
+	}
+	defer func() { readCmdline = cmdline }()
+	if p.waitGone(t.Context(), 200*time.Millisecond) {
+		t.Fatal("waitGone reported a live process gone because its arguments read empty")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !p.waitGone(t.Context(), time.Minute) {
+		t.Fatal("waitGone did not see the killed process go")
+	}
+}

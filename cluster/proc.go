@@ -294,15 +294,27 @@ func (p proc) waitGone(ctx context.Context, d time.Duration) bool {
 		}
 		return !p.running()
 	}
+	if !p.running() {
+		return true
+	}
+	// Not our child (its starter exited): poll the process itself, named
+	// by PID and start time. Its command line is no guide here: an exiting
+	// process reads an empty one once it has released its memory, while it
+	// still holds its files and sockets, so "cmdline empty" is not "gone".
+	st, err := readStat(p.pid)
+	if err != nil {
+		return true
+	}
+	self := child{p.pid, st.start}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for p.running() {
+	for self.alive() {
 		select {
 		case <-tick.C:
 		case <-t.C:
-			return !p.running()
+			return !self.alive()
 		case <-ctx.Done():
-			return !p.running()
+			return !self.alive()
 		}
 	}
 	return true

@@ -38,6 +38,8 @@ type shardState struct {
 	Shard
 	// Initialized is set once the data directory is completely in place.
 	Initialized bool `json:"initialized"`
+	// Adding marks a shard AddShard recorded and has not finished adding.
+	Adding bool `json:"adding,omitempty"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, StateFile) }

@@ -111,7 +111,11 @@ func (r *runner) result(ctx context.Context) *Result {
 		cancel()
 	}
 	res.Quiesce = r.quiesce
+	res.Histograms = r.histograms(t)
 	res.SelfCheck = r.checks.summary()
+	if res.Ops > 0 {
+		res.SelfCheck.GenCPUPerOpUS = res.SelfCheck.GenCPUSeconds * 1e6 / float64(res.Ops)
+	}
 	res.SelfCheck.Warnings = warnings(res.SelfCheck, res.OpenLoop)
 	if lag := res.Kinds[KindOutboxLag.String()]; o.Relays && (res.Relays.OutboxBacklog > relayBatch || (lag != nil && lag.P99 > 1000)) {
 		lagText := "none of this run's emits was delivered"
@@ -122,4 +126,35 @@ func (r *runner) result(ctx context.Context) *Result {
 			res.Relays.OutboxBacklogStart, res.Relays.OutboxBacklog, lagText))
 	}
 	return res
+}
+
+// histograms encodes the run's histograms for result.json (nil if one
+// could not be encoded: the result is still complete, only not mergeable).
+func (r *runner) histograms(t *totals) *Histograms {
+	hs := &Histograms{Kinds: map[string]string{}, Shards: make([]string, len(t.shards)), Windows: r.windowHists}
+	if hs.Windows == nil {
+		hs.Windows = []string{}
+	}
+	var err error
+	for k, h := range t.kinds {
+		if h.TotalCount() > 0 {
+			if hs.Kinds[Kind(k).String()], err = encodeHist(h); err != nil {
+				return nil
+			}
+		}
+	}
+	for i, h := range t.shards {
+		if hs.Shards[i], err = encodeHist(h); err != nil {
+			return nil
+		}
+	}
+	if r.o.Model == Open {
+		if hs.Lag, err = encodeHist(r.lag); err != nil {
+			return nil
+		}
+	}
+	if len(hs.Windows) != len(r.windows) {
+		return nil
+	}
+	return hs
 }

@@ -77,6 +77,11 @@ func (r *runner) window(now time.Time, d time.Duration) {
 		w.LagP99 = lagP99
 	}
 	r.windows = append(r.windows, w)
+	enc, err := encodeHist(h)
+	if err != nil {
+		enc = "!" // not decodable: MergeResults refuses the result
+	}
+	r.windowHists = append(r.windowHists, enc)
 	if r.o.Progress != nil {
 		fmt.Fprintln(r.o.Progress, progressLine(w, r.o))
 	}

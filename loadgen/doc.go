@@ -20,7 +20,9 @@
 // measure.go and collect.go (recorders, windows), selfcheck.go (the
 // generator watching itself), build.go and result.go (the Result),
 // report.go, html.go and svg.go (reports), threshold.go (CI conditions
-// such as p99(commit)>50ms), compare.go (runs side by side), sweep.go and
+// such as p99(commit)>50ms), part.go and merge.go (a run split over N
+// generators, and its parts merged back into one result), compare.go
+// (runs side by side), sweep.go and
 // sweep_report.go, usl.go and capacity.go (capacity answers), target.go
 // and locator.go (what is driven), keys.go (key choice), timeout.go.
 //
@@ -52,6 +54,12 @@
 //     started late and operations dropped at the in-flight bound are counted;
 //   - warm-up is excluded from every figure of the result;
 //   - the generator watches itself (dispatcher lag, Go scheduler latency,
-//     its CPU share, the machine's load) and the report warns when the
-//     generator, not the database, may be the bottleneck.
+//     its CPU share and CPU time per operation, the machine's load) and
+//     the report warns when the generator, not the database, may be the
+//     bottleneck.
+//
+// Beyond one machine: a run split with Options.ForPart(Part{K, N}) drives
+// the executions i with i mod N = K at 1/N of the rate; result.json keeps
+// every HDR histogram (encoded), so MergeResults rebuilds the whole run's
+// result from its N parts without loss.
 package loadgen

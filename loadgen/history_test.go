@@ -16,15 +16,36 @@ import (
 
 // collector is an Observer that keeps every op.
 type collector struct {
-	mu  sync.Mutex
-	ops []*loadgen.Op
+	mu    sync.Mutex
+	ops   []*loadgen.Op
+	kinds map[string]int // kind/cause
 }
 
 func (c *collector) Observe(op *loadgen.Op) {
 	c.mu.Lock()
 	c.ops = append(c.ops, op)
+	if c.kinds == nil {
+		c.kinds = map[string]int{}
+	}
+	c.kinds[string(op.Kind)+"/"+op.Cause]++
 	c.mu.Unlock()
 }
+
+// seen reports whether an op of every kind/cause was observed.
+func (c *collector) seen(kinds []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range kinds {
+		if c.kinds[k] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// historyKinds are the kind/cause pairs a run with every mix part records.
+var historyKinds = []string{"commit/setup", "load/setup", "commit/worker", "load/worker", "load/redeliver",
+	"commit/outbox", "commit/timer", "read_outbox/", "ack_outbox/", "due_timers/", "delete_timer/", "ack_spawn/"}
 
 // TestHistoryRecordsEveryOperation runs a short workload with relays and a
 // quiesce phase against the in-memory target and checks that the history
@@ -43,6 +64,9 @@ func TestHistoryRecordsEveryOperation(t *testing.T) {
 	o.Workload.TimerDelay = 50 * time.Millisecond
 	o.Concurrency = 4
 	o.Warmup, o.Duration = 0, 400*time.Millisecond
+	// A loaded machine may do few operations in 400ms: the run goes on
+	// until every kind of op was recorded (bounded).
+	o.Until, o.MaxDuration = func() bool { return col.seen(historyKinds) }, 10*time.Second
 	o.Observer = col
 	o.RunID = "rtest"
 	o.Quiesce = &loadgen.Quiesce{Timeout: 10 * time.Second, Heal: func(context.Context) error { healed++; return nil }}
@@ -106,8 +130,7 @@ func TestHistoryRecordsEveryOperation(t *testing.T) {
 			t.Errorf("commit %s has cause %q", op.ID, op.Cause)
 		}
 	}
-	for _, k := range []string{"commit/setup", "load/setup", "commit/worker", "load/worker", "load/redeliver",
-		"commit/outbox", "commit/timer", "read_outbox/", "ack_outbox/", "due_timers/", "delete_timer/", "ack_spawn/"} {
+	for _, k := range historyKinds {
 		if kinds[k] == 0 {
 			t.Errorf("no %s op recorded (have %v)", k, kinds)
 		}

@@ -95,7 +95,8 @@ type Options struct {
 	// RelayWorkers is how many deliveries (and timer fires) each relay
 	// runs at once, like a pool of production relay workers.
 	RelayWorkers int `json:"relay_workers"`
-	// RelayInterval is the relays' pause when they find nothing to do.
+	// RelayInterval is the relays' pause after a poll that did not fill a
+	// batch (nothing, or all there was, to do).
 	RelayInterval time.Duration `json:"relay_interval"`
 	// OpTimeout bounds every call to the target (setup included), so a
 	// hung target fails calls as timeouts instead of hanging the run
@@ -104,6 +105,9 @@ type Options struct {
 	// DrainTimeout bounds how long in-flight operations may finish after
 	// the run ends; then they are canceled.
 	DrainTimeout time.Duration `json:"drain_timeout"`
+	// Part, when set, makes the run one part of a run split over several
+	// generators (see Part and Options.ForPart); zero is a whole run.
+	Part Part `json:"part,omitzero"`
 	// SkipSetup assumes the executions exist (a sweep creates them once).
 	SkipSetup bool `json:"-"`
 	// Target names the target (direct, pgbouncer, proxy, ...).
@@ -256,6 +260,11 @@ func (o *Options) Validate() error {
 		if !o.Relays {
 			p = append(p, "quiesce: needs the relays (relays: true): they are what drains the outbox and fires the timers")
 		}
+	}
+	if err := o.Part.Validate(); err != nil {
+		p = append(p, err.Error())
+	} else if !o.Part.Whole() && w.Executions < o.Part.Count {
+		p = append(p, fmt.Sprintf("part: %d executions cannot be shared by %d parts", w.Executions, o.Part.Count))
 	}
 	if o.DrainTimeout <= 0 {
 		p = append(p, fmt.Sprintf("drain_timeout: must be positive (got %s)", o.DrainTimeout))

@@ -15,6 +15,40 @@ import (
 // the outbox and the spawns take turns under a backlog).
 const relayBatch = 100
 
+// partGrace is how long past its time (an emit's emitted_ns, a timer's
+// fire_at) a row of another part's executions is left to that part's
+// relays; after it any part's relays take it (its part may have stopped).
+const partGrace = 2 * time.Second
+
+// mine reports whether execution id is one this run drives (every one in
+// a whole run).
+func (r *runner) mine(id string) bool {
+	if r.own == nil {
+		return true
+	}
+	_, ok := r.own[id]
+	return ok
+}
+
+// ownRow reports whether this run's outbox relay delivers row now: a row
+// for its own executions, or one that another part left too long (or
+// that no loadgen part wrote).
+func (r *runner) ownRow(row OutboxEntry, now time.Time) bool {
+	if r.mine(row.TargetID) {
+		return true
+	}
+	var ev relayEvent
+	if err := json.Unmarshal([]byte(row.Event), &ev); err != nil || ev.EmittedNs == 0 {
+		return true
+	}
+	return now.Sub(time.Unix(0, ev.EmittedNs)) > partGrace
+}
+
+// ownTimer is ownRow for a due timer.
+func (r *runner) ownTimer(tm TimerEntry, now time.Time) bool {
+	return r.mine(tm.ExecutionID) || now.Sub(time.Unix(0, int64(tm.FireAt*1e9))) > partGrace
+}
+
 // relayEvent is the JSON of an emitted event.
 type relayEvent struct {
 	ID        string `json:"id"`
@@ -53,7 +87,6 @@ func (r *runner) relayOp(kind OpKind, src string, ids *opIDs, id string) *Op {
 func (r *runner) outboxRelay(ctx context.Context) {
 	rec := r.relayRec
 	for !r.relaysStopped() && ctx.Err() == nil {
-		busy := false
 		op := r.relayOp(OpReadOutbox, "relay", r.relayIDs, "")
 		rows, err := r.t.PendingOutbox(ctx, relayBatch)
 		if op != nil && (err != nil || len(rows) > 0) {
@@ -63,7 +96,15 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
-		busy = len(rows) > 0
+		// Busy: it delivered something, so more may be waiting (rows
+		// whose delivery failed stay pending, and new ones arrive while
+		// a batch is delivered): poll again at once, as production relays
+		// do under a backlog. Pausing after a partial batch let a chaos
+		// run's backlog outgrow its quiesce on a loaded machine. (A part's
+		// relay takes its own rows only, so a batch of other parts' rows
+		// does not keep it busy.)
+		rows = keep(rows, func(row OutboxEntry) bool { return r.ownRow(row, time.Now()) })
+		busy := len(rows) > 0
 		r.parallel(len(rows), func(i int) { r.deliver(ctx, rec, rows[i]) })
 		op = r.relayOp(OpReadSpawns, "relay", r.relayIDs, "")
 		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
@@ -74,6 +115,7 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
+		spawns = keep(spawns, func(sp SpawnEntry) bool { return r.mine(sp.ParentID) })
 		busy = busy || len(spawns) > 0
 		r.parallel(len(spawns), func(i int) {
 			sp := spawns[i]
@@ -254,6 +296,7 @@ func (r *runner) timerSweeper(ctx context.Context) {
 		if err != nil {
 			r.relayError(ctx, err)
 		}
+		due = keep(due, func(tm TimerEntry) bool { return r.ownTimer(tm, time.Now()) })
 		r.parallel(len(due), func(i int) { r.fire(ctx, rec, due[i]) })
 		if len(due) == 0 && !r.pause(ctx, r.o.RelayInterval) {
 			return
@@ -294,4 +337,20 @@ func (r *runner) fire(ctx context.Context, rec *recorder, tm TimerEntry) {
 			r.relays.fired.Add(1)
 		}
 	}
+}
+
+// keep returns the items of s that f keeps (s itself when it keeps all).
+func keep[T any](s []T, f func(T) bool) []T {
+	for i, x := range s {
+		if !f(x) {
+			out := append([]T(nil), s[:i]...)
+			for _, y := range s[i+1:] {
+				if f(y) {
+					out = append(out, y)
+				}
+			}
+			return out
+		}
+	}
+	return s
 }

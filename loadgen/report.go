@@ -84,8 +84,15 @@ func (r *Result) Describe() string {
 	} else {
 		load = fmt.Sprintf("closed loop, %d workers", o.Concurrency)
 	}
-	return fmt.Sprintf("target %s, %s, %s, %d executions, keys %s, seed %d",
+	d := fmt.Sprintf("target %s, %s, %s, %d executions, keys %s, seed %d",
 		orDash(r.Target), load, plural(len(r.Shards), "shard"), o.Workload.Executions, o.Workload.Keys, o.Workload.Seed)
+	switch {
+	case !o.Part.Whole():
+		d += fmt.Sprintf("; part %s (executions i with i mod %d = %d)", o.Part, o.Part.Count, o.Part.Index)
+	case len(r.Parts) > 0:
+		d += fmt.Sprintf("; merged from %s", plural(len(r.Parts), "part"))
+	}
+	return d
 }
 
 func plural(n int, noun string) string {
@@ -151,8 +158,8 @@ func WriteText(w io.Writer, r *Result) error {
 			ol.Rate, ol.Intended, ol.Started, ol.LateThresholdMs, ol.Late, ol.Dropped, ol.LagP50, ol.LagP99, ol.LagMax)
 	}
 	sc := r.SelfCheck
-	fmt.Fprintf(&b, "self-check  generator CPU %.0f%% of %d CPUs, machine CPU %.0f%%, load1 max %.2f, Go scheduler latency p99 %.2fms max %.2fms\n",
-		100*sc.GenCPU, sc.CPUs, 100*sc.HostCPU, sc.Load1Max, sc.SchedP99, sc.SchedMax)
+	fmt.Fprintf(&b, "self-check  generator CPU %.0f%% of %d CPUs (%.1f µs per operation), machine CPU %.0f%%, load1 max %.2f, Go scheduler latency p99 %.2fms max %.2fms\n",
+		100*sc.GenCPU, sc.CPUs, sc.GenCPUPerOpUS, 100*sc.HostCPU, sc.Load1Max, sc.SchedP99, sc.SchedMax)
 	for _, wn := range sc.Warnings {
 		fmt.Fprintf(&b, "WARNING     %s\n", wn)
 	}

@@ -65,8 +65,66 @@ type Result struct {
 	SelfCheck SelfCheck `json:"self_check"`
 	// Quiesce is the heal-and-quiesce phase's outcome (nil without one).
 	Quiesce *QuiesceStats `json:"quiesce,omitempty"`
+	// Parts lists the part runs a merged result was made of (see
+	// MergeResults); empty for a run.
+	Parts []PartRun `json:"parts,omitempty"`
+	// Histograms are the run's HDR histograms themselves, so that the
+	// results of parts can be merged without loss.
+	Histograms *Histograms `json:"histograms,omitempty"`
 
 	hists map[string]*hdr.Histogram // for .hgrm files; not serialized
+}
+
+// Histograms are a run's HDR histograms (µs, 1 µs – 60 s, 3 significant
+// digits), each in HdrHistogram's V2 compressed encoding (base64): the
+// format every HdrHistogram implementation reads.
+type Histograms struct {
+	// Kinds has one histogram per measured operation kind (the derived
+	// "commit" kind is rebuilt from fast_commit and complex_commit).
+	Kinds map[string]string `json:"kinds"`
+	// Shards has the op histogram of each shard, in Result.Shards order
+	// ("" for a shard without operations).
+	Shards []string `json:"shards"`
+	// Windows has the op histogram of each window, in Result.Windows order.
+	Windows []string `json:"windows"`
+	// Lag is the open-loop dispatcher's lag (measured period).
+	Lag string `json:"dispatch_lag,omitempty"`
+}
+
+// PartRun is one part of a merged result.
+type PartRun struct {
+	Part  Part      `json:"part"`
+	Label string    `json:"label"`
+	Start time.Time `json:"start"`
+	Ops   int64     `json:"ops"`
+}
+
+func encodeHist(h *hdr.Histogram) (string, error) {
+	if h == nil || h.TotalCount() == 0 {
+		return "", nil
+	}
+	b, err := h.Encode(hdr.V2CompressedEncodingCookieBase)
+	if err != nil {
+		return "", fmt.Errorf("encode histogram: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeHist decodes what encodeHist wrote ("" is an empty histogram)
+// into a histogram with the engine's range and precision.
+func decodeHist(s string) (*hdr.Histogram, error) {
+	h := newHist()
+	if s == "" {
+		return h, nil
+	}
+	d, err := hdr.Decode([]byte(s))
+	if err != nil {
+		return nil, fmt.Errorf("decode histogram: %w", err)
+	}
+	if dropped := h.Merge(d); dropped > 0 {
+		return nil, fmt.Errorf("decode histogram: %d values outside 1 µs – 60 s", dropped)
+	}
+	return h, nil
 }
 
 // KindStats summarizes one operation kind's latency.
@@ -210,6 +268,12 @@ type SelfCheck struct {
 	CPUs int `json:"cpus"`
 	// GenCPU is the generator process's mean share of all CPUs (0..1).
 	GenCPU float64 `json:"gen_cpu"`
+	// GenCPUSeconds is the generator process's CPU time (user + system,
+	// relays and recording included) over the measured period.
+	GenCPUSeconds float64 `json:"gen_cpu_seconds"`
+	// GenCPUPerOpUS is GenCPUSeconds per measured worker operation, in µs
+	// (0 when no operation was measured).
+	GenCPUPerOpUS float64 `json:"gen_cpu_us_per_op"`
 	// HostCPU is the machine's mean CPU busy share (0..1).
 	HostCPU float64 `json:"host_cpu"`
 	// Load1Max is the highest 1-minute load average seen.

@@ -27,6 +27,7 @@ type runner struct {
 	loc  Locator
 	o    Options
 	ids  []string
+	own  map[string]struct{} // a part's executions (nil: a whole run drives every one)
 	keys *chooser
 
 	runID   string // prefixes op ids and event ids: unique across runs
@@ -67,8 +68,9 @@ type runner struct {
 	relays       relayCounters
 	backlogStart int
 
-	windows []Window
-	checks  *selfChecker
+	windows     []Window
+	windowHists []string // the windows' op histograms, encoded
+	checks      *selfChecker
 }
 
 type relayCounters struct {
@@ -116,14 +118,23 @@ func Run(ctx context.Context, t Target, loc Locator, o Options) (*Result, error)
 	t = withTimeout(t, o.OpTimeout)
 	r := &runner{t: t, loc: loc, o: o, shards: len(loc.Shards()), stopCh: make(chan struct{}), relayStop: make(chan struct{})}
 	var err error
-	if r.keys, err = newChooser(o.Workload.Keys, o.Workload.Executions); err != nil {
+	r.ids = partIDs(ExecutionIDs(o.Workload.Seed, o.Workload.Executions), o.Part)
+	if !o.Part.Whole() {
+		r.own = make(map[string]struct{}, len(r.ids))
+		for _, id := range r.ids {
+			r.own[id] = struct{}{}
+		}
+	}
+	if r.keys, err = newChooser(o.Workload.Keys, len(r.ids)); err != nil {
 		return nil, err
 	}
-	r.ids = ExecutionIDs(o.Workload.Seed, o.Workload.Executions)
 	r.payload = strings.Repeat("x", o.Workload.PayloadBytes)
 	r.runID = o.RunID
 	if r.runID == "" {
 		r.runID = "lg" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		if !o.Part.Whole() { // parts started at the same instant on two machines stay distinct
+			r.runID += "p" + strconv.Itoa(o.Part.Index)
+		}
 	}
 	r.setupIDs, r.relayIDs, r.sweepIDs = newOpIDs(r.runID, "setup"), newOpIDs(r.runID, "relay"), newOpIDs(r.runID, "sweeper")
 	var setup time.Duration
@@ -157,7 +168,7 @@ func Setup(ctx context.Context, t Target, w Workload, parallel int) error {
 // each load and create when the run has an Observer.
 func (r *runner) setup(ctx context.Context, parallel int) error {
 	w := r.o.Workload
-	ids := ExecutionIDs(w.Seed, w.Executions)
+	ids := partIDs(ExecutionIDs(w.Seed, w.Executions), r.o.Part)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(parallel, 1))
 	for _, id := range ids {
@@ -449,8 +460,18 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 	o := r.o
 	jobs := make(chan job, o.MaxOutstanding)
 	slots := make(chan struct{}, o.MaxOutstanding)
-	for i := 0; i < o.MaxOutstanding; i++ {
-		w := r.newWorker(i)
+	// Executors start on demand, so that there are always at least as many
+	// as operations in flight (queued or running: the slots taken) and no
+	// queued operation waits for one; at most MaxOutstanding. A few
+	// executors then serve a low rate (cheaper to schedule, and their
+	// stacks stay grown) while a slow system still gets one executor per
+	// operation in flight. Only the dispatcher starts them.
+	executors := 0
+	spawn := func() {
+		w := r.newWorker(executors)
+		executors++
+		pcg := rand.NewPCG(0, 0)
+		rng := rand.New(pcg)
 		g.Go(func() error {
 			for j := range jobs {
 				startAt := time.Now()
@@ -461,7 +482,9 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 						w.rec.count(true, "late", 1)
 					}
 				}
-				rng := rand.New(rand.NewPCG(o.Workload.Seed, uint64(j.i)|1<<63))
+				// Operation i's choices depend on i only, whichever
+				// executor runs it.
+				pcg.Seed(o.Workload.Seed, uint64(j.i)|1<<63)
 				r.doOp(ctx, w, rng, j.intended, j.measured)
 				<-slots
 			}
@@ -473,8 +496,14 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 		timer := time.NewTimer(time.Hour)
 		defer timer.Stop()
 		t0 := r.start
+		// A part's arrivals are offset by its index in the whole run's
+		// schedule (Index/Count of an interval).
+		offset := 0.0
+		if !o.Part.Whole() {
+			offset = float64(o.Part.Index) / float64(o.Part.Count)
+		}
 		for i := int64(0); ; i++ {
-			intended := t0.Add(time.Duration(float64(i) * 1e9 / o.Rate))
+			intended := t0.Add(time.Duration((float64(i) + offset) * 1e9 / o.Rate))
 			if !intended.Before(r.measureEnd) {
 				r.stop()
 				return nil
@@ -506,6 +535,11 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 			}
 			select {
 			case slots <- struct{}{}:
+				// Slots are only released concurrently, so this holds
+				// when the job is sent too.
+				for executors < len(slots) {
+					spawn()
+				}
 				jobs <- job{i: i, intended: intended, measured: m}
 			default:
 				if m {

@@ -8,6 +8,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -17,10 +18,10 @@ const (
 	warnSchedP99Ms  = 5.0  // Go scheduler latency p99
 	warnLagP99Ms    = 5.0  // open-loop dispatcher lag p99
 	warnGenCPU      = 0.5  // generator's share of all CPUs
+	goalGenCPUUS    = 50.0 // generator CPU per operation it aims at (µs)
 	warnHostCPU     = 0.9  // machine CPU busy
 	warnLoadPerCPU  = 1.5  // load average per CPU
 	warnLateShare   = 0.01 // open-loop late starts
-	clockTicksPerS  = 100  // Linux USER_HZ
 	schedMetricName = "/sched/latencies:seconds"
 )
 
@@ -28,8 +29,9 @@ const (
 type selfChecker struct {
 	cpus                     int
 	lastWall                 time.Time
-	lastProc                 uint64 // generator CPU ticks
-	lastBusy, lastTotal      uint64 // machine CPU ticks
+	lastProc                 time.Duration // generator CPU time
+	measuredProc             time.Duration // generator CPU time in the measured period
+	lastBusy, lastTotal      uint64        // machine CPU ticks
 	sched                    []metrics.Sample
 	lastSched                []uint64
 	buckets                  []float64
@@ -40,7 +42,7 @@ type selfChecker struct {
 
 func newSelfChecker() *selfChecker {
 	s := &selfChecker{cpus: runtime.NumCPU(), lastWall: time.Now()}
-	s.lastProc, _ = procTicks()
+	s.lastProc, _ = procCPU()
 	s.lastBusy, s.lastTotal, _ = hostTicks()
 	s.sched = []metrics.Sample{{Name: schedMetricName}}
 	metrics.Read(s.sched)
@@ -65,8 +67,11 @@ func (s *selfChecker) sample(measured bool) checkSample {
 	now := time.Now()
 	wall := now.Sub(s.lastWall).Seconds()
 	s.lastWall = now
-	if p, err := procTicks(); err == nil && wall > 0 {
-		c.genCPU = float64(p-s.lastProc) / clockTicksPerS / wall / float64(s.cpus)
+	if p, err := procCPU(); err == nil && wall > 0 {
+		c.genCPU = (p - s.lastProc).Seconds() / wall / float64(s.cpus)
+		if measured {
+			s.measuredProc += p - s.lastProc
+		}
 		s.lastProc = p
 	}
 	if b, t, err := hostTicks(); err == nil && t > s.lastTotal {
@@ -135,7 +140,7 @@ func histMaxBucket(buckets []float64, counts []uint64) float64 {
 // summary returns the measured period's self-check (warnings are added
 // by the result builder, which knows the run's other figures).
 func (s *selfChecker) summary() SelfCheck {
-	sc := SelfCheck{CPUs: s.cpus, Load1Max: s.load1Max, Warnings: []string{}}
+	sc := SelfCheck{CPUs: s.cpus, Load1Max: s.load1Max, GenCPUSeconds: s.measuredProc.Seconds(), Warnings: []string{}}
 	if s.samples > 0 {
 		sc.GenCPU = s.genSum / s.samples
 		sc.HostCPU = s.hostSum / s.samples
@@ -165,7 +170,7 @@ func warnings(sc SelfCheck, ol *OpenLoopStats) []string {
 		w = append(w, fmt.Sprintf("generator scheduling lag: runnable goroutines waited %.1f ms at p99 for a CPU; up to that much of each latency may be the generator's own queueing, not the database", sc.SchedP99))
 	}
 	if sc.GenCPU > warnGenCPU {
-		w = append(w, fmt.Sprintf("the generator used %.0f%% of the machine's %d CPUs, which the database shares: a remote generator would measure a faster database", 100*sc.GenCPU, sc.CPUs))
+		w = append(w, fmt.Sprintf("the generator used %.0f%% of the machine's %d CPUs (%.0f µs of CPU per operation, goal %.0f), which the database shares: a remote generator would measure a faster database", 100*sc.GenCPU, sc.CPUs, sc.GenCPUPerOpUS, goalGenCPUUS))
 	}
 	if sc.HostCPU > warnHostCPU {
 		w = append(w, fmt.Sprintf("machine overloaded: CPU %.0f%% busy over the run (generator, poolers and every shard share %d CPUs): the figures are this machine's limit", 100*sc.HostCPU, sc.CPUs))
@@ -176,33 +181,13 @@ func warnings(sc SelfCheck, ol *OpenLoopStats) []string {
 	return w
 }
 
-// procTicks returns the process's user+system CPU time in clock ticks.
-func procTicks() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0, err
+// procCPU returns the process's user+system CPU time so far.
+func procCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
 	}
-	return parseProcStat(string(b))
-}
-
-// parseProcStat returns utime+stime from the contents of /proc/PID/stat.
-func parseProcStat(s string) (uint64, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("proc stat: no ')'")
-	}
-	f := strings.Fields(s[i+1:])
-	// After ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt
-	// majflt cmajflt utime(14) stime(15).
-	if len(f) < 13 {
-		return 0, fmt.Errorf("proc stat: %d fields", len(f))
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("proc stat: bad utime/stime")
-	}
-	return u + st, nil
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // hostTicks returns the machine's busy and total CPU ticks from /proc/stat.

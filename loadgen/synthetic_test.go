@@ -48,6 +48,6 @@ func syntheticResult() *loadgen.Result {
 			{T: 6, Rate: 1200, P50: 12, P99: 40, Max: 100, Conflicts: 8, GenCPU: 0.2, HostCPU: 0.85, Load1: 2.5},
 		},
 		Relays:    loadgen.RelayStats{OutboxDelivered: 13000, OutboxDeduped: 5, TimersFired: 2000, SpawnsAcked: 600, OutboxBacklog: 12},
-		SelfCheck: loadgen.SelfCheck{CPUs: 2, GenCPU: 0.22, HostCPU: 0.93, Load1Max: 3.1, SchedP99: 0.8, SchedMax: 4, Warnings: []string{"machine overloaded: CPU 93% busy"}},
+		SelfCheck: loadgen.SelfCheck{CPUs: 2, GenCPU: 0.22, GenCPUSeconds: 5.3, GenCPUPerOpUS: 147.2, HostCPU: 0.93, Load1Max: 3.1, SchedP99: 0.8, SchedMax: 4, Warnings: []string{"machine overloaded: CPU 93% busy"}},
 	}
 }

@@ -30,7 +30,7 @@ import (
 // 0003.. then run as usual, and the identity step strides the sequences
 // above the adopted rows, re-numbering those whose seq names another shard.
 
-// storeTables are the six tables of DESIGN.md §1 that 0001 creates.
+// storeTables are the six tables of ARCHITECTURE.md §1 that 0001 creates.
 var storeTables = []string{"executions", "outbox", "processed_events", "timers", "spawns", "trace"}
 
 // keyedColumns are the columns that carry an execution id (placement keys).

@@ -62,7 +62,7 @@ func mustApply(t *testing.T, m *shardmap.Map, opts migrations.Options) *migratio
 	return rep
 }
 
-// The six tables of DESIGN.md §1, exactly: columns, types, nullability, keys.
+// The six tables of ARCHITECTURE.md §1, exactly: columns, types, nullability, keys.
 func TestSchemaIsExactlyTheStores(t *testing.T) {
 	_, m := freshMap(t)
 	mustApply(t, m, migrations.Options{})

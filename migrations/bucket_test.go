@@ -48,7 +48,7 @@ func randomKeys(n int, seed uint64) []string {
 }
 
 // Go's bucket must equal the live server's for every key: through the raw
-// hashtextextended formula (FACTS.md), through pgshard_bucket(text) on every
+// hashtextextended formula (ARCHITECTURE.md §2), through pgshard_bucket(text) on every
 // shard (which reads B from the identity record), and through a real
 // PARTITION BY HASH table (the definition we claim to reproduce).
 func TestBucketMatchesLiveServer(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 const seedSchemaLock = 7001
 
 // seedTables are the seed store's start-up statements for its six tables,
-// as it sends them: DESIGN.md §1's schema with CREATE TABLE IF NOT EXISTS.
+// as it sends them: ARCHITECTURE.md §1's schema with CREATE TABLE IF NOT EXISTS.
 var seedTables = []string{
 	`CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, definition_id TEXT NOT NULL, data TEXT NOT NULL, version INT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS outbox (seq BIGSERIAL PRIMARY KEY, target_id TEXT, event TEXT NOT NULL)`,

@@ -216,7 +216,9 @@ END;
 			})
 		}
 	}
-	// Every UPDATE updated exactly one row: the versions add up.
+	// Every UPDATE updated exactly one row: the versions add up. (A fresh
+	// bound: the six runs above can take minutes on a loaded machine.)
+	ctx = ctxT(t, 2*time.Minute)
 	var sumVersions, sumBalance, sumExec int64
 	for i := range d.m.Shards {
 		conn := d.shardConn(t, i)

@@ -2,7 +2,7 @@
 // Unmodified clients (psql, pgbench, pgx, psycopg, JDBC, node-postgres)
 // connect to it as to one database; each transaction runs on the shard that
 // owns the first key it touches, through the shard's PgBouncer in
-// transaction mode or directly. DESIGN.md §4 is the contract.
+// transaction mode or directly. ARCHITECTURE.md §4 is the contract.
 //
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)

@@ -25,7 +25,7 @@ import (
 )
 
 // TestShardDownHealth: one private cluster (2 shards behind PgBouncer) for
-// the health contract (DESIGN.md §4): a proxy starts with a shard down
+// the health contract (ARCHITECTURE.md §4): a proxy starts with a shard down
 // (regression: PgBouncer's 08P01 "server login has been failing" on the
 // identity read used to stop the start as a map/shard disagreement), and
 // under pgbench load a stopped shard fails only its own clients, fast,

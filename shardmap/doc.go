@@ -13,4 +13,6 @@
 // carries an epoch that only grows. Diff lists which buckets move between
 // two maps; PlanAdd and PlanRemove compute a new map that moves the fewest
 // buckets while keeping every shard within one bucket of the others.
+// AddEmpty adds a shard that owns nothing yet (Shard.Empty: the only way a
+// shard may own no buckets), the first step of adding one online.
 package shardmap

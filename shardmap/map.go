@@ -39,6 +39,12 @@ type Shard struct {
 	// PoolerDSN optionally connects through the shard's PgBouncer
 	// (transaction pooling).
 	PoolerDSN string `yaml:"pooler_dsn,omitempty" json:"pooler_dsn,omitempty"`
+	// Empty marks a shard that owns no buckets on purpose: one just added,
+	// waiting for bucket ranges to be moved to it, or one drained before
+	// its removal. Validate requires it to be exact — a shard without
+	// ranges must be Empty and an Empty shard may own none — so a shard
+	// left out of the ranges by mistake is still an error.
+	Empty bool `yaml:"empty,omitempty" json:"empty,omitempty"`
 }
 
 // Range assigns the inclusive bucket range [Lo, Hi] to the shard named Shard.
@@ -98,7 +104,8 @@ var ErrNoShard = errors.New("no such shard")
 // Validate checks m and prepares its lookup tables. It reports every problem
 // at once: bucket count not a power of two, duplicate or invalid shard names
 // and ordinals, ranges naming unknown shards, out-of-range, overlapping or
-// missing buckets, and shards without buckets.
+// missing buckets, shards without buckets not marked Empty, and Empty
+// shards that own buckets.
 func (m *Map) Validate() error {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
@@ -149,13 +156,14 @@ func (m *Map) Validate() error {
 			owner[i] = -1
 		}
 		used := make([]bool, len(m.Shards))
+		usedBy := make([]int, len(m.Shards)) // a range of each shard, for messages
 		for i, r := range m.Ranges {
 			si, known := byName[r.Shard]
 			if !known {
 				add("ranges[%d] %s: unknown shard %q", i, r, r.Shard)
 				si = -2 // still mark the buckets, so gaps are not reported twice
 			} else {
-				used[si] = true
+				used[si], usedBy[si] = true, i
 			}
 			if r.Lo < 0 || r.Hi >= m.Buckets || r.Lo > r.Hi {
 				add("ranges[%d] %s: not a bucket range within 0-%d", i, r, m.Buckets-1)
@@ -193,8 +201,14 @@ func (m *Map) Validate() error {
 		}
 		for i, u := range used {
 			// A duplicate or empty name is reported as such already.
-			if !u && m.Shards[i].Name != "" && byName[m.Shards[i].Name] == i {
-				add("shards[%d] %q: owns no buckets", i, m.Shards[i].Name)
+			if m.Shards[i].Name == "" || byName[m.Shards[i].Name] != i {
+				continue
+			}
+			switch {
+			case !u && !m.Shards[i].Empty:
+				add("shards[%d] %q: owns no buckets (mark it empty: true if it waits for buckets to be moved to it)", i, m.Shards[i].Name)
+			case u && m.Shards[i].Empty:
+				add("shards[%d] %q: marked empty but owns buckets (ranges[%d] %s)", i, m.Shards[i].Name, usedBy[i], m.Ranges[usedBy[i]])
 			}
 		}
 		if len(p) == 0 {
@@ -351,6 +365,32 @@ func (m *Map) Clone() *Map {
 		c.byOrdinal = m.byOrdinal
 	}
 	return c
+}
+
+// AddEmpty returns a map (epoch+1) that adds shard s owning no buckets
+// (s.Empty set), every bucket staying where it is: the first step of
+// adding a shard online, before any range is moved to it. s's name and
+// ordinal must be new to m; s.Ordinal < 0 takes m.NextOrdinal().
+func AddEmpty(m *Map, s Shard) (*Map, error) {
+	m.mustBeValid()
+	if s.Ordinal < 0 {
+		s.Ordinal = m.NextOrdinal()
+	}
+	if _, err := m.ShardByName(s.Name); err == nil {
+		return nil, fmt.Errorf("add shard: %q is already in the map (epoch %d)", s.Name, m.Epoch)
+	}
+	if o, err := m.ShardByOrdinal(s.Ordinal); err == nil {
+		return nil, fmt.Errorf("add shard %q: ordinal %d is already used by shard %q", s.Name, s.Ordinal, o.Name)
+	}
+	s.Empty = true
+	out := m.Clone()
+	out.owner = nil
+	out.Epoch = m.Epoch + 1
+	out.Shards = append(out.Shards, s)
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("add shard %q: %w", s.Name, err)
+	}
+	return out, nil
 }
 
 // Even builds a map (epoch 1) that splits n buckets into contiguous, equally

@@ -90,7 +90,9 @@ func TestValidate(t *testing.T) {
 			[]string{`shards[1] "b": dsn is empty`}},
 		{"shard without buckets", func(m *shardmap.Map) {
 			m.Shards = append(m.Shards, shardmap.Shard{Name: "d", Ordinal: 9, DSN: "postgres://d/db"})
-		}, []string{`shards[3] "d": owns no buckets`}},
+		}, []string{`shards[3] "d": owns no buckets`, "empty: true"}},
+		{"empty shard with buckets", func(m *shardmap.Map) { m.Shards[1].Empty = true },
+			[]string{`shards[1] "b": marked empty but owns buckets`, "1366-2730"}},
 		{"no shards", func(m *shardmap.Map) { m.Shards = nil; m.Ranges = nil },
 			[]string{"shards: the map has no shards"}},
 	}
@@ -577,5 +579,86 @@ func BenchmarkLookup(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		sink += m.Lookup(key).Ordinal
+	}
+}
+
+// TestEmptyShard: a shard may own no buckets only when it says so, and
+// AddEmpty adds one (epoch+1, next ordinal, every bucket where it was).
+func TestEmptyShard(t *testing.T) {
+	m := base()
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := shardmap.AddEmpty(m, shardmap.Shard{Name: "d", Ordinal: -1, DSN: "postgres://d/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := next.ShardByName("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Epoch != 8 || d.Ordinal != 2 || !d.Empty || len(next.Shards) != 4 {
+		t.Errorf("AddEmpty: epoch %d, shard %+v, %d shards; want epoch 8, ordinal 2 (the first free), empty, 4 shards", next.Epoch, *d, len(next.Shards))
+	}
+	if moves, err := shardmap.Diff(m, next); err != nil || len(moves) != 0 {
+		t.Errorf("AddEmpty moved buckets: %v %v", moves, err)
+	}
+	if len(m.Shards) != 3 || m.Epoch != 7 {
+		t.Errorf("AddEmpty changed its input: %+v", m)
+	}
+	if got := next.BucketCounts()["d"]; got != 0 {
+		t.Errorf("the empty shard owns %d buckets", got)
+	}
+	if s, err := next.ShardForSeq(3); err != nil || s.Name != "d" { // ordinal 2 names it
+		t.Errorf("ShardForSeq(3): %v %v, want shard d", s, err)
+	}
+
+	// Round trip through YAML keeps the mark.
+	b, err := next.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "empty: true") {
+		t.Errorf("marshalled map lacks empty: true:\n%s", b)
+	}
+	back, err := shardmap.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.Shards, next.Shards) {
+		t.Errorf("round trip: %+v != %+v", back.Shards, next.Shards)
+	}
+
+	for _, tc := range []struct {
+		s    shardmap.Shard
+		want string
+	}{
+		{shardmap.Shard{Name: "b", Ordinal: -1, DSN: "x"}, `"b" is already in the map (epoch 7)`},
+		{shardmap.Shard{Name: "e", Ordinal: 5, DSN: "x"}, `ordinal 5 is already used by shard "c"`},
+		{shardmap.Shard{Name: "e", Ordinal: -1}, `dsn is empty`},
+		{shardmap.Shard{Name: "e f", Ordinal: -1, DSN: "x"}, `may only contain letters`},
+	} {
+		if _, err := shardmap.AddEmpty(m, tc.s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("AddEmpty(%+v): %v, want an error mentioning %q", tc.s, err, tc.want)
+		}
+	}
+
+	// Planning from a map with an empty shard gives it its share and
+	// clears the mark; removing it moves nothing.
+	planned, err := shardmap.PlanAdd(next, shardmap.Shard{Name: "e", Ordinal: 3, DSN: "postgres://e/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range planned.Shards {
+		if s.Empty || planned.BucketCounts()[s.Name] < 4096/5 {
+			t.Errorf("after PlanAdd: %+v owns %d buckets", s, planned.BucketCounts()[s.Name])
+		}
+	}
+	removed, err := shardmap.PlanRemove(next, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moves, err := shardmap.Diff(next, removed); err != nil || len(moves) != 0 {
+		t.Errorf("removing the empty shard moved buckets: %v %v", moves, err)
 	}
 }

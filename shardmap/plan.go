@@ -161,6 +161,9 @@ func rebalance(m *Map, shards []Shard) (*Map, error) {
 		owner[b] = recv[r]
 		kept[recv[r]]++
 	}
+	for i := range shards {
+		shards[i].Empty = false // every shard gets its share
+	}
 	out := &Map{Epoch: m.Epoch + 1, Buckets: m.Buckets, Shards: shards}
 	for b, i := range owner {
 		name := shards[i].Name

@@ -1,6 +1,6 @@
 // Package store is the execution store of a durable statechart engine on
 // one PostgreSQL database, over pgx/pgxpool, with the exact semantics of
-// DESIGN.md §1: a version compare-and-swap commit that also writes the
+// ARCHITECTURE.md §1: a version compare-and-swap commit that also writes the
 // step's outbox events, dedupe record, spawn intents, timer changes and
 // trace entry atomically, and the reads workers need (load, dedupe checks,
 // pending outbox and spawns, due timers, trace, listings).
@@ -54,7 +54,7 @@
 // the SQL carries an explicit cast), one round trip per batch. Named
 // prepared statements (QueryExecModeCacheStatement, pgx's default) would
 // live on one server session that a transaction pooler then hands to other
-// clients — FACTS.md records pgbench -M prepared silently running another
+// clients — pgbench -M prepared was measured silently running another
 // statement through PgBouncer 1.18 — and the Describe modes cost an extra
 // round trip. QueryExecModeSimpleProtocol would also be safe (a batch is
 // then one multi-statement Query message, also one implicit transaction)

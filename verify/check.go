@@ -134,7 +134,7 @@ func (ck *checker) drained() bool {
 	return e != nil && e.Quiesce != nil && e.Quiesce.OK
 }
 
-// Check checks every invariant of DESIGN.md §5 over a history and the
+// Check checks every invariant of ARCHITECTURE.md §5 over a history and the
 // final state of every shard, counts the landed faults and returns the
 // verdict. It needs no database. ctx bounds the linearizability check
 // (its end leaves partitions undecided, which is an ERROR result).

@@ -13,7 +13,7 @@ import (
 func (ck *checker) cas(bad []badClaim) {
 	w := ck.w
 	for _, bc := range bad {
-		o := w.byID[bc.id]
+		o := w.opByID(bc.id)
 		var why string
 		switch {
 		case o == nil:
@@ -310,7 +310,7 @@ func claimList(c *cop) string {
 			s = append(s, fmt.Sprintf("and %d more", len(c.claims)-3))
 			break
 		}
-		s = append(s, cl.what)
+		s = append(s, cl.what.String())
 	}
 	return strings.Join(s, ", ")
 }

@@ -14,9 +14,18 @@ func (ck *checker) dedupe() {
 	w := ck.w
 	for _, id := range w.exeOrder {
 		e := w.exes[id]
-		rows := map[string][]RowRef{}
+		// rows: event id → its processed_events rows (the shards they
+		// are on; refs builds their RowRefs for a violation).
+		rows := map[string][]string{}
 		for _, p := range e.processed {
-			rows[p.r.EventID] = append(rows[p.r.EventID], RowRef{Shard: p.shard, Table: "processed_events", Key: "execution_id=" + id + " event_id=" + p.r.EventID})
+			rows[p.r.EventID] = append(rows[p.r.EventID], p.shard)
+		}
+		refs := func(ev string) []RowRef {
+			var out []RowRef
+			for _, sh := range rows[ev] {
+				out = append(out, RowRef{Shard: sh, Table: "processed_events", Key: "execution_id=" + id + " event_id=" + ev})
+			}
+			return out
 		}
 		byEvent := map[string][]*cop{}
 		byInput := map[string][]*cop{}
@@ -49,7 +58,7 @@ func (ck *checker) dedupe() {
 			for _, c := range w.byEvent[e][ev] {
 				ops = append(ops, c.ref("records "+ev+" but did not commit"))
 			}
-			ck.add(InvDedupe, id, fmt.Sprintf("processed_events row %s has no applied event: no committed commit of %s records it", ev, id), ops, rows[ev])
+			ck.add(InvDedupe, id, fmt.Sprintf("processed_events row %s has no applied event: no committed commit of %s records it", ev, id), ops, refs(ev))
 		}
 		for _, ev := range sortedKeys(byEvent) {
 			cs := byEvent[ev]
@@ -58,7 +67,7 @@ func (ck *checker) dedupe() {
 					[]OpRef{cs[0].ref("applied it")}, nil)
 			}
 			if len(cs) > 1 {
-				ck.add(InvDedupe, id, fmt.Sprintf("event %s was applied %d times to %s", ev, len(cs), id), refsOf(cs, "applies it"), rows[ev])
+				ck.add(InvDedupe, id, fmt.Sprintf("event %s was applied %d times to %s", ev, len(cs), id), refsOf(cs, "applies it"), refs(ev))
 			}
 		}
 		for _, in := range sortedKeys(byInput) {
@@ -87,7 +96,7 @@ func (ck *checker) dedupe() {
 				ck.skip(id, InvDedupe, fmt.Sprintf("load %s said %s is processed, which only unresolved commits record", l.ID, l.Event))
 			case l.Processed && len(cs) == 0:
 				ck.add(InvDedupe, id, fmt.Sprintf("load %s said event %s is processed, but no committed commit of %s applied it", l.ID, l.Event, id),
-					[]OpRef{ref(l, "processed=true")}, rows[l.Event])
+					[]OpRef{ref(l, "processed=true")}, refs(l.Event))
 			case l.Processed && len(cs) > 0 && earliestCall(cs).T0 > l.T1:
 				c := earliestCall(cs)
 				ck.add(InvDedupe, id, fmt.Sprintf("load %s said event %s is processed before the commit applying it (%s) was even invoked", l.ID, l.Event, c.ID),
@@ -95,7 +104,7 @@ func (ck *checker) dedupe() {
 			case !l.Processed && len(cs) > 0:
 				if c := earliestAck(cs); c != nil && c.T1 < l.T0 {
 					ck.add(InvDedupe, id, fmt.Sprintf("load %s said event %s is not processed, but %s applying it was acknowledged before the load began", l.ID, l.Event, c.ID),
-						[]OpRef{ref(l, "processed=false"), c.ref("acknowledged")}, rows[l.Event])
+						[]OpRef{ref(l, "processed=false"), c.ref("acknowledged")}, refs(l.Event))
 				}
 			}
 		}

@@ -153,7 +153,7 @@ func (ck *checker) partition(e *exe) []porcupine.Operation {
 		clients[src] = len(clients)
 		return clients[src]
 	}
-	var ops []porcupine.Operation
+	ops := make([]porcupine.Operation, 0, len(e.loads)+len(e.commits))
 	for _, l := range e.loads {
 		if l.Outcome != OutcomeOK {
 			continue // a failed read says nothing
@@ -285,7 +285,7 @@ func linRefs(w *world, ops []porcupine.Operation, info porcupine.LinearizationIn
 	add := func(i int, note string) {
 		o := ops[i]
 		id, _ := o.Metadata.(string)
-		op := w.byID[id]
+		op := w.opByID(id)
 		if op == nil {
 			return
 		}

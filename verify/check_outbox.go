@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -13,14 +14,15 @@ import (
 // row still pending after the quiesce is a liveness failure).
 func (ck *checker) outbox() {
 	w := ck.w
-	seqs := map[string]map[int64][]string{} // event → seq → where it was seen
-	seen := func(event string, seq int64, where string) {
-		m := seqs[event]
-		if m == nil {
-			m = map[int64][]string{}
-			seqs[event] = m
-		}
-		m[seq] = append(m[seq], where)
+	// event → where it was seen with which seq (where = pre + s,
+	// joined only for a violation).
+	type sighting struct {
+		seq    int64
+		pre, s string
+	}
+	seqs := map[string][]sighting{}
+	seen := func(event string, seq int64, pre, s string) {
+		seqs[event] = append(seqs[event], sighting{seq, pre, s})
 	}
 	pending := map[string][]placed[OutboxRow]{} // event → final rows
 	for _, sh := range w.s.Shards {
@@ -36,7 +38,7 @@ func (ck *checker) outbox() {
 			if r.TargetID != nil {
 				target = *r.TargetID
 			}
-			seen(ev.ID, r.Seq, "row on "+sh.Name)
+			seen(ev.ID, r.Seq, "row on ", sh.Name)
 			pending[ev.ID] = append(pending[ev.ID], placed[OutboxRow]{sh.Name, r})
 			c := w.commits[ev.Op]
 			switch {
@@ -64,7 +66,7 @@ func (ck *checker) outbox() {
 	}
 	for _, d := range w.deliveries {
 		ck.count(InvOutbox, 1)
-		seen(d.Input, d.Seq, "delivery "+d.ID)
+		seen(d.Input, d.Seq, "delivery ", d.ID)
 		o := w.commits[d.Origin]
 		switch {
 		case o == nil:
@@ -91,12 +93,12 @@ func (ck *checker) outbox() {
 			continue // nothing to compare: not counted
 		}
 		ck.count(InvOutbox, 1)
-		seen(a.Event, a.Seq, "ack "+a.ID)
-		ck.emitted(a, a.Event, a.Target, "ack_outbox "+a.ID+fmt.Sprintf(" acked seq %d", a.Seq))
+		seen(a.Event, a.Seq, "ack ", a.ID)
+		ck.emitted(a, a.Event, a.Target, desc{kind: dAckedSeq, s: a.ID, n: a.Seq})
 	}
 	for _, l := range w.relayLoads {
 		ck.count(InvOutbox, 1)
-		ck.emitted(l, l.Event, l.Exe, "relay load "+l.ID)
+		ck.emitted(l, l.Event, l.Exe, desc{kind: dRelayLoad, s: l.ID})
 	}
 	events := make([]string, 0, len(seqs))
 	for ev := range seqs {
@@ -104,9 +106,13 @@ func (ck *checker) outbox() {
 	}
 	sort.Strings(events)
 	for _, ev := range events {
-		m := seqs[ev]
-		if len(m) < 2 {
+		ss := seqs[ev]
+		if !slices.ContainsFunc(ss, func(x sighting) bool { return x.seq != ss[0].seq }) {
 			continue
+		}
+		m := map[int64][]string{} // seq → where it was seen
+		for _, x := range ss {
+			m[x.seq] = append(m[x.seq], x.pre+x.s)
 		}
 		var parts []string
 		for seq, where := range m {
@@ -181,7 +187,7 @@ func (c *cop) emitDigest(event, target string) string {
 
 // emitted checks that event, seen by op o, was emitted to target (if not
 // "") by a commit that committed.
-func (ck *checker) emitted(o *Op, event, target, what string) {
+func (ck *checker) emitted(o *Op, event, target string, what desc) {
 	cands := ck.w.emitters[event]
 	var ops []OpRef
 	maybe := ""

@@ -7,7 +7,7 @@ import (
 )
 
 // seqStride is the stride of outbox.seq and spawns.seq: on the shard with
-// ordinal k they are k+1 modulo seqStride (DESIGN.md §2).
+// ordinal k they are k+1 modulo seqStride (ARCHITECTURE.md §2).
 const seqStride = 1024
 
 // placement checks every row against the map: it sits on the shard whose
@@ -50,11 +50,22 @@ func (ck *checker) placement() {
 			}
 		}
 	}
-	keys := map[string][]string{} // table \x00 key → shards
+	// first: (table, key) → the shard it was first seen on; dups: the
+	// shards of a key seen more than once, in the order seen.
+	type rowKey struct{ table, key string }
+	first := map[rowKey]string{}
+	dups := map[rowKey][]string{}
 	place := func(shard, table, key, exeID string, bucket int) {
 		ck.count(InvPlacement, 1)
-		k := table + "\x00" + key
-		keys[k] = append(keys[k], shard)
+		rk := rowKey{table, key}
+		if s0, ok := first[rk]; ok {
+			if dups[rk] == nil {
+				dups[rk] = []string{s0}
+			}
+			dups[rk] = append(dups[rk], shard)
+		} else {
+			first[rk] = shard
+		}
 		if bucket == NoBucket {
 			return // an unreadable outbox row: the outbox check reports it
 		}
@@ -100,11 +111,12 @@ func (ck *checker) placement() {
 			stride(sh.Name, "outbox", r.Seq)
 		}
 	}
+	keys := map[string][]string{} // table \x00 key → shards, of the keys seen more than once
 	ks := make([]string, 0)
-	for k, shards := range keys {
-		if len(shards) > 1 {
-			ks = append(ks, k)
-		}
+	for rk, shards := range dups {
+		k := rk.table + "\x00" + rk.key
+		keys[k] = shards
+		ks = append(ks, k)
 	}
 	sort.Strings(ks)
 	for _, k := range ks {

@@ -1,7 +1,7 @@
 // Package verify is the independent checker of pgshard's chaos runs. It
 // reads only a run's history (HISTORY.md, format versions 1 and 2) and the final
 // contents of every shard, and decides whether the invariants of the
-// execution store (DESIGN.md §5) held, whether the faults really landed,
+// execution store (ARCHITECTURE.md §5) held, whether the faults really landed,
 // and explains every violation with the ops and rows involved.
 //
 // It shares no code with what it checks: it imports neither store,
@@ -10,6 +10,8 @@
 // read the map it is given.
 //
 //	history.jsonl[.gz|.zst] ──ReadHistory (history.go)──▶ History
+//	                          op lines by fastLine (fastline.go), the
+//	                          rest and anything unusual by encoding/json
 //	every shard (direct DSNs) ──Dump (state.go)─────────▶ State ⇄ state.json
 //	                                   │
 //	                                   ▼

@@ -290,6 +290,8 @@ type Quiesce struct {
 // decoded once. Pointers mark members whose presence is checked.
 type line struct {
 	Type string `json:"type"`
+	// fast: decoded by fastLine, which interns what op interns.
+	fast bool
 
 	// header
 	Format    *string          `json:"format"`
@@ -485,12 +487,28 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 type decoder struct {
 	h          *History
 	seenHeader bool
-	ids        map[string]int // op id → line
+	ids        map[string]*Op // op id → op
 	strs       map[string]string
+
+	// fastLine's state (fastline.go): the line decoded into, scratch
+	// space for what op copies out of it, and what op keeps.
+	l            line
+	scratch      fastScratch
+	rawTimers    []rawTime
+	strScratch   []string
+	emitScratch  []Emit
+	timerScratch []TimerOp
+	arena        []byte
+	strSlab      slab[string]
+	emitSlab     slab[Emit]
+	timerSlab    slab[TimerOp]
+	ints         slab[int]
+	floats       slab[float64]
+	ops          slab[Op]
 }
 
 func newDecoder() *decoder {
-	return &decoder{h: &History{}, ids: map[string]int{}, strs: map[string]string{}}
+	return &decoder{h: &History{}, ids: map[string]*Op{}, strs: map[string]string{}}
 }
 
 // intern shares the storage of repeated strings (execution ids, shard
@@ -516,10 +534,13 @@ func (d *decoder) decode(b []byte, n int) error {
 	if d.h.End != nil {
 		return errAfterEnd
 	}
-	var l line
-	// Unmarshal also refuses anything after the object.
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("not a JSON object: %w", err)
+	l := &d.l
+	if !d.fastLine(b, l) {
+		*l = line{}
+		// Unmarshal also refuses anything after the object.
+		if err := json.Unmarshal(b, l); err != nil {
+			return fmt.Errorf("not a JSON object: %w", err)
+		}
 	}
 	if !d.seenHeader && l.Type != "header" {
 		return fmt.Errorf("the first line must be the header, this one has type %q", l.Type)
@@ -529,13 +550,13 @@ func (d *decoder) decode(b []byte, n int) error {
 		if d.seenHeader {
 			return errors.New("a second header line")
 		}
-		return d.header(&l)
+		return d.header(l)
 	case "op":
-		return d.op(&l, n)
+		return d.op(l, n)
 	case "fault":
-		return d.fault(&l, n)
+		return d.fault(l, n)
 	case "end":
-		return d.end(&l)
+		return d.end(l)
 	case "":
 		return errors.New(`the line has no "type"`)
 	default:
@@ -645,22 +666,27 @@ func (d *decoder) op(l *line, n int) error {
 		return errors.New("op has no id")
 	}
 	if first, dup := d.ids[l.ID]; dup {
-		return fmt.Errorf("op id %q used twice (first on line %d)", l.ID, first)
+		return fmt.Errorf("op id %q used twice (first on line %d)", l.ID, first.Line)
 	}
 	if !knownKinds[l.Kind] {
 		return fmt.Errorf("op %s: unknown kind %q", l.ID, l.Kind)
 	}
-	o := &Op{
-		ID: strings.Clone(l.ID), Kind: d.intern(l.Kind), Src: d.intern(l.Src), Shard: d.intern(l.Shard),
-		Outcome: Outcome(d.intern(l.Outcome)), Err: l.Err, SQLState: d.intern(l.SQLState),
-		Event: l.Event, Cause: d.intern(l.Cause), Exists: l.Exists, Writer: d.intern(l.Writer),
+	intern, id := d.intern, strings.Clone(l.ID)
+	if l.fast {
+		// fastLine interned these and keeps its strings already.
+		intern, id = func(s string) string { return s }, l.ID
+	}
+	o := d.ops.ptr(Op{
+		ID: id, Kind: intern(l.Kind), Src: intern(l.Src), Shard: intern(l.Shard),
+		Outcome: Outcome(intern(l.Outcome)), Err: l.Err, SQLState: intern(l.SQLState),
+		Event: l.Event, Cause: intern(l.Cause), Exists: l.Exists, Writer: intern(l.Writer),
 		Processed: l.Processed, Found: l.Found, Conflict: l.Conflict, Input: l.Input, Fast: l.Fast,
 		Emits: l.Emits, Spawns: l.Spawns, Trace: l.Trace, Origin: l.Origin, Path: l.Path,
-		N: l.N, Target: d.intern(l.Target), Parent: d.intern(l.Parent), Child: l.Child, Deleted: l.Deleted,
-		Step: l.Step, Active: d.intern(l.Active), Armed: l.Armed,
+		N: l.N, Target: intern(l.Target), Parent: intern(l.Parent), Child: l.Child, Deleted: l.Deleted,
+		Step: l.Step, Active: intern(l.Active), Armed: l.Armed,
 		Limit: l.Limit, DataDigest: l.DataDig, TraceDigest: l.TraceDig, SpawnDigests: l.SpawnDigs, BodyDigest: l.BodyDig,
 		Line: n,
-	}
+	})
 	if d.h.Header.Version < 2 && (o.DataDigest != "" || o.TraceDigest != "" || o.SpawnDigests != nil || o.BodyDigest != "") {
 		return fmt.Errorf("op %s: content digests in a version-%d history (they are version 2)", l.ID, d.h.Header.Version)
 	}
@@ -668,7 +694,7 @@ func (d *decoder) op(l *line, n int) error {
 		return fmt.Errorf("op %s: %d spawn_digests for %d spawns", l.ID, len(o.SpawnDigests), len(o.Spawns))
 	}
 	if l.Exe != nil {
-		o.Exe = d.intern(*l.Exe)
+		o.Exe = intern(*l.Exe)
 	}
 	switch o.Outcome {
 	case OutcomeOK, OutcomeFail, OutcomeInfo:
@@ -694,8 +720,9 @@ func (d *decoder) op(l *line, n int) error {
 	if l.Now != nil {
 		o.Now = *l.Now
 	}
+	ts := d.timerScratch[:0]
 	for i, t := range l.Timers {
-		tm := TimerOp{Exe: d.intern(t.Exe), Path: t.Path, Cancel: t.Cancel}
+		tm := TimerOp{Exe: intern(t.Exe), Path: t.Path, Cancel: t.Cancel}
 		switch {
 		case t.FireAt != nil:
 			tm.FireAt = *t.FireAt
@@ -705,10 +732,14 @@ func (d *decoder) op(l *line, n int) error {
 		if math.IsNaN(tm.FireAt) || math.IsInf(tm.FireAt, 0) {
 			return fmt.Errorf("op %s: timers[%d]: fire_at is not finite", o.ID, i)
 		}
-		o.Timers = append(o.Timers, tm)
+		ts = append(ts, tm)
 	}
+	if len(ts) > 0 {
+		o.Timers = d.timerSlab.clone(ts)
+	}
+	d.timerScratch = ts[:0]
 	for i := range o.Emits {
-		o.Emits[i].Target = d.intern(o.Emits[i].Target)
+		o.Emits[i].Target = intern(o.Emits[i].Target)
 	}
 	needExe := func() error {
 		if o.Exe == "" {
@@ -778,7 +809,7 @@ func (d *decoder) op(l *line, n int) error {
 			return err
 		}
 	}
-	d.ids[o.ID] = n
+	d.ids[o.ID] = o
 	d.h.Ops = append(d.h.Ops, o)
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestImports enforces the checker's independence (DESIGN.md §3): of
+// TestImports enforces the checker's independence (ARCHITECTURE.md §3): of
 // pgshard's own packages, verify may depend on shardmap only — never on
 // the store, router, loadgen or chaos code it checks, nor on the cluster,
 // proxy or migrations code around it.

@@ -3,8 +3,10 @@ package verify
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // status is what the checks decided about a commit: whether its effects
@@ -49,7 +51,7 @@ type claim struct {
 	// evidence does not say.
 	version int
 	// what describes the evidence ("the final row", "load X", ...).
-	what string
+	what desc
 	row  *RowRef
 	op   *Op
 }
@@ -152,7 +154,10 @@ type world struct {
 
 	exes     map[string]*exe
 	exeOrder []string // sorted ids
+	// byID indexes every op by id, built on first use (opByID): only
+	// explanations of violations need it.
 	byID     map[string]*Op
+	byIDOnce sync.Once
 	commits  map[string]*cop // commit op id → cop
 	// emitters: event id → the commits listing it in emits.
 	emitters map[string][]*cop
@@ -181,14 +186,19 @@ func (w *world) exe(id string) *exe {
 }
 
 func newWorld(h *History, s *State) *world {
+	commits := 0
+	for _, o := range h.Ops {
+		if o.Kind == KindCommit {
+			commits++
+		}
+	}
 	w := &world{
 		h: h, s: s, mp: newMapIndex(s.Map),
-		exes: map[string]*exe{}, byID: make(map[string]*Op, len(h.Ops)),
-		commits: map[string]*cop{}, emitters: map[string][]*cop{}, spawners: map[string][]*cop{},
+		exes: map[string]*exe{}, commits: make(map[string]*cop, commits),
+		emitters: map[string][]*cop{}, spawners: map[string][]*cop{},
 		traceMax: h.Header.Workload.TraceMax,
 	}
 	for _, o := range h.Ops {
-		w.byID[o.ID] = o
 		switch o.Kind {
 		case KindCommit:
 			c := &cop{Op: o}
@@ -261,18 +271,27 @@ func newWorld(h *History, s *State) *world {
 	for id, e := range w.exes {
 		w.exeOrder = append(w.exeOrder, id)
 		e.pickRow(w.mp)
-		seen := map[int]bool{}
 		for _, c := range e.commits {
-			if !seen[c.slot()] {
-				seen[c.slot()] = true
-				e.versions = append(e.versions, c.slot())
-			}
+			e.versions = append(e.versions, c.slot())
 		}
-		sort.Ints(e.versions)
+		slices.Sort(e.versions)
+		e.versions = slices.Compact(e.versions)
 		e.slots = map[int][]*cop{}
 	}
 	sort.Strings(w.exeOrder)
 	return w
+}
+
+// opByID returns the op with id, nil if there is none. Safe for
+// concurrent use.
+func (w *world) opByID(id string) *Op {
+	w.byIDOnce.Do(func() {
+		w.byID = make(map[string]*Op, len(w.h.Ops))
+		for _, o := range w.h.Ops {
+			w.byID[o.ID] = o
+		}
+	})
+	return w.byID[id]
 }
 
 // pickRow chooses the execution row the chain is checked against: the one

@@ -1,7 +1,9 @@
 package verify
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -39,7 +41,76 @@ type badClaim struct {
 // token is evidence that some commit among cands committed.
 type token struct {
 	cands []*cop
-	what  string
+	what  desc
+}
+
+// desc describes a piece of evidence ("load X", "outbox row seq N", ...).
+// It is formatted only when a verdict shows it: a large history has
+// millions of pieces of evidence and shows a handful.
+type desc struct {
+	kind  descKind
+	s, s2 string
+	n     int64
+	f     float64
+}
+
+type descKind uint8
+
+const (
+	dFinalRow descKind = iota
+	dLoad
+	dTraceRow
+	dSpawnRow
+	dOutboxRow
+	dDelivery
+	dSpawnToken
+	dOutboxToken
+	dProcessed
+	dAckSpawn
+	dTimersRow
+	dTimerFire
+	dAckOutbox
+	dRelayLoad
+	dDueTimers
+	dAckedSeq
+)
+
+func (d desc) String() string {
+	switch d.kind {
+	case dFinalRow:
+		return "the final executions row (context.op)"
+	case dLoad:
+		return "load " + d.s
+	case dTraceRow:
+		return fmt.Sprintf("trace row idx %d", d.n)
+	case dSpawnRow:
+		return fmt.Sprintf("spawn row seq %d", d.n)
+	case dOutboxRow:
+		return fmt.Sprintf("outbox row seq %d", d.n)
+	case dDelivery:
+		return fmt.Sprintf("delivery %s (%s) of outbox seq %d", d.s, d.s2, d.n)
+	case dSpawnToken:
+		return fmt.Sprintf("spawn row seq %d (child %s)", d.n, d.s)
+	case dOutboxToken:
+		return fmt.Sprintf("outbox row seq %d (event %s)", d.n, d.s)
+	case dProcessed:
+		return "processed_events row " + d.s
+	case dAckSpawn:
+		return "ack_spawn " + d.s
+	case dTimersRow:
+		return fmt.Sprintf("timers row %s at %v", d.s, d.f)
+	case dTimerFire:
+		return "timer fire " + d.s
+	case dAckOutbox:
+		return "ack_outbox " + d.s
+	case dRelayLoad:
+		return "relay load " + d.s
+	case dDueTimers:
+		return "due_timers " + d.s
+	case dAckedSeq:
+		return fmt.Sprintf("ack_outbox %s acked seq %d", d.s, d.n)
+	}
+	return "?"
 }
 
 func timerKey(path string, at float64) string {
@@ -77,16 +148,24 @@ func (w *world) resolve() (bad []badClaim) {
 		}
 		k.claims = append(k.claims, c)
 	}
-	var tokens []token
+	// tokens, sized for what the loops below append (at most).
+	ntok := len(w.outAcks) + len(w.relayLoads)
+	for _, e := range w.exes {
+		ntok += len(e.spawnRows) + len(e.outbox) + len(e.processed) + len(e.spawnAcks) + len(e.timers) + len(e.commits)
+	}
+	for _, r := range w.dueReads {
+		ntok += len(r.Timers)
+	}
+	tokens := make([]token, 0, ntok)
 	for _, id := range w.exeOrder {
 		e := w.exes[id]
 		if e.row != nil && e.doc != nil && e.doc.ctx.Op != nil {
-			addClaim(id, *e.doc.ctx.Op, claim{version: e.n, what: "the final executions row (context.op)",
+			addClaim(id, *e.doc.ctx.Op, claim{version: e.n, what: desc{kind: dFinalRow},
 				row: execRow(e.row.shard, id)})
 		}
 		for _, l := range e.loads {
 			if l.Outcome == OutcomeOK && l.Exists && l.Writer != "" {
-				addClaim(id, l.Writer, claim{version: l.Version, what: "load " + l.ID, op: l})
+				addClaim(id, l.Writer, claim{version: l.Version, what: desc{kind: dLoad, s: l.ID}, op: l})
 			}
 		}
 		for _, t := range e.trace {
@@ -96,7 +175,7 @@ func (w *world) resolve() (bad []badClaim) {
 				if d.Step != nil {
 					v = *d.Step + 1
 				}
-				addClaim(id, d.Op, claim{version: v, what: fmt.Sprintf("trace row idx %d", t.r.Idx),
+				addClaim(id, d.Op, claim{version: v, what: desc{kind: dTraceRow, n: int64(t.r.Idx)},
 					row: &RowRef{Shard: t.shard, Table: "trace", Key: fmt.Sprintf("execution_id=%s idx=%d", id, t.r.Idx)}})
 			}
 		}
@@ -104,42 +183,42 @@ func (w *world) resolve() (bad []badClaim) {
 			rr := &RowRef{Shard: s.shard, Table: "spawns", Key: fmt.Sprintf("seq=%d", s.r.Seq)}
 			var d spawnDoc
 			if decodeDoc(s.r.Context, &d) == nil && d.Op != "" {
-				addClaim(id, d.Op, claim{what: fmt.Sprintf("spawn row seq %d", s.r.Seq), row: rr})
+				addClaim(id, d.Op, claim{what: desc{kind: dSpawnRow, n: s.r.Seq}, row: rr})
 			}
-			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+s.r.ChildID], what: fmt.Sprintf("spawn row seq %d (child %s)", s.r.Seq, s.r.ChildID)})
+			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+s.r.ChildID], what: desc{kind: dSpawnToken, n: s.r.Seq, s: s.r.ChildID}})
 		}
 		for _, o := range e.outbox {
 			ev, _ := parseOutbox(o.r.Event)
 			if ev.Op != "" {
-				addClaim(id, ev.Op, claim{what: fmt.Sprintf("outbox row seq %d", o.r.Seq),
+				addClaim(id, ev.Op, claim{what: desc{kind: dOutboxRow, n: o.r.Seq},
 					row: &RowRef{Shard: o.shard, Table: "outbox", Key: fmt.Sprintf("seq=%d", o.r.Seq)}})
 			}
 			if ev.ID != "" {
-				tokens = append(tokens, token{cands: w.emitters[ev.ID], what: fmt.Sprintf("outbox row seq %d (event %s)", o.r.Seq, ev.ID)})
+				tokens = append(tokens, token{cands: w.emitters[ev.ID], what: desc{kind: dOutboxToken, n: o.r.Seq, s: ev.ID}})
 			}
 		}
 		for _, p := range e.processed {
-			tokens = append(tokens, token{cands: byEvent[e][p.r.EventID], what: "processed_events row " + p.r.EventID})
+			tokens = append(tokens, token{cands: byEvent[e][p.r.EventID], what: desc{kind: dProcessed, s: p.r.EventID}})
 		}
 		for _, a := range e.spawnAcks {
-			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+a.Child], what: "ack_spawn " + a.ID})
+			tokens = append(tokens, token{cands: w.spawners[id+"\x00"+a.Child], what: desc{kind: dAckSpawn, s: a.ID}})
 		}
 		for _, t := range e.timers {
 			tokens = append(tokens, token{cands: byArming[e][timerKey(t.r.Path, t.r.FireAt)],
-				what: fmt.Sprintf("timers row %s at %v", t.r.Path, t.r.FireAt)})
+				what: desc{kind: dTimersRow, s: t.r.Path, f: t.r.FireAt}})
 		}
 		for _, c := range e.commits {
 			if c.Cause == CauseTimer {
-				tokens = append(tokens, token{cands: byArming[e][timerKey(c.Path, c.FireAt)], what: "timer fire " + c.ID})
+				tokens = append(tokens, token{cands: byArming[e][timerKey(c.Path, c.FireAt)], what: desc{kind: dTimerFire, s: c.ID}})
 			}
 		}
 	}
 	for _, d := range w.deliveries {
-		addClaim("", d.Origin, claim{what: fmt.Sprintf("delivery %s (%s) of outbox seq %d", d.ID, d.Outcome, d.Seq), op: d.Op})
+		addClaim("", d.Origin, claim{what: desc{kind: dDelivery, s: d.ID, s2: string(d.Outcome), n: d.Seq}, op: d.Op})
 	}
 	for _, a := range w.outAcks {
 		if a.Event != "" {
-			tokens = append(tokens, token{cands: w.emitters[a.Event], what: "ack_outbox " + a.ID})
+			tokens = append(tokens, token{cands: w.emitters[a.Event], what: desc{kind: dAckOutbox, s: a.ID}})
 		}
 	}
 	for _, l := range w.relayLoads {
@@ -149,12 +228,12 @@ func (w *world) resolve() (bad []badClaim) {
 				cands = append(cands, c)
 			}
 		}
-		tokens = append(tokens, token{cands: cands, what: "relay load " + l.ID})
+		tokens = append(tokens, token{cands: cands, what: desc{kind: dRelayLoad, s: l.ID}})
 	}
 	for _, r := range w.dueReads {
 		for _, t := range r.Timers {
 			if e := w.exes[t.Exe]; e != nil {
-				tokens = append(tokens, token{cands: byArming[e][timerKey(t.Path, t.FireAt)], what: "due_timers " + r.ID})
+				tokens = append(tokens, token{cands: byArming[e][timerKey(t.Path, t.FireAt)], what: desc{kind: dDueTimers, s: r.ID}})
 			}
 		}
 	}
@@ -169,18 +248,43 @@ func (w *world) resolve() (bad []badClaim) {
 			}
 		}
 	}
+	// Each round does what the rounds of the plain fixpoint do, in the
+	// same order, but only over what can still change: slots are rebuilt
+	// for the executions that gained a present commit (only those change),
+	// step 3 looks at the unresolved info commits, step 4 at the tokens
+	// that are neither explained nor without candidates (a status never
+	// returns to unresolved, so such a token cannot fire again), step 5
+	// at the executions with unresolved commits. A 1,000,000-op history
+	// takes hundreds of rounds; each used to walk every commit and token.
+	dirty := map[*exe]bool{}
+	setPresent := func(c *cop, why string) {
+		c.st, c.why = present, why
+		dirty[w.exes[c.Exe]] = true
+	}
 	for _, c := range infos {
 		if len(c.claims) > 0 {
-			c.st, c.why = present, "named by "+c.claims[0].what
+			setPresent(c, "named by "+c.claims[0].what.String())
 		}
 	}
-	for changed := true; changed; {
+	w.buildSlots()
+	clear(dirty)
+	todo := slices.Clone(infos)
+	var pending []*exe // executions with unresolved commits, in exeOrder
+	for _, id := range w.exeOrder {
+		if e := w.exes[id]; slices.ContainsFunc(e.commits, func(c *cop) bool { return c.st == unresolved }) {
+			pending = append(pending, e)
+		}
+	}
+	for changed, first := true, true; changed; first = false {
 		changed = false
-		w.buildSlots()
-		for _, c := range infos {
-			if c.st != unresolved {
-				continue
+		if !first {
+			for e := range dirty {
+				e.buildSlots()
 			}
+			clear(dirty)
+		}
+		todo = slices.DeleteFunc(todo, func(c *cop) bool { return c.st != unresolved })
+		for _, c := range todo {
 			e := w.exes[c.Exe]
 			if v := c.slot(); len(e.slots[v]) > 0 {
 				c.st, c.why = absent, fmt.Sprintf("version %d is held by %s", v, e.slots[v][0].ID)
@@ -193,6 +297,7 @@ func (w *world) resolve() (bad []badClaim) {
 		if changed {
 			continue
 		}
+		live := tokens[:0]
 		for _, t := range tokens {
 			var open []*cop
 			explained := false
@@ -205,30 +310,43 @@ func (w *world) resolve() (bad []badClaim) {
 				}
 			}
 			if !explained && len(open) == 1 {
-				open[0].st, open[0].why = present, "sole possible author of "+t.what
+				setPresent(open[0], "sole possible author of "+t.what.String())
 				changed = true
+				continue
+			}
+			if !explained && len(open) > 1 {
+				live = append(live, t)
 			}
 		}
+		clear(tokens[len(live):])
+		tokens = live
 		if changed {
 			continue
 		}
-		for _, id := range w.exeOrder {
-			e := w.exes[id]
+		still := pending[:0]
+		for _, e := range pending {
 			open := map[int][]*cop{}
 			for _, c := range e.commits {
 				if c.st == unresolved {
 					open[c.slot()] = append(open[c.slot()], c)
 				}
 			}
+			if len(open) == 0 {
+				continue
+			}
+			still = append(still, e)
 			for v, cs := range open {
 				if v >= 1 && v <= e.n && len(e.slots[v]) == 0 && len(cs) == 1 {
-					cs[0].st, cs[0].why = present, fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n)
+					setPresent(cs[0], fmt.Sprintf("sole candidate for version %d (final version %d)", v, e.n))
 					changed = true
 				}
 			}
 		}
+		pending = still
 	}
-	w.buildSlots()
+	for e := range dirty {
+		e.buildSlots()
+	}
 	for _, c := range infos {
 		if c.st == unresolved {
 			n := 0
@@ -247,28 +365,46 @@ func (w *world) resolve() (bad []badClaim) {
 // commits.
 func (w *world) buildSlots() {
 	for _, e := range w.exes {
-		clear(e.slots)
-		for _, c := range e.commits {
-			if c.st == present {
-				e.slots[c.slot()] = append(e.slots[c.slot()], c)
-			}
-		}
-		e.chain = e.chain[:0]
-		ok, single := true, 0
-		for _, v := range e.versions {
-			s := e.slots[v]
-			sort.SliceStable(s, func(i, j int) bool { return s[i].T0 < s[j].T0 })
-			e.chain = append(e.chain, s...)
-			switch {
-			case v >= 1 && v <= e.n && len(s) == 1:
-				single++
-			case len(s) > 0:
-				ok = false
-			}
-		}
-		// Versions 1..n each have exactly one writer, none beyond.
-		e.chainOK = ok && single == max(e.n, 0)
+		e.buildSlots()
 	}
+}
+
+// buildSlots fills e's slots and chain from its present commits.
+func (e *exe) buildSlots() {
+	clear(e.slots)
+	// The present commits grouped by version (in commit order within
+	// one), each group a piece of one array: one allocation per
+	// execution, not one per version.
+	var ps []*cop
+	for _, c := range e.commits {
+		if c.st == present {
+			ps = append(ps, c)
+		}
+	}
+	slices.SortStableFunc(ps, func(a, b *cop) int { return cmp.Compare(a.slot(), b.slot()) })
+	for i := 0; i < len(ps); {
+		j := i + 1
+		for j < len(ps) && ps[j].slot() == ps[i].slot() {
+			j++
+		}
+		e.slots[ps[i].slot()] = ps[i:j:j]
+		i = j
+	}
+	e.chain = e.chain[:0]
+	ok, single := true, 0
+	for _, v := range e.versions {
+		s := e.slots[v]
+		sort.SliceStable(s, func(i, j int) bool { return s[i].T0 < s[j].T0 })
+		e.chain = append(e.chain, s...)
+		switch {
+		case v >= 1 && v <= e.n && len(s) == 1:
+			single++
+		case len(s) > 0:
+			ok = false
+		}
+	}
+	// Versions 1..n each have exactly one writer, none beyond.
+	e.chainOK = ok && single == max(e.n, 0)
 }
 
 // emitsTo reports whether c emits event to target.

@@ -244,7 +244,7 @@ func (e *ShardDownError) Unwrap() error { return e.Err }
 // (each shard's DSN, never a pooler), one read-only REPEATABLE READ
 // transaction per shard, so each shard's rows are one snapshot. Rows are
 // streamed into the State. Buckets are computed by each shard's Postgres
-// from its own hash function (hashtextextended, the formula of FACTS.md),
+// from its own hash function (hashtextextended, the formula of ARCHITECTURE.md §2),
 // not by pgshard's SQL functions or Go code. A shard that cannot be read
 // fails the dump with a *ShardDownError naming it.
 func Dump(ctx context.Context, m *shardmap.Map, o DumpOptions) (*State, error) {
@@ -276,7 +276,7 @@ func Dump(ctx context.Context, m *shardmap.Map, o DumpOptions) (*State, error) {
 
 // bucketSQL is the bucket of a text key computed by Postgres itself:
 // uint64(hashtextextended(key, HASH_PARTITION_SEED) + 0x49a0f4dd15e5a8e3)
-// % B, in numeric arithmetic (FACTS.md; the value PARTITION BY HASH uses).
+// % B, in numeric arithmetic (ARCHITECTURE.md §2; the value PARTITION BY HASH uses).
 // It deliberately does not call pgshard_bucket(), the code under test.
 func bucketSQL(col string) string {
 	return "(((hashtextextended(" + col + ", 8816678312871386365)::numeric + 18446744073709551616) % 18446744073709551616" +

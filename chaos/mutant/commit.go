@@ -14,7 +14,7 @@ import (
 	"github.com/pgshard/pgshard/store"
 )
 
-// The reference commit's statements, one per step of DESIGN.md §1.
+// The reference commit's statements, one per step of ARCHITECTURE.md §1.
 const (
 	casSQL = `UPDATE executions SET data = $2::text, version = $3::int + 1 WHERE id = $1::text AND version = $3::int`
 	// casNoVersionSQL is CASWithoutVersion's CAS: no version predicate.
@@ -188,7 +188,7 @@ func (s *refStore) cas(ctx context.Context, tx pgx.Tx, id, def, data string, old
 }
 
 // sideEffects writes a won commit's side effects, pipelined in one round
-// trip, in DESIGN.md §1's order.
+// trip, in ARCHITECTURE.md §1's order.
 func (s *refStore) sideEffects(ctx context.Context, tx pgx.Tx, id string, emits []store.Emit, eventID string,
 	timers []store.TimerOp, spawns []store.Spawn, trace json.RawMessage) error {
 	b := &pgx.Batch{}

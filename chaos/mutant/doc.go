@@ -21,7 +21,7 @@
 //	synchronous-commit-off         config  ALTER SYSTEM SET synchronous_commit = off on every shard
 //
 // Store-level bugs are switched into a reference store (OpenStore): a plain
-// implementation of the store's semantics (DESIGN.md §1) as explicit
+// implementation of the store's semantics (ARCHITECTURE.md §1) as explicit
 // multi-statement transactions over one pgxpool per shard, routed like the
 // router. With no bug it is the control and behaves like the production
 // store (a router) for everything the chaos workload does — the tests

@@ -25,7 +25,7 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "A local multi-shard cluster (PostgreSQL + PgBouncer per shard) for development",
 	}
-	cmd.AddCommand(newDevUpCmd(), newDevStatusCmd(), newDevDownCmd())
+	cmd.AddCommand(newDevUpCmd(), newDevStatusCmd(), newDevDownCmd(), newDevAddShardCmd())
 	return cmd
 }
 
@@ -40,7 +40,7 @@ func addDirFlag(cmd *cobra.Command) *string {
 
 func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
-	var pgbouncer, fsync, withProxy, withTLS bool
+	var pgbouncer, fsync, withProxy, withTLS, withCatalog bool
 	var proxyBin, poolMode string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -57,7 +57,12 @@ PgBouncer readings; --proxy runs the proxy (dev status --json reports
 proxy_dsn, admin_dsn and metrics_url). --tls makes a local CA and a server
 certificate in DIR/tls, turns TLS on in every PostgreSQL and in the proxy
 (tls.mode allow: verify with sslmode=verify-full sslrootcert=DIR/tls/ca.crt;
-plain-text clients still work, set require to refuse them).`,
+plain-text clients still work, set require to refuse them).
+
+--catalog puts the shard map's catalog in the database pgshard_catalog on
+shard0's server: it installs the catalog, pushes the map (when the catalog
+holds none yet) and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
+needs it. Once set, later runs keep it.`,
 		Args: cobra.NoArgs,
 	}
 	dir := addDirFlag(cmd)
@@ -67,13 +72,17 @@ plain-text clients still work, set require to refuse them).`,
 	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
 	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
 	cmd.Flags().BoolVar(&withTLS, "tls", false, "make a local CA and certificates (DIR/tls) and turn TLS on in PostgreSQL and the proxy")
+	cmd.Flags().BoolVar(&withCatalog, "catalog", false, "keep the shard map in a catalog (database "+devCatalogDatabase+" on shard0's server) and name it in the config")
 	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
 	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "with --proxy: transaction (default) or session pooling")
 	_ = cmd.Flags().MarkHidden("proxy-bin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		_, loadErr := cluster.Load(*dir)
+		loaded, loadErr := cluster.Load(*dir)
 		fresh := loadErr != nil
+		if !fresh && !cmd.Flags().Changed("shards") {
+			shards = len(loaded.Shards) // it may have grown (dev add-shard)
+		}
 		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: &lockedWriter{w: cmd.ErrOrStderr()}}
 		var tlsFiles *cluster.TLSFiles
 		if withTLS {
@@ -96,8 +105,23 @@ plain-text clients still work, set require to refuse them).`,
 				_ = rep.WriteText(cmd.ErrOrStderr())
 			}
 		}
-		if err == nil && (!reused || withTLS) {
-			err = writeDevConfig(*dir, m, pgbouncer, c.Spec.User, tlsFiles)
+		prevCatalog := devConfigCatalog(*dir)
+		catalogDSN := prevCatalog
+		if withCatalog || prevCatalog != "" {
+			catalogDSN = devCatalogDSN(c) // shard0 may have moved to another port
+		}
+		var catalogNote string
+		if err == nil && catalogDSN != "" {
+			catalogNote, err = ensureDevCatalog(ctx, c, catalogDSN, m)
+		}
+		if err == nil && reused && !withTLS && catalogDSN != prevCatalog {
+			// Rewritten for the catalog only: keep the proxy's TLS section.
+			if prev, perr := config.Load(config.Options{Path: devConfigPath(*dir), Environ: []string{}}); perr == nil {
+				tlsFiles, err = devTLSFiles(*dir, prev)
+			}
+		}
+		if err == nil && (!reused || withTLS || catalogDSN != prevCatalog) {
+			err = writeDevConfig(*dir, m, pgbouncer, c.Spec.User, tlsFiles, catalogDSN)
 		}
 		if err != nil {
 			if fresh && ctx.Err() != nil {
@@ -115,6 +139,13 @@ plain-text clients still work, set require to refuse them).`,
 			verb, len(c.Shards), *dir, m.Epoch, m.Buckets, devConfigPath(*dir))
 		if err := writeShardTable(out, m); err != nil {
 			return err
+		}
+		if names := unregistered(c, m); len(names) > 0 {
+			fmt.Fprintf(out, "\nnot in the map (an interrupted dev add-shard): %s; `pgshard dev add-shard --dir %s` finishes adding it\n",
+				strings.Join(names, ", "), *dir)
+		}
+		if catalogNote != "" {
+			fmt.Fprintf(out, "\n%s\n", catalogNote)
 		}
 		if withProxy {
 			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User, poolMode)
@@ -154,10 +185,43 @@ func devMap(c *cluster.Cluster, dir string, buckets int) (*shardmap.Map, bool, e
 	if err != nil || cfg.Map == nil {
 		return fresh, false, nil
 	}
-	if sameShards(cfg.Map, fresh) {
+	if sameShards(cfg.Map, fresh) || coversShards(cfg.Map, fresh) {
 		return cfg.Map, true, nil
 	}
 	return fresh, false, nil
+}
+
+// coversShards reports whether every shard of the config's map is one of
+// the cluster's, unchanged, and the cluster has more: shards that dev
+// add-shard started but did not register yet (interrupted), which the map
+// must not get by a re-split.
+func coversShards(cfgMap, running *shardmap.Map) bool {
+	if cfgMap.Buckets != running.Buckets || len(cfgMap.Shards) >= len(running.Shards) {
+		return false
+	}
+	for _, s := range cfgMap.Shards {
+		c, err := running.ShardByName(s.Name)
+		if err != nil {
+			return false
+		}
+		x, y := s, *c
+		x.Empty, y.Empty = false, false
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// unregistered lists the cluster's shards that m does not have.
+func unregistered(c *cluster.Cluster, m *shardmap.Map) []string {
+	var out []string
+	for _, s := range c.Shards {
+		if _, err := m.ShardByName(s.Name); err != nil {
+			out = append(out, s.Name)
+		}
+	}
+	return out
 }
 
 func sameShards(a, b *shardmap.Map) bool {
@@ -165,7 +229,9 @@ func sameShards(a, b *shardmap.Map) bool {
 		return false
 	}
 	for i := range a.Shards {
-		if a.Shards[i] != b.Shards[i] {
+		x, y := a.Shards[i], b.Shards[i]
+		x.Empty, y.Empty = false, false // a shard added empty is still the shard
+		if x != y {
 			return false
 		}
 	}
@@ -184,7 +250,7 @@ func devTLSDir(dir string) string {
 	return filepath.Join(dir, "tls")
 }
 
-func writeDevConfig(dir string, m *shardmap.Map, pooler bool, user string, tlsFiles *cluster.TLSFiles) error {
+func writeDevConfig(dir string, m *shardmap.Map, pooler bool, user string, tlsFiles *cluster.TLSFiles, catalogDSN string) error {
 	data, err := m.Marshal()
 	if err != nil {
 		return err
@@ -204,6 +270,11 @@ func writeDevConfig(dir string, m *shardmap.Map, pooler bool, user string, tlsFi
 	if tlsFiles != nil {
 		fmt.Fprintf(&b, "  # TLS: verify with sslmode=verify-full sslrootcert=%s\n", tlsFiles.CA)
 		fmt.Fprintf(&b, "  tls:\n    mode: allow\n    cert_file: %s\n    key_file: %s\n", tlsFiles.Cert, tlsFiles.Key)
+	}
+	if catalogDSN != "" {
+		b.WriteString("# The shard map's catalog (dev up --catalog); the map below is a copy of\n")
+		b.WriteString("# its current epoch, for the commands that read the map from this file.\n")
+		fmt.Fprintf(&b, "catalog:\n  dsn: %s\n", catalogDSN)
 	}
 	b.WriteString("shardmap:\n")
 	for _, line := range strings.SplitAfter(string(data), "\n") {
@@ -230,6 +301,9 @@ type devShardJSON struct {
 	Ready     bool     `json:"ready"`
 	PoolerPID int      `json:"pooler_pid,omitempty"`
 	PoolerOK  bool     `json:"pooler_ready,omitempty"`
+	// Unregistered: the cluster runs the shard but the map does not have
+	// it (a dev add-shard was interrupted before registering it).
+	Unregistered bool `json:"unregistered,omitempty"`
 }
 
 type devStatusJSON struct {
@@ -299,8 +373,11 @@ func devStatus(ctx context.Context, dir string) (*devStatusJSON, error) {
 	if ca := filepath.Join(devTLSDir(dir), "ca.crt"); fileExists(ca) {
 		st.TLSCA = ca
 	}
-	live := c.Status(ctx)
-	for i, s := range m.Shards {
+	live := map[string]cluster.ShardStatus{}
+	for _, l := range c.Status(ctx) {
+		live[l.Shard.Name] = l
+	}
+	for _, s := range m.Shards {
 		j := devShardJSON{Name: s.Name, Ordinal: s.Ordinal, DSN: s.DSN, PoolerDSN: s.PoolerDSN, Ranges: [][2]int{}}
 		for _, r := range m.RangesOf(s.Name) {
 			j.Ranges = append(j.Ranges, [2]int{r.Lo, r.Hi})
@@ -308,11 +385,17 @@ func devStatus(ctx context.Context, dir string) (*devStatusJSON, error) {
 		if len(j.Ranges) > 0 {
 			j.Buckets = []int{j.Ranges[0][0], j.Ranges[0][1]}
 		}
-		if i < len(live) {
-			j.PID, j.Ready = live[i].Postgres.PID, live[i].Postgres.Ready
-			j.PoolerPID, j.PoolerOK = live[i].Pooler.PID, live[i].Pooler.Ready
+		if l, ok := live[s.Name]; ok {
+			j.PID, j.Ready = l.Postgres.PID, l.Postgres.Ready
+			j.PoolerPID, j.PoolerOK = l.Pooler.PID, l.Pooler.Ready
 		}
 		st.Shards = append(st.Shards, j)
+	}
+	for _, name := range unregistered(c, m) {
+		l := live[name]
+		st.Shards = append(st.Shards, devShardJSON{Name: name, Ordinal: l.Shard.Ordinal, Ranges: [][2]int{}, Unregistered: true,
+			DSN: l.Shard.DSN(c.Spec.Database, c.Spec.User), PoolerDSN: l.Shard.PoolerDSN(c.Spec.Database, c.Spec.User),
+			PID: l.Postgres.PID, Ready: l.Postgres.Ready, PoolerPID: l.Pooler.PID, PoolerOK: l.Pooler.Ready})
 	}
 	return st, nil
 }
@@ -325,6 +408,12 @@ func writeDevStatus(w io.Writer, st *devStatusJSON) error {
 		var rs []string
 		for _, r := range s.Ranges {
 			rs = append(rs, fmt.Sprintf("%d-%d", r[0], r[1]))
+		}
+		switch {
+		case s.Unregistered:
+			rs = []string{"not in the map"}
+		case len(rs) == 0:
+			rs = []string{"none (empty)"}
 		}
 		pg := liveness(s.PID, s.Ready)
 		pb := "-"

@@ -32,6 +32,8 @@ type devStatus struct {
 		Ready     bool     `json:"ready"`
 		PoolerPID int      `json:"pooler_pid"`
 		PoolerOK  bool     `json:"pooler_ready"`
+		// Unregistered: run by the cluster, not in the map.
+		Unregistered bool `json:"unregistered"`
 	} `json:"shards"`
 }
 

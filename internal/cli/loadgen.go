@@ -42,6 +42,8 @@ start; warm-up excluded; the generator checks itself).
   sweep    steps concurrency (or rate), finds the knee at an SLO, fits the USL,
            and answers how many shards a target commit rate needs
   compare  runs or sweeps side by side (e.g. direct vs pgbouncer vs proxy)
+  merge    the reports of the N parts of one run (run --part K/N on N
+           machines) merged into one report of the whole run
 
 Targets: direct (router to each shard's Postgres), pgbouncer (router to each
 shard's PgBouncer), proxy (one DSN to pgshard proxy, --dsn).
@@ -49,7 +51,7 @@ shard's PgBouncer), proxy (one DSN to pgshard proxy, --dsn).
 Exit codes: 0 ok, 3 a --fail-if threshold was breached, 4 the run failed,
 2 bad flags, 130 interrupted (a partial report is still written).`,
 	}
-	cmd.AddCommand(newLoadgenRunCmd(), newLoadgenSweepCmd(), newLoadgenCompareCmd())
+	cmd.AddCommand(newLoadgenRunCmd(), newLoadgenSweepCmd(), newLoadgenCompareCmd(), newLoadgenMergeCmd())
 	return cmd
 }
 
@@ -61,6 +63,7 @@ type loadgenFlags struct {
 	failIf  []string
 	quiet   bool
 	label   string
+	part    string
 }
 
 // loadgenBind maps config keys to flag names.
@@ -112,6 +115,7 @@ func addLoadgenFlags(cmd *cobra.Command, sweep bool) *loadgenFlags {
 		f.Float64("target-rate", d.TargetRate, "commits/s to plan shards for (0: no capacity answer)")
 		f.Float64("headroom", d.Headroom, "share of each shard's capacity to keep free in the plan")
 	} else {
+		f.StringVar(&lf.part, "part", "", "run part K of N (K/N, K from 0 to N-1) of a run split over N generators: the executions i with i mod N = K, at 1/N of --rate (or of --concurrency); merge the N reports with `loadgen merge`")
 		f.StringArrayVar(&lf.failIf, "fail-if", nil, "CI threshold, repeatable: 'p99(commit)>50ms', 'errors>0', 'throughput<1000' (exit 3 when one holds)")
 	}
 	return lf
@@ -172,6 +176,15 @@ func resolveLoadgen(cmd *cobra.Command, lf *loadgenFlags) (*loadgenSetup, error)
 	}
 	o.Warmup, o.Duration, o.Ops, o.Relays, o.RelayWorkers = l.Warmup, l.Duration, l.Ops, l.Relays, l.RelayWorkers
 	o.OpTimeout = l.OpTimeout
+	if lf.part != "" {
+		p, err := loadgen.ParsePart(lf.part)
+		if err != nil {
+			return nil, usagef("--part: %v", err)
+		}
+		if o, err = o.ForPart(p); err != nil {
+			return nil, usagef("--part: %v", err)
+		}
+	}
 	if !lf.quiet {
 		o.Progress = cmd.ErrOrStderr()
 	}
@@ -187,6 +200,9 @@ func resolveLoadgen(cmd *cobra.Command, lf *loadgenFlags) (*loadgenSetup, error)
 		name := o.Label
 		if name == "" {
 			name = target
+		}
+		if !o.Part.Whole() {
+			name += fmt.Sprintf("-part%dof%d", o.Part.Index, o.Part.Count)
 		}
 		s.out = filepath.Join("loadgen-out", safeName(name)+"-"+time.Now().Format("20060102-150405"))
 	}

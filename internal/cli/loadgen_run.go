@@ -34,12 +34,19 @@ gave_up, dedupe_miss, dropped, late, hottest_share, warnings. Kinds: op, load,
 commit, fast_commit, complex_commit, redelivery, relay_delivery, outbox_lag,
 timer_fire, timer_lag.
 
+--part K/N makes the run one of N generators sharing the load (K from 0 to
+N-1, e.g. a Kubernetes Job's completion index): it drives the executions
+whose index i (in the seed's list of --executions ids) has i mod N = K, at
+1/N of --rate (closed loop: 1/N of --concurrency), with the same flags on
+every machine; ` + "`pgshard loadgen merge`" + ` then merges the N report directories.
+
 Exit codes: 0 ok, 3 a threshold was breached, 4 the run failed, 130 interrupted.`,
 		Example: `  pgshard dev up --dir /tmp/lg-dev
   pgshard loadgen run --config /tmp/lg-dev/pgshard.yaml --duration 30s --concurrency 16
   pgshard loadgen run -c /tmp/lg-dev/pgshard.yaml --target pgbouncer --rate 2000 --duration 20s
   pgshard loadgen run --target proxy --dsn postgres://pgshard@127.0.0.1:6432/pgshard --quiet \
-      --fail-if 'p99(commit)>50ms' --fail-if 'errors>0'`,
+      --fail-if 'p99(commit)>50ms' --fail-if 'errors>0'
+  pgshard loadgen run -c pgshard.yaml --rate 8000 --part 2/4 --out out/part2   # on the 3rd of 4 machines`,
 		Args: cobra.NoArgs,
 	}
 	lf := addLoadgenFlags(cmd, false)

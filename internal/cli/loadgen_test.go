@@ -55,6 +55,12 @@ func TestLoadgenUsageErrors(t *testing.T) {
 		{[]string{"loadgen", "sweep", "--target", "proxy", "--dsn", "postgres://x", "--steps", "1,x"}, "loadgen.steps"},
 		{[]string{"loadgen", "sweep", "--target", "proxy", "--dsn", "postgres://x", "--slo", "p99"}, "loadgen.slo"},
 		{[]string{"loadgen", "compare", dir}, "arg"},
+		{[]string{"loadgen", "run", "--target", "proxy", "--dsn", "postgres://x", "--part", "2/2"}, "K must be in [0, 1]"},
+		{[]string{"loadgen", "run", "--target", "proxy", "--dsn", "postgres://x", "--part", "0/0"}, "N must be at least 1"},
+		{[]string{"loadgen", "run", "--target", "proxy", "--dsn", "postgres://x", "--part", "half"}, "want K/N"},
+		{[]string{"loadgen", "run", "--target", "proxy", "--dsn", "postgres://x", "--part", "0/3", "--concurrency", "2"}, "concurrency 2 cannot be shared by 3 parts"},
+		{[]string{"loadgen", "merge"}, "arg"},
+		{[]string{"loadgen", "merge", dir}, "result.json"},
 	} {
 		code, _, stderr := runCLI(t, c.args...)
 		if code == 0 || code == ExitThresholdBreached || !strings.Contains(stderr, c.want) {
@@ -94,5 +100,53 @@ func TestLoadgenCompare(t *testing.T) {
 	}
 	if st, err := os.Stat(html); err != nil || st.Size() == 0 {
 		t.Errorf("no HTML overlay: %v", err)
+	}
+}
+
+// merge refuses parts that are not the parts of one run, and merges
+// those that are into one report directory.
+func TestLoadgenMerge(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string, part loadgen.Part, seed uint64) string {
+		o := loadgen.DefaultOptions()
+		o.Part, o.Workload.Seed = part, seed
+		r := &loadgen.Result{Version: loadgen.ResultVersion, Label: "direct", Target: "direct", Shards: []string{"s0"}, Options: o,
+			Ops: 10, Kinds: map[string]*loadgen.KindStats{}, Outcomes: map[string]int64{"ok": 10}, Errors: map[string]int64{},
+			PerShard: []loadgen.ShardStats{{Name: "s0", Ops: 10}}, Windows: []loadgen.Window{},
+			Histograms: &loadgen.Histograms{Kinds: map[string]string{}, Shards: []string{""}, Windows: []string{}}}
+		d := filepath.Join(dir, name)
+		if _, err := loadgen.WriteReports(d, r); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	p0, p1 := mk("p0", loadgen.Part{Index: 0, Count: 2}, 1), mk("p1", loadgen.Part{Index: 1, Count: 2}, 1)
+	other := mk("other", loadgen.Part{Index: 1, Count: 2}, 2)
+	whole := mk("whole", loadgen.Part{}, 1)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{p0, other}, "workload.seed (1, 2)"},
+		{[]string{p0}, "parts 1/2 are missing"},
+		{[]string{p0, p0}, "given twice"},
+		{[]string{p0, whole}, "whole run"},
+	} {
+		code, _, stderr := runCLI(t, append([]string{"loadgen", "merge", "--out", filepath.Join(dir, "bad")}, c.args...)...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("merge %v: exit %d, stderr %q; want an error mentioning %q", c.args, code, stderr, c.want)
+		}
+	}
+	out := filepath.Join(dir, "merged")
+	code, stdout, stderr := runCLI(t, "loadgen", "merge", p1, p0, "--out", out)
+	if code != 0 {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	res, err := loadgen.ReadResult(filepath.Join(out, loadgen.ResultFile))
+	if err != nil || res.Ops != 20 || len(res.Parts) != 2 || res.PerShard[0].Ops != 20 || !res.Options.Part.Whole() {
+		t.Fatalf("merged result: %v %+v", err, res)
+	}
+	if !strings.Contains(stdout, "merged from 2 parts") {
+		t.Errorf("merge output:\n%s", stdout)
 	}
 }

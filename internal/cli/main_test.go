@@ -26,7 +26,14 @@ type result struct {
 // tests' own PGSHARD_TEST_* variables are exempt from the config check).
 func run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return runWithin(t, 3*time.Minute, stdin, args...)
+}
+
+// runWithin is run with its own bound, for commands that do several
+// bounded runs in a row (chaos mutants: the control and each mutant).
+func runWithin(t *testing.T, d time.Duration, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var out, errb bytes.Buffer
 	code := cli.Run(ctx, args, strings.NewReader(stdin), &out, &errb)

@@ -21,9 +21,9 @@ import (
 func newMapCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "map",
-		Short: "Show, check and plan the shard map",
+		Short: "Show, check and plan the shard map; push it to a catalog",
 	}
-	cmd.AddCommand(newMapShowCmd(), newMapValidateCmd(), newMapBucketCmd(), newMapPlanCmd())
+	cmd.AddCommand(newMapShowCmd(), newMapValidateCmd(), newMapBucketCmd(), newMapPlanCmd(), newMapPushCmd())
 	return cmd
 }
 
@@ -48,11 +48,22 @@ func newMapShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show",
 		Short: "Print the shard map: shards, ordinals, bucket ranges, DSNs",
-		Args:  cobra.NoArgs,
+		Long: `Print the shard map: shards, ordinals, bucket ranges, DSNs. With a catalog
+(--catalog DSN, config key catalog.dsn or $PGSHARD_CATALOG_DSN) the map is the
+catalog's current one; otherwise the config's.`,
+		Args: cobra.NoArgs,
 	}
 	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cc, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: catalogBind})
+		if err != nil {
+			return err
+		}
+		if cc.Catalog.DSN != "" {
+			return showCatalogMap(cmd, cc.Catalog.DSN, asJSON)
+		}
 		cfg, m, err := loadMap(cmd, *cfgPath)
 		if err != nil {
 			return err
@@ -77,6 +88,9 @@ func writeShardTable(w io.Writer, m *shardmap.Map) error {
 		var rs []string
 		for _, r := range m.RangesOf(s.Name) {
 			rs = append(rs, r.String())
+		}
+		if len(rs) == 0 {
+			rs = []string{"none (empty)"}
 		}
 		pooler := s.PoolerDSN
 		if pooler == "" {

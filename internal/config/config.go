@@ -51,6 +51,8 @@ type Config struct {
 	Loadgen Loadgen `mapstructure:"loadgen"`
 	// Proxy configures `pgshard proxy`.
 	Proxy Proxy `mapstructure:"proxy"`
+	// Catalog names the shard map's catalog in Postgres (package catalog).
+	Catalog Catalog `mapstructure:"catalog"`
 
 	// Map is the validated shard map, nil when the config has none.
 	Map *shardmap.Map `mapstructure:"-"`
@@ -75,6 +77,15 @@ type Store struct {
 	TraceMax int `mapstructure:"trace_max"`
 	// MaxConns bounds each shard's pool.
 	MaxConns int `mapstructure:"max_conns"`
+}
+
+// Catalog names the catalog that holds the shard map in Postgres.
+type Catalog struct {
+	// DSN connects to the catalog database (directly or through a
+	// transaction-pooling PgBouncer). Empty: no catalog; the shard map
+	// comes from shardmap_file or shardmap. Used by `pgshard map push`
+	// and `pgshard map show`.
+	DSN string `mapstructure:"dsn"`
 }
 
 // Loadgen configures the load generator; see `pgshard loadgen run --help`

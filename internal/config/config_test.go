@@ -95,6 +95,40 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// catalog.dsn is a key like any other: file, PGSHARD_CATALOG_DSN, flag.
+func TestCatalogDSN(t *testing.T) {
+	dir := t.TempDir()
+	path := write(t, dir, "c.yaml", "catalog:\n  dsn: postgres://file/cat\n")
+	for _, tc := range []struct {
+		env  []string
+		flag string
+		want string
+	}{
+		{nil, "", "postgres://file/cat"},
+		{[]string{"PGSHARD_CATALOG_DSN=postgres://env/cat"}, "", "postgres://env/cat"},
+		{[]string{"PGSHARD_CATALOG_DSN=postgres://env/cat"}, "postgres://flag/cat", "postgres://flag/cat"},
+	} {
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		fs.String("catalog", "", "")
+		if tc.flag != "" {
+			if err := fs.Parse([]string{"--catalog=" + tc.flag}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := config.Load(config.Options{Path: path, Flags: fs, Bind: map[string]string{"catalog.dsn": "catalog"}, Environ: append([]string{}, tc.env...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Catalog.DSN != tc.want {
+			t.Errorf("env %v flag %q: catalog.dsn = %q, want %q", tc.env, tc.flag, c.Catalog.DSN, tc.want)
+		}
+	}
+	c, err := config.Load(config.Options{Environ: []string{}})
+	if err != nil || c.Catalog.DSN != "" {
+		t.Errorf("default: %q, %v; want no catalog", c.Catalog.DSN, err)
+	}
+}
+
 func TestShardMapInlineAndFile(t *testing.T) {
 	dir := t.TempDir()
 	inline := write(t, dir, "inline.yaml", "shardmap:\n"+indent(mapYAML))

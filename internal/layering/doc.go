@@ -1,5 +1,5 @@
 // Package layering holds the test that enforces pgshard's dependency rules
-// (DESIGN.md §3); it has no code of its own.
+// (ARCHITECTURE.md §3); it has no code of its own.
 //
 //	doc.go            this comment
 //	layering_test.go  the rules, the checker, and a test of the checker
@@ -12,6 +12,7 @@
 //
 //	shardmap         nothing of ours
 //	migrations       shardmap
+//	catalog          shardmap                 (the map in Postgres; router and proxy may later import it)
 //	store            shardmap                 (knows nothing of router, proxy, loadgen)
 //	router           store, shardmap, migrations
 //	cluster          shardmap                 (no core logic)

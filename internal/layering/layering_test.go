@@ -16,7 +16,7 @@ import (
 	"testing"
 )
 
-// rule is one dependency rule of DESIGN.md §3: the packages under pkg (the
+// rule is one dependency rule of ARCHITECTURE.md §3: the packages under pkg (the
 // package and its subtree, paths relative to the module) may depend on the
 // module's packages under allow and on their own subtree, nothing else of
 // ours. except exempts subtrees of pkg that have a rule of their own.
@@ -27,10 +27,11 @@ type rule struct {
 	allow  []string
 }
 
-// rules encodes DESIGN.md §3 (see doc.go for the table).
+// rules encodes ARCHITECTURE.md §3 (see doc.go for the table).
 var rules = []rule{
 	{name: "shardmap imports nothing of ours", pkg: "shardmap"},
 	{name: "migrations build on shardmap only", pkg: "migrations", allow: []string{"shardmap"}},
+	{name: "catalog builds on shardmap only (the map's store in Postgres; router and proxy may import it, not the reverse)", pkg: "catalog", allow: []string{"shardmap"}},
 	{name: "store knows nothing of router, proxy, loadgen (store builds on shardmap only)", pkg: "store", allow: []string{"shardmap"}},
 	{name: "router depends only on what is below it (store, shardmap, migrations)", pkg: "router", allow: []string{"store", "shardmap", "migrations"}},
 	{name: "cluster knows no core logic (shardmap only)", pkg: "cluster", except: []string{"cluster/clustertest"}, allow: []string{"shardmap"}},
@@ -82,7 +83,7 @@ type violation struct {
 }
 
 func (v violation) String() string {
-	return fmt.Sprintf("layering rule %q (DESIGN.md §3) is broken: %s depends on %s (%s)",
+	return fmt.Sprintf("layering rule %q (ARCHITECTURE.md §3) is broken: %s depends on %s (%s)",
 		v.rule, v.pkg, v.dep, strings.Join(v.chain, " → "))
 }
 
@@ -234,7 +235,7 @@ func loadGraph(t *testing.T) graph {
 	return g
 }
 
-// TestLayering checks the module's import graph against DESIGN.md §3.
+// TestLayering checks the module's import graph against ARCHITECTURE.md §3.
 func TestLayering(t *testing.T) {
 	g := loadGraph(t)
 	if _, ok := g["store"]; !ok {
@@ -292,6 +293,8 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"auth imports the value codec", "proxy/internal/auth", "proxy/internal/pgvalue", "auth, client authentication, uses pgwire at most", "proxy/internal/auth → proxy/internal/pgvalue"},
 		{"the analyzer imports the wire", "proxy/route", "proxy/internal/pgwire", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/pgwire"},
 		{"pgwire reaches store through the proxy", "proxy/internal/pgwire", "proxy", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy"},
+		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
+		{"catalog imports the router", "catalog", "router", "catalog builds on shardmap only", "catalog → router"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

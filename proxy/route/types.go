@@ -53,7 +53,7 @@ type FuncKey struct {
 	Type     KeyType // the key's type
 }
 
-// Schema says where keys live. DefaultSchema is the store's (DESIGN.md §2).
+// Schema says where keys live. DefaultSchema is the store's (ARCHITECTURE.md §2).
 //
 // A table may have one placement key (KeyText or KeyInt8) and any number of
 // KeySeq columns; a table with only KeySeq columns (outbox) places a new row

@@ -7,7 +7,7 @@
 -- Columns: kind (text|int8), key (COPY text escaping: \\ \t \n \r),
 -- hashextended (hashtextextended / hashint8extended with
 -- HASH_PARTITION_SEED, signed, as Postgres prints it), bucket for B=4096,
--- bucket for B=64, computed with the numeric formula of FACTS.md:
+-- bucket for B=64, computed with the numeric form of ARCHITECTURE.md §2's formula:
 --   ((h::numeric + 2^64) % 2^64 + 0x49a0f4dd15e5a8e3) % 2^64 % B
 -- Before printing anything the script cross-checks the bucket64 column
 -- against real PARTITION BY HASH tables (modulus 64, text and bigint) and
