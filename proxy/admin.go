@@ -9,6 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/store"
 )
 
 // The admin console: a client that connects to the virtual database
@@ -61,7 +67,7 @@ var adminCommands = [][2]string{
 // authenticate, check the user is an admin, then the parameter statuses a
 // client expects (no backend is involved: the console works with every
 // shard down).
-func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, error) {
+func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
 	if ok, err := s.admit(); !ok {
 		return false, err
 	}
@@ -69,9 +75,9 @@ func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, err
 		s.srv.unregister(s)
 		s.core.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
 		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
-		return s.fail(fatal(codeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
+		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
 	}
-	enc, _ := pkt.param("client_encoding")
+	enc, _ := pkt.Param("client_encoding")
 	if enc == "" {
 		enc = "UTF8"
 	}
@@ -90,12 +96,12 @@ func (s *session) adminStartup(_ context.Context, pkt *startupPacket) (bool, err
 		{"integer_datetimes", "on"}, {"is_superuser", "off"}, {"server_encoding", "UTF8"},
 		{"server_version", version}, {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"},
 	} {
-		s.out = appendParameterStatus(s.out, kv[0], kv[1])
+		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
 	}
 	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = appendU32(s.out, s.pid)
-	s.out = appendU32(s.out, s.secret)
-	s.out = appendRFQ(s.out, 'I')
+	s.out = pgwire.AppendU32(s.out, s.pid)
+	s.out = pgwire.AppendU32(s.out, s.secret)
+	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
 		s.srv.unregister(s)
 		return false, err
@@ -114,35 +120,35 @@ func (s *session) serveAdmin(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		typ, msg, err := s.rd.next()
+		typ, msg, err := s.rd.Next()
 		if err != nil {
 			return err
 		}
 		switch typ {
 		case 'Q':
-			sql, err := decodeQuery(msg)
+			sql, err := pgwire.DecodeQuery(msg)
 			if err != nil {
 				return err
 			}
 			s.adminQuery(ctx, string(sql))
-			s.out = appendRFQ(s.out, 'I')
+			s.out = pgwire.AppendRFQ(s.out, 'I')
 		case 'X':
 			return nil
 		case 'S':
 			skipping = false
-			s.out = appendRFQ(s.out, 'I')
+			s.out = pgwire.AppendRFQ(s.out, 'I')
 		case 'P', 'B', 'D', 'E', 'C', 'H', 'F':
 			if !skipping {
 				skipping = true
-				s.out = appendError(s.out, newError(codeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
+				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
 			}
 			if typ == 'F' {
 				skipping = false
-				s.out = appendRFQ(s.out, 'I')
+				s.out = pgwire.AppendRFQ(s.out, 'I')
 			}
 		case 'd', 'c', 'f':
 		default:
-			return protoErrorf("invalid frontend message type %d", typ)
+			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
 		}
 	}
 }
@@ -152,7 +158,7 @@ func (s *session) serveAdmin(ctx context.Context) error {
 func (s *session) adminQuery(ctx context.Context, sql string) {
 	cmds := parseAdminQuery(sql)
 	if len(cmds) == 0 {
-		s.out = appendEmpty(s.out, 'I')
+		s.out = pgwire.AppendEmpty(s.out, 'I')
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -168,11 +174,11 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 	for _, c := range cmds {
 		res, err := s.adminCommand(cctx, c)
 		if err != nil {
-			e := asError(err, newError(codeProtocolViolation, err.Error()))
+			e := pgwire.AsError(err, pgwire.NewError(pgwire.CodeProtocolViolation, err.Error()))
 			if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				e = newError(codeQueryCanceled, "canceling statement due to user request")
+				e = pgwire.NewError(pgwire.CodeQueryCanceled, "canceling statement due to user request")
 			}
-			s.out = appendError(s.out, e)
+			s.out = pgwire.AppendError(s.out, e)
 			return
 		}
 		s.out = res.append(s.out)
@@ -241,12 +247,12 @@ type adminCol struct {
 }
 
 // The console's column types are PgBouncer's: text, int4, int8 and
-// numeric (oidText, ... are declared with the merge's type OIDs).
+// numeric (pgx's pgtype OIDs).
 
 func textCols(names ...string) []adminCol {
 	out := make([]adminCol, len(names))
 	for i, n := range names {
-		out[i] = adminCol{n, oidText}
+		out[i] = adminCol{n, pgtype.TextOID}
 	}
 	return out
 }
@@ -255,45 +261,45 @@ func textCols(names ...string) []adminCol {
 func (r *adminResult) append(dst []byte) []byte {
 	if r.cols != nil {
 		var sp int
-		dst, sp = beginMsg(dst, 'T')
-		dst = appendU16(dst, uint16(len(r.cols)))
+		dst, sp = pgwire.BeginMsg(dst, 'T')
+		dst = pgwire.AppendU16(dst, uint16(len(r.cols)))
 		for _, c := range r.cols {
-			dst = appendCStr(dst, c.name)
-			dst = appendU32(dst, 0)
-			dst = appendU16(dst, 0)
-			dst = appendU32(dst, c.oid)
+			dst = pgwire.AppendCStr(dst, c.name)
+			dst = pgwire.AppendU32(dst, 0)
+			dst = pgwire.AppendU16(dst, 0)
+			dst = pgwire.AppendU32(dst, c.oid)
 			size := uint16(0xffff) // -1: variable
 			switch c.oid {
-			case oidInt4:
+			case pgtype.Int4OID:
 				size = 4
-			case oidInt8:
+			case pgtype.Int8OID:
 				size = 8
 			}
-			dst = appendU16(dst, size)
-			dst = appendU32(dst, 0xffffffff) // typmod -1
-			dst = appendU16(dst, 0)          // text
+			dst = pgwire.AppendU16(dst, size)
+			dst = pgwire.AppendU32(dst, 0xffffffff) // typmod -1
+			dst = pgwire.AppendU16(dst, 0)          // text
 		}
-		dst = finishMsg(dst, sp)
+		dst = pgwire.FinishMsg(dst, sp)
 		for _, row := range r.rows {
-			dst, sp = beginMsg(dst, 'D')
-			dst = appendU16(dst, uint16(len(row)))
+			dst, sp = pgwire.BeginMsg(dst, 'D')
+			dst = pgwire.AppendU16(dst, uint16(len(row)))
 			for _, v := range row {
 				txt, null := adminText(v)
 				if null {
-					dst = appendU32(dst, 0xffffffff)
+					dst = pgwire.AppendU32(dst, 0xffffffff)
 					continue
 				}
-				dst = appendU32(dst, uint32(len(txt)))
+				dst = pgwire.AppendU32(dst, uint32(len(txt)))
 				dst = append(dst, txt...)
 			}
-			dst = finishMsg(dst, sp)
+			dst = pgwire.FinishMsg(dst, sp)
 		}
 	}
 	tag := r.tag
 	if tag == "" {
 		tag = "SHOW"
 	}
-	return appendCommandComplete(dst, tag)
+	return pgwire.AppendCommandComplete(dst, tag)
 }
 
 // adminText formats a value (nil is NULL).
@@ -333,18 +339,18 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 	srv := s.core.current()
 	arity := func(max int) error {
 		if len(args) > max {
-			return newError(codeSyntaxError, fmt.Sprintf("%s: too many arguments (%s)", verb, strings.Join(args, " ")))
+			return pgwire.NewError(pgwire.CodeSyntaxError, fmt.Sprintf("%s: too many arguments (%s)", verb, strings.Join(args, " ")))
 		}
 		return nil
 	}
 	switch verb {
 	case "SHOW":
 		if len(args) != 1 {
-			return nil, newError(codeSyntaxError, "SHOW needs one of: "+showNames())
+			return nil, pgwire.NewError(pgwire.CodeSyntaxError, "SHOW needs one of: "+showNames())
 		}
 		f, ok := showCommands[strings.ToUpper(args[0])]
 		if !ok {
-			return nil, newError(codeProtocolViolation, fmt.Sprintf("invalid command 'SHOW %s', use SHOW HELP;", args[0]))
+			return nil, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("invalid command 'SHOW %s', use SHOW HELP;", args[0]))
 		}
 		return f(srv, s), nil
 	case "RELOAD":
@@ -353,9 +359,9 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 		}
 		res, err := srv.reloadFromSource(ctx, "RELOAD on the admin console")
 		if err != nil {
-			return nil, &Error{Code: codeInvalidParameterValue, Message: "RELOAD rejected; the running configuration is unchanged: " + err.Error()}
+			return nil, &pgwire.Error{Code: pgwire.CodeInvalidParameterValue, Message: "RELOAD rejected; the running configuration is unchanged: " + err.Error()}
 		}
-		s.out = appendNotice(s.out, "NOTICE", "00000", res.String())
+		s.out = pgwire.AppendNotice(s.out, "NOTICE", "00000", res.String())
 		return &adminResult{tag: "RELOAD"}, nil
 	case "PAUSE", "RESUME", "RECONNECT", "KILL", "WAIT_CLOSE":
 		if err := arity(1); err != nil {
@@ -368,7 +374,7 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 		return &adminResult{tag: verb}, s.poolCommand(ctx, srv, verb, pools, len(args) == 0)
 	case "DISABLE", "ENABLE":
 		if err := arity(0); err != nil {
-			return nil, newError(codeSyntaxError, verb+" takes no argument: it refuses (DISABLE) or accepts (ENABLE) new client logins to the whole proxy; PAUSE holds one shard")
+			return nil, pgwire.NewError(pgwire.CodeSyntaxError, verb+" takes no argument: it refuses (DISABLE) or accepts (ENABLE) new client logins to the whole proxy; PAUSE holds one shard")
 		}
 		s.core.life.disabled.Store(verb == "DISABLE")
 		s.log.Info("client logins "+strings.ToLower(verb)+"d on the admin console", "by", s.user)
@@ -381,7 +387,7 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 		s.core.beginShutdown("SHUTDOWN on the admin console")
 		return &adminResult{tag: "SHUTDOWN"}, nil
 	}
-	return nil, newError(codeProtocolViolation, fmt.Sprintf("invalid command '%s', use SHOW HELP;", cmd))
+	return nil, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("invalid command '%s', use SHOW HELP;", cmd))
 }
 
 // poolsNamed returns the pools named by args (every pool for none).
@@ -394,7 +400,7 @@ func (srv *Server) poolsNamed(args []string) ([]*shardPool, error) {
 			return []*shardPool{p}, nil
 		}
 	}
-	return nil, newError(codeInvalidParameterValue, fmt.Sprintf("no shard named %q (SHOW SHARDS lists them)", args[0]))
+	return nil, pgwire.NewError(pgwire.CodeInvalidParameterValue, fmt.Sprintf("no shard named %q (SHOW SHARDS lists them)", args[0]))
 }
 
 // poolCommand runs PAUSE, RESUME, RECONNECT, KILL or WAIT_CLOSE on pools.
@@ -427,7 +433,7 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 			if errors.Is(first, context.Canceled) {
 				return first
 			}
-			return &Error{Code: codeQueryCanceled,
+			return &pgwire.Error{Code: pgwire.CodeQueryCanceled,
 				Message: fmt.Sprintf("PAUSE: %d transactions still running after %s; new transactions stay held (RESUME to undo)", busy, srv.cfg.PauseTimeout)}
 		}
 	case "RESUME":
@@ -570,12 +576,12 @@ func (p *shardPool) backendUser() string { return p.base.User }
 
 func showPools(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
-		{"database", oidText}, {"user", oidText}, {"cl_active", oidInt4}, {"cl_waiting", oidInt4},
-		{"cl_active_cancel_req", oidInt4}, {"cl_waiting_cancel_req", oidInt4}, {"sv_active", oidInt4},
-		{"sv_active_cancel", oidInt4}, {"sv_being_canceled", oidInt4}, {"sv_idle", oidInt4},
-		{"sv_used", oidInt4}, {"sv_tested", oidInt4}, {"sv_login", oidInt4}, {"maxwait", oidInt4},
-		{"maxwait_us", oidInt4}, {"pool_mode", oidText}, {"pool_size", oidInt4}, {"state", oidText},
-		{"cl_pinned", oidInt4},
+		{"database", pgtype.TextOID}, {"user", pgtype.TextOID}, {"cl_active", pgtype.Int4OID}, {"cl_waiting", pgtype.Int4OID},
+		{"cl_active_cancel_req", pgtype.Int4OID}, {"cl_waiting_cancel_req", pgtype.Int4OID}, {"sv_active", pgtype.Int4OID},
+		{"sv_active_cancel", pgtype.Int4OID}, {"sv_being_canceled", pgtype.Int4OID}, {"sv_idle", pgtype.Int4OID},
+		{"sv_used", pgtype.Int4OID}, {"sv_tested", pgtype.Int4OID}, {"sv_login", pgtype.Int4OID}, {"maxwait", pgtype.Int4OID},
+		{"maxwait_us", pgtype.Int4OID}, {"pool_mode", pgtype.TextOID}, {"pool_size", pgtype.Int4OID}, {"state", pgtype.TextOID},
+		{"cl_pinned", pgtype.Int4OID},
 	}}
 	pinned := map[string]int{} // shard → sessions of the main database pinned there
 	for _, ps := range srv.PinnedSessions() {
@@ -598,12 +604,12 @@ func showPools(srv *Server, _ *session) *adminResult {
 
 func showStats(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
-		{"database", oidText}, {"total_xact_count", oidNumeric}, {"total_query_count", oidNumeric},
-		{"total_received", oidNumeric}, {"total_sent", oidNumeric}, {"total_xact_time", oidNumeric},
-		{"total_query_time", oidNumeric}, {"total_wait_time", oidNumeric}, {"avg_xact_count", oidNumeric},
-		{"avg_query_count", oidNumeric}, {"avg_recv", oidNumeric}, {"avg_sent", oidNumeric},
-		{"avg_xact_time", oidNumeric}, {"avg_query_time", oidNumeric}, {"avg_wait_time", oidNumeric},
-		{"p99_xact_time", oidNumeric}, {"errors", oidText},
+		{"database", pgtype.TextOID}, {"total_xact_count", pgtype.NumericOID}, {"total_query_count", pgtype.NumericOID},
+		{"total_received", pgtype.NumericOID}, {"total_sent", pgtype.NumericOID}, {"total_xact_time", pgtype.NumericOID},
+		{"total_query_time", pgtype.NumericOID}, {"total_wait_time", pgtype.NumericOID}, {"avg_xact_count", pgtype.NumericOID},
+		{"avg_query_count", pgtype.NumericOID}, {"avg_recv", pgtype.NumericOID}, {"avg_sent", pgtype.NumericOID},
+		{"avg_xact_time", pgtype.NumericOID}, {"avg_query_time", pgtype.NumericOID}, {"avg_wait_time", pgtype.NumericOID},
+		{"p99_xact_time", pgtype.NumericOID}, {"errors", pgtype.TextOID},
 	}}
 	for _, p := range srv.pools {
 		st := p.stats
@@ -623,14 +629,14 @@ func showStats(srv *Server, _ *session) *adminResult {
 
 func showShards(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
-		{"shard", oidText}, {"ordinal", oidInt4}, {"state", oidText}, {"reason", oidText}, {"buckets", oidInt4},
-		{"ranges", oidText}, {"via", oidText}, {"addr", oidText}, {"dsn", oidText}, {"pooler_dsn", oidText},
-		{"verified", oidInt4}, {"cl_active", oidInt4}, {"cl_waiting", oidInt4}, {"sv_active", oidInt4},
-		{"sv_idle", oidInt4}, {"maxwait_us", oidInt8}, {"xact_count", oidInt8}, {"avg_xact_time", oidInt8},
-		{"p99_xact_time", oidInt8}, {"keyed", oidInt8}, {"hinted", oidInt8}, {"any", oidInt8},
-		{"fanout", oidInt8}, {"refused", oidInt8}, {"errors", oidText},
-		{"pgbouncer_cl_active", oidInt4}, {"pgbouncer_cl_waiting", oidInt4}, {"pgbouncer_sv_active", oidInt4},
-		{"pgbouncer_sv_idle", oidInt4}, {"pgbouncer_maxwait_us", oidInt8}, {"pgbouncer_read_at", oidText},
+		{"shard", pgtype.TextOID}, {"ordinal", pgtype.Int4OID}, {"state", pgtype.TextOID}, {"reason", pgtype.TextOID}, {"buckets", pgtype.Int4OID},
+		{"ranges", pgtype.TextOID}, {"via", pgtype.TextOID}, {"addr", pgtype.TextOID}, {"dsn", pgtype.TextOID}, {"pooler_dsn", pgtype.TextOID},
+		{"verified", pgtype.Int4OID}, {"cl_active", pgtype.Int4OID}, {"cl_waiting", pgtype.Int4OID}, {"sv_active", pgtype.Int4OID},
+		{"sv_idle", pgtype.Int4OID}, {"maxwait_us", pgtype.Int8OID}, {"xact_count", pgtype.Int8OID}, {"avg_xact_time", pgtype.Int8OID},
+		{"p99_xact_time", pgtype.Int8OID}, {"keyed", pgtype.Int8OID}, {"hinted", pgtype.Int8OID}, {"any", pgtype.Int8OID},
+		{"fanout", pgtype.Int8OID}, {"refused", pgtype.Int8OID}, {"errors", pgtype.TextOID},
+		{"pgbouncer_cl_active", pgtype.Int4OID}, {"pgbouncer_cl_waiting", pgtype.Int4OID}, {"pgbouncer_sv_active", pgtype.Int4OID},
+		{"pgbouncer_sv_idle", pgtype.Int4OID}, {"pgbouncer_maxwait_us", pgtype.Int8OID}, {"pgbouncer_read_at", pgtype.TextOID},
 	}}
 	m := srv.cfg.Map
 	for _, p := range srv.pools {
@@ -654,7 +660,7 @@ func showShards(srv *Server, _ *session) *adminResult {
 			via = "pgbouncer"
 		}
 		row := []any{p.shard.Name, p.shard.Ordinal, p.state(), reason, n, strings.Join(ranges, ","), via, p.addr,
-			RedactDSN(p.shard.DSN), nullIfEmpty(RedactDSN(p.shard.PoolerDSN)), p.verified.Load(), f.active, f.waiting,
+			store.RedactDSN(p.shard.DSN), nullIfEmpty(store.RedactDSN(p.shard.PoolerDSN)), p.verified.Load(), f.active, f.waiting,
 			f.active, f.idle, int64(f.maxWait / time.Microsecond), st.xacts.Load(),
 			avgMicros(st.xactNanos.Load(), st.xacts.Load()), uint64(quantile(st.xactHist, 0.99) / time.Microsecond),
 			st.routes[routeKeyed].Load(), st.routes[routeHinted].Load(), st.routes[routeAny].Load(),
@@ -680,8 +686,8 @@ func nullIfEmpty(s string) any {
 
 func showMap(srv *Server, _ *session) *adminResult {
 	m := srv.cfg.Map
-	r := &adminResult{cols: []adminCol{{"epoch", oidInt8}, {"bucket_count", oidInt4}, {"lo", oidInt4},
-		{"hi", oidInt4}, {"buckets", oidInt4}, {"shard", oidText}, {"ordinal", oidInt4}}}
+	r := &adminResult{cols: []adminCol{{"epoch", pgtype.Int8OID}, {"bucket_count", pgtype.Int4OID}, {"lo", pgtype.Int4OID},
+		{"hi", pgtype.Int4OID}, {"buckets", pgtype.Int4OID}, {"shard", pgtype.TextOID}, {"ordinal", pgtype.Int4OID}}}
 	ords := map[string]int{}
 	for _, sh := range m.Shards {
 		ords[sh.Name] = sh.Ordinal
@@ -697,11 +703,11 @@ func showMap(srv *Server, _ *session) *adminResult {
 // (remote_pid is then that backend's PID, as PgBouncer's for a linked
 // client).
 var clientCols = []adminCol{
-	{"type", oidText}, {"user", oidText}, {"database", oidText}, {"state", oidText}, {"addr", oidText},
-	{"port", oidInt4}, {"local_addr", oidText}, {"local_port", oidInt4}, {"connect_time", oidText},
-	{"request_time", oidText}, {"wait", oidInt4}, {"wait_us", oidInt4}, {"close_needed", oidInt4},
-	{"ptr", oidText}, {"link", oidText}, {"remote_pid", oidInt8}, {"tls", oidText},
-	{"application_name", oidText}, {"shard", oidText}, {"pinned", oidText},
+	{"type", pgtype.TextOID}, {"user", pgtype.TextOID}, {"database", pgtype.TextOID}, {"state", pgtype.TextOID}, {"addr", pgtype.TextOID},
+	{"port", pgtype.Int4OID}, {"local_addr", pgtype.TextOID}, {"local_port", pgtype.Int4OID}, {"connect_time", pgtype.TextOID},
+	{"request_time", pgtype.TextOID}, {"wait", pgtype.Int4OID}, {"wait_us", pgtype.Int4OID}, {"close_needed", pgtype.Int4OID},
+	{"ptr", pgtype.TextOID}, {"link", pgtype.TextOID}, {"remote_pid", pgtype.Int8OID}, {"tls", pgtype.TextOID},
+	{"application_name", pgtype.TextOID}, {"shard", pgtype.TextOID}, {"pinned", pgtype.TextOID},
 }
 
 func hostPort(a interface{ String() string }) (string, int) {
@@ -793,9 +799,9 @@ func showDatabases(srv *Server, _ *session) *adminResult {
 		mode = PoolTransaction
 	}
 	r := &adminResult{cols: []adminCol{
-		{"name", oidText}, {"host", oidText}, {"port", oidInt4}, {"database", oidText}, {"force_user", oidText},
-		{"pool_size", oidInt4}, {"min_pool_size", oidInt4}, {"reserve_pool", oidInt4}, {"pool_mode", oidText},
-		{"max_connections", oidInt4}, {"current_connections", oidInt4}, {"paused", oidInt4}, {"disabled", oidInt4},
+		{"name", pgtype.TextOID}, {"host", pgtype.TextOID}, {"port", pgtype.Int4OID}, {"database", pgtype.TextOID}, {"force_user", pgtype.TextOID},
+		{"pool_size", pgtype.Int4OID}, {"min_pool_size", pgtype.Int4OID}, {"reserve_pool", pgtype.Int4OID}, {"pool_mode", pgtype.TextOID},
+		{"max_connections", pgtype.Int4OID}, {"current_connections", pgtype.Int4OID}, {"paused", pgtype.Int4OID}, {"disabled", pgtype.Int4OID},
 	}}
 	for _, p := range srv.pools {
 		f := p.figures()
@@ -818,7 +824,7 @@ func showLists(srv *Server, _ *session) *adminResult {
 	for _, p := range srv.pools {
 		open += p.figures().open
 	}
-	r := &adminResult{cols: []adminCol{{"list", oidText}, {"items", oidInt4}}}
+	r := &adminResult{cols: []adminCol{{"list", pgtype.TextOID}, {"items", pgtype.Int4OID}}}
 	for _, kv := range []struct {
 		k string
 		v int
@@ -835,18 +841,18 @@ func showLists(srv *Server, _ *session) *adminResult {
 func showUsers(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: textCols("name", "auth", "admin")}
 	for _, u := range srv.cfg.Users {
-		auth := "scram-sha-256"
+		method := "scram-sha-256"
 		switch {
 		case u.Trust:
-			auth = "trust"
-		case !strings.HasPrefix(u.Password, scramMechanism+"$"):
-			auth = "scram-sha-256 (plain-text password in the config)"
+			method = "trust"
+		case !strings.HasPrefix(u.Password, auth.Mechanism+"$"):
+			method = "scram-sha-256 (plain-text password in the config)"
 		}
 		admin := "no"
 		if slices.Contains(srv.cfg.AdminUsers, u.Name) {
 			admin = "yes"
 		}
-		r.rows = append(r.rows, []any{u.Name, auth, admin})
+		r.rows = append(r.rows, []any{u.Name, method, admin})
 	}
 	return r
 }

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The proxy's own queries on a backend connection (identity and setting
@@ -33,7 +35,7 @@ func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ..
 	defer c.nc.SetDeadline(time.Time{})
 	var buf []byte
 	for _, q := range queries {
-		buf = appendQuery(buf, q)
+		buf = pgwire.AppendQuery(buf, q)
 	}
 	if err := c.write(buf); err != nil {
 		return nil, err
@@ -41,7 +43,7 @@ func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ..
 	out := make([]simpleResult, 0, len(queries))
 	cur := simpleResult{}
 	for len(out) < len(queries) {
-		typ, msg, err := c.rd.next()
+		typ, msg, err := c.rd.Next()
 		if err != nil {
 			c.broken = true
 			return out, err
@@ -49,13 +51,13 @@ func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ..
 		switch typ {
 		case 'E':
 			cur.errRaw = append([]byte(nil), msg...)
-			if errorField(msg, 'S') == "FATAL" {
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
 				c.broken = true
 			}
 		case 'C':
-			cur.tag = string(commandTag(msg))
+			cur.tag = string(pgwire.CommandTag(msg))
 		case 'D':
-			cols, _ := dataRowCols(nil, msg)
+			cols, _ := pgwire.DataRowCols(nil, msg)
 			for k, c := range cols {
 				if c != nil {
 					cols[k] = append([]byte{}, c...)
@@ -63,14 +65,14 @@ func (c *bconn) runSimple(ctx context.Context, timeout time.Duration, queries ..
 			}
 			cur.rows = append(cur.rows, cols)
 		case 'S':
-			b := body(msg)
-			n, i, err1 := cstring(b, 0)
-			v, _, err2 := cstring(b, i)
+			b := pgwire.Body(msg)
+			n, i, err1 := pgwire.CString(b, 0)
+			v, _, err2 := pgwire.CString(b, i)
 			if err1 == nil && err2 == nil {
 				cur.statuses = append(cur.statuses, [2]string{string(n), string(v)})
 			}
 		case 'Z':
-			cur.status = readyStatus(msg)
+			cur.status = pgwire.ReadyStatus(msg)
 			out = append(out, cur)
 			cur = simpleResult{}
 		}

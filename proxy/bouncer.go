@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // PgBouncer-aware back-pressure. A shard reached through its PgBouncer
@@ -78,7 +80,7 @@ func (p *shardPool) pollBouncer(ctx context.Context) {
 		return
 	}
 	if over {
-		e := &Error{Code: codeTooManyConnections,
+		e := &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 			Message: fmt.Sprintf("shard %q is overloaded: its PgBouncer has %d clients waiting for a server, the oldest for %s (thresholds: %s)",
 				p.shard.Name, f.clWaiting, f.maxWait.Round(time.Millisecond), thresholds(cfg)),
 			Hint: "The transaction was not started. Retry later; transactions for other shards are not affected."}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -352,8 +353,8 @@ func (c Config) validate() error {
 		if !u.Trust && u.Password == "" {
 			add("Users[%d] %q: set a password or trust", i, u.Name)
 		}
-		if strings.HasPrefix(u.Password, scramMechanism+"$") {
-			if _, err := parseSCRAMVerifier(u.Password); err != nil {
+		if strings.HasPrefix(u.Password, auth.Mechanism+"$") {
+			if _, err := auth.ParseVerifier(u.Password); err != nil {
 				add("Users[%d] %q: password: %v", i, u.Name, err)
 			}
 		}
@@ -386,7 +387,7 @@ func (c Config) validate() error {
 // login is a User prepared for authentication.
 type login struct {
 	trust    bool
-	verifier scramVerifier
+	verifier auth.Verifier
 }
 
 func prepareUsers(users []User) (map[string]login, error) {
@@ -395,12 +396,12 @@ func prepareUsers(users []User) (map[string]login, error) {
 		l := login{trust: u.Trust}
 		if !u.Trust {
 			var err error
-			if strings.HasPrefix(u.Password, scramMechanism+"$") {
-				l.verifier, err = parseSCRAMVerifier(u.Password)
+			if strings.HasPrefix(u.Password, auth.Mechanism+"$") {
+				l.verifier, err = auth.ParseVerifier(u.Password)
 			} else {
 				var s string
-				if s, err = NewSCRAMVerifier(u.Password); err == nil {
-					l.verifier, err = parseSCRAMVerifier(s)
+				if s, err = auth.NewSCRAMVerifier(u.Password); err == nil {
+					l.verifier, err = auth.ParseVerifier(s)
 				}
 			}
 			if err != nil {
@@ -411,3 +412,9 @@ func prepareUsers(users []User) (map[string]login, error) {
 	}
 	return out, nil
 }
+
+// NewSCRAMVerifier derives a SCRAM-SHA-256 verifier for password with a
+// random salt, in Postgres's text format, for User.Password (pgshard
+// passwd). Passwords are used as given (no SASLprep), which matches
+// Postgres for ASCII passwords.
+func NewSCRAMVerifier(password string) (string, error) { return auth.NewSCRAMVerifier(password) }

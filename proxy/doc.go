@@ -7,8 +7,9 @@
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)
 //	                  ▼
-//	               session (session.go) ── startup (startup.go): TLS (tls.go)
-//	                  │        or 'N', SCRAM-SHA-256 (scram.go) or trust;
+//	               session (session.go) ── startup (pgwire): TLS (tls.go,
+//	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)
+//	                  │        or trust;
 //	                  │        database AdminDatabase → admin console (admin.go)
 //	                  │
 //	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close
@@ -26,19 +27,20 @@
 //	       ▲       (backend conns keyed by startup settings,         (or direct)
 //	       │        held for one transaction only; settings.go,
 //	       │        sessionset.go: client settings without leaks)
-//	       └──raw bytes, headers read, one write per round trip (wire.go, netio.go)──▶ client
+//	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
 //
 //	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
 //	    transaction's backend and its readers (readers.go) ── and the answers
 //	    are merged as route.Merge says (merge.go: k-way merge of rows, merged
-//	    groups; values.go: Postgres's order and exact output of every value
-//	    the proxy computes); DDL answers are checked on every shard.
+//	    groups; internal/pgvalue: Postgres's order and exact output of every
+//	    value the proxy computes); DDL answers are checked on every shard.
 //	    fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated
 //	    on every backend the transaction uses.
-//	    errors.go: the proxy's errors and the ErrorResponse codec;
+//	    internal/pgwire: framing, message views and builders, the startup
+//	    packet, the proxy's errors and the ErrorResponse codec, raw I/O;
 //	    backendquery.go: the proxy's own queries.
 //
 //	    operations: stats.go (per-shard counters, routing decisions) read by
@@ -62,6 +64,22 @@
 //	    query string of several statements (or a pipeline) runs as on one
 //	    database, the COMMIT of a wrapped implicit transaction held until
 //	    the string is done (planner.holdCommit).
+//
+// # Layers
+//
+// The proxy's lower layers are packages of their own under
+// proxy/internal, imported only downward (internal/layering enforces it):
+//
+//	proxy (this package: sessions, planner, pools, merge, console, lifecycle)
+//	  ├──▶ route                 the analyzer (statements → routes, merge plans)
+//	  ├──▶ internal/auth         SCRAM-SHA-256 server side, certificate loading
+//	  ├──▶ internal/pgvalue ──▶ internal/pgwire
+//	  │      row descriptions, Postgres-exact value compare/decode/format
+//	  └──▶ internal/pgwire       framing, message views and builders, startup
+//	                             packet, the wire error type, raw socket I/O
+//
+// A DSN shown anywhere goes through store.RedactDSN, the one redaction of
+// a DSN in pgshard.
 //
 // # Pool modes, pinning and unsharded tables
 //

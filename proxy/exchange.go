@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // serve is the session's message loop: simple queries run one at a time;
@@ -39,12 +41,12 @@ func (s *session) serve(ctx context.Context) error {
 			if s.pinFatal {
 				return nil // the backend's FATAL was forwarded: the session ends
 			}
-			return fatal(codeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
+			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
 		}
 		typ, msg, err := s.readClient()
 		if err != nil {
 			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
-				return fatal(codeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
+				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
 		}
@@ -57,12 +59,12 @@ func (s *session) serve(ctx context.Context) error {
 		switch typ {
 		case 'P', 'B', 'D', 'E', 'C':
 			if len(s.grp) == 0 {
-				s.rd.hold()
+				s.rd.Hold()
 				s.grpBytes = 0
 			}
 			s.grpBytes += len(msg)
 			if s.grpBytes > s.srv.cfg.MaxPipelineBytes {
-				return &Error{Severity: "FATAL", Code: codeProgramLimitExceeded,
+				return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProgramLimitExceeded,
 					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.srv.cfg.MaxPipelineBytes),
 					Hint:    "Send Sync more often, or raise proxy.max_pipeline_bytes."}
 			}
@@ -71,7 +73,7 @@ func (s *session) serve(ctx context.Context) error {
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
 			err := s.runPipeline(ctx)
 			s.grp = s.grp[:0]
-			s.rd.release()
+			s.rd.Release()
 			if err != nil {
 				return err
 			}
@@ -83,14 +85,14 @@ func (s *session) serve(ctx context.Context) error {
 			}
 			if typ == 'F' {
 				err := s.fastpath(ctx, msg)
-				s.rd.release()
+				s.rd.Release()
 				if err != nil {
 					return err
 				}
 				continue
 			}
 			err := s.simpleQuery(ctx, msg)
-			s.rd.release()
+			s.rd.Release()
 			if err != nil {
 				return err
 			}
@@ -99,7 +101,7 @@ func (s *session) serve(ctx context.Context) error {
 		case 'd', 'c', 'f':
 			// Outside COPY these are ignored, as Postgres does.
 		default:
-			return protoErrorf("invalid frontend message type %d", typ)
+			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
 		}
 	}
 }
@@ -121,7 +123,7 @@ func (s *session) runPipelineBefore(ctx context.Context) (ignore bool, err error
 		return false, err
 	}
 	if s.skipUntilSync {
-		s.rd.release()
+		s.rd.Release()
 		return true, nil
 	}
 	return false, nil
@@ -263,7 +265,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 					return res, err
 				}
 			}
-			typ, msg, err := bc.rd.next()
+			typ, msg, err := bc.rd.Next()
 			if err != nil {
 				if it.cs != nil {
 					bc.stmts.drop(it.cs)
@@ -284,14 +286,14 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				continue
 			case 'E':
 				res.errored = true
-				bc.pool.stats.noteError(errorField(msg, 'C'))
-				fatalErr := errorField(msg, 'S') == "FATAL"
+				bc.pool.stats.noteError(pgwire.ErrorField(msg, 'C'))
+				fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
 				switch {
 				case it.flags&fReplaceErr != 0:
 					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
-				case it.flags&fStale != 0 && isFormatCountMismatch(msg):
-					s.out = appendError(s.out, &Error{Code: codeFeatureNotSupported, Message: "cached plan must not change result type"})
-				case replayFailed && it.flags&fClientPart != 0 && errorField(msg, 'C') == codeInFailedTransaction:
+				case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
+					s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
+				case replayFailed && it.flags&fClientPart != 0 && pgwire.ErrorField(msg, 'C') == pgwire.CodeInFailedTransaction:
 					// consequence of the replay's error, already reported
 				case fatalErr && s.pin != nil:
 					// A pinned backend is the client's own session: it ends
@@ -301,7 +303,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				case fatalErr:
 					// The backend is going away; the client's session is
 					// not: report the same error, as ERROR.
-					s.out = appendErrorSeverity(s.out, msg, "ERROR")
+					s.out = pgwire.AppendErrorSeverity(s.out, msg, "ERROR")
 				default:
 					s.out = append(s.out, msg...)
 				}
@@ -310,7 +312,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				}
 				if it.cs != nil && bc.stmts != nil {
 					bc.stmts.drop(it.cs)
-					if isResultTypeChanged(msg) {
+					if pgwire.IsResultTypeChanged(msg) {
 						// The schema changed under the cached statements
 						// of every connection, not only this one.
 						s.srv.stmtEpoch.Add(1)
@@ -333,11 +335,11 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				if it.kind != itSync && it.kind != itQuery {
 					return s.desync(bc, typ, it.kind, explicit, res)
 				}
-				st := readyStatus(msg)
+				st := pgwire.ReadyStatus(msg)
 				res.status = st
 				if it.flags&fRFQ != 0 {
 					s.reconcilePS(st)
-					s.out = appendRFQ(s.out, st)
+					s.out = pgwire.AppendRFQ(s.out, st)
 				}
 				errored = false
 				done = true
@@ -420,14 +422,14 @@ func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchang
 	bc.broken = true
 	if e := bc.downErr.Load(); e != nil {
 		bc.pool.stats.noteError(e.Code)
-		s.out = appendError(s.out, e)
+		s.out = pgwire.AppendError(s.out, e)
 		res.errored = true
 		return s.afterLoss(bc, explicit, res)
 	}
 	s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
-	bc.pool.stats.noteError(codeConnectionFailure)
+	bc.pool.stats.noteError(pgwire.CodeConnectionFailure)
 	s.log.Warn("lost a backend connection", "shard", bc.pool.shard.Name, "err", shortErr(cause))
-	s.out = appendError(s.out, &Error{Code: codeConnectionFailure,
+	s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeConnectionFailure,
 		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.pool.shard.Name, shortErr(cause)),
 		Detail:  "If a COMMIT was in flight, the transaction may or may not have committed.",
 		Hint:    "Roll back and retry the transaction."})
@@ -455,12 +457,12 @@ func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (excha
 
 // notePS records a ParameterStatus from the backend.
 func (s *session) notePS(msg []byte) {
-	b := body(msg)
-	name, i, err := cstring(b, 0)
+	b := pgwire.Body(msg)
+	name, i, err := pgwire.CString(b, 0)
 	if err != nil {
 		return
 	}
-	val, _, err := cstring(b, i)
+	val, _, err := pgwire.CString(b, i)
 	if err != nil {
 		return
 	}
@@ -489,7 +491,7 @@ func (s *session) reconcilePS(st byte) {
 			rep[p[0]] = p[1]
 			if s.seen[p[0]] != p[1] {
 				s.seen[p[0]] = p[1]
-				s.out = appendParameterStatus(s.out, p[0], p[1])
+				s.out = pgwire.AppendParameterStatus(s.out, p[0], p[1])
 			}
 		}
 		s.reported = rep
@@ -508,7 +510,7 @@ func (s *session) reconcilePS(st byte) {
 		}
 		if s.seen[p[0]] != want {
 			s.seen[p[0]] = want
-			s.out = appendParameterStatus(s.out, p[0], want)
+			s.out = pgwire.AppendParameterStatus(s.out, p[0], want)
 		}
 	}
 	s.pendingPS = s.pendingPS[:0]
@@ -517,7 +519,7 @@ func (s *session) reconcilePS(st byte) {
 		for n, v := range s.reported {
 			if s.seen[n] != v {
 				s.seen[n] = v
-				s.out = appendParameterStatus(s.out, n, v)
+				s.out = pgwire.AppendParameterStatus(s.out, n, v)
 			}
 		}
 	}
@@ -529,9 +531,9 @@ func (s *session) copyIn(bc *bconn) error {
 	if err := s.flush(); err != nil {
 		return err
 	}
-	s.rd.release()
+	s.rd.Release()
 	for {
-		typ, msg, err := s.rd.next()
+		typ, msg, err := s.rd.Next()
 		if err != nil {
 			bc.broken = true
 			return err
@@ -568,7 +570,7 @@ func (s *session) copyIn(bc *bconn) error {
 // notifications the backend sent meanwhile are forwarded.
 func (s *session) copyFailed(bc *bconn) (bool, error) {
 	for bc.readable() {
-		typ, err := bc.rd.peekType()
+		typ, err := bc.rd.PeekType()
 		if err != nil {
 			return true, nil // the exchange's read reports the loss
 		}
@@ -576,7 +578,7 @@ func (s *session) copyFailed(bc *bconn) (bool, error) {
 		case 'E':
 			return true, nil
 		case 'N', 'A':
-			_, msg, err := bc.rd.next()
+			_, msg, err := bc.rd.Next()
 			if err != nil {
 				return true, nil
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -48,13 +49,13 @@ func (s *session) runPipeline(ctx context.Context) error {
 			p.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
-		s.out = appendRFQ(s.out, s.status())
+		s.out = pgwire.AppendRFQ(s.out, s.status())
 		return nil
 	}
 	if e := s.pinForPipeline(ctx); e != nil {
-		s.out = appendError(s.out, e)
+		s.out = pgwire.AppendError(s.out, e)
 		if term == 'S' {
-			s.out = appendRFQ(s.out, s.status())
+			s.out = pgwire.AppendRFQ(s.out, s.status())
 		} else {
 			s.skipUntilSync = true
 		}
@@ -77,7 +78,7 @@ func (s *session) runPipeline(ctx context.Context) error {
 				// Outside a transaction block a fan-out is its pipeline's
 				// implicit transaction: it must be alone in it.
 				p.fan = nil
-				p.fail(&Error{Code: codeFeatureNotSupported,
+				p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync) outside a transaction block",
 					Hint:    "Send a Sync after it, or add a key."}, nil)
 				continue
@@ -92,7 +93,7 @@ func (s *session) runPipeline(ctx context.Context) error {
 			if f.failed {
 				// Postgres skips the rest of the pipeline up to its Sync.
 				if term == 'S' {
-					s.out = appendRFQ(s.out, s.status())
+					s.out = pgwire.AppendRFQ(s.out, s.status())
 				} else {
 					s.skipUntilSync = true
 				}
@@ -130,33 +131,33 @@ func (s *session) runPipeline(ctx context.Context) error {
 
 func (p *planner) parse(raw []byte) {
 	s := p.s
-	if err := s.pv.decode(raw); err != nil {
+	if err := s.pv.Decode(raw); err != nil {
 		p.protoErr = err
 		return
 	}
-	a, err := s.srv.cfg.Analyzer.AnalyzeBytes(s.pv.query)
+	a, err := s.srv.cfg.Analyzer.AnalyzeBytes(s.pv.Query)
 	if err != nil {
-		p.fail(newError(codeSyntaxError, err.Error()), nil)
+		p.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
 		return
 	}
 	var vs *vstmt
 	var eff *effect
-	if len(s.pv.name) == 0 {
+	if len(s.pv.Name) == 0 {
 		vs = s.unnamed
-		if vs == nil || vs.st != a || !equalOids(vs.oids, s.pv.oids) {
-			vs = newVstmt("", a, s.pv.oids)
+		if vs == nil || vs.st != a || !equalOids(vs.oids, s.pv.Oids) {
+			vs = newVstmt("", a, s.pv.Oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.epoch = s.srv.stmtEpoch.Load()
 		vs.cacheUnnamed = s.srv.cfg.UnnamedStatements == UnnamedCached && s.srv.cfg.StatementCacheSize > 0 &&
 			a.Kind == route.KindOther && a.ParseError == "" && s.pin == nil && a.MarkUnnamed()
 	} else {
-		name := string(s.pv.name)
-		if p.lookup(s.pv.name) != nil {
-			p.fail(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
+		name := string(s.pv.Name)
+		if p.lookup(s.pv.Name) != nil {
+			p.fail(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
 			return
 		}
-		vs = newVstmt(name, a, s.pv.oids)
+		vs = newVstmt(name, a, s.pv.Oids)
 		vs.epoch = s.srv.stmtEpoch.Load()
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
@@ -174,7 +175,7 @@ func (p *planner) parse(raw []byte) {
 			return
 		}
 	}
-	if a.ParseError != "" || (p.onBackend && len(s.pv.name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
+	if a.ParseError != "" || (p.onBackend && len(s.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
 			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
@@ -186,17 +187,17 @@ func (p *planner) parse(raw []byte) {
 				return
 			}
 		}
-		if len(s.pv.name) == 0 {
+		if len(s.pv.Name) == 0 {
 			s.bw = append(s.bw, raw...)
 		} else {
-			s.bw = appendParseMsg(s.bw, "", a.SQL, vs.oids)
+			s.bw = pgwire.AppendParseMsg(s.bw, "", a.SQL, vs.oids)
 		}
 		s.items = append(s.items, item{kind: itParse, eff: eff})
 		p.backendUnnamed = vs
 		return
 	}
 	lo := len(s.lbuf)
-	s.lbuf = appendEmpty(s.lbuf, '1')
+	s.lbuf = pgwire.AppendEmpty(s.lbuf, '1')
 	s.addLocal(lo, eff)
 	p.pendingParse, p.pendingRaw, p.pendingVs = len(s.items)-1, raw, vs
 }
@@ -236,13 +237,13 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		}
 		cs := c.get(vs.cacheKey)
 		for _, old := range c.evicted {
-			s.bw = appendClose(s.bw, 'S', old)
+			s.bw = pgwire.AppendClose(s.bw, 'S', old)
 			s.items = append(s.items, item{kind: itClose, flags: fSwallow})
 		}
 		c.evicted = c.evicted[:0]
 		if cs == nil {
 			cs = c.add(vs.cacheKey)
-			s.bw = appendParseMsg(s.bw, cs.name, vs.st.SQL, vs.oids)
+			s.bw = pgwire.AppendParseMsg(s.bw, cs.name, vs.st.SQL, vs.oids)
 			s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
 		return cs.name, cs
@@ -257,9 +258,9 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 		// its error, without a ParseComplete — is the client's answer.
 		eff := s.items[p.pendingParse].eff
 		s.items[p.pendingParse] = item{kind: itParse, eff: eff}
-		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
+		s.bw = pgwire.AppendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 	} else {
-		s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
+		s.bw = pgwire.AppendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	}
 	p.pendingParse = -1
@@ -270,18 +271,18 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 func (p *planner) bind(raw []byte, idx int) {
 	s := p.s
 	bv := &s.bv
-	if err := bv.decode(raw); err != nil {
+	if err := bv.Decode(raw); err != nil {
 		p.protoErr = err
 		return
 	}
-	vs := p.lookup(bv.stmt)
+	vs := p.lookup(bv.Stmt)
 	if vs == nil {
-		p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.stmt)), nil)
+		p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
 		return
 	}
 	pi := portalInfo{vs: vs}
-	if len(bv.portal) > 0 {
-		pi.name = string(bv.portal)
+	if len(bv.Portal) > 0 {
+		pi.name = string(bv.Portal)
 	}
 	a := vs.st
 	local := p.isLocal(a)
@@ -304,16 +305,16 @@ func (p *planner) bind(raw []byte, idx int) {
 		pi.local = true
 		s.portals = append(s.portals, pi)
 		lo := len(s.lbuf)
-		s.lbuf = appendEmpty(s.lbuf, '2')
+		s.lbuf = pgwire.AppendEmpty(s.lbuf, '2')
 		s.addLocal(lo, nil)
 		return
 	}
 	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.forwardPinned(a) {
-		p.fail(newError(codeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
+		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
 	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') {
-		if c := parseTerminate(a.SQL, bv.params, bv.formats); c != nil && s.runTerminate(p.ctx, c) {
+		if c := parseTerminate(a.SQL, bv.Params, bv.Formats); c != nil && s.runTerminate(p.ctx, c) {
 			if c.self {
 				// The statement itself is interrupted (its FATAL is the
 				// answer); the session then ends.
@@ -321,11 +322,11 @@ func (p *planner) bind(raw []byte, idx int) {
 				s.selfFatalSent = true
 				return
 			}
-			c.binary = len(bv.resultFmts) == 1 && bv.resultFmts[0] == 1
+			c.binary = len(bv.ResultFmts) == 1 && bv.ResultFmts[0] == 1
 			pi.local, pi.term = true, c
 			s.portals = append(s.portals, pi)
 			lo := len(s.lbuf)
-			s.lbuf = appendEmpty(s.lbuf, '2')
+			s.lbuf = pgwire.AppendEmpty(s.lbuf, '2')
 			s.addLocal(lo, nil)
 			return
 		}
@@ -347,7 +348,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		}
 		pi.replay, pi.setting = replay, replay != ""
 	}
-	d := s.srv.cfg.Analyzer.Route(a, bv.params, bv.formats, vs.oids)
+	d := s.srv.cfg.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
 		p.fail(e, nil)
@@ -372,10 +373,10 @@ func (p *planner) bind(raw []byte, idx int) {
 	p.copyIn = p.copyIn || a.Copy
 	p.setAhead = p.setAhead || setsOnlyLocal(a)
 	name, cs := p.sendParse(vs)
-	if len(bv.stmt) == 0 && name == "" {
+	if len(bv.Stmt) == 0 && name == "" {
 		s.bw = append(s.bw, raw...)
 	} else {
-		s.bw = appendBindAs(s.bw, raw, bv, name)
+		s.bw = pgwire.AppendBindAs(s.bw, raw, bv, name)
 	}
 	var fl itemFlags
 	if vs.epoch != s.srv.stmtEpoch.Load() {
@@ -448,7 +449,7 @@ func (p *planner) txEffectKeep() *effect {
 
 func (p *planner) describe(raw []byte, idx int) {
 	s := p.s
-	kind, name, err := decodeTarget(raw)
+	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
 		p.protoErr = err
 		return
@@ -456,13 +457,13 @@ func (p *planner) describe(raw []byte, idx int) {
 	if kind == 'S' {
 		vs := p.lookup(name)
 		if vs == nil {
-			p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
+			p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
 		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.forwardPinned(vs.st) {
 			lo := len(s.lbuf)
 			s.lbuf = appendParamDesc(s.lbuf, vs)
-			s.lbuf = appendEmpty(s.lbuf, 'n')
+			s.lbuf = pgwire.AppendEmpty(s.lbuf, 'n')
 			s.addLocal(lo, nil)
 			return
 		}
@@ -490,7 +491,7 @@ func (p *planner) describe(raw []byte, idx int) {
 			}
 		}
 		bname, cs := p.sendParse(vs)
-		s.bw = appendDescribe(s.bw, 'S', bname)
+		s.bw = pgwire.AppendDescribe(s.bw, 'S', bname)
 		s.items = append(s.items, item{kind: itDescStmt, cs: cs})
 		return
 	}
@@ -503,7 +504,7 @@ func (p *planner) describe(raw []byte, idx int) {
 		if pi.term != nil {
 			s.lbuf = appendBoolRowDescription(s.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
 		} else {
-			s.lbuf = appendEmpty(s.lbuf, 'n')
+			s.lbuf = pgwire.AppendEmpty(s.lbuf, 'n')
 		}
 		s.addLocal(lo, nil)
 	case pi != nil || p.held:
@@ -514,24 +515,24 @@ func (p *planner) describe(raw []byte, idx int) {
 		s.bw = append(s.bw, raw...)
 		s.items = append(s.items, item{kind: itDescPortal})
 	default:
-		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
+		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
 	}
 }
 
 // appendParamDesc appends a ParameterDescription for a statement the proxy
 // answers itself (utility statements take no parameters).
 func appendParamDesc(dst []byte, vs *vstmt) []byte {
-	dst, sp := beginMsg(dst, 't')
+	dst, sp := pgwire.BeginMsg(dst, 't')
 	n := max(len(vs.oids), vs.st.NumParams)
-	dst = appendU16(dst, uint16(n))
+	dst = pgwire.AppendU16(dst, uint16(n))
 	for i := 0; i < n; i++ {
 		var o uint32
 		if i < len(vs.oids) {
 			o = vs.oids[i]
 		}
-		dst = appendU32(dst, o)
+		dst = pgwire.AppendU32(dst, o)
 	}
-	return finishMsg(dst, sp)
+	return pgwire.FinishMsg(dst, sp)
 }
 
 // lookahead routes the next Bind of the pipeline after idx, up to its
@@ -549,8 +550,8 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // (leadShape): the settings run on every shard, ahead of the read.
 func (p *planner) lookahead(idx int, lead bool) int {
 	s := p.s
-	var pv parseView
-	var bv bindView
+	var pv pgwire.ParseView
+	var bv pgwire.BindView
 	var parsed map[string]*vstmt // by name, "" = unnamed
 	var ls leadShape
 	if lead {
@@ -561,30 +562,30 @@ func (p *planner) lookahead(idx int, lead bool) int {
 		case 'S':
 			return -1
 		case 'P':
-			if pv.decode(m.raw) != nil {
+			if pv.Decode(m.raw) != nil {
 				return -1
 			}
 			lead = lead && ls.parse(&pv)
-			a, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.query)
+			a, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
 				return -1
 			}
 			if parsed == nil {
 				parsed = map[string]*vstmt{}
 			}
-			parsed[string(pv.name)] = &vstmt{st: a, oids: slices.Clone(pv.oids)}
+			parsed[string(pv.Name)] = &vstmt{st: a, oids: slices.Clone(pv.Oids)}
 			continue
 		case 'B':
 		default:
 			lead = lead && ls.other(m)
 			continue
 		}
-		if bv.decode(m.raw) != nil {
+		if bv.Decode(m.raw) != nil {
 			return -1
 		}
-		vs := parsed[string(bv.stmt)]
+		vs := parsed[string(bv.Stmt)]
 		if vs == nil {
-			vs = p.lookup(bv.stmt)
+			vs = p.lookup(bv.Stmt)
 		}
 		if vs == nil {
 			return -1
@@ -598,7 +599,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 		if p.isLocal(vs.st) {
 			return -1
 		}
-		d := s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)
+		d := s.srv.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
 		if d.Kind == route.DestAll && lead && d.Merge != nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
 			return aheadFan
 		}
@@ -621,7 +622,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 
 func (p *planner) execute(raw []byte) {
 	s := p.s
-	portal, _, err := decodeExecute(raw)
+	portal, _, err := pgwire.DecodeExecute(raw)
 	if err != nil {
 		p.protoErr = err
 		return
@@ -648,7 +649,7 @@ func (p *planner) execute(raw []byte) {
 		s.bw = append(s.bw, raw...)
 		s.items = append(s.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
-		p.fail(newError(codeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
+		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}
 }
 
@@ -661,7 +662,7 @@ func (p *planner) executeSetting(pi *portalInfo) *effect {
 		// transaction; the BEGIN pgshard wraps it in (for the client's
 		// settings) keeps the backend from it.
 		lo := len(s.lbuf)
-		s.lbuf = appendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+		s.lbuf = pgwire.AppendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
 		s.addLocal(lo, nil)
 	}
 	if pi.replay != "" && (p.tx == txBound || p.explicit) {
@@ -675,14 +676,14 @@ func (p *planner) executeSetting(pi *portalInfo) *effect {
 
 func (p *planner) close(raw []byte) {
 	s := p.s
-	kind, name, err := decodeTarget(raw)
+	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
 		p.protoErr = err
 		return
 	}
 	if kind == 'S' {
 		lo := len(s.lbuf)
-		s.lbuf = appendEmpty(s.lbuf, '3')
+		s.lbuf = pgwire.AppendEmpty(s.lbuf, '3')
 		var eff *effect
 		if len(name) == 0 {
 			s.unnamed = nil
@@ -716,7 +717,7 @@ func (p *planner) close(raw []byte) {
 		return
 	}
 	lo := len(s.lbuf)
-	s.lbuf = appendEmpty(s.lbuf, '3')
+	s.lbuf = pgwire.AppendEmpty(s.lbuf, '3')
 	s.addLocal(lo, nil)
 }
 
@@ -728,7 +729,7 @@ func (p *planner) sync(raw []byte) {
 			if p.wrap {
 				s.items = append(s.items, item{kind: itSync})
 				p.holdCommit()
-				s.bw = appendQuery(s.bw, "COMMIT")
+				s.bw = pgwire.AppendQuery(s.bw, "COMMIT")
 				s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 			} else {
 				s.items = append(s.items, item{kind: itSync, flags: fRFQ})
@@ -737,7 +738,7 @@ func (p *planner) sync(raw []byte) {
 		}
 	}
 	lo := len(s.lbuf)
-	s.lbuf = appendRFQ(s.lbuf, p.simStatus())
+	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus())
 	s.addLocal(lo, nil)
 }
 
@@ -767,7 +768,7 @@ func (s *session) finish(p *planner, term byte) error {
 			if it.kind == itLead {
 				// Cannot happen: lookahead makes leads only of a pipeline
 				// whose read fans out.
-				s.out = appendError(s.out, newError(codeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
+				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
 				continue
 			}
 			s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
@@ -782,11 +783,11 @@ func (s *session) finish(p *planner, term byte) error {
 	if release {
 		// Close the backend's implicit transaction (a Sync the client
 		// does not see), so that the backend can go back to its pool.
-		s.bw = appendEmpty(s.bw, 'S')
+		s.bw = pgwire.AppendEmpty(s.bw, 'S')
 		s.items = append(s.items, item{kind: itSync})
 		if p.wrap {
 			p.holdCommit()
-			s.bw = appendQuery(s.bw, "COMMIT")
+			s.bw = pgwire.AppendQuery(s.bw, "COMMIT")
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow})
 		}
 	}
@@ -798,7 +799,7 @@ func (s *session) finish(p *planner, term byte) error {
 		if term == 'H' {
 			s.skipUntilSync = true
 		} else if !s.pinFatal {
-			s.out = appendRFQ(s.out, s.status())
+			s.out = pgwire.AppendRFQ(s.out, s.status())
 		}
 		return nil
 	}

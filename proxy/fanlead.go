@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -34,9 +37,6 @@ import (
 // makes the first lead (lookahead), so a pipeline never leaves leads
 // without their read. A keyed statement after the same settings is not a
 // lead: the settings run on its shard (lookahead), as before.
-
-// oidUnknown is the unknown pseudo-type (a parameter read as text).
-const oidUnknown = 705
 
 // aheadFan is lookahead's answer when the pipeline's next statement, past
 // settings, is a read of every shard the settings may lead.
@@ -75,8 +75,8 @@ func setsOnlyLocal(a *route.Statement) bool {
 // is not a read they can lead (DDL, utility statements): each shard would
 // run it in its own implicit transaction without them, so the setting
 // would be silently dropped.
-func errSettingsAhead(reason string) *Error {
-	return &Error{Code: codeFeatureNotSupported,
+func errSettingsAhead(reason string) *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: "transaction-local settings (SET LOCAL, set_config(..., true)) can go ahead of a statement that runs on every shard only if it is a read pgshard merges; they cannot be carried to this statement",
 		Detail:  reason,
 		Hint:    "Send the statement in a pipeline (up to Sync) or query string of its own; a setting it needs can be SET for the session before it and RESET after."}
@@ -108,28 +108,28 @@ type leadShape struct {
 
 // bind starts a lead at its Bind m (the previous lead must be complete).
 func (l *leadShape) bind(m cmsg) bool {
-	var bv bindView
-	if m.typ != 'B' || bv.decode(m.raw) != nil {
+	var bv pgwire.BindView
+	if m.typ != 'B' || bv.Decode(m.raw) != nil {
 		return false
 	}
 	if l.started && !l.executed {
 		return false
 	}
-	l.portal, l.started, l.executed = append(l.portal[:0], bv.portal...), true, false
+	l.portal, l.started, l.executed = append(l.portal[:0], bv.Portal...), true, false
 	return true
 }
 
 // parse accepts an unnamed Parse between complete leads.
-func (l *leadShape) parse(pv *parseView) bool { return len(pv.name) == 0 && l.executed }
+func (l *leadShape) parse(pv *pgwire.ParseView) bool { return len(pv.Name) == 0 && l.executed }
 
 // other accepts the current lead's Describe and Execute.
 func (l *leadShape) other(m cmsg) bool {
 	switch m.typ {
 	case 'D':
-		kind, name, err := decodeTarget(m.raw)
+		kind, name, err := pgwire.DecodeTarget(m.raw)
 		return err == nil && kind == 'P' && bytes.Equal(name, l.portal) && !l.executed
 	case 'E':
-		portal, maxRows, err := decodeExecute(m.raw)
+		portal, maxRows, err := pgwire.DecodeExecute(m.raw)
 		if err != nil || !bytes.Equal(portal, l.portal) || maxRows != 0 || l.executed {
 			return false
 		}
@@ -143,14 +143,14 @@ func (l *leadShape) other(m cmsg) bool {
 // the pipeline, unless more may follow (inside a transaction block the
 // pipeline goes on after the read: runPipeline plans the rest afresh).
 func (l *leadShape) fan(rest []cmsg, more bool) bool {
-	var bv bindView
-	if !l.executed || len(rest) < 2 || bv.decode(rest[0].raw) != nil {
+	var bv pgwire.BindView
+	if !l.executed || len(rest) < 2 || bv.Decode(rest[0].raw) != nil {
 		return false
 	}
 	i := 1
 	if rest[i].typ == 'D' {
-		kind, name, err := decodeTarget(rest[i].raw)
-		if err != nil || kind != 'P' || !bytes.Equal(name, bv.portal) {
+		kind, name, err := pgwire.DecodeTarget(rest[i].raw)
+		if err != nil || kind != 'P' || !bytes.Equal(name, bv.Portal) {
 			return false
 		}
 		i++
@@ -158,7 +158,7 @@ func (l *leadShape) fan(rest []cmsg, more bool) bool {
 	if i >= len(rest) || rest[i].typ != 'E' {
 		return false
 	}
-	if portal, maxRows, err := decodeExecute(rest[i].raw); err != nil || !bytes.Equal(portal, bv.portal) || maxRows != 0 {
+	if portal, maxRows, err := pgwire.DecodeExecute(rest[i].raw); err != nil || !bytes.Equal(portal, bv.Portal) || maxRows != 0 {
 		return false
 	}
 	return more || i+2 == len(rest) && rest[i+1].typ == 'S'
@@ -184,7 +184,7 @@ func (p *planner) fanReadsInTxn() bool {
 // (what it means depends on standard_conforming_strings): an error, which
 // refuses the statement. "" when the
 // server refuses the Bind itself (a value missing, a NUL byte).
-func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *Error) {
+func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (string, *pgwire.Error) {
 	if a.NumParams == 0 {
 		return a.SQL, nil
 	}
@@ -200,16 +200,16 @@ func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *E
 		switch {
 		case st.Param > 0:
 			k := st.Param - 1
-			if k >= len(bv.params) {
+			if k >= len(bv.Params) {
 				return "", nil
 			}
 			var oid uint32
 			if k < len(oids) {
 				oid = oids[k]
 			}
-			switch v := bv.params[k]; {
-			case oid != 0 && oid != oidText && oid != oidVarchar && oid != oidUnknown:
-				return "", &Error{Code: codeFeatureNotSupported,
+			switch v := bv.Params[k]; {
+			case oid != 0 && oid != pgtype.TextOID && oid != pgtype.VarcharOID && oid != pgtype.UnknownOID:
+				return "", &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: fmt.Sprintf("pgshard cannot repeat set_config(%s, $%d, true) on the other shards of the transaction: the parameter is declared with type oid %d", quoteLiteral(st.Name), st.Param, oid),
 					Detail:  "A transaction's settings apply on every shard it reads; pgshard repeats them as text.",
 					Hint:    "Declare the parameter as text (or leave its type to the server)."}
@@ -225,7 +225,7 @@ func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *E
 		case strings.IndexByte(st.Value, '\\') >= 0:
 			// The constant's value depends on the session's
 			// standard_conforming_strings, which the analysis assumes on.
-			return "", &Error{Code: codeFeatureNotSupported,
+			return "", &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "pgshard cannot repeat a set_config constant with a backslash next to a parameter on the other shards of the transaction",
 				Hint:    "Pass the value as a parameter too, or write the statement without parameters."}
 		default:
@@ -241,11 +241,11 @@ func settingsReplay(a *route.Statement, bv *bindView, oids []uint32) (string, *E
 // (an itLead item).
 func (p *planner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 	s := p.s
-	b, sp := beginMsg(nil, 'B')
-	b = appendCStr(b, "")
-	b = appendCStr(b, "")
-	b = append(b, raw[s.bv.restAt:]...)
-	p.leads = append(p.leads, fanLead{st: vs.st, oids: vs.oids, bind: finishMsg(b, sp)})
+	b, sp := pgwire.BeginMsg(nil, 'B')
+	b = pgwire.AppendCStr(b, "")
+	b = pgwire.AppendCStr(b, "")
+	b = append(b, raw[s.bv.RestAt:]...)
+	p.leads = append(p.leads, fanLead{st: vs.st, oids: vs.oids, bind: pgwire.FinishMsg(b, sp)})
 	s.items = append(s.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
 	pi.lead = len(p.leads)
 	s.portals = append(s.portals, pi)
@@ -284,22 +284,22 @@ func (p *planner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 // appendLead appends what a shard is sent for lead l (ahead of the read,
 // in the same write and implicit transaction).
 func appendLead(dst []byte, l *fanLead) []byte {
-	dst = appendParseMsg(dst, "", l.st.SQL, l.oids)
+	dst = pgwire.AppendParseMsg(dst, "", l.st.SQL, l.oids)
 	if l.bind != nil {
 		dst = append(dst, l.bind...)
 	} else {
-		dst = appendBindNoParams(dst, nil)
+		dst = pgwire.AppendBindNoParams(dst, nil)
 	}
 	if l.describe {
-		dst = appendDescribe(dst, 'P', "")
+		dst = pgwire.AppendDescribe(dst, 'P', "")
 	}
-	return appendExecute(dst, "", 0)
+	return pgwire.AppendExecute(dst, "", 0)
 }
 
 // setLocalWarning is the warning Postgres gives for SET LOCAL in a
 // pipeline's implicit transaction (not in a query string's, which is a
 // transaction block of its own).
-var setLocalWarning = &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}
+var setLocalWarning = &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}
 
 // readLead reads the shard's answer to lead l, up to its CommandComplete,
 // and appends what the client gets of it to dst: in a pipeline
@@ -334,7 +334,7 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 		case 'T', 'D':
 			dst = append(dst, msg...)
 		case 'N':
-			if !(setLocal && errorField(msg, 'C') == codeNoActiveTransaction) {
+			if !(setLocal && pgwire.ErrorField(msg, 'C') == pgwire.CodeNoActiveTransaction) {
 				dst = append(dst, msg...)
 			}
 		case 'S':
@@ -342,15 +342,15 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 			// when the implicit transaction's are gone again.
 		case 'C':
 			if warn {
-				dst = appendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+				dst = pgwire.AppendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
 			}
 			return append(dst, msg...)
 		case 'E':
 			if warn && bound {
-				dst = appendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+				dst = pgwire.AppendNotice(dst, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
 			}
 			f.errRaw = append([]byte(nil), msg...)
-			if errorField(msg, 'S') == "FATAL" {
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
 			}
 		default:
@@ -411,13 +411,13 @@ func (s *session) leadError(streams []*fanStream) []byte {
 			alike = false
 		case first == nil:
 			first = st
-		case errorField(st.errRaw, 'C') != errorField(first.errRaw, 'C') || errorField(st.errRaw, 'M') != errorField(first.errRaw, 'M'):
+		case pgwire.ErrorField(st.errRaw, 'C') != pgwire.ErrorField(first.errRaw, 'C') || pgwire.ErrorField(st.errRaw, 'M') != pgwire.ErrorField(first.errRaw, 'M'):
 			alike = false
 		}
 	}
 	if alike && first != nil {
-		if errorField(first.errRaw, 'S') == "FATAL" {
-			return appendErrorSeverity(nil, first.errRaw, "ERROR") // the client's session survives
+		if pgwire.ErrorField(first.errRaw, 'S') == "FATAL" {
+			return pgwire.AppendErrorSeverity(nil, first.errRaw, "ERROR") // the client's session survives
 		}
 		return first.errRaw
 	}

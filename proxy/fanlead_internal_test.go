@@ -3,6 +3,7 @@ package proxy
 import (
 	"testing"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -42,8 +43,8 @@ func TestSettingsReplay(t *testing.T) {
 		if err != nil || st.Settings == nil {
 			t.Fatalf("%s: %v %+v", c.sql, err, st)
 		}
-		var bv bindView
-		if err := bv.decode(appendBindText(nil, "", "", c.params)); err != nil {
+		var bv pgwire.BindView
+		if err := bv.Decode(pgwire.AppendBindText(nil, "", "", c.params)); err != nil {
 			t.Fatal(err)
 		}
 		got, e := settingsReplay(st, &bv, c.oids)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -64,7 +65,7 @@ type fanPlan struct {
 // Describe, Execute and Sync.
 func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
 	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.portal), inTxn: p.fanInTxn, only: p.fanOnly, leads: p.leads}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.Portal), inTxn: p.fanInTxn, only: p.fanOnly, leads: p.leads}
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -75,14 +76,14 @@ func (p *planner) fanAccepts(m cmsg) bool {
 	f := p.fan
 	switch m.typ {
 	case 'D':
-		kind, name, err := decodeTarget(m.raw)
+		kind, name, err := pgwire.DecodeTarget(m.raw)
 		if err != nil || kind != 'P' || string(name) != f.portal || f.executed {
 			return false
 		}
 		f.describe = true
 		return true
 	case 'E':
-		portal, maxRows, err := decodeExecute(m.raw)
+		portal, maxRows, err := pgwire.DecodeExecute(m.raw)
 		if err != nil || string(portal) != f.portal || maxRows != 0 || f.executed {
 			return false
 		}
@@ -148,7 +149,7 @@ func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
 // queries; false when the connection failed.
 func (f *fanStream) recv() (byte, []byte, bool) {
 	for {
-		typ, msg, err := f.bc.rd.next()
+		typ, msg, err := f.bc.rd.Next()
 		if err != nil {
 			f.loseConn(err)
 			return 0, nil, false
@@ -165,7 +166,7 @@ func (f *fanStream) recv() (byte, []byte, bool) {
 				f.errRaw = append([]byte(nil), msg...)
 				f.leadErr = int(f.lead[0]) + 1
 			}
-			if errorField(msg, 'S') == "FATAL" {
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
 			}
 		}
@@ -185,7 +186,7 @@ func (f *fanStream) nextRow() bool {
 		switch typ {
 		case 'Z':
 			f.rfqLeft--
-			f.status = readyStatus(msg)
+			f.status = pgwire.ReadyStatus(msg)
 			f.rowsDone = true
 			return false
 		case '2':
@@ -193,7 +194,7 @@ func (f *fanStream) nextRow() bool {
 		case 'D':
 			f.row = msg
 			var e error
-			if f.cols, e = dataRowCols(f.cols[:0], msg); e != nil {
+			if f.cols, e = pgwire.DataRowCols(f.cols[:0], msg); e != nil {
 				f.loseConn(e)
 				return false
 			}
@@ -201,19 +202,19 @@ func (f *fanStream) nextRow() bool {
 		case 'T':
 			f.rowDesc = append([]byte(nil), msg...)
 		case 'C':
-			f.tag = append([]byte(nil), commandTag(msg)...)
+			f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
 		case 'E':
 			if f.errRaw == nil {
 				f.errRaw = append([]byte(nil), msg...)
 			}
-			if errorField(msg, 'S') == "FATAL" {
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
 			}
 		case 'N':
 			f.notices = append(f.notices, append([]byte(nil), msg...))
 		case 'G', 'H', 'W':
 			// COPY cannot fan out; the analyzer refuses it.
-			f.errRaw = appendError(nil, newError(codeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
+			f.errRaw = pgwire.AppendError(nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
 			f.bc.broken = true
 			f.rowsDone = true
 			f.rfqLeft = 0
@@ -234,7 +235,7 @@ func (f *fanStream) drain() {
 	for f.nextRow() {
 	}
 	for f.rfqLeft > 0 && f.lost == nil {
-		typ, msg, err := f.bc.rd.next()
+		typ, msg, err := f.bc.rd.Next()
 		if err != nil {
 			f.loseConn(err)
 			return
@@ -243,7 +244,7 @@ func (f *fanStream) drain() {
 		case 'Z':
 			f.rfqLeft--
 		case 'E':
-			if errorField(msg, 'S') == "FATAL" {
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
 				f.bc.broken = true
 			}
 		}
@@ -255,11 +256,11 @@ func (f *fanPlan) params() ([][]byte, []int16, []uint32) {
 	if f.simple {
 		return nil, nil, nil
 	}
-	var bv bindView
-	if bv.decode(f.bind) != nil {
+	var bv pgwire.BindView
+	if bv.Decode(f.bind) != nil {
 		return nil, nil, nil
 	}
-	return bv.params, bv.formats, f.vs.oids
+	return bv.Params, bv.Formats, f.vs.oids
 }
 
 // runFanout executes p.fan on every shard and answers the client.
@@ -292,15 +293,15 @@ func (s *session) runFanout(p *planner) error {
 	}
 	s.setFanning(streams)
 	defer s.setFanning(nil)
-	var bv bindView
+	var bv pgwire.BindView
 	if !f.simple {
-		if err := bv.decode(f.bind); err != nil {
+		if err := bv.Decode(f.bind); err != nil {
 			return err
 		}
 	}
 	var formats []int16
 	if merge != nil {
-		formats = shardFormats(merge, bv.resultFmts)
+		formats = shardFormats(merge, bv.ResultFmts)
 	}
 	for _, st := range streams {
 		buf, err := s.fanRequest(st, f, &bv, formats)
@@ -319,7 +320,7 @@ func (s *session) runFanout(p *planner) error {
 	bindAt := -1
 	if !f.simple {
 		bindAt = len(s.out)
-		s.out = appendEmpty(s.out, '2') // BindComplete
+		s.out = pgwire.AppendEmpty(s.out, '2') // BindComplete
 	}
 	var runErr error
 	if merge == nil {
@@ -333,10 +334,10 @@ func (s *session) runFanout(p *planner) error {
 
 // fanParts gives every shard's participant, in shard order (two fan-outs
 // never wait for each other's connections in a cycle).
-func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *Error) {
+func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error) {
 	srv := s.srv
 	streams := make([]*fanStream, 0, len(srv.pools))
-	fail := func(e *Error) ([]*fanStream, *Error) {
+	fail := func(e *pgwire.Error) ([]*fanStream, *pgwire.Error) {
 		for _, st := range streams {
 			if st.role == partOwn || st.role == partNewReader {
 				st.bc.pool.release(st.bc) // nothing was sent on it
@@ -358,13 +359,13 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *Error) {
 			key, _ := s.cur.split(pool.viaPooler)
 			bc, err := pool.acquire(p.ctx, key)
 			if err != nil {
-				e := asError(err, newError(codeCannotConnect, err.Error()))
+				e := pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
 				if be, ok := err.(*backendPgError); ok {
 					e = pgErrorToError(be.pe, "ERROR")
 				}
 				e2 := *e
 				e2.Message = fmt.Sprintf("cannot run the statement on every shard: %s", e.Message)
-				e2.raw = nil
+				e2.Raw = nil
 				return fail(&e2)
 			}
 			st.bc, st.role = bc, partOwn
@@ -378,23 +379,23 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *Error) {
 }
 
 // fanRequest is what one participant is sent.
-func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []int16) ([]byte, error) {
+func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, formats []int16) ([]byte, error) {
 	var buf []byte
 	_, pre := s.cur.split(st.bc.pool.viaPooler)
 	wrap := false
 	switch st.role {
 	case partOwn:
 		if len(pre.kv) > 0 && !f.st.NoTxnBlock {
-			buf = appendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
+			buf = pgwire.AppendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
 			st.lead = append(st.lead, leadSetup)
 			wrap = true
 		}
 	case partNewReader:
-		buf = appendQuery(buf, replaySQL(s.deferred, pre))
+		buf = pgwire.AppendQuery(buf, replaySQL(s.deferred, pre))
 		st.lead = append(st.lead, leadSetup)
 	}
 	if f.inTxn && !st.bc.txnChecked {
-		buf = appendQuery(buf, isoCheckSQL)
+		buf = pgwire.AppendQuery(buf, isoCheckSQL)
 		st.lead = append(st.lead, leadCheck)
 	}
 	for i := range f.leads {
@@ -414,44 +415,44 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *bindView, formats []
 		if merge.SQL != "" {
 			sql = merge.SQL
 		}
-		buf = appendParseMsg(buf, "", sql, nil)
-		buf = appendBindNoParams(buf, formats)
-		buf = appendDescribe(buf, 'P', "")
-		buf = appendExecute(buf, "", 0)
-		buf = appendEmpty(buf, 'S')
+		buf = pgwire.AppendParseMsg(buf, "", sql, nil)
+		buf = pgwire.AppendBindNoParams(buf, formats)
+		buf = pgwire.AppendDescribe(buf, 'P', "")
+		buf = pgwire.AppendExecute(buf, "", 0)
+		buf = pgwire.AppendEmpty(buf, 'S')
 	default:
 		sql := f.st.SQL
 		if merge != nil && merge.SQL != "" {
 			sql = merge.SQL
 		}
-		buf = appendParseMsg(buf, "", sql, f.vs.oids)
+		buf = pgwire.AppendParseMsg(buf, "", sql, f.vs.oids)
 		if merge != nil {
-			buf = appendBindFormats(buf, f.bind, bv, formats)
+			buf = pgwire.AppendBindFormats(buf, f.bind, bv, formats)
 		} else {
-			buf = appendBindAs(buf, f.bind, bv, "")
+			buf = pgwire.AppendBindAs(buf, f.bind, bv, "")
 		}
-		buf = appendDescribe(buf, 'P', "")
-		buf = appendExecute(buf, "", 0)
-		buf = appendEmpty(buf, 'S')
+		buf = pgwire.AppendDescribe(buf, 'P', "")
+		buf = pgwire.AppendExecute(buf, "", 0)
+		buf = pgwire.AppendEmpty(buf, 'S')
 	}
 	st.rfqLeft = len(st.lead) + 1
 	if wrap {
-		buf = appendQuery(buf, "COMMIT")
+		buf = pgwire.AppendQuery(buf, "COMMIT")
 		st.rfqLeft++
 	}
 	return buf, nil
 }
 
 // fanFail answers the client with an error after a failed fan-out start.
-func (s *session) fanFail(e *Error, f *fanPlan) error {
+func (s *session) fanFail(e *pgwire.Error, f *fanPlan) error {
 	s.srv.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
-	s.out = appendError(s.out, e)
+	s.out = pgwire.AppendError(s.out, e)
 	if f.inTxn {
 		s.failTxn(nil)
 	}
 	f.failed = true
 	if !f.continues {
-		s.out = appendRFQ(s.out, s.status())
+		s.out = pgwire.AppendRFQ(s.out, s.status())
 	}
 	return nil
 }
@@ -463,7 +464,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 	for _, st := range streams {
 		if st.leadErr == int(leadCheck)+1 {
 			iso := "REPEATABLE READ or SERIALIZABLE"
-			if e := decodeError(st.errRaw); e != nil {
+			if e := pgwire.DecodeError(st.errRaw); e != nil {
 				if i := strings.IndexByte(e.Message, '"'); i >= 0 {
 					if j := strings.LastIndexByte(e.Message, '"'); j > i {
 						iso = strings.ToUpper(e.Message[i+1 : j])
@@ -471,7 +472,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 				}
 			}
 			s.srv.metrics.refusals.WithLabelValues("isolation").Inc()
-			return appendError(nil, isolationRefusal(iso, "a read of more than one shard"))
+			return pgwire.AppendError(nil, isolationRefusal(iso, "a read of more than one shard"))
 		}
 	}
 	var failed, ok []string
@@ -483,7 +484,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 		case st.lost != nil:
 			failed = append(failed, name)
 			if first == nil {
-				first = appendError(nil, &Error{Code: codeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, shortErr(st.lost))})
+				first = pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, shortErr(st.lost))})
 				firstShard = name
 			}
 		case st.errRaw != nil:
@@ -503,13 +504,13 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 		d += fmt.Sprintf(" and succeeded on %s", strings.Join(ok, ", "))
 	}
 	d += fmt.Sprintf("; this error is shard %q's.", firstShard)
-	return appendErrorDetail(nil, first, d)
+	return pgwire.AppendErrorDetail(nil, first, d)
 }
 
 // isolationRefusal is the error for a transaction that would touch
 // several shards under an isolation level that needs one snapshot.
-func isolationRefusal(iso, what string) *Error {
-	return &Error{Code: codeFeatureNotSupported,
+func isolationRefusal(iso, what string) *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("%s cannot run in a %s transaction: no snapshot spans shards, so the shards' answers would not be one consistent snapshot", what, iso),
 		Detail:  "pgshard runs each shard's part of a transaction in a backend transaction of its own.",
 		Hint:    "Use READ COMMITTED for transactions that read several shards, or keep the transaction on one shard (a key, or /* pgshard:shard=NAME */)."}
@@ -532,7 +533,7 @@ func (s *session) fanCollect(streams []*fanStream, f *fanPlan) {
 				case !f.simple && f.describe && st.rowDesc != nil:
 					s.out = append(s.out, st.rowDesc...)
 				case !f.simple && f.describe:
-					s.out = appendEmpty(s.out, 'n')
+					s.out = pgwire.AppendEmpty(s.out, 'n')
 				}
 			}
 			for ; more; more = st.nextRow() {
@@ -562,9 +563,9 @@ func (s *session) fanCollect(streams []*fanStream, f *fanPlan) {
 		if countable {
 			tag = replaceTagCount(tag, total)
 		}
-		s.out = appendCommandComplete(s.out, string(tag))
+		s.out = pgwire.AppendCommandComplete(s.out, string(tag))
 	} else {
-		s.out = appendEmpty(s.out, 'I')
+		s.out = pgwire.AppendEmpty(s.out, 'I')
 	}
 }
 
@@ -588,7 +589,7 @@ func replaceTagCount(tag []byte, n int64) []byte {
 
 // fanMerge answers a merged fan-out read. It returns an error only when
 // the client connection failed.
-func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *bindView, bytewise bool, bindAt int) error {
+func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *pgwire.BindView, bytewise bool, bindAt int) error {
 	live := make([]bool, len(streams))
 	for i, st := range streams {
 		if st.lost == nil {
@@ -602,10 +603,10 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 			break
 		}
 	}
-	r := &mergeRun{s: s, m: m, streams: streams, live: live, rawDesc: rd, client: bv.resultFmts,
+	r := &mergeRun{s: s, m: m, streams: streams, live: live, rawDesc: rd, client: bv.ResultFmts,
 		describe: f.simple || f.describe, bytewise: bytewise, limit: s.srv.cfg.MergeGroupLimit}
 	if !f.simple {
-		r.params, r.formats, r.oids = bv.params, bv.formats, f.vs.oids
+		r.params, r.formats, r.oids = bv.Params, bv.Formats, f.vs.oids
 	}
 	if s.fanErrorsSoFar(streams, r, bindAt) {
 		return nil
@@ -623,9 +624,9 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		return nil
 	}
 	if e != nil {
-		s.out = appendError(s.out[:lo], e)
+		s.out = pgwire.AppendError(s.out[:lo], e)
 		for _, st := range streams {
-			st.errRaw = appendError(nil, e) // the transaction fails as on a shard's error
+			st.errRaw = pgwire.AppendError(nil, e) // the transaction fails as on a shard's error
 		}
 		return nil
 	}
@@ -633,10 +634,10 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		s.out = append(s.out, n...)
 	}
 	if f.only > 0 && streams[0].tag != nil {
-		s.out = appendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
+		s.out = pgwire.AppendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
 		return nil
 	}
-	s.out = appendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.emitted, 10))
+	s.out = pgwire.AppendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.emitted, 10))
 	return nil
 }
 
@@ -695,11 +696,11 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 				st.bc.pool.release(st.bc)
 			}
 		}
-		s.out = appendRFQ(s.out, 'I')
+		s.out = pgwire.AppendRFQ(s.out, 'I')
 		return
 	}
 	if !f.continues {
-		defer func() { s.out = appendRFQ(s.out, s.status()) }()
+		defer func() { s.out = pgwire.AppendRFQ(s.out, s.status()) }()
 	}
 	if !failed {
 		for _, st := range streams {

@@ -3,128 +3,16 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
-	"math/big"
 	"strconv"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
-
-// FuzzStartupPacket: any bytes decode to a packet or an error, never a
-// panic; a decoded packet's parameters survive re-encoding.
-func FuzzStartupPacket(f *testing.F) {
-	f.Add(append(binary.BigEndian.AppendUint32(nil, protocolV3), "user\x00u\x00database\x00d\x00options\x00-c a=b --c-d=e\x00\x00"...))
-	f.Add(binary.BigEndian.AppendUint32(nil, sslRequestCode))
-	f.Add(append(binary.BigEndian.AppendUint32(nil, cancelCode), 0, 0, 0, 1, 1, 2, 3, 4))
-	f.Add(append(binary.BigEndian.AppendUint32(nil, protocolV3+2), "_pq_.x\x00y\x00\x00"...))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := parseStartupPacket(b)
-		if err != nil {
-			return
-		}
-		if p.kind != startupNormal {
-			return
-		}
-		var enc []byte
-		enc = binary.BigEndian.AppendUint32(enc, uint32(protocolMajorV3)<<16|uint32(p.minor))
-		for _, kv := range p.params {
-			enc = append(enc, kv[0]...)
-			enc = append(enc, 0)
-			enc = append(enc, kv[1]...)
-			enc = append(enc, 0)
-		}
-		enc = append(enc, 0)
-		q, err := parseStartupPacket(enc)
-		if err != nil {
-			t.Fatalf("re-encoded packet rejected: %v", err)
-		}
-		if len(q.params) != len(p.params) {
-			t.Fatalf("params %v became %v", p.params, q.params)
-		}
-		if o, ok := p.param("options"); ok {
-			_, _ = parseOptions(o)
-		}
-		// Through the reader with its length prefix.
-		framed := binary.BigEndian.AppendUint32(nil, uint32(len(b)+4))
-		framed = append(framed, b...)
-		if _, err := readStartupPacket(bytes.NewReader(framed)); err != nil && len(framed) <= startupPacketLimit {
-			t.Fatalf("framed packet rejected: %v", err)
-		}
-	})
-}
-
-// FuzzClientMessages: a stream of client messages is framed and decoded
-// without panics; every message is either decoded or reported as a
-// protocol error (08P01), never silently mis-split.
-func FuzzClientMessages(f *testing.F) {
-	f.Add([]byte("Q\x00\x00\x00\x0dSELECT 1\x00S\x00\x00\x00\x04"))
-	f.Add(appendBindText(appendParseMsg(nil, "s1", "SELECT $1", []uint32{20}), "", "s1", [][]byte{[]byte("42"), nil}))
-	f.Add(appendExecute(appendDescribe(nil, 'P', ""), "", 0))
-	f.Add(appendClose(nil, 'S', "s1"))
-	f.Add([]byte("B\x00\x00\x00\x0c\x00\x00\x00\x05\x00\x00\x00\x00"))
-	f.Add([]byte("X\x00\x00\x00\x04"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rd := newMsgReader(bytes.NewReader(b), func(typ byte) int {
-			if typ == 'S' || typ == 'H' {
-				return smallMessageLimit
-			}
-			return 1 << 16
-		})
-		var pv parseView
-		var bv bindView
-		total := 0
-		for i := 0; i < 1000; i++ {
-			if i%3 == 0 {
-				rd.hold()
-			} else if i%3 == 2 {
-				rd.release()
-			}
-			typ, msg, err := rd.next()
-			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errProtocol) {
-					t.Fatalf("unexpected error kind: %v", err)
-				}
-				return
-			}
-			if msg[0] != typ || int(binary.BigEndian.Uint32(msg[1:]))+1 != len(msg) {
-				t.Fatalf("framing: type %q len %d, message %x", typ, len(msg), msg)
-			}
-			total += len(msg)
-			if !bytes.Equal(b[total-len(msg):total], msg) {
-				t.Fatalf("message bytes differ from the input at %d", total-len(msg))
-			}
-			switch typ {
-			case 'P':
-				if pv.decode(msg) == nil {
-					re := appendParseMsg(nil, string(pv.name), string(pv.query), pv.oids)
-					if !bytes.Equal(re, msg) {
-						t.Fatalf("Parse re-encodes differently: %x vs %x", re, msg)
-					}
-				}
-			case 'B':
-				if bv.decode(msg) == nil {
-					re := appendBindAs(nil, msg, &bv, string(bv.stmt))
-					if !bytes.Equal(re, msg) {
-						t.Fatalf("Bind re-encodes differently: %x vs %x", re, msg)
-					}
-					for _, p := range bv.params {
-						_ = p
-					}
-				}
-			case 'D', 'C':
-				_, _, _ = decodeTarget(msg)
-			case 'E':
-				_, _, _ = decodeExecute(msg)
-			case 'Q':
-				_, _ = decodeQuery(msg)
-			}
-		}
-	})
-}
 
 // FuzzBindRouting: Bind parameters decoded by the proxy and routed by the
 // analyzer: never a panic, and an int8 key in text or binary format goes
@@ -157,23 +45,23 @@ func FuzzBindRouting(f *testing.F) {
 		if binaryFmt {
 			fc = 1
 		}
-		msg := appendBindText(nil, "", "", [][]byte{param})
+		msg := pgwire.AppendBindText(nil, "", "", [][]byte{param})
 		if binaryFmt {
 			var sp int
-			msg, sp = beginMsg(nil, 'B')
+			msg, sp = pgwire.BeginMsg(nil, 'B')
 			msg = append(msg, 0, 0, 0, 1, 0, 1, 0, 1) // portal "", stmt "", 1 format (binary), 1 param
-			msg = appendU32(msg, uint32(len(param)))
+			msg = pgwire.AppendU32(msg, uint32(len(param)))
 			msg = append(msg, param...)
 			msg = append(msg, 0, 0)
-			msg = finishMsg(msg, sp)
+			msg = pgwire.FinishMsg(msg, sp)
 		}
-		var bv bindView
-		if err := bv.decode(msg); err != nil {
+		var bv pgwire.BindView
+		if err := bv.Decode(msg); err != nil {
 			t.Fatalf("a well-formed Bind was rejected: %v", err)
 		}
-		d := an.Route(st, bv.params, bv.formats, []uint32{0})
-		if binaryFmt && (len(bv.formats) != 1 || bv.formats[0] != fc) || !binaryFmt && len(bv.formats) != 0 {
-			t.Fatalf("formats %v (binary %v)", bv.formats, binaryFmt)
+		d := an.Route(st, bv.Params, bv.Formats, []uint32{0})
+		if binaryFmt && (len(bv.Formats) != 1 || bv.Formats[0] != fc) || !binaryFmt && len(bv.Formats) != 0 {
+			t.Fatalf("formats %v (binary %v)", bv.Formats, binaryFmt)
 		}
 		var want int64
 		ok := false
@@ -198,87 +86,6 @@ func FuzzBindRouting(f *testing.F) {
 		}
 		if got, exp := d.Shard, m.ShardIndexForBucket(m.BucketInt8(want)); got != exp {
 			t.Fatalf("int8 key %d routed to shard %d, its bucket belongs to %d", want, got, exp)
-		}
-	})
-}
-
-// FuzzSCRAM: the SCRAM server never panics on client messages and never
-// accepts a proof made without the password.
-func FuzzSCRAM(f *testing.F) {
-	v, err := deriveVerifier("pw", []byte("0123456789abcdef"), 16)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add("n,,n=u,r=abc", "c=biws,r=abcXYZ,p=AAAA")
-	f.Add("p=tls-unique,,n=u,r=x", "")
-	f.Add("y,,n=,r=a,m=ext", "c=eSws,r=a,p=")
-	f.Fuzz(func(t *testing.T, first, final string) {
-		s := &scramServer{v: v}
-		if _, err := s.first(first); err != nil {
-			return
-		}
-		if _, err := s.final(final); err == nil {
-			t.Fatalf("accepted a final message built without the password: %q", final)
-		}
-	})
-}
-
-// FuzzShardAnswer: the decoders of what a shard sends to a merge — a
-// DataRow, a RowDescription, numeric and float values in text and binary
-// — never panic; what decodes re-encodes to the same bytes (DataRow,
-// RowDescription, numeric binary in its canonical form) or reads back the
-// same (numeric text).
-func FuzzShardAnswer(f *testing.F) {
-	f.Add(appendDataRow(nil, [][]byte{[]byte("abc"), nil, {}}), []byte("12.500"))
-	f.Add(appendRowDesc(nil, []field{{name: "a", oid: oidInt8, typlen: 8, typmod: -1}, {name: "b", oid: oidNumeric, typlen: -1, typmod: -1, format: 1}}), []byte("-0.0001"))
-	f.Add([]byte{'D', 0, 0, 0, 6, 0, 1}, []byte("NaN"))
-	f.Add(dec{c: big.NewInt(-123456789), scale: 4}.appendBinary(nil), []byte("Infinity"))
-	f.Fuzz(func(t *testing.T, msg []byte, text []byte) {
-		if len(msg) >= headerLen {
-			framed := append([]byte{'D'}, binary.BigEndian.AppendUint32(nil, uint32(len(msg)-1))...)
-			framed = append(framed, msg[headerLen:]...)
-			if cols, err := dataRowCols(nil, framed); err == nil {
-				if again := appendDataRow(nil, cols); !bytes.Equal(again, framed) {
-					t.Fatalf("DataRow %x re-encodes as %x", framed, again)
-				}
-			}
-			framed[0] = 'T'
-			if fs, err := parseRowDesc(framed); err == nil {
-				if again := appendRowDesc(nil, fs); !bytes.Equal(again, framed) && bytes.IndexByte(framed[headerLen:], 0) >= 0 {
-					if _, err := parseRowDesc(again); err != nil {
-						t.Fatalf("RowDescription %x re-encodes undecodably as %x", framed, again)
-					}
-				}
-			}
-		}
-		for _, oid := range []uint32{oidInt2, oidInt4, oidInt8, oidFloat4, oidFloat8, oidNumeric} {
-			for _, format := range []int16{0, 1} {
-				v := text
-				if format == 1 {
-					v = msg
-				}
-				n, e := decodeNum(v, oid, format)
-				if e != nil {
-					continue
-				}
-				_ = appendNum(nil, n, format, 1)
-				f := field{oid: oid, format: format}
-				if _, e := compareValues(v, v, &f, true); e != nil {
-					t.Fatalf("a value that decodes (%x, oid %d) does not compare: %v", v, oid, e)
-				}
-			}
-		}
-		if d, ok := decFromBinary(msg); ok && d.special == 0 {
-			back, ok := decFromBinary(d.appendBinary(nil))
-			if !ok || decCmp(back, d) != 0 || back.scale != d.scale {
-				t.Fatalf("numeric %x: %s re-read as %s", msg, d.text(), back.text())
-			}
-		}
-		if d, ok := decFromText(string(text)); ok && d.special == 0 {
-			back, ok := decFromText(d.text())
-			if !ok || decCmp(back, d) != 0 {
-				t.Fatalf("numeric text %q: %s re-read as %s", text, d.text(), back.text())
-			}
 		}
 	})
 }
@@ -314,14 +121,14 @@ func FuzzSettingsReplay(f *testing.F) {
 		if v1 == nil {
 			v1 = []byte{}
 		}
-		var bv bindView
-		if err := bv.decode(appendBindText(nil, "", "", [][]byte{v1, v2})); err != nil {
+		var bv pgwire.BindView
+		if err := bv.Decode(pgwire.AppendBindText(nil, "", "", [][]byte{v1, v2})); err != nil {
 			t.Fatal(err)
 		}
 		replay, e := settingsReplay(st, &bv, []uint32{oid, 0})
 		switch {
 		case e != nil:
-			if oid == 0 || oid == oidText || oid == oidVarchar || oid == oidUnknown {
+			if oid == 0 || oid == pgtype.TextOID || oid == pgtype.VarcharOID || oid == pgtype.UnknownOID {
 				t.Fatalf("refused with a text parameter: %v", e)
 			}
 			return

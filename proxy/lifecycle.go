@@ -161,106 +161,10 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	var stopAccept sync.Once
 	closeListener := func() { stopAccept.Do(func() { _ = ln.Close() }) }
 
-	g.Go(func() error { // hard stop
-		<-gctx.Done()
-		closeListener()
-		if metricsSrv != nil {
-			_ = metricsSrv.Close()
-		}
-		c.life.closeHandover()
-		c.mu.Lock()
-		for _, sess := range c.sessions {
-			sess.closeClient()
-		}
-		c.mu.Unlock()
-		// Sessions waiting for a backend (a long query, a fan-out's
-		// shards) end too.
-		for _, p := range c.allPools() {
-			p.interruptInUse()
-		}
-		return nil
-	})
-	g.Go(func() error { // graceful shutdown
-		select {
-		case <-gctx.Done():
-			return nil
-		case <-c.life.shutdown:
-		}
-		closeListener()
-		c.life.closeHandover()
-		timeout := c.current().cfg.ShutdownTimeout
-		wctx, cancel := context.WithTimeout(gctx, timeout)
-		err := pollUntil(wctx, func() bool {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.nclients-c.nadmin == 0
-		})
-		cancel()
-		c.mu.Lock()
-		left := c.nclients - c.nadmin
-		c.mu.Unlock()
-		if err != nil && gctx.Err() == nil {
-			c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
-		} else {
-			c.log.Info("graceful shutdown: every session ended")
-		}
-		hardStop()
-		return nil
-	})
-	g.Go(func() error { // idle reaper, retired pools
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case now := <-t.C:
-				cur := c.current()
-				period := min(max(cur.cfg.IdleTimeout/4, time.Second), 30*time.Second)
-				if now.Sub(last) >= period {
-					last = now
-					for _, p := range cur.pools {
-						p.reapIdle(now)
-					}
-				}
-				for _, p := range cur.pools {
-					p.rollStats(now)
-				}
-				c.reapRetired()
-			}
-		}
-	})
-	g.Go(func() error { // accept loop
-		backoff := 5 * time.Millisecond
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				if gctx.Err() != nil || c.life.draining.Load() {
-					return nil
-				}
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
-					c.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
-					t := time.NewTimer(backoff)
-					select {
-					case <-gctx.Done():
-						t.Stop()
-						return nil
-					case <-t.C:
-					}
-					backoff = min(2*backoff, time.Second)
-					continue
-				}
-				return fmt.Errorf("proxy: accept: %w", err)
-			}
-			backoff = 5 * time.Millisecond
-			g.Go(func() error {
-				c.current().handle(gctx, conn)
-				return nil
-			})
-		}
-	})
+	g.Go(func() error { return c.onHardStop(gctx, closeListener, metricsSrv) })
+	g.Go(func() error { return c.gracefulShutdown(gctx, closeListener, hardStop) })
+	g.Go(func() error { return c.reapLoop(gctx) })
+	g.Go(func() error { return c.acceptLoop(gctx, g, ln) })
 	if h != nil {
 		// Accepting on the inherited sockets: let the predecessor go.
 		if err := h.finish(gctx); err != nil {
@@ -289,6 +193,121 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	}
 	c.log.Info("proxy stopped")
 	return err
+}
+
+// onHardStop waits for the hard stop (gctx done), then closes the listener,
+// the metrics endpoint, the hand-over socket and every client session,
+// and interrupts the sessions waiting for a backend.
+func (c *core) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
+	<-gctx.Done()
+	closeListener()
+	if metricsSrv != nil {
+		_ = metricsSrv.Close()
+	}
+	c.life.closeHandover()
+	c.mu.Lock()
+	for _, sess := range c.sessions {
+		sess.closeClient()
+	}
+	c.mu.Unlock()
+	// Sessions waiting for a backend (a long query, a fan-out's
+	// shards) end too.
+	for _, p := range c.allPools() {
+		p.interruptInUse()
+	}
+	return nil
+}
+
+// gracefulShutdown waits for SHUTDOWN (or the hard stop), stops accepting,
+// waits for the sessions to end, at most ShutdownTimeout, then calls
+// hardStop.
+func (c *core) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
+	select {
+	case <-gctx.Done():
+		return nil
+	case <-c.life.shutdown:
+	}
+	closeListener()
+	c.life.closeHandover()
+	timeout := c.current().cfg.ShutdownTimeout
+	wctx, cancel := context.WithTimeout(gctx, timeout)
+	err := pollUntil(wctx, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.nclients-c.nadmin == 0
+	})
+	cancel()
+	c.mu.Lock()
+	left := c.nclients - c.nadmin
+	c.mu.Unlock()
+	if err != nil && gctx.Err() == nil {
+		c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
+	} else {
+		c.log.Info("graceful shutdown: every session ended")
+	}
+	hardStop()
+	return nil
+}
+
+// reapLoop closes idle backends, rolls the pools' statistics and retires
+// the pools of past generations, once a second until gctx is done.
+func (c *core) reapLoop(gctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-gctx.Done():
+			return nil
+		case now := <-t.C:
+			cur := c.current()
+			period := min(max(cur.cfg.IdleTimeout/4, time.Second), 30*time.Second)
+			if now.Sub(last) >= period {
+				last = now
+				for _, p := range cur.pools {
+					p.reapIdle(now)
+				}
+			}
+			for _, p := range cur.pools {
+				p.rollStats(now)
+			}
+			c.reapRetired()
+		}
+	}
+}
+
+// acceptLoop accepts clients on ln until it closes (a session each, owned
+// by g); a transient accept error (timeout, EMFILE) is retried with
+// backoff.
+func (c *core) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if gctx.Err() != nil || c.life.draining.Load() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
+				c.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-gctx.Done():
+					t.Stop()
+					return nil
+				case <-t.C:
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			return fmt.Errorf("proxy: accept: %w", err)
+		}
+		backoff = 5 * time.Millisecond
+		g.Go(func() error {
+			c.current().handle(gctx, conn)
+			return nil
+		})
+	}
 }
 
 // allPools returns the current generation's pools (its shards' and the

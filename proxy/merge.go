@@ -6,13 +6,17 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // The merge: route builds the plan (route.Merge), this file executes it
 // over the shards' answers (fanout.go reads them) and writes the client's
 // RowDescription, rows and command tag. Values compare and encode as
-// values.go says.
+// package pgvalue says.
 //
 //	Rows:   shard0 ─┐
 //	        shard1 ─┼─ k-way merge by OrderBy ─ [dedup] ─ OFFSET ─ LIMIT ─▶ client
@@ -28,7 +32,7 @@ type mergeRun struct {
 	m       *route.Merge
 	streams []*fanStream
 	live    []bool
-	fields  []field // the per-shard columns (the first shard's RowDescription)
+	fields  []pgvalue.Field // the per-shard columns (the first shard's RowDescription)
 	rawDesc []byte
 	// client: the client's result format codes (Bind), none = text.
 	client   []int16
@@ -45,7 +49,7 @@ type mergeRun struct {
 }
 
 // errStop ends a merge whose client went away (mergeRun.ioErr).
-var errStop = &Error{Code: codeConnectionFailure, Message: "the client connection failed"}
+var errStop = &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: "the client connection failed"}
 
 // clientFormat is the format the client asked for column i.
 func (r *mergeRun) clientFormat(i int) int16 {
@@ -117,10 +121,10 @@ func shardFormats(m *route.Merge, client []int16) []int16 {
 
 // run writes the merged answer (RowDescription, rows) to s.out and returns
 // the number of rows, or the error that ends it.
-func (r *mergeRun) run() *Error {
-	fs, err := parseRowDesc(r.rawDesc)
+func (r *mergeRun) run() *pgwire.Error {
+	fs, err := pgvalue.ParseRowDesc(r.rawDesc)
 	if err != nil {
-		return newError(codeProtocolViolation, err.Error())
+		return pgwire.NewError(pgwire.CodeProtocolViolation, err.Error())
 	}
 	r.fields = fs
 	if r.m.Groups != nil {
@@ -131,39 +135,39 @@ func (r *mergeRun) run() *Error {
 
 // description is the RowDescription the merge would answer with (for an
 // error that ends the statement before its rows).
-func (r *mergeRun) description() ([]byte, *Error) {
-	fs, err := parseRowDesc(r.rawDesc)
+func (r *mergeRun) description() ([]byte, *pgwire.Error) {
+	fs, err := pgvalue.ParseRowDesc(r.rawDesc)
 	if err != nil {
-		return nil, newError(codeProtocolViolation, err.Error())
+		return nil, pgwire.NewError(pgwire.CodeProtocolViolation, err.Error())
 	}
 	r.fields = fs
 	if r.m.Groups != nil {
 		if len(r.fields) != r.m.Width {
-			return nil, newError(codeInternalError, "pgshard merge: a shard returned another number of columns than the merge expects")
+			return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned another number of columns than the merge expects")
 		}
 		out, _, e := r.groupFields()
 		if e != nil {
 			return nil, e
 		}
-		return appendRowDesc(nil, out), nil
+		return pgvalue.AppendRowDesc(nil, out), nil
 	}
 	visible := len(r.fields) - r.m.Hidden
 	switch {
 	case visible < 0:
-		return nil, newError(codeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+		return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
 	case r.m.Hidden == 0:
 		return r.rawDesc, nil
 	}
-	return appendRowDesc(nil, r.fields[:visible]), nil
+	return pgvalue.AppendRowDesc(nil, r.fields[:visible]), nil
 }
 
 // ---- rows ----
 
-func (r *mergeRun) rows() *Error {
+func (r *mergeRun) rows() *pgwire.Error {
 	s, m := r.s, r.m
 	visible := len(r.fields) - m.Hidden
 	if visible < 0 {
-		return newError(codeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+		return pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
 	}
 	keys := make([]sortCol, len(m.OrderBy))
 	for i, k := range m.OrderBy {
@@ -172,7 +176,7 @@ func (r *mergeRun) rows() *Error {
 			c += visible
 		}
 		if c < 0 || c >= len(r.fields) {
-			return newError(codeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
+			return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
 		}
 		keys[i] = sortCol{col: c, SortKey: k}
 	}
@@ -180,7 +184,7 @@ func (r *mergeRun) rows() *Error {
 		if m.Hidden == 0 {
 			s.out = append(s.out, r.rawDesc...)
 		} else {
-			s.out = appendRowDesc(s.out, r.fields[:visible])
+			s.out = pgvalue.AppendRowDesc(s.out, r.fields[:visible])
 		}
 	}
 	skip, limit := m.Offset, m.Limit
@@ -256,7 +260,7 @@ func (r *mergeRun) rows() *Error {
 		}
 		if ordered || m.Distinct {
 			last = append(last[:0], st.row...)
-			lastCols, _ = dataRowCols(lastCols[:0], last)
+			lastCols, _ = pgwire.DataRowCols(lastCols[:0], last)
 		}
 		if !dup {
 			if skip > 0 {
@@ -265,7 +269,7 @@ func (r *mergeRun) rows() *Error {
 				if m.Hidden == 0 {
 					s.out = append(s.out, st.row...)
 				} else {
-					s.out = appendDataRow(s.out, st.cols[:visible])
+					s.out = pgwire.AppendDataRow(s.out, st.cols[:visible])
 				}
 				r.emitted++
 				if limit > 0 {
@@ -294,10 +298,10 @@ type sortCol struct {
 }
 
 // compareRows orders two rows (split DataRows) by the keys (<0: a first).
-func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *Error) {
+func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *pgwire.Error) {
 	for _, k := range keys {
 		if k.col >= len(a) || k.col >= len(b) {
-			return 0, newError(codeInternalError, "pgshard merge: shards returned rows of different widths")
+			return 0, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: shards returned rows of different widths")
 		}
 		c, e := r.compareNullable(a[k.col], b[k.col], k.col, k.SortKey)
 		if e != nil || c != 0 {
@@ -308,7 +312,7 @@ func (r *mergeRun) compareRows(a, b [][]byte, keys []sortCol) (int, *Error) {
 }
 
 // compareNullable orders two values of column col under one sort key.
-func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *Error) {
+func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *pgwire.Error) {
 	switch {
 	case av == nil && bv == nil:
 		return 0, nil
@@ -323,7 +327,7 @@ func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int
 		}
 		return -1, nil
 	}
-	c, e := compareValues(av, bv, &r.fields[col], r.bytewise || k.Bytewise)
+	c, e := pgvalue.CompareValues(av, bv, &r.fields[col], r.bytewise || k.Bytewise)
 	if e != nil {
 		return 0, e
 	}
@@ -335,7 +339,7 @@ func (r *mergeRun) compareNullable(av, bv []byte, col int, k route.SortKey) (int
 
 // equalCols reports whether two rows are equal (as Postgres's equality
 // for each type: DISTINCT) in their first n columns.
-func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *Error) {
+func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
 	for i := 0; i < n; i++ {
 		switch {
 		case a[i] == nil && b[i] == nil:
@@ -343,7 +347,7 @@ func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *Error) {
 		case a[i] == nil || b[i] == nil:
 			return false, nil
 		}
-		c, e := compareValues(a[i], b[i], &r.fields[i], r.bytewise)
+		c, e := pgvalue.CompareValues(a[i], b[i], &r.fields[i], r.bytewise)
 		if e != nil {
 			return false, e
 		}
@@ -354,8 +358,8 @@ func (r *mergeRun) equalCols(a, b [][]byte, n int) (bool, *Error) {
 	return true, nil
 }
 
-func (r *mergeRun) outOfOrder(st *fanStream) *Error {
-	return &Error{Code: codeInternalError,
+func (r *mergeRun) outOfOrder(st *fanStream) *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeInternalError,
 		Message: fmt.Sprintf("pgshard merge: shard %q returned rows in an order the merge does not reproduce; the statement was stopped rather than answered wrongly", r.s.srv.shardName(st.shard)),
 		Hint:    `The shards sort text by a collation other than C: write COLLATE "C" in ORDER BY, or add a key so that one shard answers.`}
 }
@@ -365,31 +369,31 @@ func (r *mergeRun) outOfOrder(st *fanStream) *Error {
 // outVal is one merged column of a group.
 type outVal struct {
 	null bool
-	raw  []byte // the value in the client's format (AggNone/min/max: a shard's bytes)
-	n    num    // computed columns: the number
-	comp bool   // computed (n is set)
+	raw  []byte      // the value in the client's format (AggNone/min/max: a shard's bytes)
+	n    pgvalue.Num // computed columns: the number
+	comp bool        // computed (n is set)
 }
 
 // acc accumulates one output over a group's shard rows.
 type acc struct {
 	have  bool
 	raw   []byte
-	sum   num
+	sum   pgvalue.Num
 	count int64
 }
 
-func (r *mergeRun) groups() *Error {
+func (r *mergeRun) groups() *pgwire.Error {
 	s, m := r.s, r.m
 	g := m.Groups
 	if len(r.fields) != m.Width {
-		return newError(codeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
+		return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
 	}
 	out, finals, e := r.groupFields()
 	if e != nil {
 		return e
 	}
 	if r.describe {
-		s.out = appendRowDesc(s.out, out)
+		s.out = pgvalue.AppendRowDesc(s.out, out)
 	}
 	efd := 1
 	keys := make([]sortCol, len(g.Keys))
@@ -402,40 +406,14 @@ func (r *mergeRun) groups() *Error {
 	// lastOut is the last group emitted (FETCH ... WITH TIES: the groups
 	// after the limit that tie with it on every ORDER BY term follow).
 	var lastOut []outVal
-	tieWith := func(a, b []outVal) (bool, *Error) {
-		for _, k := range g.OrderBy {
-			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
-			if e != nil || c != 0 {
-				return false, e
-			}
-		}
-		return true, nil
-	}
 	var lastKey []byte
 	var lastKeyCols [][]byte
 	first := true
 	members := make([]int, 0, len(r.streams))
 	for {
-		// The group with the least key, and the shards that have it.
-		members = members[:0]
-		for i, st := range r.streams {
-			if !r.live[i] {
-				continue
-			}
-			if len(members) == 0 {
-				members = append(members, i)
-				continue
-			}
-			c, e := r.compareRows(st.cols, r.streams[members[0]].cols, keys)
-			if e != nil {
-				return e
-			}
-			switch {
-			case c < 0:
-				members = append(members[:0], i)
-			case c == 0:
-				members = append(members, i)
-			}
+		members, e = r.leastGroup(members[:0], keys)
+		if e != nil {
+			return e
 		}
 		if len(members) == 0 {
 			break
@@ -461,7 +439,7 @@ func (r *mergeRun) groups() *Error {
 				}
 			}
 			lastKey = append(lastKey[:0], lead.row...)
-			lastKeyCols, _ = dataRowCols(lastKeyCols[:0], lastKey)
+			lastKeyCols, _ = pgwire.DataRowCols(lastKeyCols[:0], lastKey)
 		}
 		first = false
 		clear(accs)
@@ -492,7 +470,7 @@ func (r *mergeRun) groups() *Error {
 		}
 		if g.SortAfter {
 			if len(buffered) >= r.limit {
-				return &Error{Code: codeProgramLimitExceeded,
+				return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
 					Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.limit),
 					Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
 			}
@@ -504,7 +482,7 @@ func (r *mergeRun) groups() *Error {
 			// (they arrive together, in key order); else drain: the
 			// shards' rows are read to the end.
 			if m.WithTies && lastOut != nil {
-				tie, e := tieWith(vals, lastOut)
+				tie, e := r.tie(vals, lastOut, finals)
 				if e != nil {
 					return e
 				}
@@ -533,46 +511,93 @@ func (r *mergeRun) groups() *Error {
 		}
 	}
 	if g.SortAfter {
-		var sortErr *Error
-		slices.SortStableFunc(buffered, func(a, b []outVal) int {
-			for _, k := range g.OrderBy {
-				c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
-				if e != nil && sortErr == nil {
-					sortErr = e
-				}
-				if c != 0 {
-					return c
-				}
-			}
-			return 0
-		})
-		if sortErr != nil {
-			return sortErr
+		return r.emitSorted(buffered, finals, skip, limit, lastOut)
+	}
+	return nil
+}
+
+// leastGroup returns in members the live shards whose current row has the
+// least group key (every live shard when keys is empty).
+func (r *mergeRun) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
+	for i, st := range r.streams {
+		if !r.live[i] {
+			continue
 		}
-		for _, vals := range buffered {
-			if limit == 0 {
-				if !m.WithTies || lastOut == nil {
-					break
-				}
-				tie, e := tieWith(vals, lastOut)
-				if e != nil {
-					return e
-				}
-				if !tie {
-					break
-				}
-				r.emitGroup(vals, g.Visible)
-				continue
+		if len(members) == 0 {
+			members = append(members, i)
+			continue
+		}
+		c, e := r.compareRows(st.cols, r.streams[members[0]].cols, keys)
+		if e != nil {
+			return members, e
+		}
+		switch {
+		case c < 0:
+			members = append(members[:0], i)
+		case c == 0:
+			members = append(members, i)
+		}
+	}
+	return members, nil
+}
+
+// tie reports whether two merged groups are equal on every ORDER BY term
+// (FETCH ... WITH TIES).
+func (r *mergeRun) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
+	for _, k := range r.m.Groups.OrderBy {
+		c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+		if e != nil || c != 0 {
+			return false, e
+		}
+	}
+	return true, nil
+}
+
+// emitSorted sorts the groups a GROUP BY ordered by something other than
+// its keys buffered, and emits them after OFFSET skip, at most limit
+// (negative: all) and the groups tying with the last (WITH TIES); lastOut
+// is the last group emitted before.
+func (r *mergeRun) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limit int64, lastOut []outVal) *pgwire.Error {
+	m, g := r.m, r.m.Groups
+	var sortErr *pgwire.Error
+	slices.SortStableFunc(buffered, func(a, b []outVal) int {
+		for _, k := range g.OrderBy {
+			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+			if e != nil && sortErr == nil {
+				sortErr = e
 			}
-			if skip > 0 {
-				skip--
-				continue
+			if c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	if sortErr != nil {
+		return sortErr
+	}
+	for _, vals := range buffered {
+		if limit == 0 {
+			if !m.WithTies || lastOut == nil {
+				break
+			}
+			tie, e := r.tie(vals, lastOut, finals)
+			if e != nil {
+				return e
+			}
+			if !tie {
+				break
 			}
 			r.emitGroup(vals, g.Visible)
-			lastOut = vals
-			if limit > 0 {
-				limit--
-			}
+			continue
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		r.emitGroup(vals, g.Visible)
+		lastOut = vals
+		if limit > 0 {
+			limit--
 		}
 	}
 	return nil
@@ -580,49 +605,49 @@ func (r *mergeRun) groups() *Error {
 
 // groupFields returns the client's RowDescription fields for the merged
 // columns, and every output's field (its type as the merge computes it).
-func (r *mergeRun) groupFields() ([]field, []field, *Error) {
+func (r *mergeRun) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
 	g := r.m.Groups
-	finals := make([]field, len(g.Outputs))
+	finals := make([]pgvalue.Field, len(g.Outputs))
 	for j, o := range g.Outputs {
 		f := r.fields[o.Column]
 		computed := false
 		switch o.Agg {
 		case route.AggSum:
-			switch f.oid {
-			case oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			switch f.OID {
+			case pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
 			default:
-				return nil, nil, &Error{Code: codeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.name, f.oid),
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.Name, f.OID),
 					Hint:    "Add a key so that one shard answers."}
 			}
 			computed = true
 		case route.AggAvg:
-			switch f.oid {
-			case oidInt8, oidNumeric:
-				f.oid = oidNumeric
-			case oidFloat8:
+			switch f.OID {
+			case pgtype.Int8OID, pgtype.NumericOID:
+				f.OID = pgtype.NumericOID
+			case pgtype.Float8OID:
 			default:
-				return nil, nil, &Error{Code: codeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.name, f.oid),
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.Name, f.OID),
 					Hint:    "Cast the argument (avg(x::float8)), or add a key so that one shard answers."}
 			}
 			computed = true
 		}
 		if o.Cast != route.CastNone {
-			switch f.oid {
-			case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
+			switch f.OID {
+			case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
 			default:
-				return nil, nil, &Error{Code: codeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.name, f.oid, o.Cast)}
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.Name, f.OID, o.Cast)}
 			}
-			f.oid = castOID(o.Cast)
+			f.OID = castOID(o.Cast)
 			computed = true
 		}
 		if computed {
-			f.typlen, f.typmod, f.table, f.attnum = typeLen(f.oid), -1, 0, 0
+			f.Typlen, f.Typmod, f.Table, f.Attnum = pgvalue.TypeLen(f.OID), -1, 0, 0
 		}
 		if j < g.Visible {
-			f.format = r.clientFormat(j)
+			f.Format = r.clientFormat(j)
 		}
 		finals[j] = f
 	}
@@ -632,23 +657,23 @@ func (r *mergeRun) groupFields() ([]field, []field, *Error) {
 func castOID(c route.Cast) uint32 {
 	switch c {
 	case route.CastInt2:
-		return oidInt2
+		return pgtype.Int2OID
 	case route.CastInt4:
-		return oidInt4
+		return pgtype.Int4OID
 	case route.CastInt8:
-		return oidInt8
+		return pgtype.Int8OID
 	case route.CastNumeric:
-		return oidNumeric
+		return pgtype.NumericOID
 	case route.CastFloat4:
-		return oidFloat4
+		return pgtype.Float4OID
 	case route.CastFloat8:
-		return oidFloat8
+		return pgtype.Float8OID
 	}
-	return oidText
+	return pgtype.TextOID
 }
 
 // accumulate adds one shard's row of a group.
-func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
+func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 	for j, o := range r.m.Groups.Outputs {
 		a := &accs[j]
 		v := cols[o.Column]
@@ -666,7 +691,7 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
 				a.raw, a.have = slices.Clone(v), true
 				continue
 			}
-			c, e := compareValues(v, a.raw, f, r.bytewise || o.Bytewise)
+			c, e := pgvalue.CompareValues(v, a.raw, f, r.bytewise || o.Bytewise)
 			if e != nil {
 				return e
 			}
@@ -677,17 +702,17 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
 			if o.Agg == route.AggAvg {
 				cv := cols[o.Column+1]
 				if cv != nil {
-					n, e := decodeNum(cv, r.fields[o.Column+1].oid, r.fields[o.Column+1].format)
+					n, e := pgvalue.DecodeNum(cv, r.fields[o.Column+1].OID, r.fields[o.Column+1].Format)
 					if e != nil {
 						return e
 					}
-					a.count += n.i
+					a.count += n.Int
 				}
 			}
 			if v == nil {
 				continue
 			}
-			n, e := decodeNum(v, f.oid, f.format)
+			n, e := pgvalue.DecodeNum(v, f.OID, f.Format)
 			if e != nil {
 				return e
 			}
@@ -695,7 +720,7 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
 				a.sum, a.have = n, true
 				continue
 			}
-			if a.sum, e = numAdd(a.sum, n); e != nil {
+			if a.sum, e = pgvalue.NumAdd(a.sum, n); e != nil {
 				return e
 			}
 		}
@@ -704,13 +729,13 @@ func (r *mergeRun) accumulate(accs []acc, cols [][]byte) *Error {
 }
 
 // finish computes a group's merged columns.
-func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]outVal, *Error) {
+func (r *mergeRun) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
 	g := r.m.Groups
 	vals := make([]outVal, len(g.Outputs))
 	for j, o := range g.Outputs {
 		a := &accs[j]
-		format := finals[j].format
-		var n num
+		format := finals[j].Format
+		var n pgvalue.Num
 		switch o.Agg {
 		case route.AggNone, route.AggMin, route.AggMax:
 			if !a.have || a.raw == nil {
@@ -722,8 +747,8 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 				continue
 			}
 			f := &r.fields[o.Column]
-			var e *Error
-			if n, e = decodeNum(a.raw, f.oid, f.format); e != nil {
+			var e *pgwire.Error
+			if n, e = pgvalue.DecodeNum(a.raw, f.OID, f.Format); e != nil {
 				return nil, e
 			}
 		case route.AggSum:
@@ -733,16 +758,16 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 			}
 			n = a.sum
 		case route.AggAvg:
-			var e *Error
-			if n, e = numAvg(a.sum, a.count); e != nil {
+			var e *pgwire.Error
+			if n, e = pgvalue.NumAvg(a.sum, a.count); e != nil {
 				return nil, e
 			}
-			if n.kind == nNull {
+			if n.Kind == pgvalue.NumNull {
 				vals[j] = outVal{null: true}
 				continue
 			}
 		}
-		n, text, e := numCast(n, o.Cast, efd)
+		n, text, e := pgvalue.NumCast(n, castTarget(o.Cast), efd)
 		if e != nil {
 			return nil, e
 		}
@@ -750,7 +775,7 @@ func (r *mergeRun) finish(accs []acc, finals []field, out []field, efd int) ([]o
 			vals[j] = outVal{raw: text, n: n, comp: true}
 			continue
 		}
-		vals[j] = outVal{raw: appendNum(nil, n, format, efd), n: n, comp: true}
+		vals[j] = outVal{raw: pgvalue.AppendNum(nil, n, format, efd), n: n, comp: true}
 	}
 	return vals, nil
 }
@@ -766,12 +791,12 @@ func (r *mergeRun) emitGroup(vals []outVal, visible int) {
 			}
 		}
 	}
-	s.out = appendDataRow(s.out, row)
+	s.out = pgwire.AppendDataRow(s.out, row)
 	r.emitted++
 }
 
 // compareOut orders two merged values of output j.
-func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKey) (int, *Error) {
+func (r *mergeRun) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.SortKey) (int, *pgwire.Error) {
 	switch {
 	case a.null && b.null:
 		return 0, nil
@@ -787,12 +812,12 @@ func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKe
 		return -1, nil
 	}
 	var c int
-	if a.comp && b.comp && a.n.kind != nNull && b.n.kind != nNull && finals[j].oid != oidText {
-		c = cmpNum(a.n, b.n)
+	if a.comp && b.comp && a.n.Kind != pgvalue.NumNull && b.n.Kind != pgvalue.NumNull && finals[j].OID != pgtype.TextOID {
+		c = pgvalue.CmpNum(a.n, b.n)
 	} else {
-		var e *Error
+		var e *pgwire.Error
 		bytewise := r.bytewise || k.Bytewise || r.m.Groups.Outputs[j].Bytewise
-		if c, e = compareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
+		if c, e = pgvalue.CompareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
 			return 0, e
 		}
 	}
@@ -803,7 +828,7 @@ func (r *mergeRun) compareOut(a, b outVal, j int, finals []field, k route.SortKe
 }
 
 // eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
-func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *Error) {
+func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []pgvalue.Field) (int, *pgwire.Error) {
 	switch c.Op {
 	case route.CondAnd, route.CondOr:
 		res := 1
@@ -865,26 +890,26 @@ func (r *mergeRun) eval(c *route.Cond, vals []outVal, finals []field) (int, *Err
 type operandVal struct {
 	null   bool
 	isNum  bool
-	n      num
+	n      pgvalue.Num
 	text   []byte
-	field  *field // for a merged value that is neither
+	field  *pgvalue.Field // for a merged value that is neither
 	raw    []byte
 	output int
 }
 
-func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (operandVal, *Error) {
+func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []pgvalue.Field) (operandVal, *pgwire.Error) {
 	if o.Output >= 0 {
 		v := vals[o.Output]
 		if v.null {
 			return operandVal{null: true}, nil
 		}
-		if v.comp && finals[o.Output].oid != oidText {
+		if v.comp && finals[o.Output].OID != pgtype.TextOID {
 			return operandVal{isNum: true, n: v.n}, nil
 		}
 		f := &finals[o.Output]
-		switch f.oid {
-		case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
-			n, e := decodeNum(v.raw, f.oid, f.format)
+		switch f.OID {
+		case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			n, e := pgvalue.DecodeNum(v.raw, f.OID, f.Format)
 			if e != nil {
 				return operandVal{}, e
 			}
@@ -900,20 +925,20 @@ func (r *mergeRun) operand(o route.Operand, vals []outVal, finals []field) (oper
 	}
 	switch o.ConstKind {
 	case "int", "numeric":
-		d, ok := decFromText(o.Const)
+		d, ok := pgvalue.DecFromText(o.Const)
 		if !ok {
-			return operandVal{}, newError(codeInternalError, "pgshard merge: bad constant "+o.Const)
+			return operandVal{}, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: bad constant "+o.Const)
 		}
-		return operandVal{isNum: true, n: num{kind: nDec, d: d, oid: oidNumeric}}, nil
+		return operandVal{isNum: true, n: pgvalue.Num{Kind: pgvalue.NumDec, Dec: d, OID: pgtype.NumericOID}}, nil
 	}
 	return operandVal{text: []byte(o.Const)}, nil
 }
 
 // paramOperand reads a Bind parameter used in HAVING.
-func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
+func (r *mergeRun) paramOperand(n int) (operandVal, *pgwire.Error) {
 	params, formats, oids := r.params, r.formats, r.oids
 	if n > len(params) {
-		return operandVal{}, newError(codeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but HAVING uses $%d", len(params), n))
+		return operandVal{}, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but HAVING uses $%d", len(params), n))
 	}
 	v := params[n-1]
 	if v == nil {
@@ -933,16 +958,16 @@ func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
 	}
 	if f == 1 {
 		switch oid {
-		case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
-			x, e := decodeNum(v, oid, 1)
+		case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			x, e := pgvalue.DecodeNum(v, oid, 1)
 			if e != nil {
 				return operandVal{}, e
 			}
 			return operandVal{isNum: true, n: x}, nil
-		case oidText, oidVarchar:
+		case pgtype.TextOID, pgtype.VarcharOID:
 			return operandVal{text: v}, nil
 		}
-		return operandVal{}, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
+		return operandVal{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot read the binary parameter $%d (type oid %d) of a merged HAVING", n, oid)}
 	}
 	if n, ok := numFromText(v); ok {
 		return operandVal{isNum: true, n: n}, nil
@@ -952,19 +977,19 @@ func (r *mergeRun) paramOperand(n int) (operandVal, *Error) {
 
 // numFromText reads a number written as text: a decimal exactly, else a
 // float (NaN, Infinity, 1e5).
-func numFromText(v []byte) (num, bool) {
+func numFromText(v []byte) (pgvalue.Num, bool) {
 	t := strings.TrimSpace(string(v))
-	if d, ok := decFromText(t); ok && d.special == 0 && t != "" && t[0] != '+' {
-		return num{kind: nDec, d: d, oid: oidNumeric}, true
+	if d, ok := pgvalue.DecFromText(t); ok && d.Special == 0 && t != "" && t[0] != '+' {
+		return pgvalue.Num{Kind: pgvalue.NumDec, Dec: d, OID: pgtype.NumericOID}, true
 	}
-	if x, ok := parsePgFloat(t, 64); ok {
-		return num{kind: nF8, f: x, oid: oidFloat8}, true
+	if x, ok := pgvalue.ParsePgFloat(t, 64); ok {
+		return pgvalue.Num{Kind: pgvalue.NumF8, Float: x, OID: pgtype.Float8OID}, true
 	}
-	return num{}, false
+	return pgvalue.Num{}, false
 }
 
 // compareOperands compares two HAVING operands.
-func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []field) (int, bool, *Error) {
+func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals []pgvalue.Field) (int, bool, *pgwire.Error) {
 	l, e := r.operand(lo, vals, finals)
 	if e != nil {
 		return 0, false, e
@@ -981,20 +1006,20 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 	if l.isNum && !rv.isNum && rv.field == nil {
 		n, ok := numFromText(rv.text)
 		if !ok {
-			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", rv.text)}
+			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", rv.text)}
 		}
 		rv = operandVal{isNum: true, n: n}
 	}
 	if rv.isNum && !l.isNum && l.field == nil {
 		n, ok := numFromText(l.text)
 		if !ok {
-			return 0, false, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", l.text)}
+			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare a merged number with %q in HAVING", l.text)}
 		}
 		l = operandVal{isNum: true, n: n}
 	}
 	switch {
 	case l.isNum && rv.isNum:
-		return cmpNum(l.n, rv.n), false, nil
+		return pgvalue.CmpNum(l.n, rv.n), false, nil
 	case l.field != nil && rv.field == nil && !rv.isNum:
 		c, e := r.compareTextOperand(l, rv.text)
 		return c, false, e
@@ -1002,20 +1027,44 @@ func (r *mergeRun) compareOperands(lo, ro route.Operand, vals []outVal, finals [
 		c, e := r.compareTextOperand(rv, l.text)
 		return -c, false, e
 	case l.field != nil && rv.field != nil:
-		c, e := compareValues(l.raw, rv.raw, l.field, r.bytewise)
+		c, e := pgvalue.CompareValues(l.raw, rv.raw, l.field, r.bytewise)
 		return c, false, e
 	}
-	return 0, false, &Error{Code: codeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
+	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
 }
 
-func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *Error) {
+func (r *mergeRun) compareTextOperand(v operandVal, text []byte) (int, *pgwire.Error) {
 	f := v.field
-	switch f.oid {
-	case oidText, oidVarchar, oidBpchar, oidName:
+	switch f.OID {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
 		tf := *f
-		tf.format = 0
+		tf.Format = 0
 		raw := v.raw
-		return compareValues(raw, text, &tf, r.bytewise || r.m.Groups.Outputs[v.output].Bytewise)
+		return pgvalue.CompareValues(raw, text, &tf, r.bytewise || r.m.Groups.Outputs[v.output].Bytewise)
 	}
-	return 0, &Error{Code: codeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.name, f.oid)}
+	return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.Name, f.OID)}
+}
+
+// castTarget is pgvalue.NumCast's target type for a cast of a merged aggregate
+// (0: no cast; a cast it does not know maps to an OID pgvalue.NumCast refuses).
+func castTarget(c route.Cast) uint32 {
+	switch c {
+	case route.CastNone:
+		return 0
+	case route.CastInt2:
+		return pgtype.Int2OID
+	case route.CastInt4:
+		return pgtype.Int4OID
+	case route.CastInt8:
+		return pgtype.Int8OID
+	case route.CastNumeric:
+		return pgtype.NumericOID
+	case route.CastFloat4:
+		return pgtype.Float4OID
+	case route.CastFloat8:
+		return pgtype.Float8OID
+	case route.CastText:
+		return pgtype.TextOID
+	}
+	return 1<<32 - 1
 }

@@ -47,6 +47,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -322,7 +323,7 @@ func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReaso
 // pinForQuery pins the session before a simple query when one of its
 // statements needs it (or the session pools by session). It returns an
 // error to answer instead of the query, nil to go on (pinned or not).
-func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *Error {
+func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.Error {
 	if s.pin != nil {
 		return nil
 	}
@@ -394,46 +395,46 @@ func setsAhead(as []*route.Statement) bool {
 
 // pinForPipeline is pinForQuery for a buffered extended-protocol
 // pipeline: the statements it parses or binds.
-func (s *session) pinForPipeline(ctx context.Context) *Error {
+func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 	if s.pin != nil {
 		return nil
 	}
 	var why pinReason
 	var temps []string
-	var pv parseView
-	var bv bindView
+	var pv pgwire.ParseView
+	var bv pgwire.BindView
 	var sets, others bool
 	shard := -1
 	for _, m := range s.grp {
 		var a *route.Statement
 		switch m.typ {
 		case 'P':
-			if pv.decode(m.raw) != nil {
+			if pv.Decode(m.raw) != nil {
 				return nil
 			}
-			st, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.query)
+			st, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
 				return nil
 			}
 			a = st
 		case 'B':
-			if bv.decode(m.raw) != nil {
+			if bv.Decode(m.raw) != nil {
 				return nil
 			}
-			if len(bv.stmt) > 0 {
-				if vs := s.stmts[string(bv.stmt)]; vs != nil {
+			if len(bv.Stmt) > 0 {
+				if vs := s.stmts[string(bv.Stmt)]; vs != nil {
 					a = vs.st
 				}
 			}
 			if shard < 0 {
 				var vs *vstmt
-				if len(bv.stmt) == 0 {
+				if len(bv.Stmt) == 0 {
 					vs = s.unnamed
 				} else {
-					vs = s.stmts[string(bv.stmt)]
+					vs = s.stmts[string(bv.Stmt)]
 				}
 				if vs != nil {
-					if d := s.adjustDest(vs.st, s.srv.cfg.Analyzer.Route(vs.st, bv.params, bv.formats, vs.oids)); d.Kind == route.DestShard {
+					if d := s.adjustDest(vs.st, s.srv.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
 						shard = d.Shard
 					}
 				}
@@ -489,7 +490,7 @@ func (s *session) firstShard(as []*route.Statement) int {
 // connection through a pooler cannot move to a server session of its
 // own: the statement is then refused as before (nil is returned and the
 // session stays unpinned; the planner refuses it).
-func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *Error {
+func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
 	srv := s.srv
 	if shard < 0 {
 		switch {
@@ -504,7 +505,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	if why&pinSessionMode == 0 {
 		if max := srv.cfg.MaxPinned; max > 0 && s.core.npinned.Load() >= int64(max) {
 			srv.metrics.refusals.WithLabelValues("max_pinned").Inc()
-			return &Error{Code: codeTooManyConnections,
+			return &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 				Message: fmt.Sprintf("too many pinned sessions (%d, proxy.max_pinned): this statement needs a server session of its own (%s)", max, why),
 				Hint:    "End the session state of other clients (DISCARD ALL, DROP of temporary tables, UNLISTEN *), or raise proxy.max_pinned."}
 		}
@@ -522,7 +523,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	switch {
 	case s.bc != nil && s.bc.pool.viaPooler:
 		srv.metrics.refusals.WithLabelValues("pinned").Inc()
-		return &Error{Code: codeFeatureNotSupported,
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("this statement needs a server session of its own (%s), but its transaction already runs on a pooled connection (PgBouncer), which cannot become one", why),
 			Hint:    "Run it at the start of the transaction, or outside a transaction block: pgshard then pins the session to a backend of its own."}
 	case s.bc != nil:
@@ -540,7 +541,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		if be, ok := err.(*backendPgError); ok {
 			return pgErrorToError(be.pe, "ERROR")
 		}
-		return asError(err, newError(codeCannotConnect, fmt.Sprintf("shard %q: %v", pool.shard.Name, err)))
+		return pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, fmt.Sprintf("shard %q: %v", pool.shard.Name, err)))
 	}
 	var qs []string
 	if q := sessionReplaySQL(s.startup, s.cur); q != "" {
@@ -553,14 +554,14 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		res, err := bc.runSimple(ctx, srv.cfg.PoolTimeout, qs...)
 		if err != nil {
 			pool.discard(bc)
-			return newError(codeConnectionFailure, fmt.Sprintf("pinning the session on shard %q failed: %v", pool.shard.Name, err))
+			return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("pinning the session on shard %q failed: %v", pool.shard.Name, err))
 		}
 		for _, r := range res {
 			if r.errRaw != nil {
 				pool.discard(bc)
-				e := decodeError(r.errRaw)
+				e := pgwire.DecodeError(r.errRaw)
 				if e == nil {
-					e = newError(codeInternalError, "undecodable error from a shard")
+					e = pgwire.NewError(pgwire.CodeInternalError, "undecodable error from a shard")
 				}
 				return e
 			}
@@ -791,7 +792,7 @@ func (s *session) resetStmtCache() {
 // backend's shard, or an error when it needs another one. ok false: the
 // ordinary rules apply (a read of every shard outside a transaction
 // block, on pooled connections).
-func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *Error) {
+func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
 	s := p.s
 	pin := s.pin
 	if s.forwardPinned(a) {
@@ -810,7 +811,7 @@ func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 			return 0, false, nil // fans out on pooled connections
 		}
 		s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
-		return 0, true, &Error{Code: codeFeatureNotSupported,
+		return 0, true, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.srv.shardName(pin.shard), inTxnNote(p)),
 			Detail:  d.Reason,
 			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
@@ -830,10 +831,10 @@ func inTxnNote(p *planner) string {
 
 // pinnedElsewhere is the refusal of a statement for another shard than
 // the pinned session's.
-func (p *planner) pinnedElsewhere(want int, reason string) *Error {
+func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 	s := p.s
 	s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
-	e := &Error{Code: codeFeatureNotSupported,
+	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.srv.shardName(want), s.srv.shardName(s.pin.shard), s.pin.reasons),
 		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
 	if reason != "" {
@@ -868,7 +869,7 @@ func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
 	case route.DestShard:
 		if d.Shard != srv.defaultShard {
 			srv.metrics.refusals.WithLabelValues("unsharded").Inc()
-			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: codeFeatureNotSupported,
+			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
 				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.defaultShard), srv.shardName(d.Shard)),
 				Detail:  "Routing: " + d.Reason,
 				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
@@ -878,7 +879,7 @@ func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
 			return d
 		}
 		srv.metrics.refusals.WithLabelValues("unsharded").Inc()
-		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: codeFeatureNotSupported,
+		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.defaultShard)),
 			Detail:  "Routing: " + d.Reason,
 			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
@@ -904,7 +905,7 @@ func oneShardOverrides(state string) bool {
 // delivers notifications to an idle session.
 func (s *session) readClient() (byte, []byte, error) {
 	if s.pin == nil || s.pin.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pinned {
-		return s.rd.next()
+		return s.rd.Next()
 	}
 	bc := s.bc
 	var wg sync.WaitGroup
@@ -913,7 +914,7 @@ func (s *session) readClient() (byte, []byte, error) {
 		defer wg.Done()
 		s.watchPinned(bc)
 	}()
-	typ, msg, err := s.rd.next()
+	typ, msg, err := s.rd.Next()
 	_ = bc.nc.SetReadDeadline(time.Now()) // ends the watcher's read
 	wg.Wait()
 	_ = bc.nc.SetReadDeadline(time.Time{})
@@ -925,7 +926,7 @@ func (s *session) readClient() (byte, []byte, error) {
 // exchange reports that).
 func (s *session) watchPinned(bc *bconn) {
 	for {
-		typ, msg, err := bc.rd.next()
+		typ, msg, err := bc.rd.Next()
 		if err != nil {
 			if !isTimeout(err) {
 				bc.broken = true
@@ -960,7 +961,7 @@ func (s *session) watchPinned(bc *bconn) {
 // call at a time).
 func (s *session) asyncWriter() io.Writer {
 	if s.aio == nil {
-		s.aio = connIO(s.conn)
+		s.aio = pgwire.ConnIO(s.conn)
 	}
 	return s.aio
 }
@@ -992,7 +993,7 @@ func (s *core) rekeyToBackend(sess *session, pid uint32, secret []byte) {
 
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
-func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *Error) {
+func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
 	if s.poolMode() != PoolSession || len(s.srv.pools) != 1 {
 		return nil, nil
 	}
@@ -1079,7 +1080,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
 				e = refusalError(d.Refusal)
 			} else {
-				e = &Error{Code: codeFeatureNotSupported,
+				e = &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: "a statement that runs on every shard cannot be combined with other statements in a query string",
 					Hint:    "Send it as a separate query."}
 			}
@@ -1110,14 +1111,14 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 func (s *session) fastpath(ctx context.Context, msg []byte) error {
 	if s.bc == nil {
 		if e := s.pinTo(ctx, -1, pinOther, nil); e != nil {
-			s.out = appendError(s.out, e)
-			s.out = appendRFQ(s.out, s.status())
+			s.out = pgwire.AppendError(s.out, e)
+			s.out = pgwire.AppendRFQ(s.out, s.status())
 			return nil
 		}
 	}
 	if s.bc == nil || s.pinned {
-		s.out = appendError(s.out, newError(codeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
-		s.out = appendRFQ(s.out, s.status())
+		s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
+		s.out = pgwire.AppendRFQ(s.out, s.status())
 		return nil
 	}
 	p := s.newPlanner(ctx)
@@ -1129,7 +1130,7 @@ func (s *session) fastpath(ctx context.Context, msg []byte) error {
 		return err
 	}
 	if res.lost {
-		s.out = appendRFQ(s.out, s.status())
+		s.out = pgwire.AppendRFQ(s.out, s.status())
 		return nil
 	}
 	p.exErrored = res.errored
@@ -1152,12 +1153,12 @@ func (s *session) canRelay() bool {
 // secret). Both goroutines end before it returns.
 func (s *session) relay() error {
 	bc := s.bc
-	if b := s.rd.take(); len(b) > 0 {
+	if b := s.rd.Take(); len(b) > 0 {
 		if _, err := bc.nc.Write(b); err != nil {
 			return err
 		}
 	}
-	if b := bc.rd.take(); len(b) > 0 {
+	if b := bc.rd.Take(); len(b) > 0 {
 		if _, err := s.conn.Write(b); err != nil {
 			return err
 		}
@@ -1176,12 +1177,4 @@ func (s *session) relay() error {
 		return err
 	}
 	return nil
-}
-
-// take returns the unread buffered bytes and consumes them.
-func (m *msgReader) take() []byte {
-	b := append([]byte(nil), m.buf[m.pos:m.end]...)
-	m.pos = m.end
-	m.keep = m.pos
-	return b
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -219,10 +220,10 @@ func (p *planner) isLocal(a *route.Statement) bool {
 
 // action is the proxy's own answer to a statement.
 type action struct {
-	notice *Error // a WARNING Postgres would have sent first
-	tag    string // CommandComplete tag
-	empty  bool   // EmptyQueryResponse instead of a tag
-	err    *Error
+	notice *pgwire.Error // a WARNING Postgres would have sent first
+	tag    string        // CommandComplete tag
+	empty  bool          // EmptyQueryResponse instead of a tag
+	err    *pgwire.Error
 	eff    *effect
 }
 
@@ -243,7 +244,7 @@ func (p *planner) localAction(a *route.Statement) action {
 		return action{empty: true}
 	case route.KindBegin:
 		if p.tx == txDeferred {
-			return action{notice: &Error{Severity: "WARNING", Code: codeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
+			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
 		}
 		p.tx = txDeferred
 		p.hint = -1
@@ -255,7 +256,7 @@ func (p *planner) localAction(a *route.Statement) action {
 			tag = "ROLLBACK"
 		}
 		if p.tx == txIdle {
-			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
+			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
 		}
 		if st.Chain && len(p.deferred) > 0 {
 			p.setDeferred([]deferredStmt{p.deferred[0]})
@@ -270,7 +271,7 @@ func (p *planner) localAction(a *route.Statement) action {
 		verb := a.SavepointVerb
 		if p.tx == txIdle {
 			what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
-			return action{err: newError(codeNoActiveTransaction, what+" can only be used in transaction blocks")}
+			return action{err: pgwire.NewError(pgwire.CodeNoActiveTransaction, what+" can only be used in transaction blocks")}
 		}
 		name := a.SavepointName
 		if verb == "SAVEPOINT" {
@@ -278,7 +279,7 @@ func (p *planner) localAction(a *route.Statement) action {
 			return action{tag: "SAVEPOINT", eff: p.txEffect()}
 		}
 		if !p.hasSavepoint(name) {
-			return p.failLocal(newError(codeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
+			return p.failLocal(pgwire.NewError(pgwire.CodeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
 		}
 		p.addDeferred(deferredStmt{sql: st.SQL})
 		return action{tag: verb, eff: p.txEffect()}
@@ -287,7 +288,7 @@ func (p *planner) localAction(a *route.Statement) action {
 			return p.hintAction(a)
 		}
 		if p.tx == txIdle {
-			return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
+			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 		}
 		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction", strict: isStrict(st.Isolation)})
 		return action{tag: "SET", eff: p.txEffect()}
@@ -307,7 +308,7 @@ func (p *planner) localAction(a *route.Statement) action {
 			return action{tag: "DEALLOCATE ALL", eff: &effect{kind: effStmtClear}}
 		}
 		if p.lookup([]byte(st.PrepareName)) == nil {
-			return p.failLocal(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)))
+			return p.failLocal(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)))
 		}
 		p.overlayPut(st.PrepareName, nil)
 		return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: st.PrepareName}}
@@ -315,7 +316,7 @@ func (p *planner) localAction(a *route.Statement) action {
 		switch strings.ToLower(st.SetName) {
 		case "all":
 			if p.tx != txIdle || p.held && p.tx == txBound {
-				return p.failLocal(newError(codeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
+				return p.failLocal(pgwire.NewError(pgwire.CodeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
 			}
 			if p.overlay == nil {
 				p.overlay = map[string]*vstmt{}
@@ -334,35 +335,35 @@ func (p *planner) localAction(a *route.Statement) action {
 		return action{tag: "DISCARD"}
 	case route.KindPrepare:
 		if st.Prepared == nil {
-			return p.failLocal(newError(codeFeatureNotSupported, "cannot analyze the prepared statement: "+st.Reason))
+			return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot analyze the prepared statement: "+st.Reason))
 		}
 		if p.lookup([]byte(st.PrepareName)) != nil {
-			return p.failLocal(newError(codeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
+			return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
 		}
 		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
 		vs.epoch = p.s.srv.stmtEpoch.Load()
 		p.overlayPut(st.PrepareName, vs)
 		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
 	case route.KindExecute:
-		return p.failLocal(newError(codeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
+		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
 		p.s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
 		reason := st.Reason
 		if reason == "" {
 			reason = "this statement needs session state, which does not survive transaction pooling"
 		}
-		return p.failLocal(&Error{Code: codeFeatureNotSupported, Message: reason,
+		return p.failLocal(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: reason,
 			Hint: "pgshard runs each transaction on a pooled connection: use transaction-scoped features (SET LOCAL, pg_advisory_xact_lock, ...)."})
 	}
-	return p.failLocal(newError(codeInternalError, fmt.Sprintf("pgshard cannot answer a %s statement itself", k)))
+	return p.failLocal(pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard cannot answer a %s statement itself", k)))
 }
 
-func errInFailedTx() *Error {
-	return newError(codeInFailedTransaction, "current transaction is aborted, commands ignored until end of transaction block")
+func errInFailedTx() *pgwire.Error {
+	return pgwire.NewError(pgwire.CodeInFailedTransaction, "current transaction is aborted, commands ignored until end of transaction block")
 }
 
 // failLocal is an error answered locally; a deferred transaction fails.
-func (p *planner) failLocal(e *Error) action {
+func (p *planner) failLocal(e *pgwire.Error) action {
 	if p.tx == txDeferred && !p.onTxnBackend() {
 		p.tx = txFailed
 		return action{err: e, eff: p.txEffect()}
@@ -388,7 +389,7 @@ func (p *planner) failedTxAction(a *route.Statement) action {
 				return action{tag: "ROLLBACK", eff: p.txEffect()}
 			}
 		}
-		return action{err: newError(codeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name))}
+		return action{err: pgwire.NewError(pgwire.CodeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name))}
 	case st.Kind == route.KindEmpty:
 		return action{empty: true}
 	}
@@ -417,7 +418,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 			return p.failLocal(refusalError(d.Refusal))
 		}
 		if d.Kind != route.DestShard {
-			return p.failLocal(newError(codeInvalidParameterValue, fmt.Sprintf("pgshard.key %q does not name a shard", st.SetValue)))
+			return p.failLocal(pgwire.NewError(pgwire.CodeInvalidParameterValue, fmt.Sprintf("pgshard.key %q does not name a shard", st.SetValue)))
 		}
 		shard, reason = d.Shard, d.Reason
 	case "pgshard.shard":
@@ -428,14 +429,14 @@ func (p *planner) hintAction(a *route.Statement) action {
 			}
 		}
 		if shard < 0 {
-			return p.failLocal(newError(codeInvalidParameterValue, fmt.Sprintf("pgshard.shard: no shard named %q", st.SetValue)))
+			return p.failLocal(pgwire.NewError(pgwire.CodeInvalidParameterValue, fmt.Sprintf("pgshard.shard: no shard named %q", st.SetValue)))
 		}
 		reason = "SET LOCAL pgshard.shard"
 	default:
-		return p.failLocal(newError(codeFeatureNotSupported, fmt.Sprintf("unknown pgshard setting %q (pgshard.key and pgshard.shard exist)", st.SetName)))
+		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, fmt.Sprintf("unknown pgshard setting %q (pgshard.key and pgshard.shard exist)", st.SetName)))
 	}
 	if p.tx == txIdle && !p.onTxnBackend() {
-		return action{notice: &Error{Severity: "WARNING", Code: codeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 	}
 	if p.onTxnBackend() {
 		if shard != p.shard {
@@ -460,10 +461,10 @@ func (p *planner) hintAction(a *route.Statement) action {
 
 // crossShard is the error for a statement whose shard is not the
 // transaction's.
-func (p *planner) crossShard(want, have int, reason string) *Error {
+func (p *planner) crossShard(want, have int, reason string) *pgwire.Error {
 	srv := p.s.srv
 	srv.metrics.refusals.WithLabelValues("cross_shard").Inc()
-	e := &Error{Code: codeFeatureNotSupported,
+	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but the transaction is on shard %q", srv.shardName(want), srv.shardName(have)),
 		Hint:    "A transaction runs on one shard: roll it back, then run the statement in its own transaction."}
 	switch {
@@ -480,25 +481,25 @@ func (p *planner) crossShard(want, have int, reason string) *Error {
 	return e
 }
 
-func refusalError(r *route.Refusal) *Error {
+func refusalError(r *route.Refusal) *pgwire.Error {
 	code := r.SQLState
 	if code == "" {
-		code = codeFeatureNotSupported
+		code = pgwire.CodeFeatureNotSupported
 	}
-	return &Error{Code: code, Message: r.Message, Detail: r.Detail, Hint: r.Hint}
+	return &pgwire.Error{Code: code, Message: r.Message, Detail: r.Detail, Hint: r.Hint}
 }
 
 // target decides the shard of a statement that runs on a backend, or
 // returns a fan-out (DestAll) or an error; the decision is recorded
 // (SHOW ROUTES, pgshard_proxy_routes_total).
-func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *Error) {
+func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
 	shard, fan, e := p.decideTarget(a, d)
 	p.s.srv.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
 	return shard, fan, e
 }
 
 // decideTarget is target's decision.
-func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Error) {
+func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
 	srv := p.s.srv
 	p.fanInTxn, p.fanOnly = false, 0
 	if a.Kind == route.KindDDL {
@@ -517,7 +518,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 		if d.Refusal != nil {
 			return 0, false, refusalError(d.Refusal)
 		}
-		return 0, false, newError(codeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
+		return 0, false, pgwire.NewError(pgwire.CodeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
 	case route.DestAll:
 		if !p.onTxnBackend() && p.tx == txIdle {
 			return -1, true, nil
@@ -547,12 +548,12 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 			return 0, false, errSettingsAhead(d.Reason)
 		}
 		if a.Kind == route.KindDDL || d.Merge == nil {
-			return 0, false, &Error{Code: codeFeatureNotSupported,
+			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "a statement that must change every shard's schema cannot run inside a transaction block",
 				Detail:  d.Reason,
 				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
 		}
-		return 0, false, &Error{Code: codeFeatureNotSupported,
+		return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
 			Detail:  d.Reason,
 			Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
@@ -625,7 +626,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *Er
 
 // ensureBackend makes the pipeline run on shard: acquires a connection,
 // replays a deferred transaction, or moves a soft one.
-func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
+func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s := p.s
 	if p.onBackend {
 		return nil
@@ -688,7 +689,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 		if be, ok := err.(*backendPgError); ok {
 			return pgErrorToError(be.pe, "ERROR")
 		}
-		return asError(err, &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.shard.Name, err)})
+		return pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.shard.Name, err)})
 	}
 	s.setBackend(bc)
 	s.shard = shard
@@ -698,20 +699,20 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 		if p.hint >= 0 {
 			s.hintBound = true
 		}
-		s.bw = appendQuery(s.bw, replaySQL(p.deferred, pre))
+		s.bw = pgwire.AppendQuery(s.bw, replaySQL(p.deferred, pre))
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		if p.swapMain {
 			// Its other shard's reads and this shard's write are one
 			// transaction only under READ COMMITTED.
 			lo := len(s.lbuf)
-			s.lbuf = appendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
-			s.bw = appendQuery(s.bw, isoCheckSQL)
+			s.lbuf = pgwire.AppendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+			s.bw = pgwire.AppendQuery(s.bw, isoCheckSQL)
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
 		}
 		p.explicit = true
 		p.tx = txBound
 	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
-		s.bw = appendQuery(s.bw, "BEGIN;\n"+pre.preambleSQL())
+		s.bw = pgwire.AppendQuery(s.bw, "BEGIN;\n"+pre.preambleSQL())
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.wrap = true
 	}
@@ -720,7 +721,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *Error {
 
 // moveSoft rolls back a soft transaction (it ran only table-less reads)
 // and makes the transaction deferred again, to be replayed elsewhere.
-func (p *planner) moveSoft() *Error {
+func (p *planner) moveSoft() *pgwire.Error {
 	s := p.s
 	bc := s.bc
 	_, err := bc.runSimple(p.ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
@@ -730,7 +731,7 @@ func (p *planner) moveSoft() *Error {
 	p.tx = txDeferred
 	p.explicit = false
 	if err != nil {
-		return newError(codeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.srv.shardName(p.shard), err))
+		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.srv.shardName(p.shard), err))
 	}
 	return nil
 }
@@ -738,26 +739,26 @@ func (p *planner) moveSoft() *Error {
 // fail ends the pipeline with a local error. When a backend takes part,
 // its transaction (explicit or implicit) is aborted at the same point by a
 // failing Parse, whose error is replaced by e.
-func (p *planner) fail(e *Error, eff *effect) {
+func (p *planner) fail(e *pgwire.Error, eff *effect) {
 	s := p.s
 	p.failed = true
 	if p.onTxnBackend() {
 		if !p.onBackend {
 			if be := p.ensureBackend(p.shard, nil); be != nil {
 				lo := len(s.lbuf)
-				s.lbuf = appendError(s.lbuf, e)
+				s.lbuf = pgwire.AppendError(s.lbuf, e)
 				s.addLocal(lo, eff)
 				return
 			}
 		}
 		lo := len(s.lbuf)
-		s.lbuf = appendError(s.lbuf, e)
+		s.lbuf = pgwire.AppendError(s.lbuf, e)
 		if p.simple {
-			s.bw = appendQuery(s.bw, abortSQL)
+			s.bw = pgwire.AppendQuery(s.bw, abortSQL)
 			s.items = append(s.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
 			return
 		}
-		s.bw = appendParseMsg(s.bw, "", abortSQL, nil)
+		s.bw = pgwire.AppendParseMsg(s.bw, "", abortSQL, nil)
 		s.items = append(s.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
 		p.backendUnnamed = nil
 		return
@@ -767,7 +768,7 @@ func (p *planner) fail(e *Error, eff *effect) {
 		eff = p.txEffect()
 	}
 	lo := len(s.lbuf)
-	s.lbuf = appendError(s.lbuf, e)
+	s.lbuf = pgwire.AppendError(s.lbuf, e)
 	s.addLocal(lo, eff)
 }
 
@@ -780,12 +781,12 @@ func (p *planner) answer(act action) {
 	}
 	lo := len(s.lbuf)
 	if act.notice != nil {
-		s.lbuf = appendNotice(s.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
+		s.lbuf = pgwire.AppendNotice(s.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
 	}
 	if act.empty {
-		s.lbuf = appendEmpty(s.lbuf, 'I')
+		s.lbuf = pgwire.AppendEmpty(s.lbuf, 'I')
 	} else {
-		s.lbuf = appendCommandComplete(s.lbuf, act.tag)
+		s.lbuf = pgwire.AppendCommandComplete(s.lbuf, act.tag)
 	}
 	if act.eff != nil && act.eff.kind == effSettings {
 		s.lbuf = s.appendSettingStatus(s.lbuf, act.eff)
@@ -804,7 +805,7 @@ func (s *session) appendSettingStatus(dst []byte, e *effect) []byte {
 	slices.Sort(names)
 	for _, n := range names {
 		if v := e.rep[n]; s.reported[n] != v {
-			dst = appendParameterStatus(dst, n, v)
+			dst = pgwire.AppendParameterStatus(dst, n, v)
 		}
 	}
 	return dst

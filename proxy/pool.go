@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -29,7 +30,7 @@ type bconn struct {
 	pool *shardPool
 	nc   net.Conn
 	io   io.ReadWriter
-	rd   *msgReader
+	rd   *pgwire.MsgReader
 	// key is the startup settings the connection was opened with.
 	key *settings
 	// statuses are the ParameterStatus values the backend reported at
@@ -46,7 +47,7 @@ type bconn struct {
 	broken bool
 	// downErr is set when the shard was found down while the connection
 	// was in use (its reads are then interrupted).
-	downErr atomic.Pointer[Error]
+	downErr atomic.Pointer[pgwire.Error]
 	// peekFn, peekBuf, peekOK: idleHealthy's state.
 	peekFn  func(fd uintptr) bool
 	peekBuf [1]byte
@@ -74,7 +75,7 @@ type bconn struct {
 
 // write sends b in one write.
 func (c *bconn) write(b []byte) error {
-	c.rd.ready = 0 // until its ReadyForQuery is read
+	c.rd.Ready = 0 // until its ReadyForQuery is read
 	c.sent += uint64(len(b))
 	if _, err := c.io.Write(b); err != nil {
 		c.broken = true
@@ -94,7 +95,7 @@ func (c *bconn) close() {
 // may be waiting to be read (a terminated backend sends a FATAL error, a
 // closed one EOF). One non-blocking peek.
 func (c *bconn) idleHealthy() bool {
-	if c.rd.buffered() > 0 || c.downErr.Load() != nil {
+	if c.rd.Buffered() > 0 || c.downErr.Load() != nil {
 		return false
 	}
 	if time.Since(c.idleSince) < peekAfter {
@@ -104,12 +105,12 @@ func (c *bconn) idleHealthy() bool {
 		// be if it died a moment after the peek.
 		return true
 	}
-	r, ok := c.io.(*rawIO)
+	r, ok := c.io.(*pgwire.RawIO)
 	if !ok {
 		return true
 	}
 	c.peekOK = true
-	if err := r.rc.Read(c.peekFn); err != nil {
+	if err := r.RawConn().Read(c.peekFn); err != nil {
 		return false
 	}
 	return c.peekOK
@@ -118,15 +119,15 @@ func (c *bconn) idleHealthy() bool {
 // readable reports, without blocking, whether the backend sent something
 // not read yet (or closed the connection).
 func (c *bconn) readable() bool {
-	if c.rd.buffered() > 0 {
+	if c.rd.Buffered() > 0 {
 		return true
 	}
-	r, ok := c.io.(*rawIO)
+	r, ok := c.io.(*pgwire.RawIO)
 	if !ok || c.peekFn == nil {
 		return false
 	}
 	c.peekOK = true
-	if err := r.rc.Read(c.peekFn); err != nil {
+	if err := r.RawConn().Read(c.peekFn); err != nil {
 		return true // the next read reports it
 	}
 	return !c.peekOK
@@ -180,7 +181,7 @@ type shardPool struct {
 	verified atomic.Bool
 	// down is the shard's health: nil while its Postgres accepts
 	// connections, else the error of the last probe (see probe).
-	down atomic.Pointer[Error]
+	down atomic.Pointer[pgwire.Error]
 	// pgAddr is the shard's Postgres (the direct DSN), which the health
 	// probe checks even when clients go through PgBouncer.
 	pgAddr string
@@ -280,7 +281,7 @@ func (p *shardPool) acquire(ctx context.Context, key *settings) (*bconn, error) 
 // refusal returns the error that fails a new transaction on the shard at
 // once, nil when it may start: the shard is down, or its PgBouncer is
 // overloaded (back-pressure), or the pool was retired by a reload.
-func (p *shardPool) refusal() *Error {
+func (p *shardPool) refusal() *pgwire.Error {
 	if e := p.down.Load(); e != nil {
 		return e
 	}
@@ -359,7 +360,7 @@ func (p *shardPool) wait(ctx context.Context, w *poolWaiter) (poolGrant, error) 
 			if ctx.Err() != nil {
 				return poolGrant{}, ctx.Err()
 			}
-			return poolGrant{}, &Error{Code: codeTooManyConnections,
+			return poolGrant{}, &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 				Message: fmt.Sprintf("timed out after %s waiting for a connection to shard %q (pool size %d)", p.server().cfg.PoolTimeout, p.shard.Name, p.server().cfg.PoolSize),
 				Hint:    "Raise proxy.pool_size (and the shard's max_connections) or shorten transactions."}
 		}
@@ -375,7 +376,7 @@ func (p *shardPool) wait(ctx context.Context, w *poolWaiter) (poolGrant, error) 
 	if ctx.Err() != nil {
 		return poolGrant{}, ctx.Err()
 	}
-	return poolGrant{}, &Error{Code: codeTooManyConnections, Message: fmt.Sprintf("timed out waiting for a connection to shard %q", p.shard.Name)}
+	return poolGrant{}, &pgwire.Error{Code: pgwire.CodeTooManyConnections, Message: fmt.Sprintf("timed out waiting for a connection to shard %q", p.shard.Name)}
 }
 
 func (p *shardPool) oldestIdleLocked() *bconn {
@@ -403,16 +404,16 @@ func (p *shardPool) release(c *bconn) {
 		p.discard(c)
 		return
 	}
-	if c.rd.ready != 'I' {
+	if c.rd.Ready != 'I' {
 		// A bug's safety net: a connection with a transaction open (or
 		// replies not read) would hold its locks for nobody and answer the
 		// next client with someone else's replies. Close it instead.
 		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "unclean").Inc()
-		p.server().log.Error("a backend connection was returned not idle; closed instead", "shard", p.shard.Name, "status", string(rune(c.rd.ready)))
+		p.server().log.Error("a backend connection was returned not idle; closed instead", "shard", p.shard.Name, "status", string(rune(c.rd.Ready)))
 		p.discard(c)
 		return
 	}
-	c.rd.maybeShrink()
+	c.rd.MaybeShrink()
 	c.txnChecked = false
 	p.mu.Lock()
 	if p.closed {
@@ -454,7 +455,7 @@ func (p *shardPool) forget(c *bconn) {
 }
 
 // isDown returns the shard's last health-probe error, nil if it is up.
-func (p *shardPool) isDown() *Error { return p.down.Load() }
+func (p *shardPool) isDown() *pgwire.Error { return p.down.Load() }
 
 // probe checks that the shard's Postgres accepts TCP connections (a
 // connection, closed at once, costs the server one short-lived process).
@@ -475,7 +476,7 @@ func (p *shardPool) probe(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	e := &Error{Code: codeConnectionFailure,
+	e := &pgwire.Error{Code: pgwire.CodeConnectionFailure,
 		Message: fmt.Sprintf("shard %q is down: its server at %s does not accept connections (%s)", p.shard.Name, p.pgAddr, shortErr(err)),
 		Hint:    "Transactions for other shards still work; retry when the shard is back."}
 	if p.down.Swap(e) == nil {
@@ -565,12 +566,12 @@ func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bc
 		_ = pc.Close(context.Background())
 		return nil, p.connectError(err)
 	}
-	cio := connIO(hc.Conn)
+	cio := pgwire.ConnIO(hc.Conn)
 	c := &bconn{
 		pool:     p,
 		nc:       hc.Conn,
 		io:       cio,
-		rd:       newMsgReader(cio, nil),
+		rd:       pgwire.NewMsgReader(cio, nil),
 		key:      key,
 		statuses: hc.ParameterStatuses,
 		pid:      hc.PID,
@@ -579,7 +580,7 @@ func (p *shardPool) dialAs(ctx context.Context, key *settings, user string) (*bc
 		gen:      p.ops.reconnectGen.Load(),
 	}
 	_, c.tls = hc.Conn.(*tls.Conn)
-	c.rd.ready = hc.TxStatus
+	c.rd.Ready = hc.TxStatus
 	c.peekFn = c.peek
 	if !p.viaPooler && p.server().cfg.StatementCacheSize > 0 {
 		c.stmts = newStmtCache(p.server().cfg.StatementCacheSize)
@@ -602,7 +603,7 @@ func (p *shardPool) connectError(err error) error {
 	if errors.As(err, &pe) {
 		return &backendPgError{pe: pe, shard: p.shard.Name}
 	}
-	e := &Error{Code: codeConnectionFailure,
+	e := &pgwire.Error{Code: pgwire.CodeConnectionFailure,
 		Message: fmt.Sprintf("cannot connect to shard %q at %s: %v", p.shard.Name, p.addr, shortErr(err)),
 		Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
 	if p.server().cfg.HealthInterval > 0 && !p.viaPooler {
@@ -628,7 +629,7 @@ func (p *shardPool) verify(ctx context.Context, pc *pgconn.PgConn) error {
 	rr := pc.ExecParams(ctx, "SELECT shard_name, ordinal, buckets, map_epoch, database_id::text FROM pgshard_identity", nil, nil, nil, nil).Read()
 	if rr.Err != nil && unreachable(rr.Err) {
 		// Through PgBouncer: the login worked, the shard behind it is down.
-		return &Error{Code: codeConnectionFailure,
+		return &pgwire.Error{Code: pgwire.CodeConnectionFailure,
 			Message: fmt.Sprintf("cannot reach shard %q through %s: %s", p.shard.Name, p.addr, shortErr(rr.Err)),
 			Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
 	}
@@ -637,7 +638,7 @@ func (p *shardPool) verify(ctx context.Context, pc *pgconn.PgConn) error {
 		if rr.Err != nil {
 			reason = shortErr(rr.Err)
 		}
-		return &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %s", p.shard.Name, reason)}
+		return &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %s", p.shard.Name, reason)}
 	}
 	row := rr.Rows[0]
 	ord, _ := strconv.Atoi(string(row[1]))
@@ -645,10 +646,10 @@ func (p *shardPool) verify(ctx context.Context, pc *pgconn.PgConn) error {
 	epoch, _ := strconv.ParseUint(string(row[3]), 10, 64)
 	id := migrations.Identity{ShardName: string(row[0]), Ordinal: ord, Buckets: buckets, MapEpoch: epoch, DatabaseID: string(row[4])}
 	if err := id.Check(p.shard, p.server().cfg.Map); err != nil {
-		return &Error{Code: codeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %v", p.shard.Name, err)}
+		return &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %v", p.shard.Name, err)}
 	}
 	if err := p.server().registerDatabaseID(p.shard.Name, id.DatabaseID); err != nil {
-		return &Error{Code: codeCannotConnect, Message: err.Error()}
+		return &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: err.Error()}
 	}
 	p.verified.Store(true)
 	return nil
@@ -734,9 +735,9 @@ func sendCancel(ctx context.Context, addr net.Addr, pid uint32, secret []byte, t
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 0, 16+len(secret))
-	buf = appendU32(buf, uint32(12+len(secret)))
-	buf = appendU32(buf, cancelCode)
-	buf = appendU32(buf, pid)
+	buf = pgwire.AppendU32(buf, uint32(12+len(secret)))
+	buf = pgwire.AppendU32(buf, pgwire.CancelCode)
+	buf = pgwire.AppendU32(buf, pid)
 	buf = append(buf, secret...)
 	if _, err := conn.Write(buf); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -45,8 +46,8 @@ func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
 	conn := func(ready byte) (*bconn, net.Conn) {
 		a, b := net.Pipe()
 		go func() { _, _ = io.Copy(io.Discard, b) }() // the "server": reads the Terminate
-		c := &bconn{pool: p, nc: a, io: a, rd: newMsgReader(a, nil), key: &settings{}}
-		c.rd.ready = ready
+		c := &bconn{pool: p, nc: a, io: a, rd: pgwire.NewMsgReader(a, nil), key: &settings{}}
+		c.rd.Ready = ready
 		p.mu.Lock()
 		p.open++
 		p.conns[c] = struct{}{}
@@ -130,12 +131,12 @@ func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.write(appendQuery(nil, "SELECT 1")); err != nil {
+		if err := c.write(pgwire.AppendQuery(nil, "SELECT 1")); err != nil {
 			t.Fatal(err)
 		}
 		_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 		for {
-			typ, _, err := c.rd.next()
+			typ, _, err := c.rd.Next()
 			if err != nil {
 				t.Fatalf("connection %d: the reply to the first query never came: %v", i, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The operator's controls of one shard pool: PAUSE/RESUME, KILL,
@@ -32,7 +34,7 @@ type poolOps struct {
 	resumed chan struct{}
 	// refuse, when set, fails every new transaction at once: the shard's
 	// PgBouncer is overloaded, or a reload removed the shard.
-	refuse atomic.Pointer[Error]
+	refuse atomic.Pointer[pgwire.Error]
 	// retired: a reload removed the shard; connections close when
 	// released and the pool shuts down once none is in use.
 	retired atomic.Bool
@@ -72,9 +74,9 @@ func (p *shardPool) endUse(c *bconn) {
 		st.bytesOut.Add(c.sent)
 		c.sent = 0
 	}
-	if in := c.rd.nread - c.recvMark; in > 0 {
+	if in := c.rd.BytesRead() - c.recvMark; in > 0 {
 		st.bytesIn.Add(in)
-		c.recvMark = c.rd.nread
+		c.recvMark = c.rd.BytesRead()
 	}
 }
 
@@ -112,7 +114,7 @@ func (p *shardPool) waitResumed(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return &Error{Code: codeCannotConnectNow,
+		return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
 			Message: fmt.Sprintf("shard %q is paused (PAUSE) and was not resumed within %s", p.shard.Name, timeout),
 			Hint:    "An operator paused the shard for maintenance; retry later (RESUME ends the pause)."}
 	}

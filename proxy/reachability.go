@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // unreachable reports whether err, met while talking to a shard (directly
@@ -29,7 +31,7 @@ func unreachable(err error) bool {
 		switch {
 		case strings.HasPrefix(pe.Code, "08"),
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
-			pe.Code == codeTooManyConnections:
+			pe.Code == pgwire.CodeTooManyConnections:
 			return true
 		}
 		return false

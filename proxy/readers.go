@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // Readers: the backend transactions a client transaction holds on shards
@@ -76,13 +78,13 @@ func (s *session) endReaders() {
 		_ = bc.nc.SetReadDeadline(time.Now().Add(s.srv.cfg.PoolTimeout))
 		ok := true
 		for {
-			typ, msg, err := bc.rd.next()
+			typ, msg, err := bc.rd.Next()
 			if err != nil {
 				ok = false
 				break
 			}
 			if typ == 'Z' {
-				ok = readyStatus(msg) == 'I'
+				ok = pgwire.ReadyStatus(msg) == 'I'
 				break
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -278,7 +279,7 @@ func checkEpoch(running, next *shardmap.Map) error {
 // retire takes a pool out of service after a reload removed its shard.
 func (c *core) retire(p *shardPool) {
 	p.ops.retired.Store(true)
-	p.ops.refuse.Store(&Error{Code: codeConnectionFailure,
+	p.ops.refuse.Store(&pgwire.Error{Code: pgwire.CodeConnectionFailure,
 		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.shard.Name),
 		Hint:    "Retry: the transaction runs on the new map."})
 	p.resume()

@@ -3,47 +3,26 @@ package proxy
 import (
 	"context"
 	"log/slog"
-	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
+
+	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/store"
 )
 
 // Secrets: passwords (plain or SCRAM verifiers), DSN passwords and the
 // PgBouncer admin password never appear in logs, the admin console, errors
 // or metrics. Two layers:
 //
-//   - what the proxy shows of a DSN goes through RedactDSN;
+//   - what the proxy shows of a DSN goes through store.RedactDSN (the
+//     one redaction of a DSN, shared with the store);
 //   - the logger is wrapped in a handler that replaces every configured
 //     secret in messages and attributes by "[redacted]" (secretSet), so a
 //     library error that quotes a DSN cannot leak one either.
 
 // redacted replaces a secret.
 const redacted = "[redacted]"
-
-var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-
-// RedactDSN returns dsn with its password (URL user info, a password
-// query parameter or keyword) replaced by "[redacted]".
-func RedactDSN(dsn string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "[unparsable DSN]"
-		}
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "redacted")
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "redacted")
-			u.RawQuery = q.Encode()
-		}
-		return strings.Replace(u.String(), ":redacted@", ":"+redacted+"@", 1)
-	}
-	return kvPassword.ReplaceAllString(dsn, "${1}"+redacted)
-}
 
 // secretSet holds the strings to redact from logs.
 type secretSet struct {
@@ -60,7 +39,7 @@ func (ss *secretSet) set(cfg *Config) {
 	}
 	for _, u := range cfg.Users {
 		add(u.Password)
-		if v, err := parseSCRAMVerifier(u.Password); err == nil {
+		if v, err := auth.ParseVerifier(u.Password); err == nil {
 			_ = v
 			// A verifier's parts (salt, keys) are secrets on their own.
 			if i := strings.IndexByte(u.Password, '$'); i >= 0 {
@@ -74,7 +53,7 @@ func (ss *secretSet) set(cfg *Config) {
 	if cfg.Map != nil {
 		for _, sh := range cfg.Map.Shards {
 			for _, dsn := range []string{sh.DSN, sh.PoolerDSN} {
-				add(dsnPassword(dsn))
+				add(store.DSNPassword(dsn))
 			}
 		}
 	}
@@ -95,24 +74,6 @@ func (ss *secretSet) redact(s string) string {
 		}
 	}
 	return s
-}
-
-// dsnPassword returns the password a DSN carries ("" if none).
-func dsnPassword(dsn string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return ""
-		}
-		if p, ok := u.User.Password(); ok {
-			return p
-		}
-		return u.Query().Get("password")
-	}
-	if m := kvPassword.FindStringSubmatch(dsn); m != nil {
-		return strings.Trim(m[2], "'")
-	}
-	return ""
 }
 
 // redactHandler is a slog.Handler that redacts secrets before passing a
@@ -172,7 +133,7 @@ func (h *redactHandler) WithGroup(name string) slog.Handler {
 // text in the config (never the password).
 func warnPlainPasswords(users []User, log *slog.Logger) {
 	for _, u := range users {
-		if !u.Trust && u.Password != "" && !strings.HasPrefix(u.Password, scramMechanism+"$") {
+		if !u.Trust && u.Password != "" && !strings.HasPrefix(u.Password, auth.Mechanism+"$") {
 			log.Warn("a plain-text password is in the config; store a SCRAM-SHA-256 verifier instead (pgshard passwd USER prints one)", "user", u.Name)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -45,8 +47,8 @@ const (
 type session struct {
 	srv  *Server
 	conn net.Conn
-	io   io.ReadWriter // conn's raw reader/writer (netio.go)
-	rd   *msgReader
+	io   io.ReadWriter // conn's raw reader/writer (pgwire.ConnIO)
+	rd   *pgwire.MsgReader
 	out  []byte
 	log  *slog.Logger
 
@@ -165,8 +167,8 @@ type session struct {
 	items    []item
 	lbuf     []byte
 	bw       []byte
-	pv       parseView
-	bv       bindView
+	pv       pgwire.ParseView
+	bv       pgwire.BindView
 	portals  []portalInfo
 }
 
@@ -250,8 +252,8 @@ func newSession(srv *Server, conn net.Conn) *session {
 		stmts:     map[string]*vstmt{},
 		seen:      map[string]string{},
 	}
-	s.io = connIO(conn)
-	s.rd = newMsgReader(s.io, s.messageLimit)
+	s.io = pgwire.ConnIO(conn)
+	s.rd = pgwire.NewMsgReader(s.io, s.messageLimit)
 	return s
 }
 
@@ -261,7 +263,7 @@ func (s *session) messageLimit(typ byte) int {
 	case 'Q', 'P', 'B', 'd', 'F', 'p':
 		return s.srv.cfg.MaxMessageSize
 	}
-	return smallMessageLimit
+	return pgwire.SmallMessageLimit
 }
 
 // closeClient closes the client connection (server shutdown), which ends
@@ -294,14 +296,14 @@ func (s *session) run(ctx context.Context) {
 	}
 	switch {
 	case err == nil, isDisconnect(err):
-	case errors.Is(err, errProtocol):
+	case errors.Is(err, pgwire.ErrProtocol):
 		s.log.Info("closing client after a protocol error", "user", s.user, "remote", s.conn.RemoteAddr().String(), "err", err)
-		s.out = appendError(s.out[:0], &Error{Severity: "FATAL", Code: codeProtocolViolation, Message: err.Error()})
+		s.out = pgwire.AppendError(s.out[:0], &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProtocolViolation, Message: err.Error()})
 		_ = s.flush()
 	default:
-		var e *Error
+		var e *pgwire.Error
 		if errors.As(err, &e) {
-			s.out = appendError(s.out, e)
+			s.out = pgwire.AppendError(s.out, e)
 			_ = s.flush()
 		}
 		s.log.Debug("client session ended", "user", s.user, "err", err)
@@ -330,11 +332,11 @@ func (s *session) flush() error {
 }
 
 // fail sends a FATAL error and ends the startup.
-func (s *session) fail(e *Error) (bool, error) {
+func (s *session) fail(e *pgwire.Error) (bool, error) {
 	if e.Severity == "" {
 		e.Severity = "FATAL"
 	}
-	s.out = appendError(s.out[:0], e)
+	s.out = pgwire.AppendError(s.out[:0], e)
 	_ = s.flush()
 	return false, e
 }
@@ -345,37 +347,37 @@ func (s *session) fail(e *Error) (bool, error) {
 func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	_ = s.conn.SetDeadline(time.Now().Add(s.srv.cfg.StartupTimeout))
 	defer s.conn.SetDeadline(time.Time{})
-	var pkt *startupPacket
+	var pkt *pgwire.StartupPacket
 	for tries := 0; ; tries++ {
 		var err error
-		pkt, err = readStartupPacket(s.conn)
+		pkt, err = pgwire.ReadStartupPacket(s.conn)
 		if err != nil {
-			var e *Error
+			var e *pgwire.Error
 			if errors.As(err, &e) {
 				return s.fail(e)
 			}
-			if errors.Is(err, errProtocol) {
-				return s.fail(fatal(codeProtocolViolation, err.Error()))
+			if errors.Is(err, pgwire.ErrProtocol) {
+				return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
 			}
 			return false, err
 		}
-		if tries >= 2 && (pkt.kind == startupSSL || pkt.kind == startupGSSEnc) {
-			return s.fail(fatal(codeProtocolViolation, "too many encryption requests"))
+		if tries >= 2 && (pkt.Kind == pgwire.StartupSSL || pkt.Kind == pgwire.StartupGSSEnc) {
+			return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
 		}
-		switch pkt.kind {
-		case startupSSL:
+		switch pkt.Kind {
+		case pgwire.StartupSSL:
 			if err := s.startTLS(); err != nil { // 'S' and a handshake, or 'N'
 				return false, err
 			}
 			continue
-		case startupGSSEnc:
+		case pgwire.StartupGSSEnc:
 			// Not supported: 'N' tells the client to go on without it.
 			if _, err := s.conn.Write([]byte{'N'}); err != nil {
 				return false, err
 			}
 			continue
-		case startupCancel:
-			s.srv.cancel(ctx, pkt.cancelPID, pkt.cancelKey)
+		case pgwire.StartupCancel:
+			s.srv.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
 			return false, nil
 		}
 		break
@@ -383,27 +385,27 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 
 	if ts := s.core.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
 		s.core.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
-		return s.fail(&Error{Severity: "FATAL", Code: codeInvalidAuthorization,
+		return s.fail(&pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
 			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
 			Hint:    "Connect with sslmode=require, verify-ca or verify-full."})
 	}
-	user, _ := pkt.param("user")
+	user, _ := pkt.Param("user")
 	if user == "" {
-		return s.fail(fatal(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
+		return s.fail(pgwire.NewFatal(pgwire.CodeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
 	}
 	s.user = user
-	s.db, _ = pkt.param("database")
+	s.db, _ = pkt.Param("database")
 	if s.db == "" {
 		s.db = user
 	}
-	if v, ok := pkt.param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
-		return s.fail(fatal(codeFeatureNotSupported, "replication connections are not supported by pgshard"))
+	if v, ok := pkt.Param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
+		return s.fail(pgwire.NewFatal(pgwire.CodeFeatureNotSupported, "replication connections are not supported by pgshard"))
 	}
-	s.app, _ = pkt.param("application_name")
+	s.app, _ = pkt.Param("application_name")
 	s.admin = len(s.srv.cfg.AdminUsers) > 0 && s.db == s.srv.cfg.AdminDatabase
 	if !s.admin && s.core.life.disabled.Load() {
 		s.core.metrics.clientsRefused.WithLabelValues("disabled").Inc()
-		return s.fail(&Error{Severity: "FATAL", Code: codeCannotConnectNow,
+		return s.fail(&pgwire.Error{Severity: "FATAL", Code: pgwire.CodeCannotConnectNow,
 			Message: "pgshard is not accepting new connections (DISABLE on the admin console)",
 			Hint:    "Retry later; an operator re-enables logins with ENABLE."})
 	}
@@ -416,34 +418,34 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		// cancel keys, shutdown).
 		s.srv, s.log = sub, sub.log
 	} else if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
-		return s.fail(fatal(codeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
+		return s.fail(pgwire.NewFatal(pgwire.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
 	}
 	var kv [][2]string
-	for _, p := range pkt.params {
+	for _, p := range pkt.Params {
 		name := strings.ToLower(p[0])
 		if startupOnly[name] {
 			continue
 		}
 		kv = append(kv, [2]string{name, p[1]})
 	}
-	if opts, ok := pkt.param("options"); ok {
-		o, err := parseOptions(opts)
+	if opts, ok := pkt.Param("options"); ok {
+		o, err := pgwire.ParseOptions(opts)
 		if err != nil {
-			return s.fail(asError(err, fatal(codeProtocolViolation, err.Error())))
+			return s.fail(pgwire.AsError(err, pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error())))
 		}
 		kv = append(kv, o...)
 	}
 	for _, p := range kv {
 		if strings.HasPrefix(p[0], "pgshard.") {
-			return s.fail(fatal(codeFeatureNotSupported, fmt.Sprintf("%s cannot be a startup parameter: pgshard hints are transaction-local (SET LOCAL)", p[0])))
+			return s.fail(pgwire.NewFatal(pgwire.CodeFeatureNotSupported, fmt.Sprintf("%s cannot be a startup parameter: pgshard hints are transaction-local (SET LOCAL)", p[0])))
 		}
 	}
 
 	if ok, err := s.admit(); !ok {
 		return false, err
 	}
-	if pkt.minor > 0 || len(pkt.protocolOptions) > 0 {
-		s.out = appendNegotiateProtocol(s.out, pkt.protocolOptions)
+	if pkt.Minor > 0 || len(pkt.ProtocolOptions) > 0 {
+		s.out = appendNegotiateProtocol(s.out, pkt.ProtocolOptions)
 	}
 	s.startup = newSettings(kv)
 	if s.asSelf {
@@ -467,13 +469,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		s.out = appendParameterStatus(s.out, n, st[n])
+		s.out = pgwire.AppendParameterStatus(s.out, n, st[n])
 		s.seen[n] = st[n]
 	}
 	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = appendU32(s.out, s.pid)
-	s.out = appendU32(s.out, s.secret)
-	s.out = appendRFQ(s.out, 'I')
+	s.out = pgwire.AppendU32(s.out, s.pid)
+	s.out = pgwire.AppendU32(s.out, s.secret)
+	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
 		s.core.current().unregister(s)
 		return false, err
@@ -482,13 +484,13 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 }
 
 func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
-	dst, sp := beginMsg(dst, 'v')
-	dst = appendU32(dst, protocolV3)
-	dst = appendU32(dst, uint32(len(unsupported)))
+	dst, sp := pgwire.BeginMsg(dst, 'v')
+	dst = pgwire.AppendU32(dst, pgwire.ProtocolV3)
+	dst = pgwire.AppendU32(dst, uint32(len(unsupported)))
 	for _, o := range unsupported {
-		dst = appendCStr(dst, o)
+		dst = pgwire.AppendCStr(dst, o)
 	}
-	return finishMsg(dst, sp)
+	return pgwire.FinishMsg(dst, sp)
 }
 
 // authenticate runs trust or SCRAM-SHA-256 for the startup user.
@@ -501,7 +503,7 @@ func (s *session) authenticate() (bool, error) {
 		s.asSelf = ok
 	}
 	if !ok {
-		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
+		_, err := s.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
 		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
 		return false, err
 	}
@@ -510,37 +512,37 @@ func (s *session) authenticate() (bool, error) {
 		return true, nil
 	}
 	// AuthenticationSASL
-	s.out, _ = appendAuth(s.out, 10, []byte(scramMechanism+"\x00\x00"))
+	s.out, _ = appendAuth(s.out, 10, []byte(auth.Mechanism+"\x00\x00"))
 	if err := s.flush(); err != nil {
 		return false, err
 	}
 	authFail := func(reason string) (bool, error) {
 		s.log.Info("login refused", "user", s.user, "remote", s.conn.RemoteAddr().String(), "reason", reason)
-		_, err := s.fail(fatal(codeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
+		_, err := s.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
 		return false, err
 	}
-	typ, msg, err := s.rd.next()
+	typ, msg, err := s.rd.Next()
 	if err != nil {
 		return false, err
 	}
 	if typ != 'p' {
-		return s.fail(fatal(codeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
-	b := body(msg)
-	mech, i, err := cstring(b, 0)
+	b := pgwire.Body(msg)
+	mech, i, err := pgwire.CString(b, 0)
 	if err != nil || len(b)-i < 4 {
-		return s.fail(fatal(codeProtocolViolation, "malformed SASLInitialResponse message"))
+		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
-	if string(mech) != scramMechanism {
-		return s.fail(fatal(codeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
+	if string(mech) != auth.Mechanism {
+		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
 	}
 	n := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
 	i += 4
 	if n < 0 || len(b)-i != n {
-		return s.fail(fatal(codeProtocolViolation, "malformed SASLInitialResponse message"))
+		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
-	sc := &scramServer{v: l.verifier}
-	serverFirst, err := sc.first(string(b[i:]))
+	sc := &auth.SCRAMServer{Verifier: l.verifier}
+	serverFirst, err := sc.First(string(b[i:]))
 	if err != nil {
 		return authFail(err.Error())
 	}
@@ -548,14 +550,14 @@ func (s *session) authenticate() (bool, error) {
 	if err := s.flush(); err != nil {
 		return false, err
 	}
-	typ, msg, err = s.rd.next()
+	typ, msg, err = s.rd.Next()
 	if err != nil {
 		return false, err
 	}
 	if typ != 'p' {
-		return s.fail(fatal(codeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
-	serverFinal, err := sc.final(string(body(msg)))
+	serverFinal, err := sc.Final(string(pgwire.Body(msg)))
 	if err != nil {
 		return authFail(err.Error())
 	}
@@ -565,17 +567,17 @@ func (s *session) authenticate() (bool, error) {
 }
 
 func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
-	dst, sp := beginMsg(dst, 'R')
-	dst = appendU32(dst, code)
+	dst, sp := pgwire.BeginMsg(dst, 'R')
+	dst = pgwire.AppendU32(dst, code)
 	dst = append(dst, data...)
-	return finishMsg(dst, sp), nil
+	return pgwire.FinishMsg(dst, sp), nil
 }
 
 // initialStatuses returns the ParameterStatus values the client gets at
 // startup: those of a backend connection opened with the client's startup
 // settings (which also validates them, as Postgres would), plus the
 // canonical values of the settings the preamble applies.
-func (s *session) initialStatuses(ctx context.Context) (map[string]string, *Error) {
+func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
 	var lastErr error
 	first := s.srv.pickAny()
 	for k := 0; k < len(s.srv.pools); k++ {
@@ -612,15 +614,15 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *Erro
 		}
 		return out, nil
 	}
-	e := asError(lastErr, fatal(codeCannotConnect, "no shard is reachable"))
-	return nil, &Error{Severity: "FATAL", Code: e.Code, Message: "cannot start the session: no shard is reachable: " + e.Message, Hint: e.Hint}
+	e := pgwire.AsError(lastErr, pgwire.NewFatal(pgwire.CodeCannotConnect, "no shard is reachable"))
+	return nil, &pgwire.Error{Severity: "FATAL", Code: e.Code, Message: "cannot start the session: no shard is reachable: " + e.Message, Hint: e.Hint}
 }
 
 // pgErrorToError converts a backend's PgError (met while connecting) into
 // an Error with the same code and texts.
-func pgErrorToError(pe *pgconn.PgError, severity string) *Error {
-	return &Error{Severity: severity, Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint,
-		raw: appendPgError(nil, pe, severity)}
+func pgErrorToError(pe *pgconn.PgError, severity string) *pgwire.Error {
+	return &pgwire.Error{Severity: severity, Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint,
+		Raw: pgwire.AppendPgError(nil, pe, severity)}
 }
 
 // releaseAll returns or discards what the session holds when it ends.
@@ -716,7 +718,7 @@ func (s *session) admit() (bool, error) {
 	srv := s.core.current()
 	if !srv.register(s) {
 		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
-		return s.fail(fatal(codeTooManyConnections, "sorry, too many clients already"))
+		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
 	ok, err := s.authenticate()
 	if !ok {

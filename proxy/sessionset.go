@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -27,7 +28,7 @@ var preambles = &preambleCache{m: map[string]map[string]string{}}
 // validatePreamble checks settings the preamble applies (they did not go
 // into a startup packet) the way Postgres checks startup parameters, and
 // returns the ParameterStatus values they produce. Results are cached.
-func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *settings) (map[string]string, *Error) {
+func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *settings) (map[string]string, *pgwire.Error) {
 	ck := p.shard.Name + "\x00" + key.key + "\x00" + pre.key
 	preambles.mu.Lock()
 	vals, ok := preambles.m[ck]
@@ -37,20 +38,20 @@ func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *s
 	}
 	bc, err := p.acquire(ctx, key)
 	if err != nil {
-		return nil, asError(err, newError(codeCannotConnect, err.Error()))
+		return nil, pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
 	}
 	res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.preambleSQL(), "ROLLBACK")
 	if err != nil {
 		p.discard(bc)
-		return nil, newError(codeConnectionFailure, fmt.Sprintf("shard %q: %v", p.shard.Name, err))
+		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.shard.Name, err))
 	}
 	p.release(bc)
 	if res[0].errRaw != nil {
-		e := decodeError(res[0].errRaw)
+		e := pgwire.DecodeError(res[0].errRaw)
 		if e == nil {
-			return nil, fatal(codeInternalError, "undecodable error from a shard")
+			return nil, pgwire.NewFatal(pgwire.CodeInternalError, "undecodable error from a shard")
 		}
-		e.Severity, e.raw = "FATAL", nil
+		e.Severity, e.Raw = "FATAL", nil
 		return nil, e
 	}
 	vals = map[string]string{}
@@ -82,16 +83,16 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 	st := a
 	name := strings.ToLower(st.SetName)
 	if p.tx != txIdle || p.held {
-		return p.failLocal(&Error{Code: codeFeatureNotSupported,
+		return p.failLocal(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
 			Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."})
 	}
 	if strings.HasPrefix(name, "pgshard.") {
-		return action{err: &Error{Code: codeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
+		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
 	}
 	if what, ok := refusedSettings[name]; ok {
 		s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
-		return action{err: &Error{Code: codeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
+		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
 	}
 	tag := "SET"
 	if st.Reset {
@@ -123,9 +124,9 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		return action{err: e}
 	}
 	if raw != nil {
-		e := decodeError(raw)
+		e := pgwire.DecodeError(raw)
 		if e == nil {
-			e = newError(codeInternalError, "undecodable error from a shard")
+			e = pgwire.NewError(pgwire.CodeInternalError, "undecodable error from a shard")
 		}
 		return action{err: e}
 	}
@@ -148,13 +149,13 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 // another connection while holding one can wait for itself (the same
 // shard's pool being full) or for sessions that wait likewise, until
 // PoolTimeout.
-func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *bconn) (string, [][2]string, []byte, *Error) {
+func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *bconn) (string, [][2]string, []byte, *pgwire.Error) {
 	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
 	if own != nil {
 		res, err := own.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].status != 'I' {
 			own.broken = true
-			return "", nil, nil, newError(codeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.pool.shard.Name, err))
+			return "", nil, nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.pool.shard.Name, err))
 		}
 		return probeResult(res, name)
 	}
@@ -181,13 +182,13 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 		pool.release(bc)
 		return probeResult(res, name)
 	}
-	e := asError(lastErr, newError(codeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
+	e := pgwire.AsError(lastErr, pgwire.NewError(pgwire.CodeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
 	return "", nil, nil, e
 }
 
 // probeResult reads probeSet's results: the canonical value and the
 // ParameterStatus changes, or Postgres's error.
-func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, *Error) {
+func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, *pgwire.Error) {
 	if res[1].errRaw != nil {
 		return "", nil, res[1].errRaw, nil
 	}
@@ -195,7 +196,7 @@ func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, 
 		return "", nil, res[2].errRaw, nil
 	}
 	if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
-		return "", nil, nil, newError(codeInternalError, "pgshard could not read back the setting "+name)
+		return "", nil, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard could not read back the setting "+name)
 	}
 	return string(res[2].rows[0][0]), res[1].statuses, nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -12,7 +13,7 @@ import (
 // locally (transaction control while nothing is bound, session settings,
 // DEALLOCATE, ...), sent to one shard, or fanned out.
 func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
-	sql, err := decodeQuery(msg)
+	sql, err := pgwire.DecodeQuery(msg)
 	if err != nil {
 		return err
 	}
@@ -23,8 +24,8 @@ func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
 	}
 	if err == nil {
 		if e := s.pinForQuery(ctx, as); e != nil {
-			s.out = appendError(s.out, e)
-			s.out = appendRFQ(s.out, s.status())
+			s.out = pgwire.AppendError(s.out, e)
+			s.out = pgwire.AppendRFQ(s.out, s.status())
 			return nil
 		}
 	}
@@ -32,7 +33,7 @@ func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
 	p.simple = true
 	switch {
 	case err != nil:
-		p.fail(newError(codeSyntaxError, err.Error()), nil)
+		p.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
 		p.endQuery()
 	case len(as) == 1:
 		p.simpleOne(msg, as[0])
@@ -49,13 +50,13 @@ func (p *planner) endQuery() {
 	if p.onBackend {
 		if p.wrap {
 			p.holdCommit()
-			s.bw = appendQuery(s.bw, "COMMIT")
+			s.bw = pgwire.AppendQuery(s.bw, "COMMIT")
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 		}
 		return
 	}
 	lo := len(s.lbuf)
-	s.lbuf = appendRFQ(s.lbuf, p.simStatus())
+	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus())
 	s.addLocal(lo, nil)
 }
 
@@ -120,21 +121,21 @@ func (p *planner) sqlExecute(a *route.Statement) {
 	st := a
 	vs := p.lookup([]byte(st.PrepareName))
 	if vs == nil {
-		p.fail(newError(codeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
+		p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
 		return
 	}
 	if st.ExecuteArgs == nil && st.Reason != "" {
-		p.fail(newError(codeFeatureNotSupported, st.Reason), nil)
+		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, st.Reason), nil)
 		return
 	}
 	if p.isLocal(vs.st) {
-		p.fail(newError(codeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
+		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
 		return
 	}
 	d := s.srv.cfg.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
 	shard, fan, e := p.target(vs.st, d)
 	if e == nil && fan {
-		e = newError(codeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
+		e = pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
 	}
 	if e == nil {
 		e = p.ensureBackend(shard, vs.st)
@@ -143,15 +144,15 @@ func (p *planner) sqlExecute(a *route.Statement) {
 		p.fail(e, nil)
 		return
 	}
-	s.bw = appendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
+	s.bw = pgwire.AppendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
 	s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
-	s.bw = appendBindText(s.bw, "", "", st.ExecuteArgs)
+	s.bw = pgwire.AppendBindText(s.bw, "", "", st.ExecuteArgs)
 	s.items = append(s.items, item{kind: itBind, flags: fSwallow})
-	s.bw = appendDescribe(s.bw, 'P', "")
+	s.bw = pgwire.AppendDescribe(s.bw, 'P', "")
 	s.items = append(s.items, item{kind: itDescPortal, flags: fDropNoData})
-	s.bw = appendExecute(s.bw, "", 0)
+	s.bw = pgwire.AppendExecute(s.bw, "", 0)
 	s.items = append(s.items, item{kind: itExecute})
-	s.bw = appendEmpty(s.bw, 'S')
+	s.bw = pgwire.AppendEmpty(s.bw, 'S')
 	if p.wrap {
 		s.items = append(s.items, item{kind: itSync})
 	} else {
@@ -199,7 +200,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		// nothing is bound): answer each in turn, stopping at an error.
 		for _, a := range as {
 			if !p.isLocal(a) {
-				p.fail(newError(codeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
+				p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
 				break
 			}
 			act := p.localAction(a)
@@ -212,7 +213,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		return
 	}
 	if anyLocal {
-		p.fail(&Error{Code: codeFeatureNotSupported,
+		p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "session settings, DEALLOCATE, DISCARD, PREPARE/EXECUTE and pgshard hints cannot be combined with other statements in one query string",
 			Hint:    "Send them as separate queries."}, nil)
 		p.endQuery()
@@ -274,7 +275,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 			p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg)}
 			return
 		}
-		p.fail(&Error{Code: codeFeatureNotSupported,
+		p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a statement that runs on every shard must be alone in its query string (except several DDL statements)",
 			Hint:    "Send it as a separate query, outside a transaction block."}, nil)
 		p.endQuery()
@@ -297,7 +298,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 			continue
 		}
 		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
-			p.fail(&Error{Code: codeFeatureNotSupported,
+			p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}, nil)
 			p.endQuery()
 			return
@@ -313,7 +314,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		// The string manages its own transaction: no wrapping possible.
 		pool := s.srv.pools[target]
 		if _, pre := s.cur.split(pool.viaPooler); len(pre.kv) > 0 {
-			p.fail(&Error{Code: codeFeatureNotSupported,
+			p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
 				Hint:    "Send the statements separately."}, nil)
 			p.endQuery()
@@ -349,7 +350,7 @@ func (p *planner) holdCommit() {
 // settingsAheadOfAll refuses a query string (an implicit transaction) in
 // which transaction-local settings precede a statement that runs on every
 // shard and is not a read they lead (simpleLeads): they would be dropped.
-func (p *planner) settingsAheadOfAll(as []*route.Statement) *Error {
+func (p *planner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
 	if p.tx != txIdle || p.held || hasTxnBlock(as) {
 		return nil
@@ -419,5 +420,5 @@ func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 	if len(all) == 0 || !dflt {
 		return nil, false
 	}
-	return appendQuery(nil, strings.Join(all, ";\n")), true
+	return pgwire.AppendQuery(nil, strings.Join(all, ";\n")), true
 }

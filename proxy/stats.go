@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -89,7 +90,7 @@ func (st *shardStats) noteErr(err error) {
 		st.noteError(e.SQLState())
 		return
 	}
-	st.noteError(codeInternalError)
+	st.noteError(pgwire.CodeInternalError)
 }
 
 // errors returns a copy of the error counts by class.
@@ -401,7 +402,7 @@ func (p *shardPool) averages() statsAvg {
 // noteDecision classifies and records one routing decision of the
 // planner (target): the statement's text, the analyzer's destination and
 // what the planner made of it.
-func (srv *Server) noteDecision(sql string, d route.Dest, shard int, fan bool, e *Error, setLocalHint bool) {
+func (srv *Server) noteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
 	kind := routeAny
 	switch {
 	case e != nil:

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
@@ -194,17 +195,17 @@ func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) 
 }
 
 // errSelfTerminated is what a session that terminated itself gets.
-func errSelfTerminated() *Error {
-	return &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+func errSelfTerminated() *pgwire.Error {
+	return &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
 }
 
 // terminate ends a session as pg_terminate_backend does: FATAL 57P01 to
 // its client, then its connection is closed (its goroutine then ends and
 // releases what it holds).
 func (s *session) terminate() {
-	msg := appendError(nil, &Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
+	msg := pgwire.AppendError(nil, &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
 	s.wmu.Lock()
-	_, _ = connIO(s.conn).Write(msg)
+	_, _ = pgwire.ConnIO(s.conn).Write(msg)
 	s.wmu.Unlock()
 	s.closeClient()
 }
@@ -220,26 +221,26 @@ func appendTerminateResult(dst []byte, c *terminateCall, describe bool) []byte {
 		v = []byte{1}
 	}
 	for range c.pids {
-		dst = appendDataRow(dst, [][]byte{v})
+		dst = pgwire.AppendDataRow(dst, [][]byte{v})
 	}
-	return appendCommandComplete(dst, "SELECT "+strconv.Itoa(len(c.pids)))
+	return pgwire.AppendCommandComplete(dst, "SELECT "+strconv.Itoa(len(c.pids)))
 }
 
 func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
-	dst, sp := beginMsg(dst, 'T')
-	dst = appendU16(dst, 1)
-	dst = appendCStr(dst, name)
-	dst = appendU32(dst, 0)  // table
-	dst = appendU16(dst, 0)  // attribute
-	dst = appendU32(dst, 16) // bool
-	dst = appendU16(dst, 1)  // size
-	dst = appendU32(dst, 0xFFFFFFFF)
+	dst, sp := pgwire.BeginMsg(dst, 'T')
+	dst = pgwire.AppendU16(dst, 1)
+	dst = pgwire.AppendCStr(dst, name)
+	dst = pgwire.AppendU32(dst, 0)  // table
+	dst = pgwire.AppendU16(dst, 0)  // attribute
+	dst = pgwire.AppendU32(dst, 16) // bool
+	dst = pgwire.AppendU16(dst, 1)  // size
+	dst = pgwire.AppendU32(dst, 0xFFFFFFFF)
 	if binary {
-		dst = appendU16(dst, 1)
+		dst = pgwire.AppendU16(dst, 1)
 	} else {
-		dst = appendU16(dst, 0)
+		dst = pgwire.AppendU16(dst, 0)
 	}
-	return finishMsg(dst, sp)
+	return pgwire.FinishMsg(dst, sp)
 }
 
 // terminateSimple answers a simple query that is a recognized call of
@@ -255,11 +256,11 @@ func (s *session) terminateSimple(ctx context.Context, as []*route.Statement) bo
 	if c.self {
 		// As in Postgres the statement itself is interrupted: the FATAL
 		// is its answer, and the session ends.
-		s.out = appendError(s.out, errSelfTerminated())
+		s.out = pgwire.AppendError(s.out, errSelfTerminated())
 		s.selfFatalSent = true
 		return true
 	}
 	s.out = appendTerminateResult(s.out, c, true)
-	s.out = appendRFQ(s.out, s.status())
+	s.out = pgwire.AppendRFQ(s.out, s.status())
 	return true
 }

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // TLS towards clients. A client that wants TLS sends an SSLRequest before
@@ -13,7 +15,7 @@ import (
 // allow or require, 'N' when it is disable. With require, a startup packet
 // that did not come over TLS is refused with 28000. After the handshake
 // the session reads and writes through the TLS connection (the raw-socket
-// fast path of netio.go is for plain connections only).
+// fast path of pgwire.RawIO is for plain connections only).
 //
 // TLS towards the shards is the DSNs' business: pgconn negotiates it per
 // sslmode (verify-full with sslrootcert checks the server against a CA)
@@ -33,20 +35,11 @@ func loadTLS(c TLSConfig) (*tlsSetup, error) {
 	if c.Mode == TLSDisable {
 		return &tlsSetup{mode: TLSDisable}, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	conf, notAfter, err := auth.LoadCertificate(c.CertFile, c.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls: load certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
+		return nil, err
 	}
-	ts := &tlsSetup{mode: c.Mode, conf: &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS12,
-		// PostgreSQL 17's direct TLS negotiation asks for this protocol.
-		NextProtos: []string{"postgresql"},
-	}}
-	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
-		ts.notAfter = leaf.NotAfter
-	}
-	return ts, nil
+	return &tlsSetup{mode: c.Mode, conf: conf, notAfter: notAfter}, nil
 }
 
 // startTLS answers an SSLRequest: 'N' when TLS is off or already on, else
@@ -67,7 +60,7 @@ func (s *session) startTLS() error {
 	}
 	s.conn = tc
 	s.io = tc
-	s.rd = newMsgReader(tc, s.messageLimit)
+	s.rd = pgwire.NewMsgReader(tc, s.messageLimit)
 	s.tlsOn = true
 	return nil
 }

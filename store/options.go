@@ -128,25 +128,49 @@ func (o Options) validate() error {
 	return nil
 }
 
-var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
+// redacted replaces a DSN's password.
+const redacted = "[redacted]"
 
-// RedactDSN returns dsn with its password replaced by "xxxxx", in URL or
-// key=value form, for error messages and logs.
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// RedactDSN returns dsn with its password (URL user info, a password
+// query parameter or keyword) replaced by "[redacted]" ("redacted" in a
+// query parameter, where the brackets would be escaped), for error
+// messages, logs and the proxy's console. The one redaction of a DSN in
+// pgshard: the store and the proxy both use it.
 func RedactDSN(dsn string) string {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return "(unparseable DSN)"
+			return "[unparsable DSN]"
 		}
 		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			u.User = url.UserPassword(u.User.Username(), "redacted")
 		}
 		q := u.Query()
 		if q.Has("password") {
-			q.Set("password", "xxxxx")
+			q.Set("password", "redacted")
 			u.RawQuery = q.Encode()
 		}
-		return u.String()
+		return strings.Replace(u.String(), ":redacted@", ":"+redacted+"@", 1)
 	}
-	return kvPassword.ReplaceAllString(dsn, "${1}xxxxx")
+	return kvPassword.ReplaceAllString(dsn, "${1}"+redacted)
+}
+
+// DSNPassword returns the password a DSN carries ("" if none).
+func DSNPassword(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return ""
+		}
+		if p, ok := u.User.Password(); ok {
+			return p
+		}
+		return u.Query().Get("password")
+	}
+	if m := kvPassword.FindStringSubmatch(dsn); m != nil {
+		return strings.Trim(m[2], "'")
+	}
+	return ""
 }

@@ -16,12 +16,13 @@ import (
 
 func TestRedactDSN(t *testing.T) {
 	tests := []struct{ in, want string }{
-		{"postgres://u:secret@h:5432/db?sslmode=disable", "postgres://u:xxxxx@h:5432/db?sslmode=disable"},
+		{"postgres://u:secret@h:5432/db?sslmode=disable", "postgres://u:[redacted]@h:5432/db?sslmode=disable"},
 		{"postgresql://u@h/db", "postgresql://u@h/db"},
-		{"postgres://u@h/db?password=secret&sslmode=disable", "postgres://u@h/db?password=xxxxx&sslmode=disable"},
-		{"host=h user=u password=secret dbname=db", "host=h user=u password=xxxxx dbname=db"},
-		{"host=h password = 'se cr\\'et' dbname=db", "host=h password = xxxxx dbname=db"},
+		{"postgres://u@h/db?password=secret&sslmode=disable", "postgres://u@h/db?password=redacted&sslmode=disable"},
+		{"host=h user=u password=secret dbname=db", "host=h user=u password=[redacted] dbname=db"},
+		{"host=h password = 'se cr\\'et' dbname=db", "host=h password = [redacted] dbname=db"},
 		{"host=h dbname=db", "host=h dbname=db"},
+		{"", ""},
 	}
 	for _, tt := range tests {
 		if got := store.RedactDSN(tt.in); got != tt.want {
@@ -77,7 +78,7 @@ func TestOpenRetries(t *testing.T) {
 		t.Fatal("Open succeeded against a closed port")
 	}
 	msg := err.Error()
-	for _, want := range []string{"gave up after 3 attempts", "u:xxxxx@127.0.0.1", "connect"} {
+	for _, want := range []string{"gave up after 3 attempts", "u:[redacted]@127.0.0.1", "connect"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not say %q", msg, want)
 		}

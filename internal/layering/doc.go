@@ -23,6 +23,12 @@
 //	verify           shardmap                 (a checker must not share the code it checks)
 //	internal/config  shardmap, proxy/route
 //	internal/sqlver  nothing of ours          (a foundation: every package may use it)
+//
+//	inside the proxy (one way: proxy → route, internal/auth → internal/pgvalue → internal/pgwire):
+//	proxy/route             shardmap                 (the analyzer: no wire, no session)
+//	proxy/internal/pgwire   nothing of ours          (the wire protocol)
+//	proxy/internal/pgvalue  proxy/internal/pgwire    (the value codec)
+//	proxy/internal/auth     proxy/internal/pgwire at most (SCRAM, TLS)
 //	everyone         never internal/cli or cmd (only cmd/pgshard uses internal/cli)
 //
 // The rules are checked on the production import graph (`go list`'s Deps,

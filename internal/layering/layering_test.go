@@ -42,6 +42,12 @@ var rules = []rule{
 	{name: "verify imports neither store, router nor loadgen: a checker must not share the code it checks (shardmap only)", pkg: "verify", allow: []string{"shardmap"}},
 	{name: "internal/config is configuration only (shardmap, proxy/route)", pkg: "internal/config", allow: []string{"shardmap", "proxy/route"}},
 	{name: "internal/sqlver, the versioned-SQL loader, imports nothing of ours", pkg: "internal/sqlver"},
+	// Inside the proxy (issue 19): the layers under proxy/internal import
+	// only downward; the proxy package on top may use them all.
+	{name: "proxy/route, the analyzer, knows no wire, value codec or session (shardmap only)", pkg: "proxy/route", allow: []string{"shardmap"}},
+	{name: "proxy/internal/pgwire, the wire protocol, imports nothing of ours", pkg: "proxy/internal/pgwire"},
+	{name: "proxy/internal/pgvalue, the value codec, builds on pgwire only", pkg: "proxy/internal/pgvalue", allow: []string{"proxy/internal/pgwire"}},
+	{name: "proxy/internal/auth, client authentication, uses pgwire at most", pkg: "proxy/internal/auth", allow: []string{"proxy/internal/pgwire"}},
 }
 
 // foundations are leaf packages every package may use: each imports
@@ -264,6 +270,13 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		"cluster/clustertest": {imports: []string{"cluster", "migrations"}, deps: []string{"cluster", "migrations", "shardmap"}},
 		"internal/cli":        {imports: []string{"router"}, deps: []string{"migrations", "router", "shardmap", "store"}},
 		"cmd/pgshard":         {imports: []string{"internal/cli"}, deps: []string{"internal/cli", "migrations", "router", "shardmap", "store"}},
+		// The proxy's layers.
+		"proxy/internal/pgwire":  {},
+		"proxy/internal/pgvalue": {imports: []string{"proxy/internal/pgwire"}, deps: []string{"proxy/internal/pgwire"}},
+		"proxy/internal/auth":    {},
+		"proxy/route":            {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
+		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
+			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
 	}
 	if vs, _ := check(base); len(vs) != 0 {
 		t.Fatalf("the clean graph has violations: %v", vs)
@@ -282,6 +295,12 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"cluster imports store", "cluster", "store", "cluster knows no core logic", "cluster → store"},
 		{"router imports internal/cli", "router", "internal/cli", "only cmd/pgshard uses internal/cli", "router → internal/cli"},
 		{"migrations import the cluster", "migrations", "cluster", "migrations build on shardmap only", "migrations → cluster"},
+		// Back edges inside the proxy: each lower layer that reaches up.
+		{"pgwire imports the value codec", "proxy/internal/pgwire", "proxy/internal/pgvalue", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy/internal/pgvalue"},
+		{"pgvalue imports the proxy", "proxy/internal/pgvalue", "proxy", "pgvalue, the value codec, builds on pgwire only", "proxy/internal/pgvalue → proxy"},
+		{"auth imports the value codec", "proxy/internal/auth", "proxy/internal/pgvalue", "auth, client authentication, uses pgwire at most", "proxy/internal/auth → proxy/internal/pgvalue"},
+		{"the analyzer imports the wire", "proxy/route", "proxy/internal/pgwire", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/pgwire"},
+		{"pgwire reaches store through the proxy", "proxy/internal/pgwire", "proxy", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy"},
 		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
 		{"the SQL loader imports the map", "internal/sqlver", "shardmap", "internal/sqlver, the versioned-SQL loader, imports nothing of ours", "internal/sqlver → shardmap"},
 		{"catalog imports the router", "catalog", "router", "catalog builds on shardmap only", "catalog → router"},
@@ -317,5 +336,46 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 	// A rule for a package that does not exist is skipped, not failed.
 	if _, skipped := check(base); !slices.Contains(skipped, "verify") || !slices.Contains(skipped, "chaos") {
 		t.Errorf("skipped = %v, want verify and chaos (absent from the graph)", skipped)
+	}
+}
+
+// TestProxyBackEdgeOnTheRealGraph adds one back edge inside the proxy to
+// the module's real import graph: the rules must name it, so a rule whose
+// package was renamed or moved (and is then silently skipped) fails here.
+func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
+	g := loadGraph(t)
+	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth"} {
+		if _, ok := g[p]; !ok {
+			t.Fatalf("package %s is not in the module: update the proxy's layering rules", p)
+		}
+	}
+	if vs, _ := check(g); len(vs) != 0 {
+		t.Fatalf("the real graph already has violations: %v", vs)
+	}
+	edges := []struct{ pkg, dep, wantRule string }{
+		{"proxy/internal/pgwire", "proxy/internal/pgvalue", "pgwire, the wire protocol, imports nothing of ours"},
+		{"proxy/internal/pgvalue", "proxy", "pgvalue, the value codec, builds on pgwire only"},
+		{"proxy/internal/auth", "proxy", "auth, client authentication, uses pgwire at most"},
+		{"proxy/route", "proxy/internal/pgvalue", "proxy/route, the analyzer"},
+	}
+	for _, e := range edges {
+		h := graph{}
+		for k, v := range g {
+			h[k] = pkgInfo{imports: slices.Clone(v.imports), deps: slices.Clone(v.deps)}
+		}
+		p := h[e.pkg]
+		p.imports = append(p.imports, e.dep)
+		p.deps = append(append(p.deps, e.dep), h[e.dep].deps...)
+		h[e.pkg] = p
+		vs, _ := check(h)
+		found := false
+		for _, v := range vs {
+			if strings.Contains(v.String(), e.wantRule) && strings.Contains(v.String(), e.pkg+" → "+e.dep) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("a %s → %s edge on the real graph: want a violation of %q, got %v", e.pkg, e.dep, e.wantRule, vs)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -543,7 +545,7 @@ func (r *Router) limitValue(s *source, in *input, def int64) (int64, *Refusal) {
 	}
 	if s.param > 0 && s.param <= len(in.oids) {
 		switch in.oids[s.param-1] {
-		case 0, oidInt2, oidInt4, oidInt8:
+		case 0, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
 		default:
 			return 0, &Refusal{SQLState: "0A000", Message: fmt.Sprintf("%s $%d is declared with a type other than an integer: pgshard does not convert it for the merge", s.col, s.param),
 				Hint: "Declare it int8 (or leave its type unspecified)."}

@@ -3,6 +3,7 @@ package route
 import (
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
@@ -92,7 +93,7 @@ func settingConst(n *pg.Node) (Setting, bool) {
 		if tn == nil || len(tn.Typmods) > 0 {
 			return Setting{}, false
 		}
-		if o := typeNameOID(tn); o != oidText && o != oidVarchar {
+		if o := typeNameOID(tn); o != pgtype.TextOID && o != pgtype.VarcharOID {
 			return Setting{}, false
 		}
 		n = tc.Arg

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
@@ -31,34 +32,23 @@ var vtypeNames = [...]string{"", "text", "bpchar", "name", "int2", "int4", "int8
 // String names the type as in a cast.
 func (t vtype) String() string { return vtypeNames[t] }
 
-// Built-in type OIDs (pg_type.oid) that a key parameter may be declared with.
-const (
-	oidName    = 19
-	oidInt8    = 20
-	oidInt2    = 21
-	oidInt4    = 23
-	oidText    = 25
-	oidUnknown = 705
-	oidBpchar  = 1042
-	oidVarchar = 1043
-	oidUUID    = 2950
-)
-
+// vtypeOfOID is the vtype of a parameter declared with a built-in type
+// (pgx's pgtype OIDs).
 func vtypeOfOID(oid uint32) vtype {
 	switch oid {
-	case oidText, oidVarchar, oidUnknown:
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.UnknownOID:
 		return vtText
-	case oidBpchar:
+	case pgtype.BPCharOID:
 		return vtBpchar
-	case oidName:
+	case pgtype.NameOID:
 		return vtName
-	case oidInt2:
+	case pgtype.Int2OID:
 		return vtInt2
-	case oidInt4:
+	case pgtype.Int4OID:
 		return vtInt4
-	case oidInt8:
+	case pgtype.Int8OID:
 		return vtInt8
-	case oidUUID:
+	case pgtype.UUIDOID:
 		return vtUUID
 	}
 	return vtOther
@@ -66,10 +56,10 @@ func vtypeOfOID(oid uint32) vtype {
 
 // builtinTypeOIDs resolves the type names PREPARE may declare.
 var builtinTypeOIDs = map[string]uint32{
-	"bool": 16, "bytea": 17, "name": oidName, "int8": oidInt8, "int2": oidInt2, "int4": oidInt4,
-	"text": oidText, "oid": 26, "json": 114, "float4": 700, "float8": 701, "unknown": oidUnknown,
-	"bpchar": oidBpchar, "varchar": oidVarchar, "date": 1082, "time": 1083, "timestamp": 1114,
-	"timestamptz": 1184, "interval": 1186, "numeric": 1700, "uuid": oidUUID, "jsonb": 3802,
+	"bool": 16, "bytea": 17, "name": pgtype.NameOID, "int8": pgtype.Int8OID, "int2": pgtype.Int2OID, "int4": pgtype.Int4OID,
+	"text": pgtype.TextOID, "oid": 26, "json": 114, "float4": 700, "float8": 701, "unknown": pgtype.UnknownOID,
+	"bpchar": pgtype.BPCharOID, "varchar": pgtype.VarcharOID, "date": 1082, "time": 1083, "timestamp": 1114,
+	"timestamptz": 1184, "interval": 1186, "numeric": 1700, "uuid": pgtype.UUIDOID, "jsonb": 3802,
 }
 
 // typeNameOID returns the OID of a built-in type name, 0 if unknown.

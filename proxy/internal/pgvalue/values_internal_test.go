@@ -1,4 +1,4 @@
-package proxy
+package pgvalue
 
 import (
 	"bytes"
@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
-	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // TestValueCodecAgainstPostgres checks the values the merge computes
@@ -97,7 +97,7 @@ func TestValueCodecAgainstPostgres(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			b.Neg(b)
 		}
-		return dec{c: b, scale: scale}.text()
+		return Dec{Coef: b, Scale: scale}.Text()
 	}
 	for i := 0; i < 300; i++ {
 		s := randDec()
@@ -106,16 +106,16 @@ func TestValueCodecAgainstPostgres(t *testing.T) {
 		}
 		bin := one("SELECT $1::numeric", [][]byte{[]byte(s)}, []int16{1})
 		d, ok := decFromBinary(bin)
-		if !ok || d.text() != string(one("SELECT $1::numeric::text", [][]byte{[]byte(s)}, nil)) {
-			t.Fatalf("numeric %s: decoded %v %q", s, ok, d.text())
+		if !ok || d.Text() != string(one("SELECT $1::numeric::text", [][]byte{[]byte(s)}, nil)) {
+			t.Fatalf("numeric %s: decoded %v %q", s, ok, d.Text())
 		}
-		if got := d.appendBinary(nil); !bytes.Equal(got, bin) {
+		if got := d.AppendBinary(nil); !bytes.Equal(got, bin) {
 			t.Fatalf("numeric %s: binary %x, Postgres %x", s, got, bin)
 		}
 		a, b := randDec(), randDec()
-		da, _ := decFromText(a)
-		db, _ := decFromText(b)
-		if got, want := decAdd(da, db).text(), string(one("SELECT ($1::numeric + $2::numeric)::text", [][]byte{[]byte(a), []byte(b)}, nil)); got != want {
+		da, _ := DecFromText(a)
+		db, _ := DecFromText(b)
+		if got, want := decAdd(da, db).Text(), string(one("SELECT ($1::numeric + $2::numeric)::text", [][]byte{[]byte(a), []byte(b)}, nil)); got != want {
 			t.Fatalf("%s + %s: got %s, Postgres %s", a, b, got, want)
 		}
 		n := int64(1 + rng.IntN(100000))
@@ -126,42 +126,42 @@ func TestValueCodecAgainstPostgres(t *testing.T) {
 		if e != nil {
 			t.Fatal(e)
 		}
-		if want := string(one("SELECT ($1::numeric / $2::numeric)::text", [][]byte{[]byte(a), []byte(strconv.FormatInt(n, 10))}, nil)); q.text() != want {
-			t.Fatalf("%s / %d: got %s, Postgres %s", a, n, q.text(), want)
+		if want := string(one("SELECT ($1::numeric / $2::numeric)::text", [][]byte{[]byte(a), []byte(strconv.FormatInt(n, 10))}, nil)); q.Text() != want {
+			t.Fatalf("%s / %d: got %s, Postgres %s", a, n, q.Text(), want)
 		}
 		// avg over integers is numeric_div(sum, count).
 		sum := rng.Int64N(1<<40) - 1<<39
-		if got, want := mustAvg(t, num{kind: nInt, i: sum, oid: oidInt8}, n), string(one("SELECT ($1::int8::numeric / $2::int8::numeric)::text", [][]byte{[]byte(strconv.FormatInt(sum, 10)), []byte(strconv.FormatInt(n, 10))}, nil)); got != want {
+		if got, want := mustAvg(t, Num{Kind: NumInt, Int: sum, OID: pgtype.Int8OID}, n), string(one("SELECT ($1::int8::numeric / $2::int8::numeric)::text", [][]byte{[]byte(strconv.FormatInt(sum, 10)), []byte(strconv.FormatInt(n, 10))}, nil)); got != want {
 			t.Fatalf("avg %d/%d: got %s, Postgres %s", sum, n, got, want)
 		}
 	}
 
 	// Casts of merged aggregates, as Postgres's cast functions.
 	casts := []struct {
-		c   route.Cast
+		to  uint32
 		typ string
-	}{{route.CastInt2, "int2"}, {route.CastInt4, "int4"}, {route.CastInt8, "int8"}, {route.CastNumeric, "numeric"},
-		{route.CastFloat4, "float4"}, {route.CastFloat8, "float8"}, {route.CastText, "text"}}
-	var srcs []num
+	}{{pgtype.Int2OID, "int2"}, {pgtype.Int4OID, "int4"}, {pgtype.Int8OID, "int8"}, {pgtype.NumericOID, "numeric"},
+		{pgtype.Float4OID, "float4"}, {pgtype.Float8OID, "float8"}, {pgtype.TextOID, "text"}}
+	var srcs []Num
 	for _, i := range []int64{0, 1, -1, 32767, 32768, -32769, 2147483647, 2147483648, math.MaxInt64, math.MinInt64, 123456789} {
-		srcs = append(srcs, num{kind: nInt, i: i, oid: oidInt8})
+		srcs = append(srcs, Num{Kind: NumInt, Int: i, OID: pgtype.Int8OID})
 	}
 	for _, s := range []string{"0.5", "1.5", "-2.5", "2.4999", "32767.5", "9223372036854775807.4", "9223372036854775808", "1e-3", "123456.789", "NaN", "Infinity"} {
-		d, _ := decFromText(s)
+		d, _ := DecFromText(s)
 		if s == "1e-3" {
-			d, _ = decFromText("0.001")
+			d, _ = DecFromText("0.001")
 		}
-		srcs = append(srcs, num{kind: nDec, d: d, oid: oidNumeric})
+		srcs = append(srcs, Num{Kind: NumDec, Dec: d, OID: pgtype.NumericOID})
 	}
 	for _, f := range []float64{0.5, 1.5, 2.5, -0.5, 32767.5, 1e10, 1e19, 123456.789, 1e-10, 1.0 / 3, 6.02e23} {
-		srcs = append(srcs, num{kind: nF8, f: f, oid: oidFloat8})
+		srcs = append(srcs, Num{Kind: NumF8, Float: f, OID: pgtype.Float8OID})
 	}
 	for _, src := range srcs {
 		param := []byte(numText(src, 3))
-		typ := map[numKind]string{nInt: "int8", nDec: "numeric", nF8: "float8"}[src.kind]
+		typ := map[NumKind]string{NumInt: "int8", NumDec: "numeric", NumF8: "float8"}[src.Kind]
 		for _, c := range casts {
 			r := conn.ExecParams(ctx, fmt.Sprintf("SELECT ($1::%s)::%s::text", typ, c.typ), [][]byte{param}, nil, nil, nil).Read()
-			got, text, e := numCast(src, c.c, 1)
+			got, text, e := NumCast(src, c.to, 1)
 			if r.Err != nil {
 				pe, _ := r.Err.(*pgconn.PgError)
 				if e == nil || pe == nil || e.Code != pe.Code {
@@ -183,9 +183,9 @@ func TestValueCodecAgainstPostgres(t *testing.T) {
 	}
 }
 
-func mustAvg(t *testing.T, sum num, n int64) string {
+func mustAvg(t *testing.T, sum Num, n int64) string {
 	t.Helper()
-	a, e := numAvg(sum, n)
+	a, e := NumAvg(sum, n)
 	if e != nil {
 		t.Fatal(e)
 	}

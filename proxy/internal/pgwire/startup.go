@@ -1,4 +1,4 @@
-package proxy
+package pgwire
 
 import (
 	"encoding/binary"
@@ -9,10 +9,10 @@ import (
 
 // Startup packet codes (the first int32 after the length).
 const (
-	protocolV3      = 3 << 16 // 196608, protocol 3.0
+	ProtocolV3      = 3 << 16 // 196608, protocol 3.0
 	sslRequestCode  = 80877103
 	gssEncCode      = 80877104
-	cancelCode      = 80877102
+	CancelCode      = 80877102
 	protocolMajorV3 = 3
 )
 
@@ -21,35 +21,35 @@ type startupKind int
 
 const (
 	startupNormal startupKind = iota
-	startupSSL
-	startupGSSEnc
-	startupCancel
+	StartupSSL
+	StartupGSSEnc
+	StartupCancel
 )
 
-// startupPacket is a decoded startup packet.
-type startupPacket struct {
-	kind startupKind
+// StartupPacket is a decoded startup packet.
+type StartupPacket struct {
+	Kind startupKind
 	// minor is the requested protocol minor version (3.minor).
-	minor uint16
+	Minor uint16
 	// params in the order the client sent them; names as sent.
-	params [][2]string
-	// protocolOptions are the "_pq_." options the client asked for.
-	protocolOptions []string
+	Params [][2]string
+	// ProtocolOptions are the "_pq_." options the client asked for.
+	ProtocolOptions []string
 	// cancel request key.
-	cancelPID uint32
-	cancelKey []byte
+	CancelPID uint32
+	CancelKey []byte
 }
 
-// readStartupPacket reads one startup packet (length-prefixed, no type
+// ReadStartupPacket reads one startup packet (length-prefixed, no type
 // byte) of at most startupPacketLimit bytes.
-func readStartupPacket(r io.Reader) (*startupPacket, error) {
+func ReadStartupPacket(r io.Reader) (*StartupPacket, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := int(int32(binary.BigEndian.Uint32(hdr[:])))
 	if n < 8 || n > startupPacketLimit {
-		return nil, protoErrorf("invalid length of startup packet: %d", n)
+		return nil, ProtoErrorf("invalid length of startup packet: %d", n)
 	}
 	buf := make([]byte, n-4)
 	if _, err := io.ReadFull(r, buf); err != nil {
@@ -62,65 +62,65 @@ func readStartupPacket(r io.Reader) (*startupPacket, error) {
 }
 
 // parseStartupPacket decodes a startup packet body (after the length).
-func parseStartupPacket(b []byte) (*startupPacket, error) {
+func parseStartupPacket(b []byte) (*StartupPacket, error) {
 	if len(b) < 4 {
-		return nil, protoErrorf("invalid length of startup packet: %d", len(b)+4)
+		return nil, ProtoErrorf("invalid length of startup packet: %d", len(b)+4)
 	}
 	code := binary.BigEndian.Uint32(b)
 	switch code {
 	case sslRequestCode:
 		if len(b) != 4 {
-			return nil, protoErrorf("invalid length of SSL request packet")
+			return nil, ProtoErrorf("invalid length of SSL request packet")
 		}
-		return &startupPacket{kind: startupSSL}, nil
+		return &StartupPacket{Kind: StartupSSL}, nil
 	case gssEncCode:
 		if len(b) != 4 {
-			return nil, protoErrorf("invalid length of GSSAPI encryption request packet")
+			return nil, ProtoErrorf("invalid length of GSSAPI encryption request packet")
 		}
-		return &startupPacket{kind: startupGSSEnc}, nil
-	case cancelCode:
+		return &StartupPacket{Kind: StartupGSSEnc}, nil
+	case CancelCode:
 		// Protocol 3.0 keys are 4 bytes; 3.2 allows up to 256.
 		if len(b) < 12 || len(b) > 8+256 {
-			return nil, protoErrorf("invalid length of cancel request packet")
+			return nil, ProtoErrorf("invalid length of cancel request packet")
 		}
-		return &startupPacket{kind: startupCancel, cancelPID: binary.BigEndian.Uint32(b[4:]), cancelKey: append([]byte(nil), b[8:]...)}, nil
+		return &StartupPacket{Kind: StartupCancel, CancelPID: binary.BigEndian.Uint32(b[4:]), CancelKey: append([]byte(nil), b[8:]...)}, nil
 	}
 	major, minor := uint16(code>>16), uint16(code)
 	if major != protocolMajorV3 {
-		return nil, &Error{Severity: "FATAL", Code: codeFeatureNotSupported,
+		return nil, &Error{Severity: "FATAL", Code: CodeFeatureNotSupported,
 			Message: fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", major, minor)}
 	}
-	p := &startupPacket{kind: startupNormal, minor: minor}
+	p := &StartupPacket{Kind: startupNormal, Minor: minor}
 	i := 4
 	for {
-		name, j, err := cstring(b, i)
+		name, j, err := CString(b, i)
 		if err != nil {
-			return nil, protoErrorf("invalid startup packet layout: expected terminator as last byte")
+			return nil, ProtoErrorf("invalid startup packet layout: expected terminator as last byte")
 		}
 		if len(name) == 0 {
 			if j != len(b) {
-				return nil, protoErrorf("invalid startup packet layout: expected terminator as last byte")
+				return nil, ProtoErrorf("invalid startup packet layout: expected terminator as last byte")
 			}
 			break
 		}
-		val, k, err := cstring(b, j)
+		val, k, err := CString(b, j)
 		if err != nil {
-			return nil, protoErrorf("invalid startup packet layout: expected terminator as last byte")
+			return nil, ProtoErrorf("invalid startup packet layout: expected terminator as last byte")
 		}
 		i = k
 		n := string(name)
 		if strings.HasPrefix(n, "_pq_.") {
-			p.protocolOptions = append(p.protocolOptions, n)
+			p.ProtocolOptions = append(p.ProtocolOptions, n)
 			continue
 		}
-		p.params = append(p.params, [2]string{n, string(val)})
+		p.Params = append(p.Params, [2]string{n, string(val)})
 	}
 	return p, nil
 }
 
 // param returns the value of startup parameter name ("" if absent).
-func (p *startupPacket) param(name string) (string, bool) {
-	for _, kv := range p.params {
+func (p *StartupPacket) Param(name string) (string, bool) {
+	for _, kv := range p.Params {
 		if kv[0] == name {
 			return kv[1], true
 		}
@@ -159,10 +159,10 @@ func splitOptions(s string) []string {
 	return out
 }
 
-// parseOptions turns the "options" startup parameter into settings. Postgres
+// ParseOptions turns the "options" startup parameter into settings. Postgres
 // accepts "-c name=value", "-cname=value" and "--name=value"; other backend
 // switches are refused (they have no meaning through a pooler).
-func parseOptions(s string) ([][2]string, error) {
+func ParseOptions(s string) ([][2]string, error) {
 	args := splitOptions(s)
 	var out [][2]string
 	for i := 0; i < len(args); i++ {
@@ -171,7 +171,7 @@ func parseOptions(s string) ([][2]string, error) {
 		switch {
 		case a == "-c":
 			if i+1 >= len(args) {
-				return nil, &Error{Severity: "FATAL", Code: codeProtocolViolation, Message: "invalid command-line argument for server process: -c needs name=value"}
+				return nil, &Error{Severity: "FATAL", Code: CodeProtocolViolation, Message: "invalid command-line argument for server process: -c needs name=value"}
 			}
 			i++
 			kv = args[i]
@@ -180,16 +180,16 @@ func parseOptions(s string) ([][2]string, error) {
 		case strings.HasPrefix(a, "--"):
 			kv = a[2:]
 		default:
-			return nil, &Error{Severity: "FATAL", Code: codeFeatureNotSupported,
+			return nil, &Error{Severity: "FATAL", Code: CodeFeatureNotSupported,
 				Message: fmt.Sprintf("unsupported command-line argument in options: %q", a),
 				Hint:    `pgshard accepts only settings in "options" ("-c name=value" or "--name=value").`}
 		}
 		name, val, ok := strings.Cut(kv, "=")
 		if !ok || name == "" {
 			if strings.HasPrefix(a, "--") {
-				return nil, &Error{Severity: "FATAL", Code: codeSyntaxError, Message: fmt.Sprintf("--%s requires a value", kv)}
+				return nil, &Error{Severity: "FATAL", Code: CodeSyntaxError, Message: fmt.Sprintf("--%s requires a value", kv)}
 			}
-			return nil, &Error{Severity: "FATAL", Code: codeSyntaxError, Message: fmt.Sprintf("-c %s requires a value", kv)}
+			return nil, &Error{Severity: "FATAL", Code: CodeSyntaxError, Message: fmt.Sprintf("-c %s requires a value", kv)}
 		}
 		out = append(out, [2]string{strings.ReplaceAll(name, "-", "_"), val})
 	}

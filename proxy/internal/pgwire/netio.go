@@ -1,4 +1,4 @@
-package proxy
+package pgwire
 
 import (
 	"io"
@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// rawIO reads and writes a socket with raw system calls on its
+// RawIO reads and writes a socket with raw system calls on its
 // non-blocking descriptor, through syscall.RawConn so the runtime's
 // netpoller still parks the goroutine when a call would block (and
 // deadlines still apply).
@@ -18,7 +18,7 @@ import (
 // then sleeps to get it back. Measured on the 2-core machine: 1.9 context
 // switches per proxied query with net.Conn against PgBouncer's 0.4. A raw
 // call on a non-blocking socket never blocks, so it needs no handoff.
-type rawIO struct {
+type RawIO struct {
 	conn net.Conn
 	rc   syscall.RawConn
 
@@ -32,7 +32,7 @@ type rawIO struct {
 }
 
 // newRawIO wraps c; nil when c has no file descriptor (then use c).
-func newRawIO(c net.Conn) *rawIO {
+func newRawIO(c net.Conn) *RawIO {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
@@ -41,13 +41,16 @@ func newRawIO(c net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	r := &rawIO{conn: c, rc: rc}
+	r := &RawIO{conn: c, rc: rc}
 	r.readFn = r.doRead
 	r.writeFn = r.doWrite
 	return r
 }
 
-func (r *rawIO) doRead(fd uintptr) bool {
+// rawConn returns the connection's raw file descriptor access.
+func (r *RawIO) RawConn() syscall.RawConn { return r.rc }
+
+func (r *RawIO) doRead(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
 		switch e {
@@ -61,7 +64,7 @@ func (r *rawIO) doRead(fd uintptr) bool {
 	}
 }
 
-func (r *rawIO) doWrite(fd uintptr) bool {
+func (r *RawIO) doWrite(fd uintptr) bool {
 	for len(r.p) > 0 {
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
 		switch e {
@@ -81,7 +84,7 @@ func (r *rawIO) doWrite(fd uintptr) bool {
 }
 
 // Read implements io.Reader.
-func (r *rawIO) Read(p []byte) (int, error) {
+func (r *RawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -101,7 +104,7 @@ func (r *rawIO) Read(p []byte) (int, error) {
 }
 
 // Write implements io.Writer: all of p, or an error.
-func (r *rawIO) Write(p []byte) (int, error) {
+func (r *RawIO) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -118,8 +121,8 @@ func (r *rawIO) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// connIO returns the fastest reader/writer for c.
-func connIO(c net.Conn) io.ReadWriter {
+// ConnIO returns the fastest reader/writer for c.
+func ConnIO(c net.Conn) io.ReadWriter {
 	if r := newRawIO(c); r != nil {
 		return r
 	}

@@ -1,4 +1,4 @@
-package proxy
+package pgwire
 
 import (
 	"errors"
@@ -10,30 +10,30 @@ import (
 // SQLSTATE codes the proxy itself reports. Errors that come from Postgres
 // are forwarded unchanged and never pass through these.
 const (
-	codeFeatureNotSupported   = "0A000"
-	codeProtocolViolation     = "08P01"
-	codeConnectionFailure     = "08006"
-	codeCannotConnect         = "08001"
-	codeInvalidAuthorization  = "28000"
-	codeInvalidPassword       = "28P01"
-	codeTooManyConnections    = "53300"
-	codeProgramLimitExceeded  = "54000"
-	codeInFailedTransaction   = "25P02"
-	codeNoActiveTransaction   = "25P01"
-	codeActiveTransaction     = "25001"
-	codeInvalidSavepoint      = "3B001"
-	codeUndefinedPstatement   = "26000"
-	codeDuplicatePstatement   = "42P05"
-	codeUndefinedCursor       = "34000"
-	codeInvalidCatalogName    = "3D000"
+	CodeFeatureNotSupported   = "0A000"
+	CodeProtocolViolation     = "08P01"
+	CodeConnectionFailure     = "08006"
+	CodeCannotConnect         = "08001"
+	CodeInvalidAuthorization  = "28000"
+	CodeInvalidPassword       = "28P01"
+	CodeTooManyConnections    = "53300"
+	CodeProgramLimitExceeded  = "54000"
+	CodeInFailedTransaction   = "25P02"
+	CodeNoActiveTransaction   = "25P01"
+	CodeActiveTransaction     = "25001"
+	CodeInvalidSavepoint      = "3B001"
+	CodeUndefinedPstatement   = "26000"
+	CodeDuplicatePstatement   = "42P05"
+	CodeUndefinedCursor       = "34000"
+	CodeInvalidCatalogName    = "3D000"
 	codeAdminShutdown         = "57P01"
-	codeIdleInTxnTimeout      = "25P03"
-	codeInvalidParameterValue = "22023"
-	codeSyntaxError           = "42601"
-	codeInternalError         = "XX000"
-	codeCannotConnectNow      = "57P03"
-	codeInsufficientPrivilege = "42501"
-	codeQueryCanceled         = "57014"
+	CodeIdleInTxnTimeout      = "25P03"
+	CodeInvalidParameterValue = "22023"
+	CodeSyntaxError           = "42601"
+	CodeInternalError         = "XX000"
+	CodeCannotConnectNow      = "57P03"
+	CodeInsufficientPrivilege = "42501"
+	CodeQueryCanceled         = "57014"
 )
 
 // Error is an error the proxy sends to a client as an ErrorResponse. Its
@@ -46,7 +46,7 @@ type Error struct {
 	Detail   string
 	Hint     string
 	// raw, when set, is a backend's ErrorResponse sent unchanged.
-	raw []byte
+	Raw []byte
 }
 
 // Error formats the error like pgconn does: "SEVERITY: message (SQLSTATE code)".
@@ -61,14 +61,16 @@ func (e *Error) Error() string {
 // SQLState returns the error's SQLSTATE.
 func (e *Error) SQLState() string { return e.Code }
 
-func newError(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+// NewError returns an ERROR with code and msg.
+func NewError(code, msg string) *Error { return &Error{Code: code, Message: msg} }
 
-func fatal(code, msg string) *Error { return &Error{Severity: "FATAL", Code: code, Message: msg} }
+// NewFatal returns a FATAL error with code and msg (the session ends after sending it).
+func NewFatal(code, msg string) *Error { return &Error{Severity: "FATAL", Code: code, Message: msg} }
 
-// appendError appends e as an ErrorResponse.
-func appendError(dst []byte, e *Error) []byte {
-	if len(e.raw) > 0 {
-		return append(dst, e.raw...)
+// AppendError appends e as an ErrorResponse.
+func AppendError(dst []byte, e *Error) []byte {
+	if len(e.Raw) > 0 {
+		return append(dst, e.Raw...)
 	}
 	sev := e.Severity
 	if sev == "" {
@@ -89,9 +91,9 @@ func appendError(dst []byte, e *Error) []byte {
 	return out
 }
 
-// appendNotice appends a NoticeResponse (e.g. a WARNING Postgres would
+// AppendNotice appends a NoticeResponse (e.g. a WARNING Postgres would
 // have sent for a transaction command that the proxy answers itself).
-func appendNotice(dst []byte, severity, code, message string) []byte {
+func AppendNotice(dst []byte, severity, code, message string) []byte {
 	msg := pgproto3.NoticeResponse{
 		Severity:            severity,
 		SeverityUnlocalized: severity,
@@ -105,9 +107,9 @@ func appendNotice(dst []byte, severity, code, message string) []byte {
 	return out
 }
 
-// appendPgError appends a *pgconn.PgError (an error a backend returned to
+// AppendPgError appends a *pgconn.PgError (an error a backend returned to
 // pgconn, e.g. while connecting) as an ErrorResponse with every field.
-func appendPgError(dst []byte, pe *pgconn.PgError, severity string) []byte {
+func AppendPgError(dst []byte, pe *pgconn.PgError, severity string) []byte {
 	sev := pe.Severity
 	if severity != "" {
 		sev = severity
@@ -141,25 +143,25 @@ func appendPgError(dst []byte, pe *pgconn.PgError, severity string) []byte {
 
 // ---- ErrorResponse: the one codec ----
 //
-// Errors the proxy makes are Error values (appendError); errors from a
+// Errors the proxy makes are Error values (AppendError); errors from a
 // shard travel as their raw bytes and are decoded only to be changed:
-// decodeError reads the fields the engine looks at (errorField reads one
-// without allocating), appendErrorDetail and appendErrorSeverity re-encode
+// DecodeError reads the fields the engine looks at (ErrorField reads one
+// without allocating), AppendErrorDetail and AppendErrorSeverity re-encode
 // one with every field kept.
 
-// decodeError decodes a raw ErrorResponse into an Error that is sent as
+// DecodeError decodes a raw ErrorResponse into an Error that is sent as
 // the same bytes; nil if the message is malformed.
-func decodeError(raw []byte) *Error {
+func DecodeError(raw []byte) *Error {
 	var e pgproto3.ErrorResponse
-	if len(raw) < headerLen || e.Decode(body(raw)) != nil {
+	if len(raw) < HeaderLen || e.Decode(Body(raw)) != nil {
 		return nil
 	}
-	return &Error{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint, raw: raw}
+	return &Error{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint, Raw: raw}
 }
 
-// appendErrorDetail re-encodes a raw ErrorResponse with d added to its
+// AppendErrorDetail re-encodes a raw ErrorResponse with d added to its
 // Detail (on its own line), every other field unchanged.
-func appendErrorDetail(dst, raw []byte, d string) []byte {
+func AppendErrorDetail(dst, raw []byte, d string) []byte {
 	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) {
 		if e.Detail != "" {
 			e.Detail += "\n" + d
@@ -169,9 +171,9 @@ func appendErrorDetail(dst, raw []byte, d string) []byte {
 	})
 }
 
-// appendErrorSeverity re-encodes a raw ErrorResponse with another
+// AppendErrorSeverity re-encodes a raw ErrorResponse with another
 // severity (a backend's FATAL the client gets as ERROR).
-func appendErrorSeverity(dst, raw []byte, severity string) []byte {
+func AppendErrorSeverity(dst, raw []byte, severity string) []byte {
 	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) {
 		e.Severity, e.SeverityUnlocalized = severity, severity
 	})
@@ -179,8 +181,8 @@ func appendErrorSeverity(dst, raw []byte, severity string) []byte {
 
 func reencodeError(dst, raw []byte, change func(*pgproto3.ErrorResponse)) []byte {
 	var e pgproto3.ErrorResponse
-	if len(raw) < headerLen || e.Decode(body(raw)) != nil {
-		return appendError(dst, newError(codeInternalError, "undecodable error from a shard"))
+	if len(raw) < HeaderLen || e.Decode(Body(raw)) != nil {
+		return AppendError(dst, NewError(CodeInternalError, "undecodable error from a shard"))
 	}
 	change(&e)
 	out, err := e.Encode(dst)
@@ -190,9 +192,9 @@ func reencodeError(dst, raw []byte, change func(*pgproto3.ErrorResponse)) []byte
 	return out
 }
 
-// asError converts err to a client-facing error: a *Error as is, a backend
+// AsError converts err to a client-facing error: a *Error as is, a backend
 // *pgconn.PgError with its fields, anything else as fallback.
-func asError(err error, fallback *Error) *Error {
+func AsError(err error, fallback *Error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e

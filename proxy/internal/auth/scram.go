@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 import (
 	"crypto/hmac"
@@ -17,26 +17,27 @@ import (
 // Channel binding is not offered (the proxy does not speak TLS yet).
 
 const (
-	scramMechanism  = "SCRAM-SHA-256"
+	// Mechanism is the SASL mechanism's name (and a verifier's prefix).
+	Mechanism       = "SCRAM-SHA-256"
 	scramIterations = 4096 // Postgres's default scram_iterations
 	scramNonceLen   = 18   // Postgres's SCRAM_RAW_NONCE_LEN
 	scramSaltLen    = 16   // Postgres's SCRAM_DEFAULT_SALT_LEN
 )
 
-// scramVerifier is what a server stores for a password: Postgres's
+// Verifier is what a server stores for a password: Postgres's
 // "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>".
-type scramVerifier struct {
+type Verifier struct {
 	iterations int
 	salt       []byte
 	storedKey  []byte
 	serverKey  []byte
 }
 
-// parseSCRAMVerifier parses a verifier in Postgres's format (as in
+// ParseVerifier parses a verifier in Postgres's format (as in
 // pg_authid.rolpassword).
-func parseSCRAMVerifier(s string) (scramVerifier, error) {
-	var v scramVerifier
-	rest, ok := strings.CutPrefix(s, scramMechanism+"$")
+func ParseVerifier(s string) (Verifier, error) {
+	var v Verifier
+	rest, ok := strings.CutPrefix(s, Mechanism+"$")
 	if !ok {
 		return v, errors.New("not a SCRAM-SHA-256 verifier (want SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>)")
 	}
@@ -84,14 +85,14 @@ func NewSCRAMVerifier(password string) (string, error) {
 	return v.String(), nil
 }
 
-func deriveVerifier(password string, salt []byte, iterations int) (scramVerifier, error) {
+func deriveVerifier(password string, salt []byte, iterations int) (Verifier, error) {
 	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
 	if err != nil {
-		return scramVerifier{}, err
+		return Verifier{}, err
 	}
 	clientKey := hmacSHA256(salted, []byte("Client Key"))
 	stored := sha256.Sum256(clientKey)
-	return scramVerifier{
+	return Verifier{
 		iterations: iterations,
 		salt:       salt,
 		storedKey:  stored[:],
@@ -100,9 +101,9 @@ func deriveVerifier(password string, salt []byte, iterations int) (scramVerifier
 }
 
 // String formats v like Postgres.
-func (v scramVerifier) String() string {
+func (v Verifier) String() string {
 	b64 := base64.StdEncoding.EncodeToString
-	return fmt.Sprintf("%s$%d:%s$%s:%s", scramMechanism, v.iterations, b64(v.salt), b64(v.storedKey), b64(v.serverKey))
+	return fmt.Sprintf("%s$%d:%s$%s:%s", Mechanism, v.iterations, b64(v.salt), b64(v.storedKey), b64(v.serverKey))
 }
 
 func hmacSHA256(key, msg []byte) []byte {
@@ -111,9 +112,9 @@ func hmacSHA256(key, msg []byte) []byte {
 	return h.Sum(nil)
 }
 
-// scramServer runs one SCRAM-SHA-256 exchange.
-type scramServer struct {
-	v               scramVerifier
+// SCRAMServer runs one SCRAM-SHA-256 exchange.
+type SCRAMServer struct {
+	Verifier        Verifier
 	clientFirstBare string
 	serverFirst     string
 	nonce           string // client nonce + server nonce
@@ -124,7 +125,7 @@ type scramServer struct {
 var errSCRAM = errors.New("SCRAM authentication failed")
 
 // first handles the client-first-message and returns the server-first-message.
-func (s *scramServer) first(clientFirst string) (string, error) {
+func (s *SCRAMServer) First(clientFirst string) (string, error) {
 	// gs2-header: "n,," (no binding) or "y,," (client could bind, we did
 	// not offer it); "p=..." demands binding, which we do not support.
 	var cbFlag string
@@ -165,12 +166,12 @@ func (s *scramServer) first(clientFirst string) (string, error) {
 		return "", err
 	}
 	s.nonce = cnonce + base64.StdEncoding.EncodeToString(raw)
-	s.serverFirst = fmt.Sprintf("r=%s,s=%s,i=%d", s.nonce, base64.StdEncoding.EncodeToString(s.v.salt), s.v.iterations)
+	s.serverFirst = fmt.Sprintf("r=%s,s=%s,i=%d", s.nonce, base64.StdEncoding.EncodeToString(s.Verifier.salt), s.Verifier.iterations)
 	return s.serverFirst, nil
 }
 
 // final checks the client-final-message and returns the server-final-message.
-func (s *scramServer) final(clientFinal string) (string, error) {
+func (s *SCRAMServer) Final(clientFinal string) (string, error) {
 	i := strings.LastIndex(clientFinal, ",p=")
 	if i < 0 {
 		return "", errors.New("malformed SCRAM message: missing proof")
@@ -196,15 +197,15 @@ func (s *scramServer) final(clientFinal string) (string, error) {
 		return "", errors.New("SCRAM nonce mismatch")
 	}
 	authMessage := []byte(s.clientFirstBare + "," + s.serverFirst + "," + withoutProof)
-	clientSig := hmacSHA256(s.v.storedKey, authMessage)
+	clientSig := hmacSHA256(s.Verifier.storedKey, authMessage)
 	clientKey := make([]byte, sha256.Size)
 	for k := range clientKey {
 		clientKey[k] = proof[k] ^ clientSig[k]
 	}
 	got := sha256.Sum256(clientKey)
-	if subtle.ConstantTimeCompare(got[:], s.v.storedKey) != 1 {
+	if subtle.ConstantTimeCompare(got[:], s.Verifier.storedKey) != 1 {
 		return "", errSCRAM
 	}
-	serverSig := hmacSHA256(s.v.serverKey, authMessage)
+	serverSig := hmacSHA256(s.Verifier.serverKey, authMessage)
 	return "v=" + base64.StdEncoding.EncodeToString(serverSig), nil
 }

@@ -1,0 +1,20 @@
+// Package pgvalue is the proxy's knowledge of Postgres values: the columns
+// of a RowDescription, and the order and exact output of the values a
+// merge of every shard's answer compares and computes. It builds on
+// pgwire; type OIDs are pgx's (pgtype.Int8OID, ...), the one table of
+// them the proxy and its analyzer use.
+//
+//	RowDescription ──ParseRowDesc──▶ []Field ──AppendRowDesc──▶ RowDescription
+//	shard values ──CompareValues──▶ Postgres's order (ints, floats, numeric,
+//	                                text by bytes, bool, uuid, timestamps)
+//	             ──DecodeNum──▶ Num ──NumAdd / NumAvg / NumCast──▶ Num
+//	                                ──AppendNum──▶ text or binary, as
+//	                                  int2/4/8out, numeric_out/send,
+//	                                  float4out/float8out write it
+//
+//	values.go  all of the above (Dec: exact decimals with numeric's
+//	           display scale; floats formatted per extra_float_digits)
+//
+// Errors are *pgwire.Error with Postgres's SQLSTATE (22003 out of range,
+// 0A000 for what a merge cannot compute).
+package pgvalue

@@ -1,0 +1,12 @@
+package pgvalue
+
+import (
+	"os"
+	"testing"
+
+	"github.com/pgshard/pgshard/cluster/clustertest"
+)
+
+// TestMain: clustertest.Main stops the cluster the codec's test against
+// Postgres starts, and fails the run on leaked goroutines.
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
