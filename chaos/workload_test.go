@@ -307,10 +307,14 @@ func proxyConfig(t *testing.T, m *shardmap.Map) string {
 func startProxy(t *testing.T, m *shardmap.Map) *chaos.ProxyProcess {
 	t.Helper()
 	dir := t.TempDir()
+	// Build first: on a loaded machine `go build` alone can take minutes,
+	// and the bound below is for the proxy's start (CI saw the build eat
+	// it: "not ready: context deadline exceeded" with an empty log).
+	bin := pgshardBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p, err := chaos.StartProxy(ctx, chaos.ProxyConfig{
-		Bin: pgshardBin(t), ConfigPath: proxyConfig(t, m), LogPath: filepath.Join(dir, "proxy.log"),
+		Bin: bin, ConfigPath: proxyConfig(t, m), LogPath: filepath.Join(dir, "proxy.log"),
 		ReadyFile: filepath.Join(dir, "ready.json"), TrustUser: "postgres",
 	})
 	if err != nil {

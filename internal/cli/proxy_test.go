@@ -21,7 +21,9 @@ import (
 func buildPgshard(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pgshard")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// A cold build compiles pg_query's C sources: minutes on a loaded
+	// 2-core machine. The bound is for a build that hangs, not a slow one.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pgshard/pgshard/cmd/pgshard").CombinedOutput()
 	if err != nil {
