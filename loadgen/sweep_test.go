@@ -30,54 +30,72 @@ func TestSweepFindsKneeAndFitsUSL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var done int
-	sw, err := loadgen.RunSweep(context.Background(), f, f, loadgen.SweepOptions{
-		Base: o, Steps: []float64{1, 2, 4, 32}, SLO: slo, TargetRate: 5000, Headroom: 0.25, Buckets: 4096,
-		StepDone: func(int, *loadgen.Result) { done++ },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// On a machine loaded far beyond its cores (load 37 on 2 seen in CI)
+	// the fake's own goroutine scheduling puts even one worker's median
+	// over 20ms. Then no step meets the SLO: the sweep is run again (at
+	// most three times), and if it never does, what is checked is the
+	// verdict for that case — no knee, no capacity, and a reason saying so.
+	var sw *loadgen.Sweep
 	var text bytes.Buffer
-	if err := loadgen.WriteSweepText(&text, sw); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + text.String())
-	if done != 4 || len(sw.Steps) != 4 {
-		t.Fatalf("%d steps reported, %d recorded", done, len(sw.Steps))
-	}
-	if sw.Steps[3].SLOMet {
-		t.Errorf("32 workers on 2 slots met a 20ms p50: %+v", sw.Steps[3])
-	}
-	// The knee is the highest throughput among the steps within the SLO
-	// (how close it comes to the best step is speed, not asserted).
 	want := -1
-	for i, s := range sw.Steps {
-		if s.SLOMet != (s.P50 <= 20 && s.Errors == 0 && !s.Interrupted) {
-			t.Errorf("step %d: SLO met %v with p50 %.2fms", i, s.SLOMet, s.P50)
+	for attempt := 1; attempt <= 3 && want < 0; attempt++ {
+		var done int
+		var err error
+		sw, err = loadgen.RunSweep(context.Background(), f, f, loadgen.SweepOptions{
+			Base: o, Steps: []float64{1, 2, 4, 32}, SLO: slo, TargetRate: 5000, Headroom: 0.25, Buckets: 4096,
+			StepDone: func(int, *loadgen.Result) { done++ },
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if s.SLOMet && (want < 0 || s.Throughput > sw.Steps[want].Throughput) {
-			want = i
+		text.Reset()
+		if err := loadgen.WriteSweepText(&text, sw); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if sw.Knee < 0 || sw.Knee != want {
-		t.Fatalf("knee %d, want %d (steps %+v)", sw.Knee, want, sw.Steps)
+		t.Logf("attempt %d:\n%s", attempt, text.String())
+		if done != 4 || len(sw.Steps) != 4 {
+			t.Fatalf("%d steps reported, %d recorded", done, len(sw.Steps))
+		}
+		if sw.Steps[3].SLOMet {
+			t.Errorf("32 workers on 2 slots met a 20ms p50: %+v", sw.Steps[3])
+		}
+		// The knee is the highest throughput among the steps within the
+		// SLO (how close it comes to the best step is speed, not asserted).
+		for i, s := range sw.Steps {
+			if s.SLOMet != (s.P50 <= 20 && s.Errors == 0 && !s.Interrupted) {
+				t.Errorf("step %d: SLO met %v with p50 %.2fms", i, s.SLOMet, s.P50)
+			}
+			if s.SLOMet && (want < 0 || s.Throughput > sw.Steps[want].Throughput) {
+				want = i
+			}
+		}
+		if sw.Knee != want {
+			t.Fatalf("knee %d, want %d (steps %+v)", sw.Knee, want, sw.Steps)
+		}
 	}
 	// The fit's quality depends on the machine's noise; its recovery of
 	// known parameters is tested on synthetic data (usl_test.go).
 	if sw.USL == nil || !(sw.USL.Lambda > 0) || sw.USL.Points != 4 {
 		t.Errorf("USL fit %+v (%s)", sw.USL, sw.USLError)
 	}
-	if sw.Capacity == nil || sw.Capacity.ShardsNeeded < 1 || len(sw.Capacity.Assumptions) < 4 {
-		t.Fatalf("capacity %+v (%s)", sw.Capacity, sw.CapacityError)
-	}
-	// The answer is consistent with its own inputs.
-	c := sw.Capacity
-	if c.TargetRate*c.HottestShareNeeded > c.PerShardCapacity*(1-c.Headroom)+1e-9 {
-		t.Errorf("the planned hottest shard is over capacity: %+v", c)
-	}
-	if !strings.Contains(text.String(), "ANSWER") || !strings.Contains(text.String(), "← knee") {
-		t.Errorf("sweep text lacks the answer or the knee")
+	if want < 0 {
+		t.Logf("no step met the SLO in three sweeps (the machine is loaded beyond its cores): checking the no-knee verdict")
+		if sw.Capacity != nil || !strings.Contains(sw.CapacityError, "no step met the SLO") ||
+			!strings.Contains(text.String(), "none: no step met") || strings.Contains(text.String(), "ANSWER") {
+			t.Fatalf("no step met the SLO, yet: capacity %+v (%q)\n%s", sw.Capacity, sw.CapacityError, text.String())
+		}
+	} else {
+		if sw.Capacity == nil || sw.Capacity.ShardsNeeded < 1 || len(sw.Capacity.Assumptions) < 4 {
+			t.Fatalf("capacity %+v (%s)", sw.Capacity, sw.CapacityError)
+		}
+		// The answer is consistent with its own inputs.
+		c := sw.Capacity
+		if c.TargetRate*c.HottestShareNeeded > c.PerShardCapacity*(1-c.Headroom)+1e-9 {
+			t.Errorf("the planned hottest shard is over capacity: %+v", c)
+		}
+		if !strings.Contains(text.String(), "ANSWER") || !strings.Contains(text.String(), "← knee") {
+			t.Errorf("sweep text lacks the answer or the knee")
+		}
 	}
 	dir := t.TempDir()
 	if _, err := loadgen.WriteSweepReports(dir, sw); err != nil {
