@@ -65,3 +65,40 @@ func (k *EveryKind) Done() bool {
 	return k.worker.Load() >= 50 && k.redeliver.Load() > 0 && k.outbox.Load() > 0 && k.timer.Load() > 0 &&
 		(!k.spawns || k.ak.Load() > 0)
 }
+
+// atLeast counts the measured period's successful operations.
+type atLeast struct {
+	from atomic.Int64 // unix ns the measured period starts; 0 before the run started
+	n    atomic.Int64
+	next loadgen.Observer
+}
+
+func (a *atLeast) Observe(op *loadgen.Op) {
+	if from := a.from.Load(); from != 0 && op.Err == nil && op.Invoke.UnixNano() >= from {
+		a.n.Add(1)
+	}
+	if a.next != nil {
+		a.next.Observe(op)
+	}
+}
+
+// AtLeast makes o also run until n operations without error were
+// measured (after what o already waits for: call it after
+// AttachEveryKind, whose ceiling it keeps; without one, max is the
+// ceiling). A share or a spread asserted on a loaded machine's handful of
+// operations is noise.
+func AtLeast(o *loadgen.Options, n int64, max time.Duration) {
+	a := &atLeast{next: o.Observer}
+	prev, warmup, until := o.OnStart, o.Warmup, o.Until
+	o.OnStart = func(start time.Time) {
+		a.from.Store(start.Add(warmup).UnixNano())
+		if prev != nil {
+			prev(start)
+		}
+	}
+	o.Observer = a
+	o.Until = func() bool { return a.n.Load() >= n && (until == nil || until()) }
+	if o.MaxDuration == 0 {
+		o.MaxDuration = max
+	}
+}

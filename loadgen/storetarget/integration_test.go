@@ -257,7 +257,7 @@ func TestRouterTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
 		t.Fatal(err)
@@ -271,6 +271,10 @@ func TestRouterTargets(t *testing.T) {
 		o := shortOptions()
 		o.Target = mode
 		o.Workload.Executions = 400
+		// The spread over 4 shards is asserted below: on 17 operations (a
+		// 2 s run at load 45) it is noise, on 400 it is not.
+		loadgentest.AttachEveryKind(&o, 2*time.Minute)
+		loadgentest.AtLeast(&o, 400, 2*time.Minute)
 		res, err := loadgen.Run(ctx, storetarget.New(rt), loadgen.MapLocator(m), o)
 		rt.Close()
 		if err != nil {
