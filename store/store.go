@@ -23,6 +23,7 @@ type Store struct {
 	dsn        string // redacted, for errors
 	timeout    string // statement_timeout value for set_config, "" for none
 	roundTrips atomic.Uint64
+	pings      atomic.Uint64 // liveness pings of idle connections (in roundTrips too)
 	// checkConfig connects the stall checks: no pool, no round-trip
 	// counting.
 	checkConfig *pgconn.Config
@@ -75,7 +76,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	idle := opts.PingAfterIdle
 	cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
-		return idle >= 0 && p.IdleDuration > idle
+		if idle >= 0 && p.IdleDuration > idle {
+			s.pings.Add(1)
+			return true
+		}
+		return false
 	}
 	if s.checkConfig, err = pgconn.ParseConfig(dsn); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", s.dsn, err)
@@ -161,6 +166,11 @@ type Stats struct {
 	// excluded). Every connection of Pool counts, also for statements
 	// sent through Pool directly.
 	RoundTrips uint64
+	// Pings counts the pool's liveness pings of connections that sat idle
+	// longer than Options.PingAfterIdle; each is one of RoundTrips, not
+	// part of any operation (a loaded machine leaves connections idle
+	// longer, so it pings more).
+	Pings uint64
 	// TotalConns and IdleConns describe the pool now.
 	TotalConns int
 	IdleConns  int
@@ -169,7 +179,7 @@ type Stats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	ps := s.pool.Stat()
-	return Stats{RoundTrips: s.roundTrips.Load(), TotalConns: int(ps.TotalConns()), IdleConns: int(ps.IdleConns())}
+	return Stats{RoundTrips: s.roundTrips.Load(), Pings: s.pings.Load(), TotalConns: int(ps.TotalConns()), IdleConns: int(ps.IdleConns())}
 }
 
 // setTimeoutSQL is SET LOCAL statement_timeout as a function call: it takes
