@@ -86,12 +86,6 @@ func (r *runner) relayOp(kind OpKind, src string, ids *opIDs, id string) *Op {
 // RelayWorkers goroutines at once. It runs until the run stops.
 func (r *runner) outboxRelay(ctx context.Context) {
 	rec := r.relayRec
-	// The spawns are polled at once again only after a poll that found
-	// some; after an empty one, at most every RelayInterval, as an idle
-	// relay polls: while the outbox keeps the relay busy (at a few hundred
-	// operations per second, a row or two per poll), polling the rarely
-	// used spawns every turn doubled the relay's round trips.
-	spawnsBusy, lastSpawnPoll := true, time.Time{}
 	for !r.relaysStopped() && ctx.Err() == nil {
 		op := r.relayOp(OpReadOutbox, "relay", r.relayIDs, "")
 		rows, err := r.t.PendingOutbox(ctx, relayBatch)
@@ -112,13 +106,6 @@ func (r *runner) outboxRelay(ctx context.Context) {
 		rows = keep(rows, func(row OutboxEntry) bool { return r.ownRow(row, time.Now()) })
 		busy := len(rows) > 0
 		r.parallel(len(rows), func(i int) { r.deliver(ctx, rec, rows[i]) })
-		if !spawnsBusy && time.Since(lastSpawnPoll) < r.o.RelayInterval {
-			if !busy && !r.pause(ctx, r.o.RelayInterval) {
-				return
-			}
-			continue
-		}
-		lastSpawnPoll = time.Now()
 		op = r.relayOp(OpReadSpawns, "relay", r.relayIDs, "")
 		spawns, err := r.t.PendingSpawns(ctx, relayBatch)
 		if op != nil && (err != nil || len(spawns) > 0) {
@@ -129,8 +116,7 @@ func (r *runner) outboxRelay(ctx context.Context) {
 			r.relayError(ctx, err)
 		}
 		spawns = keep(spawns, func(sp SpawnEntry) bool { return r.mine(sp.ParentID) })
-		spawnsBusy = len(spawns) > 0
-		busy = busy || spawnsBusy
+		busy = busy || len(spawns) > 0
 		r.parallel(len(spawns), func(i int) {
 			sp := spawns[i]
 			op := r.relayOp(OpAckSpawn, "relay", r.relayIDs, sp.ParentID)
