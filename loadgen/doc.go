@@ -17,7 +17,8 @@
 // Files: options.go (Options, Workload, load models), run.go (setup,
 // workers, open loop, the worker step), relays.go (outbox relay, timer
 // sweeper), history.go (Observer: every operation as it completes),
-// measure.go and collect.go (recorders, windows), selfcheck.go (the
+// measure.go and collect.go (recorders, windows), hdrenc.go (histograms
+// encoded for result.json), selfcheck.go (the
 // generator watching itself), build.go and result.go (the Result),
 // report.go, html.go and svg.go (reports), threshold.go (CI conditions
 // such as p99(commit)>50ms), part.go and merge.go (a run split over N

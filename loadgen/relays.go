@@ -140,6 +140,15 @@ func (r *runner) outboxRelay(ctx context.Context) {
 // parallel runs f(0..n-1) on up to RelayWorkers goroutines and waits for
 // them; it stops starting new items once the relays stop.
 func (r *runner) parallel(n int, f func(i int)) {
+	if n == 1 || r.o.RelayWorkers <= 1 {
+		// One at a time: on this goroutine (a poll at a low rate
+		// mostly finds one row; a goroutine per row costs a start and
+		// a wake-up each).
+		for i := 0; i < n && !r.relaysStopped(); i++ {
+			f(i)
+		}
+		return
+	}
 	var g errgroup.Group
 	g.SetLimit(max(r.o.RelayWorkers, 1))
 	for i := 0; i < n && !r.relaysStopped(); i++ {

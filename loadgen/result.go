@@ -103,6 +103,9 @@ func encodeHist(h *hdr.Histogram) (string, error) {
 	if h == nil || h.TotalCount() == 0 {
 		return "", nil
 	}
+	if s, ok := encodeV2(h); ok {
+		return s, nil
+	}
 	b, err := h.Encode(hdr.V2CompressedEncodingCookieBase)
 	if err != nil {
 		return "", fmt.Errorf("encode histogram: %w", err)

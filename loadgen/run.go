@@ -69,7 +69,8 @@ type runner struct {
 	backlogStart int
 
 	windows     []Window
-	windowHists []string // the windows' op histograms, encoded
+	windowHists []string       // the windows' op histograms, encoded
+	windowHist  *hdr.Histogram // the collector's merge of the current window (reused)
 	checks      *selfChecker
 }
 

@@ -12,9 +12,11 @@ import (
 // id, definition id and version taken from their columns (the CAS token is
 // the column).
 func decodeExecution(id, definitionID string, version int, data []byte) (*Execution, error) {
-	var e Execution
-	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, fmt.Errorf("execution %s: stored data: %w", id, err)
+	e, ok := decodeKnown(data) // the usual document, decoded once (decode.go)
+	if !ok {
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, fmt.Errorf("execution %s: stored data: %w", id, err)
+		}
 	}
 	e.ID, e.DefinitionID, e.Version = id, definitionID, version
 	return &e, nil

@@ -122,6 +122,16 @@ func (e Execution) MarshalJSON() ([]byte, error) {
 // top-level field into Extra. A JSON null outcome becomes a nil Outcome,
 // and a null or missing context a nil Context.
 func (e *Execution) UnmarshalJSON(b []byte) error {
+	if x, ok := decodeKnown(b); ok {
+		*e = x
+		return nil
+	}
+	return e.decodeGeneral(b)
+}
+
+// decodeGeneral is UnmarshalJSON for any document: the known fields, then
+// every top-level field again into a map for Extra.
+func (e *Execution) decodeGeneral(b []byte) error {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return fmt.Errorf("decode execution: %w", err)
@@ -133,19 +143,7 @@ func (e *Execution) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return fmt.Errorf("decode execution: %w", err)
 	}
-	*e = Execution{
-		ID: d.ID, DefinitionID: d.DefinitionID, Version: d.Version, Status: d.Status,
-		ActivePath: d.ActivePath,
-	}
-	if d.ParentID != nil {
-		e.ParentID = *d.ParentID
-	}
-	if !isNull(d.Outcome) {
-		e.Outcome = d.Outcome
-	}
-	if !isNull(d.Context) {
-		e.Context = d.Context
-	}
+	e.setDoc(&d)
 	for k, v := range fields {
 		if slices.Contains(knownFields, k) {
 			continue
