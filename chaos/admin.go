@@ -110,6 +110,12 @@ func consoleRun(ctx context.Context, env *Env, i int, cmd string) ([]*pgconn.Res
 // clientsWaiting sums cl_waiting of the workload database's pools in
 // shard i's PgBouncer (SHOW POOLS).
 func clientsWaiting(ctx context.Context, env *Env, i int) (int, error) {
+	return poolColumn(ctx, env, i, "cl_waiting")
+}
+
+// poolColumn sums the integer column col (cl_waiting, sv_login, ...) of
+// the workload database's pools in shard i's PgBouncer (SHOW POOLS).
+func poolColumn(ctx context.Context, env *Env, i int, col string) (int, error) {
 	db, err := env.database()
 	if err != nil {
 		return 0, err
@@ -120,25 +126,25 @@ func clientsWaiting(ctx context.Context, env *Env, i int) (int, error) {
 	}
 	total := 0
 	for _, r := range res {
-		dbCol, waitCol := -1, -1
+		dbCol, valCol := -1, -1
 		for j, f := range r.FieldDescriptions {
 			switch f.Name {
 			case "database":
 				dbCol = j
-			case "cl_waiting":
-				waitCol = j
+			case col:
+				valCol = j
 			}
 		}
-		if dbCol < 0 || waitCol < 0 {
-			return 0, fmt.Errorf("SHOW POOLS of %s: no database or cl_waiting column", env.shardName(i))
+		if dbCol < 0 || valCol < 0 {
+			return 0, fmt.Errorf("SHOW POOLS of %s: no database or %s column", env.shardName(i), col)
 		}
 		for _, row := range r.Rows {
 			if string(row[dbCol]) != db {
 				continue
 			}
-			n, err := strconv.Atoi(string(row[waitCol]))
+			n, err := strconv.Atoi(string(row[valCol]))
 			if err != nil {
-				return 0, fmt.Errorf("SHOW POOLS of %s: cl_waiting %q", env.shardName(i), row[waitCol])
+				return 0, fmt.Errorf("SHOW POOLS of %s: %s %q", env.shardName(i), col, row[valCol])
 			}
 			total += n
 		}

@@ -31,8 +31,9 @@ func (*pgbouncerReconnect) Kind() Kind   { return KindPgBouncerReconnect }
 func (*pgbouncerReconnect) Needs() Needs { return pgbouncerReconnectInfo.needs }
 
 // Inject waits (at most reconnectWait) until the workload database has a
-// server connection, notes them (SHOW SERVERS) and sends RECONNECT for
-// it: RECONNECT with no server connection would do nothing. Evidence:
+// server connection and none logging in, notes them (SHOW SERVERS) and
+// sends RECONNECT for it: RECONNECT with no server connection would do
+// nothing. Evidence:
 // reconnected, servers (server connections before).
 func (f *pgbouncerReconnect) Inject(ctx context.Context, env *Env, shard int, _ Params, _ *rand.Rand) (Evidence, error) {
 	db, err := env.database()
@@ -49,7 +50,17 @@ func (f *pgbouncerReconnect) Inject(ctx context.Context, env *Env, shard int, _ 
 			wcancel()
 			return Evidence{Fields: map[string]any{"reconnected": false}}, fmt.Errorf("pgbouncer-reconnect: %w", err)
 		}
-		if len(before) > 0 || sleepCtx(wctx, 100*time.Millisecond) != nil {
+		quiet := len(before) > 0
+		if quiet {
+			// RECONNECT closes a server that is still logging in as a
+			// failed login: PgBouncer then answers clients "server login
+			// has been failing" for server_login_retry (seen in CI at
+			// load 10-25). That is the login-failure fault other kinds
+			// inject; this one waits for a pool with no login under way.
+			n, err := poolColumn(ctx, env, shard, "sv_login")
+			quiet = err == nil && n == 0
+		}
+		if quiet || sleepCtx(wctx, 100*time.Millisecond) != nil {
 			break
 		}
 	}
