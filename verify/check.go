@@ -13,7 +13,8 @@ import (
 type Options struct {
 	// MinLanded is how many times each scheduled fault kind must have
 	// landed (counted from evidence) for the run not to be vacuous
-	// (default 1).
+	// (0: the default, 1; negative: no floor, for a measurement run whose
+	// kinds that did not land are reported, not vacuous).
 	MinLanded int
 	// PartitionTimeout bounds porcupine on one execution (default 10 s);
 	// a partition it cannot decide in time is undecided, never a pass.
@@ -50,7 +51,7 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.MinLanded <= 0 {
+	if o.MinLanded == 0 {
 		o.MinLanded = 1
 	}
 	if o.PartitionTimeout <= 0 {
@@ -143,7 +144,7 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	o.defaults()
 	v := &Verdict{
 		Run: h.Header.Run, Scenario: h.Header.Scenario, Target: h.Header.Target, Seed: h.Header.Seed,
-		Truncated: h.Truncated(), Ops: len(h.Ops), MinLanded: o.MinLanded, CheckedAt: start.UTC(),
+		Truncated: h.Truncated(), Ops: len(h.Ops), MinLanded: max(o.MinLanded, 0), CheckedAt: start.UTC(),
 		MinLandedShare: max(o.MinLandedShare, 0), MinCommits: o.MinCommits, RunError: o.RunError,
 	}
 	if h.End != nil {

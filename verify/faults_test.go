@@ -418,3 +418,29 @@ func TestScheduleCut(t *testing.T) {
 		t.Errorf("without the cut: result %s, want VACUOUS", v.Result)
 	}
 }
+
+// TestNoLandingFloor: a measurement run (the scenario's min_landed 0,
+// passed as a negative MinLanded) reports a kind that did not land
+// without making the run vacuous; the zero value keeps the floor of 1.
+// `make chaos`'s recovery scenario was VACUOUS on one terminate that
+// found no busy session, though its min_landed is 0.
+func TestNoLandingFloor(t *testing.T) {
+	s := newSim()
+	baseScenario(s, nil)
+	// Injected, evidence shown, but no op failed with it: not landed.
+	s.fault("f1", verify.FaultTerminate, "shard1", true, obj{{"terminated", 1}})
+	s.heal("f1", verify.FaultTerminate, "shard1")
+	s.finish(true)
+	if v := simVerdict(t, s, verify.Options{}); v.Result != verify.Vacuous {
+		t.Errorf("default floor: result %s, want VACUOUS: %v", v.Result, v.Reasons)
+	}
+	v := simVerdict(t, s, verify.Options{MinLanded: -1})
+	if v.Result != verify.Pass || v.MinLanded != 0 {
+		t.Errorf("no floor: result %s (min_landed %d), want PASS: %v", v.Result, v.MinLanded, v.Reasons)
+	}
+	for _, f := range v.Faults {
+		if f.Kind == verify.FaultTerminate && (f.Landed != 0 || f.Vacuous || f.Injected != 1) {
+			t.Errorf("terminate %+v: want injected 1, landed 0, reported and not vacuous", f)
+		}
+	}
+}

@@ -64,6 +64,9 @@ func scenarioOptions(sc *chaos.Scenario, runErr error) verify.Options {
 	// min_landed 0 (set explicitly: the default is 1) is a measurement
 	// run's: a kind that did not land is reported, not vacuous.
 	o := verify.Options{MinLanded: sc.MinLanded, MinCommits: sc.MinCommits}
+	if sc.MinLanded == 0 {
+		o.MinLanded = -1 // verify's zero is its default, 1; negative is none
+	}
 	seen := map[string]bool{}
 	for _, f := range sc.Faults {
 		if k := string(f.Kind); !seen[k] {
