@@ -98,8 +98,12 @@ func TestExecuteAndHealAll(t *testing.T) {
 		{Kind: chaos.KindTerminate, At: []time.Duration{ms(1200)}, Shards: []string{"shard0"}, Params: chaos.Params{"wait": "500ms"}},
 		{Kind: chaos.KindPgBouncerKill, At: []time.Duration{ms(1500)}, Hold: ms(200), Shards: []string{"shard1"}},
 		{Kind: chaos.KindProxyRestart, At: []time.Duration{ms(1500)}, Hold: ms(200)},
-		{Kind: chaos.KindLostAck, At: []time.Duration{ms(1600)}, Hold: ms(1500), Shards: []string{"shard0"}},
-		{Kind: chaos.KindLostAck, At: []time.Duration{ms(2500)}, Hold: ms(1500), Params: chaos.Params{"via": "proxy"}},
+		// A lost-ack lands only on a commit reply during its hold: after
+		// the path's other faults have healed (at 1.6 s and 2.5 s, amid
+		// terminate, resets, kills and a shard crash, neither saw a commit
+		// in 1.5 s at load 15).
+		{Kind: chaos.KindLostAck, At: []time.Duration{ms(9000)}, Hold: ms(3000), Shards: []string{"shard1"}},
+		{Kind: chaos.KindLostAck, At: []time.Duration{ms(9000)}, Hold: ms(3000), Params: chaos.Params{"via": "proxy"}},
 		{Kind: chaos.KindBackendKill, At: []time.Duration{ms(3000)}, Shards: []string{"shard1"}},
 		{Kind: chaos.KindShardCrash, At: []time.Duration{ms(3000)}, Hold: ms(300), Shards: []string{"shard0"}},
 		// After shard1's backend-kill has recovered (a partition lands only
