@@ -173,16 +173,7 @@ func dropPending(ctx context.Context, dir string, st *state, i int, spec Spec) e
 	if err := b.pgProc(s.Shard).stop(ctx, syscall.SIGINT, postgresStopGrace, true); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range strays(s.Dir, st.Binaries) {
-		isPG := p.bin == st.Binaries.Postgres
-		grace := pgbouncerStopGrace
-		if isPG {
-			grace = postgresStopGrace
-		}
-		if err := p.stop(ctx, syscall.SIGINT, grace, isPG); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, stopStrays(ctx, s.Dir, st.Binaries)...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("add shard: stop the unfinished add of %s: %w", s.Name, err)
 	}

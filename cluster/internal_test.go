@@ -279,8 +279,13 @@ func TestWaitGoneOutlastsEmptyArguments(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	p := proc{pid: cmd.Process.Pid, bin: "/usr/bin/sleep", marker: "30"}
-	if !p.running() {
-		t.Fatal("sleep is not seen running")
+	// Right after exec its arguments may read empty for a moment (see
+	// TestRunningWhileArgumentsAreNotSetUp): wait for them, bounded.
+	for deadline := time.Now().Add(30 * time.Second); !p.running(); {
+		if time.Now().After(deadline) {
+			t.Fatal("sleep is not seen running")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	calls := 0
 	readCmdline = func(pid int) []string {

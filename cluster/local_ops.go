@@ -175,8 +175,16 @@ func stopAll(ctx context.Context, dir string, st *state) error {
 		})
 	}
 	wg.Wait()
-	for _, p := range strays(dir, st.Binaries) {
-		isPG := p.bin == st.Binaries.Postgres
+	errs = append(errs, stopStrays(ctx, dir, st.Binaries)...)
+	return errors.Join(errs...)
+}
+
+// stopStrays stops every stray server under dir (see strays): SIGINT, then
+// SIGKILL after its kind's grace; a postmaster's children are awaited too.
+func stopStrays(ctx context.Context, dir string, b Binaries) []error {
+	var errs []error
+	for _, p := range strays(dir, b) {
+		isPG := p.bin == b.Postgres
 		grace := pgbouncerStopGrace
 		if isPG {
 			grace = postgresStopGrace
@@ -185,7 +193,7 @@ func stopAll(ctx context.Context, dir string, st *state) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // strays lists running postmasters and PgBouncers whose command line points
