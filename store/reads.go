@@ -22,19 +22,25 @@ func decodeExecution(id, definitionID string, version int, data []byte) (*Execut
 	return &e, nil
 }
 
-// Load returns the execution id, or an error matching ErrNotFound.
+// Load returns the execution id, or an error matching ErrNotFound. The
+// shard's fence is checked in the same statement, whether or not the row
+// exists: a key of a bucket the shard does not serve is a *FenceError,
+// never "not found".
 func (s *Store) Load(ctx context.Context, id string) (*Execution, error) {
 	var exe *Execution
-	err := s.query(ctx, `SELECT definition_id, version, data FROM executions WHERE id = $1::text`, []any{id},
+	err := s.query(ctx, loadSQL, []any{id},
 		func(r pgx.Rows) error {
-			var def string
-			var version int
+			var def *string
+			var version *int
 			var data []byte
 			if err := r.Scan(&def, &version, &data); err != nil {
 				return err
 			}
+			if def == nil { // the fence's row without an execution
+				return nil
+			}
 			var err error
-			exe, err = decodeExecution(id, def, version, data)
+			exe, err = decodeExecution(id, *def, *version, data)
 			return err
 		})
 	if err != nil {
@@ -46,24 +52,46 @@ func (s *Store) Load(ctx context.Context, id string) (*Execution, error) {
 	return exe, nil
 }
 
+// The keyed reads are one statement each whose FROM starts with the fence's
+// check (pgshard_fence_check, migration 0008) LEFT JOINed to the rows: the
+// check runs whether or not a row exists, with the statement's snapshot,
+// and the statement yields one row even when there is none (its columns
+// NULL).
+const (
+	loadSQL = `SELECT e.definition_id, e.version, e.data
+FROM pgshard_fence_check($1::text) AS f LEFT JOIN executions e ON e.id = $1::text`
+
+	loadForEventSQL = `SELECT e.definition_id, e.version, e.data,
+       EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = $1::text AND p.event_id = $2::text)
+FROM pgshard_fence_check($1::text) AS f LEFT JOIN executions e ON e.id = $1::text`
+
+	isProcessedSQL = `SELECT EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $2::text)
+FROM pgshard_fence_check($1::text) AS f`
+
+	readTraceSQL = `SELECT t.idx, t.entry
+FROM pgshard_fence_check($1::text) AS f LEFT JOIN trace t ON t.execution_id = $1::text
+ORDER BY t.idx`
+)
+
 // LoadForEvent returns the execution id and whether eventID was already
 // processed by it, in one query. An absent execution is an error matching
-// ErrNotFound.
+// ErrNotFound. The fence is checked as in Load.
 func (s *Store) LoadForEvent(ctx context.Context, id, eventID string) (*Execution, bool, error) {
 	var exe *Execution
 	var processed bool
-	err := s.query(ctx, `SELECT e.definition_id, e.version, e.data,
-       EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = e.id AND p.event_id = $2::text)
-FROM executions e WHERE e.id = $1::text`, []any{id, eventID},
+	err := s.query(ctx, loadForEventSQL, []any{id, eventID},
 		func(r pgx.Rows) error {
-			var def string
-			var version int
+			var def *string
+			var version *int
 			var data []byte
 			if err := r.Scan(&def, &version, &data, &processed); err != nil {
 				return err
 			}
+			if def == nil {
+				return nil
+			}
 			var err error
-			exe, err = decodeExecution(id, def, version, data)
+			exe, err = decodeExecution(id, *def, *version, data)
 			return err
 		})
 	if err != nil {
@@ -78,8 +106,7 @@ FROM executions e WHERE e.id = $1::text`, []any{id, eventID},
 // IsProcessed reports whether execution id has processed eventID.
 func (s *Store) IsProcessed(ctx context.Context, id, eventID string) (bool, error) {
 	var ok bool
-	err := s.query(ctx, `SELECT EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $2::text)`,
-		[]any{id, eventID}, func(r pgx.Rows) error { return r.Scan(&ok) })
+	err := s.query(ctx, isProcessedSQL, []any{id, eventID}, func(r pgx.Rows) error { return r.Scan(&ok) })
 	if err != nil {
 		return false, fmt.Errorf("is event %s processed by %s: %w", eventID, id, err)
 	}
@@ -133,7 +160,8 @@ func (s *Store) AckOutbox(ctx context.Context, seq int64) error {
 // ordered by seq.
 func (s *Store) PendingSpawns(ctx context.Context, limit int) ([]SpawnRow, error) {
 	var out []SpawnRow
-	err := s.query(ctx, `SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq LIMIT $1::bigint`,
+	err := s.query(ctx, `SELECT seq, parent_id, child_id, root_path, context FROM spawns `+fenceServedJoin+`
+WHERE `+fenceServes("parent_id")+` ORDER BY seq LIMIT $1::bigint`,
 		[]any{limitArg(limit)}, func(r pgx.Rows) error {
 			var sp SpawnRow
 			var ctxt []byte
@@ -163,7 +191,8 @@ func (s *Store) AckSpawn(ctx context.Context, seq int64) error {
 // now, ordered by fire_at, then execution id and path (bytewise).
 func (s *Store) DueTimers(ctx context.Context, now float64, limit int) ([]Timer, error) {
 	var out []Timer
-	err := s.query(ctx, `SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1::float8
+	err := s.query(ctx, `SELECT execution_id, path, fire_at FROM timers `+fenceServedJoin+`
+WHERE fire_at <= $1::float8 AND `+fenceServes("execution_id")+`
 ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint`,
 		[]any{now, limitArg(limit)}, func(r pgx.Rows) error {
 			var t Timer
@@ -183,7 +212,7 @@ ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint`,
 // at fireAt, so that a sweep of a stale due timer never removes a timer
 // that was re-armed meanwhile. It reports whether a row was deleted.
 func (s *Store) DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error) {
-	n, err := s.exec(ctx, `DELETE FROM timers WHERE execution_id = $1::text AND path = $2::text AND fire_at = $3::float8`,
+	n, err := s.execFenced(ctx, id, `DELETE FROM timers WHERE execution_id = $1::text AND path = $2::text AND fire_at = $3::float8`,
 		id, path, fireAt)
 	if err != nil {
 		return false, fmt.Errorf("delete timer %s %q at %v: %w", id, path, fireAt, err)
@@ -203,6 +232,7 @@ func (s *Store) AppendTrace(ctx context.Context, id string, entry json.RawMessag
 		return fmt.Errorf("append trace to %s: the entry is not valid JSON", id)
 	}
 	b := s.newBatch()
+	b.Queue(fenceAssertSQL, id)
 	b.Queue(lockExecutionSQL, id)
 	if s.opts.TraceMax > 0 {
 		b.Queue(traceCappedSQL, id, string(entry), s.opts.TraceMax)
@@ -210,7 +240,7 @@ func (s *Store) AppendTrace(ctx context.Context, id string, entry json.RawMessag
 		b.Queue(traceSQL, id, string(entry))
 	}
 	_, err := s.run(ctx, b, func(br pgx.BatchResults) error {
-		for range 2 {
+		for range 3 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
@@ -227,15 +257,17 @@ func (s *Store) AppendTrace(ctx context.Context, id string, entry json.RawMessag
 // its durable idx.
 func (s *Store) ReadTrace(ctx context.Context, id string) ([]TraceEntry, error) {
 	var out []TraceEntry
-	err := s.query(ctx, `SELECT idx, entry FROM trace WHERE execution_id = $1::text ORDER BY idx`, []any{id},
+	err := s.query(ctx, readTraceSQL, []any{id},
 		func(r pgx.Rows) error {
-			var t TraceEntry
+			var idx *int
 			var e []byte
-			if err := r.Scan(&t.Index, &e); err != nil {
+			if err := r.Scan(&idx, &e); err != nil {
 				return err
 			}
-			t.Entry = e
-			out = append(out, t)
+			if idx == nil { // the fence's row without an entry
+				return nil
+			}
+			out = append(out, TraceEntry{Index: *idx, Entry: e})
 			return nil
 		})
 	if err != nil {

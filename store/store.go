@@ -234,6 +234,7 @@ func (s *Store) run(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResult
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	err = fenced(err)
 	sent = cc == nil || cc.writes.Load() != before
 	return sent, err
 }
@@ -266,6 +267,25 @@ func (s *Store) exec(ctx context.Context, sql string, args ...any) (int64, error
 	b.Queue(sql, args...)
 	var n int64
 	_, err := s.run(ctx, b, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// execFenced runs one keyed write in its own transaction after the fence's
+// assert for key (the batch's first statement, in the same round trip), and
+// returns the rows the write affected.
+func (s *Store) execFenced(ctx context.Context, key, sql string, args ...any) (int64, error) {
+	b := s.newBatch()
+	b.Queue(fenceAssertSQL, key)
+	b.Queue(sql, args...)
+	var n int64
+	_, err := s.run(ctx, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 		tag, err := br.Exec()
 		n = tag.RowsAffected()
 		return err
