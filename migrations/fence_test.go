@@ -89,6 +89,13 @@ func TestFenceSetByApply(t *testing.T) {
 		t.Errorf("refused commits left %d rows (%v)", n, err)
 	}
 
+	// The fence's inlinable bucket is pgshard_bucket's.
+	var differ int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM generate_series(1, 20000) i, (VALUES (1), (64), (4096), (1 << 20)) b(n)
+		WHERE pgshard_fence_bucket(md5(i::text), b.n) IS DISTINCT FROM pgshard_bucket(md5(i::text), b.n)`).Scan(&differ); err != nil || differ != 0 {
+		t.Errorf("pgshard_fence_bucket differs from pgshard_bucket on %d keys (%v)", differ, err)
+	}
+
 	// The scan filter: served = this shard's ranges.
 	var served string
 	if err := conn.QueryRow(ctx, `SELECT served::text FROM pgshard_fence_served()`).Scan(&served); err != nil {

@@ -55,6 +55,9 @@ type Router struct {
 	// outboxTurn and spawnTurn count the calls of PendingOutbox and
 	// PendingSpawns: the shard their batch starts with.
 	outboxTurn, spawnTurn atomic.Uint64
+	// reloadHook, when set (tests of the retry policy), replaces Reload
+	// in keyed.
+	reloadHook func(context.Context) (bool, error)
 }
 
 // routing is one map with a store per shard; never changed once built.
@@ -298,10 +301,14 @@ func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Stor
 	rt := r.rt.Load()
 	s, name := rt.forKey(id)
 	v, err := op(s)
-	if err == nil || !errors.Is(err, store.ErrFenced) || r.opts.Maps == nil {
+	if err == nil || !errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrOutcomeUnknown) || r.opts.Maps == nil {
 		return v, wrap(name, err)
 	}
-	if _, rerr := r.Reload(ctx); rerr != nil {
+	reload := r.Reload
+	if r.reloadHook != nil {
+		reload = r.reloadHook
+	}
+	if _, rerr := reload(ctx); rerr != nil {
 		return v, errors.Join(wrap(name, err), rerr)
 	}
 	if r.rt.Load() == rt { // the map in force is the one refused

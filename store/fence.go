@@ -148,5 +148,5 @@ const (
 
 // fenceServes returns the scan filter's condition for the key column col.
 func fenceServes(col string) string {
-	return fmt.Sprintf(`(fs.served IS NULL OR pgshard_bucket(%s, fs.buckets) <@ fs.served)`, col)
+	return fmt.Sprintf(`(fs.served IS NULL OR pgshard_fence_bucket(%s, fs.buckets) <@ fs.served)`, col)
 }

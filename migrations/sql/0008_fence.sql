@@ -88,6 +88,22 @@ BEGIN
 END;
 $$;
 
+-- pgshard_fence_bucket(key, buckets): pgshard_bucket for a power-of-two
+-- bucket count (every shard's: its identity's CHECK), written so that
+-- Postgres inlines it (one expression, not STRICT). pgshard_bucket cannot
+-- be inlined (its STRICT body is a CASE), so each call of it runs a SQL
+-- function's executor, planned afresh: measured, that alone cost more than
+-- the rest of the fence. NULL buckets yield NULL.
+CREATE FUNCTION pgshard_fence_bucket(key TEXT, buckets INT) RETURNS INT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (((hashtextextended(key, 8816678312871386365) & (buckets - 1)::bigint)
+             + (5305509591434766563 & (buckets - 1)::bigint)) & (buckets - 1)::bigint)::int
+$$;
+
+-- The two functions below read the config row, compute the bucket and
+-- find its range by lo (the primary key), each a statement whose plan
+-- PL/pgSQL caches for the session.
+--
 -- pgshard_fence_assert(key): "this shard owns key's bucket now", for
 -- writers and for the first statement of a transaction. It takes the
 -- range's lock SHARED (held to the end of the transaction), then reads the
@@ -115,28 +131,30 @@ BEGIN
     IF NOT on_ THEN
         RETURN;
     END IF;
-    b := pgshard_bucket(p_key, nb);
+    b := pgshard_fence_bucket(p_key, nb);
     -- Bounded: a range is split under its own lock, so the second read
     -- finds the locked range unless a split happened in between.
     FOR attempt IN 1..4 LOOP
-        SELECT lo, hi, state, epoch, owner INTO f
-          FROM pgshard_fence WHERE lo <= b ORDER BY lo DESC LIMIT 1;
-        IF NOT FOUND OR f.hi < b THEN
+        SELECT x.lo, x.hi, x.state, x.epoch, x.owner INTO f
+          FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
+        IF f.lo IS NULL OR f.hi < b THEN
             PERFORM pgshard_fence_refuse(p_key, b, NULL, NULL, NULL, NULL, NULL, true);
         END IF;
         IF f.lo = locked THEN
             IF current_setting('transaction_isolation') <> 'read committed' THEN
-                PERFORM 1 FROM pgshard_fence WHERE lo = f.lo FOR SHARE;
+                PERFORM 1 FROM pgshard_fence WHERE pgshard_fence.lo = f.lo FOR SHARE;
             END IF;
             IF f.state <> 'owned' THEN
                 PERFORM pgshard_fence_refuse(p_key, b, f.lo, f.hi, f.state, f.epoch, f.owner, true);
             END IF;
             RETURN;
         END IF;
-        PERFORM pg_advisory_xact_lock_shared(1885824627, f.lo);
+        IF NOT pg_try_advisory_xact_lock_shared(1885824627, f.lo) THEN
+            PERFORM pg_advisory_xact_lock_shared(1885824627, f.lo);
+        END IF;
         locked := f.lo;
     END LOOP;
-    RAISE EXCEPTION 'pgshard fence: the range of bucket % kept changing while it was locked', b
+    RAISE EXCEPTION 'pgshard fence: the range of key "%" kept changing while it was locked', p_key
         USING ERRCODE = '40001', HINT = 'Retry the transaction.';
 END;
 $$;
@@ -166,10 +184,10 @@ BEGIN
     IF NOT on_ THEN
         RETURN true;
     END IF;
-    b := pgshard_bucket(p_key, nb);
-    SELECT lo, hi, state, epoch, owner INTO f
-      FROM pgshard_fence WHERE lo <= b ORDER BY lo DESC LIMIT 1;
-    IF NOT FOUND OR f.hi < b THEN
+    b := pgshard_fence_bucket(p_key, nb);
+    SELECT x.lo, x.hi, x.state, x.epoch, x.owner INTO f
+      FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
+    IF f.lo IS NULL OR f.hi < b THEN
         PERFORM pgshard_fence_refuse(p_key, b, NULL, NULL, NULL, NULL, NULL, false);
     END IF;
     IF f.state NOT IN ('owned', 'frozen') THEN
@@ -184,7 +202,7 @@ $$;
 -- when the fence is off (everything is served). For scans over all rows,
 -- which filter rather than fail:
 --   ... CROSS JOIN pgshard_fence_served() s
---   WHERE (s.served IS NULL OR pgshard_bucket(key, s.buckets) <@ s.served)
+--   WHERE (s.served IS NULL OR pgshard_fence_bucket(key, s.buckets) <@ s.served)
 CREATE FUNCTION pgshard_fence_served(OUT buckets INT, OUT served INT4MULTIRANGE)
 LANGUAGE sql STABLE AS $$
     SELECT c.buckets,
