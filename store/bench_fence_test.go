@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgshard/pgshard/store"
@@ -12,12 +15,19 @@ import (
 
 // BenchmarkFence measures the fence's cost (migration 0008) on one real
 // shard, directly: the fast-path commit (pgshard_commit_cas, whose CAS
-// asserts the fence: range lock, two lookups) and the keyed point read
-// (Load, whose statement checks it), with the fence on and off side by
-// side in one run. The two settings alternate in chunks of operations on
-// the same database, connections and executions, so both see the same
-// machine; it reports µs per operation of each and the on/off ratios
-// (goal ≤ 1.05). Asserts nothing:
+// asserts the fence: an index probe, the range lock, a second probe) and
+// the keyed point read (Load, whose statement checks it: one probe), in
+// three settings side by side in one run:
+//
+//	none  as before the fence: pgshard_cas without its assert (0007's
+//	      body, swapped in for the chunk) and Load's plain point SELECT
+//	off   the fence installed and switched off (pgshard_fence_off)
+//	on    the fence set from the map (the default after migrate)
+//
+// The settings alternate in chunks of operations on the same database,
+// connections and executions, so all see the same machine; it reports µs
+// per operation of each and the ratios on/none and off/none (goal ≤ 1.05).
+// Asserts nothing:
 //
 //	go test -run '^$' -bench BenchmarkFence -benchtime 4000x ./store/
 func BenchmarkFence(b *testing.B) {
@@ -36,12 +46,19 @@ func BenchmarkFence(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	setFence := func(on bool) {
-		q := `SELECT pgshard_fence_off()`
-		if on {
-			q = `SELECT pgshard_fence_on()`
-		}
-		if _, err := s.Pool().Exec(ctx, q); err != nil {
+	var fenced string
+	if err := s.Pool().QueryRow(ctx, `SELECT pg_get_functiondef('pgshard_cas'::regproc)`).Scan(&fenced); err != nil {
+		b.Fatal(err)
+	}
+	unfenced := strings.Replace(fenced, "PERFORM pgshard_fence_assert(p_id);", "", 1)
+	if unfenced == fenced {
+		b.Fatal("pgshard_cas does not assert the fence as this benchmark expects")
+	}
+	const none, off, on = 0, 1, 2
+	names := []string{"none", "off", "on"}
+	set := func(mode int) {
+		q := []string{unfenced + `; SELECT pgshard_fence_off()`, fenced + `; SELECT pgshard_fence_off()`, fenced + `; SELECT pgshard_fence_on()`}[mode]
+		if _, err := s.Pool().Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -67,34 +84,43 @@ func BenchmarkFence(b *testing.B) {
 	}
 	commit := func(e *store.Execution) error { return fastCommit(ctx, s, e) }
 	load := func(e *store.Execution) error { _, err := s.Load(ctx, e.ID); return err }
+	loadUnfenced := func(e *store.Execution) error {
+		found, err := store.LoadUnfenced(ctx, s, e.ID)
+		if err == nil && !found {
+			err = fmt.Errorf("execution %s not found", e.ID)
+		}
+		return err
+	}
 
-	var spent [2][2]time.Duration // [commit, load][off, on]
-	var ops [2]int
+	var spent [2][3]time.Duration // [commit, load][none, off, on]
+	ops := 0
 	b.ResetTimer()
 	for done, round := 0, 0; done < b.N; round++ {
 		n := min(chunk, b.N-done)
-		for k := range 2 {
-			on := (round+k)%2 == 0 // alternate which setting goes first
-			setFence(on)
-			idx := 0
-			if on {
-				idx = 1
+		for k := range 3 {
+			mode := (round + k) % 3 // rotate which setting goes first
+			set(mode)
+			spent[0][mode] += run(n, commit)
+			if mode == none {
+				spent[1][mode] += run(n, loadUnfenced)
+			} else {
+				spent[1][mode] += run(n, load)
 			}
-			spent[0][idx] += run(n, commit)
-			spent[1][idx] += run(n, load)
 		}
-		ops[0] += n
-		ops[1] += n
+		ops += n
 		done += n
 	}
 	b.StopTimer()
-	setFence(true)
+	set(on)
 	for i, what := range []string{"commit", "load"} {
-		off := float64(spent[i][0].Microseconds()) / float64(ops[i])
-		on := float64(spent[i][1].Microseconds()) / float64(ops[i])
-		b.ReportMetric(off, what+"-off-µs/op")
-		b.ReportMetric(on, what+"-on-µs/op")
-		b.ReportMetric(on/off, what+"-on/off")
-		b.Logf("%s: fence off %.1f µs/op, on %.1f µs/op, on/off %.3f (%d ops each, %d workers)", what, off, on, on/off, ops[i], workers)
+		var us [3]float64
+		for mode := range 3 {
+			us[mode] = float64(spent[i][mode].Microseconds()) / float64(ops)
+			b.ReportMetric(us[mode], what+"-"+names[mode]+"-µs/op")
+		}
+		b.ReportMetric(us[on]/us[none], what+"-on/none")
+		b.ReportMetric(us[off]/us[none], what+"-off/none")
+		b.Logf("%s: none %.1f µs/op, off %.1f, on %.1f; on/none %.3f, off/none %.3f (%d ops each, %d workers)",
+			what, us[none], us[off], us[on], us[on]/us[none], us[off]/us[none], ops, workers)
 	}
 }

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"context"
 	"net"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Hooks for the external tests (compiled only with them).
@@ -32,4 +35,20 @@ func CountRoundTrips(c net.Conn) (net.Conn, func() uint64) {
 	cc := newCountingConn(c, &n)
 	cc.start()
 	return cc, n.Load
+}
+
+// LoadUnfenced is Load as it was before the fence (migration 0008): the
+// same path (batch, timeout, one round trip), the plain point SELECT. For
+// BenchmarkFence's baseline.
+func LoadUnfenced(ctx context.Context, s *Store, id string) (bool, error) {
+	found := false
+	err := s.query(ctx, `SELECT definition_id, version, data FROM executions WHERE id = $1::text`, []any{id},
+		func(r pgx.Rows) error {
+			var def string
+			var version int
+			var data []byte
+			found = true
+			return r.Scan(&def, &version, &data)
+		})
+	return found, err
 }

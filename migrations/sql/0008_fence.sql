@@ -38,6 +38,10 @@ CREATE TABLE pgshard_fence (
     state TEXT   NOT NULL CHECK (state IN ('owned', 'frozen', 'incoming', 'moved')),
     epoch BIGINT NOT NULL CHECK (epoch > 0),
     owner TEXT,  -- the shard owning the range as of epoch; NULL: unknown
+    -- enabled mirrors pgshard_fence_config.enabled on every row (both are
+    -- written together), so that the checks learn the range and whether
+    -- the fence is on from one index probe.
+    enabled BOOLEAN NOT NULL DEFAULT true,
     EXCLUDE USING gist (int4range(lo, hi, '[]') WITH &&)
 );
 
@@ -100,9 +104,20 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
              + (5305509591434766563 & (buckets - 1)::bigint)) & (buckets - 1)::bigint)::int
 $$;
 
--- The two functions below read the config row, compute the bucket and
--- find its range by lo (the primary key), each a statement whose plan
--- PL/pgSQL caches for the session.
+-- pgshard_fence_nb(): this shard's bucket count (its identity's; NULL
+-- without one), declared IMMUTABLE although it reads a table, so that the
+-- checks below fold it into their plans, which PL/pgSQL caches for the
+-- session: the bucket count of a shard never changes once its identity
+-- exists (ARCHITECTURE.md §2). A plan that folded NULL (a session that
+-- called a check before the identity was written) only sends the checks
+-- down their slow path, which reads the config row.
+CREATE FUNCTION pgshard_fence_nb() RETURNS INT
+LANGUAGE sql IMMUTABLE AS $$ SELECT (SELECT buckets FROM pgshard_identity) $$;
+
+-- The two functions below compute key's bucket and find its range with one
+-- index probe (the row also says whether the fence is on). Only when no
+-- range holds the bucket — a fence never set, or a gap — do they read the
+-- config row: off serves, on refuses.
 --
 -- pgshard_fence_assert(key): "this shard owns key's bucket now", for
 -- writers and for the first statement of a transaction. It takes the
@@ -113,32 +128,38 @@ $$;
 -- Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot may
 -- predate a flip: the range's row is then locked FOR SHARE, which fails
 -- with 40001 if a move changed it after the snapshot. With the fence off
--- it does nothing (one read of the config row).
+-- it does nothing but that probe.
 CREATE FUNCTION pgshard_fence_assert(p_key TEXT) RETURNS VOID
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     on_     BOOLEAN;
     nb      INT;
-    b       INT;
+    b       INT := pgshard_fence_bucket(p_key, pgshard_fence_nb());
     f       RECORD;
     locked  INT := -1;
 BEGIN
-    SELECT enabled, buckets INTO on_, nb FROM pgshard_fence_config;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pgshard fence: the configuration row of pgshard_fence_config is missing'
-            USING ERRCODE = '55000', HINT = 'Run "pgshard migrate" against the shard map to set the fence again.';
-    END IF;
-    IF NOT on_ THEN
-        RETURN;
-    END IF;
-    b := pgshard_fence_bucket(p_key, nb);
     -- Bounded: a range is split under its own lock, so the second read
     -- finds the locked range unless a split happened in between.
     FOR attempt IN 1..4 LOOP
-        SELECT x.lo, x.hi, x.state, x.epoch, x.owner INTO f
+        SELECT x.lo, x.hi, x.state, x.epoch, x.owner, x.enabled INTO f
           FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
         IF f.lo IS NULL OR f.hi < b THEN
+            SELECT enabled, buckets INTO on_, nb FROM pgshard_fence_config;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'pgshard fence: the configuration row of pgshard_fence_config is missing'
+                    USING ERRCODE = '55000', HINT = 'Run "pgshard migrate" against the shard map to set the fence again.';
+            END IF;
+            IF NOT on_ THEN
+                RETURN;
+            END IF;
+            IF b IS DISTINCT FROM pgshard_fence_bucket(p_key, nb) THEN
+                b := pgshard_fence_bucket(p_key, nb); -- a plan folded no identity
+                CONTINUE;
+            END IF;
             PERFORM pgshard_fence_refuse(p_key, b, NULL, NULL, NULL, NULL, NULL, true);
+        END IF;
+        IF NOT f.enabled THEN
+            RETURN;
         END IF;
         IF f.lo = locked THEN
             IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -160,8 +181,10 @@ END;
 $$;
 
 -- pgshard_fence_check(key): "this shard serves key's bucket", for a read
--- that is one statement: call it in that statement's FROM (a function
--- scan, LEFT JOINed to the rows, so it runs even when no row exists).
+-- that is one statement: call it on the key in that statement's WHERE
+-- (`WHERE id = $1 AND pgshard_fence_check($1)`: a condition without
+-- columns, which Postgres evaluates once, as a One-Time Filter, before it
+-- scans — so it runs even when no row exists).
 -- STABLE, so it reads the fence with the calling statement's snapshot —
 -- the one the statement reads its rows with — and the verdict and the
 -- rows are of the same instant: a read whose snapshot predates a flip
@@ -173,27 +196,33 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     on_ BOOLEAN;
     nb  INT;
-    b   INT;
+    b   INT := pgshard_fence_bucket(p_key, pgshard_fence_nb());
     f   RECORD;
 BEGIN
-    SELECT enabled, buckets INTO on_, nb FROM pgshard_fence_config;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pgshard fence: the configuration row of pgshard_fence_config is missing'
-            USING ERRCODE = '55000', HINT = 'Run "pgshard migrate" against the shard map to set the fence again.';
-    END IF;
-    IF NOT on_ THEN
-        RETURN true;
-    END IF;
-    b := pgshard_fence_bucket(p_key, nb);
-    SELECT x.lo, x.hi, x.state, x.epoch, x.owner INTO f
-      FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
-    IF f.lo IS NULL OR f.hi < b THEN
-        PERFORM pgshard_fence_refuse(p_key, b, NULL, NULL, NULL, NULL, NULL, false);
-    END IF;
-    IF f.state NOT IN ('owned', 'frozen') THEN
-        PERFORM pgshard_fence_refuse(p_key, b, f.lo, f.hi, f.state, f.epoch, f.owner, false);
-    END IF;
-    RETURN true;
+    FOR attempt IN 1..2 LOOP
+        SELECT x.lo, x.hi, x.state, x.epoch, x.owner, x.enabled INTO f
+          FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
+        IF f.lo IS NOT NULL AND f.hi >= b THEN
+            IF NOT f.enabled OR f.state IN ('owned', 'frozen') THEN
+                RETURN true;
+            END IF;
+            PERFORM pgshard_fence_refuse(p_key, b, f.lo, f.hi, f.state, f.epoch, f.owner, false);
+        END IF;
+        SELECT enabled, buckets INTO on_, nb FROM pgshard_fence_config;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'pgshard fence: the configuration row of pgshard_fence_config is missing'
+                USING ERRCODE = '55000', HINT = 'Run "pgshard migrate" against the shard map to set the fence again.';
+        END IF;
+        IF NOT on_ THEN
+            RETURN true;
+        END IF;
+        IF b IS NOT DISTINCT FROM pgshard_fence_bucket(p_key, nb) THEN
+            EXIT;
+        END IF;
+        b := pgshard_fence_bucket(p_key, nb); -- a plan folded no identity
+    END LOOP;
+    PERFORM pgshard_fence_refuse(p_key, b, NULL, NULL, NULL, NULL, NULL, false);
+    RETURN false; -- not reached: refuse raises
 END;
 $$;
 
@@ -295,7 +324,8 @@ $$;
 -- stale router from reading or writing a range this shard no longer owns.
 CREATE FUNCTION pgshard_fence_off() RETURNS VOID
 LANGUAGE sql VOLATILE AS $$
-    UPDATE pgshard_fence_config SET enabled = false, updated_at = now()
+    UPDATE pgshard_fence_config SET enabled = false, updated_at = now();
+    UPDATE pgshard_fence SET enabled = false;
 $$;
 
 -- pgshard_fence_on(): turns a fence that was set and then turned off on
@@ -304,7 +334,9 @@ CREATE FUNCTION pgshard_fence_on() RETURNS VOID
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     UPDATE pgshard_fence_config SET enabled = true, updated_at = now() WHERE buckets IS NOT NULL AND epoch > 0;
-    IF NOT FOUND THEN
+    IF FOUND THEN
+        UPDATE pgshard_fence SET enabled = true;
+    ELSE
         RAISE EXCEPTION 'pgshard fence: the fence was never set from a map'
             USING ERRCODE = '55000', HINT = 'Run "pgshard migrate" against the shard map.';
     END IF;
