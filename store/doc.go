@@ -66,10 +66,12 @@
 //
 // Every keyed operation is checked against the shard's fence (migration
 // 0008, ARCHITECTURE.md §6) without an extra round trip: the commit
-// functions assert it themselves; keyed reads call pgshard_fence_check on
-// the key in their one statement's WHERE, a condition without columns that
-// Postgres evaluates once before it scans, so that a key without a row is
-// checked too; keyed standalone writes send pgshard_fence_assert as
+// functions assert it themselves; keyed reads read the fence's verdict on
+// the key's bucket (computed here, from the identity's bucket count) in
+// their one statement, with the rows' snapshot, whether or not a row
+// exists, and only when it does not serve run their checked form
+// (pgshard_fence_check in the WHERE), which raises the refusal, so that a
+// key without a row is refused too; keyed standalone writes send pgshard_fence_assert as
 // their batch's first statement; scans over all rows filter to the buckets
 // the shard serves. A refusal (SQLSTATE PS001) is a *FenceError (fence.go):
 // nothing of the operation was applied.

@@ -199,3 +199,53 @@ func TestFenceRefusesKeyed(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceReadVerdicts: the keyed reads' verdict in its edge cases — a
+// frozen range is read (its writes are refused), a bucket in no range of
+// an on fence is refused as such (not "not found"), and a fence without
+// its config row is an error rather than a guess.
+func TestFenceReadVerdicts(t *testing.T) {
+	d := freshDB(t, "direct")
+	s := d.open(t, store.Options{})
+	ctx := ctxT(t)
+	own, gone := idIn(t, 0, 31), idIn(t, 32, 63)
+	if err := s.Save(ctx, &store.Execution{ID: own, DefinitionID: "fence", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	moveHalf(t, s, d)
+	exec := func(q string) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	exec(`UPDATE pgshard_fence SET state = 'frozen' WHERE lo = 0`)
+	e, err := s.Load(ctx, own)
+	if err != nil {
+		t.Fatalf("load of a frozen range: %v, want it served", err)
+	}
+	if _, err := s.IsProcessed(ctx, own, "ev"); err != nil {
+		t.Errorf("is processed in a frozen range: %v", err)
+	}
+	var fe *store.FenceError
+	if err := s.Save(ctx, e); !errors.As(err, &fe) || !fe.Frozen() {
+		t.Errorf("save in a frozen range: %v, want a frozen *FenceError", err)
+	}
+
+	exec(`DELETE FROM pgshard_fence WHERE lo = 32`)
+	_, err = s.Load(ctx, gone)
+	if !errors.As(err, &fe) || fe.Lo != -1 || fe.State != "" || errors.Is(err, store.ErrNotFound) {
+		t.Errorf("load of a bucket in no range: %v (%+v), want a *FenceError without a range", err, fe)
+	}
+
+	exec(`DELETE FROM pgshard_fence_config`)
+	_, err = s.Load(ctx, gone)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55000" || errors.Is(err, store.ErrNotFound) {
+		t.Errorf("load without the fence's config row: %v, want SQLSTATE 55000", err)
+	}
+	if _, err := s.Load(ctx, own); err != nil {
+		t.Errorf("load of a range the fence holds, without its config row: %v", err)
+	}
+}

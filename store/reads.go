@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // decodeExecution builds an Execution from a row: the JSON document, with
@@ -28,18 +30,29 @@ func decodeExecution(id, definitionID string, version int, data []byte) (*Execut
 // never "not found".
 func (s *Store) Load(ctx context.Context, id string) (*Execution, error) {
 	var exe *Execution
-	err := s.query(ctx, loadSQL, []any{id},
-		func(r pgx.Rows) error {
-			var def string
-			var version int
+	row := func(served **bool) func(pgx.Rows) error {
+		return func(r pgx.Rows) error {
+			var def *string
+			var version *int
 			var data []byte
-			if err := r.Scan(&def, &version, &data); err != nil {
+			dest := []any{&def, &version, &data}
+			if served != nil {
+				dest = append([]any{served}, dest...)
+			}
+			if err := r.Scan(dest...); err != nil {
 				return err
 			}
+			if def == nil || version == nil {
+				return nil
+			}
 			var err error
-			exe, err = decodeExecution(id, def, version, data)
+			exe, err = decodeExecution(id, *def, *version, data)
 			return err
-		})
+		}
+	}
+	err := s.fencedRead(ctx,
+		func(served **bool) error { return s.query(ctx, loadSQL, []any{id, s.bucket(id)}, row(served)) },
+		func() error { exe = nil; return s.query(ctx, loadCheckedSQL, []any{id}, row(nil)) })
 	if err != nil {
 		return nil, fmt.Errorf("load execution %s: %w", id, err)
 	}
@@ -49,22 +62,48 @@ func (s *Store) Load(ctx context.Context, id string) (*Execution, error) {
 	return exe, nil
 }
 
-// The keyed reads are one statement each whose WHERE calls the fence's
-// check (pgshard_fence_check, migration 0008) on the key alone: a
-// condition without columns, which Postgres evaluates once, as the plan's
-// One-Time Filter, before it scans — so the check runs whether or not a
-// row exists, with the statement's snapshot (tested: a moved key without a
-// row is refused). It cost a third less than the check as a function
-// scan joined to the rows (BenchmarkFence).
+// The keyed reads are one statement each that reads the fence's verdict
+// on the key's bucket — the range of pgshard_fence holding it, one index
+// probe, plain SQL — in a subquery LEFT JOINed to the rows it reads only
+// when the verdict serves (the range is owned or frozen here, or the
+// fence is off): the verdict comes back whether or not a row exists, and
+// the verdict and the rows are read with the statement's one snapshot (a
+// read whose snapshot predates a move's flip reads the range as it was,
+// entirely; one that follows it is refused). The store computes the
+// bucket (shardmap's hash with its identity's bucket count, read at
+// Open). Any other verdict — a range not served here, no range holding
+// the bucket, a fence never set — sends the read to its checked form:
+// the same read with pgshard_fence_check (migration 0008) in its WHERE, a
+// condition without columns that Postgres evaluates once before it scans,
+// which serves it (a fence that is off, or one that changed meanwhile) or
+// raises the fence's error naming range, state, epoch and owner. A moved
+// key is refused, never "not found". The statements are unnamed (planned
+// on every run): BenchmarkFence compares this with the checked form
+// alone and with other plain-SQL forms.
 const (
-	loadSQL = `SELECT definition_id, version, data FROM executions
+	fenceVerdictFrom = `(SELECT x.hi >= $2::int AND (NOT x.enabled OR x.state IN ('owned', 'frozen')) AS ok
+        FROM pgshard_fence x WHERE x.lo <= $2::int ORDER BY x.lo DESC LIMIT 1) f`
+
+	loadSQL = `SELECT f.ok, e.definition_id, e.version, e.data
+FROM ` + fenceVerdictFrom + `
+LEFT JOIN executions e ON f.ok AND e.id = $1::text`
+
+	loadCheckedSQL = `SELECT definition_id, version, data FROM executions
 WHERE id = $1::text AND pgshard_fence_check($1::text)`
 
-	loadForEventSQL = `SELECT e.definition_id, e.version, e.data,
+	loadForEventSQL = `SELECT f.ok, e.definition_id, e.version, e.data,
+       f.ok AND EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = $1::text AND p.event_id = $3::text)
+FROM ` + fenceVerdictFrom + `
+LEFT JOIN executions e ON f.ok AND e.id = $1::text`
+
+	loadForEventCheckedSQL = `SELECT e.definition_id, e.version, e.data,
        EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = $1::text AND p.event_id = $2::text)
 FROM executions e WHERE e.id = $1::text AND pgshard_fence_check($1::text)`
 
-	isProcessedSQL = `SELECT EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $2::text)
+	isProcessedSQL = `SELECT f.ok, f.ok AND EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $3::text)
+FROM ` + fenceVerdictFrom
+
+	isProcessedCheckedSQL = `SELECT EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $2::text)
 WHERE pgshard_fence_check($1::text)`
 
 	readTraceSQL = `SELECT idx, entry FROM trace
@@ -72,23 +111,60 @@ WHERE execution_id = $1::text AND pgshard_fence_check($1::text)
 ORDER BY idx`
 )
 
+// bucket is key's bucket on this shard (shardmap's hash, which matches the
+// shard's pgshard_fence_bucket: tested).
+func (s *Store) bucket(key string) int { return shardmap.BucketText(key, s.buckets) }
+
+// fencedRead runs fast, a read that scans the fence's verdict into its
+// argument with the rows; unless the verdict serves, it runs checked, the
+// read's checked form, whose answer (rows or the fence's error) stands.
+// checked must reset what fast's rows set.
+func (s *Store) fencedRead(ctx context.Context, fast func(served **bool) error, checked func() error) error {
+	var verdict *bool
+	if err := fast(&verdict); err != nil {
+		return err
+	}
+	if verdict != nil && *verdict {
+		return nil
+	}
+	return checked()
+}
+
 // LoadForEvent returns the execution id and whether eventID was already
 // processed by it, in one query. An absent execution is an error matching
 // ErrNotFound. The fence is checked as in Load.
 func (s *Store) LoadForEvent(ctx context.Context, id, eventID string) (*Execution, bool, error) {
 	var exe *Execution
 	var processed bool
-	err := s.query(ctx, loadForEventSQL, []any{id, eventID},
-		func(r pgx.Rows) error {
-			var def string
-			var version int
+	row := func(served **bool) func(pgx.Rows) error {
+		return func(r pgx.Rows) error {
+			var def *string
+			var version *int
 			var data []byte
-			if err := r.Scan(&def, &version, &data, &processed); err != nil {
+			var p *bool
+			dest := []any{&def, &version, &data, &p}
+			if served != nil {
+				dest = append([]any{served}, dest...)
+			}
+			if err := r.Scan(dest...); err != nil {
 				return err
 			}
+			if def == nil || version == nil {
+				return nil
+			}
+			processed = p != nil && *p
 			var err error
-			exe, err = decodeExecution(id, def, version, data)
+			exe, err = decodeExecution(id, *def, *version, data)
 			return err
+		}
+	}
+	err := s.fencedRead(ctx,
+		func(served **bool) error {
+			return s.query(ctx, loadForEventSQL, []any{id, s.bucket(id), eventID}, row(served))
+		},
+		func() error {
+			exe, processed = nil, false
+			return s.query(ctx, loadForEventCheckedSQL, []any{id, eventID}, row(nil))
 		})
 	if err != nil {
 		return nil, false, fmt.Errorf("load execution %s for event %s: %w", id, eventID, err)
@@ -99,10 +175,29 @@ func (s *Store) LoadForEvent(ctx context.Context, id, eventID string) (*Executio
 	return exe, processed, nil
 }
 
-// IsProcessed reports whether execution id has processed eventID.
+// IsProcessed reports whether execution id has processed eventID. The
+// fence is checked as in Load.
 func (s *Store) IsProcessed(ctx context.Context, id, eventID string) (bool, error) {
 	var ok bool
-	err := s.query(ctx, isProcessedSQL, []any{id, eventID}, func(r pgx.Rows) error { return r.Scan(&ok) })
+	row := func(served **bool) func(pgx.Rows) error {
+		return func(r pgx.Rows) error {
+			var p *bool
+			dest := []any{&p}
+			if served != nil {
+				dest = append([]any{served}, dest...)
+			}
+			if err := r.Scan(dest...); err != nil {
+				return err
+			}
+			ok = p != nil && *p
+			return nil
+		}
+	}
+	err := s.fencedRead(ctx,
+		func(served **bool) error {
+			return s.query(ctx, isProcessedSQL, []any{id, s.bucket(id), eventID}, row(served))
+		},
+		func() error { ok = false; return s.query(ctx, isProcessedCheckedSQL, []any{id, eventID}, row(nil)) })
 	if err != nil {
 		return false, fmt.Errorf("is event %s processed by %s: %w", eventID, id, err)
 	}

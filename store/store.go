@@ -27,6 +27,10 @@ type Store struct {
 	// checkConfig connects the stall checks: no pool, no round-trip
 	// counting.
 	checkConfig *pgconn.Config
+	// buckets is the shard's bucket count (its identity record's, which
+	// never changes): the keyed reads compute a key's bucket here for the
+	// fence's verdict (reads.go).
+	buckets int
 }
 
 var _ ExecutionStore = (*Store)(nil)
@@ -139,13 +143,16 @@ func (s *Store) probe(ctx context.Context) error {
 	if !ok {
 		return errNotMigrated
 	}
-	// pgshard_identity exists wherever pgshard_commit does (0003 < 0005).
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pgshard_identity)`).Scan(&ok); err != nil {
+	// pgshard_identity exists wherever pgshard_commit does (0003 < 0005);
+	// it holds one row at most.
+	var buckets *int32
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT buckets FROM pgshard_identity)`).Scan(&buckets); err != nil {
 		return err
 	}
-	if !ok {
+	if buckets == nil {
 		return errNoIdentity
 	}
+	s.buckets = int(*buckets)
 	return nil
 }
 
