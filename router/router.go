@@ -33,7 +33,23 @@ type Options struct {
 	// refuses an operation (a *catalog.Catalog satisfies it). nil: the
 	// router never reloads by itself and returns the refusal.
 	Maps MapSource
+	// Lease, when set, is asked before every keyed operation whether the
+	// router may serve (a *catalog.Follower satisfies it: nil while its
+	// catalog lease is live); an error refuses the operation, matching
+	// ErrNotServing and the Lease's error. nil: always serve.
+	Lease LeaseChecker
 }
+
+// LeaseChecker says whether a router may serve at local time now: nil, or
+// why not (catalog.Follower.Check).
+type LeaseChecker interface {
+	Check(now time.Time) error
+}
+
+// ErrNotServing is matched (errors.Is) by the error of a keyed operation
+// refused because Options.Lease said the router may not serve: its map
+// cannot be proven current. Nothing was sent to a shard.
+var ErrNotServing = errors.New("router is not serving")
 
 // MapSource yields the shard map in force (catalog.Catalog.Load).
 type MapSource interface {
@@ -221,6 +237,10 @@ func (r *Router) Close() {
 	r.open = map[string]*store.Store{}
 }
 
+// Epoch returns the epoch of the router's map (for a catalog follower's
+// lease: catalog.Follower.Run(ctx, r.Epoch, r.SetMap)).
+func (r *Router) Epoch() uint64 { return r.rt.Load().m.Epoch }
+
 // Map returns the router's shard map (do not modify it).
 func (r *Router) Map() *shardmap.Map { return r.rt.Load().m }
 
@@ -294,10 +314,18 @@ func wrap(shard string, err error) error {
 // it — which the shard does before doing anything, in op's one
 // transaction, so nothing was applied — the router reloads its map
 // (Options.Maps) and, if the map changed meanwhile (by this reload or
-// another), runs op once more on the owner the new map names. Any other
+// another), runs op once more on the owner the new map names. With
+// Options.Lease, an operation the lease does not cover is refused before
+// anything is sent (ErrNotServing). Any other
 // error, a commit whose outcome is unknown above all, is returned as it
 // is: never retried.
 func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Store) (T, error)) (T, error) {
+	if r.opts.Lease != nil {
+		if err := r.opts.Lease.Check(time.Now()); err != nil {
+			var zero T
+			return zero, fmt.Errorf("router: execution %s: %w: %w", id, ErrNotServing, err)
+		}
+	}
 	rt := r.rt.Load()
 	s, name := rt.forKey(id)
 	v, err := op(s)
