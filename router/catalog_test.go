@@ -68,7 +68,7 @@ func TestRouterFollowsCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const ttl = 3 * time.Second
+	const ttl = 8 * time.Second // renewed every 2.7 s: generous under load
 	var errMu sync.Mutex
 	var lastErr error
 	f, err := cat.NewFollower(catalog.FollowOptions{Owner: "router-test", Kind: "router", TTL: ttl, Interval: 100 * time.Millisecond,
