@@ -77,6 +77,10 @@ VERIFY_OPS ?= 1000000
 .PHONY: bench
 bench: bench-proxy bench-loadgen bench-verify ## Every speed benchmark in one run, each beside its anchor (PgBouncer, a bare pgx round trip): ratios, never assertions
 
+.PHONY: bench-fence
+bench-fence: ## The shard fence's cost: fast-path commit and keyed point read on one real shard, fence on vs off interleaved in one run; prints µs/op and on/off (goal ≤ 1.05); asserts nothing
+	$(GO) test -run '^$$' -bench 'BenchmarkFence' -benchtime 4000x -count 1 ./store/
+
 .PHONY: bench-loadgen
 bench-loadgen: deps ## loadgen's own CPU per operation (goal ≤ 50 µs): the engine against an in-memory target, then an open loop at 600 ops/s against a real shard beside a bare pgx round trip; prints µs/op and ×goal, asserts nothing
 	$(GO) test -run '^$$' -bench 'EngineCPU' -benchtime 1x -count 1 ./loadgen/

@@ -40,6 +40,15 @@
 // (with a new token) rather than reviving it. Lease.ValidUntil is the
 // holder's conservative local bound.
 //
+// A Follower (follow.go) is what a router holds: it watches the epoch and
+// hands each newer map to the process (e.g. router.SetMap), acquires the
+// process's lease and renews it every TTL/3 with the epoch served, and
+// answers Check — nil while the lease is live by its local bound, else a
+// *NoLeaseError (ErrNoLease) — so a process cut off from the catalog stops
+// serving once its lease lapses instead of serving a map it cannot prove
+// current. A lost lease is acquired again (new token) only after the map
+// was reloaded from the catalog.
+//
 // Safe through PgBouncer in transaction mode: no session state (timeouts
 // with set_config(..., true)), transaction-level advisory locks only (the
 // installer's), unnamed statements (pgx's QueryExecModeExec), and reads of
@@ -63,5 +72,7 @@
 //	maps.go     Push (compare-and-swap), Load, LoadGeneration, Epoch, CheckSuccessor
 //	watch.go    Watch: bounded polling for new epochs
 //	lease.go    Acquire, Renew, Release, Live
+//	follow.go   Follower: Watch plus a lease renewed every TTL/3, for a
+//	            router or proxy; Check refuses once the lease lapsed
 //	sql/        the schema versions (0001_catalog.sql)
 package catalog

@@ -69,6 +69,7 @@ type ShardReport struct {
 	Adopted  []string // migrations this run recorded for tables (and harel_commit_cas) another program made (Options.Adopt)
 	Present  int      // migrations found already applied
 	Identity string   // what happened to the identity record
+	Fence    string   // the fence as set from the map (SetFence's summary)
 	Duration time.Duration
 	Err      error
 }
@@ -197,6 +198,18 @@ func migrateShard(ctx context.Context, dsn string, opts Options, s shardmap.Shar
 	}
 	id, action, err := ensureIdentity(ctx, conn, s, m, lim)
 	r.Identity = action
+	if err != nil {
+		return r, id, err
+	}
+	if !hasFence(ms) { // a test simulating an earlier build
+		return r, id, nil
+	}
+	// The fence follows the map being migrated to, under the migrators'
+	// lock (its range locks wait for writers, bounded by LockTimeout).
+	err = inLockedTx(ctx, conn, lim, func(tx pgx.Tx) error {
+		r.Fence, err = SetFence(ctx, tx, m)
+		return err
+	})
 	return r, id, err
 }
 

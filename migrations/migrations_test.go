@@ -32,10 +32,14 @@ func TestAllMigrationsLoad(t *testing.T) {
 // `pgshard migrate` on every database that applied it).
 func TestReleasedMigrationsUnchanged(t *testing.T) {
 	pinned := map[string]string{
-		"0001_store_tables":     "7c58181dbf2e5b21df2fbe7d9e2049aee047f697039f7189334fb20af47a8a54",
-		"0002_commit_cas":       "e92b3536bdedcc2f03bbef32fd5c3de176dbb083366f41618ed042835df91414",
-		"0003_shard_identity":   "19ad86056a10d4f1b31ec71e449d3c66686b2eb70a8caa1efa0b204ee167aa27",
-		"0004_bucket_functions": "7b87a4b62f1e193ec6f25c56d62755fa2af2a5d3f6dda95dfc7b408d837eaaee",
+		"0001_store_tables":                   "7c58181dbf2e5b21df2fbe7d9e2049aee047f697039f7189334fb20af47a8a54",
+		"0002_commit_cas":                     "e92b3536bdedcc2f03bbef32fd5c3de176dbb083366f41618ed042835df91414",
+		"0003_shard_identity":                 "19ad86056a10d4f1b31ec71e449d3c66686b2eb70a8caa1efa0b204ee167aa27",
+		"0004_bucket_functions":               "7b87a4b62f1e193ec6f25c56d62755fa2af2a5d3f6dda95dfc7b408d837eaaee",
+		"0005_commit_in_one_round_trip":       "ffd8b8dfbe9eb0390dc2080f07f99ca6d8527bbc48eaf2310a47e2464aa98708",
+		"0006_emit_targets_as_given":          "a257872b0b89ba20dad0159df79bc1c05e868aac22c92b97392d0e9acdaacd3c",
+		"0007_commit_functions_own_their_cas": "b403807d090869ea959475c12248f5b364dd9cf7f77ca68f66c5898663ac56b2",
+		"0008_fence":                          "1575732ba04f9d7ffc8e057e04f91031b1efef9e300c48cf32c9ec62f318686e",
 	}
 	seen := 0
 	for _, m := range migrations.All() {

@@ -37,4 +37,14 @@
 // Open refuses to start when a shard's identity record disagrees with the
 // map (wrong name or ordinal, another bucket count, two entries on one
 // database).
+//
+// Following a catalog: Options.Maps (a *catalog.Catalog) is where a
+// keyed operation refused by a shard's fence reloads the map before its
+// one retry; Options.Lease (a *catalog.Follower) is asked before every
+// keyed operation, which is refused with ErrNotServing while the lease is
+// not live. The follower's loop is the caller's:
+//
+//	f, _ := cat.NewFollower(catalog.FollowOptions{Owner: "router@host", Kind: "router"})
+//	r, _ := router.Open(ctx, m, router.Options{Maps: cat, Lease: f})
+//	go f.Run(ctx, r.Epoch, r.SetMap) // watch + lease; waited for by the caller
 package router

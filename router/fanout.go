@@ -22,14 +22,15 @@ import (
 // context too, and its error then matches both context.Canceled and
 // store.ErrUnreachable).
 func fanOut[T any](ctx context.Context, r *Router, what string, read func(context.Context, *store.Store) (T, error)) ([]T, error) {
-	out := make([]T, len(r.stores))
-	errs := make([]error, len(r.stores))
+	rt := r.rt.Load()
+	out := make([]T, len(rt.stores))
+	errs := make([]error, len(rt.stores))
 	g, gctx := errgroup.WithContext(ctx)
-	for i, s := range r.stores {
+	for i, s := range rt.stores {
 		g.Go(func() error {
 			v, err := read(gctx, s)
 			if err != nil {
-				errs[i] = &ShardError{Shard: r.m.Shards[i].Name, Err: err}
+				errs[i] = &ShardError{Shard: rt.m.Shards[i].Name, Err: err}
 				return errs[i]
 			}
 			out[i] = v

@@ -25,10 +25,12 @@ func fakeRouter(t *testing.T, n int) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Router{m: m, stores: make([]*store.Store, n)}
-	for i := range r.stores {
-		r.stores[i] = new(store.Store)
+	rt := &routing{m: m, stores: make([]*store.Store, n)}
+	for i := range rt.stores {
+		rt.stores[i] = new(store.Store)
 	}
+	r := &Router{}
+	r.rt.Store(rt)
 	return r
 }
 
@@ -62,7 +64,7 @@ func TestFanOutNamesUnreachableShard(t *testing.T) {
 				t.Fatalf("healthy fan-out: %v", err)
 			}
 			_, err := fanOut(ctx, r, "pending outbox", func(ctx context.Context, s *store.Store) (int, error) {
-				i := slices.Index(r.stores, s)
+				i := slices.Index(r.rt.Load().stores, s)
 				if slices.Contains(tt.failing, i) {
 					return 0, unreachable("pending outbox")
 				}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,17 +29,58 @@ type Options struct {
 	// UsePooler connects to each shard through its PgBouncer (the map's
 	// pooler_dsn) when it has one, else directly.
 	UsePooler bool
+	// Maps is where the router reloads its map when a shard's fence
+	// refuses an operation (a *catalog.Catalog satisfies it). nil: the
+	// router never reloads by itself and returns the refusal.
+	Maps MapSource
+	// Lease, when set, is asked before every keyed operation whether the
+	// router may serve (a *catalog.Follower satisfies it: nil while its
+	// catalog lease is live); an error refuses the operation, matching
+	// ErrNotServing and the Lease's error. nil: always serve.
+	Lease LeaseChecker
+}
+
+// LeaseChecker says whether a router may serve at local time now: nil, or
+// why not (catalog.Follower.Check).
+type LeaseChecker interface {
+	Check(now time.Time) error
+}
+
+// ErrNotServing is matched (errors.Is) by the error of a keyed operation
+// refused because Options.Lease said the router may not serve: its map
+// cannot be proven current. Nothing was sent to a shard.
+var ErrNotServing = errors.New("router is not serving")
+
+// MapSource yields the shard map in force (catalog.Catalog.Load).
+type MapSource interface {
+	Load(ctx context.Context) (*shardmap.Map, error)
 }
 
 // Router is the execution store over all shards of a map. It is safe for
-// concurrent use.
+// concurrent use. Its map can be replaced while it runs (SetMap, Reload):
+// each operation routes with the map it started with.
 type Router struct {
-	m      *shardmap.Map
-	stores []*store.Store // by index in m.Shards
-	byName map[string]int // shard name → index in m.Shards
+	opts Options
+	rt   atomic.Pointer[routing]
+	// mu serializes map changes and guards open.
+	mu sync.Mutex
+	// open holds every store opened, by shard name and DSN, reused by
+	// later maps and closed by Close (an operation of an earlier map may
+	// still be using one).
+	open map[string]*store.Store
 	// outboxTurn and spawnTurn count the calls of PendingOutbox and
 	// PendingSpawns: the shard their batch starts with.
 	outboxTurn, spawnTurn atomic.Uint64
+	// reloadHook, when set (tests of the retry policy), replaces Reload
+	// in keyed.
+	reloadHook func(context.Context) (bool, error)
+}
+
+// routing is one map with a store per shard; never changed once built.
+type routing struct {
+	m      *shardmap.Map
+	stores []*store.Store // by index in m.Shards
+	byName map[string]int // shard name → index in m.Shards
 }
 
 var _ store.ExecutionStore = (*Router)(nil)
@@ -89,26 +131,48 @@ func FailedShards(err error) []string {
 // (migrations.VerifyCluster). It refuses to start if any shard cannot be
 // opened or disagrees with the map, naming the shards.
 func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
-	m = m.Clone()
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("router: %w", err)
-	}
 	if opts.Store.ConnectTimeout <= 0 {
 		opts.Store.ConnectTimeout = DefaultConnectTimeout
 	}
-	r := &Router{m: m, stores: make([]*store.Store, len(m.Shards)), byName: make(map[string]int, len(m.Shards))}
-	for i, sh := range m.Shards {
-		r.byName[sh.Name] = i
+	r := &Router{opts: opts, open: map[string]*store.Store{}}
+	if err := r.SetMap(ctx, m); err != nil {
+		r.Close()
+		return nil, err
 	}
+	return r, nil
+}
+
+// SetMap makes m the router's map: it opens a store for each shard it has
+// no store for yet and checks every shard's identity against m, then
+// switches; operations already under way finish with the map they
+// started with. A map whose epoch is not newer than the current one is
+// ignored (nil error), so a router never goes back to an older map. On
+// error the router keeps its map.
+func (r *Router) SetMap(ctx context.Context, m *shardmap.Map) error {
+	m = m.Clone()
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.rt.Load(); cur != nil && m.Epoch <= cur.m.Epoch {
+		return nil
+	}
+	rt := &routing{m: m, stores: make([]*store.Store, len(m.Shards)), byName: make(map[string]int, len(m.Shards))}
 	errs := make([]error, len(m.Shards))
 	var g errgroup.Group
 	for i, sh := range m.Shards {
+		rt.byName[sh.Name] = i
+		so := r.opts.Store
+		dsn := sh.DSN
+		if r.opts.UsePooler && sh.PoolerDSN != "" {
+			dsn, so.BehindPooler = sh.PoolerDSN, true
+		}
+		if s, ok := r.open[sh.Name+"\x00"+dsn]; ok {
+			rt.stores[i] = s
+			continue
+		}
 		g.Go(func() error {
-			so := opts.Store
-			dsn := sh.DSN
-			if opts.UsePooler && sh.PoolerDSN != "" {
-				dsn, so.BehindPooler = sh.PoolerDSN, true
-			}
 			if so.ApplicationName == "" {
 				so.ApplicationName = "pgshard router"
 			}
@@ -117,47 +181,77 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 				errs[i] = &ShardError{Shard: sh.Name, Err: err}
 				return nil
 			}
-			r.stores[i] = s
+			rt.stores[i] = s
 			return nil
 		})
 	}
 	_ = g.Wait() // every goroutine returns nil; failures are in errs
+	// Keep what opened (a later map may reuse it; Close closes it).
+	for i, sh := range m.Shards {
+		if s := rt.stores[i]; s != nil {
+			dsn := sh.DSN
+			if r.opts.UsePooler && sh.PoolerDSN != "" {
+				dsn = sh.PoolerDSN
+			}
+			r.open[sh.Name+"\x00"+dsn] = s
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("router: open shards: %w", err)
+		return fmt.Errorf("router: open shards: %w", err)
 	}
 	err := migrations.VerifyCluster(ctx, m, func(sh shardmap.Shard) migrations.Querier {
-		return r.stores[r.index(sh.Name)].Pool()
+		return rt.stores[rt.byName[sh.Name]].Pool()
 	})
 	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("router: the shards disagree with the map (epoch %d): %w", m.Epoch, err)
+		return fmt.Errorf("router: the shards disagree with the map (epoch %d): %w", m.Epoch, err)
 	}
-	return r, nil
+	r.rt.Store(rt)
+	return nil
 }
 
-// index returns the index of a shard of the map (the caller found it there).
-func (r *Router) index(name string) int { return r.byName[name] }
+// Reload loads the map from Options.Maps and switches to it if it is
+// newer (SetMap). It reports whether the router's map changed; without
+// Options.Maps it does nothing.
+func (r *Router) Reload(ctx context.Context) (bool, error) {
+	if r.opts.Maps == nil {
+		return false, nil
+	}
+	before := r.rt.Load()
+	m, err := r.opts.Maps.Load(ctx)
+	if err != nil {
+		return false, fmt.Errorf("router: reload the shard map: %w", err)
+	}
+	if err := r.SetMap(ctx, m); err != nil {
+		return false, err
+	}
+	return r.rt.Load() != before, nil
+}
 
 // Close closes every shard's pool.
 func (r *Router) Close() {
-	for _, s := range r.stores {
-		if s != nil {
-			s.Close()
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.open {
+		s.Close()
 	}
+	r.open = map[string]*store.Store{}
 }
 
+// Epoch returns the epoch of the router's map (for a catalog follower's
+// lease: catalog.Follower.Run(ctx, r.Epoch, r.SetMap)).
+func (r *Router) Epoch() uint64 { return r.rt.Load().m.Epoch }
+
 // Map returns the router's shard map (do not modify it).
-func (r *Router) Map() *shardmap.Map { return r.m }
+func (r *Router) Map() *shardmap.Map { return r.rt.Load().m }
 
 // ShardOf returns the name of the shard that owns execution id.
-func (r *Router) ShardOf(id string) string { return r.m.Lookup(id).Name }
+func (r *Router) ShardOf(id string) string { return r.rt.Load().m.Lookup(id).Name }
 
 // Shards returns the shards' names in map order.
 func (r *Router) Shards() []string {
-	out := make([]string, len(r.m.Shards))
-	for i, s := range r.m.Shards {
+	m := r.rt.Load().m
+	out := make([]string, len(m.Shards))
+	for i, s := range m.Shards {
 		out[i] = s.Name
 	}
 	return out
@@ -166,11 +260,12 @@ func (r *Router) Shards() []string {
 // Store returns the store of the shard named name, for administrative
 // queries and tests.
 func (r *Router) Store(name string) (*store.Store, error) {
-	sh, err := r.m.ShardByName(name)
+	rt := r.rt.Load()
+	sh, err := rt.m.ShardByName(name)
 	if err != nil {
 		return nil, err
 	}
-	return r.stores[r.index(sh.Name)], nil
+	return rt.stores[rt.byName[sh.Name]], nil
 }
 
 // Stats are a router's counters.
@@ -181,30 +276,31 @@ type Stats struct {
 	Shards map[string]store.Stats
 }
 
-// Stats returns the router's counters.
+// Stats returns the router's counters (of the shards of its map).
 func (r *Router) Stats() Stats {
-	st := Stats{Shards: make(map[string]store.Stats, len(r.stores))}
-	for i, s := range r.stores {
+	rt := r.rt.Load()
+	st := Stats{Shards: make(map[string]store.Stats, len(rt.stores))}
+	for i, s := range rt.stores {
 		ss := s.Stats()
 		st.RoundTrips += ss.RoundTrips
-		st.Shards[r.m.Shards[i].Name] = ss
+		st.Shards[rt.m.Shards[i].Name] = ss
 	}
 	return st
 }
 
 // forKey returns the store owning execution id and its shard's name.
-func (r *Router) forKey(id string) (*store.Store, string) {
-	i := r.m.ShardIndexForBucket(r.m.Bucket(id))
-	return r.stores[i], r.m.Shards[i].Name
+func (rt *routing) forKey(id string) (*store.Store, string) {
+	i := rt.m.ShardIndexForBucket(rt.m.Bucket(id))
+	return rt.stores[i], rt.m.Shards[i].Name
 }
 
 // forSeq returns the store that generated seq.
-func (r *Router) forSeq(seq int64) (*store.Store, string, error) {
-	sh, err := r.m.ShardForSeq(seq)
+func (rt *routing) forSeq(seq int64) (*store.Store, string, error) {
+	sh, err := rt.m.ShardForSeq(seq)
 	if err != nil {
 		return nil, "", err
 	}
-	return r.stores[r.index(sh.Name)], sh.Name, nil
+	return rt.stores[rt.byName[sh.Name]], sh.Name, nil
 }
 
 func wrap(shard string, err error) error {
@@ -214,6 +310,43 @@ func wrap(shard string, err error) error {
 	return &ShardError{Shard: shard, Err: err}
 }
 
+// keyed runs op on the shard owning id. When that shard's fence refuses
+// it — which the shard does before doing anything, in op's one
+// transaction, so nothing was applied — the router reloads its map
+// (Options.Maps) and, if the map changed meanwhile (by this reload or
+// another), runs op once more on the owner the new map names. With
+// Options.Lease, an operation the lease does not cover is refused before
+// anything is sent (ErrNotServing). Any other
+// error, a commit whose outcome is unknown above all, is returned as it
+// is: never retried.
+func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Store) (T, error)) (T, error) {
+	if r.opts.Lease != nil {
+		if err := r.opts.Lease.Check(time.Now()); err != nil {
+			var zero T
+			return zero, fmt.Errorf("router: execution %s: %w: %w", id, ErrNotServing, err)
+		}
+	}
+	rt := r.rt.Load()
+	s, name := rt.forKey(id)
+	v, err := op(s)
+	if err == nil || !errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrOutcomeUnknown) || r.opts.Maps == nil {
+		return v, wrap(name, err)
+	}
+	reload := r.Reload
+	if r.reloadHook != nil {
+		reload = r.reloadHook
+	}
+	if _, rerr := reload(ctx); rerr != nil {
+		return v, errors.Join(wrap(name, err), rerr)
+	}
+	if r.rt.Load() == rt { // the map in force is the one refused
+		return v, wrap(name, err)
+	}
+	s, name = r.rt.Load().forKey(id)
+	v, err = op(s)
+	return v, wrap(name, err)
+}
+
 // Commit commits exe on the shard owning exe.ID; see store.Store.Commit.
 // Outbox rows, spawn intents, timers and trace go to the same shard.
 func (r *Router) Commit(ctx context.Context, exe *store.Execution, emits []store.Emit, processedEventID string,
@@ -221,8 +354,10 @@ func (r *Router) Commit(ctx context.Context, exe *store.Execution, emits []store
 	if exe == nil {
 		return errors.New("commit: nil execution")
 	}
-	s, name := r.forKey(exe.ID)
-	return wrap(name, s.Commit(ctx, exe, emits, processedEventID, timers, spawns, trace))
+	_, err := keyed(ctx, r, exe.ID, func(s *store.Store) (struct{}, error) {
+		return struct{}{}, s.Commit(ctx, exe, emits, processedEventID, timers, spawns, trace)
+	})
+	return err
 }
 
 // Save saves exe on its shard.
@@ -232,28 +367,30 @@ func (r *Router) Save(ctx context.Context, exe *store.Execution) error {
 
 // Load loads execution id from its shard.
 func (r *Router) Load(ctx context.Context, id string) (*store.Execution, error) {
-	s, name := r.forKey(id)
-	e, err := s.Load(ctx, id)
-	return e, wrap(name, err)
+	return keyed(ctx, r, id, func(s *store.Store) (*store.Execution, error) { return s.Load(ctx, id) })
 }
 
 // LoadForEvent loads execution id and its dedupe flag from its shard.
 func (r *Router) LoadForEvent(ctx context.Context, id, eventID string) (*store.Execution, bool, error) {
-	s, name := r.forKey(id)
-	e, ok, err := s.LoadForEvent(ctx, id, eventID)
-	return e, ok, wrap(name, err)
+	type loaded struct {
+		e  *store.Execution
+		ok bool
+	}
+	l, err := keyed(ctx, r, id, func(s *store.Store) (loaded, error) {
+		e, ok, err := s.LoadForEvent(ctx, id, eventID)
+		return loaded{e, ok}, err
+	})
+	return l.e, l.ok, err
 }
 
 // IsProcessed asks execution id's shard.
 func (r *Router) IsProcessed(ctx context.Context, id, eventID string) (bool, error) {
-	s, name := r.forKey(id)
-	ok, err := s.IsProcessed(ctx, id, eventID)
-	return ok, wrap(name, err)
+	return keyed(ctx, r, id, func(s *store.Store) (bool, error) { return s.IsProcessed(ctx, id, eventID) })
 }
 
 // AckOutbox deletes outbox row seq on the shard whose ordinal seq names.
 func (r *Router) AckOutbox(ctx context.Context, seq int64) error {
-	s, name, err := r.forSeq(seq)
+	s, name, err := r.rt.Load().forSeq(seq)
 	if err != nil {
 		return fmt.Errorf("ack outbox seq %d: %w", seq, err)
 	}
@@ -262,7 +399,7 @@ func (r *Router) AckOutbox(ctx context.Context, seq int64) error {
 
 // AckSpawn deletes spawn intent seq on the shard whose ordinal seq names.
 func (r *Router) AckSpawn(ctx context.Context, seq int64) error {
-	s, name, err := r.forSeq(seq)
+	s, name, err := r.rt.Load().forSeq(seq)
 	if err != nil {
 		return fmt.Errorf("ack spawn seq %d: %w", seq, err)
 	}
@@ -272,20 +409,16 @@ func (r *Router) AckSpawn(ctx context.Context, seq int64) error {
 // DeleteTimer deletes a timer on execution id's shard if it still fires at
 // fireAt.
 func (r *Router) DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error) {
-	s, name := r.forKey(id)
-	ok, err := s.DeleteTimer(ctx, id, path, fireAt)
-	return ok, wrap(name, err)
+	return keyed(ctx, r, id, func(s *store.Store) (bool, error) { return s.DeleteTimer(ctx, id, path, fireAt) })
 }
 
 // AppendTrace appends to execution id's trace ring on its shard.
 func (r *Router) AppendTrace(ctx context.Context, id string, entry json.RawMessage) error {
-	s, name := r.forKey(id)
-	return wrap(name, s.AppendTrace(ctx, id, entry))
+	_, err := keyed(ctx, r, id, func(s *store.Store) (struct{}, error) { return struct{}{}, s.AppendTrace(ctx, id, entry) })
+	return err
 }
 
 // ReadTrace reads execution id's trace ring from its shard.
 func (r *Router) ReadTrace(ctx context.Context, id string) ([]store.TraceEntry, error) {
-	s, name := r.forKey(id)
-	t, err := s.ReadTrace(ctx, id)
-	return t, wrap(name, err)
+	return keyed(ctx, r, id, func(s *store.Store) ([]store.TraceEntry, error) { return s.ReadTrace(ctx, id) })
 }

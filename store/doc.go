@@ -48,7 +48,9 @@
 //
 // The store keeps no session state: the statement timeout is set with
 // set_config(…, true), SET LOCAL's function form, inside each transaction;
-// there are no advisory locks, no LISTEN, no temporary tables. Statements
+// the only advisory locks are the fence's, transaction-level, taken by
+// pgshard_fence_assert inside the commit functions; no LISTEN, no temporary
+// tables. Statements
 // are sent in pgx's QueryExecModeExec: the unnamed prepared statement,
 // parameters in text with types inferred by the server (every parameter in
 // the SQL carries an explicit cast), one round trip per batch. Named
@@ -59,6 +61,20 @@
 // round trip. QueryExecModeSimpleProtocol would also be safe (a batch is
 // then one multi-statement Query message, also one implicit transaction)
 // but interpolates parameters on the client.
+//
+// # The fence
+//
+// Every keyed operation is checked against the shard's fence (migration
+// 0008, ARCHITECTURE.md §6) without an extra round trip: the commit
+// functions assert it themselves; keyed reads read the fence's verdict on
+// the key's bucket (computed here, from the identity's bucket count) in
+// their one statement, with the rows' snapshot, whether or not a row
+// exists, and only when it does not serve run their checked form
+// (pgshard_fence_check in the WHERE), which raises the refusal, so that a
+// key without a row is refused too; keyed standalone writes send pgshard_fence_assert as
+// their batch's first statement; scans over all rows filter to the buckets
+// the shard serves. A refusal (SQLSTATE PS001) is a *FenceError (fence.go):
+// nothing of the operation was applied.
 //
 // # Outcomes
 //

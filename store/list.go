@@ -69,11 +69,14 @@ func DecodeCursor(cursor string) (string, error) {
 // executions_id_c_idx), filtering on the JSON document, which is parsed
 // once per row, and projecting the seed's summary fields from it (status,
 // parent_id, active_path, outcome). Roots are parent_id IS NULL, as in the
-// seed. Every non-empty id sorts after ”, the no-cursor value.
-const listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome
+// seed. Every non-empty id sorts after ”, the no-cursor value. Rows of
+// buckets the shard's fence does not serve are left out (migration 0008).
+var listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome
 FROM executions e
 CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)
+` + fenceServedJoin + `
 WHERE e.id COLLATE "C" > $1::text
+  AND ` + fenceServes("e.id") + `
   AND ($2::text = '' OR e.definition_id = $2::text)
   AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[]))
   AND (NOT $4::bool OR d.parent_id IS NULL)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // decodeExecution builds an Execution from a row: the JSON document, with
@@ -22,21 +24,35 @@ func decodeExecution(id, definitionID string, version int, data []byte) (*Execut
 	return &e, nil
 }
 
-// Load returns the execution id, or an error matching ErrNotFound.
+// Load returns the execution id, or an error matching ErrNotFound. The
+// shard's fence is checked in the same statement, whether or not the row
+// exists: a key of a bucket the shard does not serve is a *FenceError,
+// never "not found".
 func (s *Store) Load(ctx context.Context, id string) (*Execution, error) {
 	var exe *Execution
-	err := s.query(ctx, `SELECT definition_id, version, data FROM executions WHERE id = $1::text`, []any{id},
-		func(r pgx.Rows) error {
-			var def string
-			var version int
+	row := func(served **bool) func(pgx.Rows) error {
+		return func(r pgx.Rows) error {
+			var def *string
+			var version *int
 			var data []byte
-			if err := r.Scan(&def, &version, &data); err != nil {
+			dest := []any{&def, &version, &data}
+			if served != nil {
+				dest = append([]any{served}, dest...)
+			}
+			if err := r.Scan(dest...); err != nil {
 				return err
 			}
+			if def == nil || version == nil {
+				return nil
+			}
 			var err error
-			exe, err = decodeExecution(id, def, version, data)
+			exe, err = decodeExecution(id, *def, *version, data)
 			return err
-		})
+		}
+	}
+	err := s.fencedRead(ctx,
+		func(served **bool) error { return s.query(ctx, loadSQL, []any{id, s.bucket(id)}, row(served)) },
+		func() error { exe = nil; return s.query(ctx, loadCheckedSQL, []any{id}, row(nil)) })
 	if err != nil {
 		return nil, fmt.Errorf("load execution %s: %w", id, err)
 	}
@@ -46,25 +62,109 @@ func (s *Store) Load(ctx context.Context, id string) (*Execution, error) {
 	return exe, nil
 }
 
+// The keyed reads are one statement each that reads the fence's verdict
+// on the key's bucket — the range of pgshard_fence holding it, one index
+// probe, plain SQL — in a subquery LEFT JOINed to the rows it reads only
+// when the verdict serves (the range is owned or frozen here, or the
+// fence is off): the verdict comes back whether or not a row exists, and
+// the verdict and the rows are read with the statement's one snapshot (a
+// read whose snapshot predates a move's flip reads the range as it was,
+// entirely; one that follows it is refused). The store computes the
+// bucket (shardmap's hash with its identity's bucket count, read at
+// Open). Any other verdict — a range not served here, no range holding
+// the bucket, a fence never set — sends the read to its checked form:
+// the same read with pgshard_fence_check (migration 0008) in its WHERE, a
+// condition without columns that Postgres evaluates once before it scans,
+// which serves it (a fence that is off, or one that changed meanwhile) or
+// raises the fence's error naming range, state, epoch and owner. A moved
+// key is refused, never "not found". The statements are unnamed (planned
+// on every run): BenchmarkFence compares this with the checked form
+// alone and with other plain-SQL forms.
+const (
+	fenceVerdictFrom = `(SELECT x.hi >= $2::int AND (NOT x.enabled OR x.state IN ('owned', 'frozen')) AS ok
+        FROM pgshard_fence x WHERE x.lo <= $2::int ORDER BY x.lo DESC LIMIT 1) f`
+
+	loadSQL = `SELECT f.ok, e.definition_id, e.version, e.data
+FROM ` + fenceVerdictFrom + `
+LEFT JOIN executions e ON f.ok AND e.id = $1::text`
+
+	loadCheckedSQL = `SELECT definition_id, version, data FROM executions
+WHERE id = $1::text AND pgshard_fence_check($1::text)`
+
+	loadForEventSQL = `SELECT f.ok, e.definition_id, e.version, e.data,
+       f.ok AND EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = $1::text AND p.event_id = $3::text)
+FROM ` + fenceVerdictFrom + `
+LEFT JOIN executions e ON f.ok AND e.id = $1::text`
+
+	loadForEventCheckedSQL = `SELECT e.definition_id, e.version, e.data,
+       EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = $1::text AND p.event_id = $2::text)
+FROM executions e WHERE e.id = $1::text AND pgshard_fence_check($1::text)`
+
+	isProcessedSQL = `SELECT f.ok, f.ok AND EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $3::text)
+FROM ` + fenceVerdictFrom
+
+	isProcessedCheckedSQL = `SELECT EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $2::text)
+WHERE pgshard_fence_check($1::text)`
+
+	readTraceSQL = `SELECT idx, entry FROM trace
+WHERE execution_id = $1::text AND pgshard_fence_check($1::text)
+ORDER BY idx`
+)
+
+// bucket is key's bucket on this shard (shardmap's hash, which matches the
+// shard's pgshard_fence_bucket: tested).
+func (s *Store) bucket(key string) int { return shardmap.BucketText(key, s.buckets) }
+
+// fencedRead runs fast, a read that scans the fence's verdict into its
+// argument with the rows; unless the verdict serves, it runs checked, the
+// read's checked form, whose answer (rows or the fence's error) stands.
+// checked must reset what fast's rows set.
+func (s *Store) fencedRead(ctx context.Context, fast func(served **bool) error, checked func() error) error {
+	var verdict *bool
+	if err := fast(&verdict); err != nil {
+		return err
+	}
+	if verdict != nil && *verdict {
+		return nil
+	}
+	return checked()
+}
+
 // LoadForEvent returns the execution id and whether eventID was already
 // processed by it, in one query. An absent execution is an error matching
-// ErrNotFound.
+// ErrNotFound. The fence is checked as in Load.
 func (s *Store) LoadForEvent(ctx context.Context, id, eventID string) (*Execution, bool, error) {
 	var exe *Execution
 	var processed bool
-	err := s.query(ctx, `SELECT e.definition_id, e.version, e.data,
-       EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = e.id AND p.event_id = $2::text)
-FROM executions e WHERE e.id = $1::text`, []any{id, eventID},
-		func(r pgx.Rows) error {
-			var def string
-			var version int
+	row := func(served **bool) func(pgx.Rows) error {
+		return func(r pgx.Rows) error {
+			var def *string
+			var version *int
 			var data []byte
-			if err := r.Scan(&def, &version, &data, &processed); err != nil {
+			var p *bool
+			dest := []any{&def, &version, &data, &p}
+			if served != nil {
+				dest = append([]any{served}, dest...)
+			}
+			if err := r.Scan(dest...); err != nil {
 				return err
 			}
+			if def == nil || version == nil {
+				return nil
+			}
+			processed = p != nil && *p
 			var err error
-			exe, err = decodeExecution(id, def, version, data)
+			exe, err = decodeExecution(id, *def, *version, data)
 			return err
+		}
+	}
+	err := s.fencedRead(ctx,
+		func(served **bool) error {
+			return s.query(ctx, loadForEventSQL, []any{id, s.bucket(id), eventID}, row(served))
+		},
+		func() error {
+			exe, processed = nil, false
+			return s.query(ctx, loadForEventCheckedSQL, []any{id, eventID}, row(nil))
 		})
 	if err != nil {
 		return nil, false, fmt.Errorf("load execution %s for event %s: %w", id, eventID, err)
@@ -75,11 +175,29 @@ FROM executions e WHERE e.id = $1::text`, []any{id, eventID},
 	return exe, processed, nil
 }
 
-// IsProcessed reports whether execution id has processed eventID.
+// IsProcessed reports whether execution id has processed eventID. The
+// fence is checked as in Load.
 func (s *Store) IsProcessed(ctx context.Context, id, eventID string) (bool, error) {
 	var ok bool
-	err := s.query(ctx, `SELECT EXISTS (SELECT 1 FROM processed_events WHERE execution_id = $1::text AND event_id = $2::text)`,
-		[]any{id, eventID}, func(r pgx.Rows) error { return r.Scan(&ok) })
+	row := func(served **bool) func(pgx.Rows) error {
+		return func(r pgx.Rows) error {
+			var p *bool
+			dest := []any{&p}
+			if served != nil {
+				dest = append([]any{served}, dest...)
+			}
+			if err := r.Scan(dest...); err != nil {
+				return err
+			}
+			ok = p != nil && *p
+			return nil
+		}
+	}
+	err := s.fencedRead(ctx,
+		func(served **bool) error {
+			return s.query(ctx, isProcessedSQL, []any{id, s.bucket(id), eventID}, row(served))
+		},
+		func() error { ok = false; return s.query(ctx, isProcessedCheckedSQL, []any{id, eventID}, row(nil)) })
 	if err != nil {
 		return false, fmt.Errorf("is event %s processed by %s: %w", eventID, id, err)
 	}
@@ -133,7 +251,8 @@ func (s *Store) AckOutbox(ctx context.Context, seq int64) error {
 // ordered by seq.
 func (s *Store) PendingSpawns(ctx context.Context, limit int) ([]SpawnRow, error) {
 	var out []SpawnRow
-	err := s.query(ctx, `SELECT seq, parent_id, child_id, root_path, context FROM spawns ORDER BY seq LIMIT $1::bigint`,
+	err := s.query(ctx, `SELECT seq, parent_id, child_id, root_path, context FROM spawns `+fenceServedJoin+`
+WHERE `+fenceServes("parent_id")+` ORDER BY seq LIMIT $1::bigint`,
 		[]any{limitArg(limit)}, func(r pgx.Rows) error {
 			var sp SpawnRow
 			var ctxt []byte
@@ -163,7 +282,8 @@ func (s *Store) AckSpawn(ctx context.Context, seq int64) error {
 // now, ordered by fire_at, then execution id and path (bytewise).
 func (s *Store) DueTimers(ctx context.Context, now float64, limit int) ([]Timer, error) {
 	var out []Timer
-	err := s.query(ctx, `SELECT execution_id, path, fire_at FROM timers WHERE fire_at <= $1::float8
+	err := s.query(ctx, `SELECT execution_id, path, fire_at FROM timers `+fenceServedJoin+`
+WHERE fire_at <= $1::float8 AND `+fenceServes("execution_id")+`
 ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint`,
 		[]any{now, limitArg(limit)}, func(r pgx.Rows) error {
 			var t Timer
@@ -183,7 +303,7 @@ ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint`,
 // at fireAt, so that a sweep of a stale due timer never removes a timer
 // that was re-armed meanwhile. It reports whether a row was deleted.
 func (s *Store) DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error) {
-	n, err := s.exec(ctx, `DELETE FROM timers WHERE execution_id = $1::text AND path = $2::text AND fire_at = $3::float8`,
+	n, err := s.execFenced(ctx, id, `DELETE FROM timers WHERE execution_id = $1::text AND path = $2::text AND fire_at = $3::float8`,
 		id, path, fireAt)
 	if err != nil {
 		return false, fmt.Errorf("delete timer %s %q at %v: %w", id, path, fireAt, err)
@@ -203,6 +323,7 @@ func (s *Store) AppendTrace(ctx context.Context, id string, entry json.RawMessag
 		return fmt.Errorf("append trace to %s: the entry is not valid JSON", id)
 	}
 	b := s.newBatch()
+	b.Queue(fenceAssertSQL, id)
 	b.Queue(lockExecutionSQL, id)
 	if s.opts.TraceMax > 0 {
 		b.Queue(traceCappedSQL, id, string(entry), s.opts.TraceMax)
@@ -210,7 +331,7 @@ func (s *Store) AppendTrace(ctx context.Context, id string, entry json.RawMessag
 		b.Queue(traceSQL, id, string(entry))
 	}
 	_, err := s.run(ctx, b, func(br pgx.BatchResults) error {
-		for range 2 {
+		for range 3 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
@@ -227,7 +348,7 @@ func (s *Store) AppendTrace(ctx context.Context, id string, entry json.RawMessag
 // its durable idx.
 func (s *Store) ReadTrace(ctx context.Context, id string) ([]TraceEntry, error) {
 	var out []TraceEntry
-	err := s.query(ctx, `SELECT idx, entry FROM trace WHERE execution_id = $1::text ORDER BY idx`, []any{id},
+	err := s.query(ctx, readTraceSQL, []any{id},
 		func(r pgx.Rows) error {
 			var t TraceEntry
 			var e []byte

@@ -27,6 +27,10 @@ type Store struct {
 	// checkConfig connects the stall checks: no pool, no round-trip
 	// counting.
 	checkConfig *pgconn.Config
+	// buckets is the shard's bucket count (its identity record's, which
+	// never changes): the keyed reads compute a key's bucket here for the
+	// fence's verdict (reads.go).
+	buckets int
 }
 
 var _ ExecutionStore = (*Store)(nil)
@@ -139,13 +143,16 @@ func (s *Store) probe(ctx context.Context) error {
 	if !ok {
 		return errNotMigrated
 	}
-	// pgshard_identity exists wherever pgshard_commit does (0003 < 0005).
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pgshard_identity)`).Scan(&ok); err != nil {
+	// pgshard_identity exists wherever pgshard_commit does (0003 < 0005);
+	// it holds one row at most.
+	var buckets *int32
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT buckets FROM pgshard_identity)`).Scan(&buckets); err != nil {
 		return err
 	}
-	if !ok {
+	if buckets == nil {
 		return errNoIdentity
 	}
+	s.buckets = int(*buckets)
 	return nil
 }
 
@@ -234,6 +241,7 @@ func (s *Store) run(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResult
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	err = fenced(err)
 	sent = cc == nil || cc.writes.Load() != before
 	return sent, err
 }
@@ -266,6 +274,25 @@ func (s *Store) exec(ctx context.Context, sql string, args ...any) (int64, error
 	b.Queue(sql, args...)
 	var n int64
 	_, err := s.run(ctx, b, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// execFenced runs one keyed write in its own transaction after the fence's
+// assert for key (the batch's first statement, in the same round trip), and
+// returns the rows the write affected.
+func (s *Store) execFenced(ctx context.Context, key, sql string, args ...any) (int64, error) {
+	b := s.newBatch()
+	b.Queue(fenceAssertSQL, key)
+	b.Queue(sql, args...)
+	var n int64
+	_, err := s.run(ctx, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 		tag, err := br.Exec()
 		n = tag.RowsAffected()
 		return err

@@ -1,0 +1,299 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// keyOn returns a key whose bucket m gives to shard name.
+func keyOn(t *testing.T, m *shardmap.Map, name string) string {
+	t.Helper()
+	for i := range 100000 {
+		k := fmt.Sprintf("fence-key-%d", i)
+		if m.Lookup(k).Name == name {
+			return k
+		}
+	}
+	t.Fatalf("no key for shard %s in 100000 tries", name)
+	return ""
+}
+
+// fenceErr returns err's *pgconn.PgError if it is the fence's refusal.
+func fenceErr(t *testing.T, err error) *pgconn.PgError {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != migrations.FenceSQLState {
+		t.Fatalf("want the fence's error (SQLSTATE %s), got %v", migrations.FenceSQLState, err)
+	}
+	return pe
+}
+
+// TestFenceSetByApply: Apply turns every shard's fence on from the map; a
+// shard refuses the keys of other shards' buckets in its commit functions
+// (all three) and its keyed read check, naming range, state, epoch and
+// owner, and serves its own; the scan filter serves exactly its ranges.
+func TestFenceSetByApply(t *testing.T) {
+	_, m := freshMap(t)
+	rep := mustApply(t, m, migrations.Options{})
+	for _, s := range rep.Shards {
+		if !strings.Contains(s.Fence, fmt.Sprintf("fence on at epoch %d", m.Epoch)) {
+			t.Errorf("shard %s: fence %q", s.Shard, s.Fence)
+		}
+	}
+	ctx := ctxT(t)
+	conn := connect(t, m.Shards[0].DSN)
+	mine, theirs := keyOn(t, m, m.Shards[0].Name), keyOn(t, m, m.Shards[1].Name)
+	theirRange := m.Ranges[m.ShardIndexForBucket(m.Bucket(theirs))]
+	for _, r := range m.Ranges {
+		if r.Lo <= m.Bucket(theirs) && m.Bucket(theirs) <= r.Hi {
+			theirRange = r
+		}
+	}
+
+	for _, q := range []string{
+		`SELECT pgshard_fence_assert($1)`,
+		`SELECT pgshard_fence_check($1)`,
+		`SELECT committed FROM pgshard_commit_cas($1, 'd', '{}', 0, 'ev')`,
+		`SELECT committed FROM pgshard_commit($1, 'd', '{}', 0, 'ev', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', NULL, 0)`,
+		`SELECT harel_commit_cas($1, 'd', '{}', 0, 'ev')`,
+	} {
+		if _, err := conn.Exec(ctx, q, mine); err != nil {
+			t.Errorf("%s on its own key: %v", q, err)
+		}
+		_, err := conn.Exec(ctx, q, theirs)
+		pe := fenceErr(t, err)
+		want := []string{`shard "shard0"`, fmt.Sprintf("%q", theirs), theirRange.String(), "moved here at epoch " + fmt.Sprint(m.Epoch), `owner "` + theirRange.Shard + `"`}
+		for _, w := range want {
+			if !strings.Contains(pe.Message, w) {
+				t.Errorf("%s: message %q lacks %q", q, pe.Message, w)
+			}
+		}
+		wantDetail := fmt.Sprintf("bucket=%d lo=%d hi=%d state=moved epoch=%d owner=%s shard=shard0",
+			m.Bucket(theirs), theirRange.Lo, theirRange.Hi, m.Epoch, theirRange.Shard)
+		if pe.Detail != wantDetail || !strings.Contains(pe.Hint, `retry on shard "`+theirRange.Shard+`"`) {
+			t.Errorf("%s: detail %q (want %q), hint %q", q, pe.Detail, wantDetail, pe.Hint)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM executions WHERE id = $1`, theirs).Scan(&n); err != nil || n != 0 {
+		t.Errorf("refused commits left %d rows (%v)", n, err)
+	}
+
+	// The fence's inlinable bucket is pgshard_bucket's.
+	var differ int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM generate_series(1, 20000) i, (VALUES (1), (64), (4096), (1 << 20)) b(n)
+		WHERE pgshard_fence_bucket(md5(i::text), b.n) IS DISTINCT FROM pgshard_bucket(md5(i::text), b.n)`).Scan(&differ); err != nil || differ != 0 {
+		t.Errorf("pgshard_fence_bucket differs from pgshard_bucket on %d keys (%v)", differ, err)
+	}
+
+	// The scan filter: served = this shard's ranges.
+	var served string
+	if err := conn.QueryRow(ctx, `SELECT served::text FROM pgshard_fence_served()`).Scan(&served); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range m.RangesOf(m.Shards[0].Name) {
+		want = append(want, fmt.Sprintf("[%d,%d)", r.Lo, r.Hi+1))
+	}
+	if served != "{"+strings.Join(want, ",")+"}" {
+		t.Errorf("served %s, want %v", served, want)
+	}
+
+	// A stale map is refused; the same epoch again is fine.
+	if _, err := migrations.SetFence(ctx, conn, m); err != nil {
+		t.Errorf("set the same epoch again: %v", err)
+	}
+	newer := m.Clone()
+	newer.Epoch++
+	if _, err := migrations.SetFence(ctx, conn, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.SetFence(ctx, conn, m); err == nil || !strings.Contains(err.Error(), "newer than epoch") {
+		t.Errorf("a stale map: %v", err)
+	}
+
+	// Off: everything is served, as before the fence; on again: refused.
+	if _, err := conn.Exec(ctx, `SELECT pgshard_fence_off()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pgshard_fence_assert($1), pgshard_fence_check($1)`, theirs); err != nil {
+		t.Errorf("fence off: %v", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT coalesce(served::text, 'all') FROM pgshard_fence_served()`).Scan(&served); err != nil || served != "all" {
+		t.Errorf("fence off: served %s (%v)", served, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pgshard_fence_on()`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := conn.Exec(ctx, `SELECT pgshard_fence_check($1)`, theirs)
+	fenceErr(t, err)
+}
+
+// TestFenceUnsetServesAll: a shard whose migration created the fence but
+// that never had it set (a database migrated by a build that stops before
+// setting it) refuses nothing; the config row says off explicitly.
+func TestFenceUnsetServesAll(t *testing.T) {
+	_, m := freshMap(t)
+	mustApply(t, m, migrations.Options{})
+	ctx := ctxT(t)
+	conn := connect(t, m.Shards[0].DSN)
+	if _, err := conn.Exec(ctx, `TRUNCATE pgshard_fence; UPDATE pgshard_fence_config SET enabled = false, epoch = 0, buckets = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	theirs := keyOn(t, m, m.Shards[1].Name)
+	if _, err := conn.Exec(ctx, `SELECT pgshard_commit_cas($1, 'd', '{}', 0, '')`, theirs); err != nil {
+		t.Errorf("unset fence refused a commit: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pgshard_fence_on()`); err == nil {
+		t.Error("pgshard_fence_on turned on a fence never set")
+	}
+	// On with no range for a bucket refuses it, naming no range.
+	if _, err := conn.Exec(ctx, `UPDATE pgshard_fence_config SET enabled = true, epoch = 1, buckets = $1`, m.Buckets); err != nil {
+		t.Fatal(err)
+	}
+	_, err := conn.Exec(ctx, `SELECT pgshard_fence_check($1)`, theirs)
+	if pe := fenceErr(t, err); !strings.Contains(pe.Message, "in no range of its fence") {
+		t.Errorf("message %q", pe.Message)
+	}
+}
+
+// TestFenceFreezeDrains: the range lock makes a mover's freeze work. A
+// writer that asserted the fence holds its range's lock SHARED until its
+// transaction ends, so the mover's EXCLUSIVE lock waits for it; a writer
+// that asserts while the mover holds the lock waits, and when the mover
+// commits a flip it is refused — it sees the flip, not the state it found
+// before waiting.
+func TestFenceFreezeDrains(t *testing.T) {
+	_, m := freshMap(t)
+	mustApply(t, m, migrations.Options{})
+	ctx := ctxT(t)
+	dsn := m.Shards[0].DSN
+	key := keyOn(t, m, m.Shards[0].Name)
+	var lo int
+	for _, r := range m.RangesOf(m.Shards[0].Name) {
+		if r.Lo <= m.Bucket(key) && m.Bucket(key) <= r.Hi {
+			lo = r.Lo
+		}
+	}
+	writer, mover, observer := connect(t, dsn), connect(t, dsn), connect(t, dsn)
+
+	// 1. A writer in flight holds the mover off.
+	wtx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wtx.Exec(ctx, `SELECT pgshard_fence_assert($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	mtx, err := mover.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mtx.Exec(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mtx.Exec(ctx, `SELECT pg_advisory_xact_lock(pgshard_fence_lock_class(), $1)`, lo)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" {
+		t.Fatalf("the mover's lock beside a writer in flight: %v, want a lock timeout", err)
+	}
+	_ = mtx.Rollback(ctx)
+	if err := wtx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. The mover freezes; a new writer waits; the mover flips and
+	// commits; the writer is refused.
+	mtx, err = mover.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mtx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := mtx.Exec(ctx, `SELECT pg_advisory_xact_lock(pgshard_fence_lock_class(), $1)`, lo); err != nil {
+		t.Fatal(err)
+	}
+	var writerPID int
+	if err := writer.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&writerPID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := writer.Exec(ctx, `SELECT pgshard_fence_assert($1)`, key)
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		var waiting bool
+		err := observer.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`, writerPID).Scan(&waiting)
+		return err == nil && waiting
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the writer did not wait for the freeze: %v", err)
+	default:
+	}
+	if _, err := mtx.Exec(ctx, `UPDATE pgshard_fence SET state = 'moved', owner = 'shard9', epoch = epoch + 1 WHERE lo = $1`, lo); err != nil {
+		t.Fatal(err)
+	}
+	if err := mtx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if pe := fenceErr(t, err); !strings.Contains(pe.Message, `owner "shard9"`) {
+			t.Errorf("message %q", pe.Message)
+		}
+	case <-ctx.Done():
+		t.Fatal("the writer never finished")
+	}
+}
+
+// TestFenceRepeatableReadSeesFlip: a REPEATABLE READ transaction whose
+// snapshot predates a flip cannot write through it: the assert fails with
+// a serialization failure rather than serving the stale state.
+func TestFenceRepeatableReadSeesFlip(t *testing.T) {
+	_, m := freshMap(t)
+	mustApply(t, m, migrations.Options{})
+	ctx := ctxT(t)
+	dsn := m.Shards[0].DSN
+	key := keyOn(t, m, m.Shards[0].Name)
+	a, b := connect(t, dsn), connect(t, dsn)
+	tx, err := a.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM executions LIMIT 1`); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, `UPDATE pgshard_fence SET state = 'moved', owner = 'shard9', epoch = epoch + 1
+		WHERE lo <= pgshard_bucket($1::text) AND pgshard_bucket($1::text) <= hi`, key); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `SELECT pgshard_fence_assert($1)`, key)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != migrations.FenceSQLState) {
+		t.Fatalf("a repeatable-read writer after a flip: %v, want 40001 or %s", err, migrations.FenceSQLState)
+	}
+}
+
+// waitFor polls cond until it holds, bounded by a generous deadline.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

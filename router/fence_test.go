@@ -1,0 +1,219 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/router"
+	"github.com/pgshard/pgshard/shardmap"
+	"github.com/pgshard/pgshard/store"
+)
+
+// fixedMaps is a MapSource that yields one map and counts its loads.
+type fixedMaps struct {
+	m     *shardmap.Map
+	loads atomic.Int32
+}
+
+func (f *fixedMaps) Load(context.Context) (*shardmap.Map, error) {
+	f.loads.Add(1)
+	return f.m.Clone(), nil
+}
+
+// moveBucket returns m at the next epoch with bucket b alone moved to
+// shard to (its range split around it).
+func moveBucket(t *testing.T, m *shardmap.Map, b int, to string) *shardmap.Map {
+	t.Helper()
+	next := m.Clone()
+	next.Epoch++
+	next.Ranges = nil
+	for _, r := range m.Ranges {
+		if b < r.Lo || b > r.Hi {
+			next.Ranges = append(next.Ranges, r)
+			continue
+		}
+		if r.Lo < b {
+			next.Ranges = append(next.Ranges, shardmap.Range{Lo: r.Lo, Hi: b - 1, Shard: r.Shard})
+		}
+		next.Ranges = append(next.Ranges, shardmap.Range{Lo: b, Hi: b, Shard: to})
+		if b < r.Hi {
+			next.Ranges = append(next.Ranges, shardmap.Range{Lo: b + 1, Hi: r.Hi, Shard: r.Shard})
+		}
+	}
+	if err := next.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+// TestStaleRouterFenced: a bucket moves from one shard to another (its
+// rows copied, every shard's fence set from the new map, as a mover
+// would). A router still holding the old map cannot read or write the
+// moved execution, nor read a moved key that has no row — each is the
+// fence's error naming the new owner, never a stale answer or "not found"
+// — and nothing it tried was applied. A router with a map source reloads
+// on the refusal and gets the right answer from the new owner, once.
+func TestStaleRouterFenced(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			ctx := ctxT(t)
+			old := clustertest.MigratedMap(t, clustertest.Get(t))
+			stale := openRouter(t, old, mode, store.Options{})
+			id := newID(t)
+			from := old.Lookup(id).Name
+			to := old.Shards[(old.ShardIndexForBucket(old.Bucket(id))+1)%len(old.Shards)].Name
+			e := &store.Execution{ID: id, DefinitionID: "fence", Status: "running"}
+			if err := stale.Commit(ctx, e, nil, "ev1", nil, nil, json.RawMessage(`{"n":1}`)); err != nil {
+				t.Fatal(err)
+			}
+
+			// The move: copy the execution's rows, then flip every fence.
+			next := moveBucket(t, old, old.Bucket(id), to)
+			src, dst := shardStore(t, stale, from), shardStore(t, stale, to)
+			for _, q := range []struct{ read, write string }{
+				{`SELECT definition_id, data, version FROM executions WHERE id = $1`, `INSERT INTO executions VALUES ($1, $2, $3, $4)`},
+				{`SELECT event_id FROM processed_events WHERE execution_id = $1`, `INSERT INTO processed_events VALUES ($1, $2)`},
+			} {
+				rows, err := src.Pool().Query(ctx, q.read, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vals, err := collect(rows)
+				if err != nil || len(vals) != 1 {
+					t.Fatalf("%s: %v, %v", q.read, vals, err)
+				}
+				if _, err := dst.Pool().Exec(ctx, q.write, append([]any{id}, vals[0]...)...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, sh := range next.Shards {
+				if _, err := migrations.SetFence(ctx, shardStore(t, stale, sh.Name).Pool(), next); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// The stale router is refused, reads and writes alike.
+			wantFenced := func(what string, err error) {
+				t.Helper()
+				var fe *store.FenceError
+				if !errors.As(err, &fe) || fe.Owner != to || fe.Epoch != next.Epoch || fe.State != "moved" {
+					t.Fatalf("stale %s: %v (%+v), want the fence's error naming owner %s at epoch %d", what, err, fe, to, next.Epoch)
+				}
+				if got := router.FailedShards(err); len(got) != 1 || got[0] != from {
+					t.Errorf("stale %s: failed shards %v, want [%s]", what, got, from)
+				}
+			}
+			_, err := stale.Load(ctx, id)
+			wantFenced("load", err)
+			e2 := &store.Execution{ID: id, DefinitionID: "fence", Status: "done", Version: 1}
+			wantFenced("commit", stale.Commit(ctx, e2, nil, "ev2", nil, nil, nil))
+			wantFenced("save", stale.Save(ctx, e2))
+			if e2.Version != 1 {
+				t.Errorf("a refused commit left version %d", e2.Version)
+			}
+			var absent string
+			for i := 0; absent == ""; i++ {
+				if k := fmt.Sprintf("%s-%d", id, i); next.Lookup(k).Name == to && old.Lookup(k).Name == from {
+					absent = k
+				}
+				if i > 1_000_000 {
+					t.Fatal("no absent key in the moved bucket")
+				}
+			}
+			_, err = stale.Load(ctx, absent)
+			wantFenced("load of a key without a row", err)
+			if n := count(t, src, `SELECT version FROM executions WHERE id = $1`, id); n != 1 {
+				t.Errorf("the old owner's row is at version %d, want 1 (untouched)", n)
+			}
+
+			// A router that can reload gets the right answer, once.
+			maps := &fixedMaps{m: next}
+			r, err := router.Open(ctx, old, router.Options{UsePooler: mode == "pgbouncer", Maps: maps,
+				Store: store.Options{ConnectAttempts: 3}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			got, done, err := r.LoadForEvent(ctx, id, "ev1")
+			if err != nil || !done || got.Version != 1 {
+				t.Fatalf("reloading router: %+v, %v, %v", got, done, err)
+			}
+			if r.Map().Epoch != next.Epoch || maps.loads.Load() != 1 {
+				t.Errorf("epoch %d after %d loads, want %d after 1", r.Map().Epoch, maps.loads.Load(), next.Epoch)
+			}
+			got.Status = "done"
+			if err := r.Commit(ctx, got, nil, "ev2", nil, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, dst, `SELECT version FROM executions WHERE id = $1`, id); n != 2 {
+				t.Errorf("the new owner's row is at version %d, want 2", n)
+			}
+			if n := count(t, src, `SELECT version FROM executions WHERE id = $1`, id); n != 1 {
+				t.Errorf("the old owner's row is at version %d, want 1", n)
+			}
+			if _, err := r.Load(ctx, absent); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("absent key after reload: %v, want ErrNotFound", err)
+			}
+
+			// A refusal the map in force cannot fix is returned after one
+			// reload, not retried: a shard whose fence the map disagrees
+			// with (here: the new owner's fence set back to the old map
+			// would be refused as stale, so turn the bucket's row away).
+			if _, err := dst.Pool().Exec(ctx, `UPDATE pgshard_fence SET state = 'incoming', owner = $2 WHERE lo = $1`, next.Bucket(id), from); err != nil {
+				t.Fatal(err)
+			}
+			before := maps.loads.Load()
+			_, err = r.Load(ctx, id)
+			var fe *store.FenceError
+			if !errors.As(err, &fe) || fe.State != "incoming" || !strings.Contains(err.Error(), "incoming") {
+				t.Errorf("load of an incoming range: %v", err)
+			}
+			if maps.loads.Load() != before+1 {
+				t.Errorf("%d reloads, want 1", maps.loads.Load()-before)
+			}
+
+			// Scans leave the moved bucket's rows out on the old owner and
+			// find them on the new one.
+			page, err := r.ListExecutions(ctx, store.ListOptions{DefinitionID: "fence"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Items) != 0 {
+				t.Errorf("list with the bucket incoming on its owner: %+v, want nothing (filtered on both shards)", page.Items)
+			}
+			if _, err := dst.Pool().Exec(ctx, `UPDATE pgshard_fence SET state = 'owned', owner = $2 WHERE lo = $1`, next.Bucket(id), to); err != nil {
+				t.Fatal(err)
+			}
+			page, err = stale.ListExecutions(ctx, store.ListOptions{DefinitionID: "fence"})
+			if err != nil || len(page.Items) != 1 || page.Items[0].Version != 2 {
+				t.Errorf("list: %+v, %v; want the one execution at version 2 (the old owner's copy left out)", page.Items, err)
+			}
+		})
+	}
+}
+
+// collect reads every row's values.
+func collect(rows interface {
+	Next() bool
+	Values() ([]any, error)
+	Err() error
+	Close()
+}) ([][]any, error) {
+	defer rows.Close()
+	var out [][]any
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
