@@ -1651,6 +1651,8 @@ func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
 		}
 		d := a.rangeSubs[x.RangeSubselect]
 		return d != nil && d.sharded && d.localWhy == ""
+	case *pg.Node_RangeFunction:
+		return a.split != nil && a.split.rf == x.RangeFunction // split by shard
 	case *pg.Node_RangeTableSample:
 		return a.covered(x.RangeTableSample.Relation, sc)
 	case *pg.Node_JoinExpr:

@@ -35,15 +35,20 @@ import (
 //	   FROM (VALUES ('id1', 0, 1), ('id2', 1, 2)) AS _pgshard_v
 //	  WHERE _pgshard_v.column3 IN (2)) AS v(k, w)
 //
+// unnest(ARRAY['id1', 'id2']) AS v(k) is split the same way (its rows
+// numbered WITH ORDINALITY).
+//
 // Only the plain shape is split: the top-level FROM is that one join; the
 // other side is one keyed table with a text key; the VALUES list is not
 // LATERAL and holds only constants and parameters, the key column only
 // string constants or NULL; the condition is an AND of the equality and
 // anything else. Anything else stays refused by the fan-out rule.
 
-// valuesSplit is a VALUES list the fan-out splits by shard.
+// valuesSplit is a VALUES list (or unnest of an ARRAY of constants) the
+// fan-out splits by shard.
 type valuesSplit struct {
 	rs    *pg.RangeSubselect // the VALUES list in the client's statement
+	rf    *pg.RangeFunction  // or the unnest(ARRAY[...])
 	left  bool               // it is the join's left argument
 	alias string             // its alias (for descriptions)
 	col   string             // the key column's name
@@ -64,12 +69,16 @@ func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
 		return nil
 	}
 	try := func(vn, other *pg.Node, left bool) *valuesSplit {
-		rs := vn.GetRangeSubselect()
 		rv := other.GetRangeVar()
-		if rs == nil || rs.Lateral || rs.Alias == nil || rv == nil || a.sc.tables[rv.Relname] == nil || isCatalog(rv.Schemaname, rv.Relname) {
+		if rv == nil || a.sc.tables[rv.Relname] == nil || isCatalog(rv.Schemaname, rv.Relname) ||
+			rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
 			return nil
 		}
-		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
+		if rf := vn.GetRangeFunction(); rf != nil {
+			return a.splitUnnest(rf, j.Quals, left, sc)
+		}
+		rs := vn.GetRangeSubselect()
+		if rs == nil || rs.Lateral || rs.Alias == nil {
 			return nil
 		}
 		sel := rs.Subquery.GetSelectStmt()
@@ -104,19 +113,7 @@ func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
 		}
 		sp := &valuesSplit{rs: rs, left: left, alias: rs.Alias.Aliasname, col: names[col]}
 		for _, row := range sel.ValuesLists {
-			e := row.GetList().GetItems()[col]
-			if a.lit.has(e) {
-				// The rows' shards depend on the literals' values.
-				a.lit.taintf("a VALUES list is split by the shards of its keys")
-				return nil
-			}
-			switch {
-			case e.GetAConst() != nil && e.GetAConst().Isnull:
-				sp.owner = append(sp.owner, 0)
-			case e.GetAConst() != nil && e.GetAConst().GetSval() != nil:
-				b := shardmap.BucketText(e.GetAConst().GetSval().GetSval(), a.r.m.Buckets)
-				sp.owner = append(sp.owner, a.r.m.ShardIndexForBucket(b))
-			default:
+			if !a.placeRow(sp, row.GetList().GetItems()[col]) {
 				return nil
 			}
 		}
@@ -134,6 +131,71 @@ func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
 		return try(j.Rarg, j.Larg, false)
 	}
 	return nil
+}
+
+// placeRow appends the shard of the row whose key is e to sp.owner: a
+// string constant's key's shard, the first shard for NULL (it matches
+// nothing). It reports false for any other key.
+func (a *analyzer) placeRow(sp *valuesSplit, e *pg.Node) bool {
+	if a.lit.has(e) {
+		// The rows' shards depend on the literals' values.
+		a.lit.taintf("a VALUES list is split by the shards of its keys")
+		return false
+	}
+	switch c := e.GetAConst(); {
+	case c != nil && c.Isnull:
+		sp.owner = append(sp.owner, 0)
+	case c != nil && c.GetSval() != nil:
+		b := shardmap.BucketText(c.GetSval().GetSval(), a.r.m.Buckets)
+		sp.owner = append(sp.owner, a.r.m.ShardIndexForBucket(b))
+	default:
+		return false
+	}
+	return true
+}
+
+// splitUnnest is splitValues for unnest(ARRAY['k1', 'k2', ...]) AS v(k):
+// one array of string constants (or NULL), a one-column alias, and no
+// whole-row reference to v (a function's whole row is its value; the
+// split list's would be a record).
+func (a *analyzer) splitUnnest(rf *pg.RangeFunction, quals *pg.Node, left bool, sc *scope) *valuesSplit {
+	if rf.Lateral || rf.Ordinality || rf.IsRowsfrom || len(rf.Functions) != 1 || len(rf.Coldeflist) > 0 ||
+		rf.Alias == nil || len(rf.Alias.Colnames) != 1 {
+		return nil
+	}
+	items := rf.Functions[0].GetList().GetItems()
+	if len(items) == 0 || len(items) > 1 && items[1] != nil && items[1].GetNode() != nil {
+		return nil
+	}
+	fc := items[0].GetFuncCall()
+	if fc == nil || len(fc.Args) != 1 || fc.AggStar || fc.AggDistinct || fc.FuncVariadic || fc.Over != nil {
+		return nil
+	}
+	if schema, name := funcName(fc); name != "unnest" || schema != "" && schema != "pg_catalog" {
+		return nil
+	}
+	arr := fc.Args[0].GetAArrayExpr()
+	if arr == nil || len(arr.Elements) == 0 {
+		return nil
+	}
+	alias, col := rf.Alias.Aliasname, rf.Alias.Colnames[0].GetString_().GetSval()
+	whole := false
+	inspect(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: a.top.sel}}, func(n *pg.Node) bool {
+		if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_().GetSval() == alias {
+			whole = true
+		}
+		return !whole
+	})
+	if whole || a.splitColumn(quals, alias, []string{col}, sc) != 0 {
+		return nil
+	}
+	sp := &valuesSplit{rf: rf, left: left, alias: alias, col: col}
+	for _, e := range arr.Elements {
+		if !a.placeRow(sp, e) {
+			return nil
+		}
+	}
+	return sp
 }
 
 // constantEntry reports whether a VALUES entry is the same on every shard
@@ -195,6 +257,15 @@ func (sp *valuesSplit) shardSQL(sel *pg.SelectStmt, shards int) ([]string, strin
 	if sp.left {
 		vn = j.Larg
 	}
+	if rf := vn.GetRangeFunction(); rf != nil {
+		fn := exprSQL(rf.Functions[0].GetList().GetItems()[0])
+		res, err := pg.Parse("SELECT _pgshard_v.c FROM " + fn + " WITH ORDINALITY AS _pgshard_v(c, n) WHERE " + splitMarker)
+		if err != nil || len(res.Stmts) != 1 {
+			return nil, "the per-shard statement could not be written: " + fmt.Sprint(err)
+		}
+		vn.Node = &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{Subquery: res.Stmts[0].Stmt, Alias: rf.Alias}}
+		return sp.render(sel, "_pgshard_v.n", shards)
+	}
 	rs := vn.GetRangeSubselect()
 	vals := rs.Subquery.GetSelectStmt()
 	width := len(vals.ValuesLists[0].GetList().GetItems())
@@ -215,6 +286,13 @@ func (sp *valuesSplit) shardSQL(sel *pg.SelectStmt, shards int) ([]string, strin
 	}}}}
 	wrap.WhereClause = pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(splitMarker)}, -1)
 	rs.Subquery = &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: wrap}}
+	return sp.render(sel, "_pgshard_v.column"+strconv.Itoa(width+1), shards)
+}
+
+// render deparses sel, whose split list's filter is splitMarker, once per
+// shard with the filter that keeps the rows (numbered by rowcol) of that
+// shard.
+func (sp *valuesSplit) render(sel *pg.SelectStmt, rowcol string, shards int) ([]string, string) {
 	out, err := deparse(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sel}})
 	if err != nil {
 		return nil, "the per-shard statement could not be written: " + err.Error()
@@ -222,7 +300,6 @@ func (sp *valuesSplit) shardSQL(sel *pg.SelectStmt, shards int) ([]string, strin
 	if strings.Count(out, splitMarker) != 1 {
 		return nil, "the statement names " + splitMarker
 	}
-	rowcol := "_pgshard_v.column" + strconv.Itoa(width+1)
 	sqls := make([]string, shards)
 	for s := range sqls {
 		var rows []string
@@ -252,6 +329,10 @@ func (sp *valuesSplit) describe(r *Router) string {
 			parts = append(parts, fmt.Sprintf("%s %d", r.m.Shards[s].Name, per[s]))
 		}
 	}
-	return fmt.Sprintf("the VALUES list %s is split by its key %s.%s: each shard gets the rows whose key it owns (%s)",
+	what := "VALUES list"
+	if sp.rf != nil {
+		what = "unnest list"
+	}
+	return fmt.Sprintf("the "+what+" %s is split by its key %s.%s: each shard gets the rows whose key it owns (%s)",
 		sp.alias, sp.alias, sp.col, strings.Join(parts, ", "))
 }

@@ -28,6 +28,8 @@ func TestSplitValues(t *testing.T) {
 		"SELECT * FROM " + values + " FULL JOIN trace x ON x.execution_id = v.k ORDER BY x.idx FETCH FIRST 3 ROWS ONLY",
 		"SELECT v.w, e.id FROM executions e RIGHT JOIN " + values + " ON e.id = v.k",
 		"SELECT v.w, s.seq FROM " + values + " LEFT JOIN spawns s ON s.parent_id = v.k",
+		"SELECT v.k, t.path FROM unnest(ARRAY['a1', 'b2', 'c3', 'd4', 'e5', 'f6']) AS v(k) LEFT JOIN timers t ON t.execution_id = v.k",
+		"SELECT count(*) FROM unnest(ARRAY['a1', 'b2', 'c3', 'd4', 'e5', 'f6']) AS v(k) FULL JOIN executions e ON e.id = v.k",
 	}
 	for _, q := range split {
 		st, err := r.Analyze(q)
@@ -65,6 +67,11 @@ func TestSplitValues(t *testing.T) {
 		"SELECT e.version FROM (VALUES ('a1', (SELECT count(*) FROM timers))) AS v(k, w) LEFT JOIN executions e ON e.id = v.k",
 		// generate_series: no key to split by.
 		"SELECT e.version FROM generate_series(0, 3) AS v(w) LEFT JOIN executions e ON e.version = v.w",
+		// A whole-row reference to a function's alias is its value, not a
+		// record: not split.
+		"SELECT v FROM unnest(ARRAY['a1', 'b2']) AS v(k) LEFT JOIN executions e ON e.id = v.k",
+		// Another function.
+		"SELECT e.id FROM jsonb_array_elements_text('[\"a1\"]') AS v(k) LEFT JOIN executions e ON e.id = v.k",
 		// More than the one join: the list's rows would meet other rows.
 		"SELECT e.version FROM " + values + " LEFT JOIN executions e ON e.id = v.k, timers t",
 	}

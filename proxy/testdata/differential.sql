@@ -517,6 +517,9 @@ SELECT sum(f4 * 3) FROM vals WHERE g = 'b'
 @answered SELECT v.k, s.seq FROM (VALUES ('{exec12}'), ('{exec13}'), ('{exec14}')) AS v(k) LEFT JOIN spawns s ON s.parent_id = v.k ORDER BY 1, 2 NULLS FIRST
 @answered SELECT DISTINCT v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 0), ('{exec3}', 1)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k ORDER BY 1
 @answered SELECT e.id, v.w FROM (VALUES ('{exec15}', 0), ('{exec16}', 1), ('{exec17}', 2)) AS v(k, w) LEFT JOIN executions e ON v.k = e.id AND e.version >= 0 ORDER BY v.w OFFSET 1 LIMIT 1
+@answered SELECT v.k, t.path FROM unnest(ARRAY['{exec18}', '{exec19}', NULL, '{exec18}', 'nope']) AS v(k) LEFT JOIN timers t ON t.execution_id = v.k ORDER BY 1 NULLS FIRST, 2 NULLS FIRST
+@answered SELECT count(*), count(v.k), count(e.id) FROM unnest(ARRAY['{exec20}', '{exec21}']) AS v(k) FULL JOIN executions e ON e.id = v.k
+SELECT v FROM unnest(ARRAY['{exec20}', '{exec21}']) AS v(k) LEFT JOIN executions e ON e.id = v.k
 SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) LEFT JOIN executions e ON e.definition_id = v.k
 SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k OR e.version = v.w
 SELECT e.id, v.w FROM executions e LEFT JOIN (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) ON e.id = v.k ORDER BY e.id LIMIT 20
