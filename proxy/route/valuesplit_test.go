@@ -72,6 +72,10 @@ func TestSplitValues(t *testing.T) {
 		"SELECT v FROM unnest(ARRAY['a1', 'b2']) AS v(k) LEFT JOIN executions e ON e.id = v.k",
 		// Another function.
 		"SELECT e.id FROM jsonb_array_elements_text('[\"a1\"]') AS v(k) LEFT JOIN executions e ON e.id = v.k",
+		// A keyed table meeting the list's rows on a non-key column: its
+		// rows would meet only the list's rows of their own shard.
+		"SELECT e.version FROM " + values + " LEFT JOIN executions e ON e.id = v.k WHERE EXISTS (SELECT 1 FROM timers t WHERE t.path = v.w::text)",
+		"SELECT e.version FROM " + values + " LEFT JOIN executions e ON e.id = v.k WHERE v.w < (SELECT count(*) FROM timers)",
 		// More than the one join: the list's rows would meet other rows.
 		"SELECT e.version FROM " + values + " LEFT JOIN executions e ON e.id = v.k, timers t",
 	}
