@@ -88,6 +88,9 @@ func TestDifferential(t *testing.T) {
 				t.Errorf("%s line %d: %s: %s\n  %s", mode.name, dc.line, v, detail, dc.sql)
 			case "refused":
 				reasons[clipReason(got.msg)]++
+				if dc.answered {
+					t.Errorf("%s line %d: refused a shape pgshard answers (@answered): %s\n  %s", mode.name, dc.line, got.msg, dc.sql)
+				}
 				if verbose {
 					t.Logf("%s line %d refused: %s\n  %s", mode.name, dc.line, got.msg, dc.sql)
 				}
@@ -188,13 +191,14 @@ type diffCase struct {
 	params    []*string
 	unordered bool
 	ties      []int // 1-based columns whose sequence must match; rows compared as a multiset
+	answered  bool  // @answered: a refusal fails the test (a shape pgshard answers)
 }
 
 var diffParamRe = regexp.MustCompile(`\{exec(\d+)\}`)
 
 // readDiffCorpus reads the corpus. A line is
 //
-//	[@unordered | @ties=1,3] SQL [ ;; JSON array of parameters ]
+//	[@unordered | @ties=1,3 | @answered] SQL [ ;; JSON array of parameters ]
 //
 // {execN} in SQL or parameters is the id of the data set's execution N.
 func readDiffCorpus(path string, execs []diffExec) ([]diffCase, error) {
@@ -225,6 +229,8 @@ func readDiffCorpus(path string, execs []diffExec) ([]diffCase, error) {
 			switch {
 			case flag == "@unordered":
 				dc.unordered = true
+			case flag == "@answered":
+				dc.answered = true
 			case strings.HasPrefix(flag, "@ties="):
 				for _, c := range strings.Split(strings.TrimPrefix(flag, "@ties="), ",") {
 					k, err := strconv.Atoi(c)

@@ -415,6 +415,9 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 		if merge.SQL != "" {
 			sql = merge.SQL
 		}
+		if st.shard < len(merge.ShardSQL) {
+			sql = merge.ShardSQL[st.shard]
+		}
 		buf = pgwire.AppendParseMsg(buf, "", sql, nil)
 		buf = pgwire.AppendBindNoParams(buf, formats)
 		buf = pgwire.AppendDescribe(buf, 'P', "")
@@ -424,6 +427,9 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 		sql := f.st.SQL
 		if merge != nil && merge.SQL != "" {
 			sql = merge.SQL
+		}
+		if merge != nil && st.shard < len(merge.ShardSQL) {
+			sql = merge.ShardSQL[st.shard]
 		}
 		buf = pgwire.AppendParseMsg(buf, "", sql, f.vs.oids)
 		if merge != nil {

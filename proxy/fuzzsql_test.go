@@ -55,6 +55,7 @@ func TestFuzzSQL(t *testing.T) {
 	modes := diffModes("")[:3] // simple, extended, binary
 	verbose := os.Getenv("PGSHARD_DIFF_VERBOSE") == "1"
 	tally := map[string]int{}
+	perMode := map[string]int{} // "mode verdict" -> cases
 	reasons := map[string]int{}
 	failures := 0
 	start := time.Now()
@@ -88,6 +89,7 @@ func TestFuzzSQL(t *testing.T) {
 					}
 				}
 				tally[v]++
+				perMode[mode.name+" "+v]++
 				switch v {
 				case "wrong", "error":
 					failures++
@@ -110,13 +112,20 @@ func TestFuzzSQL(t *testing.T) {
 	if answered+refused > 0 {
 		rate = 100 * float64(answered) / float64(answered+refused)
 	}
+	var byMode []string
+	for _, mode := range modes {
+		a, r := perMode[mode.name+" same"], perMode[mode.name+" refused"]
+		if a+r > 0 {
+			byMode = append(byMode, fmt.Sprintf("%s %.1f %% (%d/%d)", mode.name, 100*float64(a)/float64(a+r), a, a+r))
+		}
+	}
 	var rs []string
 	for r, n := range reasons {
 		rs = append(rs, fmt.Sprintf("%5d × %s", n, r))
 	}
 	sort.Strings(rs)
-	t.Logf("fuzz-sql: seeds %v × %d cases × %d modes in %s: %d answered the same, %d refused (0A000), %d the same error as one database, %d wrong, %d errors where one database answers, %d broken; answer rate %.1f %%\nrefusals by reason:\n  %s",
-		seeds, cases, len(modes), time.Since(start).Round(time.Second), answered, refused, tally["reference-error"], tally["wrong"], tally["error"], tally["broken"], rate, strings.Join(rs, "\n  "))
+	t.Logf("fuzz-sql: seeds %v × %d cases × %d modes in %s: %d answered the same, %d refused (0A000), %d the same error as one database, %d wrong, %d errors where one database answers, %d broken; answer rate %.1f %% (%s)\nrefusals by reason:\n  %s",
+		seeds, cases, len(modes), time.Since(start).Round(time.Second), answered, refused, tally["reference-error"], tally["wrong"], tally["error"], tally["broken"], rate, strings.Join(byMode, ", "), strings.Join(rs, "\n  "))
 }
 
 func paramsText(ps []*string) string {

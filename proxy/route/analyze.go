@@ -132,7 +132,10 @@ type analyzer struct {
 	sublinks map[*pg.SubLink]*derived
 	// rangeSubs are the derived tables of FROM items.
 	rangeSubs map[*pg.RangeSubselect]*derived
-	tables    []string
+	// split is the top-level VALUES list the fan-out splits by shard
+	// (valuesplit.go), nil if none.
+	split  *valuesSplit
+	tables []string
 
 	write       bool
 	writeWhat   string

@@ -9,7 +9,7 @@
 //	              │             (normalize.go, shape.go)
 //	              └─ pg_query (Postgres's own grammar) ─► classify (classify.go)
 //	                   ─► keyed references, groups, edges (analyze.go) ─► plan (plan.go)
-//	                   ─► merge plan of a key-less read (merge.go) ─► hints (hint.go)
+//	                   ─► merge plan of a key-less read (merge.go, valuesplit.go) ─► hints (hint.go)
 //	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
 //
@@ -210,6 +210,14 @@
 //     functions (generate_series, unnest, jsonb_to_record), global tables
 //     and catalogs cover nothing — their rows are the same on every shard,
 //     so they may join covered rows, but never stand alone in a row.
+//     One exception is covered by splitting: a VALUES list on the
+//     preserved side of the statement's one outer join (LEFT, RIGHT or
+//     FULL) whose condition equates a column of the list — string
+//     constants or NULL — with the text sharding key of the keyed table on
+//     the other side is sent to each shard with only the rows whose key
+//     that shard owns (a NULL key to the first shard), as if it were a
+//     keyed table: a row's matches all have its key, so they live on its
+//     key's shard, which alone produces it (valuesplit.go; Merge.ShardSQL).
 //  2. Co-location: every keyed table the statement reads is joined to the
 //     others by equality of the sharding keys (executions.id,
 //     timers/trace/processed_events.execution_id, spawns.parent_id) —
@@ -260,12 +268,18 @@
 // definition_id; SELECT DISTINCT ON (definition_id) definition_id, id
 // FROM executions ORDER BY definition_id, version DESC, id LIMIT 5;
 // SELECT definition_id, count(*) FROM executions GROUP BY definition_id
-// ORDER BY count(*) DESC FETCH FIRST 2 ROWS WITH TIES.
+// ORDER BY count(*) DESC FETCH FIRST 2 ROWS WITH TIES; SELECT e.version,
+// v.w FROM (VALUES ('id1', 0), ('id2', 1)) v(k, w) LEFT JOIN executions e
+// ON e.id = v.k (split: each shard gets the rows of its keys); SELECT v.k,
+// count(t.path) FROM (VALUES ('id1'), ('id2')) v(k) FULL JOIN timers t ON
+// t.execution_id = v.k GROUP BY v.k.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
-// JOIN executions e ON e.id = v.k (a VALUES row without a match would
-// come from every shard); SELECT g, t.path FROM generate_series(1, 3) g
-// FULL JOIN timers t ON ...; SELECT s.seq, e.id FROM spawns s JOIN
+// JOIN executions e ON e.definition_id = v.k (not on the key: a VALUES
+// row without a match would come from every shard); SELECT e.version
+// FROM (VALUES (lower('ID1'))) v(k) LEFT JOIN executions e ON e.id = v.k
+// (a computed key the proxy does not evaluate); SELECT g, t.path FROM
+// generate_series(1, 3) g FULL JOIN timers t ON ...; SELECT s.seq, e.id FROM spawns s JOIN
 // executions e ON e.id = s.child_id (the child lives elsewhere); SELECT
 // o.seq FROM outbox o JOIN executions e ON e.id = o.target_id; SELECT
 // count(*) FROM (SELECT DISTINCT definition_id FROM executions) d; SELECT

@@ -43,6 +43,9 @@ import (
 //     constants and parameters, ORDER BY of the merged columns, LIMIT and
 //     OFFSET after the merge.
 //
+// A VALUES list kept whole by the statement's one outer join on a sharding
+// key is split by shard (valuesplit.go: Merge.ShardSQL).
+//
 // Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
 // FETCH WITH TIES over aggregates or with a parameter count, other aggregates and expressions of aggregates, ORDER
 // BY ... USING, collations other than "C", and reads of sharded tables
@@ -72,6 +75,10 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	}
 	if topRefs == 0 && !t.derivedSharded {
 		return nil, "the sharded tables are read only inside subqueries, whose per-shard results cannot be combined"
+	}
+	if a.uncovered(s.FromClause, t.sc) != "" {
+		// A VALUES list joined on the key may be split by shard (valuesplit.go).
+		a.split = a.splitValues(s.FromClause, t.sc)
 	}
 	if why := a.uncovered(s.FromClause, t.sc); why != "" {
 		// The rule: every row the FROM clause produces must contain a row
@@ -1256,6 +1263,14 @@ func (m *merger) finish() (*mergePlan, string) {
 		// (bindStatement).
 		mp.litFanout = m.a.lit != nil && (m.a.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
 	}
+	if sp := m.a.split; sp != nil {
+		sqls, why := sp.shardSQL(m.clone(), len(m.a.r.m.Shards))
+		if why != "" {
+			return nil, why
+		}
+		mp.merge.ShardSQL = sqls
+		m.desc = append(m.desc, sp.describe(m.a.r))
+	}
 	switch {
 	case mp.merge.Groups != nil:
 		mp.merge.Hidden, mp.merge.Width = 0, len(m.hidden)
@@ -1482,6 +1497,9 @@ func (mg *Merge) Describe() []string {
 	} else {
 		out = append(out, "per-shard SQL: the client's statement")
 	}
+	for i, q := range mg.ShardSQL {
+		out = append(out, fmt.Sprintf("shard %d SQL:   %s", i, q))
+	}
 	if mg.Hidden > 0 {
 		out = append(out, fmt.Sprintf("hidden:        the last %d per-shard columns are the proxy's (never shown)", mg.Hidden))
 	}
@@ -1628,8 +1646,13 @@ func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
 		}
 		return a.sc.tables[rv.Relname] != nil && !isCatalog(rv.Schemaname, rv.Relname)
 	case *pg.Node_RangeSubselect:
+		if a.split != nil && a.split.rs == x.RangeSubselect {
+			return true // each shard gets the rows whose key it owns
+		}
 		d := a.rangeSubs[x.RangeSubselect]
 		return d != nil && d.sharded && d.localWhy == ""
+	case *pg.Node_RangeFunction:
+		return a.split != nil && a.split.rf == x.RangeFunction // split by shard
 	case *pg.Node_RangeTableSample:
 		return a.covered(x.RangeTableSample.Relation, sc)
 	case *pg.Node_JoinExpr:

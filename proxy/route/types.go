@@ -210,6 +210,10 @@ func (r *Refusal) Error() string { return r.SQLState + ": " + r.Message }
 type Merge struct {
 	// SQL is the statement to send to each shard ("" = the client's).
 	SQL string
+	// ShardSQL, when set, is the statement to send to each shard instead
+	// of SQL, by shard index: a VALUES list split by shard (each shard's
+	// statement keeps the VALUES rows whose key it owns).
+	ShardSQL []string
 	// Hidden is the number of trailing per-shard columns that are not the
 	// client's (Rows; in Groups every column index is absolute).
 	Hidden int

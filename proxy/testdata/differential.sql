@@ -13,6 +13,7 @@
 #                has no ORDER BY)
 #   @ties=1,3    rows as a multiset, and the sequence of those columns must
 #                match (an ORDER BY with ties)
+#   @answered    pgshard must answer it (a refusal fails the test)
 #   {execN}      the id of the data set's execution N (0..239)
 # Parameters are text ("..."), null is NULL.
 #
@@ -505,8 +506,22 @@ SELECT id, (f4 * 3)::real FROM vals WHERE g = 'b' ORDER BY 2, 1
 SELECT sum(f4 * 3) FROM vals WHERE g = 'b'
 
 # --- fan-out rule: rows that do not come from one shard are refused; the merge's own sort columns never collide with the client's names ---
-SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k WHERE v.w <> $1 ;; ["5"]
-SELECT v.w, count(e.id) FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k GROUP BY v.w ORDER BY v.w
+@answered SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k WHERE v.w <> $1 ;; ["5"]
+@answered SELECT v.w, count(e.id) FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('nope', 2)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k GROUP BY v.w ORDER BY v.w
+# a VALUES list kept whole by an outer join on the key is split by shard: each shard gets the rows whose key it owns
+@answered SELECT v.k, v.w, t.path FROM (VALUES ('{exec1}', 0), ('{exec2}', 1), ('{exec3}', 2), ('{exec1}', 3), (NULL, 4), ('nope', 5)) AS v(k, w) LEFT JOIN timers t ON t.execution_id = v.k ORDER BY v.w, t.path NULLS FIRST
+@answered SELECT v.k, count(t.path), min(t.fire_at) FROM (VALUES ('{exec4}'), ('{exec5}'), ('{exec6}'), (NULL)) AS v(k) LEFT JOIN timers t ON t.execution_id = v.k GROUP BY v.k ORDER BY 1 NULLS FIRST
+@answered SELECT v.w, r.idx FROM (VALUES ('{exec7}', 1.5), ('{exec8}', 2), ('{exec9}', $1)) AS v(k, w) FULL JOIN trace r ON r.execution_id = v.k AND r.idx < 3 ORDER BY r.execution_id, r.idx, v.w LIMIT 40 ;; ["7"]
+@answered SELECT count(*), count(v.k), count(r.idx) FROM (VALUES ('{exec7}', 1), ('{exec8}', 2)) AS v(k, w) FULL JOIN trace r ON r.execution_id = v.k
+@answered SELECT v.column2, e.version FROM executions e RIGHT JOIN (VALUES ('{exec10}', 'a'), ('{exec11}', 'b'), ('x', 'c')) AS v ON e.id = v.column1 ORDER BY 1
+@answered SELECT v.k, s.seq FROM (VALUES ('{exec12}'), ('{exec13}'), ('{exec14}')) AS v(k) LEFT JOIN spawns s ON s.parent_id = v.k ORDER BY 1, 2 NULLS FIRST
+@answered SELECT DISTINCT v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 0), ('{exec3}', 1)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k ORDER BY 1
+@answered SELECT e.id, v.w FROM (VALUES ('{exec15}', 0), ('{exec16}', 1), ('{exec17}', 2)) AS v(k, w) LEFT JOIN executions e ON v.k = e.id AND e.version >= 0 ORDER BY v.w OFFSET 1 LIMIT 1
+@answered SELECT v.k, t.path FROM unnest(ARRAY['{exec18}', '{exec19}', NULL, '{exec18}', 'nope']) AS v(k) LEFT JOIN timers t ON t.execution_id = v.k ORDER BY 1 NULLS FIRST, 2 NULLS FIRST
+@answered SELECT count(*), count(v.k), count(e.id) FROM unnest(ARRAY['{exec20}', '{exec21}']) AS v(k) FULL JOIN executions e ON e.id = v.k
+SELECT v FROM unnest(ARRAY['{exec20}', '{exec21}']) AS v(k) LEFT JOIN executions e ON e.id = v.k
+SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) LEFT JOIN executions e ON e.definition_id = v.k
+SELECT e.version, v.w FROM (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) LEFT JOIN executions e ON e.id = v.k OR e.version = v.w
 SELECT e.id, v.w FROM executions e LEFT JOIN (VALUES ('{exec1}', 0), ('{exec2}', 1)) AS v(k, w) ON e.id = v.k ORDER BY e.id LIMIT 20
 SELECT g, t.path FROM generate_series(1, 3) AS g FULL JOIN timers t ON t.fire_at = g ORDER BY 1, 2 FETCH FIRST 5 ROWS ONLY
 SELECT id FROM executions ORDER BY id::uuid, id
