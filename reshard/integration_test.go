@@ -33,7 +33,7 @@ const buckets = 64
 // shard1 is registered empty; the catalog lives in shard0's database; a
 // router follows the catalog (it reloads on fence errors).
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	cat    *catalog.Catalog
 	rt     *router.Router
@@ -45,7 +45,7 @@ type env struct {
 	acked map[string]int // id → highest acknowledged version
 }
 
-func newEnv(t *testing.T, executions int) *env {
+func newEnv(t testing.TB, executions int) *env {
 	t.Helper()
 	c := clustertest.GetSpec(t, cluster.Spec{Shards: 2})
 	db := clustertest.FreshDatabase(t, c)
@@ -223,12 +223,12 @@ func (e *env) check() {
 		var off, capture, changes, triggers int
 		if err := p.QueryRow(e.ctx, `SELECT
 			(SELECT count(*) FROM outbox WHERE (seq % 1024 + 1024) % 1024 <> $1::int) + (SELECT count(*) FROM spawns WHERE (seq % 1024 + 1024) % 1024 <> $1::int),
-			(SELECT count(*) FROM pgshard_move_capture), (SELECT count(*) FROM pgshard_move_changes),
+			(SELECT count(*) FROM pgshard_move_capture), (SELECT count(*) FROM pgshard_move_changes) + (SELECT count(*) FROM pgshard_move_seqs),
 			(SELECT count(*) FROM pg_trigger WHERE tgname = 'pgshard_move_capture')`, (s.Ordinal+1)%1024).Scan(&off, &capture, &changes, &triggers); err != nil {
 			t.Fatal(err)
 		}
 		if off+capture+changes+triggers > 0 {
-			t.Errorf("shard %s: %d seqs off its stride, %d captures, %d change records, %d capture triggers left", s.Name, off, capture, changes, triggers)
+			t.Errorf("shard %s: %d seqs off its stride, %d captures, %d change records and seq maps, %d capture triggers left", s.Name, off, capture, changes, triggers)
 		}
 	}
 	e.mu.Lock()
@@ -274,7 +274,7 @@ func (e *env) ownedOnce(lo, hi int) int {
 	return most
 }
 
-func logf(t *testing.T) func(string, ...any) {
+func logf(t testing.TB) func(string, ...any) {
 	return func(f string, a ...any) { t.Logf(f, a...) }
 }
 

@@ -163,7 +163,7 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 			return fmt.Errorf("shard %s: start the capture of %d-%d: %w", src.name, m.Lo, m.Hi, err)
 		}
 		t0 := time.Now()
-		n, err := copyRange(ctx, src, dst, m.Lo, m.Hi, mv.nb)
+		n, err := copyRange(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.nb)
 		if err != nil {
 			return fmt.Errorf("move %d: copy %d-%d %s→%s: %w", m.ID, m.Lo, m.Hi, m.From, m.To, err)
 		}
@@ -200,7 +200,7 @@ func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, ds
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("%w: the last catch-up did not finish within the budget", errAbandoned)
 		}
-		n, c, err := catchUp(ctx, src, dst, m.Lo, m.Hi, mv.opts.CatchUpBatch)
+		n, c, err := catchUp(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.opts.CatchUpBatch)
 		if err != nil {
 			return fmt.Errorf("move %d: catch up: %w", m.ID, err)
 		}
@@ -422,6 +422,9 @@ func (mv *mover) finish(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err != nil {
 		return err
 	}
+	if err := dropSeqMap(ctx, dst, m.ID); err != nil {
+		return err
+	}
 	mv.logf("move %d (%d-%d %s→%s): cleaned up, %d rows deleted on %s", m.ID, m.Lo, m.Hi, m.From, m.To, deleted, src.name)
 	for name, s := range mv.shards {
 		if name == m.From || name == m.To {
@@ -464,6 +467,9 @@ func (mv *mover) abort(ctx context.Context, m catalog.MoveRecord) error {
 		return err
 	}
 	if _, err := deleteRange(ctx, dst, m.Lo, m.Hi, mv.nb); err != nil {
+		return err
+	}
+	if err := dropSeqMap(ctx, dst, m.ID); err != nil {
 		return err
 	}
 	if err := mv.retryLocked(ctx, func() error {

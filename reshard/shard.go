@@ -26,16 +26,17 @@ const fenceLockClass = 1885824627
 type table struct {
 	name string
 	key  string
-	cols []string
+	cols []string // seq tables: all TEXT
+	seq  bool     // numbered afresh on the destination (pgshard_move_seqs maps them)
 }
 
 var tables = []table{
-	{"executions", "id", []string{"id", "definition_id", "data", "version"}},
-	{"processed_events", "execution_id", []string{"execution_id", "event_id"}},
-	{"timers", "execution_id", []string{"execution_id", "path", "fire_at"}},
-	{"trace", "execution_id", []string{"execution_id", "idx", "entry"}},
-	{"spawns", "parent_id", []string{"parent_id", "child_id", "root_path", "context"}},
-	{"outbox", "pgshard_move_outbox_from(event)", []string{"target_id", "event"}},
+	{"executions", "id", []string{"id", "definition_id", "data", "version"}, false},
+	{"processed_events", "execution_id", []string{"execution_id", "event_id"}, false},
+	{"timers", "execution_id", []string{"execution_id", "path", "fire_at"}, false},
+	{"trace", "execution_id", []string{"execution_id", "idx", "entry"}, false},
+	{"spawns", "parent_id", []string{"parent_id", "child_id", "root_path", "context"}, true},
+	{"outbox", "pgshard_move_outbox_from(event)", []string{"target_id", "event"}, true},
 }
 
 // shard is the mover's connection to one shard (its direct DSN).
@@ -120,6 +121,69 @@ func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args
 	return n, rows.Err()
 }
 
+// copySeqTable replaces on dst the copies (made by move) of t's source
+// rows matching where — those with seq in srcSeqs, or all of the move's
+// when srcSeqs is nil — by fresh copies of src's rows matching where, each
+// numbered from dst's sequence and mapped in pgshard_move_seqs.
+func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, srcSeqs []int64, where string, args ...any) (int64, error) {
+	var err error
+	if srcSeqs == nil {
+		_, err = dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
+			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name)
+	} else {
+		_, err = dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
+			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name, srcSeqs)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("clear %s copies on the destination: %w", t.name, err)
+	}
+	rows, err := src.Query(ctx, "SELECT seq, "+strings.Join(t.cols, ", ")+" FROM "+t.name+" WHERE "+where, args...)
+	if err != nil {
+		return 0, fmt.Errorf("read %s on the source: %w", t.name, err)
+	}
+	seqs := []int64{}
+	cols := make([][]*string, len(t.cols))
+	for rows.Next() {
+		var seq int64
+		vals := make([]*string, len(t.cols))
+		dest := []any{&seq}
+		for i := range vals {
+			dest = append(dest, &vals[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("read %s on the source: %w", t.name, err)
+		}
+		seqs = append(seqs, seq)
+		for i := range vals {
+			cols[i] = append(cols[i], vals[i])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read %s on the source: %w", t.name, err)
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	params := []string{"$3::bigint[]"}
+	names := []string{"src_seq"}
+	args2 := []any{move, t.name, seqs}
+	for i, c := range t.cols {
+		params = append(params, fmt.Sprintf("$%d::text[]", i+4))
+		names = append(names, c)
+		args2 = append(args2, cols[i])
+	}
+	cl := strings.Join(t.cols, ", ")
+	_, err = dst.Exec(ctx, `WITH s AS (SELECT * FROM unnest(`+strings.Join(params, ", ")+`) AS s(`+strings.Join(names, ", ")+`)),
+		n AS MATERIALIZED (SELECT s.*, nextval(pg_get_serial_sequence('`+t.name+`', 'seq')) AS dst_seq FROM s),
+		ins AS (INSERT INTO `+t.name+` (seq, `+cl+`) SELECT dst_seq, `+cl+` FROM n)
+		INSERT INTO pgshard_move_seqs (move_id, tbl, src_seq, dst_seq) SELECT $1::bigint, $2::text, src_seq, dst_seq FROM n`, args2...)
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", t.name, err)
+	}
+	return int64(len(seqs)), nil
+}
+
 // pair runs f with a REPEATABLE READ read-only transaction on src (one
 // snapshot for every table) and a transaction on dst, committing dst if
 // f succeeds.
@@ -144,13 +208,19 @@ func pair(ctx context.Context, src, dst *shard, f func(stx, dtx pgx.Tx) error) e
 }
 
 // copyRange copies every row of buckets lo..hi from src to dst, from one
-// snapshot of src, replacing what dst held of them. It returns the rows
-// copied.
-func copyRange(ctx context.Context, src, dst *shard, lo, hi, buckets int) (int64, error) {
+// snapshot of src, replacing what dst held of them (for outbox and
+// spawns: the copies move made). It returns the rows copied.
+func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets int) (int64, error) {
 	var total int64
 	err := pair(ctx, src, dst, func(stx, dtx pgx.Tx) error {
 		for _, t := range tables {
-			n, err := copyTable(ctx, stx, dtx, t, inRange(t), lo, hi, buckets)
+			var n int64
+			var err error
+			if t.seq {
+				n, err = copySeqTable(ctx, stx, dtx, t, move, nil, inRange(t), lo, hi, buckets)
+			} else {
+				n, err = copyTable(ctx, stx, dtx, t, inRange(t), lo, hi, buckets)
+			}
 			if err != nil {
 				return err
 			}
@@ -162,29 +232,34 @@ func copyRange(ctx context.Context, src, dst *shard, lo, hi, buckets int) (int64
 }
 
 // catchUp replays up to batch recorded changes of buckets lo..hi: it
-// reads them and the rows of their keys in one snapshot of src, replaces
-// those keys' rows on dst, then deletes the records it replayed. It
+// reads them and the rows they name in one snapshot of src — every row of
+// a recorded key, and for outbox and spawns the recorded rows by seq (an
+// index probe each: the replay costs what changed, not the range's size)
+// — replaces those on dst, then deletes the records it replayed. It
 // returns the records replayed (0: none were left) and the rows copied.
-func catchUp(ctx context.Context, src, dst *shard, lo, hi, batch int) (int, int64, error) {
+func catchUp(ctx context.Context, src, dst *shard, move int64, lo, hi, batch int) (int, int64, error) {
 	var ids []int64
 	var copied int64
 	err := pair(ctx, src, dst, func(stx, dtx pgx.Tx) error {
-		rows, err := stx.Query(ctx, `SELECT id, key FROM pgshard_move_changes WHERE bucket BETWEEN $1::int AND $2::int ORDER BY id LIMIT $3::int`,
-			lo, hi, batch)
+		rows, err := stx.Query(ctx, `SELECT id, key, coalesce(tbl, ''), coalesce(seq, 0) FROM pgshard_move_changes
+			WHERE bucket BETWEEN $1::int AND $2::int ORDER BY id LIMIT $3::int`, lo, hi, batch)
 		if err != nil {
 			return fmt.Errorf("read the changes on %s: %w", src.name, err)
 		}
 		seen := map[string]bool{}
 		var keys []string
+		seqs := map[string][]int64{}
 		for rows.Next() {
-			var id int64
-			var k string
-			if err := rows.Scan(&id, &k); err != nil {
+			var id, seq int64
+			var k, tbl string
+			if err := rows.Scan(&id, &k, &tbl, &seq); err != nil {
 				rows.Close()
 				return err
 			}
 			ids = append(ids, id)
-			if !seen[k] {
+			if tbl != "" {
+				seqs[tbl] = append(seqs[tbl], seq)
+			} else if !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
 			}
@@ -192,11 +267,15 @@ func catchUp(ctx context.Context, src, dst *shard, lo, hi, batch int) (int, int6
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(keys) == 0 {
-			return nil
-		}
 		for _, t := range tables {
-			n, err := copyTable(ctx, stx, dtx, t, ofKeys(t), keys)
+			var n int64
+			var err error
+			switch {
+			case t.seq && len(seqs[t.name]) > 0:
+				n, err = copySeqTable(ctx, stx, dtx, t, move, seqs[t.name], "seq = ANY($1::bigint[])", seqs[t.name])
+			case !t.seq && len(keys) > 0:
+				n, err = copyTable(ctx, stx, dtx, t, ofKeys(t), keys)
+			}
 			if err != nil {
 				return err
 			}
@@ -211,6 +290,14 @@ func catchUp(ctx context.Context, src, dst *shard, lo, hi, batch int) (int, int6
 		return 0, copied, fmt.Errorf("shard %s: drop the changes replayed: %w", src.name, err)
 	}
 	return len(ids), copied, nil
+}
+
+// dropSeqMap deletes move's seq map on dst (its copies stay).
+func dropSeqMap(ctx context.Context, dst *shard, move int64) error {
+	if _, err := dst.pool.Exec(ctx, `DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint`, move); err != nil {
+		return fmt.Errorf("shard %s: drop the seq map of move %d: %w", dst.name, move, err)
+	}
+	return nil
 }
 
 // pending counts the recorded changes of buckets lo..hi not replayed yet.

@@ -16,12 +16,29 @@ CREATE TABLE pgshard_move_capture (
     hi      INT NOT NULL CHECK (hi >= lo)
 );
 
+-- A change record names the key; for outbox and spawns, whose rows have
+-- no index on the key, it names the row (tbl, seq) instead.
 CREATE TABLE pgshard_move_changes (
     id     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     bucket INT  NOT NULL,
-    key    TEXT NOT NULL
+    key    TEXT NOT NULL,
+    tbl    TEXT CHECK (tbl IN ('outbox', 'spawns')),
+    seq    BIGINT
 );
 CREATE INDEX pgshard_move_changes_bucket ON pgshard_move_changes (bucket, id);
+
+-- On the destination of a move: which outbox and spawns row (dst_seq,
+-- from this shard's sequence) is the copy of which source row (src_seq).
+-- A copied row takes a seq of the shard that holds it, so acks by seq
+-- reach it; this table lets the catch-up replace it when its source row
+-- changes. Dropped by the move's clean-up or abort.
+CREATE TABLE pgshard_move_seqs (
+    move_id BIGINT NOT NULL,
+    tbl     TEXT   NOT NULL CHECK (tbl IN ('outbox', 'spawns')),
+    src_seq BIGINT NOT NULL,
+    dst_seq BIGINT NOT NULL,
+    PRIMARY KEY (move_id, tbl, src_seq)
+);
 
 -- pgshard_move_outbox_from(event): the id of the execution that emitted an
 -- outbox event — its JSON's "from" member — or NULL when the event is not
@@ -54,31 +71,35 @@ CREATE FUNCTION pgshard_move_capture_row() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     keys TEXT[] := '{}';
+    seqs BIGINT[] := '{}';
     k    TEXT;
+    i    INT := 0;
     b    INT;
     nb   INT := pgshard_fence_nb();
+    tbl  TEXT := CASE WHEN TG_TABLE_NAME IN ('outbox', 'spawns') THEN TG_TABLE_NAME END;
 BEGIN
     -- One branch per table: a record's fields are resolved when a
     -- statement first runs, so each names only its own table's columns.
     IF TG_OP <> 'INSERT' THEN
         IF TG_TABLE_NAME = 'executions' THEN keys := keys || OLD.id;
-        ELSIF TG_TABLE_NAME = 'spawns' THEN keys := keys || OLD.parent_id;
-        ELSIF TG_TABLE_NAME = 'outbox' THEN keys := keys || pgshard_move_outbox_from(OLD.event);
+        ELSIF TG_TABLE_NAME = 'spawns' THEN keys := keys || OLD.parent_id; seqs := seqs || OLD.seq;
+        ELSIF TG_TABLE_NAME = 'outbox' THEN keys := keys || pgshard_move_outbox_from(OLD.event); seqs := seqs || OLD.seq;
         ELSE keys := keys || OLD.execution_id;
         END IF;
     END IF;
     IF TG_OP <> 'DELETE' THEN
         IF TG_TABLE_NAME = 'executions' THEN keys := keys || NEW.id;
-        ELSIF TG_TABLE_NAME = 'spawns' THEN keys := keys || NEW.parent_id;
-        ELSIF TG_TABLE_NAME = 'outbox' THEN keys := keys || pgshard_move_outbox_from(NEW.event);
+        ELSIF TG_TABLE_NAME = 'spawns' THEN keys := keys || NEW.parent_id; seqs := seqs || NEW.seq;
+        ELSIF TG_TABLE_NAME = 'outbox' THEN keys := keys || pgshard_move_outbox_from(NEW.event); seqs := seqs || NEW.seq;
         ELSE keys := keys || NEW.execution_id;
         END IF;
     END IF;
     FOREACH k IN ARRAY keys LOOP
+        i := i + 1;
         CONTINUE WHEN k IS NULL;
         b := pgshard_fence_bucket(k, nb);
         IF EXISTS (SELECT 1 FROM pgshard_move_capture c WHERE b BETWEEN c.lo AND c.hi) THEN
-            INSERT INTO pgshard_move_changes (bucket, key) VALUES (b, k);
+            INSERT INTO pgshard_move_changes (bucket, key, tbl, seq) VALUES (b, k, tbl, seqs[i]);
         END IF;
     END LOOP;
     RETURN NULL;
@@ -117,6 +138,8 @@ $$;
 
 -- pgshard_move_capture_end(move): stops move's capture and drops its
 -- records; the last capture on the shard drops the triggers. Idempotent.
+-- (The destination's pgshard_move_seqs rows of the move are the mover's
+-- to delete, on the destination.)
 CREATE FUNCTION pgshard_move_capture_end(p_move BIGINT) RETURNS VOID
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
