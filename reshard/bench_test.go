@@ -62,7 +62,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 // copy rate (rows/s), the changes replayed per move, and each freeze as
 // the mover measured it (lock request to release; p50 and max).
 func BenchmarkMove(b *testing.B) {
-	e := newEnv(b, 2000)
+	e := newEnv(b, 1000)
 	stop := make(chan struct{})
 	wait := e.workload(4, 1<<30, stop)
 	defer func() { close(stop); wait() }()
