@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,25 @@ type mover struct {
 	opts   Options
 	shards map[string]*shard
 	nb     int
+
+	mu   sync.Mutex
+	flip time.Duration // how long the last flip took, to its release (0: none yet)
+}
+
+// afterFlip is the part of budget kept for the flip and what follows it.
+func (mv *mover) afterFlip(budget time.Duration) time.Duration {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	if mv.flip == 0 {
+		return budget / 4
+	}
+	return min(mv.flip, budget/2)
+}
+
+func (mv *mover) setAfterFlip(d time.Duration) {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	mv.flip = d
 }
 
 // Result is what one move did, for reports.
@@ -281,13 +301,20 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 // and fails with errAbandoned.
 func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *shard, res *Result) (*Freeze, uint64, error) {
 	budget := mv.opts.FreezeBudget
+	epoch, err := mv.cat.Epoch(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	conn, err := src.pool.Acquire(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
 	}
 	defer conn.Release()
 	start := time.Now()
-	deadline := start.Add(budget)
+	// The flip and the fence writes after it cannot be abandoned: the
+	// last catch-up must end early enough to leave them their time (as
+	// the last flip took, a quarter of the budget before any).
+	deadline := start.Add(budget - mv.afterFlip(budget))
 	f := &Freeze{}
 	done := func() *Freeze { f.Duration = time.Since(start); return f }
 	hold, err := conn.Begin(ctx)
@@ -306,10 +333,6 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 			return done(), 0, fmt.Errorf("%w: the range lock was not granted within %v (a transaction on the range held it)", errAbandoned, budget)
 		}
 		return nil, 0, fmt.Errorf("shard %s: lock range %d-%d: %w", src.name, m.Lo, m.Hi, err)
-	}
-	epoch, err := mv.cat.Epoch(ctx)
-	if err != nil {
-		return done(), 0, err
 	}
 	if err := src.setFence(ctx, nil, m.Lo, m.Hi, "frozen", m.From, epoch, []string{"owned"}, false); err != nil {
 		return done(), 0, err
@@ -337,6 +360,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err := mv.hook(ctx, "flip", m); err != nil {
 		return done(), 0, err
 	}
+	flipStart := time.Now()
 	to, err := mv.cat.FlipMove(ctx, m.ID)
 	if err != nil {
 		// Did the commit point pass? The journal says.
@@ -372,6 +396,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err := hold.Commit(ctx); err != nil {
 		return done(), 0, fmt.Errorf("shard %s: release range %d-%d: %w", src.name, m.Lo, m.Hi, err)
 	}
+	mv.setAfterFlip(time.Since(flipStart))
 	return done(), to, nil
 }
 
