@@ -26,7 +26,12 @@ const (
 	DefaultCatchUpBatch   = 2000
 	DefaultCatchUpRounds  = 50
 	DefaultDDLLockTimeout = 2 * time.Second
+	DefaultLeaseTTL       = 30 * time.Second
 )
+
+// LeaseOwner is the owner name of the mover's lease in the catalog: one
+// Apply or Abort at a time per catalog.
+const LeaseOwner = "pgshard-reshard"
 
 // Options configure Apply and Abort. The zero value is usable.
 type Options struct {
@@ -49,6 +54,11 @@ type Options struct {
 	// DDLLockTimeout bounds the wait of starting and stopping a capture
 	// (its triggers wait for the writers of each table; default 2 s).
 	DDLLockTimeout time.Duration
+	// LeaseTTL is the mover's lease's time to live (default 30 s),
+	// renewed every third of it. Apply and Abort hold the lease
+	// LeaseOwner while they run: a second one fails (catalog.ErrLeaseHeld),
+	// and one whose lease is lost stops.
+	LeaseTTL time.Duration
 	// Owner is recorded in the journal as the mover (default
 	// "pgshard-reshard@<host>:<pid>").
 	Owner string
@@ -80,6 +90,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DDLLockTimeout <= 0 {
 		o.DDLLockTimeout = DefaultDDLLockTimeout
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.Owner == "" {
 		host, _ := os.Hostname()
@@ -123,6 +136,64 @@ func Apply(ctx context.Context, cat *catalog.Catalog, opts Options) ([]*Result, 
 	if len(moves) == 0 {
 		return nil, nil
 	}
+	var out []*Result
+	err = withLease(ctx, cat, opts.withDefaults(), func(ctx context.Context) error {
+		var err error
+		out, err = apply(ctx, cat, opts)
+		return err
+	})
+	return out, err
+}
+
+// withLease runs f holding the mover's lease, renewed in the background;
+// f's context is cancelled if the lease is lost.
+func withLease(ctx context.Context, cat *catalog.Catalog, opts Options, f func(context.Context) error) error {
+	epoch, err := cat.Epoch(ctx)
+	if err != nil {
+		return err
+	}
+	l, err := cat.Acquire(ctx, LeaseOwner, "mover", epoch, opts.LeaseTTL)
+	if err != nil {
+		return fmt.Errorf("the mover's lease: another apply or abort runs, or one died less than %v ago: %w", opts.LeaseTTL, err)
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(opts.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+				n, err := cat.Renew(lctx, l, epoch)
+				if err != nil {
+					cancel(fmt.Errorf("the mover's lease was lost: %w", err))
+					return
+				}
+				l = n
+			}
+		}
+	}()
+	err = f(lctx)
+	if cause := context.Cause(lctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = fmt.Errorf("%w (%v)", err, cause)
+	}
+	cancel(nil)
+	wg.Wait()
+	if rerr := cat.Release(context.WithoutCancel(ctx), l); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func apply(ctx context.Context, cat *catalog.Catalog, opts Options) ([]*Result, error) {
+	moves, err := cat.Moves(ctx, true) // again: under the lease
+	if err != nil {
+		return nil, err
+	}
 	mv, closeAll, err := newMover(ctx, cat, opts)
 	if err != nil {
 		return nil, err
@@ -161,6 +232,16 @@ func Apply(ctx context.Context, cat *catalog.Catalog, opts Options) ([]*Result, 
 func Abort(ctx context.Context, cat *catalog.Catalog, opts Options) error {
 	moves, err := cat.Moves(ctx, true)
 	if err != nil || len(moves) == 0 {
+		return err
+	}
+	return withLease(ctx, cat, opts.withDefaults(), func(ctx context.Context) error {
+		return abort(ctx, cat, opts)
+	})
+}
+
+func abort(ctx context.Context, cat *catalog.Catalog, opts Options) error {
+	moves, err := cat.Moves(ctx, true) // again: under the lease
+	if err != nil {
 		return err
 	}
 	mv, closeAll, err := newMover(ctx, cat, opts)

@@ -42,7 +42,8 @@
 // undone first); flipped or later, it sets both fences as the flip says
 // and cleans up. Abort rolls back a move that has not flipped
 // (destination refuses and is emptied, capture stopped, source owned) and
-// completes one that has.
+// completes one that has. Apply and Abort hold the catalog lease
+// LeaseOwner while they run: one mover at a time.
 //
 //	doc.go    this overview
 //	apply.go  Options, Apply, Abort, Plan, PlanMoves, WriteStatus

@@ -347,8 +347,12 @@ func TestMoverKilledAtEachStep(t *testing.T) {
 		}
 		stop := make(chan struct{})
 		wait := e.workload(2, 100000, stop)
-		hook := func(_ context.Context, s string, _ catalog.MoveRecord) error {
+		hook := func(ctx context.Context, s string, _ catalog.MoveRecord) error {
 			if s == step {
+				// The mover holds its lease: no abort meanwhile.
+				if err := reshard.Abort(ctx, e.cat, reshard.Options{}); !errors.Is(err, catalog.ErrLeaseHeld) {
+					t.Errorf("step %s: abort while apply runs: want ErrLeaseHeld, got %v", step, err)
+				}
 				return reshard.ErrInjected
 			}
 			return nil
