@@ -13,8 +13,9 @@ import (
 // (one execution: processed event, outbox row, timer, trace entry) in one
 // run: no capture triggers; triggers on, key outside every captured range
 // (the trigger only checks); key inside the captured range (recorded).
-// Reported as ns per commit and ratios to "none". The phases alternate
-// b.N times so load drifts hit each alike.
+// Reported as ns per commit and ratios to "none". Outside and captured
+// commits alternate one by one; the no-trigger phase comes before and
+// after them in turn, so load drifts hit each alike.
 func BenchmarkCaptureCost(b *testing.B) {
 	e := newEnv(b, 64)
 	var in, out []string
@@ -26,27 +27,38 @@ func BenchmarkCaptureCost(b *testing.B) {
 		}
 	}
 	src := e.pools[e.shards[0].Name]
-	const per = 200
+	const per = 100
 	var none, outside, inside time.Duration
-	run := func(ids []string) time.Duration {
+	commit := func(id string) time.Duration {
 		t0 := time.Now()
-		for i := range per {
-			if err := e.commit(ids[i%len(ids)]); err != nil {
-				b.Fatal(err)
-			}
+		if err := e.commit(id); err != nil {
+			b.Fatal(err)
 		}
 		return time.Since(t0)
 	}
+	runNone := func() {
+		for i := range per {
+			none += commit(out[i%len(out)])
+		}
+	}
 	b.ResetTimer()
-	for range b.N {
-		none += run(out)
+	for it := range b.N {
+		if it%2 == 0 {
+			runNone()
+		}
 		if _, err := src.Exec(e.ctx, `SELECT pgshard_move_capture_begin(999, 0, $1::int)`, buckets/2-1); err != nil {
 			b.Fatal(err)
 		}
-		outside += run(out)
-		inside += run(in)
+		// Outside and captured commits alternate, one by one.
+		for i := range per {
+			outside += commit(out[i%len(out)])
+			inside += commit(in[i%len(in)])
+		}
 		if _, err := src.Exec(e.ctx, `SELECT pgshard_move_capture_end(999)`); err != nil {
 			b.Fatal(err)
+		}
+		if it%2 == 1 {
+			runNone()
 		}
 	}
 	n := float64(b.N * per)
