@@ -81,6 +81,10 @@ bench: bench-proxy bench-loadgen bench-verify ## Every speed benchmark in one ru
 bench-fence: ## The shard fence's cost: fast-path commit and keyed point read on one real shard, fence on vs off interleaved in one run; prints µs/op and on/off (goal ≤ 1.05); asserts nothing
 	$(GO) test -run '^$$' -bench 'BenchmarkFence' -benchtime 4000x -count 1 ./store/
 
+.PHONY: bench-reshard
+bench-reshard: ## The mover on a real 2-shard cluster: a range moved back and forth under four writers (freeze p50/max at the 100 ms budget, freezes abandoned, rows copied/s, changes replayed) and the capture triggers' cost per commit; asserts nothing
+	$(GO) test -run '^$$' -bench 'BenchmarkMove|BenchmarkCaptureCost' -benchtime 4x -count 1 ./reshard/
+
 .PHONY: bench-loadgen
 bench-loadgen: deps ## loadgen's own CPU per operation (goal ≤ 50 µs): the engine against an in-memory target, then an open loop at 600 ops/s against a real shard beside a bare pgx round trip; prints µs/op and ×goal, asserts nothing
 	$(GO) test -run '^$$' -bench 'EngineCPU' -benchtime 1x -count 1 ./loadgen/

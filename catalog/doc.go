@@ -14,7 +14,7 @@
 //	Load ◀──────────│ epoch, buckets │     shards (name, ordinal, DSNs, position)
 //	Watch (poll) ◀──│ shards, ranges │     ranges (lo, hi, shard, state)
 //	                └────────────────┘
-//	                ┌─ moves ────────┐     the mover's journal (empty for now)
+//	                ┌─ moves ────────┐     the mover's journal (package reshard)
 //	                └────────────────┘
 //	Acquire/Renew ─▶┌─ leases ───────┐     owner, epoch served, token,
 //	Release, Live   │ expires_at     │     expires_at = the server's now() + ttl
@@ -74,5 +74,7 @@
 //	lease.go    Acquire, Renew, Release, Live
 //	follow.go   Follower: Watch plus a lease renewed every TTL/3, for a
 //	            router or proxy; Check refuses once the lease lapsed
+//	moves.go    the move journal: PlanMoves, Moves, UpdateMove, FlipMove (a
+//	            move's commit point: epoch+1 and "flipped" in one transaction), Reassign
 //	sql/        the schema versions (0001_catalog.sql)
 package catalog

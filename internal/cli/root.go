@@ -84,6 +84,7 @@ else ./.pgshard/pgshard.yaml (written by "pgshard dev up").`,
 	root.AddCommand(newStoreCmd())
 	root.AddCommand(newChaosCmd())
 	root.AddCommand(newVerifyCmd())
+	root.AddCommand(newReshardCmd())
 	return root
 }
 

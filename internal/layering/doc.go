@@ -13,6 +13,7 @@
 //	shardmap         nothing of ours
 //	migrations       shardmap
 //	catalog          shardmap                 (the map in Postgres; router and proxy may later import it)
+//	reshard          catalog, migrations, shardmap  (the mover)
 //	store            shardmap                 (knows nothing of router, proxy, loadgen)
 //	router           store, shardmap, migrations
 //	cluster          shardmap                 (no core logic)

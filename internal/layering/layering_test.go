@@ -32,6 +32,7 @@ var rules = []rule{
 	{name: "shardmap imports nothing of ours", pkg: "shardmap"},
 	{name: "migrations build on shardmap only", pkg: "migrations", allow: []string{"shardmap"}},
 	{name: "catalog builds on shardmap only (the map's store in Postgres; router and proxy may import it, not the reverse)", pkg: "catalog", allow: []string{"shardmap"}},
+	{name: "reshard (the mover) builds on catalog, migrations and shardmap only (never store, router, proxy)", pkg: "reshard", allow: []string{"catalog", "migrations", "shardmap"}},
 	{name: "store knows nothing of router, proxy, loadgen (store builds on shardmap only)", pkg: "store", allow: []string{"shardmap"}},
 	{name: "router depends only on what is below it (store, shardmap, migrations)", pkg: "router", allow: []string{"store", "shardmap", "migrations"}},
 	{name: "cluster knows no core logic (shardmap only)", pkg: "cluster", except: []string{"cluster/clustertest"}, allow: []string{"shardmap"}},

@@ -1,0 +1,225 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgshard/pgshard/catalog"
+	"github.com/pgshard/pgshard/internal/config"
+	"github.com/pgshard/pgshard/reshard"
+)
+
+// reshardTimeout bounds apply and abort (a move of a large range copies
+// for a while; the journal lets a later apply resume).
+const reshardTimeout = 6 * time.Hour
+
+func newReshardCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reshard",
+		Short: "Move bucket ranges between shards online (plan, apply, status, abort)",
+		Long: `Move bucket ranges between shards while the store runs. The catalog
+(--catalog DSN) holds the map and the move journal:
+
+  pgshard reshard plan --add-shard NAME | --remove-shard NAME | --move LO-HI --to SHARD
+  pgshard reshard apply [--max-parallel N] [--freeze-budget 100ms]
+  pgshard reshard status
+  pgshard reshard abort
+
+Each range is copied, caught up, frozen for at most the freeze budget (a freeze
+that cannot finish in time is abandoned and retried, never extended) and
+flipped in the catalog. Every step is journaled: after a crash, apply again
+resumes; abort rolls back the moves that have not flipped (and completes those
+that have).`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newReshardPlanCmd(), newReshardApplyCmd(), newReshardStatusCmd(), newReshardAbortCmd())
+	return cmd
+}
+
+// reshardCatalog loads the config for a reshard command and opens its
+// catalog.
+func reshardCatalog(cmd *cobra.Command, cfgPath string) (*catalog.Catalog, error) {
+	cfg, err := config.Load(config.Options{Path: cfgPath, Flags: cmd.Flags(), Bind: catalogBind})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Catalog.DSN == "" {
+		return nil, usageError{errNoCatalog}
+	}
+	return catalog.Open(cmd.Context(), cfg.Catalog.DSN, catalog.Options{ApplicationName: "pgshard reshard"})
+}
+
+// parseBucketRange parses "LO-HI" (or one bucket "B").
+func parseBucketRange(s string) (int, int, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		b = a
+	}
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil || lo < 0 || hi < lo {
+		return 0, 0, fmt.Errorf("%q is not a bucket range LO-HI (0 <= LO <= HI)", s)
+	}
+	return lo, hi, nil
+}
+
+func newReshardPlanCmd() *cobra.Command {
+	var add, remove, move, to string
+	cmd := &cobra.Command{
+		Use:   "plan --add-shard NAME | --remove-shard NAME | --move LO-HI --to SHARD",
+		Short: "Record a set of range moves in the catalog's journal and print it",
+		Long: `Compute the range moves that one change needs on the catalog's current map
+and record them in the move journal as planned; apply runs them.
+
+--add-shard NAME spreads buckets evenly onto NAME, a shard already registered
+in the catalog without buckets (pgshard dev add-shard does that).
+--remove-shard NAME spreads NAME's buckets over the other shards (it stays in
+the map, empty). --move LO-HI --to SHARD moves buckets LO..HI to SHARD.
+A plan is refused while moves of an earlier one are unfinished.`,
+		Args: cobra.NoArgs,
+	}
+	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
+	cmd.Flags().StringVar(&add, "add-shard", "", "spread buckets onto this (registered, empty) shard")
+	cmd.Flags().StringVar(&remove, "remove-shard", "", "move every bucket of this shard to the others")
+	cmd.Flags().StringVar(&move, "move", "", "bucket range LO-HI to move (with --to)")
+	cmd.Flags().StringVar(&to, "to", "", "shard that receives --move's range")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		r := reshard.Request{AddShard: add, RemoveShard: remove}
+		if (move == "") != (to == "") {
+			return usagef("--move and --to go together")
+		}
+		if move != "" {
+			lo, hi, err := parseBucketRange(move)
+			if err != nil {
+				return usagef("--move: %v", err)
+			}
+			r.Lo, r.Hi, r.To = lo, hi, to
+		}
+		c, err := reshardCatalog(cmd, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), catalogTimeout)
+		defer cancel()
+		moves, err := reshard.Plan(ctx, c, r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "planned %d moves in catalog %s (run `pgshard reshard apply`):\n", len(moves), c.Addr())
+		return reshard.WriteStatus(cmd.OutOrStdout(), moves)
+	}
+	return cmd
+}
+
+func newReshardApplyCmd() *cobra.Command {
+	var opts reshard.Options
+	cmd := &cobra.Command{
+		Use:   "apply [--max-parallel N] [--freeze-budget 100ms]",
+		Short: "Run the journal's unfinished moves to done (resuming interrupted ones)",
+		Args:  cobra.NoArgs,
+	}
+	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
+	cmd.Flags().IntVar(&opts.MaxParallel, "max-parallel", 1, "moves run at once")
+	cmd.Flags().DurationVar(&opts.FreezeBudget, "freeze-budget", reshard.DefaultFreezeBudget, "longest write freeze of one range; a freeze over it is abandoned and retried")
+	cmd.Flags().IntVar(&opts.FreezeAttempts, "freeze-attempts", reshard.DefaultFreezeAttempts, "freezes tried per move before apply gives up on it (apply again retries)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if opts.MaxParallel < 1 || opts.FreezeBudget <= 0 || opts.FreezeAttempts < 1 {
+			return usagef("--max-parallel, --freeze-budget and --freeze-attempts must be positive")
+		}
+		c, err := reshardCatalog(cmd, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		out := cmd.OutOrStdout()
+		opts.Log = func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+		ctx, cancel := context.WithTimeout(cmd.Context(), reshardTimeout)
+		defer cancel()
+		results, err := reshard.Apply(ctx, c, opts)
+		for _, r := range results {
+			var fs []string
+			for _, f := range r.Freezes {
+				s := f.Duration.Round(time.Microsecond).String()
+				if f.Abandoned {
+					s += " (abandoned)"
+				}
+				fs = append(fs, s)
+			}
+			fmt.Fprintf(out, "move %d %d-%d %s→%s: %d rows copied, %d changes replayed, freezes [%s]\n",
+				r.Move.ID, r.Move.Lo, r.Move.Hi, r.Move.From, r.Move.To, r.RowsCopied, r.Replayed, strings.Join(fs, ", "))
+		}
+		if err != nil {
+			return err
+		}
+		if len(results) == 0 {
+			fmt.Fprintln(out, "no unfinished moves")
+		}
+		return nil
+	}
+	return cmd
+}
+
+func newReshardStatusCmd() *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the move journal",
+		Args:  cobra.NoArgs,
+	}
+	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "include finished moves")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := reshardCatalog(cmd, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), catalogTimeout)
+		defer cancel()
+		epoch, err := c.Epoch(ctx)
+		if err != nil {
+			return err
+		}
+		moves, err := c.Moves(ctx, !all)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "catalog %s at epoch %d: %d moves\n", c.Addr(), epoch, len(moves))
+		return reshard.WriteStatus(cmd.OutOrStdout(), moves)
+	}
+	return cmd
+}
+
+func newReshardAbortCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "abort",
+		Short: "Roll back the unfinished moves that have not flipped (finish those that have)",
+		Args:  cobra.NoArgs,
+	}
+	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := reshardCatalog(cmd, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), reshardTimeout)
+		defer cancel()
+		if err := reshard.Abort(ctx, c, reshard.Options{}); err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), "no unfinished moves left")
+		return nil
+	}
+	return cmd
+}

@@ -1,0 +1,53 @@
+// Package reshard is the mover: it moves bucket ranges between shards
+// while the store runs (ARCHITECTURE.md §6), driven by the catalog's move
+// journal (`pgshard reshard plan | apply | status | abort`).
+//
+// One range move, each step journaled in the catalog's moves table:
+//
+//		planned ─▶ copying ─▶ catching_up ⇄ frozen ─▶ flipped ─▶ cleaning ─▶ done
+//		   └───────────┴──────────┴─────────┴─▶ aborting ─▶ aborted   (abort, before flipped)
+//
+//	 1. Fences: the destination's range becomes incoming (it refuses every
+//	    key of it), the source's range a fence row of its own, owned.
+//	 2. Capture (migration 0009): triggers on the six store tables of the
+//	    source record the key of every changed row of the range; starting it
+//	    takes the range's lock EXCLUSIVE, so every fenced writer in flight
+//	    finishes before the copy's snapshot and every later one is recorded.
+//	 3. Copy: every row of the range, one REPEATABLE READ snapshot of the
+//	    source, COPY into the destination. Outbox rows go by their event's
+//	    "from" (the emitter), spawns by parent_id; both are numbered afresh
+//	    from the destination's sequences, so a seq always names the shard
+//	    that holds its row.
+//	 4. Catch-up: rounds that re-copy every row of each recorded key (read
+//	    in one snapshot with the records) and drop the records replayed.
+//	 5. Freeze, within a budget: the range's lock EXCLUSIVE with lock_timeout
+//	    = the budget (writers in flight finish, new ones wait), the source's
+//	    fence frozen (committed, so writes stay refused if the mover dies),
+//	    the last catch-up until no record is left. Over budget: the source
+//	    is owned again, the lock released, and the freeze retried after a
+//	    pause and another catch-up — never extended.
+//	 6. Flip: catalog.FlipMove writes epoch+1 (the destination owns the
+//	    range) and journals the move flipped in one transaction: the commit
+//	    point. Then the source's fence becomes moved, then the destination's
+//	    owned (never both serving), and the lock is released: the writers
+//	    that waited re-read the fence, are refused with PS001 naming the new
+//	    owner, and a router reloads and retries there.
+//	 7. Clean-up: the capture stopped (the last one drops the triggers), the
+//	    range's rows deleted on the source, other shards' fences told the new
+//	    owner; done.
+//
+// Resume (apply again) decides by the journal: before flipped the move
+// restarts from the copy, or from the catch-up when the copy was journaled
+// and the source's capture still runs (a freeze left by a dead mover is
+// undone first); flipped or later, it sets both fences as the flip says
+// and cleans up. Abort rolls back a move that has not flipped
+// (destination refuses and is emptied, capture stopped, source owned) and
+// completes one that has. Apply and Abort hold the catalog lease
+// LeaseOwner while they run: one mover at a time.
+//
+//	doc.go    this overview
+//	apply.go  Options, Apply, Abort, Plan, PlanMoves, WriteStatus
+//	move.go   one move: prepare (fences, capture, copy, catch-up), the
+//	          freeze and flip, finish (clean-up), abort; Steps
+//	shard.go  the SQL on the shards: fence changes, copy, catch-up, delete
+package reshard
