@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -120,7 +121,7 @@ const isoCheckSQL = "SELECT CASE WHEN pg_catalog.current_setting('transaction_is
 // fanStream reads one shard's answer to a fan-out.
 type fanStream struct {
 	shard int
-	bc    *bconn
+	bc    *backend.Conn
 	role  partRole
 	// lead are the simple queries ahead of the statement, in order.
 	lead    []leadKind
@@ -149,7 +150,7 @@ func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
 // queries; false when the connection failed.
 func (f *fanStream) recv() (byte, []byte, bool) {
 	for {
-		typ, msg, err := f.bc.rd.Next()
+		typ, msg, err := f.bc.Reader.Next()
 		if err != nil {
 			f.loseConn(err)
 			return 0, nil, false
@@ -167,7 +168,7 @@ func (f *fanStream) recv() (byte, []byte, bool) {
 				f.leadErr = int(f.lead[0]) + 1
 			}
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		}
 	}
@@ -208,14 +209,14 @@ func (f *fanStream) nextRow() bool {
 				f.errRaw = append([]byte(nil), msg...)
 			}
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		case 'N':
 			f.notices = append(f.notices, append([]byte(nil), msg...))
 		case 'G', 'H', 'W':
 			// COPY cannot fan out; the analyzer refuses it.
 			f.errRaw = pgwire.AppendError(nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
-			f.bc.broken = true
+			f.bc.Broken = true
 			f.rowsDone = true
 			f.rfqLeft = 0
 			return false
@@ -225,7 +226,7 @@ func (f *fanStream) nextRow() bool {
 
 func (f *fanStream) loseConn(err error) {
 	f.lost = err
-	f.bc.broken = true
+	f.bc.Broken = true
 	f.rowsDone = true
 	f.rfqLeft = 0
 }
@@ -235,7 +236,7 @@ func (f *fanStream) drain() {
 	for f.nextRow() {
 	}
 	for f.rfqLeft > 0 && f.lost == nil {
-		typ, msg, err := f.bc.rd.Next()
+		typ, msg, err := f.bc.Reader.Next()
 		if err != nil {
 			f.loseConn(err)
 			return
@@ -245,7 +246,7 @@ func (f *fanStream) drain() {
 			f.rfqLeft--
 		case 'E':
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		}
 	}
@@ -309,7 +310,7 @@ func (s *session) runFanout(p *planner) error {
 			st.loseConn(err)
 			continue
 		}
-		if err := st.bc.write(buf); err != nil {
+		if err := st.bc.Write(buf); err != nil {
 			st.loseConn(err)
 		}
 	}
@@ -340,7 +341,7 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 	fail := func(e *pgwire.Error) ([]*fanStream, *pgwire.Error) {
 		for _, st := range streams {
 			if st.role == partOwn || st.role == partNewReader {
-				st.bc.pool.release(st.bc) // nothing was sent on it
+				st.bc.Pool.Release(st.bc) // nothing was sent on it
 			}
 		}
 		return nil, e
@@ -356,12 +357,12 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		case f.inTxn && s.reader(i) != nil:
 			st.bc, st.role = s.reader(i), partReader
 		default:
-			key, _ := s.cur.split(pool.viaPooler)
-			bc, err := pool.acquire(p.ctx, key)
+			key, _ := s.cur.Split(pool.ViaPooler)
+			bc, err := pool.Acquire(p.ctx, key)
 			if err != nil {
 				e := pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
-				if be, ok := err.(*backendPgError); ok {
-					e = pgErrorToError(be.pe, "ERROR")
+				if be, ok := err.(*backend.PgError); ok {
+					e = pgErrorToError(be.PgErr, "ERROR")
 				}
 				e2 := *e
 				e2.Message = fmt.Sprintf("cannot run the statement on every shard: %s", e.Message)
@@ -381,12 +382,12 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 // fanRequest is what one participant is sent.
 func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, formats []int16) ([]byte, error) {
 	var buf []byte
-	_, pre := s.cur.split(st.bc.pool.viaPooler)
+	_, pre := s.cur.Split(st.bc.Pool.ViaPooler)
 	wrap := false
 	switch st.role {
 	case partOwn:
-		if len(pre.kv) > 0 && !f.st.NoTxnBlock {
-			buf = pgwire.AppendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
+		if len(pre.KV) > 0 && !f.st.NoTxnBlock {
+			buf = pgwire.AppendQuery(buf, "BEGIN;\n"+pre.PreambleSQL())
 			st.lead = append(st.lead, leadSetup)
 			wrap = true
 		}
@@ -394,7 +395,7 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 		buf = pgwire.AppendQuery(buf, replaySQL(s.deferred, pre))
 		st.lead = append(st.lead, leadSetup)
 	}
-	if f.inTxn && !st.bc.txnChecked {
+	if f.inTxn && !st.bc.TxnChecked {
 		buf = pgwire.AppendQuery(buf, isoCheckSQL)
 		st.lead = append(st.lead, leadCheck)
 	}
@@ -484,7 +485,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 		case st.lost != nil:
 			failed = append(failed, name)
 			if first == nil {
-				first = pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, shortErr(st.lost))})
+				first = pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, backend.ShortErr(st.lost))})
 				firstShard = name
 			}
 		case st.errRaw != nil:
@@ -690,10 +691,10 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 	f.failed = failed
 	if !f.inTxn {
 		for _, st := range streams {
-			if st.lost != nil || st.bc.broken {
-				st.bc.pool.discard(st.bc)
+			if st.lost != nil || st.bc.Broken {
+				st.bc.Pool.Discard(st.bc)
 			} else {
-				st.bc.pool.release(st.bc)
+				st.bc.Pool.Release(st.bc)
 			}
 		}
 		s.out = pgwire.AppendRFQ(s.out, 'I')
@@ -704,7 +705,7 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 	}
 	if !failed {
 		for _, st := range streams {
-			st.bc.txnChecked = true
+			st.bc.TxnChecked = true
 			switch st.role {
 			case partMain:
 				s.bstatus = st.status
@@ -755,13 +756,13 @@ func (s *session) failTxn(main *fanStream) {
 			s.bstatus = main.status
 		}
 	default:
-		res, err := s.bc.runSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
+		res, err := s.bc.RunSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
 			s.tx, s.soft, s.mainWrote = txFailed, false, false
 			s.deferred = s.deferred[:0]
 			return
 		}
-		s.bstatus = res[0].status
+		s.bstatus = res[0].Status
 	}
 }

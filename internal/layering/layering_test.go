@@ -48,6 +48,7 @@ var rules = []rule{
 	{name: "proxy/internal/pgwire, the wire protocol, imports nothing of ours", pkg: "proxy/internal/pgwire"},
 	{name: "proxy/internal/pgvalue, the value codec, builds on pgwire only", pkg: "proxy/internal/pgvalue", allow: []string{"proxy/internal/pgwire"}},
 	{name: "proxy/internal/auth, client authentication, uses pgwire at most", pkg: "proxy/internal/auth", allow: []string{"proxy/internal/pgwire"}},
+	{name: "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations (never the proxy, the analyzer or the value codec)", pkg: "proxy/internal/backend", allow: []string{"proxy/internal/pgwire", "shardmap", "migrations"}},
 }
 
 // foundations are leaf packages every package may use: each imports
@@ -274,9 +275,10 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		"proxy/internal/pgwire":  {},
 		"proxy/internal/pgvalue": {imports: []string{"proxy/internal/pgwire"}, deps: []string{"proxy/internal/pgwire"}},
 		"proxy/internal/auth":    {},
+		"proxy/internal/backend": {imports: []string{"migrations", "proxy/internal/pgwire", "shardmap"}, deps: []string{"migrations", "proxy/internal/pgwire", "shardmap"}},
 		"proxy/route":            {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
-		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
-			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
+		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
+			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
 	}
 	if vs, _ := check(base); len(vs) != 0 {
 		t.Fatalf("the clean graph has violations: %v", vs)
@@ -299,6 +301,9 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"pgwire imports the value codec", "proxy/internal/pgwire", "proxy/internal/pgvalue", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy/internal/pgvalue"},
 		{"pgvalue imports the proxy", "proxy/internal/pgvalue", "proxy", "pgvalue, the value codec, builds on pgwire only", "proxy/internal/pgvalue → proxy"},
 		{"auth imports the value codec", "proxy/internal/auth", "proxy/internal/pgvalue", "auth, client authentication, uses pgwire at most", "proxy/internal/auth → proxy/internal/pgvalue"},
+		{"the pools reach back into the proxy", "proxy/internal/backend", "proxy", "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations", "proxy/internal/backend → proxy"},
+		{"the pools import the value codec", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/backend, the backend pools", "proxy/internal/backend → proxy/internal/pgvalue"},
+		{"the wire imports the pools", "proxy/internal/pgwire", "proxy/internal/backend", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy/internal/backend"},
 		{"the analyzer imports the wire", "proxy/route", "proxy/internal/pgwire", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/pgwire"},
 		{"pgwire reaches store through the proxy", "proxy/internal/pgwire", "proxy", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy"},
 		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
@@ -344,7 +349,7 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 // package was renamed or moved (and is then silently skipped) fails here.
 func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 	g := loadGraph(t)
-	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth"} {
+	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend"} {
 		if _, ok := g[p]; !ok {
 			t.Fatalf("package %s is not in the module: update the proxy's layering rules", p)
 		}
@@ -356,6 +361,7 @@ func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 		{"proxy/internal/pgwire", "proxy/internal/pgvalue", "pgwire, the wire protocol, imports nothing of ours"},
 		{"proxy/internal/pgvalue", "proxy", "pgvalue, the value codec, builds on pgwire only"},
 		{"proxy/internal/auth", "proxy", "auth, client authentication, uses pgwire at most"},
+		{"proxy/internal/backend", "proxy", "proxy/internal/backend, the backend pools"},
 		{"proxy/route", "proxy/internal/pgvalue", "proxy/route, the analyzer"},
 	}
 	for _, e := range edges {
