@@ -32,9 +32,10 @@
 //	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
 //	    transaction's backend and its readers (readers.go) ── and the answers
-//	    are merged as route.Merge says (merge.go: k-way merge of rows, merged
-//	    groups; internal/pgvalue: Postgres's order and exact output of every
-//	    value the proxy computes); DDL answers are checked on every shard.
+//	    are merged as route.Merge says (internal/merge, each shard's answer
+//	    a merge.Source: k-way merge of rows, merged groups; internal/pgvalue:
+//	    Postgres's order and exact output of every value the proxy
+//	    computes); DDL answers are checked on every shard.
 //	    fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated
@@ -71,13 +72,16 @@
 // The proxy's lower layers are packages of their own under
 // proxy/internal, imported only downward (internal/layering enforces it):
 //
-//	proxy (this package: sessions, planner, merge, console, lifecycle)
+//	proxy (this package: sessions, planner, fan-out, console, lifecycle)
 //	  ├──▶ route                 the analyzer (statements → routes, merge plans)
 //	  ├──▶ internal/auth         SCRAM-SHA-256 server side, certificate loading
 //	  ├──▶ internal/backend ──▶ internal/pgwire
 //	  │      backend connections, pools keyed by startup settings, statement
 //	  │      cache, PgBouncer readings, health, pool statistics; a pool is
 //	  │      handed its environment (backend.Env), it never sees the server
+//	  ├──▶ internal/merge ──▶ route, internal/pgvalue, internal/pgwire
+//	  │      the fan-out merge executor: route.Merge plans over merge.Source
+//	  │      (one shard's rows), written into the client's buffer; no session
 //	  ├──▶ internal/pgvalue ──▶ internal/pgwire
 //	  │      row descriptions, Postgres-exact value compare/decode/format
 //	  └──▶ internal/pgwire       framing, message views and builders, startup

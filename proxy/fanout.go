@@ -7,12 +7,13 @@ import (
 	"strings"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/merge"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // Fan-out: a statement the analyzer sends to every shard (DestAll) — DDL,
-// or a key-less read merged per route.Merge (merge.go) — runs on every
+// or a key-less read merged per route.Merge (internal/merge) — runs on every
 // shard at once: one write per shard, then the answers are read shard by
 // shard (DDL) or merged row by row (reads): no goroutines, no buffering
 // beyond one row per shard.
@@ -121,6 +122,7 @@ const isoCheckSQL = "SELECT CASE WHEN pg_catalog.current_setting('transaction_is
 // fanStream reads one shard's answer to a fan-out.
 type fanStream struct {
 	shard int
+	name  string // the shard's
 	bc    *backend.Conn
 	role  partRole
 	// lead are the simple queries ahead of the statement, in order.
@@ -145,6 +147,15 @@ type fanStream struct {
 // failed reports whether the shard's answer is an error or its connection
 // was lost.
 func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
+
+// A fanStream is a merge's source of one shard's rows.
+var _ merge.Source = (*fanStream)(nil)
+
+func (f *fanStream) Row() []byte    { return f.row }
+func (f *fanStream) Cols() [][]byte { return f.cols }
+func (f *fanStream) Next() bool     { return f.nextRow() }
+func (f *fanStream) Failed() bool   { return f.failed() }
+func (f *fanStream) Shard() string  { return f.name }
 
 // recv reads the shard's next message past the answers to its lead
 // queries; false when the connection failed.
@@ -283,11 +294,11 @@ func (s *session) runFanout(p *planner) error {
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 		s.apply(it.eff)
 	}
-	merge := f.dest.Merge
+	mplan := f.dest.Merge
 	if f.only > 0 {
-		merge = singleMerge
+		mplan = singleMerge
 	}
-	bytewise := merge != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
+	bytewise := mplan != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
 	streams, e := s.fanParts(p, f)
 	if e != nil {
 		return s.fanFail(e, f)
@@ -301,8 +312,8 @@ func (s *session) runFanout(p *planner) error {
 		}
 	}
 	var formats []int16
-	if merge != nil {
-		formats = shardFormats(merge, bv.ResultFmts)
+	if mplan != nil {
+		formats = merge.ShardFormats(mplan, bv.ResultFmts)
 	}
 	for _, st := range streams {
 		buf, err := s.fanRequest(st, f, &bv, formats)
@@ -324,10 +335,10 @@ func (s *session) runFanout(p *planner) error {
 		s.out = pgwire.AppendEmpty(s.out, '2') // BindComplete
 	}
 	var runErr error
-	if merge == nil {
+	if mplan == nil {
 		s.fanCollect(streams, f)
 	} else {
-		runErr = s.fanMerge(streams, f, merge, &bv, bytewise, bindAt)
+		runErr = s.fanMerge(streams, f, mplan, &bv, bytewise, bindAt)
 	}
 	s.fanEnd(streams, f)
 	return runErr
@@ -350,7 +361,7 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		if f.only > 0 && i != f.only-1 {
 			continue
 		}
-		st := &fanStream{shard: i}
+		st := &fanStream{shard: i, name: s.srv.shardName(i)}
 		switch {
 		case f.inTxn && s.bc != nil && s.shard == i:
 			st.bc, st.role = s.bc, partMain
@@ -604,18 +615,23 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 			break
 		}
 	}
-	r := &mergeRun{s: s, m: m, streams: streams, live: live, rawDesc: rd, client: bv.ResultFmts,
-		describe: f.simple || f.describe, bytewise: bytewise, limit: s.srv.cfg.MergeGroupLimit}
+	sources := make([]merge.Source, len(streams))
+	for i, st := range streams {
+		sources[i] = st
+	}
+	r := &merge.Run{Plan: m, Sources: sources, Live: live, RawDesc: rd, ClientFormats: bv.ResultFmts,
+		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.srv.cfg.MergeGroupLimit,
+		Out: &s.out, Flush: s.flush}
 	if !f.simple {
-		r.params, r.formats, r.oids = bv.Params, bv.Formats, f.vs.oids
+		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
 	}
 	if s.fanErrorsSoFar(streams, r, bindAt) {
 		return nil
 	}
 	lo := len(s.out)
-	e := r.run()
-	if e == errStop {
-		return r.ioErr
+	e := r.Answer()
+	if e == merge.ErrStop {
+		return r.IOErr
 	}
 	for _, st := range streams {
 		st.drain()
@@ -638,7 +654,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		s.out = pgwire.AppendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
 		return nil
 	}
-	s.out = pgwire.AppendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.emitted, 10))
+	s.out = pgwire.AppendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.Emitted, 10))
 	return nil
 }
 
@@ -648,7 +664,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 // back) or after describing the result (its merged description goes
 // first, if the client asked for it); a lost connection or an error of a
 // query of the proxy's own comes after BindComplete.
-func (s *session) fanErrorsSoFar(streams []*fanStream, r *mergeRun, bindAt int) bool {
+func (s *session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int) bool {
 	var first *fanStream
 	for _, st := range streams {
 		if st.failed() {
@@ -666,9 +682,9 @@ func (s *session) fanErrorsSoFar(streams []*fanStream, r *mergeRun, bindAt int) 
 		switch {
 		case !first.bound && bindAt >= 0 && bindAt+5 == len(s.out):
 			s.out = s.out[:bindAt]
-		case first.rowDesc != nil && r.describe:
-			r.rawDesc = first.rowDesc
-			if d, e := r.description(); e == nil {
+		case first.rowDesc != nil && r.Describe:
+			r.RawDesc = first.rowDesc
+			if d, e := r.Description(); e == nil {
 				s.out = append(s.out, d...)
 			}
 		}

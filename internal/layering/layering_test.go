@@ -49,6 +49,7 @@ var rules = []rule{
 	{name: "proxy/internal/pgvalue, the value codec, builds on pgwire only", pkg: "proxy/internal/pgvalue", allow: []string{"proxy/internal/pgwire"}},
 	{name: "proxy/internal/auth, client authentication, uses pgwire at most", pkg: "proxy/internal/auth", allow: []string{"proxy/internal/pgwire"}},
 	{name: "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations (never the proxy, the analyzer or the value codec)", pkg: "proxy/internal/backend", allow: []string{"proxy/internal/pgwire", "shardmap", "migrations"}},
+	{name: "proxy/internal/merge, the fan-out merge executor, builds on the analyzer's plans, pgvalue and pgwire (never a session, the pools or the proxy)", pkg: "proxy/internal/merge", allow: []string{"proxy/route", "proxy/internal/pgvalue", "proxy/internal/pgwire", "shardmap"}},
 }
 
 // foundations are leaf packages every package may use: each imports
@@ -277,8 +278,10 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		"proxy/internal/auth":    {},
 		"proxy/internal/backend": {imports: []string{"migrations", "proxy/internal/pgwire", "shardmap"}, deps: []string{"migrations", "proxy/internal/pgwire", "shardmap"}},
 		"proxy/route":            {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
-		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
-			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
+		"proxy/internal/merge": {imports: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route"},
+			deps: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "shardmap"}},
+		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
+			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
 	}
 	if vs, _ := check(base); len(vs) != 0 {
 		t.Fatalf("the clean graph has violations: %v", vs)
@@ -305,6 +308,10 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"the pools import the value codec", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/backend, the backend pools", "proxy/internal/backend → proxy/internal/pgvalue"},
 		{"the wire imports the pools", "proxy/internal/pgwire", "proxy/internal/backend", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy/internal/backend"},
 		{"the analyzer imports the wire", "proxy/route", "proxy/internal/pgwire", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/pgwire"},
+		{"the merge reaches back into the proxy", "proxy/internal/merge", "proxy", "proxy/internal/merge, the fan-out merge executor", "proxy/internal/merge → proxy"},
+		{"the merge imports the pools", "proxy/internal/merge", "proxy/internal/backend", "proxy/internal/merge, the fan-out merge executor", "proxy/internal/merge → proxy/internal/backend"},
+		{"the value codec imports the merge", "proxy/internal/pgvalue", "proxy/internal/merge", "pgvalue, the value codec, builds on pgwire only", "proxy/internal/pgvalue → proxy/internal/merge"},
+		{"the analyzer imports the merge", "proxy/route", "proxy/internal/merge", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/merge"},
 		{"pgwire reaches store through the proxy", "proxy/internal/pgwire", "proxy", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy"},
 		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
 		{"the SQL loader imports the map", "internal/sqlver", "shardmap", "internal/sqlver, the versioned-SQL loader, imports nothing of ours", "internal/sqlver → shardmap"},
@@ -349,7 +356,7 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 // package was renamed or moved (and is then silently skipped) fails here.
 func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 	g := loadGraph(t)
-	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend"} {
+	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge"} {
 		if _, ok := g[p]; !ok {
 			t.Fatalf("package %s is not in the module: update the proxy's layering rules", p)
 		}
@@ -363,6 +370,8 @@ func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 		{"proxy/internal/auth", "proxy", "auth, client authentication, uses pgwire at most"},
 		{"proxy/internal/backend", "proxy", "proxy/internal/backend, the backend pools"},
 		{"proxy/route", "proxy/internal/pgvalue", "proxy/route, the analyzer"},
+		{"proxy/internal/merge", "proxy", "proxy/internal/merge, the fan-out merge executor"},
+		{"proxy/internal/merge", "proxy/internal/backend", "proxy/internal/merge, the fan-out merge executor"},
 	}
 	for _, e := range edges {
 		h := graph{}
