@@ -77,37 +77,14 @@ func (r *Run) groups() *pgwire.Error {
 			}
 		}
 		if len(keys) > 0 {
-			if lastKey != nil {
-				// Keys must strictly increase: a key met again means the
-				// shards sort differently from the merge.
-				c, e := r.compareRows(lead.Cols(), lastKeyCols, keys)
-				if e != nil {
-					return e
-				}
-				if c <= 0 {
-					return r.outOfOrder(lead)
-				}
-			}
-			lastKey = append(lastKey[:0], lead.Row()...)
-			lastKeyCols, _ = pgwire.DataRowCols(lastKeyCols[:0], lastKey)
-		}
-		first = false
-		clear(accs)
-		for _, i := range members {
-			if e := r.accumulate(accs, r.Sources[i].Cols()); e != nil {
+			if lastKey, lastKeyCols, e = r.keyAscends(lead, keys, lastKey, lastKeyCols); e != nil {
 				return e
 			}
 		}
-		vals, e := r.finish(accs, finals, out, efd)
-		if e != nil {
+		first = false
+		vals, failed, e := r.combine(members, accs, finals, out, efd)
+		if e != nil || failed {
 			return e
-		}
-		for _, i := range members {
-			st := r.Sources[i]
-			r.Live[i] = st.Next()
-			if st.Failed() {
-				return nil
-			}
 		}
 		if g.Having != nil {
 			ok, e := r.eval(g.Having, vals, finals)
@@ -120,9 +97,7 @@ func (r *Run) groups() *pgwire.Error {
 		}
 		if g.SortAfter {
 			if len(buffered) >= r.GroupLimit {
-				return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
-					Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.GroupLimit),
-					Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
+				return r.tooManyGroups()
 			}
 			buffered = append(buffered, vals)
 			continue
@@ -132,14 +107,8 @@ func (r *Run) groups() *pgwire.Error {
 			// (they arrive together, in key order); else drain: the
 			// shards' rows are read to the end.
 			if m.WithTies && lastOut != nil {
-				tie, e := r.tie(vals, lastOut, finals)
-				if e != nil {
+				if lastOut, e = r.emitTie(vals, lastOut, finals); e != nil {
 					return e
-				}
-				if tie {
-					r.emitGroup(vals, g.Visible)
-				} else {
-					lastOut = nil
 				}
 			}
 			continue
@@ -153,17 +122,76 @@ func (r *Run) groups() *pgwire.Error {
 		if limit > 0 {
 			limit--
 		}
-		if len(*r.Out) > 64*1024 {
-			if err := r.Flush(); err != nil {
-				r.IOErr = err
-				return ErrStop
-			}
+		if e := r.flushFull(); e != nil {
+			return e
 		}
 	}
 	if g.SortAfter {
 		return r.emitSorted(buffered, finals, skip, limit, lastOut)
 	}
 	return nil
+}
+
+// keyAscends checks that lead's group key follows the last one (keys
+// strictly increase: a key met again means the shards sort differently
+// from the merge) and returns lead's key as the last one.
+func (r *Run) keyAscends(lead Source, keys []sortCol, lastKey []byte, lastKeyCols [][]byte) ([]byte, [][]byte, *pgwire.Error) {
+	if lastKey != nil {
+		c, e := r.compareRows(lead.Cols(), lastKeyCols, keys)
+		if e != nil {
+			return nil, nil, e
+		}
+		if c <= 0 {
+			return nil, nil, r.outOfOrder(lead)
+		}
+	}
+	lastKey = append(lastKey[:0], lead.Row()...)
+	lastKeyCols, _ = pgwire.DataRowCols(lastKeyCols[:0], lastKey)
+	return lastKey, lastKeyCols, nil
+}
+
+// combine merges the members' rows of one group into its finished
+// values and advances the members; failed: a member's answer failed (the
+// caller reports it).
+func (r *Run) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int) ([]outVal, bool, *pgwire.Error) {
+	clear(accs)
+	for _, i := range members {
+		if e := r.accumulate(accs, r.Sources[i].Cols()); e != nil {
+			return nil, false, e
+		}
+	}
+	vals, e := r.finish(accs, finals, out, efd)
+	if e != nil {
+		return nil, false, e
+	}
+	for _, i := range members {
+		st := r.Sources[i]
+		r.Live[i] = st.Next()
+		if st.Failed() {
+			return nil, true, nil
+		}
+	}
+	return vals, false, nil
+}
+
+// tooManyGroups fails a sort after grouping that would buffer more than
+// GroupLimit groups.
+func (r *Run) tooManyGroups() *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
+		Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.GroupLimit),
+		Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
+}
+
+// emitTie emits a group after the limit that ties with the last one
+// emitted (FETCH ... WITH TIES) and returns the last one, nil once a
+// group does not tie (no later group can).
+func (r *Run) emitTie(vals, lastOut []outVal, finals []pgvalue.Field) ([]outVal, *pgwire.Error) {
+	tie, e := r.tie(vals, lastOut, finals)
+	if e != nil || !tie {
+		return nil, e
+	}
+	r.emitGroup(vals, r.Plan.Groups.Visible)
+	return lastOut, nil
 }
 
 // leastGroup returns in members the live shards whose current row has the

@@ -169,3 +169,16 @@ func (r *Run) Description() ([]byte, *pgwire.Error) {
 	}
 	return pgvalue.AppendRowDesc(nil, r.fields[:visible]), nil
 }
+
+// flushFull writes the client's buffer once it holds over 64 KiB; ErrStop
+// when the write failed (IOErr).
+func (r *Run) flushFull() *pgwire.Error {
+	if len(*r.Out) <= 64*1024 {
+		return nil
+	}
+	if err := r.Flush(); err != nil {
+		r.IOErr = err
+		return ErrStop
+	}
+	return nil
+}

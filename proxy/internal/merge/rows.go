@@ -14,19 +14,9 @@ import (
 func (r *Run) rows() *pgwire.Error {
 	m := r.Plan
 	visible := len(r.fields) - m.Hidden
-	if visible < 0 {
-		return pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
-	}
-	keys := make([]sortCol, len(m.OrderBy))
-	for i, k := range m.OrderBy {
-		c := k.Column
-		if k.Hidden {
-			c += visible
-		}
-		if c < 0 || c >= len(r.fields) {
-			return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
-		}
-		keys[i] = sortCol{col: c, SortKey: k}
+	keys, e := r.rowKeys(visible)
+	if e != nil {
+		return e
 	}
 	if r.Describe {
 		if m.Hidden == 0 {
@@ -41,25 +31,9 @@ func (r *Run) rows() *pgwire.Error {
 	ordered := len(keys) > 0
 	ties := m.WithTies && ordered
 	for limit != 0 || ties && r.Emitted > 0 {
-		best := -1
-		for i, st := range r.Sources {
-			if !r.Live[i] {
-				continue
-			}
-			if best < 0 {
-				best = i
-				if !ordered {
-					break
-				}
-				continue
-			}
-			c, e := r.compareRows(st.Cols(), r.Sources[best].Cols(), keys)
-			if e != nil {
-				return e
-			}
-			if c < 0 {
-				best = i
-			}
+		best, e := r.leastRow(keys)
+		if e != nil {
+			return e
 		}
 		if best < 0 {
 			break
@@ -77,33 +51,8 @@ func (r *Run) rows() *pgwire.Error {
 		}
 		dup := false
 		if last != nil {
-			if ordered {
-				// Each shard sends its rows in this order: a row that sorts
-				// before the last one means the shards order differently
-				// from the merge (another collation): never answer wrongly.
-				c, e := r.compareRows(st.Cols(), lastCols, keys)
-				if e != nil {
-					return e
-				}
-				if c < 0 {
-					return r.outOfOrder(st)
-				}
-			}
-			if m.Distinct {
-				eq, e := r.equalCols(st.Cols(), lastCols, visible)
-				if e != nil {
-					return e
-				}
-				dup = eq
-			}
-			if m.DistinctOn > 0 && m.DistinctOn <= len(keys) {
-				// DISTINCT ON: the shards' first rows of one group meet
-				// here in order; the first is the answer's.
-				c, e := r.compareRows(st.Cols(), lastCols, keys[:m.DistinctOn])
-				if e != nil {
-					return e
-				}
-				dup = c == 0
+			if dup, e = r.duplicate(st, lastCols, keys, visible); e != nil {
+				return e
 			}
 		}
 		if ordered || m.Distinct {
@@ -123,11 +72,8 @@ func (r *Run) rows() *pgwire.Error {
 				if limit > 0 {
 					limit--
 				}
-				if len(*r.Out) > 64*1024 {
-					if err := r.Flush(); err != nil {
-						r.IOErr = err
-						return ErrStop
-					}
+				if e := r.flushFull(); e != nil {
+					return e
 				}
 			}
 		}
@@ -137,6 +83,87 @@ func (r *Run) rows() *pgwire.Error {
 		}
 	}
 	return nil
+}
+
+// duplicate checks st's row against the last one read: in order (each
+// shard sends its rows in this order: a row that sorts before the last
+// one means the shards order differently from the merge, another
+// collation: never answer wrongly), and a duplicate under DISTINCT or
+// DISTINCT ON (the shards' first rows of one group meet here in order;
+// the first is the answer's).
+func (r *Run) duplicate(st Source, lastCols [][]byte, keys []sortCol, visible int) (bool, *pgwire.Error) {
+	m := r.Plan
+	if len(keys) > 0 {
+		c, e := r.compareRows(st.Cols(), lastCols, keys)
+		if e != nil {
+			return false, e
+		}
+		if c < 0 {
+			return false, r.outOfOrder(st)
+		}
+	}
+	dup := false
+	if m.Distinct {
+		eq, e := r.equalCols(st.Cols(), lastCols, visible)
+		if e != nil {
+			return false, e
+		}
+		dup = eq
+	}
+	if m.DistinctOn > 0 && m.DistinctOn <= len(keys) {
+		c, e := r.compareRows(st.Cols(), lastCols, keys[:m.DistinctOn])
+		if e != nil {
+			return false, e
+		}
+		dup = c == 0
+	}
+	return dup, nil
+}
+
+// rowKeys are the merge's ORDER BY keys on the per-shard columns (a
+// hidden column follows the visible ones).
+func (r *Run) rowKeys(visible int) ([]sortCol, *pgwire.Error) {
+	if visible < 0 {
+		return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
+	}
+	keys := make([]sortCol, len(r.Plan.OrderBy))
+	for i, k := range r.Plan.OrderBy {
+		c := k.Column
+		if k.Hidden {
+			c += visible
+		}
+		if c < 0 || c >= len(r.fields) {
+			return nil, pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
+		}
+		keys[i] = sortCol{col: c, SortKey: k}
+	}
+	return keys, nil
+}
+
+// leastRow returns the live source whose row comes first by keys (the
+// first live one without keys), -1 when none is live.
+func (r *Run) leastRow(keys []sortCol) (int, *pgwire.Error) {
+	best := -1
+	for i, st := range r.Sources {
+		if !r.Live[i] {
+			continue
+		}
+		if best < 0 {
+			best = i
+			if len(keys) == 0 {
+				break
+			}
+			continue
+		}
+		c, e := r.compareRows(st.Cols(), r.Sources[best].Cols(), keys)
+		if e != nil {
+			return -1, e
+		}
+		if c < 0 {
+			best = i
+		}
+	}
+	return best, nil
 }
 
 // sortCol is a sort key on an absolute per-shard column.
