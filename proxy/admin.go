@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/store"
 )
@@ -83,13 +84,9 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	}
 	version := "15.0 (pgshard)"
 	for _, p := range s.srv.pools {
-		p.mu.Lock()
-		for _, st := range p.statuses {
-			if v := st["server_version"]; v != "" {
-				version = v + " (pgshard)"
-			}
+		if v := p.ServerVersion(); v != "" {
+			version = v + " (pgshard)"
 		}
-		p.mu.Unlock()
 	}
 	for _, kv := range [][2]string{
 		{"DateStyle", "ISO, MDY"}, {"application_name", s.app}, {"client_encoding", enc},
@@ -391,23 +388,23 @@ func (s *session) adminCommand(ctx context.Context, c adminCmd) (*adminResult, e
 }
 
 // poolsNamed returns the pools named by args (every pool for none).
-func (srv *Server) poolsNamed(args []string) ([]*shardPool, error) {
+func (srv *Server) poolsNamed(args []string) ([]*backend.Pool, error) {
 	if len(args) == 0 {
 		return srv.pools, nil
 	}
 	for _, p := range srv.pools {
-		if p.shard.Name == args[0] {
-			return []*shardPool{p}, nil
+		if p.Shard.Name == args[0] {
+			return []*backend.Pool{p}, nil
 		}
 	}
 	return nil, pgwire.NewError(pgwire.CodeInvalidParameterValue, fmt.Sprintf("no shard named %q (SHOW SHARDS lists them)", args[0]))
 }
 
 // poolCommand runs PAUSE, RESUME, RECONNECT, KILL or WAIT_CLOSE on pools.
-func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, pools []*shardPool, all bool) error {
+func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, pools []*backend.Pool, all bool) error {
 	names := make([]string, len(pools))
 	for i, p := range pools {
-		names[i] = p.shard.Name
+		names[i] = p.Shard.Name
 	}
 	who := strings.Join(names, ",")
 	switch verb {
@@ -417,7 +414,7 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 		defer cancel()
 		errs := make(chan error, len(pools))
 		for _, p := range pools {
-			go func() { errs <- p.pause(pctx) }()
+			go func() { errs <- p.Pause(pctx) }()
 		}
 		var first error
 		for range pools {
@@ -428,7 +425,7 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 		if first != nil {
 			busy := 0
 			for _, p := range pools {
-				busy += p.inUse()
+				busy += p.InUse()
 			}
 			if errors.Is(first, context.Canceled) {
 				return first
@@ -438,12 +435,12 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 		}
 	case "RESUME":
 		for _, p := range pools {
-			p.resume()
+			p.Resume()
 		}
 		s.log.Info("RESUME on the admin console", "shards", who, "by", s.user)
 	case "RECONNECT":
 		for _, p := range pools {
-			p.reconnect()
+			p.Reconnect()
 		}
 	case "KILL":
 		s.log.Warn("KILL on the admin console", "shards", who, "by", s.user)
@@ -456,19 +453,19 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 			}
 			x.mu.Lock()
 			defer x.mu.Unlock()
-			return x.bc != nil && slices.Contains(pools, x.bc.pool)
+			return x.bc != nil && slices.Contains(pools, x.bc.Pool)
 		})
 		for _, p := range pools {
-			p.ops.reconnectGen.Add(1)
-			p.closeIdle()
-			p.interruptInUse()
+			p.Ops.ReconnectGen.Add(1)
+			p.CloseIdle()
+			p.InterruptInUse()
 		}
 	case "WAIT_CLOSE":
 		wctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 		defer cancel()
-		return pollUntil(wctx, func() bool {
+		return backend.PollUntil(wctx, func() bool {
 			for _, p := range pools {
-				if p.oldConns() > 0 {
+				if p.OldConns() > 0 {
 					return false
 				}
 			}
@@ -482,22 +479,6 @@ func (s *session) poolCommand(ctx context.Context, srv *Server, verb string, poo
 		})
 	}
 	return nil
-}
-
-// oldConns counts the pool's connections that are to be closed (opened
-// before the last RECONNECT or KILL, or all of a retired pool).
-func (p *shardPool) oldConns() int {
-	gen := p.ops.reconnectGen.Load()
-	retired := p.ops.retired.Load()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for c := range p.conns {
-		if retired || c.gen < gen {
-			n++
-		}
-	}
-	return n
 }
 
 // killSessions closes the client connections of the sessions match
@@ -571,9 +552,6 @@ func versionString() string {
 	return "dev"
 }
 
-// backendUser is the user the pool's connections log in as.
-func (p *shardPool) backendUser() string { return p.base.User }
-
 func showPools(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: []adminCol{
 		{"database", pgtype.TextOID}, {"user", pgtype.TextOID}, {"cl_active", pgtype.Int4OID}, {"cl_waiting", pgtype.Int4OID},
@@ -594,10 +572,10 @@ func showPools(srv *Server, _ *session) *adminResult {
 		mode = PoolTransaction
 	}
 	for _, p := range srv.pools {
-		f := p.figures()
-		r.rows = append(r.rows, []any{p.shard.Name, p.backendUser(), f.active, f.waiting, 0, 0, f.active,
-			0, 0, f.idle, 0, 0, f.login, int(f.maxWait / time.Second), int((f.maxWait % time.Second) / time.Microsecond),
-			mode.String(), srv.cfg.PoolSize, p.state(), pinned[p.shard.Name]})
+		f := p.Figures()
+		r.rows = append(r.rows, []any{p.Shard.Name, p.BackendUser(), f.Active, f.Waiting, 0, 0, f.Active,
+			0, 0, f.Idle, 0, 0, f.Login, int(f.MaxWait / time.Second), int((f.MaxWait % time.Second) / time.Microsecond),
+			mode.String(), srv.cfg.PoolSize, p.State(), pinned[p.Shard.Name]})
 	}
 	return r
 }
@@ -612,17 +590,17 @@ func showStats(srv *Server, _ *session) *adminResult {
 		{"p99_xact_time", pgtype.NumericOID}, {"errors", pgtype.TextOID},
 	}}
 	for _, p := range srv.pools {
-		st := p.stats
-		xacts, xn := st.xacts.Load(), st.xactNanos.Load()
-		a := p.averages()
+		st := p.Stats
+		xacts, xn := st.Xacts.Load(), st.XactNanos.Load()
+		a := p.Averages()
 		// Query times are not measured separately: a statement's time is
 		// part of its transaction's (total_query_time and avg_query_time
 		// report the transaction figures, as PgBouncer does in
 		// transaction pooling for one-statement transactions).
-		r.rows = append(r.rows, []any{p.shard.Name, xacts, st.queries.Load(), st.bytesIn.Load(), st.bytesOut.Load(),
-			xn / 1e3, xn / 1e3, st.waitNanos.Load() / 1e3, a.xactsPerSec, a.queriesPerSec, a.recvPerSec, a.sentPerSec,
-			a.xactMicros, a.xactMicros, a.waitMicros,
-			uint64(quantile(st.xactHist, 0.99) / time.Microsecond), st.errorSummary()})
+		r.rows = append(r.rows, []any{p.Shard.Name, xacts, st.Queries.Load(), st.BytesIn.Load(), st.BytesOut.Load(),
+			xn / 1e3, xn / 1e3, st.WaitNanos.Load() / 1e3, a.XactsPerSec, a.QueriesPerSec, a.RecvPerSec, a.SentPerSec,
+			a.XactMicros, a.XactMicros, a.WaitMicros,
+			uint64(backend.Quantile(st.XactHist, 0.99) / time.Microsecond), st.ErrorSummary()})
 	}
 	return r
 }
@@ -640,35 +618,35 @@ func showShards(srv *Server, _ *session) *adminResult {
 	}}
 	m := srv.cfg.Map
 	for _, p := range srv.pools {
-		f := p.figures()
-		st := p.stats
+		f := p.Figures()
+		st := p.Stats
 		var ranges []string
 		n := 0
-		for _, rg := range m.RangesOf(p.shard.Name) {
+		for _, rg := range m.RangesOf(p.Shard.Name) {
 			ranges = append(ranges, fmt.Sprintf("%d-%d", rg.Lo, rg.Hi))
 			n += rg.Hi - rg.Lo + 1
 		}
 		reason := ""
 		switch {
-		case p.down.Load() != nil:
-			reason = p.down.Load().Message
-		case p.ops.refuse.Load() != nil:
-			reason = p.ops.refuse.Load().Message
+		case p.Down.Load() != nil:
+			reason = p.Down.Load().Message
+		case p.Ops.Refuse.Load() != nil:
+			reason = p.Ops.Refuse.Load().Message
 		}
 		via := "direct"
-		if p.viaPooler {
+		if p.ViaPooler {
 			via = "pgbouncer"
 		}
-		row := []any{p.shard.Name, p.shard.Ordinal, p.state(), reason, n, strings.Join(ranges, ","), via, p.addr,
-			store.RedactDSN(p.shard.DSN), nullIfEmpty(store.RedactDSN(p.shard.PoolerDSN)), p.verified.Load(), f.active, f.waiting,
-			f.active, f.idle, int64(f.maxWait / time.Microsecond), st.xacts.Load(),
-			avgMicros(st.xactNanos.Load(), st.xacts.Load()), uint64(quantile(st.xactHist, 0.99) / time.Microsecond),
-			st.routes[routeKeyed].Load(), st.routes[routeHinted].Load(), st.routes[routeAny].Load(),
-			st.routes[routeFanout].Load(), st.routes[routeRefused].Load(), st.errorSummary()}
-		if b := p.ops.bouncer.Load(); b != nil && b.err == "" {
-			row = append(row, b.clActive, b.clWaiting, b.svActive, b.svIdle, int64(b.maxWait/time.Microsecond), b.at)
+		row := []any{p.Shard.Name, p.Shard.Ordinal, p.State(), reason, n, strings.Join(ranges, ","), via, p.Addr,
+			store.RedactDSN(p.Shard.DSN), nullIfEmpty(store.RedactDSN(p.Shard.PoolerDSN)), p.Verified.Load(), f.Active, f.Waiting,
+			f.Active, f.Idle, int64(f.MaxWait / time.Microsecond), st.Xacts.Load(),
+			backend.AvgMicros(st.XactNanos.Load(), st.Xacts.Load()), uint64(backend.Quantile(st.XactHist, 0.99) / time.Microsecond),
+			st.Routes[backend.RouteKeyed].Load(), st.Routes[backend.RouteHinted].Load(), st.Routes[backend.RouteAny].Load(),
+			st.Routes[backend.RouteFanout].Load(), st.Routes[backend.RouteRefused].Load(), st.ErrorSummary()}
+		if b := p.Ops.Bouncer.Load(); b != nil && b.Err == "" {
+			row = append(row, b.ClActive, b.ClWaiting, b.SvActive, b.SvIdle, int64(b.MaxWait/time.Microsecond), b.At)
 		} else if b != nil {
-			row = append(row, nil, nil, nil, nil, nil, "error: "+b.err)
+			row = append(row, nil, nil, nil, nil, nil, "error: "+b.Err)
 		} else {
 			row = append(row, nil, nil, nil, nil, nil, nil)
 		}
@@ -737,9 +715,9 @@ func showClients(srv *Server, _ *session) *adminResult {
 		req := x.connected
 		x.mu.Lock()
 		if bc := x.bc; bc != nil {
-			state, shard, link = "active", bc.pool.shard.Name, fmt.Sprintf("%s/%d", bc.pool.shard.Name, bc.pid)
-			bcPID = int(bc.pid)
-			if ns := bc.usedSince.Load(); ns != 0 {
+			state, shard, link = "active", bc.Pool.Shard.Name, fmt.Sprintf("%s/%d", bc.Pool.Shard.Name, bc.PID)
+			bcPID = int(bc.PID)
+			if ns := bc.UsedSince.Load(); ns != 0 {
 				req = time.Unix(0, ns)
 			}
 		}
@@ -769,25 +747,25 @@ func showClients(srv *Server, _ *session) *adminResult {
 func showServers(srv *Server, _ *session) *adminResult {
 	r := &adminResult{cols: clientCols}
 	for _, p := range append(slices.Clip(srv.pools), srv.directPools()...) {
-		gen := p.ops.reconnectGen.Load()
-		for i, ci := range p.snapshotConns() {
+		gen := p.Ops.ReconnectGen.Load()
+		for i, ci := range p.SnapshotConns() {
 			state := "active"
-			req := ci.opened
-			if ci.idle {
+			req := ci.Opened
+			if ci.Idle {
 				state = "idle"
-			} else if ci.since != 0 {
-				req = time.Unix(0, ci.since)
+			} else if ci.Since != 0 {
+				req = time.Unix(0, ci.Since)
 			}
-			addr, port := hostPort(ci.remote)
-			laddr, lport := hostPort(ci.local)
+			addr, port := hostPort(ci.Remote)
+			laddr, lport := hostPort(ci.Local)
 			tlsInfo := ""
-			if ci.tls {
+			if ci.TLS {
 				tlsInfo = "TLS"
 			}
 			_ = i
-			r.rows = append(r.rows, []any{"S", p.backendUser(), p.base.Database, state, addr, port, laddr, lport,
-				ci.opened, req, 0, 0, ci.gen < gen || p.ops.retired.Load(), fmt.Sprintf("%s/%d", p.shard.Name, ci.pid), "",
-				ci.pid, tlsInfo, "", p.shard.Name, nil})
+			r.rows = append(r.rows, []any{"S", p.BackendUser(), p.Database(), state, addr, port, laddr, lport,
+				ci.Opened, req, 0, 0, ci.Gen < gen || p.Ops.Retired.Load(), fmt.Sprintf("%s/%d", p.Shard.Name, ci.PID), "",
+				ci.PID, tlsInfo, "", p.Shard.Name, nil})
 		}
 	}
 	return r
@@ -804,10 +782,10 @@ func showDatabases(srv *Server, _ *session) *adminResult {
 		{"max_connections", pgtype.Int4OID}, {"current_connections", pgtype.Int4OID}, {"paused", pgtype.Int4OID}, {"disabled", pgtype.Int4OID},
 	}}
 	for _, p := range srv.pools {
-		f := p.figures()
-		host, port := hostPort(stringer(p.addr))
-		r.rows = append(r.rows, []any{p.shard.Name, host, port, p.base.Database, p.backendUser(), srv.cfg.PoolSize, 0, 0,
-			mode.String(), srv.cfg.PoolSize, f.open, p.ops.paused.Load(), srv.life.disabled.Load()})
+		f := p.Figures()
+		host, port := hostPort(stringer(p.Addr))
+		r.rows = append(r.rows, []any{p.Shard.Name, host, port, p.Database(), p.BackendUser(), srv.cfg.PoolSize, 0, 0,
+			mode.String(), srv.cfg.PoolSize, f.Open, p.Ops.Paused.Load(), srv.life.disabled.Load()})
 	}
 	return r
 }
@@ -822,7 +800,7 @@ func showLists(srv *Server, _ *session) *adminResult {
 	srv.mu.Unlock()
 	open := 0
 	for _, p := range srv.pools {
-		open += p.figures().open
+		open += p.Figures().Open
 	}
 	r := &adminResult{cols: []adminCol{{"list", pgtype.TextOID}, {"items", pgtype.Int4OID}}}
 	for _, kv := range []struct {

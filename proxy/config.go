@@ -126,7 +126,7 @@ type Config struct {
 	// TLS is TLS towards clients (tls.go).
 	TLS TLSConfig
 	// PgBouncer configures reading each shard's PgBouncer admin console
-	// and failing transactions fast when it is overloaded (bouncer.go).
+	// and failing transactions fast when it is overloaded (internal/backend/bouncer.go).
 	PgBouncer BouncerConfig
 	// ShutdownTimeout bounds a graceful shutdown: sessions are served
 	// until their clients leave, at most this long (default 10s).

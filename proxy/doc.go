@@ -23,32 +23,34 @@
 //	                  │  items: local answers | backend responses to forward or
 //	                  │  swallow | errors replacing an abort
 //	                  ▼
-//	    exchange (exchange.go) ──one write──▶ shardPool[shard] (pool.go) ──▶ PgBouncer ──▶ Postgres
-//	       ▲       (backend conns keyed by startup settings,         (or direct)
-//	       │        held for one transaction only; settings.go,
+//	    exchange (exchange.go) ──one write──▶ backend.Pool[shard] ──▶ PgBouncer ──▶ Postgres
+//	       ▲       (internal/backend: conns keyed by startup    (or direct)
+//	       │        settings, held for one transaction only;
 //	       │        sessionset.go: client settings without leaks)
 //	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
 //
 //	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
 //	    transaction's backend and its readers (readers.go) ── and the answers
-//	    are merged as route.Merge says (merge.go: k-way merge of rows, merged
-//	    groups; internal/pgvalue: Postgres's order and exact output of every
-//	    value the proxy computes); DDL answers are checked on every shard.
+//	    are merged as route.Merge says (internal/merge, each shard's answer
+//	    a merge.Source: k-way merge of rows, merged groups; internal/pgvalue:
+//	    Postgres's order and exact output of every value the proxy
+//	    computes); DDL answers are checked on every shard.
 //	    fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated
 //	    on every backend the transaction uses.
 //	    internal/pgwire: framing, message views and builders, the startup
-//	    packet, the proxy's errors and the ErrorResponse codec, raw I/O;
-//	    backendquery.go: the proxy's own queries.
+//	    packet, the proxy's errors and the ErrorResponse codec, raw I/O.
 //
-//	    operations: stats.go (per-shard counters, routing decisions) read by
-//	    admin.go, admin_config.go (the console) and metrics.go (Prometheus);
-//	    pool_ops.go (PAUSE, RECONNECT, KILL, retirement), bouncer.go
-//	    (PgBouncer readings, back-pressure), reachability.go (down or
-//	    disagreeing), reload.go (generations), lifecycle.go and handover.go
-//	    (graceful shutdown, socket hand-over), secrets.go (redaction).
+//	    operations: the pools' statistics (internal/backend) and
+//	    routelog.go (routing decisions) read by admin.go, admin_config.go
+//	    (the console) and metrics.go (Prometheus); internal/backend also
+//	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
+//	    and back-pressure, the health monitor and the proxy's own queries;
+//	    server.go hands each pool its environment (backendEnv); reload.go
+//	    (generations), lifecycle.go and handover.go (graceful shutdown,
+//	    socket hand-over), secrets.go (redaction).
 //
 //	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
 //	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
@@ -70,9 +72,16 @@
 // The proxy's lower layers are packages of their own under
 // proxy/internal, imported only downward (internal/layering enforces it):
 //
-//	proxy (this package: sessions, planner, pools, merge, console, lifecycle)
+//	proxy (this package: sessions, planner, fan-out, console, lifecycle)
 //	  ├──▶ route                 the analyzer (statements → routes, merge plans)
 //	  ├──▶ internal/auth         SCRAM-SHA-256 server side, certificate loading
+//	  ├──▶ internal/backend ──▶ internal/pgwire
+//	  │      backend connections, pools keyed by startup settings, statement
+//	  │      cache, PgBouncer readings, health, pool statistics; a pool is
+//	  │      handed its environment (backend.Env), it never sees the server
+//	  ├──▶ internal/merge ──▶ route, internal/pgvalue, internal/pgwire
+//	  │      the fan-out merge executor: route.Merge plans over merge.Source
+//	  │      (one shard's rows), written into the client's buffer; no session
 //	  ├──▶ internal/pgvalue ──▶ internal/pgwire
 //	  │      row descriptions, Postgres-exact value compare/decode/format
 //	  └──▶ internal/pgwire       framing, message views and builders, startup
@@ -236,7 +245,7 @@
 //
 // # Settings
 //
-// See settings.go and sessionset.go: a client's startup parameters and session SETs are kept
+// See internal/backend/settings.go and sessionset.go: a client's startup parameters and session SETs are kept
 // per session and applied on whichever backend runs its transaction
 // (startup parameters of the pooled connection, or transaction-local
 // set_config through PgBouncer); they never reach another client. Session
@@ -258,7 +267,7 @@
 // at scrape time (a reload may change the shards); names follow
 // Prometheus's conventions (pgshard_proxy_*_total, *_seconds).
 //
-// Back-pressure (bouncer.go): a shard reached through its PgBouncer is
+// Back-pressure (internal/backend/bouncer.go): a shard reached through its PgBouncer is
 // overloaded while PgBouncer's cl_waiting or maxwait is at or above the
 // configured thresholds; its new transactions then fail at once with
 // 53300 naming it, instead of waiting invisibly inside PgBouncer.
@@ -284,7 +293,7 @@
 // map stops the start. Through PgBouncer a shard that is down can look
 // like an answer — the login succeeds and the identity read fails with
 // PgBouncer's 08P01 "server login has been failing" — which counts as down
-// too (reachability.go), never as a disagreement.
+// too (internal/backend/reachability.go), never as a disagreement.
 //
 // # Limits
 //

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -193,7 +194,7 @@ type item struct {
 	eff    *effect
 	// cs is a statement-cache entry: confirmed by ParseComplete, dropped
 	// when the statement fails in a way that needs re-preparing.
-	cs *cachedStmt
+	cs *backend.CachedStmt
 }
 
 // addLocal appends a local item answering with the bytes appended to
@@ -214,7 +215,7 @@ type exchangeResult struct {
 
 // exchange sends s.bw to bc and answers the client item by item. It
 // returns an error only when the client connection failed.
-func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
+func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, error) {
 	var res exchangeResult
 	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
 	// after it may be sent only once the copy is done (the backend in
@@ -228,7 +229,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 		out, restItem = s.bw[:h], s.bwHoldItem
 	}
 	s.bwHold = 0
-	if err := bc.write(out); err != nil {
+	if err := bc.Write(out); err != nil {
 		s.bw = s.bw[:0]
 		return s.backendLost(bc, err, explicit, res)
 	}
@@ -238,7 +239,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 	for i := range s.items {
 		it := &s.items[i]
 		if rest != nil && i >= restItem && it.kind != itLocal {
-			if err := bc.write(rest); err != nil {
+			if err := bc.Write(rest); err != nil {
 				return s.backendLost(bc, err, explicit, res)
 			}
 			rest = nil
@@ -257,7 +258,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 			continue
 		}
 		if it.kind == itExecute || it.kind == itQuery {
-			bc.queries++
+			bc.Queries++
 		}
 		for done := false; !done; {
 			if len(s.out) > 64*1024 {
@@ -265,10 +266,10 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 					return res, err
 				}
 			}
-			typ, msg, err := bc.rd.Next()
+			typ, msg, err := bc.Reader.Next()
 			if err != nil {
 				if it.cs != nil {
-					bc.stmts.drop(it.cs)
+					bc.Stmts.Drop(it.cs)
 				}
 				return s.backendLost(bc, err, explicit, res)
 			}
@@ -286,7 +287,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				continue
 			case 'E':
 				res.errored = true
-				bc.pool.stats.noteError(pgwire.ErrorField(msg, 'C'))
+				bc.Pool.Stats.NoteError(pgwire.ErrorField(msg, 'C'))
 				fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
 				switch {
 				case it.flags&fReplaceErr != 0:
@@ -310,8 +311,8 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				if it.flags&fReplay != 0 {
 					replayFailed = true
 				}
-				if it.cs != nil && bc.stmts != nil {
-					bc.stmts.drop(it.cs)
+				if it.cs != nil && bc.Stmts != nil {
+					bc.Stmts.Drop(it.cs)
 					if pgwire.IsResultTypeChanged(msg) {
 						// The schema changed under the cached statements
 						// of every connection, not only this one.
@@ -319,8 +320,8 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 					}
 				}
 				if fatalErr {
-					bc.broken = true
-					s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
+					bc.Broken = true
+					s.srv.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 					return s.afterLoss(bc, explicit, res)
 				}
 				if it.kind == itQuery || it.kind == itSync {
@@ -353,7 +354,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 				}
 				continue
 			case 'W':
-				bc.broken = true
+				bc.Broken = true
 				return s.desync(bc, typ, it.kind, explicit, res)
 			}
 			// Item-specific responses.
@@ -362,7 +363,7 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 			case itParse:
 				ok, done = typ == '1', true
 				if ok && it.cs != nil {
-					it.cs.confirmed = true
+					it.cs.Confirmed = true
 				}
 			case itBind:
 				ok, done = typ == '2', true
@@ -401,36 +402,36 @@ func (s *session) exchange(bc *bconn, explicit bool) (exchangeResult, error) {
 			s.apply(it.eff)
 		}
 	}
-	if bc.stmts != nil {
-		bc.stmts.dropUnconfirmed()
+	if bc.Stmts != nil {
+		bc.Stmts.DropUnconfirmed()
 	}
 	return res, nil
 }
 
 // desync handles a response the engine did not expect: the connection's
 // state is unknown, so it is discarded and the client told.
-func (s *session) desync(bc *bconn, typ byte, k itemKind, explicit bool, res exchangeResult) (exchangeResult, error) {
-	s.log.Error("unexpected message from a shard; discarding the connection", "shard", bc.pool.shard.Name, "type", string(rune(typ)), "step", int(k))
-	bc.broken = true
+func (s *session) desync(bc *backend.Conn, typ byte, k itemKind, explicit bool, res exchangeResult) (exchangeResult, error) {
+	s.log.Error("unexpected message from a shard; discarding the connection", "shard", bc.Pool.Shard.Name, "type", string(rune(typ)), "step", int(k))
+	bc.Broken = true
 	return s.backendLost(bc, fmt.Errorf("unexpected message type %q from the server", typ), explicit, res)
 }
 
 // backendLost reports a failed backend connection to the client and
 // discards it: the client gets 08006 naming the shard; a transaction it
 // had open is failed (it must roll back), an implicit one is gone.
-func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
-	bc.broken = true
-	if e := bc.downErr.Load(); e != nil {
-		bc.pool.stats.noteError(e.Code)
+func (s *session) backendLost(bc *backend.Conn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
+	bc.Broken = true
+	if e := bc.DownErr.Load(); e != nil {
+		bc.Pool.Stats.NoteError(e.Code)
 		s.out = pgwire.AppendError(s.out, e)
 		res.errored = true
 		return s.afterLoss(bc, explicit, res)
 	}
-	s.srv.metrics.backendErrors.WithLabelValues(bc.pool.shard.Name, "lost").Inc()
-	bc.pool.stats.noteError(pgwire.CodeConnectionFailure)
-	s.log.Warn("lost a backend connection", "shard", bc.pool.shard.Name, "err", shortErr(cause))
+	s.srv.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
+	bc.Pool.Stats.NoteError(pgwire.CodeConnectionFailure)
+	s.log.Warn("lost a backend connection", "shard", bc.Pool.Shard.Name, "err", backend.ShortErr(cause))
 	s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeConnectionFailure,
-		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.pool.shard.Name, shortErr(cause)),
+		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.Pool.Shard.Name, backend.ShortErr(cause)),
 		Detail:  "If a COMMIT was in flight, the transaction may or may not have committed.",
 		Hint:    "Roll back and retry the transaction."})
 	res.errored = true
@@ -438,7 +439,7 @@ func (s *session) backendLost(bc *bconn, cause error, explicit bool, res exchang
 }
 
 // afterLoss ends the exchange after the backend went away.
-func (s *session) afterLoss(bc *bconn, explicit bool, res exchangeResult) (exchangeResult, error) {
+func (s *session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult) (exchangeResult, error) {
 	res.lost = true
 	s.dropBackend(false)
 	s.endReaders()
@@ -527,7 +528,7 @@ func (s *session) reconcilePS(st byte) {
 
 // copyIn relays a COPY FROM STDIN: client CopyData goes to the backend until
 // CopyDone or CopyFail.
-func (s *session) copyIn(bc *bconn) error {
+func (s *session) copyIn(bc *backend.Conn) error {
 	if err := s.flush(); err != nil {
 		return err
 	}
@@ -535,16 +536,16 @@ func (s *session) copyIn(bc *bconn) error {
 	for {
 		typ, msg, err := s.rd.Next()
 		if err != nil {
-			bc.broken = true
+			bc.Broken = true
 			return err
 		}
 		if typ == 'X' {
-			bc.broken = true
+			bc.Broken = true
 			return errClientTerminated
 		}
 		s.bw = append(s.bw, msg...)
 		if typ == 'c' || typ == 'f' || len(s.bw) > 256*1024 {
-			if err := bc.write(s.bw); err != nil {
+			if err := bc.Write(s.bw); err != nil {
 				s.bw = s.bw[:0]
 				return nil // the read side reports the loss
 			}
@@ -568,9 +569,9 @@ func (s *session) copyIn(bc *bconn) error {
 // (Postgres discards the rest of the copy; the proxy ignores the CopyData,
 // CopyDone or CopyFail that still come, as Postgres does). Notices and
 // notifications the backend sent meanwhile are forwarded.
-func (s *session) copyFailed(bc *bconn) (bool, error) {
-	for bc.readable() {
-		typ, err := bc.rd.PeekType()
+func (s *session) copyFailed(bc *backend.Conn) (bool, error) {
+	for bc.Readable() {
+		typ, err := bc.Reader.PeekType()
 		if err != nil {
 			return true, nil // the exchange's read reports the loss
 		}
@@ -578,7 +579,7 @@ func (s *session) copyFailed(bc *bconn) (bool, error) {
 		case 'E':
 			return true, nil
 		case 'N', 'A':
-			_, msg, err := bc.rd.Next()
+			_, msg, err := bc.Reader.Next()
 			if err != nil {
 				return true, nil
 			}
@@ -615,11 +616,11 @@ type effect struct {
 	name string
 	vs   *vstmt
 	tx   *txSnap
-	set  *settings
+	set  *backend.Settings
 	rep  map[string]string
 	// real, with effStmtPut, is the pinned backend the statement was
 	// parsed on under its own name.
-	real *bconn
+	real *backend.Conn
 }
 
 // txSnap is a transaction state to switch to.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -175,7 +176,7 @@ func (p *planner) parse(raw []byte) {
 			return
 		}
 	}
-	if a.ParseError != "" || (p.onBackend && len(s.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.stmts != nil)) {
+	if a.ParseError != "" || (p.onBackend && len(s.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.Stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
 			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
@@ -220,7 +221,7 @@ func equalOids(a, b []uint32) bool {
 // client's own Parse when it came just before; else an injected unnamed
 // Parse whose ParseComplete the client does not see.
 // It returns the backend statement name and the cache entry used.
-func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
+func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 	s := p.s
 	if vs == p.backendUnnamed {
 		return "", nil
@@ -228,25 +229,25 @@ func (p *planner) sendParse(vs *vstmt) (string, *cachedStmt) {
 	if vs.realOn != nil && vs.realOn == p.bc {
 		return vs.name, nil // the pinned backend has it under its own name
 	}
-	if c := p.bc.stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
+	if c := p.bc.Stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
 		// The client's Parse was answered by the proxy; the cache's
 		// statement replaces it.
 		p.pendingParse = -1
-		if e := s.srv.stmtEpoch.Load(); c.epoch != e {
-			c.reset(e)
+		if e := s.srv.stmtEpoch.Load(); c.Epoch != e {
+			c.Reset(e)
 		}
-		cs := c.get(vs.cacheKey)
-		for _, old := range c.evicted {
+		cs := c.Get(vs.cacheKey)
+		for _, old := range c.Evicted {
 			s.bw = pgwire.AppendClose(s.bw, 'S', old)
 			s.items = append(s.items, item{kind: itClose, flags: fSwallow})
 		}
-		c.evicted = c.evicted[:0]
+		c.Evicted = c.Evicted[:0]
 		if cs == nil {
-			cs = c.add(vs.cacheKey)
-			s.bw = pgwire.AppendParseMsg(s.bw, cs.name, vs.st.SQL, vs.oids)
+			cs = c.Add(vs.cacheKey)
+			s.bw = pgwire.AppendParseMsg(s.bw, cs.Name, vs.st.SQL, vs.oids)
 			s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
-		return cs.name, cs
+		return cs.Name, cs
 	}
 	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed && vs.name == "" {
 		// The client's unnamed Parse was the previous message: send it as is.

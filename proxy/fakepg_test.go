@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgshard/pgshard/proxy"
@@ -31,6 +32,7 @@ type fakePG struct {
 	mu      sync.Mutex
 	log     []string // "conn#: message" in arrival order
 	conns   int
+	pings   int      // syncPings answered and left out of log
 	cancels []string // "pid/secret"
 	closed  bool
 	open    map[net.Conn]bool
@@ -60,6 +62,9 @@ func (f *fakePG) close() {
 	f.mu.Unlock()
 	f.ln.Close()
 	f.wg.Wait()
+	if f.pings > 0 {
+		f.t.Logf("fake shard %s: %d sync pings answered, not logged", f.addr(), f.pings)
+	}
 }
 
 func (f *fakePG) accept() {
@@ -99,6 +104,16 @@ func (f *fakePG) messages() []string {
 	f.log = nil
 	return out
 }
+
+// syncPing is the query pgconn's Ping sends. The proxy's pool runs
+// pgconn's SyncConn between connecting and taking a connection over
+// (backend.Pool.dialAs); when a write stalled over 15 ms while connecting
+// (a loaded machine), pgconn's background reader is running and SyncConn
+// stops it with a Ping, so a new connection may start with this query
+// before the proxy sends anything. The fake answers it as Postgres does
+// and counts it instead of logging it, but only before a connection's
+// first other message: a ping anywhere later is logged like any query.
+const syncPing = "-- ping"
 
 func (f *fakePG) record(id int, s string) {
 	f.mu.Lock()
@@ -149,11 +164,24 @@ func (f *fakePG) serve(c net.Conn) {
 			status = 'E'
 		}
 	}
+	syncing := true // no message but syncPings yet
 	for {
 		msg, err := be.Receive()
 		if err != nil {
 			return
 		}
+		if q, ok := msg.(*pgproto3.Query); ok && syncing && q.String == syncPing {
+			f.mu.Lock()
+			f.pings++
+			f.mu.Unlock()
+			be.Send(&pgproto3.EmptyQueryResponse{})
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
+			if be.Flush() != nil {
+				return
+			}
+			continue
+		}
+		syncing = false
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			f.record(id, "Q:"+m.String)
@@ -402,4 +430,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestFakeShardLeavesOutOnlySyncPings: the fake leaves out of its log
+// exactly the pings a connection sends before anything else (pgconn's
+// SyncConn before the pool takes it over); a ping after the first other
+// message, and every other query, is logged.
+func TestFakeShardLeavesOutOnlySyncPings(t *testing.T) {
+	f := newFakePG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, "postgres://postgres@"+f.addr()+"/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	for range 2 {
+		if err := pc.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pc.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	pings := f.pings
+	f.mu.Unlock()
+	if pings != 2 {
+		t.Fatalf("the fake counted %d sync pings, want 2", pings)
+	}
+	expect(t, "logged", filterLog(f.messages()), "1:Q:SELECT 1 | 1:Q:"+syncPing)
 }

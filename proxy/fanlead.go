@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -195,7 +196,7 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 			b.WriteString(", ")
 		}
 		b.WriteString("pg_catalog.set_config(")
-		writeEscapeLiteral(&b, st.Name)
+		backend.WriteEscapeLiteral(&b, st.Name)
 		b.WriteString(", ")
 		switch {
 		case st.Param > 0:
@@ -210,7 +211,7 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 			switch v := bv.Params[k]; {
 			case oid != 0 && oid != pgtype.TextOID && oid != pgtype.VarcharOID && oid != pgtype.UnknownOID:
 				return "", &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot repeat set_config(%s, $%d, true) on the other shards of the transaction: the parameter is declared with type oid %d", quoteLiteral(st.Name), st.Param, oid),
+					Message: fmt.Sprintf("pgshard cannot repeat set_config(%s, $%d, true) on the other shards of the transaction: the parameter is declared with type oid %d", backend.QuoteLiteral(st.Name), st.Param, oid),
 					Detail:  "A transaction's settings apply on every shard it reads; pgshard repeats them as text.",
 					Hint:    "Declare the parameter as text (or leave its type to the server)."}
 			case v == nil:
@@ -218,7 +219,7 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 			case bytes.IndexByte(v, 0) >= 0:
 				return "", nil // the server refuses the value (22021)
 			default:
-				writeEscapeLiteral(&b, string(v))
+				backend.WriteEscapeLiteral(&b, string(v))
 			}
 		case st.Null:
 			b.WriteString("NULL")
@@ -229,7 +230,7 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 				Message: "pgshard cannot repeat a set_config constant with a backslash next to a parameter on the other shards of the transaction",
 				Hint:    "Pass the value as a parameter too, or write the statement without parameters."}
 		default:
-			writeEscapeLiteral(&b, st.Value)
+			backend.WriteEscapeLiteral(&b, st.Value)
 		}
 		b.WriteString(", true)")
 	}
@@ -351,7 +352,7 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 			}
 			f.errRaw = append([]byte(nil), msg...)
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		default:
 			f.loseConn(fmt.Errorf("unexpected message %q from the server ahead of the read", typ))

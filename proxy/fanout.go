@@ -6,12 +6,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/merge"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // Fan-out: a statement the analyzer sends to every shard (DestAll) — DDL,
-// or a key-less read merged per route.Merge (merge.go) — runs on every
+// or a key-less read merged per route.Merge (internal/merge) — runs on every
 // shard at once: one write per shard, then the answers are read shard by
 // shard (DDL) or merged row by row (reads): no goroutines, no buffering
 // beyond one row per shard.
@@ -120,7 +122,8 @@ const isoCheckSQL = "SELECT CASE WHEN pg_catalog.current_setting('transaction_is
 // fanStream reads one shard's answer to a fan-out.
 type fanStream struct {
 	shard int
-	bc    *bconn
+	name  string // the shard's
+	bc    *backend.Conn
 	role  partRole
 	// lead are the simple queries ahead of the statement, in order.
 	lead    []leadKind
@@ -145,11 +148,20 @@ type fanStream struct {
 // was lost.
 func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
 
+// A fanStream is a merge's source of one shard's rows.
+var _ merge.Source = (*fanStream)(nil)
+
+func (f *fanStream) Row() []byte    { return f.row }
+func (f *fanStream) Cols() [][]byte { return f.cols }
+func (f *fanStream) Next() bool     { return f.nextRow() }
+func (f *fanStream) Failed() bool   { return f.failed() }
+func (f *fanStream) Shard() string  { return f.name }
+
 // recv reads the shard's next message past the answers to its lead
 // queries; false when the connection failed.
 func (f *fanStream) recv() (byte, []byte, bool) {
 	for {
-		typ, msg, err := f.bc.rd.Next()
+		typ, msg, err := f.bc.Reader.Next()
 		if err != nil {
 			f.loseConn(err)
 			return 0, nil, false
@@ -167,7 +179,7 @@ func (f *fanStream) recv() (byte, []byte, bool) {
 				f.leadErr = int(f.lead[0]) + 1
 			}
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		}
 	}
@@ -208,14 +220,14 @@ func (f *fanStream) nextRow() bool {
 				f.errRaw = append([]byte(nil), msg...)
 			}
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		case 'N':
 			f.notices = append(f.notices, append([]byte(nil), msg...))
 		case 'G', 'H', 'W':
 			// COPY cannot fan out; the analyzer refuses it.
 			f.errRaw = pgwire.AppendError(nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
-			f.bc.broken = true
+			f.bc.Broken = true
 			f.rowsDone = true
 			f.rfqLeft = 0
 			return false
@@ -225,7 +237,7 @@ func (f *fanStream) nextRow() bool {
 
 func (f *fanStream) loseConn(err error) {
 	f.lost = err
-	f.bc.broken = true
+	f.bc.Broken = true
 	f.rowsDone = true
 	f.rfqLeft = 0
 }
@@ -235,7 +247,7 @@ func (f *fanStream) drain() {
 	for f.nextRow() {
 	}
 	for f.rfqLeft > 0 && f.lost == nil {
-		typ, msg, err := f.bc.rd.Next()
+		typ, msg, err := f.bc.Reader.Next()
 		if err != nil {
 			f.loseConn(err)
 			return
@@ -245,7 +257,7 @@ func (f *fanStream) drain() {
 			f.rfqLeft--
 		case 'E':
 			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.broken = true
+				f.bc.Broken = true
 			}
 		}
 	}
@@ -282,11 +294,11 @@ func (s *session) runFanout(p *planner) error {
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 		s.apply(it.eff)
 	}
-	merge := f.dest.Merge
+	mplan := f.dest.Merge
 	if f.only > 0 {
-		merge = singleMerge
+		mplan = singleMerge
 	}
-	bytewise := merge != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
+	bytewise := mplan != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
 	streams, e := s.fanParts(p, f)
 	if e != nil {
 		return s.fanFail(e, f)
@@ -300,8 +312,8 @@ func (s *session) runFanout(p *planner) error {
 		}
 	}
 	var formats []int16
-	if merge != nil {
-		formats = shardFormats(merge, bv.ResultFmts)
+	if mplan != nil {
+		formats = merge.ShardFormats(mplan, bv.ResultFmts)
 	}
 	for _, st := range streams {
 		buf, err := s.fanRequest(st, f, &bv, formats)
@@ -309,7 +321,7 @@ func (s *session) runFanout(p *planner) error {
 			st.loseConn(err)
 			continue
 		}
-		if err := st.bc.write(buf); err != nil {
+		if err := st.bc.Write(buf); err != nil {
 			st.loseConn(err)
 		}
 	}
@@ -323,10 +335,10 @@ func (s *session) runFanout(p *planner) error {
 		s.out = pgwire.AppendEmpty(s.out, '2') // BindComplete
 	}
 	var runErr error
-	if merge == nil {
+	if mplan == nil {
 		s.fanCollect(streams, f)
 	} else {
-		runErr = s.fanMerge(streams, f, merge, &bv, bytewise, bindAt)
+		runErr = s.fanMerge(streams, f, mplan, &bv, bytewise, bindAt)
 	}
 	s.fanEnd(streams, f)
 	return runErr
@@ -340,7 +352,7 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 	fail := func(e *pgwire.Error) ([]*fanStream, *pgwire.Error) {
 		for _, st := range streams {
 			if st.role == partOwn || st.role == partNewReader {
-				st.bc.pool.release(st.bc) // nothing was sent on it
+				st.bc.Pool.Release(st.bc) // nothing was sent on it
 			}
 		}
 		return nil, e
@@ -349,19 +361,19 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		if f.only > 0 && i != f.only-1 {
 			continue
 		}
-		st := &fanStream{shard: i}
+		st := &fanStream{shard: i, name: s.srv.shardName(i)}
 		switch {
 		case f.inTxn && s.bc != nil && s.shard == i:
 			st.bc, st.role = s.bc, partMain
 		case f.inTxn && s.reader(i) != nil:
 			st.bc, st.role = s.reader(i), partReader
 		default:
-			key, _ := s.cur.split(pool.viaPooler)
-			bc, err := pool.acquire(p.ctx, key)
+			key, _ := s.cur.Split(pool.ViaPooler)
+			bc, err := pool.Acquire(p.ctx, key)
 			if err != nil {
 				e := pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
-				if be, ok := err.(*backendPgError); ok {
-					e = pgErrorToError(be.pe, "ERROR")
+				if be, ok := err.(*backend.PgError); ok {
+					e = pgErrorToError(be.PgErr, "ERROR")
 				}
 				e2 := *e
 				e2.Message = fmt.Sprintf("cannot run the statement on every shard: %s", e.Message)
@@ -381,12 +393,12 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 // fanRequest is what one participant is sent.
 func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, formats []int16) ([]byte, error) {
 	var buf []byte
-	_, pre := s.cur.split(st.bc.pool.viaPooler)
+	_, pre := s.cur.Split(st.bc.Pool.ViaPooler)
 	wrap := false
 	switch st.role {
 	case partOwn:
-		if len(pre.kv) > 0 && !f.st.NoTxnBlock {
-			buf = pgwire.AppendQuery(buf, "BEGIN;\n"+pre.preambleSQL())
+		if len(pre.KV) > 0 && !f.st.NoTxnBlock {
+			buf = pgwire.AppendQuery(buf, "BEGIN;\n"+pre.PreambleSQL())
 			st.lead = append(st.lead, leadSetup)
 			wrap = true
 		}
@@ -394,7 +406,7 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 		buf = pgwire.AppendQuery(buf, replaySQL(s.deferred, pre))
 		st.lead = append(st.lead, leadSetup)
 	}
-	if f.inTxn && !st.bc.txnChecked {
+	if f.inTxn && !st.bc.TxnChecked {
 		buf = pgwire.AppendQuery(buf, isoCheckSQL)
 		st.lead = append(st.lead, leadCheck)
 	}
@@ -490,7 +502,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 		case st.lost != nil:
 			failed = append(failed, name)
 			if first == nil {
-				first = pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, shortErr(st.lost))})
+				first = pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, backend.ShortErr(st.lost))})
 				firstShard = name
 			}
 		case st.errRaw != nil:
@@ -609,18 +621,23 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 			break
 		}
 	}
-	r := &mergeRun{s: s, m: m, streams: streams, live: live, rawDesc: rd, client: bv.ResultFmts,
-		describe: f.simple || f.describe, bytewise: bytewise, limit: s.srv.cfg.MergeGroupLimit}
+	sources := make([]merge.Source, len(streams))
+	for i, st := range streams {
+		sources[i] = st
+	}
+	r := &merge.Run{Plan: m, Sources: sources, Live: live, RawDesc: rd, ClientFormats: bv.ResultFmts,
+		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.srv.cfg.MergeGroupLimit,
+		Out: &s.out, Flush: s.flush}
 	if !f.simple {
-		r.params, r.formats, r.oids = bv.Params, bv.Formats, f.vs.oids
+		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
 	}
 	if s.fanErrorsSoFar(streams, r, bindAt) {
 		return nil
 	}
 	lo := len(s.out)
-	e := r.run()
-	if e == errStop {
-		return r.ioErr
+	e := r.Answer()
+	if e == merge.ErrStop {
+		return r.IOErr
 	}
 	for _, st := range streams {
 		st.drain()
@@ -643,7 +660,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		s.out = pgwire.AppendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
 		return nil
 	}
-	s.out = pgwire.AppendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.emitted, 10))
+	s.out = pgwire.AppendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.Emitted, 10))
 	return nil
 }
 
@@ -653,7 +670,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 // back) or after describing the result (its merged description goes
 // first, if the client asked for it); a lost connection or an error of a
 // query of the proxy's own comes after BindComplete.
-func (s *session) fanErrorsSoFar(streams []*fanStream, r *mergeRun, bindAt int) bool {
+func (s *session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int) bool {
 	var first *fanStream
 	for _, st := range streams {
 		if st.failed() {
@@ -671,9 +688,9 @@ func (s *session) fanErrorsSoFar(streams []*fanStream, r *mergeRun, bindAt int) 
 		switch {
 		case !first.bound && bindAt >= 0 && bindAt+5 == len(s.out):
 			s.out = s.out[:bindAt]
-		case first.rowDesc != nil && r.describe:
-			r.rawDesc = first.rowDesc
-			if d, e := r.description(); e == nil {
+		case first.rowDesc != nil && r.Describe:
+			r.RawDesc = first.rowDesc
+			if d, e := r.Description(); e == nil {
 				s.out = append(s.out, d...)
 			}
 		}
@@ -696,10 +713,10 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 	f.failed = failed
 	if !f.inTxn {
 		for _, st := range streams {
-			if st.lost != nil || st.bc.broken {
-				st.bc.pool.discard(st.bc)
+			if st.lost != nil || st.bc.Broken {
+				st.bc.Pool.Discard(st.bc)
 			} else {
-				st.bc.pool.release(st.bc)
+				st.bc.Pool.Release(st.bc)
 			}
 		}
 		s.out = pgwire.AppendRFQ(s.out, 'I')
@@ -710,7 +727,7 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 	}
 	if !failed {
 		for _, st := range streams {
-			st.bc.txnChecked = true
+			st.bc.TxnChecked = true
 			switch st.role {
 			case partMain:
 				s.bstatus = st.status
@@ -761,13 +778,13 @@ func (s *session) failTxn(main *fanStream) {
 			s.bstatus = main.status
 		}
 	default:
-		res, err := s.bc.runSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
+		res, err := s.bc.RunSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
 			s.tx, s.soft, s.mainWrote = txFailed, false, false
 			s.deferred = s.deferred[:0]
 			return
 		}
-		s.bstatus = res[0].status
+		s.bstatus = res[0].Status
 	}
 }

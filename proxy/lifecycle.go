@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+
 	"context"
 	"errors"
 	"fmt"
@@ -49,17 +51,17 @@ type lifecycle struct {
 	mu       sync.Mutex
 	group    *errgroup.Group
 	groupCtx context.Context
-	monitors map[*shardPool]context.CancelFunc
+	monitors map[*backend.Pool]context.CancelFunc
 	// retired pools drain; the reaper shuts each down once none of its
 	// connections is in use.
-	retired []*shardPool
+	retired []*backend.Pool
 	// handover is the hand-over listener of the running Serve (nil if none).
 	handover *handoverServer
 }
 
 func (l *lifecycle) init() {
 	l.shutdown = make(chan struct{})
-	l.monitors = map[*shardPool]context.CancelFunc{}
+	l.monitors = map[*backend.Pool]context.CancelFunc{}
 }
 
 // Shutdown starts a graceful shutdown: the server stops accepting clients
@@ -189,7 +191,7 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	c.life.group, c.life.groupCtx = nil, nil
 	c.life.mu.Unlock()
 	for _, p := range c.allPools() {
-		p.shutdown()
+		p.Shutdown()
 	}
 	c.log.Info("proxy stopped")
 	return err
@@ -213,7 +215,7 @@ func (c *core) onHardStop(gctx context.Context, closeListener func(), metricsSrv
 	// Sessions waiting for a backend (a long query, a fan-out's
 	// shards) end too.
 	for _, p := range c.allPools() {
-		p.interruptInUse()
+		p.InterruptInUse()
 	}
 	return nil
 }
@@ -231,7 +233,7 @@ func (c *core) gracefulShutdown(gctx context.Context, closeListener, hardStop fu
 	c.life.closeHandover()
 	timeout := c.current().cfg.ShutdownTimeout
 	wctx, cancel := context.WithTimeout(gctx, timeout)
-	err := pollUntil(wctx, func() bool {
+	err := backend.PollUntil(wctx, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.nclients-c.nadmin == 0
@@ -265,11 +267,11 @@ func (c *core) reapLoop(gctx context.Context) error {
 			if now.Sub(last) >= period {
 				last = now
 				for _, p := range cur.pools {
-					p.reapIdle(now)
+					p.ReapIdle(now)
 				}
 			}
 			for _, p := range cur.pools {
-				p.rollStats(now)
+				p.RollStats(now)
 			}
 			c.reapRetired()
 		}
@@ -312,9 +314,9 @@ func (c *core) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listen
 
 // allPools returns the current generation's pools (its shards' and the
 // direct ones of pinned sessions) and the retired ones still draining.
-func (c *core) allPools() []*shardPool {
+func (c *core) allPools() []*backend.Pool {
 	cur := c.current()
-	out := append([]*shardPool(nil), cur.pools...)
+	out := append([]*backend.Pool(nil), cur.pools...)
 	out = append(out, cur.directPools()...)
 	c.life.mu.Lock()
 	out = append(out, c.life.retired...)
@@ -325,7 +327,7 @@ func (c *core) allPools() []*shardPool {
 // startMonitor starts p's monitor (health probe, PgBouncer reading) in the
 // running Serve's group; a no-op when Serve is not running or the monitor
 // runs already.
-func (c *core) startMonitor(p *shardPool) {
+func (c *core) startMonitor(p *backend.Pool) {
 	c.life.mu.Lock()
 	defer c.life.mu.Unlock()
 	if c.life.group == nil {
@@ -337,13 +339,13 @@ func (c *core) startMonitor(p *shardPool) {
 	ctx, cancel := context.WithCancel(c.life.groupCtx)
 	c.life.monitors[p] = cancel
 	c.life.group.Go(func() error {
-		p.monitor(ctx)
+		p.Monitor(ctx)
 		return nil
 	})
 }
 
 // stopMonitor stops p's monitor.
-func (c *core) stopMonitor(p *shardPool) {
+func (c *core) stopMonitor(p *backend.Pool) {
 	c.life.mu.Lock()
 	defer c.life.mu.Unlock()
 	if cancel, ok := c.life.monitors[p]; ok {
@@ -352,64 +354,14 @@ func (c *core) stopMonitor(p *shardPool) {
 	}
 }
 
-// downProbeInterval is how often a shard marked down is probed (when
-// Config.HealthInterval is longer): transactions for it fail fast until a
-// probe finds it back, so a restarted shard is served again within this,
-// not within a whole health interval.
-const downProbeInterval = 100 * time.Millisecond
-
-// monitor probes the shard's health every Config.HealthInterval (every
-// downProbeInterval while it is marked down) and reads its PgBouncer's
-// figures every Config.PgBouncer.PollInterval, until ctx ends.
-func (p *shardPool) monitor(ctx context.Context) {
-	defer p.closeBouncer()
-	var lastProbe, lastPoll time.Time
-	for {
-		cfg := &p.server().cfg
-		now := time.Now()
-		every := cfg.HealthInterval
-		if p.down.Load() != nil {
-			every = min(every, downProbeInterval)
-		}
-		if every > 0 && now.Sub(lastProbe) >= every {
-			lastProbe = now
-			p.probe(ctx)
-		}
-		bouncer := p.bouncerEnabled()
-		if bouncer && now.Sub(lastPoll) >= cfg.PgBouncer.PollInterval {
-			lastPoll = now
-			p.pollBouncer(ctx)
-		}
-		// Sleep until the next of the two is due.
-		next := time.Second
-		if every > 0 {
-			if p.down.Load() != nil {
-				every = min(every, downProbeInterval) // marked down by this probe
-			}
-			next = min(next, time.Until(lastProbe.Add(every)))
-		}
-		if bouncer {
-			next = min(next, time.Until(lastPoll.Add(cfg.PgBouncer.PollInterval)))
-		}
-		next = max(next, time.Millisecond)
-		t := time.NewTimer(next)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // reapRetired shuts down the retired pools none of whose connections is in
 // use any more.
 func (c *core) reapRetired() {
 	c.life.mu.Lock()
-	var done []*shardPool
+	var done []*backend.Pool
 	keep := c.life.retired[:0]
 	for _, p := range c.life.retired {
-		if p.inUse() == 0 {
+		if p.InUse() == 0 {
 			done = append(done, p)
 		} else {
 			keep = append(keep, p)
@@ -418,8 +370,8 @@ func (c *core) reapRetired() {
 	c.life.retired = keep
 	c.life.mu.Unlock()
 	for _, p := range done {
-		p.shutdown()
-		c.log.Info("removed shard's pool closed", "shard", p.shard.Name)
+		p.Shutdown()
+		c.log.Info("removed shard's pool closed", "shard", p.Shard.Name)
 	}
 }
 

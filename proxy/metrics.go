@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+
 	"runtime"
 	"runtime/debug"
 
@@ -10,7 +12,7 @@ import (
 // metrics are the proxy's Prometheus metrics, registered on the server's
 // own registry (Server.Registry). Counters of events without a shard are
 // plain vectors here; every per-shard series is read at scrape time from
-// the shard's statistics (stats.go) by shardCollector, so a reload that
+// the shard's statistics (internal/backend/stats.go) by shardCollector, so a reload that
 // adds or removes shards changes the series without re-registering, and
 // the admin console and the metrics read the same numbers.
 type metrics struct {
@@ -133,58 +135,58 @@ func (sc *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	for _, p := range srv.pools {
-		name := p.shard.Name
-		st := p.stats
-		counter(descTxns, st.xacts.Load(), name)
-		counter(descStatements, st.queries.Load(), name)
-		counter(descBytesIn, st.bytesIn.Load(), name)
-		counter(descBytesOut, st.bytesOut.Load(), name)
-		counter(descWaits, st.waits.Load(), name)
-		for k := routeKind(0); k < numRouteKinds; k++ {
-			counter(descRoutes, st.routes[k].Load(), name, k.String())
+		name := p.Shard.Name
+		st := p.Stats
+		counter(descTxns, st.Xacts.Load(), name)
+		counter(descStatements, st.Queries.Load(), name)
+		counter(descBytesIn, st.BytesIn.Load(), name)
+		counter(descBytesOut, st.BytesOut.Load(), name)
+		counter(descWaits, st.Waits.Load(), name)
+		for k := backend.RouteKind(0); k < backend.NumRouteKinds; k++ {
+			counter(descRoutes, st.Routes[k].Load(), name, k.String())
 		}
-		for class, n := range st.errorCounts() {
+		for class, n := range st.ErrorCounts() {
 			counter(descErrors, n, name, class)
 		}
-		st.xactHist.Collect(ch)
-		st.waitHist.Collect(ch)
-		f := p.figures()
-		gauge(descOpen, float64(f.open), name)
-		gauge(descIdle, float64(f.idle), name)
-		gauge(descActive, float64(f.active), name)
-		gauge(descWaiting, float64(f.waiting), name)
-		gauge(descMaxWait, f.maxWait.Seconds(), name)
+		st.XactHist.Collect(ch)
+		st.WaitHist.Collect(ch)
+		f := p.Figures()
+		gauge(descOpen, float64(f.Open), name)
+		gauge(descIdle, float64(f.Idle), name)
+		gauge(descActive, float64(f.Active), name)
+		gauge(descWaiting, float64(f.Waiting), name)
+		gauge(descMaxWait, f.MaxWait.Seconds(), name)
 		gauge(descPoolSize, float64(srv.cfg.PoolSize), name)
 		up := 1.0
-		if p.down.Load() != nil {
+		if p.Down.Load() != nil {
 			up = 0
 		}
 		gauge(descUp, up, name)
-		cur := p.state()
-		for _, s := range shardStates {
+		cur := p.State()
+		for _, s := range backend.ShardStates {
 			v := 0.0
 			if s == cur {
 				v = 1
 			}
 			gauge(descState, v, name, s)
 		}
-		if b := p.ops.bouncer.Load(); b != nil {
+		if b := p.Ops.Bouncer.Load(); b != nil {
 			ok := 0.0
-			if b.err == "" {
+			if b.Err == "" {
 				ok = 1
 			}
 			gauge(descBouncerUp, ok, name)
-			if b.err == "" {
-				gauge(descBouncerActive, float64(b.clActive), name)
-				gauge(descBouncerWaiting, float64(b.clWaiting), name)
-				gauge(descBouncerSvAct, float64(b.svActive), name)
-				gauge(descBouncerSvIdle, float64(b.svIdle), name)
-				gauge(descBouncerMaxWait, b.maxWait.Seconds(), name)
-				counter(descBouncerXacts, b.xactCount, name)
+			if b.Err == "" {
+				gauge(descBouncerActive, float64(b.ClActive), name)
+				gauge(descBouncerWaiting, float64(b.ClWaiting), name)
+				gauge(descBouncerSvAct, float64(b.SvActive), name)
+				gauge(descBouncerSvIdle, float64(b.SvIdle), name)
+				gauge(descBouncerMaxWait, b.MaxWait.Seconds(), name)
+				counter(descBouncerXacts, b.XactCount, name)
 			}
 		}
 	}
-	for k := routeKind(0); k < numRouteKinds; k++ {
+	for k := backend.RouteKind(0); k < backend.NumRouteKinds; k++ {
 		if n := sc.c.routes.noShard[k].Load(); n > 0 {
 			counter(descRoutes, n, "", k.String())
 		}

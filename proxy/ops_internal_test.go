@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+
 	"strings"
 	"testing"
 	"time"
@@ -36,21 +38,21 @@ func TestSecretSetRedacts(t *testing.T) {
 
 func TestQuantile(t *testing.T) {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h", Buckets: []float64{0.001, 0.01, 0.1, 1}})
-	if q := quantile(h, 0.99); q != 0 {
+	if q := backend.Quantile(h, 0.99); q != 0 {
 		t.Fatalf("empty histogram: %v", q)
 	}
 	for i := 0; i < 99; i++ {
 		h.Observe(0.0005) // bucket ≤1ms
 	}
 	h.Observe(0.5) // bucket ≤1s
-	if q := quantile(h, 0.5); q <= 0 || q > time.Millisecond {
+	if q := backend.Quantile(h, 0.5); q <= 0 || q > time.Millisecond {
 		t.Errorf("p50 %v, want within the first bucket", q)
 	}
-	if q := quantile(h, 0.995); q < 100*time.Millisecond || q > time.Second {
+	if q := backend.Quantile(h, 0.995); q < 100*time.Millisecond || q > time.Second {
 		t.Errorf("p99.5 %v, want within (100ms, 1s]", q)
 	}
 	h.Observe(5) // above every bucket
-	if q := quantile(h, 1); q != time.Second {
+	if q := backend.Quantile(h, 1); q != time.Second {
 		t.Errorf("p100 %v, want the last bound", q)
 	}
 }

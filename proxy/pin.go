@@ -30,7 +30,7 @@ package proxy
 // or on Config.DefaultShard. Everything a single Postgres session can do
 // works, unless it needs a second shard.
 //
-//	client ─▶ session ─pin?─▶ no:  shardPool (PgBouncer or direct, per transaction)
+//	client ─▶ session ─pin?─▶ no:  backend.Pool (PgBouncer or direct, per transaction)
 //	                      └─▶ yes: s.bc, a direct backend of its own (Server.direct)
 //	                               ◀── notifications while idle (watchPinned)
 
@@ -47,6 +47,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -164,31 +165,31 @@ type pinOp struct {
 
 // directPool returns the pool of direct connections of shard i (the
 // shard's own pool when it is direct).
-func (s *Server) directPool(i int) *shardPool {
-	if !s.pools[i].viaPooler {
+func (s *Server) directPool(i int) *backend.Pool {
+	if !s.pools[i].ViaPooler {
 		return s.pools[i]
 	}
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
 	if s.direct == nil {
-		s.direct = make([]*shardPool, len(s.pools))
+		s.direct = make([]*backend.Pool, len(s.pools))
 	}
 	if s.direct[i] == nil {
-		p, err := newShardPool(s, i, s.cfg.Map.Shards[i], false)
+		p, err := backend.NewPool(s.backendEnv(), s.cfg.Map.Shards[i], false)
 		if err != nil {
 			return s.pools[i] // the DSN parsed once already; not reached
 		}
-		p.verified.Store(true) // the same database as the pooler's
+		p.Verified.Store(true) // the same database as the pooler's
 		s.direct[i] = p
 	}
 	return s.direct[i]
 }
 
 // directPools returns the direct pools made so far (nil entries skipped).
-func (s *Server) directPools() []*shardPool {
+func (s *Server) directPools() []*backend.Pool {
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
-	var out []*shardPool
+	var out []*backend.Pool
 	for _, p := range s.direct {
 		if p != nil {
 			out = append(out, p)
@@ -202,7 +203,7 @@ func (s *Server) directPools() []*shardPool {
 // returns the others, which retire: their pinned sessions stay on s (a
 // session never changes generation while pinned) and each connection
 // closes when its pin ends.
-func (s *Server) inheritDirect(gen *Server, kept map[*shardPool]int) (retire []*shardPool) {
+func (s *Server) inheritDirect(gen *Server, kept map[*backend.Pool]int) (retire []*backend.Pool) {
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
 	for i, dp := range s.direct {
@@ -211,10 +212,10 @@ func (s *Server) inheritDirect(gen *Server, kept map[*shardPool]int) (retire []*
 		}
 		if j, ok := kept[s.pools[i]]; ok {
 			if gen.direct == nil {
-				gen.direct = make([]*shardPool, len(gen.pools))
+				gen.direct = make([]*backend.Pool, len(gen.pools))
 			}
 			gen.direct[j] = dp
-			dp.srvp.Store(gen)
+			dp.SetEnv(gen.backendEnv())
 			continue
 		}
 		retire = append(retire, dp)
@@ -360,7 +361,7 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 		// CREATE TABLESPACE, ...) cannot get the client's settings from
 		// a transaction-local preamble: through a pooler it runs on a
 		// server session of its own, opened with them.
-		if _, pre := s.cur.split(true); len(pre.kv) > 0 && s.srv.pools[s.srv.defaultShard].viaPooler {
+		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.srv.pools[s.srv.defaultShard].ViaPooler {
 			why = pinSetsOnce
 		}
 	}
@@ -513,15 +514,15 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	if s.hasReaders() {
 		return nil // a transaction reading several shards: refused as before
 	}
-	if s.bc != nil && s.bc.pool.viaPooler && s.soft && s.tx == txBound {
+	if s.bc != nil && s.bc.Pool.ViaPooler && s.soft && s.tx == txBound {
 		// Only table-less reads ran: roll back and replay the start of
 		// the transaction on the pinned backend, as a soft move does.
-		res, err := s.bc.runSimple(ctx, srv.cfg.PoolTimeout, "ROLLBACK")
-		s.dropBackend(err == nil && len(res) == 1 && res[0].status == 'I')
+		res, err := s.bc.RunSimple(ctx, srv.cfg.PoolTimeout, "ROLLBACK")
+		s.dropBackend(err == nil && len(res) == 1 && res[0].Status == 'I')
 		s.soft, s.tx = false, txDeferred
 	}
 	switch {
-	case s.bc != nil && s.bc.pool.viaPooler:
+	case s.bc != nil && s.bc.Pool.ViaPooler:
 		srv.metrics.refusals.WithLabelValues("pinned").Inc()
 		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("this statement needs a server session of its own (%s), but its transaction already runs on a pooled connection (PgBouncer), which cannot become one", why),
@@ -532,34 +533,34 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		s.setPin(shard, why, temps)
 		return nil
 	}
-	if e := srv.pools[shard].isDown(); e != nil {
+	if e := srv.pools[shard].IsDown(); e != nil {
 		return e
 	}
 	pool := srv.directPool(shard)
-	bc, err := pool.acquireAs(ctx, s.startup, s.backendUser())
+	bc, err := pool.AcquireAs(ctx, s.startup, s.backendUser())
 	if err != nil {
-		if be, ok := err.(*backendPgError); ok {
-			return pgErrorToError(be.pe, "ERROR")
+		if be, ok := err.(*backend.PgError); ok {
+			return pgErrorToError(be.PgErr, "ERROR")
 		}
-		return pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, fmt.Sprintf("shard %q: %v", pool.shard.Name, err)))
+		return pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)))
 	}
 	var qs []string
 	if q := sessionReplaySQL(s.startup, s.cur); q != "" {
 		qs = append(qs, q)
 	}
 	if s.tx == txDeferred {
-		qs = append(qs, replaySQL(s.deferred, noSettings))
+		qs = append(qs, replaySQL(s.deferred, backend.NoSettings))
 	}
 	if len(qs) > 0 {
-		res, err := bc.runSimple(ctx, srv.cfg.PoolTimeout, qs...)
+		res, err := bc.RunSimple(ctx, srv.cfg.PoolTimeout, qs...)
 		if err != nil {
-			pool.discard(bc)
-			return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("pinning the session on shard %q failed: %v", pool.shard.Name, err))
+			pool.Discard(bc)
+			return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("pinning the session on shard %q failed: %v", pool.Shard.Name, err))
 		}
 		for _, r := range res {
-			if r.errRaw != nil {
-				pool.discard(bc)
-				e := pgwire.DecodeError(r.errRaw)
+			if r.ErrRaw != nil {
+				pool.Discard(bc)
+				e := pgwire.DecodeError(r.ErrRaw)
 				if e == nil {
 					e = pgwire.NewError(pgwire.CodeInternalError, "undecodable error from a shard")
 				}
@@ -567,7 +568,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 			}
 		}
 		if s.tx == txDeferred {
-			s.tx, s.bstatus = txBound, res[len(res)-1].status
+			s.tx, s.bstatus = txBound, res[len(res)-1].Status
 			if s.hint >= 0 {
 				s.hintBound = true
 			}
@@ -635,16 +636,16 @@ func (s *session) unpin() {
 	s.bc = nil
 	s.mu.Unlock()
 	if bc != nil {
-		bc.pool.discard(bc)
+		bc.Pool.Discard(bc)
 	}
 }
 
 // sessionReplaySQL is the statement that gives a fresh backend opened with
 // startup the session settings cur ("" when they are the same).
-func sessionReplaySQL(startup, cur *settings) string {
+func sessionReplaySQL(startup, cur *backend.Settings) string {
 	var kv [][2]string
-	for _, p := range cur.kv {
-		if v, ok := startup.get(p[0]); !ok || v != p[1] {
+	for _, p := range cur.KV {
+		if v, ok := startup.Get(p[0]); !ok || v != p[1] {
 			kv = append(kv, p)
 		}
 	}
@@ -658,9 +659,9 @@ func sessionReplaySQL(startup, cur *settings) string {
 			b.WriteString(", ")
 		}
 		b.WriteString("pg_catalog.set_config(")
-		writeEscapeLiteral(&b, p[0])
+		backend.WriteEscapeLiteral(&b, p[0])
 		b.WriteString(", ")
-		writeEscapeLiteral(&b, p[1])
+		backend.WriteEscapeLiteral(&b, p[1])
 		b.WriteString(", false)")
 	}
 	return b.String()
@@ -693,13 +694,13 @@ func (s *session) applyPinOps(ops []pinOp, idle bool) {
 			case name == "all":
 				s.cur = s.startup
 			case a.ToDefault:
-				if v, ok := s.startup.get(name); ok {
-					s.cur = s.cur.with(name, v)
+				if v, ok := s.startup.Get(name); ok {
+					s.cur = s.cur.With(name, v)
 				} else {
-					s.cur = s.cur.without(name)
+					s.cur = s.cur.Without(name)
 				}
 			case a.SetValue != "" && !strings.Contains(name, " "):
-				s.cur = s.cur.with(name, a.SetValue)
+				s.cur = s.cur.With(name, a.SetValue)
 			}
 		case route.KindDiscard:
 			switch strings.ToLower(a.SetName) {
@@ -782,9 +783,9 @@ func isCloseAll(sql string) bool {
 // resetStmtCache forgets the pinned backend's server-side statements
 // (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
 func (s *session) resetStmtCache() {
-	if s.bc != nil && s.bc.stmts != nil {
-		s.bc.stmts = newStmtCache(s.srv.cfg.StatementCacheSize)
-		s.bc.stmts.epoch = s.srv.stmtEpoch.Load()
+	if s.bc != nil && s.bc.Stmts != nil {
+		s.bc.Stmts = backend.NewStmtCache(s.srv.cfg.StatementCacheSize)
+		s.bc.Stmts.Epoch = s.srv.stmtEpoch.Load()
 	}
 }
 
@@ -915,21 +916,21 @@ func (s *session) readClient() (byte, []byte, error) {
 		s.watchPinned(bc)
 	}()
 	typ, msg, err := s.rd.Next()
-	_ = bc.nc.SetReadDeadline(time.Now()) // ends the watcher's read
+	_ = bc.NetConn.SetReadDeadline(time.Now()) // ends the watcher's read
 	wg.Wait()
-	_ = bc.nc.SetReadDeadline(time.Time{})
+	_ = bc.NetConn.SetReadDeadline(time.Time{})
 	return typ, msg, err
 }
 
 // watchPinned forwards the pinned backend's asynchronous messages to the
 // client until its read is interrupted (or the backend fails: the next
 // exchange reports that).
-func (s *session) watchPinned(bc *bconn) {
+func (s *session) watchPinned(bc *backend.Conn) {
 	for {
-		typ, msg, err := bc.rd.Next()
+		typ, msg, err := bc.Reader.Next()
 		if err != nil {
 			if !isTimeout(err) {
-				bc.broken = true
+				bc.Broken = true
 			}
 			return
 		}
@@ -947,10 +948,10 @@ func (s *session) watchPinned(bc *bconn) {
 			s.wmu.Lock()
 			_, _ = s.asyncWriter().Write(msg)
 			s.wmu.Unlock()
-			bc.broken = true
+			bc.Broken = true
 			return
 		default:
-			bc.broken = true
+			bc.Broken = true
 			return
 		}
 	}
@@ -1004,65 +1005,8 @@ func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 	if s.bc == nil {
 		return nil, nil
 	}
-	s.core.rekeyToBackend(s, s.bc.pid, s.bc.secret)
-	return maps.Clone(s.bc.statuses), nil
-}
-
-// acquireAs is acquire for a pinned backend connecting as user ("" or
-// the DSN's user: an ordinary acquire). Such a connection is never
-// shared (pins are closed when they end), so it always opens a new one,
-// waiting for a slot like acquire.
-func (p *shardPool) acquireAs(ctx context.Context, key *settings, user string) (*bconn, error) {
-	if user == "" || user == p.base.User {
-		return p.acquire(ctx, key)
-	}
-	if e := p.isDown(); e != nil {
-		return nil, e
-	}
-	for {
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			return nil, errPoolClosed
-		}
-		if p.open < p.server().cfg.PoolSize {
-			p.open++
-			p.mu.Unlock()
-			return p.connectAs(ctx, key, user)
-		}
-		if victim := p.oldestIdleLocked(); victim != nil {
-			p.mu.Unlock()
-			p.forget(victim)
-			return p.connectAs(ctx, key, user)
-		}
-		// A key no connection has: a release hands over its slot.
-		w := &poolWaiter{key: "\x00user\x00" + user, ch: make(chan poolGrant, 1)}
-		p.waiters = append(p.waiters, w)
-		p.mu.Unlock()
-		g, err := p.wait(ctx, w)
-		if err != nil {
-			return nil, err
-		}
-		if g.c != nil {
-			p.discard(g.c)
-			continue
-		}
-		if !g.open {
-			return nil, errPoolClosed
-		}
-		return p.connectAs(ctx, key, user)
-	}
-}
-
-// connectAs is connect as user; the caller holds a slot.
-func (p *shardPool) connectAs(ctx context.Context, key *settings, user string) (*bconn, error) {
-	c, err := p.dialAs(ctx, key, user)
-	if err != nil {
-		p.slotFreed()
-		p.server().metrics.backendErrors.WithLabelValues(p.shard.Name, "connect").Inc()
-		return nil, err
-	}
-	return c, nil
+	s.core.rekeyToBackend(s, s.bc.PID, s.bc.Secret)
+	return maps.Clone(s.bc.Statuses), nil
 }
 
 // pinnedMulti runs a query string of several statements in a pinned
@@ -1142,7 +1086,7 @@ func (s *session) fastpath(ctx context.Context, msg []byte) error {
 // is: a session-pooling client pinned at startup on a database of one
 // shard, where no statement needs routing.
 func (s *session) canRelay() bool {
-	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.srv.pools) == 1 && s.bc != nil && !s.bc.pool.viaPooler
+	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.srv.pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
 }
 
 // relay copies the client's bytes to its backend and the backend's to the
@@ -1154,23 +1098,23 @@ func (s *session) canRelay() bool {
 func (s *session) relay() error {
 	bc := s.bc
 	if b := s.rd.Take(); len(b) > 0 {
-		if _, err := bc.nc.Write(b); err != nil {
+		if _, err := bc.NetConn.Write(b); err != nil {
 			return err
 		}
 	}
-	if b := bc.rd.Take(); len(b) > 0 {
+	if b := bc.Reader.Take(); len(b) > 0 {
 		if _, err := s.conn.Write(b); err != nil {
 			return err
 		}
 	}
-	bc.broken = true // never reused: it carries the client's session
+	bc.Broken = true // never reused: it carries the client's session
 	done := make(chan struct{})
 	go func() { // owned here: waited for below
 		defer close(done)
-		_, _ = io.Copy(bc.nc, s.conn)
-		_ = bc.nc.SetDeadline(time.Now()) // the client left: stop the other copy
+		_, _ = io.Copy(bc.NetConn, s.conn)
+		_ = bc.NetConn.SetDeadline(time.Now()) // the client left: stop the other copy
 	}()
-	_, err := io.Copy(s.conn, bc.nc)
+	_, err := io.Copy(s.conn, bc.NetConn)
 	_ = s.conn.SetDeadline(time.Now()) // the backend left: stop the other copy
 	<-done
 	if err != nil && !isDisconnect(err) && !isTimeout(err) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -59,7 +60,7 @@ type planner struct {
 	held bool
 	// onBackend: the pipeline runs on a backend (bc, shard).
 	onBackend bool
-	bc        *bconn
+	bc        *backend.Conn
 	shard     int
 	// explicit: the backend part runs inside a transaction block the
 	// client opened (so a lost backend fails the client's transaction).
@@ -674,22 +675,22 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 	}
 	pool := s.srv.pools[shard]
-	key, pre := s.cur.split(pool.viaPooler)
-	bc, err := pool.acquire(p.ctx, key)
+	key, pre := s.cur.Split(pool.ViaPooler)
+	bc, err := pool.Acquire(p.ctx, key)
 	for k := 1; err != nil && p.anyShard && k < len(s.srv.pools); k++ {
-		if _, isPg := err.(*backendPgError); isPg {
+		if _, isPg := err.(*backend.PgError); isPg {
 			break
 		}
 		shard = (shard + 1) % len(s.srv.pools)
 		pool = s.srv.pools[shard]
-		key, pre = s.cur.split(pool.viaPooler)
-		bc, err = pool.acquire(p.ctx, key)
+		key, pre = s.cur.Split(pool.ViaPooler)
+		bc, err = pool.Acquire(p.ctx, key)
 	}
 	if err != nil {
-		if be, ok := err.(*backendPgError); ok {
-			return pgErrorToError(be.pe, "ERROR")
+		if be, ok := err.(*backend.PgError); ok {
+			return pgErrorToError(be.PgErr, "ERROR")
 		}
-		return pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.shard.Name, err)})
+		return pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)})
 	}
 	s.setBackend(bc)
 	s.shard = shard
@@ -711,8 +712,8 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		p.explicit = true
 		p.tx = txBound
-	case len(pre.kv) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
-		s.bw = pgwire.AppendQuery(s.bw, "BEGIN;\n"+pre.preambleSQL())
+	case len(pre.KV) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
+		s.bw = pgwire.AppendQuery(s.bw, "BEGIN;\n"+pre.PreambleSQL())
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.wrap = true
 	}
@@ -724,7 +725,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 func (p *planner) moveSoft() *pgwire.Error {
 	s := p.s
 	bc := s.bc
-	_, err := bc.runSimple(p.ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
+	_, err := bc.RunSimple(p.ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
 	s.soft = false
 	p.held, p.bc, p.soft = false, nil, false
@@ -816,7 +817,7 @@ func (s *session) appendSettingStatus(dst []byte, e *effect) []byte {
 // (preamble) right after BEGIN and any SET TRANSACTION (which must precede
 // every query, and the preamble is a query); SET LOCALs recorded before
 // that point run again after it, so the client's own SET LOCAL wins.
-func replaySQL(deferred []deferredStmt, pre *settings) string {
+func replaySQL(deferred []deferredStmt, pre *backend.Settings) string {
 	var b strings.Builder
 	add := func(sql string) {
 		if b.Len() > 0 {
@@ -825,7 +826,7 @@ func replaySQL(deferred []deferredStmt, pre *settings) string {
 		b.WriteString(sql)
 	}
 	at := min(1, len(deferred))
-	if len(pre.kv) > 0 {
+	if len(pre.KV) > 0 {
 		for i, d := range deferred {
 			if d.setTxn {
 				at = i + 1
@@ -835,8 +836,8 @@ func replaySQL(deferred []deferredStmt, pre *settings) string {
 	for _, d := range deferred[:at] {
 		add(d.sql)
 	}
-	if len(pre.kv) > 0 {
-		add(pre.preambleSQL())
+	if len(pre.KV) > 0 {
+		add(pre.PreambleSQL())
 		for _, d := range deferred[1:at] {
 			if d.setLocal && !d.setTxn {
 				add(d.sql)

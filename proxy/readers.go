@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -21,7 +22,7 @@ import (
 // that backend.
 
 // reader returns the reader the transaction holds on shard i, or nil.
-func (s *session) reader(i int) *bconn {
+func (s *session) reader(i int) *backend.Conn {
 	if i < len(s.readers) {
 		return s.readers[i]
 	}
@@ -32,9 +33,9 @@ func (s *session) reader(i int) *bconn {
 func (s *session) hasReaders() bool { return s.nreaders > 0 }
 
 // addReader records bc as the transaction's reader on shard i.
-func (s *session) addReader(i int, bc *bconn) {
+func (s *session) addReader(i int, bc *backend.Conn) {
 	if s.readers == nil {
-		s.readers = make([]*bconn, len(s.srv.pools))
+		s.readers = make([]*backend.Conn, len(s.srv.pools))
 	}
 	s.mu.Lock()
 	if s.readers[i] == nil {
@@ -45,7 +46,7 @@ func (s *session) addReader(i int, bc *bconn) {
 }
 
 // takeReader removes and returns the reader on shard i (nil if none).
-func (s *session) takeReader(i int) *bconn {
+func (s *session) takeReader(i int) *backend.Conn {
 	bc := s.reader(i)
 	if bc != nil {
 		s.mu.Lock()
@@ -62,23 +63,23 @@ func (s *session) endReaders() {
 	if s.nreaders == 0 {
 		return
 	}
-	var live []*bconn
+	var live []*backend.Conn
 	for i := range s.readers {
 		bc := s.takeReader(i)
 		if bc == nil {
 			continue
 		}
-		if bc.broken || bc.write([]byte{'Q', 0, 0, 0, 13, 'R', 'O', 'L', 'L', 'B', 'A', 'C', 'K', 0}) != nil {
-			bc.pool.discard(bc)
+		if bc.Broken || bc.Write([]byte{'Q', 0, 0, 0, 13, 'R', 'O', 'L', 'L', 'B', 'A', 'C', 'K', 0}) != nil {
+			bc.Pool.Discard(bc)
 			continue
 		}
 		live = append(live, bc)
 	}
 	for _, bc := range live {
-		_ = bc.nc.SetReadDeadline(time.Now().Add(s.srv.cfg.PoolTimeout))
+		_ = bc.NetConn.SetReadDeadline(time.Now().Add(s.srv.cfg.PoolTimeout))
 		ok := true
 		for {
-			typ, msg, err := bc.rd.Next()
+			typ, msg, err := bc.Reader.Next()
 			if err != nil {
 				ok = false
 				break
@@ -88,11 +89,11 @@ func (s *session) endReaders() {
 				break
 			}
 		}
-		_ = bc.nc.SetReadDeadline(time.Time{})
+		_ = bc.NetConn.SetReadDeadline(time.Time{})
 		if ok {
-			bc.pool.release(bc)
+			bc.Pool.Release(bc)
 		} else {
-			bc.pool.discard(bc)
+			bc.Pool.Discard(bc)
 		}
 	}
 }
@@ -101,7 +102,7 @@ func (s *session) endReaders() {
 func (s *session) discardReaders() {
 	for i := range s.readers {
 		if bc := s.takeReader(i); bc != nil {
-			bc.pool.discard(bc)
+			bc.Pool.Discard(bc)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -151,21 +152,21 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 
 	gen := &Server{core: c, cfg: cfg, users: users, generation: old.generation + 1}
-	oldByName := map[string]*shardPool{}
+	oldByName := map[string]*backend.Pool{}
 	for _, p := range old.pools {
-		oldByName[p.shard.Name] = p
+		oldByName[p.Shard.Name] = p
 	}
-	var fresh []*shardPool
-	kept := map[*shardPool]bool{}
-	keptAt := map[*shardPool]int{} // a kept pool's index in gen
+	var fresh []*backend.Pool
+	kept := map[*backend.Pool]bool{}
+	keptAt := map[*backend.Pool]int{} // a kept pool's index in gen
 	for i, sh := range cfg.Map.Shards {
-		if p := oldByName[sh.Name]; p != nil && p.shard == sh && p.viaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
+		if p := oldByName[sh.Name]; p != nil && p.Shard == sh && p.ViaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
 			old.cfg.ConnectTimeout == cfg.ConnectTimeout {
 			gen.pools = append(gen.pools, p)
 			kept[p] = true
 			keptAt[p] = i
 		} else {
-			np, err := newShardPool(gen, i, sh, cfg.UsePooler)
+			np, err := backend.NewPool(gen.backendEnv(), sh, cfg.UsePooler)
 			if err != nil {
 				return res, err
 			}
@@ -177,11 +178,11 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 			gen.defaultShard = i
 		}
 	}
-	var retired []*shardPool
+	var retired []*backend.Pool
 	for _, p := range old.pools {
 		if !kept[p] {
 			retired = append(retired, p)
-			res.Removed = append(res.Removed, p.shard.Name)
+			res.Removed = append(res.Removed, p.Shard.Name)
 		}
 	}
 	if cfg.VerifyIdentity && len(fresh) > 0 {
@@ -193,7 +194,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		c.mu.Unlock()
 		for _, p := range retired {
 			for id, name := range others {
-				if name == p.shard.Name {
+				if name == p.Shard.Name {
 					delete(others, id) // a replaced shard may keep its database
 				}
 			}
@@ -205,7 +206,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		c.mu.Lock()
 		for id, name := range c.dbIDs {
 			for _, p := range retired {
-				if p.shard.Name == name {
+				if p.Shard.Name == name {
 					delete(c.dbIDs, id)
 				}
 			}
@@ -215,8 +216,8 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		}
 		c.mu.Unlock()
 		for _, p := range fresh {
-			if _, ok := ids[p.shard.Name]; ok {
-				p.verified.Store(true)
+			if _, ok := ids[p.Shard.Name]; ok {
+				p.Verified.Store(true)
 			}
 		}
 	}
@@ -229,8 +230,9 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 
 	// Apply.
+	env := gen.backendEnv()
 	for p := range kept {
-		p.srvp.Store(gen)
+		p.SetEnv(env)
 	}
 	// Direct pools (pinned sessions' backends) follow their shard's pool.
 	retiredDirect := old.inheritDirect(gen, keptAt)
@@ -277,14 +279,14 @@ func checkEpoch(running, next *shardmap.Map) error {
 }
 
 // retire takes a pool out of service after a reload removed its shard.
-func (c *core) retire(p *shardPool) {
-	p.ops.retired.Store(true)
-	p.ops.refuse.Store(&pgwire.Error{Code: pgwire.CodeConnectionFailure,
-		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.shard.Name),
+func (c *core) retire(p *backend.Pool) {
+	p.Ops.Retired.Store(true)
+	p.Ops.Refuse.Store(&pgwire.Error{Code: pgwire.CodeConnectionFailure,
+		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.Shard.Name),
 		Hint:    "Retry: the transaction runs on the new map."})
-	p.resume()
+	p.Resume()
 	c.stopMonitor(p)
-	p.closeIdle()
+	p.CloseIdle()
 	c.life.mu.Lock()
 	c.life.retired = append(c.life.retired, p)
 	c.life.mu.Unlock()

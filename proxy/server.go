@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -33,7 +35,7 @@ type Server struct {
 	*core
 	cfg   Config
 	users map[string]login
-	pools []*shardPool
+	pools []*backend.Pool
 	// collation is whether the shards order text by bytes (collationC),
 	// checked on the first merge that compares text (collationUnknown
 	// again after DDL).
@@ -49,7 +51,7 @@ type Server struct {
 	// shards' own pools go through a pooler. A reload hands a kept shard's
 	// direct pool to the new generation and retires the others'.
 	directMu sync.Mutex
-	direct   []*shardPool
+	direct   []*backend.Pool
 
 	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
 	// the same for every generation (a reload keeps them).
@@ -133,8 +135,11 @@ func New(cfg Config) (*Server, error) {
 		users:      users,
 		generation: 1,
 	}
+	// The metrics first: the pools count their backend errors there.
+	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c.metrics = newMetrics(c.reg, c)
 	for i, sh := range cfg.Map.Shards {
-		p, err := newShardPool(s, i, sh, cfg.UsePooler)
+		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {
 			return nil, err
 		}
@@ -144,8 +149,6 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	c.cur.Store(s)
-	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	c.metrics = newMetrics(c.reg, c)
 	c.pinMetrics()
 	warnPlainPasswords(cfg.Users, c.log)
 	if err := s.newExtraDatabases(); err != nil {
@@ -182,6 +185,22 @@ func (s *Server) readyAddr(ctx context.Context, a *net.Addr) (net.Addr, error) {
 	return *a, nil
 }
 
+// backendEnv is the environment the generation hands its pools (a pool
+// follows the newest generation that has it).
+func (s *Server) backendEnv() *backend.Env {
+	c := &s.cfg
+	return &backend.Env{
+		PoolSize: c.PoolSize, PoolTimeout: c.PoolTimeout, ConnectTimeout: c.ConnectTimeout,
+		IdleTimeout: c.IdleTimeout, HealthInterval: c.HealthInterval, PauseTimeout: c.PauseTimeout,
+		StatementCacheSize: c.StatementCacheSize, VerifyIdentity: c.VerifyIdentity, Map: c.Map,
+		PgBouncer:          backend.BouncerConfig(c.PgBouncer),
+		BackendErrors:      s.metrics.backendErrors,
+		Log:                s.log,
+		StmtEpoch:          &s.stmtEpoch,
+		RegisterDatabaseID: s.registerDatabaseID,
+	}
+}
+
 // Verify reads every shard's identity record and checks it against the map
 // (like migrations.VerifyCluster): a shard that answers with a mismatching
 // record, or two shards on one database, is an error. A shard that cannot
@@ -205,8 +224,8 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 	}
 	s.mu.Unlock()
 	for _, p := range s.pools {
-		if _, ok := ids[p.shard.Name]; ok {
-			p.verified.Store(true)
+		if _, ok := ids[p.Shard.Name]; ok {
+			p.Verified.Store(true)
 		}
 	}
 	return down, nil
@@ -216,7 +235,7 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 // against m: a mismatch, or two shards (also among others, database id →
 // shard of shards already known) on one database, is an error; a shard
 // that cannot be reached is reported in down.
-func (s *Server) verifyPools(ctx context.Context, m *shardmap.Map, pools []*shardPool, others map[string]string) (map[string]migrations.Identity, []string, error) {
+func (s *Server) verifyPools(ctx context.Context, m *shardmap.Map, pools []*backend.Pool, others map[string]string) (map[string]migrations.Identity, []string, error) {
 	type res struct {
 		id  migrations.Identity
 		err error
@@ -226,10 +245,10 @@ func (s *Server) verifyPools(ctx context.Context, m *shardmap.Map, pools []*shar
 	g, gctx := errgroup.WithContext(ctx)
 	for i, p := range pools {
 		g.Go(func() error {
-			timeout := p.server().cfg.ConnectTimeout
+			timeout := p.Env().ConnectTimeout
 			cctx, cancel := context.WithTimeout(gctx, timeout)
 			defer cancel()
-			cfg, err := pgx.ParseConfig(p.dsn)
+			cfg, err := pgx.ParseConfig(p.DSN)
 			if err != nil {
 				out[i] = res{err: err}
 				return nil
@@ -247,7 +266,7 @@ func (s *Server) verifyPools(ctx context.Context, m *shardmap.Map, pools []*shar
 			// Through PgBouncer the login succeeds with the shard down and
 			// the first query fails (08P01 "server login has been
 			// failing"): the shard is unreachable, not in disagreement.
-			out[i] = res{id: id, err: err, up: err == nil || !unreachable(err)}
+			out[i] = res{id: id, err: err, up: err == nil || !backend.Unreachable(err)}
 			return nil
 		})
 	}
@@ -257,11 +276,11 @@ func (s *Server) verifyPools(ctx context.Context, m *shardmap.Map, pools []*shar
 	ids := map[string]migrations.Identity{}
 	for i, r := range out {
 		p := pools[i]
-		sh := p.shard
+		sh := p.Shard
 		switch {
 		case !r.up:
 			down = append(down, sh.Name)
-			s.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.addr, "err", shortErr(r.err))
+			s.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.Addr, "err", backend.ShortErr(r.err))
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, r.err))
 		default:
@@ -371,7 +390,7 @@ func (s *Server) pickAny() int {
 	n := len(s.pools)
 	start := int(s.rr.Add(1) % uint32(n))
 	for k := 0; k < n; k++ {
-		if i := (start + k) % n; s.pools[i].down.Load() == nil {
+		if i := (start + k) % n; s.pools[i].Down.Load() == nil {
 			return i
 		}
 	}
@@ -409,20 +428,20 @@ func (s *Server) textBytewise(ctx context.Context) bool {
 	}
 	ok := true
 	for _, p := range s.pools {
-		bc, err := p.acquire(ctx, noSettings)
+		bc, err := p.Acquire(ctx, backend.NoSettings)
 		if err != nil {
 			return false
 		}
-		res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, collationSQL)
+		res, err := bc.RunSimple(ctx, s.cfg.PoolTimeout, collationSQL)
 		if err != nil {
-			p.discard(bc)
+			p.Discard(bc)
 			return false
 		}
-		p.release(bc)
-		if len(res) != 1 || res[0].errRaw != nil || len(res[0].rows) != 1 || len(res[0].rows[0]) != 3 {
+		p.Release(bc)
+		if len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 3 {
 			return false
 		}
-		row := res[0].rows[0]
+		row := res[0].Rows[0]
 		coll, prov, n := string(row[0]), string(row[1]), string(row[2])
 		if !(coll == "C" || coll == "POSIX") || prov != "c" || n != "0" {
 			ok = false

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -57,7 +58,7 @@ type session struct {
 
 	// Settings: startup is what the client connected with, cur the
 	// session's current settings (startup + session SETs).
-	startup, cur *settings
+	startup, cur *backend.Settings
 	// reported are the session values of the GUC_REPORT parameters
 	// (canonical names) — what a client with a direct connection would
 	// have been told; startupReported those at connect time (for RESET).
@@ -108,14 +109,14 @@ type session struct {
 	skipUntilSync bool
 
 	mu     sync.Mutex // guards bc, readers and fanning against cancelBackend
-	bc     *bconn
+	bc     *backend.Conn
 	closed bool
 	// readers are the transaction's read-only backend transactions on
 	// other shards, by shard (readers.go); nreaders counts them.
-	readers  []*bconn
+	readers  []*backend.Conn
 	nreaders int
 	// fanning are the connections a fan-out is reading (cancel reaches all).
-	fanning []*bconn
+	fanning []*backend.Conn
 
 	// pin, when set, keeps s.bc as the client's own backend across
 	// transactions (pin.go). pinInfo is its description for other
@@ -213,7 +214,7 @@ type vstmt struct {
 	// realOn is the pinned backend where the statement exists under the
 	// client's own name (parsed there as it was sent: pin.go); nil when
 	// it is virtual. Another backend (after the pin ended) re-parses it.
-	realOn *bconn
+	realOn *backend.Conn
 	// epoch is the Server.stmtEpoch when the client parsed it: a Bind
 	// under a later epoch (a schema change since) may find its result
 	// columns changed (fStale).
@@ -423,7 +424,7 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	var kv [][2]string
 	for _, p := range pkt.Params {
 		name := strings.ToLower(p[0])
-		if startupOnly[name] {
+		if backend.StartupOnly[name] {
 			continue
 		}
 		kv = append(kv, [2]string{name, p[1]})
@@ -447,9 +448,9 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	if pkt.Minor > 0 || len(pkt.ProtocolOptions) > 0 {
 		s.out = appendNegotiateProtocol(s.out, pkt.ProtocolOptions)
 	}
-	s.startup = newSettings(kv)
+	s.startup = backend.NewSettings(kv)
 	if s.asSelf {
-		s.startup = s.startup.withUser(s.user) // it reaches the shards as itself
+		s.startup = s.startup.WithUser(s.user) // it reaches the shards as itself
 	}
 	s.cur = s.startup
 	st, e := s.pinAtStartup(ctx)
@@ -582,18 +583,18 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 	first := s.srv.pickAny()
 	for k := 0; k < len(s.srv.pools); k++ {
 		p := s.srv.pools[(first+k)%len(s.srv.pools)]
-		if p.isDown() != nil {
-			lastErr = p.isDown()
+		if p.IsDown() != nil {
+			lastErr = p.IsDown()
 			continue
 		}
-		key, pre := s.cur.split(p.viaPooler)
-		st, err := p.startupStatuses(ctx, key)
+		key, pre := s.cur.Split(p.ViaPooler)
+		st, err := p.StartupStatuses(ctx, key)
 		if err != nil {
-			var be *backendPgError
+			var be *backend.PgError
 			if errors.As(err, &be) {
 				// The server refused the client's settings: that is the
 				// client's error, as it would have been connecting directly.
-				return nil, pgErrorToError(be.pe, "FATAL")
+				return nil, pgErrorToError(be.PgErr, "FATAL")
 			}
 			lastErr = err
 			continue
@@ -602,7 +603,7 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 		for n, v := range st {
 			out[n] = v
 		}
-		if len(pre.kv) > 0 {
+		if len(pre.KV) > 0 {
 			vals, e := s.srv.validatePreamble(ctx, p, key, pre)
 			if e != nil {
 				e.Severity = "FATAL"
@@ -638,15 +639,15 @@ func (s *session) releaseAll() {
 	if s.pin != nil {
 		// A pinned backend carries the client's session state.
 		s.clearPin()
-		bc.pool.discard(bc)
+		bc.Pool.Discard(bc)
 		return
 	}
 	if s.tx == txBound || s.pinned {
 		// A transaction or pipeline is open: the connection is not clean.
-		bc.pool.discard(bc)
+		bc.Pool.Discard(bc)
 		return
 	}
-	bc.pool.release(bc)
+	bc.Pool.Release(bc)
 }
 
 // cancelBackend forwards a cancel request to the backend serving the
@@ -658,14 +659,14 @@ func (s *session) cancelBackend(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
-	var targets []*bconn
+	var targets []*backend.Conn
 	if len(s.fanning) > 0 {
 		targets = append(targets, s.fanning...) // a fan-out: every shard's part
 	} else if s.bc != nil {
 		targets = append(targets, s.bc)
 	}
 	for _, bc := range targets {
-		bc.cancelled.Store(true)
+		bc.Cancelled.Store(true)
 	}
 	s.mu.Unlock()
 	if len(targets) == 0 {
@@ -674,14 +675,14 @@ func (s *session) cancelBackend(ctx context.Context) {
 	s.core.metrics.cancels.Inc()
 	timeout := s.core.current().cfg.ConnectTimeout
 	for _, bc := range targets {
-		if err := sendCancel(ctx, bc.nc.RemoteAddr(), bc.pid, bc.secret, timeout); err != nil {
-			s.log.Warn("forwarding a cancel request failed", "shard", bc.pool.shard.Name, "err", err)
+		if err := backend.SendCancel(ctx, bc.NetConn.RemoteAddr(), bc.PID, bc.Secret, timeout); err != nil {
+			s.log.Warn("forwarding a cancel request failed", "shard", bc.Pool.Shard.Name, "err", err)
 		}
 	}
 }
 
 // setBackend records bc as the session's backend (under mu, for cancel).
-func (s *session) setBackend(bc *bconn) {
+func (s *session) setBackend(bc *backend.Conn) {
 	s.mu.Lock()
 	s.bc = bc
 	s.mu.Unlock()
@@ -701,13 +702,13 @@ func (s *session) dropBackend(clean bool) {
 		// The pinned backend is gone: so is the session state it kept.
 		s.clearPin()
 		s.pinLost = true
-		bc.pool.discard(bc)
+		bc.Pool.Discard(bc)
 		return
 	}
-	if clean && !bc.broken {
-		bc.pool.release(bc)
+	if clean && !bc.Broken {
+		bc.Pool.Release(bc)
 	} else {
-		bc.pool.discard(bc)
+		bc.Pool.Discard(bc)
 	}
 }
 

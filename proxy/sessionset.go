@@ -1,7 +1,7 @@
 package proxy
 
 // Session SET / RESET: a client's session settings are kept by the proxy
-// (settings.go) and validated by running them on a shard inside a
+// (internal/backend/settings.go) and validated by running them on a shard inside a
 // transaction that is rolled back; the settings that the preamble applies
 // are validated once per set, as Postgres validates startup parameters.
 
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -28,26 +29,26 @@ var preambles = &preambleCache{m: map[string]map[string]string{}}
 // validatePreamble checks settings the preamble applies (they did not go
 // into a startup packet) the way Postgres checks startup parameters, and
 // returns the ParameterStatus values they produce. Results are cached.
-func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *settings) (map[string]string, *pgwire.Error) {
-	ck := p.shard.Name + "\x00" + key.key + "\x00" + pre.key
+func (s *Server) validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error) {
+	ck := p.Shard.Name + "\x00" + key.Key + "\x00" + pre.Key
 	preambles.mu.Lock()
 	vals, ok := preambles.m[ck]
 	preambles.mu.Unlock()
 	if ok {
 		return vals, nil
 	}
-	bc, err := p.acquire(ctx, key)
+	bc, err := p.Acquire(ctx, key)
 	if err != nil {
 		return nil, pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
 	}
-	res, err := bc.runSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.preambleSQL(), "ROLLBACK")
+	res, err := bc.RunSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.PreambleSQL(), "ROLLBACK")
 	if err != nil {
-		p.discard(bc)
-		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.shard.Name, err))
+		p.Discard(bc)
+		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.Shard.Name, err))
 	}
-	p.release(bc)
-	if res[0].errRaw != nil {
-		e := pgwire.DecodeError(res[0].errRaw)
+	p.Release(bc)
+	if res[0].ErrRaw != nil {
+		e := pgwire.DecodeError(res[0].ErrRaw)
 		if e == nil {
 			return nil, pgwire.NewFatal(pgwire.CodeInternalError, "undecodable error from a shard")
 		}
@@ -55,7 +56,7 @@ func (s *Server) validatePreamble(ctx context.Context, p *shardPool, key, pre *s
 		return nil, e
 	}
 	vals = map[string]string{}
-	for _, st := range res[0].statuses {
+	for _, st := range res[0].Statuses {
 		vals[st[0]] = st[1]
 	}
 	preambles.mu.Lock()
@@ -102,12 +103,12 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.startupReported}}
 	}
 	if st.ToDefault {
-		set := s.cur.without(name)
-		if v, ok := s.startup.get(name); ok {
-			set = s.cur.with(name, v)
+		set := s.cur.Without(name)
+		if v, ok := s.startup.Get(name); ok {
+			set = s.cur.With(name, v)
 		}
 		rep := s.reported
-		if canon, ok := reportedParams[name]; ok {
+		if canon, ok := backend.ReportedParams[name]; ok {
 			rep = maps.Clone(s.reported)
 			if v, ok := s.startupReported[canon]; ok {
 				rep[canon] = v
@@ -115,7 +116,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		}
 		return action{tag: tag, eff: &effect{kind: effSettings, set: set, rep: rep}}
 	}
-	var own *bconn
+	var own *backend.Conn
 	if p.onBackend { // taken by this pipeline (p.held is false here)
 		own = p.bc
 	}
@@ -137,7 +138,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 			rep[kv[0]] = kv[1]
 		}
 	}
-	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.with(name, value), rep: rep}}
+	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.With(name, value), rep: rep}}
 }
 
 // probeSet runs the client's SET in a transaction that is rolled back, on
@@ -149,13 +150,13 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 // another connection while holding one can wait for itself (the same
 // shard's pool being full) or for sessions that wait likewise, until
 // PoolTimeout.
-func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *bconn) (string, [][2]string, []byte, *pgwire.Error) {
-	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + quoteLiteral(name) + ")", "ROLLBACK"}
+func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *backend.Conn) (string, [][2]string, []byte, *pgwire.Error) {
+	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + backend.QuoteLiteral(name) + ")", "ROLLBACK"}
 	if own != nil {
-		res, err := own.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
-		if err != nil || len(res) != 4 || res[3].status != 'I' {
-			own.broken = true
-			return "", nil, nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.pool.shard.Name, err))
+		res, err := own.RunSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		if err != nil || len(res) != 4 || res[3].Status != 'I' {
+			own.Broken = true
+			return "", nil, nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.Pool.Shard.Name, err))
 		}
 		return probeResult(res, name)
 	}
@@ -163,23 +164,23 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 	first := s.srv.pickAny()
 	for k := 0; k < len(s.srv.pools); k++ {
 		pool := s.srv.pools[(first+k)%len(s.srv.pools)]
-		if pool.isDown() != nil {
-			lastErr = pool.isDown()
+		if pool.IsDown() != nil {
+			lastErr = pool.IsDown()
 			continue
 		}
-		key, _ := s.cur.split(pool.viaPooler)
-		bc, err := pool.acquire(ctx, key)
+		key, _ := s.cur.Split(pool.ViaPooler)
+		bc, err := pool.Acquire(ctx, key)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		res, err := bc.runSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
-		if err != nil || len(res) != 4 || res[3].status != 'I' {
-			pool.discard(bc)
-			lastErr = fmt.Errorf("shard %q: %v", pool.shard.Name, err)
+		res, err := bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		if err != nil || len(res) != 4 || res[3].Status != 'I' {
+			pool.Discard(bc)
+			lastErr = fmt.Errorf("shard %q: %v", pool.Shard.Name, err)
 			continue
 		}
-		pool.release(bc)
+		pool.Release(bc)
 		return probeResult(res, name)
 	}
 	e := pgwire.AsError(lastErr, pgwire.NewError(pgwire.CodeCannotConnect, fmt.Sprintf("no shard could check the setting: %v", lastErr)))
@@ -188,15 +189,15 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 
 // probeResult reads probeSet's results: the canonical value and the
 // ParameterStatus changes, or Postgres's error.
-func probeResult(res []simpleResult, name string) (string, [][2]string, []byte, *pgwire.Error) {
-	if res[1].errRaw != nil {
-		return "", nil, res[1].errRaw, nil
+func probeResult(res []backend.SimpleResult, name string) (string, [][2]string, []byte, *pgwire.Error) {
+	if res[1].ErrRaw != nil {
+		return "", nil, res[1].ErrRaw, nil
 	}
-	if res[2].errRaw != nil {
-		return "", nil, res[2].errRaw, nil
+	if res[2].ErrRaw != nil {
+		return "", nil, res[2].ErrRaw, nil
 	}
-	if len(res[2].rows) != 1 || len(res[2].rows[0]) != 1 {
+	if len(res[2].Rows) != 1 || len(res[2].Rows[0]) != 1 {
 		return "", nil, nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard could not read back the setting "+name)
 	}
-	return string(res[2].rows[0][0]), res[1].statuses, nil, nil
+	return string(res[2].Rows[0][0]), res[1].Statuses, nil, nil
 }

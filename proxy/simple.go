@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -313,7 +314,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	if blockCtl && p.tx == txIdle && !p.held {
 		// The string manages its own transaction: no wrapping possible.
 		pool := s.srv.pools[target]
-		if _, pre := s.cur.split(pool.viaPooler); len(pre.kv) > 0 {
+		if _, pre := s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
 			p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
 				Hint:    "Send the statements separately."}, nil)
@@ -384,9 +385,9 @@ func hasTxnBlock(as []*route.Statement) bool {
 	return false
 }
 
-func settingNames(st *settings) string {
+func settingNames(st *backend.Settings) string {
 	var n []string
-	for _, kv := range st.kv {
+	for _, kv := range st.KV {
 		n = append(n, kv[0])
 	}
 	return strings.Join(n, ", ")

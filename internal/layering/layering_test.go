@@ -49,6 +49,8 @@ var rules = []rule{
 	{name: "proxy/internal/pgwire, the wire protocol, imports nothing of ours", pkg: "proxy/internal/pgwire"},
 	{name: "proxy/internal/pgvalue, the value codec, builds on pgwire only", pkg: "proxy/internal/pgvalue", allow: []string{"proxy/internal/pgwire"}},
 	{name: "proxy/internal/auth, client authentication, uses pgwire at most", pkg: "proxy/internal/auth", allow: []string{"proxy/internal/pgwire"}},
+	{name: "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations (never the proxy, the analyzer or the value codec)", pkg: "proxy/internal/backend", allow: []string{"proxy/internal/pgwire", "shardmap", "migrations"}},
+	{name: "proxy/internal/merge, the fan-out merge executor, builds on the analyzer's plans, pgvalue and pgwire (never a session, the pools or the proxy)", pkg: "proxy/internal/merge", allow: []string{"proxy/route", "proxy/internal/pgvalue", "proxy/internal/pgwire", "shardmap"}},
 }
 
 // foundations are leaf packages every package may use: each imports
@@ -275,9 +277,12 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		"proxy/internal/pgwire":  {},
 		"proxy/internal/pgvalue": {imports: []string{"proxy/internal/pgwire"}, deps: []string{"proxy/internal/pgwire"}},
 		"proxy/internal/auth":    {},
+		"proxy/internal/backend": {imports: []string{"migrations", "proxy/internal/pgwire", "shardmap"}, deps: []string{"migrations", "proxy/internal/pgwire", "shardmap"}},
 		"proxy/route":            {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
-		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
-			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
+		"proxy/internal/merge": {imports: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route"},
+			deps: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "shardmap"}},
+		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
+			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
 	}
 	if vs, _ := check(base); len(vs) != 0 {
 		t.Fatalf("the clean graph has violations: %v", vs)
@@ -300,7 +305,14 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"pgwire imports the value codec", "proxy/internal/pgwire", "proxy/internal/pgvalue", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy/internal/pgvalue"},
 		{"pgvalue imports the proxy", "proxy/internal/pgvalue", "proxy", "pgvalue, the value codec, builds on pgwire only", "proxy/internal/pgvalue → proxy"},
 		{"auth imports the value codec", "proxy/internal/auth", "proxy/internal/pgvalue", "auth, client authentication, uses pgwire at most", "proxy/internal/auth → proxy/internal/pgvalue"},
+		{"the pools reach back into the proxy", "proxy/internal/backend", "proxy", "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations", "proxy/internal/backend → proxy"},
+		{"the pools import the value codec", "proxy/internal/backend", "proxy/internal/pgvalue", "proxy/internal/backend, the backend pools", "proxy/internal/backend → proxy/internal/pgvalue"},
+		{"the wire imports the pools", "proxy/internal/pgwire", "proxy/internal/backend", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy/internal/backend"},
 		{"the analyzer imports the wire", "proxy/route", "proxy/internal/pgwire", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/pgwire"},
+		{"the merge reaches back into the proxy", "proxy/internal/merge", "proxy", "proxy/internal/merge, the fan-out merge executor", "proxy/internal/merge → proxy"},
+		{"the merge imports the pools", "proxy/internal/merge", "proxy/internal/backend", "proxy/internal/merge, the fan-out merge executor", "proxy/internal/merge → proxy/internal/backend"},
+		{"the value codec imports the merge", "proxy/internal/pgvalue", "proxy/internal/merge", "pgvalue, the value codec, builds on pgwire only", "proxy/internal/pgvalue → proxy/internal/merge"},
+		{"the analyzer imports the merge", "proxy/route", "proxy/internal/merge", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/merge"},
 		{"pgwire reaches store through the proxy", "proxy/internal/pgwire", "proxy", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy"},
 		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
 		{"the SQL loader imports the map", "internal/sqlver", "shardmap", "internal/sqlver, the versioned-SQL loader, imports nothing of ours", "internal/sqlver → shardmap"},
@@ -345,7 +357,7 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 // package was renamed or moved (and is then silently skipped) fails here.
 func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 	g := loadGraph(t)
-	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth"} {
+	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge"} {
 		if _, ok := g[p]; !ok {
 			t.Fatalf("package %s is not in the module: update the proxy's layering rules", p)
 		}
@@ -357,7 +369,10 @@ func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 		{"proxy/internal/pgwire", "proxy/internal/pgvalue", "pgwire, the wire protocol, imports nothing of ours"},
 		{"proxy/internal/pgvalue", "proxy", "pgvalue, the value codec, builds on pgwire only"},
 		{"proxy/internal/auth", "proxy", "auth, client authentication, uses pgwire at most"},
+		{"proxy/internal/backend", "proxy", "proxy/internal/backend, the backend pools"},
 		{"proxy/route", "proxy/internal/pgvalue", "proxy/route, the analyzer"},
+		{"proxy/internal/merge", "proxy", "proxy/internal/merge, the fan-out merge executor"},
+		{"proxy/internal/merge", "proxy/internal/backend", "proxy/internal/merge, the fan-out merge executor"},
 	}
 	for _, e := range edges {
 		h := graph{}

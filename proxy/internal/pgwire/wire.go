@@ -68,7 +68,7 @@ type MsgReader struct {
 	limit func(typ byte) int
 	// ready is the status of the last ReadyForQuery read ('I', 'T', 'E'),
 	// or 0 when the owner has written since (backend connections: see
-	// bconn.write and shardPool.release).
+	// backend.Conn.Write and backend.Pool.Release).
 	Ready byte
 	// nread counts the bytes read (statistics).
 	nread uint64

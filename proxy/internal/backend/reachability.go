@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
-// unreachable reports whether err, met while talking to a shard (directly
+// Unreachable reports whether err, met while talking to a shard (directly
 // or through its PgBouncer), means that the shard's server cannot be
 // reached right now — as opposed to an answer from it (a missing or
 // mismatching identity record, a bad setting) that must stop the start.
@@ -22,7 +22,7 @@ import (
 // been failing, try again later (server_login_retry)" and "no more
 // connections allowed"), 57P01-57P03 (shutting down, crash recovery,
 // "the database system is starting up") and 53300 (too many connections).
-func unreachable(err error) bool {
+func Unreachable(err error) bool {
 	if err == nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"context"
@@ -9,27 +9,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
-	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// quietServer is a proxy server for m (not serving) that logs nowhere.
-func quietServer(t *testing.T, m *shardmap.Map) *Server {
+// quietPool is a pool of m's first shard (direct, not monitored) whose
+// environment logs nowhere; errs counts its backend errors.
+func quietPool(t *testing.T, m *shardmap.Map) (p *Pool, errs *prometheus.CounterVec) {
 	t.Helper()
-	an, err := route.New(m, route.DefaultSchema(), route.Options{})
+	errs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backend_errors_total", Help: "test"}, []string{"shard", "kind"})
+	env := &Env{
+		PoolSize: 4, PoolTimeout: 10 * time.Second, ConnectTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		VerifyIdentity: true, Map: m, BackendErrors: errs, StmtEpoch: new(atomic.Uint64),
+		Log:                slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RegisterDatabaseID: func(string, string) error { return nil },
+	}
+	p, err := NewPool(env, m.Shards[0], false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Map: m, Analyzer: an, Users: []User{{Name: "u", Trust: true}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	t.Cleanup(p.Shutdown)
+	return p, errs
 }
 
 // The pool's safety net: a connection handed back while its last
@@ -41,13 +45,12 @@ func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := quietServer(t, m)
-	p := srv.pools[0]
-	conn := func(ready byte) (*bconn, net.Conn) {
+	p, errs := quietPool(t, m)
+	conn := func(ready byte) (*Conn, net.Conn) {
 		a, b := net.Pipe()
 		go func() { _, _ = io.Copy(io.Discard, b) }() // the "server": reads the Terminate
-		c := &bconn{pool: p, nc: a, io: a, rd: pgwire.NewMsgReader(a, nil), key: &settings{}}
-		c.rd.Ready = ready
+		c := &Conn{Pool: p, NetConn: a, IO: a, Reader: pgwire.NewMsgReader(a, nil), key: &Settings{}}
+		c.Reader.Ready = ready
 		p.mu.Lock()
 		p.open++
 		p.conns[c] = struct{}{}
@@ -57,14 +60,14 @@ func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
 	}
 	unclean := func() float64 {
 		var m dto.Metric
-		if err := srv.metrics.backendErrors.WithLabelValues("a", "unclean").Write(&m); err != nil {
+		if err := errs.WithLabelValues("a", "unclean").Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()
 	}
 	for _, ready := range []byte{'T', 'E', 0} {
 		c, _ := conn(ready)
-		p.release(c)
+		p.Release(c)
 		p.mu.Lock()
 		_, kept := p.conns[c]
 		nidle := p.nidle
@@ -77,7 +80,7 @@ func TestReleaseClosesConnectionsNotIdle(t *testing.T) {
 		t.Fatalf("unclean releases counted %v, want 3", got)
 	}
 	c, _ := conn('I')
-	p.release(c)
+	p.Release(c)
 	p.mu.Lock()
 	nidle := p.nidle
 	p.mu.Unlock()
@@ -109,8 +112,7 @@ func (c *stallConn) Write(b []byte) (int, error) {
 // taking it over: the first query's reply reaches the proxy.
 func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 	m := clustertest.MigratedOneShard(t, clustertest.Get(t))
-	srv := quietServer(t, m)
-	p := srv.pools[0]
+	p, _ := quietPool(t, m)
 	var stalls atomic.Int32
 	var d net.Dialer
 	p.base.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -126,17 +128,17 @@ func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 		p.mu.Lock()
 		p.open++
 		p.mu.Unlock()
-		c, err := p.connect(ctx, &settings{})
+		c, err := p.connect(ctx, &Settings{})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.write(pgwire.AppendQuery(nil, "SELECT 1")); err != nil {
+		if err := c.Write(pgwire.AppendQuery(nil, "SELECT 1")); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = c.NetConn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		for {
-			typ, _, err := c.rd.Next()
+			typ, _, err := c.Reader.Next()
 			if err != nil {
 				t.Fatalf("connection %d: the reply to the first query never came: %v", i, err)
 			}
@@ -144,7 +146,7 @@ func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 				break
 			}
 		}
-		_ = c.nc.SetReadDeadline(time.Time{})
-		p.discard(c)
+		_ = c.NetConn.SetReadDeadline(time.Time{})
+		p.Discard(c)
 	}
 }

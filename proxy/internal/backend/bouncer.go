@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 // hides the shard's queue from the proxy: when PgBouncer's server pool is
 // full, a client's query waits inside PgBouncer (cl_waiting) until a
 // server is free or query_wait_timeout (120 s by default) fails it. The
-// monitor (lifecycle.go) reads PgBouncer's admin console every
-// Config.PgBouncer.PollInterval:
+// monitor (health.go) reads PgBouncer's admin console every
+// Env.PgBouncer.PollInterval:
 //
 //	SHOW POOLS  → cl_active, cl_waiting, sv_active, sv_idle, sv_used, sv_login, maxwait(+_us)
 //	SHOW STATS  → total_xact_count, total_query_count, avg_xact_time, avg_wait_time
@@ -29,22 +29,22 @@ import (
 // thresholds lets them through again. The readings are in SHOW SHARDS and
 // the metrics (pgshard_proxy_pgbouncer_*).
 
-// bouncerFigures is one reading of a shard's PgBouncer.
-type bouncerFigures struct {
-	at  time.Time
-	err string // "" when the reading succeeded
+// BouncerFigures is one reading of a shard's PgBouncer.
+type BouncerFigures struct {
+	At  time.Time
+	Err string // "" when the reading succeeded
 	// From SHOW POOLS, summed over the database's pools (maxWait: the max).
-	clActive, clWaiting, svActive, svIdle, svUsed, svLogin int
-	maxWait                                                time.Duration
+	ClActive, ClWaiting, SvActive, SvIdle, svUsed, svLogin int
+	MaxWait                                                time.Duration
 	// From SHOW STATS for the database.
-	xactCount, queryCount uint64
+	XactCount, queryCount uint64
 	avgXact, avgWait      time.Duration
 }
 
 // bouncerEnabled reports whether the shard is reached through a PgBouncer
 // whose admin console the config lets the proxy read.
-func (p *shardPool) bouncerEnabled() bool {
-	return p.viaPooler && p.server().cfg.PgBouncer.AdminUser != ""
+func (p *Pool) bouncerEnabled() bool {
+	return p.ViaPooler && p.Env().PgBouncer.AdminUser != ""
 }
 
 // bouncerConn is the monitor's connection to the PgBouncer admin console
@@ -54,8 +54,8 @@ type bouncerConn struct {
 }
 
 // pollBouncer takes one reading and applies the back-pressure rule.
-func (p *shardPool) pollBouncer(ctx context.Context) {
-	cfg := p.server().cfg.PgBouncer
+func (p *Pool) pollBouncer(ctx context.Context) {
+	cfg := p.Env().PgBouncer
 	timeout := min(max(cfg.PollInterval, time.Second), 5*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -64,34 +64,34 @@ func (p *shardPool) pollBouncer(ctx context.Context) {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 			return // stopping
 		}
-		prev := p.ops.bouncer.Load()
-		if prev == nil || prev.err == "" {
-			p.core.log.Warn("cannot read the shard's PgBouncer admin console", "shard", p.shard.Name, "addr", p.addr, "err", shortErr(err))
+		prev := p.Ops.Bouncer.Load()
+		if prev == nil || prev.Err == "" {
+			p.Env().Log.Warn("cannot read the shard's PgBouncer admin console", "shard", p.Shard.Name, "addr", p.Addr, "err", ShortErr(err))
 		}
-		f = &bouncerFigures{at: time.Now(), err: shortErr(err)}
-		p.ops.bouncer.Store(f)
+		f = &BouncerFigures{At: time.Now(), Err: ShortErr(err)}
+		p.Ops.Bouncer.Store(f)
 		// No reading: keep the last decision (a PgBouncer that is down
 		// fails its clients by itself; the health probe covers the shard).
 		return
 	}
-	p.ops.bouncer.Store(f)
-	over := cfg.MaxWaiting > 0 && f.clWaiting >= cfg.MaxWaiting || cfg.MaxWait > 0 && f.maxWait >= cfg.MaxWait
-	if p.ops.retired.Load() {
+	p.Ops.Bouncer.Store(f)
+	over := cfg.MaxWaiting > 0 && f.ClWaiting >= cfg.MaxWaiting || cfg.MaxWait > 0 && f.MaxWait >= cfg.MaxWait
+	if p.Ops.Retired.Load() {
 		return
 	}
 	if over {
 		e := &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 			Message: fmt.Sprintf("shard %q is overloaded: its PgBouncer has %d clients waiting for a server, the oldest for %s (thresholds: %s)",
-				p.shard.Name, f.clWaiting, f.maxWait.Round(time.Millisecond), thresholds(cfg)),
+				p.Shard.Name, f.ClWaiting, f.MaxWait.Round(time.Millisecond), thresholds(cfg)),
 			Hint: "The transaction was not started. Retry later; transactions for other shards are not affected."}
-		if p.ops.refuse.Swap(e) == nil {
-			p.core.log.Warn("shard overloaded behind PgBouncer: failing its new transactions fast", "shard", p.shard.Name,
-				"cl_waiting", f.clWaiting, "maxwait", f.maxWait.String())
+		if p.Ops.Refuse.Swap(e) == nil {
+			p.Env().Log.Warn("shard overloaded behind PgBouncer: failing its new transactions fast", "shard", p.Shard.Name,
+				"cl_waiting", f.ClWaiting, "maxwait", f.MaxWait.String())
 		}
 		return
 	}
-	if p.ops.refuse.Swap(nil) != nil {
-		p.core.log.Info("shard's PgBouncer no longer overloaded", "shard", p.shard.Name, "cl_waiting", f.clWaiting, "maxwait", f.maxWait.String())
+	if p.Ops.Refuse.Swap(nil) != nil {
+		p.Env().Log.Info("shard's PgBouncer no longer overloaded", "shard", p.Shard.Name, "cl_waiting", f.ClWaiting, "maxwait", f.MaxWait.String())
 	}
 }
 
@@ -110,7 +110,7 @@ func thresholds(c BouncerConfig) string {
 }
 
 // readBouncer reads SHOW POOLS and SHOW STATS for the shard's database.
-func (p *shardPool) readBouncer(ctx context.Context) (*bouncerFigures, error) {
+func (p *Pool) readBouncer(ctx context.Context) (*BouncerFigures, error) {
 	if p.bouncer.pc == nil || p.bouncer.pc.IsClosed() {
 		pc, err := p.connectBouncer(ctx)
 		if err != nil {
@@ -133,25 +133,25 @@ func (p *shardPool) readBouncer(ctx context.Context) (*bouncerFigures, error) {
 		results = append(results, r[0])
 	}
 	db := p.base.Database
-	f := &bouncerFigures{at: time.Now()}
+	f := &BouncerFigures{At: time.Now()}
 	for _, row := range rowsOf(results[0]) {
 		if row["database"] != db {
 			continue
 		}
-		f.clActive += atoi(row["cl_active"])
-		f.clWaiting += atoi(row["cl_waiting"])
-		f.svActive += atoi(row["sv_active"])
-		f.svIdle += atoi(row["sv_idle"])
+		f.ClActive += atoi(row["cl_active"])
+		f.ClWaiting += atoi(row["cl_waiting"])
+		f.SvActive += atoi(row["sv_active"])
+		f.SvIdle += atoi(row["sv_idle"])
 		f.svUsed += atoi(row["sv_used"])
 		f.svLogin += atoi(row["sv_login"])
 		w := time.Duration(atoi(row["maxwait"]))*time.Second + time.Duration(atoi(row["maxwait_us"]))*time.Microsecond
-		f.maxWait = max(f.maxWait, w)
+		f.MaxWait = max(f.MaxWait, w)
 	}
 	for _, row := range rowsOf(results[1]) {
 		if row["database"] != db {
 			continue
 		}
-		f.xactCount = uint64(atoi(row["total_xact_count"]))
+		f.XactCount = uint64(atoi(row["total_xact_count"]))
 		f.queryCount = uint64(atoi(row["total_query_count"]))
 		f.avgXact = time.Duration(atoi(row["avg_xact_time"])) * time.Microsecond
 		f.avgWait = time.Duration(atoi(row["avg_wait_time"])) * time.Microsecond
@@ -160,8 +160,8 @@ func (p *shardPool) readBouncer(ctx context.Context) (*bouncerFigures, error) {
 }
 
 // connectBouncer logs in to the PgBouncer's admin database.
-func (p *shardPool) connectBouncer(ctx context.Context) (*pgconn.PgConn, error) {
-	cfg := p.server().cfg.PgBouncer
+func (p *Pool) connectBouncer(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg := p.Env().PgBouncer
 	c := p.base.Copy()
 	c.Database = "pgbouncer"
 	c.User = cfg.AdminUser
@@ -169,13 +169,13 @@ func (p *shardPool) connectBouncer(ctx context.Context) (*pgconn.PgConn, error) 
 	c.RuntimeParams = map[string]string{} // PgBouncer's console accepts few startup parameters
 	pc, err := pgconn.ConnectConfig(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PgBouncer's admin console at %s as %q: %w", p.addr, cfg.AdminUser, err)
+		return nil, fmt.Errorf("connect to PgBouncer's admin console at %s as %q: %w", p.Addr, cfg.AdminUser, err)
 	}
 	return pc, nil
 }
 
 // closeBouncer closes the monitor's admin connection.
-func (p *shardPool) closeBouncer() {
+func (p *Pool) closeBouncer() {
 	if p.bouncer.pc != nil {
 		_ = p.bouncer.pc.Close(context.Background())
 		p.bouncer.pc = nil

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"slices"
@@ -37,11 +37,11 @@ var poolerTracked = map[string]string{
 }
 
 // startupOnly are startup packet keys that are not settings.
-var startupOnly = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
+var StartupOnly = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
 
 // reportedParams are Postgres 15's GUC_REPORT parameters (ParameterStatus
 // is sent when they change), lowercase → canonical spelling.
-var reportedParams = map[string]string{
+var ReportedParams = map[string]string{
 	"application_name":              "application_name",
 	"client_encoding":               "client_encoding",
 	"datestyle":                     "DateStyle",
@@ -57,41 +57,41 @@ var reportedParams = map[string]string{
 	"timezone":                      "TimeZone",
 }
 
-// settings is an immutable set of settings: lowercase GUC name → value,
+// Settings is an immutable set of settings: lowercase GUC name → value,
 // sorted by name. Share freely; modify by copy (with, without).
-type settings struct {
-	kv [][2]string
+type Settings struct {
+	KV [][2]string
 	// key identifies the set (names and values, and user), "" for the
 	// empty set.
-	key string
+	Key string
 	// user, when set, is the role backend connections with these startup
 	// settings log in as (a client admitted through the "*" login
 	// reaches the shards as itself); "" = the shard DSN's user.
 	user string
 }
 
-// withUser returns a copy whose backend connections log in as user.
-func (s *settings) withUser(user string) *settings {
-	c := &settings{kv: s.kv, user: user}
-	c.key = c.makeKey()
+// WithUser returns a copy whose backend connections log in as user.
+func (s *Settings) WithUser(user string) *Settings {
+	c := &Settings{KV: s.KV, user: user}
+	c.Key = c.makeKey()
 	return c
 }
 
-func (s *settings) makeKey() string {
+func (s *Settings) makeKey() string {
 	if s.user == "" {
-		return settingsKey(s.kv)
+		return settingsKey(s.KV)
 	}
-	return settingsKey(s.kv) + "\x00user\x00" + s.user
+	return settingsKey(s.KV) + "\x00user\x00" + s.user
 }
 
-var noSettings = &settings{}
+var NoSettings = &Settings{}
 
-func newSettings(kv [][2]string) *settings {
-	s := &settings{}
+func NewSettings(kv [][2]string) *Settings {
+	s := &Settings{}
 	for _, p := range kv {
-		s.kv = setKV(s.kv, strings.ToLower(p[0]), p[1])
+		s.KV = setKV(s.KV, strings.ToLower(p[0]), p[1])
 	}
-	s.key = settingsKey(s.kv)
+	s.Key = settingsKey(s.KV)
 	return s
 }
 
@@ -115,38 +115,38 @@ func settingsKey(kv [][2]string) string {
 	return b.String()
 }
 
-// get returns the value of name (lowercase).
-func (s *settings) get(name string) (string, bool) {
-	i, found := slices.BinarySearchFunc(s.kv, name, func(e [2]string, n string) int { return strings.Compare(e[0], n) })
+// Get returns the value of name (lowercase).
+func (s *Settings) Get(name string) (string, bool) {
+	i, found := slices.BinarySearchFunc(s.KV, name, func(e [2]string, n string) int { return strings.Compare(e[0], n) })
 	if !found {
 		return "", false
 	}
-	return s.kv[i][1], true
+	return s.KV[i][1], true
 }
 
-// with returns a copy with name set to value.
-func (s *settings) with(name, value string) *settings {
-	c := &settings{kv: setKV(slices.Clone(s.kv), name, value), user: s.user}
-	c.key = c.makeKey()
+// With returns a copy with name set to value.
+func (s *Settings) With(name, value string) *Settings {
+	c := &Settings{KV: setKV(slices.Clone(s.KV), name, value), user: s.user}
+	c.Key = c.makeKey()
 	return c
 }
 
-// without returns a copy without name.
-func (s *settings) without(name string) *settings {
-	c := &settings{kv: slices.DeleteFunc(slices.Clone(s.kv), func(e [2]string) bool { return e[0] == name }), user: s.user}
-	c.key = c.makeKey()
+// Without returns a copy without name.
+func (s *Settings) Without(name string) *Settings {
+	c := &Settings{KV: slices.DeleteFunc(slices.Clone(s.KV), func(e [2]string) bool { return e[0] == name }), user: s.user}
+	c.Key = c.makeKey()
 	return c
 }
 
-// split divides the settings of a client into what goes into the backend
+// Split divides the settings of a client into what goes into the backend
 // connection's startup packet (the pool key) and what the preamble applies
 // per transaction. Direct connections take everything at startup.
-func (s *settings) split(viaPooler bool) (startup, preamble *settings) {
-	if !viaPooler || len(s.kv) == 0 {
-		return s, noSettings
+func (s *Settings) Split(viaPooler bool) (startup, preamble *Settings) {
+	if !viaPooler || len(s.KV) == 0 {
+		return s, NoSettings
 	}
 	var a, b [][2]string
-	for _, p := range s.kv {
+	for _, p := range s.KV {
 		if _, ok := poolerTracked[p[0]]; ok {
 			a = append(a, p)
 		} else {
@@ -154,18 +154,18 @@ func (s *settings) split(viaPooler bool) (startup, preamble *settings) {
 		}
 	}
 	if len(b) == 0 {
-		return s, noSettings
+		return s, NoSettings
 	}
-	st := &settings{kv: a, user: s.user}
-	st.key = st.makeKey()
-	return st, &settings{kv: b, key: settingsKey(b)}
+	st := &Settings{KV: a, user: s.user}
+	st.Key = st.makeKey()
+	return st, &Settings{KV: b, Key: settingsKey(b)}
 }
 
 // runtimeParams returns the settings as pgconn RuntimeParams (PgBouncer's
 // spelling for the parameters it tracks).
-func (s *settings) runtimeParams(viaPooler bool) map[string]string {
-	m := make(map[string]string, len(s.kv))
-	for _, p := range s.kv {
+func (s *Settings) runtimeParams(viaPooler bool) map[string]string {
+	m := make(map[string]string, len(s.KV))
+	for _, p := range s.KV {
 		name := p[0]
 		if viaPooler {
 			if n, ok := poolerTracked[name]; ok {
@@ -177,23 +177,23 @@ func (s *settings) runtimeParams(viaPooler bool) map[string]string {
 	return m
 }
 
-// preambleSQL returns the statement that applies s for one transaction:
+// PreambleSQL returns the statement that applies s for one transaction:
 // SELECT set_config(...), ... with every value as an escape string, which
 // reads the same whatever standard_conforming_strings is.
-func (s *settings) preambleSQL() string {
+func (s *Settings) PreambleSQL() string {
 	var b strings.Builder
 	b.WriteString("SELECT ")
-	for i, p := range s.kv {
+	for i, p := range s.KV {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("pg_catalog.set_config(")
-		writeEscapeLiteral(&b, p[0])
+		WriteEscapeLiteral(&b, p[0])
 		b.WriteString(", ")
-		writeEscapeLiteral(&b, p[1])
+		WriteEscapeLiteral(&b, p[1])
 		b.WriteString(", true)")
 	}
-	if v, ok := s.get("default_transaction_read_only"); ok && isOn(v) {
+	if v, ok := s.Get("default_transaction_read_only"); ok && isOn(v) {
 		// The transaction the preamble runs in has begun already: its own
 		// read-only status follows the client's default only if set too
 		// (going read-only is allowed at any point of a transaction).
@@ -211,7 +211,7 @@ func isOn(v string) bool {
 	return false
 }
 
-func writeEscapeLiteral(b *strings.Builder, s string) {
+func WriteEscapeLiteral(b *strings.Builder, s string) {
 	b.WriteString("E'")
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
@@ -226,9 +226,9 @@ func writeEscapeLiteral(b *strings.Builder, s string) {
 	b.WriteByte('\'')
 }
 
-// quoteLiteral quotes s as a standard SQL string literal.
-func quoteLiteral(s string) string {
+// QuoteLiteral quotes s as a standard SQL string literal.
+func QuoteLiteral(s string) string {
 	var b strings.Builder
-	writeEscapeLiteral(&b, s)
+	WriteEscapeLiteral(&b, s)
 	return b.String()
 }

@@ -1,0 +1,37 @@
+// Package backend holds the proxy's connections to the shards: one pool
+// per shard (its Postgres, or its PgBouncer in transaction mode), keyed by
+// the startup settings a client needs, with the statement cache of direct
+// connections, the shard's health, its PgBouncer's readings and
+// back-pressure, the operator's controls and the statistics the console
+// and the metrics read. It knows no session, no planner and no server: the
+// configuration generation that uses a pool hands it an Env (its settings,
+// the metric and logger it reports to, the statement-cache epoch, the
+// identity register) and hands it the next generation's Env on a reload.
+//
+//	proxy (sessions, planner) ──Acquire(key *Settings)──▶ Pool ──▶ *Conn ──▶ PgBouncer or Postgres
+//	       ◀──────────────── Release / Discard ──────────┘   │
+//	proxy's core ── Monitor (health.go) ─▶ Probe, PollBouncer │
+//	             ── ReapIdle, RollStats every second          ▼
+//	console, metrics ◀── Figures, SnapshotConns, Stats, Averages (stats.go)
+//
+//	env.go           Env, BouncerConfig: what a pool is handed (SetEnv)
+//	pool.go          Pool: acquire/release/wait, dial (pgconn, then Hijack),
+//	                 identity check, probe, reaping, shutdown; AcquireAs
+//	                 for pinned sessions' own connections; SendCancel
+//	conn.go          Conn: one taken-over connection, its one-write Write,
+//	                 the non-blocking idle health peek
+//	stmtcache.go     StmtCache: a direct connection's prepared statements (LRU)
+//	settings.go      Settings: a client's settings as a pool key (startup
+//	                 parameters; through PgBouncer its five tracked ones plus
+//	                 a transaction-local preamble)
+//	ops.go           PAUSE/RESUME, RECONNECT, KILL, retirement; PollUntil
+//	bouncer.go       PgBouncer readings (SHOW POOLS/STATS) and back-pressure
+//	health.go        Monitor: the health probe and PgBouncer polling loop
+//	reachability.go  Unreachable: errors that mean "the shard is down"
+//	query.go         RunSimple: the proxy's own simple queries on a Conn
+//	stats.go         Stats (per-shard counters, route kinds), Figures,
+//	                 ConnInfo, Averages; Quantile of a histogram
+//
+// Every method of a Pool is safe for concurrent use; a Conn is used by one
+// session at a time (between transactions it sits idle in its pool).
+package backend

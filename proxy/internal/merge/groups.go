@@ -1,0 +1,507 @@
+package merge
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// Groups: the shards' partial groups, sorted by the group key, combined
+// into one group per key (aggregates finished here), then HAVING, an
+// optional bounded sort, OFFSET and LIMIT.
+
+// outVal is one merged column of a group.
+type outVal struct {
+	null bool
+	raw  []byte      // the value in the client's format (AggNone/min/max: a shard's bytes)
+	n    pgvalue.Num // computed columns: the number
+	comp bool        // computed (n is set)
+}
+
+// acc accumulates one output over a group's shard rows.
+type acc struct {
+	have  bool
+	raw   []byte
+	sum   pgvalue.Num
+	count int64
+}
+
+func (r *Run) groups() *pgwire.Error {
+	m := r.Plan
+	g := m.Groups
+	if len(r.fields) != m.Width {
+		return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
+	}
+	out, finals, e := r.groupFields()
+	if e != nil {
+		return e
+	}
+	if r.Describe {
+		*r.Out = pgvalue.AppendRowDesc(*r.Out, out)
+	}
+	efd := 1
+	keys := make([]sortCol, len(g.Keys))
+	for i, k := range g.Keys {
+		keys[i] = sortCol{col: k.Column, SortKey: k}
+	}
+	accs := make([]acc, len(g.Outputs))
+	var buffered [][]outVal
+	skip, limit := m.Offset, m.Limit
+	// lastOut is the last group emitted (FETCH ... WITH TIES: the groups
+	// after the limit that tie with it on every ORDER BY term follow).
+	var lastOut []outVal
+	var lastKey []byte
+	var lastKeyCols [][]byte
+	first := true
+	members := make([]int, 0, len(r.Sources))
+	for {
+		members, e = r.leastGroup(members[:0], keys)
+		if e != nil {
+			return e
+		}
+		if len(members) == 0 {
+			break
+		}
+		lead := r.Sources[members[0]]
+		if first && g.DigitsColumn >= 0 {
+			if v := lead.Cols()[g.DigitsColumn]; v != nil {
+				if d, err := strconv.Atoi(string(v)); err == nil {
+					efd = d
+				}
+			}
+		}
+		if len(keys) > 0 {
+			if lastKey, lastKeyCols, e = r.keyAscends(lead, keys, lastKey, lastKeyCols); e != nil {
+				return e
+			}
+		}
+		first = false
+		vals, failed, e := r.combine(members, accs, finals, out, efd)
+		if e != nil || failed {
+			return e
+		}
+		if g.Having != nil {
+			ok, e := r.eval(g.Having, vals, finals)
+			if e != nil {
+				return e
+			}
+			if ok != 1 {
+				continue
+			}
+		}
+		if g.SortAfter {
+			if len(buffered) >= r.GroupLimit {
+				return r.tooManyGroups()
+			}
+			buffered = append(buffered, vals)
+			continue
+		}
+		if limit == 0 {
+			// FETCH ... WITH TIES: the groups that tie with the last one
+			// (they arrive together, in key order); else drain: the
+			// shards' rows are read to the end.
+			if m.WithTies && lastOut != nil {
+				if lastOut, e = r.emitTie(vals, lastOut, finals); e != nil {
+					return e
+				}
+			}
+			continue
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		r.emitGroup(vals, g.Visible)
+		lastOut = vals
+		if limit > 0 {
+			limit--
+		}
+		if e := r.flushFull(); e != nil {
+			return e
+		}
+	}
+	if g.SortAfter {
+		return r.emitSorted(buffered, finals, skip, limit, lastOut)
+	}
+	return nil
+}
+
+// keyAscends checks that lead's group key follows the last one (keys
+// strictly increase: a key met again means the shards sort differently
+// from the merge) and returns lead's key as the last one.
+func (r *Run) keyAscends(lead Source, keys []sortCol, lastKey []byte, lastKeyCols [][]byte) ([]byte, [][]byte, *pgwire.Error) {
+	if lastKey != nil {
+		c, e := r.compareRows(lead.Cols(), lastKeyCols, keys)
+		if e != nil {
+			return nil, nil, e
+		}
+		if c <= 0 {
+			return nil, nil, r.outOfOrder(lead)
+		}
+	}
+	lastKey = append(lastKey[:0], lead.Row()...)
+	lastKeyCols, _ = pgwire.DataRowCols(lastKeyCols[:0], lastKey)
+	return lastKey, lastKeyCols, nil
+}
+
+// combine merges the members' rows of one group into its finished
+// values and advances the members; failed: a member's answer failed (the
+// caller reports it).
+func (r *Run) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int) ([]outVal, bool, *pgwire.Error) {
+	clear(accs)
+	for _, i := range members {
+		if e := r.accumulate(accs, r.Sources[i].Cols()); e != nil {
+			return nil, false, e
+		}
+	}
+	vals, e := r.finish(accs, finals, out, efd)
+	if e != nil {
+		return nil, false, e
+	}
+	for _, i := range members {
+		st := r.Sources[i]
+		r.Live[i] = st.Next()
+		if st.Failed() {
+			return nil, true, nil
+		}
+	}
+	return vals, false, nil
+}
+
+// tooManyGroups fails a sort after grouping that would buffer more than
+// GroupLimit groups.
+func (r *Run) tooManyGroups() *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
+		Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.GroupLimit),
+		Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
+}
+
+// emitTie emits a group after the limit that ties with the last one
+// emitted (FETCH ... WITH TIES) and returns the last one, nil once a
+// group does not tie (no later group can).
+func (r *Run) emitTie(vals, lastOut []outVal, finals []pgvalue.Field) ([]outVal, *pgwire.Error) {
+	tie, e := r.tie(vals, lastOut, finals)
+	if e != nil || !tie {
+		return nil, e
+	}
+	r.emitGroup(vals, r.Plan.Groups.Visible)
+	return lastOut, nil
+}
+
+// leastGroup returns in members the live shards whose current row has the
+// least group key (every live shard when keys is empty).
+func (r *Run) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
+	for i, st := range r.Sources {
+		if !r.Live[i] {
+			continue
+		}
+		if len(members) == 0 {
+			members = append(members, i)
+			continue
+		}
+		c, e := r.compareRows(st.Cols(), r.Sources[members[0]].Cols(), keys)
+		if e != nil {
+			return members, e
+		}
+		switch {
+		case c < 0:
+			members = append(members[:0], i)
+		case c == 0:
+			members = append(members, i)
+		}
+	}
+	return members, nil
+}
+
+// tie reports whether two merged groups are equal on every ORDER BY term
+// (FETCH ... WITH TIES).
+func (r *Run) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
+	for _, k := range r.Plan.Groups.OrderBy {
+		c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+		if e != nil || c != 0 {
+			return false, e
+		}
+	}
+	return true, nil
+}
+
+// emitSorted sorts the groups a GROUP BY ordered by something other than
+// its keys buffered, and emits them after OFFSET skip, at most limit
+// (negative: all) and the groups tying with the last (WITH TIES); lastOut
+// is the last group emitted before.
+func (r *Run) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limit int64, lastOut []outVal) *pgwire.Error {
+	m, g := r.Plan, r.Plan.Groups
+	var sortErr *pgwire.Error
+	slices.SortStableFunc(buffered, func(a, b []outVal) int {
+		for _, k := range g.OrderBy {
+			c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
+			if e != nil && sortErr == nil {
+				sortErr = e
+			}
+			if c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	if sortErr != nil {
+		return sortErr
+	}
+	for _, vals := range buffered {
+		if limit == 0 {
+			if !m.WithTies || lastOut == nil {
+				break
+			}
+			tie, e := r.tie(vals, lastOut, finals)
+			if e != nil {
+				return e
+			}
+			if !tie {
+				break
+			}
+			r.emitGroup(vals, g.Visible)
+			continue
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		r.emitGroup(vals, g.Visible)
+		lastOut = vals
+		if limit > 0 {
+			limit--
+		}
+	}
+	return nil
+}
+
+// groupFields returns the client's RowDescription fields for the merged
+// columns, and every output's field (its type as the merge computes it).
+func (r *Run) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
+	g := r.Plan.Groups
+	finals := make([]pgvalue.Field, len(g.Outputs))
+	for j, o := range g.Outputs {
+		f := r.fields[o.Column]
+		computed := false
+		switch o.Agg {
+		case route.AggSum:
+			switch f.OID {
+			case pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			default:
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.Name, f.OID),
+					Hint:    "Add a key so that one shard answers."}
+			}
+			computed = true
+		case route.AggAvg:
+			switch f.OID {
+			case pgtype.Int8OID, pgtype.NumericOID:
+				f.OID = pgtype.NumericOID
+			case pgtype.Float8OID:
+			default:
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.Name, f.OID),
+					Hint:    "Cast the argument (avg(x::float8)), or add a key so that one shard answers."}
+			}
+			computed = true
+		}
+		if o.Cast != route.CastNone {
+			switch f.OID {
+			case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			default:
+				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+					Message: fmt.Sprintf("pgshard cannot cast the merged column %q (type oid %d) to %s", f.Name, f.OID, o.Cast)}
+			}
+			f.OID = castOID(o.Cast)
+			computed = true
+		}
+		if computed {
+			f.Typlen, f.Typmod, f.Table, f.Attnum = pgvalue.TypeLen(f.OID), -1, 0, 0
+		}
+		if j < g.Visible {
+			f.Format = r.clientFormat(j)
+		}
+		finals[j] = f
+	}
+	return finals[:g.Visible], finals, nil
+}
+
+func castOID(c route.Cast) uint32 {
+	switch c {
+	case route.CastInt2:
+		return pgtype.Int2OID
+	case route.CastInt4:
+		return pgtype.Int4OID
+	case route.CastInt8:
+		return pgtype.Int8OID
+	case route.CastNumeric:
+		return pgtype.NumericOID
+	case route.CastFloat4:
+		return pgtype.Float4OID
+	case route.CastFloat8:
+		return pgtype.Float8OID
+	}
+	return pgtype.TextOID
+}
+
+// accumulate adds one shard's row of a group.
+func (r *Run) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
+	for j, o := range r.Plan.Groups.Outputs {
+		a := &accs[j]
+		v := cols[o.Column]
+		f := &r.fields[o.Column]
+		switch o.Agg {
+		case route.AggNone:
+			if !a.have {
+				a.raw, a.have = slices.Clone(v), true
+			}
+		case route.AggMin, route.AggMax:
+			if v == nil {
+				continue
+			}
+			if !a.have {
+				a.raw, a.have = slices.Clone(v), true
+				continue
+			}
+			c, e := pgvalue.CompareValues(v, a.raw, f, r.Bytewise || o.Bytewise)
+			if e != nil {
+				return e
+			}
+			if o.Agg == route.AggMin && c < 0 || o.Agg == route.AggMax && c > 0 {
+				a.raw = append(a.raw[:0], v...)
+			}
+		case route.AggSum, route.AggAvg:
+			if o.Agg == route.AggAvg {
+				cv := cols[o.Column+1]
+				if cv != nil {
+					n, e := pgvalue.DecodeNum(cv, r.fields[o.Column+1].OID, r.fields[o.Column+1].Format)
+					if e != nil {
+						return e
+					}
+					a.count += n.Int
+				}
+			}
+			if v == nil {
+				continue
+			}
+			n, e := pgvalue.DecodeNum(v, f.OID, f.Format)
+			if e != nil {
+				return e
+			}
+			if !a.have {
+				a.sum, a.have = n, true
+				continue
+			}
+			if a.sum, e = pgvalue.NumAdd(a.sum, n); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// finish computes a group's merged columns.
+func (r *Run) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
+	g := r.Plan.Groups
+	vals := make([]outVal, len(g.Outputs))
+	for j, o := range g.Outputs {
+		a := &accs[j]
+		format := finals[j].Format
+		var n pgvalue.Num
+		switch o.Agg {
+		case route.AggNone, route.AggMin, route.AggMax:
+			if !a.have || a.raw == nil {
+				vals[j] = outVal{null: true}
+				continue
+			}
+			if o.Cast == route.CastNone {
+				vals[j] = outVal{raw: a.raw}
+				continue
+			}
+			f := &r.fields[o.Column]
+			var e *pgwire.Error
+			if n, e = pgvalue.DecodeNum(a.raw, f.OID, f.Format); e != nil {
+				return nil, e
+			}
+		case route.AggSum:
+			if !a.have {
+				vals[j] = outVal{null: true}
+				continue
+			}
+			n = a.sum
+		case route.AggAvg:
+			var e *pgwire.Error
+			if n, e = pgvalue.NumAvg(a.sum, a.count); e != nil {
+				return nil, e
+			}
+			if n.Kind == pgvalue.NumNull {
+				vals[j] = outVal{null: true}
+				continue
+			}
+		}
+		n, text, e := pgvalue.NumCast(n, castTarget(o.Cast), efd)
+		if e != nil {
+			return nil, e
+		}
+		if text != nil {
+			vals[j] = outVal{raw: text, n: n, comp: true}
+			continue
+		}
+		vals[j] = outVal{raw: pgvalue.AppendNum(nil, n, format, efd), n: n, comp: true}
+	}
+	return vals, nil
+}
+
+func (r *Run) emitGroup(vals []outVal, visible int) {
+	row := make([][]byte, visible)
+	for j := 0; j < visible; j++ {
+		if !vals[j].null {
+			row[j] = vals[j].raw
+			if row[j] == nil {
+				row[j] = []byte{}
+			}
+		}
+	}
+	*r.Out = pgwire.AppendDataRow(*r.Out, row)
+	r.Emitted++
+}
+
+// compareOut orders two merged values of output j.
+func (r *Run) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.SortKey) (int, *pgwire.Error) {
+	switch {
+	case a.null && b.null:
+		return 0, nil
+	case a.null:
+		if k.NullsFirst {
+			return -1, nil
+		}
+		return 1, nil
+	case b.null:
+		if k.NullsFirst {
+			return 1, nil
+		}
+		return -1, nil
+	}
+	var c int
+	if a.comp && b.comp && a.n.Kind != pgvalue.NumNull && b.n.Kind != pgvalue.NumNull && finals[j].OID != pgtype.TextOID {
+		c = pgvalue.CmpNum(a.n, b.n)
+	} else {
+		var e *pgwire.Error
+		bytewise := r.Bytewise || k.Bytewise || r.Plan.Groups.Outputs[j].Bytewise
+		if c, e = pgvalue.CompareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
+			return 0, e
+		}
+	}
+	if k.Desc {
+		c = -c
+	}
+	return c, nil
+}
+
+// eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
