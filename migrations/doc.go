@@ -29,7 +29,8 @@
 //	migrations.go  the embedded SQL (sql/NNNN_*.sql), checksums
 //	apply.go       Apply, Migrate, the ledger, identity and sequence stride
 //	identity.go    the identity record and its checks (VerifyCluster)
-//	fence.go       SetFence: a shard's fence from a map (migration 0008), FenceSQLState
+//	fence.go       SetFence: a shard's fence from a map (migration 0008; refused
+//	               mid-move: MidMoveError), FenceSQLState
 //	wait.go        bounded waits, blocker reports
 //	adopt.go       --adopt: checks and take-over of foreign store tables
 package migrations

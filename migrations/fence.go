@@ -26,7 +26,16 @@ type Execer interface {
 // 0008). A fence set from a newer epoch than m's is refused. Writers in
 // flight on a range whose ownership changes finish first. It returns the
 // shard's one-line summary.
+//
+// A shard in the middle of a move (a range incoming or frozen, or a change
+// capture running: the mover's states, migration 0009) is refused: setting
+// its fence from a map would undo the move's fence states under the mover
+// (a frozen source serving writes its last catch-up misses). The error
+// says to finish or roll back the move first.
 func SetFence(ctx context.Context, q Execer, m *shardmap.Map) (string, error) {
+	if err := refuseMidMove(ctx, q); err != nil {
+		return "", err
+	}
 	los := make([]int32, len(m.Ranges))
 	his := make([]int32, len(m.Ranges))
 	owners := make([]string, len(m.Ranges))
@@ -53,4 +62,45 @@ func hasFence(ms []Migration) bool {
 		}
 	}
 	return false
+}
+
+// MidMoveError means a shard has a move under way: SetFence refuses it.
+type MidMoveError struct {
+	Shard  string // the shard's identity name
+	Ranges string // "lo-hi state, ..." of the ranges incoming or frozen
+	Moves  string // the move ids with a change capture running on it
+}
+
+func (e *MidMoveError) Error() string {
+	what := e.Ranges
+	if e.Moves != "" {
+		if what != "" {
+			what += "; "
+		}
+		what += "change capture for move " + e.Moves
+	}
+	return fmt.Sprintf("shard %q has a bucket-range move under way (%s): finish it with `pgshard reshard apply` or roll it back with `pgshard reshard abort` before setting its fence from a map", e.Shard, what)
+}
+
+// refuseMidMove returns a *MidMoveError when the shard q reaches has a
+// range incoming or frozen or a change capture running (its table exists
+// from migration 0009 on).
+func refuseMidMove(ctx context.Context, q Execer) error {
+	var e MidMoveError
+	var capture bool
+	err := q.QueryRow(ctx, `SELECT (SELECT shard_name FROM pgshard_identity),
+       coalesce((SELECT string_agg(lo || '-' || hi || ' ' || state, ', ' ORDER BY lo)
+                 FROM pgshard_fence WHERE state IN ('incoming', 'frozen')), ''),
+       to_regclass('pgshard_move_capture') IS NOT NULL`).Scan(&e.Shard, &e.Ranges, &capture)
+	if err == nil && capture {
+		err = q.QueryRow(ctx, `SELECT coalesce(string_agg(move_id::text, ', ' ORDER BY move_id), '')
+FROM pgshard_move_capture`).Scan(&e.Moves)
+	}
+	if err != nil {
+		return fmt.Errorf("read the shard's move state: %w", err)
+	}
+	if e.Ranges != "" || e.Moves != "" {
+		return &e
+	}
+	return nil
 }

@@ -122,6 +122,29 @@ func TestFenceSetByApply(t *testing.T) {
 		t.Errorf("a stale map: %v", err)
 	}
 
+	// A shard in the middle of a move is refused, naming the move's state,
+	// and nothing changes; once the move is over, it is set again.
+	for _, midMove := range []struct{ set, undo, want string }{
+		{fmt.Sprintf(`UPDATE pgshard_fence SET state = 'frozen' WHERE lo = %d`, m.RangesOf(m.Shards[0].Name)[0].Lo),
+			fmt.Sprintf(`UPDATE pgshard_fence SET state = 'owned' WHERE lo = %d`, m.RangesOf(m.Shards[0].Name)[0].Lo), " frozen"},
+		{`INSERT INTO pgshard_move_capture (move_id, lo, hi) VALUES (7, 0, 0)`, `DELETE FROM pgshard_move_capture`, "change capture for move 7"},
+	} {
+		if _, err := conn.Exec(ctx, midMove.set); err != nil {
+			t.Fatal(err)
+		}
+		_, err := migrations.SetFence(ctx, conn, newer)
+		var mm *migrations.MidMoveError
+		if !errors.As(err, &mm) || !strings.Contains(err.Error(), midMove.want) || !strings.Contains(err.Error(), "pgshard reshard abort") || mm.Shard != "shard0" {
+			t.Errorf("mid-move (%s): %v", midMove.set, err)
+		}
+		if _, err := conn.Exec(ctx, midMove.undo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := migrations.SetFence(ctx, conn, newer); err != nil {
+		t.Errorf("after the move: %v", err)
+	}
+
 	// Off: everything is served, as before the fence; on again: refused.
 	if _, err := conn.Exec(ctx, `SELECT pgshard_fence_off()`); err != nil {
 		t.Fatal(err)
