@@ -173,10 +173,14 @@ func TestChaos(t *testing.T) {
 	// counts the writer's evidence: faults that follow each other closely
 	// on one shard can leave a kind landed by evidence but credited none
 	// (a terminate every 1.5 s beside resets every 2 s did, at load 30).
-	// Spaced out, each kind keeps errors of its own.
+	// Spaced out, each kind keeps errors of its own. terminate is left to
+	// make chaos's ci scenario (where it must land 10 times): in a run
+	// this short, its two injections at load 14-25 terminated sessions
+	// whose errors no op was credited with (twice in a row, on two
+	// machines' runs), so the run — or its replay — was VACUOUS by luck;
+	// this test is about run, verdict and replay, not about terminate.
 	faults := `
   - {kind: lost-ack, every: 1500ms, hold: 1400ms, params: {count: "2"}} # armed until a commit reply comes by: longer on a loaded machine
-  - {kind: terminate, every: 3s}
   - {kind: reset, every: 2500ms}
   - {kind: shard-crash, every: 4s, hold: 400ms}`
 	// The mutants' runs need faults that lose acknowledgements and crash

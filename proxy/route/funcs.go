@@ -109,6 +109,9 @@ var readOnlyFuncs = setOf(
 	"coalesce", "nullif", "gen_random_uuid", "uuid_generate_v4", "hashtext", "hashtextextended",
 	"hashint8extended", "current_setting", "version", "pg_backend_pid", "current_database",
 	"current_schema", "current_user", "session_user", "pgshard_bucket", "pgshard_buckets",
+	// the fence's read side (migration 0008): the store's scans filter by
+	// pgshard_fence_served() on every shard, its keyed reads check the key
+	"pgshard_fence_served", "pgshard_fence_check", "pgshard_fence_bucket", "pgshard_fence_nb",
 	"pg_typeof", "num_nulls", "num_nonnulls",
 	// window functions (read-only; the merge refuses them across shards)
 	"row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead",

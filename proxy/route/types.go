@@ -77,8 +77,9 @@ type Schema struct {
 // DefaultSchema is the execution store's sharding schema: executions.id,
 // processed_events.execution_id, timers.execution_id, trace.execution_id,
 // spawns.parent_id (text); outbox.seq and spawns.seq (sequence stride);
-// the first argument of harel_commit_cas and of the store's one-round-trip
-// commit functions pgshard_commit_cas and pgshard_commit.
+// the first argument of harel_commit_cas, of the store's one-round-trip
+// commit functions pgshard_commit_cas and pgshard_commit, and of the
+// fence's pgshard_fence_assert and pgshard_fence_check.
 func DefaultSchema() Schema {
 	return Schema{
 		Tables: []TableKey{
@@ -94,6 +95,10 @@ func DefaultSchema() Schema {
 			{Function: "harel_commit_cas", Arg: 0, Type: KeyText},
 			{Function: "pgshard_commit_cas", Arg: 0, Type: KeyText},
 			{Function: "pgshard_commit", Arg: 0, Type: KeyText},
+			// the fence's assert and check on a key (migration 0008): the
+			// store's keyed writes begin their batch with the assert
+			{Function: "pgshard_fence_assert", Arg: 0, Type: KeyText},
+			{Function: "pgshard_fence_check", Arg: 0, Type: KeyText},
 		},
 	}
 }
