@@ -332,20 +332,11 @@ func (r *Run) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
 	return finals[:g.Visible], finals, nil
 }
 
+// castOID is the column type a cast of a merged aggregate declares: its
+// numeric target (castTarget), text for none or text.
 func castOID(c route.Cast) uint32 {
-	switch c {
-	case route.CastInt2:
-		return pgtype.Int2OID
-	case route.CastInt4:
-		return pgtype.Int4OID
-	case route.CastInt8:
-		return pgtype.Int8OID
-	case route.CastNumeric:
-		return pgtype.NumericOID
-	case route.CastFloat4:
-		return pgtype.Float4OID
-	case route.CastFloat8:
-		return pgtype.Float8OID
+	if t := castTarget(c); t != 0 && t != 1<<32-1 {
+		return t
 	}
 	return pgtype.TextOID
 }
