@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
-	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -351,27 +348,4 @@ func Plan(ctx context.Context, cat *catalog.Catalog, r Request) ([]catalog.MoveR
 		return nil, errors.New("plan: nothing to move (every bucket is already where the plan puts it)")
 	}
 	return cat.PlanMoves(ctx, m.Epoch, moves)
-}
-
-// WriteStatus writes the journal's moves as a table.
-func WriteStatus(w io.Writer, moves []catalog.MoveRecord) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tBUCKETS\tFROM\tTO\tPHASE\tFREEZES\tROWS\tEPOCH\tUPDATED\tERROR")
-	for _, m := range moves {
-		epoch := fmt.Sprintf("%d", m.FromEpoch)
-		if m.ToEpoch > 0 {
-			epoch += fmt.Sprintf("→%d", m.ToEpoch)
-		}
-		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Lo, m.Hi, m.From, m.To, m.Phase,
-			m.Attempts, m.RowsCopied, epoch, m.UpdatedAt.UTC().Format(time.RFC3339), oneLine(m.Error))
-	}
-	return tw.Flush()
-}
-
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
-	}
-	return s
 }

@@ -46,7 +46,8 @@
 // LeaseOwner while they run: one mover at a time.
 //
 //	doc.go    this overview
-//	apply.go  Options, Apply, Abort, Plan, PlanMoves, WriteStatus
+//	apply.go  Options, Apply, Abort, Plan, PlanMoves
+//	status.go Status (the journal with each running move's lag), WriteStatus
 //	move.go   one move: prepare (fences, capture, copy, catch-up), the
 //	          freeze and flip, finish (clean-up), abort; Steps
 //	shard.go  the SQL on the shards: fence changes, copy, catch-up, delete

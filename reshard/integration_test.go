@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -364,6 +365,7 @@ func TestMoverKilledAtEachStep(t *testing.T) {
 			t.Fatalf("step %s: apply: want the injected stop, got %v", step, err)
 		}
 		e.ownedOnce(lo, hi)
+		e.statusShowsLag(step)
 		if abort {
 			err = reshard.Abort(e.ctx, e.cat, reshard.Options{})
 		} else {
@@ -387,6 +389,38 @@ func TestMoverKilledAtEachStep(t *testing.T) {
 		if t.Failed() {
 			return
 		}
+	}
+}
+
+// statusShowsLag checks reshard.Status on the stopped move: a move whose
+// capture runs has its lag read from the source (a count, no error); any
+// other has none.
+func (e *env) statusShowsLag(step string) {
+	e.t.Helper()
+	st, err := reshard.Status(e.ctx, e.cat, true)
+	if err != nil {
+		e.t.Fatalf("step %s: status: %v", step, err)
+	}
+	if len(st) != 1 {
+		e.t.Fatalf("step %s: status lists %d unfinished moves, want 1", step, len(st))
+	}
+	m := st[0]
+	switch m.Phase {
+	case catalog.PhaseCopying, catalog.PhaseCatchingUp, catalog.PhaseFrozen:
+		if m.LagErr != nil || m.Lag < 0 {
+			e.t.Errorf("step %s (phase %s): lag %d, %v; want a count read from %s", step, m.Phase, m.Lag, m.LagErr, m.From)
+		}
+	default:
+		if m.Lag != -1 || m.LagErr != nil {
+			e.t.Errorf("step %s (phase %s): lag %d, %v; want none (no capture)", step, m.Phase, m.Lag, m.LagErr)
+		}
+	}
+	var b strings.Builder
+	if err := reshard.WriteStatus(&b, st); err != nil {
+		e.t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "LAG") {
+		e.t.Errorf("step %s: status table without a LAG column:\n%s", step, b.String())
 	}
 }
 

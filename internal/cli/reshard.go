@@ -41,17 +41,37 @@ that have).`,
 	return cmd
 }
 
-// reshardCatalog loads the config for a reshard command and opens its
-// catalog.
-func reshardCatalog(cmd *cobra.Command, cfgPath string) (*catalog.Catalog, error) {
-	cfg, err := config.Load(config.Options{Path: cfgPath, Flags: cmd.Flags(), Bind: catalogBind})
-	if err != nil {
-		return nil, err
+// withReshardCatalog gives cmd the --config and --catalog flags and makes
+// run its RunE with the catalog open (closed after run) and a context
+// bounded by timeout.
+func withReshardCatalog(cmd *cobra.Command, timeout time.Duration, run func(ctx context.Context, cmd *cobra.Command, c *catalog.Catalog) error) *cobra.Command {
+	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
+	check := cmd.PreRunE
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if check != nil {
+			if err := check(cmd, nil); err != nil {
+				return err
+			}
+		}
+		cfg, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: catalogBind})
+		if err != nil {
+			return err
+		}
+		if cfg.Catalog.DSN == "" {
+			return usageError{errNoCatalog}
+		}
+		c, err := catalog.Open(cmd.Context(), cfg.Catalog.DSN, catalog.Options{ApplicationName: "pgshard reshard"})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		return run(ctx, cmd, c)
 	}
-	if cfg.Catalog.DSN == "" {
-		return nil, usageError{errNoCatalog}
-	}
-	return catalog.Open(cmd.Context(), cfg.Catalog.DSN, catalog.Options{ApplicationName: "pgshard reshard"})
+	cmd.PreRunE = nil
+	return cmd
 }
 
 // parseBucketRange parses "LO-HI" (or one bucket "B").
@@ -83,14 +103,13 @@ the map, empty). --move LO-HI --to SHARD moves buckets LO..HI to SHARD.
 A plan is refused while moves of an earlier one are unfinished.`,
 		Args: cobra.NoArgs,
 	}
-	cfgPath := addConfigFlag(cmd)
-	addCatalogFlag(cmd)
 	cmd.Flags().StringVar(&add, "add-shard", "", "spread buckets onto this (registered, empty) shard")
 	cmd.Flags().StringVar(&remove, "remove-shard", "", "move every bucket of this shard to the others")
 	cmd.Flags().StringVar(&move, "move", "", "bucket range LO-HI to move (with --to)")
 	cmd.Flags().StringVar(&to, "to", "", "shard that receives --move's range")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		r := reshard.Request{AddShard: add, RemoveShard: remove}
+	r := reshard.Request{}
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		r = reshard.Request{AddShard: add, RemoveShard: remove}
 		if (move == "") != (to == "") {
 			return usagef("--move and --to go together")
 		}
@@ -101,21 +120,16 @@ A plan is refused while moves of an earlier one are unfinished.`,
 			}
 			r.Lo, r.Hi, r.To = lo, hi, to
 		}
-		c, err := reshardCatalog(cmd, *cfgPath)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(cmd.Context(), catalogTimeout)
-		defer cancel()
+		return nil
+	}
+	return withReshardCatalog(cmd, catalogTimeout, func(ctx context.Context, cmd *cobra.Command, c *catalog.Catalog) error {
 		moves, err := reshard.Plan(ctx, c, r)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "planned %d moves in catalog %s (run `pgshard reshard apply`):\n", len(moves), c.Addr())
-		return reshard.WriteStatus(cmd.OutOrStdout(), moves)
-	}
-	return cmd
+		return reshard.WriteStatus(cmd.OutOrStdout(), reshard.Statuses(moves))
+	})
 }
 
 func newReshardApplyCmd() *cobra.Command {
@@ -125,24 +139,18 @@ func newReshardApplyCmd() *cobra.Command {
 		Short: "Run the journal's unfinished moves to done (resuming interrupted ones)",
 		Args:  cobra.NoArgs,
 	}
-	cfgPath := addConfigFlag(cmd)
-	addCatalogFlag(cmd)
 	cmd.Flags().IntVar(&opts.MaxParallel, "max-parallel", 1, "moves run at once")
 	cmd.Flags().DurationVar(&opts.FreezeBudget, "freeze-budget", reshard.DefaultFreezeBudget, "longest write freeze of one range; a freeze over it is abandoned and retried")
 	cmd.Flags().IntVar(&opts.FreezeAttempts, "freeze-attempts", reshard.DefaultFreezeAttempts, "freezes tried per move before apply gives up on it (apply again retries)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if opts.MaxParallel < 1 || opts.FreezeBudget <= 0 || opts.FreezeAttempts < 1 {
 			return usagef("--max-parallel, --freeze-budget and --freeze-attempts must be positive")
 		}
-		c, err := reshardCatalog(cmd, *cfgPath)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
+		return nil
+	}
+	return withReshardCatalog(cmd, reshardTimeout, func(ctx context.Context, cmd *cobra.Command, c *catalog.Catalog) error {
 		out := cmd.OutOrStdout()
 		opts.Log = func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-		ctx, cancel := context.WithTimeout(cmd.Context(), reshardTimeout)
-		defer cancel()
 		results, err := reshard.Apply(ctx, c, opts)
 		for _, r := range results {
 			var fs []string
@@ -163,8 +171,7 @@ func newReshardApplyCmd() *cobra.Command {
 			fmt.Fprintln(out, "no unfinished moves")
 		}
 		return nil
-	}
-	return cmd
+	})
 }
 
 func newReshardStatusCmd() *cobra.Command {
@@ -174,29 +181,19 @@ func newReshardStatusCmd() *cobra.Command {
 		Short: "Show the move journal",
 		Args:  cobra.NoArgs,
 	}
-	cfgPath := addConfigFlag(cmd)
-	addCatalogFlag(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "include finished moves")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, err := reshardCatalog(cmd, *cfgPath)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(cmd.Context(), catalogTimeout)
-		defer cancel()
+	return withReshardCatalog(cmd, catalogTimeout, func(ctx context.Context, cmd *cobra.Command, c *catalog.Catalog) error {
 		epoch, err := c.Epoch(ctx)
 		if err != nil {
 			return err
 		}
-		moves, err := c.Moves(ctx, !all)
+		moves, err := reshard.Status(ctx, c, !all)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "catalog %s at epoch %d: %d moves\n", c.Addr(), epoch, len(moves))
 		return reshard.WriteStatus(cmd.OutOrStdout(), moves)
-	}
-	return cmd
+	})
 }
 
 func newReshardAbortCmd() *cobra.Command {
@@ -205,21 +202,11 @@ func newReshardAbortCmd() *cobra.Command {
 		Short: "Roll back the unfinished moves that have not flipped (finish those that have)",
 		Args:  cobra.NoArgs,
 	}
-	cfgPath := addConfigFlag(cmd)
-	addCatalogFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, err := reshardCatalog(cmd, *cfgPath)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(cmd.Context(), reshardTimeout)
-		defer cancel()
+	return withReshardCatalog(cmd, reshardTimeout, func(ctx context.Context, cmd *cobra.Command, c *catalog.Catalog) error {
 		if err := reshard.Abort(ctx, c, reshard.Options{}); err != nil {
 			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), "no unfinished moves left")
 		return nil
-	}
-	return cmd
+	})
 }
