@@ -167,6 +167,23 @@ func showCatalogMap(cmd *cobra.Command, dsn string, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(m)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "map epoch %d, %d buckets, %d shards (from catalog %s)\n", m.Epoch, m.Buckets, len(m.Shards), c.Addr())
-	return writeShardTable(cmd.OutOrStdout(), m)
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "map epoch %d, %d buckets, %d shards (from catalog %s)\n", m.Epoch, m.Buckets, len(m.Shards), c.Addr())
+	if err := writeShardTable(out, m); err != nil {
+		return err
+	}
+	// The map names each range's owner; a range being moved is still its
+	// source's until the flip. Say so, or a reader takes the map for the
+	// whole truth while a range is frozen.
+	moves, err := c.Moves(ctx, true)
+	if err != nil {
+		return err
+	}
+	if len(moves) > 0 {
+		fmt.Fprintf(out, "%d moves unfinished (details: pgshard reshard status):\n", len(moves))
+		for _, mv := range moves {
+			fmt.Fprintf(out, "  buckets %d-%d %s → %s: %s\n", mv.Lo, mv.Hi, mv.From, mv.To, mv.Phase)
+		}
+	}
+	return nil
 }

@@ -42,6 +42,10 @@ func TestReshardCLI(t *testing.T) {
 	if strings.Count(r.stdout, " planned ") != 2 {
 		t.Errorf("reshard status:\n%s", r.stdout)
 	}
+	r = mustRun(t, "", "map", "show", "-c", cfg)
+	if !strings.Contains(r.stdout, "2 moves unfinished") || strings.Count(r.stdout, "→ shard2: planned") != 2 {
+		t.Errorf("map show while moves are planned:\n%s", r.stdout)
+	}
 	r = mustRun(t, "", "reshard", "apply", "-c", cfg, "--freeze-budget", "2s", "--max-parallel", "2")
 	if strings.Count(r.stdout, "flipped at epoch") != 2 {
 		t.Errorf("reshard apply:\n%s", r.stdout)
