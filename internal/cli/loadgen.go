@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/loadgen/storetarget"
+	"github.com/pgshard/pgshard/router"
 	"github.com/pgshard/pgshard/store"
 )
 
@@ -76,6 +78,7 @@ var loadgenBind = map[string]string{
 	"loadgen.mix.spawn": "spawns", "loadgen.redelivery": "redelivery", "loadgen.retry_cap": "retry-cap",
 	"loadgen.payload_bytes": "payload-bytes", "loadgen.relays": "relays", "loadgen.op_timeout": "op-timeout", "loadgen.relay_workers": "relay-workers", "loadgen.out": "out",
 	"loadgen.slo": "slo", "loadgen.steps": "steps", "loadgen.target_rate": "target-rate", "loadgen.headroom": "headroom",
+	"catalog.dsn": "catalog",
 }
 
 func addLoadgenFlags(cmd *cobra.Command, sweep bool) *loadgenFlags {
@@ -86,6 +89,7 @@ func addLoadgenFlags(cmd *cobra.Command, sweep bool) *loadgenFlags {
 	f.StringVar(&lf.profile, "profile", "", "YAML file whose loadgen section replaces the config's (e.g. configs/loadgen-ci.yaml); flags still override it")
 	f.String("target", d.Target, "direct (router to the shards), pgbouncer (router to their PgBouncers) or proxy (--dsn)")
 	f.String("dsn", d.DSN, "DSN of pgshard proxy (target proxy)")
+	f.String("catalog", "", "DSN of the shard map's catalog: targets direct and pgbouncer then route by the catalog's map and follow it (config key catalog.dsn, $PGSHARD_CATALOG_DSN)")
 	f.Duration("duration", d.Duration, "measured period of the run (each step of a sweep)")
 	f.Duration("warmup", d.Warmup, "warm-up before measuring (excluded from every figure)")
 	f.Int64("ops", d.Ops, "end after this many measured operations (0: duration only)")
@@ -151,7 +155,7 @@ func resolveLoadgen(cmd *cobra.Command, lf *loadgenFlags) (*loadgenSetup, error)
 		cfg.Loadgen = p.Loadgen
 	}
 	target := cfg.Loadgen.Target
-	if target != "proxy" && cfg.Map == nil {
+	if target != "proxy" && cfg.Map == nil && cfg.Catalog.DSN == "" {
 		if cfg.Path == "" {
 			return nil, usagef("target %s needs a shard map: pass --config FILE (e.g. the pgshard.yaml written by `pgshard dev up`), or use --target proxy --dsn DSN", target)
 		}
@@ -240,18 +244,21 @@ func openTarget(ctx context.Context, s *loadgenSetup) (loadgen.Target, loadgen.L
 		return storetarget.New(st), loc, buckets, nil
 	case "direct", "pgbouncer":
 		pooler := cfg.Loadgen.Target == "pgbouncer"
-		if pooler {
+		if pooler && cfg.Map != nil {
 			for _, sh := range cfg.Map.Shards {
 				if sh.PoolerDSN == "" {
 					return nil, nil, 0, usagef("target pgbouncer: shard %s has no pooler_dsn in the map", sh.Name)
 				}
 			}
 		}
-		rt, err := openRouter(ctx, cfg.Map, sopts, pooler)
+		rt, err := openStoreRouter(ctx, cfg, router.Options{Store: sopts, UsePooler: pooler}, "loadgen", os.Stderr)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("open the router (%s): %w", cfg.Loadgen.Target, err)
 		}
-		return storetarget.New(rt), loadgen.MapLocator(cfg.Map), buckets, nil
+		// Per-shard figures attribute each key by the map the run
+		// started from: a range moved during the run stays counted on
+		// its old shard.
+		return storetarget.New(rt), loadgen.MapLocator(rt.Start), rt.Start.Buckets, nil
 	}
 	return nil, nil, 0, usagef("unknown target %q", cfg.Loadgen.Target)
 }

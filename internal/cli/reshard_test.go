@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
@@ -46,9 +47,24 @@ func TestReshardCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, "2 moves unfinished") || strings.Count(r.stdout, "→ shard2: planned") != 2 {
 		t.Errorf("map show while moves are planned:\n%s", r.stdout)
 	}
+	// Load through PgBouncer by a router that follows the catalog (the
+	// config names it) while the moves run: no operation may fail.
+	load := make(chan result, 1)
+	go func() {
+		load <- runWithin(t, 3*time.Minute, "", "loadgen", "run", "-c", cfg, "--target", "pgbouncer", "--duration", "40s",
+			"--warmup", "0s", "--concurrency", "4", "--executions", "400", "--out", t.TempDir(), "--fail-if", "errors>0")
+	}()
 	r = mustRun(t, "", "reshard", "apply", "-c", cfg, "--freeze-budget", "2s", "--max-parallel", "2")
 	if strings.Count(r.stdout, "flipped at epoch") != 2 {
 		t.Errorf("reshard apply:\n%s", r.stdout)
+	}
+	lr := <-load
+	t.Logf("loadgen during the moves:\n%s", lr.stdout)
+	if lr.code != 0 {
+		t.Errorf("loadgen through a catalog-following router during the moves: exit %d\nstdout:\n%s\nstderr:\n%s", lr.code, lr.stdout, lr.stderr)
+	}
+	if r := mustRun(t, "", "store", "demo", "-c", cfg, "--executions", "40", "--workers", "4"); !strings.Contains(r.stdout, "from catalog") {
+		t.Errorf("store demo with a catalog in the config:\n%s", r.stdout)
 	}
 	r = mustRun(t, "", "reshard", "status", "-c", cfg, "--all")
 	if strings.Count(r.stdout, " done ") != 2 || !strings.Contains(r.stdout, "at epoch 4") {

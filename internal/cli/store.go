@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/router"
 	"github.com/pgshard/pgshard/shardmap"
 	"github.com/pgshard/pgshard/store"
@@ -47,6 +48,7 @@ share, and the share the shard's bucket count predicts.`,
 		Args: cobra.NoArgs,
 	}
 	cfgPath := addConfigFlag(cmd)
+	addCatalogFlag(cmd)
 	cmd.Flags().IntVar(&executions, "executions", 300, "number of executions to commit")
 	cmd.Flags().IntVar(&workers, "workers", 8, "concurrent committers")
 	cmd.Flags().BoolVar(&direct, "direct", false, "connect to each shard's Postgres even if the config says use_pooler")
@@ -54,7 +56,7 @@ share, and the share the shard's bucket count predicts.`,
 		if executions < 1 || workers < 1 {
 			return usagef("--executions and --workers must be at least 1")
 		}
-		cfg, m, err := loadMap(cmd, *cfgPath)
+		cfg, err := config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: catalogBind})
 		if err != nil {
 			return err
 		}
@@ -63,12 +65,15 @@ share, and the share the shard's bucket count predicts.`,
 			opts.UsePooler = false
 		}
 		opts.Store.MaxConns = max(opts.Store.MaxConns, workers)
-		r, err := router.Open(cmd.Context(), m, opts)
+		r, err := openStoreRouter(cmd.Context(), cfg, opts, "store-demo", cmd.ErrOrStderr())
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		return runStoreDemo(cmd.Context(), cmd.OutOrStdout(), r, executions, workers, opts.UsePooler)
+		if r.Catalog != "" {
+			fmt.Fprintf(cmd.OutOrStdout(), "map epoch %d from catalog %s (followed, lease held)\n", r.Epoch(), r.Catalog)
+		}
+		return runStoreDemo(cmd.Context(), cmd.OutOrStdout(), r.Router, executions, workers, opts.UsePooler)
 	}
 	return cmd
 }
