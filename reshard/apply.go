@@ -67,35 +67,26 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.MaxParallel <= 0 {
-		o.MaxParallel = 1
-	}
-	if o.FreezeBudget <= 0 {
-		o.FreezeBudget = DefaultFreezeBudget
-	}
-	if o.FreezeAttempts <= 0 {
-		o.FreezeAttempts = DefaultFreezeAttempts
-	}
-	if o.RetryPause <= 0 {
-		o.RetryPause = DefaultRetryPause
-	}
-	if o.CatchUpBatch <= 0 {
-		o.CatchUpBatch = DefaultCatchUpBatch
-	}
-	if o.CatchUpRounds <= 0 {
-		o.CatchUpRounds = DefaultCatchUpRounds
-	}
-	if o.DDLLockTimeout <= 0 {
-		o.DDLLockTimeout = DefaultDDLLockTimeout
-	}
-	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = DefaultLeaseTTL
-	}
+	orDefault(&o.MaxParallel, 1)
+	orDefault(&o.FreezeBudget, DefaultFreezeBudget)
+	orDefault(&o.FreezeAttempts, DefaultFreezeAttempts)
+	orDefault(&o.RetryPause, DefaultRetryPause)
+	orDefault(&o.CatchUpBatch, DefaultCatchUpBatch)
+	orDefault(&o.CatchUpRounds, DefaultCatchUpRounds)
+	orDefault(&o.DDLLockTimeout, DefaultDDLLockTimeout)
+	orDefault(&o.LeaseTTL, DefaultLeaseTTL)
 	if o.Owner == "" {
 		host, _ := os.Hostname()
 		o.Owner = fmt.Sprintf("pgshard-reshard@%s:%d", host, os.Getpid())
 	}
 	return o
+}
+
+// orDefault sets *v to d unless it is positive.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // newMover connects to every shard of the catalog's current map.
