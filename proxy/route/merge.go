@@ -38,6 +38,9 @@ import (
 //     (additive: a key's rows are on one shard), min/max(DISTINCT x),
 //     FILTER (WHERE ...), each possibly under one cast to int2, int4,
 //     int8, numeric, float4, float8 or text;
+//   - count(DISTINCT x) of a non-key and string_agg(x, 'sep' ORDER BY x)
+//     from the shards' array_agg of their values (AggCountDistinct,
+//     AggStringAgg: the merge counts / orders the union);
 //   - GROUP BY any expressions (hidden key columns, sorted per shard, then
 //     merged), HAVING of comparisons of merged aggregates, group keys,
 //     constants and parameters, ORDER BY of the merged columns, LIMIT and
@@ -47,7 +50,8 @@ import (
 // key is split by shard (valuesplit.go: Merge.ShardSQL).
 //
 // Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
-// FETCH WITH TIES over aggregates or with a parameter count, other aggregates and expressions of aggregates, ORDER
+// FETCH WITH TIES over aggregates or with a parameter count, other
+// aggregates (string_agg ordered otherwise) and expressions of aggregates, ORDER
 // BY ... USING, collations other than "C", and reads of sharded tables
 // through derived tables or subqueries whose result needs every shard
 // (see globalSelect).
