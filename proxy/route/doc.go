@@ -169,7 +169,9 @@
 //     the merge drops duplicates);
 //   - groups: aggregates count, sum, min, max and avg (as sum and count),
 //     count/sum(DISTINCT key) (additive: a key's rows are on one shard),
-//     min/max(DISTINCT x), FILTER (WHERE ...), each possibly under one cast
+//     min/max(DISTINCT x), count(DISTINCT x) of any other x and
+//     string_agg(x, 'sep' ORDER BY x) (from the shards' arrays of values,
+//     below), FILTER (WHERE ...), each possibly under one cast
 //     to int2, int4, int8, numeric, float4, float8 or text; GROUP BY any
 //     expressions, positions or output names (hidden key columns every shard
 //     sorts by, merged group by group); HAVING of comparisons (=, <>, <, <=,
@@ -183,7 +185,9 @@
 // FETCH ... WITH TIES with a parameter count or over aggregates (with
 // constant counts over rows the shards send every row and the merge keeps
 // the ties), ORDER BY ... USING, a collation other than C in
-// ORDER BY, other aggregates (string_agg, array_agg, stddev, ...) and
+// ORDER BY, other aggregates (array_agg, stddev, string_agg not ordered
+// by its own value or with a separator that is not a string constant,
+// sum/avg(DISTINCT x) of a non-key, ...) and
 // expressions of aggregates (sum(x)/count(x), coalesce(max(x), 0)), a
 // function not known to be read-only, FOR UPDATE, a join of keyed tables not
 // on their keys, rows not covered by a keyed table (the rule below), and
@@ -253,6 +257,24 @@
 //     FETCH ... WITH TIES applies after the merge, to rows or to merged
 //     groups (the groups tying with the last one on every ORDER BY term
 //     follow), never together with DISTINCT.
+//     Aggregates merged from the shards' arrays of values (issue 18):
+//     count(DISTINCT x) of an x that is not a sharding key — each shard
+//     sends array_agg(DISTINCT x) [FILTER ...] in binary, the merge counts
+//     the distinct non-NULL values of the union, equal as Postgres
+//     compares them (numbers by value, -0 = 0, NaN = NaN, bpchar without
+//     trailing blanks, text by bytes); and string_agg([DISTINCT] x,
+//     'sep' ORDER BY x [COLLATE "C"] [ASC|DESC]) — ordered by its own
+//     value, so that values equal in the order are the same text and their
+//     order among themselves does not show; each shard sends array_agg(
+//     [DISTINCT] x ORDER BY x), the merge orders the union's non-NULL
+//     values (dropping equal ones for DISTINCT), joins them with the
+//     constant separator, NULL when there are none. Text compares by bytes
+//     only: the shards' collation is C (checked at run time) or the ORDER
+//     BY says COLLATE "C"; otherwise, and for values whose type the merge
+//     cannot compare (jsonb, arrays, ...) or string_agg of a value that is
+//     not text, varchar or bpchar, the statement is refused at run time
+//     with 0A000. A group's values are held in memory, as the answer holds
+//     them (string_agg) or as one shard's row does (count).
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -268,7 +290,9 @@
 // definition_id; SELECT DISTINCT ON (definition_id) definition_id, id
 // FROM executions ORDER BY definition_id, version DESC, id LIMIT 5;
 // SELECT definition_id, count(*) FROM executions GROUP BY definition_id
-// ORDER BY count(*) DESC FETCH FIRST 2 ROWS WITH TIES; SELECT e.version,
+// ORDER BY count(*) DESC FETCH FIRST 2 ROWS WITH TIES; SELECT
+// count(DISTINCT definition_id), string_agg(DISTINCT definition_id, ','
+// ORDER BY definition_id) FROM executions; SELECT e.version,
 // v.w FROM (VALUES ('id1', 0), ('id2', 1)) v(k, w) LEFT JOIN executions e
 // ON e.id = v.k (split: each shard gets the rows of its keys); SELECT v.k,
 // count(t.path) FROM (VALUES ('id1'), ('id2')) v(k) FULL JOIN timers t ON

@@ -38,6 +38,9 @@ import (
 //     (additive: a key's rows are on one shard), min/max(DISTINCT x),
 //     FILTER (WHERE ...), each possibly under one cast to int2, int4,
 //     int8, numeric, float4, float8 or text;
+//   - count(DISTINCT x) of a non-key and string_agg(x, 'sep' ORDER BY x)
+//     from the shards' array_agg of their values (AggCountDistinct,
+//     AggStringAgg: the merge counts / orders the union);
 //   - GROUP BY any expressions (hidden key columns, sorted per shard, then
 //     merged), HAVING of comparisons of merged aggregates, group keys,
 //     constants and parameters, ORDER BY of the merged columns, LIMIT and
@@ -47,7 +50,8 @@ import (
 // key is split by shard (valuesplit.go: Merge.ShardSQL).
 //
 // Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
-// FETCH WITH TIES over aggregates or with a parameter count, other aggregates and expressions of aggregates, ORDER
+// FETCH WITH TIES over aggregates or with a parameter count, other
+// aggregates (string_agg ordered otherwise) and expressions of aggregates, ORDER
 // BY ... USING, collations other than "C", and reads of sharded tables
 // through derived tables or subqueries whose result needs every shard
 // (see globalSelect).
@@ -783,7 +787,7 @@ func (m *merger) groups() string {
 	}
 	// extra_float_digits as the shard applies it, for floats the proxy prints.
 	for _, o := range g.Outputs {
-		if o.Agg != AggNone && o.Agg != AggMin && o.Agg != AggMax || o.Cast != CastNone {
+		if o.Agg == AggSum || o.Agg == AggAvg || o.Cast != CastNone {
 			g.DigitsColumn = m.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
 			break
 		}
@@ -933,6 +937,9 @@ func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string)
 	if why != "" {
 		return Output{}, fmt.Sprintf("%s %s", exprText(e), why)
 	}
+	if spec.agg == AggStringAgg || spec.agg == AggCountDistinct {
+		return m.arrayOutput(spec, e, alias, visible), ""
+	}
 	name := alias
 	if name == "" {
 		name = colName(e)
@@ -968,6 +975,24 @@ func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string)
 	return out, ""
 }
 
+// arrayOutput plans a merged aggregate whose partial is an array of the
+// shard's values (string_agg ordered by its value, count(DISTINCT x)):
+// the shards name the column as the client's statement names the
+// aggregate, the merge computes it from the union of the arrays.
+func (m *merger) arrayOutput(spec aggSpec, e *pg.Node, alias string, visible bool) Output {
+	name := alias
+	if name == "" {
+		name = colName(e)
+	}
+	if !visible {
+		alias = ""
+	} else if alias == "" {
+		alias = name // the shards would name the array "array_agg"
+	}
+	return Output{Agg: spec.agg, Cast: spec.cast, Name: name, Sep: spec.sep, Desc: spec.desc, Distinct: spec.distinct,
+		Bytewise: spec.bytewise, Column: m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias, visible)}
+}
+
 // describe renders an output for explanations.
 func (o Output) describe() string {
 	var s string
@@ -982,6 +1007,13 @@ func (o Output) describe() string {
 		s = "= greatest of the shards'"
 	case AggAvg:
 		s = "= sum of the shards' sums / sum of their counts"
+	case AggStringAgg:
+		s = "= the shards' arrays of values merged in order, joined by " + quoteKey(o.Sep)
+		if o.Distinct {
+			s = "= the shards' arrays of distinct values merged in order without duplicates, joined by " + quoteKey(o.Sep)
+		}
+	case AggCountDistinct:
+		s = "= count of the distinct values of the shards' arrays"
 	}
 	if o.Cast != CastNone {
 		s += ", then ::" + o.Cast.String()
@@ -993,7 +1025,11 @@ func (o Output) describe() string {
 type aggSpec struct {
 	agg  Agg
 	cast Cast
-	call *pg.FuncCall // the call to send to the shards (sum/count/min/max)
+	call *pg.FuncCall // the call to send to the shards (sum/count/min/max, array_agg)
+	// string_agg: the separator, the order of its values, DISTINCT, and
+	// whether the order is bytewise (ORDER BY x COLLATE "C").
+	sep                      string
+	desc, distinct, bytewise bool
 }
 
 // aggSpec reads an aggregate call, possibly under one cast. isAgg false:
@@ -1022,6 +1058,9 @@ func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 	schema, name := funcName(fc)
 	if schema != "" && schema != "pg_catalog" {
 		return spec, false, "is not a built-in aggregate"
+	}
+	if name == "string_agg" {
+		return m.stringAgg(spec, fc)
 	}
 	switch {
 	case fc.AggWithinGroup:
@@ -1066,8 +1105,15 @@ func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 			return spec, false, "counts distinct values of several shards"
 		}
 		o, ok := m.a.keyOrigin(fc.Args[0], m.t.sc)
+		if (!ok || o.ref == nil) && name == "count" && !fc.AggStar {
+			// Each shard sends its distinct values; the merge counts
+			// the distinct values of their union.
+			spec.agg = AggCountDistinct
+			spec.call = arrayAggCall(fc, nil)
+			return spec, true, ""
+		}
 		if !ok || o.ref == nil {
-			return spec, false, fmt.Sprintf("would count a value once per shard: %s(DISTINCT ...) merges only over a sharding key", name)
+			return spec, false, fmt.Sprintf("would count a value once per shard: %s(DISTINCT ...) merges only over a sharding key (count(DISTINCT x) merges over any x)", name)
 		}
 	}
 	if !fc.AggStar && len(fc.Args) != 1 {
@@ -1075,6 +1121,85 @@ func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 	}
 	spec.call = proto.Clone(fc).(*pg.FuncCall)
 	return spec, true, ""
+}
+
+// stringAgg reads string_agg(x, 'sep' ORDER BY x): merged when the
+// values are ordered by themselves (equal values are then equal text, and
+// their order among themselves does not show), the separator a string
+// constant. Each shard sends array_agg([DISTINCT] x ORDER BY x) in binary;
+// the merge orders the union of the arrays (bytewise: the C collation, or
+// ORDER BY x COLLATE "C"; else the merge refuses at run time), skips
+// NULLs (as string_agg does) and joins the values with the separator.
+func (m *merger) stringAgg(spec aggSpec, fc *pg.FuncCall) (aggSpec, bool, string) {
+	const why = "is merged only as string_agg(x, 'separator' ORDER BY x [COLLATE \"C\"]): ordered by its own values, with a string constant as the separator"
+	if spec.cast != CastNone {
+		return spec, false, "casts a merged string_agg (select it as it is)"
+	}
+	if fc.AggWithinGroup || fc.FuncVariadic || fc.AggStar || len(fc.Args) != 2 || len(fc.AggOrder) != 1 {
+		return spec, false, why
+	}
+	if m.a.lit.has(fc.Args[1]) {
+		m.a.lit.taintf("a literal string_agg separator (the merge joins the values with it)")
+		return spec, false, why
+	}
+	c := fc.Args[1].GetAConst()
+	if c == nil || c.Isnull {
+		return spec, false, why
+	}
+	v, _ := constVal(c)
+	if v.kind != kText {
+		return spec, false, why
+	}
+	sb := fc.AggOrder[0].GetSortBy()
+	if sb == nil {
+		return spec, false, why
+	}
+	k, w := sortKey(sb)
+	if w != "" {
+		return spec, false, w
+	}
+	node := sb.Node
+	if cc := node.GetCollateClause(); cc != nil {
+		if !bytewiseCollation(cc.Collname) {
+			return spec, false, "orders by a collation other than \"C\": only the C collation (bytewise) is merged across shards"
+		}
+		node = cc.Arg
+	}
+	arg := fc.Args[0]
+	if cc := arg.GetCollateClause(); cc != nil {
+		arg = cc.Arg // the value's collation does not change its text
+	}
+	if otherCollation(node) || !m.a.sameExpr(node, arg) {
+		return spec, false, why
+	}
+	spec.agg, spec.sep, spec.desc, spec.distinct, spec.bytewise = AggStringAgg, v.s, k.Desc, fc.AggDistinct, k.Bytewise
+	spec.call = arrayAggCall(fc, fc.AggOrder)
+	return spec, true, ""
+}
+
+// otherCollation reports a COLLATE other than "C" or "POSIX" in n.
+func otherCollation(n *pg.Node) bool {
+	found := false
+	inspect(n, func(x *pg.Node) bool {
+		if cc := x.GetCollateClause(); cc != nil && !bytewiseCollation(cc.Collname) {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// arrayAggCall is pg_catalog.array_agg of fc's first argument, with fc's
+// DISTINCT and FILTER and the given ORDER BY.
+func arrayAggCall(fc *pg.FuncCall, order []*pg.Node) *pg.FuncCall {
+	c := proto.Clone(fc).(*pg.FuncCall)
+	c.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("array_agg")}
+	c.Args = c.Args[:1]
+	c.AggOrder = nil
+	for _, o := range order {
+		c.AggOrder = append(c.AggOrder, proto.Clone(o).(*pg.Node))
+	}
+	return c
 }
 
 // castOf maps a cast's type name to a Cast the merge computes.

@@ -301,8 +301,13 @@ type Output struct {
 	// RowDescription of a column the proxy computes.
 	Name string
 	// Bytewise: min/max of x COLLATE "C" (text compares by bytes whatever
-	// the database's collation).
+	// the database's collation); string_agg ordered by x COLLATE "C".
 	Bytewise bool
+	// Sep is string_agg's separator (AggStringAgg); Desc says its values
+	// are ordered descending; Distinct is string_agg(DISTINCT ...).
+	Sep      string
+	Desc     bool
+	Distinct bool
 }
 
 // Agg combines one column across shards.
@@ -314,11 +319,20 @@ const (
 	AggMin             // min(x)
 	AggMax             // max(x)
 	AggAvg             // avg(x) = sum(x) / count(x), computed as Postgres does
+	// AggStringAgg is string_agg(x, 'sep' ORDER BY x): each shard sends
+	// array_agg(x ORDER BY x) (binary), the merge orders the union of the
+	// shards' non-NULL values and joins them with Sep; NULL when none.
+	AggStringAgg
+	// AggCountDistinct is count(DISTINCT x) of a value that is not a
+	// sharding key: each shard sends array_agg(DISTINCT x) (binary), the
+	// merge counts the distinct non-NULL values of their union.
+	AggCountDistinct
 )
 
-var aggNames = [...]string{"none", "sum", "min", "max", "avg"}
+var aggNames = [...]string{"none", "sum", "min", "max", "avg", "string_agg", "count_distinct"}
 
-// String returns "none", "sum", "min", "max" or "avg".
+// String returns "none", "sum", "min", "max", "avg", "string_agg" or
+// "count_distinct".
 func (a Agg) String() string {
 	if a >= 0 && int(a) < len(aggNames) {
 		return aggNames[a]

@@ -581,3 +581,31 @@ SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) d
 @unordered SELECT e.id, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY e.version FETCH FIRST 1 ROW WITH TIES
 @unordered SELECT id FROM executions ORDER BY version FETCH FIRST 0 ROWS WITH TIES
 @unordered SELECT id FROM executions ORDER BY version FETCH FIRST $1 ROWS WITH TIES ;; ["3"]
+
+# --- string_agg ordered by its value, count(DISTINCT x) of a non-key (issue 18) ---
+# The shards send array_agg of their values; the merge orders / dedups the
+# union. NULLs skipped, no rows (NULL / 0), ties across shards, DISTINCT,
+# DESC, COLLATE "C", FILTER, GROUP BY with NULL groups, HAVING, mixed types.
+@answered SELECT string_agg(path, ',' ORDER BY path) FROM timers
+@answered SELECT string_agg(t, '|' ORDER BY t) FROM vals
+@answered SELECT string_agg(t, '|' ORDER BY t DESC) FROM vals WHERE t IS NULL OR t = ''
+@answered SELECT string_agg(t, '' ORDER BY t NULLS FIRST) FROM vals WHERE id IS NULL
+@answered SELECT string_agg(DISTINCT path, ', ' ORDER BY path DESC) FROM timers
+@answered SELECT string_agg(definition_id, ',' ORDER BY definition_id COLLATE "C") FROM executions WHERE version > 1
+@answered SELECT g, string_agg(t, ';' ORDER BY t) FILTER (WHERE i4 > 0), count(*) FROM vals GROUP BY g ORDER BY g NULLS FIRST
+@answered SELECT g, string_agg(DISTINCT t, ',' ORDER BY t) FROM vals GROUP BY g HAVING string_agg(t, ',' ORDER BY t) IS NOT NULL ORDER BY 2, 1
+@answered SELECT e.definition_id, string_agg(t.path, '/' ORDER BY t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id GROUP BY 1 ORDER BY 1
+@answered SELECT string_agg(e.id, ',' ORDER BY e.id) FROM executions e WHERE e.id IN ('{exec1}', '{exec2}', '{exec3}', 'nope')
+@answered SELECT string_agg(d::text, ',' ORDER BY d::text) FROM vals WHERE d IS NOT NULL
+@answered SELECT string_agg(t, E'\n' ORDER BY t) AS s, max(t) FROM vals WHERE g = 'a'
+SELECT string_agg(i4, ',' ORDER BY i4) FROM vals
+@answered SELECT count(DISTINCT definition_id) FROM executions
+@answered SELECT count(DISTINCT path), count(DISTINCT fire_at), count(*) FROM timers
+@answered SELECT count(DISTINCT g), count(DISTINCT i2), count(DISTINCT i4), count(DISTINCT i8), count(DISTINCT n) FROM vals
+@answered SELECT count(DISTINCT f4), count(DISTINCT f8), count(DISTINCT fbig), count(DISTINCT t), count(DISTINCT b), count(DISTINCT d), count(DISTINCT ts), count(DISTINCT u) FROM vals
+@answered SELECT g, count(DISTINCT n), count(DISTINCT f8) FILTER (WHERE i4 > 0) FROM vals GROUP BY g ORDER BY 1 NULLS LAST
+@answered SELECT count(DISTINCT t) FROM vals WHERE false
+@answered SELECT g, count(DISTINCT t)::int4 AS c FROM vals GROUP BY g ORDER BY c DESC, g NULLS FIRST
+@answered SELECT count(DISTINCT t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
+@answered SELECT definition_id, count(DISTINCT version) FROM executions GROUP BY definition_id HAVING count(DISTINCT version) > 1 ORDER BY 1
+@answered SELECT count(DISTINCT (n * 10)::int8), count(DISTINCT i4 % 3) FROM vals

@@ -17,7 +17,8 @@
 //	merge.go   Run, Source, ShardFormats (the formats to ask the shards
 //	           for), Answer, Description
 //	rows.go    the k-way merge of rows; row comparison by sort keys
-//	groups.go  merged groups: aggregates combined and finished, the
-//	           bounded sort after grouping
+//	groups.go  merged groups: aggregates combined and finished (string_agg
+//	           and count(DISTINCT x) from the shards' arrays of values),
+//	           the bounded sort after grouping
 //	having.go  HAVING over merged groups, constants and Bind parameters
 package merge

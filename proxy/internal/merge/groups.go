@@ -1,6 +1,8 @@
 package merge
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,6 +32,10 @@ type acc struct {
 	raw   []byte
 	sum   pgvalue.Num
 	count int64
+	// elems are the non-NULL values of the shards' arrays (string_agg,
+	// count(DISTINCT x)), of type elem (binary format).
+	elems [][]byte
+	elem  pgvalue.Field
 }
 
 func (r *Run) groups() *pgwire.Error {
@@ -290,6 +296,10 @@ func (r *Run) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
 		f := r.fields[o.Column]
 		computed := false
 		switch o.Agg {
+		case route.AggStringAgg:
+			f.OID, computed = pgtype.TextOID, true
+		case route.AggCountDistinct:
+			f.OID, computed = pgtype.Int8OID, true
 		case route.AggSum:
 			switch f.OID {
 			case pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
@@ -348,6 +358,13 @@ func (r *Run) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 		v := cols[o.Column]
 		f := &r.fields[o.Column]
 		switch o.Agg {
+		case route.AggStringAgg, route.AggCountDistinct:
+			if v == nil {
+				continue // no row of the group on the shard (or FILTER)
+			}
+			if e := a.addArray(v, f); e != nil {
+				return e
+			}
 		case route.AggNone:
 			if !a.have {
 				a.raw, a.have = slices.Clone(v), true
@@ -406,6 +423,19 @@ func (r *Run) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, ef
 		format := finals[j].Format
 		var n pgvalue.Num
 		switch o.Agg {
+		case route.AggStringAgg:
+			text, null, e := r.stringAgg(a, o)
+			if e != nil {
+				return nil, e
+			}
+			vals[j] = outVal{raw: text, null: null}
+			continue
+		case route.AggCountDistinct:
+			c, e := r.countDistinct(a, o)
+			if e != nil {
+				return nil, e
+			}
+			n = pgvalue.Num{Kind: pgvalue.NumInt, Int: c, OID: pgtype.Int8OID}
 		case route.AggNone, route.AggMin, route.AggMax:
 			if !a.have || a.raw == nil {
 				vals[j] = outVal{null: true}
@@ -496,3 +526,122 @@ func (r *Run) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.Sor
 }
 
 // eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
+
+// ---- aggregates merged from the shards' arrays of values ----
+
+// addArray adds the non-NULL elements of a one-dimensional array in
+// binary format (array_agg's partial of string_agg or count(DISTINCT x))
+// to a; every shard's elements must have one type.
+func (a *acc) addArray(v []byte, f *pgvalue.Field) *pgwire.Error {
+	bad := func(why string) *pgwire.Error {
+		return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: column %q of a shard is not the array the merge expects (%s)", f.Name, why))
+	}
+	if f.Format != 1 {
+		return bad("text format")
+	}
+	if len(v) < 12 {
+		return bad("short")
+	}
+	ndim := int32(binary.BigEndian.Uint32(v))
+	oid := binary.BigEndian.Uint32(v[8:])
+	if ndim == 0 {
+		return nil
+	}
+	if ndim != 1 || len(v) < 20 {
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: fmt.Sprintf("pgshard cannot merge %q of every shard: its values are arrays", f.Name),
+			Hint:    "Add a key so that one shard answers."}
+	}
+	if a.elem.OID == 0 {
+		a.elem = pgvalue.Field{Name: f.Name, OID: oid, Typlen: pgvalue.TypeLen(oid), Typmod: -1, Format: 1}
+	} else if a.elem.OID != oid {
+		return bad("element types differ between shards")
+	}
+	n := int(int32(binary.BigEndian.Uint32(v[12:])))
+	i := 20
+	for k := 0; k < n; k++ {
+		if len(v)-i < 4 {
+			return bad("truncated")
+		}
+		l := int(int32(binary.BigEndian.Uint32(v[i:])))
+		i += 4
+		if l < 0 {
+			continue // NULL: string_agg and count skip it
+		}
+		if len(v)-i < l {
+			return bad("truncated")
+		}
+		a.elems = append(a.elems, slices.Clone(v[i:i+l]))
+		i += l
+	}
+	return nil
+}
+
+// sortElems orders a's elements as Postgres orders the values (text by
+// bytes when the shards' collation or the term's is C; else the
+// comparison refuses), descending when desc, and drops duplicates when
+// dedup.
+func (r *Run) sortElems(a *acc, bytewise, desc, dedup bool) *pgwire.Error {
+	var err *pgwire.Error
+	cmp := func(x, y []byte) int {
+		c, e := pgvalue.CompareValues(x, y, &a.elem, bytewise)
+		if e != nil && err == nil {
+			err = e
+		}
+		if desc {
+			c = -c
+		}
+		return c
+	}
+	slices.SortStableFunc(a.elems, cmp)
+	if err != nil || !dedup {
+		return err
+	}
+	a.elems = slices.CompactFunc(a.elems, func(x, y []byte) bool { return cmp(x, y) == 0 })
+	return err
+}
+
+// stringAgg finishes string_agg(x, sep ORDER BY x): the shards' values in
+// order, joined by the separator; NULL when there are none.
+func (r *Run) stringAgg(a *acc, o route.Output) ([]byte, bool, *pgwire.Error) {
+	if len(a.elems) == 0 {
+		return nil, true, nil
+	}
+	bpchar := false
+	switch a.elem.OID {
+	case pgtype.TextOID, pgtype.VarcharOID:
+	case pgtype.BPCharOID:
+		bpchar = true // string_agg reads it as text: without trailing blanks
+	default:
+		return nil, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: fmt.Sprintf("pgshard merges string_agg of text values only (the values of %q have type oid %d)", o.Name, a.elem.OID),
+			Hint:    "Cast the value to text, or add a key so that one shard answers."}
+	}
+	if e := r.sortElems(a, r.Bytewise || o.Bytewise, o.Desc, o.Distinct); e != nil {
+		return nil, false, e
+	}
+	out := []byte{}
+	for i, v := range a.elems {
+		if i > 0 {
+			out = append(out, o.Sep...)
+		}
+		if bpchar {
+			v = bytes.TrimRight(v, " ")
+		}
+		out = append(out, v...)
+	}
+	return out, false, nil
+}
+
+// countDistinct finishes count(DISTINCT x): the number of distinct
+// values in the shards' arrays (each shard's are distinct already; one
+// value may be on several shards).
+func (r *Run) countDistinct(a *acc, o route.Output) (int64, *pgwire.Error) {
+	if len(a.elems) == 0 {
+		return 0, nil
+	}
+	if e := r.sortElems(a, r.Bytewise || o.Bytewise, false, true); e != nil {
+		return 0, e
+	}
+	return int64(len(a.elems)), nil
+}
