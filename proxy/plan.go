@@ -123,6 +123,11 @@ type planner struct {
 	// setAhead: a statement that only sets transaction-local state went
 	// to the backend in this pipeline's implicit transaction.
 	setAhead bool
+	// fenceKey is the key that routed the statement being targeted ("":
+	// none); ensureBackend asserts it when it opens the transaction
+	// (fence.go). noFence: the query string manages its own transaction.
+	fenceKey string
+	noFence  bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -508,6 +513,13 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		srv.collation.Store(collationUnknown)
 	}
 	d = p.s.adjustDest(a, d)
+	p.fenceKey = ""
+	if d.Kind == route.DestShard && d.Bucket >= 0 {
+		if e := srv.leaseError(); e != nil {
+			return 0, false, e
+		}
+		p.fenceKey = d.Key
+	}
 	if p.s.pin != nil {
 		if sh, ok, e := p.pinnedTarget(a, d); ok {
 			return sh, false, e
@@ -695,12 +707,17 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s.setBackend(bc)
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
+	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
 	switch {
 	case p.tx == txDeferred:
 		if p.hint >= 0 {
 			s.hintBound = true
 		}
-		s.bw = pgwire.AppendQuery(s.bw, replaySQL(p.deferred, pre))
+		replay := replaySQL(p.deferred, pre)
+		if fence {
+			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), p.fenceKey))
+		}
+		s.bw = pgwire.AppendQuery(s.bw, replay)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		if p.swapMain {
 			// Its other shard's reads and this shard's write are one
@@ -712,8 +729,20 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		p.explicit = true
 		p.tx = txBound
-	case len(pre.KV) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
-		s.bw = pgwire.AppendQuery(s.bw, "BEGIN;\n"+pre.PreambleSQL())
+	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
+		// One Query, written in place: "BEGIN; [preamble;] [assert]".
+		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+		bw = append(bw, "BEGIN;\n"...)
+		if len(pre.KV) > 0 {
+			bw = append(bw, pre.PreambleSQL()...)
+			if fence {
+				bw = append(bw, ";\n"...)
+			}
+		}
+		if fence {
+			bw = appendFenceSQL(bw, p.fenceKey)
+		}
+		s.bw = pgwire.FinishMsg(append(bw, 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.wrap = true
 	}

@@ -94,6 +94,10 @@ type core struct {
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
 
+	// fences holds each pool's fence state (*backend.Pool →
+	// *atomic.Int32, fence.go).
+	fences sync.Map
+
 	addrMu      sync.Mutex
 	addr        net.Addr
 	metricsAddr net.Addr

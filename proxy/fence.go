@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// The shards' fence for proxy clients' plain SQL (migration 0008: every
+// shard records the bucket ranges it owns; pgshard_fence_assert(key)
+// raises PS001 when it does not own the key's bucket, and takes the lock
+// the mover's freeze conflicts with, so the key's range cannot move under
+// the transaction).
+//
+// A statement routed to one shard by a key (route.Dest with a bucket)
+// that opens the backend transaction carries the assert of its key in the
+// same transaction, in the same write (no extra round trip):
+//
+//	implicit transaction (simple Query, or a pipeline up to Sync):
+//	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
+//	        (swallowed; its error is the client's, and its 25P02 echo dropped)
+//	    the client's Query / Parse..Execute (unchanged)
+//	    Query "COMMIT" at the end (swallowed; carries the client's
+//	        ReadyForQuery) — the wrap the settings preamble already uses
+//	explicit transaction (BEGIN deferred until the first keyed statement):
+//	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
+//
+// The planner records the key of the statement being targeted
+// (planner.fenceKey, set by decideTarget) and ensureBackend attaches the
+// assert when it opens the transaction on a pool whose shard has the
+// fence (Config.Fence: FenceAuto asks each pool once whether
+// pgshard_fence_assert exists). Not fenced: statements after the first on
+// the transaction's backend (the transaction already holds its first
+// key's range), a pinned session's backend (its own session), a reader's
+// read in an explicit transaction, a query string managing its own
+// transaction, and statements routed without a key.
+
+// FenceMode says whether the proxy asserts keys against the shards'
+// fence (Config.Fence).
+type FenceMode int
+
+const (
+	// FenceAuto asserts on shards whose database has the fence's
+	// functions (migration 0008), asked once per pool. The default.
+	FenceAuto FenceMode = iota
+	// FenceOn asserts on every shard (a shard without the fence fails
+	// keyed transactions with 42883).
+	FenceOn
+	// FenceOff never asserts (for comparisons; a stale map then routes
+	// unchecked).
+	FenceOff
+)
+
+// String returns auto, on or off.
+func (m FenceMode) String() string {
+	switch m {
+	case FenceOn:
+		return "on"
+	case FenceOff:
+		return "off"
+	}
+	return "auto"
+}
+
+// ParseFenceMode parses auto, on or off ("" is auto).
+func ParseFenceMode(s string) (FenceMode, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return FenceAuto, nil
+	case "on":
+		return FenceOn, nil
+	case "off":
+		return FenceOff, nil
+	}
+	return FenceAuto, fmt.Errorf("fence mode %q: want auto, on or off", s)
+}
+
+// fenceDetectSQL says whether the shard's database has the fence.
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
+
+// A pool's fence state (core.fences): unknown until asked.
+const (
+	fenceUnknown int32 = iota
+	fenceAbsent
+	fencePresent
+)
+
+// fenced reports whether transactions on pool assert their key. Under
+// FenceAuto the first transaction on a pool asks its backend bc once
+// (one round trip, then never again for the pool); a failed question
+// leaves the state unknown (asked again next time) and does not fence.
+func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
+	switch s.srv.cfg.Fence {
+	case FenceOff:
+		return false
+	case FenceOn:
+		return true
+	}
+	v, _ := s.core.fences.Load(pool)
+	st, _ := v.(*atomic.Int32)
+	if st == nil {
+		n := new(atomic.Int32)
+		v, _ = s.core.fences.LoadOrStore(pool, n)
+		st = v.(*atomic.Int32)
+	}
+	switch st.Load() {
+	case fencePresent:
+		return true
+	case fenceAbsent:
+		return false
+	}
+	res, err := bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, fenceDetectSQL)
+	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return false
+	}
+	if string(res[0].Rows[0][0]) == "t" {
+		st.Store(fencePresent)
+		s.core.log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+		return true
+	}
+	st.Store(fenceAbsent)
+	s.core.log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
+	return false
+}
+
+// appendFenceSQL appends the assert of key as one SQL statement (no
+// terminating semicolon). The key is a string literal: quotes doubled,
+// and an E'' literal when it holds a backslash (right whatever
+// standard_conforming_strings says).
+func appendFenceSQL(b []byte, key string) []byte {
+	b = append(b, "SELECT pgshard_fence_assert("...)
+	if strings.IndexByte(key, '\\') >= 0 {
+		b = append(b, 'E')
+	}
+	b = append(b, '\'')
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '\'':
+			b = append(b, '\'', '\'')
+		case '\\':
+			b = append(b, '\\', '\\')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, "')"...)
+}
+
+// fenceSQL is appendFenceSQL as a string.
+func fenceSQL(key string) string { return string(appendFenceSQL(make([]byte, 0, len(key)+40), key)) }
+
+// CodeFenceRefused is the fence's SQLSTATE: the shard does not own the
+// key's bucket (the proxy's map is stale, or the range is moving).
+const CodeFenceRefused = "PS001"
+
+// isFenceError reports whether an ErrorResponse is the fence's refusal.
+func isFenceError(msg []byte) bool { return pgwire.ErrorField(msg, 'C') == CodeFenceRefused }
