@@ -3,11 +3,13 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // The shards' fence for proxy clients' plain SQL (migration 0008: every
@@ -38,6 +40,13 @@ import (
 // key's range), a pinned session's backend (its own session), a reader's
 // read in an explicit transaction, a query string managing its own
 // transaction, and statements routed without a key.
+
+// The assert hashes its argument as text (pgshard_fence_bucket, the
+// store's text keys). A key of another type (int8 columns) is hashed by
+// the map as its type, to another bucket than its text: the proxy then
+// asserts a stand-in text whose bucket is the key's (fenceKeyFor), which
+// checks and locks exactly the bucket the statement was routed by — only
+// the PS001 message names the stand-in rather than the client's key.
 
 // FenceMode says whether the proxy asserts keys against the shards'
 // fence (Config.Fence).
@@ -129,7 +138,7 @@ func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Co
 
 // appendFenceSQL appends the assert of key as one SQL statement (no
 // terminating semicolon). The key is a string literal: quotes doubled,
-// and an E'' literal when it holds a backslash (right whatever
+// and an escape-string literal (E'...') when it holds a backslash (right whatever
 // standard_conforming_strings says).
 func appendFenceSQL(b []byte, key string) []byte {
 	b = append(b, "SELECT pgshard_fence_assert("...)
@@ -150,6 +159,39 @@ func appendFenceSQL(b []byte, key string) []byte {
 	return append(b, "')"...)
 }
 
+// fenceKeyFor returns the text to assert for a key routed to bucket: the
+// key itself when its text hashes there, else the bucket's stand-in.
+func (c *core) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
+	if shardmap.BucketText(key, m.Buckets) == bucket {
+		return key
+	}
+	st := c.standIns(m.Buckets)
+	if bucket < 0 || bucket >= len(st) {
+		return key
+	}
+	return st[bucket]
+}
+
+// standIns are, for a bucket count, one short text per bucket that
+// hashes to it ("pgshard-fence-<n>" for the least n), computed once
+// (the bucket count is fixed for a cluster's life).
+func (c *core) standIns(buckets int) []string {
+	c.fenceOnce.Do(func() {
+		st := make([]string, buckets)
+		left := buckets
+		var b []byte
+		for n := 0; left > 0 && n < 1<<24; n++ {
+			b = strconv.AppendInt(append(b[:0], "pgshard-fence-"...), int64(n), 10)
+			if k := shardmap.BucketText(string(b), buckets); st[k] == "" {
+				st[k] = string(b)
+				left--
+			}
+		}
+		c.fenceStandIns = st
+	})
+	return c.fenceStandIns
+}
+
 // fenceSQL is appendFenceSQL as a string.
 func fenceSQL(key string) string { return string(appendFenceSQL(make([]byte, 0, len(key)+40), key)) }
 
@@ -159,3 +201,5 @@ const CodeFenceRefused = "PS001"
 
 // isFenceError reports whether an ErrorResponse is the fence's refusal.
 func isFenceError(msg []byte) bool { return pgwire.ErrorField(msg, 'C') == CodeFenceRefused }
+
+var _ = isFenceError // used by the retry (not built yet)

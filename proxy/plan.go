@@ -126,8 +126,9 @@ type planner struct {
 	// fenceKey is the key that routed the statement being targeted ("":
 	// none); ensureBackend asserts it when it opens the transaction
 	// (fence.go). noFence: the query string manages its own transaction.
-	fenceKey string
-	noFence  bool
+	fenceKey    string
+	fenceBucket int
+	noFence     bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -518,7 +519,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		if e := srv.leaseError(); e != nil {
 			return 0, false, e
 		}
-		p.fenceKey = d.Key
+		p.fenceKey, p.fenceBucket = d.Key, d.Bucket
 	}
 	if p.s.pin != nil {
 		if sh, ok, e := p.pinnedTarget(a, d); ok {
@@ -708,6 +709,10 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
+	fenceKey := ""
+	if fence {
+		fenceKey = s.core.fenceKeyFor(s.srv.cfg.Map, p.fenceKey, p.fenceBucket)
+	}
 	switch {
 	case p.tx == txDeferred:
 		if p.hint >= 0 {
@@ -715,7 +720,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		replay := replaySQL(p.deferred, pre)
 		if fence {
-			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), p.fenceKey))
+			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
 		}
 		s.bw = pgwire.AppendQuery(s.bw, replay)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
@@ -740,7 +745,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 			}
 		}
 		if fence {
-			bw = appendFenceSQL(bw, p.fenceKey)
+			bw = appendFenceSQL(bw, fenceKey)
 		}
 		s.bw = pgwire.FinishMsg(append(bw, 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
