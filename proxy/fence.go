@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -190,6 +192,74 @@ func (c *core) standIns(buckets int) []string {
 		c.fenceStandIns = st
 	})
 	return c.fenceStandIns
+}
+
+// rangeLo returns the first bucket of the map's range holding bucket b
+// (-1 if none).
+func rangeLo(m *shardmap.Map, b int) int {
+	rs := m.Ranges
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].Hi >= b })
+	if i < len(rs) && rs[i].Lo <= b {
+		return rs[i].Lo
+	}
+	return -1
+}
+
+// fenceKnown reports whether pool's shard is known to have the fence
+// (never asks: the backend may have bytes queued).
+func (s *session) fenceKnown(pool *backend.Pool) bool {
+	switch s.srv.cfg.Fence {
+	case FenceOff:
+		return false
+	case FenceOn:
+		return true
+	}
+	v, _ := s.core.fences.Load(pool)
+	st, _ := v.(*atomic.Int32)
+	return st != nil && st.Load() == fencePresent
+}
+
+// Names of the assert's statement and portal inside a pipeline (created
+// and closed in the same write, so no pooler ever sees them outlive it).
+const (
+	fenceStmtName   = "pgshard_fence"
+	fencePortalName = "pgshard_fence"
+)
+
+// fenceHeld asserts the key of the statement being planned on the
+// transaction's backend when its range was not asserted yet in this
+// transaction (a later keyed statement: another range, or a transaction
+// whose first statements ran without a key). In a simple query the
+// assert is a Query of its own; in a pipeline a named Parse, Bind,
+// Execute and Close of statement and portal (the client's unnamed
+// statement and portal are left alone). Its answers are swallowed; its
+// error is the client's, and the client's statement's 25P02 dropped.
+func (p *planner) fenceHeld() {
+	s := p.s
+	defer func() { p.fenceKey = "" }() // used once
+	if p.fenceKey == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+		return
+	}
+	m := s.srv.cfg.Map
+	lo := rangeLo(m, p.fenceBucket)
+	if slices.Contains(s.fenceLos, lo) {
+		return
+	}
+	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	if p.simple {
+		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+	} else {
+		s.bw = pgwire.AppendParseMsg(s.bw, fenceStmtName, fenceSQL(key), nil)
+		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, fenceStmtName, nil)
+		s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
+		s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
+		s.bw = pgwire.AppendClose(s.bw, 'S', fenceStmtName)
+		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fReplay}, item{kind: itBind, flags: fSwallow | fReplay},
+			item{kind: itExecute, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay})
+	}
+	s.fenceLos = append(s.fenceLos, lo)
 }
 
 // fenceSQL is appendFenceSQL as a string.

@@ -232,3 +232,31 @@ func TestFollowCatalog(t *testing.T) {
 	c.send(&pgproto3.Query{String: q})
 	expect(t, "renewed", c.until(), "T D:conn1 C:SELECT 1 Z:I")
 }
+
+// TestEngineFenceLater: a transaction whose backend opened without a key
+// (a Describe, a key-less read) asserts at its first keyed statement, and
+// once per range: in a simple query as a Query of its own, in a pipeline
+// as a named Parse/Bind/Execute/Close that leaves the client's unnamed
+// statement alone.
+func TestEngineFenceLater(t *testing.T) {
+	fe := startFake(t, true, fenceMode(proxy.FenceOn))
+	c := fe.client(t)
+	k := fe.keyOn(1)
+	c.send(&pgproto3.Query{String: "BEGIN"})
+	expect(t, "BEGIN", c.until(), "C:BEGIN Z:T")
+	c.send(&pgproto3.Parse{Query: "UPDATE accounts SET note = 'x' WHERE aid = $1"}, &pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Sync{})
+	expect(t, "describe", c.until(), "1 t T Z:T")
+	c.send(&pgproto3.Bind{Parameters: [][]byte{[]byte(fmt.Sprint(k))}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	expect(t, "keyed", c.until(), "2 D:conn1 C:SELECT 1 Z:T")
+	c.send(&pgproto3.Query{String: fmt.Sprintf("SELECT note FROM accounts WHERE aid = %d", k)})
+	expect(t, "same key again", c.until(), "T D:conn1 C:SELECT 1 Z:T")
+	c.send(&pgproto3.Query{String: "COMMIT"})
+	expect(t, "COMMIT", c.until(), "C:COMMIT Z:I")
+	var all string
+	for _, f := range fe.shards {
+		all += filterLog(f.messages()) + "\n"
+	}
+	if n := strings.Count(all, "pgshard_fence_assert"); n != 1 {
+		t.Fatalf("%d asserts for one key in one transaction, want 1:\n%s", n, all)
+	}
+}

@@ -643,6 +643,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s := p.s
 	if p.onBackend {
+		p.fenceHeld()
 		return nil
 	}
 	if p.held && p.swapMain {
@@ -657,6 +658,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	if p.held {
 		if shard == p.shard || shard < 0 || !p.soft {
 			p.onBackend = true
+			p.fenceHeld()
 			return nil
 		}
 		// A soft transaction (only table-less reads so far) moves.
@@ -684,6 +686,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 			p.bc, p.shard, p.onBackend = bc, shard, true
 			p.explicit = true
 			p.tx = txBound
+			p.fenceHeld()
 			return nil
 		}
 	}
@@ -709,10 +712,12 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
-	fenceKey := ""
+	fenceKey, fenceLo := "", -1
 	if fence {
 		fenceKey = s.core.fenceKeyFor(s.srv.cfg.Map, p.fenceKey, p.fenceBucket)
+		fenceLo = rangeLo(s.srv.cfg.Map, p.fenceBucket)
 	}
+	p.fenceKey = "" // used once
 	switch {
 	case p.tx == txDeferred:
 		if p.hint >= 0 {
@@ -721,6 +726,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		replay := replaySQL(p.deferred, pre)
 		if fence {
 			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
+			s.fenceLos = append(s.fenceLos, fenceLo)
 		}
 		s.bw = pgwire.AppendQuery(s.bw, replay)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
@@ -746,6 +752,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		if fence {
 			bw = appendFenceSQL(bw, fenceKey)
+			s.fenceLos = append(s.fenceLos, fenceLo)
 		}
 		s.bw = pgwire.FinishMsg(append(bw, 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
