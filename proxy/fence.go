@@ -219,20 +219,18 @@ func (s *session) fenceKnown(pool *backend.Pool) bool {
 	return st != nil && st.Load() == fencePresent
 }
 
-// Names of the assert's statement and portal inside a pipeline (created
-// and closed in the same write, so no pooler ever sees them outlive it).
-const (
-	fenceStmtName   = "pgshard_fence"
-	fencePortalName = "pgshard_fence"
-)
+// fencePortalName is the assert's portal inside a pipeline: named, so
+// the client's unnamed portal is left alone; closed after it ran (an
+// error ends the transaction, and the portal with it).
+const fencePortalName = "pgshard_fence"
 
 // fenceHeld asserts the key of the statement being planned on the
 // transaction's backend when its range was not asserted yet in this
 // transaction (a later keyed statement: another range, or a transaction
 // whose first statements ran without a key). In a simple query the
-// assert is a Query of its own; in a pipeline a named Parse, Bind,
-// Execute and Close of statement and portal (the client's unnamed
-// statement and portal are left alone). Its answers are swallowed; its
+// assert is a Query of its own; in a pipeline an unnamed Parse (the
+// next Bind of the client's unnamed statement parses it again:
+// backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
 // error is the client's, and the client's statement's 25P02 dropped.
 func (p *planner) fenceHeld() {
 	s := p.s
@@ -251,13 +249,13 @@ func (p *planner) fenceHeld() {
 		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 	} else {
-		s.bw = pgwire.AppendParseMsg(s.bw, fenceStmtName, fenceSQL(key), nil)
-		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, fenceStmtName, nil)
+		s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
+		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
 		s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
 		s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
-		s.bw = pgwire.AppendClose(s.bw, 'S', fenceStmtName)
 		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fReplay}, item{kind: itBind, flags: fSwallow | fReplay},
-			item{kind: itExecute, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay})
+			item{kind: itExecute, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay})
+		p.backendUnnamed = nil
 	}
 	s.fenceLos = append(s.fenceLos, lo)
 }

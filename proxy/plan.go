@@ -128,6 +128,7 @@ type planner struct {
 	// (fence.go). noFence: the query string manages its own transaction.
 	fenceKey    string
 	fenceBucket int
+	fenceShard  int
 	noFence     bool
 }
 
@@ -501,6 +502,9 @@ func refusalError(r *route.Refusal) *pgwire.Error {
 // (SHOW ROUTES, pgshard_proxy_routes_total).
 func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
 	shard, fan, e := p.decideTarget(a, d)
+	if e != nil || fan || shard != p.fenceShard {
+		p.fenceKey = "" // only a statement run on its key's shard asserts it
+	}
 	p.s.srv.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
 	return shard, fan, e
 }
@@ -519,7 +523,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		if e := srv.leaseError(); e != nil {
 			return 0, false, e
 		}
-		p.fenceKey, p.fenceBucket = d.Key, d.Bucket
+		p.fenceKey, p.fenceBucket, p.fenceShard = d.Key, d.Bucket, d.Shard
 	}
 	if p.s.pin != nil {
 		if sh, ok, e := p.pinnedTarget(a, d); ok {
