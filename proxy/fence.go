@@ -34,14 +34,17 @@ import (
 //	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
 //
 // The planner records the key of the statement being targeted
-// (planner.fenceKey, set by decideTarget) and ensureBackend attaches the
+// (planner.fenceKey, set by decideTarget, kept by target only when the
+// statement runs on its key's shard) and ensureBackend attaches the
 // assert when it opens the transaction on a pool whose shard has the
 // fence (Config.Fence: FenceAuto asks each pool once whether
-// pgshard_fence_assert exists). Not fenced: statements after the first on
-// the transaction's backend (the transaction already holds its first
-// key's range), a pinned session's backend (its own session), a reader's
-// read in an explicit transaction, a query string managing its own
-// transaction, and statements routed without a key.
+// pgshard_fence_assert exists). A later keyed statement of the
+// transaction whose range was not asserted yet (session.fenceLos) gets
+// its assert from fenceHeld, on the held backend. Not fenced: a pinned
+// session's backend (its own session), reads of every shard (each
+// shard's reader), a query string managing its own transaction, a
+// statement that cannot run in a transaction block, and statements
+// routed without a key.
 
 // The assert hashes its argument as text (pgshard_fence_bucket, the
 // store's text keys). A key of another type (int8 columns) is hashed by
