@@ -269,8 +269,3 @@ func fenceSQL(key string) string { return string(appendFenceSQL(make([]byte, 0, 
 // CodeFenceRefused is the fence's SQLSTATE: the shard does not own the
 // key's bucket (the proxy's map is stale, or the range is moving).
 const CodeFenceRefused = "PS001"
-
-// isFenceError reports whether an ErrorResponse is the fence's refusal.
-func isFenceError(msg []byte) bool { return pgwire.ErrorField(msg, 'C') == CodeFenceRefused }
-
-var _ = isFenceError // used by the retry (not built yet)
