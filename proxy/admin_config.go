@@ -87,6 +87,9 @@ func configRows(cfg Config, ts *tlsSetup, generation uint64) []configRow {
 		{"handover_socket", cfg.HandoverSocket, "", false},
 		{"shardmap", fmt.Sprintf("epoch %d, %d buckets, %d shards", cfg.Map.Epoch, cfg.Map.Buckets, len(cfg.Map.Shards)), "", true},
 		{"generation", str(generation), "1", false},
+		{"fence", cfg.Fence.String(), "auto", true},
+		{"catalog", cfg.CatalogName, "", false},
+		{"catalog_lease", leaseState(cfg.Follow), "none", false},
 	}
 	return rows
 }

@@ -145,6 +145,21 @@ type Config struct {
 	// admin console; the command also calls it on SIGHUP): a fresh read
 	// of the config file and shard map. Nil: RELOAD is refused.
 	Reload func(ctx context.Context) (Config, error)
+
+	// Follow, when set, keeps Map current from the shard-map catalog and
+	// holds the proxy's lease there (catalog.go): each newer map becomes
+	// a new generation, and while the lease is not live statements routed
+	// by a key are refused (57P03). Started by Serve, stopped at its end;
+	// a reload keeps the running one.
+	Follow MapFollower
+	// Remap builds the configuration for a newer map from the catalog
+	// (nil: the running one with the map and a route.Router for it).
+	Remap func(ctx context.Context, running Config, m *shardmap.Map) (Config, error)
+	// CatalogName names the catalog in messages (a redacted DSN).
+	CatalogName string
+	// Fence says whether keyed transactions assert their key against the
+	// shard's fence (fence.go; default FenceAuto).
+	Fence FenceMode
 }
 
 // TLSMode says whether clients may or must use TLS.
@@ -374,6 +389,9 @@ func (c Config) validate() error {
 	}
 	if c.TLS.Mode < TLSDisable || c.TLS.Mode > TLSRequire {
 		add("TLS.Mode: unknown mode %d", int(c.TLS.Mode))
+	}
+	if c.Fence < FenceAuto || c.Fence > FenceOff {
+		add("Fence: unknown mode %d", int(c.Fence))
 	}
 	if c.PgBouncer.MaxWaiting < 0 {
 		add("PgBouncer.MaxWaiting: must not be negative (got %d)", c.PgBouncer.MaxWaiting)

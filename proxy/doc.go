@@ -52,6 +52,14 @@
 //	    (generations), lifecycle.go and handover.go (graceful shutdown,
 //	    socket hand-over), secrets.go (redaction).
 //
+//	    catalog.go: Config.Follow (a catalog.Follower) runs in serve's group;
+//	    each newer map from the catalog ─▶ Reload (a new generation); a lapsed
+//	    lease ─▶ decideTarget refuses keyed statements (57P03).
+//	    fence.go: decideTarget records the key (planner.fenceKey) ─▶
+//	    ensureBackend writes its assert with the transaction's opening
+//	    (BEGIN-wrapped Query, or the BEGIN replay), or fenceHeld once per
+//	    range on a held backend; answers swallowed, the error the client's.
+//
 //	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
 //	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
 //	    SET in a transaction or a mixed query string, large objects) pins

@@ -35,6 +35,12 @@ type fakePG struct {
 	pings   int      // syncPings answered and left out of log
 	cancels []string // "pid/secret"
 	closed  bool
+	// fence: the shard has the fence (answers the proxy's question with
+	// t; the question is left out of log, counted in detects); refuse:
+	// every pgshard_fence_assert fails with PS001.
+	fence   bool
+	refuse  bool
+	detects int
 	open    map[net.Conn]bool
 }
 
@@ -115,6 +121,24 @@ func (f *fakePG) messages() []string {
 // first other message: a ping anywhere later is logged like any query.
 const syncPing = "-- ping"
 
+// fenceDetectSQL is the proxy's question whether a shard has the fence
+// (proxy/fence.go).
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
+
+// refused reports whether stmt is an assert the shard refuses.
+func (f *fakePG) refused(stmt string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refuse && strings.Contains(stmt, "pgshard_fence_assert(")
+}
+
+// setFence says whether the shard has the fence and refuses every key.
+func (f *fakePG) setFence(has, refuse bool) {
+	f.mu.Lock()
+	f.fence, f.refuse = has, refuse
+	f.mu.Unlock()
+}
+
 func (f *fakePG) record(id int, s string) {
 	f.mu.Lock()
 	f.log = append(f.log, fmt.Sprintf("%d:%s", id, s))
@@ -182,6 +206,23 @@ func (f *fakePG) serve(c net.Conn) {
 			continue
 		}
 		syncing = false
+		if q, ok := msg.(*pgproto3.Query); ok && q.String == fenceDetectSQL {
+			f.mu.Lock()
+			f.detects++
+			v := []byte("f")
+			if f.fence {
+				v = []byte("t")
+			}
+			f.mu.Unlock()
+			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("has"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}}})
+			be.Send(&pgproto3.DataRow{Values: [][]byte{v}})
+			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
+			if be.Flush() != nil {
+				return
+			}
+			continue
+		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			f.record(id, "Q:"+m.String)
@@ -197,6 +238,12 @@ func (f *fakePG) serve(c net.Conn) {
 					return
 				case strings.Contains(stmt, "SELECT ("):
 					fail()
+				case status != 'E' && f.refused(stmt):
+					be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "PS001", Message: "pgshard fence: this shard does not own the key's bucket",
+						Hint: "The shard map changed: retry on the new owner."})
+					if status == 'T' {
+						status = 'E'
+					}
 				case status == 'E' && !strings.HasPrefix(up, "ROLLBACK") && !strings.HasPrefix(up, "COMMIT"):
 					be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "25P02", Message: "current transaction is aborted"})
 				case strings.HasPrefix(up, "BEGIN"):
@@ -224,6 +271,11 @@ func (f *fakePG) serve(c net.Conn) {
 		case *pgproto3.Parse:
 			f.record(id, fmt.Sprintf("P:%s:%s", m.Name, m.Query))
 			if skipping {
+				continue
+			}
+			if status == 'E' {
+				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "25P02", Message: "current transaction is aborted"})
+				skipping = true
 				continue
 			}
 			if strings.Contains(m.Query, "SELECT (") {

@@ -166,6 +166,7 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	g.Go(func() error { return c.onHardStop(gctx, closeListener, metricsSrv) })
 	g.Go(func() error { return c.gracefulShutdown(gctx, closeListener, hardStop) })
 	g.Go(func() error { return c.reapLoop(gctx) })
+	g.Go(func() error { c.follow(gctx); return nil })
 	g.Go(func() error { return c.acceptLoop(gctx, g, ln) })
 	if h != nil {
 		// Accepting on the inherited sockets: let the predecessor go.

@@ -123,6 +123,13 @@ type planner struct {
 	// setAhead: a statement that only sets transaction-local state went
 	// to the backend in this pipeline's implicit transaction.
 	setAhead bool
+	// fenceKey is the key that routed the statement being targeted ("":
+	// none); ensureBackend asserts it when it opens the transaction
+	// (fence.go). noFence: the query string manages its own transaction.
+	fenceKey    string
+	fenceBucket int
+	fenceShard  int
+	noFence     bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
@@ -495,6 +502,9 @@ func refusalError(r *route.Refusal) *pgwire.Error {
 // (SHOW ROUTES, pgshard_proxy_routes_total).
 func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
 	shard, fan, e := p.decideTarget(a, d)
+	if e != nil || fan || shard != p.fenceShard {
+		p.fenceKey = "" // only a statement run on its key's shard asserts it
+	}
 	p.s.srv.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
 	return shard, fan, e
 }
@@ -508,6 +518,13 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		srv.collation.Store(collationUnknown)
 	}
 	d = p.s.adjustDest(a, d)
+	p.fenceKey = ""
+	if d.Kind == route.DestShard && d.Bucket >= 0 {
+		if e := srv.leaseError(); e != nil {
+			return 0, false, e
+		}
+		p.fenceKey, p.fenceBucket, p.fenceShard = d.Key, d.Bucket, d.Shard
+	}
 	if p.s.pin != nil {
 		if sh, ok, e := p.pinnedTarget(a, d); ok {
 			return sh, false, e
@@ -630,6 +647,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s := p.s
 	if p.onBackend {
+		p.fenceHeld()
 		return nil
 	}
 	if p.held && p.swapMain {
@@ -644,6 +662,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	if p.held {
 		if shard == p.shard || shard < 0 || !p.soft {
 			p.onBackend = true
+			p.fenceHeld()
 			return nil
 		}
 		// A soft transaction (only table-less reads so far) moves.
@@ -671,6 +690,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 			p.bc, p.shard, p.onBackend = bc, shard, true
 			p.explicit = true
 			p.tx = txBound
+			p.fenceHeld()
 			return nil
 		}
 	}
@@ -695,12 +715,24 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s.setBackend(bc)
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
+	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
+	fenceKey, fenceLo := "", -1
+	if fence {
+		fenceKey = s.core.fenceKeyFor(s.srv.cfg.Map, p.fenceKey, p.fenceBucket)
+		fenceLo = rangeLo(s.srv.cfg.Map, p.fenceBucket)
+	}
+	p.fenceKey = "" // used once
 	switch {
 	case p.tx == txDeferred:
 		if p.hint >= 0 {
 			s.hintBound = true
 		}
-		s.bw = pgwire.AppendQuery(s.bw, replaySQL(p.deferred, pre))
+		replay := replaySQL(p.deferred, pre)
+		if fence {
+			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
+			s.fenceLos = append(s.fenceLos, fenceLo)
+		}
+		s.bw = pgwire.AppendQuery(s.bw, replay)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		if p.swapMain {
 			// Its other shard's reads and this shard's write are one
@@ -712,8 +744,21 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		p.explicit = true
 		p.tx = txBound
-	case len(pre.KV) > 0 && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
-		s.bw = pgwire.AppendQuery(s.bw, "BEGIN;\n"+pre.PreambleSQL())
+	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
+		// One Query, written in place: "BEGIN; [preamble;] [assert]".
+		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+		bw = append(bw, "BEGIN;\n"...)
+		if len(pre.KV) > 0 {
+			bw = append(bw, pre.PreambleSQL()...)
+			if fence {
+				bw = append(bw, ";\n"...)
+			}
+		}
+		if fence {
+			bw = appendFenceSQL(bw, fenceKey)
+			s.fenceLos = append(s.fenceLos, fenceLo)
+		}
+		s.bw = pgwire.FinishMsg(append(bw, 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
 		p.wrap = true
 	}

@@ -136,6 +136,14 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	if cfg.Reload == nil {
 		cfg.Reload = old.cfg.Reload
 	}
+	// The catalog's follower runs for the server's life (catalog.go).
+	if cfg.Follow != old.cfg.Follow || cfg.CatalogName != old.cfg.CatalogName {
+		res.NeedRestart = append(res.NeedRestart, "catalog")
+	}
+	cfg.Follow, cfg.CatalogName = old.cfg.Follow, old.cfg.CatalogName
+	if cfg.Remap == nil {
+		cfg.Remap = old.cfg.Remap
+	}
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}

@@ -94,6 +94,13 @@ type core struct {
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
 
+	// fences holds each pool's fence state (*backend.Pool →
+	// *atomic.Int32, fence.go).
+	fences sync.Map
+	// fenceStandIns: one text per bucket that hashes to it (fence.go).
+	fenceOnce     sync.Once
+	fenceStandIns []string
+
 	addrMu      sync.Mutex
 	addr        net.Addr
 	metricsAddr net.Addr

@@ -56,6 +56,10 @@ type session struct {
 	pid, secret uint32
 	user, db    string
 
+	// fenceLos are the first buckets of the ranges asserted in the
+	// backend's current transaction (fence.go).
+	fenceLos []int
+
 	// Settings: startup is what the client connected with, cur the
 	// session's current settings (startup + session SETs).
 	startup, cur *backend.Settings
@@ -686,6 +690,7 @@ func (s *session) setBackend(bc *backend.Conn) {
 	s.mu.Lock()
 	s.bc = bc
 	s.mu.Unlock()
+	s.fenceLos = s.fenceLos[:0]
 }
 
 // dropBackend returns the session's backend to its pool (clean) or discards
@@ -695,6 +700,7 @@ func (s *session) dropBackend(clean bool) {
 	bc := s.bc
 	s.bc = nil
 	s.mu.Unlock()
+	s.fenceLos = s.fenceLos[:0]
 	if bc == nil {
 		return
 	}

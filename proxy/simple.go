@@ -313,6 +313,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 	}
 	if blockCtl && p.tx == txIdle && !p.held {
 		// The string manages its own transaction: no wrapping possible.
+		p.noFence = true
 		pool := s.srv.pools[target]
 		if _, pre := s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
 			p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,

@@ -76,7 +76,7 @@ restart without refused or dropped connections.`,
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		load := func() (*config.Config, error) {
-			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket", "proxy.pool_mode": "pool-mode"}, RequireMap: true})
+			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket", "proxy.pool_mode": "pool-mode"}, RequireMap: true, CatalogMap: true})
 		}
 		cfg, err := load()
 		if err != nil {
@@ -87,16 +87,36 @@ restart without refused or dropped connections.`,
 			return usagef("--log-level: %v", err)
 		}
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+		cat, err := openProxyCatalog(cmd.Context(), cfg, log)
+		if err != nil {
+			return err
+		}
+		defer cat.close()
 		pc, err := proxyConfig(cfg, trustUsers, log)
 		if err != nil {
 			return err
 		}
-		pc.Reload = func(context.Context) (proxy.Config, error) {
-			cfg, err := load()
+		if cat != nil {
+			cat.apply(&pc)
+		}
+		pc.Reload = func(ctx context.Context) (proxy.Config, error) {
+			next, err := load()
 			if err != nil {
 				return proxy.Config{}, err
 			}
-			return proxyConfig(cfg, trustUsers, log)
+			if (next.Proxy.Catalog == "") != (cat == nil) {
+				return proxy.Config{}, fmt.Errorf("config: proxy.catalog changed between a map file and a catalog: restart the proxy to change its map source")
+			}
+			if cat != nil {
+				if err := cat.loadInto(ctx, next); err != nil {
+					return proxy.Config{}, err
+				}
+			}
+			pc, err := proxyConfig(next, trustUsers, log)
+			if err == nil && cat != nil {
+				cat.apply(&pc)
+			}
+			return pc, err
 		}
 		if cpuProfile != "" {
 			f, err := os.Create(cpuProfile)
@@ -169,6 +189,9 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 	pc.TLS = proxy.TLSConfig{Mode: mode, CertFile: relToConfig(cfg.Path, x.TLS.CertFile), KeyFile: relToConfig(cfg.Path, x.TLS.KeyFile)}
 	if pc.PoolMode, err = proxy.ParsePoolMode(x.PoolMode); err != nil {
 		return proxy.Config{}, fmt.Errorf("config: proxy.pool_mode: %w", err)
+	}
+	if pc.Fence, err = proxy.ParseFenceMode(x.Fence); err != nil {
+		return proxy.Config{}, fmt.Errorf("config: proxy.fence: %w", err)
 	}
 	if err := addDatabases(&pc, cfg, schema); err != nil {
 		return proxy.Config{}, err

@@ -105,6 +105,9 @@ func TestProxyConfigErrors(t *testing.T) {
 		{"proxy:\n  schema:\n    tables:\n      - {table: t, column: c, type: uuid}\n", "proxy.schema"},
 		{"proxy:\n  max_message_size: 10\n", "proxy.max_message_size"},
 		{"", "proxy.users is empty"},
+		{"proxy:\n  catalog: postgres://u@127.0.0.1:1/cat\n", "proxy.catalog and shardmap_file/shardmap"},
+		{"proxy:\n  fence: sometimes\n", `proxy.fence: want auto, on or off (got "sometimes")`},
+		{"proxy:\n  catalog_dsn: x\n", `unknown key "proxy.catalog_dsn"`},
 	}
 	for _, tc := range cases {
 		path := filepath.Join(dir, "c.yaml")

@@ -198,6 +198,9 @@ func (c *Config) Validate() error {
 	if c.ShardMapFile != "" && c.ShardMap != nil {
 		p = append(p, "shardmap_file and shardmap: set one of them, not both")
 	}
+	if c.Proxy.Catalog != "" && (c.ShardMapFile != "" || c.ShardMap != nil) {
+		p = append(p, "proxy.catalog and shardmap_file/shardmap: the proxy takes its shard map from one source; remove shardmap_file and shardmap (`pgshard map push` puts a map file into the catalog) or unset proxy.catalog")
+	}
 	if c.Store.ConnectAttempts < 1 {
 		p = append(p, fmt.Sprintf("store.connect_attempts: must be at least 1 (got %d)", c.Store.ConnectAttempts))
 	}
@@ -298,6 +301,9 @@ type Options struct {
 	Bind  map[string]string
 	// RequireMap makes a config without a shard map an error.
 	RequireMap bool
+	// CatalogMap, with RequireMap, accepts proxy.catalog instead of a map
+	// (the caller loads the map from the catalog).
+	CatalogMap bool
 	// Environ is the environment to read (nil = os.Environ()).
 	Environ []string
 }
@@ -375,9 +381,12 @@ func Load(o Options) (*Config, error) {
 	if err := c.loadMap(); err != nil {
 		return nil, fmt.Errorf("config%s: %w", inFile(path), err)
 	}
-	if o.RequireMap && c.Map == nil {
+	if o.RequireMap && c.Map == nil && !(o.CatalogMap && c.Proxy.Catalog != "") {
 		if path == "" {
 			return nil, errors.New("no config file found: pass --config FILE, set " + EnvConfig + ", or run `pgshard dev up` to create " + filepath.Join(DefaultDevDir, "pgshard.yaml"))
+		}
+		if o.CatalogMap {
+			return nil, fmt.Errorf("config %s: no shard map (set shardmap_file, shardmap or proxy.catalog)", path)
 		}
 		return nil, fmt.Errorf("config %s: no shard map (set shardmap_file or shardmap)", path)
 	}
@@ -811,6 +820,19 @@ type Proxy struct {
 	// listening sockets to a new process (zero-downtime restart); relative
 	// paths are relative to the config file.
 	HandoverSocket string `mapstructure:"handover_socket"`
+	// Catalog, when set, is the DSN of the shard-map catalog the proxy
+	// takes its map from (instead of shardmap_file or shardmap, which
+	// must then be unset): it reads the map at start, follows each newer
+	// epoch and holds a lease (kind "proxy") renewed every
+	// catalog_lease_ttl/3; while the lease is not live, statements routed
+	// by a key are refused.
+	Catalog string `mapstructure:"catalog"`
+	// CatalogLeaseTTL is the proxy's lease TTL in the catalog.
+	CatalogLeaseTTL time.Duration `mapstructure:"catalog_lease_ttl"`
+	// Fence is auto (assert keys on shards that have the fence, migration
+	// 0008), on or off: whether a keyed transaction asserts its key
+	// against the shard's fence.
+	Fence string `mapstructure:"fence"`
 }
 
 // ProxyTLS is TLS towards the proxy's clients.
@@ -893,6 +915,9 @@ func DefaultProxy() Proxy {
 		PgBouncer:              ProxyPgBouncer{PollInterval: time.Second},
 		ShutdownTimeout:        10 * time.Second,
 		PauseTimeout:           2 * time.Minute,
+		Catalog:                "",
+		CatalogLeaseTTL:        10 * time.Second,
+		Fence:                  "auto",
 	}
 }
 
@@ -930,6 +955,14 @@ func (x *Proxy) problems() []string {
 	}
 	if m := strings.ToLower(x.PoolMode); m != "transaction" && m != "session" {
 		bad("pool_mode", "want transaction or session (got %q)", x.PoolMode)
+	}
+	switch strings.ToLower(x.Fence) {
+	case "auto", "on", "off":
+	default:
+		bad("fence", "want auto, on or off (got %q)", x.Fence)
+	}
+	if x.CatalogLeaseTTL < 30*time.Millisecond {
+		bad("catalog_lease_ttl", "must be at least 30ms (renewed every ttl/3; got %s)", x.CatalogLeaseTTL)
 	}
 	if x.MaxPinned < -1 || x.MaxPinned == 0 {
 		bad("max_pinned", "must be -1 (no bound) or at least 1 (got %d)", x.MaxPinned)

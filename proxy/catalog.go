@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// Following the shard-map catalog (Config.Follow; the command builds a
+// catalog.Follower, kind "proxy", from proxy.catalog):
+//
+//	serve ─▶ follow (a goroutine of the server's group, ended by the hard
+//	  │       stop, which follows a graceful shutdown's drain)
+//	  ▼
+//	Follow.Run(ctx, served, apply)
+//	  served: the current generation's map epoch
+//	  apply(m): Config.Remap(m) (default: the running config with m and a
+//	            route.Router for m) ─▶ Server.Reload: a new generation;
+//	            sessions move to it between transactions (reload.go)
+//	  lease:  acquired and renewed by the follower every TTL/3
+//
+//	planner.decideTarget: a statement routed by a key while
+//	Follow.Check(now) != nil is refused with 57P03 (the map in use can no
+//	longer be proven current) instead of being routed by it.
+//
+// 57P03 (cannot_connect_now) is the class-57 "operator intervention"
+// code clients and poolers already treat as transient: the proxy is up
+// but cannot serve keyed statements now, and a retry after the catalog
+// answers again succeeds. It is not PS001, which is a shard's verdict on
+// a key (the shard does not own it); a lapsed lease proves nothing about
+// any key. Statements that need no map (key-less reads of every shard,
+// DestAny) still run: their shards are all the map's shards, and the
+// fence (fence.go) guards what reaches a shard by a key.
+
+// MapFollower keeps the proxy's shard map current from a catalog and
+// holds its lease (catalog.Follower satisfies it).
+type MapFollower interface {
+	// Run follows the catalog until ctx ends: it hands each newer map to
+	// apply and renews the lease with the epoch served reports.
+	Run(ctx context.Context, served func() uint64, apply func(context.Context, *shardmap.Map) error) error
+	// Check returns nil while the lease is live at now.
+	Check(now time.Time) error
+}
+
+// follow runs Config.Follow until ctx ends (the server's hard stop).
+func (c *core) follow(ctx context.Context) {
+	cfg := c.current().cfg
+	f := cfg.Follow
+	if f == nil {
+		return
+	}
+	served := func() uint64 { return c.current().cfg.Map.Epoch }
+	apply := func(ctx context.Context, m *shardmap.Map) error {
+		_, err := c.applyCatalogMap(ctx, m)
+		return err
+	}
+	if err := f.Run(ctx, served, apply); err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Error("following the shard-map catalog ended", "catalog", cfg.CatalogName, "err", err)
+	}
+}
+
+// applyCatalogMap installs the catalog's map m as a new generation when
+// it is newer than the running one.
+func (c *core) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadResult, error) {
+	cur := c.current()
+	if m.Epoch <= cur.cfg.Map.Epoch {
+		return ReloadResult{Generation: cur.generation, Epoch: cur.cfg.Map.Epoch}, nil
+	}
+	remap := cur.cfg.Remap
+	if remap == nil {
+		remap = defaultRemap
+	}
+	next, err := remap(ctx, cur.cfg, m)
+	if err != nil {
+		return ReloadResult{}, fmt.Errorf("the catalog's map (epoch %d): %w", m.Epoch, err)
+	}
+	s := &Server{core: c}
+	res, err := s.Reload(ctx, next)
+	if err == nil {
+		c.log.Info("followed the catalog to a new map", "catalog", cur.cfg.CatalogName, "epoch", m.Epoch, "generation", res.Generation)
+	}
+	return res, err
+}
+
+// defaultRemap is the running configuration with m and a router for m
+// (the running analyzer must be a *route.Router).
+func defaultRemap(_ context.Context, cfg Config, m *shardmap.Map) (Config, error) {
+	r, ok := cfg.Analyzer.(*route.Router)
+	if !ok {
+		return Config{}, fmt.Errorf("the analyzer is a %T: set Config.Remap to build one for a new map", cfg.Analyzer)
+	}
+	an, err := route.New(m, r.Schema(), route.Options{})
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Map, cfg.Analyzer = m, an
+	return cfg, nil
+}
+
+// leaseError is the refusal of a keyed statement while the lease lapsed;
+// nil while it is live (or the proxy follows no catalog).
+func (s *Server) leaseError() *pgwire.Error {
+	f := s.cfg.Follow
+	if f == nil {
+		return nil
+	}
+	err := f.Check(time.Now())
+	if err == nil {
+		return nil
+	}
+	s.core.metrics.refusals.WithLabelValues("lease").Inc()
+	return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
+		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", s.cfg.Map.Epoch, s.cfg.CatalogName),
+		Detail:  err.Error(),
+		Hint:    "Retry once the proxy reaches its catalog again (check the catalog database and the network to it); statements routed by a key are refused meanwhile rather than routed by a map that may be stale."}
+}
+
+// leaseState describes the catalog lease for SHOW CONFIG: "none" (no
+// catalog), "live" or why it is not.
+func leaseState(f MapFollower) string {
+	if f == nil {
+		return "none"
+	}
+	if err := f.Check(time.Now()); err != nil {
+		return err.Error()
+	}
+	return "live"
+}

@@ -1,0 +1,271 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// The shards' fence for proxy clients' plain SQL (migration 0008: every
+// shard records the bucket ranges it owns; pgshard_fence_assert(key)
+// raises PS001 when it does not own the key's bucket, and takes the lock
+// the mover's freeze conflicts with, so the key's range cannot move under
+// the transaction).
+//
+// A statement routed to one shard by a key (route.Dest with a bucket)
+// that opens the backend transaction carries the assert of its key in the
+// same transaction, in the same write (no extra round trip):
+//
+//	implicit transaction (simple Query, or a pipeline up to Sync):
+//	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
+//	        (swallowed; its error is the client's, and its 25P02 echo dropped)
+//	    the client's Query / Parse..Execute (unchanged)
+//	    Query "COMMIT" at the end (swallowed; carries the client's
+//	        ReadyForQuery) — the wrap the settings preamble already uses
+//	explicit transaction (BEGIN deferred until the first keyed statement):
+//	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
+//
+// The planner records the key of the statement being targeted
+// (planner.fenceKey, set by decideTarget, kept by target only when the
+// statement runs on its key's shard) and ensureBackend attaches the
+// assert when it opens the transaction on a pool whose shard has the
+// fence (Config.Fence: FenceAuto asks each pool once whether
+// pgshard_fence_assert exists). A later keyed statement of the
+// transaction whose range was not asserted yet (session.fenceLos) gets
+// its assert from fenceHeld, on the held backend. Not fenced: a pinned
+// session's backend (its own session), reads of every shard (each
+// shard's reader), a query string managing its own transaction, a
+// statement that cannot run in a transaction block, and statements
+// routed without a key.
+
+// The assert hashes its argument as text (pgshard_fence_bucket, the
+// store's text keys). A key of another type (int8 columns) is hashed by
+// the map as its type, to another bucket than its text: the proxy then
+// asserts a stand-in text whose bucket is the key's (fenceKeyFor), which
+// checks and locks exactly the bucket the statement was routed by — only
+// the PS001 message names the stand-in rather than the client's key.
+
+// FenceMode says whether the proxy asserts keys against the shards'
+// fence (Config.Fence).
+type FenceMode int
+
+const (
+	// FenceAuto asserts on shards whose database has the fence's
+	// functions (migration 0008), asked once per pool. The default.
+	FenceAuto FenceMode = iota
+	// FenceOn asserts on every shard (a shard without the fence fails
+	// keyed transactions with 42883).
+	FenceOn
+	// FenceOff never asserts (for comparisons; a stale map then routes
+	// unchecked).
+	FenceOff
+)
+
+// String returns auto, on or off.
+func (m FenceMode) String() string {
+	switch m {
+	case FenceOn:
+		return "on"
+	case FenceOff:
+		return "off"
+	}
+	return "auto"
+}
+
+// ParseFenceMode parses auto, on or off ("" is auto).
+func ParseFenceMode(s string) (FenceMode, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return FenceAuto, nil
+	case "on":
+		return FenceOn, nil
+	case "off":
+		return FenceOff, nil
+	}
+	return FenceAuto, fmt.Errorf("fence mode %q: want auto, on or off", s)
+}
+
+// fenceDetectSQL says whether the shard's database has the fence.
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
+
+// A pool's fence state (core.fences): unknown until asked.
+const (
+	fenceUnknown int32 = iota
+	fenceAbsent
+	fencePresent
+)
+
+// fenced reports whether transactions on pool assert their key. Under
+// FenceAuto the first transaction on a pool asks its backend bc once
+// (one round trip, then never again for the pool); a failed question
+// leaves the state unknown (asked again next time) and does not fence.
+func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
+	switch s.srv.cfg.Fence {
+	case FenceOff:
+		return false
+	case FenceOn:
+		return true
+	}
+	v, _ := s.core.fences.Load(pool)
+	st, _ := v.(*atomic.Int32)
+	if st == nil {
+		n := new(atomic.Int32)
+		v, _ = s.core.fences.LoadOrStore(pool, n)
+		st = v.(*atomic.Int32)
+	}
+	switch st.Load() {
+	case fencePresent:
+		return true
+	case fenceAbsent:
+		return false
+	}
+	res, err := bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, fenceDetectSQL)
+	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return false
+	}
+	if string(res[0].Rows[0][0]) == "t" {
+		st.Store(fencePresent)
+		s.core.log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+		return true
+	}
+	st.Store(fenceAbsent)
+	s.core.log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
+	return false
+}
+
+// appendFenceSQL appends the assert of key as one SQL statement (no
+// terminating semicolon). The key is a string literal: quotes doubled,
+// and an escape-string literal (E'...') when it holds a backslash (right whatever
+// standard_conforming_strings says).
+func appendFenceSQL(b []byte, key string) []byte {
+	b = append(b, "SELECT pgshard_fence_assert("...)
+	if strings.IndexByte(key, '\\') >= 0 {
+		b = append(b, 'E')
+	}
+	b = append(b, '\'')
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '\'':
+			b = append(b, '\'', '\'')
+		case '\\':
+			b = append(b, '\\', '\\')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, "')"...)
+}
+
+// fenceKeyFor returns the text to assert for a key routed to bucket: the
+// key itself when its text hashes there, else the bucket's stand-in.
+func (c *core) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
+	if shardmap.BucketText(key, m.Buckets) == bucket {
+		return key
+	}
+	st := c.standIns(m.Buckets)
+	if bucket < 0 || bucket >= len(st) {
+		return key
+	}
+	return st[bucket]
+}
+
+// standIns are, for a bucket count, one short text per bucket that
+// hashes to it ("pgshard-fence-<n>" for the least n), computed once
+// (the bucket count is fixed for a cluster's life).
+func (c *core) standIns(buckets int) []string {
+	c.fenceOnce.Do(func() {
+		st := make([]string, buckets)
+		left := buckets
+		var b []byte
+		for n := 0; left > 0 && n < 1<<24; n++ {
+			b = strconv.AppendInt(append(b[:0], "pgshard-fence-"...), int64(n), 10)
+			if k := shardmap.BucketText(string(b), buckets); st[k] == "" {
+				st[k] = string(b)
+				left--
+			}
+		}
+		c.fenceStandIns = st
+	})
+	return c.fenceStandIns
+}
+
+// rangeLo returns the first bucket of the map's range holding bucket b
+// (-1 if none).
+func rangeLo(m *shardmap.Map, b int) int {
+	rs := m.Ranges
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].Hi >= b })
+	if i < len(rs) && rs[i].Lo <= b {
+		return rs[i].Lo
+	}
+	return -1
+}
+
+// fenceKnown reports whether pool's shard is known to have the fence
+// (never asks: the backend may have bytes queued).
+func (s *session) fenceKnown(pool *backend.Pool) bool {
+	switch s.srv.cfg.Fence {
+	case FenceOff:
+		return false
+	case FenceOn:
+		return true
+	}
+	v, _ := s.core.fences.Load(pool)
+	st, _ := v.(*atomic.Int32)
+	return st != nil && st.Load() == fencePresent
+}
+
+// fencePortalName is the assert's portal inside a pipeline: named, so
+// the client's unnamed portal is left alone; closed after it ran (an
+// error ends the transaction, and the portal with it).
+const fencePortalName = "pgshard_fence"
+
+// fenceHeld asserts the key of the statement being planned on the
+// transaction's backend when its range was not asserted yet in this
+// transaction (a later keyed statement: another range, or a transaction
+// whose first statements ran without a key). In a simple query the
+// assert is a Query of its own; in a pipeline an unnamed Parse (the
+// next Bind of the client's unnamed statement parses it again:
+// backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
+// error is the client's, and the client's statement's 25P02 dropped.
+func (p *planner) fenceHeld() {
+	s := p.s
+	defer func() { p.fenceKey = "" }() // used once
+	if p.fenceKey == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+		return
+	}
+	m := s.srv.cfg.Map
+	lo := rangeLo(m, p.fenceBucket)
+	if slices.Contains(s.fenceLos, lo) {
+		return
+	}
+	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	if p.simple {
+		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+	} else {
+		s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
+		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
+		s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
+		s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
+		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fReplay}, item{kind: itBind, flags: fSwallow | fReplay},
+			item{kind: itExecute, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay})
+		p.backendUnnamed = nil
+	}
+	s.fenceLos = append(s.fenceLos, lo)
+}
+
+// fenceSQL is appendFenceSQL as a string.
+func fenceSQL(key string) string { return string(appendFenceSQL(make([]byte, 0, len(key)+40), key)) }
+
+// CodeFenceRefused is the fence's SQLSTATE: the shard does not own the
+// key's bucket (the proxy's map is stale, or the range is moving).
+const CodeFenceRefused = "PS001"
