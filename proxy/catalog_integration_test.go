@@ -99,7 +99,9 @@ func TestProxyFollowsCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := startProxyFor(t, d)
+	// A proxy on a static map asserts only when told to (FenceAuto is
+	// on only while following a catalog): this one is.
+	stale := startProxyFor(t, d, func(c *proxy.Config) { c.Fence = proxy.FenceOn })
 	following := startProxyFor(t, d, func(c *proxy.Config) { c.Follow, c.CatalogName = f, "catalog "+catDB })
 	within(t, time.Minute, "lease acquired", func() error { return f.Check(time.Now()) })
 

@@ -108,10 +108,12 @@ func TestEngineFenceRefused(t *testing.T) {
 	expect(t, "ROLLBACK", c.until(), "C:ROLLBACK Z:I")
 }
 
-// TestEngineFenceAuto: under FenceAuto the proxy asks each pool once; a
-// shard without the fence gets no assert, one with it does.
+// TestEngineFenceAuto: under FenceAuto a proxy following a catalog asks
+// each pool once; a shard without the fence gets no assert, one with it
+// does.
 func TestEngineFenceAuto(t *testing.T) {
-	fe := startFake(t, true)
+	ff := &fakeFollower{maps: make(chan *shardmap.Map), applied: make(chan error, 1)}
+	fe := startFake(t, true, func(c *proxy.Config) { c.Follow, c.CatalogName = ff, "postgres://cat/test" })
 	fe.shards[0].setFence(true, false)
 	c := fe.client(t)
 	for i := range 3 {
@@ -134,6 +136,24 @@ func TestEngineFenceAuto(t *testing.T) {
 		if n != 1 {
 			t.Errorf("shard%d was asked %d times whether it has the fence, want once", i, n)
 		}
+	}
+}
+
+// TestEngineFenceAutoStaticMap: under FenceAuto a proxy on a static map
+// (no catalog to follow) neither asks nor asserts.
+func TestEngineFenceAutoStaticMap(t *testing.T) {
+	fe := startFake(t, true)
+	fe.shards[1].setFence(true, false)
+	c := fe.client(t)
+	q := fmt.Sprintf("SELECT note FROM accounts WHERE aid = %d", fe.keyOn(1))
+	c.send(&pgproto3.Query{String: q})
+	expect(t, "keyed", c.until(), "T D:conn1 C:SELECT 1 Z:I")
+	expect(t, "shard1 received", filterLog(fe.shards[1].messages()), "1:Q:"+q)
+	fe.shards[1].mu.Lock()
+	n := fe.shards[1].detects
+	fe.shards[1].mu.Unlock()
+	if n != 0 {
+		t.Errorf("shard1 was asked %d times whether it has the fence, want never", n)
 	}
 }
 
