@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+var updateConsoleGolden = flag.Bool("update-console-golden", false, "rewrite internal/admin/testdata/console.golden from the console's answers")
+
+// consoleGolden is the admin console's exact output, kept by the console's
+// package (proxy/internal/admin) and compared here through the session
+// entry point, so a change of any byte of any command's answer fails.
+const consoleGolden = "internal/admin/testdata/console.golden"
+
+// consoleGoldenQueries are the console queries the golden file answers,
+// in order (the state commands change is seen by the SHOWs after them).
+var consoleGoldenQueries = []string{
+	"SHOW HELP", "show version", "SHOW CONFIG", "SHOW SHARDS", "SHOW MAP", "SHOW POOLS", "SHOW STATS",
+	"SHOW CLIENTS", "SHOW SERVERS", "SHOW DATABASES", "SHOW LISTS", "SHOW USERS", "SHOW ROUTES",
+	"SHOW", "SHOW nope", "SHOW POOLS STATS", "frobnicate now", "", "-- ping", "/* c */ ;;",
+	"SHOW VERSION; SHOW LISTS", "SHOW VERSION; bogus; SHOW LISTS",
+	"RELOAD x", "RELOAD", "PAUSE a b", "PAUSE nosuch", "RESUME nosuch", "KILL nosuch", "WAIT_CLOSE nosuch",
+	"DISABLE x", "ENABLE now", "SHUTDOWN x",
+	"DISABLE", "SHOW DATABASES", "ENABLE", "SHOW DATABASES",
+	"PAUSE shard1", "SHOW DATABASES", "SHOW SHARDS", "RESUME shard1", "SHOW POOLS",
+	"RECONNECT shard0", "RECONNECT", "KILL shard0", "WAIT_CLOSE shard0", "WAIT_CLOSE",
+}
+
+// goldenServer is a server in a fixed state: two shards, one down, counters and PgBouncer readings set, one client, one route.
+func goldenServer(t *testing.T) (*Server, *session) {
+	t.Helper()
+	shards := []shardmap.Shard{
+		{Name: "shard0", Ordinal: 0, DSN: "postgres://app:pw0@db0.example:5432/db?sslmode=disable"},
+		{Name: "shard1", Ordinal: 1, DSN: "postgres://app:pw1@db1.example:5433/db?sslmode=disable", PoolerDSN: "postgres://app:pw1@bouncer1.example:6432/db"},
+	}
+	m, err := shardmap.Even(16, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, route.DefaultSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Map: m, Analyzer: an, UsePooler: true, Listen: "127.0.0.1:6543",
+		Users: []User{{Name: "postgres", Trust: true}, {Name: "app", Password: "app-secret"},
+			{Name: "ops", Password: "SCRAM-SHA-256$4096:c2FsdA==$AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}},
+		AdminUsers:   []string{"postgres", "ops"},
+		DefaultShard: "shard0",
+		Logger:       slog.New(slog.NewTextHandler(testWriterInternal{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	cfg.PgBouncer.AdminUser = "pgbouncer"
+	cfg.PgBouncer.AdminPassword = "bouncer-secret"
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
+	p0, p1 := srv.pools[0], srv.pools[1]
+	p0.Down.Store(pgwire.NewError(pgwire.CodeConnectionFailure, "shard0 is down (golden)"))
+	p1.Verified.Store(true)
+	p0.Stats.Xacts.Add(12)
+	p0.Stats.XactNanos.Add(36_000_000)
+	p0.Stats.Queries.Add(30)
+	p0.Stats.BytesIn.Add(4096)
+	p0.Stats.BytesOut.Add(8192)
+	p0.Stats.WaitNanos.Add(5_000)
+	p0.Stats.Routes[backend.RouteKeyed].Add(7)
+	p1.Stats.Routes[backend.RouteFanout].Add(3)
+	p1.Stats.Routes[backend.RouteRefused].Add(1)
+	p0.Ops.Bouncer.Store(&backend.BouncerFigures{At: at, Err: "connection refused"})
+	p1.Ops.Bouncer.Store(&backend.BouncerFigures{At: at, ClActive: 2, ClWaiting: 1, SvActive: 2, SvIdle: 3, MaxWait: 1500 * time.Microsecond})
+	srv.routes.ring[0] = routeEntry{at: at, kind: backend.RouteFanout, sql: "select count(*) from t", reason: "no key"}
+	srv.routes.ring[1] = routeEntry{at: at.Add(time.Second), kind: backend.RouteKeyed, shard: "shard1", sql: "select * from t where id = $1", reason: "key"}
+	srv.routes.next, srv.routes.size = 2, 2
+
+	client, other := net.Pipe()
+	t.Cleanup(func() { client.Close(); other.Close() })
+	cl := &session{core: srv.core, srv: srv, conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
+	srv.sessions[cl.pid] = cl
+	srv.nclients = 2
+	admin := &session{core: srv.core, srv: srv, conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
+	srv.sessions[admin.pid] = admin
+	return srv, admin
+}
+
+// testWriterInternal sends a log to t.Log.
+type testWriterInternal struct{ t *testing.T }
+
+func (w testWriterInternal) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// describeMessages renders backend messages one a line: type and payload,
+// quoted (lossless: the bytes can be read back from it).
+func describeMessages(t *testing.T, b []byte) string {
+	t.Helper()
+	var sb strings.Builder
+	for len(b) > 0 {
+		if len(b) < 5 {
+			t.Fatalf("truncated message: %q", b)
+		}
+		n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
+		if n < 4 || 1+n > len(b) {
+			t.Fatalf("bad message length %d: %q", n, b)
+		}
+		fmt.Fprintf(&sb, "%c %q\n", b[0], b[5:1+n])
+		b = b[1+n:]
+	}
+	return sb.String()
+}
+
+// TestAdminConsoleGolden: every console command's answer (result sets,
+// tags, notices, errors), byte for byte, in a fixed server state.
+func TestAdminConsoleGolden(t *testing.T) {
+	old := BuildVersion
+	BuildVersion = "v0.0.0-golden"
+	defer func() { BuildVersion = old }()
+	srv, admin := goldenServer(t)
+	defer srv.core.life.disabled.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sb strings.Builder
+	for _, q := range consoleGoldenQueries {
+		admin.out = admin.out[:0]
+		admin.adminQuery(ctx, q)
+		fmt.Fprintf(&sb, "== %q\n%s", q, describeMessages(t, admin.out))
+	}
+	got := sb.String()
+	if *updateConsoleGolden {
+		if err := os.WriteFile(consoleGolden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(consoleGolden)
+	if err != nil {
+		t.Fatalf("%v (go test -run TestAdminConsoleGolden -update-console-golden ./proxy/ writes it)", err)
+	}
+	if got != string(want) {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range max(len(gl), len(wl)) {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Fatalf("console output differs from %s at line %d:\n got: %s\nwant: %s", consoleGolden, i+1, g, w)
+			}
+		}
+	}
+}
