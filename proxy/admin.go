@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -277,10 +278,10 @@ func (h *adminHost) Clients() []admin.Client {
 		c := admin.Client{User: x.user, Database: x.db, App: x.app, Connected: x.connected, Request: x.connected,
 			PID: x.pid, TLS: x.tlsOn, Admin: x.admin}
 		if a := x.conn.RemoteAddr(); a != nil {
-			c.Remote = a
+			c.Remote = a.String()
 		}
 		if a := x.conn.LocalAddr(); a != nil {
-			c.Local = a
+			c.Local = a.String()
 		}
 		x.mu.Lock()
 		if bc := x.bc; bc != nil {
@@ -297,6 +298,7 @@ func (h *adminHost) Clients() []admin.Client {
 		x.pinMu.Unlock()
 		out = append(out, c)
 	}
+	slices.SortFunc(out, func(a, b admin.Client) int { return cmp.Compare(a.PID, b.PID) }) // a stable snapshot
 	return out
 }
 
@@ -309,10 +311,10 @@ func (h *adminHost) Servers() []admin.Server {
 				Opened: ci.Opened, Request: ci.Opened, Idle: ci.Idle, TLS: ci.TLS,
 				CloseNeeded: ci.Gen < gen || p.Ops.Retired.Load(), PID: ci.PID}
 			if ci.Remote != nil {
-				sv.Remote = ci.Remote
+				sv.Remote = ci.Remote.String()
 			}
 			if ci.Local != nil {
-				sv.Local = ci.Local
+				sv.Local = ci.Local.String()
 			}
 			if !ci.Idle && ci.Since != 0 {
 				sv.Request = time.Unix(0, ci.Since)

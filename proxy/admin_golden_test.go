@@ -2,15 +2,18 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -91,9 +94,9 @@ func goldenServer(t *testing.T) (*Server, *session) {
 	cl := &session{core: srv.core, srv: srv, conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
 	srv.sessions[cl.pid] = cl
 	srv.nclients = 2
-	admin := &session{core: srv.core, srv: srv, conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
-	srv.sessions[admin.pid] = admin
-	return srv, admin
+	adm := &session{core: srv.core, srv: srv, conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
+	srv.sessions[adm.pid] = adm
+	return srv, adm
 }
 
 // testWriterInternal sends a log to t.Log.
@@ -129,15 +132,15 @@ func TestAdminConsoleGolden(t *testing.T) {
 	old := BuildVersion
 	BuildVersion = "v0.0.0-golden"
 	defer func() { BuildVersion = old }()
-	srv, admin := goldenServer(t)
+	srv, sess := goldenServer(t)
 	defer srv.core.life.disabled.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var sb strings.Builder
 	for _, q := range consoleGoldenQueries {
-		admin.out = admin.out[:0]
-		admin.adminQuery(ctx, q)
-		fmt.Fprintf(&sb, "== %q\n%s", q, describeMessages(t, admin.out))
+		sess.out = sess.out[:0]
+		sess.adminQuery(ctx, q)
+		fmt.Fprintf(&sb, "== %q\n%s", q, describeMessages(t, sess.out))
 	}
 	got := sb.String()
 	if *updateConsoleGolden {
@@ -163,5 +166,152 @@ func TestAdminConsoleGolden(t *testing.T) {
 				t.Fatalf("console output differs from %s at line %d:\n got: %s\nwant: %s", consoleGolden, i+1, g, w)
 			}
 		}
+	}
+}
+
+// consoleHostRecord is the calls the console made to its Host while
+// answering consoleGoldenQueries, with what they returned: the console's
+// package replays them through a fake Host and must write the same bytes
+// (proxy/internal/admin, TestConsoleGolden).
+const consoleHostRecord = "internal/admin/testdata/host.json"
+
+// hostCall is one recorded call of an admin.Host method.
+type hostCall struct {
+	Method string          `json:"method"`
+	Args   []string        `json:"args,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Err    string          `json:"err,omitempty"`
+}
+
+// recordingHost records every call of an admin.Host.
+type recordingHost struct {
+	h     admin.Host
+	t     *testing.T
+	calls []hostCall
+}
+
+func (r *recordingHost) add(method string, args []string, res any, err error) {
+	c := hostCall{Method: method, Args: args}
+	if res != nil {
+		b, jerr := json.Marshal(res)
+		if jerr != nil {
+			r.t.Fatal(jerr)
+		}
+		c.Result = b
+	}
+	if err != nil {
+		c.Err = err.Error()
+	}
+	r.calls = append(r.calls, c)
+}
+
+func (r *recordingHost) Version() string { v := r.h.Version(); r.add("Version", nil, v, nil); return v }
+func (r *recordingHost) Config() []admin.ConfigRow {
+	v := r.h.Config()
+	r.add("Config", nil, v, nil)
+	return v
+}
+func (r *recordingHost) Pools() admin.Pools { v := r.h.Pools(); r.add("Pools", nil, v, nil); return v }
+func (r *recordingHost) Map() admin.Map     { v := r.h.Map(); r.add("Map", nil, v, nil); return v }
+func (r *recordingHost) Clients() []admin.Client {
+	v := r.h.Clients()
+	r.add("Clients", nil, v, nil)
+	return v
+}
+func (r *recordingHost) Servers() []admin.Server {
+	v := r.h.Servers()
+	r.add("Servers", nil, v, nil)
+	return v
+}
+func (r *recordingHost) Lists() admin.Lists  { v := r.h.Lists(); r.add("Lists", nil, v, nil); return v }
+func (r *recordingHost) Users() []admin.User { v := r.h.Users(); r.add("Users", nil, v, nil); return v }
+func (r *recordingHost) Routes() []admin.Route {
+	v := r.h.Routes()
+	r.add("Routes", nil, v, nil)
+	return v
+}
+func (r *recordingHost) ShardNames() []string {
+	v := r.h.ShardNames()
+	r.add("ShardNames", nil, v, nil)
+	return v
+}
+func (r *recordingHost) Resume(shards []string) {
+	r.h.Resume(shards)
+	r.add("Resume", shards, nil, nil)
+}
+func (r *recordingHost) Reconnect(shards []string) {
+	r.h.Reconnect(shards)
+	r.add("Reconnect", shards, nil, nil)
+}
+func (r *recordingHost) Kill(shards []string) { r.h.Kill(shards); r.add("Kill", shards, nil, nil) }
+func (r *recordingHost) Shutdown()            { r.h.Shutdown(); r.add("Shutdown", nil, nil, nil) }
+func (r *recordingHost) DisableLogins(disabled bool) {
+	r.h.DisableLogins(disabled)
+	r.add("DisableLogins", []string{strconv.FormatBool(disabled)}, nil, nil)
+}
+func (r *recordingHost) Reload(ctx context.Context) (string, error) {
+	v, err := r.h.Reload(ctx)
+	r.add("Reload", nil, v, err)
+	return v, err
+}
+func (r *recordingHost) Pause(ctx context.Context, shards []string) error {
+	err := r.h.Pause(ctx, shards)
+	r.add("Pause", shards, nil, err)
+	return err
+}
+func (r *recordingHost) WaitClose(ctx context.Context, shards []string) error {
+	err := r.h.WaitClose(ctx, shards)
+	r.add("WaitClose", shards, nil, err)
+	return err
+}
+
+// TestAdminConsoleHostRecord answers consoleGoldenQueries again on a
+// fresh server in the same state, straight through admin.Query, and
+// records the Host calls: the bytes must be the golden ones, and the
+// record the one the console's package replays.
+func TestAdminConsoleHostRecord(t *testing.T) {
+	old := BuildVersion
+	BuildVersion = "v0.0.0-golden"
+	defer func() { BuildVersion = old }()
+	srv, sess := goldenServer(t)
+	defer srv.core.life.disabled.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := &recordingHost{h: &adminHost{s: sess, srv: srv}, t: t}
+	var sb strings.Builder
+	type query struct {
+		Query string     `json:"query"`
+		Calls []hostCall `json:"calls"`
+	}
+	var record []query
+	for _, q := range consoleGoldenQueries {
+		rec.calls = nil
+		out := admin.Query(ctx, rec, q, nil)
+		fmt.Fprintf(&sb, "== %q\n%s", q, describeMessages(t, out))
+		record = append(record, query{q, rec.calls})
+	}
+	want, err := os.ReadFile(consoleGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.String() != string(want) {
+		t.Fatalf("admin.Query over adminHost differs from %s (TestAdminConsoleGolden shows where)", consoleGolden)
+	}
+	got, err := json.MarshalIndent(record, "", "\t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	if *updateConsoleGolden {
+		if err := os.WriteFile(consoleHostRecord, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantRec, err := os.ReadFile(consoleHostRecord)
+	if err != nil {
+		t.Fatalf("%v (go test -run TestAdminConsoleHostRecord ./proxy/ -args -update-console-golden writes it)", err)
+	}
+	if string(got) != string(wantRec) {
+		t.Fatalf("the console's Host calls differ from %s: run with -args -update-console-golden and review the diff", consoleHostRecord)
 	}
 }

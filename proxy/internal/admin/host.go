@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -145,8 +144,10 @@ type MapRange struct {
 // Client is one client session.
 type Client struct {
 	User, Database, App string
-	Remote, Local       fmt.Stringer // nil: unknown
-	Connected           time.Time
+	// Remote, Local are the connection's addresses (host:port; "":
+	// unknown).
+	Remote, Local string
+	Connected     time.Time
 	// Request is when the current transaction's backend was taken
 	// (Connected when none is).
 	Request time.Time
@@ -165,7 +166,7 @@ type Client struct {
 // Server is one backend connection.
 type Server struct {
 	User, Database, Shard string
-	Remote, Local         fmt.Stringer
+	Remote, Local         string
 	Opened                time.Time
 	Request               time.Time // when its current use began (Opened if idle)
 	Idle, TLS             bool

@@ -120,20 +120,12 @@ func nullIfEmpty(s string) any {
 }
 
 // hostPort splits an address into host and port (the whole text and 0
-// when it has no port; "" and 0 for none).
-func hostPort(a fmt.Stringer) (string, int) {
-	if a == nil {
-		return "", 0
-	}
-	h, p, err := net.SplitHostPort(a.String())
+// when it has no port: "pipe", "" for none).
+func hostPort(a string) (string, int) {
+	h, p, err := net.SplitHostPort(a)
 	if err != nil {
-		return a.String(), 0
+		return a, 0
 	}
 	n, _ := strconv.Atoi(p)
 	return h, n
 }
-
-// addr is an address given as text.
-type addr string
-
-func (a addr) String() string { return string(a) }

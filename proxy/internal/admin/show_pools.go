@@ -98,7 +98,7 @@ func showDatabases(h Host) *result {
 	}}
 	ps := h.Pools()
 	for _, p := range ps.Shards {
-		host, port := hostPort(addr(p.Addr))
+		host, port := hostPort(p.Addr)
 		r.rows = append(r.rows, []any{p.Name, host, port, p.Database, p.User, ps.Size, 0, 0,
 			ps.Mode, ps.Size, p.Open, p.Paused, ps.LoginsDisabled})
 	}
