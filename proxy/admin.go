@@ -135,7 +135,7 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 		s.mu.Unlock()
 		cancel(nil)
 	}()
-	s.out = admin.Query(cctx, &adminHost{s: s, srv: s.core.current()}, sql, s.out)
+	s.out = admin.Query(cctx, &adminHost{s: s}, sql, s.out)
 }
 
 // cancelAdmin cancels the command an admin session runs (a cancel request).
@@ -175,21 +175,25 @@ func versionString() string {
 	return "dev"
 }
 
-// adminHost is the console's view of the proxy (admin.Host) for one
-// query of an admin session s: snapshots of srv, the current generation,
-// and the actions, logged as s's user's.
+// adminHost is the console's view of the proxy (admin.Host) for an admin
+// session s: snapshots of the current generation (read at each call, so
+// the SHOW after a RELOAD in one query string sees the new one) and the
+// actions, logged as s's user's.
 type adminHost struct {
-	s   *session
-	srv *Server
+	s *session
 }
+
+// srv is the current generation.
+func (h *adminHost) srv() *Server { return h.s.core.current() }
 
 var _ admin.Host = (*adminHost)(nil)
 
 func (h *adminHost) Version() string { return versionString() }
 
 func (h *adminHost) ShardNames() []string {
-	names := make([]string, len(h.srv.pools))
-	for i, p := range h.srv.pools {
+	srv := h.srv()
+	names := make([]string, len(srv.pools))
+	for i, p := range srv.pools {
 		names[i] = p.Shard.Name
 	}
 	return names
@@ -205,7 +209,7 @@ func (srv *Server) poolMode() string {
 }
 
 func (h *adminHost) Pools() admin.Pools {
-	srv := h.srv
+	srv := h.srv()
 	pinned := map[string]int{} // shard → sessions of the main database pinned there
 	for _, ps := range srv.PinnedSessions() {
 		if srv.dbs[ps.DB] == nil {
@@ -253,7 +257,8 @@ func (h *adminHost) Pools() admin.Pools {
 }
 
 func (h *adminHost) Map() admin.Map {
-	m := h.srv.cfg.Map
+	srv := h.srv()
+	m := srv.cfg.Map
 	ords := map[string]int{}
 	for _, sh := range m.Shards {
 		ords[sh.Name] = sh.Ordinal
@@ -266,7 +271,7 @@ func (h *adminHost) Map() admin.Map {
 }
 
 func (h *adminHost) Clients() []admin.Client {
-	srv := h.srv
+	srv := h.srv()
 	srv.mu.Lock()
 	sessions := make([]*session, 0, len(srv.sessions))
 	for _, x := range srv.sessions {
@@ -303,8 +308,9 @@ func (h *adminHost) Clients() []admin.Client {
 }
 
 func (h *adminHost) Servers() []admin.Server {
+	srv := h.srv()
 	var out []admin.Server
-	for _, p := range append(slices.Clip(h.srv.pools), h.srv.directPools()...) {
+	for _, p := range append(slices.Clip(srv.pools), srv.directPools()...) {
 		gen := p.Ops.ReconnectGen.Load()
 		for _, ci := range p.SnapshotConns() {
 			sv := admin.Server{User: p.BackendUser(), Database: p.Database(), Shard: p.Shard.Name,
@@ -326,7 +332,7 @@ func (h *adminHost) Servers() []admin.Server {
 }
 
 func (h *adminHost) Lists() admin.Lists {
-	srv := h.srv
+	srv := h.srv()
 	srv.mu.Lock()
 	used := srv.nclients
 	srv.mu.Unlock()
@@ -339,24 +345,27 @@ func (h *adminHost) Lists() admin.Lists {
 }
 
 func (h *adminHost) Users() []admin.User {
+	srv := h.srv()
 	var out []admin.User
-	for _, u := range h.srv.cfg.Users {
+	for _, u := range srv.cfg.Users {
 		out = append(out, admin.User{Name: u.Name, Trust: u.Trust, Verifier: strings.HasPrefix(u.Password, auth.Mechanism+"$"),
-			Admin: slices.Contains(h.srv.cfg.AdminUsers, u.Name)})
+			Admin: slices.Contains(srv.cfg.AdminUsers, u.Name)})
 	}
 	return out
 }
 
 func (h *adminHost) Routes() []admin.Route {
+	srv := h.srv()
 	var out []admin.Route
-	for _, e := range h.srv.routes.recent() {
+	for _, e := range srv.routes.recent() {
 		out = append(out, admin.Route{At: e.at, Kind: e.kind.String(), Shard: e.shard, SQL: e.sql, Reason: e.reason})
 	}
 	return out
 }
 
 func (h *adminHost) Reload(ctx context.Context) (string, error) {
-	res, err := h.srv.reloadFromSource(ctx, "RELOAD on the admin console")
+	srv := h.srv()
+	res, err := srv.reloadFromSource(ctx, "RELOAD on the admin console")
 	if err != nil {
 		return "", err
 	}
@@ -365,14 +374,14 @@ func (h *adminHost) Reload(ctx context.Context) (string, error) {
 
 // pools returns the pools of shards (every pool for nil).
 func (h *adminHost) pools(shards []string) []*backend.Pool {
+	srv := h.srv()
 	if shards == nil {
-		return h.srv.pools
+		return srv.pools
 	}
 	var out []*backend.Pool
-	for _, p := range h.srv.pools {
+	for _, p := range srv.pools {
 		if slices.Contains(shards, p.Shard.Name) {
 			out = append(out, p)
-			break
 		}
 	}
 	return out
@@ -388,7 +397,7 @@ func who(pools []*backend.Pool) string {
 }
 
 func (h *adminHost) Pause(ctx context.Context, shards []string) error {
-	s, srv, pools := h.s, h.srv, h.pools(shards)
+	s, srv, pools := h.s, h.srv(), h.pools(shards)
 	s.log.Info("PAUSE on the admin console: holding new transactions, waiting for running ones", "shards", who(pools), "by", s.user)
 	pctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
@@ -452,8 +461,9 @@ func (h *adminHost) Kill(shards []string) {
 }
 
 func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
+	srv := h.srv()
 	pools := h.pools(shards)
-	wctx, cancel := context.WithTimeout(ctx, h.srv.cfg.PauseTimeout)
+	wctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
 	life := &h.s.core.life
 	return backend.PollUntil(wctx, func() bool {

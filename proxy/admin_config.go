@@ -95,7 +95,7 @@ func configRows(cfg Config, ts *tlsSetup, generation uint64) []configRow {
 
 // Config is SHOW CONFIG's rows (admin.Host), values redacted.
 func (h *adminHost) Config() []admin.ConfigRow {
-	srv := h.srv
+	srv := h.srv()
 	var out []admin.ConfigRow
 	for _, row := range configRows(srv.cfg, srv.core.tls.Load(), srv.generation) {
 		out = append(out, admin.ConfigRow{Key: row.key, Value: srv.core.secrets.redact(row.value), Default: row.def, Changeable: row.changeable})

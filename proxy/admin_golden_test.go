@@ -277,7 +277,7 @@ func TestAdminConsoleHostRecord(t *testing.T) {
 	defer srv.core.life.disabled.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rec := &recordingHost{h: &adminHost{s: sess, srv: srv}, t: t}
+	rec := &recordingHost{h: &adminHost{s: sess}, t: t}
 	var sb strings.Builder
 	type query struct {
 		Query string     `json:"query"`
