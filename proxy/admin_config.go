@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/admin"
 )
 
 // SHOW CONFIG: the running settings, named as the config file's proxy
@@ -94,14 +96,12 @@ func configRows(cfg Config, ts *tlsSetup, generation uint64) []configRow {
 	return rows
 }
 
-func showConfig(srv *Server, _ *session) *adminResult {
-	r := &adminResult{cols: textCols("key", "value", "default", "changeable")}
+// Config is SHOW CONFIG's rows (admin.Host), values redacted.
+func (h *adminHost) Config() []admin.ConfigRow {
+	srv := h.srv()
+	var out []admin.ConfigRow
 	for _, row := range configRows(srv.cfg, srv.core.tls.Load(), srv.generation) {
-		ch := "no"
-		if row.changeable {
-			ch = "yes"
-		}
-		r.rows = append(r.rows, []any{row.key, srv.core.secrets.redact(row.value), row.def, ch})
+		out = append(out, admin.ConfigRow{Key: row.key, Value: srv.core.secrets.redact(row.value), Default: row.def, Changeable: row.changeable})
 	}
-	return r
+	return out
 }

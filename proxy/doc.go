@@ -10,7 +10,8 @@
 //	               session (session.go) ── startup (pgwire): TLS (tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)
 //	                  │        or trust;
-//	                  │        database AdminDatabase → admin console (admin.go)
+//	                  │        database AdminDatabase → admin console (admin.go:
+//	                  │        the session side and adminHost; internal/admin)
 //	                  │
 //	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close
 //	                  │  (simple.go)      │   buffered up to Sync/Flush (extended.go)
@@ -44,8 +45,9 @@
 //	    packet, the proxy's errors and the ErrorResponse codec, raw I/O.
 //
 //	    operations: the pools' statistics (internal/backend) and
-//	    routelog.go (routing decisions) read by admin.go, admin_config.go
-//	    (the console) and metrics.go (Prometheus); internal/backend also
+//	    routelog.go (routing decisions) read by the console through
+//	    admin.go's adminHost and admin_config.go (SHOW CONFIG's rows), and
+//	    by metrics.go (Prometheus); internal/backend also
 //	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
 //	    and back-pressure, the health monitor and the proxy's own queries;
 //	    server.go hands each pool its environment (backendEnv); reload.go
@@ -92,6 +94,10 @@
 //	  │      (one shard's rows), written into the client's buffer; no session
 //	  ├──▶ internal/pgvalue ──▶ internal/pgwire
 //	  │      row descriptions, Postgres-exact value compare/decode/format
+//	  ├──▶ internal/admin ──▶ internal/pgwire
+//	  │      the admin console, one file per command family, over admin.Host:
+//	  │      snapshots and actions the proxy gives it (admin.go's adminHost);
+//	  │      no session, no pool; only this package imports it
 //	  └──▶ internal/pgwire       framing, message views and builders, startup
 //	                             packet, the wire error type, raw socket I/O
 //
@@ -263,9 +269,10 @@
 //
 // # Operations
 //
-// The admin console (admin.go): a client connecting to the virtual
-// database Config.AdminDatabase ("pgshard") as one of Config.AdminUsers
-// gets PgBouncer's console commands and column names (SHOW POOLS, STATS,
+// The admin console (internal/admin; admin.go is its session side and
+// adminHost, admin_config.go SHOW CONFIG's rows): a client connecting to
+// the virtual database Config.AdminDatabase ("pgshard") as one of
+// Config.AdminUsers gets PgBouncer's console commands and column names (SHOW POOLS, STATS,
 // CLIENTS, SERVERS, DATABASES, LISTS, CONFIG, VERSION, HELP), pgshard's
 // own (SHOW SHARDS, MAP, ROUTES, USERS), RELOAD, PAUSE/RESUME [shard],
 // DISABLE/ENABLE, RECONNECT/KILL [shard], SHUTDOWN, WAIT_CLOSE [shard];

@@ -93,24 +93,3 @@ func TestParseTLSMode(t *testing.T) {
 		t.Error("ParseTLSMode(verify-full): no error")
 	}
 }
-
-func TestParseAdminQuery(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-	}{
-		{"SHOW POOLS", []string{"SHOW POOLS"}},
-		{"show pools;  show  stats ;", []string{"SHOW pools", "SHOW stats"}},
-		{"-- ping", nil},
-		{"/* a */ PAUSE shard0 -- b\n; resume", []string{"PAUSE shard0", "RESUME"}},
-		{";;", nil},
-	} {
-		var got []string
-		for _, c := range parseAdminQuery(tc.in) {
-			got = append(got, strings.Join(append([]string{c.verb}, c.args...), " "))
-		}
-		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
-			t.Errorf("parseAdminQuery(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}

@@ -25,13 +25,15 @@
 //	internal/config  shardmap, proxy/route
 //	internal/sqlver  nothing of ours          (a foundation: every package may use it)
 //
-//	inside the proxy (one way: proxy → internal/merge → route, internal/pgvalue → internal/pgwire; proxy → internal/auth, internal/backend → internal/pgwire):
+//	inside the proxy (one way: proxy → internal/merge → route, internal/pgvalue → internal/pgwire; proxy → internal/auth, internal/backend, internal/admin → internal/pgwire):
 //	proxy/route             shardmap                 (the analyzer: no wire, no session)
 //	proxy/internal/pgwire   nothing of ours          (the wire protocol)
 //	proxy/internal/pgvalue  proxy/internal/pgwire    (the value codec)
 //	proxy/internal/auth     proxy/internal/pgwire at most (SCRAM, TLS)
 //	proxy/internal/backend  proxy/internal/pgwire, shardmap, migrations (pools; handed an Env, never the proxy)
 //	proxy/internal/merge    proxy/route, proxy/internal/pgvalue, proxy/internal/pgwire (the fan-out merge over Sources; no session, no pool)
+//	proxy/internal/admin    proxy/internal/pgwire    (the console over admin.Host snapshots; no session, no pool)
+//	                        and only package proxy imports it (a direct-import rule: importRules)
 //	everyone         never internal/cli or cmd (only cmd/pgshard uses internal/cli)
 //
 // The rules are checked on the production import graph (`go list`'s Deps,

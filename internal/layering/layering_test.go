@@ -51,6 +51,24 @@ var rules = []rule{
 	{name: "proxy/internal/auth, client authentication, uses pgwire at most", pkg: "proxy/internal/auth", allow: []string{"proxy/internal/pgwire"}},
 	{name: "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations (never the proxy, the analyzer or the value codec)", pkg: "proxy/internal/backend", allow: []string{"proxy/internal/pgwire", "shardmap", "migrations"}},
 	{name: "proxy/internal/merge, the fan-out merge executor, builds on the analyzer's plans, pgvalue and pgwire (never a session, the pools or the proxy)", pkg: "proxy/internal/merge", allow: []string{"proxy/route", "proxy/internal/pgvalue", "proxy/internal/pgwire", "shardmap"}},
+	// The console formats plain snapshots (admin.Host) as PgBouncer's text
+	// columns and speaks the wire: pgwire only. It needs no value codec
+	// (its values are Go integers, strings and times, not Postgres
+	// values), and it must not see a session, a pool, the analyzer or the
+	// merge: what it shows comes through admin.Host.
+	{name: "proxy/internal/admin, the console, builds on pgwire only (never a session, the pools, the analyzer or the proxy: it sees admin.Host)", pkg: "proxy/internal/admin", allow: []string{"proxy/internal/pgwire"}},
+}
+
+// importRules allow a package to be imported directly only by the listed
+// packages (exactly, not their subtrees); a package importing one of those
+// still reaches it, as it should. Go's internal/ rule lets the whole proxy
+// tree import proxy/internal/...; these narrow it.
+var importRules = []struct {
+	name      string
+	pkg       string
+	importers []string
+}{
+	{name: "only package proxy imports proxy/internal/admin (the console is driven by the proxy's sessions, nothing below them)", pkg: "proxy/internal/admin", importers: []string{"proxy"}},
 }
 
 // foundations are leaf packages every package may use: each imports
@@ -133,6 +151,18 @@ func check(g graph) (vs []violation, skipped []string) {
 			for _, d := range g[p].deps {
 				if under(d, gr.denied) {
 					vs = append(vs, violation{rule: gr.name, pkg: p, dep: d, chain: g.chain(p, d)})
+				}
+			}
+		}
+	}
+	for _, ir := range importRules {
+		for _, p := range pkgs {
+			if under(p, ir.pkg) || slices.Contains(ir.importers, p) {
+				continue
+			}
+			for _, d := range g[p].imports {
+				if under(d, ir.pkg) {
+					vs = append(vs, violation{rule: ir.name, pkg: p, dep: d, chain: []string{p, d}})
 				}
 			}
 		}
@@ -281,8 +311,9 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		"proxy/route":            {imports: []string{"shardmap"}, deps: []string{"shardmap"}},
 		"proxy/internal/merge": {imports: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route"},
 			deps: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "shardmap"}},
-		"proxy": {imports: []string{"proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
-			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
+		"proxy/internal/admin": {imports: []string{"proxy/internal/pgwire"}, deps: []string{"proxy/internal/pgwire"}},
+		"proxy": {imports: []string{"proxy/internal/admin", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
+			deps: []string{"migrations", "proxy/internal/admin", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
 	}
 	if vs, _ := check(base); len(vs) != 0 {
 		t.Fatalf("the clean graph has violations: %v", vs)
@@ -314,6 +345,12 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"the value codec imports the merge", "proxy/internal/pgvalue", "proxy/internal/merge", "pgvalue, the value codec, builds on pgwire only", "proxy/internal/pgvalue → proxy/internal/merge"},
 		{"the analyzer imports the merge", "proxy/route", "proxy/internal/merge", "proxy/route, the analyzer, knows no wire", "proxy/route → proxy/internal/merge"},
 		{"pgwire reaches store through the proxy", "proxy/internal/pgwire", "proxy", "pgwire, the wire protocol, imports nothing of ours", "proxy/internal/pgwire → proxy"},
+		{"the console reaches back into the proxy", "proxy/internal/admin", "proxy", "proxy/internal/admin, the console, builds on pgwire only", "proxy/internal/admin → proxy"},
+		{"the console imports the pools", "proxy/internal/admin", "proxy/internal/backend", "proxy/internal/admin, the console, builds on pgwire only", "proxy/internal/admin → proxy/internal/backend"},
+		{"the console imports the value codec", "proxy/internal/admin", "proxy/internal/pgvalue", "proxy/internal/admin, the console, builds on pgwire only", "proxy/internal/admin → proxy/internal/pgvalue"},
+		{"the merge imports the console", "proxy/internal/merge", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "proxy/internal/merge → proxy/internal/admin"},
+		{"the analyzer imports the console", "proxy/route", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "proxy/route → proxy/internal/admin"},
+		{"the CLI imports the console", "internal/cli", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "internal/cli → proxy/internal/admin"},
 		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
 		{"the SQL loader imports the map", "internal/sqlver", "shardmap", "internal/sqlver, the versioned-SQL loader, imports nothing of ours", "internal/sqlver → shardmap"},
 		{"catalog imports the router", "catalog", "router", "catalog builds on shardmap only", "catalog → router"},
@@ -357,7 +394,7 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 // package was renamed or moved (and is then silently skipped) fails here.
 func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 	g := loadGraph(t)
-	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge"} {
+	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/admin"} {
 		if _, ok := g[p]; !ok {
 			t.Fatalf("package %s is not in the module: update the proxy's layering rules", p)
 		}
@@ -373,6 +410,10 @@ func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 		{"proxy/route", "proxy/internal/pgvalue", "proxy/route, the analyzer"},
 		{"proxy/internal/merge", "proxy", "proxy/internal/merge, the fan-out merge executor"},
 		{"proxy/internal/merge", "proxy/internal/backend", "proxy/internal/merge, the fan-out merge executor"},
+		{"proxy/internal/admin", "proxy", "proxy/internal/admin, the console"},
+		{"proxy/internal/admin", "proxy/internal/backend", "proxy/internal/admin, the console"},
+		{"proxy/internal/merge", "proxy/internal/admin", "only package proxy imports proxy/internal/admin"},
+		{"proxy/route", "proxy/internal/admin", "only package proxy imports proxy/internal/admin"},
 	}
 	for _, e := range edges {
 		h := graph{}

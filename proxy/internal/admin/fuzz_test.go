@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"strings"
@@ -15,8 +15,8 @@ func FuzzAdminQuery(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, sql string) {
-		cmds := parseAdminQuery(sql)
-		again := parseAdminQuery(stripComments(sql))
+		cmds := parseQuery(sql)
+		again := parseQuery(stripComments(sql))
 		if len(cmds) != len(again) {
 			t.Fatalf("stripping comments twice changed the commands: %v vs %v", cmds, again)
 		}
