@@ -109,19 +109,28 @@ const (
 	fencePresent
 )
 
+// fenceByConfig says whether the configuration alone decides the fence:
+// on, off, or auto on a static map (off); auto while following a
+// catalog is decided per pool.
+func (s *session) fenceByConfig() (on, decided bool) {
+	switch {
+	case s.srv.cfg.Fence == FenceOff:
+		return false, true
+	case s.srv.cfg.Fence == FenceOn:
+		return true, true
+	case s.srv.cfg.Follow == nil:
+		return false, true // FenceAuto on a static map
+	}
+	return false, false
+}
+
 // fenced reports whether transactions on pool assert their key. Under
 // FenceAuto the first transaction on a pool asks its backend bc once
 // (one round trip, then never again for the pool); a failed question
 // leaves the state unknown (asked again next time) and does not fence.
 func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
-	switch s.srv.cfg.Fence {
-	case FenceOff:
-		return false
-	case FenceOn:
-		return true
-	}
-	if s.srv.cfg.Follow == nil {
-		return false // FenceAuto on a static map
+	if on, decided := s.fenceByConfig(); decided {
+		return on
 	}
 	v, _ := s.core.fences.Load(pool)
 	st, _ := v.(*atomic.Int32)
@@ -220,14 +229,8 @@ func rangeLo(m *shardmap.Map, b int) int {
 // fenceKnown reports whether pool's shard is known to have the fence
 // (never asks: the backend may have bytes queued).
 func (s *session) fenceKnown(pool *backend.Pool) bool {
-	switch s.srv.cfg.Fence {
-	case FenceOff:
-		return false
-	case FenceOn:
-		return true
-	}
-	if s.srv.cfg.Follow == nil {
-		return false // FenceAuto on a static map
+	if on, decided := s.fenceByConfig(); decided {
+		return on
 	}
 	v, _ := s.core.fences.Load(pool)
 	st, _ := v.(*atomic.Int32)
