@@ -55,25 +55,13 @@ func openStoreRouter(ctx context.Context, cfg *config.Config, opts router.Option
 		}
 		return &storeRouter{Router: r, Start: cfg.Map, stop: r.Close}, nil
 	}
-	cat, err := catalog.Open(ctx, cfg.Catalog.DSN, catalog.Options{ApplicationName: "pgshard " + who})
-	if err != nil {
-		return nil, err
-	}
-	m, err := cat.Load(ctx)
-	if err != nil {
-		cat.Close()
-		return nil, fmt.Errorf("catalog %s: load the map: %w", cat.Addr(), err)
-	}
-	host, _ := os.Hostname()
-	f, err := cat.NewFollower(catalog.FollowOptions{
-		Owner:   fmt.Sprintf("pgshard-%s@%s:%d", who, host, os.Getpid()),
-		Kind:    "router",
-		OnError: throttled(errw, "pgshard "+who+": catalog "+cat.Addr(), 10*time.Second),
+	fc, err := openFollower(ctx, cfg.Catalog.DSN, who, "router", 0, func(addr string) func(error) {
+		return throttled(errw, "pgshard "+who+": catalog "+addr, 10*time.Second)
 	})
 	if err != nil {
-		cat.Close()
 		return nil, err
 	}
+	cat, m, f := fc.cat, fc.m, fc.f
 	opts.Maps, opts.Lease = cat, f
 	r, err := router.Open(ctx, m, opts)
 	if err != nil {
@@ -113,6 +101,42 @@ func waitLease(ctx context.Context, f *catalog.Follower) error {
 		case <-t.C:
 		}
 	}
+}
+
+// followedCatalog is a catalog opened to follow: its map in force and a
+// Follower for this process.
+type followedCatalog struct {
+	cat *catalog.Catalog
+	m   *shardmap.Map
+	f   *catalog.Follower
+}
+
+// openFollower opens the catalog at dsn (application_name "pgshard
+// <who>"), loads its map and builds this process's Follower: lease owner
+// "pgshard-<who>@host:pid", kind kind, ttl (0: the default), errors to
+// onError(catalog address). On error nothing is left open.
+func openFollower(ctx context.Context, dsn, who, kind string, ttl time.Duration, onError func(addr string) func(error)) (*followedCatalog, error) {
+	cat, err := catalog.Open(ctx, dsn, catalog.Options{ApplicationName: "pgshard " + who})
+	if err != nil {
+		return nil, err
+	}
+	m, err := cat.Load(ctx)
+	if err != nil {
+		cat.Close()
+		return nil, fmt.Errorf("catalog %s: load the map: %w", cat.Addr(), err)
+	}
+	host, _ := os.Hostname()
+	f, err := cat.NewFollower(catalog.FollowOptions{
+		Owner:   fmt.Sprintf("pgshard-%s@%s:%d", who, host, os.Getpid()),
+		Kind:    kind,
+		TTL:     ttl,
+		OnError: onError(cat.Addr()),
+	})
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	return &followedCatalog{cat: cat, m: m, f: f}, nil
 }
 
 // throttled returns an error reporter that writes to w, prefixed, at most

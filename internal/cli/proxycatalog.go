@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/internal/config"
@@ -27,29 +26,14 @@ func openProxyCatalog(ctx context.Context, cfg *config.Config, log *slog.Logger)
 	if dsn == "" {
 		return nil, nil
 	}
-	cat, err := catalog.Open(ctx, dsn, catalog.Options{ApplicationName: "pgshard proxy"})
+	fc, err := openFollower(ctx, dsn, "proxy", "proxy", cfg.Proxy.CatalogLeaseTTL, func(string) func(error) {
+		return func(err error) { log.Warn("shard-map catalog", "catalog", store.RedactDSN(dsn), "err", err) }
+	})
 	if err != nil {
 		return nil, fmt.Errorf("config: proxy.catalog %s: %w", store.RedactDSN(dsn), err)
 	}
-	pc := &proxyCatalog{cat: cat, dsn: dsn}
-	if err := pc.loadInto(ctx, cfg); err != nil {
-		cat.Close()
-		return nil, err
-	}
-	host, _ := os.Hostname()
-	pc.f, err = cat.NewFollower(catalog.FollowOptions{
-		Owner: fmt.Sprintf("proxy@%s:%d", host, os.Getpid()),
-		Kind:  "proxy",
-		TTL:   cfg.Proxy.CatalogLeaseTTL,
-		OnError: func(err error) {
-			log.Warn("shard-map catalog", "catalog", store.RedactDSN(dsn), "err", err)
-		},
-	})
-	if err != nil {
-		cat.Close()
-		return nil, fmt.Errorf("config: proxy.catalog_lease_ttl: %w", err)
-	}
-	return pc, nil
+	cfg.Map = fc.m
+	return &proxyCatalog{cat: fc.cat, f: fc.f, dsn: dsn}, nil
 }
 
 // loadInto reads the catalog's map in force into cfg.Map.
