@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -125,34 +126,20 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 		}
 		return out, true
 	}
-	if len(v) < 12 {
+	ndim, _, elems, ok := pgvalue.DecodeArray(v)
+	if !ok || ndim > 1 {
 		return nil, false
 	}
-	ndim := binary.BigEndian.Uint32(v)
-	if ndim == 0 {
-		return nil, true
-	}
-	if ndim != 1 || len(v) < 20 {
-		return nil, false
-	}
-	n := int(binary.BigEndian.Uint32(v[12:]))
-	b := v[20:]
 	var out []uint32
-	for i := 0; i < n; i++ {
-		if len(b) < 4 {
+	for _, e := range elems {
+		if e == nil {
 			return nil, false
 		}
-		l := int(int32(binary.BigEndian.Uint32(b)))
-		b = b[4:]
-		if l < 0 || len(b) < l {
-			return nil, false
-		}
-		pid, ok := readPID(b[:l], 1)
+		pid, ok := readPID(e, 1)
 		if !ok {
 			return nil, false
 		}
 		out = append(out, pid)
-		b = b[l:]
 	}
 	return out, true
 }

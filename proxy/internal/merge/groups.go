@@ -2,7 +2,6 @@ package merge
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -525,8 +524,6 @@ func (r *Run) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.Sor
 	return c, nil
 }
 
-// eval evaluates a HAVING condition: 1 true, 0 false, -1 NULL.
-
 // ---- aggregates merged from the shards' arrays of values ----
 
 // addArray adds the non-NULL elements of a one-dimensional array in
@@ -539,40 +536,26 @@ func (a *acc) addArray(v []byte, f *pgvalue.Field) *pgwire.Error {
 	if f.Format != 1 {
 		return bad("text format")
 	}
-	if len(v) < 12 {
-		return bad("short")
-	}
-	ndim := int32(binary.BigEndian.Uint32(v))
-	oid := binary.BigEndian.Uint32(v[8:])
-	if ndim == 0 {
+	ndim, oid, elems, ok := pgvalue.DecodeArray(v)
+	switch {
+	case ndim == 0 && ok:
 		return nil
-	}
-	if ndim != 1 || len(v) < 20 {
+	case ndim > 1:
 		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("pgshard cannot merge %q of every shard: its values are arrays", f.Name),
 			Hint:    "Add a key so that one shard answers."}
+	case !ok:
+		return bad("malformed")
 	}
 	if a.elem.OID == 0 {
 		a.elem = pgvalue.Field{Name: f.Name, OID: oid, Typlen: pgvalue.TypeLen(oid), Typmod: -1, Format: 1}
 	} else if a.elem.OID != oid {
 		return bad("element types differ between shards")
 	}
-	n := int(int32(binary.BigEndian.Uint32(v[12:])))
-	i := 20
-	for k := 0; k < n; k++ {
-		if len(v)-i < 4 {
-			return bad("truncated")
+	for _, e := range elems {
+		if e != nil { // NULL: string_agg and count skip it
+			a.elems = append(a.elems, slices.Clone(e))
 		}
-		l := int(int32(binary.BigEndian.Uint32(v[i:])))
-		i += 4
-		if l < 0 {
-			continue // NULL: string_agg and count skip it
-		}
-		if len(v)-i < l {
-			return bad("truncated")
-		}
-		a.elems = append(a.elems, slices.Clone(v[i:i+l]))
-		i += l
 	}
 	return nil
 }

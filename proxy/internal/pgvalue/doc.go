@@ -11,6 +11,9 @@
 //	                                ──AppendNum──▶ text or binary, as
 //	                                  int2/4/8out, numeric_out/send,
 //	                                  float4out/float8out write it
+//	             ──DecodeArray──▶ a binary array's elements (the merge's
+//	                              array_agg partials, pg_terminate_backend's
+//	                              argument)
 //
 //	values.go  all of the above (Dec: exact decimals with numeric's
 //	           display scale; floats formatted per extra_float_digits)

@@ -1019,3 +1019,44 @@ func formatG(f float64, digits int) string {
 	}
 	return s
 }
+
+// DecodeArray reads an array value in binary format: its number of
+// dimensions, its element type and, when it has one dimension, its
+// elements (sub-slices of v; nil for a NULL element). An empty array has
+// ndim 0. ok is false when v is malformed (short or truncated).
+func DecodeArray(v []byte) (ndim int, elemOID uint32, elems [][]byte, ok bool) {
+	if len(v) < 12 {
+		return 0, 0, nil, false
+	}
+	ndim = int(int32(binary.BigEndian.Uint32(v)))
+	elemOID = binary.BigEndian.Uint32(v[8:])
+	if ndim != 1 {
+		return ndim, elemOID, nil, ndim >= 0
+	}
+	if len(v) < 20 {
+		return ndim, elemOID, nil, false
+	}
+	n := int(int32(binary.BigEndian.Uint32(v[12:])))
+	b := v[20:]
+	if n < 0 || n > len(b)/4 {
+		return ndim, elemOID, nil, false
+	}
+	elems = make([][]byte, 0, n)
+	for range n {
+		if len(b) < 4 {
+			return ndim, elemOID, nil, false
+		}
+		l := int(int32(binary.BigEndian.Uint32(b)))
+		b = b[4:]
+		if l < 0 {
+			elems = append(elems, nil)
+			continue
+		}
+		if len(b) < l {
+			return ndim, elemOID, nil, false
+		}
+		elems = append(elems, b[:l:l])
+		b = b[l:]
+	}
+	return ndim, elemOID, elems, true
+}
