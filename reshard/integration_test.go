@@ -225,7 +225,7 @@ func (e *env) check() {
 		if err := p.QueryRow(e.ctx, `SELECT
 			(SELECT count(*) FROM outbox WHERE (seq % 1024 + 1024) % 1024 <> $1::int) + (SELECT count(*) FROM spawns WHERE (seq % 1024 + 1024) % 1024 <> $1::int),
 			(SELECT count(*) FROM pgshard_move_capture), (SELECT count(*) FROM pgshard_move_changes) + (SELECT count(*) FROM pgshard_move_seqs),
-			(SELECT count(*) FROM pg_trigger WHERE tgname = 'pgshard_move_capture')`, (s.Ordinal+1)%1024).Scan(&off, &capture, &changes, &triggers); err != nil {
+			(SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgshard\_move\_capture%')`, (s.Ordinal+1)%1024).Scan(&off, &capture, &changes, &triggers); err != nil {
 			t.Fatal(err)
 		}
 		if off+capture+changes+triggers > 0 {
@@ -506,4 +506,88 @@ func TestFreezeOverBudgetIsAbandoned(t *testing.T) {
 		t.Errorf("after the move: map ranges %v", m.Ranges)
 	}
 	e.check()
+}
+
+// TestCaptureRecordsOnlyItsRanges: two captures on one shard (two ranges),
+// then one: a commit records its keys when, and only when, its bucket is in
+// a range still captured (the trigger reads the captures as they are now),
+// the triggers stay while a capture runs, and the last capture's end
+// leaves none.
+func TestCaptureRecordsOnlyItsRanges(t *testing.T) {
+	e := newEnv(t, 48)
+	src := e.pools[e.shards[0].Name]
+	byRange := map[int][]string{} // 0: buckets 0-15, 1: 32-47, 2: the rest
+	for _, id := range e.ids {
+		switch b := shardmap.BucketText(id, buckets); {
+		case b < 16:
+			byRange[0] = append(byRange[0], id)
+		case b >= 32 && b < 48:
+			byRange[1] = append(byRange[1], id)
+		default:
+			byRange[2] = append(byRange[2], id)
+		}
+	}
+	for r := range 3 {
+		if len(byRange[r]) == 0 {
+			t.Fatalf("no key in range %d of %d keys", r, len(e.ids))
+		}
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := src.Exec(e.ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// recorded commits one key of each range and returns which ranges got
+	// change records (of any of the keyed tables) for it.
+	recorded := func() [3]bool {
+		t.Helper()
+		exec(`DELETE FROM pgshard_move_changes`)
+		var got [3]bool
+		for r := range 3 {
+			id := byRange[r][0]
+			if err := e.commit(id); err != nil {
+				t.Fatal(err)
+			}
+			var tables []string
+			if err := src.QueryRow(e.ctx, `SELECT coalesce(array_agg(DISTINCT coalesce(tbl, 'keyed')), '{}') FROM pgshard_move_changes WHERE key = $1`, id).Scan(&tables); err != nil {
+				t.Fatal(err)
+			}
+			got[r] = len(tables) > 0
+			if got[r] && (!slices.Contains(tables, "keyed") || !slices.Contains(tables, "outbox")) {
+				t.Errorf("range %d: change records from %v, want the keyed tables' and the outbox's", r, tables)
+			}
+		}
+		return got
+	}
+	triggers := func() int {
+		var n int
+		if err := src.QueryRow(e.ctx, `SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgshard\_move\_capture%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := triggers(); n != 0 {
+		t.Fatalf("%d capture triggers before any capture", n)
+	}
+	exec(`SELECT pgshard_move_capture_begin(901, 0, 15)`)
+	exec(`SELECT pgshard_move_capture_begin(902, 32, 47)`)
+	if got := recorded(); got != [3]bool{true, true, false} {
+		t.Errorf("two captures: recorded %v, want ranges 0 and 1 only", got)
+	}
+	exec(`SELECT pgshard_move_capture_end(901)`)
+	if got := recorded(); got != [3]bool{false, true, false} {
+		t.Errorf("capture 902 alone: recorded %v, want range 1 only", got)
+	}
+	exec(`SELECT pgshard_move_capture_end(901)`) // again: nothing changes
+	if n := triggers(); n != 6 {
+		t.Errorf("%d capture triggers while one capture runs, want one on each of the 6 tables", n)
+	}
+	exec(`SELECT pgshard_move_capture_end(902)`)
+	if got := recorded(); got != [3]bool{} {
+		t.Errorf("no capture: recorded %v", got)
+	}
+	if n := triggers(); n != 0 {
+		t.Errorf("%d capture triggers left after the last capture ended", n)
+	}
 }
