@@ -82,7 +82,7 @@ bench-fence: ## The shard fence's cost: fast-path commit and keyed point read on
 	$(GO) test -run '^$$' -bench 'BenchmarkFence' -benchtime 4000x -count 1 ./store/
 
 .PHONY: bench-reshard
-bench-reshard: ## The mover on a real 2-shard cluster: a range moved back and forth under four writers (freeze p50/max at the 100 ms budget, freezes abandoned, rows copied/s, changes replayed) and the capture triggers' cost per commit; asserts nothing
+bench-reshard: ## The mover on a real 2-shard cluster: a range moved back and forth under four writers (freeze p50/max at the 100 ms budget, freezes abandoned, rows copied/s, changes replayed) and the moving range's commit latency as clients see it (p50/p99/max) and the unmoved range's commits/s during moves vs outside them; the capture triggers' cost per commit; asserts nothing
 	$(GO) test -run '^$$' -bench 'BenchmarkMove|BenchmarkCaptureCost' -benchtime 4x -count 1 ./reshard/
 
 .PHONY: bench-loadgen
