@@ -108,6 +108,9 @@ func TestReshardCLI(t *testing.T) {
 
 	// Through the dev proxy, which follows the catalog: every key whose
 	// range moved to shard2 is served by shard2, with its data.
+	if err := m.Validate(); err != nil {
+		t.Fatalf("map show --json: %v", err)
+	}
 	moved := 0
 	for k, before := range keys {
 		if m.ShardForBucket(m.Bucket(k)).Name != "shard2" {
