@@ -12,7 +12,10 @@
 # flips: they are printed, not hidden. Once that lands, gate on them:
 #   DEMO_GROW_FAIL_IF='errors>0' make demo
 grow_fail_if=${DEMO_GROW_FAIL_IF:-}
-grow_load=${DEMO_GROW_LOAD:-40s}
+# The measured load: long enough to cover the moves on a busy 2-core
+# machine (four moves take 10-40 s there); twice that when ranges move
+# back and forth. DEMO_GROW_LOAD sets it.
+grow_load=${DEMO_GROW_LOAD:-45s}
 grow_out=loadgen-out/grow
 grow_log=$dir/grow-loadgen.log
 
@@ -32,7 +35,7 @@ grow_move() {
 	"$bin" reshard apply --config "$cfg" --freeze-budget 100ms
 }
 
-step "Grow online: one more shard gets its share of the buckets while loadgen drives the store's hot path through the proxy ($grow_load, report in $grow_out)"
+step "Grow online: one more shard gets its share of the buckets while loadgen drives the store's hot path through the proxy (report in $grow_out)"
 # A move interrupted by an earlier run (Ctrl-C) is finished first: a plan is
 # refused while one is unfinished.
 # (Outputs are captured before a reader that may stop early reads them: a
@@ -52,6 +55,7 @@ if [ -n "$target" ]; then
 elif [ "$registered" -gt "$shards" ]; then
 	target=$(tail -n 1 <<<"$shards_now" | cut -f1)
 	back=1
+	[ -n "${DEMO_GROW_LOAD:-}" ] || grow_load=90s
 	echo "the cluster already grew on an earlier run ($registered shards): under the load, $target's ranges move back to the others, then onto it again"
 else
 	# Before the load: starting a PostgreSQL and a PgBouncer and migrating
@@ -134,11 +138,10 @@ o, errs = r.get("outcomes", {}), r.get("errors", {})
 failed = o.get("error", 0)
 print("operations: %d in %.1f s (%.0f/s), commits %.0f/s" % (r["ops"], r["measured_seconds"], r["throughput"], r["commit_rate"]))
 print("failed transactions: %d%s" % (failed, "" if failed else " (goal met)"))
-for k in sorted(errs):
-    print("  errors of kind %s: %d" % (k, errs[k]))
 rel = r.get("relays", {})
-if rel.get("errors"):
-    print("relay errors (outbox/timers): %d" % rel["errors"])
+print("errors by kind (failed operations and the outbox/timer relays' errors, %d of them):" % rel.get("errors", 0) if errs else "errors: 0")
+for k in sorted(errs):
+    print("  %s: %d" % (k, errs[k]))
 if failed or errs:
     print("first errors seen:")
     for s in r.get("error_samples", [])[:5]:
