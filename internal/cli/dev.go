@@ -63,7 +63,13 @@ plain-text clients still work, set require to refuse them).
 --catalog puts the shard map's catalog in the database pgshard_catalog on
 shard0's server: it installs the catalog, pushes the map (when the catalog
 holds none yet) and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
-needs it. Once set, later runs keep it.`,
+and pgshard reshard need it, and the dev proxy follows it (proxy.catalog
+defaults to catalog.dsn; a running dev proxy is restarted on it). Once set,
+later runs keep it, and on a reused cluster take the catalog's map (ranges
+moved by reshard included) to migrate with and to write into the config.
+
+--shards sizes a new cluster: a reused one keeps all its shards (one grown
+by dev add-shard is not refused for having more than asked).`,
 		Args: cobra.NoArgs,
 	}
 	dir := addDirFlag(cmd)
