@@ -61,7 +61,7 @@ fuzz-sql: deps ## Random differential SQL: SEEDS (comma-separated) × CASES gene
 	PGSHARD_FUZZSQL_SEEDS=$(SEEDS) PGSHARD_FUZZSQL_CASES=$(CASES) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestFuzzSQL$$' -v ./proxy/
 
 .PHONY: demo
-demo: deps build ## Bring up a 4-shard cluster with PgBouncer, migrate, show the map and where sample keys land
+demo: deps build ## Bring up a 4-shard cluster (PgBouncer, a catalog, the proxy following it), show it working, grow it to 5 shards online under load (DEV_DIR= to choose its directory)
 	@scripts/demo.sh $(BIN) $(DEV_DIR) $(SHARDS)
 
 .PHONY: bench-proxy

@@ -9,13 +9,27 @@ cfg="$dir/pgshard.yaml"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
-step "Start (or reuse) a ${shards}-shard cluster: PostgreSQL + PgBouncer (transaction mode) per shard, and the pgshard proxy (admin console, metrics, TLS with a local CA), in $dir"
-"$bin" dev up --dir "$dir" --shards "$shards" --proxy --tls
+step "Start (or reuse) a ${shards}-shard cluster: PostgreSQL + PgBouncer (transaction mode) per shard, the shard map's catalog, and the pgshard proxy following it (admin console, metrics, TLS with a local CA), in $dir"
+# --shards sizes a new cluster; a reused one keeps what it has (a later step
+# grows it to one more shard, and the next run reuses that).
+up() { "$bin" dev up --dir "$dir" --shards "$shards" --proxy --tls --catalog; }
+if ! up; then
+	# A move an earlier run left unfinished (interrupted, or given up after
+	# its freezes were abandoned) makes migrate refuse the shards it
+	# touches: finish it (the shards are up now), then start again.
+	pending=$([ -f "$cfg" ] && "$bin" reshard status --config "$cfg" 2>/dev/null) || pending=
+	if [ -z "$pending" ] || grep -q ': 0 moves$' <<<"$pending"; then
+		exit 1
+	fi
+	printf '\nAn earlier run left moves unfinished; finishing them: pgshard reshard apply\n'
+	"$bin" reshard apply --config "$cfg" --freeze-budget 100ms --freeze-attempts 60
+	up
+fi
 
 step "Migrate every shard again: idempotent, each shard's ledger and identity verified"
 "$bin" migrate --config "$cfg"
 
-step "The shard map ($cfg)"
+step "The shard map (the catalog's, named by catalog.dsn in $cfg)"
 "$bin" map show --config "$cfg"
 
 step "Where sample execution ids land (KEY, BUCKET, SHARD)"

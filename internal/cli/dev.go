@@ -18,6 +18,7 @@ import (
 	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/shardmap"
+	"github.com/pgshard/pgshard/store"
 )
 
 func newDevCmd() *cobra.Command {
@@ -62,7 +63,13 @@ plain-text clients still work, set require to refuse them).
 --catalog puts the shard map's catalog in the database pgshard_catalog on
 shard0's server: it installs the catalog, pushes the map (when the catalog
 holds none yet) and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
-needs it. Once set, later runs keep it.`,
+and pgshard reshard need it, and the dev proxy follows it (proxy.catalog
+defaults to catalog.dsn; a running dev proxy is restarted on it). Once set,
+later runs keep it, and on a reused cluster take the catalog's map (ranges
+moved by reshard included) to migrate with and to write into the config.
+
+--shards sizes a new cluster: a reused one keeps all its shards (one grown
+by dev add-shard is not refused for having more than asked).`,
 		Args: cobra.NoArgs,
 	}
 	dir := addDirFlag(cmd)
@@ -80,8 +87,14 @@ needs it. Once set, later runs keep it.`,
 		ctx := cmd.Context()
 		loaded, loadErr := cluster.Load(*dir)
 		fresh := loadErr != nil
-		if !fresh && !cmd.Flags().Changed("shards") {
-			shards = len(loaded.Shards) // it may have grown (dev add-shard)
+		var grownNote string
+		if !fresh && (!cmd.Flags().Changed("shards") || shards < len(loaded.Shards)) {
+			// It may have grown (dev add-shard): --shards is the size of a
+			// new cluster, and a reused one keeps the shards it has.
+			if shards < len(loaded.Shards) && cmd.Flags().Changed("shards") {
+				grownNote = fmt.Sprintf("asked for %d shards; %s holds %d (grown by dev add-shard): reusing them all", shards, *dir, len(loaded.Shards))
+			}
+			shards = len(loaded.Shards)
 		}
 		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: &lockedWriter{w: cmd.ErrOrStderr()}}
 		var tlsFiles *cluster.TLSFiles
@@ -97,7 +110,26 @@ needs it. Once set, later runs keep it.`,
 		if err != nil {
 			return err
 		}
+		prevCatalog := devConfigCatalog(*dir)
+		catalogDSN := prevCatalog
+		if withCatalog || prevCatalog != "" {
+			catalogDSN = devCatalogDSN(c) // shard0 may have moved to another port
+		}
 		m, reused, err := devMap(c, *dir, buckets)
+		cfgEpoch := uint64(0)
+		if m != nil && reused {
+			cfgEpoch = m.Epoch
+		}
+		var fromCatalog bool
+		if err == nil && prevCatalog != "" {
+			// The catalog is the source of truth: ranges moved by reshard
+			// and shards added are in its map, maybe not yet in the
+			// config's copy (and migrating by an older map is refused).
+			var cm *shardmap.Map
+			if cm, err = devCatalogMap(ctx, c, catalogDSN, buckets); err == nil && cm != nil {
+				m, reused, fromCatalog = cm, true, true
+			}
+		}
 		if err == nil {
 			var rep *migrations.Report
 			rep, err = migrations.Apply(ctx, m, migrations.Options{})
@@ -105,22 +137,19 @@ needs it. Once set, later runs keep it.`,
 				_ = rep.WriteText(cmd.ErrOrStderr())
 			}
 		}
-		prevCatalog := devConfigCatalog(*dir)
-		catalogDSN := prevCatalog
-		if withCatalog || prevCatalog != "" {
-			catalogDSN = devCatalogDSN(c) // shard0 may have moved to another port
-		}
 		var catalogNote string
 		if err == nil && catalogDSN != "" {
 			catalogNote, err = ensureDevCatalog(ctx, c, catalogDSN, m)
 		}
-		if err == nil && reused && !withTLS && catalogDSN != prevCatalog {
-			// Rewritten for the catalog only: keep the proxy's TLS section.
+		rewrite := !reused || withTLS || catalogDSN != prevCatalog || (fromCatalog && m.Epoch != cfgEpoch)
+		if err == nil && reused && rewrite && !withTLS {
+			// Rewritten for the catalog or its map only: keep the proxy's
+			// TLS section.
 			if prev, perr := config.Load(config.Options{Path: devConfigPath(*dir), Environ: []string{}}); perr == nil {
 				tlsFiles, err = devTLSFiles(*dir, prev)
 			}
 		}
-		if err == nil && (!reused || withTLS || catalogDSN != prevCatalog) {
+		if err == nil && rewrite {
 			err = writeDevConfig(*dir, m, pgbouncer, c.Spec.User, tlsFiles, catalogDSN)
 		}
 		if err != nil {
@@ -135,8 +164,15 @@ needs it. Once set, later runs keep it.`,
 		if !fresh {
 			verb = "reused"
 		}
-		fmt.Fprintf(out, "%s %d-shard cluster in %s (map epoch %d, %d buckets); config: %s\n",
-			verb, len(c.Shards), *dir, m.Epoch, m.Buckets, devConfigPath(*dir))
+		if grownNote != "" {
+			fmt.Fprintln(out, grownNote)
+		}
+		source := ""
+		if fromCatalog {
+			source = ", from the catalog"
+		}
+		fmt.Fprintf(out, "%s %d-shard cluster in %s (map epoch %d%s, %d buckets); config: %s\n",
+			verb, len(c.Shards), *dir, m.Epoch, source, m.Buckets, devConfigPath(*dir))
 		if err := writeShardTable(out, m); err != nil {
 			return err
 		}
@@ -146,6 +182,18 @@ needs it. Once set, later runs keep it.`,
 		}
 		if catalogNote != "" {
 			fmt.Fprintf(out, "\n%s\n", catalogNote)
+		}
+		if catalogDSN != prevCatalog {
+			// The proxy takes its map source at start (catalog.dsn, the
+			// rule on config.Proxy.Catalog): one started before the
+			// catalog was named, or by another address, must restart.
+			stopped, err := stopDevProxy(ctx, *dir)
+			if err != nil {
+				return err
+			}
+			if stopped && !withProxy {
+				fmt.Fprintf(out, "\nstopped the dev proxy: the config's map source changed; `pgshard dev up --proxy --dir %s` starts it on the new one\n", *dir)
+			}
 		}
 		if withProxy {
 			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User, poolMode)
@@ -157,6 +205,11 @@ needs it. Once set, later runs keep it.`,
 				verb = "reused"
 			}
 			fmt.Fprintf(out, "\nproxy %s: %s (pid %d, log %s)\n", verb, devProxyDSN(r, c.Spec.User, c.Spec.Database), r.PID, devProxyLog(*dir))
+			if catalogDSN != "" {
+				fmt.Fprintf(out, "it follows the catalog %s (catalog.dsn; each new epoch is a new map, reshard moves included)\n", store.RedactDSN(catalogDSN))
+			} else {
+				fmt.Fprintln(out, "it routes by the config's map (dev up --catalog makes it follow a catalog)")
+			}
 			if r.AdminDatabase != "" {
 				fmt.Fprintf(out, "admin console: %s\n", devProxyDSN(r, c.Spec.User, r.AdminDatabase))
 			}

@@ -89,6 +89,35 @@ func ensureDevCatalog(ctx context.Context, c *cluster.Cluster, dsn string, m *sh
 	return fmt.Sprintf("catalog %s: map epoch %d", cat.Addr(), have.Epoch), nil
 }
 
+// devCatalogMap returns the map in force in the dev cluster's catalog
+// when it describes the cluster (its shards, unchanged, are the cluster's,
+// all or all but some an interrupted add-shard started), nil when the
+// catalog holds none (not installed, never pushed) or another cluster's.
+func devCatalogMap(ctx context.Context, c *cluster.Cluster, dsn string, buckets int) (*shardmap.Map, error) {
+	ctx, cancel := context.WithTimeout(ctx, catalogTimeout)
+	defer cancel()
+	cat, err := catalog.Open(ctx, dsn, catalog.Options{ApplicationName: "pgshard dev"})
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's catalog (catalog.dsn in %s): %w", devConfigPath(c.Dir), err)
+	}
+	defer cat.Close()
+	m, err := cat.Load(ctx)
+	if errors.Is(err, catalog.ErrNotInstalled) || errors.Is(err, catalog.ErrEmpty) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's catalog %s: %w", cat.Addr(), err)
+	}
+	running, err := c.Map(buckets)
+	if err != nil {
+		return nil, err
+	}
+	if !sameShards(m, running) && !coversShards(m, running) {
+		return nil, nil
+	}
+	return m, nil
+}
+
 // createDatabase creates database name owned by owner unless it exists.
 func createDatabase(ctx context.Context, adminDSN, name, owner string) error {
 	conn, err := pgx.Connect(ctx, adminDSN+"&connect_timeout=10")

@@ -3,19 +3,28 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// The commands of a shard added online: dev up --catalog, dev add-shard,
-// reshard plan --add-shard, status, apply, status --all; the map then gives
-// the new shard its share. Bad requests are refused with a usage error.
+// The commands of a shard added online: dev up --catalog --proxy, dev
+// add-shard, reshard plan --add-shard, status, apply, status --all; the
+// map then gives the new shard its share, the dev proxy (following the
+// catalog) serves keys whose range moved from their new shard, and dev up
+// reuses the grown cluster with the catalog's map. Bad requests are
+// refused with a usage error.
 func TestReshardCLI(t *testing.T) {
 	if r := run(t, "", "reshard", "plan", "--move", "1-2"); r.code == 0 || !strings.Contains(r.stderr, "--move and --to go together") {
 		t.Errorf("plan --move without --to: exit %d %q", r.code, r.stderr)
@@ -26,13 +35,27 @@ func TestReshardCLI(t *testing.T) {
 	if err := cluster.Local().(cluster.SpecChecker).AvailableFor(context.Background(), cluster.Spec{PgBouncer: true}); err != nil {
 		clustertest.SkipOrFail(t, err)
 	}
+	bin := buildPgshard(t)
 	dir := clustertest.Dir(t)
-	mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "2", "--fsync=false", "--catalog")
+	r := mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "2", "--fsync=false", "--catalog", "--proxy", "--proxy-bin", bin)
 	t.Cleanup(func() { run(t, "", "dev", "down", "--dir", dir) })
+	if !strings.Contains(r.stdout, "it follows the catalog") {
+		t.Errorf("dev up --catalog --proxy: the proxy does not say it follows the catalog:\n%s", r.stdout)
+	}
 	cfg := filepath.Join(dir, "pgshard.yaml")
+	proxy := devProxyConn(t, dir)
+	// Keys written through the proxy before the moves, each on its shard.
+	keys := map[string]string{} // key → the shard that served it before
+	for i := range 40 {
+		k := fmt.Sprintf("grow-%02d", i)
+		if _, err := proxy.Exec(context.Background(), "INSERT INTO executions VALUES ($1, 'grow', $2, 1)", k, "data of "+k); err != nil {
+			t.Fatalf("insert %s through the proxy: %v", k, err)
+		}
+		keys[k] = servedBy(t, proxy, k, "")
+	}
 	mustRun(t, "", "dev", "add-shard", "--dir", dir)
 
-	r := mustRun(t, "", "reshard", "plan", "-c", cfg, "--add-shard", "shard2")
+	r = mustRun(t, "", "reshard", "plan", "-c", cfg, "--add-shard", "shard2")
 	if !strings.Contains(r.stdout, "planned 2 moves") || !strings.Contains(r.stdout, "shard2") {
 		t.Errorf("reshard plan --add-shard shard2:\n%s", r.stdout)
 	}
@@ -81,5 +104,86 @@ func TestReshardCLI(t *testing.T) {
 	}
 	if r := mustRun(t, "", "reshard", "apply", "-c", cfg); !strings.Contains(r.stdout, "no unfinished moves") {
 		t.Errorf("apply with nothing to do:\n%s", r.stdout)
+	}
+
+	// Through the dev proxy, which follows the catalog: every key whose
+	// range moved to shard2 is served by shard2, with its data.
+	if err := m.Validate(); err != nil {
+		t.Fatalf("map show --json: %v", err)
+	}
+	moved := 0
+	for k, before := range keys {
+		if m.ShardForBucket(m.Bucket(k)).Name != "shard2" {
+			continue
+		}
+		moved++
+		if before == "shard2" {
+			t.Errorf("%s was served by shard2 before any move", k)
+		}
+		if got := servedBy(t, proxy, k, "data of "+k); got != "shard2" {
+			t.Errorf("%s (moved from %s) served by %s through the proxy after the move, want shard2", k, before, got)
+		}
+	}
+	if moved == 0 {
+		t.Errorf("none of the %d keys moved to shard2 (buckets per shard %v): the test proves nothing", len(keys), counts)
+	}
+
+	// dev up reuses the grown cluster: the catalog's map (epoch 4) into
+	// the config, and --shards 2 on a cluster grown to 3 is not refused.
+	r = mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "2", "--fsync=false", "--proxy", "--proxy-bin", bin)
+	if !strings.Contains(r.stdout, "holds 3 (grown by dev add-shard)") || !strings.Contains(r.stdout, "reused 3-shard cluster") ||
+		!strings.Contains(r.stdout, "map epoch 4, from the catalog") || !strings.Contains(r.stdout, "proxy reused") {
+		t.Errorf("dev up on the grown cluster:\n%s", r.stdout)
+	}
+	if c, err := config.Load(config.Options{Path: cfg, Environ: []string{}, RequireMap: true}); err != nil || c.Map.Epoch != 4 {
+		t.Errorf("the config's map after dev up: %v %+v", err, c)
+	}
+}
+
+// devProxyConn connects to the dev proxy of dir (closed at the test's end).
+func devProxyConn(t *testing.T, dir string) *pgx.Conn {
+	t.Helper()
+	var st struct {
+		ProxyDSN string `json:"proxy_dsn"`
+	}
+	raw := mustRun(t, "", "dev", "status", "--dir", dir, "--json").stdout
+	if err := json.Unmarshal([]byte(raw), &st); err != nil || st.ProxyDSN == "" {
+		t.Fatalf("dev status --json: no proxy: %v\n%s", err, raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, st.ProxyDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// servedBy reads key through the proxy and returns the shard that served
+// it, checking its data when want is set. The fence's PS001 (a proxy that
+// has not seen the catalog's new epoch yet routes by the old map, and the
+// old shard refuses) is waited out, at most a minute: the proxy polls the
+// catalog; the bound is for one that never follows, not a slow one.
+func servedBy(t *testing.T, conn *pgx.Conn, key, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var data, shard string
+		err := conn.QueryRow(ctx, "SELECT data, (SELECT shard_name FROM pgshard_identity) FROM executions WHERE id = $1", key).Scan(&data, &shard)
+		cancel()
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			if want != "" && data != want {
+				t.Errorf("%s through the proxy: data %q from %s, want %q", key, data, shard, want)
+			}
+			return shard
+		case errors.As(err, &pe) && pe.Code == "PS001" && time.Now().Before(deadline):
+			time.Sleep(100 * time.Millisecond)
+		default:
+			t.Fatalf("read %s through the proxy: %v", key, err)
+		}
 	}
 }

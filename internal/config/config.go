@@ -83,8 +83,11 @@ type Store struct {
 type Catalog struct {
 	// DSN connects to the catalog database (directly or through a
 	// transaction-pooling PgBouncer). Empty: no catalog; the shard map
-	// comes from shardmap_file or shardmap. Used by `pgshard map push`
-	// and `pgshard map show`.
+	// comes from shardmap_file or shardmap. Used by `pgshard map push`,
+	// `map show`, `reshard`, `dev add-shard`; the commands on the router
+	// and the proxy follow it (the proxy unless proxy.catalog says
+	// otherwise: the rule is on Proxy.Catalog). A map beside it in the
+	// config is a copy for the commands that read the map from the file.
 	DSN string `mapstructure:"dsn"`
 }
 
@@ -198,8 +201,8 @@ func (c *Config) Validate() error {
 	if c.ShardMapFile != "" && c.ShardMap != nil {
 		p = append(p, "shardmap_file and shardmap: set one of them, not both")
 	}
-	if c.Proxy.Catalog != "" && (c.ShardMapFile != "" || c.ShardMap != nil) {
-		p = append(p, "proxy.catalog and shardmap_file/shardmap: the proxy takes its shard map from one source; remove shardmap_file and shardmap (`pgshard map push` puts a map file into the catalog) or unset proxy.catalog")
+	if c.Proxy.Catalog != "" && !strings.EqualFold(c.Proxy.Catalog, ProxyCatalogOff) && (c.ShardMapFile != "" || c.ShardMap != nil) {
+		p = append(p, "proxy.catalog and shardmap_file/shardmap: the proxy takes its shard map from one source; remove shardmap_file and shardmap (`pgshard map push` puts a map file into the catalog), unset proxy.catalog, or name the catalog with catalog.dsn instead (a map beside catalog.dsn is a copy the proxy does not route by)")
 	}
 	if c.Store.ConnectAttempts < 1 {
 		p = append(p, fmt.Sprintf("store.connect_attempts: must be at least 1 (got %d)", c.Store.ConnectAttempts))
@@ -381,6 +384,7 @@ func Load(o Options) (*Config, error) {
 	if err := c.loadMap(); err != nil {
 		return nil, fmt.Errorf("config%s: %w", inFile(path), err)
 	}
+	c.Proxy.Catalog = c.proxyCatalog()
 	if o.RequireMap && c.Map == nil && !(o.CatalogMap && c.Proxy.Catalog != "") {
 		if path == "" {
 			return nil, errors.New("no config file found: pass --config FILE, set " + EnvConfig + ", or run `pgshard dev up` to create " + filepath.Join(DefaultDevDir, "pgshard.yaml"))
@@ -391,6 +395,22 @@ func Load(o Options) (*Config, error) {
 		return nil, fmt.Errorf("config %s: no shard map (set shardmap_file or shardmap)", path)
 	}
 	return &c, nil
+}
+
+// ProxyCatalogOff, as proxy.catalog, keeps the proxy on the config's map
+// even when catalog.dsn names a catalog.
+const ProxyCatalogOff = "off"
+
+// proxyCatalog is the catalog the proxy follows: proxy.catalog, else
+// catalog.dsn; none for ProxyCatalogOff (the rule is on Proxy.Catalog).
+func (c *Config) proxyCatalog() string {
+	switch {
+	case strings.EqualFold(c.Proxy.Catalog, ProxyCatalogOff):
+		return ""
+	case c.Proxy.Catalog != "":
+		return c.Proxy.Catalog
+	}
+	return c.Catalog.DSN
 }
 
 func inFile(path string) string {
@@ -820,12 +840,20 @@ type Proxy struct {
 	// listening sockets to a new process (zero-downtime restart); relative
 	// paths are relative to the config file.
 	HandoverSocket string `mapstructure:"handover_socket"`
-	// Catalog, when set, is the DSN of the shard-map catalog the proxy
-	// takes its map from (instead of shardmap_file or shardmap, which
-	// must then be unset): it reads the map at start, follows each newer
-	// epoch and holds a lease (kind "proxy") renewed every
-	// catalog_lease_ttl/3; while the lease is not live, statements routed
-	// by a key are refused.
+	// Catalog is the DSN of the shard-map catalog the proxy takes its map
+	// from: it reads the map at start, follows each newer epoch and holds
+	// a lease (kind "proxy") renewed every catalog_lease_ttl/3; while the
+	// lease is not live, statements routed by a key are refused.
+	//
+	// The rule with catalog.dsn (both name the catalog): unset, it is
+	// catalog.dsn — the proxy follows the cluster's catalog like every
+	// other command, and a map beside catalog.dsn in the config is a copy
+	// (what `pgshard dev up` writes) that the proxy does not route by. Set
+	// to a DSN, it overrides catalog.dsn for the proxy alone (the same
+	// catalog by another address) and the config must then hold no map.
+	// ProxyCatalogOff keeps the proxy on the config's map although
+	// catalog.dsn is set. Load applies the rule: after it, Catalog is the
+	// DSN the proxy follows, "" for none.
 	Catalog string `mapstructure:"catalog"`
 	// CatalogLeaseTTL is the proxy's lease TTL in the catalog.
 	CatalogLeaseTTL time.Duration `mapstructure:"catalog_lease_ttl"`

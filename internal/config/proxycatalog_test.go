@@ -9,8 +9,9 @@ import (
 )
 
 // TestProxyCatalog: proxy.catalog replaces the map file for the proxy
-// (CatalogMap), excludes shardmap_file and shardmap, and its lease TTL and
-// the fence mode are checked; unknown keys stay errors.
+// (CatalogMap), excludes shardmap_file and shardmap, defaults to
+// catalog.dsn (off opts out), and its lease TTL and the fence mode are
+// checked; unknown keys stay errors.
 func TestProxyCatalog(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "map.yaml", mapYAML)
@@ -41,6 +42,33 @@ func TestProxyCatalog(t *testing.T) {
 			}
 			if c.Proxy.Catalog != dsn || c.Map != nil {
 				t.Fatalf("catalog %q, map %v: want the catalog and no map (the proxy loads it)", c.Proxy.Catalog, c.Map)
+			}
+		})
+	}
+	// The rule with catalog.dsn: unset, proxy.catalog is catalog.dsn (a
+	// map beside it is a copy); set, it wins; off keeps the config's map.
+	const cluster = "postgres://u@h/cluster-cat"
+	for _, tc := range []struct {
+		name, body string
+		environ    []string
+		want       string // the catalog the proxy follows
+		wantMap    bool
+	}{
+		{"catalog.dsn alone", "catalog:\n  dsn: " + cluster + "\n", nil, cluster, false},
+		{"catalog.dsn and a map copy", "shardmap_file: map.yaml\ncatalog:\n  dsn: " + cluster + "\n", nil, cluster, true},
+		{"proxy.catalog overrides catalog.dsn", "catalog:\n  dsn: " + cluster + "\nproxy:\n  catalog: " + dsn + "\n", nil, dsn, false},
+		{"off keeps the map", "shardmap_file: map.yaml\ncatalog:\n  dsn: " + cluster + "\nproxy:\n  catalog: off\n", nil, "", true},
+		{"off from the environment", "shardmap_file: map.yaml\ncatalog:\n  dsn: " + cluster + "\n", []string{"PGSHARD_PROXY_CATALOG=OFF"}, "", true},
+		{"neither", "shardmap_file: map.yaml\n", nil, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := append([]string{}, tc.environ...)
+			c, err := config.Load(config.Options{Path: write(t, dir, "c.yaml", tc.body), Environ: env, RequireMap: true, CatalogMap: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Proxy.Catalog != tc.want || (c.Map != nil) != tc.wantMap {
+				t.Fatalf("proxy follows %q (map %v), want %q (map: %t)", c.Proxy.Catalog, c.Map != nil, tc.want, tc.wantMap)
 			}
 		})
 	}

@@ -1,11 +1,18 @@
 # Part of scripts/demo.sh (sourced): unmodified clients through the proxy.
 pdsn=$("$bin" dev status --dir "$dir" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['proxy_dsn'])")
 
+# A second id on demo-1's shard, for a two-row INSERT that stays on one
+# shard (by the map in force: the grow step below moves ranges, and a
+# reused cluster starts from where the last run left them).
+owners=$("$bin" map bucket --config "$cfg" demo-1 demo-1x demo-1x{2..40})
+twin=$(awk -F'\t' 'NR==1 {s=$3; next} $3 == s {print $1; exit}' <<<"$owners")
+[ -n "$twin" ] || { echo "no id among demo-1x..demo-1x40 on demo-1's shard" >&2; exit 1; }
+
 step "psql through the pgshard proxy ($pdsn): one database, each transaction on its key's shard"
 psql "$pdsn" -X -v ON_ERROR_STOP=1 \
-	-c "INSERT INTO executions VALUES ('demo-1', 'demo', '{\"version\":1}', 1), ('demo-1x', 'demo', '{}', 1) ON CONFLICT (id) DO NOTHING" \
+	-c "INSERT INTO executions VALUES ('demo-1', 'demo', '{\"version\":1}', 1), ('$twin', 'demo', '{}', 1) ON CONFLICT (id) DO NOTHING" \
 	-c "SELECT id, version, (SELECT shard_name FROM pgshard_identity) AS served_by FROM executions WHERE id = 'demo-1'" \
-	-c "SELECT id, version, (SELECT shard_name FROM pgshard_identity) AS served_by FROM executions WHERE id = 'demo-1x'" \
+	-c "SELECT id, version, (SELECT shard_name FROM pgshard_identity) AS served_by FROM executions WHERE id = '$twin'" \
 	-c "SELECT count(*) AS executions_on_all_shards FROM executions"
 # Two ids on different shards, for the cross-shard refusal below.
 read -r a sa b sb < <("$bin" map bucket --config "$cfg" demo-1 demo-2 demo-3 demo-4 demo-5 demo-6 |
