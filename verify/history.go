@@ -269,6 +269,10 @@ type End struct {
 	// schedule (at_ms's clock): planned faults at or after it were never
 	// due (a run extended until its goal plans up to its ceiling).
 	ScheduleCutMS int64 `json:"schedule_cut_ms,omitempty"`
+	// Map, when set, is the shard map in force at the end of the run —
+	// the run's catalog after its last move (a run with move faults) —
+	// by which placement is checked; nil: the header's map held all along.
+	Map *MapInfo `json:"map,omitempty"`
 }
 
 // Due reports whether a planned fault was due before the schedule was
@@ -836,6 +840,16 @@ func (d *decoder) end(l *line) error {
 		return fmt.Errorf("schedule_cut_ms: %d is negative", l.ScheduleCutMS)
 	}
 	e := &End{Ops: l.Ops, Interrupted: l.Interrupted, Quiesce: l.Quiesce, ScheduleCutMS: l.ScheduleCutMS}
+	if l.Map != nil {
+		if err := l.Map.check(); err != nil {
+			return fmt.Errorf("end map: %w", err)
+		}
+		if hm := d.h.Header.Map; len(hm.Shards) > 0 && (hm.Buckets != l.Map.Buckets || l.Map.Epoch < hm.Epoch) {
+			return fmt.Errorf("end map: %d buckets at epoch %d, but the header's map has %d buckets at epoch %d (a run's map keeps its bucket count and its epoch only grows)",
+				l.Map.Buckets, l.Map.Epoch, hm.Buckets, hm.Epoch)
+		}
+		e.Map = l.Map
+	}
 	if l.T != nil {
 		e.T = *l.T
 	}
