@@ -275,6 +275,33 @@ type End struct {
 	Map *MapInfo `json:"map,omitempty"`
 }
 
+// RangeMove is a bucket range a fault of the run moved (or began to move):
+// the evidence of a move or mover-kill fault (HISTORY.md).
+type RangeMove struct {
+	FaultID  string
+	Lo, Hi   int
+	From, To string
+}
+
+// Moves returns the range moves of the history's move and mover-kill
+// faults (their inject lines' evidence), in file order.
+func (h *History) Moves() []RangeMove {
+	var out []RangeMove
+	for _, f := range h.Faults {
+		if (f.Kind != FaultMove && f.Kind != FaultMoverKill) || f.Phase != "inject" {
+			continue
+		}
+		var mv RangeMove
+		ok := json.Unmarshal(f.Evidence["lo"], &mv.Lo) == nil && json.Unmarshal(f.Evidence["hi"], &mv.Hi) == nil &&
+			json.Unmarshal(f.Evidence["from"], &mv.From) == nil && json.Unmarshal(f.Evidence["to"], &mv.To) == nil
+		if ok && mv.From != "" && mv.To != "" && mv.Lo <= mv.Hi {
+			mv.FaultID = f.ID
+			out = append(out, mv)
+		}
+	}
+	return out
+}
+
 // Due reports whether a planned fault was due before the schedule was
 // cut (every fault is, when the writer cut nothing).
 func (h *History) Due(s ScheduledFault) bool {
