@@ -28,11 +28,7 @@ func TestChaosMoves(t *testing.T) {
 	res := runWithin(t, 8*time.Minute, "", r.args("chaos", "run", "--scenario", sc, "--out", out)...)
 	b, err := os.ReadFile(filepath.Join(out, "faults.json"))
 	if res.code != 0 || !strings.Contains(res.stdout, "verdict: PASS") {
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, `"Err": "`) && !strings.Contains(line, `"Err": ""`) {
-				t.Log(line)
-			}
-		}
+		logFaultErrors(t, b)
 		t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
 	}
 	if err != nil {
@@ -59,10 +55,25 @@ func TestChaosMoves(t *testing.T) {
 		}
 	}
 	if moved < 2 || killed < 2 {
+		logFaultErrors(t, b)
 		t.Errorf("%d moves done, %d mover kills resolved: want at least 2 each", moved, killed)
 	}
 	v := readVerdict(t, out)
 	if v["result"] != "PASS" {
 		t.Errorf("verdict %v", v["result"])
+	}
+}
+
+// logFaultErrors logs the distinct errors of a faults.json's events.
+func logFaultErrors(t *testing.T, faults []byte) {
+	t.Helper()
+	var fr struct{ Events []struct{ ID, Kind, Phase, Err string } }
+	_ = json.Unmarshal(faults, &fr)
+	seen := map[string]bool{}
+	for _, e := range fr.Events {
+		if e.Err != "" && !seen[e.Kind+e.Err] {
+			seen[e.Kind+e.Err] = true
+			t.Logf("%s %s %s: %s", e.ID, e.Kind, e.Phase, e.Err)
+		}
 	}
 }
