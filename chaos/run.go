@@ -451,10 +451,10 @@ func goal(sc *Scenario, plan []Planned, h *History) func() bool {
 		}
 		// The verifier recounts landings from evidence and the ops, more
 		// strictly than the writer: a margin of a fifth (at least one).
-		want := sc.MinLanded + max(1, sc.MinLanded/5)
 		landed := h.Landed()
 		for k := range kinds {
-			if landed[k] < want {
+			n := sc.MinLandedOf(k)
+			if landed[k] < n+max(1, n/5) {
 				return false
 			}
 		}

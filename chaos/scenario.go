@@ -134,6 +134,10 @@ type ScenarioFault struct {
 	Shards []string `yaml:"shards,omitempty" json:"shards,omitempty"`
 	// Params are the kind's parameters (delay, count, mode, via, ...).
 	Params map[string]string `yaml:"params,omitempty" json:"params,omitempty"`
+	// MinLanded, when above the scenario's min_landed, is this kind's
+	// own floor (e.g. 20 completed moves): the run's goal waits for it
+	// and the verdict is vacuous below it.
+	MinLanded int `yaml:"min_landed,omitempty" json:"min_landed,omitempty"`
 }
 
 // DefaultScenario is a scenario's defaults: 60 s of a mixed workload with
@@ -257,6 +261,9 @@ func (s *Scenario) Validate() error {
 				bad(fmt.Sprintf("%s.at[%d]", key, j), "%s is outside the run's duration %s", time.Duration(at), time.Duration(s.Duration))
 			}
 		}
+		if f.MinLanded < 0 {
+			bad(key+".min_landed", "%d is negative", f.MinLanded)
+		}
 		if needsProxy(f.Kind) && s.Target != TargetProxy && s.Target != TargetPgBouncerPlusPx {
 			bad(key+".kind", "%s needs a proxy target (proxy or pgbouncer+proxy), not %s", f.Kind, s.Target)
 		}
@@ -343,4 +350,16 @@ func DefaultScenarioFile() (*Scenario, error) {
 		return nil, fmt.Errorf("built-in scenario: %w", err)
 	}
 	return s, nil
+}
+
+// MinLandedOf is how many times kind k must land: the scenario's
+// min_landed, or a fault's own when higher.
+func (s *Scenario) MinLandedOf(k Kind) int {
+	n := s.MinLanded
+	for _, f := range s.Faults {
+		if f.Kind == k {
+			n = max(n, f.MinLanded)
+		}
+	}
+	return n
 }

@@ -458,8 +458,8 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 		switch {
 		case r.Scheduled == 0 && r.Injected == 0:
 			r.Why = "configured but never scheduled"
-		case r.Scheduled > 0 && r.Landed < o.MinLanded:
-			r.Why = fmt.Sprintf("scheduled %d times, injected %d, landed %d (< %d)", r.Scheduled, r.Injected, r.Landed, o.MinLanded)
+		case r.Scheduled > 0 && r.Landed < max(o.MinLanded, o.MinLandedKind[k]):
+			r.Why = fmt.Sprintf("scheduled %d times, injected %d, landed %d (< %d)", r.Scheduled, r.Injected, r.Landed, max(o.MinLanded, o.MinLandedKind[k]))
 		case r.Scheduled > 0 && o.MinLandedShare > 0 && float64(r.Landed) < o.MinLandedShare*float64(max(r.Injected, r.Scheduled)):
 			r.Why = fmt.Sprintf("landed %d of %d injections (< %.0f%%)", r.Landed, max(r.Injected, r.Scheduled), 100*o.MinLandedShare)
 		}
