@@ -27,7 +27,30 @@ const (
 	moveDefaultTO     = 60 * time.Second
 	// MoverOwner names the chaos mover in the catalog's journal.
 	MoverOwner = "pgshard-chaos-mover"
+	// moveLeaseTTL is the mover's lease's TTL: a mover whose release
+	// failed (the catalog's server was down) blocks the next one this
+	// long, not reshard's default 30 s.
+	moveLeaseTTL = 5 * time.Second
+	// moveRetryPause is the pause between tries of a mover step that
+	// failed (a shard or the catalog down, the lease still held).
+	moveRetryPause = 500 * time.Millisecond
 )
+
+// retrying runs f until it succeeds or ctx ends (the fault's timeout, or
+// the heal's bound): the shards and the catalog go down under the other
+// faults, and a move or a resume must outlast them.
+func retrying(ctx context.Context, env *Env, what string, f func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		env.logf("chaos: %s (try %d): %v", what, attempt, err)
+		if sleepCtx(ctx, moveRetryPause) != nil {
+			return err
+		}
+	}
+}
 
 var moveParams = map[string]paramCheck{
 	"buckets":       intParam(1, 1<<16),
@@ -138,27 +161,48 @@ func startMove(ctx context.Context, env *Env, p Params, rng *rand.Rand, opts res
 		return nil, err
 	}
 	mr := &moveRun{}
-	if left, err := env.Catalog.Moves(ctx, true); err != nil {
-		return nil, err
-	} else if len(left) > 0 {
-		if _, err := reshard.Apply(ctx, env.Catalog, opts); err != nil {
-			return nil, fmt.Errorf("finish %d unfinished move(s) first: %w", len(left), err)
+	// The draws are made once, on the map as it is before the first try.
+	var pickErr error
+	err = retrying(ctx, env, "start a move", func(ctx context.Context) error {
+		left, err := env.Catalog.Moves(ctx, true)
+		if err != nil {
+			return err
 		}
-		mr.finished = len(left)
+		if len(left) > 0 {
+			if _, err := reshard.Apply(ctx, env.Catalog, opts); err != nil {
+				return fmt.Errorf("finish %d unfinished move(s) first: %w", len(left), err)
+			}
+			mr.finished += len(left)
+		}
+		m, err := env.Catalog.Load(ctx)
+		if err != nil {
+			return err
+		}
+		if mr.pick.To == "" {
+			if mr.pick, pickErr = pickMove(m, width, rng); pickErr != nil {
+				return nil
+			}
+		}
+		if owner := m.ShardForBucket(mr.pick.Lo).Name; owner != mr.pick.From {
+			// An earlier move finished meanwhile moved it: draw again.
+			lo := mr.pick.Lo
+			mr.pick = movePick{}
+			return fmt.Errorf("bucket %d moved to %s meanwhile", lo, owner)
+		}
+		recs, err := reshard.Plan(ctx, env.Catalog, reshard.Request{Lo: mr.pick.Lo, Hi: mr.pick.Hi, To: mr.pick.To})
+		if err != nil {
+			return fmt.Errorf("plan %d-%d %s→%s: %w", mr.pick.Lo, mr.pick.Hi, mr.pick.From, mr.pick.To, err)
+		}
+		for _, r := range recs {
+			mr.ids = append(mr.ids, r.ID)
+		}
+		return nil
+	})
+	if err == nil {
+		err = pickErr
 	}
-	m, err := env.Catalog.Load(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if mr.pick, err = pickMove(m, width, rng); err != nil {
-		return nil, err
-	}
-	recs, err := reshard.Plan(ctx, env.Catalog, reshard.Request{Lo: mr.pick.Lo, Hi: mr.pick.Hi, To: mr.pick.To})
-	if err != nil {
-		return nil, fmt.Errorf("plan %d-%d %s→%s: %w", mr.pick.Lo, mr.pick.Hi, mr.pick.From, mr.pick.To, err)
-	}
-	for _, r := range recs {
-		mr.ids = append(mr.ids, r.ID)
 	}
 	return mr, nil
 }
@@ -173,7 +217,7 @@ func moveOptions(env *Env, p Params) (reshard.Options, time.Duration, error) {
 	if err != nil {
 		return reshard.Options{}, 0, err
 	}
-	return reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf}, to, nil
+	return reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL}, to, nil
 }
 
 // phases returns the journal phase of each of ids ("" if not found).
@@ -218,9 +262,15 @@ func (mr *moveRun) evidence(ctx context.Context, env *Env, f map[string]any, wan
 		}
 	}
 	f["rows_copied"], f["freezes"], f["freeze_ms"], f["abandoned"] = rows, len(freezes), freezes, abandoned
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	phases, epoch, err := movePhases(ctx, env.Catalog, mr.ids)
+	var phases []string
+	var epoch uint64
+	err := retrying(ctx, env, "read the journal", func(ctx context.Context) error {
+		var err error
+		phases, epoch, err = movePhases(ctx, env.Catalog, mr.ids)
+		return err
+	})
 	if err != nil {
 		f["journal_error"] = err.Error()
 		return false
@@ -262,7 +312,11 @@ func (f *move) Inject(ctx context.Context, env *Env, _ int, p Params, rng *rand.
 		return Evidence{Fields: map[string]any{}}, err
 	}
 	f.mr = mr
-	mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
+	err = retrying(ctx, env, "apply a move", func(ctx context.Context) error {
+		var err error
+		mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
+		return err
+	})
 	ev := Evidence{Fields: map[string]any{}}
 	ev.Landed = mr.evidence(ctx, env, ev.Fields, catalog.PhaseDone)
 	if err != nil {
@@ -287,7 +341,11 @@ func (f *move) Heal(ctx context.Context, env *Env, _ int) (Evidence, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, to)
 	defer cancel()
-	f.mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
+	err = retrying(ctx, env, "finish a move", func(ctx context.Context) error {
+		var err error
+		f.mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
+		return err
+	})
 	ev := Evidence{Fields: map[string]any{"finished": true}}
 	ev.Landed = f.mr.evidence(ctx, env, ev.Fields, catalog.PhaseDone) && err == nil
 	return ev, err
@@ -360,12 +418,15 @@ func (f *moverKill) Heal(ctx context.Context, env *Env, _ int) (Evidence, error)
 	ctx, cancel := context.WithTimeout(ctx, to)
 	defer cancel()
 	ev := Evidence{Fields: map[string]any{"step": f.step, "resolve": f.resolve, "killed": f.killed}}
-	if f.resolve == "abort" {
-		err = reshard.Abort(ctx, env.Catalog, opts)
-		f.mr.results = nil
-	} else {
+	err = retrying(ctx, env, f.resolve+" a killed move", func(ctx context.Context) error {
+		if f.resolve == "abort" {
+			f.mr.results = nil
+			return reshard.Abort(ctx, env.Catalog, opts)
+		}
+		var err error
 		f.mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
-	}
+		return err
+	})
 	ok := f.mr.evidence(ctx, env, ev.Fields, catalog.PhaseDone, catalog.PhaseAborted)
 	ev.Landed = f.killed && ok && err == nil
 	return ev, err
@@ -378,13 +439,15 @@ func finishMoves(ctx context.Context, env *Env) error {
 	if env.Catalog == nil {
 		return nil
 	}
-	left, err := env.Catalog.Moves(ctx, true)
-	if err != nil || len(left) == 0 {
-		return err
-	}
-	_, err = reshard.Apply(ctx, env.Catalog, reshard.Options{Owner: MoverOwner, Log: env.Logf})
-	if err != nil {
-		return fmt.Errorf("finish %d unfinished move(s): %w", len(left), err)
-	}
-	return nil
+	return retrying(ctx, env, "finish the moves", func(ctx context.Context) error {
+		left, err := env.Catalog.Moves(ctx, true)
+		if err != nil || len(left) == 0 {
+			return err
+		}
+		_, err = reshard.Apply(ctx, env.Catalog, reshard.Options{Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL})
+		if err != nil {
+			return fmt.Errorf("finish %d unfinished move(s): %w", len(left), err)
+		}
+		return nil
+	})
 }
