@@ -238,11 +238,12 @@ func (ck *checker) emitted(o *Op, event, target string, what desc) {
 // execution from, are the copies moves made (ARCHITECTURE.md §6: a move
 // copies its range's pending outbox rows to the destination, numbered
 // from the destination's sequence, and a relay that read the source's row
-// may deliver the event again; dedupe absorbs it): at most one row per
-// shard (a seq's stride names its shard), and every shard holding one
-// is the source or the destination of a move (the run's move and
-// mover-kill faults, whatever became of them) of a range holding the
-// emitter's bucket.
+// may deliver the event again; dedupe absorbs it): no more rows than one
+// plus the moves of a range holding the emitter's bucket (the run's move
+// and mover-kill faults, whatever became of them), each on a shard (a
+// seq's stride names it) that was the source or the destination of one
+// of those moves. A range moved back and forth gives its row a new seq on
+// a shard that held it before.
 func (ck *checker) movedCopies(from string, seqs []int64) bool {
 	e := ck.w.exes[from]
 	if e == nil || len(e.rows) == 0 || len(seqs) < 2 {
@@ -254,19 +255,21 @@ func (ck *checker) movedCopies(from string, seqs []int64) bool {
 		byOrdinal[s.Ordinal] = s.Name
 	}
 	involved := map[string]bool{}
+	moves := 0
 	for _, mv := range ck.w.h.Moves() {
 		if mv.Lo <= bucket && bucket <= mv.Hi {
 			involved[mv.From], involved[mv.To] = true, true
+			moves++
 		}
 	}
-	shards := map[string]bool{}
+	if len(seqs) > moves+1 {
+		return false
+	}
 	for _, seq := range seqs {
 		ord := int((((seq%seqStride)+seqStride)%seqStride + seqStride - 1) % seqStride)
-		name, ok := byOrdinal[ord]
-		if !ok || shards[name] || !involved[name] {
+		if name, ok := byOrdinal[ord]; !ok || !involved[name] {
 			return false
 		}
-		shards[name] = true
 	}
 	return true
 }
