@@ -2,8 +2,7 @@
 # The CI chaos suite behind `make chaos`: a dedicated 3-shard cluster
 # (PostgreSQL + PgBouncer per shard), the ci scenario (every fault kind,
 # through PgBouncer and the proxy at once) verified, the recovery scenario
-# (each kind alone: time to recover per kind), the reshard scenario (range
-# moves and mover kills beside the router's fault kinds), then the mutant run
+# (each kind alone: time to recover per kind), then the mutant run
 # (the control must pass, every deliberately broken store must be caught).
 # Usage: scripts/chaos.sh BIN DIR OUT
 set -euo pipefail
@@ -29,24 +28,8 @@ rm -rf "$out/recovery"
 "$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/recovery.yaml --out "$out/recovery"
 t2=$(date +%s)
 
-step "Resharding under chaos: range moves and mover kills (configs/chaos/reshard.yaml), verified"
-rm -rf "$out/reshard"
-"$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/reshard.yaml --out "$out/reshard"
-# The floors' figures, from what each move fault recorded.
-python3 - "$out/reshard/faults.json" <<'PY' || true
-import json, statistics, sys
-ev = json.load(open(sys.argv[1]))["events"]
-moves = [e for e in ev if e["Kind"] == "move" and e["Phase"] == "inject" and e["Landed"]]
-kills = [e for e in ev if e["Kind"] == "mover-kill" and e["Phase"] == "heal" and e["Landed"]]
-fz = [ms for e in ev if e["Kind"] in ("move", "mover-kill") for ms in (e.get("Evidence") or {}).get("freeze_ms") or []]
-print("reshard: %d moves completed, %d mover kills resolved (steps %s), %d freezes p50 %.1f ms max %.1f ms" % (
-    len(moves), len(kills), ",".join(sorted({e["Evidence"]["step"] for e in kills})), len(fz),
-    statistics.median(fz) if fz else 0, max(fz) if fz else 0))
-PY
-t3=$(date +%s)
-
 step "Proof of power: every mutant against configs/chaos/mutants.yaml"
 "$bin" chaos mutants --config "$dir/pgshard.yaml" --scenario configs/chaos/mutants.yaml --out "$out/mutants"
 
-printf '\nchaos: ci scenario %ds, recovery %ds, reshard %ds, mutants %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, reshard/report.html, mutants/*/report.html)\n' \
-	$((t1 - start)) $((t2 - t1)) $((t3 - t2)) $(($(date +%s) - t3)) $(($(date +%s) - start)) "$out"
+printf '\nchaos: ci scenario %ds, recovery %ds, mutants %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, mutants/*/report.html)\n' \
+	$((t1 - start)) $((t2 - t1)) $(($(date +%s) - t2)) $(($(date +%s) - start)) "$out"
