@@ -67,7 +67,9 @@ func TestChaosMoves(t *testing.T) {
 // logFaultErrors logs the distinct errors of a faults.json's events.
 func logFaultErrors(t *testing.T, faults []byte) {
 	t.Helper()
-	var fr struct{ Events []struct{ ID, Kind, Phase, Err string } }
+	var fr struct {
+		Events []struct{ ID, Kind, Phase, Err string }
+	}
 	_ = json.Unmarshal(faults, &fr)
 	seen := map[string]bool{}
 	for _, e := range fr.Events {
