@@ -8,7 +8,8 @@
 //	scenario.go  Scenario (YAML: target, workload, duration, faults, seed)
 //	     │
 //	     ▼
-//	run.go       reset the store's tables ─▶ relays in front of every shard (relaymap.go, relay.go)
+//	run.go       reset the store's tables (and the fences) ─▶ relays in front of every shard (relaymap.go, relay.go)
+//	             ─▶ with move faults: the run's catalog, the router following it (movecatalog.go)
 //	             ─▶ the chaos-owned proxy behind its own relay (proxyproc.go), for proxy targets
 //	             ─▶ the store under test: router | proxy | both (target.go) | a mutant (mutant/)
 //	     │
@@ -36,6 +37,10 @@
 // faults (crashes, PgBouncer and proxy restarts) need the process control a
 // local cluster gives (package cluster); a scenario that needs it against a
 // cluster without it is refused before anything runs.
+//
+// Move faults (move, mover-kill: fault_move.go) run the production mover
+// (package reshard) on a catalog the run creates for itself; the history's
+// end line records the catalog's final map, by which verify places rows.
 //
 // Package chaos/mutant holds the deliberately broken stores and clients the
 // mutant runs plug in; only chaos tooling reaches it.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -31,6 +32,8 @@ import (
 //	fault_backend_kill.go         SIGKILL one backend (the postmaster reinitializes)
 //	fault_latency.go, fault_stall.go, fault_reset.go, fault_partition.go   relay modes
 //	fault_proxy_restart.go        SIGKILL the chaos-owned proxy, start it again
+//	fault_move.go                 move, mover-kill: bucket-range moves in the run's catalog (reshard.Apply)
+//	movecatalog.go                the run's catalog, the shards' fences reset, the router that follows it
 //	admin.go                      admin connections, PgBouncer's console, server logs
 
 // Kind names a fault.
@@ -108,12 +111,32 @@ const (
 	// connected, start it again on the same address at heal (the hold is
 	// the downtime). Landed: inject killed it, heal started a new one.
 	KindProxyRestart Kind = "proxy-restart"
+	// KindMove: move a bucket range of the run's catalog (NeedsCatalog)
+	// from its owner to another shard, online, with reshard.Apply run to
+	// completion: param buckets is the range's width (default: seeded,
+	// 8..32, cut at the owner's range end), to a seeded other shard (so
+	// ranges go back and forth over a run); param freeze_budget bounds
+	// each write freeze (default 100ms), param timeout the whole move
+	// (default 60s). A move an earlier fault left unfinished is finished
+	// first. Instantaneous: the inject is the whole move; heal finishes a
+	// move the inject left unfinished. Landed: the move reached done.
+	KindMove Kind = "move"
+	// KindMoverKill: a move as KindMove whose mover dies (Options.Hook
+	// returns an error) at one of reshard.Steps — successive kills of a
+	// run take the steps in turn from a seeded start, so a run of
+	// len(reshard.Steps) kills stops at every one — then heal resumes
+	// it (reshard.Apply again) or rolls it back (reshard.Abort): param
+	// resolve=resume|abort|seeded (default seeded). Landed (heal): the
+	// mover was killed at its step, and the resume or abort finished
+	// (done, or aborted — an abort after the flip completes the move).
+	KindMoverKill Kind = "mover-kill"
 )
 
 // Kinds returns every fault kind, in a fixed order.
 func Kinds() []Kind {
 	return []Kind{KindTerminate, KindLostAck, KindPgBouncerKill, KindPgBouncerPause, KindPgBouncerReconnect,
-		KindShardCrash, KindBackendKill, KindLatency, KindStall, KindReset, KindPartition, KindProxyRestart}
+		KindShardCrash, KindBackendKill, KindLatency, KindStall, KindReset, KindPartition, KindProxyRestart,
+		KindMove, KindMoverKill}
 }
 
 // ParseKind returns the kind named s.
@@ -150,12 +173,15 @@ const (
 	NeedsProxy
 	// NeedsProxyRelay: Env.ProxyRelay, the relay in front of the proxy.
 	NeedsProxyRelay
+	// NeedsCatalog: Env.Catalog, the run's own catalog that the store
+	// under test follows (move faults; the router targets).
+	NeedsCatalog
 )
 
 // String lists the needs, e.g. "process-control+pooler".
 func (n Needs) String() string {
 	var parts []string
-	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay"} {
+	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay", "catalog"} {
 		if n&(1<<i) != 0 {
 			parts = append(parts, name)
 		}
@@ -220,8 +246,16 @@ type Env struct {
 	ProxyRelay *Relay
 	// Proxy is the chaos-owned proxy, or nil.
 	Proxy *ProxyProcess
+	// Catalog is the run's own catalog (runs with move faults): the
+	// store under test follows it, the move faults plan and apply their
+	// moves in it. nil otherwise.
+	Catalog *catalog.Catalog
 	// Logf receives progress and debug lines; nil is silent.
 	Logf func(format string, args ...any)
+
+	// moves is the move faults' shared state (mover-kill's next step);
+	// nil until the first needs it (move faults run one at a time).
+	moves *moveState
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -325,6 +359,8 @@ var kindInfos = map[Kind]kindInfo{
 	KindReset:              resetInfo,
 	KindPartition:          partitionInfo,
 	KindProxyRestart:       proxyRestartInfo,
+	KindMove:               moveInfo,
+	KindMoverKill:          moverKillInfo,
 }
 
 // paramCheck validates one parameter's value.

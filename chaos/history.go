@@ -109,6 +109,10 @@ type End struct {
 	// faults at or after it were never due (an extended run plans up to
 	// its ceiling).
 	ScheduleCutMs int64 `json:"schedule_cut_ms,omitempty"`
+	// Map is the map in force at the end when it is not the header's:
+	// the run's catalog after its last move (runs with move faults). The
+	// verifier places rows by it.
+	Map *HeaderMap `json:"map,omitempty"`
 }
 
 // EndQuiesce is the heal-and-quiesce phase's outcome.

@@ -134,6 +134,10 @@ type ScenarioFault struct {
 	Shards []string `yaml:"shards,omitempty" json:"shards,omitempty"`
 	// Params are the kind's parameters (delay, count, mode, via, ...).
 	Params map[string]string `yaml:"params,omitempty" json:"params,omitempty"`
+	// MinLanded, when above the scenario's min_landed, is this kind's
+	// own floor (e.g. 20 completed moves): the run's goal waits for it
+	// and the verdict is vacuous below it.
+	MinLanded int `yaml:"min_landed,omitempty" json:"min_landed,omitempty"`
 }
 
 // DefaultScenario is a scenario's defaults: 60 s of a mixed workload with
@@ -257,8 +261,14 @@ func (s *Scenario) Validate() error {
 				bad(fmt.Sprintf("%s.at[%d]", key, j), "%s is outside the run's duration %s", time.Duration(at), time.Duration(s.Duration))
 			}
 		}
+		if f.MinLanded < 0 {
+			bad(key+".min_landed", "%d is negative", f.MinLanded)
+		}
 		if needsProxy(f.Kind) && s.Target != TargetProxy && s.Target != TargetPgBouncerPlusPx {
 			bad(key+".kind", "%s needs a proxy target (proxy or pgbouncer+proxy), not %s", f.Kind, s.Target)
+		}
+		if needsCatalog(f.Kind) && s.Target != TargetDirect && s.Target != TargetPgBouncer {
+			bad(key+".kind", "%s needs a router target (direct or pgbouncer) that follows the run's catalog; the proxy does not retry a fenced transaction yet, so %s cannot run moves", f.Kind, s.Target)
 		}
 	}
 	if len(p) > 0 {
@@ -276,6 +286,9 @@ func kindList() string {
 }
 
 func needsProxy(k Kind) bool { return k == "proxy-restart" }
+
+// needsCatalog reports whether kind k moves ranges in the run's catalog.
+func needsCatalog(k Kind) bool { return kindInfos[k].needs&NeedsCatalog != 0 }
 
 // specs turns the scenario's faults into the planner's input.
 func (s *Scenario) specs() []Spec {
@@ -337,4 +350,16 @@ func DefaultScenarioFile() (*Scenario, error) {
 		return nil, fmt.Errorf("built-in scenario: %w", err)
 	}
 	return s, nil
+}
+
+// MinLandedOf is how many times kind k must land: the scenario's
+// min_landed, or a fault's own when higher.
+func (s *Scenario) MinLandedOf(k Kind) int {
+	n := s.MinLanded
+	for _, f := range s.Faults {
+		if f.Kind == k {
+			n = max(n, f.MinLanded)
+		}
+	}
+	return n
 }

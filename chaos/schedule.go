@@ -22,7 +22,7 @@ import (
 //	                                                    │    wait At ─▶ lock resource ─▶ Inject ─▶ record
 //	                                                    │    wait At+Hold ─▶ Heal ─▶ record ─▶ unlock
 //	                                                    └─ ctx ends: heal what is injected (bounded)
-//	HealAll(env): relays pass through, shards and poolers up, RESUMEd, proxy up
+//	HealAll(env): relays pass through, shards and poolers up, RESUMEd, proxy up, unfinished moves finished
 
 // Spec is one entry of a scenario's `faults:` list.
 type Spec struct {
@@ -318,6 +318,9 @@ func Check(plan []Planned, env *Env) error {
 		if needs&NeedsProxyRelay != 0 && env.ProxyRelay == nil {
 			note(p.Kind, "a relay in front of the proxy (target proxy)", target)
 		}
+		if needs&NeedsCatalog != 0 && env.Catalog == nil {
+			note(p.Kind, "the run's catalog, followed by the store under test (a router target: direct or pgbouncer)", "the mover")
+		}
 	}
 	if len(order) == 0 {
 		return nil
@@ -501,6 +504,11 @@ func HealAll(ctx context.Context, env *Env) error {
 		if err := env.Proxy.Start(ctx); err != nil && !errors.Is(err, ErrProxyStopped) {
 			fail(fmt.Errorf("heal the proxy: %w", err))
 		}
+	}
+	// Moves a fault left unfinished, once the shards are up: a range
+	// left frozen or incoming would stay unavailable to the quiesce.
+	if err := finishMoves(ctx, env); err != nil {
+		fail(fmt.Errorf("heal the moves: %w", err))
 	}
 	return errors.Join(errs...)
 }

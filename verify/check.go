@@ -16,6 +16,9 @@ type Options struct {
 	// (0: the default, 1; negative: no floor, for a measurement run whose
 	// kinds that did not land are reported, not vacuous).
 	MinLanded int
+	// MinLandedKind raises the floor of single kinds above MinLanded
+	// (a scenario's per-fault min_landed, e.g. 20 completed moves).
+	MinLandedKind map[string]int
 	// PartitionTimeout bounds porcupine on one execution (default 10 s);
 	// a partition it cannot decide in time is undecided, never a pass.
 	PartitionTimeout time.Duration

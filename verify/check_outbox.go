@@ -24,6 +24,7 @@ func (ck *checker) outbox() {
 	seen := func(event string, seq int64, pre, s string) {
 		seqs[event] = append(seqs[event], sighting{seq, pre, s})
 	}
+	emitter := map[string]string{}              // event → the execution that emitted it, where known
 	pending := map[string][]placed[OutboxRow]{} // event → final rows
 	for _, sh := range w.s.Shards {
 		for _, r := range sh.Outbox {
@@ -39,6 +40,7 @@ func (ck *checker) outbox() {
 				target = *r.TargetID
 			}
 			seen(ev.ID, r.Seq, "row on ", sh.Name)
+			emitter[ev.ID] = ev.From
 			pending[ev.ID] = append(pending[ev.ID], placed[OutboxRow]{sh.Name, r})
 			c := w.commits[ev.Op]
 			switch {
@@ -68,6 +70,9 @@ func (ck *checker) outbox() {
 		ck.count(InvOutbox, 1)
 		seen(d.Input, d.Seq, "delivery ", d.ID)
 		o := w.commits[d.Origin]
+		if o != nil && emitter[d.Input] == "" {
+			emitter[d.Input] = o.Exe
+		}
 		switch {
 		case o == nil:
 			ck.add(InvOutbox, d.Exe, fmt.Sprintf("delivery %s of event %s (seq %d) names origin %q, which is not a commit of the history", d.ID, d.Input, d.Seq, d.Origin),
@@ -111,8 +116,18 @@ func (ck *checker) outbox() {
 			continue
 		}
 		m := map[int64][]string{} // seq → where it was seen
+		var distinct []int64
 		for _, x := range ss {
+			if m[x.seq] == nil {
+				distinct = append(distinct, x.seq)
+			}
 			m[x.seq] = append(m[x.seq], x.pre+x.s)
+		}
+		if ck.movedCopies(emitter[ev], distinct) {
+			// A move copied the row to the emitter's new shard (the
+			// contract: a redelivery after a move, dedupe absorbs it).
+			ck.count(InvOutbox, 1)
+			continue
 		}
 		var parts []string
 		for seq, where := range m {
@@ -217,4 +232,44 @@ func (ck *checker) emitted(o *Op, event, target string, what desc) {
 		}
 	}
 	ck.add(InvOutbox, target, fmt.Sprintf("%s saw event %s, %s", what, event, why), append([]OpRef{ref(o, "")}, ops...), nil)
+}
+
+// movedCopies reports whether outbox rows seqs of one event, emitted by
+// execution from, are the copies moves made (ARCHITECTURE.md §6: a move
+// copies its range's pending outbox rows to the destination, numbered
+// from the destination's sequence, and a relay that read the source's row
+// may deliver the event again; dedupe absorbs it): no more rows than one
+// plus the moves of a range holding the emitter's bucket (the run's move
+// and mover-kill faults, whatever became of them), each on a shard (a
+// seq's stride names it) that was the source or the destination of one
+// of those moves. A range moved back and forth gives its row a new seq on
+// a shard that held it before.
+func (ck *checker) movedCopies(from string, seqs []int64) bool {
+	e := ck.w.exes[from]
+	if e == nil || len(e.rows) == 0 || len(seqs) < 2 {
+		return false
+	}
+	bucket := e.rows[0].r.Bucket
+	byOrdinal := map[int]string{}
+	for _, s := range ck.w.h.Header.Map.Shards {
+		byOrdinal[s.Ordinal] = s.Name
+	}
+	involved := map[string]bool{}
+	moves := 0
+	for _, mv := range ck.w.h.Moves() {
+		if mv.Lo <= bucket && bucket <= mv.Hi {
+			involved[mv.From], involved[mv.To] = true, true
+			moves++
+		}
+	}
+	if len(seqs) > moves+1 {
+		return false
+	}
+	for _, seq := range seqs {
+		ord := int((((seq%seqStride)+seqStride)%seqStride + seqStride - 1) % seqStride)
+		if name, ok := byOrdinal[ord]; !ok || !involved[name] {
+			return false
+		}
+	}
+	return true
 }

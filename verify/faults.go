@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ const (
 	FaultReset              = "reset"
 	FaultPartition          = "partition"
 	FaultProxyRestart       = "proxy-restart"
+	FaultMove               = "move"
+	FaultMoverKill          = "mover-kill"
 )
 
 // corroborationSlack extends a fault's window for its corroboration: a
@@ -253,7 +256,8 @@ func (w *world) windows() []window {
 // landings counts, per fault kind scheduled, configured or injected, how
 // many injections landed: their evidence shows the fault did what it
 // exists for and, for kinds the ops can corroborate, an op shows it too.
-// An op corroborates at most one fault on its shard (or a global one):
+// An op corroborates at most one fault on its shard (or a global one; a
+// move or mover-kill only for the ops of executions in its range):
 // the one whose window proper (inject to heal) the op overlaps; if none,
 // the latest injected of those whose corroborationSlack after the heal it
 // overlaps; an op inside two faults' windows proper is ambiguous and
@@ -304,13 +308,33 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 	type span struct {
 		win      window
 		from, to int64
+		// a move's buckets: it can affect only the ops of executions in
+		// them (other ranges never wait, ARCHITECTURE.md §6).
+		moveLo, moveHi int
+		move           bool
 	}
 	var spans []span
 	for _, win := range wins {
 		if win.inject.Kind == FaultLostAck {
 			continue
 		}
-		spans = append(spans, span{win, win.inject.T, win.to + int64(corroborationSlack)})
+		sp := span{win: win, from: win.inject.T, to: win.to + int64(corroborationSlack)}
+		if win.inject.Kind == FaultMove || win.inject.Kind == FaultMoverKill {
+			sp.move, sp.moveLo, sp.moveHi = true, 0, -1
+			ev := win.inject.Evidence
+			if json.Unmarshal(ev["lo"], &sp.moveLo) != nil || json.Unmarshal(ev["hi"], &sp.moveHi) != nil {
+				sp.moveLo, sp.moveHi = 0, math.MaxInt // no range recorded: any op
+			}
+		}
+		spans = append(spans, sp)
+	}
+	// bucketOf is the bucket of an op's execution (its final row's), -1
+	// when unknown.
+	bucketOf := func(op *Op) int {
+		if e := w.exes[op.Exe]; e != nil && len(e.rows) > 0 {
+			return e.rows[0].r.Bucket
+		}
+		return -1
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
 	longest := int64(0)
@@ -335,6 +359,11 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 			}
 			if op.T0 > sp.to || (sp.win.inject.Shard != "" && op.Shard != sp.win.inject.Shard) {
 				continue
+			}
+			if sp.move {
+				if b := bucketOf(op); b >= 0 && (b < sp.moveLo || b > sp.moveHi) {
+					continue
+				}
 			}
 			if op.T0 < sp.win.to || op.T0 == sp.from {
 				cores++
@@ -429,8 +458,8 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 		switch {
 		case r.Scheduled == 0 && r.Injected == 0:
 			r.Why = "configured but never scheduled"
-		case r.Scheduled > 0 && r.Landed < o.MinLanded:
-			r.Why = fmt.Sprintf("scheduled %d times, injected %d, landed %d (< %d)", r.Scheduled, r.Injected, r.Landed, o.MinLanded)
+		case r.Scheduled > 0 && r.Landed < max(o.MinLanded, o.MinLandedKind[k]):
+			r.Why = fmt.Sprintf("scheduled %d times, injected %d, landed %d (< %d)", r.Scheduled, r.Injected, r.Landed, max(o.MinLanded, o.MinLandedKind[k]))
 		case r.Scheduled > 0 && o.MinLandedShare > 0 && float64(r.Landed) < o.MinLandedShare*float64(max(r.Injected, r.Scheduled)):
 			r.Why = fmt.Sprintf("landed %d of %d injections (< %.0f%%)", r.Landed, max(r.Injected, r.Scheduled), 100*o.MinLandedShare)
 		}

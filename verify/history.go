@@ -269,6 +269,37 @@ type End struct {
 	// schedule (at_ms's clock): planned faults at or after it were never
 	// due (a run extended until its goal plans up to its ceiling).
 	ScheduleCutMS int64 `json:"schedule_cut_ms,omitempty"`
+	// Map, when set, is the shard map in force at the end of the run —
+	// the run's catalog after its last move (a run with move faults) —
+	// by which placement is checked; nil: the header's map held all along.
+	Map *MapInfo `json:"map,omitempty"`
+}
+
+// RangeMove is a bucket range a fault of the run moved (or began to move):
+// the evidence of a move or mover-kill fault (HISTORY.md).
+type RangeMove struct {
+	FaultID  string
+	Lo, Hi   int
+	From, To string
+}
+
+// Moves returns the range moves of the history's move and mover-kill
+// faults (their inject lines' evidence), in file order.
+func (h *History) Moves() []RangeMove {
+	var out []RangeMove
+	for _, f := range h.Faults {
+		if (f.Kind != FaultMove && f.Kind != FaultMoverKill) || f.Phase != "inject" {
+			continue
+		}
+		var mv RangeMove
+		ok := json.Unmarshal(f.Evidence["lo"], &mv.Lo) == nil && json.Unmarshal(f.Evidence["hi"], &mv.Hi) == nil &&
+			json.Unmarshal(f.Evidence["from"], &mv.From) == nil && json.Unmarshal(f.Evidence["to"], &mv.To) == nil
+		if ok && mv.From != "" && mv.To != "" && mv.Lo <= mv.Hi {
+			mv.FaultID = f.ID
+			out = append(out, mv)
+		}
+	}
+	return out
 }
 
 // Due reports whether a planned fault was due before the schedule was
@@ -836,6 +867,16 @@ func (d *decoder) end(l *line) error {
 		return fmt.Errorf("schedule_cut_ms: %d is negative", l.ScheduleCutMS)
 	}
 	e := &End{Ops: l.Ops, Interrupted: l.Interrupted, Quiesce: l.Quiesce, ScheduleCutMS: l.ScheduleCutMS}
+	if l.Map != nil {
+		if err := l.Map.check(); err != nil {
+			return fmt.Errorf("end map: %w", err)
+		}
+		if hm := d.h.Header.Map; len(hm.Shards) > 0 && (hm.Buckets != l.Map.Buckets || l.Map.Epoch < hm.Epoch) {
+			return fmt.Errorf("end map: %d buckets at epoch %d, but the header's map has %d buckets at epoch %d (a run's map keeps its bucket count and its epoch only grows)",
+				l.Map.Buckets, l.Map.Epoch, hm.Buckets, hm.Epoch)
+		}
+		e.Map = l.Map
+	}
 	if l.T != nil {
 		e.T = *l.T
 	}

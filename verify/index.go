@@ -193,7 +193,7 @@ func newWorld(h *History, s *State) *world {
 		}
 	}
 	w := &world{
-		h: h, s: s, mp: newMapIndex(s.Map),
+		h: h, s: s, mp: newMapIndex(finalMap(h, s)),
 		exes: map[string]*exe{}, commits: make(map[string]*cop, commits),
 		emitters: map[string][]*cop{}, spawners: map[string][]*cop{},
 		traceMax: h.Header.Workload.TraceMax,
@@ -407,4 +407,13 @@ func (c *cop) ref(note string) OpRef {
 
 func execRow(shard, id string) *RowRef {
 	return &RowRef{Shard: shard, Table: "executions", Key: "id=" + id}
+}
+
+// finalMap is the map rows are placed by at the end: the end line's map
+// when the run moved ranges (HISTORY.md), else the dumped state's.
+func finalMap(h *History, s *State) MapInfo {
+	if h.End != nil && h.End.Map != nil {
+		return *h.End.Map
+	}
+	return s.Map
 }

@@ -73,6 +73,12 @@ func scenarioOptions(sc *chaos.Scenario, runErr error) verify.Options {
 			seen[k] = true
 			o.ExpectKinds = append(o.ExpectKinds, k)
 		}
+		if n := sc.MinLandedOf(f.Kind); n > sc.MinLanded {
+			if o.MinLandedKind == nil {
+				o.MinLandedKind = map[string]int{}
+			}
+			o.MinLandedKind[string(f.Kind)] = n
+		}
 	}
 	if runErr != nil {
 		o.RunError = runErr.Error()

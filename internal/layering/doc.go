@@ -20,7 +20,7 @@
 //	clustertest      cluster, shardmap, migrations
 //	proxy            router, store, shardmap, migrations
 //	loadgen          router, store, shardmap, migrations
-//	chaos            cluster, shardmap, store, router, loadgen, migrations
+//	chaos            cluster, shardmap, store, router, loadgen, migrations, catalog, reshard (move faults)
 //	verify           shardmap                 (a checker must not share the code it checks)
 //	internal/config  shardmap, proxy/route
 //	internal/sqlver  nothing of ours          (a foundation: every package may use it)

@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgshard/pgshard/reshard"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+func moveTestMap(t *testing.T) *shardmap.Map {
+	t.Helper()
+	m, err := shardmap.Even(256, []shardmap.Shard{
+		{Name: "shard0", Ordinal: 0, DSN: "postgres://u@127.0.0.1:1/db"},
+		{Name: "shard1", Ordinal: 1, DSN: "postgres://u@127.0.0.1:2/db"},
+		{Name: "shard2", Ordinal: 2, DSN: "postgres://u@127.0.0.1:3/db"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// pickMove draws a range inside one owner's range, of the asked width
+// (or 8..32), to another shard, and the same seed draws the same move.
+func TestPickMove(t *testing.T) {
+	m := moveTestMap(t)
+	for _, width := range []int{0, 1, 16, 1000} {
+		rng := rand.New(rand.NewPCG(7, uint64(width)))
+		tos := map[string]bool{}
+		for range 200 {
+			p, err := pickMove(m, width, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner := m.ShardForBucket(p.Lo).Name
+			if p.From != owner || p.To == p.From || p.Lo > p.Hi || p.Hi >= m.Buckets {
+				t.Fatalf("width %d: bad move %+v (owner of lo: %s)", width, p, owner)
+			}
+			for b := p.Lo; b <= p.Hi; b++ {
+				if got := m.ShardForBucket(b).Name; got != p.From {
+					t.Fatalf("width %d: %+v: bucket %d is %s's, the move has two sources", width, p, b, got)
+				}
+			}
+			n := p.Hi - p.Lo + 1
+			switch {
+			case width == 0 && n > moveMaxWidth:
+				t.Fatalf("default width: %d buckets, want at most %d", n, moveMaxWidth)
+			case width > 0 && n > width:
+				t.Fatalf("width %d: %d buckets", width, n)
+			}
+			tos[p.To] = true
+		}
+		if len(tos) != 3 {
+			t.Errorf("width %d: destinations %v, want every shard", width, tos)
+		}
+	}
+	a, _ := pickMove(m, 0, rand.New(rand.NewPCG(1, 2)))
+	b, _ := pickMove(m, 0, rand.New(rand.NewPCG(1, 2)))
+	if a != b {
+		t.Errorf("same seed, two moves: %+v vs %+v", a, b)
+	}
+	one, err := shardmap.Even(16, m.Shards[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pickMove(one, 0, rand.New(rand.NewPCG(1, 2))); err == nil || !strings.Contains(err.Error(), "two shards") {
+		t.Errorf("one shard: %v, want a refusal", err)
+	}
+}
+
+// Successive mover kills stop at every step of reshard.Steps in turn.
+func TestNextKillStep(t *testing.T) {
+	var s moveState
+	rng := rand.New(rand.NewPCG(3, 4))
+	var got []string
+	for range 2 * len(reshard.Steps) {
+		got = append(got, s.nextKillStep(rng))
+	}
+	first := got[:len(reshard.Steps)]
+	if !slices.Equal(slices.Sorted(slices.Values(first)), slices.Sorted(slices.Values(reshard.Steps))) {
+		t.Errorf("the first %d kills stop at %v, want every step once", len(reshard.Steps), first)
+	}
+	if !slices.Equal(first, got[len(reshard.Steps):]) {
+		t.Errorf("the cycle does not repeat: %v", got)
+	}
+}
+
+// The move kinds' params are validated, they plan on the mover (one at a
+// time, no shard) and Check wants the run's catalog.
+func TestMovePlanAndParams(t *testing.T) {
+	for _, tc := range []struct {
+		kind Kind
+		p    Params
+		bad  string
+	}{
+		{KindMove, Params{"buckets": "16", "freeze_budget": "50ms", "timeout": "30s"}, ""},
+		{KindMove, Params{"buckets": "0"}, "params.buckets"},
+		{KindMove, Params{"freeze_budget": "soon"}, "params.freeze_budget"},
+		{KindMove, Params{"resolve": "abort"}, "unknown parameter"},
+		{KindMoverKill, Params{"resolve": "abort"}, ""},
+		{KindMoverKill, Params{"resolve": "later"}, "params.resolve"},
+	} {
+		probs := strings.Join(validateParams(tc.kind, tc.p), "; ")
+		if (tc.bad == "") != (probs == "") || !strings.Contains(probs, tc.bad) {
+			t.Errorf("%s %v: %q, want %q", tc.kind, tc.p, probs, tc.bad)
+		}
+	}
+	specs := []Spec{{Kind: KindMove, Every: 300 * time.Millisecond}, {Kind: KindMoverKill, Every: time.Second}}
+	plan, err := Plan(specs, 10*time.Second, []string{"shard0", "shard1", "shard2"}, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[Kind]int{}
+	for _, p := range plan {
+		if p.Shard != -1 {
+			t.Errorf("%s %s on shard %d, want the mover (-1)", p.ID, p.Kind, p.Shard)
+		}
+		kinds[p.Kind]++
+	}
+	if kinds[KindMove] < 10 || kinds[KindMoverKill] < 3 {
+		t.Errorf("planned %v, want moves back to back and kills", kinds)
+	}
+	env := &Env{Map: moveTestMap(t)}
+	if err := Check(plan, env); err == nil || !strings.Contains(err.Error(), "catalog") {
+		t.Errorf("Check without a catalog: %v, want a refusal naming the catalog", err)
+	}
+}

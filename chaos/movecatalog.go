@@ -1,0 +1,191 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgshard/pgshard/catalog"
+	"github.com/pgshard/pgshard/migrations"
+	"github.com/pgshard/pgshard/router"
+	"github.com/pgshard/pgshard/shardmap"
+	"github.com/pgshard/pgshard/store"
+)
+
+// CatalogDatabase is the database on shard0's server that holds a run's
+// own catalog (runs with move faults): dropped and created again at each
+// such run's start, like the store's tables are emptied.
+const CatalogDatabase = "pgshard_chaos_catalog"
+
+// catalogLeaseWait bounds the wait for the router's first catalog lease.
+const catalogLeaseWait = 30 * time.Second
+
+// hasMoves reports whether a plan has faults that move ranges.
+func hasMoves(plan []Planned) bool {
+	for _, p := range plan {
+		if kindInfos[p.Kind].needs&NeedsCatalog != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// openRunCatalog creates the run's catalog: the database CatalogDatabase
+// on shard0's server (dropped first, with whatever a former run left in
+// it), the catalog schema installed, and relayed — the map the store
+// under test routes by, through the relays — pushed as its first
+// generation. The shards' fences are reset from the original map first
+// (resetFences).
+func openRunCatalog(ctx context.Context, env *Env, relayed *shardmap.Map) (*catalog.Catalog, error) {
+	c, err := adminConnect(ctx, env, 0)
+	if err != nil {
+		return nil, fmt.Errorf("run catalog: %w", err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	db := pgx.Identifier{CatalogDatabase}.Sanitize()
+	for _, q := range []string{`DROP DATABASE IF EXISTS ` + db + ` WITH (FORCE)`, `CREATE DATABASE ` + db} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			return nil, fmt.Errorf("run catalog on %s: %s: %w", env.shardName(0), q, err)
+		}
+	}
+	u, err := url.Parse(env.Map.Shards[0].DSN)
+	if err != nil {
+		return nil, fmt.Errorf("run catalog: shard %s DSN: %w", env.shardName(0), err)
+	}
+	u.Path = "/" + CatalogDatabase
+	cat, err := catalog.Open(ctx, u.String(), catalog.Options{ApplicationName: ControlAppName})
+	if err != nil {
+		return nil, fmt.Errorf("run catalog: %w", err)
+	}
+	if _, err := cat.Install(ctx); err != nil {
+		cat.Close()
+		return nil, fmt.Errorf("run catalog: install: %w", err)
+	}
+	if err := cat.Push(ctx, relayed, 0); err != nil {
+		cat.Close()
+		return nil, fmt.Errorf("run catalog: push the map: %w", err)
+	}
+	return cat, nil
+}
+
+// resetFences puts every shard's fence back to what `pgshard migrate`
+// sets from m, whatever a former run's moves left: change captures
+// stopped, the destination's seq records dropped, the fence emptied and
+// set from m (its epoch may be older than the one moves reached). Shards
+// without the fence (before migration 0008) are left alone. With force
+// false, only shards whose fence is on or was moved past m's epoch are
+// reset (a run without moves keeps a fence someone turned off).
+func resetFences(ctx context.Context, env *Env, m *shardmap.Map, force bool) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range env.Map.Shards {
+		g.Go(func() error {
+			c, err := adminConnect(gctx, env, i)
+			if err != nil {
+				return fmt.Errorf("reset the fence: %w", err)
+			}
+			defer c.Close(context.WithoutCancel(gctx))
+			var fence, mover, enabled bool
+			var epoch int64
+			err = c.QueryRow(gctx, `SELECT to_regclass('pgshard_fence_config') IS NOT NULL, to_regclass('pgshard_move_capture') IS NOT NULL`).Scan(&fence, &mover)
+			if err != nil || !fence {
+				return err
+			}
+			if err := c.QueryRow(gctx, `SELECT enabled, epoch FROM pgshard_fence_config`).Scan(&enabled, &epoch); err != nil {
+				return fmt.Errorf("reset the fence on %s: %w", s.Name, err)
+			}
+			if !force && !enabled && uint64(epoch) <= m.Epoch {
+				return nil
+			}
+			return pgx.BeginFunc(gctx, c, func(tx pgx.Tx) error {
+				if mover {
+					for _, q := range []string{
+						`SELECT pgshard_move_capture_end(move_id) FROM pgshard_move_capture`,
+						`DELETE FROM pgshard_move_seqs`,
+					} {
+						if _, err := tx.Exec(gctx, q); err != nil {
+							return fmt.Errorf("reset the mover's state on %s: %w", s.Name, err)
+						}
+					}
+				}
+				for _, q := range []string{`DELETE FROM pgshard_fence`, `UPDATE pgshard_fence_config SET enabled = false, epoch = 0`} {
+					if _, err := tx.Exec(gctx, q); err != nil {
+						return fmt.Errorf("reset the fence on %s: %w", s.Name, err)
+					}
+				}
+				if _, err := migrations.SetFence(gctx, tx, m); err != nil {
+					return fmt.Errorf("reset the fence on %s: %w", s.Name, err)
+				}
+				return nil
+			})
+		})
+	}
+	return g.Wait()
+}
+
+// openFollowingRouter opens the router over the catalog's map, following
+// it (catalog.Follower: each new epoch applied as it is published, a lease
+// of kind router held; keyed operations are refused while the lease is
+// not live). It returns once the first lease is held; stop stops the
+// follower (releasing the lease) and closes the router.
+func openFollowingRouter(ctx context.Context, cat *catalog.Catalog, opts router.Options, logf func(string, ...any)) (st store.ExecutionStore, stop func(), err error) {
+	m, err := cat.Load(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("catalog %s: load the map: %w", cat.Addr(), err)
+	}
+	host, _ := os.Hostname()
+	f, err := cat.NewFollower(catalog.FollowOptions{
+		Owner: fmt.Sprintf("pgshard-chaos@%s:%d", host, os.Getpid()), Kind: "router",
+		OnError: func(err error) {
+			if logf != nil {
+				logf("chaos: catalog follower: %v", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Maps, opts.Lease = cat, f
+	r, err := router.Open(ctx, m, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- f.Run(runCtx, r.Epoch, r.SetMap) }()
+	stop = func() {
+		cancel()
+		<-done // Run releases the lease on its way out
+		r.Close()
+	}
+	wctx, wcancel := context.WithTimeout(ctx, catalogLeaseWait)
+	defer wcancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := f.Check(time.Now())
+		if err == nil {
+			return r, stop, nil
+		}
+		select {
+		case <-wctx.Done():
+			stop()
+			return nil, nil, fmt.Errorf("catalog %s: no router lease within %v: %w", cat.Addr(), catalogLeaseWait, errors.Join(err, wctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
+// stoppingStore is a store whose Close is stop (the following router's:
+// the follower first, then the router).
+type stoppingStore struct {
+	store.ExecutionStore
+	stop func()
+}
+
+func (s stoppingStore) Close() { s.stop() }
