@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -39,8 +38,11 @@ import (
 // assert when it opens the transaction on a pool whose shard has the
 // fence (Config.Fence: FenceAuto asks each pool once whether
 // pgshard_fence_assert exists). A later keyed statement of the
-// transaction whose range was not asserted yet (session.fenceLos) gets
-// its assert from fenceHeld, on the held backend. Not fenced: a pinned
+// transaction whose bucket was not asserted yet (session.fenceBuckets)
+// gets its assert from fenceHeld, on the held backend. Per bucket, not
+// per range of the proxy's map: a stale map's range may be several of
+// the shard's (a move of part of it), and an assert vouches only for
+// the shard's range holding its key. Not fenced: a pinned
 // session's backend (its own session), reads of every shard (each
 // shard's reader), a query string managing its own transaction, a
 // statement that cannot run in a transaction block, and statements
@@ -215,17 +217,6 @@ func (c *core) standIns(buckets int) []string {
 	return c.fenceStandIns
 }
 
-// rangeLo returns the first bucket of the map's range holding bucket b
-// (-1 if none).
-func rangeLo(m *shardmap.Map, b int) int {
-	rs := m.Ranges
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].Hi >= b })
-	if i < len(rs) && rs[i].Lo <= b {
-		return rs[i].Lo
-	}
-	return -1
-}
-
 // fenceKnown reports whether pool's shard is known to have the fence
 // (never asks: the backend may have bytes queued).
 func (s *session) fenceKnown(pool *backend.Pool) bool {
@@ -243,8 +234,8 @@ func (s *session) fenceKnown(pool *backend.Pool) bool {
 const fencePortalName = "pgshard_fence"
 
 // fenceHeld asserts the key of the statement being planned on the
-// transaction's backend when its range was not asserted yet in this
-// transaction (a later keyed statement: another range, or a transaction
+// transaction's backend when its bucket was not asserted yet in this
+// transaction (a later keyed statement: another bucket, or a transaction
 // whose first statements ran without a key). In a simple query the
 // assert is a Query of its own; in a pipeline an unnamed Parse (the
 // next Bind of the client's unnamed statement parses it again:
@@ -257,25 +248,26 @@ func (p *planner) fenceHeld() {
 		return
 	}
 	m := s.srv.cfg.Map
-	lo := rangeLo(m, p.fenceBucket)
-	if slices.Contains(s.fenceLos, lo) {
+	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
 		return
 	}
 	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	// A soft transaction's first keyed statement may be retried.
+	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	if p.simple {
 		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
 		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		s.items = append(s.items, item{kind: itQuery, flags: fl})
 	} else {
 		s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
 		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
 		s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
 		s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
-		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fReplay}, item{kind: itBind, flags: fSwallow | fReplay},
-			item{kind: itExecute, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay})
+		s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
+			item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
 		p.backendUnnamed = nil
 	}
-	s.fenceLos = append(s.fenceLos, lo)
+	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 }
 
 // fenceSQL is appendFenceSQL as a string.

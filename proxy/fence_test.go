@@ -255,7 +255,7 @@ func TestFollowCatalog(t *testing.T) {
 
 // TestEngineFenceLater: a transaction whose backend opened without a key
 // (a Describe, a key-less read) asserts at its first keyed statement, and
-// once per range: in a simple query as a Query of its own, in a pipeline
+// once per bucket: in a simple query as a Query of its own, in a pipeline
 // as a named Parse/Bind/Execute/Close that leaves the client's unnamed
 // statement alone.
 func TestEngineFenceLater(t *testing.T) {
