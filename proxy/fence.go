@@ -259,15 +259,26 @@ func (p *planner) fenceHeld() {
 		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fl})
 	} else {
-		s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
-		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
-		s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
-		s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
-		s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
-			item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
-		p.backendUnnamed = nil
+		p.appendFenceExtended(key, fl&fFence)
 	}
 	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+}
+
+// appendFenceExtended appends the assert of key as pipeline messages:
+// an unnamed Parse (the next Bind of the client's unnamed statement
+// parses it again: backendUnnamed), a Bind to a named portal (the
+// client's unnamed portal is left alone), its Execute and Close; every
+// answer swallowed, its error the client's. flag is fFence or 0.
+func (p *planner) appendFenceExtended(key string, flag itemFlags) {
+	s := p.s
+	fl := fSwallow | fReplay | flag
+	s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
+	s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
+	s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
+	s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
+	s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
+		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
+	p.backendUnnamed = nil
 }
 
 // fenceSQL is appendFenceSQL as a string.

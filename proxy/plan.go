@@ -751,6 +751,11 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		p.explicit = true
 		p.tx = txBound
+	case fence && len(pre.KV) == 0 && p.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
+		// A pipeline up to Sync is one implicit transaction already: the
+		// assert is its first statement (no BEGIN/COMMIT wrap).
+		p.appendFenceExtended(fenceKey, fflag)
+		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		// One Query, written in place: "BEGIN; [preamble;] [assert]".
 		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
