@@ -23,7 +23,12 @@ import (
 // that opens the backend transaction carries the assert of its key in the
 // same transaction, in the same write (no extra round trip):
 //
-//	implicit transaction (simple Query, or a pipeline up to Sync):
+//	implicit transaction of a pipeline up to Sync (no settings preamble):
+//	    Parse "" "SELECT pgshard_fence_assert('k')", Bind/Execute/Close of
+//	        portal pgshard_fence (swallowed; its error is the client's) —
+//	        the pipeline's own implicit transaction, no BEGIN/COMMIT
+//	    the client's Parse..Execute..Sync (unchanged)
+//	implicit transaction of a simple Query (or with a settings preamble):
 //	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
 //	        (swallowed; its error is the client's, and its 25P02 echo dropped)
 //	    the client's Query / Parse..Execute (unchanged)
@@ -63,11 +68,11 @@ const (
 	// FenceAuto asserts while the proxy follows a catalog (Config.Follow:
 	// ranges can move under it) on shards whose database has the fence's
 	// functions (migration 0008), asked once per pool; a proxy on a static
-	// map does not assert. The default. Why not always: the attach wraps
-	// the implicit transaction in BEGIN … COMMIT with the assert, which
-	// measured 0.63× the throughput of the unfenced proxy on a keyed point
-	// SELECT (make bench-proxy, 16 clients) — a cost to pay where moves
-	// happen, not on every static deployment.
+	// map does not assert. The default. Why not always: the attach with a
+	// BEGIN … COMMIT wrap measured 0.63× the throughput of the unfenced
+	// proxy on a keyed point SELECT (make bench-proxy, 16 clients) — a cost
+	// to pay where moves happen, not on every static deployment (pipelines
+	// no longer pay the wrap; not re-measured).
 	FenceAuto FenceMode = iota
 	// FenceOn asserts on every shard (a shard without the fence fails
 	// keyed transactions with 42883).
