@@ -160,7 +160,18 @@ type Config struct {
 	// Fence says whether keyed transactions assert their key against the
 	// shard's fence (fence.go; default FenceAuto).
 	Fence FenceMode
+	// FenceRetryWait bounds, per client message, the time a statement
+	// refused by the fence before anything reached its client waits for
+	// a newer map (or a frozen range) before it is run again
+	// (fenceretry.go; default DefaultFenceRetryWait).
+	FenceRetryWait time.Duration
 }
+
+// DefaultFenceRetryWait is Config.FenceRetryWait's default: ten times a
+// move's freeze budget (100 ms). A new map reaches the proxy with its
+// follower's next poll of the catalog (no forced read), so the follower's
+// interval (proxy.catalog) should be at most half of it.
+const DefaultFenceRetryWait = time.Second
 
 // TLSMode says whether clients may or must use TLS.
 type TLSMode int
@@ -282,6 +293,9 @@ func (c Config) withDefaults() Config {
 	if c.PoolTimeout == 0 {
 		c.PoolTimeout = DefaultPoolTimeout
 	}
+	if c.FenceRetryWait == 0 {
+		c.FenceRetryWait = DefaultFenceRetryWait
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -392,6 +406,9 @@ func (c Config) validate() error {
 	}
 	if c.Fence < FenceAuto || c.Fence > FenceOff {
 		add("Fence: unknown mode %d", int(c.Fence))
+	}
+	if c.FenceRetryWait < 0 {
+		add("FenceRetryWait: must not be negative (got %v)", c.FenceRetryWait)
 	}
 	if c.PgBouncer.MaxWaiting < 0 {
 		add("PgBouncer.MaxWaiting: must not be negative (got %d)", c.PgBouncer.MaxWaiting)

@@ -59,8 +59,12 @@
 //	    lease ─▶ decideTarget refuses keyed statements (57P03).
 //	    fence.go: decideTarget records the key (planner.fenceKey) ─▶
 //	    ensureBackend writes its assert with the transaction's opening
-//	    (BEGIN-wrapped Query, or the BEGIN replay), or fenceHeld once per
-//	    range on a held backend; answers swallowed, the error the client's.
+//	    (first statement of a pipeline, BEGIN-wrapped Query, or the BEGIN
+//	    replay), or fenceHeld once per bucket on a held backend; answers
+//	    swallowed, the error the client's. fenceretry.go: that opening
+//	    assert refused (PS001) before anything reached the client ─▶ the
+//	    exchange is read to its end unforwarded, the backend rolled back,
+//	    the map awaited (bounded), the Query or pipeline run again.
 //
 //	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
 //	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),

@@ -72,7 +72,7 @@ func (s *session) serve(ctx context.Context) error {
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
 		case 'S', 'H':
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
-			err := s.runPipeline(ctx)
+			err := s.runRetrying(func() error { return s.runPipeline(ctx) })
 			s.grp = s.grp[:0]
 			s.rd.Release()
 			if err != nil {
@@ -92,7 +92,7 @@ func (s *session) serve(ctx context.Context) error {
 				}
 				continue
 			}
-			err := s.simpleQuery(ctx, msg)
+			err := s.runRetrying(func() error { return s.simpleQuery(ctx, msg) })
 			s.rd.Release()
 			if err != nil {
 				return err
@@ -184,6 +184,9 @@ const (
 	// statement, it says 0A000 "cached plan must not change result type":
 	// the client gets the latter, and prepares the statement again.
 	fStale
+	// fFence: the assert that opened the backend transaction; a PS001
+	// answering it may be retried (fenceretry.go).
+	fFence
 )
 
 // item is one planned step of an exchange.
@@ -211,6 +214,10 @@ type exchangeResult struct {
 	errored bool
 	// lost: the backend connection failed (it was discarded).
 	lost bool
+	// fence: the fence refused the assert that opened the transaction
+	// and the exchange is retried: nothing of it is the client's
+	// (fenceretry.go).
+	fence bool
 }
 
 // exchange sends s.bw to bc and answers the client item by item. It
@@ -236,6 +243,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 	s.bw = s.bw[:0]
 	errored := false // backend skipping to Sync
 	replayFailed := false
+	flushed := false // part of the client's answer was written
 	for i := range s.items {
 		it := &s.items[i]
 		if rest != nil && i >= restItem && it.kind != itLocal {
@@ -245,7 +253,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 			rest = nil
 		}
 		if it.kind == itLocal {
-			if !errored {
+			if !errored && !res.fence {
 				s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 				s.apply(it.eff)
 			}
@@ -261,7 +269,8 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 			bc.Queries++
 		}
 		for done := false; !done; {
-			if len(s.out) > 64*1024 {
+			if len(s.out) > 64*1024 && !res.fence {
+				flushed = true
 				if err := s.flush(); err != nil {
 					return res, err
 				}
@@ -289,6 +298,11 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 				res.errored = true
 				bc.Pool.Stats.NoteError(pgwire.ErrorField(msg, 'C'))
 				fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
+				if it.flags&fFence != 0 && !res.fence && !flushed && pgwire.ErrorField(msg, 'C') == CodeFenceRefused && s.fenceRetryable(i, msg) {
+					// Read the rest (the transaction is aborted), forward
+					// nothing of it, and run the client's message again.
+					res.fence = true
+				}
 				switch {
 				case it.flags&fReplaceErr != 0:
 					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
@@ -338,7 +352,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 				}
 				st := pgwire.ReadyStatus(msg)
 				res.status = st
-				if it.flags&fRFQ != 0 {
+				if it.flags&fRFQ != 0 && !res.fence {
 					s.reconcilePS(st)
 					s.out = pgwire.AppendRFQ(s.out, st)
 				}
@@ -346,6 +360,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 				done = true
 				continue
 			case 'G':
+				flushed = true
 				s.out = append(s.out, msg...)
 				// The held bytes wait for their item: the statement may
 				// go on (a query string after its COPY, another COPY).
@@ -398,7 +413,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 				s.out = append(s.out, msg...)
 			}
 		}
-		if it.eff != nil && !errored && it.flags&fReplaceErr == 0 {
+		if it.eff != nil && !errored && it.flags&fReplaceErr == 0 && !res.fence {
 			s.apply(it.eff)
 		}
 	}
@@ -442,6 +457,11 @@ func (s *session) backendLost(bc *backend.Conn, cause error, explicit bool, res 
 func (s *session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult) (exchangeResult, error) {
 	res.lost = true
 	s.dropBackend(false)
+	if res.fence {
+		// Retried: the transaction was aborted by the fence before the
+		// loss, and the session's state is as before the exchange.
+		return res, nil
+	}
 	s.endReaders()
 	s.mainWrote, s.hintBound = false, false
 	s.pinned = false

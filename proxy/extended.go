@@ -792,9 +792,14 @@ func (s *session) finish(p *planner, term byte) error {
 			s.items = append(s.items, item{kind: itQuery, flags: fSwallow})
 		}
 	}
+	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.out)
 	res, err := s.exchange(p.bc, p.explicit)
+	s.fretry.armed = false
 	if err != nil {
 		return err
+	}
+	if res.fence {
+		return s.fenceRetry(p.ctx, res)
 	}
 	if res.lost {
 		if term == 'H' {

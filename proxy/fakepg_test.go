@@ -178,6 +178,9 @@ func (f *fakePG) serve(c net.Conn) {
 	}
 	status := byte('I')
 	skipping := false
+	// The texts of the prepared statements and portals (extended
+	// protocol), for the fence's refusal of an Execute.
+	stmts, portals := map[string]string{}, map[string]string{}
 	row := func() {
 		be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(fmt.Sprintf("conn%d", id))}})
 	}
@@ -283,10 +286,12 @@ func (f *fakePG) serve(c net.Conn) {
 				skipping = true
 				continue
 			}
+			stmts[m.Name] = m.Query
 			be.Send(&pgproto3.ParseComplete{})
 		case *pgproto3.Bind:
 			f.record(id, fmt.Sprintf("B:%s:%s", m.DestinationPortal, m.PreparedStatement))
 			if !skipping {
+				portals[m.DestinationPortal] = stmts[m.PreparedStatement]
 				be.Send(&pgproto3.BindComplete{})
 			}
 		case *pgproto3.Describe:
@@ -300,7 +305,14 @@ func (f *fakePG) serve(c net.Conn) {
 			be.Send(desc)
 		case *pgproto3.Execute:
 			f.record(id, "E:"+m.Portal)
-			if !skipping {
+			if !skipping && f.refused(portals[m.Portal]) {
+				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "PS001", Message: "pgshard fence: this shard does not own the key's bucket",
+					Hint: "The shard map changed: retry on the new owner."})
+				if status == 'T' {
+					status = 'E'
+				}
+				skipping = true
+			} else if !skipping {
 				row()
 				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,7 +23,12 @@ import (
 // that opens the backend transaction carries the assert of its key in the
 // same transaction, in the same write (no extra round trip):
 //
-//	implicit transaction (simple Query, or a pipeline up to Sync):
+//	implicit transaction of a pipeline up to Sync (no settings preamble):
+//	    Parse "" "SELECT pgshard_fence_assert('k')", Bind/Execute/Close of
+//	        portal pgshard_fence (swallowed; its error is the client's) —
+//	        the pipeline's own implicit transaction, no BEGIN/COMMIT
+//	    the client's Parse..Execute..Sync (unchanged)
+//	implicit transaction of a simple Query (or with a settings preamble):
 //	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
 //	        (swallowed; its error is the client's, and its 25P02 echo dropped)
 //	    the client's Query / Parse..Execute (unchanged)
@@ -39,8 +43,11 @@ import (
 // assert when it opens the transaction on a pool whose shard has the
 // fence (Config.Fence: FenceAuto asks each pool once whether
 // pgshard_fence_assert exists). A later keyed statement of the
-// transaction whose range was not asserted yet (session.fenceLos) gets
-// its assert from fenceHeld, on the held backend. Not fenced: a pinned
+// transaction whose bucket was not asserted yet (session.fenceBuckets)
+// gets its assert from fenceHeld, on the held backend. Per bucket, not
+// per range of the proxy's map: a stale map's range may be several of
+// the shard's (a move of part of it), and an assert vouches only for
+// the shard's range holding its key. Not fenced: a pinned
 // session's backend (its own session), reads of every shard (each
 // shard's reader), a query string managing its own transaction, a
 // statement that cannot run in a transaction block, and statements
@@ -61,11 +68,11 @@ const (
 	// FenceAuto asserts while the proxy follows a catalog (Config.Follow:
 	// ranges can move under it) on shards whose database has the fence's
 	// functions (migration 0008), asked once per pool; a proxy on a static
-	// map does not assert. The default. Why not always: the attach wraps
-	// the implicit transaction in BEGIN … COMMIT with the assert, which
-	// measured 0.63× the throughput of the unfenced proxy on a keyed point
-	// SELECT (make bench-proxy, 16 clients) — a cost to pay where moves
-	// happen, not on every static deployment.
+	// map does not assert. The default. Why not always: the attach with a
+	// BEGIN … COMMIT wrap measured 0.63× the throughput of the unfenced
+	// proxy on a keyed point SELECT (make bench-proxy, 16 clients) — a cost
+	// to pay where moves happen, not on every static deployment (pipelines
+	// no longer pay the wrap; not re-measured).
 	FenceAuto FenceMode = iota
 	// FenceOn asserts on every shard (a shard without the fence fails
 	// keyed transactions with 42883).
@@ -215,17 +222,6 @@ func (c *core) standIns(buckets int) []string {
 	return c.fenceStandIns
 }
 
-// rangeLo returns the first bucket of the map's range holding bucket b
-// (-1 if none).
-func rangeLo(m *shardmap.Map, b int) int {
-	rs := m.Ranges
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].Hi >= b })
-	if i < len(rs) && rs[i].Lo <= b {
-		return rs[i].Lo
-	}
-	return -1
-}
-
 // fenceKnown reports whether pool's shard is known to have the fence
 // (never asks: the backend may have bytes queued).
 func (s *session) fenceKnown(pool *backend.Pool) bool {
@@ -243,8 +239,8 @@ func (s *session) fenceKnown(pool *backend.Pool) bool {
 const fencePortalName = "pgshard_fence"
 
 // fenceHeld asserts the key of the statement being planned on the
-// transaction's backend when its range was not asserted yet in this
-// transaction (a later keyed statement: another range, or a transaction
+// transaction's backend when its bucket was not asserted yet in this
+// transaction (a later keyed statement: another bucket, or a transaction
 // whose first statements ran without a key). In a simple query the
 // assert is a Query of its own; in a pipeline an unnamed Parse (the
 // next Bind of the client's unnamed statement parses it again:
@@ -257,25 +253,37 @@ func (p *planner) fenceHeld() {
 		return
 	}
 	m := s.srv.cfg.Map
-	lo := rangeLo(m, p.fenceBucket)
-	if slices.Contains(s.fenceLos, lo) {
+	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
 		return
 	}
 	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	// A soft transaction's first keyed statement may be retried.
+	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	if p.simple {
 		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
 		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		s.items = append(s.items, item{kind: itQuery, flags: fl})
 	} else {
-		s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
-		s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
-		s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
-		s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
-		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fReplay}, item{kind: itBind, flags: fSwallow | fReplay},
-			item{kind: itExecute, flags: fSwallow | fReplay}, item{kind: itClose, flags: fSwallow | fReplay})
-		p.backendUnnamed = nil
+		p.appendFenceExtended(key, fl&fFence)
 	}
-	s.fenceLos = append(s.fenceLos, lo)
+	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+}
+
+// appendFenceExtended appends the assert of key as pipeline messages:
+// an unnamed Parse (the next Bind of the client's unnamed statement
+// parses it again: backendUnnamed), a Bind to a named portal (the
+// client's unnamed portal is left alone), its Execute and Close; every
+// answer swallowed, its error the client's. flag is fFence or 0.
+func (p *planner) appendFenceExtended(key string, flag itemFlags) {
+	s := p.s
+	fl := fSwallow | fReplay | flag
+	s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
+	s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
+	s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
+	s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
+	s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
+		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
+	p.backendUnnamed = nil
 }
 
 // fenceSQL is appendFenceSQL as a string.

@@ -37,9 +37,10 @@ func fenceText(m *shardmap.Map, k int64) string {
 }
 
 // TestEngineFenceImplicit: a keyed statement in an implicit transaction
-// (simple Query, extended pipeline) is preceded in the same write by the
-// BEGIN-wrapped assert of its key, committed after it; the client sees
-// exactly the statement's own answers.
+// is preceded in the same write by the assert of its key: BEGIN-wrapped
+// and committed after it in a simple Query, the first statement of the
+// pipeline's own implicit transaction (no BEGIN/COMMIT) in the extended
+// protocol; the client sees exactly the statement's own answers.
 func TestEngineFenceImplicit(t *testing.T) {
 	fe := startFake(t, true, fenceMode(proxy.FenceOn))
 	c := fe.client(t)
@@ -55,8 +56,8 @@ func TestEngineFenceImplicit(t *testing.T) {
 		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	expect(t, "extended keyed", c.until(), "1 2 T D:conn1 C:SELECT 1 Z:I")
 	got := filterLog(fe.shards[1].messages())
-	if !strings.HasPrefix(got, fmt.Sprintf("1:Q:BEGIN;\nSELECT pgshard_fence_assert('%s') | 1:P:", fenceText(fe.m, k))) || !strings.HasSuffix(got, "1:Q:COMMIT") {
-		t.Fatalf("shard1 received %s: want the assert first, in the pipeline's write, and its COMMIT last", got)
+	if !strings.HasPrefix(got, fmt.Sprintf("1:P::SELECT pgshard_fence_assert('%s') | 1:B:pgshard_fence: | 1:E:pgshard_fence | 1:C:P:pgshard_fence | 1:P:", fenceText(fe.m, k))) || !strings.HasSuffix(got, "1:E: | 1:S") || strings.Contains(got, "BEGIN") || strings.Contains(got, "COMMIT") {
+		t.Fatalf("shard1 received %s: want the assert first, in the pipeline's write, and no BEGIN/COMMIT", got)
 	}
 	// A key-less statement is not fenced.
 	c.send(&pgproto3.Query{String: "SELECT 1"})
@@ -255,7 +256,7 @@ func TestFollowCatalog(t *testing.T) {
 
 // TestEngineFenceLater: a transaction whose backend opened without a key
 // (a Describe, a key-less read) asserts at its first keyed statement, and
-// once per range: in a simple query as a Query of its own, in a pipeline
+// once per bucket: in a simple query as a Query of its own, in a pipeline
 // as a named Parse/Bind/Execute/Close that leaves the client's unnamed
 // statement alone.
 func TestEngineFenceLater(t *testing.T) {

@@ -25,6 +25,7 @@ type metrics struct {
 	cancels        prometheus.Counter
 	reloads        *prometheus.CounterVec
 	txnReads       prometheus.Counter
+	fenceRetries   *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, c *core) *metrics {
@@ -45,11 +46,13 @@ func newMetrics(reg *prometheus.Registry, c *core) *metrics {
 			Name: "pgshard_proxy_transaction_reads_total", Help: "Reads of shards other than (or as well as) the transaction's own, run in a client's transaction (key-less reads, reads of another shard)."}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
+		fenceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgshard_proxy_fence_retries_total", Help: "Statements the proxy ran again after the shard's fence refused their opening assert before anything reached the client, by the range's state (moved: after a newer map; frozen: after a back-off)."}, []string{"state"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
 	}
 	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.refusals,
-		m.backendErrors, m.fanouts, m.txnReads, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
+		m.backendErrors, m.fanouts, m.txnReads, m.fenceRetries, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
 	return m
 }
 

@@ -130,11 +130,16 @@ type planner struct {
 	fenceBucket int
 	fenceShard  int
 	noFence     bool
+	// fresh: the pipeline started with no backend, reader or pin, or
+	// with a soft transaction's (only table-less reads so far): a fence
+	// refusal of its first keyed statement may be retried (fenceretry.go).
+	fresh bool
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
 	p := &s.plan
 	*p = planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
+	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.pin == nil && !s.hasReaders() && !s.hintBound
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc
@@ -716,12 +721,14 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
-	fenceKey, fenceLo := "", -1
+	fenceKey := ""
 	if fence {
 		fenceKey = s.core.fenceKeyFor(s.srv.cfg.Map, p.fenceKey, p.fenceBucket)
-		fenceLo = rangeLo(s.srv.cfg.Map, p.fenceBucket)
 	}
 	p.fenceKey = "" // used once
+	// The assert may be retried after a refusal only when it is the
+	// transaction's first step (fenceretry.go).
+	fflag := p.fenceRetryFlag(fence)
 	switch {
 	case p.tx == txDeferred:
 		if p.hint >= 0 {
@@ -730,10 +737,10 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		replay := replaySQL(p.deferred, pre)
 		if fence {
 			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
-			s.fenceLos = append(s.fenceLos, fenceLo)
+			s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 		}
 		s.bw = pgwire.AppendQuery(s.bw, replay)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 		if p.swapMain {
 			// Its other shard's reads and this shard's write are one
 			// transaction only under READ COMMITTED.
@@ -744,6 +751,11 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		p.explicit = true
 		p.tx = txBound
+	case fence && len(pre.KV) == 0 && p.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
+		// A pipeline up to Sync is one implicit transaction already: the
+		// assert is its first statement (no BEGIN/COMMIT wrap).
+		p.appendFenceExtended(fenceKey, fflag)
+		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		// One Query, written in place: "BEGIN; [preamble;] [assert]".
 		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
@@ -756,10 +768,10 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		}
 		if fence {
 			bw = appendFenceSQL(bw, fenceKey)
-			s.fenceLos = append(s.fenceLos, fenceLo)
+			s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 		}
 		s.bw = pgwire.FinishMsg(append(bw, 0), sp)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay})
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 		p.wrap = true
 	}
 	return nil

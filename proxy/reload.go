@@ -311,6 +311,12 @@ func (s *session) maybeSwitchGeneration() {
 	if g == s.srv || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
 		return
 	}
+	s.switchGeneration(g)
+}
+
+// switchGeneration moves the session to generation g (it holds no
+// backend, reader or pin).
+func (s *session) switchGeneration(g *Server) {
 	// The prepared statements' analyses name shards of the old map: analyze
 	// their texts again (a statement that no longer analyzes is dropped;
 	// using it fails with 26000 and the client prepares it again).

@@ -56,9 +56,12 @@ type session struct {
 	pid, secret uint32
 	user, db    string
 
-	// fenceLos are the first buckets of the ranges asserted in the
-	// backend's current transaction (fence.go).
-	fenceLos []int
+	// fenceBuckets are the buckets asserted in the backend's current
+	// transaction (fence.go).
+	fenceBuckets []int
+	// fretry is the retry budget of the client message being run after
+	// a fence refusal (fenceretry.go).
+	fretry fenceRetryState
 
 	// Settings: startup is what the client connected with, cur the
 	// session's current settings (startup + session SETs).
@@ -690,7 +693,7 @@ func (s *session) setBackend(bc *backend.Conn) {
 	s.mu.Lock()
 	s.bc = bc
 	s.mu.Unlock()
-	s.fenceLos = s.fenceLos[:0]
+	s.fenceBuckets = s.fenceBuckets[:0]
 }
 
 // dropBackend returns the session's backend to its pool (clean) or discards
@@ -700,7 +703,7 @@ func (s *session) dropBackend(clean bool) {
 	bc := s.bc
 	s.bc = nil
 	s.mu.Unlock()
-	s.fenceLos = s.fenceLos[:0]
+	s.fenceBuckets = s.fenceBuckets[:0]
 	if bc == nil {
 		return
 	}

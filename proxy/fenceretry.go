@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/store"
+)
+
+// Transparent reload-and-retry of a statement refused by the fence it
+// opened (ARCHITECTURE.md §6, issue 20 item 4):
+//
+//	ensureBackend opens the transaction with the assert (fFence on its item
+//	  │ only when: following a catalog, the planner started with no backend,
+//	  │ no reader, no pin and no pgshard hint, and no soft move or swap)
+//	  ▼
+//	exchange: the fFence item answers PS001, every item before it is a
+//	  │ local answer with no effect, nothing was flushed, the pipeline ends
+//	  │ with Sync (or is a Query), retries are left, and the error names a
+//	  │ newer epoch than the session's map or a frozen/incoming range
+//	  │    ─▶ discard: the rest of the exchange is read (the backend's
+//	  │       transaction is aborted: nothing of it can commit), nothing of
+//	  │       it reaches the client, no effect is applied
+//	  ▼
+//	finish ─▶ fenceRetry: the client's output of this exchange dropped,
+//	  │       the backend rolled back and released; wait (bounded by
+//	  │       fenceRetryWait per client message) for the catalog's map to
+//	  │       reach the error's epoch (or, for a frozen range, a short
+//	  │       back-off); the session moves to the newest generation
+//	  ▼
+//	serve runs the same Query / pipeline again (errFenceRetry), at most
+//	fenceRetryMax times; then the shard's PS001 goes to the client as is.
+//
+// What is never retried: anything after the first response of the
+// client's statement was produced (the assert is the first thing the
+// backend answers), a transaction that already ran a statement on a
+// backend (fenceHeld's asserts), a COMMIT, a Flush-terminated pipeline,
+// a pipeline whose earlier messages changed session state (a named
+// Parse, BEGIN in the same pipeline), pinned sessions and proxies with
+// no catalog (nothing to reload).
+
+// fenceRetryMax bounds the retries of one client message refused by the
+// fence; Config.FenceRetryWait bounds the time it waits for a newer map
+// or a frozen range, in all.
+const (
+	fenceRetryMax = 3
+	// fenceFrozenRetryMax bounds the retries of a frozen range (each
+	// after a back-off of 10, 20, 40, ... ms), within fenceRetryWait.
+	fenceFrozenRetryMax = 8
+)
+
+// errFenceRetry tells serve to run the client's message again: the
+// previous attempt was refused by the fence and nothing of it reached
+// the client.
+var errFenceRetry = errors.New("pgshard: retry after a fence refusal")
+
+// fenceRetryState is a session's retry budget for the client message
+// being run (reset by serve for each).
+type fenceRetryState struct {
+	tries    int       // retries made
+	frozen   int       // of which for a frozen or incoming range
+	deadline time.Time // end of the waits (zero until the first)
+	// armed: finish runs an exchange whose fence refusal may be retried
+	// (a Query, or a pipeline ending with Sync).
+	armed bool
+	// outStart is len(s.out) when the armed exchange began.
+	outStart int
+	// err is the refusal being retried.
+	err *store.FenceError
+}
+
+// runRetrying runs one client message (run) again while its attempt
+// was refused by the fence and retried (errFenceRetry); bounded by the
+// session's retry budget.
+func (s *session) runRetrying(run func() error) error {
+	s.fretry = fenceRetryState{}
+	for {
+		err := run()
+		if err != errFenceRetry {
+			return err
+		}
+	}
+}
+
+// fenceRetryFlag is fFence for the assert of the statement being
+// planned when a refusal of it may be retried: the proxy follows a
+// catalog and the pipeline started with no transaction under way
+// (planner.fresh), no pgshard hint chose the shard, and no swap to a
+// write's shard happened.
+func (p *planner) fenceRetryFlag(fence bool) itemFlags {
+	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.srv.cfg.Follow != nil {
+		return fFence
+	}
+	return 0
+}
+
+// fenceRetryable reports whether the PS001 msg answering the fence item
+// at index i of s.items is retried: see the diagram above.
+func (s *session) fenceRetryable(i int, msg []byte) bool {
+	r := &s.fretry
+	if !r.armed || s.srv.cfg.Follow == nil || s.srv.core != s.core || s.pin != nil {
+		return false
+	}
+	for _, it := range s.items[:i] {
+		if it.flags&fFence == 0 && (it.kind != itLocal || it.eff != nil) {
+			return false // a local answer with an effect, or another statement sent first
+		}
+	}
+	fe, ok := store.AsFenceError(&pgconn.PgError{Code: pgwire.ErrorField(msg, 'C'), Detail: pgwire.ErrorField(msg, 'D')})
+	if !ok {
+		return false
+	}
+	now := time.Now()
+	if !r.deadline.IsZero() && now.After(r.deadline) {
+		return false
+	}
+	switch {
+	case fe.State == "frozen" || fe.State == "incoming":
+		if r.frozen >= fenceFrozenRetryMax {
+			return false
+		}
+	case fe.Epoch > s.srv.cfg.Map.Epoch || s.core.current().cfg.Map.Epoch > s.srv.cfg.Map.Epoch:
+		if r.tries-r.frozen >= fenceRetryMax {
+			return false
+		}
+	default:
+		return false // the map in use is as new as the shard's verdict: nothing to reload
+	}
+	r.err = fe
+	return true
+}
+
+// fenceRetry ends an exchange whose fence refusal is retried: the
+// client's output of it is dropped, the backend's (aborted)
+// transaction rolled back and the backend released, the map made
+// current (bounded wait), and errFenceRetry returned.
+func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
+	r := &s.fretry
+	s.out = s.out[:r.outStart]
+	if !res.lost && s.bc != nil {
+		if res.status == 'I' {
+			s.dropBackend(true)
+		} else {
+			_, err := s.bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
+			s.dropBackend(err == nil)
+		}
+	}
+	s.pinned, s.wrapped, s.soft, s.hintBound, s.mainWrote = false, false, false, false, false
+	if s.tx == txBound {
+		// A soft transaction (only table-less reads): its start is
+		// replayed on the new owner, as moveSoft does.
+		s.tx, s.bstatus = txDeferred, 0
+	}
+	s.pendingPS = s.pendingPS[:0]
+	fe := r.err
+	r.err = nil
+	r.tries++
+	frozen := fe.State == "frozen" || fe.State == "incoming"
+	if frozen {
+		r.frozen++
+	}
+	if r.deadline.IsZero() {
+		r.deadline = time.Now().Add(s.srv.cfg.FenceRetryWait)
+	}
+	state := "moved"
+	if frozen {
+		state = "frozen"
+	}
+	s.core.metrics.fenceRetries.WithLabelValues(state).Inc()
+	s.log.Debug("fence refused a statement before anything reached the client: retrying", "range_lo", fe.Lo, "range_hi", fe.Hi, "state", fe.State, "epoch", fe.Epoch, "try", r.tries)
+	if frozen {
+		// A frozen range flips (or thaws) within the move's freeze
+		// budget: back off, then look for a newer map as well.
+		wait := min(10*time.Millisecond<<(r.frozen-1), time.Until(r.deadline))
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+	} else {
+		s.awaitEpoch(ctx, fe.Epoch, r.deadline)
+	}
+	s.switchGenerationForRetry()
+	return errFenceRetry
+}
+
+// awaitEpoch waits until the newest generation's map has at least epoch
+// (the catalog follower applies it), at most until deadline or ctx ends.
+func (s *session) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
+	for s.core.current().cfg.Map.Epoch < epoch {
+		left := time.Until(deadline)
+		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {
+			return
+		}
+	}
+}
+
+// sleepCtx sleeps d; false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// switchGenerationForRetry moves the session to the newest generation
+// between the attempts of a retried message: its transaction, if any,
+// is deferred (never sent), so no backend and no reader holds it.
+func (s *session) switchGenerationForRetry() {
+	if s.srv.core != s.core || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
+		return
+	}
+	if g := s.core.cur.Load(); g != s.srv {
+		s.switchGeneration(g)
+	}
+}
