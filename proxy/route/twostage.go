@@ -1,0 +1,181 @@
+package route
+
+import (
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// Reads in two stages: a read refused because a FROM subquery or CTE
+// needs every shard's rows at once (LIMIT, aggregates, DISTINCT, a window
+// inside it) is answered when every sharded table it reads lies in such
+// subqueries and each of them is answerable alone:
+//
+//	SELECT ... FROM (inner 1) AS d JOIN (inner 2) AS e ... WITH c AS (inner 3) ...
+//	  stage 1: each inner, as a statement of its own, routed by Route
+//	           (fanned out and merged, or on its one shard)
+//	  stage 2: the outer statement, each inner replaced by its rows,
+//	           on the default shard, where Postgres evaluates the rest
+//
+// Stages are looked for only when Route refuses a read-only SELECT, once
+// per statement (cached in the Statement). Not answered in two stages:
+// a LATERAL subquery (correlated), a sharded table outside the inner
+// subqueries (in the outer FROM, WHERE, select list), an inner that reads
+// a CTE of the statement, recursive CTEs, set operations at the top,
+// COLLATE anywhere (a column's collation would be lost), writes.
+
+// noStages marks a statement without a two-stage plan.
+var noStages = &Stages{}
+
+// twoStage returns the two-stage Dest of st, or refused (the Dest Route
+// decided) when st has no two-stage plan or a stage is refused.
+func (r *Router) twoStage(st *Statement, refused Dest, params [][]byte, formats []int16, oids []uint32) Dest {
+	sg := (*Stages)(atomic.LoadPointer(&st.stages))
+	if sg == nil || sg.sql != st.SQL && sg != noStages {
+		sg = r.stagesOf(st.SQL)
+		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
+	}
+	if sg == noStages {
+		return refused
+	}
+	for _, in := range sg.Inner {
+		d := r.routeOne(in, params, formats, oids)
+		if d.Kind == DestRefuse || d.Kind == DestAll && d.Merge == nil {
+			return refused
+		}
+	}
+	if d := r.routeOne(sg.outer, params, formats, oids); d.Kind != DestAny {
+		return refused
+	}
+	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge,
+		Reason: "in two stages: " + itoa(int64(len(sg.Inner))) + " subquer" + plural(len(sg.Inner), "y", "ies") + " merged from every shard, then the statement over their rows on the default shard"}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// stagesOf builds the two-stage plan of a SELECT's text, noStages if it
+// has none.
+func (r *Router) stagesOf(sql string) *Stages {
+	low := strings.ToLower(sql)
+	if strings.Contains(low, "pgshard_stage_") || strings.Contains(low, "collate") {
+		return noStages
+	}
+	res, err := pg.Parse(sql)
+	if err != nil || len(res.Stmts) != 1 {
+		return noStages
+	}
+	root := res.Stmts[0].Stmt
+	sel := root.GetSelectStmt()
+	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
+		return noStages
+	}
+	b := &stageBuilder{r: r, ctes: map[string]bool{}}
+	if w := sel.WithClause; w != nil {
+		if w.Recursive {
+			return noStages
+		}
+		for _, c := range w.Ctes {
+			b.ctes[strings.ToLower(c.GetCommonTableExpr().GetCtename())] = true
+		}
+		for _, c := range w.Ctes {
+			cte := c.GetCommonTableExpr()
+			if cte == nil || cte.Ctequery.GetSelectStmt() == nil {
+				return noStages
+			}
+			b.stage(&cte.Ctequery)
+		}
+	}
+	for _, it := range sel.FromClause {
+		b.from(it)
+	}
+	if b.fail || len(b.inner) == 0 {
+		return noStages
+	}
+	outer, err := deparse(root)
+	if err != nil {
+		return noStages
+	}
+	for i := range b.inner {
+		if strings.Count(outer, StageMarker(i)) != 1 {
+			return noStages
+		}
+	}
+	ost, err := r.Analyze(outer)
+	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly || r.keyed(ost) {
+		return noStages
+	}
+	sg := &Stages{Inner: b.inner, Outer: outer, outer: ost, sql: sql}
+	sg.merge = &Merge{Width: -1, Limit: -1, Offset: -1, Stages: sg}
+	return sg
+}
+
+// stageBuilder replaces the inner statements of a parse tree by markers.
+type stageBuilder struct {
+	r     *Router
+	ctes  map[string]bool // the statement's CTE names
+	inner []*Statement
+	fail  bool
+}
+
+// from replaces the sharded subqueries of a FROM item.
+func (b *stageBuilder) from(n *pg.Node) {
+	switch {
+	case n.GetJoinExpr() != nil:
+		b.from(n.GetJoinExpr().Larg)
+		b.from(n.GetJoinExpr().Rarg)
+	case n.GetRangeSubselect() != nil:
+		rs := n.GetRangeSubselect()
+		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
+			b.stage(&rs.Subquery)
+		}
+	}
+}
+
+// stage makes *q an inner statement when it reads a sharded table.
+func (b *stageBuilder) stage(q **pg.Node) {
+	text, err := deparse(*q)
+	if err != nil {
+		b.fail = true
+		return
+	}
+	st, err := b.r.Analyze(text)
+	if err != nil || st.ParseError != "" || !st.Select || !st.ReadOnly {
+		b.fail = true
+		return
+	}
+	if !b.r.keyed(st) {
+		return // stays in the outer statement
+	}
+	for _, t := range st.Tables {
+		if b.ctes[t] {
+			b.fail = true // reads a CTE of the statement: not a statement alone
+			return
+		}
+	}
+	mk, err := pg.Parse(StageMarker(len(b.inner)))
+	if err != nil {
+		b.fail = true
+		return
+	}
+	*q = mk.Stmts[0].Stmt
+	b.inner = append(b.inner, st)
+}
+
+// keyed reports whether st reads a table of the sharding schema.
+func (r *Router) keyed(st *Statement) bool {
+	for _, t := range st.Tables {
+		for _, k := range r.schema.Tables {
+			if k.Table == t {
+				return true
+			}
+		}
+	}
+	return false
+}
