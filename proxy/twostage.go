@@ -37,7 +37,7 @@ import (
 // shards, it has no snapshot across them.
 
 const (
-	stageRowLimit  = 10000
+	stageRowLimit  = route.PullLimit
 	stageByteLimit = 16 << 20
 	stageMaxParams = 65535
 )
@@ -219,11 +219,15 @@ func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 			e, r.IOErr = merge.ErrStop, err
 		}
 	}
+	limit := e == merge.ErrStop && r.IOErr == errStageLimit
 	for _, st := range streams {
+		if limit {
+			st.loseConn(errStageLimit) // rows beyond the limit are not read
+		}
 		st.drain()
 	}
 	switch {
-	case e == merge.ErrStop && r.IOErr == errStageLimit:
+	case limit:
 		return nil, stageErr(pgwire.CodeProgramLimitExceeded,
 			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
 			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own.")

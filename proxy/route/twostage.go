@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 )
 
 // Reads in two stages: a read refused because a FROM subquery or CTE
@@ -64,8 +65,10 @@ func plural(n int, one, many string) string {
 // has none.
 func (r *Router) stagesOf(sql string) *Stages {
 	low := strings.ToLower(sql)
-	if strings.Contains(low, "pgshard_stage_") || strings.Contains(low, "collate") {
-		return noStages
+	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
+		if strings.Contains(low, w) {
+			return noStages // a marker, a collation or a system column a stage would lose
+		}
 	}
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
@@ -130,12 +133,48 @@ func (b *stageBuilder) from(n *pg.Node) {
 	case n.GetJoinExpr() != nil:
 		b.from(n.GetJoinExpr().Larg)
 		b.from(n.GetJoinExpr().Rarg)
+	case n.GetRangeVar() != nil:
+		b.pull(n)
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
 		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
 			b.stage(&rs.Subquery)
 		}
 	}
+}
+
+// PullLimit bounds the rows stage 1 reads of a sharded table in FROM:
+// the inner statement asks for one more than the engine accepts.
+const PullLimit = 10000
+
+// pull makes a sharded table in FROM (n, a RangeVar) an inner statement
+// of its own, SELECT * FROM t LIMIT PullLimit+1, read as a subquery with
+// the table's name or alias.
+func (b *stageBuilder) pull(n *pg.Node) {
+	rv := n.GetRangeVar()
+	if b.ctes[rv.Relname] || !b.r.keyedTable(rv.Relname) {
+		return
+	}
+	if rv.Schemaname != "" && rv.Alias == nil {
+		b.fail = true // the statement may name its columns schema.table.column
+		return
+	}
+	alias := rv.Alias
+	if alias == nil {
+		alias = &pg.Alias{Aliasname: rv.Relname}
+	}
+	bare := proto.Clone(rv).(*pg.RangeVar)
+	bare.Alias = nil
+	tmpl, err := pg.Parse("SELECT * FROM t LIMIT " + itoa(PullLimit+1))
+	if err != nil {
+		b.fail = true
+		return
+	}
+	q := tmpl.Stmts[0].Stmt
+	q.GetSelectStmt().FromClause[0] = &pg.Node{Node: &pg.Node_RangeVar{RangeVar: bare}}
+	sub := &pg.RangeSubselect{Subquery: q, Alias: alias}
+	b.stage(&sub.Subquery)
+	n.Node = &pg.Node_RangeSubselect{RangeSubselect: sub}
 }
 
 // stage makes *q an inner statement when it reads a sharded table.
@@ -171,10 +210,18 @@ func (b *stageBuilder) stage(q **pg.Node) {
 // keyed reports whether st reads a table of the sharding schema.
 func (r *Router) keyed(st *Statement) bool {
 	for _, t := range st.Tables {
-		for _, k := range r.schema.Tables {
-			if k.Table == t {
-				return true
-			}
+		if r.keyedTable(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyedTable reports whether t is a table of the sharding schema.
+func (r *Router) keyedTable(t string) bool {
+	for _, k := range r.schema.Tables {
+		if k.Table == t {
+			return true
 		}
 	}
 	return false

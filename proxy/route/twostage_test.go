@@ -27,7 +27,20 @@ func TestTwoStage(t *testing.T) {
 			outer: "SELECT x.n FROM (SELECT * FROM pgshard_stage_1_) x WHERE x.n > $2"},
 		// refused: a sharded table outside the subquery, LATERAL, a CTE
 		// read by the inner subquery, COLLATE, a write
-		{sql: "SELECT e.id FROM executions e JOIN (SELECT execution_id FROM timers LIMIT 2) t ON t.execution_id = e.id"},
+		// sharded tables in FROM are read whole (bounded), as inner
+		// statements of their own
+		{sql: "SELECT e.id FROM executions e JOIN (SELECT execution_id FROM timers LIMIT 2) t ON t.execution_id = e.id",
+			inner: []string{"SELECT * FROM executions LIMIT 10001", "SELECT execution_id FROM timers LIMIT 2"},
+			outer: "SELECT e.id FROM (SELECT * FROM pgshard_stage_1_) e JOIN (SELECT * FROM pgshard_stage_2_) t ON t.execution_id = e.id"},
+		{sql: "SELECT id, rank() OVER (ORDER BY version) FROM executions WHERE version > 2",
+			inner: []string{"SELECT * FROM executions LIMIT 10001"},
+			outer: "SELECT id, rank() OVER (ORDER BY version) FROM (SELECT * FROM pgshard_stage_1_) executions WHERE version > 2"},
+		{sql: "SELECT a.id FROM executions a JOIN outbox b ON b.target_id = a.id",
+			inner: []string{"SELECT * FROM executions LIMIT 10001", "SELECT * FROM outbox LIMIT 10001"},
+			outer: "SELECT a.id FROM (SELECT * FROM pgshard_stage_1_) a JOIN (SELECT * FROM pgshard_stage_2_) b ON b.target_id = a.id"},
+		{sql: "SELECT public.executions.id FROM public.executions, outbox b WHERE b.target_id = public.executions.id"},
+		{sql: "SELECT e.ctid FROM executions e, outbox b WHERE b.target_id = e.id"},
+		{sql: "SELECT e.id FROM executions e WHERE e.id IN (SELECT target_id FROM outbox LIMIT 3)"},
 		{sql: "SELECT * FROM executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at > e.version LIMIT 1) x"},
 		{sql: "WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM executions, c LIMIT 2) d"},
 		// a CTE over a sharded table is an inner statement of its own
