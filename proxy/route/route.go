@@ -14,7 +14,7 @@ import (
 // malformed input becomes a DestRefuse with the SQLSTATE Postgres would use.
 func (r *Router) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	d := r.routeOne(st, params, formats, paramOIDs)
-	if d.Kind == DestRefuse && st.Select && st.ReadOnly && st.ParseError == "" {
+	if d.Kind == DestRefuse && st.Select && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
 		return r.twoStage(st, d, params, formats, paramOIDs) // twostage.go
 	}
 	return d

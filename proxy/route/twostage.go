@@ -27,6 +27,14 @@ import (
 // a CTE of the statement, recursive CTEs, set operations at the top,
 // COLLATE anywhere (a column's collation would be lost), writes.
 
+// acrossShards reports whether ref refuses a read only because it needs
+// several shards' rows at once (what two stages may answer), not for an
+// error of the statement or its parameters.
+func acrossShards(ref *Refusal) bool {
+	return ref != nil && ref.SQLState == "0A000" &&
+		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: "))
+}
+
 // noStages marks a statement without a two-stage plan.
 var noStages = &Stages{}
 
