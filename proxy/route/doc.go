@@ -335,7 +335,7 @@
 // more than 65535 parameters in stage 2. The stages are separate
 // transactions (no snapshot across shards, as for every fan-out).
 //
-// Answered in two stages: SELECT d.id, row_number() OVER (ORDER BY d.id)
+// Answered in two stages: SELECT d.id, rank() OVER (ORDER BY d.id)
 // FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d; WITH c AS
 // (SELECT count(*) AS n FROM timers) SELECT n + 1 FROM c; SELECT id,
 // rank() OVER (ORDER BY version) FROM executions; SELECT a.id FROM

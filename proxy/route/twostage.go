@@ -83,6 +83,9 @@ func (r *Router) stagesOf(sql string) *Stages {
 		return noStages
 	}
 	root := res.Stmts[0].Stmt
+	if orderSensitive(root) {
+		return noStages
+	}
 	sel := root.GetSelectStmt()
 	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
 		return noStages
@@ -233,4 +236,37 @@ func (r *Router) keyedTable(t string) bool {
 		}
 	}
 	return false
+}
+
+// inputOrdered are aggregates whose value depends on the order of their
+// input rows unless they have an ORDER BY of their own.
+var inputOrdered = map[string]bool{"string_agg": true, "array_agg": true, "json_agg": true, "jsonb_agg": true,
+	"json_object_agg": true, "jsonb_object_agg": true, "xmlagg": true, "json_agg_strict": true, "jsonb_agg_strict": true}
+
+// peerOrdered are window functions whose value depends on the order of
+// rows that tie in the window's ORDER BY.
+var peerOrdered = map[string]bool{"row_number": true, "ntile": true, "lag": true, "lead": true,
+	"first_value": true, "last_value": true, "nth_value": true}
+
+// orderSensitive reports whether the statement's answer may depend on
+// the order in which a relation's rows are read (which stage 1 does not
+// keep: the shards' rows come one shard after another), beyond the order
+// of its output rows: an aggregate of ordered input without ORDER BY, a
+// window function over peers or with a frame, DISTINCT ON, FETCH ... WITH
+// TIES (over a subquery Postgres may also answer it differently).
+func orderSensitive(root *pg.Node) bool {
+	bad := false
+	inspect(root, func(n *pg.Node) bool {
+		if fc := n.GetFuncCall(); fc != nil {
+			_, name := funcName(fc)
+			bad = bad || inputOrdered[name] && len(fc.AggOrder) == 0 ||
+				fc.Over != nil && (peerOrdered[name] || fc.Over.FrameOptions&1 != 0)
+		}
+		if sel := n.GetSelectStmt(); sel != nil {
+			bad = bad || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() != nil ||
+				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
+		}
+		return !bad
+	})
+	return bad
 }

@@ -16,9 +16,9 @@ func TestTwoStage(t *testing.T) {
 		inner []string // "" = refused
 		outer string
 	}{
-		{sql: "SELECT d.id, row_number() OVER (ORDER BY d.id) FROM (SELECT id FROM executions ORDER BY id LIMIT 3) AS d",
+		{sql: "SELECT d.id, rank() OVER (ORDER BY d.id) FROM (SELECT id FROM executions ORDER BY id LIMIT 3) AS d",
 			inner: []string{"SELECT id FROM executions ORDER BY id LIMIT 3"},
-			outer: "SELECT d.id, row_number() OVER (ORDER BY d.id) FROM (SELECT * FROM pgshard_stage_1_) d"},
+			outer: "SELECT d.id, rank() OVER (ORDER BY d.id) FROM (SELECT * FROM pgshard_stage_1_) d"},
 		{sql: "WITH c AS (SELECT count(*) AS n FROM timers) SELECT n + 1 FROM c, (SELECT max(version) AS v FROM executions) x",
 			inner: []string{"SELECT count(*) AS n FROM timers", "SELECT max(version) AS v FROM executions"},
 			outer: "WITH c AS (SELECT * FROM pgshard_stage_1_) SELECT n + 1 FROM c, (SELECT * FROM pgshard_stage_2_) x"},

@@ -435,7 +435,7 @@ SELECT id FROM executions WHERE id IN (SELECT execution_id FROM (SELECT executio
 SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions) ORDER BY id
 SELECT id FROM executions WHERE id IN (SELECT max(execution_id) FROM timers) ORDER BY id
 WITH t AS (SELECT execution_id FROM timers WHERE fire_at > 1090) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t) ORDER BY id
-WITH t AS (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t)
+@unordered WITH t AS (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t)
 WITH t AS (SELECT execution_id, count(*) AS n FROM timers GROUP BY execution_id) SELECT e.id, t.n FROM executions e JOIN t ON t.execution_id = e.id ORDER BY 2 DESC, 1
 WITH t AS (SELECT * FROM timers) SELECT * FROM t ORDER BY 1, 2
 SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) s
@@ -448,7 +448,7 @@ SELECT id FROM executions WHERE id IN (SELECT parent_id FROM spawns) ORDER BY id
 SELECT id FROM executions e WHERE version = (SELECT max(version) FROM executions x WHERE x.id = e.id) ORDER BY id LIMIT 5
 
 # --- shapes that need every shard's rows at once ---------------------------
-SELECT id, rank() OVER (ORDER BY version) FROM executions
+@unordered SELECT id, rank() OVER (ORDER BY version) FROM executions
 SELECT id, row_number() OVER (PARTITION BY definition_id ORDER BY id) FROM executions
 SELECT execution_id FROM timers UNION SELECT execution_id FROM trace
 SELECT execution_id FROM timers UNION ALL SELECT execution_id FROM trace
