@@ -330,7 +330,10 @@
 // the select list or ORDER BY, or in a LATERAL subquery (correlated); an
 // inner subquery that reads a CTE of the statement; set operations at the
 // top; recursive CTEs; COLLATE or a system column (ctid, xmin, tableoid,
-// ...) anywhere in the text; a column with a type modifier; writes, FOR
+// ...) anywhere in the text; an answer that depends on the order rows are
+// read in, which stage 1 does not keep (string_agg, array_agg, json_agg,
+// ... without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
+// or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a type modifier; writes, FOR
 // UPDATE; inside a transaction block or after settings in its pipeline;
 // more than 65535 parameters in stage 2. The stages are separate
 // transactions (no snapshot across shards, as for every fan-out).
