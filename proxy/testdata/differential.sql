@@ -609,10 +609,10 @@ SELECT string_agg(i4, ',' ORDER BY i4) FROM vals
 @answered SELECT count(DISTINCT t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
 @answered SELECT definition_id, count(DISTINCT version) FROM executions GROUP BY definition_id HAVING count(DISTINCT version) > 1 ORDER BY 1
 @answered SELECT count(DISTINCT (n * 10)::int8), count(DISTINCT i4 % 3) FROM vals
-# Reads in two stages (proxy/route/twostage.go): inner statements merged first, the rest on one shard over their rows.
-@answered SELECT a.id, b.seq FROM executions a JOIN outbox b ON b.target_id = a.id ORDER BY b.seq
-@answered @unordered SELECT id, rank() OVER (ORDER BY version), dense_rank() OVER (ORDER BY definition_id) FROM executions WHERE version > 3
-@answered SELECT x.id FROM (SELECT id FROM executions WHERE version < 0 ORDER BY id LIMIT 3) x
-@answered SELECT x.n + $2::int FROM (SELECT count(*) AS n FROM executions WHERE version > $1::int) x ;; ["2", "5"]
-@answered WITH c AS (SELECT definition_id, count(*) AS n FROM executions GROUP BY definition_id) SELECT max(n), sum(n) FROM c
-@answered SELECT v.w, count(e.id) FROM generate_series(0, 4) AS v(w) LEFT JOIN executions e ON e.version = v.w GROUP BY v.w ORDER BY v.w
+# Reads in two stages (proxy/route/twostage.go): inner statements merged first, the rest on one shard over their rows (refused inside a transaction block).
+SELECT a.id, b.seq FROM executions a JOIN outbox b ON b.target_id = a.id ORDER BY b.seq
+@unordered SELECT id, rank() OVER (ORDER BY version), dense_rank() OVER (ORDER BY definition_id) FROM executions WHERE version > 3
+SELECT x.id FROM (SELECT id FROM executions WHERE version < 0 ORDER BY id LIMIT 3) x
+SELECT x.n + $2::int FROM (SELECT count(*) AS n FROM executions WHERE version > $1::int) x ;; ["2", "5"]
+WITH c AS (SELECT definition_id, count(*) AS n FROM executions GROUP BY definition_id) SELECT max(n), sum(n) FROM c
+SELECT v.w, count(e.id) FROM generate_series(0, 4) AS v(w) LEFT JOIN executions e ON e.version = v.w GROUP BY v.w ORDER BY v.w
