@@ -37,6 +37,10 @@
 //	    a merge.Source: k-way merge of rows, merged groups; internal/pgvalue:
 //	    Postgres's order and exact output of every value the proxy
 //	    computes); DDL answers are checked on every shard.
+//	    twostage.go: a read in two stages (route.Stages): describe the
+//	    statement, run each inner statement as a fan-out (or on its shard)
+//	    collecting its merged rows, then the outer statement over them as
+//	    typed VALUES on the default shard, its answer streamed to the client.
 //	    fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated

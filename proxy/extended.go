@@ -601,7 +601,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 			return -1
 		}
 		d := s.srv.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
-		if d.Kind == route.DestAll && lead && d.Merge != nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
+		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
 			return aheadFan
 		}
 		switch {

@@ -271,8 +271,8 @@ func (p *planner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 		return nil
 	}
 	d := s.srv.cfg.Analyzer.Route(last, nil, nil, nil)
-	if d.Kind != route.DestAll || d.Merge == nil {
-		return nil
+	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages != nil {
+		return nil // (a read in two stages takes no leads: twostage.go)
 	}
 	f := &fanPlan{simple: true, st: last, dest: d, query: string(msg)}
 	for _, a := range as[:len(as)-1] {

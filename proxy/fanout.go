@@ -61,6 +61,9 @@ type fanPlan struct {
 	continues, failed bool
 	// leads are the settings every shard runs first (fanlead.go).
 	leads []fanLead
+	// raw, when set, is the request sent in place of the statement (a
+	// stage of a read in two stages: twostage.go).
+	raw []byte
 }
 
 // startFan records a DestAll Bind; the rest of the pipeline must be its
@@ -129,11 +132,13 @@ type fanStream struct {
 	lead    []leadKind
 	leadErr int // the lead query that failed +1, 0 if none
 	rowDesc []byte
-	row     []byte   // current DataRow, valid until the next read
-	cols    [][]byte // row, split
-	tag     []byte   // CommandComplete tag (copy)
-	errRaw  []byte   // the shard's first error (copy)
-	notices [][]byte
+	// paramDesc is the ParameterDescription of a Describe of a statement.
+	paramDesc []byte
+	row       []byte   // current DataRow, valid until the next read
+	cols      [][]byte // row, split
+	tag       []byte   // CommandComplete tag (copy)
+	errRaw    []byte   // the shard's first error (copy)
+	notices   [][]byte
 	// status is the statement's ReadyForQuery status.
 	status byte
 	// rfqLeft is how many ReadyForQuery messages are still to come.
@@ -213,6 +218,8 @@ func (f *fanStream) nextRow() bool {
 			return true
 		case 'T':
 			f.rowDesc = append([]byte(nil), msg...)
+		case 't':
+			f.paramDesc = append([]byte(nil), msg...)
 		case 'C':
 			f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
 		case 'E':
@@ -295,6 +302,9 @@ func (s *session) runFanout(p *planner) error {
 		s.apply(it.eff)
 	}
 	mplan := f.dest.Merge
+	if mplan != nil && mplan.Stages != nil && f.only == 0 {
+		return s.runTwoStage(p, f) // twostage.go
+	}
 	if f.only > 0 {
 		mplan = singleMerge
 	}
@@ -418,6 +428,8 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 		merge = singleMerge
 	}
 	switch {
+	case f.raw != nil:
+		buf = append(buf, f.raw...) // a stage of a read in two stages
 	case merge == nil && f.simple && f.others != nil && st.shard != s.srv.defaultShard:
 		buf = append(buf, f.others...) // DDL every shard needs
 	case merge == nil && f.simple:

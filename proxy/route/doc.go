@@ -10,6 +10,7 @@
 //	              └─ pg_query (Postgres's own grammar) ─► classify (classify.go)
 //	                   ─► keyed references, groups, edges (analyze.go) ─► plan (plan.go)
 //	                   ─► merge plan of a key-less read (merge.go, valuesplit.go) ─► hints (hint.go)
+//	a read refused across shards ─► two-stage plan (twostage.go, once per text)
 //	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
 //
@@ -297,6 +298,58 @@
 // ON e.id = v.k (split: each shard gets the rows of its keys); SELECT v.k,
 // count(t.path) FROM (VALUES ('id1'), ('id2')) v(k) FULL JOIN timers t ON
 // t.execution_id = v.k GROUP BY v.k.
+//
+// # Reads in two stages
+//
+// A read-only SELECT that the rules above refuse only because it needs
+// several shards' rows at once ("cannot run across shards", "cannot merge
+// a key-less read across shards") is answered in two stages when every
+// sharded table it reads can be taken out as a statement of its own
+// (twostage.go; the engine's side is proxy/twostage.go):
+//
+//   - a FROM subquery (not LATERAL) or a CTE (not recursive) that reads a
+//     sharded table becomes an inner statement, as written;
+//   - a sharded table in the top-level FROM (a join item too) becomes the
+//     inner statement SELECT * FROM t LIMIT PullLimit+1, read under the
+//     table's name or alias;
+//   - stage 1 runs each inner statement with the client's parameters as
+//     Route decides for it alone (merged from every shard, or on its one
+//     shard; refused → the whole statement keeps its refusal) and keeps
+//     its merged rows, at most PullLimit rows (54000 beyond);
+//   - stage 2 runs the rest (Stages.Outer) on the default shard, each
+//     inner replaced by (SELECT * FROM (VALUES ($n, ...), ...) AS
+//     pgshard_v(columns)) — parameters of the rows' type OIDs, in binary
+//     — so Postgres itself evaluates windows, aggregates, joins, ORDER BY,
+//     LIMIT over them; an empty result is the same list of NULLs WHERE
+//     false. The answer's columns must be the statement's (names, types,
+//     type modifiers, else 0A000); their originating table columns are the
+//     statement's, from a Describe of it.
+//
+// The outer statement must read no sharded table itself. Not in two
+// stages (the refusal stands): a sharded table in a subquery of WHERE,
+// the select list or ORDER BY, or in a LATERAL subquery (correlated); an
+// inner subquery that reads a CTE of the statement; set operations at the
+// top; recursive CTEs; COLLATE or a system column (ctid, xmin, tableoid,
+// ...) anywhere in the text; an answer that depends on the order rows are
+// read in, which stage 1 does not keep (string_agg, array_agg, json_agg,
+// ... without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
+// or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a type modifier; writes, FOR
+// UPDATE; inside a transaction block or after settings in its pipeline;
+// more than 65535 parameters in stage 2. The stages are separate
+// transactions (no snapshot across shards, as for every fan-out).
+//
+// Answered in two stages: SELECT d.id, rank() OVER (ORDER BY d.id)
+// FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d; WITH c AS
+// (SELECT count(*) AS n FROM timers) SELECT n + 1 FROM c; SELECT id,
+// rank() OVER (ORDER BY version) FROM executions; SELECT a.id FROM
+// executions a JOIN outbox b ON b.target_id = a.id; SELECT e.version FROM
+// generate_series(0, 3) v(w) LEFT JOIN executions e ON e.version = v.w.
+// Still refused: SELECT e.id FROM executions e WHERE e.id IN (SELECT
+// target_id FROM outbox LIMIT 3); SELECT * FROM executions e, LATERAL
+// (SELECT count(*) FROM timers t WHERE t.fire_at > e.version) x; SELECT
+// (SELECT count(*) FROM executions) + d.n FROM (SELECT count(*) AS n FROM
+// timers) d; WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM
+// executions, c LIMIT 2) d.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
 // JOIN executions e ON e.definition_id = v.k (not on the key: a VALUES

@@ -13,6 +13,15 @@ import (
 // Route decides where st runs. It never panics on any parameter bytes:
 // malformed input becomes a DestRefuse with the SQLSTATE Postgres would use.
 func (r *Router) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
+	d := r.routeOne(st, params, formats, paramOIDs)
+	if d.Kind == DestRefuse && st.Select && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
+		return r.twoStage(st, d, params, formats, paramOIDs) // twostage.go
+	}
+	return d
+}
+
+// routeOne is Route without the two-stage plan.
+func (r *Router) routeOne(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	b := st.lit
 	if b != nil && b.decided {
 		return b.dest // a text with literals and no $n: decided when analyzed

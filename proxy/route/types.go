@@ -5,6 +5,7 @@ package route
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -246,7 +247,32 @@ type Merge struct {
 	WithTies bool
 	// Groups, when set, combines per-shard groups.
 	Groups *GroupMerge
+	// Stages, when set, is a read answered in two stages (twostage.go):
+	// the engine answers it with Stages, not with the fields above.
+	Stages *Stages
 }
+
+// Stages is a read whose sharded tables all lie in FROM subqueries or
+// CTEs that need a merge of their own (LIMIT, aggregates, DISTINCT, ...
+// inside): stage 1 runs each Inner statement as a statement of its own
+// (routed by Route with the client's parameters: merged across shards,
+// or on its one shard), collecting its merged rows; stage 2 runs Outer
+// on the default shard, with StageMarker(i) replaced by a relation of
+// Inner[i]'s rows (a VALUES list of parameters typed by the rows' type
+// OIDs). Shared: do not modify.
+type Stages struct {
+	Inner []*Statement
+	Outer string
+	sql   string // the text they are the stages of ("" for noStages)
+	// outer is Outer's analysis (it must touch no sharded table).
+	outer *Statement
+	// merge is the Merge a Dest of these stages carries.
+	merge *Merge
+}
+
+// StageMarker is the text standing for the i-th (0-based) inner
+// statement's rows in Stages.Outer: a complete SELECT, inside parentheses.
+func StageMarker(i int) string { return "SELECT * FROM pgshard_stage_" + itoa(int64(i+1)) + "_" }
 
 // SortKey is one ORDER BY term of a merge.
 type SortKey struct {
@@ -492,8 +518,12 @@ type Statement struct {
 	DropTables []string
 
 	// unnamedSeen: a client has parsed this text as an unnamed
-	// statement (see MarkUnnamed). The one mutable field.
+	// statement (see MarkUnnamed). Mutable, like stages.
 	unnamedSeen uint32
+	// stages is the statement's two-stage plan (*Stages), set at the
+	// first Route that refuses it otherwise; a copy of the Statement for
+	// another text carries it too, so it is used only for its own SQL.
+	stages unsafe.Pointer
 
 	// plan holds where keys come from (constants, $n params with their
 	// cast type, hints), the tables touched and the merge plan. Route uses

@@ -435,7 +435,7 @@ SELECT id FROM executions WHERE id IN (SELECT execution_id FROM (SELECT executio
 SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions) ORDER BY id
 SELECT id FROM executions WHERE id IN (SELECT max(execution_id) FROM timers) ORDER BY id
 WITH t AS (SELECT execution_id FROM timers WHERE fire_at > 1090) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t) ORDER BY id
-WITH t AS (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t)
+@unordered WITH t AS (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t)
 WITH t AS (SELECT execution_id, count(*) AS n FROM timers GROUP BY execution_id) SELECT e.id, t.n FROM executions e JOIN t ON t.execution_id = e.id ORDER BY 2 DESC, 1
 WITH t AS (SELECT * FROM timers) SELECT * FROM t ORDER BY 1, 2
 SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) s
@@ -448,7 +448,7 @@ SELECT id FROM executions WHERE id IN (SELECT parent_id FROM spawns) ORDER BY id
 SELECT id FROM executions e WHERE version = (SELECT max(version) FROM executions x WHERE x.id = e.id) ORDER BY id LIMIT 5
 
 # --- shapes that need every shard's rows at once ---------------------------
-SELECT id, rank() OVER (ORDER BY version) FROM executions
+@unordered SELECT id, rank() OVER (ORDER BY version) FROM executions
 SELECT id, row_number() OVER (PARTITION BY definition_id ORDER BY id) FROM executions
 SELECT execution_id FROM timers UNION SELECT execution_id FROM trace
 SELECT execution_id FROM timers UNION ALL SELECT execution_id FROM trace
@@ -609,3 +609,10 @@ SELECT string_agg(i4, ',' ORDER BY i4) FROM vals
 @answered SELECT count(DISTINCT t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = e.id
 @answered SELECT definition_id, count(DISTINCT version) FROM executions GROUP BY definition_id HAVING count(DISTINCT version) > 1 ORDER BY 1
 @answered SELECT count(DISTINCT (n * 10)::int8), count(DISTINCT i4 % 3) FROM vals
+# Reads in two stages (proxy/route/twostage.go): inner statements merged first, the rest on one shard over their rows (refused inside a transaction block).
+SELECT a.id, b.seq FROM executions a JOIN outbox b ON b.target_id = a.id ORDER BY b.seq
+@unordered SELECT id, rank() OVER (ORDER BY version), dense_rank() OVER (ORDER BY definition_id) FROM executions WHERE version > 3
+SELECT x.id FROM (SELECT id FROM executions WHERE version < 0 ORDER BY id LIMIT 3) x
+SELECT x.n + $2::int FROM (SELECT count(*) AS n FROM executions WHERE version > $1::int) x ;; ["2", "5"]
+WITH c AS (SELECT definition_id, count(*) AS n FROM executions GROUP BY definition_id) SELECT max(n), sum(n) FROM c
+SELECT v.w, count(e.id) FROM generate_series(0, 4) AS v(w) LEFT JOIN executions e ON e.version = v.w GROUP BY v.w ORDER BY v.w

@@ -1,0 +1,272 @@
+package route
+
+import (
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// Reads in two stages: a read refused because a FROM subquery or CTE
+// needs every shard's rows at once (LIMIT, aggregates, DISTINCT, a window
+// inside it) is answered when every sharded table it reads lies in such
+// subqueries and each of them is answerable alone:
+//
+//	SELECT ... FROM (inner 1) AS d JOIN (inner 2) AS e ... WITH c AS (inner 3) ...
+//	  stage 1: each inner, as a statement of its own, routed by Route
+//	           (fanned out and merged, or on its one shard)
+//	  stage 2: the outer statement, each inner replaced by its rows,
+//	           on the default shard, where Postgres evaluates the rest
+//
+// Stages are looked for only when Route refuses a read-only SELECT, once
+// per statement (cached in the Statement). Not answered in two stages:
+// a LATERAL subquery (correlated), a sharded table outside the inner
+// subqueries (in the outer FROM, WHERE, select list), an inner that reads
+// a CTE of the statement, recursive CTEs, set operations at the top,
+// COLLATE anywhere (a column's collation would be lost), writes.
+
+// acrossShards reports whether ref refuses a read only because it needs
+// several shards' rows at once (what two stages may answer), not for an
+// error of the statement or its parameters.
+func acrossShards(ref *Refusal) bool {
+	return ref != nil && ref.SQLState == "0A000" &&
+		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: "))
+}
+
+// noStages marks a statement without a two-stage plan.
+var noStages = &Stages{}
+
+// twoStage returns the two-stage Dest of st, or refused (the Dest Route
+// decided) when st has no two-stage plan or a stage is refused.
+func (r *Router) twoStage(st *Statement, refused Dest, params [][]byte, formats []int16, oids []uint32) Dest {
+	sg := (*Stages)(atomic.LoadPointer(&st.stages))
+	if sg == nil || sg.sql != st.SQL && sg != noStages {
+		sg = r.stagesOf(st.SQL)
+		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
+	}
+	if sg == noStages {
+		return refused
+	}
+	for _, in := range sg.Inner {
+		d := r.routeOne(in, params, formats, oids)
+		if d.Kind == DestRefuse || d.Kind == DestAll && d.Merge == nil {
+			return refused
+		}
+	}
+	if d := r.routeOne(sg.outer, params, formats, oids); d.Kind != DestAny {
+		return refused
+	}
+	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge,
+		Reason: "in two stages: " + itoa(int64(len(sg.Inner))) + " subquer" + plural(len(sg.Inner), "y", "ies") + " merged from every shard, then the statement over their rows on the default shard"}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// stagesOf builds the two-stage plan of a SELECT's text, noStages if it
+// has none.
+func (r *Router) stagesOf(sql string) *Stages {
+	low := strings.ToLower(sql)
+	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
+		if strings.Contains(low, w) {
+			return noStages // a marker, a collation or a system column a stage would lose
+		}
+	}
+	res, err := pg.Parse(sql)
+	if err != nil || len(res.Stmts) != 1 {
+		return noStages
+	}
+	root := res.Stmts[0].Stmt
+	if orderSensitive(root) {
+		return noStages
+	}
+	sel := root.GetSelectStmt()
+	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
+		return noStages
+	}
+	b := &stageBuilder{r: r, ctes: map[string]bool{}}
+	if w := sel.WithClause; w != nil {
+		if w.Recursive {
+			return noStages
+		}
+		for _, c := range w.Ctes {
+			b.ctes[strings.ToLower(c.GetCommonTableExpr().GetCtename())] = true
+		}
+		for _, c := range w.Ctes {
+			cte := c.GetCommonTableExpr()
+			if cte == nil || cte.Ctequery.GetSelectStmt() == nil {
+				return noStages
+			}
+			b.stage(&cte.Ctequery)
+		}
+	}
+	for _, it := range sel.FromClause {
+		b.from(it)
+	}
+	if b.fail || len(b.inner) == 0 {
+		return noStages
+	}
+	outer, err := deparse(root)
+	if err != nil {
+		return noStages
+	}
+	for i := range b.inner {
+		if strings.Count(outer, StageMarker(i)) != 1 {
+			return noStages
+		}
+	}
+	ost, err := r.Analyze(outer)
+	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly || r.keyed(ost) {
+		return noStages
+	}
+	sg := &Stages{Inner: b.inner, Outer: outer, outer: ost, sql: sql}
+	sg.merge = &Merge{Width: -1, Limit: -1, Offset: -1, Stages: sg}
+	return sg
+}
+
+// stageBuilder replaces the inner statements of a parse tree by markers.
+type stageBuilder struct {
+	r     *Router
+	ctes  map[string]bool // the statement's CTE names
+	inner []*Statement
+	fail  bool
+}
+
+// from replaces the sharded subqueries of a FROM item.
+func (b *stageBuilder) from(n *pg.Node) {
+	switch {
+	case n.GetJoinExpr() != nil:
+		b.from(n.GetJoinExpr().Larg)
+		b.from(n.GetJoinExpr().Rarg)
+	case n.GetRangeVar() != nil:
+		b.pull(n)
+	case n.GetRangeSubselect() != nil:
+		rs := n.GetRangeSubselect()
+		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
+			b.stage(&rs.Subquery)
+		}
+	}
+}
+
+// PullLimit bounds the rows stage 1 reads of a sharded table in FROM:
+// the inner statement asks for one more than the engine accepts.
+const PullLimit = 10000
+
+// pull makes a sharded table in FROM (n, a RangeVar) an inner statement
+// of its own, SELECT * FROM t LIMIT PullLimit+1, read as a subquery with
+// the table's name or alias.
+func (b *stageBuilder) pull(n *pg.Node) {
+	rv := n.GetRangeVar()
+	if b.ctes[rv.Relname] || !b.r.keyedTable(rv.Relname) {
+		return
+	}
+	if rv.Schemaname != "" && rv.Alias == nil {
+		b.fail = true // the statement may name its columns schema.table.column
+		return
+	}
+	alias := rv.Alias
+	if alias == nil {
+		alias = &pg.Alias{Aliasname: rv.Relname}
+	}
+	bare := proto.Clone(rv).(*pg.RangeVar)
+	bare.Alias = nil
+	tmpl, err := pg.Parse("SELECT * FROM t LIMIT " + itoa(PullLimit+1))
+	if err != nil {
+		b.fail = true
+		return
+	}
+	q := tmpl.Stmts[0].Stmt
+	q.GetSelectStmt().FromClause[0] = &pg.Node{Node: &pg.Node_RangeVar{RangeVar: bare}}
+	sub := &pg.RangeSubselect{Subquery: q, Alias: alias}
+	b.stage(&sub.Subquery)
+	n.Node = &pg.Node_RangeSubselect{RangeSubselect: sub}
+}
+
+// stage makes *q an inner statement when it reads a sharded table.
+func (b *stageBuilder) stage(q **pg.Node) {
+	text, err := deparse(*q)
+	if err != nil {
+		b.fail = true
+		return
+	}
+	st, err := b.r.Analyze(text)
+	if err != nil || st.ParseError != "" || !st.Select || !st.ReadOnly {
+		b.fail = true
+		return
+	}
+	if !b.r.keyed(st) {
+		return // stays in the outer statement
+	}
+	for _, t := range st.Tables {
+		if b.ctes[t] {
+			b.fail = true // reads a CTE of the statement: not a statement alone
+			return
+		}
+	}
+	mk, err := pg.Parse(StageMarker(len(b.inner)))
+	if err != nil {
+		b.fail = true
+		return
+	}
+	*q = mk.Stmts[0].Stmt
+	b.inner = append(b.inner, st)
+}
+
+// keyed reports whether st reads a table of the sharding schema.
+func (r *Router) keyed(st *Statement) bool {
+	for _, t := range st.Tables {
+		if r.keyedTable(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyedTable reports whether t is a table of the sharding schema.
+func (r *Router) keyedTable(t string) bool {
+	for _, k := range r.schema.Tables {
+		if k.Table == t {
+			return true
+		}
+	}
+	return false
+}
+
+// inputOrdered are aggregates whose value depends on the order of their
+// input rows unless they have an ORDER BY of their own.
+var inputOrdered = map[string]bool{"string_agg": true, "array_agg": true, "json_agg": true, "jsonb_agg": true,
+	"json_object_agg": true, "jsonb_object_agg": true, "xmlagg": true, "json_agg_strict": true, "jsonb_agg_strict": true}
+
+// peerOrdered are window functions whose value depends on the order of
+// rows that tie in the window's ORDER BY.
+var peerOrdered = map[string]bool{"row_number": true, "ntile": true, "lag": true, "lead": true,
+	"first_value": true, "last_value": true, "nth_value": true}
+
+// orderSensitive reports whether the statement's answer may depend on
+// the order in which a relation's rows are read (which stage 1 does not
+// keep: the shards' rows come one shard after another), beyond the order
+// of its output rows: an aggregate of ordered input without ORDER BY, a
+// window function over peers or with a frame, DISTINCT ON, FETCH ... WITH
+// TIES (over a subquery Postgres may also answer it differently).
+func orderSensitive(root *pg.Node) bool {
+	bad := false
+	inspect(root, func(n *pg.Node) bool {
+		if fc := n.GetFuncCall(); fc != nil {
+			_, name := funcName(fc)
+			bad = bad || inputOrdered[name] && len(fc.AggOrder) == 0 ||
+				fc.Over != nil && (peerOrdered[name] || fc.Over.FrameOptions&1 != 0)
+		}
+		if sel := n.GetSelectStmt(); sel != nil {
+			bad = bad || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() != nil ||
+				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
+		}
+		return !bad
+	})
+	return bad
+}

@@ -1,0 +1,452 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pgshard/pgshard/proxy/internal/merge"
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// A read in two stages (route.Stages; the rule is in package route's
+// twostage.go), outside a transaction block, each step on pooled
+// connections taken and returned like a fan-out's:
+//
+//	describe: the client's statement is described on the default shard
+//	  (Parse + Describe S): the types of all its parameters and its
+//	  result columns (names, types, originating table columns)
+//	stage 1: each inner statement runs with the client's parameters
+//	  (declared with those types) where Route sends it — every shard,
+//	  merged by internal/merge in binary, or its one shard — and its
+//	  rows are collected, at most stageRowLimit rows and stageByteLimit
+//	  bytes (54000 beyond)
+//	stage 2: the outer statement, each inner replaced by
+//	  (SELECT * FROM (VALUES ($n, ...), ...) AS pgshard_v(names)), runs on
+//	  the default shard with the client's parameters and the rows as
+//	  binary parameters of the rows' type OIDs; its answer streams to the
+//	  client, with the columns' originating tables from the describe
+//	  (after checking that its columns are the statement's: names, types,
+//	  type modifiers)
+//
+// The stages are separate transactions: like every read of several
+// shards, it has no snapshot across them.
+
+const (
+	stageRowLimit  = route.PullLimit
+	stageByteLimit = 16 << 20
+	stageMaxParams = 65535
+)
+
+// errStageLimit stops a stage whose rows exceed the limits.
+var errStageLimit = errors.New("the subquery's rows exceed the limit of a read in two stages")
+
+// stageRows is one inner statement's merged rows (binary values).
+type stageRows struct {
+	fields []pgvalue.Field
+	rows   [][][]byte
+	bytes  int
+}
+
+// runTwoStage answers a read in two stages (f.dest.Merge.Stages).
+func (s *session) runTwoStage(p *planner, f *fanPlan) error {
+	if f.inTxn || len(f.leads) > 0 {
+		return s.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone, outside a transaction block",
+			Detail:  f.dest.Reason,
+			Hint:    "Run it outside a transaction block, in a pipeline of its own."}, f)
+	}
+	sg := f.dest.Merge.Stages
+	var bv pgwire.BindView
+	if !f.simple {
+		if err := bv.Decode(f.bind); err != nil {
+			return err
+		}
+	}
+	oids, orig, fail := s.stageDescribe(p, f)
+	var sets []*stageRows
+	for i := 0; fail == nil && i < len(sg.Inner); i++ {
+		var rs *stageRows
+		rs, fail = s.stageCollect(p, f, sg.Inner[i], &bv, oids)
+		sets = append(sets, rs)
+	}
+	if fail == nil {
+		fail = s.stageFinal(p, f, sg, &bv, oids, orig, sets)
+	}
+	if fail != nil {
+		s.out = append(s.out, fail...)
+	}
+	s.out = pgwire.AppendRFQ(s.out, 'I')
+	return nil
+}
+
+// stageErr is a refusal of the proxy's own, as the client's error message.
+func stageErr(code, msg, hint string) []byte {
+	return pgwire.AppendError(nil, &pgwire.Error{Code: code, Message: msg, Hint: hint})
+}
+
+// stageStart sends each participant of fp its request; the streams stand
+// at their first row (live). A nil slice comes with the error to answer.
+func (s *session) stageStart(p *planner, fp *fanPlan, bv *pgwire.BindView, formats []int16) ([]*fanStream, []bool, []byte) {
+	streams, e := s.fanParts(p, fp)
+	if e != nil {
+		s.srv.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
+		return nil, nil, pgwire.AppendError(nil, e)
+	}
+	for _, st := range streams {
+		buf, err := s.fanRequest(st, fp, bv, formats)
+		if err == nil {
+			err = st.bc.Write(buf)
+		}
+		if err != nil {
+			st.loseConn(err)
+		}
+	}
+	live := make([]bool, len(streams))
+	for i, st := range streams {
+		if st.lost == nil {
+			live[i] = st.nextRow()
+		}
+	}
+	return streams, live, nil
+}
+
+// stageEnd reads the rest of every participant's answer and returns its
+// connection to its pool.
+func stageEnd(streams []*fanStream) {
+	for _, st := range streams {
+		st.drain()
+		if st.lost != nil || st.bc.Broken {
+			st.bc.Pool.Discard(st.bc)
+		} else {
+			st.bc.Pool.Release(st.bc)
+		}
+	}
+}
+
+// stageDescribe describes the client's statement on the default shard:
+// the types of its parameters (the client's where declared) and its
+// result columns.
+func (s *session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Field, []byte) {
+	var declared []uint32
+	if !f.simple {
+		declared = f.vs.oids
+	}
+	raw := pgwire.AppendParseMsg(nil, "", f.st.SQL, declared)
+	raw = pgwire.AppendDescribe(raw, 'S', "")
+	raw = pgwire.AppendEmpty(raw, 'S')
+	fp := &fanPlan{st: f.st, dest: f.dest, only: s.srv.defaultShard + 1, raw: raw}
+	streams, _, fail := s.stageStart(p, fp, nil, nil)
+	if fail != nil {
+		return nil, nil, fail
+	}
+	defer stageEnd(streams)
+	st := streams[0]
+	st.drain()
+	if st.failed() {
+		return nil, nil, s.fanResultError(streams)
+	}
+	fields, err := pgvalue.ParseRowDesc(st.rowDesc)
+	oids, err2 := parseParamDesc(st.paramDesc)
+	if err != nil || err2 != nil || len(fields) == 0 {
+		return nil, nil, stageErr(pgwire.CodeProtocolViolation, "pgshard: the default shard described the statement unexpectedly", "")
+	}
+	return oids, fields, nil
+}
+
+// parseParamDesc decodes a ParameterDescription (nil: no parameters).
+func parseParamDesc(msg []byte) ([]uint32, error) {
+	if msg == nil {
+		return nil, nil
+	}
+	b := pgwire.Body(msg)
+	if len(b) < 2 || len(b) != 2+4*int(binary.BigEndian.Uint16(b)) {
+		return nil, pgwire.ProtoErrorf("malformed ParameterDescription")
+	}
+	oids := make([]uint32, binary.BigEndian.Uint16(b))
+	for i := range oids {
+		oids[i] = binary.BigEndian.Uint32(b[2+4*i:])
+	}
+	return oids, nil
+}
+
+// stageCollect runs one inner statement where Route sends it and
+// collects its merged rows in binary.
+func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
+	d := s.srv.cfg.Analyzer.Route(in, bv.Params, bv.Formats, oids)
+	m, only := d.Merge, 0
+	switch {
+	case d.Kind == route.DestShard:
+		only = d.Shard + 1
+	case d.Kind == route.DestAny:
+		only = s.srv.defaultShard + 1
+	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
+		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Reason+")", "")
+	}
+	if only > 0 {
+		m = singleMerge
+	}
+	fp := &fanPlan{simple: f.simple, st: in, dest: d, vs: &vstmt{st: in, oids: oids}, bind: f.bind, only: only}
+	streams, live, fail := s.stageStart(p, fp, bv, merge.ShardFormats(m, []int16{1}))
+	if fail != nil {
+		return nil, fail
+	}
+	defer stageEnd(streams)
+	for _, st := range streams {
+		if st.failed() {
+			st.drain()
+			return nil, s.stageError(streams)
+		}
+	}
+	var out []byte
+	rs := &stageRows{}
+	r := &merge.Run{Plan: m, Sources: make([]merge.Source, len(streams)), Live: live, ClientFormats: []int16{1},
+		Describe: true, Bytewise: only == 0 && s.srv.textBytewise(p.ctx), GroupLimit: s.srv.cfg.MergeGroupLimit,
+		Params: bv.Params, Formats: bv.Formats, OIDs: oids, Out: &out, Flush: func() error { return rs.take(&out) }}
+	for i, st := range streams {
+		r.Sources[i] = st
+		if r.RawDesc == nil {
+			r.RawDesc = st.rowDesc
+		}
+	}
+	e := r.Answer()
+	if e == nil {
+		if err := rs.take(&out); err != nil {
+			e, r.IOErr = merge.ErrStop, err
+		}
+	}
+	limit := e == merge.ErrStop && r.IOErr == errStageLimit
+	for _, st := range streams {
+		if limit {
+			st.loseConn(errStageLimit) // rows beyond the limit are not read
+		}
+		st.drain()
+	}
+	switch {
+	case limit:
+		return nil, stageErr(pgwire.CodeProgramLimitExceeded,
+			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
+			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own.")
+	case s.fanResultError(streams) != nil:
+		return nil, s.stageError(streams)
+	case e != nil:
+		return nil, pgwire.AppendError(nil, e)
+	}
+	return rs, nil
+}
+
+// stageError is the error of a failed stage, after a BindComplete when a
+// shard failed after binding the client's parameters (as one database
+// fails at Execute).
+func (s *session) stageError(streams []*fanStream) []byte {
+	var out []byte
+	for _, st := range streams {
+		if st.failed() && st.bound && st.lost == nil {
+			out = pgwire.AppendEmpty(out, '2')
+			break
+		}
+	}
+	return append(out, s.fanResultError(streams)...)
+}
+
+// take moves the merge's answer in out (RowDescription, DataRows) into rs.
+func (rs *stageRows) take(out *[]byte) error {
+	b := *out
+	for len(b) >= 5 {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+		msg := b[:n]
+		switch b[0] {
+		case 'T':
+			fs, err := pgvalue.ParseRowDesc(msg)
+			if err != nil {
+				return err
+			}
+			rs.fields = fs
+		case 'D':
+			cols, err := pgwire.DataRowCols(nil, msg)
+			if err != nil {
+				return err
+			}
+			row := make([][]byte, len(cols))
+			for i, c := range cols {
+				if c != nil {
+					row[i] = append([]byte{}, c...)
+				}
+			}
+			rs.rows = append(rs.rows, row)
+			rs.bytes += n
+		}
+		b = b[n:]
+	}
+	*out = (*out)[:0]
+	if len(rs.rows) > stageRowLimit || rs.bytes > stageByteLimit {
+		return errStageLimit
+	}
+	return nil
+}
+
+// stageSQL is stage 2's statement: the outer text with each inner's rows
+// as a VALUES list of parameters numbered after the client's, the
+// parameters' types and values.
+func stageSQL(sg *route.Stages, oids []uint32, sets []*stageRows) (string, []uint32, [][]byte, []byte) {
+	sql := sg.Outer
+	types := append([]uint32(nil), oids...)
+	var vals [][]byte
+	for i, rs := range sets {
+		if len(rs.fields) == 0 {
+			return "", nil, nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages returns no columns", "")
+		}
+		var names []string
+		for _, f := range rs.fields {
+			if f.Typmod != -1 {
+				return "", nil, nil, stageErr(pgwire.CodeFeatureNotSupported,
+					fmt.Sprintf("cannot run across shards: column %q of a subquery of a read in two stages has a type modifier, which its rows would lose", f.Name),
+					"Cast the column to its type without a modifier (x::numeric, x::varchar) in the subquery.")
+			}
+			names = append(names, `"`+strings.ReplaceAll(f.Name, `"`, `""`)+`"`)
+		}
+		rows, where := rs.rows, ""
+		if len(rows) == 0 {
+			rows, where = [][][]byte{make([][]byte, len(rs.fields))}, " WHERE false" // a typed empty relation
+		}
+		var b strings.Builder
+		b.WriteString("SELECT * FROM (VALUES ")
+		for k, row := range rows {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('(')
+			for c, v := range row {
+				if c > 0 {
+					b.WriteString(", ")
+				}
+				types, vals = append(types, rs.fields[c].OID), append(vals, v)
+				b.WriteString("$" + strconv.Itoa(len(types)))
+			}
+			b.WriteByte(')')
+		}
+		b.WriteString(") AS pgshard_v(" + strings.Join(names, ", ") + ")" + where)
+		sql = strings.Replace(sql, route.StageMarker(i), b.String(), 1)
+	}
+	if len(types) > stageMaxParams {
+		return "", nil, nil, stageErr(pgwire.CodeProgramLimitExceeded,
+			fmt.Sprintf("cannot run across shards: the subqueries of a read in two stages return more than %d values in all", stageMaxParams-len(oids)),
+			"Narrow the subqueries (a key, a filter, a LIMIT), or run them as statements of their own.")
+	}
+	return sql, types, vals, nil
+}
+
+// stageFinal runs stage 2 on the default shard and streams its answer to
+// the client; it returns the error to answer instead, if any.
+func (s *session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) []byte {
+	if len(bv.Params) != len(oids) {
+		return stageErr(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but prepared statement \"\" requires %d", len(bv.Params), len(oids)), "")
+	}
+	sql, types, vals, fail := stageSQL(sg, oids, sets)
+	if fail != nil {
+		return fail
+	}
+	raw := pgwire.AppendParseMsg(nil, "", sql, types)
+	raw = appendStageBind(raw, bv, vals)
+	raw = pgwire.AppendDescribe(raw, 'P', "")
+	raw = pgwire.AppendExecute(raw, "", 0)
+	raw = pgwire.AppendEmpty(raw, 'S')
+	fp := &fanPlan{st: f.st, dest: f.dest, only: s.srv.defaultShard + 1, raw: raw}
+	streams, live, fail := s.stageStart(p, fp, nil, nil)
+	if fail != nil {
+		return fail
+	}
+	defer stageEnd(streams)
+	st := streams[0]
+	if st.failed() {
+		st.drain()
+		return s.stageError(streams)
+	}
+	fs, err := pgvalue.ParseRowDesc(st.rowDesc)
+	if err != nil || !sameColumns(fs, orig) {
+		st.drain()
+		return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the read in two stages would not describe its columns as the statement does", "Run the subqueries as statements of their own.")
+	}
+	if !f.simple {
+		s.out = pgwire.AppendEmpty(s.out, '2') // BindComplete
+	}
+	if f.simple || f.describe {
+		for i := range fs {
+			fs[i].Table, fs[i].Attnum = orig[i].Table, orig[i].Attnum
+		}
+		s.out = pgvalue.AppendRowDesc(s.out, fs)
+	}
+	for ok := live[0]; ok; ok = st.nextRow() {
+		s.out = append(s.out, st.row...)
+		if len(s.out) > 64*1024 {
+			if err := s.flush(); err != nil {
+				return nil
+			}
+		}
+	}
+	st.drain()
+	if st.failed() {
+		return s.fanResultError(streams)
+	}
+	for _, n := range st.notices {
+		s.out = append(s.out, n...)
+	}
+	s.out = pgwire.AppendCommandComplete(s.out, string(st.tag))
+	return nil
+}
+
+// sameColumns reports whether stage 2's columns are the statement's:
+// names, types, type modifiers.
+func sameColumns(a, b []pgvalue.Field) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].OID != b[i].OID || a[i].Typmod != b[i].Typmod || a[i].Typlen != b[i].Typlen {
+			return false
+		}
+	}
+	return true
+}
+
+// appendStageBind appends stage 2's Bind: the client's parameters in
+// their formats, then vals in binary, with the client's result formats.
+func appendStageBind(dst []byte, bv *pgwire.BindView, vals [][]byte) []byte {
+	dst, sp := pgwire.BeginMsg(dst, 'B')
+	dst = pgwire.AppendCStr(dst, "")
+	dst = pgwire.AppendCStr(dst, "")
+	n := len(bv.Params) + len(vals)
+	dst = pgwire.AppendU16(dst, uint16(n))
+	for i := range bv.Params {
+		var fm int16
+		switch len(bv.Formats) {
+		case 0:
+		case 1:
+			fm = bv.Formats[0]
+		default:
+			fm = bv.Formats[i]
+		}
+		dst = pgwire.AppendU16(dst, uint16(fm))
+	}
+	for range vals {
+		dst = pgwire.AppendU16(dst, 1)
+	}
+	dst = pgwire.AppendU16(dst, uint16(n))
+	for _, v := range append(append([][]byte(nil), bv.Params...), vals...) {
+		if v == nil {
+			dst = pgwire.AppendU32(dst, 0xFFFFFFFF)
+			continue
+		}
+		dst = pgwire.AppendU32(dst, uint32(len(v)))
+		dst = append(dst, v...)
+	}
+	dst = pgwire.AppendU16(dst, uint16(len(bv.ResultFmts)))
+	for _, fm := range bv.ResultFmts {
+		dst = pgwire.AppendU16(dst, uint16(fm))
+	}
+	return pgwire.FinishMsg(dst, sp)
+}

@@ -1,0 +1,38 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// TestStageSQL checks stage 2's text and parameters: the inner rows as a
+// VALUES list of parameters numbered after the client's, typed by the
+// rows' OIDs; an empty result as one row of NULLs WHERE false; a column
+// with a type modifier refused.
+func TestStageSQL(t *testing.T) {
+	sg := &route.Stages{Outer: "SELECT d.a FROM (" + route.StageMarker(0) + ") d JOIN (" + route.StageMarker(1) + ") e ON true WHERE d.a > $1"}
+	rows := &stageRows{fields: []pgvalue.Field{{Name: "a", OID: 20, Typmod: -1}, {Name: `b"x`, OID: 25, Typmod: -1}},
+		rows: [][][]byte{{[]byte("1"), nil}, {[]byte("2"), []byte("t")}}}
+	empty := &stageRows{fields: []pgvalue.Field{{Name: "c", OID: 1700, Typmod: -1}}}
+	sql, types, vals, fail := stageSQL(sg, []uint32{23}, []*stageRows{rows, empty})
+	if fail != nil {
+		t.Fatalf("refused: %q", fail)
+	}
+	want := `SELECT d.a FROM (SELECT * FROM (VALUES ($2, $3), ($4, $5)) AS pgshard_v("a", "b""x")) d JOIN (SELECT * FROM (VALUES ($6)) AS pgshard_v("c") WHERE false) e ON true WHERE d.a > $1`
+	if sql != want {
+		t.Errorf("stage 2:\n got %s\nwant %s", sql, want)
+	}
+	if got := len(types); got != 6 || types[0] != 23 || types[1] != 20 || types[2] != 25 || types[5] != 1700 {
+		t.Errorf("types %v", types)
+	}
+	if len(vals) != 5 || string(vals[0]) != "1" || vals[1] != nil || vals[4] != nil {
+		t.Errorf("values %q", vals)
+	}
+	mod := &stageRows{fields: []pgvalue.Field{{Name: "v", OID: 1043, Typmod: 14}}}
+	if _, _, _, fail := stageSQL(&route.Stages{Outer: route.StageMarker(0)}, nil, []*stageRows{mod}); fail == nil || !strings.Contains(string(fail), "type modifier") {
+		t.Errorf("a type modifier: got %q", fail)
+	}
+}
