@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgshard/pgshard/catalog"
-	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/shardmap"
@@ -72,29 +71,8 @@ func moveOneBucket(t *testing.T, m *shardmap.Map, b int, to string) *shardmap.Ma
 //     the catalog back it serves again.
 func TestProxyFollowsCatalog(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
-	c := clustertest.Get(t)
-	old := clustertest.MigratedMap(t, c)
-	pc, err := pgx.ParseConfig(old.Shards[0].DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &testDB{c: c, name: pc.Database, m: old}
-	catDB := clustertest.FreshDatabase(t, c)
-	cm, err := c.MapFor(catDB, shardmap.DefaultBuckets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := catalog.Open(ctx, cm.Shards[0].DSN, catalog.Options{ApplicationName: "proxy catalog test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	if _, err := cat.Install(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := cat.Push(ctx, old, 0); err != nil {
-		t.Fatal(err)
-	}
+	d, cat, catDB := catalogTestDB(t, ctx)
+	old := d.m
 	f, err := cat.NewFollower(catalog.FollowOptions{Owner: "proxy-test", Kind: "proxy", TTL: 8 * time.Second, Interval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func catalogTestDB(t *testing.T, ctx context.Context) (*testDB, *catalog.Catalog
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalog.Open(ctx, cm.Shards[0].DSN, catalog.Options{ApplicationName: "proxy fence retry test"})
+	cat, err := catalog.Open(ctx, cm.Shards[0].DSN, catalog.Options{ApplicationName: "proxy catalog test"})
 	if err != nil {
 		t.Fatal(err)
 	}
