@@ -232,8 +232,8 @@ func TestKinds(t *testing.T) {
 			t.Fatalf("NewFault(%s) = %v, %v", k, f, err)
 		}
 	}
-	if len(seen) != 12 {
-		t.Fatalf("%d kinds, want 12", len(seen))
+	if len(seen) != 14 {
+		t.Fatalf("%d kinds, want 14", len(seen))
 	}
 	if _, err := chaos.ParseKind("nope"); err == nil || !strings.Contains(err.Error(), "known: terminate, lost-ack") {
 		t.Fatalf("ParseKind(nope): %v", err)
