@@ -677,7 +677,9 @@ func (g *ggen) inner() (string, []gcol) {
 	}
 	switch g.n(8) {
 	case 0:
-		s += " ORDER BY " + strings.Join(pksOf([]rel{a}), ", ") + " LIMIT " + strconv.Itoa(5+g.n(30))
+		// Ordered by every joined relation's key: a join repeats x's
+		// rows, and a LIMIT over ties may keep any of them.
+		s += " ORDER BY " + strings.Join(pksOf(rels), ", ") + " LIMIT " + strconv.Itoa(5+g.n(30))
 	case 1:
 		// grouped by the key
 		s = "SELECT x." + t.pk[0] + " AS c1, count(*) AS c2 FROM " + from + " GROUP BY x." + t.pk[0]
