@@ -73,7 +73,8 @@
 //	watch.go    Watch: bounded polling for new epochs
 //	lease.go    Acquire, Renew, Release, Live
 //	follow.go   Follower: Watch plus a lease renewed every TTL/3, for a
-//	            router or proxy; Check refuses once the lease lapsed
+//	            router or proxy; Check refuses once the lease lapsed,
+//	            WaitLive waits (bounded) for the first live lease
 //	moves.go    the move journal: PlanMoves, Moves, UpdateMove, FlipMove (a
 //	            move's commit point: epoch+1 and "flipped" in one transaction), Reassign
 //	sql/        the schema versions (0001_catalog.sql)

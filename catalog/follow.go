@@ -140,6 +140,27 @@ func (f *Follower) Check(now time.Time) error {
 	return e
 }
 
+// WaitLive waits until the lease is live (Check passes), polling every
+// 20 ms, at most within or until ctx ends: for a process that must not
+// serve before its first lease (Run acquires it).
+func (f *Follower) WaitLive(ctx context.Context, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := f.Check(time.Now())
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no lease within %v: %w", within, errors.Join(err, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
 // Lease returns the lease last acquired or renewed and whether it is held
 // (it may have lapsed since: see Check).
 func (f *Follower) Lease() (Lease, bool) {

@@ -35,3 +35,22 @@ func TestFollowerCheckFastPath(t *testing.T) {
 		t.Errorf("not held: %v, want ErrNoLease", err)
 	}
 }
+
+// TestFollowerWaitLive: WaitLive returns once the lease is live, and a
+// wait that never sees one ends at its bound with ErrNoLease.
+func TestFollowerWaitLive(t *testing.T) {
+	f, err := (&Catalog{}).NewFollower(FollowOptions{Owner: "p", Kind: "router"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitLive(t.Context(), 50*time.Millisecond); !errors.Is(err, ErrNoLease) {
+		t.Fatalf("never acquired: %v, want ErrNoLease", err)
+	}
+	f.mu.Lock()
+	f.lease, f.held = Lease{ValidUntil: time.Now().Add(time.Hour)}, true
+	f.publish()
+	f.mu.Unlock()
+	if err := f.WaitLive(t.Context(), time.Minute); err != nil {
+		t.Fatalf("live lease: %v", err)
+	}
+}

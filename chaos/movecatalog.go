@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -163,22 +162,11 @@ func openFollowingRouter(ctx context.Context, cat *catalog.Catalog, opts router.
 		<-done // Run releases the lease on its way out
 		r.Close()
 	}
-	wctx, wcancel := context.WithTimeout(ctx, catalogLeaseWait)
-	defer wcancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := f.Check(time.Now())
-		if err == nil {
-			return r, stop, nil
-		}
-		select {
-		case <-wctx.Done():
-			stop()
-			return nil, nil, fmt.Errorf("catalog %s: no router lease within %v: %w", cat.Addr(), catalogLeaseWait, errors.Join(err, wctx.Err()))
-		case <-t.C:
-		}
+	if err := f.WaitLive(ctx, catalogLeaseWait); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("catalog %s: router: %w", cat.Addr(), err)
 	}
+	return r, stop, nil
 }
 
 // stoppingStore is a store whose Close is stop (the following router's:

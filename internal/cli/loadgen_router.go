@@ -77,30 +77,11 @@ func openStoreRouter(ctx context.Context, cfg *config.Config, opts router.Option
 		r.Close()
 		cat.Close()
 	}
-	if err := waitLease(ctx, f); err != nil {
+	if err := f.WaitLive(ctx, leaseWait); err != nil {
 		stop()
 		return nil, fmt.Errorf("catalog %s: %w", cat.Addr(), err)
 	}
 	return &storeRouter{Router: r, Start: m, Catalog: cat.Addr(), stop: stop}, nil
-}
-
-// waitLease waits, at most leaseWait, until f holds a live lease.
-func waitLease(ctx context.Context, f *catalog.Follower) error {
-	ctx, cancel := context.WithTimeout(ctx, leaseWait)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := f.Check(time.Now())
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no lease within %v: %w", leaseWait, err)
-		case <-t.C:
-		}
-	}
 }
 
 // followedCatalog is a catalog opened to follow: its map in force and a
