@@ -85,18 +85,35 @@ type scanner struct {
 // next returns the next token, or false at the end of the text (or of the
 // scannable part: see bad).
 func (s *scanner) next() (token, bool) {
-	sql := s.sql
-	i, n := s.i, len(sql)
-	tok := func(t token, next int) (token, bool) {
-		t.start, t.end = i, next
-		s.i = next
-		return t, true
+	i, ok := s.skipBlanks(s.i)
+	if !ok {
+		return s.fail()
 	}
-	fail := func() (token, bool) {
-		s.bad = true
-		s.i = n
+	if i >= len(s.sql) {
+		s.i = i
 		return token{}, false
 	}
+	t, end, ok := s.scanToken(i)
+	if !ok {
+		return s.fail()
+	}
+	t.start, t.end = i, end
+	s.i = end
+	return t, true
+}
+
+// fail marks the text unscannable from here on (it ends inside a token).
+func (s *scanner) fail() (token, bool) {
+	s.bad = true
+	s.i = len(s.sql)
+	return token{}, false
+}
+
+// skipBlanks skips whitespace and comments from i, keeping block comments
+// when keepComments is set. It returns where the next token starts (or the
+// end of the text), and false when the text ends inside a block comment.
+func (s *scanner) skipBlanks(i int) (int, bool) {
+	sql, n := s.sql, len(s.sql)
 	for i < n {
 		c := sql[i]
 		switch {
@@ -124,99 +141,117 @@ func (s *scanner) next() (token, bool) {
 				}
 			}
 			if depth > 0 {
-				return fail()
+				return n, false
 			}
 			if s.keepComments {
 				s.comments = append(s.comments, comment{body: sql[start : i-2]})
 			}
-		case c == '\'':
-			v, next, ok := scanQuoted(sql, i, '\'', false)
-			if !ok {
-				return fail()
-			}
-			return tok(token{kind: tokString, text: v, plain: true}, next)
-		case (c == 'e' || c == 'E') && i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i):
-			_, next, ok := scanQuoted(sql, i+1, '\'', true)
-			if !ok {
-				return fail()
-			}
-			return tok(token{kind: tokString, text: sql[i:next]}, next)
-		case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i):
-			_, next, ok := scanQuoted(sql, i+1, '\'', false)
-			if !ok {
-				return fail()
-			}
-			return tok(token{kind: tokString, text: sql[i:next]}, next)
-		case (c == 'u' || c == 'U') && i+2 < n && sql[i+1] == '&' && (sql[i+2] == '\'' || sql[i+2] == '"') && !identBefore(sql, i):
-			q := sql[i+2]
-			_, next, ok := scanQuoted(sql, i+2, q, false)
-			if !ok {
-				return fail()
-			}
-			kind := tokString
-			if q == '"' {
-				kind = tokQIdent
-			}
-			return tok(token{kind: kind, text: sql[i:next]}, next)
-		case c == '"':
-			v, next, ok := scanQuoted(sql, i, '"', false)
-			if !ok {
-				return fail()
-			}
-			return tok(token{kind: tokQIdent, text: v}, next)
-		case c == '$':
-			if i+1 < n && isDigit(sql[i+1]) {
-				j := i + 1
-				for j < n && isDigit(sql[j]) {
-					j++
-				}
-				return tok(token{kind: tokParam, text: sql[i:j]}, j)
-			}
-			// A dollar quote: $tag$ ... $tag$, the tag an identifier
-			// without '$' (or empty).
-			j := i + 1
-			for j < n && isIdentCont(sql[j]) && sql[j] != '$' {
-				j++
-			}
-			if j < n && sql[j] == '$' && (j == i+1 || isIdentStart(sql[i+1])) {
-				delim := sql[i : j+1]
-				end := indexFrom(sql, delim, j+1)
-				if end < 0 {
-					return fail()
-				}
-				return tok(token{kind: tokString, text: sql[i : end+len(delim)]}, end+len(delim))
-			}
-			return tok(token{kind: tokPunct, text: "$"}, i+1)
-		case isIdentStart(c):
-			j := i + 1
-			for j < n && isIdentCont(sql[j]) {
-				j++
-			}
-			return tok(token{kind: tokWord, text: sql[i:j]}, j)
-		case isDigit(c) || (c == '.' && i+1 < n && isDigit(sql[i+1])):
-			j := i + 1
-			for j < n && (isDigit(sql[j]) || sql[j] == '.' || sql[j] == '_' || isLetter(sql[j]) ||
-				((sql[j] == '+' || sql[j] == '-') && (sql[j-1] == 'e' || sql[j-1] == 'E'))) {
-				j++
-			}
-			return tok(token{kind: tokNumber, text: sql[i:j]}, j)
-		case c == ';':
-			return tok(token{kind: tokSemi, text: ";"}, i+1)
 		default:
-			// Operators: a run of operator characters is one token, but a
-			// comment start inside it ends the run (as in scan.l).
-			j := i + 1
-			if isOpChar(c) {
-				for j < n && isOpChar(sql[j]) && !(sql[j] == '-' && j+1 < n && sql[j+1] == '-') &&
-					!(sql[j] == '/' && j+1 < n && sql[j+1] == '*') {
-					j++
-				}
-			}
-			return tok(token{kind: tokPunct, text: sql[i:j]}, j)
+			return i, true
 		}
 	}
-	s.i = n
-	return token{}, false
+	return i, true
+}
+
+// scanToken reads the token that starts at sql[i] (not a blank or a
+// comment). It returns the token without its position, the index after
+// it, and false when the text ends inside it.
+func (s *scanner) scanToken(i int) (token, int, bool) {
+	sql, n := s.sql, len(s.sql)
+	c := sql[i]
+	switch {
+	case c == '\'' || c == '"' || i+1 < n && (sql[i+1] == '\'' || sql[i+1] == '&') && isLetter(c) && !identBefore(sql, i):
+		if t, end, ok, quoted := scanQuotedToken(sql, i); quoted {
+			return t, end, ok
+		}
+	case c == '$':
+		return scanDollar(sql, i)
+	}
+	switch {
+	case isIdentStart(c):
+		j := i + 1
+		for j < n && isIdentCont(sql[j]) {
+			j++
+		}
+		return token{kind: tokWord, text: sql[i:j]}, j, true
+	case isDigit(c) || (c == '.' && i+1 < n && isDigit(sql[i+1])):
+		j := i + 1
+		for j < n && (isDigit(sql[j]) || sql[j] == '.' || sql[j] == '_' || isLetter(sql[j]) ||
+			((sql[j] == '+' || sql[j] == '-') && (sql[j-1] == 'e' || sql[j-1] == 'E'))) {
+			j++
+		}
+		return token{kind: tokNumber, text: sql[i:j]}, j, true
+	case c == ';':
+		return token{kind: tokSemi, text: ";"}, i + 1, true
+	}
+	// Operators: a run of operator characters is one token, but a comment
+	// start inside it ends the run (as in scan.l).
+	j := i + 1
+	if isOpChar(c) {
+		for j < n && isOpChar(sql[j]) && !(sql[j] == '-' && j+1 < n && sql[j+1] == '-') &&
+			!(sql[j] == '/' && j+1 < n && sql[j+1] == '*') {
+			j++
+		}
+	}
+	return token{kind: tokPunct, text: sql[i:j]}, j, true
+}
+
+// scanQuotedToken reads a quoted token at sql[i]: '...', "...", and the
+// prefixed strings E'...', B'...', X'...', N'...', U&'...' and U&"..."
+// (the prefix not glued to an identifier before it: the caller checks).
+// quoted is false when sql[i] starts none of them (a word such as e, u&x).
+func scanQuotedToken(sql string, i int) (t token, end int, ok, quoted bool) {
+	n := len(sql)
+	switch c := sql[i]; {
+	case c == '\'':
+		v, next, ok := scanQuoted(sql, i, '\'', false)
+		return token{kind: tokString, text: v, plain: true}, next, ok, true
+	case c == '"':
+		v, next, ok := scanQuoted(sql, i, '"', false)
+		return token{kind: tokQIdent, text: v}, next, ok, true
+	case (c == 'e' || c == 'E') && i+1 < n && sql[i+1] == '\'':
+		_, next, ok := scanQuoted(sql, i+1, '\'', true)
+		return token{kind: tokString, text: sql[i:next]}, next, ok, true
+	case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && i+1 < n && sql[i+1] == '\'':
+		_, next, ok := scanQuoted(sql, i+1, '\'', false)
+		return token{kind: tokString, text: sql[i:next]}, next, ok, true
+	case (c == 'u' || c == 'U') && i+2 < n && sql[i+1] == '&' && (sql[i+2] == '\'' || sql[i+2] == '"'):
+		q := sql[i+2]
+		_, next, ok := scanQuoted(sql, i+2, q, false)
+		kind := tokString
+		if q == '"' {
+			kind = tokQIdent
+		}
+		return token{kind: kind, text: sql[i:next]}, next, ok, true
+	}
+	return token{}, 0, false, false
+}
+
+// scanDollar reads a token starting with '$': a parameter $n, a
+// dollar-quoted string $tag$ ... $tag$ (the tag an identifier without '$',
+// or empty), or else the operator character '$'.
+func scanDollar(sql string, i int) (token, int, bool) {
+	n := len(sql)
+	if i+1 < n && isDigit(sql[i+1]) {
+		j := i + 1
+		for j < n && isDigit(sql[j]) {
+			j++
+		}
+		return token{kind: tokParam, text: sql[i:j]}, j, true
+	}
+	j := i + 1
+	for j < n && isIdentCont(sql[j]) && sql[j] != '$' {
+		j++
+	}
+	if j < n && sql[j] == '$' && (j == i+1 || isIdentStart(sql[i+1])) {
+		delim := sql[i : j+1]
+		end := indexFrom(sql, delim, j+1)
+		if end < 0 {
+			return token{}, n, false
+		}
+		return token{kind: tokString, text: sql[i : end+len(delim)]}, end + len(delim), true
+	}
+	return token{kind: tokPunct, text: "$"}, i + 1, true
 }
 
 // scanQuoted scans a quoted token starting at sql[i] == q, where a doubled
