@@ -83,37 +83,17 @@ type scanner struct {
 }
 
 // next returns the next token, or false at the end of the text (or of the
-// scannable part: see bad).
+// scannable part: see bad). Blanks and comments are skipped here, words,
+// numbers and operators read here (the common tokens); quoted tokens,
+// block comments and '$' have their own readers.
 func (s *scanner) next() (token, bool) {
-	i, ok := s.skipBlanks(s.i)
-	if !ok {
-		return s.fail()
+	sql := s.sql
+	i, n := s.i, len(sql)
+	tok := func(t token, next int) (token, bool) {
+		t.start, t.end = i, next
+		s.i = next
+		return t, true
 	}
-	if i >= len(s.sql) {
-		s.i = i
-		return token{}, false
-	}
-	t, end, ok := s.scanToken(i)
-	if !ok {
-		return s.fail()
-	}
-	t.start, t.end = i, end
-	s.i = end
-	return t, true
-}
-
-// fail marks the text unscannable from here on (it ends inside a token).
-func (s *scanner) fail() (token, bool) {
-	s.bad = true
-	s.i = len(s.sql)
-	return token{}, false
-}
-
-// skipBlanks skips whitespace and comments from i, keeping block comments
-// when keepComments is set. It returns where the next token starts (or the
-// end of the text), and false when the text ends inside a block comment.
-func (s *scanner) skipBlanks(i int) (int, bool) {
-	sql, n := s.sql, len(s.sql)
 	for i < n {
 		c := sql[i]
 		switch {
@@ -124,107 +104,134 @@ func (s *scanner) skipBlanks(i int) (int, bool) {
 				i++
 			}
 		case c == '/' && i+1 < n && sql[i+1] == '*':
-			// Block comments nest in Postgres.
-			start := i + 2
-			depth := 1
-			i += 2
-			for i < n && depth > 0 {
-				switch {
-				case sql[i] == '/' && i+1 < n && sql[i+1] == '*':
-					depth++
-					i += 2
-				case sql[i] == '*' && i+1 < n && sql[i+1] == '/':
-					depth--
-					i += 2
-				default:
-					i++
+			next, ok := s.blockComment(i)
+			if !ok {
+				return s.fail()
+			}
+			i = next
+		case c == '\'' || c == '"' || i+1 < n && (sql[i+1] == '\'' || sql[i+1] == '&') && quoteStart(sql, i):
+			t, next, ok := scanQuotedToken(sql, i)
+			if !ok {
+				return s.fail()
+			}
+			return tok(t, next)
+		case c == '$':
+			t, next, ok := scanDollar(sql, i)
+			if !ok {
+				return s.fail()
+			}
+			return tok(t, next)
+		case isIdentStart(c):
+			j := i + 1
+			for j < n && isIdentCont(sql[j]) {
+				j++
+			}
+			return tok(token{kind: tokWord, text: sql[i:j]}, j)
+		case isDigit(c) || (c == '.' && i+1 < n && isDigit(sql[i+1])):
+			j := i + 1
+			for j < n && (isDigit(sql[j]) || sql[j] == '.' || sql[j] == '_' || isLetter(sql[j]) ||
+				((sql[j] == '+' || sql[j] == '-') && (sql[j-1] == 'e' || sql[j-1] == 'E'))) {
+				j++
+			}
+			return tok(token{kind: tokNumber, text: sql[i:j]}, j)
+		case c == ';':
+			return tok(token{kind: tokSemi, text: ";"}, i+1)
+		default:
+			// Operators: a run of operator characters is one token, but a
+			// comment start inside it ends the run (as in scan.l).
+			j := i + 1
+			if isOpChar(c) {
+				for j < n && isOpChar(sql[j]) && !(sql[j] == '-' && j+1 < n && sql[j+1] == '-') &&
+					!(sql[j] == '/' && j+1 < n && sql[j+1] == '*') {
+					j++
 				}
 			}
-			if depth > 0 {
-				return n, false
-			}
-			if s.keepComments {
-				s.comments = append(s.comments, comment{body: sql[start : i-2]})
-			}
-		default:
-			return i, true
+			return tok(token{kind: tokPunct, text: sql[i:j]}, j)
 		}
+	}
+	s.i = n
+	return token{}, false
+}
+
+// fail marks the rest of the text unscannable (it ends inside a token or
+// a comment).
+func (s *scanner) fail() (token, bool) {
+	s.bad = true
+	s.i = len(s.sql)
+	return token{}, false
+}
+
+// blockComment skips the block comment at sql[i] ("/*"; they nest in
+// Postgres), keeping its body when keepComments is set. It returns the
+// index after it, false when the text ends inside it.
+func (s *scanner) blockComment(i int) (int, bool) {
+	sql, n := s.sql, len(s.sql)
+	start := i + 2
+	depth := 1
+	i += 2
+	for i < n && depth > 0 {
+		switch {
+		case sql[i] == '/' && i+1 < n && sql[i+1] == '*':
+			depth++
+			i += 2
+		case sql[i] == '*' && i+1 < n && sql[i+1] == '/':
+			depth--
+			i += 2
+		default:
+			i++
+		}
+	}
+	if depth > 0 {
+		return n, false
+	}
+	if s.keepComments {
+		s.comments = append(s.comments, comment{body: sql[start : i-2]})
 	}
 	return i, true
 }
 
-// scanToken reads the token that starts at sql[i] (not a blank or a
-// comment). It returns the token without its position, the index after
-// it, and false when the text ends inside it.
-func (s *scanner) scanToken(i int) (token, int, bool) {
-	sql, n := s.sql, len(s.sql)
-	c := sql[i]
-	switch {
-	case c == '\'' || c == '"' || i+1 < n && (sql[i+1] == '\'' || sql[i+1] == '&') && isLetter(c) && !identBefore(sql, i):
-		if t, end, ok, quoted := scanQuotedToken(sql, i); quoted {
-			return t, end, ok
-		}
-	case c == '$':
-		return scanDollar(sql, i)
+// quoteStart reports whether a quoted token starts at sql[i]: '...',
+// "...", or a prefixed string E'...', B'...', X'...', N'...', U&'...' or
+// identifier U&"..." whose prefix is not the end of an identifier.
+func quoteStart(sql string, i int) bool {
+	n := len(sql)
+	switch sql[i] {
+	case '\'', '"':
+		return true
+	case 'e', 'E', 'b', 'B', 'x', 'X', 'n', 'N':
+		return i+1 < n && sql[i+1] == '\'' && !identBefore(sql, i)
+	case 'u', 'U':
+		return i+2 < n && sql[i+1] == '&' && (sql[i+2] == '\'' || sql[i+2] == '"') && !identBefore(sql, i)
 	}
-	switch {
-	case isIdentStart(c):
-		j := i + 1
-		for j < n && isIdentCont(sql[j]) {
-			j++
-		}
-		return token{kind: tokWord, text: sql[i:j]}, j, true
-	case isDigit(c) || (c == '.' && i+1 < n && isDigit(sql[i+1])):
-		j := i + 1
-		for j < n && (isDigit(sql[j]) || sql[j] == '.' || sql[j] == '_' || isLetter(sql[j]) ||
-			((sql[j] == '+' || sql[j] == '-') && (sql[j-1] == 'e' || sql[j-1] == 'E'))) {
-			j++
-		}
-		return token{kind: tokNumber, text: sql[i:j]}, j, true
-	case c == ';':
-		return token{kind: tokSemi, text: ";"}, i + 1, true
-	}
-	// Operators: a run of operator characters is one token, but a comment
-	// start inside it ends the run (as in scan.l).
-	j := i + 1
-	if isOpChar(c) {
-		for j < n && isOpChar(sql[j]) && !(sql[j] == '-' && j+1 < n && sql[j+1] == '-') &&
-			!(sql[j] == '/' && j+1 < n && sql[j+1] == '*') {
-			j++
-		}
-	}
-	return token{kind: tokPunct, text: sql[i:j]}, j, true
+	return false
 }
 
-// scanQuotedToken reads a quoted token at sql[i]: '...', "...", and the
-// prefixed strings E'...', B'...', X'...', N'...', U&'...' and U&"..."
-// (the prefix not glued to an identifier before it: the caller checks).
-// quoted is false when sql[i] starts none of them (a word such as e, u&x).
-func scanQuotedToken(sql string, i int) (t token, end int, ok, quoted bool) {
-	n := len(sql)
-	switch c := sql[i]; {
-	case c == '\'':
+// scanQuotedToken reads the quoted token at sql[i] (quoteStart is true).
+// It returns the token without its position, the index after it, and
+// false when the text ends inside it.
+func scanQuotedToken(sql string, i int) (token, int, bool) {
+	switch c := sql[i]; c {
+	case '\'':
 		v, next, ok := scanQuoted(sql, i, '\'', false)
-		return token{kind: tokString, text: v, plain: true}, next, ok, true
-	case c == '"':
+		return token{kind: tokString, text: v, plain: true}, next, ok
+	case '"':
 		v, next, ok := scanQuoted(sql, i, '"', false)
-		return token{kind: tokQIdent, text: v}, next, ok, true
-	case (c == 'e' || c == 'E') && i+1 < n && sql[i+1] == '\'':
+		return token{kind: tokQIdent, text: v}, next, ok
+	case 'e', 'E':
 		_, next, ok := scanQuoted(sql, i+1, '\'', true)
-		return token{kind: tokString, text: sql[i:next]}, next, ok, true
-	case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && i+1 < n && sql[i+1] == '\'':
-		_, next, ok := scanQuoted(sql, i+1, '\'', false)
-		return token{kind: tokString, text: sql[i:next]}, next, ok, true
-	case (c == 'u' || c == 'U') && i+2 < n && sql[i+1] == '&' && (sql[i+2] == '\'' || sql[i+2] == '"'):
+		return token{kind: tokString, text: sql[i:next]}, next, ok
+	case 'u', 'U':
 		q := sql[i+2]
 		_, next, ok := scanQuoted(sql, i+2, q, false)
 		kind := tokString
 		if q == '"' {
 			kind = tokQIdent
 		}
-		return token{kind: kind, text: sql[i:next]}, next, ok, true
+		return token{kind: kind, text: sql[i:next]}, next, ok
 	}
-	return token{}, 0, false, false
+	// B'...', X'...', N'...'
+	_, next, ok := scanQuoted(sql, i+1, '\'', false)
+	return token{kind: tokString, text: sql[i:next]}, next, ok
 }
 
 // scanDollar reads a token starting with '$': a parameter $n, a

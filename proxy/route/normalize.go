@@ -109,17 +109,9 @@ const (
 // string or identifier, a string right after ')' — a typed literal with
 // type modifiers —, or a huge $n).
 func (n *normalizer) run(sql string) bool {
-	n.lits, n.spans, n.classes = n.lits[:0], n.spans[:0], n.classes[:0]
-	n.frames = append(n.frames[:0], frame{})
-	n.base = 0
+	n.reset()
 	sc := scanner{sql: sql}
-	var p1, p2 token // the two previous tokens of the statement
-	var k1, k2 kw    // their keywords
-	have1, have2 := false, false
-	stmtStart, stmtOK := true, false
-	ts := tsNone
-	var cand litCandidate
-	hasCand := false
+	c := normCursor{stmtStart: true}
 	for {
 		t, ok := sc.next()
 		if !ok {
@@ -129,103 +121,162 @@ func (n *normalizer) run(sql string) bool {
 		// indirection ('x'.f, '{1}'[1]: a parameter could take one, a
 		// constant cannot) nor, for -N, an operator binding tighter than
 		// unary minus (-5::text is -(5::text)).
-		if hasCand {
-			hasCand = false
-			if cand.followedBy(t) {
-				n.add(cand)
+		if c.hasCand {
+			c.hasCand = false
+			if c.cand.followedBy(t) {
+				n.add(c.cand)
 			}
 		}
-		k := kwNone
-		if t.kind == tokWord && !(have1 && p1.kind == tokPunct && p1.text == ".") {
-			k = keyword(t.text) // after '.', a word is a name: i.limit
+		if !n.step(sql, &c, t) {
+			return false
 		}
-		if stmtStart && t.kind != tokSemi {
-			stmtStart = false
-			stmtOK = kwFlags[k]&fStmt != 0 || t.kind == tokPunct && t.text == "("
-		}
-		top := &n.frames[len(n.frames)-1]
-		kept := !stmtOK || top.verbatim || top.orderBy
-		switch t.kind {
-		case tokSemi:
-			if len(n.frames) != 1 {
-				return false
-			}
-			n.frames[0] = frame{}
-			stmtStart, stmtOK, ts = true, false, tsNone
-			have1, have2 = false, false
-			continue
-		case tokParam:
-			if len(t.text) > 8 {
-				return false
-			}
-			v, _ := strconv.Atoi(t.text[1:])
-			if v > slotBase {
-				return false
-			}
-			n.base = max(n.base, v)
-		case tokQIdent:
-			if c := sql[t.start]; c == 'u' || c == 'U' {
-				return false // U&"..." may be followed by UESCAPE '...'
-			}
-		case tokString:
-			if c := sql[t.start]; c == 'u' || c == 'U' {
-				return false // U&'...' may be followed by UESCAPE '...'
-			}
-			if have1 && (p1.kind == tokString || p1.kind == tokPunct && p1.text == ")") {
-				// Two strings in a row are one continued constant (or an
-				// error); a string after ')' is a typed literal whose type
-				// has modifiers, numeric(10,2) '5'.
-				return false
-			}
-			// The scanner rejects a string that is not valid UTF-8: it stays,
-			// so that the text fails as it would.
-			if t.plain && !kept && stringAfter(p1, k1, have1) && utf8.ValidString(t.text) {
-				cand = litCandidate{start: t.start, end: t.end, lit: literal{v: kval{kind: kText, s: t.text}, class: litString}}
-				hasCand = true
-			}
-		case tokNumber:
-			if !kept {
-				cand, hasCand = numberCandidate(sql, t, p1, p2, k1, k2, have1, have2, top.neg)
-			}
-		case tokPunct:
-			switch t.text {
-			case "(":
-				if len(n.frames) == maxParenDepth {
-					return false
-				}
-				n.frames = append(n.frames, frame{
-					// pg_query takes EXTRACT($1 FROM x) but not EXTRACT(5 FROM x).
-					verbatim: top.verbatim || top.orderBy || ts == tsIn || ts == tsParen || have1 && k1 == kwExtract,
-					neg:      have1 && p1.kind == tokPunct && (p1.text[len(p1.text)-1] == '-' || p1.text == "(" && top.neg),
-				})
-			case ")":
-				if len(n.frames) == 1 {
-					return false
-				}
-				n.frames = n.frames[:len(n.frames)-1]
-			}
-		case tokWord:
-			if top.orderBy && kwFlags[k]&fClauseEnd != 0 {
-				top.orderBy = false
-			}
-			if k == kwBy && have1 && (k1 == kwOrder || k1 == kwGroup) {
-				top.orderBy = true
-			}
-		}
-		ts = nextTypeState(ts, t, k, p1, k1, have1)
-		p2, k2, have2 = p1, k1, have1
-		p1, k1, have1 = t, k, true
 	}
 	if sc.bad || len(n.frames) != 1 {
 		return false
 	}
-	if hasCand {
-		n.add(cand)
+	if c.hasCand {
+		n.add(c.cand)
 	}
 	if len(n.lits) == 0 {
 		return false
 	}
 	n.assemble(sql)
+	return true
+}
+
+// normCursor is where run is in the text: the two previous tokens of the
+// statement, the state of a type name, and the literal that becomes a
+// placeholder unless the next token says otherwise.
+type normCursor struct {
+	p1, p2       token // the two previous tokens of the statement
+	k1, k2       kw    // their keywords
+	have1, have2 bool
+	// stmtStart: the next token starts a statement; stmtOK: the
+	// statement's literals may become placeholders.
+	stmtStart, stmtOK bool
+	ts                typeState
+	cand              litCandidate
+	hasCand           bool
+}
+
+func (n *normalizer) reset() {
+	n.lits, n.spans, n.classes = n.lits[:0], n.spans[:0], n.classes[:0]
+	n.frames = append(n.frames[:0], frame{})
+	n.base = 0
+}
+
+// step takes token t: it decides whether t is a literal candidate and
+// follows statements, parentheses and clauses. It returns false when the
+// text must be analyzed in full.
+func (n *normalizer) step(sql string, c *normCursor, t token) bool {
+	k := kwNone
+	if t.kind == tokWord && !(c.have1 && c.p1.kind == tokPunct && c.p1.text == ".") {
+		k = keyword(t.text) // after '.', a word is a name: i.limit
+	}
+	if c.stmtStart && t.kind != tokSemi {
+		c.stmtStart = false
+		c.stmtOK = kwFlags[k]&fStmt != 0 || t.kind == tokPunct && t.text == "("
+	}
+	top := &n.frames[len(n.frames)-1]
+	kept := !c.stmtOK || top.verbatim || top.orderBy
+	switch t.kind {
+	case tokSemi:
+		if len(n.frames) != 1 {
+			return false
+		}
+		n.frames[0] = frame{}
+		c.stmtStart, c.stmtOK, c.ts = true, false, tsNone
+		c.have1, c.have2 = false, false
+		return true
+	case tokParam:
+		if !n.param(t) {
+			return false
+		}
+	case tokQIdent:
+		if c := sql[t.start]; c == 'u' || c == 'U' {
+			return false // U&"..." may be followed by UESCAPE '...'
+		}
+	case tokString:
+		if !c.stringLiteral(sql, t, kept) {
+			return false
+		}
+	case tokNumber:
+		if !kept {
+			c.cand, c.hasCand = numberCandidate(sql, t, c.p1, c.p2, c.k1, c.k2, c.have1, c.have2, top.neg)
+		}
+	case tokPunct:
+		if !n.paren(c, t, top) {
+			return false
+		}
+	case tokWord:
+		if top.orderBy && kwFlags[k]&fClauseEnd != 0 {
+			top.orderBy = false
+		}
+		if k == kwBy && c.have1 && (c.k1 == kwOrder || c.k1 == kwGroup) {
+			top.orderBy = true
+		}
+	}
+	c.ts = nextTypeState(c.ts, t, k, c.p1, c.k1, c.have1)
+	c.p2, c.k2, c.have2 = c.p1, c.k1, c.have1
+	c.p1, c.k1, c.have1 = t, k, true
+	return true
+}
+
+// param records a $n; false for a $n above the placeholders' numbers.
+func (n *normalizer) param(t token) bool {
+	if len(t.text) > 8 {
+		return false
+	}
+	v, _ := strconv.Atoi(t.text[1:])
+	if v > slotBase {
+		return false
+	}
+	n.base = max(n.base, v)
+	return true
+}
+
+// stringLiteral decides whether the string constant t is a literal
+// candidate (kept: literals here stay). It returns false when the text
+// must be analyzed in full.
+func (c *normCursor) stringLiteral(sql string, t token, kept bool) bool {
+	if ch := sql[t.start]; ch == 'u' || ch == 'U' {
+		return false // U&'...' may be followed by UESCAPE '...'
+	}
+	if c.have1 && (c.p1.kind == tokString || c.p1.kind == tokPunct && c.p1.text == ")") {
+		// Two strings in a row are one continued constant (or an error); a
+		// string after ')' is a typed literal whose type has modifiers,
+		// numeric(10,2) '5'.
+		return false
+	}
+	// The scanner rejects a string that is not valid UTF-8: it stays, so
+	// that the text fails as it would.
+	if t.plain && !kept && stringAfter(c.p1, c.k1, c.have1) && utf8.ValidString(t.text) {
+		c.cand = litCandidate{start: t.start, end: t.end, lit: literal{v: kval{kind: kText, s: t.text}, class: litString}}
+		c.hasCand = true
+	}
+	return true
+}
+
+// paren follows parentheses: a '(' opens a frame (verbatim for type
+// modifiers, DISTINCT ON, ORDER BY positions and EXTRACT), ')' closes one.
+// It returns false when they nest too deep or do not balance.
+func (n *normalizer) paren(c *normCursor, t token, top *frame) bool {
+	switch t.text {
+	case "(":
+		if len(n.frames) == maxParenDepth {
+			return false
+		}
+		n.frames = append(n.frames, frame{
+			// pg_query takes EXTRACT($1 FROM x) but not EXTRACT(5 FROM x).
+			verbatim: top.verbatim || top.orderBy || c.ts == tsIn || c.ts == tsParen || c.have1 && c.k1 == kwExtract,
+			neg:      c.have1 && c.p1.kind == tokPunct && (c.p1.text[len(c.p1.text)-1] == '-' || c.p1.text == "(" && top.neg),
+		})
+	case ")":
+		if len(n.frames) == 1 {
+			return false
+		}
+		n.frames = n.frames[:len(n.frames)-1]
+	}
 	return true
 }
 
@@ -533,6 +584,79 @@ var kwFlags = [kwCount]uint8{
 	kwHour: fTypeWord, kwMinute: fTypeWord, kwSecond: fTypeWord,
 }
 
+// kwNames spells each keyword the normalizer cares about, in lowercase.
+var kwNames = [kwCount]string{
+	kwSelect:       "select",
+	kwInsert:       "insert",
+	kwUpdate:       "update",
+	kwDelete:       "delete",
+	kwWith:         "with",
+	kwValues:       "values",
+	kwCall:         "call",
+	kwWhere:        "where",
+	kwAnd:          "and",
+	kwOr:           "or",
+	kwNot:          "not",
+	kwThen:         "then",
+	kwElse:         "else",
+	kwWhen:         "when",
+	kwCase:         "case",
+	kwLike:         "like",
+	kwIlike:        "ilike",
+	kwBetween:      "between",
+	kwEscape:       "escape",
+	kwReturning:    "returning",
+	kwHaving:       "having",
+	kwDistinct:     "distinct",
+	kwIn:           "in",
+	kwFrom:         "from",
+	kwTo:           "to",
+	kwZone:         "zone",
+	kwOn:           "on",
+	kwLimit:        "limit",
+	kwOffset:       "offset",
+	kwFetch:        "fetch",
+	kwFor:          "for",
+	kwWindow:       "window",
+	kwUnion:        "union",
+	kwIntersect:    "intersect",
+	kwExcept:       "except",
+	kwOrder:        "order",
+	kwGroup:        "group",
+	kwBy:           "by",
+	kwAs:           "as",
+	kwMaterialized: "materialized",
+	kwDouble:       "double",
+	kwPrecision:    "precision",
+	kwCharacter:    "character",
+	kwVarying:      "varying",
+	kwBit:          "bit",
+	kwNational:     "national",
+	kwChar:         "char",
+	kwVarchar:      "varchar",
+	kwWithout:      "without",
+	kwTime:         "time",
+	kwTimestamp:    "timestamp",
+	kwInterval:     "interval",
+	kwYear:         "year",
+	kwMonth:        "month",
+	kwDay:          "day",
+	kwHour:         "hour",
+	kwMinute:       "minute",
+	kwSecond:       "second",
+	kwExtract:      "extract",
+}
+
+// kwByInitial lists the keywords by their first letter ('a' to 'z'):
+// keyword compares a word with those few only.
+var kwByInitial = func() (t [26][]kw) {
+	for k := kwNone + 1; k < kwCount; k++ {
+		i := kwNames[k][0] - 'a'
+		t[i] = append(t[i], k)
+	}
+	return t
+}()
+
 // keyword returns the keyword s spells (in any case), kwNone if none the
 // normalizer cares about.
 func keyword(s string) kw {
@@ -547,125 +671,13 @@ func keyword(s string) kw {
 		}
 		b[i] = c
 	}
-	switch string(b[:len(s)]) {
-	case "select":
-		return kwSelect
-	case "insert":
-		return kwInsert
-	case "update":
-		return kwUpdate
-	case "delete":
-		return kwDelete
-	case "with":
-		return kwWith
-	case "values":
-		return kwValues
-	case "call":
-		return kwCall
-	case "where":
-		return kwWhere
-	case "and":
-		return kwAnd
-	case "or":
-		return kwOr
-	case "not":
-		return kwNot
-	case "then":
-		return kwThen
-	case "else":
-		return kwElse
-	case "when":
-		return kwWhen
-	case "case":
-		return kwCase
-	case "like":
-		return kwLike
-	case "ilike":
-		return kwIlike
-	case "between":
-		return kwBetween
-	case "escape":
-		return kwEscape
-	case "returning":
-		return kwReturning
-	case "having":
-		return kwHaving
-	case "distinct":
-		return kwDistinct
-	case "in":
-		return kwIn
-	case "from":
-		return kwFrom
-	case "to":
-		return kwTo
-	case "zone":
-		return kwZone
-	case "on":
-		return kwOn
-	case "limit":
-		return kwLimit
-	case "offset":
-		return kwOffset
-	case "fetch":
-		return kwFetch
-	case "for":
-		return kwFor
-	case "window":
-		return kwWindow
-	case "union":
-		return kwUnion
-	case "intersect":
-		return kwIntersect
-	case "except":
-		return kwExcept
-	case "order":
-		return kwOrder
-	case "group":
-		return kwGroup
-	case "by":
-		return kwBy
-	case "as":
-		return kwAs
-	case "materialized":
-		return kwMaterialized
-	case "double":
-		return kwDouble
-	case "precision":
-		return kwPrecision
-	case "character":
-		return kwCharacter
-	case "varying":
-		return kwVarying
-	case "bit":
-		return kwBit
-	case "national":
-		return kwNational
-	case "char":
-		return kwChar
-	case "varchar":
-		return kwVarchar
-	case "without":
-		return kwWithout
-	case "time":
-		return kwTime
-	case "timestamp":
-		return kwTimestamp
-	case "interval":
-		return kwInterval
-	case "year":
-		return kwYear
-	case "month":
-		return kwMonth
-	case "day":
-		return kwDay
-	case "hour":
-		return kwHour
-	case "minute":
-		return kwMinute
-	case "second":
-		return kwSecond
-	case "extract":
-		return kwExtract
+	if b[0] < 'a' || b[0] > 'z' {
+		return kwNone
+	}
+	for _, k := range kwByInitial[b[0]-'a'] {
+		if len(kwNames[k]) == len(s) && kwNames[k] == string(b[:len(s)]) {
+			return k
+		}
 	}
 	return kwNone
 }

@@ -169,3 +169,31 @@ func TestCacheGetBytes(t *testing.T) {
 		t.Error("getBytes found an absent key")
 	}
 }
+
+// TestKeywordTable: keyword finds every keyword of the table in any case,
+// and nothing else (a prefix, a longer word, a word with a digit).
+func TestKeywordTable(t *testing.T) {
+	seen := map[string]bool{}
+	for k := kwNone + 1; k < kwCount; k++ {
+		name := kwNames[k]
+		if name == "" || seen[name] {
+			t.Fatalf("keyword %d: name %q missing or repeated", k, name)
+		}
+		seen[name] = true
+		for _, s := range []string{name, strings.ToUpper(name), strings.ToUpper(name[:1]) + name[1:]} {
+			if got := keyword(s); got != k {
+				t.Errorf("keyword(%q) = %d, want %d", s, got, k)
+			}
+		}
+		for _, s := range []string{name[:len(name)-1], name + "s", name + "1", "_" + name} {
+			if got := keyword(s); got != kwNone && kwNames[got] != strings.ToLower(s) {
+				t.Errorf("keyword(%q) = %d (%q), want kwNone", s, got, kwNames[got])
+			}
+		}
+	}
+	for _, s := range []string{"", "a", "x", "executions", "selectselect", "Ünion", "9select"} {
+		if got := keyword(s); got != kwNone {
+			t.Errorf("keyword(%q) = %d, want kwNone", s, got)
+		}
+	}
+}
