@@ -36,37 +36,124 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 
 	a := newAnalyzer(r)
 	a.lit = lc
-	p := &plan{anyReason: "touches no sharded table"}
-	unsupported := func(state, why string) {
-		st.Kind, st.Reason, st.SessionState = KindUnsupported, why, state
+	c := &classifying{r: r, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}}
+	query := c.classify(node)
+	c.noteDDL(node)
+	c.noteFacts(text, node)
+	if query {
+		c.noteReadOnly(node)
 	}
-	query := false
+	if st.Kind == KindDDL {
+		st.ReadOnly = false
+	}
+	r.finish(st, c.p, a, h, hintErr)
+	return st
+}
+
+// classifying is one statement being classified: what it is (st), what
+// its queries read (a), and what its plan starts from (p).
+type classifying struct {
+	r  *Router
+	st *Statement
+	a  *analyzer
+	p  *plan
+}
+
+// unsupported makes the statement KindUnsupported: it keeps session
+// state (named by state) that a transaction pooler cannot keep.
+func (c *classifying) unsupported(state, why string) {
+	c.st.Kind, c.st.Reason, c.st.SessionState = KindUnsupported, why, state
+}
+
+// classify decides the statement's kind from its parse tree and walks the
+// queries it holds. It reports whether the statement is a query whose
+// reads, writes and keys decide its route.
+func (c *classifying) classify(node *pg.Node) (query bool) {
+	st, a, p := c.st, c.a, c.p
 	switch x := node.GetNode().(type) {
 	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
 		a.query(node, nil, true)
-		query = true
+		return true
 	case *pg.Node_TransactionStmt:
-		t := x.TransactionStmt
+		c.transaction(x.TransactionStmt)
+	case *pg.Node_VariableSetStmt, *pg.Node_VariableShowStmt, *pg.Node_DeallocateStmt, *pg.Node_DiscardStmt,
+		*pg.Node_PrepareStmt, *pg.Node_ExecuteStmt:
+		c.session(node)
+	case *pg.Node_ListenStmt:
+		c.unsupported("listen", "LISTEN is not supported through pgshard: notifications are delivered to a server session, which a transaction pooler shares between clients")
+	case *pg.Node_UnlistenStmt:
 		st.ReadOnly = true
-		switch t.Kind {
-		case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
-			st.Kind = KindBegin
-			st.Isolation = isolationOf(t.Options)
-		case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
-			st.Kind, st.Chain = KindCommit, t.Chain
-		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
-			st.Kind, st.Chain = KindRollback, t.Chain
-		case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
-			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "SAVEPOINT", t.SavepointName
-		case pg.TransactionStmtKind_TRANS_STMT_RELEASE:
-			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "RELEASE", t.SavepointName
-		case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
-			st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "ROLLBACK", t.SavepointName
-		default:
-			unsupported("two-phase", "two-phase commit (PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED) is not supported through pgshard: the prepared transaction must be finished on the shard that holds it")
-		}
+		p.anyReason = "UNLISTEN: nothing to undo (LISTEN is not supported): any shard"
+	case *pg.Node_NotifyStmt:
+		p.anyReason = "NOTIFY is delivered at commit to listeners on the shard the transaction runs on"
+	case *pg.Node_DeclareCursorStmt:
+		return c.declareCursor(x.DeclareCursorStmt)
+	case *pg.Node_ClosePortalStmt, *pg.Node_FetchStmt:
+		st.ReadOnly = true
+		p.anyReason = "a cursor lives on the shard of its transaction"
+	case *pg.Node_ExplainStmt:
+		c.explain(x.ExplainStmt)
+		return true
+	case *pg.Node_CopyStmt:
+		c.copy(x.CopyStmt)
+		return true
+	case *pg.Node_CallStmt:
+		c.call(x.CallStmt)
+		return true
+	case *pg.Node_DoStmt:
+		a.setWrite("DO")
+		p.defaultWhy = "a DO block (pgshard cannot see which keys the code touches)"
+		return true
+	case *pg.Node_LockStmt:
+		c.lock(x.LockStmt)
+		return true
+	case *pg.Node_CreateStmt, *pg.Node_CreateTableAsStmt, *pg.Node_ViewStmt, *pg.Node_CreateSeqStmt:
+		return c.create(node)
+	case *pg.Node_LoadStmt:
+		c.unsupported("load", "LOAD loads a library into one server session")
+	case *pg.Node_ConstraintsSetStmt:
+		st.Kind, st.SetName, st.ReadOnly = KindSetLocal, "constraints", true
+	default:
+		// Any other utility statement (CREATE/ALTER/DROP/GRANT/TRUNCATE/
+		// VACUUM/ANALYZE/COMMENT/REINDEX/CHECKPOINT/...) has no key: it is
+		// applied to every shard.
+		st.Kind, p.ddl = KindDDL, true
+	}
+	return false
+}
+
+// transaction classifies BEGIN, COMMIT, ROLLBACK, savepoints and (refused)
+// two-phase commit.
+func (c *classifying) transaction(t *pg.TransactionStmt) {
+	st := c.st
+	st.ReadOnly = true
+	switch t.Kind {
+	case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
+		st.Kind = KindBegin
+		st.Isolation = isolationOf(t.Options)
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
+		st.Kind, st.Chain = KindCommit, t.Chain
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		st.Kind, st.Chain = KindRollback, t.Chain
+	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
+		st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "SAVEPOINT", t.SavepointName
+	case pg.TransactionStmtKind_TRANS_STMT_RELEASE:
+		st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "RELEASE", t.SavepointName
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+		st.Kind, st.SavepointVerb, st.SavepointName = KindSavepoint, "ROLLBACK", t.SavepointName
+	default:
+		c.unsupported("two-phase", "two-phase commit (PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED) is not supported through pgshard: the prepared transaction must be finished on the shard that holds it")
+	}
+}
+
+// session classifies the statements that read or change a session's
+// state, which the engine keeps per client: SET, SHOW, DEALLOCATE,
+// DISCARD, PREPARE and EXECUTE.
+func (c *classifying) session(node *pg.Node) {
+	st := c.st
+	switch x := node.GetNode().(type) {
 	case *pg.Node_VariableSetStmt:
-		r.classifySet(st, x.VariableSetStmt)
+		c.r.classifySet(st, x.VariableSetStmt)
 	case *pg.Node_VariableShowStmt:
 		st.Kind, st.SetName, st.ReadOnly = KindShow, strings.ToLower(x.VariableShowStmt.Name), true
 	case *pg.Node_DeallocateStmt:
@@ -88,7 +175,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 		if out, err := deparse(ps.Query); err == nil {
 			inner = out
 		}
-		st.Prepared = r.analyzeStmt(inner, ps.Query)
+		st.Prepared = c.r.analyzeStmt(inner, ps.Query)
 	case *pg.Node_ExecuteStmt:
 		es := x.ExecuteStmt
 		st.Kind, st.PrepareName = KindExecute, es.Name
@@ -103,163 +190,182 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 			args = append(args, v)
 		}
 		st.ExecuteArgs = args
-	case *pg.Node_ListenStmt:
-		unsupported("listen", "LISTEN is not supported through pgshard: notifications are delivered to a server session, which a transaction pooler shares between clients")
-	case *pg.Node_UnlistenStmt:
-		st.ReadOnly = true
-		p.anyReason = "UNLISTEN: nothing to undo (LISTEN is not supported): any shard"
-	case *pg.Node_NotifyStmt:
-		p.anyReason = "NOTIFY is delivered at commit to listeners on the shard the transaction runs on"
-	case *pg.Node_DeclareCursorStmt:
-		dc := x.DeclareCursorStmt
-		if dc.Options&cursorOptHold != 0 {
-			unsupported("hold-cursor", "DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
-			break
+	}
+}
+
+// declareCursor: a cursor WITH HOLD is session state (refused); another
+// is its query, never merged across shards.
+func (c *classifying) declareCursor(dc *pg.DeclareCursorStmt) (query bool) {
+	if dc.Options&cursorOptHold != 0 {
+		c.unsupported("hold-cursor", "DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
+		return false
+	}
+	c.a.query(dc.Query, nil, false)
+	c.a.top = nil // a cursor cannot be merged across shards
+	c.p.mergeWhy = "a cursor over a key-less query would need one cursor per shard"
+	return true
+}
+
+// explain: EXPLAIN routes as its query does; EXPLAIN ANALYZE runs it.
+func (c *classifying) explain(ex *pg.ExplainStmt) {
+	c.p.explain = true
+	for _, o := range ex.Options {
+		if d := o.GetDefElem(); d != nil && d.Defname == "analyze" && (d.Arg == nil || isTrue(d.Arg)) {
+			c.p.analyze = true
 		}
-		a.query(dc.Query, nil, false)
-		a.top = nil // a cursor cannot be merged across shards
-		p.mergeWhy = "a cursor over a key-less query would need one cursor per shard"
-		query = true
-	case *pg.Node_ClosePortalStmt, *pg.Node_FetchStmt:
-		st.ReadOnly = true
-		p.anyReason = "a cursor lives on the shard of its transaction"
-	case *pg.Node_ExplainStmt:
-		ex := x.ExplainStmt
-		p.explain = true
-		for _, o := range ex.Options {
-			if d := o.GetDefElem(); d != nil && d.Defname == "analyze" && (d.Arg == nil || isTrue(d.Arg)) {
-				p.analyze = true
-			}
-		}
-		a.query(ex.Query, nil, false)
-		query = true
-	case *pg.Node_CopyStmt:
-		cp := x.CopyStmt
-		switch {
-		case cp.Query != nil:
-			a.query(cp.Query, nil, false)
-			p.mergeWhy = "COPY (query) TO of a key-less query cannot be merged"
-		case cp.Relation != nil:
-			a.addTable(cp.Relation.Relname)
-			if t := r.sc.tables[cp.Relation.Relname]; t != nil {
-				if cp.IsFrom {
-					a.setWrite("COPY into " + cp.Relation.Relname)
-					a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM would need each row routed by its key",
-						"Use INSERT (one shard per statement), or route the COPY to one shard with /* pgshard:shard=NAME */.")
-				} else {
-					a.refuse("0A000", "COPY "+cp.Relation.Relname+" TO reads a sharded table from every shard; COPY output is not merged",
-						"COPY (SELECT ... WHERE key = ...) TO, or route it with /* pgshard:shard=NAME */.")
-				}
-			} else if cp.IsFrom {
+	}
+	c.a.query(ex.Query, nil, false)
+}
+
+// copy: COPY (query) TO routes as its query (never merged); COPY of a
+// sharded table is refused, of another table runs where the table lives;
+// server files and programs are refused.
+func (c *classifying) copy(cp *pg.CopyStmt) {
+	a := c.a
+	switch {
+	case cp.Query != nil:
+		a.query(cp.Query, nil, false)
+		c.p.mergeWhy = "COPY (query) TO of a key-less query cannot be merged"
+	case cp.Relation != nil:
+		a.addTable(cp.Relation.Relname)
+		if t := c.r.sc.tables[cp.Relation.Relname]; t != nil {
+			if cp.IsFrom {
 				a.setWrite("COPY into " + cp.Relation.Relname)
+				a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM would need each row routed by its key",
+					"Use INSERT (one shard per statement), or route the COPY to one shard with /* pgshard:shard=NAME */.")
+			} else {
+				a.refuse("0A000", "COPY "+cp.Relation.Relname+" TO reads a sharded table from every shard; COPY output is not merged",
+					"COPY (SELECT ... WHERE key = ...) TO, or route it with /* pgshard:shard=NAME */.")
+			}
+		} else if cp.IsFrom {
+			a.setWrite("COPY into " + cp.Relation.Relname)
+		}
+	}
+	if cp.Filename != "" || cp.IsProgram {
+		a.refuse("0A000", "COPY to or from a server file or program is not routed by pgshard", "Use COPY ... STDIN/STDOUT.")
+	}
+}
+
+// call: CALL is a write routed by its keyed arguments; a procedure the
+// schema does not know runs on the default shard.
+func (c *classifying) call(cs *pg.CallStmt) {
+	fc := cs.Funccall
+	c.a.setWrite("CALL")
+	if fc != nil {
+		c.a.walk(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: fc}}, nil)
+		_, name := funcName(fc)
+		if _, keyed := c.r.sc.funcs[name]; !keyed {
+			c.p.defaultWhy = fmt.Sprintf("CALL %s(): a procedure without a key in the sharding schema", name)
+		}
+	}
+}
+
+// lock: LOCK TABLE of a sharded table is refused (it would lock every
+// shard); of another table it runs on the transaction's shard.
+func (c *classifying) lock(ls *pg.LockStmt) {
+	a := c.a
+	c.st.Kind = KindOther
+	for _, rel := range ls.Relations {
+		if rv := rel.GetRangeVar(); rv != nil {
+			a.addTable(rv.Relname)
+			if c.r.sc.tables[rv.Relname] != nil {
+				a.setWrite("LOCK TABLE " + rv.Relname)
+				a.refuse("0A000", "LOCK TABLE "+rv.Relname+" would lock the table on every shard inside one transaction",
+					"Lock rows by key (SELECT ... WHERE key = $1 FOR UPDATE), or route it with /* pgshard:shard=NAME */.")
 			}
 		}
-		if cp.Filename != "" || cp.IsProgram {
-			a.refuse("0A000", "COPY to or from a server file or program is not routed by pgshard", "Use COPY ... STDIN/STDOUT.")
-		}
-		query = true
-	case *pg.Node_CallStmt:
-		fc := x.CallStmt.Funccall
-		a.setWrite("CALL")
-		if fc != nil {
-			a.walk(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: fc}}, nil)
-			_, name := funcName(fc)
-			if _, keyed := r.sc.funcs[name]; !keyed {
-				p.defaultWhy = fmt.Sprintf("CALL %s(): a procedure without a key in the sharding schema", name)
-			}
-		}
-		query = true
-	case *pg.Node_DoStmt:
-		a.setWrite("DO")
-		p.defaultWhy = "a DO block (pgshard cannot see which keys the code touches)"
-		query = true
-	case *pg.Node_LockStmt:
-		st.Kind = KindOther
-		for _, rel := range x.LockStmt.Relations {
-			if rv := rel.GetRangeVar(); rv != nil {
-				a.addTable(rv.Relname)
-				if r.sc.tables[rv.Relname] != nil {
-					a.setWrite("LOCK TABLE " + rv.Relname)
-					a.refuse("0A000", "LOCK TABLE "+rv.Relname+" would lock the table on every shard inside one transaction",
-						"Lock rows by key (SELECT ... WHERE key = $1 FOR UPDATE), or route it with /* pgshard:shard=NAME */.")
-				}
-			}
-		}
-		p.anyReason = "LOCK of a table that is not sharded: on the transaction's shard"
-		query = true
+	}
+	c.p.anyReason = "LOCK of a table that is not sharded: on the transaction's shard"
+}
+
+// create classifies CREATE TABLE, TABLE AS, VIEW and SEQUENCE: temporary
+// ones that outlive the transaction are session state (refused), the
+// others DDL, except CREATE TABLE ... AS, a query (reported).
+func (c *classifying) create(node *pg.Node) (query bool) {
+	st, p := c.st, c.p
+	var tempRel *pg.RangeVar
+	var tempWhy string
+	switch x := node.GetNode().(type) {
 	case *pg.Node_CreateStmt:
 		if temp(x.CreateStmt.Relation) {
 			if x.CreateStmt.Oncommit != pg.OnCommitAction_ONCOMMIT_DROP {
 				st.TempTables = []string{x.CreateStmt.Relation.Relname}
-				unsupported("temp", "CREATE TEMP TABLE creates a table that outlives the transaction in one server session, which a transaction pooler shares; add ON COMMIT DROP to use it inside one transaction")
+				c.unsupported("temp", "CREATE TEMP TABLE creates a table that outlives the transaction in one server session, which a transaction pooler shares; add ON COMMIT DROP to use it inside one transaction")
 			} else {
 				p.anyReason = "a temporary table dropped at commit lives on the transaction's shard"
 			}
-			break
+			return false
 		}
-		st.Kind, p.ddl = KindDDL, true
 	case *pg.Node_CreateTableAsStmt:
-		ct := x.CreateTableAsStmt
-		if ct.Into != nil && temp(ct.Into.Rel) && ct.Into.OnCommit != pg.OnCommitAction_ONCOMMIT_DROP {
-			st.TempTables = []string{ct.Into.Rel.Relname}
-			unsupported("temp", "CREATE TEMP TABLE ... AS creates a table that outlives the transaction in one server session; add ON COMMIT DROP")
-			break
-		}
-		if ct.Objtype == pg.ObjectType_OBJECT_MATVIEW {
-			st.Kind, p.ddl = KindDDL, true
-			break
-		}
-		a.query(ct.Query, nil, false)
-		a.setWrite("CREATE TABLE AS")
-		if ct.Into != nil && ct.Into.Rel != nil {
-			a.addTable(ct.Into.Rel.Relname)
-		}
-		if a.hasKeyedRef() {
-			a.refuse("0A000", "CREATE TABLE ... AS copies rows of sharded tables into a new table: pgshard does not route it",
-				"Create the table with CREATE TABLE (applied to every shard) and fill it by key, or route it with /* pgshard:shard=NAME */.")
-		} else {
-			p.defaultWhy = "CREATE TABLE ... AS of unsharded data"
-		}
-		query = true
+		return c.createTableAs(x.CreateTableAsStmt)
 	case *pg.Node_ViewStmt:
-		if temp(x.ViewStmt.View) {
-			st.TempTables = []string{x.ViewStmt.View.Relname}
-			unsupported("temp", "CREATE TEMP VIEW creates a view that outlives the transaction in one server session")
-			break
-		}
-		st.Kind, p.ddl = KindDDL, true
+		tempRel, tempWhy = x.ViewStmt.View, "CREATE TEMP VIEW creates a view that outlives the transaction in one server session"
 	case *pg.Node_CreateSeqStmt:
-		if temp(x.CreateSeqStmt.Sequence) {
-			st.TempTables = []string{x.CreateSeqStmt.Sequence.Relname}
-			unsupported("temp", "CREATE TEMP SEQUENCE creates a sequence that outlives the transaction in one server session")
-			break
-		}
-		st.Kind, p.ddl = KindDDL, true
-	case *pg.Node_LoadStmt:
-		unsupported("load", "LOAD loads a library into one server session")
-	case *pg.Node_ConstraintsSetStmt:
-		st.Kind, st.SetName, st.ReadOnly = KindSetLocal, "constraints", true
-	default:
-		// Any other utility statement (CREATE/ALTER/DROP/GRANT/TRUNCATE/
-		// VACUUM/ANALYZE/COMMENT/REINDEX/CHECKPOINT/...) has no key: it is
-		// applied to every shard.
-		st.Kind, p.ddl = KindDDL, true
+		tempRel, tempWhy = x.CreateSeqStmt.Sequence, "CREATE TEMP SEQUENCE creates a sequence that outlives the transaction in one server session"
 	}
+	if tempRel != nil && temp(tempRel) {
+		st.TempTables = []string{tempRel.Relname}
+		c.unsupported("temp", tempWhy)
+		return false
+	}
+	st.Kind, p.ddl = KindDDL, true
+	return false
+}
 
-	if p.ddl {
-		p.ddlTables = ddlTables(node)
-		st.DropTables = dropTables(node)
-		for _, t := range p.ddlTables {
-			a.addTable(t)
-		}
+// createTableAs: a temporary table that outlives the transaction is
+// refused, a materialized view is DDL; otherwise the query is read, and
+// rows of sharded tables are refused, of unsharded data go to the default
+// shard.
+func (c *classifying) createTableAs(ct *pg.CreateTableAsStmt) (query bool) {
+	st, a, p := c.st, c.a, c.p
+	if ct.Into != nil && temp(ct.Into.Rel) && ct.Into.OnCommit != pg.OnCommitAction_ONCOMMIT_DROP {
+		st.TempTables = []string{ct.Into.Rel.Relname}
+		c.unsupported("temp", "CREATE TEMP TABLE ... AS creates a table that outlives the transaction in one server session; add ON COMMIT DROP")
+		return false
 	}
+	if ct.Objtype == pg.ObjectType_OBJECT_MATVIEW {
+		st.Kind, p.ddl = KindDDL, true
+		return false
+	}
+	a.query(ct.Query, nil, false)
+	a.setWrite("CREATE TABLE AS")
+	if ct.Into != nil && ct.Into.Rel != nil {
+		a.addTable(ct.Into.Rel.Relname)
+	}
+	if a.hasKeyedRef() {
+		a.refuse("0A000", "CREATE TABLE ... AS copies rows of sharded tables into a new table: pgshard does not route it",
+			"Create the table with CREATE TABLE (applied to every shard) and fill it by key, or route it with /* pgshard:shard=NAME */.")
+	} else {
+		p.defaultWhy = "CREATE TABLE ... AS of unsharded data"
+	}
+	return true
+}
+
+// noteDDL records the tables a schema change names (and drops).
+func (c *classifying) noteDDL(node *pg.Node) {
+	if !c.p.ddl {
+		return
+	}
+	c.p.ddlTables = ddlTables(node)
+	c.st.DropTables = dropTables(node)
+	for _, t := range c.p.ddlTables {
+		c.a.addTable(t)
+	}
+}
+
+// noteFacts records what the engine needs to know of any statement (no
+// transaction block, COPY, SELECT), what the walk found unsupported,
+// whether a user's type sends it to the default shard, session-private
+// DDL, and the tables it names (unsharded ones apart).
+func (c *classifying) noteFacts(text string, node *pg.Node) {
+	st, a, p, r := c.st, c.a, c.p, c.r
 	st.NoTxnBlock = noTxnBlock(node)
 	_, st.Copy = node.GetNode().(*pg.Node_CopyStmt)
 	if sel := node.GetSelectStmt(); sel != nil {
 		st.Select = sel.IntoClause == nil
 	}
 	if a.unsupported != "" && st.Kind != KindUnsupported {
-		unsupported(a.unsupportedState, a.unsupported)
+		c.unsupported(a.unsupportedState, a.unsupported)
 	}
 	if p.defaultWhy == "" && !p.ddl && st.Kind != KindUnsupported {
 		if tn := userType(node); tn != "" {
@@ -270,7 +376,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 	}
 	if st.Kind == KindDDL && strings.Contains(strings.ToLower(text), "pg_temp.") {
 		// An object created in (or altered in) the session's temporary schema.
-		unsupported("temp", "DDL in pg_temp creates session-private objects, which a transaction pooler shares")
+		c.unsupported("temp", "DDL in pg_temp creates session-private objects, which a transaction pooler shares")
 	}
 	st.Tables = a.tables
 	for _, t := range a.tables {
@@ -278,21 +384,21 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 			st.Unsharded = append(st.Unsharded, t)
 		}
 	}
-	if query {
-		st.ReadOnly = !a.write && !a.locking && a.notRO == "" && a.refusal == nil
-		if st.Kind == KindOther {
-			// Settings change no data: a transaction may run them on any
-			// of its backends (the engine repeats them on the others).
-			if st.Settings = localSettings(node); st.Settings != nil {
-				st.ReadOnly = true
-			}
+}
+
+// noteReadOnly decides whether a query is read-only: it writes, locks and
+// calls nothing that changes data, and is not refused; a statement that
+// only sets settings is.
+func (c *classifying) noteReadOnly(node *pg.Node) {
+	st, a := c.st, c.a
+	st.ReadOnly = !a.write && !a.locking && a.notRO == "" && a.refusal == nil
+	if st.Kind == KindOther {
+		// Settings change no data: a transaction may run them on any of
+		// its backends (the engine repeats them on the others).
+		if st.Settings = localSettings(node); st.Settings != nil {
+			st.ReadOnly = true
 		}
 	}
-	if st.Kind == KindDDL {
-		st.ReadOnly = false
-	}
-	r.finish(st, p, a, h, hintErr)
-	return st
 }
 
 // noTxnBlock reports whether Postgres refuses the statement inside a
