@@ -604,6 +604,35 @@ func quoteGUC(name string) string {
 // plan, and — when no parameter matters — the decision itself.
 func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr error) {
 	st.plan = p
+	p.noteStatement(st)
+	if r.decidedByKind(st, p, hintErr) {
+		return
+	}
+	p.groupRefs(a)
+	p.takeAnalysis(a)
+	if h.present() {
+		hp, ref := r.hintPlan(h, a)
+		if ref != nil {
+			p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
+			return
+		}
+		p.hint = hp
+	}
+	if !p.dependsOnParams() {
+		d := r.decide(p, &input{}, nil)
+		p.static, p.decided = &d, true
+		return
+	}
+	if len(p.groups) == 1 && len(p.edges) == 0 && p.hint == nil && p.refusal == nil && !p.ddl {
+		if e := p.groups[0].expr; e != nil && e.op == cSrc && e.src.param > 0 {
+			p.fast = e.src // one key parameter decides it: Route's fast path
+		}
+	}
+}
+
+// noteStatement copies into the plan what the statement's kind and its
+// unsharded tables say about where it runs when no key decides.
+func (p *plan) noteStatement(st *Statement) {
 	if len(st.Unsharded) > 0 && p.defaultWhy == "" && !p.ddl {
 		p.defaultWhy = "touches unsharded tables (" + strings.Join(st.Unsharded, ", ") + ")"
 	}
@@ -613,27 +642,36 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 	if st.Kind != KindOther && st.Kind != KindDDL {
 		p.anyReason = kindReason(st.Kind)
 	}
+}
+
+// decidedByKind decides, once, the statements whose kind alone decides
+// them: unsupported ones and bad hints (refused), SET LOCAL pgshard.key
+// and pgshard.shard (routed by their value). It reports whether it did.
+func (r *Router) decidedByKind(st *Statement, p *plan, hintErr error) bool {
 	switch {
 	case st.Kind == KindUnsupported:
 		ref := &Refusal{SQLState: "0A000", Message: st.Reason}
 		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: st.Reason, Refusal: ref}
-		return
 	case hintErr != nil:
 		ref := &Refusal{SQLState: "42601", Message: hintErr.Error(),
 			Hint: "Hints are /* pgshard:key=VALUE */ or /* pgshard:shard=NAME */."}
 		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
-		return
 	case st.Kind == KindSetLocal && st.SetName == hintSetting:
 		d := r.RouteKey(st.SetValue, r.sc.hintType)
 		p.static = &d
-		return
 	case st.Kind == KindSetLocal && st.SetName == shardSetting:
 		d := r.RouteShard(st.SetValue)
 		p.static = &d
-		return
+	default:
+		return false
 	}
+	return true
+}
 
-	// Groups: refs with equal keys.
+// groupRefs gathers the keyed references into groups (references whose
+// keys are equal), each with the conjunction of its conditions, and the
+// edges between groups (a group needs only the rows that join another).
+func (p *plan) groupRefs(a *analyzer) {
 	groupOf := map[int]int{}
 	colocOf := map[int]int{}
 	for _, ref := range a.refs {
@@ -675,6 +713,11 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 			p.edges = append(p.edges, [2]int{from, to})
 		}
 	}
+}
+
+// takeAnalysis copies into the plan what the walk found: writes and locks,
+// why the statement is not read-only, its refusal, and its merge plan.
+func (p *plan) takeAnalysis(a *analyzer) {
 	p.write = a.write || a.locking
 	p.writeWhat = a.writeWhat
 	if p.writeWhat == "" && a.locking {
@@ -688,27 +731,6 @@ func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr er
 	p.refusal = a.refusal
 	if p.mergeWhy == "" {
 		p.merge, p.mergeWhy = a.mergePlan()
-	}
-
-	// Hints.
-	if h.present() {
-		hp, ref := r.hintPlan(h, a)
-		if ref != nil {
-			p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
-			return
-		}
-		p.hint = hp
-	}
-
-	if !p.dependsOnParams() {
-		d := r.decide(p, &input{}, nil)
-		p.static, p.decided = &d, true
-		return
-	}
-	if len(p.groups) == 1 && len(p.edges) == 0 && p.hint == nil && p.refusal == nil && !p.ddl {
-		if e := p.groups[0].expr; e != nil && e.op == cSrc && e.src.param > 0 {
-			p.fast = e.src
-		}
 	}
 }
 
