@@ -342,18 +342,45 @@ const hintAdvice = "Add a key predicate (e.g. id = $1), or route it explicitly w
 func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 	e := evaluator{r: r, in: in, trace: trace}
 	var buf [8]gstate
-	gs := buf[:0]
-	if len(p.groups) > len(buf) {
+	gs, ref := e.groupStates(p, buf[:0])
+	if ref != nil {
+		return refuseDest(ref)
+	}
+	if p.hint != nil {
+		return r.hintDest(p, gs, &e)
+	}
+	if p.refusal != nil {
+		return refuseDest(p.refusal)
+	}
+	if p.ddl {
+		return r.ddlDest(p)
+	}
+	// One shard for every group, or a fan-out, or a refusal.
+	on := onShards(gs)
+	switch {
+	case on.conflict >= 0:
+		return r.conflict(p, gs, on.single, on.conflict, in.lits)
+	case on.multi < 0:
+		return r.oneShardDest(p, &on, in.lits)
+	}
+	return r.fanOutDest(p, gs, on.multi, in)
+}
+
+// groupStates evaluates each group's conditions into its shard set
+// (appended to gs, which it grows if the plan has more groups), then
+// narrows each set by the groups it joins (the edges).
+func (e *evaluator) groupStates(p *plan, gs []gstate) ([]gstate, *Refusal) {
+	if len(p.groups) > cap(gs) {
 		gs = make([]gstate, 0, len(p.groups))
 	}
 	for i := range p.groups {
 		g := &p.groups[i]
-		if trace != nil {
+		if e.trace != nil {
 			e.prefix = "[" + g.desc + "] "
 		}
 		st, ref := e.eval(g.expr)
 		if ref != nil {
-			return refuseDest(ref)
+			return gs, ref
 		}
 		if g.expr == nil {
 			e.tracef("no key predicate: every shard")
@@ -365,40 +392,54 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 		gs[ed[1]].set.and(&gs[ed[0]].set)
 		e.tracef("%s only needs rows that join %s", p.groups[ed[1]].desc, p.groups[ed[0]].desc)
 	}
+	return gs, nil
+}
 
-	if h := p.hint; h != nil {
-		for i := range gs {
-			if gs[i].set.empty() || gs[i].set.has(h.shard) {
-				continue
-			}
-			other := "its keys are elsewhere"
-			if gs[i].ok {
-				other = fmt.Sprintf("%s → %s is on shard %s", gs[i].wit.src.desc(in.lits), string(appendKey(nil, gs[i].wit.v)), r.m.Shards[gs[i].wit.shard].Name)
-			}
-			ref := &Refusal{SQLState: "0A000",
-				Message: fmt.Sprintf("%s routes to shard %s but %s", h.desc, r.m.Shards[h.shard].Name, other),
-				Hint:    "Remove the hint or fix it: pgshard never guesses between a hint and the statement's own key."}
-			return refuseDest(ref)
+// hintDest routes a hinted statement to the hint's shard, unless a group
+// needs rows elsewhere: the hint contradicts the statement's own key.
+func (r *Router) hintDest(p *plan, gs []gstate, e *evaluator) Dest {
+	h := p.hint
+	for i := range gs {
+		if gs[i].set.empty() || gs[i].set.has(h.shard) {
+			continue
 		}
-		e.tracef("%s → shard %s", h.desc, r.m.Shards[h.shard].Name)
-		return Dest{Kind: DestShard, Shard: h.shard, Key: h.key, Bucket: h.b, Reason: h.desc + " → " + r.m.Shards[h.shard].Name}
-	}
-	if p.refusal != nil {
-		return refuseDest(p.refusal)
-	}
-	if p.ddl {
-		if len(p.ddlTables) > 0 && r.allUnsharded(p.ddlTables) {
-			return Dest{Kind: DestAny, Default: true, Bucket: -1,
-				Reason: "a schema change of unsharded tables (" + strings.Join(p.ddlTables, ", ") + "): on the default shard"}
+		other := "its keys are elsewhere"
+		if gs[i].ok {
+			other = fmt.Sprintf("%s → %s is on shard %s", gs[i].wit.src.desc(e.in.lits), string(appendKey(nil, gs[i].wit.v)), r.m.Shards[gs[i].wit.shard].Name)
 		}
-		return Dest{Kind: DestAll, Bucket: -1, Reason: "a schema change without a key: applied to every shard"}
+		ref := &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("%s routes to shard %s but %s", h.desc, r.m.Shards[h.shard].Name, other),
+			Hint:    "Remove the hint or fix it: pgshard never guesses between a hint and the statement's own key."}
+		return refuseDest(ref)
 	}
+	e.tracef("%s → shard %s", h.desc, r.m.Shards[h.shard].Name)
+	return Dest{Kind: DestShard, Shard: h.shard, Key: h.key, Bucket: h.b, Reason: h.desc + " → " + r.m.Shards[h.shard].Name}
+}
 
-	// One shard for every group, or a fan-out, or a refusal.
-	single, agree := -1, 0
-	var wit placed
-	haveWit := false
-	multi := -1
+// ddlDest: a schema change of unsharded tables runs on the default shard,
+// any other on every shard.
+func (r *Router) ddlDest(p *plan) Dest {
+	if len(p.ddlTables) > 0 && r.allUnsharded(p.ddlTables) {
+		return Dest{Kind: DestAny, Default: true, Bucket: -1,
+			Reason: "a schema change of unsharded tables (" + strings.Join(p.ddlTables, ", ") + "): on the default shard"}
+	}
+	return Dest{Kind: DestAll, Bucket: -1, Reason: "a schema change without a key: applied to every shard"}
+}
+
+// shardChoice is where the groups' shard sets point.
+type shardChoice struct {
+	single   int    // the one shard of the groups that need one, or -1
+	agree    int    // how many groups need single
+	wit      placed // a key that places a group on single
+	haveWit  bool
+	multi    int // the first group that needs several shards, or -1
+	conflict int // the first group on another shard than single, or -1
+}
+
+// onShards finds the shard the groups that need one shard agree on, the
+// first group that needs several, and the first that disagrees.
+func onShards(gs []gstate) shardChoice {
+	on := shardChoice{single: -1, multi: -1, conflict: -1}
 	for i := range gs {
 		s := &gs[i].set
 		if s.empty() {
@@ -406,58 +447,56 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 		}
 		one := s.one()
 		if one < 0 {
-			if multi < 0 {
-				multi = i
+			if on.multi < 0 {
+				on.multi = i
 			}
 			continue
 		}
 		switch {
-		case single < 0:
-			single, agree = one, 1
+		case on.single < 0:
+			on.single, on.agree = one, 1
 			if gs[i].ok && gs[i].wit.shard == one {
-				wit, haveWit = gs[i].wit, true
+				on.wit, on.haveWit = gs[i].wit, true
 			}
-		case single == one:
-			agree++
-			if !haveWit && gs[i].ok && gs[i].wit.shard == one {
-				wit, haveWit = gs[i].wit, true
+		case on.single == one:
+			on.agree++
+			if !on.haveWit && gs[i].ok && gs[i].wit.shard == one {
+				on.wit, on.haveWit = gs[i].wit, true
 			}
 		default:
-			return r.conflict(p, gs, single, i, in.lits)
+			on.conflict = i
+			return on
 		}
 	}
-	if multi < 0 {
-		if single < 0 {
-			if p.defaultWhy != "" {
-				return Dest{Kind: DestAny, Default: true, Bucket: -1, Reason: p.defaultWhy + ": on the default shard"}
-			}
-			if len(p.groups) == 0 && p.unknownFn != "" {
-				return Dest{Kind: DestAny, Default: true, Bucket: -1,
-					Reason: fmt.Sprintf("calls %s(), which is neither a PostgreSQL built-in nor in the sharding schema: on the default shard", p.unknownFn)}
-			}
-			return Dest{Kind: DestAny, Bucket: -1, Reason: anyWhy(p)}
-		}
-		if haveWit {
-			return r.shardDest(wit, agree, in.lits)
-		}
-		return Dest{Kind: DestShard, Shard: single, Bucket: -1,
-			Reason: fmt.Sprintf("the keyed references (%s) all live on shard %s", p.groups[0].desc, r.m.Shards[single].Name)}
-	}
+	return on
+}
 
-	// Some group needs several shards.
-	g := &p.groups[multi]
-	spread := g.desc + ": no key predicate"
-	if n := gs[multi].set.members(len(r.m.Shards)); !gs[multi].set.all {
-		var names []string
-		for _, i := range n {
-			names = append(names, r.m.Shards[i].Name)
+// oneShardDest routes a statement none of whose groups needs several
+// shards: to the groups' shard, else to the default shard or any shard.
+func (r *Router) oneShardDest(p *plan, on *shardChoice, lits []literal) Dest {
+	if on.single < 0 {
+		if p.defaultWhy != "" {
+			return Dest{Kind: DestAny, Default: true, Bucket: -1, Reason: p.defaultWhy + ": on the default shard"}
 		}
-		spread = g.desc + ": keys on shards " + strings.Join(names, ", ")
-	} else if gs[multi].note != "" {
-		spread = g.desc + ": no usable key (" + gs[multi].note + ")"
-	} else if g.expr != nil {
-		spread = g.desc + ": no usable key"
+		if len(p.groups) == 0 && p.unknownFn != "" {
+			return Dest{Kind: DestAny, Default: true, Bucket: -1,
+				Reason: fmt.Sprintf("calls %s(), which is neither a PostgreSQL built-in nor in the sharding schema: on the default shard", p.unknownFn)}
+		}
+		return Dest{Kind: DestAny, Bucket: -1, Reason: anyWhy(p)}
 	}
+	if on.haveWit {
+		return r.shardDest(on.wit, on.agree, lits)
+	}
+	return Dest{Kind: DestShard, Shard: on.single, Bucket: -1,
+		Reason: fmt.Sprintf("the keyed references (%s) all live on shard %s", p.groups[0].desc, r.m.Shards[on.single].Name)}
+}
+
+// fanOutDest decides a statement whose group multi needs several shards:
+// EXPLAIN runs on one, a write is refused, and a read fans out when its
+// groups are co-located, it only reads sharded tables and it merges.
+func (r *Router) fanOutDest(p *plan, gs []gstate, multi int, in *input) Dest {
+	g := &p.groups[multi]
+	spread := r.spread(g, &gs[multi])
 	if p.explain && !(p.analyze && (p.write || g.write)) {
 		return Dest{Kind: DestAny, Bucket: -1, Reason: "EXPLAIN (" + spread + "): the plan of one shard"}
 	}
@@ -472,40 +511,10 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 			Hint:    hintAdvice}
 		return refuseDest(ref)
 	}
-	for i := range gs {
-		if !gs[i].set.empty() && p.groups[i].coloc != g.coloc {
-			if sub := firstNonEmpty(g.sub, p.groups[i].sub); sub != "" {
-				ref := &Refusal{SQLState: "0A000",
-					Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, g, &p.groups[i])),
-					Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
-					Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
-				return refuseDest(ref)
-			}
-			ref := &Refusal{SQLState: "0A000",
-				Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", g.desc, p.groups[i].desc),
-				Detail:  "Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
-				Hint:    hintAdvice}
-			return refuseDest(ref)
-		}
-	}
-	if p.notReadOnly != "" {
-		ref := &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("cannot fan out (%s): %s", spread, p.notReadOnly),
-			Hint:    hintAdvice}
+	if ref := notColocated(p, gs, g); ref != nil {
 		return refuseDest(ref)
 	}
-	if p.unsharded != "" {
-		ref := &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("cannot fan out (%s): the statement also reads %s, which is not sharded and lives on the default shard only", spread, p.unsharded),
-			Detail:  "Every shard would run the statement without that table's rows.",
-			Hint:    "Read the unsharded table and the sharded rows in separate statements, or give the sharded rows a key."}
-		return refuseDest(ref)
-	}
-	if p.merge == nil {
-		ref := &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("cannot merge a key-less read across shards: %s", p.mergeWhy),
-			Detail:  spread + ".",
-			Hint:    hintAdvice}
+	if ref := cannotFanOut(p, spread); ref != nil {
 		return refuseDest(ref)
 	}
 	m := &p.merge.merge
@@ -522,6 +531,67 @@ func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
 	}
 	return Dest{Kind: DestAll, Bucket: -1, Merge: m,
 		Reason: fmt.Sprintf("%s: fan out to all %d shards, %s", spread, len(r.m.Shards), p.merge.descText(in.lits))}
+}
+
+// spread says why group g (evaluated to gst) needs several shards.
+func (r *Router) spread(g *group, gst *gstate) string {
+	spread := g.desc + ": no key predicate"
+	if n := gst.set.members(len(r.m.Shards)); !gst.set.all {
+		var names []string
+		for _, i := range n {
+			names = append(names, r.m.Shards[i].Name)
+		}
+		spread = g.desc + ": keys on shards " + strings.Join(names, ", ")
+	} else if gst.note != "" {
+		spread = g.desc + ": no usable key (" + gst.note + ")"
+	} else if g.expr != nil {
+		spread = g.desc + ": no usable key"
+	}
+	return spread
+}
+
+// notColocated refuses a fan-out when another group that needs a shard is
+// not joined to g on the key (or is a subquery whose result needs every
+// shard's rows): one shard's answer would be wrong.
+func notColocated(p *plan, gs []gstate, g *group) *Refusal {
+	for i := range gs {
+		if gs[i].set.empty() || p.groups[i].coloc == g.coloc {
+			continue
+		}
+		if sub := firstNonEmpty(g.sub, p.groups[i].sub); sub != "" {
+			return &Refusal{SQLState: "0A000",
+				Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, g, &p.groups[i])),
+				Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
+				Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
+		}
+		return &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", g.desc, p.groups[i].desc),
+			Detail:  "Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
+			Hint:    hintAdvice}
+	}
+	return nil
+}
+
+// cannotFanOut refuses a co-located read that still cannot fan out: it is
+// not read-only, it also reads an unsharded table, or it does not merge.
+func cannotFanOut(p *plan, spread string) *Refusal {
+	switch {
+	case p.notReadOnly != "":
+		return &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("cannot fan out (%s): %s", spread, p.notReadOnly),
+			Hint:    hintAdvice}
+	case p.unsharded != "":
+		return &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("cannot fan out (%s): the statement also reads %s, which is not sharded and lives on the default shard only", spread, p.unsharded),
+			Detail:  "Every shard would run the statement without that table's rows.",
+			Hint:    "Read the unsharded table and the sharded rows in separate statements, or give the sharded rows a key."}
+	case p.merge == nil:
+		return &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("cannot merge a key-less read across shards: %s", p.mergeWhy),
+			Detail:  spread + ".",
+			Hint:    hintAdvice}
+	}
+	return nil
 }
 
 // conflict refuses a statement whose keys name two shards.
