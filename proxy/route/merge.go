@@ -63,6 +63,63 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	if t.setop {
 		return nil, "UNION/INTERSECT/EXCEPT cannot be merged across shards"
 	}
+	anchors, why := a.mergeableFrom(t)
+	if why != "" {
+		return nil, why
+	}
+	m := newMerger(a, t, anchors)
+	s := m.s
+	var c topCalls
+	c.window, c.agg = topLevelCalls(s.TargetList)
+	c.sortWindow, c.sortAgg = topLevelCalls(s.SortClause)
+	_, c.havingAgg = topLevelCalls([]*pg.Node{s.HavingClause})
+	if why := m.unmergedWindowsOrTies(c); why != "" {
+		return nil, why
+	}
+	distinct, why := m.distinctOnShape(c)
+	if why != "" {
+		return nil, why
+	}
+	keyGrouped, why := m.groupedByKey()
+	if why != "" {
+		return nil, why
+	}
+	keyDistinct := false
+	if distinct {
+		for i := range m.targets {
+			keyDistinct = keyDistinct || m.targetKey(i)
+		}
+	}
+	aggregated := c.aggregates() || len(s.GroupClause) > 0 || s.HavingClause != nil
+	switch {
+	case keyGrouped || !aggregated:
+		// Each group (if any) lives on one shard: per-shard rows are rows.
+		why = m.rows(distinct && !keyDistinct && !keyGrouped, keyGrouped)
+	case distinct:
+		return nil, "SELECT DISTINCT with aggregates or GROUP BY without a sharding key cannot be merged"
+	default:
+		why = m.groups()
+	}
+	if why != "" {
+		return nil, why
+	}
+	return m.finish()
+}
+
+// topCalls says where the top-level SELECT calls window functions and
+// aggregates: in its select list, its ORDER BY, its HAVING.
+type topCalls struct {
+	window, agg, sortWindow, sortAgg, havingAgg bool
+}
+
+func (c topCalls) aggregates() bool { return c.agg || c.sortAgg || c.havingAgg }
+
+// mergeableFrom checks the FROM clause of the top-level SELECT: its
+// subqueries and CTEs read no sharded table across shards, it reads a
+// sharded table itself, and every row it produces is on one shard (a
+// VALUES list joined on the key may be split: valuesplit.go). It returns
+// the keyed tables not on the nullable side of an outer join (anchors).
+func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	s := t.sel
 	if why := a.fromLocal(s.FromClause, t.sc); why != "" {
 		return nil, "a subquery or CTE in FROM reads sharded tables: " + why
@@ -90,6 +147,13 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		// row is produced by every shard (or by none).
 		return nil, why
 	}
+	return anchors, ""
+}
+
+// newMerger starts the merge plan of the top-level SELECT: its select
+// list and where its first * is.
+func newMerger(a *analyzer, t *topInfo, anchors []*tref) *merger {
+	s := t.sel
 	m := &merger{a: a, t: t, s: s, anchors: anchors, starAt: -1}
 	for _, n := range s.TargetList {
 		if rt := n.GetResTarget(); rt != nil {
@@ -102,42 +166,61 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	if m.starAt < 0 {
 		m.starAt = len(m.targets)
 	}
-	hasWindow, hasAgg := topLevelCalls(s.TargetList)
-	sortWindow, sortAgg := topLevelCalls(s.SortClause)
-	_, havingAgg := topLevelCalls([]*pg.Node{s.HavingClause})
-	if len(s.WindowClause) > 0 || hasWindow || sortWindow {
-		if hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || !a.windowsByKey(s, t.sc, m.isAnchorKey) {
-			return nil, "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
+	return m
+}
+
+// unmergedWindowsOrTies refuses window functions unless PARTITION BY a
+// sharding key without aggregates, and FETCH ... WITH TIES together with
+// DISTINCT or over aggregates without GROUP BY.
+func (m *merger) unmergedWindowsOrTies(c topCalls) string {
+	s := m.s
+	if len(s.WindowClause) > 0 || c.window || c.sortWindow {
+		if c.aggregates() || len(s.GroupClause) > 0 || !m.a.windowsByKey(s, m.t.sc, m.isAnchorKey) {
+			return "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
 		}
 	}
 	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(s.DistinctClause) > 0 {
-		return nil, "FETCH ... WITH TIES is not merged together with DISTINCT"
+		return "FETCH ... WITH TIES is not merged together with DISTINCT"
 	}
-	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(s.GroupClause) == 0 && (hasAgg || sortAgg || havingAgg || s.HavingClause != nil) {
+	if s.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(s.GroupClause) == 0 && (c.aggregates() || s.HavingClause != nil) {
 		// One database may fail it (21000, the tie test evaluating the
 		// aggregate again): never answer where it fails.
-		return nil, "FETCH ... WITH TIES over aggregates without GROUP BY is not merged"
+		return "FETCH ... WITH TIES over aggregates without GROUP BY is not merged"
 	}
-	distinct := len(s.DistinctClause) > 0
-	if distinct && (len(s.DistinctClause) != 1 || s.DistinctClause[0].GetNode() != nil) {
-		// DISTINCT ON a sharding key: each key's rows are on one shard,
-		// which picks its row; the shards' rows are the answer's rows.
-		onKey := false
-		for _, d := range s.DistinctClause {
-			if o, ok := a.keyOrigin(d, t.sc); ok && m.isAnchorKey(&o) {
-				onKey = true
-			}
-		}
-		if hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 {
-			return nil, "DISTINCT ON cannot be merged across shards together with aggregates or GROUP BY"
-		}
-		if !onKey {
-			// Each shard sends its first row of each group in the ORDER
-			// BY order; the merge keeps the first of a group's rows.
-			m.distinctOn = s.DistinctClause
-		}
-		distinct = false
+	return ""
+}
+
+// distinctOnShape reports whether the SELECT is DISTINCT (without ON).
+// DISTINCT ON a sharding key needs no merge (each key's rows are on one
+// shard, which picks its row); DISTINCT ON other expressions is merged
+// (m.distinctOn); with aggregates or GROUP BY it is refused.
+func (m *merger) distinctOnShape(c topCalls) (distinct bool, why string) {
+	s, a := m.s, m.a
+	distinct = len(s.DistinctClause) > 0
+	if !distinct || len(s.DistinctClause) == 1 && s.DistinctClause[0].GetNode() == nil {
+		return distinct, ""
 	}
+	onKey := false
+	for _, d := range s.DistinctClause {
+		if o, ok := a.keyOrigin(d, m.t.sc); ok && m.isAnchorKey(&o) {
+			onKey = true
+		}
+	}
+	if c.aggregates() || len(s.GroupClause) > 0 {
+		return false, "DISTINCT ON cannot be merged across shards together with aggregates or GROUP BY"
+	}
+	if !onKey {
+		// Each shard sends its first row of each group in the ORDER BY
+		// order; the merge keeps the first of a group's rows.
+		m.distinctOn = s.DistinctClause
+	}
+	return false, ""
+}
+
+// groupedByKey reports whether GROUP BY includes a sharding key of an
+// anchor (then each group lives on one shard); GROUPING SETS are refused.
+func (m *merger) groupedByKey() (bool, string) {
+	s, a := m.s, m.a
 	keyGrouped := false
 	for _, g := range s.GroupClause {
 		if a.lit.has(g) {
@@ -145,13 +228,13 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		}
 		switch {
 		case g.GetGroupingSet() != nil:
-			return nil, "GROUPING SETS / ROLLUP / CUBE cannot be merged across shards"
+			return false, "GROUPING SETS / ROLLUP / CUBE cannot be merged across shards"
 		case g.GetAConst() != nil:
 			if v, _ := constVal(g.GetAConst()); v.kind == kInt && m.targetKey(int(v.i)-1) {
 				keyGrouped = true
 			}
 		default:
-			if o, ok := a.keyOrigin(g, t.sc); ok && m.isAnchorKey(&o) {
+			if o, ok := a.keyOrigin(g, m.t.sc); ok && m.isAnchorKey(&o) {
 				keyGrouped = true
 			} else if cr := g.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
 				if i := a.targetByName(m.targets[:m.starAt], strName(cr.Fields[0])); m.targetKey(i) {
@@ -160,27 +243,7 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 			}
 		}
 	}
-	keyDistinct := false
-	if distinct {
-		for i := range m.targets {
-			keyDistinct = keyDistinct || m.targetKey(i)
-		}
-	}
-	aggregated := hasAgg || sortAgg || havingAgg || len(s.GroupClause) > 0 || s.HavingClause != nil
-	var why string
-	switch {
-	case keyGrouped || !aggregated:
-		// Each group (if any) lives on one shard: per-shard rows are rows.
-		why = m.rows(distinct && !keyDistinct && !keyGrouped, keyGrouped)
-	case distinct:
-		return nil, "SELECT DISTINCT with aggregates or GROUP BY without a sharding key cannot be merged"
-	default:
-		why = m.groups()
-	}
-	if why != "" {
-		return nil, why
-	}
-	return m.finish()
+	return keyGrouped, ""
 }
 
 // merger builds one statement's merge plan.
