@@ -719,40 +719,77 @@ func isNumericType(tn *pg.TypeName) bool {
 
 // groups plans a merge of per-shard partial groups.
 func (m *merger) groups() string {
-	s, a := m.s, m.a
 	if m.starAt < len(m.targets) {
 		return "* together with aggregates or GROUP BY cannot be merged"
 	}
 	g := &GroupMerge{DigitsColumn: -1}
 	m.mp.merge.Groups = g
-	m.shard = proto.Clone(s).(*pg.SelectStmt)
+	m.shard = proto.Clone(m.s).(*pg.SelectStmt)
 	m.shard.TargetList = nil
-	// Group keys: the expressions, as Postgres resolves GROUP BY items.
+	keys, why := m.groupKeys()
+	if why != "" {
+		return why
+	}
+	if why := m.groupOutputs(g); why != "" {
+		return why
+	}
+	if why := m.groupHaving(g); why != "" {
+		return why
+	}
+	keyOrder, why := m.groupOrder(g, keys)
+	if why != "" {
+		return why
+	}
+	m.groupSortKeys(g, keys, keyOrder)
+	// extra_float_digits as the shard applies it, for floats the proxy prints.
+	for _, o := range g.Outputs {
+		if o.Agg == AggSum || o.Agg == AggAvg || o.Cast != CastNone {
+			g.DigitsColumn = m.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
+			break
+		}
+	}
+	if why := m.limits(false); why != "" {
+		return why
+	}
+	m.groupShardStatement(g, keys)
+	m.describeGroups(g, keys)
+	return ""
+}
+
+// groupKeys resolves the GROUP BY items into expressions, as Postgres
+// does: a position is its select-list entry; a bare name that is also an
+// output name is refused (pgshard cannot tell which one Postgres takes).
+func (m *merger) groupKeys() ([]*pg.Node, string) {
 	var keys []*pg.Node
-	for _, item := range s.GroupClause {
+	for _, item := range m.s.GroupClause {
 		e := item
 		if c := item.GetAConst(); c != nil {
 			v, _ := constVal(c)
 			if v.kind != kInt || v.i < 1 || int(v.i) > len(m.targets) {
-				return "GROUP BY " + exprText(item) + " is not a select-list position"
+				return nil, "GROUP BY " + exprText(item) + " is not a select-list position"
 			}
 			e = m.targets[v.i-1].Val
 			if containsAggregate(e) {
-				return "GROUP BY " + exprText(item) + " names an aggregate"
+				return nil, "GROUP BY " + exprText(item) + " names an aggregate"
 			}
 		} else if cr := item.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
 			// A bare name is an input column first, an output name only if
 			// there is no such input column: pgshard cannot tell which.
 			name := strName(cr.Fields[0])
 			for _, rt := range m.targets {
-				if rt.Name == name && !a.sameExpr(rt.Val, item) {
-					return fmt.Sprintf("GROUP BY %s: it is the name of a select-list entry and maybe of an input column; group by the expression or its position", name)
+				if rt.Name == name && !m.a.sameExpr(rt.Val, item) {
+					return nil, fmt.Sprintf("GROUP BY %s: it is the name of a select-list entry and maybe of an input column; group by the expression or its position", name)
 				}
 			}
 		}
 		keys = append(keys, e)
 	}
-	// Outputs.
+	return keys, ""
+}
+
+// groupOutputs plans how each select-list entry is merged (an aggregate
+// of the shards' partial values, or a group key).
+func (m *merger) groupOutputs(g *GroupMerge) string {
 	for _, rt := range m.targets {
 		out, why := m.output(rt.Val, rt.Name, true)
 		if why != "" {
@@ -761,39 +798,53 @@ func (m *merger) groups() string {
 		g.Outputs = append(g.Outputs, out)
 	}
 	g.Visible = len(g.Outputs)
-	// HAVING.
-	if s.HavingClause != nil {
-		if a.lit.has(s.HavingClause) {
-			a.lit.taintf("a literal in HAVING (the merge compares with it)")
-		}
-		c, why := m.cond(s.HavingClause)
-		if why != "" {
-			return "HAVING cannot be merged: " + why
-		}
-		g.Having = c
-		if hasParam(s.HavingClause) {
-			// Keep its parameters typed as one database types them.
-			m.add(s.HavingClause)
-		}
+	return ""
+}
+
+// groupHaving plans HAVING as a condition the merge evaluates on merged
+// groups.
+func (m *merger) groupHaving(g *GroupMerge) string {
+	s, a := m.s, m.a
+	if s.HavingClause == nil {
+		return ""
 	}
-	// ORDER BY: output columns; streamed when they are group keys.
+	if a.lit.has(s.HavingClause) {
+		a.lit.taintf("a literal in HAVING (the merge compares with it)")
+	}
+	c, why := m.cond(s.HavingClause)
+	if why != "" {
+		return "HAVING cannot be merged: " + why
+	}
+	g.Having = c
+	if hasParam(s.HavingClause) {
+		// Keep its parameters typed as one database types them.
+		m.add(s.HavingClause)
+	}
+	return ""
+}
+
+// groupOrder plans ORDER BY over the merged columns (hidden ones for
+// expressions not in the select list). It returns the order in terms of
+// the group keys when the ORDER BY is by group keys only (the merge then
+// streams), else nil and sets g.SortAfter.
+func (m *merger) groupOrder(g *GroupMerge, keys []*pg.Node) ([]SortKey, string) {
 	var keyOrder []SortKey // in terms of keys
 	streaming := true
-	for _, n := range s.SortClause {
+	for _, n := range m.s.SortClause {
 		sb := n.GetSortBy()
 		if sb == nil {
-			return "an ORDER BY term cannot be merged"
+			return nil, "an ORDER BY term cannot be merged"
 		}
 		k, why := sortKey(sb)
 		if why != "" {
-			return why
+			return nil, why
 		}
 		if hasParam(sb.Node) {
-			return "ORDER BY " + exprText(sb.Node) + ": a parameter in ORDER BY of a merged aggregate is not supported"
+			return nil, "ORDER BY " + exprText(sb.Node) + ": a parameter in ORDER BY of a merged aggregate is not supported"
 		}
-		col, found, why := a.sortColumn(sb, m.targets, len(m.targets), m.t)
+		col, found, why := m.a.sortColumn(sb, m.targets, len(m.targets), m.t)
 		if why != "" {
-			return why
+			return nil, why
 		}
 		if !found {
 			e := sb.Node
@@ -801,11 +852,11 @@ func (m *merger) groups() string {
 				e = cc.Arg
 			}
 			if c := e.GetAConst(); c != nil {
-				return "ORDER BY " + exprText(e) + " is not a select-list position"
+				return nil, "ORDER BY " + exprText(e) + " is not a select-list position"
 			}
 			out, why := m.output(e, "", false)
 			if why != "" {
-				return why
+				return nil, why
 			}
 			col = len(g.Outputs)
 			g.Outputs = append(g.Outputs, out)
@@ -821,14 +872,19 @@ func (m *merger) groups() string {
 			keyOrder = append(keyOrder, kk)
 		}
 	}
-	// The key columns (hidden), and the order every shard sorts them in.
-	keyCol := make([]int, len(keys))
-	for i, e := range keys {
-		keyCol[i] = m.add(e)
-	}
 	if !streaming {
 		keyOrder = nil
 		g.SortAfter = len(g.OrderBy) > 0
+	}
+	return keyOrder, ""
+}
+
+// groupSortKeys adds the group keys as hidden columns and the order every
+// shard sorts them in (g.Keys): keyOrder's first, then the other keys.
+func (m *merger) groupSortKeys(g *GroupMerge, keys []*pg.Node, keyOrder []SortKey) {
+	keyCol := make([]int, len(keys))
+	for i, e := range keys {
+		keyCol[i] = m.add(e)
 	}
 	used := map[int]bool{}
 	for _, k := range keyOrder {
@@ -848,17 +904,11 @@ func (m *merger) groups() string {
 		}
 		g.Keys = append(g.Keys, SortKey{Column: col, Desc: k.Desc, NullsFirst: k.NullsFirst, Bytewise: k.Bytewise})
 	}
-	// extra_float_digits as the shard applies it, for floats the proxy prints.
-	for _, o := range g.Outputs {
-		if o.Agg == AggSum || o.Agg == AggAvg || o.Cast != CastNone {
-			g.DigitsColumn = m.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
-			break
-		}
-	}
-	if why := m.limits(false); why != "" {
-		return why
-	}
-	// The per-shard statement.
+}
+
+// groupShardStatement writes the per-shard statement: the per-shard select
+// list, GROUP BY the resolved keys, ORDER BY g.Keys, no HAVING.
+func (m *merger) groupShardStatement(g *GroupMerge, keys []*pg.Node) {
 	sc := m.shard
 	sc.TargetList = m.targetList()
 	sc.HavingClause = nil
@@ -879,7 +929,11 @@ func (m *merger) groups() string {
 		}
 		sc.SortClause = append(sc.SortClause, pg.MakeSortByNode(pg.MakeAConstIntNode(int64(k.Column+1), -1), dir, nulls, -1))
 	}
-	// Description.
+}
+
+// describeGroups puts the group merge at the head of the description, its
+// HAVING after it, and its ORDER BY before the LIMIT.
+func (m *merger) describeGroups(g *GroupMerge, keys []*pg.Node) {
 	var outs []string
 	for i, o := range g.Outputs {
 		what := fmt.Sprintf("column %d", i+1)
@@ -911,7 +965,6 @@ func (m *merger) groups() string {
 		}
 		m.desc = append(m.desc[:len(m.desc)-len(limitDesc(m.desc))], append([]string{"order " + how + "by " + strings.Join(ks, ", ")}, limitDesc(m.desc)...)...)
 	}
-	return ""
 }
 
 // limitDesc is the trailing LIMIT part of a description ("then LIMIT ...").
