@@ -2,6 +2,11 @@ package loadgen_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,10 +23,15 @@ import (
 // The CPU time (getrusage, user + system) runs from the start of the
 // run's clock to its end; the figure is compared with the 50 µs goal,
 // which the engine must meet with room left for a database client (see
-// loadgen/storetarget's BenchmarkGeneratorCPU for a real shard). Nothing
-// is asserted:
+// loadgen/storetarget's BenchmarkGeneratorCPU for a real shard). It also
+// prints the process's context switches per operation (voluntary and
+// involuntary, every thread: each is a thread parked or woken, the
+// dominant cost at low rates). Nothing is asserted:
 //
 //	go test -run '^$' -bench EngineCPU -benchtime 1x ./loadgen
+//
+// PGSHARD_BENCH_CPUPROFILE names a file for a CPU profile of the same
+// interval (one file per sub-benchmark: the name gets a suffix).
 func BenchmarkEngineCPU(b *testing.B) {
 	for _, c := range []struct {
 		rate   float64
@@ -40,9 +50,17 @@ func BenchmarkEngineCPU(b *testing.B) {
 				o.Relays = c.relays
 				o.Duration = 5 * time.Second
 				var cpu0 time.Duration
-				o.OnStart = func(time.Time) { cpu0 = engineCPU() }
+				var cs0 int64
+				stopProfile := func() {}
+				o.OnStart = func(time.Time) {
+					stopProfile = startEngineProfile(b, fmt.Sprintf("%.0f-%v", rate, c.relays))
+					cs0 = ctxSwitches()
+					cpu0 = engineCPU()
+				}
 				res, err := loadgen.Run(b.Context(), f, f, o)
 				cpu := engineCPU() - cpu0
+				cs := ctxSwitches() - cs0
+				stopProfile()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -53,8 +71,9 @@ func BenchmarkEngineCPU(b *testing.B) {
 				b.ReportMetric(us, "cpu-µs/op")
 				b.ReportMetric(us/50, "×goal")
 				b.ReportMetric(float64(res.Ops), "ops")
-				b.Logf("open loop %.0f ops/s for %s against the fake: %d ops (+%d relay deliveries, %d timer fires), %.2f CPU-s: %.1f µs/op (goal 50 µs: %.2f×); self-check %.1f µs/op",
-					rate, o.Duration, res.Ops, res.Relays.OutboxDelivered, res.Relays.TimersFired, cpu.Seconds(), us, us/50, res.SelfCheck.GenCPUPerOpUS)
+				b.ReportMetric(float64(cs)/float64(res.Ops), "ctxsw/op")
+				b.Logf("open loop %.0f ops/s for %s against the fake: %d ops (+%d relay deliveries, %d timer fires), %.2f CPU-s: %.1f µs/op (goal 50 µs: %.2f×), %.1f context switches/op; self-check %.1f µs/op; load %s",
+					rate, o.Duration, res.Ops, res.Relays.OutboxDelivered, res.Relays.TimersFired, cpu.Seconds(), us, us/50, float64(cs)/float64(res.Ops), res.SelfCheck.GenCPUPerOpUS, loadAvg())
 			}
 		})
 	}
@@ -67,4 +86,54 @@ func engineCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ctxSwitches is the context switches of the process's live threads so
+// far (voluntary + involuntary, from /proc; 0 where there is no /proc).
+func ctxSwitches() int64 {
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	var n int64
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
+// loadAvg is the machine's load average line (1, 5, 15 min).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// startEngineProfile starts a CPU profile into PGSHARD_BENCH_CPUPROFILE
+// with suffix when it is set; the returned function stops it.
+func startEngineProfile(b *testing.B, suffix string) func() {
+	path := os.Getenv("PGSHARD_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path + "." + suffix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }

@@ -1,0 +1,73 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The hand-read emitted events decode exactly as encoding/json decodes
+// them, and every document the fast path does not read goes to
+// encoding/json (the fast path must be taken for the engine's own).
+func TestParseRelayEventMatchesJSON(t *testing.T) {
+	own := fmt.Sprintf(`{"id":%q,"name":"ping","from":%q,"op":%q,"emitted_ns":%d}`,
+		"lg1-w3-7-e0", "exe-000012", "lg1/w3/9", time.Unix(1700000000, 5).UnixNano())
+	if _, ok := scanRelayEvent(own); !ok {
+		t.Fatalf("the engine's own event %s is not read by the fast path", own)
+	}
+	docs := []string{
+		own,
+		`{"id":"a","op":"b","emitted_ns":-12}`,
+		`{"id":"a","id":"b"}`,
+		`{"emitted_ns":0}`,
+		`{}`, ``, `{`, `}`, `[]`, `null`,
+		`{"id":"a" }`, `{ "id":"a"}`, `{"id":"a",}`, `{"id":"a""op":"b"}`,
+		`{"ID":"a"}`, `{"Op":"x","id":"a"}`, `{"other":1,"id":"a"}`,
+		`{"id":"a\"b"}`, `{"id":"a\\b"}`, `{"id":"é"}`, "{\"id\":\"a\x01\"}",
+		`{"emitted_ns":01}`, `{"emitted_ns":1.5}`, `{"emitted_ns":1e3}`, `{"emitted_ns":-}`,
+		`{"emitted_ns":99999999999999999999}`, `{"emitted_ns":"12"}`, `{"id":12}`,
+		`{"id":"a","name":"ping","from":"x"}`, `{"name":1}`,
+	}
+	for _, d := range docs {
+		got, gotErr := parseRelayEvent(d)
+		var want relayEvent
+		wantErr := json.Unmarshal([]byte(d), &want)
+		if (gotErr != nil) != (wantErr != nil) || got != want {
+			t.Errorf("%q: got %+v, %v; encoding/json %+v, %v", d, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// A call's shared deadline context leaves it at least the timeout and
+// at most 9/8 of it, and ends with its parent.
+func TestTimeoutTargetSharedDeadline(t *testing.T) {
+	const d = 8 * time.Second
+	w := withTimeout(nil, d).(*timeoutTarget)
+	parent, cancel := context.WithCancel(context.Background())
+	for range 3 {
+		ctx, release := w.ctx(parent)
+		t1 := time.Now()
+		dl, ok := ctx.Deadline()
+		if !ok || dl.Before(t1.Add(d)) || dl.After(t1.Add(d+d/8)) {
+			t.Fatalf("deadline %v (ok %v): want within [%v, %v]", dl, ok, t1.Add(d), t1.Add(d+d/8))
+		}
+		release()
+		if ctx.Err() != nil {
+			t.Fatalf("released shared context ended: %v", ctx.Err())
+		}
+	}
+	other, release := w.ctx(context.Background())
+	defer release()
+	ctx, release2 := w.ctx(parent)
+	defer release2()
+	cancel()
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("parent canceled, call context: %v", ctx.Err())
+	}
+	if other.Err() != nil {
+		t.Fatalf("another parent's context ended: %v", other.Err())
+	}
+}
