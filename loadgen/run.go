@@ -64,6 +64,7 @@ type runner struct {
 	lagMu                            sync.Mutex
 	lag                              *hdr.Histogram // dispatcher lag, measured period
 	lagWindow                        *hdr.Histogram
+	lagPending                       []lagValue // lags not yet recorded (see recorder)
 
 	relays       relayCounters
 	backlogStart int
@@ -343,6 +344,7 @@ func (r *runner) run(ctx context.Context) *Result {
 		r.openLoop(opCtx, &load)
 	}
 	_ = load.Wait()
+	r.flushLag()
 	r.stop()
 	if o.Quiesce != nil && !r.interrupted.Load() {
 		r.quiesceRun(ctx, relayCtx)
@@ -521,12 +523,7 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 			}
 			lag := time.Since(intended)
 			m := r.measured(intended)
-			r.lagMu.Lock()
-			recordUS(r.lagWindow, lag)
-			if m {
-				recordUS(r.lag, lag)
-			}
-			r.lagMu.Unlock()
+			r.holdLag(lag, m)
 			if m {
 				if o.Ops > 0 && r.measuredIssued.Add(1) > o.Ops {
 					r.stop()
@@ -550,6 +547,39 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 			}
 		}
 	})
+}
+
+// lagValue is a dispatcher lag held for the lag histograms.
+type lagValue struct {
+	us       int64
+	measured bool
+}
+
+// holdLag holds a dispatch's lag; like a recorder's values, lags are
+// recorded into the (cold) histograms a batch at a time.
+func (r *runner) holdLag(lag time.Duration, measured bool) {
+	r.lagMu.Lock()
+	defer r.lagMu.Unlock()
+	r.lagPending = append(r.lagPending, lagValue{clampUS(lag), measured})
+	if len(r.lagPending) >= pendingSize {
+		r.flushLagLocked()
+	}
+}
+
+func (r *runner) flushLag() {
+	r.lagMu.Lock()
+	defer r.lagMu.Unlock()
+	r.flushLagLocked()
+}
+
+func (r *runner) flushLagLocked() {
+	for _, v := range r.lagPending {
+		_ = r.lagWindow.RecordValue(v.us) // in range by construction
+		if v.measured {
+			_ = r.lag.RecordValue(v.us)
+		}
+	}
+	r.lagPending = r.lagPending[:0]
 }
 
 // doOp runs one worker operation and records it.
