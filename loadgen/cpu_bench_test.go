@@ -7,6 +7,8 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,7 +34,21 @@ import (
 //
 // PGSHARD_BENCH_CPUPROFILE names a file for a CPU profile of the same
 // interval (one file per sub-benchmark: the name gets a suffix).
+//
+// The floor sub-benchmarks are the anchor: the least an open loop can do
+// against the same fake (one pacing goroutine, a pool fed by a channel,
+// two calls per operation as a worker step's load and commit, nothing
+// recorded). Their CPU per operation is the Go runtime parking and waking
+// goroutines and threads around the fake's sleeps; what the engine spends
+// beyond it is its own.
 func BenchmarkEngineCPU(b *testing.B) {
+	for _, rate := range []float64{600, 3000} {
+		b.Run(fmt.Sprintf("floor/rate=%.0f", rate), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				floorCPU(b, rate, 5*time.Second)
+			}
+		})
+	}
 	for _, c := range []struct {
 		rate   float64
 		relays bool
@@ -77,6 +93,54 @@ func BenchmarkEngineCPU(b *testing.B) {
 			}
 		})
 	}
+}
+
+// floorCPU runs the floor open loop at rate for d against a fresh fake
+// and reports its CPU per operation.
+func floorCPU(b *testing.B, rate float64, d time.Duration) {
+	f := loadgentest.New(loadgentest.Options{Service: 300 * time.Microsecond})
+	ctx := b.Context()
+	if err := loadgen.Setup(ctx, f, loadgen.Workload{Executions: 1, Seed: 1}, 1); err != nil {
+		b.Fatal(err)
+	}
+	id := loadgen.ExecutionIDs(1, 1)[0]
+	const pool = 64
+	jobs := make(chan struct{}, pool)
+	var wg sync.WaitGroup
+	var ops atomic.Int64
+	for range pool {
+		wg.Go(func() {
+			for range jobs {
+				for range 2 {
+					if _, _, err := f.LoadForEvent(ctx, id, ""); err != nil {
+						b.Error(err)
+					}
+				}
+				ops.Add(1)
+			}
+		})
+	}
+	cs0, cpu0 := ctxSwitches(), engineCPU()
+	t0 := time.Now()
+	tm := time.NewTimer(time.Hour)
+	n := int64(rate * d.Seconds())
+	for i := int64(0); i < n; i++ {
+		if w := time.Until(t0.Add(time.Duration(float64(i) * 1e9 / rate))); w > 0 {
+			tm.Reset(w)
+			<-tm.C
+		}
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	wg.Wait()
+	cpu, cs := engineCPU()-cpu0, ctxSwitches()-cs0
+	us := float64(cpu.Microseconds()) / float64(ops.Load())
+	b.ReportMetric(us, "cpu-µs/op")
+	b.ReportMetric(us/50, "×goal")
+	b.ReportMetric(float64(ops.Load()), "ops")
+	b.ReportMetric(float64(cs)/float64(ops.Load()), "ctxsw/op")
+	b.Logf("floor: a bare open loop at %.0f ops/s for %s, 2 fake calls per op, nothing recorded: %d ops, %.1f µs/op, %.1f context switches/op; load %s",
+		rate, d, ops.Load(), us, float64(cs)/float64(ops.Load()), loadAvg())
 }
 
 // engineCPU is the process's user and system CPU time so far.
