@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,5 +71,43 @@ func TestTimeoutTargetSharedDeadline(t *testing.T) {
 	}
 	if other.Err() != nil {
 		t.Fatalf("another parent's context ended: %v", other.Err())
+	}
+}
+
+// A worker step's documents (trace entry, emitted events, spawn context)
+// are byte for byte what fmt.Sprintf with %q made of the same values.
+func TestCommitForDocuments(t *testing.T) {
+	o := DefaultOptions()
+	o.Workload.TimerDelay = time.Second
+	r := &runner{o: o, payload: "x"}
+	for _, ids := range [][3]string{{"exe-1", "lg1-w0-1", "lg1/w0/1"}, {`é"\`, "ev\n\x01", "op\u2028"}} {
+		exeID, event, opID := ids[0], ids[1], ids[2]
+		exe := &Execution{ID: exeID, State: State{Step: 6, Active: "idle"}}
+		before := time.Now().UnixNano()
+		c := r.commitFor(exe, event, plan{emits: []string{"a", "b"}, spawn: true}, opID)
+		after := time.Now().UnixNano()
+		if want := fmt.Sprintf(`{"op":%q,"step":%d,"event":%q,"active":%q}`, opID, c.Exe.State.Step, event, c.Exe.State.Active); c.Trace != want {
+			t.Errorf("trace %s, want %s", c.Trace, want)
+		}
+		if len(c.Emits) != 2 {
+			t.Fatalf("emits %+v", c.Emits)
+		}
+		for k, em := range c.Emits {
+			// %q is not JSON for every string (\x01): the time is read
+			// from the end of the document.
+			_, tail, _ := strings.Cut(em.Event, `"emitted_ns":`)
+			ns, err := strconv.ParseInt(strings.TrimSuffix(tail, "}"), 10, 64)
+			if err != nil || ns < before || ns > after {
+				t.Fatalf("emit %s: emitted_ns %d %v", em.Event, ns, err)
+			}
+			id := event + "-e" + fmt.Sprint(k)
+			want := fmt.Sprintf(`{"id":%q,"name":"ping","from":%q,"op":%q,"emitted_ns":%d}`, id, exeID, opID, ns)
+			if em.Event != want || em.ID != id {
+				t.Errorf("emit %s (id %s), want %s (id %s)", em.Event, em.ID, want, id)
+			}
+		}
+		if want := fmt.Sprintf(`{"op":%q}`, opID); len(c.Spawns) != 1 || c.Spawns[0].Context != want {
+			t.Errorf("spawns %+v, want context %s", c.Spawns, want)
+		}
 	}
 }

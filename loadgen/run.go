@@ -745,11 +745,32 @@ func (r *runner) commitFor(exe *Execution, event string, p plan, opID string) *C
 		return c
 	}
 	now := time.Now()
-	c.Trace = fmt.Sprintf(`{"op":%q,"step":%d,"event":%q,"active":%q}`, opID, c.Exe.State.Step, event, c.Exe.State.Active)
+	// The documents are built as fmt.Sprintf with %q would (the same
+	// bytes: strconv.AppendQuote is what %q does), without its reflection.
+	b := make([]byte, 0, 256)
+	b = append(b, `{"op":`...)
+	b = strconv.AppendQuote(b, opID)
+	b = append(b, `,"step":`...)
+	b = strconv.AppendInt(b, c.Exe.State.Step, 10)
+	b = append(b, `,"event":`...)
+	b = strconv.AppendQuote(b, event)
+	b = append(b, `,"active":`...)
+	b = strconv.AppendQuote(b, c.Exe.State.Active)
+	c.Trace = string(append(b, '}'))
+	if len(p.emits) > 0 {
+		c.Emits = make([]Emit, 0, len(p.emits))
+	}
 	for k, target := range p.emits {
 		id := event + "-e" + strconv.Itoa(k)
-		c.Emits = append(c.Emits, Emit{ID: id, TargetID: target,
-			Event: fmt.Sprintf(`{"id":%q,"name":"ping","from":%q,"op":%q,"emitted_ns":%d}`, id, exe.ID, opID, now.UnixNano())})
+		b = append(b[:0], `{"id":`...)
+		b = strconv.AppendQuote(b, id)
+		b = append(b, `,"name":"ping","from":`...)
+		b = strconv.AppendQuote(b, exe.ID)
+		b = append(b, `,"op":`...)
+		b = strconv.AppendQuote(b, opID)
+		b = append(b, `,"emitted_ns":`...)
+		b = strconv.AppendInt(b, now.UnixNano(), 10)
+		c.Emits = append(c.Emits, Emit{ID: id, TargetID: target, Event: string(append(b, '}'))})
 	}
 	if p.timer != nil {
 		op := *p.timer
@@ -766,7 +787,7 @@ func (r *runner) commitFor(exe *Execution, event string, p plan, opID string) *C
 		c.Timers = []TimerOp{op}
 	}
 	if p.spawn {
-		c.Spawns = []Spawn{{ChildID: derivedID(event), RootPath: "child", Context: fmt.Sprintf(`{"op":%q}`, opID)}}
+		c.Spawns = []Spawn{{ChildID: derivedID(event), RootPath: "child", Context: `{"op":` + strconv.Quote(opID) + `}`}}
 	}
 	return c
 }
