@@ -43,12 +43,19 @@ func TestParseRelayEventMatchesJSON(t *testing.T) {
 	}
 }
 
-// A call's shared deadline context leaves it at least the timeout and
-// at most 9/8 of it, and ends with its parent.
+// A parent's first call gets a context of its own; from the second on,
+// calls share one that leaves each at least the timeout and at most 9/8
+// of it, and ends with its parent.
 func TestTimeoutTargetSharedDeadline(t *testing.T) {
 	const d = 8 * time.Second
 	w := withTimeout(nil, d).(*timeoutTarget)
 	parent, cancel := context.WithCancel(context.Background())
+	first, release := w.ctx(parent) // a parent's first call: its own context
+	release()
+	if !errors.Is(first.Err(), context.Canceled) {
+		t.Fatalf("a first call's own context was not released: %v", first.Err())
+	}
+	var shared context.Context
 	for range 3 {
 		ctx, release := w.ctx(parent)
 		t1 := time.Now()
@@ -60,8 +67,17 @@ func TestTimeoutTargetSharedDeadline(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("released shared context ended: %v", ctx.Err())
 		}
+		if shared == nil {
+			shared = ctx
+		} else if ctx != shared {
+			t.Fatalf("calls on the same parent within d/8 got different contexts")
+		}
 	}
-	other, release := w.ctx(context.Background())
+	parent2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	_, rel := w.ctx(parent2) // noted: the next call shares
+	rel()
+	other, release := w.ctx(parent2)
 	defer release()
 	ctx, release2 := w.ctx(parent)
 	defer release2()

@@ -18,7 +18,8 @@ import (
 // with deadline t0 + d + d/8 made by an earlier call at t0 ≥ t - d/8, so
 // every call gets between d and 9/8 d, canceled with p as before. Each
 // shared context expires on its own (at most 9 live per parent and d); a
-// few recent parents are kept, those of comparable (pointer) type only.
+// few recent parents are kept, those of comparable (pointer) type only,
+// and a parent shares from its second call on.
 type timeoutTarget struct {
 	t     Target
 	d     time.Duration
@@ -32,7 +33,7 @@ type timeoutTarget struct {
 const sharedCtxSlots = 4
 
 // sharedCtx is a deadline context shared by the calls on parent that
-// start before until.
+// start before until (ctx nil: parent was seen once, nothing shared yet).
 type sharedCtx struct {
 	parent context.Context
 	ctx    context.Context
@@ -52,31 +53,43 @@ func withTimeout(t Target, d time.Duration) Target {
 // between d and d + slack; release ends a context that was not shared.
 func (w *timeoutTarget) ctx(parent context.Context) (ctx context.Context, release context.CancelFunc) {
 	now := time.Now()
+	slot, seen := -1, false
 	for i := range w.slots {
-		if s := w.slots[i].Load(); s != nil && s.parent == parent && now.Before(s.until) {
+		s := w.slots[i].Load()
+		if s == nil || s.parent != parent {
+			continue
+		}
+		if s.ctx != nil && now.Before(s.until) {
 			return s.ctx, noRelease
 		}
+		slot, seen = i, true
+		break
 	}
 	if w.slack <= 0 || reflect.TypeOf(parent).Kind() != reflect.Pointer {
 		// Too short a bound to share, or a parent that cannot be
 		// compared: a context of the call's own.
 		return context.WithTimeout(parent, w.d)
 	}
+	if !seen {
+		// A parent's first call gets a context of its own, and the
+		// parent is noted: a caller with a new parent per call (whose
+		// shared contexts would each live d) keeps paying as before.
+		for i := range w.slots {
+			if w.slots[i].Load() == nil {
+				slot = i
+				break
+			}
+		}
+		if slot < 0 {
+			slot = int(w.turn.Add(1) % sharedCtxSlots)
+		}
+		w.slots[slot].Store(&sharedCtx{parent: parent})
+		return context.WithTimeout(parent, w.d)
+	}
 	// The context ends at its deadline or with its parent, never
 	// earlier: calls sharing it may still run when it is replaced.
 	ctx, cancel := context.WithDeadline(parent, now.Add(w.d+w.slack))
-	s := &sharedCtx{parent: parent, ctx: ctx, cancel: cancel, until: now.Add(w.slack)}
-	slot := -1
-	for i := range w.slots {
-		if old := w.slots[i].Load(); old == nil || old.parent == parent {
-			slot = i
-			break
-		}
-	}
-	if slot < 0 {
-		slot = int(w.turn.Add(1) % sharedCtxSlots)
-	}
-	w.slots[slot].Store(s)
+	w.slots[slot].Store(&sharedCtx{parent: parent, ctx: ctx, cancel: cancel, until: now.Add(w.slack)})
 	return ctx, noRelease
 }
 
