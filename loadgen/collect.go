@@ -62,6 +62,7 @@ func (r *runner) window(now time.Time, d time.Duration) {
 	warm := mid.Before(r.measureStart)
 	c := r.checks.sample(!warm && !mid.After(r.measureEnd))
 	r.lagMu.Lock()
+	r.flushLagLocked()
 	lagP99 := msOf(r.lagWindow.ValueAtQuantile(99))
 	r.lagWindow.Reset()
 	r.lagMu.Unlock()

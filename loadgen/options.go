@@ -100,7 +100,8 @@ type Options struct {
 	RelayInterval time.Duration `json:"relay_interval"`
 	// OpTimeout bounds every call to the target (setup included), so a
 	// hung target fails calls as timeouts instead of hanging the run
-	// (0: no bound).
+	// (0: no bound). Calls share deadline contexts: each call gets
+	// between OpTimeout and 9/8 of it.
 	OpTimeout time.Duration `json:"op_timeout"`
 	// DrainTimeout bounds how long in-flight operations may finish after
 	// the run ends; then they are canceled.

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // relayBatch bounds the rows a relay handles per poll (small enough that
@@ -37,8 +38,8 @@ func (r *runner) ownRow(row OutboxEntry, now time.Time) bool {
 	if r.mine(row.TargetID) {
 		return true
 	}
-	var ev relayEvent
-	if err := json.Unmarshal([]byte(row.Event), &ev); err != nil || ev.EmittedNs == 0 {
+	ev, err := parseRelayEvent(row.Event)
+	if err != nil || ev.EmittedNs == 0 {
 		return true
 	}
 	return now.Sub(time.Unix(0, ev.EmittedNs)) > partGrace
@@ -54,6 +55,88 @@ type relayEvent struct {
 	ID        string `json:"id"`
 	Op        string `json:"op"`
 	EmittedNs int64  `json:"emitted_ns"`
+}
+
+// parseRelayEvent decodes an emitted event as json.Unmarshal would. The
+// events this engine writes (a flat object of the keys below, ASCII
+// strings without escapes, an integer) are read by hand: encoding/json
+// was a twentieth of the engine's CPU at 3,000 ops/s. Anything else goes
+// to encoding/json.
+func parseRelayEvent(doc string) (relayEvent, error) {
+	if ev, ok := scanRelayEvent(doc); ok {
+		return ev, nil
+	}
+	var ev relayEvent
+	err := json.Unmarshal([]byte(doc), &ev)
+	return ev, err
+}
+
+// scanRelayEvent is parseRelayEvent's fast path: ok is false when doc is
+// not of the simple form it reads.
+func scanRelayEvent(doc string) (ev relayEvent, ok bool) {
+	if len(doc) < 2 || doc[0] != '{' || doc[len(doc)-1] != '}' {
+		return ev, false
+	}
+	s := doc[1 : len(doc)-1]
+	str := func() (string, bool) { // a string without escapes at s
+		if len(s) == 0 || s[0] != '"' {
+			return "", false
+		}
+		for i := 1; i < len(s); i++ {
+			switch c := s[i]; {
+			case c == '"':
+				v := s[1:i]
+				s = s[i+1:]
+				return v, true
+			case c < 0x20 || c == '\\' || c >= 0x80:
+				return "", false
+			}
+		}
+		return "", false
+	}
+	for first := true; len(s) > 0 || first; first = false {
+		if !first {
+			if s[0] != ',' {
+				return ev, false
+			}
+			s = s[1:]
+		}
+		key, ok := str()
+		if !ok || len(s) == 0 || s[0] != ':' {
+			return ev, false
+		}
+		s = s[1:]
+		switch key {
+		case "id", "op", "name", "from":
+			v, ok := str()
+			if !ok {
+				return ev, false
+			}
+			if key == "id" {
+				ev.ID = v
+			} else if key == "op" {
+				ev.Op = v
+			}
+		case "emitted_ns":
+			n := 0
+			for n < len(s) && (s[n] >= '0' && s[n] <= '9' || n == 0 && s[n] == '-') {
+				n++
+			}
+			digits := strings.TrimPrefix(s[:n], "-")
+			if digits == "" || len(digits) > 1 && digits[0] == '0' {
+				return ev, false
+			}
+			v, err := strconv.ParseInt(s[:n], 10, 64)
+			if err != nil {
+				return ev, false
+			}
+			ev.EmittedNs = v
+			s = s[n:]
+		default: // another key (json matches keys case-insensitively)
+			return ev, false
+		}
+	}
+	return ev, true
 }
 
 // pause waits d or until the relays stop; it reports whether to go on.
@@ -137,24 +220,28 @@ func (r *runner) outboxRelay(ctx context.Context) {
 	}
 }
 
-// parallel runs f(0..n-1) on up to RelayWorkers goroutines and waits for
-// them; it stops starting new items once the relays stop.
+// parallel runs f(0..n-1) on up to RelayWorkers goroutines, the caller's
+// one of them, and waits for them; it stops starting new items once the
+// relays stop. Each goroutine takes the next item until none is left: a
+// batch of n rows starts min(n, RelayWorkers)-1 goroutines, not n (each
+// start cost a wake-up and a stack grown again).
 func (r *runner) parallel(n int, f func(i int)) {
-	if n == 1 || r.o.RelayWorkers <= 1 {
-		// One at a time: on this goroutine (a poll at a low rate
-		// mostly finds one row; a goroutine per row costs a start and
-		// a wake-up each).
-		for i := 0; i < n && !r.relaysStopped(); i++ {
+	var next atomic.Int64
+	work := func() {
+		for !r.relaysStopped() {
+			i := int(next.Add(1)) - 1
+			if i >= n {
+				return
+			}
 			f(i)
 		}
-		return
 	}
-	var g errgroup.Group
-	g.SetLimit(max(r.o.RelayWorkers, 1))
-	for i := 0; i < n && !r.relaysStopped(); i++ {
-		g.Go(func() error { f(i); return nil })
+	var wg sync.WaitGroup
+	for range min(n, max(r.o.RelayWorkers, 1)) - 1 {
+		wg.Go(work)
 	}
-	_ = g.Wait()
+	work()
+	wg.Wait()
 }
 
 func (r *runner) relayError(ctx context.Context, err error) {
@@ -171,8 +258,8 @@ func (r *runner) relayError(ctx context.Context, err error) {
 func (r *runner) deliver(ctx context.Context, rec *recorder, row OutboxEntry) {
 	t0 := time.Now()
 	m := r.measured(t0)
-	var ev relayEvent
-	if err := json.Unmarshal([]byte(row.Event), &ev); err != nil || ev.ID == "" {
+	ev, err := parseRelayEvent(row.Event)
+	if err != nil || ev.ID == "" {
 		ev.ID = fmt.Sprintf("outbox-%d", row.Seq)
 	}
 	outcome, err := r.apply(ctx, delivery{id: row.TargetID, event: ev.ID, cause: CauseOutbox, seq: row.Seq, origin: ev.Op, body: row.Event})

@@ -64,6 +64,7 @@ type runner struct {
 	lagMu                            sync.Mutex
 	lag                              *hdr.Histogram // dispatcher lag, measured period
 	lagWindow                        *hdr.Histogram
+	lagPending                       []lagValue // lags not yet recorded (see recorder)
 
 	relays       relayCounters
 	backlogStart int
@@ -343,6 +344,7 @@ func (r *runner) run(ctx context.Context) *Result {
 		r.openLoop(opCtx, &load)
 	}
 	_ = load.Wait()
+	r.flushLag()
 	r.stop()
 	if o.Quiesce != nil && !r.interrupted.Load() {
 		r.quiesceRun(ctx, relayCtx)
@@ -521,12 +523,7 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 			}
 			lag := time.Since(intended)
 			m := r.measured(intended)
-			r.lagMu.Lock()
-			recordUS(r.lagWindow, lag)
-			if m {
-				recordUS(r.lag, lag)
-			}
-			r.lagMu.Unlock()
+			r.holdLag(lag, m)
 			if m {
 				if o.Ops > 0 && r.measuredIssued.Add(1) > o.Ops {
 					r.stop()
@@ -550,6 +547,39 @@ func (r *runner) openLoop(ctx context.Context, g *errgroup.Group) {
 			}
 		}
 	})
+}
+
+// lagValue is a dispatcher lag held for the lag histograms.
+type lagValue struct {
+	us       int64
+	measured bool
+}
+
+// holdLag holds a dispatch's lag; like a recorder's values, lags are
+// recorded into the (cold) histograms a batch at a time.
+func (r *runner) holdLag(lag time.Duration, measured bool) {
+	r.lagMu.Lock()
+	defer r.lagMu.Unlock()
+	r.lagPending = append(r.lagPending, lagValue{clampUS(lag), measured})
+	if len(r.lagPending) >= pendingSize {
+		r.flushLagLocked()
+	}
+}
+
+func (r *runner) flushLag() {
+	r.lagMu.Lock()
+	defer r.lagMu.Unlock()
+	r.flushLagLocked()
+}
+
+func (r *runner) flushLagLocked() {
+	for _, v := range r.lagPending {
+		_ = r.lagWindow.RecordValue(v.us) // in range by construction
+		if v.measured {
+			_ = r.lag.RecordValue(v.us)
+		}
+	}
+	r.lagPending = r.lagPending[:0]
 }
 
 // doOp runs one worker operation and records it.
@@ -715,11 +745,32 @@ func (r *runner) commitFor(exe *Execution, event string, p plan, opID string) *C
 		return c
 	}
 	now := time.Now()
-	c.Trace = fmt.Sprintf(`{"op":%q,"step":%d,"event":%q,"active":%q}`, opID, c.Exe.State.Step, event, c.Exe.State.Active)
+	// The documents are built as fmt.Sprintf with %q would (the same
+	// bytes: strconv.AppendQuote is what %q does), without its reflection.
+	b := make([]byte, 0, 256)
+	b = append(b, `{"op":`...)
+	b = strconv.AppendQuote(b, opID)
+	b = append(b, `,"step":`...)
+	b = strconv.AppendInt(b, c.Exe.State.Step, 10)
+	b = append(b, `,"event":`...)
+	b = strconv.AppendQuote(b, event)
+	b = append(b, `,"active":`...)
+	b = strconv.AppendQuote(b, c.Exe.State.Active)
+	c.Trace = string(append(b, '}'))
+	if len(p.emits) > 0 {
+		c.Emits = make([]Emit, 0, len(p.emits))
+	}
 	for k, target := range p.emits {
 		id := event + "-e" + strconv.Itoa(k)
-		c.Emits = append(c.Emits, Emit{ID: id, TargetID: target,
-			Event: fmt.Sprintf(`{"id":%q,"name":"ping","from":%q,"op":%q,"emitted_ns":%d}`, id, exe.ID, opID, now.UnixNano())})
+		b = append(b[:0], `{"id":`...)
+		b = strconv.AppendQuote(b, id)
+		b = append(b, `,"name":"ping","from":`...)
+		b = strconv.AppendQuote(b, exe.ID)
+		b = append(b, `,"op":`...)
+		b = strconv.AppendQuote(b, opID)
+		b = append(b, `,"emitted_ns":`...)
+		b = strconv.AppendInt(b, now.UnixNano(), 10)
+		c.Emits = append(c.Emits, Emit{ID: id, TargetID: target, Event: string(append(b, '}'))})
 	}
 	if p.timer != nil {
 		op := *p.timer
@@ -736,7 +787,7 @@ func (r *runner) commitFor(exe *Execution, event string, p plan, opID string) *C
 		c.Timers = []TimerOp{op}
 	}
 	if p.spawn {
-		c.Spawns = []Spawn{{ChildID: derivedID(event), RootPath: "child", Context: fmt.Sprintf(`{"op":%q}`, opID)}}
+		c.Spawns = []Spawn{{ChildID: derivedID(event), RootPath: "child", Context: `{"op":` + strconv.Quote(opID) + `}`}}
 	}
 	return c
 }
