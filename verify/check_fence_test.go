@@ -19,7 +19,7 @@ func fenceMap() verify.MapInfo {
 }
 
 // fenceState is a state with no store rows whose shards hold the given
-// fences (a nil fence: the shard has no fence tables).
+// fences (nil: not dumped).
 func fenceState(f0, f1 *verify.Fence) *verify.State {
 	id := func(name string, ord int) *verify.Identity {
 		return &verify.Identity{Name: name, Ordinal: ord, Buckets: 8, MapEpoch: 1}
@@ -124,7 +124,7 @@ func TestFenceCheck(t *testing.T) {
 			good0(), &verify.Fence{Epoch: 3, Buckets: 8, Rows: good1().Rows},
 			[][]string{{"the fence of shard shard1 is off (epoch 3)"}}},
 		{"no fence tables after moves",
-			good0(), nil,
+			good0(), &verify.Fence{NoTables: true},
 			[][]string{{"shard shard1 has no fence tables"}}},
 	}
 	for _, c := range cases {
@@ -169,7 +169,7 @@ func TestFenceCheckWithoutMoves(t *testing.T) {
 	same := func() *verify.Fence {
 		return on(3, row(0, 3, "owned", 3, "shard0"), row(4, 7, "moved", 3, "shard1"))
 	}
-	if got := placementViolations(t, h, fenceState(same(), nil)); len(got) != 0 {
+	if got := placementViolations(t, h, fenceState(same(), &verify.Fence{NoTables: true})); len(got) != 0 {
 		t.Errorf("a shard without fence tables: %+v", got)
 	}
 	if got := placementViolations(t, h, fenceState(same(), &verify.Fence{Epoch: 3, Buckets: 8})); len(got) != 0 {
@@ -177,6 +177,10 @@ func TestFenceCheckWithoutMoves(t *testing.T) {
 	}
 	if got := placementViolations(t, h, fenceState(nil, nil)); len(got) != 0 {
 		t.Errorf("no fences: %+v", got)
+	}
+	// A state dumped without fences, also after moves: not compared.
+	if got := placementViolations(t, movedHistory(t), fenceState(nil, nil)); len(got) != 0 {
+		t.Errorf("a state without fences after moves: %+v", got)
 	}
 	bad := same()
 	bad.Rows[0].State = "frozen"

@@ -13,6 +13,8 @@ import (
 // in the dump's snapshot. The fence check (check_fence.go) compares it
 // with the final map.
 type Fence struct {
+	// NoTables: the shard has no fence tables (before migration 0008).
+	NoTables bool `json:"no_tables,omitempty"`
 	// NoConfig: the table pgshard_fence_config has no row.
 	NoConfig bool `json:"no_config,omitempty"`
 	// Enabled, Epoch and Buckets are the configuration row's (Buckets 0:
@@ -46,8 +48,8 @@ const (
 )
 
 // readFence reads the shard's fence with plain SELECTs (not the fence's
-// functions, the code under test); nil when the shard has no fence
-// tables. The tables are looked up first, so a shard without them does not
+// functions, the code under test); NoTables when the shard has none. The
+// tables are looked up first, so a shard without them does not
 // abort the dump's transaction.
 func readFence(ctx context.Context, tx pgx.Tx) (*Fence, error) {
 	var has bool
@@ -55,7 +57,7 @@ func readFence(ctx context.Context, tx pgx.Tx) (*Fence, error) {
 		return nil, fmt.Errorf("read fence: %w", err)
 	}
 	if !has {
-		return nil, nil
+		return &Fence{NoTables: true}, nil
 	}
 	f := &Fence{Rows: []FenceRow{}}
 	var epoch int64

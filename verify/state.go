@@ -40,8 +40,7 @@ type ShardState struct {
 	// Identity is the shard's pgshard_identity record, nil if it has none.
 	Identity *Identity `json:"identity"`
 	// Fence is the shard's fence (pgshard_fence_config and pgshard_fence),
-	// nil when the shard has no fence tables (before migration 0008) or
-	// the state was dumped by an older verifier.
+	// nil in a state dumped by an older verifier (not compared).
 	Fence      *Fence         `json:"fence,omitempty"`
 	Executions []ExecutionRow `json:"executions"`
 	Outbox     []OutboxRow    `json:"outbox"`
