@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -75,6 +76,16 @@ func runLoadgen(cmd *cobra.Command, s *loadgenSetup) error {
 	res, err := loadgen.Run(ctx, t, loc, o)
 	if res == nil {
 		return runFailed(err)
+	}
+	if dsn := freezeCatalog(s.cfg); dsn != "" {
+		// The moves' freezes within the run, for the reports' timelines
+		// (optional: a catalog that cannot be read only loses the marks).
+		end := res.Start.Add(time.Duration((res.WarmupSeconds + res.MeasuredSeconds) * float64(time.Second)))
+		fz, ferr := readRunFreezes(context.WithoutCancel(ctx), dsn, res.Start, end)
+		if ferr != nil {
+			fmt.Fprintf(errw, "loadgen: no freeze marks in the report: %v\n", ferr)
+		}
+		res.Freezes = fz
 	}
 	files, werr := loadgen.WriteReports(s.out, res)
 	if werr != nil {
