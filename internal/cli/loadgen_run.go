@@ -24,7 +24,10 @@ with the outbox relay and timer sweeper running beside it.
 
 Reports go to --out: summary.txt, result.json (every figure), one .hgrm per
 operation kind (HdrHistogram percentile format) and report.html (offline,
-self-contained). Live progress goes to stderr each second unless --quiet.
+self-contained). When the config names a catalog (catalog.dsn, or the
+proxy's proxy.catalog), the range moves' freezes within the run are read
+from its move journal at the end and marked on the report's timelines.
+Live progress goes to stderr each second unless --quiet.
 Ctrl-C ends the run cleanly and still writes a partial report.
 
 --fail-if thresholds (repeatable) make CI gates:
