@@ -373,7 +373,8 @@ func ReadResult(path string) (*Result, error) {
 // catalog's journal records only the move's flip (the end of its last,
 // successful freeze: the generation it wrote), Started is the flip and
 // DurationMS 0, and AtFlip says so. StartS is Started in seconds since
-// the run's start (the timelines' axis; the catalog server's clock).
+// the run's start (the timelines' axis; the catalog server's clock),
+// negative for a freeze during the setup.
 type Freeze struct {
 	Move       int64     `json:"move"`
 	Lo         int       `json:"lo"`

@@ -51,9 +51,9 @@ type journalFreeze struct {
 }
 
 // readRunFreezes reads the move journal of the catalog at dsn and returns
-// the freezes that started within [start, end] (bounded by ctx, a short
-// connect timeout).
-func readRunFreezes(ctx context.Context, dsn string, start, end time.Time) ([]loadgen.Freeze, error) {
+// the freezes that started within [from, end], StartS counted from start
+// (bounded by ctx, a short connect timeout).
+func readRunFreezes(ctx context.Context, dsn string, from, start, end time.Time) ([]loadgen.Freeze, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	cfg, err := pgx.ParseConfig(dsn)
@@ -72,7 +72,7 @@ func readRunFreezes(ctx context.Context, dsn string, start, end time.Time) ([]lo
 	defer conn.Close(context.WithoutCancel(ctx))
 	rows, err := conn.Query(ctx, `SELECT m.id, m.lo, m.hi, m.from_shard, m.to_shard, g.pushed_at, m.detail::text
 		  FROM `+catalog.Schema+`.moves m LEFT JOIN `+catalog.Schema+`.generations g ON g.epoch = m.to_epoch
-		 WHERE m.created_at <= $2 AND coalesce(m.finished_at, now()) >= $1 ORDER BY m.id`, start, end)
+		 WHERE m.created_at <= $2 AND coalesce(m.finished_at, now()) >= $1 ORDER BY m.id`, from, end)
 	if err != nil {
 		return nil, fmt.Errorf("read the move journal: %w", err)
 	}
@@ -88,18 +88,18 @@ func readRunFreezes(ctx context.Context, dsn string, start, end time.Time) ([]lo
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the move journal: %w", err)
 	}
-	return runFreezes(ms, start, end), nil
+	return runFreezes(ms, from, start, end), nil
 }
 
 // runFreezes turns journal rows into the freezes that started within
-// [start, end], by start time: each freeze a move's detail records
+// [from, end], by start time, StartS counted from start: each freeze a move's detail records
 // ("freezes": started_at, ms, abandoned), or else, for a flipped move, its
 // flip (the end of its successful freeze: the journal records no freeze
 // times of its own), marked AtFlip.
-func runFreezes(ms []journalMove, start, end time.Time) []loadgen.Freeze {
+func runFreezes(ms []journalMove, from, start, end time.Time) []loadgen.Freeze {
 	var out []loadgen.Freeze
 	add := func(m journalMove, at time.Time, dur float64, atFlip, abandoned bool) {
-		if at.Before(start) || at.After(end) {
+		if at.Before(from) || at.After(end) {
 			return
 		}
 		out = append(out, loadgen.Freeze{Move: m.ID, Lo: m.Lo, Hi: m.Hi, From: m.From, To: m.To, Started: at.UTC(),

@@ -30,7 +30,7 @@ func TestRunFreezes(t *testing.T) {
 		{ID: 4, Lo: 192, Hi: 255, From: "shard1", To: "shard2", FlippedAt: at(-3)}, // before the run
 		{ID: 5, Lo: 256, Hi: 300, From: "shard1", To: "shard2", FlippedAt: at(46)}, // after it
 	}
-	got := runFreezes(ms, start, end)
+	got := runFreezes(ms, start, start, end)
 	if len(got) != 3 {
 		t.Fatalf("freezes %+v, want 3", got)
 	}
@@ -50,8 +50,12 @@ func TestRunFreezes(t *testing.T) {
 	if got[0].Lo != 0 || got[0].Hi != 63 || got[0].From != "shard0" || got[0].To != "shard2" || got[0].Label() != "0-63 shard0→shard2 flip" {
 		t.Errorf("freeze 0: %+v (%s)", got[0], got[0].Label())
 	}
-	if runFreezes(nil, start, end) != nil {
+	if runFreezes(nil, start, start, end) != nil {
 		t.Error("no moves: want no freezes")
+	}
+	// With the setup in the window: move 4, 3 s before the start.
+	if got := runFreezes(ms, start.Add(-5*time.Second), start, end); len(got) != 4 || got[0].Move != 4 || got[0].StartS != -3 {
+		t.Errorf("with 5 s of setup: %+v, want move 4 first at -3 s", got)
 	}
 }
 
@@ -107,7 +111,7 @@ func TestReadRunFreezesFromACatalog(t *testing.T) {
 	r := m.RangesOf(from)[0]
 	before := time.Now().Add(-time.Hour)
 	// Before the move: nothing (and no error on an empty journal).
-	if fz, err := readRunFreezes(ctx, dsn, before, time.Now().Add(time.Hour)); err != nil || len(fz) != 0 {
+	if fz, err := readRunFreezes(ctx, dsn, before, before, time.Now().Add(time.Hour)); err != nil || len(fz) != 0 {
 		t.Fatalf("empty journal: %+v, %v", fz, err)
 	}
 	ms, err := cat.PlanMoves(ctx, m.Epoch, []shardmap.Move{{Lo: r.Lo, Hi: r.Hi, From: from, To: to}})
@@ -120,14 +124,14 @@ func TestReadRunFreezesFromACatalog(t *testing.T) {
 	if _, err := cat.FlipMove(ctx, ms[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	fz, err := readRunFreezes(ctx, dsn, before, time.Now().Add(time.Hour))
+	fz, err := readRunFreezes(ctx, dsn, before, before, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(fz) != 1 || fz[0].Move != ms[0].ID || fz[0].Lo != r.Lo || fz[0].Hi != r.Hi || fz[0].From != from || fz[0].To != to || !fz[0].AtFlip {
 		t.Fatalf("freezes %+v, want move %d's flip (%d-%d %s→%s)", fz, ms[0].ID, r.Lo, r.Hi, from, to)
 	}
-	if fz, err := readRunFreezes(ctx, dsn, before, before.Add(time.Minute)); err != nil || len(fz) != 0 {
+	if fz, err := readRunFreezes(ctx, dsn, before, before, before.Add(time.Minute)); err != nil || len(fz) != 0 {
 		t.Errorf("a window before the move: %+v, %v", fz, err)
 	}
 }

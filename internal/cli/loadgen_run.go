@@ -83,8 +83,11 @@ func runLoadgen(cmd *cobra.Command, s *loadgenSetup) error {
 	if dsn := freezeCatalog(s.cfg); dsn != "" {
 		// The moves' freezes within the run, for the reports' timelines
 		// (optional: a catalog that cannot be read only loses the marks).
-		end := res.Start.Add(time.Duration((res.WarmupSeconds + res.MeasuredSeconds) * float64(time.Second)))
-		fz, ferr := readRunFreezes(context.WithoutCancel(ctx), dsn, res.Start, end)
+		// The window includes the setup (its creates go through the same
+		// store): a freeze then has a negative StartS.
+		sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+		fz, ferr := readRunFreezes(context.WithoutCancel(ctx), dsn, res.Start.Add(-sec(res.SetupSeconds)), res.Start,
+			res.Start.Add(sec(res.WarmupSeconds+res.MeasuredSeconds)))
 		if ferr != nil {
 			fmt.Fprintf(errw, "loadgen: no freeze marks in the report: %v\n", ferr)
 		}
