@@ -19,8 +19,10 @@
 // sweeper), history.go (Observer: every operation as it completes),
 // measure.go and collect.go (recorders, windows), hdrenc.go (histograms
 // encoded for result.json), selfcheck.go (the
-// generator watching itself), build.go and result.go (the Result),
-// report.go, html.go and svg.go (reports), threshold.go (CI conditions
+// generator watching itself), build.go and result.go (the Result; its
+// Freezes, the range moves' freezes the command reads from the catalog),
+// report.go, html.go and svg.go (reports; freezes as timeline bands),
+// threshold.go (CI conditions
 // such as p99(commit)>50ms), part.go and merge.go (a run split over N
 // generators, and its parts merged back into one result), compare.go
 // (runs side by side), sweep.go and

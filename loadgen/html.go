@@ -87,6 +87,9 @@ func throughputChart(rs []*Result) lineChart {
 		if i == 0 {
 			c.Shade = shade(r)
 		}
+		if len(rs) == 1 {
+			c.Bands = freezeBands(r)
+		}
 	}
 	return c
 }
@@ -103,7 +106,21 @@ func latencyOverTimeChart(r *Result) lineChart {
 		mx.Points = append(mx.Points, [2]float64{w.T, w.Max})
 	}
 	c.Series = []series{p50, p99, mx}
+	c.Bands = freezeBands(r)
 	return c
+}
+
+// freezeColor marks range moves' freezes on the timelines.
+const freezeColor = "#6a1b9a"
+
+// freezeBands are the run's freezes as chart bands (seconds since the
+// run's start); a freeze known only by its flip is a 2 px mark there.
+func freezeBands(r *Result) []band {
+	var out []band
+	for _, f := range r.Freezes {
+		out = append(out, band{X0: f.StartS, X1: f.StartS + f.DurationMS/1000, Label: f.Short(), Title: "freeze " + f.Label(), Color: freezeColor})
+	}
+	return out
 }
 
 func selfCheckChart(r *Result) lineChart {

@@ -134,7 +134,9 @@ func WriteText(w io.Writer, r *Result) error {
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(&b, " (%s)", fmtCounts(r.Errors))
 	}
-	b.WriteString("\n\n")
+	b.WriteString("\n")
+	writeFreezes(&b, r.Freezes)
+	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency ms\tcount\tmean\tp50\tp90\tp99\tp99.9\tmax\t")
 	for _, n := range r.KindNames() {
@@ -187,4 +189,25 @@ func fmtCounts(m map[string]int64) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writeFreezes lists the range moves' freezes within the run (at most
+// ten; the rest counted), nothing when there were none.
+func writeFreezes(b *strings.Builder, fs []Freeze) {
+	if len(fs) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "freezes     %d range-move freezes in the run (from the catalog's journal):", len(fs))
+	for i, f := range fs {
+		if i == 10 {
+			fmt.Fprintf(b, " and %d more", len(fs)-i)
+			break
+		}
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(b, "%s %s at %.1fs", sep, f.Label(), f.StartS)
+	}
+	b.WriteString("\n")
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/loadgen/loadgentest"
@@ -104,5 +105,63 @@ func TestWriteReportsFromARealRun(t *testing.T) {
 		if !strings.Contains(string(page), s) {
 			t.Errorf("HTML report lacks %q", s)
 		}
+	}
+}
+
+// TestFreezeMarks: a result's range-move freezes are bands on the
+// throughput and latency timelines (each titled with its range, shards
+// and duration; one known only by its flip still drawn) and a line of the
+// text summary; a result without freezes has neither.
+func TestFreezeMarks(t *testing.T) {
+	r := syntheticResult()
+	start := r.Start
+	r.Windows = nil
+	for i := 1; i <= 35; i++ {
+		w := loadgen.Window{T: float64(i), Warmup: i <= 5, Rate: 1200, P50: 12, P99: 40, Max: 100}
+		if i == 13 || i == 22 || i == 25 {
+			w.Rate, w.P99, w.Max = 700, 300, 520 // what a freeze does to the load
+		}
+		r.Windows = append(r.Windows, w)
+	}
+	r.Freezes = []loadgen.Freeze{
+		{Move: 1, Lo: 0, Hi: 63, From: "shard0", To: "shard3", Started: start.Add(12 * time.Second), StartS: 12, DurationMS: 480},
+		{Move: 2, Lo: 64, Hi: 127, From: "shard1", To: "shard3", Started: start.Add(21 * time.Second), StartS: 21, DurationMS: 140, Abandoned: true},
+		{Move: 2, Lo: 64, Hi: 127, From: "shard1", To: "shard3", Started: start.Add(24 * time.Second), StartS: 24, AtFlip: true},
+	}
+	var page bytes.Buffer
+	if err := loadgen.WriteHTML(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	p := page.String()
+	checkSelfContained(t, p)
+	for _, want := range []string{
+		"<title>freeze 0-63 shard0→shard3 480 ms</title>", ">0-63→shard3 480ms</text>",
+		"<title>freeze 64-127 shard1→shard3 140 ms, abandoned</title>", ">64-127→shard3 140ms ✗</text>",
+		"<title>freeze 64-127 shard1→shard3 flip</title>", ">64-127→shard3 flip</text>",
+	} {
+		// Each freeze: a band (its title) and a label, on both timelines.
+		if n := strings.Count(p, want); n != 2 {
+			t.Errorf("report.html has %q %d times, want 2 (throughput and latency)", want, n)
+		}
+	}
+	var text bytes.Buffer
+	if err := loadgen.WriteText(&text, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "freezes     3 range-move freezes in the run (from the catalog's journal): 0-63 shard0→shard3 480 ms at 12.0s,") {
+		t.Errorf("summary lacks the freezes:\n%s", text.String())
+	}
+	if keep := os.Getenv("PGSHARD_LOADGEN_REPORT_DIR"); keep != "" {
+		if err := os.WriteFile(filepath.Join(keep, "freezes.html"), page.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page.Reset()
+	r.Freezes = nil
+	if err := loadgen.WriteHTML(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page.String(), "freeze ") {
+		t.Error("report.html without freezes marks some")
 	}
 }

@@ -68,6 +68,11 @@ type Result struct {
 	// Parts lists the part runs a merged result was made of (see
 	// MergeResults); empty for a run.
 	Parts []PartRun `json:"parts,omitempty"`
+	// Freezes are the range moves' freezes within the run, read from the
+	// shard map's catalog at its end (the command does it when its config
+	// names a catalog; none without one). The reports mark them on the
+	// timelines.
+	Freezes []Freeze `json:"freezes,omitempty"`
 	// Histograms are the run's HDR histograms themselves, so that the
 	// results of parts can be merged without loss.
 	Histograms *Histograms `json:"histograms,omitempty"`
@@ -361,4 +366,50 @@ func ReadResult(path string) (*Result, error) {
 		return nil, fmt.Errorf("%s: result version %d, this build reads %d", path, r.Version, ResultVersion)
 	}
 	return &r, nil
+}
+
+// Freeze is one freeze of a bucket-range move: buckets Lo..Hi moving
+// From → To, writes refused from Started for DurationMS. When the
+// catalog's journal records only the move's flip (the end of its last,
+// successful freeze: the generation it wrote), Started is the flip and
+// DurationMS 0, and AtFlip says so. StartS is Started in seconds since
+// the run's start (the timelines' axis; the catalog server's clock),
+// negative for a freeze during the setup.
+type Freeze struct {
+	Move       int64     `json:"move"`
+	Lo         int       `json:"lo"`
+	Hi         int       `json:"hi"`
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	Started    time.Time `json:"started"`
+	DurationMS float64   `json:"duration_ms"`
+	StartS     float64   `json:"start_s"`
+	AtFlip     bool      `json:"at_flip,omitempty"`
+	Abandoned  bool      `json:"abandoned,omitempty"`
+}
+
+// Label is the freeze's range, shards and duration, for charts and text.
+func (f Freeze) Label() string {
+	s := fmt.Sprintf("%d-%d %s→%s", f.Lo, f.Hi, f.From, f.To)
+	switch {
+	case f.AtFlip:
+		s += " flip"
+	case f.Abandoned:
+		s += fmt.Sprintf(" %.0f ms, abandoned", f.DurationMS)
+	default:
+		s += fmt.Sprintf(" %.0f ms", f.DurationMS)
+	}
+	return s
+}
+
+// Short is the freeze's label on a chart: range, destination, duration.
+func (f Freeze) Short() string {
+	s := fmt.Sprintf("%d-%d→%s", f.Lo, f.Hi, f.To)
+	switch {
+	case f.AtFlip:
+		return s + " flip"
+	case f.Abandoned:
+		return s + fmt.Sprintf(" %.0fms ✗", f.DurationMS)
+	}
+	return s + fmt.Sprintf(" %.0fms", f.DurationMS)
 }

@@ -40,6 +40,17 @@ type lineChart struct {
 	// Shade marks [Shade[0], Shade[1]] of the x axis (warm-up).
 	Shade      *[2]float64
 	ShadeLabel string
+	// Bands mark spans of the x axis over the plot (a range move's
+	// freeze), each at least 2 px wide, labelled at the top.
+	Bands []band
+}
+
+// band is a marked span [X0, X1] of a chart's x axis: Label is drawn
+// over the plot, Title is the band's tooltip (Label when empty).
+type band struct {
+	X0, X1       float64
+	Label, Title string
+	Color        string
 }
 
 type tick struct {
@@ -177,6 +188,34 @@ func (c lineChart) svg() string {
 		}
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`, padL, padT, plotW, plotH)
+	for i, bd := range c.Bands {
+		x0, x1 := X(bd.X0), X(bd.X1)
+		if x1 < padL || x0 > padL+plotW {
+			continue
+		}
+		x0, x1 = math.Max(x0, padL), math.Min(x1, padL+plotW)
+		title := bd.Title
+		if title == "" {
+			title = bd.Label
+		}
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.35"><title>%s</title></rect>`,
+			x0, padT, math.Max(x1-x0, 2), plotH, bd.Color, html.EscapeString(title))
+		// Labels step down in three rows, so close freezes stay readable,
+		// on a pale ground over the lines; one that would leave the plot
+		// on the right ends at its band instead.
+		w := 5.6 * float64(len([]rune(bd.Label)))
+		lx, anchor := x0+3, "start"
+		if lx+w > padL+plotW {
+			lx, anchor = x0-3, "end"
+		}
+		rx := lx
+		if anchor == "end" {
+			rx = lx - w
+		}
+		y := padT + 12 + 12*(i%3)
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="11" fill="#fff" fill-opacity="0.8"/><text x="%.1f" y="%d" font-size="10" fill="%s" text-anchor="%s">%s</text>`,
+			rx-1, y-9, w+2, lx, y, bd.Color, anchor, html.EscapeString(bd.Label))
+	}
 	for _, t := range ay.ticks() {
 		y := Y(t.V)
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`,

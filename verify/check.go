@@ -173,6 +173,7 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	ck.spawns()
 	ck.trace()
 	ck.placement()
+	ck.fence()
 
 	v.Commits = len(w.commits)
 	for _, c := range w.commits {

@@ -13,6 +13,7 @@
 //	                          op lines by fastLine (fastline.go), the
 //	                          rest and anything unusual by encoding/json
 //	every shard (direct DSNs) ──Dump (state.go)─────────▶ State ⇄ state.json
+//	                          fence tables by fence.go
 //	                                   │
 //	                                   ▼
 //	        Check (check.go): newWorld (index.go) indexes ops by execution
@@ -29,6 +30,7 @@
 //	                 ├─ spawns       check_spawns.go
 //	                 ├─ trace        check_trace.go
 //	                 ├─ placement    check_placement.go
+//	                 │               check_fence.go      each shard's fence == the final map
 //	                 ├─ faults       faults.go           landings from evidence + ops, timeline
 //	                 └─ recovery     recovery.go         time from heal until the ok-op rate is back
 //	                                   │

@@ -495,6 +495,39 @@ type FaultWindow struct {
 	FromNS int64  `json:"from_ns"`
 	ToNS   int64  `json:"to_ns"`
 	Landed bool   `json:"landed"`
+	// Move is set for a move or mover-kill fault whose evidence names
+	// its range: what the timeline marks it with.
+	Move *MoveMark `json:"move,omitempty"`
+}
+
+// MoveMark is a range move of a fault window and its freezes, from the
+// fault's evidence (HISTORY.md): FreezeMS are the freezes' durations in
+// the order tried; FreezeNS, when the evidence carries their start times
+// (freeze_t, ns on the history's clock), where each began.
+type MoveMark struct {
+	Lo       int       `json:"lo"`
+	Hi       int       `json:"hi"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Epoch    uint64    `json:"epoch,omitempty"`
+	FreezeMS []float64 `json:"freeze_ms,omitempty"`
+	FreezeNS []int64   `json:"freeze_t,omitempty"`
+}
+
+// moveMark reads a move fault's evidence ("lo", "hi", "from", "to",
+// "epoch", "freeze_ms", "freeze_t"); nil when it names no range.
+func moveMark(ev map[string]json.RawMessage) *MoveMark {
+	var m MoveMark
+	if json.Unmarshal(ev["lo"], &m.Lo) != nil || json.Unmarshal(ev["hi"], &m.Hi) != nil ||
+		json.Unmarshal(ev["from"], &m.From) != nil || json.Unmarshal(ev["to"], &m.To) != nil || m.Hi < m.Lo {
+		return nil
+	}
+	_ = json.Unmarshal(ev["epoch"], &m.Epoch)
+	_ = json.Unmarshal(ev["freeze_ms"], &m.FreezeMS)
+	if json.Unmarshal(ev["freeze_t"], &m.FreezeNS) != nil || len(m.FreezeNS) != len(m.FreezeMS) {
+		m.FreezeNS = nil // times must pair with the durations
+	}
+	return &m
 }
 
 func timeline(w *world, landed map[string]bool) *Timeline {
@@ -528,7 +561,11 @@ func timeline(w *world, landed map[string]bool) *Timeline {
 	}
 	for _, win := range w.windows() {
 		f := win.inject
-		tl.Faults = append(tl.Faults, FaultWindow{ID: f.ID, Kind: f.Kind, Shard: f.Shard, FromNS: f.T, ToNS: win.to, Landed: landed[f.ID]})
+		fw := FaultWindow{ID: f.ID, Kind: f.Kind, Shard: f.Shard, FromNS: f.T, ToNS: win.to, Landed: landed[f.ID]}
+		if f.Kind == FaultMove || f.Kind == FaultMoverKill {
+			fw.Move = moveMark(win.evidence.Evidence)
+		}
+		tl.Faults = append(tl.Faults, fw)
 	}
 	return tl
 }

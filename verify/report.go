@@ -196,6 +196,7 @@ var kindColors = map[string]string{
 	FaultTerminate: "#d62728", FaultLostAck: "#9467bd", FaultPgBouncerKill: "#8c564b", FaultPgBouncerPause: "#e377c2",
 	FaultPgBouncerReconnect: "#bcbd22", FaultShardCrash: "#000000", FaultBackendKill: "#7f7f7f", FaultLatency: "#17becf",
 	FaultStall: "#1f77b4", FaultReset: "#ff7f0e", FaultPartition: "#2ca02c", FaultProxyRestart: "#393b79",
+	FaultMove: "#6a1b9a", FaultMoverKill: "#ad1457",
 }
 
 func kindColor(k string) string {
@@ -266,17 +267,30 @@ func timelineSVG(tl *Timeline) string {
 			op = "0.25"
 		}
 		title := fmt.Sprintf("%s %s %s %s–%s landed=%v", f.ID, f.Kind, f.Shard, fmtNS(f.FromNS), fmtNS(f.ToNS), f.Landed)
+		if f.Move != nil {
+			title += " " + f.Move.describe()
+		}
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="%s"><title>%s</title></rect>`,
 			x0, 20+i*laneH+2, w, laneH-4, kindColor(f.Kind), op, html.EscapeString(title))
 		// The same window, faintly, across both charts.
 		for _, top := range []int{top1, top2} {
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.07"/>`, x0, top, w, chartH, kindColor(f.Kind))
 		}
+		if f.Move != nil {
+			moveMarks(&b, f, x, x0, x1, []int{top1, top2}, chartH)
+		}
 	}
 	if len(lanes) == 0 {
 		fmt.Fprintf(&b, `<text x="%d" y="14" fill="#777">no faults</text>`, padL)
 	} else {
-		fmt.Fprintf(&b, `<text x="%d" y="12" fill="#555">fault windows, inject to heal: solid = landed, faint = did not land</text>`, padL)
+		note := "fault windows, inject to heal: solid = landed, faint = did not land"
+		for _, f := range tl.Faults {
+			if f.Move != nil {
+				note += "; moves: dashed edges on the charts, each freeze a solid band (when the history has its time)"
+				break
+			}
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="12" fill="#555">%s</text>`, padL, html.EscapeString(note))
 	}
 	bw := float64(tl.BucketNS) / 1e9
 	chart := func(top int, title string, ss []struct {
@@ -358,4 +372,47 @@ func fmtCount(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// describe is a move's range, shards and freezes, for titles and labels.
+func (m *MoveMark) describe() string {
+	s := fmt.Sprintf("buckets %d-%d %s→%s", m.Lo, m.Hi, m.From, m.To)
+	if m.Epoch > 0 {
+		s += fmt.Sprintf(" (epoch %d)", m.Epoch)
+	}
+	if len(m.FreezeMS) > 0 {
+		ms := make([]string, len(m.FreezeMS))
+		for i, d := range m.FreezeMS {
+			ms[i] = strconv.FormatFloat(d, 'f', -1, 64)
+		}
+		s += fmt.Sprintf(", %d freeze(s): %s ms", len(m.FreezeMS), strings.Join(ms, ", "))
+	}
+	return s
+}
+
+// moveMarks marks a move's window on the charts whose tops are tops:
+// dashed edges, a label with its range, shards and freezes when the band
+// is wide enough to hold it, and each freeze whose start time is known as
+// a solid band (at least 2 px wide) with its duration in its title.
+func moveMarks(b *strings.Builder, f FaultWindow, x func(int64) float64, x0, x1 float64, tops []int, chartH int) {
+	c := kindColor(f.Kind)
+	for _, top := range tops {
+		for _, px := range []float64{x0, x1} {
+			fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="%s" stroke-opacity="0.6" stroke-dasharray="4 3"/>`, px, px, top, top+chartH, c)
+		}
+		for i, t := range f.Move.FreezeNS {
+			ms := f.Move.FreezeMS[i]
+			fx0, fx1 := x(t), x(t+int64(ms*1e6))
+			title := fmt.Sprintf("freeze %d of %s: %s ms from %s", i+1, f.ID, strconv.FormatFloat(ms, 'f', -1, 64), fmtNS(t))
+			fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.55"><title>%s</title></rect>`,
+				fx0, top, math.Max(fx1-fx0, 2), chartH, c, html.EscapeString(title))
+		}
+	}
+	label := fmt.Sprintf("%s %d-%d %s→%s", f.Kind, f.Move.Lo, f.Move.Hi, f.Move.From, f.Move.To)
+	if n := len(f.Move.FreezeMS); n > 0 && len(f.Move.FreezeNS) == 0 {
+		label += fmt.Sprintf(" · freeze %s ms", strconv.FormatFloat(f.Move.FreezeMS[n-1], 'f', 0, 64))
+	}
+	if x1-x0 >= float64(6*len(label)) {
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="10" fill="%s">%s</text>`, x0+3, tops[0]+12, c, html.EscapeString(label))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"html"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,6 +251,69 @@ func TestTimelineLanded(t *testing.T) {
 	for id, landed := range want {
 		if !strings.Contains(page.String(), id+" ") || !strings.Contains(page.String(), "landed="+map[bool]string{true: "true", false: "false"}[landed]) {
 			t.Errorf("report.html: %s not drawn landed=%v", id, landed)
+		}
+	}
+}
+
+// TestTimelineMoveMarks: a move fault's window carries its range, shards
+// and freezes from its evidence (the heal's laid over the inject's), and
+// the report marks it on the charts: its label, and each freeze whose
+// start the evidence gives as a band titled with its duration.
+func TestTimelineMoveMarks(t *testing.T) {
+	s := newSim()
+	sc := baseScenario(s, nil)
+	s.fault("m1", verify.FaultMove, "", true, obj{{"lo", 0}, {"hi", 3}, {"from", "shard0"}, {"to", "shard1"}})
+	freezeAt := s.now + int64(400*time.Millisecond)
+	for range 8 {
+		s.step("w1", sc.B, spec{}, mOK)
+		s.now += int64(100 * time.Millisecond)
+	}
+	s.emit(obj{{"type", "fault"}, {"id", "m1"}, {"kind", verify.FaultMove}, {"phase", "heal"}, {"t", s.now}, {"landed", true},
+		{"evidence", obj{{"lo", 0}, {"hi", 3}, {"from", "shard0"}, {"to", "shard1"}, {"epoch", 2},
+			{"freeze_ms", []float64{12.5, 40}}, {"freeze_t", []int64{freezeAt, freezeAt + int64(200*time.Millisecond)}}}}})
+	s.fault("m2", verify.FaultMove, "", true, obj{{"lo", 0}, {"hi", 3}, {"from", "shard1"}, {"to", "shard0"}, {"freeze_ms", []float64{7}}})
+	s.now += int64(600 * time.Millisecond)
+	s.heal("m2", verify.FaultMove, "")
+	s.finish(true)
+	v := simVerdict(t, s, verify.Options{MinLanded: -1})
+	var m1, m2 *verify.FaultWindow
+	for i, f := range v.Timeline.Faults {
+		switch f.ID {
+		case "m1":
+			m1 = &v.Timeline.Faults[i]
+		case "m2":
+			m2 = &v.Timeline.Faults[i]
+		}
+	}
+	if m1 == nil || m1.Move == nil || m1.Move.Lo != 0 || m1.Move.Hi != 3 || m1.Move.To != "shard1" || m1.Move.Epoch != 2 ||
+		len(m1.Move.FreezeMS) != 2 || len(m1.Move.FreezeNS) != 2 || m1.Move.FreezeNS[0] != freezeAt {
+		t.Fatalf("m1 window %+v", m1)
+	}
+	if m2 == nil || m2.Move == nil || len(m2.Move.FreezeMS) != 1 || m2.Move.FreezeNS != nil {
+		t.Fatalf("m2 window %+v (freezes without times)", m2)
+	}
+	var page bytes.Buffer
+	if err := v.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	p := page.String()
+	for _, want := range []string{
+		"move 0-3 shard0→shard1",            // m1's label on the chart
+		"freeze 1 of m1: 12.5 ms",           // its freezes, as bands
+		"freeze 2 of m1: 40 ms",             //
+		"move 0-3 shard1→shard0 · freeze 7", // m2's label: a duration without a time
+		"buckets 0-3 shard0→shard1 (epoch 2), 2 freeze(s): 12.5, 40 ms",
+	} {
+		if !strings.Contains(p, html.EscapeString(want)) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+	if !strings.Contains(p, `stroke-dasharray="4 3"`) {
+		t.Errorf("report.html: no dashed edges of the move windows")
+	}
+	if keep := os.Getenv("PGSHARD_VERIFY_REPORT_DIR"); keep != "" {
+		if err := verify.WriteReport(filepath.Join(keep, "move-marks"), v); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -38,7 +38,10 @@ type ShardState struct {
 	Name    string `json:"name"`
 	Ordinal int    `json:"ordinal"`
 	// Identity is the shard's pgshard_identity record, nil if it has none.
-	Identity   *Identity      `json:"identity"`
+	Identity *Identity `json:"identity"`
+	// Fence is the shard's fence (pgshard_fence_config and pgshard_fence),
+	// nil in a state dumped by an older verifier (not compared).
+	Fence      *Fence         `json:"fence,omitempty"`
 	Executions []ExecutionRow `json:"executions"`
 	Outbox     []OutboxRow    `json:"outbox"`
 	Processed  []ProcessedRow `json:"processed_events"`
@@ -305,6 +308,9 @@ func dumpShard(ctx context.Context, sh shardmap.Shard, buckets int, o DumpOption
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 	ss := &ShardState{Name: sh.Name, Ordinal: sh.Ordinal}
 	if ss.Identity, err = readIdentity(ctx, tx); err != nil {
+		return nil, err
+	}
+	if ss.Fence, err = readFence(ctx, tx); err != nil {
 		return nil, err
 	}
 	b := int64(buckets)

@@ -204,3 +204,49 @@ func TestDumpShardDown(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// TestDumpFence reads the fences of a migrated cluster (on, set from the
+// map: no placement violation) and catches a fence row edited directly in
+// the database: the range left frozen on its owner is named, with what
+// the shard's fence says.
+func TestDumpFence(t *testing.T) {
+	c := clustertest.GetSpec(t, dumpSpec())
+	m := clustertest.MigratedMap(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	check := func() (*verify.State, []verify.Violation) {
+		t.Helper()
+		st, err := verify.Dump(ctx, m, verify.DumpOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := verify.Check(ctx, emptyHistory(t, st.Map), st, verify.Options{})
+		var place []verify.Violation
+		for _, x := range v.Violations {
+			if x.Invariant == verify.InvPlacement && strings.HasPrefix(x.Summary, "fence:") {
+				place = append(place, x)
+			}
+		}
+		return st, place
+	}
+	st, place := check()
+	for _, ss := range st.Shards {
+		f := ss.Fence
+		if f == nil || !f.Enabled || f.Epoch != m.Epoch || f.Buckets != m.Buckets || len(f.Rows) == 0 {
+			t.Fatalf("%s: fence %+v, want one on at epoch %d", ss.Name, f, m.Epoch)
+		}
+	}
+	if len(place) != 0 {
+		t.Fatalf("fence violations on a freshly migrated cluster: %+v", place)
+	}
+	r := m.RangesOf(m.Shards[0].Name)[0]
+	// The fence splits its rows along the map's ranges: freeze the row
+	// of shard0's first range.
+	execOn(t, m.Shards[0].DSN, fmt.Sprintf(`UPDATE pgshard_fence SET state = 'frozen' WHERE lo = %d`, r.Lo))
+	defer execOn(t, m.Shards[0].DSN, fmt.Sprintf(`UPDATE pgshard_fence SET state = 'owned' WHERE lo = %d`, r.Lo))
+	_, place = check()
+	want := fmt.Sprintf("fence: buckets %d-%d (shard %s in the final map)", r.Lo, r.Hi, m.Shards[0].Name)
+	if len(place) != 1 || !strings.Contains(place[0].Summary, want) || !strings.Contains(place[0].Summary, "left frozen on "+m.Shards[0].Name) {
+		t.Fatalf("violations %+v, want one: %s ... left frozen", place, want)
+	}
+}

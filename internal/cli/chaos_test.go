@@ -409,6 +409,11 @@ func (r *chaosRig) corruptions(t *testing.T, run string) {
 				exec(other, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, $2, $3, $4)`, exe, def, data, version)
 			},
 			func() { exec(other, `DELETE FROM executions WHERE id = $1`, exe) }},
+		{"fence range left frozen on its owner", "placement",
+			func() {
+				exec(shard, `UPDATE pgshard_fence SET state = 'frozen' WHERE lo = (SELECT min(lo) FROM pgshard_fence WHERE state = 'owned')`)
+			},
+			func() { exec(shard, `UPDATE pgshard_fence SET state = 'owned' WHERE state = 'frozen'`) }},
 	} {
 		c.do()
 		verifyRun(c.inv)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,7 +24,10 @@ with the outbox relay and timer sweeper running beside it.
 
 Reports go to --out: summary.txt, result.json (every figure), one .hgrm per
 operation kind (HdrHistogram percentile format) and report.html (offline,
-self-contained). Live progress goes to stderr each second unless --quiet.
+self-contained). When the config names a catalog (catalog.dsn, or the
+proxy's proxy.catalog), the range moves' freezes within the run are read
+from its move journal at the end and marked on the report's timelines.
+Live progress goes to stderr each second unless --quiet.
 Ctrl-C ends the run cleanly and still writes a partial report.
 
 --fail-if thresholds (repeatable) make CI gates:
@@ -75,6 +79,19 @@ func runLoadgen(cmd *cobra.Command, s *loadgenSetup) error {
 	res, err := loadgen.Run(ctx, t, loc, o)
 	if res == nil {
 		return runFailed(err)
+	}
+	if dsn := freezeCatalog(s.cfg); dsn != "" {
+		// The moves' freezes within the run, for the reports' timelines
+		// (optional: a catalog that cannot be read only loses the marks).
+		// The window includes the setup (its creates go through the same
+		// store): a freeze then has a negative StartS.
+		sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+		fz, ferr := readRunFreezes(context.WithoutCancel(ctx), dsn, res.Start.Add(-sec(res.SetupSeconds)), res.Start,
+			res.Start.Add(sec(res.WarmupSeconds+res.MeasuredSeconds)))
+		if ferr != nil {
+			fmt.Fprintf(errw, "loadgen: no freeze marks in the report: %v\n", ferr)
+		}
+		res.Freezes = fz
 	}
 	files, werr := loadgen.WriteReports(s.out, res)
 	if werr != nil {

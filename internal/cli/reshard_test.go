@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,9 +74,10 @@ func TestReshardCLI(t *testing.T) {
 	// Load through PgBouncer by a router that follows the catalog (the
 	// config names it) while the moves run: no operation may fail.
 	load := make(chan result, 1)
+	loadOut := t.TempDir()
 	go func() {
 		load <- runWithin(t, 3*time.Minute, "", "loadgen", "run", "-c", cfg, "--target", "pgbouncer", "--duration", "40s",
-			"--warmup", "0s", "--concurrency", "4", "--executions", "400", "--out", t.TempDir(), "--fail-if", "errors>0")
+			"--warmup", "0s", "--concurrency", "4", "--executions", "400", "--out", loadOut, "--fail-if", "errors>0")
 	}()
 	r = mustRun(t, "", "reshard", "apply", "-c", cfg, "--freeze-budget", "2s", "--max-parallel", "2")
 	if strings.Count(r.stdout, "flipped at epoch") != 2 {
@@ -85,6 +87,31 @@ func TestReshardCLI(t *testing.T) {
 	t.Logf("loadgen during the moves:\n%s", lr.stdout)
 	if lr.code != 0 {
 		t.Errorf("loadgen through a catalog-following router during the moves: exit %d\nstdout:\n%s\nstderr:\n%s", lr.code, lr.stdout, lr.stderr)
+	}
+	// The load's result has the moves' flips from the catalog's journal
+	// (the moves ran while it did), which its report marks.
+	if b, err := os.ReadFile(filepath.Join(loadOut, "result.json")); err != nil {
+		t.Error(err)
+	} else {
+		var res struct {
+			Freezes []struct {
+				Lo, Hi   int
+				From, To string
+				AtFlip   bool `json:"at_flip"`
+			} `json:"freezes"`
+		}
+		// Both flips normally fall within the load (its setup included),
+		// but the mover and the load start together: a flip may precede
+		// the load's start, so only what is listed is checked.
+		if err := json.Unmarshal(b, &res); err != nil || len(res.Freezes) > 2 {
+			t.Errorf("loadgen result's freezes %+v (%v), want at most the two moves' flips", res.Freezes, err)
+		}
+		for _, f := range res.Freezes {
+			if !f.AtFlip || f.To != "shard2" || f.Hi < f.Lo {
+				t.Errorf("loadgen result's freeze %+v: want a flip of a move to shard2", f)
+			}
+		}
+		t.Logf("loadgen result's freezes: %+v", res.Freezes)
 	}
 	if r := mustRun(t, "", "store", "demo", "-c", cfg, "--executions", "40", "--workers", "4"); !strings.Contains(r.stdout, "from catalog") {
 		t.Errorf("store demo with a catalog in the config:\n%s", r.stdout)
