@@ -126,7 +126,10 @@ const (
 	// KindMoverKill: a move as KindMove whose mover dies (Options.Hook
 	// returns an error) at one of reshard.Steps — successive kills of a
 	// run take the steps in turn from a seeded start, so a run of
-	// len(reshard.Steps) kills stops at every one — then heal resumes
+	// len(reshard.Steps) kills stops at every one; the mover dies at the
+	// first step it reaches at or after the drawn one (evidence step, and
+	// drawn_step when they differ), a try another fault cut short being
+	// resumed until it does — then heal resumes
 	// it (reshard.Apply again) or rolls it back (reshard.Abort): param
 	// resolve=resume|abort|seeded (default seeded). Landed (heal): the
 	// mover was killed at its step, and the resume or abort finished
