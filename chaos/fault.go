@@ -117,14 +117,19 @@ const (
 	// 8..32, cut at the owner's range end), to a seeded other shard (so
 	// ranges go back and forth over a run); param freeze_budget bounds
 	// each write freeze (default 100ms), param timeout the whole move
-	// (default 60s). A move an earlier fault left unfinished is finished
+	// (default 60s); param hot=true starts the range at the bucket of a
+	// seeded hot key of the workload (keys: hotset), so the moves take
+	// the busiest ranges. A move an earlier fault left unfinished is finished
 	// first. Instantaneous: the inject is the whole move; heal finishes a
 	// move the inject left unfinished. Landed: the move reached done.
 	KindMove Kind = "move"
 	// KindMoverKill: a move as KindMove whose mover dies (Options.Hook
 	// returns an error) at one of reshard.Steps — successive kills of a
 	// run take the steps in turn from a seeded start, so a run of
-	// len(reshard.Steps) kills stops at every one — then heal resumes
+	// len(reshard.Steps) kills stops at every one; the mover dies at the
+	// first step it reaches at or after the drawn one (evidence step, and
+	// drawn_step when they differ), a try another fault cut short being
+	// resumed until it does — then heal resumes
 	// it (reshard.Apply again) or rolls it back (reshard.Abort): param
 	// resolve=resume|abort|seeded (default seeded). Landed (heal): the
 	// mover was killed at its step, and the resume or abort finished
@@ -174,7 +179,7 @@ const (
 	// NeedsProxyRelay: Env.ProxyRelay, the relay in front of the proxy.
 	NeedsProxyRelay
 	// NeedsCatalog: Env.Catalog, the run's own catalog that the store
-	// under test follows (move faults; the router targets).
+	// under test follows (move faults; the router and the proxy follow it).
 	NeedsCatalog
 )
 
@@ -250,6 +255,9 @@ type Env struct {
 	// store under test follows it, the move faults plan and apply their
 	// moves in it. nil otherwise.
 	Catalog *catalog.Catalog
+	// HotBuckets are the buckets of the workload's hot keys (keys:
+	// hotset), for moves with param hot; nil when it has none.
+	HotBuckets []int
 	// Logf receives progress and debug lines; nil is silent.
 	Logf func(format string, args ...any)
 

@@ -34,6 +34,12 @@ const (
 	// moveRetryPause is the pause between tries of a mover step that
 	// failed (a shard or the catalog down, the lease still held).
 	moveRetryPause = 500 * time.Millisecond
+	// moveFreezeRetry is the mover's pause after an abandoned freeze
+	// (reshard.Options.RetryPause, growing linearly per attempt): a
+	// freeze is abandoned when a writer held the range past the budget,
+	// which on a loaded machine is most first tries; reshard's default
+	// 200 ms would make the move wait longer than the writer did.
+	moveFreezeRetry = 20 * time.Millisecond
 )
 
 // retrying runs f until it succeeds or ctx ends (the fault's timeout, or
@@ -54,6 +60,7 @@ func retrying(ctx context.Context, env *Env, what string, f func(context.Context
 
 var moveParams = map[string]paramCheck{
 	"buckets":       intParam(1, 1<<16),
+	"hot":           enumParam("true", "false"),
 	"freeze_budget": durationParam(time.Millisecond, 10*time.Second),
 	"timeout":       durationParam(time.Second, 10*time.Minute),
 }
@@ -74,6 +81,7 @@ var moverKillInfo = kindInfo{
 	resource: "mover",
 	params: map[string]paramCheck{
 		"buckets":       moveParams["buckets"],
+		"hot":           moveParams["hot"],
 		"freeze_budget": moveParams["freeze_budget"],
 		"timeout":       moveParams["timeout"],
 		"resolve":       enumParam("resume", "abort", "seeded"),
@@ -113,8 +121,10 @@ type movePick struct {
 // pickMove draws a range move on m: a seeded start bucket, width buckets
 // (0: seeded in 8..32) cut at the end of the range that holds the start
 // (so the move has one source), to a seeded shard other than its owner.
-// A map with fewer than two shards has nothing to move to.
-func pickMove(m *shardmap.Map, width int, rng *rand.Rand) (movePick, error) {
+// A map with fewer than two shards has nothing to move to. With hot
+// buckets given, the start is a seeded one of them (a range that holds a
+// hot key of the workload).
+func pickMove(m *shardmap.Map, width int, hot []int, rng *rand.Rand) (movePick, error) {
 	if len(m.Shards) < 2 {
 		return movePick{}, fmt.Errorf("a move needs two shards; the map has %d", len(m.Shards))
 	}
@@ -122,6 +132,9 @@ func pickMove(m *shardmap.Map, width int, rng *rand.Rand) (movePick, error) {
 		width = moveMinWidth + rng.IntN(moveMaxWidth-moveMinWidth+1)
 	}
 	lo := rng.IntN(m.Buckets)
+	if len(hot) > 0 {
+		lo = hot[rng.IntN(len(hot))]
+	}
 	var r shardmap.Range
 	for _, x := range m.Ranges {
 		if x.Lo <= lo && lo <= x.Hi {
@@ -160,6 +173,12 @@ func startMove(ctx context.Context, env *Env, p Params, rng *rand.Rand, opts res
 	if err != nil {
 		return nil, err
 	}
+	var hot []int
+	if p.str("hot", "false") == "true" {
+		if hot = env.HotBuckets; len(hot) == 0 {
+			return nil, errors.New("param hot: the workload has no hot keys (keys: hotset:SHARE:FRACTION)")
+		}
+	}
 	mr := &moveRun{}
 	// The draws are made once, on the map as it is before the first try.
 	var pickErr error
@@ -179,7 +198,7 @@ func startMove(ctx context.Context, env *Env, p Params, rng *rand.Rand, opts res
 			return err
 		}
 		if mr.pick.To == "" {
-			if mr.pick, pickErr = pickMove(m, width, rng); pickErr != nil {
+			if mr.pick, pickErr = pickMove(m, width, hot, rng); pickErr != nil {
 				return nil
 			}
 		}
@@ -217,7 +236,8 @@ func moveOptions(env *Env, p Params) (reshard.Options, time.Duration, error) {
 	if err != nil {
 		return reshard.Options{}, 0, err
 	}
-	return reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL}, to, nil
+	return reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL,
+		RetryPause: moveFreezeRetry}, to, nil
 }
 
 // phases returns the journal phase of each of ids ("" if not found).
@@ -249,6 +269,7 @@ func (mr *moveRun) evidence(ctx context.Context, env *Env, f map[string]any, wan
 	var rows int64
 	freezes := []float64{}
 	abandoned := 0
+	var reasons []string
 	for _, r := range mr.results {
 		if r == nil {
 			continue
@@ -258,10 +279,16 @@ func (mr *moveRun) evidence(ctx context.Context, env *Env, f map[string]any, wan
 			freezes = append(freezes, float64(fz.Duration.Microseconds())/1000)
 			if fz.Abandoned {
 				abandoned++
+				if !slices.Contains(reasons, fz.Reason) {
+					reasons = append(reasons, fz.Reason)
+				}
 			}
 		}
 	}
 	f["rows_copied"], f["freezes"], f["freeze_ms"], f["abandoned"] = rows, len(freezes), freezes, abandoned
+	if len(reasons) > 0 {
+		f["abandoned_why"] = reasons
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var phases []string
@@ -388,21 +415,40 @@ func (f *moverKill) Inject(ctx context.Context, env *Env, _ int, p Params, rng *
 		return ev, err
 	}
 	f.mr = mr
+	// The mover dies at the first step it reaches at or after the drawn
+	// one: a try another fault cut short (a shard down) resumes from its
+	// journaled phase, past steps it will not pass again, and is tried
+	// again until the mover is killed or the move is done.
+	drawn := slices.Index(reshard.Steps, f.step)
 	opts.Hook = func(_ context.Context, step string, _ catalog.MoveRecord) error {
-		if step == f.step {
+		if i := slices.Index(reshard.Steps, step); i >= drawn && !f.killed {
+			f.killed, f.step = true, step
 			return errMoverKilled
 		}
 		return nil
 	}
-	mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
-	f.killed = errors.Is(err, errMoverKilled)
-	ev.Fields["killed"] = f.killed
-	mr.evidence(ctx, env, ev.Fields)
-	ev.Landed = f.killed
-	if err != nil && !f.killed {
-		return ev, err
+	err = retrying(ctx, env, "apply a move to kill", func(ctx context.Context) error {
+		var err error
+		mr.results, err = reshard.Apply(ctx, env.Catalog, opts)
+		if f.killed && !errors.Is(err, errMoverKilled) && err != nil {
+			// Killed, and the release of the lease failed on the way
+			// out: the kill stands, the heal resumes or aborts.
+			env.logf("chaos: mover killed at %s: %v", f.step, err)
+			return nil
+		}
+		if errors.Is(err, errMoverKilled) {
+			return nil
+		}
+		return err
+	})
+	ev.Fields["step"], ev.Fields["killed"] = f.step, f.killed
+	if drawn >= 0 && f.step != reshard.Steps[drawn] {
+		ev.Fields["drawn_step"] = reshard.Steps[drawn]
 	}
-	return ev, nil
+	mr.evidence(ctx, env, ev.Fields)
+	// A kill counts once resolved (Heal): killed here, then resumed or
+	// rolled back.
+	return ev, err
 }
 
 // Heal resumes the killed move (reshard.Apply) or rolls it back

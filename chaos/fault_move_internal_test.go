@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/reshard"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -32,7 +33,7 @@ func TestPickMove(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, uint64(width)))
 		tos := map[string]bool{}
 		for range 200 {
-			p, err := pickMove(m, width, rng)
+			p, err := pickMove(m, width, nil, rng)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,8 +59,8 @@ func TestPickMove(t *testing.T) {
 			t.Errorf("width %d: destinations %v, want every shard", width, tos)
 		}
 	}
-	a, _ := pickMove(m, 0, rand.New(rand.NewPCG(1, 2)))
-	b, _ := pickMove(m, 0, rand.New(rand.NewPCG(1, 2)))
+	a, _ := pickMove(m, 0, nil, rand.New(rand.NewPCG(1, 2)))
+	b, _ := pickMove(m, 0, nil, rand.New(rand.NewPCG(1, 2)))
 	if a != b {
 		t.Errorf("same seed, two moves: %+v vs %+v", a, b)
 	}
@@ -67,8 +68,51 @@ func TestPickMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pickMove(one, 0, rand.New(rand.NewPCG(1, 2))); err == nil || !strings.Contains(err.Error(), "two shards") {
+	if _, err := pickMove(one, 0, nil, rand.New(rand.NewPCG(1, 2))); err == nil || !strings.Contains(err.Error(), "two shards") {
 		t.Errorf("one shard: %v, want a refusal", err)
+	}
+}
+
+// With hot buckets, every move starts at one of them, and over many
+// draws at each.
+func TestPickMoveHot(t *testing.T) {
+	m := moveTestMap(t)
+	hot := []int{3, m.Buckets / 2, m.Buckets - 1}
+	rng := rand.New(rand.NewPCG(9, 9))
+	seen := map[int]bool{}
+	for range 100 {
+		p, err := pickMove(m, 0, hot, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(hot, p.Lo) {
+			t.Fatalf("move %+v does not start at a hot bucket %v", p, hot)
+		}
+		seen[p.Lo] = true
+	}
+	if len(seen) != len(hot) {
+		t.Errorf("hot starts drawn %v, want each of %v", seen, hot)
+	}
+}
+
+// The hot buckets are those of the hotset's first executions; other key
+// distributions have none.
+func TestHotBuckets(t *testing.T) {
+	m := moveTestMap(t)
+	sc := &Scenario{Seed: 5, Workload: ScenarioWorkload{Executions: 200, Keys: "hotset:0.05:0.3"}}
+	got := hotBuckets(sc, m)
+	var want []int
+	for _, id := range loadgen.ExecutionIDs(5, 200)[:10] {
+		want = append(want, m.Bucket(id))
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("hot buckets %v, want %v", got, want)
+	}
+	sc.Workload.Keys = "uniform"
+	if got := hotBuckets(sc, m); got != nil {
+		t.Errorf("uniform keys: hot buckets %v, want none", got)
 	}
 }
 

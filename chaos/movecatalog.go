@@ -40,37 +40,38 @@ func hasMoves(plan []Planned) bool {
 // it), the catalog schema installed, and relayed — the map the store
 // under test routes by, through the relays — pushed as its first
 // generation. The shards' fences are reset from the original map first
-// (resetFences).
-func openRunCatalog(ctx context.Context, env *Env, relayed *shardmap.Map) (*catalog.Catalog, error) {
+// (resetFences). dsn connects to it (the chaos-owned proxy follows it).
+func openRunCatalog(ctx context.Context, env *Env, relayed *shardmap.Map) (cat *catalog.Catalog, dsn string, err error) {
 	c, err := adminConnect(ctx, env, 0)
 	if err != nil {
-		return nil, fmt.Errorf("run catalog: %w", err)
+		return nil, "", fmt.Errorf("run catalog: %w", err)
 	}
 	defer c.Close(context.WithoutCancel(ctx))
 	db := pgx.Identifier{CatalogDatabase}.Sanitize()
 	for _, q := range []string{`DROP DATABASE IF EXISTS ` + db + ` WITH (FORCE)`, `CREATE DATABASE ` + db} {
 		if _, err := c.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("run catalog on %s: %s: %w", env.shardName(0), q, err)
+			return nil, "", fmt.Errorf("run catalog on %s: %s: %w", env.shardName(0), q, err)
 		}
 	}
 	u, err := url.Parse(env.Map.Shards[0].DSN)
 	if err != nil {
-		return nil, fmt.Errorf("run catalog: shard %s DSN: %w", env.shardName(0), err)
+		return nil, "", fmt.Errorf("run catalog: shard %s DSN: %w", env.shardName(0), err)
 	}
 	u.Path = "/" + CatalogDatabase
-	cat, err := catalog.Open(ctx, u.String(), catalog.Options{ApplicationName: ControlAppName})
+	dsn = u.String()
+	cat, err = catalog.Open(ctx, dsn, catalog.Options{ApplicationName: ControlAppName})
 	if err != nil {
-		return nil, fmt.Errorf("run catalog: %w", err)
+		return nil, "", fmt.Errorf("run catalog: %w", err)
 	}
 	if _, err := cat.Install(ctx); err != nil {
 		cat.Close()
-		return nil, fmt.Errorf("run catalog: install: %w", err)
+		return nil, "", fmt.Errorf("run catalog: install: %w", err)
 	}
 	if err := cat.Push(ctx, relayed, 0); err != nil {
 		cat.Close()
-		return nil, fmt.Errorf("run catalog: push the map: %w", err)
+		return nil, "", fmt.Errorf("run catalog: push the map: %w", err)
 	}
-	return cat, nil
+	return cat, dsn, nil
 }
 
 // resetFences puts every shard's fence back to what `pgshard migrate`

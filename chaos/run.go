@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,9 @@ const (
 	LoadgenDir      = "loadgen"
 	ProxyConfigFile = "proxy.yaml"
 	ProxyLog        = "proxy.log"
+	// ChaosLog is the fault schedule's own log: each inject and heal,
+	// and the mover's lines (moves, freezes, retries), timestamped.
+	ChaosLog = "chaos.log"
 )
 
 // WorkloadApp is the application_name of the workload's connections.
@@ -171,7 +176,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		will.Proxy, will.ProxyRelay = &ProxyProcess{}, &Relay{}
 	}
 	moves := hasMoves(plan)
-	if moves && (sc.Target == TargetDirect || sc.Target == TargetPgBouncer) && mut.Level != mutant.LevelStore {
+	if moves && mut.Level != mutant.LevelStore {
 		will.Catalog = &catalog.Catalog{}
 	}
 	if err := Check(plan, will); err != nil {
@@ -193,13 +198,26 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	}
 	defer CloseRelays(relays)
 	env := &Env{Cluster: o.Cluster, Map: m, Database: database, User: user, Relays: relays}
+	env.HotBuckets = hotBuckets(sc, m)
+	logFile, err := os.Create(filepath.Join(o.Out, ChaosLog))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	var logMu sync.Mutex
+	env.Logf = func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(logFile, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+	var catalogDSN string
 	if moves {
-		cat, err := openRunCatalog(ctx, env, relayed)
+		cat, dsn, err := openRunCatalog(ctx, env, relayed)
 		if err != nil {
 			return nil, err
 		}
 		defer cat.Close()
-		env.Catalog = cat
+		env.Catalog, catalogDSN = cat, dsn
 	}
 
 	sopts := store.Options{
@@ -213,7 +231,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	// The proxy, behind its own relay, for the proxy targets.
 	var proxyTarget loadgen.Target
 	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
-		px, pr, err := startProxy(ctx, o, relayed, pooler, user)
+		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, pooler, user)
 		if px != nil {
 			defer px.Stop(context.WithoutCancel(ctx))
 		}
@@ -481,9 +499,10 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 	return h
 }
 
-// startProxy starts the chaos-owned proxy over the relayed map, and a
-// relay in front of it.
-func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, pooler bool, user string) (*ProxyProcess, *Relay, error) {
+// startProxy starts the chaos-owned proxy over the relayed map (or, with
+// catalogDSN, following the run's catalog, which holds the relayed map and
+// the moves' epochs after it), and a relay in front of it.
+func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, pooler bool, user string) (*ProxyProcess, *Relay, error) {
 	if o.Bin == "" {
 		return nil, nil, errors.New("target proxy: no pgshard binary to run the proxy with")
 	}
@@ -493,10 +512,16 @@ func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, pooler
 	}
 	var b strings.Builder
 	b.WriteString("# Written by `pgshard chaos run`: the proxy under test, over the fault relays.\n")
-	fmt.Fprintf(&b, "proxy:\n  use_pooler: %t\n  pool_size: %d\n  verify_identity: true\nshardmap:\n", pooler, 2*o.Scenario.Workload.MaxConns)
-	for _, line := range strings.SplitAfter(string(data), "\n") {
-		if line != "" {
-			b.WriteString("  " + line)
+	fmt.Fprintf(&b, "proxy:\n  use_pooler: %t\n  pool_size: %d\n  verify_identity: true\n", pooler, 2*o.Scenario.Workload.MaxConns)
+	if catalogDSN != "" {
+		// The proxy follows the run's catalog: the moves change its map.
+		fmt.Fprintf(&b, "  catalog: %q\n", catalogDSN)
+	} else {
+		b.WriteString("shardmap:\n")
+		for _, line := range strings.SplitAfter(string(data), "\n") {
+			if line != "" {
+				b.WriteString("  " + line)
+			}
 		}
 	}
 	cfgPath := filepath.Join(o.Out, ProxyConfigFile)
@@ -608,4 +633,22 @@ func progress(ctx context.Context, o RunOptions, h *History, start time.Time) {
 			}
 		}
 	}
+}
+
+// hotBuckets are the buckets of the scenario's hot executions (keys:
+// hotset: the first share of loadgen.ExecutionIDs, which get the hot
+// fraction of the operations), sorted, each once; nil for other keys.
+func hotBuckets(sc *Scenario, m *shardmap.Map) []int {
+	keys, err := loadgen.ParseKeys(sc.Workload.Keys)
+	if err != nil || keys.Dist != loadgen.HotSet || sc.Workload.Executions < 1 {
+		return nil
+	}
+	n := sc.Workload.Executions
+	hot := min(max(int(math.Ceil(keys.HotSet*float64(n))), 1), n)
+	var out []int
+	for _, id := range loadgen.ExecutionIDs(sc.Seed, n)[:hot] {
+		out = append(out, m.Bucket(id))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -267,9 +267,6 @@ func (s *Scenario) Validate() error {
 		if needsProxy(f.Kind) && s.Target != TargetProxy && s.Target != TargetPgBouncerPlusPx {
 			bad(key+".kind", "%s needs a proxy target (proxy or pgbouncer+proxy), not %s", f.Kind, s.Target)
 		}
-		if needsCatalog(f.Kind) && s.Target != TargetDirect && s.Target != TargetPgBouncer {
-			bad(key+".kind", "%s needs a router target (direct or pgbouncer) that follows the run's catalog; the proxy does not retry a fenced transaction yet, so %s cannot run moves", f.Kind, s.Target)
-		}
 	}
 	if len(p) > 0 {
 		return errors.New(strings.Join(p, "; "))
@@ -286,9 +283,6 @@ func kindList() string {
 }
 
 func needsProxy(k Kind) bool { return k == "proxy-restart" }
-
-// needsCatalog reports whether kind k moves ranges in the run's catalog.
-func needsCatalog(k Kind) bool { return kindInfos[k].needs&NeedsCatalog != 0 }
 
 // specs turns the scenario's faults into the planner's input.
 func (s *Scenario) specs() []Spec {

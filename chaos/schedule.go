@@ -319,7 +319,7 @@ func Check(plan []Planned, env *Env) error {
 			note(p.Kind, "a relay in front of the proxy (target proxy)", target)
 		}
 		if needs&NeedsCatalog != 0 && env.Catalog == nil {
-			note(p.Kind, "the run's catalog, followed by the store under test (a router target: direct or pgbouncer)", "the mover")
+			note(p.Kind, "the run's catalog, followed by the store under test (the router, the chaos-owned proxy)", "the mover")
 		}
 	}
 	if len(order) == 0 {

@@ -2,8 +2,11 @@
 # The CI chaos suite behind `make chaos`: a dedicated 3-shard cluster
 # (PostgreSQL + PgBouncer per shard), the ci scenario (every fault kind,
 # through PgBouncer and the proxy at once) verified, the recovery scenario
-# (each kind alone: time to recover per kind), then the mutant run
-# (the control must pass, every deliberately broken store must be caught).
+# (each kind alone: time to recover per kind), the reshard scenario (bucket
+# ranges moved online and the mover killed at its journal steps, beside
+# every fault kind: >= 20 moves done, >= 3 mover kills resolved), then the
+# mutant run (the control must pass, every deliberately broken store must
+# be caught).
 # Usage: scripts/chaos.sh BIN DIR OUT
 set -euo pipefail
 bin=${1:-bin/pgshard}
@@ -19,7 +22,7 @@ trap '"$bin" dev down --dir "$dir" >/dev/null' EXIT
 "$bin" dev status --dir "$dir"
 
 step "The ci scenario (configs/chaos/ci.yaml), verified"
-rm -rf "$out/ci" "$out/mutants"
+rm -rf "$out/ci" "$out/reshard" "$out/mutants"
 "$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/ci.yaml --out "$out/ci"
 t1=$(date +%s)
 
@@ -28,8 +31,12 @@ rm -rf "$out/recovery"
 "$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/recovery.yaml --out "$out/recovery"
 t2=$(date +%s)
 
+step "Resharding: online range moves and mover kills beside every fault kind (configs/chaos/reshard.yaml), verified"
+"$bin" chaos run --config "$dir/pgshard.yaml" --scenario configs/chaos/reshard.yaml --out "$out/reshard"
+t3=$(date +%s)
+
 step "Proof of power: every mutant against configs/chaos/mutants.yaml"
 "$bin" chaos mutants --config "$dir/pgshard.yaml" --scenario configs/chaos/mutants.yaml --out "$out/mutants"
 
-printf '\nchaos: ci scenario %ds, recovery %ds, mutants %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, mutants/*/report.html)\n' \
-	$((t1 - start)) $((t2 - t1)) $(($(date +%s) - t2)) $(($(date +%s) - start)) "$out"
+printf '\nchaos: ci scenario %ds, recovery %ds, reshard %ds, mutants %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, reshard/report.html, mutants/*/report.html)\n' \
+	$((t1 - start)) $((t2 - t1)) $((t3 - t2)) $(($(date +%s) - t3)) $(($(date +%s) - start)) "$out"

@@ -234,8 +234,8 @@ func (ck *checker) emitted(o *Op, event, target string, what desc) {
 	ck.add(InvOutbox, target, fmt.Sprintf("%s saw event %s, %s", what, event, why), append([]OpRef{ref(o, "")}, ops...), nil)
 }
 
-// movedCopies reports whether outbox rows seqs of one event, emitted by
-// execution from, are the copies moves made (ARCHITECTURE.md §6: a move
+// movedCopies reports whether outbox rows seqs of one event (or spawn
+// rows of one child), emitted by execution from, are the copies moves made (ARCHITECTURE.md §6: a move
 // copies its range's pending outbox rows to the destination, numbered
 // from the destination's sequence, and a relay that read the source's row
 // may deliver the event again; dedupe absorbs it): no more rows than one
