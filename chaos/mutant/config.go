@@ -31,7 +31,8 @@ const settleTimeout = 10 * time.Second
 //
 // ShardNotFencing: CREATE OR REPLACE of pgshard_fence_assert and
 // pgshard_fence_check (migration 0008) with functions that admit every
-// key, neither refusing nor locking; restore: the definitions read
+// key (writers still take the range's lock: only the refusal is gone);
+// restore: the definitions read
 // (pg_get_functiondef) before replacing them. A run that dies before
 // restore leaves the shards unfenced, and the next Configure refuses to
 // start until the definitions are restored (see unfence).

@@ -142,7 +142,7 @@ var all = []Mutant{
 	},
 	{
 		Kind: ShardNotFencing, Level: LevelConfig,
-		Description: "every shard's fence admits every key: pgshard_fence_assert (writes) and pgshard_fence_check (reads) replaced by functions that refuse nothing and lock nothing",
+		Description: "every shard's fence admits every key: pgshard_fence_assert (writes) and pgshard_fence_check (reads) replaced by functions that refuse nothing (the writers still take the range's lock, so a freeze still drains them)",
 		Exposes:     "moves: a router whose map is a moment stale (and writers in flight at the cut-over) read and write the range on its old owner, whose rows the clean-up then deletes or leaves behind (linearizability: stale reads, lost acknowledged commits; placement: rows on a shard that does not own their bucket)",
 		NeedsFaults: []string{"move"},
 	},

@@ -21,8 +21,16 @@ const unfenceMark = "pgshard mutant shard-not-fencing"
 var unfenced = []struct{ sig, replace string }{
 	{"pgshard_fence_assert(text)", `CREATE OR REPLACE FUNCTION pgshard_fence_assert(p_key TEXT) RETURNS VOID
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    b  INT := pgshard_fence_bucket(p_key, pgshard_fence_nb());
+    lo INT;
 BEGIN
-    RETURN; -- ` + unfenceMark + `: admits every key, locks nothing
+    -- ` + unfenceMark + `: admits every key; the range's lock is
+    -- still taken SHARED, so a mover's freeze still drains the writers.
+    SELECT x.lo INTO lo FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
+    IF lo IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(pgshard_fence_lock_class(), lo);
+    END IF;
 END;
 $$`},
 	{"pgshard_fence_check(text)", `CREATE OR REPLACE FUNCTION pgshard_fence_check(p_key TEXT) RETURNS BOOLEAN
