@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/reshard"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -260,6 +261,10 @@ type Env struct {
 	HotBuckets []int
 	// Logf receives progress and debug lines; nil is silent.
 	Logf func(format string, args ...any)
+	// MoverAround is the move faults' reshard.Options.Around: nil (the
+	// production mover) except in a run of a mover-level mutant
+	// (chaos/mutant.Mover).
+	MoverAround func(context.Context, reshard.CutStep) error
 
 	// moves is the move faults' shared state (mover-kill's next step);
 	// nil until the first needs it (move faults run one at a time).

@@ -237,7 +237,7 @@ func moveOptions(env *Env, p Params) (reshard.Options, time.Duration, error) {
 		return reshard.Options{}, 0, err
 	}
 	return reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL,
-		RetryPause: moveFreezeRetry}, to, nil
+		RetryPause: moveFreezeRetry, Around: env.MoverAround}, to, nil
 }
 
 // phases returns the journal phase of each of ids ("" if not found).
@@ -490,7 +490,7 @@ func finishMoves(ctx context.Context, env *Env) error {
 		if err != nil || len(left) == 0 {
 			return err
 		}
-		_, err = reshard.Apply(ctx, env.Catalog, reshard.Options{Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL})
+		_, err = reshard.Apply(ctx, env.Catalog, reshard.Options{Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL, Around: env.MoverAround})
 		if err != nil {
 			return fmt.Errorf("finish %d unfinished move(s): %w", len(left), err)
 		}

@@ -182,6 +182,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	if err := Check(plan, will); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	if mut.Level == mutant.LevelMover && !moves {
+		return nil, fmt.Errorf("mutant %s breaks the mover: scenario %s has no move faults (use configs/chaos/mutants-reshard.yaml)", mut.Kind, sc.Name)
+	}
 
 	if err := resetStore(ctx, &Env{Map: m}); err != nil {
 		return nil, err
@@ -294,6 +297,12 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	defer target.Close()
 	if mut.Level == mutant.LevelClient {
 		if target, err = mutant.Wrap(target, mut.Kind); err != nil {
+			return nil, err
+		}
+	}
+	if mut.Level == mutant.LevelMover {
+		// The move faults run the broken mover.
+		if env.MoverAround, err = mutant.Mover(mut.Kind); err != nil {
 			return nil, err
 		}
 	}

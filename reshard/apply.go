@@ -62,6 +62,11 @@ type Options struct {
 	// Hook, when set, is called at each of Steps; an error it returns
 	// stops the move there, as if its mover died (tests inject faults).
 	Hook func(ctx context.Context, step string, m catalog.MoveRecord) error
+	// Around, when set, runs each of CutSteps in the mover's place: it is
+	// given the real step and decides what runs. Nothing in pgshard sets
+	// it; it exists for chaos/mutant's broken movers, which the chaos
+	// verifier must catch (a production mover leaves it nil).
+	Around func(ctx context.Context, s CutStep) error
 	// Log, when set, receives one line per event of note.
 	Log func(format string, args ...any)
 }

@@ -45,10 +45,16 @@
 // completes one that has. Apply and Abort hold the catalog lease
 // LeaseOwner while they run: one mover at a time.
 //
+// Options.Hook stops a mover at each of Steps (tests, chaos's mover
+// kills); Options.Around is given each step of a freeze (CutSteps: the
+// lock and frozen fence, the last catch-up, the flip) to run in the
+// mover's place — nothing in pgshard sets it: it exists for chaos/mutant's
+// broken movers, which the chaos verifier must catch.
+//
 //	doc.go    this overview
 //	apply.go  Options, Apply, Abort, Plan, PlanMoves
 //	status.go Status (the journal with each running move's lag), WriteStatus
 //	move.go   one move: prepare (fences, capture, copy, catch-up), the
-//	          freeze and flip, finish (clean-up), abort; Steps
+//	          freeze and flip, finish (clean-up), abort; Steps, CutSteps
 //	shard.go  the SQL on the shards: fence changes, copy, catch-up, delete
 package reshard

@@ -31,6 +31,38 @@ var Steps = []string{
 	"cleaned",      // source rows and capture gone, before journaling done
 }
 
+// CutSteps name the steps of a freeze that Options.Around is given, in
+// the order a freeze runs them.
+var CutSteps = []string{
+	"freeze",         // the range lock EXCLUSIVE and the source's fence frozen (committed)
+	"final-catch-up", // the last catch-up, until no record is left
+	"flip",           // catalog.FlipMove: the commit point
+}
+
+// CutStep is one step of a freeze, as Options.Around sees it.
+type CutStep struct {
+	// Name is one of CutSteps.
+	Name string
+	// Move is the move being cut over.
+	Move catalog.MoveRecord
+	// Run runs the real step.
+	Run func(context.Context) error
+	// DeleteSource deletes the range's rows on the source, as the
+	// clean-up does after the flip.
+	DeleteSource func(context.Context) error
+}
+
+// around runs step name (real) through Options.Around when it is set.
+func (mv *mover) around(ctx context.Context, name string, m catalog.MoveRecord, src *shard, real func(context.Context) error) error {
+	if mv.opts.Around == nil {
+		return real(ctx)
+	}
+	return mv.opts.Around(ctx, CutStep{Name: name, Move: m, Run: real, DeleteSource: func(ctx context.Context) error {
+		_, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb)
+		return err
+	}})
+}
+
 // ErrInjected is what a test's hook returns to stop a mover at a step.
 var ErrInjected = errors.New("reshard: stopped at a step (injected)")
 
@@ -327,14 +359,21 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if _, err := hold.Exec(ctx, `SELECT set_config('lock_timeout', $1::text, true)`, fmt.Sprintf("%dms", max(1, budget.Milliseconds()))); err != nil {
 		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
 	}
-	if _, err := hold.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`, fenceLockClass, m.Lo); err != nil {
-		if isLockTimeout(err) {
-			f.Abandoned, f.Reason = true, "writers in flight did not finish within the budget"
-			return done(), 0, fmt.Errorf("%w: the range lock was not granted within %v (a transaction on the range held it)", errAbandoned, budget)
+	tried := false // the lock was granted or timed out: a freeze to report
+	if err := mv.around(ctx, "freeze", m, src, func(ctx context.Context) error {
+		if _, err := hold.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`, fenceLockClass, m.Lo); err != nil {
+			if isLockTimeout(err) {
+				f.Abandoned, f.Reason, tried = true, "writers in flight did not finish within the budget", true
+				return fmt.Errorf("%w: the range lock was not granted within %v (a transaction on the range held it)", errAbandoned, budget)
+			}
+			return fmt.Errorf("shard %s: lock range %d-%d: %w", src.name, m.Lo, m.Hi, err)
 		}
-		return nil, 0, fmt.Errorf("shard %s: lock range %d-%d: %w", src.name, m.Lo, m.Hi, err)
-	}
-	if err := src.setFence(ctx, nil, m.Lo, m.Hi, "frozen", m.From, epoch, []string{"owned"}, false); err != nil {
+		tried = true
+		return src.setFence(ctx, nil, m.Lo, m.Hi, "frozen", m.From, epoch, []string{"owned"}, false)
+	}); err != nil {
+		if !tried {
+			return nil, 0, err
+		}
 		return done(), 0, err
 	}
 	if err := mv.hook(ctx, "locked", m); err != nil {
@@ -348,7 +387,9 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 		}
 		return done(), 0, cause
 	}
-	if err := mv.catchUpUntil(ctx, m, src, dst, res, 1000, 0, deadline); err != nil {
+	if err := mv.around(ctx, "final-catch-up", m, src, func(ctx context.Context) error {
+		return mv.catchUpUntil(ctx, m, src, dst, res, 1000, 0, deadline)
+	}); err != nil {
 		if errors.Is(err, errAbandoned) {
 			return abandon(err)
 		}
@@ -361,7 +402,12 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 		return done(), 0, err
 	}
 	flipStart := time.Now()
-	to, err := mv.cat.FlipMove(ctx, m.ID)
+	var to uint64
+	err = mv.around(ctx, "flip", m, src, func(ctx context.Context) error {
+		var err error
+		to, err = mv.cat.FlipMove(ctx, m.ID)
+		return err
+	})
 	if err != nil {
 		// Did the commit point pass? The journal says.
 		ms, rerr := mv.cat.Moves(context.WithoutCancel(ctx), true)

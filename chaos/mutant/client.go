@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/store"
 )
 
 // Wrap applies a LevelClient mutant to t, normally the production target
@@ -20,6 +21,11 @@ import (
 //     step once more at the reloaded version with the event id
 //     ProcessedEventID + "-retry" (an empty one stays empty), and returns
 //     that attempt's result.
+//   - ProxyIgnoresFence: a fence refusal (an error matching
+//     store.ErrFenced) is taken for success — LoadForEvent answers that
+//     the execution does not exist, Commit that it committed, DeleteTimer
+//     that the timer was not deleted; other errors are returned as they
+//     are.
 //
 // Where the chaos recorder sits decides what the history shows: wrapped
 // inside the recorder, the retry is invisible to it (one commit op, two
@@ -37,6 +43,8 @@ func Wrap(t loadgen.Target, k Kind) (loadgen.Target, error) {
 		return &acksFirst{Target: t}, nil
 	case RetryUnknownWithNewEvent:
 		return &retryUnknown{Target: t}, nil
+	case ProxyIgnoresFence:
+		return &ignoresFence{Target: t}, nil
 	}
 	return nil, fmt.Errorf("mutant Wrap: %q has no client implementation", k) // unreachable: every client kind has one
 }
@@ -85,4 +93,35 @@ func (r *retryUnknown) Commit(ctx context.Context, c *loadgen.Commit) error {
 		retry.Exe.Version = exe.Version
 	}
 	return r.Target.Commit(ctx, &retry)
+}
+
+// ignoresFence is ProxyIgnoresFence.
+type ignoresFence struct{ loadgen.Target }
+
+func fenced(err error) bool { return errors.Is(err, store.ErrFenced) }
+
+// LoadForEvent answers a refused load with "no such execution".
+func (f *ignoresFence) LoadForEvent(ctx context.Context, id, eventID string) (*loadgen.Execution, bool, error) {
+	exe, processed, err := f.Target.LoadForEvent(ctx, id, eventID)
+	if fenced(err) {
+		return nil, false, nil
+	}
+	return exe, processed, err
+}
+
+// Commit acknowledges a refused commit.
+func (f *ignoresFence) Commit(ctx context.Context, c *loadgen.Commit) error {
+	if err := f.Target.Commit(ctx, c); !fenced(err) {
+		return err
+	}
+	return nil
+}
+
+// DeleteTimer answers a refused delete with "not deleted".
+func (f *ignoresFence) DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error) {
+	ok, err := f.Target.DeleteTimer(ctx, id, path, fireAt)
+	if fenced(err) {
+		return false, nil
+	}
+	return ok, err
 }

@@ -9,8 +9,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgshard/pgshard/chaos/mutant"
 	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/store"
 )
 
 // fakeTarget is an in-memory loadgen.Target that logs every call, so tests
@@ -284,6 +287,59 @@ func TestWrapPassesThrough(t *testing.T) {
 			want := []string{"load x e", "ack outbox 7", "pending spawns", "ack spawn 8", "due timers", "delete timer x p"}
 			if !reflect.DeepEqual(f.log, want) || !f.closed {
 				t.Errorf("calls %q (closed %v), want %q and closed", f.log, f.closed, want)
+			}
+		})
+	}
+}
+
+// fencedTarget refuses every keyed call with a fence error, as a shard
+// whose range moved away does.
+type fencedTarget struct {
+	fakeTarget
+	err error
+}
+
+func (f *fencedTarget) LoadForEvent(context.Context, string, string) (*loadgen.Execution, bool, error) {
+	return nil, false, f.err
+}
+func (f *fencedTarget) Commit(context.Context, *loadgen.Commit) error { return f.err }
+func (f *fencedTarget) DeleteTimer(context.Context, string, string, float64) (bool, error) {
+	return false, f.err
+}
+
+// TestProxyIgnoresFence: a fence refusal is taken for success by every
+// keyed call; any other error goes through.
+func TestProxyIgnoresFence(t *testing.T) {
+	refusal := &store.FenceError{Shard: "s0", Bucket: 9, Lo: 8, Hi: 15, State: "moved", Owner: "s1",
+		Err: &pgconn.PgError{Code: store.FenceSQLState, Message: "pgshard fence: refused"}}
+	for _, c := range []struct {
+		name    string
+		err     error
+		swallow bool
+	}{
+		{"fence refusal", fmt.Errorf("router: shard s0: %w", refusal), true},
+		{"other error", errors.New("connection reset"), false},
+		{"unknown outcome", fmt.Errorf("%w: reply lost", loadgen.ErrOutcomeUnknown), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, err := mutant.Wrap(&fencedTarget{err: c.err}, mutant.ProxyIgnoresFence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			exe, processed, lerr := w.LoadForEvent(ctx, "a", "e1")
+			cerr := w.Commit(ctx, &loadgen.Commit{Exe: loadgen.Execution{ID: "a", Version: 3}})
+			deleted, derr := w.DeleteTimer(ctx, "a", "t", 1)
+			if c.swallow {
+				if exe != nil || processed || lerr != nil || cerr != nil || deleted || derr != nil {
+					t.Errorf("refusal not taken for success: load %v %v %v, commit %v, delete %v %v", exe, processed, lerr, cerr, deleted, derr)
+				}
+				return
+			}
+			for _, err := range []error{lerr, cerr, derr} {
+				if !errors.Is(err, c.err) {
+					t.Errorf("error %v, want %v passed through", err, c.err)
+				}
 			}
 		})
 	}

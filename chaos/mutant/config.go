@@ -28,6 +28,14 @@ const settleTimeout = 10 * time.Second
 // restarts (so shard crashes keep it), and so outlives a run that dies
 // before calling restore: run restore (or Configure's undo by hand) on a
 // cluster that must keep its acknowledged commits.
+//
+// ShardNotFencing: CREATE OR REPLACE of pgshard_fence_assert and
+// pgshard_fence_check (migration 0008) with functions that admit every
+// key (writers still take the range's lock: only the refusal is gone);
+// restore: the definitions read
+// (pg_get_functiondef) before replacing them. A run that dies before
+// restore leaves the shards unfenced, and the next Configure refuses to
+// start until the definitions are restored (see unfence).
 func Configure(ctx context.Context, m *shardmap.Map, k Kind) (restore func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
 	if k == "" {
@@ -35,6 +43,9 @@ func Configure(ctx context.Context, m *shardmap.Map, k Kind) (restore func(conte
 	}
 	if _, err := lookupLevel(k, LevelConfig, "Configure"); err != nil {
 		return nil, err
+	}
+	if k == ShardNotFencing {
+		return unfence(ctx, m)
 	}
 	undoAll := func(ctx context.Context, shards []shardmap.Shard) error {
 		var errs []error

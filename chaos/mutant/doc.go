@@ -19,6 +19,17 @@
 //	trace-trim-off-by-one          store   the trace ring keeps trace_max+1 entries
 //	placement-wrong-shard          store   executions of buckets ≡ 3 (mod 8) live on the next shard
 //	synchronous-commit-off         config  ALTER SYSTEM SET synchronous_commit = off on every shard
+//	move-without-final-catch-up    mover   the freeze flips without its last catch-up
+//	flip-without-freeze            mover   the flip without the freeze (no range lock, source fence owned)
+//	shard-not-fencing              config  pgshard_fence_assert/_check admit every key on every shard
+//	delete-source-before-flip      mover   the source's rows deleted after the last catch-up, before the flip
+//	proxy-ignores-fence            client  a fence refusal (PS001) taken for success
+//
+// The last five are the resharding mutants (issue 20, group "reshard"):
+// each needs the move faults (delete-source-before-flip and
+// proxy-ignores-fence the mover kills too), so they run against
+// configs/chaos/mutants-reshard.yaml, where the router under test follows
+// the run's catalog and the verifier places rows by the map the moves left.
 //
 // Store-level bugs are switched into a reference store (OpenStore): a plain
 // implementation of the store's semantics (ARCHITECTURE.md §1) as explicit
@@ -26,34 +37,38 @@
 // router. With no bug it is the control and behaves like the production
 // store (a router) for everything the chaos workload does — the tests
 // compare both operation by operation and table by table. Client-level bugs
-// wrap the production loadgen.Target (Wrap); the configuration bug changes
-// the shards' servers (Configure).
+// wrap the production loadgen.Target (Wrap); the configuration bugs change
+// the shards' servers (Configure). Mover bugs replace one step of the
+// production mover's freeze (Mover): the chaos runner hands the function
+// to its move faults as reshard.Options.Around, which the mover calls
+// with each of reshard.CutSteps (the real step and the source's delete
+// in hand) — pgshard itself never sets it.
 //
 //	                    chaos runner: one run per mutant, then verify
-//	               │                        │                          │
-//	 OpenStore(ctx, m, pooler, bug, o)   Wrap(target, bug)   Configure(ctx, m, bug)
-//	               │                        │                          │
-//	refstore.go  pools per shard,        client.go                config.go
-//	             routing by bucket       acksFirst.PendingOutbox  ALTER SYSTEM
-//	             (+ wrong shard),        retryUnknown.Commit      synchronous_commit,
-//	             identity check                 │                  restore
-//	commit.go    BEGIN; CAS; side               │                          │
-//	             effects; COMMIT;        the production target             │
-//	             outcome classes         (storetarget over a router)       │
-//	             (+ outbox/dedupe               │                          │
-//	             outside, no version,           │                          │
-//	             skipped cancels,               │                          │
-//	             ring off by one)               │                          │
-//	reads.go     loads, fan-out reads           │                          │
-//	             merged by seq/fire_at,         │                          │
-//	             acks by seq, DeleteTimer       │                          │
-//	             (+ without fire_at)            │                          │
-//	stall.go     stall checks: a shard          │                          │
-//	             that stops answering           │                          │
-//	             fails operations fast          │                          │
-//	               │                            │                          │
-//	               └────────────────────────────┴──────────────────────────┘
+//	               │                        │                          │                       │
+//	 OpenStore(ctx, m, pooler, bug, o)   Wrap(target, bug)   Configure(ctx, m, bug)     Mover(bug)
+//	               │                        │                          │                       │
+//	refstore.go  pools per shard,        client.go                config.go              mover.go
+//	             routing by bucket       acksFirst.PendingOutbox  ALTER SYSTEM           skip freeze or
+//	             (+ wrong shard),        retryUnknown.Commit      synchronous_commit,    final-catch-up;
+//	             identity check          ignoresFence: PS001      restore                delete the source
+//	commit.go    BEGIN; CAS; side        taken for success        unfence.go             after the catch-up
+//	             effects; COMMIT;               │                 fence checks that            │
+//	             outcome classes         the production target    admit all, restore     the move faults'
+//	             (+ outbox/dedupe        (storetarget over a      the saved ones         reshard.Apply
+//	             outside, no version,    router)                         │               (Options.Around)
+//	             skipped cancels,               │                          │                       │
+//	             ring off by one)               │                          │                       │
+//	reads.go     loads, fan-out reads           │                          │                       │
+//	             merged by seq/fire_at,         │                          │                       │
+//	             acks by seq, DeleteTimer       │                          │                       │
+//	             (+ without fire_at)            │                          │                       │
+//	stall.go     stall checks: a shard          │                          │                       │
+//	             that stops answering           │                          │                       │
+//	             fails operations fast          │                          │                       │
+//	               │                            │                          │                       │
+//	               └────────────────────────────┴──────────────────────────┴───────────────────────┘
 //	                   every shard: Postgres, directly or through PgBouncer
 //
-//	mutant.go    Kind, Level, Mutant, All, Lookup
+//	mutant.go    Kind, Level, Mutant, All, Lookup, ReshardGroup, InGroup
 package mutant

@@ -2,6 +2,7 @@ package mutant
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -21,7 +22,18 @@ const (
 	TraceTrimOffByOne         Kind = "trace-trim-off-by-one"
 	WrongShard                Kind = "placement-wrong-shard"
 	SynchronousCommitOff      Kind = "synchronous-commit-off"
+
+	// The resharding mutants: each needs the move faults.
+	MoveWithoutFinalCatchUp Kind = "move-without-final-catch-up"
+	FlipWithoutFreeze       Kind = "flip-without-freeze"
+	ShardNotFencing         Kind = "shard-not-fencing"
+	DeleteSourceBeforeFlip  Kind = "delete-source-before-flip"
+	ProxyIgnoresFence       Kind = "proxy-ignores-fence"
 )
+
+// ReshardGroup is the name `pgshard chaos mutants --only` takes for every
+// resharding mutant (those whose NeedsFaults include "move").
+const ReshardGroup = "reshard"
 
 // Level says where a mutant is plugged in, and so which function applies
 // it.
@@ -35,6 +47,9 @@ const (
 	// LevelConfig mutants change the shards' server configuration:
 	// Configure.
 	LevelConfig Level = "config"
+	// LevelMover mutants change the steps of the mover's freeze (the
+	// move faults' reshard.Options.Around): Mover.
+	LevelMover Level = "mover"
 )
 
 // Mutant describes one broken variant.
@@ -113,6 +128,42 @@ var all = []Mutant{
 		Exposes:     "shard crashes (immediate stop or kill -9): acknowledged commits missing after crash recovery (CAS: every acknowledged commit is present)",
 		NeedsFaults: []string{"shard-crash"},
 	},
+	{
+		Kind: MoveWithoutFinalCatchUp, Level: LevelMover,
+		Description: "the mover freezes the range (writers drained and held back, source fence frozen) but flips without the last catch-up: the changes captured since the catch-up before the freeze never reach the destination",
+		Exposes:     "moves of a range written to while it was caught up (hot keys): the destination serves versions older than acknowledged commits, and the clean-up deletes the source's newer rows (linearizability: a load returns a version older than one committed; CAS: acknowledged commits missing)",
+		NeedsFaults: []string{"move"},
+	},
+	{
+		Kind: FlipWithoutFreeze, Level: LevelMover,
+		Description: "the mover flips without freezing the range: no range lock, the source's fence stays owned until the flip, so writes in flight (and new ones) land on the source after the last catch-up",
+		Exposes:     "moves of a range written to during its cut-over (hot keys): commits acknowledged by the source after the last catch-up, missing on the destination and deleted with the source's rows (linearizability; CAS: acknowledged commits missing)",
+		NeedsFaults: []string{"move"},
+	},
+	{
+		Kind: ShardNotFencing, Level: LevelConfig,
+		Description: "every shard's fence admits every key: pgshard_fence_assert (writes) and pgshard_fence_check (reads) replaced by functions that refuse nothing (the writers still take the range's lock, so a freeze still drains them)",
+		Exposes:     "moves: a router whose map is a moment stale (and writers in flight at the cut-over) read and write the range on its old owner, whose rows the clean-up then deletes or leaves behind (linearizability: stale reads, lost acknowledged commits; placement: rows on a shard that does not own their bucket)",
+		NeedsFaults: []string{"move"},
+	},
+	{
+		Kind: DeleteSourceBeforeFlip, Level: LevelMover,
+		Description: "the mover deletes the range's rows on the source right after the last catch-up, before the flip is recorded, instead of in the clean-up after it",
+		Exposes:     "a freeze that does not reach its flip (the mover killed at step flip, the catalog down): resumed, the catch-up replays the deletions onto the destination; aborted, the source owns a range emptied (linearizability: loads of committed executions find nothing; CAS: acknowledged commits missing)",
+		NeedsFaults: []string{"move", "mover-kill"},
+	},
+	{
+		Kind: ProxyIgnoresFence, Level: LevelClient,
+		Description: "a fence refusal (PS001) is taken for success, as by a proxy that drops the shard's ErrorResponse and answers from the rest of the exchange: a refused commit is acknowledged, a refused load answers that the execution does not exist",
+		Exposes:     "refusals that reach the client (a range left frozen, or moved but not yet owned by its destination, by a mover killed at its cut-over; a router whose map is stale): acknowledged commits that never applied, loads that miss committed executions (linearizability; CAS: every acknowledged commit is present)",
+		NeedsFaults: []string{"move", "mover-kill"},
+	},
+}
+
+// InGroup reports whether m is one of group's mutants; the only group is
+// ReshardGroup.
+func (m Mutant) InGroup(group string) bool {
+	return group == ReshardGroup && slices.Contains(m.NeedsFaults, "move")
 }
 
 // All returns every mutant, in a fixed order. The slice is a copy.

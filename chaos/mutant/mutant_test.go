@@ -2,6 +2,7 @@ package mutant_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,8 +13,8 @@ import (
 
 func TestCatalogue(t *testing.T) {
 	all := mutant.All()
-	if len(all) != 10 {
-		t.Fatalf("All() has %d mutants, want the 10 of issue 9", len(all))
+	if len(all) != 15 {
+		t.Fatalf("All() has %d mutants, want the 10 of issue 9 and the 5 resharding ones of issue 20", len(all))
 	}
 	levels := map[mutant.Level]int{}
 	seen := map[mutant.Kind]bool{}
@@ -31,7 +32,7 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v", m.Kind, got, err)
 		}
 	}
-	want := map[mutant.Level]int{mutant.LevelStore: 7, mutant.LevelClient: 2, mutant.LevelConfig: 1}
+	want := map[mutant.Level]int{mutant.LevelStore: 7, mutant.LevelClient: 3, mutant.LevelConfig: 2, mutant.LevelMover: 3}
 	for l, n := range want {
 		if levels[l] != n {
 			t.Errorf("%d %s-level mutants, want %d", levels[l], l, n)
@@ -39,6 +40,19 @@ func TestCatalogue(t *testing.T) {
 	}
 	if len(levels) != len(want) {
 		t.Errorf("levels %v, want only %v", levels, want)
+	}
+	var group []mutant.Kind
+	for _, m := range all {
+		if m.InGroup(mutant.ReshardGroup) {
+			group = append(group, m.Kind)
+		}
+		if m.InGroup("no-such-group") {
+			t.Errorf("%s is in a group that does not exist", m.Kind)
+		}
+	}
+	wantGroup := []mutant.Kind{mutant.MoveWithoutFinalCatchUp, mutant.FlipWithoutFreeze, mutant.ShardNotFencing, mutant.DeleteSourceBeforeFlip, mutant.ProxyIgnoresFence}
+	if !slices.Equal(group, wantGroup) {
+		t.Errorf("group %s = %v, want %v", mutant.ReshardGroup, group, wantGroup)
 	}
 	// All returns copies.
 	all[0].NeedsFaults = append(all[0].NeedsFaults, "x")
@@ -84,6 +98,11 @@ func TestLevelsRefused(t *testing.T) {
 			if mu.Level != mutant.LevelConfig {
 				if _, err := mutant.Configure(ctx, m, mu.Kind); err == nil {
 					t.Error("Configure accepted it")
+				}
+			}
+			if mu.Level != mutant.LevelMover {
+				if _, err := mutant.Mover(mu.Kind); err == nil {
+					t.Error("Mover accepted it")
 				}
 			}
 		})

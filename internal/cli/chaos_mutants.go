@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgshard/pgshard/chaos"
 	"github.com/pgshard/pgshard/chaos/mutant"
 )
 
@@ -42,7 +43,15 @@ outside the transaction, timer delete without the fire_at match, a cancel
 that does not delete, a relay that acks before delivering, a client that
 retries an unknown commit with a new event id, the trace ring trimmed off by
 one, rows placed on the wrong shard, synchronous_commit=off with shard
-crashes) — and verify each run. A mutant is caught when the verifier finds
+crashes; and the resharding mutants: a mover that flips without its last
+catch-up, one that flips without freezing, one that deletes the source's
+rows before the flip, shards that do not fence, a client that takes a fence
+refusal for success) — and verify each run.
+
+The resharding mutants need move faults: without --only, a scenario
+without them (configs/chaos/mutants.yaml) skips them; run them with
+--scenario configs/chaos/mutants-reshard.yaml --only reshard ("reshard"
+names the group; the control runs against the same scenario). A mutant is caught when the verifier finds
 violations. Mutants are reachable only from here: nothing in the store,
 router, proxy or any config selects them.
 
@@ -50,13 +59,14 @@ Prints the mutation table and writes mutants.json to --out.
 Exit codes: 0 the control passed and every mutant was caught; 1 a mutant was
 missed or the control failed; 2 a run could not be done.`,
 		Example: `  pgshard chaos mutants --config .pgshard-chaos/pgshard.yaml --scenario configs/chaos/mutants.yaml
-  pgshard chaos mutants --only cas-without-version,outbox-outside-tx --duration 10s`,
+  pgshard chaos mutants --only cas-without-version,outbox-outside-tx --duration 10s
+  pgshard chaos mutants --config .pgshard-chaos/pgshard.yaml --scenario configs/chaos/mutants-reshard.yaml --only reshard`,
 		Args: cobra.NoArgs,
 	}
 	f := addChaosFlags(cmd)
 	var only []string
 	var noControl bool
-	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these mutants (comma-separated kinds)")
+	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these mutants (comma-separated kinds, or \"reshard\": every resharding mutant)")
 	cmd.Flags().BoolVar(&noControl, "no-control", false, "skip the control run with the production store")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := resolveChaos(cmd, f)
@@ -66,18 +76,20 @@ missed or the control failed; 2 a run could not be done.`,
 		if !cmd.Flags().Changed("duration") && s.sc.MutantDuration > 0 {
 			s.sc.Duration = s.sc.MutantDuration
 		}
-		var list []mutant.Mutant
-		for _, mu := range mutant.All() {
-			if len(only) == 0 || slices.Contains(only, string(mu.Kind)) {
-				list = append(list, mu)
-			}
-		}
 		for _, k := range only {
+			if k == mutant.ReshardGroup {
+				continue
+			}
 			if _, err := mutant.Lookup(mutant.Kind(k)); err != nil {
-				return usageError{err}
+				return usageError{fmt.Errorf("%w (or the group %q)", err, mutant.ReshardGroup)}
 			}
 		}
+		list, skipped := selectMutants(mutant.All(), only, s.sc)
 		out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+		for _, mu := range skipped {
+			fmt.Fprintf(errw, "chaos mutants: %s skipped: scenario %s has no %s faults (the resharding mutants run with --scenario configs/chaos/mutants-reshard.yaml --only %s)\n",
+				mu.Kind, s.sc.Name, strings.Join(mu.NeedsFaults, "/"), mutant.ReshardGroup)
+		}
 		var rows []mutantRow
 		run := func(k, level, desc string) error {
 			name := k
@@ -138,6 +150,31 @@ missed or the control failed; 2 a run could not be done.`,
 		return nil
 	}
 	return cmd
+}
+
+// selectMutants returns the mutants to run: those only names (kinds, or
+// the group mutant.ReshardGroup), or with only empty every mutant whose
+// needed faults the scenario plans — a resharding mutant needs the move
+// faults, which the default mutant scenario has not, so a run of every
+// mutant leaves those out (skipped) rather than miss them.
+func selectMutants(all []mutant.Mutant, only []string, sc *chaos.Scenario) (list, skipped []mutant.Mutant) {
+	kinds := map[string]bool{}
+	for _, f := range sc.Faults {
+		kinds[string(f.Kind)] = true
+	}
+	for _, mu := range all {
+		switch {
+		case len(only) > 0:
+			if slices.Contains(only, string(mu.Kind)) || slices.ContainsFunc(only, mu.InGroup) {
+				list = append(list, mu)
+			}
+		case mu.InGroup(mutant.ReshardGroup) && !kinds["move"]:
+			skipped = append(skipped, mu)
+		default:
+			list = append(list, mu)
+		}
+	}
+	return list, skipped
 }
 
 // writeMutantTable prints the mutation table and counts: mutants caught,
