@@ -36,7 +36,7 @@ test: deps ## Run every test (unit + integration on a real local cluster) with -
 		bin/testreport -allow-skip '$(ALLOW_SKIP)'
 
 .PHONY: chaos
-chaos: deps build ## CI chaos suite: every fault kind against 3 shards (PgBouncer + proxy) verified, recovery per kind, online moves under every fault kind, then every mutant caught (the resharding ones under moves)
+chaos: deps build ## CI chaos suite: every fault kind against 3 shards (PgBouncer + proxy) verified, recovery per kind, online moves under every fault kind, then every mutant caught
 	@scripts/chaos.sh $(BIN) $(CHAOS_DIR) $(CHAOS_OUT)
 
 COMPAT_OUT ?= compat-out
