@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,7 +68,7 @@ func BenchmarkEngineCPU(b *testing.B) {
 				var cs0 int64
 				stopProfile := func() {}
 				o.OnStart = func(time.Time) {
-					stopProfile = startEngineProfile(b, fmt.Sprintf("%.0f-%v", rate, c.relays))
+					stopProfile = loadgentest.StartCPUProfile(b, fmt.Sprintf("%.0f-%v", rate, c.relays))
 					cs0 = ctxSwitches()
 					cpu0 = engineCPU()
 				}
@@ -180,24 +179,4 @@ func loadAvg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-// startEngineProfile starts a CPU profile into PGSHARD_BENCH_CPUPROFILE
-// with suffix when it is set; the returned function stops it.
-func startEngineProfile(b *testing.B, suffix string) func() {
-	path := os.Getenv("PGSHARD_BENCH_CPUPROFILE")
-	if path == "" {
-		return func() {}
-	}
-	f, err := os.Create(path + "." + suffix)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		b.Fatal(err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
-	}
 }

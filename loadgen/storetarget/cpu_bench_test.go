@@ -3,7 +3,6 @@ package storetarget_test
 import (
 	"context"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/loadgen/loadgentest"
 )
 
 // cpuGoalUS is the generator's budget: its own CPU per worker operation,
@@ -51,7 +51,7 @@ func BenchmarkGeneratorCPU(b *testing.B) {
 		var cpu0 time.Duration
 		stopProfile := func() {}
 		o.OnStart = func(time.Time) {
-			stopProfile = startProfile(b)
+			stopProfile = loadgentest.StartCPUProfile(b, "")
 			cpu0 = cpuTime()
 		}
 		ct := &countingTarget{Target: tg}
@@ -169,24 +169,4 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// startProfile starts a CPU profile into PGSHARD_BENCH_CPUPROFILE when it
-// is set; the returned function stops it.
-func startProfile(b *testing.B) func() {
-	path := os.Getenv("PGSHARD_BENCH_CPUPROFILE")
-	if path == "" {
-		return func() {}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		b.Fatal(err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
-	}
 }
