@@ -34,6 +34,14 @@
 // SQL — so the shards' pages merge into one global order, and a listing's
 // cursor (the last id returned) continues correctly on every shard.
 //
+// Fan-out scans over fenced shards (due timers, pending spawns, listings)
+// are checked for coverage (coverage.go): each shard's part returns the
+// buckets its fence served in that part's snapshot, and a fan-out whose
+// parts do not serve every bucket exactly once — one read between a range
+// move's flips on its source and on its destination — is read again a few
+// times and then fails with ErrNotCovered, never a partial or doubled
+// answer.
+//
 // Open refuses to start when a shard's identity record disagrees with the
 // map (wrong name or ordinal, another bucket count, two entries on one
 // database).

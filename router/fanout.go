@@ -176,8 +176,8 @@ func (r *Router) PendingOutbox(ctx context.Context, limit int) ([]store.OutboxRo
 // <= 0) of every shard, shared fairly among the shards as PendingOutbox
 // shares outbox rows; each shard's intents in its seq order.
 func (r *Router) PendingSpawns(ctx context.Context, limit int) ([]store.SpawnRow, error) {
-	lists, err := fanOut(ctx, r, "pending spawns", func(ctx context.Context, s *store.Store) ([]store.SpawnRow, error) {
-		return s.PendingSpawns(ctx, limit)
+	lists, err := scanCovered(ctx, r, "pending spawns", func(ctx context.Context, s *store.Store) ([]store.SpawnRow, store.Served, error) {
+		return s.PendingSpawnsServed(ctx, limit)
 	})
 	if err != nil {
 		return nil, err
@@ -213,8 +213,8 @@ func roundRobin[T any](lists [][]T, start, limit int) []T {
 // DueTimers returns the limit (all for limit <= 0) earliest timers due at
 // now over all shards, by fire_at, execution id and path.
 func (r *Router) DueTimers(ctx context.Context, now float64, limit int) ([]store.Timer, error) {
-	lists, err := fanOut(ctx, r, "due timers", func(ctx context.Context, s *store.Store) ([]store.Timer, error) {
-		return s.DueTimers(ctx, now, limit)
+	lists, err := scanCovered(ctx, r, "due timers", func(ctx context.Context, s *store.Store) ([]store.Timer, store.Served, error) {
+		return s.DueTimersServed(ctx, now, limit)
 	})
 	if err != nil {
 		return nil, err
@@ -231,8 +231,8 @@ func (r *Router) ListExecutions(ctx context.Context, o store.ListOptions) (store
 		return store.Page{}, fmt.Errorf("list executions: %w", err)
 	}
 	limit := o.PageLimit()
-	pages, err := fanOut(ctx, r, "list executions", func(ctx context.Context, s *store.Store) (store.Page, error) {
-		return s.ListExecutions(ctx, o)
+	pages, err := scanCovered(ctx, r, "list executions", func(ctx context.Context, s *store.Store) (store.Page, store.Served, error) {
+		return s.ListExecutionsServed(ctx, o)
 	})
 	if err != nil {
 		return store.Page{}, err

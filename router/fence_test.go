@@ -180,13 +180,11 @@ func TestStaleRouterFenced(t *testing.T) {
 			}
 
 			// Scans leave the moved bucket's rows out on the old owner and
-			// find them on the new one.
+			// find them on the new one; with the bucket served by nobody a
+			// listing fails rather than leave it out (TestScanCoverage).
 			page, err := r.ListExecutions(ctx, store.ListOptions{DefinitionID: "fence"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(page.Items) != 0 {
-				t.Errorf("list with the bucket incoming on its owner: %+v, want nothing (filtered on both shards)", page.Items)
+			if !errors.Is(err, router.ErrNotCovered) {
+				t.Errorf("list with the bucket incoming on its owner: %+v, %v; want ErrNotCovered", page.Items, err)
 			}
 			if _, err := dst.Pool().Exec(ctx, `UPDATE pgshard_fence SET state = 'owned', owner = $2 WHERE lo = $1`, next.Bucket(id), to); err != nil {
 				t.Fatal(err)
@@ -216,4 +214,106 @@ func collect(rows interface {
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// TestScanCoverage: a fan-out scan (due timers, pending spawns) reads each
+// shard filtered to the buckets its fence serves, in that shard's own
+// snapshot. Between a move's flip on the source and on the destination a
+// range is served by nobody (a fan-out would miss its rows) and, read the
+// other way round, by both (it would read them twice): the router reads
+// again and, while the fences stay so, fails with ErrNotCovered instead
+// of answering. Once the fences agree the rows are found exactly once.
+func TestScanCoverage(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			ctx := ctxT(t)
+			old := clustertest.MigratedMap(t, clustertest.Get(t))
+			r := openRouter(t, old, mode, store.Options{})
+			id := newID(t)
+			from := old.Lookup(id).Name
+			to := old.Shards[(old.ShardIndexForBucket(old.Bucket(id))+1)%len(old.Shards)].Name
+			e := &store.Execution{ID: id, DefinitionID: "cover", Status: "running"}
+			if err := r.Commit(ctx, e, nil, "ev1", []store.TimerOp{store.Schedule("a", 1000)},
+				[]store.Spawn{{ChildID: id + "-child", RootPath: "a"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			// The move as a mover makes it: the rows copied, the source's
+			// fence moved, the destination's owned.
+			next := moveBucket(t, old, old.Bucket(id), to)
+			src, dst := shardStore(t, r, from), shardStore(t, r, to)
+			for _, q := range []struct{ read, write string }{
+				{`SELECT execution_id, path, fire_at FROM timers WHERE execution_id = $1`, `INSERT INTO timers VALUES ($1, $2, $3)`},
+				{`SELECT parent_id, child_id, root_path, context FROM spawns WHERE parent_id = $1`,
+					`INSERT INTO spawns (parent_id, child_id, root_path, context) VALUES ($1, $2, $3, $4)`},
+			} {
+				rows, err := src.Pool().Query(ctx, q.read, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vals, err := collect(rows)
+				if err != nil || len(vals) != 1 {
+					t.Fatalf("%s: %v, %v", q.read, vals, err)
+				}
+				if _, err := dst.Pool().Exec(ctx, q.write, vals[0]...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, sh := range next.Shards {
+				if _, err := migrations.SetFence(ctx, shardStore(t, r, sh.Name).Pool(), next); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := next.Bucket(id)
+			scans := func() (timers, spawns int, terr, serr error) {
+				tm, terr := r.DueTimers(ctx, 1001, 0)
+				for _, x := range tm {
+					if x.ExecutionID == id {
+						timers++
+					}
+				}
+				sp, serr := r.PendingSpawns(ctx, 0)
+				for _, x := range sp {
+					if x.ParentID == id {
+						spawns++
+					}
+				}
+				return timers, spawns, terr, serr
+			}
+			want := func(state string) {
+				t.Helper()
+				nt, ns, terr, serr := scans()
+				if terr != nil || serr != nil || nt != 1 || ns != 1 {
+					t.Errorf("%s: due timers %d (%v), pending spawns %d (%v); want each once", state, nt, terr, ns, serr)
+				}
+			}
+			wantNotCovered := func(state, says string) {
+				t.Helper()
+				nt, ns, terr, serr := scans()
+				for _, err := range []error{terr, serr} {
+					if !errors.Is(err, router.ErrNotCovered) || !strings.Contains(err.Error(), says) {
+						t.Errorf("%s: %v; want ErrNotCovered saying %q", state, err, says)
+					}
+				}
+				if nt != 0 || ns != 0 {
+					t.Errorf("%s: %d timers, %d spawns returned with the error", state, nt, ns)
+				}
+			}
+			want("moved")
+			setState := func(s *store.Store, state string) {
+				t.Helper()
+				if _, err := s.Pool().Exec(ctx, `UPDATE pgshard_fence SET state = $2 WHERE lo = $1`, b, state); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Source flipped, destination not yet: served by nobody.
+			setState(dst, "incoming")
+			wantNotCovered("between the flips", fmt.Sprintf("buckets %d-%d are served by no shard", b, b))
+			// Destination owned while the source is still frozen: by both.
+			setState(dst, "owned")
+			setState(src, "frozen")
+			wantNotCovered("both serving", fmt.Sprintf("buckets %d-%d are served by two shards", b, b))
+			setState(src, "moved")
+			want("flipped")
+		})
+	}
 }

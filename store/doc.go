@@ -73,7 +73,9 @@
 // (pgshard_fence_check in the WHERE), which raises the refusal, so that a
 // key without a row is refused too; keyed standalone writes send pgshard_fence_assert as
 // their batch's first statement; scans over all rows filter to the buckets
-// the shard serves. A refusal (SQLSTATE PS001) is a *FenceError (fence.go):
+// the shard serves and return that served set from the same statement
+// (served.go), for the router's check that a fan-out covered every bucket
+// exactly once. A refusal (SQLSTATE PS001) is a *FenceError (fence.go):
 // nothing of the operation was applied.
 //
 // # Outcomes

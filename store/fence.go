@@ -140,13 +140,8 @@ func (w *wrappedFence) Unwrap() []error { return []error{w.fe, w.orig} }
 // took the range's lock (migration 0008).
 const fenceAssertSQL = `SELECT pgshard_fence_assert($1::text)`
 
-// fenceServedJoin and fenceServedWhere filter a scan over all rows to the
-// buckets this shard serves (everything when its fence is off).
-const (
-	fenceServedJoin = `CROSS JOIN pgshard_fence_served() fs`
-)
-
-// fenceServes returns the scan filter's condition for the key column col.
+// fenceServes returns the scan filter's condition for the key column col:
+// fs is pgshard_fence_served()'s row (servedScanSQL, served.go).
 func fenceServes(col string) string {
 	return fmt.Sprintf(`(fs.served IS NULL OR pgshard_fence_bucket(%s, fs.buckets) <@ fs.served)`, col)
 }

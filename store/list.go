@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrBadCursor is matched by the error for a malformed ListOptions.Cursor.
@@ -70,25 +68,32 @@ func DecodeCursor(cursor string) (string, error) {
 // once per row, and projecting the seed's summary fields from it (status,
 // parent_id, active_path, outcome). Roots are parent_id IS NULL, as in the
 // seed. Every non-empty id sorts after ”, the no-cursor value. Rows of
-// buckets the shard's fence does not serve are left out (migration 0008).
-var listSQL = `SELECT e.id, e.definition_id, e.version, COALESCE(d.status, ''), COALESCE(d.parent_id, ''), d.active_path, d.outcome
-FROM executions e
-CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)
-` + fenceServedJoin + `
-WHERE e.id COLLATE "C" > $1::text
-  AND ` + fenceServes("e.id") + `
-  AND ($2::text = '' OR e.definition_id = $2::text)
-  AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[]))
-  AND (NOT $4::bool OR d.parent_id IS NULL)
-ORDER BY e.id COLLATE "C"
-LIMIT $5::bigint`
+// buckets the shard's fence does not serve are left out (migration 0008),
+// and the served set comes with them (servedScanSQL).
+var listSQL = servedScanSQL(`e.id, e.definition_id, e.version, COALESCE(d.status, '') AS status,
+    COALESCE(d.parent_id, '') AS parent_id, d.active_path, d.outcome`,
+	`FROM executions e
+    CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)
+    WHERE e.id COLLATE "C" > $1::text
+      AND `+fenceServes("e.id")+`
+      AND ($2::text = '' OR e.definition_id = $2::text)
+      AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[]))
+      AND (NOT $4::bool OR d.parent_id IS NULL)`,
+	`e.id COLLATE "C"`, `$5::bigint`)
 
 // ListExecutions returns one page of executions matching o, ordered by id
 // (bytewise). It reads Limit+1 rows to learn whether a next page exists.
 func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error) {
+	page, _, err := s.ListExecutionsServed(ctx, o)
+	return page, err
+}
+
+// ListExecutionsServed is ListExecutions with the served set its scan was
+// filtered by, read in the scan's own snapshot (served.go).
+func (s *Store) ListExecutionsServed(ctx context.Context, o ListOptions) (Page, Served, error) {
 	after, err := DecodeCursor(o.Cursor)
 	if err != nil {
-		return Page{}, fmt.Errorf("list executions: %w", err)
+		return Page{}, Served{}, fmt.Errorf("list executions: %w", err)
 	}
 	limit := o.PageLimit()
 	statuses := o.Statuses
@@ -96,13 +101,16 @@ func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error)
 		statuses = []string{}
 	}
 	var page Page
-	err = s.query(ctx, listSQL, []any{after, o.DefinitionID, statuses, o.RootsOnly, int64(limit + 1)},
-		func(r pgx.Rows) error {
-			var sm Summary
-			var path, outcome []byte
-			if err := r.Scan(&sm.ID, &sm.DefinitionID, &sm.Version, &sm.Status, &sm.ParentID, &path, &outcome); err != nil {
-				return err
+	var id, def, status, parent *string
+	var version *int
+	var path, outcome []byte
+	sv, err := s.servedQuery(ctx, listSQL, []any{after, o.DefinitionID, statuses, o.RootsOnly, int64(limit + 1)},
+		[]any{&id, &def, &version, &status, &parent, &path, &outcome},
+		func() error {
+			if id == nil || def == nil || version == nil || status == nil || parent == nil {
+				return fmt.Errorf("an execution row with a NULL column")
 			}
+			sm := Summary{ID: *id, DefinitionID: *def, Version: *version, Status: *status, ParentID: *parent}
 			if path != nil && string(path) != "null" {
 				if err := json.Unmarshal(path, &sm.ActivePath); err != nil {
 					return fmt.Errorf("execution %s: active_path: %w", sm.ID, err)
@@ -121,15 +129,15 @@ func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error)
 			return nil
 		})
 	if err != nil {
-		return Page{}, fmt.Errorf("list executions: %w", err)
+		return Page{}, Served{}, fmt.Errorf("list executions: %w", err)
 	}
 	if len(page.Items) > limit {
 		page.Items = page.Items[:limit]
 		last := page.Items[limit-1].ID
 		if len(last) > maxCursorID {
-			return Page{}, fmt.Errorf("list executions: execution id %.40q… is %d bytes, longer than a cursor can carry (%d)", last, len(last), maxCursorID)
+			return Page{}, Served{}, fmt.Errorf("list executions: execution id %.40q… is %d bytes, longer than a cursor can carry (%d)", last, len(last), maxCursorID)
 		}
 		page.NextCursor = EncodeCursor(last)
 	}
-	return page, nil
+	return page, sv, nil
 }

@@ -250,23 +250,34 @@ func (s *Store) AckOutbox(ctx context.Context, seq int64) error {
 // PendingSpawns returns up to limit spawn intents (all for limit <= 0),
 // ordered by seq.
 func (s *Store) PendingSpawns(ctx context.Context, limit int) ([]SpawnRow, error) {
+	out, _, err := s.PendingSpawnsServed(ctx, limit)
+	return out, err
+}
+
+// pendingSpawnsSQL: the spawn intents of the buckets the fence serves,
+// with the served set (servedScanSQL).
+var pendingSpawnsSQL = servedScanSQL(`seq, parent_id, child_id, root_path, context`,
+	`FROM spawns WHERE `+fenceServes("parent_id"), `seq`, `$1::bigint`)
+
+// PendingSpawnsServed is PendingSpawns with the served set its scan was
+// filtered by, read in the scan's own snapshot (served.go).
+func (s *Store) PendingSpawnsServed(ctx context.Context, limit int) ([]SpawnRow, Served, error) {
 	var out []SpawnRow
-	err := s.query(ctx, `SELECT seq, parent_id, child_id, root_path, context FROM spawns `+fenceServedJoin+`
-WHERE `+fenceServes("parent_id")+` ORDER BY seq LIMIT $1::bigint`,
-		[]any{limitArg(limit)}, func(r pgx.Rows) error {
-			var sp SpawnRow
-			var ctxt []byte
-			if err := r.Scan(&sp.Seq, &sp.ParentID, &sp.ChildID, &sp.RootPath, &ctxt); err != nil {
-				return err
+	var seq *int64
+	var parent, child, root *string
+	var ctxt []byte
+	sv, err := s.servedQuery(ctx, pendingSpawnsSQL, []any{limitArg(limit)}, []any{&seq, &parent, &child, &root, &ctxt},
+		func() error {
+			if seq == nil || parent == nil || child == nil || root == nil {
+				return fmt.Errorf("a spawn row with a NULL column")
 			}
-			sp.Context = ctxt
-			out = append(out, sp)
+			out = append(out, SpawnRow{Seq: *seq, ParentID: *parent, ChildID: *child, RootPath: *root, Context: append([]byte(nil), ctxt...)})
 			return nil
 		})
 	if err != nil {
-		return nil, fmt.Errorf("pending spawns: %w", err)
+		return nil, Served{}, fmt.Errorf("pending spawns: %w", err)
 	}
-	return out, nil
+	return out, sv, nil
 }
 
 // AckSpawn deletes the spawn intent seq (the child was started). A missing
@@ -281,22 +292,34 @@ func (s *Store) AckSpawn(ctx context.Context, seq int64) error {
 // DueTimers returns up to limit timers (all for limit <= 0) with fire_at <=
 // now, ordered by fire_at, then execution id and path (bytewise).
 func (s *Store) DueTimers(ctx context.Context, now float64, limit int) ([]Timer, error) {
+	out, _, err := s.DueTimersServed(ctx, now, limit)
+	return out, err
+}
+
+// dueTimersSQL: the due timers of the buckets the fence serves, with the
+// served set (servedScanSQL).
+var dueTimersSQL = servedScanSQL(`execution_id, path, fire_at`,
+	`FROM timers WHERE fire_at <= $1::float8 AND `+fenceServes("execution_id"),
+	`fire_at, execution_id COLLATE "C", path COLLATE "C"`, `$2::bigint`)
+
+// DueTimersServed is DueTimers with the served set its scan was filtered
+// by, read in the scan's own snapshot (served.go).
+func (s *Store) DueTimersServed(ctx context.Context, now float64, limit int) ([]Timer, Served, error) {
 	var out []Timer
-	err := s.query(ctx, `SELECT execution_id, path, fire_at FROM timers `+fenceServedJoin+`
-WHERE fire_at <= $1::float8 AND `+fenceServes("execution_id")+`
-ORDER BY fire_at, execution_id COLLATE "C", path COLLATE "C" LIMIT $2::bigint`,
-		[]any{now, limitArg(limit)}, func(r pgx.Rows) error {
-			var t Timer
-			if err := r.Scan(&t.ExecutionID, &t.Path, &t.FireAt); err != nil {
-				return err
+	var id, path *string
+	var at *float64
+	sv, err := s.servedQuery(ctx, dueTimersSQL, []any{now, limitArg(limit)}, []any{&id, &path, &at},
+		func() error {
+			if id == nil || path == nil || at == nil {
+				return fmt.Errorf("a timer row with a NULL column")
 			}
-			out = append(out, t)
+			out = append(out, Timer{ExecutionID: *id, Path: *path, FireAt: *at})
 			return nil
 		})
 	if err != nil {
-		return nil, fmt.Errorf("due timers at %v: %w", now, err)
+		return nil, Served{}, fmt.Errorf("due timers at %v: %w", now, err)
 	}
-	return out, nil
+	return out, sv, nil
 }
 
 // DeleteTimer deletes execution id's timer on path only if it still fires
