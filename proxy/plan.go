@@ -243,8 +243,7 @@ type action struct {
 // localAction answers a statement isLocal accepted, advancing the
 // simulated state.
 func (p *planner) localAction(a *route.Statement) action {
-	st := a
-	k := st.Kind
+	k := a.Kind
 	backendFailed := p.held && p.tx == txBound && p.s.bstatus == 'E'
 	if p.tx == txFailed {
 		return p.failedTxAction(a)
@@ -256,112 +255,26 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindEmpty:
 		return action{empty: true}
 	case route.KindBegin:
-		if p.tx == txDeferred {
-			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
-		}
-		p.tx = txDeferred
-		p.hint = -1
-		p.setDeferred([]deferredStmt{{sql: st.SQL, strict: isStrict(st.Isolation)}})
-		return action{tag: "BEGIN", eff: p.txEffect()}
+		return p.beginAction(a)
 	case route.KindCommit, route.KindRollback:
-		tag := "COMMIT"
-		if k == route.KindRollback {
-			tag = "ROLLBACK"
-		}
-		if p.tx == txIdle {
-			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
-		}
-		if st.Chain && len(p.deferred) > 0 {
-			p.setDeferred([]deferredStmt{p.deferred[0]})
-			p.hint = -1
-			return action{tag: tag, eff: p.txEffect()}
-		}
-		p.tx = txIdle
-		p.hint = -1
-		p.setDeferred(nil)
-		return action{tag: tag, eff: p.txEffect()}
+		return p.endTxAction(a)
 	case route.KindSavepoint:
-		verb := a.SavepointVerb
-		if p.tx == txIdle {
-			what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
-			return action{err: pgwire.NewError(pgwire.CodeNoActiveTransaction, what+" can only be used in transaction blocks")}
-		}
-		name := a.SavepointName
-		if verb == "SAVEPOINT" {
-			p.addDeferred(deferredStmt{sql: st.SQL, savepoint: name})
-			return action{tag: "SAVEPOINT", eff: p.txEffect()}
-		}
-		if !p.hasSavepoint(name) {
-			return p.failLocal(pgwire.NewError(pgwire.CodeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
-		}
-		p.addDeferred(deferredStmt{sql: st.SQL})
-		return action{tag: verb, eff: p.txEffect()}
+		return p.savepointAction(a)
 	case route.KindSetLocal:
-		if strings.HasPrefix(st.SetName, "pgshard.") {
-			return p.hintAction(a)
-		}
-		if p.tx == txIdle {
-			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
-		}
-		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction", strict: isStrict(st.Isolation)})
-		return action{tag: "SET", eff: p.txEffect()}
+		return p.setLocalAction(a)
 	case route.KindSetSession:
 		return p.setSessionAction(a)
 	case route.KindDeallocate:
-		if st.PrepareName == "" {
-			if p.overlay == nil {
-				p.overlay = map[string]*vstmt{}
-			}
-			for n := range p.s.stmts {
-				p.overlay[n] = nil
-			}
-			for n := range p.overlay {
-				p.overlay[n] = nil
-			}
-			return action{tag: "DEALLOCATE ALL", eff: &effect{kind: effStmtClear}}
-		}
-		if p.lookup([]byte(st.PrepareName)) == nil {
-			return p.failLocal(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)))
-		}
-		p.overlayPut(st.PrepareName, nil)
-		return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: st.PrepareName}}
+		return p.deallocateAction(a)
 	case route.KindDiscard:
-		switch strings.ToLower(st.SetName) {
-		case "all":
-			if p.tx != txIdle || p.held && p.tx == txBound {
-				return p.failLocal(pgwire.NewError(pgwire.CodeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
-			}
-			if p.overlay == nil {
-				p.overlay = map[string]*vstmt{}
-			}
-			for n := range p.s.stmts {
-				p.overlay[n] = nil
-			}
-			return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.startupReported, name: "discard"}}
-		case "plans":
-			return action{tag: "DISCARD PLANS"}
-		case "sequences":
-			return action{tag: "DISCARD SEQUENCES"}
-		case "temp", "temporary":
-			return action{tag: "DISCARD TEMP"}
-		}
-		return action{tag: "DISCARD"}
+		return p.discardAction(a)
 	case route.KindPrepare:
-		if st.Prepared == nil {
-			return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot analyze the prepared statement: "+st.Reason))
-		}
-		if p.lookup([]byte(st.PrepareName)) != nil {
-			return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
-		}
-		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
-		vs.epoch = p.s.srv.stmtEpoch.Load()
-		p.overlayPut(st.PrepareName, vs)
-		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
+		return p.prepareAction(a)
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
 		p.s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
-		reason := st.Reason
+		reason := a.Reason
 		if reason == "" {
 			reason = "this statement needs session state, which does not survive transaction pooling"
 		}
@@ -369,6 +282,133 @@ func (p *planner) localAction(a *route.Statement) action {
 			Hint: "pgshard runs each transaction on a pooled connection: use transaction-scoped features (SET LOCAL, pg_advisory_xact_lock, ...)."})
 	}
 	return p.failLocal(pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard cannot answer a %s statement itself", k)))
+}
+
+// beginAction answers BEGIN: the transaction is deferred until a
+// statement picks its shard.
+func (p *planner) beginAction(a *route.Statement) action {
+	if p.tx == txDeferred {
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
+	}
+	p.tx = txDeferred
+	p.hint = -1
+	p.setDeferred([]deferredStmt{{sql: a.SQL, strict: isStrict(a.Isolation)}})
+	return action{tag: "BEGIN", eff: p.txEffect()}
+}
+
+// endTxAction answers COMMIT or ROLLBACK [AND CHAIN] of a transaction no
+// backend runs.
+func (p *planner) endTxAction(a *route.Statement) action {
+	tag := "COMMIT"
+	if a.Kind == route.KindRollback {
+		tag = "ROLLBACK"
+	}
+	if p.tx == txIdle {
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
+	}
+	if a.Chain && len(p.deferred) > 0 {
+		p.setDeferred([]deferredStmt{p.deferred[0]})
+		p.hint = -1
+		return action{tag: tag, eff: p.txEffect()}
+	}
+	p.tx = txIdle
+	p.hint = -1
+	p.setDeferred(nil)
+	return action{tag: tag, eff: p.txEffect()}
+}
+
+// savepointAction answers SAVEPOINT, RELEASE and ROLLBACK TO of a
+// deferred transaction: kept to be replayed.
+func (p *planner) savepointAction(a *route.Statement) action {
+	verb := a.SavepointVerb
+	if p.tx == txIdle {
+		what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
+		return action{err: pgwire.NewError(pgwire.CodeNoActiveTransaction, what+" can only be used in transaction blocks")}
+	}
+	name := a.SavepointName
+	if verb == "SAVEPOINT" {
+		p.addDeferred(deferredStmt{sql: a.SQL, savepoint: name})
+		return action{tag: "SAVEPOINT", eff: p.txEffect()}
+	}
+	if !p.hasSavepoint(name) {
+		return p.failLocal(pgwire.NewError(pgwire.CodeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
+	}
+	p.addDeferred(deferredStmt{sql: a.SQL})
+	return action{tag: verb, eff: p.txEffect()}
+}
+
+// setLocalAction answers SET LOCAL (a pgshard hint, or a setting of a
+// deferred transaction: kept to be replayed).
+func (p *planner) setLocalAction(a *route.Statement) action {
+	if strings.HasPrefix(a.SetName, "pgshard.") {
+		return p.hintAction(a)
+	}
+	if p.tx == txIdle {
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
+	}
+	p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true, setTxn: a.SetName == "transaction", strict: isStrict(a.Isolation)})
+	return action{tag: "SET", eff: p.txEffect()}
+}
+
+// deallocateAction answers DEALLOCATE [ALL] of the session's virtual
+// statements.
+func (p *planner) deallocateAction(a *route.Statement) action {
+	if a.PrepareName == "" {
+		if p.overlay == nil {
+			p.overlay = map[string]*vstmt{}
+		}
+		for n := range p.s.stmts {
+			p.overlay[n] = nil
+		}
+		for n := range p.overlay {
+			p.overlay[n] = nil
+		}
+		return action{tag: "DEALLOCATE ALL", eff: &effect{kind: effStmtClear}}
+	}
+	if p.lookup([]byte(a.PrepareName)) == nil {
+		return p.failLocal(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", a.PrepareName)))
+	}
+	p.overlayPut(a.PrepareName, nil)
+	return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: a.PrepareName}}
+}
+
+// discardAction answers DISCARD: ALL returns the session to its startup
+// settings and forgets its statements.
+func (p *planner) discardAction(a *route.Statement) action {
+	switch strings.ToLower(a.SetName) {
+	case "all":
+		if p.tx != txIdle || p.held && p.tx == txBound {
+			return p.failLocal(pgwire.NewError(pgwire.CodeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
+		}
+		if p.overlay == nil {
+			p.overlay = map[string]*vstmt{}
+		}
+		for n := range p.s.stmts {
+			p.overlay[n] = nil
+		}
+		return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.startupReported, name: "discard"}}
+	case "plans":
+		return action{tag: "DISCARD PLANS"}
+	case "sequences":
+		return action{tag: "DISCARD SEQUENCES"}
+	case "temp", "temporary":
+		return action{tag: "DISCARD TEMP"}
+	}
+	return action{tag: "DISCARD"}
+}
+
+// prepareAction answers PREPARE: a virtual statement of the session.
+func (p *planner) prepareAction(a *route.Statement) action {
+	if a.Prepared == nil {
+		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot analyze the prepared statement: "+a.Reason))
+	}
+	if p.lookup([]byte(a.PrepareName)) != nil {
+		return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", a.PrepareName)))
+	}
+	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
+	vs.epoch = p.s.srv.stmtEpoch.Load()
+	p.overlayPut(a.PrepareName, vs)
+	return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: a.PrepareName, vs: vs}}
 }
 
 func errInFailedTx() *pgwire.Error {
