@@ -583,43 +583,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		}
 		return 0, false, pgwire.NewError(pgwire.CodeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
 	case route.DestAll:
-		if !p.onTxnBackend() && p.tx == txIdle {
-			return -1, true, nil
-		}
-		if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
-			return -1, true, nil // a pinned session's read of every shard, on pooled connections
-		}
-		if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
-			// SET LOCAL pgshard.shard/key chose the transaction's shard:
-			// a key-less read reads that shard (an operator's view of it).
-			if p.hint >= 0 && !p.onTxnBackend() {
-				return p.hint, false, nil
-			}
-			return p.shard, false, nil
-		}
-		if d.Merge != nil && a.Select && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
-			// A read of every shard inside the client's transaction: each
-			// shard reads in a backend transaction of its own (fanout.go).
-			if p.held && p.s.bstatus == 'E' {
-				return p.shard, false, nil // aborted: the backend answers 25P02
-			}
-			p.fanInTxn = true
-			return -1, true, nil
-		}
-		srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
-		if p.setAhead && p.tx == txIdle && !p.held {
-			return 0, false, errSettingsAhead(d.Reason)
-		}
-		if a.Kind == route.KindDDL || d.Merge == nil {
-			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-				Message: "a statement that must change every shard's schema cannot run inside a transaction block",
-				Detail:  d.Reason,
-				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
-		}
-		return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
-			Detail:  d.Reason,
-			Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
+		return p.targetAll(a, d)
 	}
 	want := -1
 	if d.Kind == route.DestShard {
@@ -632,27 +596,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		return p.shard, false, nil
 	}
 	if p.onTxnBackend() {
-		if want >= 0 && want != p.shard {
-			if p.soft && !p.onBackend && p.held {
-				return want, false, nil // ensureBackend moves the soft transaction
-			}
-			// A transaction reads any shards and writes one (unless a
-			// pgshard hint put it on its shard).
-			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound && !strictIsolation(p.deferred)
-			if inTxn && a.ReadOnly && a.Select {
-				p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
-				return -1, true, nil
-			}
-			if inTxn && !a.ReadOnly && !p.s.mainWrote {
-				p.swapMain = true
-				return want, false, nil
-			}
-			return 0, false, p.crossShard(want, p.shard, d.Reason)
-		}
-		if want >= 0 {
-			p.soft = false
-		}
-		return p.shard, false, nil
+		return p.targetInTxn(a, d, want)
 	}
 	if p.hint >= 0 {
 		if want >= 0 && want != p.hint {
@@ -663,6 +607,86 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 	if want >= 0 {
 		return want, false, nil
 	}
+	return p.targetKeyless(a)
+}
+
+// targetAll is decideTarget's decision for a statement of every shard
+// (DestAll): a fan-out, the one shard a hint or an aborted transaction
+// gives, or a refusal.
+func (p *planner) targetAll(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
+	if !p.onTxnBackend() && p.tx == txIdle {
+		return -1, true, nil
+	}
+	if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
+		return -1, true, nil // a pinned session's read of every shard, on pooled connections
+	}
+	if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
+		// SET LOCAL pgshard.shard/key chose the transaction's shard:
+		// a key-less read reads that shard (an operator's view of it).
+		if p.hint >= 0 && !p.onTxnBackend() {
+			return p.hint, false, nil
+		}
+		return p.shard, false, nil
+	}
+	if d.Merge != nil && a.Select && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
+		// A read of every shard inside the client's transaction: each
+		// shard reads in a backend transaction of its own (fanout.go).
+		if p.held && p.s.bstatus == 'E' {
+			return p.shard, false, nil // aborted: the backend answers 25P02
+		}
+		p.fanInTxn = true
+		return -1, true, nil
+	}
+	p.s.srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+	if p.setAhead && p.tx == txIdle && !p.held {
+		return 0, false, errSettingsAhead(d.Reason)
+	}
+	if a.Kind == route.KindDDL || d.Merge == nil {
+		return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "a statement that must change every shard's schema cannot run inside a transaction block",
+			Detail:  d.Reason,
+			Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
+	}
+	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
+		Detail:  d.Reason,
+		Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
+}
+
+// targetInTxn is decideTarget's decision while the transaction runs on a
+// backend (p.onTxnBackend) for a statement of shard want (-1: any): that
+// backend, a read in another shard's reader, a move of a soft transaction
+// or of one that has only read, or a refusal.
+func (p *planner) targetInTxn(a *route.Statement, d route.Dest, want int) (int, bool, *pgwire.Error) {
+	if want >= 0 && want != p.shard {
+		if p.soft && !p.onBackend && p.held {
+			return want, false, nil // ensureBackend moves the soft transaction
+		}
+		// A transaction reads any shards and writes one (unless a
+		// pgshard hint put it on its shard).
+		inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound && !strictIsolation(p.deferred)
+		if inTxn && a.ReadOnly && a.Select {
+			p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
+			return -1, true, nil
+		}
+		if inTxn && !a.ReadOnly && !p.s.mainWrote {
+			p.swapMain = true
+			return want, false, nil
+		}
+		return 0, false, p.crossShard(want, p.shard, d.Reason)
+	}
+	if want >= 0 {
+		p.soft = false
+	}
+	return p.shard, false, nil
+}
+
+// targetKeyless is decideTarget's decision for a statement of no shard
+// in particular, outside a transaction's backend and hint: the shard of
+// the pipeline's next keyed statement (or every shard, for a setting
+// ahead of a read of every shard), any shard for a read, else the
+// default shard.
+func (p *planner) targetKeyless(a *route.Statement) (int, bool, *pgwire.Error) {
 	if p.pipeline {
 		// No key: the shard of the pipeline's next keyed statement (before
 		// its Sync), so that its implicit transaction stays on one shard
@@ -677,6 +701,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 			return -1, false, nil
 		}
 	}
+	srv := p.s.srv
 	if a.ReadOnly {
 		if p.tx == txDeferred {
 			p.soft = true
