@@ -223,7 +223,7 @@ type exchangeResult struct {
 // exchange sends s.bw to bc and answers the client item by item. It
 // returns an error only when the client connection failed.
 func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, error) {
-	var res exchangeResult
+	x := exchangeState{bc: bc, explicit: explicit}
 	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
 	// after it may be sent only once the copy is done (the backend in
 	// COPY mode takes nothing else): once the items before it are
@@ -238,28 +238,25 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 	s.bwHold = 0
 	if err := bc.Write(out); err != nil {
 		s.bw = s.bw[:0]
-		return s.backendLost(bc, err, explicit, res)
+		return s.backendLost(bc, err, explicit, x.res)
 	}
 	s.bw = s.bw[:0]
-	errored := false // backend skipping to Sync
-	replayFailed := false
-	flushed := false // part of the client's answer was written
 	for i := range s.items {
 		it := &s.items[i]
 		if rest != nil && i >= restItem && it.kind != itLocal {
 			if err := bc.Write(rest); err != nil {
-				return s.backendLost(bc, err, explicit, res)
+				return s.backendLost(bc, err, explicit, x.res)
 			}
 			rest = nil
 		}
 		if it.kind == itLocal {
-			if !errored && !res.fence {
+			if !x.errored && !x.res.fence {
 				s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 				s.apply(it.eff)
 			}
 			continue
 		}
-		if errored && it.kind.extended() {
+		if x.errored && it.kind.extended() {
 			continue
 		}
 		if it.kind == itFlush {
@@ -268,159 +265,226 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 		if it.kind == itExecute || it.kind == itQuery {
 			bc.Queries++
 		}
-		for done := false; !done; {
-			if len(s.out) > 64*1024 && !res.fence {
-				flushed = true
-				if err := s.flush(); err != nil {
-					return res, err
-				}
-			}
-			typ, msg, err := bc.Reader.Next()
-			if err != nil {
-				if it.cs != nil {
-					bc.Stmts.Drop(it.cs)
-				}
-				return s.backendLost(bc, err, explicit, res)
-			}
-			switch typ {
-			case 'S':
-				s.notePS(msg)
-				continue
-			case 'N':
-				if it.flags&fSwallow == 0 {
-					s.out = append(s.out, msg...)
-				}
-				continue
-			case 'A':
-				s.out = append(s.out, msg...)
-				continue
-			case 'E':
-				res.errored = true
-				bc.Pool.Stats.NoteError(pgwire.ErrorField(msg, 'C'))
-				fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
-				if it.flags&fFence != 0 && !res.fence && !flushed && pgwire.ErrorField(msg, 'C') == CodeFenceRefused && s.fenceRetryable(i, msg) {
-					// Read the rest (the transaction is aborted), forward
-					// nothing of it, and run the client's message again.
-					res.fence = true
-				}
-				switch {
-				case it.flags&fReplaceErr != 0:
-					s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
-				case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
-					s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
-				case replayFailed && it.flags&fClientPart != 0 && pgwire.ErrorField(msg, 'C') == pgwire.CodeInFailedTransaction:
-					// consequence of the replay's error, already reported
-				case fatalErr && s.pin != nil:
-					// A pinned backend is the client's own session: it ends
-					// with it, as on a direct connection.
-					s.out = append(s.out, msg...)
-					s.pinFatal = true
-				case fatalErr:
-					// The backend is going away; the client's session is
-					// not: report the same error, as ERROR.
-					s.out = pgwire.AppendErrorSeverity(s.out, msg, "ERROR")
-				default:
-					s.out = append(s.out, msg...)
-				}
-				if it.flags&fReplay != 0 {
-					replayFailed = true
-				}
-				if it.cs != nil && bc.Stmts != nil {
-					bc.Stmts.Drop(it.cs)
-					if pgwire.IsResultTypeChanged(msg) {
-						// The schema changed under the cached statements
-						// of every connection, not only this one.
-						s.srv.stmtEpoch.Add(1)
-					}
-				}
-				if fatalErr {
-					bc.Broken = true
-					s.srv.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
-					return s.afterLoss(bc, explicit, res)
-				}
-				if it.kind == itQuery || it.kind == itSync {
-					// The query goes on to ReadyForQuery; so does a Sync
-					// whose implicit COMMIT failed (a deferred constraint).
-					continue
-				}
-				errored = true
-				done = true
-				continue
-			case 'Z':
-				if it.kind != itSync && it.kind != itQuery {
-					return s.desync(bc, typ, it.kind, explicit, res)
-				}
-				st := pgwire.ReadyStatus(msg)
-				res.status = st
-				if it.flags&fRFQ != 0 && !res.fence {
-					s.reconcilePS(st)
-					s.out = pgwire.AppendRFQ(s.out, st)
-				}
-				errored = false
-				done = true
-				continue
-			case 'G':
-				flushed = true
-				s.out = append(s.out, msg...)
-				// The held bytes wait for their item: the statement may
-				// go on (a query string after its COPY, another COPY).
-				if err := s.copyIn(bc); err != nil {
-					return res, err
-				}
-				continue
-			case 'W':
-				bc.Broken = true
-				return s.desync(bc, typ, it.kind, explicit, res)
-			}
-			// Item-specific responses.
-			ok := true
-			switch it.kind {
-			case itParse:
-				ok, done = typ == '1', true
-				if ok && it.cs != nil {
-					it.cs.Confirmed = true
-				}
-			case itBind:
-				ok, done = typ == '2', true
-			case itDescStmt:
-				switch typ {
-				case 't':
-				case 'T', 'n':
-					done = true
-				default:
-					ok = false
-				}
-			case itDescPortal:
-				ok, done = typ == 'T' || typ == 'n', true
-			case itExecute:
-				switch typ {
-				case 'D', 'H', 'd', 'c':
-				case 'C', 'I', 's':
-					done = true
-				default:
-					ok = false
-				}
-			case itClose:
-				ok, done = typ == '3', true
-			case itQuery:
-			default:
-				ok = false
-			}
-			if !ok {
-				return s.desync(bc, typ, it.kind, explicit, res)
-			}
-			if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
-				s.out = append(s.out, msg...)
-			}
+		if end, err := s.readItem(&x, i); end {
+			return x.res, err
 		}
-		if it.eff != nil && !errored && it.flags&fReplaceErr == 0 && !res.fence {
+		if it.eff != nil && !x.errored && it.flags&fReplaceErr == 0 && !x.res.fence {
 			s.apply(it.eff)
 		}
 	}
 	if bc.Stmts != nil {
 		bc.Stmts.DropUnconfirmed()
 	}
-	return res, nil
+	return x.res, nil
+}
+
+// exchangeState is one exchange's progress through its items.
+type exchangeState struct {
+	bc       *backend.Conn
+	explicit bool
+	res      exchangeResult
+	// errored: the backend is skipping to Sync.
+	errored      bool
+	replayFailed bool
+	// flushed: part of the client's answer was written.
+	flushed bool
+}
+
+// stop ends the exchange with res (err only when the client connection
+// failed): readItem's and itemError's end.
+func (x *exchangeState) stop(res exchangeResult, err error) (bool, error) {
+	x.res = res
+	return true, err
+}
+
+// readItem reads the backend's responses to item i up to its last,
+// forwarding to the client what is the client's. end reports that the
+// exchange is over (x.res is its result); err that the client connection
+// failed.
+func (s *session) readItem(x *exchangeState, i int) (end bool, err error) {
+	it := &s.items[i]
+	bc := x.bc
+	for done := false; !done; {
+		if len(s.out) > 64*1024 && !x.res.fence {
+			x.flushed = true
+			if err := s.flush(); err != nil {
+				return true, err
+			}
+		}
+		typ, msg, err := bc.Reader.Next()
+		if err != nil {
+			if it.cs != nil {
+				bc.Stmts.Drop(it.cs)
+			}
+			return x.stop(s.backendLost(bc, err, x.explicit, x.res))
+		}
+		switch typ {
+		case 'S':
+			s.notePS(msg)
+			continue
+		case 'N':
+			if it.flags&fSwallow == 0 {
+				s.out = append(s.out, msg...)
+			}
+			continue
+		case 'A':
+			s.out = append(s.out, msg...)
+			continue
+		case 'E':
+			var over bool
+			if done, over, err = s.itemError(x, i, msg); over {
+				return true, err
+			}
+			continue
+		case 'Z':
+			if it.kind != itSync && it.kind != itQuery {
+				return x.stop(s.desync(bc, typ, it.kind, x.explicit, x.res))
+			}
+			s.itemReady(x, it, msg)
+			done = true
+			continue
+		case 'G':
+			x.flushed = true
+			s.out = append(s.out, msg...)
+			// The held bytes wait for their item: the statement may
+			// go on (a query string after its COPY, another COPY).
+			if err := s.copyIn(bc); err != nil {
+				return true, err
+			}
+			continue
+		case 'W':
+			bc.Broken = true
+			return x.stop(s.desync(bc, typ, it.kind, x.explicit, x.res))
+		}
+		// Item-specific responses.
+		var ok bool
+		if ok, done = it.accept(typ); !ok {
+			return x.stop(s.desync(bc, typ, it.kind, x.explicit, x.res))
+		}
+		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
+			s.out = append(s.out, msg...)
+		}
+	}
+	return false, nil
+}
+
+// itemError answers an ErrorResponse to item i: the client gets it (or
+// the error that replaces it), the statement cache forgets the failed
+// statement, and a FATAL ends the exchange (end; x.res its result, err
+// only when the client connection failed). done reports that the item
+// has no further responses (the backend skips to Sync).
+func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool, err error) {
+	it := &s.items[i]
+	bc := x.bc
+	x.res.errored = true
+	bc.Pool.Stats.NoteError(pgwire.ErrorField(msg, 'C'))
+	fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
+	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && pgwire.ErrorField(msg, 'C') == CodeFenceRefused && s.fenceRetryable(i, msg) {
+		// Read the rest (the transaction is aborted), forward
+		// nothing of it, and run the client's message again.
+		x.res.fence = true
+	}
+	s.forwardError(x, it, msg, fatalErr)
+	if it.flags&fReplay != 0 {
+		x.replayFailed = true
+	}
+	if it.cs != nil && bc.Stmts != nil {
+		bc.Stmts.Drop(it.cs)
+		if pgwire.IsResultTypeChanged(msg) {
+			// The schema changed under the cached statements
+			// of every connection, not only this one.
+			s.srv.stmtEpoch.Add(1)
+		}
+	}
+	if fatalErr {
+		bc.Broken = true
+		s.srv.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
+		end, err = x.stop(s.afterLoss(bc, x.explicit, x.res))
+		return false, end, err
+	}
+	if it.kind == itQuery || it.kind == itSync {
+		// The query goes on to ReadyForQuery; so does a Sync
+		// whose implicit COMMIT failed (a deferred constraint).
+		return false, false, nil
+	}
+	x.errored = true
+	return true, false, nil
+}
+
+// forwardError gives the client the backend's ErrorResponse msg to item
+// it as the client should see it.
+func (s *session) forwardError(x *exchangeState, it *item, msg []byte, fatalErr bool) {
+	switch {
+	case it.flags&fReplaceErr != 0:
+		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+	case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
+		s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
+	case x.replayFailed && it.flags&fClientPart != 0 && pgwire.ErrorField(msg, 'C') == pgwire.CodeInFailedTransaction:
+		// consequence of the replay's error, already reported
+	case fatalErr && s.pin != nil:
+		// A pinned backend is the client's own session: it ends
+		// with it, as on a direct connection.
+		s.out = append(s.out, msg...)
+		s.pinFatal = true
+	case fatalErr:
+		// The backend is going away; the client's session is
+		// not: report the same error, as ERROR.
+		s.out = pgwire.AppendErrorSeverity(s.out, msg, "ERROR")
+	default:
+		s.out = append(s.out, msg...)
+	}
+}
+
+// itemReady takes the ReadyForQuery msg ending item it (a Sync or a
+// Query): the client gets it if it is the client's.
+func (s *session) itemReady(x *exchangeState, it *item, msg []byte) {
+	st := pgwire.ReadyStatus(msg)
+	x.res.status = st
+	if it.flags&fRFQ != 0 && !x.res.fence {
+		s.reconcilePS(st)
+		s.out = pgwire.AppendRFQ(s.out, st)
+	}
+	x.errored = false
+}
+
+// accept reports whether a response of type typ (other than those every
+// item may get: ParameterStatus, notices, notifications, errors,
+// ReadyForQuery, COPY) answers the item, and whether it is the item's
+// last. A ParseComplete confirms the item's cached statement.
+func (it *item) accept(typ byte) (ok, done bool) {
+	switch it.kind {
+	case itParse:
+		ok, done = typ == '1', true
+		if ok && it.cs != nil {
+			it.cs.Confirmed = true
+		}
+		return ok, done
+	case itBind:
+		return typ == '2', true
+	case itDescStmt:
+		switch typ {
+		case 't':
+			return true, false
+		case 'T', 'n':
+			return true, true
+		}
+		return false, false
+	case itDescPortal:
+		return typ == 'T' || typ == 'n', true
+	case itExecute:
+		switch typ {
+		case 'D', 'H', 'd', 'c':
+			return true, false
+		case 'C', 'I', 's':
+			return true, true
+		}
+		return false, false
+	case itClose:
+		return typ == '3', true
+	case itQuery:
+		return true, false
+	}
+	return false, false
 }
 
 // desync handles a response the engine did not expect: the connection's

@@ -269,6 +269,9 @@ func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 	return "", nil
 }
 
+// bind plans a Bind raw (message idx of the pipeline): a portal the proxy
+// answers itself, a lead of a read of every shard, a fan-out, or a Bind
+// for the backend of the shard it routes to with its parameters.
 func (p *planner) bind(raw []byte, idx int) {
 	s := p.s
 	bv := &s.bv
@@ -304,33 +307,15 @@ func (p *planner) bind(raw []byte, idx int) {
 	}
 	if local {
 		pi.local = true
-		s.portals = append(s.portals, pi)
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendEmpty(s.lbuf, '2')
-		s.addLocal(lo, nil)
+		p.bindLocal(pi)
 		return
 	}
 	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.forwardPinned(a) {
 		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
-	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') {
-		if c := parseTerminate(a.SQL, bv.Params, bv.Formats); c != nil && s.runTerminate(p.ctx, c) {
-			if c.self {
-				// The statement itself is interrupted (its FATAL is the
-				// answer); the session then ends.
-				p.fail(errSelfTerminated(), nil)
-				s.selfFatalSent = true
-				return
-			}
-			c.binary = len(bv.ResultFmts) == 1 && bv.ResultFmts[0] == 1
-			pi.local, pi.term = true, c
-			s.portals = append(s.portals, pi)
-			lo := len(s.lbuf)
-			s.lbuf = pgwire.AppendEmpty(s.lbuf, '2')
-			s.addLocal(lo, nil)
-			return
-		}
+	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') && p.bindTerminate(pi) {
+		return
 	}
 	if a.Settings != nil && (p.tx == txDeferred || p.tx == txBound) {
 		// Inside a transaction block the settings hold for the rest of
@@ -368,6 +353,50 @@ func (p *planner) bind(raw []byte, idx int) {
 		p.fail(e, nil)
 		return
 	}
+	p.bindOnBackend(raw, pi)
+}
+
+// bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
+// with its BindComplete.
+func (p *planner) bindLocal(pi portalInfo) {
+	s := p.s
+	s.portals = append(s.portals, pi)
+	lo := len(s.lbuf)
+	s.lbuf = pgwire.AppendEmpty(s.lbuf, '2')
+	s.addLocal(lo, nil)
+}
+
+// bindTerminate answers a Bind (decoded in s.bv) of a
+// pg_terminate_backend/pg_cancel_backend call of sessions' PIDs
+// (terminate.go), running it; it reports whether the statement was one.
+func (p *planner) bindTerminate(pi portalInfo) bool {
+	s := p.s
+	bv := &s.bv
+	c := parseTerminate(pi.vs.st.SQL, bv.Params, bv.Formats)
+	if c == nil || !s.runTerminate(p.ctx, c) {
+		return false
+	}
+	if c.self {
+		// The statement itself is interrupted (its FATAL is the
+		// answer); the session then ends.
+		p.fail(errSelfTerminated(), nil)
+		s.selfFatalSent = true
+		return true
+	}
+	c.binary = len(bv.ResultFmts) == 1 && bv.ResultFmts[0] == 1
+	pi.local, pi.term = true, c
+	p.bindLocal(pi)
+	return true
+}
+
+// bindOnBackend writes the Bind raw (decoded in s.bv) of portal pi for
+// the pipeline's backend, preceded by the Parse of its statement that
+// backend needs.
+func (p *planner) bindOnBackend(raw []byte, pi portalInfo) {
+	s := p.s
+	bv := &s.bv
+	vs := pi.vs
+	a := vs.st
 	p.recordSoft(a)
 	p.noteWrite(a)
 	p.notePinOp(a)

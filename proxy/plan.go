@@ -243,8 +243,7 @@ type action struct {
 // localAction answers a statement isLocal accepted, advancing the
 // simulated state.
 func (p *planner) localAction(a *route.Statement) action {
-	st := a
-	k := st.Kind
+	k := a.Kind
 	backendFailed := p.held && p.tx == txBound && p.s.bstatus == 'E'
 	if p.tx == txFailed {
 		return p.failedTxAction(a)
@@ -256,112 +255,26 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindEmpty:
 		return action{empty: true}
 	case route.KindBegin:
-		if p.tx == txDeferred {
-			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
-		}
-		p.tx = txDeferred
-		p.hint = -1
-		p.setDeferred([]deferredStmt{{sql: st.SQL, strict: isStrict(st.Isolation)}})
-		return action{tag: "BEGIN", eff: p.txEffect()}
+		return p.beginAction(a)
 	case route.KindCommit, route.KindRollback:
-		tag := "COMMIT"
-		if k == route.KindRollback {
-			tag = "ROLLBACK"
-		}
-		if p.tx == txIdle {
-			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
-		}
-		if st.Chain && len(p.deferred) > 0 {
-			p.setDeferred([]deferredStmt{p.deferred[0]})
-			p.hint = -1
-			return action{tag: tag, eff: p.txEffect()}
-		}
-		p.tx = txIdle
-		p.hint = -1
-		p.setDeferred(nil)
-		return action{tag: tag, eff: p.txEffect()}
+		return p.endTxAction(a)
 	case route.KindSavepoint:
-		verb := a.SavepointVerb
-		if p.tx == txIdle {
-			what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
-			return action{err: pgwire.NewError(pgwire.CodeNoActiveTransaction, what+" can only be used in transaction blocks")}
-		}
-		name := a.SavepointName
-		if verb == "SAVEPOINT" {
-			p.addDeferred(deferredStmt{sql: st.SQL, savepoint: name})
-			return action{tag: "SAVEPOINT", eff: p.txEffect()}
-		}
-		if !p.hasSavepoint(name) {
-			return p.failLocal(pgwire.NewError(pgwire.CodeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
-		}
-		p.addDeferred(deferredStmt{sql: st.SQL})
-		return action{tag: verb, eff: p.txEffect()}
+		return p.savepointAction(a)
 	case route.KindSetLocal:
-		if strings.HasPrefix(st.SetName, "pgshard.") {
-			return p.hintAction(a)
-		}
-		if p.tx == txIdle {
-			return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
-		}
-		p.addDeferred(deferredStmt{sql: st.SQL, setLocal: true, setTxn: st.SetName == "transaction", strict: isStrict(st.Isolation)})
-		return action{tag: "SET", eff: p.txEffect()}
+		return p.setLocalAction(a)
 	case route.KindSetSession:
 		return p.setSessionAction(a)
 	case route.KindDeallocate:
-		if st.PrepareName == "" {
-			if p.overlay == nil {
-				p.overlay = map[string]*vstmt{}
-			}
-			for n := range p.s.stmts {
-				p.overlay[n] = nil
-			}
-			for n := range p.overlay {
-				p.overlay[n] = nil
-			}
-			return action{tag: "DEALLOCATE ALL", eff: &effect{kind: effStmtClear}}
-		}
-		if p.lookup([]byte(st.PrepareName)) == nil {
-			return p.failLocal(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)))
-		}
-		p.overlayPut(st.PrepareName, nil)
-		return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: st.PrepareName}}
+		return p.deallocateAction(a)
 	case route.KindDiscard:
-		switch strings.ToLower(st.SetName) {
-		case "all":
-			if p.tx != txIdle || p.held && p.tx == txBound {
-				return p.failLocal(pgwire.NewError(pgwire.CodeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
-			}
-			if p.overlay == nil {
-				p.overlay = map[string]*vstmt{}
-			}
-			for n := range p.s.stmts {
-				p.overlay[n] = nil
-			}
-			return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.startupReported, name: "discard"}}
-		case "plans":
-			return action{tag: "DISCARD PLANS"}
-		case "sequences":
-			return action{tag: "DISCARD SEQUENCES"}
-		case "temp", "temporary":
-			return action{tag: "DISCARD TEMP"}
-		}
-		return action{tag: "DISCARD"}
+		return p.discardAction(a)
 	case route.KindPrepare:
-		if st.Prepared == nil {
-			return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot analyze the prepared statement: "+st.Reason))
-		}
-		if p.lookup([]byte(st.PrepareName)) != nil {
-			return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", st.PrepareName)))
-		}
-		vs := newVstmt(st.PrepareName, st.Prepared, st.PrepareTypes)
-		vs.epoch = p.s.srv.stmtEpoch.Load()
-		p.overlayPut(st.PrepareName, vs)
-		return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: st.PrepareName, vs: vs}}
+		return p.prepareAction(a)
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
 		p.s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
-		reason := st.Reason
+		reason := a.Reason
 		if reason == "" {
 			reason = "this statement needs session state, which does not survive transaction pooling"
 		}
@@ -369,6 +282,133 @@ func (p *planner) localAction(a *route.Statement) action {
 			Hint: "pgshard runs each transaction on a pooled connection: use transaction-scoped features (SET LOCAL, pg_advisory_xact_lock, ...)."})
 	}
 	return p.failLocal(pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard cannot answer a %s statement itself", k)))
+}
+
+// beginAction answers BEGIN: the transaction is deferred until a
+// statement picks its shard.
+func (p *planner) beginAction(a *route.Statement) action {
+	if p.tx == txDeferred {
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeActiveTransaction, Message: "there is already a transaction in progress"}, tag: "BEGIN"}
+	}
+	p.tx = txDeferred
+	p.hint = -1
+	p.setDeferred([]deferredStmt{{sql: a.SQL, strict: isStrict(a.Isolation)}})
+	return action{tag: "BEGIN", eff: p.txEffect()}
+}
+
+// endTxAction answers COMMIT or ROLLBACK [AND CHAIN] of a transaction no
+// backend runs.
+func (p *planner) endTxAction(a *route.Statement) action {
+	tag := "COMMIT"
+	if a.Kind == route.KindRollback {
+		tag = "ROLLBACK"
+	}
+	if p.tx == txIdle {
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "there is no transaction in progress"}, tag: tag}
+	}
+	if a.Chain && len(p.deferred) > 0 {
+		p.setDeferred([]deferredStmt{p.deferred[0]})
+		p.hint = -1
+		return action{tag: tag, eff: p.txEffect()}
+	}
+	p.tx = txIdle
+	p.hint = -1
+	p.setDeferred(nil)
+	return action{tag: tag, eff: p.txEffect()}
+}
+
+// savepointAction answers SAVEPOINT, RELEASE and ROLLBACK TO of a
+// deferred transaction: kept to be replayed.
+func (p *planner) savepointAction(a *route.Statement) action {
+	verb := a.SavepointVerb
+	if p.tx == txIdle {
+		what := map[string]string{"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT", "ROLLBACK": "ROLLBACK TO SAVEPOINT"}[verb]
+		return action{err: pgwire.NewError(pgwire.CodeNoActiveTransaction, what+" can only be used in transaction blocks")}
+	}
+	name := a.SavepointName
+	if verb == "SAVEPOINT" {
+		p.addDeferred(deferredStmt{sql: a.SQL, savepoint: name})
+		return action{tag: "SAVEPOINT", eff: p.txEffect()}
+	}
+	if !p.hasSavepoint(name) {
+		return p.failLocal(pgwire.NewError(pgwire.CodeInvalidSavepoint, fmt.Sprintf("savepoint %q does not exist", name)))
+	}
+	p.addDeferred(deferredStmt{sql: a.SQL})
+	return action{tag: verb, eff: p.txEffect()}
+}
+
+// setLocalAction answers SET LOCAL (a pgshard hint, or a setting of a
+// deferred transaction: kept to be replayed).
+func (p *planner) setLocalAction(a *route.Statement) action {
+	if strings.HasPrefix(a.SetName, "pgshard.") {
+		return p.hintAction(a)
+	}
+	if p.tx == txIdle {
+		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
+	}
+	p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true, setTxn: a.SetName == "transaction", strict: isStrict(a.Isolation)})
+	return action{tag: "SET", eff: p.txEffect()}
+}
+
+// deallocateAction answers DEALLOCATE [ALL] of the session's virtual
+// statements.
+func (p *planner) deallocateAction(a *route.Statement) action {
+	if a.PrepareName == "" {
+		if p.overlay == nil {
+			p.overlay = map[string]*vstmt{}
+		}
+		for n := range p.s.stmts {
+			p.overlay[n] = nil
+		}
+		for n := range p.overlay {
+			p.overlay[n] = nil
+		}
+		return action{tag: "DEALLOCATE ALL", eff: &effect{kind: effStmtClear}}
+	}
+	if p.lookup([]byte(a.PrepareName)) == nil {
+		return p.failLocal(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", a.PrepareName)))
+	}
+	p.overlayPut(a.PrepareName, nil)
+	return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: a.PrepareName}}
+}
+
+// discardAction answers DISCARD: ALL returns the session to its startup
+// settings and forgets its statements.
+func (p *planner) discardAction(a *route.Statement) action {
+	switch strings.ToLower(a.SetName) {
+	case "all":
+		if p.tx != txIdle || p.held && p.tx == txBound {
+			return p.failLocal(pgwire.NewError(pgwire.CodeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
+		}
+		if p.overlay == nil {
+			p.overlay = map[string]*vstmt{}
+		}
+		for n := range p.s.stmts {
+			p.overlay[n] = nil
+		}
+		return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.startupReported, name: "discard"}}
+	case "plans":
+		return action{tag: "DISCARD PLANS"}
+	case "sequences":
+		return action{tag: "DISCARD SEQUENCES"}
+	case "temp", "temporary":
+		return action{tag: "DISCARD TEMP"}
+	}
+	return action{tag: "DISCARD"}
+}
+
+// prepareAction answers PREPARE: a virtual statement of the session.
+func (p *planner) prepareAction(a *route.Statement) action {
+	if a.Prepared == nil {
+		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "cannot analyze the prepared statement: "+a.Reason))
+	}
+	if p.lookup([]byte(a.PrepareName)) != nil {
+		return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", a.PrepareName)))
+	}
+	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
+	vs.epoch = p.s.srv.stmtEpoch.Load()
+	p.overlayPut(a.PrepareName, vs)
+	return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: a.PrepareName, vs: vs}}
 }
 
 func errInFailedTx() *pgwire.Error {
@@ -543,43 +583,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		}
 		return 0, false, pgwire.NewError(pgwire.CodeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
 	case route.DestAll:
-		if !p.onTxnBackend() && p.tx == txIdle {
-			return -1, true, nil
-		}
-		if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
-			return -1, true, nil // a pinned session's read of every shard, on pooled connections
-		}
-		if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
-			// SET LOCAL pgshard.shard/key chose the transaction's shard:
-			// a key-less read reads that shard (an operator's view of it).
-			if p.hint >= 0 && !p.onTxnBackend() {
-				return p.hint, false, nil
-			}
-			return p.shard, false, nil
-		}
-		if d.Merge != nil && a.Select && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
-			// A read of every shard inside the client's transaction: each
-			// shard reads in a backend transaction of its own (fanout.go).
-			if p.held && p.s.bstatus == 'E' {
-				return p.shard, false, nil // aborted: the backend answers 25P02
-			}
-			p.fanInTxn = true
-			return -1, true, nil
-		}
-		srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
-		if p.setAhead && p.tx == txIdle && !p.held {
-			return 0, false, errSettingsAhead(d.Reason)
-		}
-		if a.Kind == route.KindDDL || d.Merge == nil {
-			return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-				Message: "a statement that must change every shard's schema cannot run inside a transaction block",
-				Detail:  d.Reason,
-				Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
-		}
-		return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
-			Detail:  d.Reason,
-			Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
+		return p.targetAll(a, d)
 	}
 	want := -1
 	if d.Kind == route.DestShard {
@@ -592,27 +596,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		return p.shard, false, nil
 	}
 	if p.onTxnBackend() {
-		if want >= 0 && want != p.shard {
-			if p.soft && !p.onBackend && p.held {
-				return want, false, nil // ensureBackend moves the soft transaction
-			}
-			// A transaction reads any shards and writes one (unless a
-			// pgshard hint put it on its shard).
-			inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound && !strictIsolation(p.deferred)
-			if inTxn && a.ReadOnly && a.Select {
-				p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
-				return -1, true, nil
-			}
-			if inTxn && !a.ReadOnly && !p.s.mainWrote {
-				p.swapMain = true
-				return want, false, nil
-			}
-			return 0, false, p.crossShard(want, p.shard, d.Reason)
-		}
-		if want >= 0 {
-			p.soft = false
-		}
-		return p.shard, false, nil
+		return p.targetInTxn(a, d, want)
 	}
 	if p.hint >= 0 {
 		if want >= 0 && want != p.hint {
@@ -623,6 +607,86 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 	if want >= 0 {
 		return want, false, nil
 	}
+	return p.targetKeyless(a)
+}
+
+// targetAll is decideTarget's decision for a statement of every shard
+// (DestAll): a fan-out, the one shard a hint or an aborted transaction
+// gives, or a refusal.
+func (p *planner) targetAll(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
+	if !p.onTxnBackend() && p.tx == txIdle {
+		return -1, true, nil
+	}
+	if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
+		return -1, true, nil // a pinned session's read of every shard, on pooled connections
+	}
+	if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
+		// SET LOCAL pgshard.shard/key chose the transaction's shard:
+		// a key-less read reads that shard (an operator's view of it).
+		if p.hint >= 0 && !p.onTxnBackend() {
+			return p.hint, false, nil
+		}
+		return p.shard, false, nil
+	}
+	if d.Merge != nil && a.Select && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) {
+		// A read of every shard inside the client's transaction: each
+		// shard reads in a backend transaction of its own (fanout.go).
+		if p.held && p.s.bstatus == 'E' {
+			return p.shard, false, nil // aborted: the backend answers 25P02
+		}
+		p.fanInTxn = true
+		return -1, true, nil
+	}
+	p.s.srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+	if p.setAhead && p.tx == txIdle && !p.held {
+		return 0, false, errSettingsAhead(d.Reason)
+	}
+	if a.Kind == route.KindDDL || d.Merge == nil {
+		return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "a statement that must change every shard's schema cannot run inside a transaction block",
+			Detail:  d.Reason,
+			Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
+	}
+	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
+		Detail:  d.Reason,
+		Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
+}
+
+// targetInTxn is decideTarget's decision while the transaction runs on a
+// backend (p.onTxnBackend) for a statement of shard want (-1: any): that
+// backend, a read in another shard's reader, a move of a soft transaction
+// or of one that has only read, or a refusal.
+func (p *planner) targetInTxn(a *route.Statement, d route.Dest, want int) (int, bool, *pgwire.Error) {
+	if want >= 0 && want != p.shard {
+		if p.soft && !p.onBackend && p.held {
+			return want, false, nil // ensureBackend moves the soft transaction
+		}
+		// A transaction reads any shards and writes one (unless a
+		// pgshard hint put it on its shard).
+		inTxn := !p.onBackend && p.held && p.tx == txBound && p.explicit && !p.s.hintBound && !strictIsolation(p.deferred)
+		if inTxn && a.ReadOnly && a.Select {
+			p.fanInTxn, p.fanOnly = true, want+1 // a read there, in its reader
+			return -1, true, nil
+		}
+		if inTxn && !a.ReadOnly && !p.s.mainWrote {
+			p.swapMain = true
+			return want, false, nil
+		}
+		return 0, false, p.crossShard(want, p.shard, d.Reason)
+	}
+	if want >= 0 {
+		p.soft = false
+	}
+	return p.shard, false, nil
+}
+
+// targetKeyless is decideTarget's decision for a statement of no shard
+// in particular, outside a transaction's backend and hint: the shard of
+// the pipeline's next keyed statement (or every shard, for a setting
+// ahead of a read of every shard), any shard for a read, else the
+// default shard.
+func (p *planner) targetKeyless(a *route.Statement) (int, bool, *pgwire.Error) {
 	if p.pipeline {
 		// No key: the shard of the pipeline's next keyed statement (before
 		// its Sync), so that its implicit transaction stays on one shard
@@ -637,6 +701,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 			return -1, false, nil
 		}
 	}
+	srv := p.s.srv
 	if a.ReadOnly {
 		if p.tx == txDeferred {
 			p.soft = true
@@ -656,13 +721,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		return nil
 	}
 	if p.held && p.swapMain {
-		// The backend has only read: it becomes the reader of its shard,
-		// and the transaction continues on the write's shard (its reader,
-		// or a replay of the transaction's start there).
-		s.addReader(p.shard, s.bc)
-		s.setBackend(nil)
-		p.held, p.bc, p.soft = false, nil, false
-		p.tx, p.explicit = txDeferred, false
+		p.demoteToReader()
 	}
 	if p.held {
 		if shard == p.shard || shard < 0 || !p.soft {
@@ -675,47 +734,12 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 			return e
 		}
 	}
-	if p.tx == txDeferred && !p.held && s.hasReaders() {
-		// A read of every shard opened the transaction there already:
-		// its reader becomes the transaction's backend.
-		if p.anyShard {
-			for i := range s.readers {
-				if s.readers[(shard+i)%len(s.readers)] != nil {
-					shard = (shard + i) % len(s.readers)
-					break
-				}
-			}
-		}
-		if bc := s.takeReader(shard); bc != nil {
-			if p.hint >= 0 {
-				s.hintBound = true
-			}
-			s.setBackend(bc)
-			s.shard = shard
-			p.bc, p.shard, p.onBackend = bc, shard, true
-			p.explicit = true
-			p.tx = txBound
-			p.fenceHeld()
-			return nil
-		}
+	if p.tx == txDeferred && !p.held && s.hasReaders() && p.bindReader(shard) {
+		return nil
 	}
-	pool := s.srv.pools[shard]
-	key, pre := s.cur.Split(pool.ViaPooler)
-	bc, err := pool.Acquire(p.ctx, key)
-	for k := 1; err != nil && p.anyShard && k < len(s.srv.pools); k++ {
-		if _, isPg := err.(*backend.PgError); isPg {
-			break
-		}
-		shard = (shard + 1) % len(s.srv.pools)
-		pool = s.srv.pools[shard]
-		key, pre = s.cur.Split(pool.ViaPooler)
-		bc, err = pool.Acquire(p.ctx, key)
-	}
-	if err != nil {
-		if be, ok := err.(*backend.PgError); ok {
-			return pgErrorToError(be.PgErr, "ERROR")
-		}
-		return pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)})
+	pool, pre, bc, shard, e := p.acquire(shard)
+	if e != nil {
+		return e
 	}
 	s.setBackend(bc)
 	s.shard = shard
@@ -731,50 +755,133 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	fflag := p.fenceRetryFlag(fence)
 	switch {
 	case p.tx == txDeferred:
-		if p.hint >= 0 {
-			s.hintBound = true
-		}
-		replay := replaySQL(p.deferred, pre)
-		if fence {
-			replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
-			s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
-		}
-		s.bw = pgwire.AppendQuery(s.bw, replay)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
-		if p.swapMain {
-			// Its other shard's reads and this shard's write are one
-			// transaction only under READ COMMITTED.
-			lo := len(s.lbuf)
-			s.lbuf = pgwire.AppendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
-			s.bw = pgwire.AppendQuery(s.bw, isoCheckSQL)
-			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
-		}
-		p.explicit = true
-		p.tx = txBound
+		p.replayDeferred(pre, fence, fenceKey, fflag)
 	case fence && len(pre.KV) == 0 && p.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
 		// A pipeline up to Sync is one implicit transaction already: the
 		// assert is its first statement (no BEGIN/COMMIT wrap).
 		p.appendFenceExtended(fenceKey, fflag)
 		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
-		// One Query, written in place: "BEGIN; [preamble;] [assert]".
-		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
-		bw = append(bw, "BEGIN;\n"...)
-		if len(pre.KV) > 0 {
-			bw = append(bw, pre.PreambleSQL()...)
-			if fence {
-				bw = append(bw, ";\n"...)
-			}
-		}
-		if fence {
-			bw = appendFenceSQL(bw, fenceKey)
-			s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
-		}
-		s.bw = pgwire.FinishMsg(append(bw, 0), sp)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
-		p.wrap = true
+		p.wrapBegin(pre, fence, fenceKey, fflag)
 	}
 	return nil
+}
+
+// demoteToReader: the held backend has only read, and the transaction
+// writes another shard (planner.swapMain). The backend becomes the
+// reader of its shard, and the transaction continues on the write's
+// shard (its reader, or a replay of the transaction's start there).
+func (p *planner) demoteToReader() {
+	s := p.s
+	s.addReader(p.shard, s.bc)
+	s.setBackend(nil)
+	p.held, p.bc, p.soft = false, nil, false
+	p.tx, p.explicit = txDeferred, false
+}
+
+// bindReader makes the reader of shard (with p.anyShard, of the first
+// shard from it that has one) the deferred transaction's backend: a
+// read of every shard opened the transaction there already. It reports
+// whether there was one.
+func (p *planner) bindReader(shard int) bool {
+	s := p.s
+	if p.anyShard {
+		for i := range s.readers {
+			if s.readers[(shard+i)%len(s.readers)] != nil {
+				shard = (shard + i) % len(s.readers)
+				break
+			}
+		}
+	}
+	bc := s.takeReader(shard)
+	if bc == nil {
+		return false
+	}
+	if p.hint >= 0 {
+		s.hintBound = true
+	}
+	s.setBackend(bc)
+	s.shard = shard
+	p.bc, p.shard, p.onBackend = bc, shard, true
+	p.explicit = true
+	p.tx = txBound
+	p.fenceHeld()
+	return true
+}
+
+// acquire takes a connection of shard's pool keyed by the session's
+// settings (with p.anyShard, of the next shard whose pool can give one);
+// pre is the settings the transaction must apply itself.
+func (p *planner) acquire(shard int) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
+	s := p.s
+	pool = s.srv.pools[shard]
+	key, pre := s.cur.Split(pool.ViaPooler)
+	bc, err := pool.Acquire(p.ctx, key)
+	for k := 1; err != nil && p.anyShard && k < len(s.srv.pools); k++ {
+		if _, isPg := err.(*backend.PgError); isPg {
+			break
+		}
+		shard = (shard + 1) % len(s.srv.pools)
+		pool = s.srv.pools[shard]
+		key, pre = s.cur.Split(pool.ViaPooler)
+		bc, err = pool.Acquire(p.ctx, key)
+	}
+	if err != nil {
+		if be, ok := err.(*backend.PgError); ok {
+			return pool, pre, nil, shard, pgErrorToError(be.PgErr, "ERROR")
+		}
+		return pool, pre, nil, shard, pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)})
+	}
+	return pool, pre, bc, shard, nil
+}
+
+// replayDeferred writes the deferred transaction's start (with the
+// settings pre and the fence's assert) ahead of the pipeline, and binds
+// the transaction to the backend.
+func (p *planner) replayDeferred(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
+	s := p.s
+	if p.hint >= 0 {
+		s.hintBound = true
+	}
+	replay := replaySQL(p.deferred, pre)
+	if fence {
+		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
+		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+	}
+	s.bw = pgwire.AppendQuery(s.bw, replay)
+	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	if p.swapMain {
+		// Its other shard's reads and this shard's write are one
+		// transaction only under READ COMMITTED.
+		lo := len(s.lbuf)
+		s.lbuf = pgwire.AppendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+		s.bw = pgwire.AppendQuery(s.bw, isoCheckSQL)
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
+	}
+	p.explicit = true
+	p.tx = txBound
+}
+
+// wrapBegin opens the implicit transaction the settings pre or the
+// fence's assert need: one Query, written in place: "BEGIN; [preamble;]
+// [assert]" (the COMMIT follows the pipeline).
+func (p *planner) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
+	s := p.s
+	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	bw = append(bw, "BEGIN;\n"...)
+	if len(pre.KV) > 0 {
+		bw = append(bw, pre.PreambleSQL()...)
+		if fence {
+			bw = append(bw, ";\n"...)
+		}
+	}
+	if fence {
+		bw = appendFenceSQL(bw, fenceKey)
+		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+	}
+	s.bw = pgwire.FinishMsg(append(bw, 0), sp)
+	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.wrap = true
 }
 
 // moveSoft rolls back a soft transaction (it ran only table-less reads)

@@ -110,6 +110,8 @@ func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	return res, nil
 }
 
+// reload validates cfg whole, builds its generation and publishes it
+// (Reload is its caller). On error nothing changed.
 func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	old := c.current()
 	if cfg.Logger == nil {
@@ -117,33 +119,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 	cfg = cfg.withDefaults()
 	var res ReloadResult
-	for _, f := range []struct {
-		name     string
-		old, new any
-		keep     func()
-	}{
-		{"listen", old.cfg.Listen, cfg.Listen, func() { cfg.Listen = old.cfg.Listen }},
-		{"metrics_listen", old.cfg.MetricsListen, cfg.MetricsListen, func() { cfg.MetricsListen = old.cfg.MetricsListen }},
-		{"reuse_port", old.cfg.ReusePort, cfg.ReusePort, func() { cfg.ReusePort = old.cfg.ReusePort }},
-		{"handover_socket", old.cfg.HandoverSocket, cfg.HandoverSocket, func() { cfg.HandoverSocket = old.cfg.HandoverSocket }},
-	} {
-		if f.old != f.new {
-			res.NeedRestart = append(res.NeedRestart, f.name)
-			f.keep()
-		}
-	}
-	cfg.Logger = old.cfg.Logger
-	if cfg.Reload == nil {
-		cfg.Reload = old.cfg.Reload
-	}
-	// The catalog's follower runs for the server's life (catalog.go).
-	if cfg.Follow != old.cfg.Follow || cfg.CatalogName != old.cfg.CatalogName {
-		res.NeedRestart = append(res.NeedRestart, "catalog")
-	}
-	cfg.Follow, cfg.CatalogName = old.cfg.Follow, old.cfg.CatalogName
-	if cfg.Remap == nil {
-		cfg.Remap = old.cfg.Remap
-	}
+	keepRestartOnly(old.cfg, &cfg, &res)
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
@@ -160,73 +136,13 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 
 	gen := &Server{core: c, cfg: cfg, users: users, generation: old.generation + 1}
-	oldByName := map[string]*backend.Pool{}
-	for _, p := range old.pools {
-		oldByName[p.Shard.Name] = p
+	pp, err := planPools(old, gen, &res)
+	if err != nil {
+		return res, err
 	}
-	var fresh []*backend.Pool
-	kept := map[*backend.Pool]bool{}
-	keptAt := map[*backend.Pool]int{} // a kept pool's index in gen
-	for i, sh := range cfg.Map.Shards {
-		if p := oldByName[sh.Name]; p != nil && p.Shard == sh && p.ViaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
-			old.cfg.ConnectTimeout == cfg.ConnectTimeout {
-			gen.pools = append(gen.pools, p)
-			kept[p] = true
-			keptAt[p] = i
-		} else {
-			np, err := backend.NewPool(gen.backendEnv(), sh, cfg.UsePooler)
-			if err != nil {
-				return res, err
-			}
-			gen.pools = append(gen.pools, np)
-			fresh = append(fresh, np)
-			res.Added = append(res.Added, sh.Name)
-		}
-		if sh.Name == cfg.DefaultShard {
-			gen.defaultShard = i
-		}
-	}
-	var retired []*backend.Pool
-	for _, p := range old.pools {
-		if !kept[p] {
-			retired = append(retired, p)
-			res.Removed = append(res.Removed, p.Shard.Name)
-		}
-	}
-	if cfg.VerifyIdentity && len(fresh) > 0 {
-		others := map[string]string{}
-		c.mu.Lock()
-		for id, name := range c.dbIDs {
-			others[id] = name
-		}
-		c.mu.Unlock()
-		for _, p := range retired {
-			for id, name := range others {
-				if name == p.Shard.Name {
-					delete(others, id) // a replaced shard may keep its database
-				}
-			}
-		}
-		ids, _, err := old.verifyPools(ctx, cfg.Map, fresh, others)
-		if err != nil {
-			return res, fmt.Errorf("the new shard map and the shards disagree: %w", err)
-		}
-		c.mu.Lock()
-		for id, name := range c.dbIDs {
-			for _, p := range retired {
-				if p.Shard.Name == name {
-					delete(c.dbIDs, id)
-				}
-			}
-		}
-		for name, id := range ids {
-			c.dbIDs[id.DatabaseID] = name
-		}
-		c.mu.Unlock()
-		for _, p := range fresh {
-			if _, ok := ids[p.Shard.Name]; ok {
-				p.Verified.Store(true)
-			}
+	if cfg.VerifyIdentity && len(pp.fresh) > 0 {
+		if err := c.verifyFresh(ctx, old, cfg.Map, pp); err != nil {
+			return res, err
 		}
 	}
 
@@ -239,19 +155,19 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 
 	// Apply.
 	env := gen.backendEnv()
-	for p := range kept {
+	for p := range pp.kept {
 		p.SetEnv(env)
 	}
 	// Direct pools (pinned sessions' backends) follow their shard's pool.
-	retiredDirect := old.inheritDirect(gen, keptAt)
+	retiredDirect := old.inheritDirect(gen, pp.keptAt)
 	c.secrets.set(&cfg)
 	c.tls.Store(ts)
 	c.cur.Store(gen)
 	warnPlainPasswords(cfg.Users, c.log)
-	for _, p := range fresh {
+	for _, p := range pp.fresh {
 		c.startMonitor(p)
 	}
-	for _, p := range retired {
+	for _, p := range pp.retired {
 		c.retire(p)
 	}
 	for _, p := range retiredDirect {
@@ -259,6 +175,132 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 	res.Generation, res.Epoch = gen.generation, cfg.Map.Epoch
 	return res, nil
+}
+
+// keepRestartOnly keeps in cfg the running configuration's (old) fields
+// a reload cannot change, noting in res those that changed (they need a
+// restart), and what a reload inherits (logger, reload hook, catalog
+// follower, remap).
+func keepRestartOnly(old Config, cfg *Config, res *ReloadResult) {
+	for _, f := range []struct {
+		name     string
+		old, new any
+		keep     func()
+	}{
+		{"listen", old.Listen, cfg.Listen, func() { cfg.Listen = old.Listen }},
+		{"metrics_listen", old.MetricsListen, cfg.MetricsListen, func() { cfg.MetricsListen = old.MetricsListen }},
+		{"reuse_port", old.ReusePort, cfg.ReusePort, func() { cfg.ReusePort = old.ReusePort }},
+		{"handover_socket", old.HandoverSocket, cfg.HandoverSocket, func() { cfg.HandoverSocket = old.HandoverSocket }},
+	} {
+		if f.old != f.new {
+			res.NeedRestart = append(res.NeedRestart, f.name)
+			f.keep()
+		}
+	}
+	cfg.Logger = old.Logger
+	if cfg.Reload == nil {
+		cfg.Reload = old.Reload
+	}
+	// The catalog's follower runs for the server's life (catalog.go).
+	if cfg.Follow != old.Follow || cfg.CatalogName != old.CatalogName {
+		res.NeedRestart = append(res.NeedRestart, "catalog")
+	}
+	cfg.Follow, cfg.CatalogName = old.Follow, old.CatalogName
+	if cfg.Remap == nil {
+		cfg.Remap = old.Remap
+	}
+}
+
+// poolPlan is what a reload does with the shards' pools.
+type poolPlan struct {
+	// fresh are the new generation's new pools, retired the running
+	// generation's pools it does not keep.
+	fresh, retired []*backend.Pool
+	// kept are the running pools the new generation keeps, keptAt their
+	// index in it.
+	kept   map[*backend.Pool]bool
+	keptAt map[*backend.Pool]int
+}
+
+// planPools gives gen (of the running generation old) its pools: a
+// running shard's pool is kept when its shard, its way (pooler or direct)
+// and the connect timeout are the same; other shards get new pools (noted
+// in res.Added), and the running pools gen does not keep are retired
+// (res.Removed).
+func planPools(old, gen *Server, res *ReloadResult) (poolPlan, error) {
+	cfg := &gen.cfg
+	pp := poolPlan{kept: map[*backend.Pool]bool{}, keptAt: map[*backend.Pool]int{}}
+	oldByName := map[string]*backend.Pool{}
+	for _, p := range old.pools {
+		oldByName[p.Shard.Name] = p
+	}
+	for i, sh := range cfg.Map.Shards {
+		if p := oldByName[sh.Name]; p != nil && p.Shard == sh && p.ViaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
+			old.cfg.ConnectTimeout == cfg.ConnectTimeout {
+			gen.pools = append(gen.pools, p)
+			pp.kept[p] = true
+			pp.keptAt[p] = i
+		} else {
+			np, err := backend.NewPool(gen.backendEnv(), sh, cfg.UsePooler)
+			if err != nil {
+				return pp, err
+			}
+			gen.pools = append(gen.pools, np)
+			pp.fresh = append(pp.fresh, np)
+			res.Added = append(res.Added, sh.Name)
+		}
+		if sh.Name == cfg.DefaultShard {
+			gen.defaultShard = i
+		}
+	}
+	for _, p := range old.pools {
+		if !pp.kept[p] {
+			pp.retired = append(pp.retired, p)
+			res.Removed = append(res.Removed, p.Shard.Name)
+		}
+	}
+	return pp, nil
+}
+
+// verifyFresh checks the identity records of the new pools' shards
+// against m (and against the databases of the other shards, but those
+// retired), and records them in c.dbIDs in place of the retired shards'.
+func (c *core) verifyFresh(ctx context.Context, old *Server, m *shardmap.Map, pp poolPlan) error {
+	others := map[string]string{}
+	c.mu.Lock()
+	for id, name := range c.dbIDs {
+		others[id] = name
+	}
+	c.mu.Unlock()
+	for _, p := range pp.retired {
+		for id, name := range others {
+			if name == p.Shard.Name {
+				delete(others, id) // a replaced shard may keep its database
+			}
+		}
+	}
+	ids, _, err := old.verifyPools(ctx, m, pp.fresh, others)
+	if err != nil {
+		return fmt.Errorf("the new shard map and the shards disagree: %w", err)
+	}
+	c.mu.Lock()
+	for id, name := range c.dbIDs {
+		for _, p := range pp.retired {
+			if p.Shard.Name == name {
+				delete(c.dbIDs, id)
+			}
+		}
+	}
+	for name, id := range ids {
+		c.dbIDs[id.DatabaseID] = name
+	}
+	c.mu.Unlock()
+	for _, p := range pp.fresh {
+		if _, ok := ids[p.Shard.Name]; ok {
+			p.Verified.Store(true)
+		}
+	}
+	return nil
 }
 
 // checkEpoch refuses a map older than the running one, one with another

@@ -355,51 +355,89 @@ func (s *session) fail(e *pgwire.Error) (bool, error) {
 func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	_ = s.conn.SetDeadline(time.Now().Add(s.srv.cfg.StartupTimeout))
 	defer s.conn.SetDeadline(time.Time{})
-	var pkt *pgwire.StartupPacket
+	pkt, ok, err := s.negotiate(ctx)
+	if !ok {
+		return false, err
+	}
+	if e := s.identify(pkt); e != nil {
+		return s.fail(e)
+	}
+	if s.admin {
+		return s.adminStartup(ctx, pkt)
+	}
+	if e := s.chooseDatabase(); e != nil {
+		return s.fail(e)
+	}
+	kv, e := startupParams(pkt)
+	if e != nil {
+		return s.fail(e)
+	}
+	if ok, err := s.admit(); !ok {
+		return false, err
+	}
+	if pkt.Minor > 0 || len(pkt.ProtocolOptions) > 0 {
+		s.out = appendNegotiateProtocol(s.out, pkt.ProtocolOptions)
+	}
+	return s.greet(ctx, kv)
+}
+
+// negotiate reads startup packets up to the one that starts the session:
+// SSLRequest gets TLS (or 'N'), GSSENCRequest 'N', a CancelRequest is
+// carried out. ok is false when the connection is done (a cancel request,
+// or a failure: err).
+func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok bool, err error) {
 	for tries := 0; ; tries++ {
-		var err error
 		pkt, err = pgwire.ReadStartupPacket(s.conn)
 		if err != nil {
 			var e *pgwire.Error
 			if errors.As(err, &e) {
-				return s.fail(e)
+				ok, err = s.fail(e)
+				return nil, ok, err
 			}
 			if errors.Is(err, pgwire.ErrProtocol) {
-				return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
+				ok, err = s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
+				return nil, ok, err
 			}
-			return false, err
+			return nil, false, err
 		}
 		if tries >= 2 && (pkt.Kind == pgwire.StartupSSL || pkt.Kind == pgwire.StartupGSSEnc) {
-			return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
+			ok, err = s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
+			return nil, ok, err
 		}
 		switch pkt.Kind {
 		case pgwire.StartupSSL:
 			if err := s.startTLS(); err != nil { // 'S' and a handshake, or 'N'
-				return false, err
+				return nil, false, err
 			}
 			continue
 		case pgwire.StartupGSSEnc:
 			// Not supported: 'N' tells the client to go on without it.
 			if _, err := s.conn.Write([]byte{'N'}); err != nil {
-				return false, err
+				return nil, false, err
 			}
 			continue
 		case pgwire.StartupCancel:
 			s.srv.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
-			return false, nil
+			return nil, false, nil
 		}
-		break
+		return pkt, true, nil
 	}
+}
 
+// identify takes the session's user, database and application from the
+// startup packet, and refuses a connection the proxy does not accept
+// (without TLS where it is required, without a user, for replication, or
+// while logins are disabled, but to the console).
+func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
 	if ts := s.core.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
 		s.core.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
-		return s.fail(&pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
+		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
 			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
-			Hint:    "Connect with sslmode=require, verify-ca or verify-full."})
+			Hint:    "Connect with sslmode=require, verify-ca or verify-full."}
 	}
 	user, _ := pkt.Param("user")
 	if user == "" {
-		return s.fail(pgwire.NewFatal(pgwire.CodeInvalidAuthorization, "no PostgreSQL user name specified in startup packet"))
+		return pgwire.NewFatal(pgwire.CodeInvalidAuthorization, "no PostgreSQL user name specified in startup packet")
 	}
 	s.user = user
 	s.db, _ = pkt.Param("database")
@@ -407,27 +445,37 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 		s.db = user
 	}
 	if v, ok := pkt.Param("replication"); ok && v != "false" && v != "0" && v != "off" && v != "no" {
-		return s.fail(pgwire.NewFatal(pgwire.CodeFeatureNotSupported, "replication connections are not supported by pgshard"))
+		return pgwire.NewFatal(pgwire.CodeFeatureNotSupported, "replication connections are not supported by pgshard")
 	}
 	s.app, _ = pkt.Param("application_name")
 	s.admin = len(s.srv.cfg.AdminUsers) > 0 && s.db == s.srv.cfg.AdminDatabase
 	if !s.admin && s.core.life.disabled.Load() {
 		s.core.metrics.clientsRefused.WithLabelValues("disabled").Inc()
-		return s.fail(&pgwire.Error{Severity: "FATAL", Code: pgwire.CodeCannotConnectNow,
+		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeCannotConnectNow,
 			Message: "pgshard is not accepting new connections (DISABLE on the admin console)",
-			Hint:    "Retry later; an operator re-enables logins with ENABLE."})
+			Hint:    "Retry later; an operator re-enables logins with ENABLE."}
 	}
-	if s.admin {
-		return s.adminStartup(ctx, pkt)
-	}
+	return nil
+}
+
+// chooseDatabase gives the session the server of its logical database
+// (databases.go), or refuses a database the proxy does not serve.
+func (s *session) chooseDatabase() *pgwire.Error {
 	if sub := s.srv.database(s.db); sub != s.srv {
 		// Another logical database: its server serves the session (its
 		// pools and routing); the session stays in this core (console,
 		// cancel keys, shutdown).
 		s.srv, s.log = sub, sub.log
 	} else if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
-		return s.fail(pgwire.NewFatal(pgwire.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db)))
+		return pgwire.NewFatal(pgwire.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db))
 	}
+	return nil
+}
+
+// startupParams are the settings the startup packet gives the session:
+// its parameters but those only startup takes, then those of its
+// options; a pgshard hint among them is refused.
+func startupParams(pkt *pgwire.StartupPacket) ([][2]string, *pgwire.Error) {
 	var kv [][2]string
 	for _, p := range pkt.Params {
 		name := strings.ToLower(p[0])
@@ -439,22 +487,22 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 	if opts, ok := pkt.Param("options"); ok {
 		o, err := pgwire.ParseOptions(opts)
 		if err != nil {
-			return s.fail(pgwire.AsError(err, pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error())))
+			return nil, pgwire.AsError(err, pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
 		}
 		kv = append(kv, o...)
 	}
 	for _, p := range kv {
 		if strings.HasPrefix(p[0], "pgshard.") {
-			return s.fail(pgwire.NewFatal(pgwire.CodeFeatureNotSupported, fmt.Sprintf("%s cannot be a startup parameter: pgshard hints are transaction-local (SET LOCAL)", p[0])))
+			return nil, pgwire.NewFatal(pgwire.CodeFeatureNotSupported, fmt.Sprintf("%s cannot be a startup parameter: pgshard hints are transaction-local (SET LOCAL)", p[0]))
 		}
 	}
+	return kv, nil
+}
 
-	if ok, err := s.admit(); !ok {
-		return false, err
-	}
-	if pkt.Minor > 0 || len(pkt.ProtocolOptions) > 0 {
-		s.out = appendNegotiateProtocol(s.out, pkt.ProtocolOptions)
-	}
+// greet sets the session's startup settings kv, pins it at startup or
+// reads the shards' parameter statuses, and sends them, BackendKeyData
+// and the first ReadyForQuery.
+func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.startup = backend.NewSettings(kv)
 	if s.asSelf {
 		s.startup = s.startup.WithUser(s.user) // it reaches the shards as itself

@@ -173,51 +173,18 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.pinnedMulti(msg, as)
 		return
 	}
-	allLocal, anyLocal, hasTxn, allDDL := true, false, false, true
-	// blockCtl: the string has transaction control that the BEGIN/COMMIT
-	// of the settings preamble would change (not a SET LOCAL of a
-	// setting, which holds to the end of either transaction alike).
-	blockCtl := false
-	for _, a := range as {
-		k := a.Kind
-		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
-		if txnControl(k) && !local {
-			hasTxn = true
-			blockCtl = blockCtl || !(k == route.KindSetLocal && leadable(a))
-		} else if local {
-			anyLocal = true
-		} else {
-			allLocal = false
-		}
-		if k != route.KindDDL {
-			allDDL = false
-		}
-	}
+	sh := p.multiShapeOf(as)
 	if p.tx == txFailed {
-		allLocal = true
+		sh.allLocal = true
 	}
-	if allLocal {
-		// Only statements the proxy answers (or transaction control while
-		// nothing is bound): answer each in turn, stopping at an error.
-		for _, a := range as {
-			if !p.isLocal(a) {
-				p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
-				break
-			}
-			act := p.localAction(a)
-			p.answer(act)
-			if act.err != nil {
-				break
-			}
-		}
-		p.endQuery()
+	if sh.allLocal {
+		p.multiLocal(as)
 		return
 	}
-	if anyLocal {
-		p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+	if sh.anyLocal {
+		p.failQuery(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "session settings, DEALLOCATE, DISCARD, PREPARE/EXECUTE and pgshard hints cannot be combined with other statements in one query string",
-			Hint:    "Send them as separate queries."}, nil)
-		p.endQuery()
+			Hint:    "Send them as separate queries."})
 		return
 	}
 	if f := p.simpleLeads(msg, as); f != nil {
@@ -225,14 +192,125 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		return
 	}
 	if e := p.settingsAheadOfAll(as); e != nil {
-		p.fail(e, nil)
-		p.endQuery()
+		p.failQuery(e)
 		return
 	}
-	// Route every statement; they must agree.
-	shard, first := -1, -1
-	var firstDest route.Dest
-	fanAll := true
+	first, firstDest, fanAll, ok := p.multiRoute(as)
+	if !ok {
+		return
+	}
+	if fanAll || first < 0 {
+		p.multiEveryShard(msg, as, sh)
+		return
+	}
+	if others, ok := p.ddlSubsets(as); ok {
+		// DDL every shard needs mixed with statements of unsharded tables:
+		// the default shard runs the string, the others the former.
+		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
+		if _, _, e := p.target(as[0], d); e != nil {
+			p.failQuery(e)
+			return
+		}
+		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg), others: others}
+		return
+	}
+	if e := p.multiMixesAll(as); e != nil {
+		p.failQuery(e)
+		return
+	}
+	target, _, e := p.target(as[first], firstDest)
+	if e != nil {
+		p.failQuery(e)
+		return
+	}
+	if sh.blockCtl && p.tx == txIdle && !p.held {
+		if e := p.ownTxnError(target); e != nil {
+			p.failQuery(e)
+			return
+		}
+	}
+	if e := p.ensureBackend(target, as[first]); e != nil {
+		p.failQuery(e)
+		return
+	}
+	for _, a := range as {
+		p.notePinOp(a)
+		p.copyIn = p.copyIn || a.Copy
+	}
+	s.bw = append(s.bw, msg...)
+	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.endQuery()
+}
+
+// failQuery ends the query string with the local error e.
+func (p *planner) failQuery(e *pgwire.Error) {
+	p.fail(e, nil)
+	p.endQuery()
+}
+
+// multiShape is what a query string of several statements holds.
+type multiShape struct {
+	// allLocal: only statements the proxy answers; anyLocal: some.
+	allLocal, anyLocal bool
+	// hasTxn: transaction control the backend runs.
+	hasTxn bool
+	// allDDL: only DDL.
+	allDDL bool
+	// blockCtl: the string has transaction control that the BEGIN/COMMIT
+	// of the settings preamble would change (not a SET LOCAL of a
+	// setting, which holds to the end of either transaction alike).
+	blockCtl bool
+}
+
+// multiShapeOf classifies the statements as of a query string.
+func (p *planner) multiShapeOf(as []*route.Statement) multiShape {
+	s := p.s
+	sh := multiShape{allLocal: true, allDDL: true}
+	for _, a := range as {
+		k := a.Kind
+		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
+		if txnControl(k) && !local {
+			sh.hasTxn = true
+			sh.blockCtl = sh.blockCtl || !(k == route.KindSetLocal && leadable(a))
+		} else if local {
+			sh.anyLocal = true
+		} else {
+			sh.allLocal = false
+		}
+		if k != route.KindDDL {
+			sh.allDDL = false
+		}
+	}
+	return sh
+}
+
+// multiLocal answers a query string of statements the proxy answers (or
+// transaction control while nothing is bound), each in turn, stopping at
+// an error.
+func (p *planner) multiLocal(as []*route.Statement) {
+	for _, a := range as {
+		if !p.isLocal(a) {
+			p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
+			break
+		}
+		act := p.localAction(a)
+		p.answer(act)
+		if act.err != nil {
+			break
+		}
+	}
+	p.endQuery()
+}
+
+// multiRoute routes every statement of a query string but transaction
+// control; they must agree on one shard. first is the statement whose
+// destination (firstDest) picks the string's target (-1 if none);
+// fanAll that every statement routed runs on every shard. ok is false
+// when the string failed (refused, or statements for two shards).
+func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.Dest, fanAll, ok bool) {
+	s := p.s
+	shard := -1
+	first, fanAll = -1, true
 	for i, a := range as {
 		if txnControl(a.Kind) {
 			continue
@@ -246,17 +324,15 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		switch d.Kind {
 		case route.DestRefuse:
 			_, _, e := p.target(a, d)
-			p.fail(e, nil)
-			p.endQuery()
-			return
+			p.failQuery(e)
+			return first, firstDest, fanAll, false
 		case route.DestAll:
 			continue
 		case route.DestShard:
 			if shard >= 0 && d.Shard != shard {
 				p.multi = true // the conflict is within the string
-				p.fail(p.crossShard(d.Shard, shard, d.Reason), nil)
-				p.endQuery()
-				return
+				p.failQuery(p.crossShard(d.Shard, shard, d.Reason))
+				return first, firstDest, fanAll, false
 			}
 			shard = d.Shard
 		}
@@ -265,76 +341,56 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 			first, firstDest = i, d
 		}
 	}
-	if fanAll || first < 0 {
-		if allDDL && !hasTxn {
-			d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
-			if _, _, e := p.target(as[0], d); e != nil {
-				p.fail(e, nil)
-				p.endQuery()
-				return
-			}
-			p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg)}
-			return
-		}
-		p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "a statement that runs on every shard must be alone in its query string (except several DDL statements)",
-			Hint:    "Send it as a separate query, outside a transaction block."}, nil)
-		p.endQuery()
-		return
-	}
-	if others, ok := p.ddlSubsets(as); ok {
-		// DDL every shard needs mixed with statements of unsharded tables:
-		// the default shard runs the string, the others the former.
-		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
+	return first, firstDest, fanAll, true
+}
+
+// multiEveryShard runs a query string of statements of every shard:
+// several DDL statements (outside transaction control) fan out; anything
+// else is refused.
+func (p *planner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
+	if sh.allDDL && !sh.hasTxn {
+		d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
 		if _, _, e := p.target(as[0], d); e != nil {
-			p.fail(e, nil)
-			p.endQuery()
+			p.failQuery(e)
 			return
 		}
-		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg), others: others}
+		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg)}
 		return
 	}
+	p.failQuery(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: "a statement that runs on every shard must be alone in its query string (except several DDL statements)",
+		Hint:    "Send it as a separate query, outside a transaction block."})
+}
+
+// multiMixesAll refuses a query string of statements for one shard with
+// one that runs on every shard.
+func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
+	s := p.s
 	for _, a := range as {
 		if s.forwardPinned(a) {
 			continue
 		}
 		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
-			p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}, nil)
-			p.endQuery()
-			return
+			return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}
 		}
 	}
-	target, _, e := p.target(as[first], firstDest)
-	if e != nil {
-		p.fail(e, nil)
-		p.endQuery()
-		return
+	return nil
+}
+
+// ownTxnError: the query string manages its own transaction (block
+// control), so the proxy cannot wrap it, nor the fence assert in it; it
+// is refused when the settings pgshard applies per transaction on
+// target's pool would need that wrap.
+func (p *planner) ownTxnError(target int) *pgwire.Error {
+	p.noFence = true
+	pool := p.s.srv.pools[target]
+	if _, pre := p.s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
+			Hint:    "Send the statements separately."}
 	}
-	if blockCtl && p.tx == txIdle && !p.held {
-		// The string manages its own transaction: no wrapping possible.
-		p.noFence = true
-		pool := s.srv.pools[target]
-		if _, pre := s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
-			p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-				Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
-				Hint:    "Send the statements separately."}, nil)
-			p.endQuery()
-			return
-		}
-	}
-	if e := p.ensureBackend(target, as[first]); e != nil {
-		p.fail(e, nil)
-		p.endQuery()
-		return
-	}
-	for _, a := range as {
-		p.notePinOp(a)
-		p.copyIn = p.copyIn || a.Copy
-	}
-	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
-	p.endQuery()
+	return nil
 }
 
 // holdCommit, before the COMMIT of a wrapped implicit transaction that ran

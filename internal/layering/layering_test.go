@@ -209,21 +209,12 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // loadGraph lists the module's packages with `go list`.
 func loadGraph(t *testing.T) graph {
 	t.Helper()
-	goCmd := goTool()
-	out, err := exec.Command(goCmd, "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		t.Fatal("not inside a Go module")
-	}
-	root := filepath.Dir(gomod)
-	cmd := exec.Command(goCmd, "list", "-e", "-json=ImportPath,Module,Imports,Deps,Error", "./...")
+	root := moduleRoot(t)
+	cmd := exec.Command(goTool(), "list", "-e", "-json=ImportPath,Module,Imports,Deps,Error", "./...")
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	out, err = cmd.Output()
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list ./... in %s: %v\n%s", root, err, stderr.String())
 	}
