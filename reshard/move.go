@@ -74,6 +74,10 @@ var errAbandoned = errors.New("freeze abandoned")
 // changes kept coming faster than it replayed them.
 var errKeptComing = fmt.Errorf("%w: changes kept coming during the freeze", errAbandoned)
 
+// recordTimeout bounds the journal write of a freeze that failed (the
+// catalog may be what failed).
+const recordTimeout = 5 * time.Second
+
 // mover runs the moves of one Apply or Abort.
 type mover struct {
 	cat    *catalog.Catalog
@@ -336,9 +340,11 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 				// Recorded after the lock's release, best effort: no step
 				// follows to record it with (the next apply resumes).
 				f.Reason = err.Error()
-				if rerr := mv.cat.RecordFreezes(context.WithoutCancel(ctx), m.ID, []catalog.FreezeRecord{f.Record()}); rerr != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+				if rerr := mv.cat.RecordFreezes(rctx, m.ID, []catalog.FreezeRecord{f.Record()}); rerr != nil {
 					mv.logf("move %d: record the freeze that failed: %v", m.ID, rerr)
 				}
+				cancel()
 			}
 			return err
 		}
