@@ -76,6 +76,9 @@
 //	            router or proxy; Check refuses once the lease lapsed,
 //	            WaitLive waits (bounded) for the first live lease
 //	moves.go    the move journal: PlanMoves, Moves, UpdateMove, FlipMove (a
-//	            move's commit point: epoch+1 and "flipped" in one transaction), Reassign
+//	            move's commit point: epoch+1 and "flipped" in one transaction),
+//	            RecordFreezes, Reassign
+//	freezes.go  FreezeRecord: a move's freezes as its detail records them
+//	            ("freezes", appended by UpdateMove), decoded and summed up
 //	sql/        the schema versions (0001_catalog.sql)
 package catalog

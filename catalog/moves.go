@@ -151,6 +151,7 @@ type MoveUpdate struct {
 	AddAttempts int
 	AddRows     int64
 	Detail      json.RawMessage // merged into the move's detail (jsonb ||)
+	Freezes     []FreezeRecord  // appended to the detail's "freezes", in the same statement
 	Error       string
 }
 
@@ -176,12 +177,16 @@ func (c *Catalog) UpdateMove(ctx context.Context, id int64, from []string, u Mov
 	if u.Error != "" {
 		errText = &u.Error
 	}
+	freezes, err := freezesParam(u.Freezes)
+	if err != nil {
+		return fmt.Errorf("journal move %d → %s: %w", id, u.Phase, err)
+	}
 	tag, err := c.pool.Exec(ctx, `UPDATE `+Schema+`.moves SET phase = $2::text,
 		    owner = coalesce(nullif($3::text, ''), owner), attempts = attempts + $4::int,
-		    rows_copied = rows_copied + $5::bigint, detail = detail || $6::jsonb, error = $7::text,
+		    rows_copied = rows_copied + $5::bigint, detail = detail || $6::jsonb || `+appendFreezes(`$9`)+`, error = $7::text,
 		    updated_at = now(), finished_at = CASE WHEN $2::text IN ('done', 'aborted') THEN now() END
 		WHERE id = $1::bigint AND phase = ANY($8::text[])`,
-		id, u.Phase, u.Owner, u.AddAttempts, u.AddRows, string(u.Detail), errText, from)
+		id, u.Phase, u.Owner, u.AddAttempts, u.AddRows, string(u.Detail), errText, from, freezes)
 	if err != nil {
 		return c.wrap(fmt.Sprintf("journal move %d → %s", id, u.Phase), err)
 	}
@@ -194,6 +199,31 @@ func (c *Catalog) UpdateMove(ctx context.Context, id int64, from []string, u Mov
 		return fmt.Errorf("journal move %d → %s: it is %s, not one of %v: %w", id, u.Phase, phase, from, ErrMovePhase)
 	}
 	return nil
+}
+
+// appendFreezes is the jsonb (an object to merge into the old detail)
+// that appends the freezes of parameter p, a JSON array, to the detail's
+// "freezes"; '{}' when p is empty.
+func appendFreezes(p string) string {
+	return `CASE WHEN jsonb_array_length(` + p + `::jsonb) = 0 THEN '{}'::jsonb
+		ELSE jsonb_build_object('freezes', CASE WHEN jsonb_typeof(detail->'freezes') = 'array' THEN detail->'freezes' ELSE '[]'::jsonb END || ` + p + `::jsonb) END`
+}
+
+// RecordFreezes appends freezes to move id's detail without a journal
+// step (its phase, error and times unchanged): for a freeze that ended in
+// an error with no step to journal it with. A finished move is left as
+// it is.
+func (c *Catalog) RecordFreezes(ctx context.Context, id int64, fs []FreezeRecord) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	freezes, err := freezesParam(fs)
+	if err != nil {
+		return fmt.Errorf("record the freezes of move %d: %w", id, err)
+	}
+	_, err = c.pool.Exec(ctx, `UPDATE `+Schema+`.moves SET detail = detail || `+appendFreezes(`$2`)+`
+		WHERE id = $1::bigint AND phase NOT IN ('done', 'aborted')`, id, freezes)
+	return c.wrap(fmt.Sprintf("record the freezes of move %d", id), err)
 }
 
 // FlipMove is the commit point of move id: in one transaction it checks

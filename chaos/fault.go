@@ -265,6 +265,10 @@ type Env struct {
 	// production mover) except in a run of a mover-level mutant
 	// (chaos/mutant.Mover).
 	MoverAround func(context.Context, reshard.CutStep) error
+	// Clock is the history's time origin (its lines' times count from
+	// it): the move faults give each freeze's start on it (evidence
+	// freeze_t). Zero: no freeze_t.
+	Clock time.Time
 
 	// moves is the move faults' shared state (mover-kill's next step);
 	// nil until the first needs it (move faults run one at a time).

@@ -258,37 +258,16 @@ func movePhases(ctx context.Context, cat *catalog.Catalog, ids []int64) ([]strin
 }
 
 // evidence fills f with the move's figures: range, shards, moves, epoch
-// after, freezes (count, durations in ms, abandoned), rows copied, and
-// each move's phase; it returns whether every move reached phase.
+// after, freezes (count, durations in ms, starts, abandoned), rows
+// copied, and each move's phase; it returns whether every move reached
+// phase.
 func (mr *moveRun) evidence(ctx context.Context, env *Env, f map[string]any, want ...string) bool {
 	f["lo"], f["hi"], f["from"], f["to"] = mr.pick.Lo, mr.pick.Hi, mr.pick.From, mr.pick.To
 	f["moves"] = mr.ids
 	if mr.finished > 0 {
 		f["finished_first"] = mr.finished
 	}
-	var rows int64
-	freezes := []float64{}
-	abandoned := 0
-	var reasons []string
-	for _, r := range mr.results {
-		if r == nil {
-			continue
-		}
-		rows += r.RowsCopied
-		for _, fz := range r.Freezes {
-			freezes = append(freezes, float64(fz.Duration.Microseconds())/1000)
-			if fz.Abandoned {
-				abandoned++
-				if !slices.Contains(reasons, fz.Reason) {
-					reasons = append(reasons, fz.Reason)
-				}
-			}
-		}
-	}
-	f["rows_copied"], f["freezes"], f["freeze_ms"], f["abandoned"] = rows, len(freezes), freezes, abandoned
-	if len(reasons) > 0 {
-		f["abandoned_why"] = reasons
-	}
+	mr.freezeEvidence(f, env.Clock)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var phases []string
@@ -315,6 +294,43 @@ func (mr *moveRun) evidence(ctx context.Context, env *Env, f map[string]any, wan
 		}
 	}
 	return true
+}
+
+// freezeEvidence fills f with what the mover's results say of the
+// freezes: rows copied, freezes (count), freeze_ms (each one's hold, in
+// the order tried), abandoned (count) and abandoned_why, and — when clock,
+// the history's time origin, is set — freeze_t (each one's start, ns on
+// the history's clock, paired with freeze_ms): the same freezes the
+// mover records in the journal.
+func (mr *moveRun) freezeEvidence(f map[string]any, clock time.Time) {
+	var rows int64
+	freezes := []float64{}
+	var at []int64
+	abandoned := 0
+	var reasons []string
+	for _, r := range mr.results {
+		if r == nil {
+			continue
+		}
+		rows += r.RowsCopied
+		for _, fz := range r.Freezes {
+			freezes = append(freezes, float64(fz.Duration.Microseconds())/1000)
+			at = append(at, int64(fz.Start.Sub(clock)))
+			if fz.Abandoned {
+				abandoned++
+				if !slices.Contains(reasons, fz.Reason) {
+					reasons = append(reasons, fz.Reason)
+				}
+			}
+		}
+	}
+	f["rows_copied"], f["freezes"], f["freeze_ms"], f["abandoned"] = rows, len(freezes), freezes, abandoned
+	if !clock.IsZero() && len(at) > 0 {
+		f["freeze_t"] = at
+	}
+	if len(reasons) > 0 {
+		f["abandoned_why"] = reasons
+	}
 }
 
 // move is KindMove.

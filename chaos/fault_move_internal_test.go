@@ -2,11 +2,13 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/reshard"
 	"github.com/pgshard/pgshard/shardmap"
@@ -171,5 +173,33 @@ func TestMovePlanAndParams(t *testing.T) {
 	env := &Env{Map: moveTestMap(t)}
 	if err := Check(plan, env); err == nil || !strings.Contains(err.Error(), "catalog") {
 		t.Errorf("Check without a catalog: %v, want a refusal naming the catalog", err)
+	}
+}
+
+// TestFreezeEvidence: a move's evidence gives each freeze's hold
+// (freeze_ms) and, when the history's clock is known, its start on that
+// clock (freeze_t, ns), paired in the order tried; abandoned counted with
+// their reasons.
+func TestFreezeEvidence(t *testing.T) {
+	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	mr := &moveRun{results: []*reshard.Result{nil, {RowsCopied: 40, Freezes: []reshard.Freeze{
+		{Start: clock.Add(1500 * time.Millisecond), Duration: 300500 * time.Microsecond, Abandoned: true, Why: catalog.WhyDeadline, Reason: "writers in flight"},
+		{Start: clock.Add(2 * time.Second), Duration: 65 * time.Millisecond},
+	}}}}
+	f := map[string]any{}
+	mr.freezeEvidence(f, clock)
+	if !reflect.DeepEqual(f["freeze_ms"], []float64{300.5, 65}) || !reflect.DeepEqual(f["freeze_t"], []int64{1500e6, 2000e6}) ||
+		f["freezes"] != 2 || f["abandoned"] != 1 || f["rows_copied"] != int64(40) || !reflect.DeepEqual(f["abandoned_why"], []string{"writers in flight"}) {
+		t.Errorf("evidence %v", f)
+	}
+	f = map[string]any{}
+	mr.freezeEvidence(f, time.Time{})
+	if _, ok := f["freeze_t"]; ok || f["freezes"] != 2 {
+		t.Errorf("without the history's clock: %v, want no freeze_t", f)
+	}
+	f = map[string]any{}
+	(&moveRun{}).freezeEvidence(f, clock)
+	if _, ok := f["freeze_t"]; ok || !reflect.DeepEqual(f["freeze_ms"], []float64{}) {
+		t.Errorf("no freezes: %v, want freeze_ms [] and no freeze_t", f)
 	}
 }

@@ -320,6 +320,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 
 	runID := "c" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	start := time.Now()
+	env.Clock = start
 	histPath := filepath.Join(o.Out, HistoryFile)
 	if o.Compress != "" {
 		histPath += "." + o.Compress

@@ -110,15 +110,24 @@ func latencyOverTimeChart(r *Result) lineChart {
 	return c
 }
 
-// freezeColor marks range moves' freezes on the timelines.
-const freezeColor = "#6a1b9a"
+// freezeColor marks range moves' freezes on the timelines, abandonedColor
+// those abandoned (the writes were held, then the range stayed put).
+const (
+	freezeColor    = "#6a1b9a"
+	abandonedColor = "#e65100"
+)
 
 // freezeBands are the run's freezes as chart bands (seconds since the
-// run's start); a freeze known only by its flip is a 2 px mark there.
+// run's start), abandoned ones in a color of their own; a freeze known
+// only by its flip is a 2 px mark there.
 func freezeBands(r *Result) []band {
 	var out []band
 	for _, f := range r.Freezes {
-		out = append(out, band{X0: f.StartS, X1: f.StartS + f.DurationMS/1000, Label: f.Short(), Title: "freeze " + f.Label(), Color: freezeColor})
+		col := freezeColor
+		if f.Abandoned {
+			col = abandonedColor
+		}
+		out = append(out, band{X0: f.StartS, X1: f.StartS + f.DurationMS/1000, Label: f.Short(), Title: "freeze " + f.Label(), Color: col})
 	}
 	return out
 }

@@ -192,12 +192,28 @@ func fmtCounts(m map[string]int64) string {
 }
 
 // writeFreezes lists the range moves' freezes within the run (at most
-// ten; the rest counted), nothing when there were none.
+// ten; the rest counted), with how many were abandoned and the longest
+// hold when the journal records their lengths; nothing when there were
+// none.
 func writeFreezes(b *strings.Builder, fs []Freeze) {
 	if len(fs) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "freezes     %d range-move freezes in the run (from the catalog's journal):", len(fs))
+	abandoned, timed, longest := 0, 0, 0.0
+	for _, f := range fs {
+		if f.Abandoned {
+			abandoned++
+		}
+		if !f.AtFlip {
+			timed++
+			longest = max(longest, f.DurationMS)
+		}
+	}
+	fmt.Fprintf(b, "freezes     %d range-move freezes in the run (from the catalog's journal", len(fs))
+	if timed > 0 {
+		fmt.Fprintf(b, "; %d abandoned, longest %.0f ms", abandoned, longest)
+	}
+	b.WriteString("):")
 	for i, f := range fs {
 		if i == 10 {
 			fmt.Fprintf(b, " and %d more", len(fs)-i)

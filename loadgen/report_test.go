@@ -126,6 +126,7 @@ func TestFreezeMarks(t *testing.T) {
 	r.Freezes = []loadgen.Freeze{
 		{Move: 1, Lo: 0, Hi: 63, From: "shard0", To: "shard3", Started: start.Add(12 * time.Second), StartS: 12, DurationMS: 480},
 		{Move: 2, Lo: 64, Hi: 127, From: "shard1", To: "shard3", Started: start.Add(21 * time.Second), StartS: 21, DurationMS: 140, Abandoned: true},
+		{Move: 3, Lo: 128, Hi: 191, From: "shard2", To: "shard3", Started: start.Add(22 * time.Second), StartS: 22, DurationMS: 101, Abandoned: true, Why: "deadline"},
 		{Move: 2, Lo: 64, Hi: 127, From: "shard1", To: "shard3", Started: start.Add(24 * time.Second), StartS: 24, AtFlip: true},
 	}
 	var page bytes.Buffer
@@ -138,18 +139,35 @@ func TestFreezeMarks(t *testing.T) {
 		"<title>freeze 0-63 shard0→shard3 480 ms</title>", ">0-63→shard3 480ms</text>",
 		"<title>freeze 64-127 shard1→shard3 140 ms, abandoned</title>", ">64-127→shard3 140ms ✗</text>",
 		"<title>freeze 64-127 shard1→shard3 flip</title>", ">64-127→shard3 flip</text>",
+		"<title>freeze 128-191 shard2→shard3 101 ms, abandoned (deadline)</title>",
 	} {
 		// Each freeze: a band (its title) and a label, on both timelines.
 		if n := strings.Count(p, want); n != 2 {
 			t.Errorf("report.html has %q %d times, want 2 (throughput and latency)", want, n)
 		}
 	}
+	// Abandoned freezes are shaded in a color of their own.
+	if n, m := strings.Count(p, `fill="#e65100" fill-opacity="0.35"`), strings.Count(p, `fill="#6a1b9a" fill-opacity="0.35"`); n != 4 || m != 4 {
+		t.Errorf("report.html shades %d abandoned and %d other freezes, want 4 and 4 (two timelines)", n, m)
+	}
 	var text bytes.Buffer
 	if err := loadgen.WriteText(&text, r); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), "freezes     3 range-move freezes in the run (from the catalog's journal): 0-63 shard0→shard3 480 ms at 12.0s,") {
+	if !strings.Contains(text.String(), "freezes     4 range-move freezes in the run (from the catalog's journal; 2 abandoned, longest 480 ms): 0-63 shard0→shard3 480 ms at 12.0s,") {
 		t.Errorf("summary lacks the freezes:\n%s", text.String())
+	}
+	golden(t, "summary_freezes.golden", text.Bytes())
+	// A journal that records only the flips (written before freezes were
+	// recorded) has no lengths to sum up.
+	text.Reset()
+	flips := *r
+	flips.Freezes = r.Freezes[3:]
+	if err := loadgen.WriteText(&text, &flips); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "freezes     1 range-move freezes in the run (from the catalog's journal): 64-127 shard1→shard3 flip at 24.0s\n") {
+		t.Errorf("summary of flips only:\n%s", text.String())
 	}
 	if keep := os.Getenv("PGSHARD_LOADGEN_REPORT_DIR"); keep != "" {
 		if err := os.WriteFile(filepath.Join(keep, "freezes.html"), page.Bytes(), 0o644); err != nil {

@@ -369,12 +369,14 @@ func ReadResult(path string) (*Result, error) {
 }
 
 // Freeze is one freeze of a bucket-range move: buckets Lo..Hi moving
-// From → To, writes refused from Started for DurationMS. When the
-// catalog's journal records only the move's flip (the end of its last,
-// successful freeze: the generation it wrote), Started is the flip and
-// DurationMS 0, and AtFlip says so. StartS is Started in seconds since
-// the run's start (the timelines' axis; the catalog server's clock),
-// negative for a freeze during the setup.
+// From → To, writes held from Started (the mover's clock; a flip's, the
+// catalog server's) for DurationMS, then flipped or, Abandoned, undone (Why: deadline, catch_up or
+// error, as the journal records it). When the catalog's journal records
+// only the move's flip (the end of its last, successful freeze: the
+// generation it wrote; journals written before the freezes were
+// recorded), Started is the flip and DurationMS 0, and AtFlip says so.
+// StartS is Started in seconds since the run's start (the timelines'
+// axis), negative for a freeze during the setup.
 type Freeze struct {
 	Move       int64     `json:"move"`
 	Lo         int       `json:"lo"`
@@ -386,6 +388,7 @@ type Freeze struct {
 	StartS     float64   `json:"start_s"`
 	AtFlip     bool      `json:"at_flip,omitempty"`
 	Abandoned  bool      `json:"abandoned,omitempty"`
+	Why        string    `json:"why,omitempty"`
 }
 
 // Label is the freeze's range, shards and duration, for charts and text.
@@ -394,6 +397,8 @@ func (f Freeze) Label() string {
 	switch {
 	case f.AtFlip:
 		s += " flip"
+	case f.Abandoned && f.Why != "":
+		s += fmt.Sprintf(" %.0f ms, abandoned (%s)", f.DurationMS, f.Why)
 	case f.Abandoned:
 		s += fmt.Sprintf(" %.0f ms, abandoned", f.DurationMS)
 	default:

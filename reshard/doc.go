@@ -25,7 +25,10 @@
 //	    fence frozen (committed, so writes stay refused if the mover dies),
 //	    the last catch-up until no record is left. Over budget: the source
 //	    is owned again, the lock released, and the freeze retried after a
-//	    pause and another catch-up — never extended.
+//	    pause and another catch-up — never extended. Every freeze is
+//	    recorded in the move's detail (catalog.FreezeRecord: start, hold,
+//	    flipped or abandoned and why) with the journal step after its
+//	    release: none is written inside the freeze.
 //	 6. Flip: catalog.FlipMove writes epoch+1 (the destination owns the
 //	    range) and journals the move flipped in one transaction: the commit
 //	    point. Then the source's fence becomes moved, then the destination's
@@ -54,6 +57,7 @@
 //	doc.go    this overview
 //	apply.go  Options, Apply, Abort, Plan, PlanMoves
 //	status.go Status (the journal with each running move's lag), WriteStatus
+//	          (with each move's longest freeze and freezes abandoned)
 //	move.go   one move: prepare (fences, capture, copy, catch-up), the
 //	          freeze and flip, finish (clean-up), abort; Steps, CutSteps
 //	shard.go  the SQL on the shards: fence changes, copy, catch-up, delete

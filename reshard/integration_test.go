@@ -498,6 +498,30 @@ func TestFreezeOverBudgetIsAbandoned(t *testing.T) {
 	if last.Phase != catalog.PhaseDone || last.Attempts < 2 {
 		t.Errorf("journal: %+v, want done after at least 2 freezes", last)
 	}
+	// The journal records the freezes: the first abandoned (the lock was
+	// not granted within the budget), the last flipped, each with a start
+	// and a hold of its own.
+	fs, err := last.Freezes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) < 2 || fs[0].Outcome != catalog.FreezeAbandoned || fs[0].Why != catalog.WhyDeadline ||
+		fs[len(fs)-1].Outcome != catalog.FreezeFlipped || fs[len(fs)-1].Why != "" {
+		t.Errorf("journal's freezes %+v (detail %s): want the first abandoned (deadline), the last flipped", fs, last.Detail)
+	}
+	for i, f := range fs {
+		if f.MS < 0 || f.StartedAt.IsZero() || f.StartedAt.Location() != time.UTC {
+			t.Errorf("journal's freeze %d: %+v, want a UTC start and a hold >= 0", i, f)
+		}
+	}
+	var b strings.Builder
+	if err := reshard.WriteStatus(&b, reshard.Statuses(ms)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "LONGEST") || !strings.Contains(b.String(), "ABANDONED") {
+		t.Errorf("status table without the freezes' columns:\n%s", b.String())
+	}
+	t.Logf("journal's freezes %s\n%s", last.Detail, b.String())
 	m, err := e.cat.Load(e.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -70,6 +70,14 @@ var ErrInjected = errors.New("reshard: stopped at a step (injected)")
 // was undone: the range is owned by its source again.
 var errAbandoned = errors.New("freeze abandoned")
 
+// errKeptComing is errAbandoned for a last catch-up that never drained:
+// changes kept coming faster than it replayed them.
+var errKeptComing = fmt.Errorf("%w: changes kept coming during the freeze", errAbandoned)
+
+// recordTimeout bounds the journal write of a freeze that failed (the
+// catalog may be what failed).
+const recordTimeout = 5 * time.Second
+
 // mover runs the moves of one Apply or Abort.
 type mover struct {
 	cat    *catalog.Catalog
@@ -105,14 +113,36 @@ type Result struct {
 	Replayed   int64         // change records replayed
 	Freezes    []Freeze      // every freeze tried, in order
 	Epoch      uint64        // the epoch its flip wrote
+
+	// flipped is the freeze that flipped, until the clean-up's journal
+	// step records it (in the move's detail; ARCHITECTURE.md §6).
+	flipped *catalog.FreezeRecord
 }
 
 // Freeze is one freeze of a range as clients saw it: from the request of
-// the range lock (new writers queue behind it) to its release.
+// the range lock (new writers queue behind it) to its release. The
+// journal records each in the move's detail (catalog.FreezeRecord).
 type Freeze struct {
+	Start     time.Time // the range lock's request (with the monotonic clock)
 	Duration  time.Duration
 	Abandoned bool
-	Reason    string // why it was abandoned
+	Why       string // why it was abandoned: catalog.WhyDeadline, WhyCatchUp or WhyError
+	Reason    string // why it was abandoned, in words
+
+	flipped bool // the flip committed (the move passed its commit point)
+	stopped bool // Options.Hook stopped the mover in it (a test's crash)
+}
+
+// Record is f as the journal records it.
+func (f Freeze) Record() catalog.FreezeRecord {
+	outcome, why, reason := catalog.FreezeFlipped, "", ""
+	if f.Abandoned || !f.flipped {
+		outcome, why, reason = catalog.FreezeAbandoned, f.Why, f.Reason
+		if why == "" {
+			why = catalog.WhyError
+		}
+	}
+	return catalog.NewFreezeRecord(f.Start, f.Duration, outcome, why, reason)
 }
 
 func (mv *mover) hook(ctx context.Context, step string, m catalog.MoveRecord) error {
@@ -263,7 +293,7 @@ func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, ds
 		}
 	}
 	if !deadline.IsZero() {
-		return fmt.Errorf("%w: changes kept coming during the freeze", errAbandoned)
+		return errKeptComing
 	}
 	return nil // not drained: the freeze's last catch-up does the rest
 }
@@ -299,18 +329,29 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 			res.Freezes = append(res.Freezes, *f)
 		}
 		if err == nil {
-			res.Epoch = epoch
+			rec := f.Record()
+			res.Epoch, res.flipped = epoch, &rec
 			mv.logf("move %d (%d-%d %s→%s): flipped at epoch %d, freeze %v (attempt %d)", m.ID, m.Lo, m.Hi, m.From, m.To,
 				epoch, f.Duration.Round(time.Microsecond), attempt)
 			return nil
 		}
 		if !errors.Is(err, errAbandoned) {
+			if f != nil && !f.stopped {
+				// Recorded after the lock's release, best effort: no step
+				// follows to record it with (the next apply resumes).
+				f.Reason = err.Error()
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+				if rerr := mv.cat.RecordFreezes(rctx, m.ID, []catalog.FreezeRecord{f.Record()}); rerr != nil {
+					mv.logf("move %d: record the freeze that failed: %v", m.ID, rerr)
+				}
+				cancel()
+			}
 			return err
 		}
 		mv.logf("move %d (%d-%d %s→%s): freeze attempt %d abandoned after %v: %v", m.ID, m.Lo, m.Hi, m.From, m.To,
 			attempt, f.Duration.Round(time.Microsecond), err)
 		if err := mv.journal(ctx, m, []string{catalog.PhaseFrozen}, catalog.MoveUpdate{Phase: catalog.PhaseCatchingUp,
-			Error: fmt.Sprintf("freeze attempt %d abandoned: %v", attempt, err)}); err != nil {
+			Error: fmt.Sprintf("freeze attempt %d abandoned: %v", attempt, err), Freezes: []catalog.FreezeRecord{f.Record()}}); err != nil {
 			return err
 		}
 		if err := sleep(ctx, mv.opts.RetryPause*time.Duration(attempt)); err != nil {
@@ -347,8 +388,10 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	// last catch-up must end early enough to leave them their time (as
 	// the last flip took, a quarter of the budget before any).
 	deadline := start.Add(budget - mv.afterFlip(budget))
-	f := &Freeze{}
+	f := &Freeze{Start: start}
 	done := func() *Freeze { f.Duration = time.Since(start); return f }
+	// stop is a hook's error: the mover stops there as if it died.
+	stop := func(err error) (*Freeze, uint64, error) { f.stopped = true; return done(), 0, err }
 	hold, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
@@ -363,7 +406,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err := mv.around(ctx, "freeze", m, src, func(ctx context.Context) error {
 		if _, err := hold.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`, fenceLockClass, m.Lo); err != nil {
 			if isLockTimeout(err) {
-				f.Abandoned, f.Reason, tried = true, "writers in flight did not finish within the budget", true
+				f.Abandoned, f.Why, f.Reason, tried = true, catalog.WhyDeadline, "writers in flight did not finish within the budget", true
 				return fmt.Errorf("%w: the range lock was not granted within %v (a transaction on the range held it)", errAbandoned, budget)
 			}
 			return fmt.Errorf("shard %s: lock range %d-%d: %w", src.name, m.Lo, m.Hi, err)
@@ -377,10 +420,13 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 		return done(), 0, err
 	}
 	if err := mv.hook(ctx, "locked", m); err != nil {
-		return done(), 0, err
+		return stop(err)
 	}
 	abandon := func(cause error) (*Freeze, uint64, error) {
-		f.Abandoned, f.Reason = true, cause.Error()
+		f.Abandoned, f.Why, f.Reason = true, catalog.WhyDeadline, cause.Error()
+		if errors.Is(cause, errKeptComing) {
+			f.Why = catalog.WhyCatchUp
+		}
 		uctx := context.WithoutCancel(ctx)
 		if err := src.setFence(uctx, nil, m.Lo, m.Hi, "owned", m.From, epoch, []string{"frozen", "owned"}, false); err != nil {
 			return done(), 0, fmt.Errorf("undo the freeze (%v): %w", cause, err)
@@ -399,7 +445,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 		return abandon(fmt.Errorf("%w: the last catch-up ended after the budget", errAbandoned))
 	}
 	if err := mv.hook(ctx, "flip", m); err != nil {
-		return done(), 0, err
+		return stop(err)
 	}
 	flipStart := time.Now()
 	var to uint64
@@ -424,9 +470,9 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 			return done(), 0, fmt.Errorf("flip: %w", err)
 		}
 	}
-	m.ToEpoch = to
+	m.ToEpoch, f.flipped = to, true
 	if err := mv.hook(ctx, "flipped", m); err != nil {
-		return done(), 0, err
+		return stop(err)
 	}
 	// Source first: from here to the destination's turn the range is
 	// served by nobody, never by both.
@@ -434,7 +480,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 		return done(), 0, err
 	}
 	if err := mv.hook(ctx, "source-moved", m); err != nil {
-		return done(), 0, err
+		return stop(err)
 	}
 	if err := dst.setFence(ctx, nil, m.Lo, m.Hi, "owned", m.To, to, []string{"incoming", "owned"}, true); err != nil {
 		return done(), 0, err
@@ -475,9 +521,17 @@ func (mv *mover) finish(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err := mv.hook(ctx, "released", m); err != nil {
 		return err
 	}
-	if err := mv.journal(ctx, m, []string{catalog.PhaseFlipped, catalog.PhaseCleaning}, catalog.MoveUpdate{Phase: catalog.PhaseCleaning}); err != nil {
+	// The freeze that flipped is recorded with this step, the first
+	// after the range lock's release: not in the flip's transaction, on
+	// the freeze's critical path, where its length is not known yet.
+	u := catalog.MoveUpdate{Phase: catalog.PhaseCleaning}
+	if res.flipped != nil {
+		u.Freezes = []catalog.FreezeRecord{*res.flipped}
+	}
+	if err := mv.journal(ctx, m, []string{catalog.PhaseFlipped, catalog.PhaseCleaning}, u); err != nil {
 		return err
 	}
+	res.flipped = nil
 	if err := mv.hook(ctx, "cleaning", m); err != nil {
 		return err
 	}

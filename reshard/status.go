@@ -101,10 +101,13 @@ func Statuses(moves []catalog.MoveRecord) []MoveStatus {
 }
 
 // WriteStatus writes moves as a table; a lag that could not be read is
-// shown as "?" and its reason listed under the table.
+// shown as "?" and its reason listed under the table. FREEZES counts the
+// freezes tried; LONGEST (ms) and ABANDONED are read from the freezes the
+// journal records in the move's detail ("-" for a move without them: none
+// yet, or journaled before they were recorded).
 func WriteStatus(w io.Writer, moves []MoveStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tBUCKETS\tFROM\tTO\tPHASE\tFREEZES\tROWS\tLAG\tEPOCH\tUPDATED\tERROR")
+	fmt.Fprintln(tw, "ID\tBUCKETS\tFROM\tTO\tPHASE\tFREEZES\tLONGEST\tABANDONED\tROWS\tLAG\tEPOCH\tUPDATED\tERROR")
 	var notes []string
 	for _, m := range moves {
 		epoch := strconv.FormatUint(m.FromEpoch, 10)
@@ -119,8 +122,18 @@ func WriteStatus(w io.Writer, moves []MoveStatus) error {
 		case m.Lag >= 0:
 			lag = strconv.FormatInt(m.Lag, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Lo, m.Hi, m.From, m.To, m.Phase,
-			m.Attempts, m.RowsCopied, lag, epoch, m.UpdatedAt.UTC().Format(time.RFC3339), oneLine(m.Error))
+		longest, abandoned := "-", "-"
+		switch fs, err := m.Freezes(); {
+		case err != nil:
+			longest, abandoned = "?", "?"
+			notes = append(notes, fmt.Sprintf("move %d: freezes unreadable: %s", m.ID, oneLine(err.Error())))
+		case len(fs) > 0:
+			sum := catalog.SummarizeFreezes(fs)
+			longest = strconv.FormatFloat(float64(sum.Longest.Microseconds())/1000, 'f', 1, 64)
+			abandoned = strconv.Itoa(sum.Abandoned)
+		}
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Lo, m.Hi, m.From, m.To, m.Phase,
+			m.Attempts, longest, abandoned, m.RowsCopied, lag, epoch, m.UpdatedAt.UTC().Format(time.RFC3339), oneLine(m.Error))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

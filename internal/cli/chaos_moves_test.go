@@ -69,6 +69,40 @@ func TestChaosMoves(t *testing.T) {
 	if v["result"] != "PASS" {
 		t.Errorf("verdict %v", v["result"])
 	}
+	// The verdict's timeline has each move's freezes with their starts
+	// (the evidence's freeze_t, paired with freeze_ms), drawn as bands.
+	var vt struct {
+		Timeline struct {
+			Faults []struct {
+				ID   string
+				Move *struct {
+					FreezeMS []float64 `json:"freeze_ms"`
+					FreezeT  []int64   `json:"freeze_t"`
+				}
+			}
+		}
+	}
+	vb, err := os.ReadFile(filepath.Join(out, "verdict.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(vb, &vt); err != nil {
+		t.Fatal(err)
+	}
+	timed := 0
+	for _, w := range vt.Timeline.Faults {
+		if w.Move == nil || len(w.Move.FreezeMS) == 0 {
+			continue
+		}
+		if len(w.Move.FreezeT) != len(w.Move.FreezeMS) {
+			t.Errorf("fault %s: freezes %v ms with starts %v: want a start for each", w.ID, w.Move.FreezeMS, w.Move.FreezeT)
+			continue
+		}
+		timed++
+	}
+	if timed == 0 {
+		t.Errorf("no move window of the verdict's timeline has its freezes (want the %d moves done)", moved)
+	}
 }
 
 // logFaultErrors logs the distinct errors of a faults.json's events.

@@ -1,8 +1,8 @@
 package cli
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,21 +33,14 @@ func freezeCatalog(cfg *config.Config) string {
 
 // journalMove is what the freezes are read from: one row of the catalog's
 // move journal, with when the generation its flip wrote was pushed
-// (FlippedAt, nil before a flip) and its detail's "freezes", if the mover
-// recorded them there.
+// (FlippedAt, nil before a flip) and its detail, whose "freezes" the
+// mover records (catalog.FreezeRecord).
 type journalMove struct {
 	ID        int64
 	Lo, Hi    int
 	From, To  string
 	FlippedAt *time.Time
 	Detail    string
-}
-
-// journalFreeze is a freeze as a move's detail may record it.
-type journalFreeze struct {
-	StartedAt time.Time `json:"started_at"`
-	MS        float64   `json:"ms"`
-	Abandoned bool      `json:"abandoned"`
 }
 
 // readRunFreezes reads the move journal of the catalog at dsn and returns
@@ -92,33 +85,38 @@ func readRunFreezes(ctx context.Context, dsn string, from, start, end time.Time)
 }
 
 // runFreezes turns journal rows into the freezes that started within
-// [from, end], by start time, StartS counted from start: each freeze a move's detail records
-// ("freezes": started_at, ms, abandoned), or else, for a flipped move, its
-// flip (the end of its successful freeze: the journal records no freeze
-// times of its own), marked AtFlip.
+// [from, end], by start time, StartS counted from start: each freeze a
+// move's detail records (catalog.FreezeRecord: start, hold, abandoned and
+// why) and, for a flipped move whose detail records no flipped freeze (a
+// row journaled before freezes were recorded, or a mover that died
+// between its flip and the clean-up's journal step), its flip — the end
+// of its successful freeze, with no length of its own — marked AtFlip.
 func runFreezes(ms []journalMove, from, start, end time.Time) []loadgen.Freeze {
 	var out []loadgen.Freeze
-	add := func(m journalMove, at time.Time, dur float64, atFlip, abandoned bool) {
+	add := func(m journalMove, at time.Time, dur float64, atFlip bool, why string) {
 		if at.Before(from) || at.After(end) {
 			return
 		}
 		out = append(out, loadgen.Freeze{Move: m.ID, Lo: m.Lo, Hi: m.Hi, From: m.From, To: m.To, Started: at.UTC(),
-			DurationMS: dur, StartS: at.Sub(start).Seconds(), AtFlip: atFlip, Abandoned: abandoned})
+			DurationMS: dur, StartS: at.Sub(start).Seconds(), AtFlip: atFlip, Abandoned: why != "", Why: why})
 	}
 	for _, m := range ms {
-		var d struct {
-			Freezes []journalFreeze `json:"freezes"`
-		}
-		if json.Unmarshal([]byte(m.Detail), &d) == nil && len(d.Freezes) > 0 {
-			for _, f := range d.Freezes {
-				if !f.StartedAt.IsZero() {
-					add(m, f.StartedAt, max(f.MS, 0), false, f.Abandoned)
-				}
+		// A detail that cannot be read has no freezes: the flip still marks.
+		fs, _ := catalog.DecodeFreezes([]byte(m.Detail))
+		flipped := false
+		for _, f := range fs {
+			if f.StartedAt.IsZero() {
+				continue
 			}
-			continue
+			why := ""
+			if f.Abandoned() {
+				why = cmp.Or(f.Why, catalog.WhyError)
+			}
+			flipped = flipped || f.Outcome == catalog.FreezeFlipped
+			add(m, f.StartedAt, max(f.MS, 0), false, why)
 		}
-		if m.FlippedAt != nil {
-			add(m, *m.FlippedAt, 0, true, false)
+		if m.FlippedAt != nil && !flipped {
+			add(m, *m.FlippedAt, 0, true, "")
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 )
 
 // TestRunFreezes turns journal rows into the run's freezes: the freezes a
-// move's detail records, exactly; a flipped move without them, its flip
-// (AtFlip); nothing for a move not flipped, or outside the run.
+// move's detail records, exactly (abandoned ones with why); a flipped
+// move without a flipped freeze recorded (an old row, or a mover that died
+// before recording it), its flip (AtFlip); nothing for a move not
+// flipped, or outside the run.
 func TestRunFreezes(t *testing.T) {
 	start := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	end := start.Add(45 * time.Second)
@@ -24,26 +27,31 @@ func TestRunFreezes(t *testing.T) {
 	ms := []journalMove{
 		{ID: 1, Lo: 0, Hi: 63, From: "shard0", To: "shard2", FlippedAt: at(12)},
 		{ID: 2, Lo: 64, Hi: 127, From: "shard1", To: "shard2", FlippedAt: at(30),
-			Detail: `{"copy_rows": 10, "freezes": [{"started_at": "` + at(20).Format(time.RFC3339Nano) + `", "ms": 140, "abandoned": true},
-			                                         {"started_at": "` + at(29.9).Format(time.RFC3339Nano) + `", "ms": 61.5}]}`},
+			Detail: `{"copy_rows": 10, "freezes": [{"started_at": "` + at(20).Format(time.RFC3339Nano) + `", "ms": 140, "outcome": "abandoned", "why": "deadline"},
+			                                         {"started_at": "` + at(29.9).Format(time.RFC3339Nano) + `", "ms": 61.5, "outcome": "flipped"}]}`},
 		{ID: 3, Lo: 128, Hi: 191, From: "shard0", To: "shard2"},                    // not flipped
 		{ID: 4, Lo: 192, Hi: 255, From: "shard1", To: "shard2", FlippedAt: at(-3)}, // before the run
 		{ID: 5, Lo: 256, Hi: 300, From: "shard1", To: "shard2", FlippedAt: at(46)}, // after it
+		// Flipped, but only an abandoned freeze recorded: that and the flip.
+		{ID: 6, Lo: 301, Hi: 310, From: "shard1", To: "shard2", FlippedAt: at(40),
+			Detail: `{"freezes": [{"started_at": "` + at(35).Format(time.RFC3339Nano) + `", "ms": 3, "outcome": "abandoned", "why": "catch_up"}]}`},
+		// A detail that cannot be read: the flip.
+		{ID: 7, Lo: 311, Hi: 320, From: "shard1", To: "shard2", FlippedAt: at(41), Detail: `{"freezes": 3}`},
 	}
 	got := runFreezes(ms, start, start, end)
-	if len(got) != 3 {
-		t.Fatalf("freezes %+v, want 3", got)
+	if len(got) != 6 {
+		t.Fatalf("freezes %+v, want 6", got)
 	}
 	want := []struct {
-		move      int64
-		startS    float64
-		ms        float64
-		atFlip    bool
-		abandoned bool
-	}{{1, 12, 0, true, false}, {2, 20, 140, false, true}, {2, 29.9, 61.5, false, false}}
+		move   int64
+		startS float64
+		ms     float64
+		atFlip bool
+		why    string
+	}{{1, 12, 0, true, ""}, {2, 20, 140, false, "deadline"}, {2, 29.9, 61.5, false, ""}, {6, 35, 3, false, "catch_up"}, {6, 40, 0, true, ""}, {7, 41, 0, true, ""}}
 	for i, w := range want {
 		g := got[i]
-		if g.Move != w.move || g.StartS < w.startS-1e-6 || g.StartS > w.startS+1e-6 || g.DurationMS != w.ms || g.AtFlip != w.atFlip || g.Abandoned != w.abandoned {
+		if g.Move != w.move || g.StartS < w.startS-1e-6 || g.StartS > w.startS+1e-6 || g.DurationMS != w.ms || g.AtFlip != w.atFlip || g.Abandoned != (w.why != "") || g.Why != w.why {
 			t.Errorf("freeze %d: %+v, want %+v", i, g, w)
 		}
 	}
@@ -54,7 +62,7 @@ func TestRunFreezes(t *testing.T) {
 		t.Error("no moves: want no freezes")
 	}
 	// With the setup in the window: move 4, 3 s before the start.
-	if got := runFreezes(ms, start.Add(-5*time.Second), start, end); len(got) != 4 || got[0].Move != 4 || got[0].StartS != -3 {
+	if got := runFreezes(ms, start.Add(-5*time.Second), start, end); len(got) != 7 || got[0].Move != 4 || got[0].StartS != -3 {
 		t.Errorf("with 5 s of setup: %+v, want move 4 first at -3 s", got)
 	}
 }
@@ -130,6 +138,30 @@ func TestReadRunFreezesFromACatalog(t *testing.T) {
 	}
 	if len(fz) != 1 || fz[0].Move != ms[0].ID || fz[0].Lo != r.Lo || fz[0].Hi != r.Hi || fz[0].From != from || fz[0].To != to || !fz[0].AtFlip {
 		t.Fatalf("freezes %+v, want move %d's flip (%d-%d %s→%s)", fz, ms[0].ID, r.Lo, r.Hi, from, to)
+	}
+	// The freezes the mover records (one that failed, then the flipped
+	// one with the clean-up's step) replace the flip's mark, appended in
+	// order to what the detail holds.
+	t0 := time.Now().Add(-time.Minute)
+	failed := catalog.NewFreezeRecord(t0, 12*time.Millisecond, catalog.FreezeAbandoned, catalog.WhyError, "shard down")
+	flipped := catalog.NewFreezeRecord(t0.Add(time.Second), 34*time.Millisecond, catalog.FreezeFlipped, "", "")
+	if err := cat.RecordFreezes(ctx, ms[0].ID, []catalog.FreezeRecord{failed}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.UpdateMove(ctx, ms[0].ID, []string{catalog.PhaseFlipped}, catalog.MoveUpdate{Phase: catalog.PhaseCleaning,
+		Detail: []byte(`{"note": 1}`), Freezes: []catalog.FreezeRecord{flipped}}); err != nil {
+		t.Fatal(err)
+	}
+	if fz, err = readRunFreezes(ctx, dsn, before, before, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if len(fz) != 2 || fz[0].AtFlip || !fz[0].Abandoned || fz[0].Why != catalog.WhyError || fz[0].DurationMS != 12 ||
+		!fz[0].Started.Equal(failed.StartedAt) || fz[1].AtFlip || fz[1].Abandoned || fz[1].DurationMS != 34 {
+		t.Fatalf("freezes %+v, want the two recorded (12 ms abandoned, 34 ms flipped)", fz)
+	}
+	all, err := cat.Moves(ctx, false)
+	if err != nil || len(all) != 1 || !strings.Contains(string(all[0].Detail), `"note": 1`) {
+		t.Errorf("the journal step's detail merged beside the freezes: %+v, %v", all, err)
 	}
 	if fz, err := readRunFreezes(ctx, dsn, before, before, before.Add(time.Minute)); err != nil || len(fz) != 0 {
 		t.Errorf("a window before the move: %+v, %v", fz, err)

@@ -88,28 +88,40 @@ func TestReshardCLI(t *testing.T) {
 	if lr.code != 0 {
 		t.Errorf("loadgen through a catalog-following router during the moves: exit %d\nstdout:\n%s\nstderr:\n%s", lr.code, lr.stdout, lr.stderr)
 	}
-	// The load's result has the moves' flips from the catalog's journal
+	// The load's result has the moves' freezes from the catalog's journal
 	// (the moves ran while it did), which its report marks.
 	if b, err := os.ReadFile(filepath.Join(loadOut, "result.json")); err != nil {
 		t.Error(err)
 	} else {
 		var res struct {
 			Freezes []struct {
-				Lo, Hi   int
-				From, To string
-				AtFlip   bool `json:"at_flip"`
+				Lo, Hi     int
+				From, To   string
+				DurationMS float64 `json:"duration_ms"`
+				AtFlip     bool    `json:"at_flip"`
+				Abandoned  bool    `json:"abandoned"`
 			} `json:"freezes"`
 		}
-		// Both flips normally fall within the load (its setup included),
-		// but the mover and the load start together: a flip may precede
-		// the load's start, so only what is listed is checked.
-		if err := json.Unmarshal(b, &res); err != nil || len(res.Freezes) > 2 {
-			t.Errorf("loadgen result's freezes %+v (%v), want at most the two moves' flips", res.Freezes, err)
+		// Both moves' freezes normally fall within the load (its setup
+		// included), but the mover and the load start together: a freeze
+		// may precede the load's start, so only what is listed is checked.
+		if err := json.Unmarshal(b, &res); err != nil {
+			t.Errorf("loadgen result: %v", err)
 		}
+		flipped := 0
 		for _, f := range res.Freezes {
-			if !f.AtFlip || f.To != "shard2" || f.Hi < f.Lo {
-				t.Errorf("loadgen result's freeze %+v: want a flip of a move to shard2", f)
+			if !f.Abandoned {
+				flipped++
 			}
+			// The journal records each freeze, a start and a length, with
+			// the step after it; a move read between its flip and its
+			// clean-up's step (the load ended first) is marked at its flip.
+			if f.DurationMS < 0 || f.To != "shard2" || f.Hi < f.Lo || (f.AtFlip && (f.Abandoned || f.DurationMS != 0)) {
+				t.Errorf("loadgen result's freeze %+v: want a freeze of a move to shard2", f)
+			}
+		}
+		if flipped > 2 {
+			t.Errorf("loadgen result's freezes %+v: %d flipped, want at most the two moves'", res.Freezes, flipped)
 		}
 		t.Logf("loadgen result's freezes: %+v", res.Freezes)
 	}
@@ -117,7 +129,7 @@ func TestReshardCLI(t *testing.T) {
 		t.Errorf("store demo with a catalog in the config:\n%s", r.stdout)
 	}
 	r = mustRun(t, "", "reshard", "status", "-c", cfg, "--all")
-	if strings.Count(r.stdout, " done ") != 2 || !strings.Contains(r.stdout, "at epoch 4") {
+	if strings.Count(r.stdout, " done ") != 2 || !strings.Contains(r.stdout, "at epoch 4") || !strings.Contains(r.stdout, " LONGEST  ABANDONED ") {
 		t.Errorf("reshard status --all:\n%s", r.stdout)
 	}
 	r = mustRun(t, "", "map", "show", "-c", cfg, "--json")
