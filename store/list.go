@@ -69,12 +69,12 @@ func DecodeCursor(cursor string) (string, error) {
 // parent_id, active_path, outcome). Roots are parent_id IS NULL, as in the
 // seed. Every non-empty id sorts after ”, the no-cursor value. Rows of
 // buckets the shard's fence does not serve are left out (migration 0008),
-// and the served set comes with them (servedScanSQL).
-var listSQL = servedScanSQL(`e.id, e.definition_id, e.version, COALESCE(d.status, '') AS status,
+// (newScan).
+var listSQL = newScan(`e.id, e.definition_id, e.version, COALESCE(d.status, '') AS status,
     COALESCE(d.parent_id, '') AS parent_id, d.active_path, d.outcome`,
-	`FROM executions e
-    CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)
-    WHERE e.id COLLATE "C" > $1::text
+	`executions e
+    CROSS JOIN LATERAL jsonb_to_record(e.data::jsonb) AS d(status text, parent_id text, active_path jsonb, outcome jsonb)`,
+	`e.id COLLATE "C" > $1::text
       AND `+fenceServes("e.id")+`
       AND ($2::text = '' OR e.definition_id = $2::text)
       AND (cardinality($3::text[]) = 0 OR d.status = ANY($3::text[]))
@@ -84,13 +84,17 @@ var listSQL = servedScanSQL(`e.id, e.definition_id, e.version, COALESCE(d.status
 // ListExecutions returns one page of executions matching o, ordered by id
 // (bytewise). It reads Limit+1 rows to learn whether a next page exists.
 func (s *Store) ListExecutions(ctx context.Context, o ListOptions) (Page, error) {
-	page, _, err := s.ListExecutionsServed(ctx, o)
+	page, _, err := s.listExecutions(ctx, o, false)
 	return page, err
 }
 
 // ListExecutionsServed is ListExecutions with the served set its scan was
 // filtered by, read in the scan's own snapshot (served.go).
 func (s *Store) ListExecutionsServed(ctx context.Context, o ListOptions) (Page, Served, error) {
+	return s.listExecutions(ctx, o, true)
+}
+
+func (s *Store) listExecutions(ctx context.Context, o ListOptions, served bool) (Page, Served, error) {
 	after, err := DecodeCursor(o.Cursor)
 	if err != nil {
 		return Page{}, Served{}, fmt.Errorf("list executions: %w", err)
@@ -104,7 +108,7 @@ func (s *Store) ListExecutionsServed(ctx context.Context, o ListOptions) (Page, 
 	var id, def, status, parent *string
 	var version *int
 	var path, outcome []byte
-	sv, err := s.servedQuery(ctx, listSQL, []any{after, o.DefinitionID, statuses, o.RootsOnly, int64(limit + 1)},
+	sv, err := s.scan(ctx, listSQL, served, []any{after, o.DefinitionID, statuses, o.RootsOnly, int64(limit + 1)},
 		[]any{&id, &def, &version, &status, &parent, &path, &outcome},
 		func() error {
 			if id == nil || def == nil || version == nil || status == nil || parent == nil {

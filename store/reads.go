@@ -250,23 +250,26 @@ func (s *Store) AckOutbox(ctx context.Context, seq int64) error {
 // PendingSpawns returns up to limit spawn intents (all for limit <= 0),
 // ordered by seq.
 func (s *Store) PendingSpawns(ctx context.Context, limit int) ([]SpawnRow, error) {
-	out, _, err := s.PendingSpawnsServed(ctx, limit)
+	out, _, err := s.pendingSpawns(ctx, limit, false)
 	return out, err
 }
-
-// pendingSpawnsSQL: the spawn intents of the buckets the fence serves,
-// with the served set (servedScanSQL).
-var pendingSpawnsSQL = servedScanSQL(`seq, parent_id, child_id, root_path, context`,
-	`FROM spawns WHERE `+fenceServes("parent_id"), `seq`, `$1::bigint`)
 
 // PendingSpawnsServed is PendingSpawns with the served set its scan was
 // filtered by, read in the scan's own snapshot (served.go).
 func (s *Store) PendingSpawnsServed(ctx context.Context, limit int) ([]SpawnRow, Served, error) {
+	return s.pendingSpawns(ctx, limit, true)
+}
+
+// pendingSpawnsSQL: the spawn intents of the buckets the fence serves.
+var pendingSpawnsSQL = newScan(`seq, parent_id, child_id, root_path, context`,
+	`spawns`, fenceServes("parent_id"), `seq`, `$1::bigint`)
+
+func (s *Store) pendingSpawns(ctx context.Context, limit int, served bool) ([]SpawnRow, Served, error) {
 	var out []SpawnRow
 	var seq *int64
 	var parent, child, root *string
 	var ctxt []byte
-	sv, err := s.servedQuery(ctx, pendingSpawnsSQL, []any{limitArg(limit)}, []any{&seq, &parent, &child, &root, &ctxt},
+	sv, err := s.scan(ctx, pendingSpawnsSQL, served, []any{limitArg(limit)}, []any{&seq, &parent, &child, &root, &ctxt},
 		func() error {
 			if seq == nil || parent == nil || child == nil || root == nil {
 				return fmt.Errorf("a spawn row with a NULL column")
@@ -292,23 +295,26 @@ func (s *Store) AckSpawn(ctx context.Context, seq int64) error {
 // DueTimers returns up to limit timers (all for limit <= 0) with fire_at <=
 // now, ordered by fire_at, then execution id and path (bytewise).
 func (s *Store) DueTimers(ctx context.Context, now float64, limit int) ([]Timer, error) {
-	out, _, err := s.DueTimersServed(ctx, now, limit)
+	out, _, err := s.dueTimers(ctx, now, limit, false)
 	return out, err
 }
-
-// dueTimersSQL: the due timers of the buckets the fence serves, with the
-// served set (servedScanSQL).
-var dueTimersSQL = servedScanSQL(`execution_id, path, fire_at`,
-	`FROM timers WHERE fire_at <= $1::float8 AND `+fenceServes("execution_id"),
-	`fire_at, execution_id COLLATE "C", path COLLATE "C"`, `$2::bigint`)
 
 // DueTimersServed is DueTimers with the served set its scan was filtered
 // by, read in the scan's own snapshot (served.go).
 func (s *Store) DueTimersServed(ctx context.Context, now float64, limit int) ([]Timer, Served, error) {
+	return s.dueTimers(ctx, now, limit, true)
+}
+
+// dueTimersSQL: the due timers of the buckets the fence serves.
+var dueTimersSQL = newScan(`execution_id, path, fire_at`,
+	`timers`, `fire_at <= $1::float8 AND `+fenceServes("execution_id"),
+	`fire_at, execution_id COLLATE "C", path COLLATE "C"`, `$2::bigint`)
+
+func (s *Store) dueTimers(ctx context.Context, now float64, limit int, served bool) ([]Timer, Served, error) {
 	var out []Timer
 	var id, path *string
 	var at *float64
-	sv, err := s.servedQuery(ctx, dueTimersSQL, []any{now, limitArg(limit)}, []any{&id, &path, &at},
+	sv, err := s.scan(ctx, dueTimersSQL, served, []any{now, limitArg(limit)}, []any{&id, &path, &at},
 		func() error {
 			if id == nil || path == nil || at == nil {
 				return fmt.Errorf("a timer row with a NULL column")

@@ -32,16 +32,29 @@ type Served struct {
 	Ranges []BucketRange
 }
 
-// servedScanSQL wraps a scan (its data columns cols, its FROM and WHERE
-// text, which may use fs.served and fs.buckets, and its ORDER BY) so that
-// one statement — one snapshot — returns the fence's served set in its
-// first row and the scan's rows, at most $limit of them, numbered in
-// order. With no matching row it returns the served set alone (every data
-// column NULL). Columns: buckets, fenced, los, his (his inclusive), n,
-// then cols.
-func servedScanSQL(cols, fromWhere, order, limit string) string {
+// scanSQL is a scan over all rows of a shard in two forms, both filtered
+// to the buckets the fence serves: plain, the scan alone (the form a
+// client of the proxy can send: the proxy fans it out and merges it), and
+// served, which also returns the served set (see newScan).
+type scanSQL struct{ plain, served string }
+
+// newScan builds a scan of the data columns cols from from (whose where
+// may use fs.served and fs.buckets), ordered by order, at most limit rows.
+// Its served form returns, in one statement — one snapshot — the fence's
+// served set in its first row and the scan's rows numbered in order; with
+// no matching row it returns the served set alone (every data column
+// NULL). Its columns: buckets, fenced, los, his (his inclusive), n, then
+// cols.
+func newScan(cols, from, where, order, limit string) scanSQL {
 	first := `CASE WHEN coalesce(t.n, 1) = 1 THEN `
-	return `WITH fs AS MATERIALIZED (SELECT buckets, served FROM pgshard_fence_served())
+	return scanSQL{
+		plain: `SELECT ` + cols + `
+FROM ` + from + `
+CROSS JOIN pgshard_fence_served() fs
+WHERE ` + where + `
+ORDER BY ` + order + `
+LIMIT ` + limit,
+		served: `WITH fs AS MATERIALIZED (SELECT buckets, served FROM pgshard_fence_served())
 SELECT ` + first + `fs.buckets END,
        ` + first + `fs.served IS NOT NULL END,
        ` + first + `(SELECT array_agg(lower(r) ORDER BY lower(r)) FROM unnest(fs.served) r) END,
@@ -49,13 +62,31 @@ SELECT ` + first + `fs.buckets END,
        t.*
 FROM fs LEFT JOIN LATERAL (
     SELECT row_number() OVER (ORDER BY ` + order + `) AS n, ` + cols + `
-    ` + fromWhere + `
+    FROM ` + from + `
+    WHERE ` + where + `
     ORDER BY ` + order + `
     LIMIT ` + limit + `) t ON true
-ORDER BY t.n`
+ORDER BY t.n`,
+	}
 }
 
-// servedQuery runs a servedScanSQL statement: it fills the served set
+// scan runs q — its served form when served is set, else its plain form
+// (and returns no served set) — calling row for every row with dest, the
+// data columns' destinations (pointers to pointers or to slices: the
+// served form's served-only row has NULLs), filled.
+func (s *Store) scan(ctx context.Context, q scanSQL, served bool, args []any, dest []any, row func() error) (Served, error) {
+	if served {
+		return s.servedQuery(ctx, q.served, args, dest, row)
+	}
+	return Served{}, s.query(ctx, q.plain, args, func(r pgx.Rows) error {
+		if err := r.Scan(dest...); err != nil {
+			return err
+		}
+		return row()
+	})
+}
+
+// servedQuery runs a scan's served form: it fills the served set
 // from the first row and calls row with the data columns' destinations
 // filled for every row that has one. dest are the data columns'
 // destinations (pointers to pointers: the served-only row has NULLs).
