@@ -53,6 +53,29 @@ func moveBucket(t *testing.T, m *shardmap.Map, b int, to string) *shardmap.Map {
 	return next
 }
 
+// copyQuery reads one row of an execution (read, by its id) and writes
+// it (write, with the row's columns as its parameters).
+type copyQuery struct{ read, write string }
+
+// copyRows copies execution id's rows from src to dst, one row per query,
+// as a mover's copy would.
+func copyRows(ctx context.Context, t *testing.T, src, dst *store.Store, id string, qs []copyQuery) {
+	t.Helper()
+	for _, q := range qs {
+		rows, err := src.Pool().Query(ctx, q.read, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals, err := collect(rows)
+		if err != nil || len(vals) != 1 {
+			t.Fatalf("%s: %v, %v", q.read, vals, err)
+		}
+		if _, err := dst.Pool().Exec(ctx, q.write, vals[0]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestStaleRouterFenced: a bucket moves from one shard to another (its
 // rows copied, every shard's fence set from the new map, as a mover
 // would). A router still holding the old map cannot read or write the
@@ -77,22 +100,10 @@ func TestStaleRouterFenced(t *testing.T) {
 			// The move: copy the execution's rows, then flip every fence.
 			next := moveBucket(t, old, old.Bucket(id), to)
 			src, dst := shardStore(t, stale, from), shardStore(t, stale, to)
-			for _, q := range []struct{ read, write string }{
-				{`SELECT definition_id, data, version FROM executions WHERE id = $1`, `INSERT INTO executions VALUES ($1, $2, $3, $4)`},
-				{`SELECT event_id FROM processed_events WHERE execution_id = $1`, `INSERT INTO processed_events VALUES ($1, $2)`},
-			} {
-				rows, err := src.Pool().Query(ctx, q.read, id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				vals, err := collect(rows)
-				if err != nil || len(vals) != 1 {
-					t.Fatalf("%s: %v, %v", q.read, vals, err)
-				}
-				if _, err := dst.Pool().Exec(ctx, q.write, append([]any{id}, vals[0]...)...); err != nil {
-					t.Fatal(err)
-				}
-			}
+			copyRows(ctx, t, src, dst, id, []copyQuery{
+				{`SELECT id, definition_id, data, version FROM executions WHERE id = $1`, `INSERT INTO executions VALUES ($1, $2, $3, $4)`},
+				{`SELECT execution_id, event_id FROM processed_events WHERE execution_id = $1`, `INSERT INTO processed_events VALUES ($1, $2)`},
+			})
 			for _, sh := range next.Shards {
 				if _, err := migrations.SetFence(ctx, shardStore(t, stale, sh.Name).Pool(), next); err != nil {
 					t.Fatal(err)
@@ -241,23 +252,11 @@ func TestScanCoverage(t *testing.T) {
 			// fence moved, the destination's owned.
 			next := moveBucket(t, old, old.Bucket(id), to)
 			src, dst := shardStore(t, r, from), shardStore(t, r, to)
-			for _, q := range []struct{ read, write string }{
+			copyRows(ctx, t, src, dst, id, []copyQuery{
 				{`SELECT execution_id, path, fire_at FROM timers WHERE execution_id = $1`, `INSERT INTO timers VALUES ($1, $2, $3)`},
 				{`SELECT parent_id, child_id, root_path, context FROM spawns WHERE parent_id = $1`,
 					`INSERT INTO spawns (parent_id, child_id, root_path, context) VALUES ($1, $2, $3, $4)`},
-			} {
-				rows, err := src.Pool().Query(ctx, q.read, id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				vals, err := collect(rows)
-				if err != nil || len(vals) != 1 {
-					t.Fatalf("%s: %v, %v", q.read, vals, err)
-				}
-				if _, err := dst.Pool().Exec(ctx, q.write, vals[0]...); err != nil {
-					t.Fatal(err)
-				}
-			}
+			})
 			for _, sh := range next.Shards {
 				if _, err := migrations.SetFence(ctx, shardStore(t, r, sh.Name).Pool(), next); err != nil {
 					t.Fatal(err)
