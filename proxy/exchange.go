@@ -377,14 +377,15 @@ func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 	it := &s.items[i]
 	bc := x.bc
 	x.res.errored = true
-	bc.Pool.Stats.NoteError(pgwire.ErrorField(msg, 'C'))
+	code := pgwire.ErrorField(msg, 'C')
+	bc.Pool.Stats.NoteError(code)
 	fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
-	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && pgwire.ErrorField(msg, 'C') == CodeFenceRefused && s.fenceRetryable(i, msg) {
+	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && code == CodeFenceRefused && s.fenceRetryable(i, msg) {
 		// Read the rest (the transaction is aborted), forward
 		// nothing of it, and run the client's message again.
 		x.res.fence = true
 	}
-	s.forwardError(x, it, msg, fatalErr)
+	s.forwardError(x, it, msg, code, fatalErr)
 	if it.flags&fReplay != 0 {
 		x.replayFailed = true
 	}
@@ -411,15 +412,15 @@ func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 	return true, false, nil
 }
 
-// forwardError gives the client the backend's ErrorResponse msg to item
-// it as the client should see it.
-func (s *session) forwardError(x *exchangeState, it *item, msg []byte, fatalErr bool) {
+// forwardError gives the client the backend's ErrorResponse msg (its
+// SQLSTATE code) to item it as the client should see it.
+func (s *session) forwardError(x *exchangeState, it *item, msg []byte, code string, fatalErr bool) {
 	switch {
 	case it.flags&fReplaceErr != 0:
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
 	case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
 		s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
-	case x.replayFailed && it.flags&fClientPart != 0 && pgwire.ErrorField(msg, 'C') == pgwire.CodeInFailedTransaction:
+	case x.replayFailed && it.flags&fClientPart != 0 && code == pgwire.CodeInFailedTransaction:
 		// consequence of the replay's error, already reported
 	case fatalErr && s.pin != nil:
 		// A pinned backend is the client's own session: it ends

@@ -155,7 +155,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 
 	// Apply.
 	env := gen.backendEnv()
-	for p := range pp.kept {
+	for p := range pp.keptAt {
 		p.SetEnv(env)
 	}
 	// Direct pools (pinned sessions' backends) follow their shard's pool.
@@ -216,9 +216,8 @@ type poolPlan struct {
 	// fresh are the new generation's new pools, retired the running
 	// generation's pools it does not keep.
 	fresh, retired []*backend.Pool
-	// kept are the running pools the new generation keeps, keptAt their
+	// keptAt are the running pools the new generation keeps, at their
 	// index in it.
-	kept   map[*backend.Pool]bool
 	keptAt map[*backend.Pool]int
 }
 
@@ -229,7 +228,7 @@ type poolPlan struct {
 // (res.Removed).
 func planPools(old, gen *Server, res *ReloadResult) (poolPlan, error) {
 	cfg := &gen.cfg
-	pp := poolPlan{kept: map[*backend.Pool]bool{}, keptAt: map[*backend.Pool]int{}}
+	pp := poolPlan{keptAt: map[*backend.Pool]int{}}
 	oldByName := map[string]*backend.Pool{}
 	for _, p := range old.pools {
 		oldByName[p.Shard.Name] = p
@@ -238,7 +237,6 @@ func planPools(old, gen *Server, res *ReloadResult) (poolPlan, error) {
 		if p := oldByName[sh.Name]; p != nil && p.Shard == sh && p.ViaPooler == (cfg.UsePooler && sh.PoolerDSN != "") &&
 			old.cfg.ConnectTimeout == cfg.ConnectTimeout {
 			gen.pools = append(gen.pools, p)
-			pp.kept[p] = true
 			pp.keptAt[p] = i
 		} else {
 			np, err := backend.NewPool(gen.backendEnv(), sh, cfg.UsePooler)
@@ -254,7 +252,7 @@ func planPools(old, gen *Server, res *ReloadResult) (poolPlan, error) {
 		}
 	}
 	for _, p := range old.pools {
-		if !pp.kept[p] {
+		if _, ok := pp.keptAt[p]; !ok {
 			pp.retired = append(pp.retired, p)
 			res.Removed = append(res.Removed, p.Shard.Name)
 		}
@@ -283,23 +281,7 @@ func (c *core) verifyFresh(ctx context.Context, old *Server, m *shardmap.Map, pp
 	if err != nil {
 		return fmt.Errorf("the new shard map and the shards disagree: %w", err)
 	}
-	c.mu.Lock()
-	for id, name := range c.dbIDs {
-		for _, p := range pp.retired {
-			if p.Shard.Name == name {
-				delete(c.dbIDs, id)
-			}
-		}
-	}
-	for name, id := range ids {
-		c.dbIDs[id.DatabaseID] = name
-	}
-	c.mu.Unlock()
-	for _, p := range pp.fresh {
-		if _, ok := ids[p.Shard.Name]; ok {
-			p.Verified.Store(true)
-		}
-	}
+	c.recordVerified(ids, pp.fresh, pp.retired)
 	return nil
 }
 

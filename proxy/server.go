@@ -225,17 +225,31 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 			return down, err
 		}
 	}
-	s.mu.Lock()
-	for name, id := range ids {
-		s.dbIDs[id.DatabaseID] = name
+	s.recordVerified(ids, s.pools, nil)
+	return down, nil
+}
+
+// recordVerified records the identities ids (shard name → identity) as
+// the databases of their shards, in place of those of the shards of
+// retired, and marks the pools among pools whose shard they verified.
+func (c *core) recordVerified(ids map[string]migrations.Identity, pools, retired []*backend.Pool) {
+	c.mu.Lock()
+	for id, name := range c.dbIDs {
+		for _, p := range retired {
+			if p.Shard.Name == name {
+				delete(c.dbIDs, id)
+			}
+		}
 	}
-	s.mu.Unlock()
-	for _, p := range s.pools {
+	for name, id := range ids {
+		c.dbIDs[id.DatabaseID] = name
+	}
+	c.mu.Unlock()
+	for _, p := range pools {
 		if _, ok := ids[p.Shard.Name]; ok {
 			p.Verified.Store(true)
 		}
 	}
-	return down, nil
 }
 
 // verifyPools reads the identity records of pools' shards and checks them
