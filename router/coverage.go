@@ -104,9 +104,6 @@ func coverage(served []store.Served) error {
 		buckets = sv.Buckets
 		rs = append(rs, sv.Ranges...)
 	}
-	if len(served) == 0 {
-		return nil
-	}
 	slices.SortFunc(rs, func(a, b store.BucketRange) int { return a.Lo - b.Lo })
 	next := 0 // the first bucket not yet covered
 	for _, r := range rs {

@@ -268,13 +268,13 @@ func (s *Store) pendingSpawns(ctx context.Context, limit int, served bool) ([]Sp
 	var out []SpawnRow
 	var seq *int64
 	var parent, child, root *string
-	var ctxt []byte
+	var ctxt []byte // pgx scans each row's text into a new slice
 	sv, err := s.scan(ctx, pendingSpawnsSQL, served, []any{limitArg(limit)}, []any{&seq, &parent, &child, &root, &ctxt},
 		func() error {
 			if seq == nil || parent == nil || child == nil || root == nil {
 				return fmt.Errorf("a spawn row with a NULL column")
 			}
-			out = append(out, SpawnRow{Seq: *seq, ParentID: *parent, ChildID: *child, RootPath: *root, Context: append([]byte(nil), ctxt...)})
+			out = append(out, SpawnRow{Seq: *seq, ParentID: *parent, ChildID: *child, RootPath: *root, Context: ctxt})
 			return nil
 		})
 	if err != nil {
