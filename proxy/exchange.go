@@ -162,6 +162,10 @@ const (
 	itQuery                      // everything up to ReadyForQuery
 	itAbort                      // an injected failing Parse: its error is replaced by s.lbuf[lo:hi]
 	itLead                       // a fan-out lead (fanlead.go): p.fan.leads[lo], answered by runFanout
+	// itQueryHead: the fence's assert inlined first in the client's query
+	// string (appendClientQuery): its answers up to its CommandComplete,
+	// or its error (then the string's ReadyForQuery is the next item's).
+	itQueryHead
 )
 
 // extended reports whether the backend skips this kind after an error
@@ -198,6 +202,9 @@ type item struct {
 	// cs is a statement-cache entry: confirmed by ParseComplete, dropped
 	// when the statement fails in a way that needs re-preparing.
 	cs *backend.CachedStmt
+	// posShift: the length of an assert inlined ahead of the client's
+	// query string; error and notice positions are moved back by it.
+	posShift int32
 }
 
 // addLocal appends a local item answering with the bytes appended to
@@ -288,7 +295,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 				continue
 			case 'N':
 				if it.flags&fSwallow == 0 {
-					s.out = append(s.out, msg...)
+					s.out = shiftPosition(s.out, msg, it.posShift)
 				}
 				continue
 			case 'A':
@@ -320,7 +327,7 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 					// not: report the same error, as ERROR.
 					s.out = pgwire.AppendErrorSeverity(s.out, msg, "ERROR")
 				default:
-					s.out = append(s.out, msg...)
+					s.out = shiftPosition(s.out, msg, it.posShift)
 				}
 				if it.flags&fReplay != 0 {
 					replayFailed = true
@@ -341,6 +348,12 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 				if it.kind == itQuery || it.kind == itSync {
 					// The query goes on to ReadyForQuery; so does a Sync
 					// whose implicit COMMIT failed (a deferred constraint).
+					continue
+				}
+				if it.kind == itQueryHead {
+					// The string ends here; its ReadyForQuery is the
+					// client's item's.
+					done = true
 					continue
 				}
 				errored = true
@@ -403,6 +416,14 @@ func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 			case itClose:
 				ok, done = typ == '3', true
 			case itQuery:
+			case itQueryHead:
+				switch typ {
+				case 'T', 'D':
+				case 'C':
+					done = true
+				default:
+					ok = false
+				}
 			default:
 				ok = false
 			}

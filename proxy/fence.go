@@ -259,11 +259,14 @@ func (p *planner) fenceHeld() {
 	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
-	if p.simple {
+	switch {
+	case p.simple && p.inlineOK && inlinable(key):
+		p.inlineFence, p.inlineFlags = key, fl
+	case p.simple:
 		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
 		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fl})
-	} else {
+	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
 	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
@@ -284,6 +287,83 @@ func (p *planner) appendFenceExtended(key string, flag itemFlags) {
 	s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
 		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
 	p.backendUnnamed = nil
+}
+
+// inlinable reports whether key's assert may go inline in a client's
+// query string: an ASCII key, so the assert's length in characters (the
+// unit of an error's position) is its length in bytes whatever the
+// client's encoding.
+func inlinable(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if key[i] >= 0x80 || key[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendClientQuery appends the client's Query message msg as the
+// client's item (flags queryFlags, effect eff). With an assert to
+// inline (planner.inlineFence, set by ensureBackend or fenceHeld), the
+// Query sent is the assert, then the client's query string:
+//
+//	Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//
+// one implicit transaction (or a part of the client's transaction
+// block), answered by an itQueryHead item (the assert's row and
+// CommandComplete swallowed; its error is the client's, and ends the
+// string: Postgres skips the rest) and the client's itQuery (its
+// statements' answers and the ReadyForQuery). Positions in errors and
+// notices of either are moved back by the assert's length (posShift),
+// so they point into the client's own string.
+func (p *planner) appendClientQuery(msg []byte, eff *effect) {
+	s := p.s
+	key := p.inlineFence
+	if key == "" {
+		s.bw = append(s.bw, msg...)
+		s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+		return
+	}
+	p.inlineFence = ""
+	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	start := len(bw)
+	bw = append(appendFenceSQL(bw, key), ";\n"...)
+	shift := int32(len(bw) - start)
+	bw = append(bw, pgwire.Body(msg)...) // the client's string and its NUL
+	s.bw = pgwire.FinishMsg(bw, sp)
+	s.items = append(s.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
+		item{kind: itQuery, flags: p.queryFlags(), eff: eff, posShift: shift})
+}
+
+// shiftPosition returns the ErrorResponse or NoticeResponse msg with its
+// position field ('P') moved back by shift characters (an inlined
+// assert's length), appended to dst; msg as is when it has no position
+// past the assert.
+func shiftPosition(dst, msg []byte, shift int32) []byte {
+	if shift == 0 {
+		return append(dst, msg...)
+	}
+	b := pgwire.Body(msg)
+	for i := 0; i < len(b) && b[i] != 0; {
+		code := b[i]
+		v, j, err := pgwire.CString(b, i+1)
+		if err != nil {
+			break
+		}
+		if code == 'P' {
+			n, err := strconv.Atoi(string(v))
+			if err != nil || n <= int(shift) {
+				break
+			}
+			out, sp := pgwire.BeginMsg(dst, msg[0])
+			out = append(out, b[:i+1]...)
+			out = strconv.AppendInt(out, int64(n)-int64(shift), 10)
+			out = append(out, b[j-1:]...) // from the value's NUL on
+			return pgwire.FinishMsg(out, sp)
+		}
+		i = j
+	}
+	return append(dst, msg...)
 }
 
 // fenceSQL is appendFenceSQL as a string.
