@@ -19,8 +19,8 @@ import (
 )
 
 // BenchmarkProxyFence measures the shard fence's cost (migration 0008,
-// issue 20) as a client of the proxy sees it, on a real migrated
-// cluster through PgBouncer, fence on vs off side by side in one run:
+// issue 20) as a client of the proxy sees it, on a real cluster through
+// PgBouncer, fence on vs off side by side in one run:
 //
 //	simple    keyed point SELECT, simple protocol (one Query)
 //	extended  the same, extended protocol (Bind/Execute/Sync of a
@@ -28,40 +28,51 @@ import (
 //	commit    the store's fast-path commit (pgshard_commit_cas)
 //	load      the store's keyed read (Load: the fence's verdict in SQL)
 //
-// Off: every shard's fence switched off (pgshard_fence_off) and the
-// clients on a proxy with Config.Fence off (no assert attached). On:
-// every shard's fence on and the clients on a proxy with Config.Fence
-// on (each keyed transaction asserts its key: fence.go). The settings
-// alternate in chunks of operations (which goes first rotates), on the
-// same database and rows, so both see the same machine whatever its
-// load; it reports µs per operation of each and the ratio on/off (goal
-// ≤ 1.05). Asserts nothing:
+// On: a migrated database (its fence set from the map) behind a proxy
+// with Config.Fence on (each keyed transaction asserts its key:
+// fence.go). Off: a second migrated database on the same servers with
+// every shard's fence switched off (pgshard_fence_off), behind a proxy
+// with Config.Fence off (no assert attached). Each worker alternates
+// on and off operation by operation (which goes first alternates too),
+// so both share every moment of the machine whatever its load does; it
+// reports µs per operation (summed latency / operations) of each and
+// the ratio on/off (goal ≤ 1.05). Asserts nothing:
 //
 //	go test -run '^$' -bench BenchmarkProxyFence -benchtime 2000x ./proxy/
 func BenchmarkProxyFence(b *testing.B) {
-	const workers, chunk, executions = 4, 100, 64
-	ctx := context.Background()
-	c := clustertest.Get(b)
-	m := clustertest.MigratedMap(b, c)
-	dsns := [2]string{}
-	for mode, fm := range []proxy.FenceMode{proxy.FenceOff, proxy.FenceOn} {
-		dsns[mode] = benchProxy(b, m, fm)
-	}
+	const workers, executions = 4, 64
 	const off, on = 0, 1
 	names := [2]string{"off", "on"}
-
-	// Per setting: a store and workers connections on its proxy.
+	ctx := context.Background()
+	c := clustertest.Get(b)
 	var stores [2]*store.Store
 	var conns [2][]*pgx.Conn
-	for mode := range 2 {
-		s, err := store.Open(ctx, dsns[mode], store.Options{MaxConns: workers, ConnectAttempts: 3})
+	var shards int
+	for mode, fm := range []proxy.FenceMode{proxy.FenceOff, proxy.FenceOn} {
+		m := clustertest.MigratedMap(b, c)
+		shards = len(m.Shards)
+		if mode == off {
+			for _, sh := range m.Shards {
+				cn, err := pgx.Connect(ctx, sh.DSN)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, err = cn.Exec(ctx, `SELECT pgshard_fence_off()`)
+				cn.Close(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		dsn := benchProxy(b, m, fm)
+		s, err := store.Open(ctx, dsn, store.Options{MaxConns: workers, ConnectAttempts: 3})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(s.Close)
 		stores[mode] = s
 		for range workers {
-			cn, err := pgx.Connect(ctx, dsns[mode])
+			cn, err := pgx.Connect(ctx, dsn)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -69,34 +80,23 @@ func BenchmarkProxyFence(b *testing.B) {
 			conns[mode] = append(conns[mode], cn)
 		}
 	}
-	exes := make([]*store.Execution, executions)
-	for i := range exes {
-		exes[i] = &store.Execution{ID: fmt.Sprintf("fence-bench-%04d", i), DefinitionID: "bench", Status: "running"}
-		if err := stores[off].Save(ctx, exes[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// set switches every shard's fence.
-	set := func(mode int) {
-		q := [2]string{`SELECT pgshard_fence_off()`, `SELECT pgshard_fence_on()`}[mode]
-		for _, sh := range m.Shards {
-			cn, err := pgx.Connect(ctx, sh.DSN)
-			if err != nil {
+	// The same executions in both databases (a copy each: commits
+	// advance their versions).
+	var exes [2][]*store.Execution
+	for mode := range 2 {
+		for i := range executions {
+			e := &store.Execution{ID: fmt.Sprintf("fence-bench-%04d", i), DefinitionID: "bench", Status: "running"}
+			if err := stores[mode].Save(ctx, e); err != nil {
 				b.Fatal(err)
 			}
-			_, err = cn.Exec(ctx, q)
-			cn.Close(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
+			exes[mode] = append(exes[mode], e)
 		}
 	}
 	const pointSQL = `SELECT data FROM executions WHERE id = $1`
-	type path struct {
+	paths := []struct {
 		name string
 		op   func(mode, w int, e *store.Execution) error
-	}
-	paths := []path{
+	}{
 		{"simple", func(mode, w int, e *store.Execution) error {
 			var data []byte
 			return conns[mode][w].QueryRow(ctx, pointSQL, pgx.QueryExecModeSimpleProtocol, e.ID).Scan(&data)
@@ -113,54 +113,48 @@ func BenchmarkProxyFence(b *testing.B) {
 			return err
 		}},
 	}
-	// run does n operations of op with workers goroutines, each on its
-	// own executions (commits never conflict), and returns the wall time.
-	run := func(n, mode int, op func(mode, w int, e *store.Execution) error) time.Duration {
-		start := time.Now()
-		var g errgroup.Group
-		for w := range workers {
-			g.Go(func() error {
-				for i := w; i < n; i += workers {
-					if err := op(mode, w, exes[(i/workers)%(executions/workers)*workers+w]); err != nil {
-						return err
+	// Worker w does operations i = w, w+workers, ... < b.N, each on its
+	// own executions (commits never conflict): every path, on and off.
+	spent := make([][workers][2]time.Duration, len(paths))
+	b.ResetTimer()
+	var g errgroup.Group
+	for w := range workers {
+		g.Go(func() error {
+			for i := w; i < b.N; i += workers {
+				x := (i/workers)%(executions/workers)*workers + w
+				for j, p := range paths {
+					for k := range 2 {
+						mode := (i/workers + j + k) % 2
+						start := time.Now()
+						if err := p.op(mode, w, exes[mode][x]); err != nil {
+							return fmt.Errorf("%s, fence %s: %w", p.name, names[mode], err)
+						}
+						spent[j][w][mode] += time.Since(start)
 					}
 				}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
-	spent := make([][2]time.Duration, len(paths))
-	ops := 0
-	b.ResetTimer()
-	for done, round := 0, 0; done < b.N; round++ {
-		n := min(chunk, b.N-done)
-		for k := range 2 {
-			mode := (round + k) % 2 // rotate which setting goes first
-			set(mode)
-			for j, p := range paths {
-				spent[j][mode] += run(n, mode, p.op)
 			}
-		}
-		ops += n
-		done += n
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
 	b.StopTimer()
-	set(on)
-	perOp := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(ops) }
 	line := ""
 	for j, p := range paths {
-		us := [2]float64{perOp(spent[j][off]), perOp(spent[j][on])}
+		var us [2]float64
 		for mode := range 2 {
+			var d time.Duration
+			for w := range workers {
+				d += spent[j][w][mode]
+			}
+			us[mode] = float64(d.Microseconds()) / float64(b.N)
 			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-µs/op")
 		}
 		b.ReportMetric(us[on]/us[off], p.name+"-on/off")
 		line += fmt.Sprintf("\n  %-8s off %7.1f µs/op, on %7.1f; on/off %.3f", p.name, us[off], us[on], us[on]/us[off])
 	}
-	b.Logf("fence through the proxy (PgBouncer, %d shards, %d ops each, %d workers):%s", len(m.Shards), ops, workers, line)
+	b.Logf("fence through the proxy (PgBouncer, %d shards, %d ops each, %d workers):%s", shards, b.N, workers, line)
 }
 
 // benchProxy runs a proxy for m through PgBouncer with fence mode fm

@@ -31,7 +31,10 @@ func TestProxyFenceInlineSimple(t *testing.T) {
 	}
 
 	const bad = `SELECT nope FROM executions WHERE id = 'inline-x'`
-	want := pgErrorOf(t, func() error { _, err := e.db.shardConn(t, 0).Exec(ctx, bad, pgx.QueryExecModeSimpleProtocol); return err })
+	want := pgErrorOf(t, func() error {
+		_, err := e.db.shardConn(t, 0).Exec(ctx, bad, pgx.QueryExecModeSimpleProtocol)
+		return err
+	})
 	got := pgErrorOf(t, func() error { _, err := conn.Exec(ctx, bad); return err })
 	if got.Code != want.Code || got.Position != want.Position || got.Position == 0 {
 		t.Fatalf("through the proxy: %s at %d, want %s at %d (as directly)", got.Code, got.Position, want.Code, want.Position)
