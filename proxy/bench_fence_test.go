@@ -1,16 +1,23 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -35,8 +42,16 @@ import (
 // with Config.Fence off (no assert attached). Each worker alternates
 // on and off operation by operation (which goes first alternates too),
 // so both share every moment of the machine whatever its load does; it
-// reports µs per operation (summed latency / operations) of each and
-// the ratio on/off (goal ≤ 1.05). Asserts nothing:
+// reports µs per operation (mean latency) of each and the ratio on/off
+// (goal ≤ 1.05), and the ratio of the medians (less moved by the
+// scheduling stalls of a loaded machine). Then, as latency on a loaded
+// machine is mostly waiting for a core, it measures CPU time: each
+// path runs in chunks, on and off alternating (which goes first
+// rotates), and the CPU the cluster's processes (postmasters, their
+// backends, PgBouncers: /proc) and this process (proxy and clients)
+// spent during each chunk is summed per path and setting: CPU µs per
+// operation and on/off, which the machine's load moves much less.
+// Asserts nothing:
 //
 //	go test -run '^$' -bench BenchmarkProxyFence -benchtime 2000x ./proxy/
 func BenchmarkProxyFence(b *testing.B) {
@@ -45,6 +60,7 @@ func BenchmarkProxyFence(b *testing.B) {
 	names := [2]string{"off", "on"}
 	ctx := context.Background()
 	c := clustertest.Get(b)
+	cpu := clusterCPU(c)
 	var stores [2]*store.Store
 	var conns [2][]*pgx.Conn
 	var shards int
@@ -115,7 +131,14 @@ func BenchmarkProxyFence(b *testing.B) {
 	}
 	// Worker w does operations i = w, w+workers, ... < b.N, each on its
 	// own executions (commits never conflict): every path, on and off.
-	spent := make([][workers][2]time.Duration, len(paths))
+	lat := make([][workers][2][]time.Duration, len(paths)) // latencies
+	for j := range lat {
+		for w := range workers {
+			for mode := range 2 {
+				lat[j][w][mode] = make([]time.Duration, 0, b.N/workers+1)
+			}
+		}
+	}
 	b.ResetTimer()
 	var g errgroup.Group
 	for w := range workers {
@@ -129,7 +152,7 @@ func BenchmarkProxyFence(b *testing.B) {
 						if err := p.op(mode, w, exes[mode][x]); err != nil {
 							return fmt.Errorf("%s, fence %s: %w", p.name, names[mode], err)
 						}
-						spent[j][w][mode] += time.Since(start)
+						lat[j][w][mode] = append(lat[j][w][mode], time.Since(start))
 					}
 				}
 			}
@@ -142,19 +165,122 @@ func BenchmarkProxyFence(b *testing.B) {
 	b.StopTimer()
 	line := ""
 	for j, p := range paths {
-		var us [2]float64
+		var us, med [2]float64
 		for mode := range 2 {
+			var all []time.Duration
 			var d time.Duration
 			for w := range workers {
-				d += spent[j][w][mode]
+				all = append(all, lat[j][w][mode]...)
 			}
-			us[mode] = float64(d.Microseconds()) / float64(b.N)
+			for _, x := range all {
+				d += x
+			}
+			slices.Sort(all)
+			us[mode] = float64(d.Microseconds()) / float64(len(all))
+			med[mode] = float64(all[len(all)/2].Microseconds())
 			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-µs/op")
 		}
 		b.ReportMetric(us[on]/us[off], p.name+"-on/off")
-		line += fmt.Sprintf("\n  %-8s off %7.1f µs/op, on %7.1f; on/off %.3f", p.name, us[off], us[on], us[on]/us[off])
+		b.ReportMetric(med[on]/med[off], p.name+"-p50-on/off")
+		line += fmt.Sprintf("\n  %-8s off %7.1f µs/op, on %7.1f; on/off %.3f (p50 off %.0f µs, on %.0f; on/off %.3f)",
+			p.name, us[off], us[on], us[on]/us[off], med[off], med[on], med[on]/med[off])
 	}
-	b.Logf("fence through the proxy (PgBouncer, %d shards, %d ops each, %d workers):%s", shards, b.N, workers, line)
+	b.Logf("fence through the proxy (PgBouncer, %d shards, %d ops each, %d workers), latency:%s", shards, b.N, workers, line)
+
+	// CPU: chunks of each path and setting, workers goroutines each.
+	const chunk = 100
+	spent := make([][2]time.Duration, len(paths))
+	ops := 0
+	for done, round := 0, 0; done < b.N; round++ {
+		n := min(chunk, b.N-done)
+		for j, p := range paths {
+			for k := range 2 {
+				mode := (round + k) % 2
+				before := cpu()
+				var g errgroup.Group
+				for w := range workers {
+					g.Go(func() error {
+						for i := w; i < n; i += workers {
+							x := (i/workers)%(executions/workers)*workers + w
+							if err := p.op(mode, w, exes[mode][x]); err != nil {
+								return fmt.Errorf("%s, fence %s: %w", p.name, names[mode], err)
+							}
+						}
+						return nil
+					})
+				}
+				if err := g.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				spent[j][mode] += cpu() - before
+			}
+		}
+		ops += n
+		done += n
+	}
+	line = ""
+	for j, p := range paths {
+		var us [2]float64
+		for mode := range 2 {
+			us[mode] = float64(spent[j][mode].Microseconds()) / float64(ops)
+			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-cpu-µs/op")
+		}
+		b.ReportMetric(us[on]/us[off], p.name+"-cpu-on/off")
+		line += fmt.Sprintf("\n  %-8s off %7.1f CPU µs/op, on %7.1f; on/off %.3f", p.name, us[off], us[on], us[on]/us[off])
+	}
+	b.Logf("fence through the proxy, CPU of the cluster, PgBouncer, proxy and clients (%d ops each):%s", ops, line)
+}
+
+// clusterCPU returns a function reading the CPU time spent so far by
+// c's processes (each postmaster and its children, each PgBouncer: user
+// and system time from /proc, in clock ticks of 10 ms) and by this
+// process (the proxy and the clients). Processes that ended are not
+// counted; /proc unreadable counts as nothing.
+func clusterCPU(c *cluster.Cluster) func() time.Duration {
+	return func() time.Duration {
+		roots := map[int]bool{}
+		for _, sh := range c.Shards {
+			if sh.PID > 0 {
+				roots[sh.PID] = true
+			}
+			if sh.PoolerPID > 0 {
+				roots[sh.PoolerPID] = true
+			}
+		}
+		var ticks int64
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ... utime(14) stime(15): fields after the
+			// command's closing parenthesis.
+			i := bytes.LastIndexByte(raw, ')')
+			if i < 0 {
+				continue
+			}
+			f := strings.Fields(string(raw[i+1:]))
+			if len(f) < 13 {
+				continue
+			}
+			ppid, _ := strconv.Atoi(f[1])
+			if !roots[pid] && !roots[ppid] {
+				continue
+			}
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			ticks += ut + st
+		}
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		return time.Duration(ticks)*10*time.Millisecond + self
+	}
 }
 
 // benchProxy runs a proxy for m through PgBouncer with fence mode fm

@@ -28,7 +28,15 @@ import (
 //	        portal pgshard_fence (swallowed; its error is the client's) —
 //	        the pipeline's own implicit transaction, no BEGIN/COMMIT
 //	    the client's Parse..Execute..Sync (unchanged)
-//	implicit transaction of a simple Query (or with a settings preamble):
+//	implicit transaction of a simple Query (no settings preamble, an
+//	ASCII key):
+//	    Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//	        — the string's own implicit transaction, no BEGIN/COMMIT:
+//	        the assert's answers swallowed (an itQueryHead item), its
+//	        error the client's (Postgres skips the rest of the string);
+//	        positions in the client's errors and notices moved back by
+//	        the assert's length (appendClientQuery, shiftPosition)
+//	implicit transaction with a settings preamble, or of a SQL EXECUTE:
 //	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
 //	        (swallowed; its error is the client's, and its 25P02 echo dropped)
 //	    the client's Query / Parse..Execute (unchanged)
@@ -68,11 +76,10 @@ const (
 	// FenceAuto asserts while the proxy follows a catalog (Config.Follow:
 	// ranges can move under it) on shards whose database has the fence's
 	// functions (migration 0008), asked once per pool; a proxy on a static
-	// map does not assert. The default. Why not always: the attach with a
-	// BEGIN … COMMIT wrap measured 0.63× the throughput of the unfenced
-	// proxy on a keyed point SELECT (make bench-proxy, 16 clients) — a cost
-	// to pay where moves happen, not on every static deployment (pipelines
-	// no longer pay the wrap; not re-measured).
+	// map does not assert. The default. Why not always: the assert is one
+	// more statement per keyed transaction (no round trip, no BEGIN/COMMIT
+	// wrap), a cost to pay where moves happen, not on every static
+	// deployment (make bench-fence measures it: BenchmarkProxyFence).
 	FenceAuto FenceMode = iota
 	// FenceOn asserts on every shard (a shard without the fence fails
 	// keyed transactions with 42883).
@@ -242,7 +249,9 @@ const fencePortalName = "pgshard_fence"
 // transaction's backend when its bucket was not asserted yet in this
 // transaction (a later keyed statement: another bucket, or a transaction
 // whose first statements ran without a key). In a simple query the
-// assert is a Query of its own; in a pipeline an unnamed Parse (the
+// assert goes first in the client's query string (appendClientQuery; a
+// Query of its own for a SQL EXECUTE or a non-ASCII key); in a pipeline
+// an unnamed Parse (the
 // next Bind of the client's unnamed statement parses it again:
 // backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
 // error is the client's, and the client's statement's 25P02 dropped.
