@@ -80,7 +80,7 @@ bench: bench-proxy bench-loadgen bench-verify bench-fence ## Every speed benchma
 .PHONY: bench-fence
 bench-fence: ## The shard fence's cost, on vs off interleaved in one run: on one real shard (fast-path commit, keyed point read), then through the proxy and PgBouncer (keyed point SELECT in the simple and extended protocol, the store's fast-path commit and Load); prints µs/op and on/off (goal ≤ 1.05); asserts nothing
 	$(GO) test -run '^$$' -bench 'BenchmarkFence' -benchtime 4000x -count 1 ./store/
-	$(GO) test -run '^$$' -bench 'BenchmarkProxyFence' -benchtime $(FENCE_PROXY_OPS)x -count 1 ./proxy/
+	$(GO) test -v -run '^$$' -bench 'BenchmarkProxyFence' -benchtime $(FENCE_PROXY_OPS)x -count 1 ./proxy/
 
 FENCE_PROXY_OPS ?= 2000
 

@@ -196,7 +196,7 @@ func BenchmarkProxyFence(b *testing.B) {
 		for j, p := range paths {
 			for k := range 2 {
 				mode := (round + k) % 2
-				before := cpu()
+				before := cpu(nil)
 				var g errgroup.Group
 				for w := range workers {
 					g.Go(func() error {
@@ -212,7 +212,7 @@ func BenchmarkProxyFence(b *testing.B) {
 				if err := g.Wait(); err != nil {
 					b.Fatal(err)
 				}
-				spent[j][mode] += cpu() - before
+				spent[j][mode] += cpu(before).spent
 			}
 		}
 		ops += n
@@ -231,13 +231,24 @@ func BenchmarkProxyFence(b *testing.B) {
 	b.Logf("fence through the proxy, CPU of the cluster, PgBouncer, proxy and clients (%d ops each):%s", ops, line)
 }
 
-// clusterCPU returns a function reading the CPU time spent so far by
-// c's processes (each postmaster and its children, each PgBouncer: user
-// and system time from /proc, in clock ticks of 10 ms) and by this
-// process (the proxy and the clients). Processes that ended are not
-// counted; /proc unreadable counts as nothing.
-func clusterCPU(c *cluster.Cluster) func() time.Duration {
-	return func() time.Duration {
+// cpuReading is CPU time read at one moment: per process of the
+// cluster (clock ticks) and this process's own.
+type cpuReading struct {
+	ticks map[int]int64
+	self  time.Duration
+	// spent is the CPU time since the reading it was compared with.
+	spent time.Duration
+}
+
+// clusterCPU returns a function reading the CPU time spent by c's
+// processes (each postmaster and its children, each PgBouncer: user and
+// system time from /proc, in clock ticks of 10 ms) and by this process
+// (the proxy and the clients); given an earlier reading, it sets spent
+// to the time since: a process's ticks since then (all of them for one
+// that started since), and none of one that ended (its last moment is
+// lost). /proc unreadable counts as nothing.
+func clusterCPU(c *cluster.Cluster) func(since *cpuReading) *cpuReading {
+	return func(since *cpuReading) *cpuReading {
 		roots := map[int]bool{}
 		for _, sh := range c.Shards {
 			if sh.PID > 0 {
@@ -247,7 +258,7 @@ func clusterCPU(c *cluster.Cluster) func() time.Duration {
 				roots[sh.PoolerPID] = true
 			}
 		}
-		var ticks int64
+		r := &cpuReading{ticks: map[int]int64{}}
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
@@ -274,12 +285,19 @@ func clusterCPU(c *cluster.Cluster) func() time.Duration {
 			}
 			ut, _ := strconv.ParseInt(f[11], 10, 64)
 			st, _ := strconv.ParseInt(f[12], 10, 64)
-			ticks += ut + st
+			r.ticks[pid] = ut + st
 		}
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		return time.Duration(ticks)*10*time.Millisecond + self
+		r.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		if since != nil {
+			var ticks int64
+			for pid, t := range r.ticks {
+				ticks += max(0, t-since.ticks[pid])
+			}
+			r.spent = time.Duration(ticks)*10*time.Millisecond + r.self - since.self
+		}
+		return r
 	}
 }
 
