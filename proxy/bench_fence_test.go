@@ -232,17 +232,17 @@ func BenchmarkProxyFence(b *testing.B) {
 }
 
 // cpuReading is CPU time read at one moment: per process of the
-// cluster (clock ticks) and this process's own.
+// cluster (ns) and this process's own.
 type cpuReading struct {
-	ticks map[int]int64
+	ns   map[int]int64
 	self  time.Duration
 	// spent is the CPU time since the reading it was compared with.
 	spent time.Duration
 }
 
 // clusterCPU returns a function reading the CPU time spent by c's
-// processes (each postmaster and its children, each PgBouncer: user and
-// system time from /proc, in clock ticks of 10 ms) and by this process
+// processes (each postmaster and its children, each PgBouncer: their
+// time on a CPU from /proc/PID/schedstat, in ns) and by this process
 // (the proxy and the clients); given an earlier reading, it sets spent
 // to the time since: a process's ticks since then (all of them for one
 // that started since), and none of one that ended (its last moment is
@@ -258,7 +258,7 @@ func clusterCPU(c *cluster.Cluster) func(since *cpuReading) *cpuReading {
 				roots[sh.PoolerPID] = true
 			}
 		}
-		r := &cpuReading{ticks: map[int]int64{}}
+		r := &cpuReading{ns: map[int]int64{}}
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
@@ -269,33 +269,38 @@ func clusterCPU(c *cluster.Cluster) func(since *cpuReading) *cpuReading {
 			if err != nil {
 				continue
 			}
-			// pid (comm) state ppid ... utime(14) stime(15): fields after the
-			// command's closing parenthesis.
+			// pid (comm) state ppid ...: the fields after the command's
+			// closing parenthesis.
 			i := bytes.LastIndexByte(raw, ')')
 			if i < 0 {
 				continue
 			}
 			f := strings.Fields(string(raw[i+1:]))
-			if len(f) < 13 {
+			if len(f) < 2 {
 				continue
 			}
 			ppid, _ := strconv.Atoi(f[1])
 			if !roots[pid] && !roots[ppid] {
 				continue
 			}
-			ut, _ := strconv.ParseInt(f[11], 10, 64)
-			st, _ := strconv.ParseInt(f[12], 10, 64)
-			r.ticks[pid] = ut + st
+			// schedstat: time on a CPU (ns), waiting, timeslices.
+			sched, err := os.ReadFile("/proc/" + e.Name() + "/schedstat")
+			if err != nil {
+				continue
+			}
+			if g := strings.Fields(string(sched)); len(g) > 0 {
+				r.ns[pid], _ = strconv.ParseInt(g[0], 10, 64)
+			}
 		}
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		r.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		if since != nil {
-			var ticks int64
-			for pid, t := range r.ticks {
-				ticks += max(0, t-since.ticks[pid])
+			var ns int64
+			for pid, t := range r.ns {
+				ns += max(0, t-since.ns[pid])
 			}
-			r.spent = time.Duration(ticks)*10*time.Millisecond + r.self - since.self
+			r.spent = time.Duration(ns) + r.self - since.self
 		}
 		return r
 	}
