@@ -235,7 +235,7 @@ func BenchmarkProxyFence(b *testing.B) {
 // cluster (ns) and this process's own.
 type cpuReading struct {
 	ns   map[int]int64
-	self  time.Duration
+	self time.Duration
 	// spent is the CPU time since the reading it was compared with.
 	spent time.Duration
 }
