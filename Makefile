@@ -75,11 +75,14 @@ bench-verify: ## The verifier on a synthetic 1,000,000-op history (goal < 60 s):
 VERIFY_OPS ?= 1000000
 
 .PHONY: bench
-bench: bench-proxy bench-loadgen bench-verify ## Every speed benchmark in one run, each beside its anchor (PgBouncer, a bare pgx round trip): ratios, never assertions
+bench: bench-proxy bench-loadgen bench-verify bench-fence ## Every speed benchmark in one run, each beside its anchor (PgBouncer, a bare pgx round trip, the fence off): ratios, never assertions
 
 .PHONY: bench-fence
-bench-fence: ## The shard fence's cost: fast-path commit and keyed point read on one real shard, fence on vs off interleaved in one run; prints µs/op and on/off (goal ≤ 1.05); asserts nothing
+bench-fence: ## The shard fence's cost, on vs off interleaved in one run: on one real shard (fast-path commit, keyed point read), then through the proxy and PgBouncer (keyed point SELECT in the simple and extended protocol, the store's fast-path commit and Load); prints µs/op and on/off (goal ≤ 1.05); asserts nothing
 	$(GO) test -run '^$$' -bench 'BenchmarkFence' -benchtime 4000x -count 1 ./store/
+	$(GO) test -v -run '^$$' -bench 'BenchmarkProxyFence' -benchtime $(FENCE_PROXY_OPS)x -count 1 ./proxy/
+
+FENCE_PROXY_OPS ?= 2000
 
 .PHONY: bench-reshard
 bench-reshard: ## The mover on a real 2-shard cluster: a range moved back and forth under four writers (freeze p50/max at the 100 ms budget, freezes abandoned, rows copied/s, changes replayed) and the moving range's commit latency as clients see it (p50/p99/max) and the unmoved range's commits/s during moves vs outside them; the capture triggers' cost per commit; asserts nothing

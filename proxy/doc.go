@@ -63,9 +63,10 @@
 //	    lease ─▶ decideTarget refuses keyed statements (57P03).
 //	    fence.go: decideTarget records the key (planner.fenceKey) ─▶
 //	    ensureBackend writes its assert with the transaction's opening
-//	    (first statement of a pipeline, BEGIN-wrapped Query, or the BEGIN
-//	    replay), or fenceHeld once per bucket on a held backend; answers
-//	    swallowed, the error the client's. fenceretry.go: that opening
+//	    (first statement of a pipeline, first of a simple Query's string
+//	    via appendClientQuery — error positions moved back past it — or
+//	    the BEGIN replay), or fenceHeld once per bucket on a held backend;
+//	    answers swallowed, the error the client's. fenceretry.go: that opening
 //	    assert refused (PS001) before anything reached the client ─▶ the
 //	    exchange is read to its end unforwarded, the backend rolled back,
 //	    the map awaited (bounded), the Query or pipeline run again.

@@ -162,6 +162,10 @@ const (
 	itQuery                      // everything up to ReadyForQuery
 	itAbort                      // an injected failing Parse: its error is replaced by s.lbuf[lo:hi]
 	itLead                       // a fan-out lead (fanlead.go): p.fan.leads[lo], answered by runFanout
+	// itQueryHead: the fence's assert inlined first in the client's query
+	// string (appendClientQuery): its answers up to its CommandComplete,
+	// or its error (then the string's ReadyForQuery is the next item's).
+	itQueryHead
 )
 
 // extended reports whether the backend skips this kind after an error
@@ -198,6 +202,9 @@ type item struct {
 	// cs is a statement-cache entry: confirmed by ParseComplete, dropped
 	// when the statement fails in a way that needs re-preparing.
 	cs *backend.CachedStmt
+	// posShift: the length of an assert inlined ahead of the client's
+	// query string; error and notice positions are moved back by it.
+	posShift int32
 }
 
 // addLocal appends a local item answering with the bytes appended to
@@ -324,7 +331,7 @@ func (s *session) readItem(x *exchangeState, i int) (end bool, err error) {
 			continue
 		case 'N':
 			if it.flags&fSwallow == 0 {
-				s.out = append(s.out, msg...)
+				s.out = shiftPosition(s.out, msg, it.posShift)
 			}
 			continue
 		case 'A':
@@ -408,6 +415,11 @@ func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 		// whose implicit COMMIT failed (a deferred constraint).
 		return false, false, nil
 	}
+	if it.kind == itQueryHead {
+		// The string ends here; its ReadyForQuery is the client's
+		// item's.
+		return true, false, nil
+	}
 	x.errored = true
 	return true, false, nil
 }
@@ -432,7 +444,7 @@ func (s *session) forwardError(x *exchangeState, it *item, msg []byte, code stri
 		// not: report the same error, as ERROR.
 		s.out = pgwire.AppendErrorSeverity(s.out, msg, "ERROR")
 	default:
-		s.out = append(s.out, msg...)
+		s.out = shiftPosition(s.out, msg, it.posShift)
 	}
 }
 
@@ -484,6 +496,14 @@ func (it *item) accept(typ byte) (ok, done bool) {
 		return typ == '3', true
 	case itQuery:
 		return true, false
+	case itQueryHead:
+		switch typ {
+		case 'T', 'D':
+			return true, false
+		case 'C':
+			return true, true
+		}
+		return false, false
 	}
 	return false, false
 }

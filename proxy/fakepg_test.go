@@ -231,6 +231,7 @@ func (f *fakePG) serve(c net.Conn) {
 			f.record(id, "Q:"+m.String)
 			for _, stmt := range strings.Split(m.String, ";\n") {
 				up := strings.ToUpper(strings.TrimSpace(stmt))
+				erred := true // as Postgres, an error ends the query string
 				switch {
 				case strings.Contains(stmt, "hang forever"):
 					f.mu.Lock()
@@ -250,23 +251,25 @@ func (f *fakePG) serve(c net.Conn) {
 				case status == 'E' && !strings.HasPrefix(up, "ROLLBACK") && !strings.HasPrefix(up, "COMMIT"):
 					be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "25P02", Message: "current transaction is aborted"})
 				case strings.HasPrefix(up, "BEGIN"):
-					status = 'T'
+					status, erred = 'T', false
 					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")})
 				case strings.HasPrefix(up, "COMMIT"), strings.HasPrefix(up, "ROLLBACK"):
 					tag := "COMMIT"
 					if status == 'E' || strings.HasPrefix(up, "ROLLBACK") {
 						tag = "ROLLBACK"
 					}
-					status = 'I'
+					status, erred = 'I', false
 					be.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 				case strings.HasPrefix(up, "SET"):
 					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SET")})
+					erred = false
 				default:
 					be.Send(desc)
 					row()
 					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+					erred = false
 				}
-				if status == 'E' {
+				if erred {
 					break
 				}
 			}

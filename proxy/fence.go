@@ -28,7 +28,15 @@ import (
 //	        portal pgshard_fence (swallowed; its error is the client's) —
 //	        the pipeline's own implicit transaction, no BEGIN/COMMIT
 //	    the client's Parse..Execute..Sync (unchanged)
-//	implicit transaction of a simple Query (or with a settings preamble):
+//	implicit transaction of a simple Query (no settings preamble, an
+//	ASCII key):
+//	    Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//	        — the string's own implicit transaction, no BEGIN/COMMIT:
+//	        the assert's answers swallowed (an itQueryHead item), its
+//	        error the client's (Postgres skips the rest of the string);
+//	        positions in the client's errors and notices moved back by
+//	        the assert's length (appendClientQuery, shiftPosition)
+//	implicit transaction with a settings preamble, or of a SQL EXECUTE:
 //	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
 //	        (swallowed; its error is the client's, and its 25P02 echo dropped)
 //	    the client's Query / Parse..Execute (unchanged)
@@ -68,11 +76,10 @@ const (
 	// FenceAuto asserts while the proxy follows a catalog (Config.Follow:
 	// ranges can move under it) on shards whose database has the fence's
 	// functions (migration 0008), asked once per pool; a proxy on a static
-	// map does not assert. The default. Why not always: the attach with a
-	// BEGIN … COMMIT wrap measured 0.63× the throughput of the unfenced
-	// proxy on a keyed point SELECT (make bench-proxy, 16 clients) — a cost
-	// to pay where moves happen, not on every static deployment (pipelines
-	// no longer pay the wrap; not re-measured).
+	// map does not assert. The default. Why not always: the assert is one
+	// more statement per keyed transaction (no round trip, no BEGIN/COMMIT
+	// wrap), a cost to pay where moves happen, not on every static
+	// deployment (make bench-fence measures it: BenchmarkProxyFence).
 	FenceAuto FenceMode = iota
 	// FenceOn asserts on every shard (a shard without the fence fails
 	// keyed transactions with 42883).
@@ -242,7 +249,9 @@ const fencePortalName = "pgshard_fence"
 // transaction's backend when its bucket was not asserted yet in this
 // transaction (a later keyed statement: another bucket, or a transaction
 // whose first statements ran without a key). In a simple query the
-// assert is a Query of its own; in a pipeline an unnamed Parse (the
+// assert goes first in the client's query string (appendClientQuery; a
+// Query of its own for a SQL EXECUTE or a non-ASCII key); in a pipeline
+// an unnamed Parse (the
 // next Bind of the client's unnamed statement parses it again:
 // backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
 // error is the client's, and the client's statement's 25P02 dropped.
@@ -259,11 +268,14 @@ func (p *planner) fenceHeld() {
 	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
-	if p.simple {
+	switch {
+	case p.simple && p.inlineOK && inlinable(key):
+		p.inlineFence, p.inlineFlags = key, fl
+	case p.simple:
 		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
 		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
 		s.items = append(s.items, item{kind: itQuery, flags: fl})
-	} else {
+	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
 	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
@@ -284,6 +296,83 @@ func (p *planner) appendFenceExtended(key string, flag itemFlags) {
 	s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
 		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
 	p.backendUnnamed = nil
+}
+
+// inlinable reports whether key's assert may go inline in a client's
+// query string: an ASCII key, so the assert's length in characters (the
+// unit of an error's position) is its length in bytes whatever the
+// client's encoding.
+func inlinable(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if key[i] >= 0x80 || key[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendClientQuery appends the client's Query message msg as the
+// client's item (flags queryFlags, effect eff). With an assert to
+// inline (planner.inlineFence, set by ensureBackend or fenceHeld), the
+// Query sent is the assert, then the client's query string:
+//
+//	Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//
+// one implicit transaction (or a part of the client's transaction
+// block), answered by an itQueryHead item (the assert's row and
+// CommandComplete swallowed; its error is the client's, and ends the
+// string: Postgres skips the rest) and the client's itQuery (its
+// statements' answers and the ReadyForQuery). Positions in errors and
+// notices of either are moved back by the assert's length (posShift),
+// so they point into the client's own string.
+func (p *planner) appendClientQuery(msg []byte, eff *effect) {
+	s := p.s
+	key := p.inlineFence
+	if key == "" {
+		s.bw = append(s.bw, msg...)
+		s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+		return
+	}
+	p.inlineFence = ""
+	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	start := len(bw)
+	bw = append(appendFenceSQL(bw, key), ";\n"...)
+	shift := int32(len(bw) - start)
+	bw = append(bw, pgwire.Body(msg)...) // the client's string and its NUL
+	s.bw = pgwire.FinishMsg(bw, sp)
+	s.items = append(s.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
+		item{kind: itQuery, flags: p.queryFlags(), eff: eff, posShift: shift})
+}
+
+// shiftPosition returns the ErrorResponse or NoticeResponse msg with its
+// position field ('P') moved back by shift characters (an inlined
+// assert's length), appended to dst; msg as is when it has no position
+// past the assert.
+func shiftPosition(dst, msg []byte, shift int32) []byte {
+	if shift == 0 {
+		return append(dst, msg...)
+	}
+	b := pgwire.Body(msg)
+	for i := 0; i < len(b) && b[i] != 0; {
+		code := b[i]
+		v, j, err := pgwire.CString(b, i+1)
+		if err != nil {
+			break
+		}
+		if code == 'P' {
+			n, err := strconv.Atoi(string(v))
+			if err != nil || n <= int(shift) {
+				break
+			}
+			out, sp := pgwire.BeginMsg(dst, msg[0])
+			out = append(out, b[:i+1]...)
+			out = strconv.AppendInt(out, int64(n)-int64(shift), 10)
+			out = append(out, b[j-1:]...) // from the value's NUL on
+			return pgwire.FinishMsg(out, sp)
+		}
+		i = j
+	}
+	return append(dst, msg...)
 }
 
 // fenceSQL is appendFenceSQL as a string.

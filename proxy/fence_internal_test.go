@@ -3,6 +3,9 @@ package proxy
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -63,5 +66,44 @@ func TestFenceStandIns(t *testing.T) {
 	b := shardmap.BucketInt8(42, 256)
 	if got := c.fenceKeyFor(m, "42", b); shardmap.BucketText(got, 256) != b {
 		t.Errorf("int8 key 42 (bucket %d) asserts %q, which hashes to bucket %d", b, got, shardmap.BucketText(got, 256))
+	}
+}
+
+// TestShiftPosition: an inlined assert's length is taken off the
+// position of an error or notice pointing past it; other fields, and
+// messages without a position (or one inside the assert), are kept.
+func TestShiftPosition(t *testing.T) {
+	msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "42703",
+		Message: `column "nope" does not exist`, Position: 50, Hint: "h"}).Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := shiftPosition(nil, msg, 42)
+	if p := pgwire.ErrorField(got, 'P'); p != "8" {
+		t.Fatalf("position %q, want 8", p)
+	}
+	for _, f := range []byte{'C', 'M', 'H', 'S'} {
+		if a, b := pgwire.ErrorField(got, f), pgwire.ErrorField(msg, f); a != b {
+			t.Errorf("field %c: %q, want %q", f, a, b)
+		}
+	}
+	if string(shiftPosition(nil, msg, 0)) != string(msg) {
+		t.Error("shift 0 changed the message")
+	}
+	if string(shiftPosition(nil, msg, 50)) != string(msg) {
+		t.Error("a position inside the assert was changed")
+	}
+	plain := pgwire.AppendError(nil, &pgwire.Error{Code: "PS001", Message: "refused"})
+	if string(shiftPosition([]byte("x"), plain, 42)) != "x"+string(plain) {
+		t.Error("a message without a position was changed")
+	}
+}
+
+// TestInlinable: only ASCII keys without NUL go inline.
+func TestInlinable(t *testing.T) {
+	for key, want := range map[string]bool{"abc": true, "o'hara": true, `a\b`: true, "": true, "ünï": false, "a\x00": false} {
+		if got := inlinable(key); got != want {
+			t.Errorf("inlinable(%q) = %v, want %v", key, got, want)
+		}
 	}
 }

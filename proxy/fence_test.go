@@ -37,10 +37,10 @@ func fenceText(m *shardmap.Map, k int64) string {
 }
 
 // TestEngineFenceImplicit: a keyed statement in an implicit transaction
-// is preceded in the same write by the assert of its key: BEGIN-wrapped
-// and committed after it in a simple Query, the first statement of the
-// pipeline's own implicit transaction (no BEGIN/COMMIT) in the extended
-// protocol; the client sees exactly the statement's own answers.
+// is preceded by the assert of its key, in its own implicit transaction
+// (no BEGIN/COMMIT): first in the client's query string in a simple
+// Query, the pipeline's first statement in the extended protocol; the
+// client sees exactly the statement's own answers.
 func TestEngineFenceImplicit(t *testing.T) {
 	fe := startFake(t, true, fenceMode(proxy.FenceOn))
 	c := fe.client(t)
@@ -48,7 +48,7 @@ func TestEngineFenceImplicit(t *testing.T) {
 	q := fmt.Sprintf("SELECT note FROM accounts WHERE aid = %d", k)
 	c.send(&pgproto3.Query{String: q})
 	expect(t, "simple keyed", c.until(), "T D:conn1 C:SELECT 1 Z:I")
-	want := fmt.Sprintf("1:Q:BEGIN;\nSELECT pgshard_fence_assert('%s') | 1:Q:%s | 1:Q:COMMIT", fenceText(fe.m, k), q)
+	want := fmt.Sprintf("1:Q:SELECT pgshard_fence_assert('%s');\n%s", fenceText(fe.m, k), q)
 	expect(t, "shard1 received", filterLog(fe.shards[1].messages()), want)
 
 	c.send(&pgproto3.Parse{Query: "SELECT note FROM accounts WHERE aid = $1"},

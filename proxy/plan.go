@@ -130,6 +130,12 @@ type planner struct {
 	fenceBucket int
 	fenceShard  int
 	noFence     bool
+	// inlineOK: the caller sends the client's Query right after
+	// ensureBackend (simpleOne, simpleMulti), so an assert may go inside
+	// it (inlineFence, fence.go) rather than in a BEGIN … COMMIT wrap.
+	inlineOK    bool
+	inlineFence string
+	inlineFlags itemFlags
 	// fresh: the pipeline started with no backend, reader or pin, or
 	// with a soft transaction's (only table-less reads so far): a fence
 	// refusal of its first keyed statement may be retried (fenceretry.go).
@@ -760,6 +766,12 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 		// A pipeline up to Sync is one implicit transaction already: the
 		// assert is its first statement (no BEGIN/COMMIT wrap).
 		p.appendFenceExtended(fenceKey, fflag)
+		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+	case fence && len(pre.KV) == 0 && p.tx == txIdle && p.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
+		// A simple Query's statements are one implicit transaction: the
+		// assert goes first in the client's own query string
+		// (appendClientQuery), no BEGIN/COMMIT wrap.
+		p.inlineFence, p.inlineFlags = fenceKey, fSwallow|fReplay|fflag
 		s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
 	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		p.wrapBegin(pre, fence, fenceKey, fflag)

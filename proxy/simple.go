@@ -94,7 +94,10 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn, only: p.fanOnly}
 		return
 	}
-	if e := p.ensureBackend(shard, a); e != nil {
+	p.inlineOK = true
+	e = p.ensureBackend(shard, a)
+	p.inlineOK = false
+	if e != nil {
 		p.fail(e, nil)
 		p.endQuery()
 		return
@@ -109,8 +112,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		eff = p.txEffectKeep()
 	}
 	p.copyIn = p.copyIn || a.Copy
-	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+	p.appendClientQuery(msg, eff)
 	p.endQuery()
 }
 
@@ -229,7 +231,10 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 			return
 		}
 	}
-	if e := p.ensureBackend(target, as[first]); e != nil {
+	p.inlineOK = true
+	e = p.ensureBackend(target, as[first])
+	p.inlineOK = false
+	if e != nil {
 		p.failQuery(e)
 		return
 	}
@@ -237,8 +242,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.notePinOp(a)
 		p.copyIn = p.copyIn || a.Copy
 	}
-	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.appendClientQuery(msg, nil)
 	p.endQuery()
 }
 
