@@ -44,9 +44,9 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	if ok, err := s.admit(); !ok {
 		return false, err
 	}
-	if !slices.Contains(s.srv.cfg.AdminUsers, s.user) {
-		s.srv.unregister(s)
-		s.core.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
+	if !slices.Contains(s.gen.cfg.AdminUsers, s.user) {
+		s.host.ops.unregister(s)
+		s.host.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
 		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
 		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
 	}
@@ -55,7 +55,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 		enc = "UTF8"
 	}
 	version := "15.0 (pgshard)"
-	for _, p := range s.srv.pools {
+	for _, p := range s.gen.pools {
 		if v := p.ServerVersion(); v != "" {
 			version = v + " (pgshard)"
 		}
@@ -72,7 +72,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	s.out = pgwire.AppendU32(s.out, s.secret)
 	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.srv.unregister(s)
+		s.host.ops.unregister(s)
 		return false, err
 	}
 	s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
@@ -135,7 +135,7 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 		s.mu.Unlock()
 		cancel(nil)
 	}()
-	s.out = admin.Query(cctx, &adminHost{s: s}, sql, s.out)
+	s.out = admin.Query(cctx, s.host.ops.console(s), sql, s.out)
 }
 
 // cancelAdmin cancels the command an admin session runs (a cancel request).
@@ -181,10 +181,11 @@ func versionString() string {
 // actions, logged as s's user's.
 type adminHost struct {
 	s *session
+	c *core
 }
 
 // srv is the current generation.
-func (h *adminHost) srv() *Server { return h.s.core.current() }
+func (h *adminHost) srv() *Server { return h.c.current() }
 
 var _ admin.Host = (*adminHost)(nil)
 
@@ -442,7 +443,7 @@ func (h *adminHost) Reconnect(shards []string) {
 func (h *adminHost) Kill(shards []string) {
 	pools := h.pools(shards)
 	h.s.log.Warn("KILL on the admin console", "shards", who(pools), "by", h.s.user)
-	h.s.core.killSessions(func(x *session) bool {
+	h.c.killSessions(func(x *session) bool {
 		if x.admin {
 			return false
 		}
@@ -465,7 +466,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 	pools := h.pools(shards)
 	wctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
-	life := &h.s.core.life
+	life := &h.c.life
 	return backend.PollUntil(wctx, func() bool {
 		for _, p := range pools {
 			if p.OldConns() > 0 {
@@ -483,7 +484,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 }
 
 func (h *adminHost) DisableLogins(disabled bool) {
-	h.s.core.life.disabled.Store(disabled)
+	h.s.host.loginsDisabled.Store(disabled)
 	verb := "enabled"
 	if disabled {
 		verb = "disabled"
@@ -493,5 +494,5 @@ func (h *adminHost) DisableLogins(disabled bool) {
 
 func (h *adminHost) Shutdown() {
 	h.s.log.Info("SHUTDOWN on the admin console", "by", h.s.user)
-	h.s.core.beginShutdown("SHUTDOWN on the admin console")
+	h.c.beginShutdown("SHUTDOWN on the admin console")
 }

@@ -6,6 +6,10 @@
 //
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)
+//	                  │  each session sees the proxy only through
+//	                  │  sessionenv.go: generationEnv (its generation: Config,
+//	                  │  pools, metrics) and hostEnv (the server: registry,
+//	                  │  TLS, lifecycle, pins, fences), never a Server or core
 //	                  ▼
 //	               session (session.go) ── startup (pgwire): TLS (tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)

@@ -261,15 +261,15 @@ func (c *core) PinnedSessions() []PinnedSession {
 
 // poolMode is the session's pool mode (its user's, else the server's).
 func (s *session) poolMode() PoolMode {
-	for _, u := range s.srv.cfg.Users {
+	for _, u := range s.gen.cfg.Users {
 		if u.Name == s.user && u.PoolMode != PoolModeDefault {
 			return u.PoolMode
 		}
 	}
-	if s.srv.cfg.PoolMode == PoolModeDefault {
+	if s.gen.cfg.PoolMode == PoolModeDefault {
 		return PoolTransaction
 	}
-	return s.srv.cfg.PoolMode
+	return s.gen.cfg.PoolMode
 }
 
 // forwardPinned reports whether a statement the proxy answers itself in
@@ -315,7 +315,7 @@ func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
 // on one shard SQL-level PREPARE pins too (elsewhere the proxy routes each
 // EXECUTE by its arguments, which needs its own prepared statements).
 func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
-	if a.Kind == route.KindPrepare && len(s.srv.pools) == 1 {
+	if a.Kind == route.KindPrepare && len(s.gen.pools) == 1 {
 		return pinPrepare
 	}
 	return pinTrigger(a, inMulti, inTxn)
@@ -361,7 +361,7 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 		// CREATE TABLESPACE, ...) cannot get the client's settings from
 		// a transaction-local preamble: through a pooler it runs on a
 		// server session of its own, opened with them.
-		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.srv.pools[s.srv.defaultShard].ViaPooler {
+		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.gen.pools[s.gen.defaultShard].ViaPooler {
 			why = pinSetsOnce
 		}
 	}
@@ -413,7 +413,7 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if pv.Decode(m.raw) != nil {
 				return nil
 			}
-			st, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.Query)
+			st, err := s.gen.cfg.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
 				return nil
 			}
@@ -435,7 +435,7 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 					vs = s.stmts[string(bv.Stmt)]
 				}
 				if vs != nil {
-					if d := s.adjustDest(vs.st, s.srv.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
+					if d := s.adjustDest(vs.st, s.gen.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
 						shard = d.Shard
 					}
 				}
@@ -479,7 +479,7 @@ func (s *session) firstShard(as []*route.Statement) int {
 		if localKind(a.Kind) || txnControl(a.Kind) {
 			continue
 		}
-		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
+		if d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
 			return d.Shard
 		}
 	}
@@ -492,7 +492,7 @@ func (s *session) firstShard(as []*route.Statement) int {
 // own: the statement is then refused as before (nil is returned and the
 // session stays unpinned; the planner refuses it).
 func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
-	srv := s.srv
+	srv := s.gen
 	if shard < 0 {
 		switch {
 		case s.bc != nil:
@@ -504,7 +504,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		}
 	}
 	if why&pinSessionMode == 0 {
-		if max := srv.cfg.MaxPinned; max > 0 && s.core.npinned.Load() >= int64(max) {
+		if max := srv.cfg.MaxPinned; max > 0 && s.host.npinned.Load() >= int64(max) {
 			srv.metrics.refusals.WithLabelValues("max_pinned").Inc()
 			return &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 				Message: fmt.Sprintf("too many pinned sessions (%d, proxy.max_pinned): this statement needs a server session of its own (%s)", max, why),
@@ -536,7 +536,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	if e := srv.pools[shard].IsDown(); e != nil {
 		return e
 	}
-	pool := srv.directPool(shard)
+	pool := srv.ops.directPool(shard)
 	bc, err := pool.AcquireAs(ctx, s.startup, s.backendUser())
 	if err != nil {
 		if be, ok := err.(*backend.PgError); ok {
@@ -590,7 +590,7 @@ func (s *session) backendUser() string { return "" }
 func (s *session) setPin(shard int, why pinReason, temps []string) {
 	if s.pin == nil {
 		s.pin = &pinState{shard: shard, since: time.Now()}
-		s.core.npinned.Add(1)
+		s.host.npinned.Add(1)
 		s.soft = false
 		s.wrapped = false
 	}
@@ -608,9 +608,9 @@ func (s *session) setPin(shard int, why pinReason, temps []string) {
 		}
 		s.pin.temps[t] = true
 	}
-	s.core.pinsTotal.WithLabelValues(why.String()).Inc()
+	s.host.pinsTotal.WithLabelValues(why.String()).Inc()
 	s.pinMu.Lock()
-	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.srv.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
+	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
 	s.pinMu.Unlock()
 }
 
@@ -620,7 +620,7 @@ func (s *session) clearPin() {
 		return
 	}
 	s.pin = nil
-	s.core.npinned.Add(-1)
+	s.host.npinned.Add(-1)
 	s.pinMu.Lock()
 	s.pinInfo = nil
 	s.pinMu.Unlock()
@@ -784,8 +784,8 @@ func isCloseAll(sql string) bool {
 // (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
 func (s *session) resetStmtCache() {
 	if s.bc != nil && s.bc.Stmts != nil {
-		s.bc.Stmts = backend.NewStmtCache(s.srv.cfg.StatementCacheSize)
-		s.bc.Stmts.Epoch = s.srv.stmtEpoch.Load()
+		s.bc.Stmts = backend.NewStmtCache(s.gen.cfg.StatementCacheSize)
+		s.bc.Stmts.Epoch = s.gen.stmtEpoch.Load()
 	}
 }
 
@@ -811,14 +811,14 @@ func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		if (a.Kind == route.KindDDL || d.Merge != nil) && p.tx == txIdle && !p.onBackend && !p.explicit {
 			return 0, false, nil // fans out on pooled connections
 		}
-		s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
+		s.gen.metrics.refusals.WithLabelValues("pinned").Inc()
 		return 0, true, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.srv.shardName(pin.shard), inTxnNote(p)),
+			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.gen.shardName(pin.shard), inTxnNote(p)),
 			Detail:  d.Reason,
 			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
 	}
-	if d.Default && pin.shard != s.srv.defaultShard {
-		return 0, true, p.pinnedElsewhere(s.srv.defaultShard, d.Reason)
+	if d.Default && pin.shard != s.gen.defaultShard {
+		return 0, true, p.pinnedElsewhere(s.gen.defaultShard, d.Reason)
 	}
 	return pin.shard, true, nil
 }
@@ -834,9 +834,9 @@ func inTxnNote(p *planner) string {
 // the pinned session's.
 func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 	s := p.s
-	s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
+	s.gen.metrics.refusals.WithLabelValues("pinned").Inc()
 	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.srv.shardName(want), s.srv.shardName(s.pin.shard), s.pin.reasons),
+		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.gen.shardName(want), s.gen.shardName(s.pin.shard), s.pin.reasons),
 		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
 	if reason != "" {
 		e.Detail = "Routing: " + reason
@@ -851,7 +851,7 @@ func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 // shard, so a statement that joins them with sharded tables of another
 // shard, or reads them on every shard, is refused.
 func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
-	srv := s.srv
+	srv := s.gen
 	if len(srv.pools) == 1 {
 		switch d.Kind {
 		case route.DestAll:
@@ -995,7 +995,7 @@ func (s *core) rekeyToBackend(sess *session, pid uint32, secret []byte) {
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
 func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
-	if s.poolMode() != PoolSession || len(s.srv.pools) != 1 {
+	if s.poolMode() != PoolSession || len(s.gen.pools) != 1 {
 		return nil, nil
 	}
 	if e := s.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
@@ -1005,7 +1005,7 @@ func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 	if s.bc == nil {
 		return nil, nil
 	}
-	s.core.rekeyToBackend(s, s.bc.PID, s.bc.Secret)
+	s.host.ops.rekeyToBackend(s, s.bc.PID, s.bc.Secret)
 	return maps.Clone(s.bc.Statuses), nil
 }
 
@@ -1018,7 +1018,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
-		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil))
 		_, ok, e := p.pinnedTarget(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
@@ -1086,7 +1086,7 @@ func (s *session) fastpath(ctx context.Context, msg []byte) error {
 // is: a session-pooling client pinned at startup on a database of one
 // shard, where no statement needs routing.
 func (s *session) canRelay() bool {
-	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.srv.pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
+	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.gen.pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
 }
 
 // relay copies the client's bytes to its backend and the backend's to the

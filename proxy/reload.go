@@ -162,6 +162,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	retiredDirect := old.inheritDirect(gen, pp.keptAt)
 	c.secrets.set(&cfg)
 	c.tls.Store(ts)
+	gen.makeEnv()
 	c.cur.Store(gen)
 	warnPlainPasswords(cfg.Users, c.log)
 	for _, p := range pp.fresh {
@@ -328,11 +329,11 @@ func (c *core) retire(p *backend.Pool) {
 // a reload published one and the session is between transactions (no
 // transaction, pipeline or backend).
 func (s *session) maybeSwitchGeneration() {
-	if s.srv.core != s.core {
+	if s.gen.home != s.host {
 		return // a database of Config.ExtraDatabases: a reload keeps it as it is
 	}
-	g := s.core.cur.Load()
-	if g == s.srv || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
+	g := s.host.ops.currentEnv()
+	if g == s.gen || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
 		return
 	}
 	s.switchGeneration(g)
@@ -340,7 +341,7 @@ func (s *session) maybeSwitchGeneration() {
 
 // switchGeneration moves the session to generation g (it holds no
 // backend, reader or pin).
-func (s *session) switchGeneration(g *Server) {
+func (s *session) switchGeneration(g *generationEnv) {
 	// The prepared statements' analyses name shards of the old map: analyze
 	// their texts again (a statement that no longer analyzes is dropped;
 	// using it fails with 26000 and the client prepares it again).
@@ -354,10 +355,10 @@ func (s *session) switchGeneration(g *Server) {
 	if s.unnamed != nil {
 		s.unnamed = s.reanalyze(g, s.unnamed)
 	}
-	s.srv = g
+	s.gen = g
 }
 
-func (s *session) reanalyze(g *Server, vs *vstmt) *vstmt {
+func (s *session) reanalyze(g *generationEnv, vs *vstmt) *vstmt {
 	st, err := g.cfg.Analyzer.Analyze(vs.st.SQL)
 	if err != nil {
 		s.log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)

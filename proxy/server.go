@@ -56,6 +56,9 @@ type Server struct {
 	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
 	// the same for every generation (a reload keeps them).
 	dbs map[string]*Server
+
+	// genv is what the generation gives its sessions (sessionenv.go).
+	genv *generationEnv
 }
 
 // core is the state every generation of a Server shares.
@@ -105,6 +108,9 @@ type core struct {
 	addr        net.Addr
 	metricsAddr net.Addr
 	ready       chan struct{}
+
+	// henv is what the server gives its sessions (sessionenv.go).
+	henv *hostEnv
 }
 
 // current returns the current generation.
@@ -157,6 +163,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	c.cur.Store(s)
 	c.pinMetrics()
+	s.makeEnv()
 	warnPlainPasswords(cfg.Users, c.log)
 	if err := s.newExtraDatabases(); err != nil {
 		return nil, err
@@ -343,7 +350,7 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := newSession(s, conn)
+	sess := newSession(s.env(), s.core.henv, conn)
 	defer conn.Close()
 	sess.run(ctx)
 }

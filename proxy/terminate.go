@@ -160,7 +160,7 @@ func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) 
 	}
 	targets := make([]*session, 0, len(c.pids))
 	for _, pid := range c.pids {
-		t := s.core.sessionByPID(pid)
+		t := s.host.ops.sessionByPID(pid)
 		if t == nil {
 			return false
 		}

@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgshard/pgshard/proxy/internal/admin"
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// The engine boundary: a client session and its planner reach the rest
+// of the proxy only through the two values below, never through a
+// *Server or a *core (issue 19; the step before the session moves to a
+// package of its own).
+//
+//	session ──gen──▶ generationEnv  one configuration generation of one
+//	   │                 │          database: its Config, shard pools,
+//	   │                 │          metrics; generationOps (a *Server)
+//	   │                 ▼          runs what needs the generation
+//	   │             generationOps  pickAny, textBytewise, noteDecision, ...
+//	   │
+//	   └──host─▶ hostEnv            the server process that accepted the
+//	                 │              client, for the session's whole life:
+//	                 │              TLS, lifecycle, pin count, fences,
+//	                 ▼              the session registry
+//	             hostOps            register, cancel, current generation,
+//	                                the admin console, ... (a *core)
+//
+// Names: a Server value is one configuration *generation* (a reload makes
+// a new one; the session moves to it between transactions, so s.gen never
+// changes under a transaction), while core is the server itself, shared by
+// every generation. An extra database (Config.ExtraDatabases) is a server
+// of its own: a session on it has the generation of that database's server
+// in gen and the accepting server in host.
+
+// generationEnv is what one configuration generation gives the sessions
+// that run on it. It is made once with its generation (Server.env) and
+// never changes.
+type generationEnv struct {
+	// cfg is the generation's configuration (read-only).
+	cfg *Config
+	// pools are the shards' backend pools, by shard index of cfg.Map.
+	pools []*backend.Pool
+	// defaultShard is the index of cfg.DefaultShard.
+	defaultShard int
+	// users are the logins by user name ("*": anyone).
+	users map[string]login
+	// metrics and log are the database's server's (the accepting server's
+	// unless the session runs on an extra database).
+	metrics *metrics
+	log     *slog.Logger
+	// stmtEpoch moves on at every schema change (see core.stmtEpoch).
+	stmtEpoch *atomic.Uint64
+	// collation caches whether the shards order text by bytes; a DDL
+	// statement resets it (collationUnknown).
+	collation *atomic.Int32
+	// home is the host environment of the server the generation belongs
+	// to: the accepting server's, or an extra database's.
+	home *hostEnv
+	// ops runs what needs the generation itself.
+	ops generationOps
+}
+
+// generationOps are the operations of a generation a session uses (a
+// *Server implements them).
+type generationOps interface {
+	// pickAny returns a shard for a statement that may run anywhere.
+	pickAny() int
+	// textBytewise reports whether every shard orders text by bytes.
+	textBytewise(ctx context.Context) bool
+	// validatePreamble checks a session's settings on pool's backend.
+	validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error)
+	// noteDecision records a routing decision (SHOW ROUTES, metrics).
+	noteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool)
+	// leaseError is the error of a statement refused while the catalog's
+	// lease is lost (nil: none).
+	leaseError() *pgwire.Error
+	// directPool is shard i's pool of direct connections (pinning).
+	directPool(i int) *backend.Pool
+	// databaseEnv returns the generation of database name (an extra
+	// database's, or this one).
+	databaseEnv(name string) *generationEnv
+}
+
+// shardName returns the name of shard i.
+func (g *generationEnv) shardName(i int) string { return g.cfg.Map.Shards[i].Name }
+
+// hostEnv is what the server that accepted a client gives its session
+// for the session's whole life (the same for every generation).
+type hostEnv struct {
+	metrics *metrics
+	log     *slog.Logger
+	// tls is the current TLS configuration towards clients (nil: off).
+	tls *atomic.Pointer[tlsSetup]
+	// loginsDisabled: DISABLE on the console (admin logins still pass).
+	loginsDisabled *atomic.Bool
+	// npinned counts the pinned sessions (Config.MaxPinned bounds it);
+	// pinsTotal counts pins by reason.
+	npinned   *atomic.Int64
+	pinsTotal *prometheus.CounterVec
+	// fences holds each pool's fence state (*backend.Pool → *atomic.Int32).
+	fences *sync.Map
+	// ops runs what needs the server itself.
+	ops hostOps
+}
+
+// hostOps are the server's operations a session uses (a *core implements
+// them).
+type hostOps interface {
+	// currentEnv is the current generation's environment.
+	currentEnv() *generationEnv
+	// register assigns the session its cancel key and counts it against
+	// MaxClients (false: the server is full); unregister undoes it.
+	register(s *session) bool
+	unregister(s *session)
+	// cancel forwards a cancel request to the session it names.
+	cancel(ctx context.Context, pid uint32, key []byte)
+	// sessionByPID returns the session of a BackendKeyData process ID.
+	sessionByPID(pid uint32) *session
+	// rekeyToBackend gives a session the backend's PID and secret.
+	rekeyToBackend(s *session, pid uint32, secret []byte)
+	// fenceKeyFor is the text a fence assert names for key's bucket.
+	fenceKeyFor(m *shardmap.Map, key string, bucket int) string
+	// console is the admin console's view of the proxy for session s.
+	console(s *session) admin.Host
+}
+
+// env returns the generation's environment, made once.
+func (s *Server) env() *generationEnv { return s.genv }
+
+// makeEnv makes the generation's environment (once its pools are set,
+// before it is published).
+func (s *Server) makeEnv() {
+	if s.core.henv == nil {
+		c := s.core
+		c.henv = &hostEnv{
+			metrics: c.metrics, log: c.log, tls: &c.tls, loginsDisabled: &c.life.disabled,
+			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, ops: c,
+		}
+	}
+	s.genv = &generationEnv{
+		cfg: &s.cfg, pools: s.pools, defaultShard: s.defaultShard, users: s.users,
+		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation,
+		home: s.core.henv, ops: s,
+	}
+}
+
+// databaseEnv implements generationOps.
+func (s *Server) databaseEnv(name string) *generationEnv { return s.database(name).env() }
+
+// currentEnv implements hostOps.
+func (c *core) currentEnv() *generationEnv { return c.current().env() }
+
+// register implements hostOps: the current generation's MaxClients.
+func (c *core) register(sess *session) bool { return c.current().register(sess) }
+
+// unregister implements hostOps.
+func (c *core) unregister(sess *session) { c.current().unregister(sess) }
+
+// cancel implements hostOps.
+func (c *core) cancel(ctx context.Context, pid uint32, key []byte) {
+	c.current().cancel(ctx, pid, key)
+}
+
+// console implements hostOps.
+func (c *core) console(s *session) admin.Host { return &adminHost{s: s, c: c} }
