@@ -261,9 +261,9 @@ func (c *core) PinnedSessions() []PinnedSession {
 
 // poolMode is the session's pool mode (its user's, else the server's).
 func (s *session) poolMode() PoolMode {
-	for _, u := range s.gen.cfg.Users {
-		if u.Name == s.user && u.PoolMode != PoolModeDefault {
-			return u.PoolMode
+	for _, u := range s.gen.cfg.userPoolModes {
+		if u.name == s.user {
+			return u.mode
 		}
 	}
 	if s.gen.cfg.PoolMode == PoolModeDefault {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -44,8 +45,8 @@ import (
 // that run on it. It is made once with its generation (Server.env) and
 // never changes.
 type generationEnv struct {
-	// cfg is the generation's configuration (read-only).
-	cfg *Config
+	// cfg is what the session reads of the generation's Config.
+	cfg *sessionConfig
 	// pools are the shards' backend pools, by shard index of cfg.Map.
 	pools []*backend.Pool
 	// defaultShard is the index of cfg.DefaultShard.
@@ -87,6 +88,69 @@ type generationOps interface {
 	// databaseEnv returns the generation of database name (an extra
 	// database's, or this one).
 	databaseEnv(name string) *generationEnv
+}
+
+// sessionConfig is the part of a generation's Config a session reads,
+// copied when the generation is made (a generation's Config never
+// changes). The fields are Config's, with Config's meaning.
+type sessionConfig struct {
+	// Routing.
+	Map         *shardmap.Map
+	Analyzer    route.Analyzer
+	HintKeyType route.KeyType
+	// Follow is Config.Follow (nil: the proxy does not follow a catalog).
+	Follow MapFollower
+	// Fence and FenceRetryWait: the map fence (fence.go, fenceretry.go).
+	Fence          FenceMode
+	FenceRetryWait time.Duration
+	// Pooling and pinning: PoolMode is the server's, userPoolModes the
+	// users' own (those other than PoolModeDefault, in Config.Users's
+	// order).
+	PoolMode      PoolMode
+	userPoolModes []userPoolMode
+	MaxPinned     int
+	PoolTimeout   time.Duration
+	// ConnectTimeout bounds a cancel request's connection to a backend.
+	ConnectTimeout time.Duration
+	// Clients: which databases they may name, the console's.
+	Databases     []string
+	AdminDatabase string
+	AdminUsers    []string
+	// Limits.
+	StartupTimeout           time.Duration
+	IdleInTransactionTimeout time.Duration
+	MaxMessageSize           int
+	MaxPipelineBytes         int
+	MergeGroupLimit          int
+	// Statements: the backends' statement cache, the unnamed statement.
+	StatementCacheSize int
+	UnnamedStatements  UnnamedMode
+}
+
+// userPoolMode is a user's own pool mode (Config.Users).
+type userPoolMode struct {
+	name string
+	mode PoolMode
+}
+
+// newSessionConfig copies what a session reads of c.
+func newSessionConfig(c *Config) *sessionConfig {
+	sc := &sessionConfig{
+		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follow: c.Follow,
+		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
+		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, PoolTimeout: c.PoolTimeout,
+		ConnectTimeout: c.ConnectTimeout,
+		Databases:      c.Databases, AdminDatabase: c.AdminDatabase, AdminUsers: c.AdminUsers,
+		StartupTimeout: c.StartupTimeout, IdleInTransactionTimeout: c.IdleInTransactionTimeout,
+		MaxMessageSize: c.MaxMessageSize, MaxPipelineBytes: c.MaxPipelineBytes, MergeGroupLimit: c.MergeGroupLimit,
+		StatementCacheSize: c.StatementCacheSize, UnnamedStatements: c.UnnamedStatements,
+	}
+	for _, u := range c.Users {
+		if u.PoolMode != PoolModeDefault {
+			sc.userPoolModes = append(sc.userPoolModes, userPoolMode{name: u.Name, mode: u.PoolMode})
+		}
+	}
+	return sc
 }
 
 // shardName returns the name of shard i.
@@ -146,7 +210,7 @@ func (s *Server) makeEnv() {
 		}
 	}
 	s.genv = &generationEnv{
-		cfg: &s.cfg, pools: s.pools, defaultShard: s.defaultShard, users: s.users,
+		cfg: newSessionConfig(&s.cfg), pools: s.pools, defaultShard: s.defaultShard, users: s.users,
 		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation,
 		home: s.core.henv, ops: s,
 	}
