@@ -45,7 +45,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 		return false, err
 	}
 	if !slices.Contains(s.gen.cfg.AdminUsers, s.user) {
-		s.host.ops.unregister(s)
+		s.host.clients.unregister(s)
 		s.host.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
 		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
 		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
@@ -72,7 +72,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	s.out = pgwire.AppendU32(s.out, s.secret)
 	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.host.ops.unregister(s)
+		s.host.clients.unregister(s)
 		return false, err
 	}
 	s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
@@ -146,25 +146,6 @@ func (s *session) cancelAdmin() {
 	if cancel != nil {
 		cancel()
 	}
-}
-
-// killSessions closes the client connections of the sessions match
-// selects (their transactions are lost, as with pg_terminate_backend).
-func (c *core) killSessions(match func(*session) bool) int {
-	c.mu.Lock()
-	var victims []*session
-	for _, x := range c.sessions {
-		victims = append(victims, x)
-	}
-	c.mu.Unlock()
-	n := 0
-	for _, x := range victims {
-		if match(x) {
-			x.closeClient()
-			n++
-		}
-	}
-	return n
 }
 
 // versionString is the build's version (BuildVersion, or the module's).
@@ -272,13 +253,7 @@ func (h *adminHost) Map() admin.Map {
 }
 
 func (h *adminHost) Clients() []admin.Client {
-	srv := h.srv()
-	srv.mu.Lock()
-	sessions := make([]*session, 0, len(srv.sessions))
-	for _, x := range srv.sessions {
-		sessions = append(sessions, x)
-	}
-	srv.mu.Unlock()
+	sessions := h.c.clients.list()
 	out := make([]admin.Client, 0, len(sessions))
 	for _, x := range sessions {
 		c := admin.Client{User: x.user, Database: x.db, App: x.app, Connected: x.connected, Request: x.connected,
@@ -334,9 +309,7 @@ func (h *adminHost) Servers() []admin.Server {
 
 func (h *adminHost) Lists() admin.Lists {
 	srv := h.srv()
-	srv.mu.Lock()
-	used := srv.nclients
-	srv.mu.Unlock()
+	used, _ := srv.clients.counts()
 	open := 0
 	for _, p := range srv.pools {
 		open += p.Figures().Open
@@ -443,7 +416,7 @@ func (h *adminHost) Reconnect(shards []string) {
 func (h *adminHost) Kill(shards []string) {
 	pools := h.pools(shards)
 	h.s.log.Warn("KILL on the admin console", "shards", who(pools), "by", h.s.user)
-	h.c.killSessions(func(x *session) bool {
+	h.c.clients.kill(func(x *session) bool {
 		if x.admin {
 			return false
 		}

@@ -92,10 +92,10 @@ func goldenServer(t *testing.T) (*Server, *session) {
 	client, other := net.Pipe()
 	t.Cleanup(func() { client.Close(); other.Close() })
 	cl := &session{host: srv.henv, gen: srv.env(), conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
-	srv.sessions[cl.pid] = cl
-	srv.nclients = 2
+	srv.clients.sessions[cl.pid] = cl
+	srv.clients.nclients = 2
 	adm := &session{host: srv.henv, gen: srv.env(), conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
-	srv.sessions[adm.pid] = adm
+	srv.clients.sessions[adm.pid] = adm
 	return srv, adm
 }
 

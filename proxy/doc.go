@@ -8,8 +8,10 @@
 //	                  │      core; config.go; lifecycle.go: accept, drain)
 //	                  │  each session sees the proxy only through
 //	                  │  sessionenv.go: generationEnv (its generation: Config,
-//	                  │  pools, metrics) and hostEnv (the server: registry,
-//	                  │  TLS, lifecycle, pins, fences), never a Server or core
+//	                  │  pools, metrics) and hostEnv (the server: its
+//	                  │  TLS, lifecycle, pins, fences, and the register of
+//	                  │  the sessions, sessionreg.go: admission, cancel
+//	                  │  keys, KILL, shutdown), never a Server or core
 //	                  ▼
 //	               session (session.go) ── startup (pgwire): TLS (tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)

@@ -40,7 +40,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -244,20 +243,7 @@ type PinnedSession struct {
 }
 
 // PinnedSessions lists the sessions pinned right now.
-func (c *core) PinnedSessions() []PinnedSession {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []PinnedSession
-	for _, sess := range c.sessions {
-		sess.pinMu.Lock()
-		if ps := sess.pinInfo; ps != nil {
-			out = append(out, *ps)
-		}
-		sess.pinMu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b PinnedSession) int { return int(a.PID) - int(b.PID) })
-	return out
-}
+func (c *core) PinnedSessions() []PinnedSession { return c.clients.pinned() }
 
 // poolMode is the session's pool mode (its user's, else the server's).
 func (s *session) poolMode() PoolMode {
@@ -972,26 +958,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// rekeyToBackend gives a session pinned at startup the backend's real PID
-// and secret in BackendKeyData (clients compare it with pg_backend_pid()
-// and cancel with it), unless another session already has that PID.
-func (s *core) rekeyToBackend(sess *session, pid uint32, secret []byte) {
-	if len(secret) != 4 || pid == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if other, dup := s.sessions[pid]; dup && other != sess {
-		return
-	}
-	if s.sessions[sess.pid] == sess {
-		delete(s.sessions, sess.pid)
-	}
-	sess.pid = pid
-	sess.secret = uint32(secret[0])<<24 | uint32(secret[1])<<16 | uint32(secret[2])<<8 | uint32(secret[3])
-	s.sessions[pid] = sess
-}
-
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
 func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
@@ -1005,7 +971,7 @@ func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 	if s.bc == nil {
 		return nil, nil
 	}
-	s.host.ops.rekeyToBackend(s, s.bc.PID, s.bc.Secret)
+	s.host.clients.rekey(s, s.bc.PID, s.bc.Secret)
 	return maps.Clone(s.bc.Statuses), nil
 }
 

@@ -4,8 +4,6 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,11 +78,12 @@ type core struct {
 	// started is when New ran (SHOW STATS averages, uptime).
 	started time.Time
 
-	mu       sync.Mutex
-	sessions map[uint32]*session // by the BackendKeyData process ID
-	nclients int
-	nadmin   int               // of nclients, admin console sessions
-	dbIDs    map[string]string // database id → shard name (identity checks)
+	// clients are the client sessions, by the BackendKeyData process ID
+	// (sessionreg.go).
+	clients sessionRegistry
+
+	mu    sync.Mutex
+	dbIDs map[string]string // database id → shard name (identity checks)
 
 	// secrets are redacted from every log line (secrets.go).
 	secrets secretSet
@@ -128,11 +127,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
 	c := &core{
-		reg:      prometheus.NewRegistry(),
-		sessions: map[uint32]*session{},
-		dbIDs:    map[string]string{},
-		ready:    make(chan struct{}),
-		started:  time.Now(),
+		reg:     prometheus.NewRegistry(),
+		clients: sessionRegistry{sessions: map[uint32]*session{}},
+		dbIDs:   map[string]string{},
+		ready:   make(chan struct{}),
+		started: time.Now(),
 	}
 	c.life.init()
 	c.secrets.set(&cfg)
@@ -151,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	// The metrics first: the pools count their backend errors there.
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
+	c.clients.metrics = c.metrics
 	for i, sh := range cfg.Map.Shards {
 		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {
@@ -353,63 +353,6 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	sess := newSession(s.env(), s.core.henv, conn)
 	defer conn.Close()
 	sess.run(ctx)
-}
-
-// register assigns the session its cancel key and counts it against
-// MaxClients; false means the server is full.
-func (s *Server) register(sess *session) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.nclients >= s.cfg.MaxClients {
-		return false
-	}
-	for {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		pid := binary.BigEndian.Uint32(b[:4]) & 0x7fffffff
-		if pid == 0 {
-			continue
-		}
-		if _, dup := s.sessions[pid]; dup {
-			continue
-		}
-		sess.pid = pid
-		sess.secret = binary.BigEndian.Uint32(b[4:])
-		s.sessions[pid] = sess
-		s.nclients++
-		if sess.admin {
-			s.nadmin++
-		}
-		s.metrics.clients.Inc()
-		s.metrics.clientsTotal.Inc()
-		return true
-	}
-}
-
-func (s *Server) unregister(sess *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sessions[sess.pid] == sess {
-		delete(s.sessions, sess.pid)
-		s.nclients--
-		if sess.admin {
-			s.nadmin--
-		}
-		s.metrics.clients.Dec()
-	}
-}
-
-// cancel forwards a client's cancel request to the backend serving its
-// session right now, if any. A request whose key matches no session is
-// ignored, as Postgres does.
-func (s *Server) cancel(ctx context.Context, pid uint32, key []byte) {
-	s.mu.Lock()
-	sess := s.sessions[pid]
-	s.mu.Unlock()
-	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
-		return
-	}
-	sess.cancelBackend(ctx)
 }
 
 // pickAny returns a shard for a statement that may run anywhere.

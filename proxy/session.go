@@ -296,7 +296,7 @@ func (s *session) run(ctx context.Context) {
 		}
 		return
 	}
-	defer s.host.ops.unregister(s)
+	defer s.host.clients.unregister(s)
 	defer s.releaseAll()
 	if s.admin {
 		err = s.serveAdmin(ctx)
@@ -420,7 +420,7 @@ func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 			}
 			continue
 		case pgwire.StartupCancel:
-			s.host.ops.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
+			s.host.clients.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
 			return nil, false, nil
 		}
 		return pkt, true, nil
@@ -516,7 +516,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		st, e = s.initialStatuses(ctx)
 	}
 	if e != nil {
-		s.host.ops.unregister(s)
+		s.host.clients.unregister(s)
 		s.releaseAll()
 		return s.fail(e)
 	}
@@ -536,7 +536,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.out = pgwire.AppendU32(s.out, s.secret)
 	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.host.ops.unregister(s)
+		s.host.clients.unregister(s)
 		return false, err
 	}
 	return true, nil
@@ -776,13 +776,13 @@ func (s *session) dropBackend(clean bool) {
 // it: the start of every login, the admin console's too. A refusal is
 // counted by its reason and leaves the session unregistered.
 func (s *session) admit() (bool, error) {
-	if !s.host.ops.register(s) {
+	if !s.host.clients.register(s, s.host.ops.currentEnv().cfg.MaxClients) {
 		s.host.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
 	ok, err := s.authenticate()
 	if !ok {
-		s.host.ops.unregister(s)
+		s.host.clients.unregister(s)
 		s.host.metrics.clientsRefused.WithLabelValues("auth").Inc()
 		return false, err
 	}

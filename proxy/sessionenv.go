@@ -29,10 +29,11 @@ import (
 //	   │
 //	   └──host─▶ hostEnv            the server process that accepted the
 //	                 │              client, for the session's whole life:
-//	                 │              TLS, lifecycle, pin count, fences,
-//	                 ▼              the session registry
-//	             hostOps            register, cancel, current generation,
-//	                                the admin console, ... (a *core)
+//	                 │              TLS, logins disabled, pin count, fences,
+//	                 │              the session registry (sessionreg.go)
+//	                 ▼
+//	             hostOps            the current generation, fence keys,
+//	                                the admin console (a *core)
 //
 // Names: a Server value is one configuration *generation* (a reload makes
 // a new one; the session moves to it between transactions, so s.gen never
@@ -109,6 +110,7 @@ type sessionConfig struct {
 	PoolMode      PoolMode
 	userPoolModes []userPoolMode
 	MaxPinned     int
+	MaxClients    int
 	PoolTimeout   time.Duration
 	// ConnectTimeout bounds a cancel request's connection to a backend.
 	ConnectTimeout time.Duration
@@ -138,7 +140,7 @@ func newSessionConfig(c *Config) *sessionConfig {
 	sc := &sessionConfig{
 		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follow: c.Follow,
 		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
-		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, PoolTimeout: c.PoolTimeout,
+		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
 		ConnectTimeout: c.ConnectTimeout,
 		Databases:      c.Databases, AdminDatabase: c.AdminDatabase, AdminUsers: c.AdminUsers,
 		StartupTimeout: c.StartupTimeout, IdleInTransactionTimeout: c.IdleInTransactionTimeout,
@@ -171,6 +173,8 @@ type hostEnv struct {
 	pinsTotal *prometheus.CounterVec
 	// fences holds each pool's fence state (*backend.Pool → *atomic.Int32).
 	fences *sync.Map
+	// clients is the register of the server's client sessions.
+	clients *sessionRegistry
 	// ops runs what needs the server itself.
 	ops hostOps
 }
@@ -180,16 +184,6 @@ type hostEnv struct {
 type hostOps interface {
 	// currentEnv is the current generation's environment.
 	currentEnv() *generationEnv
-	// register assigns the session its cancel key and counts it against
-	// MaxClients (false: the server is full); unregister undoes it.
-	register(s *session) bool
-	unregister(s *session)
-	// cancel forwards a cancel request to the session it names.
-	cancel(ctx context.Context, pid uint32, key []byte)
-	// sessionByPID returns the session of a BackendKeyData process ID.
-	sessionByPID(pid uint32) *session
-	// rekeyToBackend gives a session the backend's PID and secret.
-	rekeyToBackend(s *session, pid uint32, secret []byte)
 	// fenceKeyFor is the text a fence assert names for key's bucket.
 	fenceKeyFor(m *shardmap.Map, key string, bucket int) string
 	// console is the admin console's view of the proxy for session s.
@@ -206,7 +200,7 @@ func (s *Server) makeEnv() {
 		c := s.core
 		c.henv = &hostEnv{
 			metrics: c.metrics, log: c.log, tls: &c.tls, loginsDisabled: &c.life.disabled,
-			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, ops: c,
+			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, clients: &c.clients, ops: c,
 		}
 	}
 	s.genv = &generationEnv{
@@ -221,17 +215,6 @@ func (s *Server) databaseEnv(name string) *generationEnv { return s.database(nam
 
 // currentEnv implements hostOps.
 func (c *core) currentEnv() *generationEnv { return c.current().env() }
-
-// register implements hostOps: the current generation's MaxClients.
-func (c *core) register(sess *session) bool { return c.current().register(sess) }
-
-// unregister implements hostOps.
-func (c *core) unregister(sess *session) { c.current().unregister(sess) }
-
-// cancel implements hostOps.
-func (c *core) cancel(ctx context.Context, pid uint32, key []byte) {
-	c.current().cancel(ctx, pid, key)
-}
 
 // console implements hostOps.
 func (c *core) console(s *session) admin.Host { return &adminHost{s: s, c: c} }
