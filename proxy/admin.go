@@ -28,125 +28,13 @@ import (
 //	startup (admin db) ─▶ authenticate ─▶ admin user? ─no─▶ FATAL 42501
 //	                                          │ yes
 //	                                          ▼
-//	serveAdmin: Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
+//	serveAdmin (adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
 //	            Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
 //
 // The commands live in proxy/internal/admin (its doc.go lists them), which
 // sees the proxy only through admin.Host: adminHost (below) answers it
 // with snapshots of the current generation and runs its actions (PAUSE,
 // KILL, RELOAD, ...) on the pools and sessions.
-
-// adminStartup finishes the startup of an admin console session: register,
-// authenticate, check the user is an admin, then the parameter statuses a
-// client expects (no backend is involved: the console works with every
-// shard down).
-func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
-	if ok, err := s.admit(); !ok {
-		return false, err
-	}
-	if !slices.Contains(s.gen.cfg.AdminUsers, s.user) {
-		s.host.clients.unregister(s)
-		s.host.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
-		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
-		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
-	}
-	enc, _ := pkt.Param("client_encoding")
-	if enc == "" {
-		enc = "UTF8"
-	}
-	version := "15.0 (pgshard)"
-	for _, p := range s.gen.pools {
-		if v := p.ServerVersion(); v != "" {
-			version = v + " (pgshard)"
-		}
-	}
-	for _, kv := range [][2]string{
-		{"DateStyle", "ISO, MDY"}, {"application_name", s.app}, {"client_encoding", enc},
-		{"integer_datetimes", "on"}, {"is_superuser", "off"}, {"server_encoding", "UTF8"},
-		{"server_version", version}, {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"},
-	} {
-		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
-	}
-	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = pgwire.AppendU32(s.out, s.pid)
-	s.out = pgwire.AppendU32(s.out, s.secret)
-	s.out = pgwire.AppendRFQ(s.out, 'I')
-	if err := s.flush(); err != nil {
-		s.host.clients.unregister(s)
-		return false, err
-	}
-	s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
-	return true, nil
-}
-
-// serveAdmin is the console's message loop.
-func (s *session) serveAdmin(ctx context.Context) error {
-	skipping := false
-	for {
-		if err := s.flush(); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		typ, msg, err := s.rd.Next()
-		if err != nil {
-			return err
-		}
-		switch typ {
-		case 'Q':
-			sql, err := pgwire.DecodeQuery(msg)
-			if err != nil {
-				return err
-			}
-			s.adminQuery(ctx, string(sql))
-			s.out = pgwire.AppendRFQ(s.out, 'I')
-		case 'X':
-			return nil
-		case 'S':
-			skipping = false
-			s.out = pgwire.AppendRFQ(s.out, 'I')
-		case 'P', 'B', 'D', 'E', 'C', 'H', 'F':
-			if !skipping {
-				skipping = true
-				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
-			}
-			if typ == 'F' {
-				skipping = false
-				s.out = pgwire.AppendRFQ(s.out, 'I')
-			}
-		case 'd', 'c', 'f':
-		default:
-			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
-		}
-	}
-}
-
-// adminQuery runs the commands of one query string (admin.Query), with
-// a context a cancel request cancels (cancelAdmin).
-func (s *session) adminQuery(ctx context.Context, sql string) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	s.mu.Lock()
-	s.adminCancel = func() { cancel(admin.ErrCanceled) }
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.adminCancel = nil
-		s.mu.Unlock()
-		cancel(nil)
-	}()
-	s.out = admin.Query(cctx, s.host.ops.console(s), sql, s.out)
-}
-
-// cancelAdmin cancels the command an admin session runs (a cancel request).
-func (s *session) cancelAdmin() {
-	s.mu.Lock()
-	cancel := s.adminCancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
 
 // versionString is the build's version (BuildVersion, or the module's).
 func versionString() string {

@@ -508,7 +508,7 @@ func (p *planner) describe(raw []byte, idx int) {
 			if shard < 0 {
 				// Any shard can describe a statement: a deferred
 				// transaction binds only softly for it.
-				shard, p.anyShard = s.gen.ops.pickAny(), true
+				shard, p.anyShard = s.gen.pickAny(), true
 				if p.hint >= 0 {
 					shard, p.anyShard = p.hint, false
 				} else if p.tx == txDeferred {

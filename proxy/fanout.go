@@ -308,7 +308,7 @@ func (s *session) runFanout(p *planner) error {
 	if f.only > 0 {
 		mplan = singleMerge
 	}
-	bytewise := mplan != nil && f.only == 0 && s.gen.ops.textBytewise(p.ctx)
+	bytewise := mplan != nil && f.only == 0 && s.gen.textBytewise(p.ctx)
 	streams, e := s.fanParts(p, f)
 	if e != nil {
 		return s.fanFail(e, f)

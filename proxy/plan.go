@@ -713,7 +713,7 @@ func (p *planner) targetKeyless(a *route.Statement) (int, bool, *pgwire.Error) {
 			p.soft = true
 		}
 		p.anyShard = true
-		return srv.ops.pickAny(), false, nil
+		return srv.pickAny(), false, nil
 	}
 	return srv.defaultShard, false, nil
 }

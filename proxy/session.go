@@ -638,7 +638,7 @@ func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
 // canonical values of the settings the preamble applies.
 func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
 	var lastErr error
-	first := s.gen.ops.pickAny()
+	first := s.gen.pickAny()
 	for k := 0; k < len(s.gen.pools); k++ {
 		p := s.gen.pools[(first+k)%len(s.gen.pools)]
 		if p.IsDown() != nil {
@@ -662,7 +662,7 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 			out[n] = v
 		}
 		if len(pre.KV) > 0 {
-			vals, e := s.gen.ops.validatePreamble(ctx, p, key, pre)
+			vals, e := s.gen.validatePreamble(ctx, p, key, pre)
 			if e != nil {
 				e.Severity = "FATAL"
 				return nil, e

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -63,6 +62,8 @@ type generationEnv struct {
 	// collation caches whether the shards order text by bytes; a DDL
 	// statement resets it (collationUnknown).
 	collation *atomic.Int32
+	// rr spreads key-less read-only statements over the shards (pickAny).
+	rr *atomic.Uint32
 	// home is the host environment of the server the generation belongs
 	// to: the accepting server's, or an extra database's.
 	home *hostEnv
@@ -73,12 +74,6 @@ type generationEnv struct {
 // generationOps are the operations of a generation a session uses (a
 // *Server implements them).
 type generationOps interface {
-	// pickAny returns a shard for a statement that may run anywhere.
-	pickAny() int
-	// textBytewise reports whether every shard orders text by bytes.
-	textBytewise(ctx context.Context) bool
-	// validatePreamble checks a session's settings on pool's backend.
-	validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error)
 	// noteDecision records a routing decision (SHOW ROUTES, metrics).
 	noteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool)
 	// leaseError is the error of a statement refused while the catalog's
@@ -205,7 +200,7 @@ func (s *Server) makeEnv() {
 	}
 	s.genv = &generationEnv{
 		cfg: newSessionConfig(&s.cfg), pools: s.pools, defaultShard: s.defaultShard, users: s.users,
-		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation,
+		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation, rr: &s.rr,
 		home: s.core.henv, ops: s,
 	}
 }

@@ -205,7 +205,7 @@ func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 	var out []byte
 	rs := &stageRows{}
 	r := &merge.Run{Plan: m, Sources: make([]merge.Source, len(streams)), Live: live, ClientFormats: []int16{1},
-		Describe: true, Bytewise: only == 0 && s.gen.ops.textBytewise(p.ctx), GroupLimit: s.gen.cfg.MergeGroupLimit,
+		Describe: true, Bytewise: only == 0 && s.gen.textBytewise(p.ctx), GroupLimit: s.gen.cfg.MergeGroupLimit,
 		Params: bv.Params, Formats: bv.Formats, OIDs: oids, Out: &out, Flush: func() error { return rs.take(&out) }}
 	for i, st := range streams {
 		r.Sources[i] = st
