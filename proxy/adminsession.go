@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -98,12 +97,12 @@ func (s *session) serveAdmin(ctx context.Context) error {
 	}
 }
 
-// adminQuery runs the commands of one query string (admin.Query), with
+// adminQuery runs the commands of one query string (the console), with
 // a context a cancel request cancels (cancelAdmin).
 func (s *session) adminQuery(ctx context.Context, sql string) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	s.mu.Lock()
-	s.adminCancel = func() { cancel(admin.ErrCanceled) }
+	s.adminCancel = func() { cancel(s.host.consoleCanceled) }
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -111,7 +110,7 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 		s.mu.Unlock()
 		cancel(nil)
 	}()
-	s.out = admin.Query(cctx, s.host.ops.console(s), sql, s.out)
+	s.out = s.host.ops.consoleQuery(cctx, s, sql, s.out)
 }
 
 // cancelAdmin cancels the command an admin session runs (a cancel request).

@@ -11,7 +11,8 @@
 //	                  │  pools, metrics) and hostEnv (the server: its
 //	                  │  TLS, lifecycle, pins, fences, and the register of
 //	                  │  the sessions, sessionreg.go: admission, cancel
-//	                  │  keys, KILL, shutdown), never a Server or core
+//	                  │  keys, KILL, shutdown), never a Server or core;
+//	                  │  sessionhost.go makes them and implements their ops
 //	                  ▼
 //	               session (session.go) ── startup (pgwire): TLS (tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -130,26 +130,6 @@ type userPoolMode struct {
 	mode PoolMode
 }
 
-// newSessionConfig copies what a session reads of c.
-func newSessionConfig(c *Config) *sessionConfig {
-	sc := &sessionConfig{
-		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follow: c.Follow,
-		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
-		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
-		ConnectTimeout: c.ConnectTimeout,
-		Databases:      c.Databases, AdminDatabase: c.AdminDatabase, AdminUsers: c.AdminUsers,
-		StartupTimeout: c.StartupTimeout, IdleInTransactionTimeout: c.IdleInTransactionTimeout,
-		MaxMessageSize: c.MaxMessageSize, MaxPipelineBytes: c.MaxPipelineBytes, MergeGroupLimit: c.MergeGroupLimit,
-		StatementCacheSize: c.StatementCacheSize, UnnamedStatements: c.UnnamedStatements,
-	}
-	for _, u := range c.Users {
-		if u.PoolMode != PoolModeDefault {
-			sc.userPoolModes = append(sc.userPoolModes, userPoolMode{name: u.Name, mode: u.PoolMode})
-		}
-	}
-	return sc
-}
-
 // shardName returns the name of shard i.
 func (g *generationEnv) shardName(i int) string { return g.cfg.Map.Shards[i].Name }
 
@@ -170,6 +150,9 @@ type hostEnv struct {
 	fences *sync.Map
 	// clients is the register of the server's client sessions.
 	clients *sessionRegistry
+	// consoleCanceled is the cause a cancel request gives the context
+	// of a console command (admin.ErrCanceled).
+	consoleCanceled error
 	// ops runs what needs the server itself.
 	ops hostOps
 }
@@ -181,35 +164,7 @@ type hostOps interface {
 	currentEnv() *generationEnv
 	// fenceKeyFor is the text a fence assert names for key's bucket.
 	fenceKeyFor(m *shardmap.Map, key string, bucket int) string
-	// console is the admin console's view of the proxy for session s.
-	console(s *session) admin.Host
+	// consoleQuery runs the admin console's commands of one query string
+	// for session s and appends their answer to out.
+	consoleQuery(ctx context.Context, s *session, sql string, out []byte) []byte
 }
-
-// env returns the generation's environment, made once.
-func (s *Server) env() *generationEnv { return s.genv }
-
-// makeEnv makes the generation's environment (once its pools are set,
-// before it is published).
-func (s *Server) makeEnv() {
-	if s.core.henv == nil {
-		c := s.core
-		c.henv = &hostEnv{
-			metrics: c.metrics, log: c.log, tls: &c.tls, loginsDisabled: &c.life.disabled,
-			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, clients: &c.clients, ops: c,
-		}
-	}
-	s.genv = &generationEnv{
-		cfg: newSessionConfig(&s.cfg), pools: s.pools, defaultShard: s.defaultShard, users: s.users,
-		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation, rr: &s.rr,
-		home: s.core.henv, ops: s,
-	}
-}
-
-// databaseEnv implements generationOps.
-func (s *Server) databaseEnv(name string) *generationEnv { return s.database(name).env() }
-
-// currentEnv implements hostOps.
-func (c *core) currentEnv() *generationEnv { return c.current().env() }
-
-// console implements hostOps.
-func (c *core) console(s *session) admin.Host { return &adminHost{s: s, c: c} }
