@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
@@ -196,9 +197,17 @@ func appendFenceSQL(b []byte, key string) []byte {
 	return append(b, "')"...)
 }
 
+// standInTexts are the fence's stand-in texts: for the cluster's bucket
+// count, one short text per bucket that hashes to it, computed once. A
+// server has one (core.standIns); its sessions reach it through hostEnv.
+type standInTexts struct {
+	once sync.Once
+	st   []string
+}
+
 // fenceKeyFor returns the text to assert for a key routed to bucket: the
 // key itself when its text hashes there, else the bucket's stand-in.
-func (c *core) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
+func (c *standInTexts) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
 	if shardmap.BucketText(key, m.Buckets) == bucket {
 		return key
 	}
@@ -212,8 +221,8 @@ func (c *core) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
 // standIns are, for a bucket count, one short text per bucket that
 // hashes to it ("pgshard-fence-<n>" for the least n), computed once
 // (the bucket count is fixed for a cluster's life).
-func (c *core) standIns(buckets int) []string {
-	c.fenceOnce.Do(func() {
+func (c *standInTexts) standIns(buckets int) []string {
+	c.once.Do(func() {
 		st := make([]string, buckets)
 		left := buckets
 		var b []byte
@@ -224,9 +233,9 @@ func (c *core) standIns(buckets int) []string {
 				left--
 			}
 		}
-		c.fenceStandIns = st
+		c.st = st
 	})
-	return c.fenceStandIns
+	return c.st
 }
 
 // fenceKnown reports whether pool's shard is known to have the fence
@@ -265,7 +274,7 @@ func (p *planner) fenceHeld() {
 	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
 		return
 	}
-	key := s.host.ops.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	key := s.host.standIns.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {

@@ -170,6 +170,19 @@ type PinnedSession struct {
 	Since  time.Time
 }
 
+// poolMode is the session's pool mode (its user's, else the server's).
+func (s *session) poolMode() PoolMode {
+	for _, u := range s.gen.cfg.userPoolModes {
+		if u.name == s.user {
+			return u.mode
+		}
+	}
+	if s.gen.cfg.PoolMode == PoolModeDefault {
+		return PoolTransaction
+	}
+	return s.gen.cfg.PoolMode
+}
+
 // forwardPinned reports whether a statement the proxy answers itself in
 // transaction pooling goes to the backend because the session is pinned.
 func (s *session) forwardPinned(a *route.Statement) bool {

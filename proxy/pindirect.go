@@ -81,16 +81,3 @@ func (c *core) pinMetrics() {
 
 // PinnedSessions lists the sessions pinned right now.
 func (c *core) PinnedSessions() []PinnedSession { return c.clients.pinned() }
-
-// poolMode is the session's pool mode (its user's, else the server's).
-func (s *session) poolMode() PoolMode {
-	for _, u := range s.gen.cfg.userPoolModes {
-		if u.name == s.user {
-			return u.mode
-		}
-	}
-	if s.gen.cfg.PoolMode == PoolModeDefault {
-		return PoolTransaction
-	}
-	return s.gen.cfg.PoolMode
-}

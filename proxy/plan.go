@@ -753,7 +753,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
 	fenceKey := ""
 	if fence {
-		fenceKey = s.host.ops.fenceKeyFor(s.gen.cfg.Map, p.fenceKey, p.fenceBucket)
+		fenceKey = s.host.standIns.fenceKeyFor(s.gen.cfg.Map, p.fenceKey, p.fenceBucket)
 	}
 	p.fenceKey = "" // used once
 	// The assert may be retried after a refusal only when it is the

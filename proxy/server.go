@@ -99,9 +99,8 @@ type core struct {
 	// fences holds each pool's fence state (*backend.Pool →
 	// *atomic.Int32, fence.go).
 	fences sync.Map
-	// fenceStandIns: one text per bucket that hashes to it (fence.go).
-	fenceOnce     sync.Once
-	fenceStandIns []string
+	// standIns: one text per bucket that hashes to it (fence.go).
+	standIns standInTexts
 
 	addrMu      sync.Mutex
 	addr        net.Addr

@@ -21,18 +21,23 @@ import (
 // package of its own).
 //
 //	session ──gen──▶ generationEnv  one configuration generation of one
-//	   │                 │          database: its Config, shard pools,
-//	   │                 │          metrics; generationOps (a *Server)
-//	   │                 ▼          runs what needs the generation
-//	   │             generationOps  pickAny, textBytewise, noteDecision, ...
+//	   │                 │          database: what a session reads of its
+//	   │                 │          Config (sessionConfig), shard pools,
+//	   │                 │          metrics; pickAny, textBytewise and the
+//	   │                 │          preamble check (genshards.go)
+//	   │                 ▼
+//	   │             generationOps  what needs the Server itself: routing
+//	   │                            log, catalog lease, direct pools, the
+//	   │                            generation of another database
 //	   │
 //	   └──host─▶ hostEnv            the server process that accepted the
 //	                 │              client, for the session's whole life:
-//	                 │              TLS, logins disabled, pin count, fences,
-//	                 │              the session registry (sessionreg.go)
+//	                 │              TLS, logins disabled, pin count, fences
+//	                 │              and their stand-in texts, the session
+//	                 │              registry (sessionreg.go)
 //	                 ▼
-//	             hostOps            the current generation, fence keys,
-//	                                the admin console (a *core)
+//	             hostOps            the current generation, the admin
+//	                                console (a *core)
 //
 // Names: a Server value is one configuration *generation* (a reload makes
 // a new one; the session moves to it between transactions, so s.gen never
@@ -146,8 +151,10 @@ type hostEnv struct {
 	// pinsTotal counts pins by reason.
 	npinned   *atomic.Int64
 	pinsTotal *prometheus.CounterVec
-	// fences holds each pool's fence state (*backend.Pool → *atomic.Int32).
-	fences *sync.Map
+	// fences holds each pool's fence state (*backend.Pool → *atomic.Int32);
+	// standIns the texts a fence assert names for a key's bucket.
+	fences   *sync.Map
+	standIns *standInTexts
 	// clients is the register of the server's client sessions.
 	clients *sessionRegistry
 	// consoleCanceled is the cause a cancel request gives the context
@@ -162,8 +169,6 @@ type hostEnv struct {
 type hostOps interface {
 	// currentEnv is the current generation's environment.
 	currentEnv() *generationEnv
-	// fenceKeyFor is the text a fence assert names for key's bucket.
-	fenceKeyFor(m *shardmap.Map, key string, bucket int) string
 	// consoleQuery runs the admin console's commands of one query string
 	// for session s and appends their answer to out.
 	consoleQuery(ctx context.Context, s *session, sql string, out []byte) []byte

@@ -40,7 +40,7 @@ func (s *Server) makeEnv() {
 		c := s.core
 		c.henv = &hostEnv{
 			metrics: c.metrics, log: c.log, tls: &c.tls, loginsDisabled: &c.life.disabled,
-			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, clients: &c.clients, consoleCanceled: admin.ErrCanceled, ops: c,
+			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, standIns: &c.standIns, clients: &c.clients, consoleCanceled: admin.ErrCanceled, ops: c,
 		}
 	}
 	s.genv = &generationEnv{
