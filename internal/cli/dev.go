@@ -61,8 +61,9 @@ certificate in DIR/tls, turns TLS on in every PostgreSQL and in the proxy
 plain-text clients still work, set require to refuse them).
 
 --catalog puts the shard map's catalog in the database pgshard_catalog on
-shard0's server (or the catalog server's, see --catalog-server): it installs the catalog, pushes the map (when the catalog
-holds none yet) and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
+shard0's server (or the catalog server's, see --catalog-server): it
+installs the catalog, pushes the map (when the catalog holds none yet)
+and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
 and pgshard reshard need it, and the dev proxy follows it (proxy.catalog
 defaults to catalog.dsn; a running dev proxy is restarted on it). Once set,
 later runs keep it, and on a reused cluster take the catalog's map (ranges
