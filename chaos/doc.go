@@ -39,8 +39,10 @@
 // cluster without it is refused before anything runs.
 //
 // Move faults (move, mover-kill: fault_move.go) run the production mover
-// (package reshard) on a catalog the run creates for itself; the history's
-// end line records the catalog's final map, by which verify places rows.
+// (package reshard) on a catalog the run creates for itself (on the
+// cluster's catalog server when RunOptions.CatalogDSN names one that is no
+// shard's, so every shard may crash; else on shard0's); the history's end
+// line records the catalog's final map, by which verify places rows.
 //
 // Package chaos/mutant holds the deliberately broken stores and clients the
 // mutant runs plug in; only chaos tooling reaches it.

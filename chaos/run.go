@@ -55,6 +55,10 @@ type RunOptions struct {
 	// nil when the cluster has none: faults that need it are refused up
 	// front.
 	Cluster *cluster.Cluster
+	// CatalogDSN is the config's catalog.dsn, "" for none: runs with move
+	// faults make their own catalog on its server when that is no
+	// shard's, else on shard0's (see openRunCatalog).
+	CatalogDSN string
 	// Out is the output directory (created).
 	Out string
 	// Bin is the pgshard binary that runs the proxy (proxy targets).
@@ -215,7 +219,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	}
 	var catalogDSN string
 	if moves {
-		cat, dsn, err := openRunCatalog(ctx, env, relayed)
+		cat, dsn, err := openRunCatalog(ctx, env, relayed, o.CatalogDSN)
 		if err != nil {
 			return nil, err
 		}

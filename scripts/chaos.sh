@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The CI chaos suite behind `make chaos`: a dedicated 3-shard cluster
-# (PostgreSQL + PgBouncer per shard), the ci scenario (every fault kind,
-# through PgBouncer and the proxy at once) verified, the recovery scenario
-# (each kind alone: time to recover per kind), the reshard scenario (bucket
-# ranges moved online and the mover killed at its journal steps, beside
-# every fault kind: >= 20 moves done, >= 3 mover kills resolved), then the
+# (PostgreSQL + PgBouncer per shard, and a catalog server of its own: the
+# runs with moves make their catalog there, so every shard may crash), the
+# ci scenario (every fault kind, through PgBouncer and the proxy at once)
+# verified, the recovery scenario (each kind alone: time to recover per
+# kind), the reshard scenario (bucket ranges moved online and the mover
+# killed at its journal steps, beside every fault kind on every shard:
+# >= 20 moves done, >= 3 mover kills resolved), then the
 # mutant runs (the control must pass, every deliberately broken store must
 # be caught): the store's mutants, then the resharding mutants (broken
 # movers, shards that do not fence, a client that ignores the fence).
@@ -17,12 +19,12 @@ start=$(date +%s)
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
-step "A 3-shard cluster with PgBouncer in $dir"
+step "A 3-shard cluster with PgBouncer and a catalog server in $dir"
 # A fresh one each run: a former run's moves left the shards' fences at
 # their last map's epoch, which the static map cannot set back (and the
 # cluster belongs to this suite alone).
 if [ -e "$dir" ]; then "$bin" dev down --dir "$dir" --purge >/dev/null; fi
-"$bin" dev up --dir "$dir" --shards 3 >/dev/null
+"$bin" dev up --dir "$dir" --shards 3 --catalog-server >/dev/null
 trap '"$bin" dev down --dir "$dir" >/dev/null' EXIT
 "$bin" dev status --dir "$dir"
 
