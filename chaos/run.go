@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,6 +180,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	moves := hasMoves(plan)
 	if moves && mut.Level != mutant.LevelStore {
 		will.Catalog = &catalog.Catalog{}
+		if will.Proxy != nil {
+			will.CatalogRelay = &Relay{}
+		}
 	}
 	if err := Check(plan, will); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
@@ -221,6 +226,16 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 		defer cat.Close()
 		env.Catalog, catalogDSN = cat, dsn
+		if hasCatalogCut(plan) && (sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx) {
+			// The proxy reaches the catalog through a relay of its own,
+			// which catalog-cut cuts; the mover's connection stays direct.
+			cr, proxyDSN, err := catalogRelay(dsn)
+			if err != nil {
+				return nil, err
+			}
+			defer cr.Close()
+			env.CatalogRelay, env.CatalogTTL, catalogDSN = cr, CatalogCutTTL, proxyDSN
+		}
 	}
 
 	sopts := store.Options{
@@ -234,7 +249,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	// The proxy, behind its own relay, for the proxy targets.
 	var proxyTarget loadgen.Target
 	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
-		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, pooler, user)
+		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, env.CatalogTTL, pooler, user)
 		if px != nil {
 			defer px.Stop(context.WithoutCancel(ctx))
 		}
@@ -264,6 +279,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 
 	// The store under test: the production router, or a mutant.
 	var target loadgen.Target
+	var split *splitTarget // the pgbouncer+proxy target's
 	switch sc.Target {
 	case TargetProxy:
 		target = proxyTarget
@@ -291,7 +307,8 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 		target = storetarget.New(st)
 		if proxyTarget != nil {
-			target = &splitTarget{ts: [2]loadgen.Target{target, proxyTarget}}
+			split = &splitTarget{ts: [2]loadgen.Target{target, proxyTarget}}
+			target = split
 		}
 	}
 	defer target.Close()
@@ -329,6 +346,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	if err != nil {
 		return nil, err
 	}
+	h.SetVia(viaOf(sc.Target, split))
 	res = &RunResult{Dir: o.Out, History: histPath, RunID: runID, Plan: plan}
 	closed := false
 	defer func() {
@@ -511,8 +529,9 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 
 // startProxy starts the chaos-owned proxy over the relayed map (or, with
 // catalogDSN, following the run's catalog, which holds the relayed map and
-// the moves' epochs after it), and a relay in front of it.
-func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, pooler bool, user string) (*ProxyProcess, *Relay, error) {
+// the moves' epochs after it, with leaseTTL as its lease's TTL when
+// positive), and a relay in front of it.
+func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, leaseTTL time.Duration, pooler bool, user string) (*ProxyProcess, *Relay, error) {
 	if o.Bin == "" {
 		return nil, nil, errors.New("target proxy: no pgshard binary to run the proxy with")
 	}
@@ -526,6 +545,10 @@ func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalo
 	if catalogDSN != "" {
 		// The proxy follows the run's catalog: the moves change its map.
 		fmt.Fprintf(&b, "  catalog: %q\n", catalogDSN)
+		if leaseTTL > 0 {
+			// A run with catalog cuts: a lease that lapses within a cut.
+			fmt.Fprintf(&b, "  catalog_lease_ttl: %s\n", leaseTTL)
+		}
 	} else {
 		b.WriteString("shardmap:\n")
 		for _, line := range strings.SplitAfter(string(data), "\n") {
@@ -661,4 +684,56 @@ func hotBuckets(sc *Scenario, m *shardmap.Map) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// hasCatalogCut reports whether a plan has catalog-cut faults.
+func hasCatalogCut(plan []Planned) bool {
+	for _, p := range plan {
+		if p.Kind == KindCatalogCut {
+			return true
+		}
+	}
+	return false
+}
+
+// catalogRelay starts a relay in front of the catalog's server and returns
+// it with dsn rewritten to lead through it.
+func catalogRelay(dsn string) (*Relay, string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		return nil, "", fmt.Errorf("run catalog: the DSN %s is not a URL with a host", redact(dsn))
+	}
+	host := u.Host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "5432")
+	}
+	r, err := NewRelay(host, RelayOptions{Name: "catalog"})
+	if err != nil {
+		return nil, "", fmt.Errorf("relay for the run's catalog: %w", err)
+	}
+	u.Host = r.Addr()
+	return r, u.String(), nil
+}
+
+// viaOf says which client of the target each op goes through (the op
+// line's via): "proxy" (the chaos-owned proxy) or "router" (the router,
+// directly or over PgBouncer, or a store mutant); for the pgbouncer+proxy
+// target, by the split's rule for the calls it routes by execution (load,
+// commit, delete_timer), "" for the calls it alternates.
+func viaOf(t string, split *splitTarget) func(*loadgen.Op) string {
+	switch {
+	case t == TargetProxy:
+		return func(*loadgen.Op) string { return "proxy" }
+	case split != nil:
+		return func(op *loadgen.Op) string {
+			switch op.Kind {
+			case loadgen.OpLoad, loadgen.OpCommit, loadgen.OpDeleteTimer:
+				if op.ExecutionID != "" {
+					return [2]string{"router", "proxy"}[split.side(op.ExecutionID)]
+				}
+			}
+			return ""
+		}
+	}
+	return func(*loadgen.Op) string { return "router" }
 }
