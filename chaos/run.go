@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/url"
@@ -187,6 +188,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	if err := Check(plan, will); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	if mut.Level == mutant.LevelProxy && (!hasCatalogCut(plan) || will.Proxy == nil) {
+		return nil, fmt.Errorf("mutant %s breaks the proxy's lease: scenario %s has no catalog-cut faults on a proxy target (use configs/chaos/mutants-lease.yaml)", mut.Kind, sc.Name)
+	}
 	if mut.Level == mutant.LevelMover && !moves {
 		return nil, fmt.Errorf("mutant %s breaks the mover: scenario %s has no move faults (use configs/chaos/mutants-reshard.yaml)", mut.Kind, sc.Name)
 	}
@@ -249,7 +253,13 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	// The proxy, behind its own relay, for the proxy targets.
 	var proxyTarget loadgen.Target
 	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
-		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, env.CatalogTTL, pooler, user)
+		var lies map[string]string
+		if mut.Level == mutant.LevelProxy {
+			if lies, err = mutant.ProxyConfig(mut.Kind); err != nil {
+				return nil, err
+			}
+		}
+		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, env.CatalogTTL, lies, pooler, user)
 		if px != nil {
 			defer px.Stop(context.WithoutCancel(ctx))
 		}
@@ -531,7 +541,7 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 // catalogDSN, following the run's catalog, which holds the relayed map and
 // the moves' epochs after it, with leaseTTL as its lease's TTL when
 // positive), and a relay in front of it.
-func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, leaseTTL time.Duration, pooler bool, user string) (*ProxyProcess, *Relay, error) {
+func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, leaseTTL time.Duration, lies map[string]string, pooler bool, user string) (*ProxyProcess, *Relay, error) {
 	if o.Bin == "" {
 		return nil, nil, errors.New("target proxy: no pgshard binary to run the proxy with")
 	}
@@ -539,17 +549,34 @@ func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalo
 	if err != nil {
 		return nil, nil, err
 	}
-	var b strings.Builder
-	b.WriteString("# Written by `pgshard chaos run`: the proxy under test, over the fault relays.\n")
-	fmt.Fprintf(&b, "proxy:\n  use_pooler: %t\n  pool_size: %d\n  verify_identity: true\n", pooler, 2*o.Scenario.Workload.MaxConns)
+	keys := [][2]string{{"use_pooler", strconv.FormatBool(pooler)}, {"pool_size", strconv.Itoa(2 * o.Scenario.Workload.MaxConns)}, {"verify_identity", "true"}}
 	if catalogDSN != "" {
 		// The proxy follows the run's catalog: the moves change its map.
-		fmt.Fprintf(&b, "  catalog: %q\n", catalogDSN)
+		keys = append(keys, [2]string{"catalog", strconv.Quote(catalogDSN)})
 		if leaseTTL > 0 {
 			// A run with catalog cuts: a lease that lapses within a cut.
-			fmt.Fprintf(&b, "  catalog_lease_ttl: %s\n", leaseTTL)
+			keys = append(keys, [2]string{"catalog_lease_ttl", leaseTTL.String()})
 		}
-	} else {
+	}
+	// A proxy-level mutant's configuration replaces the run's.
+	for _, k := range slices.Sorted(maps.Keys(lies)) {
+		i := slices.IndexFunc(keys, func(kv [2]string) bool { return kv[0] == k })
+		if i < 0 {
+			keys = append(keys, [2]string{k, lies[k]})
+		} else {
+			keys[i][1] = lies[k]
+		}
+	}
+	var b strings.Builder
+	b.WriteString("# Written by `pgshard chaos run`: the proxy under test, over the fault relays.\n")
+	if len(lies) > 0 {
+		b.WriteString("# A proxy-level mutant's configuration (package chaos/mutant) is in it.\n")
+	}
+	b.WriteString("proxy:\n")
+	for _, kv := range keys {
+		fmt.Fprintf(&b, "  %s: %s\n", kv[0], kv[1])
+	}
+	if catalogDSN == "" {
 		b.WriteString("shardmap:\n")
 		for _, line := range strings.SplitAfter(string(data), "\n") {
 			if line != "" {
