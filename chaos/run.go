@@ -278,6 +278,15 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("connect to the proxy: %w", err)
 		}
+		if catalogDSN != "" {
+			// The proxy answers before its first catalog lease: keyed
+			// statements are refused (57P03) until it holds one, which
+			// the workload's setup must not meet.
+			if err := waitLease(ctx, st, catalogLeaseWait); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("the proxy's catalog lease: %w", err)
+			}
+		}
 		proxyTarget = storetarget.New(st)
 	}
 	if err := Check(plan, env); err != nil {
@@ -763,4 +772,26 @@ func viaOf(t string, split *splitTarget) func(*loadgen.Op) string {
 		}
 	}
 	return func(*loadgen.Op) string { return "router" }
+}
+
+// waitLease waits, polling every 20 ms for at most within, until a keyed
+// read through st (an execution that does not exist) is not refused for a
+// lease that is not live (57P03): the proxy behind st holds its catalog
+// lease.
+func waitLease(ctx context.Context, st store.ExecutionStore, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		_, err := st.Load(ctx, "pgshard-chaos-lease-probe")
+		if err == nil || sqlState(err) != "57P03" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("keyed reads still refused after %v: %w", within, err)
+		case <-t.C:
+		}
+	}
 }
