@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -52,7 +51,6 @@ type catalogCut struct {
 	mu    sync.Mutex
 	relay *Relay
 	cutT  time.Duration // when the cut was in force, on the history's clock
-	held  int
 }
 
 func (*catalogCut) Kind() Kind   { return KindCatalogCut }
@@ -79,12 +77,12 @@ func (f *catalogCut) Inject(_ context.Context, env *Env, _ int, _ Params, _ *ran
 		return Evidence{}, errors.New("catalog-cut: the env has no catalog relay")
 	}
 	if env.CatalogTTL <= 0 {
-		return Evidence{}, fmt.Errorf("catalog-cut: the follower behind the catalog relay has no lease TTL")
+		return Evidence{}, errors.New("catalog-cut: the follower behind the catalog relay has no lease TTL")
 	}
 	n := r.Partition()
 	cut := env.since(time.Now())
 	f.mu.Lock()
-	f.relay, f.cutT, f.held = r, cut, n
+	f.relay, f.cutT = r, cut
 	f.mu.Unlock()
 	env.logf("catalog-cut: the proxy's catalog relay is cut (%d connections blackholed; lease ttl %v)", n, env.CatalogTTL)
 	return Evidence{Landed: false, Fields: map[string]any{
