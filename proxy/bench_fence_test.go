@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -328,32 +327,10 @@ func benchProxy(b *testing.B, m *shardmap.Map, fm proxy.FenceMode) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := srv.Verify(ctx); err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	b.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.Errorf("proxy: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			b.Errorf("proxy did not stop within 30s")
-		}
-	})
+	addr := serveProxy(b, srv)
 	pc, err := pgx.ParseConfig(m.Shards[0].DSN)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", ln.Addr(), pc.Database)
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", addr, pc.Database)
 }

@@ -165,38 +165,48 @@ func startProxyFor(t *testing.T, d *testDB, opts ...envOpt) *proxyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := srv.Verify(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("proxy: %v", err)
-			}
-			if n := metricSum(t, srv, "pgshard_proxy_backend_errors_total", "kind", "unclean"); n > 0 {
-				t.Errorf("proxy: %v backend connections were returned to their pool not idle (a transaction open or replies unread)", n)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("proxy did not stop within 30s")
-		}
-	})
-	addr := ln.Addr().String()
+	addr := serveProxy(t, srv)
 	return &proxyEnv{db: d, srv: srv, addr: addr, an: an,
 		dsn: fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", addr, d.name)}
 }
 
 // testWriter sends log lines to t.Log (and nowhere after the test ended).
+// serveProxy verifies srv against its shards and serves it on a loopback
+// listener until the test or benchmark ends; it returns the listener's
+// address. At the end it checks that srv stopped within 30s and that no
+// backend connection went back to its pool unclean (a transaction open or
+// replies unread).
+func serveProxy(tb testing.TB, srv *proxy.Server) string {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := srv.Verify(ctx); err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("proxy: %v", err)
+			}
+			if n := metricSum(tb, srv, "pgshard_proxy_backend_errors_total", "kind", "unclean"); n > 0 {
+				tb.Errorf("proxy: %v backend connections were returned to their pool not idle (a transaction open or replies unread)", n)
+			}
+		case <-time.After(30 * time.Second):
+			tb.Errorf("proxy did not stop within 30s")
+		}
+	})
+	return ln.Addr().String()
+}
+
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
@@ -268,7 +278,7 @@ var _ = io.Discard
 // metricSum sums the proxy's metric name (a counter or gauge's value, a
 // histogram's sum of samples) over its series carrying every label
 // name/value pair given.
-func metricSum(t *testing.T, srv *proxy.Server, name string, labels ...string) float64 {
+func metricSum(t testing.TB, srv *proxy.Server, name string, labels ...string) float64 {
 	mfs, err := srv.Registry().Gather()
 	if err != nil {
 		t.Errorf("metrics: %v", err)
