@@ -209,9 +209,10 @@ func TestExecuteAndHealAll(t *testing.T) {
 	}
 	for _, k := range chaos.Kinds() {
 		switch {
-		case k == chaos.KindMove || k == chaos.KindMoverKill:
-			// They need a run's catalog and a mover: TestChaosMoves
-			// (internal/cli) runs them in a whole chaos run.
+		case k == chaos.KindMove || k == chaos.KindMoverKill || k == chaos.KindCatalogCut:
+			// They need a run's catalog (and a mover, or a proxy
+			// following it): TestChaosMoves and TestChaosCatalogCut
+			// (internal/cli) run them in a whole chaos run.
 		case !slices.ContainsFunc(specs, func(sp chaos.Spec) bool { return sp.Kind == k }):
 			t.Errorf("kind %s is not in this test's schedule", k)
 		case !landed[k] && k != chaos.KindTerminate: // terminate needs a busy session at that moment
