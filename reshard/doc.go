@@ -23,7 +23,8 @@
 //	 5. Freeze, within a budget: the range's lock EXCLUSIVE with lock_timeout
 //	    = the budget (writers in flight finish, new ones wait), the source's
 //	    fence frozen (committed, so writes stay refused if the mover dies),
-//	    the last catch-up until no record is left. Over budget: the source
+//	    the last catch-up until no record is left (cancelled at the
+//	    budget's deadline if still running). Over budget: the source
 //	    is owned again, the lock released, and the freeze retried after a
 //	    pause and another catch-up — never extended. Every freeze is
 //	    recorded in the move's detail (catalog.FreezeRecord: start, hold,

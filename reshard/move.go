@@ -433,11 +433,23 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 		}
 		return done(), 0, cause
 	}
-	if err := mv.around(ctx, "final-catch-up", m, src, func(ctx context.Context) error {
+	// The last catch-up runs under the deadline itself, not only between
+	// its rounds: on a loaded machine one round can take several budgets,
+	// and the writers wait for all of it. A round cut off rolls back on
+	// dst (or, its dst commit done, leaves its records on src to be
+	// replayed again: a replay replaces rows, so twice is once).
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	err = mv.around(cctx, "final-catch-up", m, src, func(ctx context.Context) error {
 		return mv.catchUpUntil(ctx, m, src, dst, res, 1000, 0, deadline)
-	}); err != nil {
+	})
+	cut := err != nil && cctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	if err != nil {
 		if errors.Is(err, errAbandoned) {
 			return abandon(err)
+		}
+		if cut {
+			return abandon(fmt.Errorf("%w: the last catch-up was cut off at the budget (%v)", errAbandoned, err))
 		}
 		return done(), 0, err
 	}
