@@ -10,6 +10,7 @@
 //	     ▼
 //	run.go       reset the store's tables (and the fences) ─▶ relays in front of every shard (relaymap.go, relay.go)
 //	             ─▶ with move faults: the run's catalog, the router following it (movecatalog.go)
+//	             ─▶ with catalog-cut faults: a relay between the proxy and the catalog (fault_catalog_cut.go)
 //	             ─▶ the chaos-owned proxy behind its own relay (proxyproc.go), for proxy targets
 //	             ─▶ the store under test: router | proxy | both (target.go) | a mutant (mutant/)
 //	     │
@@ -39,8 +40,14 @@
 // cluster without it is refused before anything runs.
 //
 // Move faults (move, mover-kill: fault_move.go) run the production mover
-// (package reshard) on a catalog the run creates for itself; the history's
-// end line records the catalog's final map, by which verify places rows.
+// (package reshard) on a catalog the run creates for itself (on the
+// cluster's catalog server when RunOptions.CatalogDSN names one that is no
+// shard's, so every shard may crash; else on shard0's); the history's end
+// line records the catalog's final map, by which verify places rows.
+// The catalog-cut fault (fault_catalog_cut.go) cuts the chaos-owned proxy off
+// from that catalog past its lease TTL while the mover goes on; the
+// op lines' via says which client each op went through, so that verify
+// can judge the proxy's keyed operations during the cut.
 //
 // Package chaos/mutant holds the deliberately broken stores and clients the
 // mutant runs plug in; only chaos tooling reaches it.

@@ -34,6 +34,7 @@ import (
 //	fault_latency.go, fault_stall.go, fault_reset.go, fault_partition.go   relay modes
 //	fault_proxy_restart.go        SIGKILL the chaos-owned proxy, start it again
 //	fault_move.go                 move, mover-kill: bucket-range moves in the run's catalog (reshard.Apply)
+//	fault_catalog_cut.go          catalog-cut: the proxy's catalog relay cut past its lease TTL
 //	movecatalog.go                the run's catalog, the shards' fences reset, the router that follows it
 //	admin.go                      admin connections, PgBouncer's console, server logs
 
@@ -136,13 +137,23 @@ const (
 	// mover was killed at its step, and the resume or abort finished
 	// (done, or aborted — an abort after the flip completes the move).
 	KindMoverKill Kind = "mover-kill"
+	// KindCatalogCut: the chaos-owned proxy's relay to the run's catalog
+	// (Env.CatalogRelay; NeedsCatalog) blackholes its connections and
+	// holds new ones unconnected for the hold, which must exceed the
+	// proxy's lease TTL (CatalogCutTTL) by a second at least; heal
+	// resets them. The mover's catalog connection is not cut: the moves
+	// go on while the proxy cannot see them, its lease lapses and it must
+	// refuse keyed statements until it reaches the catalog again (verify:
+	// the lease invariant). Landed (heal): the cut outlasted the TTL and
+	// the proxy's follower tried the catalog during it.
+	KindCatalogCut Kind = "catalog-cut"
 )
 
 // Kinds returns every fault kind, in a fixed order.
 func Kinds() []Kind {
 	return []Kind{KindTerminate, KindLostAck, KindPgBouncerKill, KindPgBouncerPause, KindPgBouncerReconnect,
 		KindShardCrash, KindBackendKill, KindLatency, KindStall, KindReset, KindPartition, KindProxyRestart,
-		KindMove, KindMoverKill}
+		KindMove, KindMoverKill, KindCatalogCut}
 }
 
 // ParseKind returns the kind named s.
@@ -182,12 +193,15 @@ const (
 	// NeedsCatalog: Env.Catalog, the run's own catalog that the store
 	// under test follows (move faults; the router and the proxy follow it).
 	NeedsCatalog
+	// NeedsCatalogRelay: Env.CatalogRelay, the relay between the
+	// chaos-owned proxy and the run's catalog.
+	NeedsCatalogRelay
 )
 
 // String lists the needs, e.g. "process-control+pooler".
 func (n Needs) String() string {
 	var parts []string
-	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay", "catalog"} {
+	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay", "catalog", "catalog-relay"} {
 		if n&(1<<i) != 0 {
 			parts = append(parts, name)
 		}
@@ -256,6 +270,11 @@ type Env struct {
 	// store under test follows it, the move faults plan and apply their
 	// moves in it. nil otherwise.
 	Catalog *catalog.Catalog
+	// CatalogRelay is the relay between the chaos-owned proxy and the
+	// run's catalog (runs with catalog-cut faults), or nil; CatalogTTL
+	// is the lease TTL of the proxy's follower behind it.
+	CatalogRelay *Relay
+	CatalogTTL   time.Duration
 	// HotBuckets are the buckets of the workload's hot keys (keys:
 	// hotset), for moves with param hot; nil when it has none.
 	HotBuckets []int
@@ -378,6 +397,7 @@ var kindInfos = map[Kind]kindInfo{
 	KindProxyRestart:       proxyRestartInfo,
 	KindMove:               moveInfo,
 	KindMoverKill:          moverKillInfo,
+	KindCatalogCut:         catalogCutInfo,
 }
 
 // paramCheck validates one parameter's value.

@@ -147,6 +147,16 @@ type History struct {
 	faults map[Kind]int
 	landed map[string]bool // fault ids counted in faults
 	err    error           // the first write error; later writes are dropped
+	via    func(*loadgen.Op) string
+}
+
+// SetVia sets how the history names the client each op went through (the
+// op line's via: "proxy", "router"; "" leaves it out). Call it before the
+// first op.
+func (w *History) SetVia(via func(*loadgen.Op) string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.via = via
 }
 
 var _ loadgen.Observer = (*History)(nil)
@@ -220,6 +230,7 @@ type opLine struct {
 	Src      string   `json:"src"`
 	Exe      string   `json:"exe"`
 	Shard    string   `json:"shard,omitempty"`
+	Via      string   `json:"via,omitempty"`
 	T0       int64    `json:"t0"`
 	T1       int64    `json:"t1"`
 	Outcome  string   `json:"outcome"`
@@ -310,6 +321,9 @@ func (w *History) Observe(op *loadgen.Op) {
 	l := w.line(op)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.via != nil {
+		l.Via = w.via(op)
+	}
 	w.ops++
 	w.stats.Ops++
 	switch l.Outcome {

@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"time"
@@ -17,9 +19,11 @@ import (
 	"github.com/pgshard/pgshard/store"
 )
 
-// CatalogDatabase is the database on shard0's server that holds a run's
-// own catalog (runs with move faults): dropped and created again at each
-// such run's start, like the store's tables are emptied.
+// CatalogDatabase is the database that holds a run's own catalog (runs
+// with move faults), on the cluster's catalog server when it has one of
+// its own, else on shard0's server (see runCatalogServer): dropped and
+// created again at each such run's start, like the store's tables are
+// emptied.
 const CatalogDatabase = "pgshard_chaos_catalog"
 
 // catalogLeaseWait bounds the wait for the router's first catalog lease.
@@ -35,27 +39,82 @@ func hasMoves(plan []Planned) bool {
 	return false
 }
 
+// runCatalogServer picks the server of the run's catalog: the one
+// catalogDSN (the config's catalog.dsn) names when its host:port is none
+// of m's shards' direct DSNs' (a catalog server of its own, which the
+// process faults leave alone: every shard may crash), else shard 0's.
+// It returns the DSN to connect to for creating the database there and
+// a name for that server in errors.
+func runCatalogServer(m *shardmap.Map, catalogDSN string) (adminDSN, where string, err error) {
+	if len(m.Shards) == 0 {
+		return "", "", errors.New("run catalog: the map has no shards")
+	}
+	shard0 := m.Shards[0]
+	if catalogDSN == "" {
+		return shard0.DSN, shard0.Name + "'s server", nil
+	}
+	addr, err := hostPort(catalogDSN)
+	if err != nil {
+		return "", "", fmt.Errorf("run catalog: catalog.dsn: %w", err)
+	}
+	for _, s := range m.Shards {
+		if a, err := hostPort(s.DSN); err == nil && a == addr {
+			return shard0.DSN, shard0.Name + "'s server", nil
+		}
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", "", fmt.Errorf("run catalog: the catalog server %s is not on this machine: chaos makes its run's catalog there and runs only against a local cluster", addr)
+	}
+	return catalogDSN, "the catalog server " + addr, nil
+}
+
+// hostPort returns a URL DSN's host:port, PostgreSQL's port 5432 when it
+// names none.
+func hostPort(dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("DSN %q: %w", redact(dsn), err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
 // openRunCatalog creates the run's catalog: the database CatalogDatabase
-// on shard0's server (dropped first, with whatever a former run left in
-// it), the catalog schema installed, and relayed — the map the store
-// under test routes by, through the relays — pushed as its first
+// on the server runCatalogServer picks for catalogDSN (the config's
+// catalog.dsn, "" for none) — dropped first, with whatever a former run
+// left in it —, the catalog schema installed, and relayed — the map the
+// store under test routes by, through the relays — pushed as its first
 // generation. The shards' fences are reset from the original map first
 // (resetFences). dsn connects to it (the chaos-owned proxy follows it).
-func openRunCatalog(ctx context.Context, env *Env, relayed *shardmap.Map) (cat *catalog.Catalog, dsn string, err error) {
-	c, err := adminConnect(ctx, env, 0)
+func openRunCatalog(ctx context.Context, env *Env, relayed *shardmap.Map, catalogDSN string) (cat *catalog.Catalog, dsn string, err error) {
+	adminDSN, where, err := runCatalogServer(env.Map, catalogDSN)
 	if err != nil {
-		return nil, "", fmt.Errorf("run catalog: %w", err)
+		return nil, "", err
+	}
+	cfg, err := pgx.ParseConfig(adminDSN)
+	if err != nil {
+		return nil, "", fmt.Errorf("run catalog on %s: %w", where, err)
+	}
+	cfg.ConnectTimeout = 5 * time.Second
+	cfg.RuntimeParams["application_name"] = ControlAppName
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("run catalog on %s: %w", where, err)
 	}
 	defer c.Close(context.WithoutCancel(ctx))
 	db := pgx.Identifier{CatalogDatabase}.Sanitize()
 	for _, q := range []string{`DROP DATABASE IF EXISTS ` + db + ` WITH (FORCE)`, `CREATE DATABASE ` + db} {
 		if _, err := c.Exec(ctx, q); err != nil {
-			return nil, "", fmt.Errorf("run catalog on %s: %s: %w", env.shardName(0), q, err)
+			return nil, "", fmt.Errorf("run catalog on %s: %s: %w", where, q, err)
 		}
 	}
-	u, err := url.Parse(env.Map.Shards[0].DSN)
+	u, err := url.Parse(adminDSN)
 	if err != nil {
-		return nil, "", fmt.Errorf("run catalog: shard %s DSN: %w", env.shardName(0), err)
+		return nil, "", fmt.Errorf("run catalog on %s: DSN %q: %w", where, redact(adminDSN), err)
 	}
 	u.Path = "/" + CatalogDatabase
 	dsn = u.String()
@@ -63,6 +122,7 @@ func openRunCatalog(ctx context.Context, env *Env, relayed *shardmap.Map) (cat *
 	if err != nil {
 		return nil, "", fmt.Errorf("run catalog: %w", err)
 	}
+	env.logf("chaos: the run's catalog is %s on %s", CatalogDatabase, where)
 	if _, err := cat.Install(ctx); err != nil {
 		cat.Close()
 		return nil, "", fmt.Errorf("run catalog: install: %w", err)

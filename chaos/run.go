@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +58,10 @@ type RunOptions struct {
 	// nil when the cluster has none: faults that need it are refused up
 	// front.
 	Cluster *cluster.Cluster
+	// CatalogDSN is the config's catalog.dsn, "" for none: runs with move
+	// faults make their own catalog on its server when that is no
+	// shard's, else on shard0's (see openRunCatalog).
+	CatalogDSN string
 	// Out is the output directory (created).
 	Out string
 	// Bin is the pgshard binary that runs the proxy (proxy targets).
@@ -178,9 +185,15 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	moves := hasMoves(plan)
 	if moves && mut.Level != mutant.LevelStore {
 		will.Catalog = &catalog.Catalog{}
+		if will.Proxy != nil {
+			will.CatalogRelay = &Relay{}
+		}
 	}
 	if err := Check(plan, will); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	if mut.Level == mutant.LevelProxy && (!hasCatalogCut(plan) || will.Proxy == nil) {
+		return nil, fmt.Errorf("mutant %s breaks the proxy's lease: scenario %s has no catalog-cut faults on a proxy target (use configs/chaos/mutants-lease.yaml)", mut.Kind, sc.Name)
 	}
 	if mut.Level == mutant.LevelMover && !moves {
 		return nil, fmt.Errorf("mutant %s breaks the mover: scenario %s has no move faults (use configs/chaos/mutants-reshard.yaml)", mut.Kind, sc.Name)
@@ -215,12 +228,22 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	}
 	var catalogDSN string
 	if moves {
-		cat, dsn, err := openRunCatalog(ctx, env, relayed)
+		cat, dsn, err := openRunCatalog(ctx, env, relayed, o.CatalogDSN)
 		if err != nil {
 			return nil, err
 		}
 		defer cat.Close()
 		env.Catalog, catalogDSN = cat, dsn
+		if hasCatalogCut(plan) && (sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx) {
+			// The proxy reaches the catalog through a relay of its own,
+			// which catalog-cut cuts; the mover's connection stays direct.
+			cr, proxyDSN, err := catalogRelay(dsn)
+			if err != nil {
+				return nil, err
+			}
+			defer cr.Close()
+			env.CatalogRelay, env.CatalogTTL, catalogDSN = cr, CatalogCutTTL, proxyDSN
+		}
 	}
 
 	sopts := store.Options{
@@ -234,7 +257,13 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	// The proxy, behind its own relay, for the proxy targets.
 	var proxyTarget loadgen.Target
 	if sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx {
-		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, pooler, user)
+		var lies map[string]string
+		if mut.Level == mutant.LevelProxy {
+			if lies, err = mutant.ProxyConfig(mut.Kind); err != nil {
+				return nil, err
+			}
+		}
+		px, pr, err := startProxy(ctx, o, relayed, catalogDSN, env.CatalogTTL, lies, pooler, user)
 		if px != nil {
 			defer px.Stop(context.WithoutCancel(ctx))
 		}
@@ -253,6 +282,15 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("connect to the proxy: %w", err)
 		}
+		if catalogDSN != "" {
+			// The proxy answers before its first catalog lease: keyed
+			// statements are refused (57P03) until it holds one, which
+			// the workload's setup must not meet.
+			if err := waitLease(ctx, st, catalogLeaseWait); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("the proxy's catalog lease: %w", err)
+			}
+		}
 		proxyTarget = storetarget.New(st)
 	}
 	if err := Check(plan, env); err != nil {
@@ -264,6 +302,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 
 	// The store under test: the production router, or a mutant.
 	var target loadgen.Target
+	var split *splitTarget // the pgbouncer+proxy target's
 	switch sc.Target {
 	case TargetProxy:
 		target = proxyTarget
@@ -291,7 +330,8 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 		target = storetarget.New(st)
 		if proxyTarget != nil {
-			target = &splitTarget{ts: [2]loadgen.Target{target, proxyTarget}}
+			split = &splitTarget{ts: [2]loadgen.Target{target, proxyTarget}}
+			target = split
 		}
 	}
 	defer target.Close()
@@ -329,6 +369,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	if err != nil {
 		return nil, err
 	}
+	h.SetVia(viaOf(sc.Target, split))
 	res = &RunResult{Dir: o.Out, History: histPath, RunID: runID, Plan: plan}
 	closed := false
 	defer func() {
@@ -511,8 +552,9 @@ func header(sc *Scenario, m *shardmap.Map, plan []Planned, runID, mut string, st
 
 // startProxy starts the chaos-owned proxy over the relayed map (or, with
 // catalogDSN, following the run's catalog, which holds the relayed map and
-// the moves' epochs after it), and a relay in front of it.
-func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, pooler bool, user string) (*ProxyProcess, *Relay, error) {
+// the moves' epochs after it, with leaseTTL as its lease's TTL when
+// positive), and a relay in front of it.
+func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalogDSN string, leaseTTL time.Duration, lies map[string]string, pooler bool, user string) (*ProxyProcess, *Relay, error) {
 	if o.Bin == "" {
 		return nil, nil, errors.New("target proxy: no pgshard binary to run the proxy with")
 	}
@@ -520,13 +562,34 @@ func startProxy(ctx context.Context, o RunOptions, relayed *shardmap.Map, catalo
 	if err != nil {
 		return nil, nil, err
 	}
-	var b strings.Builder
-	b.WriteString("# Written by `pgshard chaos run`: the proxy under test, over the fault relays.\n")
-	fmt.Fprintf(&b, "proxy:\n  use_pooler: %t\n  pool_size: %d\n  verify_identity: true\n", pooler, 2*o.Scenario.Workload.MaxConns)
+	keys := [][2]string{{"use_pooler", strconv.FormatBool(pooler)}, {"pool_size", strconv.Itoa(2 * o.Scenario.Workload.MaxConns)}, {"verify_identity", "true"}}
 	if catalogDSN != "" {
 		// The proxy follows the run's catalog: the moves change its map.
-		fmt.Fprintf(&b, "  catalog: %q\n", catalogDSN)
-	} else {
+		keys = append(keys, [2]string{"catalog", strconv.Quote(catalogDSN)})
+		if leaseTTL > 0 {
+			// A run with catalog cuts: a lease that lapses within a cut.
+			keys = append(keys, [2]string{"catalog_lease_ttl", leaseTTL.String()})
+		}
+	}
+	// A proxy-level mutant's configuration replaces the run's.
+	for _, k := range slices.Sorted(maps.Keys(lies)) {
+		i := slices.IndexFunc(keys, func(kv [2]string) bool { return kv[0] == k })
+		if i < 0 {
+			keys = append(keys, [2]string{k, lies[k]})
+		} else {
+			keys[i][1] = lies[k]
+		}
+	}
+	var b strings.Builder
+	b.WriteString("# Written by `pgshard chaos run`: the proxy under test, over the fault relays.\n")
+	if len(lies) > 0 {
+		b.WriteString("# A proxy-level mutant's configuration (package chaos/mutant) is in it.\n")
+	}
+	b.WriteString("proxy:\n")
+	for _, kv := range keys {
+		fmt.Fprintf(&b, "  %s: %s\n", kv[0], kv[1])
+	}
+	if catalogDSN == "" {
 		b.WriteString("shardmap:\n")
 		for _, line := range strings.SplitAfter(string(data), "\n") {
 			if line != "" {
@@ -661,4 +724,78 @@ func hotBuckets(sc *Scenario, m *shardmap.Map) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// hasCatalogCut reports whether a plan has catalog-cut faults.
+func hasCatalogCut(plan []Planned) bool {
+	for _, p := range plan {
+		if p.Kind == KindCatalogCut {
+			return true
+		}
+	}
+	return false
+}
+
+// catalogRelay starts a relay in front of the catalog's server and returns
+// it with dsn rewritten to lead through it.
+func catalogRelay(dsn string) (*Relay, string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		return nil, "", fmt.Errorf("run catalog: the DSN %s is not a URL with a host", redact(dsn))
+	}
+	host := u.Host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "5432")
+	}
+	r, err := NewRelay(host, RelayOptions{Name: "catalog"})
+	if err != nil {
+		return nil, "", fmt.Errorf("relay for the run's catalog: %w", err)
+	}
+	u.Host = r.Addr()
+	return r, u.String(), nil
+}
+
+// viaOf says which client of the target each op goes through (the op
+// line's via): "proxy" (the chaos-owned proxy) or "router" (the router,
+// directly or over PgBouncer, or a store mutant); for the pgbouncer+proxy
+// target, by the split's rule for the calls it routes by execution (load,
+// commit, delete_timer), "" for the calls it alternates.
+func viaOf(t string, split *splitTarget) func(*loadgen.Op) string {
+	switch {
+	case t == TargetProxy:
+		return func(*loadgen.Op) string { return "proxy" }
+	case split != nil:
+		return func(op *loadgen.Op) string {
+			switch op.Kind {
+			case loadgen.OpLoad, loadgen.OpCommit, loadgen.OpDeleteTimer:
+				if op.ExecutionID != "" {
+					return [2]string{"router", "proxy"}[split.side(op.ExecutionID)]
+				}
+			}
+			return ""
+		}
+	}
+	return func(*loadgen.Op) string { return "router" }
+}
+
+// waitLease waits, polling every 20 ms for at most within, until a keyed
+// read through st (an execution that does not exist) is not refused for a
+// lease that is not live (57P03): the proxy behind st holds its catalog
+// lease.
+func waitLease(ctx context.Context, st store.ExecutionStore, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		_, err := st.Load(ctx, "pgshard-chaos-lease-probe")
+		if err == nil || sqlState(err) != "57P03" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("keyed reads still refused after %v: %w", within, err)
+		case <-t.C:
+		}
+	}
 }

@@ -81,7 +81,7 @@ const planGap = 250 * time.Millisecond
 // "start again at once"; the instantaneous kinds refuse one.
 func needsHold(k Kind) bool {
 	switch k {
-	case KindLostAck, KindLatency, KindStall, KindPartition, KindPgBouncerPause:
+	case KindLostAck, KindLatency, KindStall, KindPartition, KindPgBouncerPause, KindCatalogCut:
 		return true
 	}
 	return false
@@ -237,6 +237,8 @@ func validateSpec(sp Spec, period time.Duration, shards map[string]int) []string
 		add("hold: %s needs a hold (how long the fault stays)", sp.Kind)
 	case period > 0 && sp.Hold >= period:
 		add("hold: %v does not fit in the period %v", sp.Hold, period)
+	case sp.Kind == KindCatalogCut && sp.Hold < catalogCutMinHold:
+		add("hold: %v is too short for %s: the proxy's lease (ttl %v) must lapse within it; give at least %v", sp.Hold, sp.Kind, CatalogCutTTL, catalogCutMinHold)
 	}
 	probs = append(probs, validateParams(sp.Kind, sp.Params)...)
 	_, global, _ := info.target(sp.Params)
@@ -320,6 +322,9 @@ func Check(plan []Planned, env *Env) error {
 		}
 		if needs&NeedsCatalog != 0 && env.Catalog == nil {
 			note(p.Kind, "the run's catalog, followed by the store under test (the router, the chaos-owned proxy)", "the mover")
+		}
+		if needs&NeedsCatalogRelay != 0 && env.CatalogRelay == nil {
+			note(p.Kind, "a relay between the chaos-owned proxy and the run's catalog (target proxy, without a store mutant)", target)
 		}
 	}
 	if len(order) == 0 {
@@ -459,6 +464,9 @@ func HealAll(ctx context.Context, env *Env) error {
 	}
 	if env.ProxyRelay != nil {
 		env.ProxyRelay.PassThrough()
+	}
+	if env.CatalogRelay != nil {
+		env.CatalogRelay.PassThrough()
 	}
 	ctx, cancel := context.WithTimeout(ctx, healTimeout)
 	defer cancel()

@@ -23,12 +23,16 @@ type splitTarget struct {
 
 var _ loadgen.Target = (*splitTarget)(nil)
 
-func (s *splitTarget) byID(id string) loadgen.Target {
+func (s *splitTarget) byID(id string) loadgen.Target { return s.ts[s.side(id)] }
+
+// side is the index in ts of the target of execution id's calls (0: the
+// router over PgBouncer, 1: the proxy).
+func (s *splitTarget) side(id string) int {
 	var h uint32 = 2166136261
 	for i := 0; i < len(id); i++ {
 		h = (h ^ uint32(id[i])) * 16777619
 	}
-	return s.ts[h&1]
+	return int(h & 1)
 }
 
 func (s *splitTarget) next() loadgen.Target { return s.ts[s.turn.Add(1)&1] }

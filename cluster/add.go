@@ -83,10 +83,7 @@ func AddShard(ctx context.Context, dir, name string, log io.Writer) (*Cluster, S
 	if err != nil {
 		return nil, Shard{}, err
 	}
-	u := &upper{dir: dir, spec: spec, bins: bins, run: run, st: st, reserved: map[int]bool{}}
-	for _, s := range st.Shards {
-		u.reserved[s.Port], u.reserved[s.PoolerPort] = true, true
-	}
+	u := newUpper(dir, spec, bins, run, st)
 	s := u.shard(i)
 	var template string
 	if !s.Initialized {

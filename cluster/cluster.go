@@ -17,10 +17,13 @@ import (
 )
 
 // Shard is one PostgreSQL server of a cluster, with its optional PgBouncer.
+// The catalog server (Cluster.Catalog) is described by a Shard too: named
+// CatalogServerName, ordinal -1, never with PgBouncer.
 type Shard struct {
-	// Name is "shard0", "shard1", ...
+	// Name is "shard0", "shard1", ... (CatalogServerName for the catalog
+	// server).
 	Name string `json:"name"`
-	// Ordinal is the shard's index, 0..N-1.
+	// Ordinal is the shard's index, 0..N-1 (-1 for the catalog server).
 	Ordinal int `json:"ordinal"`
 	// Host is the address both servers listen on (127.0.0.1).
 	Host string `json:"host"`
@@ -171,9 +174,32 @@ type Cluster struct {
 	Spec Spec
 	// Shards are the servers, by ordinal.
 	Shards []Shard
+	// Catalog is the catalog server (Spec.CatalogServer): a PostgreSQL of
+	// no shard, for a catalog of the shard map; nil without one. Like the
+	// shards', its fields but PID never change after Up.
+	Catalog *Shard
 
-	mu      sync.Mutex // guards Shards' PID fields and serializes fault hooks
+	mu      sync.Mutex // guards Shards' and Catalog's PID fields and serializes fault hooks
 	backend backend
+}
+
+// CatalogServerName names the catalog server (Cluster.Catalog) and its
+// directory, DIR/catalog.
+const CatalogServerName = "catalog"
+
+// catalogIndex stands for the catalog server where internal code takes a
+// shard index.
+const catalogIndex = -1
+
+// server returns a copy of shard i, or of the catalog server for
+// catalogIndex, under the cluster's lock.
+func (c *Cluster) server(i int) Shard {
+	if i == catalogIndex {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return *c.Catalog
+	}
+	return c.Shard(i)
 }
 
 func (c *Cluster) check(i int) error {
@@ -359,6 +385,20 @@ func (c *Cluster) Status(ctx context.Context) []ShardStatus {
 		return nil
 	})
 	return out
+}
+
+// CatalogStatus probes the catalog server's PostgreSQL like Status probes
+// a shard's (its Pooler is the zero value); ok is false when the cluster
+// has no catalog server.
+func (c *Cluster) CatalogStatus(ctx context.Context) (st ShardStatus, ok bool) {
+	if c.Catalog == nil {
+		return ShardStatus{}, false
+	}
+	s := c.server(catalogIndex)
+	pgAlive, _ := c.backend.alive(c, catalogIndex)
+	st = ShardStatus{Shard: s, Postgres: ProcessStatus{PID: s.PID, Alive: pgAlive}}
+	probe(ctx, &st.Postgres, s.DSN("postgres", c.Spec.User))
+	return st, true
 }
 
 func probe(ctx context.Context, ps *ProcessStatus, dsn string) {

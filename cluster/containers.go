@@ -75,6 +75,9 @@ func (p containersProvider) Up(ctx context.Context, dir string, spec Spec) (_ *C
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.CatalogServer {
+		return nil, fmt.Errorf("testcontainers: a catalog server (Spec.CatalogServer): %w (the local provider runs one)", ErrNotSupported)
+	}
 	if err := p.Available(ctx); err != nil {
 		return nil, err
 	}
@@ -197,7 +200,7 @@ func (cb *containerBackend) upShard(ctx context.Context, nw *testcontainers.Dock
 		func(ctx context.Context) error { return pingConn(ctx, s.DSN("postgres", DefaultUser), "SELECT 1") }); err != nil {
 		return s, err
 	}
-	if err := provision(ctx, s, spec); err != nil {
+	if err := provision(ctx, s, spec, spec.Database); err != nil {
 		return s, err
 	}
 	if !spec.PgBouncer {

@@ -28,7 +28,9 @@ import (
 // that run and answer are kept, dead ones are restarted (on their old ports if
 // free, else on new ones), missing databases and roles are created, changed
 // settings are written and reloaded. A spec with another shard count or
-// PgBouncer choice than the recorded cluster is an error. If ctx is
+// PgBouncer choice than the recorded cluster is an error; one asking for a
+// catalog server (Spec.CatalogServer) adds it to a cluster without, and a
+// cluster with one keeps it whatever the spec says. If ctx is
 // cancelled, or a server fails to start, everything this Up started is
 // stopped again and the error returned (wrapping ctx.Err() on
 // cancellation); the directory and its logs stay.
@@ -130,12 +132,20 @@ func (p localProvider) Up(ctx context.Context, dir string, spec Spec) (*Cluster,
 		spec.Roles = slices.Compact(slices.Sorted(slices.Values(append(spec.Roles, st.Spec.Roles...))))
 		st.Spec, st.Binaries, st.RunAs = spec, bins, run.Name
 	}
+	if spec.CatalogServer && st.Catalog == nil {
+		if slices.ContainsFunc(st.Shards, func(s shardState) bool { return s.Name == CatalogServerName }) {
+			return nil, fmt.Errorf("%s: a shard is called %q, the name of the catalog server's directory; use another --dir", dir, CatalogServerName)
+		}
+		st.Catalog = &shardState{Shard: Shard{
+			Name: CatalogServerName, Ordinal: -1, Host: "127.0.0.1", Dir: filepath.Join(dir, CatalogServerName),
+		}}
+	}
+	// A reused cluster keeps its catalog server.
+	spec.CatalogServer = st.Catalog != nil
+	st.Spec.CatalogServer = spec.CatalogServer
 	st.Spec.Log = nil
 
-	u := &upper{dir: dir, spec: spec, bins: bins, run: run, st: st, reserved: map[int]bool{}}
-	for _, s := range st.Shards {
-		u.reserved[s.Port], u.reserved[s.PoolerPort] = true, true
-	}
+	u := newUpper(dir, spec, bins, run, st)
 	if err := u.up(ctx); err != nil {
 		return nil, err
 	}
@@ -176,6 +186,17 @@ type upper struct {
 	started  []proc       // processes this Up started, to stop on failure
 }
 
+func newUpper(dir string, spec Spec, bins Binaries, run runAs, st *state) *upper {
+	u := &upper{dir: dir, spec: spec, bins: bins, run: run, st: st, reserved: map[int]bool{}}
+	for _, s := range st.Shards {
+		u.reserved[s.Port], u.reserved[s.PoolerPort] = true, true
+	}
+	if st.Catalog != nil {
+		u.reserved[st.Catalog.Port] = true
+	}
+	return u
+}
+
 func (u *upper) cluster() *Cluster {
 	return newLocalCluster(u.dir, u.st, u.bins, u.run)
 }
@@ -184,6 +205,10 @@ func newLocalCluster(dir string, st *state, bins Binaries, run runAs) *Cluster {
 	c := &Cluster{Dir: dir, Provider: localName, Spec: st.Spec, backend: &localBackend{bins: bins, run: run}}
 	for _, s := range st.Shards {
 		c.Shards = append(c.Shards, s.Shard)
+	}
+	if st.Catalog != nil {
+		cat := st.Catalog.Shard
+		c.Catalog = &cat
 	}
 	return c
 }
@@ -194,7 +219,7 @@ func (u *upper) up(ctx context.Context) (err error) {
 		return err
 	}
 	var template string
-	if slices.ContainsFunc(u.st.Shards, func(s shardState) bool { return !s.Initialized }) {
+	if slices.ContainsFunc(u.st.Shards, func(s shardState) bool { return !s.Initialized }) || (u.st.Catalog != nil && !u.st.Catalog.Initialized) {
 		if template, err = ensureTemplate(ctx, u.bins, u.run, u.spec); err != nil {
 			return err
 		}
@@ -202,6 +227,9 @@ func (u *upper) up(ctx context.Context) (err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range u.st.Shards {
 		g.Go(func() error { return u.upShard(gctx, i, template) })
+	}
+	if u.st.Catalog != nil {
+		g.Go(func() error { return u.upShard(gctx, catalogIndex, template) })
 	}
 	err = g.Wait()
 	if err == nil && ctx.Err() != nil {
@@ -214,7 +242,11 @@ func (u *upper) up(ctx context.Context) (err error) {
 		u.abort(ctx)
 		return err
 	}
-	u.spec.logf("cluster of %d shards up in %s (%v)", len(u.st.Shards), u.dir, time.Since(start).Round(time.Millisecond))
+	with := ""
+	if u.st.Catalog != nil {
+		with = fmt.Sprintf(" and a catalog server (127.0.0.1:%d)", u.st.Catalog.Port)
+	}
+	u.spec.logf("cluster of %d shards%s up in %s (%v)", len(u.st.Shards), with, u.dir, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -238,6 +270,9 @@ func (u *upper) abort(ctx context.Context) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if s := u.st.Catalog; s != nil && slices.ContainsFunc(started, func(p proc) bool { return p.pid == s.PID }) {
+		s.PID = 0
+	}
 	for i := range u.st.Shards {
 		s := &u.st.Shards[i]
 		if slices.ContainsFunc(started, func(p proc) bool { return p.pid == s.PID }) {
@@ -256,18 +291,29 @@ func (u *upper) save() error {
 	return u.st.write(u.dir)
 }
 
-// shard returns a copy of shard i's state.
+// entry returns shard i's state entry, or the catalog server's for
+// catalogIndex; u.mu must be held.
+func (u *upper) entry(i int) *shardState {
+	if i == catalogIndex {
+		return u.st.Catalog
+	}
+	return &u.st.Shards[i]
+}
+
+// shard returns a copy of shard i's state (the catalog server's for
+// catalogIndex).
 func (u *upper) shard(i int) shardState {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.st.Shards[i]
+	return *u.entry(i)
 }
 
-// update changes shard i's state and saves the state file.
+// update changes shard i's state (the catalog server's for catalogIndex)
+// and saves the state file.
 func (u *upper) update(i int, f func(s *shardState)) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	f(&u.st.Shards[i])
+	f(u.entry(i))
 	return u.st.write(u.dir)
 }
 
@@ -284,10 +330,16 @@ func (u *upper) upShard(ctx context.Context, i int, template string) error {
 	if err := u.upPostgres(ctx, i); err != nil {
 		return fmt.Errorf("%s: %w", s.Name, err)
 	}
-	if err := provision(ctx, u.shard(i).Shard, u.spec); err != nil {
+	// The catalog server gets the user and roles; its databases are made
+	// by whoever puts a catalog there.
+	database := u.spec.Database
+	if i == catalogIndex {
+		database = ""
+	}
+	if err := provision(ctx, u.shard(i).Shard, u.spec, database); err != nil {
 		return fmt.Errorf("%s: %w", s.Name, err)
 	}
-	if u.spec.PgBouncer {
+	if u.spec.PgBouncer && i != catalogIndex {
 		if err := u.upPooler(ctx, i); err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -793,8 +845,9 @@ func bouncerSetting(ctx context.Context, adminDSN, key string) (string, error) {
 	return "", nil
 }
 
-// provision creates spec's user, roles and database on a shard if missing.
-func provision(ctx context.Context, s Shard, spec Spec) error {
+// provision creates spec's user and roles, and database unless it is "",
+// on a server if missing.
+func provision(ctx context.Context, s Shard, spec Spec, database string) error {
 	conn, err := pgx.Connect(ctx, s.DSN("postgres", DefaultUser)+"&connect_timeout=10")
 	if err != nil {
 		return fmt.Errorf("provision: %w", err)
@@ -819,14 +872,17 @@ func provision(ctx context.Context, s Shard, spec Spec) error {
 			return fmt.Errorf("provision role %s: %w", r, err)
 		}
 	}
+	if database == "" {
+		return nil
+	}
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", spec.Database).Scan(&exists); err != nil {
-		return fmt.Errorf("provision database %s: %w", spec.Database, err)
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", database).Scan(&exists); err != nil {
+		return fmt.Errorf("provision database %s: %w", database, err)
 	}
 	if !exists {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{spec.Database}.Sanitize()+
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{database}.Sanitize()+
 			" OWNER "+pgx.Identifier{spec.User}.Sanitize()); err != nil {
-			return fmt.Errorf("provision database %s: %w", spec.Database, err)
+			return fmt.Errorf("provision database %s: %w", database, err)
 		}
 	}
 	return nil

@@ -21,8 +21,9 @@ type localBackend struct {
 }
 
 // op runs f on the current state under the directory lock, saves the state
-// and copies the shards' PIDs into c (only the PIDs: other fields never
-// change after Up, so goroutines may read them without the lock).
+// and copies the shards' (and the catalog server's) PIDs into c (only the
+// PIDs: other fields never change after Up, so goroutines may read them
+// without the lock).
 func (b *localBackend) op(ctx context.Context, c *Cluster, f func(st *state) error) error {
 	lock, err := lockDir(ctx, c.Dir)
 	if err != nil {
@@ -38,6 +39,9 @@ func (b *localBackend) op(ctx context.Context, c *Cluster, f func(st *state) err
 	c.mu.Lock()
 	for i := range st.Shards {
 		c.Shards[i].PID, c.Shards[i].PoolerPID = st.Shards[i].PID, st.Shards[i].PoolerPID
+	}
+	if c.Catalog != nil && st.Catalog != nil {
+		c.Catalog.PID = st.Catalog.PID
 	}
 	c.mu.Unlock()
 	return errors.Join(ferr, werr)
@@ -142,7 +146,7 @@ func (b *localBackend) startPooler(ctx context.Context, c *Cluster, i int) error
 }
 
 func (b *localBackend) alive(c *Cluster, i int) (bool, bool) {
-	s := c.Shard(i)
+	s := c.server(i)
 	return b.pgProc(s).running(), b.poolerProc(s).running()
 }
 
@@ -151,10 +155,10 @@ func (b *localBackend) down(ctx context.Context, c *Cluster) error {
 }
 
 // stopAll stops every server recorded in st (each shard's PgBouncer, then its
-// PostgreSQL; shards in parallel), then any stray server process whose
-// command line names dir (one started by an Up that died before recording
-// it), and marks everything stopped. When ctx is done, servers still
-// shutting down are SIGKILLed instead of awaited.
+// PostgreSQL; shards and the catalog server in parallel), then any stray
+// server process whose command line names dir (one started by an Up that
+// died before recording it), and marks everything stopped. When ctx is
+// done, servers still shutting down are SIGKILLed instead of awaited.
 func stopAll(ctx context.Context, dir string, st *state) error {
 	b := &localBackend{bins: st.Binaries}
 	var wg sync.WaitGroup
@@ -174,7 +178,18 @@ func stopAll(ctx context.Context, dir string, st *state) error {
 			s.PID = 0
 		})
 	}
+	var catErr error
+	if s := st.Catalog; s != nil {
+		wg.Go(func() {
+			if catErr = b.pgProc(s.Shard).stop(ctx, syscall.SIGINT, postgresStopGrace, true); catErr != nil {
+				catErr = fmt.Errorf("stop the catalog server: %w", catErr)
+				return
+			}
+			s.PID = 0
+		})
+	}
 	wg.Wait()
+	errs = append(errs, catErr)
 	errs = append(errs, stopStrays(ctx, dir, st.Binaries)...)
 	return errors.Join(errs...)
 }

@@ -31,6 +31,14 @@ type Spec struct {
 	Shards int `json:"shards"`
 	// PgBouncer adds one PgBouncer per shard in transaction pooling mode.
 	PgBouncer bool `json:"pgbouncer"`
+	// CatalogServer adds one more PostgreSQL, no shard's, for a catalog
+	// of the shard map to live on (Cluster.Catalog): the shards' servers
+	// can then all crash without taking the catalog along. It has the
+	// cluster's settings, User and Roles but not Database (whoever puts a
+	// catalog there creates its database), and no PgBouncer. A reused
+	// cluster keeps the one it has (Up with false does not remove it);
+	// the testcontainers provider does not support it.
+	CatalogServer bool `json:"catalog_server,omitempty"`
 	// Database is created on every shard (default "pgshard").
 	Database string `json:"database"`
 	// User owns Database and is the PgBouncer admin user (default

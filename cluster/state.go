@@ -30,7 +30,9 @@ type state struct {
 	Binaries Binaries     `json:"binaries"`
 	RunAs    string       `json:"run_as"`
 	Shards   []shardState `json:"shards"`
-	Updated  time.Time    `json:"updated"`
+	// Catalog is the catalog server (Spec.CatalogServer), nil without.
+	Catalog *shardState `json:"catalog,omitempty"`
+	Updated time.Time   `json:"updated"`
 }
 
 // shardState is one shard's entry in the state file.
@@ -61,6 +63,9 @@ func readState(dir string) (*state, error) {
 	}
 	if len(st.Shards) != st.Spec.Shards {
 		return nil, fmt.Errorf("%s is corrupt: %d shard entries for %d shards", statePath(dir), len(st.Shards), st.Spec.Shards)
+	}
+	if (st.Catalog != nil) != st.Spec.CatalogServer {
+		return nil, fmt.Errorf("%s is corrupt: its spec's catalog_server is %t but it has %s catalog entry", statePath(dir), st.Spec.CatalogServer, map[bool]string{true: "a", false: "no"}[st.Catalog != nil])
 	}
 	return &st, nil
 }

@@ -28,144 +28,13 @@ import (
 //	startup (admin db) ─▶ authenticate ─▶ admin user? ─no─▶ FATAL 42501
 //	                                          │ yes
 //	                                          ▼
-//	serveAdmin: Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
+//	serveAdmin (adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
 //	            Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
 //
 // The commands live in proxy/internal/admin (its doc.go lists them), which
 // sees the proxy only through admin.Host: adminHost (below) answers it
 // with snapshots of the current generation and runs its actions (PAUSE,
 // KILL, RELOAD, ...) on the pools and sessions.
-
-// adminStartup finishes the startup of an admin console session: register,
-// authenticate, check the user is an admin, then the parameter statuses a
-// client expects (no backend is involved: the console works with every
-// shard down).
-func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
-	if ok, err := s.admit(); !ok {
-		return false, err
-	}
-	if !slices.Contains(s.srv.cfg.AdminUsers, s.user) {
-		s.srv.unregister(s)
-		s.core.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
-		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
-		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
-	}
-	enc, _ := pkt.Param("client_encoding")
-	if enc == "" {
-		enc = "UTF8"
-	}
-	version := "15.0 (pgshard)"
-	for _, p := range s.srv.pools {
-		if v := p.ServerVersion(); v != "" {
-			version = v + " (pgshard)"
-		}
-	}
-	for _, kv := range [][2]string{
-		{"DateStyle", "ISO, MDY"}, {"application_name", s.app}, {"client_encoding", enc},
-		{"integer_datetimes", "on"}, {"is_superuser", "off"}, {"server_encoding", "UTF8"},
-		{"server_version", version}, {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"},
-	} {
-		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
-	}
-	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = pgwire.AppendU32(s.out, s.pid)
-	s.out = pgwire.AppendU32(s.out, s.secret)
-	s.out = pgwire.AppendRFQ(s.out, 'I')
-	if err := s.flush(); err != nil {
-		s.srv.unregister(s)
-		return false, err
-	}
-	s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
-	return true, nil
-}
-
-// serveAdmin is the console's message loop.
-func (s *session) serveAdmin(ctx context.Context) error {
-	skipping := false
-	for {
-		if err := s.flush(); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		typ, msg, err := s.rd.Next()
-		if err != nil {
-			return err
-		}
-		switch typ {
-		case 'Q':
-			sql, err := pgwire.DecodeQuery(msg)
-			if err != nil {
-				return err
-			}
-			s.adminQuery(ctx, string(sql))
-			s.out = pgwire.AppendRFQ(s.out, 'I')
-		case 'X':
-			return nil
-		case 'S':
-			skipping = false
-			s.out = pgwire.AppendRFQ(s.out, 'I')
-		case 'P', 'B', 'D', 'E', 'C', 'H', 'F':
-			if !skipping {
-				skipping = true
-				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
-			}
-			if typ == 'F' {
-				skipping = false
-				s.out = pgwire.AppendRFQ(s.out, 'I')
-			}
-		case 'd', 'c', 'f':
-		default:
-			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
-		}
-	}
-}
-
-// adminQuery runs the commands of one query string (admin.Query), with
-// a context a cancel request cancels (cancelAdmin).
-func (s *session) adminQuery(ctx context.Context, sql string) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	s.mu.Lock()
-	s.adminCancel = func() { cancel(admin.ErrCanceled) }
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.adminCancel = nil
-		s.mu.Unlock()
-		cancel(nil)
-	}()
-	s.out = admin.Query(cctx, &adminHost{s: s}, sql, s.out)
-}
-
-// cancelAdmin cancels the command an admin session runs (a cancel request).
-func (s *session) cancelAdmin() {
-	s.mu.Lock()
-	cancel := s.adminCancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
-
-// killSessions closes the client connections of the sessions match
-// selects (their transactions are lost, as with pg_terminate_backend).
-func (c *core) killSessions(match func(*session) bool) int {
-	c.mu.Lock()
-	var victims []*session
-	for _, x := range c.sessions {
-		victims = append(victims, x)
-	}
-	c.mu.Unlock()
-	n := 0
-	for _, x := range victims {
-		if match(x) {
-			x.closeClient()
-			n++
-		}
-	}
-	return n
-}
 
 // versionString is the build's version (BuildVersion, or the module's).
 func versionString() string {
@@ -181,10 +50,11 @@ func versionString() string {
 // actions, logged as s's user's.
 type adminHost struct {
 	s *session
+	c *core
 }
 
 // srv is the current generation.
-func (h *adminHost) srv() *Server { return h.s.core.current() }
+func (h *adminHost) srv() *Server { return h.c.current() }
 
 var _ admin.Host = (*adminHost)(nil)
 
@@ -271,13 +141,7 @@ func (h *adminHost) Map() admin.Map {
 }
 
 func (h *adminHost) Clients() []admin.Client {
-	srv := h.srv()
-	srv.mu.Lock()
-	sessions := make([]*session, 0, len(srv.sessions))
-	for _, x := range srv.sessions {
-		sessions = append(sessions, x)
-	}
-	srv.mu.Unlock()
+	sessions := h.c.clients.list()
 	out := make([]admin.Client, 0, len(sessions))
 	for _, x := range sessions {
 		c := admin.Client{User: x.user, Database: x.db, App: x.app, Connected: x.connected, Request: x.connected,
@@ -333,9 +197,7 @@ func (h *adminHost) Servers() []admin.Server {
 
 func (h *adminHost) Lists() admin.Lists {
 	srv := h.srv()
-	srv.mu.Lock()
-	used := srv.nclients
-	srv.mu.Unlock()
+	used, _ := srv.clients.counts()
 	open := 0
 	for _, p := range srv.pools {
 		open += p.Figures().Open
@@ -442,7 +304,7 @@ func (h *adminHost) Reconnect(shards []string) {
 func (h *adminHost) Kill(shards []string) {
 	pools := h.pools(shards)
 	h.s.log.Warn("KILL on the admin console", "shards", who(pools), "by", h.s.user)
-	h.s.core.killSessions(func(x *session) bool {
+	h.c.clients.kill(func(x *session) bool {
 		if x.admin {
 			return false
 		}
@@ -465,7 +327,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 	pools := h.pools(shards)
 	wctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
-	life := &h.s.core.life
+	life := &h.c.life
 	return backend.PollUntil(wctx, func() bool {
 		for _, p := range pools {
 			if p.OldConns() > 0 {
@@ -483,7 +345,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 }
 
 func (h *adminHost) DisableLogins(disabled bool) {
-	h.s.core.life.disabled.Store(disabled)
+	h.s.host.loginsDisabled.Store(disabled)
 	verb := "enabled"
 	if disabled {
 		verb = "disabled"
@@ -493,5 +355,5 @@ func (h *adminHost) DisableLogins(disabled bool) {
 
 func (h *adminHost) Shutdown() {
 	h.s.log.Info("SHUTDOWN on the admin console", "by", h.s.user)
-	h.s.core.beginShutdown("SHUTDOWN on the admin console")
+	h.c.beginShutdown("SHUTDOWN on the admin console")
 }

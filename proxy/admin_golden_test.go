@@ -91,11 +91,11 @@ func goldenServer(t *testing.T) (*Server, *session) {
 
 	client, other := net.Pipe()
 	t.Cleanup(func() { client.Close(); other.Close() })
-	cl := &session{core: srv.core, srv: srv, conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
-	srv.sessions[cl.pid] = cl
-	srv.nclients = 2
-	adm := &session{core: srv.core, srv: srv, conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
-	srv.sessions[adm.pid] = adm
+	cl := &session{host: srv.henv, gen: srv.env(), conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
+	srv.clients.sessions[cl.pid] = cl
+	srv.clients.nclients = 2
+	adm := &session{host: srv.henv, gen: srv.env(), conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
+	srv.clients.sessions[adm.pid] = adm
 	return srv, adm
 }
 
@@ -277,7 +277,7 @@ func TestAdminConsoleHostRecord(t *testing.T) {
 	defer srv.core.life.disabled.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rec := &recordingHost{h: &adminHost{s: sess}, t: t}
+	rec := &recordingHost{h: &adminHost{s: sess, c: srv.core}, t: t}
 	var sb strings.Builder
 	type query struct {
 		Query string     `json:"query"`

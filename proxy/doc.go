@@ -6,12 +6,20 @@
 //
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)
+//	                  │  each session sees the proxy only through
+//	                  │  sessionenv.go: generationEnv (its generation: Config,
+//	                  │  pools, metrics) and hostEnv (the server: its
+//	                  │  TLS, lifecycle, pins, fences, and the register of
+//	                  │  the sessions, sessionreg.go: admission, cancel
+//	                  │  keys, KILL, shutdown), never a Server or core;
+//	                  │  sessionhost.go makes them and implements their ops
 //	                  ▼
 //	               session (session.go) ── startup (pgwire): TLS (tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)
 //	                  │        or trust;
-//	                  │        database AdminDatabase → admin console (admin.go:
-//	                  │        the session side and adminHost; internal/admin)
+//	                  │        database AdminDatabase → admin console
+//	                  │        (adminsession.go: the session side; admin.go:
+//	                  │        adminHost; internal/admin)
 //	                  │
 //	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close
 //	                  │  (simple.go)      │   buffered up to Sync/Flush (extended.go)
@@ -27,7 +35,9 @@
 //	    exchange (exchange.go) ──one write──▶ backend.Pool[shard] ──▶ PgBouncer ──▶ Postgres
 //	       ▲       (internal/backend: conns keyed by startup    (or direct)
 //	       │        settings, held for one transaction only;
-//	       │        sessionset.go: client settings without leaks)
+//	       │        sessionset.go: client settings without leaks;
+//	       │        genshards.go: pickAny, the shards' text order, the
+//	       │        preamble check)
 //	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
 //
 //	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
@@ -55,7 +65,8 @@
 //	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
 //	    and back-pressure, the health monitor and the proxy's own queries;
 //	    server.go hands each pool its environment (backendEnv); reload.go
-//	    (generations), lifecycle.go and handover.go (graceful shutdown,
+//	    (generations; sessiongen.go: a session moving to a newer one,
+//	    between transactions), lifecycle.go and handover.go (graceful shutdown,
 //	    socket hand-over), secrets.go (redaction).
 //
 //	    catalog.go: Config.Follow (a catalog.Follower) runs in serve's group;
@@ -71,7 +82,8 @@
 //	    exchange is read to its end unforwarded, the backend rolled back,
 //	    the map awaited (bounded), the Query or pipeline run again.
 //
-//	    pinning (pin.go): session state no pooler keeps (temp tables, WITH
+//	    pinning (pin.go; pindirect.go: the direct pools, the pin metrics
+//	    and PinnedSessions): session state no pooler keeps (temp tables, WITH
 //	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
 //	    SET in a transaction or a mixed query string, large objects) pins
 //	    the client to a direct backend of its own (s.bc across
@@ -278,8 +290,8 @@
 //
 // # Operations
 //
-// The admin console (internal/admin; admin.go is its session side and
-// adminHost, admin_config.go SHOW CONFIG's rows): a client connecting to
+// The admin console (internal/admin; adminsession.go is its session side,
+// admin.go adminHost, admin_config.go SHOW CONFIG's rows): a client connecting to
 // the virtual database Config.AdminDatabase ("pgshard") as one of
 // Config.AdminUsers gets PgBouncer's console commands and column names (SHOW POOLS, STATS,
 // CLIENTS, SERVERS, DATABASES, LISTS, CONFIG, VERSION, HELP), pgshard's

@@ -17,7 +17,7 @@ import (
 // extended-protocol messages are buffered (without copying: the reader
 // holds them) up to Sync or Flush, then planned and run as one exchange.
 func (s *session) serve(ctx context.Context) error {
-	idleTxTimeout := s.srv.cfg.IdleInTransactionTimeout
+	idleTxTimeout := s.gen.cfg.IdleInTransactionTimeout
 	for {
 		if err := s.flush(); err != nil {
 			return err
@@ -64,9 +64,9 @@ func (s *session) serve(ctx context.Context) error {
 				s.grpBytes = 0
 			}
 			s.grpBytes += len(msg)
-			if s.grpBytes > s.srv.cfg.MaxPipelineBytes {
+			if s.grpBytes > s.gen.cfg.MaxPipelineBytes {
 				return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProgramLimitExceeded,
-					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.srv.cfg.MaxPipelineBytes),
+					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.gen.cfg.MaxPipelineBytes),
 					Hint:    "Send Sync more often, or raise proxy.max_pipeline_bytes."}
 			}
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
@@ -401,12 +401,12 @@ func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 		if pgwire.IsResultTypeChanged(msg) {
 			// The schema changed under the cached statements
 			// of every connection, not only this one.
-			s.srv.stmtEpoch.Add(1)
+			s.gen.stmtEpoch.Add(1)
 		}
 	}
 	if fatalErr {
 		bc.Broken = true
-		s.srv.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
+		s.gen.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 		end, err = x.stop(s.afterLoss(bc, x.explicit, x.res))
 		return false, end, err
 	}
@@ -527,7 +527,7 @@ func (s *session) backendLost(bc *backend.Conn, cause error, explicit bool, res 
 		res.errored = true
 		return s.afterLoss(bc, explicit, res)
 	}
-	s.srv.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
+	s.gen.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 	bc.Pool.Stats.NoteError(pgwire.CodeConnectionFailure)
 	s.log.Warn("lost a backend connection", "shard", bc.Pool.Shard.Name, "err", backend.ShortErr(cause))
 	s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeConnectionFailure,

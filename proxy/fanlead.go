@@ -270,7 +270,7 @@ func (p *planner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	if last.Kind != route.KindOther || !last.Select {
 		return nil
 	}
-	d := s.srv.cfg.Analyzer.Route(last, nil, nil, nil)
+	d := s.gen.cfg.Analyzer.Route(last, nil, nil, nil)
 	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages != nil {
 		return nil // (a read in two stages takes no leads: twostage.go)
 	}

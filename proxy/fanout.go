@@ -285,7 +285,7 @@ func (f *fanPlan) params() ([][]byte, []int16, []uint32) {
 // runFanout executes p.fan on every shard and answers the client.
 func (s *session) runFanout(p *planner) error {
 	f := p.fan
-	srv := s.srv
+	srv := s.gen
 	srv.metrics.fanouts.Inc()
 	if f.inTxn {
 		srv.metrics.txnReads.Inc()
@@ -308,7 +308,7 @@ func (s *session) runFanout(p *planner) error {
 	if f.only > 0 {
 		mplan = singleMerge
 	}
-	bytewise := mplan != nil && f.only == 0 && s.srv.textBytewise(p.ctx)
+	bytewise := mplan != nil && f.only == 0 && s.gen.textBytewise(p.ctx)
 	streams, e := s.fanParts(p, f)
 	if e != nil {
 		return s.fanFail(e, f)
@@ -357,7 +357,7 @@ func (s *session) runFanout(p *planner) error {
 // fanParts gives every shard's participant, in shard order (two fan-outs
 // never wait for each other's connections in a cycle).
 func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error) {
-	srv := s.srv
+	srv := s.gen
 	streams := make([]*fanStream, 0, len(srv.pools))
 	fail := func(e *pgwire.Error) ([]*fanStream, *pgwire.Error) {
 		for _, st := range streams {
@@ -371,7 +371,7 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		if f.only > 0 && i != f.only-1 {
 			continue
 		}
-		st := &fanStream{shard: i, name: s.srv.shardName(i)}
+		st := &fanStream{shard: i, name: s.gen.shardName(i)}
 		switch {
 		case f.inTxn && s.bc != nil && s.shard == i:
 			st.bc, st.role = s.bc, partMain
@@ -430,7 +430,7 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 	switch {
 	case f.raw != nil:
 		buf = append(buf, f.raw...) // a stage of a read in two stages
-	case merge == nil && f.simple && f.others != nil && st.shard != s.srv.defaultShard:
+	case merge == nil && f.simple && f.others != nil && st.shard != s.gen.defaultShard:
 		buf = append(buf, f.others...) // DDL every shard needs
 	case merge == nil && f.simple:
 		buf = append(buf, f.query...) // DDL: the client's query string
@@ -475,7 +475,7 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 
 // fanFail answers the client with an error after a failed fan-out start.
 func (s *session) fanFail(e *pgwire.Error, f *fanPlan) error {
-	s.srv.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
+	s.gen.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
 	s.out = pgwire.AppendError(s.out, e)
 	if f.inTxn {
 		s.failTxn(nil)
@@ -501,7 +501,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 					}
 				}
 			}
-			s.srv.metrics.refusals.WithLabelValues("isolation").Inc()
+			s.gen.metrics.refusals.WithLabelValues("isolation").Inc()
 			return pgwire.AppendError(nil, isolationRefusal(iso, "a read of more than one shard"))
 		}
 	}
@@ -509,7 +509,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 	var first []byte
 	firstShard := ""
 	for _, st := range streams {
-		name := s.srv.shardName(st.shard)
+		name := s.gen.shardName(st.shard)
 		switch {
 		case st.lost != nil:
 			failed = append(failed, name)
@@ -638,7 +638,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		sources[i] = st
 	}
 	r := &merge.Run{Plan: m, Sources: sources, Live: live, RawDesc: rd, ClientFormats: bv.ResultFmts,
-		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.srv.cfg.MergeGroupLimit,
+		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.gen.cfg.MergeGroupLimit,
 		Out: &s.out, Flush: s.flush}
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
@@ -790,7 +790,7 @@ func (s *session) failTxn(main *fanStream) {
 			s.bstatus = main.status
 		}
 	default:
-		res, err := s.bc.RunSimple(s.srvCtx(), s.srv.cfg.PoolTimeout, abortSQL)
+		res, err := s.bc.RunSimple(s.srvCtx(), s.gen.cfg.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
 			s.tx, s.soft, s.mainWrote = txFailed, false, false

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
@@ -128,11 +129,11 @@ const (
 // catalog is decided per pool.
 func (s *session) fenceByConfig() (on, decided bool) {
 	switch {
-	case s.srv.cfg.Fence == FenceOff:
+	case s.gen.cfg.Fence == FenceOff:
 		return false, true
-	case s.srv.cfg.Fence == FenceOn:
+	case s.gen.cfg.Fence == FenceOn:
 		return true, true
-	case s.srv.cfg.Follow == nil:
+	case s.gen.cfg.Follow == nil:
 		return false, true // FenceAuto on a static map
 	}
 	return false, false
@@ -146,11 +147,11 @@ func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Co
 	if on, decided := s.fenceByConfig(); decided {
 		return on
 	}
-	v, _ := s.core.fences.Load(pool)
+	v, _ := s.host.fences.Load(pool)
 	st, _ := v.(*atomic.Int32)
 	if st == nil {
 		n := new(atomic.Int32)
-		v, _ = s.core.fences.LoadOrStore(pool, n)
+		v, _ = s.host.fences.LoadOrStore(pool, n)
 		st = v.(*atomic.Int32)
 	}
 	switch st.Load() {
@@ -159,17 +160,17 @@ func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Co
 	case fenceAbsent:
 		return false
 	}
-	res, err := bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, fenceDetectSQL)
+	res, err := bc.RunSimple(ctx, s.gen.cfg.PoolTimeout, fenceDetectSQL)
 	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
 		return false
 	}
 	if string(res[0].Rows[0][0]) == "t" {
 		st.Store(fencePresent)
-		s.core.log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+		s.host.log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
 		return true
 	}
 	st.Store(fenceAbsent)
-	s.core.log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
+	s.host.log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
 	return false
 }
 
@@ -196,9 +197,17 @@ func appendFenceSQL(b []byte, key string) []byte {
 	return append(b, "')"...)
 }
 
+// standInTexts are the fence's stand-in texts: for the cluster's bucket
+// count, one short text per bucket that hashes to it, computed once. A
+// server has one (core.standIns); its sessions reach it through hostEnv.
+type standInTexts struct {
+	once sync.Once
+	st   []string
+}
+
 // fenceKeyFor returns the text to assert for a key routed to bucket: the
 // key itself when its text hashes there, else the bucket's stand-in.
-func (c *core) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
+func (c *standInTexts) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
 	if shardmap.BucketText(key, m.Buckets) == bucket {
 		return key
 	}
@@ -212,8 +221,8 @@ func (c *core) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
 // standIns are, for a bucket count, one short text per bucket that
 // hashes to it ("pgshard-fence-<n>" for the least n), computed once
 // (the bucket count is fixed for a cluster's life).
-func (c *core) standIns(buckets int) []string {
-	c.fenceOnce.Do(func() {
+func (c *standInTexts) standIns(buckets int) []string {
+	c.once.Do(func() {
 		st := make([]string, buckets)
 		left := buckets
 		var b []byte
@@ -224,9 +233,9 @@ func (c *core) standIns(buckets int) []string {
 				left--
 			}
 		}
-		c.fenceStandIns = st
+		c.st = st
 	})
-	return c.fenceStandIns
+	return c.st
 }
 
 // fenceKnown reports whether pool's shard is known to have the fence
@@ -235,7 +244,7 @@ func (s *session) fenceKnown(pool *backend.Pool) bool {
 	if on, decided := s.fenceByConfig(); decided {
 		return on
 	}
-	v, _ := s.core.fences.Load(pool)
+	v, _ := s.host.fences.Load(pool)
 	st, _ := v.(*atomic.Int32)
 	return st != nil && st.Load() == fencePresent
 }
@@ -261,11 +270,11 @@ func (p *planner) fenceHeld() {
 	if p.fenceKey == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
 		return
 	}
-	m := s.srv.cfg.Map
+	m := s.gen.cfg.Map
 	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
 		return
 	}
-	key := s.core.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	key := s.host.standIns.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {

@@ -92,7 +92,7 @@ func (s *session) runRetrying(run func() error) error {
 // (planner.fresh), no pgshard hint chose the shard, and no swap to a
 // write's shard happened.
 func (p *planner) fenceRetryFlag(fence bool) itemFlags {
-	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.srv.cfg.Follow != nil {
+	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.cfg.Follow != nil {
 		return fFence
 	}
 	return 0
@@ -102,7 +102,7 @@ func (p *planner) fenceRetryFlag(fence bool) itemFlags {
 // at index i of s.items is retried: see the diagram above.
 func (s *session) fenceRetryable(i int, msg []byte) bool {
 	r := &s.fretry
-	if !r.armed || s.srv.cfg.Follow == nil || s.srv.core != s.core || s.pin != nil {
+	if !r.armed || s.gen.cfg.Follow == nil || s.gen.home != s.host || s.pin != nil {
 		return false
 	}
 	for _, it := range s.items[:i] {
@@ -123,7 +123,7 @@ func (s *session) fenceRetryable(i int, msg []byte) bool {
 		if r.frozen >= fenceFrozenRetryMax {
 			return false
 		}
-	case fe.Epoch > s.srv.cfg.Map.Epoch || s.core.current().cfg.Map.Epoch > s.srv.cfg.Map.Epoch:
+	case fe.Epoch > s.gen.cfg.Map.Epoch || s.host.ops.currentEnv().cfg.Map.Epoch > s.gen.cfg.Map.Epoch:
 		if r.tries-r.frozen >= fenceRetryMax {
 			return false
 		}
@@ -145,7 +145,7 @@ func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
 		if res.status == 'I' {
 			s.dropBackend(true)
 		} else {
-			_, err := s.bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
+			_, err := s.bc.RunSimple(ctx, s.gen.cfg.PoolTimeout, "ROLLBACK")
 			s.dropBackend(err == nil)
 		}
 	}
@@ -164,13 +164,13 @@ func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
 		r.frozen++
 	}
 	if r.deadline.IsZero() {
-		r.deadline = time.Now().Add(s.srv.cfg.FenceRetryWait)
+		r.deadline = time.Now().Add(s.gen.cfg.FenceRetryWait)
 	}
 	state := "moved"
 	if frozen {
 		state = "frozen"
 	}
-	s.core.metrics.fenceRetries.WithLabelValues(state).Inc()
+	s.host.metrics.fenceRetries.WithLabelValues(state).Inc()
 	s.log.Debug("fence refused a statement before anything reached the client: retrying", "range_lo", fe.Lo, "range_hi", fe.Hi, "state", fe.State, "epoch", fe.Epoch, "try", r.tries)
 	if frozen {
 		// A frozen range flips (or thaws) within the move's freeze
@@ -189,7 +189,7 @@ func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
 // awaitEpoch waits until the newest generation's map has at least epoch
 // (the catalog follower applies it), at most until deadline or ctx ends.
 func (s *session) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
-	for s.core.current().cfg.Map.Epoch < epoch {
+	for s.host.ops.currentEnv().cfg.Map.Epoch < epoch {
 		left := time.Until(deadline)
 		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {
 			return
@@ -216,10 +216,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // between the attempts of a retried message: its transaction, if any,
 // is deferred (never sent), so no backend and no reader holds it.
 func (s *session) switchGenerationForRetry() {
-	if s.srv.core != s.core || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
+	if s.gen.home != s.host || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
 		return
 	}
-	if g := s.core.cur.Load(); g != s.srv {
+	if g := s.host.ops.currentEnv(); g != s.gen {
 		s.switchGeneration(g)
 	}
 }

@@ -208,11 +208,7 @@ func (c *core) onHardStop(gctx context.Context, closeListener func(), metricsSrv
 		_ = metricsSrv.Close()
 	}
 	c.life.closeHandover()
-	c.mu.Lock()
-	for _, sess := range c.sessions {
-		sess.closeClient()
-	}
-	c.mu.Unlock()
+	c.clients.closeAll()
 	// Sessions waiting for a backend (a long query, a fan-out's
 	// shards) end too.
 	for _, p := range c.allPools() {
@@ -235,14 +231,12 @@ func (c *core) gracefulShutdown(gctx context.Context, closeListener, hardStop fu
 	timeout := c.current().cfg.ShutdownTimeout
 	wctx, cancel := context.WithTimeout(gctx, timeout)
 	err := backend.PollUntil(wctx, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.nclients-c.nadmin == 0
+		n, admin := c.clients.counts()
+		return n-admin == 0
 	})
 	cancel()
-	c.mu.Lock()
-	left := c.nclients - c.nadmin
-	c.mu.Unlock()
+	n, admin := c.clients.counts()
+	left := n - admin
 	if err != nil && gctx.Err() == nil {
 		c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
 	} else {

@@ -40,12 +40,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
@@ -163,76 +160,6 @@ type pinOp struct {
 	st *route.Statement
 }
 
-// directPool returns the pool of direct connections of shard i (the
-// shard's own pool when it is direct).
-func (s *Server) directPool(i int) *backend.Pool {
-	if !s.pools[i].ViaPooler {
-		return s.pools[i]
-	}
-	s.directMu.Lock()
-	defer s.directMu.Unlock()
-	if s.direct == nil {
-		s.direct = make([]*backend.Pool, len(s.pools))
-	}
-	if s.direct[i] == nil {
-		p, err := backend.NewPool(s.backendEnv(), s.cfg.Map.Shards[i], false)
-		if err != nil {
-			return s.pools[i] // the DSN parsed once already; not reached
-		}
-		p.Verified.Store(true) // the same database as the pooler's
-		s.direct[i] = p
-	}
-	return s.direct[i]
-}
-
-// directPools returns the direct pools made so far (nil entries skipped).
-func (s *Server) directPools() []*backend.Pool {
-	s.directMu.Lock()
-	defer s.directMu.Unlock()
-	var out []*backend.Pool
-	for _, p := range s.direct {
-		if p != nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// inheritDirect gives gen (a reload's next generation) the direct pools
-// of s whose shard gen keeps (kept: old pool → its index in gen) and
-// returns the others, which retire: their pinned sessions stay on s (a
-// session never changes generation while pinned) and each connection
-// closes when its pin ends.
-func (s *Server) inheritDirect(gen *Server, kept map[*backend.Pool]int) (retire []*backend.Pool) {
-	s.directMu.Lock()
-	defer s.directMu.Unlock()
-	for i, dp := range s.direct {
-		if dp == nil {
-			continue
-		}
-		if j, ok := kept[s.pools[i]]; ok {
-			if gen.direct == nil {
-				gen.direct = make([]*backend.Pool, len(gen.pools))
-			}
-			gen.direct[j] = dp
-			dp.SetEnv(gen.backendEnv())
-			continue
-		}
-		retire = append(retire, dp)
-	}
-	return retire
-}
-
-// pinMetrics registers the pinned-session gauge and counter.
-func (c *core) pinMetrics() {
-	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "pgshard_proxy_pinned_sessions", Help: "Client sessions pinned to a backend of their own (session pooling, or session state in transaction pooling)."},
-		func() float64 { return float64(c.npinned.Load()) }))
-	c.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "pgshard_proxy_pins_total", Help: "Sessions pinned, by the reason that pinned them."}, []string{"reason"})
-	c.reg.MustRegister(c.pinsTotal)
-}
-
 // PinnedSession describes one pinned client session (admin console).
 type PinnedSession struct {
 	PID    uint32
@@ -243,33 +170,17 @@ type PinnedSession struct {
 	Since  time.Time
 }
 
-// PinnedSessions lists the sessions pinned right now.
-func (c *core) PinnedSessions() []PinnedSession {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []PinnedSession
-	for _, sess := range c.sessions {
-		sess.pinMu.Lock()
-		if ps := sess.pinInfo; ps != nil {
-			out = append(out, *ps)
-		}
-		sess.pinMu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b PinnedSession) int { return int(a.PID) - int(b.PID) })
-	return out
-}
-
 // poolMode is the session's pool mode (its user's, else the server's).
 func (s *session) poolMode() PoolMode {
-	for _, u := range s.srv.cfg.Users {
-		if u.Name == s.user && u.PoolMode != PoolModeDefault {
-			return u.PoolMode
+	for _, u := range s.gen.cfg.userPoolModes {
+		if u.name == s.user {
+			return u.mode
 		}
 	}
-	if s.srv.cfg.PoolMode == PoolModeDefault {
+	if s.gen.cfg.PoolMode == PoolModeDefault {
 		return PoolTransaction
 	}
-	return s.srv.cfg.PoolMode
+	return s.gen.cfg.PoolMode
 }
 
 // forwardPinned reports whether a statement the proxy answers itself in
@@ -315,7 +226,7 @@ func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
 // on one shard SQL-level PREPARE pins too (elsewhere the proxy routes each
 // EXECUTE by its arguments, which needs its own prepared statements).
 func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
-	if a.Kind == route.KindPrepare && len(s.srv.pools) == 1 {
+	if a.Kind == route.KindPrepare && len(s.gen.pools) == 1 {
 		return pinPrepare
 	}
 	return pinTrigger(a, inMulti, inTxn)
@@ -361,7 +272,7 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 		// CREATE TABLESPACE, ...) cannot get the client's settings from
 		// a transaction-local preamble: through a pooler it runs on a
 		// server session of its own, opened with them.
-		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.srv.pools[s.srv.defaultShard].ViaPooler {
+		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.gen.pools[s.gen.defaultShard].ViaPooler {
 			why = pinSetsOnce
 		}
 	}
@@ -413,7 +324,7 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if pv.Decode(m.raw) != nil {
 				return nil
 			}
-			st, err := s.srv.cfg.Analyzer.AnalyzeBytes(pv.Query)
+			st, err := s.gen.cfg.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
 				return nil
 			}
@@ -435,7 +346,7 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 					vs = s.stmts[string(bv.Stmt)]
 				}
 				if vs != nil {
-					if d := s.adjustDest(vs.st, s.srv.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
+					if d := s.adjustDest(vs.st, s.gen.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
 						shard = d.Shard
 					}
 				}
@@ -479,7 +390,7 @@ func (s *session) firstShard(as []*route.Statement) int {
 		if localKind(a.Kind) || txnControl(a.Kind) {
 			continue
 		}
-		if d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
+		if d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
 			return d.Shard
 		}
 	}
@@ -492,7 +403,7 @@ func (s *session) firstShard(as []*route.Statement) int {
 // own: the statement is then refused as before (nil is returned and the
 // session stays unpinned; the planner refuses it).
 func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
-	srv := s.srv
+	srv := s.gen
 	if shard < 0 {
 		switch {
 		case s.bc != nil:
@@ -504,7 +415,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		}
 	}
 	if why&pinSessionMode == 0 {
-		if max := srv.cfg.MaxPinned; max > 0 && s.core.npinned.Load() >= int64(max) {
+		if max := srv.cfg.MaxPinned; max > 0 && s.host.npinned.Load() >= int64(max) {
 			srv.metrics.refusals.WithLabelValues("max_pinned").Inc()
 			return &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 				Message: fmt.Sprintf("too many pinned sessions (%d, proxy.max_pinned): this statement needs a server session of its own (%s)", max, why),
@@ -536,7 +447,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	if e := srv.pools[shard].IsDown(); e != nil {
 		return e
 	}
-	pool := srv.directPool(shard)
+	pool := srv.ops.directPool(shard)
 	bc, err := pool.AcquireAs(ctx, s.startup, s.backendUser())
 	if err != nil {
 		if be, ok := err.(*backend.PgError); ok {
@@ -590,7 +501,7 @@ func (s *session) backendUser() string { return "" }
 func (s *session) setPin(shard int, why pinReason, temps []string) {
 	if s.pin == nil {
 		s.pin = &pinState{shard: shard, since: time.Now()}
-		s.core.npinned.Add(1)
+		s.host.npinned.Add(1)
 		s.soft = false
 		s.wrapped = false
 	}
@@ -608,9 +519,9 @@ func (s *session) setPin(shard int, why pinReason, temps []string) {
 		}
 		s.pin.temps[t] = true
 	}
-	s.core.pinsTotal.WithLabelValues(why.String()).Inc()
+	s.host.pinsTotal.WithLabelValues(why.String()).Inc()
 	s.pinMu.Lock()
-	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.srv.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
+	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
 	s.pinMu.Unlock()
 }
 
@@ -620,7 +531,7 @@ func (s *session) clearPin() {
 		return
 	}
 	s.pin = nil
-	s.core.npinned.Add(-1)
+	s.host.npinned.Add(-1)
 	s.pinMu.Lock()
 	s.pinInfo = nil
 	s.pinMu.Unlock()
@@ -784,8 +695,8 @@ func isCloseAll(sql string) bool {
 // (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
 func (s *session) resetStmtCache() {
 	if s.bc != nil && s.bc.Stmts != nil {
-		s.bc.Stmts = backend.NewStmtCache(s.srv.cfg.StatementCacheSize)
-		s.bc.Stmts.Epoch = s.srv.stmtEpoch.Load()
+		s.bc.Stmts = backend.NewStmtCache(s.gen.cfg.StatementCacheSize)
+		s.bc.Stmts.Epoch = s.gen.stmtEpoch.Load()
 	}
 }
 
@@ -811,14 +722,14 @@ func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		if (a.Kind == route.KindDDL || d.Merge != nil) && p.tx == txIdle && !p.onBackend && !p.explicit {
 			return 0, false, nil // fans out on pooled connections
 		}
-		s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
+		s.gen.metrics.refusals.WithLabelValues("pinned").Inc()
 		return 0, true, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.srv.shardName(pin.shard), inTxnNote(p)),
+			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.gen.shardName(pin.shard), inTxnNote(p)),
 			Detail:  d.Reason,
 			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
 	}
-	if d.Default && pin.shard != s.srv.defaultShard {
-		return 0, true, p.pinnedElsewhere(s.srv.defaultShard, d.Reason)
+	if d.Default && pin.shard != s.gen.defaultShard {
+		return 0, true, p.pinnedElsewhere(s.gen.defaultShard, d.Reason)
 	}
 	return pin.shard, true, nil
 }
@@ -834,9 +745,9 @@ func inTxnNote(p *planner) string {
 // the pinned session's.
 func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 	s := p.s
-	s.srv.metrics.refusals.WithLabelValues("pinned").Inc()
+	s.gen.metrics.refusals.WithLabelValues("pinned").Inc()
 	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.srv.shardName(want), s.srv.shardName(s.pin.shard), s.pin.reasons),
+		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.gen.shardName(want), s.gen.shardName(s.pin.shard), s.pin.reasons),
 		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
 	if reason != "" {
 		e.Detail = "Routing: " + reason
@@ -851,7 +762,7 @@ func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 // shard, so a statement that joins them with sharded tables of another
 // shard, or reads them on every shard, is refused.
 func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
-	srv := s.srv
+	srv := s.gen
 	if len(srv.pools) == 1 {
 		switch d.Kind {
 		case route.DestAll:
@@ -972,30 +883,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// rekeyToBackend gives a session pinned at startup the backend's real PID
-// and secret in BackendKeyData (clients compare it with pg_backend_pid()
-// and cancel with it), unless another session already has that PID.
-func (s *core) rekeyToBackend(sess *session, pid uint32, secret []byte) {
-	if len(secret) != 4 || pid == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if other, dup := s.sessions[pid]; dup && other != sess {
-		return
-	}
-	if s.sessions[sess.pid] == sess {
-		delete(s.sessions, sess.pid)
-	}
-	sess.pid = pid
-	sess.secret = uint32(secret[0])<<24 | uint32(secret[1])<<16 | uint32(secret[2])<<8 | uint32(secret[3])
-	s.sessions[pid] = sess
-}
-
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
 func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
-	if s.poolMode() != PoolSession || len(s.srv.pools) != 1 {
+	if s.poolMode() != PoolSession || len(s.gen.pools) != 1 {
 		return nil, nil
 	}
 	if e := s.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
@@ -1005,7 +896,7 @@ func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 	if s.bc == nil {
 		return nil, nil
 	}
-	s.core.rekeyToBackend(s, s.bc.PID, s.bc.Secret)
+	s.host.clients.rekey(s, s.bc.PID, s.bc.Secret)
 	return maps.Clone(s.bc.Statuses), nil
 }
 
@@ -1018,7 +909,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
-		d := s.adjustDest(a, s.srv.cfg.Analyzer.Route(a, nil, nil, nil))
+		d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil))
 		_, ok, e := p.pinnedTarget(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
@@ -1086,7 +977,7 @@ func (s *session) fastpath(ctx context.Context, msg []byte) error {
 // is: a session-pooling client pinned at startup on a database of one
 // shard, where no statement needs routing.
 func (s *session) canRelay() bool {
-	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.srv.pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
+	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.gen.pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
 }
 
 // relay copies the client's bytes to its backend and the backend's to the

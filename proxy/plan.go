@@ -279,7 +279,7 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
-		p.s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
+		p.s.gen.metrics.refusals.WithLabelValues("unsupported").Inc()
 		reason := a.Reason
 		if reason == "" {
 			reason = "this statement needs session state, which does not survive transaction pooling"
@@ -412,7 +412,7 @@ func (p *planner) prepareAction(a *route.Statement) action {
 		return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", a.PrepareName)))
 	}
 	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
-	vs.epoch = p.s.srv.stmtEpoch.Load()
+	vs.epoch = p.s.gen.stmtEpoch.Load()
 	p.overlayPut(a.PrepareName, vs)
 	return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: a.PrepareName, vs: vs}}
 }
@@ -467,7 +467,7 @@ func (p *planner) hasSavepoint(name string) bool {
 // hintAction handles SET LOCAL pgshard.key / pgshard.shard.
 func (p *planner) hintAction(a *route.Statement) action {
 	st := a
-	srv := p.s.srv
+	srv := p.s.gen
 	var shard int
 	var reason string
 	switch st.SetName {
@@ -521,7 +521,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 // crossShard is the error for a statement whose shard is not the
 // transaction's.
 func (p *planner) crossShard(want, have int, reason string) *pgwire.Error {
-	srv := p.s.srv
+	srv := p.s.gen
 	srv.metrics.refusals.WithLabelValues("cross_shard").Inc()
 	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but the transaction is on shard %q", srv.shardName(want), srv.shardName(have)),
@@ -556,13 +556,13 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.E
 	if e != nil || fan || shard != p.fenceShard {
 		p.fenceKey = "" // only a statement run on its key's shard asserts it
 	}
-	p.s.srv.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
+	p.s.gen.ops.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
 	return shard, fan, e
 }
 
 // decideTarget is target's decision.
 func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
-	srv := p.s.srv
+	srv := p.s.gen
 	p.fanInTxn, p.fanOnly = false, 0
 	if a.Kind == route.KindDDL {
 		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
@@ -571,7 +571,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 	d = p.s.adjustDest(a, d)
 	p.fenceKey = ""
 	if d.Kind == route.DestShard && d.Bucket >= 0 {
-		if e := srv.leaseError(); e != nil {
+		if e := srv.ops.leaseError(); e != nil {
 			return 0, false, e
 		}
 		p.fenceKey, p.fenceBucket, p.fenceShard = d.Key, d.Bucket, d.Shard
@@ -643,7 +643,7 @@ func (p *planner) targetAll(a *route.Statement, d route.Dest) (int, bool, *pgwir
 		p.fanInTxn = true
 		return -1, true, nil
 	}
-	p.s.srv.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+	p.s.gen.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
 	if p.setAhead && p.tx == txIdle && !p.held {
 		return 0, false, errSettingsAhead(d.Reason)
 	}
@@ -707,7 +707,7 @@ func (p *planner) targetKeyless(a *route.Statement) (int, bool, *pgwire.Error) {
 			return -1, false, nil
 		}
 	}
-	srv := p.s.srv
+	srv := p.s.gen
 	if a.ReadOnly {
 		if p.tx == txDeferred {
 			p.soft = true
@@ -753,7 +753,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
 	fenceKey := ""
 	if fence {
-		fenceKey = s.core.fenceKeyFor(s.srv.cfg.Map, p.fenceKey, p.fenceBucket)
+		fenceKey = s.host.standIns.fenceKeyFor(s.gen.cfg.Map, p.fenceKey, p.fenceBucket)
 	}
 	p.fenceKey = "" // used once
 	// The assert may be retried after a refusal only when it is the
@@ -826,15 +826,15 @@ func (p *planner) bindReader(shard int) bool {
 // pre is the settings the transaction must apply itself.
 func (p *planner) acquire(shard int) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
 	s := p.s
-	pool = s.srv.pools[shard]
+	pool = s.gen.pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)
 	bc, err := pool.Acquire(p.ctx, key)
-	for k := 1; err != nil && p.anyShard && k < len(s.srv.pools); k++ {
+	for k := 1; err != nil && p.anyShard && k < len(s.gen.pools); k++ {
 		if _, isPg := err.(*backend.PgError); isPg {
 			break
 		}
-		shard = (shard + 1) % len(s.srv.pools)
-		pool = s.srv.pools[shard]
+		shard = (shard + 1) % len(s.gen.pools)
+		pool = s.gen.pools[shard]
 		key, pre = s.cur.Split(pool.ViaPooler)
 		bc, err = pool.Acquire(p.ctx, key)
 	}
@@ -901,14 +901,14 @@ func (p *planner) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, 
 func (p *planner) moveSoft() *pgwire.Error {
 	s := p.s
 	bc := s.bc
-	_, err := bc.RunSimple(p.ctx, s.srv.cfg.PoolTimeout, "ROLLBACK")
+	_, err := bc.RunSimple(p.ctx, s.gen.cfg.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
 	s.soft = false
 	p.held, p.bc, p.soft = false, nil, false
 	p.tx = txDeferred
 	p.explicit = false
 	if err != nil {
-		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.srv.shardName(p.shard), err))
+		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.gen.shardName(p.shard), err))
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func (s *session) hasReaders() bool { return s.nreaders > 0 }
 // addReader records bc as the transaction's reader on shard i.
 func (s *session) addReader(i int, bc *backend.Conn) {
 	if s.readers == nil {
-		s.readers = make([]*backend.Conn, len(s.srv.pools))
+		s.readers = make([]*backend.Conn, len(s.gen.pools))
 	}
 	s.mu.Lock()
 	if s.readers[i] == nil {
@@ -76,7 +76,7 @@ func (s *session) endReaders() {
 		live = append(live, bc)
 	}
 	for _, bc := range live {
-		_ = bc.NetConn.SetReadDeadline(time.Now().Add(s.srv.cfg.PoolTimeout))
+		_ = bc.NetConn.SetReadDeadline(time.Now().Add(s.gen.cfg.PoolTimeout))
 		ok := true
 		for {
 			typ, msg, err := bc.Reader.Next()

@@ -162,6 +162,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	retiredDirect := old.inheritDirect(gen, pp.keptAt)
 	c.secrets.set(&cfg)
 	c.tls.Store(ts)
+	gen.makeEnv()
 	c.cur.Store(gen)
 	warnPlainPasswords(cfg.Users, c.log)
 	for _, p := range pp.fresh {
@@ -322,48 +323,4 @@ func (c *core) retire(p *backend.Pool) {
 	c.life.mu.Lock()
 	c.life.retired = append(c.life.retired, p)
 	c.life.mu.Unlock()
-}
-
-// maybeSwitchGeneration moves the session to the current generation when
-// a reload published one and the session is between transactions (no
-// transaction, pipeline or backend).
-func (s *session) maybeSwitchGeneration() {
-	if s.srv.core != s.core {
-		return // a database of Config.ExtraDatabases: a reload keeps it as it is
-	}
-	g := s.core.cur.Load()
-	if g == s.srv || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
-		return
-	}
-	s.switchGeneration(g)
-}
-
-// switchGeneration moves the session to generation g (it holds no
-// backend, reader or pin).
-func (s *session) switchGeneration(g *Server) {
-	// The prepared statements' analyses name shards of the old map: analyze
-	// their texts again (a statement that no longer analyzes is dropped;
-	// using it fails with 26000 and the client prepares it again).
-	for name, vs := range s.stmts {
-		if nv := s.reanalyze(g, vs); nv != nil {
-			s.stmts[name] = nv
-		} else {
-			delete(s.stmts, name)
-		}
-	}
-	if s.unnamed != nil {
-		s.unnamed = s.reanalyze(g, s.unnamed)
-	}
-	s.srv = g
-}
-
-func (s *session) reanalyze(g *Server, vs *vstmt) *vstmt {
-	st, err := g.cfg.Analyzer.Analyze(vs.st.SQL)
-	if err != nil {
-		s.log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)
-		return nil
-	}
-	nv := newVstmt(vs.name, st, vs.oids)
-	nv.cacheUnnamed, nv.epoch = vs.cacheUnnamed, vs.epoch
-	return nv
 }

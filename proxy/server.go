@@ -4,8 +4,6 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,6 +54,9 @@ type Server struct {
 	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
 	// the same for every generation (a reload keeps them).
 	dbs map[string]*Server
+
+	// genv is what the generation gives its sessions (sessionenv.go).
+	genv *generationEnv
 }
 
 // core is the state every generation of a Server shares.
@@ -77,11 +78,12 @@ type core struct {
 	// started is when New ran (SHOW STATS averages, uptime).
 	started time.Time
 
-	mu       sync.Mutex
-	sessions map[uint32]*session // by the BackendKeyData process ID
-	nclients int
-	nadmin   int               // of nclients, admin console sessions
-	dbIDs    map[string]string // database id → shard name (identity checks)
+	// clients are the client sessions, by the BackendKeyData process ID
+	// (sessionreg.go).
+	clients sessionRegistry
+
+	mu    sync.Mutex
+	dbIDs map[string]string // database id → shard name (identity checks)
 
 	// secrets are redacted from every log line (secrets.go).
 	secrets secretSet
@@ -97,14 +99,16 @@ type core struct {
 	// fences holds each pool's fence state (*backend.Pool →
 	// *atomic.Int32, fence.go).
 	fences sync.Map
-	// fenceStandIns: one text per bucket that hashes to it (fence.go).
-	fenceOnce     sync.Once
-	fenceStandIns []string
+	// standIns: one text per bucket that hashes to it (fence.go).
+	standIns standInTexts
 
 	addrMu      sync.Mutex
 	addr        net.Addr
 	metricsAddr net.Addr
 	ready       chan struct{}
+
+	// henv is what the server gives its sessions (sessionenv.go).
+	henv *hostEnv
 }
 
 // current returns the current generation.
@@ -122,11 +126,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
 	c := &core{
-		reg:      prometheus.NewRegistry(),
-		sessions: map[uint32]*session{},
-		dbIDs:    map[string]string{},
-		ready:    make(chan struct{}),
-		started:  time.Now(),
+		reg:     prometheus.NewRegistry(),
+		clients: sessionRegistry{sessions: map[uint32]*session{}},
+		dbIDs:   map[string]string{},
+		ready:   make(chan struct{}),
+		started: time.Now(),
 	}
 	c.life.init()
 	c.secrets.set(&cfg)
@@ -145,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 	// The metrics first: the pools count their backend errors there.
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
+	c.clients.metrics = c.metrics
 	for i, sh := range cfg.Map.Shards {
 		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {
@@ -157,6 +162,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	c.cur.Store(s)
 	c.pinMetrics()
+	s.makeEnv()
 	warnPlainPasswords(cfg.Users, c.log)
 	if err := s.newExtraDatabases(); err != nil {
 		return nil, err
@@ -343,136 +349,10 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := newSession(s, conn)
+	sess := newSession(s.env(), s.core.henv, conn)
 	defer conn.Close()
 	sess.run(ctx)
 }
 
-// register assigns the session its cancel key and counts it against
-// MaxClients; false means the server is full.
-func (s *Server) register(sess *session) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.nclients >= s.cfg.MaxClients {
-		return false
-	}
-	for {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		pid := binary.BigEndian.Uint32(b[:4]) & 0x7fffffff
-		if pid == 0 {
-			continue
-		}
-		if _, dup := s.sessions[pid]; dup {
-			continue
-		}
-		sess.pid = pid
-		sess.secret = binary.BigEndian.Uint32(b[4:])
-		s.sessions[pid] = sess
-		s.nclients++
-		if sess.admin {
-			s.nadmin++
-		}
-		s.metrics.clients.Inc()
-		s.metrics.clientsTotal.Inc()
-		return true
-	}
-}
-
-func (s *Server) unregister(sess *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sessions[sess.pid] == sess {
-		delete(s.sessions, sess.pid)
-		s.nclients--
-		if sess.admin {
-			s.nadmin--
-		}
-		s.metrics.clients.Dec()
-	}
-}
-
-// cancel forwards a client's cancel request to the backend serving its
-// session right now, if any. A request whose key matches no session is
-// ignored, as Postgres does.
-func (s *Server) cancel(ctx context.Context, pid uint32, key []byte) {
-	s.mu.Lock()
-	sess := s.sessions[pid]
-	s.mu.Unlock()
-	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
-		return
-	}
-	sess.cancelBackend(ctx)
-}
-
-// pickAny returns a shard for a statement that may run anywhere.
-// Shards found down are skipped while others are up.
-func (s *Server) pickAny() int {
-	n := len(s.pools)
-	start := int(s.rr.Add(1) % uint32(n))
-	for k := 0; k < n; k++ {
-		if i := (start + k) % n; s.pools[i].Down.Load() == nil {
-			return i
-		}
-	}
-	return start
-}
-
 // shardName returns the name of shard i.
 func (s *Server) shardName(i int) string { return s.cfg.Map.Shards[i].Name }
-
-const (
-	collationUnknown int32 = iota
-	collationC
-	collationOther
-)
-
-// collationSQL reads what decides whether a shard orders text by bytes:
-// the database's default collation and provider, and whether any column
-// of a user table has a collation other than the default, C and POSIX.
-const collationSQL = `SELECT d.datcollate, coalesce(pg_catalog.to_jsonb(d)->>'datlocprovider', 'c'),
- (SELECT count(*) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
-   WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100, 950, 951)
-     AND c.relnamespace NOT IN ('pg_catalog'::pg_catalog.regnamespace, 'information_schema'::pg_catalog.regnamespace))
-FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`
-
-// textBytewise reports whether every shard orders text by bytes (the C
-// or POSIX collation, libc provider, no column with another collation):
-// only then does the merge compare text as the shards sort it. Checked
-// once (and after DDL); a shard that cannot be asked counts as "no".
-func (s *Server) textBytewise(ctx context.Context) bool {
-	switch s.collation.Load() {
-	case collationC:
-		return true
-	case collationOther:
-		return false
-	}
-	ok := true
-	for _, p := range s.pools {
-		bc, err := p.Acquire(ctx, backend.NoSettings)
-		if err != nil {
-			return false
-		}
-		res, err := bc.RunSimple(ctx, s.cfg.PoolTimeout, collationSQL)
-		if err != nil {
-			p.Discard(bc)
-			return false
-		}
-		p.Release(bc)
-		if len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 3 {
-			return false
-		}
-		row := res[0].Rows[0]
-		coll, prov, n := string(row[0]), string(row[1]), string(row[2])
-		if !(coll == "C" || coll == "POSIX") || prov != "c" || n != "0" {
-			ok = false
-		}
-	}
-	if ok {
-		s.collation.Store(collationC)
-	} else {
-		s.collation.Store(collationOther)
-		s.log.Info("the shards do not order text by bytes: merges that compare text need COLLATE \"C\"")
-	}
-	return ok
-}

@@ -46,7 +46,12 @@ const (
 // statements and its transaction. One goroutine runs it (run); only
 // cancelBackend and closeClient are called from others.
 type session struct {
-	srv  *Server
+	// gen is the configuration generation the session runs on (it moves
+	// to a newer one between transactions, sessionenv.go); host is the
+	// server that accepted the client. They are all the session sees of
+	// the rest of the proxy.
+	gen  *generationEnv
+	host *hostEnv
 	conn net.Conn
 	io   io.ReadWriter // conn's raw reader/writer (pgwire.ConnIO)
 	rd   *pgwire.MsgReader
@@ -163,8 +168,6 @@ type session struct {
 	tlsOn     bool
 	connected time.Time
 	app       string
-	// core is the server's shared state (never changes, unlike srv).
-	core *core
 	// adminCancel cancels the admin command running (under mu).
 	adminCancel context.CancelFunc
 
@@ -249,13 +252,13 @@ type cmsg struct {
 	raw []byte
 }
 
-func newSession(srv *Server, conn net.Conn) *session {
+func newSession(gen *generationEnv, host *hostEnv, conn net.Conn) *session {
 	s := &session{
-		srv:       srv,
-		core:      srv.core,
+		gen:       gen,
+		host:      host,
 		connected: time.Now(),
 		conn:      conn,
-		log:       srv.log,
+		log:       gen.log,
 		hint:      -1,
 		stmts:     map[string]*vstmt{},
 		seen:      map[string]string{},
@@ -269,7 +272,7 @@ func newSession(srv *Server, conn net.Conn) *session {
 func (s *session) messageLimit(typ byte) int {
 	switch typ {
 	case 'Q', 'P', 'B', 'd', 'F', 'p':
-		return s.srv.cfg.MaxMessageSize
+		return s.gen.cfg.MaxMessageSize
 	}
 	return pgwire.SmallMessageLimit
 }
@@ -293,7 +296,7 @@ func (s *session) run(ctx context.Context) {
 		}
 		return
 	}
-	defer s.core.current().unregister(s)
+	defer s.host.clients.unregister(s)
 	defer s.releaseAll()
 	if s.admin {
 		err = s.serveAdmin(ctx)
@@ -353,7 +356,7 @@ func (s *session) fail(e *pgwire.Error) (bool, error) {
 // statuses. It returns false when the connection is done (cancel request,
 // refused or failed startup).
 func (s *session) startupPhase(ctx context.Context) (bool, error) {
-	_ = s.conn.SetDeadline(time.Now().Add(s.srv.cfg.StartupTimeout))
+	_ = s.conn.SetDeadline(time.Now().Add(s.gen.cfg.StartupTimeout))
 	defer s.conn.SetDeadline(time.Time{})
 	pkt, ok, err := s.negotiate(ctx)
 	if !ok {
@@ -417,7 +420,7 @@ func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 			}
 			continue
 		case pgwire.StartupCancel:
-			s.srv.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
+			s.host.clients.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
 			return nil, false, nil
 		}
 		return pkt, true, nil
@@ -429,8 +432,8 @@ func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 // (without TLS where it is required, without a user, for replication, or
 // while logins are disabled, but to the console).
 func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
-	if ts := s.core.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
-		s.core.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
+	if ts := s.host.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
+		s.host.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
 		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
 			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
 			Hint:    "Connect with sslmode=require, verify-ca or verify-full."}
@@ -448,9 +451,9 @@ func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
 		return pgwire.NewFatal(pgwire.CodeFeatureNotSupported, "replication connections are not supported by pgshard")
 	}
 	s.app, _ = pkt.Param("application_name")
-	s.admin = len(s.srv.cfg.AdminUsers) > 0 && s.db == s.srv.cfg.AdminDatabase
-	if !s.admin && s.core.life.disabled.Load() {
-		s.core.metrics.clientsRefused.WithLabelValues("disabled").Inc()
+	s.admin = len(s.gen.cfg.AdminUsers) > 0 && s.db == s.gen.cfg.AdminDatabase
+	if !s.admin && s.host.loginsDisabled.Load() {
+		s.host.metrics.clientsRefused.WithLabelValues("disabled").Inc()
 		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeCannotConnectNow,
 			Message: "pgshard is not accepting new connections (DISABLE on the admin console)",
 			Hint:    "Retry later; an operator re-enables logins with ENABLE."}
@@ -461,12 +464,12 @@ func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
 // chooseDatabase gives the session the server of its logical database
 // (databases.go), or refuses a database the proxy does not serve.
 func (s *session) chooseDatabase() *pgwire.Error {
-	if sub := s.srv.database(s.db); sub != s.srv {
+	if sub := s.gen.ops.databaseEnv(s.db); sub != s.gen {
 		// Another logical database: its server serves the session (its
 		// pools and routing); the session stays in this core (console,
 		// cancel keys, shutdown).
-		s.srv, s.log = sub, sub.log
-	} else if len(s.srv.cfg.Databases) > 0 && !slices.Contains(s.srv.cfg.Databases, s.db) {
+		s.gen, s.log = sub, sub.log
+	} else if len(s.gen.cfg.Databases) > 0 && !slices.Contains(s.gen.cfg.Databases, s.db) {
 		return pgwire.NewFatal(pgwire.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db))
 	}
 	return nil
@@ -513,7 +516,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		st, e = s.initialStatuses(ctx)
 	}
 	if e != nil {
-		s.core.current().unregister(s)
+		s.host.clients.unregister(s)
 		s.releaseAll()
 		return s.fail(e)
 	}
@@ -533,7 +536,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.out = pgwire.AppendU32(s.out, s.secret)
 	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.core.current().unregister(s)
+		s.host.clients.unregister(s)
 		return false, err
 	}
 	return true, nil
@@ -551,11 +554,11 @@ func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
 
 // authenticate runs trust or SCRAM-SHA-256 for the startup user.
 func (s *session) authenticate() (bool, error) {
-	l, ok := s.srv.users[s.user]
+	l, ok := s.gen.users[s.user]
 	if !ok {
 		// A user named "*" stands for every user not listed (local
 		// development and compatibility runs: `--trust-user '*'`).
-		l, ok = s.srv.users["*"]
+		l, ok = s.gen.users["*"]
 		s.asSelf = ok
 	}
 	if !ok {
@@ -635,9 +638,9 @@ func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
 // canonical values of the settings the preamble applies.
 func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
 	var lastErr error
-	first := s.srv.pickAny()
-	for k := 0; k < len(s.srv.pools); k++ {
-		p := s.srv.pools[(first+k)%len(s.srv.pools)]
+	first := s.gen.pickAny()
+	for k := 0; k < len(s.gen.pools); k++ {
+		p := s.gen.pools[(first+k)%len(s.gen.pools)]
 		if p.IsDown() != nil {
 			lastErr = p.IsDown()
 			continue
@@ -659,7 +662,7 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 			out[n] = v
 		}
 		if len(pre.KV) > 0 {
-			vals, e := s.srv.validatePreamble(ctx, p, key, pre)
+			vals, e := s.gen.validatePreamble(ctx, p, key, pre)
 			if e != nil {
 				e.Severity = "FATAL"
 				return nil, e
@@ -727,8 +730,8 @@ func (s *session) cancelBackend(ctx context.Context) {
 	if len(targets) == 0 {
 		return
 	}
-	s.core.metrics.cancels.Inc()
-	timeout := s.core.current().cfg.ConnectTimeout
+	s.host.metrics.cancels.Inc()
+	timeout := s.host.ops.currentEnv().cfg.ConnectTimeout
 	for _, bc := range targets {
 		if err := backend.SendCancel(ctx, bc.NetConn.RemoteAddr(), bc.PID, bc.Secret, timeout); err != nil {
 			s.log.Warn("forwarding a cancel request failed", "shard", bc.Pool.Shard.Name, "err", err)
@@ -773,15 +776,14 @@ func (s *session) dropBackend(clean bool) {
 // it: the start of every login, the admin console's too. A refusal is
 // counted by its reason and leaves the session unregistered.
 func (s *session) admit() (bool, error) {
-	srv := s.core.current()
-	if !srv.register(s) {
-		s.core.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
+	if !s.host.clients.register(s, s.host.ops.currentEnv().cfg.MaxClients) {
+		s.host.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
 	ok, err := s.authenticate()
 	if !ok {
-		srv.unregister(s)
-		s.core.metrics.clientsRefused.WithLabelValues("auth").Inc()
+		s.host.clients.unregister(s)
+		s.host.metrics.clientsRefused.WithLabelValues("auth").Inc()
 		return false, err
 	}
 	return true, nil

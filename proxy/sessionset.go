@@ -10,63 +10,11 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
-
-// preambleCache remembers validated preamble settings: their canonical
-// ParameterStatus values.
-type preambleCache struct {
-	mu sync.Mutex
-	m  map[string]map[string]string
-}
-
-var preambles = &preambleCache{m: map[string]map[string]string{}}
-
-// validatePreamble checks settings the preamble applies (they did not go
-// into a startup packet) the way Postgres checks startup parameters, and
-// returns the ParameterStatus values they produce. Results are cached.
-func (s *Server) validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error) {
-	ck := p.Shard.Name + "\x00" + key.Key + "\x00" + pre.Key
-	preambles.mu.Lock()
-	vals, ok := preambles.m[ck]
-	preambles.mu.Unlock()
-	if ok {
-		return vals, nil
-	}
-	bc, err := p.Acquire(ctx, key)
-	if err != nil {
-		return nil, pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
-	}
-	res, err := bc.RunSimple(ctx, s.cfg.PoolTimeout, "BEGIN;\n"+pre.PreambleSQL(), "ROLLBACK")
-	if err != nil {
-		p.Discard(bc)
-		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.Shard.Name, err))
-	}
-	p.Release(bc)
-	if res[0].ErrRaw != nil {
-		e := pgwire.DecodeError(res[0].ErrRaw)
-		if e == nil {
-			return nil, pgwire.NewFatal(pgwire.CodeInternalError, "undecodable error from a shard")
-		}
-		e.Severity, e.Raw = "FATAL", nil
-		return nil, e
-	}
-	vals = map[string]string{}
-	for _, st := range res[0].Statuses {
-		vals[st[0]] = st[1]
-	}
-	preambles.mu.Lock()
-	if len(preambles.m) > 4096 {
-		clear(preambles.m)
-	}
-	preambles.m[ck] = vals
-	preambles.mu.Unlock()
-	return vals, nil
-}
 
 // refusedSettings cannot be changed through a transaction pooler.
 var refusedSettings = map[string]string{
@@ -92,7 +40,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
 	}
 	if what, ok := refusedSettings[name]; ok {
-		s.srv.metrics.refusals.WithLabelValues("unsupported").Inc()
+		s.gen.metrics.refusals.WithLabelValues("unsupported").Inc()
 		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
 	}
 	tag := "SET"
@@ -153,7 +101,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *backend.Conn) (string, [][2]string, []byte, *pgwire.Error) {
 	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + backend.QuoteLiteral(name) + ")", "ROLLBACK"}
 	if own != nil {
-		res, err := own.RunSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		res, err := own.RunSimple(ctx, s.gen.cfg.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].Status != 'I' {
 			own.Broken = true
 			return "", nil, nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.Pool.Shard.Name, err))
@@ -161,9 +109,9 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 		return probeResult(res, name)
 	}
 	var lastErr error
-	first := s.srv.pickAny()
-	for k := 0; k < len(s.srv.pools); k++ {
-		pool := s.srv.pools[(first+k)%len(s.srv.pools)]
+	first := s.gen.pickAny()
+	for k := 0; k < len(s.gen.pools); k++ {
+		pool := s.gen.pools[(first+k)%len(s.gen.pools)]
 		if pool.IsDown() != nil {
 			lastErr = pool.IsDown()
 			continue
@@ -174,7 +122,7 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 			lastErr = err
 			continue
 		}
-		res, err := bc.RunSimple(ctx, s.srv.cfg.PoolTimeout, probe...)
+		res, err := bc.RunSimple(ctx, s.gen.cfg.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].Status != 'I' {
 			pool.Discard(bc)
 			lastErr = fmt.Errorf("shard %q: %v", pool.Shard.Name, err)

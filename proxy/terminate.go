@@ -144,14 +144,6 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 	return out, true
 }
 
-// sessionByPID finds a client session of the core (of any database on the
-// listener) by its BackendKeyData PID.
-func (c *core) sessionByPID(pid uint32) *session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sessions[pid]
-}
-
 // runTerminate does the call if every PID is a session's, and returns the
 // DataRows' values ("t" each); ok false: not ours, send it on.
 func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) {
@@ -160,7 +152,7 @@ func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) 
 	}
 	targets := make([]*session, 0, len(c.pids))
 	for _, pid := range c.pids {
-		t := s.core.sessionByPID(pid)
+		t := s.host.clients.byPID(pid)
 		if t == nil {
 			return false
 		}

@@ -46,7 +46,7 @@ func loadTLS(c TLSConfig) (*tlsSetup, error) {
 // 'S' and the server side of the TLS handshake (bounded by the startup
 // deadline); the session then uses the TLS connection.
 func (s *session) startTLS() error {
-	ts := s.core.tls.Load()
+	ts := s.host.tls.Load()
 	if ts == nil || ts.mode == TLSDisable || s.tlsOn {
 		_, err := s.conn.Write([]byte{'N'})
 		return err

@@ -94,7 +94,7 @@ func stageErr(code, msg, hint string) []byte {
 func (s *session) stageStart(p *planner, fp *fanPlan, bv *pgwire.BindView, formats []int16) ([]*fanStream, []bool, []byte) {
 	streams, e := s.fanParts(p, fp)
 	if e != nil {
-		s.srv.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
+		s.gen.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
 		return nil, nil, pgwire.AppendError(nil, e)
 	}
 	for _, st := range streams {
@@ -139,7 +139,7 @@ func (s *session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Fie
 	raw := pgwire.AppendParseMsg(nil, "", f.st.SQL, declared)
 	raw = pgwire.AppendDescribe(raw, 'S', "")
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: s.srv.defaultShard + 1, raw: raw}
+	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.defaultShard + 1, raw: raw}
 	streams, _, fail := s.stageStart(p, fp, nil, nil)
 	if fail != nil {
 		return nil, nil, fail
@@ -177,13 +177,13 @@ func parseParamDesc(msg []byte) ([]uint32, error) {
 // stageCollect runs one inner statement where Route sends it and
 // collects its merged rows in binary.
 func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
-	d := s.srv.cfg.Analyzer.Route(in, bv.Params, bv.Formats, oids)
+	d := s.gen.cfg.Analyzer.Route(in, bv.Params, bv.Formats, oids)
 	m, only := d.Merge, 0
 	switch {
 	case d.Kind == route.DestShard:
 		only = d.Shard + 1
 	case d.Kind == route.DestAny:
-		only = s.srv.defaultShard + 1
+		only = s.gen.defaultShard + 1
 	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
 		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Reason+")", "")
 	}
@@ -205,7 +205,7 @@ func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 	var out []byte
 	rs := &stageRows{}
 	r := &merge.Run{Plan: m, Sources: make([]merge.Source, len(streams)), Live: live, ClientFormats: []int16{1},
-		Describe: true, Bytewise: only == 0 && s.srv.textBytewise(p.ctx), GroupLimit: s.srv.cfg.MergeGroupLimit,
+		Describe: true, Bytewise: only == 0 && s.gen.textBytewise(p.ctx), GroupLimit: s.gen.cfg.MergeGroupLimit,
 		Params: bv.Params, Formats: bv.Formats, OIDs: oids, Out: &out, Flush: func() error { return rs.take(&out) }}
 	for i, st := range streams {
 		r.Sources[i] = st
@@ -355,7 +355,7 @@ func (s *session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwir
 	raw = pgwire.AppendDescribe(raw, 'P', "")
 	raw = pgwire.AppendExecute(raw, "", 0)
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: s.srv.defaultShard + 1, raw: raw}
+	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.defaultShard + 1, raw: raw}
 	streams, live, fail := s.stageStart(p, fp, nil, nil)
 	if fail != nil {
 		return fail

@@ -174,6 +174,7 @@ func Check(ctx context.Context, h *History, s *State, o Options) *Verdict {
 	ck.trace()
 	ck.placement()
 	ck.fence()
+	ck.lease()
 
 	v.Commits = len(w.commits)
 	for _, c := range w.commits {

@@ -825,7 +825,9 @@ func TestCorpus(t *testing.T) {
 			}
 			if d.Name() == "clean" { // every kind of op: every invariant looks at something
 				for _, r := range v.Invariants {
-					if r.Checked == 0 {
+					// The lease invariant judges ops inside catalog cuts
+					// only, and clean has no faults (TestLeaseCheck).
+					if r.Checked == 0 && r.Name != verify.InvLease {
 						t.Errorf("invariant %s checked nothing on a history with every kind of op\n%s", r.Name, text.String())
 					}
 				}

@@ -31,6 +31,8 @@
 //	                 ├─ trace        check_trace.go
 //	                 ├─ placement    check_placement.go
 //	                 │               check_fence.go      each shard's fence == the final map
+//	                 ├─ lease        check_lease.go      no keyed op served through a follower
+//	                 │                                   cut off from the catalog past its lease
 //	                 ├─ faults       faults.go           landings from evidence + ops, timeline
 //	                 └─ recovery     recovery.go         time from heal until the ok-op rate is back
 //	                                   │

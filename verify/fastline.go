@@ -133,6 +133,7 @@ const (
 	kSpawnDigs
 	kBodyDig
 	kLimit
+	kVia
 	kCount
 )
 
@@ -146,7 +147,7 @@ var opKeys = map[string]int{
 	"seq": kSeq, "origin": kOrigin, "path": kPath, "fire_at": kFireAt, "n": kN,
 	"target": kTarget, "parent": kParent, "child": kChild, "now": kNow, "deleted": kDeleted,
 	"data_digest": kDataDig, "trace_digest": kTraceDig, "spawn_digests": kSpawnDigs,
-	"body_digest": kBodyDig, "limit": kLimit,
+	"body_digest": kBodyDig, "limit": kLimit, "via": kVia,
 }
 
 // lineKeys are the lower-cased JSON names of every member of line, which
@@ -625,6 +626,8 @@ func (p *fastParser) member(bit int, l *line) bool {
 		}
 	case kShard:
 		l.Shard, ok = p.interned()
+	case kVia:
+		l.Via, ok = p.interned()
 	case kT0, kT1:
 		var v int64
 		if v, ok = p.integer(); ok {

@@ -27,6 +27,7 @@ const (
 	FaultProxyRestart       = "proxy-restart"
 	FaultMove               = "move"
 	FaultMoverKill          = "mover-kill"
+	FaultCatalogCut         = "catalog-cut"
 )
 
 // corroborationSlack extends a fault's window for its corroboration: a
@@ -81,6 +82,11 @@ func landedByEvidence(f *FaultEvent) bool {
 	case FaultPartition:
 		// Requests were held: in flight when it began, or sent into it.
 		return positive(ev["in_flight"]) || positive(ev["requests"])
+	case FaultCatalogCut:
+		// The cut outlasted the lease's TTL, and the follower tried the
+		// catalog during it.
+		c, ok := readCut(f)
+		return ok && c.healed && c.heal-c.cut > c.ttl && (positive(ev["requests"]) || positive(ev["refused"]))
 	}
 	return f.Landed
 }
@@ -315,7 +321,10 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 	}
 	var spans []span
 	for _, win := range wins {
-		if win.inject.Kind == FaultLostAck {
+		if win.inject.Kind == FaultLostAck || win.inject.Kind == FaultCatalogCut {
+			// A catalog cut is not corroborated by the ops (the lease
+			// invariant judges them): its long global window would make
+			// the ops of every fault inside it ambiguous.
 			continue
 		}
 		sp := span{win: win, from: win.inject.T, to: win.to + int64(corroborationSlack)}

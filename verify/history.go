@@ -170,11 +170,15 @@ type TimerOp struct {
 // Op is one operation of the history. Members that do not apply to an
 // op's Kind are zero.
 type Op struct {
-	ID       string  `json:"id"`
-	Kind     string  `json:"kind"`
-	Src      string  `json:"src"`
-	Exe      string  `json:"exe"`
-	Shard    string  `json:"shard"`
+	ID    string `json:"id"`
+	Kind  string `json:"kind"`
+	Src   string `json:"src"`
+	Exe   string `json:"exe"`
+	Shard string `json:"shard"`
+	// Via names the client the op went through ("proxy", "router"; ""
+	// when the writer did not say): the lease check judges the ops of a
+	// follower cut off from the catalog.
+	Via      string  `json:"via,omitempty"`
 	T0       int64   `json:"t0"`
 	T1       int64   `json:"t1"`
 	Outcome  Outcome `json:"outcome"`
@@ -341,6 +345,7 @@ type line struct {
 	Src       string             `json:"src"`
 	Exe       *string            `json:"exe"`
 	Shard     string             `json:"shard"`
+	Via       string             `json:"via"`
 	T0        *int64             `json:"t0"`
 	T1        *int64             `json:"t1"`
 	Outcome   string             `json:"outcome"`
@@ -708,7 +713,7 @@ func (d *decoder) op(l *line, n int) error {
 		intern, id = func(s string) string { return s }, l.ID
 	}
 	o := d.ops.ptr(Op{
-		ID: id, Kind: intern(l.Kind), Src: intern(l.Src), Shard: intern(l.Shard),
+		ID: id, Kind: intern(l.Kind), Src: intern(l.Src), Shard: intern(l.Shard), Via: intern(l.Via),
 		Outcome: Outcome(intern(l.Outcome)), Err: l.Err, SQLState: intern(l.SQLState),
 		Event: l.Event, Cause: intern(l.Cause), Exists: l.Exists, Writer: intern(l.Writer),
 		Processed: l.Processed, Found: l.Found, Conflict: l.Conflict, Input: l.Input, Fast: l.Fast,

@@ -43,6 +43,7 @@ const (
 	InvSpawns       = "spawns"
 	InvTrace        = "trace"
 	InvPlacement    = "placement"
+	InvLease        = "lease"
 	// InvLiveness is not a safety invariant: work left pending after the
 	// quiesce (outbox rows, spawn intents, due timers).
 	InvLiveness = "liveness"
@@ -59,6 +60,7 @@ var Invariants = []struct{ Name, Checks string }{
 	{InvSpawns, "spawn intents == the parents' committed children, exactly once"},
 	{InvTrace, "rings hold the last min(trace_max, n) traced commits, contiguous idx"},
 	{InvPlacement, "every row on the shard owning its bucket, once; seqs on their ordinal's stride; identities match"},
+	{InvLease, "no keyed op through a client cut off from the catalog succeeds once its lease must have lapsed, before the heal"},
 }
 
 // Verdict is the outcome of Check. Its JSON form (WriteJSON) is stable:

@@ -29,6 +29,9 @@ const (
 	ShardNotFencing         Kind = "shard-not-fencing"
 	DeleteSourceBeforeFlip  Kind = "delete-source-before-flip"
 	ProxyIgnoresFence       Kind = "proxy-ignores-fence"
+
+	// The lease mutant: needs the catalog-cut faults.
+	ProxyIgnoresLease Kind = "proxy-ignores-lease"
 )
 
 // ReshardGroup is the name `pgshard chaos mutants --only` takes for every
@@ -50,6 +53,9 @@ const (
 	// LevelMover mutants change the steps of the mover's freeze (the
 	// move faults' reshard.Options.Around): Mover.
 	LevelMover Level = "mover"
+	// LevelProxy mutants change the chaos-owned proxy's configuration
+	// (the production proxy, configured to lie): ProxyConfig.
+	LevelProxy Level = "proxy"
 )
 
 // Mutant describes one broken variant.
@@ -157,6 +163,12 @@ var all = []Mutant{
 		Description: "a fence refusal (PS001) is taken for success, as by a proxy that drops the shard's ErrorResponse and answers from the rest of the exchange: a refused commit is acknowledged, a refused load answers that the execution does not exist",
 		Exposes:     "refusals that reach the client (a range left frozen, or moved but not yet owned by its destination, by a mover killed at its cut-over; a router whose map is stale): acknowledged commits that never applied, loads that miss committed executions (linearizability; CAS: every acknowledged commit is present)",
 		NeedsFaults: []string{"move", "mover-kill"},
+	},
+	{
+		Kind: ProxyIgnoresLease, Level: LevelProxy,
+		Description: "the chaos-owned proxy holds its catalog lease with a TTL of an hour while the run records the 2 s it gives the proxy: cut off from the catalog, it goes on routing keyed statements by a map it can no longer prove current, as a proxy that ignores its lapsed lease",
+		Exposes:     "catalog cuts longer than the TTL: keyed operations through the proxy that succeed after the cut's start + the TTL, before the heal (lease)",
+		NeedsFaults: []string{"catalog-cut"},
 	},
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgshard/pgshard/chaos/mutant"
 	"github.com/pgshard/pgshard/shardmap"
@@ -13,8 +14,8 @@ import (
 
 func TestCatalogue(t *testing.T) {
 	all := mutant.All()
-	if len(all) != 15 {
-		t.Fatalf("All() has %d mutants, want the 10 of issue 9 and the 5 resharding ones of issue 20", len(all))
+	if len(all) != 16 {
+		t.Fatalf("All() has %d mutants, want the 10 of issue 9, the 5 resharding ones of issue 20 and the lease one", len(all))
 	}
 	levels := map[mutant.Level]int{}
 	seen := map[mutant.Kind]bool{}
@@ -32,7 +33,7 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v", m.Kind, got, err)
 		}
 	}
-	want := map[mutant.Level]int{mutant.LevelStore: 7, mutant.LevelClient: 3, mutant.LevelConfig: 2, mutant.LevelMover: 3}
+	want := map[mutant.Level]int{mutant.LevelStore: 7, mutant.LevelClient: 3, mutant.LevelConfig: 2, mutant.LevelMover: 3, mutant.LevelProxy: 1}
 	for l, n := range want {
 		if levels[l] != n {
 			t.Errorf("%d %s-level mutants, want %d", levels[l], l, n)
@@ -105,6 +106,11 @@ func TestLevelsRefused(t *testing.T) {
 					t.Error("Mover accepted it")
 				}
 			}
+			if mu.Level != mutant.LevelProxy {
+				if _, err := mutant.ProxyConfig(mu.Kind); err == nil {
+					t.Error("ProxyConfig accepted it")
+				}
+			}
 		})
 	}
 }
@@ -130,5 +136,24 @@ func TestStoreBugNeeds(t *testing.T) {
 		} else if !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %q does not say %q", c.bug, err, c.want)
 		}
+	}
+}
+
+// TestProxyConfig: the lease mutant sets a lease TTL that outlives any
+// run, and the control sets nothing.
+func TestProxyConfig(t *testing.T) {
+	if c, err := mutant.ProxyConfig(""); err != nil || c != nil {
+		t.Fatalf("control: %v, %v", c, err)
+	}
+	c, err := mutant.ProxyConfig(mutant.ProxyIgnoresLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := time.ParseDuration(c["catalog_lease_ttl"])
+	if err != nil || ttl < time.Hour || len(c) != 1 {
+		t.Fatalf("%v: %v", c, err)
+	}
+	if _, err := mutant.ProxyConfig("no-such-bug"); err == nil {
+		t.Fatal("an unknown kind was accepted")
 	}
 }

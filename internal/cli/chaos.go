@@ -184,7 +184,7 @@ written with the HTML report to the output directory, next to the history
 func (s *chaosSetup) runAndVerify(cmd *cobra.Command, f *chaosFlags, k string, plan []chaos.Planned, out string, asJSON bool) (*chaos.RunResult, *verdictOutcome, error) {
 	ctx := cmd.Context()
 	errw := cmd.ErrOrStderr()
-	o := chaos.RunOptions{Scenario: s.sc, Map: s.m, Cluster: s.cluster, Out: out, Bin: s.bin,
+	o := chaos.RunOptions{Scenario: s.sc, Map: s.m, Cluster: s.cluster, CatalogDSN: s.cfg.Catalog.DSN, Out: out, Bin: s.bin,
 		Compress: f.compress, Mutant: mutantKind(k), Plan: plan}
 	if !f.quiet {
 		o.Progress, o.Terminal = errw, isTerminal(errw)

@@ -46,12 +46,16 @@ one, rows placed on the wrong shard, synchronous_commit=off with shard
 crashes; and the resharding mutants: a mover that flips without its last
 catch-up, one that flips without freezing, one that deletes the source's
 rows before the flip, shards that do not fence, a client that takes a fence
-refusal for success) — and verify each run.
+refusal for success; and a proxy whose catalog lease outlives the one the
+run records, so that it ignores a lapsed lease through catalog cuts) — and
+verify each run.
 
 The resharding mutants need move faults: without --only, a scenario
 without them (configs/chaos/mutants.yaml) skips them; run them with
 --scenario configs/chaos/mutants-reshard.yaml --only reshard ("reshard"
-names the group; the control runs against the same scenario). A mutant is caught when the verifier finds
+names the group; the control runs against the same scenario). The lease
+mutant needs catalog-cut faults on a proxy target: --scenario
+configs/chaos/mutants-lease.yaml --only proxy-ignores-lease. A mutant is caught when the verifier finds
 violations. Mutants are reachable only from here: nothing in the store,
 router, proxy or any config selects them.
 
@@ -87,8 +91,12 @@ missed or the control failed; 2 a run could not be done.`,
 		list, skipped := selectMutants(mutant.All(), only, s.sc)
 		out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 		for _, mu := range skipped {
-			fmt.Fprintf(errw, "chaos mutants: %s skipped: scenario %s has no %s faults (the resharding mutants run with --scenario configs/chaos/mutants-reshard.yaml --only %s)\n",
-				mu.Kind, s.sc.Name, strings.Join(mu.NeedsFaults, "/"), mutant.ReshardGroup)
+			how := fmt.Sprintf("the resharding mutants run with --scenario configs/chaos/mutants-reshard.yaml --only %s", mutant.ReshardGroup)
+			if !mu.InGroup(mutant.ReshardGroup) {
+				how = fmt.Sprintf("it runs with --scenario configs/chaos/mutants-lease.yaml --only %s", mu.Kind)
+			}
+			fmt.Fprintf(errw, "chaos mutants: %s skipped: scenario %s has no %s faults (%s)\n",
+				mu.Kind, s.sc.Name, strings.Join(mu.NeedsFaults, "/"), how)
 		}
 		var rows []mutantRow
 		run := func(k, level, desc string) error {
@@ -168,7 +176,8 @@ func selectMutants(all []mutant.Mutant, only []string, sc *chaos.Scenario) (list
 			if slices.Contains(only, string(mu.Kind)) || slices.ContainsFunc(only, mu.InGroup) {
 				list = append(list, mu)
 			}
-		case mu.InGroup(mutant.ReshardGroup) && !kinds["move"]:
+		case mu.InGroup(mutant.ReshardGroup) && !kinds["move"],
+			slices.Contains(mu.NeedsFaults, "catalog-cut") && !kinds["catalog-cut"]:
 			skipped = append(skipped, mu)
 		default:
 			list = append(list, mu)

@@ -21,27 +21,33 @@ func kindsOf(ms []mutant.Mutant) []mutant.Kind {
 // kinds and the group "reshard", whatever the scenario.
 func TestSelectMutants(t *testing.T) {
 	all := mutant.All()
-	var reshard, others []mutant.Kind
+	var reshard, lease, others []mutant.Kind
 	for _, m := range all {
-		if m.InGroup(mutant.ReshardGroup) {
+		switch {
+		case m.InGroup(mutant.ReshardGroup):
 			reshard = append(reshard, m.Kind)
-		} else {
+		case slices.Contains(m.NeedsFaults, "catalog-cut"):
+			lease = append(lease, m.Kind)
+		default:
 			others = append(others, m.Kind)
 		}
 	}
-	if len(reshard) != 5 || len(others) != 10 {
-		t.Fatalf("%d resharding mutants and %d others, want 5 and 10", len(reshard), len(others))
+	if len(reshard) != 5 || len(others) != 10 || !slices.Equal(lease, []mutant.Kind{mutant.ProxyIgnoresLease}) {
+		t.Fatalf("%d resharding mutants, %v lease ones and %d others, want 5, [%s] and 10", len(reshard), lease, len(others), mutant.ProxyIgnoresLease)
 	}
 	noMoves := &chaos.Scenario{Faults: []chaos.ScenarioFault{{Kind: "lost-ack"}, {Kind: "shard-crash"}}}
 	moves := &chaos.Scenario{Faults: []chaos.ScenarioFault{{Kind: "move"}, {Kind: "mover-kill"}}}
+	cuts := &chaos.Scenario{Faults: []chaos.ScenarioFault{{Kind: "move"}, {Kind: "mover-kill"}, {Kind: "catalog-cut"}}}
 	for _, c := range []struct {
 		name               string
 		only               []string
 		sc                 *chaos.Scenario
 		wantList, wantSkip []mutant.Kind
 	}{
-		{"all, no move faults", nil, noMoves, others, reshard},
-		{"all, move faults", nil, moves, kindsOf(all), nil},
+		{"all, no move faults", nil, noMoves, others, append(slices.Clone(reshard), lease...)},
+		{"all, move faults", nil, moves, append(slices.Clone(others), reshard...), lease},
+		{"all, move faults and catalog cuts", nil, cuts, kindsOf(all), nil},
+		{"the lease mutant", []string{"proxy-ignores-lease"}, noMoves, lease, nil},
 		{"the group", []string{"reshard"}, moves, reshard, nil},
 		{"the group, no move faults", []string{"reshard"}, noMoves, reshard, nil},
 		{"kinds and the group", []string{"cas-without-version", "reshard"}, moves,

@@ -41,7 +41,7 @@ func addDirFlag(cmd *cobra.Command) *string {
 
 func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
-	var pgbouncer, fsync, withProxy, withTLS, withCatalog bool
+	var pgbouncer, fsync, withProxy, withTLS, withCatalog, withCatalogServer bool
 	var proxyBin, poolMode string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -61,12 +61,22 @@ certificate in DIR/tls, turns TLS on in every PostgreSQL and in the proxy
 plain-text clients still work, set require to refuse them).
 
 --catalog puts the shard map's catalog in the database pgshard_catalog on
-shard0's server: it installs the catalog, pushes the map (when the catalog
-holds none yet) and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
+shard0's server (or the catalog server's, see --catalog-server): it
+installs the catalog, pushes the map (when the catalog holds none yet)
+and sets catalog.dsn in DIR/pgshard.yaml; dev add-shard
 and pgshard reshard need it, and the dev proxy follows it (proxy.catalog
 defaults to catalog.dsn; a running dev proxy is restarted on it). Once set,
 later runs keep it, and on a reused cluster take the catalog's map (ranges
 moved by reshard included) to migrate with and to write into the config.
+
+--catalog-server (which implies --catalog) runs one more PostgreSQL, no
+shard's, in DIR/catalog (its own data directory, port and log, no
+PgBouncer) and puts the catalog database there instead of on shard0's
+server: every shard's server can then crash without taking the catalog
+along (the chaos runs with moves make their run's catalog there too). dev
+status shows it, dev down stops it with the shards, and a reused cluster
+keeps it. It is added to a reused cluster only while that has no catalog
+yet (one on shard0's server stays there).
 
 --shards sizes a new cluster: a reused one keeps all its shards (one grown
 by dev add-shard is not refused for having more than asked).`,
@@ -79,7 +89,8 @@ by dev add-shard is not refused for having more than asked).`,
 	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
 	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
 	cmd.Flags().BoolVar(&withTLS, "tls", false, "make a local CA and certificates (DIR/tls) and turn TLS on in PostgreSQL and the proxy")
-	cmd.Flags().BoolVar(&withCatalog, "catalog", false, "keep the shard map in a catalog (database "+devCatalogDatabase+" on shard0's server) and name it in the config")
+	cmd.Flags().BoolVar(&withCatalog, "catalog", false, "keep the shard map in a catalog (database "+devCatalogDatabase+" on shard0's server, or the catalog server's with --catalog-server) and name it in the config")
+	cmd.Flags().BoolVar(&withCatalogServer, "catalog-server", false, "run the catalog on a PostgreSQL server of its own (DIR/"+cluster.CatalogServerName+"), not shard0's; implies --catalog")
 	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
 	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "with --proxy: transaction (default) or session pooling")
 	_ = cmd.Flags().MarkHidden("proxy-bin")
@@ -96,7 +107,12 @@ by dev add-shard is not refused for having more than asked).`,
 			}
 			shards = len(loaded.Shards)
 		}
-		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, Fsync: fsync, Log: &lockedWriter{w: cmd.ErrOrStderr()}}
+		prevCatalog := devConfigCatalog(*dir)
+		if err := checkCatalogServer(loaded, prevCatalog, withCatalogServer); err != nil {
+			return err
+		}
+		withCatalog = withCatalog || withCatalogServer
+		spec := cluster.Spec{Shards: shards, PgBouncer: pgbouncer, CatalogServer: withCatalogServer, Fsync: fsync, Log: &lockedWriter{w: cmd.ErrOrStderr()}}
 		var tlsFiles *cluster.TLSFiles
 		if withTLS {
 			f, err := cluster.WriteTLSFiles(devTLSDir(*dir))
@@ -110,10 +126,9 @@ by dev add-shard is not refused for having more than asked).`,
 		if err != nil {
 			return err
 		}
-		prevCatalog := devConfigCatalog(*dir)
 		catalogDSN := prevCatalog
 		if withCatalog || prevCatalog != "" {
-			catalogDSN = devCatalogDSN(c) // shard0 may have moved to another port
+			catalogDSN = devCatalogDSN(c) // its server may have moved to another port
 		}
 		m, reused, err := devMap(c, *dir, buckets)
 		cfgEpoch := uint64(0)
@@ -376,6 +391,21 @@ type devStatusJSON struct {
 	// (and the shards' PostgreSQL) with, after dev up --tls.
 	ProxyTLS string `json:"proxy_tls,omitempty"`
 	TLSCA    string `json:"tls_ca,omitempty"`
+	// CatalogDSN is the config's catalog.dsn (dev up --catalog), "" for
+	// none.
+	CatalogDSN string `json:"catalog_dsn,omitempty"`
+	// CatalogServer is the cluster's catalog server (dev up
+	// --catalog-server), nil without one.
+	CatalogServer *devCatalogServerJSON `json:"catalog_server,omitempty"`
+}
+
+// devCatalogServerJSON is the catalog server in `dev status --json`.
+type devCatalogServerJSON struct {
+	// DSN connects to its maintenance database (postgres).
+	DSN   string `json:"dsn"`
+	Log   string `json:"log"`
+	PID   int    `json:"pid"`
+	Ready bool   `json:"ready"`
 }
 
 func newDevStatusCmd() *cobra.Command {
@@ -425,6 +455,11 @@ func devStatus(ctx context.Context, dir string) (*devStatusJSON, error) {
 	}
 	if ca := filepath.Join(devTLSDir(dir), "ca.crt"); fileExists(ca) {
 		st.TLSCA = ca
+	}
+	st.CatalogDSN = cfg.Catalog.DSN
+	if l, ok := c.CatalogStatus(ctx); ok {
+		st.CatalogServer = &devCatalogServerJSON{DSN: l.Shard.DSN("postgres", c.Spec.User), Log: l.Shard.LogPath(),
+			PID: l.Postgres.PID, Ready: l.Postgres.Ready}
 	}
 	live := map[string]cluster.ShardStatus{}
 	for _, l := range c.Status(ctx) {
@@ -493,6 +528,12 @@ func writeDevStatus(w io.Writer, st *devStatusJSON) error {
 	}
 	if st.TLSCA != "" {
 		fmt.Fprintf(w, "TLS CA: %s\n", st.TLSCA)
+	}
+	if st.CatalogDSN != "" {
+		fmt.Fprintf(w, "catalog: %s\n", store.RedactDSN(st.CatalogDSN))
+	}
+	if cs := st.CatalogServer; cs != nil {
+		fmt.Fprintf(w, "catalog server: %s, %s (log %s)\n", liveness(cs.PID, cs.Ready), cs.DSN, cs.Log)
 	}
 	return nil
 }

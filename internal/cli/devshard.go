@@ -15,15 +15,39 @@ import (
 	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/shardmap"
+	"github.com/pgshard/pgshard/store"
 )
 
-// devCatalogDatabase is the database on shard0's server that holds a dev
-// cluster's catalog (dev up --catalog).
+// devCatalogDatabase is the database that holds a dev cluster's catalog
+// (dev up --catalog): on the cluster's catalog server when it has one
+// (dev up --catalog-server), else on shard0's server.
 const devCatalogDatabase = "pgshard_catalog"
+
+// devCatalogServer is the server of the dev cluster's catalog: its
+// catalog server, else shard0's.
+func devCatalogServer(c *cluster.Cluster) cluster.Shard {
+	if c.Catalog != nil {
+		return *c.Catalog
+	}
+	return c.Shards[0]
+}
 
 // devCatalogDSN connects directly to the dev cluster's catalog database.
 func devCatalogDSN(c *cluster.Cluster) string {
-	return c.Shards[0].DSN(devCatalogDatabase, c.Spec.User)
+	return devCatalogServer(c).DSN(devCatalogDatabase, c.Spec.User)
+}
+
+// checkCatalogServer refuses dev up --catalog-server on a reused cluster
+// (loaded; nil for a new one) that has no catalog server but a catalog
+// already (prevCatalog, the config's catalog.dsn, on a shard's server):
+// a catalog made afresh on the new server would not have the epochs and
+// moves of the one it replaced.
+func checkCatalogServer(loaded *cluster.Cluster, prevCatalog string, withCatalogServer bool) error {
+	if !withCatalogServer || loaded == nil || loaded.Catalog != nil || prevCatalog == "" {
+		return nil
+	}
+	return fmt.Errorf("--catalog-server: the cluster in %s already keeps its catalog on a shard's server (catalog.dsn %s), and a new catalog server would start without its map's history; run `pgshard dev down --purge --dir %s` and up again with --catalog-server, or leave the flag off",
+		loaded.Dir, store.RedactDSN(prevCatalog), loaded.Dir)
 }
 
 // devConfigCatalog returns the catalog.dsn of DIR/pgshard.yaml, "" if it
@@ -49,14 +73,15 @@ func devTLSFiles(dir string, cfg *config.Config) (*cluster.TLSFiles, error) {
 	return &f, nil
 }
 
-// ensureDevCatalog creates the catalog database on shard0's server if
-// missing, installs the catalog there and, if it holds no map yet, pushes
+// ensureDevCatalog creates the catalog database on its server (see
+// devCatalogServer) if missing, installs the catalog there and, if it holds no map yet, pushes
 // m. It returns a line saying what the catalog holds.
 func ensureDevCatalog(ctx context.Context, c *cluster.Cluster, dsn string, m *shardmap.Map) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
-	if err := createDatabase(ctx, c.Shards[0].DSN("postgres", c.Spec.User), devCatalogDatabase, c.Spec.User); err != nil {
-		return "", fmt.Errorf("create the catalog database on %s: %w", c.Shards[0].Name, err)
+	srv := devCatalogServer(c)
+	if err := createDatabase(ctx, srv.DSN("postgres", c.Spec.User), devCatalogDatabase, c.Spec.User); err != nil {
+		return "", fmt.Errorf("create the catalog database on %s: %w", srv.Name, err)
 	}
 	cat, err := catalog.Open(ctx, dsn, catalog.Options{ApplicationName: "pgshard dev"})
 	if err != nil {

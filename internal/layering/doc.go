@@ -5,6 +5,10 @@
 //	layering_test.go  the rules, the checker, and a test of the checker
 //	funclen_test.go   no function of proxy or proxy/route over 100 lines
 //	                  (issue 19), and a test of that checker
+//	boundary_test.go  the engine boundary inside package proxy: no method or
+//	                  field of session or planner names Server or core (they
+//	                  use proxy/sessionenv.go's generationEnv and hostEnv),
+//	                  and a test of that checker
 //
 // The rules, one line each, allow-lists over the module's own packages
 // (a package may always use its own subtree; anything outside the module is

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// What a session asks of its generation's shards itself (through its
+// generationEnv, never the Server): a shard for a statement that may run
+// anywhere, whether the shards order text by bytes, and the check of the
+// settings a preamble applies.
+
+// pickAny returns a shard for a statement that may run anywhere.
+// Shards found down are skipped while others are up.
+func (g *generationEnv) pickAny() int {
+	n := len(g.pools)
+	start := int(g.rr.Add(1) % uint32(n))
+	for k := 0; k < n; k++ {
+		if i := (start + k) % n; g.pools[i].Down.Load() == nil {
+			return i
+		}
+	}
+	return start
+}
+
+const (
+	collationUnknown int32 = iota
+	collationC
+	collationOther
+)
+
+// collationSQL reads what decides whether a shard orders text by bytes:
+// the database's default collation and provider, and whether any column
+// of a user table has a collation other than the default, C and POSIX.
+const collationSQL = `SELECT d.datcollate, coalesce(pg_catalog.to_jsonb(d)->>'datlocprovider', 'c'),
+ (SELECT count(*) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+   WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100, 950, 951)
+     AND c.relnamespace NOT IN ('pg_catalog'::pg_catalog.regnamespace, 'information_schema'::pg_catalog.regnamespace))
+FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`
+
+// textBytewise reports whether every shard orders text by bytes (the C
+// or POSIX collation, libc provider, no column with another collation):
+// only then does the merge compare text as the shards sort it. Checked
+// once (and after DDL); a shard that cannot be asked counts as "no".
+func (g *generationEnv) textBytewise(ctx context.Context) bool {
+	switch g.collation.Load() {
+	case collationC:
+		return true
+	case collationOther:
+		return false
+	}
+	ok := true
+	for _, p := range g.pools {
+		bc, err := p.Acquire(ctx, backend.NoSettings)
+		if err != nil {
+			return false
+		}
+		res, err := bc.RunSimple(ctx, g.cfg.PoolTimeout, collationSQL)
+		if err != nil {
+			p.Discard(bc)
+			return false
+		}
+		p.Release(bc)
+		if len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 3 {
+			return false
+		}
+		row := res[0].Rows[0]
+		coll, prov, n := string(row[0]), string(row[1]), string(row[2])
+		if !(coll == "C" || coll == "POSIX") || prov != "c" || n != "0" {
+			ok = false
+		}
+	}
+	if ok {
+		g.collation.Store(collationC)
+	} else {
+		g.collation.Store(collationOther)
+		g.log.Info("the shards do not order text by bytes: merges that compare text need COLLATE \"C\"")
+	}
+	return ok
+}
+
+// preambleCache remembers validated preamble settings: their canonical
+// ParameterStatus values.
+type preambleCache struct {
+	mu sync.Mutex
+	m  map[string]map[string]string
+}
+
+var preambles = &preambleCache{m: map[string]map[string]string{}}
+
+// validatePreamble checks settings the preamble applies (they did not go
+// into a startup packet) the way Postgres checks startup parameters, and
+// returns the ParameterStatus values they produce. Results are cached.
+func (g *generationEnv) validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error) {
+	ck := p.Shard.Name + "\x00" + key.Key + "\x00" + pre.Key
+	preambles.mu.Lock()
+	vals, ok := preambles.m[ck]
+	preambles.mu.Unlock()
+	if ok {
+		return vals, nil
+	}
+	bc, err := p.Acquire(ctx, key)
+	if err != nil {
+		return nil, pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
+	}
+	res, err := bc.RunSimple(ctx, g.cfg.PoolTimeout, "BEGIN;\n"+pre.PreambleSQL(), "ROLLBACK")
+	if err != nil {
+		p.Discard(bc)
+		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.Shard.Name, err))
+	}
+	p.Release(bc)
+	if res[0].ErrRaw != nil {
+		e := pgwire.DecodeError(res[0].ErrRaw)
+		if e == nil {
+			return nil, pgwire.NewFatal(pgwire.CodeInternalError, "undecodable error from a shard")
+		}
+		e.Severity, e.Raw = "FATAL", nil
+		return nil, e
+	}
+	vals = map[string]string{}
+	for _, st := range res[0].Statuses {
+		vals[st[0]] = st[1]
+	}
+	preambles.mu.Lock()
+	if len(preambles.m) > 4096 {
+		clear(preambles.m)
+	}
+	preambles.m[ck] = vals
+	preambles.mu.Unlock()
+	return vals, nil
+}

@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Pinning, the server's side (pin.go is the session's): the direct pools
+// pinned sessions' backends come from, handed from generation to
+// generation, and the pin metrics and listing.
+
+// directPool returns the pool of direct connections of shard i (the
+// shard's own pool when it is direct).
+func (s *Server) directPool(i int) *backend.Pool {
+	if !s.pools[i].ViaPooler {
+		return s.pools[i]
+	}
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	if s.direct == nil {
+		s.direct = make([]*backend.Pool, len(s.pools))
+	}
+	if s.direct[i] == nil {
+		p, err := backend.NewPool(s.backendEnv(), s.cfg.Map.Shards[i], false)
+		if err != nil {
+			return s.pools[i] // the DSN parsed once already; not reached
+		}
+		p.Verified.Store(true) // the same database as the pooler's
+		s.direct[i] = p
+	}
+	return s.direct[i]
+}
+
+// directPools returns the direct pools made so far (nil entries skipped).
+func (s *Server) directPools() []*backend.Pool {
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	var out []*backend.Pool
+	for _, p := range s.direct {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// inheritDirect gives gen (a reload's next generation) the direct pools
+// of s whose shard gen keeps (kept: old pool → its index in gen) and
+// returns the others, which retire: their pinned sessions stay on s (a
+// session never changes generation while pinned) and each connection
+// closes when its pin ends.
+func (s *Server) inheritDirect(gen *Server, kept map[*backend.Pool]int) (retire []*backend.Pool) {
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	for i, dp := range s.direct {
+		if dp == nil {
+			continue
+		}
+		if j, ok := kept[s.pools[i]]; ok {
+			if gen.direct == nil {
+				gen.direct = make([]*backend.Pool, len(gen.pools))
+			}
+			gen.direct[j] = dp
+			dp.SetEnv(gen.backendEnv())
+			continue
+		}
+		retire = append(retire, dp)
+	}
+	return retire
+}
+
+// pinMetrics registers the pinned-session gauge and counter.
+func (c *core) pinMetrics() {
+	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pgshard_proxy_pinned_sessions", Help: "Client sessions pinned to a backend of their own (session pooling, or session state in transaction pooling)."},
+		func() float64 { return float64(c.npinned.Load()) }))
+	c.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgshard_proxy_pins_total", Help: "Sessions pinned, by the reason that pinned them."}, []string{"reason"})
+	c.reg.MustRegister(c.pinsTotal)
+}
+
+// PinnedSessions lists the sessions pinned right now.
+func (c *core) PinnedSessions() []PinnedSession { return c.clients.pinned() }

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// The engine boundary: a client session and its planner reach the rest
+// of the proxy only through the two values below, never through a
+// *Server or a *core (issue 19; the step before the session moves to a
+// package of its own).
+//
+//	session ──gen──▶ generationEnv  one configuration generation of one
+//	   │                 │          database: what a session reads of its
+//	   │                 │          Config (sessionConfig), shard pools,
+//	   │                 │          metrics; pickAny, textBytewise and the
+//	   │                 │          preamble check (genshards.go)
+//	   │                 ▼
+//	   │             generationOps  what needs the Server itself: routing
+//	   │                            log, catalog lease, direct pools, the
+//	   │                            generation of another database
+//	   │
+//	   └──host─▶ hostEnv            the server process that accepted the
+//	                 │              client, for the session's whole life:
+//	                 │              TLS, logins disabled, pin count, fences
+//	                 │              and their stand-in texts, the session
+//	                 │              registry (sessionreg.go)
+//	                 ▼
+//	             hostOps            the current generation, the admin
+//	                                console (a *core)
+//
+// Names: a Server value is one configuration *generation* (a reload makes
+// a new one; the session moves to it between transactions, so s.gen never
+// changes under a transaction), while core is the server itself, shared by
+// every generation. An extra database (Config.ExtraDatabases) is a server
+// of its own: a session on it has the generation of that database's server
+// in gen and the accepting server in host.
+
+// generationEnv is what one configuration generation gives the sessions
+// that run on it. It is made once with its generation (Server.env) and
+// never changes.
+type generationEnv struct {
+	// cfg is what the session reads of the generation's Config.
+	cfg *sessionConfig
+	// pools are the shards' backend pools, by shard index of cfg.Map.
+	pools []*backend.Pool
+	// defaultShard is the index of cfg.DefaultShard.
+	defaultShard int
+	// users are the logins by user name ("*": anyone).
+	users map[string]login
+	// metrics and log are the database's server's (the accepting server's
+	// unless the session runs on an extra database).
+	metrics *metrics
+	log     *slog.Logger
+	// stmtEpoch moves on at every schema change (see core.stmtEpoch).
+	stmtEpoch *atomic.Uint64
+	// collation caches whether the shards order text by bytes; a DDL
+	// statement resets it (collationUnknown).
+	collation *atomic.Int32
+	// rr spreads key-less read-only statements over the shards (pickAny).
+	rr *atomic.Uint32
+	// home is the host environment of the server the generation belongs
+	// to: the accepting server's, or an extra database's.
+	home *hostEnv
+	// ops runs what needs the generation itself.
+	ops generationOps
+}
+
+// generationOps are the operations of a generation a session uses (a
+// *Server implements them).
+type generationOps interface {
+	// noteDecision records a routing decision (SHOW ROUTES, metrics).
+	noteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool)
+	// leaseError is the error of a statement refused while the catalog's
+	// lease is lost (nil: none).
+	leaseError() *pgwire.Error
+	// directPool is shard i's pool of direct connections (pinning).
+	directPool(i int) *backend.Pool
+	// databaseEnv returns the generation of database name (an extra
+	// database's, or this one).
+	databaseEnv(name string) *generationEnv
+}
+
+// sessionConfig is the part of a generation's Config a session reads,
+// copied when the generation is made (a generation's Config never
+// changes). The fields are Config's, with Config's meaning.
+type sessionConfig struct {
+	// Routing.
+	Map         *shardmap.Map
+	Analyzer    route.Analyzer
+	HintKeyType route.KeyType
+	// Follow is Config.Follow (nil: the proxy does not follow a catalog).
+	Follow MapFollower
+	// Fence and FenceRetryWait: the map fence (fence.go, fenceretry.go).
+	Fence          FenceMode
+	FenceRetryWait time.Duration
+	// Pooling and pinning: PoolMode is the server's, userPoolModes the
+	// users' own (those other than PoolModeDefault, in Config.Users's
+	// order).
+	PoolMode      PoolMode
+	userPoolModes []userPoolMode
+	MaxPinned     int
+	MaxClients    int
+	PoolTimeout   time.Duration
+	// ConnectTimeout bounds a cancel request's connection to a backend.
+	ConnectTimeout time.Duration
+	// Clients: which databases they may name, the console's.
+	Databases     []string
+	AdminDatabase string
+	AdminUsers    []string
+	// Limits.
+	StartupTimeout           time.Duration
+	IdleInTransactionTimeout time.Duration
+	MaxMessageSize           int
+	MaxPipelineBytes         int
+	MergeGroupLimit          int
+	// Statements: the backends' statement cache, the unnamed statement.
+	StatementCacheSize int
+	UnnamedStatements  UnnamedMode
+}
+
+// userPoolMode is a user's own pool mode (Config.Users).
+type userPoolMode struct {
+	name string
+	mode PoolMode
+}
+
+// shardName returns the name of shard i.
+func (g *generationEnv) shardName(i int) string { return g.cfg.Map.Shards[i].Name }
+
+// hostEnv is what the server that accepted a client gives its session
+// for the session's whole life (the same for every generation).
+type hostEnv struct {
+	metrics *metrics
+	log     *slog.Logger
+	// tls is the current TLS configuration towards clients (nil: off).
+	tls *atomic.Pointer[tlsSetup]
+	// loginsDisabled: DISABLE on the console (admin logins still pass).
+	loginsDisabled *atomic.Bool
+	// npinned counts the pinned sessions (Config.MaxPinned bounds it);
+	// pinsTotal counts pins by reason.
+	npinned   *atomic.Int64
+	pinsTotal *prometheus.CounterVec
+	// fences holds each pool's fence state (*backend.Pool → *atomic.Int32);
+	// standIns the texts a fence assert names for a key's bucket.
+	fences   *sync.Map
+	standIns *standInTexts
+	// clients is the register of the server's client sessions.
+	clients *sessionRegistry
+	// consoleCanceled is the cause a cancel request gives the context
+	// of a console command (admin.ErrCanceled).
+	consoleCanceled error
+	// ops runs what needs the server itself.
+	ops hostOps
+}
+
+// hostOps are the server's operations a session uses (a *core implements
+// them).
+type hostOps interface {
+	// currentEnv is the current generation's environment.
+	currentEnv() *generationEnv
+	// consoleQuery runs the admin console's commands of one query string
+	// for session s and appends their answer to out.
+	consoleQuery(ctx context.Context, s *session, sql string, out []byte) []byte
+}

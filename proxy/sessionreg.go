@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"slices"
+	"sync"
+)
+
+// sessionRegistry is a server's register of its client sessions, by the
+// process ID of their BackendKeyData: admission against max_clients,
+// cancel requests, pg_terminate_backend, the console's SHOW CLIENTS and
+// KILL, the shutdown. It belongs to the session side of the engine
+// boundary (sessionenv.go): the server holds one (core.clients) and reads
+// its sessions only through its methods.
+type sessionRegistry struct {
+	// metrics counts the clients (set once the server's metrics exist).
+	metrics *metrics
+
+	mu       sync.Mutex
+	sessions map[uint32]*session
+	nclients int
+	nadmin   int // of nclients, admin console sessions
+}
+
+// register assigns the session its cancel key and counts it against
+// maxClients; false means the server is full.
+func (r *sessionRegistry) register(sess *session, maxClients int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nclients >= maxClients {
+		return false
+	}
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		pid := binary.BigEndian.Uint32(b[:4]) & 0x7fffffff
+		if pid == 0 {
+			continue
+		}
+		if _, dup := r.sessions[pid]; dup {
+			continue
+		}
+		sess.pid = pid
+		sess.secret = binary.BigEndian.Uint32(b[4:])
+		r.sessions[pid] = sess
+		r.nclients++
+		if sess.admin {
+			r.nadmin++
+		}
+		r.metrics.clients.Inc()
+		r.metrics.clientsTotal.Inc()
+		return true
+	}
+}
+
+// unregister removes the session (a no-op if it is not registered).
+func (r *sessionRegistry) unregister(sess *session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[sess.pid] == sess {
+		delete(r.sessions, sess.pid)
+		r.nclients--
+		if sess.admin {
+			r.nadmin--
+		}
+		r.metrics.clients.Dec()
+	}
+}
+
+// cancel forwards a client's cancel request to the backend serving its
+// session right now, if any. A request whose key matches no session is
+// ignored, as Postgres does.
+func (r *sessionRegistry) cancel(ctx context.Context, pid uint32, key []byte) {
+	sess := r.byPID(pid)
+	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
+		return
+	}
+	sess.cancelBackend(ctx)
+}
+
+// byPID finds a client session (of any database on the listener) by its
+// BackendKeyData PID.
+func (r *sessionRegistry) byPID(pid uint32) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions[pid]
+}
+
+// rekey gives a session pinned at startup the backend's real PID and
+// secret in BackendKeyData (clients compare it with pg_backend_pid() and
+// cancel with it), unless another session already has that PID.
+func (r *sessionRegistry) rekey(sess *session, pid uint32, secret []byte) {
+	if len(secret) != 4 || pid == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if other, dup := r.sessions[pid]; dup && other != sess {
+		return
+	}
+	if r.sessions[sess.pid] == sess {
+		delete(r.sessions, sess.pid)
+	}
+	sess.pid = pid
+	sess.secret = uint32(secret[0])<<24 | uint32(secret[1])<<16 | uint32(secret[2])<<8 | uint32(secret[3])
+	r.sessions[pid] = sess
+}
+
+// list returns the registered sessions (in no order).
+func (r *sessionRegistry) list() []*session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*session, 0, len(r.sessions))
+	for _, x := range r.sessions {
+		out = append(out, x)
+	}
+	return out
+}
+
+// kill closes the client connections of the sessions match selects
+// (their transactions are lost, as with pg_terminate_backend).
+func (r *sessionRegistry) kill(match func(*session) bool) int {
+	n := 0
+	for _, x := range r.list() {
+		if match(x) {
+			x.closeClient()
+			n++
+		}
+	}
+	return n
+}
+
+// closeAll closes every client connection (the hard stop).
+func (r *sessionRegistry) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sess := range r.sessions {
+		sess.closeClient()
+	}
+}
+
+// counts returns the registered sessions and, of them, the console's.
+func (r *sessionRegistry) counts() (clients, admin int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nclients, r.nadmin
+}
+
+// pinned lists the sessions pinned right now, by PID.
+func (r *sessionRegistry) pinned() []PinnedSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []PinnedSession
+	for _, sess := range r.sessions {
+		sess.pinMu.Lock()
+		if ps := sess.pinInfo; ps != nil {
+			out = append(out, *ps)
+		}
+		sess.pinMu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b PinnedSession) int { return int(a.PID) - int(b.PID) })
+	return out
+}
