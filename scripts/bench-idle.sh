@@ -86,17 +86,28 @@ pidfile = $dir/bouncer/pgbouncer.pid
 EOF
 echo '"postgres" ""' >"$dir/bouncer/userlist.txt"
 pgb=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+# PgBouncer holds a descriptor per client and per server connection and
+# stops accepting (clients then wait in the listen backlog until they time
+# out) once it reaches its limit: its docs say to raise `ulimit -n` above
+# max_client_conn + the pools' server connections, which is done here in
+# the shell that starts it (runuser starts a login session whose soft
+# limit is PAM's default, 1024, whatever this shell's is).
 if [ "$(id -u)" = 0 ]; then
 	chown -R postgres "$dir/bouncer"
-	runuser -u postgres -- "$pgb" "$dir/bouncer/pgbouncer.ini" >/dev/null 2>&1 &
+	runuser -u postgres -- bash -c 'ulimit -n "$1" && exec "$2" "$3"' _ "$need" "$pgb" "$dir/bouncer/pgbouncer.ini" >"$dir/bouncer/stderr.log" 2>&1 &
 else
-	"$pgb" "$dir/bouncer/pgbouncer.ini" >/dev/null 2>&1 &
+	"$pgb" "$dir/bouncer/pgbouncer.ini" >"$dir/bouncer/stderr.log" 2>&1 &
 fi
 pids+=($!)
 for _ in $(seq 1 200); do [ -s "$dir/bouncer/pgbouncer.pid" ] && break; sleep 0.05; done
 [ -s "$dir/bouncer/pgbouncer.pid" ] || { echo "pgbouncer did not start:"; cat "$dir/bouncer/pgbouncer.log"; exit 1; }
 b_pid=$(cat "$dir/bouncer/pgbouncer.pid")
 pids+=("$b_pid")
+b_nofile=$(awk '/^Max open files/ {print $4}' "/proc/$b_pid/limits")
+if [ "$b_nofile" -lt "$need" ]; then
+	echo "bench-idle: pgbouncer may open only $b_nofile files, $need needed: raise the limit (ulimit -n, or LimitNOFILE= in its systemd unit)"
+	exit 1
+fi
 "$tool" -dsn "postgres://postgres@127.0.0.1:${bport}/pgshard?sslmode=disable" -pid "$b_pid" -steps "$steps" -label pgbouncer -json "$dir/pgbouncer.json"
 
 $py - "$dir" <<'PY'
