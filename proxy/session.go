@@ -264,7 +264,7 @@ func newSession(gen *generationEnv, host *hostEnv, conn net.Conn) *session {
 		seen:      map[string]string{},
 	}
 	s.io = pgwire.ConnIO(conn)
-	s.rd = pgwire.NewMsgReader(s.io, s.messageLimit)
+	s.rd = pgwire.NewLendingMsgReader(s.io, s.messageLimit)
 	return s
 }
 
