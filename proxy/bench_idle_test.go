@@ -23,8 +23,11 @@ import (
 // side is in the same process but costs little (a socket, no goroutine,
 // a few hundred bytes of heap). PGSHARD_IDLE_HEAPPROFILE=FILE writes the
 // heap profile taken with the clients connected (every allocation
-// sampled) to see where the rest goes. The memory a whole process holds
-// (RSS, beside PgBouncer's): scripts/bench-idle.sh. Asserts nothing.
+// sampled) to see where the rest goes. PGSHARD_IDLE_QUERY=1 has each
+// client run one query before it goes idle (what an application's pooled
+// connection looks like; the session then has its exchange scratch). The
+// memory a whole process holds (RSS, beside PgBouncer's):
+// scripts/bench-idle.sh. Asserts nothing.
 func BenchmarkIdleClients(b *testing.B) {
 	n := 2000
 	if v := os.Getenv("PGSHARD_IDLE_CLIENTS"); v != "" {
@@ -33,6 +36,7 @@ func BenchmarkIdleClients(b *testing.B) {
 			b.Fatalf("PGSHARD_IDLE_CLIENTS=%q: want a positive count", v)
 		}
 	}
+	query := os.Getenv("PGSHARD_IDLE_QUERY") == "1"
 	prof := os.Getenv("PGSHARD_IDLE_HEAPPROFILE")
 	if prof != "" {
 		old := runtime.MemProfileRate
@@ -42,13 +46,13 @@ func BenchmarkIdleClients(b *testing.B) {
 	fe := startFake(b, false, func(c *proxy.Config) { c.MaxClients = n + 10 })
 	// One client first: the proxy's per-process state (pools, caches) is
 	// then in the baseline, not in the clients' share.
-	warm := idleConnect(b, fe.addr)
+	warm := idleConnect(b, fe.addr, query)
 	defer warm.Close()
 	for range b.N {
 		before := settledMem()
 		conns := make([]net.Conn, 0, n)
 		for range n {
-			conns = append(conns, idleConnect(b, fe.addr))
+			conns = append(conns, idleConnect(b, fe.addr, query))
 		}
 		after := settledMem()
 		if prof != "" {
@@ -84,9 +88,10 @@ func settledMem() runtime.MemStats {
 	return m
 }
 
-// idleConnect opens a connection, completes startup (trust) and returns it
-// idle: a minimal client that keeps no reader, buffer or goroutine.
-func idleConnect(b *testing.B, addr string) net.Conn {
+// idleConnect opens a connection, completes startup (trust), runs one
+// simple query if query is set, and returns it idle: a minimal client
+// that keeps no reader, buffer or goroutine.
+func idleConnect(b *testing.B, addr string, query bool) net.Conn {
 	b.Helper()
 	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
@@ -101,8 +106,17 @@ func idleConnect(b *testing.B, addr string) net.Conn {
 	}
 	pkt = append(pkt, 0)
 	binary.BigEndian.PutUint32(pkt, uint32(len(pkt)))
+	if query {
+		pkt = append(pkt, 'Q', 0, 0, 0, 0)
+		pkt = append(pkt, "SELECT 1\x00"...)
+		binary.BigEndian.PutUint32(pkt[len(pkt)-13:], 13)
+	}
 	if _, err := c.Write(pkt); err != nil {
 		b.Fatal(err)
+	}
+	rfq := 1
+	if query {
+		rfq = 2
 	}
 	var hdr [5]byte
 	var body [256]byte
@@ -121,8 +135,10 @@ func idleConnect(b *testing.B, addr string) net.Conn {
 		case 'E':
 			b.Fatalf("startup: %s", fmt.Sprintf("%q", body[:n]))
 		case 'Z':
-			_ = c.SetDeadline(time.Time{})
-			return c
+			if rfq--; rfq == 0 {
+				_ = c.SetDeadline(time.Time{})
+				return c
+			}
 		}
 	}
 }

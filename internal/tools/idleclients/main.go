@@ -1,18 +1,20 @@
 // Command idleclients measures what an idle client connection costs a
 // server process (pgshard's proxy, PgBouncer, Postgres…): it opens client
 // connections to a DSN in steps, each completing startup and
-// authentication and then sending nothing, and after each step reads the
-// server process's resident memory (VmRSS of /proc/PID/status, once it
-// has settled) and prints the memory per client since the start: what a
+// authentication (and, with -query, running one query: an application's
+// pooled connection that has been used) and then sending nothing, and
+// after each step reads the server process's resident memory (VmRSS of
+// /proc/PID/status, once it has settled) and prints the memory per
+// client since the start: what a
 // fleet of connected-but-idle application clients costs the middle layer
 // a pooler is for. Every connection is held until the last step has been
 // measured, so the last step holds them all at once; a connection that
 // fails is counted and its first error printed (holding N clients
 // without errors is part of the result). Exits 1 when any connection
-// failed. Bounded: each connection attempt by -connect-timeout, the whole
-// run by -timeout.
+// failed. Bounded: each connection attempt (and its query) by
+// -connect-timeout, the whole run by -timeout.
 //
-//	idleclients -dsn URL -pid PID -steps 5000,10000 [-label NAME] [-json FILE]
+//	idleclients -dsn URL -pid PID -steps 5000,10000 [-query SQL] [-label NAME] [-json FILE]
 //
 //	steps ─▶ connect (parallel, bounded) ─▶ settle ─▶ VmRSS(pid) ─▶ line
 //	      ─▶ close all at the end
@@ -45,6 +47,7 @@ type options struct {
 	pid            int
 	steps          []int
 	label          string
+	query          string
 	jsonOut        string
 	parallel       int
 	settle         time.Duration
@@ -92,6 +95,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.pid, "pid", 0, "PID of the server process whose memory is measured")
 	fs.StringVar(&steps, "steps", "5000,10000", "comma-separated client counts, increasing: each step connects up to that many and measures")
 	fs.StringVar(&o.label, "label", "server", "name printed on each line")
+	fs.StringVar(&o.query, "query", "", "a query each client runs once after connecting, before it goes idle (\"\": none)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the steps as JSON to this file")
 	fs.IntVar(&o.parallel, "parallel", 32, "connections being opened at once")
 	fs.DurationVar(&o.settle, "settle", 2*time.Second, "wait after a step before reading the server's memory")
@@ -155,6 +159,16 @@ func run(ctx context.Context, o options) ([]stepResult, error) {
 		for range target - len(conns) - int(failed.Load()) {
 			g.Go(func() error {
 				c, err := pgconn.ConnectConfig(ctx, cfg)
+				if err == nil && o.query != "" {
+					qctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+					_, err = c.Exec(qctx, o.query).ReadAll()
+					cancel()
+					if err != nil {
+						cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+						_ = c.Close(cctx)
+						cancel()
+					}
+				}
 				if err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, &err)

@@ -13,6 +13,12 @@ func TestParseFlags(t *testing.T) {
 	if got := o.steps; len(got) != 3 || got[0] != 10 || got[1] != 20 || got[2] != 300 {
 		t.Fatalf("steps = %v", got)
 	}
+	if o.query != "" {
+		t.Fatalf("query = %q by default, want none", o.query)
+	}
+	if o, err := parseFlags([]string{"-dsn", "postgres://x@h/db", "-pid", "1", "-query", "SELECT 1"}); err != nil || o.query != "SELECT 1" {
+		t.Fatalf("-query: %q, %v", o.query, err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
