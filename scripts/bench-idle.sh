@@ -22,11 +22,14 @@
 # idle client at 5,000) is printed beside the figure, never asserted.
 #
 # Usage: scripts/bench-idle.sh [BIN]
-#   env: STEPS=5000,10000  QUERY='SELECT 1'  DIR=state dir  KEEP=1 (leave the cluster up)
+#   env: STEPS=5000,10000  QUERY='SELECT 1'  SETTLE=2s (wait before each
+#        reading; 130s lets Go's periodic GC, every 2 minutes, run first)
+#        DIR=state dir  KEEP=1 (leave the cluster up)
 set -euo pipefail
 bin=${1:-bin/pgshard}
 steps=${STEPS:-5000,10000}
 query=${QUERY:-SELECT 1}
+settle=${SETTLE:-2s}
 max=${steps##*,}
 dir=${DIR:-$(mktemp -d /tmp/pgshard-idle-XXXXXX)}
 chmod 755 "$dir" # the servers run as postgres when this runs as root
@@ -66,7 +69,7 @@ rc=0
 measure() { # NAME PID DSN MODE
 	local q=()
 	if [ "$4" = query ]; then q=(-query "$query"); fi
-	"$tool" -dsn "$3" -pid "$2" -steps "$steps" -label "$1/$4" -json "$dir/$1-$4.json" "${q[@]}" || rc=1
+	"$tool" -dsn "$3" -pid "$2" -steps "$steps" -label "$1/$4" -json "$dir/$1-$4.json" -settle "$settle" "${q[@]}" || rc=1
 }
 stop() { # PID: ends a server started here and waits (bounded) for it to exit
 	kill "$1" 2>/dev/null || true
