@@ -75,7 +75,11 @@ bench-verify: ## The verifier on a synthetic 1,000,000-op history (goal < 60 s):
 VERIFY_OPS ?= 1000000
 
 .PHONY: bench
-bench: bench-proxy bench-loadgen bench-verify bench-fence ## Every speed benchmark in one run, each beside its anchor (PgBouncer, a bare pgx round trip, the fence off): ratios, never assertions
+bench: bench-proxy bench-loadgen bench-verify bench-fence bench-idle ## Every speed and memory benchmark in one run, each beside its anchor (PgBouncer, a bare pgx round trip, the fence off): ratios, never assertions
+
+.PHONY: bench-idle
+bench-idle: build ## Memory per idle client (goal ≤ 8 KiB at 5,000): STEPS (default 5000,10000) clients held by pgshard's proxy and by PgBouncer side by side, never-sent and after one query; KiB/client, failed connections, ratio; asserts no figure (fails only if a connection does)
+	@scripts/bench-idle.sh $(BIN)
 
 .PHONY: bench-fence
 bench-fence: ## The shard fence's cost, on vs off interleaved in one run: on one real shard (fast-path commit, keyed point read), then through the proxy and PgBouncer (keyed point SELECT in the simple and extended protocol, the store's fast-path commit and Load); prints µs/op and on/off (goal ≤ 1.05); asserts nothing

@@ -595,7 +595,7 @@ func (s *session) reconcilePS(st byte) {
 		rep := maps.Clone(s.reported)
 		for _, p := range s.pendingPS {
 			rep[p[0]] = p[1]
-			if s.seen[p[0]] != p[1] {
+			if s.told(p[0]) != p[1] {
 				s.seen[p[0]] = p[1]
 				s.out = pgwire.AppendParameterStatus(s.out, p[0], p[1])
 			}
@@ -614,7 +614,7 @@ func (s *session) reconcilePS(st byte) {
 				s.psDirty = true
 			}
 		}
-		if s.seen[p[0]] != want {
+		if s.told(p[0]) != want {
 			s.seen[p[0]] = want
 			s.out = pgwire.AppendParameterStatus(s.out, p[0], want)
 		}
@@ -623,12 +623,22 @@ func (s *session) reconcilePS(st byte) {
 	if st == 'I' && s.psDirty {
 		s.psDirty = false
 		for n, v := range s.reported {
-			if s.seen[n] != v {
+			if s.told(n) != v {
 				s.seen[n] = v
 				s.out = pgwire.AppendParameterStatus(s.out, n, v)
 			}
 		}
 	}
+}
+
+// told is what the client was last told of parameter n: what s.seen
+// records since startup, else the startup's value (sent by greet; seen
+// starts empty so that an idle session shares the startup's map).
+func (s *session) told(n string) string {
+	if v, ok := s.seen[n]; ok {
+		return v
+	}
+	return s.startupReported[n]
 }
 
 // copyIn relays a COPY FROM STDIN: client CopyData goes to the backend until

@@ -143,7 +143,10 @@ type planner struct {
 }
 
 func (s *session) newPlanner(ctx context.Context) *planner {
-	p := &s.plan
+	if s.plan == nil {
+		s.plan = new(planner)
+	}
+	p := s.plan
 	*p = planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
 	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.pin == nil && !s.hasReaders() && !s.hintBound
 	if s.bc != nil {

@@ -75,7 +75,8 @@ type session struct {
 	// (canonical names) — what a client with a direct connection would
 	// have been told; startupReported those at connect time (for RESET).
 	reported, startupReported map[string]string
-	// seen is what the client was last told for each parameter.
+	// seen is what the client was last told for each parameter that
+	// changed since startup (told reads it).
 	seen map[string]string
 	// pendingPS collects ParameterStatus messages from the backend during
 	// an exchange; they are reconciled before the client's ReadyForQuery.
@@ -171,8 +172,9 @@ type session struct {
 	// adminCancel cancels the admin command running (under mu).
 	adminCancel context.CancelFunc
 
-	// Scratch reused by every exchange (no allocation on the hot path).
-	plan     planner
+	// Scratch reused by every exchange (no allocation on the hot path);
+	// plan is allocated at the first (an idle client holds none).
+	plan     *planner
 	grp      []cmsg
 	grpBytes int
 	items    []item
@@ -264,7 +266,7 @@ func newSession(gen *generationEnv, host *hostEnv, conn net.Conn) *session {
 		seen:      map[string]string{},
 	}
 	s.io = pgwire.ConnIO(conn)
-	s.rd = pgwire.NewMsgReader(s.io, s.messageLimit)
+	s.rd = pgwire.NewLendingMsgReader(s.io, s.messageLimit)
 	return s
 }
 
@@ -528,8 +530,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		s.out = pgwire.AppendParameterStatus(s.out, n, st[n])
-		s.seen[n] = st[n]
+		s.out = pgwire.AppendParameterStatus(s.out, n, st[n]) // s.seen: told
 	}
 	s.out = append(s.out, 'K', 0, 0, 0, 12)
 	s.out = pgwire.AppendU32(s.out, s.pid)
@@ -539,6 +540,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		s.host.clients.unregister(s)
 		return false, err
 	}
+	s.out = nil // the greeting's buffer: a client that stays idle holds none
 	return true, nil
 }
 
@@ -656,6 +658,11 @@ func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 			}
 			lastErr = err
 			continue
+		}
+		if len(pre.KV) == 0 {
+			// Shared by the sessions with these settings: the pool's
+			// map is never written, and a session copies before writing.
+			return st, nil
 		}
 		out := make(map[string]string, len(st)+4)
 		for n, v := range st {

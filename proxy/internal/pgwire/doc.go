@@ -4,7 +4,8 @@
 // socket I/O. It holds no policy and imports nothing of pgshard's.
 //
 //	bytes ──▶ MsgReader (wire.go: framing, size limits, hold/release of a
-//	          │          pipeline's messages without copying)
+//	          │          pipeline's messages without copying; a lending
+//	          │          reader's buffer is back in a pool while it waits)
 //	          ├─▶ ParseView, BindView, Decode* (wire.go: views into a message)
 //	          └─▶ StartupPacket (startup.go: startup, SSLRequest, CancelRequest,
 //	                             GSSENCRequest, "options")
@@ -17,5 +18,8 @@
 // the SQLSTATE codes the proxy uses; ProtocolError is a malformed or
 // oversized message (SQLSTATE 08P01). A message returned by
 // MsgReader.Next is a slice of the reader's buffer: valid until the next
-// call, or until Release while the reader holds.
+// call, or until Release while the reader holds. A client's reader
+// (NewLendingMsgReader) lends its buffer to the pool shared by all of
+// them whenever it waits with nothing buffered or held, so a message kept
+// past the next call is another session's bytes, not merely stale ones.
 package pgwire

@@ -24,9 +24,12 @@ type RawIO struct {
 
 	// Arguments and results of the current call (the callbacks are made
 	// once, so a call allocates nothing).
-	p       []byte
-	n       int
-	errno   syscall.Errno
+	p     []byte
+	n     int
+	errno syscall.Errno
+	// lender, during readLending, is the reader whose buffer p is: it
+	// goes back to the pool while the call waits.
+	lender  *MsgReader
 	readFn  func(fd uintptr) bool
 	writeFn func(fd uintptr) bool
 }
@@ -51,12 +54,22 @@ func newRawIO(c net.Conn) *RawIO {
 func (r *RawIO) RawConn() syscall.RawConn { return r.rc }
 
 func (r *RawIO) doRead(fd uintptr) bool {
+	if r.lender != nil && r.p == nil {
+		// Input arrived after a wait: take a buffer again.
+		r.lender.takeBuf()
+		r.p = r.lender.buf
+	}
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
 		switch e {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			if r.lender != nil {
+				// Nothing to read: the wait holds no buffer.
+				r.lender.lendBuf()
+				r.p = nil
+			}
 			return false
 		}
 		r.n, r.errno = int(n), e
@@ -89,6 +102,25 @@ func (r *RawIO) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	r.p, r.n, r.errno = p, 0, 0
+	return r.read()
+}
+
+// readLending reads into m's buffer, which holds nothing, from its
+// start: while the call waits for input the buffer is back in the pool
+// (m.buf is nil), and it is taken again when input arrives. After an
+// error (a deadline, the connection closed) m holds no buffer.
+func (r *RawIO) readLending(m *MsgReader) (int, error) {
+	r.p, r.n, r.errno, r.lender = m.buf, 0, 0, m
+	n, err := r.read()
+	r.lender = nil
+	if err != nil && m.buf != nil {
+		m.lendBuf()
+	}
+	return n, err
+}
+
+// read runs the read call set up in r.
+func (r *RawIO) read() (int, error) {
 	err := r.rc.Read(r.readFn)
 	r.p = nil
 	if err != nil {

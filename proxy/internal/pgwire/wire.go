@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
 // Wire-level framing shared by the client and the backend side.
@@ -56,9 +57,17 @@ func ProtoErrorf(format string, args ...any) error {
 // the reader holds (hold/release), every message returned since hold stays
 // valid until release, which lets the session buffer an extended-protocol
 // pipeline up to Sync without copying it.
+//
+// The buffer is allocated at the first read. A lending reader
+// (NewLendingMsgReader) gives it back to a shared pool whenever it waits
+// for input with nothing buffered and nothing held, and takes one again
+// when input arrives: an idle client then costs no buffer.
 type MsgReader struct {
 	r   io.Reader
 	buf []byte
+	// raw is r when the reader lends its buffer while it waits (r is a
+	// *RawIO and the reader was made by NewLendingMsgReader); nil otherwise.
+	raw *RawIO
 	// keep is the first byte that must be preserved (held messages), pos
 	// the next unread byte, end the end of the valid data.
 	keep, pos, end int
@@ -77,8 +86,41 @@ type MsgReader struct {
 // NewMsgReader returns a reader framing messages from r; limit (nil: none)
 // returns the largest total length allowed for a message type.
 func NewMsgReader(r io.Reader, limit func(byte) int) *MsgReader {
-	return &MsgReader{r: r, buf: make([]byte, readBufSize), limit: limit}
+	return &MsgReader{r: r, limit: limit}
 }
+
+// NewLendingMsgReader is NewMsgReader for a connection that is mostly
+// idle (a client's): while it waits for input with nothing buffered and
+// no message held, its buffer is back in a pool shared by all lending
+// readers, as net/http does with its connections' buffers. It lends only
+// when r is a *RawIO (ConnIO of a socket); on another reader (TLS) it is
+// NewMsgReader. A buffer grown for a large message is kept, not lent (a
+// client that sends large messages keeps its larger buffer, as before).
+func NewLendingMsgReader(r io.Reader, limit func(byte) int) *MsgReader {
+	m := NewMsgReader(r, limit)
+	m.raw, _ = r.(*RawIO)
+	return m
+}
+
+// readBufPool holds the buffers (readBufSize) of lending readers that wait.
+var readBufPool = sync.Pool{New: func() any { return new([readBufSize]byte) }}
+
+// takeBuf gives the reader a buffer from the pool (it has none).
+func (m *MsgReader) takeBuf() {
+	m.buf = readBufPool.Get().(*[readBufSize]byte)[:]
+}
+
+// lendBuf returns the reader's buffer to the pool; it must hold nothing
+// (keep == pos == end) and be of the pool's size.
+func (m *MsgReader) lendBuf() {
+	readBufPool.Put((*[readBufSize]byte)(m.buf))
+	m.buf = nil
+	m.keep, m.pos, m.end = 0, 0, 0
+}
+
+// HasBuffer reports whether the reader holds a buffer now (a lending
+// reader waiting for input holds none).
+func (m *MsgReader) HasBuffer() bool { return m.buf != nil }
 
 // buffered reports how many unread bytes are buffered.
 func (m *MsgReader) Buffered() int { return m.end - m.pos }
@@ -136,10 +178,26 @@ func (m *MsgReader) Next() (byte, []byte, error) {
 // fill makes at least need unread bytes available.
 func (m *MsgReader) fill(need int) error {
 	for m.end-m.pos < need {
+		if m.buf == nil {
+			if m.raw != nil {
+				m.takeBuf()
+			} else {
+				m.buf = make([]byte, readBufSize)
+			}
+		}
 		if m.pos+need > len(m.buf) {
 			m.makeRoom(need)
 		}
-		n, err := m.r.Read(m.buf[m.end:])
+		var n int
+		var err error
+		if m.raw != nil && m.end == m.pos && !m.holding && len(m.buf) == readBufSize {
+			// Nothing buffered or held: the buffer is lent while the read
+			// waits (RawIO.readLending).
+			m.keep, m.pos, m.end = 0, 0, 0
+			n, err = m.raw.readLending(m)
+		} else {
+			n, err = m.r.Read(m.buf[m.end:])
+		}
 		m.end += n
 		m.nread += uint64(n)
 		if err != nil {
