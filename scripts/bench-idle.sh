@@ -37,17 +37,8 @@ py=/usr/bin/python3
 tool=$dir/idleclients
 go build -o "$tool" ./internal/tools/idleclients
 
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-	done
-	if [ "${KEEP:-0}" != 1 ]; then
-		"$bin" dev down --dir "$dir" --purge >/dev/null 2>&1 || true
-	fi
-}
-trap cleanup EXIT
+# shellcheck source=bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh" # pids, cleanup on EXIT
 
 # Every client is a file descriptor here and in the server measured.
 need=$((max + 200))

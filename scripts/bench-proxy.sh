@@ -44,17 +44,8 @@ pgbench=$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)
 psql=$(command -v psql)
 py=/usr/bin/python3
 
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-	done
-	if [ "${KEEP:-0}" != 1 ]; then
-		"$bin" dev down --dir "$dir" --purge >/dev/null 2>&1 || true
-	fi
-}
-trap cleanup EXIT
+# shellcheck source=bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh" # pids, cleanup on EXIT
 
 echo "bench-proxy: ${clients} clients, pgbench -M ${mode}, ${rounds} rounds x ${duration}s per path, ${rows} rows; state in ${dir}"
 # The start's output is kept: on failure it says why (which server, its
