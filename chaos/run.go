@@ -283,10 +283,12 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			return nil, fmt.Errorf("connect to the proxy: %w", err)
 		}
 		if catalogDSN != "" {
-			// The proxy answers before its first catalog lease: keyed
-			// statements are refused (57P03) until it holds one, which
-			// the workload's setup must not meet.
-			if err := waitLease(ctx, st, catalogLeaseWait); err != nil {
+			// The proxy announces itself ready (StartProxy waits for
+			// that) only once it holds its first catalog lease. A safety
+			// net all the same, which normally costs one keyed read: the
+			// workload's setup must not meet a refusal (57P03), and a
+			// 2 s lease on a loaded machine may lapse between the two.
+			if err := waitLease(ctx, st, catalogLeaseWait, env.Logf); err != nil {
 				st.Close()
 				return nil, fmt.Errorf("the proxy's catalog lease: %w", err)
 			}
@@ -781,16 +783,20 @@ func viaOf(t string, split *splitTarget) func(*loadgen.Op) string {
 // waitLease waits, polling every 20 ms for at most within, until a keyed
 // read through st (an execution that does not exist) is not refused for a
 // lease that is not live (57P03): the proxy behind st holds its catalog
-// lease.
-func waitLease(ctx context.Context, st store.ExecutionStore, within time.Duration) error {
+// lease. A refusal of the first read is logged: the proxy, ready, should
+// hold its lease already.
+func waitLease(ctx context.Context, st store.ExecutionStore, within time.Duration, logf func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		_, err := st.Load(ctx, "pgshard-chaos-lease-probe")
 		if err == nil || sqlState(err) != "57P03" {
 			return nil
+		}
+		if first && logf != nil {
+			logf("chaos: the proxy, ready, refused a keyed read for its lease (waiting for it at most %v): %v", within, err)
 		}
 		select {
 		case <-ctx.Done():
