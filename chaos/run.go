@@ -185,7 +185,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	moves := hasMoves(plan)
 	if moves && mut.Level != mutant.LevelStore {
 		will.Catalog = &catalog.Catalog{}
-		if will.Proxy != nil {
+		if hasCatalogCut(plan) {
 			will.CatalogRelay = &Relay{}
 		}
 	}
@@ -234,15 +234,16 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 		defer cat.Close()
 		env.Catalog, catalogDSN = cat, dsn
-		if hasCatalogCut(plan) && (sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx) {
-			// The proxy reaches the catalog through a relay of its own,
-			// which catalog-cut cuts; the mover's connection stays direct.
-			cr, proxyDSN, err := catalogRelay(dsn)
+		if hasCatalogCut(plan) {
+			// The store under test (the proxy, the router) reaches the
+			// catalog through a relay, which catalog-cut cuts; the
+			// mover's connection stays direct.
+			cr, cutDSN, err := catalogRelay(dsn)
 			if err != nil {
 				return nil, err
 			}
 			defer cr.Close()
-			env.CatalogRelay, env.CatalogTTL, catalogDSN = cr, CatalogCutTTL, proxyDSN
+			env.CatalogRelay, env.CatalogTTL, catalogDSN = cr, CatalogCutTTL, cutDSN
 		}
 	}
 
@@ -274,6 +275,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			return nil, err
 		}
 		env.Proxy, env.ProxyRelay = px, pr
+		if env.CatalogRelay != nil {
+			env.CatalogFollowers = append(env.CatalogFollowers, "proxy")
+		}
 		dsn, err := withHost(m.Shards[0].DSN, pr.Addr())
 		if err != nil {
 			return nil, err
@@ -316,8 +320,18 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		case env.Catalog != nil:
 			// The router follows the run's catalog: the moves change its
 			// map, the shards' fences refuse it until it has reloaded.
+			// With catalog cuts it reaches the catalog through their
+			// relay, with their lease TTL, like the proxy.
 			var stop func()
-			st, stop, err = openFollowingRouter(ctx, env.Catalog, router.Options{Store: sopts, UsePooler: pooler}, env.Logf)
+			ro := router.Options{Store: sopts, UsePooler: pooler}
+			if env.CatalogRelay != nil {
+				st, stop, err = openRelayedRouter(ctx, catalogDSN, env.CatalogTTL, ro, env.Logf)
+				if err == nil {
+					env.CatalogFollowers = append(env.CatalogFollowers, "router")
+				}
+			} else {
+				st, stop, err = openFollowingRouter(ctx, env.Catalog, 0, ro, env.Logf)
+			}
 			if err == nil {
 				st = stoppingStore{st, stop}
 			}
