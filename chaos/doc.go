@@ -44,6 +44,9 @@
 // cluster's catalog server when RunOptions.CatalogDSN names one that is no
 // shard's, so every shard may crash; else on shard0's); the history's end
 // line records the catalog's final map, by which verify places rows.
+// A shard-crash with param during=catch-up (catchup.go) waits for a move
+// of its shard to enter its catch-up and crashes the shard there, the
+// mover held at that point until the shard is down.
 // The catalog-cut fault (fault_catalog_cut.go) cuts the chaos-owned proxy
 // and the router off from that catalog past their lease TTL while the
 // mover goes on; the op lines' via says which client each op went

@@ -29,7 +29,7 @@ import (
 //	fault_pgbouncer_kill.go       SIGKILL PgBouncer, start it again
 //	fault_pgbouncer_pause.go      PAUSE / RESUME through the admin console
 //	fault_pgbouncer_reconnect.go  RECONNECT through the admin console
-//	fault_shard_crash.go          immediate stop of a shard, start (crash recovery)
+//	fault_shard_crash.go          immediate stop of a shard, start (crash recovery); during=catch-up: catchup.go
 //	fault_backend_kill.go         SIGKILL one backend (the postmaster reinitializes)
 //	fault_latency.go, fault_stall.go, fault_reset.go, fault_partition.go   relay modes
 //	fault_proxy_restart.go        SIGKILL the chaos-owned proxy, start it again
@@ -82,7 +82,15 @@ const (
 	// KindShardCrash: stop the shard's Postgres the way `pg_ctl stop -m
 	// immediate` does (param mode=kill SIGKILLs the postmaster instead),
 	// start it again at heal. Landed (heal): a new postmaster ran crash
-	// recovery (the server log's recovery lines).
+	// recovery (the server log's recovery lines). With param
+	// during=catch-up (needs the run's catalog) the crash waits, at most
+	// param wait (default 30s), for a move of which the shard is the
+	// source or the destination (param role: source, destination, any —
+	// the default: the planner's seeded shard decides) to enter its
+	// catch-up, and lands there, the mover held at that point until the
+	// shard is down (catchup.go); evidence during, move, role, lo, hi,
+	// from, to, waited_ms. None within the wait: no crash (landed false,
+	// evidence no_catch_up).
 	KindShardCrash Kind = "shard-crash"
 	// KindBackendKill: SIGKILL one client backend of the workload on the
 	// shard (busy ones preferred), so the postmaster terminates every
@@ -296,6 +304,9 @@ type Env struct {
 	// moves is the move faults' shared state (mover-kill's next step);
 	// nil until the first needs it (move faults run one at a time).
 	moves *moveState
+	// catchUps matches shard crashes aimed at a catch-up with the moves
+	// (catchup.go); set by Run with the run's catalog, nil otherwise.
+	catchUps *catchUpBoard
 }
 
 func (e *Env) logf(format string, args ...any) {

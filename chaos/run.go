@@ -234,6 +234,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 		defer cat.Close()
 		env.Catalog, catalogDSN = cat, dsn
+		env.moves, env.catchUps = &moveState{}, &catchUpBoard{}
 		if hasCatalogCut(plan) {
 			// The store under test (the proxy, the router) reaches the
 			// catalog through a relay, which catalog-cut cuts; the

@@ -303,6 +303,8 @@ func TestCheck(t *testing.T) {
 			[]string{"catalog-cut (on the catalog's followers) needs a relay between the store under test (the router, the chaos-owned proxy) and the run's catalog"}},
 		{"no catalog", func(e chaos.Env) chaos.Env { e.CatalogRelay = relay; return e }, []chaos.Planned{{ID: "f7", Kind: chaos.KindCatalogCut, Shard: -1}},
 			[]string{"catalog-cut (on the mover) needs the run's catalog"}},
+		{"catch-up crash without a catalog", func(e chaos.Env) chaos.Env { return e }, []chaos.Planned{{ID: "f8", Kind: chaos.KindShardCrash, Shard: 0, Params: chaos.Params{"during": "catch-up"}}},
+			[]string{"shard-crash (on the mover) needs the run's catalog"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
