@@ -195,6 +195,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	if mut.Level == mutant.LevelProxy && (!hasCatalogCut(plan) || will.Proxy == nil) {
 		return nil, fmt.Errorf("mutant %s breaks the proxy's lease: scenario %s has no catalog-cut faults on a proxy target (use configs/chaos/mutants-lease.yaml)", mut.Kind, sc.Name)
 	}
+	if mut.Level == mutant.LevelRouter && (!hasCatalogCut(plan) || sc.Target == TargetProxy) {
+		return nil, fmt.Errorf("mutant %s breaks the router's lease: scenario %s has no catalog-cut faults on a target with the router (use configs/chaos/mutants-lease.yaml)", mut.Kind, sc.Name)
+	}
 	if mut.Level == mutant.LevelMover && !moves {
 		return nil, fmt.Errorf("mutant %s breaks the mover: scenario %s has no move faults (use configs/chaos/mutants-reshard.yaml)", mut.Kind, sc.Name)
 	}
@@ -326,7 +329,17 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			var stop func()
 			ro := router.Options{Store: sopts, UsePooler: pooler}
 			if env.CatalogRelay != nil {
-				st, stop, err = openRelayedRouter(ctx, catalogDSN, env.CatalogTTL, ro, env.Logf)
+				// A router-level mutant's lease TTL replaces the run's,
+				// which the history records all the same.
+				ttl, terr := env.CatalogTTL, error(nil)
+				if mut.Level == mutant.LevelRouter {
+					ttl, terr = mutant.RouterLeaseTTL(mut.Kind)
+				}
+				if terr != nil {
+					err = terr
+				} else {
+					st, stop, err = openRelayedRouter(ctx, catalogDSN, ttl, ro, env.Logf)
+				}
 				if err == nil {
 					env.CatalogFollowers = append(env.CatalogFollowers, "router")
 				}
