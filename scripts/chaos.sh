@@ -5,7 +5,8 @@
 # ci scenario (every fault kind, through PgBouncer and the proxy at once)
 # verified, the recovery scenario (each kind alone: time to recover per
 # kind), the reshard scenario (bucket ranges moved online and the mover
-# killed at its journal steps, beside every fault kind on every shard:
+# killed at its journal steps, shards crashed in a move's catch-up,
+# beside every fault kind on every shard:
 # >= 20 moves done, >= 3 mover kills resolved), then the
 # mutant runs (the control must pass, every deliberately broken store must
 # be caught): the store's mutants, then the resharding mutants (broken
