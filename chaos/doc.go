@@ -10,7 +10,7 @@
 //	     ▼
 //	run.go       reset the store's tables (and the fences) ─▶ relays in front of every shard (relaymap.go, relay.go)
 //	             ─▶ with move faults: the run's catalog, the router following it (movecatalog.go)
-//	             ─▶ with catalog-cut faults: a relay between the proxy and the catalog (fault_catalog_cut.go)
+//	             ─▶ with catalog-cut faults: a relay between the catalog and its followers, the proxy and the router (fault_catalog_cut.go)
 //	             ─▶ the chaos-owned proxy behind its own relay (proxyproc.go), for proxy targets
 //	             ─▶ the store under test: router | proxy | both (target.go) | a mutant (mutant/)
 //	     │
@@ -44,10 +44,14 @@
 // cluster's catalog server when RunOptions.CatalogDSN names one that is no
 // shard's, so every shard may crash; else on shard0's); the history's end
 // line records the catalog's final map, by which verify places rows.
-// The catalog-cut fault (fault_catalog_cut.go) cuts the chaos-owned proxy off
-// from that catalog past its lease TTL while the mover goes on; the
-// op lines' via says which client each op went through, so that verify
-// can judge the proxy's keyed operations during the cut.
+// A shard-crash with param during=catch-up (catchup.go) waits for a move
+// of its shard to enter its catch-up and crashes the shard there, the
+// mover held at that point until the shard is down.
+// The catalog-cut fault (fault_catalog_cut.go) cuts the chaos-owned proxy
+// and the router off from that catalog past their lease TTL while the
+// mover goes on; the op lines' via says which client each op went
+// through, so that verify can judge both clients' keyed operations
+// during the cut.
 //
 // Package chaos/mutant holds the deliberately broken stores and clients the
 // mutant runs plug in; only chaos tooling reaches it.

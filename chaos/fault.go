@@ -29,12 +29,12 @@ import (
 //	fault_pgbouncer_kill.go       SIGKILL PgBouncer, start it again
 //	fault_pgbouncer_pause.go      PAUSE / RESUME through the admin console
 //	fault_pgbouncer_reconnect.go  RECONNECT through the admin console
-//	fault_shard_crash.go          immediate stop of a shard, start (crash recovery)
+//	fault_shard_crash.go          immediate stop of a shard, start (crash recovery); during=catch-up: catchup.go
 //	fault_backend_kill.go         SIGKILL one backend (the postmaster reinitializes)
 //	fault_latency.go, fault_stall.go, fault_reset.go, fault_partition.go   relay modes
 //	fault_proxy_restart.go        SIGKILL the chaos-owned proxy, start it again
 //	fault_move.go                 move, mover-kill: bucket-range moves in the run's catalog (reshard.Apply)
-//	fault_catalog_cut.go          catalog-cut: the proxy's catalog relay cut past its lease TTL
+//	fault_catalog_cut.go          catalog-cut: the followers' (proxy, router) catalog relay cut past their lease TTL
 //	movecatalog.go                the run's catalog, the shards' fences reset, the router that follows it
 //	admin.go                      admin connections, PgBouncer's console, server logs
 
@@ -82,7 +82,15 @@ const (
 	// KindShardCrash: stop the shard's Postgres the way `pg_ctl stop -m
 	// immediate` does (param mode=kill SIGKILLs the postmaster instead),
 	// start it again at heal. Landed (heal): a new postmaster ran crash
-	// recovery (the server log's recovery lines).
+	// recovery (the server log's recovery lines). With param
+	// during=catch-up (needs the run's catalog) the crash waits, at most
+	// param wait (default 30s), for a move of which the shard is the
+	// source or the destination (param role: source, destination, any —
+	// the default: the planner's seeded shard decides) to enter its
+	// catch-up, and lands there, the mover held at that point until the
+	// shard is down (catchup.go); evidence during, move, role, lo, hi,
+	// from, to, waited_ms. None within the wait: no crash (landed false,
+	// evidence no_catch_up).
 	KindShardCrash Kind = "shard-crash"
 	// KindBackendKill: SIGKILL one client backend of the workload on the
 	// shard (busy ones preferred), so the postmaster terminates every
@@ -137,15 +145,16 @@ const (
 	// mover was killed at its step, and the resume or abort finished
 	// (done, or aborted — an abort after the flip completes the move).
 	KindMoverKill Kind = "mover-kill"
-	// KindCatalogCut: the chaos-owned proxy's relay to the run's catalog
-	// (Env.CatalogRelay; NeedsCatalog) blackholes its connections and
-	// holds new ones unconnected for the hold, which must exceed the
-	// proxy's lease TTL (CatalogCutTTL) by a second at least; heal
-	// resets them. The mover's catalog connection is not cut: the moves
-	// go on while the proxy cannot see them, its lease lapses and it must
-	// refuse keyed statements until it reaches the catalog again (verify:
+	// KindCatalogCut: the relay between the store under test's followers
+	// (the chaos-owned proxy, the router) and the run's catalog
+	// (Env.CatalogRelay; NeedsCatalog) blackholes their connections and
+	// holds new ones unconnected for the hold, which must exceed their
+	// lease TTL (CatalogCutTTL) by a second at least; heal resets them.
+	// The mover's catalog connection is not cut: the moves go on while
+	// the followers cannot see them, their leases lapse and they must
+	// refuse keyed operations until they reach the catalog again (verify:
 	// the lease invariant). Landed (heal): the cut outlasted the TTL and
-	// the proxy's follower tried the catalog during it.
+	// a follower tried the catalog during it.
 	KindCatalogCut Kind = "catalog-cut"
 )
 
@@ -193,8 +202,8 @@ const (
 	// NeedsCatalog: Env.Catalog, the run's own catalog that the store
 	// under test follows (move faults; the router and the proxy follow it).
 	NeedsCatalog
-	// NeedsCatalogRelay: Env.CatalogRelay, the relay between the
-	// chaos-owned proxy and the run's catalog.
+	// NeedsCatalogRelay: Env.CatalogRelay, the relay between the store
+	// under test's followers and the run's catalog.
 	NeedsCatalogRelay
 )
 
@@ -270,11 +279,14 @@ type Env struct {
 	// store under test follows it, the move faults plan and apply their
 	// moves in it. nil otherwise.
 	Catalog *catalog.Catalog
-	// CatalogRelay is the relay between the chaos-owned proxy and the
-	// run's catalog (runs with catalog-cut faults), or nil; CatalogTTL
-	// is the lease TTL of the proxy's follower behind it.
-	CatalogRelay *Relay
-	CatalogTTL   time.Duration
+	// CatalogRelay is the relay between the store under test's followers
+	// (the chaos-owned proxy, the router) and the run's catalog (runs
+	// with catalog-cut faults), or nil; CatalogTTL is the lease TTL of
+	// the followers behind it, CatalogFollowers their names as the op
+	// lines' via says them ("proxy", "router"; nil: "proxy").
+	CatalogRelay     *Relay
+	CatalogTTL       time.Duration
+	CatalogFollowers []string
 	// HotBuckets are the buckets of the workload's hot keys (keys:
 	// hotset), for moves with param hot; nil when it has none.
 	HotBuckets []int
@@ -292,6 +304,9 @@ type Env struct {
 	// moves is the move faults' shared state (mover-kill's next step);
 	// nil until the first needs it (move faults run one at a time).
 	moves *moveState
+	// catchUps matches shard crashes aimed at a catch-up with the moves
+	// (catchup.go); set by Run with the run's catalog, nil otherwise.
+	catchUps *catchUpBoard
 }
 
 func (e *Env) logf(format string, args ...any) {

@@ -144,6 +144,16 @@ func TestCatalogCut(t *testing.T) {
 	if ev, _ := f.Heal(ctx, env, -1); ev.Landed {
 		t.Fatalf("a cut shorter than the ttl landed: %v", ev.Fields)
 	}
+	// The evidence names every follower behind the relay, as the op
+	// lines' via does.
+	f, _ = NewFault(KindCatalogCut)
+	env.CatalogFollowers = []string{"proxy", "router"}
+	if ev, err := f.Inject(ctx, env, -1, nil, nil); err != nil || ev.Fields["follower"] != "proxy,router" {
+		t.Fatalf("inject with the proxy and the router behind the relay: %v, %v", ev.Fields, err)
+	}
+	if _, err := f.Heal(ctx, env, -1); err != nil {
+		t.Fatal(err)
+	}
 	// Without a catalog relay the inject fails, and the heal tolerates it.
 	f, _ = NewFault(KindCatalogCut)
 	if _, err := f.Inject(ctx, &Env{}, -1, nil, nil); err == nil || !strings.Contains(err.Error(), "no catalog relay") {

@@ -236,8 +236,13 @@ func moveOptions(env *Env, p Params) (reshard.Options, time.Duration, error) {
 	if err != nil {
 		return reshard.Options{}, 0, err
 	}
-	return reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL,
-		RetryPause: moveFreezeRetry, Around: env.MoverAround}, to, nil
+	opts := reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL,
+		RetryPause: moveFreezeRetry, Around: env.MoverAround}
+	if env.catchUps != nil {
+		// Shard crashes aimed at the catch-up (catchup.go).
+		opts.Hook = env.catchUps.hook
+	}
+	return opts, to, nil
 }
 
 // phases returns the journal phase of each of ids ("" if not found).
@@ -436,7 +441,13 @@ func (f *moverKill) Inject(ctx context.Context, env *Env, _ int, p Params, rng *
 	// journaled phase, past steps it will not pass again, and is tried
 	// again until the mover is killed or the move is done.
 	drawn := slices.Index(reshard.Steps, f.step)
-	opts.Hook = func(_ context.Context, step string, _ catalog.MoveRecord) error {
+	base := opts.Hook
+	opts.Hook = func(ctx context.Context, step string, m catalog.MoveRecord) error {
+		if base != nil {
+			if err := base(ctx, step, m); err != nil {
+				return err
+			}
+		}
 		if i := slices.Index(reshard.Steps, step); i >= drawn && !f.killed {
 			f.killed, f.step = true, step
 			return errMoverKilled

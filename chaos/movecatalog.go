@@ -188,19 +188,37 @@ func resetFences(ctx context.Context, env *Env, m *shardmap.Map, force bool) err
 	return g.Wait()
 }
 
+// openRelayedRouter is openFollowingRouter on a catalog of its own at dsn
+// (the run's, through the catalog-cut relay: the follower and the
+// router's reloads both go through it), with lease TTL ttl; stop closes
+// that catalog too.
+func openRelayedRouter(ctx context.Context, dsn string, ttl time.Duration, opts router.Options, logf func(string, ...any)) (store.ExecutionStore, func(), error) {
+	cat, err := catalog.Open(ctx, dsn, catalog.Options{ApplicationName: ControlAppName})
+	if err != nil {
+		return nil, nil, fmt.Errorf("run catalog (router, through the catalog relay): %w", err)
+	}
+	st, stop, err := openFollowingRouter(ctx, cat, ttl, opts, logf)
+	if err != nil {
+		cat.Close()
+		return nil, nil, err
+	}
+	return st, func() { stop(); cat.Close() }, nil
+}
+
 // openFollowingRouter opens the router over the catalog's map, following
 // it (catalog.Follower: each new epoch applied as it is published, a lease
-// of kind router held; keyed operations are refused while the lease is
-// not live). It returns once the first lease is held; stop stops the
+// of kind router held with TTL ttl, 0 for the default; keyed operations
+// are refused while the lease is not live; a fence's refusal reloads the
+// map from cat). It returns once the first lease is held; stop stops the
 // follower (releasing the lease) and closes the router.
-func openFollowingRouter(ctx context.Context, cat *catalog.Catalog, opts router.Options, logf func(string, ...any)) (st store.ExecutionStore, stop func(), err error) {
+func openFollowingRouter(ctx context.Context, cat *catalog.Catalog, ttl time.Duration, opts router.Options, logf func(string, ...any)) (st store.ExecutionStore, stop func(), err error) {
 	m, err := cat.Load(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("catalog %s: load the map: %w", cat.Addr(), err)
 	}
 	host, _ := os.Hostname()
 	f, err := cat.NewFollower(catalog.FollowOptions{
-		Owner: fmt.Sprintf("pgshard-chaos@%s:%d", host, os.Getpid()), Kind: "router",
+		Owner: fmt.Sprintf("pgshard-chaos@%s:%d", host, os.Getpid()), Kind: "router", TTL: ttl,
 		OnError: func(err error) {
 			if logf != nil {
 				logf("chaos: catalog follower: %v", err)

@@ -185,7 +185,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	moves := hasMoves(plan)
 	if moves && mut.Level != mutant.LevelStore {
 		will.Catalog = &catalog.Catalog{}
-		if will.Proxy != nil {
+		if hasCatalogCut(plan) {
 			will.CatalogRelay = &Relay{}
 		}
 	}
@@ -194,6 +194,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	}
 	if mut.Level == mutant.LevelProxy && (!hasCatalogCut(plan) || will.Proxy == nil) {
 		return nil, fmt.Errorf("mutant %s breaks the proxy's lease: scenario %s has no catalog-cut faults on a proxy target (use configs/chaos/mutants-lease.yaml)", mut.Kind, sc.Name)
+	}
+	if mut.Level == mutant.LevelRouter && (!hasCatalogCut(plan) || sc.Target == TargetProxy) {
+		return nil, fmt.Errorf("mutant %s breaks the router's lease: scenario %s has no catalog-cut faults on a target with the router (use configs/chaos/mutants-lease.yaml)", mut.Kind, sc.Name)
 	}
 	if mut.Level == mutant.LevelMover && !moves {
 		return nil, fmt.Errorf("mutant %s breaks the mover: scenario %s has no move faults (use configs/chaos/mutants-reshard.yaml)", mut.Kind, sc.Name)
@@ -234,15 +237,17 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		}
 		defer cat.Close()
 		env.Catalog, catalogDSN = cat, dsn
-		if hasCatalogCut(plan) && (sc.Target == TargetProxy || sc.Target == TargetPgBouncerPlusPx) {
-			// The proxy reaches the catalog through a relay of its own,
-			// which catalog-cut cuts; the mover's connection stays direct.
-			cr, proxyDSN, err := catalogRelay(dsn)
+		env.moves, env.catchUps = &moveState{}, &catchUpBoard{}
+		if hasCatalogCut(plan) {
+			// The store under test (the proxy, the router) reaches the
+			// catalog through a relay, which catalog-cut cuts; the
+			// mover's connection stays direct.
+			cr, cutDSN, err := catalogRelay(dsn)
 			if err != nil {
 				return nil, err
 			}
 			defer cr.Close()
-			env.CatalogRelay, env.CatalogTTL, catalogDSN = cr, CatalogCutTTL, proxyDSN
+			env.CatalogRelay, env.CatalogTTL, catalogDSN = cr, CatalogCutTTL, cutDSN
 		}
 	}
 
@@ -274,6 +279,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			return nil, err
 		}
 		env.Proxy, env.ProxyRelay = px, pr
+		if env.CatalogRelay != nil {
+			env.CatalogFollowers = append(env.CatalogFollowers, "proxy")
+		}
 		dsn, err := withHost(m.Shards[0].DSN, pr.Addr())
 		if err != nil {
 			return nil, err
@@ -283,10 +291,12 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			return nil, fmt.Errorf("connect to the proxy: %w", err)
 		}
 		if catalogDSN != "" {
-			// The proxy answers before its first catalog lease: keyed
-			// statements are refused (57P03) until it holds one, which
-			// the workload's setup must not meet.
-			if err := waitLease(ctx, st, catalogLeaseWait); err != nil {
+			// The proxy announces itself ready (StartProxy waits for
+			// that) only once it holds its first catalog lease. A safety
+			// net all the same, which normally costs one keyed read: the
+			// workload's setup must not meet a refusal (57P03), and a
+			// 2 s lease on a loaded machine may lapse between the two.
+			if err := waitLease(ctx, st, catalogLeaseWait, env.Logf); err != nil {
 				st.Close()
 				return nil, fmt.Errorf("the proxy's catalog lease: %w", err)
 			}
@@ -314,8 +324,28 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		case env.Catalog != nil:
 			// The router follows the run's catalog: the moves change its
 			// map, the shards' fences refuse it until it has reloaded.
+			// With catalog cuts it reaches the catalog through their
+			// relay, with their lease TTL, like the proxy.
 			var stop func()
-			st, stop, err = openFollowingRouter(ctx, env.Catalog, router.Options{Store: sopts, UsePooler: pooler}, env.Logf)
+			ro := router.Options{Store: sopts, UsePooler: pooler}
+			if env.CatalogRelay != nil {
+				// A router-level mutant's lease TTL replaces the run's,
+				// which the history records all the same.
+				ttl, terr := env.CatalogTTL, error(nil)
+				if mut.Level == mutant.LevelRouter {
+					ttl, terr = mutant.RouterLeaseTTL(mut.Kind)
+				}
+				if terr != nil {
+					err = terr
+				} else {
+					st, stop, err = openRelayedRouter(ctx, catalogDSN, ttl, ro, env.Logf)
+				}
+				if err == nil {
+					env.CatalogFollowers = append(env.CatalogFollowers, "router")
+				}
+			} else {
+				st, stop, err = openFollowingRouter(ctx, env.Catalog, 0, ro, env.Logf)
+			}
 			if err == nil {
 				st = stoppingStore{st, stop}
 			}
@@ -781,16 +811,20 @@ func viaOf(t string, split *splitTarget) func(*loadgen.Op) string {
 // waitLease waits, polling every 20 ms for at most within, until a keyed
 // read through st (an execution that does not exist) is not refused for a
 // lease that is not live (57P03): the proxy behind st holds its catalog
-// lease.
-func waitLease(ctx context.Context, st store.ExecutionStore, within time.Duration) error {
+// lease. A refusal of the first read is logged: the proxy, ready, should
+// hold its lease already.
+func waitLease(ctx context.Context, st store.ExecutionStore, within time.Duration, logf func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		_, err := st.Load(ctx, "pgshard-chaos-lease-probe")
 		if err == nil || sqlState(err) != "57P03" {
 			return nil
+		}
+		if first && logf != nil {
+			logf("chaos: the proxy, ready, refused a keyed read for its lease (waiting for it at most %v): %v", within, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -282,7 +282,7 @@ func kindList() string {
 	return strings.Join(ks, ", ")
 }
 
-func needsProxy(k Kind) bool { return k == KindProxyRestart || k == KindCatalogCut }
+func needsProxy(k Kind) bool { return k == KindProxyRestart }
 
 // specs turns the scenario's faults into the planner's input.
 func (s *Scenario) specs() []Spec {

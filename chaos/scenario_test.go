@@ -45,7 +45,6 @@ func TestScenarioErrors(t *testing.T) {
 		{"faults:\n  - {kind: reset}\n", "faults[0]: reset needs every"},
 		{"faults:\n  - {kind: reset, at: [2m]}\n", "faults[0].at[0]"},
 		{"target: pgbouncer\nfaults:\n  - {kind: proxy-restart, every: 2s}\n", "needs a proxy target"},
-		{"target: pgbouncer\nfaults:\n  - {kind: catalog-cut, every: 10s, hold: 4s}\n", "faults[0].kind: catalog-cut needs a proxy target"},
 		{"workload:\n  keys: pareto\n", "workload.keys"},
 		{"workload:\n  concurrency: 0\n", "workload.concurrency"},
 		{"workload:\n  op_timeout: 0s\n", "workload.op_timeout"},

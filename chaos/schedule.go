@@ -238,12 +238,12 @@ func validateSpec(sp Spec, period time.Duration, shards map[string]int) []string
 	case period > 0 && sp.Hold >= period:
 		add("hold: %v does not fit in the period %v", sp.Hold, period)
 	case sp.Kind == KindCatalogCut && sp.Hold < catalogCutMinHold:
-		add("hold: %v is too short for %s: the proxy's lease (ttl %v) must lapse within it; give at least %v", sp.Hold, sp.Kind, CatalogCutTTL, catalogCutMinHold)
+		add("hold: %v is too short for %s: the followers' leases (ttl %v) must lapse within it; give at least %v", sp.Hold, sp.Kind, CatalogCutTTL, catalogCutMinHold)
 	}
 	probs = append(probs, validateParams(sp.Kind, sp.Params)...)
 	_, global, _ := info.target(sp.Params)
 	if global && len(sp.Shards) > 0 {
-		add("shards: %s acts on the proxy, not on a shard", sp.Kind)
+		add("shards: %s acts on %s, not on a shard", sp.Kind, globalTarget(sp.Kind))
 	}
 	for j, s := range sp.Shards {
 		if _, ok := shards[s]; !ok {
@@ -282,7 +282,7 @@ func Check(plan []Planned, env *Env) error {
 			continue
 		}
 		needs, global, _ := info.target(p.Params)
-		target := "the proxy"
+		target := globalTarget(p.Kind)
 		if !global {
 			if p.Shard < 0 || p.Shard >= len(env.Map.Shards) {
 				note(p.Kind, fmt.Sprintf("shard %d of the map", p.Shard), p.ID)
@@ -324,7 +324,7 @@ func Check(plan []Planned, env *Env) error {
 			note(p.Kind, "the run's catalog, followed by the store under test (the router, the chaos-owned proxy)", "the mover")
 		}
 		if needs&NeedsCatalogRelay != 0 && env.CatalogRelay == nil {
-			note(p.Kind, "a relay between the chaos-owned proxy and the run's catalog (target proxy, without a store mutant)", target)
+			note(p.Kind, "a relay between the store under test (the router, the chaos-owned proxy) and the run's catalog (without a store mutant)", target)
 		}
 	}
 	if len(order) == 0 {
@@ -519,4 +519,13 @@ func HealAll(ctx context.Context, env *Env) error {
 		fail(fmt.Errorf("heal the moves: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// globalTarget names what a fault that acts on no shard acts on, in
+// messages: the catalog's followers for catalog-cut, else the proxy.
+func globalTarget(k Kind) string {
+	if k == KindCatalogCut {
+		return "the catalog's followers"
+	}
+	return "the proxy"
 }

@@ -199,9 +199,9 @@ func TestPlanValidation(t *testing.T) {
 		{"unknown shard", chaos.Spec{Kind: chaos.KindReset, Every: time.Second, Shards: []string{"shard9"}}, `shards[0]: unknown shard "shard9"`},
 		{"shards on the proxy", chaos.Spec{Kind: chaos.KindProxyRestart, Every: time.Second, Shards: []string{"shard0"}}, "shards: proxy-restart acts on the proxy"},
 		{"no hold on a catalog cut", chaos.Spec{Kind: chaos.KindCatalogCut, Every: 10 * time.Second}, "hold: catalog-cut needs a hold"},
-		{"catalog cut within the ttl", chaos.Spec{Kind: chaos.KindCatalogCut, Every: 10 * time.Second, Hold: 2500 * time.Millisecond}, "hold: 2.5s is too short for catalog-cut: the proxy's lease (ttl 2s) must lapse within it; give at least 3s"},
+		{"catalog cut within the ttl", chaos.Spec{Kind: chaos.KindCatalogCut, Every: 10 * time.Second, Hold: 2500 * time.Millisecond}, "hold: 2.5s is too short for catalog-cut: the followers' leases (ttl 2s) must lapse within it; give at least 3s"},
 		{"param of a catalog cut", chaos.Spec{Kind: chaos.KindCatalogCut, Every: 10 * time.Second, Hold: 4 * time.Second, Params: chaos.Params{"ttl": "1s"}}, "params.ttl: catalog-cut takes no parameters"},
-		{"shards on a catalog cut", chaos.Spec{Kind: chaos.KindCatalogCut, Every: 10 * time.Second, Hold: 4 * time.Second, Shards: []string{"shard0"}}, "shards: catalog-cut acts on the proxy"},
+		{"shards on a catalog cut", chaos.Spec{Kind: chaos.KindCatalogCut, Every: 10 * time.Second, Hold: 4 * time.Second, Shards: []string{"shard0"}}, "shards: catalog-cut acts on the catalog's followers"},
 		{"shards on lost-ack via proxy", chaos.Spec{Kind: chaos.KindLostAck, Every: time.Second, Hold: time.Second, Shards: []string{"shard0"}, Params: chaos.Params{"via": "proxy"}}, "shards: lost-ack acts on the proxy"},
 	}
 	for _, tc := range tests {
@@ -300,9 +300,11 @@ func TestCheck(t *testing.T) {
 			[]string{"pgbouncer-pause (on shard1) needs a PgBouncer"}},
 		{"bad shard", func(e chaos.Env) chaos.Env { return e }, []chaos.Planned{{ID: "f9", Kind: chaos.KindReset, Shard: 5}}, []string{"shard 5 of the map"}},
 		{"no catalog relay", func(e chaos.Env) chaos.Env { e.Catalog = &catalog.Catalog{}; return e }, []chaos.Planned{{ID: "f7", Kind: chaos.KindCatalogCut, Shard: -1}},
-			[]string{"catalog-cut (on the proxy) needs a relay between the chaos-owned proxy and the run's catalog"}},
+			[]string{"catalog-cut (on the catalog's followers) needs a relay between the store under test (the router, the chaos-owned proxy) and the run's catalog"}},
 		{"no catalog", func(e chaos.Env) chaos.Env { e.CatalogRelay = relay; return e }, []chaos.Planned{{ID: "f7", Kind: chaos.KindCatalogCut, Shard: -1}},
 			[]string{"catalog-cut (on the mover) needs the run's catalog"}},
+		{"catch-up crash without a catalog", func(e chaos.Env) chaos.Env { return e }, []chaos.Planned{{ID: "f8", Kind: chaos.KindShardCrash, Shard: 0, Params: chaos.Params{"during": "catch-up"}}},
+			[]string{"shard-crash (on the mover) needs the run's catalog"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,9 @@ import (
 //
 //	serve ─▶ follow (a goroutine of the server's group, ended by the hard
 //	  │       stop, which follows a graceful shutdown's drain)
+//	  ├─▶ waitFirstLease: no client is accepted (and Addr does not return)
+//	  │     before Follow.Check passes; none within Config.LeaseWait:
+//	  │     Serve fails, naming the catalog and its last error
 //	  ▼
 //	Follow.Run(ctx, served, apply)
 //	  served: the current generation's map epoch
@@ -61,6 +64,41 @@ func (c *core) follow(ctx context.Context) {
 	}
 	if err := f.Run(ctx, served, apply); err != nil && !errors.Is(err, context.Canceled) {
 		c.log.Error("following the shard-map catalog ended", "catalog", cfg.CatalogName, "err", err)
+	}
+}
+
+// waitFirstLease waits, polling Follow.Check every 20 ms, until the
+// proxy holds its first lease, at most Config.LeaseWait. It returns nil
+// at once without a catalog, ctx.Err() when ctx ended first (a shutdown
+// or the hard stop), and an error naming the catalog and why there is no
+// lease (the follower's last catalog error) after LeaseWait.
+func (c *core) waitFirstLease(ctx context.Context) error {
+	cfg := c.current().cfg
+	f := cfg.Follow
+	if f == nil {
+		return nil
+	}
+	err := f.Check(time.Now())
+	if err == nil {
+		return nil
+	}
+	c.log.Info("waiting for the first lease in the shard-map catalog before accepting clients", "catalog", cfg.CatalogName, "within", cfg.LeaseWait.String())
+	wctx, cancel := context.WithTimeout(ctx, cfg.LeaseWait)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("proxy: no lease in the shard-map catalog %s within %v (proxy.catalog: check that the catalog's server is up and reachable from here): %w", cfg.CatalogName, cfg.LeaseWait, err)
+		case <-t.C:
+		}
+		if err = f.Check(time.Now()); err == nil {
+			return nil
+		}
 	}
 }
 

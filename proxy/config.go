@@ -157,6 +157,11 @@ type Config struct {
 	Remap func(ctx context.Context, running Config, m *shardmap.Map) (Config, error)
 	// CatalogName names the catalog in messages (a redacted DSN).
 	CatalogName string
+	// LeaseWait bounds how long Serve waits, with Follow set, for the
+	// first live lease before it accepts clients (catalog.go; default
+	// DefaultLeaseWait): Serve fails, naming the catalog and the last
+	// catalog error, when none came within it.
+	LeaseWait time.Duration
 	// Fence says whether keyed transactions assert their key against the
 	// shard's fence (fence.go; default FenceAuto).
 	Fence FenceMode
@@ -172,6 +177,11 @@ type Config struct {
 // follower's next poll of the catalog (no forced read), so the follower's
 // interval (proxy.catalog) should be at most half of it.
 const DefaultFenceRetryWait = time.Second
+
+// DefaultLeaseWait is Config.LeaseWait's default: below the hand-over's
+// step timeout (30 s), so that a successor that gets no lease gives up
+// while its predecessor still serves.
+const DefaultLeaseWait = 20 * time.Second
 
 // TLSMode says whether clients may or must use TLS.
 type TLSMode int
@@ -296,6 +306,9 @@ func (c Config) withDefaults() Config {
 	if c.FenceRetryWait == 0 {
 		c.FenceRetryWait = DefaultFenceRetryWait
 	}
+	if c.LeaseWait == 0 {
+		c.LeaseWait = DefaultLeaseWait
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -409,6 +422,9 @@ func (c Config) validate() error {
 	}
 	if c.FenceRetryWait < 0 {
 		add("FenceRetryWait: must not be negative (got %v)", c.FenceRetryWait)
+	}
+	if c.LeaseWait < 0 {
+		add("LeaseWait: must not be negative (got %v)", c.LeaseWait)
 	}
 	if c.PgBouncer.MaxWaiting < 0 {
 		add("PgBouncer.MaxWaiting: must not be negative (got %d)", c.PgBouncer.MaxWaiting)

@@ -70,8 +70,10 @@
 //	    socket hand-over), secrets.go (redaction).
 //
 //	    catalog.go: Config.Follow (a catalog.Follower) runs in serve's group;
-//	    each newer map from the catalog ─▶ Reload (a new generation); a lapsed
-//	    lease ─▶ decideTarget refuses keyed statements (57P03).
+//	    serve accepts no client before its first lease (waitFirstLease,
+//	    bounded by Config.LeaseWait); each newer map from the catalog ─▶
+//	    Reload (a new generation); a lapsed lease ─▶ decideTarget refuses
+//	    keyed statements (57P03).
 //	    fence.go: decideTarget records the key (planner.fenceKey) ─▶
 //	    ensureBackend writes its assert with the transaction's opening
 //	    (first statement of a pipeline, first of a simple Query's string

@@ -19,7 +19,7 @@ import (
 // The server's life: serving, a graceful shutdown, a hand-over of the
 // listening socket to a successor.
 //
-//	Serve ──▶ accept loop ─▶ sessions
+//	Serve ──▶ [with a catalog: the first lease (catalog.go)] ─▶ accept loop ─▶ sessions
 //	  │       monitors (health probe + PgBouncer reading, one per shard)
 //	  │       idle reaper (idle connections, retired pools)
 //	  │       metrics endpoint, hand-over socket (handover.go)
@@ -97,7 +97,9 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // client and backend connection at once) or a graceful shutdown (Shutdown,
 // SIGTERM in the command, the admin console's SHUTDOWN, a successor taking
 // over the listening socket) has drained, and returns once all its
-// goroutines ended.
+// goroutines ended. With Config.Follow it accepts no client (and Addr
+// waits) until the proxy holds its first catalog lease, and fails when
+// none came within Config.LeaseWait.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return s.serve(ctx, ln, nil, nil)
 }
@@ -134,8 +136,6 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 		c.metricsAddr = mln.Addr()
 	}
 	c.addrMu.Unlock()
-	close(c.ready)
-	c.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
 
 	var metricsSrv *http.Server
 	if mln != nil {
@@ -167,6 +167,25 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	g.Go(func() error { return c.gracefulShutdown(gctx, closeListener, hardStop) })
 	g.Go(func() error { return c.reapLoop(gctx) })
 	g.Go(func() error { c.follow(gctx); return nil })
+	// Ready (Addr returns, clients are accepted) once the proxy holds its
+	// first catalog lease (catalog.go): until then a keyed statement
+	// would only be refused. Clients that connect meanwhile wait in the
+	// listen backlog; a predecessor handing over goes on serving.
+	if err := c.waitFirstLease(gctx); err != nil {
+		stopped := gctx.Err() != nil // a shutdown or the hard stop came first
+		hardStop()
+		werr := g.Wait()
+		if h != nil {
+			h.Abort() // the predecessor goes on serving
+		}
+		c.shutdownPools()
+		if stopped {
+			return werr
+		}
+		return err
+	}
+	close(c.ready)
+	c.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
 	g.Go(func() error { return c.acceptLoop(gctx, g, ln) })
 	if h != nil {
 		// Accepting on the inherited sockets: let the predecessor go.
@@ -188,14 +207,20 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 		}
 	}
 	err := g.Wait()
+	c.shutdownPools()
+	c.log.Info("proxy stopped")
+	return err
+}
+
+// shutdownPools ends Serve's group's reach and shuts every pool down,
+// once its goroutines ended.
+func (c *core) shutdownPools() {
 	c.life.mu.Lock()
 	c.life.group, c.life.groupCtx = nil, nil
 	c.life.mu.Unlock()
 	for _, p := range c.allPools() {
 		p.Shutdown()
 	}
-	c.log.Info("proxy stopped")
-	return err
 }
 
 // onHardStop waits for the hard stop (gctx done), then closes the listener,

@@ -5,13 +5,14 @@
 # ci scenario (every fault kind, through PgBouncer and the proxy at once)
 # verified, the recovery scenario (each kind alone: time to recover per
 # kind), the reshard scenario (bucket ranges moved online and the mover
-# killed at its journal steps, beside every fault kind on every shard:
+# killed at its journal steps, shards crashed in a move's catch-up,
+# beside every fault kind on every shard:
 # >= 20 moves done, >= 3 mover kills resolved), then the
 # mutant runs (the control must pass, every deliberately broken store must
 # be caught): the store's mutants, then the resharding mutants (broken
 # movers, shards that do not fence, a client that ignores the fence), then
-# the lease mutant (a proxy that serves through a catalog cut past its
-# lease).
+# the lease mutants (a proxy, a router, that serves through a catalog cut
+# past its lease).
 # Usage: scripts/chaos.sh BIN DIR OUT
 set -euo pipefail
 bin=${1:-bin/pgshard}
@@ -53,9 +54,9 @@ rm -rf "$out/mutants-reshard"
 "$bin" chaos mutants --config "$dir/pgshard.yaml" --scenario configs/chaos/mutants-reshard.yaml --only reshard --out "$out/mutants-reshard"
 t5=$(date +%s)
 
-step "Proof of power for the catalog lease: the lease mutant against configs/chaos/mutants-lease.yaml"
+step "Proof of power for the catalog lease: the lease mutants against configs/chaos/mutants-lease.yaml"
 rm -rf "$out/mutants-lease"
-"$bin" chaos mutants --config "$dir/pgshard.yaml" --scenario configs/chaos/mutants-lease.yaml --only proxy-ignores-lease --out "$out/mutants-lease"
+"$bin" chaos mutants --config "$dir/pgshard.yaml" --scenario configs/chaos/mutants-lease.yaml --only proxy-ignores-lease,router-ignores-lease --out "$out/mutants-lease"
 
-printf '\nchaos: ci scenario %ds, recovery %ds, reshard %ds, mutants %ds, resharding mutants %ds, lease mutant %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, reshard/report.html, mutants/*/report.html, mutants-reshard/*/report.html, mutants-lease/*/report.html)\n' \
+printf '\nchaos: ci scenario %ds, recovery %ds, reshard %ds, mutants %ds, resharding mutants %ds, lease mutants %ds, %ds in all; reports in %s (ci/report.html, recovery/report.html, reshard/report.html, mutants/*/report.html, mutants-reshard/*/report.html, mutants-lease/*/report.html)\n' \
 	$((t1 - start)) $((t2 - t1)) $((t3 - t2)) $((t4 - t3)) $((t5 - t4)) $(($(date +%s) - t5)) $(($(date +%s) - start)) "$out"

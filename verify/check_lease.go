@@ -3,6 +3,8 @@ package verify
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -11,11 +13,13 @@ import (
 // history's writer, but each takes its readings at its own moments.
 const leaseMargin = 100 * time.Millisecond
 
-// cutWindow is a catalog-cut's evidence: the follower cut off from the
-// catalog, the lease TTL it holds, when the cut was in force and when it
-// ended (ns on the ops' clock).
+// cutWindow is a catalog-cut's evidence: the followers cut off from the
+// catalog (the op lines' via names: "proxy", "router"), the lease TTL
+// they hold, when the cut was in force and when it ended (ns on the ops'
+// clock).
 type cutWindow struct {
-	id, follower   string
+	id             string
+	followers      []string
 	cut, heal, ttl int64
 	healed         bool
 }
@@ -23,14 +27,25 @@ type cutWindow struct {
 // readCut reads a catalog-cut's evidence (the inject's with the heal's
 // laid over it). The cut's start is its evidence cut_t, which the writer
 // takes once the cut is in force; its end is the evidence heal_t, else
-// the heal line's time — both taken before the cut ends. ok is false when
-// the evidence lacks the follower, the TTL or the start.
+// the heal line's time — both taken before the cut ends. The evidence
+// follower names the clients cut off, comma-separated ("proxy",
+// "proxy,router"). ok is false when the evidence lacks the follower, the
+// TTL or the start.
 func readCut(f *FaultEvent) (c cutWindow, ok bool) {
 	ev := f.Evidence
 	var ttlMS int64
-	if json.Unmarshal(ev["follower"], &c.follower) != nil || c.follower == "" ||
+	var follower string
+	if json.Unmarshal(ev["follower"], &follower) != nil ||
 		json.Unmarshal(ev["ttl_ms"], &ttlMS) != nil || ttlMS <= 0 ||
 		json.Unmarshal(ev["cut_t"], &c.cut) != nil {
+		return cutWindow{}, false
+	}
+	for _, name := range strings.Split(follower, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			c.followers = append(c.followers, name)
+		}
+	}
+	if len(c.followers) == 0 {
 		return cutWindow{}, false
 	}
 	c.id, c.ttl = f.ID, ttlMS*int64(time.Millisecond)
@@ -53,10 +68,11 @@ func readCut(f *FaultEvent) (c cutWindow, ok bool) {
 // processes' clock readings. A keyed op (load, commit, delete_timer)
 // through the follower that started after cut_t + TTL + margin and ended
 // before the heal (heal_t, taken before the cut ends) therefore must not
-// succeed: the follower had to refuse it (the proxy answers 57P03). An op
-// still running at the heal may succeed by a retry after it, so it is
-// not judged; ops through other clients (via another name, or none) are
-// not either.
+// succeed: the follower had to refuse it (the proxy answers 57P03, the
+// router router.ErrNotServing). Every follower the cut names is judged
+// so (op via: "proxy", "router"). An op still running at the heal may
+// succeed by a retry after it, so it is not judged; ops through other
+// clients (via another name, or none) are not either.
 func (ck *checker) lease() {
 	w := ck.w
 	healT := map[string]int64{}
@@ -84,7 +100,7 @@ func (ck *checker) lease() {
 		}
 		from := c.cut + c.ttl + int64(leaseMargin)
 		for _, op := range w.h.Ops {
-			if op.Via != c.follower || op.Exe == "" || op.T0 < from || op.T1 > c.heal {
+			if op.Exe == "" || op.T0 < from || op.T1 > c.heal || !slices.Contains(c.followers, op.Via) {
 				continue
 			}
 			switch op.Kind {
@@ -97,7 +113,7 @@ func (ck *checker) lease() {
 				continue
 			}
 			ck.add(InvLease, op.Exe, fmt.Sprintf("lease: %s %s through the %s succeeded %v after the %s fault %s cut it off from the catalog (lease ttl %v), before the heal: its lease had lapsed, so it served by a map it could not prove current",
-				op.Kind, op.ID, c.follower, time.Duration(op.T0-c.cut).Round(time.Millisecond), FaultCatalogCut, c.id, time.Duration(c.ttl)),
+				op.Kind, op.ID, op.Via, time.Duration(op.T0-c.cut).Round(time.Millisecond), FaultCatalogCut, c.id, time.Duration(c.ttl)),
 				[]OpRef{ref(op, "succeeded after the lease lapsed")}, nil)
 		}
 	}

@@ -25,15 +25,18 @@
 //	delete-source-before-flip      mover   the source's rows deleted after the last catch-up, before the flip
 //	proxy-ignores-fence            client  a fence refusal (PS001) taken for success
 //	proxy-ignores-lease            proxy   the proxy's catalog lease TTL an hour, the run's record 2 s
+//	router-ignores-lease           router  the router's catalog lease TTL an hour, the run's record 2 s
 //
 // The last five are the resharding mutants (issue 20, group "reshard"):
 // each needs the move faults (delete-source-before-flip and
 // proxy-ignores-fence the mover kills too), so they run against
 // configs/chaos/mutants-reshard.yaml, where the router under test follows
 // the run's catalog and the verifier places rows by the map the moves left.
-// proxy-ignores-lease needs the catalog-cut faults and a proxy target: it
-// runs against configs/chaos/mutants-lease.yaml (ProxyConfig, proxy.go:
-// the production proxy with a configuration that lies about its lease).
+// proxy-ignores-lease and router-ignores-lease need the catalog-cut faults
+// and a target with the proxy, resp. the router: they run against
+// configs/chaos/mutants-lease.yaml, pgbouncer+proxy (ProxyConfig and
+// RouterLeaseTTL, proxy.go: the production proxy and router with a
+// lease that lies).
 //
 // Store-level bugs are switched into a reference store (OpenStore): a plain
 // implementation of the store's semantics (ARCHITECTURE.md §1) as explicit

@@ -30,8 +30,9 @@ const (
 	DeleteSourceBeforeFlip  Kind = "delete-source-before-flip"
 	ProxyIgnoresFence       Kind = "proxy-ignores-fence"
 
-	// The lease mutant: needs the catalog-cut faults.
-	ProxyIgnoresLease Kind = "proxy-ignores-lease"
+	// The lease mutants: need the catalog-cut faults.
+	ProxyIgnoresLease  Kind = "proxy-ignores-lease"
+	RouterIgnoresLease Kind = "router-ignores-lease"
 )
 
 // ReshardGroup is the name `pgshard chaos mutants --only` takes for every
@@ -56,6 +57,10 @@ const (
 	// LevelProxy mutants change the chaos-owned proxy's configuration
 	// (the production proxy, configured to lie): ProxyConfig.
 	LevelProxy Level = "proxy"
+	// LevelRouter mutants change the lease of the router under test's
+	// catalog follower (the production router, configured to lie):
+	// RouterLeaseTTL.
+	LevelRouter Level = "router"
 )
 
 // Mutant describes one broken variant.
@@ -168,6 +173,12 @@ var all = []Mutant{
 		Kind: ProxyIgnoresLease, Level: LevelProxy,
 		Description: "the chaos-owned proxy holds its catalog lease with a TTL of an hour while the run records the 2 s it gives the proxy: cut off from the catalog, it goes on routing keyed statements by a map it can no longer prove current, as a proxy that ignores its lapsed lease",
 		Exposes:     "catalog cuts longer than the TTL: keyed operations through the proxy that succeed after the cut's start + the TTL, before the heal (lease)",
+		NeedsFaults: []string{"catalog-cut"},
+	},
+	{
+		Kind: RouterIgnoresLease, Level: LevelRouter,
+		Description: "the router under test holds its catalog lease with a TTL of an hour while the run records the 2 s it gives the router: cut off from the catalog, it goes on serving keyed operations by a map it can no longer prove current, as a router that ignores its lapsed lease",
+		Exposes:     "catalog cuts longer than the TTL: keyed operations through the router that succeed after the cut's start + the TTL, before the heal (lease)",
 		NeedsFaults: []string{"catalog-cut"},
 	},
 }

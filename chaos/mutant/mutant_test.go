@@ -14,8 +14,8 @@ import (
 
 func TestCatalogue(t *testing.T) {
 	all := mutant.All()
-	if len(all) != 16 {
-		t.Fatalf("All() has %d mutants, want the 10 of issue 9, the 5 resharding ones of issue 20 and the lease one", len(all))
+	if len(all) != 17 {
+		t.Fatalf("All() has %d mutants, want the 10 of issue 9, the 5 resharding ones of issue 20 and the two lease ones", len(all))
 	}
 	levels := map[mutant.Level]int{}
 	seen := map[mutant.Kind]bool{}
@@ -33,7 +33,7 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v", m.Kind, got, err)
 		}
 	}
-	want := map[mutant.Level]int{mutant.LevelStore: 7, mutant.LevelClient: 3, mutant.LevelConfig: 2, mutant.LevelMover: 3, mutant.LevelProxy: 1}
+	want := map[mutant.Level]int{mutant.LevelStore: 7, mutant.LevelClient: 3, mutant.LevelConfig: 2, mutant.LevelMover: 3, mutant.LevelProxy: 1, mutant.LevelRouter: 1}
 	for l, n := range want {
 		if levels[l] != n {
 			t.Errorf("%d %s-level mutants, want %d", levels[l], l, n)
@@ -111,6 +111,11 @@ func TestLevelsRefused(t *testing.T) {
 					t.Error("ProxyConfig accepted it")
 				}
 			}
+			if mu.Level != mutant.LevelRouter {
+				if _, err := mutant.RouterLeaseTTL(mu.Kind); err == nil {
+					t.Error("RouterLeaseTTL accepted it")
+				}
+			}
 		})
 	}
 }
@@ -154,6 +159,20 @@ func TestProxyConfig(t *testing.T) {
 		t.Fatalf("%v: %v", c, err)
 	}
 	if _, err := mutant.ProxyConfig("no-such-bug"); err == nil {
+		t.Fatal("an unknown kind was accepted")
+	}
+}
+
+// TestRouterLeaseTTL: the router's lease mutant gives a TTL that outlives
+// any run, and the control the run's.
+func TestRouterLeaseTTL(t *testing.T) {
+	if ttl, err := mutant.RouterLeaseTTL(""); err != nil || ttl != 0 {
+		t.Fatalf("control: %v, %v", ttl, err)
+	}
+	if ttl, err := mutant.RouterLeaseTTL(mutant.RouterIgnoresLease); err != nil || ttl < time.Hour {
+		t.Fatalf("%v, %v", ttl, err)
+	}
+	if _, err := mutant.RouterLeaseTTL("no-such-bug"); err == nil {
 		t.Fatal("an unknown kind was accepted")
 	}
 }

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// ignoredLeaseTTL is the lease TTL ProxyIgnoresLease gives the proxy: far
-// longer than any run, so its lease never lapses.
+// ignoredLeaseTTL is the lease TTL ProxyIgnoresLease gives the proxy and
+// RouterIgnoresLease the router: far longer than any run, so the lease
+// never lapses.
 const ignoredLeaseTTL = time.Hour
 
 // ProxyConfig returns the proxy configuration (keys of the config's proxy
@@ -31,4 +32,25 @@ func ProxyConfig(k Kind) (map[string]string, error) {
 		return nil, err
 	}
 	return nil, fmt.Errorf("mutant %s is not a proxy-level mutant", k)
+}
+
+// RouterLeaseTTL returns the catalog lease TTL a LevelRouter mutant gives
+// the router under test's follower in place of the run's; kind "" gives
+// 0 (the run's), any other level's kind is an error.
+//
+// RouterIgnoresLease: an hour, while the run records the TTL it gives
+// the router (2 s in a run with catalog cuts). The router is the
+// production one: through a catalog cut it goes on serving keyed
+// operations long after the lease the run promised has lapsed.
+func RouterLeaseTTL(k Kind) (time.Duration, error) {
+	switch k {
+	case "":
+		return 0, nil
+	case RouterIgnoresLease:
+		return ignoredLeaseTTL, nil
+	}
+	if _, err := Lookup(k); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("mutant %s is not a router-level mutant", k)
 }

@@ -10,19 +10,20 @@ import (
 	"time"
 )
 
-// TestChaosCatalogCut runs a short scenario whose proxy is cut off from
-// the run's catalog past its lease TTL while ranges move, and verifies
-// it: the cuts land, the proxy's keyed operations inside them are judged
-// (the lease invariant checks something) and none was served, every op
-// line names the client it went through, and the proxy's config holds
-// the short lease.
+// TestChaosCatalogCut runs a short scenario (pgbouncer+proxy) whose
+// proxy and router are both cut off from the run's catalog past their
+// lease TTL while ranges move, and verifies it: the cuts land and name
+// both followers, the keyed operations inside them are judged (the lease
+// invariant checks something) and none was served — the router's among
+// them —, every keyed op line names the client it went through, and the
+// proxy's config holds the short lease.
 func TestChaosCatalogCut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a cluster")
 	}
 	r := newChaosRig(t)
 	out := filepath.Join(r.dir, "catalogcut")
-	sc := r.scenario(t, "catalogcut", "proxy", "12s", `
+	sc := r.scenario(t, "catalogcut", "pgbouncer+proxy", "12s", `
   - {kind: catalog-cut, every: 5s, hold: 3500ms}
   - {kind: move, every: 2s, params: {freeze_budget: 200ms}}`)
 	res := runWithin(t, 8*time.Minute, "", r.args("chaos", "run", "--scenario", sc, "--out", out)...)
@@ -66,20 +67,66 @@ func TestChaosCatalogCut(t *testing.T) {
 	defer f.Close()
 	sc2 := bufio.NewScanner(f)
 	sc2.Buffer(nil, 16<<20)
-	ops := 0
+	type line struct {
+		Type, Via, Kind, Exe, Outcome, Phase, ID string
+		T, T0, T1                                int64
+		Evidence                                 struct {
+			Follower string `json:"follower"`
+			TTLMS    int64  `json:"ttl_ms"`
+			CutT     *int64 `json:"cut_t"`
+			HealT    *int64 `json:"heal_t"`
+		}
+	}
+	var ops []line
+	type window struct{ from, to int64 }
+	cuts := map[string]*window{}
 	for sc2.Scan() {
-		var l struct{ Type, Via string }
+		var l line
 		if err := json.Unmarshal(sc2.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.Type == "op" {
-			ops++
-			if l.Via != "proxy" {
-				t.Fatalf("an op line of a proxy target with via %q", l.Via)
+		switch {
+		case l.Type == "op":
+			ops = append(ops, l)
+			switch l.Kind {
+			case "load", "commit", "delete_timer":
+				if l.Exe != "" && l.Via != "proxy" && l.Via != "router" {
+					t.Fatalf("a keyed op line with via %q", l.Via)
+				}
+			}
+		case l.Type == "fault" && l.Kind == "catalog-cut" && l.Phase == "inject" && l.Evidence.CutT != nil:
+			if l.Evidence.Follower != "proxy,router" {
+				t.Errorf("catalog-cut %s cut %q, want the proxy and the router", l.ID, l.Evidence.Follower)
+			}
+			cuts[l.ID] = &window{from: *l.Evidence.CutT + l.Evidence.TTLMS*int64(time.Millisecond) + int64(100*time.Millisecond)}
+		case l.Type == "fault" && l.Kind == "catalog-cut" && l.Phase == "heal" && l.Evidence.HealT != nil:
+			if w := cuts[l.ID]; w != nil {
+				w.to = *l.Evidence.HealT
 			}
 		}
 	}
-	if err := sc2.Err(); err != nil || ops == 0 {
-		t.Fatalf("%d op lines: %v", ops, err)
+	if err := sc2.Err(); err != nil || len(ops) == 0 {
+		t.Fatalf("%d op lines: %v", len(ops), err)
+	}
+	// The router's keyed ops inside a cut past its lease: judged, and
+	// refused (the lease invariant found none served).
+	judged := map[string]int{}
+	for _, op := range ops {
+		switch op.Kind {
+		case "load", "commit", "delete_timer":
+		default:
+			continue
+		}
+		for _, w := range cuts {
+			if op.Exe != "" && w.to > 0 && op.T0 >= w.from && op.T1 <= w.to {
+				judged[op.Via]++
+				if op.Outcome == "ok" {
+					t.Errorf("%s %s through the %s served inside a cut", op.Kind, op.ID, op.Via)
+				}
+			}
+		}
+	}
+	if judged["router"] == 0 || judged["proxy"] == 0 {
+		t.Errorf("keyed ops inside the cuts past the lease, by client: %v; want the router's and the proxy's", judged)
 	}
 }

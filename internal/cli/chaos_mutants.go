@@ -54,8 +54,9 @@ The resharding mutants need move faults: without --only, a scenario
 without them (configs/chaos/mutants.yaml) skips them; run them with
 --scenario configs/chaos/mutants-reshard.yaml --only reshard ("reshard"
 names the group; the control runs against the same scenario). The lease
-mutant needs catalog-cut faults on a proxy target: --scenario
-configs/chaos/mutants-lease.yaml --only proxy-ignores-lease. A mutant is caught when the verifier finds
+mutants need catalog-cut faults on a target with the proxy, resp. the
+router: --scenario configs/chaos/mutants-lease.yaml --only
+proxy-ignores-lease,router-ignores-lease. A mutant is caught when the verifier finds
 violations. Mutants are reachable only from here: nothing in the store,
 router, proxy or any config selects them.
 

@@ -32,8 +32,8 @@ func TestSelectMutants(t *testing.T) {
 			others = append(others, m.Kind)
 		}
 	}
-	if len(reshard) != 5 || len(others) != 10 || !slices.Equal(lease, []mutant.Kind{mutant.ProxyIgnoresLease}) {
-		t.Fatalf("%d resharding mutants, %v lease ones and %d others, want 5, [%s] and 10", len(reshard), lease, len(others), mutant.ProxyIgnoresLease)
+	if len(reshard) != 5 || len(others) != 10 || !slices.Equal(lease, []mutant.Kind{mutant.ProxyIgnoresLease, mutant.RouterIgnoresLease}) {
+		t.Fatalf("%d resharding mutants, %v lease ones and %d others, want 5, [%s %s] and 10", len(reshard), lease, len(others), mutant.ProxyIgnoresLease, mutant.RouterIgnoresLease)
 	}
 	noMoves := &chaos.Scenario{Faults: []chaos.ScenarioFault{{Kind: "lost-ack"}, {Kind: "shard-crash"}}}
 	moves := &chaos.Scenario{Faults: []chaos.ScenarioFault{{Kind: "move"}, {Kind: "mover-kill"}}}
@@ -47,7 +47,8 @@ func TestSelectMutants(t *testing.T) {
 		{"all, no move faults", nil, noMoves, others, append(slices.Clone(reshard), lease...)},
 		{"all, move faults", nil, moves, append(slices.Clone(others), reshard...), lease},
 		{"all, move faults and catalog cuts", nil, cuts, kindsOf(all), nil},
-		{"the lease mutant", []string{"proxy-ignores-lease"}, noMoves, lease, nil},
+		{"the lease mutants", []string{"proxy-ignores-lease", "router-ignores-lease"}, noMoves, lease, nil},
+		{"one lease mutant", []string{"router-ignores-lease"}, noMoves, []mutant.Kind{mutant.RouterIgnoresLease}, nil},
 		{"the group", []string{"reshard"}, moves, reshard, nil},
 		{"the group, no move faults", []string{"reshard"}, noMoves, reshard, nil},
 		{"kinds and the group", []string{"cas-without-version", "reshard"}, moves,

@@ -25,7 +25,7 @@ import (
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// proxyReady is what `pgshard proxy --ready-file` writes once it listens.
+// proxyReady is what `pgshard proxy --ready-file` writes once it is ready.
 type proxyReady struct {
 	PID  int    `json:"pid"`
 	Addr string `json:"addr"`
@@ -62,14 +62,20 @@ accepting, serve the connected sessions until they leave, at most
 proxy.shutdown_timeout); a second one stops at once. With
 proxy.handover_socket set, a new proxy process started with the same config
 takes the listening socket over from the running one, which then drains: a
-restart without refused or dropped connections.`,
+restart without refused or dropped connections.
+
+With proxy.catalog the map is the catalog's, followed as it changes, and
+the proxy holds a lease there: it accepts clients (and writes --ready-file)
+only once it holds its first lease, and fails after 20 s without one; while
+the lease is not live later on, statements routed by a key are refused
+(57P03).`,
 		Args: cobra.NoArgs,
 	}
 	cfgPath := addConfigFlag(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default proxy.listen, 127.0.0.1:6543); port 0 picks a free port")
 	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "transaction or session (default proxy.pool_mode, transaction)")
 	cmd.Flags().StringArrayVar(&trustUsers, "trust-user", nil, "also admit USER without a password (local development; repeatable)")
-	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write {\"pid\":...,\"addr\":...} to this file once listening")
+	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write {\"pid\":...,\"addr\":...} to this file once ready (listening; with proxy.catalog, holding its first lease)")
 	cmd.Flags().StringVar(&handover, "handover-socket", "", "unix socket for zero-downtime restarts (proxy.handover_socket): take the listening socket over from the proxy serving there, and offer it to the next one")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -293,6 +299,10 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 			return fmt.Errorf("proxy: metrics: %w", err)
 		}
 	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var readyErr error
+	stopReady := func() {}
 	if readyFile != "" {
 		r := proxyReady{PID: os.Getpid(), Addr: ln.Addr().String(), TLS: pc.TLS.Mode.String()}
 		if mln != nil {
@@ -304,14 +314,23 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 				r.AdminDatabase = proxy.DefaultAdminDatabase
 			}
 		}
-		if err := writeReadyFile(readyFile, r); err != nil {
-			_ = ln.Close()
-			return err
-		}
 		defer removeReadyFileIfOurs(readyFile)
+		// Written once the server is ready: it accepts clients (with
+		// proxy.catalog, once it holds its first lease).
+		var readyCtx context.Context
+		readyCtx, stopReady = context.WithCancel(serveCtx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := srv.Addr(readyCtx); err != nil {
+				return // Serve ended first
+			}
+			if err := writeReadyFile(readyFile, r); err != nil {
+				readyErr = err
+				hardStop()
+			}
+		}()
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // signals
 		defer wg.Done()
@@ -349,8 +368,12 @@ func runProxy(ctx context.Context, pc proxy.Config, verify bool, readyFile strin
 	} else {
 		err = srv.ServeListeners(serveCtx, ln, mln)
 	}
+	stopReady() // Serve ended: so does the wait for its readiness
 	close(done)
 	wg.Wait()
+	if err == nil && readyErr != nil {
+		err = readyErr
+	}
 	return err
 }
 
