@@ -49,7 +49,7 @@ func versionString() string {
 // the SHOW after a RELOAD in one query string sees the new one) and the
 // actions, logged as s's user's.
 type adminHost struct {
-	s *session
+	s *Session
 	c *core
 }
 
@@ -197,7 +197,7 @@ func (h *adminHost) Servers() []admin.Server {
 
 func (h *adminHost) Lists() admin.Lists {
 	srv := h.srv()
-	used, _ := srv.clients.counts()
+	used, _ := srv.clients.Counts()
 	open := 0
 	for _, p := range srv.pools {
 		open += p.Figures().Open
@@ -304,7 +304,7 @@ func (h *adminHost) Reconnect(shards []string) {
 func (h *adminHost) Kill(shards []string) {
 	pools := h.pools(shards)
 	h.s.log.Warn("KILL on the admin console", "shards", who(pools), "by", h.s.user)
-	h.c.clients.kill(func(x *session) bool {
+	h.c.clients.Kill(func(x *Session) bool {
 		if x.admin {
 			return false
 		}
@@ -345,7 +345,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 }
 
 func (h *adminHost) DisableLogins(disabled bool) {
-	h.s.host.loginsDisabled.Store(disabled)
+	h.s.host.LoginsDisabled.Store(disabled)
 	verb := "enabled"
 	if disabled {
 		verb = "disabled"

@@ -42,7 +42,7 @@ var consoleGoldenQueries = []string{
 }
 
 // goldenServer is a server in a fixed state: two shards, one down, counters and PgBouncer readings set, one client, one route.
-func goldenServer(t *testing.T) (*Server, *session) {
+func goldenServer(t *testing.T) (*Server, *Session) {
 	t.Helper()
 	shards := []shardmap.Shard{
 		{Name: "shard0", Ordinal: 0, DSN: "postgres://app:pw0@db0.example:5432/db?sslmode=disable"},
@@ -91,10 +91,10 @@ func goldenServer(t *testing.T) (*Server, *session) {
 
 	client, other := net.Pipe()
 	t.Cleanup(func() { client.Close(); other.Close() })
-	cl := &session{host: srv.henv, gen: srv.env(), conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
+	cl := &Session{host: srv.henv, gen: srv.env(), conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
 	srv.clients.sessions[cl.pid] = cl
 	srv.clients.nclients = 2
-	adm := &session{host: srv.henv, gen: srv.env(), conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
+	adm := &Session{host: srv.henv, gen: srv.env(), conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
 	srv.clients.sessions[adm.pid] = adm
 	return srv, adm
 }

@@ -419,24 +419,24 @@ func (c Config) validate() error {
 	return nil
 }
 
-// login is a User prepared for authentication.
-type login struct {
-	trust    bool
-	verifier auth.Verifier
+// Login is a User prepared for authentication.
+type Login struct {
+	Trust    bool
+	Verifier auth.Verifier
 }
 
-func prepareUsers(users []User) (map[string]login, error) {
-	out := make(map[string]login, len(users))
+func prepareUsers(users []User) (map[string]Login, error) {
+	out := make(map[string]Login, len(users))
 	for _, u := range users {
-		l := login{trust: u.Trust}
+		l := Login{Trust: u.Trust}
 		if !u.Trust {
 			var err error
 			if strings.HasPrefix(u.Password, auth.Mechanism+"$") {
-				l.verifier, err = auth.ParseVerifier(u.Password)
+				l.Verifier, err = auth.ParseVerifier(u.Password)
 			} else {
 				var s string
 				if s, err = auth.NewSCRAMVerifier(u.Password); err == nil {
-					l.verifier, err = auth.ParseVerifier(s)
+					l.Verifier, err = auth.ParseVerifier(s)
 				}
 			}
 			if err != nil {

@@ -49,7 +49,7 @@ func TestParseFenceMode(t *testing.T) {
 // TestFenceStandIns: every bucket has a stand-in text that hashes to it,
 // and a key is its own stand-in when its text hashes to its bucket.
 func TestFenceStandIns(t *testing.T) {
-	c := &standInTexts{}
+	c := &StandInTexts{}
 	m := &shardmap.Map{Buckets: 256}
 	st := c.standIns(m.Buckets)
 	if len(st) != 256 {

@@ -9,50 +9,50 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the proxy's Prometheus metrics, registered on the server's
+// Metrics are the proxy's Prometheus Metrics, registered on the server's
 // own registry (Server.Registry). Counters of events without a shard are
 // plain vectors here; every per-shard series is read at scrape time from
 // the shard's statistics (internal/backend/stats.go) by shardCollector, so a reload that
 // adds or removes shards changes the series without re-registering, and
-// the admin console and the metrics read the same numbers.
-type metrics struct {
-	clients        prometheus.Gauge
-	clientsTotal   prometheus.Counter
-	clientsRefused *prometheus.CounterVec
-	refusals       *prometheus.CounterVec
-	backendErrors  *prometheus.CounterVec
-	fanouts        prometheus.Counter
-	cancels        prometheus.Counter
-	reloads        *prometheus.CounterVec
-	txnReads       prometheus.Counter
-	fenceRetries   *prometheus.CounterVec
+// the admin console and the Metrics read the same numbers.
+type Metrics struct {
+	Clients        prometheus.Gauge
+	ClientsTotal   prometheus.Counter
+	ClientsRefused *prometheus.CounterVec
+	Refusals       *prometheus.CounterVec
+	BackendErrors  *prometheus.CounterVec
+	Fanouts        prometheus.Counter
+	Cancels        prometheus.Counter
+	Reloads        *prometheus.CounterVec
+	TxnReads       prometheus.Counter
+	FenceRetries   *prometheus.CounterVec
 }
 
-func newMetrics(reg *prometheus.Registry, c *core) *metrics {
-	m := &metrics{
-		clients: prometheus.NewGauge(prometheus.GaugeOpts{
+func newMetrics(reg *prometheus.Registry, c *core) *Metrics {
+	m := &Metrics{
+		Clients: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pgshard_proxy_client_connections", Help: "Client connections currently open."}),
-		clientsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+		ClientsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_client_connections_total", Help: "Client connections accepted."}),
-		clientsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ClientsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_client_refused_total", Help: "Client connections refused, by reason (max_clients, auth, tls_required, disabled, shutting_down, not_admin)."}, []string{"reason"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_refusals_total", Help: "Statements refused instead of routed, by reason."}, []string{"reason"}),
-		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		BackendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, down, unclean: returned not idle)."}, []string{"shard", "kind"}),
-		fanouts: prometheus.NewCounter(prometheus.CounterOpts{
+		Fanouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fanouts_total", Help: "Statements run on every shard (DDL, merged reads)."}),
-		txnReads: prometheus.NewCounter(prometheus.CounterOpts{
+		TxnReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_transaction_reads_total", Help: "Reads of shards other than (or as well as) the transaction's own, run in a client's transaction (key-less reads, reads of another shard)."}),
-		cancels: prometheus.NewCounter(prometheus.CounterOpts{
+		Cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
-		fenceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		FenceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fence_retries_total", Help: "Statements the proxy ran again after the shard's fence refused their opening assert before anything reached the client, by the range's state (moved: after a newer map; frozen: after a back-off)."}, []string{"state"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
 	}
-	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.refusals,
-		m.backendErrors, m.fanouts, m.txnReads, m.fenceRetries, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
+	reg.MustRegister(m.Clients, m.ClientsTotal, m.ClientsRefused, m.Refusals,
+		m.BackendErrors, m.Fanouts, m.TxnReads, m.FenceRetries, m.Cancels, m.Reloads, &shardCollector{c: c}, buildInfo())
 	return m
 }
 

@@ -79,12 +79,12 @@ func (s *Server) reloadFromSource(ctx context.Context, why string) (ReloadResult
 	cur := s.core.current()
 	if cur.cfg.Reload == nil {
 		err := errors.New("this proxy has no configuration source to reload from")
-		s.core.metrics.reloads.WithLabelValues("rejected").Inc()
+		s.core.metrics.Reloads.WithLabelValues("rejected").Inc()
 		return ReloadResult{}, err
 	}
 	cfg, err := cur.cfg.Reload(ctx)
 	if err != nil {
-		s.core.metrics.reloads.WithLabelValues("rejected").Inc()
+		s.core.metrics.Reloads.WithLabelValues("rejected").Inc()
 		s.core.log.Error("reload rejected; the running configuration is unchanged", "why", why, "err", err)
 		return ReloadResult{}, err
 	}
@@ -99,11 +99,11 @@ func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	c := s.core
 	res, err := c.reload(ctx, cfg)
 	if err != nil {
-		c.metrics.reloads.WithLabelValues("rejected").Inc()
+		c.metrics.Reloads.WithLabelValues("rejected").Inc()
 		c.log.Error("reload rejected; the running configuration is unchanged", "err", err)
 		return res, err
 	}
-	c.metrics.reloads.WithLabelValues("applied").Inc()
+	c.metrics.Reloads.WithLabelValues("applied").Inc()
 	c.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
 		"added", strings.Join(res.Added, ","), "removed", strings.Join(res.Removed, ","),
 		"need_restart", strings.Join(res.NeedRestart, ","))

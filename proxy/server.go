@@ -32,7 +32,7 @@ import (
 type Server struct {
 	*core
 	cfg   Config
-	users map[string]login
+	users map[string]Login
 	pools []*backend.Pool
 	// collation is whether the shards order text by bytes (collationC),
 	// checked on the first merge that compares text (collationUnknown
@@ -56,14 +56,14 @@ type Server struct {
 	dbs map[string]*Server
 
 	// genv is what the generation gives its sessions (sessionenv.go).
-	genv *generationEnv
+	genv *GenerationEnv
 }
 
 // core is the state every generation of a Server shares.
 type core struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *metrics
+	metrics *Metrics
 	// stmtEpoch moves on at every schema change the proxy sees (a DDL
 	// statement planned, or Postgres refusing a cached statement whose
 	// result columns changed): every connection's statement cache then
@@ -80,7 +80,7 @@ type core struct {
 
 	// clients are the client sessions, by the BackendKeyData process ID
 	// (sessionreg.go).
-	clients sessionRegistry
+	clients Registry
 
 	mu    sync.Mutex
 	dbIDs map[string]string // database id → shard name (identity checks)
@@ -100,7 +100,7 @@ type core struct {
 	// *atomic.Int32, fence.go).
 	fences sync.Map
 	// standIns: one text per bucket that hashes to it (fence.go).
-	standIns standInTexts
+	standIns StandInTexts
 
 	addrMu      sync.Mutex
 	addr        net.Addr
@@ -108,7 +108,7 @@ type core struct {
 	ready       chan struct{}
 
 	// henv is what the server gives its sessions (sessionenv.go).
-	henv *hostEnv
+	henv *HostEnv
 }
 
 // current returns the current generation.
@@ -127,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	c := &core{
 		reg:     prometheus.NewRegistry(),
-		clients: sessionRegistry{sessions: map[uint32]*session{}},
+		clients: Registry{sessions: map[uint32]*Session{}},
 		dbIDs:   map[string]string{},
 		ready:   make(chan struct{}),
 		started: time.Now(),
@@ -207,7 +207,7 @@ func (s *Server) backendEnv() *backend.Env {
 		IdleTimeout: c.IdleTimeout, HealthInterval: c.HealthInterval, PauseTimeout: c.PauseTimeout,
 		StatementCacheSize: c.StatementCacheSize, VerifyIdentity: c.VerifyIdentity, Map: c.Map,
 		PgBouncer:          backend.BouncerConfig(c.PgBouncer),
-		BackendErrors:      s.metrics.backendErrors,
+		BackendErrors:      s.metrics.BackendErrors,
 		Log:                s.log,
 		StmtEpoch:          &s.stmtEpoch,
 		RegisterDatabaseID: s.registerDatabaseID,
@@ -349,9 +349,9 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := newSession(s.env(), s.core.henv, conn)
+	sess := NewSession(s.env(), s.core.henv, conn)
 	defer conn.Close()
-	sess.run(ctx)
+	sess.Run(ctx)
 }
 
 // shardName returns the name of shard i.

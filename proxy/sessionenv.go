@@ -46,55 +46,55 @@ import (
 // of its own: a session on it has the generation of that database's server
 // in gen and the accepting server in host.
 
-// generationEnv is what one configuration generation gives the sessions
+// GenerationEnv is what one configuration generation gives the sessions
 // that run on it. It is made once with its generation (Server.env) and
 // never changes.
-type generationEnv struct {
-	// cfg is what the session reads of the generation's Config.
-	cfg *sessionConfig
-	// pools are the shards' backend pools, by shard index of cfg.Map.
-	pools []*backend.Pool
-	// defaultShard is the index of cfg.DefaultShard.
-	defaultShard int
-	// users are the logins by user name ("*": anyone).
-	users map[string]login
-	// metrics and log are the database's server's (the accepting server's
+type GenerationEnv struct {
+	// Config is what the session reads of the generation's Config.
+	Config *SessionConfig
+	// Pools are the shards' backend pools, by shard index of Config.Map.
+	Pools []*backend.Pool
+	// DefaultShard is the index of cfg.DefaultShard.
+	DefaultShard int
+	// Users are the logins by user name ("*": anyone).
+	Users map[string]Login
+	// Metrics and log are the database's server's (the accepting server's
 	// unless the session runs on an extra database).
-	metrics *metrics
-	log     *slog.Logger
-	// stmtEpoch moves on at every schema change (see core.stmtEpoch).
-	stmtEpoch *atomic.Uint64
-	// collation caches whether the shards order text by bytes; a DDL
+	Metrics *Metrics
+	Log     *slog.Logger
+	// StmtEpoch moves on at every schema change (see core.stmtEpoch).
+	StmtEpoch *atomic.Uint64
+	// Collation caches whether the shards order text by bytes; a DDL
 	// statement resets it (collationUnknown).
-	collation *atomic.Int32
-	// rr spreads key-less read-only statements over the shards (pickAny).
-	rr *atomic.Uint32
-	// home is the host environment of the server the generation belongs
+	Collation *atomic.Int32
+	// RR spreads key-less read-only statements over the shards (pickAny).
+	RR *atomic.Uint32
+	// Home is the host environment of the server the generation belongs
 	// to: the accepting server's, or an extra database's.
-	home *hostEnv
-	// ops runs what needs the generation itself.
-	ops generationOps
+	Home *HostEnv
+	// Ops runs what needs the generation itself.
+	Ops GenerationOps
 }
 
-// generationOps are the operations of a generation a session uses (a
+// GenerationOps are the operations of a generation a session uses (a
 // *Server implements them).
-type generationOps interface {
-	// noteDecision records a routing decision (SHOW ROUTES, metrics).
-	noteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool)
-	// leaseError is the error of a statement refused while the catalog's
+type GenerationOps interface {
+	// NoteDecision records a routing decision (SHOW ROUTES, metrics).
+	NoteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool)
+	// LeaseError is the error of a statement refused while the catalog's
 	// lease is lost (nil: none).
-	leaseError() *pgwire.Error
-	// directPool is shard i's pool of direct connections (pinning).
-	directPool(i int) *backend.Pool
-	// databaseEnv returns the generation of database name (an extra
+	LeaseError() *pgwire.Error
+	// DirectPool is shard i's pool of direct connections (pinning).
+	DirectPool(i int) *backend.Pool
+	// DatabaseEnv returns the generation of database name (an extra
 	// database's, or this one).
-	databaseEnv(name string) *generationEnv
+	DatabaseEnv(name string) *GenerationEnv
 }
 
-// sessionConfig is the part of a generation's Config a session reads,
+// SessionConfig is the part of a generation's Config a session reads,
 // copied when the generation is made (a generation's Config never
 // changes). The fields are Config's, with Config's meaning.
-type sessionConfig struct {
+type SessionConfig struct {
 	// Routing.
 	Map         *shardmap.Map
 	Analyzer    route.Analyzer
@@ -108,7 +108,7 @@ type sessionConfig struct {
 	// users' own (those other than PoolModeDefault, in Config.Users's
 	// order).
 	PoolMode      PoolMode
-	userPoolModes []userPoolMode
+	UserPoolModes []UserPoolMode
 	MaxPinned     int
 	MaxClients    int
 	PoolTimeout   time.Duration
@@ -129,47 +129,47 @@ type sessionConfig struct {
 	UnnamedStatements  UnnamedMode
 }
 
-// userPoolMode is a user's own pool mode (Config.Users).
-type userPoolMode struct {
-	name string
-	mode PoolMode
+// UserPoolMode is a user's own pool mode (Config.Users).
+type UserPoolMode struct {
+	Name string
+	Mode PoolMode
 }
 
 // shardName returns the name of shard i.
-func (g *generationEnv) shardName(i int) string { return g.cfg.Map.Shards[i].Name }
+func (g *GenerationEnv) shardName(i int) string { return g.Config.Map.Shards[i].Name }
 
-// hostEnv is what the server that accepted a client gives its session
+// HostEnv is what the server that accepted a client gives its session
 // for the session's whole life (the same for every generation).
-type hostEnv struct {
-	metrics *metrics
-	log     *slog.Logger
-	// tls is the current TLS configuration towards clients (nil: off).
-	tls *atomic.Pointer[tlsSetup]
-	// loginsDisabled: DISABLE on the console (admin logins still pass).
-	loginsDisabled *atomic.Bool
-	// npinned counts the pinned sessions (Config.MaxPinned bounds it);
+type HostEnv struct {
+	Metrics *Metrics
+	Log     *slog.Logger
+	// TLS is the current TLS configuration towards clients (nil: off).
+	TLS *atomic.Pointer[tlsSetup]
+	// LoginsDisabled: DISABLE on the console (admin logins still pass).
+	LoginsDisabled *atomic.Bool
+	// NPinned counts the pinned sessions (Config.MaxPinned bounds it);
 	// pinsTotal counts pins by reason.
-	npinned   *atomic.Int64
-	pinsTotal *prometheus.CounterVec
-	// fences holds each pool's fence state (*backend.Pool → *atomic.Int32);
+	NPinned   *atomic.Int64
+	PinsTotal *prometheus.CounterVec
+	// Fences holds each pool's fence state (*backend.Pool → *atomic.Int32);
 	// standIns the texts a fence assert names for a key's bucket.
-	fences   *sync.Map
-	standIns *standInTexts
-	// clients is the register of the server's client sessions.
-	clients *sessionRegistry
-	// consoleCanceled is the cause a cancel request gives the context
+	Fences   *sync.Map
+	StandIns *StandInTexts
+	// Clients is the register of the server's client sessions.
+	Clients *Registry
+	// ConsoleCanceled is the cause a cancel request gives the context
 	// of a console command (admin.ErrCanceled).
-	consoleCanceled error
-	// ops runs what needs the server itself.
-	ops hostOps
+	ConsoleCanceled error
+	// Ops runs what needs the server itself.
+	Ops HostOps
 }
 
-// hostOps are the server's operations a session uses (a *core implements
+// HostOps are the server's operations a session uses (a *core implements
 // them).
-type hostOps interface {
-	// currentEnv is the current generation's environment.
-	currentEnv() *generationEnv
-	// consoleQuery runs the admin console's commands of one query string
+type HostOps interface {
+	// CurrentEnv is the current generation's environment.
+	CurrentEnv() *GenerationEnv
+	// ConsoleQuery runs the admin console's commands of one query string
 	// for session s and appends their answer to out.
-	consoleQuery(ctx context.Context, s *session, sql string, out []byte) []byte
+	ConsoleQuery(ctx context.Context, s *Session, sql string, out []byte) []byte
 }

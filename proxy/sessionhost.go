@@ -11,8 +11,8 @@ import (
 // operations a *Server (generationOps) and a *core (hostOps) run for them.
 
 // newSessionConfig copies what a session reads of c.
-func newSessionConfig(c *Config) *sessionConfig {
-	sc := &sessionConfig{
+func newSessionConfig(c *Config) *SessionConfig {
+	sc := &SessionConfig{
 		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follow: c.Follow,
 		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
 		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
@@ -24,39 +24,39 @@ func newSessionConfig(c *Config) *sessionConfig {
 	}
 	for _, u := range c.Users {
 		if u.PoolMode != PoolModeDefault {
-			sc.userPoolModes = append(sc.userPoolModes, userPoolMode{name: u.Name, mode: u.PoolMode})
+			sc.UserPoolModes = append(sc.UserPoolModes, UserPoolMode{Name: u.Name, Mode: u.PoolMode})
 		}
 	}
 	return sc
 }
 
 // env returns the generation's environment, made once.
-func (s *Server) env() *generationEnv { return s.genv }
+func (s *Server) env() *GenerationEnv { return s.genv }
 
 // makeEnv makes the generation's environment (once its pools are set,
 // before it is published).
 func (s *Server) makeEnv() {
 	if s.core.henv == nil {
 		c := s.core
-		c.henv = &hostEnv{
-			metrics: c.metrics, log: c.log, tls: &c.tls, loginsDisabled: &c.life.disabled,
-			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, standIns: &c.standIns, clients: &c.clients, consoleCanceled: admin.ErrCanceled, ops: c,
+		c.henv = &HostEnv{
+			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
+			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: &c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
-	s.genv = &generationEnv{
-		cfg: newSessionConfig(&s.cfg), pools: s.pools, defaultShard: s.defaultShard, users: s.users,
-		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation, rr: &s.rr,
-		home: s.core.henv, ops: s,
+	s.genv = &GenerationEnv{
+		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
+		Metrics: s.metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
+		Home: s.core.henv, Ops: s,
 	}
 }
 
-// databaseEnv implements generationOps.
-func (s *Server) databaseEnv(name string) *generationEnv { return s.database(name).env() }
+// DatabaseEnv implements generationOps.
+func (s *Server) DatabaseEnv(name string) *GenerationEnv { return s.database(name).env() }
 
-// currentEnv implements hostOps.
-func (c *core) currentEnv() *generationEnv { return c.current().env() }
+// CurrentEnv implements hostOps.
+func (c *core) CurrentEnv() *GenerationEnv { return c.current().env() }
 
-// consoleQuery implements hostOps: admin.Query over s's adminHost.
-func (c *core) consoleQuery(ctx context.Context, s *session, sql string, out []byte) []byte {
+// ConsoleQuery implements hostOps: admin.Query over s's adminHost.
+func (c *core) ConsoleQuery(ctx context.Context, s *Session, sql string, out []byte) []byte {
 	return admin.Query(ctx, &adminHost{s: s, c: c}, sql, out)
 }

@@ -8,25 +8,25 @@ import (
 	"sync"
 )
 
-// sessionRegistry is a server's register of its client sessions, by the
+// Registry is a server's register of its client sessions, by the
 // process ID of their BackendKeyData: admission against max_clients,
 // cancel requests, pg_terminate_backend, the console's SHOW CLIENTS and
 // KILL, the shutdown. It belongs to the session side of the engine
 // boundary (sessionenv.go): the server holds one (core.clients) and reads
 // its sessions only through its methods.
-type sessionRegistry struct {
+type Registry struct {
 	// metrics counts the clients (set once the server's metrics exist).
-	metrics *metrics
+	metrics *Metrics
 
 	mu       sync.Mutex
-	sessions map[uint32]*session
+	sessions map[uint32]*Session
 	nclients int
 	nadmin   int // of nclients, admin console sessions
 }
 
 // register assigns the session its cancel key and counts it against
 // maxClients; false means the server is full.
-func (r *sessionRegistry) register(sess *session, maxClients int) bool {
+func (r *Registry) register(sess *Session, maxClients int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.nclients >= maxClients {
@@ -49,14 +49,14 @@ func (r *sessionRegistry) register(sess *session, maxClients int) bool {
 		if sess.admin {
 			r.nadmin++
 		}
-		r.metrics.clients.Inc()
-		r.metrics.clientsTotal.Inc()
+		r.metrics.Clients.Inc()
+		r.metrics.ClientsTotal.Inc()
 		return true
 	}
 }
 
 // unregister removes the session (a no-op if it is not registered).
-func (r *sessionRegistry) unregister(sess *session) {
+func (r *Registry) unregister(sess *Session) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions[sess.pid] == sess {
@@ -65,14 +65,14 @@ func (r *sessionRegistry) unregister(sess *session) {
 		if sess.admin {
 			r.nadmin--
 		}
-		r.metrics.clients.Dec()
+		r.metrics.Clients.Dec()
 	}
 }
 
-// cancel forwards a client's cancel request to the backend serving its
+// Cancel forwards a client's Cancel request to the backend serving its
 // session right now, if any. A request whose key matches no session is
 // ignored, as Postgres does.
-func (r *sessionRegistry) cancel(ctx context.Context, pid uint32, key []byte) {
+func (r *Registry) Cancel(ctx context.Context, pid uint32, key []byte) {
 	sess := r.byPID(pid)
 	if sess == nil || len(key) != 4 || binary.BigEndian.Uint32(key) != sess.secret {
 		return
@@ -82,7 +82,7 @@ func (r *sessionRegistry) cancel(ctx context.Context, pid uint32, key []byte) {
 
 // byPID finds a client session (of any database on the listener) by its
 // BackendKeyData PID.
-func (r *sessionRegistry) byPID(pid uint32) *session {
+func (r *Registry) byPID(pid uint32) *Session {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sessions[pid]
@@ -91,7 +91,7 @@ func (r *sessionRegistry) byPID(pid uint32) *session {
 // rekey gives a session pinned at startup the backend's real PID and
 // secret in BackendKeyData (clients compare it with pg_backend_pid() and
 // cancel with it), unless another session already has that PID.
-func (r *sessionRegistry) rekey(sess *session, pid uint32, secret []byte) {
+func (r *Registry) rekey(sess *Session, pid uint32, secret []byte) {
 	if len(secret) != 4 || pid == 0 {
 		return
 	}
@@ -109,19 +109,19 @@ func (r *sessionRegistry) rekey(sess *session, pid uint32, secret []byte) {
 }
 
 // list returns the registered sessions (in no order).
-func (r *sessionRegistry) list() []*session {
+func (r *Registry) list() []*Session {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*session, 0, len(r.sessions))
+	out := make([]*Session, 0, len(r.sessions))
 	for _, x := range r.sessions {
 		out = append(out, x)
 	}
 	return out
 }
 
-// kill closes the client connections of the sessions match selects
+// Kill closes the client connections of the sessions match selects
 // (their transactions are lost, as with pg_terminate_backend).
-func (r *sessionRegistry) kill(match func(*session) bool) int {
+func (r *Registry) Kill(match func(*Session) bool) int {
 	n := 0
 	for _, x := range r.list() {
 		if match(x) {
@@ -132,8 +132,8 @@ func (r *sessionRegistry) kill(match func(*session) bool) int {
 	return n
 }
 
-// closeAll closes every client connection (the hard stop).
-func (r *sessionRegistry) closeAll() {
+// CloseAll closes every client connection (the hard stop).
+func (r *Registry) CloseAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, sess := range r.sessions {
@@ -141,15 +141,15 @@ func (r *sessionRegistry) closeAll() {
 	}
 }
 
-// counts returns the registered sessions and, of them, the console's.
-func (r *sessionRegistry) counts() (clients, admin int) {
+// Counts returns the registered sessions and, of them, the console's.
+func (r *Registry) Counts() (clients, admin int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.nclients, r.nadmin
 }
 
-// pinned lists the sessions pinned right now, by PID.
-func (r *sessionRegistry) pinned() []PinnedSession {
+// Pinned lists the sessions Pinned right now, by PID.
+func (r *Registry) Pinned() []PinnedSession {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []PinnedSession

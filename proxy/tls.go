@@ -45,8 +45,8 @@ func loadTLS(c TLSConfig) (*tlsSetup, error) {
 // startTLS answers an SSLRequest: 'N' when TLS is off or already on, else
 // 'S' and the server side of the TLS handshake (bounded by the startup
 // deadline); the session then uses the TLS connection.
-func (s *session) startTLS() error {
-	ts := s.host.tls.Load()
+func (s *Session) startTLS() error {
+	ts := s.host.TLS.Load()
 	if ts == nil || ts.mode == TLSDisable || s.tlsOn {
 		_, err := s.conn.Write([]byte{'N'})
 		return err

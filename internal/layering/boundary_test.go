@@ -24,7 +24,7 @@ import (
 const boundaryPackage = "proxy"
 
 // engineTypes are the receivers on the session's side of the boundary.
-var engineTypes = []string{"session", "planner"}
+var engineTypes = []string{"Session", "planner"}
 
 // boundaryDenied are the identifiers an engine type must not name: the
 // generation and the server behind the boundary.
