@@ -156,16 +156,16 @@ func TestEngineBoundary(t *testing.T) {
 func TestBoundaryBreaksFound(t *testing.T) {
 	src := `package p
 
-type session struct {
+type Session struct {
 	gen *generationEnv
 	srv *Server
 }
 
-type planner struct{ s *session }
+type planner struct{ s *Session }
 
-func (s *session) ok() int { return s.gen.cfg.PoolSize }
+func (s *Session) ok() int { return s.gen.cfg.PoolSize }
 
-func (s *session) bad() int { return s.srv.cfg.PoolSize }
+func (s *Session) bad() int { return s.srv.cfg.PoolSize }
 
 func (p *planner) bad(c *core) {}
 
@@ -179,7 +179,7 @@ func (s *Server) fine() *core { return s.core }
 	for _, b := range bs {
 		got = append(got, fmt.Sprintf("%s %s %s", b.pos, b.in, b.what))
 	}
-	want := "p.go:5 type session Server; p.go:12 session.bad field .srv; p.go:14 planner.bad core"
+	want := "p.go:5 type Session Server; p.go:12 Session.bad field .srv; p.go:14 planner.bad core"
 	if strings.Join(got, "; ") != want {
 		t.Fatalf("boundaryBreaks = %q, want %q", strings.Join(got, "; "), want)
 	}
