@@ -173,41 +173,21 @@ type Config struct {
 // interval (proxy.catalog) should be at most half of it.
 const DefaultFenceRetryWait = time.Second
 
-// TLSMode says whether clients may or must use TLS.
-type TLSMode int
+// TLSMode says whether clients may or must use TLS (internal/auth's).
+type TLSMode = auth.TLSMode
 
+// The TLS modes.
 const (
 	// TLSDisable answers SSLRequest with 'N': no TLS (the default).
-	TLSDisable TLSMode = iota
+	TLSDisable = auth.TLSDisable
 	// TLSAllow accepts TLS and plain-text clients.
-	TLSAllow
+	TLSAllow = auth.TLSAllow
 	// TLSRequire refuses plain-text clients (28000).
-	TLSRequire
+	TLSRequire = auth.TLSRequire
 )
 
-// String returns disable, allow or require.
-func (m TLSMode) String() string {
-	switch m {
-	case TLSAllow:
-		return "allow"
-	case TLSRequire:
-		return "require"
-	}
-	return "disable"
-}
-
 // ParseTLSMode parses disable, allow or require.
-func ParseTLSMode(s string) (TLSMode, error) {
-	switch strings.ToLower(s) {
-	case "", "disable":
-		return TLSDisable, nil
-	case "allow":
-		return TLSAllow, nil
-	case "require":
-		return TLSRequire, nil
-	}
-	return TLSDisable, fmt.Errorf("tls mode %q: want disable, allow or require", s)
-}
+func ParseTLSMode(s string) (TLSMode, error) { return auth.ParseTLSMode(s) }
 
 // TLSConfig is TLS towards clients: TLS 1.2 or newer with the certificate
 // and key in CertFile and KeyFile (PEM), read at New and at each reload.
@@ -235,21 +215,6 @@ type BouncerConfig struct {
 	// MaxWait: fail fast while maxwait ≥ MaxWait (0 = never).
 	MaxWait time.Duration
 }
-
-// UnnamedMode is what a direct backend connection receives for a client's
-// unnamed Parse (Config.UnnamedStatements).
-type UnnamedMode int
-
-const (
-	// UnnamedCached: from the second time any client parses a text as an
-	// unnamed statement, the connection's statement cache serves it (the
-	// text is parsed once per connection, and Postgres's plan cache
-	// applies, as for a client that names its statements). The default.
-	UnnamedCached UnnamedMode = iota
-	// UnnamedPassThrough: the client's unnamed Parse goes to the backend
-	// as it is, every time.
-	UnnamedPassThrough
-)
 
 // User is a client login.
 type User struct {
@@ -417,12 +382,6 @@ func (c Config) validate() error {
 		return errors.New("proxy config: " + strings.Join(p, "; "))
 	}
 	return nil
-}
-
-// Login is a User prepared for authentication.
-type Login struct {
-	Trust    bool
-	Verifier auth.Verifier
 }
 
 func prepareUsers(users []User) (map[string]Login, error) {

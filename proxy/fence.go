@@ -133,7 +133,7 @@ func (s *Session) fenceByConfig() (on, decided bool) {
 		return false, true
 	case s.gen.Config.Fence == FenceOn:
 		return true, true
-	case s.gen.Config.Follow == nil:
+	case !s.gen.Config.Follows:
 		return false, true // FenceAuto on a static map
 	}
 	return false, false

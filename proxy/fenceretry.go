@@ -92,7 +92,7 @@ func (s *Session) runRetrying(run func() error) error {
 // (planner.fresh), no pgshard hint chose the shard, and no swap to a
 // write's shard happened.
 func (p *planner) fenceRetryFlag(fence bool) itemFlags {
-	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.Config.Follow != nil {
+	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.Config.Follows {
 		return fFence
 	}
 	return 0
@@ -102,7 +102,7 @@ func (p *planner) fenceRetryFlag(fence bool) itemFlags {
 // at index i of s.items is retried: see the diagram above.
 func (s *Session) fenceRetryable(i int, msg []byte) bool {
 	r := &s.fretry
-	if !r.armed || s.gen.Config.Follow == nil || s.gen.Home != s.host || s.pin != nil {
+	if !r.armed || !s.gen.Config.Follows || s.gen.Home != s.host || s.pin != nil {
 		return false
 	}
 	for _, it := range s.items[:i] {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
@@ -130,7 +131,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	if err := checkEpoch(old.cfg.Map, cfg.Map); err != nil {
 		return res, err
 	}
-	ts, err := loadTLS(cfg.TLS)
+	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return res, fmt.Errorf("proxy config: %w", err)
 	}

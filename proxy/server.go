@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 
 	"context"
 	"errors"
@@ -63,7 +65,7 @@ type Server struct {
 type core struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *Metrics
+	metrics *obs.Metrics
 	// stmtEpoch moves on at every schema change the proxy sees (a DDL
 	// statement planned, or Postgres refusing a cached statement whose
 	// result columns changed): every connection's statement cache then
@@ -88,7 +90,7 @@ type core struct {
 	// secrets are redacted from every log line (secrets.go).
 	secrets secretSet
 	// tls is the current TLS configuration towards clients (nil: off).
-	tls atomic.Pointer[tlsSetup]
+	tls atomic.Pointer[auth.TLSSetup]
 
 	// npinned counts the sessions pinned to a backend of their own
 	// (pin.go), across generations and databases (Config.MaxPinned bounds
@@ -135,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	c.life.init()
 	c.secrets.set(&cfg)
 	c.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &c.secrets})
-	ts, err := loadTLS(cfg.TLS)
+	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}

@@ -432,7 +432,7 @@ func (s *Session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 // (without TLS where it is required, without a user, for replication, or
 // while logins are disabled, but to the console).
 func (s *Session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
-	if ts := s.host.TLS.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
+	if ts := s.host.TLS.Load(); ts != nil && ts.Mode == auth.TLSRequire && !s.tlsOn {
 		s.host.Metrics.ClientsRefused.WithLabelValues("tls_required").Inc()
 		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
 			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",

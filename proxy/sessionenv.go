@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
@@ -60,7 +62,7 @@ type GenerationEnv struct {
 	Users map[string]Login
 	// Metrics and log are the database's server's (the accepting server's
 	// unless the session runs on an extra database).
-	Metrics *Metrics
+	Metrics *obs.Metrics
 	Log     *slog.Logger
 	// StmtEpoch moves on at every schema change (see core.stmtEpoch).
 	StmtEpoch *atomic.Uint64
@@ -99,8 +101,8 @@ type SessionConfig struct {
 	Map         *shardmap.Map
 	Analyzer    route.Analyzer
 	HintKeyType route.KeyType
-	// Follow is Config.Follow (nil: the proxy does not follow a catalog).
-	Follow MapFollower
+	// Follows: Config.Follow is set (the proxy follows a catalog).
+	Follows bool
 	// Fence and FenceRetryWait: the map fence (fence.go, fenceretry.go).
 	Fence          FenceMode
 	FenceRetryWait time.Duration
@@ -141,10 +143,10 @@ func (g *GenerationEnv) shardName(i int) string { return g.Config.Map.Shards[i].
 // HostEnv is what the server that accepted a client gives its session
 // for the session's whole life (the same for every generation).
 type HostEnv struct {
-	Metrics *Metrics
+	Metrics *obs.Metrics
 	Log     *slog.Logger
 	// TLS is the current TLS configuration towards clients (nil: off).
-	TLS *atomic.Pointer[tlsSetup]
+	TLS *atomic.Pointer[auth.TLSSetup]
 	// LoginsDisabled: DISABLE on the console (admin logins still pass).
 	LoginsDisabled *atomic.Bool
 	// NPinned counts the pinned sessions (Config.MaxPinned bounds it);
@@ -173,3 +175,24 @@ type HostOps interface {
 	// for session s and appends their answer to out.
 	ConsoleQuery(ctx context.Context, s *Session, sql string, out []byte) []byte
 }
+
+// Login is a User prepared for authentication.
+type Login struct {
+	Trust    bool
+	Verifier auth.Verifier
+}
+
+// UnnamedMode is what a direct backend connection receives for a client's
+// unnamed Parse (Config.UnnamedStatements).
+type UnnamedMode int
+
+const (
+	// UnnamedCached: from the second time any client parses a text as an
+	// unnamed statement, the connection's statement cache serves it (the
+	// text is parsed once per connection, and Postgres's plan cache
+	// applies, as for a client that names its statements). The default.
+	UnnamedCached UnnamedMode = iota
+	// UnnamedPassThrough: the client's unnamed Parse goes to the backend
+	// as it is, every time.
+	UnnamedPassThrough
+)

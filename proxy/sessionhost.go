@@ -13,7 +13,7 @@ import (
 // newSessionConfig copies what a session reads of c.
 func newSessionConfig(c *Config) *SessionConfig {
 	sc := &SessionConfig{
-		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follow: c.Follow,
+		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follows: c.Follow != nil,
 		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
 		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
 		ConnectTimeout: c.ConnectTimeout,

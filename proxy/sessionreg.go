@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync"
+
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 )
 
 // Registry is a server's register of its client sessions, by the
@@ -16,7 +18,7 @@ import (
 // its sessions only through its methods.
 type Registry struct {
 	// metrics counts the clients (set once the server's metrics exist).
-	metrics *Metrics
+	metrics *obs.Metrics
 
 	mu       sync.Mutex
 	sessions map[uint32]*Session
