@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -384,10 +385,10 @@ func (c Config) validate() error {
 	return nil
 }
 
-func prepareUsers(users []User) (map[string]Login, error) {
-	out := make(map[string]Login, len(users))
+func prepareUsers(users []User) (map[string]engine.Login, error) {
+	out := make(map[string]engine.Login, len(users))
 	for _, u := range users {
-		l := Login{Trust: u.Trust}
+		l := engine.Login{Trust: u.Trust}
 		if !u.Trust {
 			var err error
 			if strings.HasPrefix(u.Password, auth.Mechanism+"$") {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 	"github.com/pgshard/pgshard/proxy/internal/obs"
 
 	"context"
@@ -34,7 +35,7 @@ import (
 type Server struct {
 	*core
 	cfg   Config
-	users map[string]Login
+	users map[string]engine.Login
 	pools []*backend.Pool
 	// collation is whether the shards order text by bytes (collationC),
 	// checked on the first merge that compares text (collationUnknown
@@ -58,7 +59,7 @@ type Server struct {
 	dbs map[string]*Server
 
 	// genv is what the generation gives its sessions (sessionenv.go).
-	genv *GenerationEnv
+	genv *engine.GenerationEnv
 }
 
 // core is the state every generation of a Server shares.
@@ -82,7 +83,7 @@ type core struct {
 
 	// clients are the client sessions, by the BackendKeyData process ID
 	// (sessionreg.go).
-	clients Registry
+	clients *engine.Registry
 
 	mu    sync.Mutex
 	dbIDs map[string]string // database id → shard name (identity checks)
@@ -102,7 +103,7 @@ type core struct {
 	// *atomic.Int32, fence.go).
 	fences sync.Map
 	// standIns: one text per bucket that hashes to it (fence.go).
-	standIns StandInTexts
+	standIns engine.StandInTexts
 
 	addrMu      sync.Mutex
 	addr        net.Addr
@@ -110,7 +111,7 @@ type core struct {
 	ready       chan struct{}
 
 	// henv is what the server gives its sessions (sessionenv.go).
-	henv *HostEnv
+	henv *engine.HostEnv
 }
 
 // current returns the current generation.
@@ -129,7 +130,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	c := &core{
 		reg:     prometheus.NewRegistry(),
-		clients: Registry{sessions: map[uint32]*Session{}},
 		dbIDs:   map[string]string{},
 		ready:   make(chan struct{}),
 		started: time.Now(),
@@ -151,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 	// The metrics first: the pools count their backend errors there.
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
-	c.clients.metrics = c.metrics
+	c.clients = engine.NewRegistry(c.metrics)
 	for i, sh := range cfg.Map.Shards {
 		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {
@@ -351,7 +351,7 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := NewSession(s.env(), s.core.henv, conn)
+	sess := engine.NewSession(s.env(), s.core.henv, conn)
 	defer conn.Close()
 	sess.Run(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/pgshard/pgshard/proxy/internal/admin"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 )
 
 // The server's side of the engine boundary (sessionenv.go): making the
@@ -11,8 +12,8 @@ import (
 // operations a *Server (generationOps) and a *core (hostOps) run for them.
 
 // newSessionConfig copies what a session reads of c.
-func newSessionConfig(c *Config) *SessionConfig {
-	sc := &SessionConfig{
+func newSessionConfig(c *Config) *engine.SessionConfig {
+	sc := &engine.SessionConfig{
 		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follows: c.Follow != nil,
 		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
 		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
@@ -24,26 +25,26 @@ func newSessionConfig(c *Config) *SessionConfig {
 	}
 	for _, u := range c.Users {
 		if u.PoolMode != PoolModeDefault {
-			sc.UserPoolModes = append(sc.UserPoolModes, UserPoolMode{Name: u.Name, Mode: u.PoolMode})
+			sc.UserPoolModes = append(sc.UserPoolModes, engine.UserPoolMode{Name: u.Name, Mode: u.PoolMode})
 		}
 	}
 	return sc
 }
 
 // env returns the generation's environment, made once.
-func (s *Server) env() *GenerationEnv { return s.genv }
+func (s *Server) env() *engine.GenerationEnv { return s.genv }
 
 // makeEnv makes the generation's environment (once its pools are set,
 // before it is published).
 func (s *Server) makeEnv() {
 	if s.core.henv == nil {
 		c := s.core
-		c.henv = &HostEnv{
+		c.henv = &engine.HostEnv{
 			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
-			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: &c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
+			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
-	s.genv = &GenerationEnv{
+	s.genv = &engine.GenerationEnv{
 		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
 		Metrics: s.metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
 		Home: s.core.henv, Ops: s,
@@ -51,12 +52,13 @@ func (s *Server) makeEnv() {
 }
 
 // DatabaseEnv implements generationOps.
-func (s *Server) DatabaseEnv(name string) *GenerationEnv { return s.database(name).env() }
+func (s *Server) DatabaseEnv(name string) *engine.GenerationEnv { return s.database(name).env() }
 
 // CurrentEnv implements hostOps.
-func (c *core) CurrentEnv() *GenerationEnv { return c.current().env() }
+func (c *core) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
 
-// ConsoleQuery implements hostOps: admin.Query over s's adminHost.
-func (c *core) ConsoleQuery(ctx context.Context, s *Session, sql string, out []byte) []byte {
-	return admin.Query(ctx, &adminHost{s: s, c: c}, sql, out)
+// ConsoleQuery implements engine.HostOps: admin.Query over an adminHost
+// acting for by.
+func (c *core) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) []byte {
+	return admin.Query(ctx, &adminHost{by: by, c: c}, sql, out)
 }

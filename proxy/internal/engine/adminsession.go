@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -110,7 +110,7 @@ func (s *Session) adminQuery(ctx context.Context, sql string) {
 		s.mu.Unlock()
 		cancel(nil)
 	}()
-	s.out = s.host.Ops.ConsoleQuery(cctx, s, sql, s.out)
+	s.out = s.host.Ops.ConsoleQuery(cctx, ConsoleCaller{User: s.user, Log: s.log}, sql, s.out)
 }
 
 // cancelAdmin cancels the command an admin session runs (a cancel request).

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // A session moves to the newest configuration generation between
 // transactions (reload.go publishes it; the session holds no backend,

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // Session SET / RESET: a client's session settings are kept by the proxy
 // (internal/backend/settings.go) and validated by running them on a shard inside a

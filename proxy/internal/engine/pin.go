@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // Pinning: a client kept on one server session.
 //

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // pg_terminate_backend / pg_cancel_backend of a client session's PID.
 //

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -173,7 +173,14 @@ type HostOps interface {
 	CurrentEnv() *GenerationEnv
 	// ConsoleQuery runs the admin console's commands of one query string
 	// for session s and appends their answer to out.
-	ConsoleQuery(ctx context.Context, s *Session, sql string, out []byte) []byte
+	ConsoleQuery(ctx context.Context, by ConsoleCaller, sql string, out []byte) []byte
+}
+
+// ConsoleCaller is the admin session a console command runs for: its
+// user and its logger (the console logs its actions as the user's).
+type ConsoleCaller struct {
+	User string
+	Log  *slog.Logger
 }
 
 // Login is a User prepared for authentication.

@@ -1,12 +1,15 @@
-package proxy
+package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/obs"
 )
 
@@ -17,13 +20,18 @@ import (
 // boundary (sessionenv.go): the server holds one (core.clients) and reads
 // its sessions only through its methods.
 type Registry struct {
-	// metrics counts the clients (set once the server's metrics exist).
+	// metrics counts the clients.
 	metrics *obs.Metrics
 
 	mu       sync.Mutex
 	sessions map[uint32]*Session
 	nclients int
 	nadmin   int // of nclients, admin console sessions
+}
+
+// NewRegistry returns an empty register counting its clients in m.
+func NewRegistry(m *obs.Metrics) *Registry {
+	return &Registry{metrics: m, sessions: map[uint32]*Session{}}
 }
 
 // register assigns the session its cancel key and counts it against
@@ -71,7 +79,7 @@ func (r *Registry) unregister(sess *Session) {
 	}
 }
 
-// Cancel forwards a client's Cancel request to the backend serving its
+// Cancel forwards a client's cancel request to the backend serving its
 // session right now, if any. A request whose key matches no session is
 // ignored, as Postgres does.
 func (r *Registry) Cancel(ctx context.Context, pid uint32, key []byte) {
@@ -122,16 +130,69 @@ func (r *Registry) list() []*Session {
 }
 
 // Kill closes the client connections of the sessions match selects
-// (their transactions are lost, as with pg_terminate_backend).
-func (r *Registry) Kill(match func(*Session) bool) int {
+// (their transactions are lost, as with pg_terminate_backend); match sees
+// each session's snapshot.
+func (r *Registry) Kill(match func(*ClientInfo) bool) int {
 	n := 0
 	for _, x := range r.list() {
-		if match(x) {
+		if ci := x.info(); match(&ci) {
 			x.closeClient()
 			n++
 		}
 	}
 	return n
+}
+
+// Clients returns a snapshot of the registered sessions, by PID.
+func (r *Registry) Clients() []ClientInfo {
+	sessions := r.list()
+	out := make([]ClientInfo, 0, len(sessions))
+	for _, x := range sessions {
+		out = append(out, x.info())
+	}
+	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.PID, b.PID) })
+	return out
+}
+
+// ClientInfo is a snapshot of one client session (SHOW CLIENTS, KILL).
+type ClientInfo struct {
+	PID                uint32
+	User, DB, App      string
+	Admin, TLS         bool
+	Connected, Request time.Time // Request: the backend's use began, else Connected
+	Remote, Local      string    // the client connection's addresses ("" unknown)
+	// Pool is the pool of the backend the session holds right now (nil:
+	// none), BackendPID that backend's process.
+	Pool       *backend.Pool
+	BackendPID uint32
+	// Pinned is the reason of the session's pin ("" not pinned).
+	Pinned string
+}
+
+// info is s's snapshot.
+func (s *Session) info() ClientInfo {
+	c := ClientInfo{PID: s.pid, User: s.user, DB: s.db, App: s.app, Admin: s.admin, TLS: s.tlsOn,
+		Connected: s.connected, Request: s.connected}
+	if a := s.conn.RemoteAddr(); a != nil {
+		c.Remote = a.String()
+	}
+	if a := s.conn.LocalAddr(); a != nil {
+		c.Local = a.String()
+	}
+	s.mu.Lock()
+	if bc := s.bc; bc != nil {
+		c.Pool, c.BackendPID = bc.Pool, bc.PID
+		if ns := bc.UsedSince.Load(); ns != 0 {
+			c.Request = time.Unix(0, ns)
+		}
+	}
+	s.mu.Unlock()
+	s.pinMu.Lock()
+	if ps := s.pinInfo; ps != nil {
+		c.Pinned = ps.Reason
+	}
+	s.pinMu.Unlock()
+	return c
 }
 
 // CloseAll closes every client connection (the hard stop).
@@ -150,7 +211,7 @@ func (r *Registry) Counts() (clients, admin int) {
 	return r.nclients, r.nadmin
 }
 
-// Pinned lists the sessions Pinned right now, by PID.
+// Pinned lists the sessions pinned right now, by PID.
 func (r *Registry) Pinned() []PinnedSession {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -21,8 +21,6 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
-
-var syscallEMFILE = syscall.EMFILE
 
 // txState is where a session's transaction is.
 type txState uint8
