@@ -28,7 +28,7 @@ import (
 //	startup (admin db) ─▶ authenticate ─▶ admin user? ─no─▶ FATAL 42501
 //	                                          │ yes
 //	                                          ▼
-//	serveAdmin (adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
+//	serveAdmin (internal/engine/adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
 //	            Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
 //
 // The commands live in proxy/internal/admin (its doc.go lists them), which

@@ -102,9 +102,9 @@ func defaultRemap(_ context.Context, cfg Config, m *shardmap.Map) (Config, error
 	return cfg, nil
 }
 
-// LeaseError is the refusal of a keyed statement while the lease lapsed;
+// leaseError is the refusal of a keyed statement while the lease lapsed;
 // nil while it is live (or the proxy follows no catalog).
-func (s *Server) LeaseError() *pgwire.Error {
+func (s *Server) leaseError() *pgwire.Error {
 	f := s.cfg.Follow
 	if f == nil {
 		return nil
@@ -113,7 +113,7 @@ func (s *Server) LeaseError() *pgwire.Error {
 	if err == nil {
 		return nil
 	}
-	s.core.metrics.Refusals.WithLabelValues("lease").Inc()
+	s.core.metrics.refusals.WithLabelValues("lease").Inc()
 	return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
 		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", s.cfg.Map.Epoch, s.cfg.CatalogName),
 		Detail:  err.Error(),

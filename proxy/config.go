@@ -108,7 +108,7 @@ type Config struct {
 	MergeGroupLimit int
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string
-	// PoolMode is how clients use backends (pin.go): PoolTransaction (the
+	// PoolMode is how clients use backends (internal/engine/pin.go): PoolTransaction (the
 	// default) or PoolSession; a User may override it.
 	PoolMode PoolMode
 	// MaxPinned bounds the sessions pinned in transaction pooling
@@ -124,7 +124,7 @@ type Config struct {
 	AdminUsers []string
 	// AdminDatabase is the console's database name (default "pgshard").
 	AdminDatabase string
-	// TLS is TLS towards clients (tls.go).
+	// TLS is TLS towards clients (internal/engine/tls.go).
 	TLS TLSConfig
 	// PgBouncer configures reading each shard's PgBouncer admin console
 	// and failing transactions fast when it is overloaded (internal/backend/bouncer.go).
@@ -159,12 +159,12 @@ type Config struct {
 	// CatalogName names the catalog in messages (a redacted DSN).
 	CatalogName string
 	// Fence says whether keyed transactions assert their key against the
-	// shard's fence (fence.go; default FenceAuto).
+	// shard's fence (internal/engine/fence.go; default FenceAuto).
 	Fence FenceMode
 	// FenceRetryWait bounds, per client message, the time a statement
 	// refused by the fence before anything reached its client waits for
 	// a newer map (or a frozen range) before it is run again
-	// (fenceretry.go; default DefaultFenceRetryWait).
+	// (internal/engine/fenceretry.go; default DefaultFenceRetryWait).
 	FenceRetryWait time.Duration
 }
 

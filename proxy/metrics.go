@@ -17,10 +17,18 @@ import (
 // statistics (internal/backend/stats.go) by shardCollector, so a reload
 // that adds or removes shards changes the series without re-registering,
 // and the admin console and the metrics read the same numbers.
-func newMetrics(reg *prometheus.Registry, c *core) *obs.Metrics {
+func newMetrics(reg *prometheus.Registry, c *core) *metrics {
 	m := obs.NewMetrics()
 	reg.MustRegister(append(m.Collectors(), &shardCollector{c: c}, buildInfo())...)
-	return m
+	return &metrics{Metrics: m, refusals: m.Refusals}
+}
+
+// metrics are the server's event counters: the handles it shares with
+// its sessions (obs.Metrics), and refusals, the handle Metrics.Refusals
+// under the name the catalog's lease check (catalog.go) counts with.
+type metrics struct {
+	*obs.Metrics
+	refusals *prometheus.CounterVec
 }
 
 // buildInfo is pgshard_build_info: 1, labelled with the build's version.

@@ -5,7 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Pinning, the server's side (pin.go is the session's): the direct pools
+// Pinning, the server's side (internal/engine/pin.go is the session's): the direct pools
 // pinned sessions' backends come from, handed from generation to
 // generation, and the pin metrics and listing.
 

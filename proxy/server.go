@@ -4,7 +4,6 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/engine"
-	"github.com/pgshard/pgshard/proxy/internal/obs"
 
 	"context"
 	"errors"
@@ -48,7 +47,7 @@ type Server struct {
 	// generation counts configurations: 1 is New's, each reload adds one.
 	generation uint64
 
-	// Pinning (pin.go): direct pools by shard, made on first use when the
+	// Pinning (internal/engine/pin.go): direct pools by shard, made on first use when the
 	// shards' own pools go through a pooler. A reload hands a kept shard's
 	// direct pool to the new generation and retires the others'.
 	directMu sync.Mutex
@@ -58,7 +57,7 @@ type Server struct {
 	// the same for every generation (a reload keeps them).
 	dbs map[string]*Server
 
-	// genv is what the generation gives its sessions (sessionenv.go).
+	// genv is what the generation gives its sessions (internal/engine/sessionenv.go).
 	genv *engine.GenerationEnv
 }
 
@@ -66,7 +65,7 @@ type Server struct {
 type core struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *obs.Metrics
+	metrics *metrics
 	// stmtEpoch moves on at every schema change the proxy sees (a DDL
 	// statement planned, or Postgres refusing a cached statement whose
 	// result columns changed): every connection's statement cache then
@@ -82,7 +81,7 @@ type core struct {
 	started time.Time
 
 	// clients are the client sessions, by the BackendKeyData process ID
-	// (sessionreg.go).
+	// (internal/engine/sessionreg.go).
 	clients *engine.Registry
 
 	mu    sync.Mutex
@@ -94,15 +93,15 @@ type core struct {
 	tls atomic.Pointer[auth.TLSSetup]
 
 	// npinned counts the sessions pinned to a backend of their own
-	// (pin.go), across generations and databases (Config.MaxPinned bounds
+	// (internal/engine/pin.go), across generations and databases (Config.MaxPinned bounds
 	// it); pinsTotal counts pins by reason.
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
 
 	// fences holds each pool's fence state (*backend.Pool →
-	// *atomic.Int32, fence.go).
+	// *atomic.Int32, internal/engine/fence.go).
 	fences sync.Map
-	// standIns: one text per bucket that hashes to it (fence.go).
+	// standIns: one text per bucket that hashes to it (internal/engine/fence.go).
 	standIns engine.StandInTexts
 
 	addrMu      sync.Mutex
@@ -110,7 +109,7 @@ type core struct {
 	metricsAddr net.Addr
 	ready       chan struct{}
 
-	// henv is what the server gives its sessions (sessionenv.go).
+	// henv is what the server gives its sessions (internal/engine/sessionenv.go).
 	henv *engine.HostEnv
 }
 
@@ -151,7 +150,7 @@ func New(cfg Config) (*Server, error) {
 	// The metrics first: the pools count their backend errors there.
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
-	c.clients = engine.NewRegistry(c.metrics)
+	c.clients = engine.NewRegistry(c.metrics.Metrics)
 	for i, sh := range cfg.Map.Shards {
 		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {

@@ -5,11 +5,13 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/engine"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
-// The server's side of the engine boundary (sessionenv.go): making the
-// environments a generation and the server give their sessions, and the
-// operations a *Server (generationOps) and a *core (hostOps) run for them.
+// The server's side of the engine boundary (internal/engine/sessionenv.go):
+// making the environments a generation and the server give their
+// sessions, and the operations a *Server (engine.GenerationOps) and a
+// *core (engine.HostOps) run for them.
 
 // newSessionConfig copies what a session reads of c.
 func newSessionConfig(c *Config) *engine.SessionConfig {
@@ -40,21 +42,24 @@ func (s *Server) makeEnv() {
 	if s.core.henv == nil {
 		c := s.core
 		c.henv = &engine.HostEnv{
-			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
+			Metrics: c.metrics.Metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
 			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
 	s.genv = &engine.GenerationEnv{
 		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
-		Metrics: s.metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
+		Metrics: s.metrics.Metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
 		Home: s.core.henv, Ops: s,
 	}
 }
 
-// DatabaseEnv implements generationOps.
+// LeaseError implements engine.GenerationOps (catalog.go's leaseError).
+func (s *Server) LeaseError() *pgwire.Error { return s.leaseError() }
+
+// DatabaseEnv implements engine.GenerationOps.
 func (s *Server) DatabaseEnv(name string) *engine.GenerationEnv { return s.database(name).env() }
 
-// CurrentEnv implements hostOps.
+// CurrentEnv implements engine.HostOps.
 func (c *core) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
 
 // ConsoleQuery implements engine.HostOps: admin.Query over an adminHost

@@ -18,38 +18,40 @@ import (
 )
 
 // The engine boundary: a client session and its planner reach the rest
-// of the proxy only through the two values below, never through a
-// *Server or a *core (issue 19; the step before the session moves to a
-// package of its own).
+// of the proxy only through the two values below; package proxy makes
+// them (proxy/sessionhost.go) and the engine never imports it (the
+// import rule of internal/layering, ARCHITECTURE.md §3).
 //
-//	session ──gen──▶ generationEnv  one configuration generation of one
+//	Session ──gen──▶ GenerationEnv  one configuration generation of one
 //	   │                 │          database: what a session reads of its
-//	   │                 │          Config (sessionConfig), shard pools,
+//	   │                 │          Config (SessionConfig), shard pools,
 //	   │                 │          metrics; pickAny, textBytewise and the
 //	   │                 │          preamble check (genshards.go)
 //	   │                 ▼
-//	   │             generationOps  what needs the Server itself: routing
-//	   │                            log, catalog lease, direct pools, the
-//	   │                            generation of another database
+//	   │             GenerationOps  what needs the generation itself (a
+//	   │                            proxy.Server): routing log, catalog
+//	   │                            lease, direct pools, the generation of
+//	   │                            another database
 //	   │
-//	   └──host─▶ hostEnv            the server process that accepted the
+//	   └──host─▶ HostEnv            the server process that accepted the
 //	                 │              client, for the session's whole life:
 //	                 │              TLS, logins disabled, pin count, fences
 //	                 │              and their stand-in texts, the session
-//	                 │              registry (sessionreg.go)
+//	                 │              Registry (sessionreg.go)
 //	                 ▼
-//	             hostOps            the current generation, the admin
-//	                                console (a *core)
+//	             HostOps            the current generation, the admin
+//	                                console (the proxy's server)
 //
-// Names: a Server value is one configuration *generation* (a reload makes
-// a new one; the session moves to it between transactions, so s.gen never
-// changes under a transaction), while core is the server itself, shared by
-// every generation. An extra database (Config.ExtraDatabases) is a server
-// of its own: a session on it has the generation of that database's server
-// in gen and the accepting server in host.
+// Names: in package proxy a Server value is one configuration
+// *generation* (a reload makes a new one; the session moves to it between
+// transactions, so s.gen never changes under a transaction), while its
+// core is the server itself, shared by every generation. An extra
+// database (Config.ExtraDatabases) is a server of its own: a session on
+// it has the generation of that database's server in gen and the
+// accepting server in host.
 
 // GenerationEnv is what one configuration generation gives the sessions
-// that run on it. It is made once with its generation (Server.env) and
+// that run on it. It is made once with its generation (proxy.Server.env) and
 // never changes.
 type GenerationEnv struct {
 	// Config is what the session reads of the generation's Config.
