@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/store"
 )
@@ -28,7 +28,7 @@ import (
 //	startup (admin db) ─▶ authenticate ─▶ admin user? ─no─▶ FATAL 42501
 //	                                          │ yes
 //	                                          ▼
-//	serveAdmin (adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
+//	serveAdmin (internal/engine/adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
 //	            Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
 //
 // The commands live in proxy/internal/admin (its doc.go lists them), which
@@ -49,8 +49,8 @@ func versionString() string {
 // the SHOW after a RELOAD in one query string sees the new one) and the
 // actions, logged as s's user's.
 type adminHost struct {
-	s *session
-	c *core
+	by engine.ConsoleCaller
+	c  *core
 }
 
 // srv is the current generation.
@@ -141,34 +141,20 @@ func (h *adminHost) Map() admin.Map {
 }
 
 func (h *adminHost) Clients() []admin.Client {
-	sessions := h.c.clients.list()
-	out := make([]admin.Client, 0, len(sessions))
-	for _, x := range sessions {
-		c := admin.Client{User: x.user, Database: x.db, App: x.app, Connected: x.connected, Request: x.connected,
-			PID: x.pid, TLS: x.tlsOn, Admin: x.admin}
-		if a := x.conn.RemoteAddr(); a != nil {
-			c.Remote = a.String()
+	clients := h.c.clients.Clients()
+	out := make([]admin.Client, 0, len(clients))
+	for _, x := range clients {
+		c := admin.Client{User: x.User, Database: x.DB, App: x.App, Connected: x.Connected, Request: x.Request,
+			PID: x.PID, TLS: x.TLS, Admin: x.Admin, Remote: x.Remote, Local: x.Local}
+		if x.Pool != nil {
+			c.Shard, c.BackendPID = x.Pool.Shard.Name, x.BackendPID
 		}
-		if a := x.conn.LocalAddr(); a != nil {
-			c.Local = a.String()
+		if x.Pinned != "" {
+			c.Pinned, c.RemotePID = x.Pinned, c.BackendPID
 		}
-		x.mu.Lock()
-		if bc := x.bc; bc != nil {
-			c.Shard, c.BackendPID = bc.Pool.Shard.Name, bc.PID
-			if ns := bc.UsedSince.Load(); ns != 0 {
-				c.Request = time.Unix(0, ns)
-			}
-		}
-		x.mu.Unlock()
-		x.pinMu.Lock()
-		if ps := x.pinInfo; ps != nil {
-			c.Pinned, c.RemotePID = ps.Reason, c.BackendPID
-		}
-		x.pinMu.Unlock()
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b admin.Client) int { return cmp.Compare(a.PID, b.PID) }) // a stable snapshot
-	return out
+	return out // by PID: a stable snapshot
 }
 
 func (h *adminHost) Servers() []admin.Server {
@@ -197,7 +183,7 @@ func (h *adminHost) Servers() []admin.Server {
 
 func (h *adminHost) Lists() admin.Lists {
 	srv := h.srv()
-	used, _ := srv.clients.counts()
+	used, _ := srv.clients.Counts()
 	open := 0
 	for _, p := range srv.pools {
 		open += p.Figures().Open
@@ -259,8 +245,8 @@ func who(pools []*backend.Pool) string {
 }
 
 func (h *adminHost) Pause(ctx context.Context, shards []string) error {
-	s, srv, pools := h.s, h.srv(), h.pools(shards)
-	s.log.Info("PAUSE on the admin console: holding new transactions, waiting for running ones", "shards", who(pools), "by", s.user)
+	srv, pools := h.srv(), h.pools(shards)
+	h.by.Log.Info("PAUSE on the admin console: holding new transactions, waiting for running ones", "shards", who(pools), "by", h.by.User)
 	pctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
 	errs := make(chan error, len(pools))
@@ -292,7 +278,7 @@ func (h *adminHost) Resume(shards []string) {
 	for _, p := range pools {
 		p.Resume()
 	}
-	h.s.log.Info("RESUME on the admin console", "shards", who(pools), "by", h.s.user)
+	h.by.Log.Info("RESUME on the admin console", "shards", who(pools), "by", h.by.User)
 }
 
 func (h *adminHost) Reconnect(shards []string) {
@@ -303,17 +289,12 @@ func (h *adminHost) Reconnect(shards []string) {
 
 func (h *adminHost) Kill(shards []string) {
 	pools := h.pools(shards)
-	h.s.log.Warn("KILL on the admin console", "shards", who(pools), "by", h.s.user)
-	h.c.clients.kill(func(x *session) bool {
-		if x.admin {
+	h.by.Log.Warn("KILL on the admin console", "shards", who(pools), "by", h.by.User)
+	h.c.clients.Kill(func(x *engine.ClientInfo) bool {
+		if x.Admin {
 			return false
 		}
-		if shards == nil {
-			return true
-		}
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		return x.bc != nil && slices.Contains(pools, x.bc.Pool)
+		return shards == nil || x.Pool != nil && slices.Contains(pools, x.Pool)
 	})
 	for _, p := range pools {
 		p.Ops.ReconnectGen.Add(1)
@@ -345,15 +326,15 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 }
 
 func (h *adminHost) DisableLogins(disabled bool) {
-	h.s.host.loginsDisabled.Store(disabled)
+	h.c.life.disabled.Store(disabled)
 	verb := "enabled"
 	if disabled {
 		verb = "disabled"
 	}
-	h.s.log.Info("client logins "+verb+" on the admin console", "by", h.s.user)
+	h.by.Log.Info("client logins "+verb+" on the admin console", "by", h.by.User)
 }
 
 func (h *adminHost) Shutdown() {
-	h.s.log.Info("SHUTDOWN on the admin console", "by", h.s.user)
+	h.by.Log.Info("SHUTDOWN on the admin console", "by", h.by.User)
 	h.c.beginShutdown("SHUTDOWN on the admin console")
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgshard/pgshard/proxy/internal/admin"
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 )
 
 // SHOW CONFIG: the running settings, named as the config file's proxy
@@ -21,7 +22,7 @@ type configRow struct {
 	changeable      bool
 }
 
-func configRows(cfg Config, ts *tlsSetup, generation uint64) []configRow {
+func configRows(cfg Config, ts *auth.TLSSetup, generation uint64) []configRow {
 	d := Config{}.withDefaults()
 	str := func(v any) string {
 		switch x := v.(type) {
@@ -49,8 +50,8 @@ func configRows(cfg Config, ts *tlsSetup, generation uint64) []configRow {
 		users = append(users, u.Name+" ("+auth+")")
 	}
 	notAfter := ""
-	if ts != nil && !ts.notAfter.IsZero() {
-		notAfter = ts.notAfter.UTC().Format(time.RFC3339)
+	if ts != nil && !ts.NotAfter.IsZero() {
+		notAfter = ts.NotAfter.UTC().Format(time.RFC3339)
 	}
 	rows := []configRow{
 		{"listen", cfg.Listen, d.Listen, false},

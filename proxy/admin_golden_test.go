@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
@@ -42,7 +43,7 @@ var consoleGoldenQueries = []string{
 }
 
 // goldenServer is a server in a fixed state: two shards, one down, counters and PgBouncer readings set, one client, one route.
-func goldenServer(t *testing.T) (*Server, *session) {
+func goldenServer(t *testing.T) (*Server, *engine.Session) {
 	t.Helper()
 	shards := []shardmap.Shard{
 		{Name: "shard0", Ordinal: 0, DSN: "postgres://app:pw0@db0.example:5432/db?sslmode=disable"},
@@ -91,11 +92,8 @@ func goldenServer(t *testing.T) (*Server, *session) {
 
 	client, other := net.Pipe()
 	t.Cleanup(func() { client.Close(); other.Close() })
-	cl := &session{host: srv.henv, gen: srv.env(), conn: client, log: srv.log, pid: 0x1234, user: "app", db: "db", app: "psql", connected: at}
-	srv.clients.sessions[cl.pid] = cl
-	srv.clients.nclients = 2
-	adm := &session{host: srv.henv, gen: srv.env(), conn: other, log: srv.log, pid: 0x99, user: "postgres", db: "pgshard", app: "psql", admin: true, connected: at.Add(time.Minute)}
-	srv.clients.sessions[adm.pid] = adm
+	srv.clients.Attach(srv.env(), srv.henv, client, engine.Identity{PID: 0x1234, User: "app", DB: "db", App: "psql", Connected: at})
+	adm := srv.clients.Attach(srv.env(), srv.henv, other, engine.Identity{PID: 0x99, User: "postgres", DB: "pgshard", App: "psql", Admin: true, Connected: at.Add(time.Minute)})
 	return srv, adm
 }
 
@@ -138,9 +136,7 @@ func TestAdminConsoleGolden(t *testing.T) {
 	defer cancel()
 	var sb strings.Builder
 	for _, q := range consoleGoldenQueries {
-		sess.out = sess.out[:0]
-		sess.adminQuery(ctx, q)
-		fmt.Fprintf(&sb, "== %q\n%s", q, describeMessages(t, sess.out))
+		fmt.Fprintf(&sb, "== %q\n%s", q, describeMessages(t, sess.ConsoleQuery(ctx, q)))
 	}
 	got := sb.String()
 	if *updateConsoleGolden {
@@ -273,11 +269,11 @@ func TestAdminConsoleHostRecord(t *testing.T) {
 	old := BuildVersion
 	BuildVersion = "v0.0.0-golden"
 	defer func() { BuildVersion = old }()
-	srv, sess := goldenServer(t)
+	srv, _ := goldenServer(t)
 	defer srv.core.life.disabled.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rec := &recordingHost{h: &adminHost{s: sess, c: srv.core}, t: t}
+	rec := &recordingHost{h: &adminHost{by: engine.ConsoleCaller{User: "postgres", Log: srv.log}, c: srv.core}, t: t}
 	var sb strings.Builder
 	type query struct {
 		Query string     `json:"query"`

@@ -36,7 +36,7 @@ import (
 //
 // On: a migrated database (its fence set from the map) behind a proxy
 // with Config.Fence on (each keyed transaction asserts its key:
-// fence.go). Off: a second migrated database on the same servers with
+// internal/engine/fence.go). Off: a second migrated database on the same servers with
 // every shard's fence switched off (pgshard_fence_off), behind a proxy
 // with Config.Fence off (no assert attached). Each worker alternates
 // on and off operation by operation (which goes first alternates too),

@@ -13,7 +13,7 @@ import (
 // the proxy against a fake shard (the proxy's own cost plus the fake's and
 // the client's): run with -benchmem and -memprofile to see the proxy's
 // allocations per query. fence=on adds the key's assert in the same
-// write (fence.go): the pipeline's first statement, no BEGIN/COMMIT.
+// write (internal/engine/fence.go): the pipeline's first statement, no BEGIN/COMMIT.
 // The fence's cost against real shards: BenchmarkProxyFence.
 func BenchmarkPointSelect(b *testing.B) {
 	for _, pooler := range []bool{true, false} {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -107,7 +108,7 @@ type Config struct {
 	MergeGroupLimit int
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string
-	// PoolMode is how clients use backends (pin.go): PoolTransaction (the
+	// PoolMode is how clients use backends (internal/engine/pin.go): PoolTransaction (the
 	// default) or PoolSession; a User may override it.
 	PoolMode PoolMode
 	// MaxPinned bounds the sessions pinned in transaction pooling
@@ -123,7 +124,7 @@ type Config struct {
 	AdminUsers []string
 	// AdminDatabase is the console's database name (default "pgshard").
 	AdminDatabase string
-	// TLS is TLS towards clients (tls.go).
+	// TLS is TLS towards clients (internal/engine/tls.go).
 	TLS TLSConfig
 	// PgBouncer configures reading each shard's PgBouncer admin console
 	// and failing transactions fast when it is overloaded (internal/backend/bouncer.go).
@@ -163,12 +164,12 @@ type Config struct {
 	// catalog error, when none came within it.
 	LeaseWait time.Duration
 	// Fence says whether keyed transactions assert their key against the
-	// shard's fence (fence.go; default FenceAuto).
+	// shard's fence (internal/engine/fence.go; default FenceAuto).
 	Fence FenceMode
 	// FenceRetryWait bounds, per client message, the time a statement
 	// refused by the fence before anything reached its client waits for
 	// a newer map (or a frozen range) before it is run again
-	// (fenceretry.go; default DefaultFenceRetryWait).
+	// (internal/engine/fenceretry.go; default DefaultFenceRetryWait).
 	FenceRetryWait time.Duration
 }
 
@@ -183,41 +184,21 @@ const DefaultFenceRetryWait = time.Second
 // while its predecessor still serves.
 const DefaultLeaseWait = 20 * time.Second
 
-// TLSMode says whether clients may or must use TLS.
-type TLSMode int
+// TLSMode says whether clients may or must use TLS (internal/auth's).
+type TLSMode = auth.TLSMode
 
+// The TLS modes.
 const (
 	// TLSDisable answers SSLRequest with 'N': no TLS (the default).
-	TLSDisable TLSMode = iota
+	TLSDisable = auth.TLSDisable
 	// TLSAllow accepts TLS and plain-text clients.
-	TLSAllow
+	TLSAllow = auth.TLSAllow
 	// TLSRequire refuses plain-text clients (28000).
-	TLSRequire
+	TLSRequire = auth.TLSRequire
 )
 
-// String returns disable, allow or require.
-func (m TLSMode) String() string {
-	switch m {
-	case TLSAllow:
-		return "allow"
-	case TLSRequire:
-		return "require"
-	}
-	return "disable"
-}
-
 // ParseTLSMode parses disable, allow or require.
-func ParseTLSMode(s string) (TLSMode, error) {
-	switch strings.ToLower(s) {
-	case "", "disable":
-		return TLSDisable, nil
-	case "allow":
-		return TLSAllow, nil
-	case "require":
-		return TLSRequire, nil
-	}
-	return TLSDisable, fmt.Errorf("tls mode %q: want disable, allow or require", s)
-}
+func ParseTLSMode(s string) (TLSMode, error) { return auth.ParseTLSMode(s) }
 
 // TLSConfig is TLS towards clients: TLS 1.2 or newer with the certificate
 // and key in CertFile and KeyFile (PEM), read at New and at each reload.
@@ -245,21 +226,6 @@ type BouncerConfig struct {
 	// MaxWait: fail fast while maxwait ≥ MaxWait (0 = never).
 	MaxWait time.Duration
 }
-
-// UnnamedMode is what a direct backend connection receives for a client's
-// unnamed Parse (Config.UnnamedStatements).
-type UnnamedMode int
-
-const (
-	// UnnamedCached: from the second time any client parses a text as an
-	// unnamed statement, the connection's statement cache serves it (the
-	// text is parsed once per connection, and Postgres's plan cache
-	// applies, as for a client that names its statements). The default.
-	UnnamedCached UnnamedMode = iota
-	// UnnamedPassThrough: the client's unnamed Parse goes to the backend
-	// as it is, every time.
-	UnnamedPassThrough
-)
 
 // User is a client login.
 type User struct {
@@ -435,24 +401,18 @@ func (c Config) validate() error {
 	return nil
 }
 
-// login is a User prepared for authentication.
-type login struct {
-	trust    bool
-	verifier auth.Verifier
-}
-
-func prepareUsers(users []User) (map[string]login, error) {
-	out := make(map[string]login, len(users))
+func prepareUsers(users []User) (map[string]engine.Login, error) {
+	out := make(map[string]engine.Login, len(users))
 	for _, u := range users {
-		l := login{trust: u.Trust}
+		l := engine.Login{Trust: u.Trust}
 		if !u.Trust {
 			var err error
 			if strings.HasPrefix(u.Password, auth.Mechanism+"$") {
-				l.verifier, err = auth.ParseVerifier(u.Password)
+				l.Verifier, err = auth.ParseVerifier(u.Password)
 			} else {
 				var s string
 				if s, err = auth.NewSCRAMVerifier(u.Password); err == nil {
-					l.verifier, err = auth.ParseVerifier(s)
+					l.Verifier, err = auth.ParseVerifier(s)
 				}
 			}
 			if err != nil {

@@ -6,52 +6,56 @@
 //
 //	client ──TCP──▶ Server (server.go: a generation of the config, the shared
 //	                  │      core; config.go; lifecycle.go: accept, drain)
-//	                  │  each session sees the proxy only through
-//	                  │  sessionenv.go: generationEnv (its generation: Config,
-//	                  │  pools, metrics) and hostEnv (the server: its
-//	                  │  TLS, lifecycle, pins, fences, and the register of
-//	                  │  the sessions, sessionreg.go: admission, cancel
-//	                  │  keys, KILL, shutdown), never a Server or core;
-//	                  │  sessionhost.go makes them and implements their ops
+//	                  │  each session (internal/engine, "engine/" below:
+//	                  │  its doc.go names its files) sees the proxy only
+//	                  │  through engine/sessionenv.go: GenerationEnv (its
+//	                  │  generation: Config, pools, metrics) and HostEnv
+//	                  │  (the server: its TLS, lifecycle, pins, fences, and
+//	                  │  the Registry of the sessions, engine/sessionreg.go:
+//	                  │  admission, cancel keys, KILL, shutdown), never a
+//	                  │  Server or core; sessionhost.go makes them and
+//	                  │  implements their ops; engine.go: the engine's
+//	                  │  public names (PoolMode, FenceMode, PinnedSession)
 //	                  ▼
-//	               session (session.go) ── startup (pgwire): TLS (tls.go,
+//	               Session (engine/session.go) ── startup (pgwire): TLS (engine/tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)
 //	                  │        or trust;
 //	                  │        database AdminDatabase → admin console
-//	                  │        (adminsession.go: the session side; admin.go:
+//	                  │        (engine/adminsession.go: the session side; admin.go:
 //	                  │        adminHost; internal/admin)
 //	                  │
-//	                  │  Query ───────────┐   Parse/Bind/Describe/Execute/Close
-//	                  │  (simple.go)      │   buffered up to Sync/Flush (extended.go)
-//	                  ▼                   ▼
-//	               planner (plan.go) ◀── route.Statement: route.Analyzer parses once
-//	                  │                    per text (pg_query), routes with Bind params
+//	                  │  Query ──────────────────┐   Parse/Bind/Describe/Execute/Close
+//	                  │  (engine/simple.go)      │   buffered up to Sync/Flush
+//	                  │                          │   (engine/extended.go)
+//	                  ▼                          ▼
+//	               planner (engine/plan.go) ◀── route.Statement: route.Analyzer parses
+//	                  │                    once per text (pg_query), routes with Bind params
 //	                  │  txn engine: idle ─BEGIN▶ deferred ─key▶ bound(shard)
 //	                  │              deferred ─error▶ failed ─ROLLBACK▶ idle
 //	                  │  emits: bytes for one backend write (s.bw) and ordered
 //	                  │  items: local answers | backend responses to forward or
 //	                  │  swallow | errors replacing an abort
 //	                  ▼
-//	    exchange (exchange.go) ──one write──▶ backend.Pool[shard] ──▶ PgBouncer ──▶ Postgres
+//	    exchange (engine/exchange.go) ──one write──▶ backend.Pool[shard] ──▶ PgBouncer ──▶ Postgres
 //	       ▲       (internal/backend: conns keyed by startup    (or direct)
 //	       │        settings, held for one transaction only;
-//	       │        sessionset.go: client settings without leaks;
-//	       │        genshards.go: pickAny, the shards' text order, the
+//	       │        engine/sessionset.go: client settings without leaks;
+//	       │        engine/genshards.go: pickAny, the shards' text order, the
 //	       │        preamble check)
 //	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
 //
-//	    fan-out (DestAll; fanout.go): the statement goes to every shard at once
+//	    fan-out (DestAll; engine/fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
-//	    transaction's backend and its readers (readers.go) ── and the answers
+//	    transaction's backend and its readers (engine/readers.go) ── and the answers
 //	    are merged as route.Merge says (internal/merge, each shard's answer
 //	    a merge.Source: k-way merge of rows, merged groups; internal/pgvalue:
 //	    Postgres's order and exact output of every value the proxy
 //	    computes); DDL answers are checked on every shard.
-//	    twostage.go: a read in two stages (route.Stages): describe the
+//	    engine/twostage.go: a read in two stages (route.Stages): describe the
 //	    statement, run each inner statement as a fan-out (or on its shard)
 //	    collecting its merged rows, then the outer statement over them as
 //	    typed VALUES on the default shard, its answer streamed to the client.
-//	    fanlead.go: transaction-local settings ahead of a read of every shard
+//	    engine/fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated
 //	    on every backend the transaction uses.
@@ -65,7 +69,7 @@
 //	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
 //	    and back-pressure, the health monitor and the proxy's own queries;
 //	    server.go hands each pool its environment (backendEnv); reload.go
-//	    (generations; sessiongen.go: a session moving to a newer one,
+//	    (generations; engine/sessiongen.go: a session moving to a newer one,
 //	    between transactions), lifecycle.go and handover.go (graceful shutdown,
 //	    socket hand-over), secrets.go (redaction).
 //
@@ -74,17 +78,17 @@
 //	    bounded by Config.LeaseWait); each newer map from the catalog ─▶
 //	    Reload (a new generation); a lapsed lease ─▶ decideTarget refuses
 //	    keyed statements (57P03).
-//	    fence.go: decideTarget records the key (planner.fenceKey) ─▶
+//	    engine/fence.go: decideTarget records the key (planner.fenceKey) ─▶
 //	    ensureBackend writes its assert with the transaction's opening
 //	    (first statement of a pipeline, first of a simple Query's string
 //	    via appendClientQuery — error positions moved back past it — or
 //	    the BEGIN replay), or fenceHeld once per bucket on a held backend;
-//	    answers swallowed, the error the client's. fenceretry.go: that opening
+//	    answers swallowed, the error the client's. engine/fenceretry.go: that opening
 //	    assert refused (PS001) before anything reached the client ─▶ the
 //	    exchange is read to its end unforwarded, the backend rolled back,
 //	    the map awaited (bounded), the Query or pipeline run again.
 //
-//	    pinning (pin.go; pindirect.go: the direct pools, the pin metrics
+//	    pinning (engine/pin.go; pindirect.go: the direct pools, the pin metrics
 //	    and PinnedSessions): session state no pooler keeps (temp tables, WITH
 //	    HOLD cursors, session advisory locks, LISTEN, set_config(..., false),
 //	    SET in a transaction or a mixed query string, large objects) pins
@@ -92,9 +96,9 @@
 //	    transactions) until the state is gone; PoolSession pins every
 //	    client for its session. databases.go: further logical databases
 //	    (passthrough or own map) on the same listener, by dbname.
-//	    terminate.go: pg_terminate_backend / pg_cancel_backend of a client
+//	    engine/terminate.go: pg_terminate_backend / pg_cancel_backend of a client
 //	    session's PID (or pg_terminate_backend(pg_backend_pid())) act on
-//	    that session. exchange.go's copyIn peeks at the backend after each
+//	    that session. engine/exchange.go's copyIn peeks at the backend after each
 //	    write, so a COPY FROM the server fails ends at once; a COPY in a
 //	    query string of several statements (or a pipeline) runs as on one
 //	    database, the COMMIT of a wrapped implicit transaction held until
@@ -105,7 +109,15 @@
 // The proxy's lower layers are packages of their own under
 // proxy/internal, imported only downward (internal/layering enforces it):
 //
-//	proxy (this package: sessions, planner, fan-out, console, lifecycle)
+//	proxy (this package: Config, New, Server, lifecycle, reload, hand-over,
+//	  │    the console's host; engine.go: the engine's public names)
+//	  ├──▶ internal/engine ──▶ route, internal/{auth,backend,merge,obs,pgvalue,pgwire}
+//	  │      the client sessions, their planner, fan-out, pinning, the map
+//	  │      fence, the register of sessions; handed GenerationEnv and
+//	  │      HostEnv by the server, it never imports this package or the
+//	  │      console (its doc.go names its files)
+//	  ├──▶ internal/obs          the metric handles the server and its
+//	  │                          sessions share (obs.Metrics)
 //	  ├──▶ route                 the analyzer (statements → routes, merge plans)
 //	  ├──▶ internal/auth         SCRAM-SHA-256 server side, certificate loading
 //	  ├──▶ internal/backend ──▶ internal/pgwire
@@ -138,7 +150,7 @@
 // client is pinned at startup and BackendKeyData carries the backend's real
 // PID and secret). In transaction pooling a statement creating session
 // state pins the client the same way until that state is gone (see
-// pin.go for what ends each kind); Config.MaxPinned bounds such pins. A
+// engine/pin.go for what ends each kind); Config.MaxPinned bounds such pins. A
 // pinned session runs every statement on its backend as it is; one that
 // needs another shard is refused (0A000), a read of every shard outside a
 // transaction block still fans out on pooled connections. Pinned sessions
@@ -213,7 +225,7 @@
 // in the same write and implicit transaction, and the client gets the
 // first shard's answers to them (each must succeed on every shard; an
 // error fails the implicit transaction as on one database), then the
-// merged read and one ReadyForQuery (fanlead.go). Ahead of a statement of
+// merged read and one ReadyForQuery (engine/fanlead.go). Ahead of a statement of
 // one shard of any kind (an unsharded table's, the default shard's
 // function or DO block, a key-less statement any shard runs) they run on
 // that shard (lookahead: the pipeline's backend is the one that statement
@@ -237,7 +249,7 @@
 // on the shard the first routed statement picks. While a transaction runs
 // on a backend, the backend's ReadyForQuery status is authoritative. The
 // transaction keeps its start (BEGIN, SET LOCAL, savepoint commands) to
-// replay it on the other shards it reads (readers.go). A write for a second
+// replay it on the other shards it reads (engine/readers.go). A write for a second
 // shard (or any statement for another shard that is not a read) is refused
 // with SQLSTATE 0A000 naming both shards; the proxy then aborts the backend transaction at the same point
 // (a failing statement whose error it replaces), so a later COMMIT cannot
@@ -272,7 +284,7 @@
 // with Postgres's 0A000 "cached plan must not change result type", which
 // also starts every cache afresh; a client's statement prepared before a
 // schema change seen through the proxy that altered its column count gets
-// the same 0A000 at its next Bind (exchange.go, fStale), and the client
+// the same 0A000 at its next Bind (engine/exchange.go, fStale), and the client
 // prepares it again. Describe of a statement runs on the pipeline's shard (or any);
 // Describe of a portal always goes to the backend after the real Bind, so
 // result formats are never mislabelled. The unnamed statement changes as
@@ -282,7 +294,7 @@
 //
 // # Settings
 //
-// See internal/backend/settings.go and sessionset.go: a client's startup parameters and session SETs are kept
+// See internal/backend/settings.go and engine/sessionset.go: a client's startup parameters and session SETs are kept
 // per session and applied on whichever backend runs its transaction
 // (startup parameters of the pooled connection, or transaction-local
 // set_config through PgBouncer); they never reach another client. Session
@@ -292,7 +304,7 @@
 //
 // # Operations
 //
-// The admin console (internal/admin; adminsession.go is its session side,
+// The admin console (internal/admin; engine/adminsession.go is its session side,
 // admin.go adminHost, admin_config.go SHOW CONFIG's rows): a client connecting to
 // the virtual database Config.AdminDatabase ("pgshard") as one of
 // Config.AdminUsers gets PgBouncer's console commands and column names (SHOW POOLS, STATS,

@@ -122,7 +122,7 @@ func (f *fakePG) messages() []string {
 const syncPing = "-- ping"
 
 // fenceDetectSQL is the proxy's question whether a shard has the fence
-// (proxy/fence.go).
+// (proxy/internal/engine/fence.go).
 const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
 
 // refused reports whether stmt is an assert the shard refuses.

@@ -12,7 +12,7 @@ import (
 )
 
 // TestProxyFenceInlineSimple: with the fence on, a keyed simple Query
-// carries the assert first in its own query string (fence.go,
+// carries the assert first in its own query string (internal/engine/fence.go,
 // appendClientQuery) on real Postgres: the client gets its statements'
 // answers only, an error's position points into its own string as on
 // a direct connection, and a query string of several statements runs

@@ -15,7 +15,7 @@ import (
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// Unit tests of the fence's attach and swallow (fence.go) and of following
+// Unit tests of the fence's attach and swallow (internal/engine/fence.go) and of following
 // a catalog (catalog.go) against fake shards: what the client sees — the
 // same as without the fence — and exactly what each backend receives.
 

@@ -233,7 +233,7 @@ func (c *core) onHardStop(gctx context.Context, closeListener func(), metricsSrv
 		_ = metricsSrv.Close()
 	}
 	c.life.closeHandover()
-	c.clients.closeAll()
+	c.clients.CloseAll()
 	// Sessions waiting for a backend (a long query, a fan-out's
 	// shards) end too.
 	for _, p := range c.allPools() {
@@ -256,11 +256,11 @@ func (c *core) gracefulShutdown(gctx context.Context, closeListener, hardStop fu
 	timeout := c.current().cfg.ShutdownTimeout
 	wctx, cancel := context.WithTimeout(gctx, timeout)
 	err := backend.PollUntil(wctx, func() bool {
-		n, admin := c.clients.counts()
+		n, admin := c.clients.Counts()
 		return n-admin == 0
 	})
 	cancel()
-	n, admin := c.clients.counts()
+	n, admin := c.clients.Counts()
 	left := n - admin
 	if err != nil && gctx.Err() == nil {
 		c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 
 	"runtime"
 	"runtime/debug"
@@ -9,51 +10,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the proxy's Prometheus metrics, registered on the server's
-// own registry (Server.Registry). Counters of events without a shard are
-// plain vectors here; every per-shard series is read at scrape time from
-// the shard's statistics (internal/backend/stats.go) by shardCollector, so a reload that
-// adds or removes shards changes the series without re-registering, and
-// the admin console and the metrics read the same numbers.
-type metrics struct {
-	clients        prometheus.Gauge
-	clientsTotal   prometheus.Counter
-	clientsRefused *prometheus.CounterVec
-	refusals       *prometheus.CounterVec
-	backendErrors  *prometheus.CounterVec
-	fanouts        prometheus.Counter
-	cancels        prometheus.Counter
-	reloads        *prometheus.CounterVec
-	txnReads       prometheus.Counter
-	fenceRetries   *prometheus.CounterVec
+// The proxy's Prometheus metrics are registered on the server's own
+// registry (Server.Registry). Counters of events without a shard are the
+// handles of internal/obs (obs.Metrics), which the sessions count into;
+// every per-shard series is read at scrape time from the shard's
+// statistics (internal/backend/stats.go) by shardCollector, so a reload
+// that adds or removes shards changes the series without re-registering,
+// and the admin console and the metrics read the same numbers.
+func newMetrics(reg *prometheus.Registry, c *core) *metrics {
+	m := obs.NewMetrics()
+	reg.MustRegister(append(m.Collectors(), &shardCollector{c: c}, buildInfo())...)
+	return &metrics{Metrics: m, refusals: m.Refusals}
 }
 
-func newMetrics(reg *prometheus.Registry, c *core) *metrics {
-	m := &metrics{
-		clients: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "pgshard_proxy_client_connections", Help: "Client connections currently open."}),
-		clientsTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pgshard_proxy_client_connections_total", Help: "Client connections accepted."}),
-		clientsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_client_refused_total", Help: "Client connections refused, by reason (max_clients, auth, tls_required, disabled, shutting_down, not_admin)."}, []string{"reason"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_refusals_total", Help: "Statements refused instead of routed, by reason."}, []string{"reason"}),
-		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_backend_errors_total", Help: "Backend connection failures, by shard and kind (connect, lost, down, unclean: returned not idle)."}, []string{"shard", "kind"}),
-		fanouts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pgshard_proxy_fanouts_total", Help: "Statements run on every shard (DDL, merged reads)."}),
-		txnReads: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pgshard_proxy_transaction_reads_total", Help: "Reads of shards other than (or as well as) the transaction's own, run in a client's transaction (key-less reads, reads of another shard)."}),
-		cancels: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
-		fenceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_fence_retries_total", Help: "Statements the proxy ran again after the shard's fence refused their opening assert before anything reached the client, by the range's state (moved: after a newer map; frozen: after a back-off)."}, []string{"state"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
-	}
-	reg.MustRegister(m.clients, m.clientsTotal, m.clientsRefused, m.refusals,
-		m.backendErrors, m.fanouts, m.txnReads, m.fenceRetries, m.cancels, m.reloads, &shardCollector{c: c}, buildInfo())
-	return m
+// metrics are the server's event counters: the handles it shares with
+// its sessions (obs.Metrics), and refusals, the handle Metrics.Refusals
+// under the name the catalog's lease check (catalog.go) counts with.
+type metrics struct {
+	*obs.Metrics
+	refusals *prometheus.CounterVec
 }
 
 // buildInfo is pgshard_build_info: 1, labelled with the build's version.

@@ -93,3 +93,11 @@ func TestParseTLSMode(t *testing.T) {
 		t.Error("ParseTLSMode(verify-full): no error")
 	}
 }
+
+// TestValidateFenceMode: Config.validate refuses a fence mode that is none
+// of auto, on, off.
+func TestValidateFenceMode(t *testing.T) {
+	if err := (Config{Fence: FenceMode(7)}).validate(); err == nil {
+		t.Error("validate accepted fence mode 7")
+	}
+}

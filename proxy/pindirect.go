@@ -5,13 +5,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Pinning, the server's side (pin.go is the session's): the direct pools
+// Pinning, the server's side (internal/engine/pin.go is the session's): the direct pools
 // pinned sessions' backends come from, handed from generation to
 // generation, and the pin metrics and listing.
 
-// directPool returns the pool of direct connections of shard i (the
+// DirectPool returns the pool of direct connections of shard i (the
 // shard's own pool when it is direct).
-func (s *Server) directPool(i int) *backend.Pool {
+func (s *Server) DirectPool(i int) *backend.Pool {
 	if !s.pools[i].ViaPooler {
 		return s.pools[i]
 	}
@@ -80,4 +80,4 @@ func (c *core) pinMetrics() {
 }
 
 // PinnedSessions lists the sessions pinned right now.
-func (c *core) PinnedSessions() []PinnedSession { return c.clients.pinned() }
+func (c *core) PinnedSessions() []PinnedSession { return c.clients.Pinned() }

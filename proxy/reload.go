@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
@@ -79,12 +80,12 @@ func (s *Server) reloadFromSource(ctx context.Context, why string) (ReloadResult
 	cur := s.core.current()
 	if cur.cfg.Reload == nil {
 		err := errors.New("this proxy has no configuration source to reload from")
-		s.core.metrics.reloads.WithLabelValues("rejected").Inc()
+		s.core.metrics.Reloads.WithLabelValues("rejected").Inc()
 		return ReloadResult{}, err
 	}
 	cfg, err := cur.cfg.Reload(ctx)
 	if err != nil {
-		s.core.metrics.reloads.WithLabelValues("rejected").Inc()
+		s.core.metrics.Reloads.WithLabelValues("rejected").Inc()
 		s.core.log.Error("reload rejected; the running configuration is unchanged", "why", why, "err", err)
 		return ReloadResult{}, err
 	}
@@ -99,11 +100,11 @@ func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	c := s.core
 	res, err := c.reload(ctx, cfg)
 	if err != nil {
-		c.metrics.reloads.WithLabelValues("rejected").Inc()
+		c.metrics.Reloads.WithLabelValues("rejected").Inc()
 		c.log.Error("reload rejected; the running configuration is unchanged", "err", err)
 		return res, err
 	}
-	c.metrics.reloads.WithLabelValues("applied").Inc()
+	c.metrics.Reloads.WithLabelValues("applied").Inc()
 	c.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
 		"added", strings.Join(res.Added, ","), "removed", strings.Join(res.Removed, ","),
 		"need_restart", strings.Join(res.NeedRestart, ","))
@@ -130,7 +131,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	if err := checkEpoch(old.cfg.Map, cfg.Map); err != nil {
 		return res, err
 	}
-	ts, err := loadTLS(cfg.TLS)
+	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return res, fmt.Errorf("proxy config: %w", err)
 	}

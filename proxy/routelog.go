@@ -86,10 +86,10 @@ func (srv *Server) noteRoute(kind backend.RouteKind, shard int, sql, reason stri
 	srv.routes.record(kind, name, sql, reason)
 }
 
-// noteDecision classifies and records one routing decision of the
+// NoteDecision classifies and records one routing decision of the
 // planner (target): the statement's text, the analyzer's destination and
 // what the planner made of it.
-func (srv *Server) noteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
+func (srv *Server) NoteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
 	kind := backend.RouteAny
 	switch {
 	case e != nil:

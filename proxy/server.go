@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
 
 	"context"
 	"errors"
@@ -32,7 +34,7 @@ import (
 type Server struct {
 	*core
 	cfg   Config
-	users map[string]login
+	users map[string]engine.Login
 	pools []*backend.Pool
 	// collation is whether the shards order text by bytes (collationC),
 	// checked on the first merge that compares text (collationUnknown
@@ -45,7 +47,7 @@ type Server struct {
 	// generation counts configurations: 1 is New's, each reload adds one.
 	generation uint64
 
-	// Pinning (pin.go): direct pools by shard, made on first use when the
+	// Pinning (internal/engine/pin.go): direct pools by shard, made on first use when the
 	// shards' own pools go through a pooler. A reload hands a kept shard's
 	// direct pool to the new generation and retires the others'.
 	directMu sync.Mutex
@@ -55,8 +57,8 @@ type Server struct {
 	// the same for every generation (a reload keeps them).
 	dbs map[string]*Server
 
-	// genv is what the generation gives its sessions (sessionenv.go).
-	genv *generationEnv
+	// genv is what the generation gives its sessions (internal/engine/sessionenv.go).
+	genv *engine.GenerationEnv
 }
 
 // core is the state every generation of a Server shares.
@@ -79,8 +81,8 @@ type core struct {
 	started time.Time
 
 	// clients are the client sessions, by the BackendKeyData process ID
-	// (sessionreg.go).
-	clients sessionRegistry
+	// (internal/engine/sessionreg.go).
+	clients *engine.Registry
 
 	mu    sync.Mutex
 	dbIDs map[string]string // database id → shard name (identity checks)
@@ -88,27 +90,27 @@ type core struct {
 	// secrets are redacted from every log line (secrets.go).
 	secrets secretSet
 	// tls is the current TLS configuration towards clients (nil: off).
-	tls atomic.Pointer[tlsSetup]
+	tls atomic.Pointer[auth.TLSSetup]
 
 	// npinned counts the sessions pinned to a backend of their own
-	// (pin.go), across generations and databases (Config.MaxPinned bounds
+	// (internal/engine/pin.go), across generations and databases (Config.MaxPinned bounds
 	// it); pinsTotal counts pins by reason.
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
 
 	// fences holds each pool's fence state (*backend.Pool →
-	// *atomic.Int32, fence.go).
+	// *atomic.Int32, internal/engine/fence.go).
 	fences sync.Map
-	// standIns: one text per bucket that hashes to it (fence.go).
-	standIns standInTexts
+	// standIns: one text per bucket that hashes to it (internal/engine/fence.go).
+	standIns engine.StandInTexts
 
 	addrMu      sync.Mutex
 	addr        net.Addr
 	metricsAddr net.Addr
 	ready       chan struct{}
 
-	// henv is what the server gives its sessions (sessionenv.go).
-	henv *hostEnv
+	// henv is what the server gives its sessions (internal/engine/sessionenv.go).
+	henv *engine.HostEnv
 }
 
 // current returns the current generation.
@@ -127,7 +129,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	c := &core{
 		reg:     prometheus.NewRegistry(),
-		clients: sessionRegistry{sessions: map[uint32]*session{}},
 		dbIDs:   map[string]string{},
 		ready:   make(chan struct{}),
 		started: time.Now(),
@@ -135,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 	c.life.init()
 	c.secrets.set(&cfg)
 	c.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &c.secrets})
-	ts, err := loadTLS(cfg.TLS)
+	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
@@ -149,7 +150,7 @@ func New(cfg Config) (*Server, error) {
 	// The metrics first: the pools count their backend errors there.
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
-	c.clients.metrics = c.metrics
+	c.clients = engine.NewRegistry(c.metrics.Metrics)
 	for i, sh := range cfg.Map.Shards {
 		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {
@@ -207,7 +208,7 @@ func (s *Server) backendEnv() *backend.Env {
 		IdleTimeout: c.IdleTimeout, HealthInterval: c.HealthInterval, PauseTimeout: c.PauseTimeout,
 		StatementCacheSize: c.StatementCacheSize, VerifyIdentity: c.VerifyIdentity, Map: c.Map,
 		PgBouncer:          backend.BouncerConfig(c.PgBouncer),
-		BackendErrors:      s.metrics.backendErrors,
+		BackendErrors:      s.metrics.BackendErrors,
 		Log:                s.log,
 		StmtEpoch:          &s.stmtEpoch,
 		RegisterDatabaseID: s.registerDatabaseID,
@@ -349,9 +350,9 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := newSession(s.env(), s.core.henv, conn)
+	sess := engine.NewSession(s.env(), s.core.henv, conn)
 	defer conn.Close()
-	sess.run(ctx)
+	sess.Run(ctx)
 }
 
 // shardName returns the name of shard i.

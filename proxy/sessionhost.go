@@ -4,16 +4,19 @@ import (
 	"context"
 
 	"github.com/pgshard/pgshard/proxy/internal/admin"
+	"github.com/pgshard/pgshard/proxy/internal/engine"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
-// The server's side of the engine boundary (sessionenv.go): making the
-// environments a generation and the server give their sessions, and the
-// operations a *Server (generationOps) and a *core (hostOps) run for them.
+// The server's side of the engine boundary (internal/engine/sessionenv.go):
+// making the environments a generation and the server give their
+// sessions, and the operations a *Server (engine.GenerationOps) and a
+// *core (engine.HostOps) run for them.
 
 // newSessionConfig copies what a session reads of c.
-func newSessionConfig(c *Config) *sessionConfig {
-	sc := &sessionConfig{
-		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follow: c.Follow,
+func newSessionConfig(c *Config) *engine.SessionConfig {
+	sc := &engine.SessionConfig{
+		Map: c.Map, Analyzer: c.Analyzer, HintKeyType: c.HintKeyType, Follows: c.Follow != nil,
 		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
 		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
 		ConnectTimeout: c.ConnectTimeout,
@@ -24,39 +27,43 @@ func newSessionConfig(c *Config) *sessionConfig {
 	}
 	for _, u := range c.Users {
 		if u.PoolMode != PoolModeDefault {
-			sc.userPoolModes = append(sc.userPoolModes, userPoolMode{name: u.Name, mode: u.PoolMode})
+			sc.UserPoolModes = append(sc.UserPoolModes, engine.UserPoolMode{Name: u.Name, Mode: u.PoolMode})
 		}
 	}
 	return sc
 }
 
 // env returns the generation's environment, made once.
-func (s *Server) env() *generationEnv { return s.genv }
+func (s *Server) env() *engine.GenerationEnv { return s.genv }
 
 // makeEnv makes the generation's environment (once its pools are set,
 // before it is published).
 func (s *Server) makeEnv() {
 	if s.core.henv == nil {
 		c := s.core
-		c.henv = &hostEnv{
-			metrics: c.metrics, log: c.log, tls: &c.tls, loginsDisabled: &c.life.disabled,
-			npinned: &c.npinned, pinsTotal: c.pinsTotal, fences: &c.fences, standIns: &c.standIns, clients: &c.clients, consoleCanceled: admin.ErrCanceled, ops: c,
+		c.henv = &engine.HostEnv{
+			Metrics: c.metrics.Metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
+			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
-	s.genv = &generationEnv{
-		cfg: newSessionConfig(&s.cfg), pools: s.pools, defaultShard: s.defaultShard, users: s.users,
-		metrics: s.metrics, log: s.log, stmtEpoch: &s.stmtEpoch, collation: &s.collation, rr: &s.rr,
-		home: s.core.henv, ops: s,
+	s.genv = &engine.GenerationEnv{
+		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
+		Metrics: s.metrics.Metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
+		Home: s.core.henv, Ops: s,
 	}
 }
 
-// databaseEnv implements generationOps.
-func (s *Server) databaseEnv(name string) *generationEnv { return s.database(name).env() }
+// LeaseError implements engine.GenerationOps (catalog.go's leaseError).
+func (s *Server) LeaseError() *pgwire.Error { return s.leaseError() }
 
-// currentEnv implements hostOps.
-func (c *core) currentEnv() *generationEnv { return c.current().env() }
+// DatabaseEnv implements engine.GenerationOps.
+func (s *Server) DatabaseEnv(name string) *engine.GenerationEnv { return s.database(name).env() }
 
-// consoleQuery implements hostOps: admin.Query over s's adminHost.
-func (c *core) consoleQuery(ctx context.Context, s *session, sql string, out []byte) []byte {
-	return admin.Query(ctx, &adminHost{s: s, c: c}, sql, out)
+// CurrentEnv implements engine.HostOps.
+func (c *core) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
+
+// ConsoleQuery implements engine.HostOps: admin.Query over an adminHost
+// acting for by.
+func (c *core) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) []byte {
+	return admin.Query(ctx, &adminHost{by: by, c: c}, sql, out)
 }

@@ -305,7 +305,7 @@ func (r *stressRun) stuck(what string) {
 		}
 		var sess []string
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "proxy.(*session)") || strings.Contains(g, "backend.(*Pool)") {
+			if strings.Contains(g, "engine.(*Session)") || strings.Contains(g, "backend.(*Pool)") {
 				sess = append(sess, g)
 			}
 		}

@@ -3,12 +3,9 @@
 //
 //	doc.go            this comment
 //	layering_test.go  the rules, the checker, and a test of the checker
-//	funclen_test.go   no function of proxy or proxy/route over 100 lines
-//	                  (issue 19), and a test of that checker
-//	boundary_test.go  the engine boundary inside package proxy: no method or
-//	                  field of session or planner names Server or core (they
-//	                  use proxy/sessionenv.go's generationEnv and hostEnv),
-//	                  and a test of that checker
+//	funclen_test.go   no function of proxy, proxy/internal/engine or
+//	                  proxy/route over 100 lines (issue 19), and a test of
+//	                  that checker
 //
 // The rules, one line each, allow-lists over the module's own packages
 // (a package may always use its own subtree; anything outside the module is
@@ -31,13 +28,18 @@
 //	internal/config  shardmap, proxy/route
 //	internal/sqlver  nothing of ours          (a foundation: every package may use it)
 //
-//	inside the proxy (one way: proxy → internal/merge → route, internal/pgvalue → internal/pgwire; proxy → internal/auth, internal/backend, internal/admin → internal/pgwire):
+//	inside the proxy (one way: proxy → internal/engine → internal/merge → route, internal/pgvalue → internal/pgwire;
+//	internal/engine → internal/auth, internal/backend, internal/obs; proxy → internal/admin → internal/pgwire):
 //	proxy/route             shardmap                 (the analyzer: no wire, no session)
 //	proxy/internal/pgwire   nothing of ours          (the wire protocol)
 //	proxy/internal/pgvalue  proxy/internal/pgwire    (the value codec)
 //	proxy/internal/auth     proxy/internal/pgwire at most (SCRAM, TLS)
 //	proxy/internal/backend  proxy/internal/pgwire, shardmap, migrations (pools; handed an Env, never the proxy)
 //	proxy/internal/merge    proxy/route, proxy/internal/pgvalue, proxy/internal/pgwire (the fan-out merge over Sources; no session, no pool)
+//	proxy/internal/obs      nothing of ours          (the metric handles the server and its sessions share)
+//	proxy/internal/engine   proxy/route, proxy/internal/{pgwire,pgvalue,auth,backend,merge,obs}, store, shardmap, migrations
+//	                        (the client sessions and their planner; never package proxy or the console:
+//	                        the server hands a session engine.GenerationEnv and engine.HostEnv)
 //	proxy/internal/admin    proxy/internal/pgwire    (the console over admin.Host snapshots; no session, no pool)
 //	                        and only package proxy imports it (a direct-import rule: importRules)
 //	everyone         never internal/cli or cmd (only cmd/pgshard uses internal/cli)

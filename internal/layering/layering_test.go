@@ -51,6 +51,13 @@ var rules = []rule{
 	{name: "proxy/internal/auth, client authentication, uses pgwire at most", pkg: "proxy/internal/auth", allow: []string{"proxy/internal/pgwire"}},
 	{name: "proxy/internal/backend, the backend pools, builds on pgwire, shardmap and migrations (never the proxy, the analyzer or the value codec)", pkg: "proxy/internal/backend", allow: []string{"proxy/internal/pgwire", "shardmap", "migrations"}},
 	{name: "proxy/internal/merge, the fan-out merge executor, builds on the analyzer's plans, pgvalue and pgwire (never a session, the pools or the proxy)", pkg: "proxy/internal/merge", allow: []string{"proxy/route", "proxy/internal/pgvalue", "proxy/internal/pgwire", "shardmap"}},
+	{name: "proxy/internal/obs, the metric handles the server and its sessions share, imports nothing of ours", pkg: "proxy/internal/obs"},
+	// The engine (the client sessions, the planner, fan-out, pinning) sits
+	// on the lower layers and reaches the server only through the
+	// environments it is handed (engine.GenerationEnv, engine.HostEnv):
+	// never package proxy, never the console.
+	{name: "proxy/internal/engine, the client sessions and their planner, builds on the proxy's lower layers (never package proxy or the console: it sees GenerationEnv and HostEnv)", pkg: "proxy/internal/engine",
+		allow: []string{"proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/obs", "shardmap", "store", "migrations"}},
 	// The console formats plain snapshots (admin.Host) as PgBouncer's text
 	// columns and speaks the wire: pgwire only. It needs no value codec
 	// (its values are Go integers, strings and times, not Postgres
@@ -303,6 +310,9 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		"proxy/internal/merge": {imports: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route"},
 			deps: []string{"proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "shardmap"}},
 		"proxy/internal/admin": {imports: []string{"proxy/internal/pgwire"}, deps: []string{"proxy/internal/pgwire"}},
+		"proxy/internal/obs":   {},
+		"proxy/internal/engine": {imports: []string{"proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/obs", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "shardmap", "store"},
+			deps: []string{"migrations", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/obs", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "shardmap", "store"}},
 		"proxy": {imports: []string{"proxy/internal/admin", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router"},
 			deps: []string{"migrations", "proxy/internal/admin", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/pgvalue", "proxy/internal/pgwire", "proxy/route", "router", "shardmap", "store"}},
 	}
@@ -342,6 +352,13 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 		{"the merge imports the console", "proxy/internal/merge", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "proxy/internal/merge → proxy/internal/admin"},
 		{"the analyzer imports the console", "proxy/route", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "proxy/route → proxy/internal/admin"},
 		{"the CLI imports the console", "internal/cli", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "internal/cli → proxy/internal/admin"},
+		{"the engine reaches back into the proxy", "proxy/internal/engine", "proxy", "proxy/internal/engine, the client sessions and their planner", "proxy/internal/engine → proxy"},
+		{"the engine imports the console", "proxy/internal/engine", "proxy/internal/admin", "proxy/internal/engine, the client sessions and their planner", "proxy/internal/engine → proxy/internal/admin"},
+		{"the engine imports the console, the import rule", "proxy/internal/engine", "proxy/internal/admin", "only package proxy imports proxy/internal/admin", "proxy/internal/engine → proxy/internal/admin"},
+		{"the engine imports the router", "proxy/internal/engine", "router", "proxy/internal/engine, the client sessions and their planner", "proxy/internal/engine → router"},
+		{"the pools import the engine", "proxy/internal/backend", "proxy/internal/engine", "proxy/internal/backend, the backend pools", "proxy/internal/backend → proxy/internal/engine"},
+		{"the merge imports the engine", "proxy/internal/merge", "proxy/internal/engine", "proxy/internal/merge, the fan-out merge executor", "proxy/internal/merge → proxy/internal/engine"},
+		{"the metric handles import the wire", "proxy/internal/obs", "proxy/internal/pgwire", "proxy/internal/obs, the metric handles", "proxy/internal/obs → proxy/internal/pgwire"},
 		{"catalog imports the store", "catalog", "store", "catalog builds on shardmap only", "catalog → store"},
 		{"the SQL loader imports the map", "internal/sqlver", "shardmap", "internal/sqlver, the versioned-SQL loader, imports nothing of ours", "internal/sqlver → shardmap"},
 		{"catalog imports the router", "catalog", "router", "catalog builds on shardmap only", "catalog → router"},
@@ -385,7 +402,7 @@ func TestCheckerCatchesBackEdges(t *testing.T) {
 // package was renamed or moved (and is then silently skipped) fails here.
 func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 	g := loadGraph(t)
-	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/admin"} {
+	for _, p := range []string{"proxy", "proxy/route", "proxy/internal/pgwire", "proxy/internal/pgvalue", "proxy/internal/auth", "proxy/internal/backend", "proxy/internal/merge", "proxy/internal/admin", "proxy/internal/engine", "proxy/internal/obs"} {
 		if _, ok := g[p]; !ok {
 			t.Fatalf("package %s is not in the module: update the proxy's layering rules", p)
 		}
@@ -405,6 +422,10 @@ func TestProxyBackEdgeOnTheRealGraph(t *testing.T) {
 		{"proxy/internal/admin", "proxy/internal/backend", "proxy/internal/admin, the console"},
 		{"proxy/internal/merge", "proxy/internal/admin", "only package proxy imports proxy/internal/admin"},
 		{"proxy/route", "proxy/internal/admin", "only package proxy imports proxy/internal/admin"},
+		{"proxy/internal/engine", "proxy", "proxy/internal/engine, the client sessions and their planner"},
+		{"proxy/internal/engine", "proxy/internal/admin", "proxy/internal/engine, the client sessions and their planner"},
+		{"proxy/internal/backend", "proxy/internal/engine", "proxy/internal/backend, the backend pools"},
+		{"proxy/internal/obs", "proxy", "proxy/internal/obs, the metric handles"},
 	}
 	for _, e := range edges {
 		h := graph{}

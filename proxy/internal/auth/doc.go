@@ -6,7 +6,8 @@
 //	          NewSCRAMVerifier, DeriveVerifier) and SCRAMServer, one
 //	          exchange: First(client-first) → server-first,
 //	          Final(client-final) → server-final, or an error
-//	tls.go    LoadCertificate: the server's tls.Config and expiry
+//	tls.go    TLSMode (disable, allow, require), LoadTLS → TLSSetup (the
+//	          mode, the tls.Config, the expiry), LoadCertificate
 //
 // The session drives the exchange over the wire (AuthenticationSASL…);
 // this package sees only the SASL messages' text.

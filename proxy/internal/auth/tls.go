@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -27,4 +28,61 @@ func LoadCertificate(certFile, keyFile string) (*tls.Config, time.Time, error) {
 		notAfter = leaf.NotAfter
 	}
 	return conf, notAfter, nil
+}
+
+// TLSMode says whether clients may or must use TLS.
+type TLSMode int
+
+const (
+	// TLSDisable answers SSLRequest with 'N': no TLS (the default).
+	TLSDisable TLSMode = iota
+	// TLSAllow accepts TLS and plain-text clients.
+	TLSAllow
+	// TLSRequire refuses plain-text clients (28000).
+	TLSRequire
+)
+
+// String returns disable, allow or require.
+func (m TLSMode) String() string {
+	switch m {
+	case TLSAllow:
+		return "allow"
+	case TLSRequire:
+		return "require"
+	}
+	return "disable"
+}
+
+// ParseTLSMode parses disable, allow or require.
+func ParseTLSMode(s string) (TLSMode, error) {
+	switch strings.ToLower(s) {
+	case "", "disable":
+		return TLSDisable, nil
+	case "allow":
+		return TLSAllow, nil
+	case "require":
+		return TLSRequire, nil
+	}
+	return TLSDisable, fmt.Errorf("tls mode %q: want disable, allow or require", s)
+}
+
+// TLSSetup is a loaded TLS configuration towards clients (the certificate
+// read from its files at New and at each reload).
+type TLSSetup struct {
+	Mode TLSMode
+	Conf *tls.Config
+	// NotAfter is the certificate's expiry (SHOW CONFIG).
+	NotAfter time.Time
+}
+
+// LoadTLS reads the certificate and key for mode (none when TLS is off).
+func LoadTLS(mode TLSMode, certFile, keyFile string) (*TLSSetup, error) {
+	if mode == TLSDisable {
+		return &TLSSetup{Mode: TLSDisable}, nil
+	}
+	conf, notAfter, err := LoadCertificate(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &TLSSetup{Mode: mode, Conf: conf, NotAfter: notAfter}, nil
 }

@@ -43,7 +43,7 @@ type Conn struct {
 	peekBuf [1]byte
 	peekOK  bool
 	// txnChecked: in the client transaction it serves, the isolation
-	// check of fan-out reads passed (the proxy's fanout.go); cleared when released.
+	// check of fan-out reads passed (the engine's fanout.go); cleared when released.
 	TxnChecked bool
 	// cancelled is set when a cancel request was sent for this connection;
 	// the connection is then closed instead of being reused, so a late

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"bytes"
@@ -270,7 +270,7 @@ func (p *planner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	if last.Kind != route.KindOther || !last.Select {
 		return nil
 	}
-	d := s.gen.cfg.Analyzer.Route(last, nil, nil, nil)
+	d := s.gen.Config.Analyzer.Route(last, nil, nil, nil)
 	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages != nil {
 		return nil // (a read in two stages takes no leads: twostage.go)
 	}
@@ -366,7 +366,7 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 // each lead. It returns false when a lead failed: the error is written in
 // its place and the rest of the pipeline is skipped, as Postgres skips to
 // the Sync.
-func (s *session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool {
+func (s *Session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool {
 	answers := make([][]byte, len(streams))
 	for i := range items {
 		it := &items[i]
@@ -403,7 +403,7 @@ func (s *session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool 
 // leadError is the error of a lead that failed: the shard's own error
 // when every shard failed alike (one database would have said the same),
 // else the first shard's with the shards named (fanResultError).
-func (s *session) leadError(streams []*fanStream) []byte {
+func (s *Session) leadError(streams []*fanStream) []byte {
 	var first *fanStream
 	alike := true
 	for _, st := range streams {

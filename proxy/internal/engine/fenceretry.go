@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -76,7 +76,7 @@ type fenceRetryState struct {
 // runRetrying runs one client message (run) again while its attempt
 // was refused by the fence and retried (errFenceRetry); bounded by the
 // session's retry budget.
-func (s *session) runRetrying(run func() error) error {
+func (s *Session) runRetrying(run func() error) error {
 	s.fretry = fenceRetryState{}
 	for {
 		err := run()
@@ -92,7 +92,7 @@ func (s *session) runRetrying(run func() error) error {
 // (planner.fresh), no pgshard hint chose the shard, and no swap to a
 // write's shard happened.
 func (p *planner) fenceRetryFlag(fence bool) itemFlags {
-	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.cfg.Follow != nil {
+	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.Config.Follows {
 		return fFence
 	}
 	return 0
@@ -100,9 +100,9 @@ func (p *planner) fenceRetryFlag(fence bool) itemFlags {
 
 // fenceRetryable reports whether the PS001 msg answering the fence item
 // at index i of s.items is retried: see the diagram above.
-func (s *session) fenceRetryable(i int, msg []byte) bool {
+func (s *Session) fenceRetryable(i int, msg []byte) bool {
 	r := &s.fretry
-	if !r.armed || s.gen.cfg.Follow == nil || s.gen.home != s.host || s.pin != nil {
+	if !r.armed || !s.gen.Config.Follows || s.gen.Home != s.host || s.pin != nil {
 		return false
 	}
 	for _, it := range s.items[:i] {
@@ -123,7 +123,7 @@ func (s *session) fenceRetryable(i int, msg []byte) bool {
 		if r.frozen >= fenceFrozenRetryMax {
 			return false
 		}
-	case fe.Epoch > s.gen.cfg.Map.Epoch || s.host.ops.currentEnv().cfg.Map.Epoch > s.gen.cfg.Map.Epoch:
+	case fe.Epoch > s.gen.Config.Map.Epoch || s.host.Ops.CurrentEnv().Config.Map.Epoch > s.gen.Config.Map.Epoch:
 		if r.tries-r.frozen >= fenceRetryMax {
 			return false
 		}
@@ -138,14 +138,14 @@ func (s *session) fenceRetryable(i int, msg []byte) bool {
 // client's output of it is dropped, the backend's (aborted)
 // transaction rolled back and the backend released, the map made
 // current (bounded wait), and errFenceRetry returned.
-func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
+func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 	r := &s.fretry
 	s.out = s.out[:r.outStart]
 	if !res.lost && s.bc != nil {
 		if res.status == 'I' {
 			s.dropBackend(true)
 		} else {
-			_, err := s.bc.RunSimple(ctx, s.gen.cfg.PoolTimeout, "ROLLBACK")
+			_, err := s.bc.RunSimple(ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
 			s.dropBackend(err == nil)
 		}
 	}
@@ -164,13 +164,13 @@ func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
 		r.frozen++
 	}
 	if r.deadline.IsZero() {
-		r.deadline = time.Now().Add(s.gen.cfg.FenceRetryWait)
+		r.deadline = time.Now().Add(s.gen.Config.FenceRetryWait)
 	}
 	state := "moved"
 	if frozen {
 		state = "frozen"
 	}
-	s.host.metrics.fenceRetries.WithLabelValues(state).Inc()
+	s.host.Metrics.FenceRetries.WithLabelValues(state).Inc()
 	s.log.Debug("fence refused a statement before anything reached the client: retrying", "range_lo", fe.Lo, "range_hi", fe.Hi, "state", fe.State, "epoch", fe.Epoch, "try", r.tries)
 	if frozen {
 		// A frozen range flips (or thaws) within the move's freeze
@@ -188,8 +188,8 @@ func (s *session) fenceRetry(ctx context.Context, res exchangeResult) error {
 
 // awaitEpoch waits until the newest generation's map has at least epoch
 // (the catalog follower applies it), at most until deadline or ctx ends.
-func (s *session) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
-	for s.host.ops.currentEnv().cfg.Map.Epoch < epoch {
+func (s *Session) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
+	for s.host.Ops.CurrentEnv().Config.Map.Epoch < epoch {
 		left := time.Until(deadline)
 		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {
 			return
@@ -215,11 +215,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // switchGenerationForRetry moves the session to the newest generation
 // between the attempts of a retried message: its transaction, if any,
 // is deferred (never sent), so no backend and no reader holds it.
-func (s *session) switchGenerationForRetry() {
-	if s.gen.home != s.host || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
+func (s *Session) switchGenerationForRetry() {
+	if s.gen.Home != s.host || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
 		return
 	}
-	if g := s.host.ops.currentEnv(); g != s.gen {
+	if g := s.host.Ops.CurrentEnv(); g != s.gen {
 		s.switchGeneration(g)
 	}
 }

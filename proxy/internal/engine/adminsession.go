@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 // authenticate, check the user is an admin, then the parameter statuses a
 // client expects (no backend is involved: the console works with every
 // shard down).
-func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
+func (s *Session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
 	if ok, err := s.admit(); !ok {
 		return false, err
 	}
-	if !slices.Contains(s.gen.cfg.AdminUsers, s.user) {
-		s.host.clients.unregister(s)
-		s.host.metrics.clientsRefused.WithLabelValues("not_admin").Inc()
+	if !slices.Contains(s.gen.Config.AdminUsers, s.user) {
+		s.host.Clients.unregister(s)
+		s.host.Metrics.ClientsRefused.WithLabelValues("not_admin").Inc()
 		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
 		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
 	}
@@ -30,7 +30,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 		enc = "UTF8"
 	}
 	version := "15.0 (pgshard)"
-	for _, p := range s.gen.pools {
+	for _, p := range s.gen.Pools {
 		if v := p.ServerVersion(); v != "" {
 			version = v + " (pgshard)"
 		}
@@ -47,7 +47,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	s.out = pgwire.AppendU32(s.out, s.secret)
 	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.host.clients.unregister(s)
+		s.host.Clients.unregister(s)
 		return false, err
 	}
 	s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
@@ -55,7 +55,7 @@ func (s *session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 }
 
 // serveAdmin is the console's message loop.
-func (s *session) serveAdmin(ctx context.Context) error {
+func (s *Session) serveAdmin(ctx context.Context) error {
 	skipping := false
 	for {
 		if err := s.flush(); err != nil {
@@ -99,10 +99,10 @@ func (s *session) serveAdmin(ctx context.Context) error {
 
 // adminQuery runs the commands of one query string (the console), with
 // a context a cancel request cancels (cancelAdmin).
-func (s *session) adminQuery(ctx context.Context, sql string) {
+func (s *Session) adminQuery(ctx context.Context, sql string) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	s.mu.Lock()
-	s.adminCancel = func() { cancel(s.host.consoleCanceled) }
+	s.adminCancel = func() { cancel(s.host.ConsoleCanceled) }
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -110,11 +110,11 @@ func (s *session) adminQuery(ctx context.Context, sql string) {
 		s.mu.Unlock()
 		cancel(nil)
 	}()
-	s.out = s.host.ops.consoleQuery(cctx, s, sql, s.out)
+	s.out = s.host.Ops.ConsoleQuery(cctx, ConsoleCaller{User: s.user, Log: s.log}, sql, s.out)
 }
 
 // cancelAdmin cancels the command an admin session runs (a cancel request).
-func (s *session) cancelAdmin() {
+func (s *Session) cancelAdmin() {
 	s.mu.Lock()
 	cancel := s.adminCancel
 	s.mu.Unlock()

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // A session moves to the newest configuration generation between
 // transactions (reload.go publishes it; the session holds no backend,
@@ -8,11 +8,11 @@ package proxy
 // maybeSwitchGeneration moves the session to the current generation when
 // a reload published one and the session is between transactions (no
 // transaction, pipeline or backend).
-func (s *session) maybeSwitchGeneration() {
-	if s.gen.home != s.host {
+func (s *Session) maybeSwitchGeneration() {
+	if s.gen.Home != s.host {
 		return // a database of Config.ExtraDatabases: a reload keeps it as it is
 	}
-	g := s.host.ops.currentEnv()
+	g := s.host.Ops.CurrentEnv()
 	if g == s.gen || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
 		return
 	}
@@ -21,7 +21,7 @@ func (s *session) maybeSwitchGeneration() {
 
 // switchGeneration moves the session to generation g (it holds no
 // backend, reader or pin).
-func (s *session) switchGeneration(g *generationEnv) {
+func (s *Session) switchGeneration(g *GenerationEnv) {
 	// The prepared statements' analyses name shards of the old map: analyze
 	// their texts again (a statement that no longer analyzes is dropped;
 	// using it fails with 26000 and the client prepares it again).
@@ -38,8 +38,8 @@ func (s *session) switchGeneration(g *generationEnv) {
 	s.gen = g
 }
 
-func (s *session) reanalyze(g *generationEnv, vs *vstmt) *vstmt {
-	st, err := g.cfg.Analyzer.Analyze(vs.st.SQL)
+func (s *Session) reanalyze(g *GenerationEnv, vs *vstmt) *vstmt {
+	st, err := g.Config.Analyzer.Analyze(vs.st.SQL)
 	if err != nil {
 		s.log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)
 		return nil

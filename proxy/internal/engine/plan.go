@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func txnControl(k route.Kind) bool {
 // simulates the transaction state as it goes; the session's real state
 // changes only through item effects and the backend's final ReadyForQuery.
 type planner struct {
-	s   *session
+	s   *Session
 	ctx context.Context
 
 	// simulated transaction state
@@ -142,7 +142,7 @@ type planner struct {
 	fresh bool
 }
 
-func (s *session) newPlanner(ctx context.Context) *planner {
+func (s *Session) newPlanner(ctx context.Context) *planner {
 	if s.plan == nil {
 		s.plan = new(planner)
 	}
@@ -282,7 +282,7 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
-		p.s.gen.metrics.refusals.WithLabelValues("unsupported").Inc()
+		p.s.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()
 		reason := a.Reason
 		if reason == "" {
 			reason = "this statement needs session state, which does not survive transaction pooling"
@@ -415,7 +415,7 @@ func (p *planner) prepareAction(a *route.Statement) action {
 		return p.failLocal(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", a.PrepareName)))
 	}
 	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
-	vs.epoch = p.s.gen.stmtEpoch.Load()
+	vs.epoch = p.s.gen.StmtEpoch.Load()
 	p.overlayPut(a.PrepareName, vs)
 	return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: a.PrepareName, vs: vs}}
 }
@@ -475,7 +475,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 	var reason string
 	switch st.SetName {
 	case "pgshard.key":
-		d := srv.cfg.Analyzer.RouteKey(st.SetValue, srv.cfg.HintKeyType)
+		d := srv.Config.Analyzer.RouteKey(st.SetValue, srv.Config.HintKeyType)
 		if d.Kind == route.DestRefuse && d.Refusal != nil {
 			return p.failLocal(refusalError(d.Refusal))
 		}
@@ -485,7 +485,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 		shard, reason = d.Shard, d.Reason
 	case "pgshard.shard":
 		shard = -1
-		for i, sh := range srv.cfg.Map.Shards {
+		for i, sh := range srv.Config.Map.Shards {
 			if sh.Name == st.SetValue {
 				shard = i
 			}
@@ -525,7 +525,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 // transaction's.
 func (p *planner) crossShard(want, have int, reason string) *pgwire.Error {
 	srv := p.s.gen
-	srv.metrics.refusals.WithLabelValues("cross_shard").Inc()
+	srv.Metrics.Refusals.WithLabelValues("cross_shard").Inc()
 	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but the transaction is on shard %q", srv.shardName(want), srv.shardName(have)),
 		Hint:    "A transaction runs on one shard: roll it back, then run the statement in its own transaction."}
@@ -559,7 +559,7 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.E
 	if e != nil || fan || shard != p.fenceShard {
 		p.fenceKey = "" // only a statement run on its key's shard asserts it
 	}
-	p.s.gen.ops.noteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
+	p.s.gen.Ops.NoteDecision(a.SQL, d, shard, fan, e, p.hint >= 0 || p.s.hintBound)
 	return shard, fan, e
 }
 
@@ -568,13 +568,13 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 	srv := p.s.gen
 	p.fanInTxn, p.fanOnly = false, 0
 	if a.Kind == route.KindDDL {
-		srv.stmtEpoch.Add(1) // see Server.stmtEpoch
-		srv.collation.Store(collationUnknown)
+		srv.StmtEpoch.Add(1) // see Server.stmtEpoch
+		srv.Collation.Store(collationUnknown)
 	}
 	d = p.s.adjustDest(a, d)
 	p.fenceKey = ""
 	if d.Kind == route.DestShard && d.Bucket >= 0 {
-		if e := srv.ops.leaseError(); e != nil {
+		if e := srv.Ops.LeaseError(); e != nil {
 			return 0, false, e
 		}
 		p.fenceKey, p.fenceBucket, p.fenceShard = d.Key, d.Bucket, d.Shard
@@ -586,7 +586,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 	}
 	switch d.Kind {
 	case route.DestRefuse:
-		srv.metrics.refusals.WithLabelValues("analyzer").Inc()
+		srv.Metrics.Refusals.WithLabelValues("analyzer").Inc()
 		if d.Refusal != nil {
 			return 0, false, refusalError(d.Refusal)
 		}
@@ -598,7 +598,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 	if d.Kind == route.DestShard {
 		want = d.Shard
 	} else if d.Default {
-		want = srv.defaultShard // unsharded objects live there
+		want = srv.DefaultShard // unsharded objects live there
 	}
 	if p.held && p.tx == txBound && p.s.bstatus == 'E' {
 		// The transaction is aborted: the backend answers 25P02.
@@ -646,7 +646,7 @@ func (p *planner) targetAll(a *route.Statement, d route.Dest) (int, bool, *pgwir
 		p.fanInTxn = true
 		return -1, true, nil
 	}
-	p.s.gen.metrics.refusals.WithLabelValues("fanout_in_transaction").Inc()
+	p.s.gen.Metrics.Refusals.WithLabelValues("fanout_in_transaction").Inc()
 	if p.setAhead && p.tx == txIdle && !p.held {
 		return 0, false, errSettingsAhead(d.Reason)
 	}
@@ -718,7 +718,7 @@ func (p *planner) targetKeyless(a *route.Statement) (int, bool, *pgwire.Error) {
 		p.anyShard = true
 		return srv.pickAny(), false, nil
 	}
-	return srv.defaultShard, false, nil
+	return srv.DefaultShard, false, nil
 }
 
 // ensureBackend makes the pipeline run on shard: acquires a connection,
@@ -756,7 +756,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
 	fenceKey := ""
 	if fence {
-		fenceKey = s.host.standIns.fenceKeyFor(s.gen.cfg.Map, p.fenceKey, p.fenceBucket)
+		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.fenceKey, p.fenceBucket)
 	}
 	p.fenceKey = "" // used once
 	// The assert may be retried after a refusal only when it is the
@@ -829,15 +829,15 @@ func (p *planner) bindReader(shard int) bool {
 // pre is the settings the transaction must apply itself.
 func (p *planner) acquire(shard int) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
 	s := p.s
-	pool = s.gen.pools[shard]
+	pool = s.gen.Pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)
 	bc, err := pool.Acquire(p.ctx, key)
-	for k := 1; err != nil && p.anyShard && k < len(s.gen.pools); k++ {
+	for k := 1; err != nil && p.anyShard && k < len(s.gen.Pools); k++ {
 		if _, isPg := err.(*backend.PgError); isPg {
 			break
 		}
-		shard = (shard + 1) % len(s.gen.pools)
-		pool = s.gen.pools[shard]
+		shard = (shard + 1) % len(s.gen.Pools)
+		pool = s.gen.Pools[shard]
 		key, pre = s.cur.Split(pool.ViaPooler)
 		bc, err = pool.Acquire(p.ctx, key)
 	}
@@ -904,7 +904,7 @@ func (p *planner) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, 
 func (p *planner) moveSoft() *pgwire.Error {
 	s := p.s
 	bc := s.bc
-	_, err := bc.RunSimple(p.ctx, s.gen.cfg.PoolTimeout, "ROLLBACK")
+	_, err := bc.RunSimple(p.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
 	s.soft = false
 	p.held, p.bc, p.soft = false, nil, false
@@ -977,7 +977,7 @@ func (p *planner) answer(act action) {
 // appendSettingStatus appends the ParameterStatus messages a settings
 // change implies (after its CommandComplete, as Postgres does before
 // ReadyForQuery).
-func (s *session) appendSettingStatus(dst []byte, e *effect) []byte {
+func (s *Session) appendSettingStatus(dst []byte, e *effect) []byte {
 	names := make([]string, 0, len(e.rep))
 	for n := range e.rep {
 		names = append(names, n)

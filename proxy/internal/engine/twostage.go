@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"encoding/binary"
@@ -53,7 +53,7 @@ type stageRows struct {
 }
 
 // runTwoStage answers a read in two stages (f.dest.Merge.Stages).
-func (s *session) runTwoStage(p *planner, f *fanPlan) error {
+func (s *Session) runTwoStage(p *planner, f *fanPlan) error {
 	if f.inTxn || len(f.leads) > 0 {
 		return s.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone, outside a transaction block",
@@ -91,10 +91,10 @@ func stageErr(code, msg, hint string) []byte {
 
 // stageStart sends each participant of fp its request; the streams stand
 // at their first row (live). A nil slice comes with the error to answer.
-func (s *session) stageStart(p *planner, fp *fanPlan, bv *pgwire.BindView, formats []int16) ([]*fanStream, []bool, []byte) {
+func (s *Session) stageStart(p *planner, fp *fanPlan, bv *pgwire.BindView, formats []int16) ([]*fanStream, []bool, []byte) {
 	streams, e := s.fanParts(p, fp)
 	if e != nil {
-		s.gen.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
+		s.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
 		return nil, nil, pgwire.AppendError(nil, e)
 	}
 	for _, st := range streams {
@@ -131,7 +131,7 @@ func stageEnd(streams []*fanStream) {
 // stageDescribe describes the client's statement on the default shard:
 // the types of its parameters (the client's where declared) and its
 // result columns.
-func (s *session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Field, []byte) {
+func (s *Session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Field, []byte) {
 	var declared []uint32
 	if !f.simple {
 		declared = f.vs.oids
@@ -139,7 +139,7 @@ func (s *session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Fie
 	raw := pgwire.AppendParseMsg(nil, "", f.st.SQL, declared)
 	raw = pgwire.AppendDescribe(raw, 'S', "")
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.defaultShard + 1, raw: raw}
+	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.DefaultShard + 1, raw: raw}
 	streams, _, fail := s.stageStart(p, fp, nil, nil)
 	if fail != nil {
 		return nil, nil, fail
@@ -176,14 +176,14 @@ func parseParamDesc(msg []byte) ([]uint32, error) {
 
 // stageCollect runs one inner statement where Route sends it and
 // collects its merged rows in binary.
-func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
-	d := s.gen.cfg.Analyzer.Route(in, bv.Params, bv.Formats, oids)
+func (s *Session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
+	d := s.gen.Config.Analyzer.Route(in, bv.Params, bv.Formats, oids)
 	m, only := d.Merge, 0
 	switch {
 	case d.Kind == route.DestShard:
 		only = d.Shard + 1
 	case d.Kind == route.DestAny:
-		only = s.gen.defaultShard + 1
+		only = s.gen.DefaultShard + 1
 	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
 		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Reason+")", "")
 	}
@@ -205,7 +205,7 @@ func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 	var out []byte
 	rs := &stageRows{}
 	r := &merge.Run{Plan: m, Sources: make([]merge.Source, len(streams)), Live: live, ClientFormats: []int16{1},
-		Describe: true, Bytewise: only == 0 && s.gen.textBytewise(p.ctx), GroupLimit: s.gen.cfg.MergeGroupLimit,
+		Describe: true, Bytewise: only == 0 && s.gen.textBytewise(p.ctx), GroupLimit: s.gen.Config.MergeGroupLimit,
 		Params: bv.Params, Formats: bv.Formats, OIDs: oids, Out: &out, Flush: func() error { return rs.take(&out) }}
 	for i, st := range streams {
 		r.Sources[i] = st
@@ -242,7 +242,7 @@ func (s *session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 // stageError is the error of a failed stage, after a BindComplete when a
 // shard failed after binding the client's parameters (as one database
 // fails at Execute).
-func (s *session) stageError(streams []*fanStream) []byte {
+func (s *Session) stageError(streams []*fanStream) []byte {
 	var out []byte
 	for _, st := range streams {
 		if st.failed() && st.bound && st.lost == nil {
@@ -342,7 +342,7 @@ func stageSQL(sg *route.Stages, oids []uint32, sets []*stageRows) (string, []uin
 
 // stageFinal runs stage 2 on the default shard and streams its answer to
 // the client; it returns the error to answer instead, if any.
-func (s *session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) []byte {
+func (s *Session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) []byte {
 	if len(bv.Params) != len(oids) {
 		return stageErr(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but prepared statement \"\" requires %d", len(bv.Params), len(oids)), "")
 	}
@@ -355,7 +355,7 @@ func (s *session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwir
 	raw = pgwire.AppendDescribe(raw, 'P', "")
 	raw = pgwire.AppendExecute(raw, "", 0)
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.defaultShard + 1, raw: raw}
+	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.DefaultShard + 1, raw: raw}
 	streams, live, fail := s.stageStart(p, fp, nil, nil)
 	if fail != nil {
 		return fail

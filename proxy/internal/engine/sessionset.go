@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // Session SET / RESET: a client's session settings are kept by the proxy
 // (internal/backend/settings.go) and validated by running them on a shard inside a
@@ -40,7 +40,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
 	}
 	if what, ok := refusedSettings[name]; ok {
-		s.gen.metrics.refusals.WithLabelValues("unsupported").Inc()
+		s.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()
 		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: what + " is not supported by pgshard: backend connections are shared and authenticated once"}}
 	}
 	tag := "SET"
@@ -98,10 +98,10 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 // another connection while holding one can wait for itself (the same
 // shard's pool being full) or for sessions that wait likewise, until
 // PoolTimeout.
-func (s *session) probeSet(ctx context.Context, a *route.Statement, name string, own *backend.Conn) (string, [][2]string, []byte, *pgwire.Error) {
+func (s *Session) probeSet(ctx context.Context, a *route.Statement, name string, own *backend.Conn) (string, [][2]string, []byte, *pgwire.Error) {
 	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + backend.QuoteLiteral(name) + ")", "ROLLBACK"}
 	if own != nil {
-		res, err := own.RunSimple(ctx, s.gen.cfg.PoolTimeout, probe...)
+		res, err := own.RunSimple(ctx, s.gen.Config.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].Status != 'I' {
 			own.Broken = true
 			return "", nil, nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("checking the setting on shard %q failed: %v", own.Pool.Shard.Name, err))
@@ -110,8 +110,8 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 	}
 	var lastErr error
 	first := s.gen.pickAny()
-	for k := 0; k < len(s.gen.pools); k++ {
-		pool := s.gen.pools[(first+k)%len(s.gen.pools)]
+	for k := 0; k < len(s.gen.Pools); k++ {
+		pool := s.gen.Pools[(first+k)%len(s.gen.Pools)]
 		if pool.IsDown() != nil {
 			lastErr = pool.IsDown()
 			continue
@@ -122,7 +122,7 @@ func (s *session) probeSet(ctx context.Context, a *route.Statement, name string,
 			lastErr = err
 			continue
 		}
-		res, err := bc.RunSimple(ctx, s.gen.cfg.PoolTimeout, probe...)
+		res, err := bc.RunSimple(ctx, s.gen.Config.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].Status != 'I' {
 			pool.Discard(bc)
 			lastErr = fmt.Errorf("shard %q: %v", pool.Shard.Name, err)

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 
 // pickAny returns a shard for a statement that may run anywhere.
 // Shards found down are skipped while others are up.
-func (g *generationEnv) pickAny() int {
-	n := len(g.pools)
-	start := int(g.rr.Add(1) % uint32(n))
+func (g *GenerationEnv) pickAny() int {
+	n := len(g.Pools)
+	start := int(g.RR.Add(1) % uint32(n))
 	for k := 0; k < n; k++ {
-		if i := (start + k) % n; g.pools[i].Down.Load() == nil {
+		if i := (start + k) % n; g.Pools[i].Down.Load() == nil {
 			return i
 		}
 	}
@@ -46,20 +46,20 @@ FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`
 // or POSIX collation, libc provider, no column with another collation):
 // only then does the merge compare text as the shards sort it. Checked
 // once (and after DDL); a shard that cannot be asked counts as "no".
-func (g *generationEnv) textBytewise(ctx context.Context) bool {
-	switch g.collation.Load() {
+func (g *GenerationEnv) textBytewise(ctx context.Context) bool {
+	switch g.Collation.Load() {
 	case collationC:
 		return true
 	case collationOther:
 		return false
 	}
 	ok := true
-	for _, p := range g.pools {
+	for _, p := range g.Pools {
 		bc, err := p.Acquire(ctx, backend.NoSettings)
 		if err != nil {
 			return false
 		}
-		res, err := bc.RunSimple(ctx, g.cfg.PoolTimeout, collationSQL)
+		res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, collationSQL)
 		if err != nil {
 			p.Discard(bc)
 			return false
@@ -75,10 +75,10 @@ func (g *generationEnv) textBytewise(ctx context.Context) bool {
 		}
 	}
 	if ok {
-		g.collation.Store(collationC)
+		g.Collation.Store(collationC)
 	} else {
-		g.collation.Store(collationOther)
-		g.log.Info("the shards do not order text by bytes: merges that compare text need COLLATE \"C\"")
+		g.Collation.Store(collationOther)
+		g.Log.Info("the shards do not order text by bytes: merges that compare text need COLLATE \"C\"")
 	}
 	return ok
 }
@@ -95,7 +95,7 @@ var preambles = &preambleCache{m: map[string]map[string]string{}}
 // validatePreamble checks settings the preamble applies (they did not go
 // into a startup packet) the way Postgres checks startup parameters, and
 // returns the ParameterStatus values they produce. Results are cached.
-func (g *generationEnv) validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error) {
+func (g *GenerationEnv) validatePreamble(ctx context.Context, p *backend.Pool, key, pre *backend.Settings) (map[string]string, *pgwire.Error) {
 	ck := p.Shard.Name + "\x00" + key.Key + "\x00" + pre.Key
 	preambles.mu.Lock()
 	vals, ok := preambles.m[ck]
@@ -107,7 +107,7 @@ func (g *generationEnv) validatePreamble(ctx context.Context, p *backend.Pool, k
 	if err != nil {
 		return nil, pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
 	}
-	res, err := bc.RunSimple(ctx, g.cfg.PoolTimeout, "BEGIN;\n"+pre.PreambleSQL(), "ROLLBACK")
+	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, "BEGIN;\n"+pre.PreambleSQL(), "ROLLBACK")
 	if err != nil {
 		p.Discard(bc)
 		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.Shard.Name, err))

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // Pinning: a client kept on one server session.
 //
@@ -171,21 +171,21 @@ type PinnedSession struct {
 }
 
 // poolMode is the session's pool mode (its user's, else the server's).
-func (s *session) poolMode() PoolMode {
-	for _, u := range s.gen.cfg.userPoolModes {
-		if u.name == s.user {
-			return u.mode
+func (s *Session) poolMode() PoolMode {
+	for _, u := range s.gen.Config.UserPoolModes {
+		if u.Name == s.user {
+			return u.Mode
 		}
 	}
-	if s.gen.cfg.PoolMode == PoolModeDefault {
+	if s.gen.Config.PoolMode == PoolModeDefault {
 		return PoolTransaction
 	}
-	return s.gen.cfg.PoolMode
+	return s.gen.Config.PoolMode
 }
 
 // forwardPinned reports whether a statement the proxy answers itself in
 // transaction pooling goes to the backend because the session is pinned.
-func (s *session) forwardPinned(a *route.Statement) bool {
+func (s *Session) forwardPinned(a *route.Statement) bool {
 	if s.pin == nil {
 		return false
 	}
@@ -225,8 +225,8 @@ func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
 // pinTriggerOf is pinTrigger with what the session's database allows:
 // on one shard SQL-level PREPARE pins too (elsewhere the proxy routes each
 // EXECUTE by its arguments, which needs its own prepared statements).
-func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
-	if a.Kind == route.KindPrepare && len(s.gen.pools) == 1 {
+func (s *Session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
+	if a.Kind == route.KindPrepare && len(s.gen.Pools) == 1 {
 		return pinPrepare
 	}
 	return pinTrigger(a, inMulti, inTxn)
@@ -235,7 +235,7 @@ func (s *session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReaso
 // pinForQuery pins the session before a simple query when one of its
 // statements needs it (or the session pools by session). It returns an
 // error to answer instead of the query, nil to go on (pinned or not).
-func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.Error {
+func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.Error {
 	if s.pin != nil {
 		return nil
 	}
@@ -272,7 +272,7 @@ func (s *session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 		// CREATE TABLESPACE, ...) cannot get the client's settings from
 		// a transaction-local preamble: through a pooler it runs on a
 		// server session of its own, opened with them.
-		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.gen.pools[s.gen.defaultShard].ViaPooler {
+		if _, pre := s.cur.Split(true); len(pre.KV) > 0 && s.gen.Pools[s.gen.DefaultShard].ViaPooler {
 			why = pinSetsOnce
 		}
 	}
@@ -307,7 +307,7 @@ func setsAhead(as []*route.Statement) bool {
 
 // pinForPipeline is pinForQuery for a buffered extended-protocol
 // pipeline: the statements it parses or binds.
-func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
+func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 	if s.pin != nil {
 		return nil
 	}
@@ -324,7 +324,7 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if pv.Decode(m.raw) != nil {
 				return nil
 			}
-			st, err := s.gen.cfg.Analyzer.AnalyzeBytes(pv.Query)
+			st, err := s.gen.Config.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
 				return nil
 			}
@@ -346,7 +346,7 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 					vs = s.stmts[string(bv.Stmt)]
 				}
 				if vs != nil {
-					if d := s.adjustDest(vs.st, s.gen.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
+					if d := s.adjustDest(vs.st, s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
 						shard = d.Shard
 					}
 				}
@@ -385,12 +385,12 @@ func (s *session) pinForPipeline(ctx context.Context) *pgwire.Error {
 
 // firstShard is the shard of the first statement of a query that routes
 // to one (-1: none does).
-func (s *session) firstShard(as []*route.Statement) int {
+func (s *Session) firstShard(as []*route.Statement) int {
 	for _, a := range as {
 		if localKind(a.Kind) || txnControl(a.Kind) {
 			continue
 		}
-		if d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
+		if d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
 			return d.Shard
 		}
 	}
@@ -402,7 +402,7 @@ func (s *session) firstShard(as []*route.Statement) int {
 // connection through a pooler cannot move to a server session of its
 // own: the statement is then refused as before (nil is returned and the
 // session stays unpinned; the planner refuses it).
-func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
+func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
 	srv := s.gen
 	if shard < 0 {
 		switch {
@@ -411,12 +411,12 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		case s.hint >= 0:
 			shard = s.hint
 		default:
-			shard = srv.defaultShard
+			shard = srv.DefaultShard
 		}
 	}
 	if why&pinSessionMode == 0 {
-		if max := srv.cfg.MaxPinned; max > 0 && s.host.npinned.Load() >= int64(max) {
-			srv.metrics.refusals.WithLabelValues("max_pinned").Inc()
+		if max := srv.Config.MaxPinned; max > 0 && s.host.NPinned.Load() >= int64(max) {
+			srv.Metrics.Refusals.WithLabelValues("max_pinned").Inc()
 			return &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 				Message: fmt.Sprintf("too many pinned sessions (%d, proxy.max_pinned): this statement needs a server session of its own (%s)", max, why),
 				Hint:    "End the session state of other clients (DISCARD ALL, DROP of temporary tables, UNLISTEN *), or raise proxy.max_pinned."}
@@ -428,13 +428,13 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	if s.bc != nil && s.bc.Pool.ViaPooler && s.soft && s.tx == txBound {
 		// Only table-less reads ran: roll back and replay the start of
 		// the transaction on the pinned backend, as a soft move does.
-		res, err := s.bc.RunSimple(ctx, srv.cfg.PoolTimeout, "ROLLBACK")
+		res, err := s.bc.RunSimple(ctx, srv.Config.PoolTimeout, "ROLLBACK")
 		s.dropBackend(err == nil && len(res) == 1 && res[0].Status == 'I')
 		s.soft, s.tx = false, txDeferred
 	}
 	switch {
 	case s.bc != nil && s.bc.Pool.ViaPooler:
-		srv.metrics.refusals.WithLabelValues("pinned").Inc()
+		srv.Metrics.Refusals.WithLabelValues("pinned").Inc()
 		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("this statement needs a server session of its own (%s), but its transaction already runs on a pooled connection (PgBouncer), which cannot become one", why),
 			Hint:    "Run it at the start of the transaction, or outside a transaction block: pgshard then pins the session to a backend of its own."}
@@ -444,10 +444,10 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		s.setPin(shard, why, temps)
 		return nil
 	}
-	if e := srv.pools[shard].IsDown(); e != nil {
+	if e := srv.Pools[shard].IsDown(); e != nil {
 		return e
 	}
-	pool := srv.ops.directPool(shard)
+	pool := srv.Ops.DirectPool(shard)
 	bc, err := pool.AcquireAs(ctx, s.startup, s.backendUser())
 	if err != nil {
 		if be, ok := err.(*backend.PgError); ok {
@@ -463,7 +463,7 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		qs = append(qs, replaySQL(s.deferred, backend.NoSettings))
 	}
 	if len(qs) > 0 {
-		res, err := bc.RunSimple(ctx, srv.cfg.PoolTimeout, qs...)
+		res, err := bc.RunSimple(ctx, srv.Config.PoolTimeout, qs...)
 		if err != nil {
 			pool.Discard(bc)
 			return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("pinning the session on shard %q failed: %v", pool.Shard.Name, err))
@@ -495,13 +495,13 @@ func (s *session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 // backendUser is the user a pinned backend connects as ("" = what its
 // startup settings say: the client's own for a client admitted through
 // the "*" login, else the shard DSN's).
-func (s *session) backendUser() string { return "" }
+func (s *Session) backendUser() string { return "" }
 
 // setPin records the pin (the backend is s.bc).
-func (s *session) setPin(shard int, why pinReason, temps []string) {
+func (s *Session) setPin(shard int, why pinReason, temps []string) {
 	if s.pin == nil {
 		s.pin = &pinState{shard: shard, since: time.Now()}
-		s.host.npinned.Add(1)
+		s.host.NPinned.Add(1)
 		s.soft = false
 		s.wrapped = false
 	}
@@ -519,19 +519,19 @@ func (s *session) setPin(shard int, why pinReason, temps []string) {
 		}
 		s.pin.temps[t] = true
 	}
-	s.host.pinsTotal.WithLabelValues(why.String()).Inc()
+	s.host.PinsTotal.WithLabelValues(why.String()).Inc()
 	s.pinMu.Lock()
 	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
 	s.pinMu.Unlock()
 }
 
 // clearPin forgets the pin (its backend is being dropped or closed).
-func (s *session) clearPin() {
+func (s *Session) clearPin() {
 	if s.pin == nil {
 		return
 	}
 	s.pin = nil
-	s.host.npinned.Add(-1)
+	s.host.NPinned.Add(-1)
 	s.pinMu.Lock()
 	s.pinInfo = nil
 	s.pinMu.Unlock()
@@ -540,7 +540,7 @@ func (s *session) clearPin() {
 // unpin ends a pin whose state is gone: the backend, which carries the
 // client's session state, is closed; the session goes back to pooled
 // backends with the settings it has now.
-func (s *session) unpin() {
+func (s *Session) unpin() {
 	s.clearPin()
 	s.mu.Lock()
 	bc := s.bc
@@ -592,7 +592,7 @@ func (p *planner) notePinOp(a *route.Statement) {
 
 // applyPinOps applies the pin changes of a successful exchange and ends
 // the pin when its state is gone (the session is idle).
-func (s *session) applyPinOps(ops []pinOp, idle bool) {
+func (s *Session) applyPinOps(ops []pinOp, idle bool) {
 	if s.pin == nil {
 		return
 	}
@@ -693,10 +693,10 @@ func isCloseAll(sql string) bool {
 
 // resetStmtCache forgets the pinned backend's server-side statements
 // (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
-func (s *session) resetStmtCache() {
+func (s *Session) resetStmtCache() {
 	if s.bc != nil && s.bc.Stmts != nil {
-		s.bc.Stmts = backend.NewStmtCache(s.gen.cfg.StatementCacheSize)
-		s.bc.Stmts.Epoch = s.gen.stmtEpoch.Load()
+		s.bc.Stmts = backend.NewStmtCache(s.gen.Config.StatementCacheSize)
+		s.bc.Stmts.Epoch = s.gen.StmtEpoch.Load()
 	}
 }
 
@@ -722,14 +722,14 @@ func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		if (a.Kind == route.KindDDL || d.Merge != nil) && p.tx == txIdle && !p.onBackend && !p.explicit {
 			return 0, false, nil // fans out on pooled connections
 		}
-		s.gen.metrics.refusals.WithLabelValues("pinned").Inc()
+		s.gen.Metrics.Refusals.WithLabelValues("pinned").Inc()
 		return 0, true, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.gen.shardName(pin.shard), inTxnNote(p)),
 			Detail:  d.Reason,
 			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
 	}
-	if d.Default && pin.shard != s.gen.defaultShard {
-		return 0, true, p.pinnedElsewhere(s.gen.defaultShard, d.Reason)
+	if d.Default && pin.shard != s.gen.DefaultShard {
+		return 0, true, p.pinnedElsewhere(s.gen.DefaultShard, d.Reason)
 	}
 	return pin.shard, true, nil
 }
@@ -745,7 +745,7 @@ func inTxnNote(p *planner) string {
 // the pinned session's.
 func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 	s := p.s
-	s.gen.metrics.refusals.WithLabelValues("pinned").Inc()
+	s.gen.Metrics.Refusals.WithLabelValues("pinned").Inc()
 	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.gen.shardName(want), s.gen.shardName(s.pin.shard), s.pin.reasons),
 		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
@@ -761,9 +761,9 @@ func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 // keys the analyzer could not read); unsharded objects live on the default
 // shard, so a statement that joins them with sharded tables of another
 // shard, or reads them on every shard, is refused.
-func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
+func (s *Session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
 	srv := s.gen
-	if len(srv.pools) == 1 {
+	if len(srv.Pools) == 1 {
 		switch d.Kind {
 		case route.DestAll:
 			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Reason}
@@ -779,10 +779,10 @@ func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
 	}
 	switch d.Kind {
 	case route.DestShard:
-		if d.Shard != srv.defaultShard {
-			srv.metrics.refusals.WithLabelValues("unsharded").Inc()
+		if d.Shard != srv.DefaultShard {
+			srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
 			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
-				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.defaultShard), srv.shardName(d.Shard)),
+				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard), srv.shardName(d.Shard)),
 				Detail:  "Routing: " + d.Reason,
 				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
 		}
@@ -790,9 +790,9 @@ func (s *session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
 		if a.Kind == route.KindDDL {
 			return d
 		}
-		srv.metrics.refusals.WithLabelValues("unsharded").Inc()
+		srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
 		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.defaultShard)),
+			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard)),
 			Detail:  "Routing: " + d.Reason,
 			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
 	}
@@ -815,7 +815,7 @@ func oneShardOverrides(state string) bool {
 // listens meanwhile forwards what its backend sends on its own
 // (NotificationResponse, NoticeResponse, ParameterStatus), as Postgres
 // delivers notifications to an idle session.
-func (s *session) readClient() (byte, []byte, error) {
+func (s *Session) readClient() (byte, []byte, error) {
 	if s.pin == nil || s.pin.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pinned {
 		return s.rd.Next()
 	}
@@ -836,7 +836,7 @@ func (s *session) readClient() (byte, []byte, error) {
 // watchPinned forwards the pinned backend's asynchronous messages to the
 // client until its read is interrupted (or the backend fails: the next
 // exchange reports that).
-func (s *session) watchPinned(bc *backend.Conn) {
+func (s *Session) watchPinned(bc *backend.Conn) {
 	for {
 		typ, msg, err := bc.Reader.Next()
 		if err != nil {
@@ -871,7 +871,7 @@ func (s *session) watchPinned(bc *backend.Conn) {
 // asyncWriter writes to the client from the watcher while the session
 // goroutine reads: a rawIO of its own (a rawIO's call state serves one
 // call at a time).
-func (s *session) asyncWriter() io.Writer {
+func (s *Session) asyncWriter() io.Writer {
 	if s.aio == nil {
 		s.aio = pgwire.ConnIO(s.conn)
 	}
@@ -885,8 +885,8 @@ func isTimeout(err error) bool {
 
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
-func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
-	if s.poolMode() != PoolSession || len(s.gen.pools) != 1 {
+func (s *Session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
+	if s.poolMode() != PoolSession || len(s.gen.Pools) != 1 {
 		return nil, nil
 	}
 	if e := s.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
@@ -896,7 +896,7 @@ func (s *session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 	if s.bc == nil {
 		return nil, nil
 	}
-	s.host.clients.rekey(s, s.bc.PID, s.bc.Secret)
+	s.host.Clients.rekey(s, s.bc.PID, s.bc.Secret)
 	return maps.Clone(s.bc.Statuses), nil
 }
 
@@ -909,7 +909,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
-		d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil))
+		d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
 		_, ok, e := p.pinnedTarget(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
@@ -943,7 +943,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 // use it): on the backend the session holds (its transaction, or its
 // pin); outside a transaction the session is pinned first, on the
 // default shard, as large objects are session state there.
-func (s *session) fastpath(ctx context.Context, msg []byte) error {
+func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 	if s.bc == nil {
 		if e := s.pinTo(ctx, -1, pinOther, nil); e != nil {
 			s.out = pgwire.AppendError(s.out, e)
@@ -976,8 +976,8 @@ func (s *session) fastpath(ctx context.Context, msg []byte) error {
 // canRelay reports whether the session's protocol can be relayed as it
 // is: a session-pooling client pinned at startup on a database of one
 // shard, where no statement needs routing.
-func (s *session) canRelay() bool {
-	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.gen.pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
+func (s *Session) canRelay() bool {
+	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.gen.Pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
 }
 
 // relay copies the client's bytes to its backend and the backend's to the
@@ -986,7 +986,7 @@ func (s *session) canRelay() bool {
 // exactly as on a direct connection. Cancel requests still reach the
 // backend through the proxy (the client knows the backend's PID and
 // secret). Both goroutines end before it returns.
-func (s *session) relay() error {
+func (s *Session) relay() error {
 	bc := s.bc
 	if b := s.rd.Take(); len(b) > 0 {
 		if _, err := bc.NetConn.Write(b); err != nil {

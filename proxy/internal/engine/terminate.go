@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 // pg_terminate_backend / pg_cancel_backend of a client session's PID.
 //
@@ -146,13 +146,13 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 
 // runTerminate does the call if every PID is a session's, and returns the
 // DataRows' values ("t" each); ok false: not ours, send it on.
-func (s *session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) {
+func (s *Session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) {
 	if c.self {
 		c.pids = []uint32{s.pid}
 	}
-	targets := make([]*session, 0, len(c.pids))
+	targets := make([]*Session, 0, len(c.pids))
 	for _, pid := range c.pids {
-		t := s.host.clients.byPID(pid)
+		t := s.host.Clients.byPID(pid)
 		if t == nil {
 			return false
 		}
@@ -181,7 +181,7 @@ func errSelfTerminated() *pgwire.Error {
 // terminate ends a session as pg_terminate_backend does: FATAL 57P01 to
 // its client, then its connection is closed (its goroutine then ends and
 // releases what it holds).
-func (s *session) terminate() {
+func (s *Session) terminate() {
 	msg := pgwire.AppendError(nil, &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
 	s.wmu.Lock()
 	_, _ = pgwire.ConnIO(s.conn).Write(msg)
@@ -224,7 +224,7 @@ func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
 
 // terminateSimple answers a simple query that is a recognized call of
 // our sessions' PIDs; false: not one.
-func (s *session) terminateSimple(ctx context.Context, as []*route.Statement) bool {
+func (s *Session) terminateSimple(ctx context.Context, as []*route.Statement) bool {
 	if len(as) != 1 || as[0].Kind != route.KindOther || s.tx == txFailed {
 		return false
 	}

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 // serve is the session's message loop: simple queries run one at a time;
 // extended-protocol messages are buffered (without copying: the reader
 // holds them) up to Sync or Flush, then planned and run as one exchange.
-func (s *session) serve(ctx context.Context) error {
-	idleTxTimeout := s.gen.cfg.IdleInTransactionTimeout
+func (s *Session) serve(ctx context.Context) error {
+	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
 	for {
 		if err := s.flush(); err != nil {
 			return err
@@ -64,9 +64,9 @@ func (s *session) serve(ctx context.Context) error {
 				s.grpBytes = 0
 			}
 			s.grpBytes += len(msg)
-			if s.grpBytes > s.gen.cfg.MaxPipelineBytes {
+			if s.grpBytes > s.gen.Config.MaxPipelineBytes {
 				return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProgramLimitExceeded,
-					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.gen.cfg.MaxPipelineBytes),
+					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.gen.Config.MaxPipelineBytes),
 					Hint:    "Send Sync more often, or raise proxy.max_pipeline_bytes."}
 			}
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
@@ -113,7 +113,7 @@ func (s *session) serve(ctx context.Context) error {
 // Postgres ignores the Query or FunctionCall, as it does every message up
 // to Sync (sent to a backend, a query would get no answer, and the proxy
 // would wait for one forever).
-func (s *session) runPipelineBefore(ctx context.Context) (ignore bool, err error) {
+func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error) {
 	if len(s.grp) == 0 {
 		return false, nil
 	}
@@ -131,7 +131,7 @@ func (s *session) runPipelineBefore(ctx context.Context) (ignore bool, err error
 }
 
 // status is the ReadyForQuery status the client should see now.
-func (s *session) status() byte {
+func (s *Session) status() byte {
 	switch s.tx {
 	case txDeferred:
 		return 'T'
@@ -209,7 +209,7 @@ type item struct {
 
 // addLocal appends a local item answering with the bytes appended to
 // s.lbuf since lo.
-func (s *session) addLocal(lo int, eff *effect) {
+func (s *Session) addLocal(lo int, eff *effect) {
 	s.items = append(s.items, item{kind: itLocal, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
 }
 
@@ -229,7 +229,7 @@ type exchangeResult struct {
 
 // exchange sends s.bw to bc and answers the client item by item. It
 // returns an error only when the client connection failed.
-func (s *session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, error) {
+func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, error) {
 	x := exchangeState{bc: bc, explicit: explicit}
 	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
 	// after it may be sent only once the copy is done (the backend in
@@ -308,7 +308,7 @@ func (x *exchangeState) stop(res exchangeResult, err error) (bool, error) {
 // forwarding to the client what is the client's. end reports that the
 // exchange is over (x.res is its result); err that the client connection
 // failed.
-func (s *session) readItem(x *exchangeState, i int) (end bool, err error) {
+func (s *Session) readItem(x *exchangeState, i int) (end bool, err error) {
 	it := &s.items[i]
 	bc := x.bc
 	for done := false; !done; {
@@ -380,7 +380,7 @@ func (s *session) readItem(x *exchangeState, i int) (end bool, err error) {
 // statement, and a FATAL ends the exchange (end; x.res its result, err
 // only when the client connection failed). done reports that the item
 // has no further responses (the backend skips to Sync).
-func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool, err error) {
+func (s *Session) itemError(x *exchangeState, i int, msg []byte) (done, end bool, err error) {
 	it := &s.items[i]
 	bc := x.bc
 	x.res.errored = true
@@ -401,12 +401,12 @@ func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 		if pgwire.IsResultTypeChanged(msg) {
 			// The schema changed under the cached statements
 			// of every connection, not only this one.
-			s.gen.stmtEpoch.Add(1)
+			s.gen.StmtEpoch.Add(1)
 		}
 	}
 	if fatalErr {
 		bc.Broken = true
-		s.gen.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
+		s.gen.Metrics.BackendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 		end, err = x.stop(s.afterLoss(bc, x.explicit, x.res))
 		return false, end, err
 	}
@@ -426,7 +426,7 @@ func (s *session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 
 // forwardError gives the client the backend's ErrorResponse msg (its
 // SQLSTATE code) to item it as the client should see it.
-func (s *session) forwardError(x *exchangeState, it *item, msg []byte, code string, fatalErr bool) {
+func (s *Session) forwardError(x *exchangeState, it *item, msg []byte, code string, fatalErr bool) {
 	switch {
 	case it.flags&fReplaceErr != 0:
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
@@ -450,7 +450,7 @@ func (s *session) forwardError(x *exchangeState, it *item, msg []byte, code stri
 
 // itemReady takes the ReadyForQuery msg ending item it (a Sync or a
 // Query): the client gets it if it is the client's.
-func (s *session) itemReady(x *exchangeState, it *item, msg []byte) {
+func (s *Session) itemReady(x *exchangeState, it *item, msg []byte) {
 	st := pgwire.ReadyStatus(msg)
 	x.res.status = st
 	if it.flags&fRFQ != 0 && !x.res.fence {
@@ -510,7 +510,7 @@ func (it *item) accept(typ byte) (ok, done bool) {
 
 // desync handles a response the engine did not expect: the connection's
 // state is unknown, so it is discarded and the client told.
-func (s *session) desync(bc *backend.Conn, typ byte, k itemKind, explicit bool, res exchangeResult) (exchangeResult, error) {
+func (s *Session) desync(bc *backend.Conn, typ byte, k itemKind, explicit bool, res exchangeResult) (exchangeResult, error) {
 	s.log.Error("unexpected message from a shard; discarding the connection", "shard", bc.Pool.Shard.Name, "type", string(rune(typ)), "step", int(k))
 	bc.Broken = true
 	return s.backendLost(bc, fmt.Errorf("unexpected message type %q from the server", typ), explicit, res)
@@ -519,7 +519,7 @@ func (s *session) desync(bc *backend.Conn, typ byte, k itemKind, explicit bool, 
 // backendLost reports a failed backend connection to the client and
 // discards it: the client gets 08006 naming the shard; a transaction it
 // had open is failed (it must roll back), an implicit one is gone.
-func (s *session) backendLost(bc *backend.Conn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
+func (s *Session) backendLost(bc *backend.Conn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
 	bc.Broken = true
 	if e := bc.DownErr.Load(); e != nil {
 		bc.Pool.Stats.NoteError(e.Code)
@@ -527,7 +527,7 @@ func (s *session) backendLost(bc *backend.Conn, cause error, explicit bool, res 
 		res.errored = true
 		return s.afterLoss(bc, explicit, res)
 	}
-	s.gen.metrics.backendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
+	s.gen.Metrics.BackendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 	bc.Pool.Stats.NoteError(pgwire.CodeConnectionFailure)
 	s.log.Warn("lost a backend connection", "shard", bc.Pool.Shard.Name, "err", backend.ShortErr(cause))
 	s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeConnectionFailure,
@@ -539,7 +539,7 @@ func (s *session) backendLost(bc *backend.Conn, cause error, explicit bool, res 
 }
 
 // afterLoss ends the exchange after the backend went away.
-func (s *session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult) (exchangeResult, error) {
+func (s *Session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult) (exchangeResult, error) {
 	res.lost = true
 	s.dropBackend(false)
 	if res.fence {
@@ -562,7 +562,7 @@ func (s *session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult)
 }
 
 // notePS records a ParameterStatus from the backend.
-func (s *session) notePS(msg []byte) {
+func (s *Session) notePS(msg []byte) {
 	b := pgwire.Body(msg)
 	name, i, err := pgwire.CString(b, 0)
 	if err != nil {
@@ -585,7 +585,7 @@ func (s *session) notePS(msg []byte) {
 // ReadyForQuery with status st: inside a transaction the backend's values,
 // after it the session's own (a backend reverting to its pool defaults at
 // COMMIT must not change what the client believes).
-func (s *session) reconcilePS(st byte) {
+func (s *Session) reconcilePS(st byte) {
 	if len(s.pendingPS) == 0 && !(st == 'I' && s.psDirty) {
 		return
 	}
@@ -634,7 +634,7 @@ func (s *session) reconcilePS(st byte) {
 // told is what the client was last told of parameter n: what s.seen
 // records since startup, else the startup's value (sent by greet; seen
 // starts empty so that an idle session shares the startup's map).
-func (s *session) told(n string) string {
+func (s *Session) told(n string) string {
 	if v, ok := s.seen[n]; ok {
 		return v
 	}
@@ -643,7 +643,7 @@ func (s *session) told(n string) string {
 
 // copyIn relays a COPY FROM STDIN: client CopyData goes to the backend until
 // CopyDone or CopyFail.
-func (s *session) copyIn(bc *backend.Conn) error {
+func (s *Session) copyIn(bc *backend.Conn) error {
 	if err := s.flush(); err != nil {
 		return err
 	}
@@ -684,7 +684,7 @@ func (s *session) copyIn(bc *backend.Conn) error {
 // (Postgres discards the rest of the copy; the proxy ignores the CopyData,
 // CopyDone or CopyFail that still come, as Postgres does). Notices and
 // notifications the backend sent meanwhile are forwarded.
-func (s *session) copyFailed(bc *backend.Conn) (bool, error) {
+func (s *Session) copyFailed(bc *backend.Conn) (bool, error) {
 	for bc.Readable() {
 		typ, err := bc.Reader.PeekType()
 		if err != nil {
@@ -745,7 +745,7 @@ type txSnap struct {
 	hint     int
 }
 
-func (s *session) apply(e *effect) {
+func (s *Session) apply(e *effect) {
 	if e == nil {
 		return
 	}

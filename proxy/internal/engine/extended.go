@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (p *planner) portal(name []byte) *portalInfo {
 
 // runPipeline plans and runs the buffered extended-protocol messages (the
 // last one is Sync or Flush).
-func (s *session) runPipeline(ctx context.Context) error {
+func (s *Session) runPipeline(ctx context.Context) error {
 	term := s.grp[len(s.grp)-1].typ
 	if s.skipUntilSync {
 		// Reached only with Sync: an earlier Flush-terminated part failed.
@@ -136,7 +136,7 @@ func (p *planner) parse(raw []byte) {
 		p.protoErr = err
 		return
 	}
-	a, err := s.gen.cfg.Analyzer.AnalyzeBytes(s.pv.Query)
+	a, err := s.gen.Config.Analyzer.AnalyzeBytes(s.pv.Query)
 	if err != nil {
 		p.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
 		return
@@ -149,8 +149,8 @@ func (p *planner) parse(raw []byte) {
 			vs = newVstmt("", a, s.pv.Oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
-		vs.epoch = s.gen.stmtEpoch.Load()
-		vs.cacheUnnamed = s.gen.cfg.UnnamedStatements == UnnamedCached && s.gen.cfg.StatementCacheSize > 0 &&
+		vs.epoch = s.gen.StmtEpoch.Load()
+		vs.cacheUnnamed = s.gen.Config.UnnamedStatements == UnnamedCached && s.gen.Config.StatementCacheSize > 0 &&
 			a.Kind == route.KindOther && a.ParseError == "" && s.pin == nil && a.MarkUnnamed()
 	} else {
 		name := string(s.pv.Name)
@@ -159,7 +159,7 @@ func (p *planner) parse(raw []byte) {
 			return
 		}
 		vs = newVstmt(name, a, s.pv.Oids)
-		vs.epoch = s.gen.stmtEpoch.Load()
+		vs.epoch = s.gen.StmtEpoch.Load()
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
 		if s.pin != nil && p.tx != txFailed {
@@ -233,7 +233,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 		// The client's Parse was answered by the proxy; the cache's
 		// statement replaces it.
 		p.pendingParse = -1
-		if e := s.gen.stmtEpoch.Load(); c.Epoch != e {
+		if e := s.gen.StmtEpoch.Load(); c.Epoch != e {
 			c.Reset(e)
 		}
 		cs := c.Get(vs.cacheKey)
@@ -334,7 +334,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		}
 		pi.replay, pi.setting = replay, replay != ""
 	}
-	d := s.gen.cfg.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
+	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
 		p.fail(e, nil)
@@ -409,7 +409,7 @@ func (p *planner) bindOnBackend(raw []byte, pi portalInfo) {
 		s.bw = pgwire.AppendBindAs(s.bw, raw, bv, name)
 	}
 	var fl itemFlags
-	if vs.epoch != s.gen.stmtEpoch.Load() {
+	if vs.epoch != s.gen.StmtEpoch.Load() {
 		fl = fStale
 	}
 	s.items = append(s.items, item{kind: itBind, cs: cs, flags: fl})
@@ -502,8 +502,8 @@ func (p *planner) describe(raw []byte, idx int) {
 			if !p.held {
 				shard = p.lookahead(idx, false)
 			}
-			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.gen.cfg.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.gen.pools) > 1 {
-				shard = s.gen.defaultShard // its objects live there only
+			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.gen.Pools) > 1 {
+				shard = s.gen.DefaultShard // its objects live there only
 			}
 			if shard < 0 {
 				// Any shard can describe a statement: a deferred
@@ -596,7 +596,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 				return -1
 			}
 			lead = lead && ls.parse(&pv)
-			a, err := s.gen.cfg.Analyzer.AnalyzeBytes(pv.Query)
+			a, err := s.gen.Config.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
 				return -1
 			}
@@ -629,7 +629,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 		if p.isLocal(vs.st) {
 			return -1
 		}
-		d := s.gen.cfg.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
+		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
 		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
 			return aheadFan
 		}
@@ -638,7 +638,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 		case d.Kind == route.DestAny && d.Default:
 			// Unsharded objects, side effects the proxy cannot see: the
 			// default shard runs it (as target decides).
-			d.Shard = s.gen.defaultShard
+			d.Shard = s.gen.DefaultShard
 		default:
 			return aheadAny
 		}
@@ -785,7 +785,7 @@ func (p *planner) flushMsg(raw []byte) {
 }
 
 // finish runs a planned exchange and updates the session from its result.
-func (s *session) finish(p *planner, term byte) error {
+func (s *Session) finish(p *planner, term byte) error {
 	if p.protoErr != nil {
 		return p.protoErr
 	}
@@ -895,7 +895,7 @@ func (p *planner) statementsOnly() bool {
 
 // afterReady updates the session after the client's ReadyForQuery: the
 // backend's status says whether a transaction is still open.
-func (s *session) afterReady(p *planner, st byte) {
+func (s *Session) afterReady(p *planner, st byte) {
 	s.pinned = false
 	s.wrapped = false
 	switch st {

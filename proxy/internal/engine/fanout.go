@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"fmt"
@@ -283,12 +283,12 @@ func (f *fanPlan) params() ([][]byte, []int16, []uint32) {
 }
 
 // runFanout executes p.fan on every shard and answers the client.
-func (s *session) runFanout(p *planner) error {
+func (s *Session) runFanout(p *planner) error {
 	f := p.fan
 	srv := s.gen
-	srv.metrics.fanouts.Inc()
+	srv.Metrics.Fanouts.Inc()
 	if f.inTxn {
-		srv.metrics.txnReads.Inc()
+		srv.Metrics.TxnReads.Inc()
 	}
 	// Answers planned before the fan-out statement (ParseComplete, BEGIN,
 	// ...), up to its first lead, which needs the shards' answers.
@@ -356,9 +356,9 @@ func (s *session) runFanout(p *planner) error {
 
 // fanParts gives every shard's participant, in shard order (two fan-outs
 // never wait for each other's connections in a cycle).
-func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error) {
+func (s *Session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error) {
 	srv := s.gen
-	streams := make([]*fanStream, 0, len(srv.pools))
+	streams := make([]*fanStream, 0, len(srv.Pools))
 	fail := func(e *pgwire.Error) ([]*fanStream, *pgwire.Error) {
 		for _, st := range streams {
 			if st.role == partOwn || st.role == partNewReader {
@@ -367,7 +367,7 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		}
 		return nil, e
 	}
-	for i, pool := range srv.pools {
+	for i, pool := range srv.Pools {
 		if f.only > 0 && i != f.only-1 {
 			continue
 		}
@@ -401,7 +401,7 @@ func (s *session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 }
 
 // fanRequest is what one participant is sent.
-func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, formats []int16) ([]byte, error) {
+func (s *Session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, formats []int16) ([]byte, error) {
 	var buf []byte
 	_, pre := s.cur.Split(st.bc.Pool.ViaPooler)
 	wrap := false
@@ -430,7 +430,7 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 	switch {
 	case f.raw != nil:
 		buf = append(buf, f.raw...) // a stage of a read in two stages
-	case merge == nil && f.simple && f.others != nil && st.shard != s.gen.defaultShard:
+	case merge == nil && f.simple && f.others != nil && st.shard != s.gen.DefaultShard:
 		buf = append(buf, f.others...) // DDL every shard needs
 	case merge == nil && f.simple:
 		buf = append(buf, f.query...) // DDL: the client's query string
@@ -474,8 +474,8 @@ func (s *session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 }
 
 // fanFail answers the client with an error after a failed fan-out start.
-func (s *session) fanFail(e *pgwire.Error, f *fanPlan) error {
-	s.gen.metrics.refusals.WithLabelValues("shard_unavailable").Inc()
+func (s *Session) fanFail(e *pgwire.Error, f *fanPlan) error {
+	s.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
 	s.out = pgwire.AppendError(s.out, e)
 	if f.inTxn {
 		s.failTxn(nil)
@@ -490,7 +490,7 @@ func (s *session) fanFail(e *pgwire.Error, f *fanPlan) error {
 // fanResultError picks the error to report: an isolation refusal, or the
 // first shard's error in map order, with the shard named in its Detail and
 // where the statement did succeed (DDL is not atomic across shards).
-func (s *session) fanResultError(streams []*fanStream) []byte {
+func (s *Session) fanResultError(streams []*fanStream) []byte {
 	for _, st := range streams {
 		if st.leadErr == int(leadCheck)+1 {
 			iso := "REPEATABLE READ or SERIALIZABLE"
@@ -501,7 +501,7 @@ func (s *session) fanResultError(streams []*fanStream) []byte {
 					}
 				}
 			}
-			s.gen.metrics.refusals.WithLabelValues("isolation").Inc()
+			s.gen.Metrics.Refusals.WithLabelValues("isolation").Inc()
 			return pgwire.AppendError(nil, isolationRefusal(iso, "a read of more than one shard"))
 		}
 	}
@@ -549,7 +549,7 @@ func isolationRefusal(iso, what string) *pgwire.Error {
 // fanCollect answers a fan-out without a merge plan (DDL): every shard's
 // answer is read; on success the first shard's answer stands for all,
 // with row counts summed.
-func (s *session) fanCollect(streams []*fanStream, f *fanPlan) {
+func (s *Session) fanCollect(streams []*fanStream, f *fanPlan) {
 	var total int64
 	var tag []byte
 	countable := true
@@ -619,7 +619,7 @@ func replaceTagCount(tag []byte, n int64) []byte {
 
 // fanMerge answers a merged fan-out read. It returns an error only when
 // the client connection failed.
-func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *pgwire.BindView, bytewise bool, bindAt int) error {
+func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *pgwire.BindView, bytewise bool, bindAt int) error {
 	live := make([]bool, len(streams))
 	for i, st := range streams {
 		if st.lost == nil {
@@ -638,7 +638,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		sources[i] = st
 	}
 	r := &merge.Run{Plan: m, Sources: sources, Live: live, RawDesc: rd, ClientFormats: bv.ResultFmts,
-		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.gen.cfg.MergeGroupLimit,
+		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.gen.Config.MergeGroupLimit,
 		Out: &s.out, Flush: s.flush}
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
@@ -682,7 +682,7 @@ func (s *session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 // back) or after describing the result (its merged description goes
 // first, if the client asked for it); a lost connection or an error of a
 // query of the proxy's own comes after BindComplete.
-func (s *session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int) bool {
+func (s *Session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int) bool {
 	var first *fanStream
 	for _, st := range streams {
 		if st.failed() {
@@ -716,7 +716,7 @@ func (s *session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int)
 // their pools. Inside one, new readers join the transaction and the
 // transaction backend's status is taken; after an error the client's
 // transaction is failed on every participant, as on one database.
-func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
+func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 	failed := false
 	for _, st := range streams {
 		st.drain()
@@ -773,7 +773,7 @@ func (s *session) fanEnd(streams []*fanStream, f *fanPlan) {
 // readers are ended; the transaction backend is aborted at this point (a
 // failing statement) unless its own answer already was the error; without
 // one, the deferred transaction is failed.
-func (s *session) failTxn(main *fanStream) {
+func (s *Session) failTxn(main *fanStream) {
 	s.endReaders()
 	switch {
 	case s.bc == nil:
@@ -790,7 +790,7 @@ func (s *session) failTxn(main *fanStream) {
 			s.bstatus = main.status
 		}
 	default:
-		res, err := s.bc.RunSimple(s.srvCtx(), s.gen.cfg.PoolTimeout, abortSQL)
+		res, err := s.bc.RunSimple(s.srvCtx(), s.gen.Config.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
 			s.tx, s.soft, s.mainWrote = txFailed, false, false

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -22,8 +22,6 @@ import (
 	"github.com/pgshard/pgshard/proxy/route"
 )
 
-var syscallEMFILE = syscall.EMFILE
-
 // txState is where a session's transaction is.
 type txState uint8
 
@@ -42,16 +40,16 @@ const (
 	txFailed
 )
 
-// session is one client connection: its settings, its virtual prepared
+// Session is one client connection: its settings, its virtual prepared
 // statements and its transaction. One goroutine runs it (run); only
 // cancelBackend and closeClient are called from others.
-type session struct {
+type Session struct {
 	// gen is the configuration generation the session runs on (it moves
 	// to a newer one between transactions, sessionenv.go); host is the
 	// server that accepted the client. They are all the session sees of
 	// the rest of the proxy.
-	gen  *generationEnv
-	host *hostEnv
+	gen  *GenerationEnv
+	host *HostEnv
 	conn net.Conn
 	io   io.ReadWriter // conn's raw reader/writer (pgwire.ConnIO)
 	rd   *pgwire.MsgReader
@@ -254,13 +252,13 @@ type cmsg struct {
 	raw []byte
 }
 
-func newSession(gen *generationEnv, host *hostEnv, conn net.Conn) *session {
-	s := &session{
+func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
+	s := &Session{
 		gen:       gen,
 		host:      host,
 		connected: time.Now(),
 		conn:      conn,
-		log:       gen.log,
+		log:       gen.Log,
 		hint:      -1,
 		stmts:     map[string]*vstmt{},
 		seen:      map[string]string{},
@@ -271,26 +269,26 @@ func newSession(gen *generationEnv, host *hostEnv, conn net.Conn) *session {
 }
 
 // messageLimit is the size limit of a client message by type.
-func (s *session) messageLimit(typ byte) int {
+func (s *Session) messageLimit(typ byte) int {
 	switch typ {
 	case 'Q', 'P', 'B', 'd', 'F', 'p':
-		return s.gen.cfg.MaxMessageSize
+		return s.gen.Config.MaxMessageSize
 	}
 	return pgwire.SmallMessageLimit
 }
 
 // closeClient closes the client connection (server shutdown), which ends
 // the session's goroutine (the server interrupts its backend reads).
-func (s *session) closeClient() {
+func (s *Session) closeClient() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
 	_ = s.conn.Close()
 }
 
-// run serves the client until it disconnects, misbehaves or the server
+// Run serves the client until it disconnects, misbehaves or the server
 // shuts down.
-func (s *session) run(ctx context.Context) {
+func (s *Session) Run(ctx context.Context) {
 	ok, err := s.startupPhase(ctx)
 	if !ok {
 		if err != nil && !isDisconnect(err) {
@@ -298,7 +296,7 @@ func (s *session) run(ctx context.Context) {
 		}
 		return
 	}
-	defer s.host.clients.unregister(s)
+	defer s.host.Clients.unregister(s)
 	defer s.releaseAll()
 	if s.admin {
 		err = s.serveAdmin(ctx)
@@ -329,7 +327,7 @@ func isDisconnect(err error) bool {
 }
 
 // flush writes the client buffer.
-func (s *session) flush() error {
+func (s *Session) flush() error {
 	if len(s.out) == 0 {
 		return nil
 	}
@@ -345,7 +343,7 @@ func (s *session) flush() error {
 }
 
 // fail sends a FATAL error and ends the startup.
-func (s *session) fail(e *pgwire.Error) (bool, error) {
+func (s *Session) fail(e *pgwire.Error) (bool, error) {
 	if e.Severity == "" {
 		e.Severity = "FATAL"
 	}
@@ -357,8 +355,8 @@ func (s *session) fail(e *pgwire.Error) (bool, error) {
 // startupPhase negotiates, authenticates and sends the initial parameter
 // statuses. It returns false when the connection is done (cancel request,
 // refused or failed startup).
-func (s *session) startupPhase(ctx context.Context) (bool, error) {
-	_ = s.conn.SetDeadline(time.Now().Add(s.gen.cfg.StartupTimeout))
+func (s *Session) startupPhase(ctx context.Context) (bool, error) {
+	_ = s.conn.SetDeadline(time.Now().Add(s.gen.Config.StartupTimeout))
 	defer s.conn.SetDeadline(time.Time{})
 	pkt, ok, err := s.negotiate(ctx)
 	if !ok {
@@ -390,7 +388,7 @@ func (s *session) startupPhase(ctx context.Context) (bool, error) {
 // SSLRequest gets TLS (or 'N'), GSSENCRequest 'N', a CancelRequest is
 // carried out. ok is false when the connection is done (a cancel request,
 // or a failure: err).
-func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok bool, err error) {
+func (s *Session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok bool, err error) {
 	for tries := 0; ; tries++ {
 		pkt, err = pgwire.ReadStartupPacket(s.conn)
 		if err != nil {
@@ -422,7 +420,7 @@ func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 			}
 			continue
 		case pgwire.StartupCancel:
-			s.host.clients.cancel(ctx, pkt.CancelPID, pkt.CancelKey)
+			s.host.Clients.Cancel(ctx, pkt.CancelPID, pkt.CancelKey)
 			return nil, false, nil
 		}
 		return pkt, true, nil
@@ -433,9 +431,9 @@ func (s *session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 // startup packet, and refuses a connection the proxy does not accept
 // (without TLS where it is required, without a user, for replication, or
 // while logins are disabled, but to the console).
-func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
-	if ts := s.host.tls.Load(); ts != nil && ts.mode == TLSRequire && !s.tlsOn {
-		s.host.metrics.clientsRefused.WithLabelValues("tls_required").Inc()
+func (s *Session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
+	if ts := s.host.TLS.Load(); ts != nil && ts.Mode == auth.TLSRequire && !s.tlsOn {
+		s.host.Metrics.ClientsRefused.WithLabelValues("tls_required").Inc()
 		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
 			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
 			Hint:    "Connect with sslmode=require, verify-ca or verify-full."}
@@ -453,9 +451,9 @@ func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
 		return pgwire.NewFatal(pgwire.CodeFeatureNotSupported, "replication connections are not supported by pgshard")
 	}
 	s.app, _ = pkt.Param("application_name")
-	s.admin = len(s.gen.cfg.AdminUsers) > 0 && s.db == s.gen.cfg.AdminDatabase
-	if !s.admin && s.host.loginsDisabled.Load() {
-		s.host.metrics.clientsRefused.WithLabelValues("disabled").Inc()
+	s.admin = len(s.gen.Config.AdminUsers) > 0 && s.db == s.gen.Config.AdminDatabase
+	if !s.admin && s.host.LoginsDisabled.Load() {
+		s.host.Metrics.ClientsRefused.WithLabelValues("disabled").Inc()
 		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeCannotConnectNow,
 			Message: "pgshard is not accepting new connections (DISABLE on the admin console)",
 			Hint:    "Retry later; an operator re-enables logins with ENABLE."}
@@ -465,13 +463,13 @@ func (s *session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
 
 // chooseDatabase gives the session the server of its logical database
 // (databases.go), or refuses a database the proxy does not serve.
-func (s *session) chooseDatabase() *pgwire.Error {
-	if sub := s.gen.ops.databaseEnv(s.db); sub != s.gen {
+func (s *Session) chooseDatabase() *pgwire.Error {
+	if sub := s.gen.Ops.DatabaseEnv(s.db); sub != s.gen {
 		// Another logical database: its server serves the session (its
 		// pools and routing); the session stays in this core (console,
 		// cancel keys, shutdown).
-		s.gen, s.log = sub, sub.log
-	} else if len(s.gen.cfg.Databases) > 0 && !slices.Contains(s.gen.cfg.Databases, s.db) {
+		s.gen, s.log = sub, sub.Log
+	} else if len(s.gen.Config.Databases) > 0 && !slices.Contains(s.gen.Config.Databases, s.db) {
 		return pgwire.NewFatal(pgwire.CodeInvalidCatalogName, fmt.Sprintf("database %q does not exist", s.db))
 	}
 	return nil
@@ -507,7 +505,7 @@ func startupParams(pkt *pgwire.StartupPacket) ([][2]string, *pgwire.Error) {
 // greet sets the session's startup settings kv, pins it at startup or
 // reads the shards' parameter statuses, and sends them, BackendKeyData
 // and the first ReadyForQuery.
-func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
+func (s *Session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.startup = backend.NewSettings(kv)
 	if s.asSelf {
 		s.startup = s.startup.WithUser(s.user) // it reaches the shards as itself
@@ -518,7 +516,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		st, e = s.initialStatuses(ctx)
 	}
 	if e != nil {
-		s.host.clients.unregister(s)
+		s.host.Clients.unregister(s)
 		s.releaseAll()
 		return s.fail(e)
 	}
@@ -537,7 +535,7 @@ func (s *session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.out = pgwire.AppendU32(s.out, s.secret)
 	s.out = pgwire.AppendRFQ(s.out, 'I')
 	if err := s.flush(); err != nil {
-		s.host.clients.unregister(s)
+		s.host.Clients.unregister(s)
 		return false, err
 	}
 	s.out = nil // the greeting's buffer: a client that stays idle holds none
@@ -555,12 +553,12 @@ func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
 }
 
 // authenticate runs trust or SCRAM-SHA-256 for the startup user.
-func (s *session) authenticate() (bool, error) {
-	l, ok := s.gen.users[s.user]
+func (s *Session) authenticate() (bool, error) {
+	l, ok := s.gen.Users[s.user]
 	if !ok {
 		// A user named "*" stands for every user not listed (local
 		// development and compatibility runs: `--trust-user '*'`).
-		l, ok = s.gen.users["*"]
+		l, ok = s.gen.Users["*"]
 		s.asSelf = ok
 	}
 	if !ok {
@@ -568,7 +566,7 @@ func (s *session) authenticate() (bool, error) {
 		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
 		return false, err
 	}
-	if l.trust {
+	if l.Trust {
 		s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
 		return true, nil
 	}
@@ -602,7 +600,7 @@ func (s *session) authenticate() (bool, error) {
 	if n < 0 || len(b)-i != n {
 		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
-	sc := &auth.SCRAMServer{Verifier: l.verifier}
+	sc := &auth.SCRAMServer{Verifier: l.Verifier}
 	serverFirst, err := sc.First(string(b[i:]))
 	if err != nil {
 		return authFail(err.Error())
@@ -638,11 +636,11 @@ func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
 // startup: those of a backend connection opened with the client's startup
 // settings (which also validates them, as Postgres would), plus the
 // canonical values of the settings the preamble applies.
-func (s *session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
+func (s *Session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
 	var lastErr error
 	first := s.gen.pickAny()
-	for k := 0; k < len(s.gen.pools); k++ {
-		p := s.gen.pools[(first+k)%len(s.gen.pools)]
+	for k := 0; k < len(s.gen.Pools); k++ {
+		p := s.gen.Pools[(first+k)%len(s.gen.Pools)]
 		if p.IsDown() != nil {
 			lastErr = p.IsDown()
 			continue
@@ -692,7 +690,7 @@ func pgErrorToError(pe *pgconn.PgError, severity string) *pgwire.Error {
 }
 
 // releaseAll returns or discards what the session holds when it ends.
-func (s *session) releaseAll() {
+func (s *Session) releaseAll() {
 	s.discardReaders()
 	s.mu.Lock()
 	bc := s.bc
@@ -718,7 +716,7 @@ func (s *session) releaseAll() {
 // cancelBackend forwards a cancel request to the backend serving the
 // session, if it holds one. The backend connection is then never reused
 // by another client, so a late cancel cannot hit someone else's query.
-func (s *session) cancelBackend(ctx context.Context) {
+func (s *Session) cancelBackend(ctx context.Context) {
 	if s.admin {
 		s.cancelAdmin()
 		return
@@ -737,8 +735,8 @@ func (s *session) cancelBackend(ctx context.Context) {
 	if len(targets) == 0 {
 		return
 	}
-	s.host.metrics.cancels.Inc()
-	timeout := s.host.ops.currentEnv().cfg.ConnectTimeout
+	s.host.Metrics.Cancels.Inc()
+	timeout := s.host.Ops.CurrentEnv().Config.ConnectTimeout
 	for _, bc := range targets {
 		if err := backend.SendCancel(ctx, bc.NetConn.RemoteAddr(), bc.PID, bc.Secret, timeout); err != nil {
 			s.log.Warn("forwarding a cancel request failed", "shard", bc.Pool.Shard.Name, "err", err)
@@ -747,7 +745,7 @@ func (s *session) cancelBackend(ctx context.Context) {
 }
 
 // setBackend records bc as the session's backend (under mu, for cancel).
-func (s *session) setBackend(bc *backend.Conn) {
+func (s *Session) setBackend(bc *backend.Conn) {
 	s.mu.Lock()
 	s.bc = bc
 	s.mu.Unlock()
@@ -756,7 +754,7 @@ func (s *session) setBackend(bc *backend.Conn) {
 
 // dropBackend returns the session's backend to its pool (clean) or discards
 // it (broken, or not clean).
-func (s *session) dropBackend(clean bool) {
+func (s *Session) dropBackend(clean bool) {
 	s.mu.Lock()
 	bc := s.bc
 	s.bc = nil
@@ -782,15 +780,15 @@ func (s *session) dropBackend(clean bool) {
 // admit registers the session (bounded by max_clients) and authenticates
 // it: the start of every login, the admin console's too. A refusal is
 // counted by its reason and leaves the session unregistered.
-func (s *session) admit() (bool, error) {
-	if !s.host.clients.register(s, s.host.ops.currentEnv().cfg.MaxClients) {
-		s.host.metrics.clientsRefused.WithLabelValues("max_clients").Inc()
+func (s *Session) admit() (bool, error) {
+	if !s.host.Clients.register(s, s.host.Ops.CurrentEnv().Config.MaxClients) {
+		s.host.Metrics.ClientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
 	ok, err := s.authenticate()
 	if !ok {
-		s.host.clients.unregister(s)
-		s.host.metrics.clientsRefused.WithLabelValues("auth").Inc()
+		s.host.Clients.unregister(s)
+		s.host.Metrics.ClientsRefused.WithLabelValues("auth").Inc()
 		return false, err
 	}
 	return true, nil

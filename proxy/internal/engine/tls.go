@@ -1,9 +1,8 @@
-package proxy
+package engine
 
 import (
 	"crypto/tls"
 	"fmt"
-	"time"
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
@@ -21,40 +20,19 @@ import (
 // sslmode (verify-full with sslrootcert checks the server against a CA)
 // before the proxy takes the connection over.
 
-// tlsSetup is a loaded TLS configuration (the certificate read from its
-// files at New and at each reload).
-type tlsSetup struct {
-	mode TLSMode
-	conf *tls.Config
-	// notAfter is the certificate's expiry (SHOW CONFIG).
-	notAfter time.Time
-}
-
-// loadTLS reads c's certificate and key.
-func loadTLS(c TLSConfig) (*tlsSetup, error) {
-	if c.Mode == TLSDisable {
-		return &tlsSetup{mode: TLSDisable}, nil
-	}
-	conf, notAfter, err := auth.LoadCertificate(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	return &tlsSetup{mode: c.Mode, conf: conf, notAfter: notAfter}, nil
-}
-
 // startTLS answers an SSLRequest: 'N' when TLS is off or already on, else
 // 'S' and the server side of the TLS handshake (bounded by the startup
 // deadline); the session then uses the TLS connection.
-func (s *session) startTLS() error {
-	ts := s.host.tls.Load()
-	if ts == nil || ts.mode == TLSDisable || s.tlsOn {
+func (s *Session) startTLS() error {
+	ts := s.host.TLS.Load()
+	if ts == nil || ts.Mode == auth.TLSDisable || s.tlsOn {
 		_, err := s.conn.Write([]byte{'N'})
 		return err
 	}
 	if _, err := s.conn.Write([]byte{'S'}); err != nil {
 		return err
 	}
-	tc := tls.Server(s.conn, ts.conf)
+	tc := tls.Server(s.conn, ts.Conf)
 	if err := tc.Handshake(); err != nil {
 		return fmt.Errorf("TLS handshake with %s: %w", s.conn.RemoteAddr(), err)
 	}

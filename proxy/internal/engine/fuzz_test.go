@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"bytes"

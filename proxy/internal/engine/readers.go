@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // that backend.
 
 // reader returns the reader the transaction holds on shard i, or nil.
-func (s *session) reader(i int) *backend.Conn {
+func (s *Session) reader(i int) *backend.Conn {
 	if i < len(s.readers) {
 		return s.readers[i]
 	}
@@ -30,12 +30,12 @@ func (s *session) reader(i int) *backend.Conn {
 }
 
 // hasReaders reports whether the transaction holds any reader.
-func (s *session) hasReaders() bool { return s.nreaders > 0 }
+func (s *Session) hasReaders() bool { return s.nreaders > 0 }
 
 // addReader records bc as the transaction's reader on shard i.
-func (s *session) addReader(i int, bc *backend.Conn) {
+func (s *Session) addReader(i int, bc *backend.Conn) {
 	if s.readers == nil {
-		s.readers = make([]*backend.Conn, len(s.gen.pools))
+		s.readers = make([]*backend.Conn, len(s.gen.Pools))
 	}
 	s.mu.Lock()
 	if s.readers[i] == nil {
@@ -46,7 +46,7 @@ func (s *session) addReader(i int, bc *backend.Conn) {
 }
 
 // takeReader removes and returns the reader on shard i (nil if none).
-func (s *session) takeReader(i int) *backend.Conn {
+func (s *Session) takeReader(i int) *backend.Conn {
 	bc := s.reader(i)
 	if bc != nil {
 		s.mu.Lock()
@@ -59,7 +59,7 @@ func (s *session) takeReader(i int) *backend.Conn {
 
 // endReaders rolls back every reader and returns it to its pool (a broken
 // one is discarded): one write to each, then each reply is read.
-func (s *session) endReaders() {
+func (s *Session) endReaders() {
 	if s.nreaders == 0 {
 		return
 	}
@@ -76,7 +76,7 @@ func (s *session) endReaders() {
 		live = append(live, bc)
 	}
 	for _, bc := range live {
-		_ = bc.NetConn.SetReadDeadline(time.Now().Add(s.gen.cfg.PoolTimeout))
+		_ = bc.NetConn.SetReadDeadline(time.Now().Add(s.gen.Config.PoolTimeout))
 		ok := true
 		for {
 			typ, msg, err := bc.Reader.Next()
@@ -99,7 +99,7 @@ func (s *session) endReaders() {
 }
 
 // discardReaders drops every reader without a word (the session ends).
-func (s *session) discardReaders() {
+func (s *Session) discardReaders() {
 	for i := range s.readers {
 		if bc := s.takeReader(i); bc != nil {
 			bc.Pool.Discard(bc)
@@ -108,7 +108,7 @@ func (s *session) discardReaders() {
 }
 
 // setFanning records the connections a fan-out is using (for cancel).
-func (s *session) setFanning(streams []*fanStream) {
+func (s *Session) setFanning(streams []*fanStream) {
 	s.mu.Lock()
 	s.fanning = s.fanning[:0]
 	for _, st := range streams {
@@ -119,4 +119,4 @@ func (s *session) setFanning(streams []*fanStream) {
 
 // srvCtx is the context of the proxy's own statements outside a client's
 // exchange (bounded by PoolTimeout where used).
-func (s *session) srvCtx() context.Context { return context.Background() }
+func (s *Session) srvCtx() context.Context { return context.Background() }

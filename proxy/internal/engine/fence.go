@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -127,13 +127,13 @@ const (
 // fenceByConfig says whether the configuration alone decides the fence:
 // on, off, or auto on a static map (off); auto while following a
 // catalog is decided per pool.
-func (s *session) fenceByConfig() (on, decided bool) {
+func (s *Session) fenceByConfig() (on, decided bool) {
 	switch {
-	case s.gen.cfg.Fence == FenceOff:
+	case s.gen.Config.Fence == FenceOff:
 		return false, true
-	case s.gen.cfg.Fence == FenceOn:
+	case s.gen.Config.Fence == FenceOn:
 		return true, true
-	case s.gen.cfg.Follow == nil:
+	case !s.gen.Config.Follows:
 		return false, true // FenceAuto on a static map
 	}
 	return false, false
@@ -143,15 +143,15 @@ func (s *session) fenceByConfig() (on, decided bool) {
 // FenceAuto the first transaction on a pool asks its backend bc once
 // (one round trip, then never again for the pool); a failed question
 // leaves the state unknown (asked again next time) and does not fence.
-func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
+func (s *Session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
 	if on, decided := s.fenceByConfig(); decided {
 		return on
 	}
-	v, _ := s.host.fences.Load(pool)
+	v, _ := s.host.Fences.Load(pool)
 	st, _ := v.(*atomic.Int32)
 	if st == nil {
 		n := new(atomic.Int32)
-		v, _ = s.host.fences.LoadOrStore(pool, n)
+		v, _ = s.host.Fences.LoadOrStore(pool, n)
 		st = v.(*atomic.Int32)
 	}
 	switch st.Load() {
@@ -160,17 +160,17 @@ func (s *session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Co
 	case fenceAbsent:
 		return false
 	}
-	res, err := bc.RunSimple(ctx, s.gen.cfg.PoolTimeout, fenceDetectSQL)
+	res, err := bc.RunSimple(ctx, s.gen.Config.PoolTimeout, fenceDetectSQL)
 	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
 		return false
 	}
 	if string(res[0].Rows[0][0]) == "t" {
 		st.Store(fencePresent)
-		s.host.log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+		s.host.Log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
 		return true
 	}
 	st.Store(fenceAbsent)
-	s.host.log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
+	s.host.Log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
 	return false
 }
 
@@ -197,17 +197,17 @@ func appendFenceSQL(b []byte, key string) []byte {
 	return append(b, "')"...)
 }
 
-// standInTexts are the fence's stand-in texts: for the cluster's bucket
+// StandInTexts are the fence's stand-in texts: for the cluster's bucket
 // count, one short text per bucket that hashes to it, computed once. A
 // server has one (core.standIns); its sessions reach it through hostEnv.
-type standInTexts struct {
+type StandInTexts struct {
 	once sync.Once
 	st   []string
 }
 
 // fenceKeyFor returns the text to assert for a key routed to bucket: the
 // key itself when its text hashes there, else the bucket's stand-in.
-func (c *standInTexts) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
+func (c *StandInTexts) fenceKeyFor(m *shardmap.Map, key string, bucket int) string {
 	if shardmap.BucketText(key, m.Buckets) == bucket {
 		return key
 	}
@@ -221,7 +221,7 @@ func (c *standInTexts) fenceKeyFor(m *shardmap.Map, key string, bucket int) stri
 // standIns are, for a bucket count, one short text per bucket that
 // hashes to it ("pgshard-fence-<n>" for the least n), computed once
 // (the bucket count is fixed for a cluster's life).
-func (c *standInTexts) standIns(buckets int) []string {
+func (c *StandInTexts) standIns(buckets int) []string {
 	c.once.Do(func() {
 		st := make([]string, buckets)
 		left := buckets
@@ -240,11 +240,11 @@ func (c *standInTexts) standIns(buckets int) []string {
 
 // fenceKnown reports whether pool's shard is known to have the fence
 // (never asks: the backend may have bytes queued).
-func (s *session) fenceKnown(pool *backend.Pool) bool {
+func (s *Session) fenceKnown(pool *backend.Pool) bool {
 	if on, decided := s.fenceByConfig(); decided {
 		return on
 	}
-	v, _ := s.host.fences.Load(pool)
+	v, _ := s.host.Fences.Load(pool)
 	st, _ := v.(*atomic.Int32)
 	return st != nil && st.Load() == fencePresent
 }
@@ -270,11 +270,11 @@ func (p *planner) fenceHeld() {
 	if p.fenceKey == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
 		return
 	}
-	m := s.gen.cfg.Map
+	m := s.gen.Config.Map
 	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
 		return
 	}
-	key := s.host.standIns.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	key := s.host.StandIns.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {

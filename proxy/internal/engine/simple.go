@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 // simpleQuery runs one Query message: analyzed (cached per text), answered
 // locally (transaction control while nothing is bound, session settings,
 // DEALLOCATE, ...), sent to one shard, or fanned out.
-func (s *session) simpleQuery(ctx context.Context, msg []byte) error {
+func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	sql, err := pgwire.DecodeQuery(msg)
 	if err != nil {
 		return err
 	}
 	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
-	as, err := s.gen.cfg.Analyzer.SplitBytes(sql)
+	as, err := s.gen.Config.Analyzer.SplitBytes(sql)
 	if err == nil && s.terminateSimple(ctx, as) {
 		return nil
 	}
@@ -83,7 +83,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		p.endQuery()
 		return
 	}
-	d := s.gen.cfg.Analyzer.Route(st, nil, nil, nil)
+	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
 	shard, fan, e := p.target(a, d)
 	if e != nil {
 		p.fail(e, nil)
@@ -135,7 +135,7 @@ func (p *planner) sqlExecute(a *route.Statement) {
 		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
 		return
 	}
-	d := s.gen.cfg.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
+	d := s.gen.Config.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
 	shard, fan, e := p.target(vs.st, d)
 	if e == nil && fan {
 		e = pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
@@ -319,11 +319,11 @@ func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.
 		if txnControl(a.Kind) {
 			continue
 		}
-		d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil))
+		d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
 		if s.forwardPinned(a) {
 			d = route.Dest{Kind: route.DestShard, Shard: s.pin.shard, Bucket: -1, Reason: "the pinned session's backend"}
 		} else if d.Kind == route.DestAny && d.Default {
-			d = route.Dest{Kind: route.DestShard, Shard: s.gen.defaultShard, Bucket: -1, Reason: d.Reason}
+			d = route.Dest{Kind: route.DestShard, Shard: s.gen.DefaultShard, Bucket: -1, Reason: d.Reason}
 		}
 		switch d.Kind {
 		case route.DestRefuse:
@@ -374,7 +374,7 @@ func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 		if s.forwardPinned(a) {
 			continue
 		}
-		if d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
+		if d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
 			return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}
 		}
@@ -388,7 +388,7 @@ func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 // target's pool would need that wrap.
 func (p *planner) ownTxnError(target int) *pgwire.Error {
 	p.noFence = true
-	pool := p.s.gen.pools[target]
+	pool := p.s.gen.Pools[target]
 	if _, pre := p.s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
 		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
@@ -426,7 +426,7 @@ func (p *planner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 		if !set || txnControl(a.Kind) {
 			continue
 		}
-		if d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
+		if d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
 			return errSettingsAhead(d.Reason)
 		}
 	}
@@ -460,7 +460,7 @@ func settingNames(st *backend.Settings) string {
 // message of the DestAll statements alone, in order, for the other shards.
 func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 	s := p.s
-	if len(s.gen.pools) < 2 || p.tx != txIdle || p.held {
+	if len(s.gen.Pools) < 2 || p.tx != txIdle || p.held {
 		return nil, false
 	}
 	var all []string
@@ -469,11 +469,11 @@ func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 		if txnControl(a.Kind) || localKind(a.Kind) {
 			return nil, false
 		}
-		d := s.adjustDest(a, s.gen.cfg.Analyzer.Route(a, nil, nil, nil))
+		d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
 		switch {
 		case d.Kind == route.DestAll && a.Kind == route.KindDDL && d.Merge == nil:
 			all = append(all, a.SQL)
-		case d.Kind == route.DestAny && d.Default, d.Kind == route.DestShard && d.Shard == s.gen.defaultShard && len(a.Unsharded) > 0:
+		case d.Kind == route.DestAny && d.Default, d.Kind == route.DestShard && d.Shard == s.gen.DefaultShard && len(a.Unsharded) > 0:
 			dflt = true
 		default:
 			return nil, false

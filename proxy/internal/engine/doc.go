@@ -1,0 +1,53 @@
+// Package engine is the proxy's engine: the client sessions, their
+// planner, the exchanges with the backends, fan-out, pinning and the map
+// fence. Package proxy (the server: Config, New, Server, the lifecycle,
+// reload, hand-over, the console's host) makes a session per client and
+// hands it two environments; the engine never imports package proxy or
+// the console (internal/layering's import rule, ARCHITECTURE.md §3).
+//
+//	proxy.Server ──NewSession(gen, host, conn)──▶ Session.Run
+//	                                                 │
+//	  sessionenv.go  GenerationEnv: one configuration generation (its
+//	                 SessionConfig, pools, metrics handles (internal/obs),
+//	                 logins; GenerationOps: routing log, catalog lease,
+//	                 direct pools, another database's generation);
+//	                 HostEnv: the accepting server for the session's life
+//	                 (TLS, logins disabled, pin count, fences, the
+//	                 Registry; HostOps: the current generation, the
+//	                 console's ConsoleQuery for a ConsoleCaller)
+//	  sessionreg.go  Registry: admission, cancel keys, rekey, KILL and
+//	                 SHOW CLIENTS over ClientInfo snapshots, Pinned, the
+//	                 shutdown's CloseAll
+//	  attach.go      Registry.Attach and Session.ConsoleQuery: a session
+//	                 registered without its startup (the console's golden
+//	                 tests in package proxy)
+//	                                                 │
+//	  session.go     Session: startup, authentication (internal/auth),
+//	                 the transaction states; tls.go: SSLRequest and the
+//	                 handshake; adminsession.go: a console session's side
+//	                                                 ▼
+//	  exchange.go    the message loop and the exchange with one backend
+//	  simple.go      Query messages; extended.go: Parse/Bind/Describe/
+//	                 Execute/Close buffered up to Sync/Flush
+//	  plan.go        planner: route.Statement → items and the bytes of one
+//	                 backend write (the txn engine: idle, deferred, bound,
+//	                 failed)
+//	  fanout.go      reads of every shard merged by internal/merge
+//	                 (fanStream is a merge.Source); fanlead.go: settings
+//	                 ahead of them; twostage.go: reads in two stages;
+//	                 readers.go: the read-only backend transactions of a
+//	                 transaction's other shards
+//	  pin.go         pinning (PoolMode, PinnedSession); sessionset.go: a
+//	                 client's SET/RESET; sessiongen.go: moving to a newer
+//	                 generation between transactions; genshards.go:
+//	                 pickAny, the shards' text order, the preamble check
+//	  fence.go       the map fence's asserts (FenceMode, StandInTexts);
+//	                 fenceretry.go: the retry after a refused assert
+//	  terminate.go   pg_terminate_backend / pg_cancel_backend of a
+//	                 client session's PID
+//
+// Below it: proxy/route (the analyzer), internal/backend (pools),
+// internal/merge, internal/pgvalue, internal/pgwire, internal/auth,
+// internal/obs, and store (the fence's error) and shardmap. Package
+// proxy's doc.go describes the behaviour these files implement.
+package engine
