@@ -42,16 +42,11 @@ func (s *Session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	} {
 		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
 	}
-	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = pgwire.AppendU32(s.out, s.pid)
-	s.out = pgwire.AppendU32(s.out, s.secret)
-	s.out = pgwire.AppendRFQ(s.out, 'I')
-	if err := s.flush(); err != nil {
-		s.host.Clients.unregister(s)
-		return false, err
+	ok, err := s.sendKeyAndReady()
+	if ok {
+		s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
 	}
-	s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
-	return true, nil
+	return ok, err
 }
 
 // serveAdmin is the console's message loop.

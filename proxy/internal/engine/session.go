@@ -530,6 +530,14 @@ func (s *Session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	for _, n := range names {
 		s.out = pgwire.AppendParameterStatus(s.out, n, st[n]) // s.seen: told
 	}
+	return s.sendKeyAndReady()
+}
+
+// sendKeyAndReady ends a greeting whose ParameterStatus messages are in
+// s.out: BackendKeyData (the cancel key) and the first ReadyForQuery,
+// flushed. A client it cannot reach leaves the register. The greeting's
+// buffer is dropped: a client that stays idle holds none.
+func (s *Session) sendKeyAndReady() (bool, error) {
 	s.out = append(s.out, 'K', 0, 0, 0, 12)
 	s.out = pgwire.AppendU32(s.out, s.pid)
 	s.out = pgwire.AppendU32(s.out, s.secret)
@@ -538,7 +546,7 @@ func (s *Session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		s.host.Clients.unregister(s)
 		return false, err
 	}
-	s.out = nil // the greeting's buffer: a client that stays idle holds none
+	s.out = nil
 	return true, nil
 }
 
