@@ -38,7 +38,7 @@ import (
 // a key (the shard does not own it); a lapsed lease proves nothing about
 // any key. Statements that need no map (key-less reads of every shard,
 // DestAny) still run: their shards are all the map's shards, and the
-// fence (fence.go) guards what reaches a shard by a key.
+// fence (internal/engine/fence.go) guards what reaches a shard by a key.
 
 // MapFollower keeps the proxy's shard map current from a catalog and
 // holds its lease (catalog.Follower satisfies it).
@@ -151,7 +151,7 @@ func (s *Server) leaseError() *pgwire.Error {
 	if err == nil {
 		return nil
 	}
-	s.core.metrics.refusals.WithLabelValues("lease").Inc()
+	s.core.metrics.Refusals.WithLabelValues("lease").Inc()
 	return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
 		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", s.cfg.Map.Epoch, s.cfg.CatalogName),
 		Detail:  err.Error(),

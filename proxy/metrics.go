@@ -20,15 +20,13 @@ import (
 func newMetrics(reg *prometheus.Registry, c *core) *metrics {
 	m := obs.NewMetrics()
 	reg.MustRegister(append(m.Collectors(), &shardCollector{c: c}, buildInfo())...)
-	return &metrics{Metrics: m, refusals: m.Refusals}
+	return &metrics{Metrics: m}
 }
 
 // metrics are the server's event counters: the handles it shares with
-// its sessions (obs.Metrics), and refusals, the handle Metrics.Refusals
-// under the name the catalog's lease check (catalog.go) counts with.
+// its sessions (obs.Metrics).
 type metrics struct {
 	*obs.Metrics
-	refusals *prometheus.CounterVec
 }
 
 // buildInfo is pgshard_build_info: 1, labelled with the build's version.

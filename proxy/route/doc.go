@@ -305,7 +305,7 @@
 // several shards' rows at once ("cannot run across shards", "cannot merge
 // a key-less read across shards") is answered in two stages when every
 // sharded table it reads can be taken out as a statement of its own
-// (twostage.go; the engine's side is proxy/twostage.go):
+// (twostage.go; the engine's side is proxy/internal/engine/twostage.go):
 //
 //   - a FROM subquery (not LATERAL) or a CTE (not recursive) that reads a
 //     sharded table becomes an inner statement, as written;
