@@ -30,8 +30,11 @@
 //	  simple.go      Query messages; extended.go: Parse/Bind/Describe/
 //	                 Execute/Close buffered up to Sync/Flush
 //	  plan.go        planner: route.Statement → items and the bytes of one
-//	                 backend write (the txn engine: idle, deferred, bound,
-//	                 failed)
+//	                 backend write; router.go: the routing decision as a
+//	                 routePlan value (no I/O); txnsim.go: the simulated
+//	                 transaction (idle, deferred, bound, failed) and its
+//	                 local answers; stmtbook.go: prepared statements as
+//	                 the plan sees them
 //	  fanout.go      reads of every shard merged by internal/merge
 //	                 (fanStream is a merge.Source); fanlead.go: settings
 //	                 ahead of them; twostage.go: reads in two stages;

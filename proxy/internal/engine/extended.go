@@ -469,14 +469,6 @@ func (p *planner) noteWrite(a *route.Statement) {
 	}
 }
 
-// txEffectKeep is txEffect for a bound (soft) transaction: it only updates
-// the deferred list.
-func (p *planner) txEffectKeep() *effect {
-	e := p.txEffect()
-	e.tx.tx = txBound
-	return e
-}
-
 func (p *planner) describe(raw []byte, idx int) {
 	s := p.s
 	kind, name, err := pgwire.DecodeTarget(raw)
@@ -768,7 +760,7 @@ func (p *planner) sync(raw []byte) {
 		}
 	}
 	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus())
+	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus(s.bstatus))
 	s.addLocal(lo, nil)
 }
 

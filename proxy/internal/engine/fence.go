@@ -266,15 +266,15 @@ const fencePortalName = "pgshard_fence"
 // error is the client's, and the client's statement's 25P02 dropped.
 func (p *planner) fenceHeld() {
 	s := p.s
-	defer func() { p.fenceKey = "" }() // used once
-	if p.fenceKey == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+	defer func() { p.fence.key = "" }() // used once
+	if p.fence.key == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map
-	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
+	if slices.Contains(s.fenceBuckets, p.fence.bucket) {
 		return
 	}
-	key := s.host.StandIns.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	key := s.host.StandIns.fenceKeyFor(m, p.fence.key, p.fence.bucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {
@@ -287,7 +287,7 @@ func (p *planner) fenceHeld() {
 	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
-	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+	s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 }
 
 // appendFenceExtended appends the assert of key as pipeline messages:

@@ -57,7 +57,7 @@ func (p *planner) endQuery() {
 		return
 	}
 	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus())
+	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus(s.bstatus))
 	s.addLocal(lo, nil)
 }
 
