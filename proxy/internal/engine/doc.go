@@ -34,7 +34,9 @@
 //	                 routePlan value (no I/O); txnsim.go: the simulated
 //	                 transaction (idle, deferred, bound, failed) and its
 //	                 local answers; stmtbook.go: prepared statements as
-//	                 the plan sees them
+//	                 the plan sees them; backendexec.go: backendExec,
+//	                 the planner's I/O (acquire, readers, replay, moving
+//	                 a soft transaction) that carries the plan out
 //	  fanout.go      reads of every shard merged by internal/merge
 //	                 (fanStream is a merge.Source); fanlead.go: settings
 //	                 ahead of them; twostage.go: reads in two stages;

@@ -166,7 +166,7 @@ func (p *planner) parse(raw []byte) {
 			// A pinned session's named statement is the server's own, as
 			// on a direct connection (its plan cache, pg_prepared_statements,
 			// "cached plan must not change result type").
-			if e := p.ensureBackend(s.pin.shard, a); e != nil {
+			if e := p.exec().ensureBackend(s.pin.shard, a); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -181,7 +181,7 @@ func (p *planner) parse(raw []byte) {
 		if !p.onBackend {
 			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
 			if e == nil {
-				e = p.ensureBackend(shard, a)
+				e = p.exec().ensureBackend(shard, a)
 			}
 			if e != nil {
 				p.fail(e, nil)
@@ -349,7 +349,7 @@ func (p *planner) bind(raw []byte, idx int) {
 		p.addLead(vs, raw, pi)
 		return
 	}
-	if e := p.ensureBackend(shard, a); e != nil {
+	if e := p.exec().ensureBackend(shard, a); e != nil {
 		p.fail(e, nil)
 		return
 	}
@@ -507,7 +507,7 @@ func (p *planner) describe(raw []byte, idx int) {
 					p.soft = true
 				}
 			}
-			if e := p.ensureBackend(shard, vs.st); e != nil {
+			if e := p.exec().ensureBackend(shard, vs.st); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -530,7 +530,7 @@ func (p *planner) describe(raw []byte, idx int) {
 		}
 		s.addLocal(lo, nil)
 	case pi != nil || p.held:
-		if e := p.ensureBackend(p.shard, nil); e != nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
@@ -660,7 +660,7 @@ func (p *planner) execute(raw []byte) {
 	case pi != nil && pi.local:
 		p.answer(p.localAction(pi.vs.st))
 	case pi != nil || p.held:
-		if e := p.ensureBackend(p.shard, nil); e != nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
@@ -715,7 +715,7 @@ func (p *planner) close(raw []byte) {
 				// The pinned backend has it: close it there too.
 				s.lbuf = s.lbuf[:lo]
 				p.overlayPut(n, nil)
-				if e := p.ensureBackend(p.shard, nil); e != nil {
+				if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 					p.fail(e, nil)
 					return
 				}
@@ -730,7 +730,7 @@ func (p *planner) close(raw []byte) {
 		return
 	}
 	if p.onTxnBackend() {
-		if e := p.ensureBackend(p.shard, nil); e != nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
@@ -746,7 +746,7 @@ func (p *planner) close(raw []byte) {
 func (p *planner) sync(raw []byte) {
 	s := p.s
 	if p.onTxnBackend() {
-		if e := p.ensureBackend(p.shard, nil); e == nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e == nil {
 			s.bw = append(s.bw, raw...)
 			if p.wrap {
 				s.items = append(s.items, item{kind: itSync})

@@ -264,7 +264,7 @@ const fencePortalName = "pgshard_fence"
 // next Bind of the client's unnamed statement parses it again:
 // backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
 // error is the client's, and the client's statement's 25P02 dropped.
-func (p *planner) fenceHeld() {
+func (p backendExec) fenceHeld() {
 	s := p.s
 	defer func() { p.fence.key = "" }() // used once
 	if p.fence.key == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
@@ -295,7 +295,7 @@ func (p *planner) fenceHeld() {
 // parses it again: backendUnnamed), a Bind to a named portal (the
 // client's unnamed portal is left alone), its Execute and Close; every
 // answer swallowed, its error the client's. flag is fFence or 0.
-func (p *planner) appendFenceExtended(key string, flag itemFlags) {
+func (p backendExec) appendFenceExtended(key string, flag itemFlags) {
 	s := p.s
 	fl := fSwallow | fReplay | flag
 	s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)

@@ -871,7 +871,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 			return
 		}
 	}
-	if e := p.ensureBackend(s.pin.shard, as[0]); e != nil {
+	if e := p.exec().ensureBackend(s.pin.shard, as[0]); e != nil {
 		p.fail(e, nil)
 		p.endQuery()
 		return

@@ -95,7 +95,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	p.inlineOK = true
-	e = p.ensureBackend(shard, a)
+	e = p.exec().ensureBackend(shard, a)
 	p.inlineOK = false
 	if e != nil {
 		p.fail(e, nil)
@@ -141,7 +141,7 @@ func (p *planner) sqlExecute(a *route.Statement) {
 		e = pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
 	}
 	if e == nil {
-		e = p.ensureBackend(shard, vs.st)
+		e = p.exec().ensureBackend(shard, vs.st)
 	}
 	if e != nil {
 		p.fail(e, nil)
@@ -232,7 +232,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		}
 	}
 	p.inlineOK = true
-	e = p.ensureBackend(target, as[first])
+	e = p.exec().ensureBackend(target, as[first])
 	p.inlineOK = false
 	if e != nil {
 		p.failQuery(e)
