@@ -27,8 +27,9 @@
 //	                 handshake; adminsession.go: a console session's side
 //	                                                 ▼
 //	  exchange.go    the message loop and the exchange with one backend
-//	  simple.go      Query messages; extended.go: Parse/Bind/Describe/
-//	                 Execute/Close buffered up to Sync/Flush
+//	  simple.go      Query messages (queryPlanner); extended.go: Parse/
+//	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
+//	                 (pipePlanner); both over the shared planner state
 //	  plan.go        planner: route.Statement → items and the bytes of one
 //	                 backend write; router.go: the routing decision as a
 //	                 routePlan value (no I/O); txnsim.go: the simulated

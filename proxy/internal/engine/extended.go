@@ -29,7 +29,14 @@ type portalInfo struct {
 	setting bool
 }
 
-func (p *planner) portal(name []byte) *portalInfo {
+// pipePlanner is the planner of an extended-protocol pipeline: each
+// buffered message (Parse, Bind, Describe, Execute, Close, Sync, Flush)
+// planned in turn, with the pipeline's portals, its backend's unnamed
+// statement, the lookahead to the shard of its next keyed statement,
+// and the fan-out read and its leads (fanout.go, fanlead.go).
+type pipePlanner struct{ *planner }
+
+func (p pipePlanner) portal(name []byte) *portalInfo {
 	for i := len(p.s.portals) - 1; i >= 0; i-- {
 		if p.s.portals[i].name == string(name) {
 			return &p.s.portals[i]
@@ -47,7 +54,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		s.skipUntilSync = false
 		if s.bc != nil {
 			p := s.newPlanner(ctx)
-			p.sync([]byte{'S', 0, 0, 0, 4})
+			pipePlanner{p}.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
 		s.out = pgwire.AppendRFQ(s.out, s.status())
@@ -62,7 +69,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		}
 		return nil
 	}
-	p := s.newPlanner(ctx)
+	p := pipePlanner{s.newPlanner(ctx)}
 	p.pipeline = true
 	for i := range s.grp {
 		m := s.grp[i]
@@ -88,7 +95,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
 			// now, the rest is planned afresh.
 			f.continues = true
-			if err := s.runFanout(p); err != nil {
+			if err := s.runFanout(p.planner); err != nil {
 				return err
 			}
 			if f.failed {
@@ -100,7 +107,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				}
 				return nil
 			}
-			p = s.newPlanner(ctx)
+			p = pipePlanner{s.newPlanner(ctx)}
 			p.pipeline = true
 			p.cur = i
 		}
@@ -127,10 +134,10 @@ func (s *Session) runPipeline(ctx context.Context) error {
 	if p.protoErr != nil {
 		return p.protoErr
 	}
-	return s.finish(p, term)
+	return s.finish(p.planner, term)
 }
 
-func (p *planner) parse(raw []byte) {
+func (p pipePlanner) parse(raw []byte) {
 	s := p.s
 	if err := s.pv.Decode(raw); err != nil {
 		p.protoErr = err
@@ -221,7 +228,7 @@ func equalOids(a, b []uint32) bool {
 // client's own Parse when it came just before; else an injected unnamed
 // Parse whose ParseComplete the client does not see.
 // It returns the backend statement name and the cache entry used.
-func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
+func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 	s := p.s
 	if vs == p.backendUnnamed {
 		return "", nil
@@ -272,7 +279,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 // bind plans a Bind raw (message idx of the pipeline): a portal the proxy
 // answers itself, a lead of a read of every shard, a fan-out, or a Bind
 // for the backend of the shard it routes to with its parameters.
-func (p *planner) bind(raw []byte, idx int) {
+func (p pipePlanner) bind(raw []byte, idx int) {
 	s := p.s
 	bv := &s.bv
 	if err := bv.Decode(raw); err != nil {
@@ -358,7 +365,7 @@ func (p *planner) bind(raw []byte, idx int) {
 
 // bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
 // with its BindComplete.
-func (p *planner) bindLocal(pi portalInfo) {
+func (p pipePlanner) bindLocal(pi portalInfo) {
 	s := p.s
 	s.portals = append(s.portals, pi)
 	lo := len(s.lbuf)
@@ -369,7 +376,7 @@ func (p *planner) bindLocal(pi portalInfo) {
 // bindTerminate answers a Bind (decoded in s.bv) of a
 // pg_terminate_backend/pg_cancel_backend call of sessions' PIDs
 // (terminate.go), running it; it reports whether the statement was one.
-func (p *planner) bindTerminate(pi portalInfo) bool {
+func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	s := p.s
 	bv := &s.bv
 	c := parseTerminate(pi.vs.st.SQL, bv.Params, bv.Formats)
@@ -392,7 +399,7 @@ func (p *planner) bindTerminate(pi portalInfo) bool {
 // bindOnBackend writes the Bind raw (decoded in s.bv) of portal pi for
 // the pipeline's backend, preceded by the Parse of its statement that
 // backend needs.
-func (p *planner) bindOnBackend(raw []byte, pi portalInfo) {
+func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	s := p.s
 	bv := &s.bv
 	vs := pi.vs
@@ -469,7 +476,7 @@ func (p *planner) noteWrite(a *route.Statement) {
 	}
 }
 
-func (p *planner) describe(raw []byte, idx int) {
+func (p pipePlanner) describe(raw []byte, idx int) {
 	s := p.s
 	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
@@ -570,7 +577,7 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // aheadFan when the pipeline's next other statement is such a read and
 // the messages in between and after it have the shape fanlead.go runs
 // (leadShape): the settings run on every shard, ahead of the read.
-func (p *planner) lookahead(idx int, lead bool) int {
+func (p pipePlanner) lookahead(idx int, lead bool) int {
 	s := p.s
 	var pv pgwire.ParseView
 	var bv pgwire.BindView
@@ -642,7 +649,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 	return -1
 }
 
-func (p *planner) execute(raw []byte) {
+func (p pipePlanner) execute(raw []byte) {
 	s := p.s
 	portal, _, err := pgwire.DecodeExecute(raw)
 	if err != nil {
@@ -677,7 +684,7 @@ func (p *planner) execute(raw []byte) {
 
 // executeSetting plans what goes with the Execute of a setting sent to
 // the backend, and returns the effect its success has.
-func (p *planner) executeSetting(pi *portalInfo) *effect {
+func (p pipePlanner) executeSetting(pi *portalInfo) *effect {
 	s := p.s
 	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
 		// Postgres warns about SET LOCAL in a pipeline's implicit
@@ -696,7 +703,7 @@ func (p *planner) executeSetting(pi *portalInfo) *effect {
 	return nil
 }
 
-func (p *planner) close(raw []byte) {
+func (p pipePlanner) close(raw []byte) {
 	s := p.s
 	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
@@ -743,7 +750,7 @@ func (p *planner) close(raw []byte) {
 	s.addLocal(lo, nil)
 }
 
-func (p *planner) sync(raw []byte) {
+func (p pipePlanner) sync(raw []byte) {
 	s := p.s
 	if p.onTxnBackend() {
 		if e := p.exec().ensureBackend(p.shard, nil); e == nil {
@@ -764,7 +771,7 @@ func (p *planner) sync(raw []byte) {
 	s.addLocal(lo, nil)
 }
 
-func (p *planner) flushMsg(raw []byte) {
+func (p pipePlanner) flushMsg(raw []byte) {
 	s := p.s
 	if !p.onBackend {
 		return // answered locally so far; the loop flushes the client buffer

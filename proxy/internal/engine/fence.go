@@ -334,7 +334,7 @@ func inlinable(key string) bool {
 // statements' answers and the ReadyForQuery). Positions in errors and
 // notices of either are moved back by the assert's length (posShift),
 // so they point into the client's own string.
-func (p *planner) appendClientQuery(msg []byte, eff *effect) {
+func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
 	s := p.s
 	key := p.inlineFence
 	if key == "" {

@@ -848,7 +848,7 @@ func (s *Session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 // pinnedMulti runs a query string of several statements in a pinned
 // session: as it is, on the pinned backend, if every statement may run
 // there (Postgres then runs it exactly as on a direct connection).
-func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
+func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	s := p.s
 	for _, a := range as {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {

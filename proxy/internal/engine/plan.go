@@ -355,7 +355,7 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.E
 		// implicit transaction stays on one shard (e.g. set_config(...,
 		// true) ahead of a keyed statement); or, for a setting ahead of a
 		// read of every shard, every shard.
-		r.keyless(a, &in, p.lookahead(p.cur, leadable(a) && p.s.grp[p.cur].typ == 'B'), &rp)
+		r.keyless(a, &in, pipePlanner{p}.lookahead(p.cur, leadable(a) && p.s.grp[p.cur].typ == 'B'), &rp)
 	}
 	p.takeRoute(rp)
 	srv.Ops.NoteDecision(a.SQL, d, rp.shard, rp.fan, rp.err, p.hint >= 0 || p.s.hintBound)

@@ -30,7 +30,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 			return nil
 		}
 	}
-	p := s.newPlanner(ctx)
+	p := queryPlanner{s.newPlanner(ctx)}
 	p.simple = true
 	switch {
 	case err != nil:
@@ -41,12 +41,18 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	default:
 		p.simpleMulti(msg, as)
 	}
-	return s.finish(p, 'Q')
+	return s.finish(p.planner, 'Q')
 }
+
+// queryPlanner is the planner of a simple Query message: one statement
+// (simpleOne, sqlExecute) or a query string of several (simpleMulti and
+// its helpers: the string's shape, its one shard, a DDL or a read of
+// every shard, settings ahead of a read), answered by one exchange.
+type queryPlanner struct{ *planner }
 
 // endQuery adds what follows a simple query: the ReadyForQuery (local,
 // or the COMMIT of a wrapped implicit transaction).
-func (p *planner) endQuery() {
+func (p queryPlanner) endQuery() {
 	s := p.s
 	if p.onBackend {
 		if p.wrap {
@@ -70,7 +76,7 @@ func (p *planner) queryFlags() itemFlags {
 	return fClientPart | fRFQ
 }
 
-func (p *planner) simpleOne(msg []byte, a *route.Statement) {
+func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 	s := p.s
 	st := a
 	if p.isLocal(a) {
@@ -119,7 +125,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 // sqlExecute runs EXECUTE name(args) of a statement PREPAREd through the
 // proxy: as Parse/Bind/Describe/Execute/Sync of the statement's text, with
 // the answers a simple query would have given.
-func (p *planner) sqlExecute(a *route.Statement) {
+func (p queryPlanner) sqlExecute(a *route.Statement) {
 	s := p.s
 	st := a
 	vs := p.lookup([]byte(st.PrepareName))
@@ -169,7 +175,7 @@ func (p *planner) sqlExecute(a *route.Statement) {
 // control); pgshard sends the string as is to the one shard all of them
 // route to. Statements the proxy answers itself can only be combined with
 // each other.
-func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
+func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
 	if s.pin != nil && p.tx != txFailed {
 		p.pinnedMulti(msg, as)
@@ -247,7 +253,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 }
 
 // failQuery ends the query string with the local error e.
-func (p *planner) failQuery(e *pgwire.Error) {
+func (p queryPlanner) failQuery(e *pgwire.Error) {
 	p.fail(e, nil)
 	p.endQuery()
 }
@@ -267,7 +273,7 @@ type multiShape struct {
 }
 
 // multiShapeOf classifies the statements as of a query string.
-func (p *planner) multiShapeOf(as []*route.Statement) multiShape {
+func (p queryPlanner) multiShapeOf(as []*route.Statement) multiShape {
 	s := p.s
 	sh := multiShape{allLocal: true, allDDL: true}
 	for _, a := range as {
@@ -291,7 +297,7 @@ func (p *planner) multiShapeOf(as []*route.Statement) multiShape {
 // multiLocal answers a query string of statements the proxy answers (or
 // transaction control while nothing is bound), each in turn, stopping at
 // an error.
-func (p *planner) multiLocal(as []*route.Statement) {
+func (p queryPlanner) multiLocal(as []*route.Statement) {
 	for _, a := range as {
 		if !p.isLocal(a) {
 			p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
@@ -311,7 +317,7 @@ func (p *planner) multiLocal(as []*route.Statement) {
 // destination (firstDest) picks the string's target (-1 if none);
 // fanAll that every statement routed runs on every shard. ok is false
 // when the string failed (refused, or statements for two shards).
-func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.Dest, fanAll, ok bool) {
+func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest route.Dest, fanAll, ok bool) {
 	s := p.s
 	shard := -1
 	first, fanAll = -1, true
@@ -351,7 +357,7 @@ func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.
 // multiEveryShard runs a query string of statements of every shard:
 // several DDL statements (outside transaction control) fan out; anything
 // else is refused.
-func (p *planner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
+func (p queryPlanner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
 	if sh.allDDL && !sh.hasTxn {
 		d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
 		if _, _, e := p.target(as[0], d); e != nil {
@@ -368,7 +374,7 @@ func (p *planner) multiEveryShard(msg []byte, as []*route.Statement, sh multiSha
 
 // multiMixesAll refuses a query string of statements for one shard with
 // one that runs on every shard.
-func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
+func (p queryPlanner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
 	for _, a := range as {
 		if s.forwardPinned(a) {
@@ -386,7 +392,7 @@ func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 // control), so the proxy cannot wrap it, nor the fence assert in it; it
 // is refused when the settings pgshard applies per transaction on
 // target's pool would need that wrap.
-func (p *planner) ownTxnError(target int) *pgwire.Error {
+func (p queryPlanner) ownTxnError(target int) *pgwire.Error {
 	p.noFence = true
 	pool := p.s.gen.Pools[target]
 	if _, pre := p.s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
@@ -412,7 +418,7 @@ func (p *planner) holdCommit() {
 // settingsAheadOfAll refuses a query string (an implicit transaction) in
 // which transaction-local settings precede a statement that runs on every
 // shard and is not a read they lead (simpleLeads): they would be dropped.
-func (p *planner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
+func (p queryPlanner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
 	if p.tx != txIdle || p.held || hasTxnBlock(as) {
 		return nil
@@ -458,7 +464,7 @@ func settingNames(st *backend.Settings) string {
 // (DestAll) with statements that live on the default shard (unsharded
 // tables' DDL and rows), outside a transaction: then it returns the Query
 // message of the DestAll statements alone, in order, for the other shards.
-func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
+func (p queryPlanner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 	s := p.s
 	if len(s.gen.Pools) < 2 || p.tx != txIdle || p.held {
 		return nil, false
