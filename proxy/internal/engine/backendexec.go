@@ -23,6 +23,20 @@ type backendExec struct{ *planner }
 // exec is the planner's executor side.
 func (p *planner) exec() backendExec { return backendExec{p} }
 
+// run carries out the router's plan rp of statement a (not a fan-out):
+// the pipeline runs on rp.shard, any shard if rp.anyShard, moving the
+// transaction's backend if rp.swapMain, asserting rp.fence's key when
+// the statement runs on its key's shard.
+func (p backendExec) run(rp routePlan, a *route.Statement) *pgwire.Error {
+	p.anyShard = p.anyShard || rp.anyShard
+	p.swapMain = p.swapMain || rp.swapMain
+	p.fence.key = ""
+	if rp.fence.key != "" && rp.shard == rp.fence.shard {
+		p.fence = rp.fence // only a statement run on its key's shard asserts it
+	}
+	return p.ensureBackend(rp.shard, a)
+}
+
 // ensureBackend makes the pipeline run on shard: acquires a connection,
 // replays a deferred transaction, or moves a soft one.
 func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error {

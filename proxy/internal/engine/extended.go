@@ -186,9 +186,10 @@ func (p pipePlanner) parse(raw []byte) {
 	if a.ParseError != "" || (p.onBackend && len(s.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.Stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
-			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
+			rp := p.target(a, route.Dest{Kind: route.DestAny})
+			e := rp.err
 			if e == nil {
-				e = p.exec().ensureBackend(shard, a)
+				e = p.exec().run(rp, a)
 			}
 			if e != nil {
 				p.fail(e, nil)
@@ -342,21 +343,20 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		pi.replay, pi.setting = replay, replay != ""
 	}
 	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
-	shard, fan, e := p.target(a, d)
-	if e != nil {
-		p.fail(e, nil)
+	rp := p.target(a, d)
+	if rp.err != nil {
+		p.fail(rp.err, nil)
 		return
 	}
-	if fan {
-		p.startFan(a, d, vs, idx)
+	if rp.fan {
+		p.startFan(a, d, vs, idx, rp)
 		return
 	}
-	if p.leadNext {
-		p.leadNext = false
+	if rp.leadNext {
 		p.addLead(vs, raw, pi)
 		return
 	}
-	if e := p.exec().ensureBackend(shard, a); e != nil {
+	if e := p.exec().run(rp, a); e != nil {
 		p.fail(e, nil)
 		return
 	}

@@ -95,13 +95,9 @@ type planner struct {
 
 	failed   bool  // a local error ended the pipeline
 	protoErr error // a malformed message: the client is disconnected
-	// fan is set when the pipeline is a fan-out (DestAll) statement;
-	// fanInTxn says the last DestAll target joins the client's transaction.
-	fan      *fanPlan
-	fanInTxn bool
-	// fanOnly, when set, is the one shard (+1) of a "fan-out" that reads
-	// another shard than the transaction's backend's, in its reader.
-	fanOnly int
+	// fan is set when the pipeline is a fan-out (DestAll) statement
+	// (its shape from the router's plan: routePlan.fanInTxn, fanOnly).
+	fan *fanPlan
 	// swapMain: the pipeline's write goes to another shard than the
 	// transaction's backend, which has only read: that backend becomes a
 	// reader, the write's shard the transaction's backend.
@@ -112,10 +108,9 @@ type planner struct {
 	exErrored bool
 	// leads are the statements that only set transaction-local settings
 	// ahead of the pipeline's fan-out read, in its implicit transaction
-	// (fanlead.go); leadNext says target chose to make the statement being
-	// planned one.
-	leads    []fanLead
-	leadNext bool
+	// (fanlead.go; routePlan.leadNext makes the statement being planned
+	// one).
+	leads []fanLead
 	// setAhead: a statement that only sets transaction-local state went
 	// to the backend in this pipeline's implicit transaction.
 	setAhead bool
@@ -331,11 +326,12 @@ func (p *planner) hintAction(a *route.Statement) action {
 	return action{tag: "SET", eff: p.txEffect()}
 }
 
-// target decides the shard of a statement that runs on a backend, or
-// returns a fan-out (DestAll) or an error: the router's plan (router.go),
-// which the planner keeps for the executor (ensureBackend, startFan). The
-// decision is recorded (SHOW ROUTES, pgshard_proxy_routes_total).
-func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
+// target decides the shard of a statement that runs on a backend, or a
+// fan-out (DestAll), or an error: the router's plan (router.go), which
+// the caller hands to the executor (backendExec.run) or shapes into a
+// fan-out (fanPlan). The decision is recorded (SHOW ROUTES,
+// pgshard_proxy_routes_total).
+func (p *planner) target(a *route.Statement, d route.Dest) routePlan {
 	srv := p.s.gen
 	if a.Kind == route.KindDDL {
 		srv.StmtEpoch.Add(1) // see Server.stmtEpoch
@@ -359,7 +355,7 @@ func (p *planner) target(a *route.Statement, d route.Dest) (int, bool, *pgwire.E
 	}
 	p.takeRoute(rp)
 	srv.Ops.NoteDecision(a.SQL, d, rp.shard, rp.fan, rp.err, p.hint >= 0 || p.s.hintBound)
-	return rp.shard, rp.fan, rp.err
+	return rp
 }
 
 // routeState is the routing state the router reads.
@@ -375,26 +371,20 @@ func (p *planner) routeState() routeIn {
 	return in
 }
 
-// takeRoute keeps a routing decision for the executor: the fan-out's
-// shape, the moves of the transaction's backend, the key to assert.
+// takeRoute counts a refusal and advances the simulated soft binding
+// (the router's next decision reads it); the rest of the plan is the
+// executor's (backendExec.run).
 func (p *planner) takeRoute(rp routePlan) {
 	if rp.refusal != "" {
 		p.s.gen.Metrics.Refusals.WithLabelValues(rp.refusal).Inc()
 	}
-	p.fanInTxn, p.fanOnly = rp.fanInTxn, rp.fanOnly
-	p.swapMain = p.swapMain || rp.swapMain
-	p.leadNext = p.leadNext || rp.leadNext
-	p.anyShard = p.anyShard || rp.anyShard
 	if rp.softOn {
 		p.soft = true
 	}
 	if rp.softOff {
 		p.soft = false
 	}
-	p.fence.key = ""
-	if rp.fence.key != "" && rp.err == nil && !rp.fan && rp.shard == rp.fence.shard {
-		p.fence = rp.fence // only a statement run on its key's shard asserts it
-	}
+	p.fence.key = "" // a key of an earlier statement is not asserted for this one
 }
 
 // pinnedRoute is the router's decision for a statement of a pinned

@@ -90,18 +90,18 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
-	shard, fan, e := p.target(a, d)
-	if e != nil {
-		p.fail(e, nil)
+	rp := p.target(a, d)
+	if rp.err != nil {
+		p.fail(rp.err, nil)
 		p.endQuery()
 		return
 	}
-	if fan {
-		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn, only: p.fanOnly}
+	if rp.fan {
+		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: rp.fanInTxn, only: rp.fanOnly}
 		return
 	}
 	p.inlineOK = true
-	e = p.exec().ensureBackend(shard, a)
+	e := p.exec().run(rp, a)
 	p.inlineOK = false
 	if e != nil {
 		p.fail(e, nil)
@@ -142,12 +142,13 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
-	shard, fan, e := p.target(vs.st, d)
-	if e == nil && fan {
+	rp := p.target(vs.st, d)
+	e := rp.err
+	if e == nil && rp.fan {
 		e = pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
 	}
 	if e == nil {
-		e = p.exec().ensureBackend(shard, vs.st)
+		e = p.exec().run(rp, vs.st)
 	}
 	if e != nil {
 		p.fail(e, nil)
@@ -215,7 +216,7 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		// DDL every shard needs mixed with statements of unsharded tables:
 		// the default shard runs the string, the others the former.
 		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
-		if _, _, e := p.target(as[0], d); e != nil {
+		if e := p.target(as[0], d).err; e != nil {
 			p.failQuery(e)
 			return
 		}
@@ -226,19 +227,19 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.failQuery(e)
 		return
 	}
-	target, _, e := p.target(as[first], firstDest)
-	if e != nil {
-		p.failQuery(e)
+	rp := p.target(as[first], firstDest)
+	if rp.err != nil {
+		p.failQuery(rp.err)
 		return
 	}
 	if sh.blockCtl && p.tx == txIdle && !p.held {
-		if e := p.ownTxnError(target); e != nil {
+		if e := p.ownTxnError(rp.shard); e != nil {
 			p.failQuery(e)
 			return
 		}
 	}
 	p.inlineOK = true
-	e = p.exec().ensureBackend(target, as[first])
+	e := p.exec().run(rp, as[first])
 	p.inlineOK = false
 	if e != nil {
 		p.failQuery(e)
@@ -333,8 +334,7 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 		}
 		switch d.Kind {
 		case route.DestRefuse:
-			_, _, e := p.target(a, d)
-			p.failQuery(e)
+			p.failQuery(p.target(a, d).err)
 			return first, firstDest, fanAll, false
 		case route.DestAll:
 			continue
@@ -360,7 +360,7 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 func (p queryPlanner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
 	if sh.allDDL && !sh.hasTxn {
 		d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
-		if _, _, e := p.target(as[0], d); e != nil {
+		if e := p.target(as[0], d).err; e != nil {
 			p.failQuery(e)
 			return
 		}
