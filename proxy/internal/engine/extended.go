@@ -335,7 +335,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 			p.fail(e, nil)
 			return
 		}
-		if p.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
+		if in := p.routeState(); in.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
 			p.addLead(vs, raw, pi)
 			p.leads[len(p.leads)-1].replay = replay
 			return

@@ -165,15 +165,6 @@ func (l *leadShape) fan(rest []cmsg, more bool) bool {
 	return more || i+2 == len(rest) && rest[i+1].typ == 'S'
 }
 
-// fanReadsInTxn reports whether a read of every shard planned now would
-// read every shard inside the client's transaction (as target decides
-// for DestAll): a transaction block not bound to one shard by a hint,
-// nothing of the pipeline sent to a backend yet, not aborted.
-func (p pipePlanner) fanReadsInTxn() bool {
-	hinted := p.hint >= 0 || p.s.hintBound
-	return !hinted && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) && !(p.held && p.s.bstatus == 'E')
-}
-
 // settingsReplay is the statement that repeats a's settings (a.Settings)
 // on the other backends of the client's transaction (readers opened later,
 // a soft transaction that moves: replaySQL): a's own text when it takes no

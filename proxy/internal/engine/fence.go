@@ -46,9 +46,9 @@ import (
 //	explicit transaction (BEGIN deferred until the first keyed statement):
 //	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
 //
-// The planner records the key of the statement being targeted
-// (planner.fenceKey, set by decideTarget, kept by target only when the
-// statement runs on its key's shard) and ensureBackend attaches the
+// The router's plan carries the key of the statement being targeted
+// (routePlan.fence, router.go); backendExec.run keeps it only when the
+// statement runs on its key's shard, and ensureBackend attaches the
 // assert when it opens the transaction on a pool whose shard has the
 // fence (Config.Fence: FenceAuto asks each pool once whether
 // pgshard_fence_assert exists). A later keyed statement of the

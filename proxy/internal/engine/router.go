@@ -49,6 +49,15 @@ type routeIn struct {
 
 func (in *routeIn) onTxnBackend() bool { return in.onBackend || in.held }
 
+// fanReadsInTxn reports whether a read of every shard planned now would
+// read every shard inside the client's transaction (as router.all
+// decides): a transaction block not bound to one shard by a hint,
+// nothing of the pipeline sent to a backend yet, not aborted.
+func (in *routeIn) fanReadsInTxn() bool {
+	hinted := in.hint >= 0 || in.hintBound
+	return !hinted && !in.onBackend && (in.tx == txDeferred || in.tx == txBound && in.explicit) && !(in.held && in.bstatus == 'E')
+}
+
 // fenceTarget is the key that routed a statement to its shard: the
 // executor asserts it (fence.go) when it opens the transaction there.
 type fenceTarget struct {
