@@ -497,24 +497,22 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			return
 		}
 		if !p.onBackend {
-			shard := p.shard
+			ahead := -1
 			if !p.held {
-				shard = p.lookahead(idx, false)
+				ahead = p.lookahead(idx, false)
 			}
-			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.gen.Pools) > 1 {
-				shard = s.gen.DefaultShard // its objects live there only
+			unsharded := func() bool {
+				return len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default
 			}
-			if shard < 0 {
-				// Any shard can describe a statement: a deferred
-				// transaction binds only softly for it.
-				shard, p.anyShard = s.gen.pickAny(), true
-				if p.hint >= 0 {
-					shard, p.anyShard = p.hint, false
-				} else if p.tx == txDeferred {
-					p.soft = true
-				}
+			in := p.routeState()
+			rp := router{gen: s.gen}.describer(&in, ahead, unsharded)
+			if rp.softOn {
+				p.soft = true
 			}
-			if e := p.exec().ensureBackend(shard, vs.st); e != nil {
+			if rp.anyShard || rp.hinted {
+				p.anyShard = rp.anyShard
+			}
+			if e := p.exec().ensureBackend(rp.shard, vs.st); e != nil {
 				p.fail(e, nil)
 				return
 			}

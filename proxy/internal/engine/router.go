@@ -88,7 +88,10 @@ type routePlan struct {
 	// needAhead: a key-less statement of a pipeline: the shard is the
 	// pipeline's next keyed statement's (lookahead), decided by keyless.
 	needAhead bool
-	fence     fenceTarget
+	// hinted: the shard is the transaction's pgshard hint's (describer:
+	// not any shard).
+	hinted bool
+	fence  fenceTarget
 }
 
 // decide is the routing decision for a statement a routed to d (already
@@ -239,6 +242,32 @@ func (r router) keyless(a *route.Statement, in *routeIn, ahead int, rp *routePla
 	default:
 		rp.shard = r.gen.DefaultShard
 	}
+}
+
+// describer is the shard that describes a prepared statement before the
+// pipeline runs on a backend: the held backend's, else the shard of the
+// pipeline's next keyed statement (ahead, -1: none), else the default
+// shard when the statement's objects live there only (unsharded, asked
+// only then), else the hint's, else any shard (a deferred transaction
+// then binds only softly for it).
+func (r router) describer(in *routeIn, ahead int, unsharded func() bool) routePlan {
+	rp := routePlan{shard: in.shard}
+	if !in.held {
+		rp.shard = ahead
+	}
+	if rp.shard < 0 && unsharded() && len(r.gen.Pools) > 1 {
+		rp.shard = r.gen.DefaultShard // its objects live there only
+	}
+	if rp.shard >= 0 {
+		return rp
+	}
+	if in.hint >= 0 {
+		rp.shard, rp.hinted = in.hint, true
+		return rp
+	}
+	rp.shard, rp.anyShard = r.gen.pickAny(), true
+	rp.softOn = in.tx == txDeferred
+	return rp
 }
 
 // crossShard is the error for a statement whose shard is not the

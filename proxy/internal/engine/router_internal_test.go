@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 	"github.com/pgshard/pgshard/shardmap"
@@ -84,6 +85,34 @@ func TestRouterKeyless(t *testing.T) {
 		r.keyless(a, &in, c.ahead, &rp)
 		if rp.shard != c.shard || rp.leadNext != c.lead || rp.needAhead {
 			t.Errorf("ahead %d: plan %+v", c.ahead, rp)
+		}
+	}
+}
+
+// TestRouterDescriber: the shard that describes a statement before the
+// pipeline has a backend.
+func TestRouterDescriber(t *testing.T) {
+	gen := &GenerationEnv{DefaultShard: 1, Pools: make([]*backend.Pool, 2),
+		Config: &SessionConfig{Map: &shardmap.Map{Shards: []shardmap.Shard{{Name: "s0"}, {Name: "s1"}}}}}
+	r := router{gen: gen}
+	yes := func() bool { return true }
+	no := func() bool { return false }
+	for _, c := range []struct {
+		name      string
+		in        routeIn
+		ahead     int
+		unsharded func() bool
+		shard     int
+		hinted    bool
+	}{
+		{"held", routeIn{held: true, shard: 0, hint: -1}, 1, no, 0, false},
+		{"ahead", routeIn{shard: -1, hint: -1}, 1, no, 1, false},
+		{"unsharded", routeIn{shard: -1, hint: -1}, -1, yes, 1, false},
+		{"hint", routeIn{shard: -1, hint: 0, tx: txDeferred}, -1, no, 0, true},
+	} {
+		rp := r.describer(&c.in, c.ahead, c.unsharded)
+		if rp.shard != c.shard || rp.hinted != c.hinted || rp.anyShard || rp.softOn {
+			t.Errorf("%s: plan %+v", c.name, rp)
 		}
 	}
 }
