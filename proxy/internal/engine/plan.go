@@ -361,10 +361,13 @@ func (p *planner) target(a *route.Statement, d route.Dest) routePlan {
 // routeState is the routing state the router reads.
 func (p *planner) routeState() routeIn {
 	s := p.s
-	in := routeIn{tx: p.tx, hint: p.hint, strict: strictIsolation(p.deferred),
+	in := routeIn{tx: p.tx, hint: p.hint,
 		held: p.held, onBackend: p.onBackend, shard: p.shard, explicit: p.explicit, soft: p.soft,
 		bstatus: s.bstatus, hintBound: s.hintBound, mainWrote: s.mainWrote,
 		setAhead: p.setAhead, multi: p.multi, pipeline: p.pipeline}
+	if p.held && p.tx == txBound && p.explicit {
+		in.strict = strictIsolation(p.deferred) // read only then (router.inTxn)
+	}
 	if s.pin != nil {
 		in.pinned, in.pinShard, in.pinReasons = true, s.pin.shard, s.pin.reasons
 	}

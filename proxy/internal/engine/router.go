@@ -24,7 +24,8 @@ type router struct {
 type routeIn struct {
 	tx   txState
 	hint int // the transaction's pgshard hint (-1: none)
-	// strict: the transaction asks for REPEATABLE READ or SERIALIZABLE.
+	// strict: the transaction asks for REPEATABLE READ or SERIALIZABLE
+	// (set when a backend runs the client's transaction block).
 	strict bool
 	// held: a backend runs the transaction since before the pipeline;
 	// onBackend: the pipeline runs on it already; shard is its shard.
