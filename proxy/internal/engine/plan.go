@@ -45,6 +45,27 @@ func txnControl(k route.Kind) bool {
 // the items that say how to answer the client (s.items, s.lbuf). It
 // simulates the transaction state as it goes; the session's real state
 // changes only through item effects and the backend's final ReadyForQuery.
+//
+// Its parts, one concern each:
+//
+//	planner       (plan.go)        the state of one plan, the proxy's own
+//	                               answers (localAction, answer, fail),
+//	                               target: the router's plan of a statement
+//	pipePlanner   (extended.go, fanout.go, fanlead.go)  pipeline messages
+//	queryPlanner  (simple.go)      Query messages, query strings
+//	router        (router.go)      routing decisions as routePlan values:
+//	                               no I/O, no session buffers
+//	txnSim        (txnsim.go)      the simulated transaction
+//	stmtBook      (stmtbook.go)    prepared statements as the plan sees them
+//	backendExec   (backendexec.go) the I/O: carries a routePlan out
+//	                               (acquire, readers, replay, soft moves,
+//	                               the fence's probe and asserts)
+//
+// Still in planning, not yet in backendExec: a pgshard hint that moves a
+// soft transaction (hintAction), a session SET's validation on a shard
+// (sessionset.go) and pg_terminate_backend of a session (bindTerminate,
+// terminate.go); and the plan is written as it goes into the session's
+// buffers (s.bw, s.items, s.lbuf) that the exchange (exchange.go) runs.
 type planner struct {
 	s   *Session
 	ctx context.Context
