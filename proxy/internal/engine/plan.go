@@ -63,7 +63,7 @@ func txnControl(k route.Kind) bool {
 //
 // Still in planning, not yet in backendExec: a pgshard hint that moves a
 // soft transaction (hintAction), a session SET's validation on a shard
-// (sessionset.go) and pg_terminate_backend of a session (bindTerminate,
+// (setSessionAction) and pg_terminate_backend of a session (bindTerminate,
 // terminate.go); and the plan is written as it goes into the session's
 // buffers (s.bw, s.items, s.lbuf) that the exchange (exchange.go) runs.
 type planner struct {
