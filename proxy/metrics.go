@@ -17,16 +17,10 @@ import (
 // statistics (internal/backend/stats.go) by shardCollector, so a reload
 // that adds or removes shards changes the series without re-registering,
 // and the admin console and the metrics read the same numbers.
-func newMetrics(reg *prometheus.Registry, c *core) *metrics {
+func newMetrics(reg *prometheus.Registry, c *core) *obs.Metrics {
 	m := obs.NewMetrics()
 	reg.MustRegister(append(m.Collectors(), &shardCollector{c: c}, buildInfo())...)
-	return &metrics{Metrics: m}
-}
-
-// metrics are the server's event counters: the handles it shares with
-// its sessions (obs.Metrics).
-type metrics struct {
-	*obs.Metrics
+	return m
 }
 
 // buildInfo is pgshard_build_info: 1, labelled with the build's version.

@@ -4,6 +4,7 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/engine"
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 
 	"context"
 	"errors"
@@ -65,7 +66,7 @@ type Server struct {
 type core struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *metrics
+	metrics *obs.Metrics
 	// stmtEpoch moves on at every schema change the proxy sees (a DDL
 	// statement planned, or Postgres refusing a cached statement whose
 	// result columns changed): every connection's statement cache then
@@ -150,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 	// The metrics first: the pools count their backend errors there.
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.metrics = newMetrics(c.reg, c)
-	c.clients = engine.NewRegistry(c.metrics.Metrics)
+	c.clients = engine.NewRegistry(c.metrics)
 	for i, sh := range cfg.Map.Shards {
 		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {

@@ -42,13 +42,13 @@ func (s *Server) makeEnv() {
 	if s.core.henv == nil {
 		c := s.core
 		c.henv = &engine.HostEnv{
-			Metrics: c.metrics.Metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
+			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
 			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
 	s.genv = &engine.GenerationEnv{
 		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
-		Metrics: s.metrics.Metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
+		Metrics: s.metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
 		Home: s.core.henv, Ops: s,
 	}
 }
