@@ -50,11 +50,11 @@ func versionString() string {
 // actions, logged as s's user's.
 type adminHost struct {
 	by engine.ConsoleCaller
-	c  *core
+	c  *Server
 }
 
 // srv is the current generation.
-func (h *adminHost) srv() *Server { return h.c.current() }
+func (h *adminHost) srv() *generation { return h.c.current() }
 
 var _ admin.Host = (*adminHost)(nil)
 
@@ -70,7 +70,7 @@ func (h *adminHost) ShardNames() []string {
 }
 
 // poolMode is the pool mode SHOW POOLS and SHOW DATABASES name.
-func (srv *Server) poolMode() string {
+func (srv *generation) poolMode() string {
 	mode := srv.cfg.PoolMode
 	if mode == PoolModeDefault {
 		mode = PoolTransaction
@@ -212,8 +212,7 @@ func (h *adminHost) Routes() []admin.Route {
 }
 
 func (h *adminHost) Reload(ctx context.Context) (string, error) {
-	srv := h.srv()
-	res, err := srv.reloadFromSource(ctx, "RELOAD on the admin console")
+	res, err := h.c.ReloadFromSource(ctx, "RELOAD on the admin console")
 	if err != nil {
 		return "", err
 	}

@@ -4,8 +4,9 @@
 // owns the first key it touches, through the shard's PgBouncer in
 // transaction mode or directly. ARCHITECTURE.md §4 is the contract.
 //
-//	client ──TCP──▶ Server (server.go: a generation of the config, the shared
-//	                  │      core; config.go; lifecycle.go: accept, drain)
+//	client ──TCP──▶ Server (server.go: what outlives a reload; generation.go:
+//	                  │      one configuration, its pools; config.go;
+//	                  │      lifecycle.go: accept, drain)
 //	                  │  each session (internal/engine, "engine/" below:
 //	                  │  its doc.go names its files) sees the proxy only
 //	                  │  through engine/sessionenv.go: GenerationEnv (its
@@ -13,7 +14,7 @@
 //	                  │  (the server: its TLS, lifecycle, pins, fences, and
 //	                  │  the Registry of the sessions, engine/sessionreg.go:
 //	                  │  admission, cancel keys, KILL, shutdown), never a
-//	                  │  Server or core; sessionhost.go makes them and
+//	                  │  Server or generation; sessionhost.go makes them and
 //	                  │  implements their ops; engine.go: the engine's
 //	                  │  public names (PoolMode, FenceMode, PinnedSession)
 //	                  ▼
@@ -154,14 +155,14 @@
 // pinned session runs every statement on its backend as it is; one that
 // needs another shard is refused (0A000), a read of every shard outside a
 // transaction block still fans out on pooled connections. Pinned sessions
-// are counted in the core (pgshard_proxy_pinned_sessions,
+// are counted by the Server (pgshard_proxy_pinned_sessions,
 // pgshard_proxy_pins_total by reason; SHOW CLIENTS pinned and remote_pid,
 // SHOW POOLS cl_pinned, SHOW LISTS pinned_clients). The direct pools of
 // pinned backends belong to a generation: a reload hands a kept shard's
 // direct pool to the new generation and retires the others'; a pinned
 // session stays on its generation until its pin ends. The extra databases
 // (databases.go) are built once: a reload keeps them, and their sessions
-// belong to the core like the others.
+// belong to the main Server like the others.
 //
 // Tables outside the sharding schema are unsharded and live on
 // Config.DefaultShard: statements that touch only them (reads, writes,
