@@ -40,7 +40,7 @@
 //	    exchange (engine/exchange.go) ──one write──▶ backend.Pool[shard] ──▶ PgBouncer ──▶ Postgres
 //	       ▲       (internal/backend: conns keyed by startup    (or direct)
 //	       │        settings, held for one transaction only;
-//	       │        engine/sessionset.go: client settings without leaks;
+//	       │        backend/clientsettings.go: client settings without leaks;
 //	       │        engine/genshards.go: pickAny, the shards' text order, the
 //	       │        preamble check)
 //	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
@@ -295,7 +295,7 @@
 //
 // # Settings
 //
-// See internal/backend/settings.go and engine/sessionset.go: a client's startup parameters and session SETs are kept
+// See internal/backend/clientsettings.go and engine/setreset.go: a client's startup parameters and session SETs are kept
 // per session and applied on whichever backend runs its transaction
 // (startup parameters of the pooled connection, or transaction-local
 // set_config through PgBouncer); they never reach another client. Session

@@ -16,7 +16,7 @@
 //
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
-//	setting.go the statements that only set transaction-local settings.
+//	setlocal.go the statements that only set transaction-local settings.
 //
 // # Parsing and the cache
 //
@@ -420,7 +420,7 @@
 // A statement that only sets transaction-local settings — SELECT
 // set_config(name, value, true) [, ...] and nothing else, the name a
 // constant that is not a transaction characteristic, a pgshard setting or
-// session_authorization, the value a constant or a parameter (setting.go)
+// session_authorization, the value a constant or a parameter (setlocal.go)
 // — carries them in Statement.Settings and is read-only: the engine may
 // run it on every shard ahead of a read of every shard in its implicit
 // transaction, and repeat it on a transaction's other backends.

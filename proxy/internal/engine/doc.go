@@ -37,7 +37,7 @@
 //	                 ahead of them; twostage.go: reads in two stages;
 //	                 readers.go: the read-only backend transactions of a
 //	                 transaction's other shards
-//	  pin.go         pinning (PoolMode, PinnedSession); sessionset.go: a
+//	  pin.go         pinning (PoolMode, PinnedSession); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:
 //	                 pickAny, the shards' text order, the preamble check
