@@ -307,7 +307,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 	pools := h.pools(shards)
 	wctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
-	life := &h.c.life
+	keeper := &h.c.keeper
 	return backend.PollUntil(wctx, func() bool {
 		for _, p := range pools {
 			if p.OldConns() > 0 {
@@ -315,10 +315,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 			}
 		}
 		if shards == nil {
-			life.mu.Lock()
-			n := len(life.retired)
-			life.mu.Unlock()
-			return n == 0
+			return len(keeper.retiredPools()) == 0
 		}
 		return true
 	})

@@ -69,7 +69,8 @@
 //	    by metrics.go (Prometheus); internal/backend also
 //	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
 //	    and back-pressure, the health monitor and the proxy's own queries;
-//	    server.go hands each pool its environment (backendEnv); reload.go
+//	    generation.go hands each pool its environment (backendEnv);
+//	    poolkeeper.go runs the pools' monitors and drains retired pools; reload.go
 //	    (generations; engine/sessiongen.go: a session moving to a newer one,
 //	    between transactions), lifecycle.go and handover.go (graceful shutdown,
 //	    socket hand-over), secrets.go (redaction).

@@ -46,22 +46,14 @@ type lifecycle struct {
 	// drainStart is when the shutdown began (unix nanos).
 	drainStart atomic.Int64
 
-	// The running Serve's group and context, for goroutines started later
-	// (monitors of pools a reload adds); set while Serve runs.
+	// mu guards handover, the hand-over listener of the running Serve
+	// (nil if none).
 	mu       sync.Mutex
-	group    *errgroup.Group
-	groupCtx context.Context
-	monitors map[*backend.Pool]context.CancelFunc
-	// retired pools drain; the reaper shuts each down once none of its
-	// connections is in use.
-	retired []*backend.Pool
-	// handover is the hand-over listener of the running Serve (nil if none).
 	handover *handoverServer
 }
 
 func (l *lifecycle) init() {
 	l.shutdown = make(chan struct{})
-	l.monitors = map[*backend.Pool]context.CancelFunc{}
 }
 
 // Shutdown starts a graceful shutdown: the server stops accepting clients
@@ -151,11 +143,9 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 		})
 	}
 
-	c.life.mu.Lock()
-	c.life.group, c.life.groupCtx = g, gctx
-	c.life.mu.Unlock()
+	c.keeper.run(gctx, g)
 	for _, p := range cur.pools {
-		c.startMonitor(p)
+		c.keeper.startMonitor(p)
 	}
 	// The extra databases' own pools, monitors and reapers run until the
 	// hard stop (their sessions are this Server's and drain with it).
@@ -216,9 +206,7 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 // shutdownPools ends Serve's group's reach and shuts every pool down,
 // once its goroutines ended.
 func (c *Server) shutdownPools() {
-	c.life.mu.Lock()
-	c.life.group, c.life.groupCtx = nil, nil
-	c.life.mu.Unlock()
+	c.keeper.run(nil, nil)
 	for _, p := range c.allPools() {
 		p.Shutdown()
 	}
@@ -294,7 +282,7 @@ func (c *Server) reapLoop(gctx context.Context) error {
 			for _, p := range cur.pools {
 				p.RollStats(now)
 			}
-			c.reapRetired()
+			c.keeper.reapRetired()
 		}
 	}
 }
@@ -339,61 +327,7 @@ func (c *Server) allPools() []*backend.Pool {
 	cur := c.current()
 	out := append([]*backend.Pool(nil), cur.pools...)
 	out = append(out, cur.directPools()...)
-	c.life.mu.Lock()
-	out = append(out, c.life.retired...)
-	c.life.mu.Unlock()
-	return out
-}
-
-// startMonitor starts p's monitor (health probe, PgBouncer reading) in the
-// running Serve's group; a no-op when Serve is not running or the monitor
-// runs already.
-func (c *Server) startMonitor(p *backend.Pool) {
-	c.life.mu.Lock()
-	defer c.life.mu.Unlock()
-	if c.life.group == nil {
-		return
-	}
-	if _, ok := c.life.monitors[p]; ok {
-		return
-	}
-	ctx, cancel := context.WithCancel(c.life.groupCtx)
-	c.life.monitors[p] = cancel
-	c.life.group.Go(func() error {
-		p.Monitor(ctx)
-		return nil
-	})
-}
-
-// stopMonitor stops p's monitor.
-func (c *Server) stopMonitor(p *backend.Pool) {
-	c.life.mu.Lock()
-	defer c.life.mu.Unlock()
-	if cancel, ok := c.life.monitors[p]; ok {
-		cancel()
-		delete(c.life.monitors, p)
-	}
-}
-
-// reapRetired shuts down the retired pools none of whose connections is in
-// use any more.
-func (c *Server) reapRetired() {
-	c.life.mu.Lock()
-	var done []*backend.Pool
-	keep := c.life.retired[:0]
-	for _, p := range c.life.retired {
-		if p.InUse() == 0 {
-			done = append(done, p)
-		} else {
-			keep = append(keep, p)
-		}
-	}
-	c.life.retired = keep
-	c.life.mu.Unlock()
-	for _, p := range done {
-		p.Shutdown()
-		c.log.Info("removed shard's pool closed", "shard", p.Shard.Name)
-	}
+	return append(out, c.keeper.retiredPools()...)
 }
 
 // ServeListeners is Serve with the metrics endpoint's listener opened by

@@ -10,7 +10,6 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -162,13 +161,13 @@ func (c *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	c.cur.Store(gen)
 	warnPlainPasswords(cfg.Users, c.log)
 	for _, p := range pp.fresh {
-		c.startMonitor(p)
+		c.keeper.startMonitor(p)
 	}
 	for _, p := range pp.retired {
-		c.retire(p)
+		c.keeper.retire(p)
 	}
 	for _, p := range retiredDirect {
-		c.retire(p)
+		c.keeper.retire(p)
 	}
 	res.Generation, res.Epoch = gen.number, cfg.Map.Epoch
 	return res, nil
@@ -305,18 +304,4 @@ func checkEpoch(running, next *shardmap.Map) error {
 		}
 	}
 	return nil
-}
-
-// retire takes a pool out of service after a reload removed its shard.
-func (c *Server) retire(p *backend.Pool) {
-	p.Ops.Retired.Store(true)
-	p.Ops.Refuse.Store(&pgwire.Error{Code: pgwire.CodeConnectionFailure,
-		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.Shard.Name),
-		Hint:    "Retry: the transaction runs on the new map."})
-	p.Resume()
-	c.stopMonitor(p)
-	p.CloseIdle()
-	c.life.mu.Lock()
-	c.life.retired = append(c.life.retired, p)
-	c.life.mu.Unlock()
 }

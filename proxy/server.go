@@ -40,6 +40,8 @@ type Server struct {
 	routes routeLog
 	// life is the server's lifecycle: logins disabled, shutdown, handover.
 	life lifecycle
+	// keeper runs the pools' monitors and closes retired pools (poolkeeper.go).
+	keeper poolKeeper
 	// started is when New ran (SHOW STATS averages, uptime).
 	started time.Time
 
@@ -103,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 	c.life.init()
 	c.secrets.set(&cfg)
 	c.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &c.secrets})
+	c.keeper.log = c.log
 	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
