@@ -8,8 +8,8 @@
 //	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
 //	              │             (normalize.go, shape.go)
 //	              └─ pg_query (Postgres's own grammar) ─► classify (classify.go)
-//	                   ─► keyed references, groups, edges (analyze.go) ─► plan (plan.go)
-//	                   ─► merge plan of a key-less read (merge.go, valuesplit.go) ─► hints (hint.go)
+//	                   ─► keyed references, groups, edges (analyze.go) ─► plan (keyplan.go)
+//	                   ─► merge plan of a key-less read (mergeplan.go, valuesplit.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, once per text)
 //	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
@@ -151,7 +151,7 @@
 // # Fan-out merges
 //
 // A key-less read fans out (DestAll) with a Merge that says how the engine
-// combines the shards' answers; mergePlan (merge.go) decides from the
+// combines the shards' answers; mergePlan (mergeplan.go) decides from the
 // parse tree, with a whitelist of the shapes whose merge is provably the
 // answer of one database, and refuses every other shape with 0A000 and the
 // reason. Merged:
