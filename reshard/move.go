@@ -282,7 +282,7 @@ func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, ds
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("%w: the last catch-up did not finish within the budget", errAbandoned)
 		}
-		n, c, err := catchUp(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.opts.CatchUpBatch)
+		n, c, err := catchUp(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.nb, mv.opts.CatchUpBatch)
 		if err != nil {
 			return fmt.Errorf("move %d: catch up: %w", m.ID, err)
 		}
