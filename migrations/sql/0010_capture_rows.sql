@@ -7,10 +7,13 @@
 -- the catch-up replays that row alone: the source's current row is
 -- upserted on the destination, or deleted there when the source has none.
 --
--- Each capture is a move's own set of triggers (pgshard_move_capture_<move>
--- _ins/_upd/_del on each of the six store tables), its bucket range and
--- the shard's bucket count written into their WHEN conditions: a row
--- outside the range costs one inlined hash per trigger, no PL/pgSQL call.
+-- Each capture is a move's own trigger on each of the six store tables
+-- (pgshard_move_capture_<move>), its bucket range and the shard's bucket
+-- count passed as the trigger's arguments: a row outside the range costs
+-- the PL/pgSQL call and one inlined hash, no table read (0009's trigger
+-- read the capture table for every row). Not a WHEN condition with the
+-- range as constants: Postgres prepares a WHEN expression again for every
+-- statement, which measured slower than the call (ARCHITECTURE.md §6).
 
 -- A capture of migration 0009 running now would lose its records (its
 -- triggers and table go below): finish or abort the move first.
@@ -45,10 +48,9 @@ CREATE TABLE pgshard_move_rows (
 );
 CREATE INDEX pgshard_move_rows_move ON pgshard_move_rows (move_id, id);
 
--- The capture trigger: TG_ARGV is (move, lo, hi, buckets). Its WHEN
--- condition already put the row (OLD for a delete, NEW for an insert, one
--- of them for an update) in lo..hi; an update records each of OLD and NEW
--- whose bucket is in it, once when they are the same row.
+-- The capture trigger: TG_ARGV is (move, lo, hi, buckets). It records OLD
+-- (update, delete) and NEW (insert, update) when their bucket is in
+-- lo..hi — an update whose primary key did not change, once.
 CREATE FUNCTION pgshard_move_capture_rows() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -93,19 +95,6 @@ BEGIN
 END;
 $$;
 
--- pgshard_move_capture_key(table, row): the SQL expression of the key of
--- a store table's row (row: OLD or NEW), as the triggers' WHEN conditions
--- compute it.
-CREATE FUNCTION pgshard_move_capture_key(p_table TEXT, p_row TEXT) RETURNS TEXT
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_table
-        WHEN 'executions' THEN p_row || '.id'
-        WHEN 'spawns' THEN p_row || '.parent_id'
-        WHEN 'outbox' THEN 'pgshard_move_outbox_from(' || p_row || '.event)'
-        ELSE p_row || '.execution_id'
-    END
-$$;
-
 -- pgshard_move_capture_drop(move): drops the capture triggers of move
 -- that exist (only those: dropping a trigger locks its table ACCESS
 -- EXCLUSIVE, even IF EXISTS finds none).
@@ -115,8 +104,7 @@ DECLARE
     r RECORD;
 BEGIN
     FOR r IN SELECT tg.tgname, tg.tgrelid::regclass AS rel FROM pg_trigger tg
-              WHERE tg.tgname IN ('pgshard_move_capture_' || p_move || '_ins', 'pgshard_move_capture_' || p_move || '_upd',
-                                  'pgshard_move_capture_' || p_move || '_del')
+              WHERE tg.tgname = 'pgshard_move_capture_' || p_move
               ORDER BY tg.tgrelid, tg.tgname LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
     END LOOP;
@@ -137,7 +125,6 @@ DECLARE
     t    TEXT;
     nb   INT := pgshard_fence_nb();
     args TEXT;
-    cond TEXT;
 BEGIN
     IF nb IS NULL OR p_move IS NULL OR p_lo IS NULL OR p_hi IS NULL OR p_lo < 0 OR p_hi < p_lo OR p_hi >= nb THEN
         RAISE EXCEPTION 'pgshard mover: bad capture % of buckets %-% (bucket count %)', p_move, p_lo, p_hi, nb USING ERRCODE = '22023';
@@ -152,17 +139,9 @@ BEGIN
     ON CONFLICT (move_id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi;
     PERFORM pgshard_move_capture_drop(p_move);
     args := format('%s, %s, %s, %s', p_move, p_lo, p_hi, nb);
-    cond := format('pgshard_fence_bucket(%%s, %s) BETWEEN %s AND %s', nb, p_lo, p_hi);
     FOREACH t IN ARRAY ARRAY['executions', 'processed_events', 'timers', 'trace', 'spawns', 'outbox'] LOOP
-        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %I FOR EACH ROW WHEN (%s) EXECUTE FUNCTION pgshard_move_capture_rows(%s)',
-                       'pgshard_move_capture_' || p_move || '_ins', t,
-                       format(cond, pgshard_move_capture_key(t, 'NEW')), args);
-        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %I FOR EACH ROW WHEN ((%s) OR (%s)) EXECUTE FUNCTION pgshard_move_capture_rows(%s)',
-                       'pgshard_move_capture_' || p_move || '_upd', t,
-                       format(cond, pgshard_move_capture_key(t, 'OLD')), format(cond, pgshard_move_capture_key(t, 'NEW')), args);
-        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %I FOR EACH ROW WHEN (%s) EXECUTE FUNCTION pgshard_move_capture_rows(%s)',
-                       'pgshard_move_capture_' || p_move || '_del', t,
-                       format(cond, pgshard_move_capture_key(t, 'OLD')), args);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE ON %I FOR EACH ROW EXECUTE FUNCTION pgshard_move_capture_rows(%s)',
+                       'pgshard_move_capture_' || p_move, t, args);
     END LOOP;
 END;
 $$;
