@@ -123,19 +123,12 @@ func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args
 	return n, rows.Err()
 }
 
-// copySeqTable replaces on dst the copies (made by move) of t's source
-// rows matching where — those with seq in srcSeqs, or all of the move's
-// when srcSeqs is nil — by fresh copies of src's rows matching where, each
-// numbered from dst's sequence and mapped in pgshard_move_seqs.
-func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, srcSeqs []int64, where string, args ...any) (int64, error) {
-	var err error
-	if srcSeqs == nil {
-		_, err = dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
+// copySeqTable replaces on dst every copy move made of t's source rows by
+// fresh copies of src's rows matching where, each numbered from dst's
+// sequence and mapped in pgshard_move_seqs.
+func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, where string, args ...any) (int64, error) {
+	_, err := dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
 			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name)
-	} else {
-		_, err = dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
-			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name, srcSeqs)
-	}
 	if err != nil {
 		return 0, fmt.Errorf("clear %s copies on the destination: %w", t.name, err)
 	}
@@ -226,7 +219,7 @@ func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets
 			var n int64
 			var err error
 			if t.seq {
-				n, err = copySeqTable(ctx, stx, dtx, t, move, nil, inRange(t), lo, hi, buckets)
+				n, err = copySeqTable(ctx, stx, dtx, t, move, inRange(t), lo, hi, buckets)
 			} else {
 				n, err = copyTable(ctx, stx, dtx, t, inRange(t), lo, hi, buckets)
 			}
