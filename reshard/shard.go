@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -401,13 +402,7 @@ func readRowsSQL(t table, pks [][]string, lo, hi, buckets int) (string, []any) {
 		sel[i] = c + "::text"
 	}
 	if t.seq {
-		seqs := make([]int64, 0, len(pks))
-		for _, pk := range pks {
-			var n int64
-			if _, err := fmt.Sscan(pk[0], &n); err == nil {
-				seqs = append(seqs, n)
-			}
-		}
+		seqs := seqsOf(pks)
 		return fmt.Sprintf("SELECT seq::text, %s FROM %s WHERE seq = ANY($1::bigint[]) AND pgshard_fence_bucket(%s, $4::int) BETWEEN $2::int AND $3::int",
 			strings.Join(sel, ", "), t.name, t.key), []any{seqs, lo, hi, buckets}
 	}
@@ -452,21 +447,15 @@ type stmt struct {
 // reads them): those found upserted, the others deleted.
 func replaySQL(t table, move int64, pks [][]string, found [][]*string) []stmt {
 	if t.seq {
-		seqs := make([]int64, 0, len(pks))
-		for _, pk := range pks {
-			var n int64
-			if _, err := fmt.Sscan(pk[0], &n); err == nil {
-				seqs = append(seqs, n)
-			}
-		}
+		seqs := seqsOf(pks)
 		out := []stmt{{`WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
 			DELETE FROM ` + t.name + ` WHERE seq IN (SELECT dst_seq FROM m)`, []any{move, t.name, seqs}}}
 		if len(found) > 0 {
 			srcSeqs := make([]int64, len(found))
 			cols := make([][]*string, len(t.cols))
 			for j, r := range found {
-				if _, err := fmt.Sscan(*r[0], &srcSeqs[j]); err != nil {
-					continue
+				if r[0] != nil {
+					srcSeqs[j], _ = strconv.ParseInt(*r[0], 10, 64)
 				}
 				for i := range t.cols {
 					cols[i] = append(cols[i], r[i+1])
@@ -512,6 +501,17 @@ func replaySQL(t table, move int64, pks [][]string, found [][]*string) []stmt {
 		t.name, pkIn(t, 1), t.name, strings.Join(t.cols, ", "), strings.Join(names, ", "),
 		strings.Join(vals, ", "), strings.Join(t.cols, ", "), strings.Join(t.cols[:t.pk], ", "), conflict)
 	return []stmt{{q, args}}
+}
+
+// seqsOf reads the seqs that outbox and spawns change records name.
+func seqsOf(pks [][]string) []int64 {
+	seqs := make([]int64, 0, len(pks))
+	for _, pk := range pks {
+		if n, err := strconv.ParseInt(pk[0], 10, 64); err == nil {
+			seqs = append(seqs, n)
+		}
+	}
+	return seqs
 }
 
 // pkText joins a row's primary key columns as readChanges keys them.
