@@ -375,7 +375,7 @@ func scanText(rows pgx.Rows, n int) ([][]*string, error) {
 	return out, rows.Err()
 }
 
-// column i of pks (each a primary key as text).
+// column is column i of pks (each a primary key as text).
 func column(pks [][]string, i int) []string {
 	c := make([]string, len(pks))
 	for j, pk := range pks {
