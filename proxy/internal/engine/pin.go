@@ -32,13 +32,12 @@ package engine
 //
 //	client ─▶ session ─pin?─▶ no:  backend.Pool (PgBouncer or direct, per transaction)
 //	                      └─▶ yes: s.bc, a direct backend of its own (Server.direct)
-//	                               ◀── notifications while idle (watchPinned)
+//	                               ◀── notifications while idle (clientConn.forwardAsync)
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"strings"
 	"sync"
@@ -824,58 +823,13 @@ func (s *Session) readClient() (byte, []byte, error) {
 	wg.Add(1)
 	go func() { // owned here: waited for below
 		defer wg.Done()
-		s.watchPinned(bc)
+		s.forwardAsync(bc)
 	}()
 	typ, msg, err := s.rd.Next()
 	_ = bc.NetConn.SetReadDeadline(time.Now()) // ends the watcher's read
 	wg.Wait()
 	_ = bc.NetConn.SetReadDeadline(time.Time{})
 	return typ, msg, err
-}
-
-// watchPinned forwards the pinned backend's asynchronous messages to the
-// client until its read is interrupted (or the backend fails: the next
-// exchange reports that).
-func (s *Session) watchPinned(bc *backend.Conn) {
-	for {
-		typ, msg, err := bc.Reader.Next()
-		if err != nil {
-			if !isTimeout(err) {
-				bc.Broken = true
-			}
-			return
-		}
-		switch typ {
-		case 'A', 'N', 'S':
-			s.wmu.Lock()
-			_, err := s.asyncWriter().Write(msg)
-			s.wmu.Unlock()
-			if err != nil {
-				return
-			}
-		case 'E':
-			// A FATAL (the server terminating the session): forward it and
-			// let the next exchange find the connection gone.
-			s.wmu.Lock()
-			_, _ = s.asyncWriter().Write(msg)
-			s.wmu.Unlock()
-			bc.Broken = true
-			return
-		default:
-			bc.Broken = true
-			return
-		}
-	}
-}
-
-// asyncWriter writes to the client from the watcher while the session
-// goroutine reads: a rawIO of its own (a rawIO's call state serves one
-// call at a time).
-func (s *Session) asyncWriter() io.Writer {
-	if s.aio == nil {
-		s.aio = pgwire.ConnIO(s.conn)
-	}
-	return s.aio
 }
 
 func isTimeout(err error) bool {
@@ -978,38 +932,4 @@ func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 // shard, where no statement needs routing.
 func (s *Session) canRelay() bool {
 	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.gen.Pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
-}
-
-// relay copies the client's bytes to its backend and the backend's to the
-// client, unchanged, until either side closes (PgBouncer's session
-// pooling does the same): everything one Postgres session does behaves
-// exactly as on a direct connection. Cancel requests still reach the
-// backend through the proxy (the client knows the backend's PID and
-// secret). Both goroutines end before it returns.
-func (s *Session) relay() error {
-	bc := s.bc
-	if b := s.rd.Take(); len(b) > 0 {
-		if _, err := bc.NetConn.Write(b); err != nil {
-			return err
-		}
-	}
-	if b := bc.Reader.Take(); len(b) > 0 {
-		if _, err := s.conn.Write(b); err != nil {
-			return err
-		}
-	}
-	bc.Broken = true // never reused: it carries the client's session
-	done := make(chan struct{})
-	go func() { // owned here: waited for below
-		defer close(done)
-		_, _ = io.Copy(bc.NetConn, s.conn)
-		_ = bc.NetConn.SetDeadline(time.Now()) // the client left: stop the other copy
-	}()
-	_, err := io.Copy(s.conn, bc.NetConn)
-	_ = s.conn.SetDeadline(time.Now()) // the backend left: stop the other copy
-	<-done
-	if err != nil && !isDisconnect(err) && !isTimeout(err) {
-		return err
-	}
-	return nil
 }

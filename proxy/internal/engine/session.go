@@ -50,11 +50,10 @@ type Session struct {
 	// the rest of the proxy.
 	gen  *GenerationEnv
 	host *HostEnv
-	conn net.Conn
-	io   io.ReadWriter // conn's raw reader/writer (pgwire.ConnIO)
-	rd   *pgwire.MsgReader
-	out  []byte
 	log  *slog.Logger
+	// clientConn is the client socket: its reader, the output buffer
+	// (s.out) and the write lock (clientconn.go).
+	clientConn
 
 	pid, secret uint32
 	user, db    string
@@ -153,22 +152,16 @@ type Session struct {
 	// FROM STDIN to finish begin, and bwHoldItem the first item they
 	// answer (exchange).
 	bwHold, bwHoldItem int
-	// wmu serializes writes to the client (a pinned session's watcher
-	// forwards notifications while the session waits for the client).
-	wmu sync.Mutex
-	// aio is the watcher's writer to the client (asyncWriter).
-	aio io.Writer
 
 	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
 	// from other goroutines after register): admin is an admin console
-	// session; tlsOn the client uses TLS; connected when it connected;
-	// app its application_name.
+	// session (clientConn.tlsOn: the client uses TLS); connected when it
+	// connected; app its application_name.
 	admin     bool
-	tlsOn     bool
 	connected time.Time
 	app       string
-	// adminCancel cancels the admin command running (under mu).
-	adminCancel context.CancelFunc
+	// console is an admin console session's state (adminsession.go).
+	console consoleSession
 
 	// Scratch reused by every exchange (no allocation on the hot path);
 	// plan is allocated at the first (an idle client holds none).
@@ -257,14 +250,12 @@ func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
 		gen:       gen,
 		host:      host,
 		connected: time.Now(),
-		conn:      conn,
 		log:       gen.Log,
 		hint:      -1,
 		stmts:     map[string]*vstmt{},
 		seen:      map[string]string{},
 	}
-	s.io = pgwire.ConnIO(conn)
-	s.rd = pgwire.NewLendingMsgReader(s.io, s.messageLimit)
+	s.clientConn.init(conn, s.messageLimit)
 	return s
 }
 
@@ -299,9 +290,9 @@ func (s *Session) Run(ctx context.Context) {
 	defer s.host.Clients.unregister(s)
 	defer s.releaseAll()
 	if s.admin {
-		err = s.serveAdmin(ctx)
+		err = s.console.serve(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log})
 	} else if s.canRelay() {
-		err = s.relay()
+		err = s.relay(s.bc)
 	} else {
 		err = s.serve(ctx)
 	}
@@ -324,32 +315,6 @@ func (s *Session) Run(ctx context.Context) {
 func isDisconnect(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded)
-}
-
-// flush writes the client buffer.
-func (s *Session) flush() error {
-	if len(s.out) == 0 {
-		return nil
-	}
-	s.wmu.Lock()
-	_, err := s.io.Write(s.out)
-	s.wmu.Unlock()
-	if cap(s.out) > 1<<20 {
-		s.out = nil
-	} else {
-		s.out = s.out[:0]
-	}
-	return err
-}
-
-// fail sends a FATAL error and ends the startup.
-func (s *Session) fail(e *pgwire.Error) (bool, error) {
-	if e.Severity == "" {
-		e.Severity = "FATAL"
-	}
-	s.out = pgwire.AppendError(s.out[:0], e)
-	_ = s.flush()
-	return false, e
 }
 
 // startupPhase negotiates, authenticates and sends the initial parameter
@@ -409,7 +374,7 @@ func (s *Session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok 
 		}
 		switch pkt.Kind {
 		case pgwire.StartupSSL:
-			if err := s.startTLS(); err != nil { // 'S' and a handshake, or 'N'
+			if err := s.startTLS(s.host.TLS.Load()); err != nil { // 'S' and a handshake, or 'N'
 				return nil, false, err
 			}
 			continue
@@ -726,7 +691,7 @@ func (s *Session) releaseAll() {
 // by another client, so a late cancel cannot hit someone else's query.
 func (s *Session) cancelBackend(ctx context.Context) {
 	if s.admin {
-		s.cancelAdmin()
+		s.console.cancelRunning()
 		return
 	}
 	s.mu.Lock()
