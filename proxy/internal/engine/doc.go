@@ -35,8 +35,8 @@
 //	  fanout.go      reads of every shard merged by internal/merge
 //	                 (fanStream is a merge.Source); fanlead.go: settings
 //	                 ahead of them; twostage.go: reads in two stages;
-//	                 readers.go: the read-only backend transactions of a
-//	                 transaction's other shards
+//	                 readtxns.go: readerSet, the read-only backend
+//	                 transactions of a transaction's other shards
 //	  pin.go         pinning (PoolMode, PinnedSession); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:

@@ -26,7 +26,7 @@ func (s *Session) serve(ctx context.Context) error {
 			return nil
 		}
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pinned || s.hasReaders() {
+			if s.tx == txBound || s.pinned || s.readers.any() {
 				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
 				_ = s.conn.SetReadDeadline(time.Time{})
@@ -46,7 +46,7 @@ func (s *Session) serve(ctx context.Context) error {
 		}
 		typ, msg, err := s.readClient()
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
@@ -547,7 +547,7 @@ func (s *Session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult)
 		// loss, and the session's state is as before the exchange.
 		return res, nil
 	}
-	s.endReaders()
+	s.readers.end()
 	s.mainWrote, s.hintBound = false, false
 	s.pinned = false
 	s.wrapped = false
@@ -760,10 +760,10 @@ func (s *Session) apply(e *effect) {
 	case effStmtClear:
 		clear(s.stmts)
 	case effTx:
-		if s.hasReaders() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
+		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
 			// The transaction ended, failed, or its start changed (a SET
 			// LOCAL or savepoint command): the readers are no longer its.
-			s.endReaders()
+			s.readers.end()
 		}
 		s.tx = e.tx.tx
 		s.deferred = append(s.deferred[:0], e.tx.deferred...)

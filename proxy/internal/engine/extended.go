@@ -905,7 +905,7 @@ func (s *Session) afterReady(p *planner, st byte) {
 		s.soft = p.soft
 		s.hint = -1
 		if st == 'E' {
-			s.endReaders() // the transaction failed: nothing more to read
+			s.readers.end() // the transaction failed: nothing more to read
 		}
 	default:
 		s.tx = txIdle
@@ -923,7 +923,7 @@ func (s *Session) afterReady(p *planner, st byte) {
 		} else {
 			s.dropBackend(true)
 		}
-		s.endReaders()
+		s.readers.end()
 		return
 	}
 	if s.pin != nil && !p.exErrored {

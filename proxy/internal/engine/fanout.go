@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -375,8 +376,8 @@ func (s *Session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		switch {
 		case f.inTxn && s.bc != nil && s.shard == i:
 			st.bc, st.role = s.bc, partMain
-		case f.inTxn && s.reader(i) != nil:
-			st.bc, st.role = s.reader(i), partReader
+		case f.inTxn && s.readers.get(i) != nil:
+			st.bc, st.role = s.readers.get(i), partReader
 		default:
 			key, _ := s.cur.Split(pool.ViaPooler)
 			bc, err := pool.Acquire(p.ctx, key)
@@ -745,7 +746,7 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 				s.bstatus = st.status
 				s.soft = false // it read a table
 			case partNewReader:
-				s.addReader(st.shard, st.bc)
+				s.readers.add(st.shard, st.bc, len(s.gen.Pools))
 			}
 		}
 		// Every participant ran the leads: backends the transaction uses
@@ -763,7 +764,7 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 		case partMain:
 			main = st
 		case partNewReader:
-			s.addReader(st.shard, st.bc) // ended with the others below
+			s.readers.add(st.shard, st.bc, len(s.gen.Pools)) // ended with the others below
 		}
 	}
 	s.failTxn(main)
@@ -774,7 +775,7 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 // failing statement) unless its own answer already was the error; without
 // one, the deferred transaction is failed.
 func (s *Session) failTxn(main *fanStream) {
-	s.endReaders()
+	s.readers.end()
 	switch {
 	case s.bc == nil:
 		if s.tx == txDeferred {
@@ -790,7 +791,8 @@ func (s *Session) failTxn(main *fanStream) {
 			s.bstatus = main.status
 		}
 	default:
-		res, err := s.bc.RunSimple(s.srvCtx(), s.gen.Config.PoolTimeout, abortSQL)
+		// The proxy's own statement, outside the client's exchange.
+		res, err := s.bc.RunSimple(context.Background(), s.gen.Config.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
 			s.tx, s.soft, s.mainWrote = txFailed, false, false
@@ -799,4 +801,14 @@ func (s *Session) failTxn(main *fanStream) {
 		}
 		s.bstatus = res[0].Status
 	}
+}
+
+// setFanning records the connections a fan-out is using (for cancel).
+func (s *Session) setFanning(streams []*fanStream) {
+	s.mu.Lock()
+	s.fanning = s.fanning[:0]
+	for _, st := range streams {
+		s.fanning = append(s.fanning, st.bc)
+	}
+	s.mu.Unlock()
 }

@@ -216,7 +216,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // between the attempts of a retried message: its transaction, if any,
 // is deferred (never sent), so no backend and no reader holds it.
 func (s *Session) switchGenerationForRetry() {
-	if s.gen.Home != s.host || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
+	if s.gen.Home != s.host || s.pin != nil || s.pinned || s.bc != nil || s.readers.any() || s.skipUntilSync {
 		return
 	}
 	if g := s.host.Ops.CurrentEnv(); g != s.gen {

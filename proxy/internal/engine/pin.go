@@ -421,7 +421,7 @@ func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 				Hint:    "End the session state of other clients (DISCARD ALL, DROP of temporary tables, UNLISTEN *), or raise proxy.max_pinned."}
 		}
 	}
-	if s.hasReaders() {
+	if s.readers.any() {
 		return nil // a transaction reading several shards: refused as before
 	}
 	if s.bc != nil && s.bc.Pool.ViaPooler && s.soft && s.tx == txBound {

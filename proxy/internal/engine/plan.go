@@ -148,7 +148,7 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 	}
 	p := s.plan
 	*p = planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
-	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.pin == nil && !s.hasReaders() && !s.hintBound
+	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.pin == nil && !s.readers.any() && !s.hintBound
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc
@@ -743,7 +743,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 			return e
 		}
 	}
-	if p.tx == txDeferred && !p.held && s.hasReaders() && p.bindReader(shard) {
+	if p.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
 		return nil
 	}
 	pool, pre, bc, shard, e := p.acquire(shard)
@@ -788,7 +788,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 // shard (its reader, or a replay of the transaction's start there).
 func (p *planner) demoteToReader() {
 	s := p.s
-	s.addReader(p.shard, s.bc)
+	s.readers.add(p.shard, s.bc, len(s.gen.Pools))
 	s.setBackend(nil)
 	p.held, p.bc, p.soft = false, nil, false
 	p.tx, p.explicit = txDeferred, false
@@ -801,14 +801,14 @@ func (p *planner) demoteToReader() {
 func (p *planner) bindReader(shard int) bool {
 	s := p.s
 	if p.anyShard {
-		for i := range s.readers {
-			if s.readers[(shard+i)%len(s.readers)] != nil {
-				shard = (shard + i) % len(s.readers)
+		for i := range s.readers.conns {
+			if s.readers.conns[(shard+i)%len(s.readers.conns)] != nil {
+				shard = (shard + i) % len(s.readers.conns)
 				break
 			}
 		}
 	}
-	bc := s.takeReader(shard)
+	bc := s.readers.take(shard)
 	if bc == nil {
 		return false
 	}

@@ -118,13 +118,12 @@ type Session struct {
 	// messages are discarded until Sync, as Postgres does.
 	skipUntilSync bool
 
-	mu     sync.Mutex // guards bc, readers and fanning against cancelBackend
+	mu     sync.Mutex // guards bc, closed and fanning against cancelBackend
 	bc     *backend.Conn
 	closed bool
 	// readers are the transaction's read-only backend transactions on
-	// other shards, by shard (readers.go); nreaders counts them.
-	readers  []*backend.Conn
-	nreaders int
+	// other shards (readtxns.go).
+	readers readerSet
 	// fanning are the connections a fan-out is reading (cancel reaches all).
 	fanning []*backend.Conn
 
@@ -664,7 +663,7 @@ func pgErrorToError(pe *pgconn.PgError, severity string) *pgwire.Error {
 
 // releaseAll returns or discards what the session holds when it ends.
 func (s *Session) releaseAll() {
-	s.discardReaders()
+	s.readers.discard()
 	s.mu.Lock()
 	bc := s.bc
 	s.bc = nil
