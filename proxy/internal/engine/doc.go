@@ -23,8 +23,10 @@
 //	                 tests in package proxy)
 //	                                                 │
 //	  session.go     Session: startup, authentication (internal/auth),
-//	                 the transaction states; tls.go: SSLRequest and the
-//	                 handshake; adminsession.go: a console session's side
+//	                 the transaction states; clientconn.go: clientConn,
+//	                 the client socket (reader, output buffer, write lock,
+//	                 relay); tls.go: SSLRequest and the handshake;
+//	                 adminsession.go: consoleSession, a console's side
 //	                                                 ▼
 //	  exchange.go    the message loop and the exchange with one backend
 //	  simple.go      Query messages; extended.go: Parse/Bind/Describe/
@@ -37,7 +39,9 @@
 //	                 ahead of them; twostage.go: reads in two stages;
 //	                 readtxns.go: readerSet, the read-only backend
 //	                 transactions of a transaction's other shards
-//	  pin.go         pinning (PoolMode, PinnedSession); setreset.go: a
+//	  pin.go         pinning (PoolMode, PinnedSession); ownbackend.go:
+//	                 ownBackend, a pinned session's own backend (shard,
+//	                 reasons, what ends them); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:
 //	                 pickAny, the shards' text order, the preamble check

@@ -267,7 +267,7 @@ const fencePortalName = "pgshard_fence"
 func (p *planner) fenceHeld() {
 	s := p.s
 	defer func() { p.fenceKey = "" }() // used once
-	if p.fenceKey == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+	if p.fenceKey == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,9 +109,9 @@ type Session struct {
 	// transaction's backend; until then a write for another shard moves
 	// the transaction there (the backend becomes a reader).
 	mainWrote bool
-	// pinned: bc is held outside a transaction block because the client
-	// is mid-pipeline (Flush without Sync).
-	pinned bool
+	// pipelineHeld: bc is held outside a transaction block because the
+	// client is mid-pipeline (Flush without Sync). Not a pin (own).
+	pipelineHeld bool
 	// wrapped: the pinned pipeline runs in a BEGIN the proxy added for the
 	// preamble; the Sync that ends it gets the matching COMMIT.
 	wrapped bool
@@ -127,12 +128,12 @@ type Session struct {
 	// fanning are the connections a fan-out is reading (cancel reaches all).
 	fanning []*backend.Conn
 
-	// pin, when set, keeps s.bc as the client's own backend across
-	// transactions (pin.go). pinInfo is its description for other
-	// goroutines (Server.PinnedSessions), under pinMu.
-	pin     *pinState
-	pinMu   sync.Mutex
-	pinInfo *PinnedSession
+	// own, when set, keeps s.bc as the client's own backend across
+	// transactions: the session is pinned (pin.go, ownbackend.go).
+	// pinnedAs is its description for other goroutines
+	// (Registry.Pinned, SHOW CLIENTS), nil while not pinned.
+	own      *ownBackend
+	pinnedAs atomic.Pointer[PinnedSession]
 	// pinLost: a pinned backend went away; its session state is gone and
 	// the session ends, as it would on a direct connection.
 	pinLost bool
@@ -671,13 +672,13 @@ func (s *Session) releaseAll() {
 	if bc == nil {
 		return
 	}
-	if s.pin != nil {
+	if s.own != nil {
 		// A pinned backend carries the client's session state.
 		s.clearPin()
 		bc.Pool.Discard(bc)
 		return
 	}
-	if s.tx == txBound || s.pinned {
+	if s.tx == txBound || s.pipelineHeld {
 		// A transaction or pipeline is open: the connection is not clean.
 		bc.Pool.Discard(bc)
 		return
@@ -735,7 +736,7 @@ func (s *Session) dropBackend(clean bool) {
 	if bc == nil {
 		return
 	}
-	if s.pin != nil {
+	if s.own != nil {
 		// The pinned backend is gone: so is the session state it kept.
 		s.clearPin()
 		s.pinLost = true
