@@ -491,7 +491,7 @@ func (s *Session) fanFail(e *pgwire.Error, f *fanPlan) error {
 // fanResultError picks the error to report: an isolation refusal, or the
 // first shard's error in map order, with the shard named in its Detail and
 // where the statement did succeed (DDL is not atomic across shards).
-func (s *Session) fanResultError(streams []*fanStream) []byte {
+func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 	for _, st := range streams {
 		if st.leadErr == int(leadCheck)+1 {
 			iso := "REPEATABLE READ or SERIALIZABLE"
@@ -502,7 +502,7 @@ func (s *Session) fanResultError(streams []*fanStream) []byte {
 					}
 				}
 			}
-			s.gen.Metrics.Refusals.WithLabelValues("isolation").Inc()
+			g.Metrics.Refusals.WithLabelValues("isolation").Inc()
 			return pgwire.AppendError(nil, isolationRefusal(iso, "a read of more than one shard"))
 		}
 	}
@@ -510,7 +510,7 @@ func (s *Session) fanResultError(streams []*fanStream) []byte {
 	var first []byte
 	firstShard := ""
 	for _, st := range streams {
-		name := s.gen.shardName(st.shard)
+		name := g.shardName(st.shard)
 		switch {
 		case st.lost != nil:
 			failed = append(failed, name)
@@ -583,7 +583,7 @@ func (s *Session) fanCollect(streams []*fanStream, f *fanPlan) {
 			}
 		}
 	}
-	if e := s.fanResultError(streams); e != nil {
+	if e := s.gen.fanResultError(streams); e != nil {
 		s.out = append(s.out, e...)
 		return
 	}
@@ -655,7 +655,7 @@ func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 	for _, st := range streams {
 		st.drain()
 	}
-	if err := s.fanResultError(streams); err != nil {
+	if err := s.gen.fanResultError(streams); err != nil {
 		s.out = append(s.out[:lo], err...)
 		return nil
 	}
@@ -708,7 +708,7 @@ func (s *Session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int)
 			}
 		}
 	}
-	s.out = append(s.out, s.fanResultError(streams)...)
+	s.out = append(s.out, s.gen.fanResultError(streams)...)
 	return true
 }
 

@@ -180,7 +180,7 @@ func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 			return ctx.Err()
 		}
 	} else {
-		s.awaitEpoch(ctx, fe.Epoch, r.deadline)
+		s.host.awaitEpoch(ctx, fe.Epoch, r.deadline)
 	}
 	s.switchGenerationForRetry()
 	return errFenceRetry
@@ -188,8 +188,8 @@ func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 
 // awaitEpoch waits until the newest generation's map has at least epoch
 // (the catalog follower applies it), at most until deadline or ctx ends.
-func (s *Session) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
-	for s.host.Ops.CurrentEnv().Config.Map.Epoch < epoch {
+func (h *HostEnv) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
+	for h.Ops.CurrentEnv().Config.Map.Epoch < epoch {
 		left := time.Until(deadline)
 		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {
 			return

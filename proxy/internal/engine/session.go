@@ -323,7 +323,7 @@ func isDisconnect(err error) bool {
 func (s *Session) startupPhase(ctx context.Context) (bool, error) {
 	_ = s.conn.SetDeadline(time.Now().Add(s.gen.Config.StartupTimeout))
 	defer s.conn.SetDeadline(time.Time{})
-	pkt, ok, err := s.negotiate(ctx)
+	pkt, ok, err := s.negotiate(ctx, s.host)
 	if !ok {
 		return false, err
 	}
@@ -353,39 +353,39 @@ func (s *Session) startupPhase(ctx context.Context) (bool, error) {
 // SSLRequest gets TLS (or 'N'), GSSENCRequest 'N', a CancelRequest is
 // carried out. ok is false when the connection is done (a cancel request,
 // or a failure: err).
-func (s *Session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok bool, err error) {
+func (c *clientConn) negotiate(ctx context.Context, host *HostEnv) (pkt *pgwire.StartupPacket, ok bool, err error) {
 	for tries := 0; ; tries++ {
-		pkt, err = pgwire.ReadStartupPacket(s.conn)
+		pkt, err = pgwire.ReadStartupPacket(c.conn)
 		if err != nil {
 			var e *pgwire.Error
 			if errors.As(err, &e) {
-				ok, err = s.fail(e)
+				ok, err = c.fail(e)
 				return nil, ok, err
 			}
 			if errors.Is(err, pgwire.ErrProtocol) {
-				ok, err = s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
+				ok, err = c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
 				return nil, ok, err
 			}
 			return nil, false, err
 		}
 		if tries >= 2 && (pkt.Kind == pgwire.StartupSSL || pkt.Kind == pgwire.StartupGSSEnc) {
-			ok, err = s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
+			ok, err = c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
 			return nil, ok, err
 		}
 		switch pkt.Kind {
 		case pgwire.StartupSSL:
-			if err := s.startTLS(s.host.TLS.Load()); err != nil { // 'S' and a handshake, or 'N'
+			if err := c.startTLS(host.TLS.Load()); err != nil { // 'S' and a handshake, or 'N'
 				return nil, false, err
 			}
 			continue
 		case pgwire.StartupGSSEnc:
 			// Not supported: 'N' tells the client to go on without it.
-			if _, err := s.conn.Write([]byte{'N'}); err != nil {
+			if _, err := c.conn.Write([]byte{'N'}); err != nil {
 				return nil, false, err
 			}
 			continue
 		case pgwire.StartupCancel:
-			s.host.Clients.Cancel(ctx, pkt.CancelPID, pkt.CancelKey)
+			host.Clients.Cancel(ctx, pkt.CancelPID, pkt.CancelKey)
 			return nil, false, nil
 		}
 		return pkt, true, nil
@@ -478,7 +478,7 @@ func (s *Session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.cur = s.startup
 	st, e := s.pinAtStartup(ctx)
 	if e == nil && st == nil {
-		st, e = s.initialStatuses(ctx)
+		st, e = s.gen.initialStatuses(ctx, s.cur)
 	}
 	if e != nil {
 		s.host.Clients.unregister(s)
@@ -525,76 +525,81 @@ func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
 	return pgwire.FinishMsg(dst, sp)
 }
 
-// authenticate runs trust or SCRAM-SHA-256 for the startup user.
-func (s *Session) authenticate() (bool, error) {
-	l, ok := s.gen.Users[s.user]
-	if !ok {
-		// A user named "*" stands for every user not listed (local
-		// development and compatibility runs: `--trust-user '*'`).
-		l, ok = s.gen.Users["*"]
-		s.asSelf = ok
+// login is user's login (ok false: none); asSelf: through the "*" login,
+// which stands for every user not listed (local development and
+// compatibility runs: `--trust-user '*'`).
+func (g *GenerationEnv) login(user string) (l Login, asSelf, ok bool) {
+	if l, ok = g.Users[user]; ok {
+		return l, false, true
 	}
+	l, ok = g.Users["*"]
+	return l, ok, ok
+}
+
+// authenticate runs trust or SCRAM-SHA-256 with the client for user's
+// login l (ok false: user has none); refusals are logged on log.
+func (c *clientConn) authenticate(l Login, ok bool, user string, log *slog.Logger) (bool, error) {
 	if !ok {
-		_, err := s.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
-		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
+		_, err := c.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user)))
+		log.Info("login refused: unknown user", "user", user, "remote", c.conn.RemoteAddr().String())
 		return false, err
 	}
 	if l.Trust {
-		s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+		c.out = append(c.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
 		return true, nil
 	}
 	// AuthenticationSASL
-	s.out, _ = appendAuth(s.out, 10, []byte(auth.Mechanism+"\x00\x00"))
-	if err := s.flush(); err != nil {
+	c.out, _ = appendAuth(c.out, 10, []byte(auth.Mechanism+"\x00\x00"))
+	if err := c.flush(); err != nil {
 		return false, err
 	}
 	authFail := func(reason string) (bool, error) {
-		s.log.Info("login refused", "user", s.user, "remote", s.conn.RemoteAddr().String(), "reason", reason)
-		_, err := s.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
+		log.Info("login refused", "user", user, "remote", c.conn.RemoteAddr().String(), "reason", reason)
+		_, err := c.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user)))
 		return false, err
 	}
-	typ, msg, err := s.rd.Next()
+	typ, msg, err := c.rd.Next()
 	if err != nil {
 		return false, err
 	}
 	if typ != 'p' {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
 	b := pgwire.Body(msg)
 	mech, i, err := pgwire.CString(b, 0)
 	if err != nil || len(b)-i < 4 {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
 	if string(mech) != auth.Mechanism {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
 	}
 	n := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
 	i += 4
 	if n < 0 || len(b)-i != n {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
 	sc := &auth.SCRAMServer{Verifier: l.Verifier}
 	serverFirst, err := sc.First(string(b[i:]))
 	if err != nil {
 		return authFail(err.Error())
 	}
-	s.out, _ = appendAuth(s.out, 11, []byte(serverFirst))
-	if err := s.flush(); err != nil {
+	c.out, _ = appendAuth(c.out, 11, []byte(serverFirst))
+	if err := c.flush(); err != nil {
 		return false, err
 	}
-	typ, msg, err = s.rd.Next()
+	typ, msg, err = c.rd.Next()
 	if err != nil {
 		return false, err
 	}
 	if typ != 'p' {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
 	serverFinal, err := sc.Final(string(pgwire.Body(msg)))
 	if err != nil {
 		return authFail(err.Error())
 	}
-	s.out, _ = appendAuth(s.out, 12, []byte(serverFinal))
-	s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+	c.out, _ = appendAuth(c.out, 12, []byte(serverFinal))
+	c.out = append(c.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
 	return true, nil
 }
 
@@ -605,20 +610,20 @@ func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
 	return pgwire.FinishMsg(dst, sp), nil
 }
 
-// initialStatuses returns the ParameterStatus values the client gets at
-// startup: those of a backend connection opened with the client's startup
-// settings (which also validates them, as Postgres would), plus the
+// initialStatuses returns the ParameterStatus values a client gets at
+// startup: those of a backend connection opened with its startup
+// settings cur (which also validates them, as Postgres would), plus the
 // canonical values of the settings the preamble applies.
-func (s *Session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
+func (g *GenerationEnv) initialStatuses(ctx context.Context, cur *backend.Settings) (map[string]string, *pgwire.Error) {
 	var lastErr error
-	first := s.gen.pickAny()
-	for k := 0; k < len(s.gen.Pools); k++ {
-		p := s.gen.Pools[(first+k)%len(s.gen.Pools)]
+	first := g.pickAny()
+	for k := 0; k < len(g.Pools); k++ {
+		p := g.Pools[(first+k)%len(g.Pools)]
 		if p.IsDown() != nil {
 			lastErr = p.IsDown()
 			continue
 		}
-		key, pre := s.cur.Split(p.ViaPooler)
+		key, pre := cur.Split(p.ViaPooler)
 		st, err := p.StartupStatuses(ctx, key)
 		if err != nil {
 			var be *backend.PgError
@@ -640,7 +645,7 @@ func (s *Session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 			out[n] = v
 		}
 		if len(pre.KV) > 0 {
-			vals, e := s.gen.validatePreamble(ctx, p, key, pre)
+			vals, e := g.validatePreamble(ctx, p, key, pre)
 			if e != nil {
 				e.Severity = "FATAL"
 				return nil, e
@@ -758,7 +763,9 @@ func (s *Session) admit() (bool, error) {
 		s.host.Metrics.ClientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
-	ok, err := s.authenticate()
+	l, asSelf, found := s.gen.login(s.user)
+	s.asSelf = asSelf
+	ok, err := s.authenticate(l, found, s.user, s.log)
 	if !ok {
 		s.host.Clients.unregister(s)
 		s.host.Metrics.ClientsRefused.WithLabelValues("auth").Inc()
