@@ -44,7 +44,8 @@
 //	                 reasons, what ends them); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:
-//	                 pickAny, the shards' text order, the preamble check
+//	                 pickAny, the shards' text order, the preamble check,
+//	                 adjustDest (placement: one shard, unsharded tables)
 //	  fence.go       the map fence's asserts (FenceMode, StandInTexts);
 //	                 fenceretry.go: the retry after a refused assert
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a

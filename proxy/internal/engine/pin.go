@@ -353,20 +353,6 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 	return s.pinTo(ctx, shard, why, temps)
 }
 
-// firstShard is the shard of the first statement of a query that routes
-// to one (-1: none does).
-func (g *GenerationEnv) firstShard(as []*route.Statement) int {
-	for _, a := range as {
-		if localKind(a.Kind) || txnControl(a.Kind) {
-			continue
-		}
-		if d := g.adjustDest(a, g.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
-			return d.Shard
-		}
-	}
-	return -1
-}
-
 // pinTo pins the session on shard (-1: the transaction's, the hint's or
 // the default shard). A transaction already running on a pooled
 // connection through a pooler cannot move to a server session of its
@@ -663,60 +649,6 @@ func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
 		e.Detail = "Routing: " + reason
 	}
 	return e
-}
-
-// adjustDest applies the database's placement rules to a routing
-// decision: on a map with one shard every statement is routable there
-// (reads of "every shard", DDL in transactions, shapes no merge supports,
-// keys the analyzer could not read); unsharded objects live on the default
-// shard, so a statement that joins them with sharded tables of another
-// shard, or reads them on every shard, is refused.
-func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest {
-	srv := g
-	if len(srv.Pools) == 1 {
-		switch d.Kind {
-		case route.DestAll:
-			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Reason}
-		case route.DestRefuse:
-			if a.Kind != route.KindUnsupported && d.Refusal != nil && oneShardOverrides(d.Refusal.SQLState) {
-				return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard (else refused: " + d.Refusal.Message + ")"}
-			}
-		}
-		return d
-	}
-	if len(a.Unsharded) == 0 {
-		return d
-	}
-	switch d.Kind {
-	case route.DestShard:
-		if d.Shard != srv.DefaultShard {
-			srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
-			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
-				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard), srv.shardName(d.Shard)),
-				Detail:  "Routing: " + d.Reason,
-				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
-		}
-	case route.DestAll:
-		if a.Kind == route.KindDDL {
-			return d
-		}
-		srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
-		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard)),
-			Detail:  "Routing: " + d.Reason,
-			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
-	}
-	return d
-}
-
-// oneShardOverrides reports which refusals a map with one shard makes moot:
-// those of routing (0A000) and of key values the server checks itself.
-func oneShardOverrides(state string) bool {
-	switch state {
-	case "0A000", "22P02", "22P03", "23502":
-		return true
-	}
-	return false
 }
 
 // ---- notifications while idle ----
