@@ -22,11 +22,13 @@
 //	                 registered without its startup (the console's golden
 //	                 tests in package proxy)
 //	                                                 │
-//	  session.go     Session: startup, authentication (internal/auth),
-//	                 the transaction states; clientconn.go: clientConn,
-//	                 the client socket (reader, output buffer, write lock,
-//	                 relay); tls.go: SSLRequest and the handshake;
-//	                 adminsession.go: consoleSession, a console's side
+//	  session.go     Session: startup, authentication (internal/auth);
+//	                 txnstate.go: transaction, the transaction's state
+//	                 machine (idle, deferred, bound, failed);
+//	                 clientconn.go: clientConn, the client socket (reader,
+//	                 output buffer, write lock, relay); tls.go: SSLRequest
+//	                 and the handshake; adminsession.go: consoleSession,
+//	                 a console's side
 //	                                                 ▼
 //	  exchange.go    the message loop and the exchange with one backend
 //	  simple.go      Query messages; extended.go: Parse/Bind/Describe/
