@@ -28,8 +28,8 @@ import (
 //	startup (admin db) ─▶ authenticate ─▶ admin user? ─no─▶ FATAL 42501
 //	                                          │ yes
 //	                                          ▼
-//	serveAdmin (internal/engine/adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
-//	            Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
+//	consoleSession.serve (internal/engine/adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
+//	                      Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
 //
 // The commands live in proxy/internal/admin (its doc.go lists them), which
 // sees the proxy only through admin.Host: adminHost (below) answers it

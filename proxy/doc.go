@@ -47,7 +47,7 @@
 //
 //	    fan-out (DestAll; engine/fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
-//	    transaction's backend and its readers (engine/readers.go) ── and the answers
+//	    transaction's backend and its readers (engine/readtxns.go) ── and the answers
 //	    are merged as route.Merge says (internal/merge, each shard's answer
 //	    a merge.Source: k-way merge of rows, merged groups; internal/pgvalue:
 //	    Postgres's order and exact output of every value the proxy
@@ -251,7 +251,7 @@
 // on the shard the first routed statement picks. While a transaction runs
 // on a backend, the backend's ReadyForQuery status is authoritative. The
 // transaction keeps its start (BEGIN, SET LOCAL, savepoint commands) to
-// replay it on the other shards it reads (engine/readers.go). A write for a second
+// replay it on the other shards it reads (engine/readtxns.go). A write for a second
 // shard (or any statement for another shard that is not a read) is refused
 // with SQLSTATE 0A000 naming both shards; the proxy then aborts the backend transaction at the same point
 // (a failing statement whose error it replaces), so a later COMMIT cannot

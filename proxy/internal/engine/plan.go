@@ -148,7 +148,7 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 	}
 	p := s.plan
 	*p = planner{s: s, ctx: ctx, tx: s.tx, deferred: s.deferred, hint: s.hint, shard: -1, pendingParse: -1}
-	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.pin == nil && !s.hasReaders() && !s.hintBound
+	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.own == nil && !s.readers.any() && !s.hintBound
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc
@@ -228,7 +228,7 @@ func (p *planner) isLocal(a *route.Statement) bool {
 	switch {
 	case p.tx == txFailed:
 		return true
-	case p.s.forwardPinned(a):
+	case p.s.own.forwards(a):
 		return false
 	case localKind(k):
 		return true
@@ -571,7 +571,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		srv.StmtEpoch.Add(1) // see Server.stmtEpoch
 		srv.Collation.Store(collationUnknown)
 	}
-	d = p.s.adjustDest(a, d)
+	d = p.s.gen.adjustDest(a, d)
 	p.fenceKey = ""
 	if d.Kind == route.DestShard && d.Bucket >= 0 {
 		if e := srv.Ops.LeaseError(); e != nil {
@@ -579,7 +579,7 @@ func (p *planner) decideTarget(a *route.Statement, d route.Dest) (int, bool, *pg
 		}
 		p.fenceKey, p.fenceBucket, p.fenceShard = d.Key, d.Bucket, d.Shard
 	}
-	if p.s.pin != nil {
+	if p.s.own != nil {
 		if sh, ok, e := p.pinnedTarget(a, d); ok {
 			return sh, false, e
 		}
@@ -626,7 +626,7 @@ func (p *planner) targetAll(a *route.Statement, d route.Dest) (int, bool, *pgwir
 	if !p.onTxnBackend() && p.tx == txIdle {
 		return -1, true, nil
 	}
-	if p.s.pin != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
+	if p.s.own != nil && !p.onBackend && !p.explicit && p.tx == txIdle {
 		return -1, true, nil // a pinned session's read of every shard, on pooled connections
 	}
 	if hinted := p.hint >= 0 || p.s.hintBound; hinted && d.Merge != nil && a.Kind != route.KindDDL && (p.tx == txDeferred || p.tx == txBound) {
@@ -743,7 +743,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 			return e
 		}
 	}
-	if p.tx == txDeferred && !p.held && s.hasReaders() && p.bindReader(shard) {
+	if p.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
 		return nil
 	}
 	pool, pre, bc, shard, e := p.acquire(shard)
@@ -753,7 +753,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s.setBackend(bc)
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
-	fence := p.fenceKey != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
+	fence := p.fenceKey != "" && !p.noFence && s.own == nil && s.fenced(p.ctx, pool, bc)
 	fenceKey := ""
 	if fence {
 		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.fenceKey, p.fenceBucket)
@@ -788,7 +788,7 @@ func (p *planner) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 // shard (its reader, or a replay of the transaction's start there).
 func (p *planner) demoteToReader() {
 	s := p.s
-	s.addReader(p.shard, s.bc)
+	s.readers.add(p.shard, s.bc, len(s.gen.Pools))
 	s.setBackend(nil)
 	p.held, p.bc, p.soft = false, nil, false
 	p.tx, p.explicit = txDeferred, false
@@ -801,14 +801,14 @@ func (p *planner) demoteToReader() {
 func (p *planner) bindReader(shard int) bool {
 	s := p.s
 	if p.anyShard {
-		for i := range s.readers {
-			if s.readers[(shard+i)%len(s.readers)] != nil {
-				shard = (shard + i) % len(s.readers)
+		for i := range s.readers.conns {
+			if s.readers.conns[(shard+i)%len(s.readers.conns)] != nil {
+				shard = (shard + i) % len(s.readers.conns)
 				break
 			}
 		}
 	}
-	bc := s.takeReader(shard)
+	bc := s.readers.take(shard)
 	if bc == nil {
 		return false
 	}
