@@ -28,8 +28,8 @@ import (
 //	startup (admin db) ─▶ authenticate ─▶ admin user? ─no─▶ FATAL 42501
 //	                                          │ yes
 //	                                          ▼
-//	serveAdmin (internal/engine/adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
-//	            Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
+//	consoleSession.serve (internal/engine/adminsession.go): Query ─▶ admin.Query(adminHost) ─▶ result set | tag | error
+//	                      Parse/Bind/... ─▶ one error per pipeline ("simple protocol only")
 //
 // The commands live in proxy/internal/admin (its doc.go lists them), which
 // sees the proxy only through admin.Host: adminHost (below) answers it
@@ -50,11 +50,11 @@ func versionString() string {
 // actions, logged as s's user's.
 type adminHost struct {
 	by engine.ConsoleCaller
-	c  *core
+	c  *Server
 }
 
 // srv is the current generation.
-func (h *adminHost) srv() *Server { return h.c.current() }
+func (h *adminHost) srv() *generation { return h.c.current() }
 
 var _ admin.Host = (*adminHost)(nil)
 
@@ -70,7 +70,7 @@ func (h *adminHost) ShardNames() []string {
 }
 
 // poolMode is the pool mode SHOW POOLS and SHOW DATABASES name.
-func (srv *Server) poolMode() string {
+func (srv *generation) poolMode() string {
 	mode := srv.cfg.PoolMode
 	if mode == PoolModeDefault {
 		mode = PoolTransaction
@@ -212,8 +212,7 @@ func (h *adminHost) Routes() []admin.Route {
 }
 
 func (h *adminHost) Reload(ctx context.Context) (string, error) {
-	srv := h.srv()
-	res, err := srv.reloadFromSource(ctx, "RELOAD on the admin console")
+	res, err := h.c.ReloadFromSource(ctx, "RELOAD on the admin console")
 	if err != nil {
 		return "", err
 	}
@@ -308,7 +307,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 	pools := h.pools(shards)
 	wctx, cancel := context.WithTimeout(ctx, srv.cfg.PauseTimeout)
 	defer cancel()
-	life := &h.c.life
+	keeper := &h.c.keeper
 	return backend.PollUntil(wctx, func() bool {
 		for _, p := range pools {
 			if p.OldConns() > 0 {
@@ -316,10 +315,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 			}
 		}
 		if shards == nil {
-			life.mu.Lock()
-			n := len(life.retired)
-			life.mu.Unlock()
-			return n == 0
+			return len(keeper.retiredPools()) == 0
 		}
 		return true
 	})

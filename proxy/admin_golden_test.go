@@ -72,7 +72,7 @@ func goldenServer(t *testing.T) (*Server, *engine.Session) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
-	p0, p1 := srv.pools[0], srv.pools[1]
+	p0, p1 := srv.current().pools[0], srv.current().pools[1]
 	p0.Down.Store(pgwire.NewError(pgwire.CodeConnectionFailure, "shard0 is down (golden)"))
 	p1.Verified.Store(true)
 	p0.Stats.Xacts.Add(12)
@@ -92,8 +92,8 @@ func goldenServer(t *testing.T) (*Server, *engine.Session) {
 
 	client, other := net.Pipe()
 	t.Cleanup(func() { client.Close(); other.Close() })
-	srv.clients.Attach(srv.env(), srv.henv, client, engine.Identity{PID: 0x1234, User: "app", DB: "db", App: "psql", Connected: at})
-	adm := srv.clients.Attach(srv.env(), srv.henv, other, engine.Identity{PID: 0x99, User: "postgres", DB: "pgshard", App: "psql", Admin: true, Connected: at.Add(time.Minute)})
+	srv.clients.Attach(srv.current().env(), srv.henv, client, engine.Identity{PID: 0x1234, User: "app", DB: "db", App: "psql", Connected: at})
+	adm := srv.clients.Attach(srv.current().env(), srv.henv, other, engine.Identity{PID: 0x99, User: "postgres", DB: "pgshard", App: "psql", Admin: true, Connected: at.Add(time.Minute)})
 	return srv, adm
 }
 
@@ -131,7 +131,7 @@ func TestAdminConsoleGolden(t *testing.T) {
 	BuildVersion = "v0.0.0-golden"
 	defer func() { BuildVersion = old }()
 	srv, sess := goldenServer(t)
-	defer srv.core.life.disabled.Store(false)
+	defer srv.life.disabled.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var sb strings.Builder
@@ -270,10 +270,10 @@ func TestAdminConsoleHostRecord(t *testing.T) {
 	BuildVersion = "v0.0.0-golden"
 	defer func() { BuildVersion = old }()
 	srv, _ := goldenServer(t)
-	defer srv.core.life.disabled.Store(false)
+	defer srv.life.disabled.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rec := &recordingHost{h: &adminHost{by: engine.ConsoleCaller{User: "postgres", Log: srv.log}, c: srv.core}, t: t}
+	rec := &recordingHost{h: &adminHost{by: engine.ConsoleCaller{User: "postgres", Log: srv.log}, c: srv}, t: t}
 	var sb strings.Builder
 	type query struct {
 		Query string     `json:"query"`

@@ -51,7 +51,7 @@ type MapFollower interface {
 }
 
 // follow runs Config.Follow until ctx ends (the server's hard stop).
-func (c *core) follow(ctx context.Context) {
+func (c *Server) follow(ctx context.Context) {
 	cfg := c.current().cfg
 	f := cfg.Follow
 	if f == nil {
@@ -72,7 +72,7 @@ func (c *core) follow(ctx context.Context) {
 // at once without a catalog, ctx.Err() when ctx ended first (a shutdown
 // or the hard stop), and an error naming the catalog and why there is no
 // lease (the follower's last catalog error) after LeaseWait.
-func (c *core) waitFirstLease(ctx context.Context) error {
+func (c *Server) waitFirstLease(ctx context.Context) error {
 	cfg := c.current().cfg
 	f := cfg.Follow
 	if f == nil {
@@ -104,10 +104,10 @@ func (c *core) waitFirstLease(ctx context.Context) error {
 
 // applyCatalogMap installs the catalog's map m as a new generation when
 // it is newer than the running one.
-func (c *core) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadResult, error) {
+func (c *Server) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadResult, error) {
 	cur := c.current()
 	if m.Epoch <= cur.cfg.Map.Epoch {
-		return ReloadResult{Generation: cur.generation, Epoch: cur.cfg.Map.Epoch}, nil
+		return ReloadResult{Generation: cur.number, Epoch: cur.cfg.Map.Epoch}, nil
 	}
 	remap := cur.cfg.Remap
 	if remap == nil {
@@ -117,8 +117,7 @@ func (c *core) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadResu
 	if err != nil {
 		return ReloadResult{}, fmt.Errorf("the catalog's map (epoch %d): %w", m.Epoch, err)
 	}
-	s := &Server{core: c}
-	res, err := s.Reload(ctx, next)
+	res, err := c.Reload(ctx, next)
 	if err == nil {
 		c.log.Info("followed the catalog to a new map", "catalog", cur.cfg.CatalogName, "epoch", m.Epoch, "generation", res.Generation)
 	}
@@ -142,7 +141,7 @@ func defaultRemap(_ context.Context, cfg Config, m *shardmap.Map) (Config, error
 
 // leaseError is the refusal of a keyed statement while the lease lapsed;
 // nil while it is live (or the proxy follows no catalog).
-func (s *Server) leaseError() *pgwire.Error {
+func (s *generation) leaseError() *pgwire.Error {
 	f := s.cfg.Follow
 	if f == nil {
 		return nil
@@ -151,7 +150,7 @@ func (s *Server) leaseError() *pgwire.Error {
 	if err == nil {
 		return nil
 	}
-	s.core.metrics.Refusals.WithLabelValues("lease").Inc()
+	s.metrics.Refusals.WithLabelValues("lease").Inc()
 	return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
 		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", s.cfg.Map.Epoch, s.cfg.CatalogName),
 		Detail:  err.Error(),

@@ -6,14 +6,14 @@ package proxy
 // a sharded database with its own map — like PgBouncer's [databases]. The
 // startup packet's dbname picks one; each is a Server of its own (pools,
 // routing, health probes), sharing the listener and the logins. Its
-// sessions belong to the main server's core (SHOW CLIENTS, cancel keys,
+// sessions belong to the main Server (SHOW CLIENTS, cancel keys,
 // max_clients, pins, graceful shutdown); its pools, routing and
 // statistics are its own. A reload keeps the extra databases as they are
 // (a changed list is reported as needing a restart), so sessions on them
 // are never moved.
 //
-//	listener ─▶ core (sessions, console, lifecycle)
-//	              └─ generation Server (Config.Map) ─dbname─▶ sub-Server per ExtraDatabase
+//	listener ─▶ Server (sessions, console, lifecycle)
+//	              └─ generation (Config.Map) ─dbname─▶ sub-Server per ExtraDatabase
 //	                                                          (Serve on an idle listener
 //	                                                           in the main Serve's group:
 //	                                                           pools, monitors, reaper)
@@ -39,7 +39,8 @@ type Database struct {
 
 // newExtraDatabases builds the sub-servers of Config.ExtraDatabases.
 func (s *Server) newExtraDatabases() error {
-	for _, d := range s.cfg.ExtraDatabases {
+	cfg := &s.current().cfg
+	for _, d := range cfg.ExtraDatabases {
 		if d.Name == "" {
 			return fmt.Errorf("proxy config: ExtraDatabases: a database has no name")
 		}
@@ -47,8 +48,8 @@ func (s *Server) newExtraDatabases() error {
 			return fmt.Errorf("proxy config: ExtraDatabases: database %q is listed twice", d.Name)
 		}
 		c := d.Config
-		c.Listen, c.Users, c.MetricsListen, c.Logger = s.cfg.Listen, s.cfg.Users, "", s.cfg.Logger.With("database", d.Name)
-		c.MaxClients, c.ExtraDatabases, c.Databases = s.cfg.MaxClients, nil, nil
+		c.Listen, c.Users, c.MetricsListen, c.Logger = cfg.Listen, cfg.Users, "", cfg.Logger.With("database", d.Name)
+		c.MaxClients, c.ExtraDatabases, c.Databases = cfg.MaxClients, nil, nil
 		// The main server owns the listener, TLS, the console and reloads.
 		c.HandoverSocket, c.AdminUsers, c.TLS, c.Reload = "", nil, TLSConfig{}, nil
 		sub, err := New(c)
@@ -74,7 +75,7 @@ func (s *Server) database(name string) *Server {
 // verifyExtra checks the identity records of the sub-servers that ask for it.
 func (s *Server) verifyExtra(ctx context.Context) (down []string, err error) {
 	for name, sub := range s.dbs {
-		if !sub.cfg.VerifyIdentity {
+		if !sub.current().cfg.VerifyIdentity {
 			continue
 		}
 		d, err := sub.Verify(ctx)

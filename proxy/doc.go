@@ -4,8 +4,9 @@
 // owns the first key it touches, through the shard's PgBouncer in
 // transaction mode or directly. ARCHITECTURE.md §4 is the contract.
 //
-//	client ──TCP──▶ Server (server.go: a generation of the config, the shared
-//	                  │      core; config.go; lifecycle.go: accept, drain)
+//	client ──TCP──▶ Server (server.go: what outlives a reload; generation.go:
+//	                  │      one configuration, its pools; config.go;
+//	                  │      lifecycle.go: accept, drain)
 //	                  │  each session (internal/engine, "engine/" below:
 //	                  │  its doc.go names its files) sees the proxy only
 //	                  │  through engine/sessionenv.go: GenerationEnv (its
@@ -13,7 +14,7 @@
 //	                  │  (the server: its TLS, lifecycle, pins, fences, and
 //	                  │  the Registry of the sessions, engine/sessionreg.go:
 //	                  │  admission, cancel keys, KILL, shutdown), never a
-//	                  │  Server or core; sessionhost.go makes them and
+//	                  │  Server or generation; sessionhost.go makes them and
 //	                  │  implements their ops; engine.go: the engine's
 //	                  │  public names (PoolMode, FenceMode, PinnedSession)
 //	                  ▼
@@ -39,14 +40,14 @@
 //	    exchange (engine/exchange.go) ──one write──▶ backend.Pool[shard] ──▶ PgBouncer ──▶ Postgres
 //	       ▲       (internal/backend: conns keyed by startup    (or direct)
 //	       │        settings, held for one transaction only;
-//	       │        engine/sessionset.go: client settings without leaks;
+//	       │        backend/clientsettings.go: client settings without leaks;
 //	       │        engine/genshards.go: pickAny, the shards' text order, the
 //	       │        preamble check)
 //	       └──raw bytes, headers read, one write per round trip (internal/pgwire)──▶ client
 //
 //	    fan-out (DestAll; engine/fanout.go): the statement goes to every shard at once
 //	    ── outside a transaction on pooled connections, inside one in the
-//	    transaction's backend and its readers (engine/readers.go) ── and the answers
+//	    transaction's backend and its readers (engine/readtxns.go) ── and the answers
 //	    are merged as route.Merge says (internal/merge, each shard's answer
 //	    a merge.Source: k-way merge of rows, merged groups; internal/pgvalue:
 //	    Postgres's order and exact output of every value the proxy
@@ -68,7 +69,8 @@
 //	    by metrics.go (Prometheus); internal/backend also
 //	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
 //	    and back-pressure, the health monitor and the proxy's own queries;
-//	    server.go hands each pool its environment (backendEnv); reload.go
+//	    generation.go hands each pool its environment (backendEnv);
+//	    poolkeeper.go runs the pools' monitors and drains retired pools; reload.go
 //	    (generations; engine/sessiongen.go: a session moving to a newer one,
 //	    between transactions), lifecycle.go and handover.go (graceful shutdown,
 //	    socket hand-over), secrets.go (redaction).
@@ -154,14 +156,14 @@
 // pinned session runs every statement on its backend as it is; one that
 // needs another shard is refused (0A000), a read of every shard outside a
 // transaction block still fans out on pooled connections. Pinned sessions
-// are counted in the core (pgshard_proxy_pinned_sessions,
+// are counted by the Server (pgshard_proxy_pinned_sessions,
 // pgshard_proxy_pins_total by reason; SHOW CLIENTS pinned and remote_pid,
 // SHOW POOLS cl_pinned, SHOW LISTS pinned_clients). The direct pools of
 // pinned backends belong to a generation: a reload hands a kept shard's
 // direct pool to the new generation and retires the others'; a pinned
 // session stays on its generation until its pin ends. The extra databases
 // (databases.go) are built once: a reload keeps them, and their sessions
-// belong to the core like the others.
+// belong to the main Server like the others.
 //
 // Tables outside the sharding schema are unsharded and live on
 // Config.DefaultShard: statements that touch only them (reads, writes,
@@ -249,7 +251,7 @@
 // on the shard the first routed statement picks. While a transaction runs
 // on a backend, the backend's ReadyForQuery status is authoritative. The
 // transaction keeps its start (BEGIN, SET LOCAL, savepoint commands) to
-// replay it on the other shards it reads (engine/readers.go). A write for a second
+// replay it on the other shards it reads (engine/readtxns.go). A write for a second
 // shard (or any statement for another shard that is not a read) is refused
 // with SQLSTATE 0A000 naming both shards; the proxy then aborts the backend transaction at the same point
 // (a failing statement whose error it replaces), so a later COMMIT cannot
@@ -294,7 +296,7 @@
 //
 // # Settings
 //
-// See internal/backend/settings.go and engine/sessionset.go: a client's startup parameters and session SETs are kept
+// See internal/backend/clientsettings.go and engine/setreset.go: a client's startup parameters and session SETs are kept
 // per session and applied on whichever backend runs its transaction
 // (startup parameters of the pooled connection, or transaction-local
 // set_config through PgBouncer); they never reach another client. Session

@@ -176,13 +176,13 @@ type handoverServer struct {
 	ul     *net.UnixListener
 	ln     net.Listener
 	mln    net.Listener
-	c      *core
+	c      *Server
 	closed chan struct{}
 }
 
 // listenHandover binds the hand-over socket at path (replacing a stale
 // file; a live one belongs to another proxy and is an error).
-func listenHandover(path string, ln, mln net.Listener, c *core) (*handoverServer, error) {
+func listenHandover(path string, ln, mln net.Listener, c *Server) (*handoverServer, error) {
 	if _, err := os.Stat(path); err == nil {
 		if nc, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			_ = nc.Close()

@@ -34,7 +34,7 @@ import (
 // it does and start more transactions (they still work); a client that
 // reconnects reaches the successor (or is refused: nothing listens).
 
-// lifecycle is the core's lifecycle state.
+// lifecycle is the Server's lifecycle state.
 type lifecycle struct {
 	// disabled refuses new client logins (DISABLE); admin logins still work.
 	disabled atomic.Bool
@@ -46,34 +46,26 @@ type lifecycle struct {
 	// drainStart is when the shutdown began (unix nanos).
 	drainStart atomic.Int64
 
-	// The running Serve's group and context, for goroutines started later
-	// (monitors of pools a reload adds); set while Serve runs.
+	// mu guards handover, the hand-over listener of the running Serve
+	// (nil if none).
 	mu       sync.Mutex
-	group    *errgroup.Group
-	groupCtx context.Context
-	monitors map[*backend.Pool]context.CancelFunc
-	// retired pools drain; the reaper shuts each down once none of its
-	// connections is in use.
-	retired []*backend.Pool
-	// handover is the hand-over listener of the running Serve (nil if none).
 	handover *handoverServer
 }
 
 func (l *lifecycle) init() {
 	l.shutdown = make(chan struct{})
-	l.monitors = map[*backend.Pool]context.CancelFunc{}
 }
 
 // Shutdown starts a graceful shutdown: the server stops accepting clients
 // at once; sessions are served until their clients leave, for at most
 // Config.ShutdownTimeout, then every connection is closed and Serve
 // returns. It does not wait; calling it again does nothing.
-func (s *Server) Shutdown() { s.core.beginShutdown("requested") }
+func (s *Server) Shutdown() { s.beginShutdown("requested") }
 
 // Draining reports whether a graceful shutdown began.
-func (s *Server) Draining() bool { return s.core.life.draining.Load() }
+func (s *Server) Draining() bool { return s.life.draining.Load() }
 
-func (c *core) beginShutdown(why string) {
+func (c *Server) beginShutdown(why string) {
 	c.life.once.Do(func() {
 		c.life.drainStart.Store(time.Now().UnixNano())
 		c.life.draining.Store(true)
@@ -86,7 +78,8 @@ func (c *core) beginShutdown(why string) {
 // ListenAndServe listens on Config.Listen and serves until ctx is done or a
 // graceful shutdown ended.
 func (s *Server) ListenAndServe(ctx context.Context) error {
-	ln, err := Listen(ctx, s.cfg.Listen, s.cfg.ReusePort)
+	cfg := &s.current().cfg
+	ln, err := Listen(ctx, cfg.Listen, cfg.ReusePort)
 	if err != nil {
 		return err
 	}
@@ -116,7 +109,7 @@ func (s *Server) ServeHandover(ctx context.Context, h *Handover) error {
 }
 
 func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) error {
-	c := s.core
+	c := s
 	hardCtx, hardStop := context.WithCancel(ctx)
 	defer hardStop()
 	g, gctx := errgroup.WithContext(hardCtx)
@@ -150,14 +143,12 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 		})
 	}
 
-	c.life.mu.Lock()
-	c.life.group, c.life.groupCtx = g, gctx
-	c.life.mu.Unlock()
+	c.keeper.run(gctx, g)
 	for _, p := range cur.pools {
-		c.startMonitor(p)
+		c.keeper.startMonitor(p)
 	}
 	// The extra databases' own pools, monitors and reapers run until the
-	// hard stop (their sessions are this core's and drain with it).
+	// hard stop (their sessions are this Server's and drain with it).
 	cur.serveExtra(gctx, g)
 
 	var stopAccept sync.Once
@@ -214,10 +205,8 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 
 // shutdownPools ends Serve's group's reach and shuts every pool down,
 // once its goroutines ended.
-func (c *core) shutdownPools() {
-	c.life.mu.Lock()
-	c.life.group, c.life.groupCtx = nil, nil
-	c.life.mu.Unlock()
+func (c *Server) shutdownPools() {
+	c.keeper.run(nil, nil)
 	for _, p := range c.allPools() {
 		p.Shutdown()
 	}
@@ -226,7 +215,7 @@ func (c *core) shutdownPools() {
 // onHardStop waits for the hard stop (gctx done), then closes the listener,
 // the metrics endpoint, the hand-over socket and every client session,
 // and interrupts the sessions waiting for a backend.
-func (c *core) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
+func (c *Server) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
 	<-gctx.Done()
 	closeListener()
 	if metricsSrv != nil {
@@ -245,7 +234,7 @@ func (c *core) onHardStop(gctx context.Context, closeListener func(), metricsSrv
 // gracefulShutdown waits for SHUTDOWN (or the hard stop), stops accepting,
 // waits for the sessions to end, at most ShutdownTimeout, then calls
 // hardStop.
-func (c *core) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
+func (c *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
 	select {
 	case <-gctx.Done():
 		return nil
@@ -273,7 +262,7 @@ func (c *core) gracefulShutdown(gctx context.Context, closeListener, hardStop fu
 
 // reapLoop closes idle backends, rolls the pools' statistics and retires
 // the pools of past generations, once a second until gctx is done.
-func (c *core) reapLoop(gctx context.Context) error {
+func (c *Server) reapLoop(gctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := time.Now()
@@ -293,7 +282,7 @@ func (c *core) reapLoop(gctx context.Context) error {
 			for _, p := range cur.pools {
 				p.RollStats(now)
 			}
-			c.reapRetired()
+			c.keeper.reapRetired()
 		}
 	}
 }
@@ -301,7 +290,7 @@ func (c *core) reapLoop(gctx context.Context) error {
 // acceptLoop accepts clients on ln until it closes (a session each, owned
 // by g); a transient accept error (timeout, EMFILE) is retried with
 // backoff.
-func (c *core) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
+func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
 	backoff := 5 * time.Millisecond
 	for {
 		conn, err := ln.Accept()
@@ -334,65 +323,11 @@ func (c *core) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listen
 
 // allPools returns the current generation's pools (its shards' and the
 // direct ones of pinned sessions) and the retired ones still draining.
-func (c *core) allPools() []*backend.Pool {
+func (c *Server) allPools() []*backend.Pool {
 	cur := c.current()
 	out := append([]*backend.Pool(nil), cur.pools...)
 	out = append(out, cur.directPools()...)
-	c.life.mu.Lock()
-	out = append(out, c.life.retired...)
-	c.life.mu.Unlock()
-	return out
-}
-
-// startMonitor starts p's monitor (health probe, PgBouncer reading) in the
-// running Serve's group; a no-op when Serve is not running or the monitor
-// runs already.
-func (c *core) startMonitor(p *backend.Pool) {
-	c.life.mu.Lock()
-	defer c.life.mu.Unlock()
-	if c.life.group == nil {
-		return
-	}
-	if _, ok := c.life.monitors[p]; ok {
-		return
-	}
-	ctx, cancel := context.WithCancel(c.life.groupCtx)
-	c.life.monitors[p] = cancel
-	c.life.group.Go(func() error {
-		p.Monitor(ctx)
-		return nil
-	})
-}
-
-// stopMonitor stops p's monitor.
-func (c *core) stopMonitor(p *backend.Pool) {
-	c.life.mu.Lock()
-	defer c.life.mu.Unlock()
-	if cancel, ok := c.life.monitors[p]; ok {
-		cancel()
-		delete(c.life.monitors, p)
-	}
-}
-
-// reapRetired shuts down the retired pools none of whose connections is in
-// use any more.
-func (c *core) reapRetired() {
-	c.life.mu.Lock()
-	var done []*backend.Pool
-	keep := c.life.retired[:0]
-	for _, p := range c.life.retired {
-		if p.InUse() == 0 {
-			done = append(done, p)
-		} else {
-			keep = append(keep, p)
-		}
-	}
-	c.life.retired = keep
-	c.life.mu.Unlock()
-	for _, p := range done {
-		p.Shutdown()
-		c.log.Info("removed shard's pool closed", "shard", p.Shard.Name)
-	}
+	return append(out, c.keeper.retiredPools()...)
 }
 
 // ServeListeners is Serve with the metrics endpoint's listener opened by

@@ -17,16 +17,10 @@ import (
 // statistics (internal/backend/stats.go) by shardCollector, so a reload
 // that adds or removes shards changes the series without re-registering,
 // and the admin console and the metrics read the same numbers.
-func newMetrics(reg *prometheus.Registry, c *core) *metrics {
+func newMetrics(reg *prometheus.Registry, c *Server) *obs.Metrics {
 	m := obs.NewMetrics()
 	reg.MustRegister(append(m.Collectors(), &shardCollector{c: c}, buildInfo())...)
-	return &metrics{Metrics: m}
-}
-
-// metrics are the server's event counters: the handles it shares with
-// its sessions (obs.Metrics).
-type metrics struct {
-	*obs.Metrics
+	return m
 }
 
 // buildInfo is pgshard_build_info: 1, labelled with the build's version.
@@ -75,7 +69,7 @@ var (
 	descState      = prometheus.NewDesc("pgshard_proxy_shard_state", "The shard's state: 1 for the current one of up, down, paused, overloaded (PgBouncer back-pressure), removed.", []string{"shard", "state"}, nil)
 	descRoutes     = prometheus.NewDesc("pgshard_proxy_routes_total", "Routing decisions by shard and kind (keyed, hinted, any, fanout, refused); shard is empty for refusals before a shard was known.", []string{"shard", "kind"}, nil)
 	descErrors     = prometheus.NewDesc("pgshard_proxy_shard_errors_total", "Errors clients got from or about the shard, by SQLSTATE class.", []string{"shard", "class"}, nil)
-	descGeneration = prometheus.NewDesc("pgshard_proxy_config_generation", "The configuration's generation: 1 at start, one more for each applied reload.", nil, nil)
+	descGeneration = prometheus.NewDesc("pgshard_proxy_config_generation", "The configuration's number: 1 at start, one more for each applied reload.", nil, nil)
 	descEpoch      = prometheus.NewDesc("pgshard_proxy_shard_map_epoch", "The epoch of the shard map the proxy routes by.", nil, nil)
 	descDisabled   = prometheus.NewDesc("pgshard_proxy_logins_disabled", "1 while new client logins are refused (DISABLE), else 0.", nil, nil)
 	descDraining   = prometheus.NewDesc("pgshard_proxy_shutting_down", "1 once a graceful shutdown began (SIGTERM, SHUTDOWN, a hand-over), else 0.", nil, nil)
@@ -96,7 +90,7 @@ func shardDesc(name, help string) *prometheus.Desc {
 // shardCollector reads every per-shard series of the current generation
 // at scrape time. It is unchecked (Describe sends nothing): the shards
 // change with reloads.
-type shardCollector struct{ c *core }
+type shardCollector struct{ c *Server }
 
 // Describe implements prometheus.Collector (an unchecked collector).
 func (*shardCollector) Describe(chan<- *prometheus.Desc) {}
@@ -167,7 +161,7 @@ func (sc *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descRoutes, n, "", k.String())
 		}
 	}
-	gauge(descGeneration, float64(srv.generation))
+	gauge(descGeneration, float64(srv.number))
 	gauge(descEpoch, float64(srv.cfg.Map.Epoch))
 	gauge(descDisabled, boolGauge(sc.c.life.disabled.Load()))
 	gauge(descDraining, boolGauge(sc.c.life.draining.Load()))

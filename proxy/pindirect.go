@@ -11,7 +11,7 @@ import (
 
 // DirectPool returns the pool of direct connections of shard i (the
 // shard's own pool when it is direct).
-func (s *Server) DirectPool(i int) *backend.Pool {
+func (s *generation) DirectPool(i int) *backend.Pool {
 	if !s.pools[i].ViaPooler {
 		return s.pools[i]
 	}
@@ -32,7 +32,7 @@ func (s *Server) DirectPool(i int) *backend.Pool {
 }
 
 // directPools returns the direct pools made so far (nil entries skipped).
-func (s *Server) directPools() []*backend.Pool {
+func (s *generation) directPools() []*backend.Pool {
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
 	var out []*backend.Pool
@@ -49,7 +49,7 @@ func (s *Server) directPools() []*backend.Pool {
 // returns the others, which retire: their pinned sessions stay on s (a
 // session never changes generation while pinned) and each connection
 // closes when its pin ends.
-func (s *Server) inheritDirect(gen *Server, kept map[*backend.Pool]int) (retire []*backend.Pool) {
+func (s *generation) inheritDirect(gen *generation, kept map[*backend.Pool]int) (retire []*backend.Pool) {
 	s.directMu.Lock()
 	defer s.directMu.Unlock()
 	for i, dp := range s.direct {
@@ -70,7 +70,7 @@ func (s *Server) inheritDirect(gen *Server, kept map[*backend.Pool]int) (retire 
 }
 
 // pinMetrics registers the pinned-session gauge and counter.
-func (c *core) pinMetrics() {
+func (c *Server) pinMetrics() {
 	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pgshard_proxy_pinned_sessions", Help: "Client sessions pinned to a backend of their own (session pooling, or session state in transaction pooling)."},
 		func() float64 { return float64(c.npinned.Load()) }))
@@ -80,4 +80,4 @@ func (c *core) pinMetrics() {
 }
 
 // PinnedSessions lists the sessions pinned right now.
-func (c *core) PinnedSessions() []PinnedSession { return c.clients.Pinned() }
+func (c *Server) PinnedSessions() []PinnedSession { return c.clients.Pinned() }

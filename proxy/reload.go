@@ -10,7 +10,6 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/auth"
 	"github.com/pgshard/pgshard/proxy/internal/backend"
-	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -25,7 +24,7 @@ import (
 //	               new pool whose identity record is checked now (a
 //	               mismatch rejects the reload; a shard that is down is
 //	               checked on its first connection)
-//	            ─▶ publish the generation (core.cur)
+//	            ─▶ publish the generation (Server.cur)
 //	            ─▶ removed shards' pools retire: no new transaction, each
 //	               connection closes when released, the pool closes when
 //	               none is in use (SHOW SHARDS "removed", WAIT_CLOSE)
@@ -73,20 +72,16 @@ var reloadMu sync.Mutex
 // ReloadFromSource reloads the configuration Config.Reload returns (the
 // command calls it on SIGHUP).
 func (s *Server) ReloadFromSource(ctx context.Context, why string) (ReloadResult, error) {
-	return s.core.current().reloadFromSource(ctx, why)
-}
-
-func (s *Server) reloadFromSource(ctx context.Context, why string) (ReloadResult, error) {
-	cur := s.core.current()
+	cur := s.current()
 	if cur.cfg.Reload == nil {
 		err := errors.New("this proxy has no configuration source to reload from")
-		s.core.metrics.Reloads.WithLabelValues("rejected").Inc()
+		s.metrics.Reloads.WithLabelValues("rejected").Inc()
 		return ReloadResult{}, err
 	}
 	cfg, err := cur.cfg.Reload(ctx)
 	if err != nil {
-		s.core.metrics.Reloads.WithLabelValues("rejected").Inc()
-		s.core.log.Error("reload rejected; the running configuration is unchanged", "why", why, "err", err)
+		s.metrics.Reloads.WithLabelValues("rejected").Inc()
+		s.log.Error("reload rejected; the running configuration is unchanged", "why", why, "err", err)
 		return ReloadResult{}, err
 	}
 	return s.Reload(ctx, cfg)
@@ -97,7 +92,7 @@ func (s *Server) reloadFromSource(ctx context.Context, why string) (ReloadResult
 func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	reloadMu.Lock()
 	defer reloadMu.Unlock()
-	c := s.core
+	c := s
 	res, err := c.reload(ctx, cfg)
 	if err != nil {
 		c.metrics.Reloads.WithLabelValues("rejected").Inc()
@@ -113,7 +108,7 @@ func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 
 // reload validates cfg whole, builds its generation and publishes it
 // (Reload is its caller). On error nothing changed.
-func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
+func (c *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	old := c.current()
 	if cfg.Logger == nil {
 		cfg.Logger = old.cfg.Logger
@@ -136,7 +131,7 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		return res, fmt.Errorf("proxy config: %w", err)
 	}
 
-	gen := &Server{core: c, cfg: cfg, users: users, generation: old.generation + 1}
+	gen := &generation{Server: c, cfg: cfg, users: users, number: old.number + 1}
 	pp, err := planPools(old, gen, &res)
 	if err != nil {
 		return res, err
@@ -147,9 +142,8 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		}
 	}
 
-	// The extra databases are the running ones: a reload keeps them (and
+	// The extra databases (Server.dbs) are the running ones: a reload keeps them (and
 	// the sessions on them) as they are.
-	gen.dbs = old.dbs
 	if !sameDatabases(old.cfg.ExtraDatabases, cfg.ExtraDatabases) {
 		res.NeedRestart = append(res.NeedRestart, "databases")
 	}
@@ -167,15 +161,15 @@ func (c *core) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	c.cur.Store(gen)
 	warnPlainPasswords(cfg.Users, c.log)
 	for _, p := range pp.fresh {
-		c.startMonitor(p)
+		c.keeper.startMonitor(p)
 	}
 	for _, p := range pp.retired {
-		c.retire(p)
+		c.keeper.retire(p)
 	}
 	for _, p := range retiredDirect {
-		c.retire(p)
+		c.keeper.retire(p)
 	}
-	res.Generation, res.Epoch = gen.generation, cfg.Map.Epoch
+	res.Generation, res.Epoch = gen.number, cfg.Map.Epoch
 	return res, nil
 }
 
@@ -228,7 +222,7 @@ type poolPlan struct {
 // and the connect timeout are the same; other shards get new pools (noted
 // in res.Added), and the running pools gen does not keep are retired
 // (res.Removed).
-func planPools(old, gen *Server, res *ReloadResult) (poolPlan, error) {
+func planPools(old, gen *generation, res *ReloadResult) (poolPlan, error) {
 	cfg := &gen.cfg
 	pp := poolPlan{keptAt: map[*backend.Pool]int{}}
 	oldByName := map[string]*backend.Pool{}
@@ -265,7 +259,7 @@ func planPools(old, gen *Server, res *ReloadResult) (poolPlan, error) {
 // verifyFresh checks the identity records of the new pools' shards
 // against m (and against the databases of the other shards, but those
 // retired), and records them in c.dbIDs in place of the retired shards'.
-func (c *core) verifyFresh(ctx context.Context, old *Server, m *shardmap.Map, pp poolPlan) error {
+func (c *Server) verifyFresh(ctx context.Context, old *generation, m *shardmap.Map, pp poolPlan) error {
 	others := map[string]string{}
 	c.mu.Lock()
 	for id, name := range c.dbIDs {
@@ -310,18 +304,4 @@ func checkEpoch(running, next *shardmap.Map) error {
 		}
 	}
 	return nil
-}
-
-// retire takes a pool out of service after a reload removed its shard.
-func (c *core) retire(p *backend.Pool) {
-	p.Ops.Retired.Store(true)
-	p.Ops.Refuse.Store(&pgwire.Error{Code: pgwire.CodeConnectionFailure,
-		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.Shard.Name),
-		Hint:    "Retry: the transaction runs on the new map."})
-	p.Resume()
-	c.stopMonitor(p)
-	p.CloseIdle()
-	c.life.mu.Lock()
-	c.life.retired = append(c.life.retired, p)
-	c.life.mu.Unlock()
 }

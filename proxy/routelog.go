@@ -67,7 +67,7 @@ func (l *routeLog) recent() []routeEntry {
 
 // noteRoute counts and records a routing decision: shard is the chosen
 // shard's index in srv (-1 for none), fan a fan-out, refused an error.
-func (srv *Server) noteRoute(kind backend.RouteKind, shard int, sql, reason string) {
+func (srv *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason string) {
 	name := ""
 	if shard >= 0 && shard < len(srv.pools) {
 		n := srv.pools[shard].Stats.Routes[kind].Add(1)
@@ -89,7 +89,7 @@ func (srv *Server) noteRoute(kind backend.RouteKind, shard int, sql, reason stri
 // NoteDecision classifies and records one routing decision of the
 // planner (target): the statement's text, the analyzer's destination and
 // what the planner made of it.
-func (srv *Server) NoteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
+func (srv *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
 	kind := backend.RouteAny
 	switch {
 	case e != nil:

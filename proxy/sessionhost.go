@@ -10,8 +10,8 @@ import (
 
 // The server's side of the engine boundary (internal/engine/sessionenv.go):
 // making the environments a generation and the server give their
-// sessions, and the operations a *Server (engine.GenerationOps) and a
-// *core (engine.HostOps) run for them.
+// sessions, and the operations a *generation (engine.GenerationOps) and
+// the *Server (engine.HostOps) run for them.
 
 // newSessionConfig copies what a session reads of c.
 func newSessionConfig(c *Config) *engine.SessionConfig {
@@ -34,36 +34,38 @@ func newSessionConfig(c *Config) *engine.SessionConfig {
 }
 
 // env returns the generation's environment, made once.
-func (s *Server) env() *engine.GenerationEnv { return s.genv }
+func (s *generation) env() *engine.GenerationEnv { return s.genv }
 
 // makeEnv makes the generation's environment (once its pools are set,
 // before it is published).
-func (s *Server) makeEnv() {
-	if s.core.henv == nil {
-		c := s.core
+func (s *generation) makeEnv() {
+	if s.henv == nil {
+		c := s.Server
 		c.henv = &engine.HostEnv{
-			Metrics: c.metrics.Metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
+			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
 			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
 	s.genv = &engine.GenerationEnv{
 		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
-		Metrics: s.metrics.Metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
-		Home: s.core.henv, Ops: s,
+		Metrics: s.metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
+		Home: s.henv, Ops: s,
 	}
 }
 
 // LeaseError implements engine.GenerationOps (catalog.go's leaseError).
-func (s *Server) LeaseError() *pgwire.Error { return s.leaseError() }
+func (s *generation) LeaseError() *pgwire.Error { return s.leaseError() }
 
 // DatabaseEnv implements engine.GenerationOps.
-func (s *Server) DatabaseEnv(name string) *engine.GenerationEnv { return s.database(name).env() }
+func (s *generation) DatabaseEnv(name string) *engine.GenerationEnv {
+	return s.database(name).current().env()
+}
 
 // CurrentEnv implements engine.HostOps.
-func (c *core) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
+func (c *Server) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
 
 // ConsoleQuery implements engine.HostOps: admin.Query over an adminHost
 // acting for by.
-func (c *core) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) []byte {
+func (c *Server) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) []byte {
 	return admin.Query(ctx, &adminHost{by: by, c: c}, sql, out)
 }

@@ -72,7 +72,7 @@ func BenchmarkCaptureCost(b *testing.B) {
 // BenchmarkMove moves half the buckets back and forth b.N times while four
 // writers commit through a router following the catalog, and reports the
 // copy rate (rows/s), the changes replayed per move, and each freeze as
-// the mover measured it (lock request to release; p50 and max).
+// the mover measured it (lock request to release; p50, p99 and max).
 func BenchmarkMove(b *testing.B) {
 	e := newEnv(b, 1000)
 	stop := make(chan struct{})
@@ -112,6 +112,7 @@ func BenchmarkMove(b *testing.B) {
 	slices.Sort(freezes)
 	if len(freezes) > 0 {
 		b.ReportMetric(float64(freezes[len(freezes)/2].Microseconds())/1000, "ms-freeze-p50")
+		b.ReportMetric(float64(freezes[(len(freezes)*99+99)/100-1].Microseconds())/1000, "ms-freeze-p99")
 		b.ReportMetric(float64(freezes[len(freezes)-1].Microseconds())/1000, "ms-freeze-max")
 	}
 	b.ReportMetric(float64(rows)/copyTime.Seconds(), "rows-copied/s")

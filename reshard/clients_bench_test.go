@@ -2,6 +2,7 @@ package reshard_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,9 @@ import (
 //     rate outside them (the windows before the first and after the last
 //     move, averaged, so a drift of the machine's load hits both sides);
 //   - the commits either side saw fail (goal 0: the router retries a
-//     commit refused by the fence before it did anything).
+//     commit refused by the fence before it did anything);
+//   - each flipped freeze as the mover measured it (range lock request to
+//     release: p99 and max), and the freezes abandoned per move.
 //
 // Both shards, the catalog, the mover and the clients share this machine's
 // cores, so the unmoved share includes the copy's and the capture's CPU.
@@ -101,6 +104,7 @@ func BenchmarkMoveAsClientsSeeIt(b *testing.B) {
 	phase.Store(1)
 	b.ResetTimer()
 	freezes, abandoned := 0, 0
+	var held []time.Duration // each flipped freeze as the mover measured it
 	for i := range b.N {
 		to := e.shards[1].Name
 		if i%2 == 1 {
@@ -120,6 +124,7 @@ func BenchmarkMoveAsClientsSeeIt(b *testing.B) {
 						abandoned++
 					} else {
 						freezes++
+						held = append(held, f.Duration)
 					}
 				}
 			}
@@ -156,6 +161,11 @@ func BenchmarkMoveAsClientsSeeIt(b *testing.B) {
 	b.ReportMetric(in/outside, "x-unmoved-commits/s")
 	b.ReportMetric(float64(failed[0]+failed[1]), "failed")
 	b.ReportMetric(float64(abandoned)/float64(b.N), "freezes-abandoned/move")
+	if len(held) > 0 {
+		slices.Sort(held)
+		b.ReportMetric(ms(held[(len(held)*99+99)/100-1].Microseconds()), "ms-freeze-p99")
+		b.ReportMetric(ms(held[len(held)-1].Microseconds()), "ms-freeze-max")
+	}
 	b.Logf("%d moves in %s, %d freezes (+%d abandoned); moving range: %d commits, p50 %.1f ms, p99 %.1f ms, max %.1f ms (before: p99 %.1f ms); unmoved range: %.0f commits/s during the moves vs %.0f outside them (×%.2f); failed commits: %d moving, %d unmoved",
 		b.N, during.Round(time.Millisecond), freezes, abandoned, h.TotalCount(), ms(h.ValueAtQuantile(50)), ms(h.ValueAtQuantile(99)), ms(h.Max()), ms(lat[0].ValueAtQuantile(99)), in, outside, in/outside, failed[0], failed[1])
 }

@@ -9,22 +9,27 @@
 //
 //	 1. Fences: the destination's range becomes incoming (it refuses every
 //	    key of it), the source's range a fence row of its own, owned.
-//	 2. Capture (migration 0009): triggers on the six store tables of the
-//	    source record the key of every changed row of the range; starting it
-//	    takes the range's lock EXCLUSIVE, so every fenced writer in flight
-//	    finishes before the copy's snapshot and every later one is recorded.
+//	 2. Capture (migration 0010): the move's own trigger on each of the six
+//	    store tables of the source (its range as the trigger's arguments)
+//	    records the table and primary key of every row of the range
+//	    inserted, updated or deleted; starting it takes the range's lock
+//	    EXCLUSIVE, so every fenced writer in flight finishes before the
+//	    copy's snapshot and every later one is recorded.
 //	 3. Copy: every row of the range, one REPEATABLE READ snapshot of the
 //	    source, COPY into the destination. Outbox rows go by their event's
 //	    "from" (the emitter), spawns by parent_id; both are numbered afresh
 //	    from the destination's sequences, so a seq always names the shard
 //	    that holds its row.
-//	 4. Catch-up: rounds that re-copy every row of each recorded key (read
-//	    in one snapshot with the records) and drop the records replayed.
+//	 4. Catch-up: rounds that replay each recorded row — read again on the
+//	    source in one snapshot with the records, upserted on the destination
+//	    or, gone from the source, deleted there; one pipelined statement per
+//	    table each side — and drop the records replayed.
 //	 5. Freeze, within a budget: the range's lock EXCLUSIVE with lock_timeout
 //	    = the budget (writers in flight finish, new ones wait), the source's
 //	    fence frozen (committed, so writes stay refused if the mover dies),
-//	    the last catch-up until no record is left (cancelled at the
-//	    budget's deadline if still running). Over budget: the source
+//	    the last catch-up until a round reads less than a batch (its
+//	    snapshot, taken under the lock, holds every fenced write; cancelled
+//	    at the budget's deadline if still running). Over budget: the source
 //	    is owned again, the lock released, and the freeze retried after a
 //	    pause and another catch-up — never extended. Every freeze is
 //	    recorded in the move's detail (catalog.FreezeRecord: start, hold,
@@ -36,7 +41,7 @@
 //	    owned (never both serving), and the lock is released: the writers
 //	    that waited re-read the fence, are refused with PS001 naming the new
 //	    owner, and a router reloads and retries there.
-//	 7. Clean-up: the capture stopped (the last one drops the triggers), the
+//	 7. Clean-up: the capture stopped (its triggers dropped), the
 //	    range's rows deleted on the source, other shards' fences told the new
 //	    owner; done.
 //

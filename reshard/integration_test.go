@@ -224,7 +224,7 @@ func (e *env) check() {
 		var off, capture, changes, triggers int
 		if err := p.QueryRow(e.ctx, `SELECT
 			(SELECT count(*) FROM outbox WHERE (seq % 1024 + 1024) % 1024 <> $1::int) + (SELECT count(*) FROM spawns WHERE (seq % 1024 + 1024) % 1024 <> $1::int),
-			(SELECT count(*) FROM pgshard_move_capture), (SELECT count(*) FROM pgshard_move_changes) + (SELECT count(*) FROM pgshard_move_seqs),
+			(SELECT count(*) FROM pgshard_move_capture), (SELECT count(*) FROM pgshard_move_rows) + (SELECT count(*) FROM pgshard_move_seqs),
 			(SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgshard\_move\_capture%')`, (s.Ordinal+1)%1024).Scan(&off, &capture, &changes, &triggers); err != nil {
 			t.Fatal(err)
 		}
@@ -533,9 +533,9 @@ func TestFreezeOverBudgetIsAbandoned(t *testing.T) {
 }
 
 // TestCaptureRecordsOnlyItsRanges: two captures on one shard (two ranges),
-// then one: a commit records its keys when, and only when, its bucket is in
-// a range still captured (the trigger reads the captures as they are now),
-// the triggers stay while a capture runs, and the last capture's end
+// then one: a commit records its rows when, and only when, its bucket is in
+// a range still captured (each capture has triggers of its own), a
+// capture's triggers stay while it runs, and the last capture's end
 // leaves none.
 func TestCaptureRecordsOnlyItsRanges(t *testing.T) {
 	e := newEnv(t, 48)
@@ -566,7 +566,7 @@ func TestCaptureRecordsOnlyItsRanges(t *testing.T) {
 	// change records (of any of the keyed tables) for it.
 	recorded := func() [3]bool {
 		t.Helper()
-		exec(`DELETE FROM pgshard_move_changes`)
+		exec(`DELETE FROM pgshard_move_rows`)
 		var got [3]bool
 		for r := range 3 {
 			id := byRange[r][0]
@@ -574,12 +574,15 @@ func TestCaptureRecordsOnlyItsRanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			var tables []string
-			if err := src.QueryRow(e.ctx, `SELECT coalesce(array_agg(DISTINCT coalesce(tbl, 'keyed')), '{}') FROM pgshard_move_changes WHERE key = $1`, id).Scan(&tables); err != nil {
+			if err := src.QueryRow(e.ctx, `SELECT coalesce(array_agg(DISTINCT tbl ORDER BY tbl), '{}') FROM pgshard_move_rows`).Scan(&tables); err != nil {
 				t.Fatal(err)
 			}
+			exec(`DELETE FROM pgshard_move_rows`)
 			got[r] = len(tables) > 0
-			if got[r] && (!slices.Contains(tables, "keyed") || !slices.Contains(tables, "outbox")) {
-				t.Errorf("range %d: change records from %v, want the keyed tables' and the outbox's", r, tables)
+			for _, want := range []string{"executions", "outbox", "processed_events", "timers", "trace"} {
+				if got[r] && !slices.Contains(tables, want) {
+					t.Errorf("range %d: change records from %v, want one of %s too", r, tables, want)
+				}
 			}
 		}
 		return got

@@ -35,7 +35,7 @@ var Steps = []string{
 // the order a freeze runs them.
 var CutSteps = []string{
 	"freeze",         // the range lock EXCLUSIVE and the source's fence frozen (committed)
-	"final-catch-up", // the last catch-up, until no record is left
+	"final-catch-up", // the last catch-up, until a round leaves no record of its snapshot
 	"flip",           // catalog.FlipMove: the commit point
 }
 
@@ -267,8 +267,9 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 }
 
 // catchUpUntil replays recorded changes, round after round, until a
-// round replays at most small (or rounds ran out, or the deadline, when
-// set, passed: then it fails with errAbandoned).
+// round replays at most small — under a freeze (deadline set), or less
+// than a full batch — or rounds ran out, or the deadline passed (then it
+// fails with errAbandoned).
 func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, dst *shard, res *Result, rounds, small int, deadline time.Time) error {
 	var replayed, copied int64
 	defer func() {
@@ -282,13 +283,20 @@ func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, ds
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("%w: the last catch-up did not finish within the budget", errAbandoned)
 		}
-		n, c, err := catchUp(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.opts.CatchUpBatch)
+		n, c, err := catchUp(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.nb, mv.opts.CatchUpBatch)
 		if err != nil {
 			return fmt.Errorf("move %d: catch up: %w", m.ID, err)
 		}
 		replayed += int64(n)
 		copied += c
 		if n <= small {
+			return nil
+		}
+		if !deadline.IsZero() && n < mv.opts.CatchUpBatch {
+			// Under the freeze a round that read fewer records than it
+			// could has replayed every one of them: its snapshot, taken
+			// with the range's lock held, sees every fenced writer's
+			// commit, and none can write the range until the release.
 			return nil
 		}
 	}

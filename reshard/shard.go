@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,23 +21,28 @@ const fenceLockClass = 1885824627
 
 // table is one keyed table of the store (ARCHITECTURE.md §1/§2): key is
 // the SQL expression of its rows' key (the execution id whose bucket
-// places the row); cols are the columns copied. spawns and outbox leave
-// out their seq: the destination numbers a copied row from its own
-// sequence, so that the seq names the shard holding the row.
+// places the row); cols are the columns copied, types their SQL types
+// (the catch-up moves them as text); pk is how many of cols, from the
+// first, make the primary key. spawns and outbox leave out their seq: the
+// destination numbers a copied row from its own sequence, so that the seq
+// names the shard holding the row; their change records name the
+// source's seq (pgshard_move_seqs maps it to the copy).
 type table struct {
-	name string
-	key  string
-	cols []string // seq tables: all TEXT
-	seq  bool     // numbered afresh on the destination (pgshard_move_seqs maps them)
+	name  string
+	key   string
+	cols  []string
+	types []string
+	pk    int
+	seq   bool // numbered afresh on the destination (pgshard_move_seqs maps them)
 }
 
 var tables = []table{
-	{"executions", "id", []string{"id", "definition_id", "data", "version"}, false},
-	{"processed_events", "execution_id", []string{"execution_id", "event_id"}, false},
-	{"timers", "execution_id", []string{"execution_id", "path", "fire_at"}, false},
-	{"trace", "execution_id", []string{"execution_id", "idx", "entry"}, false},
-	{"spawns", "parent_id", []string{"parent_id", "child_id", "root_path", "context"}, true},
-	{"outbox", "pgshard_move_outbox_from(event)", []string{"target_id", "event"}, true},
+	{"executions", "id", []string{"id", "definition_id", "data", "version"}, []string{"text", "text", "text", "int"}, 1, false},
+	{"processed_events", "execution_id", []string{"execution_id", "event_id"}, []string{"text", "text"}, 2, false},
+	{"timers", "execution_id", []string{"execution_id", "path", "fire_at"}, []string{"text", "text", "float8"}, 2, false},
+	{"trace", "execution_id", []string{"execution_id", "idx", "entry"}, []string{"text", "int", "text"}, 2, false},
+	{"spawns", "parent_id", []string{"parent_id", "child_id", "root_path", "context"}, []string{"text", "text", "text", "text"}, 0, true},
+	{"outbox", "pgshard_move_outbox_from(event)", []string{"target_id", "event"}, []string{"text", "text"}, 0, true},
 }
 
 // shard is the mover's connection to one shard (its direct DSN).
@@ -94,9 +100,6 @@ func inRange(t table) string {
 	return fmt.Sprintf("pgshard_fence_bucket(%s, $3::int) BETWEEN $1::int AND $2::int", t.key)
 }
 
-// ofKeys is the WHERE condition "t's key is one of $1".
-func ofKeys(t table) string { return fmt.Sprintf("%s = ANY($1::text[])", t.key) }
-
 // copyTable deletes on dst the rows of t matching where and copies those
 // of src (read in its snapshot) there. It returns the rows copied.
 func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args ...any) (int64, error) {
@@ -121,19 +124,12 @@ func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args
 	return n, rows.Err()
 }
 
-// copySeqTable replaces on dst the copies (made by move) of t's source
-// rows matching where — those with seq in srcSeqs, or all of the move's
-// when srcSeqs is nil — by fresh copies of src's rows matching where, each
-// numbered from dst's sequence and mapped in pgshard_move_seqs.
-func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, srcSeqs []int64, where string, args ...any) (int64, error) {
-	var err error
-	if srcSeqs == nil {
-		_, err = dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
+// copySeqTable replaces on dst every copy move made of t's source rows by
+// fresh copies of src's rows matching where, each numbered from dst's
+// sequence and mapped in pgshard_move_seqs.
+func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, where string, args ...any) (int64, error) {
+	_, err := dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
 			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name)
-	} else {
-		_, err = dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
-			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name, srcSeqs)
-	}
 	if err != nil {
 		return 0, fmt.Errorf("clear %s copies on the destination: %w", t.name, err)
 	}
@@ -165,23 +161,30 @@ func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, src
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	params := []string{"$3::bigint[]"}
-	names := []string{"src_seq"}
-	args2 := []any{move, t.name, seqs}
-	for i, c := range t.cols {
-		params = append(params, fmt.Sprintf("$%d::text[]", i+4))
-		names = append(names, c)
-		args2 = append(args2, cols[i])
-	}
-	cl := strings.Join(t.cols, ", ")
-	_, err = dst.Exec(ctx, `WITH s AS (SELECT * FROM unnest(`+strings.Join(params, ", ")+`) AS s(`+strings.Join(names, ", ")+`)),
-		n AS MATERIALIZED (SELECT s.*, nextval(pg_get_serial_sequence('`+t.name+`', 'seq')) AS dst_seq FROM s),
-		ins AS (INSERT INTO `+t.name+` (seq, `+cl+`) SELECT dst_seq, `+cl+` FROM n)
-		INSERT INTO pgshard_move_seqs (move_id, tbl, src_seq, dst_seq) SELECT $1::bigint, $2::text, src_seq, dst_seq FROM n`, args2...)
-	if err != nil {
+	q, args2 := seqInsertSQL(t, move, seqs, cols)
+	if _, err := dst.Exec(ctx, q, args2...); err != nil {
 		return 0, fmt.Errorf("copy %s: %w", t.name, err)
 	}
 	return int64(len(seqs)), nil
+}
+
+// seqInsertSQL is the statement that inserts on the destination copies of
+// t's source rows (their seqs, and their columns as text), each numbered
+// from the destination's sequence and mapped in pgshard_move_seqs.
+func seqInsertSQL(t table, move int64, seqs []int64, cols [][]*string) (string, []any) {
+	params := []string{"$3::bigint[]"}
+	names := []string{"src_seq"}
+	args := []any{move, t.name, seqs}
+	for i, c := range t.cols {
+		params = append(params, fmt.Sprintf("$%d::text[]", i+4))
+		names = append(names, c)
+		args = append(args, cols[i])
+	}
+	cl := strings.Join(t.cols, ", ")
+	return `WITH s AS (SELECT * FROM unnest(` + strings.Join(params, ", ") + `) AS s(` + strings.Join(names, ", ") + `)),
+		n AS MATERIALIZED (SELECT s.*, nextval(pg_get_serial_sequence('` + t.name + `', 'seq')) AS dst_seq FROM s),
+		ins AS (INSERT INTO ` + t.name + ` (seq, ` + cl + `) SELECT dst_seq, ` + cl + ` FROM n)
+		INSERT INTO pgshard_move_seqs (move_id, tbl, src_seq, dst_seq) SELECT $1::bigint, $2::text, src_seq, dst_seq FROM n`, args
 }
 
 // pair runs f with a REPEATABLE READ read-only transaction on src (one
@@ -217,7 +220,7 @@ func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets
 			var n int64
 			var err error
 			if t.seq {
-				n, err = copySeqTable(ctx, stx, dtx, t, move, nil, inRange(t), lo, hi, buckets)
+				n, err = copySeqTable(ctx, stx, dtx, t, move, inRange(t), lo, hi, buckets)
 			} else {
 				n, err = copyTable(ctx, stx, dtx, t, inRange(t), lo, hi, buckets)
 			}
@@ -231,65 +234,295 @@ func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets
 	return total, err
 }
 
-// catchUp replays up to batch recorded changes of buckets lo..hi: it
-// reads them and the rows they name in one snapshot of src — every row of
-// a recorded key, and for outbox and spawns the recorded rows by seq (an
-// index probe each: the replay costs what changed, not the range's size)
-// — replaces those on dst, then deletes the records it replayed. It
-// returns the records replayed (0: none were left) and the rows copied.
-func catchUp(ctx context.Context, src, dst *shard, move int64, lo, hi, batch int) (int, int64, error) {
+// catchUp replays up to batch change records of move (migration 0010:
+// each names one row of one table by its primary key). In one snapshot of
+// src it reads the records and the current rows they name — one query
+// per table for all of the round's rows (an index probe each: the replay
+// costs what changed, not the keys' history); then on dst, one statement
+// per table, it upserts the rows src has and deletes those it has not
+// (for outbox and spawns: replaces or deletes the copies mapped to the
+// recorded source seqs); then it deletes the records it replayed. Both
+// sides' queries are pipelined (one round trip each). It returns the
+// records replayed (0: none were left) and the rows written on dst.
+func catchUp(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets, batch int) (int, int64, error) {
 	var ids []int64
-	var copied int64
+	var written int64
 	err := pair(ctx, src, dst, func(stx, dtx pgx.Tx) error {
-		rows, err := stx.Query(ctx, `SELECT id, key, coalesce(tbl, ''), coalesce(seq, 0) FROM pgshard_move_changes
-			WHERE bucket BETWEEN $1::int AND $2::int ORDER BY id LIMIT $3::int`, lo, hi, batch)
+		var changed map[string][][]string
+		var err error
+		ids, changed, err = readChanges(ctx, stx, move, batch)
 		if err != nil {
 			return fmt.Errorf("read the changes on %s: %w", src.name, err)
 		}
-		seen := map[string]bool{}
-		var keys []string
-		seqs := map[string][]int64{}
-		for rows.Next() {
-			var id, seq int64
-			var k, tbl string
-			if err := rows.Scan(&id, &k, &tbl, &seq); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-			if tbl != "" {
-				seqs[tbl] = append(seqs[tbl], seq)
-			} else if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
+		if len(ids) == 0 {
+			return nil
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
+		// The planner's choice for a few hundred keys of a small table
+		// can be a sequential scan (or a hash join over one); an index
+		// probe per changed row is the plan whatever the table's size,
+		// so each side's replay statements run without sequential scans
+		// (SET LOCAL: the round's transactions only).
+		reads := &pgx.Batch{}
+		reads.Queue(noSeqScan)
+		var order []table
 		for _, t := range tables {
-			var n int64
-			var err error
-			switch {
-			case t.seq && len(seqs[t.name]) > 0:
-				n, err = copySeqTable(ctx, stx, dtx, t, move, seqs[t.name], "seq = ANY($1::bigint[])", seqs[t.name])
-			case !t.seq && len(keys) > 0:
-				n, err = copyTable(ctx, stx, dtx, t, ofKeys(t), keys)
+			if pks := changed[t.name]; len(pks) > 0 {
+				q, args := readRowsSQL(t, pks, lo, hi, buckets)
+				reads.Queue(q, args...)
+				order = append(order, t)
+			}
+		}
+		found := make([][][]*string, len(order))
+		br := stx.SendBatch(ctx, reads)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("shard %s: %w", src.name, err)
+		}
+		for i, t := range order {
+			rows, err := br.Query()
+			if err == nil {
+				found[i], err = scanText(rows, len(t.cols)+b2i(t.seq))
 			}
 			if err != nil {
-				return err
+				_ = br.Close()
+				return fmt.Errorf("read %s on %s: %w", t.name, src.name, err)
 			}
-			copied += n
 		}
-		return nil
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("read the changed rows on %s: %w", src.name, err)
+		}
+		writes := &pgx.Batch{}
+		writes.Queue(noSeqScan)
+		for i, t := range order {
+			for _, w := range replaySQL(t, move, changed[t.name], found[i]) {
+				writes.Queue(w.sql, w.args...)
+			}
+		}
+		bw := dtx.SendBatch(ctx, writes)
+		for i := range writes.Len() {
+			tag, err := bw.Exec()
+			if err != nil {
+				_ = bw.Close()
+				return fmt.Errorf("replay on %s: %w", dst.name, err)
+			}
+			if i > 0 {
+				written += tag.RowsAffected()
+			}
+		}
+		return bw.Close()
 	})
 	if err != nil || len(ids) == 0 {
-		return 0, copied, err
+		return 0, written, err
 	}
-	if _, err := src.pool.Exec(ctx, `DELETE FROM pgshard_move_changes WHERE id = ANY($1::bigint[])`, ids); err != nil {
-		return 0, copied, fmt.Errorf("shard %s: drop the changes replayed: %w", src.name, err)
+	if _, err := src.pool.Exec(ctx, `DELETE FROM pgshard_move_rows WHERE id = ANY($1::bigint[])`, ids); err != nil {
+		return 0, written, fmt.Errorf("shard %s: drop the changes replayed: %w", src.name, err)
 	}
-	return len(ids), copied, nil
+	return len(ids), written, nil
+}
+
+// noSeqScan turns sequential scans off for the rest of a transaction.
+const noSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readChanges reads up to batch change records of move, oldest first: their
+// ids and, per table, the distinct primary keys they name.
+func readChanges(ctx context.Context, tx pgx.Tx, move int64, batch int) ([]int64, map[string][][]string, error) {
+	rows, err := tx.Query(ctx, `SELECT id, tbl, pk FROM pgshard_move_rows WHERE move_id = $1::bigint ORDER BY id LIMIT $2::int`, move, batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	changed := map[string][][]string{}
+	seen := map[string]bool{}
+	for rows.Next() {
+		var id int64
+		var tbl string
+		var pk []string
+		if err := rows.Scan(&id, &tbl, &pk); err != nil {
+			return nil, nil, err
+		}
+		ids = append(ids, id)
+		if k := tbl + "\x00" + strings.Join(pk, "\x00"); !seen[k] {
+			seen[k] = true
+			changed[tbl] = append(changed[tbl], pk)
+		}
+	}
+	return ids, changed, rows.Err()
+}
+
+// scanText reads rows of n text columns (NULL: nil).
+func scanText(rows pgx.Rows, n int) ([][]*string, error) {
+	defer rows.Close()
+	var out [][]*string
+	for rows.Next() {
+		vals := make([]*string, n)
+		dest := make([]any, n)
+		for i := range vals {
+			dest[i] = &vals[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		out = append(out, vals)
+	}
+	return out, rows.Err()
+}
+
+// column is column i of pks (each a primary key as text).
+func column(pks [][]string, i int) []string {
+	c := make([]string, len(pks))
+	for j, pk := range pks {
+		c[j] = pk[i]
+	}
+	return c
+}
+
+// textColumn is column i of rows, for a text[] parameter.
+func textColumn(rows [][]*string, i int) []*string {
+	c := make([]*string, len(rows))
+	for j, r := range rows {
+		c[j] = r[i]
+	}
+	return c
+}
+
+// readRowsSQL is the query that reads on the source the current rows of t
+// named by pks, every column as text (for outbox and spawns: seq first,
+// and only rows still in buckets lo..hi).
+func readRowsSQL(t table, pks [][]string, lo, hi, buckets int) (string, []any) {
+	sel := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		sel[i] = c + "::text"
+	}
+	if t.seq {
+		seqs := seqsOf(pks)
+		return fmt.Sprintf("SELECT seq::text, %s FROM %s WHERE seq = ANY($1::bigint[]) AND pgshard_fence_bucket(%s, $4::int) BETWEEN $2::int AND $3::int",
+			strings.Join(sel, ", "), t.name, t.key), []any{seqs, lo, hi, buckets}
+	}
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s", strings.Join(sel, ", "), t.name, pkIn(t, 1)), pkArgs(t, pks)
+}
+
+// pkIn is the condition "t's primary key is one of the keys given as
+// text[] parameters $first, $first+1, …" (one per key column).
+func pkIn(t table, first int) string {
+	if t.pk == 1 {
+		return fmt.Sprintf("%s = ANY($%d::text[]::%s[])", t.cols[0], first, t.types[0])
+	}
+	params, cast := make([]string, t.pk), make([]string, t.pk)
+	for i := range t.pk {
+		params[i] = fmt.Sprintf("$%d::text[]", first+i)
+		cast[i] = fmt.Sprintf("k%d::%s", i, t.types[i])
+	}
+	names := make([]string, t.pk)
+	for i := range names {
+		names[i] = fmt.Sprintf("k%d", i)
+	}
+	return fmt.Sprintf("(%s) IN (SELECT %s FROM unnest(%s) AS k(%s))", strings.Join(t.cols[:t.pk], ", "),
+		strings.Join(cast, ", "), strings.Join(params, ", "), strings.Join(names, ", "))
+}
+
+// pkArgs are pks as pkIn's parameters.
+func pkArgs(t table, pks [][]string) []any {
+	args := make([]any, t.pk)
+	for i := range t.pk {
+		args[i] = column(pks, i)
+	}
+	return args
+}
+
+type stmt struct {
+	sql  string
+	args []any
+}
+
+// replaySQL is what replays on the destination the rows of t named by
+// pks, given found, the rows the source holds of them (as readRowsSQL
+// reads them): those found upserted, the others deleted.
+func replaySQL(t table, move int64, pks [][]string, found [][]*string) []stmt {
+	if t.seq {
+		seqs := seqsOf(pks)
+		out := []stmt{{`WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
+			DELETE FROM ` + t.name + ` WHERE seq IN (SELECT dst_seq FROM m)`, []any{move, t.name, seqs}}}
+		if len(found) > 0 {
+			srcSeqs := make([]int64, len(found))
+			cols := make([][]*string, len(t.cols))
+			for j, r := range found {
+				if r[0] != nil {
+					srcSeqs[j], _ = strconv.ParseInt(*r[0], 10, 64)
+				}
+				for i := range t.cols {
+					cols[i] = append(cols[i], r[i+1])
+				}
+			}
+			q, args := seqInsertSQL(t, move, srcSeqs, cols)
+			out = append(out, stmt{q, args})
+		}
+		return out
+	}
+	present := map[string]bool{}
+	for _, r := range found {
+		present[pkText(r[:t.pk])] = true
+	}
+	var absent [][]string
+	for _, pk := range pks {
+		if !present[strings.Join(pk, "\x00")] {
+			absent = append(absent, pk)
+		}
+	}
+	args := pkArgs(t, absent)
+	if len(absent) == 0 {
+		args = pkArgs(t, [][]string{})
+	}
+	n := len(args)
+	vals := make([]string, len(t.cols))
+	names := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		args = append(args, textColumn(found, i))
+		vals[i] = fmt.Sprintf("$%d::text[]", n+i+1)
+		names[i] = fmt.Sprintf("%s::%s", c, t.types[i])
+	}
+	conflict := "DO NOTHING"
+	if len(t.cols) > t.pk {
+		set := make([]string, 0, len(t.cols)-t.pk)
+		for _, c := range t.cols[t.pk:] {
+			set = append(set, c+" = EXCLUDED."+c)
+		}
+		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
+	}
+	q := fmt.Sprintf(`WITH gone AS (DELETE FROM %s WHERE %s)
+		INSERT INTO %s (%s) SELECT %s FROM unnest(%s) AS s(%s) ON CONFLICT (%s) %s`,
+		t.name, pkIn(t, 1), t.name, strings.Join(t.cols, ", "), strings.Join(names, ", "),
+		strings.Join(vals, ", "), strings.Join(t.cols, ", "), strings.Join(t.cols[:t.pk], ", "), conflict)
+	return []stmt{{q, args}}
+}
+
+// seqsOf reads the seqs that outbox and spawns change records name.
+func seqsOf(pks [][]string) []int64 {
+	seqs := make([]int64, 0, len(pks))
+	for _, pk := range pks {
+		if n, err := strconv.ParseInt(pk[0], 10, 64); err == nil {
+			seqs = append(seqs, n)
+		}
+	}
+	return seqs
+}
+
+// pkText joins a row's primary key columns as readChanges keys them.
+func pkText(cols []*string) string {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		if c != nil {
+			parts[i] = *c
+		}
+	}
+	return strings.Join(parts, "\x00")
 }
 
 // dropSeqMap deletes move's seq map on dst (its copies stay).
@@ -300,10 +533,10 @@ func dropSeqMap(ctx context.Context, dst *shard, move int64) error {
 	return nil
 }
 
-// pending counts the recorded changes of buckets lo..hi not replayed yet.
-func pending(ctx context.Context, src *shard, lo, hi int) (int64, error) {
+// pending counts the change records of move not replayed yet.
+func pending(ctx context.Context, src *shard, move int64) (int64, error) {
 	var n int64
-	err := src.pool.QueryRow(ctx, `SELECT count(*) FROM pgshard_move_changes WHERE bucket BETWEEN $1::int AND $2::int`, lo, hi).Scan(&n)
+	err := src.pool.QueryRow(ctx, `SELECT count(*) FROM pgshard_move_rows WHERE move_id = $1::bigint`, move).Scan(&n)
 	return n, err
 }
 

@@ -81,7 +81,7 @@ func Status(ctx context.Context, cat *catalog.Catalog, unfinishedOnly bool) ([]M
 			}
 			open[ms.From] = src
 		}
-		n, err := pending(ctx, src, ms.Lo, ms.Hi)
+		n, err := pending(ctx, src, ms.ID)
 		if err != nil {
 			ms.LagErr = fmt.Errorf("shard %s: count the change records: %w", ms.From, err)
 			continue

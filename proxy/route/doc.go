@@ -8,15 +8,15 @@
 //	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
 //	              │             (normalize.go, shape.go)
 //	              └─ pg_query (Postgres's own grammar) ─► classify (classify.go)
-//	                   ─► keyed references, groups, edges (analyze.go) ─► plan (plan.go)
-//	                   ─► merge plan of a key-less read (merge.go, valuesplit.go) ─► hints (hint.go)
+//	                   ─► keyed references, groups, edges (analyze.go) ─► plan (keyplan.go)
+//	                   ─► merge plan of a key-less read (mergeplan.go, valuesplit.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, once per text)
 //	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
 //
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
-//	setting.go the statements that only set transaction-local settings.
+//	setlocal.go the statements that only set transaction-local settings.
 //
 // # Parsing and the cache
 //
@@ -151,7 +151,7 @@
 // # Fan-out merges
 //
 // A key-less read fans out (DestAll) with a Merge that says how the engine
-// combines the shards' answers; mergePlan (merge.go) decides from the
+// combines the shards' answers; mergePlan (mergeplan.go) decides from the
 // parse tree, with a whitelist of the shapes whose merge is provably the
 // answer of one database, and refuses every other shape with 0A000 and the
 // reason. Merged:
@@ -420,7 +420,7 @@
 // A statement that only sets transaction-local settings — SELECT
 // set_config(name, value, true) [, ...] and nothing else, the name a
 // constant that is not a transaction characteristic, a pgshard setting or
-// session_authorization, the value a constant or a parameter (setting.go)
+// session_authorization, the value a constant or a parameter (setlocal.go)
 // — carries them in Statement.Settings and is read-only: the engine may
 // run it on every shard ahead of a read of every shard in its implicit
 // transaction, and repeat it on a transaction's other backends.

@@ -447,7 +447,7 @@ type Statement struct {
 	// DISCARD has its target ("all", "plans", "sequences", "temp") in SetName.
 	SetName, SetValue string
 	// Settings, for a statement that only sets transaction-local settings
-	// (SELECT set_config(name, value, true), ...; setting.go says exactly
+	// (SELECT set_config(name, value, true), ...; setlocal.go says exactly
 	// which), are its settings in order; nil for every other statement.
 	// The engine may run such a statement on every shard ahead of a read
 	// of every shard in the same implicit transaction.

@@ -56,10 +56,10 @@ func vtypeOfOID(oid uint32) vtype {
 
 // builtinTypeOIDs resolves the type names PREPARE may declare.
 var builtinTypeOIDs = map[string]uint32{
-	"bool": 16, "bytea": 17, "name": pgtype.NameOID, "int8": pgtype.Int8OID, "int2": pgtype.Int2OID, "int4": pgtype.Int4OID,
-	"text": pgtype.TextOID, "oid": 26, "json": 114, "float4": 700, "float8": 701, "unknown": pgtype.UnknownOID,
-	"bpchar": pgtype.BPCharOID, "varchar": pgtype.VarcharOID, "date": 1082, "time": 1083, "timestamp": 1114,
-	"timestamptz": 1184, "interval": 1186, "numeric": 1700, "uuid": pgtype.UUIDOID, "jsonb": 3802,
+	"bool": pgtype.BoolOID, "bytea": pgtype.ByteaOID, "name": pgtype.NameOID, "int8": pgtype.Int8OID, "int2": pgtype.Int2OID, "int4": pgtype.Int4OID,
+	"text": pgtype.TextOID, "oid": pgtype.OIDOID, "json": pgtype.JSONOID, "float4": pgtype.Float4OID, "float8": pgtype.Float8OID, "unknown": pgtype.UnknownOID,
+	"bpchar": pgtype.BPCharOID, "varchar": pgtype.VarcharOID, "date": pgtype.DateOID, "time": pgtype.TimeOID, "timestamp": pgtype.TimestampOID,
+	"timestamptz": pgtype.TimestamptzOID, "interval": pgtype.IntervalOID, "numeric": pgtype.NumericOID, "uuid": pgtype.UUIDOID, "jsonb": pgtype.JSONBOID,
 }
 
 // typeNameOID returns the OID of a built-in type name, 0 if unknown.

@@ -14,23 +14,23 @@
 //	             ── ReapIdle, RollStats every second          ▼
 //	console, metrics ◀── Figures, SnapshotConns, Stats, Averages (stats.go)
 //
-//	env.go           Env, BouncerConfig: what a pool is handed (SetEnv)
-//	pool.go          Pool: acquire/release/wait, dial (pgconn, then Hijack),
-//	                 identity check, probe, reaping, shutdown; AcquireAs
-//	                 for pinned sessions' own connections; SendCancel
-//	conn.go          Conn: one taken-over connection, its one-write Write,
-//	                 the non-blocking idle health peek
-//	stmtcache.go     StmtCache: a direct connection's prepared statements (LRU)
-//	settings.go      Settings: a client's settings as a pool key (startup
-//	                 parameters; through PgBouncer its five tracked ones plus
-//	                 a transaction-local preamble)
-//	ops.go           PAUSE/RESUME, RECONNECT, KILL, retirement; PollUntil
-//	bouncer.go       PgBouncer readings (SHOW POOLS/STATS) and back-pressure
-//	health.go        Monitor: the health probe and PgBouncer polling loop
-//	reachability.go  Unreachable: errors that mean "the shard is down"
-//	query.go         RunSimple: the proxy's own simple queries on a Conn
-//	stats.go         Stats (per-shard counters, route kinds), Figures,
-//	                 ConnInfo, Averages; Quantile of a histogram
+//	env.go             Env, BouncerConfig: what a pool is handed (SetEnv)
+//	pool.go            Pool: acquire/release/wait, dial (pgconn, then Hijack),
+//	                   identity check, probe, reaping, shutdown; AcquireAs
+//	                   for pinned sessions' own connections; SendCancel
+//	conn.go            Conn: one taken-over connection, its one-write Write,
+//	                   the non-blocking idle health peek
+//	stmtcache.go       StmtCache: a direct connection's prepared statements (LRU)
+//	clientsettings.go  Settings: a client's settings as a pool key (startup
+//	                   parameters; through PgBouncer its five tracked ones plus
+//	                   a transaction-local preamble)
+//	ops.go             PAUSE/RESUME, RECONNECT, KILL, retirement; PollUntil
+//	bouncer.go         PgBouncer readings (SHOW POOLS/STATS) and back-pressure
+//	health.go          Monitor: the health probe and PgBouncer polling loop
+//	reachability.go    Unreachable: errors that mean "the shard is down"
+//	query.go           RunSimple: the proxy's own simple queries on a Conn
+//	stats.go           Stats (per-shard counters, route kinds), Figures,
+//	                   ConnInfo, Averages; Quantile of a histogram
 //
 // Every method of a Pool is safe for concurrent use; a Conn is used by one
 // session at a time (between transactions it sits idle in its pool).

@@ -3,12 +3,13 @@ package engine
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The admin console's session side: the startup of a console session,
-// its message loop and its cancel (admin.go is the proxy's side: the
+// its message loop and its cancel: consoleSession (admin.go is the proxy's side: the
 // adminHost the commands of proxy/internal/admin see).
 
 // adminStartup finishes the startup of an admin console session: register,
@@ -49,17 +50,28 @@ func (s *Session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	return ok, err
 }
 
-// serveAdmin is the console's message loop.
-func (s *Session) serveAdmin(ctx context.Context) error {
+// consoleSession is an admin console session's own state: the command
+// it runs, which a cancel request cancels. The console reads and answers
+// on the session's client connection; the commands are the host's
+// (HostOps.ConsoleQuery).
+type consoleSession struct {
+	mu sync.Mutex
+	// cancel cancels the command running (nil: none), under mu.
+	cancel context.CancelFunc
+}
+
+// serve is the console's message loop on the client connection c; who
+// is the console's user.
+func (k *consoleSession) serve(ctx context.Context, c *clientConn, host *HostEnv, who ConsoleCaller) error {
 	skipping := false
 	for {
-		if err := s.flush(); err != nil {
+		if err := c.flush(); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		typ, msg, err := s.rd.Next()
+		typ, msg, err := c.rd.Next()
 		if err != nil {
 			return err
 		}
@@ -69,21 +81,21 @@ func (s *Session) serveAdmin(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			s.adminQuery(ctx, string(sql))
-			s.out = pgwire.AppendRFQ(s.out, 'I')
+			k.query(ctx, c, host, who, string(sql))
+			c.out = pgwire.AppendRFQ(c.out, 'I')
 		case 'X':
 			return nil
 		case 'S':
 			skipping = false
-			s.out = pgwire.AppendRFQ(s.out, 'I')
+			c.out = pgwire.AppendRFQ(c.out, 'I')
 		case 'P', 'B', 'D', 'E', 'C', 'H', 'F':
 			if !skipping {
 				skipping = true
-				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
+				c.out = pgwire.AppendError(c.out, pgwire.NewError(pgwire.CodeProtocolViolation, "the pgshard admin console supports the simple query protocol only"))
 			}
 			if typ == 'F' {
 				skipping = false
-				s.out = pgwire.AppendRFQ(s.out, 'I')
+				c.out = pgwire.AppendRFQ(c.out, 'I')
 			}
 		case 'd', 'c', 'f':
 		default:
@@ -92,27 +104,27 @@ func (s *Session) serveAdmin(ctx context.Context) error {
 	}
 }
 
-// adminQuery runs the commands of one query string (the console), with
-// a context a cancel request cancels (cancelAdmin).
-func (s *Session) adminQuery(ctx context.Context, sql string) {
+// query runs the commands of one query string, answered into c.out, with
+// a context a cancel request cancels (cancelRunning).
+func (k *consoleSession) query(ctx context.Context, c *clientConn, host *HostEnv, who ConsoleCaller, sql string) {
 	cctx, cancel := context.WithCancelCause(ctx)
-	s.mu.Lock()
-	s.adminCancel = func() { cancel(s.host.ConsoleCanceled) }
-	s.mu.Unlock()
+	k.mu.Lock()
+	k.cancel = func() { cancel(host.ConsoleCanceled) }
+	k.mu.Unlock()
 	defer func() {
-		s.mu.Lock()
-		s.adminCancel = nil
-		s.mu.Unlock()
+		k.mu.Lock()
+		k.cancel = nil
+		k.mu.Unlock()
 		cancel(nil)
 	}()
-	s.out = s.host.Ops.ConsoleQuery(cctx, ConsoleCaller{User: s.user, Log: s.log}, sql, s.out)
+	c.out = host.Ops.ConsoleQuery(cctx, who, sql, c.out)
 }
 
-// cancelAdmin cancels the command an admin session runs (a cancel request).
-func (s *Session) cancelAdmin() {
-	s.mu.Lock()
-	cancel := s.adminCancel
-	s.mu.Unlock()
+// cancelRunning cancels the command the console runs (a cancel request).
+func (k *consoleSession) cancelRunning() {
+	k.mu.Lock()
+	cancel := k.cancel
+	k.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}

@@ -41,6 +41,6 @@ func (r *Registry) Attach(gen *GenerationEnv, host *HostEnv, conn net.Conn, id I
 // as its client would get the answer (without the ReadyForQuery).
 func (s *Session) ConsoleQuery(ctx context.Context, sql string) []byte {
 	s.out = s.out[:0]
-	s.adminQuery(ctx, sql)
+	s.console.query(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log}, sql)
 	return append([]byte(nil), s.out...)
 }

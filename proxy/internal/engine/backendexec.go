@@ -59,7 +59,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 			return e
 		}
 	}
-	if p.tx == txDeferred && !p.held && s.hasReaders() && p.bindReader(shard) {
+	if p.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
 		return nil
 	}
 	pool, pre, bc, shard, e := p.acquire(shard)
@@ -69,7 +69,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	s.setBackend(bc)
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
-	fence := p.fence.key != "" && !p.noFence && s.pin == nil && s.fenced(p.ctx, pool, bc)
+	fence := p.fence.key != "" && !p.noFence && s.own == nil && s.fenced(p.ctx, pool, bc)
 	fenceKey := ""
 	if fence {
 		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.fence.key, p.fence.bucket)
@@ -104,7 +104,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 // shard (its reader, or a replay of the transaction's start there).
 func (p backendExec) demoteToReader() {
 	s := p.s
-	s.addReader(p.shard, s.bc)
+	s.readers.add(p.shard, s.bc, len(s.gen.Pools))
 	s.setBackend(nil)
 	p.held, p.bc, p.soft = false, nil, false
 	p.tx, p.explicit = txDeferred, false
@@ -117,14 +117,14 @@ func (p backendExec) demoteToReader() {
 func (p backendExec) bindReader(shard int) bool {
 	s := p.s
 	if p.anyShard {
-		for i := range s.readers {
-			if s.readers[(shard+i)%len(s.readers)] != nil {
-				shard = (shard + i) % len(s.readers)
+		for i := range s.readers.conns {
+			if s.readers.conns[(shard+i)%len(s.readers.conns)] != nil {
+				shard = (shard + i) % len(s.readers.conns)
 				break
 			}
 		}
 	}
-	bc := s.takeReader(shard)
+	bc := s.readers.take(shard)
 	if bc == nil {
 		return false
 	}

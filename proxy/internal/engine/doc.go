@@ -22,9 +22,13 @@
 //	                 registered without its startup (the console's golden
 //	                 tests in package proxy)
 //	                                                 │
-//	  session.go     Session: startup, authentication (internal/auth),
-//	                 the transaction states; tls.go: SSLRequest and the
-//	                 handshake; adminsession.go: a console session's side
+//	  session.go     Session: startup, authentication (internal/auth);
+//	                 txnstate.go: transaction, the transaction's state
+//	                 machine (idle, deferred, bound, failed);
+//	                 clientconn.go: clientConn, the client socket (reader,
+//	                 output buffer, write lock, relay); tls.go: SSLRequest
+//	                 and the handshake; adminsession.go: consoleSession,
+//	                 a console's side
 //	                                                 ▼
 //	  exchange.go    the message loop and the exchange with one backend
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
@@ -32,21 +36,24 @@
 //	                 (pipePlanner); both over the shared planner state
 //	  plan.go        planner: route.Statement → items and the bytes of one
 //	                 backend write; router.go: the routing decision as a
-//	                 routePlan value (no I/O); txnsim.go: the simulated
-//	                 transaction (idle, deferred, bound, failed) and its
-//	                 local answers; stmtbook.go: prepared statements as
+//	                 routePlan value (no I/O); txnsim.go: txnSim, the
+//	                 plan's simulation of the transaction (txnstate.go)
+//	                 and its local answers; stmtbook.go: prepared statements as
 //	                 the plan sees them; backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
 //	                 a soft transaction) that carries the plan out
 //	  fanout.go      reads of every shard merged by internal/merge
 //	                 (fanStream is a merge.Source); fanlead.go: settings
 //	                 ahead of them; twostage.go: reads in two stages;
-//	                 readers.go: the read-only backend transactions of a
-//	                 transaction's other shards
-//	  pin.go         pinning (PoolMode, PinnedSession); sessionset.go: a
+//	                 readtxns.go: readerSet, the read-only backend
+//	                 transactions of a transaction's other shards
+//	  pin.go         pinning (PoolMode, PinnedSession); ownbackend.go:
+//	                 ownBackend, a pinned session's own backend (shard,
+//	                 reasons, what ends them); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:
-//	                 pickAny, the shards' text order, the preamble check
+//	                 pickAny, the shards' text order, the preamble check,
+//	                 adjustDest (placement: one shard, unsharded tables)
 //	  fence.go       the map fence's asserts (FenceMode, StandInTexts);
 //	                 fenceretry.go: the retry after a refused assert
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a

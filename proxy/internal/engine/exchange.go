@@ -26,7 +26,7 @@ func (s *Session) serve(ctx context.Context) error {
 			return nil
 		}
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pinned || s.hasReaders() {
+			if s.tx == txBound || s.pipelineHeld || s.readers.any() {
 				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
 				_ = s.conn.SetReadDeadline(time.Time{})
@@ -46,7 +46,7 @@ func (s *Session) serve(ctx context.Context) error {
 		}
 		typ, msg, err := s.readClient()
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pinned || s.hasReaders()) {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pipelineHeld || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
@@ -434,7 +434,7 @@ func (s *Session) forwardError(x *exchangeState, it *item, msg []byte, code stri
 		s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
 	case x.replayFailed && it.flags&fClientPart != 0 && code == pgwire.CodeInFailedTransaction:
 		// consequence of the replay's error, already reported
-	case fatalErr && s.pin != nil:
+	case fatalErr && s.own != nil:
 		// A pinned backend is the client's own session: it ends
 		// with it, as on a direct connection.
 		s.out = append(s.out, msg...)
@@ -547,9 +547,9 @@ func (s *Session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult)
 		// loss, and the session's state is as before the exchange.
 		return res, nil
 	}
-	s.endReaders()
+	s.readers.end()
 	s.mainWrote, s.hintBound = false, false
-	s.pinned = false
+	s.pipelineHeld = false
 	s.wrapped = false
 	s.soft = false
 	if explicit {
@@ -589,7 +589,7 @@ func (s *Session) reconcilePS(st byte) {
 	if len(s.pendingPS) == 0 && !(st == 'I' && s.psDirty) {
 		return
 	}
-	if s.pin != nil {
+	if s.own != nil {
 		// A pinned backend is the client's own session: its values are
 		// the session's.
 		rep := maps.Clone(s.reported)
@@ -760,10 +760,10 @@ func (s *Session) apply(e *effect) {
 	case effStmtClear:
 		clear(s.stmts)
 	case effTx:
-		if s.hasReaders() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
+		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
 			// The transaction ended, failed, or its start changed (a SET
 			// LOCAL or savepoint command): the readers are no longer its.
-			s.endReaders()
+			s.readers.end()
 		}
 		s.tx = e.tx.tx
 		s.deferred = append(s.deferred[:0], e.tx.deferred...)

@@ -158,7 +158,7 @@ func (p pipePlanner) parse(raw []byte) {
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.epoch = s.gen.StmtEpoch.Load()
 		vs.cacheUnnamed = s.gen.Config.UnnamedStatements == UnnamedCached && s.gen.Config.StatementCacheSize > 0 &&
-			a.Kind == route.KindOther && a.ParseError == "" && s.pin == nil && a.MarkUnnamed()
+			a.Kind == route.KindOther && a.ParseError == "" && s.own == nil && a.MarkUnnamed()
 	} else {
 		name := string(s.pv.Name)
 		if p.lookup(s.pv.Name) != nil {
@@ -169,11 +169,11 @@ func (p pipePlanner) parse(raw []byte) {
 		vs.epoch = s.gen.StmtEpoch.Load()
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
-		if s.pin != nil && p.tx != txFailed {
+		if s.own != nil && p.tx != txFailed {
 			// A pinned session's named statement is the server's own, as
 			// on a direct connection (its plan cache, pg_prepared_statements,
 			// "cached plan must not change result type").
-			if e := p.exec().ensureBackend(s.pin.shard, a); e != nil {
+			if e := p.exec().ensureBackend(s.own.shard, a); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -318,7 +318,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.bindLocal(pi)
 		return
 	}
-	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.forwardPinned(a) {
+	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
 		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
@@ -489,7 +489,7 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.forwardPinned(vs.st) {
+		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
 			lo := len(s.lbuf)
 			s.lbuf = appendParamDesc(s.lbuf, vs)
 			s.lbuf = pgwire.AppendEmpty(s.lbuf, 'n')
@@ -854,7 +854,7 @@ func (s *Session) finish(p *planner, term byte) error {
 				s.bstatus = 'E'
 			}
 		} else {
-			s.pinned = true
+			s.pipelineHeld = true
 			s.wrapped = p.wrap
 		}
 		s.soft = p.soft
@@ -893,7 +893,7 @@ func (p *planner) statementsOnly() bool {
 // afterReady updates the session after the client's ReadyForQuery: the
 // backend's status says whether a transaction is still open.
 func (s *Session) afterReady(p *planner, st byte) {
-	s.pinned = false
+	s.pipelineHeld = false
 	s.wrapped = false
 	switch st {
 	case 'T', 'E':
@@ -902,7 +902,7 @@ func (s *Session) afterReady(p *planner, st byte) {
 		s.soft = p.soft
 		s.hint = -1
 		if st == 'E' {
-			s.endReaders() // the transaction failed: nothing more to read
+			s.readers.end() // the transaction failed: nothing more to read
 		}
 	default:
 		s.tx = txIdle
@@ -911,19 +911,19 @@ func (s *Session) afterReady(p *planner, st byte) {
 		s.hint = -1
 		s.soft = false
 		s.mainWrote, s.hintBound = false, false
-		if s.pin != nil {
+		if s.own != nil {
 			if !p.exErrored {
 				s.applyPinOps(p.pinOps, true)
-			} else if s.pin.reasons &^= pinSetsOnce; s.pin.reasons == 0 {
+			} else if s.own.reasons &^= pinSetsOnce; s.own.reasons == 0 {
 				s.unpin() // it failed: its settings were rolled back with it
 			}
 		} else {
 			s.dropBackend(true)
 		}
-		s.endReaders()
+		s.readers.end()
 		return
 	}
-	if s.pin != nil && !p.exErrored {
+	if s.own != nil && !p.exErrored {
 		s.applyPinOps(p.pinOps, false)
 	}
 }

@@ -413,5 +413,5 @@ func (s *Session) leadError(streams []*fanStream) []byte {
 		}
 		return first.errRaw
 	}
-	return s.fanResultError(streams)
+	return s.gen.fanResultError(streams)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -375,8 +376,8 @@ func (s *Session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		switch {
 		case f.inTxn && s.bc != nil && s.shard == i:
 			st.bc, st.role = s.bc, partMain
-		case f.inTxn && s.reader(i) != nil:
-			st.bc, st.role = s.reader(i), partReader
+		case f.inTxn && s.readers.get(i) != nil:
+			st.bc, st.role = s.readers.get(i), partReader
 		default:
 			key, _ := s.cur.Split(pool.ViaPooler)
 			bc, err := pool.Acquire(p.ctx, key)
@@ -490,7 +491,7 @@ func (s *Session) fanFail(e *pgwire.Error, f *fanPlan) error {
 // fanResultError picks the error to report: an isolation refusal, or the
 // first shard's error in map order, with the shard named in its Detail and
 // where the statement did succeed (DDL is not atomic across shards).
-func (s *Session) fanResultError(streams []*fanStream) []byte {
+func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 	for _, st := range streams {
 		if st.leadErr == int(leadCheck)+1 {
 			iso := "REPEATABLE READ or SERIALIZABLE"
@@ -501,7 +502,7 @@ func (s *Session) fanResultError(streams []*fanStream) []byte {
 					}
 				}
 			}
-			s.gen.Metrics.Refusals.WithLabelValues("isolation").Inc()
+			g.Metrics.Refusals.WithLabelValues("isolation").Inc()
 			return pgwire.AppendError(nil, isolationRefusal(iso, "a read of more than one shard"))
 		}
 	}
@@ -509,7 +510,7 @@ func (s *Session) fanResultError(streams []*fanStream) []byte {
 	var first []byte
 	firstShard := ""
 	for _, st := range streams {
-		name := s.gen.shardName(st.shard)
+		name := g.shardName(st.shard)
 		switch {
 		case st.lost != nil:
 			failed = append(failed, name)
@@ -582,7 +583,7 @@ func (s *Session) fanCollect(streams []*fanStream, f *fanPlan) {
 			}
 		}
 	}
-	if e := s.fanResultError(streams); e != nil {
+	if e := s.gen.fanResultError(streams); e != nil {
 		s.out = append(s.out, e...)
 		return
 	}
@@ -654,7 +655,7 @@ func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 	for _, st := range streams {
 		st.drain()
 	}
-	if err := s.fanResultError(streams); err != nil {
+	if err := s.gen.fanResultError(streams); err != nil {
 		s.out = append(s.out[:lo], err...)
 		return nil
 	}
@@ -707,7 +708,7 @@ func (s *Session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int)
 			}
 		}
 	}
-	s.out = append(s.out, s.fanResultError(streams)...)
+	s.out = append(s.out, s.gen.fanResultError(streams)...)
 	return true
 }
 
@@ -745,7 +746,7 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 				s.bstatus = st.status
 				s.soft = false // it read a table
 			case partNewReader:
-				s.addReader(st.shard, st.bc)
+				s.readers.add(st.shard, st.bc, len(s.gen.Pools))
 			}
 		}
 		// Every participant ran the leads: backends the transaction uses
@@ -763,7 +764,7 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 		case partMain:
 			main = st
 		case partNewReader:
-			s.addReader(st.shard, st.bc) // ended with the others below
+			s.readers.add(st.shard, st.bc, len(s.gen.Pools)) // ended with the others below
 		}
 	}
 	s.failTxn(main)
@@ -774,7 +775,7 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 // failing statement) unless its own answer already was the error; without
 // one, the deferred transaction is failed.
 func (s *Session) failTxn(main *fanStream) {
-	s.endReaders()
+	s.readers.end()
 	switch {
 	case s.bc == nil:
 		if s.tx == txDeferred {
@@ -790,7 +791,8 @@ func (s *Session) failTxn(main *fanStream) {
 			s.bstatus = main.status
 		}
 	default:
-		res, err := s.bc.RunSimple(s.srvCtx(), s.gen.Config.PoolTimeout, abortSQL)
+		// The proxy's own statement, outside the client's exchange.
+		res, err := s.bc.RunSimple(context.Background(), s.gen.Config.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
 			s.dropBackend(false)
 			s.tx, s.soft, s.mainWrote = txFailed, false, false
@@ -799,4 +801,14 @@ func (s *Session) failTxn(main *fanStream) {
 		}
 		s.bstatus = res[0].Status
 	}
+}
+
+// setFanning records the connections a fan-out is using (for cancel).
+func (s *Session) setFanning(streams []*fanStream) {
+	s.mu.Lock()
+	s.fanning = s.fanning[:0]
+	for _, st := range streams {
+		s.fanning = append(s.fanning, st.bc)
+	}
+	s.mu.Unlock()
 }

@@ -127,13 +127,13 @@ const (
 // fenceByConfig says whether the configuration alone decides the fence:
 // on, off, or auto on a static map (off); auto while following a
 // catalog is decided per pool.
-func (s *Session) fenceByConfig() (on, decided bool) {
+func (g *GenerationEnv) fenceByConfig() (on, decided bool) {
 	switch {
-	case s.gen.Config.Fence == FenceOff:
+	case g.Config.Fence == FenceOff:
 		return false, true
-	case s.gen.Config.Fence == FenceOn:
+	case g.Config.Fence == FenceOn:
 		return true, true
-	case !s.gen.Config.Follows:
+	case !g.Config.Follows:
 		return false, true // FenceAuto on a static map
 	}
 	return false, false
@@ -144,7 +144,7 @@ func (s *Session) fenceByConfig() (on, decided bool) {
 // (one round trip, then never again for the pool); a failed question
 // leaves the state unknown (asked again next time) and does not fence.
 func (s *Session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
-	if on, decided := s.fenceByConfig(); decided {
+	if on, decided := s.gen.fenceByConfig(); decided {
 		return on
 	}
 	v, _ := s.host.Fences.Load(pool)
@@ -241,7 +241,7 @@ func (c *StandInTexts) standIns(buckets int) []string {
 // fenceKnown reports whether pool's shard is known to have the fence
 // (never asks: the backend may have bytes queued).
 func (s *Session) fenceKnown(pool *backend.Pool) bool {
-	if on, decided := s.fenceByConfig(); decided {
+	if on, decided := s.gen.fenceByConfig(); decided {
 		return on
 	}
 	v, _ := s.host.Fences.Load(pool)
@@ -267,7 +267,7 @@ const fencePortalName = "pgshard_fence"
 func (p backendExec) fenceHeld() {
 	s := p.s
 	defer func() { p.fence.key = "" }() // used once
-	if p.fence.key == "" || p.noFence || s.pin != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map

@@ -102,7 +102,7 @@ func (p backendExec) fenceRetryFlag(fence bool) itemFlags {
 // at index i of s.items is retried: see the diagram above.
 func (s *Session) fenceRetryable(i int, msg []byte) bool {
 	r := &s.fretry
-	if !r.armed || !s.gen.Config.Follows || s.gen.Home != s.host || s.pin != nil {
+	if !r.armed || !s.gen.Config.Follows || s.gen.Home != s.host || s.own != nil {
 		return false
 	}
 	for _, it := range s.items[:i] {
@@ -149,7 +149,7 @@ func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 			s.dropBackend(err == nil)
 		}
 	}
-	s.pinned, s.wrapped, s.soft, s.hintBound, s.mainWrote = false, false, false, false, false
+	s.pipelineHeld, s.wrapped, s.soft, s.hintBound, s.mainWrote = false, false, false, false, false
 	if s.tx == txBound {
 		// A soft transaction (only table-less reads): its start is
 		// replayed on the new owner, as moveSoft does.
@@ -180,7 +180,7 @@ func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 			return ctx.Err()
 		}
 	} else {
-		s.awaitEpoch(ctx, fe.Epoch, r.deadline)
+		s.host.awaitEpoch(ctx, fe.Epoch, r.deadline)
 	}
 	s.switchGenerationForRetry()
 	return errFenceRetry
@@ -188,8 +188,8 @@ func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 
 // awaitEpoch waits until the newest generation's map has at least epoch
 // (the catalog follower applies it), at most until deadline or ctx ends.
-func (s *Session) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
-	for s.host.Ops.CurrentEnv().Config.Map.Epoch < epoch {
+func (h *HostEnv) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
+	for h.Ops.CurrentEnv().Config.Map.Epoch < epoch {
 		left := time.Until(deadline)
 		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {
 			return
@@ -216,7 +216,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // between the attempts of a retried message: its transaction, if any,
 // is deferred (never sent), so no backend and no reader holds it.
 func (s *Session) switchGenerationForRetry() {
-	if s.gen.Home != s.host || s.pin != nil || s.pinned || s.bc != nil || s.hasReaders() || s.skipUntilSync {
+	if s.gen.Home != s.host || s.own != nil || s.pipelineHeld || s.bc != nil || s.readers.any() || s.skipUntilSync {
 		return
 	}
 	if g := s.host.Ops.CurrentEnv(); g != s.gen {

@@ -3,16 +3,19 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // What a session asks of its generation's shards itself (through its
 // generationEnv, never the Server): a shard for a statement that may run
-// anywhere, whether the shards order text by bytes, and the check of the
-// settings a preamble applies.
+// anywhere, whether the shards order text by bytes, the check of the
+// settings a preamble applies, and the database's placement rules for a
+// routing decision (adjustDest).
 
 // pickAny returns a shard for a statement that may run anywhere.
 // Shards found down are skipped while others are up.
@@ -132,4 +135,72 @@ func (g *GenerationEnv) validatePreamble(ctx context.Context, p *backend.Pool, k
 	preambles.m[ck] = vals
 	preambles.mu.Unlock()
 	return vals, nil
+}
+
+// firstShard is the shard of the first statement of a query that routes
+// to one (-1: none does).
+func (g *GenerationEnv) firstShard(as []*route.Statement) int {
+	for _, a := range as {
+		if localKind(a.Kind) || txnControl(a.Kind) {
+			continue
+		}
+		if d := g.adjustDest(a, g.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
+			return d.Shard
+		}
+	}
+	return -1
+}
+
+// adjustDest applies the database's placement rules to a routing
+// decision: on a map with one shard every statement is routable there
+// (reads of "every shard", DDL in transactions, shapes no merge supports,
+// keys the analyzer could not read); unsharded objects live on the default
+// shard, so a statement that joins them with sharded tables of another
+// shard, or reads them on every shard, is refused.
+func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest {
+	srv := g
+	if len(srv.Pools) == 1 {
+		switch d.Kind {
+		case route.DestAll:
+			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Reason}
+		case route.DestRefuse:
+			if a.Kind != route.KindUnsupported && d.Refusal != nil && oneShardOverrides(d.Refusal.SQLState) {
+				return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard (else refused: " + d.Refusal.Message + ")"}
+			}
+		}
+		return d
+	}
+	if len(a.Unsharded) == 0 {
+		return d
+	}
+	switch d.Kind {
+	case route.DestShard:
+		if d.Shard != srv.DefaultShard {
+			srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
+			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
+				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard), srv.shardName(d.Shard)),
+				Detail:  "Routing: " + d.Reason,
+				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
+		}
+	case route.DestAll:
+		if a.Kind == route.KindDDL {
+			return d
+		}
+		srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
+		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
+			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard)),
+			Detail:  "Routing: " + d.Reason,
+			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
+	}
+	return d
+}
+
+// oneShardOverrides reports which refusals a map with one shard makes moot:
+// those of routing (0A000) and of key values the server checks itself.
+func oneShardOverrides(state string) bool {
+	switch state {
+	case "0A000", "22P02", "22P03", "23502":
+		return true
+	}
+	return false
 }

@@ -32,13 +32,12 @@ package engine
 //
 //	client ─▶ session ─pin?─▶ no:  backend.Pool (PgBouncer or direct, per transaction)
 //	                      └─▶ yes: s.bc, a direct backend of its own (Server.direct)
-//	                               ◀── notifications while idle (watchPinned)
+//	                               ◀── notifications while idle (clientConn.forwardAsync)
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"strings"
 	"sync"
@@ -142,18 +141,6 @@ func reasonOf(state string) pinReason {
 	return pinOther
 }
 
-// pinState is a pinned session's bookkeeping; its backend is s.bc.
-type pinState struct {
-	shard   int
-	reasons pinReason
-	// temps are the temporary objects the session created (while pinned
-	// for them); dropping all of them clears pinTemp.
-	temps map[string]bool
-	// prepared are its SQL-level prepared statements (pinPrepare).
-	prepared map[string]bool
-	since    time.Time
-}
-
 // pinOp is a change of a pin's state that a forwarded statement makes,
 // applied when the exchange succeeded (afterReady).
 type pinOp struct {
@@ -170,34 +157,17 @@ type PinnedSession struct {
 	Since  time.Time
 }
 
-// poolMode is the session's pool mode (its user's, else the server's).
-func (s *Session) poolMode() PoolMode {
-	for _, u := range s.gen.Config.UserPoolModes {
-		if u.Name == s.user {
+// poolMode is user's pool mode (the user's own, else the server's).
+func (g *GenerationEnv) poolMode(user string) PoolMode {
+	for _, u := range g.Config.UserPoolModes {
+		if u.Name == user {
 			return u.Mode
 		}
 	}
-	if s.gen.Config.PoolMode == PoolModeDefault {
+	if g.Config.PoolMode == PoolModeDefault {
 		return PoolTransaction
 	}
-	return s.gen.Config.PoolMode
-}
-
-// forwardPinned reports whether a statement the proxy answers itself in
-// transaction pooling goes to the backend because the session is pinned.
-func (s *Session) forwardPinned(a *route.Statement) bool {
-	if s.pin == nil {
-		return false
-	}
-	switch a.Kind {
-	case route.KindSetSession:
-		return !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard.")
-	case route.KindDiscard, route.KindPrepare, route.KindExecute, route.KindDeallocate:
-		return true
-	case route.KindUnsupported:
-		return a.SessionState != ""
-	}
-	return false
+	return g.Config.PoolMode
 }
 
 // pinTrigger returns the reason a statement pins a session in
@@ -222,11 +192,11 @@ func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
 	return 0
 }
 
-// pinTriggerOf is pinTrigger with what the session's database allows:
+// pinTriggerOf is pinTrigger with what the generation's database allows:
 // on one shard SQL-level PREPARE pins too (elsewhere the proxy routes each
 // EXECUTE by its arguments, which needs its own prepared statements).
-func (s *Session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
-	if a.Kind == route.KindPrepare && len(s.gen.Pools) == 1 {
+func (g *GenerationEnv) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReason {
+	if a.Kind == route.KindPrepare && len(g.Pools) == 1 {
 		return pinPrepare
 	}
 	return pinTrigger(a, inMulti, inTxn)
@@ -236,7 +206,7 @@ func (s *Session) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pinReaso
 // statements needs it (or the session pools by session). It returns an
 // error to answer instead of the query, nil to go on (pinned or not).
 func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.Error {
-	if s.pin != nil {
+	if s.own != nil {
 		return nil
 	}
 	var why pinReason
@@ -254,7 +224,7 @@ func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 		multi = local && other
 	}
 	for _, a := range as {
-		if r := s.pinTriggerOf(a, multi, s.tx != txIdle); r != 0 {
+		if r := s.gen.pinTriggerOf(a, multi, s.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
 			if a.Kind == route.KindPrepare {
@@ -276,7 +246,7 @@ func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 			why = pinSetsOnce
 		}
 	}
-	if s.poolMode() == PoolSession {
+	if s.gen.poolMode(s.user) == PoolSession {
 		why |= pinSessionMode
 	}
 	if why == 0 {
@@ -284,7 +254,7 @@ func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 	}
 	shard := -1
 	if why&(pinSessionMode|pinSetsOnce) != 0 {
-		shard = s.firstShard(as)
+		shard = s.gen.firstShard(as)
 	}
 	return s.pinTo(ctx, shard, why, temps)
 }
@@ -308,7 +278,7 @@ func setsAhead(as []*route.Statement) bool {
 // pinForPipeline is pinForQuery for a buffered extended-protocol
 // pipeline: the statements it parses or binds.
 func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
-	if s.pin != nil {
+	if s.own != nil {
 		return nil
 	}
 	var why pinReason
@@ -346,7 +316,7 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 					vs = s.stmts[string(bv.Stmt)]
 				}
 				if vs != nil {
-					if d := s.adjustDest(vs.st, s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
+					if d := s.gen.adjustDest(vs.st, s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
 						shard = d.Shard
 					}
 				}
@@ -355,7 +325,7 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 		if a == nil {
 			continue
 		}
-		if r := s.pinTriggerOf(a, false, s.tx != txIdle); r != 0 {
+		if r := s.gen.pinTriggerOf(a, false, s.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
 		}
@@ -371,7 +341,7 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 		// to them, in order, as on one server session.
 		why = pinSetsOnce
 	}
-	if s.poolMode() == PoolSession {
+	if s.gen.poolMode(s.user) == PoolSession {
 		why |= pinSessionMode
 	}
 	if why == 0 {
@@ -381,20 +351,6 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 		shard = -1
 	}
 	return s.pinTo(ctx, shard, why, temps)
-}
-
-// firstShard is the shard of the first statement of a query that routes
-// to one (-1: none does).
-func (s *Session) firstShard(as []*route.Statement) int {
-	for _, a := range as {
-		if localKind(a.Kind) || txnControl(a.Kind) {
-			continue
-		}
-		if d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestShard {
-			return d.Shard
-		}
-	}
-	return -1
 }
 
 // pinTo pins the session on shard (-1: the transaction's, the hint's or
@@ -422,7 +378,7 @@ func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 				Hint:    "End the session state of other clients (DISCARD ALL, DROP of temporary tables, UNLISTEN *), or raise proxy.max_pinned."}
 		}
 	}
-	if s.hasReaders() {
+	if s.readers.any() {
 		return nil // a transaction reading several shards: refused as before
 	}
 	if s.bc != nil && s.bc.Pool.ViaPooler && s.soft && s.tx == txBound {
@@ -448,7 +404,7 @@ func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 		return e
 	}
 	pool := srv.Ops.DirectPool(shard)
-	bc, err := pool.AcquireAs(ctx, s.startup, s.backendUser())
+	bc, err := pool.AcquireAs(ctx, s.startup, pinnedBackendUser)
 	if err != nil {
 		if be, ok := err.(*backend.PgError); ok {
 			return pgErrorToError(be.PgErr, "ERROR")
@@ -492,49 +448,33 @@ func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	return nil
 }
 
-// backendUser is the user a pinned backend connects as ("" = what its
-// startup settings say: the client's own for a client admitted through
-// the "*" login, else the shard DSN's).
-func (s *Session) backendUser() string { return "" }
+// pinnedBackendUser is the user a pinned backend connects as ("" = what
+// its startup settings say: the client's own for a client admitted
+// through the "*" login, else the shard DSN's).
+const pinnedBackendUser = ""
 
-// setPin records the pin (the backend is s.bc).
+// setPin records the pin (the backend is s.bc) and publishes it
+// (Registry.Pinned).
 func (s *Session) setPin(shard int, why pinReason, temps []string) {
-	if s.pin == nil {
-		s.pin = &pinState{shard: shard, since: time.Now()}
+	if s.own == nil {
+		s.own = &ownBackend{shard: shard, since: time.Now()}
 		s.host.NPinned.Add(1)
 		s.soft = false
 		s.wrapped = false
 	}
-	s.pin.reasons |= why
-	for _, t := range temps {
-		if name, ok := strings.CutPrefix(t, "\x00prepare\x00"); ok {
-			if s.pin.prepared == nil {
-				s.pin.prepared = map[string]bool{}
-			}
-			s.pin.prepared[name] = true
-			continue
-		}
-		if s.pin.temps == nil {
-			s.pin.temps = map[string]bool{}
-		}
-		s.pin.temps[t] = true
-	}
+	s.own.add(why, temps)
 	s.host.PinsTotal.WithLabelValues(why.String()).Inc()
-	s.pinMu.Lock()
-	s.pinInfo = &PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(shard), Reason: s.pin.reasons.String(), Since: s.pin.since}
-	s.pinMu.Unlock()
+	s.pinnedAs.Store(&PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(shard), Reason: s.own.reasons.String(), Since: s.own.since})
 }
 
 // clearPin forgets the pin (its backend is being dropped or closed).
 func (s *Session) clearPin() {
-	if s.pin == nil {
+	if s.own == nil {
 		return
 	}
-	s.pin = nil
+	s.own = nil
 	s.host.NPinned.Add(-1)
-	s.pinMu.Lock()
-	s.pinInfo = nil
-	s.pinMu.Unlock()
+	s.pinnedAs.Store(nil)
 }
 
 // unpin ends a pin whose state is gone: the backend, which carries the
@@ -581,7 +521,7 @@ func sessionReplaySQL(startup, cur *backend.Settings) string {
 // notePinOp records, for a statement sent to a pinned backend, how it
 // changes the pin (applied if the exchange succeeds).
 func (p *planner) notePinOp(a *route.Statement) {
-	if p.s.pin == nil {
+	if p.s.own == nil {
 		return
 	}
 	switch a.Kind {
@@ -590,10 +530,12 @@ func (p *planner) notePinOp(a *route.Statement) {
 	}
 }
 
-// applyPinOps applies the pin changes of a successful exchange and ends
-// the pin when its state is gone (the session is idle).
+// applyPinOps applies the pin changes of a successful exchange (the
+// session's settings and statements here, the pin's reasons in
+// ownBackend.apply) and ends the pin when its state is gone (the session
+// is idle).
 func (s *Session) applyPinOps(ops []pinOp, idle bool) {
-	if s.pin == nil {
+	if s.own == nil {
 		return
 	}
 	for _, op := range ops {
@@ -614,69 +556,23 @@ func (s *Session) applyPinOps(ops []pinOp, idle bool) {
 				s.cur = s.cur.With(name, a.SetValue)
 			}
 		case route.KindDiscard:
-			switch strings.ToLower(a.SetName) {
-			case "all":
+			if strings.EqualFold(a.SetName, "all") {
 				s.cur = s.startup
-				s.pin.reasons &= pinSessionMode
-				s.pin.temps, s.pin.prepared = nil, nil
 				clear(s.stmts)
 				s.unnamed = nil
 				s.resetStmtCache()
-			case "temp", "temporary":
-				s.pin.reasons &^= pinTemp
-				s.pin.temps = nil
 			}
 		case route.KindDeallocate:
 			if a.PrepareName == "" {
 				clear(s.stmts)
 				s.resetStmtCache()
-				s.pin.prepared = nil
 			} else {
 				delete(s.stmts, a.PrepareName)
-				delete(s.pin.prepared, a.PrepareName)
-			}
-			if len(s.pin.prepared) == 0 {
-				s.pin.reasons &^= pinPrepare
-			}
-		case route.KindPrepare:
-			if s.pin.prepared == nil {
-				s.pin.prepared = map[string]bool{}
-			}
-			s.pin.prepared[a.PrepareName] = true
-		case route.KindDDL:
-			for _, t := range a.DropTables {
-				delete(s.pin.temps, t)
-			}
-			if len(a.DropTables) > 0 && len(s.pin.temps) == 0 {
-				s.pin.reasons &^= pinTemp
-			}
-		case route.KindUnsupported:
-			if strings.Contains(a.SQL, "pg_advisory_unlock_all") {
-				s.pin.reasons &^= pinLock
-				continue
-			}
-			s.pin.reasons |= reasonOf(a.SessionState)
-			for _, t := range a.TempTables {
-				if s.pin.temps == nil {
-					s.pin.temps = map[string]bool{}
-				}
-				s.pin.temps[t] = true
-			}
-		case route.KindOther:
-			switch {
-			case strings.Contains(a.SQL, "pg_advisory_unlock_all"):
-				s.pin.reasons &^= pinLock
-			case isUnlistenAll(a.SQL):
-				s.pin.reasons &^= pinListen
-			case isCloseAll(a.SQL):
-				s.pin.reasons &^= pinCursor
 			}
 		}
+		s.own.apply(a)
 	}
-	if idle {
-		s.pin.reasons &^= pinSetsOnce // its settings are in s.cur now
-	}
-	if s.pin.reasons == 0 && idle {
+	if s.own.settle(idle) {
 		s.unpin()
 	}
 }
@@ -700,60 +596,6 @@ func (s *Session) resetStmtCache() {
 	}
 }
 
-// adjustDest applies the database's placement rules to a routing
-// decision: on a map with one shard every statement is routable there
-// (reads of "every shard", DDL in transactions, shapes no merge supports,
-// keys the analyzer could not read); unsharded objects live on the default
-// shard, so a statement that joins them with sharded tables of another
-// shard, or reads them on every shard, is refused.
-func (s *Session) adjustDest(a *route.Statement, d route.Dest) route.Dest {
-	srv := s.gen
-	if len(srv.Pools) == 1 {
-		switch d.Kind {
-		case route.DestAll:
-			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Reason}
-		case route.DestRefuse:
-			if a.Kind != route.KindUnsupported && d.Refusal != nil && oneShardOverrides(d.Refusal.SQLState) {
-				return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard (else refused: " + d.Refusal.Message + ")"}
-			}
-		}
-		return d
-	}
-	if len(a.Unsharded) == 0 {
-		return d
-	}
-	switch d.Kind {
-	case route.DestShard:
-		if d.Shard != srv.DefaultShard {
-			srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
-			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
-				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard), srv.shardName(d.Shard)),
-				Detail:  "Routing: " + d.Reason,
-				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
-		}
-	case route.DestAll:
-		if a.Kind == route.KindDDL {
-			return d
-		}
-		srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
-		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard)),
-			Detail:  "Routing: " + d.Reason,
-			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
-	}
-	return d
-}
-
-// oneShardOverrides reports which refusals a map with one shard makes moot:
-// those of routing (0A000) and of key values the server checks itself.
-func oneShardOverrides(state string) bool {
-	switch state {
-	case "0A000", "22P02", "22P03", "23502":
-		return true
-	}
-	return false
-}
-
 // ---- notifications while idle ----
 
 // readClient reads the client's next message; a pinned session that
@@ -761,7 +603,7 @@ func oneShardOverrides(state string) bool {
 // (NotificationResponse, NoticeResponse, ParameterStatus), as Postgres
 // delivers notifications to an idle session.
 func (s *Session) readClient() (byte, []byte, error) {
-	if s.pin == nil || s.pin.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pinned {
+	if s.own == nil || s.own.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pipelineHeld {
 		return s.rd.Next()
 	}
 	bc := s.bc
@@ -769,58 +611,13 @@ func (s *Session) readClient() (byte, []byte, error) {
 	wg.Add(1)
 	go func() { // owned here: waited for below
 		defer wg.Done()
-		s.watchPinned(bc)
+		s.forwardAsync(bc)
 	}()
 	typ, msg, err := s.rd.Next()
 	_ = bc.NetConn.SetReadDeadline(time.Now()) // ends the watcher's read
 	wg.Wait()
 	_ = bc.NetConn.SetReadDeadline(time.Time{})
 	return typ, msg, err
-}
-
-// watchPinned forwards the pinned backend's asynchronous messages to the
-// client until its read is interrupted (or the backend fails: the next
-// exchange reports that).
-func (s *Session) watchPinned(bc *backend.Conn) {
-	for {
-		typ, msg, err := bc.Reader.Next()
-		if err != nil {
-			if !isTimeout(err) {
-				bc.Broken = true
-			}
-			return
-		}
-		switch typ {
-		case 'A', 'N', 'S':
-			s.wmu.Lock()
-			_, err := s.asyncWriter().Write(msg)
-			s.wmu.Unlock()
-			if err != nil {
-				return
-			}
-		case 'E':
-			// A FATAL (the server terminating the session): forward it and
-			// let the next exchange find the connection gone.
-			s.wmu.Lock()
-			_, _ = s.asyncWriter().Write(msg)
-			s.wmu.Unlock()
-			bc.Broken = true
-			return
-		default:
-			bc.Broken = true
-			return
-		}
-	}
-}
-
-// asyncWriter writes to the client from the watcher while the session
-// goroutine reads: a rawIO of its own (a rawIO's call state serves one
-// call at a time).
-func (s *Session) asyncWriter() io.Writer {
-	if s.aio == nil {
-		s.aio = pgwire.ConnIO(s.conn)
-	}
-	return s.aio
 }
 
 func isTimeout(err error) bool {
@@ -831,7 +628,7 @@ func isTimeout(err error) bool {
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
 func (s *Session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
-	if s.poolMode() != PoolSession || len(s.gen.Pools) != 1 {
+	if s.gen.poolMode(s.user) != PoolSession || len(s.gen.Pools) != 1 {
 		return nil, nil
 	}
 	if e := s.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
@@ -854,7 +651,7 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
-		d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
+		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
 		ok, e := p.pinnedRoute(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
@@ -871,7 +668,7 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 			return
 		}
 	}
-	if e := p.exec().ensureBackend(s.pin.shard, as[0]); e != nil {
+	if e := p.exec().ensureBackend(s.own.shard, as[0]); e != nil {
 		p.fail(e, nil)
 		p.endQuery()
 		return
@@ -896,7 +693,7 @@ func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 			return nil
 		}
 	}
-	if s.bc == nil || s.pinned {
+	if s.bc == nil || s.pipelineHeld {
 		s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
 		s.out = pgwire.AppendRFQ(s.out, s.status())
 		return nil
@@ -922,39 +719,5 @@ func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 // is: a session-pooling client pinned at startup on a database of one
 // shard, where no statement needs routing.
 func (s *Session) canRelay() bool {
-	return s.pin != nil && s.pin.reasons&pinSessionMode != 0 && len(s.gen.Pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
-}
-
-// relay copies the client's bytes to its backend and the backend's to the
-// client, unchanged, until either side closes (PgBouncer's session
-// pooling does the same): everything one Postgres session does behaves
-// exactly as on a direct connection. Cancel requests still reach the
-// backend through the proxy (the client knows the backend's PID and
-// secret). Both goroutines end before it returns.
-func (s *Session) relay() error {
-	bc := s.bc
-	if b := s.rd.Take(); len(b) > 0 {
-		if _, err := bc.NetConn.Write(b); err != nil {
-			return err
-		}
-	}
-	if b := bc.Reader.Take(); len(b) > 0 {
-		if _, err := s.conn.Write(b); err != nil {
-			return err
-		}
-	}
-	bc.Broken = true // never reused: it carries the client's session
-	done := make(chan struct{})
-	go func() { // owned here: waited for below
-		defer close(done)
-		_, _ = io.Copy(bc.NetConn, s.conn)
-		_ = bc.NetConn.SetDeadline(time.Now()) // the client left: stop the other copy
-	}()
-	_, err := io.Copy(s.conn, bc.NetConn)
-	_ = s.conn.SetDeadline(time.Now()) // the backend left: stop the other copy
-	<-done
-	if err != nil && !isDisconnect(err) && !isTimeout(err) {
-		return err
-	}
-	return nil
+	return s.own != nil && s.own.reasons&pinSessionMode != 0 && len(s.gen.Pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
 }

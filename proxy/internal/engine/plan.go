@@ -159,7 +159,7 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 	p := s.plan
 	*p = planner{s: s, ctx: ctx, txnSim: txnSim{tx: s.tx, deferred: s.deferred, hint: s.hint},
 		stmtBook: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1}
-	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.pin == nil && !s.hasReaders() && !s.hintBound
+	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.own == nil && !s.readers.any() && !s.hintBound
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc
@@ -187,7 +187,7 @@ func (p *planner) isLocal(a *route.Statement) bool {
 	switch {
 	case p.tx == txFailed:
 		return true
-	case p.s.forwardPinned(a):
+	case p.s.own.forwards(a):
 		return false
 	case localKind(k):
 		return true
@@ -358,9 +358,9 @@ func (p *planner) target(a *route.Statement, d route.Dest) routePlan {
 		srv.StmtEpoch.Add(1) // see Server.stmtEpoch
 		srv.Collation.Store(collationUnknown)
 	}
-	ad := p.s.adjustDest(a, d)
+	ad := p.s.gen.adjustDest(a, d)
 	in := p.routeState()
-	in.forward = p.s.forwardPinned(a)
+	in.forward = p.s.own.forwards(a)
 	if ad.Kind == route.DestShard && ad.Bucket >= 0 {
 		in.leaseErr = srv.Ops.LeaseError()
 	}
@@ -389,8 +389,8 @@ func (p *planner) routeState() routeIn {
 	if p.held && p.tx == txBound && p.explicit {
 		in.strict = strictIsolation(p.deferred) // read only then (router.inTxn)
 	}
-	if s.pin != nil {
-		in.pinned, in.pinShard, in.pinReasons = true, s.pin.shard, s.pin.reasons
+	if s.own != nil {
+		in.pinned, in.pinShard, in.pinReasons = true, s.own.shard, s.own.reasons
 	}
 	return in
 }
@@ -415,7 +415,7 @@ func (p *planner) takeRoute(rp routePlan) {
 // session (counted when refused); ok false: the ordinary rules apply.
 func (p *planner) pinnedRoute(a *route.Statement, d route.Dest) (ok bool, e *pgwire.Error) {
 	in := p.routeState()
-	in.forward = p.s.forwardPinned(a)
+	in.forward = p.s.own.forwards(a)
 	var rp routePlan
 	ok = router{gen: p.s.gen}.pinned(a, d, &in, &rp)
 	if rp.refusal != "" {

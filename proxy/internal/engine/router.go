@@ -39,7 +39,7 @@ type routeIn struct {
 	multi           bool // planning a query string of several statements
 	pipeline        bool // planning an extended-protocol pipeline
 	// pinned: the session is pinned to pinShard (pin.go); forward: the
-	// statement goes to the pinned backend as it is (forwardPinned).
+	// statement goes to the pinned backend as it is (ownBackend.forwards).
 	pinned, forward bool
 	pinShard        int
 	pinReasons      pinReason

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,24 +21,6 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
-)
-
-// txState is where a session's transaction is.
-type txState uint8
-
-const (
-	// txIdle: no transaction; no backend held.
-	txIdle txState = iota
-	// txDeferred: BEGIN seen but nothing sent; BEGIN, SET LOCAL and
-	// SAVEPOINT are recorded in deferred and replayed on the shard the
-	// first routed statement picks.
-	txDeferred
-	// txBound: the transaction runs on bc (shard bound); the backend's
-	// ReadyForQuery status (bstatus, 'T' or 'E') is authoritative.
-	txBound
-	// txFailed: a deferred (never sent) transaction failed; everything
-	// but ROLLBACK / ROLLBACK TO SAVEPOINT is refused with 25P02.
-	txFailed
 )
 
 // Session is one client connection: its settings, its virtual prepared
@@ -50,11 +33,10 @@ type Session struct {
 	// the rest of the proxy.
 	gen  *GenerationEnv
 	host *HostEnv
-	conn net.Conn
-	io   io.ReadWriter // conn's raw reader/writer (pgwire.ConnIO)
-	rd   *pgwire.MsgReader
-	out  []byte
 	log  *slog.Logger
+	// clientConn is the client socket: its reader, the output buffer
+	// (s.out) and the write lock (clientconn.go).
+	clientConn
 
 	pid, secret uint32
 	user, db    string
@@ -88,53 +70,24 @@ type Session struct {
 	stmts   map[string]*vstmt
 	unnamed *vstmt
 
-	tx txState
-	// deferred holds the statements to replay (BEGIN ..., SET LOCAL ...,
-	// SAVEPOINT ...) in txDeferred and txFailed.
-	deferred []deferredStmt
-	// hint is a shard chosen by SET LOCAL pgshard.key in a deferred
-	// transaction (-1 = none).
-	hint int
-	// shard is the shard of bc.
-	shard int
-	// soft: the transaction is bound only because of read-only, table-less
-	// statements; a keyed statement for another shard may move it.
-	soft bool
-	// bstatus is the backend's last ReadyForQuery status while bound.
-	bstatus byte
-	// hintBound: the transaction runs where SET LOCAL pgshard.key/shard
-	// put it: its reads stay there too, nothing moves it.
-	hintBound bool
-	// mainWrote: a statement that may write (or lock) ran on the
-	// transaction's backend; until then a write for another shard moves
-	// the transaction there (the backend becomes a reader).
-	mainWrote bool
-	// pinned: bc is held outside a transaction block because the client
-	// is mid-pipeline (Flush without Sync).
-	pinned bool
-	// wrapped: the pinned pipeline runs in a BEGIN the proxy added for the
-	// preamble; the Sync that ends it gets the matching COMMIT.
-	wrapped bool
-	// skipUntilSync: an error occurred in an extended-protocol pipeline;
-	// messages are discarded until Sync, as Postgres does.
-	skipUntilSync bool
+	// transaction is where the client's transaction is (txnstate.go).
+	transaction
 
-	mu     sync.Mutex // guards bc, readers and fanning against cancelBackend
+	mu     sync.Mutex // guards bc, closed and fanning against cancelBackend
 	bc     *backend.Conn
 	closed bool
 	// readers are the transaction's read-only backend transactions on
-	// other shards, by shard (readers.go); nreaders counts them.
-	readers  []*backend.Conn
-	nreaders int
+	// other shards (readtxns.go).
+	readers readerSet
 	// fanning are the connections a fan-out is reading (cancel reaches all).
 	fanning []*backend.Conn
 
-	// pin, when set, keeps s.bc as the client's own backend across
-	// transactions (pin.go). pinInfo is its description for other
-	// goroutines (Server.PinnedSessions), under pinMu.
-	pin     *pinState
-	pinMu   sync.Mutex
-	pinInfo *PinnedSession
+	// own, when set, keeps s.bc as the client's own backend across
+	// transactions: the session is pinned (pin.go, ownbackend.go).
+	// pinnedAs is its description for other goroutines
+	// (Registry.Pinned, SHOW CLIENTS), nil while not pinned.
+	own      *ownBackend
+	pinnedAs atomic.Pointer[PinnedSession]
 	// pinLost: a pinned backend went away; its session state is gone and
 	// the session ends, as it would on a direct connection.
 	pinLost bool
@@ -153,22 +106,16 @@ type Session struct {
 	// FROM STDIN to finish begin, and bwHoldItem the first item they
 	// answer (exchange).
 	bwHold, bwHoldItem int
-	// wmu serializes writes to the client (a pinned session's watcher
-	// forwards notifications while the session waits for the client).
-	wmu sync.Mutex
-	// aio is the watcher's writer to the client (asyncWriter).
-	aio io.Writer
 
 	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
 	// from other goroutines after register): admin is an admin console
-	// session; tlsOn the client uses TLS; connected when it connected;
-	// app its application_name.
+	// session (clientConn.tlsOn: the client uses TLS); connected when it
+	// connected; app its application_name.
 	admin     bool
-	tlsOn     bool
 	connected time.Time
 	app       string
-	// adminCancel cancels the admin command running (under mu).
-	adminCancel context.CancelFunc
+	// console is an admin console session's state (adminsession.go).
+	console consoleSession
 
 	// Scratch reused by every exchange (no allocation on the hot path);
 	// plan is allocated at the first (an idle client holds none).
@@ -182,32 +129,6 @@ type Session struct {
 	bv       pgwire.BindView
 	portals  []portalInfo
 }
-
-// deferredStmt is a statement recorded in a deferred transaction.
-type deferredStmt struct {
-	sql string
-	// setLocal: a SET LOCAL; setTxn: SET TRANSACTION (must precede any
-	// query of the transaction).
-	setLocal, setTxn bool
-	// savepoint names the savepoint a SAVEPOINT statement created ("" for
-	// other statements), for ROLLBACK TO in a failed deferred transaction.
-	savepoint string
-	// strict: it asks for REPEATABLE READ or SERIALIZABLE.
-	strict bool
-}
-
-// strictIsolation reports whether a transaction's start asks for an
-// isolation level that needs one snapshot (it then stays on one shard).
-func strictIsolation(ds []deferredStmt) bool {
-	for _, d := range ds {
-		if d.strict {
-			return true
-		}
-	}
-	return false
-}
-
-func isStrict(iso string) bool { return iso == "repeatable read" || iso == "serializable" }
 
 // vstmt is a client's prepared statement: the text and declared parameter
 // types the client gave in Parse. Backends only ever see it as an unnamed
@@ -254,17 +175,15 @@ type cmsg struct {
 
 func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
 	s := &Session{
-		gen:       gen,
-		host:      host,
-		connected: time.Now(),
-		conn:      conn,
-		log:       gen.Log,
-		hint:      -1,
-		stmts:     map[string]*vstmt{},
-		seen:      map[string]string{},
+		gen:         gen,
+		host:        host,
+		connected:   time.Now(),
+		log:         gen.Log,
+		transaction: transaction{hint: -1},
+		stmts:       map[string]*vstmt{},
+		seen:        map[string]string{},
 	}
-	s.io = pgwire.ConnIO(conn)
-	s.rd = pgwire.NewLendingMsgReader(s.io, s.messageLimit)
+	s.clientConn.init(conn, s.messageLimit)
 	return s
 }
 
@@ -299,9 +218,9 @@ func (s *Session) Run(ctx context.Context) {
 	defer s.host.Clients.unregister(s)
 	defer s.releaseAll()
 	if s.admin {
-		err = s.serveAdmin(ctx)
+		err = s.console.serve(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log})
 	} else if s.canRelay() {
-		err = s.relay()
+		err = s.relay(s.bc)
 	} else {
 		err = s.serve(ctx)
 	}
@@ -326,39 +245,13 @@ func isDisconnect(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
-// flush writes the client buffer.
-func (s *Session) flush() error {
-	if len(s.out) == 0 {
-		return nil
-	}
-	s.wmu.Lock()
-	_, err := s.io.Write(s.out)
-	s.wmu.Unlock()
-	if cap(s.out) > 1<<20 {
-		s.out = nil
-	} else {
-		s.out = s.out[:0]
-	}
-	return err
-}
-
-// fail sends a FATAL error and ends the startup.
-func (s *Session) fail(e *pgwire.Error) (bool, error) {
-	if e.Severity == "" {
-		e.Severity = "FATAL"
-	}
-	s.out = pgwire.AppendError(s.out[:0], e)
-	_ = s.flush()
-	return false, e
-}
-
 // startupPhase negotiates, authenticates and sends the initial parameter
 // statuses. It returns false when the connection is done (cancel request,
 // refused or failed startup).
 func (s *Session) startupPhase(ctx context.Context) (bool, error) {
 	_ = s.conn.SetDeadline(time.Now().Add(s.gen.Config.StartupTimeout))
 	defer s.conn.SetDeadline(time.Time{})
-	pkt, ok, err := s.negotiate(ctx)
+	pkt, ok, err := s.negotiate(ctx, s.host)
 	if !ok {
 		return false, err
 	}
@@ -388,39 +281,39 @@ func (s *Session) startupPhase(ctx context.Context) (bool, error) {
 // SSLRequest gets TLS (or 'N'), GSSENCRequest 'N', a CancelRequest is
 // carried out. ok is false when the connection is done (a cancel request,
 // or a failure: err).
-func (s *Session) negotiate(ctx context.Context) (pkt *pgwire.StartupPacket, ok bool, err error) {
+func (c *clientConn) negotiate(ctx context.Context, host *HostEnv) (pkt *pgwire.StartupPacket, ok bool, err error) {
 	for tries := 0; ; tries++ {
-		pkt, err = pgwire.ReadStartupPacket(s.conn)
+		pkt, err = pgwire.ReadStartupPacket(c.conn)
 		if err != nil {
 			var e *pgwire.Error
 			if errors.As(err, &e) {
-				ok, err = s.fail(e)
+				ok, err = c.fail(e)
 				return nil, ok, err
 			}
 			if errors.Is(err, pgwire.ErrProtocol) {
-				ok, err = s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
+				ok, err = c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
 				return nil, ok, err
 			}
 			return nil, false, err
 		}
 		if tries >= 2 && (pkt.Kind == pgwire.StartupSSL || pkt.Kind == pgwire.StartupGSSEnc) {
-			ok, err = s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
+			ok, err = c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "too many encryption requests"))
 			return nil, ok, err
 		}
 		switch pkt.Kind {
 		case pgwire.StartupSSL:
-			if err := s.startTLS(); err != nil { // 'S' and a handshake, or 'N'
+			if err := c.startTLS(host.TLS.Load()); err != nil { // 'S' and a handshake, or 'N'
 				return nil, false, err
 			}
 			continue
 		case pgwire.StartupGSSEnc:
 			// Not supported: 'N' tells the client to go on without it.
-			if _, err := s.conn.Write([]byte{'N'}); err != nil {
+			if _, err := c.conn.Write([]byte{'N'}); err != nil {
 				return nil, false, err
 			}
 			continue
 		case pgwire.StartupCancel:
-			s.host.Clients.Cancel(ctx, pkt.CancelPID, pkt.CancelKey)
+			host.Clients.Cancel(ctx, pkt.CancelPID, pkt.CancelKey)
 			return nil, false, nil
 		}
 		return pkt, true, nil
@@ -513,7 +406,7 @@ func (s *Session) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	s.cur = s.startup
 	st, e := s.pinAtStartup(ctx)
 	if e == nil && st == nil {
-		st, e = s.initialStatuses(ctx)
+		st, e = s.gen.initialStatuses(ctx, s.cur)
 	}
 	if e != nil {
 		s.host.Clients.unregister(s)
@@ -560,76 +453,81 @@ func appendNegotiateProtocol(dst []byte, unsupported []string) []byte {
 	return pgwire.FinishMsg(dst, sp)
 }
 
-// authenticate runs trust or SCRAM-SHA-256 for the startup user.
-func (s *Session) authenticate() (bool, error) {
-	l, ok := s.gen.Users[s.user]
-	if !ok {
-		// A user named "*" stands for every user not listed (local
-		// development and compatibility runs: `--trust-user '*'`).
-		l, ok = s.gen.Users["*"]
-		s.asSelf = ok
+// login is user's login (ok false: none); asSelf: through the "*" login,
+// which stands for every user not listed (local development and
+// compatibility runs: `--trust-user '*'`).
+func (g *GenerationEnv) login(user string) (l Login, asSelf, ok bool) {
+	if l, ok = g.Users[user]; ok {
+		return l, false, true
 	}
+	l, ok = g.Users["*"]
+	return l, ok, ok
+}
+
+// authenticate runs trust or SCRAM-SHA-256 with the client for user's
+// login l (ok false: user has none); refusals are logged on log.
+func (c *clientConn) authenticate(l Login, ok bool, user string, log *slog.Logger) (bool, error) {
 	if !ok {
-		_, err := s.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
-		s.log.Info("login refused: unknown user", "user", s.user, "remote", s.conn.RemoteAddr().String())
+		_, err := c.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user)))
+		log.Info("login refused: unknown user", "user", user, "remote", c.conn.RemoteAddr().String())
 		return false, err
 	}
 	if l.Trust {
-		s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+		c.out = append(c.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
 		return true, nil
 	}
 	// AuthenticationSASL
-	s.out, _ = appendAuth(s.out, 10, []byte(auth.Mechanism+"\x00\x00"))
-	if err := s.flush(); err != nil {
+	c.out, _ = appendAuth(c.out, 10, []byte(auth.Mechanism+"\x00\x00"))
+	if err := c.flush(); err != nil {
 		return false, err
 	}
 	authFail := func(reason string) (bool, error) {
-		s.log.Info("login refused", "user", s.user, "remote", s.conn.RemoteAddr().String(), "reason", reason)
-		_, err := s.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", s.user)))
+		log.Info("login refused", "user", user, "remote", c.conn.RemoteAddr().String(), "reason", reason)
+		_, err := c.fail(pgwire.NewFatal(pgwire.CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user)))
 		return false, err
 	}
-	typ, msg, err := s.rd.Next()
+	typ, msg, err := c.rd.Next()
 	if err != nil {
 		return false, err
 	}
 	if typ != 'p' {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
 	b := pgwire.Body(msg)
 	mech, i, err := pgwire.CString(b, 0)
 	if err != nil || len(b)-i < 4 {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
 	if string(mech) != auth.Mechanism {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "client selected an invalid SASL authentication mechanism"))
 	}
 	n := int(int32(uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])))
 	i += 4
 	if n < 0 || len(b)-i != n {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, "malformed SASLInitialResponse message"))
 	}
 	sc := &auth.SCRAMServer{Verifier: l.Verifier}
 	serverFirst, err := sc.First(string(b[i:]))
 	if err != nil {
 		return authFail(err.Error())
 	}
-	s.out, _ = appendAuth(s.out, 11, []byte(serverFirst))
-	if err := s.flush(); err != nil {
+	c.out, _ = appendAuth(c.out, 11, []byte(serverFirst))
+	if err := c.flush(); err != nil {
 		return false, err
 	}
-	typ, msg, err = s.rd.Next()
+	typ, msg, err = c.rd.Next()
 	if err != nil {
 		return false, err
 	}
 	if typ != 'p' {
-		return s.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
+		return c.fail(pgwire.NewFatal(pgwire.CodeProtocolViolation, fmt.Sprintf("expected SASL response, got message type %d", typ)))
 	}
 	serverFinal, err := sc.Final(string(pgwire.Body(msg)))
 	if err != nil {
 		return authFail(err.Error())
 	}
-	s.out, _ = appendAuth(s.out, 12, []byte(serverFinal))
-	s.out = append(s.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+	c.out, _ = appendAuth(c.out, 12, []byte(serverFinal))
+	c.out = append(c.out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
 	return true, nil
 }
 
@@ -640,20 +538,20 @@ func appendAuth(dst []byte, code uint32, data []byte) ([]byte, error) {
 	return pgwire.FinishMsg(dst, sp), nil
 }
 
-// initialStatuses returns the ParameterStatus values the client gets at
-// startup: those of a backend connection opened with the client's startup
-// settings (which also validates them, as Postgres would), plus the
+// initialStatuses returns the ParameterStatus values a client gets at
+// startup: those of a backend connection opened with its startup
+// settings cur (which also validates them, as Postgres would), plus the
 // canonical values of the settings the preamble applies.
-func (s *Session) initialStatuses(ctx context.Context) (map[string]string, *pgwire.Error) {
+func (g *GenerationEnv) initialStatuses(ctx context.Context, cur *backend.Settings) (map[string]string, *pgwire.Error) {
 	var lastErr error
-	first := s.gen.pickAny()
-	for k := 0; k < len(s.gen.Pools); k++ {
-		p := s.gen.Pools[(first+k)%len(s.gen.Pools)]
+	first := g.pickAny()
+	for k := 0; k < len(g.Pools); k++ {
+		p := g.Pools[(first+k)%len(g.Pools)]
 		if p.IsDown() != nil {
 			lastErr = p.IsDown()
 			continue
 		}
-		key, pre := s.cur.Split(p.ViaPooler)
+		key, pre := cur.Split(p.ViaPooler)
 		st, err := p.StartupStatuses(ctx, key)
 		if err != nil {
 			var be *backend.PgError
@@ -675,7 +573,7 @@ func (s *Session) initialStatuses(ctx context.Context) (map[string]string, *pgwi
 			out[n] = v
 		}
 		if len(pre.KV) > 0 {
-			vals, e := s.gen.validatePreamble(ctx, p, key, pre)
+			vals, e := g.validatePreamble(ctx, p, key, pre)
 			if e != nil {
 				e.Severity = "FATAL"
 				return nil, e
@@ -699,7 +597,7 @@ func pgErrorToError(pe *pgconn.PgError, severity string) *pgwire.Error {
 
 // releaseAll returns or discards what the session holds when it ends.
 func (s *Session) releaseAll() {
-	s.discardReaders()
+	s.readers.discard()
 	s.mu.Lock()
 	bc := s.bc
 	s.bc = nil
@@ -707,13 +605,13 @@ func (s *Session) releaseAll() {
 	if bc == nil {
 		return
 	}
-	if s.pin != nil {
+	if s.own != nil {
 		// A pinned backend carries the client's session state.
 		s.clearPin()
 		bc.Pool.Discard(bc)
 		return
 	}
-	if s.tx == txBound || s.pinned {
+	if s.tx == txBound || s.pipelineHeld {
 		// A transaction or pipeline is open: the connection is not clean.
 		bc.Pool.Discard(bc)
 		return
@@ -726,7 +624,7 @@ func (s *Session) releaseAll() {
 // by another client, so a late cancel cannot hit someone else's query.
 func (s *Session) cancelBackend(ctx context.Context) {
 	if s.admin {
-		s.cancelAdmin()
+		s.console.cancelRunning()
 		return
 	}
 	s.mu.Lock()
@@ -771,7 +669,7 @@ func (s *Session) dropBackend(clean bool) {
 	if bc == nil {
 		return
 	}
-	if s.pin != nil {
+	if s.own != nil {
 		// The pinned backend is gone: so is the session state it kept.
 		s.clearPin()
 		s.pinLost = true
@@ -793,7 +691,9 @@ func (s *Session) admit() (bool, error) {
 		s.host.Metrics.ClientsRefused.WithLabelValues("max_clients").Inc()
 		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
-	ok, err := s.authenticate()
+	l, asSelf, found := s.gen.login(s.user)
+	s.asSelf = asSelf
+	ok, err := s.authenticate(l, found, s.user, s.log)
 	if !ok {
 		s.host.Clients.unregister(s)
 		s.host.Metrics.ClientsRefused.WithLabelValues("auth").Inc()

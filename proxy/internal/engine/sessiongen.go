@@ -1,5 +1,7 @@
 package engine
 
+import "log/slog"
+
 // A session moves to the newest configuration generation between
 // transactions (reload.go publishes it; the session holds no backend,
 // reader or pin then), re-analyzing its prepared statements for the new
@@ -13,7 +15,7 @@ func (s *Session) maybeSwitchGeneration() {
 		return // a database of Config.ExtraDatabases: a reload keeps it as it is
 	}
 	g := s.host.Ops.CurrentEnv()
-	if g == s.gen || s.pin != nil || s.tx != txIdle || s.pinned || s.bc != nil || s.hasReaders() || len(s.grp) > 0 || s.skipUntilSync {
+	if g == s.gen || s.own != nil || s.tx != txIdle || s.pipelineHeld || s.bc != nil || s.readers.any() || len(s.grp) > 0 || s.skipUntilSync {
 		return
 	}
 	s.switchGeneration(g)
@@ -26,22 +28,24 @@ func (s *Session) switchGeneration(g *GenerationEnv) {
 	// their texts again (a statement that no longer analyzes is dropped;
 	// using it fails with 26000 and the client prepares it again).
 	for name, vs := range s.stmts {
-		if nv := s.reanalyze(g, vs); nv != nil {
+		if nv := vs.reanalyze(g, s.log); nv != nil {
 			s.stmts[name] = nv
 		} else {
 			delete(s.stmts, name)
 		}
 	}
 	if s.unnamed != nil {
-		s.unnamed = s.reanalyze(g, s.unnamed)
+		s.unnamed = s.unnamed.reanalyze(g, s.log)
 	}
 	s.gen = g
 }
 
-func (s *Session) reanalyze(g *GenerationEnv, vs *vstmt) *vstmt {
+// reanalyze is vs analyzed by generation g's analyzer (nil, logged on
+// log, when it no longer analyzes).
+func (vs *vstmt) reanalyze(g *GenerationEnv, log *slog.Logger) *vstmt {
 	st, err := g.Config.Analyzer.Analyze(vs.st.SQL)
 	if err != nil {
-		s.log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)
+		log.Debug("a prepared statement no longer analyzes after a reload; dropped", "name", vs.name, "err", err)
 		return nil
 	}
 	nv := newVstmt(vs.name, st, vs.oids)

@@ -187,11 +187,9 @@ func (s *Session) info() ClientInfo {
 		}
 	}
 	s.mu.Unlock()
-	s.pinMu.Lock()
-	if ps := s.pinInfo; ps != nil {
+	if ps := s.pinnedAs.Load(); ps != nil {
 		c.Pinned = ps.Reason
 	}
-	s.pinMu.Unlock()
 	return c
 }
 
@@ -217,11 +215,9 @@ func (r *Registry) Pinned() []PinnedSession {
 	defer r.mu.Unlock()
 	var out []PinnedSession
 	for _, sess := range r.sessions {
-		sess.pinMu.Lock()
-		if ps := sess.pinInfo; ps != nil {
+		if ps := sess.pinnedAs.Load(); ps != nil {
 			out = append(out, *ps)
 		}
-		sess.pinMu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b PinnedSession) int { return int(a.PID) - int(b.PID) })
 	return out

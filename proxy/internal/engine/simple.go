@@ -178,7 +178,7 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 // each other.
 func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
-	if s.pin != nil && p.tx != txFailed {
+	if s.own != nil && p.tx != txFailed {
 		p.pinnedMulti(msg, as)
 		return
 	}
@@ -279,7 +279,7 @@ func (p queryPlanner) multiShapeOf(as []*route.Statement) multiShape {
 	sh := multiShape{allLocal: true, allDDL: true}
 	for _, a := range as {
 		k := a.Kind
-		local := localKind(k) && !s.forwardPinned(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
+		local := localKind(k) && !s.own.forwards(a) || k == route.KindSetLocal && strings.HasPrefix(a.SetName, "pgshard.")
 		if txnControl(k) && !local {
 			sh.hasTxn = true
 			sh.blockCtl = sh.blockCtl || !(k == route.KindSetLocal && leadable(a))
@@ -326,9 +326,9 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 		if txnControl(a.Kind) {
 			continue
 		}
-		d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		if s.forwardPinned(a) {
-			d = route.Dest{Kind: route.DestShard, Shard: s.pin.shard, Bucket: -1, Reason: "the pinned session's backend"}
+		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
+		if s.own.forwards(a) {
+			d = route.Dest{Kind: route.DestShard, Shard: s.own.shard, Bucket: -1, Reason: "the pinned session's backend"}
 		} else if d.Kind == route.DestAny && d.Default {
 			d = route.Dest{Kind: route.DestShard, Shard: s.gen.DefaultShard, Bucket: -1, Reason: d.Reason}
 		}
@@ -377,10 +377,10 @@ func (p queryPlanner) multiEveryShard(msg []byte, as []*route.Statement, sh mult
 func (p queryPlanner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
 	for _, a := range as {
-		if s.forwardPinned(a) {
+		if s.own.forwards(a) {
 			continue
 		}
-		if d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
+		if d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll || !txnControl(a.Kind) && a.Kind == route.KindDDL && d.Kind != route.DestShard && !d.Default {
 			return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: "a statement that runs on every shard cannot be combined with statements for one shard in a query string"}
 		}
@@ -432,7 +432,7 @@ func (p queryPlanner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 		if !set || txnControl(a.Kind) {
 			continue
 		}
-		if d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
+		if d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
 			return errSettingsAhead(d.Reason)
 		}
 	}
@@ -475,7 +475,7 @@ func (p queryPlanner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 		if txnControl(a.Kind) || localKind(a.Kind) {
 			return nil, false
 		}
-		d := s.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
+		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
 		switch {
 		case d.Kind == route.DestAll && a.Kind == route.KindDDL && d.Merge == nil:
 			all = append(all, a.SQL)

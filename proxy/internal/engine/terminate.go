@@ -183,9 +183,7 @@ func errSelfTerminated() *pgwire.Error {
 // releases what it holds).
 func (s *Session) terminate() {
 	msg := pgwire.AppendError(nil, &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
-	s.wmu.Lock()
-	_, _ = pgwire.ConnIO(s.conn).Write(msg)
-	s.wmu.Unlock()
+	s.writeFrom(msg)
 	s.closeClient()
 }
 

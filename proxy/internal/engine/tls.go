@@ -20,25 +20,25 @@ import (
 // sslmode (verify-full with sslrootcert checks the server against a CA)
 // before the proxy takes the connection over.
 
-// startTLS answers an SSLRequest: 'N' when TLS is off or already on, else
-// 'S' and the server side of the TLS handshake (bounded by the startup
-// deadline); the session then uses the TLS connection.
-func (s *Session) startTLS() error {
-	ts := s.host.TLS.Load()
-	if ts == nil || ts.Mode == auth.TLSDisable || s.tlsOn {
-		_, err := s.conn.Write([]byte{'N'})
+// startTLS answers an SSLRequest: 'N' when TLS is off (ts nil or
+// disabled) or already on, else 'S' and the server side of the TLS
+// handshake (bounded by the startup deadline); the client connection is
+// then the TLS connection.
+func (c *clientConn) startTLS(ts *auth.TLSSetup) error {
+	if ts == nil || ts.Mode == auth.TLSDisable || c.tlsOn {
+		_, err := c.conn.Write([]byte{'N'})
 		return err
 	}
-	if _, err := s.conn.Write([]byte{'S'}); err != nil {
+	if _, err := c.conn.Write([]byte{'S'}); err != nil {
 		return err
 	}
-	tc := tls.Server(s.conn, ts.Conf)
+	tc := tls.Server(c.conn, ts.Conf)
 	if err := tc.Handshake(); err != nil {
-		return fmt.Errorf("TLS handshake with %s: %w", s.conn.RemoteAddr(), err)
+		return fmt.Errorf("TLS handshake with %s: %w", c.conn.RemoteAddr(), err)
 	}
-	s.conn = tc
-	s.io = tc
-	s.rd = pgwire.NewMsgReader(tc, s.messageLimit)
-	s.tlsOn = true
+	c.conn = tc
+	c.io = tc
+	c.rd = pgwire.NewMsgReader(tc, c.limit)
+	c.tlsOn = true
 	return nil
 }

@@ -148,7 +148,7 @@ func (s *Session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Fie
 	st := streams[0]
 	st.drain()
 	if st.failed() {
-		return nil, nil, s.fanResultError(streams)
+		return nil, nil, s.gen.fanResultError(streams)
 	}
 	fields, err := pgvalue.ParseRowDesc(st.rowDesc)
 	oids, err2 := parseParamDesc(st.paramDesc)
@@ -231,7 +231,7 @@ func (s *Session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 		return nil, stageErr(pgwire.CodeProgramLimitExceeded,
 			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
 			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own.")
-	case s.fanResultError(streams) != nil:
+	case s.gen.fanResultError(streams) != nil:
 		return nil, s.stageError(streams)
 	case e != nil:
 		return nil, pgwire.AppendError(nil, e)
@@ -250,7 +250,7 @@ func (s *Session) stageError(streams []*fanStream) []byte {
 			break
 		}
 	}
-	return append(out, s.fanResultError(streams)...)
+	return append(out, s.gen.fanResultError(streams)...)
 }
 
 // take moves the merge's answer in out (RowDescription, DataRows) into rs.
@@ -390,7 +390,7 @@ func (s *Session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwir
 	}
 	st.drain()
 	if st.failed() {
-		return s.fanResultError(streams)
+		return s.gen.fanResultError(streams)
 	}
 	for _, n := range st.notices {
 		s.out = append(s.out, n...)

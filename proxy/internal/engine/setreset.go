@@ -1,7 +1,7 @@
 package engine
 
 // Session SET / RESET: a client's session settings are kept by the proxy
-// (internal/backend/settings.go) and validated by running them on a shard inside a
+// (internal/backend/clientsettings.go) and validated by running them on a shard inside a
 // transaction that is rolled back; the settings that the preamble applies
 // are validated once per set, as Postgres validates startup parameters.
 
