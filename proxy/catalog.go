@@ -27,7 +27,7 @@ import (
 //	            sessions move to it between transactions (reload.go)
 //	  lease:  acquired and renewed by the follower every TTL/3
 //
-//	planner.decideTarget: a statement routed by a key while
+//	the engine's router (router.decide): a statement routed by a key while
 //	Follow.Check(now) != nil is refused with 57P03 (the map in use can no
 //	longer be proven current) instead of being routed by it.
 //

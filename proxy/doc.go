@@ -78,10 +78,10 @@
 //	    catalog.go: Config.Follow (a catalog.Follower) runs in serve's group;
 //	    serve accepts no client before its first lease (waitFirstLease,
 //	    bounded by Config.LeaseWait); each newer map from the catalog ─▶
-//	    Reload (a new generation); a lapsed lease ─▶ decideTarget refuses
+//	    Reload (a new generation); a lapsed lease ─▶ router.decide refuses
 //	    keyed statements (57P03).
-//	    engine/fence.go: decideTarget records the key (planner.fenceKey) ─▶
-//	    ensureBackend writes its assert with the transaction's opening
+//	    engine/fence.go: router.decide puts the key in its plan (routePlan.fence)
+//	    ─▶ backendExec.ensureBackend writes its assert with the transaction's opening
 //	    (first statement of a pipeline, first of a simple Query's string
 //	    via appendClientQuery — error positions moved back past it — or
 //	    the BEGIN replay), or fenceHeld once per bucket on a held backend;

@@ -31,11 +31,17 @@
 //	                 a console's side
 //	                                                 ▼
 //	  exchange.go    the message loop and the exchange with one backend
-//	  simple.go      Query messages; extended.go: Parse/Bind/Describe/
-//	                 Execute/Close buffered up to Sync/Flush
+//	  simple.go      Query messages (queryPlanner); extended.go: Parse/
+//	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
+//	                 (pipePlanner); both over the shared planner state
 //	  plan.go        planner: route.Statement → items and the bytes of one
-//	                 backend write (the txn engine: idle, deferred, bound,
-//	                 failed)
+//	                 backend write; router.go: the routing decision as a
+//	                 routePlan value (no I/O); txnsim.go: txnSim, the
+//	                 plan's simulation of the transaction (txnstate.go)
+//	                 and its local answers; stmtbook.go: prepared statements as
+//	                 the plan sees them; backendexec.go: backendExec,
+//	                 the planner's I/O (acquire, readers, replay, moving
+//	                 a soft transaction) that carries the plan out
 //	  fanout.go      reads of every shard merged by internal/merge
 //	                 (fanStream is a merge.Source); fanlead.go: settings
 //	                 ahead of them; twostage.go: reads in two stages;

@@ -29,7 +29,14 @@ type portalInfo struct {
 	setting bool
 }
 
-func (p *planner) portal(name []byte) *portalInfo {
+// pipePlanner is the planner of an extended-protocol pipeline: each
+// buffered message (Parse, Bind, Describe, Execute, Close, Sync, Flush)
+// planned in turn, with the pipeline's portals, its backend's unnamed
+// statement, the lookahead to the shard of its next keyed statement,
+// and the fan-out read and its leads (fanout.go, fanlead.go).
+type pipePlanner struct{ *planner }
+
+func (p pipePlanner) portal(name []byte) *portalInfo {
 	for i := len(p.s.portals) - 1; i >= 0; i-- {
 		if p.s.portals[i].name == string(name) {
 			return &p.s.portals[i]
@@ -47,7 +54,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		s.skipUntilSync = false
 		if s.bc != nil {
 			p := s.newPlanner(ctx)
-			p.sync([]byte{'S', 0, 0, 0, 4})
+			pipePlanner{p}.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
 		s.out = pgwire.AppendRFQ(s.out, s.status())
@@ -62,7 +69,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		}
 		return nil
 	}
-	p := s.newPlanner(ctx)
+	p := pipePlanner{s.newPlanner(ctx)}
 	p.pipeline = true
 	for i := range s.grp {
 		m := s.grp[i]
@@ -88,7 +95,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
 			// now, the rest is planned afresh.
 			f.continues = true
-			if err := s.runFanout(p); err != nil {
+			if err := s.runFanout(p.planner); err != nil {
 				return err
 			}
 			if f.failed {
@@ -100,7 +107,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				}
 				return nil
 			}
-			p = s.newPlanner(ctx)
+			p = pipePlanner{s.newPlanner(ctx)}
 			p.pipeline = true
 			p.cur = i
 		}
@@ -127,10 +134,10 @@ func (s *Session) runPipeline(ctx context.Context) error {
 	if p.protoErr != nil {
 		return p.protoErr
 	}
-	return s.finish(p, term)
+	return s.finish(p.planner, term)
 }
 
-func (p *planner) parse(raw []byte) {
+func (p pipePlanner) parse(raw []byte) {
 	s := p.s
 	if err := s.pv.Decode(raw); err != nil {
 		p.protoErr = err
@@ -166,7 +173,7 @@ func (p *planner) parse(raw []byte) {
 			// A pinned session's named statement is the server's own, as
 			// on a direct connection (its plan cache, pg_prepared_statements,
 			// "cached plan must not change result type").
-			if e := p.ensureBackend(s.own.shard, a); e != nil {
+			if e := p.exec().ensureBackend(s.own.shard, a); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -179,9 +186,10 @@ func (p *planner) parse(raw []byte) {
 	if a.ParseError != "" || (p.onBackend && len(s.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.Stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
-			shard, _, e := p.target(a, route.Dest{Kind: route.DestAny})
+			rp := p.target(a, route.Dest{Kind: route.DestAny})
+			e := rp.err
 			if e == nil {
-				e = p.ensureBackend(shard, a)
+				e = p.exec().run(rp, a)
 			}
 			if e != nil {
 				p.fail(e, nil)
@@ -221,7 +229,7 @@ func equalOids(a, b []uint32) bool {
 // client's own Parse when it came just before; else an injected unnamed
 // Parse whose ParseComplete the client does not see.
 // It returns the backend statement name and the cache entry used.
-func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
+func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 	s := p.s
 	if vs == p.backendUnnamed {
 		return "", nil
@@ -272,7 +280,7 @@ func (p *planner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 // bind plans a Bind raw (message idx of the pipeline): a portal the proxy
 // answers itself, a lead of a read of every shard, a fan-out, or a Bind
 // for the backend of the shard it routes to with its parameters.
-func (p *planner) bind(raw []byte, idx int) {
+func (p pipePlanner) bind(raw []byte, idx int) {
 	s := p.s
 	bv := &s.bv
 	if err := bv.Decode(raw); err != nil {
@@ -327,7 +335,7 @@ func (p *planner) bind(raw []byte, idx int) {
 			p.fail(e, nil)
 			return
 		}
-		if p.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
+		if in := p.routeState(); in.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
 			p.addLead(vs, raw, pi)
 			p.leads[len(p.leads)-1].replay = replay
 			return
@@ -335,21 +343,20 @@ func (p *planner) bind(raw []byte, idx int) {
 		pi.replay, pi.setting = replay, replay != ""
 	}
 	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
-	shard, fan, e := p.target(a, d)
-	if e != nil {
-		p.fail(e, nil)
+	rp := p.target(a, d)
+	if rp.err != nil {
+		p.fail(rp.err, nil)
 		return
 	}
-	if fan {
-		p.startFan(a, d, vs, idx)
+	if rp.fan {
+		p.startFan(a, d, vs, idx, rp)
 		return
 	}
-	if p.leadNext {
-		p.leadNext = false
+	if rp.leadNext {
 		p.addLead(vs, raw, pi)
 		return
 	}
-	if e := p.ensureBackend(shard, a); e != nil {
+	if e := p.exec().run(rp, a); e != nil {
 		p.fail(e, nil)
 		return
 	}
@@ -358,7 +365,7 @@ func (p *planner) bind(raw []byte, idx int) {
 
 // bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
 // with its BindComplete.
-func (p *planner) bindLocal(pi portalInfo) {
+func (p pipePlanner) bindLocal(pi portalInfo) {
 	s := p.s
 	s.portals = append(s.portals, pi)
 	lo := len(s.lbuf)
@@ -369,7 +376,7 @@ func (p *planner) bindLocal(pi portalInfo) {
 // bindTerminate answers a Bind (decoded in s.bv) of a
 // pg_terminate_backend/pg_cancel_backend call of sessions' PIDs
 // (terminate.go), running it; it reports whether the statement was one.
-func (p *planner) bindTerminate(pi portalInfo) bool {
+func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	s := p.s
 	bv := &s.bv
 	c := parseTerminate(pi.vs.st.SQL, bv.Params, bv.Formats)
@@ -392,7 +399,7 @@ func (p *planner) bindTerminate(pi portalInfo) bool {
 // bindOnBackend writes the Bind raw (decoded in s.bv) of portal pi for
 // the pipeline's backend, preceded by the Parse of its statement that
 // backend needs.
-func (p *planner) bindOnBackend(raw []byte, pi portalInfo) {
+func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	s := p.s
 	bv := &s.bv
 	vs := pi.vs
@@ -469,15 +476,7 @@ func (p *planner) noteWrite(a *route.Statement) {
 	}
 }
 
-// txEffectKeep is txEffect for a bound (soft) transaction: it only updates
-// the deferred list.
-func (p *planner) txEffectKeep() *effect {
-	e := p.txEffect()
-	e.tx.tx = txBound
-	return e
-}
-
-func (p *planner) describe(raw []byte, idx int) {
+func (p pipePlanner) describe(raw []byte, idx int) {
 	s := p.s
 	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
@@ -498,24 +497,22 @@ func (p *planner) describe(raw []byte, idx int) {
 			return
 		}
 		if !p.onBackend {
-			shard := p.shard
+			ahead := -1
 			if !p.held {
-				shard = p.lookahead(idx, false)
+				ahead = p.lookahead(idx, false)
 			}
-			if shard < 0 && (len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default) && len(s.gen.Pools) > 1 {
-				shard = s.gen.DefaultShard // its objects live there only
+			unsharded := func() bool {
+				return len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default
 			}
-			if shard < 0 {
-				// Any shard can describe a statement: a deferred
-				// transaction binds only softly for it.
-				shard, p.anyShard = s.gen.pickAny(), true
-				if p.hint >= 0 {
-					shard, p.anyShard = p.hint, false
-				} else if p.tx == txDeferred {
-					p.soft = true
-				}
+			in := p.routeState()
+			rp := router{gen: s.gen}.describer(&in, ahead, unsharded)
+			if rp.softOn {
+				p.soft = true
 			}
-			if e := p.ensureBackend(shard, vs.st); e != nil {
+			if rp.anyShard || rp.hinted {
+				p.anyShard = rp.anyShard
+			}
+			if e := p.exec().ensureBackend(rp.shard, vs.st); e != nil {
 				p.fail(e, nil)
 				return
 			}
@@ -538,7 +535,7 @@ func (p *planner) describe(raw []byte, idx int) {
 		}
 		s.addLocal(lo, nil)
 	case pi != nil || p.held:
-		if e := p.ensureBackend(p.shard, nil); e != nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
@@ -578,7 +575,7 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // aheadFan when the pipeline's next other statement is such a read and
 // the messages in between and after it have the shape fanlead.go runs
 // (leadShape): the settings run on every shard, ahead of the read.
-func (p *planner) lookahead(idx int, lead bool) int {
+func (p pipePlanner) lookahead(idx int, lead bool) int {
 	s := p.s
 	var pv pgwire.ParseView
 	var bv pgwire.BindView
@@ -650,7 +647,7 @@ func (p *planner) lookahead(idx int, lead bool) int {
 	return -1
 }
 
-func (p *planner) execute(raw []byte) {
+func (p pipePlanner) execute(raw []byte) {
 	s := p.s
 	portal, _, err := pgwire.DecodeExecute(raw)
 	if err != nil {
@@ -668,7 +665,7 @@ func (p *planner) execute(raw []byte) {
 	case pi != nil && pi.local:
 		p.answer(p.localAction(pi.vs.st))
 	case pi != nil || p.held:
-		if e := p.ensureBackend(p.shard, nil); e != nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
@@ -685,7 +682,7 @@ func (p *planner) execute(raw []byte) {
 
 // executeSetting plans what goes with the Execute of a setting sent to
 // the backend, and returns the effect its success has.
-func (p *planner) executeSetting(pi *portalInfo) *effect {
+func (p pipePlanner) executeSetting(pi *portalInfo) *effect {
 	s := p.s
 	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
 		// Postgres warns about SET LOCAL in a pipeline's implicit
@@ -704,7 +701,7 @@ func (p *planner) executeSetting(pi *portalInfo) *effect {
 	return nil
 }
 
-func (p *planner) close(raw []byte) {
+func (p pipePlanner) close(raw []byte) {
 	s := p.s
 	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
@@ -723,7 +720,7 @@ func (p *planner) close(raw []byte) {
 				// The pinned backend has it: close it there too.
 				s.lbuf = s.lbuf[:lo]
 				p.overlayPut(n, nil)
-				if e := p.ensureBackend(p.shard, nil); e != nil {
+				if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 					p.fail(e, nil)
 					return
 				}
@@ -738,7 +735,7 @@ func (p *planner) close(raw []byte) {
 		return
 	}
 	if p.onTxnBackend() {
-		if e := p.ensureBackend(p.shard, nil); e != nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
@@ -751,10 +748,10 @@ func (p *planner) close(raw []byte) {
 	s.addLocal(lo, nil)
 }
 
-func (p *planner) sync(raw []byte) {
+func (p pipePlanner) sync(raw []byte) {
 	s := p.s
 	if p.onTxnBackend() {
-		if e := p.ensureBackend(p.shard, nil); e == nil {
+		if e := p.exec().ensureBackend(p.shard, nil); e == nil {
 			s.bw = append(s.bw, raw...)
 			if p.wrap {
 				s.items = append(s.items, item{kind: itSync})
@@ -768,11 +765,11 @@ func (p *planner) sync(raw []byte) {
 		}
 	}
 	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus())
+	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus(s.bstatus))
 	s.addLocal(lo, nil)
 }
 
-func (p *planner) flushMsg(raw []byte) {
+func (p pipePlanner) flushMsg(raw []byte) {
 	s := p.s
 	if !p.onBackend {
 		return // answered locally so far; the loop flushes the client buffer

@@ -165,15 +165,6 @@ func (l *leadShape) fan(rest []cmsg, more bool) bool {
 	return more || i+2 == len(rest) && rest[i+1].typ == 'S'
 }
 
-// fanReadsInTxn reports whether a read of every shard planned now would
-// read every shard inside the client's transaction (as target decides
-// for DestAll): a transaction block not bound to one shard by a hint,
-// nothing of the pipeline sent to a backend yet, not aborted.
-func (p *planner) fanReadsInTxn() bool {
-	hinted := p.hint >= 0 || p.s.hintBound
-	return !hinted && !p.onBackend && (p.tx == txDeferred || p.tx == txBound && p.explicit) && !(p.held && p.s.bstatus == 'E')
-}
-
 // settingsReplay is the statement that repeats a's settings (a.Settings)
 // on the other backends of the client's transaction (readers opened later,
 // a soft transaction that moves: replaySQL): a's own text when it takes no
@@ -240,7 +231,7 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 // addLead makes the statement bound by the Bind being planned (s.bv, raw)
 // a lead of the pipeline's fan-out read; its answers come from the shards
 // (an itLead item).
-func (p *planner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
+func (p pipePlanner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 	s := p.s
 	b, sp := pgwire.BeginMsg(nil, 'B')
 	b = pgwire.AppendCStr(b, "")
@@ -256,7 +247,7 @@ func (p *planner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 // simpleLeads plans a query string of settings and one read of every
 // shard, in its implicit transaction (no transaction block open): nil if
 // as is not of that shape.
-func (p *planner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
+func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	s := p.s
 	if p.tx != txIdle || p.onTxnBackend() || len(as) < 2 {
 		return nil

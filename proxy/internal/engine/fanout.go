@@ -67,18 +67,18 @@ type fanPlan struct {
 	raw []byte
 }
 
-// startFan records a DestAll Bind; the rest of the pipeline must be its
-// Describe, Execute and Sync.
-func (p *planner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int) {
+// startFan records a DestAll Bind, routed by rp; the rest of the
+// pipeline must be its Describe, Execute and Sync.
+func (p pipePlanner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int, rp routePlan) {
 	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.Portal), inTxn: p.fanInTxn, only: p.fanOnly, leads: p.leads}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.Portal), inTxn: rp.fanInTxn, only: rp.fanOnly, leads: p.leads}
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
 var singleMerge = &route.Merge{Width: -1, Limit: -1, Offset: -1}
 
 // fanAccepts reports whether m may follow a fan-out Bind.
-func (p *planner) fanAccepts(m cmsg) bool {
+func (p pipePlanner) fanAccepts(m cmsg) bool {
 	f := p.fan
 	switch m.typ {
 	case 'D':

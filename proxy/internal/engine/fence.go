@@ -46,9 +46,9 @@ import (
 //	explicit transaction (BEGIN deferred until the first keyed statement):
 //	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
 //
-// The planner records the key of the statement being targeted
-// (planner.fenceKey, set by decideTarget, kept by target only when the
-// statement runs on its key's shard) and ensureBackend attaches the
+// The router's plan carries the key of the statement being targeted
+// (routePlan.fence, router.go); backendExec.run keeps it only when the
+// statement runs on its key's shard, and ensureBackend attaches the
 // assert when it opens the transaction on a pool whose shard has the
 // fence (Config.Fence: FenceAuto asks each pool once whether
 // pgshard_fence_assert exists). A later keyed statement of the
@@ -264,17 +264,17 @@ const fencePortalName = "pgshard_fence"
 // next Bind of the client's unnamed statement parses it again:
 // backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
 // error is the client's, and the client's statement's 25P02 dropped.
-func (p *planner) fenceHeld() {
+func (p backendExec) fenceHeld() {
 	s := p.s
-	defer func() { p.fenceKey = "" }() // used once
-	if p.fenceKey == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+	defer func() { p.fence.key = "" }() // used once
+	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map
-	if slices.Contains(s.fenceBuckets, p.fenceBucket) {
+	if slices.Contains(s.fenceBuckets, p.fence.bucket) {
 		return
 	}
-	key := s.host.StandIns.fenceKeyFor(m, p.fenceKey, p.fenceBucket)
+	key := s.host.StandIns.fenceKeyFor(m, p.fence.key, p.fence.bucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {
@@ -287,7 +287,7 @@ func (p *planner) fenceHeld() {
 	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
-	s.fenceBuckets = append(s.fenceBuckets, p.fenceBucket)
+	s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 }
 
 // appendFenceExtended appends the assert of key as pipeline messages:
@@ -295,7 +295,7 @@ func (p *planner) fenceHeld() {
 // parses it again: backendUnnamed), a Bind to a named portal (the
 // client's unnamed portal is left alone), its Execute and Close; every
 // answer swallowed, its error the client's. flag is fFence or 0.
-func (p *planner) appendFenceExtended(key string, flag itemFlags) {
+func (p backendExec) appendFenceExtended(key string, flag itemFlags) {
 	s := p.s
 	fl := fSwallow | fReplay | flag
 	s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
@@ -334,7 +334,7 @@ func inlinable(key string) bool {
 // statements' answers and the ReadyForQuery). Positions in errors and
 // notices of either are moved back by the assert's length (posShift),
 // so they point into the client's own string.
-func (p *planner) appendClientQuery(msg []byte, eff *effect) {
+func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
 	s := p.s
 	key := p.inlineFence
 	if key == "" {

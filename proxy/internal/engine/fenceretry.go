@@ -91,7 +91,7 @@ func (s *Session) runRetrying(run func() error) error {
 // catalog and the pipeline started with no transaction under way
 // (planner.fresh), no pgshard hint chose the shard, and no swap to a
 // write's shard happened.
-func (p *planner) fenceRetryFlag(fence bool) itemFlags {
+func (p backendExec) fenceRetryFlag(fence bool) itemFlags {
 	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.Config.Follows {
 		return fFence
 	}

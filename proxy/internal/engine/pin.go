@@ -596,61 +596,6 @@ func (s *Session) resetStmtCache() {
 	}
 }
 
-// pinnedTarget decides where a statement of a pinned session runs: its
-// backend's shard, or an error when it needs another one. ok false: the
-// ordinary rules apply (a read of every shard outside a transaction
-// block, on pooled connections).
-func (p *planner) pinnedTarget(a *route.Statement, d route.Dest) (int, bool, *pgwire.Error) {
-	s := p.s
-	pin := s.own
-	if s.own.forwards(a) {
-		return pin.shard, true, nil
-	}
-	switch d.Kind {
-	case route.DestRefuse:
-		return 0, false, nil
-	case route.DestShard:
-		if d.Shard == pin.shard {
-			return pin.shard, true, nil
-		}
-		return 0, true, p.pinnedElsewhere(d.Shard, d.Reason)
-	case route.DestAll:
-		if (a.Kind == route.KindDDL || d.Merge != nil) && p.tx == txIdle && !p.onBackend && !p.explicit {
-			return 0, false, nil // fans out on pooled connections
-		}
-		s.gen.Metrics.Refusals.WithLabelValues("pinned").Inc()
-		return 0, true, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", pin.reasons, s.gen.shardName(pin.shard), inTxnNote(p)),
-			Detail:  d.Reason,
-			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
-	}
-	if d.Default && pin.shard != s.gen.DefaultShard {
-		return 0, true, p.pinnedElsewhere(s.gen.DefaultShard, d.Reason)
-	}
-	return pin.shard, true, nil
-}
-
-func inTxnNote(p *planner) string {
-	if p.tx != txIdle || p.explicit {
-		return " inside a transaction block"
-	}
-	return ""
-}
-
-// pinnedElsewhere is the refusal of a statement for another shard than
-// the pinned session's.
-func (p *planner) pinnedElsewhere(want int, reason string) *pgwire.Error {
-	s := p.s
-	s.gen.Metrics.Refusals.WithLabelValues("pinned").Inc()
-	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", s.gen.shardName(want), s.gen.shardName(s.own.shard), s.own.reasons),
-		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
-	if reason != "" {
-		e.Detail = "Routing: " + reason
-	}
-	return e
-}
-
 // ---- notifications while idle ----
 
 // readClient reads the client's next message; a pinned session that
@@ -700,14 +645,14 @@ func (s *Session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.
 // pinnedMulti runs a query string of several statements in a pinned
 // session: as it is, on the pinned backend, if every statement may run
 // there (Postgres then runs it exactly as on a direct connection).
-func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
+func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	s := p.s
 	for _, a := range as {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
 		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		_, ok, e := p.pinnedTarget(a, d)
+		ok, e := p.pinnedRoute(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
 				e = refusalError(d.Refusal)
@@ -723,7 +668,7 @@ func (p *planner) pinnedMulti(msg []byte, as []*route.Statement) {
 			return
 		}
 	}
-	if e := p.ensureBackend(s.own.shard, as[0]); e != nil {
+	if e := p.exec().ensureBackend(s.own.shard, as[0]); e != nil {
 		p.fail(e, nil)
 		p.endQuery()
 		return

@@ -30,7 +30,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 			return nil
 		}
 	}
-	p := s.newPlanner(ctx)
+	p := queryPlanner{s.newPlanner(ctx)}
 	p.simple = true
 	switch {
 	case err != nil:
@@ -41,12 +41,18 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	default:
 		p.simpleMulti(msg, as)
 	}
-	return s.finish(p, 'Q')
+	return s.finish(p.planner, 'Q')
 }
+
+// queryPlanner is the planner of a simple Query message: one statement
+// (simpleOne, sqlExecute) or a query string of several (simpleMulti and
+// its helpers: the string's shape, its one shard, a DDL or a read of
+// every shard, settings ahead of a read), answered by one exchange.
+type queryPlanner struct{ *planner }
 
 // endQuery adds what follows a simple query: the ReadyForQuery (local,
 // or the COMMIT of a wrapped implicit transaction).
-func (p *planner) endQuery() {
+func (p queryPlanner) endQuery() {
 	s := p.s
 	if p.onBackend {
 		if p.wrap {
@@ -57,7 +63,7 @@ func (p *planner) endQuery() {
 		return
 	}
 	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus())
+	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus(s.bstatus))
 	s.addLocal(lo, nil)
 }
 
@@ -70,7 +76,7 @@ func (p *planner) queryFlags() itemFlags {
 	return fClientPart | fRFQ
 }
 
-func (p *planner) simpleOne(msg []byte, a *route.Statement) {
+func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 	s := p.s
 	st := a
 	if p.isLocal(a) {
@@ -84,18 +90,18 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
-	shard, fan, e := p.target(a, d)
-	if e != nil {
-		p.fail(e, nil)
+	rp := p.target(a, d)
+	if rp.err != nil {
+		p.fail(rp.err, nil)
 		p.endQuery()
 		return
 	}
-	if fan {
-		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: p.fanInTxn, only: p.fanOnly}
+	if rp.fan {
+		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: rp.fanInTxn, only: rp.fanOnly}
 		return
 	}
 	p.inlineOK = true
-	e = p.ensureBackend(shard, a)
+	e := p.exec().run(rp, a)
 	p.inlineOK = false
 	if e != nil {
 		p.fail(e, nil)
@@ -119,7 +125,7 @@ func (p *planner) simpleOne(msg []byte, a *route.Statement) {
 // sqlExecute runs EXECUTE name(args) of a statement PREPAREd through the
 // proxy: as Parse/Bind/Describe/Execute/Sync of the statement's text, with
 // the answers a simple query would have given.
-func (p *planner) sqlExecute(a *route.Statement) {
+func (p queryPlanner) sqlExecute(a *route.Statement) {
 	s := p.s
 	st := a
 	vs := p.lookup([]byte(st.PrepareName))
@@ -136,12 +142,13 @@ func (p *planner) sqlExecute(a *route.Statement) {
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
-	shard, fan, e := p.target(vs.st, d)
-	if e == nil && fan {
+	rp := p.target(vs.st, d)
+	e := rp.err
+	if e == nil && rp.fan {
 		e = pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
 	}
 	if e == nil {
-		e = p.ensureBackend(shard, vs.st)
+		e = p.exec().run(rp, vs.st)
 	}
 	if e != nil {
 		p.fail(e, nil)
@@ -169,7 +176,7 @@ func (p *planner) sqlExecute(a *route.Statement) {
 // control); pgshard sends the string as is to the one shard all of them
 // route to. Statements the proxy answers itself can only be combined with
 // each other.
-func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
+func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
 	if s.own != nil && p.tx != txFailed {
 		p.pinnedMulti(msg, as)
@@ -209,7 +216,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		// DDL every shard needs mixed with statements of unsharded tables:
 		// the default shard runs the string, the others the former.
 		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
-		if _, _, e := p.target(as[0], d); e != nil {
+		if e := p.target(as[0], d).err; e != nil {
 			p.failQuery(e)
 			return
 		}
@@ -220,19 +227,19 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.failQuery(e)
 		return
 	}
-	target, _, e := p.target(as[first], firstDest)
-	if e != nil {
-		p.failQuery(e)
+	rp := p.target(as[first], firstDest)
+	if rp.err != nil {
+		p.failQuery(rp.err)
 		return
 	}
 	if sh.blockCtl && p.tx == txIdle && !p.held {
-		if e := p.ownTxnError(target); e != nil {
+		if e := p.ownTxnError(rp.shard); e != nil {
 			p.failQuery(e)
 			return
 		}
 	}
 	p.inlineOK = true
-	e = p.ensureBackend(target, as[first])
+	e := p.exec().run(rp, as[first])
 	p.inlineOK = false
 	if e != nil {
 		p.failQuery(e)
@@ -247,7 +254,7 @@ func (p *planner) simpleMulti(msg []byte, as []*route.Statement) {
 }
 
 // failQuery ends the query string with the local error e.
-func (p *planner) failQuery(e *pgwire.Error) {
+func (p queryPlanner) failQuery(e *pgwire.Error) {
 	p.fail(e, nil)
 	p.endQuery()
 }
@@ -267,7 +274,7 @@ type multiShape struct {
 }
 
 // multiShapeOf classifies the statements as of a query string.
-func (p *planner) multiShapeOf(as []*route.Statement) multiShape {
+func (p queryPlanner) multiShapeOf(as []*route.Statement) multiShape {
 	s := p.s
 	sh := multiShape{allLocal: true, allDDL: true}
 	for _, a := range as {
@@ -291,7 +298,7 @@ func (p *planner) multiShapeOf(as []*route.Statement) multiShape {
 // multiLocal answers a query string of statements the proxy answers (or
 // transaction control while nothing is bound), each in turn, stopping at
 // an error.
-func (p *planner) multiLocal(as []*route.Statement) {
+func (p queryPlanner) multiLocal(as []*route.Statement) {
 	for _, a := range as {
 		if !p.isLocal(a) {
 			p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
@@ -311,7 +318,7 @@ func (p *planner) multiLocal(as []*route.Statement) {
 // destination (firstDest) picks the string's target (-1 if none);
 // fanAll that every statement routed runs on every shard. ok is false
 // when the string failed (refused, or statements for two shards).
-func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.Dest, fanAll, ok bool) {
+func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest route.Dest, fanAll, ok bool) {
 	s := p.s
 	shard := -1
 	first, fanAll = -1, true
@@ -327,8 +334,7 @@ func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.
 		}
 		switch d.Kind {
 		case route.DestRefuse:
-			_, _, e := p.target(a, d)
-			p.failQuery(e)
+			p.failQuery(p.target(a, d).err)
 			return first, firstDest, fanAll, false
 		case route.DestAll:
 			continue
@@ -351,10 +357,10 @@ func (p *planner) multiRoute(as []*route.Statement) (first int, firstDest route.
 // multiEveryShard runs a query string of statements of every shard:
 // several DDL statements (outside transaction control) fan out; anything
 // else is refused.
-func (p *planner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
+func (p queryPlanner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
 	if sh.allDDL && !sh.hasTxn {
 		d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
-		if _, _, e := p.target(as[0], d); e != nil {
+		if e := p.target(as[0], d).err; e != nil {
 			p.failQuery(e)
 			return
 		}
@@ -368,7 +374,7 @@ func (p *planner) multiEveryShard(msg []byte, as []*route.Statement, sh multiSha
 
 // multiMixesAll refuses a query string of statements for one shard with
 // one that runs on every shard.
-func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
+func (p queryPlanner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
 	for _, a := range as {
 		if s.own.forwards(a) {
@@ -386,7 +392,7 @@ func (p *planner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 // control), so the proxy cannot wrap it, nor the fence assert in it; it
 // is refused when the settings pgshard applies per transaction on
 // target's pool would need that wrap.
-func (p *planner) ownTxnError(target int) *pgwire.Error {
+func (p queryPlanner) ownTxnError(target int) *pgwire.Error {
 	p.noFence = true
 	pool := p.s.gen.Pools[target]
 	if _, pre := p.s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
@@ -412,7 +418,7 @@ func (p *planner) holdCommit() {
 // settingsAheadOfAll refuses a query string (an implicit transaction) in
 // which transaction-local settings precede a statement that runs on every
 // shard and is not a read they lead (simpleLeads): they would be dropped.
-func (p *planner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
+func (p queryPlanner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
 	if p.tx != txIdle || p.held || hasTxnBlock(as) {
 		return nil
@@ -458,7 +464,7 @@ func settingNames(st *backend.Settings) string {
 // (DestAll) with statements that live on the default shard (unsharded
 // tables' DDL and rows), outside a transaction: then it returns the Query
 // message of the DestAll statements alone, in order, for the other shards.
-func (p *planner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
+func (p queryPlanner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 	s := p.s
 	if len(s.gen.Pools) < 2 || p.tx != txIdle || p.held {
 		return nil, false

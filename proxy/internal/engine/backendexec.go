@@ -1,0 +1,233 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// backendExec is the side of the planner that does I/O: it carries out
+// the router's decisions (target's routePlan, kept in the planner) on
+// the session: acquires a backend of the plan's shard (another one when
+// any shard would do), takes a reader for the transaction, replays a
+// deferred transaction's start, moves a soft transaction (a ROLLBACK on
+// its backend), demotes the transaction's backend to a reader, probes
+// and asserts the map fence (fence.go, fenceretry.go). The planner's
+// other parts (router.go, txnsim.go, stmtbook.go) do none of this; the
+// extended-protocol and simple-query planners call it through
+// planner.exec where a statement needs its backend.
+type backendExec struct{ *planner }
+
+// exec is the planner's executor side.
+func (p *planner) exec() backendExec { return backendExec{p} }
+
+// run carries out the router's plan rp of statement a (not a fan-out):
+// the pipeline runs on rp.shard, any shard if rp.anyShard, moving the
+// transaction's backend if rp.swapMain, asserting rp.fence's key when
+// the statement runs on its key's shard.
+func (p backendExec) run(rp routePlan, a *route.Statement) *pgwire.Error {
+	p.anyShard = p.anyShard || rp.anyShard
+	p.swapMain = p.swapMain || rp.swapMain
+	p.fence.key = ""
+	if rp.fence.key != "" && rp.shard == rp.fence.shard {
+		p.fence = rp.fence // only a statement run on its key's shard asserts it
+	}
+	return p.ensureBackend(rp.shard, a)
+}
+
+// ensureBackend makes the pipeline run on shard: acquires a connection,
+// replays a deferred transaction, or moves a soft one.
+func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
+	s := p.s
+	if p.onBackend {
+		p.fenceHeld()
+		return nil
+	}
+	if p.held && p.swapMain {
+		p.demoteToReader()
+	}
+	if p.held {
+		if shard == p.shard || shard < 0 || !p.soft {
+			p.onBackend = true
+			p.fenceHeld()
+			return nil
+		}
+		// A soft transaction (only table-less reads so far) moves.
+		if e := p.moveSoft(); e != nil {
+			return e
+		}
+	}
+	if p.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
+		return nil
+	}
+	pool, pre, bc, shard, e := p.acquire(shard)
+	if e != nil {
+		return e
+	}
+	s.setBackend(bc)
+	s.shard = shard
+	p.bc, p.shard, p.onBackend = bc, shard, true
+	fence := p.fence.key != "" && !p.noFence && s.own == nil && s.fenced(p.ctx, pool, bc)
+	fenceKey := ""
+	if fence {
+		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.fence.key, p.fence.bucket)
+	}
+	p.fence.key = "" // used once
+	// The assert may be retried after a refusal only when it is the
+	// transaction's first step (fenceretry.go).
+	fflag := p.fenceRetryFlag(fence)
+	switch {
+	case p.tx == txDeferred:
+		p.replayDeferred(pre, fence, fenceKey, fflag)
+	case fence && len(pre.KV) == 0 && p.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
+		// A pipeline up to Sync is one implicit transaction already: the
+		// assert is its first statement (no BEGIN/COMMIT wrap).
+		p.appendFenceExtended(fenceKey, fflag)
+		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+	case fence && len(pre.KV) == 0 && p.tx == txIdle && p.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
+		// A simple Query's statements are one implicit transaction: the
+		// assert goes first in the client's own query string
+		// (appendClientQuery), no BEGIN/COMMIT wrap.
+		p.inlineFence, p.inlineFlags = fenceKey, fSwallow|fReplay|fflag
+		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
+		p.wrapBegin(pre, fence, fenceKey, fflag)
+	}
+	return nil
+}
+
+// demoteToReader: the held backend has only read, and the transaction
+// writes another shard (planner.swapMain). The backend becomes the
+// reader of its shard, and the transaction continues on the write's
+// shard (its reader, or a replay of the transaction's start there).
+func (p backendExec) demoteToReader() {
+	s := p.s
+	s.readers.add(p.shard, s.bc, len(s.gen.Pools))
+	s.setBackend(nil)
+	p.held, p.bc, p.soft = false, nil, false
+	p.tx, p.explicit = txDeferred, false
+}
+
+// bindReader makes the reader of shard (with p.anyShard, of the first
+// shard from it that has one) the deferred transaction's backend: a
+// read of every shard opened the transaction there already. It reports
+// whether there was one.
+func (p backendExec) bindReader(shard int) bool {
+	s := p.s
+	if p.anyShard {
+		for i := range s.readers.conns {
+			if s.readers.conns[(shard+i)%len(s.readers.conns)] != nil {
+				shard = (shard + i) % len(s.readers.conns)
+				break
+			}
+		}
+	}
+	bc := s.readers.take(shard)
+	if bc == nil {
+		return false
+	}
+	if p.hint >= 0 {
+		s.hintBound = true
+	}
+	s.setBackend(bc)
+	s.shard = shard
+	p.bc, p.shard, p.onBackend = bc, shard, true
+	p.explicit = true
+	p.tx = txBound
+	p.fenceHeld()
+	return true
+}
+
+// acquire takes a connection of shard's pool keyed by the session's
+// settings (with p.anyShard, of the next shard whose pool can give one);
+// pre is the settings the transaction must apply itself.
+func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
+	s := p.s
+	pool = s.gen.Pools[shard]
+	key, pre := s.cur.Split(pool.ViaPooler)
+	bc, err := pool.Acquire(p.ctx, key)
+	for k := 1; err != nil && p.anyShard && k < len(s.gen.Pools); k++ {
+		if _, isPg := err.(*backend.PgError); isPg {
+			break
+		}
+		shard = (shard + 1) % len(s.gen.Pools)
+		pool = s.gen.Pools[shard]
+		key, pre = s.cur.Split(pool.ViaPooler)
+		bc, err = pool.Acquire(p.ctx, key)
+	}
+	if err != nil {
+		if be, ok := err.(*backend.PgError); ok {
+			return pool, pre, nil, shard, pgErrorToError(be.PgErr, "ERROR")
+		}
+		return pool, pre, nil, shard, pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)})
+	}
+	return pool, pre, bc, shard, nil
+}
+
+// replayDeferred writes the deferred transaction's start (with the
+// settings pre and the fence's assert) ahead of the pipeline, and binds
+// the transaction to the backend.
+func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
+	s := p.s
+	if p.hint >= 0 {
+		s.hintBound = true
+	}
+	replay := replaySQL(p.deferred, pre)
+	if fence {
+		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
+		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+	}
+	s.bw = pgwire.AppendQuery(s.bw, replay)
+	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	if p.swapMain {
+		// Its other shard's reads and this shard's write are one
+		// transaction only under READ COMMITTED.
+		lo := len(s.lbuf)
+		s.lbuf = pgwire.AppendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+		s.bw = pgwire.AppendQuery(s.bw, isoCheckSQL)
+		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
+	}
+	p.explicit = true
+	p.tx = txBound
+}
+
+// wrapBegin opens the implicit transaction the settings pre or the
+// fence's assert need: one Query, written in place: "BEGIN; [preamble;]
+// [assert]" (the COMMIT follows the pipeline).
+func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
+	s := p.s
+	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	bw = append(bw, "BEGIN;\n"...)
+	if len(pre.KV) > 0 {
+		bw = append(bw, pre.PreambleSQL()...)
+		if fence {
+			bw = append(bw, ";\n"...)
+		}
+	}
+	if fence {
+		bw = appendFenceSQL(bw, fenceKey)
+		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+	}
+	s.bw = pgwire.FinishMsg(append(bw, 0), sp)
+	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.wrap = true
+}
+
+// moveSoft rolls back a soft transaction (it ran only table-less reads)
+// and makes the transaction deferred again, to be replayed elsewhere.
+func (p backendExec) moveSoft() *pgwire.Error {
+	s := p.s
+	bc := s.bc
+	_, err := bc.RunSimple(p.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
+	s.dropBackend(err == nil)
+	s.soft = false
+	p.held, p.bc, p.soft = false, nil, false
+	p.tx = txDeferred
+	p.explicit = false
+	if err != nil {
+		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.gen.shardName(p.shard), err))
+	}
+	return nil
+}
