@@ -51,6 +51,9 @@ func versionString() string {
 type adminHost struct {
 	by engine.ConsoleCaller
 	c  *Server
+	// shutdown: a SHUTDOWN asked for the graceful shutdown, which begins
+	// once the console has its answer (Server.ConsoleQuery).
+	shutdown bool
 }
 
 // srv is the current generation.
@@ -332,5 +335,5 @@ func (h *adminHost) DisableLogins(disabled bool) {
 
 func (h *adminHost) Shutdown() {
 	h.by.Log.Info("SHUTDOWN on the admin console", "by", h.by.User)
-	h.c.beginShutdown("SHUTDOWN on the admin console")
+	h.shutdown = true
 }

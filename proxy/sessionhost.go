@@ -65,7 +65,13 @@ func (s *generation) DatabaseEnv(name string) *engine.GenerationEnv {
 func (c *Server) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
 
 // ConsoleQuery implements engine.HostOps: admin.Query over an adminHost
-// acting for by.
-func (c *Server) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) []byte {
-	return admin.Query(ctx, &adminHost{by: by, c: c}, sql, out)
+// acting for by; a SHUTDOWN among the commands begins once the answer
+// reached the console (after).
+func (c *Server) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) ([]byte, func()) {
+	h := &adminHost{by: by, c: c}
+	out = admin.Query(ctx, h, sql, out)
+	if !h.shutdown {
+		return out, nil
+	}
+	return out, func() { c.beginShutdown("SHUTDOWN on the admin console") }
 }

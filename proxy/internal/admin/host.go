@@ -55,7 +55,8 @@ type Host interface {
 	WaitClose(ctx context.Context, shards []string) error
 	// DisableLogins refuses (true) or accepts (false) new client logins.
 	DisableLogins(disabled bool)
-	// Shutdown begins the graceful shutdown.
+	// Shutdown asks for the graceful shutdown; it begins once the console
+	// that asked has its answer.
 	Shutdown()
 }
 

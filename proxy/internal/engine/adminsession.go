@@ -81,8 +81,15 @@ func (k *consoleSession) serve(ctx context.Context, c *clientConn, host *HostEnv
 			if err != nil {
 				return err
 			}
-			k.query(ctx, c, host, who, string(sql))
+			after := k.query(ctx, c, host, who, string(sql))
 			c.out = pgwire.AppendRFQ(c.out, 'I')
+			if after != nil {
+				err := c.flush() // the answer first: after may close this session
+				after()
+				if err != nil {
+					return err
+				}
+			}
 		case 'X':
 			return nil
 		case 'S':
@@ -105,8 +112,9 @@ func (k *consoleSession) serve(ctx context.Context, c *clientConn, host *HostEnv
 }
 
 // query runs the commands of one query string, answered into c.out, with
-// a context a cancel request cancels (cancelRunning).
-func (k *consoleSession) query(ctx context.Context, c *clientConn, host *HostEnv, who ConsoleCaller, sql string) {
+// a context a cancel request cancels (cancelRunning); it returns what
+// the commands left for once the answer is flushed (HostOps.ConsoleQuery).
+func (k *consoleSession) query(ctx context.Context, c *clientConn, host *HostEnv, who ConsoleCaller, sql string) (after func()) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	k.mu.Lock()
 	k.cancel = func() { cancel(host.ConsoleCanceled) }
@@ -117,7 +125,8 @@ func (k *consoleSession) query(ctx context.Context, c *clientConn, host *HostEnv
 		k.mu.Unlock()
 		cancel(nil)
 	}()
-	c.out = host.Ops.ConsoleQuery(cctx, who, sql, c.out)
+	c.out, after = host.Ops.ConsoleQuery(cctx, who, sql, c.out)
+	return after
 }
 
 // cancelRunning cancels the command the console runs (a cancel request).

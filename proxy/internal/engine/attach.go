@@ -41,6 +41,10 @@ func (r *Registry) Attach(gen *GenerationEnv, host *HostEnv, conn net.Conn, id I
 // as its client would get the answer (without the ReadyForQuery).
 func (s *Session) ConsoleQuery(ctx context.Context, sql string) []byte {
 	s.out = s.out[:0]
-	s.console.query(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log}, sql)
-	return append([]byte(nil), s.out...)
+	after := s.console.query(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log}, sql)
+	answer := append([]byte(nil), s.out...)
+	if after != nil {
+		after()
+	}
+	return answer
 }

@@ -168,14 +168,17 @@ type HostEnv struct {
 	Ops HostOps
 }
 
-// HostOps are the server's operations a session uses (a *core implements
-// them).
+// HostOps are the server's operations a session uses (a *proxy.Server
+// implements them).
 type HostOps interface {
 	// CurrentEnv is the current generation's environment.
 	CurrentEnv() *GenerationEnv
 	// ConsoleQuery runs the admin console's commands of one query string
-	// for session s and appends their answer to out.
-	ConsoleQuery(ctx context.Context, by ConsoleCaller, sql string, out []byte) []byte
+	// for session s and appends their answer to out. after, when not nil,
+	// is what a command left for once the answer reached the client (a
+	// SHUTDOWN starts the shutdown then, so the console that asked for it
+	// gets its answer before the sessions close).
+	ConsoleQuery(ctx context.Context, by ConsoleCaller, sql string, out []byte) (answer []byte, after func())
 }
 
 // ConsoleCaller is the admin session a console command runs for: its
