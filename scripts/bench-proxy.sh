@@ -112,6 +112,10 @@ proxy:
   use_pooler: $3
   pool_size: $((clients + 4))
   users: [{name: postgres, trust: true}]
+  # The default configuration's features on (as dev up writes them): the
+  # admin console and the metrics endpoint.
+  admin_users: [postgres]
+  metrics_listen: 127.0.0.1:0
   schema:
     tables:
       - {table: executions, column: id, type: text, position: 1}

@@ -38,7 +38,7 @@ type proxyReady struct {
 }
 
 func newProxyCmd() *cobra.Command {
-	var listen, readyFile, logLevel, cpuProfile, handover, poolMode string
+	var listen, readyFile, logLevel, cpuProfile, memProfile, handover, poolMode string
 	var trustUsers []string
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -80,6 +80,8 @@ the lease is not live later on, statements routed by a key are refused
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
+	cmd.Flags().StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file at exit")
+	_ = cmd.Flags().MarkHidden("memprofile")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		load := func() (*config.Config, error) {
 			return config.Load(config.Options{Path: *cfgPath, Flags: cmd.Flags(), Bind: map[string]string{"proxy.listen": "listen", "proxy.handover_socket": "handover-socket", "proxy.pool_mode": "pool-mode"}, RequireMap: true, CatalogMap: true})
@@ -135,9 +137,27 @@ the lease is not live later on, statements routed by a key are refused
 			}
 			defer pprof.StopCPUProfile()
 		}
+		if memProfile != "" {
+			defer writeAllocProfile(memProfile, log)
+		}
 		return runProxy(cmd.Context(), pc, cfg.Proxy.VerifyIdentity, readyFile, log)
 	}
 	return cmd
+}
+
+// writeAllocProfile writes the allocation profile (pprof's "allocs": every
+// allocation sampled since the start) to path (--memprofile).
+func writeAllocProfile(path string, log *slog.Logger) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		log.Error("memprofile", "err", err)
+	}
 }
 
 // proxyConfig builds the proxy's configuration from the loaded config.

@@ -63,11 +63,47 @@ type Conn struct {
 	TLS bool
 }
 
-// Write sends b in one write.
+// Write sends b in one write (after what Send queued).
 func (c *Conn) Write(b []byte) error {
+	if err := c.FlushPending(); err != nil {
+		return err
+	}
 	c.Reader.Ready = 0 // until its ReadyForQuery is read
 	c.sent += uint64(len(b))
 	if _, err := c.IO.Write(b); err != nil {
+		c.Broken = true
+		return err
+	}
+	return nil
+}
+
+// Send sends b, a request every byte of whose answer the caller then
+// reads with c.Reader: on a socket with nothing buffered, b is written by
+// the reader's next read, which then waits for the answer without first
+// trying a read that would find nothing (pgwire.RawIO.WriteBeforeRead:
+// one system call less per round trip). A write error surfaces as the
+// read's. The caller calls FlushPending if it may read nothing.
+func (c *Conn) Send(b []byte) error {
+	r, ok := c.IO.(*pgwire.RawIO)
+	if !ok || len(b) == 0 || c.Reader.Buffered() > 0 {
+		return c.Write(b)
+	}
+	if err := c.FlushPending(); err != nil {
+		return err
+	}
+	c.Reader.Ready = 0
+	c.sent += uint64(len(b))
+	r.WriteBeforeRead(b)
+	return nil
+}
+
+// FlushPending writes what Send queued and no read wrote.
+func (c *Conn) FlushPending() error {
+	r, ok := c.IO.(*pgwire.RawIO)
+	if !ok {
+		return nil
+	}
+	if err := r.FlushPending(); err != nil {
 		c.Broken = true
 		return err
 	}

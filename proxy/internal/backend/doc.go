@@ -19,6 +19,7 @@
 //	                   identity check, probe, reaping, shutdown; AcquireAs
 //	                   for pinned sessions' own connections; SendCancel
 //	conn.go            Conn: one taken-over connection, its one-write Write,
+//	                   Send (the request written by the answer's first read),
 //	                   the non-blocking idle health peek
 //	stmtcache.go       StmtCache: a direct connection's prepared statements (LRU)
 //	clientsettings.go  Settings: a client's settings as a pool key (startup

@@ -243,7 +243,13 @@ func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 		out, restItem = s.bw[:h], s.bwHoldItem
 	}
 	s.bwHold = 0
-	if err := bc.Write(out); err != nil {
+	var err error
+	if rest != nil {
+		err = bc.Write(out)
+	} else {
+		err = bc.Send(out) // written by the first read: one syscall less
+	}
+	if err != nil {
 		s.bw = s.bw[:0]
 		return s.backendLost(bc, err, explicit, x.res)
 	}
@@ -278,6 +284,9 @@ func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 		if it.eff != nil && !x.errored && it.flags&fReplaceErr == 0 && !x.res.fence {
 			s.apply(it.eff)
 		}
+	}
+	if err := bc.FlushPending(); err != nil { // no item read an answer
+		return s.backendLost(bc, err, explicit, x.res)
 	}
 	if bc.Stmts != nil {
 		bc.Stmts.DropUnconfirmed()

@@ -45,11 +45,29 @@ type terminateCall struct {
 	binary bool
 }
 
+// containsBackendFold reports whether sql contains "_backend" in any
+// ASCII case: parseTerminate's pre-filter, run on every Bind, without the
+// allocation of lowering the text.
+func containsBackendFold(sql string) bool {
+	const word = "backend"
+	for i := strings.IndexByte(sql, '_'); i >= 0 && i+len(word) < len(sql); {
+		if strings.EqualFold(sql[i+1:i+1+len(word)], word) {
+			return true
+		}
+		j := strings.IndexByte(sql[i+1:], '_')
+		if j < 0 {
+			return false
+		}
+		i += j + 1
+	}
+	return false
+}
+
 // parseTerminate recognizes a call in sql with Bind params (nil for a
 // simple query); nil when the text is not one of the forms or a value
 // cannot be read.
 func parseTerminate(sql string, params [][]byte, formats []int16) *terminateCall {
-	if len(sql) > 200 || !strings.Contains(strings.ToLower(sql), "_backend") {
+	if len(sql) > 200 || !containsBackendFold(sql) {
 		return nil
 	}
 	format := func() int16 {

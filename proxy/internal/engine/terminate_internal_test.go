@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -64,4 +65,16 @@ func FuzzParseTerminate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sql string, param []byte, format int16) {
 		_ = parseTerminate(sql, [][]byte{param}, []int16{format})
 	})
+}
+
+// TestContainsBackendFold: the pre-filter agrees with lowering the text
+// and searching it, for ASCII texts.
+func TestContainsBackendFold(t *testing.T) {
+	for _, sql := range []string{"", "_", "_backend", "x_backend", "select pg_terminate_BACKEND(1)", "_backen", "__backend",
+		"select 1", "select pg_backend_pid()", "a_b_c_backend_", "_BaCkEnD", "backend", "_ backend", "select _backen_d"} {
+		want := strings.Contains(strings.ToLower(sql), "_backend")
+		if got := containsBackendFold(sql); got != want {
+			t.Errorf("containsBackendFold(%q) = %v, want %v", sql, got, want)
+		}
+	}
 }

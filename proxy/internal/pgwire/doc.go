@@ -12,7 +12,10 @@
 //	Append* ──▶ bytes (wire.go: message builders; errors.go: ErrorResponse,
 //	                   NoticeResponse from an Error or a *pgconn.PgError)
 //	RawIO (netio.go): reads and writes on a non-blocking socket with raw
-//	                  system calls (no scheduler hand-off per call)
+//	                  system calls (no scheduler hand-off per call); a
+//	                  request queued by WriteBeforeRead is written by the
+//	                  next read, which then waits for its answer without
+//	                  a read that finds nothing first (backends only)
 //
 // Error (errors.go) is an error the proxy sends as an ErrorResponse, with
 // the SQLSTATE codes the proxy uses; ProtocolError is a malformed or
