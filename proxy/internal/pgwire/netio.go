@@ -185,17 +185,7 @@ func (r *RawIO) readAfterPend(p []byte) (int, error) {
 		}
 	}
 	r.pend, r.pendAt = r.pend[:0], 0
-	r.p = nil
-	if err != nil {
-		return 0, err
-	}
-	if r.errno != 0 {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Err: r.errno}
-	}
-	if r.n == 0 {
-		return 0, io.EOF
-	}
-	return r.n, nil
+	return r.result(err)
 }
 
 // readLending reads into m's buffer, which holds nothing, from its
@@ -214,7 +204,11 @@ func (r *RawIO) readLending(m *MsgReader) (int, error) {
 
 // read runs the read call set up in r.
 func (r *RawIO) read() (int, error) {
-	err := r.rc.Read(r.readFn)
+	return r.result(r.rc.Read(r.readFn))
+}
+
+// result ends a read call whose callback ran (err: the call's own error).
+func (r *RawIO) result(err error) (int, error) {
 	r.p = nil
 	if err != nil {
 		return 0, err
