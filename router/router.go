@@ -328,7 +328,7 @@ func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Stor
 	}
 	rt := r.rt.Load()
 	s, name := rt.forKey(id)
-	v, err := op(s)
+	v, err := untilFlipped(ctx, rt, s, op)
 	if err == nil || !errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrOutcomeUnknown) || r.opts.Maps == nil {
 		return v, wrap(name, err)
 	}
@@ -342,9 +342,47 @@ func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Stor
 	if r.rt.Load() == rt { // the map in force is the one refused
 		return v, wrap(name, err)
 	}
-	s, name = r.rt.Load().forKey(id)
-	v, err = op(s)
+	rt = r.rt.Load()
+	s, name = rt.forKey(id)
+	v, err = untilFlipped(ctx, rt, s, op)
 	return v, wrap(name, err)
+}
+
+// flipWait bounds how long an operation waits for a destination shard
+// that has not yet taken a flip its map already shows.
+const flipWait = 2 * time.Second
+
+// untilFlipped runs op on s, the owner rt's map names. A move's flip is
+// recorded in the catalog first, then on the source's fence, then on the
+// destination's: a router that already holds the new map may reach the
+// destination while its fence still says "incoming" at an older epoch
+// than the map's. That refusal (nothing was done) means "not yet", not
+// "elsewhere": op runs again after a short pause, for at most flipWait,
+// after which the refusal is returned (a mover that died in between
+// leaves the range unavailable until apply or abort runs again).
+func untilFlipped[T any](ctx context.Context, rt *routing, s *store.Store, op func(*store.Store) (T, error)) (T, error) {
+	v, err := op(s)
+	pause := 2 * time.Millisecond
+	deadline := time.Now().Add(flipWait)
+	for notYetFlipped(err, rt.m.Epoch) && time.Now().Before(deadline) {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+		v, err = op(s)
+	}
+	return v, err
+}
+
+// notYetFlipped reports whether err is a fence refusal of a range still
+// incoming at an epoch older than epoch, the map's that routed there.
+func notYetFlipped(err error, epoch uint64) bool {
+	var fe *store.FenceError
+	return errors.As(err, &fe) && !errors.Is(err, store.ErrOutcomeUnknown) && fe.State == "incoming" && fe.Epoch < epoch
 }
 
 // Commit commits exe on the shard owning exe.ID; see store.Store.Commit.
