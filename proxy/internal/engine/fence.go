@@ -117,7 +117,7 @@ func ParseFenceMode(s string) (FenceMode, error) {
 // fenceDetectSQL says whether the shard's database has the fence.
 const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
 
-// A pool's fence state (core.fences): unknown until asked.
+// A pool's fence state (proxy.Server.fences): unknown until asked.
 const (
 	fenceUnknown int32 = iota
 	fenceAbsent
@@ -199,7 +199,7 @@ func appendFenceSQL(b []byte, key string) []byte {
 
 // StandInTexts are the fence's stand-in texts: for the cluster's bucket
 // count, one short text per bucket that hashes to it, computed once. A
-// server has one (core.standIns); its sessions reach it through hostEnv.
+// server has one (proxy.Server.standIns); its sessions reach it through hostEnv.
 type StandInTexts struct {
 	once sync.Once
 	st   []string

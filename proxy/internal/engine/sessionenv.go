@@ -66,7 +66,7 @@ type GenerationEnv struct {
 	// unless the session runs on an extra database).
 	Metrics *obs.Metrics
 	Log     *slog.Logger
-	// StmtEpoch moves on at every schema change (see core.stmtEpoch).
+	// StmtEpoch moves on at every schema change (see proxy.Server.stmtEpoch).
 	StmtEpoch *atomic.Uint64
 	// Collation caches whether the shards order text by bytes; a DDL
 	// statement resets it (collationUnknown).

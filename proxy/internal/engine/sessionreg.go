@@ -17,7 +17,7 @@ import (
 // process ID of their BackendKeyData: admission against max_clients,
 // cancel requests, pg_terminate_backend, the console's SHOW CLIENTS and
 // KILL, the shutdown. It belongs to the session side of the engine
-// boundary (sessionenv.go): the server holds one (proxy.core.clients) and reads
+// boundary (sessionenv.go): the server holds one (proxy.Server.clients) and reads
 // its sessions only through its methods.
 type Registry struct {
 	// metrics counts the clients.
