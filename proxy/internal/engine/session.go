@@ -359,7 +359,7 @@ func (s *Session) identify(pkt *pgwire.StartupPacket) *pgwire.Error {
 func (s *Session) chooseDatabase() *pgwire.Error {
 	if sub := s.gen.Ops.DatabaseEnv(s.db); sub != s.gen {
 		// Another logical database: its server serves the session (its
-		// pools and routing); the session stays in this core (console,
+		// pools and routing); the session stays with the accepting server (console,
 		// cancel keys, shutdown).
 		s.gen, s.log = sub, sub.Log
 	} else if len(s.gen.Config.Databases) > 0 && !slices.Contains(s.gen.Config.Databases, s.db) {

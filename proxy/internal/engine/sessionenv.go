@@ -42,10 +42,10 @@ import (
 //	             HostOps            the current generation, the admin
 //	                                console (the proxy's server)
 //
-// Names: in package proxy a Server value is one configuration
-// *generation* (a reload makes a new one; the session moves to it between
-// transactions, so s.gen never changes under a transaction), while its
-// core is the server itself, shared by every generation. An extra
+// Names: in package proxy the Server is the server itself, and a
+// generation one of its configurations (a reload makes a new one; the
+// session moves to it between transactions, so s.gen never changes under
+// a transaction). An extra
 // database (Config.ExtraDatabases) is a server of its own: a session on
 // it has the generation of that database's server in gen and the
 // accepting server in host.
