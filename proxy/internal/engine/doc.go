@@ -30,7 +30,9 @@
 //	                 and the handshake; adminsession.go: consoleSession,
 //	                 a console's side
 //	                                                 ▼
-//	  exchange.go    the message loop and the exchange with one backend
+//	  exchange.go    the message loop and the exchange with one backend;
+//	                 paramstatus.go: what the client was told of the
+//	                 reported parameters (ParameterStatus)
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
 //	                 (pipePlanner); both over the shared planner state

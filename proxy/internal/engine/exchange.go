@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"time"
@@ -463,7 +462,7 @@ func (s *Session) itemReady(x *exchangeState, it *item, msg []byte) {
 	st := pgwire.ReadyStatus(msg)
 	x.res.status = st
 	if it.flags&fRFQ != 0 && !x.res.fence {
-		s.reconcilePS(st)
+		s.out = s.reconcilePS(st, s.own != nil, s.out)
 		s.out = pgwire.AppendRFQ(s.out, st)
 	}
 	x.errored = false
@@ -568,86 +567,6 @@ func (s *Session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult)
 		s.tx = txIdle
 	}
 	return res, nil
-}
-
-// notePS records a ParameterStatus from the backend.
-func (s *Session) notePS(msg []byte) {
-	b := pgwire.Body(msg)
-	name, i, err := pgwire.CString(b, 0)
-	if err != nil {
-		return
-	}
-	val, _, err := pgwire.CString(b, i)
-	if err != nil {
-		return
-	}
-	for k := range s.pendingPS {
-		if s.pendingPS[k][0] == string(name) {
-			s.pendingPS[k][1] = string(val)
-			return
-		}
-	}
-	s.pendingPS = append(s.pendingPS, [2]string{string(name), string(val)})
-}
-
-// reconcilePS sends the ParameterStatus messages the client needs before a
-// ReadyForQuery with status st: inside a transaction the backend's values,
-// after it the session's own (a backend reverting to its pool defaults at
-// COMMIT must not change what the client believes).
-func (s *Session) reconcilePS(st byte) {
-	if len(s.pendingPS) == 0 && !(st == 'I' && s.psDirty) {
-		return
-	}
-	if s.own != nil {
-		// A pinned backend is the client's own session: its values are
-		// the session's.
-		rep := maps.Clone(s.reported)
-		for _, p := range s.pendingPS {
-			rep[p[0]] = p[1]
-			if s.told(p[0]) != p[1] {
-				s.seen[p[0]] = p[1]
-				s.out = pgwire.AppendParameterStatus(s.out, p[0], p[1])
-			}
-		}
-		s.reported = rep
-		s.pendingPS = s.pendingPS[:0]
-		s.psDirty = false
-		return
-	}
-	for _, p := range s.pendingPS {
-		want := p[1]
-		if sv, ok := s.reported[p[0]]; ok {
-			if st == 'I' {
-				want = sv
-			} else if want != sv {
-				s.psDirty = true
-			}
-		}
-		if s.told(p[0]) != want {
-			s.seen[p[0]] = want
-			s.out = pgwire.AppendParameterStatus(s.out, p[0], want)
-		}
-	}
-	s.pendingPS = s.pendingPS[:0]
-	if st == 'I' && s.psDirty {
-		s.psDirty = false
-		for n, v := range s.reported {
-			if s.told(n) != v {
-				s.seen[n] = v
-				s.out = pgwire.AppendParameterStatus(s.out, n, v)
-			}
-		}
-	}
-}
-
-// told is what the client was last told of parameter n: what s.seen
-// records since startup, else the startup's value (sent by greet; seen
-// starts empty so that an idle session shares the startup's map).
-func (s *Session) told(n string) string {
-	if v, ok := s.seen[n]; ok {
-		return v
-	}
-	return s.startupReported[n]
 }
 
 // copyIn relays a COPY FROM STDIN: client CopyData goes to the backend until

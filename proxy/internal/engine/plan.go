@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
@@ -496,23 +495,6 @@ func (p *planner) answer(act action) {
 		s.lbuf = s.appendSettingStatus(s.lbuf, act.eff)
 	}
 	s.addLocal(lo, act.eff)
-}
-
-// appendSettingStatus appends the ParameterStatus messages a settings
-// change implies (after its CommandComplete, as Postgres does before
-// ReadyForQuery).
-func (s *Session) appendSettingStatus(dst []byte, e *effect) []byte {
-	names := make([]string, 0, len(e.rep))
-	for n := range e.rep {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		if v := e.rep[n]; s.reported[n] != v {
-			dst = pgwire.AppendParameterStatus(dst, n, v)
-		}
-	}
-	return dst
 }
 
 // replaySQL is the text that replays a deferred transaction: BEGIN and the

@@ -51,19 +51,9 @@ type Session struct {
 	// Settings: startup is what the client connected with, cur the
 	// session's current settings (startup + session SETs).
 	startup, cur *backend.Settings
-	// reported are the session values of the GUC_REPORT parameters
-	// (canonical names) — what a client with a direct connection would
-	// have been told; startupReported those at connect time (for RESET).
-	reported, startupReported map[string]string
-	// seen is what the client was last told for each parameter that
-	// changed since startup (told reads it).
-	seen map[string]string
-	// pendingPS collects ParameterStatus messages from the backend during
-	// an exchange; they are reconciled before the client's ReadyForQuery.
-	pendingPS [][2]string
-	// psDirty: the client was told a transaction-local value that differs
-	// from the session's.
-	psDirty bool
+	// paramStatus: what the client was told of the reported parameters
+	// (paramstatus.go).
+	paramStatus
 
 	// stmts are the client's named prepared statements (virtual); unnamed
 	// is the unnamed one.
@@ -181,7 +171,7 @@ func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
 		log:         gen.Log,
 		transaction: transaction{hint: -1},
 		stmts:       map[string]*vstmt{},
-		seen:        map[string]string{},
+		paramStatus: paramStatus{seen: map[string]string{}},
 	}
 	s.clientConn.init(conn, s.messageLimit)
 	return s
