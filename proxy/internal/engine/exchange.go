@@ -129,19 +129,6 @@ func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error
 	return false, nil
 }
 
-// status is the ReadyForQuery status the client should see now.
-func (s *Session) status() byte {
-	switch s.tx {
-	case txDeferred:
-		return 'T'
-	case txFailed:
-		return 'E'
-	case txBound:
-		return s.bstatus
-	}
-	return 'I'
-}
-
 // ---- the response engine ----
 
 // itemKind says what a planned step is: a local answer, or one message

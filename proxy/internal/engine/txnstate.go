@@ -85,3 +85,16 @@ func strictIsolation(ds []deferredStmt) bool {
 }
 
 func isStrict(iso string) bool { return iso == "repeatable read" || iso == "serializable" }
+
+// status is the ReadyForQuery status the client should see now.
+func (t *transaction) status() byte {
+	switch t.tx {
+	case txDeferred:
+		return 'T'
+	case txFailed:
+		return 'E'
+	case txBound:
+		return t.bstatus
+	}
+	return 'I'
+}
