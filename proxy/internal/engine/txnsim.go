@@ -24,17 +24,7 @@ type txnSim struct {
 
 // simStatus is the ReadyForQuery status of the simulated state; bstatus
 // is the bound backend's last status.
-func (t *txnSim) simStatus(bstatus byte) byte {
-	switch t.tx {
-	case txDeferred:
-		return 'T'
-	case txFailed:
-		return 'E'
-	case txBound:
-		return bstatus
-	}
-	return 'I'
-}
+func (t *txnSim) simStatus(bstatus byte) byte { return t.tx.status(bstatus) }
 
 // setDeferred replaces the simulated deferred list (copy on write).
 func (t *txnSim) setDeferred(d []deferredStmt) {

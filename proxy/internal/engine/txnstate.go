@@ -87,14 +87,18 @@ func strictIsolation(ds []deferredStmt) bool {
 func isStrict(iso string) bool { return iso == "repeatable read" || iso == "serializable" }
 
 // status is the ReadyForQuery status the client should see now.
-func (t *transaction) status() byte {
-	switch t.tx {
+func (t *transaction) status() byte { return t.tx.status(t.bstatus) }
+
+// status is the ReadyForQuery status of state x; bstatus is the bound
+// backend's last status.
+func (x txState) status(bstatus byte) byte {
+	switch x {
 	case txDeferred:
 		return 'T'
 	case txFailed:
 		return 'E'
 	case txBound:
-		return t.bstatus
+		return bstatus
 	}
 	return 'I'
 }
