@@ -45,30 +45,34 @@ func TestRouterWaitsForTheFlip(t *testing.T) {
 	})
 	b := old.Bucket(id)
 	// The destination as it is between the catalog's flip and its own.
-	setDst := func(state string, epoch uint64, owner string) {
-		t.Helper()
-		if _, err := dst.Pool().Exec(ctx, `UPDATE pgshard_fence SET state = $1, epoch = $2, owner = $3 WHERE lo <= $4 AND hi >= $4`,
-			state, int64(epoch), owner, b); err != nil {
-			t.Fatal(err)
-		}
+	setDst := func(state string, epoch uint64, owner string) error {
+		_, err := dst.Pool().Exec(ctx, `UPDATE pgshard_fence SET state = $1, epoch = $2, owner = $3 WHERE lo <= $4 AND hi >= $4`,
+			state, int64(epoch), owner, b)
+		return err
 	}
-	setDst("incoming", old.Epoch, from)
+	if err := setDst("incoming", old.Epoch, from); err != nil {
+		t.Fatal(err)
+	}
 
 	r := openRouter(t, next, "direct", store.Options{})
-	flipped := make(chan struct{})
+	flipped := make(chan error, 1)
 	go func() {
-		defer close(flipped)
+		// The mover's last step, a moment after the router's first try.
 		time.Sleep(300 * time.Millisecond)
-		setDst("owned", next.Epoch, to)
+		flipped <- setDst("owned", next.Epoch, to)
 	}()
 	got, err := r.Load(ctx, id)
-	<-flipped
+	if ferr := <-flipped; ferr != nil {
+		t.Fatal(ferr)
+	}
 	if err != nil || got.Version != 1 {
 		t.Fatalf("load on the new map while the destination takes the flip: %+v, %v; want version 1", got, err)
 	}
 
 	// A destination that never takes it: the fence's refusal, after the wait.
-	setDst("incoming", old.Epoch, from)
+	if err := setDst("incoming", old.Epoch, from); err != nil {
+		t.Fatal(err)
+	}
 	_, err = r.Load(ctx, id)
 	var fe *store.FenceError
 	if !errors.As(err, &fe) || fe.State != "incoming" || fe.Owner != from {
