@@ -362,6 +362,9 @@ const flipWait = 2 * time.Second
 // leaves the range unavailable until apply or abort runs again).
 func untilFlipped[T any](ctx context.Context, rt *routing, s *store.Store, op func(*store.Store) (T, error)) (T, error) {
 	v, err := op(s)
+	if !notYetFlipped(err, rt.m.Epoch) {
+		return v, err
+	}
 	pause := 2 * time.Millisecond
 	deadline := time.Now().Add(flipWait)
 	for notYetFlipped(err, rt.m.Epoch) && time.Now().Before(deadline) {
