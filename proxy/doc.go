@@ -18,7 +18,7 @@
 //	                  │  implements their ops; engine.go: the engine's
 //	                  │  public names (PoolMode, FenceMode, PinnedSession)
 //	                  ▼
-//	               Session (engine/session.go) ── startup (pgwire): TLS (engine/tls.go,
+//	               Session (engine/session.go) ── startup (engine/startup.go): TLS (engine/tls.go,
 //	                  │        internal/auth) or 'N', SCRAM-SHA-256 (internal/auth)
 //	                  │        or trust;
 //	                  │        database AdminDatabase → admin console
@@ -361,8 +361,9 @@
 // session and its socket. Its 16 KiB read buffer is in a pool shared by
 // the sessions while it waits (pgwire's lending MsgReader), its startup
 // ParameterStatus values are the pool's shared map until it changes one
-// (session.go greet, exchange.go told), and its exchange scratch
-// (planner, output buffer) is allocated by its first message.
+// (engine/startup.go greet, engine/paramstatus.go told), and its
+// exchange scratch (planner, output buffer) is allocated by its first
+// message.
 //
 // # Errors
 //

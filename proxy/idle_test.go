@@ -11,7 +11,7 @@ import (
 // told follow its own SET, SET LOCAL (until the transaction ends) and
 // RESET, as on a direct connection, and never another client's: sessions
 // with the same startup settings share the startup's values (an idle
-// session holds no copy, session.go greet) until they change one.
+// session holds no copy, startup.go greet) until they change one.
 func TestParameterStatusPerSession(t *testing.T) {
 	for _, via := range []string{"pgbouncer", "direct"} {
 		t.Run(via, func(t *testing.T) {

@@ -16,8 +16,9 @@ import (
 // authenticate, check the user is an admin, then the parameter statuses a
 // client expects (no backend is involved: the console works with every
 // shard down).
-func (s *Session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bool, error) {
-	if ok, err := s.admit(); !ok {
+func (u *startup) adminStartup(_ context.Context) (bool, error) {
+	s, pkt := u.s, u.pkt
+	if ok, err := u.admit(); !ok {
 		return false, err
 	}
 	if !slices.Contains(s.gen.Config.AdminUsers, s.user) {
@@ -43,7 +44,7 @@ func (s *Session) adminStartup(_ context.Context, pkt *pgwire.StartupPacket) (bo
 	} {
 		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
 	}
-	ok, err := s.sendKeyAndReady()
+	ok, err := u.sendKeyAndReady()
 	if ok {
 		s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
 	}

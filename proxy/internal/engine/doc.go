@@ -22,15 +22,20 @@
 //	                 registered without its startup (the console's golden
 //	                 tests in package proxy)
 //	                                                 │
-//	  session.go     Session: startup, authentication (internal/auth);
-//	                 txnstate.go: transaction, the transaction's state
-//	                 machine (idle, deferred, bound, failed);
-//	                 clientconn.go: clientConn, the client socket (reader,
-//	                 output buffer, write lock, relay); tls.go: SSLRequest
-//	                 and the handshake; adminsession.go: consoleSession,
-//	                 a console's side
+//	  session.go     Session: what lives past the startup, Run, the
+//	                 backend it holds, cancel; startup.go: startup, the
+//	                 startup phase and its state (negotiation, identity,
+//	                 database, admission, authentication (internal/auth),
+//	                 the greeting); txnstate.go: transaction, the
+//	                 transaction's state machine (idle, deferred, bound,
+//	                 failed); clientconn.go: clientConn, the client socket
+//	                 (reader, output buffer, write lock, relay); tls.go:
+//	                 SSLRequest and the handshake; adminsession.go:
+//	                 consoleSession, a console's side
 //	                                                 ▼
-//	  exchange.go    the message loop and the exchange with one backend;
+//	  loop.go        serve, the session's message loop
+//	  exchange.go    exchanger: one exchange with one backend (items,
+//	                 effects, a lost backend, COPY FROM STDIN);
 //	                 paramstatus.go: what the client was told of the
 //	                 reported parameters (ParameterStatus)
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/

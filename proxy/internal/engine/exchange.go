@@ -1,133 +1,13 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"time"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
-
-// serve is the session's message loop: simple queries run one at a time;
-// extended-protocol messages are buffered (without copying: the reader
-// holds them) up to Sync or Flush, then planned and run as one exchange.
-func (s *Session) serve(ctx context.Context) error {
-	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
-	for {
-		if err := s.flush(); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pipelineHeld || s.readers.any() {
-				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
-			} else {
-				_ = s.conn.SetReadDeadline(time.Time{})
-			}
-		}
-		if s.terminateSelf {
-			if s.selfFatalSent {
-				return nil // the FATAL was the statement's answer
-			}
-			return errSelfTerminated()
-		}
-		if s.pinLost {
-			if s.pinFatal {
-				return nil // the backend's FATAL was forwarded: the session ends
-			}
-			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
-		}
-		typ, msg, err := s.readClient()
-		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pipelineHeld || s.readers.any()) {
-				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
-			}
-			return err
-		}
-		if s.skipUntilSync && typ != 'S' && typ != 'X' {
-			continue
-		}
-		// A reload's new generation applies from the first message of the
-		// next exchange on (reload.go).
-		s.maybeSwitchGeneration()
-		switch typ {
-		case 'P', 'B', 'D', 'E', 'C':
-			if len(s.grp) == 0 {
-				s.rd.Hold()
-				s.grpBytes = 0
-			}
-			s.grpBytes += len(msg)
-			if s.grpBytes > s.gen.Config.MaxPipelineBytes {
-				return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProgramLimitExceeded,
-					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.gen.Config.MaxPipelineBytes),
-					Hint:    "Send Sync more often, or raise proxy.max_pipeline_bytes."}
-			}
-			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
-		case 'S', 'H':
-			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
-			err := s.runRetrying(func() error { return s.runPipeline(ctx) })
-			s.grp = s.grp[:0]
-			s.rd.Release()
-			if err != nil {
-				return err
-			}
-		case 'Q', 'F':
-			if ignore, err := s.runPipelineBefore(ctx); err != nil {
-				return err
-			} else if ignore {
-				continue
-			}
-			if typ == 'F' {
-				err := s.fastpath(ctx, msg)
-				s.rd.Release()
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			err := s.runRetrying(func() error { return s.simpleQuery(ctx, msg) })
-			s.rd.Release()
-			if err != nil {
-				return err
-			}
-		case 'X':
-			return nil
-		case 'd', 'c', 'f':
-			// Outside COPY these are ignored, as Postgres does.
-		default:
-			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
-		}
-	}
-}
-
-// runPipelineBefore runs the extended-protocol messages buffered before a
-// Query or FunctionCall as if flushed (Postgres processes messages in
-// order; either implies a Sync). ignore reports that they failed: then
-// Postgres ignores the Query or FunctionCall, as it does every message up
-// to Sync (sent to a backend, a query would get no answer, and the proxy
-// would wait for one forever).
-func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error) {
-	if len(s.grp) == 0 {
-		return false, nil
-	}
-	s.grp = append(s.grp, cmsg{typ: 'H'})
-	err = s.runPipeline(ctx)
-	s.grp = s.grp[:0]
-	if err != nil {
-		return false, err
-	}
-	if s.skipUntilSync {
-		s.rd.Release()
-		return true, nil
-	}
-	return false, nil
-}
 
 // ---- the response engine ----
 
@@ -213,10 +93,18 @@ type exchangeResult struct {
 	fence bool
 }
 
-// exchange sends s.bw to bc and answers the client item by item. It
-// returns an error only when the client connection failed.
-func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, error) {
-	x := exchangeState{bc: bc, explicit: explicit}
+// runExchange sends s.bw to bc and answers s's client item by item
+// (s.items): one exchange. explicit: the client's transaction is
+// explicit (a lost backend fails it). It returns an error only when the
+// client connection failed.
+func runExchange(s *Session, bc *backend.Conn, explicit bool) (exchangeResult, error) {
+	x := exchanger{s: s, bc: bc, explicit: explicit}
+	return x.run()
+}
+
+// run is the exchange (runExchange).
+func (x *exchanger) run() (exchangeResult, error) {
+	s, bc := x.s, x.bc
 	// A COPY FROM STDIN the proxy wrapped (settings preamble): the COMMIT
 	// after it may be sent only once the copy is done (the backend in
 	// COPY mode takes nothing else): once the items before it are
@@ -237,14 +125,14 @@ func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 	}
 	if err != nil {
 		s.bw = s.bw[:0]
-		return s.backendLost(bc, err, explicit, x.res)
+		return x.backendLost(err)
 	}
 	s.bw = s.bw[:0]
 	for i := range s.items {
 		it := &s.items[i]
 		if rest != nil && i >= restItem && it.kind != itLocal {
 			if err := bc.Write(rest); err != nil {
-				return s.backendLost(bc, err, explicit, x.res)
+				return x.backendLost(err)
 			}
 			rest = nil
 		}
@@ -264,7 +152,7 @@ func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 		if it.kind == itExecute || it.kind == itQuery {
 			bc.Queries++
 		}
-		if end, err := s.readItem(&x, i); end {
+		if end, err := x.readItem(i); end {
 			return x.res, err
 		}
 		if it.eff != nil && !x.errored && it.flags&fReplaceErr == 0 && !x.res.fence {
@@ -272,7 +160,7 @@ func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 		}
 	}
 	if err := bc.FlushPending(); err != nil { // no item read an answer
-		return s.backendLost(bc, err, explicit, x.res)
+		return x.backendLost(err)
 	}
 	if bc.Stmts != nil {
 		bc.Stmts.DropUnconfirmed()
@@ -280,8 +168,13 @@ func (s *Session) exchange(bc *backend.Conn, explicit bool) (exchangeResult, err
 	return x.res, nil
 }
 
-// exchangeState is one exchange's progress through its items.
-type exchangeState struct {
+// exchanger is one exchange with one backend (runExchange): the session
+// whose planned items it answers (s.items, their local answers in s.lbuf,
+// s.bw the bytes sent), whose client it writes to and whose state the
+// answers' effects and a lost backend change; the backend bc; and its
+// progress through the items.
+type exchanger struct {
+	s        *Session
 	bc       *backend.Conn
 	explicit bool
 	res      exchangeResult
@@ -294,7 +187,7 @@ type exchangeState struct {
 
 // stop ends the exchange with res (err only when the client connection
 // failed): readItem's and itemError's end.
-func (x *exchangeState) stop(res exchangeResult, err error) (bool, error) {
+func (x *exchanger) stop(res exchangeResult, err error) (bool, error) {
 	x.res = res
 	return true, err
 }
@@ -303,9 +196,9 @@ func (x *exchangeState) stop(res exchangeResult, err error) (bool, error) {
 // forwarding to the client what is the client's. end reports that the
 // exchange is over (x.res is its result); err that the client connection
 // failed.
-func (s *Session) readItem(x *exchangeState, i int) (end bool, err error) {
+func (x *exchanger) readItem(i int) (end bool, err error) {
+	s, bc := x.s, x.bc
 	it := &s.items[i]
-	bc := x.bc
 	for done := false; !done; {
 		if len(s.out) > 64*1024 && !x.res.fence {
 			x.flushed = true
@@ -318,7 +211,7 @@ func (s *Session) readItem(x *exchangeState, i int) (end bool, err error) {
 			if it.cs != nil {
 				bc.Stmts.Drop(it.cs)
 			}
-			return x.stop(s.backendLost(bc, err, x.explicit, x.res))
+			return x.stop(x.backendLost(err))
 		}
 		switch typ {
 		case 'S':
@@ -334,15 +227,15 @@ func (s *Session) readItem(x *exchangeState, i int) (end bool, err error) {
 			continue
 		case 'E':
 			var over bool
-			if done, over, err = s.itemError(x, i, msg); over {
+			if done, over, err = x.itemError(i, msg); over {
 				return true, err
 			}
 			continue
 		case 'Z':
 			if it.kind != itSync && it.kind != itQuery {
-				return x.stop(s.desync(bc, typ, it.kind, x.explicit, x.res))
+				return x.stop(x.desync(typ, it.kind))
 			}
-			s.itemReady(x, it, msg)
+			x.itemReady(it, msg)
 			done = true
 			continue
 		case 'G':
@@ -350,18 +243,18 @@ func (s *Session) readItem(x *exchangeState, i int) (end bool, err error) {
 			s.out = append(s.out, msg...)
 			// The held bytes wait for their item: the statement may
 			// go on (a query string after its COPY, another COPY).
-			if err := s.copyIn(bc); err != nil {
+			if err := x.copyIn(); err != nil {
 				return true, err
 			}
 			continue
 		case 'W':
 			bc.Broken = true
-			return x.stop(s.desync(bc, typ, it.kind, x.explicit, x.res))
+			return x.stop(x.desync(typ, it.kind))
 		}
 		// Item-specific responses.
 		var ok bool
 		if ok, done = it.accept(typ); !ok {
-			return x.stop(s.desync(bc, typ, it.kind, x.explicit, x.res))
+			return x.stop(x.desync(typ, it.kind))
 		}
 		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
 			s.out = append(s.out, msg...)
@@ -375,9 +268,9 @@ func (s *Session) readItem(x *exchangeState, i int) (end bool, err error) {
 // statement, and a FATAL ends the exchange (end; x.res its result, err
 // only when the client connection failed). done reports that the item
 // has no further responses (the backend skips to Sync).
-func (s *Session) itemError(x *exchangeState, i int, msg []byte) (done, end bool, err error) {
+func (x *exchanger) itemError(i int, msg []byte) (done, end bool, err error) {
+	s, bc := x.s, x.bc
 	it := &s.items[i]
-	bc := x.bc
 	x.res.errored = true
 	code := pgwire.ErrorField(msg, 'C')
 	bc.Pool.Stats.NoteError(code)
@@ -387,7 +280,7 @@ func (s *Session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 		// nothing of it, and run the client's message again.
 		x.res.fence = true
 	}
-	s.forwardError(x, it, msg, code, fatalErr)
+	x.forwardError(it, msg, code, fatalErr)
 	if it.flags&fReplay != 0 {
 		x.replayFailed = true
 	}
@@ -402,7 +295,7 @@ func (s *Session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 	if fatalErr {
 		bc.Broken = true
 		s.gen.Metrics.BackendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
-		end, err = x.stop(s.afterLoss(bc, x.explicit, x.res))
+		end, err = x.stop(x.afterLoss())
 		return false, end, err
 	}
 	if it.kind == itQuery || it.kind == itSync {
@@ -421,7 +314,8 @@ func (s *Session) itemError(x *exchangeState, i int, msg []byte) (done, end bool
 
 // forwardError gives the client the backend's ErrorResponse msg (its
 // SQLSTATE code) to item it as the client should see it.
-func (s *Session) forwardError(x *exchangeState, it *item, msg []byte, code string, fatalErr bool) {
+func (x *exchanger) forwardError(it *item, msg []byte, code string, fatalErr bool) {
+	s := x.s
 	switch {
 	case it.flags&fReplaceErr != 0:
 		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
@@ -445,7 +339,8 @@ func (s *Session) forwardError(x *exchangeState, it *item, msg []byte, code stri
 
 // itemReady takes the ReadyForQuery msg ending item it (a Sync or a
 // Query): the client gets it if it is the client's.
-func (s *Session) itemReady(x *exchangeState, it *item, msg []byte) {
+func (x *exchanger) itemReady(it *item, msg []byte) {
+	s := x.s
 	st := pgwire.ReadyStatus(msg)
 	x.res.status = st
 	if it.flags&fRFQ != 0 && !x.res.fence {
@@ -503,24 +398,28 @@ func (it *item) accept(typ byte) (ok, done bool) {
 	return false, false
 }
 
-// desync handles a response the engine did not expect: the connection's
-// state is unknown, so it is discarded and the client told.
-func (s *Session) desync(bc *backend.Conn, typ byte, k itemKind, explicit bool, res exchangeResult) (exchangeResult, error) {
+// desync handles a response of type typ to an item of kind k the engine
+// did not expect: the connection's state is unknown, so it is discarded
+// and the client told.
+func (x *exchanger) desync(typ byte, k itemKind) (exchangeResult, error) {
+	s, bc := x.s, x.bc
 	s.log.Error("unexpected message from a shard; discarding the connection", "shard", bc.Pool.Shard.Name, "type", string(rune(typ)), "step", int(k))
 	bc.Broken = true
-	return s.backendLost(bc, fmt.Errorf("unexpected message type %q from the server", typ), explicit, res)
+	return x.backendLost(fmt.Errorf("unexpected message type %q from the server", typ))
 }
 
 // backendLost reports a failed backend connection to the client and
 // discards it: the client gets 08006 naming the shard; a transaction it
-// had open is failed (it must roll back), an implicit one is gone.
-func (s *Session) backendLost(bc *backend.Conn, cause error, explicit bool, res exchangeResult) (exchangeResult, error) {
+// had open is failed (it must roll back), an implicit one is gone. The
+// result is x.res, updated.
+func (x *exchanger) backendLost(cause error) (exchangeResult, error) {
+	s, bc := x.s, x.bc
 	bc.Broken = true
 	if e := bc.DownErr.Load(); e != nil {
 		bc.Pool.Stats.NoteError(e.Code)
 		s.out = pgwire.AppendError(s.out, e)
-		res.errored = true
-		return s.afterLoss(bc, explicit, res)
+		x.res.errored = true
+		return x.afterLoss()
 	}
 	s.gen.Metrics.BackendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 	bc.Pool.Stats.NoteError(pgwire.CodeConnectionFailure)
@@ -529,36 +428,39 @@ func (s *Session) backendLost(bc *backend.Conn, cause error, explicit bool, res 
 		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.Pool.Shard.Name, backend.ShortErr(cause)),
 		Detail:  "If a COMMIT was in flight, the transaction may or may not have committed.",
 		Hint:    "Roll back and retry the transaction."})
-	res.errored = true
-	return s.afterLoss(bc, explicit, res)
+	x.res.errored = true
+	return x.afterLoss()
 }
 
-// afterLoss ends the exchange after the backend went away.
-func (s *Session) afterLoss(bc *backend.Conn, explicit bool, res exchangeResult) (exchangeResult, error) {
-	res.lost = true
+// afterLoss ends the exchange after the backend went away (x.res,
+// updated, is its result).
+func (x *exchanger) afterLoss() (exchangeResult, error) {
+	s := x.s
+	x.res.lost = true
 	s.dropBackend(false)
-	if res.fence {
+	if x.res.fence {
 		// Retried: the transaction was aborted by the fence before the
 		// loss, and the session's state is as before the exchange.
-		return res, nil
+		return x.res, nil
 	}
 	s.readers.end()
 	s.mainWrote, s.hintBound = false, false
 	s.pipelineHeld = false
 	s.wrapped = false
 	s.soft = false
-	if explicit {
+	if x.explicit {
 		s.tx = txFailed
 		s.deferred = s.deferred[:0]
 	} else {
 		s.tx = txIdle
 	}
-	return res, nil
+	return x.res, nil
 }
 
 // copyIn relays a COPY FROM STDIN: client CopyData goes to the backend until
 // CopyDone or CopyFail.
-func (s *Session) copyIn(bc *backend.Conn) error {
+func (x *exchanger) copyIn() error {
+	s, bc := x.s, x.bc
 	if err := s.flush(); err != nil {
 		return err
 	}
@@ -581,7 +483,7 @@ func (s *Session) copyIn(bc *backend.Conn) error {
 			}
 			s.bw = s.bw[:0]
 			if typ != 'c' && typ != 'f' {
-				if cut, err := s.copyFailed(bc); err != nil || cut {
+				if cut, err := x.copyFailed(); err != nil || cut {
 					return err
 				}
 			}
@@ -599,7 +501,8 @@ func (s *Session) copyIn(bc *backend.Conn) error {
 // (Postgres discards the rest of the copy; the proxy ignores the CopyData,
 // CopyDone or CopyFail that still come, as Postgres does). Notices and
 // notifications the backend sent meanwhile are forwarded.
-func (s *Session) copyFailed(bc *backend.Conn) (bool, error) {
+func (x *exchanger) copyFailed() (bool, error) {
+	s, bc := x.s, x.bc
 	for bc.Readable() {
 		typ, err := bc.Reader.PeekType()
 		if err != nil {

@@ -819,7 +819,7 @@ func (s *Session) finish(p *planner, term byte) error {
 		}
 	}
 	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.out)
-	res, err := s.exchange(p.bc, p.explicit)
+	res, err := runExchange(s, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {
 		return err

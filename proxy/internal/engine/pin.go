@@ -702,7 +702,7 @@ func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 	p.onBackend = true
 	s.bw = append(s.bw, msg...)
 	s.items = append(s.items, item{kind: itQuery, flags: fClientPart | fRFQ})
-	res, err := s.exchange(p.bc, p.explicit)
+	res, err := runExchange(s, p.bc, p.explicit)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// serve is the session's message loop: simple queries run one at a time;
+// extended-protocol messages are buffered (without copying: the reader
+// holds them) up to Sync or Flush, then planned and run as one exchange.
+func (s *Session) serve(ctx context.Context) error {
+	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
+	for {
+		if err := s.flush(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if idleTxTimeout > 0 && len(s.grp) == 0 {
+			if s.tx == txBound || s.pipelineHeld || s.readers.any() {
+				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
+			} else {
+				_ = s.conn.SetReadDeadline(time.Time{})
+			}
+		}
+		if s.terminateSelf {
+			if s.selfFatalSent {
+				return nil // the FATAL was the statement's answer
+			}
+			return errSelfTerminated()
+		}
+		if s.pinLost {
+			if s.pinFatal {
+				return nil // the backend's FATAL was forwarded: the session ends
+			}
+			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
+		}
+		typ, msg, err := s.readClient()
+		if err != nil {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pipelineHeld || s.readers.any()) {
+				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
+			}
+			return err
+		}
+		if s.skipUntilSync && typ != 'S' && typ != 'X' {
+			continue
+		}
+		// A reload's new generation applies from the first message of the
+		// next exchange on (reload.go).
+		s.maybeSwitchGeneration()
+		switch typ {
+		case 'P', 'B', 'D', 'E', 'C':
+			if len(s.grp) == 0 {
+				s.rd.Hold()
+				s.grpBytes = 0
+			}
+			s.grpBytes += len(msg)
+			if s.grpBytes > s.gen.Config.MaxPipelineBytes {
+				return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProgramLimitExceeded,
+					Message: fmt.Sprintf("more than %d bytes of extended-protocol messages without Sync or Flush", s.gen.Config.MaxPipelineBytes),
+					Hint:    "Send Sync more often, or raise proxy.max_pipeline_bytes."}
+			}
+			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
+		case 'S', 'H':
+			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
+			err := s.runRetrying(func() error { return s.runPipeline(ctx) })
+			s.grp = s.grp[:0]
+			s.rd.Release()
+			if err != nil {
+				return err
+			}
+		case 'Q', 'F':
+			if ignore, err := s.runPipelineBefore(ctx); err != nil {
+				return err
+			} else if ignore {
+				continue
+			}
+			if typ == 'F' {
+				err := s.fastpath(ctx, msg)
+				s.rd.Release()
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			err := s.runRetrying(func() error { return s.simpleQuery(ctx, msg) })
+			s.rd.Release()
+			if err != nil {
+				return err
+			}
+		case 'X':
+			return nil
+		case 'd', 'c', 'f':
+			// Outside COPY these are ignored, as Postgres does.
+		default:
+			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
+		}
+	}
+}
+
+// runPipelineBefore runs the extended-protocol messages buffered before a
+// Query or FunctionCall as if flushed (Postgres processes messages in
+// order; either implies a Sync). ignore reports that they failed: then
+// Postgres ignores the Query or FunctionCall, as it does every message up
+// to Sync (sent to a backend, a query would get no answer, and the proxy
+// would wait for one forever).
+func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error) {
+	if len(s.grp) == 0 {
+		return false, nil
+	}
+	s.grp = append(s.grp, cmsg{typ: 'H'})
+	err = s.runPipeline(ctx)
+	s.grp = s.grp[:0]
+	if err != nil {
+		return false, err
+	}
+	if s.skipUntilSync {
+		s.rd.Release()
+		return true, nil
+	}
+	return false, nil
+}
