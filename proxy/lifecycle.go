@@ -65,13 +65,13 @@ func (s *Server) Shutdown() { s.beginShutdown("requested") }
 // Draining reports whether a graceful shutdown began.
 func (s *Server) Draining() bool { return s.life.draining.Load() }
 
-func (c *Server) beginShutdown(why string) {
-	c.life.once.Do(func() {
-		c.life.drainStart.Store(time.Now().UnixNano())
-		c.life.draining.Store(true)
-		c.log.Info("graceful shutdown: no new clients; waiting for sessions to end", "reason", why,
-			"timeout", c.current().cfg.ShutdownTimeout.String())
-		close(c.life.shutdown)
+func (s *Server) beginShutdown(why string) {
+	s.life.once.Do(func() {
+		s.life.drainStart.Store(time.Now().UnixNano())
+		s.life.draining.Store(true)
+		s.log.Info("graceful shutdown: no new clients; waiting for sessions to end", "reason", why,
+			"timeout", s.current().cfg.ShutdownTimeout.String())
+		close(s.life.shutdown)
 	})
 }
 
@@ -205,9 +205,9 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 
 // shutdownPools ends Serve's group's reach and shuts every pool down,
 // once its goroutines ended.
-func (c *Server) shutdownPools() {
-	c.keeper.run(nil, nil)
-	for _, p := range c.allPools() {
+func (s *Server) shutdownPools() {
+	s.keeper.run(nil, nil)
+	for _, p := range s.allPools() {
 		p.Shutdown()
 	}
 }
@@ -215,17 +215,17 @@ func (c *Server) shutdownPools() {
 // onHardStop waits for the hard stop (gctx done), then closes the listener,
 // the metrics endpoint, the hand-over socket and every client session,
 // and interrupts the sessions waiting for a backend.
-func (c *Server) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
+func (s *Server) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
 	<-gctx.Done()
 	closeListener()
 	if metricsSrv != nil {
 		_ = metricsSrv.Close()
 	}
-	c.life.closeHandover()
-	c.clients.CloseAll()
+	s.life.closeHandover()
+	s.clients.CloseAll()
 	// Sessions waiting for a backend (a long query, a fan-out's
 	// shards) end too.
-	for _, p := range c.allPools() {
+	for _, p := range s.allPools() {
 		p.InterruptInUse()
 	}
 	return nil
@@ -234,27 +234,27 @@ func (c *Server) onHardStop(gctx context.Context, closeListener func(), metricsS
 // gracefulShutdown waits for SHUTDOWN (or the hard stop), stops accepting,
 // waits for the sessions to end, at most ShutdownTimeout, then calls
 // hardStop.
-func (c *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
+func (s *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
 	select {
 	case <-gctx.Done():
 		return nil
-	case <-c.life.shutdown:
+	case <-s.life.shutdown:
 	}
 	closeListener()
-	c.life.closeHandover()
-	timeout := c.current().cfg.ShutdownTimeout
+	s.life.closeHandover()
+	timeout := s.current().cfg.ShutdownTimeout
 	wctx, cancel := context.WithTimeout(gctx, timeout)
 	err := backend.PollUntil(wctx, func() bool {
-		n, admin := c.clients.Counts()
+		n, admin := s.clients.Counts()
 		return n-admin == 0
 	})
 	cancel()
-	n, admin := c.clients.Counts()
+	n, admin := s.clients.Counts()
 	left := n - admin
 	if err != nil && gctx.Err() == nil {
-		c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
+		s.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
 	} else {
-		c.log.Info("graceful shutdown: every session ended")
+		s.log.Info("graceful shutdown: every session ended")
 	}
 	hardStop()
 	return nil
@@ -262,7 +262,7 @@ func (c *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop 
 
 // reapLoop closes idle backends, rolls the pools' statistics and retires
 // the pools of past generations, once a second until gctx is done.
-func (c *Server) reapLoop(gctx context.Context) error {
+func (s *Server) reapLoop(gctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := time.Now()
@@ -271,7 +271,7 @@ func (c *Server) reapLoop(gctx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		case now := <-t.C:
-			cur := c.current()
+			cur := s.current()
 			period := min(max(cur.cfg.IdleTimeout/4, time.Second), 30*time.Second)
 			if now.Sub(last) >= period {
 				last = now
@@ -282,7 +282,7 @@ func (c *Server) reapLoop(gctx context.Context) error {
 			for _, p := range cur.pools {
 				p.RollStats(now)
 			}
-			c.keeper.reapRetired()
+			s.keeper.reapRetired()
 		}
 	}
 }
@@ -290,17 +290,17 @@ func (c *Server) reapLoop(gctx context.Context) error {
 // acceptLoop accepts clients on ln until it closes (a session each, owned
 // by g); a transient accept error (timeout, EMFILE) is retried with
 // backoff.
-func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
+func (s *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
 	backoff := 5 * time.Millisecond
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			if gctx.Err() != nil || c.life.draining.Load() {
+			if gctx.Err() != nil || s.life.draining.Load() {
 				return nil
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
-				c.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
 				t := time.NewTimer(backoff)
 				select {
 				case <-gctx.Done():
@@ -315,7 +315,7 @@ func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.List
 		}
 		backoff = 5 * time.Millisecond
 		g.Go(func() error {
-			c.current().handle(gctx, conn)
+			s.current().handle(gctx, conn)
 			return nil
 		})
 	}
@@ -323,11 +323,11 @@ func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.List
 
 // allPools returns the current generation's pools (its shards' and the
 // direct ones of pinned sessions) and the retired ones still draining.
-func (c *Server) allPools() []*backend.Pool {
-	cur := c.current()
+func (s *Server) allPools() []*backend.Pool {
+	cur := s.current()
 	out := append([]*backend.Pool(nil), cur.pools...)
 	out = append(out, cur.directPools()...)
-	return append(out, c.keeper.retiredPools()...)
+	return append(out, s.keeper.retiredPools()...)
 }
 
 // ServeListeners is Serve with the metrics endpoint's listener opened by

@@ -83,7 +83,7 @@ type Server struct {
 }
 
 // current returns the current generation.
-func (c *Server) current() *generation { return c.cur.Load() }
+func (s *Server) current() *generation { return s.cur.Load() }
 
 // New checks cfg and builds a server; it does no I/O. Call Verify to check
 // the shards' identities, then Serve or ListenAndServe.
@@ -194,19 +194,19 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 // recordVerified records the identities ids (shard name → identity) as
 // the databases of their shards, in place of those of the shards of
 // retired, and marks the pools among pools whose shard they verified.
-func (c *Server) recordVerified(ids map[string]migrations.Identity, pools, retired []*backend.Pool) {
-	c.mu.Lock()
-	for id, name := range c.dbIDs {
+func (s *Server) recordVerified(ids map[string]migrations.Identity, pools, retired []*backend.Pool) {
+	s.mu.Lock()
+	for id, name := range s.dbIDs {
 		for _, p := range retired {
 			if p.Shard.Name == name {
-				delete(c.dbIDs, id)
+				delete(s.dbIDs, id)
 			}
 		}
 	}
 	for name, id := range ids {
-		c.dbIDs[id.DatabaseID] = name
+		s.dbIDs[id.DatabaseID] = name
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
 	for _, p := range pools {
 		if _, ok := ids[p.Shard.Name]; ok {
 			p.Verified.Store(true)
