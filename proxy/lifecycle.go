@@ -109,11 +109,10 @@ func (s *Server) ServeHandover(ctx context.Context, h *Handover) error {
 }
 
 func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) error {
-	c := s
 	hardCtx, hardStop := context.WithCancel(ctx)
 	defer hardStop()
 	g, gctx := errgroup.WithContext(hardCtx)
-	cur := c.current()
+	cur := s.current()
 	// The metrics endpoint listens before the server is ready, so that
 	// MetricsAddr (and a ready file) can name the port it got.
 	if mln == nil && cur.cfg.MetricsListen != "" {
@@ -123,17 +122,17 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 			return fmt.Errorf("proxy: metrics: %w", err)
 		}
 	}
-	c.addrMu.Lock()
-	c.addr = ln.Addr()
+	s.addrMu.Lock()
+	s.addr = ln.Addr()
 	if mln != nil {
-		c.metricsAddr = mln.Addr()
+		s.metricsAddr = mln.Addr()
 	}
-	c.addrMu.Unlock()
+	s.addrMu.Unlock()
 
 	var metricsSrv *http.Server
 	if mln != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -143,63 +142,63 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 		})
 	}
 
-	c.keeper.run(gctx, g)
+	s.keeper.run(gctx, g)
 	for _, p := range cur.pools {
-		c.keeper.startMonitor(p)
+		s.keeper.startMonitor(p)
 	}
 	// The extra databases' own pools, monitors and reapers run until the
 	// hard stop (their sessions are this Server's and drain with it).
-	cur.serveExtra(gctx, g)
+	cur.dbs.serve(gctx, g)
 
 	var stopAccept sync.Once
 	closeListener := func() { stopAccept.Do(func() { _ = ln.Close() }) }
 
-	g.Go(func() error { return c.onHardStop(gctx, closeListener, metricsSrv) })
-	g.Go(func() error { return c.gracefulShutdown(gctx, closeListener, hardStop) })
-	g.Go(func() error { return c.reapLoop(gctx) })
-	g.Go(func() error { c.follow(gctx); return nil })
+	g.Go(func() error { return s.onHardStop(gctx, closeListener, metricsSrv) })
+	g.Go(func() error { return s.gracefulShutdown(gctx, closeListener, hardStop) })
+	g.Go(func() error { return s.reapLoop(gctx) })
+	g.Go(func() error { s.follow(gctx); return nil })
 	// Ready (Addr returns, clients are accepted) once the proxy holds its
 	// first catalog lease (catalog.go): until then a keyed statement
 	// would only be refused. Clients that connect meanwhile wait in the
 	// listen backlog; a predecessor handing over goes on serving.
-	if err := c.waitFirstLease(gctx); err != nil {
+	if err := s.waitFirstLease(gctx); err != nil {
 		stopped := gctx.Err() != nil // a shutdown or the hard stop came first
 		hardStop()
 		werr := g.Wait()
 		if h != nil {
 			h.Abort() // the predecessor goes on serving
 		}
-		c.shutdownPools()
+		s.shutdownPools()
 		if stopped {
 			return werr
 		}
 		return err
 	}
-	close(c.ready)
-	c.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
-	g.Go(func() error { return c.acceptLoop(gctx, g, ln) })
+	close(s.ready)
+	s.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
+	g.Go(func() error { return s.acceptLoop(gctx, g, ln) })
 	if h != nil {
 		// Accepting on the inherited sockets: let the predecessor go.
 		if err := h.finish(gctx); err != nil {
-			c.log.Warn("hand-over: the predecessor did not confirm; it keeps accepting too until it stops", "err", err)
+			s.log.Warn("hand-over: the predecessor did not confirm; it keeps accepting too until it stops", "err", err)
 		} else {
-			c.log.Info("hand-over: took over the listening socket", "from_pid", h.FromPID)
+			s.log.Info("hand-over: took over the listening socket", "from_pid", h.FromPID)
 		}
 	}
 	if cur.cfg.HandoverSocket != "" {
-		hs, err := listenHandover(cur.cfg.HandoverSocket, ln, mln, c)
+		hs, err := listenHandover(cur.cfg.HandoverSocket, ln, mln, s)
 		if err != nil {
-			c.log.Warn("hand-over socket unavailable; a successor cannot take over without dropping connections", "path", cur.cfg.HandoverSocket, "err", err)
+			s.log.Warn("hand-over socket unavailable; a successor cannot take over without dropping connections", "path", cur.cfg.HandoverSocket, "err", err)
 		} else {
-			c.life.mu.Lock()
-			c.life.handover = hs
-			c.life.mu.Unlock()
+			s.life.mu.Lock()
+			s.life.handover = hs
+			s.life.mu.Unlock()
 			g.Go(func() error { hs.serve(gctx); return nil })
 		}
 	}
 	err := g.Wait()
-	c.shutdownPools()
-	c.log.Info("proxy stopped")
+	s.shutdownPools()
+	s.log.Info("proxy stopped")
 	return err
 }
 

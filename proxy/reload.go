@@ -92,15 +92,14 @@ func (s *Server) ReloadFromSource(ctx context.Context, why string) (ReloadResult
 func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	reloadMu.Lock()
 	defer reloadMu.Unlock()
-	c := s
-	res, err := c.reload(ctx, cfg)
+	res, err := s.reload(ctx, cfg)
 	if err != nil {
-		c.metrics.Reloads.WithLabelValues("rejected").Inc()
-		c.log.Error("reload rejected; the running configuration is unchanged", "err", err)
+		s.metrics.Reloads.WithLabelValues("rejected").Inc()
+		s.log.Error("reload rejected; the running configuration is unchanged", "err", err)
 		return res, err
 	}
-	c.metrics.Reloads.WithLabelValues("applied").Inc()
-	c.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
+	s.metrics.Reloads.WithLabelValues("applied").Inc()
+	s.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
 		"added", strings.Join(res.Added, ","), "removed", strings.Join(res.Removed, ","),
 		"need_restart", strings.Join(res.NeedRestart, ","))
 	return res, nil
@@ -258,7 +257,7 @@ func planPools(old, gen *generation, res *ReloadResult) (poolPlan, error) {
 
 // verifyFresh checks the identity records of the new pools' shards
 // against m (and against the databases of the other shards, but those
-// retired), and records them in c.dbIDs in place of the retired shards'.
+// retired), and records them in s.dbIDs in place of the retired shards'.
 func (s *Server) verifyFresh(ctx context.Context, old *generation, m *shardmap.Map, pp poolPlan) error {
 	others := map[string]string{}
 	s.mu.Lock()

@@ -58,7 +58,7 @@ func (g *generation) LeaseError() *pgwire.Error { return g.leaseError() }
 
 // DatabaseEnv implements engine.GenerationOps.
 func (g *generation) DatabaseEnv(name string) *engine.GenerationEnv {
-	return g.database(name).current().env()
+	return g.dbs.or(name, g.Server).current().env()
 }
 
 // CurrentEnv implements engine.HostOps.
