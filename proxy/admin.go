@@ -73,8 +73,8 @@ func (h *adminHost) ShardNames() []string {
 }
 
 // poolMode is the pool mode SHOW POOLS and SHOW DATABASES name.
-func (srv *generation) poolMode() string {
-	mode := srv.cfg.PoolMode
+func (g *generation) poolMode() string {
+	mode := g.cfg.PoolMode
 	if mode == PoolModeDefault {
 		mode = PoolTransaction
 	}

@@ -51,19 +51,19 @@ type MapFollower interface {
 }
 
 // follow runs Config.Follow until ctx ends (the server's hard stop).
-func (c *Server) follow(ctx context.Context) {
-	cfg := c.current().cfg
+func (s *Server) follow(ctx context.Context) {
+	cfg := s.current().cfg
 	f := cfg.Follow
 	if f == nil {
 		return
 	}
-	served := func() uint64 { return c.current().cfg.Map.Epoch }
+	served := func() uint64 { return s.current().cfg.Map.Epoch }
 	apply := func(ctx context.Context, m *shardmap.Map) error {
-		_, err := c.applyCatalogMap(ctx, m)
+		_, err := s.applyCatalogMap(ctx, m)
 		return err
 	}
 	if err := f.Run(ctx, served, apply); err != nil && !errors.Is(err, context.Canceled) {
-		c.log.Error("following the shard-map catalog ended", "catalog", cfg.CatalogName, "err", err)
+		s.log.Error("following the shard-map catalog ended", "catalog", cfg.CatalogName, "err", err)
 	}
 }
 
@@ -72,8 +72,8 @@ func (c *Server) follow(ctx context.Context) {
 // at once without a catalog, ctx.Err() when ctx ended first (a shutdown
 // or the hard stop), and an error naming the catalog and why there is no
 // lease (the follower's last catalog error) after LeaseWait.
-func (c *Server) waitFirstLease(ctx context.Context) error {
-	cfg := c.current().cfg
+func (s *Server) waitFirstLease(ctx context.Context) error {
+	cfg := s.current().cfg
 	f := cfg.Follow
 	if f == nil {
 		return nil
@@ -82,7 +82,7 @@ func (c *Server) waitFirstLease(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	c.log.Info("waiting for the first lease in the shard-map catalog before accepting clients", "catalog", cfg.CatalogName, "within", cfg.LeaseWait.String())
+	s.log.Info("waiting for the first lease in the shard-map catalog before accepting clients", "catalog", cfg.CatalogName, "within", cfg.LeaseWait.String())
 	wctx, cancel := context.WithTimeout(ctx, cfg.LeaseWait)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
@@ -104,8 +104,8 @@ func (c *Server) waitFirstLease(ctx context.Context) error {
 
 // applyCatalogMap installs the catalog's map m as a new generation when
 // it is newer than the running one.
-func (c *Server) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadResult, error) {
-	cur := c.current()
+func (s *Server) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadResult, error) {
+	cur := s.current()
 	if m.Epoch <= cur.cfg.Map.Epoch {
 		return ReloadResult{Generation: cur.number, Epoch: cur.cfg.Map.Epoch}, nil
 	}
@@ -117,9 +117,9 @@ func (c *Server) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadRe
 	if err != nil {
 		return ReloadResult{}, fmt.Errorf("the catalog's map (epoch %d): %w", m.Epoch, err)
 	}
-	res, err := c.Reload(ctx, next)
+	res, err := s.Reload(ctx, next)
 	if err == nil {
-		c.log.Info("followed the catalog to a new map", "catalog", cur.cfg.CatalogName, "epoch", m.Epoch, "generation", res.Generation)
+		s.log.Info("followed the catalog to a new map", "catalog", cur.cfg.CatalogName, "epoch", m.Epoch, "generation", res.Generation)
 	}
 	return res, err
 }
@@ -141,8 +141,8 @@ func defaultRemap(_ context.Context, cfg Config, m *shardmap.Map) (Config, error
 
 // leaseError is the refusal of a keyed statement while the lease lapsed;
 // nil while it is live (or the proxy follows no catalog).
-func (s *generation) leaseError() *pgwire.Error {
-	f := s.cfg.Follow
+func (g *generation) leaseError() *pgwire.Error {
+	f := g.cfg.Follow
 	if f == nil {
 		return nil
 	}
@@ -150,9 +150,9 @@ func (s *generation) leaseError() *pgwire.Error {
 	if err == nil {
 		return nil
 	}
-	s.metrics.Refusals.WithLabelValues("lease").Inc()
+	g.metrics.Refusals.WithLabelValues("lease").Inc()
 	return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
-		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", s.cfg.Map.Epoch, s.cfg.CatalogName),
+		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", g.cfg.Map.Epoch, g.cfg.CatalogName),
 		Detail:  err.Error(),
 		Hint:    "Retry once the proxy reaches its catalog again (check the catalog database and the network to it); statements routed by a key are refused meanwhile rather than routed by a map that may be stale."}
 }

@@ -37,15 +37,18 @@ type Database struct {
 	Config Config
 }
 
-// newExtraDatabases builds the sub-servers of Config.ExtraDatabases.
-func (s *Server) newExtraDatabases() error {
-	cfg := &s.current().cfg
+// extraDatabases are the servers of Config.ExtraDatabases, by name.
+type extraDatabases map[string]*Server
+
+// newExtraDatabases builds the sub-servers of cfg.ExtraDatabases.
+func newExtraDatabases(cfg *Config) (extraDatabases, error) {
+	var dbs extraDatabases
 	for _, d := range cfg.ExtraDatabases {
 		if d.Name == "" {
-			return fmt.Errorf("proxy config: ExtraDatabases: a database has no name")
+			return nil, fmt.Errorf("proxy config: ExtraDatabases: a database has no name")
 		}
-		if _, dup := s.dbs[d.Name]; dup {
-			return fmt.Errorf("proxy config: ExtraDatabases: database %q is listed twice", d.Name)
+		if _, dup := dbs[d.Name]; dup {
+			return nil, fmt.Errorf("proxy config: ExtraDatabases: database %q is listed twice", d.Name)
 		}
 		c := d.Config
 		c.Listen, c.Users, c.MetricsListen, c.Logger = cfg.Listen, cfg.Users, "", cfg.Logger.With("database", d.Name)
@@ -54,27 +57,27 @@ func (s *Server) newExtraDatabases() error {
 		c.HandoverSocket, c.AdminUsers, c.TLS, c.Reload = "", nil, TLSConfig{}, nil
 		sub, err := New(c)
 		if err != nil {
-			return fmt.Errorf("database %q: %w", d.Name, err)
+			return nil, fmt.Errorf("database %q: %w", d.Name, err)
 		}
-		if s.dbs == nil {
-			s.dbs = map[string]*Server{}
+		if dbs == nil {
+			dbs = extraDatabases{}
 		}
-		s.dbs[d.Name] = sub
+		dbs[d.Name] = sub
 	}
-	return nil
+	return dbs, nil
 }
 
-// database returns the server of database name: a sub-server, or s.
-func (s *Server) database(name string) *Server {
-	if sub := s.dbs[name]; sub != nil {
+// or returns the server of database name: a sub-server, or main.
+func (dbs extraDatabases) or(name string, main *Server) *Server {
+	if sub := dbs[name]; sub != nil {
 		return sub
 	}
-	return s
+	return main
 }
 
-// verifyExtra checks the identity records of the sub-servers that ask for it.
-func (s *Server) verifyExtra(ctx context.Context) (down []string, err error) {
-	for name, sub := range s.dbs {
+// verify checks the identity records of the sub-servers that ask for it.
+func (dbs extraDatabases) verify(ctx context.Context) (down []string, err error) {
+	for name, sub := range dbs {
 		if !sub.current().cfg.VerifyIdentity {
 			continue
 		}
@@ -89,10 +92,10 @@ func (s *Server) verifyExtra(ctx context.Context) (down []string, err error) {
 	return down, nil
 }
 
-// serveExtra runs the sub-servers' background work until ctx ends; the
-// main listener hands them their clients.
-func (s *Server) serveExtra(ctx context.Context, g interface{ Go(func() error) }) {
-	for _, sub := range s.dbs {
+// serve runs the sub-servers' background work until ctx ends; the main
+// listener hands them their clients.
+func (dbs extraDatabases) serve(ctx context.Context, g interface{ Go(func() error) }) {
+	for _, sub := range dbs {
 		g.Go(func() error { return sub.Serve(ctx, newIdleListener()) })
 	}
 }

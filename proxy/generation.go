@@ -52,17 +52,17 @@ type generation struct {
 
 // backendEnv is the environment the generation hands its pools (a pool
 // follows the newest generation that has it).
-func (s *generation) backendEnv() *backend.Env {
-	c := &s.cfg
+func (g *generation) backendEnv() *backend.Env {
+	c := &g.cfg
 	return &backend.Env{
 		PoolSize: c.PoolSize, PoolTimeout: c.PoolTimeout, ConnectTimeout: c.ConnectTimeout,
 		IdleTimeout: c.IdleTimeout, HealthInterval: c.HealthInterval, PauseTimeout: c.PauseTimeout,
 		StatementCacheSize: c.StatementCacheSize, VerifyIdentity: c.VerifyIdentity, Map: c.Map,
 		PgBouncer:          backend.BouncerConfig(c.PgBouncer),
-		BackendErrors:      s.metrics.BackendErrors,
-		Log:                s.log,
-		StmtEpoch:          &s.stmtEpoch,
-		RegisterDatabaseID: s.registerDatabaseID,
+		BackendErrors:      g.metrics.BackendErrors,
+		Log:                g.log,
+		StmtEpoch:          &g.stmtEpoch,
+		RegisterDatabaseID: g.registerDatabaseID,
 	}
 }
 
@@ -70,16 +70,16 @@ func (s *generation) backendEnv() *backend.Env {
 // against m: a mismatch, or two shards (also among others, database id →
 // shard of shards already known) on one database, is an error; a shard
 // that cannot be reached is reported in down.
-func (s *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*backend.Pool, others map[string]string) (map[string]migrations.Identity, []string, error) {
+func (g *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*backend.Pool, others map[string]string) (map[string]migrations.Identity, []string, error) {
 	type res struct {
 		id  migrations.Identity
 		err error
 		up  bool
 	}
 	out := make([]res, len(pools))
-	g, gctx := errgroup.WithContext(ctx)
+	eg, gctx := errgroup.WithContext(ctx)
 	for i, p := range pools {
-		g.Go(func() error {
+		eg.Go(func() error {
 			timeout := p.Env().ConnectTimeout
 			cctx, cancel := context.WithTimeout(gctx, timeout)
 			defer cancel()
@@ -105,7 +105,7 @@ func (s *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*
 			return nil
 		})
 	}
-	_ = g.Wait()
+	_ = eg.Wait()
 	var errs []error
 	var down []string
 	ids := map[string]migrations.Identity{}
@@ -115,7 +115,7 @@ func (s *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*
 		switch {
 		case !r.up:
 			down = append(down, sh.Name)
-			s.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.Addr, "err", backend.ShortErr(r.err))
+			g.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.Addr, "err", backend.ShortErr(r.err))
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, r.err))
 		default:
@@ -142,25 +142,25 @@ func (s *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*
 
 // registerDatabaseID records a shard's database id and fails if another
 // shard has the same database.
-func (s *generation) registerDatabaseID(shard, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if other, ok := s.dbIDs[id]; ok && other != shard {
+func (g *generation) registerDatabaseID(shard, id string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if other, ok := g.dbIDs[id]; ok && other != shard {
 		return fmt.Errorf("map entries %q and %q point at the same database (database id %s)", other, shard, id)
 	}
-	s.dbIDs[id] = shard
+	g.dbIDs[id] = shard
 	return nil
 }
 
 // handle runs one client connection to its end.
-func (s *generation) handle(ctx context.Context, conn net.Conn) {
+func (g *generation) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := engine.NewSession(s.env(), s.henv, conn)
+	sess := engine.NewSession(g.env(), g.henv, conn)
 	defer conn.Close()
 	sess.Run(ctx)
 }
 
 // shardName returns the name of shard i.
-func (s *generation) shardName(i int) string { return s.cfg.Map.Shards[i].Name }
+func (g *generation) shardName(i int) string { return g.cfg.Map.Shards[i].Name }

@@ -65,13 +65,13 @@ func (s *Server) Shutdown() { s.beginShutdown("requested") }
 // Draining reports whether a graceful shutdown began.
 func (s *Server) Draining() bool { return s.life.draining.Load() }
 
-func (c *Server) beginShutdown(why string) {
-	c.life.once.Do(func() {
-		c.life.drainStart.Store(time.Now().UnixNano())
-		c.life.draining.Store(true)
-		c.log.Info("graceful shutdown: no new clients; waiting for sessions to end", "reason", why,
-			"timeout", c.current().cfg.ShutdownTimeout.String())
-		close(c.life.shutdown)
+func (s *Server) beginShutdown(why string) {
+	s.life.once.Do(func() {
+		s.life.drainStart.Store(time.Now().UnixNano())
+		s.life.draining.Store(true)
+		s.log.Info("graceful shutdown: no new clients; waiting for sessions to end", "reason", why,
+			"timeout", s.current().cfg.ShutdownTimeout.String())
+		close(s.life.shutdown)
 	})
 }
 
@@ -109,11 +109,10 @@ func (s *Server) ServeHandover(ctx context.Context, h *Handover) error {
 }
 
 func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) error {
-	c := s
 	hardCtx, hardStop := context.WithCancel(ctx)
 	defer hardStop()
 	g, gctx := errgroup.WithContext(hardCtx)
-	cur := c.current()
+	cur := s.current()
 	// The metrics endpoint listens before the server is ready, so that
 	// MetricsAddr (and a ready file) can name the port it got.
 	if mln == nil && cur.cfg.MetricsListen != "" {
@@ -123,17 +122,17 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 			return fmt.Errorf("proxy: metrics: %w", err)
 		}
 	}
-	c.addrMu.Lock()
-	c.addr = ln.Addr()
+	s.addrMu.Lock()
+	s.addr = ln.Addr()
 	if mln != nil {
-		c.metricsAddr = mln.Addr()
+		s.metricsAddr = mln.Addr()
 	}
-	c.addrMu.Unlock()
+	s.addrMu.Unlock()
 
 	var metricsSrv *http.Server
 	if mln != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -143,71 +142,71 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 		})
 	}
 
-	c.keeper.run(gctx, g)
+	s.keeper.run(gctx, g)
 	for _, p := range cur.pools {
-		c.keeper.startMonitor(p)
+		s.keeper.startMonitor(p)
 	}
 	// The extra databases' own pools, monitors and reapers run until the
 	// hard stop (their sessions are this Server's and drain with it).
-	cur.serveExtra(gctx, g)
+	cur.dbs.serve(gctx, g)
 
 	var stopAccept sync.Once
 	closeListener := func() { stopAccept.Do(func() { _ = ln.Close() }) }
 
-	g.Go(func() error { return c.onHardStop(gctx, closeListener, metricsSrv) })
-	g.Go(func() error { return c.gracefulShutdown(gctx, closeListener, hardStop) })
-	g.Go(func() error { return c.reapLoop(gctx) })
-	g.Go(func() error { c.follow(gctx); return nil })
+	g.Go(func() error { return s.onHardStop(gctx, closeListener, metricsSrv) })
+	g.Go(func() error { return s.gracefulShutdown(gctx, closeListener, hardStop) })
+	g.Go(func() error { return s.reapLoop(gctx) })
+	g.Go(func() error { s.follow(gctx); return nil })
 	// Ready (Addr returns, clients are accepted) once the proxy holds its
 	// first catalog lease (catalog.go): until then a keyed statement
 	// would only be refused. Clients that connect meanwhile wait in the
 	// listen backlog; a predecessor handing over goes on serving.
-	if err := c.waitFirstLease(gctx); err != nil {
+	if err := s.waitFirstLease(gctx); err != nil {
 		stopped := gctx.Err() != nil // a shutdown or the hard stop came first
 		hardStop()
 		werr := g.Wait()
 		if h != nil {
 			h.Abort() // the predecessor goes on serving
 		}
-		c.shutdownPools()
+		s.shutdownPools()
 		if stopped {
 			return werr
 		}
 		return err
 	}
-	close(c.ready)
-	c.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
-	g.Go(func() error { return c.acceptLoop(gctx, g, ln) })
+	close(s.ready)
+	s.log.Info("proxy listening", "addr", ln.Addr().String(), "shards", len(cur.pools), "via_pooler", cur.cfg.UsePooler, "tls", cur.cfg.TLS.Mode.String())
+	g.Go(func() error { return s.acceptLoop(gctx, g, ln) })
 	if h != nil {
 		// Accepting on the inherited sockets: let the predecessor go.
 		if err := h.finish(gctx); err != nil {
-			c.log.Warn("hand-over: the predecessor did not confirm; it keeps accepting too until it stops", "err", err)
+			s.log.Warn("hand-over: the predecessor did not confirm; it keeps accepting too until it stops", "err", err)
 		} else {
-			c.log.Info("hand-over: took over the listening socket", "from_pid", h.FromPID)
+			s.log.Info("hand-over: took over the listening socket", "from_pid", h.FromPID)
 		}
 	}
 	if cur.cfg.HandoverSocket != "" {
-		hs, err := listenHandover(cur.cfg.HandoverSocket, ln, mln, c)
+		hs, err := listenHandover(cur.cfg.HandoverSocket, ln, mln, s)
 		if err != nil {
-			c.log.Warn("hand-over socket unavailable; a successor cannot take over without dropping connections", "path", cur.cfg.HandoverSocket, "err", err)
+			s.log.Warn("hand-over socket unavailable; a successor cannot take over without dropping connections", "path", cur.cfg.HandoverSocket, "err", err)
 		} else {
-			c.life.mu.Lock()
-			c.life.handover = hs
-			c.life.mu.Unlock()
+			s.life.mu.Lock()
+			s.life.handover = hs
+			s.life.mu.Unlock()
 			g.Go(func() error { hs.serve(gctx); return nil })
 		}
 	}
 	err := g.Wait()
-	c.shutdownPools()
-	c.log.Info("proxy stopped")
+	s.shutdownPools()
+	s.log.Info("proxy stopped")
 	return err
 }
 
 // shutdownPools ends Serve's group's reach and shuts every pool down,
 // once its goroutines ended.
-func (c *Server) shutdownPools() {
-	c.keeper.run(nil, nil)
-	for _, p := range c.allPools() {
+func (s *Server) shutdownPools() {
+	s.keeper.run(nil, nil)
+	for _, p := range s.allPools() {
 		p.Shutdown()
 	}
 }
@@ -215,17 +214,17 @@ func (c *Server) shutdownPools() {
 // onHardStop waits for the hard stop (gctx done), then closes the listener,
 // the metrics endpoint, the hand-over socket and every client session,
 // and interrupts the sessions waiting for a backend.
-func (c *Server) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
+func (s *Server) onHardStop(gctx context.Context, closeListener func(), metricsSrv *http.Server) error {
 	<-gctx.Done()
 	closeListener()
 	if metricsSrv != nil {
 		_ = metricsSrv.Close()
 	}
-	c.life.closeHandover()
-	c.clients.CloseAll()
+	s.life.closeHandover()
+	s.clients.CloseAll()
 	// Sessions waiting for a backend (a long query, a fan-out's
 	// shards) end too.
-	for _, p := range c.allPools() {
+	for _, p := range s.allPools() {
 		p.InterruptInUse()
 	}
 	return nil
@@ -234,27 +233,27 @@ func (c *Server) onHardStop(gctx context.Context, closeListener func(), metricsS
 // gracefulShutdown waits for SHUTDOWN (or the hard stop), stops accepting,
 // waits for the sessions to end, at most ShutdownTimeout, then calls
 // hardStop.
-func (c *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
+func (s *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop func()) error {
 	select {
 	case <-gctx.Done():
 		return nil
-	case <-c.life.shutdown:
+	case <-s.life.shutdown:
 	}
 	closeListener()
-	c.life.closeHandover()
-	timeout := c.current().cfg.ShutdownTimeout
+	s.life.closeHandover()
+	timeout := s.current().cfg.ShutdownTimeout
 	wctx, cancel := context.WithTimeout(gctx, timeout)
 	err := backend.PollUntil(wctx, func() bool {
-		n, admin := c.clients.Counts()
+		n, admin := s.clients.Counts()
 		return n-admin == 0
 	})
 	cancel()
-	n, admin := c.clients.Counts()
+	n, admin := s.clients.Counts()
 	left := n - admin
 	if err != nil && gctx.Err() == nil {
-		c.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
+		s.log.Warn("graceful shutdown: timeout; closing the sessions left", "sessions", left, "timeout", timeout.String())
 	} else {
-		c.log.Info("graceful shutdown: every session ended")
+		s.log.Info("graceful shutdown: every session ended")
 	}
 	hardStop()
 	return nil
@@ -262,7 +261,7 @@ func (c *Server) gracefulShutdown(gctx context.Context, closeListener, hardStop 
 
 // reapLoop closes idle backends, rolls the pools' statistics and retires
 // the pools of past generations, once a second until gctx is done.
-func (c *Server) reapLoop(gctx context.Context) error {
+func (s *Server) reapLoop(gctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := time.Now()
@@ -271,7 +270,7 @@ func (c *Server) reapLoop(gctx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		case now := <-t.C:
-			cur := c.current()
+			cur := s.current()
 			period := min(max(cur.cfg.IdleTimeout/4, time.Second), 30*time.Second)
 			if now.Sub(last) >= period {
 				last = now
@@ -282,7 +281,7 @@ func (c *Server) reapLoop(gctx context.Context) error {
 			for _, p := range cur.pools {
 				p.RollStats(now)
 			}
-			c.keeper.reapRetired()
+			s.keeper.reapRetired()
 		}
 	}
 }
@@ -290,17 +289,17 @@ func (c *Server) reapLoop(gctx context.Context) error {
 // acceptLoop accepts clients on ln until it closes (a session each, owned
 // by g); a transient accept error (timeout, EMFILE) is retried with
 // backoff.
-func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
+func (s *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.Listener) error {
 	backoff := 5 * time.Millisecond
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			if gctx.Err() != nil || c.life.draining.Load() {
+			if gctx.Err() != nil || s.life.draining.Load() {
 				return nil
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscallEMFILE) {
-				c.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
 				t := time.NewTimer(backoff)
 				select {
 				case <-gctx.Done():
@@ -315,7 +314,7 @@ func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.List
 		}
 		backoff = 5 * time.Millisecond
 		g.Go(func() error {
-			c.current().handle(gctx, conn)
+			s.current().handle(gctx, conn)
 			return nil
 		})
 	}
@@ -323,11 +322,11 @@ func (c *Server) acceptLoop(gctx context.Context, g *errgroup.Group, ln net.List
 
 // allPools returns the current generation's pools (its shards' and the
 // direct ones of pinned sessions) and the retired ones still draining.
-func (c *Server) allPools() []*backend.Pool {
-	cur := c.current()
+func (s *Server) allPools() []*backend.Pool {
+	cur := s.current()
 	out := append([]*backend.Pool(nil), cur.pools...)
 	out = append(out, cur.directPools()...)
-	return append(out, c.keeper.retiredPools()...)
+	return append(out, s.keeper.retiredPools()...)
 }
 
 // ServeListeners is Serve with the metrics endpoint's listener opened by

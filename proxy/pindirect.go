@@ -11,32 +11,32 @@ import (
 
 // DirectPool returns the pool of direct connections of shard i (the
 // shard's own pool when it is direct).
-func (s *generation) DirectPool(i int) *backend.Pool {
-	if !s.pools[i].ViaPooler {
-		return s.pools[i]
+func (g *generation) DirectPool(i int) *backend.Pool {
+	if !g.pools[i].ViaPooler {
+		return g.pools[i]
 	}
-	s.directMu.Lock()
-	defer s.directMu.Unlock()
-	if s.direct == nil {
-		s.direct = make([]*backend.Pool, len(s.pools))
+	g.directMu.Lock()
+	defer g.directMu.Unlock()
+	if g.direct == nil {
+		g.direct = make([]*backend.Pool, len(g.pools))
 	}
-	if s.direct[i] == nil {
-		p, err := backend.NewPool(s.backendEnv(), s.cfg.Map.Shards[i], false)
+	if g.direct[i] == nil {
+		p, err := backend.NewPool(g.backendEnv(), g.cfg.Map.Shards[i], false)
 		if err != nil {
-			return s.pools[i] // the DSN parsed once already; not reached
+			return g.pools[i] // the DSN parsed once already; not reached
 		}
 		p.Verified.Store(true) // the same database as the pooler's
-		s.direct[i] = p
+		g.direct[i] = p
 	}
-	return s.direct[i]
+	return g.direct[i]
 }
 
 // directPools returns the direct pools made so far (nil entries skipped).
-func (s *generation) directPools() []*backend.Pool {
-	s.directMu.Lock()
-	defer s.directMu.Unlock()
+func (g *generation) directPools() []*backend.Pool {
+	g.directMu.Lock()
+	defer g.directMu.Unlock()
 	var out []*backend.Pool
-	for _, p := range s.direct {
+	for _, p := range g.direct {
 		if p != nil {
 			out = append(out, p)
 		}
@@ -49,14 +49,14 @@ func (s *generation) directPools() []*backend.Pool {
 // returns the others, which retire: their pinned sessions stay on s (a
 // session never changes generation while pinned) and each connection
 // closes when its pin ends.
-func (s *generation) inheritDirect(gen *generation, kept map[*backend.Pool]int) (retire []*backend.Pool) {
-	s.directMu.Lock()
-	defer s.directMu.Unlock()
-	for i, dp := range s.direct {
+func (g *generation) inheritDirect(gen *generation, kept map[*backend.Pool]int) (retire []*backend.Pool) {
+	g.directMu.Lock()
+	defer g.directMu.Unlock()
+	for i, dp := range g.direct {
 		if dp == nil {
 			continue
 		}
-		if j, ok := kept[s.pools[i]]; ok {
+		if j, ok := kept[g.pools[i]]; ok {
 			if gen.direct == nil {
 				gen.direct = make([]*backend.Pool, len(gen.pools))
 			}
@@ -70,14 +70,14 @@ func (s *generation) inheritDirect(gen *generation, kept map[*backend.Pool]int) 
 }
 
 // pinMetrics registers the pinned-session gauge and counter.
-func (c *Server) pinMetrics() {
-	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+func (s *Server) pinMetrics() {
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pgshard_proxy_pinned_sessions", Help: "Client sessions pinned to a backend of their own (session pooling, or session state in transaction pooling)."},
-		func() float64 { return float64(c.npinned.Load()) }))
-	c.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		func() float64 { return float64(s.npinned.Load()) }))
+	s.pinsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgshard_proxy_pins_total", Help: "Sessions pinned, by the reason that pinned them."}, []string{"reason"})
-	c.reg.MustRegister(c.pinsTotal)
+	s.reg.MustRegister(s.pinsTotal)
 }
 
 // PinnedSessions lists the sessions pinned right now.
-func (c *Server) PinnedSessions() []PinnedSession { return c.clients.Pinned() }
+func (s *Server) PinnedSessions() []PinnedSession { return s.clients.Pinned() }

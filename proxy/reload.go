@@ -92,15 +92,14 @@ func (s *Server) ReloadFromSource(ctx context.Context, why string) (ReloadResult
 func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	reloadMu.Lock()
 	defer reloadMu.Unlock()
-	c := s
-	res, err := c.reload(ctx, cfg)
+	res, err := s.reload(ctx, cfg)
 	if err != nil {
-		c.metrics.Reloads.WithLabelValues("rejected").Inc()
-		c.log.Error("reload rejected; the running configuration is unchanged", "err", err)
+		s.metrics.Reloads.WithLabelValues("rejected").Inc()
+		s.log.Error("reload rejected; the running configuration is unchanged", "err", err)
 		return res, err
 	}
-	c.metrics.Reloads.WithLabelValues("applied").Inc()
-	c.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
+	s.metrics.Reloads.WithLabelValues("applied").Inc()
+	s.log.Info("reload applied", "generation", res.Generation, "map_epoch", res.Epoch,
 		"added", strings.Join(res.Added, ","), "removed", strings.Join(res.Removed, ","),
 		"need_restart", strings.Join(res.NeedRestart, ","))
 	return res, nil
@@ -108,8 +107,8 @@ func (s *Server) Reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 
 // reload validates cfg whole, builds its generation and publishes it
 // (Reload is its caller). On error nothing changed.
-func (c *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
-	old := c.current()
+func (s *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
+	old := s.current()
 	if cfg.Logger == nil {
 		cfg.Logger = old.cfg.Logger
 	}
@@ -131,13 +130,13 @@ func (c *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		return res, fmt.Errorf("proxy config: %w", err)
 	}
 
-	gen := &generation{Server: c, cfg: cfg, users: users, number: old.number + 1}
+	gen := &generation{Server: s, cfg: cfg, users: users, number: old.number + 1}
 	pp, err := planPools(old, gen, &res)
 	if err != nil {
 		return res, err
 	}
 	if cfg.VerifyIdentity && len(pp.fresh) > 0 {
-		if err := c.verifyFresh(ctx, old, cfg.Map, pp); err != nil {
+		if err := s.verifyFresh(ctx, old, cfg.Map, pp); err != nil {
 			return res, err
 		}
 	}
@@ -155,19 +154,19 @@ func (c *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 	}
 	// Direct pools (pinned sessions' backends) follow their shard's pool.
 	retiredDirect := old.inheritDirect(gen, pp.keptAt)
-	c.secrets.set(&cfg)
-	c.tls.Store(ts)
+	s.secrets.set(&cfg)
+	s.tls.Store(ts)
 	gen.makeEnv()
-	c.cur.Store(gen)
-	warnPlainPasswords(cfg.Users, c.log)
+	s.cur.Store(gen)
+	warnPlainPasswords(cfg.Users, s.log)
 	for _, p := range pp.fresh {
-		c.keeper.startMonitor(p)
+		s.keeper.startMonitor(p)
 	}
 	for _, p := range pp.retired {
-		c.keeper.retire(p)
+		s.keeper.retire(p)
 	}
 	for _, p := range retiredDirect {
-		c.keeper.retire(p)
+		s.keeper.retire(p)
 	}
 	res.Generation, res.Epoch = gen.number, cfg.Map.Epoch
 	return res, nil
@@ -258,14 +257,14 @@ func planPools(old, gen *generation, res *ReloadResult) (poolPlan, error) {
 
 // verifyFresh checks the identity records of the new pools' shards
 // against m (and against the databases of the other shards, but those
-// retired), and records them in c.dbIDs in place of the retired shards'.
-func (c *Server) verifyFresh(ctx context.Context, old *generation, m *shardmap.Map, pp poolPlan) error {
+// retired), and records them in s.dbIDs in place of the retired shards'.
+func (s *Server) verifyFresh(ctx context.Context, old *generation, m *shardmap.Map, pp poolPlan) error {
 	others := map[string]string{}
-	c.mu.Lock()
-	for id, name := range c.dbIDs {
+	s.mu.Lock()
+	for id, name := range s.dbIDs {
 		others[id] = name
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
 	for _, p := range pp.retired {
 		for id, name := range others {
 			if name == p.Shard.Name {
@@ -277,7 +276,7 @@ func (c *Server) verifyFresh(ctx context.Context, old *generation, m *shardmap.M
 	if err != nil {
 		return fmt.Errorf("the new shard map and the shards disagree: %w", err)
 	}
-	c.recordVerified(ids, pp.fresh, pp.retired)
+	s.recordVerified(ids, pp.fresh, pp.retired)
 	return nil
 }
 

@@ -67,29 +67,29 @@ func (l *routeLog) recent() []routeEntry {
 
 // noteRoute counts and records a routing decision: shard is the chosen
 // shard's index in srv (-1 for none), fan a fan-out, refused an error.
-func (srv *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason string) {
+func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason string) {
 	name := ""
-	if shard >= 0 && shard < len(srv.pools) {
-		n := srv.pools[shard].Stats.Routes[kind].Add(1)
+	if shard >= 0 && shard < len(g.pools) {
+		n := g.pools[shard].Stats.Routes[kind].Add(1)
 		if kind == backend.RouteKeyed && n%keyedSample != 1 {
 			return // keyed decisions are sampled into the log
 		}
-		name = srv.pools[shard].Shard.Name
+		name = g.pools[shard].Shard.Name
 	} else if kind == backend.RouteFanout {
-		for _, p := range srv.pools {
+		for _, p := range g.pools {
 			p.Stats.Routes[backend.RouteFanout].Add(1)
 			p.Stats.Queries.Add(1)
 		}
 	} else {
-		srv.routes.noShard[kind].Add(1)
+		g.routes.noShard[kind].Add(1)
 	}
-	srv.routes.record(kind, name, sql, reason)
+	g.routes.record(kind, name, sql, reason)
 }
 
 // NoteDecision classifies and records one routing decision of the
 // planner (target): the statement's text, the analyzer's destination and
 // what the planner made of it.
-func (srv *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
+func (g *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool, e *pgwire.Error, setLocalHint bool) {
 	kind := backend.RouteAny
 	switch {
 	case e != nil:
@@ -97,7 +97,7 @@ func (srv *generation) NoteDecision(sql string, d route.Dest, shard int, fan boo
 		if d.Kind == route.DestShard {
 			shard = d.Shard
 		}
-		srv.noteRoute(kind, shard, sql, e.Message)
+		g.noteRoute(kind, shard, sql, e.Message)
 		return
 	case fan:
 		kind, shard = backend.RouteFanout, -1
@@ -106,5 +106,5 @@ func (srv *generation) NoteDecision(sql string, d route.Dest, shard int, fan boo
 	case d.Kind == route.DestShard:
 		kind = backend.RouteKeyed
 	}
-	srv.noteRoute(kind, shard, sql, d.Reason)
+	g.noteRoute(kind, shard, sql, d.Reason)
 }

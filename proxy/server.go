@@ -76,14 +76,14 @@ type Server struct {
 
 	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
 	// a reload keeps them.
-	dbs map[string]*Server
+	dbs extraDatabases
 
 	// henv is what the server gives its sessions (internal/engine/sessionenv.go).
 	henv *engine.HostEnv
 }
 
 // current returns the current generation.
-func (c *Server) current() *generation { return c.cur.Load() }
+func (s *Server) current() *generation { return s.cur.Load() }
 
 // New checks cfg and builds a server; it does no I/O. Call Verify to check
 // the shards' identities, then Serve or ListenAndServe.
@@ -96,49 +96,49 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	c := &Server{
+	s := &Server{
 		reg:     prometheus.NewRegistry(),
 		dbIDs:   map[string]string{},
 		ready:   make(chan struct{}),
 		started: time.Now(),
 	}
-	c.life.init()
-	c.secrets.set(&cfg)
-	c.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &c.secrets})
-	c.keeper.log = c.log
+	s.life.init()
+	s.secrets.set(&cfg)
+	s.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &s.secrets})
+	s.keeper.log = s.log
 	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	c.tls.Store(ts)
-	s := &generation{
-		Server: c,
+	s.tls.Store(ts)
+	g := &generation{
+		Server: s,
 		cfg:    cfg,
 		users:  users,
 		number: 1,
 	}
 	// The metrics first: the pools count their backend errors there.
-	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	c.metrics = newMetrics(c.reg, c)
-	c.clients = engine.NewRegistry(c.metrics)
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.metrics = newMetrics(s.reg, s)
+	s.clients = engine.NewRegistry(s.metrics)
 	for i, sh := range cfg.Map.Shards {
-		p, err := backend.NewPool(s.backendEnv(), sh, cfg.UsePooler)
+		p, err := backend.NewPool(g.backendEnv(), sh, cfg.UsePooler)
 		if err != nil {
 			return nil, err
 		}
-		s.pools = append(s.pools, p)
+		g.pools = append(g.pools, p)
 		if sh.Name == cfg.DefaultShard {
-			s.defaultShard = i
+			g.defaultShard = i
 		}
 	}
-	c.cur.Store(s)
-	c.pinMetrics()
-	s.makeEnv()
-	warnPlainPasswords(cfg.Users, c.log)
-	if err := c.newExtraDatabases(); err != nil {
+	s.cur.Store(g)
+	s.pinMetrics()
+	g.makeEnv()
+	warnPlainPasswords(cfg.Users, s.log)
+	if s.dbs, err = newExtraDatabases(&cfg); err != nil {
 		return nil, err
 	}
-	return c, nil
+	return s, nil
 }
 
 // Registry is the server's Prometheus registry.
@@ -181,7 +181,7 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 	if err != nil {
 		return down, err
 	}
-	if d, err := s.verifyExtra(ctx); err != nil || len(d) > 0 {
+	if d, err := s.dbs.verify(ctx); err != nil || len(d) > 0 {
 		down = append(down, d...)
 		if err != nil {
 			return down, err
@@ -194,19 +194,19 @@ func (s *Server) Verify(ctx context.Context) (down []string, err error) {
 // recordVerified records the identities ids (shard name → identity) as
 // the databases of their shards, in place of those of the shards of
 // retired, and marks the pools among pools whose shard they verified.
-func (c *Server) recordVerified(ids map[string]migrations.Identity, pools, retired []*backend.Pool) {
-	c.mu.Lock()
-	for id, name := range c.dbIDs {
+func (s *Server) recordVerified(ids map[string]migrations.Identity, pools, retired []*backend.Pool) {
+	s.mu.Lock()
+	for id, name := range s.dbIDs {
 		for _, p := range retired {
 			if p.Shard.Name == name {
-				delete(c.dbIDs, id)
+				delete(s.dbIDs, id)
 			}
 		}
 	}
 	for name, id := range ids {
-		c.dbIDs[id.DatabaseID] = name
+		s.dbIDs[id.DatabaseID] = name
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
 	for _, p := range pools {
 		if _, ok := ids[p.Shard.Name]; ok {
 			p.Verified.Store(true)

@@ -34,44 +34,44 @@ func newSessionConfig(c *Config) *engine.SessionConfig {
 }
 
 // env returns the generation's environment, made once.
-func (s *generation) env() *engine.GenerationEnv { return s.genv }
+func (g *generation) env() *engine.GenerationEnv { return g.genv }
 
 // makeEnv makes the generation's environment (once its pools are set,
 // before it is published).
-func (s *generation) makeEnv() {
-	if s.henv == nil {
-		c := s.Server
+func (g *generation) makeEnv() {
+	if g.henv == nil {
+		c := g.Server
 		c.henv = &engine.HostEnv{
 			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
 			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
 		}
 	}
-	s.genv = &engine.GenerationEnv{
-		Config: newSessionConfig(&s.cfg), Pools: s.pools, DefaultShard: s.defaultShard, Users: s.users,
-		Metrics: s.metrics, Log: s.log, StmtEpoch: &s.stmtEpoch, Collation: &s.collation, RR: &s.rr,
-		Home: s.henv, Ops: s,
+	g.genv = &engine.GenerationEnv{
+		Config: newSessionConfig(&g.cfg), Pools: g.pools, DefaultShard: g.defaultShard, Users: g.users,
+		Metrics: g.metrics, Log: g.log, StmtEpoch: &g.stmtEpoch, Collation: &g.collation, RR: &g.rr,
+		Home: g.henv, Ops: g,
 	}
 }
 
 // LeaseError implements engine.GenerationOps (catalog.go's leaseError).
-func (s *generation) LeaseError() *pgwire.Error { return s.leaseError() }
+func (g *generation) LeaseError() *pgwire.Error { return g.leaseError() }
 
 // DatabaseEnv implements engine.GenerationOps.
-func (s *generation) DatabaseEnv(name string) *engine.GenerationEnv {
-	return s.database(name).current().env()
+func (g *generation) DatabaseEnv(name string) *engine.GenerationEnv {
+	return g.dbs.or(name, g.Server).current().env()
 }
 
 // CurrentEnv implements engine.HostOps.
-func (c *Server) CurrentEnv() *engine.GenerationEnv { return c.current().env() }
+func (s *Server) CurrentEnv() *engine.GenerationEnv { return s.current().env() }
 
 // ConsoleQuery implements engine.HostOps: admin.Query over an adminHost
 // acting for by; a SHUTDOWN among the commands begins once the answer
 // reached the console (after).
-func (c *Server) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) ([]byte, func()) {
-	h := &adminHost{by: by, c: c}
+func (s *Server) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql string, out []byte) ([]byte, func()) {
+	h := &adminHost{by: by, c: s}
 	out = admin.Query(ctx, h, sql, out)
 	if !h.shutdown {
 		return out, nil
 	}
-	return out, func() { c.beginShutdown("SHUTDOWN on the admin console") }
+	return out, func() { s.beginShutdown("SHUTDOWN on the admin console") }
 }

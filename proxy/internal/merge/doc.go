@@ -15,10 +15,13 @@
 //	        shard2 ─┘  (one group in memory; Run.GroupLimit when sorted)
 //
 //	merge.go   Run, Source, ShardFormats (the formats to ask the shards
-//	           for), Answer, Description
-//	rows.go    the k-way merge of rows; row comparison by sort keys
-//	groups.go  merged groups: aggregates combined and finished (string_agg
+//	           for), Answer, Description; Answer hands the Run to a
+//	           rowMerge or a groupMerge
+//	rows.go    rowMerge: the k-way merge of rows; row comparison by sort
+//	           keys (Run's, groups compare their keys with it too)
+//	groups.go  groupMerge: aggregates combined and finished (string_agg
 //	           and count(DISTINCT x) from the shards' arrays of values),
 //	           the bounded sort after grouping
-//	having.go  HAVING over merged groups, constants and Bind parameters
+//	having.go  groupMerge's HAVING over merged groups, constants and Bind
+//	           parameters
 package merge

@@ -37,7 +37,7 @@ type acc struct {
 	elem  pgvalue.Field
 }
 
-func (r *Run) groups() *pgwire.Error {
+func (r groupMerge) groups() *pgwire.Error {
 	m := r.Plan
 	g := m.Groups
 	if len(r.fields) != m.Width {
@@ -140,7 +140,7 @@ func (r *Run) groups() *pgwire.Error {
 // keyAscends checks that lead's group key follows the last one (keys
 // strictly increase: a key met again means the shards sort differently
 // from the merge) and returns lead's key as the last one.
-func (r *Run) keyAscends(lead Source, keys []sortCol, lastKey []byte, lastKeyCols [][]byte) ([]byte, [][]byte, *pgwire.Error) {
+func (r groupMerge) keyAscends(lead Source, keys []sortCol, lastKey []byte, lastKeyCols [][]byte) ([]byte, [][]byte, *pgwire.Error) {
 	if lastKey != nil {
 		c, e := r.compareRows(lead.Cols(), lastKeyCols, keys)
 		if e != nil {
@@ -158,7 +158,7 @@ func (r *Run) keyAscends(lead Source, keys []sortCol, lastKey []byte, lastKeyCol
 // combine merges the members' rows of one group into its finished
 // values and advances the members; failed: a member's answer failed (the
 // caller reports it).
-func (r *Run) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int) ([]outVal, bool, *pgwire.Error) {
+func (r groupMerge) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int) ([]outVal, bool, *pgwire.Error) {
 	clear(accs)
 	for _, i := range members {
 		if e := r.accumulate(accs, r.Sources[i].Cols()); e != nil {
@@ -181,7 +181,7 @@ func (r *Run) combine(members []int, accs []acc, finals, out []pgvalue.Field, ef
 
 // tooManyGroups fails a sort after grouping that would buffer more than
 // GroupLimit groups.
-func (r *Run) tooManyGroups() *pgwire.Error {
+func (r groupMerge) tooManyGroups() *pgwire.Error {
 	return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
 		Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.GroupLimit),
 		Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
@@ -190,7 +190,7 @@ func (r *Run) tooManyGroups() *pgwire.Error {
 // emitTie emits a group after the limit that ties with the last one
 // emitted (FETCH ... WITH TIES) and returns the last one, nil once a
 // group does not tie (no later group can).
-func (r *Run) emitTie(vals, lastOut []outVal, finals []pgvalue.Field) ([]outVal, *pgwire.Error) {
+func (r groupMerge) emitTie(vals, lastOut []outVal, finals []pgvalue.Field) ([]outVal, *pgwire.Error) {
 	tie, e := r.tie(vals, lastOut, finals)
 	if e != nil || !tie {
 		return nil, e
@@ -201,7 +201,7 @@ func (r *Run) emitTie(vals, lastOut []outVal, finals []pgvalue.Field) ([]outVal,
 
 // leastGroup returns in members the live shards whose current row has the
 // least group key (every live shard when keys is empty).
-func (r *Run) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
+func (r groupMerge) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
 	for i, st := range r.Sources {
 		if !r.Live[i] {
 			continue
@@ -226,7 +226,7 @@ func (r *Run) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
 
 // tie reports whether two merged groups are equal on every ORDER BY term
 // (FETCH ... WITH TIES).
-func (r *Run) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
+func (r groupMerge) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
 	for _, k := range r.Plan.Groups.OrderBy {
 		c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
 		if e != nil || c != 0 {
@@ -240,7 +240,7 @@ func (r *Run) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
 // its keys buffered, and emits them after OFFSET skip, at most limit
 // (negative: all) and the groups tying with the last (WITH TIES); lastOut
 // is the last group emitted before.
-func (r *Run) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limit int64, lastOut []outVal) *pgwire.Error {
+func (r groupMerge) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limit int64, lastOut []outVal) *pgwire.Error {
 	m, g := r.Plan, r.Plan.Groups
 	var sortErr *pgwire.Error
 	slices.SortStableFunc(buffered, func(a, b []outVal) int {
@@ -288,7 +288,7 @@ func (r *Run) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limi
 
 // groupFields returns the client's RowDescription fields for the merged
 // columns, and every output's field (its type as the merge computes it).
-func (r *Run) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
+func (r groupMerge) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
 	g := r.Plan.Groups
 	finals := make([]pgvalue.Field, len(g.Outputs))
 	for j, o := range g.Outputs {
@@ -351,7 +351,7 @@ func castOID(c route.Cast) uint32 {
 }
 
 // accumulate adds one shard's row of a group.
-func (r *Run) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
+func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 	for j, o := range r.Plan.Groups.Outputs {
 		a := &accs[j]
 		v := cols[o.Column]
@@ -414,7 +414,7 @@ func (r *Run) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 }
 
 // finish computes a group's merged columns.
-func (r *Run) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
+func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
 	g := r.Plan.Groups
 	vals := make([]outVal, len(g.Outputs))
 	for j, o := range g.Outputs {
@@ -478,7 +478,7 @@ func (r *Run) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, ef
 	return vals, nil
 }
 
-func (r *Run) emitGroup(vals []outVal, visible int) {
+func (r groupMerge) emitGroup(vals []outVal, visible int) {
 	row := make([][]byte, visible)
 	for j := 0; j < visible; j++ {
 		if !vals[j].null {
@@ -493,7 +493,7 @@ func (r *Run) emitGroup(vals []outVal, visible int) {
 }
 
 // compareOut orders two merged values of output j.
-func (r *Run) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.SortKey) (int, *pgwire.Error) {
+func (r groupMerge) compareOut(a, b outVal, j int, finals []pgvalue.Field, k route.SortKey) (int, *pgwire.Error) {
 	switch {
 	case a.null && b.null:
 		return 0, nil
@@ -564,7 +564,7 @@ func (a *acc) addArray(v []byte, f *pgvalue.Field) *pgwire.Error {
 // bytes when the shards' collation or the term's is C; else the
 // comparison refuses), descending when desc, and drops duplicates when
 // dedup.
-func (r *Run) sortElems(a *acc, bytewise, desc, dedup bool) *pgwire.Error {
+func (r groupMerge) sortElems(a *acc, bytewise, desc, dedup bool) *pgwire.Error {
 	var err *pgwire.Error
 	cmp := func(x, y []byte) int {
 		c, e := pgvalue.CompareValues(x, y, &a.elem, bytewise)
@@ -586,7 +586,7 @@ func (r *Run) sortElems(a *acc, bytewise, desc, dedup bool) *pgwire.Error {
 
 // stringAgg finishes string_agg(x, sep ORDER BY x): the shards' values in
 // order, joined by the separator; NULL when there are none.
-func (r *Run) stringAgg(a *acc, o route.Output) ([]byte, bool, *pgwire.Error) {
+func (r groupMerge) stringAgg(a *acc, o route.Output) ([]byte, bool, *pgwire.Error) {
 	if len(a.elems) == 0 {
 		return nil, true, nil
 	}
@@ -619,7 +619,7 @@ func (r *Run) stringAgg(a *acc, o route.Output) ([]byte, bool, *pgwire.Error) {
 // countDistinct finishes count(DISTINCT x): the number of distinct
 // values in the shards' arrays (each shard's are distinct already; one
 // value may be on several shards).
-func (r *Run) countDistinct(a *acc, o route.Output) (int64, *pgwire.Error) {
+func (r groupMerge) countDistinct(a *acc, o route.Output) (int64, *pgwire.Error) {
 	if len(a.elems) == 0 {
 		return 0, nil
 	}

@@ -14,7 +14,7 @@ import (
 // HAVING: the merged groups' condition, over their finished values, the
 // statement's constants and the client's Bind parameters.
 
-func (r *Run) eval(c *route.Cond, vals []outVal, finals []pgvalue.Field) (int, *pgwire.Error) {
+func (r groupMerge) eval(c *route.Cond, vals []outVal, finals []pgvalue.Field) (int, *pgwire.Error) {
 	switch c.Op {
 	case route.CondAnd, route.CondOr:
 		res := 1
@@ -83,7 +83,7 @@ type operandVal struct {
 	output int
 }
 
-func (r *Run) operand(o route.Operand, vals []outVal, finals []pgvalue.Field) (operandVal, *pgwire.Error) {
+func (r groupMerge) operand(o route.Operand, vals []outVal, finals []pgvalue.Field) (operandVal, *pgwire.Error) {
 	if o.Output >= 0 {
 		v := vals[o.Output]
 		if v.null {
@@ -121,7 +121,7 @@ func (r *Run) operand(o route.Operand, vals []outVal, finals []pgvalue.Field) (o
 }
 
 // paramOperand reads a Bind parameter used in HAVING.
-func (r *Run) paramOperand(n int) (operandVal, *pgwire.Error) {
+func (r groupMerge) paramOperand(n int) (operandVal, *pgwire.Error) {
 	params, formats, oids := r.Params, r.Formats, r.OIDs
 	if n > len(params) {
 		return operandVal{}, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but HAVING uses $%d", len(params), n))
@@ -175,7 +175,7 @@ func numFromText(v []byte) (pgvalue.Num, bool) {
 }
 
 // compareOperands compares two HAVING operands.
-func (r *Run) compareOperands(lo, ro route.Operand, vals []outVal, finals []pgvalue.Field) (int, bool, *pgwire.Error) {
+func (r groupMerge) compareOperands(lo, ro route.Operand, vals []outVal, finals []pgvalue.Field) (int, bool, *pgwire.Error) {
 	l, e := r.operand(lo, vals, finals)
 	if e != nil {
 		return 0, false, e
@@ -219,7 +219,7 @@ func (r *Run) compareOperands(lo, ro route.Operand, vals []outVal, finals []pgva
 	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
 }
 
-func (r *Run) compareTextOperand(v operandVal, text []byte) (int, *pgwire.Error) {
+func (r groupMerge) compareTextOperand(v operandVal, text []byte) (int, *pgwire.Error) {
 	f := v.field
 	switch f.OID {
 	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:

@@ -40,6 +40,16 @@ type Run struct {
 	fields []pgvalue.Field // the per-shard columns (from RawDesc)
 }
 
+// rowMerge is a Run of a plain fan-out (no GROUP BY): the k-way merge of
+// the shards' rows (rows.go).
+type rowMerge struct{ *Run }
+
+// groupMerge is a Run of a grouped fan-out: groups combined across the
+// shards, HAVING, the bounded sort after grouping (groups.go, having.go).
+// Both embed the Run for its inputs and output; what each does is its
+// own method set.
+type groupMerge struct{ *Run }
+
 // Source is one shard's answer to a fanned-out read, a row at a time.
 type Source interface {
 	// Row is the current DataRow message and Cols its columns, valid until Next.
@@ -137,9 +147,9 @@ func (r *Run) Answer() *pgwire.Error {
 	}
 	r.fields = fs
 	if r.Plan.Groups != nil {
-		return r.groups()
+		return groupMerge{r}.groups()
 	}
-	return r.rows()
+	return rowMerge{r}.rows()
 }
 
 // description is the RowDescription the merge would answer with (for an
@@ -154,7 +164,7 @@ func (r *Run) Description() ([]byte, *pgwire.Error) {
 		if len(r.fields) != r.Plan.Width {
 			return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned another number of columns than the merge expects")
 		}
-		out, _, e := r.groupFields()
+		out, _, e := groupMerge{r}.groupFields()
 		if e != nil {
 			return nil, e
 		}

@@ -11,7 +11,7 @@ import (
 // Rows: the k-way merge of the shards' rows by the ORDER BY keys, with
 // DISTINCT, DISTINCT ON, OFFSET, LIMIT and FETCH ... WITH TIES.
 
-func (r *Run) rows() *pgwire.Error {
+func (r rowMerge) rows() *pgwire.Error {
 	m := r.Plan
 	visible := len(r.fields) - m.Hidden
 	keys, e := r.rowKeys(visible)
@@ -91,7 +91,7 @@ func (r *Run) rows() *pgwire.Error {
 // collation: never answer wrongly), and a duplicate under DISTINCT or
 // DISTINCT ON (the shards' first rows of one group meet here in order;
 // the first is the answer's).
-func (r *Run) duplicate(st Source, lastCols [][]byte, keys []sortCol, visible int) (bool, *pgwire.Error) {
+func (r rowMerge) duplicate(st Source, lastCols [][]byte, keys []sortCol, visible int) (bool, *pgwire.Error) {
 	m := r.Plan
 	if len(keys) > 0 {
 		c, e := r.compareRows(st.Cols(), lastCols, keys)
@@ -122,7 +122,7 @@ func (r *Run) duplicate(st Source, lastCols [][]byte, keys []sortCol, visible in
 
 // rowKeys are the merge's ORDER BY keys on the per-shard columns (a
 // hidden column follows the visible ones).
-func (r *Run) rowKeys(visible int) ([]sortCol, *pgwire.Error) {
+func (r rowMerge) rowKeys(visible int) ([]sortCol, *pgwire.Error) {
 	if visible < 0 {
 		return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
 	}
@@ -142,7 +142,7 @@ func (r *Run) rowKeys(visible int) ([]sortCol, *pgwire.Error) {
 
 // leastRow returns the live source whose row comes first by keys (the
 // first live one without keys), -1 when none is live.
-func (r *Run) leastRow(keys []sortCol) (int, *pgwire.Error) {
+func (r rowMerge) leastRow(keys []sortCol) (int, *pgwire.Error) {
 	best := -1
 	for i, st := range r.Sources {
 		if !r.Live[i] {
@@ -214,7 +214,7 @@ func (r *Run) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *pg
 
 // equalCols reports whether two rows are equal (as Postgres's equality
 // for each type: DISTINCT) in their first n columns.
-func (r *Run) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
+func (r rowMerge) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
 	for i := 0; i < n; i++ {
 		switch {
 		case a[i] == nil && b[i] == nil:
