@@ -143,8 +143,9 @@ type fanExec struct {
 	// cur points at the session's current settings (an answer applied
 	// ahead of the read may change them).
 	cur **backend.Settings
-	// txn is the client's transaction (txnstate.go), bc its backend (nil:
-	// none), readers its read-only backend transactions (readtxns.go).
+	// txn is the client's transaction (txnstate.go), bc its backend as
+	// the fan-out starts (nil: none; only failTxn drops it),
+	// readers its read-only backend transactions (readtxns.go).
 	txn     *transaction
 	bc      *backend.Conn
 	readers *readerSet
@@ -250,8 +251,8 @@ func (x *fanExec) run() error {
 	return runErr
 }
 
-// fanParts gives every shard's participant, in shard order (two fan-outs
-// never wait for each other's connections in a cycle).
+// fanParts takes every shard's participant into x.streams, in shard order
+// (two fan-outs never wait for each other's connections in a cycle).
 func (x *fanExec) fanParts() *pgwire.Error {
 	f, srv := x.f, x.gen
 	streams := make([]*fanStream, 0, len(srv.Pools))
