@@ -49,11 +49,16 @@
 //	                 the plan sees them; backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
 //	                 a soft transaction) that carries the plan out
-//	  fanout.go      reads of every shard merged by internal/merge
-//	                 (fanStream is a merge.Source); fanlead.go: settings
-//	                 ahead of them; twostage.go: reads in two stages;
-//	                 readtxns.go: readerSet, the read-only backend
-//	                 transactions of a transaction's other shards
+//	  fanout.go      statements of every shard: fanPlan, the planner's
+//	                 fan-out, and fanExec, made per fan-out, that carries
+//	                 it out (reads merged by internal/merge) and sees the
+//	                 session only through its fields and fanSession;
+//	                 fanstream.go: fanStream, one shard's answer (a
+//	                 merge.Source); fanlead.go: settings ahead of a read;
+//	                 twostage.go: reads in two stages, each stage a
+//	                 fanExec of its own; readtxns.go: readerSet, the
+//	                 read-only backend transactions of a transaction's
+//	                 other shards
 //	  pin.go         pinning (PoolMode, PinnedSession); ownbackend.go:
 //	                 ownBackend, a pinned session's own backend (shard,
 //	                 reasons, what ends them); setreset.go: a

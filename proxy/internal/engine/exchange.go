@@ -27,7 +27,7 @@ const (
 	itSync                       // ReadyForQuery
 	itQuery                      // everything up to ReadyForQuery
 	itAbort                      // an injected failing Parse: its error is replaced by s.lbuf[lo:hi]
-	itLead                       // a fan-out lead (fanlead.go): p.fan.leads[lo], answered by runFanout
+	itLead                       // a fan-out lead (fanlead.go): p.fan.leads[lo], answered by fanExec.run
 	// itQueryHead: the fence's assert inlined first in the client's query
 	// string (appendClientQuery): its answers up to its CommandComplete,
 	// or its error (then the string's ReadyForQuery is the next item's).

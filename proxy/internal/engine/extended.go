@@ -95,7 +95,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
 			// now, the rest is planned afresh.
 			f.continues = true
-			if err := s.runFanout(p.planner); err != nil {
+			if err := newFanExec(p.planner).run(); err != nil {
 				return err
 			}
 			if f.failed {
@@ -787,7 +787,7 @@ func (s *Session) finish(p *planner, term byte) error {
 		return p.protoErr
 	}
 	if p.fan != nil {
-		return s.runFanout(p)
+		return newFanExec(p).run()
 	}
 	if !p.onBackend {
 		for i := range s.items {

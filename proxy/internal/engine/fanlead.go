@@ -98,7 +98,7 @@ func leadable(a *route.Statement) bool {
 // only unnamed Parses and leads, each its Bind, an optional Describe of
 // its portal, and its Execute (all rows); after the read's Bind, an
 // optional Describe of its portal, its Execute (all rows) and the Sync
-// that ends the pipeline. This is what runFanout runs; any other message
+// that ends the pipeline. This is what fanExec.run runs; any other message
 // (Flush, Close, Describe of a statement, a named Parse, a second
 // Execute, messages after the read) breaks the shape, and the statements
 // run as they did without leads.
@@ -357,13 +357,14 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 // each lead. It returns false when a lead failed: the error is written in
 // its place and the rest of the pipeline is skipped, as Postgres skips to
 // the Sync.
-func (s *Session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool {
+func (x *fanExec) fanLeads(items []item) bool {
+	f, streams := x.f, x.streams
 	answers := make([][]byte, len(streams))
 	for i := range items {
 		it := &items[i]
 		if it.kind != itLead {
-			s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
-			s.apply(it.eff)
+			x.cc.out = append(x.cc.out, x.lbuf[it.lo:it.hi]...)
+			x.sess.apply(it.eff)
 			continue
 		}
 		l := &f.leads[it.lo]
@@ -378,15 +379,15 @@ func (s *Session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool 
 			for k, st := range streams {
 				if st.failed() {
 					if st.lost == nil {
-						s.out = append(s.out, answers[k]...)
+						x.cc.out = append(x.cc.out, answers[k]...)
 					}
 					break
 				}
 			}
-			s.out = append(s.out, s.leadError(streams)...)
+			x.cc.out = append(x.cc.out, x.leadError()...)
 			return false
 		}
-		s.out = append(s.out, answers[0]...)
+		x.cc.out = append(x.cc.out, answers[0]...)
 	}
 	return true
 }
@@ -394,7 +395,8 @@ func (s *Session) fanLeads(streams []*fanStream, f *fanPlan, items []item) bool 
 // leadError is the error of a lead that failed: the shard's own error
 // when every shard failed alike (one database would have said the same),
 // else the first shard's with the shards named (fanResultError).
-func (s *Session) leadError(streams []*fanStream) []byte {
+func (x *fanExec) leadError() []byte {
+	streams := x.streams
 	var first *fanStream
 	alike := true
 	for _, st := range streams {
@@ -413,5 +415,5 @@ func (s *Session) leadError(streams []*fanStream) []byte {
 		}
 		return first.errRaw
 	}
-	return s.gen.fanResultError(streams)
+	return x.gen.fanResultError(streams)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/merge"
@@ -101,175 +102,9 @@ func (p pipePlanner) fanAccepts(m cmsg) bool {
 	return false
 }
 
-// partRole is how a fan-out participant's connection is held.
-type partRole uint8
-
-const (
-	partOwn       partRole = iota // taken from the pool for this statement
-	partMain                      // the client transaction's backend (s.bc)
-	partReader                    // a reader the transaction already holds
-	partNewReader                 // a reader opened by this statement
-)
-
-// leadKind is a simple query a participant runs before the statement.
-type leadKind uint8
-
-const (
-	leadSetup leadKind = iota // BEGIN and the preamble, or a reader's replay
-	leadCheck                 // the isolation check
-)
-
 // isoCheckSQL fails (22P02) unless the transaction reads committed data
 // statement by statement: a multi-shard read has no snapshot across shards.
 const isoCheckSQL = "SELECT CASE WHEN pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN NULL ELSE pg_catalog.current_setting('transaction_isolation')::pg_catalog.int4 END /* pgshard: a read of every shard needs READ COMMITTED */"
-
-// fanStream reads one shard's answer to a fan-out.
-type fanStream struct {
-	shard int
-	name  string // the shard's
-	bc    *backend.Conn
-	role  partRole
-	// lead are the simple queries ahead of the statement, in order.
-	lead    []leadKind
-	leadErr int // the lead query that failed +1, 0 if none
-	rowDesc []byte
-	// paramDesc is the ParameterDescription of a Describe of a statement.
-	paramDesc []byte
-	row       []byte   // current DataRow, valid until the next read
-	cols      [][]byte // row, split
-	tag       []byte   // CommandComplete tag (copy)
-	errRaw    []byte   // the shard's first error (copy)
-	notices   [][]byte
-	// status is the statement's ReadyForQuery status.
-	status byte
-	// rfqLeft is how many ReadyForQuery messages are still to come.
-	rfqLeft  int
-	rowsDone bool
-	lost     error
-	// bound: the statement's BindComplete arrived.
-	bound bool
-}
-
-// failed reports whether the shard's answer is an error or its connection
-// was lost.
-func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
-
-// A fanStream is a merge's source of one shard's rows.
-var _ merge.Source = (*fanStream)(nil)
-
-func (f *fanStream) Row() []byte    { return f.row }
-func (f *fanStream) Cols() [][]byte { return f.cols }
-func (f *fanStream) Next() bool     { return f.nextRow() }
-func (f *fanStream) Failed() bool   { return f.failed() }
-func (f *fanStream) Shard() string  { return f.name }
-
-// recv reads the shard's next message past the answers to its lead
-// queries; false when the connection failed.
-func (f *fanStream) recv() (byte, []byte, bool) {
-	for {
-		typ, msg, err := f.bc.Reader.Next()
-		if err != nil {
-			f.loseConn(err)
-			return 0, nil, false
-		}
-		if len(f.lead) == 0 {
-			return typ, msg, true
-		}
-		switch typ {
-		case 'Z':
-			f.rfqLeft--
-			f.lead = f.lead[1:]
-		case 'E':
-			if f.errRaw == nil {
-				f.errRaw = append([]byte(nil), msg...)
-				f.leadErr = int(f.lead[0]) + 1
-			}
-			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.Broken = true
-			}
-		}
-	}
-}
-
-// nextRow advances to the shard's next DataRow; false at the end of rows.
-func (f *fanStream) nextRow() bool {
-	if f.rowsDone {
-		return false
-	}
-	for {
-		typ, msg, ok := f.recv()
-		if !ok {
-			return false
-		}
-		switch typ {
-		case 'Z':
-			f.rfqLeft--
-			f.status = pgwire.ReadyStatus(msg)
-			f.rowsDone = true
-			return false
-		case '2':
-			f.bound = true
-		case 'D':
-			f.row = msg
-			var e error
-			if f.cols, e = pgwire.DataRowCols(f.cols[:0], msg); e != nil {
-				f.loseConn(e)
-				return false
-			}
-			return true
-		case 'T':
-			f.rowDesc = append([]byte(nil), msg...)
-		case 't':
-			f.paramDesc = append([]byte(nil), msg...)
-		case 'C':
-			f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
-		case 'E':
-			if f.errRaw == nil {
-				f.errRaw = append([]byte(nil), msg...)
-			}
-			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.Broken = true
-			}
-		case 'N':
-			f.notices = append(f.notices, append([]byte(nil), msg...))
-		case 'G', 'H', 'W':
-			// COPY cannot fan out; the analyzer refuses it.
-			f.errRaw = pgwire.AppendError(nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
-			f.bc.Broken = true
-			f.rowsDone = true
-			f.rfqLeft = 0
-			return false
-		}
-	}
-}
-
-func (f *fanStream) loseConn(err error) {
-	f.lost = err
-	f.bc.Broken = true
-	f.rowsDone = true
-	f.rfqLeft = 0
-}
-
-// drain reads the rest of the shard's answer up to its last ReadyForQuery.
-func (f *fanStream) drain() {
-	for f.nextRow() {
-	}
-	for f.rfqLeft > 0 && f.lost == nil {
-		typ, msg, err := f.bc.Reader.Next()
-		if err != nil {
-			f.loseConn(err)
-			return
-		}
-		switch typ {
-		case 'Z':
-			f.rfqLeft--
-		case 'E':
-			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.Broken = true
-			}
-		}
-	}
-}
 
 // params returns the client's Bind parameters of an extended fan-out.
 func (f *fanPlan) params() ([][]byte, []int16, []uint32) {
@@ -283,39 +118,100 @@ func (f *fanPlan) params() ([][]byte, []int16, []uint32) {
 	return bv.Params, bv.Formats, f.vs.oids
 }
 
-// runFanout executes p.fan on every shard and answers the client.
-func (s *Session) runFanout(p *planner) error {
-	f := p.fan
-	srv := s.gen
+// fanExec carries out one fan-out: a fanPlan, on every participant's
+// connection (its streams), answering the client. One is made per
+// fan-out (newFanExec), and per stage of a read in two stages
+// (twostage.go: stage). It sees of the session only what its fields hand
+// it, the way an engine primitive of Vitess runs through its VCursor:
+// the client's output, the planned answers around the read, the
+// settings, the transaction with its backend and readers, and the
+// session's own methods for the rest of what a read changes (fanSession).
+type fanExec struct {
+	ctx context.Context
+	gen *GenerationEnv
+	f   *fanPlan
+	// streams are the participants, in shard order (fanParts).
+	streams []*fanStream
+
+	// cc is the client connection the answers are appended to (cc.out)
+	// and flushed on (cc.flush).
+	cc *clientConn
+	// items and lbuf are the planned answers (exchange.go): those before
+	// the read's first lead go first, those among its leads in order.
+	items []item
+	lbuf  []byte
+	// cur points at the session's current settings (an answer applied
+	// ahead of the read may change them).
+	cur **backend.Settings
+	// txn is the client's transaction (txnstate.go), bc its backend as
+	// the fan-out starts (nil: none; only failTxn drops it),
+	// readers its read-only backend transactions (readtxns.go).
+	txn     *transaction
+	bc      *backend.Conn
+	readers *readerSet
+	// fanning, under mu, are the connections being read (cancelBackend).
+	mu      *sync.Mutex
+	fanning *[]*backend.Conn
+	sess    fanSession
+}
+
+// fanSession is what a fan-out changes of its session through the
+// session's own methods: the effects of the planned answers it sends
+// (exchange.go), and the loss of the transaction's backend. *Session
+// implements it.
+type fanSession interface {
+	apply(e *effect)
+	dropBackend(clean bool)
+}
+
+// newFanExec is the executor of the planner's fan-out, p.fan.
+func newFanExec(p *planner) *fanExec {
+	s := p.s
+	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: s.items, lbuf: s.lbuf,
+		cur: &s.cur, txn: &s.transaction, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
+}
+
+// stage is the executor of fp, a stage of x's read: a fan-out of its own
+// on the same session.
+func (x *fanExec) stage(fp *fanPlan) *fanExec {
+	sx := *x
+	sx.f, sx.streams = fp, nil
+	return &sx
+}
+
+// run executes x.f on every shard and answers the client.
+func (x *fanExec) run() error {
+	f := x.f
+	srv := x.gen
 	srv.Metrics.Fanouts.Inc()
 	if f.inTxn {
 		srv.Metrics.TxnReads.Inc()
 	}
 	// Answers planned before the fan-out statement (ParseComplete, BEGIN,
 	// ...), up to its first lead, which needs the shards' answers.
-	first := len(s.items)
+	first := len(x.items)
 	if len(f.leads) > 0 {
-		first = slices.IndexFunc(s.items, func(it item) bool { return it.kind == itLead })
+		first = slices.IndexFunc(x.items, func(it item) bool { return it.kind == itLead })
 	}
-	for i := range s.items[:first] {
-		it := &s.items[i]
-		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
-		s.apply(it.eff)
+	for i := range x.items[:first] {
+		it := &x.items[i]
+		x.cc.out = append(x.cc.out, x.lbuf[it.lo:it.hi]...)
+		x.sess.apply(it.eff)
 	}
 	mplan := f.dest.Merge
 	if mplan != nil && mplan.Stages != nil && f.only == 0 {
-		return s.runTwoStage(p, f) // twostage.go
+		return x.runTwoStage() // twostage.go
 	}
 	if f.only > 0 {
 		mplan = singleMerge
 	}
-	bytewise := mplan != nil && f.only == 0 && s.gen.textBytewise(p.ctx)
-	streams, e := s.fanParts(p, f)
-	if e != nil {
-		return s.fanFail(e, f)
+	bytewise := mplan != nil && f.only == 0 && x.gen.textBytewise(x.ctx)
+	if e := x.fanParts(); e != nil {
+		return x.fanFail(e)
 	}
-	s.setFanning(streams)
-	defer s.setFanning(nil)
+	streams := x.streams
+	x.setFanning(streams)
+	defer x.setFanning(nil)
 	var bv pgwire.BindView
 	if !f.simple {
 		if err := bv.Decode(f.bind); err != nil {
@@ -327,7 +223,7 @@ func (s *Session) runFanout(p *planner) error {
 		formats = merge.ShardFormats(mplan, bv.ResultFmts)
 	}
 	for _, st := range streams {
-		buf, err := s.fanRequest(st, f, &bv, formats)
+		buf, err := x.fanRequest(st, &bv, formats)
 		if err != nil {
 			st.loseConn(err)
 			continue
@@ -336,51 +232,51 @@ func (s *Session) runFanout(p *planner) error {
 			st.loseConn(err)
 		}
 	}
-	if first < len(s.items) && !s.fanLeads(streams, f, s.items[first:]) {
-		s.fanEnd(streams, f)
+	if first < len(x.items) && !x.fanLeads(x.items[first:]) {
+		x.fanEnd()
 		return nil
 	}
 	bindAt := -1
 	if !f.simple {
-		bindAt = len(s.out)
-		s.out = pgwire.AppendEmpty(s.out, '2') // BindComplete
+		bindAt = len(x.cc.out)
+		x.cc.out = pgwire.AppendEmpty(x.cc.out, '2') // BindComplete
 	}
 	var runErr error
 	if mplan == nil {
-		s.fanCollect(streams, f)
+		x.fanCollect()
 	} else {
-		runErr = s.fanMerge(streams, f, mplan, &bv, bytewise, bindAt)
+		runErr = x.fanMerge(mplan, &bv, bytewise, bindAt)
 	}
-	s.fanEnd(streams, f)
+	x.fanEnd()
 	return runErr
 }
 
-// fanParts gives every shard's participant, in shard order (two fan-outs
-// never wait for each other's connections in a cycle).
-func (s *Session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error) {
-	srv := s.gen
+// fanParts takes every shard's participant into x.streams, in shard order
+// (two fan-outs never wait for each other's connections in a cycle).
+func (x *fanExec) fanParts() *pgwire.Error {
+	f, srv := x.f, x.gen
 	streams := make([]*fanStream, 0, len(srv.Pools))
-	fail := func(e *pgwire.Error) ([]*fanStream, *pgwire.Error) {
+	fail := func(e *pgwire.Error) *pgwire.Error {
 		for _, st := range streams {
 			if st.role == partOwn || st.role == partNewReader {
 				st.bc.Pool.Release(st.bc) // nothing was sent on it
 			}
 		}
-		return nil, e
+		return e
 	}
 	for i, pool := range srv.Pools {
 		if f.only > 0 && i != f.only-1 {
 			continue
 		}
-		st := &fanStream{shard: i, name: s.gen.shardName(i)}
+		st := &fanStream{shard: i, name: x.gen.shardName(i)}
 		switch {
-		case f.inTxn && s.bc != nil && s.shard == i:
-			st.bc, st.role = s.bc, partMain
-		case f.inTxn && s.readers.get(i) != nil:
-			st.bc, st.role = s.readers.get(i), partReader
+		case f.inTxn && x.bc != nil && x.txn.shard == i:
+			st.bc, st.role = x.bc, partMain
+		case f.inTxn && x.readers.get(i) != nil:
+			st.bc, st.role = x.readers.get(i), partReader
 		default:
-			key, _ := s.cur.Split(pool.ViaPooler)
-			bc, err := pool.Acquire(p.ctx, key)
+			key, _ := (*x.cur).Split(pool.ViaPooler)
+			bc, err := pool.Acquire(x.ctx, key)
 			if err != nil {
 				e := pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
 				if be, ok := err.(*backend.PgError); ok {
@@ -398,13 +294,15 @@ func (s *Session) fanParts(p *planner, f *fanPlan) ([]*fanStream, *pgwire.Error)
 		}
 		streams = append(streams, st)
 	}
-	return streams, nil
+	x.streams = streams
+	return nil
 }
 
 // fanRequest is what one participant is sent.
-func (s *Session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, formats []int16) ([]byte, error) {
+func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16) ([]byte, error) {
+	f := x.f
 	var buf []byte
-	_, pre := s.cur.Split(st.bc.Pool.ViaPooler)
+	_, pre := (*x.cur).Split(st.bc.Pool.ViaPooler)
 	wrap := false
 	switch st.role {
 	case partOwn:
@@ -414,7 +312,7 @@ func (s *Session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 			wrap = true
 		}
 	case partNewReader:
-		buf = pgwire.AppendQuery(buf, replaySQL(s.deferred, pre))
+		buf = pgwire.AppendQuery(buf, replaySQL(x.txn.deferred, pre))
 		st.lead = append(st.lead, leadSetup)
 	}
 	if f.inTxn && !st.bc.TxnChecked {
@@ -431,7 +329,7 @@ func (s *Session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 	switch {
 	case f.raw != nil:
 		buf = append(buf, f.raw...) // a stage of a read in two stages
-	case merge == nil && f.simple && f.others != nil && st.shard != s.gen.DefaultShard:
+	case merge == nil && f.simple && f.others != nil && st.shard != x.gen.DefaultShard:
 		buf = append(buf, f.others...) // DDL every shard needs
 	case merge == nil && f.simple:
 		buf = append(buf, f.query...) // DDL: the client's query string
@@ -475,15 +373,16 @@ func (s *Session) fanRequest(st *fanStream, f *fanPlan, bv *pgwire.BindView, for
 }
 
 // fanFail answers the client with an error after a failed fan-out start.
-func (s *Session) fanFail(e *pgwire.Error, f *fanPlan) error {
-	s.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
-	s.out = pgwire.AppendError(s.out, e)
+func (x *fanExec) fanFail(e *pgwire.Error) error {
+	f := x.f
+	x.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
+	x.cc.out = pgwire.AppendError(x.cc.out, e)
 	if f.inTxn {
-		s.failTxn(nil)
+		x.failTxn(nil)
 	}
 	f.failed = true
 	if !f.continues {
-		s.out = pgwire.AppendRFQ(s.out, s.status())
+		x.cc.out = pgwire.AppendRFQ(x.cc.out, x.txn.status())
 	}
 	return nil
 }
@@ -550,7 +449,8 @@ func isolationRefusal(iso, what string) *pgwire.Error {
 // fanCollect answers a fan-out without a merge plan (DDL): every shard's
 // answer is read; on success the first shard's answer stands for all,
 // with row counts summed.
-func (s *Session) fanCollect(streams []*fanStream, f *fanPlan) {
+func (x *fanExec) fanCollect() {
+	f, streams := x.f, x.streams
 	var total int64
 	var tag []byte
 	countable := true
@@ -560,15 +460,15 @@ func (s *Session) fanCollect(streams []*fanStream, f *fanPlan) {
 			if st.shard == 0 {
 				switch {
 				case f.simple && st.rowDesc != nil:
-					s.out = append(s.out, st.rowDesc...)
+					x.cc.out = append(x.cc.out, st.rowDesc...)
 				case !f.simple && f.describe && st.rowDesc != nil:
-					s.out = append(s.out, st.rowDesc...)
+					x.cc.out = append(x.cc.out, st.rowDesc...)
 				case !f.simple && f.describe:
-					s.out = pgwire.AppendEmpty(s.out, 'n')
+					x.cc.out = pgwire.AppendEmpty(x.cc.out, 'n')
 				}
 			}
 			for ; more; more = st.nextRow() {
-				s.out = append(s.out, st.row...) // RETURNING rows: concatenated
+				x.cc.out = append(x.cc.out, st.row...) // RETURNING rows: concatenated
 			}
 			st.drain()
 		}
@@ -583,20 +483,20 @@ func (s *Session) fanCollect(streams []*fanStream, f *fanPlan) {
 			}
 		}
 	}
-	if e := s.gen.fanResultError(streams); e != nil {
-		s.out = append(s.out, e...)
+	if e := x.gen.fanResultError(streams); e != nil {
+		x.cc.out = append(x.cc.out, e...)
 		return
 	}
 	for _, n := range streams[0].notices {
-		s.out = append(s.out, n...)
+		x.cc.out = append(x.cc.out, n...)
 	}
 	if tag != nil {
 		if countable {
 			tag = replaceTagCount(tag, total)
 		}
-		s.out = pgwire.AppendCommandComplete(s.out, string(tag))
+		x.cc.out = pgwire.AppendCommandComplete(x.cc.out, string(tag))
 	} else {
-		s.out = pgwire.AppendEmpty(s.out, 'I')
+		x.cc.out = pgwire.AppendEmpty(x.cc.out, 'I')
 	}
 }
 
@@ -620,7 +520,8 @@ func replaceTagCount(tag []byte, n int64) []byte {
 
 // fanMerge answers a merged fan-out read. It returns an error only when
 // the client connection failed.
-func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv *pgwire.BindView, bytewise bool, bindAt int) error {
+func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, bindAt int) error {
+	f, streams := x.f, x.streams
 	live := make([]bool, len(streams))
 	for i, st := range streams {
 		if st.lost == nil {
@@ -639,15 +540,15 @@ func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 		sources[i] = st
 	}
 	r := &merge.Run{Plan: m, Sources: sources, Live: live, RawDesc: rd, ClientFormats: bv.ResultFmts,
-		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: s.gen.Config.MergeGroupLimit,
-		Out: &s.out, Flush: s.flush}
+		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: x.gen.Config.MergeGroupLimit,
+		Out: &x.cc.out, Flush: x.cc.flush}
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
 	}
-	if s.fanErrorsSoFar(streams, r, bindAt) {
+	if x.fanErrorsSoFar(r, bindAt) {
 		return nil
 	}
-	lo := len(s.out)
+	lo := len(x.cc.out)
 	e := r.Answer()
 	if e == merge.ErrStop {
 		return r.IOErr
@@ -655,25 +556,25 @@ func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 	for _, st := range streams {
 		st.drain()
 	}
-	if err := s.gen.fanResultError(streams); err != nil {
-		s.out = append(s.out[:lo], err...)
+	if err := x.gen.fanResultError(streams); err != nil {
+		x.cc.out = append(x.cc.out[:lo], err...)
 		return nil
 	}
 	if e != nil {
-		s.out = pgwire.AppendError(s.out[:lo], e)
+		x.cc.out = pgwire.AppendError(x.cc.out[:lo], e)
 		for _, st := range streams {
 			st.errRaw = pgwire.AppendError(nil, e) // the transaction fails as on a shard's error
 		}
 		return nil
 	}
 	for _, n := range streams[0].notices {
-		s.out = append(s.out, n...)
+		x.cc.out = append(x.cc.out, n...)
 	}
 	if f.only > 0 && streams[0].tag != nil {
-		s.out = pgwire.AppendCommandComplete(s.out, string(streams[0].tag)) // the one shard's own tag
+		x.cc.out = pgwire.AppendCommandComplete(x.cc.out, string(streams[0].tag)) // the one shard's own tag
 		return nil
 	}
-	s.out = pgwire.AppendCommandComplete(s.out, "SELECT "+strconv.FormatInt(r.Emitted, 10))
+	x.cc.out = pgwire.AppendCommandComplete(x.cc.out, "SELECT "+strconv.FormatInt(r.Emitted, 10))
 	return nil
 }
 
@@ -683,7 +584,8 @@ func (s *Session) fanMerge(streams []*fanStream, f *fanPlan, m *route.Merge, bv 
 // back) or after describing the result (its merged description goes
 // first, if the client asked for it); a lost connection or an error of a
 // query of the proxy's own comes after BindComplete.
-func (s *Session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int) bool {
+func (x *fanExec) fanErrorsSoFar(r *merge.Run, bindAt int) bool {
+	streams := x.streams
 	var first *fanStream
 	for _, st := range streams {
 		if st.failed() {
@@ -699,16 +601,16 @@ func (s *Session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int)
 	}
 	if first.lost == nil && first.leadErr == 0 {
 		switch {
-		case !first.bound && bindAt >= 0 && bindAt+5 == len(s.out):
-			s.out = s.out[:bindAt]
+		case !first.bound && bindAt >= 0 && bindAt+5 == len(x.cc.out):
+			x.cc.out = x.cc.out[:bindAt]
 		case first.rowDesc != nil && r.Describe:
 			r.RawDesc = first.rowDesc
 			if d, e := r.Description(); e == nil {
-				s.out = append(s.out, d...)
+				x.cc.out = append(x.cc.out, d...)
 			}
 		}
 	}
-	s.out = append(s.out, s.gen.fanResultError(streams)...)
+	x.cc.out = append(x.cc.out, x.gen.fanResultError(streams)...)
 	return true
 }
 
@@ -717,7 +619,8 @@ func (s *Session) fanErrorsSoFar(streams []*fanStream, r *merge.Run, bindAt int)
 // their pools. Inside one, new readers join the transaction and the
 // transaction backend's status is taken; after an error the client's
 // transaction is failed on every participant, as on one database.
-func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
+func (x *fanExec) fanEnd() {
+	f, streams := x.f, x.streams
 	failed := false
 	for _, st := range streams {
 		st.drain()
@@ -732,28 +635,28 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 				st.bc.Pool.Release(st.bc)
 			}
 		}
-		s.out = pgwire.AppendRFQ(s.out, 'I')
+		x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
 		return
 	}
 	if !f.continues {
-		defer func() { s.out = pgwire.AppendRFQ(s.out, s.status()) }()
+		defer func() { x.cc.out = pgwire.AppendRFQ(x.cc.out, x.txn.status()) }()
 	}
 	if !failed {
 		for _, st := range streams {
 			st.bc.TxnChecked = true
 			switch st.role {
 			case partMain:
-				s.bstatus = st.status
-				s.soft = false // it read a table
+				x.txn.bstatus = st.status
+				x.txn.soft = false // it read a table
 			case partNewReader:
-				s.readers.add(st.shard, st.bc, len(s.gen.Pools))
+				x.readers.add(st.shard, st.bc, len(x.gen.Pools))
 			}
 		}
 		// Every participant ran the leads: backends the transaction uses
 		// later repeat them.
 		for _, l := range f.leads {
 			if l.replay != "" {
-				s.deferred = append(s.deferred, deferredStmt{sql: l.replay, setLocal: true})
+				x.txn.deferred = append(x.txn.deferred, deferredStmt{sql: l.replay, setLocal: true})
 			}
 		}
 		return
@@ -764,51 +667,51 @@ func (s *Session) fanEnd(streams []*fanStream, f *fanPlan) {
 		case partMain:
 			main = st
 		case partNewReader:
-			s.readers.add(st.shard, st.bc, len(s.gen.Pools)) // ended with the others below
+			x.readers.add(st.shard, st.bc, len(x.gen.Pools)) // ended with the others below
 		}
 	}
-	s.failTxn(main)
+	x.failTxn(main)
 }
 
 // failTxn fails the client's transaction after a fan-out read failed:
 // readers are ended; the transaction backend is aborted at this point (a
 // failing statement) unless its own answer already was the error; without
 // one, the deferred transaction is failed.
-func (s *Session) failTxn(main *fanStream) {
-	s.readers.end()
+func (x *fanExec) failTxn(main *fanStream) {
+	x.readers.end()
 	switch {
-	case s.bc == nil:
-		if s.tx == txDeferred {
-			s.tx = txFailed
+	case x.bc == nil:
+		if x.txn.tx == txDeferred {
+			x.txn.tx = txFailed
 		}
 	case main != nil && main.lost != nil:
-		s.dropBackend(false)
-		s.tx, s.soft, s.mainWrote = txFailed, false, false
-		s.deferred = s.deferred[:0]
+		x.sess.dropBackend(false)
+		x.txn.tx, x.txn.soft, x.txn.mainWrote = txFailed, false, false
+		x.txn.deferred = x.txn.deferred[:0]
 	case main != nil && main.errRaw != nil:
-		s.bstatus = 'E'
+		x.txn.bstatus = 'E'
 		if main.status != 0 {
-			s.bstatus = main.status
+			x.txn.bstatus = main.status
 		}
 	default:
 		// The proxy's own statement, outside the client's exchange.
-		res, err := s.bc.RunSimple(context.Background(), s.gen.Config.PoolTimeout, abortSQL)
+		res, err := x.bc.RunSimple(context.Background(), x.gen.Config.PoolTimeout, abortSQL)
 		if err != nil || len(res) != 1 {
-			s.dropBackend(false)
-			s.tx, s.soft, s.mainWrote = txFailed, false, false
-			s.deferred = s.deferred[:0]
+			x.sess.dropBackend(false)
+			x.txn.tx, x.txn.soft, x.txn.mainWrote = txFailed, false, false
+			x.txn.deferred = x.txn.deferred[:0]
 			return
 		}
-		s.bstatus = res[0].Status
+		x.txn.bstatus = res[0].Status
 	}
 }
 
 // setFanning records the connections a fan-out is using (for cancel).
-func (s *Session) setFanning(streams []*fanStream) {
-	s.mu.Lock()
-	s.fanning = s.fanning[:0]
+func (x *fanExec) setFanning(streams []*fanStream) {
+	x.mu.Lock()
+	*x.fanning = (*x.fanning)[:0]
 	for _, st := range streams {
-		s.fanning = append(s.fanning, st.bc)
+		*x.fanning = append(*x.fanning, st.bc)
 	}
-	s.mu.Unlock()
+	x.mu.Unlock()
 }

@@ -53,12 +53,13 @@ type stageRows struct {
 }
 
 // runTwoStage answers a read in two stages (f.dest.Merge.Stages).
-func (s *Session) runTwoStage(p *planner, f *fanPlan) error {
+func (x *fanExec) runTwoStage() error {
+	f := x.f
 	if f.inTxn || len(f.leads) > 0 {
-		return s.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		return x.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone, outside a transaction block",
 			Detail:  f.dest.Reason,
-			Hint:    "Run it outside a transaction block, in a pipeline of its own."}, f)
+			Hint:    "Run it outside a transaction block, in a pipeline of its own."})
 	}
 	sg := f.dest.Merge.Stages
 	var bv pgwire.BindView
@@ -67,20 +68,20 @@ func (s *Session) runTwoStage(p *planner, f *fanPlan) error {
 			return err
 		}
 	}
-	oids, orig, fail := s.stageDescribe(p, f)
+	oids, orig, fail := x.stageDescribe()
 	var sets []*stageRows
 	for i := 0; fail == nil && i < len(sg.Inner); i++ {
 		var rs *stageRows
-		rs, fail = s.stageCollect(p, f, sg.Inner[i], &bv, oids)
+		rs, fail = x.stageCollect(sg.Inner[i], &bv, oids)
 		sets = append(sets, rs)
 	}
 	if fail == nil {
-		fail = s.stageFinal(p, f, sg, &bv, oids, orig, sets)
+		fail = x.stageFinal(sg, &bv, oids, orig, sets)
 	}
 	if fail != nil {
-		s.out = append(s.out, fail...)
+		x.cc.out = append(x.cc.out, fail...)
 	}
-	s.out = pgwire.AppendRFQ(s.out, 'I')
+	x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
 	return nil
 }
 
@@ -89,16 +90,18 @@ func stageErr(code, msg, hint string) []byte {
 	return pgwire.AppendError(nil, &pgwire.Error{Code: code, Message: msg, Hint: hint})
 }
 
-// stageStart sends each participant of fp its request; the streams stand
-// at their first row (live). A nil slice comes with the error to answer.
-func (s *Session) stageStart(p *planner, fp *fanPlan, bv *pgwire.BindView, formats []int16) ([]*fanStream, []bool, []byte) {
-	streams, e := s.fanParts(p, fp)
-	if e != nil {
-		s.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
+// stageStart runs fp, a stage, as a fan-out of its own (x.stage): each
+// participant is sent its request; the stage's streams stand at their
+// first row (live). A nil stage comes with the error to answer.
+func (x *fanExec) stageStart(fp *fanPlan, bv *pgwire.BindView, formats []int16) (*fanExec, []bool, []byte) {
+	sx := x.stage(fp)
+	if e := sx.fanParts(); e != nil {
+		x.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
 		return nil, nil, pgwire.AppendError(nil, e)
 	}
+	streams := sx.streams
 	for _, st := range streams {
-		buf, err := s.fanRequest(st, fp, bv, formats)
+		buf, err := sx.fanRequest(st, bv, formats)
 		if err == nil {
 			err = st.bc.Write(buf)
 		}
@@ -112,7 +115,7 @@ func (s *Session) stageStart(p *planner, fp *fanPlan, bv *pgwire.BindView, forma
 			live[i] = st.nextRow()
 		}
 	}
-	return streams, live, nil
+	return sx, live, nil
 }
 
 // stageEnd reads the rest of every participant's answer and returns its
@@ -131,7 +134,8 @@ func stageEnd(streams []*fanStream) {
 // stageDescribe describes the client's statement on the default shard:
 // the types of its parameters (the client's where declared) and its
 // result columns.
-func (s *Session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Field, []byte) {
+func (x *fanExec) stageDescribe() ([]uint32, []pgvalue.Field, []byte) {
+	f := x.f
 	var declared []uint32
 	if !f.simple {
 		declared = f.vs.oids
@@ -139,16 +143,17 @@ func (s *Session) stageDescribe(p *planner, f *fanPlan) ([]uint32, []pgvalue.Fie
 	raw := pgwire.AppendParseMsg(nil, "", f.st.SQL, declared)
 	raw = pgwire.AppendDescribe(raw, 'S', "")
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.DefaultShard + 1, raw: raw}
-	streams, _, fail := s.stageStart(p, fp, nil, nil)
+	fp := &fanPlan{st: f.st, dest: f.dest, only: x.gen.DefaultShard + 1, raw: raw}
+	sx, _, fail := x.stageStart(fp, nil, nil)
 	if fail != nil {
 		return nil, nil, fail
 	}
+	streams := sx.streams
 	defer stageEnd(streams)
 	st := streams[0]
 	st.drain()
 	if st.failed() {
-		return nil, nil, s.gen.fanResultError(streams)
+		return nil, nil, x.gen.fanResultError(streams)
 	}
 	fields, err := pgvalue.ParseRowDesc(st.rowDesc)
 	oids, err2 := parseParamDesc(st.paramDesc)
@@ -176,14 +181,15 @@ func parseParamDesc(msg []byte) ([]uint32, error) {
 
 // stageCollect runs one inner statement where Route sends it and
 // collects its merged rows in binary.
-func (s *Session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
-	d := s.gen.Config.Analyzer.Route(in, bv.Params, bv.Formats, oids)
+func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
+	f := x.f
+	d := x.gen.Config.Analyzer.Route(in, bv.Params, bv.Formats, oids)
 	m, only := d.Merge, 0
 	switch {
 	case d.Kind == route.DestShard:
 		only = d.Shard + 1
 	case d.Kind == route.DestAny:
-		only = s.gen.DefaultShard + 1
+		only = x.gen.DefaultShard + 1
 	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
 		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Reason+")", "")
 	}
@@ -191,21 +197,22 @@ func (s *Session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 		m = singleMerge
 	}
 	fp := &fanPlan{simple: f.simple, st: in, dest: d, vs: &vstmt{st: in, oids: oids}, bind: f.bind, only: only}
-	streams, live, fail := s.stageStart(p, fp, bv, merge.ShardFormats(m, []int16{1}))
+	sx, live, fail := x.stageStart(fp, bv, merge.ShardFormats(m, []int16{1}))
 	if fail != nil {
 		return nil, fail
 	}
+	streams := sx.streams
 	defer stageEnd(streams)
 	for _, st := range streams {
 		if st.failed() {
 			st.drain()
-			return nil, s.stageError(streams)
+			return nil, sx.stageError()
 		}
 	}
 	var out []byte
 	rs := &stageRows{}
 	r := &merge.Run{Plan: m, Sources: make([]merge.Source, len(streams)), Live: live, ClientFormats: []int16{1},
-		Describe: true, Bytewise: only == 0 && s.gen.textBytewise(p.ctx), GroupLimit: s.gen.Config.MergeGroupLimit,
+		Describe: true, Bytewise: only == 0 && x.gen.textBytewise(x.ctx), GroupLimit: x.gen.Config.MergeGroupLimit,
 		Params: bv.Params, Formats: bv.Formats, OIDs: oids, Out: &out, Flush: func() error { return rs.take(&out) }}
 	for i, st := range streams {
 		r.Sources[i] = st
@@ -231,8 +238,8 @@ func (s *Session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 		return nil, stageErr(pgwire.CodeProgramLimitExceeded,
 			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
 			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own.")
-	case s.gen.fanResultError(streams) != nil:
-		return nil, s.stageError(streams)
+	case x.gen.fanResultError(streams) != nil:
+		return nil, sx.stageError()
 	case e != nil:
 		return nil, pgwire.AppendError(nil, e)
 	}
@@ -242,7 +249,8 @@ func (s *Session) stageCollect(p *planner, f *fanPlan, in *route.Statement, bv *
 // stageError is the error of a failed stage, after a BindComplete when a
 // shard failed after binding the client's parameters (as one database
 // fails at Execute).
-func (s *Session) stageError(streams []*fanStream) []byte {
+func (x *fanExec) stageError() []byte {
+	streams := x.streams
 	var out []byte
 	for _, st := range streams {
 		if st.failed() && st.bound && st.lost == nil {
@@ -250,7 +258,7 @@ func (s *Session) stageError(streams []*fanStream) []byte {
 			break
 		}
 	}
-	return append(out, s.gen.fanResultError(streams)...)
+	return append(out, x.gen.fanResultError(streams)...)
 }
 
 // take moves the merge's answer in out (RowDescription, DataRows) into rs.
@@ -342,7 +350,8 @@ func stageSQL(sg *route.Stages, oids []uint32, sets []*stageRows) (string, []uin
 
 // stageFinal runs stage 2 on the default shard and streams its answer to
 // the client; it returns the error to answer instead, if any.
-func (s *Session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) []byte {
+func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) []byte {
+	f := x.f
 	if len(bv.Params) != len(oids) {
 		return stageErr(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but prepared statement \"\" requires %d", len(bv.Params), len(oids)), "")
 	}
@@ -355,16 +364,17 @@ func (s *Session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwir
 	raw = pgwire.AppendDescribe(raw, 'P', "")
 	raw = pgwire.AppendExecute(raw, "", 0)
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: s.gen.DefaultShard + 1, raw: raw}
-	streams, live, fail := s.stageStart(p, fp, nil, nil)
+	fp := &fanPlan{st: f.st, dest: f.dest, only: x.gen.DefaultShard + 1, raw: raw}
+	sx, live, fail := x.stageStart(fp, nil, nil)
 	if fail != nil {
 		return fail
 	}
+	streams := sx.streams
 	defer stageEnd(streams)
 	st := streams[0]
 	if st.failed() {
 		st.drain()
-		return s.stageError(streams)
+		return sx.stageError()
 	}
 	fs, err := pgvalue.ParseRowDesc(st.rowDesc)
 	if err != nil || !sameColumns(fs, orig) {
@@ -372,30 +382,30 @@ func (s *Session) stageFinal(p *planner, f *fanPlan, sg *route.Stages, bv *pgwir
 		return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the read in two stages would not describe its columns as the statement does", "Run the subqueries as statements of their own.")
 	}
 	if !f.simple {
-		s.out = pgwire.AppendEmpty(s.out, '2') // BindComplete
+		x.cc.out = pgwire.AppendEmpty(x.cc.out, '2') // BindComplete
 	}
 	if f.simple || f.describe {
 		for i := range fs {
 			fs[i].Table, fs[i].Attnum = orig[i].Table, orig[i].Attnum
 		}
-		s.out = pgvalue.AppendRowDesc(s.out, fs)
+		x.cc.out = pgvalue.AppendRowDesc(x.cc.out, fs)
 	}
 	for ok := live[0]; ok; ok = st.nextRow() {
-		s.out = append(s.out, st.row...)
-		if len(s.out) > 64*1024 {
-			if err := s.flush(); err != nil {
+		x.cc.out = append(x.cc.out, st.row...)
+		if len(x.cc.out) > 64*1024 {
+			if err := x.cc.flush(); err != nil {
 				return nil
 			}
 		}
 	}
 	st.drain()
 	if st.failed() {
-		return s.gen.fanResultError(streams)
+		return x.gen.fanResultError(streams)
 	}
 	for _, n := range st.notices {
-		s.out = append(s.out, n...)
+		x.cc.out = append(x.cc.out, n...)
 	}
-	s.out = pgwire.AppendCommandComplete(s.out, string(st.tag))
+	x.cc.out = pgwire.AppendCommandComplete(x.cc.out, string(st.tag))
 	return nil
 }
 

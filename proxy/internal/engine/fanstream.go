@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/merge"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// A fan-out's participant: one shard's connection and its answer, read
+// message by message (no goroutines, no buffering beyond the current
+// row); fanExec (fanout.go) sends the requests and reads the streams, a
+// merged read through internal/merge, which reads them as merge.Sources.
+
+// partRole is how a fan-out participant's connection is held.
+type partRole uint8
+
+const (
+	partOwn       partRole = iota // taken from the pool for this statement
+	partMain                      // the client transaction's backend (fanExec.bc)
+	partReader                    // a reader the transaction already holds
+	partNewReader                 // a reader opened by this statement
+)
+
+// leadKind is a simple query a participant runs before the statement.
+type leadKind uint8
+
+const (
+	leadSetup leadKind = iota // BEGIN and the preamble, or a reader's replay
+	leadCheck                 // the isolation check
+)
+
+// fanStream reads one shard's answer to a fan-out.
+type fanStream struct {
+	shard int
+	name  string // the shard's
+	bc    *backend.Conn
+	role  partRole
+	// lead are the simple queries ahead of the statement, in order.
+	lead    []leadKind
+	leadErr int // the lead query that failed +1, 0 if none
+	rowDesc []byte
+	// paramDesc is the ParameterDescription of a Describe of a statement.
+	paramDesc []byte
+	row       []byte   // current DataRow, valid until the next read
+	cols      [][]byte // row, split
+	tag       []byte   // CommandComplete tag (copy)
+	errRaw    []byte   // the shard's first error (copy)
+	notices   [][]byte
+	// status is the statement's ReadyForQuery status.
+	status byte
+	// rfqLeft is how many ReadyForQuery messages are still to come.
+	rfqLeft  int
+	rowsDone bool
+	lost     error
+	// bound: the statement's BindComplete arrived.
+	bound bool
+}
+
+// failed reports whether the shard's answer is an error or its connection
+// was lost.
+func (f *fanStream) failed() bool { return f.errRaw != nil || f.lost != nil }
+
+// A fanStream is a merge's source of one shard's rows.
+var _ merge.Source = (*fanStream)(nil)
+
+func (f *fanStream) Row() []byte    { return f.row }
+func (f *fanStream) Cols() [][]byte { return f.cols }
+func (f *fanStream) Next() bool     { return f.nextRow() }
+func (f *fanStream) Failed() bool   { return f.failed() }
+func (f *fanStream) Shard() string  { return f.name }
+
+// recv reads the shard's next message past the answers to its lead
+// queries; false when the connection failed.
+func (f *fanStream) recv() (byte, []byte, bool) {
+	for {
+		typ, msg, err := f.bc.Reader.Next()
+		if err != nil {
+			f.loseConn(err)
+			return 0, nil, false
+		}
+		if len(f.lead) == 0 {
+			return typ, msg, true
+		}
+		switch typ {
+		case 'Z':
+			f.rfqLeft--
+			f.lead = f.lead[1:]
+		case 'E':
+			if f.errRaw == nil {
+				f.errRaw = append([]byte(nil), msg...)
+				f.leadErr = int(f.lead[0]) + 1
+			}
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
+				f.bc.Broken = true
+			}
+		}
+	}
+}
+
+// nextRow advances to the shard's next DataRow; false at the end of rows.
+func (f *fanStream) nextRow() bool {
+	if f.rowsDone {
+		return false
+	}
+	for {
+		typ, msg, ok := f.recv()
+		if !ok {
+			return false
+		}
+		switch typ {
+		case 'Z':
+			f.rfqLeft--
+			f.status = pgwire.ReadyStatus(msg)
+			f.rowsDone = true
+			return false
+		case '2':
+			f.bound = true
+		case 'D':
+			f.row = msg
+			var e error
+			if f.cols, e = pgwire.DataRowCols(f.cols[:0], msg); e != nil {
+				f.loseConn(e)
+				return false
+			}
+			return true
+		case 'T':
+			f.rowDesc = append([]byte(nil), msg...)
+		case 't':
+			f.paramDesc = append([]byte(nil), msg...)
+		case 'C':
+			f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
+		case 'E':
+			if f.errRaw == nil {
+				f.errRaw = append([]byte(nil), msg...)
+			}
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
+				f.bc.Broken = true
+			}
+		case 'N':
+			f.notices = append(f.notices, append([]byte(nil), msg...))
+		case 'G', 'H', 'W':
+			// COPY cannot fan out; the analyzer refuses it.
+			f.errRaw = pgwire.AppendError(nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
+			f.bc.Broken = true
+			f.rowsDone = true
+			f.rfqLeft = 0
+			return false
+		}
+	}
+}
+
+func (f *fanStream) loseConn(err error) {
+	f.lost = err
+	f.bc.Broken = true
+	f.rowsDone = true
+	f.rfqLeft = 0
+}
+
+// drain reads the rest of the shard's answer up to its last ReadyForQuery.
+func (f *fanStream) drain() {
+	for f.nextRow() {
+	}
+	for f.rfqLeft > 0 && f.lost == nil {
+		typ, msg, err := f.bc.Reader.Next()
+		if err != nil {
+			f.loseConn(err)
+			return
+		}
+		switch typ {
+		case 'Z':
+			f.rfqLeft--
+		case 'E':
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
+				f.bc.Broken = true
+			}
+		}
+	}
+}
