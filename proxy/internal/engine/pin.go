@@ -284,9 +284,8 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 	var why pinReason
 	var temps []string
 	var pv pgwire.ParseView
-	var bv pgwire.BindView
+	bv := &s.bv // scratch: the planner decodes each Bind again
 	var sets, others bool
-	shard := -1
 	for _, m := range s.grp {
 		var a *route.Statement
 		switch m.typ {
@@ -306,19 +305,6 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if len(bv.Stmt) > 0 {
 				if vs := s.stmts[string(bv.Stmt)]; vs != nil {
 					a = vs.st
-				}
-			}
-			if shard < 0 {
-				var vs *vstmt
-				if len(bv.Stmt) == 0 {
-					vs = s.unnamed
-				} else {
-					vs = s.stmts[string(bv.Stmt)]
-				}
-				if vs != nil {
-					if d := s.gen.adjustDest(vs.st, s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
-						shard = d.Shard
-					}
 				}
 			}
 		}
@@ -347,10 +333,35 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 	if why == 0 {
 		return nil
 	}
-	if why&(pinSessionMode|pinSetsOnce) == 0 {
-		shard = -1
+	shard := -1
+	if why&(pinSessionMode|pinSetsOnce) != 0 {
+		shard = s.pipelineShard()
 	}
 	return s.pinTo(ctx, shard, why, temps)
+}
+
+// pipelineShard is the shard of the first Bind of the buffered pipeline
+// (s.grp) whose statement routes to one shard, -1 when none does. Only a
+// pin that needs a shard asks (pinForPipeline): most pipelines pin nothing
+// and are routed once, by their planner.
+func (s *Session) pipelineShard() int {
+	bv := &s.bv
+	for _, m := range s.grp {
+		if m.typ != 'B' || bv.Decode(m.raw) != nil {
+			continue
+		}
+		vs := s.unnamed
+		if len(bv.Stmt) > 0 {
+			vs = s.stmts[string(bv.Stmt)]
+		}
+		if vs == nil {
+			continue
+		}
+		if d := s.gen.adjustDest(vs.st, s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)); d.Kind == route.DestShard {
+			return d.Shard
+		}
+	}
+	return -1
 }
 
 // pinTo pins the session on shard (-1: the transaction's, the hint's or
