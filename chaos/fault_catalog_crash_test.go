@@ -2,6 +2,9 @@ package chaos_test
 
 import (
 	"context"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/chaos"
 	"github.com/pgshard/pgshard/cluster"
+	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -100,5 +104,85 @@ func TestCatalogCrashRefusesAtInject(t *testing.T) {
 	ev, err = f.Heal(context.Background(), env, -1)
 	if err != nil || ev.Landed || len(ev.Fields) != 0 {
 		t.Fatalf("Heal = %+v, %v", ev, err)
+	}
+}
+
+// TestCatalogCrashRecords crashes a real catalog server (a private
+// 1-shard cluster with one): Inject stops it — the shard runs on — and
+// records the mode, its old pid, the followers, the TTL and cut_t; Heal
+// starts it again, recording heal_t after cut_t, the new pid and
+// the crash recovery of its log; it lands (down longer than the TTL, a
+// new postmaster ran crash recovery). HealAll starts a server a crash
+// (mode kill) left down.
+func TestCatalogCrashRecords(t *testing.T) {
+	c := clustertest.Private(t, cluster.Spec{Shards: 1, CatalogServer: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m, err := c.Map(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, ok := c.CatalogServer()
+	if !ok {
+		t.Fatal("no catalog server")
+	}
+	addr := net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port))
+	env := &chaos.Env{Cluster: c, Map: m, Catalog: &catalog.Catalog{}, CatalogServer: addr,
+		CatalogTTL: 100 * time.Millisecond, CatalogFollowers: []string{"proxy", "router"}, Clock: time.Now()}
+	plan := []chaos.Planned{{ID: "f1", Kind: chaos.KindCatalogCrash, Shard: -1}}
+	if err := chaos.Check(plan, env); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := chaos.NewFault(chaos.KindCatalogCrash)
+	in, err := f.Inject(ctx, env, -1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := in.Fields
+	if in.Landed || fl["mode"] != "immediate" || fl["old_pid"] != srv.PID || fl["follower"] != "proxy,router" || fl["ttl_ms"] != int64(100) {
+		t.Fatalf("inject evidence = %+v", in)
+	}
+	cut, _ := fl["cut_t"].(int64)
+	if cut <= 0 {
+		t.Fatalf("cut_t = %v", fl["cut_t"])
+	}
+	if s, _ := c.CatalogServer(); s.PID != 0 {
+		t.Fatalf("the catalog server runs after the inject: pid %d", s.PID)
+	}
+	if err := pingWithin(ctx, m.Shards[0].DSN, 10*time.Second); err != nil {
+		t.Fatalf("shard0 with the catalog server down: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // down past the TTL (100 ms), which Landed requires
+	he, err := f.Heal(ctx, env, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf := he.Fields
+	heal, _ := hf["heal_t"].(int64)
+	lines, _ := hf["recovery"].([]string)
+	if !he.Landed || heal <= cut || hf["old_pid"] != srv.PID || hf["new_pid"] == srv.PID || hf["new_pid"] == 0 ||
+		!slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "automatic recovery in progress") }) {
+		t.Fatalf("heal evidence = %+v", he)
+	}
+	if err := pingWithin(ctx, srv.DSN("postgres", c.Spec.User), 10*time.Second); err != nil {
+		t.Fatalf("the catalog server after the heal: %v", err)
+	}
+
+	// HealAll starts a catalog server a crash left down (an env without
+	// the run's catalog: no moves to finish).
+	f, _ = chaos.NewFault(chaos.KindCatalogCrash)
+	if _, err := f.Inject(ctx, env, -1, chaos.Params{"mode": "kill"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	bare := *env
+	bare.Catalog = nil
+	if err := chaos.HealAll(ctx, &bare); err != nil {
+		t.Fatalf("HealAll: %v", err)
+	}
+	if s, _ := c.CatalogServer(); s.PID == 0 {
+		t.Fatal("HealAll left the catalog server down")
+	}
+	if err := pingWithin(ctx, srv.DSN("postgres", c.Spec.User), 10*time.Second); err != nil {
+		t.Fatalf("the catalog server after HealAll: %v", err)
 	}
 }
