@@ -300,8 +300,10 @@ type Env struct {
 	// CatalogRelay is the relay between the store under test's followers
 	// (the chaos-owned proxy, the router) and the run's catalog (runs
 	// with catalog-cut faults), or nil; CatalogTTL is the lease TTL of
-	// the followers behind it, CatalogFollowers their names as the op
-	// lines' via says them ("proxy", "router"; nil: "proxy").
+	// the followers of the run's catalog in runs with catalog-cut or
+	// catalog-crash faults (CatalogCutTTL; 0 otherwise: the default),
+	// CatalogFollowers their names as the op lines' via says them
+	// ("proxy", "router"; nil: "proxy").
 	CatalogRelay     *Relay
 	CatalogTTL       time.Duration
 	CatalogFollowers []string
