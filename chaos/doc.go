@@ -51,7 +51,11 @@
 // and the router off from that catalog past their lease TTL while the
 // mover goes on; the op lines' via says which client each op went
 // through, so that verify can judge both clients' keyed operations
-// during the cut.
+// during the cut. The catalog-crash fault (fault_catalog_crash.go)
+// crashes the catalog's own server (the cluster's catalog server only)
+// past the same lease TTL: the mover's move in flight stops and is
+// resumed from the journal once the server is back, and verify judges
+// the followers' keyed operations during the crash as during a cut.
 //
 // Package chaos/mutant holds the deliberately broken stores and clients the
 // mutant runs plug in; only chaos tooling reaches it.

@@ -35,6 +35,7 @@ import (
 //	fault_proxy_restart.go        SIGKILL the chaos-owned proxy, start it again
 //	fault_move.go                 move, mover-kill: bucket-range moves in the run's catalog (reshard.Apply)
 //	fault_catalog_cut.go          catalog-cut: the followers' (proxy, router) catalog relay cut past their lease TTL
+//	fault_catalog_crash.go        catalog-crash: immediate stop of the catalog server, start (crash recovery)
 //	movecatalog.go                the run's catalog, the shards' fences reset, the router that follows it
 //	admin.go                      admin connections, PgBouncer's console, server logs
 
@@ -156,13 +157,26 @@ const (
 	// the lease invariant). Landed (heal): the cut outlasted the TTL and
 	// a follower tried the catalog during it.
 	KindCatalogCut Kind = "catalog-cut"
+	// KindCatalogCrash: stop the run's catalog's server — the cluster's
+	// catalog server (NeedsCatalogServer: `pgshard dev up
+	// --catalog-server`, catalog.dsn naming it) — the way `pg_ctl stop
+	// -m immediate` does (param mode=kill SIGKILLs the postmaster), for
+	// the hold, which must exceed the followers' lease TTL
+	// (CatalogCutTTL) by a second at least; start it again at heal. The
+	// mover's move in flight stops and its retries resume it from the
+	// move journal once the server is back; the followers (the
+	// chaos-owned proxy, the router) must refuse keyed operations once
+	// their lease lapsed, until they acquire again (verify: the lease
+	// invariant, as for a cut). Landed (heal): the server was down
+	// longer than the TTL and a new postmaster ran crash recovery.
+	KindCatalogCrash Kind = "catalog-crash"
 )
 
 // Kinds returns every fault kind, in a fixed order.
 func Kinds() []Kind {
 	return []Kind{KindTerminate, KindLostAck, KindPgBouncerKill, KindPgBouncerPause, KindPgBouncerReconnect,
 		KindShardCrash, KindBackendKill, KindLatency, KindStall, KindReset, KindPartition, KindProxyRestart,
-		KindMove, KindMoverKill, KindCatalogCut}
+		KindMove, KindMoverKill, KindCatalogCut, KindCatalogCrash}
 }
 
 // ParseKind returns the kind named s.
@@ -205,12 +219,16 @@ const (
 	// NeedsCatalogRelay: Env.CatalogRelay, the relay between the store
 	// under test's followers and the run's catalog.
 	NeedsCatalogRelay
+	// NeedsCatalogServer: the run's catalog is on the cluster's own
+	// catalog server (Env.Cluster.Catalog, at Env.CatalogServer), no
+	// shard's.
+	NeedsCatalogServer
 )
 
 // String lists the needs, e.g. "process-control+pooler".
 func (n Needs) String() string {
 	var parts []string
-	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay", "catalog", "catalog-relay"} {
+	for i, name := range []string{"process-control", "pooler", "shard-relay", "proxy", "proxy-relay", "catalog", "catalog-relay", "catalog-server"} {
 		if n&(1<<i) != 0 {
 			parts = append(parts, name)
 		}
@@ -282,11 +300,17 @@ type Env struct {
 	// CatalogRelay is the relay between the store under test's followers
 	// (the chaos-owned proxy, the router) and the run's catalog (runs
 	// with catalog-cut faults), or nil; CatalogTTL is the lease TTL of
-	// the followers behind it, CatalogFollowers their names as the op
-	// lines' via says them ("proxy", "router"; nil: "proxy").
+	// the followers of the run's catalog in runs with catalog-cut or
+	// catalog-crash faults (CatalogCutTTL; 0 otherwise: the default),
+	// CatalogFollowers their names as the op lines' via says them
+	// ("proxy", "router"; nil: "proxy").
 	CatalogRelay     *Relay
 	CatalogTTL       time.Duration
 	CatalogFollowers []string
+	// CatalogServer is the host:port of the server the run's catalog is
+	// on (runs with move faults), "" otherwise; catalog-crash needs it to
+	// be the cluster's catalog server.
+	CatalogServer string
 	// HotBuckets are the buckets of the workload's hot keys (keys:
 	// hotset), for moves with param hot; nil when it has none.
 	HotBuckets []int
@@ -413,6 +437,7 @@ var kindInfos = map[Kind]kindInfo{
 	KindMove:               moveInfo,
 	KindMoverKill:          moverKillInfo,
 	KindCatalogCut:         catalogCutInfo,
+	KindCatalogCrash:       catalogCrashInfo,
 }
 
 // paramCheck validates one parameter's value.

@@ -188,6 +188,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		if hasCatalogCut(plan) {
 			will.CatalogRelay = &Relay{}
 		}
+		if will.CatalogServer, err = runCatalogAddr(m, o.CatalogDSN); err != nil {
+			return nil, err
+		}
 	}
 	if err := Check(plan, will); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
@@ -238,6 +241,14 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		defer cat.Close()
 		env.Catalog, catalogDSN = cat, dsn
 		env.moves, env.catchUps = &moveState{}, &catchUpBoard{}
+		if env.CatalogServer, err = runCatalogAddr(m, o.CatalogDSN); err != nil {
+			return nil, err
+		}
+		if hasKind(plan, KindCatalogCrash) {
+			// The followers' leases must lapse within a crash's hold, as
+			// within a cut's.
+			env.CatalogTTL = CatalogCutTTL
+		}
 		if hasCatalogCut(plan) {
 			// The store under test (the proxy, the router) reaches the
 			// catalog through a relay, which catalog-cut cuts; the
@@ -279,7 +290,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			return nil, err
 		}
 		env.Proxy, env.ProxyRelay = px, pr
-		if env.CatalogRelay != nil {
+		if env.CatalogTTL > 0 {
 			env.CatalogFollowers = append(env.CatalogFollowers, "proxy")
 		}
 		dsn, err := withHost(m.Shards[0].DSN, pr.Addr())
@@ -344,7 +355,12 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 					env.CatalogFollowers = append(env.CatalogFollowers, "router")
 				}
 			} else {
-				st, stop, err = openFollowingRouter(ctx, env.Catalog, 0, ro, env.Logf)
+				// TTL 0 (the default) but in a run with catalog
+				// crashes (CatalogCutTTL).
+				st, stop, err = openFollowingRouter(ctx, env.Catalog, env.CatalogTTL, ro, env.Logf)
+				if err == nil && env.CatalogTTL > 0 {
+					env.CatalogFollowers = append(env.CatalogFollowers, "router")
+				}
 			}
 			if err == nil {
 				st = stoppingStore{st, stop}
@@ -754,6 +770,21 @@ func hotBuckets(sc *Scenario, m *shardmap.Map) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// hasKind reports whether a plan has faults of kind k.
+func hasKind(plan []Planned, k Kind) bool {
+	return slices.ContainsFunc(plan, func(p Planned) bool { return p.Kind == k })
+}
+
+// runCatalogAddr is the host:port of the server runCatalogServer picks
+// for the run's catalog.
+func runCatalogAddr(m *shardmap.Map, catalogDSN string) (string, error) {
+	adminDSN, _, err := runCatalogServer(m, catalogDSN)
+	if err != nil {
+		return "", err
+	}
+	return hostPort(adminDSN)
 }
 
 // hasCatalogCut reports whether a plan has catalog-cut faults.

@@ -81,7 +81,7 @@ const planGap = 250 * time.Millisecond
 // "start again at once"; the instantaneous kinds refuse one.
 func needsHold(k Kind) bool {
 	switch k {
-	case KindLostAck, KindLatency, KindStall, KindPartition, KindPgBouncerPause, KindCatalogCut:
+	case KindLostAck, KindLatency, KindStall, KindPartition, KindPgBouncerPause, KindCatalogCut, KindCatalogCrash:
 		return true
 	}
 	return false
@@ -237,7 +237,7 @@ func validateSpec(sp Spec, period time.Duration, shards map[string]int) []string
 		add("hold: %s needs a hold (how long the fault stays)", sp.Kind)
 	case period > 0 && sp.Hold >= period:
 		add("hold: %v does not fit in the period %v", sp.Hold, period)
-	case sp.Kind == KindCatalogCut && sp.Hold < catalogCutMinHold:
+	case (sp.Kind == KindCatalogCut || sp.Kind == KindCatalogCrash) && sp.Hold < catalogCutMinHold:
 		add("hold: %v is too short for %s: the followers' leases (ttl %v) must lapse within it; give at least %v", sp.Hold, sp.Kind, CatalogCutTTL, catalogCutMinHold)
 	}
 	probs = append(probs, validateParams(sp.Kind, sp.Params)...)
@@ -322,6 +322,11 @@ func Check(plan []Planned, env *Env) error {
 		}
 		if needs&NeedsCatalog != 0 && env.Catalog == nil {
 			note(p.Kind, "the run's catalog, followed by the store under test (the router, the chaos-owned proxy)", "the mover")
+		}
+		if needs&NeedsCatalogServer != 0 {
+			if why := env.catalogServerCheck(); why != "" {
+				note(p.Kind, why, target)
+			}
 		}
 		if needs&NeedsCatalogRelay != 0 && env.CatalogRelay == nil {
 			note(p.Kind, "a relay between the store under test (the router, the chaos-owned proxy) and the run's catalog (without a store mutant)", target)
@@ -449,8 +454,9 @@ func runPlanned(ctx context.Context, env *Env, p Planned, start time.Time, lock 
 // HealAll makes env whole again, whatever faults were left: every relay
 // passes traffic through, every shard's Postgres and PgBouncer run and
 // accept connections (StartShard/StartPooler, which wait until ready),
-// every PgBouncer's workload database is RESUMEd, the proxy runs (unless
-// it was stopped for good).
+// every PgBouncer's workload database is RESUMEd, the cluster's catalog
+// server runs when it holds the run's catalog, the proxy runs (unless it
+// was stopped for good).
 // Idempotent; used before the quiesce phase and on abort. Each step is
 // bounded (2 minutes); the errors of all steps are joined.
 func HealAll(ctx context.Context, env *Env) error {
@@ -506,6 +512,16 @@ func HealAll(ctx context.Context, env *Env) error {
 			})
 		}
 	}
+	// The run's catalog's server, when it is the cluster's catalog
+	// server (catalog-crash stops it).
+	if env.CatalogServer != "" && env.Cluster != nil && env.Cluster.Provider == "local" && env.catalogServerCheck() == "" {
+		g.Go(func() error {
+			if err := env.Cluster.StartCatalog(ctx); err != nil {
+				fail(fmt.Errorf("heal the catalog server: %w", err))
+			}
+			return nil
+		})
+	}
 	_ = g.Wait()
 	// The proxy last: it checks every shard when it starts.
 	if env.Proxy != nil && !env.Proxy.Stopped() {
@@ -524,8 +540,11 @@ func HealAll(ctx context.Context, env *Env) error {
 // globalTarget names what a fault that acts on no shard acts on, in
 // messages: the catalog's followers for catalog-cut, else the proxy.
 func globalTarget(k Kind) string {
-	if k == KindCatalogCut {
+	switch k {
+	case KindCatalogCut:
 		return "the catalog's followers"
+	case KindCatalogCrash:
+		return "the catalog server"
 	}
 	return "the proxy"
 }

@@ -237,8 +237,8 @@ func TestKinds(t *testing.T) {
 			t.Fatalf("NewFault(%s) = %v, %v", k, f, err)
 		}
 	}
-	if len(seen) != 15 {
-		t.Fatalf("%d kinds, want 15", len(seen))
+	if len(seen) != 16 {
+		t.Fatalf("%d kinds, want 16", len(seen))
 	}
 	if _, err := chaos.ParseKind("nope"); err == nil || !strings.Contains(err.Error(), "known: terminate, lost-ack") {
 		t.Fatalf("ParseKind(nope): %v", err)

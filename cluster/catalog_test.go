@@ -116,6 +116,35 @@ func TestCatalogServer(t *testing.T) {
 	if n := queryInt(ctx, t, c.Catalog.DSN(db, "postgres"), onCatalog); n != 1 {
 		t.Errorf("%s after a restart: %d", db, n)
 	}
+
+	// The fault hooks: StopCatalog crashes it (immediate), the shard runs
+	// on; StartCatalog starts it again after crash recovery, with its data.
+	before, _ := c.CatalogServer()
+	if err := c.StopCatalog(ctx, cluster.Immediate); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := c.CatalogServer(); !ok || s.PID != 0 {
+		t.Errorf("after StopCatalog: %+v, %t", s, ok)
+	}
+	if st, _ := c.CatalogStatus(ctx); st.Postgres.Alive {
+		t.Errorf("CatalogStatus after StopCatalog = %+v", st)
+	}
+	if n := queryInt(ctx, t, c.Shards[0].DSN("postgres", "postgres"), "SELECT 1"); n != 1 {
+		t.Errorf("shard0 after StopCatalog: %d", n)
+	}
+	if err := c.StartCatalog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := c.CatalogServer(); s.PID == 0 || s.PID == before.PID {
+		t.Errorf("after StartCatalog: pid %d (was %d)", s.PID, before.PID)
+	}
+	if n := queryInt(ctx, t, c.Catalog.DSN(db, "postgres"), onCatalog); n != 1 {
+		t.Errorf("%s after a crash: %d", db, n)
+	}
+	without := &cluster.Cluster{}
+	if err := without.StopCatalog(ctx, cluster.Immediate); err == nil {
+		t.Error("StopCatalog on a cluster without a catalog server succeeded")
+	}
 }
 
 func queryString(ctx context.Context, t *testing.T, dsn, sql string) string {

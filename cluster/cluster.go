@@ -308,6 +308,33 @@ func (c *Cluster) StartShard(ctx context.Context, i int) error {
 	return c.backend.startShard(ctx, c, i)
 }
 
+// StopCatalog stops the catalog server's PostgreSQL (Cluster.Catalog) as
+// StopShard stops a shard's; an error when the cluster has none.
+func (c *Cluster) StopCatalog(ctx context.Context, mode StopMode) error {
+	if c.Catalog == nil {
+		return errors.New("stop the catalog server: the cluster has none")
+	}
+	return c.backend.stopShard(ctx, c, catalogIndex, mode)
+}
+
+// StartCatalog starts the catalog server's PostgreSQL again as StartShard
+// starts a shard's.
+func (c *Cluster) StartCatalog(ctx context.Context) error {
+	if c.Catalog == nil {
+		return errors.New("start the catalog server: the cluster has none")
+	}
+	return c.backend.startShard(ctx, c, catalogIndex)
+}
+
+// CatalogServer returns a copy of the catalog server (Cluster.Catalog),
+// read under the cluster's lock; ok is false when the cluster has none.
+func (c *Cluster) CatalogServer() (s Shard, ok bool) {
+	if c.Catalog == nil {
+		return Shard{}, false
+	}
+	return c.server(catalogIndex), true
+}
+
 // StopPooler stops shard i's PgBouncer: Fast is a safe shutdown (SIGINT),
 // Immediate SIGTERM, Kill SIGKILL.
 func (c *Cluster) StopPooler(ctx context.Context, i int, mode StopMode) error {

@@ -2,7 +2,8 @@
 // servers on free loopback ports and, optionally, one PgBouncer per shard in
 // transaction pooling mode and one more PostgreSQL of no shard's, the
 // catalog server ([Spec.CatalogServer], [Cluster.Catalog]: a home for the
-// shard map's catalog that no shard's crash takes down). Integration
+// shard map's catalog that no shard's crash takes down; [Cluster.StopCatalog]
+// and [Cluster.StartCatalog] crash and restart it, for chaos). Integration
 // tests, the chaos suite and the demo (`pgshard dev up`) all use it.
 //
 // Two providers start the same [Spec]:
@@ -37,7 +38,7 @@
 // postgres, pgbouncer), local.go (the Local provider's Up, the catalog
 // server's included), add.go (AddShard: one more shard in a running local
 // cluster), local_ops.go (Load, Down and the fault hooks: stop, start,
-// kill a shard or its PgBouncer), template.go (cached initdb templates),
+// kill a shard, its PgBouncer or the catalog server), template.go (cached initdb templates),
 // proc.go (processes by PID and start time, stops with grace periods),
 // state.go (DIR/cluster.json), tls.go (a local CA and server
 // certificates), containers.go (the testcontainers provider, which runs no

@@ -72,9 +72,24 @@ func (b *localBackend) poolerProc(s Shard) proc {
 	return proc{s.PoolerPID, b.bins.PgBouncer, bouncerIni(s.Dir)}
 }
 
+// server returns shard i's entry of st, or the catalog server's for
+// catalogIndex.
+func (st *state) server(i int) (*shardState, error) {
+	if i == catalogIndex {
+		if st.Catalog == nil {
+			return nil, errors.New("the cluster has no catalog server")
+		}
+		return st.Catalog, nil
+	}
+	return &st.Shards[i], nil
+}
+
 func (b *localBackend) stopShard(ctx context.Context, c *Cluster, i int, mode StopMode) error {
 	return b.op(ctx, c, func(st *state) error {
-		s := &st.Shards[i]
+		s, err := st.server(i)
+		if err != nil {
+			return err
+		}
 		c.Spec.logf("%s: stopping postgres (%s)", s.Name, mode)
 		if err := b.pgProc(s.Shard).stop(ctx, postgresSignal(mode), postgresStopGrace, true); err != nil {
 			return fmt.Errorf("stop %s: %w", s.Name, err)
@@ -86,7 +101,10 @@ func (b *localBackend) stopShard(ctx context.Context, c *Cluster, i int, mode St
 
 func (b *localBackend) startShard(ctx context.Context, c *Cluster, i int) error {
 	return b.op(ctx, c, func(st *state) error {
-		s := &st.Shards[i]
+		s, err := st.server(i)
+		if err != nil {
+			return err
+		}
 		if p := b.pgProc(s.Shard); p.running() {
 			return waitPostgres(ctx, p, s.Shard, c.Spec.StartTimeout, -1)
 		}

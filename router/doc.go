@@ -44,7 +44,10 @@
 //
 // Open refuses to start when a shard's identity record disagrees with the
 // map (wrong name or ordinal, another bucket count, two entries on one
-// database).
+// database). SetMap checks a later map the same way but reads only the
+// records of shards (name and DSN) no earlier map had, so one shard down
+// does not hold the router on an old map — a follower whose lease lapsed
+// serves again only once it switched to the catalog's.
 //
 // Following a catalog: Options.Maps (a *catalog.Catalog) is where a
 // keyed operation refused by a shard's fence reloads the map before its

@@ -36,9 +36,10 @@ func TestShardDown(t *testing.T) {
 	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	routers := map[string]*router.Router{}
+	routers, switchers := map[string]*router.Router{}, map[string]*router.Router{}
 	for _, mode := range modes {
 		routers[mode] = openRouter(t, m, mode, store.Options{})
+		switchers[mode] = openRouter(t, m, mode, store.Options{})
 	}
 	r0 := routers["direct"]
 	// One execution on each shard, committed before the fault.
@@ -108,6 +109,38 @@ func TestShardDown(t *testing.T) {
 			}
 			if err := r.AckOutbox(ctx, upSeq); err != nil {
 				t.Errorf("ack on the healthy shard: %v", err)
+			}
+		})
+	}
+	for _, mode := range modes {
+		t.Run(mode+"/new map", func(t *testing.T) {
+			// A successor map (the same shards, a newer epoch) is taken
+			// with shard1 down: its identity was read when the router
+			// opened (a catalog follower whose lease lapsed must switch
+			// to the catalog's map before it serves again, shard0's keys
+			// included).
+			r := switchers[mode]
+			next := m.Clone()
+			next.Epoch++
+			if err := r.SetMap(ctx, next); err != nil {
+				t.Fatalf("SetMap(epoch %d) with shard1 down: %v", next.Epoch, err)
+			}
+			if got := r.Epoch(); got != next.Epoch {
+				t.Fatalf("epoch %d after SetMap, want %d", got, next.Epoch)
+			}
+			// A shard at a DSN never verified is read, and refused while
+			// it cannot be: the router keeps its map.
+			moved := next.Clone()
+			moved.Epoch++
+			moved.Shards[1].DSN += "&application_name=elsewhere"
+			if moved.Shards[1].PoolerDSN != "" {
+				moved.Shards[1].PoolerDSN += "&application_name=elsewhere"
+			}
+			if err := r.SetMap(ctx, moved); err == nil || !strings.Contains(err.Error(), `shard "shard1"`) {
+				t.Fatalf("SetMap with shard1 down at a new DSN: %v, want an error naming shard1", err)
+			}
+			if got := r.Epoch(); got != next.Epoch {
+				t.Fatalf("epoch %d after a refused SetMap, want %d", got, next.Epoch)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,12 @@ type Router struct {
 	// later maps and closed by Close (an operation of an earlier map may
 	// still be using one).
 	open map[string]*store.Store
+	// verified holds the identity record read, by shard name and DSN (as
+	// open), of every shard a map the router switched to had: a later
+	// map checks it again (against its own epoch and shards) without
+	// reading it, so a shard that is unreachable when the map changes
+	// does not keep the router on its old map.
+	verified map[string]migrations.Identity
 	// outboxTurn and spawnTurn count the calls of PendingOutbox and
 	// PendingSpawns: the shard their batch starts with.
 	outboxTurn, spawnTurn atomic.Uint64
@@ -134,7 +141,7 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 	if opts.Store.ConnectTimeout <= 0 {
 		opts.Store.ConnectTimeout = DefaultConnectTimeout
 	}
-	r := &Router{opts: opts, open: map[string]*store.Store{}}
+	r := &Router{opts: opts, open: map[string]*store.Store{}, verified: map[string]migrations.Identity{}}
 	if err := r.SetMap(ctx, m); err != nil {
 		r.Close()
 		return nil, err
@@ -145,7 +152,11 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 // SetMap makes m the router's map: it opens a store for each shard it has
 // no store for yet and checks every shard's identity against m, then
 // switches; operations already under way finish with the map they
-// started with. A map whose epoch is not newer than the current one is
+// started with. A shard (name and DSN) an earlier map of this router had
+// is checked by the identity read then, not read again: one that cannot
+// be reached now does not hold the router on its old map (a follower
+// whose lease lapsed must switch before it serves again), and its
+// operations fail as they would under the old map. A map whose epoch is not newer than the current one is
 // ignored (nil error), so a router never goes back to an older map. On
 // error the router keeps its map.
 func (r *Router) SetMap(ctx context.Context, m *shardmap.Map) error {
@@ -168,7 +179,7 @@ func (r *Router) SetMap(ctx context.Context, m *shardmap.Map) error {
 		if r.opts.UsePooler && sh.PoolerDSN != "" {
 			dsn, so.BehindPooler = sh.PoolerDSN, true
 		}
-		if s, ok := r.open[sh.Name+"\x00"+dsn]; ok {
+		if s, ok := r.open[r.shardKey(sh)]; ok {
 			rt.stores[i] = s
 			continue
 		}
@@ -189,23 +200,66 @@ func (r *Router) SetMap(ctx context.Context, m *shardmap.Map) error {
 	// Keep what opened (a later map may reuse it; Close closes it).
 	for i, sh := range m.Shards {
 		if s := rt.stores[i]; s != nil {
-			dsn := sh.DSN
-			if r.opts.UsePooler && sh.PoolerDSN != "" {
-				dsn = sh.PoolerDSN
-			}
-			r.open[sh.Name+"\x00"+dsn] = s
+			r.open[r.shardKey(sh)] = s
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("router: open shards: %w", err)
 	}
-	err := migrations.VerifyCluster(ctx, m, func(sh shardmap.Shard) migrations.Querier {
-		return rt.stores[rt.byName[sh.Name]].Pool()
-	})
-	if err != nil {
+	if err := r.verify(ctx, rt); err != nil {
 		return fmt.Errorf("router: the shards disagree with the map (epoch %d): %w", m.Epoch, err)
 	}
 	r.rt.Store(rt)
+	return nil
+}
+
+// shardKey names a shard's store in open and verified: its name and the
+// DSN the router reaches it by.
+func (r *Router) shardKey(sh shardmap.Shard) string {
+	dsn := sh.DSN
+	if r.opts.UsePooler && sh.PoolerDSN != "" {
+		dsn = sh.PoolerDSN
+	}
+	return sh.Name + "\x00" + dsn
+}
+
+// verify checks every shard's identity record against rt's map, as
+// migrations.VerifyCluster does (each record matches its entry, no two
+// entries share a database), reading only the records of shards not
+// verified before (r.verified, which it completes); r.mu must be held.
+func (r *Router) verify(ctx context.Context, rt *routing) error {
+	m := rt.m
+	ids := make(map[string]migrations.Identity, len(m.Shards))
+	var errs []error
+	for i, sh := range m.Shards {
+		key := r.shardKey(sh)
+		id, ok := r.verified[key]
+		if !ok {
+			var err error
+			if id, err = migrations.ReadIdentity(ctx, rt.stores[i].Pool()); err != nil {
+				errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, err))
+				continue
+			}
+		}
+		if err := id.Check(sh, m); err != nil {
+			errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, err))
+			continue
+		}
+		ids[key] = id
+	}
+	byName := make(map[string]migrations.Identity, len(ids))
+	for _, sh := range m.Shards {
+		if id, ok := ids[r.shardKey(sh)]; ok {
+			byName[sh.Name] = id
+		}
+	}
+	if err := migrations.CheckDistinct(byName); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	maps.Copy(r.verified, ids)
 	return nil
 }
 

@@ -13,10 +13,19 @@ import (
 // history's writer, but each takes its readings at its own moments.
 const leaseMargin = 100 * time.Millisecond
 
-// cutWindow is a catalog-cut's evidence: the followers cut off from the
-// catalog (the op lines' via names: "proxy", "router"), the lease TTL
-// they hold, when the cut was in force and when it ended (ns on the ops'
-// clock).
+// isCatalogLoss reports whether a fault kind takes the catalog away from
+// its followers: catalog-cut (their relay to it cut) and catalog-crash
+// (its server down). The lease invariant judges both alike, from the
+// same evidence (follower, ttl_ms, cut_t, heal_t).
+func isCatalogLoss(kind string) bool {
+	return kind == FaultCatalogCut || kind == FaultCatalogCrash
+}
+
+// cutWindow is a catalog-cut's or a catalog-crash's evidence: the
+// followers cut off from the catalog (the op lines' via names: "proxy",
+// "router"), the lease TTL they hold, when the cut was in force (the
+// crashed server and its backends gone) and when it ended (ns on the
+// ops' clock).
 type cutWindow struct {
 	id             string
 	followers      []string
@@ -24,10 +33,12 @@ type cutWindow struct {
 	healed         bool
 }
 
-// readCut reads a catalog-cut's evidence (the inject's with the heal's
-// laid over it). The cut's start is its evidence cut_t, which the writer
-// takes once the cut is in force; its end is the evidence heal_t, else
-// the heal line's time — both taken before the cut ends. The evidence
+// readCut reads a catalog-cut's or a catalog-crash's evidence (the
+// inject's with the heal's laid over it). The cut's start is its evidence
+// cut_t, which the writer takes once the cut is in force (once the
+// crashed server is gone); its end is the evidence heal_t, else the heal
+// line's time — both taken before the cut ends (before the server is
+// started again). The evidence
 // follower names the clients cut off, comma-separated ("proxy",
 // "proxy,router"). ok is false when the evidence lacks the follower, the
 // TTL or the start.
@@ -55,9 +66,10 @@ func readCut(f *FaultEvent) (c cutWindow, ok bool) {
 	return c, true
 }
 
-// lease checks the catalog cuts: a follower cut off from the catalog must
-// stop serving what its lease covers once the lease lapsed, and never
-// serve it by a map it can no longer prove current.
+// lease checks the catalog cuts and the catalog crashes alike: a
+// follower cut off from the catalog (or whose catalog's server is down)
+// must stop serving what its lease covers once the lease lapsed, and
+// never serve it by a map it can no longer prove current.
 //
 // The bound: the follower's lease is live, by its own local bound, until
 // the send time of the last acquire or renewal that the catalog answered,
@@ -77,14 +89,14 @@ func (ck *checker) lease() {
 	w := ck.w
 	healT := map[string]int64{}
 	for _, f := range w.h.Faults {
-		if f.Kind == FaultCatalogCut && f.Phase == "heal" {
+		if isCatalogLoss(f.Kind) && f.Phase == "heal" {
 			if _, ok := healT[f.ID]; !ok {
 				healT[f.ID] = f.T
 			}
 		}
 	}
 	for _, win := range w.windows() {
-		if win.inject.Kind != FaultCatalogCut || win.inject.Err != "" {
+		if !isCatalogLoss(win.inject.Kind) || win.inject.Err != "" {
 			continue
 		}
 		c, ok := readCut(win.evidence)
@@ -113,7 +125,7 @@ func (ck *checker) lease() {
 				continue
 			}
 			ck.add(InvLease, op.Exe, fmt.Sprintf("lease: %s %s through the %s succeeded %v after the %s fault %s cut it off from the catalog (lease ttl %v), before the heal: its lease had lapsed, so it served by a map it could not prove current",
-				op.Kind, op.ID, op.Via, time.Duration(op.T0-c.cut).Round(time.Millisecond), FaultCatalogCut, c.id, time.Duration(c.ttl)),
+				op.Kind, op.ID, op.Via, time.Duration(op.T0-c.cut).Round(time.Millisecond), win.inject.Kind, c.id, time.Duration(c.ttl)),
 				[]OpRef{ref(op, "succeeded after the lease lapsed")}, nil)
 		}
 	}

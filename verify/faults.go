@@ -28,6 +28,7 @@ const (
 	FaultMove               = "move"
 	FaultMoverKill          = "mover-kill"
 	FaultCatalogCut         = "catalog-cut"
+	FaultCatalogCrash       = "catalog-crash"
 )
 
 // corroborationSlack extends a fault's window for its corroboration: a
@@ -87,6 +88,11 @@ func landedByEvidence(f *FaultEvent) bool {
 		// catalog during it.
 		c, ok := readCut(f)
 		return ok && c.healed && c.heal-c.cut > c.ttl && (positive(ev["requests"]) || positive(ev["refused"]))
+	case FaultCatalogCrash:
+		// The catalog server was down longer than the lease's TTL, and a
+		// new postmaster ran crash recovery.
+		c, ok := readCut(f)
+		return ok && c.healed && c.heal-c.cut > c.ttl && pidChanged(ev) && anyLine(ev["recovery"], "automatic recovery in progress")
 	}
 	return f.Landed
 }
@@ -321,10 +327,10 @@ func landings(w *world, o Options) ([]FaultLanding, map[string]bool) {
 	}
 	var spans []span
 	for _, win := range wins {
-		if win.inject.Kind == FaultLostAck || win.inject.Kind == FaultCatalogCut {
-			// A catalog cut is not corroborated by the ops (the lease
-			// invariant judges them): its long global window would make
-			// the ops of every fault inside it ambiguous.
+		if win.inject.Kind == FaultLostAck || isCatalogLoss(win.inject.Kind) {
+			// A catalog cut or crash is not corroborated by the ops (the
+			// lease invariant judges them): its long global window would
+			// make the ops of every fault inside it ambiguous.
 			continue
 		}
 		sp := span{win: win, from: win.inject.T, to: win.to + int64(corroborationSlack)}
