@@ -26,7 +26,9 @@ import (
 // and their catch-ups included), the clean-up, the rest of Apply — per
 // direction (shard0 the source, or the destination); before the moves, a
 // window with only a capture on (the triggers of a move of the lower
-// half on shard0, no mover). For each phase: its time, the unmoved
+// half on shard0, no mover), then with the capture on and off while the
+// moving range's writers wait (the triggers' cost on unmoved keys alone:
+// compare those two windows, not with idle). For each phase: its time, the unmoved
 // range's commits/s as a share of the idle windows' rate, and the CPU
 // (cores) of each kind of Postgres process on both shards (the mover's
 // backends, the clients', background) and of this test process (writers,
@@ -51,6 +53,7 @@ func BenchmarkMoveBreakdown(b *testing.B) {
 	ph := &phases{e: e, at: map[string]*phaseStat{}}
 	ph.enter("idle")
 	stop := make(chan struct{})
+	var hush atomic.Bool // the moving range's writers wait while set
 	var wg sync.WaitGroup
 	for w := range 4 {
 		ids := [][]string{moving, unmoved}[w%2]
@@ -66,6 +69,10 @@ func BenchmarkMoveBreakdown(b *testing.B) {
 				case <-stop:
 					return
 				default:
+				}
+				if isMoving && hush.Load() {
+					time.Sleep(10 * time.Millisecond)
+					continue
 				}
 				if err := e.commit(ids[rng.IntN(len(ids))]); err == nil && !isMoving {
 					ph.count()
@@ -83,6 +90,12 @@ func BenchmarkMoveBreakdown(b *testing.B) {
 	}
 	ph.enter("capture only (src)")
 	time.Sleep(window)
+	// The triggers' cost on unmoved keys alone: the moving range's
+	// writers (whose commits the capture records) wait, with the capture
+	// on and then off.
+	hush.Store(true)
+	ph.enter("capture, unmoved only")
+	time.Sleep(window)
 	ph.enter("idle")
 	if _, err := src.Exec(e.ctx, `SELECT pgshard_move_capture_end(999)`); err != nil {
 		b.Fatal(err)
@@ -90,6 +103,10 @@ func BenchmarkMoveBreakdown(b *testing.B) {
 	if _, err := src.Exec(e.ctx, `DELETE FROM pgshard_move_rows WHERE move_id = 999`); err != nil {
 		b.Fatal(err)
 	}
+	ph.enter("no capture, unmoved only")
+	time.Sleep(window)
+	hush.Store(false)
+	ph.enter("idle")
 	time.Sleep(window / 2)
 
 	duties := benchDuties(b)
@@ -139,6 +156,7 @@ func BenchmarkMoveBreakdown(b *testing.B) {
 			for _, f := range r.Freezes {
 				if f.Abandoned {
 					st.abandoned++
+					fmt.Printf("duty %g: freeze abandoned after %v: %s\n", duty, f.Duration.Round(time.Millisecond), f.Reason)
 				} else {
 					st.freezes = append(st.freezes, f.Duration)
 				}
