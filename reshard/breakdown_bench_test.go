@@ -18,7 +18,7 @@ import (
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// BenchmarkMoveBreakdown says where the unmoved range's commits go while
+// BenchmarkUnmovedByPhase says where the unmoved range's commits go while
 // a range moves: the writers of BenchmarkMoveAsClientsSeeIt (two on the
 // moving range, two on the unmoved one, which stays on shard0), and the
 // time between the mover's steps (Options.Hook) cut into phases — the
@@ -33,10 +33,14 @@ import (
 // (cores) of each kind of Postgres process on both shards (the mover's
 // backends, the clients', background) and of this test process (writers,
 // router and mover), read from /proc at each step outside the freeze.
-// Linux only; asserts nothing:
+// The moves take the duty cycles of RESHARD_DUTY_CYCLES in turn, a move
+// there and back each (default: unpaced, then DefaultDutyCycle), so that
+// the machine's drifts hit each alike; it prints each one's moves as a
+// whole too. Not in `make bench-reshard` (it is a diagnosis). Linux only;
+// asserts nothing:
 //
-//	go test -run '^$' -bench MoveBreakdown -benchtime 4x ./reshard
-func BenchmarkMoveBreakdown(b *testing.B) {
+//	go test -run '^$' -bench UnmovedByPhase -benchtime 4x ./reshard
+func BenchmarkUnmovedByPhase(b *testing.B) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		b.Skip("needs /proc")
 	}
@@ -185,7 +189,7 @@ func BenchmarkMoveBreakdown(b *testing.B) {
 	}
 }
 
-// benchDuties are the duty cycles BenchmarkMoveBreakdown takes in turn
+// benchDuties are the duty cycles BenchmarkUnmovedByPhase takes in turn
 // (each for a move there and back): RESHARD_DUTY_CYCLES, comma-separated,
 // else unpaced and the default.
 func benchDuties(b *testing.B) []float64 {
