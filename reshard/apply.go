@@ -24,6 +24,7 @@ const (
 	DefaultCatchUpRounds  = 50
 	DefaultDDLLockTimeout = 2 * time.Second
 	DefaultLeaseTTL       = 30 * time.Second
+	DefaultDutyCycle      = 0.5
 )
 
 // LeaseOwner is the owner name of the mover's lease in the catalog: one
@@ -48,6 +49,16 @@ type Options struct {
 	// 2000); CatchUpRounds bounds the rounds before a freeze (default 50).
 	CatchUpBatch  int
 	CatchUpRounds int
+	// DutyCycle is the share of the time, in (0, 1], that a move's
+	// background work — the bulk copy, the catch-up rounds before a
+	// freeze, the clean-up's deletes — may keep the mover busy (default
+	// DefaultDutyCycle): after a stretch of such work that took t, the
+	// mover pauses t·(1−DutyCycle)/DutyCycle, so the shards' other
+	// ranges keep most of the CPU and I/O. 1 never pauses. A freeze is
+	// never paced, and a catch-up whose backlog stops shrinking shortens
+	// and then drops its pauses, so a paced move still converges
+	// (ARCHITECTURE.md §6). Each of MaxParallel moves is paced alone.
+	DutyCycle float64
 	// DDLLockTimeout bounds the wait of starting and stopping a capture
 	// (its triggers wait for the writers of each table; default 2 s).
 	DDLLockTimeout time.Duration
@@ -69,6 +80,10 @@ type Options struct {
 	Around func(ctx context.Context, s CutStep) error
 	// Log, when set, receives one line per event of note.
 	Log func(format string, args ...any)
+
+	// pause and now replace the pacer's sleep and clock (tests).
+	pause func(context.Context, time.Duration) error
+	now   func() time.Time
 }
 
 func (o Options) withDefaults() Options {
@@ -80,6 +95,10 @@ func (o Options) withDefaults() Options {
 	orDefault(&o.CatchUpRounds, DefaultCatchUpRounds)
 	orDefault(&o.DDLLockTimeout, DefaultDDLLockTimeout)
 	orDefault(&o.LeaseTTL, DefaultLeaseTTL)
+	if o.DutyCycle <= 0 {
+		o.DutyCycle = DefaultDutyCycle
+	}
+	o.DutyCycle = min(o.DutyCycle, 1)
 	if o.Owner == "" {
 		host, _ := os.Hostname()
 		o.Owner = fmt.Sprintf("pgshard-reshard@%s:%d", host, os.Getpid())

@@ -1,7 +1,9 @@
 package reshard_test
 
 import (
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -91,7 +93,7 @@ func BenchmarkMove(b *testing.B) {
 		if _, err := reshard.Plan(e.ctx, e.cat, reshard.Request{Lo: 0, Hi: buckets/2 - 1, To: to}); err != nil {
 			b.Fatal(err)
 		}
-		res, err := reshard.Apply(e.ctx, e.cat, reshard.Options{})
+		res, err := reshard.Apply(e.ctx, e.cat, benchOptions(b))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,4 +120,19 @@ func BenchmarkMove(b *testing.B) {
 	b.ReportMetric(float64(rows)/copyTime.Seconds(), "rows-copied/s")
 	b.ReportMetric(float64(replayed)/float64(b.N), "changes-replayed/move")
 	b.ReportMetric(float64(abandoned)/float64(b.N), "freezes-abandoned/move")
+}
+
+// benchOptions are the mover's options of the benchmarks: the defaults,
+// but for the duty cycle when RESHARD_DUTY_CYCLE names one (1: unpaced),
+// to compare pacings back to back.
+func benchOptions(b *testing.B) reshard.Options {
+	var o reshard.Options
+	if v := os.Getenv("RESHARD_DUTY_CYCLE"); v != "" {
+		d, err := strconv.ParseFloat(v, 64)
+		if err != nil || d <= 0 || d > 1 {
+			b.Fatalf("RESHARD_DUTY_CYCLE=%q: want a number in (0, 1]", v)
+		}
+		o.DutyCycle = d
+	}
+	return o
 }

@@ -117,7 +117,7 @@ func BenchmarkMoveAsClientsSeeIt(b *testing.B) {
 		// for the budget at that moment) is applied again, as a user
 		// would; bounded.
 		for attempt := 1; ; attempt++ {
-			res, err := reshard.Apply(e.ctx, e.cat, reshard.Options{})
+			res, err := reshard.Apply(e.ctx, e.cat, benchOptions(b))
 			for _, r := range res {
 				for _, f := range r.Freezes {
 					if f.Abandoned {

@@ -54,6 +54,12 @@
 // completes one that has. Apply and Abort hold the catalog lease
 // LeaseOwner while they run: one mover at a time.
 //
+// Pacing: the copy, the catch-up rounds before a freeze and the
+// clean-up's deletes keep the mover busy at most Options.DutyCycle of the
+// time (a pause after each stretch of work); never the freeze. A catch-up
+// whose backlog stops shrinking shortens, then drops, its pauses, so a
+// paced move converges whenever an unpaced one would.
+//
 // Options.Hook stops a mover at each of Steps (tests, chaos's mover
 // kills); Options.Around is given each step of a freeze (CutSteps: the
 // lock and frozen fence, the last catch-up, the flip) to run in the
@@ -67,4 +73,6 @@
 //	move.go   one move: prepare (fences, capture, copy, catch-up), the
 //	          freeze and flip, finish (clean-up), abort; Steps, CutSteps
 //	shard.go  the SQL on the shards: fence changes, copy, catch-up, delete
+//	pace.go   the pacer of a move's background work (Options.DutyCycle)
+//	          and the catch-up's fallback to unpaced rounds
 package reshard

@@ -58,7 +58,7 @@ func (mv *mover) around(ctx context.Context, name string, m catalog.MoveRecord, 
 		return real(ctx)
 	}
 	return mv.opts.Around(ctx, CutStep{Name: name, Move: m, Run: real, DeleteSource: func(ctx context.Context) error {
-		_, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb)
+		_, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb, nil)
 		return err
 	}})
 }
@@ -113,6 +113,16 @@ type Result struct {
 	Replayed   int64         // change records replayed
 	Freezes    []Freeze      // every freeze tried, in order
 	Epoch      uint64        // the epoch its flip wrote
+	// Paused is the time the pacer (Options.DutyCycle) held the move's
+	// background work back, in Pauses pauses; PaceWaived counts the
+	// catch-up rounds whose pause was shortened or dropped because the
+	// backlog was not shrinking.
+	Paused     time.Duration
+	Pauses     int
+	PaceWaived int
+
+	// pace paces this move's background work (nil: none, e.g. abort).
+	pace *pacer
 
 	// flipped is the freeze that flipped, until the clean-up's journal
 	// step records it (in the move's detail; ARCHITECTURE.md §6).
@@ -175,7 +185,8 @@ func (mv *mover) journal(ctx context.Context, m catalog.MoveRecord, from []strin
 
 // run takes move m from its journaled phase to done.
 func (mv *mover) run(ctx context.Context, m catalog.MoveRecord) (*Result, error) {
-	res := &Result{Move: m, Epoch: m.ToEpoch}
+	res := &Result{Move: m, Epoch: m.ToEpoch, pace: newPacer(mv.opts)}
+	defer func() { res.Paused, res.Pauses = res.pace.paused, res.pace.pauses }()
 	src, err := mv.shard(m.From)
 	if err != nil {
 		return res, err
@@ -245,7 +256,7 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 			return fmt.Errorf("shard %s: start the capture of %d-%d: %w", src.name, m.Lo, m.Hi, err)
 		}
 		t0 := time.Now()
-		n, err := copyRange(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.nb)
+		n, err := copyRange(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.nb, res.pace)
 		if err != nil {
 			return fmt.Errorf("move %d: copy %d-%d %s→%s: %w", m.ID, m.Lo, m.Hi, m.From, m.To, err)
 		}
@@ -272,7 +283,16 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 // fails with errAbandoned).
 func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, dst *shard, res *Result, rounds, small int, deadline time.Time) error {
 	var replayed, copied int64
+	// Paced only before a freeze: under one (deadline set), never.
+	var pace *catchUpPace
+	if deadline.IsZero() {
+		pace = newCatchUpPace(mv.opts.CatchUpBatch)
+		res.pace.begin()
+	}
 	defer func() {
+		if pace != nil {
+			res.PaceWaived += pace.waived
+		}
 		res.Replayed += replayed
 		if copied > 0 && deadline.IsZero() {
 			// Best effort: the count is for status only.
@@ -298,6 +318,11 @@ func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, ds
 			// with the range's lock held, sees every fenced writer's
 			// commit, and none can write the range until the release.
 			return nil
+		}
+		if pace != nil {
+			if err := res.pace.rest(ctx, pace.after(n)); err != nil {
+				return err
+			}
 		}
 	}
 	if !deadline.IsZero() {
@@ -563,7 +588,7 @@ func (mv *mover) finish(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	}); err != nil {
 		return fmt.Errorf("shard %s: stop the capture: %w", src.name, err)
 	}
-	deleted, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb)
+	deleted, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb, res.pace)
 	if err != nil {
 		return err
 	}
@@ -611,7 +636,7 @@ func (mv *mover) abort(ctx context.Context, m catalog.MoveRecord) error {
 	if err := dst.setFence(ctx, nil, m.Lo, m.Hi, "moved", m.From, epoch, []string{"incoming", "moved"}, true); err != nil {
 		return err
 	}
-	if _, err := deleteRange(ctx, dst, m.Lo, m.Hi, mv.nb); err != nil {
+	if _, err := deleteRange(ctx, dst, m.Lo, m.Hi, mv.nb, nil); err != nil {
 		return err
 	}
 	if err := dropSeqMap(ctx, dst, m.ID); err != nil {

@@ -102,7 +102,7 @@ func inRange(t table) string {
 
 // copyTable deletes on dst the rows of t matching where and copies those
 // of src (read in its snapshot) there. It returns the rows copied.
-func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args ...any) (int64, error) {
+func copyTable(ctx context.Context, src, dst pgx.Tx, t table, p *pacer, where string, args ...any) (int64, error) {
 	if _, err := dst.Exec(ctx, "DELETE FROM "+t.name+" WHERE "+where, args...); err != nil {
 		return 0, fmt.Errorf("clear %s on the destination: %w", t.name, err)
 	}
@@ -114,6 +114,9 @@ func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args
 	n, err := dst.CopyFrom(ctx, pgx.Identifier{t.name}, t.cols, pgx.CopyFromFunc(func() ([]any, error) {
 		if !rows.Next() {
 			return nil, rows.Err()
+		}
+		if err := p.tick(ctx); err != nil {
+			return nil, err
 		}
 		return rows.Values()
 	}))
@@ -127,7 +130,7 @@ func copyTable(ctx context.Context, src, dst pgx.Tx, t table, where string, args
 // copySeqTable replaces on dst every copy move made of t's source rows by
 // fresh copies of src's rows matching where, each numbered from dst's
 // sequence and mapped in pgshard_move_seqs.
-func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, where string, args ...any) (int64, error) {
+func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, p *pacer, where string, args ...any) (int64, error) {
 	_, err := dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
 			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name)
 	if err != nil {
@@ -158,15 +161,27 @@ func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, whe
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("read %s on the source: %w", t.name, err)
 	}
-	if len(seqs) == 0 {
-		return 0, nil
-	}
-	q, args2 := seqInsertSQL(t, move, seqs, cols)
-	if _, err := dst.Exec(ctx, q, args2...); err != nil {
-		return 0, fmt.Errorf("copy %s: %w", t.name, err)
+	// Inserted in chunks, so that the pacer can pause between them.
+	for lo := 0; lo < len(seqs); lo += seqCopyChunk {
+		hi := min(lo+seqCopyChunk, len(seqs))
+		chunk := make([][]*string, len(cols))
+		for i := range cols {
+			chunk[i] = cols[i][lo:hi]
+		}
+		q, args2 := seqInsertSQL(t, move, seqs[lo:hi], chunk)
+		if _, err := dst.Exec(ctx, q, args2...); err != nil {
+			return 0, fmt.Errorf("copy %s: %w", t.name, err)
+		}
+		if err := p.tick(ctx); err != nil {
+			return 0, err
+		}
 	}
 	return int64(len(seqs)), nil
 }
+
+// seqCopyChunk is the rows of outbox or spawns one statement of the copy
+// inserts.
+const seqCopyChunk = 1000
 
 // seqInsertSQL is the statement that inserts on the destination copies of
 // t's source rows (their seqs, and their columns as text), each numbered
@@ -213,16 +228,17 @@ func pair(ctx context.Context, src, dst *shard, f func(stx, dtx pgx.Tx) error) e
 // copyRange copies every row of buckets lo..hi from src to dst, from one
 // snapshot of src, replacing what dst held of them (for outbox and
 // spawns: the copies move made). It returns the rows copied.
-func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets int) (int64, error) {
+func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets int, p *pacer) (int64, error) {
 	var total int64
 	err := pair(ctx, src, dst, func(stx, dtx pgx.Tx) error {
+		p.begin()
 		for _, t := range tables {
 			var n int64
 			var err error
 			if t.seq {
-				n, err = copySeqTable(ctx, stx, dtx, t, move, inRange(t), lo, hi, buckets)
+				n, err = copySeqTable(ctx, stx, dtx, t, move, p, inRange(t), lo, hi, buckets)
 			} else {
-				n, err = copyTable(ctx, stx, dtx, t, inRange(t), lo, hi, buckets)
+				n, err = copyTable(ctx, stx, dtx, t, p, inRange(t), lo, hi, buckets)
 			}
 			if err != nil {
 				return err
@@ -540,11 +556,16 @@ func pending(ctx context.Context, src *shard, move int64) (int64, error) {
 	return n, err
 }
 
-// deleteRange deletes every row of buckets lo..hi on s.
-func deleteRange(ctx context.Context, s *shard, lo, hi, buckets int) (int64, error) {
+// deleteRange deletes every row of buckets lo..hi on s, paced by p (nil:
+// not paced) between tables.
+func deleteRange(ctx context.Context, s *shard, lo, hi, buckets int, p *pacer) (int64, error) {
 	var total int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		p.begin()
 		for _, t := range tables {
+			if err := p.tick(ctx); err != nil {
+				return err
+			}
 			tag, err := tx.Exec(ctx, "DELETE FROM "+t.name+" WHERE "+inRange(t), lo, hi, buckets)
 			if err != nil {
 				return fmt.Errorf("delete %s: %w", t.name, err)

@@ -135,16 +135,20 @@ A plan is refused while moves of an earlier one are unfinished.`,
 func newReshardApplyCmd() *cobra.Command {
 	var opts reshard.Options
 	cmd := &cobra.Command{
-		Use:   "apply [--max-parallel N] [--freeze-budget 100ms]",
+		Use:   "apply [--max-parallel N] [--freeze-budget 100ms] [--duty-cycle 0.5]",
 		Short: "Run the journal's unfinished moves to done (resuming interrupted ones)",
 		Args:  cobra.NoArgs,
 	}
 	cmd.Flags().IntVar(&opts.MaxParallel, "max-parallel", 1, "moves run at once")
 	cmd.Flags().DurationVar(&opts.FreezeBudget, "freeze-budget", reshard.DefaultFreezeBudget, "longest write freeze of one range; a freeze over it is abandoned and retried")
 	cmd.Flags().IntVar(&opts.FreezeAttempts, "freeze-attempts", reshard.DefaultFreezeAttempts, "freezes tried per move before apply gives up on it (apply again retries)")
+	cmd.Flags().Float64Var(&opts.DutyCycle, "duty-cycle", reshard.DefaultDutyCycle, "share of the time a move's copy, catch-up and clean-up may keep the mover busy, in (0, 1]; it pauses the rest (1: never; the freeze is never paced)")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if opts.MaxParallel < 1 || opts.FreezeBudget <= 0 || opts.FreezeAttempts < 1 {
 			return usagef("--max-parallel, --freeze-budget and --freeze-attempts must be positive")
+		}
+		if opts.DutyCycle <= 0 || opts.DutyCycle > 1 {
+			return usagef("--duty-cycle must be in (0, 1], got %v", opts.DutyCycle)
 		}
 		return nil
 	}
@@ -161,8 +165,8 @@ func newReshardApplyCmd() *cobra.Command {
 				}
 				fs = append(fs, s)
 			}
-			fmt.Fprintf(out, "move %d %d-%d %s→%s: %d rows copied, %d changes replayed, freezes [%s]\n",
-				r.Move.ID, r.Move.Lo, r.Move.Hi, r.Move.From, r.Move.To, r.RowsCopied, r.Replayed, strings.Join(fs, ", "))
+			fmt.Fprintf(out, "move %d %d-%d %s→%s: %d rows copied, %d changes replayed, paused %v, freezes [%s]\n",
+				r.Move.ID, r.Move.Lo, r.Move.Hi, r.Move.From, r.Move.To, r.RowsCopied, r.Replayed, r.Paused.Round(time.Millisecond), strings.Join(fs, ", "))
 		}
 		if err != nil {
 			return err

@@ -33,6 +33,11 @@ func TestReshardCLI(t *testing.T) {
 	if r := run(t, "", "reshard", "plan", "--move", "9-2", "--to", "x"); r.code == 0 || !strings.Contains(r.stderr, "not a bucket range") {
 		t.Errorf("plan --move 9-2: exit %d %q", r.code, r.stderr)
 	}
+	for _, d := range []string{"0", "1.5", "-0.2"} {
+		if r := run(t, "", "reshard", "apply", "--duty-cycle", d); r.code == 0 || !strings.Contains(r.stderr, "--duty-cycle must be in (0, 1]") {
+			t.Errorf("apply --duty-cycle %s: exit %d %q", d, r.code, r.stderr)
+		}
+	}
 	if err := cluster.Local().(cluster.SpecChecker).AvailableFor(context.Background(), cluster.Spec{PgBouncer: true}); err != nil {
 		clustertest.SkipOrFail(t, err)
 	}
@@ -79,8 +84,8 @@ func TestReshardCLI(t *testing.T) {
 		load <- runWithin(t, 3*time.Minute, "", "loadgen", "run", "-c", cfg, "--target", "pgbouncer", "--duration", "40s",
 			"--warmup", "0s", "--concurrency", "4", "--executions", "400", "--out", loadOut, "--fail-if", "errors>0")
 	}()
-	r = mustRun(t, "", "reshard", "apply", "-c", cfg, "--freeze-budget", "2s", "--max-parallel", "2")
-	if strings.Count(r.stdout, "flipped at epoch") != 2 {
+	r = mustRun(t, "", "reshard", "apply", "-c", cfg, "--freeze-budget", "2s", "--max-parallel", "2", "--duty-cycle", "0.5")
+	if strings.Count(r.stdout, "flipped at epoch") != 2 || strings.Count(r.stdout, ", paused ") != 2 {
 		t.Errorf("reshard apply:\n%s", r.stdout)
 	}
 	lr := <-load
