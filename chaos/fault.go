@@ -127,7 +127,9 @@ const (
 	// completion: param buckets is the range's width (default: seeded,
 	// 8..32, cut at the owner's range end), to a seeded other shard (so
 	// ranges go back and forth over a run); param freeze_budget bounds
-	// each write freeze (default 100ms), param timeout the whole move
+	// each write freeze (default 100ms), param duty_cycle the share of
+	// time the mover's background work may take (reshard.Options.DutyCycle,
+	// default the mover's own, 1 = unpaced), param timeout the whole move
 	// (default 60s); param hot=true starts the range at the bucket of a
 	// seeded hot key of the workload (keys: hotset), so the moves take
 	// the busiest ranges. A move an earlier fault left unfinished is finished
@@ -469,6 +471,19 @@ func intParam(lo, hi int) paramCheck {
 	}
 }
 
+func floatParam(lo, hi float64) paramCheck {
+	return func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		if f < lo || f > hi {
+			return fmt.Errorf("%g is outside %g..%g", f, lo, hi)
+		}
+		return nil
+	}
+}
+
 func enumParam(values ...string) paramCheck {
 	return func(v string) error {
 		if !slices.Contains(values, v) {
@@ -526,6 +541,18 @@ func (p Params) int(key string, def int) (int, error) {
 		return 0, fmt.Errorf("param %s: %q is not an integer", key, v)
 	}
 	return n, nil
+}
+
+func (p Params) float(key string, def float64) (float64, error) {
+	v, ok := p[key]
+	if !ok {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("param %s: %q is not a number", key, v)
+	}
+	return f, nil
 }
 
 func (p Params) str(key, def string) string {

@@ -62,6 +62,7 @@ var moveParams = map[string]paramCheck{
 	"buckets":       intParam(1, 1<<16),
 	"hot":           enumParam("true", "false"),
 	"freeze_budget": durationParam(time.Millisecond, 10*time.Second),
+	"duty_cycle":    floatParam(0.01, 1),
 	"timeout":       durationParam(time.Second, 10*time.Minute),
 }
 
@@ -83,6 +84,7 @@ var moverKillInfo = kindInfo{
 		"buckets":       moveParams["buckets"],
 		"hot":           moveParams["hot"],
 		"freeze_budget": moveParams["freeze_budget"],
+		"duty_cycle":    moveParams["duty_cycle"],
 		"timeout":       moveParams["timeout"],
 		"resolve":       enumParam("resume", "abort", "seeded"),
 	},
@@ -236,8 +238,12 @@ func moveOptions(env *Env, p Params) (reshard.Options, time.Duration, error) {
 	if err != nil {
 		return reshard.Options{}, 0, err
 	}
+	duty, err := p.float("duty_cycle", reshard.DefaultDutyCycle)
+	if err != nil {
+		return reshard.Options{}, 0, err
+	}
 	opts := reshard.Options{FreezeBudget: budget, Owner: MoverOwner, Log: env.Logf, LeaseTTL: moveLeaseTTL,
-		RetryPause: moveFreezeRetry, Around: env.MoverAround}
+		RetryPause: moveFreezeRetry, Around: env.MoverAround, DutyCycle: duty}
 	if env.catchUps != nil {
 		// Shard crashes aimed at the catch-up (catchup.go).
 		opts.Hook = env.catchUps.hook
