@@ -23,7 +23,7 @@ import (
 //	Follow.Run(ctx, served, apply)
 //	  served: the current generation's map epoch
 //	  apply(m): Config.Remap(m) (default: the running config with m and a
-//	            route.Router for m) ─▶ Server.Reload: a new generation;
+//	            route.Table for m) ─▶ Server.Reload: a new generation;
 //	            sessions move to it between transactions (reload.go)
 //	  lease:  acquired and renewed by the follower every TTL/3
 //
@@ -125,9 +125,9 @@ func (s *Server) applyCatalogMap(ctx context.Context, m *shardmap.Map) (ReloadRe
 }
 
 // defaultRemap is the running configuration with m and a router for m
-// (the running analyzer must be a *route.Router).
+// (the running analyzer must be a *route.Table).
 func defaultRemap(_ context.Context, cfg Config, m *shardmap.Map) (Config, error) {
-	r, ok := cfg.Analyzer.(*route.Router)
+	r, ok := cfg.Analyzer.(*route.Table)
 	if !ok {
 		return Config{}, fmt.Errorf("the analyzer is a %T: set Config.Remap to build one for a new map", cfg.Analyzer)
 	}

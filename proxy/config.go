@@ -154,7 +154,7 @@ type Config struct {
 	// a reload keeps the running one.
 	Follow MapFollower
 	// Remap builds the configuration for a newer map from the catalog
-	// (nil: the running one with the map and a route.Router for it).
+	// (nil: the running one with the map and a route.Table for it).
 	Remap func(ctx context.Context, running Config, m *shardmap.Map) (Config, error)
 	// CatalogName names the catalog in messages (a redacted DSN).
 	CatalogName string

@@ -124,7 +124,7 @@ type proxyEnv struct {
 	addr string
 	// dsn connects as the trusted user "postgres".
 	dsn string
-	an  *route.Router
+	an  *route.Table
 }
 
 type envOpt func(*proxy.Config)

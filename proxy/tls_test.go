@@ -195,6 +195,6 @@ func TestTLSBackends(t *testing.T) {
 	}
 }
 
-func newRouter(m *shardmap.Map) (*route.Router, error) {
+func newRouter(m *shardmap.Map) (*route.Table, error) {
 	return route.New(m, testSchema(), route.Options{})
 }

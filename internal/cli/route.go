@@ -253,7 +253,7 @@ type mergeReport struct {
 	Plan []string `json:"plan"`
 }
 
-func report(r *route.Router, ex route.Explanation) routeReport {
+func report(r *route.Table, ex route.Explanation) routeReport {
 	st, d := ex.Statement, ex.Dest
 	rep := routeReport{SQL: st.SQL, Kind: st.Kind.String(), ReadOnly: st.ReadOnly, Tables: st.Tables, NumParams: st.NumParams,
 		ParseError: st.ParseError, Dest: d.Kind.String(), Key: d.Key, Reason: d.Reason, Steps: ex.Steps, Refusal: d.Refusal}

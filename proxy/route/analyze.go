@@ -124,7 +124,7 @@ type topInfo struct {
 
 // analyzer walks one statement.
 type analyzer struct {
-	r        *Router
+	r        *Table
 	sc       *compiled
 	refs     []*tref
 	uf, co   []int
@@ -156,7 +156,7 @@ type analyzer struct {
 	lit *litCtx
 }
 
-func newAnalyzer(r *Router) *analyzer {
+func newAnalyzer(r *Table) *analyzer {
 	return &analyzer{r: r, sc: r.sc, sublinks: map[*pg.SubLink]*derived{}, rangeSubs: map[*pg.RangeSubselect]*derived{}}
 }
 

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// cache maps a query text to a value: its analysis (Router.cache) or the
-// analysis of a literal-normalized text (Router.shapes). It is bounded by entry count
+// cache maps a query text to a value: its analysis (Table.cache) or the
+// analysis of a literal-normalized text (Table.shapes). It is bounded by entry count
 // and evicts with CLOCK (second chance): a hit only sets an atomic
 // "referenced" flag under a read lock, so hits neither allocate nor contend
 // on a write lock; a miss inserts with the flag clear, so a text seen once

@@ -16,13 +16,13 @@ const cursorOptHold = 0x0020
 
 // analyzeStmt classifies one parsed statement and builds its plan. text is
 // the statement's own text (hints are read from its comments).
-func (r *Router) analyzeStmt(text string, node *pg.Node) *Statement {
+func (r *Table) analyzeStmt(text string, node *pg.Node) *Statement {
 	return r.analyzeStmtLit(text, node, nil)
 }
 
 // analyzeStmtLit is analyzeStmt for a normalized text when lc is set: the
 // $n that lc names are literal slots.
-func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statement {
+func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statement {
 	st := &Statement{SQL: text, Kind: KindOther}
 	lr := lex(text, false, 0)
 	st.NumParams = lr.maxParam
@@ -53,7 +53,7 @@ func (r *Router) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Stateme
 // classifying is one statement being classified: what it is (st), what
 // its queries read (a), and what its plan starts from (p).
 type classifying struct {
-	r  *Router
+	r  *Table
 	st *Statement
 	a  *analyzer
 	p  *plan
@@ -471,7 +471,7 @@ func constText(n *pg.Node) ([]byte, bool) {
 }
 
 // classifySet classifies SET / RESET.
-func (r *Router) classifySet(st *Statement, v *pg.VariableSetStmt) {
+func (r *Table) classifySet(st *Statement, v *pg.VariableSetStmt) {
 	st.ReadOnly = true
 	name := strings.ToLower(v.Name)
 	st.SetName = name
@@ -602,7 +602,7 @@ func quoteGUC(name string) string {
 
 // finish turns the analysis into a plan: groups, edges, hints, the merge
 // plan, and — when no parameter matters — the decision itself.
-func (r *Router) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr error) {
+func (r *Table) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr error) {
 	st.plan = p
 	p.noteStatement(st)
 	if r.decidedByKind(st, p, hintErr) {
@@ -647,7 +647,7 @@ func (p *plan) noteStatement(st *Statement) {
 // decidedByKind decides, once, the statements whose kind alone decides
 // them: unsupported ones and bad hints (refused), SET LOCAL pgshard.key
 // and pgshard.shard (routed by their value). It reports whether it did.
-func (r *Router) decidedByKind(st *Statement, p *plan, hintErr error) bool {
+func (r *Table) decidedByKind(st *Statement, p *plan, hintErr error) bool {
 	switch {
 	case st.Kind == KindUnsupported:
 		ref := &Refusal{SQLState: "0A000", Message: st.Reason}
@@ -771,7 +771,7 @@ func (p *plan) dependsOnParams() bool {
 }
 
 // hintPlan resolves a statement's hints.
-func (r *Router) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
+func (r *Table) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
 	hp := &hintPlan{shard: -1, b: -1}
 	if h.hasShard {
 		i, ok := r.byName[h.shard]

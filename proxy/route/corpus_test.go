@@ -50,7 +50,7 @@ func TestCorpus(t *testing.T) {
 	if len(cases) < 80 {
 		t.Fatalf("corpus has %d cases, want at least 80", len(cases))
 	}
-	routers := map[string]*route.Router{"default": newRouter(t, "default"), "int8": newRouter(t, "int8")}
+	routers := map[string]*route.Table{"default": newRouter(t, "default"), "int8": newRouter(t, "int8")}
 	var golden strings.Builder
 	names := map[string]bool{}
 	for _, c := range cases {

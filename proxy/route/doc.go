@@ -2,7 +2,7 @@
 // decides, per statement, which shard runs it — one shard, every shard
 // (with a merge plan), any shard, or none (a refusal with a SQLSTATE).
 //
-//	query text ─► cache ─hit─► *Statement (kind, facts, plan)   Analyze / Split (router.go, cache.go)
+//	query text ─► cache ─hit─► *Statement (kind, facts, plan)   Analyze / Split (table.go, cache.go)
 //	              │miss
 //	              ├─ fast path (BEGIN/COMMIT/ROLLBACK, SET LOCAL pgshard.key): no parse (lex.go)
 //	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
@@ -14,6 +14,9 @@
 //	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
 //
+//	table.go is Table, the routing table of one map and schema (New,
+//	Analyze, Route, its caches); the name is not Router, which would
+//	read as package router, the store's router over all shards.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
 //	setlocal.go the statements that only set transaction-local settings.
@@ -21,7 +24,7 @@
 // # Parsing and the cache
 //
 // Statements are parsed with github.com/pganalyze/pg_query_go, which is
-// Postgres's parser, once per distinct text: a Router caches analyses in a
+// Postgres's parser, once per distinct text: a Table caches analyses in a
 // bounded CLOCK cache (Options.CacheSize entries; a hit takes a read lock
 // and sets an atomic flag, and allocates nothing). A text Postgres cannot
 // parse is not an error here: it becomes a KindOther statement with

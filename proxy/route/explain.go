@@ -13,7 +13,7 @@ type Explanation struct {
 }
 
 // Explain routes st like Route and records why.
-func (r *Router) Explain(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Explanation {
+func (r *Table) Explain(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Explanation {
 	ex := Explanation{Statement: st, Dest: r.Route(st, params, formats, paramOIDs)}
 	p := st.plan
 	if st.ParseError != "" {

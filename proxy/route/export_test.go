@@ -6,7 +6,7 @@ package route
 func Normalized(st *Statement) bool { return st.lit != nil }
 
 // ShapeCount is the number of normalized texts whose analysis is cached.
-func (r *Router) ShapeCount() int {
+func (r *Table) ShapeCount() int {
 	if r.shapes == nil {
 		return 0
 	}
@@ -15,7 +15,7 @@ func (r *Router) ShapeCount() int {
 
 // ShapeOf normalizes sql and reports whether it has literals to replace
 // and, when its shape is cached and analyzed in full, why.
-func (r *Router) ShapeOf(sql string) (normalizes bool, fallback string) {
+func (r *Table) ShapeOf(sql string) (normalizes bool, fallback string) {
 	n := new(normalizer)
 	if r.shapes == nil || !n.run(sql) {
 		return false, ""

@@ -50,7 +50,7 @@ func testSchema(t testing.TB, name string) route.Schema {
 	return route.Schema{}
 }
 
-func newRouter(t testing.TB, schema string) *route.Router {
+func newRouter(t testing.TB, schema string) *route.Table {
 	t.Helper()
 	r, err := route.New(testMap(t), testSchema(t, schema), route.Options{})
 	if err != nil {

@@ -76,7 +76,7 @@ func substitute(sql string, rng *rand.Rand) (string, bool) {
 
 // routers returns a router that analyzes every text in full and one that
 // normalizes literals, for a schema.
-func routers(t testing.TB, schema string) (full, norm *route.Router) {
+func routers(t testing.TB, schema string) (full, norm *route.Table) {
 	t.Helper()
 	var err error
 	if full, err = route.New(testMap(t), testSchema(t, schema), route.Options{KeepLiterals: true}); err != nil {
@@ -119,7 +119,7 @@ type bindCase struct {
 // decision (reasons, refusals, merge plans, Explain's steps) are the same.
 // It returns how many of the normalizing router's statements were
 // analyzed through their normalized text.
-func equivalent(t testing.TB, full, norm *route.Router, sql string, binds ...bindCase) int {
+func equivalent(t testing.TB, full, norm *route.Table, sql string, binds ...bindCase) int {
 	t.Helper()
 	a, errA := full.Split(sql)
 	b, errB := norm.Split(sql)
@@ -171,7 +171,7 @@ func equivalent(t testing.TB, full, norm *route.Router, sql string, binds ...bin
 // another text's literals.
 func TestNormalizeEquivalence(t *testing.T) {
 	cases := loadCorpus(t)
-	type pair struct{ full, norm *route.Router }
+	type pair struct{ full, norm *route.Table }
 	rs := map[string]pair{}
 	for _, s := range []string{"default", "int8"} {
 		f, n := routers(t, s)
@@ -281,7 +281,7 @@ func TestNormalizeContexts(t *testing.T) {
 	}
 	vals := append(append(append([]string{}, intLits...), numLits...), strLits...)
 	vals = append(vals, "- 5", "-(5)", "true", "NULL", "E'a'", "$$a$$", "B'1'", "'a'\n'b'", "0x1F", "1_000", "'\x80'")
-	type pair struct{ full, norm *route.Router }
+	type pair struct{ full, norm *route.Table }
 	var rs []pair
 	for _, s := range []string{"default", "int8"} {
 		f, n := routers(t, s)

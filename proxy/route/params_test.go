@@ -95,7 +95,7 @@ func TestParamDecode(t *testing.T) {
 		{name: "inserted seq zero refused", sql: "INSERT INTO outbox (seq, target_id, event) VALUES ($1, 't', 'e')", param: []byte("0"), state: "0A000"},
 		{name: "inserted seq of an ordinal without a shard refused", sql: "INSERT INTO outbox (seq, target_id, event) VALUES ($1, 't', 'e')", param: []byte("9"), state: "0A000"},
 	}
-	routers := map[string]*route.Router{"": newRouter(t, "default"), "int8": newRouter(t, "int8")}
+	routers := map[string]*route.Table{"": newRouter(t, "default"), "int8": newRouter(t, "int8")}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := routers[c.schema]

@@ -12,7 +12,7 @@ import (
 
 // Route decides where st runs. It never panics on any parameter bytes:
 // malformed input becomes a DestRefuse with the SQLSTATE Postgres would use.
-func (r *Router) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
+func (r *Table) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	d := r.routeOne(st, params, formats, paramOIDs)
 	if d.Kind == DestRefuse && st.Select && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
 		return r.twoStage(st, d, params, formats, paramOIDs) // twostage.go
@@ -21,7 +21,7 @@ func (r *Router) Route(st *Statement, params [][]byte, formats []int16, paramOID
 }
 
 // routeOne is Route without the two-stage plan.
-func (r *Router) routeOne(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
+func (r *Table) routeOne(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	b := st.lit
 	if b != nil && b.decided {
 		return b.dest // a text with literals and no $n: decided when analyzed
@@ -33,7 +33,7 @@ func (r *Router) routeOne(st *Statement, params [][]byte, formats []int16, param
 	return r.route(st, &in)
 }
 
-func (r *Router) route(st *Statement, in *input) Dest {
+func (r *Table) route(st *Statement, in *input) Dest {
 	p := st.plan
 	if p == nil {
 		return *anyDest(kindReason(st.Kind))
@@ -64,7 +64,7 @@ type input struct {
 }
 
 // value returns the key value source s has under in.
-func (r *Router) value(s *source, in *input) kval {
+func (r *Table) value(s *source, in *input) kval {
 	if s.lit > 0 {
 		return litValue(s, in.lits)
 	}
@@ -125,7 +125,7 @@ const (
 	pRefuse              // the value is refused
 )
 
-func (r *Router) place(v kval, s *source) placed {
+func (r *Table) place(v kval, s *source) placed {
 	switch v.kind {
 	case kNull:
 		if s.insert {
@@ -172,7 +172,7 @@ func (r *Router) place(v kval, s *source) placed {
 // shardDest is the decision for one placed key; agree counts the keyed
 // references that agree on its shard. The reason and the key are one
 // allocation (the key may alias Bind bytes: it is copied).
-func (r *Router) shardDest(p placed, agree int, lits []literal) Dest {
+func (r *Table) shardDest(p placed, agree int, lits []literal) Dest {
 	var buf [256]byte
 	b := append(buf[:0], p.src.col...)
 	b = append(b, " = "...)
@@ -222,7 +222,7 @@ func appendKey(b []byte, v kval) []byte {
 	return append(b, '\'')
 }
 
-func appendPlace(b []byte, r *Router, p placed) []byte {
+func appendPlace(b []byte, r *Table, p placed) []byte {
 	if p.bucket >= 0 {
 		b = append(b, " → bucket "...)
 		b = strconv.AppendInt(b, int64(p.bucket), 10)
@@ -234,7 +234,7 @@ func appendPlace(b []byte, r *Router, p placed) []byte {
 	return append(b, r.m.Shards[p.shard].Name...)
 }
 
-func placeWhy(r *Router, p placed) string { return string(appendPlace(nil, r, p)) }
+func placeWhy(r *Table, p placed) string { return string(appendPlace(nil, r, p)) }
 
 func emptyWhy(p placed, lits []literal) string {
 	return "matches no row: " + p.src.desc(lits) + " is " + p.v.text() + " (" + p.note + "); any shard"
@@ -250,7 +250,7 @@ type gstate struct {
 
 // evaluator evaluates constraint trees for one Route.
 type evaluator struct {
-	r      *Router
+	r      *Table
 	in     *input
 	trace  *[]string
 	prefix string // the group being evaluated, for trace lines
@@ -339,7 +339,7 @@ func refuseDest(ref *Refusal) Dest {
 const hintAdvice = "Add a key predicate (e.g. id = $1), or route it explicitly with /* pgshard:key=KEY */ or /* pgshard:shard=NAME */."
 
 // decide evaluates a plan in full. With trace it records each step.
-func (r *Router) decide(p *plan, in *input, trace *[]string) Dest {
+func (r *Table) decide(p *plan, in *input, trace *[]string) Dest {
 	e := evaluator{r: r, in: in, trace: trace}
 	var buf [8]gstate
 	gs, ref := e.groupStates(p, buf[:0])
@@ -397,7 +397,7 @@ func (e *evaluator) groupStates(p *plan, gs []gstate) ([]gstate, *Refusal) {
 
 // hintDest routes a hinted statement to the hint's shard, unless a group
 // needs rows elsewhere: the hint contradicts the statement's own key.
-func (r *Router) hintDest(p *plan, gs []gstate, e *evaluator) Dest {
+func (r *Table) hintDest(p *plan, gs []gstate, e *evaluator) Dest {
 	h := p.hint
 	for i := range gs {
 		if gs[i].set.empty() || gs[i].set.has(h.shard) {
@@ -418,7 +418,7 @@ func (r *Router) hintDest(p *plan, gs []gstate, e *evaluator) Dest {
 
 // ddlDest: a schema change of unsharded tables runs on the default shard,
 // any other on every shard.
-func (r *Router) ddlDest(p *plan) Dest {
+func (r *Table) ddlDest(p *plan) Dest {
 	if len(p.ddlTables) > 0 && r.allUnsharded(p.ddlTables) {
 		return Dest{Kind: DestAny, Default: true, Bucket: -1,
 			Reason: "a schema change of unsharded tables (" + strings.Join(p.ddlTables, ", ") + "): on the default shard"}
@@ -473,7 +473,7 @@ func onShards(gs []gstate) shardChoice {
 
 // oneShardDest routes a statement none of whose groups needs several
 // shards: to the groups' shard, else to the default shard or any shard.
-func (r *Router) oneShardDest(p *plan, on *shardChoice, lits []literal) Dest {
+func (r *Table) oneShardDest(p *plan, on *shardChoice, lits []literal) Dest {
 	if on.single < 0 {
 		if p.defaultWhy != "" {
 			return Dest{Kind: DestAny, Default: true, Bucket: -1, Reason: p.defaultWhy + ": on the default shard"}
@@ -494,7 +494,7 @@ func (r *Router) oneShardDest(p *plan, on *shardChoice, lits []literal) Dest {
 // fanOutDest decides a statement whose group multi needs several shards:
 // EXPLAIN runs on one, a write is refused, and a read fans out when its
 // groups are co-located, it only reads sharded tables and it merges.
-func (r *Router) fanOutDest(p *plan, gs []gstate, multi int, in *input) Dest {
+func (r *Table) fanOutDest(p *plan, gs []gstate, multi int, in *input) Dest {
 	g := &p.groups[multi]
 	spread := r.spread(g, &gs[multi])
 	if p.explain && !(p.analyze && (p.write || g.write)) {
@@ -534,7 +534,7 @@ func (r *Router) fanOutDest(p *plan, gs []gstate, multi int, in *input) Dest {
 }
 
 // spread says why group g (evaluated to gst) needs several shards.
-func (r *Router) spread(g *group, gst *gstate) string {
+func (r *Table) spread(g *group, gst *gstate) string {
 	spread := g.desc + ": no key predicate"
 	if n := gst.set.members(len(r.m.Shards)); !gst.set.all {
 		var names []string
@@ -595,7 +595,7 @@ func cannotFanOut(p *plan, spread string) *Refusal {
 }
 
 // conflict refuses a statement whose keys name two shards.
-func (r *Router) conflict(p *plan, gs []gstate, first, at int, lits []literal) Dest {
+func (r *Table) conflict(p *plan, gs []gstate, first, at int, lits []literal) Dest {
 	describe := func(shard int) string {
 		for i := range gs {
 			if gs[i].ok && gs[i].wit.shard == shard && gs[i].set.one() == shard {
@@ -618,7 +618,7 @@ func (r *Router) conflict(p *plan, gs []gstate, first, at int, lits []literal) D
 }
 
 // limitValue is a LIMIT/OFFSET parameter's value (-1 for NULL = none).
-func (r *Router) limitValue(s *source, in *input, def int64) (int64, *Refusal) {
+func (r *Table) limitValue(s *source, in *input, def int64) (int64, *Refusal) {
 	if s == nil {
 		return def, nil
 	}
@@ -686,7 +686,7 @@ func subDesc(p *plan, a, b *group) string {
 
 // allUnsharded reports whether every table is outside the sharding
 // schema (neither keyed nor global).
-func (r *Router) allUnsharded(tables []string) bool {
+func (r *Table) allUnsharded(tables []string) bool {
 	for _, t := range tables {
 		if r.sc.tables[t] != nil || r.sc.global[t] {
 			return false

@@ -54,7 +54,7 @@ func TestLocalSettings(t *testing.T) {
 	// only in their constants share an analysis unless it depends on them).
 	shared := newRouter(t, "default")
 	for _, c := range cases {
-		for _, r := range []*route.Router{newRouter(t, "default"), shared} {
+		for _, r := range []*route.Table{newRouter(t, "default"), shared} {
 			st, err := r.Analyze(c.sql)
 			if err != nil {
 				t.Fatalf("%s: %v", c.sql, err)

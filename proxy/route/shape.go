@@ -148,7 +148,7 @@ func literalStatement(n *pg.Node) bool {
 }
 
 // analyzeShape parses and analyzes a normalized text once.
-func (r *Router) analyzeShape(n *normalizer) *shape {
+func (r *Table) analyzeShape(n *normalizer) *shape {
 	norm := string(n.key[:n.normLen])
 	lc := &litCtx{base: n.base, n: len(n.lits), classes: string(n.classes)}
 	a, spans, perr := r.analyzeTextLit(norm, lc)
@@ -195,7 +195,7 @@ type litText struct {
 // shape's: statements that carry the text's SQL and literals. It returns
 // nil when the text must be analyzed in full after all: a statement's
 // fan-out plan needs per-shard SQL rewritten from the text's own tree.
-func (r *Router) bind(sql string, sh *shape, n *normalizer) *analysis {
+func (r *Table) bind(sql string, sh *shape, n *normalizer) *analysis {
 	if len(sh.a.list) == 1 && sh.a.one == sh.a.list[0] {
 		x := &litText{st: *sh.a.one}
 		x.st.SQL = sql
@@ -230,7 +230,7 @@ func (r *Router) bind(sql string, sh *shape, n *normalizer) *analysis {
 
 // bindStatement attaches the text's literals to st, and decides st now
 // when it has no $n parameters (nothing else can change its decision).
-func (r *Router) bindStatement(st *Statement, b *litBinding, lits []literal) bool {
+func (r *Table) bindStatement(st *Statement, b *litBinding, lits []literal) bool {
 	b.lits = lits
 	st.lit = b
 	p := st.plan
@@ -248,7 +248,7 @@ func (r *Router) bindStatement(st *Statement, b *litBinding, lits []literal) boo
 
 // analyzeLiterals analyzes sql through its shape; nil when the text has
 // no literal to normalize or its shape is analyzed in full.
-func (r *Router) analyzeLiterals(sql string) *analysis {
+func (r *Table) analyzeLiterals(sql string) *analysis {
 	n := normPool.Get().(*normalizer)
 	defer normPool.Put(n)
 	if !n.run(sql) {

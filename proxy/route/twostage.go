@@ -40,7 +40,7 @@ var noStages = &Stages{}
 
 // twoStage returns the two-stage Dest of st, or refused (the Dest Route
 // decided) when st has no two-stage plan or a stage is refused.
-func (r *Router) twoStage(st *Statement, refused Dest, params [][]byte, formats []int16, oids []uint32) Dest {
+func (r *Table) twoStage(st *Statement, refused Dest, params [][]byte, formats []int16, oids []uint32) Dest {
 	sg := (*Stages)(atomic.LoadPointer(&st.stages))
 	if sg == nil || sg.sql != st.SQL && sg != noStages {
 		sg = r.stagesOf(st.SQL)
@@ -71,7 +71,7 @@ func plural(n int, one, many string) string {
 
 // stagesOf builds the two-stage plan of a SELECT's text, noStages if it
 // has none.
-func (r *Router) stagesOf(sql string) *Stages {
+func (r *Table) stagesOf(sql string) *Stages {
 	low := strings.ToLower(sql)
 	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
 		if strings.Contains(low, w) {
@@ -132,7 +132,7 @@ func (r *Router) stagesOf(sql string) *Stages {
 
 // stageBuilder replaces the inner statements of a parse tree by markers.
 type stageBuilder struct {
-	r     *Router
+	r     *Table
 	ctes  map[string]bool // the statement's CTE names
 	inner []*Statement
 	fail  bool
@@ -219,7 +219,7 @@ func (b *stageBuilder) stage(q **pg.Node) {
 }
 
 // keyed reports whether st reads a table of the sharding schema.
-func (r *Router) keyed(st *Statement) bool {
+func (r *Table) keyed(st *Statement) bool {
 	for _, t := range st.Tables {
 		if r.keyedTable(t) {
 			return true
@@ -229,7 +229,7 @@ func (r *Router) keyed(st *Statement) bool {
 }
 
 // keyedTable reports whether t is a table of the sharding schema.
-func (r *Router) keyedTable(t string) bool {
+func (r *Table) keyedTable(t string) bool {
 	for _, k := range r.schema.Tables {
 		if k.Table == t {
 			return true

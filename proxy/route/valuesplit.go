@@ -318,7 +318,7 @@ func (sp *valuesSplit) render(sel *pg.SelectStmt, rowcol string, shards int) ([]
 }
 
 // describe says how the split sends the rows.
-func (sp *valuesSplit) describe(r *Router) string {
+func (sp *valuesSplit) describe(r *Table) string {
 	per := map[int]int{}
 	for _, o := range sp.owner {
 		per[o]++

@@ -10,7 +10,7 @@ import (
 	"github.com/pgshard/pgshard/shardmap"
 )
 
-// Options tune a Router.
+// Options tune a Table.
 type Options struct {
 	// CacheSize is how many distinct statement texts keep their analysis
 	// (default 10000), and how many literal-normalized texts keep theirs
@@ -32,10 +32,10 @@ const DefaultCacheSize = 10000
 // DefaultMaxCachedSQL is the default of Options.MaxCachedSQL.
 const DefaultMaxCachedSQL = 64 << 10
 
-// Router is the Analyzer for one shard map and sharding schema. It is safe
-// for concurrent use. A new map (epoch) needs a new Router: analyses of
+// Table is the Analyzer for one shard map and sharding schema. It is safe
+// for concurrent use. A new map (epoch) needs a new Table: analyses of
 // constant keys name shards of the map they were made for.
-type Router struct {
+type Table struct {
 	m        *shardmap.Map
 	schema   Schema
 	sc       *compiled
@@ -47,11 +47,11 @@ type Router struct {
 	names    string // "s0, s1, ..." for messages
 }
 
-var _ Analyzer = (*Router)(nil)
+var _ Analyzer = (*Table)(nil)
 
-// New returns a Router for the shard map m and the sharding schema. It
+// New returns a Table for the shard map m and the sharding schema. It
 // validates both; m is copied (Map returns the copy routes refer to).
-func New(m *shardmap.Map, schema Schema, opts Options) (*Router, error) {
+func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 	if m == nil {
 		return nil, errors.New("route: no shard map")
 	}
@@ -68,7 +68,7 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Router, error) {
 	if opts.MaxCachedSQL <= 0 {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
-	r := &Router{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, byName: map[string]int{}}
+	r := &Table{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, byName: map[string]int{}}
 	if r.cache != nil && !opts.KeepLiterals {
 		r.shapes = newCache[*shape](opts.CacheSize)
 	}
@@ -86,13 +86,13 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Router, error) {
 }
 
 // Map returns the shard map that Dest.Shard indexes refer to.
-func (r *Router) Map() *shardmap.Map { return r.m }
+func (r *Table) Map() *shardmap.Map { return r.m }
 
 // Schema returns the sharding schema.
-func (r *Router) Schema() Schema { return r.schema }
+func (r *Table) Schema() Schema { return r.schema }
 
 // CacheLen is the number of statement texts whose analysis is cached.
-func (r *Router) CacheLen() int {
+func (r *Table) CacheLen() int {
 	if r.cache == nil {
 		return 0
 	}
@@ -108,7 +108,7 @@ var ErrNUL = errors.New("route: query text contains a NUL byte")
 // several statements yields a statement that Route refuses (42601), as
 // Postgres refuses such a Parse; a text Postgres cannot parse yields a
 // KindOther statement with ParseError set, routed DestAny.
-func (r *Router) Analyze(sql string) (*Statement, error) {
+func (r *Table) Analyze(sql string) (*Statement, error) {
 	a, err := r.analysis(sql)
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (r *Router) Analyze(sql string) (*Statement, error) {
 
 // Split analyzes the statements of a simple Query message. The slice is
 // shared with the cache: do not modify it.
-func (r *Router) Split(sql string) ([]*Statement, error) {
+func (r *Table) Split(sql string) ([]*Statement, error) {
 	a, err := r.analysis(sql)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (r *Router) Split(sql string) ([]*Statement, error) {
 
 // AnalyzeBytes is Analyze for a text held in a byte slice (a Parse
 // message's query): a cached text is found without allocating.
-func (r *Router) AnalyzeBytes(sql []byte) (*Statement, error) {
+func (r *Table) AnalyzeBytes(sql []byte) (*Statement, error) {
 	if r.cache != nil {
 		if a := r.cache.getBytes(sql); a != nil {
 			return a.one, nil
@@ -139,7 +139,7 @@ func (r *Router) AnalyzeBytes(sql []byte) (*Statement, error) {
 
 // SplitBytes is Split for a text held in a byte slice (a Query message's
 // text): a cached text is found without allocating.
-func (r *Router) SplitBytes(sql []byte) ([]*Statement, error) {
+func (r *Table) SplitBytes(sql []byte) ([]*Statement, error) {
 	if r.cache != nil {
 		if a := r.cache.getBytes(sql); a != nil {
 			return a.list, nil
@@ -148,7 +148,7 @@ func (r *Router) SplitBytes(sql []byte) ([]*Statement, error) {
 	return r.Split(string(sql))
 }
 
-func (r *Router) analysis(sql string) (*analysis, error) {
+func (r *Table) analysis(sql string) (*analysis, error) {
 	if r.cache != nil {
 		if a := r.cache.get(sql); a != nil {
 			return a, nil
@@ -178,7 +178,7 @@ func (r *Router) analysis(sql string) (*analysis, error) {
 	return r.store(sql, a), nil
 }
 
-func (r *Router) store(sql string, a *analysis) *analysis {
+func (r *Table) store(sql string, a *analysis) *analysis {
 	if r.cache == nil || len(sql) > r.maxCache {
 		return a
 	}
@@ -186,7 +186,7 @@ func (r *Router) store(sql string, a *analysis) *analysis {
 }
 
 // analyzeText parses sql once and analyzes each of its statements.
-func (r *Router) analyzeText(sql string) *analysis {
+func (r *Table) analyzeText(sql string) *analysis {
 	a, _, _ := r.analyzeTextLit(sql, nil)
 	return a
 }
@@ -194,7 +194,7 @@ func (r *Router) analyzeText(sql string) *analysis {
 // analyzeTextLit is analyzeText, for a normalized text when lc is set. It
 // also returns, for a text of several statements, each one's span, and
 // the parse error: for a normalized text the analysis is then nil.
-func (r *Router) analyzeTextLit(sql string, lc *litCtx) (*analysis, [][2]int, error) {
+func (r *Table) analyzeTextLit(sql string, lc *litCtx) (*analysis, [][2]int, error) {
 	res, err := pg.Parse(sql)
 	if err != nil {
 		if lc != nil {
@@ -239,7 +239,7 @@ func (r *Router) analyzeTextLit(sql string, lc *litCtx) (*analysis, [][2]int, er
 
 // RouteKey routes an explicit key (SET LOCAL pgshard.key, a hint). An int8
 // or seq key must be a decimal integer.
-func (r *Router) RouteKey(key string, t KeyType) Dest {
+func (r *Table) RouteKey(key string, t KeyType) Dest {
 	v := toKey(kval{kind: kText, s: key}, t)
 	if v.kind != kInt && t != KeyText {
 		ref := &Refusal{SQLState: "22P02", Message: fmt.Sprintf("pgshard key %q is not a valid %s key", key, t),
@@ -259,7 +259,7 @@ func (r *Router) RouteKey(key string, t KeyType) Dest {
 }
 
 // RouteShard routes to the shard named name (an operator's choice).
-func (r *Router) RouteShard(name string) Dest {
+func (r *Table) RouteShard(name string) Dest {
 	i, ok := r.byName[name]
 	if !ok {
 		ref := r.unknownShard(name)
@@ -268,7 +268,7 @@ func (r *Router) RouteShard(name string) Dest {
 	return Dest{Kind: DestShard, Shard: i, Bucket: -1, Reason: "pgshard shard " + name}
 }
 
-func (r *Router) unknownShard(name string) *Refusal {
+func (r *Table) unknownShard(name string) *Refusal {
 	return &Refusal{SQLState: "42704", Message: fmt.Sprintf("hint pgshard:shard=%s names no shard of map epoch %d", name, r.m.Epoch),
 		Hint: "Known shards: " + r.names + "."}
 }
@@ -278,7 +278,7 @@ func (r *Router) unknownShard(name string) *Refusal {
 // shard, else the statement is refused with SQLSTATE 0A000 naming both
 // shards (the client must roll back); a fan-out or DDL (DestAll) cannot
 // join a transaction on one shard and is refused too.
-func (r *Router) Bound(d Dest, bound int) Dest {
+func (r *Table) Bound(d Dest, bound int) Dest {
 	switch d.Kind {
 	case DestAny:
 		d.Kind, d.Shard = DestShard, bound
