@@ -26,14 +26,15 @@ import (
 //	  │       transaction is aborted: nothing of it can commit), nothing of
 //	  │       it reaches the client, no effect is applied
 //	  ▼
-//	finish ─▶ fenceRetrier.retry: the client's output of this exchange dropped,
-//	  │       the backend rolled back and released; wait (bounded by
-//	  │       fenceRetryWait per client message) for the catalog's map to
+//	finish ─▶ fenceRetrier.retry: the client's output of this exchange
+//	  │       dropped, the backend rolled back and released; wait (bounded
+//	  │       by fenceRetryWait per client message) for the catalog's map to
 //	  │       reach the error's epoch (or, for a frozen range, a short
 //	  │       back-off); the session moves to the newest generation
 //	  ▼
-//	serve runs the same Query / pipeline again (errFenceRetry), at most
-//	fenceRetryMax times; then the shard's PS001 goes to the client as is.
+//	serve runs the same Query / pipeline again (errFenceRetry, through
+//	fenceRetrier.run), at most fenceRetryMax times; then the shard's
+//	PS001 goes to the client as is.
 //
 // What is never retried: anything after the first response of the
 // client's statement was produced (the assert is the first thing the
