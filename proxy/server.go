@@ -63,9 +63,8 @@ type Server struct {
 	npinned   atomic.Int64
 	pinsTotal *prometheus.CounterVec
 
-	// fences holds each pool's fence state (*backend.Pool →
-	// *atomic.Int32, internal/engine/fence.go).
-	fences sync.Map
+	// fences holds each pool's fence state (internal/engine/fence.go).
+	fences engine.PoolFences
 	// standIns: one text per bucket that hashes to it (internal/engine/fence.go).
 	standIns engine.StandInTexts
 

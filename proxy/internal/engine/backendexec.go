@@ -69,7 +69,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	s.setBackend(bc)
 	s.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
-	fence := p.fence.key != "" && !p.noFence && s.own == nil && s.fenced(p.ctx, pool, bc)
+	fence := p.fence.key != "" && !p.noFence && s.own == nil && s.host.Fences.fenced(p.ctx, s.gen, s.host.Log, pool, bc)
 	fenceKey := ""
 	if fence {
 		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.fence.key, p.fence.bucket)

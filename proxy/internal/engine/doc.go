@@ -66,10 +66,14 @@
 //	                 generation between transactions; genshards.go:
 //	                 pickAny, the shards' text order, the preamble check,
 //	                 adjustDest (placement: one shard, unsharded tables)
-//	  fence.go       the map fence's asserts (FenceMode, StandInTexts);
-//	                 fenceretry.go: the retry after a refused assert
+//	  fence.go       the map fence's asserts (FenceMode, StandInTexts,
+//	                 PoolFences: each pool's fence, asked once);
+//	                 fenceretry.go: fenceRetrier, the retry after a
+//	                 refused assert (its budget, its deadline, the
+//	                 client's output it drops)
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a
-//	                 client session's PID
+//	                 client session's PID: terminateCall, the call
+//	                 recognized, run and answered
 //
 // Below it: proxy/route (the analyzer), internal/backend (pools),
 // internal/merge, internal/pgvalue, internal/pgwire, internal/auth,

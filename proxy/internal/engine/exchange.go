@@ -275,7 +275,7 @@ func (x *exchanger) itemError(i int, msg []byte) (done, end bool, err error) {
 	code := pgwire.ErrorField(msg, 'C')
 	bc.Pool.Stats.NoteError(code)
 	fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
-	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && code == CodeFenceRefused && s.fenceRetryable(i, msg) {
+	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && code == CodeFenceRefused && s.fretry.retryable(s, i, msg) {
 		// Read the rest (the transaction is aborted), forward
 		// nothing of it, and run the client's message again.
 		x.res.fence = true

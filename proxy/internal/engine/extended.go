@@ -380,7 +380,7 @@ func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	s := p.s
 	bv := &s.bv
 	c := parseTerminate(pi.vs.st.SQL, bv.Params, bv.Formats)
-	if c == nil || !s.runTerminate(p.ctx, c) {
+	if c == nil || !c.run(p.ctx, s) {
 		return false
 	}
 	if c.self {
@@ -825,7 +825,7 @@ func (s *Session) finish(p *planner, term byte) error {
 		return err
 	}
 	if res.fence {
-		return s.fenceRetry(p.ctx, res)
+		return s.fretry.retry(p.ctx, s, res)
 	}
 	if res.lost {
 		if term == 'H' {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,7 +118,7 @@ func ParseFenceMode(s string) (FenceMode, error) {
 // fenceDetectSQL says whether the shard's database has the fence.
 const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
 
-// A pool's fence state (proxy.Server.fences): unknown until asked.
+// A pool's fence state (PoolFences): unknown until asked.
 const (
 	fenceUnknown int32 = iota
 	fenceAbsent
@@ -139,38 +140,53 @@ func (g *GenerationEnv) fenceByConfig() (on, decided bool) {
 	return false, false
 }
 
-// fenced reports whether transactions on pool assert their key. Under
-// FenceAuto the first transaction on a pool asks its backend bc once
-// (one round trip, then never again for the pool); a failed question
-// leaves the state unknown (asked again next time) and does not fence.
-func (s *Session) fenced(ctx context.Context, pool *backend.Pool, bc *backend.Conn) bool {
-	if on, decided := s.gen.fenceByConfig(); decided {
-		return on
-	}
-	v, _ := s.host.Fences.Load(pool)
+// PoolFences holds each pool's fence state (*backend.Pool →
+// *atomic.Int32: fenceUnknown until asked, then fenceAbsent or
+// fencePresent). A server has one (proxy.Server.fences); its sessions
+// reach it through HostEnv.Fences.
+type PoolFences struct {
+	m sync.Map
+}
+
+// state returns pool's fence state, made (unknown) if it has none yet.
+func (f *PoolFences) state(pool *backend.Pool) *atomic.Int32 {
+	v, _ := f.m.Load(pool)
 	st, _ := v.(*atomic.Int32)
 	if st == nil {
 		n := new(atomic.Int32)
-		v, _ = s.host.Fences.LoadOrStore(pool, n)
+		v, _ = f.m.LoadOrStore(pool, n)
 		st = v.(*atomic.Int32)
 	}
+	return st
+}
+
+// fenced reports whether transactions on pool assert their key under
+// generation g. Under FenceAuto the first transaction on a pool asks its
+// backend bc once (one round trip, then never again for the pool); a
+// failed question leaves the state unknown (asked again next time) and
+// does not fence. log is the server's (HostEnv.Log).
+func (f *PoolFences) fenced(ctx context.Context, g *GenerationEnv, log *slog.Logger, pool *backend.Pool, bc *backend.Conn) bool {
+	if on, decided := g.fenceByConfig(); decided {
+		return on
+	}
+	st := f.state(pool)
 	switch st.Load() {
 	case fencePresent:
 		return true
 	case fenceAbsent:
 		return false
 	}
-	res, err := bc.RunSimple(ctx, s.gen.Config.PoolTimeout, fenceDetectSQL)
+	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, fenceDetectSQL)
 	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
 		return false
 	}
 	if string(res[0].Rows[0][0]) == "t" {
 		st.Store(fencePresent)
-		s.host.Log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+		log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
 		return true
 	}
 	st.Store(fenceAbsent)
-	s.host.Log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
+	log.Warn("shard has no fence (migration 0008): keyed transactions through the proxy run unchecked against a stale map", "shard", pool.Shard.Name)
 	return false
 }
 
@@ -238,13 +254,13 @@ func (c *StandInTexts) standIns(buckets int) []string {
 	return c.st
 }
 
-// fenceKnown reports whether pool's shard is known to have the fence
-// (never asks: the backend may have bytes queued).
-func (s *Session) fenceKnown(pool *backend.Pool) bool {
-	if on, decided := s.gen.fenceByConfig(); decided {
+// known reports whether pool's shard is known to have the fence under
+// generation g (never asks: the backend may have bytes queued).
+func (f *PoolFences) known(g *GenerationEnv, pool *backend.Pool) bool {
+	if on, decided := g.fenceByConfig(); decided {
 		return on
 	}
-	v, _ := s.host.Fences.Load(pool)
+	v, _ := f.m.Load(pool)
 	st, _ := v.(*atomic.Int32)
 	return st != nil && st.Load() == fencePresent
 }
@@ -267,7 +283,7 @@ const fencePortalName = "pgshard_fence"
 func (p backendExec) fenceHeld() {
 	s := p.s
 	defer func() { p.fence.key = "" }() // used once
-	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.fenceKnown(s.bc.Pool) {
+	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map

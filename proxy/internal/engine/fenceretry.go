@@ -26,14 +26,15 @@ import (
 //	  │       transaction is aborted: nothing of it can commit), nothing of
 //	  │       it reaches the client, no effect is applied
 //	  ▼
-//	finish ─▶ fenceRetry: the client's output of this exchange dropped,
-//	  │       the backend rolled back and released; wait (bounded by
-//	  │       fenceRetryWait per client message) for the catalog's map to
+//	finish ─▶ fenceRetrier.retry: the client's output of this exchange
+//	  │       dropped, the backend rolled back and released; wait (bounded
+//	  │       by fenceRetryWait per client message) for the catalog's map to
 //	  │       reach the error's epoch (or, for a frozen range, a short
 //	  │       back-off); the session moves to the newest generation
 //	  ▼
-//	serve runs the same Query / pipeline again (errFenceRetry), at most
-//	fenceRetryMax times; then the shard's PS001 goes to the client as is.
+//	serve runs the same Query / pipeline again (errFenceRetry, through
+//	fenceRetrier.run), at most fenceRetryMax times; then the shard's
+//	PS001 goes to the client as is.
 //
 // What is never retried: anything after the first response of the
 // client's statement was produced (the assert is the first thing the
@@ -58,9 +59,12 @@ const (
 // the client.
 var errFenceRetry = errors.New("pgshard: retry after a fence refusal")
 
-// fenceRetryState is a session's retry budget for the client message
-// being run (reset by serve for each).
-type fenceRetryState struct {
+// fenceRetrier is a session's retry of the client message being run
+// after a fence refusal (Session.fretry; reset by run for each message):
+// its budget, its deadline, where the client's output of the armed
+// exchange began (dropped on a retry) and the refusal being retried.
+// Its methods are given the session they act on.
+type fenceRetrier struct {
 	tries    int       // retries made
 	frozen   int       // of which for a frozen or incoming range
 	deadline time.Time // end of the waits (zero until the first)
@@ -73,13 +77,13 @@ type fenceRetryState struct {
 	err *store.FenceError
 }
 
-// runRetrying runs one client message (run) again while its attempt
-// was refused by the fence and retried (errFenceRetry); bounded by the
-// session's retry budget.
-func (s *Session) runRetrying(run func() error) error {
-	s.fretry = fenceRetryState{}
+// run runs one client message (attempt) again while its attempt was
+// refused by the fence and retried (errFenceRetry); bounded by the
+// retry budget, reset here.
+func (r *fenceRetrier) run(attempt func() error) error {
+	*r = fenceRetrier{}
 	for {
-		err := run()
+		err := attempt()
 		if err != errFenceRetry {
 			return err
 		}
@@ -98,10 +102,9 @@ func (p backendExec) fenceRetryFlag(fence bool) itemFlags {
 	return 0
 }
 
-// fenceRetryable reports whether the PS001 msg answering the fence item
-// at index i of s.items is retried: see the diagram above.
-func (s *Session) fenceRetryable(i int, msg []byte) bool {
-	r := &s.fretry
+// retryable reports whether the PS001 msg answering the fence item at
+// index i of s.items is retried: see the diagram above.
+func (r *fenceRetrier) retryable(s *Session, i int, msg []byte) bool {
 	if !r.armed || !s.gen.Config.Follows || s.gen.Home != s.host || s.own != nil {
 		return false
 	}
@@ -134,12 +137,11 @@ func (s *Session) fenceRetryable(i int, msg []byte) bool {
 	return true
 }
 
-// fenceRetry ends an exchange whose fence refusal is retried: the
+// retry ends an exchange of s whose fence refusal is retried: the
 // client's output of it is dropped, the backend's (aborted)
 // transaction rolled back and the backend released, the map made
 // current (bounded wait), and errFenceRetry returned.
-func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
-	r := &s.fretry
+func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult) error {
 	s.out = s.out[:r.outStart]
 	if !res.lost && s.bc != nil {
 		if res.status == 'I' {
@@ -182,7 +184,7 @@ func (s *Session) fenceRetry(ctx context.Context, res exchangeResult) error {
 	} else {
 		s.host.awaitEpoch(ctx, fe.Epoch, r.deadline)
 	}
-	s.switchGenerationForRetry()
+	r.switchGeneration(s)
 	return errFenceRetry
 }
 
@@ -212,10 +214,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// switchGenerationForRetry moves the session to the newest generation
-// between the attempts of a retried message: its transaction, if any,
-// is deferred (never sent), so no backend and no reader holds it.
-func (s *Session) switchGenerationForRetry() {
+// switchGeneration moves s to the newest generation between the
+// attempts of a retried message: its transaction, if any, is deferred
+// (never sent), so no backend and no reader holds it.
+func (r *fenceRetrier) switchGeneration(s *Session) {
 	if s.gen.Home != s.host || s.own != nil || s.pipelineHeld || s.bc != nil || s.readers.any() || s.skipUntilSync {
 		return
 	}

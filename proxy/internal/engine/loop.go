@@ -69,7 +69,7 @@ func (s *Session) serve(ctx context.Context) error {
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
 		case 'S', 'H':
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
-			err := s.runRetrying(func() error { return s.runPipeline(ctx) })
+			err := s.fretry.run(func() error { return s.runPipeline(ctx) })
 			s.grp = s.grp[:0]
 			s.rd.Release()
 			if err != nil {
@@ -89,7 +89,7 @@ func (s *Session) serve(ctx context.Context) error {
 				}
 				continue
 			}
-			err := s.runRetrying(func() error { return s.simpleQuery(ctx, msg) })
+			err := s.fretry.run(func() error { return s.simpleQuery(ctx, msg) })
 			s.rd.Release()
 			if err != nil {
 				return err

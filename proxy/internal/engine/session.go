@@ -43,9 +43,9 @@ type Session struct {
 	// fenceBuckets are the buckets asserted in the backend's current
 	// transaction (fence.go).
 	fenceBuckets []int
-	// fretry is the retry budget of the client message being run after
-	// a fence refusal (fenceretry.go).
-	fretry fenceRetryState
+	// fretry is the retry of the client message being run after a fence
+	// refusal: its budget and deadline (fenceRetrier, fenceretry.go).
+	fretry fenceRetrier
 
 	// Settings: startup is what the client connected with, cur the
 	// session's current settings (startup + session SETs).

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,9 +154,9 @@ type HostEnv struct {
 	// pinsTotal counts pins by reason.
 	NPinned   *atomic.Int64
 	PinsTotal *prometheus.CounterVec
-	// Fences holds each pool's fence state (*backend.Pool → *atomic.Int32);
-	// standIns the texts a fence assert names for a key's bucket.
-	Fences   *sync.Map
+	// Fences holds each pool's fence state (fence.go); StandIns the
+	// texts a fence assert names for a key's bucket.
+	Fences   *PoolFences
 	StandIns *StandInTexts
 	// Clients is the register of the server's client sessions.
 	Clients *Registry

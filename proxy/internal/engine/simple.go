@@ -20,7 +20,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	}
 	s.unnamed = nil // a simple query destroys the unnamed statement, as in Postgres
 	as, err := s.gen.Config.Analyzer.SplitBytes(sql)
-	if err == nil && s.terminateSimple(ctx, as) {
+	if err == nil && terminateSimple(ctx, s, as) {
 		return nil
 	}
 	if err == nil {

@@ -162,9 +162,10 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 	return out, true
 }
 
-// runTerminate does the call if every PID is a session's, and returns the
-// DataRows' values ("t" each); ok false: not ours, send it on.
-func (s *Session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) {
+// run does the call, made by session s, if every PID is a session's
+// (the answer is then one "t" per PID: appendTerminateResult); ok
+// false: not ours, send it on.
+func (c *terminateCall) run(ctx context.Context, s *Session) (ok bool) {
 	if c.self {
 		c.pids = []uint32{s.pid}
 	}
@@ -186,7 +187,7 @@ func (s *Session) runTerminate(ctx context.Context, c *terminateCall) (ok bool) 
 			s.terminateSelf = true
 			continue
 		}
-		t.terminate()
+		terminateSession(t)
 	}
 	return true
 }
@@ -196,13 +197,13 @@ func errSelfTerminated() *pgwire.Error {
 	return &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
 }
 
-// terminate ends a session as pg_terminate_backend does: FATAL 57P01 to
-// its client, then its connection is closed (its goroutine then ends and
-// releases what it holds).
-func (s *Session) terminate() {
+// terminateSession ends session t as pg_terminate_backend does: FATAL
+// 57P01 to its client, then its connection is closed (its goroutine then
+// ends and releases what it holds).
+func terminateSession(t *Session) {
 	msg := pgwire.AppendError(nil, &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
-	s.writeFrom(msg)
-	s.closeClient()
+	t.writeFrom(msg)
+	t.closeClient()
 }
 
 // appendTerminateResult appends the result of a recognized call: one bool
@@ -238,14 +239,14 @@ func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
 	return pgwire.FinishMsg(dst, sp)
 }
 
-// terminateSimple answers a simple query that is a recognized call of
-// our sessions' PIDs; false: not one.
-func (s *Session) terminateSimple(ctx context.Context, as []*route.Statement) bool {
+// terminateSimple answers session s's simple query (its statements as)
+// when it is a recognized call of our sessions' PIDs; false: not one.
+func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) bool {
 	if len(as) != 1 || as[0].Kind != route.KindOther || s.tx == txFailed {
 		return false
 	}
 	c := parseTerminate(as[0].SQL, nil, nil)
-	if c == nil || !s.runTerminate(ctx, c) {
+	if c == nil || !c.run(ctx, s) {
 		return false
 	}
 	if c.self {
