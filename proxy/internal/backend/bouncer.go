@@ -132,7 +132,7 @@ func (p *Pool) readBouncer(ctx context.Context) (*BouncerFigures, error) {
 		}
 		results = append(results, r[0])
 	}
-	db := p.base.Database
+	db := p.dial.base.Database
 	f := &BouncerFigures{At: time.Now()}
 	for _, row := range rowsOf(results[0]) {
 		if row["database"] != db {
@@ -162,7 +162,7 @@ func (p *Pool) readBouncer(ctx context.Context) (*BouncerFigures, error) {
 // connectBouncer logs in to the PgBouncer's admin database.
 func (p *Pool) connectBouncer(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg := p.Env().PgBouncer
-	c := p.base.Copy()
+	c := p.dial.base.Copy()
 	c.Database = "pgbouncer"
 	c.User = cfg.AdminUser
 	c.Password = cfg.AdminPassword
