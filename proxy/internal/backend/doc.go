@@ -28,7 +28,8 @@
 //	                   parameters; through PgBouncer its five tracked ones plus
 //	                   a transaction-local preamble)
 //	ops.go             PAUSE/RESUME, RECONNECT, KILL, retirement; PollUntil
-//	bouncer.go         PgBouncer readings (SHOW POOLS/STATS) and back-pressure
+//	bouncer.go         bouncerWatch: PgBouncer readings (SHOW POOLS/STATS) and
+//	                   back-pressure; the Pool owns one, its monitor uses it
 //	health.go          Monitor: the health probe and PgBouncer polling loop
 //	reachability.go    Unreachable: errors that mean "the shard is down"
 //	query.go           RunSimple: the proxy's own simple queries on a Conn

@@ -55,9 +55,9 @@ type Pool struct {
 
 	// stats are the shard's counters (stats.go).
 	Stats *Stats
-	// bouncer is the monitor's connection to the shard's PgBouncer admin
-	// console (bouncer.go; only the monitor uses it).
-	bouncer bouncerConn
+	// bouncer reads the shard's PgBouncer for the monitor (bouncer.go;
+	// only the monitor uses it).
+	bouncer bouncerWatch
 	// ops is the operator's state of the pool: paused, back-pressure,
 	// reconnect, retirement (ops.go).
 	Ops poolOps
@@ -112,6 +112,8 @@ func NewPool(env *Env, s shardmap.Shard, usePooler bool) (*Pool, error) {
 	}
 	p.dial = dialer{shard: s, base: cfg, addr: p.Addr, viaPooler: via,
 		env: &p.envp, verified: &p.Verified, down: &p.Down}
+	p.bouncer = bouncerWatch{shard: s.Name, addr: p.Addr, base: cfg, viaPooler: via,
+		env: &p.envp, ops: &p.Ops}
 	p.envp.Store(env)
 	p.Ops.init()
 	return p, nil
