@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,57 +42,70 @@ type BouncerFigures struct {
 	avgXact, avgWait      time.Duration
 }
 
-// bouncerEnabled reports whether the shard is reached through a PgBouncer
-// whose admin console the config lets the proxy read.
-func (p *Pool) bouncerEnabled() bool {
-	return p.ViaPooler && p.Env().PgBouncer.AdminUser != ""
-}
-
-// bouncerConn is the monitor's connection to the PgBouncer admin console
-// (kept between readings; only the monitor goroutine uses it).
-type bouncerConn struct {
+// bouncerWatch reads one shard's PgBouncer for its pool's monitor and
+// applies the back-pressure rule to the pool's operator state. It holds
+// what that needs: the shard's name, its PgBouncer's address and parsed
+// DSN, whether the pool goes through it, and the pool's environment and
+// ops (where the readings and the refusal go). Only the monitor goroutine
+// uses it.
+type bouncerWatch struct {
+	shard     string
+	addr      string
+	base      *pgconn.Config // the pool's (dialer.base); read-only
+	viaPooler bool
+	env       *atomic.Pointer[Env]
+	ops       *poolOps
+	// pc is the connection to the admin console, kept between readings.
 	pc *pgconn.PgConn
 }
 
-// pollBouncer takes one reading and applies the back-pressure rule.
-func (p *Pool) pollBouncer(ctx context.Context) {
-	cfg := p.Env().PgBouncer
+func (b *bouncerWatch) Env() *Env { return b.env.Load() }
+
+// enabled reports whether the shard is reached through a PgBouncer whose
+// admin console the config lets the proxy read.
+func (b *bouncerWatch) enabled() bool {
+	return b.viaPooler && b.Env().PgBouncer.AdminUser != ""
+}
+
+// poll takes one reading and applies the back-pressure rule.
+func (b *bouncerWatch) poll(ctx context.Context) {
+	cfg := b.Env().PgBouncer
 	timeout := min(max(cfg.PollInterval, time.Second), 5*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	f, err := p.readBouncer(ctx)
+	f, err := b.read(ctx)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 			return // stopping
 		}
-		prev := p.Ops.Bouncer.Load()
+		prev := b.ops.Bouncer.Load()
 		if prev == nil || prev.Err == "" {
-			p.Env().Log.Warn("cannot read the shard's PgBouncer admin console", "shard", p.Shard.Name, "addr", p.Addr, "err", ShortErr(err))
+			b.Env().Log.Warn("cannot read the shard's PgBouncer admin console", "shard", b.shard, "addr", b.addr, "err", ShortErr(err))
 		}
 		f = &BouncerFigures{At: time.Now(), Err: ShortErr(err)}
-		p.Ops.Bouncer.Store(f)
+		b.ops.Bouncer.Store(f)
 		// No reading: keep the last decision (a PgBouncer that is down
 		// fails its clients by itself; the health probe covers the shard).
 		return
 	}
-	p.Ops.Bouncer.Store(f)
+	b.ops.Bouncer.Store(f)
 	over := cfg.MaxWaiting > 0 && f.ClWaiting >= cfg.MaxWaiting || cfg.MaxWait > 0 && f.MaxWait >= cfg.MaxWait
-	if p.Ops.Retired.Load() {
+	if b.ops.Retired.Load() {
 		return
 	}
 	if over {
 		e := &pgwire.Error{Code: pgwire.CodeTooManyConnections,
 			Message: fmt.Sprintf("shard %q is overloaded: its PgBouncer has %d clients waiting for a server, the oldest for %s (thresholds: %s)",
-				p.Shard.Name, f.ClWaiting, f.MaxWait.Round(time.Millisecond), thresholds(cfg)),
+				b.shard, f.ClWaiting, f.MaxWait.Round(time.Millisecond), thresholds(cfg)),
 			Hint: "The transaction was not started. Retry later; transactions for other shards are not affected."}
-		if p.Ops.Refuse.Swap(e) == nil {
-			p.Env().Log.Warn("shard overloaded behind PgBouncer: failing its new transactions fast", "shard", p.Shard.Name,
+		if b.ops.Refuse.Swap(e) == nil {
+			b.Env().Log.Warn("shard overloaded behind PgBouncer: failing its new transactions fast", "shard", b.shard,
 				"cl_waiting", f.ClWaiting, "maxwait", f.MaxWait.String())
 		}
 		return
 	}
-	if p.Ops.Refuse.Swap(nil) != nil {
-		p.Env().Log.Info("shard's PgBouncer no longer overloaded", "shard", p.Shard.Name, "cl_waiting", f.ClWaiting, "maxwait", f.MaxWait.String())
+	if b.ops.Refuse.Swap(nil) != nil {
+		b.Env().Log.Info("shard's PgBouncer no longer overloaded", "shard", b.shard, "cl_waiting", f.ClWaiting, "maxwait", f.MaxWait.String())
 	}
 }
 
@@ -109,16 +123,16 @@ func thresholds(c BouncerConfig) string {
 	return s
 }
 
-// readBouncer reads SHOW POOLS and SHOW STATS for the shard's database.
-func (p *Pool) readBouncer(ctx context.Context) (*BouncerFigures, error) {
-	if p.bouncer.pc == nil || p.bouncer.pc.IsClosed() {
-		pc, err := p.connectBouncer(ctx)
+// read reads SHOW POOLS and SHOW STATS for the shard's database.
+func (b *bouncerWatch) read(ctx context.Context) (*BouncerFigures, error) {
+	if b.pc == nil || b.pc.IsClosed() {
+		pc, err := b.connect(ctx)
 		if err != nil {
 			return nil, err
 		}
-		p.bouncer.pc = pc
+		b.pc = pc
 	}
-	pc := p.bouncer.pc
+	pc := b.pc
 	var results []*pgconn.Result
 	for _, q := range []string{"SHOW POOLS", "SHOW STATS"} { // one command per query on PgBouncer's console
 		r, err := pc.Exec(ctx, q).ReadAll()
@@ -127,12 +141,12 @@ func (p *Pool) readBouncer(ctx context.Context) (*BouncerFigures, error) {
 		}
 		if err != nil {
 			_ = pc.Close(context.Background())
-			p.bouncer.pc = nil
+			b.pc = nil
 			return nil, err
 		}
 		results = append(results, r[0])
 	}
-	db := p.base.Database
+	db := b.base.Database
 	f := &BouncerFigures{At: time.Now()}
 	for _, row := range rowsOf(results[0]) {
 		if row["database"] != db {
@@ -159,26 +173,26 @@ func (p *Pool) readBouncer(ctx context.Context) (*BouncerFigures, error) {
 	return f, nil
 }
 
-// connectBouncer logs in to the PgBouncer's admin database.
-func (p *Pool) connectBouncer(ctx context.Context) (*pgconn.PgConn, error) {
-	cfg := p.Env().PgBouncer
-	c := p.base.Copy()
+// connect logs in to the PgBouncer's admin database.
+func (b *bouncerWatch) connect(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg := b.Env().PgBouncer
+	c := b.base.Copy()
 	c.Database = "pgbouncer"
 	c.User = cfg.AdminUser
 	c.Password = cfg.AdminPassword
 	c.RuntimeParams = map[string]string{} // PgBouncer's console accepts few startup parameters
 	pc, err := pgconn.ConnectConfig(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PgBouncer's admin console at %s as %q: %w", p.Addr, cfg.AdminUser, err)
+		return nil, fmt.Errorf("connect to PgBouncer's admin console at %s as %q: %w", b.addr, cfg.AdminUser, err)
 	}
 	return pc, nil
 }
 
-// closeBouncer closes the monitor's admin connection.
-func (p *Pool) closeBouncer() {
-	if p.bouncer.pc != nil {
-		_ = p.bouncer.pc.Close(context.Background())
-		p.bouncer.pc = nil
+// close closes the monitor's admin connection.
+func (b *bouncerWatch) close() {
+	if b.pc != nil {
+		_ = b.pc.Close(context.Background())
+		b.pc = nil
 	}
 }
 

@@ -15,9 +15,11 @@
 //	console, metrics ◀── Figures, SnapshotConns, Stats, Averages (stats.go)
 //
 //	env.go             Env, BouncerConfig: what a pool is handed (SetEnv)
-//	pool.go            Pool: acquire/release/wait, dial (pgconn, then Hijack),
-//	                   identity check, probe, reaping, shutdown; AcquireAs
-//	                   for pinned sessions' own connections; SendCancel
+//	pool.go            Pool: acquire/release/wait, connect (a slot's new
+//	                   connection, registered), probe, reaping, shutdown;
+//	                   AcquireAs for pinned sessions' own connections; SendCancel
+//	dial.go            dialer: making a connection (pgconn, identity check,
+//	                   then Hijack) and its connect errors; the Pool owns one
 //	conn.go            Conn: one taken-over connection, its one-write Write,
 //	                   Send (the request written by the answer's first read),
 //	                   the non-blocking idle health peek
@@ -26,7 +28,8 @@
 //	                   parameters; through PgBouncer its five tracked ones plus
 //	                   a transaction-local preamble)
 //	ops.go             PAUSE/RESUME, RECONNECT, KILL, retirement; PollUntil
-//	bouncer.go         PgBouncer readings (SHOW POOLS/STATS) and back-pressure
+//	bouncer.go         bouncerWatch: PgBouncer readings (SHOW POOLS/STATS) and
+//	                   back-pressure; the Pool owns one, its monitor uses it
 //	health.go          Monitor: the health probe and PgBouncer polling loop
 //	reachability.go    Unreachable: errors that mean "the shard is down"
 //	query.go           RunSimple: the proxy's own simple queries on a Conn

@@ -18,7 +18,7 @@ const downProbeInterval = 100 * time.Millisecond
 // downProbeInterval while it is marked down) and reads its PgBouncer's
 // figures every Env.PgBouncer.PollInterval, until ctx ends.
 func (p *Pool) Monitor(ctx context.Context) {
-	defer p.closeBouncer()
+	defer p.bouncer.close()
 	var lastProbe, lastPoll time.Time
 	for {
 		cfg := p.Env()
@@ -31,10 +31,10 @@ func (p *Pool) Monitor(ctx context.Context) {
 			lastProbe = now
 			p.probe(ctx)
 		}
-		bouncer := p.bouncerEnabled()
+		bouncer := p.bouncer.enabled()
 		if bouncer && now.Sub(lastPoll) >= cfg.PgBouncer.PollInterval {
 			lastPoll = now
-			p.pollBouncer(ctx)
+			p.bouncer.poll(ctx)
 		}
 		// Sleep until the next of the two is due.
 		next := time.Second

@@ -231,10 +231,10 @@ func (p *Pool) OldConns() int {
 }
 
 // BackendUser is the user the pool's connections log in as.
-func (p *Pool) BackendUser() string { return p.base.User }
+func (p *Pool) BackendUser() string { return p.dial.base.User }
 
 // Database is the database the pool's connections open.
-func (p *Pool) Database() string { return p.base.Database }
+func (p *Pool) Database() string { return p.dial.base.Database }
 
 // ServerVersion is the server_version a connection of the pool reported
 // at connect time ("" before the first connection).

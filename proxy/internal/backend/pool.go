@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -27,10 +25,11 @@ type Pool struct {
 	envp      atomic.Pointer[Env]
 	Shard     shardmap.Shard
 	ViaPooler bool
-	base      *pgconn.Config
 	DSN       string
 	// addr is host:port, for messages.
 	Addr string
+	// dial makes the pool's connections (dial.go).
+	dial dialer
 
 	mu      sync.Mutex
 	idle    map[string][]*Conn
@@ -56,9 +55,9 @@ type Pool struct {
 
 	// stats are the shard's counters (stats.go).
 	Stats *Stats
-	// bouncer is the monitor's connection to the shard's PgBouncer admin
-	// console (bouncer.go; only the monitor uses it).
-	bouncer bouncerConn
+	// bouncer reads the shard's PgBouncer for the monitor (bouncer.go;
+	// only the monitor uses it).
+	bouncer bouncerWatch
 	// ops is the operator's state of the pool: paused, back-pressure,
 	// reconnect, retirement (ops.go).
 	Ops poolOps
@@ -103,7 +102,7 @@ func NewPool(env *Env, s shardmap.Shard, usePooler bool) (*Pool, error) {
 		return nil, fmt.Errorf("shard %q: parse dsn: %w", s.Name, err)
 	}
 	p := &Pool{
-		Shard: s, ViaPooler: via, base: cfg, DSN: dsn,
+		Shard: s, ViaPooler: via, DSN: dsn,
 		Addr:     net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
 		pgAddr:   net.JoinHostPort(dcfg.Host, strconv.Itoa(int(dcfg.Port))),
 		idle:     map[string][]*Conn{},
@@ -111,6 +110,10 @@ func NewPool(env *Env, s shardmap.Shard, usePooler bool) (*Pool, error) {
 		conns:    map[*Conn]struct{}{},
 		Stats:    newShardStats(s.Name),
 	}
+	p.dial = dialer{shard: s, base: cfg, addr: p.Addr, viaPooler: via,
+		env: &p.envp, verified: &p.Verified, down: &p.Down}
+	p.bouncer = bouncerWatch{shard: s.Name, addr: p.Addr, base: cfg, viaPooler: via,
+		env: &p.envp, ops: &p.Ops}
 	p.envp.Store(env)
 	p.Ops.init()
 	return p, nil
@@ -172,13 +175,13 @@ func (p *Pool) acquire1(ctx context.Context, key *Settings) (*Conn, error) {
 		if p.open < p.Env().PoolSize {
 			p.open++
 			p.mu.Unlock()
-			return p.connect(ctx, key)
+			return p.connect(ctx, key, "")
 		}
 		if victim := p.oldestIdleLocked(); victim != nil {
 			// Full, but idle connections with other settings exist: replace one.
 			p.mu.Unlock()
 			p.forget(victim)
-			return p.connect(ctx, key)
+			return p.connect(ctx, key, "")
 		}
 		start := time.Now()
 		w := &poolWaiter{key: key.Key, ch: make(chan poolGrant, 1), since: start}
@@ -202,7 +205,7 @@ func (p *Pool) acquire1(ctx context.Context, key *Settings) (*Conn, error) {
 		if !g.open {
 			return nil, errPoolClosed
 		}
-		return p.connect(ctx, key) // the grant carries the slot
+		return p.connect(ctx, key, "") // the grant carries the slot
 	}
 }
 
@@ -371,151 +374,25 @@ func (p *Pool) slotFreed() {
 	p.mu.Unlock()
 }
 
-// connect opens a connection; the caller holds a slot, which is freed on
-// failure.
-func (p *Pool) connect(ctx context.Context, key *Settings) (*Conn, error) {
-	c, err := p.dial(ctx, key)
+// connect opens a connection with startup settings key as user ("" =
+// the key's or the DSN's) and makes it the pool's; the caller holds a
+// slot, which is freed on failure.
+func (p *Pool) connect(ctx context.Context, key *Settings, user string) (*Conn, error) {
+	c, err := p.dial.open(ctx, key, user)
 	if err != nil {
 		p.slotFreed()
 		p.Env().BackendErrors.WithLabelValues(p.Shard.Name, "connect").Inc()
 		return nil, err
 	}
-	return c, nil
-}
-
-func (p *Pool) dial(ctx context.Context, key *Settings) (*Conn, error) {
-	return p.dialAs(ctx, key, "")
-}
-
-// dialAs is dial connecting as user ("" = the DSN's).
-func (p *Pool) dialAs(ctx context.Context, key *Settings, user string) (*Conn, error) {
-	cfg := p.base.Copy()
-	if user == "" {
-		user = key.user
-	}
-	if user != "" {
-		cfg.User = user
-	}
-	for k, v := range key.runtimeParams(p.ViaPooler) {
-		cfg.RuntimeParams[k] = v
-	}
-	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
-		cfg.RuntimeParams["application_name"] = "pgshard proxy"
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.Env().ConnectTimeout)
-	defer cancel()
-	pc, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, p.connectError(err)
-	}
-	if p.Env().VerifyIdentity && !p.Verified.Load() {
-		if err := p.verify(ctx, pc); err != nil {
-			_ = pc.Close(context.Background())
-			return nil, err
-		}
-	}
-	// pgconn may still be reading in the background (its reader starts
-	// when a write takes over 15ms, as on a loaded machine, and stops only
-	// after its read in progress returns) or hold buffered bytes: taken
-	// over like that, its reader would steal the backend's next reply and
-	// the proxy would wait for it forever. SyncConn stops it (pgconn's
-	// documented step before Hijack).
-	if err := pc.SyncConn(ctx); err != nil {
-		_ = pc.Close(context.Background())
-		return nil, p.connectError(err)
-	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		_ = pc.Close(context.Background())
-		return nil, p.connectError(err)
-	}
-	cio := pgwire.ConnIO(hc.Conn)
-	c := &Conn{
-		Pool:     p,
-		NetConn:  hc.Conn,
-		IO:       cio,
-		Reader:   pgwire.NewMsgReader(cio, nil),
-		key:      key,
-		Statuses: hc.ParameterStatuses,
-		PID:      hc.PID,
-		Secret:   hc.SecretKey,
-		opened:   time.Now(),
-		gen:      p.Ops.ReconnectGen.Load(),
-	}
-	_, c.TLS = hc.Conn.(*tls.Conn)
-	c.Reader.Ready = hc.TxStatus
-	c.peekFn = c.peek
-	if !p.ViaPooler && p.Env().StatementCacheSize > 0 {
-		c.Stmts = NewStmtCache(p.Env().StatementCacheSize)
-		c.Stmts.Epoch = p.Env().StmtEpoch.Load()
-	}
+	c.Pool = p
+	c.gen = p.Ops.ReconnectGen.Load()
 	p.mu.Lock()
 	if _, ok := p.statuses[key.Key]; !ok {
-		p.statuses[key.Key] = hc.ParameterStatuses
+		p.statuses[key.Key] = c.Statuses
 	}
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
-}
-
-// connectError turns a connect failure into the client's error: a
-// Postgres error (bad setting, authentication) keeps its fields; anything
-// else names the shard.
-func (p *Pool) connectError(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return &PgError{PgErr: pe, shard: p.Shard.Name}
-	}
-	e := &pgwire.Error{Code: pgwire.CodeConnectionFailure,
-		Message: fmt.Sprintf("cannot connect to shard %q at %s: %v", p.Shard.Name, p.Addr, ShortErr(err)),
-		Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
-	if p.Env().HealthInterval > 0 && !p.ViaPooler {
-		// Until the next probe says otherwise, fail fast.
-		if p.Down.Swap(e) == nil {
-			p.Env().Log.Warn("shard is down", "shard", p.Shard.Name, "addr", p.Addr, "err", ShortErr(err))
-		}
-	}
-	return e
-}
-
-// PgError is a Postgres error returned while connecting.
-type PgError struct {
-	PgErr *pgconn.PgError
-	shard string
-}
-
-func (e *PgError) Error() string { return "shard " + e.shard + ": " + e.PgErr.Error() }
-func (e *PgError) Unwrap() error { return e.PgErr }
-
-// verify checks the shard's identity record on a fresh connection.
-func (p *Pool) verify(ctx context.Context, pc *pgconn.PgConn) error {
-	rr := pc.ExecParams(ctx, "SELECT shard_name, ordinal, buckets, map_epoch, database_id::text FROM pgshard_identity", nil, nil, nil, nil).Read()
-	if rr.Err != nil && Unreachable(rr.Err) {
-		// Through PgBouncer: the login worked, the shard behind it is down.
-		return &pgwire.Error{Code: pgwire.CodeConnectionFailure,
-			Message: fmt.Sprintf("cannot reach shard %q through %s: %s", p.Shard.Name, p.Addr, ShortErr(rr.Err)),
-			Hint:    "The shard's server is down or unreachable; transactions for other shards still work."}
-	}
-	if rr.Err != nil || len(rr.Rows) != 1 || len(rr.Rows[0]) != 5 {
-		reason := "no identity record (run pgshard migrate)"
-		if rr.Err != nil {
-			reason = ShortErr(rr.Err)
-		}
-		return &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %s", p.Shard.Name, reason)}
-	}
-	row := rr.Rows[0]
-	ord, _ := strconv.Atoi(string(row[1]))
-	buckets, _ := strconv.Atoi(string(row[2]))
-	epoch, _ := strconv.ParseUint(string(row[3]), 10, 64)
-	id := migrations.Identity{ShardName: string(row[0]), Ordinal: ord, Buckets: buckets, MapEpoch: epoch, DatabaseID: string(row[4])}
-	if err := id.Check(p.Shard, p.Env().Map); err != nil {
-		return &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q failed its identity check: %v", p.Shard.Name, err)}
-	}
-	if err := p.Env().RegisterDatabaseID(p.Shard.Name, id.DatabaseID); err != nil {
-		return &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: err.Error()}
-	}
-	p.Verified.Store(true)
-	return nil
 }
 
 // StartupStatuses returns the ParameterStatus values of a connection with
@@ -625,7 +502,7 @@ func ShortErr(err error) string {
 // shared (pins are closed when they end), so it always opens a new one,
 // waiting for a slot like acquire.
 func (p *Pool) AcquireAs(ctx context.Context, key *Settings, user string) (*Conn, error) {
-	if user == "" || user == p.base.User {
+	if user == "" || user == p.dial.base.User {
 		return p.Acquire(ctx, key)
 	}
 	if e := p.IsDown(); e != nil {
@@ -640,12 +517,12 @@ func (p *Pool) AcquireAs(ctx context.Context, key *Settings, user string) (*Conn
 		if p.open < p.Env().PoolSize {
 			p.open++
 			p.mu.Unlock()
-			return p.connectAs(ctx, key, user)
+			return p.connect(ctx, key, user)
 		}
 		if victim := p.oldestIdleLocked(); victim != nil {
 			p.mu.Unlock()
 			p.forget(victim)
-			return p.connectAs(ctx, key, user)
+			return p.connect(ctx, key, user)
 		}
 		// A key no connection has: a release hands over its slot.
 		w := &poolWaiter{key: "\x00user\x00" + user, ch: make(chan poolGrant, 1)}
@@ -662,17 +539,6 @@ func (p *Pool) AcquireAs(ctx context.Context, key *Settings, user string) (*Conn
 		if !g.open {
 			return nil, errPoolClosed
 		}
-		return p.connectAs(ctx, key, user)
+		return p.connect(ctx, key, user)
 	}
-}
-
-// connectAs is connect as user; the caller holds a slot.
-func (p *Pool) connectAs(ctx context.Context, key *Settings, user string) (*Conn, error) {
-	c, err := p.dialAs(ctx, key, user)
-	if err != nil {
-		p.slotFreed()
-		p.Env().BackendErrors.WithLabelValues(p.Shard.Name, "connect").Inc()
-		return nil, err
-	}
-	return c, nil
 }

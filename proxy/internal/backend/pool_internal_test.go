@@ -115,7 +115,7 @@ func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 	p, _ := quietPool(t, m)
 	var stalls atomic.Int32
 	var d net.Dialer
-	p.base.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	p.dial.base.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -128,7 +128,7 @@ func TestConnectionTakenOverWithPgconnsBackgroundReaderStopped(t *testing.T) {
 		p.mu.Lock()
 		p.open++
 		p.mu.Unlock()
-		c, err := p.connect(ctx, &Settings{})
+		c, err := p.connect(ctx, &Settings{}, "")
 		cancel()
 		if err != nil {
 			t.Fatal(err)
