@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -65,12 +66,38 @@ func (c *clientConn) fail(e *pgwire.Error) (bool, error) {
 	return false, e
 }
 
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // writeFrom writes msg to the client from another goroutine than the
 // session's (a terminate): a writer of its own, under wmu.
 func (c *clientConn) writeFrom(msg []byte) {
 	c.wmu.Lock()
 	_, _ = pgwire.ConnIO(c.conn).Write(msg)
 	c.wmu.Unlock()
+}
+
+// readWatching reads the client's next message; meanwhile the pinned
+// backend bc (nil: none, pinner.watched) forwards what it sends on its
+// own (NotificationResponse, NoticeResponse, ParameterStatus), as
+// Postgres delivers notifications to an idle session.
+func (c *clientConn) readWatching(bc *backend.Conn) (byte, []byte, error) {
+	if bc == nil {
+		return c.rd.Next()
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned here: waited for below
+		defer wg.Done()
+		c.forwardAsync(bc)
+	}()
+	typ, msg, err := c.rd.Next()
+	_ = bc.NetConn.SetReadDeadline(time.Now()) // ends the watcher's read
+	wg.Wait()
+	_ = bc.NetConn.SetReadDeadline(time.Time{})
+	return typ, msg, err
 }
 
 // forwardAsync forwards the pinned backend bc's asynchronous messages to

@@ -29,7 +29,9 @@
 //	                 the greeting); txnstate.go: transaction, the
 //	                 transaction's state machine (idle, deferred, bound,
 //	                 failed); clientconn.go: clientConn, the client socket
-//	                 (reader, output buffer, write lock, relay); tls.go:
+//	                 (reader, output buffer, write lock, relay, the
+//	                 pinned backend's notifications while it waits for the
+//	                 client); tls.go:
 //	                 SSLRequest and the handshake; adminsession.go:
 //	                 consoleSession, a console's side
 //	                                                 ▼
@@ -59,9 +61,12 @@
 //	                 fanExec of its own; readtxns.go: readerSet, the
 //	                 read-only backend transactions of a transaction's
 //	                 other shards
-//	  pin.go         pinning (PoolMode, PinnedSession); ownbackend.go:
+//	  pin.go         pinning (PoolMode, PinnedSession) and pinner, the
+//	                 pin's life (pinning, publishing, applying what the
+//	                 pinned backend ran, ending it); ownbackend.go:
 //	                 ownBackend, a pinned session's own backend (shard,
-//	                 reasons, what ends them); setreset.go: a
+//	                 reasons, what ends them); fastpath.go: FunctionCall
+//	                 messages (large objects); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:
 //	                 pickAny, the shards' text order, the preamble check,

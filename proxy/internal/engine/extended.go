@@ -60,7 +60,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		s.out = pgwire.AppendRFQ(s.out, s.status())
 		return nil
 	}
-	if e := s.pinForPipeline(ctx); e != nil {
+	if e := pinning(s).pinForPipeline(ctx); e != nil {
 		s.out = pgwire.AppendError(s.out, e)
 		if term == 'S' {
 			s.out = pgwire.AppendRFQ(s.out, s.status())
@@ -913,9 +913,9 @@ func (s *Session) afterReady(p *planner, st byte) {
 		s.mainWrote, s.hintBound = false, false
 		if s.own != nil {
 			if !p.exErrored {
-				s.applyPinOps(p.pinOps, true)
+				pinning(s).applyPinOps(p.pinOps, true)
 			} else if s.own.reasons &^= pinSetsOnce; s.own.reasons == 0 {
-				s.unpin() // it failed: its settings were rolled back with it
+				pinning(s).unpin() // it failed: its settings were rolled back with it
 			}
 		} else {
 			s.dropBackend(true)
@@ -924,6 +924,6 @@ func (s *Session) afterReady(p *planner, st byte) {
 		return
 	}
 	if s.own != nil && !p.exErrored {
-		s.applyPinOps(p.pinOps, false)
+		pinning(s).applyPinOps(p.pinOps, false)
 	}
 }

@@ -41,7 +41,7 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
 		}
-		typ, msg, err := s.readClient()
+		typ, msg, err := s.readWatching(pinning(s).watched())
 		if err != nil {
 			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pipelineHeld || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")

@@ -36,11 +36,9 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
@@ -202,10 +200,23 @@ func (g *GenerationEnv) pinTriggerOf(a *route.Statement, inMulti, inTxn bool) pi
 	return pinTrigger(a, inMulti, inTxn)
 }
 
+// pinner is the pin's life on a session: pinning it (at startup, before a
+// query or a pipeline, on a shard), recording and publishing the pin,
+// applying what the pinned backend ran to it and ending it. It holds the
+// session explicitly (as exchanger does) and is made where it is needed
+// (pinning); the pin's own state is Session.own (ownbackend.go).
+type pinner struct {
+	s *Session
+}
+
+// pinning is s's pinner.
+func pinning(s *Session) pinner { return pinner{s} }
+
 // pinForQuery pins the session before a simple query when one of its
 // statements needs it (or the session pools by session). It returns an
 // error to answer instead of the query, nil to go on (pinned or not).
-func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.Error {
+func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.Error {
+	s := p.s
 	if s.own != nil {
 		return nil
 	}
@@ -256,7 +267,7 @@ func (s *Session) pinForQuery(ctx context.Context, as []*route.Statement) *pgwir
 	if why&(pinSessionMode|pinSetsOnce) != 0 {
 		shard = s.gen.firstShard(as)
 	}
-	return s.pinTo(ctx, shard, why, temps)
+	return p.pinTo(ctx, shard, why, temps)
 }
 
 // setsAhead reports whether a session SET (or DISCARD, PREPARE, ...)
@@ -277,7 +288,8 @@ func setsAhead(as []*route.Statement) bool {
 
 // pinForPipeline is pinForQuery for a buffered extended-protocol
 // pipeline: the statements it parses or binds.
-func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
+func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
+	s := p.s
 	if s.own != nil {
 		return nil
 	}
@@ -335,16 +347,17 @@ func (s *Session) pinForPipeline(ctx context.Context) *pgwire.Error {
 	}
 	shard := -1
 	if why&(pinSessionMode|pinSetsOnce) != 0 {
-		shard = s.pipelineShard()
+		shard = p.pipelineShard()
 	}
-	return s.pinTo(ctx, shard, why, temps)
+	return p.pinTo(ctx, shard, why, temps)
 }
 
 // pipelineShard is the shard of the first Bind of the buffered pipeline
 // (s.grp) whose statement routes to one shard, -1 when none does. Only a
 // pin that needs a shard asks (pinForPipeline): most pipelines pin nothing
 // and are routed once, by their planner.
-func (s *Session) pipelineShard() int {
+func (p pinner) pipelineShard() int {
+	s := p.s
 	bv := &s.bv
 	for _, m := range s.grp {
 		if m.typ != 'B' || bv.Decode(m.raw) != nil {
@@ -369,7 +382,8 @@ func (s *Session) pipelineShard() int {
 // connection through a pooler cannot move to a server session of its
 // own: the statement is then refused as before (nil is returned and the
 // session stays unpinned; the planner refuses it).
-func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
+func (p pinner) pinTo(ctx context.Context, shard int, why pinReason, temps []string) *pgwire.Error {
+	s := p.s
 	srv := s.gen
 	if shard < 0 {
 		switch {
@@ -408,7 +422,7 @@ func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	case s.bc != nil:
 		// A direct backend in a transaction (or mid-pipeline): it becomes
 		// the client's own.
-		s.setPin(shard, why, temps)
+		p.setPin(shard, why, temps)
 		return nil
 	}
 	if e := srv.Pools[shard].IsDown(); e != nil {
@@ -455,7 +469,7 @@ func (s *Session) pinTo(ctx context.Context, shard int, why pinReason, temps []s
 	}
 	s.setBackend(bc)
 	s.shard = shard
-	s.setPin(shard, why, temps)
+	p.setPin(shard, why, temps)
 	return nil
 }
 
@@ -466,7 +480,8 @@ const pinnedBackendUser = ""
 
 // setPin records the pin (the backend is s.bc) and publishes it
 // (Registry.Pinned).
-func (s *Session) setPin(shard int, why pinReason, temps []string) {
+func (p pinner) setPin(shard int, why pinReason, temps []string) {
+	s := p.s
 	if s.own == nil {
 		s.own = &ownBackend{shard: shard, since: time.Now()}
 		s.host.NPinned.Add(1)
@@ -479,7 +494,8 @@ func (s *Session) setPin(shard int, why pinReason, temps []string) {
 }
 
 // clearPin forgets the pin (its backend is being dropped or closed).
-func (s *Session) clearPin() {
+func (p pinner) clearPin() {
+	s := p.s
 	if s.own == nil {
 		return
 	}
@@ -491,8 +507,9 @@ func (s *Session) clearPin() {
 // unpin ends a pin whose state is gone: the backend, which carries the
 // client's session state, is closed; the session goes back to pooled
 // backends with the settings it has now.
-func (s *Session) unpin() {
-	s.clearPin()
+func (p pinner) unpin() {
+	s := p.s
+	p.clearPin()
 	s.mu.Lock()
 	bc := s.bc
 	s.bc = nil
@@ -545,7 +562,8 @@ func (p *planner) notePinOp(a *route.Statement) {
 // session's settings and statements here, the pin's reasons in
 // ownBackend.apply) and ends the pin when its state is gone (the session
 // is idle).
-func (s *Session) applyPinOps(ops []pinOp, idle bool) {
+func (p pinner) applyPinOps(ops []pinOp, idle bool) {
+	s := p.s
 	if s.own == nil {
 		return
 	}
@@ -571,12 +589,12 @@ func (s *Session) applyPinOps(ops []pinOp, idle bool) {
 				s.cur = s.startup
 				clear(s.stmts)
 				s.unnamed = nil
-				s.resetStmtCache()
+				p.resetStmtCache()
 			}
 		case route.KindDeallocate:
 			if a.PrepareName == "" {
 				clear(s.stmts)
-				s.resetStmtCache()
+				p.resetStmtCache()
 			} else {
 				delete(s.stmts, a.PrepareName)
 			}
@@ -584,7 +602,7 @@ func (s *Session) applyPinOps(ops []pinOp, idle bool) {
 		s.own.apply(a)
 	}
 	if s.own.settle(idle) {
-		s.unpin()
+		p.unpin()
 	}
 }
 
@@ -600,49 +618,34 @@ func isCloseAll(sql string) bool {
 
 // resetStmtCache forgets the pinned backend's server-side statements
 // (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
-func (s *Session) resetStmtCache() {
+func (p pinner) resetStmtCache() {
+	s := p.s
 	if s.bc != nil && s.bc.Stmts != nil {
 		s.bc.Stmts = backend.NewStmtCache(s.gen.Config.StatementCacheSize)
 		s.bc.Stmts.Epoch = s.gen.StmtEpoch.Load()
 	}
 }
 
-// ---- notifications while idle ----
-
-// readClient reads the client's next message; a pinned session that
-// listens meanwhile forwards what its backend sends on its own
-// (NotificationResponse, NoticeResponse, ParameterStatus), as Postgres
-// delivers notifications to an idle session.
-func (s *Session) readClient() (byte, []byte, error) {
+// watched is the pinned backend whose asynchronous messages reach the
+// client while the session waits for the client's next message
+// (clientConn.readWatching): a pinned session that listens (or pools by
+// session), idle, with nothing buffered; nil otherwise.
+func (p pinner) watched() *backend.Conn {
+	s := p.s
 	if s.own == nil || s.own.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pipelineHeld {
-		return s.rd.Next()
+		return nil
 	}
-	bc := s.bc
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // owned here: waited for below
-		defer wg.Done()
-		s.forwardAsync(bc)
-	}()
-	typ, msg, err := s.rd.Next()
-	_ = bc.NetConn.SetReadDeadline(time.Now()) // ends the watcher's read
-	wg.Wait()
-	_ = bc.NetConn.SetReadDeadline(time.Time{})
-	return typ, msg, err
-}
-
-func isTimeout(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.As(err, &ne) && ne.Timeout()
+	return s.bc
 }
 
 // pinAtStartup pins a session-pooling client on a one-shard map at once;
 // it returns the backend's ParameterStatus values (nil: not pinned).
-func (s *Session) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
+func (p pinner) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Error) {
+	s := p.s
 	if s.gen.poolMode(s.user) != PoolSession || len(s.gen.Pools) != 1 {
 		return nil, nil
 	}
-	if e := s.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
+	if e := p.pinTo(ctx, 0, pinSessionMode, nil); e != nil {
 		e.Severity = "FATAL"
 		return nil, e
 	}
@@ -692,43 +695,10 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	p.endQuery()
 }
 
-// fastpath runs a FunctionCall message (libpq's large-object functions
-// use it): on the backend the session holds (its transaction, or its
-// pin); outside a transaction the session is pinned first, on the
-// default shard, as large objects are session state there.
-func (s *Session) fastpath(ctx context.Context, msg []byte) error {
-	if s.bc == nil {
-		if e := s.pinTo(ctx, -1, pinOther, nil); e != nil {
-			s.out = pgwire.AppendError(s.out, e)
-			s.out = pgwire.AppendRFQ(s.out, s.status())
-			return nil
-		}
-	}
-	if s.bc == nil || s.pipelineHeld {
-		s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
-		s.out = pgwire.AppendRFQ(s.out, s.status())
-		return nil
-	}
-	p := s.newPlanner(ctx)
-	p.onBackend = true
-	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: fClientPart | fRFQ})
-	res, err := runExchange(s, p.bc, p.explicit)
-	if err != nil {
-		return err
-	}
-	if res.lost {
-		s.out = pgwire.AppendRFQ(s.out, s.status())
-		return nil
-	}
-	p.exErrored = res.errored
-	s.afterReady(p, res.status)
-	return nil
-}
-
 // canRelay reports whether the session's protocol can be relayed as it
 // is: a session-pooling client pinned at startup on a database of one
 // shard, where no statement needs routing.
-func (s *Session) canRelay() bool {
+func (p pinner) canRelay() bool {
+	s := p.s
 	return s.own != nil && s.own.reasons&pinSessionMode != 0 && len(s.gen.Pools) == 1 && s.bc != nil && !s.bc.Pool.ViaPooler
 }

@@ -206,7 +206,7 @@ func (s *Session) Run(ctx context.Context) {
 	defer s.releaseAll()
 	if s.admin {
 		err = s.console.serve(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log})
-	} else if s.canRelay() {
+	} else if pinning(s).canRelay() {
 		err = s.relay(s.bc)
 	} else {
 		err = s.serve(ctx)
@@ -251,7 +251,7 @@ func (s *Session) releaseAll() {
 	}
 	if s.own != nil {
 		// A pinned backend carries the client's session state.
-		s.clearPin()
+		pinning(s).clearPin()
 		bc.Pool.Discard(bc)
 		return
 	}
@@ -315,7 +315,7 @@ func (s *Session) dropBackend(clean bool) {
 	}
 	if s.own != nil {
 		// The pinned backend is gone: so is the session state it kept.
-		s.clearPin()
+		pinning(s).clearPin()
 		s.pinLost = true
 		bc.Pool.Discard(bc)
 		return

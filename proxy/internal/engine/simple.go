@@ -24,7 +24,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 		return nil
 	}
 	if err == nil {
-		if e := s.pinForQuery(ctx, as); e != nil {
+		if e := pinning(s).pinForQuery(ctx, as); e != nil {
 			s.out = pgwire.AppendError(s.out, e)
 			s.out = pgwire.AppendRFQ(s.out, s.status())
 			return nil

@@ -194,7 +194,7 @@ func (u *startup) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		s.startup = s.startup.WithUser(s.user) // it reaches the shards as itself
 	}
 	s.cur = s.startup
-	st, e := s.pinAtStartup(ctx)
+	st, e := pinning(s).pinAtStartup(ctx)
 	if e == nil && st == nil {
 		st, e = s.gen.initialStatuses(ctx, s.cur)
 	}
