@@ -15,7 +15,6 @@ import (
 
 	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/reshard"
-	"github.com/pgshard/pgshard/shardmap"
 )
 
 // BenchmarkUnmovedByPhase says where the unmoved range's commits go while
@@ -46,14 +45,7 @@ func BenchmarkUnmovedByPhase(b *testing.B) {
 	}
 	const window = 3 * time.Second
 	e := newEnv(b, 1000)
-	var moving, unmoved []string
-	for _, id := range e.ids {
-		if shardmap.BucketText(id, buckets) < buckets/2 {
-			moving = append(moving, id)
-		} else {
-			unmoved = append(unmoved, id)
-		}
-	}
+	moving, unmoved := e.halves()
 	ph := &phases{e: e, at: map[string]*phaseStat{}}
 	ph.enter("idle")
 	stop := make(chan struct{})

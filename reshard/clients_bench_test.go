@@ -40,14 +40,7 @@ import (
 func BenchmarkMoveAsClientsSeeIt(b *testing.B) {
 	const window = 3 * time.Second
 	e := newEnv(b, 1000)
-	var moving, unmoved []string
-	for _, id := range e.ids {
-		if shardmap.BucketText(id, buckets) < buckets/2 {
-			moving = append(moving, id)
-		} else {
-			unmoved = append(unmoved, id)
-		}
-	}
+	moving, unmoved := e.halves()
 	var (
 		phase    atomic.Int32 // 0 before, 1 moving, 2 after
 		mu       sync.Mutex
@@ -168,4 +161,17 @@ func BenchmarkMoveAsClientsSeeIt(b *testing.B) {
 	}
 	b.Logf("%d moves in %s, %d freezes (+%d abandoned); moving range: %d commits, p50 %.1f ms, p99 %.1f ms, max %.1f ms (before: p99 %.1f ms); unmoved range: %.0f commits/s during the moves vs %.0f outside them (×%.2f); failed commits: %d moving, %d unmoved",
 		b.N, during.Round(time.Millisecond), freezes, abandoned, h.TotalCount(), ms(h.ValueAtQuantile(50)), ms(h.ValueAtQuantile(99)), ms(h.Max()), ms(lat[0].ValueAtQuantile(99)), in, outside, in/outside, failed[0], failed[1])
+}
+
+// halves splits the env's executions by bucket: those of the lower half
+// of the buckets (the range the benchmarks move) and the others.
+func (e *env) halves() (moving, unmoved []string) {
+	for _, id := range e.ids {
+		if shardmap.BucketText(id, buckets) < buckets/2 {
+			moving = append(moving, id)
+		} else {
+			unmoved = append(unmoved, id)
+		}
+	}
+	return moving, unmoved
 }
