@@ -473,6 +473,11 @@ func decFromBinary(b []byte) (Dec, bool) {
 			c = q
 		} else {
 			scale = dscale - e // digits beyond the display scale: keep them
+			if scale > 0x3FFF {
+				// Beyond numeric's scale (NUMERIC_DSCALE_MAX): no value
+				// Postgres sends, and not one it could be sent back as.
+				return Dec{}, false
+			}
 		}
 	}
 	if sign == 0x4000 {
