@@ -136,6 +136,36 @@ func TestPinSessionState(t *testing.T) {
 	}
 }
 
+// TestPinNotEndedByText: what ends a pin is recognized from the parse
+// tree — the name pg_advisory_unlock_all in a string or a comment, or
+// UNLISTEN of one channel, leaves a session holding an advisory lock
+// pinned to the backend that holds it.
+func TestPinNotEndedByText(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, 2*time.Minute)
+	conn := e.connect(t)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(4243)"); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 1)
+	for _, q := range []string{"SELECT 'pg_advisory_unlock_all'", "SELECT 1 /* pg_advisory_unlock_all() */", "UNLISTEN some_channel", "CLOSE ALL"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var held int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = 4243").Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 1 {
+		t.Fatalf("the session's backend holds %d advisory locks 4243, want 1: it was unpinned while holding the lock", held)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+}
+
 // TestSettingsInTransactionsAndQueryStrings: a session SET inside a
 // transaction that rolls back is undone; one in a query string with other
 // statements applies in order (both pin the session).

@@ -46,6 +46,9 @@ func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statemen
 	if st.Kind == KindDDL {
 		st.ReadOnly = false
 	}
+	if st.Kind == KindOther || st.Kind == KindUnsupported {
+		st.Releases = releases(node)
+	}
 	r.finish(st, c.p, a, h, hintErr)
 	return st
 }
@@ -398,6 +401,7 @@ func (c *classifying) noteReadOnly(node *pg.Node) {
 		if st.Settings = localSettings(node); st.Settings != nil {
 			st.ReadOnly = true
 		}
+		st.Terminate = terminateCall(node, c.a.lit)
 	}
 }
 

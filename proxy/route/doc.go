@@ -19,7 +19,12 @@
 //	read as package router, the store's router over all shards.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
-//	setlocal.go the statements that only set transaction-local settings.
+//	setlocal.go the statements that only set transaction-local settings;
+//	terminate.go the pg_terminate_backend / pg_cancel_backend calls the
+//	engine answers for its sessions' PIDs; release.go the statements
+//	that end a session state entirely (UNLISTEN *, CLOSE ALL,
+//	pg_advisory_unlock_all). The engine recognizes no SQL of its own:
+//	what it needs to know of a statement is a field of Statement.
 //
 // # Parsing and the cache
 //

@@ -47,11 +47,7 @@ type Setting struct {
 // transaction-local settings makes (nil for any other statement).
 func localSettings(node *pg.Node) []Setting {
 	sel := node.GetSelectStmt()
-	if sel == nil || len(sel.TargetList) == 0 || len(sel.FromClause) > 0 || sel.WhereClause != nil ||
-		len(sel.GroupClause) > 0 || sel.HavingClause != nil || len(sel.WindowClause) > 0 ||
-		len(sel.ValuesLists) > 0 || len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil ||
-		len(sel.LockingClause) > 0 || sel.WithClause != nil || sel.IntoClause != nil || len(sel.DistinctClause) > 0 ||
-		sel.Op != pg.SetOperation_SETOP_NONE || sel.GroupDistinct {
+	if sel == nil || len(sel.TargetList) == 0 || !bareSelect(sel, false) {
 		return nil
 	}
 	out := make([]Setting, 0, len(sel.TargetList))
@@ -61,8 +57,7 @@ func localSettings(node *pg.Node) []Setting {
 			return nil
 		}
 		fc := rt.Val.GetFuncCall()
-		if fc == nil || len(fc.Args) != 3 || fc.AggStar || fc.AggDistinct || fc.FuncVariadic || fc.Over != nil ||
-			fc.AggFilter != nil || len(fc.AggOrder) > 0 || fc.AggWithinGroup {
+		if fc == nil || len(fc.Args) != 3 || !plainCall(fc) {
 			return nil
 		}
 		if schema, name := funcName(fc); name != "set_config" || (schema != "" && schema != "pg_catalog") || len(fc.Funcname) > 2 {

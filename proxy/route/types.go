@@ -457,6 +457,10 @@ type Statement struct {
 	// x TO DEFAULT"): an engine that emulates session settings replays it
 	// after each BEGIN. Empty for RESET ALL.
 	SetLocalSQL string
+	// Terminate, for a call of pg_terminate_backend / pg_cancel_backend
+	// in one of the forms terminate.go lists, says what it ends; nil for
+	// every other statement.
+	Terminate *Terminate
 	// PrepareName for KindPrepare/KindExecute/KindDeallocate ("" = ALL).
 	PrepareName string
 	// Prepared, for KindPrepare, is the analysis of the prepared statement
@@ -506,6 +510,11 @@ type Statement struct {
 	// keep the client on one server session (pinning) runs the statement
 	// there; "" for statements refused for other reasons (pgshard.*).
 	SessionState string
+	// Releases names the session state the statement ends entirely (in
+	// SessionState's terms: "listen" for UNLISTEN *, "hold-cursor" for
+	// CLOSE ALL, "advisory-lock" for a call of pg_advisory_unlock_all;
+	// release.go), "" for every other statement.
+	Releases string
 	// Unsharded lists the tables the statement references that are
 	// neither keyed nor global in the sharding schema (lowercase,
 	// unqualified): they live on the database's default shard.

@@ -78,7 +78,8 @@
 //	                 client's output it drops)
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a
 //	                 client session's PID: terminateCall, the call
-//	                 recognized, run and answered
+//	                 the analyzer recognized (route.Terminate) with its
+//	                 PIDs read, run and answered
 //
 // Below it: proxy/route (the analyzer), internal/backend (pools),
 // internal/merge, internal/pgvalue, internal/pgwire, internal/auth,

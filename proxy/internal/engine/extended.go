@@ -379,7 +379,7 @@ func (p pipePlanner) bindLocal(pi portalInfo) {
 func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	s := p.s
 	bv := &s.bv
-	c := parseTerminate(pi.vs.st.SQL, bv.Params, bv.Formats)
+	c := parseTerminate(pi.vs.st, bv.Params, bv.Formats)
 	if c == nil || !c.run(p.ctx, s) {
 		return false
 	}

@@ -93,19 +93,14 @@ func (o *ownBackend) apply(a *route.Statement) {
 			o.reasons &^= pinTemp
 		}
 	case route.KindUnsupported:
-		if strings.Contains(a.SQL, "pg_advisory_unlock_all") {
-			o.reasons &^= pinLock
+		if a.Releases != "" {
+			o.reasons &^= reasonOf(a.Releases)
 			return
 		}
 		o.add(reasonOf(a.SessionState), a.TempTables)
 	case route.KindOther:
-		switch {
-		case strings.Contains(a.SQL, "pg_advisory_unlock_all"):
-			o.reasons &^= pinLock
-		case isUnlistenAll(a.SQL):
-			o.reasons &^= pinListen
-		case isCloseAll(a.SQL):
-			o.reasons &^= pinCursor
+		if a.Releases != "" {
+			o.reasons &^= reasonOf(a.Releases)
 		}
 	}
 }

@@ -606,16 +606,6 @@ func (p pinner) applyPinOps(ops []pinOp, idle bool) {
 	}
 }
 
-func isUnlistenAll(sql string) bool {
-	f := strings.Fields(strings.ToLower(strings.TrimRight(strings.TrimSpace(sql), ";")))
-	return len(f) == 2 && f[0] == "unlisten" && f[1] == "*"
-}
-
-func isCloseAll(sql string) bool {
-	f := strings.Fields(strings.ToLower(strings.TrimRight(strings.TrimSpace(sql), ";")))
-	return len(f) == 2 && f[0] == "close" && f[1] == "all"
-}
-
 // resetStmtCache forgets the pinned backend's server-side statements
 // (DISCARD ALL and DEALLOCATE ALL dropped them on the server).
 func (p pinner) resetStmtCache() {

@@ -16,23 +16,19 @@ package engine
 // session as Postgres would (FATAL 57P01 to its client, then the
 // connection closed) or cancelling its running query, and returning true
 // per PID. Any other form, or a PID that is not a session's, goes to the
-// backend as it is.
+// backend as it is. The forms are recognized by the analyzer, from the
+// statement's parse tree (route.Terminate, proxy/route/terminate.go);
+// here the PIDs are read from the call's constant or Bind parameter.
 
 import (
 	"context"
 	"encoding/binary"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
-)
-
-var (
-	termOneRe    = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\$1|\d+|(?:pg_catalog\.)?pg_backend_pid\s*\(\s*\))\s*(?:::\s*(?:int[248]?|integer))?\s*\)\s*;?\s*$`)
-	termUnnestRe = regexp.MustCompile(`(?is)^\s*select\s+(?:pg_catalog\.)?pg_(terminate|cancel)_backend\s*\(\s*(\w+)\s*\)\s+from\s+(?:pg_catalog\.)?unnest\s*\(\s*\$1\s*(?:::\s*(?:int[248]?|integer)\s*\[\])?\s*\)\s+(?:as\s+)?(\w+)\s*;?\s*$`)
 )
 
 // terminateCall is a recognized call: the function and the PIDs.
@@ -45,68 +41,58 @@ type terminateCall struct {
 	binary bool
 }
 
-// containsBackendFold reports whether sql contains "_backend" in any
-// ASCII case: parseTerminate's pre-filter, run on every Bind, without the
-// allocation of lowering the text.
-func containsBackendFold(sql string) bool {
-	const word = "backend"
-	for i := strings.IndexByte(sql, '_'); i >= 0 && i+len(word) < len(sql); {
-		if strings.EqualFold(sql[i+1:i+1+len(word)], word) {
-			return true
-		}
-		j := strings.IndexByte(sql[i+1:], '_')
-		if j < 0 {
-			return false
-		}
-		i += j + 1
-	}
-	return false
-}
-
-// parseTerminate recognizes a call in sql with Bind params (nil for a
-// simple query); nil when the text is not one of the forms or a value
-// cannot be read.
-func parseTerminate(sql string, params [][]byte, formats []int16) *terminateCall {
-	if len(sql) > 200 || !containsBackendFold(sql) {
+// parseTerminate reads the call the analyzer recognized in st
+// (route.Terminate) with its Bind params (nil for a simple query); nil
+// when st is not one or a value cannot be read.
+func parseTerminate(st *route.Statement, params [][]byte, formats []int16) *terminateCall {
+	t := st.Terminate
+	if t == nil {
 		return nil
 	}
-	format := func() int16 {
-		if len(formats) > 0 {
-			return formats[0]
+	c := &terminateCall{fn: t.Fn()}
+	switch {
+	case t.Self:
+		if t.Cancel {
+			return nil // the backend running it cancels itself, as Postgres does
 		}
-		return 0
-	}
-	if m := termOneRe.FindStringSubmatch(sql); m != nil {
-		if strings.Contains(strings.ToLower(m[2]), "pg_backend_pid") {
-			if strings.EqualFold(m[1], "cancel") {
-				return nil // the backend running it cancels itself, as Postgres does
-			}
-			return &terminateCall{fn: "terminate", self: true}
+		c.self = true
+	case t.Param == 0:
+		if t.PID > 1<<32-1 {
+			return nil
 		}
-		var v []byte
-		f := int16(0)
-		if m[2] == "$1" {
-			if len(params) != 1 || params[0] == nil {
+		c.pids = []uint32{uint32(t.PID)}
+	default:
+		if t.Param > len(params) || params[t.Param-1] == nil {
+			return nil
+		}
+		v, f := params[t.Param-1], paramFormat(formats, t.Param-1)
+		if t.Array {
+			pids, ok := readPIDArray(v, f)
+			if !ok || len(pids) == 0 {
 				return nil
 			}
-			v, f = params[0], format()
+			c.pids = pids
 		} else {
-			v = []byte(m[2])
+			pid, ok := readPID(v, f)
+			if !ok {
+				return nil
+			}
+			c.pids = []uint32{pid}
 		}
-		pid, ok := readPID(v, f)
-		if !ok {
-			return nil
-		}
-		return &terminateCall{fn: strings.ToLower(m[1]), pids: []uint32{pid}}
 	}
-	if m := termUnnestRe.FindStringSubmatch(sql); m != nil && strings.EqualFold(m[2], m[3]) && len(params) == 1 && params[0] != nil {
-		pids, ok := readPIDArray(params[0], format())
-		if !ok || len(pids) == 0 {
-			return nil
-		}
-		return &terminateCall{fn: strings.ToLower(m[1]), pids: pids}
+	return c
+}
+
+// paramFormat is parameter i's format code in a Bind's formats (none: all
+// text; one: all that one).
+func paramFormat(formats []int16, i int) int16 {
+	switch {
+	case len(formats) == 1:
+		return formats[0]
+	case i < len(formats):
+		return formats[i]
 	}
-	return nil
+	return 0
 }
 
 func readPID(v []byte, format int16) (uint32, bool) {
@@ -245,7 +231,7 @@ func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) boo
 	if len(as) != 1 || as[0].Kind != route.KindOther || s.tx == txFailed {
 		return false
 	}
-	c := parseTerminate(as[0].SQL, nil, nil)
+	c := parseTerminate(as[0], nil, nil)
 	if c == nil || !c.run(ctx, s) {
 		return false
 	}
