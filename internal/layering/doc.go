@@ -3,9 +3,10 @@
 //
 //	doc.go            this comment
 //	layering_test.go  the rules, the checker, and a test of the checker
-//	funclen_test.go   no function of proxy, proxy/internal/engine or
-//	                  proxy/route over 100 lines (issue 19), and a test of
-//	                  that checker
+//	funclen_test.go   no function of any package of the proxy's tree
+//	                  (proxy, proxy/route, proxy/internal/...) over 100
+//	                  lines (issue 19), a test that every package of that
+//	                  tree is listed, and a test of the checker
 //
 // The rules, one line each, allow-lists over the module's own packages
 // (a package may always use its own subtree; anything outside the module is
