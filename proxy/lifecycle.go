@@ -225,7 +225,7 @@ func (s *Server) onHardStop(gctx context.Context, closeListener func(), metricsS
 	// Sessions waiting for a backend (a long query, a fan-out's
 	// shards) end too.
 	for _, p := range s.allPools() {
-		p.InterruptInUse()
+		p.Ops.InterruptInUse()
 	}
 	return nil
 }
@@ -279,7 +279,7 @@ func (s *Server) reapLoop(gctx context.Context) error {
 				}
 			}
 			for _, p := range cur.pools {
-				p.RollStats(now)
+				p.Stats.Roll(now)
 			}
 			s.keeper.reapRetired()
 		}
