@@ -93,9 +93,9 @@ func (h *adminHost) Pools() admin.Pools {
 	for _, p := range srv.pools {
 		f := p.Figures()
 		st := p.Stats
-		a := p.Averages()
+		a := p.Stats.Averages()
 		sh := admin.Shard{
-			Name: p.Shard.Name, Ordinal: p.Shard.Ordinal, State: p.State(),
+			Name: p.Shard.Name, Ordinal: p.Shard.Ordinal, State: p.Ops.State(),
 			ViaPooler: p.ViaPooler, Addr: p.Addr,
 			DSN: store.RedactDSN(p.Shard.DSN), PoolerDSN: store.RedactDSN(p.Shard.PoolerDSN),
 			Verified: p.Verified.Load(), User: p.BackendUser(), Database: p.Database(), Paused: p.Ops.Paused.Load(),
@@ -253,7 +253,7 @@ func (h *adminHost) Pause(ctx context.Context, shards []string) error {
 	defer cancel()
 	errs := make(chan error, len(pools))
 	for _, p := range pools {
-		go func() { errs <- p.Pause(pctx) }()
+		go func() { errs <- p.Ops.Pause(pctx) }()
 	}
 	var first error
 	for range pools {
@@ -278,14 +278,14 @@ func (h *adminHost) Pause(ctx context.Context, shards []string) error {
 func (h *adminHost) Resume(shards []string) {
 	pools := h.pools(shards)
 	for _, p := range pools {
-		p.Resume()
+		p.Ops.Resume()
 	}
 	h.by.Log.Info("RESUME on the admin console", "shards", who(pools), "by", h.by.User)
 }
 
 func (h *adminHost) Reconnect(shards []string) {
 	for _, p := range h.pools(shards) {
-		p.Reconnect()
+		p.Ops.Reconnect()
 	}
 }
 
@@ -301,7 +301,7 @@ func (h *adminHost) Kill(shards []string) {
 	for _, p := range pools {
 		p.Ops.ReconnectGen.Add(1)
 		p.CloseIdle()
-		p.InterruptInUse()
+		p.Ops.InterruptInUse()
 	}
 }
 
@@ -313,7 +313,7 @@ func (h *adminHost) WaitClose(ctx context.Context, shards []string) error {
 	keeper := &h.c.keeper
 	return backend.PollUntil(wctx, func() bool {
 		for _, p := range pools {
-			if p.OldConns() > 0 {
+			if p.Ops.OldConns() > 0 {
 				return false
 			}
 		}

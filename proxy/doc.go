@@ -6,7 +6,9 @@
 //
 //	client ──TCP──▶ Server (server.go: what outlives a reload; generation.go:
 //	                  │      one configuration, its pools; config.go;
-//	                  │      lifecycle.go: accept, drain)
+//	                  │      lifecycle.go: logins, draining, readiness,
+//	                  │      Serve; serve.go: serveRun, one run of Serve:
+//	                  │      accept, reap, drain, hard stop)
 //	                  │  each session (internal/engine, "engine/" below:
 //	                  │  its doc.go names its files) sees the proxy only
 //	                  │  through engine/sessionenv.go: GenerationEnv (its
@@ -66,14 +68,15 @@
 //	    operations: the pools' statistics (internal/backend) and
 //	    routelog.go (routing decisions) read by the console through
 //	    admin.go's adminHost and admin_config.go (SHOW CONFIG's rows), and
-//	    by metrics.go (Prometheus); internal/backend also
-//	    holds PAUSE, RECONNECT, KILL and retirement, the PgBouncer readings
-//	    and back-pressure, the health monitor and the proxy's own queries;
-//	    generation.go hands each pool its environment (backendEnv);
-//	    poolkeeper.go runs the pools' monitors and drains retired pools; reload.go
-//	    (generations; engine/sessiongen.go: a session moving to a newer one,
-//	    between transactions), lifecycle.go and handover.go (graceful shutdown,
-//	    socket hand-over), secrets.go (redaction).
+//	    by metrics.go (Prometheus); internal/backend also holds PAUSE,
+//	    RECONNECT, KILL and retirement (a pool's Ops), the PgBouncer
+//	    readings and back-pressure, the health monitor and the proxy's own
+//	    queries; generation.go hands each pool its environment (backendEnv);
+//	    poolkeeper.go runs the pools' monitors and drains retired pools;
+//	    reload.go (generations; engine/sessiongen.go: a session moving to a
+//	    newer one, between transactions), lifecycle.go, serve.go and
+//	    handover.go (graceful shutdown, socket hand-over), secrets.go
+//	    (redaction).
 //
 //	    catalog.go: Config.Follow (a catalog.Follower) runs in serve's group;
 //	    serve accepts no client before its first lease (waitFirstLease,
@@ -328,7 +331,7 @@
 // TLS files, the map's epoch never lower, new shards' identity records)
 // and published as a new generation; sessions move to it between
 // transactions; removed shards' pools drain. Graceful shutdown
-// (lifecycle.go): stop accepting, serve the connected sessions until their
+// (serve.go): stop accepting, serve the connected sessions until their
 // clients leave, at most ShutdownTimeout. Hand-over (handover.go): a new
 // process takes the listening socket over through a unix socket, so a
 // restart refuses and drops no connection.

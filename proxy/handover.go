@@ -273,7 +273,7 @@ func (hs *handoverServer) give(uc *net.UnixConn) bool {
 	}
 	// The successor accepts: stop accepting (our copy of the socket only),
 	// release the hand-over socket, then say so.
-	c.beginShutdown("a successor took over the listening socket")
+	c.life.beginShutdown("a successor took over the listening socket", c.current().cfg.ShutdownTimeout)
 	c.life.closeHandover()
 	_, _ = uc.Write([]byte("BYE\n"))
 	return true

@@ -132,7 +132,7 @@ func (sc *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 0
 		}
 		gauge(descUp, up, name)
-		cur := p.State()
+		cur := p.Ops.State()
 		for _, s := range backend.ShardStates {
 			v := 0.0
 			if s == cur {

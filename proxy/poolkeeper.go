@@ -76,7 +76,7 @@ func (k *poolKeeper) retire(p *backend.Pool) {
 	p.Ops.Refuse.Store(&pgwire.Error{Code: pgwire.CodeConnectionFailure,
 		Message: fmt.Sprintf("shard %q was removed from the shard map by a reload", p.Shard.Name),
 		Hint:    "Retry: the transaction runs on the new map."})
-	p.Resume()
+	p.Ops.Resume()
 	k.stopMonitor(p)
 	p.CloseIdle()
 	k.mu.Lock()

@@ -22,9 +22,9 @@ import (
 
 // Server is a running proxy: it accepts clients, authenticates them and
 // runs one session per client over per-shard backend pools. It holds what
-// outlives a reload (the listener, the sessions, metrics, the lifecycle,
-// TLS, pins and fences); the configuration in force is its current
-// generation (generation.go), which RELOAD and the catalog replace.
+// outlives a reload (the sessions, metrics, the lifecycle, TLS, pins and
+// fences); the configuration in force is its current generation
+// (generation.go), which RELOAD and the catalog replace.
 type Server struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
@@ -38,7 +38,8 @@ type Server struct {
 	cur atomic.Pointer[generation]
 	// routes records recent routing decisions (SHOW ROUTES).
 	routes routeLog
-	// life is the server's lifecycle: logins disabled, shutdown, handover.
+	// life is the server's lifecycle: logins disabled, shutdown, readiness
+	// and the addresses Serve listens on, handover (lifecycle.go).
 	life lifecycle
 	// keeper runs the pools' monitors and closes retired pools (poolkeeper.go).
 	keeper poolKeeper
@@ -68,11 +69,6 @@ type Server struct {
 	// standIns: one text per bucket that hashes to it (internal/engine/fence.go).
 	standIns engine.StandInTexts
 
-	addrMu      sync.Mutex
-	addr        net.Addr
-	metricsAddr net.Addr
-	ready       chan struct{}
-
 	// dbs are the servers of Config.ExtraDatabases, by name (databases.go):
 	// a reload keeps them.
 	dbs extraDatabases
@@ -98,12 +94,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		reg:     prometheus.NewRegistry(),
 		dbIDs:   map[string]string{},
-		ready:   make(chan struct{}),
 		started: time.Now(),
 	}
-	s.life.init()
 	s.secrets.set(&cfg)
 	s.log = slog.New(&redactHandler{next: cfg.Logger.Handler(), secrets: &s.secrets})
+	s.life.init(s.log)
 	s.keeper.log = s.log
 	ts, err := auth.LoadTLS(cfg.TLS.Mode, cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
@@ -146,26 +141,14 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Addr returns the address the server listens on, after Serve started
 // (it blocks until then or until ctx is done).
 func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
-	return s.readyAddr(ctx, &s.addr)
+	return s.life.readyAddr(ctx, false)
 }
 
 // MetricsAddr waits until Serve listens and returns the metrics
 // endpoint's address (nil without Config.MetricsListen); with port 0 in
 // MetricsListen it names the port the system picked.
 func (s *Server) MetricsAddr(ctx context.Context) (net.Addr, error) {
-	return s.readyAddr(ctx, &s.metricsAddr)
-}
-
-// readyAddr waits until Serve listens, then reads *a.
-func (s *Server) readyAddr(ctx context.Context, a *net.Addr) (net.Addr, error) {
-	select {
-	case <-s.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s.addrMu.Lock()
-	defer s.addrMu.Unlock()
-	return *a, nil
+	return s.life.readyAddr(ctx, true)
 }
 
 // Verify reads every shard's identity record and checks it against the map

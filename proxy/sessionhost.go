@@ -73,5 +73,5 @@ func (s *Server) ConsoleQuery(ctx context.Context, by engine.ConsoleCaller, sql 
 	if !h.shutdown {
 		return out, nil
 	}
-	return out, func() { s.beginShutdown("SHUTDOWN on the admin console") }
+	return out, func() { s.life.beginShutdown("SHUTDOWN on the admin console", s.current().cfg.ShutdownTimeout) }
 }

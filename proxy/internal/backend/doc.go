@@ -10,14 +10,16 @@
 //
 //	proxy (sessions, planner) ──Acquire(key *Settings)──▶ Pool ──▶ *Conn ──▶ PgBouncer or Postgres
 //	       ◀──────────────── Release / Discard ──────────┘   │
-//	proxy's core ── Monitor (health.go) ─▶ Probe, PollBouncer │
-//	             ── ReapIdle, RollStats every second          ▼
-//	console, metrics ◀── Figures, SnapshotConns, Stats, Averages (stats.go)
+//	proxy's core ── Monitor (health.go) ─▶ probe, bouncer.poll│
+//	             ── ReapIdle, Stats.Roll every second         ▼
+//	console, metrics ◀── Figures, SnapshotConns, Stats (counters, Averages)
+//	console (PAUSE, RESUME, RECONNECT, KILL), reload ──▶ Pool.Ops (ops.go)
 //
 //	env.go             Env, BouncerConfig: what a pool is handed (SetEnv)
 //	pool.go            Pool: acquire/release/wait, connect (a slot's new
-//	                   connection, registered), probe, reaping, shutdown;
-//	                   AcquireAs for pinned sessions' own connections; SendCancel
+//	                   connection, registered), reaping, CloseIdle, shutdown;
+//	                   AcquireAs for pinned sessions' own connections; the
+//	                   connections' user, database, server version; SendCancel
 //	dial.go            dialer: making a connection (pgconn, identity check,
 //	                   then Hijack) and its connect errors; the Pool owns one
 //	conn.go            Conn: one taken-over connection, its one-write Write,
@@ -27,15 +29,20 @@
 //	clientsettings.go  Settings: a client's settings as a pool key (startup
 //	                   parameters; through PgBouncer its five tracked ones plus
 //	                   a transaction-local preamble)
-//	ops.go             PAUSE/RESUME, RECONNECT, KILL, retirement; PollUntil
+//	ops.go             poolOps (Pool.Ops): the operator's state and controls —
+//	                   PAUSE/RESUME and the sessions it holds, RECONNECT,
+//	                   KILL, the refusal (down, back-pressure, retirement),
+//	                   State; the pool it acts on; PollUntil
 //	bouncer.go         bouncerWatch: PgBouncer readings (SHOW POOLS/STATS) and
 //	                   back-pressure; the Pool owns one, its monitor uses it
-//	health.go          Monitor: the health probe and PgBouncer polling loop
+//	health.go          Monitor: the health probe and PgBouncer polling loop;
+//	                   probe (a shard found down unblocks its waiting sessions)
 //	reachability.go    Unreachable: errors that mean "the shard is down"
 //	query.go           RunSimple: the proxy's own simple queries on a Conn
-//	stats.go           Stats (per-shard counters, route kinds), Figures,
-//	                   ConnInfo, Averages; Quantile of a histogram
+//	stats.go           Stats: per-shard counters (a use ended: endUse), route
+//	                   kinds, the period's Averages (Roll); the Pool's Figures,
+//	                   InUse, ConnInfo; Quantile of a histogram
 //
-// Every method of a Pool is safe for concurrent use; a Conn is used by one
+// Every method of a Pool (and of its Ops and Stats) is safe for concurrent use; a Conn is used by one
 // session at a time (between transactions it sits idle in its pool).
 package backend

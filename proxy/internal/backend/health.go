@@ -2,7 +2,11 @@ package backend
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
 // The shard's health: its monitor probes the shard's Postgres and reads
@@ -54,6 +58,43 @@ func (p *Pool) Monitor(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// probe checks that the shard's Postgres accepts TCP connections (a
+// connection, closed at once, costs the server one short-lived process).
+// Through PgBouncer this is what lets a transaction fail fast while the
+// shard is down: PgBouncer itself would keep the client waiting until its
+// query_wait_timeout. When the shard goes down, sessions waiting on one of
+// its pooler connections are unblocked with an error.
+func (p *Pool) probe(ctx context.Context) {
+	d := net.Dialer{Timeout: p.Env().ConnectTimeout}
+	conn, err := d.DialContext(ctx, "tcp", p.pgAddr)
+	if err == nil {
+		_ = conn.Close()
+		if p.Down.Swap(nil) != nil {
+			p.Env().Log.Info("shard is reachable again", "shard", p.Shard.Name)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	e := &pgwire.Error{Code: pgwire.CodeConnectionFailure,
+		Message: fmt.Sprintf("shard %q is down: its server at %s does not accept connections (%s)", p.Shard.Name, p.pgAddr, ShortErr(err)),
+		Hint:    "Transactions for other shards still work; retry when the shard is back."}
+	if p.Down.Swap(e) == nil {
+		p.Env().Log.Warn("shard is down", "shard", p.Shard.Name, "addr", p.pgAddr, "err", ShortErr(err))
+		p.Env().BackendErrors.WithLabelValues(p.Shard.Name, "down").Inc()
+		if p.ViaPooler {
+			p.mu.Lock()
+			for c := range p.conns {
+				// Idle ones are discarded by their next health check.
+				c.DownErr.Store(e)
+				_ = c.NetConn.SetReadDeadline(time.Now())
+			}
+			p.mu.Unlock()
 		}
 	}
 }

@@ -25,13 +25,20 @@ import (
 //	release ─▶ endUse (statistics) ─▶ broken, cancelled, retired or older
 //	           than the last RECONNECT? ──yes──▶ closed   no ──▶ idle
 
-// poolOps is the operator's state of a pool.
+// poolOps is the operator's state of a pool and its controls. It acts on
+// the pool it belongs to (pool), whose connections its controls close or
+// interrupt; its own state is guarded by mu or atomic.
 type poolOps struct {
+	pool *Pool
 	// paused holds new transactions (PAUSE); resumed is closed when the
 	// pause ends (replaced at each PAUSE, under mu).
 	Paused  atomic.Bool
 	mu      sync.Mutex
 	resumed chan struct{}
+	// pauseWaiters counts sessions held by PAUSE, the oldest since
+	// oldestPauseWaiter (guarded by mu; SHOW POOLS).
+	pauseWaiters      int32
+	oldestPauseWaiter time.Time
 	// refuse, when set, fails every new transaction at once: the shard's
 	// PgBouncer is overloaded, or a reload removed the shard.
 	Refuse atomic.Pointer[pgwire.Error]
@@ -45,7 +52,8 @@ type poolOps struct {
 	Bouncer atomic.Pointer[BouncerFigures]
 }
 
-func (o *poolOps) init() {
+func (o *poolOps) init(p *Pool) {
+	o.pool = p
 	o.resumed = make(chan struct{})
 	close(o.resumed)
 }
@@ -55,57 +63,42 @@ func (o *poolOps) retire(c *Conn) bool {
 	return o.Retired.Load() || c.gen < o.ReconnectGen.Load()
 }
 
-// endUse ends the current use of c (if any) in the shard's statistics.
-func (p *Pool) endUse(c *Conn) {
-	since := c.UsedSince.Swap(0)
-	if since == 0 {
-		return
+// refusal returns the error that fails a new transaction on the shard at
+// once, nil when it may start: the shard is down, or its PgBouncer is
+// overloaded (back-pressure), or the pool was retired by a reload.
+func (o *poolOps) refusal() *pgwire.Error {
+	if e := o.pool.Down.Load(); e != nil {
+		return e
 	}
-	d := time.Duration(time.Now().UnixNano() - since)
-	st := p.Stats
-	st.Xacts.Add(1)
-	st.XactNanos.Add(uint64(d))
-	st.XactHist.Observe(d.Seconds())
-	if c.Queries > 0 {
-		st.Queries.Add(c.Queries)
-		c.Queries = 0
-	}
-	if c.sent > 0 {
-		st.BytesOut.Add(c.sent)
-		c.sent = 0
-	}
-	if in := c.Reader.BytesRead() - c.recvMark; in > 0 {
-		st.BytesIn.Add(in)
-		c.recvMark = c.Reader.BytesRead()
-	}
+	return o.Refuse.Load()
 }
 
 // waitResumed holds a new transaction while the pool is paused, until
 // RESUME, ctx's end or Env.PauseTimeout (then 57P03).
-func (p *Pool) waitResumed(ctx context.Context) error {
-	p.Ops.mu.Lock()
-	ch := p.Ops.resumed
-	p.Ops.mu.Unlock()
+func (o *poolOps) waitResumed(ctx context.Context) error {
+	o.mu.Lock()
+	ch := o.resumed
+	o.mu.Unlock()
 	select {
 	case <-ch:
 		return nil
 	default:
 	}
-	p.mu.Lock()
-	p.pauseWaiters++
-	if p.oldestPauseWaiter.IsZero() {
-		p.oldestPauseWaiter = time.Now()
+	o.mu.Lock()
+	o.pauseWaiters++
+	if o.oldestPauseWaiter.IsZero() {
+		o.oldestPauseWaiter = time.Now()
 	}
-	p.mu.Unlock()
+	o.mu.Unlock()
 	defer func() {
-		p.mu.Lock()
-		p.pauseWaiters--
-		if p.pauseWaiters == 0 {
-			p.oldestPauseWaiter = time.Time{}
+		o.mu.Lock()
+		o.pauseWaiters--
+		if o.pauseWaiters == 0 {
+			o.oldestPauseWaiter = time.Time{}
 		}
-		p.mu.Unlock()
+		o.mu.Unlock()
 	}()
-	timeout := p.Env().PauseTimeout
+	timeout := o.pool.Env().PauseTimeout
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -115,59 +108,53 @@ func (p *Pool) waitResumed(ctx context.Context) error {
 		return ctx.Err()
 	case <-t.C:
 		return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
-			Message: fmt.Sprintf("shard %q is paused (PAUSE) and was not resumed within %s", p.Shard.Name, timeout),
+			Message: fmt.Sprintf("shard %q is paused (PAUSE) and was not resumed within %s", o.pool.Shard.Name, timeout),
 			Hint:    "An operator paused the shard for maintenance; retry later (RESUME ends the pause)."}
 	}
 }
 
+// pauseWaiting returns how many sessions PAUSE holds and since when the
+// oldest of them waits (zero when none).
+func (o *poolOps) pauseWaiting() (int, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return int(o.pauseWaiters), o.oldestPauseWaiter
+}
+
 // Pause holds the pool's new transactions and waits (bounded by ctx) until
 // none of its connections is in use any more.
-func (p *Pool) Pause(ctx context.Context) error {
-	p.Ops.mu.Lock()
-	if !p.Ops.Paused.Load() {
-		p.Ops.resumed = make(chan struct{})
-		p.Ops.Paused.Store(true)
+func (o *poolOps) Pause(ctx context.Context) error {
+	o.mu.Lock()
+	if !o.Paused.Load() {
+		o.resumed = make(chan struct{})
+		o.Paused.Store(true)
 	}
-	p.Ops.mu.Unlock()
-	return PollUntil(ctx, func() bool { f := p.Figures(); return f.Active+f.Login == 0 })
+	o.mu.Unlock()
+	return PollUntil(ctx, func() bool { return o.pool.InUse() == 0 })
 }
 
 // Resume ends a pause; held transactions go on.
-func (p *Pool) Resume() {
-	p.Ops.mu.Lock()
-	if p.Ops.Paused.Load() {
-		p.Ops.Paused.Store(false)
-		close(p.Ops.resumed)
+func (o *poolOps) Resume() {
+	o.mu.Lock()
+	if o.Paused.Load() {
+		o.Paused.Store(false)
+		close(o.resumed)
 	}
-	p.Ops.mu.Unlock()
+	o.mu.Unlock()
 }
 
 // Reconnect closes the idle connections now and those in use when they
 // are released (RECONNECT; new ones are opened as needed).
-func (p *Pool) Reconnect() {
-	p.Ops.ReconnectGen.Add(1)
-	p.CloseIdle()
-}
-
-// CloseIdle closes every idle connection.
-func (p *Pool) CloseIdle() {
-	p.mu.Lock()
-	var all []*Conn
-	for _, l := range p.idle {
-		all = append(all, l...)
-	}
-	p.idle = map[string][]*Conn{}
-	p.nidle = 0
-	p.mu.Unlock()
-	for _, c := range all {
-		p.Discard(c)
-	}
+func (o *poolOps) Reconnect() {
+	o.ReconnectGen.Add(1)
+	o.pool.CloseIdle()
 }
 
 // InterruptInUse makes every session reading one of the pool's
 // connections in use fail now (KILL): the connection's reads and writes
 // time out, the session reports the connection lost and discards it.
-func (p *Pool) InterruptInUse() {
+func (o *poolOps) InterruptInUse() {
+	p := o.pool
 	p.mu.Lock()
 	for c := range p.conns {
 		_ = c.NetConn.SetDeadline(time.Now())
@@ -175,26 +162,37 @@ func (p *Pool) InterruptInUse() {
 	p.mu.Unlock()
 }
 
-// InUse reports how many connections are held or being opened.
-func (p *Pool) InUse() int {
-	f := p.Figures()
-	return f.Active + f.Login
-}
-
 // State is the shard's state for SHOW SHARDS and metrics: up, down,
 // paused, overloaded or removed.
-func (p *Pool) State() string {
+func (o *poolOps) State() string {
 	switch {
-	case p.Ops.Retired.Load():
+	case o.Retired.Load():
 		return "removed"
-	case p.Down.Load() != nil:
+	case o.pool.Down.Load() != nil:
 		return "down"
-	case p.Ops.Refuse.Load() != nil:
+	case o.Refuse.Load() != nil:
 		return "overloaded"
-	case p.Ops.Paused.Load():
+	case o.Paused.Load():
 		return "paused"
 	}
 	return "up"
+}
+
+// OldConns counts the pool's connections that are to be closed (opened
+// before the last RECONNECT or KILL, or all of a retired pool).
+func (o *poolOps) OldConns() int {
+	gen := o.ReconnectGen.Load()
+	retired := o.Retired.Load()
+	p := o.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		if retired || c.gen < gen {
+			n++
+		}
+	}
+	return n
 }
 
 // shardStates are the values of pool.state (metrics' state set).
@@ -212,40 +210,4 @@ func PollUntil(ctx context.Context, done func() bool) error {
 		}
 	}
 	return nil
-}
-
-// OldConns counts the pool's connections that are to be closed (opened
-// before the last RECONNECT or KILL, or all of a retired pool).
-func (p *Pool) OldConns() int {
-	gen := p.Ops.ReconnectGen.Load()
-	retired := p.Ops.Retired.Load()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for c := range p.conns {
-		if retired || c.gen < gen {
-			n++
-		}
-	}
-	return n
-}
-
-// BackendUser is the user the pool's connections log in as.
-func (p *Pool) BackendUser() string { return p.dial.base.User }
-
-// Database is the database the pool's connections open.
-func (p *Pool) Database() string { return p.dial.base.Database }
-
-// ServerVersion is the server_version a connection of the pool reported
-// at connect time ("" before the first connection).
-func (p *Pool) ServerVersion() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	v := ""
-	for _, st := range p.statuses {
-		if sv := st["server_version"]; sv != "" {
-			v = sv
-		}
-	}
-	return v
 }

@@ -58,17 +58,9 @@ type Pool struct {
 	// bouncer reads the shard's PgBouncer for the monitor (bouncer.go;
 	// only the monitor uses it).
 	bouncer bouncerWatch
-	// ops is the operator's state of the pool: paused, back-pressure,
-	// reconnect, retirement (ops.go).
+	// Ops is the operator's state of the pool and its controls: PAUSE,
+	// back-pressure, RECONNECT, KILL, retirement (ops.go).
 	Ops poolOps
-	// pauseWaiters counts sessions held by PAUSE, the oldest since
-	// oldestPauseWaiter (guarded by mu; SHOW POOLS).
-	pauseWaiters      int32
-	oldestPauseWaiter time.Time
-	// SHOW STATS's averages (stats.go).
-	avgMu    sync.Mutex
-	lastSnap statsSnap
-	avg      atomic.Pointer[Averages]
 }
 
 type poolWaiter struct {
@@ -115,7 +107,7 @@ func NewPool(env *Env, s shardmap.Shard, usePooler bool) (*Pool, error) {
 	p.bouncer = bouncerWatch{shard: s.Name, addr: p.Addr, base: cfg, viaPooler: via,
 		env: &p.envp, ops: &p.Ops}
 	p.envp.Store(env)
-	p.Ops.init()
+	p.Ops.init(p)
 	return p, nil
 }
 
@@ -125,12 +117,12 @@ var errPoolClosed = errors.New("the proxy is shutting down")
 // Acquire returns a connection with startup settings key, opening one if
 // needed and allowed, else waiting (bounded by PoolTimeout and ctx).
 func (p *Pool) Acquire(ctx context.Context, key *Settings) (*Conn, error) {
-	if e := p.refusal(); e != nil {
+	if e := p.Ops.refusal(); e != nil {
 		p.Stats.NoteError(e.Code)
 		return nil, e
 	}
 	if p.Ops.Paused.Load() {
-		if err := p.waitResumed(ctx); err != nil {
+		if err := p.Ops.waitResumed(ctx); err != nil {
 			p.Stats.noteErr(err)
 			return nil, err
 		}
@@ -142,16 +134,6 @@ func (p *Pool) Acquire(ctx context.Context, key *Settings) (*Conn, error) {
 	}
 	c.UsedSince.Store(time.Now().UnixNano())
 	return c, nil
-}
-
-// refusal returns the error that fails a new transaction on the shard at
-// once, nil when it may start: the shard is down, or its PgBouncer is
-// overloaded (back-pressure), or the pool was retired by a reload.
-func (p *Pool) refusal() *pgwire.Error {
-	if e := p.Down.Load(); e != nil {
-		return e
-	}
-	return p.Ops.Refuse.Load()
 }
 
 func (p *Pool) acquire1(ctx context.Context, key *Settings) (*Conn, error) {
@@ -265,7 +247,7 @@ func (p *Pool) oldestIdleLocked() *Conn {
 
 // Release returns a clean connection (no transaction open).
 func (p *Pool) Release(c *Conn) {
-	p.endUse(c)
+	p.Stats.endUse(c)
 	if c.Broken || c.Cancelled.Load() || p.Ops.retire(c) {
 		p.Discard(c)
 		return
@@ -307,9 +289,24 @@ func (p *Pool) Release(c *Conn) {
 
 // Discard closes a connection and frees its slot.
 func (p *Pool) Discard(c *Conn) {
-	p.endUse(c)
+	p.Stats.endUse(c)
 	p.forget(c)
 	p.slotFreed()
+}
+
+// CloseIdle closes every idle connection.
+func (p *Pool) CloseIdle() {
+	p.mu.Lock()
+	var all []*Conn
+	for _, l := range p.idle {
+		all = append(all, l...)
+	}
+	p.idle = map[string][]*Conn{}
+	p.nidle = 0
+	p.mu.Unlock()
+	for _, c := range all {
+		p.Discard(c)
+	}
 }
 
 // forget closes a connection whose slot the caller hands on.
@@ -322,43 +319,6 @@ func (p *Pool) forget(c *Conn) {
 
 // IsDown returns the shard's last health-probe error, nil if it is up.
 func (p *Pool) IsDown() *pgwire.Error { return p.Down.Load() }
-
-// probe checks that the shard's Postgres accepts TCP connections (a
-// connection, closed at once, costs the server one short-lived process).
-// Through PgBouncer this is what lets a transaction fail fast while the
-// shard is down: PgBouncer itself would keep the client waiting until its
-// query_wait_timeout. When the shard goes down, sessions waiting on one of
-// its pooler connections are unblocked with an error.
-func (p *Pool) probe(ctx context.Context) {
-	d := net.Dialer{Timeout: p.Env().ConnectTimeout}
-	conn, err := d.DialContext(ctx, "tcp", p.pgAddr)
-	if err == nil {
-		_ = conn.Close()
-		if p.Down.Swap(nil) != nil {
-			p.Env().Log.Info("shard is reachable again", "shard", p.Shard.Name)
-		}
-		return
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	e := &pgwire.Error{Code: pgwire.CodeConnectionFailure,
-		Message: fmt.Sprintf("shard %q is down: its server at %s does not accept connections (%s)", p.Shard.Name, p.pgAddr, ShortErr(err)),
-		Hint:    "Transactions for other shards still work; retry when the shard is back."}
-	if p.Down.Swap(e) == nil {
-		p.Env().Log.Warn("shard is down", "shard", p.Shard.Name, "addr", p.pgAddr, "err", ShortErr(err))
-		p.Env().BackendErrors.WithLabelValues(p.Shard.Name, "down").Inc()
-		if p.ViaPooler {
-			p.mu.Lock()
-			for c := range p.conns {
-				// Idle ones are discarded by their next health check.
-				c.DownErr.Store(e)
-				_ = c.NetConn.SetReadDeadline(time.Now())
-			}
-			p.mu.Unlock()
-		}
-	}
-}
 
 // slotFreed gives a freed slot to a waiter or returns it.
 func (p *Pool) slotFreed() {
@@ -541,4 +501,24 @@ func (p *Pool) AcquireAs(ctx context.Context, key *Settings, user string) (*Conn
 		}
 		return p.connect(ctx, key, user)
 	}
+}
+
+// BackendUser is the user the pool's connections log in as.
+func (p *Pool) BackendUser() string { return p.dial.base.User }
+
+// Database is the database the pool's connections open.
+func (p *Pool) Database() string { return p.dial.base.Database }
+
+// ServerVersion is the server_version a connection of the pool reported
+// at connect time ("" before the first connection).
+func (p *Pool) ServerVersion() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := ""
+	for _, st := range p.statuses {
+		if sv := st["server_version"]; sv != "" {
+			v = sv
+		}
+	}
+	return v
 }

@@ -46,6 +46,11 @@ type Stats struct {
 
 	errMu sync.Mutex
 	errs  map[string]uint64 // errors the clients got for this shard, by SQLSTATE class
+
+	// SHOW STATS's averages over the last period (Roll, Averages).
+	avgMu    sync.Mutex
+	lastSnap statsSnap
+	avg      atomic.Pointer[Averages]
 }
 
 // Histogram buckets (seconds) of transaction and pool-wait durations.
@@ -66,6 +71,30 @@ func newShardStats(shard string) *Stats {
 			Help:        "Time sessions waited for a backend connection of the shard (only waits are observed).",
 			ConstLabels: labels, Buckets: waitBuckets}),
 		errs: map[string]uint64{},
+	}
+}
+
+// endUse ends the current use of c (if any) in the shard's statistics.
+func (st *Stats) endUse(c *Conn) {
+	since := c.UsedSince.Swap(0)
+	if since == 0 {
+		return
+	}
+	d := time.Duration(time.Now().UnixNano() - since)
+	st.Xacts.Add(1)
+	st.XactNanos.Add(uint64(d))
+	st.XactHist.Observe(d.Seconds())
+	if c.Queries > 0 {
+		st.Queries.Add(c.Queries)
+		c.Queries = 0
+	}
+	if c.sent > 0 {
+		st.BytesOut.Add(c.sent)
+		c.sent = 0
+	}
+	if in := c.Reader.BytesRead() - c.recvMark; in > 0 {
+		st.BytesIn.Add(in)
+		c.recvMark = c.Reader.BytesRead()
 	}
 }
 
@@ -199,16 +228,16 @@ type Figures struct {
 	Open                         int
 }
 
-// figures returns the pool's current figures.
+// Figures returns the pool's current figures.
 func (p *Pool) Figures() Figures {
 	now := time.Now()
+	held, oldest := p.Ops.pauseWaiting()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := Figures{Idle: p.nidle, Open: p.open}
 	f.Active = len(p.conns) - p.nidle
 	f.Login = max(p.open-len(p.conns), 0)
-	f.Waiting = len(p.waiters) + int(p.pauseWaiters)
-	oldest := p.oldestPauseWaiter
+	f.Waiting = len(p.waiters) + held
 	for _, w := range p.waiters {
 		if oldest.IsZero() || w.since.Before(oldest) {
 			oldest = w.since
@@ -218,6 +247,12 @@ func (p *Pool) Figures() Figures {
 		f.MaxWait = now.Sub(oldest)
 	}
 	return f
+}
+
+// InUse reports how many connections are held or being opened.
+func (p *Pool) InUse() int {
+	f := p.Figures()
+	return f.Active + f.Login
 }
 
 // SnapshotConns returns the pool's open connections with their state
@@ -290,36 +325,36 @@ func (st *Stats) snap(now time.Time) statsSnap {
 		in: st.BytesIn.Load(), out: st.BytesOut.Load(), waits: st.Waits.Load(), waitNanos: st.WaitNanos.Load()}
 }
 
-// RollStats closes the averaging period when it is over (called every
-// second by the reaper).
-func (p *Pool) RollStats(now time.Time) {
-	p.avgMu.Lock()
-	defer p.avgMu.Unlock()
-	if p.lastSnap.at.IsZero() {
-		p.lastSnap = p.Stats.snap(now)
+// Roll closes the averaging period when it is over (called every second
+// by the reaper).
+func (st *Stats) Roll(now time.Time) {
+	st.avgMu.Lock()
+	defer st.avgMu.Unlock()
+	if st.lastSnap.at.IsZero() {
+		st.lastSnap = st.snap(now)
 		return
 	}
-	el := now.Sub(p.lastSnap.at)
+	el := now.Sub(st.lastSnap.at)
 	if el < statsPeriod {
 		return
 	}
-	cur := p.Stats.snap(now)
-	prev := p.lastSnap
+	cur := st.snap(now)
+	prev := st.lastSnap
 	secs := el.Seconds()
 	per := func(a, b uint64) uint64 { return uint64(math.Round(float64(a-b) / secs)) }
-	p.avg.Store(&Averages{
+	st.avg.Store(&Averages{
 		XactsPerSec: per(cur.xacts, prev.xacts), QueriesPerSec: per(cur.queries, prev.queries),
 		RecvPerSec: per(cur.in, prev.in), SentPerSec: per(cur.out, prev.out),
 		XactMicros: AvgMicros(cur.xactNanos-prev.xactNanos, cur.xacts-prev.xacts),
 		WaitMicros: AvgMicros(cur.waitNanos-prev.waitNanos, cur.waits-prev.waits),
 	})
-	p.lastSnap = cur
+	st.lastSnap = cur
 }
 
-// averages returns the last period's averages (zeros before the first
+// Averages returns the last period's averages (zeros before the first
 // period ended).
-func (p *Pool) Averages() Averages {
-	if a := p.avg.Load(); a != nil {
+func (st *Stats) Averages() Averages {
+	if a := st.avg.Load(); a != nil {
 		return *a
 	}
 	return Averages{}
