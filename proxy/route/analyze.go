@@ -47,71 +47,6 @@ type colOrigin struct {
 
 func (o colOrigin) typ() KeyType { return o.ref.t.keys[o.key].typ }
 
-// scope is one query level's FROM items, searched innermost first.
-type scope struct {
-	parent *scope
-	items  []*item
-	ctes   map[string]*derived
-}
-
-func (s *scope) cte(name string) *derived {
-	for ; s != nil; s = s.parent {
-		if d, ok := s.ctes[name]; ok {
-			return d
-		}
-	}
-	return nil
-}
-
-func (s *scope) isAncestorOf(o *scope) bool {
-	for p := o.parent; p != nil; p = p.parent {
-		if p == s {
-			return true
-		}
-	}
-	return false
-}
-
-// item is one FROM entry.
-type item struct {
-	name    string
-	ref     *tref
-	derived *derived
-	// other: a table outside the sharding schema, a function, VALUES: its
-	// columns are unknown.
-	other bool
-}
-
-// derived is the output of a query: a subquery, CTE or RETURNING list.
-type derived struct {
-	cols    []outCol
-	known   bool // cols lists every output column
-	sharded bool // the query reads or writes keyed tables
-	// localWhy says why the query's rows are not the union of disjoint
-	// per-shard answers ("" when every row comes from one shard, so it
-	// may be read in the FROM of a fan-out): see localWhy.
-	localWhy string
-	// uses counts the FROM items that read it (a CTE may be read twice).
-	uses int
-}
-
-func (d *derived) col(name string) (outCol, bool) {
-	n, found := 0, outCol{}
-	for _, c := range d.cols {
-		if c.name == name {
-			n++
-			found = c
-		}
-	}
-	return found, n == 1
-}
-
-type outCol struct {
-	name   string
-	origin *colOrigin
-	expr   *pg.Node
-}
-
 // topInfo is the top-level SELECT, for the merge plan.
 type topInfo struct {
 	sel            *pg.SelectStmt
@@ -381,7 +316,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 			continue
 		}
 		a.walk(rt.Val, sc)
-		d.addTarget(a, rt, sc)
+		d.addTarget(rt, sc)
 	}
 	a.walkList(s.GroupClause, sc)
 	a.walk(s.HavingClause, sc)
@@ -437,7 +372,7 @@ func (a *analyzer) globalSelect(s *pg.SelectStmt, sc *scope) string {
 	_, agg3 := topLevelCalls([]*pg.Node{s.HavingClause})
 	if w1 || w2 || len(s.WindowClause) > 0 {
 		own := func(o *colOrigin) bool { return o.ref.sc == sc && !o.ref.nullable }
-		if agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil || !a.windowsByKey(s, sc, own) {
+		if agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil || !sc.windowsByKey(s, own) {
 			return "a subquery with window functions (not PARTITION BY a sharding key) sees every shard's rows"
 		}
 		return ""
@@ -446,7 +381,7 @@ func (a *analyzer) globalSelect(s *pg.SelectStmt, sc *scope) string {
 		return ""
 	}
 	for _, g := range s.GroupClause {
-		if o, ok := a.keyOrigin(g, sc); ok && o.ref.sc == sc && !o.ref.nullable {
+		if o, ok := sc.keyOrigin(g); ok && o.ref.sc == sc && !o.ref.nullable {
 			return "" // groups of one key: each lives on one shard
 		}
 	}
@@ -467,7 +402,7 @@ func (a *analyzer) localWhy(s *pg.SelectStmt, sc *scope) string {
 		keyed := false
 		for _, t := range s.TargetList {
 			if rt := t.GetResTarget(); rt != nil {
-				if o, ok := a.keyOrigin(rt.Val, sc); ok && o.ref.sc == sc && !o.ref.nullable {
+				if o, ok := sc.keyOrigin(rt.Val); ok && o.ref.sc == sc && !o.ref.nullable {
 					keyed = true
 				}
 			}
@@ -513,43 +448,6 @@ func (a *analyzer) fromLocal(from []*pg.Node, sc *scope) string {
 		})
 	}
 	return why
-}
-
-// addTarget adds a select-list entry (or RETURNING entry) to d's columns.
-func (d *derived) addTarget(a *analyzer, rt *pg.ResTarget, sc *scope) {
-	if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-		// * or rel.*: the key columns are known, the others are not.
-		rel := ""
-		if len(cr.Fields) >= 2 {
-			rel = strName(cr.Fields[len(cr.Fields)-2])
-		}
-		for _, it := range sc.items {
-			if rel != "" && it.name != rel {
-				continue
-			}
-			switch {
-			case it.ref != nil:
-				for k, kc := range it.ref.t.keys {
-					d.cols = append(d.cols, outCol{name: kc.col, origin: &colOrigin{ref: it.ref, key: k}})
-				}
-				d.known = false
-			case it.derived != nil:
-				d.cols = append(d.cols, it.derived.cols...)
-				d.known = d.known && it.derived.known
-			default:
-				d.known = false
-			}
-		}
-		return
-	}
-	c := outCol{name: rt.Name, expr: rt.Val}
-	if c.name == "" {
-		c.name = colName(rt.Val)
-	}
-	if o, ok := a.keyOrigin(rt.Val, sc); ok {
-		c.origin = &o
-	}
-	d.cols = append(d.cols, c)
 }
 
 // colName is the name Postgres gives an unnamed select-list entry
@@ -928,7 +826,7 @@ func (a *analyzer) keyAssign(ref *tref, rt *pg.ResTarget, sc *scope, onConflict 
 		}
 		return // a new sequence value from this shard's stride
 	}
-	if o, ok := a.keyOrigin(v, sc); ok && o.ref == ref && o.key == k {
+	if o, ok := sc.keyOrigin(v); ok && o.ref == ref && o.key == k {
 		return // unchanged (SET id = id, SET id = EXCLUDED.id)
 	}
 	if s := a.srcOf(v, kc, ref.t.name, true); s != nil {
@@ -945,7 +843,7 @@ func (a *analyzer) returning(list []*pg.Node, sc *scope) *derived {
 	for _, t := range list {
 		if rt := t.GetResTarget(); rt != nil {
 			a.walk(rt.Val, sc)
-			d.addTarget(a, rt, sc)
+			d.addTarget(rt, sc)
 		}
 	}
 	return d
@@ -1077,7 +975,7 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 		case arg == nil || arg.GetNamedArgExpr() != nil:
 			ref.cons = []*cnode{{op: cAll, note: fmt.Sprintf("%s(): its key argument %d is not given by position", name, fk.Arg+1)}}
 		default:
-			if o, ok := a.keyOrigin(arg, sc); ok && o.typ() == fk.Type {
+			if o, ok := sc.keyOrigin(arg); ok && o.typ() == fk.Type {
 				a.sameKeys(ref, o.ref)
 			} else if s := a.srcOf(arg, kc, name, false); s != nil {
 				s.col = fmt.Sprintf("%s() argument %d", name, fk.Arg+1)
@@ -1114,101 +1012,6 @@ func isTrue(n *pg.Node) bool {
 		}
 	}
 	return false
-}
-
-// keyOrigin returns the key column an expression is (through casts that
-// keep its value), if any.
-func (a *analyzer) keyOrigin(e *pg.Node, sc *scope) (colOrigin, bool) {
-	var casts []vtype
-	for e != nil && e.GetTypeCast() != nil {
-		casts = append(casts, vtypeOfCast(e.GetTypeCast().TypeName))
-		e = e.GetTypeCast().Arg
-	}
-	cr := e.GetColumnRef()
-	if cr == nil {
-		return colOrigin{}, false
-	}
-	o, ok := a.resolve(cr, sc)
-	if !ok {
-		return o, false
-	}
-	for _, c := range casts {
-		if c != naturalType(o.typ()) {
-			return o, false
-		}
-	}
-	return o, true
-}
-
-// resolve finds the key column a column reference names. Scopes are
-// searched innermost first, as Postgres does; a name that might belong to
-// a table whose columns are unknown resolves to nothing (never guess).
-func (a *analyzer) resolve(cr *pg.ColumnRef, sc *scope) (colOrigin, bool) {
-	var names []string
-	for _, f := range cr.Fields {
-		s := f.GetString_()
-		if s == nil {
-			return colOrigin{}, false // * or a subscript
-		}
-		names = append(names, s.Sval)
-	}
-	if len(names) == 0 {
-		return colOrigin{}, false
-	}
-	col := names[len(names)-1]
-	if len(names) == 1 {
-		for s := sc; s != nil; s = s.parent {
-			var found *colOrigin
-			count, maybe := 0, false
-			for _, it := range s.items {
-				switch {
-				case it.ref != nil:
-					if k := it.ref.t.keyIndex(col); k >= 0 {
-						count++
-						found = &colOrigin{ref: it.ref, key: k}
-					} else {
-						maybe = true
-					}
-				case it.derived != nil:
-					if c, ok := it.derived.col(col); ok {
-						count++
-						found = c.origin
-					} else if !it.derived.known {
-						maybe = true
-					}
-				default:
-					maybe = true
-				}
-			}
-			if count == 1 && found != nil {
-				return *found, true
-			}
-			if count > 0 || maybe {
-				return colOrigin{}, false
-			}
-		}
-		return colOrigin{}, false
-	}
-	rel := names[len(names)-2]
-	for s := sc; s != nil; s = s.parent {
-		for _, it := range s.items {
-			if it.name != rel {
-				continue
-			}
-			switch {
-			case it.ref != nil:
-				if k := it.ref.t.keyIndex(col); k >= 0 {
-					return colOrigin{ref: it.ref, key: k}, true
-				}
-			case it.derived != nil:
-				if c, ok := it.derived.col(col); ok && c.origin != nil {
-					return *c.origin, true
-				}
-			}
-			return colOrigin{}, false
-		}
-	}
-	return colOrigin{}, false
 }
 
 // srcOf returns the key source an expression is — a constant or $n,
@@ -1373,7 +1176,7 @@ func (a *analyzer) conj(e *pg.Node, sc *scope) facts {
 		if sl.SubLinkType != pg.SubLinkType_ANY_SUBLINK || (len(sl.OperName) > 0 && !isEqOp(sl.OperName)) {
 			break
 		}
-		o, ok := a.keyOrigin(sl.Testexpr, sc)
+		o, ok := sc.keyOrigin(sl.Testexpr)
 		d := a.sublinks[sl]
 		if ok && d != nil && len(d.cols) > 0 && d.cols[0].origin != nil && d.cols[0].origin.typ() == o.typ() {
 			f.ins = append(f.ins, [2]colOrigin{o, *d.cols[0].origin})
@@ -1433,8 +1236,8 @@ func isEqOp(name []*pg.Node) bool {
 
 func (a *analyzer) eqPair(l, r *pg.Node, sc *scope) facts {
 	var f facts
-	lo, lok := a.keyOrigin(l, sc)
-	ro, rok := a.keyOrigin(r, sc)
+	lo, lok := sc.keyOrigin(l)
+	ro, rok := sc.keyOrigin(r)
 	switch {
 	case lok && rok:
 		if lo.typ() == ro.typ() {
@@ -1454,7 +1257,7 @@ func (a *analyzer) eqPair(l, r *pg.Node, sc *scope) facts {
 
 func (a *analyzer) inList(l *pg.Node, items []*pg.Node, sc *scope) facts {
 	var f facts
-	o, ok := a.keyOrigin(l, sc)
+	o, ok := sc.keyOrigin(l)
 	if !ok || len(items) == 0 {
 		return f
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,7 +174,7 @@ func newMerger(a *analyzer, t *topInfo, anchors []*tref) *merger {
 func (m *merger) unmergedWindowsOrTies(c topCalls) string {
 	s := m.s
 	if len(s.WindowClause) > 0 || c.window || c.sortWindow {
-		if c.aggregates() || len(s.GroupClause) > 0 || !m.a.windowsByKey(s, m.t.sc, m.isAnchorKey) {
+		if c.aggregates() || len(s.GroupClause) > 0 || !m.t.sc.windowsByKey(s, m.isAnchorKey) {
 			return "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
 		}
 	}
@@ -195,14 +194,14 @@ func (m *merger) unmergedWindowsOrTies(c topCalls) string {
 // shard, which picks its row); DISTINCT ON other expressions is merged
 // (m.distinctOn); with aggregates or GROUP BY it is refused.
 func (m *merger) distinctOnShape(c topCalls) (distinct bool, why string) {
-	s, a := m.s, m.a
+	s := m.s
 	distinct = len(s.DistinctClause) > 0
 	if !distinct || len(s.DistinctClause) == 1 && s.DistinctClause[0].GetNode() == nil {
 		return distinct, ""
 	}
 	onKey := false
 	for _, d := range s.DistinctClause {
-		if o, ok := a.keyOrigin(d, m.t.sc); ok && m.isAnchorKey(&o) {
+		if o, ok := m.t.sc.keyOrigin(d); ok && m.isAnchorKey(&o) {
 			onKey = true
 		}
 	}
@@ -234,7 +233,7 @@ func (m *merger) groupedByKey() (bool, string) {
 				keyGrouped = true
 			}
 		default:
-			if o, ok := a.keyOrigin(g, m.t.sc); ok && m.isAnchorKey(&o) {
+			if o, ok := m.t.sc.keyOrigin(g); ok && m.isAnchorKey(&o) {
 				keyGrouped = true
 			} else if cr := g.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
 				if i := a.targetByName(m.targets[:m.starAt], strName(cr.Fields[0])); m.targetKey(i) {
@@ -1220,7 +1219,7 @@ func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 		if len(fc.Args) != 1 {
 			return spec, false, "counts distinct values of several shards"
 		}
-		o, ok := m.a.keyOrigin(fc.Args[0], m.t.sc)
+		o, ok := m.t.sc.keyOrigin(fc.Args[0])
 		if (!ok || o.ref == nil) && name == "count" && !fc.AggStar {
 			// Each shard sends its distinct values; the merge counts
 			// the distinct values of their union.
@@ -1910,53 +1909,4 @@ func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
 		}
 	}
 	return false
-}
-
-// windowsByKey reports whether every window function of s (select list,
-// ORDER BY) is PARTITION BY an expression that is a sharding key accepted by
-// isKey: every partition then lives on one shard, which computes the
-// window exactly.
-func (a *analyzer) windowsByKey(s *pg.SelectStmt, sc *scope, isKey func(*colOrigin) bool) bool {
-	named := map[string]*pg.WindowDef{}
-	for _, w := range s.WindowClause {
-		if wd := w.GetWindowDef(); wd != nil {
-			named[wd.Name] = wd
-		}
-	}
-	byKey := func(wd *pg.WindowDef) bool {
-		for i := 0; wd != nil && i < 8; i++ {
-			for _, p := range wd.PartitionClause {
-				if o, ok := a.keyOrigin(p, sc); ok && isKey(&o) {
-					return true
-				}
-			}
-			if wd.Refname == "" {
-				return false
-			}
-			wd = named[wd.Refname]
-		}
-		return false
-	}
-	ok := true
-	for _, w := range s.WindowClause {
-		if wd := w.GetWindowDef(); wd != nil && !byKey(wd) {
-			ok = false
-		}
-	}
-	inspectAll(append(slices.Clone(s.TargetList), s.SortClause...), func(n *pg.Node) bool {
-		if n.GetSubLink() != nil {
-			return false
-		}
-		if fc := n.GetFuncCall(); fc != nil && fc.Over != nil {
-			wd := fc.Over
-			if wd.Name != "" && len(wd.PartitionClause) == 0 && wd.Refname == "" {
-				wd = named[wd.Name] // OVER w
-			}
-			if !byKey(wd) {
-				ok = false
-			}
-		}
-		return ok
-	})
-	return ok
 }

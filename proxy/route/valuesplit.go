@@ -231,7 +231,7 @@ func (a *analyzer) splitColumn(quals *pg.Node, alias string, names []string, sc 
 		return -1
 	}
 	isKey := func(n *pg.Node) bool {
-		o, ok := a.keyOrigin(n, sc)
+		o, ok := sc.keyOrigin(n)
 		return ok && o.ref.sc == sc && o.typ() == KeyText
 	}
 	for _, c := range conj {
