@@ -9,44 +9,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// role is what a statement does with a ref.
-type role uint8
-
-const (
-	roleRead   role = iota
-	roleInsert      // rows inserted into a keyed table
-	roleUpdate
-	roleDelete
-	roleFunc   // a keyed function's key argument
-	roleSetKey // a key assigned by UPDATE SET / ON CONFLICT DO UPDATE SET
-)
-
-// tref is one reference to a keyed table (or a pseudo-reference: a keyed
-// function argument, an assigned key).
-type tref struct {
-	id       int
-	t        *tableInfo // nil for roleFunc / roleSetKey
-	name     string     // the name it is visible by (alias or table)
-	role     role
-	cons     []*cnode // AND-ed constraints on its keys
-	nullable bool     // on the nullable side of an outer join
-	top      bool     // in the FROM of the top-level query
-	sc       *scope
-	desc     string
-	// sub, when set, says the ref is read by a subquery whose result needs
-	// every shard's rows at once (LIMIT, aggregates, ...): it is linked to
-	// no other ref by its key, so it never runs on a part of the shards.
-	sub string
-}
-
-// colOrigin is a key column of a ref.
-type colOrigin struct {
-	ref *tref
-	key int // index into ref.t.keys
-}
-
-func (o colOrigin) typ() KeyType { return o.ref.t.keys[o.key].typ }
-
 // topInfo is the top-level SELECT, for the merge plan.
 type topInfo struct {
 	sel            *pg.SelectStmt
@@ -59,12 +21,10 @@ type topInfo struct {
 
 // analyzer walks one statement.
 type analyzer struct {
-	r        *Table
-	sc       *compiled
-	refs     []*tref
-	uf, co   []int
-	edges    [][2]int // ref ids: rows of edges[1] matter only where they join edges[0]
-	sublinks map[*pg.SubLink]*derived
+	refGraph   // the refs to keyed tables and their links
+	exprReader // what expressions say about keys; the literal slots
+	r          *Table
+	sc         *compiled
 	// rangeSubs are the derived tables of FROM items.
 	rangeSubs map[*pg.RangeSubselect]*derived
 	// split is the top-level VALUES list the fan-out splits by shard
@@ -83,80 +43,17 @@ type analyzer struct {
 	// everywhere are relations on every shard (catalogs, pgshard's own).
 	everywhere map[string]bool
 	refusal    *Refusal // refused unless hinted
-	placeType  KeyType
-	havePlace  bool
 	top        *topInfo
-	// lit, when analyzing a normalized text, says which $n are literal
-	// slots (nil otherwise).
-	lit *litCtx
 }
 
 func newAnalyzer(r *Table) *analyzer {
-	return &analyzer{r: r, sc: r.sc, sublinks: map[*pg.SubLink]*derived{}, rangeSubs: map[*pg.RangeSubselect]*derived{}}
-}
-
-func (a *analyzer) newRef(t *tableInfo, name string, ro role, sc *scope) *tref {
-	ref := &tref{id: len(a.refs), t: t, name: name, role: ro, sc: sc}
-	switch {
-	case t == nil:
-		ref.desc = name
-	case name != t.name:
-		ref.desc = t.name + " " + name
-	default:
-		ref.desc = t.name
-	}
-	a.refs = append(a.refs, ref)
-	a.uf = append(a.uf, ref.id)
-	a.co = append(a.co, ref.id)
-	if t != nil && t.place >= 0 && !a.havePlace {
-		a.placeType, a.havePlace = t.keys[t.place].typ, true
-	}
-	return ref
-}
-
-func find(uf []int, i int) int {
-	for uf[i] != i {
-		uf[i] = uf[uf[i]]
-		i = uf[i]
-	}
-	return i
-}
-
-func union(uf []int, i, j int) {
-	i, j = find(uf, i), find(uf, j)
-	if i < j {
-		uf[j] = i
-	} else if j < i {
-		uf[i] = j
-	}
-}
-
-// sameKeys records that x and y have equal keys in every row that matters.
-func (a *analyzer) sameKeys(x, y *tref) {
-	union(a.uf, x.id, y.id)
-	union(a.co, x.id, y.id)
-}
-
-// limits records that y's rows matter only where they join x's.
-func (a *analyzer) limits(x, y *tref) {
-	a.edges = append(a.edges, [2]int{x.id, y.id})
-	union(a.co, x.id, y.id)
+	return &analyzer{r: r, sc: r.sc, exprReader: exprReader{sublinks: map[*pg.SubLink]*derived{}}, rangeSubs: map[*pg.RangeSubselect]*derived{}}
 }
 
 func (a *analyzer) addTable(name string) {
 	if !slices.Contains(a.tables, name) {
 		a.tables = append(a.tables, name)
 	}
-}
-
-// hasKeyedRef reports whether the statement references a keyed table.
-func (a *analyzer) hasKeyedRef() bool {
-	for _, ref := range a.refs {
-		if ref.t != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func (a *analyzer) refuse(state, msg, hint string) {
@@ -1014,51 +911,6 @@ func isTrue(n *pg.Node) bool {
 	return false
 }
 
-// srcOf returns the key source an expression is — a constant or $n,
-// through casts — or nil.
-func (a *analyzer) srcOf(e *pg.Node, k keyCol, table string, insert bool) *source {
-	text := exprText(e)
-	var casts []vtype // outermost first
-	for e != nil && e.GetTypeCast() != nil {
-		casts = append(casts, vtypeOfCast(e.GetTypeCast().TypeName))
-		e = e.GetTypeCast().Arg
-	}
-	slices.Reverse(casts) // innermost first
-	col := table + "." + k.col
-	switch {
-	case e.GetParamRef() != nil:
-		num := int(e.GetParamRef().Number)
-		s := &source{param: num, key: k.typ, insert: insert, col: col, expr: text, table: table}
-		if len(casts) > 0 {
-			s.cast, s.chain = casts[0], casts[1:]
-		}
-		if lit := a.lit.slot(num); lit > 0 {
-			// A literal constant: its value is the text's, converted at
-			// Route as the constant branch below converts it; its
-			// rendering ("'abc'::text") is the literal's + the casts'.
-			s.param, s.lit = 0, lit
-			s.expr = strings.TrimPrefix(text, "$"+itoa(int64(num)))
-			return s
-		}
-		if s.param < 1 {
-			return nil
-		}
-		return s
-	case e.GetAConst() != nil:
-		v, literal := constVal(e.GetAConst())
-		switch {
-		case literal && len(casts) == 0 && k.typ != KeyText:
-			v = parseInt(v.s, vtInt8) // an untyped literal is read as the key's type
-		default:
-			for _, c := range casts {
-				v = castTo(v, c)
-			}
-		}
-		return &source{konst: toKey(v, k.typ), key: k.typ, insert: insert, col: col, expr: text, table: table}
-	}
-	return nil
-}
-
 // exprText renders the small expressions that carry keys; others as "…".
 func exprText(e *pg.Node) string {
 	switch x := e.GetNode().(type) {
@@ -1116,226 +968,10 @@ func exprText(e *pg.Node) string {
 	return "…"
 }
 
-// ---- conditions ----
-
-// facts are what a boolean condition says about keys.
 type facts struct {
 	cons []refCons      // ref's key is constrained
 	eqs  [][2]colOrigin // two keys are equal
 	ins  [][2]colOrigin // key IN (SELECT key ...): the subquery's rows matter only for the outer key
-}
-
-type refCons struct {
-	ref *tref
-	n   *cnode
-}
-
-func (f *facts) add(g facts) {
-	f.cons = append(f.cons, g.cons...)
-	f.eqs = append(f.eqs, g.eqs...)
-	f.ins = append(f.ins, g.ins...)
-}
-
-// conj analyzes a condition that must hold for every row that matters.
-func (a *analyzer) conj(e *pg.Node, sc *scope) facts {
-	var f facts
-	switch x := e.GetNode().(type) {
-	case *pg.Node_BoolExpr:
-		switch x.BoolExpr.Boolop {
-		case pg.BoolExprType_AND_EXPR:
-			for _, arg := range x.BoolExpr.Args {
-				f.add(a.conj(arg, sc))
-			}
-		case pg.BoolExprType_OR_EXPR:
-			f.cons = a.disj(x.BoolExpr.Args, sc)
-		}
-	case *pg.Node_AExpr:
-		ae := x.AExpr
-		if !isEqOp(ae.Name) {
-			break
-		}
-		switch ae.Kind {
-		case pg.A_Expr_Kind_AEXPR_OP:
-			l, r := ae.Lexpr.GetRowExpr(), ae.Rexpr.GetRowExpr()
-			if l != nil && r != nil && len(l.Args) == len(r.Args) {
-				for i := range l.Args {
-					f.add(a.eqPair(l.Args[i], r.Args[i], sc))
-				}
-				break
-			}
-			f.add(a.eqPair(ae.Lexpr, ae.Rexpr, sc))
-		case pg.A_Expr_Kind_AEXPR_IN:
-			f.add(a.inList(ae.Lexpr, ae.Rexpr.GetList().GetItems(), sc))
-		case pg.A_Expr_Kind_AEXPR_OP_ANY:
-			if arr := ae.Rexpr.GetAArrayExpr(); arr != nil {
-				f.add(a.inList(ae.Lexpr, arr.Elements, sc))
-			}
-		}
-	case *pg.Node_SubLink:
-		sl := x.SubLink
-		if sl.SubLinkType != pg.SubLinkType_ANY_SUBLINK || (len(sl.OperName) > 0 && !isEqOp(sl.OperName)) {
-			break
-		}
-		o, ok := sc.keyOrigin(sl.Testexpr)
-		d := a.sublinks[sl]
-		if ok && d != nil && len(d.cols) > 0 && d.cols[0].origin != nil && d.cols[0].origin.typ() == o.typ() {
-			f.ins = append(f.ins, [2]colOrigin{o, *d.cols[0].origin})
-		}
-	}
-	return f
-}
-
-// disj: a ref is constrained by an OR only when every arm constrains it.
-func (a *analyzer) disj(args []*pg.Node, sc *scope) []refCons {
-	if len(args) == 0 {
-		return nil
-	}
-	arms := make([]facts, len(args))
-	for i, arg := range args {
-		arms[i] = a.conj(arg, sc)
-	}
-	var out []refCons
-	for _, rc := range arms[0].cons {
-		if slices.ContainsFunc(out, func(o refCons) bool { return o.ref == rc.ref }) {
-			continue
-		}
-		or := &cnode{op: cOr}
-		ok := true
-		for _, arm := range arms {
-			var kids []*cnode
-			for _, c := range arm.cons {
-				if c.ref == rc.ref {
-					kids = append(kids, c.n)
-				}
-			}
-			switch len(kids) {
-			case 0:
-				ok = false
-			case 1:
-				or.kids = append(or.kids, kids[0])
-			default:
-				or.kids = append(or.kids, &cnode{op: cAnd, kids: kids})
-			}
-		}
-		if ok {
-			out = append(out, refCons{ref: rc.ref, n: or})
-		}
-	}
-	return out
-}
-
-func isEqOp(name []*pg.Node) bool {
-	if len(name) == 0 {
-		return false
-	}
-	if len(name) > 1 && strName(name[0]) != "pg_catalog" {
-		return false
-	}
-	return strName(name[len(name)-1]) == "="
-}
-
-func (a *analyzer) eqPair(l, r *pg.Node, sc *scope) facts {
-	var f facts
-	lo, lok := sc.keyOrigin(l)
-	ro, rok := sc.keyOrigin(r)
-	switch {
-	case lok && rok:
-		if lo.typ() == ro.typ() {
-			f.eqs = append(f.eqs, [2]colOrigin{lo, ro})
-		}
-	case lok:
-		if s := a.srcOf(r, lo.ref.t.keys[lo.key], lo.ref.t.name, false); s != nil {
-			f.cons = append(f.cons, refCons{ref: lo.ref, n: &cnode{op: cSrc, src: s}})
-		}
-	case rok:
-		if s := a.srcOf(l, ro.ref.t.keys[ro.key], ro.ref.t.name, false); s != nil {
-			f.cons = append(f.cons, refCons{ref: ro.ref, n: &cnode{op: cSrc, src: s}})
-		}
-	}
-	return f
-}
-
-func (a *analyzer) inList(l *pg.Node, items []*pg.Node, sc *scope) facts {
-	var f facts
-	o, ok := sc.keyOrigin(l)
-	if !ok || len(items) == 0 {
-		return f
-	}
-	or := &cnode{op: cOr}
-	for _, it := range items {
-		s := a.srcOf(it, o.ref.t.keys[o.key], o.ref.t.name, false)
-		if s == nil {
-			return facts{}
-		}
-		or.kids = append(or.kids, &cnode{op: cSrc, src: s})
-	}
-	if len(or.kids) == 1 {
-		or = or.kids[0]
-	}
-	f.cons = append(f.cons, refCons{ref: o.ref, n: or})
-	return f
-}
-
-type applyMode uint8
-
-const (
-	modeInner applyMode = iota // WHERE, inner join ON: filters every ref of the level
-	modeOuter                  // outer join ON: filters only the nullable side
-	modeFull                   // full join ON: filters nothing
-)
-
-// apply records the facts of a condition of scope sc. nullSide lists the
-// refs of an outer join's nullable side.
-func (a *analyzer) apply(f facts, sc *scope, mode applyMode, nullSide []*tref) {
-	onNullSide := func(r *tref) bool { return slices.Contains(nullSide, r) }
-	for _, rc := range f.cons {
-		// A condition on an outer query's row inside a subquery does not
-		// filter the outer rows (NOT EXISTS ...).
-		if rc.ref.sc != sc {
-			continue
-		}
-		if mode == modeInner || mode == modeOuter && onNullSide(rc.ref) {
-			rc.ref.cons = append(rc.ref.cons, rc.n)
-		}
-	}
-	for _, eq := range f.eqs {
-		x, y := eq[0].ref, eq[1].ref
-		xin, yin := x.sc == sc, y.sc == sc
-		switch {
-		case xin && yin:
-			switch {
-			case mode == modeInner:
-				a.sameKeys(x, y)
-			case mode == modeFull:
-				union(a.co, x.id, y.id)
-			case onNullSide(x) && onNullSide(y):
-				a.sameKeys(x, y)
-			case onNullSide(y):
-				a.limits(x, y)
-			case onNullSide(x):
-				a.limits(y, x)
-			}
-		case xin && y.sc.isAncestorOf(sc):
-			if mode != modeFull {
-				a.limits(y, x)
-			}
-			union(a.co, x.id, y.id)
-		case yin && x.sc.isAncestorOf(sc):
-			if mode != modeFull {
-				a.limits(x, y)
-			}
-			union(a.co, x.id, y.id)
-		default:
-			// A key column of a derived table or CTE (its ref is in the
-			// subquery's scope): every pair of rows the condition lets
-			// meet has equal keys, so the two are co-located; their shard
-			// sets are not narrowed (a CTE's rows may matter elsewhere).
-			union(a.co, x.id, y.id)
-		}
-	}
-	for _, in := range f.ins {
-		a.limits(in[0].ref, in[1].ref)
-	}
 }
 
 // inspect calls fn for n and every node below it, depth first; fn

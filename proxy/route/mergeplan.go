@@ -1646,15 +1646,6 @@ func sameColumn(x, y *pg.Node, t *topInfo) bool {
 	return len(t.sc.items) == 1 && len(cx.Fields) <= 2 && len(cy.Fields) <= 2
 }
 
-// sameExpr is sameExpr for the analysis: comparing an expression that
-// holds a literal slot would compare placeholders, not the literals.
-func (a *analyzer) sameExpr(x, y *pg.Node) bool {
-	if a.lit.has(x) || a.lit.has(y) {
-		a.lit.taintf("an expression with a literal is compared with another (ORDER BY / GROUP BY / output names)")
-	}
-	return sameExpr(x, y)
-}
-
 // sameExpr compares two expressions, ignoring where they are in the text.
 func sameExpr(x, y *pg.Node) bool {
 	if x == nil || y == nil {
