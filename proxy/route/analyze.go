@@ -25,11 +25,9 @@ type analyzer struct {
 	exprReader // what expressions say about keys; the literal slots
 	r          *Table
 	sc         *compiled
-	// rangeSubs are the derived tables of FROM items.
-	rangeSubs map[*pg.RangeSubselect]*derived
-	// split is the top-level VALUES list the fan-out splits by shard
-	// (valuesplit.go), nil if none.
-	split  *valuesSplit
+	// cov: the derived tables of FROM items, the VALUES list split by
+	// shard; whether a FROM's rows each come from one shard.
+	cov    coverage
 	tables []string
 
 	write       bool
@@ -47,7 +45,8 @@ type analyzer struct {
 }
 
 func newAnalyzer(r *Table) *analyzer {
-	return &analyzer{r: r, sc: r.sc, exprReader: exprReader{sublinks: map[*pg.SubLink]*derived{}}, rangeSubs: map[*pg.RangeSubselect]*derived{}}
+	return &analyzer{r: r, sc: r.sc, exprReader: exprReader{sublinks: map[*pg.SubLink]*derived{}},
+		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: r.sc.tables, m: r.m}}
 }
 
 func (a *analyzer) addTable(name string) {
@@ -308,43 +307,10 @@ func (a *analyzer) localWhy(s *pg.SelectStmt, sc *scope) string {
 			return "a subquery with DISTINCT (without a sharding key) drops duplicates of one shard only"
 		}
 	}
-	if why := a.fromLocal(s.FromClause, sc); why != "" {
+	if why := a.cov.fromLocal(s.FromClause, sc); why != "" {
 		return why
 	}
-	return a.uncovered(s.FromClause, sc)
-}
-
-// fromLocal says why a FROM item reads a derived table or CTE over keyed
-// tables whose rows do not each come from one shard ("" if none does).
-func (a *analyzer) fromLocal(from []*pg.Node, sc *scope) string {
-	why := ""
-	for _, f := range from {
-		inspect(f, func(n *pg.Node) bool {
-			if why != "" || n.GetSubLink() != nil {
-				return false
-			}
-			var d *derived
-			switch x := n.GetNode().(type) {
-			case *pg.Node_RangeSubselect:
-				d = a.rangeSubs[x.RangeSubselect]
-			case *pg.Node_RangeVar:
-				if x.RangeVar.Schemaname == "" {
-					d = sc.cte(x.RangeVar.Relname)
-				}
-			}
-			if d != nil && d.sharded {
-				switch {
-				case d.localWhy != "":
-					why = d.localWhy
-				case d.uses > 1:
-					why = "a CTE over sharded tables is read twice: its rows would meet only their own shard's"
-				}
-				return false
-			}
-			return true
-		})
-	}
-	return why
+	return a.cov.uncovered(s.FromClause, sc)
 }
 
 // colName is the name Postgres gives an unnamed select-list entry
@@ -480,7 +446,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 			}
 		}
 		d.uses++
-		a.rangeSubs[rs] = d
+		a.cov.subs[rs] = d
 		sc.items = append(sc.items, &item{name: name, derived: d})
 		if ti != nil && d.sharded {
 			ti.derivedSharded = true

@@ -120,7 +120,7 @@ func (c topCalls) aggregates() bool { return c.agg || c.sortAgg || c.havingAgg }
 // the keyed tables not on the nullable side of an outer join (anchors).
 func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	s := t.sel
-	if why := a.fromLocal(s.FromClause, t.sc); why != "" {
+	if why := a.cov.fromLocal(s.FromClause, t.sc); why != "" {
 		return nil, "a subquery or CTE in FROM reads sharded tables: " + why
 	}
 	var anchors []*tref
@@ -136,11 +136,11 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	if topRefs == 0 && !t.derivedSharded {
 		return nil, "the sharded tables are read only inside subqueries, whose per-shard results cannot be combined"
 	}
-	if a.uncovered(s.FromClause, t.sc) != "" {
+	if a.cov.uncovered(s.FromClause, t.sc) != "" {
 		// A VALUES list joined on the key may be split by shard (valuesplit.go).
-		a.split = a.splitValues(s.FromClause, t.sc)
+		a.cov.split = a.cov.splitValues(s.FromClause, t.sc, s, a.lit)
 	}
-	if why := a.uncovered(s.FromClause, t.sc); why != "" {
+	if why := a.cov.uncovered(s.FromClause, t.sc); why != "" {
 		// The rule: every row the FROM clause produces must contain a row
 		// of a keyed table, which lives on exactly one shard; else that
 		// row is produced by every shard (or by none).
@@ -1503,7 +1503,7 @@ func (m *merger) finish() (*mergePlan, string) {
 		// (bindStatement).
 		mp.litFanout = m.a.lit != nil && (m.a.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
 	}
-	if sp := m.a.split; sp != nil {
+	if sp := m.a.cov.split; sp != nil {
 		sqls, why := sp.shardSQL(m.clone(), len(m.a.r.m.Shards))
 		if why != "" {
 			return nil, why
@@ -1794,110 +1794,4 @@ func (mg *Merge) Describe() []string {
 		out = append(out, fmt.Sprintf("limit:         %d (after the merge)", mg.Limit))
 	}
 	return out
-}
-
-// uncovered says why some row of a FROM list may contain no row of a keyed
-// table ("" when every row contains one). Such a row does not depend on any
-// shard's data: every shard produces it, and the concatenated answer would
-// repeat it once per shard. A keyed table covers its rows; an inner or
-// cross join is covered when either side is, a LEFT JOIN when its left
-// side is, a RIGHT JOIN when its right side is, a FULL JOIN when both are;
-// a FROM list when any item is. VALUES, functions (generate_series,
-// unnest, ...), CTEs, derived tables and tables outside the sharding
-// schema cover nothing.
-func (a *analyzer) uncovered(from []*pg.Node, sc *scope) string {
-	if len(from) == 0 {
-		return "no FROM clause: its rows would repeat once per shard"
-	}
-	for _, f := range from {
-		if a.covered(f, sc) {
-			return ""
-		}
-	}
-	for _, f := range from {
-		if j := f.GetJoinExpr(); j != nil {
-			return "a row of " + joinWhat(j) + " would contain no row of a sharded table (" + a.uncoveredPart(f, sc) +
-				"), so every shard would produce it; pgshard answers a fan-out only when every row it returns comes from one shard"
-		}
-	}
-	return "the FROM clause has no sharded table that every row comes from (" + a.uncoveredPart(from[0], sc) +
-		" produces the same rows on every shard, which would repeat once per shard)"
-}
-
-func joinWhat(j *pg.JoinExpr) string {
-	switch j.Jointype {
-	case pg.JoinType_JOIN_LEFT:
-		return "the LEFT JOIN"
-	case pg.JoinType_JOIN_RIGHT:
-		return "the RIGHT JOIN"
-	case pg.JoinType_JOIN_FULL:
-		return "the FULL JOIN"
-	}
-	return "the join"
-}
-
-// uncoveredPart names the first FROM item that covers nothing.
-func (a *analyzer) uncoveredPart(n *pg.Node, sc *scope) string {
-	switch x := n.GetNode().(type) {
-	case *pg.Node_JoinExpr:
-		j := x.JoinExpr
-		if !a.covered(j.Larg, sc) {
-			return a.uncoveredPart(j.Larg, sc)
-		}
-		return a.uncoveredPart(j.Rarg, sc)
-	case *pg.Node_RangeVar:
-		rv := x.RangeVar
-		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
-			return "the CTE " + rv.Relname
-		}
-		return "the table " + rv.Relname + ", which is not sharded"
-	case *pg.Node_RangeSubselect:
-		if sel := x.RangeSubselect.Subquery.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 {
-			return "a VALUES list"
-		}
-		return "a derived table"
-	case *pg.Node_RangeFunction:
-		return "a function in FROM"
-	case *pg.Node_RangeTableSample:
-		return a.uncoveredPart(x.RangeTableSample.Relation, sc)
-	}
-	return "a FROM item"
-}
-
-// covered reports whether every row of FROM item n contains a row of a
-// keyed table.
-func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
-	switch x := n.GetNode().(type) {
-	case *pg.Node_RangeVar:
-		rv := x.RangeVar
-		if rv.Schemaname == "" {
-			if d := sc.cte(rv.Relname); d != nil {
-				return d.sharded && d.localWhy == ""
-			}
-		}
-		return a.sc.tables[rv.Relname] != nil && !isCatalog(rv.Schemaname, rv.Relname)
-	case *pg.Node_RangeSubselect:
-		if a.split != nil && a.split.rs == x.RangeSubselect {
-			return true // each shard gets the rows whose key it owns
-		}
-		d := a.rangeSubs[x.RangeSubselect]
-		return d != nil && d.sharded && d.localWhy == ""
-	case *pg.Node_RangeFunction:
-		return a.split != nil && a.split.rf == x.RangeFunction // split by shard
-	case *pg.Node_RangeTableSample:
-		return a.covered(x.RangeTableSample.Relation, sc)
-	case *pg.Node_JoinExpr:
-		j := x.JoinExpr
-		switch j.Jointype {
-		case pg.JoinType_JOIN_INNER:
-			return a.covered(j.Larg, sc) || a.covered(j.Rarg, sc)
-		case pg.JoinType_JOIN_LEFT:
-			return a.covered(j.Larg, sc)
-		case pg.JoinType_JOIN_RIGHT:
-			return a.covered(j.Rarg, sc)
-		case pg.JoinType_JOIN_FULL:
-			return a.covered(j.Larg, sc) && a.covered(j.Rarg, sc)
-		}
-	}
-	return false
 }
