@@ -1,7 +1,10 @@
 package route
 
 import (
+	"fmt"
+	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -229,4 +232,105 @@ func (rd *exprReader) sameExpr(x, y *pg.Node) bool {
 		rd.lit.taintf("an expression with a literal is compared with another (ORDER BY / GROUP BY / output names)")
 	}
 	return sameExpr(x, y)
+}
+
+// errNegative is limitOf's reason for a negative constant.
+const errNegative = "negative"
+
+// limitOf reads a LIMIT or OFFSET: a constant (its value, as Postgres
+// coerces it to bigint), NULL/ALL (-1) or a parameter (a source read at
+// Route). A negative constant gives errNegative.
+func (rd *exprReader) limitOf(n *pg.Node, what string) (int64, *source, string) {
+	if n == nil {
+		return -1, nil, ""
+	}
+	if rd.lit.has(n) {
+		// A plain integer literal is a value read at Route; any other
+		// literal (a string, a decimal, a negative number, a cast one) is
+		// judged here by its value: not shared.
+		if pr := n.GetParamRef(); pr != nil {
+			if k := rd.lit.slot(int(pr.Number)); k > 0 && rd.lit.class(k) == litInt {
+				s := rd.srcOf(n, keyCol{col: what, typ: KeyInt8}, "", false)
+				s.col = what
+				return -1, s, ""
+			}
+		}
+		rd.lit.taintf("%s %s is a literal other than a plain integer", what, exprText(n))
+		return 0, nil, what + " is not shared"
+	}
+	e := n
+	for e.GetTypeCast() != nil {
+		if vt := vtypeOfCast(e.GetTypeCast().TypeName); vt != vtInt2 && vt != vtInt4 && vt != vtInt8 && !isNumericType(e.GetTypeCast().TypeName) {
+			return 0, nil, fmt.Sprintf("%s %s: only integer and numeric casts are read for the merge", what, exprText(n))
+		}
+		e = e.GetTypeCast().Arg
+	}
+	if c := e.GetAConst(); c != nil {
+		if c.Isnull {
+			return -1, nil, ""
+		}
+		v, _ := constVal(c)
+		i, ok := limitConst(v)
+		if !ok {
+			return 0, nil, what + " " + exprText(n) + " is not a bigint the merge can read"
+		}
+		if i < 0 {
+			return 0, nil, errNegative
+		}
+		return i, nil, ""
+	}
+	if e.GetParamRef() != nil {
+		s := rd.srcOf(n, keyCol{col: what, typ: KeyInt8}, "", false)
+		if s != nil {
+			s.col = what
+			return -1, s, ""
+		}
+	}
+	return 0, nil, what + " " + exprText(n) + " must be a constant or a parameter to be merged"
+}
+
+// limitConst converts a LIMIT/OFFSET constant as Postgres coerces it to
+// bigint: integers as they are, a numeric rounded half away from zero, a
+// quoted string read as int8in reads it.
+func limitConst(v kval) (int64, bool) {
+	switch v.kind {
+	case kInt:
+		return v.i, true
+	case kNum:
+		r, ok := new(big.Rat).SetString(v.s)
+		if !ok {
+			return 0, false
+		}
+		return roundRat(r)
+	case kText:
+		i, err := strconv.ParseInt(strings.TrimSpace(v.s), 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// roundRat rounds half away from zero to an int64.
+func roundRat(r *big.Rat) (int64, bool) {
+	num, den := new(big.Int).Set(r.Num()), r.Denom()
+	neg := num.Sign() < 0
+	num.Abs(num)
+	q, rem := new(big.Int).QuoRem(num, den, new(big.Int))
+	if rem.Mul(rem, big.NewInt(2)).Cmp(den) >= 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	if neg {
+		q.Neg(q)
+	}
+	if !q.IsInt64() {
+		return 0, false
+	}
+	return q.Int64(), true
+}
+
+func isNumericType(tn *pg.TypeName) bool {
+	if tn == nil || len(tn.Names) == 0 || len(tn.Typmods) > 0 {
+		return false
+	}
+	n := strName(tn.Names[len(tn.Names)-1])
+	return n == "numeric" || n == "decimal"
 }
