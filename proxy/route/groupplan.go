@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -565,4 +566,68 @@ func castOf(tn *pg.TypeName) (Cast, bool) {
 		return CastText, true
 	}
 	return 0, false
+}
+
+// describe renders an output for explanations.
+func (o Output) describe() string {
+	var s string
+	switch o.Agg {
+	case AggNone:
+		s = "= first shard's value"
+	case AggSum:
+		s = "= sum of the shards'"
+	case AggMin:
+		s = "= least of the shards'"
+	case AggMax:
+		s = "= greatest of the shards'"
+	case AggAvg:
+		s = "= sum of the shards' sums / sum of their counts"
+	case AggStringAgg:
+		s = "= the shards' arrays of values merged in order, joined by " + quoteKey(o.Sep)
+		if o.Distinct {
+			s = "= the shards' arrays of distinct values merged in order without duplicates, joined by " + quoteKey(o.Sep)
+		}
+	case AggCountDistinct:
+		s = "= count of the distinct values of the shards' arrays"
+	}
+	if o.Cast != CastNone {
+		s += ", then ::" + o.Cast.String()
+	}
+	return s
+}
+
+// describe renders a condition for explanations.
+func (c *Cond) describe() string {
+	switch c.Op {
+	case CondAnd, CondOr:
+		var parts []string
+		for _, k := range c.Kids {
+			parts = append(parts, "("+k.describe()+")")
+		}
+		if c.Op == CondAnd {
+			return strings.Join(parts, " AND ")
+		}
+		return strings.Join(parts, " OR ")
+	case CondNot:
+		return "NOT (" + c.Kids[0].describe() + ")"
+	case CondIsNull:
+		return c.L.describe() + " IS NULL"
+	case CondNotNull:
+		return c.L.describe() + " IS NOT NULL"
+	}
+	return c.L.describe() + " " + c.Cmp + " " + c.R.describe()
+}
+
+func (o Operand) describe() string {
+	switch {
+	case o.Output >= 0:
+		return fmt.Sprintf("column %d", o.Output+1)
+	case o.Null:
+		return "NULL"
+	case o.Param > 0:
+		return "$" + strconv.Itoa(o.Param)
+	case o.ConstKind == "text":
+		return quoteKey(o.Const)
+	}
+	return o.Const
 }
