@@ -19,7 +19,13 @@ type topInfo struct {
 	derivedSharded bool // a subquery/CTE in its FROM reads keyed tables
 }
 
-// analyzer walks one statement.
+// analyzer walks one statement: its queries, FROM items, DML targets and
+// function calls, and what they do (writes, locks, session features,
+// refusals). What it learns is kept by the parts that own it: the refs
+// and their links (refGraph, which the plan reads: classify.go), what
+// expressions say about keys and the literal slots (exprReader, whose lit
+// classify.go sets), the FROM items' rows (cov); a query level's names
+// are its scope's.
 type analyzer struct {
 	refGraph   // the refs to keyed tables and their links
 	exprReader // what expressions say about keys; the literal slots

@@ -13,8 +13,9 @@ import (
 // What an expression says about sharding keys, read literally: the key
 // source an expression is (a constant, a parameter, or a literal slot of
 // a normalized text), the facts a condition states about keys (equal to a
-// source, equal to another key, IN a subquery's keys), and whether two
-// expressions are the same. A normalized text's literal slots (lit) are
+// source, equal to another key, IN a subquery's keys), whether two
+// expressions are the same, and the count a LIMIT or OFFSET is (the merge
+// plan applies it). A normalized text's literal slots (lit) are
 // placeholders: a decision that depends on a literal's value taints the
 // text's shape (shape.go).
 
