@@ -9,109 +9,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// role is what a statement does with a ref.
-type role uint8
-
-const (
-	roleRead   role = iota
-	roleInsert      // rows inserted into a keyed table
-	roleUpdate
-	roleDelete
-	roleFunc   // a keyed function's key argument
-	roleSetKey // a key assigned by UPDATE SET / ON CONFLICT DO UPDATE SET
-)
-
-// tref is one reference to a keyed table (or a pseudo-reference: a keyed
-// function argument, an assigned key).
-type tref struct {
-	id       int
-	t        *tableInfo // nil for roleFunc / roleSetKey
-	name     string     // the name it is visible by (alias or table)
-	role     role
-	cons     []*cnode // AND-ed constraints on its keys
-	nullable bool     // on the nullable side of an outer join
-	top      bool     // in the FROM of the top-level query
-	sc       *scope
-	desc     string
-	// sub, when set, says the ref is read by a subquery whose result needs
-	// every shard's rows at once (LIMIT, aggregates, ...): it is linked to
-	// no other ref by its key, so it never runs on a part of the shards.
-	sub string
-}
-
-// colOrigin is a key column of a ref.
-type colOrigin struct {
-	ref *tref
-	key int // index into ref.t.keys
-}
-
-func (o colOrigin) typ() KeyType { return o.ref.t.keys[o.key].typ }
-
-// scope is one query level's FROM items, searched innermost first.
-type scope struct {
-	parent *scope
-	items  []*item
-	ctes   map[string]*derived
-}
-
-func (s *scope) cte(name string) *derived {
-	for ; s != nil; s = s.parent {
-		if d, ok := s.ctes[name]; ok {
-			return d
-		}
-	}
-	return nil
-}
-
-func (s *scope) isAncestorOf(o *scope) bool {
-	for p := o.parent; p != nil; p = p.parent {
-		if p == s {
-			return true
-		}
-	}
-	return false
-}
-
-// item is one FROM entry.
-type item struct {
-	name    string
-	ref     *tref
-	derived *derived
-	// other: a table outside the sharding schema, a function, VALUES: its
-	// columns are unknown.
-	other bool
-}
-
-// derived is the output of a query: a subquery, CTE or RETURNING list.
-type derived struct {
-	cols    []outCol
-	known   bool // cols lists every output column
-	sharded bool // the query reads or writes keyed tables
-	// localWhy says why the query's rows are not the union of disjoint
-	// per-shard answers ("" when every row comes from one shard, so it
-	// may be read in the FROM of a fan-out): see localWhy.
-	localWhy string
-	// uses counts the FROM items that read it (a CTE may be read twice).
-	uses int
-}
-
-func (d *derived) col(name string) (outCol, bool) {
-	n, found := 0, outCol{}
-	for _, c := range d.cols {
-		if c.name == name {
-			n++
-			found = c
-		}
-	}
-	return found, n == 1
-}
-
-type outCol struct {
-	name   string
-	origin *colOrigin
-	expr   *pg.Node
-}
-
 // topInfo is the top-level SELECT, for the merge plan.
 type topInfo struct {
 	sel            *pg.SelectStmt
@@ -122,19 +19,21 @@ type topInfo struct {
 	derivedSharded bool // a subquery/CTE in its FROM reads keyed tables
 }
 
-// analyzer walks one statement.
+// analyzer walks one statement: its queries, FROM items, DML targets and
+// function calls, and what they do (writes, locks, session features,
+// refusals). What it learns is kept by the parts that own it: the refs
+// and their links (refGraph, which the plan reads: classify.go), what
+// expressions say about keys and the literal slots (exprReader, whose lit
+// classify.go sets), the FROM items' rows (cov); a query level's names
+// are its scope's.
 type analyzer struct {
-	r        *Table
-	sc       *compiled
-	refs     []*tref
-	uf, co   []int
-	edges    [][2]int // ref ids: rows of edges[1] matter only where they join edges[0]
-	sublinks map[*pg.SubLink]*derived
-	// rangeSubs are the derived tables of FROM items.
-	rangeSubs map[*pg.RangeSubselect]*derived
-	// split is the top-level VALUES list the fan-out splits by shard
-	// (valuesplit.go), nil if none.
-	split  *valuesSplit
+	refGraph   // the refs to keyed tables and their links
+	exprReader // what expressions say about keys; the literal slots
+	r          *Table
+	sc         *compiled
+	// cov: the derived tables of FROM items, the VALUES list split by
+	// shard; whether a FROM's rows each come from one shard.
+	cov    coverage
 	tables []string
 
 	write       bool
@@ -148,80 +47,18 @@ type analyzer struct {
 	// everywhere are relations on every shard (catalogs, pgshard's own).
 	everywhere map[string]bool
 	refusal    *Refusal // refused unless hinted
-	placeType  KeyType
-	havePlace  bool
 	top        *topInfo
-	// lit, when analyzing a normalized text, says which $n are literal
-	// slots (nil otherwise).
-	lit *litCtx
 }
 
 func newAnalyzer(r *Table) *analyzer {
-	return &analyzer{r: r, sc: r.sc, sublinks: map[*pg.SubLink]*derived{}, rangeSubs: map[*pg.RangeSubselect]*derived{}}
-}
-
-func (a *analyzer) newRef(t *tableInfo, name string, ro role, sc *scope) *tref {
-	ref := &tref{id: len(a.refs), t: t, name: name, role: ro, sc: sc}
-	switch {
-	case t == nil:
-		ref.desc = name
-	case name != t.name:
-		ref.desc = t.name + " " + name
-	default:
-		ref.desc = t.name
-	}
-	a.refs = append(a.refs, ref)
-	a.uf = append(a.uf, ref.id)
-	a.co = append(a.co, ref.id)
-	if t != nil && t.place >= 0 && !a.havePlace {
-		a.placeType, a.havePlace = t.keys[t.place].typ, true
-	}
-	return ref
-}
-
-func find(uf []int, i int) int {
-	for uf[i] != i {
-		uf[i] = uf[uf[i]]
-		i = uf[i]
-	}
-	return i
-}
-
-func union(uf []int, i, j int) {
-	i, j = find(uf, i), find(uf, j)
-	if i < j {
-		uf[j] = i
-	} else if j < i {
-		uf[i] = j
-	}
-}
-
-// sameKeys records that x and y have equal keys in every row that matters.
-func (a *analyzer) sameKeys(x, y *tref) {
-	union(a.uf, x.id, y.id)
-	union(a.co, x.id, y.id)
-}
-
-// limits records that y's rows matter only where they join x's.
-func (a *analyzer) limits(x, y *tref) {
-	a.edges = append(a.edges, [2]int{x.id, y.id})
-	union(a.co, x.id, y.id)
+	return &analyzer{r: r, sc: r.sc, exprReader: exprReader{sublinks: map[*pg.SubLink]*derived{}},
+		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: r.sc.tables, m: r.m}}
 }
 
 func (a *analyzer) addTable(name string) {
 	if !slices.Contains(a.tables, name) {
 		a.tables = append(a.tables, name)
 	}
-}
-
-// hasKeyedRef reports whether the statement references a keyed table.
-func (a *analyzer) hasKeyedRef() bool {
-	for _, ref := range a.refs {
-		if ref.t != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func (a *analyzer) refuse(state, msg, hint string) {
@@ -381,7 +218,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 			continue
 		}
 		a.walk(rt.Val, sc)
-		d.addTarget(a, rt, sc)
+		d.addTarget(rt, sc)
 	}
 	a.walkList(s.GroupClause, sc)
 	a.walk(s.HavingClause, sc)
@@ -437,7 +274,7 @@ func (a *analyzer) globalSelect(s *pg.SelectStmt, sc *scope) string {
 	_, agg3 := topLevelCalls([]*pg.Node{s.HavingClause})
 	if w1 || w2 || len(s.WindowClause) > 0 {
 		own := func(o *colOrigin) bool { return o.ref.sc == sc && !o.ref.nullable }
-		if agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil || !a.windowsByKey(s, sc, own) {
+		if agg || agg2 || agg3 || len(s.GroupClause) > 0 || s.HavingClause != nil || !sc.windowsByKey(s, own) {
 			return "a subquery with window functions (not PARTITION BY a sharding key) sees every shard's rows"
 		}
 		return ""
@@ -446,7 +283,7 @@ func (a *analyzer) globalSelect(s *pg.SelectStmt, sc *scope) string {
 		return ""
 	}
 	for _, g := range s.GroupClause {
-		if o, ok := a.keyOrigin(g, sc); ok && o.ref.sc == sc && !o.ref.nullable {
+		if o, ok := sc.keyOrigin(g); ok && o.ref.sc == sc && !o.ref.nullable {
 			return "" // groups of one key: each lives on one shard
 		}
 	}
@@ -467,7 +304,7 @@ func (a *analyzer) localWhy(s *pg.SelectStmt, sc *scope) string {
 		keyed := false
 		for _, t := range s.TargetList {
 			if rt := t.GetResTarget(); rt != nil {
-				if o, ok := a.keyOrigin(rt.Val, sc); ok && o.ref.sc == sc && !o.ref.nullable {
+				if o, ok := sc.keyOrigin(rt.Val); ok && o.ref.sc == sc && !o.ref.nullable {
 					keyed = true
 				}
 			}
@@ -476,80 +313,10 @@ func (a *analyzer) localWhy(s *pg.SelectStmt, sc *scope) string {
 			return "a subquery with DISTINCT (without a sharding key) drops duplicates of one shard only"
 		}
 	}
-	if why := a.fromLocal(s.FromClause, sc); why != "" {
+	if why := a.cov.fromLocal(s.FromClause, sc); why != "" {
 		return why
 	}
-	return a.uncovered(s.FromClause, sc)
-}
-
-// fromLocal says why a FROM item reads a derived table or CTE over keyed
-// tables whose rows do not each come from one shard ("" if none does).
-func (a *analyzer) fromLocal(from []*pg.Node, sc *scope) string {
-	why := ""
-	for _, f := range from {
-		inspect(f, func(n *pg.Node) bool {
-			if why != "" || n.GetSubLink() != nil {
-				return false
-			}
-			var d *derived
-			switch x := n.GetNode().(type) {
-			case *pg.Node_RangeSubselect:
-				d = a.rangeSubs[x.RangeSubselect]
-			case *pg.Node_RangeVar:
-				if x.RangeVar.Schemaname == "" {
-					d = sc.cte(x.RangeVar.Relname)
-				}
-			}
-			if d != nil && d.sharded {
-				switch {
-				case d.localWhy != "":
-					why = d.localWhy
-				case d.uses > 1:
-					why = "a CTE over sharded tables is read twice: its rows would meet only their own shard's"
-				}
-				return false
-			}
-			return true
-		})
-	}
-	return why
-}
-
-// addTarget adds a select-list entry (or RETURNING entry) to d's columns.
-func (d *derived) addTarget(a *analyzer, rt *pg.ResTarget, sc *scope) {
-	if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-		// * or rel.*: the key columns are known, the others are not.
-		rel := ""
-		if len(cr.Fields) >= 2 {
-			rel = strName(cr.Fields[len(cr.Fields)-2])
-		}
-		for _, it := range sc.items {
-			if rel != "" && it.name != rel {
-				continue
-			}
-			switch {
-			case it.ref != nil:
-				for k, kc := range it.ref.t.keys {
-					d.cols = append(d.cols, outCol{name: kc.col, origin: &colOrigin{ref: it.ref, key: k}})
-				}
-				d.known = false
-			case it.derived != nil:
-				d.cols = append(d.cols, it.derived.cols...)
-				d.known = d.known && it.derived.known
-			default:
-				d.known = false
-			}
-		}
-		return
-	}
-	c := outCol{name: rt.Name, expr: rt.Val}
-	if c.name == "" {
-		c.name = colName(rt.Val)
-	}
-	if o, ok := a.keyOrigin(rt.Val, sc); ok {
-		c.origin = &o
-	}
-	d.cols = append(d.cols, c)
+	return a.cov.uncovered(s.FromClause, sc)
 }
 
 // colName is the name Postgres gives an unnamed select-list entry
@@ -685,7 +452,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 			}
 		}
 		d.uses++
-		a.rangeSubs[rs] = d
+		a.cov.subs[rs] = d
 		sc.items = append(sc.items, &item{name: name, derived: d})
 		if ti != nil && d.sharded {
 			ti.derivedSharded = true
@@ -928,7 +695,7 @@ func (a *analyzer) keyAssign(ref *tref, rt *pg.ResTarget, sc *scope, onConflict 
 		}
 		return // a new sequence value from this shard's stride
 	}
-	if o, ok := a.keyOrigin(v, sc); ok && o.ref == ref && o.key == k {
+	if o, ok := sc.keyOrigin(v); ok && o.ref == ref && o.key == k {
 		return // unchanged (SET id = id, SET id = EXCLUDED.id)
 	}
 	if s := a.srcOf(v, kc, ref.t.name, true); s != nil {
@@ -945,7 +712,7 @@ func (a *analyzer) returning(list []*pg.Node, sc *scope) *derived {
 	for _, t := range list {
 		if rt := t.GetResTarget(); rt != nil {
 			a.walk(rt.Val, sc)
-			d.addTarget(a, rt, sc)
+			d.addTarget(rt, sc)
 		}
 	}
 	return d
@@ -1077,7 +844,7 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 		case arg == nil || arg.GetNamedArgExpr() != nil:
 			ref.cons = []*cnode{{op: cAll, note: fmt.Sprintf("%s(): its key argument %d is not given by position", name, fk.Arg+1)}}
 		default:
-			if o, ok := a.keyOrigin(arg, sc); ok && o.typ() == fk.Type {
+			if o, ok := sc.keyOrigin(arg); ok && o.typ() == fk.Type {
 				a.sameKeys(ref, o.ref)
 			} else if s := a.srcOf(arg, kc, name, false); s != nil {
 				s.col = fmt.Sprintf("%s() argument %d", name, fk.Arg+1)
@@ -1114,146 +881,6 @@ func isTrue(n *pg.Node) bool {
 		}
 	}
 	return false
-}
-
-// keyOrigin returns the key column an expression is (through casts that
-// keep its value), if any.
-func (a *analyzer) keyOrigin(e *pg.Node, sc *scope) (colOrigin, bool) {
-	var casts []vtype
-	for e != nil && e.GetTypeCast() != nil {
-		casts = append(casts, vtypeOfCast(e.GetTypeCast().TypeName))
-		e = e.GetTypeCast().Arg
-	}
-	cr := e.GetColumnRef()
-	if cr == nil {
-		return colOrigin{}, false
-	}
-	o, ok := a.resolve(cr, sc)
-	if !ok {
-		return o, false
-	}
-	for _, c := range casts {
-		if c != naturalType(o.typ()) {
-			return o, false
-		}
-	}
-	return o, true
-}
-
-// resolve finds the key column a column reference names. Scopes are
-// searched innermost first, as Postgres does; a name that might belong to
-// a table whose columns are unknown resolves to nothing (never guess).
-func (a *analyzer) resolve(cr *pg.ColumnRef, sc *scope) (colOrigin, bool) {
-	var names []string
-	for _, f := range cr.Fields {
-		s := f.GetString_()
-		if s == nil {
-			return colOrigin{}, false // * or a subscript
-		}
-		names = append(names, s.Sval)
-	}
-	if len(names) == 0 {
-		return colOrigin{}, false
-	}
-	col := names[len(names)-1]
-	if len(names) == 1 {
-		for s := sc; s != nil; s = s.parent {
-			var found *colOrigin
-			count, maybe := 0, false
-			for _, it := range s.items {
-				switch {
-				case it.ref != nil:
-					if k := it.ref.t.keyIndex(col); k >= 0 {
-						count++
-						found = &colOrigin{ref: it.ref, key: k}
-					} else {
-						maybe = true
-					}
-				case it.derived != nil:
-					if c, ok := it.derived.col(col); ok {
-						count++
-						found = c.origin
-					} else if !it.derived.known {
-						maybe = true
-					}
-				default:
-					maybe = true
-				}
-			}
-			if count == 1 && found != nil {
-				return *found, true
-			}
-			if count > 0 || maybe {
-				return colOrigin{}, false
-			}
-		}
-		return colOrigin{}, false
-	}
-	rel := names[len(names)-2]
-	for s := sc; s != nil; s = s.parent {
-		for _, it := range s.items {
-			if it.name != rel {
-				continue
-			}
-			switch {
-			case it.ref != nil:
-				if k := it.ref.t.keyIndex(col); k >= 0 {
-					return colOrigin{ref: it.ref, key: k}, true
-				}
-			case it.derived != nil:
-				if c, ok := it.derived.col(col); ok && c.origin != nil {
-					return *c.origin, true
-				}
-			}
-			return colOrigin{}, false
-		}
-	}
-	return colOrigin{}, false
-}
-
-// srcOf returns the key source an expression is — a constant or $n,
-// through casts — or nil.
-func (a *analyzer) srcOf(e *pg.Node, k keyCol, table string, insert bool) *source {
-	text := exprText(e)
-	var casts []vtype // outermost first
-	for e != nil && e.GetTypeCast() != nil {
-		casts = append(casts, vtypeOfCast(e.GetTypeCast().TypeName))
-		e = e.GetTypeCast().Arg
-	}
-	slices.Reverse(casts) // innermost first
-	col := table + "." + k.col
-	switch {
-	case e.GetParamRef() != nil:
-		num := int(e.GetParamRef().Number)
-		s := &source{param: num, key: k.typ, insert: insert, col: col, expr: text, table: table}
-		if len(casts) > 0 {
-			s.cast, s.chain = casts[0], casts[1:]
-		}
-		if lit := a.lit.slot(num); lit > 0 {
-			// A literal constant: its value is the text's, converted at
-			// Route as the constant branch below converts it; its
-			// rendering ("'abc'::text") is the literal's + the casts'.
-			s.param, s.lit = 0, lit
-			s.expr = strings.TrimPrefix(text, "$"+itoa(int64(num)))
-			return s
-		}
-		if s.param < 1 {
-			return nil
-		}
-		return s
-	case e.GetAConst() != nil:
-		v, literal := constVal(e.GetAConst())
-		switch {
-		case literal && len(casts) == 0 && k.typ != KeyText:
-			v = parseInt(v.s, vtInt8) // an untyped literal is read as the key's type
-		default:
-			for _, c := range casts {
-				v = castTo(v, c)
-			}
-		}
-		return &source{konst: toKey(v, k.typ), key: k.typ, insert: insert, col: col, expr: text, table: table}
-	}
-	return nil
 }
 
 // exprText renders the small expressions that carry keys; others as "…".
@@ -1313,226 +940,10 @@ func exprText(e *pg.Node) string {
 	return "…"
 }
 
-// ---- conditions ----
-
-// facts are what a boolean condition says about keys.
 type facts struct {
 	cons []refCons      // ref's key is constrained
 	eqs  [][2]colOrigin // two keys are equal
 	ins  [][2]colOrigin // key IN (SELECT key ...): the subquery's rows matter only for the outer key
-}
-
-type refCons struct {
-	ref *tref
-	n   *cnode
-}
-
-func (f *facts) add(g facts) {
-	f.cons = append(f.cons, g.cons...)
-	f.eqs = append(f.eqs, g.eqs...)
-	f.ins = append(f.ins, g.ins...)
-}
-
-// conj analyzes a condition that must hold for every row that matters.
-func (a *analyzer) conj(e *pg.Node, sc *scope) facts {
-	var f facts
-	switch x := e.GetNode().(type) {
-	case *pg.Node_BoolExpr:
-		switch x.BoolExpr.Boolop {
-		case pg.BoolExprType_AND_EXPR:
-			for _, arg := range x.BoolExpr.Args {
-				f.add(a.conj(arg, sc))
-			}
-		case pg.BoolExprType_OR_EXPR:
-			f.cons = a.disj(x.BoolExpr.Args, sc)
-		}
-	case *pg.Node_AExpr:
-		ae := x.AExpr
-		if !isEqOp(ae.Name) {
-			break
-		}
-		switch ae.Kind {
-		case pg.A_Expr_Kind_AEXPR_OP:
-			l, r := ae.Lexpr.GetRowExpr(), ae.Rexpr.GetRowExpr()
-			if l != nil && r != nil && len(l.Args) == len(r.Args) {
-				for i := range l.Args {
-					f.add(a.eqPair(l.Args[i], r.Args[i], sc))
-				}
-				break
-			}
-			f.add(a.eqPair(ae.Lexpr, ae.Rexpr, sc))
-		case pg.A_Expr_Kind_AEXPR_IN:
-			f.add(a.inList(ae.Lexpr, ae.Rexpr.GetList().GetItems(), sc))
-		case pg.A_Expr_Kind_AEXPR_OP_ANY:
-			if arr := ae.Rexpr.GetAArrayExpr(); arr != nil {
-				f.add(a.inList(ae.Lexpr, arr.Elements, sc))
-			}
-		}
-	case *pg.Node_SubLink:
-		sl := x.SubLink
-		if sl.SubLinkType != pg.SubLinkType_ANY_SUBLINK || (len(sl.OperName) > 0 && !isEqOp(sl.OperName)) {
-			break
-		}
-		o, ok := a.keyOrigin(sl.Testexpr, sc)
-		d := a.sublinks[sl]
-		if ok && d != nil && len(d.cols) > 0 && d.cols[0].origin != nil && d.cols[0].origin.typ() == o.typ() {
-			f.ins = append(f.ins, [2]colOrigin{o, *d.cols[0].origin})
-		}
-	}
-	return f
-}
-
-// disj: a ref is constrained by an OR only when every arm constrains it.
-func (a *analyzer) disj(args []*pg.Node, sc *scope) []refCons {
-	if len(args) == 0 {
-		return nil
-	}
-	arms := make([]facts, len(args))
-	for i, arg := range args {
-		arms[i] = a.conj(arg, sc)
-	}
-	var out []refCons
-	for _, rc := range arms[0].cons {
-		if slices.ContainsFunc(out, func(o refCons) bool { return o.ref == rc.ref }) {
-			continue
-		}
-		or := &cnode{op: cOr}
-		ok := true
-		for _, arm := range arms {
-			var kids []*cnode
-			for _, c := range arm.cons {
-				if c.ref == rc.ref {
-					kids = append(kids, c.n)
-				}
-			}
-			switch len(kids) {
-			case 0:
-				ok = false
-			case 1:
-				or.kids = append(or.kids, kids[0])
-			default:
-				or.kids = append(or.kids, &cnode{op: cAnd, kids: kids})
-			}
-		}
-		if ok {
-			out = append(out, refCons{ref: rc.ref, n: or})
-		}
-	}
-	return out
-}
-
-func isEqOp(name []*pg.Node) bool {
-	if len(name) == 0 {
-		return false
-	}
-	if len(name) > 1 && strName(name[0]) != "pg_catalog" {
-		return false
-	}
-	return strName(name[len(name)-1]) == "="
-}
-
-func (a *analyzer) eqPair(l, r *pg.Node, sc *scope) facts {
-	var f facts
-	lo, lok := a.keyOrigin(l, sc)
-	ro, rok := a.keyOrigin(r, sc)
-	switch {
-	case lok && rok:
-		if lo.typ() == ro.typ() {
-			f.eqs = append(f.eqs, [2]colOrigin{lo, ro})
-		}
-	case lok:
-		if s := a.srcOf(r, lo.ref.t.keys[lo.key], lo.ref.t.name, false); s != nil {
-			f.cons = append(f.cons, refCons{ref: lo.ref, n: &cnode{op: cSrc, src: s}})
-		}
-	case rok:
-		if s := a.srcOf(l, ro.ref.t.keys[ro.key], ro.ref.t.name, false); s != nil {
-			f.cons = append(f.cons, refCons{ref: ro.ref, n: &cnode{op: cSrc, src: s}})
-		}
-	}
-	return f
-}
-
-func (a *analyzer) inList(l *pg.Node, items []*pg.Node, sc *scope) facts {
-	var f facts
-	o, ok := a.keyOrigin(l, sc)
-	if !ok || len(items) == 0 {
-		return f
-	}
-	or := &cnode{op: cOr}
-	for _, it := range items {
-		s := a.srcOf(it, o.ref.t.keys[o.key], o.ref.t.name, false)
-		if s == nil {
-			return facts{}
-		}
-		or.kids = append(or.kids, &cnode{op: cSrc, src: s})
-	}
-	if len(or.kids) == 1 {
-		or = or.kids[0]
-	}
-	f.cons = append(f.cons, refCons{ref: o.ref, n: or})
-	return f
-}
-
-type applyMode uint8
-
-const (
-	modeInner applyMode = iota // WHERE, inner join ON: filters every ref of the level
-	modeOuter                  // outer join ON: filters only the nullable side
-	modeFull                   // full join ON: filters nothing
-)
-
-// apply records the facts of a condition of scope sc. nullSide lists the
-// refs of an outer join's nullable side.
-func (a *analyzer) apply(f facts, sc *scope, mode applyMode, nullSide []*tref) {
-	onNullSide := func(r *tref) bool { return slices.Contains(nullSide, r) }
-	for _, rc := range f.cons {
-		// A condition on an outer query's row inside a subquery does not
-		// filter the outer rows (NOT EXISTS ...).
-		if rc.ref.sc != sc {
-			continue
-		}
-		if mode == modeInner || mode == modeOuter && onNullSide(rc.ref) {
-			rc.ref.cons = append(rc.ref.cons, rc.n)
-		}
-	}
-	for _, eq := range f.eqs {
-		x, y := eq[0].ref, eq[1].ref
-		xin, yin := x.sc == sc, y.sc == sc
-		switch {
-		case xin && yin:
-			switch {
-			case mode == modeInner:
-				a.sameKeys(x, y)
-			case mode == modeFull:
-				union(a.co, x.id, y.id)
-			case onNullSide(x) && onNullSide(y):
-				a.sameKeys(x, y)
-			case onNullSide(y):
-				a.limits(x, y)
-			case onNullSide(x):
-				a.limits(y, x)
-			}
-		case xin && y.sc.isAncestorOf(sc):
-			if mode != modeFull {
-				a.limits(y, x)
-			}
-			union(a.co, x.id, y.id)
-		case yin && x.sc.isAncestorOf(sc):
-			if mode != modeFull {
-				a.limits(x, y)
-			}
-			union(a.co, x.id, y.id)
-		default:
-			// A key column of a derived table or CTE (its ref is in the
-			// subquery's scope): every pair of rows the condition lets
-			// meet has equal keys, so the two are co-located; their shard
-			// sets are not narrowed (a CTE's rows may matter elsewhere).
-			union(a.co, x.id, y.id)
-		}
-	}
-	for _, in := range f.ins {
-		a.limits(in[0].ref, in[1].ref)
-	}
 }
 
 // inspect calls fn for n and every node below it, depth first; fn

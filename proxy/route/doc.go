@@ -8,8 +8,10 @@
 //	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
 //	              │             (normalize.go, shape.go)
 //	              └─ pg_query (Postgres's own grammar) ─► classify (classify.go)
-//	                   ─► keyed references, groups, edges (analyze.go) ─► plan (keyplan.go)
-//	                   ─► merge plan of a key-less read (mergeplan.go, valuesplit.go) ─► hints (hint.go)
+//	                   ─► keyed references, groups, edges (analyze.go, scope.go, refgraph.go,
+//	                      exprreader.go, coverage.go) ─► plan (keyplan.go)
+//	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
+//	                      shardcolumns.go, valuesplit.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, once per text)
 //	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
 //	  ─► Dest (route.go; explain.go records the steps)                    Route
@@ -25,6 +27,20 @@
 //	that end a session state entirely (UNLISTEN *, CLOSE ALL,
 //	pg_advisory_unlock_all). The engine recognizes no SQL of its own:
 //	what it needs to know of a statement is a field of Statement.
+//
+//	analyze.go walks a statement's parse tree (analyzer: queries, FROM
+//	items, DML, function calls); the parts it is made of own their state:
+//	scope.go a query level's FROM items and what a name there is (scope),
+//	refgraph.go the refs to keyed tables, their constraints and links
+//	(refGraph), exprreader.go what an expression or condition says about
+//	keys, read through literal slots (exprReader), coverage.go whether a
+//	FROM's rows each come from one shard, with the VALUES list split by
+//	shard (coverage). mergeplan.go plans a fan-out's merge (merger: rows,
+//	ORDER BY, DISTINCT, LIMIT/OFFSET, the per-shard statement) over
+//	selectlist.go (the top-level select list and how ORDER BY / GROUP BY
+//	terms name its entries: selectList), groupplan.go (GROUP BY,
+//	aggregates, HAVING over partial groups: groupPlan) and shardcolumns.go
+//	(the per-shard columns the plan adds: shardColumns).
 //
 // # Parsing and the cache
 //
@@ -231,6 +247,7 @@
 //     that shard owns (a NULL key to the first shard), as if it were a
 //     keyed table: a row's matches all have its key, so they live on its
 //     key's shard, which alone produces it (valuesplit.go; Merge.ShardSQL).
+//     The rule is coverage.go's.
 //  2. Co-location: every keyed table the statement reads is joined to the
 //     others by equality of the sharding keys (executions.id,
 //     timers/trace/processed_events.execution_id, spawns.parent_id) —
@@ -238,6 +255,7 @@
 //     derived table's or CTE's column — so every pair of rows that meet
 //     is on one shard. A join on data (outbox.target_id, spawns.child_id,
 //     data::jsonb->>'parent_id', any non-key column) crosses shards.
+//     The links are refgraph.go's.
 //  3. Derived tables and CTEs read in FROM count as keyed when each of
 //     their rows comes from one shard: their own FROM is covered, and they
 //     have no LIMIT/OFFSET/FETCH, DISTINCT ON, DISTINCT, aggregates or

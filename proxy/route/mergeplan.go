@@ -3,8 +3,6 @@ package route
 import (
 	"fmt"
 	"math"
-	"math/big"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,8 +65,8 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	if why != "" {
 		return nil, why
 	}
-	m := newMerger(a, t, anchors)
-	s := m.s
+	m := &merger{sel: newSelectList(t, anchors, &a.exprReader), cols: shardColumns{stmt: t.sel}, split: a.cov.split, r: a.r}
+	s := t.sel
 	var c topCalls
 	c.window, c.agg = topLevelCalls(s.TargetList)
 	c.sortWindow, c.sortAgg = topLevelCalls(s.SortClause)
@@ -86,8 +84,8 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	}
 	keyDistinct := false
 	if distinct {
-		for i := range m.targets {
-			keyDistinct = keyDistinct || m.targetKey(i)
+		for i := range m.sel.targets {
+			keyDistinct = keyDistinct || m.sel.targetKey(i)
 		}
 	}
 	aggregated := c.aggregates() || len(s.GroupClause) > 0 || s.HavingClause != nil
@@ -121,7 +119,7 @@ func (c topCalls) aggregates() bool { return c.agg || c.sortAgg || c.havingAgg }
 // the keyed tables not on the nullable side of an outer join (anchors).
 func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	s := t.sel
-	if why := a.fromLocal(s.FromClause, t.sc); why != "" {
+	if why := a.cov.fromLocal(s.FromClause, t.sc); why != "" {
 		return nil, "a subquery or CTE in FROM reads sharded tables: " + why
 	}
 	var anchors []*tref
@@ -137,11 +135,11 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	if topRefs == 0 && !t.derivedSharded {
 		return nil, "the sharded tables are read only inside subqueries, whose per-shard results cannot be combined"
 	}
-	if a.uncovered(s.FromClause, t.sc) != "" {
+	if a.cov.uncovered(s.FromClause, t.sc) != "" {
 		// A VALUES list joined on the key may be split by shard (valuesplit.go).
-		a.split = a.splitValues(s.FromClause, t.sc)
+		a.cov.split = a.cov.splitValues(s.FromClause, t.sc, s, a.lit)
 	}
-	if why := a.uncovered(s.FromClause, t.sc); why != "" {
+	if why := a.cov.uncovered(s.FromClause, t.sc); why != "" {
 		// The rule: every row the FROM clause produces must contain a row
 		// of a keyed table, which lives on exactly one shard; else that
 		// row is produced by every shard (or by none).
@@ -150,32 +148,13 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	return anchors, ""
 }
 
-// newMerger starts the merge plan of the top-level SELECT: its select
-// list and where its first * is.
-func newMerger(a *analyzer, t *topInfo, anchors []*tref) *merger {
-	s := t.sel
-	m := &merger{a: a, t: t, s: s, anchors: anchors, starAt: -1}
-	for _, n := range s.TargetList {
-		if rt := n.GetResTarget(); rt != nil {
-			if cr := rt.Val.GetColumnRef(); m.starAt < 0 && cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-				m.starAt = len(m.targets)
-			}
-			m.targets = append(m.targets, rt)
-		}
-	}
-	if m.starAt < 0 {
-		m.starAt = len(m.targets)
-	}
-	return m
-}
-
 // unmergedWindowsOrTies refuses window functions unless PARTITION BY a
 // sharding key without aggregates, and FETCH ... WITH TIES together with
 // DISTINCT or over aggregates without GROUP BY.
 func (m *merger) unmergedWindowsOrTies(c topCalls) string {
-	s := m.s
+	s := m.sel.s
 	if len(s.WindowClause) > 0 || c.window || c.sortWindow {
-		if c.aggregates() || len(s.GroupClause) > 0 || !m.a.windowsByKey(s, m.t.sc, m.isAnchorKey) {
+		if c.aggregates() || len(s.GroupClause) > 0 || !m.sel.t.sc.windowsByKey(s, m.sel.isAnchorKey) {
 			return "window functions would see only one shard's rows (a window is merged only when it is PARTITION BY a sharding key, without aggregates)"
 		}
 	}
@@ -195,14 +174,14 @@ func (m *merger) unmergedWindowsOrTies(c topCalls) string {
 // shard, which picks its row); DISTINCT ON other expressions is merged
 // (m.distinctOn); with aggregates or GROUP BY it is refused.
 func (m *merger) distinctOnShape(c topCalls) (distinct bool, why string) {
-	s, a := m.s, m.a
+	s := m.sel.s
 	distinct = len(s.DistinctClause) > 0
 	if !distinct || len(s.DistinctClause) == 1 && s.DistinctClause[0].GetNode() == nil {
 		return distinct, ""
 	}
 	onKey := false
 	for _, d := range s.DistinctClause {
-		if o, ok := a.keyOrigin(d, m.t.sc); ok && m.isAnchorKey(&o) {
+		if o, ok := m.sel.t.sc.keyOrigin(d); ok && m.sel.isAnchorKey(&o) {
 			onKey = true
 		}
 	}
@@ -220,24 +199,24 @@ func (m *merger) distinctOnShape(c topCalls) (distinct bool, why string) {
 // groupedByKey reports whether GROUP BY includes a sharding key of an
 // anchor (then each group lives on one shard); GROUPING SETS are refused.
 func (m *merger) groupedByKey() (bool, string) {
-	s, a := m.s, m.a
+	s, lit := m.sel.s, m.sel.rd.lit
 	keyGrouped := false
 	for _, g := range s.GroupClause {
-		if a.lit.has(g) {
-			a.lit.taintf("a literal in GROUP BY (a constant there is a position)")
+		if lit.has(g) {
+			lit.taintf("a literal in GROUP BY (a constant there is a position)")
 		}
 		switch {
 		case g.GetGroupingSet() != nil:
 			return false, "GROUPING SETS / ROLLUP / CUBE cannot be merged across shards"
 		case g.GetAConst() != nil:
-			if v, _ := constVal(g.GetAConst()); v.kind == kInt && m.targetKey(int(v.i)-1) {
+			if v, _ := constVal(g.GetAConst()); v.kind == kInt && m.sel.targetKey(int(v.i)-1) {
 				keyGrouped = true
 			}
 		default:
-			if o, ok := a.keyOrigin(g, m.t.sc); ok && m.isAnchorKey(&o) {
+			if o, ok := m.sel.t.sc.keyOrigin(g); ok && m.sel.isAnchorKey(&o) {
 				keyGrouped = true
 			} else if cr := g.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
-				if i := a.targetByName(m.targets[:m.starAt], strName(cr.Fields[0])); m.targetKey(i) {
+				if i := m.sel.targetByName(m.sel.targets[:m.sel.starAt], strName(cr.Fields[0])); m.sel.targetKey(i) {
 					keyGrouped = true
 				}
 			}
@@ -248,26 +227,19 @@ func (m *merger) groupedByKey() (bool, string) {
 
 // merger builds one statement's merge plan.
 type merger struct {
-	a       *analyzer
-	t       *topInfo
-	s       *pg.SelectStmt
-	anchors []*tref
-	targets []*pg.ResTarget
-	starAt  int
+	sel *selectList
+	// split is the VALUES list split by shard (nil if none); r the Table
+	// whose shards it is split over.
+	split *valuesSplit
+	r     *Table
 
 	mp   mergePlan
 	desc []string
 	// shard is the per-shard statement being built (a clone of s), nil
 	// when every shard runs the client's statement as it is.
 	shard *pg.SelectStmt
-	// hidden are the hidden per-shard select-list entries (Rows), or every
-	// per-shard entry (Groups); names their aliases ("" = none).
-	hidden []*pg.Node
-	names  []string
-	// internal says which of them the client never sees (named by
-	// internalName); taken is the statement's text, lowercased, for it.
-	internal []bool
-	taken    string
+	// cols are the per-shard select-list entries the plan adds.
+	cols shardColumns
 	// distinctOn: DISTINCT ON without a sharding key (merged by
 	// Merge.DistinctOn).
 	distinctOn []*pg.Node
@@ -276,26 +248,10 @@ type merger struct {
 	keepLimit bool
 }
 
-func (m *merger) isAnchorKey(o *colOrigin) bool {
-	if o == nil {
-		return false
-	}
-	for _, r := range m.anchors {
-		if o.ref == r {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *merger) targetKey(i int) bool {
-	return i >= 0 && i < m.starAt && i < len(m.t.cols) && m.isAnchorKey(m.t.cols[i].origin)
-}
-
 // clone makes the per-shard statement, once.
 func (m *merger) clone() *pg.SelectStmt {
 	if m.shard == nil {
-		m.shard = proto.Clone(m.s).(*pg.SelectStmt)
+		m.shard = proto.Clone(m.sel.s).(*pg.SelectStmt)
 	}
 	return m.shard
 }
@@ -305,7 +261,7 @@ func (m *merger) clone() *pg.SelectStmt {
 // rows plans a merge of rows: dedup is SELECT DISTINCT without a key;
 // keyGrouped a GROUP BY on a key (aggregates are then per group, exact).
 func (m *merger) rows(dedup, keyGrouped bool) string {
-	s, mp := m.s, &m.mp
+	s, mp := m.sel.s, &m.mp
 	for _, n := range s.SortClause {
 		sb := n.GetSortBy()
 		if sb == nil {
@@ -315,7 +271,7 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 		if why != "" {
 			return why
 		}
-		col, found, why := m.a.sortColumn(sb, m.targets, m.starAt, m.t)
+		col, found, why := m.sel.sortColumn(sb, m.sel.starAt)
 		if why != "" {
 			return why
 		}
@@ -332,7 +288,7 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 			}
 			// Sent as a hidden column: the shards sort by it, the proxy
 			// merges by it and drops it.
-			k.Hidden, col = true, m.add(e)
+			k.Hidden, col = true, m.cols.add(e)
 		}
 		k.Column = col
 		mp.merge.OrderBy = append(mp.merge.OrderBy, k)
@@ -343,7 +299,7 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 		}
 	}
 	if dedup {
-		if m.starAt < len(m.targets) {
+		if m.sel.starAt < len(m.sel.targets) {
 			return "SELECT DISTINCT * cannot be merged: name the columns"
 		}
 		// Every shard sorts by every column (the client's order first), so
@@ -353,7 +309,7 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 			used[k.Column] = true
 		}
 		sc := m.clone()
-		for i := range m.targets {
+		for i := range m.sel.targets {
 			if !used[i] {
 				mp.merge.OrderBy = append(mp.merge.OrderBy, SortKey{Column: i})
 				sc.SortClause = append(sc.SortClause, pg.MakeSortByNode(pg.MakeAConstIntNode(int64(i+1), -1),
@@ -362,10 +318,10 @@ func (m *merger) rows(dedup, keyGrouped bool) string {
 		}
 		mp.merge.Distinct = true
 	}
-	if len(m.hidden) > 0 {
+	if len(m.cols.hidden) > 0 {
 		sc := m.clone()
-		sc.TargetList = append(sc.TargetList, m.targetList()...)
-		mp.merge.Hidden = len(m.hidden)
+		sc.TargetList = append(sc.TargetList, m.cols.targetList()...)
+		mp.merge.Hidden = len(m.cols.hidden)
 	}
 	if len(mp.merge.OrderBy) > 0 {
 		var ks []string
@@ -402,7 +358,7 @@ func (m *merger) distinctOnKeys() string {
 	}
 	ds := make([]pos, len(m.distinctOn))
 	for i, d := range m.distinctOn {
-		col, found, w := m.a.sortColumn(&pg.SortBy{Node: d}, m.targets, m.starAt, m.t)
+		col, found, w := m.sel.sortColumn(&pg.SortBy{Node: d}, m.sel.starAt)
 		if w != "" {
 			return w
 		}
@@ -410,12 +366,12 @@ func (m *merger) distinctOnKeys() string {
 	}
 	matched := make([]bool, len(ds))
 	n := 0
-	for i, sn := range m.s.SortClause {
+	for i, sn := range m.sel.s.SortClause {
 		sb := sn.GetSortBy()
 		k := m.mp.merge.OrderBy[i]
 		hit := false
 		for j, d := range m.distinctOn {
-			if !k.Hidden && ds[j].found && ds[j].col == k.Column || m.a.sameExpr(sb.Node, d) && ds[j].found && !k.Hidden {
+			if !k.Hidden && ds[j].found && ds[j].col == k.Column || m.sel.rd.sameExpr(sb.Node, d) && ds[j].found && !k.Hidden {
 				matched[j], hit = true, true
 			}
 		}
@@ -438,8 +394,8 @@ func (m *merger) distinctOnKeys() string {
 
 // hiddenName names hidden column i for descriptions.
 func (m *merger) hiddenName(i int) string {
-	if m.shard != nil && i < len(m.hidden) {
-		return "hidden " + exprText(m.hidden[i])
+	if m.shard != nil && i < len(m.cols.hidden) {
+		return "hidden " + exprText(m.cols.hidden[i])
 	}
 	return fmt.Sprintf("hidden column %d", i+1)
 }
@@ -493,9 +449,9 @@ func (k SortKey) describe(what string, hidden func(int) string) string {
 // limits reads LIMIT and OFFSET; perShard says the shards may apply the
 // LIMIT as LIMIT n+m (Rows), else they get neither (Groups).
 func (m *merger) limits(perShard bool) string {
-	s, mp := m.s, &m.mp
-	lim, limSrc, limWhy := m.a.limitOf(s.LimitCount, "LIMIT")
-	off, offSrc, offWhy := m.a.limitOf(s.LimitOffset, "OFFSET")
+	s, mp := m.sel.s, &m.mp
+	lim, limSrc, limWhy := m.sel.rd.limitOf(s.LimitCount, "LIMIT")
+	off, offSrc, offWhy := m.sel.rd.limitOf(s.LimitOffset, "OFFSET")
 	if limWhy == errNegative || offWhy == errNegative {
 		// Every shard rejects it, as one database would (2201W / 2201X).
 		m.keepLimit = true
@@ -548,7 +504,7 @@ func (m *merger) limits(perShard bool) string {
 			// that the shards type them as one database would (int8).
 			for _, src := range []*source{limSrc, offSrc} {
 				if src != nil && src.param > 0 {
-					m.add(int8Expr(pg.MakeParamRefNode(int32(src.param), -1)))
+					m.cols.add(int8Expr(pg.MakeParamRefNode(int32(src.param), -1)))
 				}
 			}
 		}
@@ -587,9 +543,6 @@ func (m *merger) limits(perShard bool) string {
 	return ""
 }
 
-// errNegative is limitOf's reason for a negative constant.
-const errNegative = "negative"
-
 func paramInt8(n int) string { return "$" + strconv.Itoa(n) + "::pg_catalog.int8" }
 
 // int8Expr is n::int8 (constants and parameters as they are written).
@@ -617,134 +570,37 @@ func limitText(v int64, s *source) string {
 	return itoa(v)
 }
 
-// limitOf reads a LIMIT or OFFSET: a constant (its value, as Postgres
-// coerces it to bigint), NULL/ALL (-1) or a parameter (a source read at
-// Route). A negative constant gives errNegative.
-func (a *analyzer) limitOf(n *pg.Node, what string) (int64, *source, string) {
-	if n == nil {
-		return -1, nil, ""
-	}
-	if a.lit.has(n) {
-		// A plain integer literal is a value read at Route; any other
-		// literal (a string, a decimal, a negative number, a cast one) is
-		// judged here by its value: not shared.
-		if pr := n.GetParamRef(); pr != nil {
-			if k := a.lit.slot(int(pr.Number)); k > 0 && a.lit.class(k) == litInt {
-				s := a.srcOf(n, keyCol{col: what, typ: KeyInt8}, "", false)
-				s.col = what
-				return -1, s, ""
-			}
-		}
-		a.lit.taintf("%s %s is a literal other than a plain integer", what, exprText(n))
-		return 0, nil, what + " is not shared"
-	}
-	e := n
-	for e.GetTypeCast() != nil {
-		if vt := vtypeOfCast(e.GetTypeCast().TypeName); vt != vtInt2 && vt != vtInt4 && vt != vtInt8 && !isNumericType(e.GetTypeCast().TypeName) {
-			return 0, nil, fmt.Sprintf("%s %s: only integer and numeric casts are read for the merge", what, exprText(n))
-		}
-		e = e.GetTypeCast().Arg
-	}
-	if c := e.GetAConst(); c != nil {
-		if c.Isnull {
-			return -1, nil, ""
-		}
-		v, _ := constVal(c)
-		i, ok := limitConst(v)
-		if !ok {
-			return 0, nil, what + " " + exprText(n) + " is not a bigint the merge can read"
-		}
-		if i < 0 {
-			return 0, nil, errNegative
-		}
-		return i, nil, ""
-	}
-	if e.GetParamRef() != nil {
-		s := a.srcOf(n, keyCol{col: what, typ: KeyInt8}, "", false)
-		if s != nil {
-			s.col = what
-			return -1, s, ""
-		}
-	}
-	return 0, nil, what + " " + exprText(n) + " must be a constant or a parameter to be merged"
-}
-
-// limitConst converts a LIMIT/OFFSET constant as Postgres coerces it to
-// bigint: integers as they are, a numeric rounded half away from zero, a
-// quoted string read as int8in reads it.
-func limitConst(v kval) (int64, bool) {
-	switch v.kind {
-	case kInt:
-		return v.i, true
-	case kNum:
-		r, ok := new(big.Rat).SetString(v.s)
-		if !ok {
-			return 0, false
-		}
-		return roundRat(r)
-	case kText:
-		i, err := strconv.ParseInt(strings.TrimSpace(v.s), 10, 64)
-		return i, err == nil
-	}
-	return 0, false
-}
-
-// roundRat rounds half away from zero to an int64.
-func roundRat(r *big.Rat) (int64, bool) {
-	num, den := new(big.Int).Set(r.Num()), r.Denom()
-	neg := num.Sign() < 0
-	num.Abs(num)
-	q, rem := new(big.Int).QuoRem(num, den, new(big.Int))
-	if rem.Mul(rem, big.NewInt(2)).Cmp(den) >= 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	if neg {
-		q.Neg(q)
-	}
-	if !q.IsInt64() {
-		return 0, false
-	}
-	return q.Int64(), true
-}
-
-func isNumericType(tn *pg.TypeName) bool {
-	if tn == nil || len(tn.Names) == 0 || len(tn.Typmods) > 0 {
-		return false
-	}
-	n := strName(tn.Names[len(tn.Names)-1])
-	return n == "numeric" || n == "decimal"
-}
-
 // ---- groups ----
 
 // groups plans a merge of per-shard partial groups.
 func (m *merger) groups() string {
-	if m.starAt < len(m.targets) {
+	if m.sel.starAt < len(m.sel.targets) {
 		return "* together with aggregates or GROUP BY cannot be merged"
 	}
 	g := &GroupMerge{DigitsColumn: -1}
 	m.mp.merge.Groups = g
-	m.shard = proto.Clone(m.s).(*pg.SelectStmt)
+	m.shard = proto.Clone(m.sel.s).(*pg.SelectStmt)
 	m.shard.TargetList = nil
-	keys, why := m.groupKeys()
+	gp := &groupPlan{g: g, sel: m.sel, cols: &m.cols}
+	keys, why := gp.groupKeys()
 	if why != "" {
 		return why
 	}
-	if why := m.groupOutputs(g); why != "" {
+	if why := gp.groupOutputs(); why != "" {
 		return why
 	}
-	if why := m.groupHaving(g); why != "" {
+	if why := gp.groupHaving(); why != "" {
 		return why
 	}
-	keyOrder, why := m.groupOrder(g, keys)
+	keyOrder, why := gp.groupOrder(keys)
 	if why != "" {
 		return why
 	}
-	m.groupSortKeys(g, keys, keyOrder)
+	gp.groupSortKeys(keys, keyOrder)
 	// extra_float_digits as the shard applies it, for floats the proxy prints.
 	for _, o := range g.Outputs {
 		if o.Agg == AggSum || o.Agg == AggAvg || o.Cast != CastNone {
-			g.DigitsColumn = m.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
+			g.DigitsColumn = m.cols.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
 			break
 		}
 	}
@@ -756,161 +612,11 @@ func (m *merger) groups() string {
 	return ""
 }
 
-// groupKeys resolves the GROUP BY items into expressions, as Postgres
-// does: a position is its select-list entry; a bare name that is also an
-// output name is refused (pgshard cannot tell which one Postgres takes).
-func (m *merger) groupKeys() ([]*pg.Node, string) {
-	var keys []*pg.Node
-	for _, item := range m.s.GroupClause {
-		e := item
-		if c := item.GetAConst(); c != nil {
-			v, _ := constVal(c)
-			if v.kind != kInt || v.i < 1 || int(v.i) > len(m.targets) {
-				return nil, "GROUP BY " + exprText(item) + " is not a select-list position"
-			}
-			e = m.targets[v.i-1].Val
-			if containsAggregate(e) {
-				return nil, "GROUP BY " + exprText(item) + " names an aggregate"
-			}
-		} else if cr := item.GetColumnRef(); cr != nil && len(cr.Fields) == 1 {
-			// A bare name is an input column first, an output name only if
-			// there is no such input column: pgshard cannot tell which.
-			name := strName(cr.Fields[0])
-			for _, rt := range m.targets {
-				if rt.Name == name && !m.a.sameExpr(rt.Val, item) {
-					return nil, fmt.Sprintf("GROUP BY %s: it is the name of a select-list entry and maybe of an input column; group by the expression or its position", name)
-				}
-			}
-		}
-		keys = append(keys, e)
-	}
-	return keys, ""
-}
-
-// groupOutputs plans how each select-list entry is merged (an aggregate
-// of the shards' partial values, or a group key).
-func (m *merger) groupOutputs(g *GroupMerge) string {
-	for _, rt := range m.targets {
-		out, why := m.output(rt.Val, rt.Name, true)
-		if why != "" {
-			return why
-		}
-		g.Outputs = append(g.Outputs, out)
-	}
-	g.Visible = len(g.Outputs)
-	return ""
-}
-
-// groupHaving plans HAVING as a condition the merge evaluates on merged
-// groups.
-func (m *merger) groupHaving(g *GroupMerge) string {
-	s, a := m.s, m.a
-	if s.HavingClause == nil {
-		return ""
-	}
-	if a.lit.has(s.HavingClause) {
-		a.lit.taintf("a literal in HAVING (the merge compares with it)")
-	}
-	c, why := m.cond(s.HavingClause)
-	if why != "" {
-		return "HAVING cannot be merged: " + why
-	}
-	g.Having = c
-	if hasParam(s.HavingClause) {
-		// Keep its parameters typed as one database types them.
-		m.add(s.HavingClause)
-	}
-	return ""
-}
-
-// groupOrder plans ORDER BY over the merged columns (hidden ones for
-// expressions not in the select list). It returns the order in terms of
-// the group keys when the ORDER BY is by group keys only (the merge then
-// streams), else nil and sets g.SortAfter.
-func (m *merger) groupOrder(g *GroupMerge, keys []*pg.Node) ([]SortKey, string) {
-	var keyOrder []SortKey // in terms of keys
-	streaming := true
-	for _, n := range m.s.SortClause {
-		sb := n.GetSortBy()
-		if sb == nil {
-			return nil, "an ORDER BY term cannot be merged"
-		}
-		k, why := sortKey(sb)
-		if why != "" {
-			return nil, why
-		}
-		if hasParam(sb.Node) {
-			return nil, "ORDER BY " + exprText(sb.Node) + ": a parameter in ORDER BY of a merged aggregate is not supported"
-		}
-		col, found, why := m.a.sortColumn(sb, m.targets, len(m.targets), m.t)
-		if why != "" {
-			return nil, why
-		}
-		if !found {
-			e := sb.Node
-			if cc := e.GetCollateClause(); cc != nil {
-				e = cc.Arg
-			}
-			if c := e.GetAConst(); c != nil {
-				return nil, "ORDER BY " + exprText(e) + " is not a select-list position"
-			}
-			out, why := m.output(e, "", false)
-			if why != "" {
-				return nil, why
-			}
-			col = len(g.Outputs)
-			g.Outputs = append(g.Outputs, out)
-		}
-		k.Column = col
-		g.OrderBy = append(g.OrderBy, k)
-		ki := m.keyOf(g.Outputs[col], keys, col)
-		if ki < 0 {
-			streaming = false
-		} else {
-			kk := k
-			kk.Column = ki
-			keyOrder = append(keyOrder, kk)
-		}
-	}
-	if !streaming {
-		keyOrder = nil
-		g.SortAfter = len(g.OrderBy) > 0
-	}
-	return keyOrder, ""
-}
-
-// groupSortKeys adds the group keys as hidden columns and the order every
-// shard sorts them in (g.Keys): keyOrder's first, then the other keys.
-func (m *merger) groupSortKeys(g *GroupMerge, keys []*pg.Node, keyOrder []SortKey) {
-	keyCol := make([]int, len(keys))
-	for i, e := range keys {
-		keyCol[i] = m.add(e)
-	}
-	used := map[int]bool{}
-	for _, k := range keyOrder {
-		used[k.Column] = true
-	}
-	for i := range keys {
-		if !used[i] {
-			keyOrder = append(keyOrder, SortKey{Column: i})
-		}
-	}
-	for _, k := range keyOrder {
-		col := keyCol[k.Column]
-		if k.Bytewise {
-			// Sort the shards' rows as the merge compares them.
-			col = m.add(&pg.Node{Node: &pg.Node_CollateClause{CollateClause: &pg.CollateClause{Arg: keys[k.Column],
-				Collname: []*pg.Node{pg.MakeStrNode("C")}, Location: -1}}})
-		}
-		g.Keys = append(g.Keys, SortKey{Column: col, Desc: k.Desc, NullsFirst: k.NullsFirst, Bytewise: k.Bytewise})
-	}
-}
-
 // groupShardStatement writes the per-shard statement: the per-shard select
 // list, GROUP BY the resolved keys, ORDER BY g.Keys, no HAVING.
 func (m *merger) groupShardStatement(g *GroupMerge, keys []*pg.Node) {
 	sc := m.shard
-	sc.TargetList = m.targetList()
+	sc.TargetList = m.cols.targetList()
 	sc.HavingClause = nil
 	sc.GroupClause = nil
 	for _, e := range keys {
@@ -975,522 +681,11 @@ func limitDesc(desc []string) []string {
 	return nil
 }
 
-// add appends a per-shard select-list entry and returns its column.
-func (m *merger) add(e *pg.Node) int {
-	i := m.addAs(e, "")
-	m.internal[i] = true
-	return i
-}
-
-// addAs is add with an alias: the shards then name the column as the
-// client's statement names it ("" = as Postgres names the expression).
-func (m *merger) addAs(e *pg.Node, alias string) int {
-	m.hidden = append(m.hidden, e)
-	m.names = append(m.names, alias)
-	m.internal = append(m.internal, false)
-	return len(m.hidden) - 1
-}
-
-// put is addAs for a column the client sees, add for one it does not.
-func (m *merger) put(e *pg.Node, alias string, visible bool) int {
-	if !visible {
-		return m.add(e)
-	}
-	return m.addAs(e, alias)
-}
-
-// targets renders the per-shard select-list entries. A column the client
-// never sees gets a name of the proxy's that no name of the statement
-// uses: the name Postgres would give it (id for id::uuid) could make the
-// client's ORDER BY id ambiguous on the shards (42702).
-func (m *merger) targetList() []*pg.Node {
-	var out []*pg.Node
-	for i, e := range m.hidden {
-		name := m.names[i]
-		if m.internal[i] {
-			name = m.internalName(i)
-		}
-		out = append(out, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: e, Name: name, Location: -1}}})
-	}
-	return out
-}
-
-// internalName names hidden column i: pgshard_N, with as many leading
-// underscores as it takes for no identifier of the statement to contain
-// it.
-func (m *merger) internalName(i int) string {
-	if m.taken == "" {
-		m.taken = strings.ToLower(m.s.String())
-	}
-	prefix := "pgshard_"
-	for strings.Contains(m.taken, prefix) {
-		prefix = "_" + prefix
-	}
-	return prefix + strconv.Itoa(i+1)
-}
-
-// keyOf returns the group key an output is (its expression equals the
-// key's), -1 if none.
-func (m *merger) keyOf(o Output, keys []*pg.Node, col int) int {
-	if o.Agg != AggNone || o.Cast != CastNone || o.Hidden {
-		return -1
-	}
-	e := m.hidden[o.Column]
-	for i, k := range keys {
-		if m.a.sameExpr(e, k) || sameColumn(e, k, m.t) {
-			return i
-		}
-	}
-	return -1
-}
-
-// output plans one merged column: an aggregate (possibly cast), or any
-// other expression (a group key or a constant: the first shard's value).
-// alias is the client's name for it; visible says the client sees it
-// (the shards then name it as the client's statement does).
-func (m *merger) output(e *pg.Node, alias string, visible bool) (Output, string) {
-	spec, isAgg, why := m.aggSpec(e)
-	if why != "" {
-		return Output{}, fmt.Sprintf("%s %s", exprText(e), why)
-	}
-	if spec.agg == AggStringAgg || spec.agg == AggCountDistinct {
-		return m.arrayOutput(spec, e, alias, visible), ""
-	}
-	name := alias
-	if name == "" {
-		name = colName(e)
-	}
-	if !visible {
-		alias = ""
-	}
-	if !isAgg {
-		if containsAggregate(e) {
-			return Output{}, fmt.Sprintf("%s: an expression of aggregates cannot be merged (select the aggregates themselves; a cast of one is fine)", exprText(e))
-		}
-		return Output{Agg: AggNone, Column: m.put(e, alias, visible), Name: name}, ""
-	}
-	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name}
-	if spec.agg == AggAvg {
-		sum := proto.Clone(spec.call).(*pg.FuncCall)
-		sum.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("sum")}
-		cnt := proto.Clone(spec.call).(*pg.FuncCall)
-		cnt.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("count")}
-		if visible && alias == "" {
-			alias = name // the shards would name the sum "sum"
-		}
-		out.Column = m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: sum}}, alias, visible)
-		m.add(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: cnt}})
-		return out, ""
-	}
-	out.Column = m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias, visible)
-	if len(spec.call.Args) == 1 {
-		if cc := spec.call.Args[0].GetCollateClause(); cc != nil && bytewiseCollation(cc.Collname) {
-			out.Bytewise = true
-		}
-	}
-	return out, ""
-}
-
-// arrayOutput plans a merged aggregate whose partial is an array of the
-// shard's values (string_agg ordered by its value, count(DISTINCT x)):
-// the shards name the column as the client's statement names the
-// aggregate, the merge computes it from the union of the arrays.
-func (m *merger) arrayOutput(spec aggSpec, e *pg.Node, alias string, visible bool) Output {
-	name := alias
-	if name == "" {
-		name = colName(e)
-	}
-	if !visible {
-		alias = ""
-	} else if alias == "" {
-		alias = name // the shards would name the array "array_agg"
-	}
-	return Output{Agg: spec.agg, Cast: spec.cast, Name: name, Sep: spec.sep, Desc: spec.desc, Distinct: spec.distinct,
-		Bytewise: spec.bytewise, Column: m.put(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: spec.call}}, alias, visible)}
-}
-
-// describe renders an output for explanations.
-func (o Output) describe() string {
-	var s string
-	switch o.Agg {
-	case AggNone:
-		s = "= first shard's value"
-	case AggSum:
-		s = "= sum of the shards'"
-	case AggMin:
-		s = "= least of the shards'"
-	case AggMax:
-		s = "= greatest of the shards'"
-	case AggAvg:
-		s = "= sum of the shards' sums / sum of their counts"
-	case AggStringAgg:
-		s = "= the shards' arrays of values merged in order, joined by " + quoteKey(o.Sep)
-		if o.Distinct {
-			s = "= the shards' arrays of distinct values merged in order without duplicates, joined by " + quoteKey(o.Sep)
-		}
-	case AggCountDistinct:
-		s = "= count of the distinct values of the shards' arrays"
-	}
-	if o.Cast != CastNone {
-		s += ", then ::" + o.Cast.String()
-	}
-	return s
-}
-
-// aggSpec is a merged aggregate: the aggregate call and what follows.
-type aggSpec struct {
-	agg  Agg
-	cast Cast
-	call *pg.FuncCall // the call to send to the shards (sum/count/min/max, array_agg)
-	// string_agg: the separator, the order of its values, DISTINCT, and
-	// whether the order is bytewise (ORDER BY x COLLATE "C").
-	sep                      string
-	desc, distinct, bytewise bool
-}
-
-// aggSpec reads an aggregate call, possibly under one cast. isAgg false:
-// e is not an aggregate call (it may contain some); why: it is one that
-// cannot be merged.
-func (m *merger) aggSpec(e *pg.Node) (aggSpec, bool, string) {
-	var spec aggSpec
-	n := e
-	if !containsAggregate(e) {
-		return spec, false, ""
-	}
-	if tc := n.GetTypeCast(); tc != nil {
-		c, ok := castOf(tc.TypeName)
-		if !isAggregate(tc.Arg) && tc.Arg.GetTypeCast() == nil {
-			return spec, false, "" // an expression of aggregates, under a cast
-		}
-		if !ok || tc.Arg.GetTypeCast() != nil {
-			return spec, false, "casts a merged aggregate to a type pgshard does not compute (it casts to int2, int4, int8, numeric, float4, float8 or text)"
-		}
-		spec.cast, n = c, tc.Arg
-	}
-	fc := n.GetFuncCall()
-	if fc == nil || !isAggregate(n) {
-		return spec, false, ""
-	}
-	schema, name := funcName(fc)
-	if schema != "" && schema != "pg_catalog" {
-		return spec, false, "is not a built-in aggregate"
-	}
-	if name == "string_agg" {
-		return m.stringAgg(spec, fc)
-	}
-	switch {
-	case fc.AggWithinGroup:
-		return spec, false, "is an ordered-set aggregate: it needs every shard's rows at once"
-	case len(fc.AggOrder) > 0:
-		return spec, false, "orders its input: it needs every shard's rows at once"
-	case fc.FuncVariadic:
-		return spec, false, "cannot be merged"
-	}
-	switch name {
-	case "count":
-		spec.agg = AggSum
-	case "sum":
-		spec.agg = AggSum
-	case "min":
-		spec.agg = AggMin
-	case "max":
-		spec.agg = AggMax
-	case "avg":
-		spec.agg = AggAvg
-	case "bool_and", "every", "bool_or":
-		// false < true: AND over the shards' values is their least, OR
-		// their greatest (a shard without rows answers NULL, which the
-		// merge skips as it skips NULLs of min and max).
-		spec.agg = AggMin
-		if name == "bool_or" {
-			spec.agg = AggMax
-		}
-		if spec.cast != CastNone {
-			return spec, false, "casts a merged boolean aggregate (pgshard casts only numbers)"
-		}
-	default:
-		return spec, false, "needs every shard's rows at once (count, sum, avg, min, max, bool_and, bool_or and every merge)"
-	}
-	if fc.AggDistinct && spec.agg != AggMin && spec.agg != AggMax {
-		// Additive only over a sharding key: each value is on one shard.
-		// Any keyed table's key column will do, nullable (an outer join's
-		// side) or read through a derived table or CTE: a non-NULL value
-		// of it comes only from the shard the value places, and NULLs
-		// are not counted.
-		if len(fc.Args) != 1 {
-			return spec, false, "counts distinct values of several shards"
-		}
-		o, ok := m.a.keyOrigin(fc.Args[0], m.t.sc)
-		if (!ok || o.ref == nil) && name == "count" && !fc.AggStar {
-			// Each shard sends its distinct values; the merge counts
-			// the distinct values of their union.
-			spec.agg = AggCountDistinct
-			spec.call = arrayAggCall(fc, nil)
-			return spec, true, ""
-		}
-		if !ok || o.ref == nil {
-			return spec, false, fmt.Sprintf("would count a value once per shard: %s(DISTINCT ...) merges only over a sharding key (count(DISTINCT x) merges over any x)", name)
-		}
-	}
-	if !fc.AggStar && len(fc.Args) != 1 {
-		return spec, false, "cannot be merged"
-	}
-	spec.call = proto.Clone(fc).(*pg.FuncCall)
-	return spec, true, ""
-}
-
-// stringAgg reads string_agg(x, 'sep' ORDER BY x): merged when the
-// values are ordered by themselves (equal values are then equal text, and
-// their order among themselves does not show), the separator a string
-// constant. Each shard sends array_agg([DISTINCT] x ORDER BY x) in binary;
-// the merge orders the union of the arrays (bytewise: the C collation, or
-// ORDER BY x COLLATE "C"; else the merge refuses at run time), skips
-// NULLs (as string_agg does) and joins the values with the separator.
-func (m *merger) stringAgg(spec aggSpec, fc *pg.FuncCall) (aggSpec, bool, string) {
-	const why = "is merged only as string_agg(x, 'separator' ORDER BY x [COLLATE \"C\"]): ordered by its own values, with a string constant as the separator"
-	if spec.cast != CastNone {
-		return spec, false, "casts a merged string_agg (select it as it is)"
-	}
-	if fc.AggWithinGroup || fc.FuncVariadic || fc.AggStar || len(fc.Args) != 2 || len(fc.AggOrder) != 1 {
-		return spec, false, why
-	}
-	if m.a.lit.has(fc.Args[1]) {
-		m.a.lit.taintf("a literal string_agg separator (the merge joins the values with it)")
-		return spec, false, why
-	}
-	c := fc.Args[1].GetAConst()
-	if c == nil || c.Isnull {
-		return spec, false, why
-	}
-	v, _ := constVal(c)
-	if v.kind != kText {
-		return spec, false, why
-	}
-	sb := fc.AggOrder[0].GetSortBy()
-	if sb == nil {
-		return spec, false, why
-	}
-	k, w := sortKey(sb)
-	if w != "" {
-		return spec, false, w
-	}
-	node := sb.Node
-	if cc := node.GetCollateClause(); cc != nil {
-		if !bytewiseCollation(cc.Collname) {
-			return spec, false, "orders by a collation other than \"C\": only the C collation (bytewise) is merged across shards"
-		}
-		node = cc.Arg
-	}
-	arg := fc.Args[0]
-	if cc := arg.GetCollateClause(); cc != nil {
-		arg = cc.Arg // the value's collation does not change its text
-	}
-	if otherCollation(node) || !m.a.sameExpr(node, arg) {
-		return spec, false, why
-	}
-	spec.agg, spec.sep, spec.desc, spec.distinct, spec.bytewise = AggStringAgg, v.s, k.Desc, fc.AggDistinct, k.Bytewise
-	spec.call = arrayAggCall(fc, fc.AggOrder)
-	return spec, true, ""
-}
-
-// otherCollation reports a COLLATE other than "C" or "POSIX" in n.
-func otherCollation(n *pg.Node) bool {
-	found := false
-	inspect(n, func(x *pg.Node) bool {
-		if cc := x.GetCollateClause(); cc != nil && !bytewiseCollation(cc.Collname) {
-			found = true
-		}
-		return !found
-	})
-	return found
-}
-
-// arrayAggCall is pg_catalog.array_agg of fc's first argument, with fc's
-// DISTINCT and FILTER and the given ORDER BY.
-func arrayAggCall(fc *pg.FuncCall, order []*pg.Node) *pg.FuncCall {
-	c := proto.Clone(fc).(*pg.FuncCall)
-	c.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("array_agg")}
-	c.Args = c.Args[:1]
-	c.AggOrder = nil
-	for _, o := range order {
-		c.AggOrder = append(c.AggOrder, proto.Clone(o).(*pg.Node))
-	}
-	return c
-}
-
-// castOf maps a cast's type name to a Cast the merge computes.
-func castOf(tn *pg.TypeName) (Cast, bool) {
-	if tn == nil || len(tn.Names) == 0 || len(tn.Typmods) > 0 || len(tn.ArrayBounds) > 0 || tn.Setof || tn.PctType {
-		return 0, false
-	}
-	if len(tn.Names) > 1 && strName(tn.Names[0]) != "pg_catalog" {
-		return 0, false
-	}
-	switch strName(tn.Names[len(tn.Names)-1]) {
-	case "int2":
-		return CastInt2, true
-	case "int4":
-		return CastInt4, true
-	case "int8":
-		return CastInt8, true
-	case "numeric", "decimal":
-		return CastNumeric, true
-	case "float4":
-		return CastFloat4, true
-	case "float8":
-		return CastFloat8, true
-	case "text":
-		return CastText, true
-	}
-	return 0, false
-}
-
-// cond plans a HAVING condition over merged values.
-func (m *merger) cond(n *pg.Node) (*Cond, string) {
-	switch x := n.GetNode().(type) {
-	case *pg.Node_BoolExpr:
-		c := &Cond{}
-		switch x.BoolExpr.Boolop {
-		case pg.BoolExprType_AND_EXPR:
-			c.Op = CondAnd
-		case pg.BoolExprType_OR_EXPR:
-			c.Op = CondOr
-		case pg.BoolExprType_NOT_EXPR:
-			c.Op = CondNot
-		}
-		for _, arg := range x.BoolExpr.Args {
-			k, why := m.cond(arg)
-			if why != "" {
-				return nil, why
-			}
-			c.Kids = append(c.Kids, k)
-		}
-		return c, ""
-	case *pg.Node_NullTest:
-		l, why := m.operand(x.NullTest.Arg)
-		if why != "" {
-			return nil, why
-		}
-		op := CondIsNull
-		if x.NullTest.Nulltesttype == pg.NullTestType_IS_NOT_NULL {
-			op = CondNotNull
-		}
-		if x.NullTest.Argisrow {
-			return nil, "a row IS NULL test is not supported"
-		}
-		return &Cond{Op: op, L: l}, ""
-	case *pg.Node_AExpr:
-		ae := x.AExpr
-		if ae.Kind != pg.A_Expr_Kind_AEXPR_OP || len(ae.Name) == 0 || ae.Lexpr == nil {
-			return nil, exprText(n) + " is not a comparison"
-		}
-		if len(ae.Name) > 1 && strName(ae.Name[0]) != "pg_catalog" {
-			return nil, exprText(n) + " uses an operator pgshard does not evaluate"
-		}
-		op := strName(ae.Name[len(ae.Name)-1])
-		switch op {
-		case "=", "<>", "<", "<=", ">", ">=":
-		case "!=":
-			op = "<>"
-		default:
-			return nil, "the operator " + op + " is not evaluated by pgshard (it evaluates =, <>, <, <=, >, >=, AND, OR, NOT, IS [NOT] NULL)"
-		}
-		l, why := m.operand(ae.Lexpr)
-		if why != "" {
-			return nil, why
-		}
-		r, why := m.operand(ae.Rexpr)
-		if why != "" {
-			return nil, why
-		}
-		if l.Output < 0 && r.Output < 0 {
-			return nil, exprText(n) + " compares no merged value"
-		}
-		return &Cond{Op: CondCmp, Cmp: op, L: l, R: r}, ""
-	}
-	return nil, exprText(n) + " is not a comparison"
-}
-
-// operand plans one side of a HAVING comparison.
-func (m *merger) operand(n *pg.Node) (Operand, string) {
-	e := n
-	if c := e.GetAConst(); c != nil {
-		if c.Isnull {
-			return Operand{Output: -1, Null: true}, ""
-		}
-		v, _ := constVal(c)
-		switch v.kind {
-		case kInt:
-			return Operand{Output: -1, Const: strconv.FormatInt(v.i, 10), ConstKind: "int"}, ""
-		case kNum:
-			return Operand{Output: -1, Const: v.s, ConstKind: "numeric"}, ""
-		case kText:
-			return Operand{Output: -1, Const: v.s, ConstKind: "text"}, ""
-		}
-		return Operand{}, exprText(n) + " is a constant pgshard does not compare"
-	}
-	if pr := e.GetParamRef(); pr != nil {
-		return Operand{Output: -1, Param: int(pr.Number)}, ""
-	}
-	if e.GetTypeCast() != nil && !isAggregate(e.GetTypeCast().Arg) {
-		return Operand{}, exprText(n) + ": a cast in HAVING is evaluated only on an aggregate"
-	}
-	// A merged value: reuse a select-list column equal to it.
-	g := m.mp.merge.Groups
-	for i := 0; i < g.Visible; i++ {
-		if m.a.sameExpr(m.targets[i].Val, e) {
-			return Operand{Output: i}, ""
-		}
-	}
-	out, why := m.output(e, "", false)
-	if why != "" {
-		return Operand{}, why
-	}
-	g.Outputs = append(g.Outputs, out)
-	return Operand{Output: len(g.Outputs) - 1}, ""
-}
-
-// describe renders a condition for explanations.
-func (c *Cond) describe() string {
-	switch c.Op {
-	case CondAnd, CondOr:
-		var parts []string
-		for _, k := range c.Kids {
-			parts = append(parts, "("+k.describe()+")")
-		}
-		if c.Op == CondAnd {
-			return strings.Join(parts, " AND ")
-		}
-		return strings.Join(parts, " OR ")
-	case CondNot:
-		return "NOT (" + c.Kids[0].describe() + ")"
-	case CondIsNull:
-		return c.L.describe() + " IS NULL"
-	case CondNotNull:
-		return c.L.describe() + " IS NOT NULL"
-	}
-	return c.L.describe() + " " + c.Cmp + " " + c.R.describe()
-}
-
-func (o Operand) describe() string {
-	switch {
-	case o.Output >= 0:
-		return fmt.Sprintf("column %d", o.Output+1)
-	case o.Null:
-		return "NULL"
-	case o.Param > 0:
-		return "$" + strconv.Itoa(o.Param)
-	case o.ConstKind == "text":
-		return quoteKey(o.Const)
-	}
-	return o.Const
-}
-
 // finish builds the per-shard SQL and the plan.
 func (m *merger) finish() (*mergePlan, string) {
 	mp := &m.mp
 	if m.keepLimit && m.shard != nil {
-		m.shard.LimitCount, m.shard.LimitOffset, m.shard.LimitOption = m.s.LimitCount, m.s.LimitOffset, m.s.LimitOption
+		m.shard.LimitCount, m.shard.LimitOffset, m.shard.LimitOption = m.sel.s.LimitCount, m.sel.s.LimitOffset, m.sel.s.LimitOption
 	}
 	if m.shard != nil {
 		out, err := deparse(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: m.shard}})
@@ -1502,23 +697,23 @@ func (m *merger) finish() (*mergePlan, string) {
 		// With literal placeholders the per-shard SQL is not the text's:
 		// a text whose decision is this fan-out is analyzed in full
 		// (bindStatement).
-		mp.litFanout = m.a.lit != nil && (m.a.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
+		mp.litFanout = m.sel.rd.lit != nil && (m.sel.rd.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
 	}
-	if sp := m.a.split; sp != nil {
-		sqls, why := sp.shardSQL(m.clone(), len(m.a.r.m.Shards))
+	if sp := m.split; sp != nil {
+		sqls, why := sp.shardSQL(m.clone(), len(m.r.m.Shards))
 		if why != "" {
 			return nil, why
 		}
 		mp.merge.ShardSQL = sqls
-		m.desc = append(m.desc, sp.describe(m.a.r))
+		m.desc = append(m.desc, sp.describe(m.r))
 	}
 	switch {
 	case mp.merge.Groups != nil:
-		mp.merge.Hidden, mp.merge.Width = 0, len(m.hidden)
-	case m.starAt < len(m.targets):
+		mp.merge.Hidden, mp.merge.Width = 0, len(m.cols.hidden)
+	case m.sel.starAt < len(m.sel.targets):
 		mp.merge.Width = -1
 	default:
-		mp.merge.Width = len(m.targets) + mp.merge.Hidden
+		mp.merge.Width = len(m.sel.targets) + mp.merge.Hidden
 	}
 	mp.desc = strings.Join(m.desc, "; ")
 	return mp, ""
@@ -1561,48 +756,6 @@ func mustExpr(sql string) *pg.Node {
 	return res.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val
 }
 
-// sortColumn resolves an ORDER BY term to a select-list position, as
-// Postgres does: a position number, an output column name, or an
-// expression equal to a select-list entry. found is false (with no
-// reason) for another expression.
-func (a *analyzer) sortColumn(sb *pg.SortBy, targets []*pg.ResTarget, starAt int, t *topInfo) (int, bool, string) {
-	n := sb.Node
-	// x COLLATE "C" orders bytewise, which is how the engine merges text:
-	// resolve it as x. Any other collation would need the server's rules.
-	if cc := n.GetCollateClause(); cc != nil {
-		if !bytewiseCollation(cc.Collname) {
-			return 0, false, fmt.Sprintf("ORDER BY %s: only COLLATE \"C\" (bytewise) can be merged across shards", exprText(n))
-		}
-		n = cc.Arg
-	}
-	if a.lit.has(n) {
-		a.lit.taintf("a literal in ORDER BY (a constant there is a position)")
-	}
-	if c := n.GetAConst(); c != nil {
-		v, _ := constVal(c)
-		if v.kind != kInt || v.i < 1 || int(v.i) > len(targets) {
-			return 0, false, "ORDER BY " + exprText(n) + " is not a select-list position"
-		}
-		if int(v.i)-1 >= starAt {
-			return 0, false, "ORDER BY " + itoa(v.i) + " is a position after *: name the columns in the select list"
-		}
-		return int(v.i) - 1, true, ""
-	}
-	if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_() != nil {
-		if i := a.targetByName(targets[:starAt], strName(cr.Fields[0])); i >= 0 {
-			return i, true, ""
-		} else if i == -2 {
-			return 0, false, "ORDER BY " + exprText(n) + " is ambiguous"
-		}
-	}
-	for i := 0; i < starAt; i++ {
-		if a.sameExpr(n, targets[i].Val) || sameColumn(n, targets[i].Val, t) {
-			return i, true, ""
-		}
-	}
-	return 0, false, ""
-}
-
 // bytewiseCollation reports whether a COLLATE name (possibly
 // schema-qualified) is "C" or "POSIX": byte order, as the merge compares.
 func bytewiseCollation(name []*pg.Node) bool {
@@ -1611,49 +764,6 @@ func bytewiseCollation(name []*pg.Node) bool {
 	}
 	c := strName(name[len(name)-1])
 	return c == "C" || c == "POSIX"
-}
-
-// targetByName finds the select-list entry with output name name: its
-// index, -1 if none, -2 if several (that are not the same expression).
-func (a *analyzer) targetByName(targets []*pg.ResTarget, name string) int {
-	found := -1
-	for i, rt := range targets {
-		n := rt.Name
-		if n == "" {
-			n = colName(rt.Val)
-		}
-		if n != name {
-			continue
-		}
-		if found >= 0 && !a.sameExpr(targets[found].Val, rt.Val) {
-			return -2
-		}
-		if found < 0 {
-			found = i
-		}
-	}
-	return found
-}
-
-// sameColumn: e.id and id name the same column when the FROM has one item.
-func sameColumn(x, y *pg.Node, t *topInfo) bool {
-	cx, cy := x.GetColumnRef(), y.GetColumnRef()
-	if cx == nil || cy == nil || len(cx.Fields) == 0 || len(cy.Fields) == 0 {
-		return false
-	}
-	if strName(cx.Fields[len(cx.Fields)-1]) != strName(cy.Fields[len(cy.Fields)-1]) {
-		return false
-	}
-	return len(t.sc.items) == 1 && len(cx.Fields) <= 2 && len(cy.Fields) <= 2
-}
-
-// sameExpr is sameExpr for the analysis: comparing an expression that
-// holds a literal slot would compare placeholders, not the literals.
-func (a *analyzer) sameExpr(x, y *pg.Node) bool {
-	if a.lit.has(x) || a.lit.has(y) {
-		a.lit.taintf("an expression with a literal is compared with another (ORDER BY / GROUP BY / output names)")
-	}
-	return sameExpr(x, y)
 }
 
 // sameExpr compares two expressions, ignoring where they are in the text.
@@ -1804,159 +914,4 @@ func (mg *Merge) Describe() []string {
 		out = append(out, fmt.Sprintf("limit:         %d (after the merge)", mg.Limit))
 	}
 	return out
-}
-
-// uncovered says why some row of a FROM list may contain no row of a keyed
-// table ("" when every row contains one). Such a row does not depend on any
-// shard's data: every shard produces it, and the concatenated answer would
-// repeat it once per shard. A keyed table covers its rows; an inner or
-// cross join is covered when either side is, a LEFT JOIN when its left
-// side is, a RIGHT JOIN when its right side is, a FULL JOIN when both are;
-// a FROM list when any item is. VALUES, functions (generate_series,
-// unnest, ...), CTEs, derived tables and tables outside the sharding
-// schema cover nothing.
-func (a *analyzer) uncovered(from []*pg.Node, sc *scope) string {
-	if len(from) == 0 {
-		return "no FROM clause: its rows would repeat once per shard"
-	}
-	for _, f := range from {
-		if a.covered(f, sc) {
-			return ""
-		}
-	}
-	for _, f := range from {
-		if j := f.GetJoinExpr(); j != nil {
-			return "a row of " + joinWhat(j) + " would contain no row of a sharded table (" + a.uncoveredPart(f, sc) +
-				"), so every shard would produce it; pgshard answers a fan-out only when every row it returns comes from one shard"
-		}
-	}
-	return "the FROM clause has no sharded table that every row comes from (" + a.uncoveredPart(from[0], sc) +
-		" produces the same rows on every shard, which would repeat once per shard)"
-}
-
-func joinWhat(j *pg.JoinExpr) string {
-	switch j.Jointype {
-	case pg.JoinType_JOIN_LEFT:
-		return "the LEFT JOIN"
-	case pg.JoinType_JOIN_RIGHT:
-		return "the RIGHT JOIN"
-	case pg.JoinType_JOIN_FULL:
-		return "the FULL JOIN"
-	}
-	return "the join"
-}
-
-// uncoveredPart names the first FROM item that covers nothing.
-func (a *analyzer) uncoveredPart(n *pg.Node, sc *scope) string {
-	switch x := n.GetNode().(type) {
-	case *pg.Node_JoinExpr:
-		j := x.JoinExpr
-		if !a.covered(j.Larg, sc) {
-			return a.uncoveredPart(j.Larg, sc)
-		}
-		return a.uncoveredPart(j.Rarg, sc)
-	case *pg.Node_RangeVar:
-		rv := x.RangeVar
-		if rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
-			return "the CTE " + rv.Relname
-		}
-		return "the table " + rv.Relname + ", which is not sharded"
-	case *pg.Node_RangeSubselect:
-		if sel := x.RangeSubselect.Subquery.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 {
-			return "a VALUES list"
-		}
-		return "a derived table"
-	case *pg.Node_RangeFunction:
-		return "a function in FROM"
-	case *pg.Node_RangeTableSample:
-		return a.uncoveredPart(x.RangeTableSample.Relation, sc)
-	}
-	return "a FROM item"
-}
-
-// covered reports whether every row of FROM item n contains a row of a
-// keyed table.
-func (a *analyzer) covered(n *pg.Node, sc *scope) bool {
-	switch x := n.GetNode().(type) {
-	case *pg.Node_RangeVar:
-		rv := x.RangeVar
-		if rv.Schemaname == "" {
-			if d := sc.cte(rv.Relname); d != nil {
-				return d.sharded && d.localWhy == ""
-			}
-		}
-		return a.sc.tables[rv.Relname] != nil && !isCatalog(rv.Schemaname, rv.Relname)
-	case *pg.Node_RangeSubselect:
-		if a.split != nil && a.split.rs == x.RangeSubselect {
-			return true // each shard gets the rows whose key it owns
-		}
-		d := a.rangeSubs[x.RangeSubselect]
-		return d != nil && d.sharded && d.localWhy == ""
-	case *pg.Node_RangeFunction:
-		return a.split != nil && a.split.rf == x.RangeFunction // split by shard
-	case *pg.Node_RangeTableSample:
-		return a.covered(x.RangeTableSample.Relation, sc)
-	case *pg.Node_JoinExpr:
-		j := x.JoinExpr
-		switch j.Jointype {
-		case pg.JoinType_JOIN_INNER:
-			return a.covered(j.Larg, sc) || a.covered(j.Rarg, sc)
-		case pg.JoinType_JOIN_LEFT:
-			return a.covered(j.Larg, sc)
-		case pg.JoinType_JOIN_RIGHT:
-			return a.covered(j.Rarg, sc)
-		case pg.JoinType_JOIN_FULL:
-			return a.covered(j.Larg, sc) && a.covered(j.Rarg, sc)
-		}
-	}
-	return false
-}
-
-// windowsByKey reports whether every window function of s (select list,
-// ORDER BY) is PARTITION BY an expression that is a sharding key accepted by
-// isKey: every partition then lives on one shard, which computes the
-// window exactly.
-func (a *analyzer) windowsByKey(s *pg.SelectStmt, sc *scope, isKey func(*colOrigin) bool) bool {
-	named := map[string]*pg.WindowDef{}
-	for _, w := range s.WindowClause {
-		if wd := w.GetWindowDef(); wd != nil {
-			named[wd.Name] = wd
-		}
-	}
-	byKey := func(wd *pg.WindowDef) bool {
-		for i := 0; wd != nil && i < 8; i++ {
-			for _, p := range wd.PartitionClause {
-				if o, ok := a.keyOrigin(p, sc); ok && isKey(&o) {
-					return true
-				}
-			}
-			if wd.Refname == "" {
-				return false
-			}
-			wd = named[wd.Refname]
-		}
-		return false
-	}
-	ok := true
-	for _, w := range s.WindowClause {
-		if wd := w.GetWindowDef(); wd != nil && !byKey(wd) {
-			ok = false
-		}
-	}
-	inspectAll(append(slices.Clone(s.TargetList), s.SortClause...), func(n *pg.Node) bool {
-		if n.GetSubLink() != nil {
-			return false
-		}
-		if fc := n.GetFuncCall(); fc != nil && fc.Over != nil {
-			wd := fc.Over
-			if wd.Name != "" && len(wd.PartitionClause) == 0 && wd.Refname == "" {
-				wd = named[wd.Name] // OVER w
-			}
-			if !byKey(wd) {
-				ok = false
-			}
-		}
-		return ok
-	})
-	return ok
 }

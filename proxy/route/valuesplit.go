@@ -59,9 +59,10 @@ type valuesSplit struct {
 const splitMarker = "pgshard_split_rows"
 
 // splitValues returns the VALUES list of the top-level FROM that the
-// fan-out may split by shard, or nil.
-func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
-	if len(from) != 1 || a.r == nil || a.r.m == nil {
+// fan-out may split by shard, or nil. top is the top-level SELECT; lit
+// says which $n are literal slots (nil when the text is not normalized).
+func (cv *coverage) splitValues(from []*pg.Node, sc *scope, top *pg.SelectStmt, lit *litCtx) *valuesSplit {
+	if len(from) != 1 || cv.m == nil {
 		return nil
 	}
 	j := from[0].GetJoinExpr()
@@ -70,12 +71,12 @@ func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
 	}
 	try := func(vn, other *pg.Node, left bool) *valuesSplit {
 		rv := other.GetRangeVar()
-		if rv == nil || a.sc.tables[rv.Relname] == nil || isCatalog(rv.Schemaname, rv.Relname) ||
+		if rv == nil || cv.tables[rv.Relname] == nil || isCatalog(rv.Schemaname, rv.Relname) ||
 			rv.Schemaname == "" && sc.cte(rv.Relname) != nil {
 			return nil
 		}
 		if rf := vn.GetRangeFunction(); rf != nil {
-			return a.splitUnnest(rf, j.Quals, left, sc)
+			return cv.splitUnnest(rf, j.Quals, left, sc, top, lit)
 		}
 		rs := vn.GetRangeSubselect()
 		if rs == nil || rs.Lateral || rs.Alias == nil {
@@ -107,13 +108,13 @@ func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
 				}
 			}
 		}
-		col := a.splitColumn(j.Quals, rs.Alias.Aliasname, names, sc)
+		col := splitColumn(j.Quals, rs.Alias.Aliasname, names, sc)
 		if col < 0 {
 			return nil
 		}
 		sp := &valuesSplit{rs: rs, left: left, alias: rs.Alias.Aliasname, col: names[col]}
 		for _, row := range sel.ValuesLists {
-			if !a.placeRow(sp, row.GetList().GetItems()[col]) {
+			if !sp.place(row.GetList().GetItems()[col], lit, cv.m) {
 				return nil
 			}
 		}
@@ -133,21 +134,21 @@ func (a *analyzer) splitValues(from []*pg.Node, sc *scope) *valuesSplit {
 	return nil
 }
 
-// placeRow appends the shard of the row whose key is e to sp.owner: a
-// string constant's key's shard, the first shard for NULL (it matches
-// nothing). It reports false for any other key.
-func (a *analyzer) placeRow(sp *valuesSplit, e *pg.Node) bool {
-	if a.lit.has(e) {
+// place appends the shard (of map m) of the row whose key is e to
+// sp.owner: a string constant's key's shard, the first shard for NULL (it
+// matches nothing). It reports false for any other key.
+func (sp *valuesSplit) place(e *pg.Node, lit *litCtx, m *shardmap.Map) bool {
+	if lit.has(e) {
 		// The rows' shards depend on the literals' values.
-		a.lit.taintf("a VALUES list is split by the shards of its keys")
+		lit.taintf("a VALUES list is split by the shards of its keys")
 		return false
 	}
 	switch c := e.GetAConst(); {
 	case c != nil && c.Isnull:
 		sp.owner = append(sp.owner, 0)
 	case c != nil && c.GetSval() != nil:
-		b := shardmap.BucketText(c.GetSval().GetSval(), a.r.m.Buckets)
-		sp.owner = append(sp.owner, a.r.m.ShardIndexForBucket(b))
+		b := shardmap.BucketText(c.GetSval().GetSval(), m.Buckets)
+		sp.owner = append(sp.owner, m.ShardIndexForBucket(b))
 	default:
 		return false
 	}
@@ -158,7 +159,7 @@ func (a *analyzer) placeRow(sp *valuesSplit, e *pg.Node) bool {
 // one array of string constants (or NULL), a one-column alias, and no
 // whole-row reference to v (a function's whole row is its value; the
 // split list's would be a record).
-func (a *analyzer) splitUnnest(rf *pg.RangeFunction, quals *pg.Node, left bool, sc *scope) *valuesSplit {
+func (cv *coverage) splitUnnest(rf *pg.RangeFunction, quals *pg.Node, left bool, sc *scope, top *pg.SelectStmt, lit *litCtx) *valuesSplit {
 	if rf.Lateral || rf.Ordinality || rf.IsRowsfrom || len(rf.Functions) != 1 || len(rf.Coldeflist) > 0 ||
 		rf.Alias == nil || len(rf.Alias.Colnames) != 1 {
 		return nil
@@ -180,18 +181,18 @@ func (a *analyzer) splitUnnest(rf *pg.RangeFunction, quals *pg.Node, left bool, 
 	}
 	alias, col := rf.Alias.Aliasname, rf.Alias.Colnames[0].GetString_().GetSval()
 	whole := false
-	inspect(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: a.top.sel}}, func(n *pg.Node) bool {
+	inspect(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: top}}, func(n *pg.Node) bool {
 		if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_().GetSval() == alias {
 			whole = true
 		}
 		return !whole
 	})
-	if whole || a.splitColumn(quals, alias, []string{col}, sc) != 0 {
+	if whole || splitColumn(quals, alias, []string{col}, sc) != 0 {
 		return nil
 	}
 	sp := &valuesSplit{rf: rf, left: left, alias: alias, col: col}
 	for _, e := range arr.Elements {
-		if !a.placeRow(sp, e) {
+		if !sp.place(e, lit, cv.m) {
 			return nil
 		}
 	}
@@ -210,7 +211,7 @@ func constantEntry(n *pg.Node) bool {
 // splitColumn returns the index of the VALUES column (of alias, with the
 // given column names) that a conjunct of the join condition equates with a
 // text sharding key of the statement's top-level keyed table, -1 if none.
-func (a *analyzer) splitColumn(quals *pg.Node, alias string, names []string, sc *scope) int {
+func splitColumn(quals *pg.Node, alias string, names []string, sc *scope) int {
 	var conj []*pg.Node
 	if b := quals.GetBoolExpr(); b != nil && b.Boolop == pg.BoolExprType_AND_EXPR {
 		conj = b.Args
@@ -231,7 +232,7 @@ func (a *analyzer) splitColumn(quals *pg.Node, alias string, names []string, sc 
 		return -1
 	}
 	isKey := func(n *pg.Node) bool {
-		o, ok := a.keyOrigin(n, sc)
+		o, ok := sc.keyOrigin(n)
 		return ok && o.ref.sc == sc && o.typ() == KeyText
 	}
 	for _, c := range conj {
