@@ -179,15 +179,15 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 	}
-	s.bw = pgwire.AppendQuery(s.bw, replay)
-	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.bw = pgwire.AppendQuery(p.bw, replay)
+	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 	if p.swapMain {
 		// Its other shard's reads and this shard's write are one
 		// transaction only under READ COMMITTED.
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
-		s.bw = pgwire.AppendQuery(s.bw, isoCheckSQL)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
+		lo := len(p.lbuf)
+		p.lbuf = pgwire.AppendError(p.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+		p.bw = pgwire.AppendQuery(p.bw, isoCheckSQL)
+		p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf))})
 	}
 	p.explicit = true
 	p.tx = txBound
@@ -198,7 +198,7 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 // [assert]" (the COMMIT follows the pipeline).
 func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
 	s := p.s
-	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
 	bw = append(bw, "BEGIN;\n"...)
 	if len(pre.KV) > 0 {
 		bw = append(bw, pre.PreambleSQL()...)
@@ -210,8 +210,8 @@ func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey strin
 		bw = appendFenceSQL(bw, fenceKey)
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 	}
-	s.bw = pgwire.FinishMsg(append(bw, 0), sp)
-	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.bw = pgwire.FinishMsg(append(bw, 0), sp)
+	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 	p.wrap = true
 }
 

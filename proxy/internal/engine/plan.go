@@ -40,8 +40,9 @@ func txnControl(k route.Kind) bool {
 }
 
 // planner turns one pipeline (the extended-protocol messages up to Sync or
-// Flush) or one simple query into the bytes to send to a backend (s.bw) and
-// the items that say how to answer the client (s.items, s.lbuf). It
+// Flush) or one simple query into its plan value (planned, planned.go):
+// the bytes to send to a backend (bw) and the items that say how to
+// answer the client (items, lbuf). It
 // simulates the transaction state as it goes; the session's real state
 // changes only through item effects and the backend's final ReadyForQuery.
 //
@@ -63,8 +64,7 @@ func txnControl(k route.Kind) bool {
 // Still in planning, not yet in backendExec: a pgshard hint that moves a
 // soft transaction (hintAction), a session SET's validation on a shard
 // (setSessionAction) and pg_terminate_backend of a session (bindTerminate,
-// terminate.go); and the plan is written as it goes into the session's
-// buffers (s.bw, s.items, s.lbuf) that the exchange (exchange.go) runs.
+// terminate.go).
 type planner struct {
 	s   *Session
 	ctx context.Context
@@ -73,6 +73,11 @@ type planner struct {
 	// statements as the plan sees them (stmtbook.go)
 	txnSim
 	stmtBook
+	// planned is the plan's value: what the executor runs (planned.go).
+	planned
+	// pv and bv: the Parse and Bind being planned, decoded.
+	pv pgwire.ParseView
+	bv pgwire.BindView
 
 	// held: the session held a backend when the pipeline started (bound
 	// transaction or pinned pipeline).
@@ -157,7 +162,8 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 	}
 	p := s.plan
 	*p = planner{s: s, ctx: ctx, txnSim: txnSim{tx: s.tx, deferred: s.deferred, hint: s.hint},
-		stmtBook: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1}
+		stmtBook: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1,
+		planned: p.planned.reset(), pv: p.pv, bv: p.bv}
 	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.own == nil && !s.readers.any() && !s.hintBound
 	if s.bc != nil {
 		p.held = true
@@ -167,11 +173,6 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 		p.soft = s.soft
 		p.wrap = s.wrapped
 	}
-	s.items = s.items[:0]
-	s.lbuf = s.lbuf[:0]
-	s.bw = s.bw[:0]
-	s.bwHold = 0
-	s.portals = s.portals[:0]
 	return p
 }
 
@@ -443,26 +444,25 @@ func refusalError(r *route.Refusal) *pgwire.Error {
 // its transaction (explicit or implicit) is aborted at the same point by a
 // failing Parse, whose error is replaced by e.
 func (p *planner) fail(e *pgwire.Error, eff *effect) {
-	s := p.s
 	p.failed = true
 	if p.onTxnBackend() {
 		if !p.onBackend {
 			if be := p.exec().ensureBackend(p.shard, nil); be != nil {
-				lo := len(s.lbuf)
-				s.lbuf = pgwire.AppendError(s.lbuf, e)
-				s.addLocal(lo, eff)
+				lo := len(p.lbuf)
+				p.lbuf = pgwire.AppendError(p.lbuf, e)
+				p.addLocal(lo, eff)
 				return
 			}
 		}
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendError(s.lbuf, e)
+		lo := len(p.lbuf)
+		p.lbuf = pgwire.AppendError(p.lbuf, e)
 		if p.simple {
-			s.bw = pgwire.AppendQuery(s.bw, abortSQL)
-			s.items = append(s.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+			p.bw = pgwire.AppendQuery(p.bw, abortSQL)
+			p.items = append(p.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(p.lbuf)), eff: eff})
 			return
 		}
-		s.bw = pgwire.AppendParseMsg(s.bw, "", abortSQL, nil)
-		s.items = append(s.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+		p.bw = pgwire.AppendParseMsg(p.bw, "", abortSQL, nil)
+		p.items = append(p.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf)), eff: eff})
 		p.backendUnnamed = nil
 		return
 	}
@@ -470,9 +470,9 @@ func (p *planner) fail(e *pgwire.Error, eff *effect) {
 		p.tx = txFailed
 		eff = p.txEffect()
 	}
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendError(s.lbuf, e)
-	s.addLocal(lo, eff)
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendError(p.lbuf, e)
+	p.addLocal(lo, eff)
 }
 
 // answer emits a local action's answer (when it succeeded).
@@ -482,19 +482,19 @@ func (p *planner) answer(act action) {
 		p.fail(act.err, act.eff)
 		return
 	}
-	lo := len(s.lbuf)
+	lo := len(p.lbuf)
 	if act.notice != nil {
-		s.lbuf = pgwire.AppendNotice(s.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
+		p.lbuf = pgwire.AppendNotice(p.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
 	}
 	if act.empty {
-		s.lbuf = pgwire.AppendEmpty(s.lbuf, 'I')
+		p.lbuf = pgwire.AppendEmpty(p.lbuf, 'I')
 	} else {
-		s.lbuf = pgwire.AppendCommandComplete(s.lbuf, act.tag)
+		p.lbuf = pgwire.AppendCommandComplete(p.lbuf, act.tag)
 	}
 	if act.eff != nil && act.eff.kind == effSettings {
-		s.lbuf = s.appendSettingStatus(s.lbuf, act.eff)
+		p.lbuf = s.appendSettingStatus(p.lbuf, act.eff)
 	}
-	s.addLocal(lo, act.eff)
+	p.addLocal(lo, act.eff)
 }
 
 // replaySQL is the text that replays a deferred transaction: BEGIN and the
