@@ -661,7 +661,7 @@ func (p pipePlanner) execute(raw []byte) {
 	case pi != nil && pi.lead > 0:
 		p.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
-		p.answer(p.localAction(pi.vs.st))
+		p.answer(p.exec().take(p.localAction(pi.vs.st)))
 	case pi != nil || p.held:
 		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)

@@ -42,9 +42,9 @@ func txnControl(k route.Kind) bool {
 // planner turns one pipeline (the extended-protocol messages up to Sync or
 // Flush) or one simple query into its plan value (planned, planned.go):
 // the bytes to send to a backend (bw) and the items that say how to
-// answer the client (items, lbuf). It
-// simulates the transaction state as it goes; the session's real state
-// changes only through item effects and the backend's final ReadyForQuery.
+// answer the client (items, lbuf), or a fan-out (fan). It simulates the
+// transaction state as it goes; the session's real state changes only
+// through item effects and the backend's final ReadyForQuery.
 //
 // Its parts, one concern each:
 //
@@ -59,12 +59,20 @@ func txnControl(k route.Kind) bool {
 //	stmtBook      (stmtbook.go)    prepared statements as the plan sees them
 //	backendExec   (backendexec.go) the I/O: carries a routePlan out
 //	                               (acquire, readers, replay, soft moves,
-//	                               the fence's probe and asserts)
+//	                               the fence's probe and asserts) and an
+//	                               action's step (take: the ROLLBACK of a
+//	                               soft move, a session SET's probe)
 //
-// Still in planning, not yet in backendExec: a pgshard hint that moves a
-// soft transaction (hintAction), a session SET's validation on a shard
-// (setSessionAction) and pg_terminate_backend of a session (bindTerminate,
-// terminate.go).
+// The proxy's own answers are values: localAction returns an action,
+// with the I/O it needs first as its step (actionStep: stepMoveSoft,
+// stepProbeSet), which the caller hands to the executor (take) before
+// answering. Still interleaved with planning: the executor's run and
+// ensureBackend, called as soon as a statement needs its backend (a
+// later message of the pipeline is planned for that backend: its
+// statement cache, sendParse), a read of every shard in the middle of a
+// transaction block's pipeline (runPipeline runs it, then plans the
+// rest afresh), and pg_terminate_backend of a session (bindTerminate,
+// terminate.go: whether the call is the proxy's is known by running it).
 type planner struct {
 	s   *Session
 	ctx context.Context
@@ -199,13 +207,49 @@ func (p *planner) isLocal(a *route.Statement) bool {
 	return false
 }
 
-// action is the proxy's own answer to a statement.
+// action is the proxy's own answer to a statement. With a step, it is
+// the answer planned for the step's success: the executor
+// (backendExec.take) does the step's I/O first and answers with what it
+// found (planning does none).
 type action struct {
 	notice *pgwire.Error // a WARNING Postgres would have sent first
 	tag    string        // CommandComplete tag
 	empty  bool          // EmptyQueryResponse instead of a tag
 	err    *pgwire.Error
 	eff    *effect
+	step   *actionStep
+}
+
+// stepKind is the I/O an action needs before its answer.
+type stepKind uint8
+
+const (
+	// stepMoveSoft: a pgshard hint names another shard than the soft
+	// transaction's (only table-less reads ran on its backend): the
+	// executor rolls that backend's transaction back and releases it;
+	// the plan already goes on with the transaction deferred.
+	stepMoveSoft stepKind = iota + 1
+	// stepProbeSet: a session SET is validated by running it on a shard
+	// in a transaction rolled back (Session.probeSet): on the
+	// pipeline's backend (on), or any shard's when on is nil. Its
+	// answer (the canonical value, Postgres's error) is the action's.
+	stepProbeSet
+)
+
+// actionStep is the I/O step of an action (action.step).
+type actionStep struct {
+	kind stepKind
+	// stepMoveSoft: from is the soft transaction's shard, to the hint's;
+	// hint is the simulated hint before the action (the plan's state if
+	// the move fails).
+	from, to, hint int
+	// stepProbeSet: the SET statement, its setting's name (lower case),
+	// the answer's tag (SET or RESET) and the backend it runs on (nil:
+	// any shard's).
+	st   *route.Statement
+	name string
+	tag  string
+	on   *backend.Conn
 }
 
 // localAction answers a statement isLocal accepted, advancing the
@@ -326,25 +370,37 @@ func (p *planner) hintAction(a *route.Statement) action {
 	if p.tx == txIdle && !p.onTxnBackend() {
 		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 	}
+	var step *actionStep
 	if p.onTxnBackend() {
 		if shard != p.shard {
 			if !(p.soft && p.held && !p.onBackend) {
 				return action{err: p.crossShard(shard, p.shard, reason)}
 			}
-			// Only table-less reads ran so far: move to the hint's shard.
-			if e := p.exec().moveSoft(); e != nil {
-				return action{err: e}
-			}
+			// Only table-less reads ran so far: move to the hint's shard
+			// (the executor rolls the backend back: stepMoveSoft).
+			step = &actionStep{kind: stepMoveSoft, from: p.shard, to: shard, hint: p.hint}
+			p.leaveSoft()
 		} else {
 			p.soft = false
 			return action{tag: "SET"}
 		}
 	}
 	if p.hint >= 0 && p.hint != shard {
-		return p.failLocal(p.crossShard(shard, p.hint, reason))
+		act := p.failLocal(p.crossShard(shard, p.hint, reason))
+		act.step = step
+		return act
 	}
 	p.hint = shard
-	return action{tag: "SET", eff: p.txEffect()}
+	return action{tag: "SET", eff: p.txEffect(), step: step}
+}
+
+// leaveSoft is the plan's side of moving a soft transaction off its
+// backend: the transaction is deferred again, to be replayed elsewhere
+// (the executor's side: backendExec.moveSoft).
+func (p *planner) leaveSoft() {
+	p.held, p.bc, p.soft = false, nil, false
+	p.tx = txDeferred
+	p.explicit = false
 }
 
 // target decides the shard of a statement that runs on a backend, or a

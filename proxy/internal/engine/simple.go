@@ -30,6 +30,13 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 			return nil
 		}
 	}
+	return s.finish(s.planQuery(ctx, msg, as, err), 'Q')
+}
+
+// planQuery plans the Query message msg, its statements as (or err, the
+// analyzer's error): its plan (planner.planned, or planner.fan) is what
+// finish runs.
+func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error) *planner {
 	p := queryPlanner{s.newPlanner(ctx)}
 	p.simple = true
 	switch {
@@ -41,7 +48,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	default:
 		p.simpleMulti(msg, as)
 	}
-	return s.finish(p.planner, 'Q')
+	return p.planner
 }
 
 // queryPlanner is the planner of a simple Query message: one statement
@@ -85,7 +92,7 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 			p.endQuery()
 			return
 		}
-		p.answer(p.localAction(a))
+		p.answer(p.exec().take(p.localAction(a)))
 		p.endQuery()
 		return
 	}
@@ -304,7 +311,7 @@ func (p queryPlanner) multiLocal(as []*route.Statement) {
 			p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
 			break
 		}
-		act := p.localAction(a)
+		act := p.exec().take(p.localAction(a))
 		p.answer(act)
 		if act.err != nil {
 			break
