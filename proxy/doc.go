@@ -35,7 +35,7 @@
 //	                  │                    once per text (pg_query), routes with Bind params
 //	                  │  txn engine: idle ─BEGIN▶ deferred ─key▶ bound(shard)
 //	                  │              deferred ─error▶ failed ─ROLLBACK▶ idle
-//	                  │  emits: bytes for one backend write (s.bw) and ordered
+//	                  │  emits a plan value (engine/planned.go): bytes for one backend write and ordered
 //	                  │  items: local answers | backend responses to forward or
 //	                  │  swallow | errors replacing an abort
 //	                  ▼

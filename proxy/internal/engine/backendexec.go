@@ -14,10 +14,12 @@ import (
 // any shard would do), takes a reader for the transaction, replays a
 // deferred transaction's start, moves a soft transaction (a ROLLBACK on
 // its backend), demotes the transaction's backend to a reader, probes
-// and asserts the map fence (fence.go, fenceretry.go). The planner's
-// other parts (router.go, txnsim.go, stmtbook.go) do none of this; the
-// extended-protocol and simple-query planners call it through
-// planner.exec where a statement needs its backend.
+// and asserts the map fence (fence.go, fenceretry.go), and takes the
+// I/O step of a local action (take: a soft move's ROLLBACK, a session
+// SET's probe). The planner's other parts (plan.go, router.go,
+// txnsim.go, stmtbook.go) do none of this; the extended-protocol and
+// simple-query planners call it through planner.exec where a statement
+// needs its backend or an action has a step.
 type backendExec struct{ *planner }
 
 // exec is the planner's executor side.
@@ -179,15 +181,15 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 	}
-	s.bw = pgwire.AppendQuery(s.bw, replay)
-	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.bw = pgwire.AppendQuery(p.bw, replay)
+	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 	if p.swapMain {
 		// Its other shard's reads and this shard's write are one
 		// transaction only under READ COMMITTED.
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendError(s.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
-		s.bw = pgwire.AppendQuery(s.bw, isoCheckSQL)
-		s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf))})
+		lo := len(p.lbuf)
+		p.lbuf = pgwire.AppendError(p.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+		p.bw = pgwire.AppendQuery(p.bw, isoCheckSQL)
+		p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf))})
 	}
 	p.explicit = true
 	p.tx = txBound
@@ -198,7 +200,7 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 // [assert]" (the COMMIT follows the pipeline).
 func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
 	s := p.s
-	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
 	bw = append(bw, "BEGIN;\n"...)
 	if len(pre.KV) > 0 {
 		bw = append(bw, pre.PreambleSQL()...)
@@ -210,24 +212,50 @@ func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey strin
 		bw = appendFenceSQL(bw, fenceKey)
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 	}
-	s.bw = pgwire.FinishMsg(append(bw, 0), sp)
-	s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.bw = pgwire.FinishMsg(append(bw, 0), sp)
+	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 	p.wrap = true
 }
 
 // moveSoft rolls back a soft transaction (it ran only table-less reads)
 // and makes the transaction deferred again, to be replayed elsewhere.
 func (p backendExec) moveSoft() *pgwire.Error {
+	from := p.shard
+	p.leaveSoft()
+	return p.rollbackSoft(from)
+}
+
+// rollbackSoft is the I/O of moving a soft transaction off its backend
+// (of shard from): a ROLLBACK there, and the backend released.
+func (p backendExec) rollbackSoft(from int) *pgwire.Error {
 	s := p.s
-	bc := s.bc
-	_, err := bc.RunSimple(p.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
+	_, err := s.bc.RunSimple(p.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
 	s.soft = false
-	p.held, p.bc, p.soft = false, nil, false
-	p.tx = txDeferred
-	p.explicit = false
 	if err != nil {
-		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.gen.shardName(p.shard), err))
+		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.gen.shardName(from), err))
 	}
 	return nil
+}
+
+// take carries out the I/O step of a local action (action.step), if it
+// has one, and returns the answer: the planned one when the step
+// succeeded, else the step's error or finding.
+func (p backendExec) take(act action) action {
+	st := act.step
+	if st == nil {
+		return act
+	}
+	act.step = nil
+	switch st.kind {
+	case stepMoveSoft:
+		if e := p.rollbackSoft(st.from); e != nil {
+			p.tx, p.hint = txDeferred, st.hint // as the move left it
+			return action{err: e}
+		}
+		return act
+	case stepProbeSet:
+		return p.probeSet(st)
+	}
+	return action{err: pgwire.NewError(pgwire.CodeInternalError, "pgshard planned an unknown step")}
 }

@@ -43,14 +43,19 @@
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
 //	                 (pipePlanner); both over the shared planner state
-//	  plan.go        planner: route.Statement → items and the bytes of one
-//	                 backend write; router.go: the routing decision as a
+//	  plan.go        planner: route.Statement → the plan value (planned.go:
+//	                 the items, the local answers and the bytes of one
+//	                 backend write, which the exchange runs) and the
+//	                 proxy's own answers as action values (their I/O a
+//	                 step: a soft move's ROLLBACK, a session SET's probe);
+//	                 router.go: the routing decision as a
 //	                 routePlan value (no I/O); txnsim.go: txnSim, the
 //	                 plan's simulation of the transaction (txnstate.go)
 //	                 and its local answers; stmtbook.go: prepared statements as
 //	                 the plan sees them; backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
-//	                 a soft transaction) that carries the plan out
+//	                 a soft transaction, an action's step) that carries
+//	                 the plan out
 //	  fanout.go      statements of every shard: fanPlan, the planner's
 //	                 fan-out, and fanExec, made per fan-out, that carries
 //	                 it out (reads merged by internal/merge) and sees the

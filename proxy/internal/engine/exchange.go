@@ -16,7 +16,7 @@ import (
 type itemKind uint8
 
 const (
-	itLocal      itemKind = iota // answer from s.lbuf[lo:hi], apply eff
+	itLocal      itemKind = iota // answer from lbuf[lo:hi], apply eff
 	itParse                      // ParseComplete
 	itBind                       // BindComplete
 	itDescStmt                   // ParameterDescription + RowDescription/NoData
@@ -26,7 +26,7 @@ const (
 	itFlush                      // nothing
 	itSync                       // ReadyForQuery
 	itQuery                      // everything up to ReadyForQuery
-	itAbort                      // an injected failing Parse: its error is replaced by s.lbuf[lo:hi]
+	itAbort                      // an injected failing Parse: its error is replaced by lbuf[lo:hi]
 	itLead                       // a fan-out lead (fanlead.go): p.fan.leads[lo], answered by fanExec.run
 	// itQueryHead: the fence's assert inlined first in the client's query
 	// string (appendClientQuery): its answers up to its CommandComplete,
@@ -45,7 +45,7 @@ const (
 	fRFQ                              // forward this item's ReadyForQuery (the client's)
 	fReplay                           // the replay of a deferred transaction
 	fClientPart                       // client's message after a replay: drop a 25P02 caused by a failed replay
-	fReplaceErr                       // replace the backend error by s.lbuf[lo:hi]
+	fReplaceErr                       // replace the backend error by lbuf[lo:hi]
 	fDropNoData                       // drop a NoData answer (Describe sent for the proxy's own use)
 	// fStale: a Bind of a statement the client prepared before a schema
 	// change the proxy saw. The proxy parsed its text again, so Postgres
@@ -73,12 +73,6 @@ type item struct {
 	posShift int32
 }
 
-// addLocal appends a local item answering with the bytes appended to
-// s.lbuf since lo.
-func (s *Session) addLocal(lo int, eff *effect) {
-	s.items = append(s.items, item{kind: itLocal, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
-}
-
 // exchangeResult says how an exchange ended.
 type exchangeResult struct {
 	// status is the last backend ReadyForQuery status (0 if none was read).
@@ -93,12 +87,12 @@ type exchangeResult struct {
 	fence bool
 }
 
-// runExchange sends s.bw to bc and answers s's client item by item
-// (s.items): one exchange. explicit: the client's transaction is
+// runExchange runs the plan pl: sends pl.bw to bc and answers s's client
+// item by item (pl.items): one exchange. explicit: the client's transaction is
 // explicit (a lost backend fails it). It returns an error only when the
 // client connection failed.
-func runExchange(s *Session, bc *backend.Conn, explicit bool) (exchangeResult, error) {
-	x := exchanger{s: s, bc: bc, explicit: explicit}
+func runExchange(s *Session, pl *planned, bc *backend.Conn, explicit bool) (exchangeResult, error) {
+	x := exchanger{s: s, pl: pl, bc: bc, explicit: explicit}
 	return x.run()
 }
 
@@ -111,12 +105,12 @@ func (x *exchanger) run() (exchangeResult, error) {
 	// answered (planner.holdCommit).
 	var rest []byte
 	restItem := -1
-	out := s.bw
-	if h := s.bwHold; h > 0 && h < len(s.bw) {
-		rest = append([]byte(nil), s.bw[h:]...)
-		out, restItem = s.bw[:h], s.bwHoldItem
+	out := x.pl.bw
+	if h := x.pl.bwHold; h > 0 && h < len(x.pl.bw) {
+		rest = append([]byte(nil), x.pl.bw[h:]...)
+		out, restItem = x.pl.bw[:h], x.pl.bwHoldItem
 	}
-	s.bwHold = 0
+	x.pl.bwHold = 0
 	var err error
 	if rest != nil {
 		err = bc.Write(out)
@@ -124,12 +118,12 @@ func (x *exchanger) run() (exchangeResult, error) {
 		err = bc.Send(out) // written by the first read: one syscall less
 	}
 	if err != nil {
-		s.bw = s.bw[:0]
+		x.pl.bw = x.pl.bw[:0]
 		return x.backendLost(err)
 	}
-	s.bw = s.bw[:0]
-	for i := range s.items {
-		it := &s.items[i]
+	x.pl.bw = x.pl.bw[:0]
+	for i := range x.pl.items {
+		it := &x.pl.items[i]
 		if rest != nil && i >= restItem && it.kind != itLocal {
 			if err := bc.Write(rest); err != nil {
 				return x.backendLost(err)
@@ -138,7 +132,7 @@ func (x *exchanger) run() (exchangeResult, error) {
 		}
 		if it.kind == itLocal {
 			if !x.errored && !x.res.fence {
-				s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+				s.out = append(s.out, x.pl.lbuf[it.lo:it.hi]...)
 				s.apply(it.eff)
 			}
 			continue
@@ -169,12 +163,13 @@ func (x *exchanger) run() (exchangeResult, error) {
 }
 
 // exchanger is one exchange with one backend (runExchange): the session
-// whose planned items it answers (s.items, their local answers in s.lbuf,
-// s.bw the bytes sent), whose client it writes to and whose state the
+// whose plan pl it runs (pl.items, their local answers in pl.lbuf, pl.bw
+// the bytes sent), whose client it writes to and whose state the
 // answers' effects and a lost backend change; the backend bc; and its
 // progress through the items.
 type exchanger struct {
 	s        *Session
+	pl       *planned
 	bc       *backend.Conn
 	explicit bool
 	res      exchangeResult
@@ -198,7 +193,7 @@ func (x *exchanger) stop(res exchangeResult, err error) (bool, error) {
 // failed.
 func (x *exchanger) readItem(i int) (end bool, err error) {
 	s, bc := x.s, x.bc
-	it := &s.items[i]
+	it := &x.pl.items[i]
 	for done := false; !done; {
 		if len(s.out) > 64*1024 && !x.res.fence {
 			x.flushed = true
@@ -270,12 +265,12 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 // has no further responses (the backend skips to Sync).
 func (x *exchanger) itemError(i int, msg []byte) (done, end bool, err error) {
 	s, bc := x.s, x.bc
-	it := &s.items[i]
+	it := &x.pl.items[i]
 	x.res.errored = true
 	code := pgwire.ErrorField(msg, 'C')
 	bc.Pool.Stats.NoteError(code)
 	fatalErr := pgwire.ErrorField(msg, 'S') == "FATAL"
-	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && code == CodeFenceRefused && s.fretry.retryable(s, i, msg) {
+	if it.flags&fFence != 0 && !x.res.fence && !x.flushed && code == CodeFenceRefused && s.fretry.retryable(s, x.pl.items[:i], msg) {
 		// Read the rest (the transaction is aborted), forward
 		// nothing of it, and run the client's message again.
 		x.res.fence = true
@@ -318,7 +313,7 @@ func (x *exchanger) forwardError(it *item, msg []byte, code string, fatalErr boo
 	s := x.s
 	switch {
 	case it.flags&fReplaceErr != 0:
-		s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+		s.out = append(s.out, x.pl.lbuf[it.lo:it.hi]...)
 	case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
 		s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
 	case x.replayFailed && it.flags&fClientPart != 0 && code == pgwire.CodeInFailedTransaction:
@@ -475,13 +470,13 @@ func (x *exchanger) copyIn() error {
 			bc.Broken = true
 			return errClientTerminated
 		}
-		s.bw = append(s.bw, msg...)
-		if typ == 'c' || typ == 'f' || len(s.bw) > 256*1024 {
-			if err := bc.Write(s.bw); err != nil {
-				s.bw = s.bw[:0]
+		x.pl.bw = append(x.pl.bw, msg...)
+		if typ == 'c' || typ == 'f' || len(x.pl.bw) > 256*1024 {
+			if err := bc.Write(x.pl.bw); err != nil {
+				x.pl.bw = x.pl.bw[:0]
 				return nil // the read side reports the loss
 			}
-			s.bw = s.bw[:0]
+			x.pl.bw = x.pl.bw[:0]
 			if typ != 'c' && typ != 'f' {
 				if cut, err := x.copyFailed(); err != nil || cut {
 					return err

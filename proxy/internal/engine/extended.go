@@ -37,9 +37,9 @@ type portalInfo struct {
 type pipePlanner struct{ *planner }
 
 func (p pipePlanner) portal(name []byte) *portalInfo {
-	for i := len(p.s.portals) - 1; i >= 0; i-- {
-		if p.s.portals[i].name == string(name) {
-			return &p.s.portals[i]
+	for i := len(p.portals) - 1; i >= 0; i-- {
+		if p.portals[i].name == string(name) {
+			return &p.portals[i]
 		}
 	}
 	return nil
@@ -139,33 +139,33 @@ func (s *Session) runPipeline(ctx context.Context) error {
 
 func (p pipePlanner) parse(raw []byte) {
 	s := p.s
-	if err := s.pv.Decode(raw); err != nil {
+	if err := p.pv.Decode(raw); err != nil {
 		p.protoErr = err
 		return
 	}
-	a, err := s.gen.Config.Analyzer.AnalyzeBytes(s.pv.Query)
+	a, err := s.gen.Config.Analyzer.AnalyzeBytes(p.pv.Query)
 	if err != nil {
 		p.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
 		return
 	}
 	var vs *vstmt
 	var eff *effect
-	if len(s.pv.Name) == 0 {
+	if len(p.pv.Name) == 0 {
 		vs = s.unnamed
-		if vs == nil || vs.st != a || !equalOids(vs.oids, s.pv.Oids) {
-			vs = newVstmt("", a, s.pv.Oids)
+		if vs == nil || vs.st != a || !equalOids(vs.oids, p.pv.Oids) {
+			vs = newVstmt("", a, p.pv.Oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.epoch = s.gen.StmtEpoch.Load()
 		vs.cacheUnnamed = s.gen.Config.UnnamedStatements == UnnamedCached && s.gen.Config.StatementCacheSize > 0 &&
 			a.Kind == route.KindOther && a.ParseError == "" && s.own == nil && a.MarkUnnamed()
 	} else {
-		name := string(s.pv.Name)
-		if p.lookup(s.pv.Name) != nil {
+		name := string(p.pv.Name)
+		if p.lookup(p.pv.Name) != nil {
 			p.fail(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
 			return
 		}
-		vs = newVstmt(name, a, s.pv.Oids)
+		vs = newVstmt(name, a, p.pv.Oids)
 		vs.epoch = s.gen.StmtEpoch.Load()
 		p.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
@@ -178,12 +178,12 @@ func (p pipePlanner) parse(raw []byte) {
 				return
 			}
 			eff.real, vs.realOn = p.bc, p.bc // later messages of the pipeline use it
-			s.bw = append(s.bw, raw...)
-			s.items = append(s.items, item{kind: itParse, eff: eff})
+			p.bw = append(p.bw, raw...)
+			p.items = append(p.items, item{kind: itParse, eff: eff})
 			return
 		}
 	}
-	if a.ParseError != "" || (p.onBackend && len(s.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.Stmts != nil)) {
+	if a.ParseError != "" || (p.onBackend && len(p.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.Stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
 		if !p.onBackend {
 			rp := p.target(a, route.Dest{Kind: route.DestAny})
@@ -196,19 +196,19 @@ func (p pipePlanner) parse(raw []byte) {
 				return
 			}
 		}
-		if len(s.pv.Name) == 0 {
-			s.bw = append(s.bw, raw...)
+		if len(p.pv.Name) == 0 {
+			p.bw = append(p.bw, raw...)
 		} else {
-			s.bw = pgwire.AppendParseMsg(s.bw, "", a.SQL, vs.oids)
+			p.bw = pgwire.AppendParseMsg(p.bw, "", a.SQL, vs.oids)
 		}
-		s.items = append(s.items, item{kind: itParse, eff: eff})
+		p.items = append(p.items, item{kind: itParse, eff: eff})
 		p.backendUnnamed = vs
 		return
 	}
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendEmpty(s.lbuf, '1')
-	s.addLocal(lo, eff)
-	p.pendingParse, p.pendingRaw, p.pendingVs = len(s.items)-1, raw, vs
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendEmpty(p.lbuf, '1')
+	p.addLocal(lo, eff)
+	p.pendingParse, p.pendingRaw, p.pendingVs = len(p.items)-1, raw, vs
 }
 
 func equalOids(a, b []uint32) bool {
@@ -246,31 +246,31 @@ func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 		}
 		cs := c.Get(vs.cacheKey)
 		for _, old := range c.Evicted {
-			s.bw = pgwire.AppendClose(s.bw, 'S', old)
-			s.items = append(s.items, item{kind: itClose, flags: fSwallow})
+			p.bw = pgwire.AppendClose(p.bw, 'S', old)
+			p.items = append(p.items, item{kind: itClose, flags: fSwallow})
 		}
 		c.Evicted = c.Evicted[:0]
 		if cs == nil {
 			cs = c.Add(vs.cacheKey)
-			s.bw = pgwire.AppendParseMsg(s.bw, cs.Name, vs.st.SQL, vs.oids)
-			s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
+			p.bw = pgwire.AppendParseMsg(p.bw, cs.Name, vs.st.SQL, vs.oids)
+			p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
 		return cs.Name, cs
 	}
-	if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == s.unnamed && vs.name == "" {
+	if p.pendingParse >= 0 && p.pendingParse == len(p.items)-1 && vs == s.unnamed && vs.name == "" {
 		// The client's unnamed Parse was the previous message: send it as is.
-		s.items[p.pendingParse] = item{kind: itParse}
-		s.bw = append(s.bw, p.pendingRaw...)
-	} else if p.pendingParse >= 0 && p.pendingParse == len(s.items)-1 && vs == p.pendingVs && vs.name != "" {
+		p.items[p.pendingParse] = item{kind: itParse}
+		p.bw = append(p.bw, p.pendingRaw...)
+	} else if p.pendingParse >= 0 && p.pendingParse == len(p.items)-1 && vs == p.pendingVs && vs.name != "" {
 		// The client's named Parse was the previous message: the backend
 		// parses it (as the unnamed statement) and its ParseComplete — or
 		// its error, without a ParseComplete — is the client's answer.
-		eff := s.items[p.pendingParse].eff
-		s.items[p.pendingParse] = item{kind: itParse, eff: eff}
-		s.bw = pgwire.AppendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
+		eff := p.items[p.pendingParse].eff
+		p.items[p.pendingParse] = item{kind: itParse, eff: eff}
+		p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
 	} else {
-		s.bw = pgwire.AppendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
-		s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
+		p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
+		p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	}
 	p.pendingParse = -1
 	p.backendUnnamed = vs
@@ -282,7 +282,7 @@ func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 // for the backend of the shard it routes to with its parameters.
 func (p pipePlanner) bind(raw []byte, idx int) {
 	s := p.s
-	bv := &s.bv
+	bv := &p.bv
 	if err := bv.Decode(raw); err != nil {
 		p.protoErr = err
 		return
@@ -330,7 +330,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		// the transaction, on every backend it uses: they are repeated on
 		// the others (replaySQL), and ahead of a read of every shard in
 		// this pipeline they run on every shard first (a lead).
-		replay, e := settingsReplay(a, &s.bv, vs.oids)
+		replay, e := settingsReplay(a, &p.bv, vs.oids)
 		if e != nil {
 			p.fail(e, nil)
 			return
@@ -366,19 +366,18 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 // bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
 // with its BindComplete.
 func (p pipePlanner) bindLocal(pi portalInfo) {
-	s := p.s
-	s.portals = append(s.portals, pi)
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendEmpty(s.lbuf, '2')
-	s.addLocal(lo, nil)
+	p.portals = append(p.portals, pi)
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendEmpty(p.lbuf, '2')
+	p.addLocal(lo, nil)
 }
 
-// bindTerminate answers a Bind (decoded in s.bv) of a
+// bindTerminate answers a Bind (decoded in p.bv) of a
 // pg_terminate_backend/pg_cancel_backend call of sessions' PIDs
 // (terminate.go), running it; it reports whether the statement was one.
 func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	s := p.s
-	bv := &s.bv
+	bv := &p.bv
 	c := parseTerminate(pi.vs.st, bv.Params, bv.Formats)
 	if c == nil || !c.run(p.ctx, s) {
 		return false
@@ -396,12 +395,12 @@ func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	return true
 }
 
-// bindOnBackend writes the Bind raw (decoded in s.bv) of portal pi for
+// bindOnBackend writes the Bind raw (decoded in p.bv) of portal pi for
 // the pipeline's backend, preceded by the Parse of its statement that
 // backend needs.
 func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	s := p.s
-	bv := &s.bv
+	bv := &p.bv
 	vs := pi.vs
 	a := vs.st
 	p.recordSoft(a)
@@ -411,16 +410,16 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	p.setAhead = p.setAhead || setsOnlyLocal(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.Stmt) == 0 && name == "" {
-		s.bw = append(s.bw, raw...)
+		p.bw = append(p.bw, raw...)
 	} else {
-		s.bw = pgwire.AppendBindAs(s.bw, raw, bv, name)
+		p.bw = pgwire.AppendBindAs(p.bw, raw, bv, name)
 	}
 	var fl itemFlags
 	if vs.epoch != s.gen.StmtEpoch.Load() {
 		fl = fStale
 	}
-	s.items = append(s.items, item{kind: itBind, cs: cs, flags: fl})
-	s.portals = append(s.portals, pi)
+	p.items = append(p.items, item{kind: itBind, cs: cs, flags: fl})
+	p.portals = append(p.portals, pi)
 }
 
 // recordSoft keeps the SET LOCAL and savepoint commands a transaction
@@ -441,8 +440,8 @@ func (p *planner) recordSoft(a *route.Statement) {
 			d.savepoint = a.SavepointName
 		}
 		p.addDeferred(d)
-		lo := len(p.s.lbuf)
-		p.s.addLocal(lo, p.txEffectKeep())
+		lo := len(p.lbuf)
+		p.addLocal(lo, p.txEffectKeep())
 		return
 	case route.KindCommit, route.KindRollback:
 		if inTxn && len(p.deferred) > 0 {
@@ -451,8 +450,8 @@ func (p *planner) recordSoft(a *route.Statement) {
 				keep = []deferredStmt{p.deferred[0]}
 			}
 			p.setDeferred(keep)
-			lo := len(p.s.lbuf)
-			p.s.addLocal(lo, p.txEffectKeep())
+			lo := len(p.lbuf)
+			p.addLocal(lo, p.txEffectKeep())
 		}
 	}
 	if !p.soft {
@@ -490,10 +489,10 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			return
 		}
 		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
-			lo := len(s.lbuf)
-			s.lbuf = appendParamDesc(s.lbuf, vs)
-			s.lbuf = pgwire.AppendEmpty(s.lbuf, 'n')
-			s.addLocal(lo, nil)
+			lo := len(p.lbuf)
+			p.lbuf = appendParamDesc(p.lbuf, vs)
+			p.lbuf = pgwire.AppendEmpty(p.lbuf, 'n')
+			p.addLocal(lo, nil)
 			return
 		}
 		if !p.onBackend {
@@ -518,8 +517,8 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			}
 		}
 		bname, cs := p.sendParse(vs)
-		s.bw = pgwire.AppendDescribe(s.bw, 'S', bname)
-		s.items = append(s.items, item{kind: itDescStmt, cs: cs})
+		p.bw = pgwire.AppendDescribe(p.bw, 'S', bname)
+		p.items = append(p.items, item{kind: itDescStmt, cs: cs})
 		return
 	}
 	pi := p.portal(name)
@@ -527,20 +526,20 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 	case pi != nil && pi.lead > 0:
 		p.leads[pi.lead-1].describe = true // answered with the lead's answer
 	case pi != nil && pi.local:
-		lo := len(s.lbuf)
+		lo := len(p.lbuf)
 		if pi.term != nil {
-			s.lbuf = appendBoolRowDescription(s.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
+			p.lbuf = appendBoolRowDescription(p.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
 		} else {
-			s.lbuf = pgwire.AppendEmpty(s.lbuf, 'n')
+			p.lbuf = pgwire.AppendEmpty(p.lbuf, 'n')
 		}
-		s.addLocal(lo, nil)
+		p.addLocal(lo, nil)
 	case pi != nil || p.held:
 		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
-		s.bw = append(s.bw, raw...)
-		s.items = append(s.items, item{kind: itDescPortal})
+		p.bw = append(p.bw, raw...)
+		p.items = append(p.items, item{kind: itDescPortal})
 	default:
 		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
 	}
@@ -648,7 +647,6 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 }
 
 func (p pipePlanner) execute(raw []byte) {
-	s := p.s
 	portal, _, err := pgwire.DecodeExecute(raw)
 	if err != nil {
 		p.protoErr = err
@@ -657,13 +655,13 @@ func (p pipePlanner) execute(raw []byte) {
 	pi := p.portal(portal)
 	switch {
 	case pi != nil && pi.term != nil:
-		lo := len(s.lbuf)
-		s.lbuf = appendTerminateResult(s.lbuf, pi.term, false)
-		s.addLocal(lo, nil)
+		lo := len(p.lbuf)
+		p.lbuf = appendTerminateResult(p.lbuf, pi.term, false)
+		p.addLocal(lo, nil)
 	case pi != nil && pi.lead > 0:
 		p.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
-		p.answer(p.localAction(pi.vs.st))
+		p.answer(p.exec().take(p.localAction(pi.vs.st)))
 	case pi != nil || p.held:
 		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
@@ -673,8 +671,8 @@ func (p pipePlanner) execute(raw []byte) {
 		if pi != nil && pi.setting {
 			eff = p.executeSetting(pi)
 		}
-		s.bw = append(s.bw, raw...)
-		s.items = append(s.items, item{kind: itExecute, flags: fClientPart, eff: eff})
+		p.bw = append(p.bw, raw...)
+		p.items = append(p.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
 		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}
@@ -683,14 +681,13 @@ func (p pipePlanner) execute(raw []byte) {
 // executeSetting plans what goes with the Execute of a setting sent to
 // the backend, and returns the effect its success has.
 func (p pipePlanner) executeSetting(pi *portalInfo) *effect {
-	s := p.s
 	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
 		// Postgres warns about SET LOCAL in a pipeline's implicit
 		// transaction; the BEGIN pgshard wraps it in (for the client's
 		// settings) keeps the backend from it.
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendNotice(s.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
-		s.addLocal(lo, nil)
+		lo := len(p.lbuf)
+		p.lbuf = pgwire.AppendNotice(p.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+		p.addLocal(lo, nil)
 	}
 	if pi.replay != "" && (p.tx == txBound || p.explicit) {
 		// Once they ran, the transaction's other backends repeat the
@@ -709,8 +706,8 @@ func (p pipePlanner) close(raw []byte) {
 		return
 	}
 	if kind == 'S' {
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendEmpty(s.lbuf, '3')
+		lo := len(p.lbuf)
+		p.lbuf = pgwire.AppendEmpty(p.lbuf, '3')
 		var eff *effect
 		if len(name) == 0 {
 			s.unnamed = nil
@@ -718,20 +715,20 @@ func (p pipePlanner) close(raw []byte) {
 			n := string(name)
 			if vs := p.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
 				// The pinned backend has it: close it there too.
-				s.lbuf = s.lbuf[:lo]
+				p.lbuf = p.lbuf[:lo]
 				p.overlayPut(n, nil)
 				if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 					p.fail(e, nil)
 					return
 				}
-				s.bw = append(s.bw, raw...)
-				s.items = append(s.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
+				p.bw = append(p.bw, raw...)
+				p.items = append(p.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
 				return
 			}
 			p.overlayPut(n, nil)
 			eff = &effect{kind: effStmtDel, name: n}
 		}
-		s.addLocal(lo, eff)
+		p.addLocal(lo, eff)
 		return
 	}
 	if p.onTxnBackend() {
@@ -739,46 +736,45 @@ func (p pipePlanner) close(raw []byte) {
 			p.fail(e, nil)
 			return
 		}
-		s.bw = append(s.bw, raw...)
-		s.items = append(s.items, item{kind: itClose})
+		p.bw = append(p.bw, raw...)
+		p.items = append(p.items, item{kind: itClose})
 		return
 	}
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendEmpty(s.lbuf, '3')
-	s.addLocal(lo, nil)
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendEmpty(p.lbuf, '3')
+	p.addLocal(lo, nil)
 }
 
 func (p pipePlanner) sync(raw []byte) {
 	s := p.s
 	if p.onTxnBackend() {
 		if e := p.exec().ensureBackend(p.shard, nil); e == nil {
-			s.bw = append(s.bw, raw...)
+			p.bw = append(p.bw, raw...)
 			if p.wrap {
-				s.items = append(s.items, item{kind: itSync})
+				p.items = append(p.items, item{kind: itSync})
 				p.holdCommit()
-				s.bw = pgwire.AppendQuery(s.bw, "COMMIT")
-				s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+				p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
+				p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 			} else {
-				s.items = append(s.items, item{kind: itSync, flags: fRFQ})
+				p.items = append(p.items, item{kind: itSync, flags: fRFQ})
 			}
 			return
 		}
 	}
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus(s.bstatus))
-	s.addLocal(lo, nil)
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendRFQ(p.lbuf, p.simStatus(s.bstatus))
+	p.addLocal(lo, nil)
 }
 
 func (p pipePlanner) flushMsg(raw []byte) {
-	s := p.s
 	if !p.onBackend {
 		return // answered locally so far; the loop flushes the client buffer
 	}
 	if raw == nil {
 		raw = []byte{'H', 0, 0, 0, 4}
 	}
-	s.bw = append(s.bw, raw...)
-	s.items = append(s.items, item{kind: itFlush})
+	p.bw = append(p.bw, raw...)
+	p.items = append(p.items, item{kind: itFlush})
 }
 
 // finish runs a planned exchange and updates the session from its result.
@@ -790,15 +786,15 @@ func (s *Session) finish(p *planner, term byte) error {
 		return newFanExec(p).run()
 	}
 	if !p.onBackend {
-		for i := range s.items {
-			it := &s.items[i]
+		for i := range p.items {
+			it := &p.items[i]
 			if it.kind == itLead {
 				// Cannot happen: lookahead makes leads only of a pipeline
 				// whose read fans out.
 				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
 				continue
 			}
-			s.out = append(s.out, s.lbuf[it.lo:it.hi]...)
+			s.out = append(s.out, p.lbuf[it.lo:it.hi]...)
 			s.apply(it.eff)
 		}
 		if p.failed && term == 'H' {
@@ -810,16 +806,16 @@ func (s *Session) finish(p *planner, term byte) error {
 	if release {
 		// Close the backend's implicit transaction (a Sync the client
 		// does not see), so that the backend can go back to its pool.
-		s.bw = pgwire.AppendEmpty(s.bw, 'S')
-		s.items = append(s.items, item{kind: itSync})
+		p.bw = pgwire.AppendEmpty(p.bw, 'S')
+		p.items = append(p.items, item{kind: itSync})
 		if p.wrap {
 			p.holdCommit()
-			s.bw = pgwire.AppendQuery(s.bw, "COMMIT")
-			s.items = append(s.items, item{kind: itQuery, flags: fSwallow})
+			p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
+			p.items = append(p.items, item{kind: itQuery, flags: fSwallow})
 		}
 	}
 	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.out)
-	res, err := runExchange(s, p.bc, p.explicit)
+	res, err := runExchange(s, &p.planned, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {
 		return err
@@ -876,7 +872,7 @@ func (p *planner) statementsOnly() bool {
 	if p.held || p.explicit || p.tx != txIdle || !p.onBackend {
 		return false
 	}
-	for _, it := range p.s.items {
+	for _, it := range p.items {
 		switch it.kind {
 		case itLocal, itParse, itDescStmt, itClose, itFlush, itAbort:
 		case itQuery:

@@ -228,19 +228,18 @@ func settingsReplay(a *route.Statement, bv *pgwire.BindView, oids []uint32) (str
 	return b.String(), nil
 }
 
-// addLead makes the statement bound by the Bind being planned (s.bv, raw)
+// addLead makes the statement bound by the Bind being planned (p.bv, raw)
 // a lead of the pipeline's fan-out read; its answers come from the shards
 // (an itLead item).
 func (p pipePlanner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
-	s := p.s
 	b, sp := pgwire.BeginMsg(nil, 'B')
 	b = pgwire.AppendCStr(b, "")
 	b = pgwire.AppendCStr(b, "")
-	b = append(b, raw[s.bv.RestAt:]...)
+	b = append(b, raw[p.bv.RestAt:]...)
 	p.leads = append(p.leads, fanLead{st: vs.st, oids: vs.oids, bind: pgwire.FinishMsg(b, sp)})
-	s.items = append(s.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
+	p.items = append(p.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
 	pi.lead = len(p.leads)
-	s.portals = append(s.portals, pi)
+	p.portals = append(p.portals, pi)
 	p.pendingParse = -1
 }
 
@@ -268,7 +267,7 @@ func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	f := &fanPlan{simple: true, st: last, dest: d, query: string(msg)}
 	for _, a := range as[:len(as)-1] {
 		f.leads = append(f.leads, fanLead{st: a, describe: true, executed: true})
-		s.items = append(s.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
+		p.items = append(p.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
 	}
 	return f
 }

@@ -72,7 +72,7 @@ type fanPlan struct {
 // pipeline must be its Describe, Execute and Sync.
 func (p pipePlanner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int, rp routePlan) {
 	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(s.bv.Portal), inTxn: rp.fanInTxn, only: rp.fanOnly, leads: p.leads}
+	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(p.bv.Portal), inTxn: rp.fanInTxn, only: rp.fanOnly, leads: p.leads}
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -167,7 +167,7 @@ type fanSession interface {
 // newFanExec is the executor of the planner's fan-out, p.fan.
 func newFanExec(p *planner) *fanExec {
 	s := p.s
-	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: s.items, lbuf: s.lbuf,
+	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: p.items, lbuf: p.lbuf,
 		cur: &s.cur, txn: &s.transaction, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
 }
 

@@ -25,9 +25,9 @@ func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 	}
 	p := s.newPlanner(ctx)
 	p.onBackend = true
-	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: fClientPart | fRFQ})
-	res, err := runExchange(s, p.bc, p.explicit)
+	p.bw = append(p.bw, msg...)
+	p.items = append(p.items, item{kind: itQuery, flags: fClientPart | fRFQ})
+	res, err := runExchange(s, &p.planned, p.bc, p.explicit)
 	if err != nil {
 		return err
 	}

@@ -297,9 +297,9 @@ func (p backendExec) fenceHeld() {
 	case p.simple && p.inlineOK && inlinable(key):
 		p.inlineFence, p.inlineFlags = key, fl
 	case p.simple:
-		bw, sp := pgwire.BeginMsg(s.bw, 'Q')
-		s.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
-		s.items = append(s.items, item{kind: itQuery, flags: fl})
+		bw, sp := pgwire.BeginMsg(p.bw, 'Q')
+		p.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
+		p.items = append(p.items, item{kind: itQuery, flags: fl})
 	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
@@ -312,13 +312,12 @@ func (p backendExec) fenceHeld() {
 // client's unnamed portal is left alone), its Execute and Close; every
 // answer swallowed, its error the client's. flag is fFence or 0.
 func (p backendExec) appendFenceExtended(key string, flag itemFlags) {
-	s := p.s
 	fl := fSwallow | fReplay | flag
-	s.bw = pgwire.AppendParseMsg(s.bw, "", fenceSQL(key), nil)
-	s.bw = pgwire.AppendBindText(s.bw, fencePortalName, "", nil)
-	s.bw = pgwire.AppendExecute(s.bw, fencePortalName, 0)
-	s.bw = pgwire.AppendClose(s.bw, 'P', fencePortalName)
-	s.items = append(s.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
+	p.bw = pgwire.AppendParseMsg(p.bw, "", fenceSQL(key), nil)
+	p.bw = pgwire.AppendBindText(p.bw, fencePortalName, "", nil)
+	p.bw = pgwire.AppendExecute(p.bw, fencePortalName, 0)
+	p.bw = pgwire.AppendClose(p.bw, 'P', fencePortalName)
+	p.items = append(p.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
 		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
 	p.backendUnnamed = nil
 }
@@ -351,21 +350,20 @@ func inlinable(key string) bool {
 // notices of either are moved back by the assert's length (posShift),
 // so they point into the client's own string.
 func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
-	s := p.s
 	key := p.inlineFence
 	if key == "" {
-		s.bw = append(s.bw, msg...)
-		s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+		p.bw = append(p.bw, msg...)
+		p.items = append(p.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
 		return
 	}
 	p.inlineFence = ""
-	bw, sp := pgwire.BeginMsg(s.bw, 'Q')
+	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
 	start := len(bw)
 	bw = append(appendFenceSQL(bw, key), ";\n"...)
 	shift := int32(len(bw) - start)
 	bw = append(bw, pgwire.Body(msg)...) // the client's string and its NUL
-	s.bw = pgwire.FinishMsg(bw, sp)
-	s.items = append(s.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
+	p.bw = pgwire.FinishMsg(bw, sp)
+	p.items = append(p.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
 		item{kind: itQuery, flags: p.queryFlags(), eff: eff, posShift: shift})
 }
 

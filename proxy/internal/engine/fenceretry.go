@@ -102,13 +102,13 @@ func (p backendExec) fenceRetryFlag(fence bool) itemFlags {
 	return 0
 }
 
-// retryable reports whether the PS001 msg answering the fence item at
-// index i of s.items is retried: see the diagram above.
-func (r *fenceRetrier) retryable(s *Session, i int, msg []byte) bool {
+// retryable reports whether the PS001 msg answering a fence item of the
+// plan, after its items before, is retried: see the diagram above.
+func (r *fenceRetrier) retryable(s *Session, before []item, msg []byte) bool {
 	if !r.armed || !s.gen.Config.Follows || s.gen.Home != s.host || s.own != nil {
 		return false
 	}
-	for _, it := range s.items[:i] {
+	for _, it := range before {
 		if it.flags&fFence == 0 && (it.kind != itLocal || it.eff != nil) {
 			return false // a local answer with an effect, or another statement sent first
 		}

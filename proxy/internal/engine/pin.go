@@ -680,8 +680,8 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	for _, a := range as {
 		p.notePinOp(a)
 	}
-	s.bw = append(s.bw, msg...)
-	s.items = append(s.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.bw = append(p.bw, msg...)
+	p.items = append(p.items, item{kind: itQuery, flags: p.queryFlags()})
 	p.endQuery()
 }
 

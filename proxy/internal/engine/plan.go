@@ -40,10 +40,11 @@ func txnControl(k route.Kind) bool {
 }
 
 // planner turns one pipeline (the extended-protocol messages up to Sync or
-// Flush) or one simple query into the bytes to send to a backend (s.bw) and
-// the items that say how to answer the client (s.items, s.lbuf). It
-// simulates the transaction state as it goes; the session's real state
-// changes only through item effects and the backend's final ReadyForQuery.
+// Flush) or one simple query into its plan value (planned, planned.go):
+// the bytes to send to a backend (bw) and the items that say how to
+// answer the client (items, lbuf), or a fan-out (fan). It simulates the
+// transaction state as it goes; the session's real state changes only
+// through item effects and the backend's final ReadyForQuery.
 //
 // Its parts, one concern each:
 //
@@ -58,13 +59,20 @@ func txnControl(k route.Kind) bool {
 //	stmtBook      (stmtbook.go)    prepared statements as the plan sees them
 //	backendExec   (backendexec.go) the I/O: carries a routePlan out
 //	                               (acquire, readers, replay, soft moves,
-//	                               the fence's probe and asserts)
+//	                               the fence's probe and asserts) and an
+//	                               action's step (take: the ROLLBACK of a
+//	                               soft move, a session SET's probe)
 //
-// Still in planning, not yet in backendExec: a pgshard hint that moves a
-// soft transaction (hintAction), a session SET's validation on a shard
-// (setSessionAction) and pg_terminate_backend of a session (bindTerminate,
-// terminate.go); and the plan is written as it goes into the session's
-// buffers (s.bw, s.items, s.lbuf) that the exchange (exchange.go) runs.
+// The proxy's own answers are values: localAction returns an action,
+// with the I/O it needs first as its step (actionStep: stepMoveSoft,
+// stepProbeSet), which the caller hands to the executor (take) before
+// answering. Still interleaved with planning: the executor's run and
+// ensureBackend, called as soon as a statement needs its backend (a
+// later message of the pipeline is planned for that backend: its
+// statement cache, sendParse), a read of every shard in the middle of a
+// transaction block's pipeline (runPipeline runs it, then plans the
+// rest afresh), and pg_terminate_backend of a session (bindTerminate,
+// terminate.go: whether the call is the proxy's is known by running it).
 type planner struct {
 	s   *Session
 	ctx context.Context
@@ -73,6 +81,11 @@ type planner struct {
 	// statements as the plan sees them (stmtbook.go)
 	txnSim
 	stmtBook
+	// planned is the plan's value: what the executor runs (planned.go).
+	planned
+	// pv and bv: the Parse and Bind being planned, decoded.
+	pv pgwire.ParseView
+	bv pgwire.BindView
 
 	// held: the session held a backend when the pipeline started (bound
 	// transaction or pinned pipeline).
@@ -157,7 +170,8 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 	}
 	p := s.plan
 	*p = planner{s: s, ctx: ctx, txnSim: txnSim{tx: s.tx, deferred: s.deferred, hint: s.hint},
-		stmtBook: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1}
+		stmtBook: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1,
+		planned: p.planned.reset(), pv: p.pv, bv: p.bv}
 	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.own == nil && !s.readers.any() && !s.hintBound
 	if s.bc != nil {
 		p.held = true
@@ -167,11 +181,6 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 		p.soft = s.soft
 		p.wrap = s.wrapped
 	}
-	s.items = s.items[:0]
-	s.lbuf = s.lbuf[:0]
-	s.bw = s.bw[:0]
-	s.bwHold = 0
-	s.portals = s.portals[:0]
 	return p
 }
 
@@ -198,13 +207,49 @@ func (p *planner) isLocal(a *route.Statement) bool {
 	return false
 }
 
-// action is the proxy's own answer to a statement.
+// action is the proxy's own answer to a statement. With a step, it is
+// the answer planned for the step's success: the executor
+// (backendExec.take) does the step's I/O first and answers with what it
+// found (planning does none).
 type action struct {
 	notice *pgwire.Error // a WARNING Postgres would have sent first
 	tag    string        // CommandComplete tag
 	empty  bool          // EmptyQueryResponse instead of a tag
 	err    *pgwire.Error
 	eff    *effect
+	step   *actionStep
+}
+
+// stepKind is the I/O an action needs before its answer.
+type stepKind uint8
+
+const (
+	// stepMoveSoft: a pgshard hint names another shard than the soft
+	// transaction's (only table-less reads ran on its backend): the
+	// executor rolls that backend's transaction back and releases it;
+	// the plan already goes on with the transaction deferred.
+	stepMoveSoft stepKind = iota + 1
+	// stepProbeSet: a session SET is validated by running it on a shard
+	// in a transaction rolled back (Session.probeSet): on the
+	// pipeline's backend (on), or any shard's when on is nil. Its
+	// answer (the canonical value, Postgres's error) is the action's.
+	stepProbeSet
+)
+
+// actionStep is the I/O step of an action (action.step).
+type actionStep struct {
+	kind stepKind
+	// stepMoveSoft: from is the soft transaction's shard, to the hint's;
+	// hint is the simulated hint before the action (the plan's state if
+	// the move fails).
+	from, to, hint int
+	// stepProbeSet: the SET statement, its setting's name (lower case),
+	// the answer's tag (SET or RESET) and the backend it runs on (nil:
+	// any shard's).
+	st   *route.Statement
+	name string
+	tag  string
+	on   *backend.Conn
 }
 
 // localAction answers a statement isLocal accepted, advancing the
@@ -325,25 +370,37 @@ func (p *planner) hintAction(a *route.Statement) action {
 	if p.tx == txIdle && !p.onTxnBackend() {
 		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 	}
+	var step *actionStep
 	if p.onTxnBackend() {
 		if shard != p.shard {
 			if !(p.soft && p.held && !p.onBackend) {
 				return action{err: p.crossShard(shard, p.shard, reason)}
 			}
-			// Only table-less reads ran so far: move to the hint's shard.
-			if e := p.exec().moveSoft(); e != nil {
-				return action{err: e}
-			}
+			// Only table-less reads ran so far: move to the hint's shard
+			// (the executor rolls the backend back: stepMoveSoft).
+			step = &actionStep{kind: stepMoveSoft, from: p.shard, to: shard, hint: p.hint}
+			p.leaveSoft()
 		} else {
 			p.soft = false
 			return action{tag: "SET"}
 		}
 	}
 	if p.hint >= 0 && p.hint != shard {
-		return p.failLocal(p.crossShard(shard, p.hint, reason))
+		act := p.failLocal(p.crossShard(shard, p.hint, reason))
+		act.step = step
+		return act
 	}
 	p.hint = shard
-	return action{tag: "SET", eff: p.txEffect()}
+	return action{tag: "SET", eff: p.txEffect(), step: step}
+}
+
+// leaveSoft is the plan's side of moving a soft transaction off its
+// backend: the transaction is deferred again, to be replayed elsewhere
+// (the executor's side: backendExec.moveSoft).
+func (p *planner) leaveSoft() {
+	p.held, p.bc, p.soft = false, nil, false
+	p.tx = txDeferred
+	p.explicit = false
 }
 
 // target decides the shard of a statement that runs on a backend, or a
@@ -443,26 +500,25 @@ func refusalError(r *route.Refusal) *pgwire.Error {
 // its transaction (explicit or implicit) is aborted at the same point by a
 // failing Parse, whose error is replaced by e.
 func (p *planner) fail(e *pgwire.Error, eff *effect) {
-	s := p.s
 	p.failed = true
 	if p.onTxnBackend() {
 		if !p.onBackend {
 			if be := p.exec().ensureBackend(p.shard, nil); be != nil {
-				lo := len(s.lbuf)
-				s.lbuf = pgwire.AppendError(s.lbuf, e)
-				s.addLocal(lo, eff)
+				lo := len(p.lbuf)
+				p.lbuf = pgwire.AppendError(p.lbuf, e)
+				p.addLocal(lo, eff)
 				return
 			}
 		}
-		lo := len(s.lbuf)
-		s.lbuf = pgwire.AppendError(s.lbuf, e)
+		lo := len(p.lbuf)
+		p.lbuf = pgwire.AppendError(p.lbuf, e)
 		if p.simple {
-			s.bw = pgwire.AppendQuery(s.bw, abortSQL)
-			s.items = append(s.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+			p.bw = pgwire.AppendQuery(p.bw, abortSQL)
+			p.items = append(p.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(p.lbuf)), eff: eff})
 			return
 		}
-		s.bw = pgwire.AppendParseMsg(s.bw, "", abortSQL, nil)
-		s.items = append(s.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(s.lbuf)), eff: eff})
+		p.bw = pgwire.AppendParseMsg(p.bw, "", abortSQL, nil)
+		p.items = append(p.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf)), eff: eff})
 		p.backendUnnamed = nil
 		return
 	}
@@ -470,9 +526,9 @@ func (p *planner) fail(e *pgwire.Error, eff *effect) {
 		p.tx = txFailed
 		eff = p.txEffect()
 	}
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendError(s.lbuf, e)
-	s.addLocal(lo, eff)
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendError(p.lbuf, e)
+	p.addLocal(lo, eff)
 }
 
 // answer emits a local action's answer (when it succeeded).
@@ -482,19 +538,19 @@ func (p *planner) answer(act action) {
 		p.fail(act.err, act.eff)
 		return
 	}
-	lo := len(s.lbuf)
+	lo := len(p.lbuf)
 	if act.notice != nil {
-		s.lbuf = pgwire.AppendNotice(s.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
+		p.lbuf = pgwire.AppendNotice(p.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
 	}
 	if act.empty {
-		s.lbuf = pgwire.AppendEmpty(s.lbuf, 'I')
+		p.lbuf = pgwire.AppendEmpty(p.lbuf, 'I')
 	} else {
-		s.lbuf = pgwire.AppendCommandComplete(s.lbuf, act.tag)
+		p.lbuf = pgwire.AppendCommandComplete(p.lbuf, act.tag)
 	}
 	if act.eff != nil && act.eff.kind == effSettings {
-		s.lbuf = s.appendSettingStatus(s.lbuf, act.eff)
+		p.lbuf = s.appendSettingStatus(p.lbuf, act.eff)
 	}
-	s.addLocal(lo, act.eff)
+	p.addLocal(lo, act.eff)
 }
 
 // replaySQL is the text that replays a deferred transaction: BEGIN and the

@@ -88,10 +88,6 @@ type Session struct {
 	// selfFatalSent: that FATAL was already sent, as the answer of a
 	// pg_terminate_backend(pg_backend_pid()).
 	selfFatalSent bool
-	// bwHold, when set, is where s.bw's bytes that must wait for a COPY
-	// FROM STDIN to finish begin, and bwHoldItem the first item they
-	// answer (exchange.go).
-	bwHold, bwHoldItem int
 
 	// Set during startup, read-only afterwards (SHOW CLIENTS reads them
 	// from other goroutines after register): admin is an admin console
@@ -104,16 +100,12 @@ type Session struct {
 	console consoleSession
 
 	// Scratch reused by every exchange (no allocation on the hot path);
-	// plan is allocated at the first (an idle client holds none).
+	// plan is allocated at the first (an idle client holds none) and
+	// holds its own buffers (planned); bv is the pinner's (pin.go).
 	plan     *planner
 	grp      []cmsg
 	grpBytes int
-	items    []item
-	lbuf     []byte
-	bw       []byte
-	pv       pgwire.ParseView
 	bv       pgwire.BindView
-	portals  []portalInfo
 }
 
 // vstmt is a client's prepared statement: the text and declared parameter

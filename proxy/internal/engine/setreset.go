@@ -26,7 +26,9 @@ var refusedSettings = map[string]string{
 
 // setSessionAction handles a session SET / RESET: the proxy records the
 // setting in the client's settings (never on a pooled backend) and applies
-// it to each of the client's transactions from then on.
+// it to each of the client's transactions from then on. A SET of a value
+// is validated on a shard first: the action's step (stepProbeSet), which
+// the executor runs (backendExec.probeSet).
 func (p *planner) setSessionAction(a *route.Statement) action {
 	s := p.s
 	st := a
@@ -64,11 +66,19 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		}
 		return action{tag: tag, eff: &effect{kind: effSettings, set: set, rep: rep}}
 	}
-	var own *backend.Conn
+	step := &actionStep{kind: stepProbeSet, st: a, name: name, tag: tag}
 	if p.onBackend { // taken by this pipeline (p.held is false here)
-		own = p.bc
+		step.on = p.bc
 	}
-	value, statuses, raw, e := s.probeSet(p.ctx, a, name, own)
+	return action{tag: tag, step: step}
+}
+
+// probeSet runs a session SET's validation (stepProbeSet) and answers
+// with what the shard said: the setting's canonical value in the
+// client's settings, or Postgres's error.
+func (p backendExec) probeSet(st *actionStep) action {
+	s := p.s
+	value, statuses, raw, e := s.probeSet(p.ctx, st.st, st.name, st.on)
 	if e != nil {
 		return action{err: e}
 	}
@@ -86,7 +96,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 			rep[kv[0]] = kv[1]
 		}
 	}
-	return action{tag: tag, eff: &effect{kind: effSettings, set: s.cur.With(name, value), rep: rep}}
+	return action{tag: st.tag, eff: &effect{kind: effSettings, set: s.cur.With(st.name, value), rep: rep}}
 }
 
 // probeSet runs the client's SET in a transaction that is rolled back, on

@@ -30,6 +30,13 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 			return nil
 		}
 	}
+	return s.finish(s.planQuery(ctx, msg, as, err), 'Q')
+}
+
+// planQuery plans the Query message msg, its statements as (or err, the
+// analyzer's error): its plan (planner.planned, or planner.fan) is what
+// finish runs.
+func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error) *planner {
 	p := queryPlanner{s.newPlanner(ctx)}
 	p.simple = true
 	switch {
@@ -41,7 +48,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	default:
 		p.simpleMulti(msg, as)
 	}
-	return s.finish(p.planner, 'Q')
+	return p.planner
 }
 
 // queryPlanner is the planner of a simple Query message: one statement
@@ -57,14 +64,14 @@ func (p queryPlanner) endQuery() {
 	if p.onBackend {
 		if p.wrap {
 			p.holdCommit()
-			s.bw = pgwire.AppendQuery(s.bw, "COMMIT")
-			s.items = append(s.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+			p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
+			p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 		}
 		return
 	}
-	lo := len(s.lbuf)
-	s.lbuf = pgwire.AppendRFQ(s.lbuf, p.simStatus(s.bstatus))
-	s.addLocal(lo, nil)
+	lo := len(p.lbuf)
+	p.lbuf = pgwire.AppendRFQ(p.lbuf, p.simStatus(s.bstatus))
+	p.addLocal(lo, nil)
 }
 
 // queryFlags are the flags of the client's query item: it carries the
@@ -85,7 +92,7 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 			p.endQuery()
 			return
 		}
-		p.answer(p.localAction(a))
+		p.answer(p.exec().take(p.localAction(a)))
 		p.endQuery()
 		return
 	}
@@ -154,19 +161,19 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 		p.fail(e, nil)
 		return
 	}
-	s.bw = pgwire.AppendParseMsg(s.bw, "", vs.st.SQL, vs.oids)
-	s.items = append(s.items, item{kind: itParse, flags: fSwallow | fClientPart})
-	s.bw = pgwire.AppendBindText(s.bw, "", "", st.ExecuteArgs)
-	s.items = append(s.items, item{kind: itBind, flags: fSwallow})
-	s.bw = pgwire.AppendDescribe(s.bw, 'P', "")
-	s.items = append(s.items, item{kind: itDescPortal, flags: fDropNoData})
-	s.bw = pgwire.AppendExecute(s.bw, "", 0)
-	s.items = append(s.items, item{kind: itExecute})
-	s.bw = pgwire.AppendEmpty(s.bw, 'S')
+	p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
+	p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart})
+	p.bw = pgwire.AppendBindText(p.bw, "", "", st.ExecuteArgs)
+	p.items = append(p.items, item{kind: itBind, flags: fSwallow})
+	p.bw = pgwire.AppendDescribe(p.bw, 'P', "")
+	p.items = append(p.items, item{kind: itDescPortal, flags: fDropNoData})
+	p.bw = pgwire.AppendExecute(p.bw, "", 0)
+	p.items = append(p.items, item{kind: itExecute})
+	p.bw = pgwire.AppendEmpty(p.bw, 'S')
 	if p.wrap {
-		s.items = append(s.items, item{kind: itSync})
+		p.items = append(p.items, item{kind: itSync})
 	} else {
-		s.items = append(s.items, item{kind: itSync, flags: fRFQ})
+		p.items = append(p.items, item{kind: itSync, flags: fRFQ})
 	}
 	p.backendUnnamed = nil
 }
@@ -304,7 +311,7 @@ func (p queryPlanner) multiLocal(as []*route.Statement) {
 			p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
 			break
 		}
-		act := p.localAction(a)
+		act := p.exec().take(p.localAction(a))
 		p.answer(act)
 		if act.err != nil {
 			break
@@ -410,8 +417,8 @@ func (p queryPlanner) ownTxnError(target int) *pgwire.Error {
 // stdin"), and a query string may go on after its COPY, or hold several.
 // The exchange writes them once the items before them are answered.
 func (p *planner) holdCommit() {
-	if p.copyIn && p.s.bwHold == 0 {
-		p.s.bwHold, p.s.bwHoldItem = len(p.s.bw), len(p.s.items)
+	if p.copyIn && p.bwHold == 0 {
+		p.bwHold, p.bwHoldItem = len(p.bw), len(p.items)
 	}
 }
 

@@ -1,0 +1,190 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/obs"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
+)
+
+// planSession is a session that can plan but not run anything: no pools,
+// no backend, no client connection. Any I/O in planning (an Acquire, a
+// query on a backend, a write to the client) panics or fails the test.
+func planSession(t *testing.T) *Session {
+	t.Helper()
+	m, err := shardmap.Even(16, []shardmap.Shard{
+		{Name: "s0", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"},
+		{Name: "s1", Ordinal: 1, DSN: "postgres://x@127.0.0.1:2/d"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, route.DefaultSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := &GenerationEnv{Config: &SessionConfig{Map: m, Analyzer: an}, Metrics: obs.NewMetrics(), StmtEpoch: new(atomic.Uint64)}
+	set := backend.NewSettings(nil)
+	return &Session{gen: gen, transaction: transaction{hint: -1}, stmts: map[string]*vstmt{},
+		startup: set, cur: set, paramStatus: paramStatus{reported: map[string]string{}, startupReported: map[string]string{}}}
+}
+
+func analyze(t *testing.T, s *Session, sql string) *route.Statement {
+	t.Helper()
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil || len(as) != 1 {
+		t.Fatalf("%s: %v (%d statements)", sql, err, len(as))
+	}
+	return as[0]
+}
+
+// TestPlanHintMovesSoft: a pgshard hint for another shard than a soft
+// transaction's plans the move as a step (the executor's ROLLBACK on the
+// soft backend), and the plan goes on with the transaction deferred.
+func TestPlanHintMovesSoft(t *testing.T) {
+	s := planSession(t)
+	for _, c := range []struct {
+		name    string
+		hint    int
+		wantErr bool
+	}{
+		{"no hint yet", -1, false},
+		{"a hint of the soft shard", 0, true}, // moved, then refused: the hint says shard 0
+	} {
+		p := s.newPlanner(context.Background())
+		// The soft transaction's backend (held, on shard 0; no backend
+		// object: planning must not touch it).
+		p.held, p.shard, p.soft, p.tx, p.explicit, p.hint = true, 0, true, txBound, true, c.hint
+		act := p.localAction(analyze(t, s, "SET LOCAL pgshard.shard = 's1'"))
+		st := act.step
+		if st == nil || st.kind != stepMoveSoft || st.from != 0 || st.to != 1 || st.hint != c.hint {
+			t.Fatalf("%s: step %+v, want a move from shard 0 to 1", c.name, st)
+		}
+		if p.held || p.soft || p.bc != nil || p.explicit || (p.tx != txDeferred) == !c.wantErr {
+			t.Errorf("%s: after the plan: held %v soft %v explicit %v tx %v", c.name, p.held, p.soft, p.explicit, p.tx)
+		}
+		if c.wantErr {
+			if act.err == nil || act.eff == nil || act.eff.tx.tx != txFailed {
+				t.Errorf("%s: action %+v, want a refusal failing the deferred transaction", c.name, act)
+			}
+			continue
+		}
+		if act.err != nil || act.tag != "SET" || act.eff == nil || act.eff.kind != effTx || act.eff.tx.tx != txDeferred || act.eff.tx.hint != 1 {
+			t.Errorf("%s: action %+v (err %v), want SET deferring the transaction with hint 1", c.name, act, act.err)
+		}
+	}
+	// The hint's shard is the soft transaction's: no step.
+	p := s.newPlanner(context.Background())
+	p.held, p.shard, p.soft, p.tx, p.explicit = true, 1, true, txBound, true
+	if act := p.localAction(analyze(t, s, "SET LOCAL pgshard.shard = 's1'")); act.step != nil || act.tag != "SET" || p.soft {
+		t.Errorf("same shard: action %+v, soft %v", act, p.soft)
+	}
+}
+
+// TestPlanSetProbe: a session SET plans its validation on a shard as a
+// step (on the pipeline's backend if it took one, else any shard's); a
+// RESET needs none.
+func TestPlanSetProbe(t *testing.T) {
+	s := planSession(t)
+	p := s.newPlanner(context.Background())
+	a := analyze(t, s, "SET search_path = app")
+	act := p.localAction(a)
+	st := act.step
+	if st == nil || st.kind != stepProbeSet || st.st != a || st.name != "search_path" || st.tag != "SET" || st.on != nil {
+		t.Fatalf("SET: step %+v, want a probe of search_path on any shard", st)
+	}
+	if act.err != nil || act.eff != nil {
+		t.Errorf("SET: action %+v: its answer is the probe's", act)
+	}
+	bc := new(backend.Conn) // the pipeline's backend: never used by planning
+	p = s.newPlanner(context.Background())
+	p.onBackend, p.bc, p.shard = true, bc, 1
+	if act := p.localAction(analyze(t, s, "SET timezone TO 'UTC'")); act.step == nil || act.step.on != bc || act.step.name != "timezone" {
+		t.Errorf("SET on the pipeline's backend: step %+v", act.step)
+	}
+	p = s.newPlanner(context.Background())
+	if act := p.localAction(analyze(t, s, "RESET search_path")); act.step != nil || act.tag != "RESET" || act.eff == nil || act.eff.kind != effSettings {
+		t.Errorf("RESET: action %+v", act)
+	}
+}
+
+// planShape is the kinds of a plan's items and the types of its local
+// answers' messages, in order.
+func planShape(p *planner) (kinds []itemKind, local []byte) {
+	for _, it := range p.items {
+		kinds = append(kinds, it.kind)
+		if it.kind != itLocal {
+			continue
+		}
+		for b := p.lbuf[it.lo:it.hi]; len(b) >= 5; {
+			n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
+			local = append(local, b[0])
+			b = b[1+n:]
+		}
+	}
+	return kinds, local
+}
+
+// TestPlanQueryValue: a Query the proxy answers itself is planned into
+// the plan value (its items and local answers), with no backend and
+// nothing written to the session's client.
+func TestPlanQueryValue(t *testing.T) {
+	s := planSession(t)
+	msg := pgwire.AppendQuery(nil, "BEGIN; SET LOCAL pgshard.shard = 's1'")
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte("BEGIN; SET LOCAL pgshard.shard = 's1'"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.planQuery(context.Background(), msg, as, nil)
+	kinds, local := planShape(p)
+	if len(kinds) != 3 || kinds[0] != itLocal || kinds[1] != itLocal || kinds[2] != itLocal || string(local) != "CCZ" || len(p.bw) != 0 {
+		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend", kinds, local, len(p.bw))
+	}
+	if !bytes.HasSuffix(p.lbuf, []byte{'Z', 0, 0, 0, 5, 'T'}) || p.tx != txDeferred || p.hint != 1 {
+		t.Errorf("plan: local answers %q, simulated tx %v hint %d", p.lbuf, p.tx, p.hint)
+	}
+	if s.tx != txIdle || s.hint != -1 || len(s.out) != 0 {
+		t.Errorf("planning changed the session: tx %v hint %d, %d bytes for the client", s.tx, s.hint, len(s.out))
+	}
+}
+
+// TestPlanPipelineValue: an extended-protocol pipeline the proxy answers
+// itself (Parse/Bind/Execute of BEGIN, Sync) is planned into the plan
+// value likewise.
+func TestPlanPipelineValue(t *testing.T) {
+	s := planSession(t)
+	s.grp = []cmsg{
+		{'P', pgwire.AppendParseMsg(nil, "", "BEGIN", nil)},
+		{'B', pgwire.AppendBindText(nil, "", "", nil)},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	p := pipePlanner{s.newPlanner(context.Background())}
+	p.pipeline = true
+	for i, m := range s.grp {
+		p.cur = i
+		switch m.typ {
+		case 'P':
+			p.parse(m.raw)
+		case 'B':
+			p.bind(m.raw, i)
+		case 'E':
+			p.execute(m.raw)
+		case 'S':
+			p.sync(m.raw)
+		}
+	}
+	kinds, local := planShape(p.planner)
+	if p.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.bw) != 0 || len(p.portals) != 1 || !p.portals[0].local {
+		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.bw), p.portals, p.protoErr)
+	}
+	if s.tx != txIdle || len(s.out) != 0 {
+		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.tx, len(s.out))
+	}
+}
