@@ -623,7 +623,8 @@ func (r *Table) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr err
 		p.hint = hp
 	}
 	if !p.dependsOnParams() {
-		d := r.decide(p, &input{}, nil)
+		e := evaluator{pl: &r.pl, sc: r.sc, in: &input{}}
+		d := e.decide(p)
 		p.static, p.decided = &d, true
 		return
 	}
@@ -661,10 +662,10 @@ func (r *Table) decidedByKind(st *Statement, p *plan, hintErr error) bool {
 			Hint: "Hints are /* pgshard:key=VALUE */ or /* pgshard:shard=NAME */."}
 		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
 	case st.Kind == KindSetLocal && st.SetName == hintSetting:
-		d := r.RouteKey(st.SetValue, r.sc.hintType)
+		d := r.pl.routeKey(st.SetValue, r.sc.hintType)
 		p.static = &d
 	case st.Kind == KindSetLocal && st.SetName == shardSetting:
-		d := r.RouteShard(st.SetValue)
+		d := r.pl.routeShard(st.SetValue)
 		p.static = &d
 	default:
 		return false
@@ -778,9 +779,9 @@ func (p *plan) dependsOnParams() bool {
 func (r *Table) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
 	hp := &hintPlan{shard: -1, b: -1}
 	if h.hasShard {
-		i, ok := r.byName[h.shard]
+		i, ok := r.pl.byName[h.shard]
 		if !ok {
-			return nil, r.unknownShard(h.shard)
+			return nil, r.pl.unknownShard(h.shard)
 		}
 		hp.shard = i
 		hp.desc = "hint pgshard:shard=" + h.shard
@@ -790,13 +791,13 @@ func (r *Table) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
 		if a.havePlace {
 			t = a.placeType
 		}
-		d := r.RouteKey(h.key, t)
+		d := r.pl.routeKey(h.key, t)
 		if d.Kind != DestShard {
 			return nil, d.Refusal
 		}
 		if hp.shard >= 0 && hp.shard != d.Shard {
 			return nil, &Refusal{SQLState: "0A000",
-				Message: fmt.Sprintf("hints disagree: pgshard:key=%s is on shard %s, pgshard:shard=%s", h.key, r.m.Shards[d.Shard].Name, h.shard)}
+				Message: fmt.Sprintf("hints disagree: pgshard:key=%s is on shard %s, pgshard:shard=%s", h.key, r.pl.name(d.Shard), h.shard)}
 		}
 		hp.shard, hp.key, hp.b = d.Shard, d.Key, d.Bucket
 		hp.desc = fmt.Sprintf("hint pgshard:key=%s (%s) → bucket %d", quoteKey(h.key), t, d.Bucket)

@@ -238,7 +238,8 @@ func (r *Table) bindStatement(st *Statement, b *litBinding, lits []literal) bool
 		// Decided per Bind; a fan-out would need the text's own tree.
 		return p == nil || p.merge == nil || !p.merge.litFanout
 	}
-	d := r.route(st, &input{lits: b.lits})
+	e := evaluator{pl: &r.pl, sc: r.sc, in: &input{lits: b.lits}}
+	d := e.route(st)
 	if d.Kind == DestAll && p != nil && p.merge != nil && p.merge.litFanout && d.Merge != nil {
 		return false
 	}
