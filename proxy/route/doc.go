@@ -21,7 +21,11 @@
 //	holds a placer (placer.go: where a key, a sequence value or a shard
 //	name lives on the map; RouteKey, RouteShard and Bound are its) and
 //	makes an evaluator per Route (evaluator.go: one plan's groups
-//	evaluated under one input into a Dest, with the steps for Explain).
+//	evaluated under one input into a Dest, with the steps for Explain);
+//	per statement parsed, a classifying (classify.go) that classifies it
+//	and finishes its plan; per shape, a shape (shape.go) that binds each
+//	text's literals; per read refused across shards, a stageBuilder
+//	(twostage.go) that plans its two stages.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
 //	setlocal.go the statements that only set transaction-local settings;
