@@ -204,6 +204,8 @@ func (pl *placer) bound(d Dest, bound int) Dest {
 	return d
 }
 
+// appendKey renders a key value for reasons: an integer as is, text
+// quoted and clipped to 40 bytes.
 func appendKey(b []byte, v kval) []byte {
 	if v.kind == kInt {
 		return strconv.AppendInt(b, v.i, 10)
@@ -231,10 +233,12 @@ func appendKey(b []byte, v kval) []byte {
 	return append(b, '\'')
 }
 
+// emptyWhy is the reason of a key that matches no row (DestAny).
 func emptyWhy(p placed, lits []literal) string {
 	return "matches no row: " + p.src.desc(lits) + " is " + p.v.text() + " (" + p.note + "); any shard"
 }
 
+// quoteKey quotes an explicit key for messages, clipped to 40 bytes.
 func quoteKey(s string) string {
 	const max = 40
 	if len(s) > max {
