@@ -49,7 +49,7 @@ func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statemen
 	if st.Kind == KindOther || st.Kind == KindUnsupported {
 		st.Releases = releases(node)
 	}
-	r.finish(st, c.p, a, h, hintErr)
+	c.finish(h, hintErr)
 	return st
 }
 
@@ -156,7 +156,7 @@ func (c *classifying) session(node *pg.Node) {
 	st := c.st
 	switch x := node.GetNode().(type) {
 	case *pg.Node_VariableSetStmt:
-		c.r.classifySet(st, x.VariableSetStmt)
+		c.set(x.VariableSetStmt)
 	case *pg.Node_VariableShowStmt:
 		st.Kind, st.SetName, st.ReadOnly = KindShow, strings.ToLower(x.VariableShowStmt.Name), true
 	case *pg.Node_DeallocateStmt:
@@ -474,8 +474,9 @@ func constText(n *pg.Node) ([]byte, bool) {
 	return nil, false
 }
 
-// classifySet classifies SET / RESET.
-func (r *Table) classifySet(st *Statement, v *pg.VariableSetStmt) {
+// set classifies SET / RESET.
+func (c *classifying) set(v *pg.VariableSetStmt) {
+	st := c.st
 	st.ReadOnly = true
 	name := strings.ToLower(v.Name)
 	st.SetName = name
@@ -532,9 +533,9 @@ func (r *Table) classifySet(st *Statement, v *pg.VariableSetStmt) {
 		if !allConst(v.Args) {
 			// SET TIME ZONE INTERVAL '...' HOUR TO MINUTE and the like: let
 			// the deparser write the value.
-			c := proto.Clone(v).(*pg.VariableSetStmt)
-			c.IsLocal = true
-			if out, err := deparse(&pg.Node{Node: &pg.Node_VariableSetStmt{VariableSetStmt: c}}); err == nil {
+			local := proto.Clone(v).(*pg.VariableSetStmt)
+			local.IsLocal = true
+			if out, err := deparse(&pg.Node{Node: &pg.Node_VariableSetStmt{VariableSetStmt: local}}); err == nil {
 				st.SetLocalSQL = out
 			}
 		}
@@ -606,16 +607,17 @@ func quoteGUC(name string) string {
 
 // finish turns the analysis into a plan: groups, edges, hints, the merge
 // plan, and — when no parameter matters — the decision itself.
-func (r *Table) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr error) {
+func (c *classifying) finish(h hints, hintErr error) {
+	st, p, a := c.st, c.p, c.a
 	st.plan = p
 	p.noteStatement(st)
-	if r.decidedByKind(st, p, hintErr) {
+	if c.decidedByKind(hintErr) {
 		return
 	}
 	p.groupRefs(a)
 	p.takeAnalysis(a)
 	if h.present() {
-		hp, ref := r.hintPlan(h, a)
+		hp, ref := c.hintPlan(h)
 		if ref != nil {
 			p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
 			return
@@ -623,7 +625,8 @@ func (r *Table) finish(st *Statement, p *plan, a *analyzer, h hints, hintErr err
 		p.hint = hp
 	}
 	if !p.dependsOnParams() {
-		d := r.decide(p, &input{}, nil)
+		e := evaluator{pl: &c.r.pl, sc: c.r.sc, in: &input{}}
+		d := e.decide(p)
 		p.static, p.decided = &d, true
 		return
 	}
@@ -651,7 +654,8 @@ func (p *plan) noteStatement(st *Statement) {
 // decidedByKind decides, once, the statements whose kind alone decides
 // them: unsupported ones and bad hints (refused), SET LOCAL pgshard.key
 // and pgshard.shard (routed by their value). It reports whether it did.
-func (r *Table) decidedByKind(st *Statement, p *plan, hintErr error) bool {
+func (c *classifying) decidedByKind(hintErr error) bool {
+	st, p, pl := c.st, c.p, &c.r.pl
 	switch {
 	case st.Kind == KindUnsupported:
 		ref := &Refusal{SQLState: "0A000", Message: st.Reason}
@@ -661,10 +665,10 @@ func (r *Table) decidedByKind(st *Statement, p *plan, hintErr error) bool {
 			Hint: "Hints are /* pgshard:key=VALUE */ or /* pgshard:shard=NAME */."}
 		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
 	case st.Kind == KindSetLocal && st.SetName == hintSetting:
-		d := r.RouteKey(st.SetValue, r.sc.hintType)
+		d := pl.routeKey(st.SetValue, c.r.sc.hintType)
 		p.static = &d
 	case st.Kind == KindSetLocal && st.SetName == shardSetting:
-		d := r.RouteShard(st.SetValue)
+		d := pl.routeShard(st.SetValue)
 		p.static = &d
 	default:
 		return false
@@ -775,28 +779,29 @@ func (p *plan) dependsOnParams() bool {
 }
 
 // hintPlan resolves a statement's hints.
-func (r *Table) hintPlan(h hints, a *analyzer) (*hintPlan, *Refusal) {
+func (c *classifying) hintPlan(h hints) (*hintPlan, *Refusal) {
+	pl, a := &c.r.pl, c.a
 	hp := &hintPlan{shard: -1, b: -1}
 	if h.hasShard {
-		i, ok := r.byName[h.shard]
+		i, ok := pl.byName[h.shard]
 		if !ok {
-			return nil, r.unknownShard(h.shard)
+			return nil, pl.unknownShard(h.shard)
 		}
 		hp.shard = i
 		hp.desc = "hint pgshard:shard=" + h.shard
 	}
 	if h.hasKey {
-		t := r.sc.hintType
+		t := c.r.sc.hintType
 		if a.havePlace {
 			t = a.placeType
 		}
-		d := r.RouteKey(h.key, t)
+		d := pl.routeKey(h.key, t)
 		if d.Kind != DestShard {
 			return nil, d.Refusal
 		}
 		if hp.shard >= 0 && hp.shard != d.Shard {
 			return nil, &Refusal{SQLState: "0A000",
-				Message: fmt.Sprintf("hints disagree: pgshard:key=%s is on shard %s, pgshard:shard=%s", h.key, r.m.Shards[d.Shard].Name, h.shard)}
+				Message: fmt.Sprintf("hints disagree: pgshard:key=%s is on shard %s, pgshard:shard=%s", h.key, pl.name(d.Shard), h.shard)}
 		}
 		hp.shard, hp.key, hp.b = d.Shard, d.Key, d.Bucket
 		hp.desc = fmt.Sprintf("hint pgshard:key=%s (%s) → bucket %d", quoteKey(h.key), t, d.Bucket)

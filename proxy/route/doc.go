@@ -13,12 +13,21 @@
 //	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
 //	                      shardcolumns.go, valuesplit.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, once per text)
-//	*Statement + Bind params ─► decode key params (value.go) ─► hash ─► shard sets (sset.go)
-//	  ─► Dest (route.go; explain.go records the steps)                    Route
+//	*Statement + Bind params (input.go) ─► decode key params (value.go)
+//	  ─► key → bucket → shard (placer.go) ─► shard sets (sset.go)
+//	  ─► Dest (evaluator.go; explain.go records the steps)                Route (route.go)
 //
 //	table.go is Table, the routing table of one map and schema (New,
 //	Analyze, Route, its caches); the name is not Router, which would
-//	read as package router, the store's router over all shards.
+//	read as package router, the store's router over all shards. It
+//	holds a placer (placer.go: where a key, a sequence value or a shard
+//	name lives on the map; RouteKey, RouteShard and Bound are its) and
+//	makes an evaluator per Route (evaluator.go: one plan's groups
+//	evaluated under one input into a Dest, with the steps for Explain);
+//	per statement parsed, a classifying (classify.go) that classifies it
+//	and finishes its plan; per shape, a shape (shape.go) that binds each
+//	text's literals; per read refused across shards, a stageBuilder
+//	(twostage.go) that plans its two stages.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
 //	setlocal.go the statements that only set transaction-local settings;

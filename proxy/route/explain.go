@@ -25,7 +25,8 @@ func (r *Table) Explain(st *Statement, params [][]byte, formats []int16, paramOI
 		if st.lit != nil {
 			in.lits = st.lit.lits
 		}
-		r.decide(p, &in, &steps)
+		e := evaluator{pl: &r.pl, sc: r.sc, in: &in, trace: &steps}
+		e.decide(p)
 		ex.Steps = append(ex.Steps, steps...)
 	}
 	if n := len(ex.Steps); n == 0 || ex.Steps[n-1] != ex.Dest.Reason {

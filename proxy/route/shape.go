@@ -191,15 +191,16 @@ type litText struct {
 	lits [4]literal
 }
 
-// bind makes the analysis of the text sql (normalized by n) from its
-// shape's: statements that carry the text's SQL and literals. It returns
-// nil when the text must be analyzed in full after all: a statement's
-// fan-out plan needs per-shard SQL rewritten from the text's own tree.
-func (r *Table) bind(sql string, sh *shape, n *normalizer) *analysis {
+// bind makes the analysis of the text sql (normalized by n) from the
+// shape's: statements that carry the text's SQL and literals, those
+// without $n decided by e. It returns nil when the text must be analyzed
+// in full after all: a statement's fan-out plan needs per-shard SQL
+// rewritten from the text's own tree.
+func (sh *shape) bind(sql string, n *normalizer, e evaluator) *analysis {
 	if len(sh.a.list) == 1 && sh.a.one == sh.a.list[0] {
 		x := &litText{st: *sh.a.one}
 		x.st.SQL = sql
-		if !r.bindStatement(&x.st, &x.b, append(x.lits[:0], n.lits...)) {
+		if !x.b.attach(&x.st, append(x.lits[:0], n.lits...), e) {
 			return nil
 		}
 		x.list[0] = &x.st
@@ -217,7 +218,7 @@ func (r *Table) bind(sql string, sh *shape, n *normalizer) *analysis {
 		}
 		sts[i] = *shared
 		sts[i].SQL = strings.TrimSpace(sql[start:end])
-		if !r.bindStatement(&sts[i], &bs[i], lits) {
+		if !bs[i].attach(&sts[i], lits, e) {
 			return nil
 		}
 		a.list[i] = &sts[i]
@@ -228,9 +229,9 @@ func (r *Table) bind(sql string, sh *shape, n *normalizer) *analysis {
 	return a
 }
 
-// bindStatement attaches the text's literals to st, and decides st now
-// when it has no $n parameters (nothing else can change its decision).
-func (r *Table) bindStatement(st *Statement, b *litBinding, lits []literal) bool {
+// attach binds st to the text's literals, and decides st now with e when
+// it has no $n parameters (nothing else can change its decision).
+func (b *litBinding) attach(st *Statement, lits []literal, e evaluator) bool {
 	b.lits = lits
 	st.lit = b
 	p := st.plan
@@ -238,7 +239,8 @@ func (r *Table) bindStatement(st *Statement, b *litBinding, lits []literal) bool
 		// Decided per Bind; a fan-out would need the text's own tree.
 		return p == nil || p.merge == nil || !p.merge.litFanout
 	}
-	d := r.route(st, &input{lits: b.lits})
+	e.in = &input{lits: b.lits}
+	d := e.route(st)
 	if d.Kind == DestAll && p != nil && p.merge != nil && p.merge.litFanout && d.Merge != nil {
 		return false
 	}
@@ -261,7 +263,7 @@ func (r *Table) analyzeLiterals(sql string) *analysis {
 	if sh.a == nil {
 		return nil
 	}
-	return r.bind(sql, sh, n)
+	return sh.bind(sql, n, evaluator{pl: &r.pl, sc: r.sc})
 }
 
 // litValue is the key value a literal slot source has: the conversions

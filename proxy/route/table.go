@@ -36,15 +36,13 @@ const DefaultMaxCachedSQL = 64 << 10
 // for concurrent use. A new map (epoch) needs a new Table: analyses of
 // constant keys name shards of the map they were made for.
 type Table struct {
-	m        *shardmap.Map
+	m        *shardmap.Map // the map (also read by the analyzer: valuesplit.go)
 	schema   Schema
 	sc       *compiled
 	cache    *cache[*analysis]
 	shapes   *cache[*shape] // analyses of literal-normalized texts; nil = no normalization
 	maxCache int
-	ordIdx   [maxShards]int16 // ordinal → shard index, -1 if none
-	byName   map[string]int
-	names    string // "s0, s1, ..." for messages
+	pl       placer // where keys live on m (placer.go)
 }
 
 var _ Analyzer = (*Table)(nil)
@@ -68,20 +66,10 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 	if opts.MaxCachedSQL <= 0 {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
-	r := &Table{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, byName: map[string]int{}}
+	r := &Table{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, pl: newPlacer(mc)}
 	if r.cache != nil && !opts.KeepLiterals {
 		r.shapes = newCache[*shape](opts.CacheSize)
 	}
-	for i := range r.ordIdx {
-		r.ordIdx[i] = -1
-	}
-	var names []string
-	for i, s := range mc.Shards {
-		r.ordIdx[s.Ordinal] = int16(i)
-		r.byName[s.Name] = i
-		names = append(names, s.Name)
-	}
-	r.names = strings.Join(names, ", ")
 	return r, nil
 }
 
@@ -162,7 +150,7 @@ func (r *Table) analysis(sql string) (*analysis, error) {
 		if st.Kind == KindSetLocal {
 			// SET LOCAL pgshard.key = '...': its text differs per
 			// transaction; route it here and keep it out of the cache.
-			d := r.RouteKey(st.SetValue, r.sc.hintType)
+			d := r.pl.routeKey(st.SetValue, r.sc.hintType)
 			st.plan = &plan{static: &d}
 			return a, nil
 		}
@@ -239,69 +227,17 @@ func (r *Table) analyzeTextLit(sql string, lc *litCtx) (*analysis, [][2]int, err
 
 // RouteKey routes an explicit key (SET LOCAL pgshard.key, a hint). An int8
 // or seq key must be a decimal integer.
-func (r *Table) RouteKey(key string, t KeyType) Dest {
-	v := toKey(kval{kind: kText, s: key}, t)
-	if v.kind != kInt && t != KeyText {
-		ref := &Refusal{SQLState: "22P02", Message: fmt.Sprintf("pgshard key %q is not a valid %s key", key, t),
-			Hint: "An integer sharding key is given in decimal."}
-		return Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
-	}
-	p := r.place(v, &source{key: t, insert: true, col: "key", expr: quoteKey(key)})
-	switch p.kind {
-	case pOne:
-		return Dest{Kind: DestShard, Shard: p.shard, Key: strings.Clone(v.text()), Bucket: p.bucket,
-			Reason: "pgshard key " + quoteKey(v.text()) + placeWhy(r, p)}
-	case pRefuse:
-		return Dest{Kind: DestRefuse, Bucket: -1, Reason: p.ref.Message, Refusal: p.ref}
-	}
-	ref := &Refusal{SQLState: "22023", Message: fmt.Sprintf("pgshard key %q names no shard", key)}
-	return Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
-}
+func (r *Table) RouteKey(key string, t KeyType) Dest { return r.pl.routeKey(key, t) }
 
 // RouteShard routes to the shard named name (an operator's choice).
-func (r *Table) RouteShard(name string) Dest {
-	i, ok := r.byName[name]
-	if !ok {
-		ref := r.unknownShard(name)
-		return Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
-	}
-	return Dest{Kind: DestShard, Shard: i, Bucket: -1, Reason: "pgshard shard " + name}
-}
-
-func (r *Table) unknownShard(name string) *Refusal {
-	return &Refusal{SQLState: "42704", Message: fmt.Sprintf("hint pgshard:shard=%s names no shard of map epoch %d", name, r.m.Epoch),
-		Hint: "Known shards: " + r.names + "."}
-}
+func (r *Table) RouteShard(name string) Dest { return r.pl.routeShard(name) }
 
 // Bound returns where a statement routed to d runs inside a transaction
 // already bound to shard bound: DestAny runs there; DestShard must be that
 // shard, else the statement is refused with SQLSTATE 0A000 naming both
 // shards (the client must roll back); a fan-out or DDL (DestAll) cannot
 // join a transaction on one shard and is refused too.
-func (r *Table) Bound(d Dest, bound int) Dest {
-	switch d.Kind {
-	case DestAny:
-		d.Kind, d.Shard = DestShard, bound
-		d.Reason += "; runs on the transaction's shard " + r.m.Shards[bound].Name
-		return d
-	case DestShard:
-		if d.Shard == bound {
-			return d
-		}
-		ref := &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("statement belongs to shard %s but the transaction runs on shard %s", r.m.Shards[d.Shard].Name, r.m.Shards[bound].Name),
-			Detail:  d.Reason,
-			Hint:    "A transaction must stay on one shard: roll back and run the statement in its own transaction."}
-		return Dest{Kind: DestRefuse, Shard: d.Shard, Key: d.Key, Bucket: d.Bucket, Reason: ref.Message, Refusal: ref}
-	case DestAll:
-		ref := &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("statement needs every shard but the transaction runs on shard %s", r.m.Shards[bound].Name),
-			Detail:  d.Reason,
-			Hint:    "Add a key predicate, or run the statement outside the transaction."}
-		return Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
-	}
-	return d
-}
+func (r *Table) Bound(d Dest, bound int) Dest { return r.pl.bound(d, bound) }
 
 func anyDest(reason string) *Dest { return &Dest{Kind: DestAny, Bucket: -1, Reason: reason} }
 
@@ -321,16 +257,4 @@ func kindReason(k Kind) string {
 		return "empty query"
 	}
 	return "touches no sharded table"
-}
-
-func quoteKey(s string) string {
-	const max = 40
-	if len(s) > max {
-		cut := max
-		for cut > 0 && s[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

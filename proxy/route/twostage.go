@@ -43,7 +43,8 @@ var noStages = &Stages{}
 func (r *Table) twoStage(st *Statement, refused Dest, params [][]byte, formats []int16, oids []uint32) Dest {
 	sg := (*Stages)(atomic.LoadPointer(&st.stages))
 	if sg == nil || sg.sql != st.SQL && sg != noStages {
-		sg = r.stagesOf(st.SQL)
+		b := stageBuilder{analyze: r.Analyze, sc: r.sc}
+		sg = b.plan(st.SQL)
 		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
 	}
 	if sg == noStages {
@@ -69,9 +70,9 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// stagesOf builds the two-stage plan of a SELECT's text, noStages if it
-// has none.
-func (r *Table) stagesOf(sql string) *Stages {
+// plan builds the two-stage plan of a SELECT's text, noStages if it has
+// none.
+func (b *stageBuilder) plan(sql string) *Stages {
 	low := strings.ToLower(sql)
 	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
 		if strings.Contains(low, w) {
@@ -90,7 +91,7 @@ func (r *Table) stagesOf(sql string) *Stages {
 	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
 		return noStages
 	}
-	b := &stageBuilder{r: r, ctes: map[string]bool{}}
+	b.ctes = map[string]bool{}
 	if w := sel.WithClause; w != nil {
 		if w.Recursive {
 			return noStages
@@ -121,8 +122,8 @@ func (r *Table) stagesOf(sql string) *Stages {
 			return noStages
 		}
 	}
-	ost, err := r.Analyze(outer)
-	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly || r.keyed(ost) {
+	ost, err := b.analyze(outer)
+	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly || b.keyed(ost) {
 		return noStages
 	}
 	sg := &Stages{Inner: b.inner, Outer: outer, outer: ost, sql: sql}
@@ -130,12 +131,16 @@ func (r *Table) stagesOf(sql string) *Stages {
 	return sg
 }
 
-// stageBuilder replaces the inner statements of a parse tree by markers.
+// stageBuilder builds one statement's two-stage plan: it replaces the
+// inner statements of its parse tree by markers and analyzes each.
 type stageBuilder struct {
-	r     *Table
-	ctes  map[string]bool // the statement's CTE names
-	inner []*Statement
-	fail  bool
+	// analyze is the Table's Analyze: the inner and outer statements are
+	// analyzed (and cached) like any other text.
+	analyze func(sql string) (*Statement, error)
+	sc      *compiled       // which tables are sharded
+	ctes    map[string]bool // the statement's CTE names
+	inner   []*Statement
+	fail    bool
 }
 
 // from replaces the sharded subqueries of a FROM item.
@@ -163,7 +168,7 @@ const PullLimit = 10000
 // the table's name or alias.
 func (b *stageBuilder) pull(n *pg.Node) {
 	rv := n.GetRangeVar()
-	if b.ctes[rv.Relname] || !b.r.keyedTable(rv.Relname) {
+	if b.ctes[rv.Relname] || !b.keyedTable(rv.Relname) {
 		return
 	}
 	if rv.Schemaname != "" && rv.Alias == nil {
@@ -195,12 +200,12 @@ func (b *stageBuilder) stage(q **pg.Node) {
 		b.fail = true
 		return
 	}
-	st, err := b.r.Analyze(text)
+	st, err := b.analyze(text)
 	if err != nil || st.ParseError != "" || !st.Select || !st.ReadOnly {
 		b.fail = true
 		return
 	}
-	if !b.r.keyed(st) {
+	if !b.keyed(st) {
 		return // stays in the outer statement
 	}
 	for _, t := range st.Tables {
@@ -219,9 +224,9 @@ func (b *stageBuilder) stage(q **pg.Node) {
 }
 
 // keyed reports whether st reads a table of the sharding schema.
-func (r *Table) keyed(st *Statement) bool {
+func (b *stageBuilder) keyed(st *Statement) bool {
 	for _, t := range st.Tables {
-		if r.keyedTable(t) {
+		if b.keyedTable(t) {
 			return true
 		}
 	}
@@ -229,14 +234,7 @@ func (r *Table) keyed(st *Statement) bool {
 }
 
 // keyedTable reports whether t is a table of the sharding schema.
-func (r *Table) keyedTable(t string) bool {
-	for _, k := range r.schema.Tables {
-		if k.Table == t {
-			return true
-		}
-	}
-	return false
-}
+func (b *stageBuilder) keyedTable(t string) bool { return b.sc.tables[t] != nil }
 
 // inputOrdered are aggregates whose value depends on the order of their
 // input rows unless they have an ORDER BY of their own.
