@@ -696,7 +696,7 @@ func (m *merger) finish() (*mergePlan, string) {
 		m.desc = append(m.desc, "each shard runs: "+out)
 		// With literal placeholders the per-shard SQL is not the text's:
 		// a text whose decision is this fan-out is analyzed in full
-		// (bindStatement).
+		// (litBinding.attach).
 		mp.litFanout = m.sel.rd.lit != nil && (m.sel.rd.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
 	}
 	if sp := m.split; sp != nil {
