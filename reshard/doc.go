@@ -24,12 +24,16 @@
 //	    source in one snapshot with the records, upserted on the destination
 //	    or, gone from the source, deleted there; one pipelined statement per
 //	    table each side — and drop the records replayed.
-//	 5. Freeze, within a budget: the range's lock EXCLUSIVE with lock_timeout
+//	 5. Freeze, within a budget: first, outside it, every connection the
+//	    freeze uses acquired and warmed (each side's fence set to what it
+//	    is; catch-up rounds on them until little is left), so none is
+//	    dialled under the lock; then the range's lock EXCLUSIVE with lock_timeout
 //	    = the budget (writers in flight finish, new ones wait), the source's
 //	    fence frozen (committed, so writes stay refused if the mover dies),
 //	    the last catch-up until a round reads less than a batch (its
 //	    snapshot, taken under the lock, holds every fenced write; cancelled
-//	    at the budget's deadline if still running). Over budget: the source
+//	    at the budget's deadline if still running; its records are left for
+//	    the clean-up). Over budget: the source
 //	    is owned again, the lock released, and the freeze retried after a
 //	    pause and another catch-up — never extended. Every freeze is
 //	    recorded in the move's detail (catalog.FreezeRecord: start, hold,

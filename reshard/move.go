@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgshard/pgshard/catalog"
 )
@@ -271,7 +272,7 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 			return err
 		}
 	}
-	if err := mv.catchUpUntil(ctx, m, src, dst, res, mv.opts.CatchUpRounds, mv.opts.CatchUpBatch/4, time.Time{}); err != nil {
+	if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, paced: true}, res, mv.opts.CatchUpRounds, mv.opts.CatchUpBatch/4, time.Time{}); err != nil {
 		return err
 	}
 	return mv.hook(ctx, "caught-up", m)
@@ -281,11 +282,12 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 // round replays at most small — under a freeze (deadline set), or less
 // than a full batch — or rounds ran out, or the deadline passed (then it
 // fails with errAbandoned).
-func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, dst *shard, res *Result, rounds, small int, deadline time.Time) error {
+func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, r *round, res *Result, rounds, small int, deadline time.Time) error {
 	var replayed, copied int64
-	// Paced only before a freeze: under one (deadline set), never.
+	// Paced only before a freeze (r.paced): the rounds on a freeze's
+	// connections, just before its lock request or under it, never.
 	var pace *catchUpPace
-	if deadline.IsZero() {
+	if r.paced && deadline.IsZero() {
 		pace = newCatchUpPace(mv.opts.CatchUpBatch)
 		res.pace.begin()
 	}
@@ -303,7 +305,7 @@ func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, src, ds
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("%w: the last catch-up did not finish within the budget", errAbandoned)
 		}
-		n, c, err := catchUp(ctx, src, dst, m.ID, m.Lo, m.Hi, mv.nb, mv.opts.CatchUpBatch)
+		n, c, err := catchUp(ctx, r, m.ID, m.Lo, m.Hi, mv.nb, mv.opts.CatchUpBatch)
 		if err != nil {
 			return fmt.Errorf("move %d: catch up: %w", m.ID, err)
 		}
@@ -390,7 +392,7 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 		if err := sleep(ctx, mv.opts.RetryPause*time.Duration(attempt)); err != nil {
 			return err
 		}
-		if err := mv.catchUpUntil(ctx, m, src, dst, res, mv.opts.CatchUpRounds, mv.opts.CatchUpBatch/4, time.Time{}); err != nil {
+		if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, paced: true}, res, mv.opts.CatchUpRounds, mv.opts.CatchUpBatch/4, time.Time{}); err != nil {
 			return err
 		}
 	}
@@ -411,21 +413,35 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err != nil {
 		return nil, 0, err
 	}
-	conn, err := src.pool.Acquire(ctx)
+	// Every connection the freeze uses is acquired, and the lock's
+	// transaction opened, before the lock is requested: a connection the
+	// pool has to dial (or ping, after a second idle) while writers wait
+	// lengthened the freeze by 15-50 ms on a loaded machine. fc commits
+	// the source's fence changes (the frozen state must be committed
+	// apart from the lock's transaction, so that writes stay refused if
+	// the mover dies); sc and dc run the last catch-up.
+	cs, err := acquireFreeze(ctx, src, dst)
 	if err != nil {
-		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
+		return nil, 0, err
 	}
-	defer conn.Release()
-	start := time.Now()
-	// The flip and the fence writes after it cannot be abandoned: the
-	// last catch-up must end early enough to leave them their time (as
-	// the last flip took, a quarter of the budget before any).
-	deadline := start.Add(budget - mv.afterFlip(budget))
-	f := &Freeze{Start: start}
-	done := func() *Freeze { f.Duration = time.Since(start); return f }
-	// stop is a hook's error: the mover stops there as if it died.
-	stop := func(err error) (*Freeze, uint64, error) { f.stopped = true; return done(), 0, err }
-	hold, err := conn.Begin(ctx)
+	defer cs.release()
+	// Warm them, and leave the freeze little to replay: a backend's
+	// first statements on a table or function load its catalog entries
+	// and plans (on a new connection, the fence write and the last
+	// catch-up took 20-70 ms more under the lock, at load 10), so the
+	// fence connections set each side's fence to the state it has, and
+	// the catch-up connections replay what accumulated since the last
+	// catch-up (unpaced) until a round finds little.
+	if err := src.setFence(ctx, cs.fc, m.Lo, m.Hi, "owned", m.From, epoch, []string{"owned"}, false); err != nil {
+		return nil, 0, err
+	}
+	if err := dst.setFence(ctx, cs.dc, m.Lo, m.Hi, "incoming", m.From, epoch, []string{"incoming"}, false); err != nil {
+		return nil, 0, err
+	}
+	if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, sc: cs.sc, dc: cs.dc}, res, preLockRounds, preLockSmall, time.Time{}); err != nil {
+		return nil, 0, err
+	}
+	hold, err := cs.hold.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
 	}
@@ -435,6 +451,15 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if _, err := hold.Exec(ctx, `SELECT set_config('lock_timeout', $1::text, true)`, fmt.Sprintf("%dms", max(1, budget.Milliseconds()))); err != nil {
 		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
 	}
+	start := time.Now()
+	// The flip and the fence writes after it cannot be abandoned: the
+	// last catch-up must end early enough to leave them their time (as
+	// the last flip took, a quarter of the budget before any).
+	deadline := start.Add(budget - mv.afterFlip(budget))
+	f := &Freeze{Start: start}
+	done := func() *Freeze { f.Duration = time.Since(start); return f }
+	// stop is a hook's error: the mover stops there as if it died.
+	stop := func(err error) (*Freeze, uint64, error) { f.stopped = true; return done(), 0, err }
 	tried := false // the lock was granted or timed out: a freeze to report
 	if err := mv.around(ctx, "freeze", m, src, func(ctx context.Context) error {
 		if _, err := hold.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`, fenceLockClass, m.Lo); err != nil {
@@ -445,7 +470,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 			return fmt.Errorf("shard %s: lock range %d-%d: %w", src.name, m.Lo, m.Hi, err)
 		}
 		tried = true
-		return src.setFence(ctx, nil, m.Lo, m.Hi, "frozen", m.From, epoch, []string{"owned"}, false)
+		return src.setFence(ctx, cs.fc, m.Lo, m.Hi, "frozen", m.From, epoch, []string{"owned"}, false)
 	}); err != nil {
 		if !tried {
 			return nil, 0, err
@@ -461,7 +486,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 			f.Why = catalog.WhyCatchUp
 		}
 		uctx := context.WithoutCancel(ctx)
-		if err := src.setFence(uctx, nil, m.Lo, m.Hi, "owned", m.From, epoch, []string{"frozen", "owned"}, false); err != nil {
+		if err := src.setFence(uctx, cs.fc, m.Lo, m.Hi, "owned", m.From, epoch, []string{"frozen", "owned"}, false); err != nil {
 			return done(), 0, fmt.Errorf("undo the freeze (%v): %w", cause, err)
 		}
 		return done(), 0, cause
@@ -473,7 +498,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	// replayed again: a replay replaces rows, so twice is once).
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	err = mv.around(cctx, "final-catch-up", m, src, func(ctx context.Context) error {
-		return mv.catchUpUntil(ctx, m, src, dst, res, 1000, 0, deadline)
+		return mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, sc: cs.sc, dc: cs.dc, keep: true}, res, 1000, 0, deadline)
 	})
 	cut := err != nil && cctx.Err() != nil && ctx.Err() == nil
 	cancel()
@@ -521,13 +546,13 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	}
 	// Source first: from here to the destination's turn the range is
 	// served by nobody, never by both.
-	if err := src.setFence(ctx, nil, m.Lo, m.Hi, "moved", m.To, to, []string{"frozen", "owned", "moved"}, false); err != nil {
+	if err := src.setFence(ctx, cs.fc, m.Lo, m.Hi, "moved", m.To, to, []string{"frozen", "owned", "moved"}, false); err != nil {
 		return done(), 0, err
 	}
 	if err := mv.hook(ctx, "source-moved", m); err != nil {
 		return stop(err)
 	}
-	if err := dst.setFence(ctx, nil, m.Lo, m.Hi, "owned", m.To, to, []string{"incoming", "owned"}, true); err != nil {
+	if err := dst.setFence(ctx, cs.dc, m.Lo, m.Hi, "owned", m.To, to, []string{"incoming", "owned"}, true); err != nil {
 		return done(), 0, err
 	}
 	if err := hold.Commit(ctx); err != nil {
@@ -535,6 +560,46 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	}
 	mv.setAfterFlip(time.Since(flipStart))
 	return done(), to, nil
+}
+
+// preLockRounds bounds the catch-up rounds a freeze runs on its own
+// connections just before it requests the range's lock; they stop at a
+// round that replays at most preLockSmall records.
+const (
+	preLockRounds = 4
+	preLockSmall  = 64
+)
+
+// freezeConns are the connections one freeze holds from before it
+// requests the range's lock to its end: on the source the lock's (hold),
+// the fence's (fc) and the last catch-up's snapshot (sc); on the
+// destination the last catch-up's and the fence's (dc).
+type freezeConns struct {
+	hold, fc, sc, dc *pgxpool.Conn
+}
+
+func acquireFreeze(ctx context.Context, src, dst *shard) (*freezeConns, error) {
+	cs := &freezeConns{}
+	for _, a := range []struct {
+		s *shard
+		c **pgxpool.Conn
+	}{{src, &cs.hold}, {src, &cs.fc}, {src, &cs.sc}, {dst, &cs.dc}} {
+		c, err := a.s.pool.Acquire(ctx)
+		if err != nil {
+			cs.release()
+			return nil, fmt.Errorf("shard %s: %w", a.s.name, err)
+		}
+		*a.c = c
+	}
+	return cs, nil
+}
+
+func (cs *freezeConns) release() {
+	for _, c := range []*pgxpool.Conn{cs.hold, cs.fc, cs.sc, cs.dc} {
+		if c != nil {
+			c.Release()
+		}
+	}
 }
 
 // finish completes a flipped move: the fences as the flip says (again:

@@ -250,90 +250,178 @@ func copyRange(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets
 	return total, err
 }
 
+// round is where one catch-up round runs: a connection to the source and
+// one to the destination — the pools' (acquired for the round), or those
+// a freeze acquired before it requested the range's lock, so that no
+// connection is dialled (or pinged) while writers wait. Under a freeze
+// (keep) the records a round replays stay on the source: the next round
+// reads past them (after), the clean-up drops them with the capture, and
+// an abandoned freeze's next catch-up replays them again (a replay
+// replaces rows, so twice is once) — one round trip fewer in the freeze.
+type round struct {
+	src, dst *shard
+	sc, dc   *pgxpool.Conn // nil: acquired from the pools for the round
+	keep     bool
+	after    int64 // under keep: the last record replayed so far
+	paced    bool  // the rounds pause as Options.DutyCycle says (see catchUpUntil)
+}
+
+// conns returns the round's connections (acquiring those not given) and
+// their release.
+func (r *round) conns(ctx context.Context) (sc, dc *pgxpool.Conn, release func(), err error) {
+	sc, dc = r.sc, r.dc
+	var own []*pgxpool.Conn
+	release = func() {
+		for _, c := range own {
+			c.Release()
+		}
+	}
+	if sc == nil {
+		if sc, err = r.src.pool.Acquire(ctx); err != nil {
+			return nil, nil, release, fmt.Errorf("shard %s: %w", r.src.name, err)
+		}
+		own = append(own, sc)
+	}
+	if dc == nil {
+		if dc, err = r.dst.pool.Acquire(ctx); err != nil {
+			return nil, nil, release, fmt.Errorf("shard %s: %w", r.dst.name, err)
+		}
+		own = append(own, dc)
+	}
+	return sc, dc, release, nil
+}
+
 // catchUp replays up to batch change records of move (migration 0010:
 // each names one row of one table by its primary key). In one snapshot of
-// src it reads the records and the current rows they name — one query
-// per table for all of the round's rows (an index probe each: the replay
-// costs what changed, not the keys' history); then on dst, one statement
-// per table, it upserts the rows src has and deletes those it has not
-// (for outbox and spawns: replaces or deletes the copies mapped to the
-// recorded source seqs); then it deletes the records it replayed. Both
-// sides' queries are pipelined (one round trip each). It returns the
-// records replayed (0: none were left) and the rows written on dst.
-func catchUp(ctx context.Context, src, dst *shard, move int64, lo, hi, buckets, batch int) (int, int64, error) {
-	var ids []int64
-	var written int64
-	err := pair(ctx, src, dst, func(stx, dtx pgx.Tx) error {
-		var changed map[string][][]string
-		var err error
-		ids, changed, err = readChanges(ctx, stx, move, batch)
-		if err != nil {
-			return fmt.Errorf("read the changes on %s: %w", src.name, err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		// The planner's choice for a few hundred keys of a small table
-		// can be a sequential scan (or a hash join over one); an index
-		// probe per changed row is the plan whatever the table's size,
-		// so each side's replay statements run without sequential scans
-		// (SET LOCAL: the round's transactions only).
-		reads := &pgx.Batch{}
-		reads.Queue(noSeqScan)
-		var order []table
-		for _, t := range tables {
-			if pks := changed[t.name]; len(pks) > 0 {
-				q, args := readRowsSQL(t, pks, lo, hi, buckets)
-				reads.Queue(q, args...)
-				order = append(order, t)
-			}
-		}
-		found := make([][][]*string, len(order))
-		br := stx.SendBatch(ctx, reads)
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("shard %s: %w", src.name, err)
-		}
-		for i, t := range order {
-			rows, err := br.Query()
-			if err == nil {
-				found[i], err = scanText(rows, len(t.cols)+b2i(t.seq))
-			}
-			if err != nil {
-				_ = br.Close()
-				return fmt.Errorf("read %s on %s: %w", t.name, src.name, err)
-			}
-		}
-		if err := br.Close(); err != nil {
-			return fmt.Errorf("read the changed rows on %s: %w", src.name, err)
-		}
-		writes := &pgx.Batch{}
-		writes.Queue(noSeqScan)
-		for i, t := range order {
-			for _, w := range replaySQL(t, move, changed[t.name], found[i]) {
-				writes.Queue(w.sql, w.args...)
-			}
-		}
-		bw := dtx.SendBatch(ctx, writes)
-		for i := range writes.Len() {
-			tag, err := bw.Exec()
-			if err != nil {
-				_ = bw.Close()
-				return fmt.Errorf("replay on %s: %w", dst.name, err)
-			}
-			if i > 0 {
-				written += tag.RowsAffected()
-			}
-		}
-		return bw.Close()
-	})
-	if err != nil || len(ids) == 0 {
-		return 0, written, err
+// the source it reads the records and the current rows they name — one
+// query per table for all of the round's rows (an index probe each: the
+// replay costs what changed, not the keys' history); then on the
+// destination, one statement per table, it upserts the rows the source
+// has and deletes those it has not (for outbox and spawns: replaces or
+// deletes the copies mapped to the recorded source seqs); then, unless
+// r.keep, it deletes the records it replayed. Round trips: the source's
+// snapshot opened with the records' read, then the rows' reads with its
+// end (two, pipelined); the destination's writes in one pipelined batch,
+// which Postgres runs as one implicit transaction (all or nothing); the
+// records' delete. It returns the records replayed (0: none were left)
+// and the rows written on the destination.
+func catchUp(ctx context.Context, r *round, move int64, lo, hi, buckets, batch int) (int, int64, error) {
+	src, dst := r.src, r.dst
+	sc, dc, release, err := r.conns(ctx)
+	defer release()
+	if err != nil {
+		return 0, 0, err
 	}
-	if _, err := src.pool.Exec(ctx, `DELETE FROM pgshard_move_rows WHERE id = ANY($1::bigint[])`, ids); err != nil {
+	ids, changed, found, order, err := readRound(ctx, sc, src.name, move, r.after, lo, hi, buckets, batch)
+	if err != nil || len(ids) == 0 {
+		return 0, 0, err
+	}
+	// The planner's choice for a few hundred keys of a small table can be
+	// a sequential scan (or a hash join over one); an index probe per
+	// changed row is the plan whatever the table's size, so each side's
+	// replay statements run without sequential scans (set_config local:
+	// the round's transactions only).
+	writes := &pgx.Batch{}
+	writes.Queue(noSeqScan)
+	for i, t := range order {
+		for _, w := range replaySQL(t, move, changed[t.name], found[i]) {
+			writes.Queue(w.sql, w.args...)
+		}
+	}
+	var written int64
+	bw := dc.SendBatch(ctx, writes)
+	for i := range writes.Len() {
+		tag, err := bw.Exec()
+		if err != nil {
+			_ = bw.Close()
+			return 0, 0, fmt.Errorf("replay on %s: %w", dst.name, err)
+		}
+		if i > 0 {
+			written += tag.RowsAffected()
+		}
+	}
+	if err := bw.Close(); err != nil {
+		return 0, 0, fmt.Errorf("replay on %s: %w", dst.name, err)
+	}
+	if r.keep {
+		r.after = ids[len(ids)-1]
+		return len(ids), written, nil
+	}
+	if _, err := sc.Exec(ctx, `DELETE FROM pgshard_move_rows WHERE id = ANY($1::bigint[])`, ids); err != nil {
 		return 0, written, fmt.Errorf("shard %s: drop the changes replayed: %w", src.name, err)
 	}
 	return len(ids), written, nil
+}
+
+// readRound reads on the source, in one REPEATABLE READ snapshot, up to
+// batch change records of move after record after (oldest first) and the
+// current rows they name, per table (in order), as readRowsSQL reads them.
+// Two round trips: BEGIN with the records' read, then the rows' reads with
+// the snapshot's end.
+func readRound(ctx context.Context, sc *pgxpool.Conn, name string, move, after int64, lo, hi, buckets, batch int) (
+	ids []int64, changed map[string][][]string, found [][][]*string, order []table, err error) {
+	open := false
+	defer func() {
+		if open {
+			// Best effort: a connection released inside a transaction is
+			// closed by its pool.
+			_, _ = sc.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	first := &pgx.Batch{}
+	first.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	first.Queue(`SELECT id, tbl, pk FROM pgshard_move_rows WHERE move_id = $1::bigint AND id > $2::bigint ORDER BY id LIMIT $3::int`, move, after, batch)
+	br := sc.SendBatch(ctx, first)
+	open = true
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, nil, nil, nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	rows, err := br.Query()
+	if err == nil {
+		ids, changed, err = readChanges(rows)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("read the changes on %s: %w", name, err)
+	}
+	reads := &pgx.Batch{}
+	reads.Queue(noSeqScan)
+	for _, t := range tables {
+		if pks := changed[t.name]; len(pks) > 0 {
+			q, args := readRowsSQL(t, pks, lo, hi, buckets)
+			reads.Queue(q, args...)
+			order = append(order, t)
+		}
+	}
+	reads.Queue("COMMIT")
+	found = make([][][]*string, len(order))
+	br = sc.SendBatch(ctx, reads)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, nil, nil, nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	for i, t := range order {
+		rows, err := br.Query()
+		if err == nil {
+			found[i], err = scanText(rows, len(t.cols)+b2i(t.seq))
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, nil, nil, nil, fmt.Errorf("read %s on %s: %w", t.name, name, err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, nil, nil, nil, fmt.Errorf("shard %s: end the snapshot: %w", name, err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("read the changed rows on %s: %w", name, err)
+	}
+	open = false
+	return ids, changed, found, order, nil
 }
 
 // noSeqScan turns sequential scans off for the rest of a transaction.
@@ -346,13 +434,9 @@ func b2i(b bool) int {
 	return 0
 }
 
-// readChanges reads up to batch change records of move, oldest first: their
-// ids and, per table, the distinct primary keys they name.
-func readChanges(ctx context.Context, tx pgx.Tx, move int64, batch int) ([]int64, map[string][][]string, error) {
-	rows, err := tx.Query(ctx, `SELECT id, tbl, pk FROM pgshard_move_rows WHERE move_id = $1::bigint ORDER BY id LIMIT $2::int`, move, batch)
-	if err != nil {
-		return nil, nil, err
-	}
+// readChanges reads change records (id, tbl, pk): their ids and, per
+// table, the distinct primary keys they name.
+func readChanges(rows pgx.Rows) ([]int64, map[string][][]string, error) {
 	defer rows.Close()
 	var ids []int64
 	changed := map[string][][]string{}
