@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
-	"github.com/pgshard/pgshard/proxy/route"
-	"github.com/pgshard/pgshard/shardmap"
 )
 
 // TestSettingsReplay: the statement that repeats a transaction's
@@ -13,14 +11,7 @@ import (
 // parameters, the values written in with them; what cannot be written
 // exactly is refused.
 func TestSettingsReplay(t *testing.T) {
-	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	an, err := route.New(m, route.DefaultSchema(), route.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	an := oneShardTable(t)
 	for _, c := range []struct {
 		sql     string
 		params  [][]byte

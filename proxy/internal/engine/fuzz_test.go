@@ -96,14 +96,7 @@ func FuzzBindRouting(f *testing.F) {
 // exactly the values the client bound (or NULL), whatever quotes and
 // backslashes they hold, or it is refused.
 func FuzzSettingsReplay(f *testing.F) {
-	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	an, err := route.New(m, route.DefaultSchema(), route.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
+	an := oneShardTable(f)
 	st, err := an.Analyze("SELECT set_config('statement_timeout', $1::text, true), pg_catalog.set_config('my.x''y', $2, 'on'), set_config('search_path', 'a, \"b c\"', true)")
 	if err != nil || len(st.Settings) != 3 {
 		f.Fatalf("%v: %+v", err, st)

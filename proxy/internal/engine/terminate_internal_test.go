@@ -4,26 +4,10 @@ import (
 	"encoding/binary"
 	"slices"
 	"testing"
-
-	"github.com/pgshard/pgshard/proxy/route"
-	"github.com/pgshard/pgshard/shardmap"
 )
 
-// terminateTable is a routing table to analyze the tests' statements.
-func terminateTable(t testing.TB) *route.Table {
-	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	an, err := route.New(m, route.DefaultSchema(), route.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return an
-}
-
 func TestParseTerminate(t *testing.T) {
-	an := terminateTable(t)
+	an := oneShardTable(t)
 	arr := func(vals ...uint32) []byte {
 		b := binary.BigEndian.AppendUint32(nil, 1)              // ndim
 		b = binary.BigEndian.AppendUint32(b, 0)                 // flags
@@ -94,7 +78,7 @@ func TestParseTerminate(t *testing.T) {
 func FuzzParseTerminate(f *testing.F) {
 	f.Add("select pg_terminate_backend(n) from unnest($1) n", []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 9}, int16(1))
 	f.Add("select pg_terminate_backend($1)", []byte("12"), int16(0))
-	an := terminateTable(f)
+	an := oneShardTable(f)
 	f.Fuzz(func(t *testing.T, sql string, param []byte, format int16) {
 		st, err := an.Analyze(sql)
 		if err != nil {
