@@ -103,7 +103,7 @@ by dev add-shard is not refused for having more than asked).`,
 			// It may have grown (dev add-shard): --shards is the size of a
 			// new cluster, and a reused one keeps the shards it has.
 			if shards < len(loaded.Shards) && cmd.Flags().Changed("shards") {
-				grownNote = fmt.Sprintf("asked for %d shards; %s holds %d (grown by dev add-shard): reusing them all", shards, *dir, len(loaded.Shards))
+				grownNote = fmt.Sprintf("asked for %d shards; %s holds %d (--shards sizes a new cluster; a reused one keeps every shard it has, those dev add-shard added too): reusing them all", shards, *dir, len(loaded.Shards))
 			}
 			shards = len(loaded.Shards)
 		}

@@ -192,7 +192,7 @@ func TestReshardCLI(t *testing.T) {
 	// dev up reuses the grown cluster: the catalog's map (epoch 4) into
 	// the config, and --shards 2 on a cluster grown to 3 is not refused.
 	r = mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "2", "--fsync=false", "--proxy", "--proxy-bin", bin)
-	if !strings.Contains(r.stdout, "holds 3 (grown by dev add-shard)") || !strings.Contains(r.stdout, "reused 3-shard cluster") ||
+	if !strings.Contains(r.stdout, "holds 3 (--shards sizes a new cluster") || !strings.Contains(r.stdout, "reused 3-shard cluster") ||
 		!strings.Contains(r.stdout, "map epoch 4, from the catalog") || !strings.Contains(r.stdout, "proxy reused") {
 		t.Errorf("dev up on the grown cluster:\n%s", r.stdout)
 	}
