@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/chaos"
 	"github.com/pgshard/pgshard/cluster"
 	"github.com/pgshard/pgshard/internal/config"
@@ -93,6 +94,9 @@ type chaosSetup struct {
 func resolveChaos(cmd *cobra.Command, f *chaosFlags) (*chaosSetup, error) {
 	cfg, err := config.Load(config.Options{Path: f.config, RequireMap: true})
 	if err != nil {
+		return nil, err
+	}
+	if err := checkChaosMapCurrent(cmd.Context(), cfg); err != nil {
 		return nil, err
 	}
 	s := &chaosSetup{cfg: cfg, m: cfg.Map}
@@ -239,4 +243,33 @@ Exit codes: 0 reproduced, 1 not reproduced, 2 the replay could not be done.`,
 		return replay(cmd, f, args[0])
 	}
 	return cmd
+}
+
+// checkChaosMapCurrent refuses a config whose shard map is older than its
+// catalog's (catalog.dsn; reshard moves since dev up or dev add-shard last
+// wrote the config): a run resets every shard's fence to the config's map,
+// which would undo those moves and leave the catalog's map and the shards'
+// fences disagreeing. A catalog that cannot be read within 5 s is not
+// checked.
+func checkChaosMapCurrent(ctx context.Context, cfg *config.Config) error {
+	if cfg.Catalog.DSN == "" || cfg.Map == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := catalog.Open(ctx, cfg.Catalog.DSN, catalog.Options{ApplicationName: "pgshard chaos"})
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	epoch, err := c.Epoch(ctx)
+	if err != nil || epoch <= cfg.Map.Epoch {
+		return nil
+	}
+	dir := "DIR"
+	if abs, err := filepath.Abs(cfg.Path); cfg.Path != "" && err == nil {
+		dir = filepath.Dir(abs)
+	}
+	return fmt.Errorf("the config's shard map (epoch %d) is older than its catalog's (epoch %d, %s): a chaos run resets every shard's fence to the config's map and would undo the moves made since; write the catalog's map into the config first (pgshard dev up --dir %s does)",
+		cfg.Map.Epoch, epoch, c.Addr(), dir)
 }

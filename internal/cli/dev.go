@@ -87,7 +87,7 @@ by dev add-shard is not refused for having more than asked).`,
 	cmd.Flags().IntVar(&buckets, "buckets", shardmap.DefaultBuckets, "bucket count B (power of two, fixed for the cluster's life)")
 	cmd.Flags().BoolVar(&pgbouncer, "pgbouncer", true, "run one PgBouncer (transaction mode) per shard")
 	cmd.Flags().BoolVar(&fsync, "fsync", true, "fsync on (off is faster and still survives process crashes, not OS crashes)")
-	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run `pgshard proxy` for the cluster (detached; trusts the cluster user; dev down stops it)")
+	cmd.Flags().BoolVar(&withProxy, "proxy", false, "also run a pgshard proxy for the cluster (detached; trusts the cluster user; dev down stops it)")
 	cmd.Flags().BoolVar(&withTLS, "tls", false, "make a local CA and certificates (DIR/tls) and turn TLS on in PostgreSQL and the proxy")
 	cmd.Flags().BoolVar(&withCatalog, "catalog", false, "keep the shard map in a catalog (database "+devCatalogDatabase+" on shard0's server, or the catalog server's with --catalog-server) and name it in the config")
 	cmd.Flags().BoolVar(&withCatalogServer, "catalog-server", false, "run the catalog on a PostgreSQL server of its own (DIR/"+cluster.CatalogServerName+"), not shard0's; implies --catalog")
@@ -103,7 +103,7 @@ by dev add-shard is not refused for having more than asked).`,
 			// It may have grown (dev add-shard): --shards is the size of a
 			// new cluster, and a reused one keeps the shards it has.
 			if shards < len(loaded.Shards) && cmd.Flags().Changed("shards") {
-				grownNote = fmt.Sprintf("asked for %d shards; %s holds %d (grown by dev add-shard): reusing them all", shards, *dir, len(loaded.Shards))
+				grownNote = fmt.Sprintf("asked for %d shards; %s holds %d (--shards sizes a new cluster; a reused one keeps every shard it has, those dev add-shard added too): reusing them all", shards, *dir, len(loaded.Shards))
 			}
 			shards = len(loaded.Shards)
 		}

@@ -119,7 +119,7 @@ func addLoadgenFlags(cmd *cobra.Command, sweep bool) *loadgenFlags {
 		f.Float64("target-rate", d.TargetRate, "commits/s to plan shards for (0: no capacity answer)")
 		f.Float64("headroom", d.Headroom, "share of each shard's capacity to keep free in the plan")
 	} else {
-		f.StringVar(&lf.part, "part", "", "run part K of N (K/N, K from 0 to N-1) of a run split over N generators: the executions i with i mod N = K, at 1/N of --rate (or of --concurrency); merge the N reports with `loadgen merge`")
+		f.StringVar(&lf.part, "part", "", "run part K of N (K/N, K from 0 to N-1) of a run split over N generators: the executions i with i mod N = K, at 1/N of --rate (or of --concurrency); merge the N reports with pgshard loadgen merge")
 		f.StringArrayVar(&lf.failIf, "fail-if", nil, "CI threshold, repeatable: 'p99(commit)>50ms', 'errors>0', 'throughput<1000' (exit 3 when one holds)")
 	}
 	return lf
@@ -162,7 +162,7 @@ func resolveLoadgen(cmd *cobra.Command, lf *loadgenFlags) (*loadgenSetup, error)
 		return nil, usagef("config %s has no shard map (needed by target %s)", cfg.Path, target)
 	}
 	if target == "proxy" && cfg.Loadgen.DSN == "" {
-		return nil, usagef("target proxy needs --dsn (or loadgen.dsn): the proxy's DSN, e.g. postgres://pgshard@127.0.0.1:6432/pgshard")
+		return nil, usagef("target proxy needs --dsn (or loadgen.dsn): the proxy's DSN, e.g. postgres://pgshard@127.0.0.1:6543/pgshard")
 	}
 	l := cfg.Loadgen
 	keys, err := loadgen.ParseKeys(l.Keys)

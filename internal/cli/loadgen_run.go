@@ -48,7 +48,7 @@ Exit codes: 0 ok, 3 a threshold was breached, 4 the run failed, 130 interrupted.
 		Example: `  pgshard dev up --dir /tmp/lg-dev
   pgshard loadgen run --config /tmp/lg-dev/pgshard.yaml --duration 30s --concurrency 16
   pgshard loadgen run -c /tmp/lg-dev/pgshard.yaml --target pgbouncer --rate 2000 --duration 20s
-  pgshard loadgen run --target proxy --dsn postgres://pgshard@127.0.0.1:6432/pgshard --quiet \
+  pgshard loadgen run --target proxy --dsn postgres://pgshard@127.0.0.1:6543/pgshard --quiet \
       --fail-if 'p99(commit)>50ms' --fail-if 'errors>0'
   pgshard loadgen run -c pgshard.yaml --rate 8000 --part 2/4 --out out/part2   # on the 3rd of 4 machines`,
 		Args: cobra.NoArgs,

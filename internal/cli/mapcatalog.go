@@ -99,6 +99,10 @@ Through PgBouncer in transaction mode is fine.`,
 			return err
 		}
 		if expect >= 0 {
+			if m.Epoch <= uint64(expect) {
+				return fmt.Errorf("push: the map's epoch must grow: --expect-epoch %d names the epoch to replace and the pushed map has epoch %d (the catalog is at epoch %d)",
+					expect, m.Epoch, cur)
+			}
 			cur = uint64(expect)
 		} else if cur == m.Epoch {
 			// Pushing what the catalog holds is a no-op; anything else at

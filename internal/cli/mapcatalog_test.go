@@ -139,6 +139,8 @@ func TestMapCatalogPushShow(t *testing.T) {
 			[]string{"none.yaml"}},
 		{"stale expectation", []string{"--map", writeMap(t, dir, "next.yaml", next), "--expect-epoch", "0"}, 1,
 			[]string{"catalog epoch conflict", "catalog is at epoch 7, not 0", "push of epoch 8"}},
+		{"expected epoch not below the map's", []string{"--map", writeMap(t, dir, "next8.yaml", next), "--expect-epoch", "8"}, 1,
+			[]string{"epoch must grow", "--expect-epoch 8 names the epoch to replace", "pushed map has epoch 8", "catalog is at epoch 7)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, "", append([]string{"map", "push", "--catalog", dsn}, tc.args...)...)

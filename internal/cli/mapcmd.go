@@ -273,8 +273,8 @@ Prints the moves and the new map (to --out, or stdout). Nothing is changed.`,
 		for _, mv := range moves {
 			moved += mv.Len()
 		}
-		fmt.Fprintf(info, "# epoch %d -> %d: %d of %d buckets move (%.1f%%) in %d ranges\n",
-			m.Epoch, next.Epoch, moved, m.Buckets, 100*float64(moved)/float64(m.Buckets), len(moves))
+		fmt.Fprintf(info, "# epoch %d -> %d: %d of %d buckets move (%.1f%%) in %s\n",
+			m.Epoch, next.Epoch, moved, m.Buckets, 100*float64(moved)/float64(m.Buckets), plural(len(moves), "range"))
 		for _, mv := range moves {
 			fmt.Fprintf(info, "#   %s\n", mv)
 		}

@@ -127,7 +127,7 @@ A plan is refused while moves of an earlier one are unfinished.`,
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "planned %d moves in catalog %s (run `pgshard reshard apply`):\n", len(moves), c.Addr())
+		fmt.Fprintf(cmd.OutOrStdout(), "planned %s in catalog %s (run `pgshard reshard apply`):\n", plural(len(moves), "move"), c.Addr())
 		return reshard.WriteStatus(cmd.OutOrStdout(), reshard.Statuses(moves))
 	})
 }
@@ -207,10 +207,41 @@ func newReshardAbortCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	return withReshardCatalog(cmd, reshardTimeout, func(ctx context.Context, cmd *cobra.Command, c *catalog.Catalog) error {
+		before, err := c.Moves(ctx, true)
+		if err != nil {
+			return err
+		}
 		if err := reshard.Abort(ctx, c, reshard.Options{}); err != nil {
 			return err
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), "no unfinished moves left")
-		return nil
+		out := cmd.OutOrStdout()
+		if len(before) == 0 {
+			fmt.Fprintln(out, "no unfinished moves: nothing to abort")
+			return nil
+		}
+		all, err := c.Moves(ctx, false)
+		if err != nil {
+			return err
+		}
+		ended := map[int64]bool{}
+		for _, m := range before {
+			ended[m.ID] = true
+		}
+		var done []catalog.MoveRecord
+		for _, m := range all {
+			if ended[m.ID] {
+				done = append(done, m)
+			}
+		}
+		fmt.Fprintf(out, "%s ended (aborted, or done if it had flipped); no unfinished moves left:\n", plural(len(before), "unfinished move"))
+		return reshard.WriteStatus(out, reshard.Statuses(done))
 	})
+}
+
+// plural is "1 move", "2 moves".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -149,6 +149,15 @@ func TestReshardCLI(t *testing.T) {
 	if r := mustRun(t, "", "reshard", "apply", "-c", cfg); !strings.Contains(r.stdout, "no unfinished moves") {
 		t.Errorf("apply with nothing to do:\n%s", r.stdout)
 	}
+	// abort of planned moves says which moves it ended, and how.
+	mustRun(t, "", "reshard", "plan", "-c", cfg, "--remove-shard", "shard2")
+	if r := mustRun(t, "", "reshard", "abort", "-c", cfg); !strings.Contains(r.stdout, "unfinished move") ||
+		!strings.Contains(r.stdout, " aborted ") || strings.Contains(r.stdout, " planned ") {
+		t.Errorf("abort of planned moves:\n%s", r.stdout)
+	}
+	if r := mustRun(t, "", "reshard", "abort", "-c", cfg); !strings.Contains(r.stdout, "nothing to abort") {
+		t.Errorf("abort with nothing to do:\n%s", r.stdout)
+	}
 
 	// Through the dev proxy, which follows the catalog: every key whose
 	// range moved to shard2 is served by shard2, with its data.
@@ -172,10 +181,18 @@ func TestReshardCLI(t *testing.T) {
 		t.Errorf("none of the %d keys moved to shard2 (buckets per shard %v): the test proves nothing", len(keys), counts)
 	}
 
+	// The config still holds dev add-shard's map (epoch 2): a chaos run,
+	// which resets every shard's fence to the config's map, is refused
+	// before it starts rather than undo the moves.
+	if r := run(t, "", "chaos", "run", "-c", cfg, "--scenario", "../../configs/chaos/nofaults.yaml", "--out", t.TempDir()); r.code == 0 ||
+		!strings.Contains(r.stderr, "is older than its catalog's (epoch 4") || !strings.Contains(r.stderr, "dev up --dir") {
+		t.Errorf("chaos run on a config behind its catalog: exit %d %q", r.code, r.stderr)
+	}
+
 	// dev up reuses the grown cluster: the catalog's map (epoch 4) into
 	// the config, and --shards 2 on a cluster grown to 3 is not refused.
 	r = mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "2", "--fsync=false", "--proxy", "--proxy-bin", bin)
-	if !strings.Contains(r.stdout, "holds 3 (grown by dev add-shard)") || !strings.Contains(r.stdout, "reused 3-shard cluster") ||
+	if !strings.Contains(r.stdout, "holds 3 (--shards sizes a new cluster") || !strings.Contains(r.stdout, "reused 3-shard cluster") ||
 		!strings.Contains(r.stdout, "map epoch 4, from the catalog") || !strings.Contains(r.stdout, "proxy reused") {
 		t.Errorf("dev up on the grown cluster:\n%s", r.stdout)
 	}

@@ -589,6 +589,9 @@ func checkEnv(environ []string, leaves []leaf) error {
 			continue
 		}
 		if envKey(name, leaves) == "" {
+			if s := suggestEnv(name, leaves); s != "" {
+				name += fmt.Sprintf(" (did you mean %s?)", s)
+			}
 			unknown = append(unknown, name)
 		}
 	}
@@ -614,6 +617,20 @@ func envKey(name string, leaves []leaf) string {
 		}
 	}
 	return ""
+}
+
+// suggestEnv returns the known variable closest to name, if it is close.
+func suggestEnv(name string, leaves []leaf) string {
+	best, bestD := "", 4
+	for _, l := range leaves {
+		if l.skipDefault {
+			continue
+		}
+		if d := levenshtein(name, EnvName(l.key)); d < bestD {
+			best, bestD = EnvName(l.key), d
+		}
+	}
+	return best
 }
 
 // EnvName is the environment variable that sets key.

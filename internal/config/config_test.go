@@ -167,7 +167,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"missing map file", "shardmap_file: nope.yaml\n", nil, []string{"shardmap_file", "nope.yaml"}},
 		{"unknown key in inline map", "shardmap:\n" + indent(mapYAML+"extra: 1\n"), nil, []string{"shardmap", "extra"}},
 		{"not yaml", "store: [\n", nil, []string{"c.yaml"}},
-		{"unknown env var", "{}\n", []string{"PGSHARD_STORE_TRACEMAX=3"}, []string{"PGSHARD_STORE_TRACEMAX", "PGSHARD_STORE_TRACE_MAX"}},
+		{"unknown env var", "{}\n", []string{"PGSHARD_STORE_TRACEMAX=3"}, []string{"PGSHARD_STORE_TRACEMAX (did you mean PGSHARD_STORE_TRACE_MAX?)"}},
 		{"bad env value", "{}\n", []string{"PGSHARD_STORE_MAX_CONNS=many"}, []string{"store.max_conns"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
