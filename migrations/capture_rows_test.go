@@ -40,8 +40,8 @@ func TestCaptureRowsRefusesAnOldCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(applied) == 0 || applied[len(applied)-1] != "0010_capture_rows" {
-		t.Errorf("applied %v, want 0010_capture_rows last", applied)
+	if len(applied) == 0 || applied[0] != "0010_capture_rows" {
+		t.Errorf("applied %v, want 0010_capture_rows first (the one the capture held back)", applied)
 	}
 	var changes, rowLog, oldTrigger bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('pgshard_move_changes') IS NOT NULL, to_regclass('pgshard_move_rows') IS NOT NULL,

@@ -72,7 +72,12 @@ func TestFenceSetByApply(t *testing.T) {
 		}
 		_, err := conn.Exec(ctx, q, theirs)
 		pe := fenceErr(t, err)
-		want := []string{`shard "shard0"`, fmt.Sprintf("%q", theirs), theirRange.String(), "moved here at epoch " + fmt.Sprint(m.Epoch), `owner "` + theirRange.Shard + `"`}
+		verb := "refuses key "
+		if strings.Contains(q, "fence_check") {
+			verb = "refuses to read key "
+		}
+		want := []string{`shard "shard0" ` + verb + fmt.Sprintf("%q", theirs), theirRange.String(),
+			`moved to shard "` + theirRange.Shard + `" at epoch ` + fmt.Sprint(m.Epoch)}
 		for _, w := range want {
 			if !strings.Contains(pe.Message, w) {
 				t.Errorf("%s: message %q lacks %q", q, pe.Message, w)
@@ -272,7 +277,7 @@ func TestFenceFreezeDrains(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if pe := fenceErr(t, err); !strings.Contains(pe.Message, `owner "shard9"`) {
+		if pe := fenceErr(t, err); !strings.Contains(pe.Message, `moved to shard "shard9"`) {
 			t.Errorf("message %q", pe.Message)
 		}
 	case <-ctx.Done():
