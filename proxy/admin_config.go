@@ -55,7 +55,9 @@ func configRows(cfg Config, ts *auth.TLSSetup, generation uint64) []configRow {
 	}
 	rows := []configRow{
 		{"listen", cfg.Listen, d.Listen, false},
-		{"use_pooler", str(cfg.UsePooler), str(d.UsePooler), true},
+		// use_pooler and verify_identity: the config file's defaults
+		// (true); a Config's zero value, false, is only a Go default.
+		{"use_pooler", str(cfg.UsePooler), "true", true},
 		{"users", strings.Join(users, ", "), "", true},
 		{"admin_users", str(cfg.AdminUsers), "", true},
 		{"admin_database", cfg.AdminDatabase, d.AdminDatabase, true},
@@ -73,7 +75,7 @@ func configRows(cfg Config, ts *auth.TLSSetup, generation uint64) []configRow {
 		{"default_shard", cfg.DefaultShard, "", true},
 		{"statement_cache_size", str(cfg.StatementCacheSize), str(d.StatementCacheSize), true},
 		{"cache_unnamed_statements", str(cfg.UnnamedStatements == UnnamedCached), "true", true},
-		{"verify_identity", str(cfg.VerifyIdentity), str(d.VerifyIdentity), true},
+		{"verify_identity", str(cfg.VerifyIdentity), "true", true},
 		{"metrics_listen", cfg.MetricsListen, "", false},
 		{"tls.mode", cfg.TLS.Mode.String(), "disable", true},
 		{"tls.cert_file", cfg.TLS.CertFile, "", true},
