@@ -65,7 +65,7 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	if why != "" {
 		return nil, why
 	}
-	m := &merger{sel: newSelectList(t, anchors, &a.exprReader), cols: shardColumns{stmt: t.sel}, split: a.cov.split, r: a.r}
+	m := &merger{sel: newSelectList(t, anchors, &a.rd), cols: shardColumns{stmt: t.sel}, split: a.cov.split, r: a.r}
 	s := t.sel
 	var c topCalls
 	c.window, c.agg = topLevelCalls(s.TargetList)
@@ -124,7 +124,7 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	}
 	var anchors []*tref
 	topRefs := 0
-	for _, r := range a.refs {
+	for _, r := range a.g.refs {
 		if r.top && r.role == roleRead && r.sc == t.sc {
 			topRefs++
 			if !r.nullable {
@@ -137,7 +137,7 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	}
 	if a.cov.uncovered(s.FromClause, t.sc) != "" {
 		// A VALUES list joined on the key may be split by shard (valuesplit.go).
-		a.cov.split = a.cov.splitValues(s.FromClause, t.sc, s, a.lit)
+		a.cov.split = a.cov.splitValues(s.FromClause, t.sc, s, a.rd.lit)
 	}
 	if why := a.cov.uncovered(s.FromClause, t.sc); why != "" {
 		// The rule: every row the FROM clause produces must contain a row
