@@ -61,7 +61,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 			return e
 		}
 	}
-	if p.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
+	if p.sim.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
 		return nil
 	}
 	pool, pre, bc, shard, e := p.acquire(shard)
@@ -69,7 +69,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		return e
 	}
 	s.setBackend(bc)
-	s.shard = shard
+	s.txn.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	fence := p.fence.key != "" && !p.noFence && s.own == nil && s.host.Fences.fenced(p.ctx, s.gen, s.host.Log, pool, bc)
 	fenceKey := ""
@@ -81,20 +81,20 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	// transaction's first step (fenceretry.go).
 	fflag := p.fenceRetryFlag(fence)
 	switch {
-	case p.tx == txDeferred:
+	case p.sim.tx == txDeferred:
 		p.replayDeferred(pre, fence, fenceKey, fflag)
-	case fence && len(pre.KV) == 0 && p.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
+	case fence && len(pre.KV) == 0 && p.sim.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
 		// A pipeline up to Sync is one implicit transaction already: the
 		// assert is its first statement (no BEGIN/COMMIT wrap).
 		p.appendFenceExtended(fenceKey, fflag)
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
-	case fence && len(pre.KV) == 0 && p.tx == txIdle && p.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
+	case fence && len(pre.KV) == 0 && p.sim.tx == txIdle && p.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
 		// A simple Query's statements are one implicit transaction: the
 		// assert goes first in the client's own query string
 		// (appendClientQuery), no BEGIN/COMMIT wrap.
 		p.inlineFence, p.inlineFlags = fenceKey, fSwallow|fReplay|fflag
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
-	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
+	case (len(pre.KV) > 0 || fence) && p.sim.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		p.wrapBegin(pre, fence, fenceKey, fflag)
 	}
 	return nil
@@ -109,7 +109,7 @@ func (p backendExec) demoteToReader() {
 	s.readers.add(p.shard, s.bc, len(s.gen.Pools))
 	s.setBackend(nil)
 	p.held, p.bc, p.soft = false, nil, false
-	p.tx, p.explicit = txDeferred, false
+	p.sim.tx, p.explicit = txDeferred, false
 }
 
 // bindReader makes the reader of shard (with p.anyShard, of the first
@@ -130,14 +130,14 @@ func (p backendExec) bindReader(shard int) bool {
 	if bc == nil {
 		return false
 	}
-	if p.hint >= 0 {
-		s.hintBound = true
+	if p.sim.hint >= 0 {
+		s.txn.hintBound = true
 	}
 	s.setBackend(bc)
-	s.shard = shard
+	s.txn.shard = shard
 	p.bc, p.shard, p.onBackend = bc, shard, true
 	p.explicit = true
-	p.tx = txBound
+	p.sim.tx = txBound
 	p.fenceHeld()
 	return true
 }
@@ -173,26 +173,26 @@ func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settin
 // the transaction to the backend.
 func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
 	s := p.s
-	if p.hint >= 0 {
-		s.hintBound = true
+	if p.sim.hint >= 0 {
+		s.txn.hintBound = true
 	}
-	replay := replaySQL(p.deferred, pre)
+	replay := replaySQL(p.sim.deferred, pre)
 	if fence {
 		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 	}
-	p.bw = pgwire.AppendQuery(p.bw, replay)
-	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.plan.bw = pgwire.AppendQuery(p.plan.bw, replay)
+	p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 	if p.swapMain {
 		// Its other shard's reads and this shard's write are one
 		// transaction only under READ COMMITTED.
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendError(p.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
-		p.bw = pgwire.AppendQuery(p.bw, isoCheckSQL)
-		p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf))})
+		lo := len(p.plan.lbuf)
+		p.plan.lbuf = pgwire.AppendError(p.plan.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+		p.plan.bw = pgwire.AppendQuery(p.plan.bw, isoCheckSQL)
+		p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(p.plan.lbuf))})
 	}
 	p.explicit = true
-	p.tx = txBound
+	p.sim.tx = txBound
 }
 
 // wrapBegin opens the implicit transaction the settings pre or the
@@ -200,7 +200,7 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 // [assert]" (the COMMIT follows the pipeline).
 func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
 	s := p.s
-	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
+	bw, sp := pgwire.BeginMsg(p.plan.bw, 'Q')
 	bw = append(bw, "BEGIN;\n"...)
 	if len(pre.KV) > 0 {
 		bw = append(bw, pre.PreambleSQL()...)
@@ -212,8 +212,8 @@ func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey strin
 		bw = appendFenceSQL(bw, fenceKey)
 		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
 	}
-	p.bw = pgwire.FinishMsg(append(bw, 0), sp)
-	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.plan.bw = pgwire.FinishMsg(append(bw, 0), sp)
+	p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
 	p.wrap = true
 }
 
@@ -231,7 +231,7 @@ func (p backendExec) rollbackSoft(from int) *pgwire.Error {
 	s := p.s
 	_, err := s.bc.RunSimple(p.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
-	s.soft = false
+	s.txn.soft = false
 	if err != nil {
 		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.gen.shardName(from), err))
 	}
@@ -250,7 +250,7 @@ func (p backendExec) take(act action) action {
 	switch st.kind {
 	case stepMoveSoft:
 		if e := p.rollbackSoft(st.from); e != nil {
-			p.tx, p.hint = txDeferred, st.hint // as the move left it
+			p.sim.tx, p.sim.hint = txDeferred, st.hint // as the move left it
 			return action{err: e}
 		}
 		return act

@@ -210,7 +210,7 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 		}
 		switch typ {
 		case 'S':
-			s.notePS(msg)
+			s.ps.notePS(msg)
 			continue
 		case 'N':
 			if it.flags&fSwallow == 0 {
@@ -339,7 +339,7 @@ func (x *exchanger) itemReady(it *item, msg []byte) {
 	st := pgwire.ReadyStatus(msg)
 	x.res.status = st
 	if it.flags&fRFQ != 0 && !x.res.fence {
-		s.out = s.reconcilePS(st, s.own != nil, s.out)
+		s.out = s.ps.reconcilePS(st, s.own != nil, s.out)
 		s.out = pgwire.AppendRFQ(s.out, st)
 	}
 	x.errored = false
@@ -439,15 +439,15 @@ func (x *exchanger) afterLoss() (exchangeResult, error) {
 		return x.res, nil
 	}
 	s.readers.end()
-	s.mainWrote, s.hintBound = false, false
-	s.pipelineHeld = false
-	s.wrapped = false
-	s.soft = false
+	s.txn.mainWrote, s.txn.hintBound = false, false
+	s.txn.pipelineHeld = false
+	s.txn.wrapped = false
+	s.txn.soft = false
 	if x.explicit {
-		s.tx = txFailed
-		s.deferred = s.deferred[:0]
+		s.txn.tx = txFailed
+		s.txn.deferred = s.txn.deferred[:0]
 	} else {
-		s.tx = txIdle
+		s.txn.tx = txIdle
 	}
 	return x.res, nil
 }
@@ -573,22 +573,22 @@ func (s *Session) apply(e *effect) {
 	case effStmtClear:
 		clear(s.stmts)
 	case effTx:
-		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
+		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.txn.deferred, e.tx.deferred)) {
 			// The transaction ended, failed, or its start changed (a SET
 			// LOCAL or savepoint command): the readers are no longer its.
 			s.readers.end()
 		}
-		s.tx = e.tx.tx
-		s.deferred = append(s.deferred[:0], e.tx.deferred...)
-		s.hint = e.tx.hint
+		s.txn.tx = e.tx.tx
+		s.txn.deferred = append(s.txn.deferred[:0], e.tx.deferred...)
+		s.txn.hint = e.tx.hint
 	case effSettings:
 		for n, v := range e.rep {
-			if s.reported[n] != v {
-				s.seen[n] = v
+			if s.ps.reported[n] != v {
+				s.ps.seen[n] = v
 			}
 		}
 		s.cur = e.set
-		s.reported = e.rep
+		s.ps.reported = e.rep
 		if e.name == "discard" {
 			clear(s.stmts)
 			s.unnamed = nil

@@ -37,9 +37,9 @@ type portalInfo struct {
 type pipePlanner struct{ *planner }
 
 func (p pipePlanner) portal(name []byte) *portalInfo {
-	for i := len(p.portals) - 1; i >= 0; i-- {
-		if p.portals[i].name == string(name) {
-			return &p.portals[i]
+	for i := len(p.plan.portals) - 1; i >= 0; i-- {
+		if p.plan.portals[i].name == string(name) {
+			return &p.plan.portals[i]
 		}
 	}
 	return nil
@@ -49,23 +49,23 @@ func (p pipePlanner) portal(name []byte) *portalInfo {
 // last one is Sync or Flush).
 func (s *Session) runPipeline(ctx context.Context) error {
 	term := s.grp[len(s.grp)-1].typ
-	if s.skipUntilSync {
+	if s.txn.skipUntilSync {
 		// Reached only with Sync: an earlier Flush-terminated part failed.
-		s.skipUntilSync = false
+		s.txn.skipUntilSync = false
 		if s.bc != nil {
 			p := s.newPlanner(ctx)
 			pipePlanner{p}.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
-		s.out = pgwire.AppendRFQ(s.out, s.status())
+		s.out = pgwire.AppendRFQ(s.out, s.txn.status())
 		return nil
 	}
 	if e := pinning(s).pinForPipeline(ctx); e != nil {
 		s.out = pgwire.AppendError(s.out, e)
 		if term == 'S' {
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.out = pgwire.AppendRFQ(s.out, s.txn.status())
 		} else {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		}
 		return nil
 	}
@@ -101,9 +101,9 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			if f.failed {
 				// Postgres skips the rest of the pipeline up to its Sync.
 				if term == 'S' {
-					s.out = pgwire.AppendRFQ(s.out, s.status())
+					s.out = pgwire.AppendRFQ(s.out, s.txn.status())
 				} else {
-					s.skipUntilSync = true
+					s.txn.skipUntilSync = true
 				}
 				return nil
 			}
@@ -161,15 +161,15 @@ func (p pipePlanner) parse(raw []byte) {
 			a.Kind == route.KindOther && a.ParseError == "" && s.own == nil && a.MarkUnnamed()
 	} else {
 		name := string(p.pv.Name)
-		if p.lookup(p.pv.Name) != nil {
+		if p.book.lookup(p.pv.Name) != nil {
 			p.fail(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
 			return
 		}
 		vs = newVstmt(name, a, p.pv.Oids)
 		vs.epoch = s.gen.StmtEpoch.Load()
-		p.overlayPut(name, vs)
+		p.book.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
-		if s.own != nil && p.tx != txFailed {
+		if s.own != nil && p.sim.tx != txFailed {
 			// A pinned session's named statement is the server's own, as
 			// on a direct connection (its plan cache, pg_prepared_statements,
 			// "cached plan must not change result type").
@@ -178,8 +178,8 @@ func (p pipePlanner) parse(raw []byte) {
 				return
 			}
 			eff.real, vs.realOn = p.bc, p.bc // later messages of the pipeline use it
-			p.bw = append(p.bw, raw...)
-			p.items = append(p.items, item{kind: itParse, eff: eff})
+			p.plan.bw = append(p.plan.bw, raw...)
+			p.plan.items = append(p.plan.items, item{kind: itParse, eff: eff})
 			return
 		}
 	}
@@ -197,18 +197,18 @@ func (p pipePlanner) parse(raw []byte) {
 			}
 		}
 		if len(p.pv.Name) == 0 {
-			p.bw = append(p.bw, raw...)
+			p.plan.bw = append(p.plan.bw, raw...)
 		} else {
-			p.bw = pgwire.AppendParseMsg(p.bw, "", a.SQL, vs.oids)
+			p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, "", a.SQL, vs.oids)
 		}
-		p.items = append(p.items, item{kind: itParse, eff: eff})
+		p.plan.items = append(p.plan.items, item{kind: itParse, eff: eff})
 		p.backendUnnamed = vs
 		return
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendEmpty(p.lbuf, '1')
-	p.addLocal(lo, eff)
-	p.pendingParse, p.pendingRaw, p.pendingVs = len(p.items)-1, raw, vs
+	lo := len(p.plan.lbuf)
+	p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, '1')
+	p.plan.addLocal(lo, eff)
+	p.pendingParse, p.pendingRaw, p.pendingVs = len(p.plan.items)-1, raw, vs
 }
 
 func equalOids(a, b []uint32) bool {
@@ -246,31 +246,31 @@ func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 		}
 		cs := c.Get(vs.cacheKey)
 		for _, old := range c.Evicted {
-			p.bw = pgwire.AppendClose(p.bw, 'S', old)
-			p.items = append(p.items, item{kind: itClose, flags: fSwallow})
+			p.plan.bw = pgwire.AppendClose(p.plan.bw, 'S', old)
+			p.plan.items = append(p.plan.items, item{kind: itClose, flags: fSwallow})
 		}
 		c.Evicted = c.Evicted[:0]
 		if cs == nil {
 			cs = c.Add(vs.cacheKey)
-			p.bw = pgwire.AppendParseMsg(p.bw, cs.Name, vs.st.SQL, vs.oids)
-			p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
+			p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, cs.Name, vs.st.SQL, vs.oids)
+			p.plan.items = append(p.plan.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
 		return cs.Name, cs
 	}
-	if p.pendingParse >= 0 && p.pendingParse == len(p.items)-1 && vs == s.unnamed && vs.name == "" {
+	if p.pendingParse >= 0 && p.pendingParse == len(p.plan.items)-1 && vs == s.unnamed && vs.name == "" {
 		// The client's unnamed Parse was the previous message: send it as is.
-		p.items[p.pendingParse] = item{kind: itParse}
-		p.bw = append(p.bw, p.pendingRaw...)
-	} else if p.pendingParse >= 0 && p.pendingParse == len(p.items)-1 && vs == p.pendingVs && vs.name != "" {
+		p.plan.items[p.pendingParse] = item{kind: itParse}
+		p.plan.bw = append(p.plan.bw, p.pendingRaw...)
+	} else if p.pendingParse >= 0 && p.pendingParse == len(p.plan.items)-1 && vs == p.pendingVs && vs.name != "" {
 		// The client's named Parse was the previous message: the backend
 		// parses it (as the unnamed statement) and its ParseComplete — or
 		// its error, without a ParseComplete — is the client's answer.
-		eff := p.items[p.pendingParse].eff
-		p.items[p.pendingParse] = item{kind: itParse, eff: eff}
-		p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
+		eff := p.plan.items[p.pendingParse].eff
+		p.plan.items[p.pendingParse] = item{kind: itParse, eff: eff}
+		p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, "", vs.st.SQL, vs.oids)
 	} else {
-		p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
-		p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart})
+		p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, "", vs.st.SQL, vs.oids)
+		p.plan.items = append(p.plan.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	}
 	p.pendingParse = -1
 	p.backendUnnamed = vs
@@ -287,7 +287,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.protoErr = err
 		return
 	}
-	vs := p.lookup(bv.Stmt)
+	vs := p.book.lookup(bv.Stmt)
 	if vs == nil {
 		p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
 		return
@@ -298,7 +298,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 	}
 	a := vs.st
 	local := p.isLocal(a)
-	if local && a.Kind == route.KindSetLocal && p.pipeline && p.tx == txIdle && !p.onTxnBackend() && setsOnlyLocal(a) {
+	if local && a.Kind == route.KindSetLocal && p.pipeline && p.sim.tx == txIdle && !p.onTxnBackend() && setsOnlyLocal(a) {
 		// SET LOCAL in a pipeline's implicit transaction: Postgres applies
 		// it (with a warning) to the statements after it, up to the Sync.
 		switch sh := p.lookahead(idx, leadable(a)); {
@@ -322,10 +322,10 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
-	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') && p.bindTerminate(pi) {
+	if a.Kind == route.KindOther && p.sim.tx != txFailed && !(p.held && s.txn.bstatus == 'E') && p.bindTerminate(pi) {
 		return
 	}
-	if a.Settings != nil && (p.tx == txDeferred || p.tx == txBound) {
+	if a.Settings != nil && (p.sim.tx == txDeferred || p.sim.tx == txBound) {
 		// Inside a transaction block the settings hold for the rest of
 		// the transaction, on every backend it uses: they are repeated on
 		// the others (replaySQL), and ahead of a read of every shard in
@@ -366,10 +366,10 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 // bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
 // with its BindComplete.
 func (p pipePlanner) bindLocal(pi portalInfo) {
-	p.portals = append(p.portals, pi)
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendEmpty(p.lbuf, '2')
-	p.addLocal(lo, nil)
+	p.plan.portals = append(p.plan.portals, pi)
+	lo := len(p.plan.lbuf)
+	p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, '2')
+	p.plan.addLocal(lo, nil)
 }
 
 // bindTerminate answers a Bind (decoded in p.bv) of a
@@ -410,16 +410,16 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	p.setAhead = p.setAhead || setsOnlyLocal(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.Stmt) == 0 && name == "" {
-		p.bw = append(p.bw, raw...)
+		p.plan.bw = append(p.plan.bw, raw...)
 	} else {
-		p.bw = pgwire.AppendBindAs(p.bw, raw, bv, name)
+		p.plan.bw = pgwire.AppendBindAs(p.plan.bw, raw, bv, name)
 	}
 	var fl itemFlags
 	if vs.epoch != s.gen.StmtEpoch.Load() {
 		fl = fStale
 	}
-	p.items = append(p.items, item{kind: itBind, cs: cs, flags: fl})
-	p.portals = append(p.portals, pi)
+	p.plan.items = append(p.plan.items, item{kind: itBind, cs: cs, flags: fl})
+	p.plan.portals = append(p.plan.portals, pi)
 }
 
 // recordSoft keeps the SET LOCAL and savepoint commands a transaction
@@ -429,7 +429,7 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 // statement that is not a table-less read. COMMIT / ROLLBACK sent to the
 // backend end the list (AND CHAIN keeps the BEGIN).
 func (p *planner) recordSoft(a *route.Statement) {
-	inTxn := p.tx == txBound || p.explicit
+	inTxn := p.sim.tx == txBound || p.explicit
 	switch a.Kind {
 	case route.KindSetLocal, route.KindSavepoint:
 		if !inTxn {
@@ -439,19 +439,19 @@ func (p *planner) recordSoft(a *route.Statement) {
 		if a.Kind == route.KindSavepoint && a.SavepointVerb == "SAVEPOINT" {
 			d.savepoint = a.SavepointName
 		}
-		p.addDeferred(d)
-		lo := len(p.lbuf)
-		p.addLocal(lo, p.txEffectKeep())
+		p.sim.addDeferred(d)
+		lo := len(p.plan.lbuf)
+		p.plan.addLocal(lo, p.sim.txEffectKeep())
 		return
 	case route.KindCommit, route.KindRollback:
-		if inTxn && len(p.deferred) > 0 {
-			keep := p.deferred[:0:0]
+		if inTxn && len(p.sim.deferred) > 0 {
+			keep := p.sim.deferred[:0:0]
 			if a.Chain {
-				keep = []deferredStmt{p.deferred[0]}
+				keep = []deferredStmt{p.sim.deferred[0]}
 			}
-			p.setDeferred(keep)
-			lo := len(p.lbuf)
-			p.addLocal(lo, p.txEffectKeep())
+			p.sim.setDeferred(keep)
+			lo := len(p.plan.lbuf)
+			p.plan.addLocal(lo, p.sim.txEffectKeep())
 		}
 	}
 	if !p.soft {
@@ -470,8 +470,8 @@ func (p *planner) recordSoft(a *route.Statement) {
 // noteWrite records that the transaction's backend ran a statement that
 // may write: from then on the transaction writes only there.
 func (p *planner) noteWrite(a *route.Statement) {
-	if (p.tx == txBound || p.explicit) && !a.ReadOnly && (a.Kind == route.KindOther || a.Kind == route.KindDDL) {
-		p.s.mainWrote = true
+	if (p.sim.tx == txBound || p.explicit) && !a.ReadOnly && (a.Kind == route.KindOther || a.Kind == route.KindDDL) {
+		p.s.txn.mainWrote = true
 	}
 }
 
@@ -483,16 +483,16 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 		return
 	}
 	if kind == 'S' {
-		vs := p.lookup(name)
+		vs := p.book.lookup(name)
 		if vs == nil {
 			p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
 		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
-			lo := len(p.lbuf)
-			p.lbuf = appendParamDesc(p.lbuf, vs)
-			p.lbuf = pgwire.AppendEmpty(p.lbuf, 'n')
-			p.addLocal(lo, nil)
+			lo := len(p.plan.lbuf)
+			p.plan.lbuf = appendParamDesc(p.plan.lbuf, vs)
+			p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, 'n')
+			p.plan.addLocal(lo, nil)
 			return
 		}
 		if !p.onBackend {
@@ -517,8 +517,8 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			}
 		}
 		bname, cs := p.sendParse(vs)
-		p.bw = pgwire.AppendDescribe(p.bw, 'S', bname)
-		p.items = append(p.items, item{kind: itDescStmt, cs: cs})
+		p.plan.bw = pgwire.AppendDescribe(p.plan.bw, 'S', bname)
+		p.plan.items = append(p.plan.items, item{kind: itDescStmt, cs: cs})
 		return
 	}
 	pi := p.portal(name)
@@ -526,20 +526,20 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 	case pi != nil && pi.lead > 0:
 		p.leads[pi.lead-1].describe = true // answered with the lead's answer
 	case pi != nil && pi.local:
-		lo := len(p.lbuf)
+		lo := len(p.plan.lbuf)
 		if pi.term != nil {
-			p.lbuf = appendBoolRowDescription(p.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
+			p.plan.lbuf = appendBoolRowDescription(p.plan.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
 		} else {
-			p.lbuf = pgwire.AppendEmpty(p.lbuf, 'n')
+			p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, 'n')
 		}
-		p.addLocal(lo, nil)
+		p.plan.addLocal(lo, nil)
 	case pi != nil || p.held:
 		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 			p.fail(e, nil)
 			return
 		}
-		p.bw = append(p.bw, raw...)
-		p.items = append(p.items, item{kind: itDescPortal})
+		p.plan.bw = append(p.plan.bw, raw...)
+		p.plan.items = append(p.plan.items, item{kind: itDescPortal})
 	default:
 		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
 	}
@@ -611,7 +611,7 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 		}
 		vs := parsed[string(bv.Stmt)]
 		if vs == nil {
-			vs = p.lookup(bv.Stmt)
+			vs = p.book.lookup(bv.Stmt)
 		}
 		if vs == nil {
 			return -1
@@ -619,14 +619,14 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 		if setsOnlyLocal(vs.st) {
 			// Inside a transaction block SET LOCAL is kept by the proxy
 			// (replayed on every backend), not a lead.
-			lead = lead && leadable(vs.st) && (p.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
+			lead = lead && leadable(vs.st) && (p.sim.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
 			continue
 		}
 		if p.isLocal(vs.st) {
 			return -1
 		}
 		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
-		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
+		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.sim.tx != txIdle) {
 			return aheadFan
 		}
 		switch {
@@ -638,8 +638,8 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 		default:
 			return aheadAny
 		}
-		if p.hint >= 0 {
-			return p.hint
+		if p.sim.hint >= 0 {
+			return p.sim.hint
 		}
 		return d.Shard
 	}
@@ -655,9 +655,9 @@ func (p pipePlanner) execute(raw []byte) {
 	pi := p.portal(portal)
 	switch {
 	case pi != nil && pi.term != nil:
-		lo := len(p.lbuf)
-		p.lbuf = appendTerminateResult(p.lbuf, pi.term, false)
-		p.addLocal(lo, nil)
+		lo := len(p.plan.lbuf)
+		p.plan.lbuf = appendTerminateResult(p.plan.lbuf, pi.term, false)
+		p.plan.addLocal(lo, nil)
 	case pi != nil && pi.lead > 0:
 		p.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
@@ -671,8 +671,8 @@ func (p pipePlanner) execute(raw []byte) {
 		if pi != nil && pi.setting {
 			eff = p.executeSetting(pi)
 		}
-		p.bw = append(p.bw, raw...)
-		p.items = append(p.items, item{kind: itExecute, flags: fClientPart, eff: eff})
+		p.plan.bw = append(p.plan.bw, raw...)
+		p.plan.items = append(p.plan.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
 		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}
@@ -681,19 +681,19 @@ func (p pipePlanner) execute(raw []byte) {
 // executeSetting plans what goes with the Execute of a setting sent to
 // the backend, and returns the effect its success has.
 func (p pipePlanner) executeSetting(pi *portalInfo) *effect {
-	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
+	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.sim.tx == txIdle {
 		// Postgres warns about SET LOCAL in a pipeline's implicit
 		// transaction; the BEGIN pgshard wraps it in (for the client's
 		// settings) keeps the backend from it.
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendNotice(p.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
-		p.addLocal(lo, nil)
+		lo := len(p.plan.lbuf)
+		p.plan.lbuf = pgwire.AppendNotice(p.plan.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+		p.plan.addLocal(lo, nil)
 	}
-	if pi.replay != "" && (p.tx == txBound || p.explicit) {
+	if pi.replay != "" && (p.sim.tx == txBound || p.explicit) {
 		// Once they ran, the transaction's other backends repeat the
 		// settings (readers that did not are ended by the effect).
-		p.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
-		return p.txEffectKeep()
+		p.sim.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
+		return p.sim.txEffectKeep()
 	}
 	return nil
 }
@@ -706,29 +706,29 @@ func (p pipePlanner) close(raw []byte) {
 		return
 	}
 	if kind == 'S' {
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendEmpty(p.lbuf, '3')
+		lo := len(p.plan.lbuf)
+		p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, '3')
 		var eff *effect
 		if len(name) == 0 {
 			s.unnamed = nil
 		} else {
 			n := string(name)
-			if vs := p.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
+			if vs := p.book.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
 				// The pinned backend has it: close it there too.
-				p.lbuf = p.lbuf[:lo]
-				p.overlayPut(n, nil)
+				p.plan.lbuf = p.plan.lbuf[:lo]
+				p.book.overlayPut(n, nil)
 				if e := p.exec().ensureBackend(p.shard, nil); e != nil {
 					p.fail(e, nil)
 					return
 				}
-				p.bw = append(p.bw, raw...)
-				p.items = append(p.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
+				p.plan.bw = append(p.plan.bw, raw...)
+				p.plan.items = append(p.plan.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
 				return
 			}
-			p.overlayPut(n, nil)
+			p.book.overlayPut(n, nil)
 			eff = &effect{kind: effStmtDel, name: n}
 		}
-		p.addLocal(lo, eff)
+		p.plan.addLocal(lo, eff)
 		return
 	}
 	if p.onTxnBackend() {
@@ -736,34 +736,34 @@ func (p pipePlanner) close(raw []byte) {
 			p.fail(e, nil)
 			return
 		}
-		p.bw = append(p.bw, raw...)
-		p.items = append(p.items, item{kind: itClose})
+		p.plan.bw = append(p.plan.bw, raw...)
+		p.plan.items = append(p.plan.items, item{kind: itClose})
 		return
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendEmpty(p.lbuf, '3')
-	p.addLocal(lo, nil)
+	lo := len(p.plan.lbuf)
+	p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, '3')
+	p.plan.addLocal(lo, nil)
 }
 
 func (p pipePlanner) sync(raw []byte) {
 	s := p.s
 	if p.onTxnBackend() {
 		if e := p.exec().ensureBackend(p.shard, nil); e == nil {
-			p.bw = append(p.bw, raw...)
+			p.plan.bw = append(p.plan.bw, raw...)
 			if p.wrap {
-				p.items = append(p.items, item{kind: itSync})
+				p.plan.items = append(p.plan.items, item{kind: itSync})
 				p.holdCommit()
-				p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
-				p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+				p.plan.bw = pgwire.AppendQuery(p.plan.bw, "COMMIT")
+				p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 			} else {
-				p.items = append(p.items, item{kind: itSync, flags: fRFQ})
+				p.plan.items = append(p.plan.items, item{kind: itSync, flags: fRFQ})
 			}
 			return
 		}
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendRFQ(p.lbuf, p.simStatus(s.bstatus))
-	p.addLocal(lo, nil)
+	lo := len(p.plan.lbuf)
+	p.plan.lbuf = pgwire.AppendRFQ(p.plan.lbuf, p.sim.simStatus(s.txn.bstatus))
+	p.plan.addLocal(lo, nil)
 }
 
 func (p pipePlanner) flushMsg(raw []byte) {
@@ -773,8 +773,8 @@ func (p pipePlanner) flushMsg(raw []byte) {
 	if raw == nil {
 		raw = []byte{'H', 0, 0, 0, 4}
 	}
-	p.bw = append(p.bw, raw...)
-	p.items = append(p.items, item{kind: itFlush})
+	p.plan.bw = append(p.plan.bw, raw...)
+	p.plan.items = append(p.plan.items, item{kind: itFlush})
 }
 
 // finish runs a planned exchange and updates the session from its result.
@@ -786,19 +786,19 @@ func (s *Session) finish(p *planner, term byte) error {
 		return newFanExec(p).run()
 	}
 	if !p.onBackend {
-		for i := range p.items {
-			it := &p.items[i]
+		for i := range p.plan.items {
+			it := &p.plan.items[i]
 			if it.kind == itLead {
 				// Cannot happen: lookahead makes leads only of a pipeline
 				// whose read fans out.
 				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
 				continue
 			}
-			s.out = append(s.out, p.lbuf[it.lo:it.hi]...)
+			s.out = append(s.out, p.plan.lbuf[it.lo:it.hi]...)
 			s.apply(it.eff)
 		}
 		if p.failed && term == 'H' {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		}
 		return nil
 	}
@@ -806,16 +806,16 @@ func (s *Session) finish(p *planner, term byte) error {
 	if release {
 		// Close the backend's implicit transaction (a Sync the client
 		// does not see), so that the backend can go back to its pool.
-		p.bw = pgwire.AppendEmpty(p.bw, 'S')
-		p.items = append(p.items, item{kind: itSync})
+		p.plan.bw = pgwire.AppendEmpty(p.plan.bw, 'S')
+		p.plan.items = append(p.plan.items, item{kind: itSync})
 		if p.wrap {
 			p.holdCommit()
-			p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
-			p.items = append(p.items, item{kind: itQuery, flags: fSwallow})
+			p.plan.bw = pgwire.AppendQuery(p.plan.bw, "COMMIT")
+			p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow})
 		}
 	}
 	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.out)
-	res, err := runExchange(s, &p.planned, p.bc, p.explicit)
+	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {
 		return err
@@ -825,35 +825,35 @@ func (s *Session) finish(p *planner, term byte) error {
 	}
 	if res.lost {
 		if term == 'H' {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		} else if !s.pinFatal {
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.out = pgwire.AppendRFQ(s.out, s.txn.status())
 		}
 		return nil
 	}
 	if term == 'H' {
 		if res.errored || p.failed {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		}
 		if release {
 			s.dropBackend(res.status == 'I')
 			return nil
 		}
-		if p.explicit || s.tx == txBound {
-			s.tx = txBound
+		if p.explicit || s.txn.tx == txBound {
+			s.txn.tx = txBound
 			if res.status != 0 {
-				s.bstatus = res.status
-			} else if s.bstatus == 0 {
-				s.bstatus = 'T'
+				s.txn.bstatus = res.status
+			} else if s.txn.bstatus == 0 {
+				s.txn.bstatus = 'T'
 			}
 			if res.errored {
-				s.bstatus = 'E'
+				s.txn.bstatus = 'E'
 			}
 		} else {
-			s.pipelineHeld = true
-			s.wrapped = p.wrap
+			s.txn.pipelineHeld = true
+			s.txn.wrapped = p.wrap
 		}
-		s.soft = p.soft
+		s.txn.soft = p.soft
 		return nil
 	}
 	p.exErrored = res.errored
@@ -869,10 +869,10 @@ func (s *Session) finish(p *planner, term byte) error {
 // backend is released rather than pinned: a pinned one would refuse the
 // next Bind for a key of another shard as cross-shard.
 func (p *planner) statementsOnly() bool {
-	if p.held || p.explicit || p.tx != txIdle || !p.onBackend {
+	if p.held || p.explicit || p.sim.tx != txIdle || !p.onBackend {
 		return false
 	}
-	for _, it := range p.items {
+	for _, it := range p.plan.items {
 		switch it.kind {
 		case itLocal, itParse, itDescStmt, itClose, itFlush, itAbort:
 		case itQuery:
@@ -889,24 +889,24 @@ func (p *planner) statementsOnly() bool {
 // afterReady updates the session after the client's ReadyForQuery: the
 // backend's status says whether a transaction is still open.
 func (s *Session) afterReady(p *planner, st byte) {
-	s.pipelineHeld = false
-	s.wrapped = false
+	s.txn.pipelineHeld = false
+	s.txn.wrapped = false
 	switch st {
 	case 'T', 'E':
-		s.tx = txBound
-		s.bstatus = st
-		s.soft = p.soft
-		s.hint = -1
+		s.txn.tx = txBound
+		s.txn.bstatus = st
+		s.txn.soft = p.soft
+		s.txn.hint = -1
 		if st == 'E' {
 			s.readers.end() // the transaction failed: nothing more to read
 		}
 	default:
-		s.tx = txIdle
-		s.bstatus = 0
-		s.deferred = s.deferred[:0]
-		s.hint = -1
-		s.soft = false
-		s.mainWrote, s.hintBound = false, false
+		s.txn.tx = txIdle
+		s.txn.bstatus = 0
+		s.txn.deferred = s.txn.deferred[:0]
+		s.txn.hint = -1
+		s.txn.soft = false
+		s.txn.mainWrote, s.txn.hintBound = false, false
 		if s.own != nil {
 			if !p.exErrored {
 				pinning(s).applyPinOps(p.pinOps, true)

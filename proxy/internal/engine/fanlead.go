@@ -237,9 +237,9 @@ func (p pipePlanner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 	b = pgwire.AppendCStr(b, "")
 	b = append(b, raw[p.bv.RestAt:]...)
 	p.leads = append(p.leads, fanLead{st: vs.st, oids: vs.oids, bind: pgwire.FinishMsg(b, sp)})
-	p.items = append(p.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
+	p.plan.items = append(p.plan.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
 	pi.lead = len(p.leads)
-	p.portals = append(p.portals, pi)
+	p.plan.portals = append(p.plan.portals, pi)
 	p.pendingParse = -1
 }
 
@@ -248,7 +248,7 @@ func (p pipePlanner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 // as is not of that shape.
 func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	s := p.s
-	if p.tx != txIdle || p.onTxnBackend() || len(as) < 2 {
+	if p.sim.tx != txIdle || p.onTxnBackend() || len(as) < 2 {
 		return nil
 	}
 	for _, a := range as[:len(as)-1] {
@@ -267,7 +267,7 @@ func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	f := &fanPlan{simple: true, st: last, dest: d, query: string(msg)}
 	for _, a := range as[:len(as)-1] {
 		f.leads = append(f.leads, fanLead{st: a, describe: true, executed: true})
-		p.items = append(p.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
+		p.plan.items = append(p.plan.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
 	}
 	return f
 }

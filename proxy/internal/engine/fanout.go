@@ -167,8 +167,8 @@ type fanSession interface {
 // newFanExec is the executor of the planner's fan-out, p.fan.
 func newFanExec(p *planner) *fanExec {
 	s := p.s
-	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: p.items, lbuf: p.lbuf,
-		cur: &s.cur, txn: &s.transaction, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
+	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: p.plan.items, lbuf: p.plan.lbuf,
+		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
 }
 
 // stage is the executor of fp, a stage of x's read: a fan-out of its own

@@ -283,7 +283,7 @@ const fencePortalName = "pgshard_fence"
 func (p backendExec) fenceHeld() {
 	s := p.s
 	defer func() { p.fence.key = "" }() // used once
-	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
+	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.txn.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map
@@ -297,9 +297,9 @@ func (p backendExec) fenceHeld() {
 	case p.simple && p.inlineOK && inlinable(key):
 		p.inlineFence, p.inlineFlags = key, fl
 	case p.simple:
-		bw, sp := pgwire.BeginMsg(p.bw, 'Q')
-		p.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
-		p.items = append(p.items, item{kind: itQuery, flags: fl})
+		bw, sp := pgwire.BeginMsg(p.plan.bw, 'Q')
+		p.plan.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
+		p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fl})
 	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
@@ -313,11 +313,11 @@ func (p backendExec) fenceHeld() {
 // answer swallowed, its error the client's. flag is fFence or 0.
 func (p backendExec) appendFenceExtended(key string, flag itemFlags) {
 	fl := fSwallow | fReplay | flag
-	p.bw = pgwire.AppendParseMsg(p.bw, "", fenceSQL(key), nil)
-	p.bw = pgwire.AppendBindText(p.bw, fencePortalName, "", nil)
-	p.bw = pgwire.AppendExecute(p.bw, fencePortalName, 0)
-	p.bw = pgwire.AppendClose(p.bw, 'P', fencePortalName)
-	p.items = append(p.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
+	p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, "", fenceSQL(key), nil)
+	p.plan.bw = pgwire.AppendBindText(p.plan.bw, fencePortalName, "", nil)
+	p.plan.bw = pgwire.AppendExecute(p.plan.bw, fencePortalName, 0)
+	p.plan.bw = pgwire.AppendClose(p.plan.bw, 'P', fencePortalName)
+	p.plan.items = append(p.plan.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
 		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
 	p.backendUnnamed = nil
 }
@@ -352,18 +352,18 @@ func inlinable(key string) bool {
 func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
 	key := p.inlineFence
 	if key == "" {
-		p.bw = append(p.bw, msg...)
-		p.items = append(p.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+		p.plan.bw = append(p.plan.bw, msg...)
+		p.plan.items = append(p.plan.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
 		return
 	}
 	p.inlineFence = ""
-	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
+	bw, sp := pgwire.BeginMsg(p.plan.bw, 'Q')
 	start := len(bw)
 	bw = append(appendFenceSQL(bw, key), ";\n"...)
 	shift := int32(len(bw) - start)
 	bw = append(bw, pgwire.Body(msg)...) // the client's string and its NUL
-	p.bw = pgwire.FinishMsg(bw, sp)
-	p.items = append(p.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
+	p.plan.bw = pgwire.FinishMsg(bw, sp)
+	p.plan.items = append(p.plan.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
 		item{kind: itQuery, flags: p.queryFlags(), eff: eff, posShift: shift})
 }
 

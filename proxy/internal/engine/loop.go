@@ -23,7 +23,7 @@ func (s *Session) serve(ctx context.Context) error {
 			return nil
 		}
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pipelineHeld || s.readers.any() {
+			if s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any() {
 				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
 				_ = s.conn.SetReadDeadline(time.Time{})
@@ -43,12 +43,12 @@ func (s *Session) serve(ctx context.Context) error {
 		}
 		typ, msg, err := s.readWatching(pinning(s).watched())
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pipelineHeld || s.readers.any()) {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
 		}
-		if s.skipUntilSync && typ != 'S' && typ != 'X' {
+		if s.txn.skipUntilSync && typ != 'S' && typ != 'X' {
 			continue
 		}
 		// A reload's new generation applies from the first message of the
@@ -120,7 +120,7 @@ func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error
 	if err != nil {
 		return false, err
 	}
-	if s.skipUntilSync {
+	if s.txn.skipUntilSync {
 		s.rd.Release()
 		return true, nil
 	}

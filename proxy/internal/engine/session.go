@@ -52,7 +52,7 @@ type Session struct {
 	startup, cur *backend.Settings
 	// paramStatus: what the client was told of the reported parameters
 	// (paramstatus.go).
-	paramStatus
+	ps paramStatus
 
 	// stmts are the client's named prepared statements (virtual); unnamed
 	// is the unnamed one.
@@ -60,7 +60,7 @@ type Session struct {
 	unnamed *vstmt
 
 	// transaction is where the client's transaction is (txnstate.go).
-	transaction
+	txn transaction
 
 	mu     sync.Mutex // guards bc, closed and fanning against cancelBackend
 	bc     *backend.Conn
@@ -153,13 +153,13 @@ type cmsg struct {
 
 func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
 	s := &Session{
-		gen:         gen,
-		host:        host,
-		connected:   time.Now(),
-		log:         gen.Log,
-		transaction: transaction{hint: -1},
-		stmts:       map[string]*vstmt{},
-		paramStatus: paramStatus{seen: map[string]string{}},
+		gen:       gen,
+		host:      host,
+		connected: time.Now(),
+		log:       gen.Log,
+		txn:       transaction{hint: -1},
+		stmts:     map[string]*vstmt{},
+		ps:        paramStatus{seen: map[string]string{}},
 	}
 	s.clientConn.init(conn, s.messageLimit)
 	return s
@@ -247,7 +247,7 @@ func (s *Session) releaseAll() {
 		bc.Pool.Discard(bc)
 		return
 	}
-	if s.tx == txBound || s.pipelineHeld {
+	if s.txn.tx == txBound || s.txn.pipelineHeld {
 		// A transaction or pipeline is open: the connection is not clean.
 		bc.Pool.Discard(bc)
 		return

@@ -26,7 +26,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	if err == nil {
 		if e := pinning(s).pinForQuery(ctx, as); e != nil {
 			s.out = pgwire.AppendError(s.out, e)
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.out = pgwire.AppendRFQ(s.out, s.txn.status())
 			return nil
 		}
 	}
@@ -64,14 +64,14 @@ func (p queryPlanner) endQuery() {
 	if p.onBackend {
 		if p.wrap {
 			p.holdCommit()
-			p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
-			p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+			p.plan.bw = pgwire.AppendQuery(p.plan.bw, "COMMIT")
+			p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 		}
 		return
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendRFQ(p.lbuf, p.simStatus(s.bstatus))
-	p.addLocal(lo, nil)
+	lo := len(p.plan.lbuf)
+	p.plan.lbuf = pgwire.AppendRFQ(p.plan.lbuf, p.sim.simStatus(s.txn.bstatus))
+	p.plan.addLocal(lo, nil)
 }
 
 // queryFlags are the flags of the client's query item: it carries the
@@ -87,7 +87,7 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 	s := p.s
 	st := a
 	if p.isLocal(a) {
-		if st.Kind == route.KindExecute && p.tx != txFailed {
+		if st.Kind == route.KindExecute && p.sim.tx != txFailed {
 			p.sqlExecute(a)
 			p.endQuery()
 			return
@@ -119,10 +119,10 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 	p.noteWrite(a)
 	p.notePinOp(a)
 	var eff *effect
-	if a.Settings != nil && (p.tx == txBound || p.explicit) {
+	if a.Settings != nil && (p.sim.tx == txBound || p.explicit) {
 		// The transaction's other backends repeat the settings.
-		p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
-		eff = p.txEffectKeep()
+		p.sim.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
+		eff = p.sim.txEffectKeep()
 	}
 	p.copyIn = p.copyIn || a.Copy
 	p.appendClientQuery(msg, eff)
@@ -135,7 +135,7 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 func (p queryPlanner) sqlExecute(a *route.Statement) {
 	s := p.s
 	st := a
-	vs := p.lookup([]byte(st.PrepareName))
+	vs := p.book.lookup([]byte(st.PrepareName))
 	if vs == nil {
 		p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
 		return
@@ -161,19 +161,19 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 		p.fail(e, nil)
 		return
 	}
-	p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
-	p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart})
-	p.bw = pgwire.AppendBindText(p.bw, "", "", st.ExecuteArgs)
-	p.items = append(p.items, item{kind: itBind, flags: fSwallow})
-	p.bw = pgwire.AppendDescribe(p.bw, 'P', "")
-	p.items = append(p.items, item{kind: itDescPortal, flags: fDropNoData})
-	p.bw = pgwire.AppendExecute(p.bw, "", 0)
-	p.items = append(p.items, item{kind: itExecute})
-	p.bw = pgwire.AppendEmpty(p.bw, 'S')
+	p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, "", vs.st.SQL, vs.oids)
+	p.plan.items = append(p.plan.items, item{kind: itParse, flags: fSwallow | fClientPart})
+	p.plan.bw = pgwire.AppendBindText(p.plan.bw, "", "", st.ExecuteArgs)
+	p.plan.items = append(p.plan.items, item{kind: itBind, flags: fSwallow})
+	p.plan.bw = pgwire.AppendDescribe(p.plan.bw, 'P', "")
+	p.plan.items = append(p.plan.items, item{kind: itDescPortal, flags: fDropNoData})
+	p.plan.bw = pgwire.AppendExecute(p.plan.bw, "", 0)
+	p.plan.items = append(p.plan.items, item{kind: itExecute})
+	p.plan.bw = pgwire.AppendEmpty(p.plan.bw, 'S')
 	if p.wrap {
-		p.items = append(p.items, item{kind: itSync})
+		p.plan.items = append(p.plan.items, item{kind: itSync})
 	} else {
-		p.items = append(p.items, item{kind: itSync, flags: fRFQ})
+		p.plan.items = append(p.plan.items, item{kind: itSync, flags: fRFQ})
 	}
 	p.backendUnnamed = nil
 }
@@ -185,12 +185,12 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 // each other.
 func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.s
-	if s.own != nil && p.tx != txFailed {
+	if s.own != nil && p.sim.tx != txFailed {
 		p.pinnedMulti(msg, as)
 		return
 	}
 	sh := p.multiShapeOf(as)
-	if p.tx == txFailed {
+	if p.sim.tx == txFailed {
 		sh.allLocal = true
 	}
 	if sh.allLocal {
@@ -239,7 +239,7 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.failQuery(rp.err)
 		return
 	}
-	if sh.blockCtl && p.tx == txIdle && !p.held {
+	if sh.blockCtl && p.sim.tx == txIdle && !p.held {
 		if e := p.ownTxnError(rp.shard); e != nil {
 			p.failQuery(e)
 			return
@@ -417,8 +417,8 @@ func (p queryPlanner) ownTxnError(target int) *pgwire.Error {
 // stdin"), and a query string may go on after its COPY, or hold several.
 // The exchange writes them once the items before them are answered.
 func (p *planner) holdCommit() {
-	if p.copyIn && p.bwHold == 0 {
-		p.bwHold, p.bwHoldItem = len(p.bw), len(p.items)
+	if p.copyIn && p.plan.bwHold == 0 {
+		p.plan.bwHold, p.plan.bwHoldItem = len(p.plan.bw), len(p.plan.items)
 	}
 }
 
@@ -427,7 +427,7 @@ func (p *planner) holdCommit() {
 // shard and is not a read they lead (simpleLeads): they would be dropped.
 func (p queryPlanner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 	s := p.s
-	if p.tx != txIdle || p.held || hasTxnBlock(as) {
+	if p.sim.tx != txIdle || p.held || hasTxnBlock(as) {
 		return nil
 	}
 	set := false
@@ -473,7 +473,7 @@ func settingNames(st *backend.Settings) string {
 // message of the DestAll statements alone, in order, for the other shards.
 func (p queryPlanner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 	s := p.s
-	if len(s.gen.Pools) < 2 || p.tx != txIdle || p.held {
+	if len(s.gen.Pools) < 2 || p.sim.tx != txIdle || p.held {
 		return nil, false
 	}
 	var all []string

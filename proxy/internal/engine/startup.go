@@ -203,8 +203,8 @@ func (u *startup) greet(ctx context.Context, kv [][2]string) (bool, error) {
 		s.releaseAll()
 		return s.fail(e)
 	}
-	s.reported = st
-	s.startupReported = st
+	s.ps.reported = st
+	s.ps.startupReported = st
 	names := make([]string, 0, len(st))
 	for n := range st {
 		names = append(names, n)

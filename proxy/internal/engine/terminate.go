@@ -228,7 +228,7 @@ func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
 // terminateSimple answers session s's simple query (its statements as)
 // when it is a recognized call of our sessions' PIDs; false: not one.
 func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) bool {
-	if len(as) != 1 || as[0].Kind != route.KindOther || s.tx == txFailed {
+	if len(as) != 1 || as[0].Kind != route.KindOther || s.txn.tx == txFailed {
 		return false
 	}
 	c := parseTerminate(as[0], nil, nil)
@@ -243,6 +243,6 @@ func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) boo
 		return true
 	}
 	s.out = appendTerminateResult(s.out, c, true)
-	s.out = pgwire.AppendRFQ(s.out, s.status())
+	s.out = pgwire.AppendRFQ(s.out, s.txn.status())
 	return true
 }
