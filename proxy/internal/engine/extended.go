@@ -57,13 +57,13 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			pipePlanner{p}.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
-		s.out = pgwire.AppendRFQ(s.out, s.txn.status())
+		s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		return nil
 	}
 	if e := pinning(s).pinForPipeline(ctx); e != nil {
-		s.out = pgwire.AppendError(s.out, e)
+		s.cc.out = pgwire.AppendError(s.cc.out, e)
 		if term == 'S' {
-			s.out = pgwire.AppendRFQ(s.out, s.txn.status())
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		} else {
 			s.txn.skipUntilSync = true
 		}
@@ -101,7 +101,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			if f.failed {
 				// Postgres skips the rest of the pipeline up to its Sync.
 				if term == 'S' {
-					s.out = pgwire.AppendRFQ(s.out, s.txn.status())
+					s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 				} else {
 					s.txn.skipUntilSync = true
 				}
@@ -791,10 +791,10 @@ func (s *Session) finish(p *planner, term byte) error {
 			if it.kind == itLead {
 				// Cannot happen: lookahead makes leads only of a pipeline
 				// whose read fans out.
-				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
+				s.cc.out = pgwire.AppendError(s.cc.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
 				continue
 			}
-			s.out = append(s.out, p.plan.lbuf[it.lo:it.hi]...)
+			s.cc.out = append(s.cc.out, p.plan.lbuf[it.lo:it.hi]...)
 			s.apply(it.eff)
 		}
 		if p.failed && term == 'H' {
@@ -814,7 +814,7 @@ func (s *Session) finish(p *planner, term byte) error {
 			p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow})
 		}
 	}
-	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.out)
+	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.cc.out)
 	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {
@@ -827,7 +827,7 @@ func (s *Session) finish(p *planner, term byte) error {
 		if term == 'H' {
 			s.txn.skipUntilSync = true
 		} else if !s.pinFatal {
-			s.out = pgwire.AppendRFQ(s.out, s.txn.status())
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		}
 		return nil
 	}

@@ -167,7 +167,7 @@ type fanSession interface {
 // newFanExec is the executor of the planner's fan-out, p.fan.
 func newFanExec(p *planner) *fanExec {
 	s := p.s
-	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: p.plan.items, lbuf: p.plan.lbuf,
+	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
 }
 

@@ -142,7 +142,7 @@ func (r *fenceRetrier) retryable(s *Session, before []item, msg []byte) bool {
 // transaction rolled back and the backend released, the map made
 // current (bounded wait), and errFenceRetry returned.
 func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult) error {
-	s.out = s.out[:r.outStart]
+	s.cc.out = s.cc.out[:r.outStart]
 	if !res.lost && s.bc != nil {
 		if res.status == 'I' {
 			s.dropBackend(true)

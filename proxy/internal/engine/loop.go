@@ -16,7 +16,7 @@ import (
 func (s *Session) serve(ctx context.Context) error {
 	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
 	for {
-		if err := s.flush(); err != nil {
+		if err := s.cc.flush(); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -24,9 +24,9 @@ func (s *Session) serve(ctx context.Context) error {
 		}
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
 			if s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any() {
-				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
+				_ = s.cc.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
-				_ = s.conn.SetReadDeadline(time.Time{})
+				_ = s.cc.conn.SetReadDeadline(time.Time{})
 			}
 		}
 		if s.terminateSelf {
@@ -41,7 +41,7 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
 		}
-		typ, msg, err := s.readWatching(pinning(s).watched())
+		typ, msg, err := s.cc.readWatching(pinning(s).watched())
 		if err != nil {
 			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
@@ -57,7 +57,7 @@ func (s *Session) serve(ctx context.Context) error {
 		switch typ {
 		case 'P', 'B', 'D', 'E', 'C':
 			if len(s.grp) == 0 {
-				s.rd.Hold()
+				s.cc.rd.Hold()
 				s.grpBytes = 0
 			}
 			s.grpBytes += len(msg)
@@ -71,7 +71,7 @@ func (s *Session) serve(ctx context.Context) error {
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
 			err := s.fretry.run(func() error { return s.runPipeline(ctx) })
 			s.grp = s.grp[:0]
-			s.rd.Release()
+			s.cc.rd.Release()
 			if err != nil {
 				return err
 			}
@@ -83,14 +83,14 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 			if typ == 'F' {
 				err := s.fastpath(ctx, msg)
-				s.rd.Release()
+				s.cc.rd.Release()
 				if err != nil {
 					return err
 				}
 				continue
 			}
 			err := s.fretry.run(func() error { return s.simpleQuery(ctx, msg) })
-			s.rd.Release()
+			s.cc.rd.Release()
 			if err != nil {
 				return err
 			}
@@ -121,7 +121,7 @@ func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error
 		return false, err
 	}
 	if s.txn.skipUntilSync {
-		s.rd.Release()
+		s.cc.rd.Release()
 		return true, nil
 	}
 	return false, nil

@@ -149,8 +149,8 @@ func TestPlanQueryValue(t *testing.T) {
 	if !bytes.HasSuffix(p.plan.lbuf, []byte{'Z', 0, 0, 0, 5, 'T'}) || p.sim.tx != txDeferred || p.sim.hint != 1 {
 		t.Errorf("plan: local answers %q, simulated tx %v hint %d", p.plan.lbuf, p.sim.tx, p.sim.hint)
 	}
-	if s.txn.tx != txIdle || s.txn.hint != -1 || len(s.out) != 0 {
-		t.Errorf("planning changed the session: tx %v hint %d, %d bytes for the client", s.txn.tx, s.txn.hint, len(s.out))
+	if s.txn.tx != txIdle || s.txn.hint != -1 || len(s.cc.out) != 0 {
+		t.Errorf("planning changed the session: tx %v hint %d, %d bytes for the client", s.txn.tx, s.txn.hint, len(s.cc.out))
 	}
 }
 
@@ -184,7 +184,7 @@ func TestPlanPipelineValue(t *testing.T) {
 	if p.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.plan.bw) != 0 || len(p.plan.portals) != 1 || !p.plan.portals[0].local {
 		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.plan.bw), p.plan.portals, p.protoErr)
 	}
-	if s.txn.tx != txIdle || len(s.out) != 0 {
-		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.txn.tx, len(s.out))
+	if s.txn.tx != txIdle || len(s.cc.out) != 0 {
+		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.txn.tx, len(s.cc.out))
 	}
 }

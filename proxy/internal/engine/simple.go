@@ -25,8 +25,8 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	}
 	if err == nil {
 		if e := pinning(s).pinForQuery(ctx, as); e != nil {
-			s.out = pgwire.AppendError(s.out, e)
-			s.out = pgwire.AppendRFQ(s.out, s.txn.status())
+			s.cc.out = pgwire.AppendError(s.cc.out, e)
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 			return nil
 		}
 	}
