@@ -96,7 +96,7 @@ func (r *fenceRetrier) run(attempt func() error) error {
 // (planner.fresh), no pgshard hint chose the shard, and no swap to a
 // write's shard happened.
 func (p backendExec) fenceRetryFlag(fence bool) itemFlags {
-	if fence && p.fresh && !p.swapMain && p.sim.hint < 0 && p.s.gen.Config.Follows {
+	if fence && p.planner.fresh && !p.planner.swapMain && p.planner.sim.hint < 0 && p.planner.s.gen.Config.Follows {
 		return fFence
 	}
 	return 0

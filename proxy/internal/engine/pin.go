@@ -650,13 +650,13 @@ func (p pinner) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Er
 // session: as it is, on the pinned backend, if every statement may run
 // there (Postgres then runs it exactly as on a direct connection).
 func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
-	s := p.s
+	s := p.planner.s
 	for _, a := range as {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
 		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		ok, e := p.pinnedRoute(a, d)
+		ok, e := p.planner.pinnedRoute(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
 				e = refusalError(d.Refusal)
@@ -667,21 +667,21 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 			}
 		}
 		if e != nil {
-			p.fail(e, nil)
+			p.planner.fail(e, nil)
 			p.endQuery()
 			return
 		}
 	}
-	if e := p.exec().ensureBackend(s.own.shard, as[0]); e != nil {
-		p.fail(e, nil)
+	if e := p.planner.exec().ensureBackend(s.own.shard, as[0]); e != nil {
+		p.planner.fail(e, nil)
 		p.endQuery()
 		return
 	}
 	for _, a := range as {
-		p.notePinOp(a)
+		p.planner.notePinOp(a)
 	}
-	p.plan.bw = append(p.plan.bw, msg...)
-	p.plan.items = append(p.plan.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.planner.plan.bw = append(p.planner.plan.bw, msg...)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: p.planner.queryFlags()})
 	p.endQuery()
 }
 

@@ -166,9 +166,9 @@ func TestPlanPipelineValue(t *testing.T) {
 		{'S', []byte{'S', 0, 0, 0, 4}},
 	}
 	p := pipePlanner{s.newPlanner(context.Background())}
-	p.pipeline = true
+	p.planner.pipeline = true
 	for i, m := range s.grp {
-		p.cur = i
+		p.planner.cur = i
 		switch m.typ {
 		case 'P':
 			p.parse(m.raw)
@@ -181,8 +181,8 @@ func TestPlanPipelineValue(t *testing.T) {
 		}
 	}
 	kinds, local := planShape(p.planner)
-	if p.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.plan.bw) != 0 || len(p.plan.portals) != 1 || !p.plan.portals[0].local {
-		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.plan.bw), p.plan.portals, p.protoErr)
+	if p.planner.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.planner.plan.bw) != 0 || len(p.planner.plan.portals) != 1 || !p.planner.plan.portals[0].local {
+		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.planner.plan.bw), p.planner.plan.portals, p.planner.protoErr)
 	}
 	if s.txn.tx != txIdle || len(s.cc.out) != 0 {
 		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.txn.tx, len(s.cc.out))

@@ -77,8 +77,8 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 // with what the shard said: the setting's canonical value in the
 // client's settings, or Postgres's error.
 func (p backendExec) probeSet(st *actionStep) action {
-	s := p.s
-	value, statuses, raw, e := s.probeSet(p.ctx, st.st, st.name, st.on)
+	s := p.planner.s
+	value, statuses, raw, e := s.probeSet(p.planner.ctx, st.st, st.name, st.on)
 	if e != nil {
 		return action{err: e}
 	}
