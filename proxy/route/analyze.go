@@ -7,6 +7,8 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // topInfo is the top-level SELECT, for the merge plan.
@@ -27,9 +29,9 @@ type topInfo struct {
 // classify.go sets), the FROM items' rows (cov); a query level's names
 // are its scope's.
 type analyzer struct {
-	g  refGraph   // the refs to keyed tables and their links
-	rd exprReader // what expressions say about keys; the literal slots
-	r  *Table
+	g  refGraph      // the refs to keyed tables and their links
+	rd exprReader    // what expressions say about keys; the literal slots
+	m  *shardmap.Map // the map the VALUES list is split over (valuesplit.go)
 	sc *compiled
 	// cov: the derived tables of FROM items, the VALUES list split by
 	// shard; whether a FROM's rows each come from one shard.
@@ -50,9 +52,10 @@ type analyzer struct {
 	top        *topInfo
 }
 
-func newAnalyzer(r *Table) *analyzer {
-	return &analyzer{r: r, sc: r.sc, rd: exprReader{sublinks: map[*pg.SubLink]*derived{}},
-		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: r.sc.tables, m: r.m}}
+// newAnalyzer returns an analyzer of the sharding schema sc over the map m.
+func newAnalyzer(sc *compiled, m *shardmap.Map) *analyzer {
+	return &analyzer{m: m, sc: sc, rd: exprReader{sublinks: map[*pg.SubLink]*derived{}},
+		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: sc.tables, m: m}}
 }
 
 func (a *analyzer) addTable(name string) {

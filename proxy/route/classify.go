@@ -34,7 +34,7 @@ func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statemen
 	}
 	h, hintErr := parseHints(lr.comments)
 
-	a := newAnalyzer(r)
+	a := newAnalyzer(r.sc, r.pl.m)
 	a.rd.lit = lc
 	c := &classifying{r: r, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}}
 	query := c.classify(node)
