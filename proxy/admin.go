@@ -84,12 +84,12 @@ func (g *generation) poolMode() string {
 func (h *adminHost) Pools() admin.Pools {
 	srv := h.srv()
 	pinned := map[string]int{} // shard → sessions of the main database pinned there
-	for _, ps := range srv.PinnedSessions() {
-		if srv.dbs[ps.DB] == nil {
+	for _, ps := range srv.srv.PinnedSessions() {
+		if srv.srv.dbs[ps.DB] == nil {
 			pinned[ps.Shard]++
 		}
 	}
-	out := admin.Pools{Mode: srv.poolMode(), Size: srv.cfg.PoolSize, LoginsDisabled: srv.life.disabled.Load()}
+	out := admin.Pools{Mode: srv.poolMode(), Size: srv.cfg.PoolSize, LoginsDisabled: srv.srv.life.disabled.Load()}
 	for _, p := range srv.pools {
 		f := p.Figures()
 		st := p.Stats
@@ -186,13 +186,13 @@ func (h *adminHost) Servers() []admin.Server {
 
 func (h *adminHost) Lists() admin.Lists {
 	srv := h.srv()
-	used, _ := srv.clients.Counts()
+	used, _ := srv.srv.clients.Counts()
 	open := 0
 	for _, p := range srv.pools {
 		open += p.Figures().Open
 	}
 	return admin.Lists{Shards: len(srv.pools), Users: len(srv.users), MaxClients: srv.cfg.MaxClients, UsedClients: used,
-		Pinned: int(srv.npinned.Load()), PoolSize: srv.cfg.PoolSize, OpenConnections: open}
+		Pinned: int(srv.srv.npinned.Load()), PoolSize: srv.cfg.PoolSize, OpenConnections: open}
 }
 
 func (h *adminHost) Users() []admin.User {
@@ -208,7 +208,7 @@ func (h *adminHost) Users() []admin.User {
 func (h *adminHost) Routes() []admin.Route {
 	srv := h.srv()
 	var out []admin.Route
-	for _, e := range srv.routes.recent() {
+	for _, e := range srv.srv.routes.recent() {
 		out = append(out, admin.Route{At: e.at, Kind: e.kind.String(), Shard: e.shard, SQL: e.sql, Reason: e.reason})
 	}
 	return out

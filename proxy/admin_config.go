@@ -103,8 +103,8 @@ func configRows(cfg Config, ts *auth.TLSSetup, generation uint64) []configRow {
 func (h *adminHost) Config() []admin.ConfigRow {
 	srv := h.srv()
 	var out []admin.ConfigRow
-	for _, row := range configRows(srv.cfg, srv.tls.Load(), srv.number) {
-		out = append(out, admin.ConfigRow{Key: row.key, Value: srv.secrets.redact(row.value), Default: row.def, Changeable: row.changeable})
+	for _, row := range configRows(srv.cfg, srv.srv.tls.Load(), srv.number) {
+		out = append(out, admin.ConfigRow{Key: row.key, Value: srv.srv.secrets.redact(row.value), Default: row.def, Changeable: row.changeable})
 	}
 	return out
 }

@@ -150,7 +150,7 @@ func (g *generation) leaseError() *pgwire.Error {
 	if err == nil {
 		return nil
 	}
-	g.metrics.Refusals.WithLabelValues("lease").Inc()
+	g.srv.metrics.Refusals.WithLabelValues("lease").Inc()
 	return &pgwire.Error{Code: pgwire.CodeCannotConnectNow,
 		Message: fmt.Sprintf("pgshard proxy: the shard map (epoch %d) cannot be proven current: its lease in the catalog %s is not live", g.cfg.Map.Epoch, g.cfg.CatalogName),
 		Detail:  err.Error(),

@@ -23,9 +23,9 @@ import (
 // RELOAD, SIGHUP, a catalog's newer map) makes the next and publishes it
 // as the Server's current one. A session moves to the current generation
 // between transactions, so its generation never changes under a
-// transaction; what outlives a reload lives in the Server it embeds.
+// transaction; what outlives a reload lives in its Server (srv).
 type generation struct {
-	*Server
+	srv   *Server
 	cfg   Config
 	users map[string]engine.Login
 	pools []*backend.Pool
@@ -59,9 +59,9 @@ func (g *generation) backendEnv() *backend.Env {
 		IdleTimeout: c.IdleTimeout, HealthInterval: c.HealthInterval, PauseTimeout: c.PauseTimeout,
 		StatementCacheSize: c.StatementCacheSize, VerifyIdentity: c.VerifyIdentity, Map: c.Map,
 		PgBouncer:          backend.BouncerConfig(c.PgBouncer),
-		BackendErrors:      g.metrics.BackendErrors,
-		Log:                g.log,
-		StmtEpoch:          &g.stmtEpoch,
+		BackendErrors:      g.srv.metrics.BackendErrors,
+		Log:                g.srv.log,
+		StmtEpoch:          &g.srv.stmtEpoch,
 		RegisterDatabaseID: g.registerDatabaseID,
 	}
 }
@@ -115,7 +115,7 @@ func (g *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*
 		switch {
 		case !r.up:
 			down = append(down, sh.Name)
-			g.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.Addr, "err", backend.ShortErr(r.err))
+			g.srv.log.Warn("shard unreachable; its transactions fail until it is back (its identity is checked on its first connection)", "shard", sh.Name, "addr", p.Addr, "err", backend.ShortErr(r.err))
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("shard %q: %w", sh.Name, r.err))
 		default:
@@ -143,12 +143,12 @@ func (g *generation) verifyPools(ctx context.Context, m *shardmap.Map, pools []*
 // registerDatabaseID records a shard's database id and fails if another
 // shard has the same database.
 func (g *generation) registerDatabaseID(shard, id string) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if other, ok := g.dbIDs[id]; ok && other != shard {
+	g.srv.mu.Lock()
+	defer g.srv.mu.Unlock()
+	if other, ok := g.srv.dbIDs[id]; ok && other != shard {
 		return fmt.Errorf("map entries %q and %q point at the same database (database id %s)", other, shard, id)
 	}
-	g.dbIDs[id] = shard
+	g.srv.dbIDs[id] = shard
 	return nil
 }
 
@@ -157,7 +157,7 @@ func (g *generation) handle(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	sess := engine.NewSession(g.env(), g.henv, conn)
+	sess := engine.NewSession(g.env(), g.srv.henv, conn)
 	defer conn.Close()
 	sess.Run(ctx)
 }

@@ -130,7 +130,7 @@ func (s *Server) reload(ctx context.Context, cfg Config) (ReloadResult, error) {
 		return res, fmt.Errorf("proxy config: %w", err)
 	}
 
-	gen := &generation{Server: s, cfg: cfg, users: users, number: old.number + 1}
+	gen := &generation{srv: s, cfg: cfg, users: users, number: old.number + 1}
 	pp, err := planPools(old, gen, &res)
 	if err != nil {
 		return res, err

@@ -81,9 +81,9 @@ func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason st
 			p.Stats.Queries.Add(1)
 		}
 	} else {
-		g.routes.noShard[kind].Add(1)
+		g.srv.routes.noShard[kind].Add(1)
 	}
-	g.routes.record(kind, name, sql, reason)
+	g.srv.routes.record(kind, name, sql, reason)
 }
 
 // NoteDecision classifies and records one routing decision of the

@@ -83,7 +83,7 @@ func (s *Server) serve(ctx context.Context, ln, mln net.Listener, h *Handover) e
 	}
 	// The extra databases' own pools, monitors and reapers run until the
 	// hard stop (their sessions are this Server's and drain with it).
-	cur.dbs.serve(gctx, g)
+	cur.srv.dbs.serve(gctx, g)
 
 	g.Go(r.onHardStop)
 	g.Go(r.gracefulShutdown)

@@ -106,7 +106,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.tls.Store(ts)
 	g := &generation{
-		Server: s,
+		srv:    s,
 		cfg:    cfg,
 		users:  users,
 		number: 1,

@@ -39,8 +39,8 @@ func (g *generation) env() *engine.GenerationEnv { return g.genv }
 // makeEnv makes the generation's environment (once its pools are set,
 // before it is published).
 func (g *generation) makeEnv() {
-	if g.henv == nil {
-		c := g.Server
+	if g.srv.henv == nil {
+		c := g.srv
 		c.henv = &engine.HostEnv{
 			Metrics: c.metrics, Log: c.log, TLS: &c.tls, LoginsDisabled: &c.life.disabled,
 			NPinned: &c.npinned, PinsTotal: c.pinsTotal, Fences: &c.fences, StandIns: &c.standIns, Clients: c.clients, ConsoleCanceled: admin.ErrCanceled, Ops: c,
@@ -48,8 +48,8 @@ func (g *generation) makeEnv() {
 	}
 	g.genv = &engine.GenerationEnv{
 		Config: newSessionConfig(&g.cfg), Pools: g.pools, DefaultShard: g.defaultShard, Users: g.users,
-		Metrics: g.metrics, Log: g.log, StmtEpoch: &g.stmtEpoch, Collation: &g.collation, RR: &g.rr,
-		Home: g.henv, Ops: g,
+		Metrics: g.srv.metrics, Log: g.srv.log, StmtEpoch: &g.srv.stmtEpoch, Collation: &g.collation, RR: &g.rr,
+		Home: g.srv.henv, Ops: g,
 	}
 }
 
@@ -58,7 +58,7 @@ func (g *generation) LeaseError() *pgwire.Error { return g.leaseError() }
 
 // DatabaseEnv implements engine.GenerationOps.
 func (g *generation) DatabaseEnv(name string) *engine.GenerationEnv {
-	return g.dbs.or(name, g.Server).current().env()
+	return g.srv.dbs.or(name, g.srv).current().env()
 }
 
 // CurrentEnv implements engine.HostOps.

@@ -7,6 +7,12 @@
 //	                  (proxy, proxy/route, proxy/internal/...) over 100
 //	                  lines (issue 19), a test that every package of that
 //	                  tree is listed, and a test of the checker
+//	receivers_test.go no type of that tree with over 25 methods (on T and
+//	                  *T together), no struct there embedding a struct
+//	                  type of its package that has methods (the methods
+//	                  would be promoted and the bound dodged) unless
+//	                  embedAllowed lists it with its reason, and a test
+//	                  of the checker
 //
 // The rules, one line each, allow-lists over the module's own packages
 // (a package may always use its own subtree; anything outside the module is

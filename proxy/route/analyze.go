@@ -7,6 +7,8 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // topInfo is the top-level SELECT, for the merge plan.
@@ -22,15 +24,15 @@ type topInfo struct {
 // analyzer walks one statement: its queries, FROM items, DML targets and
 // function calls, and what they do (writes, locks, session features,
 // refusals). What it learns is kept by the parts that own it: the refs
-// and their links (refGraph, which the plan reads: classify.go), what
-// expressions say about keys and the literal slots (exprReader, whose lit
+// and their links (g, a refGraph, which the plan reads: classify.go), what
+// expressions say about keys and the literal slots (rd, an exprReader, whose lit
 // classify.go sets), the FROM items' rows (cov); a query level's names
 // are its scope's.
 type analyzer struct {
-	refGraph   // the refs to keyed tables and their links
-	exprReader // what expressions say about keys; the literal slots
-	r          *Table
-	sc         *compiled
+	g  refGraph      // the refs to keyed tables and their links
+	rd exprReader    // what expressions say about keys; the literal slots
+	m  *shardmap.Map // the map the VALUES list is split over (valuesplit.go)
+	sc *compiled
 	// cov: the derived tables of FROM items, the VALUES list split by
 	// shard; whether a FROM's rows each come from one shard.
 	cov    coverage
@@ -50,9 +52,10 @@ type analyzer struct {
 	top        *topInfo
 }
 
-func newAnalyzer(r *Table) *analyzer {
-	return &analyzer{r: r, sc: r.sc, exprReader: exprReader{sublinks: map[*pg.SubLink]*derived{}},
-		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: r.sc.tables, m: r.m}}
+// newAnalyzer returns an analyzer of the sharding schema sc over the map m.
+func newAnalyzer(sc *compiled, m *shardmap.Map) *analyzer {
+	return &analyzer{m: m, sc: sc, rd: exprReader{sublinks: map[*pg.SubLink]*derived{}},
+		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: sc.tables, m: m}}
 }
 
 func (a *analyzer) addTable(name string) {
@@ -105,7 +108,7 @@ func (a *analyzer) query(n *pg.Node, parent *scope, top bool) *derived {
 	if n == nil {
 		return &derived{}
 	}
-	before := len(a.refs)
+	before := len(a.g.refs)
 	var d *derived
 	switch x := n.Node.(type) {
 	case *pg.Node_SelectStmt:
@@ -122,7 +125,7 @@ func (a *analyzer) query(n *pg.Node, parent *scope, top bool) *derived {
 		a.walk(n, parent)
 		d = &derived{}
 	}
-	d.sharded = d.sharded || len(a.refs) > before
+	d.sharded = d.sharded || len(a.g.refs) > before
 	return d
 }
 
@@ -203,13 +206,13 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 		ti = &topInfo{sel: s, sc: sc}
 		a.top = ti
 	}
-	firstRef := len(a.refs)
+	firstRef := len(a.g.refs)
 	for _, f := range s.FromClause {
 		a.fromItem(f, sc, false, ti)
 	}
 	if s.WhereClause != nil {
 		a.walk(s.WhereClause, sc)
-		a.apply(a.conj(s.WhereClause, sc), sc, modeInner, nil)
+		a.g.apply(a.rd.conj(s.WhereClause, sc), sc, modeInner, nil)
 	}
 	d := &derived{known: true}
 	for _, t := range s.TargetList {
@@ -247,7 +250,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 			for i := range d.cols {
 				d.cols[i].origin = nil
 			}
-			for _, r := range a.refs[firstRef:] {
+			for _, r := range a.g.refs[firstRef:] {
 				if r.sub == "" {
 					r.sub = why
 				}
@@ -393,7 +396,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 		a.addTable(rv.Relname)
 		a.noteCatalog(rv)
 		if t := a.sc.tables[rv.Relname]; t != nil && !isCatalog(rv.Schemaname, rv.Relname) {
-			ref := a.newRef(t, vis, roleRead, sc)
+			ref := a.g.newRef(t, vis, roleRead, sc)
 			ref.nullable = nullable
 			ref.top = ti != nil
 			sc.items = append(sc.items, &item{name: vis, ref: ref})
@@ -413,7 +416,7 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 		var f facts
 		if j.Quals != nil {
 			a.walk(j.Quals, sc)
-			f = a.conj(j.Quals, sc)
+			f = a.rd.conj(j.Quals, sc)
 		}
 		for _, u := range j.UsingClause {
 			name := strName(u)
@@ -425,13 +428,13 @@ func (a *analyzer) fromItem(n *pg.Node, sc *scope, nullable bool, ti *topInfo) [
 		}
 		switch j.Jointype {
 		case pg.JoinType_JOIN_LEFT:
-			a.apply(f, sc, modeOuter, rrefs)
+			a.g.apply(f, sc, modeOuter, rrefs)
 		case pg.JoinType_JOIN_RIGHT:
-			a.apply(f, sc, modeOuter, lrefs)
+			a.g.apply(f, sc, modeOuter, lrefs)
 		case pg.JoinType_JOIN_FULL:
-			a.apply(f, sc, modeFull, nil)
+			a.g.apply(f, sc, modeFull, nil)
 		default:
-			a.apply(f, sc, modeInner, nil)
+			a.g.apply(f, sc, modeInner, nil)
 		}
 		return append(lrefs, rrefs...)
 	case *pg.Node_RangeSubselect:
@@ -510,7 +513,7 @@ func (a *analyzer) targetRef(rv *pg.RangeVar, sc *scope, ro role, verb string) *
 		sc.items = append(sc.items, &item{name: vis, other: true})
 		return nil
 	}
-	ref := a.newRef(t, vis, ro, sc)
+	ref := a.g.newRef(t, vis, ro, sc)
 	sc.items = append(sc.items, &item{name: vis, ref: ref})
 	return ref
 }
@@ -640,11 +643,11 @@ func (a *analyzer) insertRow(ref *tref, pos func(keyCol) int, at func(i int) (*p
 			continue
 		}
 		if o != nil && o.typ() == k.typ {
-			a.sameKeys(ref, o.ref)
+			a.g.sameKeys(ref, o.ref)
 			linked = true
 			continue
 		}
-		if s := a.srcOf(e, k, t.name, true); s != nil {
+		if s := a.rd.srcOf(e, k, t.name, true); s != nil {
 			kids = append(kids, &cnode{op: cSrc, src: s})
 			continue
 		}
@@ -698,9 +701,9 @@ func (a *analyzer) keyAssign(ref *tref, rt *pg.ResTarget, sc *scope, onConflict 
 	if o, ok := sc.keyOrigin(v); ok && o.ref == ref && o.key == k {
 		return // unchanged (SET id = id, SET id = EXCLUDED.id)
 	}
-	if s := a.srcOf(v, kc, ref.t.name, true); s != nil {
+	if s := a.rd.srcOf(v, kc, ref.t.name, true); s != nil {
 		s.col = col + " (new value)"
-		set := a.newRef(nil, "SET "+col, roleSetKey, sc)
+		set := a.g.newRef(nil, "SET "+col, roleSetKey, sc)
 		set.cons = []*cnode{{op: cSrc, src: s}}
 		return
 	}
@@ -760,7 +763,7 @@ func (a *analyzer) where(w *pg.Node, sc *scope, target *tref) {
 		return
 	}
 	a.walk(w, sc)
-	a.apply(a.conj(w, sc), sc, modeInner, nil)
+	a.g.apply(a.rd.conj(w, sc), sc, modeInner, nil)
 }
 
 func (a *analyzer) mergeStmt(m *pg.MergeStmt, parent *scope) *derived {
@@ -785,7 +788,7 @@ func (a *analyzer) walk(n *pg.Node, sc *scope) {
 		case *pg.Node_SubLink:
 			sl := y.SubLink
 			a.walk(sl.Testexpr, sc)
-			a.sublinks[sl] = a.query(sl.Subselect, sc, false)
+			a.rd.sublinks[sl] = a.query(sl.Subselect, sc, false)
 			return false
 		case *pg.Node_FuncCall:
 			a.funcCall(y.FuncCall, sc)
@@ -821,11 +824,11 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 		if why, ok := sessionFuncs[name]; ok && a.unsupported == "" {
 			a.unsupported, a.unsupportedState = why, sessionFuncState[name]
 		}
-		if name == "set_config" && len(fc.Args) == 3 && a.lit.has(fc.Args[2]) {
-			a.lit.taintf("set_config()'s third argument is a literal: its value decides the statement's kind")
+		if name == "set_config" && len(fc.Args) == 3 && a.rd.lit.has(fc.Args[2]) {
+			a.rd.lit.taintf("set_config()'s third argument is a literal: its value decides the statement's kind")
 		}
-		if name == "set_config" && len(fc.Args) == 3 && a.lit.has(fc.Args[0]) {
-			a.lit.taintf("set_config()'s first argument is a literal: the setting it names decides whether the statement only sets transaction-local state")
+		if name == "set_config" && len(fc.Args) == 3 && a.rd.lit.has(fc.Args[0]) {
+			a.rd.lit.taintf("set_config()'s first argument is a literal: the setting it names decides whether the statement only sets transaction-local state")
 		}
 		if name == "set_config" && len(fc.Args) == 3 && !isTrue(fc.Args[2]) && a.unsupported == "" {
 			a.unsupportedState = "set-config"
@@ -834,7 +837,7 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 	}
 	if fk, ok := a.sc.funcs[name]; ok {
 		a.setWrite("SELECT " + name + "()")
-		ref := a.newRef(nil, name+"()", roleFunc, sc)
+		ref := a.g.newRef(nil, name+"()", roleFunc, sc)
 		var arg *pg.Node
 		if fk.Arg < len(fc.Args) {
 			arg = fc.Args[fk.Arg]
@@ -845,8 +848,8 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 			ref.cons = []*cnode{{op: cAll, note: fmt.Sprintf("%s(): its key argument %d is not given by position", name, fk.Arg+1)}}
 		default:
 			if o, ok := sc.keyOrigin(arg); ok && o.typ() == fk.Type {
-				a.sameKeys(ref, o.ref)
-			} else if s := a.srcOf(arg, kc, name, false); s != nil {
+				a.g.sameKeys(ref, o.ref)
+			} else if s := a.rd.srcOf(arg, kc, name, false); s != nil {
 				s.col = fmt.Sprintf("%s() argument %d", name, fk.Arg+1)
 				ref.cons = []*cnode{{op: cSrc, src: s}}
 			} else {

@@ -34,8 +34,8 @@ func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statemen
 	}
 	h, hintErr := parseHints(lr.comments)
 
-	a := newAnalyzer(r)
-	a.lit = lc
+	a := newAnalyzer(r.sc, r.pl.m)
+	a.rd.lit = lc
 	c := &classifying{r: r, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}}
 	query := c.classify(node)
 	c.noteDDL(node)
@@ -335,7 +335,7 @@ func (c *classifying) createTableAs(ct *pg.CreateTableAsStmt) (query bool) {
 	if ct.Into != nil && ct.Into.Rel != nil {
 		a.addTable(ct.Into.Rel.Relname)
 	}
-	if a.hasKeyedRef() {
+	if a.g.hasKeyedRef() {
 		a.refuse("0A000", "CREATE TABLE ... AS copies rows of sharded tables into a new table: pgshard does not route it",
 			"Create the table with CREATE TABLE (applied to every shard) and fill it by key, or route it with /* pgshard:shard=NAME */.")
 	} else {
@@ -401,7 +401,7 @@ func (c *classifying) noteReadOnly(node *pg.Node) {
 		if st.Settings = localSettings(node); st.Settings != nil {
 			st.ReadOnly = true
 		}
-		st.Terminate = terminateCall(node, c.a.lit)
+		st.Terminate = terminateCall(node, c.a.rd.lit)
 	}
 }
 
@@ -682,13 +682,13 @@ func (c *classifying) decidedByKind(hintErr error) bool {
 func (p *plan) groupRefs(a *analyzer) {
 	groupOf := map[int]int{}
 	colocOf := map[int]int{}
-	for _, ref := range a.refs {
-		root := find(a.uf, ref.id)
+	for _, ref := range a.g.refs {
+		root := find(a.g.uf, ref.id)
 		gi, ok := groupOf[root]
 		if !ok {
 			gi = len(p.groups)
 			groupOf[root] = gi
-			c := find(a.co, ref.id)
+			c := find(a.g.co, ref.id)
 			if _, ok := colocOf[c]; !ok {
 				colocOf[c] = len(colocOf)
 			}
@@ -715,8 +715,8 @@ func (p *plan) groupRefs(a *analyzer) {
 			}
 		}
 	}
-	for _, e := range a.edges {
-		from, to := groupOf[find(a.uf, e[0])], groupOf[find(a.uf, e[1])]
+	for _, e := range a.g.edges {
+		from, to := groupOf[find(a.g.uf, e[0])], groupOf[find(a.g.uf, e[1])]
 		if from != to && !containsEdge(p.edges, from, to) {
 			p.edges = append(p.edges, [2]int{from, to})
 		}
@@ -792,8 +792,8 @@ func (c *classifying) hintPlan(h hints) (*hintPlan, *Refusal) {
 	}
 	if h.hasKey {
 		t := c.r.sc.hintType
-		if a.havePlace {
-			t = a.placeType
+		if a.g.havePlace {
+			t = a.g.placeType
 		}
 		d := pl.routeKey(h.key, t)
 		if d.Kind != DestShard {

@@ -10,6 +10,8 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // The fan-out merge planner: whether the top-level SELECT, read from every
@@ -65,7 +67,7 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	if why != "" {
 		return nil, why
 	}
-	m := &merger{sel: newSelectList(t, anchors, &a.exprReader), cols: shardColumns{stmt: t.sel}, split: a.cov.split, r: a.r}
+	m := &merger{sel: newSelectList(t, anchors, &a.rd), cols: shardColumns{stmt: t.sel}, split: a.cov.split, smap: a.m}
 	s := t.sel
 	var c topCalls
 	c.window, c.agg = topLevelCalls(s.TargetList)
@@ -124,7 +126,7 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	}
 	var anchors []*tref
 	topRefs := 0
-	for _, r := range a.refs {
+	for _, r := range a.g.refs {
 		if r.top && r.role == roleRead && r.sc == t.sc {
 			topRefs++
 			if !r.nullable {
@@ -137,7 +139,7 @@ func (a *analyzer) mergeableFrom(t *topInfo) ([]*tref, string) {
 	}
 	if a.cov.uncovered(s.FromClause, t.sc) != "" {
 		// A VALUES list joined on the key may be split by shard (valuesplit.go).
-		a.cov.split = a.cov.splitValues(s.FromClause, t.sc, s, a.lit)
+		a.cov.split = a.cov.splitValues(s.FromClause, t.sc, s, a.rd.lit)
 	}
 	if why := a.cov.uncovered(s.FromClause, t.sc); why != "" {
 		// The rule: every row the FROM clause produces must contain a row
@@ -228,10 +230,10 @@ func (m *merger) groupedByKey() (bool, string) {
 // merger builds one statement's merge plan.
 type merger struct {
 	sel *selectList
-	// split is the VALUES list split by shard (nil if none); r the Table
+	// split is the VALUES list split by shard (nil if none); smap the map
 	// whose shards it is split over.
 	split *valuesSplit
-	r     *Table
+	smap  *shardmap.Map
 
 	mp   mergePlan
 	desc []string
@@ -700,12 +702,12 @@ func (m *merger) finish() (*mergePlan, string) {
 		mp.litFanout = m.sel.rd.lit != nil && (m.sel.rd.lit.inString(out) || mp.limit != nil && mp.limit.lit > 0 || mp.offset != nil && mp.offset.lit > 0)
 	}
 	if sp := m.split; sp != nil {
-		sqls, why := sp.shardSQL(m.clone(), len(m.r.m.Shards))
+		sqls, why := sp.shardSQL(m.clone(), len(m.smap.Shards))
 		if why != "" {
 			return nil, why
 		}
 		mp.merge.ShardSQL = sqls
-		m.desc = append(m.desc, sp.describe(m.r))
+		m.desc = append(m.desc, sp.describe(m.smap))
 	}
 	switch {
 	case mp.merge.Groups != nil:

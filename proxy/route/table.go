@@ -36,13 +36,12 @@ const DefaultMaxCachedSQL = 64 << 10
 // for concurrent use. A new map (epoch) needs a new Table: analyses of
 // constant keys name shards of the map they were made for.
 type Table struct {
-	m        *shardmap.Map // the map (also read by the analyzer: valuesplit.go)
 	schema   Schema
 	sc       *compiled
 	cache    *cache[*analysis]
 	shapes   *cache[*shape] // analyses of literal-normalized texts; nil = no normalization
 	maxCache int
-	pl       placer // where keys live on m (placer.go)
+	pl       placer // the map and where keys live on it (placer.go)
 }
 
 var _ Analyzer = (*Table)(nil)
@@ -66,7 +65,7 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 	if opts.MaxCachedSQL <= 0 {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
-	r := &Table{m: mc, schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, pl: newPlacer(mc)}
+	r := &Table{schema: schema, sc: compile(schema), cache: newCache[*analysis](opts.CacheSize), maxCache: opts.MaxCachedSQL, pl: newPlacer(mc)}
 	if r.cache != nil && !opts.KeepLiterals {
 		r.shapes = newCache[*shape](opts.CacheSize)
 	}
@@ -74,7 +73,7 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 }
 
 // Map returns the shard map that Dest.Shard indexes refer to.
-func (r *Table) Map() *shardmap.Map { return r.m }
+func (r *Table) Map() *shardmap.Map { return r.pl.m }
 
 // Schema returns the sharding schema.
 func (r *Table) Schema() Schema { return r.schema }

@@ -319,15 +319,15 @@ func (sp *valuesSplit) render(sel *pg.SelectStmt, rowcol string, shards int) ([]
 }
 
 // describe says how the split sends the rows.
-func (sp *valuesSplit) describe(r *Table) string {
+func (sp *valuesSplit) describe(m *shardmap.Map) string {
 	per := map[int]int{}
 	for _, o := range sp.owner {
 		per[o]++
 	}
 	var parts []string
-	for s := range r.m.Shards {
+	for s := range m.Shards {
 		if per[s] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", r.m.Shards[s].Name, per[s]))
+			parts = append(parts, fmt.Sprintf("%s %d", m.Shards[s].Name, per[s]))
 		}
 	}
 	what := "VALUES list"

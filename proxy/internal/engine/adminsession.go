@@ -24,8 +24,8 @@ func (u *startup) adminStartup(_ context.Context) (bool, error) {
 	if !slices.Contains(s.gen.Config.AdminUsers, s.user) {
 		s.host.Clients.unregister(s)
 		s.host.Metrics.ClientsRefused.WithLabelValues("not_admin").Inc()
-		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.conn.RemoteAddr().String())
-		return s.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
+		s.log.Info("admin console login refused: not an admin user", "user", s.user, "remote", s.cc.conn.RemoteAddr().String())
+		return s.cc.fail(pgwire.NewFatal(pgwire.CodeInsufficientPrivilege, "permission denied to use the pgshard admin console"))
 	}
 	enc, _ := pkt.Param("client_encoding")
 	if enc == "" {
@@ -42,11 +42,11 @@ func (u *startup) adminStartup(_ context.Context) (bool, error) {
 		{"integer_datetimes", "on"}, {"is_superuser", "off"}, {"server_encoding", "UTF8"},
 		{"server_version", version}, {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"},
 	} {
-		s.out = pgwire.AppendParameterStatus(s.out, kv[0], kv[1])
+		s.cc.out = pgwire.AppendParameterStatus(s.cc.out, kv[0], kv[1])
 	}
 	ok, err := u.sendKeyAndReady()
 	if ok {
-		s.log.Info("admin console session", "user", s.user, "remote", s.conn.RemoteAddr().String())
+		s.log.Info("admin console session", "user", s.user, "remote", s.cc.conn.RemoteAddr().String())
 	}
 	return ok, err
 }

@@ -40,9 +40,9 @@ func (r *Registry) Attach(gen *GenerationEnv, host *HostEnv, conn net.Conn, id I
 // ConsoleQuery answers one console query string for s, an admin session,
 // as its client would get the answer (without the ReadyForQuery).
 func (s *Session) ConsoleQuery(ctx context.Context, sql string) []byte {
-	s.out = s.out[:0]
-	after := s.console.query(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log}, sql)
-	answer := append([]byte(nil), s.out...)
+	s.cc.out = s.cc.out[:0]
+	after := s.console.query(ctx, &s.cc, s.host, ConsoleCaller{User: s.user, Log: s.log}, sql)
+	answer := append([]byte(nil), s.cc.out...)
 	if after != nil {
 		after()
 	}

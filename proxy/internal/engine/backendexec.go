@@ -20,7 +20,7 @@ import (
 // txnsim.go, stmtbook.go) do none of this; the extended-protocol and
 // simple-query planners call it through planner.exec where a statement
 // needs its backend or an action has a step.
-type backendExec struct{ *planner }
+type backendExec struct{ planner *planner }
 
 // exec is the planner's executor side.
 func (p *planner) exec() backendExec { return backendExec{p} }
@@ -30,11 +30,11 @@ func (p *planner) exec() backendExec { return backendExec{p} }
 // transaction's backend if rp.swapMain, asserting rp.fence's key when
 // the statement runs on its key's shard.
 func (p backendExec) run(rp routePlan, a *route.Statement) *pgwire.Error {
-	p.anyShard = p.anyShard || rp.anyShard
-	p.swapMain = p.swapMain || rp.swapMain
-	p.fence.key = ""
+	p.planner.anyShard = p.planner.anyShard || rp.anyShard
+	p.planner.swapMain = p.planner.swapMain || rp.swapMain
+	p.planner.fence.key = ""
 	if rp.fence.key != "" && rp.shard == rp.fence.shard {
-		p.fence = rp.fence // only a statement run on its key's shard asserts it
+		p.planner.fence = rp.fence // only a statement run on its key's shard asserts it
 	}
 	return p.ensureBackend(rp.shard, a)
 }
@@ -42,17 +42,17 @@ func (p backendExec) run(rp routePlan, a *route.Statement) *pgwire.Error {
 // ensureBackend makes the pipeline run on shard: acquires a connection,
 // replays a deferred transaction, or moves a soft one.
 func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
-	s := p.s
-	if p.onBackend {
+	s := p.planner.s
+	if p.planner.onBackend {
 		p.fenceHeld()
 		return nil
 	}
-	if p.held && p.swapMain {
+	if p.planner.held && p.planner.swapMain {
 		p.demoteToReader()
 	}
-	if p.held {
-		if shard == p.shard || shard < 0 || !p.soft {
-			p.onBackend = true
+	if p.planner.held {
+		if shard == p.planner.shard || shard < 0 || !p.planner.soft {
+			p.planner.onBackend = true
 			p.fenceHeld()
 			return nil
 		}
@@ -61,7 +61,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 			return e
 		}
 	}
-	if p.tx == txDeferred && !p.held && s.readers.any() && p.bindReader(shard) {
+	if p.planner.sim.tx == txDeferred && !p.planner.held && s.readers.any() && p.bindReader(shard) {
 		return nil
 	}
 	pool, pre, bc, shard, e := p.acquire(shard)
@@ -69,32 +69,32 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		return e
 	}
 	s.setBackend(bc)
-	s.shard = shard
-	p.bc, p.shard, p.onBackend = bc, shard, true
-	fence := p.fence.key != "" && !p.noFence && s.own == nil && s.host.Fences.fenced(p.ctx, s.gen, s.host.Log, pool, bc)
+	s.txn.shard = shard
+	p.planner.bc, p.planner.shard, p.planner.onBackend = bc, shard, true
+	fence := p.planner.fence.key != "" && !p.planner.noFence && s.own == nil && s.host.Fences.fenced(p.planner.ctx, s.gen, s.host.Log, pool, bc)
 	fenceKey := ""
 	if fence {
-		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.fence.key, p.fence.bucket)
+		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.planner.fence.key, p.planner.fence.bucket)
 	}
-	p.fence.key = "" // used once
+	p.planner.fence.key = "" // used once
 	// The assert may be retried after a refusal only when it is the
 	// transaction's first step (fenceretry.go).
 	fflag := p.fenceRetryFlag(fence)
 	switch {
-	case p.tx == txDeferred:
+	case p.planner.sim.tx == txDeferred:
 		p.replayDeferred(pre, fence, fenceKey, fflag)
-	case fence && len(pre.KV) == 0 && p.tx == txIdle && !p.simple && (a == nil || !a.NoTxnBlock):
+	case fence && len(pre.KV) == 0 && p.planner.sim.tx == txIdle && !p.planner.simple && (a == nil || !a.NoTxnBlock):
 		// A pipeline up to Sync is one implicit transaction already: the
 		// assert is its first statement (no BEGIN/COMMIT wrap).
 		p.appendFenceExtended(fenceKey, fflag)
-		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
-	case fence && len(pre.KV) == 0 && p.tx == txIdle && p.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
+		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
+	case fence && len(pre.KV) == 0 && p.planner.sim.tx == txIdle && p.planner.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
 		// A simple Query's statements are one implicit transaction: the
 		// assert goes first in the client's own query string
 		// (appendClientQuery), no BEGIN/COMMIT wrap.
-		p.inlineFence, p.inlineFlags = fenceKey, fSwallow|fReplay|fflag
-		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
-	case (len(pre.KV) > 0 || fence) && p.tx == txIdle && (a == nil || !a.NoTxnBlock):
+		p.planner.inlineFence, p.planner.inlineFlags = fenceKey, fSwallow|fReplay|fflag
+		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
+	case (len(pre.KV) > 0 || fence) && p.planner.sim.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		p.wrapBegin(pre, fence, fenceKey, fflag)
 	}
 	return nil
@@ -105,11 +105,11 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 // reader of its shard, and the transaction continues on the write's
 // shard (its reader, or a replay of the transaction's start there).
 func (p backendExec) demoteToReader() {
-	s := p.s
-	s.readers.add(p.shard, s.bc, len(s.gen.Pools))
+	s := p.planner.s
+	s.readers.add(p.planner.shard, s.bc, len(s.gen.Pools))
 	s.setBackend(nil)
-	p.held, p.bc, p.soft = false, nil, false
-	p.tx, p.explicit = txDeferred, false
+	p.planner.held, p.planner.bc, p.planner.soft = false, nil, false
+	p.planner.sim.tx, p.planner.explicit = txDeferred, false
 }
 
 // bindReader makes the reader of shard (with p.anyShard, of the first
@@ -117,8 +117,8 @@ func (p backendExec) demoteToReader() {
 // read of every shard opened the transaction there already. It reports
 // whether there was one.
 func (p backendExec) bindReader(shard int) bool {
-	s := p.s
-	if p.anyShard {
+	s := p.planner.s
+	if p.planner.anyShard {
 		for i := range s.readers.conns {
 			if s.readers.conns[(shard+i)%len(s.readers.conns)] != nil {
 				shard = (shard + i) % len(s.readers.conns)
@@ -130,14 +130,14 @@ func (p backendExec) bindReader(shard int) bool {
 	if bc == nil {
 		return false
 	}
-	if p.hint >= 0 {
-		s.hintBound = true
+	if p.planner.sim.hint >= 0 {
+		s.txn.hintBound = true
 	}
 	s.setBackend(bc)
-	s.shard = shard
-	p.bc, p.shard, p.onBackend = bc, shard, true
-	p.explicit = true
-	p.tx = txBound
+	s.txn.shard = shard
+	p.planner.bc, p.planner.shard, p.planner.onBackend = bc, shard, true
+	p.planner.explicit = true
+	p.planner.sim.tx = txBound
 	p.fenceHeld()
 	return true
 }
@@ -146,18 +146,18 @@ func (p backendExec) bindReader(shard int) bool {
 // settings (with p.anyShard, of the next shard whose pool can give one);
 // pre is the settings the transaction must apply itself.
 func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
-	s := p.s
+	s := p.planner.s
 	pool = s.gen.Pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)
-	bc, err := pool.Acquire(p.ctx, key)
-	for k := 1; err != nil && p.anyShard && k < len(s.gen.Pools); k++ {
+	bc, err := pool.Acquire(p.planner.ctx, key)
+	for k := 1; err != nil && p.planner.anyShard && k < len(s.gen.Pools); k++ {
 		if _, isPg := err.(*backend.PgError); isPg {
 			break
 		}
 		shard = (shard + 1) % len(s.gen.Pools)
 		pool = s.gen.Pools[shard]
 		key, pre = s.cur.Split(pool.ViaPooler)
-		bc, err = pool.Acquire(p.ctx, key)
+		bc, err = pool.Acquire(p.planner.ctx, key)
 	}
 	if err != nil {
 		if be, ok := err.(*backend.PgError); ok {
@@ -172,35 +172,35 @@ func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settin
 // settings pre and the fence's assert) ahead of the pipeline, and binds
 // the transaction to the backend.
 func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
-	s := p.s
-	if p.hint >= 0 {
-		s.hintBound = true
+	s := p.planner.s
+	if p.planner.sim.hint >= 0 {
+		s.txn.hintBound = true
 	}
-	replay := replaySQL(p.deferred, pre)
+	replay := replaySQL(p.planner.sim.deferred, pre)
 	if fence {
 		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
-		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
 	}
-	p.bw = pgwire.AppendQuery(p.bw, replay)
-	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
-	if p.swapMain {
+	p.planner.plan.bw = pgwire.AppendQuery(p.planner.plan.bw, replay)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	if p.planner.swapMain {
 		// Its other shard's reads and this shard's write are one
 		// transaction only under READ COMMITTED.
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendError(p.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
-		p.bw = pgwire.AppendQuery(p.bw, isoCheckSQL)
-		p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf))})
+		lo := len(p.planner.plan.lbuf)
+		p.planner.plan.lbuf = pgwire.AppendError(p.planner.plan.lbuf, isolationRefusal("REPEATABLE READ or SERIALIZABLE", "a transaction that read one shard cannot write another"))
+		p.planner.plan.bw = pgwire.AppendQuery(p.planner.plan.bw, isoCheckSQL)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fReplaceErr, lo: int32(lo), hi: int32(len(p.planner.plan.lbuf))})
 	}
-	p.explicit = true
-	p.tx = txBound
+	p.planner.explicit = true
+	p.planner.sim.tx = txBound
 }
 
 // wrapBegin opens the implicit transaction the settings pre or the
 // fence's assert need: one Query, written in place: "BEGIN; [preamble;]
 // [assert]" (the COMMIT follows the pipeline).
 func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
-	s := p.s
-	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
+	s := p.planner.s
+	bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
 	bw = append(bw, "BEGIN;\n"...)
 	if len(pre.KV) > 0 {
 		bw = append(bw, pre.PreambleSQL()...)
@@ -210,28 +210,28 @@ func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey strin
 	}
 	if fence {
 		bw = appendFenceSQL(bw, fenceKey)
-		s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
 	}
-	p.bw = pgwire.FinishMsg(append(bw, 0), sp)
-	p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
-	p.wrap = true
+	p.planner.plan.bw = pgwire.FinishMsg(append(bw, 0), sp)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
+	p.planner.wrap = true
 }
 
 // moveSoft rolls back a soft transaction (it ran only table-less reads)
 // and makes the transaction deferred again, to be replayed elsewhere.
 func (p backendExec) moveSoft() *pgwire.Error {
-	from := p.shard
-	p.leaveSoft()
+	from := p.planner.shard
+	p.planner.leaveSoft()
 	return p.rollbackSoft(from)
 }
 
 // rollbackSoft is the I/O of moving a soft transaction off its backend
 // (of shard from): a ROLLBACK there, and the backend released.
 func (p backendExec) rollbackSoft(from int) *pgwire.Error {
-	s := p.s
-	_, err := s.bc.RunSimple(p.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
+	s := p.planner.s
+	_, err := s.bc.RunSimple(p.planner.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
-	s.soft = false
+	s.txn.soft = false
 	if err != nil {
 		return pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("moving the transaction off shard %q failed: %v", s.gen.shardName(from), err))
 	}
@@ -250,7 +250,7 @@ func (p backendExec) take(act action) action {
 	switch st.kind {
 	case stepMoveSoft:
 		if e := p.rollbackSoft(st.from); e != nil {
-			p.tx, p.hint = txDeferred, st.hint // as the move left it
+			p.planner.sim.tx, p.planner.sim.hint = txDeferred, st.hint // as the move left it
 			return action{err: e}
 		}
 		return act

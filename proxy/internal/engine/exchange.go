@@ -132,7 +132,7 @@ func (x *exchanger) run() (exchangeResult, error) {
 		}
 		if it.kind == itLocal {
 			if !x.errored && !x.res.fence {
-				s.out = append(s.out, x.pl.lbuf[it.lo:it.hi]...)
+				s.cc.out = append(s.cc.out, x.pl.lbuf[it.lo:it.hi]...)
 				s.apply(it.eff)
 			}
 			continue
@@ -195,9 +195,9 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 	s, bc := x.s, x.bc
 	it := &x.pl.items[i]
 	for done := false; !done; {
-		if len(s.out) > 64*1024 && !x.res.fence {
+		if len(s.cc.out) > 64*1024 && !x.res.fence {
 			x.flushed = true
-			if err := s.flush(); err != nil {
+			if err := s.cc.flush(); err != nil {
 				return true, err
 			}
 		}
@@ -210,15 +210,15 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 		}
 		switch typ {
 		case 'S':
-			s.notePS(msg)
+			s.ps.notePS(msg)
 			continue
 		case 'N':
 			if it.flags&fSwallow == 0 {
-				s.out = shiftPosition(s.out, msg, it.posShift)
+				s.cc.out = shiftPosition(s.cc.out, msg, it.posShift)
 			}
 			continue
 		case 'A':
-			s.out = append(s.out, msg...)
+			s.cc.out = append(s.cc.out, msg...)
 			continue
 		case 'E':
 			var over bool
@@ -235,7 +235,7 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 			continue
 		case 'G':
 			x.flushed = true
-			s.out = append(s.out, msg...)
+			s.cc.out = append(s.cc.out, msg...)
 			// The held bytes wait for their item: the statement may
 			// go on (a query string after its COPY, another COPY).
 			if err := x.copyIn(); err != nil {
@@ -252,7 +252,7 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 			return x.stop(x.desync(typ, it.kind))
 		}
 		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
-			s.out = append(s.out, msg...)
+			s.cc.out = append(s.cc.out, msg...)
 		}
 	}
 	return false, nil
@@ -313,22 +313,22 @@ func (x *exchanger) forwardError(it *item, msg []byte, code string, fatalErr boo
 	s := x.s
 	switch {
 	case it.flags&fReplaceErr != 0:
-		s.out = append(s.out, x.pl.lbuf[it.lo:it.hi]...)
+		s.cc.out = append(s.cc.out, x.pl.lbuf[it.lo:it.hi]...)
 	case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
-		s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
+		s.cc.out = pgwire.AppendError(s.cc.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
 	case x.replayFailed && it.flags&fClientPart != 0 && code == pgwire.CodeInFailedTransaction:
 		// consequence of the replay's error, already reported
 	case fatalErr && s.own != nil:
 		// A pinned backend is the client's own session: it ends
 		// with it, as on a direct connection.
-		s.out = append(s.out, msg...)
+		s.cc.out = append(s.cc.out, msg...)
 		s.pinFatal = true
 	case fatalErr:
 		// The backend is going away; the client's session is
 		// not: report the same error, as ERROR.
-		s.out = pgwire.AppendErrorSeverity(s.out, msg, "ERROR")
+		s.cc.out = pgwire.AppendErrorSeverity(s.cc.out, msg, "ERROR")
 	default:
-		s.out = shiftPosition(s.out, msg, it.posShift)
+		s.cc.out = shiftPosition(s.cc.out, msg, it.posShift)
 	}
 }
 
@@ -339,8 +339,8 @@ func (x *exchanger) itemReady(it *item, msg []byte) {
 	st := pgwire.ReadyStatus(msg)
 	x.res.status = st
 	if it.flags&fRFQ != 0 && !x.res.fence {
-		s.out = s.reconcilePS(st, s.own != nil, s.out)
-		s.out = pgwire.AppendRFQ(s.out, st)
+		s.cc.out = s.ps.reconcilePS(st, s.own != nil, s.cc.out)
+		s.cc.out = pgwire.AppendRFQ(s.cc.out, st)
 	}
 	x.errored = false
 }
@@ -412,14 +412,14 @@ func (x *exchanger) backendLost(cause error) (exchangeResult, error) {
 	bc.Broken = true
 	if e := bc.DownErr.Load(); e != nil {
 		bc.Pool.Stats.NoteError(e.Code)
-		s.out = pgwire.AppendError(s.out, e)
+		s.cc.out = pgwire.AppendError(s.cc.out, e)
 		x.res.errored = true
 		return x.afterLoss()
 	}
 	s.gen.Metrics.BackendErrors.WithLabelValues(bc.Pool.Shard.Name, "lost").Inc()
 	bc.Pool.Stats.NoteError(pgwire.CodeConnectionFailure)
 	s.log.Warn("lost a backend connection", "shard", bc.Pool.Shard.Name, "err", backend.ShortErr(cause))
-	s.out = pgwire.AppendError(s.out, &pgwire.Error{Code: pgwire.CodeConnectionFailure,
+	s.cc.out = pgwire.AppendError(s.cc.out, &pgwire.Error{Code: pgwire.CodeConnectionFailure,
 		Message: fmt.Sprintf("lost the connection to shard %q: %s", bc.Pool.Shard.Name, backend.ShortErr(cause)),
 		Detail:  "If a COMMIT was in flight, the transaction may or may not have committed.",
 		Hint:    "Roll back and retry the transaction."})
@@ -439,15 +439,15 @@ func (x *exchanger) afterLoss() (exchangeResult, error) {
 		return x.res, nil
 	}
 	s.readers.end()
-	s.mainWrote, s.hintBound = false, false
-	s.pipelineHeld = false
-	s.wrapped = false
-	s.soft = false
+	s.txn.mainWrote, s.txn.hintBound = false, false
+	s.txn.pipelineHeld = false
+	s.txn.wrapped = false
+	s.txn.soft = false
 	if x.explicit {
-		s.tx = txFailed
-		s.deferred = s.deferred[:0]
+		s.txn.tx = txFailed
+		s.txn.deferred = s.txn.deferred[:0]
 	} else {
-		s.tx = txIdle
+		s.txn.tx = txIdle
 	}
 	return x.res, nil
 }
@@ -456,12 +456,12 @@ func (x *exchanger) afterLoss() (exchangeResult, error) {
 // CopyDone or CopyFail.
 func (x *exchanger) copyIn() error {
 	s, bc := x.s, x.bc
-	if err := s.flush(); err != nil {
+	if err := s.cc.flush(); err != nil {
 		return err
 	}
-	s.rd.Release()
+	s.cc.rd.Release()
 	for {
-		typ, msg, err := s.rd.Next()
+		typ, msg, err := s.cc.rd.Next()
 		if err != nil {
 			bc.Broken = true
 			return err
@@ -511,8 +511,8 @@ func (x *exchanger) copyFailed() (bool, error) {
 			if err != nil {
 				return true, nil
 			}
-			s.out = append(s.out, msg...)
-			if err := s.flush(); err != nil {
+			s.cc.out = append(s.cc.out, msg...)
+			if err := s.cc.flush(); err != nil {
 				return false, err
 			}
 		default:
@@ -573,22 +573,22 @@ func (s *Session) apply(e *effect) {
 	case effStmtClear:
 		clear(s.stmts)
 	case effTx:
-		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.deferred, e.tx.deferred)) {
+		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.txn.deferred, e.tx.deferred)) {
 			// The transaction ended, failed, or its start changed (a SET
 			// LOCAL or savepoint command): the readers are no longer its.
 			s.readers.end()
 		}
-		s.tx = e.tx.tx
-		s.deferred = append(s.deferred[:0], e.tx.deferred...)
-		s.hint = e.tx.hint
+		s.txn.tx = e.tx.tx
+		s.txn.deferred = append(s.txn.deferred[:0], e.tx.deferred...)
+		s.txn.hint = e.tx.hint
 	case effSettings:
 		for n, v := range e.rep {
-			if s.reported[n] != v {
-				s.seen[n] = v
+			if s.ps.reported[n] != v {
+				s.ps.seen[n] = v
 			}
 		}
 		s.cur = e.set
-		s.reported = e.rep
+		s.ps.reported = e.rep
 		if e.name == "discard" {
 			clear(s.stmts)
 			s.unnamed = nil

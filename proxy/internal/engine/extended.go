@@ -34,12 +34,12 @@ type portalInfo struct {
 // planned in turn, with the pipeline's portals, its backend's unnamed
 // statement, the lookahead to the shard of its next keyed statement,
 // and the fan-out read and its leads (fanout.go, fanlead.go).
-type pipePlanner struct{ *planner }
+type pipePlanner struct{ planner *planner }
 
 func (p pipePlanner) portal(name []byte) *portalInfo {
-	for i := len(p.portals) - 1; i >= 0; i-- {
-		if p.portals[i].name == string(name) {
-			return &p.portals[i]
+	for i := len(p.planner.plan.portals) - 1; i >= 0; i-- {
+		if p.planner.plan.portals[i].name == string(name) {
+			return &p.planner.plan.portals[i]
 		}
 	}
 	return nil
@@ -49,44 +49,44 @@ func (p pipePlanner) portal(name []byte) *portalInfo {
 // last one is Sync or Flush).
 func (s *Session) runPipeline(ctx context.Context) error {
 	term := s.grp[len(s.grp)-1].typ
-	if s.skipUntilSync {
+	if s.txn.skipUntilSync {
 		// Reached only with Sync: an earlier Flush-terminated part failed.
-		s.skipUntilSync = false
+		s.txn.skipUntilSync = false
 		if s.bc != nil {
 			p := s.newPlanner(ctx)
 			pipePlanner{p}.sync([]byte{'S', 0, 0, 0, 4})
 			return s.finish(p, 'S')
 		}
-		s.out = pgwire.AppendRFQ(s.out, s.status())
+		s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		return nil
 	}
 	if e := pinning(s).pinForPipeline(ctx); e != nil {
-		s.out = pgwire.AppendError(s.out, e)
+		s.cc.out = pgwire.AppendError(s.cc.out, e)
 		if term == 'S' {
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		} else {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		}
 		return nil
 	}
 	p := pipePlanner{s.newPlanner(ctx)}
-	p.pipeline = true
+	p.planner.pipeline = true
 	for i := range s.grp {
 		m := s.grp[i]
-		p.cur = i
-		if p.protoErr != nil {
-			return p.protoErr
+		p.planner.cur = i
+		if p.planner.protoErr != nil {
+			return p.planner.protoErr
 		}
-		if p.fan != nil {
+		if p.planner.fan != nil {
 			if p.fanAccepts(m) {
 				continue
 			}
-			f := p.fan
+			f := p.planner.fan
 			if !f.inTxn || !f.executed {
 				// Outside a transaction block a fan-out is its pipeline's
 				// implicit transaction: it must be alone in it.
-				p.fan = nil
-				p.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+				p.planner.fan = nil
+				p.planner.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync) outside a transaction block",
 					Hint:    "Send a Sync after it, or add a key."}, nil)
 				continue
@@ -101,17 +101,17 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			if f.failed {
 				// Postgres skips the rest of the pipeline up to its Sync.
 				if term == 'S' {
-					s.out = pgwire.AppendRFQ(s.out, s.status())
+					s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 				} else {
-					s.skipUntilSync = true
+					s.txn.skipUntilSync = true
 				}
 				return nil
 			}
 			p = pipePlanner{s.newPlanner(ctx)}
-			p.pipeline = true
-			p.cur = i
+			p.planner.pipeline = true
+			p.planner.cur = i
 		}
-		if p.failed && m.typ != 'S' && m.typ != 'H' {
+		if p.planner.failed && m.typ != 'S' && m.typ != 'H' {
 			continue
 		}
 		switch m.typ {
@@ -131,84 +131,84 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			p.flushMsg(m.raw)
 		}
 	}
-	if p.protoErr != nil {
-		return p.protoErr
+	if p.planner.protoErr != nil {
+		return p.planner.protoErr
 	}
 	return s.finish(p.planner, term)
 }
 
 func (p pipePlanner) parse(raw []byte) {
-	s := p.s
-	if err := p.pv.Decode(raw); err != nil {
-		p.protoErr = err
+	s := p.planner.s
+	if err := p.planner.pv.Decode(raw); err != nil {
+		p.planner.protoErr = err
 		return
 	}
-	a, err := s.gen.Config.Analyzer.AnalyzeBytes(p.pv.Query)
+	a, err := s.gen.Config.Analyzer.AnalyzeBytes(p.planner.pv.Query)
 	if err != nil {
-		p.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
 		return
 	}
 	var vs *vstmt
 	var eff *effect
-	if len(p.pv.Name) == 0 {
+	if len(p.planner.pv.Name) == 0 {
 		vs = s.unnamed
-		if vs == nil || vs.st != a || !equalOids(vs.oids, p.pv.Oids) {
-			vs = newVstmt("", a, p.pv.Oids)
+		if vs == nil || vs.st != a || !equalOids(vs.oids, p.planner.pv.Oids) {
+			vs = newVstmt("", a, p.planner.pv.Oids)
 		}
 		s.unnamed = vs // the unnamed statement changes at once (see doc.go)
 		vs.epoch = s.gen.StmtEpoch.Load()
 		vs.cacheUnnamed = s.gen.Config.UnnamedStatements == UnnamedCached && s.gen.Config.StatementCacheSize > 0 &&
 			a.Kind == route.KindOther && a.ParseError == "" && s.own == nil && a.MarkUnnamed()
 	} else {
-		name := string(p.pv.Name)
-		if p.lookup(p.pv.Name) != nil {
-			p.fail(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
+		name := string(p.planner.pv.Name)
+		if p.planner.book.lookup(p.planner.pv.Name) != nil {
+			p.planner.fail(pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", name)), nil)
 			return
 		}
-		vs = newVstmt(name, a, p.pv.Oids)
+		vs = newVstmt(name, a, p.planner.pv.Oids)
 		vs.epoch = s.gen.StmtEpoch.Load()
-		p.overlayPut(name, vs)
+		p.planner.book.overlayPut(name, vs)
 		eff = &effect{kind: effStmtPut, name: name, vs: vs}
-		if s.own != nil && p.tx != txFailed {
+		if s.own != nil && p.planner.sim.tx != txFailed {
 			// A pinned session's named statement is the server's own, as
 			// on a direct connection (its plan cache, pg_prepared_statements,
 			// "cached plan must not change result type").
-			if e := p.exec().ensureBackend(s.own.shard, a); e != nil {
-				p.fail(e, nil)
+			if e := p.planner.exec().ensureBackend(s.own.shard, a); e != nil {
+				p.planner.fail(e, nil)
 				return
 			}
-			eff.real, vs.realOn = p.bc, p.bc // later messages of the pipeline use it
-			p.bw = append(p.bw, raw...)
-			p.items = append(p.items, item{kind: itParse, eff: eff})
+			eff.real, vs.realOn = p.planner.bc, p.planner.bc // later messages of the pipeline use it
+			p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+			p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, eff: eff})
 			return
 		}
 	}
-	if a.ParseError != "" || (p.onBackend && len(p.pv.Name) == 0 && !(vs.cacheUnnamed && p.bc.Stmts != nil)) {
+	if a.ParseError != "" || (p.planner.onBackend && len(p.planner.pv.Name) == 0 && !(vs.cacheUnnamed && p.planner.bc.Stmts != nil)) {
 		// Send it: Postgres reports a syntax error itself, exactly.
-		if !p.onBackend {
-			rp := p.target(a, route.Dest{Kind: route.DestAny})
+		if !p.planner.onBackend {
+			rp := p.planner.target(a, route.Dest{Kind: route.DestAny})
 			e := rp.err
 			if e == nil {
-				e = p.exec().run(rp, a)
+				e = p.planner.exec().run(rp, a)
 			}
 			if e != nil {
-				p.fail(e, nil)
+				p.planner.fail(e, nil)
 				return
 			}
 		}
-		if len(p.pv.Name) == 0 {
-			p.bw = append(p.bw, raw...)
+		if len(p.planner.pv.Name) == 0 {
+			p.planner.plan.bw = append(p.planner.plan.bw, raw...)
 		} else {
-			p.bw = pgwire.AppendParseMsg(p.bw, "", a.SQL, vs.oids)
+			p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", a.SQL, vs.oids)
 		}
-		p.items = append(p.items, item{kind: itParse, eff: eff})
-		p.backendUnnamed = vs
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, eff: eff})
+		p.planner.backendUnnamed = vs
 		return
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendEmpty(p.lbuf, '1')
-	p.addLocal(lo, eff)
-	p.pendingParse, p.pendingRaw, p.pendingVs = len(p.items)-1, raw, vs
+	lo := len(p.planner.plan.lbuf)
+	p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, '1')
+	p.planner.plan.addLocal(lo, eff)
+	p.planner.pendingParse, p.planner.pendingRaw, p.planner.pendingVs = len(p.planner.plan.items)-1, raw, vs
 }
 
 func equalOids(a, b []uint32) bool {
@@ -230,50 +230,50 @@ func equalOids(a, b []uint32) bool {
 // Parse whose ParseComplete the client does not see.
 // It returns the backend statement name and the cache entry used.
 func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
-	s := p.s
-	if vs == p.backendUnnamed {
+	s := p.planner.s
+	if vs == p.planner.backendUnnamed {
 		return "", nil
 	}
-	if vs.realOn != nil && vs.realOn == p.bc {
+	if vs.realOn != nil && vs.realOn == p.planner.bc {
 		return vs.name, nil // the pinned backend has it under its own name
 	}
-	if c := p.bc.Stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
+	if c := p.planner.bc.Stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
 		// The client's Parse was answered by the proxy; the cache's
 		// statement replaces it.
-		p.pendingParse = -1
+		p.planner.pendingParse = -1
 		if e := s.gen.StmtEpoch.Load(); c.Epoch != e {
 			c.Reset(e)
 		}
 		cs := c.Get(vs.cacheKey)
 		for _, old := range c.Evicted {
-			p.bw = pgwire.AppendClose(p.bw, 'S', old)
-			p.items = append(p.items, item{kind: itClose, flags: fSwallow})
+			p.planner.plan.bw = pgwire.AppendClose(p.planner.plan.bw, 'S', old)
+			p.planner.plan.items = append(p.planner.plan.items, item{kind: itClose, flags: fSwallow})
 		}
 		c.Evicted = c.Evicted[:0]
 		if cs == nil {
 			cs = c.Add(vs.cacheKey)
-			p.bw = pgwire.AppendParseMsg(p.bw, cs.Name, vs.st.SQL, vs.oids)
-			p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
+			p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, cs.Name, vs.st.SQL, vs.oids)
+			p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, flags: fSwallow | fClientPart, cs: cs})
 		}
 		return cs.Name, cs
 	}
-	if p.pendingParse >= 0 && p.pendingParse == len(p.items)-1 && vs == s.unnamed && vs.name == "" {
+	if p.planner.pendingParse >= 0 && p.planner.pendingParse == len(p.planner.plan.items)-1 && vs == s.unnamed && vs.name == "" {
 		// The client's unnamed Parse was the previous message: send it as is.
-		p.items[p.pendingParse] = item{kind: itParse}
-		p.bw = append(p.bw, p.pendingRaw...)
-	} else if p.pendingParse >= 0 && p.pendingParse == len(p.items)-1 && vs == p.pendingVs && vs.name != "" {
+		p.planner.plan.items[p.planner.pendingParse] = item{kind: itParse}
+		p.planner.plan.bw = append(p.planner.plan.bw, p.planner.pendingRaw...)
+	} else if p.planner.pendingParse >= 0 && p.planner.pendingParse == len(p.planner.plan.items)-1 && vs == p.planner.pendingVs && vs.name != "" {
 		// The client's named Parse was the previous message: the backend
 		// parses it (as the unnamed statement) and its ParseComplete — or
 		// its error, without a ParseComplete — is the client's answer.
-		eff := p.items[p.pendingParse].eff
-		p.items[p.pendingParse] = item{kind: itParse, eff: eff}
-		p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
+		eff := p.planner.plan.items[p.planner.pendingParse].eff
+		p.planner.plan.items[p.planner.pendingParse] = item{kind: itParse, eff: eff}
+		p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", vs.st.SQL, vs.oids)
 	} else {
-		p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
-		p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart})
+		p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", vs.st.SQL, vs.oids)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, flags: fSwallow | fClientPart})
 	}
-	p.pendingParse = -1
-	p.backendUnnamed = vs
+	p.planner.pendingParse = -1
+	p.planner.backendUnnamed = vs
 	return "", nil
 }
 
@@ -281,15 +281,15 @@ func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 // answers itself, a lead of a read of every shard, a fan-out, or a Bind
 // for the backend of the shard it routes to with its parameters.
 func (p pipePlanner) bind(raw []byte, idx int) {
-	s := p.s
-	bv := &p.bv
+	s := p.planner.s
+	bv := &p.planner.bv
 	if err := bv.Decode(raw); err != nil {
-		p.protoErr = err
+		p.planner.protoErr = err
 		return
 	}
-	vs := p.lookup(bv.Stmt)
+	vs := p.planner.book.lookup(bv.Stmt)
 	if vs == nil {
-		p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
 		return
 	}
 	pi := portalInfo{vs: vs}
@@ -297,8 +297,8 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		pi.name = string(bv.Portal)
 	}
 	a := vs.st
-	local := p.isLocal(a)
-	if local && a.Kind == route.KindSetLocal && p.pipeline && p.tx == txIdle && !p.onTxnBackend() && setsOnlyLocal(a) {
+	local := p.planner.isLocal(a)
+	if local && a.Kind == route.KindSetLocal && p.planner.pipeline && p.planner.sim.tx == txIdle && !p.planner.onTxnBackend() && setsOnlyLocal(a) {
 		// SET LOCAL in a pipeline's implicit transaction: Postgres applies
 		// it (with a warning) to the statements after it, up to the Sync.
 		switch sh := p.lookahead(idx, leadable(a)); {
@@ -319,33 +319,33 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		return
 	}
 	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
-		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
 		return
 	}
-	if a.Kind == route.KindOther && p.tx != txFailed && !(p.held && s.bstatus == 'E') && p.bindTerminate(pi) {
+	if a.Kind == route.KindOther && p.planner.sim.tx != txFailed && !(p.planner.held && s.txn.bstatus == 'E') && p.bindTerminate(pi) {
 		return
 	}
-	if a.Settings != nil && (p.tx == txDeferred || p.tx == txBound) {
+	if a.Settings != nil && (p.planner.sim.tx == txDeferred || p.planner.sim.tx == txBound) {
 		// Inside a transaction block the settings hold for the rest of
 		// the transaction, on every backend it uses: they are repeated on
 		// the others (replaySQL), and ahead of a read of every shard in
 		// this pipeline they run on every shard first (a lead).
-		replay, e := settingsReplay(a, &p.bv, vs.oids)
+		replay, e := settingsReplay(a, &p.planner.bv, vs.oids)
 		if e != nil {
-			p.fail(e, nil)
+			p.planner.fail(e, nil)
 			return
 		}
-		if in := p.routeState(); in.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
+		if in := p.planner.routeState(); in.fanReadsInTxn() && p.lookahead(idx, true) == aheadFan {
 			p.addLead(vs, raw, pi)
-			p.leads[len(p.leads)-1].replay = replay
+			p.planner.leads[len(p.planner.leads)-1].replay = replay
 			return
 		}
 		pi.replay, pi.setting = replay, replay != ""
 	}
 	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
-	rp := p.target(a, d)
+	rp := p.planner.target(a, d)
 	if rp.err != nil {
-		p.fail(rp.err, nil)
+		p.planner.fail(rp.err, nil)
 		return
 	}
 	if rp.fan {
@@ -356,8 +356,8 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.addLead(vs, raw, pi)
 		return
 	}
-	if e := p.exec().run(rp, a); e != nil {
-		p.fail(e, nil)
+	if e := p.planner.exec().run(rp, a); e != nil {
+		p.planner.fail(e, nil)
 		return
 	}
 	p.bindOnBackend(raw, pi)
@@ -366,26 +366,26 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 // bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
 // with its BindComplete.
 func (p pipePlanner) bindLocal(pi portalInfo) {
-	p.portals = append(p.portals, pi)
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendEmpty(p.lbuf, '2')
-	p.addLocal(lo, nil)
+	p.planner.plan.portals = append(p.planner.plan.portals, pi)
+	lo := len(p.planner.plan.lbuf)
+	p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, '2')
+	p.planner.plan.addLocal(lo, nil)
 }
 
 // bindTerminate answers a Bind (decoded in p.bv) of a
 // pg_terminate_backend/pg_cancel_backend call of sessions' PIDs
 // (terminate.go), running it; it reports whether the statement was one.
 func (p pipePlanner) bindTerminate(pi portalInfo) bool {
-	s := p.s
-	bv := &p.bv
+	s := p.planner.s
+	bv := &p.planner.bv
 	c := parseTerminate(pi.vs.st, bv.Params, bv.Formats)
-	if c == nil || !c.run(p.ctx, s) {
+	if c == nil || !c.run(p.planner.ctx, s) {
 		return false
 	}
 	if c.self {
 		// The statement itself is interrupted (its FATAL is the
 		// answer); the session then ends.
-		p.fail(errSelfTerminated(), nil)
+		p.planner.fail(errSelfTerminated(), nil)
 		s.selfFatalSent = true
 		return true
 	}
@@ -399,27 +399,27 @@ func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 // the pipeline's backend, preceded by the Parse of its statement that
 // backend needs.
 func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
-	s := p.s
-	bv := &p.bv
+	s := p.planner.s
+	bv := &p.planner.bv
 	vs := pi.vs
 	a := vs.st
-	p.recordSoft(a)
-	p.noteWrite(a)
-	p.notePinOp(a)
-	p.copyIn = p.copyIn || a.Copy
-	p.setAhead = p.setAhead || setsOnlyLocal(a)
+	p.planner.recordSoft(a)
+	p.planner.noteWrite(a)
+	p.planner.notePinOp(a)
+	p.planner.copyIn = p.planner.copyIn || a.Copy
+	p.planner.setAhead = p.planner.setAhead || setsOnlyLocal(a)
 	name, cs := p.sendParse(vs)
 	if len(bv.Stmt) == 0 && name == "" {
-		p.bw = append(p.bw, raw...)
+		p.planner.plan.bw = append(p.planner.plan.bw, raw...)
 	} else {
-		p.bw = pgwire.AppendBindAs(p.bw, raw, bv, name)
+		p.planner.plan.bw = pgwire.AppendBindAs(p.planner.plan.bw, raw, bv, name)
 	}
 	var fl itemFlags
 	if vs.epoch != s.gen.StmtEpoch.Load() {
 		fl = fStale
 	}
-	p.items = append(p.items, item{kind: itBind, cs: cs, flags: fl})
-	p.portals = append(p.portals, pi)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, cs: cs, flags: fl})
+	p.planner.plan.portals = append(p.planner.plan.portals, pi)
 }
 
 // recordSoft keeps the SET LOCAL and savepoint commands a transaction
@@ -429,7 +429,7 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 // statement that is not a table-less read. COMMIT / ROLLBACK sent to the
 // backend end the list (AND CHAIN keeps the BEGIN).
 func (p *planner) recordSoft(a *route.Statement) {
-	inTxn := p.tx == txBound || p.explicit
+	inTxn := p.sim.tx == txBound || p.explicit
 	switch a.Kind {
 	case route.KindSetLocal, route.KindSavepoint:
 		if !inTxn {
@@ -439,19 +439,19 @@ func (p *planner) recordSoft(a *route.Statement) {
 		if a.Kind == route.KindSavepoint && a.SavepointVerb == "SAVEPOINT" {
 			d.savepoint = a.SavepointName
 		}
-		p.addDeferred(d)
-		lo := len(p.lbuf)
-		p.addLocal(lo, p.txEffectKeep())
+		p.sim.addDeferred(d)
+		lo := len(p.plan.lbuf)
+		p.plan.addLocal(lo, p.sim.txEffectKeep())
 		return
 	case route.KindCommit, route.KindRollback:
-		if inTxn && len(p.deferred) > 0 {
-			keep := p.deferred[:0:0]
+		if inTxn && len(p.sim.deferred) > 0 {
+			keep := p.sim.deferred[:0:0]
 			if a.Chain {
-				keep = []deferredStmt{p.deferred[0]}
+				keep = []deferredStmt{p.sim.deferred[0]}
 			}
-			p.setDeferred(keep)
-			lo := len(p.lbuf)
-			p.addLocal(lo, p.txEffectKeep())
+			p.sim.setDeferred(keep)
+			lo := len(p.plan.lbuf)
+			p.plan.addLocal(lo, p.sim.txEffectKeep())
 		}
 	}
 	if !p.soft {
@@ -470,78 +470,78 @@ func (p *planner) recordSoft(a *route.Statement) {
 // noteWrite records that the transaction's backend ran a statement that
 // may write: from then on the transaction writes only there.
 func (p *planner) noteWrite(a *route.Statement) {
-	if (p.tx == txBound || p.explicit) && !a.ReadOnly && (a.Kind == route.KindOther || a.Kind == route.KindDDL) {
-		p.s.mainWrote = true
+	if (p.sim.tx == txBound || p.explicit) && !a.ReadOnly && (a.Kind == route.KindOther || a.Kind == route.KindDDL) {
+		p.s.txn.mainWrote = true
 	}
 }
 
 func (p pipePlanner) describe(raw []byte, idx int) {
-	s := p.s
+	s := p.planner.s
 	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
-		p.protoErr = err
+		p.planner.protoErr = err
 		return
 	}
 	if kind == 'S' {
-		vs := p.lookup(name)
+		vs := p.planner.book.lookup(name)
 		if vs == nil {
-			p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
+			p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
-			lo := len(p.lbuf)
-			p.lbuf = appendParamDesc(p.lbuf, vs)
-			p.lbuf = pgwire.AppendEmpty(p.lbuf, 'n')
-			p.addLocal(lo, nil)
+		if p.planner.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
+			lo := len(p.planner.plan.lbuf)
+			p.planner.plan.lbuf = appendParamDesc(p.planner.plan.lbuf, vs)
+			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
+			p.planner.plan.addLocal(lo, nil)
 			return
 		}
-		if !p.onBackend {
+		if !p.planner.onBackend {
 			ahead := -1
-			if !p.held {
+			if !p.planner.held {
 				ahead = p.lookahead(idx, false)
 			}
 			unsharded := func() bool {
 				return len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default
 			}
-			in := p.routeState()
+			in := p.planner.routeState()
 			rp := router{gen: s.gen}.describer(&in, ahead, unsharded)
 			if rp.softOn {
-				p.soft = true
+				p.planner.soft = true
 			}
 			if rp.anyShard || rp.hinted {
-				p.anyShard = rp.anyShard
+				p.planner.anyShard = rp.anyShard
 			}
-			if e := p.exec().ensureBackend(rp.shard, vs.st); e != nil {
-				p.fail(e, nil)
+			if e := p.planner.exec().ensureBackend(rp.shard, vs.st); e != nil {
+				p.planner.fail(e, nil)
 				return
 			}
 		}
 		bname, cs := p.sendParse(vs)
-		p.bw = pgwire.AppendDescribe(p.bw, 'S', bname)
-		p.items = append(p.items, item{kind: itDescStmt, cs: cs})
+		p.planner.plan.bw = pgwire.AppendDescribe(p.planner.plan.bw, 'S', bname)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescStmt, cs: cs})
 		return
 	}
 	pi := p.portal(name)
 	switch {
 	case pi != nil && pi.lead > 0:
-		p.leads[pi.lead-1].describe = true // answered with the lead's answer
+		p.planner.leads[pi.lead-1].describe = true // answered with the lead's answer
 	case pi != nil && pi.local:
-		lo := len(p.lbuf)
+		lo := len(p.planner.plan.lbuf)
 		if pi.term != nil {
-			p.lbuf = appendBoolRowDescription(p.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
+			p.planner.plan.lbuf = appendBoolRowDescription(p.planner.plan.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
 		} else {
-			p.lbuf = pgwire.AppendEmpty(p.lbuf, 'n')
+			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
 		}
-		p.addLocal(lo, nil)
-	case pi != nil || p.held:
-		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
-			p.fail(e, nil)
+		p.planner.plan.addLocal(lo, nil)
+	case pi != nil || p.planner.held:
+		if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e != nil {
+			p.planner.fail(e, nil)
 			return
 		}
-		p.bw = append(p.bw, raw...)
-		p.items = append(p.items, item{kind: itDescPortal})
+		p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescPortal})
 	default:
-		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
 	}
 }
 
@@ -575,7 +575,7 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // the messages in between and after it have the shape fanlead.go runs
 // (leadShape): the settings run on every shard, ahead of the read.
 func (p pipePlanner) lookahead(idx int, lead bool) int {
-	s := p.s
+	s := p.planner.s
 	var pv pgwire.ParseView
 	var bv pgwire.BindView
 	var parsed map[string]*vstmt // by name, "" = unnamed
@@ -611,7 +611,7 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 		}
 		vs := parsed[string(bv.Stmt)]
 		if vs == nil {
-			vs = p.lookup(bv.Stmt)
+			vs = p.planner.book.lookup(bv.Stmt)
 		}
 		if vs == nil {
 			return -1
@@ -619,14 +619,14 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 		if setsOnlyLocal(vs.st) {
 			// Inside a transaction block SET LOCAL is kept by the proxy
 			// (replayed on every backend), not a lead.
-			lead = lead && leadable(vs.st) && (p.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
+			lead = lead && leadable(vs.st) && (p.planner.sim.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
 			continue
 		}
-		if p.isLocal(vs.st) {
+		if p.planner.isLocal(vs.st) {
 			return -1
 		}
 		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
-		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.tx != txIdle) {
+		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
 			return aheadFan
 		}
 		switch {
@@ -638,8 +638,8 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 		default:
 			return aheadAny
 		}
-		if p.hint >= 0 {
-			return p.hint
+		if p.planner.sim.hint >= 0 {
+			return p.planner.sim.hint
 		}
 		return d.Shard
 	}
@@ -649,132 +649,132 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 func (p pipePlanner) execute(raw []byte) {
 	portal, _, err := pgwire.DecodeExecute(raw)
 	if err != nil {
-		p.protoErr = err
+		p.planner.protoErr = err
 		return
 	}
 	pi := p.portal(portal)
 	switch {
 	case pi != nil && pi.term != nil:
-		lo := len(p.lbuf)
-		p.lbuf = appendTerminateResult(p.lbuf, pi.term, false)
-		p.addLocal(lo, nil)
+		lo := len(p.planner.plan.lbuf)
+		p.planner.plan.lbuf = appendTerminateResult(p.planner.plan.lbuf, pi.term, false)
+		p.planner.plan.addLocal(lo, nil)
 	case pi != nil && pi.lead > 0:
-		p.leads[pi.lead-1].executed = true
+		p.planner.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
-		p.answer(p.exec().take(p.localAction(pi.vs.st)))
-	case pi != nil || p.held:
-		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
-			p.fail(e, nil)
+		p.planner.answer(p.planner.exec().take(p.planner.localAction(pi.vs.st)))
+	case pi != nil || p.planner.held:
+		if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e != nil {
+			p.planner.fail(e, nil)
 			return
 		}
 		var eff *effect
 		if pi != nil && pi.setting {
 			eff = p.executeSetting(pi)
 		}
-		p.bw = append(p.bw, raw...)
-		p.items = append(p.items, item{kind: itExecute, flags: fClientPart, eff: eff})
+		p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itExecute, flags: fClientPart, eff: eff})
 	default:
-		p.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", portal)), nil)
 	}
 }
 
 // executeSetting plans what goes with the Execute of a setting sent to
 // the backend, and returns the effect its success has.
 func (p pipePlanner) executeSetting(pi *portalInfo) *effect {
-	if pi.vs.st.Kind == route.KindSetLocal && p.wrap && p.tx == txIdle {
+	if pi.vs.st.Kind == route.KindSetLocal && p.planner.wrap && p.planner.sim.tx == txIdle {
 		// Postgres warns about SET LOCAL in a pipeline's implicit
 		// transaction; the BEGIN pgshard wraps it in (for the client's
 		// settings) keeps the backend from it.
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendNotice(p.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
-		p.addLocal(lo, nil)
+		lo := len(p.planner.plan.lbuf)
+		p.planner.plan.lbuf = pgwire.AppendNotice(p.planner.plan.lbuf, setLocalWarning.Severity, setLocalWarning.Code, setLocalWarning.Message)
+		p.planner.plan.addLocal(lo, nil)
 	}
-	if pi.replay != "" && (p.tx == txBound || p.explicit) {
+	if pi.replay != "" && (p.planner.sim.tx == txBound || p.planner.explicit) {
 		// Once they ran, the transaction's other backends repeat the
 		// settings (readers that did not are ended by the effect).
-		p.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
-		return p.txEffectKeep()
+		p.planner.sim.addDeferred(deferredStmt{sql: pi.replay, setLocal: true})
+		return p.planner.sim.txEffectKeep()
 	}
 	return nil
 }
 
 func (p pipePlanner) close(raw []byte) {
-	s := p.s
+	s := p.planner.s
 	kind, name, err := pgwire.DecodeTarget(raw)
 	if err != nil {
-		p.protoErr = err
+		p.planner.protoErr = err
 		return
 	}
 	if kind == 'S' {
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendEmpty(p.lbuf, '3')
+		lo := len(p.planner.plan.lbuf)
+		p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, '3')
 		var eff *effect
 		if len(name) == 0 {
 			s.unnamed = nil
 		} else {
 			n := string(name)
-			if vs := p.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
+			if vs := p.planner.book.lookup(name); vs != nil && vs.realOn != nil && vs.realOn == s.bc {
 				// The pinned backend has it: close it there too.
-				p.lbuf = p.lbuf[:lo]
-				p.overlayPut(n, nil)
-				if e := p.exec().ensureBackend(p.shard, nil); e != nil {
-					p.fail(e, nil)
+				p.planner.plan.lbuf = p.planner.plan.lbuf[:lo]
+				p.planner.book.overlayPut(n, nil)
+				if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e != nil {
+					p.planner.fail(e, nil)
 					return
 				}
-				p.bw = append(p.bw, raw...)
-				p.items = append(p.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
+				p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+				p.planner.plan.items = append(p.planner.plan.items, item{kind: itClose, eff: &effect{kind: effStmtDel, name: n}})
 				return
 			}
-			p.overlayPut(n, nil)
+			p.planner.book.overlayPut(n, nil)
 			eff = &effect{kind: effStmtDel, name: n}
 		}
-		p.addLocal(lo, eff)
+		p.planner.plan.addLocal(lo, eff)
 		return
 	}
-	if p.onTxnBackend() {
-		if e := p.exec().ensureBackend(p.shard, nil); e != nil {
-			p.fail(e, nil)
+	if p.planner.onTxnBackend() {
+		if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e != nil {
+			p.planner.fail(e, nil)
 			return
 		}
-		p.bw = append(p.bw, raw...)
-		p.items = append(p.items, item{kind: itClose})
+		p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itClose})
 		return
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendEmpty(p.lbuf, '3')
-	p.addLocal(lo, nil)
+	lo := len(p.planner.plan.lbuf)
+	p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, '3')
+	p.planner.plan.addLocal(lo, nil)
 }
 
 func (p pipePlanner) sync(raw []byte) {
-	s := p.s
-	if p.onTxnBackend() {
-		if e := p.exec().ensureBackend(p.shard, nil); e == nil {
-			p.bw = append(p.bw, raw...)
-			if p.wrap {
-				p.items = append(p.items, item{kind: itSync})
-				p.holdCommit()
-				p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
-				p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+	s := p.planner.s
+	if p.planner.onTxnBackend() {
+		if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e == nil {
+			p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+			if p.planner.wrap {
+				p.planner.plan.items = append(p.planner.plan.items, item{kind: itSync})
+				p.planner.holdCommit()
+				p.planner.plan.bw = pgwire.AppendQuery(p.planner.plan.bw, "COMMIT")
+				p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 			} else {
-				p.items = append(p.items, item{kind: itSync, flags: fRFQ})
+				p.planner.plan.items = append(p.planner.plan.items, item{kind: itSync, flags: fRFQ})
 			}
 			return
 		}
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendRFQ(p.lbuf, p.simStatus(s.bstatus))
-	p.addLocal(lo, nil)
+	lo := len(p.planner.plan.lbuf)
+	p.planner.plan.lbuf = pgwire.AppendRFQ(p.planner.plan.lbuf, p.planner.sim.simStatus(s.txn.bstatus))
+	p.planner.plan.addLocal(lo, nil)
 }
 
 func (p pipePlanner) flushMsg(raw []byte) {
-	if !p.onBackend {
+	if !p.planner.onBackend {
 		return // answered locally so far; the loop flushes the client buffer
 	}
 	if raw == nil {
 		raw = []byte{'H', 0, 0, 0, 4}
 	}
-	p.bw = append(p.bw, raw...)
-	p.items = append(p.items, item{kind: itFlush})
+	p.planner.plan.bw = append(p.planner.plan.bw, raw...)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itFlush})
 }
 
 // finish runs a planned exchange and updates the session from its result.
@@ -786,19 +786,19 @@ func (s *Session) finish(p *planner, term byte) error {
 		return newFanExec(p).run()
 	}
 	if !p.onBackend {
-		for i := range p.items {
-			it := &p.items[i]
+		for i := range p.plan.items {
+			it := &p.plan.items[i]
 			if it.kind == itLead {
 				// Cannot happen: lookahead makes leads only of a pipeline
 				// whose read fans out.
-				s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
+				s.cc.out = pgwire.AppendError(s.cc.out, pgwire.NewError(pgwire.CodeInternalError, "pgshard planned settings ahead of a read of every shard without the read"))
 				continue
 			}
-			s.out = append(s.out, p.lbuf[it.lo:it.hi]...)
+			s.cc.out = append(s.cc.out, p.plan.lbuf[it.lo:it.hi]...)
 			s.apply(it.eff)
 		}
 		if p.failed && term == 'H' {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		}
 		return nil
 	}
@@ -806,16 +806,16 @@ func (s *Session) finish(p *planner, term byte) error {
 	if release {
 		// Close the backend's implicit transaction (a Sync the client
 		// does not see), so that the backend can go back to its pool.
-		p.bw = pgwire.AppendEmpty(p.bw, 'S')
-		p.items = append(p.items, item{kind: itSync})
+		p.plan.bw = pgwire.AppendEmpty(p.plan.bw, 'S')
+		p.plan.items = append(p.plan.items, item{kind: itSync})
 		if p.wrap {
 			p.holdCommit()
-			p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
-			p.items = append(p.items, item{kind: itQuery, flags: fSwallow})
+			p.plan.bw = pgwire.AppendQuery(p.plan.bw, "COMMIT")
+			p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow})
 		}
 	}
-	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.out)
-	res, err := runExchange(s, &p.planned, p.bc, p.explicit)
+	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.cc.out)
+	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {
 		return err
@@ -825,35 +825,35 @@ func (s *Session) finish(p *planner, term byte) error {
 	}
 	if res.lost {
 		if term == 'H' {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		} else if !s.pinFatal {
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		}
 		return nil
 	}
 	if term == 'H' {
 		if res.errored || p.failed {
-			s.skipUntilSync = true
+			s.txn.skipUntilSync = true
 		}
 		if release {
 			s.dropBackend(res.status == 'I')
 			return nil
 		}
-		if p.explicit || s.tx == txBound {
-			s.tx = txBound
+		if p.explicit || s.txn.tx == txBound {
+			s.txn.tx = txBound
 			if res.status != 0 {
-				s.bstatus = res.status
-			} else if s.bstatus == 0 {
-				s.bstatus = 'T'
+				s.txn.bstatus = res.status
+			} else if s.txn.bstatus == 0 {
+				s.txn.bstatus = 'T'
 			}
 			if res.errored {
-				s.bstatus = 'E'
+				s.txn.bstatus = 'E'
 			}
 		} else {
-			s.pipelineHeld = true
-			s.wrapped = p.wrap
+			s.txn.pipelineHeld = true
+			s.txn.wrapped = p.wrap
 		}
-		s.soft = p.soft
+		s.txn.soft = p.soft
 		return nil
 	}
 	p.exErrored = res.errored
@@ -869,10 +869,10 @@ func (s *Session) finish(p *planner, term byte) error {
 // backend is released rather than pinned: a pinned one would refuse the
 // next Bind for a key of another shard as cross-shard.
 func (p *planner) statementsOnly() bool {
-	if p.held || p.explicit || p.tx != txIdle || !p.onBackend {
+	if p.held || p.explicit || p.sim.tx != txIdle || !p.onBackend {
 		return false
 	}
-	for _, it := range p.items {
+	for _, it := range p.plan.items {
 		switch it.kind {
 		case itLocal, itParse, itDescStmt, itClose, itFlush, itAbort:
 		case itQuery:
@@ -889,24 +889,24 @@ func (p *planner) statementsOnly() bool {
 // afterReady updates the session after the client's ReadyForQuery: the
 // backend's status says whether a transaction is still open.
 func (s *Session) afterReady(p *planner, st byte) {
-	s.pipelineHeld = false
-	s.wrapped = false
+	s.txn.pipelineHeld = false
+	s.txn.wrapped = false
 	switch st {
 	case 'T', 'E':
-		s.tx = txBound
-		s.bstatus = st
-		s.soft = p.soft
-		s.hint = -1
+		s.txn.tx = txBound
+		s.txn.bstatus = st
+		s.txn.soft = p.soft
+		s.txn.hint = -1
 		if st == 'E' {
 			s.readers.end() // the transaction failed: nothing more to read
 		}
 	default:
-		s.tx = txIdle
-		s.bstatus = 0
-		s.deferred = s.deferred[:0]
-		s.hint = -1
-		s.soft = false
-		s.mainWrote, s.hintBound = false, false
+		s.txn.tx = txIdle
+		s.txn.bstatus = 0
+		s.txn.deferred = s.txn.deferred[:0]
+		s.txn.hint = -1
+		s.txn.soft = false
+		s.txn.mainWrote, s.txn.hintBound = false, false
 		if s.own != nil {
 			if !p.exErrored {
 				pinning(s).applyPinOps(p.pinOps, true)

@@ -235,20 +235,20 @@ func (p pipePlanner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 	b, sp := pgwire.BeginMsg(nil, 'B')
 	b = pgwire.AppendCStr(b, "")
 	b = pgwire.AppendCStr(b, "")
-	b = append(b, raw[p.bv.RestAt:]...)
-	p.leads = append(p.leads, fanLead{st: vs.st, oids: vs.oids, bind: pgwire.FinishMsg(b, sp)})
-	p.items = append(p.items, item{kind: itLead, lo: int32(len(p.leads) - 1)})
-	pi.lead = len(p.leads)
-	p.portals = append(p.portals, pi)
-	p.pendingParse = -1
+	b = append(b, raw[p.planner.bv.RestAt:]...)
+	p.planner.leads = append(p.planner.leads, fanLead{st: vs.st, oids: vs.oids, bind: pgwire.FinishMsg(b, sp)})
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itLead, lo: int32(len(p.planner.leads) - 1)})
+	pi.lead = len(p.planner.leads)
+	p.planner.plan.portals = append(p.planner.plan.portals, pi)
+	p.planner.pendingParse = -1
 }
 
 // simpleLeads plans a query string of settings and one read of every
 // shard, in its implicit transaction (no transaction block open): nil if
 // as is not of that shape.
 func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
-	s := p.s
-	if p.tx != txIdle || p.onTxnBackend() || len(as) < 2 {
+	s := p.planner.s
+	if p.planner.sim.tx != txIdle || p.planner.onTxnBackend() || len(as) < 2 {
 		return nil
 	}
 	for _, a := range as[:len(as)-1] {
@@ -267,7 +267,7 @@ func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	f := &fanPlan{simple: true, st: last, dest: d, query: string(msg)}
 	for _, a := range as[:len(as)-1] {
 		f.leads = append(f.leads, fanLead{st: a, describe: true, executed: true})
-		p.items = append(p.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
 	}
 	return f
 }

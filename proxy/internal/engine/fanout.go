@@ -71,8 +71,8 @@ type fanPlan struct {
 // startFan records a DestAll Bind, routed by rp; the rest of the
 // pipeline must be its Describe, Execute and Sync.
 func (p pipePlanner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int, rp routePlan) {
-	s := p.s
-	p.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(p.bv.Portal), inTxn: rp.fanInTxn, only: rp.fanOnly, leads: p.leads}
+	s := p.planner.s
+	p.planner.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(p.planner.bv.Portal), inTxn: rp.fanInTxn, only: rp.fanOnly, leads: p.planner.leads}
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -80,7 +80,7 @@ var singleMerge = &route.Merge{Width: -1, Limit: -1, Offset: -1}
 
 // fanAccepts reports whether m may follow a fan-out Bind.
 func (p pipePlanner) fanAccepts(m cmsg) bool {
-	f := p.fan
+	f := p.planner.fan
 	switch m.typ {
 	case 'D':
 		kind, name, err := pgwire.DecodeTarget(m.raw)
@@ -167,8 +167,8 @@ type fanSession interface {
 // newFanExec is the executor of the planner's fan-out, p.fan.
 func newFanExec(p *planner) *fanExec {
 	s := p.s
-	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.clientConn, items: p.items, lbuf: p.lbuf,
-		cur: &s.cur, txn: &s.transaction, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
+	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
+		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
 }
 
 // stage is the executor of fp, a stage of x's read: a fan-out of its own

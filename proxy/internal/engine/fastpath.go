@@ -13,26 +13,26 @@ import (
 func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 	if s.bc == nil {
 		if e := pinning(s).pinTo(ctx, -1, pinOther, nil); e != nil {
-			s.out = pgwire.AppendError(s.out, e)
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.cc.out = pgwire.AppendError(s.cc.out, e)
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 			return nil
 		}
 	}
-	if s.bc == nil || s.pipelineHeld {
-		s.out = pgwire.AppendError(s.out, pgwire.NewError(pgwire.CodeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
-		s.out = pgwire.AppendRFQ(s.out, s.status())
+	if s.bc == nil || s.txn.pipelineHeld {
+		s.cc.out = pgwire.AppendError(s.cc.out, pgwire.NewError(pgwire.CodeFeatureNotSupported, "the fastpath function call protocol is not supported by pgshard here (a transaction through a pooler that cannot be pinned, or mid-pipeline)"))
+		s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		return nil
 	}
 	p := s.newPlanner(ctx)
 	p.onBackend = true
-	p.bw = append(p.bw, msg...)
-	p.items = append(p.items, item{kind: itQuery, flags: fClientPart | fRFQ})
-	res, err := runExchange(s, &p.planned, p.bc, p.explicit)
+	p.plan.bw = append(p.plan.bw, msg...)
+	p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fClientPart | fRFQ})
+	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
 	if err != nil {
 		return err
 	}
 	if res.lost {
-		s.out = pgwire.AppendRFQ(s.out, s.status())
+		s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		return nil
 	}
 	p.exErrored = res.errored

@@ -281,29 +281,29 @@ const fencePortalName = "pgshard_fence"
 // backendUnnamed), a Bind to a named portal, its Execute and Close. Its answers are swallowed; its
 // error is the client's, and the client's statement's 25P02 dropped.
 func (p backendExec) fenceHeld() {
-	s := p.s
-	defer func() { p.fence.key = "" }() // used once
-	if p.fence.key == "" || p.noFence || s.own != nil || s.bc == nil || s.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
+	s := p.planner.s
+	defer func() { p.planner.fence.key = "" }() // used once
+	if p.planner.fence.key == "" || p.planner.noFence || s.own != nil || s.bc == nil || s.txn.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map
-	if slices.Contains(s.fenceBuckets, p.fence.bucket) {
+	if slices.Contains(s.fenceBuckets, p.planner.fence.bucket) {
 		return
 	}
-	key := s.host.StandIns.fenceKeyFor(m, p.fence.key, p.fence.bucket)
+	key := s.host.StandIns.fenceKeyFor(m, p.planner.fence.key, p.planner.fence.bucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {
-	case p.simple && p.inlineOK && inlinable(key):
-		p.inlineFence, p.inlineFlags = key, fl
-	case p.simple:
-		bw, sp := pgwire.BeginMsg(p.bw, 'Q')
-		p.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
-		p.items = append(p.items, item{kind: itQuery, flags: fl})
+	case p.planner.simple && p.planner.inlineOK && inlinable(key):
+		p.planner.inlineFence, p.planner.inlineFlags = key, fl
+	case p.planner.simple:
+		bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
+		p.planner.plan.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fl})
 	default:
 		p.appendFenceExtended(key, fl&fFence)
 	}
-	s.fenceBuckets = append(s.fenceBuckets, p.fence.bucket)
+	s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
 }
 
 // appendFenceExtended appends the assert of key as pipeline messages:
@@ -313,13 +313,13 @@ func (p backendExec) fenceHeld() {
 // answer swallowed, its error the client's. flag is fFence or 0.
 func (p backendExec) appendFenceExtended(key string, flag itemFlags) {
 	fl := fSwallow | fReplay | flag
-	p.bw = pgwire.AppendParseMsg(p.bw, "", fenceSQL(key), nil)
-	p.bw = pgwire.AppendBindText(p.bw, fencePortalName, "", nil)
-	p.bw = pgwire.AppendExecute(p.bw, fencePortalName, 0)
-	p.bw = pgwire.AppendClose(p.bw, 'P', fencePortalName)
-	p.items = append(p.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
+	p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", fenceSQL(key), nil)
+	p.planner.plan.bw = pgwire.AppendBindText(p.planner.plan.bw, fencePortalName, "", nil)
+	p.planner.plan.bw = pgwire.AppendExecute(p.planner.plan.bw, fencePortalName, 0)
+	p.planner.plan.bw = pgwire.AppendClose(p.planner.plan.bw, 'P', fencePortalName)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, flags: fl}, item{kind: itBind, flags: fl},
 		item{kind: itExecute, flags: fl}, item{kind: itClose, flags: fl})
-	p.backendUnnamed = nil
+	p.planner.backendUnnamed = nil
 }
 
 // inlinable reports whether key's assert may go inline in a client's
@@ -350,21 +350,21 @@ func inlinable(key string) bool {
 // notices of either are moved back by the assert's length (posShift),
 // so they point into the client's own string.
 func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
-	key := p.inlineFence
+	key := p.planner.inlineFence
 	if key == "" {
-		p.bw = append(p.bw, msg...)
-		p.items = append(p.items, item{kind: itQuery, flags: p.queryFlags(), eff: eff})
+		p.planner.plan.bw = append(p.planner.plan.bw, msg...)
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: p.planner.queryFlags(), eff: eff})
 		return
 	}
-	p.inlineFence = ""
-	bw, sp := pgwire.BeginMsg(p.bw, 'Q')
+	p.planner.inlineFence = ""
+	bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
 	start := len(bw)
 	bw = append(appendFenceSQL(bw, key), ";\n"...)
 	shift := int32(len(bw) - start)
 	bw = append(bw, pgwire.Body(msg)...) // the client's string and its NUL
-	p.bw = pgwire.FinishMsg(bw, sp)
-	p.items = append(p.items, item{kind: itQueryHead, flags: p.inlineFlags, posShift: shift},
-		item{kind: itQuery, flags: p.queryFlags(), eff: eff, posShift: shift})
+	p.planner.plan.bw = pgwire.FinishMsg(bw, sp)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQueryHead, flags: p.planner.inlineFlags, posShift: shift},
+		item{kind: itQuery, flags: p.planner.queryFlags(), eff: eff, posShift: shift})
 }
 
 // shiftPosition returns the ErrorResponse or NoticeResponse msg with its

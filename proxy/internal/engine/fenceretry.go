@@ -96,7 +96,7 @@ func (r *fenceRetrier) run(attempt func() error) error {
 // (planner.fresh), no pgshard hint chose the shard, and no swap to a
 // write's shard happened.
 func (p backendExec) fenceRetryFlag(fence bool) itemFlags {
-	if fence && p.fresh && !p.swapMain && p.hint < 0 && p.s.gen.Config.Follows {
+	if fence && p.planner.fresh && !p.planner.swapMain && p.planner.sim.hint < 0 && p.planner.s.gen.Config.Follows {
 		return fFence
 	}
 	return 0
@@ -142,7 +142,7 @@ func (r *fenceRetrier) retryable(s *Session, before []item, msg []byte) bool {
 // transaction rolled back and the backend released, the map made
 // current (bounded wait), and errFenceRetry returned.
 func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult) error {
-	s.out = s.out[:r.outStart]
+	s.cc.out = s.cc.out[:r.outStart]
 	if !res.lost && s.bc != nil {
 		if res.status == 'I' {
 			s.dropBackend(true)
@@ -151,13 +151,13 @@ func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult
 			s.dropBackend(err == nil)
 		}
 	}
-	s.pipelineHeld, s.wrapped, s.soft, s.hintBound, s.mainWrote = false, false, false, false, false
-	if s.tx == txBound {
+	s.txn.pipelineHeld, s.txn.wrapped, s.txn.soft, s.txn.hintBound, s.txn.mainWrote = false, false, false, false, false
+	if s.txn.tx == txBound {
 		// A soft transaction (only table-less reads): its start is
 		// replayed on the new owner, as moveSoft does.
-		s.tx, s.bstatus = txDeferred, 0
+		s.txn.tx, s.txn.bstatus = txDeferred, 0
 	}
-	s.pendingPS = s.pendingPS[:0]
+	s.ps.pendingPS = s.ps.pendingPS[:0]
 	fe := r.err
 	r.err = nil
 	r.tries++
@@ -218,7 +218,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // attempts of a retried message: its transaction, if any, is deferred
 // (never sent), so no backend and no reader holds it.
 func (r *fenceRetrier) switchGeneration(s *Session) {
-	if s.gen.Home != s.host || s.own != nil || s.pipelineHeld || s.bc != nil || s.readers.any() || s.skipUntilSync {
+	if s.gen.Home != s.host || s.own != nil || s.txn.pipelineHeld || s.bc != nil || s.readers.any() || s.txn.skipUntilSync {
 		return
 	}
 	if g := s.host.Ops.CurrentEnv(); g != s.gen {

@@ -16,17 +16,17 @@ import (
 func (s *Session) serve(ctx context.Context) error {
 	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
 	for {
-		if err := s.flush(); err != nil {
+		if err := s.cc.flush(); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.tx == txBound || s.pipelineHeld || s.readers.any() {
-				_ = s.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
+			if s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any() {
+				_ = s.cc.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
 			} else {
-				_ = s.conn.SetReadDeadline(time.Time{})
+				_ = s.cc.conn.SetReadDeadline(time.Time{})
 			}
 		}
 		if s.terminateSelf {
@@ -41,14 +41,14 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
 		}
-		typ, msg, err := s.readWatching(pinning(s).watched())
+		typ, msg, err := s.cc.readWatching(pinning(s).watched())
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.tx == txBound || s.pipelineHeld || s.readers.any()) {
+			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
 			}
 			return err
 		}
-		if s.skipUntilSync && typ != 'S' && typ != 'X' {
+		if s.txn.skipUntilSync && typ != 'S' && typ != 'X' {
 			continue
 		}
 		// A reload's new generation applies from the first message of the
@@ -57,7 +57,7 @@ func (s *Session) serve(ctx context.Context) error {
 		switch typ {
 		case 'P', 'B', 'D', 'E', 'C':
 			if len(s.grp) == 0 {
-				s.rd.Hold()
+				s.cc.rd.Hold()
 				s.grpBytes = 0
 			}
 			s.grpBytes += len(msg)
@@ -71,7 +71,7 @@ func (s *Session) serve(ctx context.Context) error {
 			s.grp = append(s.grp, cmsg{typ: typ, raw: msg})
 			err := s.fretry.run(func() error { return s.runPipeline(ctx) })
 			s.grp = s.grp[:0]
-			s.rd.Release()
+			s.cc.rd.Release()
 			if err != nil {
 				return err
 			}
@@ -83,14 +83,14 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 			if typ == 'F' {
 				err := s.fastpath(ctx, msg)
-				s.rd.Release()
+				s.cc.rd.Release()
 				if err != nil {
 					return err
 				}
 				continue
 			}
 			err := s.fretry.run(func() error { return s.simpleQuery(ctx, msg) })
-			s.rd.Release()
+			s.cc.rd.Release()
 			if err != nil {
 				return err
 			}
@@ -120,8 +120,8 @@ func (s *Session) runPipelineBefore(ctx context.Context) (ignore bool, err error
 	if err != nil {
 		return false, err
 	}
-	if s.skipUntilSync {
-		s.rd.Release()
+	if s.txn.skipUntilSync {
+		s.cc.rd.Release()
 		return true, nil
 	}
 	return false, nil

@@ -235,7 +235,7 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 		multi = local && other
 	}
 	for _, a := range as {
-		if r := s.gen.pinTriggerOf(a, multi, s.tx != txIdle); r != 0 {
+		if r := s.gen.pinTriggerOf(a, multi, s.txn.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
 			if a.Kind == route.KindPrepare {
@@ -243,12 +243,12 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 			}
 		}
 	}
-	if why == pinSettings && s.tx == txIdle && setsAhead(as) {
+	if why == pinSettings && s.txn.tx == txIdle && setsAhead(as) {
 		// Only settings in a query string with other statements: one
 		// server session for this query, on the query's shard.
 		why = pinSetsOnce
 	}
-	if why == 0 && len(as) == 1 && as[0].NoTxnBlock && s.tx == txIdle && s.bc == nil {
+	if why == 0 && len(as) == 1 && as[0].NoTxnBlock && s.txn.tx == txIdle && s.bc == nil {
 		// A statement that cannot run in a transaction block (VACUUM,
 		// CREATE TABLESPACE, ...) cannot get the client's settings from
 		// a transaction-local preamble: through a pooler it runs on a
@@ -323,7 +323,7 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 		if a == nil {
 			continue
 		}
-		if r := s.gen.pinTriggerOf(a, false, s.tx != txIdle); r != 0 {
+		if r := s.gen.pinTriggerOf(a, false, s.txn.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
 		}
@@ -334,7 +334,7 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 			others = true
 		}
 	}
-	if sets && others && why == 0 && s.tx == txIdle {
+	if sets && others && why == 0 && s.txn.tx == txIdle {
 		// A session SET ahead of other statements in one pipeline applies
 		// to them, in order, as on one server session.
 		why = pinSetsOnce
@@ -388,9 +388,9 @@ func (p pinner) pinTo(ctx context.Context, shard int, why pinReason, temps []str
 	if shard < 0 {
 		switch {
 		case s.bc != nil:
-			shard = s.shard
-		case s.hint >= 0:
-			shard = s.hint
+			shard = s.txn.shard
+		case s.txn.hint >= 0:
+			shard = s.txn.hint
 		default:
 			shard = srv.DefaultShard
 		}
@@ -406,12 +406,12 @@ func (p pinner) pinTo(ctx context.Context, shard int, why pinReason, temps []str
 	if s.readers.any() {
 		return nil // a transaction reading several shards: refused as before
 	}
-	if s.bc != nil && s.bc.Pool.ViaPooler && s.soft && s.tx == txBound {
+	if s.bc != nil && s.bc.Pool.ViaPooler && s.txn.soft && s.txn.tx == txBound {
 		// Only table-less reads ran: roll back and replay the start of
 		// the transaction on the pinned backend, as a soft move does.
 		res, err := s.bc.RunSimple(ctx, srv.Config.PoolTimeout, "ROLLBACK")
 		s.dropBackend(err == nil && len(res) == 1 && res[0].Status == 'I')
-		s.soft, s.tx = false, txDeferred
+		s.txn.soft, s.txn.tx = false, txDeferred
 	}
 	switch {
 	case s.bc != nil && s.bc.Pool.ViaPooler:
@@ -440,8 +440,8 @@ func (p pinner) pinTo(ctx context.Context, shard int, why pinReason, temps []str
 	if q := sessionReplaySQL(s.startup, s.cur); q != "" {
 		qs = append(qs, q)
 	}
-	if s.tx == txDeferred {
-		qs = append(qs, replaySQL(s.deferred, backend.NoSettings))
+	if s.txn.tx == txDeferred {
+		qs = append(qs, replaySQL(s.txn.deferred, backend.NoSettings))
 	}
 	if len(qs) > 0 {
 		res, err := bc.RunSimple(ctx, srv.Config.PoolTimeout, qs...)
@@ -459,16 +459,16 @@ func (p pinner) pinTo(ctx context.Context, shard int, why pinReason, temps []str
 				return e
 			}
 		}
-		if s.tx == txDeferred {
-			s.tx, s.bstatus = txBound, res[len(res)-1].Status
-			if s.hint >= 0 {
-				s.hintBound = true
+		if s.txn.tx == txDeferred {
+			s.txn.tx, s.txn.bstatus = txBound, res[len(res)-1].Status
+			if s.txn.hint >= 0 {
+				s.txn.hintBound = true
 			}
-			s.hint = -1
+			s.txn.hint = -1
 		}
 	}
 	s.setBackend(bc)
-	s.shard = shard
+	s.txn.shard = shard
 	p.setPin(shard, why, temps)
 	return nil
 }
@@ -485,8 +485,8 @@ func (p pinner) setPin(shard int, why pinReason, temps []string) {
 	if s.own == nil {
 		s.own = &ownBackend{shard: shard, since: time.Now()}
 		s.host.NPinned.Add(1)
-		s.soft = false
-		s.wrapped = false
+		s.txn.soft = false
+		s.txn.wrapped = false
 	}
 	s.own.add(why, temps)
 	s.host.PinsTotal.WithLabelValues(why.String()).Inc()
@@ -622,7 +622,7 @@ func (p pinner) resetStmtCache() {
 // session), idle, with nothing buffered; nil otherwise.
 func (p pinner) watched() *backend.Conn {
 	s := p.s
-	if s.own == nil || s.own.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.tx != txIdle || s.pipelineHeld {
+	if s.own == nil || s.own.reasons&(pinListen|pinSessionMode) == 0 || s.bc == nil || len(s.grp) > 0 || s.txn.tx != txIdle || s.txn.pipelineHeld {
 		return nil
 	}
 	return s.bc
@@ -650,13 +650,13 @@ func (p pinner) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Er
 // session: as it is, on the pinned backend, if every statement may run
 // there (Postgres then runs it exactly as on a direct connection).
 func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
-	s := p.s
+	s := p.planner.s
 	for _, a := range as {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
 		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		ok, e := p.pinnedRoute(a, d)
+		ok, e := p.planner.pinnedRoute(a, d)
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
 				e = refusalError(d.Refusal)
@@ -667,21 +667,21 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 			}
 		}
 		if e != nil {
-			p.fail(e, nil)
+			p.planner.fail(e, nil)
 			p.endQuery()
 			return
 		}
 	}
-	if e := p.exec().ensureBackend(s.own.shard, as[0]); e != nil {
-		p.fail(e, nil)
+	if e := p.planner.exec().ensureBackend(s.own.shard, as[0]); e != nil {
+		p.planner.fail(e, nil)
 		p.endQuery()
 		return
 	}
 	for _, a := range as {
-		p.notePinOp(a)
+		p.planner.notePinOp(a)
 	}
-	p.bw = append(p.bw, msg...)
-	p.items = append(p.items, item{kind: itQuery, flags: p.queryFlags()})
+	p.planner.plan.bw = append(p.planner.plan.bw, msg...)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: p.planner.queryFlags()})
 	p.endQuery()
 }
 

@@ -79,10 +79,10 @@ type planner struct {
 
 	// the simulated transaction state (txnsim.go) and the prepared
 	// statements as the plan sees them (stmtbook.go)
-	txnSim
-	stmtBook
+	sim  txnSim
+	book stmtBook
 	// planned is the plan's value: what the executor runs (planned.go).
-	planned
+	plan planned
 	// pv and bv: the Parse and Bind being planned, decoded.
 	pv pgwire.ParseView
 	bv pgwire.BindView
@@ -169,17 +169,17 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 		s.plan = new(planner)
 	}
 	p := s.plan
-	*p = planner{s: s, ctx: ctx, txnSim: txnSim{tx: s.tx, deferred: s.deferred, hint: s.hint},
-		stmtBook: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1,
-		planned: p.planned.reset(), pv: p.pv, bv: p.bv}
-	p.fresh = (s.bc == nil || s.soft && s.tx == txBound) && s.own == nil && !s.readers.any() && !s.hintBound
+	*p = planner{s: s, ctx: ctx, sim: txnSim{tx: s.txn.tx, deferred: s.txn.deferred, hint: s.txn.hint},
+		book: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1,
+		plan: p.plan.reset(), pv: p.pv, bv: p.bv}
+	p.fresh = (s.bc == nil || s.txn.soft && s.txn.tx == txBound) && s.own == nil && !s.readers.any() && !s.txn.hintBound
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc
-		p.shard = s.shard
-		p.explicit = s.tx == txBound
-		p.soft = s.soft
-		p.wrap = s.wrapped
+		p.shard = s.txn.shard
+		p.explicit = s.txn.tx == txBound
+		p.soft = s.txn.soft
+		p.wrap = s.txn.wrapped
 	}
 	return p
 }
@@ -193,7 +193,7 @@ func (p *planner) onTxnBackend() bool { return p.onBackend || p.held }
 func (p *planner) isLocal(a *route.Statement) bool {
 	k := a.Kind
 	switch {
-	case p.tx == txFailed:
+	case p.sim.tx == txFailed:
 		return true
 	case p.s.own.forwards(a):
 		return false
@@ -256,9 +256,9 @@ type actionStep struct {
 // simulated state.
 func (p *planner) localAction(a *route.Statement) action {
 	k := a.Kind
-	backendFailed := p.held && p.tx == txBound && p.s.bstatus == 'E'
-	if p.tx == txFailed {
-		return p.failedTxAction(a)
+	backendFailed := p.held && p.sim.tx == txBound && p.s.txn.bstatus == 'E'
+	if p.sim.tx == txFailed {
+		return p.sim.failedTxAction(a)
 	}
 	if backendFailed && k != route.KindEmpty {
 		return action{err: errInFailedTx()}
@@ -267,24 +267,24 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindEmpty:
 		return action{empty: true}
 	case route.KindBegin:
-		return p.beginAction(a)
+		return p.sim.beginAction(a)
 	case route.KindSetLocal:
 		if strings.HasPrefix(a.SetName, "pgshard.") {
 			return p.hintAction(a)
 		}
-		return p.setLocalAction(a)
+		return p.sim.setLocalAction(a)
 	case route.KindCommit, route.KindRollback:
-		return p.endTxAction(a)
+		return p.sim.endTxAction(a)
 	case route.KindSavepoint:
-		return p.savepointAction(a, p.onTxnBackend())
+		return p.sim.savepointAction(a, p.onTxnBackend())
 	case route.KindSetSession:
 		return p.setSessionAction(a)
 	case route.KindDeallocate:
-		return p.bookAction(p.deallocate(a))
+		return p.bookAction(p.book.deallocate(a))
 	case route.KindDiscard:
 		return p.discardAction(a)
 	case route.KindPrepare:
-		return p.bookAction(p.prepare(a, p.s.gen.StmtEpoch.Load()))
+		return p.bookAction(p.book.prepare(a, p.s.gen.StmtEpoch.Load()))
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
@@ -304,11 +304,11 @@ func (p *planner) localAction(a *route.Statement) action {
 func (p *planner) discardAction(a *route.Statement) action {
 	switch strings.ToLower(a.SetName) {
 	case "all":
-		if p.tx != txIdle || p.held && p.tx == txBound {
+		if p.sim.tx != txIdle || p.held && p.sim.tx == txBound {
 			return p.failLocal(pgwire.NewError(pgwire.CodeActiveTransaction, "DISCARD ALL cannot run inside a transaction block"))
 		}
-		p.forgetSession()
-		return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.startupReported, name: "discard"}}
+		p.book.forgetSession()
+		return action{tag: "DISCARD ALL", eff: &effect{kind: effSettings, set: p.s.startup, rep: p.s.ps.startupReported, name: "discard"}}
 	case "plans":
 		return action{tag: "DISCARD PLANS"}
 	case "sequences":
@@ -325,7 +325,7 @@ func errInFailedTx() *pgwire.Error {
 
 // failLocal is an error answered locally; a deferred transaction fails.
 func (p *planner) failLocal(e *pgwire.Error) action {
-	return p.failAt(e, p.onTxnBackend())
+	return p.sim.failAt(e, p.onTxnBackend())
 }
 
 // bookAction is the answer of the statement book's PREPARE or
@@ -367,7 +367,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 	default:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, fmt.Sprintf("unknown pgshard setting %q (pgshard.key and pgshard.shard exist)", st.SetName)))
 	}
-	if p.tx == txIdle && !p.onTxnBackend() {
+	if p.sim.tx == txIdle && !p.onTxnBackend() {
 		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 	}
 	var step *actionStep
@@ -378,20 +378,20 @@ func (p *planner) hintAction(a *route.Statement) action {
 			}
 			// Only table-less reads ran so far: move to the hint's shard
 			// (the executor rolls the backend back: stepMoveSoft).
-			step = &actionStep{kind: stepMoveSoft, from: p.shard, to: shard, hint: p.hint}
+			step = &actionStep{kind: stepMoveSoft, from: p.shard, to: shard, hint: p.sim.hint}
 			p.leaveSoft()
 		} else {
 			p.soft = false
 			return action{tag: "SET"}
 		}
 	}
-	if p.hint >= 0 && p.hint != shard {
-		act := p.failLocal(p.crossShard(shard, p.hint, reason))
+	if p.sim.hint >= 0 && p.sim.hint != shard {
+		act := p.failLocal(p.crossShard(shard, p.sim.hint, reason))
 		act.step = step
 		return act
 	}
-	p.hint = shard
-	return action{tag: "SET", eff: p.txEffect(), step: step}
+	p.sim.hint = shard
+	return action{tag: "SET", eff: p.sim.txEffect(), step: step}
 }
 
 // leaveSoft is the plan's side of moving a soft transaction off its
@@ -399,7 +399,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 // (the executor's side: backendExec.moveSoft).
 func (p *planner) leaveSoft() {
 	p.held, p.bc, p.soft = false, nil, false
-	p.tx = txDeferred
+	p.sim.tx = txDeferred
 	p.explicit = false
 }
 
@@ -431,19 +431,19 @@ func (p *planner) target(a *route.Statement, d route.Dest) routePlan {
 		r.keyless(a, &in, pipePlanner{p}.lookahead(p.cur, leadable(a) && p.s.grp[p.cur].typ == 'B'), &rp)
 	}
 	p.takeRoute(rp)
-	srv.Ops.NoteDecision(a.SQL, d, rp.shard, rp.fan, rp.err, p.hint >= 0 || p.s.hintBound)
+	srv.Ops.NoteDecision(a.SQL, d, rp.shard, rp.fan, rp.err, p.sim.hint >= 0 || p.s.txn.hintBound)
 	return rp
 }
 
 // routeState is the routing state the router reads.
 func (p *planner) routeState() routeIn {
 	s := p.s
-	in := routeIn{tx: p.tx, hint: p.hint,
+	in := routeIn{tx: p.sim.tx, hint: p.sim.hint,
 		held: p.held, onBackend: p.onBackend, shard: p.shard, explicit: p.explicit, soft: p.soft,
-		bstatus: s.bstatus, hintBound: s.hintBound, mainWrote: s.mainWrote,
+		bstatus: s.txn.bstatus, hintBound: s.txn.hintBound, mainWrote: s.txn.mainWrote,
 		setAhead: p.setAhead, multi: p.multi, pipeline: p.pipeline}
-	if p.held && p.tx == txBound && p.explicit {
-		in.strict = strictIsolation(p.deferred) // read only then (router.inTxn)
+	if p.held && p.sim.tx == txBound && p.explicit {
+		in.strict = strictIsolation(p.sim.deferred) // read only then (router.inTxn)
 	}
 	if s.own != nil {
 		in.pinned, in.pinShard, in.pinReasons = true, s.own.shard, s.own.reasons
@@ -504,31 +504,31 @@ func (p *planner) fail(e *pgwire.Error, eff *effect) {
 	if p.onTxnBackend() {
 		if !p.onBackend {
 			if be := p.exec().ensureBackend(p.shard, nil); be != nil {
-				lo := len(p.lbuf)
-				p.lbuf = pgwire.AppendError(p.lbuf, e)
-				p.addLocal(lo, eff)
+				lo := len(p.plan.lbuf)
+				p.plan.lbuf = pgwire.AppendError(p.plan.lbuf, e)
+				p.plan.addLocal(lo, eff)
 				return
 			}
 		}
-		lo := len(p.lbuf)
-		p.lbuf = pgwire.AppendError(p.lbuf, e)
+		lo := len(p.plan.lbuf)
+		p.plan.lbuf = pgwire.AppendError(p.plan.lbuf, e)
 		if p.simple {
-			p.bw = pgwire.AppendQuery(p.bw, abortSQL)
-			p.items = append(p.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(p.lbuf)), eff: eff})
+			p.plan.bw = pgwire.AppendQuery(p.plan.bw, abortSQL)
+			p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fReplaceErr | p.queryFlags(), lo: int32(lo), hi: int32(len(p.plan.lbuf)), eff: eff})
 			return
 		}
-		p.bw = pgwire.AppendParseMsg(p.bw, "", abortSQL, nil)
-		p.items = append(p.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(p.lbuf)), eff: eff})
+		p.plan.bw = pgwire.AppendParseMsg(p.plan.bw, "", abortSQL, nil)
+		p.plan.items = append(p.plan.items, item{kind: itAbort, flags: fReplaceErr, lo: int32(lo), hi: int32(len(p.plan.lbuf)), eff: eff})
 		p.backendUnnamed = nil
 		return
 	}
-	if eff == nil && p.tx == txDeferred {
-		p.tx = txFailed
-		eff = p.txEffect()
+	if eff == nil && p.sim.tx == txDeferred {
+		p.sim.tx = txFailed
+		eff = p.sim.txEffect()
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendError(p.lbuf, e)
-	p.addLocal(lo, eff)
+	lo := len(p.plan.lbuf)
+	p.plan.lbuf = pgwire.AppendError(p.plan.lbuf, e)
+	p.plan.addLocal(lo, eff)
 }
 
 // answer emits a local action's answer (when it succeeded).
@@ -538,19 +538,19 @@ func (p *planner) answer(act action) {
 		p.fail(act.err, act.eff)
 		return
 	}
-	lo := len(p.lbuf)
+	lo := len(p.plan.lbuf)
 	if act.notice != nil {
-		p.lbuf = pgwire.AppendNotice(p.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
+		p.plan.lbuf = pgwire.AppendNotice(p.plan.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
 	}
 	if act.empty {
-		p.lbuf = pgwire.AppendEmpty(p.lbuf, 'I')
+		p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, 'I')
 	} else {
-		p.lbuf = pgwire.AppendCommandComplete(p.lbuf, act.tag)
+		p.plan.lbuf = pgwire.AppendCommandComplete(p.plan.lbuf, act.tag)
 	}
 	if act.eff != nil && act.eff.kind == effSettings {
-		p.lbuf = s.appendSettingStatus(p.lbuf, act.eff)
+		p.plan.lbuf = s.ps.appendSettingStatus(p.plan.lbuf, act.eff)
 	}
-	p.addLocal(lo, act.eff)
+	p.plan.addLocal(lo, act.eff)
 }
 
 // replaySQL is the text that replays a deferred transaction: BEGIN and the

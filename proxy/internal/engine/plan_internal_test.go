@@ -31,8 +31,8 @@ func planSession(t *testing.T) *Session {
 	}
 	gen := &GenerationEnv{Config: &SessionConfig{Map: m, Analyzer: an}, Metrics: obs.NewMetrics(), StmtEpoch: new(atomic.Uint64)}
 	set := backend.NewSettings(nil)
-	return &Session{gen: gen, transaction: transaction{hint: -1}, stmts: map[string]*vstmt{},
-		startup: set, cur: set, paramStatus: paramStatus{reported: map[string]string{}, startupReported: map[string]string{}}}
+	return &Session{gen: gen, txn: transaction{hint: -1}, stmts: map[string]*vstmt{},
+		startup: set, cur: set, ps: paramStatus{reported: map[string]string{}, startupReported: map[string]string{}}}
 }
 
 func analyze(t *testing.T, s *Session, sql string) *route.Statement {
@@ -60,14 +60,14 @@ func TestPlanHintMovesSoft(t *testing.T) {
 		p := s.newPlanner(context.Background())
 		// The soft transaction's backend (held, on shard 0; no backend
 		// object: planning must not touch it).
-		p.held, p.shard, p.soft, p.tx, p.explicit, p.hint = true, 0, true, txBound, true, c.hint
+		p.held, p.shard, p.soft, p.sim.tx, p.explicit, p.sim.hint = true, 0, true, txBound, true, c.hint
 		act := p.localAction(analyze(t, s, "SET LOCAL pgshard.shard = 's1'"))
 		st := act.step
 		if st == nil || st.kind != stepMoveSoft || st.from != 0 || st.to != 1 || st.hint != c.hint {
 			t.Fatalf("%s: step %+v, want a move from shard 0 to 1", c.name, st)
 		}
-		if p.held || p.soft || p.bc != nil || p.explicit || (p.tx != txDeferred) == !c.wantErr {
-			t.Errorf("%s: after the plan: held %v soft %v explicit %v tx %v", c.name, p.held, p.soft, p.explicit, p.tx)
+		if p.held || p.soft || p.bc != nil || p.explicit || (p.sim.tx != txDeferred) == !c.wantErr {
+			t.Errorf("%s: after the plan: held %v soft %v explicit %v tx %v", c.name, p.held, p.soft, p.explicit, p.sim.tx)
 		}
 		if c.wantErr {
 			if act.err == nil || act.eff == nil || act.eff.tx.tx != txFailed {
@@ -81,7 +81,7 @@ func TestPlanHintMovesSoft(t *testing.T) {
 	}
 	// The hint's shard is the soft transaction's: no step.
 	p := s.newPlanner(context.Background())
-	p.held, p.shard, p.soft, p.tx, p.explicit = true, 1, true, txBound, true
+	p.held, p.shard, p.soft, p.sim.tx, p.explicit = true, 1, true, txBound, true
 	if act := p.localAction(analyze(t, s, "SET LOCAL pgshard.shard = 's1'")); act.step != nil || act.tag != "SET" || p.soft {
 		t.Errorf("same shard: action %+v, soft %v", act, p.soft)
 	}
@@ -117,12 +117,12 @@ func TestPlanSetProbe(t *testing.T) {
 // planShape is the kinds of a plan's items and the types of its local
 // answers' messages, in order.
 func planShape(p *planner) (kinds []itemKind, local []byte) {
-	for _, it := range p.items {
+	for _, it := range p.plan.items {
 		kinds = append(kinds, it.kind)
 		if it.kind != itLocal {
 			continue
 		}
-		for b := p.lbuf[it.lo:it.hi]; len(b) >= 5; {
+		for b := p.plan.lbuf[it.lo:it.hi]; len(b) >= 5; {
 			n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
 			local = append(local, b[0])
 			b = b[1+n:]
@@ -143,14 +143,14 @@ func TestPlanQueryValue(t *testing.T) {
 	}
 	p := s.planQuery(context.Background(), msg, as, nil)
 	kinds, local := planShape(p)
-	if len(kinds) != 3 || kinds[0] != itLocal || kinds[1] != itLocal || kinds[2] != itLocal || string(local) != "CCZ" || len(p.bw) != 0 {
-		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend", kinds, local, len(p.bw))
+	if len(kinds) != 3 || kinds[0] != itLocal || kinds[1] != itLocal || kinds[2] != itLocal || string(local) != "CCZ" || len(p.plan.bw) != 0 {
+		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend", kinds, local, len(p.plan.bw))
 	}
-	if !bytes.HasSuffix(p.lbuf, []byte{'Z', 0, 0, 0, 5, 'T'}) || p.tx != txDeferred || p.hint != 1 {
-		t.Errorf("plan: local answers %q, simulated tx %v hint %d", p.lbuf, p.tx, p.hint)
+	if !bytes.HasSuffix(p.plan.lbuf, []byte{'Z', 0, 0, 0, 5, 'T'}) || p.sim.tx != txDeferred || p.sim.hint != 1 {
+		t.Errorf("plan: local answers %q, simulated tx %v hint %d", p.plan.lbuf, p.sim.tx, p.sim.hint)
 	}
-	if s.tx != txIdle || s.hint != -1 || len(s.out) != 0 {
-		t.Errorf("planning changed the session: tx %v hint %d, %d bytes for the client", s.tx, s.hint, len(s.out))
+	if s.txn.tx != txIdle || s.txn.hint != -1 || len(s.cc.out) != 0 {
+		t.Errorf("planning changed the session: tx %v hint %d, %d bytes for the client", s.txn.tx, s.txn.hint, len(s.cc.out))
 	}
 }
 
@@ -166,9 +166,9 @@ func TestPlanPipelineValue(t *testing.T) {
 		{'S', []byte{'S', 0, 0, 0, 4}},
 	}
 	p := pipePlanner{s.newPlanner(context.Background())}
-	p.pipeline = true
+	p.planner.pipeline = true
 	for i, m := range s.grp {
-		p.cur = i
+		p.planner.cur = i
 		switch m.typ {
 		case 'P':
 			p.parse(m.raw)
@@ -181,10 +181,10 @@ func TestPlanPipelineValue(t *testing.T) {
 		}
 	}
 	kinds, local := planShape(p.planner)
-	if p.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.bw) != 0 || len(p.portals) != 1 || !p.portals[0].local {
-		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.bw), p.portals, p.protoErr)
+	if p.planner.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.planner.plan.bw) != 0 || len(p.planner.plan.portals) != 1 || !p.planner.plan.portals[0].local {
+		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.planner.plan.bw), p.planner.plan.portals, p.planner.protoErr)
 	}
-	if s.tx != txIdle || len(s.out) != 0 {
-		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.tx, len(s.out))
+	if s.txn.tx != txIdle || len(s.cc.out) != 0 {
+		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.txn.tx, len(s.cc.out))
 	}
 }

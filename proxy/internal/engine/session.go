@@ -35,7 +35,7 @@ type Session struct {
 	log  *slog.Logger
 	// clientConn is the client socket: its reader, the output buffer
 	// (s.out) and the write lock (clientconn.go).
-	clientConn
+	cc clientConn
 
 	pid, secret uint32
 	user, db    string
@@ -52,7 +52,7 @@ type Session struct {
 	startup, cur *backend.Settings
 	// paramStatus: what the client was told of the reported parameters
 	// (paramstatus.go).
-	paramStatus
+	ps paramStatus
 
 	// stmts are the client's named prepared statements (virtual); unnamed
 	// is the unnamed one.
@@ -60,7 +60,7 @@ type Session struct {
 	unnamed *vstmt
 
 	// transaction is where the client's transaction is (txnstate.go).
-	transaction
+	txn transaction
 
 	mu     sync.Mutex // guards bc, closed and fanning against cancelBackend
 	bc     *backend.Conn
@@ -153,15 +153,15 @@ type cmsg struct {
 
 func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
 	s := &Session{
-		gen:         gen,
-		host:        host,
-		connected:   time.Now(),
-		log:         gen.Log,
-		transaction: transaction{hint: -1},
-		stmts:       map[string]*vstmt{},
-		paramStatus: paramStatus{seen: map[string]string{}},
+		gen:       gen,
+		host:      host,
+		connected: time.Now(),
+		log:       gen.Log,
+		txn:       transaction{hint: -1},
+		stmts:     map[string]*vstmt{},
+		ps:        paramStatus{seen: map[string]string{}},
 	}
-	s.clientConn.init(conn, s.messageLimit)
+	s.cc.init(conn, s.messageLimit)
 	return s
 }
 
@@ -180,7 +180,7 @@ func (s *Session) closeClient() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	_ = s.conn.Close()
+	_ = s.cc.conn.Close()
 }
 
 // Run serves the client until it disconnects, misbehaves or the server
@@ -190,30 +190,30 @@ func (s *Session) Run(ctx context.Context) {
 	ok, err := u.run(ctx)
 	if !ok {
 		if err != nil && !isDisconnect(err) {
-			s.log.Debug("client startup failed", "remote", s.conn.RemoteAddr().String(), "err", err)
+			s.log.Debug("client startup failed", "remote", s.cc.conn.RemoteAddr().String(), "err", err)
 		}
 		return
 	}
 	defer s.host.Clients.unregister(s)
 	defer s.releaseAll()
 	if s.admin {
-		err = s.console.serve(ctx, &s.clientConn, s.host, ConsoleCaller{User: s.user, Log: s.log})
+		err = s.console.serve(ctx, &s.cc, s.host, ConsoleCaller{User: s.user, Log: s.log})
 	} else if pinning(s).canRelay() {
-		err = s.relay(s.bc)
+		err = s.cc.relay(s.bc)
 	} else {
 		err = s.serve(ctx)
 	}
 	switch {
 	case err == nil, isDisconnect(err):
 	case errors.Is(err, pgwire.ErrProtocol):
-		s.log.Info("closing client after a protocol error", "user", s.user, "remote", s.conn.RemoteAddr().String(), "err", err)
-		s.out = pgwire.AppendError(s.out[:0], &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProtocolViolation, Message: err.Error()})
-		_ = s.flush()
+		s.log.Info("closing client after a protocol error", "user", s.user, "remote", s.cc.conn.RemoteAddr().String(), "err", err)
+		s.cc.out = pgwire.AppendError(s.cc.out[:0], &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeProtocolViolation, Message: err.Error()})
+		_ = s.cc.flush()
 	default:
 		var e *pgwire.Error
 		if errors.As(err, &e) {
-			s.out = pgwire.AppendError(s.out, e)
-			_ = s.flush()
+			s.cc.out = pgwire.AppendError(s.cc.out, e)
+			_ = s.cc.flush()
 		}
 		s.log.Debug("client session ended", "user", s.user, "err", err)
 	}
@@ -247,7 +247,7 @@ func (s *Session) releaseAll() {
 		bc.Pool.Discard(bc)
 		return
 	}
-	if s.tx == txBound || s.pipelineHeld {
+	if s.txn.tx == txBound || s.txn.pipelineHeld {
 		// A transaction or pipeline is open: the connection is not clean.
 		bc.Pool.Discard(bc)
 		return

@@ -15,7 +15,7 @@ func (s *Session) maybeSwitchGeneration() {
 		return // a database of Config.ExtraDatabases: a reload keeps it as it is
 	}
 	g := s.host.Ops.CurrentEnv()
-	if g == s.gen || s.own != nil || s.tx != txIdle || s.pipelineHeld || s.bc != nil || s.readers.any() || len(s.grp) > 0 || s.skipUntilSync {
+	if g == s.gen || s.own != nil || s.txn.tx != txIdle || s.txn.pipelineHeld || s.bc != nil || s.readers.any() || len(s.grp) > 0 || s.txn.skipUntilSync {
 		return
 	}
 	s.switchGeneration(g)

@@ -171,12 +171,12 @@ type ClientInfo struct {
 
 // info is s's snapshot.
 func (s *Session) info() ClientInfo {
-	c := ClientInfo{PID: s.pid, User: s.user, DB: s.db, App: s.app, Admin: s.admin, TLS: s.tlsOn,
+	c := ClientInfo{PID: s.pid, User: s.user, DB: s.db, App: s.app, Admin: s.admin, TLS: s.cc.tlsOn,
 		Connected: s.connected, Request: s.connected}
-	if a := s.conn.RemoteAddr(); a != nil {
+	if a := s.cc.conn.RemoteAddr(); a != nil {
 		c.Remote = a.String()
 	}
-	if a := s.conn.LocalAddr(); a != nil {
+	if a := s.cc.conn.LocalAddr(); a != nil {
 		c.Local = a.String()
 	}
 	s.mu.Lock()

@@ -33,7 +33,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 	s := p.s
 	st := a
 	name := strings.ToLower(st.SetName)
-	if p.tx != txIdle || p.held {
+	if p.sim.tx != txIdle || p.held {
 		return p.failLocal(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
 			Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."})
@@ -50,17 +50,17 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		tag = "RESET"
 	}
 	if name == "all" {
-		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.startupReported}}
+		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.ps.startupReported}}
 	}
 	if st.ToDefault {
 		set := s.cur.Without(name)
 		if v, ok := s.startup.Get(name); ok {
 			set = s.cur.With(name, v)
 		}
-		rep := s.reported
+		rep := s.ps.reported
 		if canon, ok := backend.ReportedParams[name]; ok {
-			rep = maps.Clone(s.reported)
-			if v, ok := s.startupReported[canon]; ok {
+			rep = maps.Clone(s.ps.reported)
+			if v, ok := s.ps.startupReported[canon]; ok {
 				rep[canon] = v
 			}
 		}
@@ -77,8 +77,8 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 // with what the shard said: the setting's canonical value in the
 // client's settings, or Postgres's error.
 func (p backendExec) probeSet(st *actionStep) action {
-	s := p.s
-	value, statuses, raw, e := s.probeSet(p.ctx, st.st, st.name, st.on)
+	s := p.planner.s
+	value, statuses, raw, e := s.probeSet(p.planner.ctx, st.st, st.name, st.on)
 	if e != nil {
 		return action{err: e}
 	}
@@ -89,9 +89,9 @@ func (p backendExec) probeSet(st *actionStep) action {
 		}
 		return action{err: e}
 	}
-	rep := s.reported
+	rep := s.ps.reported
 	if len(statuses) > 0 {
-		rep = maps.Clone(s.reported)
+		rep = maps.Clone(s.ps.reported)
 		for _, kv := range statuses {
 			rep[kv[0]] = kv[1]
 		}

@@ -25,8 +25,8 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	}
 	if err == nil {
 		if e := pinning(s).pinForQuery(ctx, as); e != nil {
-			s.out = pgwire.AppendError(s.out, e)
-			s.out = pgwire.AppendRFQ(s.out, s.status())
+			s.cc.out = pgwire.AppendError(s.cc.out, e)
+			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 			return nil
 		}
 	}
@@ -34,14 +34,14 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 }
 
 // planQuery plans the Query message msg, its statements as (or err, the
-// analyzer's error): its plan (planner.planned, or planner.fan) is what
+// analyzer's error): its plan (planner.plan, or planner.fan) is what
 // finish runs.
 func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error) *planner {
 	p := queryPlanner{s.newPlanner(ctx)}
-	p.simple = true
+	p.planner.simple = true
 	switch {
 	case err != nil:
-		p.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)
 		p.endQuery()
 	case len(as) == 1:
 		p.simpleOne(msg, as[0])
@@ -55,23 +55,23 @@ func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Stateme
 // (simpleOne, sqlExecute) or a query string of several (simpleMulti and
 // its helpers: the string's shape, its one shard, a DDL or a read of
 // every shard, settings ahead of a read), answered by one exchange.
-type queryPlanner struct{ *planner }
+type queryPlanner struct{ planner *planner }
 
 // endQuery adds what follows a simple query: the ReadyForQuery (local,
 // or the COMMIT of a wrapped implicit transaction).
 func (p queryPlanner) endQuery() {
-	s := p.s
-	if p.onBackend {
-		if p.wrap {
-			p.holdCommit()
-			p.bw = pgwire.AppendQuery(p.bw, "COMMIT")
-			p.items = append(p.items, item{kind: itQuery, flags: fSwallow | fRFQ})
+	s := p.planner.s
+	if p.planner.onBackend {
+		if p.planner.wrap {
+			p.planner.holdCommit()
+			p.planner.plan.bw = pgwire.AppendQuery(p.planner.plan.bw, "COMMIT")
+			p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fRFQ})
 		}
 		return
 	}
-	lo := len(p.lbuf)
-	p.lbuf = pgwire.AppendRFQ(p.lbuf, p.simStatus(s.bstatus))
-	p.addLocal(lo, nil)
+	lo := len(p.planner.plan.lbuf)
+	p.planner.plan.lbuf = pgwire.AppendRFQ(p.planner.plan.lbuf, p.planner.sim.simStatus(s.txn.bstatus))
+	p.planner.plan.addLocal(lo, nil)
 }
 
 // queryFlags are the flags of the client's query item: it carries the
@@ -84,47 +84,47 @@ func (p *planner) queryFlags() itemFlags {
 }
 
 func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
-	s := p.s
+	s := p.planner.s
 	st := a
-	if p.isLocal(a) {
-		if st.Kind == route.KindExecute && p.tx != txFailed {
+	if p.planner.isLocal(a) {
+		if st.Kind == route.KindExecute && p.planner.sim.tx != txFailed {
 			p.sqlExecute(a)
 			p.endQuery()
 			return
 		}
-		p.answer(p.exec().take(p.localAction(a)))
+		p.planner.answer(p.planner.exec().take(p.planner.localAction(a)))
 		p.endQuery()
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
-	rp := p.target(a, d)
+	rp := p.planner.target(a, d)
 	if rp.err != nil {
-		p.fail(rp.err, nil)
+		p.planner.fail(rp.err, nil)
 		p.endQuery()
 		return
 	}
 	if rp.fan {
-		p.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: rp.fanInTxn, only: rp.fanOnly}
+		p.planner.fan = &fanPlan{simple: true, st: a, dest: d, query: string(msg), inTxn: rp.fanInTxn, only: rp.fanOnly}
 		return
 	}
-	p.inlineOK = true
-	e := p.exec().run(rp, a)
-	p.inlineOK = false
+	p.planner.inlineOK = true
+	e := p.planner.exec().run(rp, a)
+	p.planner.inlineOK = false
 	if e != nil {
-		p.fail(e, nil)
+		p.planner.fail(e, nil)
 		p.endQuery()
 		return
 	}
-	p.recordSoft(a)
-	p.noteWrite(a)
-	p.notePinOp(a)
+	p.planner.recordSoft(a)
+	p.planner.noteWrite(a)
+	p.planner.notePinOp(a)
 	var eff *effect
-	if a.Settings != nil && (p.tx == txBound || p.explicit) {
+	if a.Settings != nil && (p.planner.sim.tx == txBound || p.planner.explicit) {
 		// The transaction's other backends repeat the settings.
-		p.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
-		eff = p.txEffectKeep()
+		p.planner.sim.addDeferred(deferredStmt{sql: a.SQL, setLocal: true})
+		eff = p.planner.sim.txEffectKeep()
 	}
-	p.copyIn = p.copyIn || a.Copy
+	p.planner.copyIn = p.planner.copyIn || a.Copy
 	p.appendClientQuery(msg, eff)
 	p.endQuery()
 }
@@ -133,49 +133,49 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 // proxy: as Parse/Bind/Describe/Execute/Sync of the statement's text, with
 // the answers a simple query would have given.
 func (p queryPlanner) sqlExecute(a *route.Statement) {
-	s := p.s
+	s := p.planner.s
 	st := a
-	vs := p.lookup([]byte(st.PrepareName))
+	vs := p.planner.book.lookup([]byte(st.PrepareName))
 	if vs == nil {
-		p.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", st.PrepareName)), nil)
 		return
 	}
 	if st.ExecuteArgs == nil && st.Reason != "" {
-		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, st.Reason), nil)
+		p.planner.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, st.Reason), nil)
 		return
 	}
-	if p.isLocal(vs.st) {
-		p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
+	if p.planner.isLocal(vs.st) {
+		p.planner.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared transaction-control or session statement is not supported by pgshard"), nil)
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(vs.st, st.ExecuteArgs, nil, vs.oids)
-	rp := p.target(vs.st, d)
+	rp := p.planner.target(vs.st, d)
 	e := rp.err
 	if e == nil && rp.fan {
 		e = pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard; run the statement itself")
 	}
 	if e == nil {
-		e = p.exec().run(rp, vs.st)
+		e = p.planner.exec().run(rp, vs.st)
 	}
 	if e != nil {
-		p.fail(e, nil)
+		p.planner.fail(e, nil)
 		return
 	}
-	p.bw = pgwire.AppendParseMsg(p.bw, "", vs.st.SQL, vs.oids)
-	p.items = append(p.items, item{kind: itParse, flags: fSwallow | fClientPart})
-	p.bw = pgwire.AppendBindText(p.bw, "", "", st.ExecuteArgs)
-	p.items = append(p.items, item{kind: itBind, flags: fSwallow})
-	p.bw = pgwire.AppendDescribe(p.bw, 'P', "")
-	p.items = append(p.items, item{kind: itDescPortal, flags: fDropNoData})
-	p.bw = pgwire.AppendExecute(p.bw, "", 0)
-	p.items = append(p.items, item{kind: itExecute})
-	p.bw = pgwire.AppendEmpty(p.bw, 'S')
-	if p.wrap {
-		p.items = append(p.items, item{kind: itSync})
+	p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", vs.st.SQL, vs.oids)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, flags: fSwallow | fClientPart})
+	p.planner.plan.bw = pgwire.AppendBindText(p.planner.plan.bw, "", "", st.ExecuteArgs)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, flags: fSwallow})
+	p.planner.plan.bw = pgwire.AppendDescribe(p.planner.plan.bw, 'P', "")
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescPortal, flags: fDropNoData})
+	p.planner.plan.bw = pgwire.AppendExecute(p.planner.plan.bw, "", 0)
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itExecute})
+	p.planner.plan.bw = pgwire.AppendEmpty(p.planner.plan.bw, 'S')
+	if p.planner.wrap {
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itSync})
 	} else {
-		p.items = append(p.items, item{kind: itSync, flags: fRFQ})
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itSync, flags: fRFQ})
 	}
-	p.backendUnnamed = nil
+	p.planner.backendUnnamed = nil
 }
 
 // simpleMulti runs a query string of several statements. Postgres runs
@@ -184,13 +184,13 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 // route to. Statements the proxy answers itself can only be combined with
 // each other.
 func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
-	s := p.s
-	if s.own != nil && p.tx != txFailed {
+	s := p.planner.s
+	if s.own != nil && p.planner.sim.tx != txFailed {
 		p.pinnedMulti(msg, as)
 		return
 	}
 	sh := p.multiShapeOf(as)
-	if p.tx == txFailed {
+	if p.planner.sim.tx == txFailed {
 		sh.allLocal = true
 	}
 	if sh.allLocal {
@@ -204,7 +204,7 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		return
 	}
 	if f := p.simpleLeads(msg, as); f != nil {
-		p.fan = f // settings, then a read of every shard (fanlead.go)
+		p.planner.fan = f // settings, then a read of every shard (fanlead.go)
 		return
 	}
 	if e := p.settingsAheadOfAll(as); e != nil {
@@ -223,38 +223,38 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		// DDL every shard needs mixed with statements of unsharded tables:
 		// the default shard runs the string, the others the former.
 		d := route.Dest{Kind: route.DestAll, Reason: "DDL for every shard with statements of unsharded tables"}
-		if e := p.target(as[0], d).err; e != nil {
+		if e := p.planner.target(as[0], d).err; e != nil {
 			p.failQuery(e)
 			return
 		}
-		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg), others: others}
+		p.planner.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg), others: others}
 		return
 	}
 	if e := p.multiMixesAll(as); e != nil {
 		p.failQuery(e)
 		return
 	}
-	rp := p.target(as[first], firstDest)
+	rp := p.planner.target(as[first], firstDest)
 	if rp.err != nil {
 		p.failQuery(rp.err)
 		return
 	}
-	if sh.blockCtl && p.tx == txIdle && !p.held {
+	if sh.blockCtl && p.planner.sim.tx == txIdle && !p.planner.held {
 		if e := p.ownTxnError(rp.shard); e != nil {
 			p.failQuery(e)
 			return
 		}
 	}
-	p.inlineOK = true
-	e := p.exec().run(rp, as[first])
-	p.inlineOK = false
+	p.planner.inlineOK = true
+	e := p.planner.exec().run(rp, as[first])
+	p.planner.inlineOK = false
 	if e != nil {
 		p.failQuery(e)
 		return
 	}
 	for _, a := range as {
-		p.notePinOp(a)
-		p.copyIn = p.copyIn || a.Copy
+		p.planner.notePinOp(a)
+		p.planner.copyIn = p.planner.copyIn || a.Copy
 	}
 	p.appendClientQuery(msg, nil)
 	p.endQuery()
@@ -262,7 +262,7 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 
 // failQuery ends the query string with the local error e.
 func (p queryPlanner) failQuery(e *pgwire.Error) {
-	p.fail(e, nil)
+	p.planner.fail(e, nil)
 	p.endQuery()
 }
 
@@ -282,7 +282,7 @@ type multiShape struct {
 
 // multiShapeOf classifies the statements as of a query string.
 func (p queryPlanner) multiShapeOf(as []*route.Statement) multiShape {
-	s := p.s
+	s := p.planner.s
 	sh := multiShape{allLocal: true, allDDL: true}
 	for _, a := range as {
 		k := a.Kind
@@ -307,12 +307,12 @@ func (p queryPlanner) multiShapeOf(as []*route.Statement) multiShape {
 // an error.
 func (p queryPlanner) multiLocal(as []*route.Statement) {
 	for _, a := range as {
-		if !p.isLocal(a) {
-			p.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
+		if !p.planner.isLocal(a) {
+			p.planner.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "this combination of statements in one query string is not supported by pgshard; send them separately"), nil)
 			break
 		}
-		act := p.exec().take(p.localAction(a))
-		p.answer(act)
+		act := p.planner.exec().take(p.planner.localAction(a))
+		p.planner.answer(act)
 		if act.err != nil {
 			break
 		}
@@ -326,7 +326,7 @@ func (p queryPlanner) multiLocal(as []*route.Statement) {
 // fanAll that every statement routed runs on every shard. ok is false
 // when the string failed (refused, or statements for two shards).
 func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest route.Dest, fanAll, ok bool) {
-	s := p.s
+	s := p.planner.s
 	shard := -1
 	first, fanAll = -1, true
 	for i, a := range as {
@@ -341,14 +341,14 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 		}
 		switch d.Kind {
 		case route.DestRefuse:
-			p.failQuery(p.target(a, d).err)
+			p.failQuery(p.planner.target(a, d).err)
 			return first, firstDest, fanAll, false
 		case route.DestAll:
 			continue
 		case route.DestShard:
 			if shard >= 0 && d.Shard != shard {
-				p.multi = true // the conflict is within the string
-				p.failQuery(p.crossShard(d.Shard, shard, d.Reason))
+				p.planner.multi = true // the conflict is within the string
+				p.failQuery(p.planner.crossShard(d.Shard, shard, d.Reason))
 				return first, firstDest, fanAll, false
 			}
 			shard = d.Shard
@@ -367,11 +367,11 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 func (p queryPlanner) multiEveryShard(msg []byte, as []*route.Statement, sh multiShape) {
 	if sh.allDDL && !sh.hasTxn {
 		d := route.Dest{Kind: route.DestAll, Reason: "several DDL statements"}
-		if e := p.target(as[0], d).err; e != nil {
+		if e := p.planner.target(as[0], d).err; e != nil {
 			p.failQuery(e)
 			return
 		}
-		p.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg)}
+		p.planner.fan = &fanPlan{simple: true, st: as[0], dest: d, query: string(msg)}
 		return
 	}
 	p.failQuery(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
@@ -382,7 +382,7 @@ func (p queryPlanner) multiEveryShard(msg []byte, as []*route.Statement, sh mult
 // multiMixesAll refuses a query string of statements for one shard with
 // one that runs on every shard.
 func (p queryPlanner) multiMixesAll(as []*route.Statement) *pgwire.Error {
-	s := p.s
+	s := p.planner.s
 	for _, a := range as {
 		if s.own.forwards(a) {
 			continue
@@ -400,9 +400,9 @@ func (p queryPlanner) multiMixesAll(as []*route.Statement) *pgwire.Error {
 // is refused when the settings pgshard applies per transaction on
 // target's pool would need that wrap.
 func (p queryPlanner) ownTxnError(target int) *pgwire.Error {
-	p.noFence = true
-	pool := p.s.gen.Pools[target]
-	if _, pre := p.s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
+	p.planner.noFence = true
+	pool := p.planner.s.gen.Pools[target]
+	if _, pre := p.planner.s.cur.Split(pool.ViaPooler); len(pre.KV) > 0 {
 		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a query string with transaction control cannot be combined with the connection settings pgshard applies per transaction (" + settingNames(pre) + ") through a pooler",
 			Hint:    "Send the statements separately."}
@@ -417,8 +417,8 @@ func (p queryPlanner) ownTxnError(target int) *pgwire.Error {
 // stdin"), and a query string may go on after its COPY, or hold several.
 // The exchange writes them once the items before them are answered.
 func (p *planner) holdCommit() {
-	if p.copyIn && p.bwHold == 0 {
-		p.bwHold, p.bwHoldItem = len(p.bw), len(p.items)
+	if p.copyIn && p.plan.bwHold == 0 {
+		p.plan.bwHold, p.plan.bwHoldItem = len(p.plan.bw), len(p.plan.items)
 	}
 }
 
@@ -426,8 +426,8 @@ func (p *planner) holdCommit() {
 // which transaction-local settings precede a statement that runs on every
 // shard and is not a read they lead (simpleLeads): they would be dropped.
 func (p queryPlanner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
-	s := p.s
-	if p.tx != txIdle || p.held || hasTxnBlock(as) {
+	s := p.planner.s
+	if p.planner.sim.tx != txIdle || p.planner.held || hasTxnBlock(as) {
 		return nil
 	}
 	set := false
@@ -472,8 +472,8 @@ func settingNames(st *backend.Settings) string {
 // tables' DDL and rows), outside a transaction: then it returns the Query
 // message of the DestAll statements alone, in order, for the other shards.
 func (p queryPlanner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
-	s := p.s
-	if len(s.gen.Pools) < 2 || p.tx != txIdle || p.held {
+	s := p.planner.s
+	if len(s.gen.Pools) < 2 || p.planner.sim.tx != txIdle || p.planner.held {
 		return nil, false
 	}
 	var all []string

@@ -35,31 +35,31 @@ type startup struct {
 // refused or failed startup).
 func (u *startup) run(ctx context.Context) (bool, error) {
 	s := u.s
-	_ = s.conn.SetDeadline(time.Now().Add(s.gen.Config.StartupTimeout))
-	defer s.conn.SetDeadline(time.Time{})
-	pkt, ok, err := s.negotiate(ctx, s.host)
+	_ = s.cc.conn.SetDeadline(time.Now().Add(s.gen.Config.StartupTimeout))
+	defer s.cc.conn.SetDeadline(time.Time{})
+	pkt, ok, err := s.cc.negotiate(ctx, s.host)
 	if !ok {
 		return false, err
 	}
 	u.pkt = pkt
 	if e := u.identify(); e != nil {
-		return s.fail(e)
+		return s.cc.fail(e)
 	}
 	if s.admin {
 		return u.adminStartup(ctx)
 	}
 	if e := u.chooseDatabase(); e != nil {
-		return s.fail(e)
+		return s.cc.fail(e)
 	}
 	kv, e := startupParams(pkt)
 	if e != nil {
-		return s.fail(e)
+		return s.cc.fail(e)
 	}
 	if ok, err := u.admit(); !ok {
 		return false, err
 	}
 	if pkt.Minor > 0 || len(pkt.ProtocolOptions) > 0 {
-		s.out = appendNegotiateProtocol(s.out, pkt.ProtocolOptions)
+		s.cc.out = appendNegotiateProtocol(s.cc.out, pkt.ProtocolOptions)
 	}
 	return u.greet(ctx, kv)
 }
@@ -113,7 +113,7 @@ func (c *clientConn) negotiate(ctx context.Context, host *HostEnv) (pkt *pgwire.
 // while logins are disabled, but to the console).
 func (u *startup) identify() *pgwire.Error {
 	s, pkt := u.s, u.pkt
-	if ts := s.host.TLS.Load(); ts != nil && ts.Mode == auth.TLSRequire && !s.tlsOn {
+	if ts := s.host.TLS.Load(); ts != nil && ts.Mode == auth.TLSRequire && !s.cc.tlsOn {
 		s.host.Metrics.ClientsRefused.WithLabelValues("tls_required").Inc()
 		return &pgwire.Error{Severity: "FATAL", Code: pgwire.CodeInvalidAuthorization,
 			Message: "pgshard accepts only TLS connections (proxy.tls.mode: require)",
@@ -201,17 +201,17 @@ func (u *startup) greet(ctx context.Context, kv [][2]string) (bool, error) {
 	if e != nil {
 		s.host.Clients.unregister(s)
 		s.releaseAll()
-		return s.fail(e)
+		return s.cc.fail(e)
 	}
-	s.reported = st
-	s.startupReported = st
+	s.ps.reported = st
+	s.ps.startupReported = st
 	names := make([]string, 0, len(st))
 	for n := range st {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		s.out = pgwire.AppendParameterStatus(s.out, n, st[n]) // s.seen: told
+		s.cc.out = pgwire.AppendParameterStatus(s.cc.out, n, st[n]) // s.seen: told
 	}
 	return u.sendKeyAndReady()
 }
@@ -222,15 +222,15 @@ func (u *startup) greet(ctx context.Context, kv [][2]string) (bool, error) {
 // buffer is dropped: a client that stays idle holds none.
 func (u *startup) sendKeyAndReady() (bool, error) {
 	s := u.s
-	s.out = append(s.out, 'K', 0, 0, 0, 12)
-	s.out = pgwire.AppendU32(s.out, s.pid)
-	s.out = pgwire.AppendU32(s.out, s.secret)
-	s.out = pgwire.AppendRFQ(s.out, 'I')
-	if err := s.flush(); err != nil {
+	s.cc.out = append(s.cc.out, 'K', 0, 0, 0, 12)
+	s.cc.out = pgwire.AppendU32(s.cc.out, s.pid)
+	s.cc.out = pgwire.AppendU32(s.cc.out, s.secret)
+	s.cc.out = pgwire.AppendRFQ(s.cc.out, 'I')
+	if err := s.cc.flush(); err != nil {
 		s.host.Clients.unregister(s)
 		return false, err
 	}
-	s.out = nil
+	s.cc.out = nil
 	return true, nil
 }
 
@@ -386,11 +386,11 @@ func (u *startup) admit() (bool, error) {
 	s := u.s
 	if !s.host.Clients.register(s, s.host.Ops.CurrentEnv().Config.MaxClients) {
 		s.host.Metrics.ClientsRefused.WithLabelValues("max_clients").Inc()
-		return s.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
+		return s.cc.fail(pgwire.NewFatal(pgwire.CodeTooManyConnections, "sorry, too many clients already"))
 	}
 	l, asSelf, found := s.gen.login(s.user)
 	u.asSelf = asSelf
-	ok, err := s.authenticate(l, found, s.user, s.log)
+	ok, err := s.cc.authenticate(l, found, s.user, s.log)
 	if !ok {
 		s.host.Clients.unregister(s)
 		s.host.Metrics.ClientsRefused.WithLabelValues("auth").Inc()

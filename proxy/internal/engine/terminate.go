@@ -188,7 +188,7 @@ func errSelfTerminated() *pgwire.Error {
 // ends and releases what it holds).
 func terminateSession(t *Session) {
 	msg := pgwire.AppendError(nil, &pgwire.Error{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
-	t.writeFrom(msg)
+	t.cc.writeFrom(msg)
 	t.closeClient()
 }
 
@@ -228,7 +228,7 @@ func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
 // terminateSimple answers session s's simple query (its statements as)
 // when it is a recognized call of our sessions' PIDs; false: not one.
 func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) bool {
-	if len(as) != 1 || as[0].Kind != route.KindOther || s.tx == txFailed {
+	if len(as) != 1 || as[0].Kind != route.KindOther || s.txn.tx == txFailed {
 		return false
 	}
 	c := parseTerminate(as[0], nil, nil)
@@ -238,11 +238,11 @@ func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) boo
 	if c.self {
 		// As in Postgres the statement itself is interrupted: the FATAL
 		// is its answer, and the session ends.
-		s.out = pgwire.AppendError(s.out, errSelfTerminated())
+		s.cc.out = pgwire.AppendError(s.cc.out, errSelfTerminated())
 		s.selfFatalSent = true
 		return true
 	}
-	s.out = appendTerminateResult(s.out, c, true)
-	s.out = pgwire.AppendRFQ(s.out, s.status())
+	s.cc.out = appendTerminateResult(s.cc.out, c, true)
+	s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 	return true
 }
