@@ -38,17 +38,17 @@ type acc struct {
 }
 
 func (r groupMerge) groups() *pgwire.Error {
-	m := r.Plan
+	m := r.run.Plan
 	g := m.Groups
-	if len(r.fields) != m.Width {
-		return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.fields), m.Width))
+	if len(r.run.fields) != m.Width {
+		return pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: a shard returned %d columns, the merge expects %d", len(r.run.fields), m.Width))
 	}
 	out, finals, e := r.groupFields()
 	if e != nil {
 		return e
 	}
-	if r.Describe {
-		*r.Out = pgvalue.AppendRowDesc(*r.Out, out)
+	if r.run.Describe {
+		*r.run.Out = pgvalue.AppendRowDesc(*r.run.Out, out)
 	}
 	efd := 1
 	keys := make([]sortCol, len(g.Keys))
@@ -64,7 +64,7 @@ func (r groupMerge) groups() *pgwire.Error {
 	var lastKey []byte
 	var lastKeyCols [][]byte
 	first := true
-	members := make([]int, 0, len(r.Sources))
+	members := make([]int, 0, len(r.run.Sources))
 	for {
 		members, e = r.leastGroup(members[:0], keys)
 		if e != nil {
@@ -73,7 +73,7 @@ func (r groupMerge) groups() *pgwire.Error {
 		if len(members) == 0 {
 			break
 		}
-		lead := r.Sources[members[0]]
+		lead := r.run.Sources[members[0]]
 		if first && g.DigitsColumn >= 0 {
 			if v := lead.Cols()[g.DigitsColumn]; v != nil {
 				if d, err := strconv.Atoi(string(v)); err == nil {
@@ -101,7 +101,7 @@ func (r groupMerge) groups() *pgwire.Error {
 			}
 		}
 		if g.SortAfter {
-			if len(buffered) >= r.GroupLimit {
+			if len(buffered) >= r.run.GroupLimit {
 				return r.tooManyGroups()
 			}
 			buffered = append(buffered, vals)
@@ -127,7 +127,7 @@ func (r groupMerge) groups() *pgwire.Error {
 		if limit > 0 {
 			limit--
 		}
-		if e := r.flushFull(); e != nil {
+		if e := r.run.flushFull(); e != nil {
 			return e
 		}
 	}
@@ -142,12 +142,12 @@ func (r groupMerge) groups() *pgwire.Error {
 // from the merge) and returns lead's key as the last one.
 func (r groupMerge) keyAscends(lead Source, keys []sortCol, lastKey []byte, lastKeyCols [][]byte) ([]byte, [][]byte, *pgwire.Error) {
 	if lastKey != nil {
-		c, e := r.compareRows(lead.Cols(), lastKeyCols, keys)
+		c, e := r.run.compareRows(lead.Cols(), lastKeyCols, keys)
 		if e != nil {
 			return nil, nil, e
 		}
 		if c <= 0 {
-			return nil, nil, r.outOfOrder(lead)
+			return nil, nil, r.run.outOfOrder(lead)
 		}
 	}
 	lastKey = append(lastKey[:0], lead.Row()...)
@@ -161,7 +161,7 @@ func (r groupMerge) keyAscends(lead Source, keys []sortCol, lastKey []byte, last
 func (r groupMerge) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int) ([]outVal, bool, *pgwire.Error) {
 	clear(accs)
 	for _, i := range members {
-		if e := r.accumulate(accs, r.Sources[i].Cols()); e != nil {
+		if e := r.accumulate(accs, r.run.Sources[i].Cols()); e != nil {
 			return nil, false, e
 		}
 	}
@@ -170,8 +170,8 @@ func (r groupMerge) combine(members []int, accs []acc, finals, out []pgvalue.Fie
 		return nil, false, e
 	}
 	for _, i := range members {
-		st := r.Sources[i]
-		r.Live[i] = st.Next()
+		st := r.run.Sources[i]
+		r.run.Live[i] = st.Next()
 		if st.Failed() {
 			return nil, true, nil
 		}
@@ -183,7 +183,7 @@ func (r groupMerge) combine(members []int, accs []acc, finals, out []pgvalue.Fie
 // GroupLimit groups.
 func (r groupMerge) tooManyGroups() *pgwire.Error {
 	return &pgwire.Error{Code: pgwire.CodeProgramLimitExceeded,
-		Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.GroupLimit),
+		Message: fmt.Sprintf("a GROUP BY merged across shards produced more than %d groups to sort (proxy.merge_group_limit)", r.run.GroupLimit),
 		Hint:    "Order by the GROUP BY columns (then groups stream without buffering), add a LIMIT-free key predicate, or raise proxy.merge_group_limit."}
 }
 
@@ -195,22 +195,22 @@ func (r groupMerge) emitTie(vals, lastOut []outVal, finals []pgvalue.Field) ([]o
 	if e != nil || !tie {
 		return nil, e
 	}
-	r.emitGroup(vals, r.Plan.Groups.Visible)
+	r.emitGroup(vals, r.run.Plan.Groups.Visible)
 	return lastOut, nil
 }
 
 // leastGroup returns in members the live shards whose current row has the
 // least group key (every live shard when keys is empty).
 func (r groupMerge) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Error) {
-	for i, st := range r.Sources {
-		if !r.Live[i] {
+	for i, st := range r.run.Sources {
+		if !r.run.Live[i] {
 			continue
 		}
 		if len(members) == 0 {
 			members = append(members, i)
 			continue
 		}
-		c, e := r.compareRows(st.Cols(), r.Sources[members[0]].Cols(), keys)
+		c, e := r.run.compareRows(st.Cols(), r.run.Sources[members[0]].Cols(), keys)
 		if e != nil {
 			return members, e
 		}
@@ -227,7 +227,7 @@ func (r groupMerge) leastGroup(members []int, keys []sortCol) ([]int, *pgwire.Er
 // tie reports whether two merged groups are equal on every ORDER BY term
 // (FETCH ... WITH TIES).
 func (r groupMerge) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Error) {
-	for _, k := range r.Plan.Groups.OrderBy {
+	for _, k := range r.run.Plan.Groups.OrderBy {
 		c, e := r.compareOut(a[k.Column], b[k.Column], k.Column, finals, k)
 		if e != nil || c != 0 {
 			return false, e
@@ -241,7 +241,7 @@ func (r groupMerge) tie(a, b []outVal, finals []pgvalue.Field) (bool, *pgwire.Er
 // (negative: all) and the groups tying with the last (WITH TIES); lastOut
 // is the last group emitted before.
 func (r groupMerge) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip, limit int64, lastOut []outVal) *pgwire.Error {
-	m, g := r.Plan, r.Plan.Groups
+	m, g := r.run.Plan, r.run.Plan.Groups
 	var sortErr *pgwire.Error
 	slices.SortStableFunc(buffered, func(a, b []outVal) int {
 		for _, k := range g.OrderBy {
@@ -289,10 +289,10 @@ func (r groupMerge) emitSorted(buffered [][]outVal, finals []pgvalue.Field, skip
 // groupFields returns the client's RowDescription fields for the merged
 // columns, and every output's field (its type as the merge computes it).
 func (r groupMerge) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Error) {
-	g := r.Plan.Groups
+	g := r.run.Plan.Groups
 	finals := make([]pgvalue.Field, len(g.Outputs))
 	for j, o := range g.Outputs {
-		f := r.fields[o.Column]
+		f := r.run.fields[o.Column]
 		computed := false
 		switch o.Agg {
 		case route.AggStringAgg:
@@ -334,7 +334,7 @@ func (r groupMerge) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Err
 			f.Typlen, f.Typmod, f.Table, f.Attnum = pgvalue.TypeLen(f.OID), -1, 0, 0
 		}
 		if j < g.Visible {
-			f.Format = r.clientFormat(j)
+			f.Format = r.run.clientFormat(j)
 		}
 		finals[j] = f
 	}
@@ -352,10 +352,10 @@ func castOID(c route.Cast) uint32 {
 
 // accumulate adds one shard's row of a group.
 func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
-	for j, o := range r.Plan.Groups.Outputs {
+	for j, o := range r.run.Plan.Groups.Outputs {
 		a := &accs[j]
 		v := cols[o.Column]
-		f := &r.fields[o.Column]
+		f := &r.run.fields[o.Column]
 		switch o.Agg {
 		case route.AggStringAgg, route.AggCountDistinct:
 			if v == nil {
@@ -376,7 +376,7 @@ func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 				a.raw, a.have = slices.Clone(v), true
 				continue
 			}
-			c, e := pgvalue.CompareValues(v, a.raw, f, r.Bytewise || o.Bytewise)
+			c, e := pgvalue.CompareValues(v, a.raw, f, r.run.Bytewise || o.Bytewise)
 			if e != nil {
 				return e
 			}
@@ -387,7 +387,7 @@ func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 			if o.Agg == route.AggAvg {
 				cv := cols[o.Column+1]
 				if cv != nil {
-					n, e := pgvalue.DecodeNum(cv, r.fields[o.Column+1].OID, r.fields[o.Column+1].Format)
+					n, e := pgvalue.DecodeNum(cv, r.run.fields[o.Column+1].OID, r.run.fields[o.Column+1].Format)
 					if e != nil {
 						return e
 					}
@@ -415,7 +415,7 @@ func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 
 // finish computes a group's merged columns.
 func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
-	g := r.Plan.Groups
+	g := r.run.Plan.Groups
 	vals := make([]outVal, len(g.Outputs))
 	for j, o := range g.Outputs {
 		a := &accs[j]
@@ -444,7 +444,7 @@ func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Fie
 				vals[j] = outVal{raw: a.raw}
 				continue
 			}
-			f := &r.fields[o.Column]
+			f := &r.run.fields[o.Column]
 			var e *pgwire.Error
 			if n, e = pgvalue.DecodeNum(a.raw, f.OID, f.Format); e != nil {
 				return nil, e
@@ -488,8 +488,8 @@ func (r groupMerge) emitGroup(vals []outVal, visible int) {
 			}
 		}
 	}
-	*r.Out = pgwire.AppendDataRow(*r.Out, row)
-	r.Emitted++
+	*r.run.Out = pgwire.AppendDataRow(*r.run.Out, row)
+	r.run.Emitted++
 }
 
 // compareOut orders two merged values of output j.
@@ -513,7 +513,7 @@ func (r groupMerge) compareOut(a, b outVal, j int, finals []pgvalue.Field, k rou
 		c = pgvalue.CmpNum(a.n, b.n)
 	} else {
 		var e *pgwire.Error
-		bytewise := r.Bytewise || k.Bytewise || r.Plan.Groups.Outputs[j].Bytewise
+		bytewise := r.run.Bytewise || k.Bytewise || r.run.Plan.Groups.Outputs[j].Bytewise
 		if c, e = pgvalue.CompareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
 			return 0, e
 		}
@@ -600,7 +600,7 @@ func (r groupMerge) stringAgg(a *acc, o route.Output) ([]byte, bool, *pgwire.Err
 			Message: fmt.Sprintf("pgshard merges string_agg of text values only (the values of %q have type oid %d)", o.Name, a.elem.OID),
 			Hint:    "Cast the value to text, or add a key so that one shard answers."}
 	}
-	if e := r.sortElems(a, r.Bytewise || o.Bytewise, o.Desc, o.Distinct); e != nil {
+	if e := r.sortElems(a, r.run.Bytewise || o.Bytewise, o.Desc, o.Distinct); e != nil {
 		return nil, false, e
 	}
 	out := []byte{}
@@ -623,7 +623,7 @@ func (r groupMerge) countDistinct(a *acc, o route.Output) (int64, *pgwire.Error)
 	if len(a.elems) == 0 {
 		return 0, nil
 	}
-	if e := r.sortElems(a, r.Bytewise || o.Bytewise, false, true); e != nil {
+	if e := r.sortElems(a, r.run.Bytewise || o.Bytewise, false, true); e != nil {
 		return 0, e
 	}
 	return int64(len(a.elems)), nil

@@ -42,13 +42,13 @@ type Run struct {
 
 // rowMerge is a Run of a plain fan-out (no GROUP BY): the k-way merge of
 // the shards' rows (rows.go).
-type rowMerge struct{ *Run }
+type rowMerge struct{ run *Run }
 
 // groupMerge is a Run of a grouped fan-out: groups combined across the
 // shards, HAVING, the bounded sort after grouping (groups.go, having.go).
-// Both embed the Run for its inputs and output; what each does is its
-// own method set.
-type groupMerge struct{ *Run }
+// Both hold the Run (its inputs and output) as a field, not embedded:
+// what each does is its own method set, the Run's is the Run's.
+type groupMerge struct{ run *Run }
 
 // Source is one shard's answer to a fanned-out read, a row at a time.
 type Source interface {

@@ -12,17 +12,17 @@ import (
 // DISTINCT, DISTINCT ON, OFFSET, LIMIT and FETCH ... WITH TIES.
 
 func (r rowMerge) rows() *pgwire.Error {
-	m := r.Plan
-	visible := len(r.fields) - m.Hidden
+	m := r.run.Plan
+	visible := len(r.run.fields) - m.Hidden
 	keys, e := r.rowKeys(visible)
 	if e != nil {
 		return e
 	}
-	if r.Describe {
+	if r.run.Describe {
 		if m.Hidden == 0 {
-			*r.Out = append(*r.Out, r.RawDesc...)
+			*r.run.Out = append(*r.run.Out, r.run.RawDesc...)
 		} else {
-			*r.Out = pgvalue.AppendRowDesc(*r.Out, r.fields[:visible])
+			*r.run.Out = pgvalue.AppendRowDesc(*r.run.Out, r.run.fields[:visible])
 		}
 	}
 	skip, limit := m.Offset, m.Limit
@@ -30,7 +30,7 @@ func (r rowMerge) rows() *pgwire.Error {
 	var lastCols [][]byte
 	ordered := len(keys) > 0
 	ties := m.WithTies && ordered
-	for limit != 0 || ties && r.Emitted > 0 {
+	for limit != 0 || ties && r.run.Emitted > 0 {
 		best, e := r.leastRow(keys)
 		if e != nil {
 			return e
@@ -38,10 +38,10 @@ func (r rowMerge) rows() *pgwire.Error {
 		if best < 0 {
 			break
 		}
-		st := r.Sources[best]
+		st := r.run.Sources[best]
 		if limit == 0 {
 			// FETCH ... WITH TIES: only rows that tie with the last one.
-			c, e := r.compareRows(st.Cols(), lastCols, keys)
+			c, e := r.run.compareRows(st.Cols(), lastCols, keys)
 			if e != nil {
 				return e
 			}
@@ -64,20 +64,20 @@ func (r rowMerge) rows() *pgwire.Error {
 				skip--
 			} else {
 				if m.Hidden == 0 {
-					*r.Out = append(*r.Out, st.Row()...)
+					*r.run.Out = append(*r.run.Out, st.Row()...)
 				} else {
-					*r.Out = pgwire.AppendDataRow(*r.Out, st.Cols()[:visible])
+					*r.run.Out = pgwire.AppendDataRow(*r.run.Out, st.Cols()[:visible])
 				}
-				r.Emitted++
+				r.run.Emitted++
 				if limit > 0 {
 					limit--
 				}
-				if e := r.flushFull(); e != nil {
+				if e := r.run.flushFull(); e != nil {
 					return e
 				}
 			}
 		}
-		r.Live[best] = st.Next()
+		r.run.Live[best] = st.Next()
 		if st.Failed() {
 			return nil // reported by the caller
 		}
@@ -92,14 +92,14 @@ func (r rowMerge) rows() *pgwire.Error {
 // DISTINCT ON (the shards' first rows of one group meet here in order;
 // the first is the answer's).
 func (r rowMerge) duplicate(st Source, lastCols [][]byte, keys []sortCol, visible int) (bool, *pgwire.Error) {
-	m := r.Plan
+	m := r.run.Plan
 	if len(keys) > 0 {
-		c, e := r.compareRows(st.Cols(), lastCols, keys)
+		c, e := r.run.compareRows(st.Cols(), lastCols, keys)
 		if e != nil {
 			return false, e
 		}
 		if c < 0 {
-			return false, r.outOfOrder(st)
+			return false, r.run.outOfOrder(st)
 		}
 	}
 	dup := false
@@ -111,7 +111,7 @@ func (r rowMerge) duplicate(st Source, lastCols [][]byte, keys []sortCol, visibl
 		dup = eq
 	}
 	if m.DistinctOn > 0 && m.DistinctOn <= len(keys) {
-		c, e := r.compareRows(st.Cols(), lastCols, keys[:m.DistinctOn])
+		c, e := r.run.compareRows(st.Cols(), lastCols, keys[:m.DistinctOn])
 		if e != nil {
 			return false, e
 		}
@@ -126,13 +126,13 @@ func (r rowMerge) rowKeys(visible int) ([]sortCol, *pgwire.Error) {
 	if visible < 0 {
 		return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
 	}
-	keys := make([]sortCol, len(r.Plan.OrderBy))
-	for i, k := range r.Plan.OrderBy {
+	keys := make([]sortCol, len(r.run.Plan.OrderBy))
+	for i, k := range r.run.Plan.OrderBy {
 		c := k.Column
 		if k.Hidden {
 			c += visible
 		}
-		if c < 0 || c >= len(r.fields) {
+		if c < 0 || c >= len(r.run.fields) {
 			return nil, pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("pgshard merge: sort column %d is not in the result", c+1))
 		}
 		keys[i] = sortCol{col: c, SortKey: k}
@@ -144,8 +144,8 @@ func (r rowMerge) rowKeys(visible int) ([]sortCol, *pgwire.Error) {
 // first live one without keys), -1 when none is live.
 func (r rowMerge) leastRow(keys []sortCol) (int, *pgwire.Error) {
 	best := -1
-	for i, st := range r.Sources {
-		if !r.Live[i] {
+	for i, st := range r.run.Sources {
+		if !r.run.Live[i] {
 			continue
 		}
 		if best < 0 {
@@ -155,7 +155,7 @@ func (r rowMerge) leastRow(keys []sortCol) (int, *pgwire.Error) {
 			}
 			continue
 		}
-		c, e := r.compareRows(st.Cols(), r.Sources[best].Cols(), keys)
+		c, e := r.run.compareRows(st.Cols(), r.run.Sources[best].Cols(), keys)
 		if e != nil {
 			return -1, e
 		}
@@ -222,7 +222,7 @@ func (r rowMerge) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
 		case a[i] == nil || b[i] == nil:
 			return false, nil
 		}
-		c, e := pgvalue.CompareValues(a[i], b[i], &r.fields[i], r.Bytewise)
+		c, e := pgvalue.CompareValues(a[i], b[i], &r.run.fields[i], r.run.Bytewise)
 		if e != nil {
 			return false, e
 		}
