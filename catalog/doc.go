@@ -75,9 +75,13 @@
 //	follow.go   Follower: Watch plus a lease renewed every TTL/3, for a
 //	            router or proxy; Check refuses once the lease lapsed,
 //	            WaitLive waits (bounded) for the first live lease
-//	moves.go    the move journal: PlanMoves, Moves, UpdateMove, FlipMove (a
-//	            move's commit point: epoch+1 and "flipped" in one transaction),
+//	moves.go    the move journal: PlanMoves, Moves, UpdateMove,
 //	            RecordFreezes, Reassign
+//	flip.go     a move's commit point (epoch+1 and "flipped" in one
+//	            transaction): PrepareFlip computes the successor ahead,
+//	            Flip writes it in one pipelined batch and a COMMIT, by
+//	            compare-and-swap on the plan's epoch (ErrStaleFlip);
+//	            FlipMove does both
 //	freezes.go  FreezeRecord: a move's freezes as its detail records them
 //	            ("freezes", appended by UpdateMove), decoded and summed up
 //	sql/        the schema versions (0001_catalog.sql)

@@ -17,6 +17,9 @@ const (
 	WhyDeadline = "deadline" // the range lock, or the last catch-up, did not fit the budget
 	WhyCatchUp  = "catch_up" // changes kept coming during the freeze: too many to catch up
 	WhyError    = "error"    // a shard or the catalog failed during the freeze
+	// WhyMapChanged: the catalog's map changed between the flip's
+	// preparation and the flip (another move flipped, or a push).
+	WhyMapChanged = "map_changed"
 )
 
 // FreezeRecord is one freeze of a move as the journal records it, in the

@@ -169,32 +169,48 @@ func (c *Catalog) Push(ctx context.Context, m *shardmap.Map, expect uint64) erro
 	return c.wrap(fmt.Sprintf("push map epoch %d", next.Epoch), err)
 }
 
-// writeGeneration inserts m's generation, shards and ranges (all Owned).
+// writeGeneration inserts m's generation, shards and ranges (all Owned),
+// one statement after the other.
 func writeGeneration(ctx context.Context, tx pgx.Tx, m *shardmap.Map, by string) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.generations (epoch, buckets, pushed_by) VALUES ($1::bigint, $2::int, $3::text)`,
-		int64(m.Epoch), m.Buckets, by); err != nil {
-		return err
+	for _, st := range generationStatements(m, by) {
+		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// statement is one SQL statement with its arguments.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// generationStatements are the statements that write m's generation,
+// shards and ranges (all Owned): run one by one (writeGeneration) or
+// queued in a pipelined batch (Flip), they write the same rows.
+func generationStatements(m *shardmap.Map, by string) []statement {
 	n := len(m.Shards)
 	names, dsns, poolers := make([]string, n), make([]string, n), make([]string, n)
 	ords, pos := make([]int32, n), make([]int32, n)
 	for i, s := range m.Shards {
 		names[i], dsns[i], poolers[i], ords[i], pos[i] = s.Name, s.DSN, s.PoolerDSN, int32(s.Ordinal), int32(i)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.shards (epoch, name, ordinal, dsn, pooler_dsn, position)
-		SELECT $1::bigint, * FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::int[])`,
-		int64(m.Epoch), names, ords, dsns, poolers, pos); err != nil {
-		return err
-	}
 	k := len(m.Ranges)
 	shards, los, his := make([]string, k), make([]int32, k), make([]int32, k)
 	for i, r := range m.Ranges {
 		shards[i], los[i], his[i] = r.Shard, int32(r.Lo), int32(r.Hi)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+Schema+`.ranges (epoch, shard, lo, hi, state)
+	return []statement{
+		{`INSERT INTO ` + Schema + `.generations (epoch, buckets, pushed_by) VALUES ($1::bigint, $2::int, $3::text)`,
+			[]any{int64(m.Epoch), m.Buckets, by}},
+		{`INSERT INTO ` + Schema + `.shards (epoch, name, ordinal, dsn, pooler_dsn, position)
+		SELECT $1::bigint, * FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::int[])`,
+			[]any{int64(m.Epoch), names, ords, dsns, poolers, pos}},
+		{`INSERT INTO ` + Schema + `.ranges (epoch, shard, lo, hi, state)
 		SELECT $1::bigint, s, lo, hi, 'owned' FROM unnest($2::text[], $3::int[], $4::int[]) AS r(s, lo, hi)`,
-		int64(m.Epoch), shards, los, his)
-	return err
+			[]any{int64(m.Epoch), shards, los, his}},
+	}
 }
 
 // RangeState is one range of a generation with its state.

@@ -226,62 +226,6 @@ func (c *Catalog) RecordFreezes(ctx context.Context, id int64, fs []FreezeRecord
 	return c.wrap(fmt.Sprintf("record the freezes of move %d", id), err)
 }
 
-// FlipMove is the commit point of move id: in one transaction it checks
-// that the move is frozen, writes the successor of the catalog's current
-// generation in which buckets lo..hi belong to the move's destination
-// (epoch + 1, by compare-and-swap on the head row, which it locks: flips
-// of moves running in parallel take turns), and records the move as
-// flipped with that epoch. Once it returned nil the move can only be
-// completed; if it returned an error nothing was written, unless the
-// error is the commit's own (then the journal says which: read the move
-// again). It returns the new epoch.
-func (c *Catalog) FlipMove(ctx context.Context, id int64) (uint64, error) {
-	var next uint64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var cur int64
-		if err := tx.QueryRow(ctx, `SELECT epoch FROM `+Schema+`.head FOR UPDATE`).Scan(&cur); err != nil {
-			return err
-		}
-		var lo, hi int
-		var from, to, phase string
-		if err := tx.QueryRow(ctx, `SELECT lo, hi, from_shard, to_shard, phase FROM `+Schema+`.moves WHERE id = $1::bigint FOR UPDATE`, id).
-			Scan(&lo, &hi, &from, &to, &phase); err != nil {
-			return fmt.Errorf("move %d: %w", id, err)
-		}
-		if phase != PhaseFrozen {
-			return fmt.Errorf("flip move %d: it is %s, not frozen: %w", id, phase, ErrMovePhase)
-		}
-		prev, err := loadGeneration(ctx, tx, `$1::bigint`, cur)
-		if err != nil {
-			return fmt.Errorf("read the generation at epoch %d: %w", cur, err)
-		}
-		m, err := Reassign(prev.Map, lo, hi, from, to)
-		if err != nil {
-			return fmt.Errorf("flip move %d: %w", id, err)
-		}
-		if err := CheckSuccessor(prev.Map, m); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE `+Schema+`.head SET epoch = $1::bigint, updated_at = now() WHERE epoch = $2::bigint`,
-			int64(m.Epoch), cur); err != nil {
-			return err
-		}
-		if err := writeGeneration(ctx, tx, m, c.opts.ApplicationName); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE `+Schema+`.moves SET phase = 'flipped', to_epoch = $2::bigint, error = NULL, updated_at = now()
-			WHERE id = $1::bigint`, id, int64(m.Epoch)); err != nil {
-			return err
-		}
-		next = m.Epoch
-		return nil
-	})
-	if err != nil {
-		return 0, c.wrap(fmt.Sprintf("flip move %d", id), err)
-	}
-	return next, nil
-}
-
 // Reassign returns m's successor (epoch + 1) in which buckets lo..hi,
 // all owned by from in m, belong to to; adjacent ranges of one shard are
 // merged, and each shard's Empty mark follows from its ranges.

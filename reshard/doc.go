@@ -39,9 +39,12 @@
 //	    recorded in the move's detail (catalog.FreezeRecord: start, hold,
 //	    flipped or abandoned and why) with the journal step after its
 //	    release: none is written inside the freeze.
-//	 6. Flip: catalog.FlipMove writes epoch+1 (the destination owns the
+//	 6. Flip: catalog.Flip writes epoch+1 (the destination owns the
 //	    range) and journals the move flipped in one transaction: the commit
-//	    point. Then the source's fence becomes moved, then the destination's
+//	    point. Its plan (catalog.PrepareFlip: the successor map) is made
+//	    before the lock; under it the flip is one pipelined batch and a
+//	    commit, with a compare-and-swap on the plan's epoch: a map changed
+//	    since (ErrStaleFlip) abandons the freeze, nothing written. Then the source's fence becomes moved, then the destination's
 //	    owned (never both serving), and the lock is released: the writers
 //	    that waited re-read the fence, are refused with PS001 naming the new
 //	    owner, and a router reloads and retries there.

@@ -37,7 +37,7 @@ var Steps = []string{
 var CutSteps = []string{
 	"freeze",         // the range lock EXCLUSIVE and the source's fence frozen (committed)
 	"final-catch-up", // the last catch-up, until a round leaves no record of its snapshot
-	"flip",           // catalog.FlipMove: the commit point
+	"flip",           // catalog.Flip (prepared before the lock): the commit point
 }
 
 // CutStep is one step of a freeze, as Options.Around sees it.
@@ -137,8 +137,11 @@ type Freeze struct {
 	Start     time.Time // the range lock's request (with the monotonic clock)
 	Duration  time.Duration
 	Abandoned bool
-	Why       string // why it was abandoned: catalog.WhyDeadline, WhyCatchUp or WhyError
+	Why       string // why it was abandoned: catalog.WhyDeadline, WhyCatchUp, WhyMapChanged or WhyError
 	Reason    string // why it was abandoned, in words
+	// Flip is how long the catalog's flip (the commit point, under the
+	// lock) took in a freeze that reached it; 0 in one that did not.
+	Flip time.Duration
 
 	flipped bool // the flip committed (the move passed its commit point)
 	stopped bool // Options.Hook stopped the mover in it (a test's crash)
@@ -366,8 +369,8 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 		if err == nil {
 			rec := f.Record()
 			res.Epoch, res.flipped = epoch, &rec
-			mv.logf("move %d (%d-%d %s→%s): flipped at epoch %d, freeze %v (attempt %d)", m.ID, m.Lo, m.Hi, m.From, m.To,
-				epoch, f.Duration.Round(time.Microsecond), attempt)
+			mv.logf("move %d (%d-%d %s→%s): flipped at epoch %d, freeze %v (its flip %v; attempt %d)", m.ID, m.Lo, m.Hi, m.From, m.To,
+				epoch, f.Duration.Round(time.Microsecond), f.Flip.Round(time.Microsecond), attempt)
 			return nil
 		}
 		if !errors.Is(err, errAbandoned) {
@@ -405,8 +408,9 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 // all that fit the budget — flips in the catalog (the commit point), sets
 // the source moved and the destination owned, and releases the lock: the
 // writers that waited re-read the fence and are sent to the new owner.
-// Over budget before the flip, it sets the source owned again, releases,
-// and fails with errAbandoned.
+// Over budget before the flip, or with a flip prepared (before the lock)
+// on a map that has changed since, it sets the source owned again,
+// releases, and fails with errAbandoned.
 func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *shard, res *Result) (*Freeze, uint64, error) {
 	budget := mv.opts.FreezeBudget
 	epoch, err := mv.cat.Epoch(ctx)
@@ -441,6 +445,14 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, sc: cs.sc, dc: cs.dc}, res, preLockRounds, preLockSmall, time.Time{}); err != nil {
 		return nil, 0, err
 	}
+	// The flip is computed now, before the lock, as late as can be (a
+	// flip of another move in between makes it stale): under the lock
+	// it is one pipelined batch and a commit to the catalog.
+	plan, err := mv.cat.PrepareFlip(ctx, m.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	epoch = plan.Epoch
 	hold, err := cs.hold.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("shard %s: %w", src.name, err)
@@ -482,8 +494,11 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	}
 	abandon := func(cause error) (*Freeze, uint64, error) {
 		f.Abandoned, f.Why, f.Reason = true, catalog.WhyDeadline, cause.Error()
-		if errors.Is(cause, errKeptComing) {
+		switch {
+		case errors.Is(cause, errKeptComing):
 			f.Why = catalog.WhyCatchUp
+		case errors.Is(cause, catalog.ErrStaleFlip):
+			f.Why = catalog.WhyMapChanged
 		}
 		uctx := context.WithoutCancel(ctx)
 		if err := src.setFence(uctx, cs.fc, m.Lo, m.Hi, "owned", m.From, epoch, []string{"frozen", "owned"}, false); err != nil {
@@ -521,9 +536,15 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	var to uint64
 	err = mv.around(ctx, "flip", m, src, func(ctx context.Context) error {
 		var err error
-		to, err = mv.cat.FlipMove(ctx, m.ID)
+		to, err = mv.cat.Flip(ctx, plan)
 		return err
 	})
+	if errors.Is(err, catalog.ErrStaleFlip) {
+		// The map changed since the plan: nothing was written, and the
+		// freeze is undone like one over budget, to be tried again on
+		// the new map.
+		return abandon(fmt.Errorf("%w: %w", errAbandoned, err))
+	}
 	if err != nil {
 		// Did the commit point pass? The journal says.
 		ms, rerr := mv.cat.Moves(context.WithoutCancel(ctx), true)
@@ -540,7 +561,7 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 			return done(), 0, fmt.Errorf("flip: %w", err)
 		}
 	}
-	m.ToEpoch, f.flipped = to, true
+	m.ToEpoch, f.flipped, f.Flip = to, true, time.Since(flipStart)
 	if err := mv.hook(ctx, "flipped", m); err != nil {
 		return stop(err)
 	}
