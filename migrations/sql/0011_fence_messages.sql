@@ -3,7 +3,7 @@
 -- range moved away read "moved here", and pgshard_fence_assert — which
 -- opens every fenced transaction, reads as well as writes — said "refuses
 -- to write". Now the message names the state as a sentence ("moved to
--- shard "s2" at epoch 7", "coming here from shard "s0" by a move",
+-- shard "s2" at epoch 7", "incoming from shard "s0" by a move",
 -- "frozen for a move") and the assert "refuses key". DETAIL, the
 -- key=value pairs programs parse (store.AsFenceError), and HINT are
 -- unchanged; the function's signature is the same.
@@ -27,7 +27,7 @@ BEGIN
     END IF;
     state := CASE p_state
         WHEN 'moved' THEN format('moved to %s at epoch %s', owner, p_epoch)
-        WHEN 'incoming' THEN format('coming here from %s by a move (epoch %s)', owner, p_epoch)
+        WHEN 'incoming' THEN format('incoming from %s by a move (epoch %s)', owner, p_epoch)
         WHEN 'frozen' THEN format('frozen for a move (epoch %s)', p_epoch)
         ELSE format('%s at epoch %s%s', p_state, p_epoch, coalesce(', owner "' || p_owner || '"', ''))
     END;
