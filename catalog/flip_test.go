@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -140,7 +141,7 @@ func TestFlipStalePlan(t *testing.T) {
 		if e, err := c.Epoch(ctx); err != nil || e != 2 {
 			t.Errorf("epoch after the stale flip: %d, %v; want 2", e, err)
 		}
-		if after := generationRows(t, dsn, 2); len(after) != len(before) {
+		if after := generationRows(t, dsn, 2); !slices.Equal(after, before) {
 			t.Errorf("generation 2 changed: %q, was %q", after, before)
 		}
 		if rows := generationRows(t, dsn, 3); len(rows) != 0 {

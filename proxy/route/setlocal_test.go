@@ -54,11 +54,7 @@ func TestLocalSettings(t *testing.T) {
 	// only in their constants share an analysis unless it depends on them).
 	shared := newRouter(t, "default")
 	for _, c := range cases {
-		for _, r := range []*route.Table{newRouter(t, "default"), shared} {
-			st, err := r.Analyze(c.sql)
-			if err != nil {
-				t.Fatalf("%s: %v", c.sql, err)
-			}
+		for _, st := range analyzedTwice(t, shared, c.sql) {
 			if !reflect.DeepEqual(st.Settings, c.want) {
 				t.Errorf("%s: Settings %+v, want %+v", c.sql, st.Settings, c.want)
 			}
