@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// cache maps a query text to a value: its analysis (Table.cache) or the
-// analysis of a literal-normalized text (Table.shapes). It is bounded by entry count
-// and evicts with CLOCK (second chance): a hit only sets an atomic
+// cache maps a query text to a value: its analysis (statements.texts) or
+// the analysis of a literal-normalized text (statements.shapes). It is
+// bounded by entry count and evicts with CLOCK (second chance): a hit only sets an atomic
 // "referenced" flag under a read lock, so hits neither allocate nor contend
 // on a write lock; a miss inserts with the flag clear, so a text seen once
 // (a query with inlined constants) is the first to go, while texts in use
@@ -35,13 +35,6 @@ type cacheEntry[V any] struct {
 	sql  string
 	val  V
 	used atomic.Bool
-}
-
-// analysis is what the cache holds for one text: the statements Split
-// returns and the statement Analyze returns.
-type analysis struct {
-	list []*Statement
-	one  *Statement
 }
 
 const cacheShards = 16

@@ -16,13 +16,13 @@ const cursorOptHold = 0x0020
 
 // analyzeStmt classifies one parsed statement and builds its plan. text is
 // the statement's own text (hints are read from its comments).
-func (r *Table) analyzeStmt(text string, node *pg.Node) *Statement {
-	return r.analyzeStmtLit(text, node, nil)
+func (s *statements) analyzeStmt(text string, node *pg.Node) *Statement {
+	return s.analyzeStmtLit(text, node, nil)
 }
 
 // analyzeStmtLit is analyzeStmt for a normalized text when lc is set: the
 // $n that lc names are literal slots.
-func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statement {
+func (s *statements) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statement {
 	st := &Statement{SQL: text, Kind: KindOther}
 	lr := lex(text, false, 0)
 	st.NumParams = lr.maxParam
@@ -34,9 +34,9 @@ func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statemen
 	}
 	h, hintErr := parseHints(lr.comments)
 
-	a := newAnalyzer(r.sc, r.pl.m)
+	a := newAnalyzer(s.sc, s.pl.m)
 	a.rd.lit = lc
-	c := &classifying{r: r, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}}
+	c := &classifying{s: s, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}}
 	query := c.classify(node)
 	c.noteDDL(node)
 	c.noteFacts(text, node)
@@ -56,7 +56,7 @@ func (r *Table) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statemen
 // classifying is one statement being classified: what it is (st), what
 // its queries read (a), and what its plan starts from (p).
 type classifying struct {
-	r  *Table
+	s  *statements
 	st *Statement
 	a  *analyzer
 	p  *plan
@@ -178,7 +178,7 @@ func (c *classifying) session(node *pg.Node) {
 		if out, err := deparse(ps.Query); err == nil {
 			inner = out
 		}
-		st.Prepared = c.r.analyzeStmt(inner, ps.Query)
+		st.Prepared = c.s.analyzeStmt(inner, ps.Query)
 	case *pg.Node_ExecuteStmt:
 		es := x.ExecuteStmt
 		st.Kind, st.PrepareName = KindExecute, es.Name
@@ -231,7 +231,7 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 		c.p.mergeWhy = "COPY (query) TO of a key-less query cannot be merged"
 	case cp.Relation != nil:
 		a.addTable(cp.Relation.Relname)
-		if t := c.r.sc.tables[cp.Relation.Relname]; t != nil {
+		if t := c.s.sc.tables[cp.Relation.Relname]; t != nil {
 			if cp.IsFrom {
 				a.setWrite("COPY into " + cp.Relation.Relname)
 				a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM would need each row routed by its key",
@@ -257,7 +257,7 @@ func (c *classifying) call(cs *pg.CallStmt) {
 	if fc != nil {
 		c.a.walk(&pg.Node{Node: &pg.Node_FuncCall{FuncCall: fc}}, nil)
 		_, name := funcName(fc)
-		if _, keyed := c.r.sc.funcs[name]; !keyed {
+		if _, keyed := c.s.sc.funcs[name]; !keyed {
 			c.p.defaultWhy = fmt.Sprintf("CALL %s(): a procedure without a key in the sharding schema", name)
 		}
 	}
@@ -271,7 +271,7 @@ func (c *classifying) lock(ls *pg.LockStmt) {
 	for _, rel := range ls.Relations {
 		if rv := rel.GetRangeVar(); rv != nil {
 			a.addTable(rv.Relname)
-			if c.r.sc.tables[rv.Relname] != nil {
+			if c.s.sc.tables[rv.Relname] != nil {
 				a.setWrite("LOCK TABLE " + rv.Relname)
 				a.refuse("0A000", "LOCK TABLE "+rv.Relname+" would lock the table on every shard inside one transaction",
 					"Lock rows by key (SELECT ... WHERE key = $1 FOR UPDATE), or route it with /* pgshard:shard=NAME */.")
@@ -361,7 +361,7 @@ func (c *classifying) noteDDL(node *pg.Node) {
 // whether a user's type sends it to the default shard, session-private
 // DDL, and the tables it names (unsharded ones apart).
 func (c *classifying) noteFacts(text string, node *pg.Node) {
-	st, a, p, r := c.st, c.a, c.p, c.r
+	st, a, p, s := c.st, c.a, c.p, c.s
 	st.NoTxnBlock = noTxnBlock(node)
 	_, st.Copy = node.GetNode().(*pg.Node_CopyStmt)
 	if sel := node.GetSelectStmt(); sel != nil {
@@ -383,7 +383,7 @@ func (c *classifying) noteFacts(text string, node *pg.Node) {
 	}
 	st.Tables = a.tables
 	for _, t := range a.tables {
-		if r.sc.tables[t] == nil && !r.sc.global[t] && !a.everywhere[t] {
+		if s.sc.tables[t] == nil && !s.sc.global[t] && !a.everywhere[t] {
 			st.Unsharded = append(st.Unsharded, t)
 		}
 	}
@@ -625,7 +625,7 @@ func (c *classifying) finish(h hints, hintErr error) {
 		p.hint = hp
 	}
 	if !p.dependsOnParams() {
-		e := evaluator{pl: &c.r.pl, sc: c.r.sc, in: &input{}}
+		e := evaluator{pl: c.s.pl, sc: c.s.sc, in: &input{}}
 		d := e.decide(p)
 		p.static, p.decided = &d, true
 		return
@@ -655,7 +655,7 @@ func (p *plan) noteStatement(st *Statement) {
 // them: unsupported ones and bad hints (refused), SET LOCAL pgshard.key
 // and pgshard.shard (routed by their value). It reports whether it did.
 func (c *classifying) decidedByKind(hintErr error) bool {
-	st, p, pl := c.st, c.p, &c.r.pl
+	st, p, pl := c.st, c.p, c.s.pl
 	switch {
 	case st.Kind == KindUnsupported:
 		ref := &Refusal{SQLState: "0A000", Message: st.Reason}
@@ -665,7 +665,7 @@ func (c *classifying) decidedByKind(hintErr error) bool {
 			Hint: "Hints are /* pgshard:key=VALUE */ or /* pgshard:shard=NAME */."}
 		p.static = &Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
 	case st.Kind == KindSetLocal && st.SetName == hintSetting:
-		d := pl.routeKey(st.SetValue, c.r.sc.hintType)
+		d := pl.routeKey(st.SetValue, c.s.sc.hintType)
 		p.static = &d
 	case st.Kind == KindSetLocal && st.SetName == shardSetting:
 		d := pl.routeShard(st.SetValue)
@@ -780,7 +780,7 @@ func (p *plan) dependsOnParams() bool {
 
 // hintPlan resolves a statement's hints.
 func (c *classifying) hintPlan(h hints) (*hintPlan, *Refusal) {
-	pl, a := &c.r.pl, c.a
+	pl, a := c.s.pl, c.a
 	hp := &hintPlan{shard: -1, b: -1}
 	if h.hasShard {
 		i, ok := pl.byName[h.shard]
@@ -791,7 +791,7 @@ func (c *classifying) hintPlan(h hints) (*hintPlan, *Refusal) {
 		hp.desc = "hint pgshard:shard=" + h.shard
 	}
 	if h.hasKey {
-		t := c.r.sc.hintType
+		t := c.s.sc.hintType
 		if a.g.havePlace {
 			t = a.g.placeType
 		}

@@ -2,7 +2,7 @@
 // decides, per statement, which shard runs it — one shard, every shard
 // (with a merge plan), any shard, or none (a refusal with a SQLSTATE).
 //
-//	query text ─► cache ─hit─► *Statement (kind, facts, plan)   Analyze / Split (table.go, cache.go)
+//	query text ─► cache ─hit─► *Statement (kind, facts, plan)   Analyze / Split (statements.go, cache.go)
 //	              │miss
 //	              ├─ fast path (BEGIN/COMMIT/ROLLBACK, SET LOCAL pgshard.key): no parse (lex.go)
 //	              ├─ literals? ─► normalized text ─► shape cache ─► shared plan + the text's literals
@@ -18,16 +18,19 @@
 //	  ─► Dest (evaluator.go; explain.go records the steps)                Route (route.go)
 //
 //	table.go is Table, the routing table of one map and schema (New,
-//	Analyze, Route, its caches); the name is not Router, which would
-//	read as package router, the store's router over all shards. It
-//	holds a placer (placer.go: where a key, a sequence value or a shard
-//	name lives on the map; RouteKey, RouteShard and Bound are its) and
-//	makes an evaluator per Route (evaluator.go: one plan's groups
-//	evaluated under one input into a Dest, with the steps for Explain);
-//	per statement parsed, a classifying (classify.go) that classifies it
-//	and finishes its plan; per shape, a shape (shape.go) that binds each
-//	text's literals; per read refused across shards, a stageBuilder
-//	(twostage.go) that plans its two stages.
+//	Analyze, Route, ...); the name is not Router, which would read as
+//	package router, the store's router over all shards. It is a facade
+//	over three parts: a placer (placer.go: where a key, a sequence value
+//	or a shard name lives on the map; RouteKey, RouteShard and Bound are
+//	its), statements (statements.go: what each text is — its analysis in
+//	a bounded cache, the shapes of literal-normalized texts in a second
+//	one; Analyze and Split are its), and an evaluator made per Route
+//	(evaluator.go: one plan's groups evaluated under one input into a
+//	Dest, with the steps for Explain). Per statement parsed, statements
+//	makes a classifying (classify.go) that classifies it and finishes its
+//	plan; per shape, a shape (shape.go) that binds each text's literals;
+//	per read refused across shards, a stageBuilder (twostage.go) that
+//	plans its two stages once, kept in the statement.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
 //	setlocal.go the statements that only set transaction-local settings;

@@ -7,20 +7,20 @@ func Normalized(st *Statement) bool { return st.lit != nil }
 
 // ShapeCount is the number of normalized texts whose analysis is cached.
 func (r *Table) ShapeCount() int {
-	if r.shapes == nil {
+	if r.stmts.shapes == nil {
 		return 0
 	}
-	return r.shapes.len()
+	return r.stmts.shapes.len()
 }
 
 // ShapeOf normalizes sql and reports whether it has literals to replace
 // and, when its shape is cached and analyzed in full, why.
 func (r *Table) ShapeOf(sql string) (normalizes bool, fallback string) {
 	n := new(normalizer)
-	if r.shapes == nil || !n.run(sql) {
+	if r.stmts.shapes == nil || !n.run(sql) {
 		return false, ""
 	}
-	if sh := r.shapes.getBytes(n.key); sh != nil && sh.a == nil {
+	if sh := r.stmts.shapes.getBytes(n.key); sh != nil && sh.a == nil {
 		return true, sh.why
 	}
 	return true, ""

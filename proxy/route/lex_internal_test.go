@@ -139,7 +139,7 @@ func TestFastPath(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", c.sql, err)
 		}
-		full := r.analyzeStmt(c.sql, res.Stmts[0].Stmt)
+		full := r.stmts.analyzeStmt(c.sql, res.Stmts[0].Stmt)
 		if full.Kind != c.kind {
 			t.Errorf("%q: parser kind %s, want %s", c.sql, full.Kind, c.kind)
 		}

@@ -5,7 +5,8 @@ package route
 func (r *Table) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	d := r.routeOne(st, params, formats, paramOIDs)
 	if d.Kind == DestRefuse && st.Select && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
-		return r.twoStage(st, d, params, formats, paramOIDs) // twostage.go
+		one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
+		return r.stmts.stages(st).route(d, one) // twostage.go
 	}
 	return d
 }

@@ -148,10 +148,10 @@ func literalStatement(n *pg.Node) bool {
 }
 
 // analyzeShape parses and analyzes a normalized text once.
-func (r *Table) analyzeShape(n *normalizer) *shape {
+func (s *statements) analyzeShape(n *normalizer) *shape {
 	norm := string(n.key[:n.normLen])
 	lc := &litCtx{base: n.base, n: len(n.lits), classes: string(n.classes)}
-	a, spans, perr := r.analyzeTextLit(norm, lc)
+	a, spans, perr := s.analyzeTextLit(norm, lc)
 	switch {
 	case perr != nil:
 		// The original text may parse (or fail with another message):
@@ -250,20 +250,20 @@ func (b *litBinding) attach(st *Statement, lits []literal, e evaluator) bool {
 
 // analyzeLiterals analyzes sql through its shape; nil when the text has
 // no literal to normalize or its shape is analyzed in full.
-func (r *Table) analyzeLiterals(sql string) *analysis {
+func (s *statements) analyzeLiterals(sql string) *analysis {
 	n := normPool.Get().(*normalizer)
 	defer normPool.Put(n)
 	if !n.run(sql) {
 		return nil
 	}
-	sh := r.shapes.getBytes(n.key)
+	sh := s.shapes.getBytes(n.key)
 	if sh == nil {
-		sh = r.shapes.put(string(n.key), r.analyzeShape(n))
+		sh = s.shapes.put(string(n.key), s.analyzeShape(n))
 	}
 	if sh.a == nil {
 		return nil
 	}
-	return sh.bind(sql, n, evaluator{pl: &r.pl, sc: r.sc})
+	return sh.bind(sql, n, evaluator{pl: s.pl, sc: s.sc})
 }
 
 // litValue is the key value a literal slot source has: the conversions

@@ -38,25 +38,33 @@ func acrossShards(ref *Refusal) bool {
 // noStages marks a statement without a two-stage plan.
 var noStages = &Stages{}
 
-// twoStage returns the two-stage Dest of st, or refused (the Dest Route
-// decided) when st has no two-stage plan or a stage is refused.
-func (r *Table) twoStage(st *Statement, refused Dest, params [][]byte, formats []int16, oids []uint32) Dest {
+// stages is st's two-stage plan, noStages if it has none: built once per
+// statement and kept in it (a statement bound to a shape's analysis has
+// the shape's pointer, for another text, and builds its own).
+func (s *statements) stages(st *Statement) *Stages {
 	sg := (*Stages)(atomic.LoadPointer(&st.stages))
 	if sg == nil || sg.sql != st.SQL && sg != noStages {
-		b := stageBuilder{analyze: r.Analyze, sc: r.sc}
+		b := stageBuilder{analyze: s.analyze, sc: s.sc}
 		sg = b.plan(st.SQL)
 		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
 	}
+	return sg
+}
+
+// route is the Dest of these stages, or refused (the Dest Route decided
+// for the whole statement) when sg is noStages or a stage is refused;
+// one routes a stage's statement alone (Route without two stages).
+func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
 	if sg == noStages {
 		return refused
 	}
 	for _, in := range sg.Inner {
-		d := r.routeOne(in, params, formats, oids)
+		d := one(in)
 		if d.Kind == DestRefuse || d.Kind == DestAll && d.Merge == nil {
 			return refused
 		}
 	}
-	if d := r.routeOne(sg.outer, params, formats, oids); d.Kind != DestAny {
+	if d := one(sg.outer); d.Kind != DestAny {
 		return refused
 	}
 	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge,
@@ -134,7 +142,7 @@ func (b *stageBuilder) plan(sql string) *Stages {
 // stageBuilder builds one statement's two-stage plan: it replaces the
 // inner statements of its parse tree by markers and analyzes each.
 type stageBuilder struct {
-	// analyze is the Table's Analyze: the inner and outer statements are
+	// analyze is Table.Analyze: the inner and outer statements are
 	// analyzed (and cached) like any other text.
 	analyze func(sql string) (*Statement, error)
 	sc      *compiled       // which tables are sharded
