@@ -33,10 +33,63 @@ func newDevCmd() *cobra.Command {
 // devConfigPath is the config `dev up` writes.
 func devConfigPath(dir string) string { return filepath.Join(dir, "pgshard.yaml") }
 
+// addDirFlag adds --dir to a dev command. Its value is the directory to use
+// only once findDevDir has run (in RunE): without --dir it is the cluster
+// found from the working directory.
 func addDirFlag(cmd *cobra.Command) *string {
 	p := new(string)
-	cmd.Flags().StringVar(p, "dir", config.DefaultDevDir, "state directory of the local cluster")
+	cmd.Flags().StringVar(p, "dir", config.DefaultDevDir, "state directory of the local cluster (default: the nearest cluster at or above the working directory — the directory itself or a parent holding "+cluster.StateFile+", or its "+config.DefaultDevDir+" — else ./"+config.DefaultDevDir+")")
 	return p
+}
+
+// maxDevDirDepth bounds the walk up from the working directory.
+const maxDevDirDepth = 256
+
+// findDevDir sets *dir, when --dir was not given, to the cluster a dev
+// command works on, found as git finds .git: the nearest directory at or
+// above the working directory that is a cluster's (holds cluster.json) or
+// has one in .pgshard; none found, ./.pgshard (where dev up makes one). A
+// cluster in ./.pgshard keeps the relative name; one found elsewhere is
+// named by its absolute path.
+func findDevDir(cmd *cobra.Command, dir *string) {
+	if cmd.Flags().Changed("dir") {
+		return
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return
+	}
+	here := filepath.Join(wd, config.DefaultDevDir)
+	for d, i := wd, 0; i < maxDevDirDepth; i++ {
+		for _, c := range []string{d, filepath.Join(d, config.DefaultDevDir)} {
+			if !fileExists(filepath.Join(c, cluster.StateFile)) {
+				continue
+			}
+			if c != here {
+				*dir = c
+			}
+			return
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return
+		}
+		d = up
+	}
+}
+
+// noDevCluster explains a missing cluster: the path tried, how it was
+// chosen, and the flag that names another.
+func noDevCluster(cmd *cobra.Command, dir string, err error) error {
+	if !errors.Is(err, cluster.ErrNoCluster) {
+		return err
+	}
+	abs := absPath(dir)
+	if cmd.Flags().Changed("dir") {
+		return fmt.Errorf("no cluster in %s (--dir %s): pass --dir with the directory `pgshard dev up --dir DIR` made, or run `pgshard dev up --dir %s` to start one there", abs, dir, dir)
+	}
+	return fmt.Errorf("no cluster in %s: none found here or above (a directory holding %s, or one with %s/%s); pass --dir DIR, the directory `pgshard dev up --dir DIR` made (default %s), or run `pgshard dev up` to start one in %s",
+		abs, cluster.StateFile, config.DefaultDevDir, cluster.StateFile, config.DefaultDevDir, abs)
 }
 
 func newDevUpCmd() *cobra.Command {
@@ -96,6 +149,7 @@ by dev add-shard is not refused for having more than asked).`,
 	_ = cmd.Flags().MarkHidden("proxy-bin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
+		findDevDir(cmd, dir)
 		loaded, loadErr := cluster.Load(*dir)
 		fresh := loadErr != nil
 		var grownNote string
@@ -418,9 +472,10 @@ func newDevStatusCmd() *cobra.Command {
 	dir := addDirFlag(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		findDevDir(cmd, dir)
 		st, err := devStatus(cmd.Context(), *dir)
 		if err != nil {
-			return err
+			return noDevCluster(cmd, *dir, err)
 		}
 		if asJSON {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -538,6 +593,14 @@ func writeDevStatus(w io.Writer, st *devStatusJSON) error {
 	return nil
 }
 
+// absPath is p made absolute, or p when that fails.
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
@@ -563,8 +626,13 @@ func newDevDownCmd() *cobra.Command {
 	dir := addDirFlag(cmd)
 	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the state directory (data, logs, config)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		findDevDir(cmd, dir)
 		if _, err := os.Stat(*dir); errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintf(cmd.OutOrStdout(), "nothing to stop: %s does not exist\n", *dir)
+			where := "--dir " + *dir
+			if !cmd.Flags().Changed("dir") {
+				where = "no cluster here or above; pass --dir DIR for one elsewhere"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "nothing to stop: %s does not exist (%s)\n", absPath(*dir), where)
 			return nil
 		}
 		if stopped, err := stopDevProxy(cmd.Context(), *dir); err != nil {

@@ -207,3 +207,74 @@ func processesMentioning(s string) []string {
 	}
 	return out
 }
+
+// TestDevDirFound: without --dir, the dev commands find the cluster as git
+// finds .git — from inside its directory (or a subdirectory of it), or
+// from a directory at or below one holding .pgshard — and when there is
+// none, the error names the path tried and the flag to pass.
+func TestDevDirFound(t *testing.T) {
+	// No cluster anywhere up from an empty directory.
+	t.Chdir(t.TempDir())
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := filepath.Join(wd, ".pgshard")
+	r := run(t, "", "dev", "status")
+	if r.code == 0 || !strings.Contains(r.stderr, "no cluster in "+tried+":") || !strings.Contains(r.stderr, "pass --dir DIR") {
+		t.Errorf("dev status without a cluster: exit %d, stderr %q; want the path %s and --dir", r.code, r.stderr, tried)
+	}
+	r = run(t, "", "dev", "status", "--dir", "nope")
+	if r.code == 0 || !strings.Contains(r.stderr, "no cluster in "+filepath.Join(wd, "nope")+" (--dir nope)") {
+		t.Errorf("dev status --dir nope: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = mustRun(t, "", "dev", "down")
+	if !strings.Contains(r.stdout, "nothing to stop: "+tried+" does not exist") || !strings.Contains(r.stdout, "--dir") {
+		t.Errorf("dev down without a cluster: %q", r.stdout)
+	}
+
+	if err := cluster.Local().(cluster.SpecChecker).AvailableFor(context.Background(), cluster.Spec{}); err != nil {
+		clustertest.SkipOrFail(t, err)
+	}
+	dir := clustertest.Dir(t)
+	mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "1", "--pgbouncer=false", "--fsync=false")
+	// P/.pgshard is the cluster (a link to it: its directory must be one
+	// the postgres user reaches, which a test's TempDir is not).
+	p := t.TempDir()
+	if err := os.Symlink(dir, filepath.Join(p, ".pgshard")); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(p, "a", "b")
+	inside := filepath.Join(dir, "inside")
+	for _, d := range []string{sub, inside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ cwd, want string }{
+		{dir, dir},                          // the cluster's directory itself
+		{inside, dir},                       // below it
+		{p, ".pgshard"},                     // beside .pgshard: unchanged
+		{sub, filepath.Join(p, ".pgshard")}, // below a directory with .pgshard
+	} {
+		t.Chdir(c.cwd)
+		r := mustRun(t, "", "dev", "status", "--json")
+		var st devStatus
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatalf("in %s: %v\n%s", c.cwd, err, r.stdout)
+		}
+		if st.Dir != c.want || len(st.Shards) != 1 {
+			t.Errorf("dev status in %s: dir %q, %d shards; want %q, 1", c.cwd, st.Dir, len(st.Shards), c.want)
+		}
+	}
+	// dev up reuses it, dev down stops it, from below.
+	t.Chdir(inside)
+	r = mustRun(t, "", "dev", "up", "--pgbouncer=false", "--fsync=false")
+	if !strings.Contains(r.stdout, "reused 1-shard cluster in "+dir) {
+		t.Errorf("dev up inside the cluster's directory:\n%s", r.stdout)
+	}
+	r = mustRun(t, "", "dev", "down")
+	if !strings.Contains(r.stdout, "stopped the cluster in "+dir) {
+		t.Errorf("dev down inside the cluster's directory: %q", r.stdout)
+	}
+}

@@ -184,7 +184,11 @@ add-shard again finishes it, dev down stops it.`,
 	dir := addDirFlag(cmd)
 	cmd.Flags().StringVar(&name, "name", "", "the new shard's name (default shardK, K its ordinal)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return devAddShard(cmd, *dir, name)
+		findDevDir(cmd, dir)
+		if err := devAddShard(cmd, *dir, name); err != nil {
+			return noDevCluster(cmd, *dir, err)
+		}
+		return nil
 	}
 	return cmd
 }

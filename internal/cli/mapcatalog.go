@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -55,7 +54,7 @@ Through PgBouncer in transaction mode is fine.`,
 	}
 	cfgPath := addConfigFlag(cmd)
 	addCatalogFlag(cmd)
-	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file to push (default: the config's shard map)")
+	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file to push, or a pgshard config file with one (default: the config's shard map)")
 	cmd.Flags().Int64Var(&expect, "expect-epoch", -1, "replace only this catalog epoch (0: only bootstrap an empty catalog; default: the epoch read just before)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if expect < -1 {
@@ -70,12 +69,8 @@ Through PgBouncer in transaction mode is fine.`,
 		}
 		m, from := cfg.Map, "config "+cfg.Path
 		if mapFile != "" {
-			raw, err := os.ReadFile(mapFile)
-			if err != nil {
+			if _, m, err = readMapFlag("--map", mapFile); err != nil {
 				return err
-			}
-			if m, err = shardmap.Parse(raw); err != nil {
-				return fmt.Errorf("%s: %w", mapFile, err)
 			}
 			from = mapFile
 		}

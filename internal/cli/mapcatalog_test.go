@@ -108,6 +108,19 @@ func TestMapCatalogPushShow(t *testing.T) {
 	if !strings.Contains(r.stdout, "already holds this map at epoch 7: nothing to do") || strings.Contains(r.stdout, "installed") {
 		t.Errorf("pushing the same map again: %s", r.stdout)
 	}
+	// --map takes a config file too (its shard map), as --config does.
+	absMap, err := filepath.Abs(testMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "pgshard.yaml")
+	if err := os.WriteFile(cfgFile, []byte("shardmap_file: "+absMap+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, "", "map", "push", "--catalog", dsn, "--map", cfgFile)
+	if !strings.Contains(r.stdout, "already holds this map at epoch 7: nothing to do") {
+		t.Errorf("pushing the map of a config file given as --map: %s", r.stdout)
+	}
 
 	m := loadTestMap(t)
 	next, err := shardmap.PlanRemove(m, "s3")

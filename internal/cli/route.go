@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/pgshard/pgshard/internal/config"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -41,9 +42,16 @@ PARAMs are the Bind values of $1, $2, ... in text format; the value of --null
 encoded by those types. SQL "-" reads the statement from stdin.
 
 The shard map comes from the config (--config, as for other commands) or
-from --map FILE; the sharding schema from --schema FILE, else from the
-config's proxy.schema, else it is the execution store's default
-(configs/sharding.yaml).`,
+from --map FILE, which takes a shard map file or a pgshard config file (told
+apart by content, as --config does: top-level shards or ranges make a map
+file; a config file is read as --config reads it). The sharding schema comes
+from --schema FILE, else from the config's proxy.schema, else it is the
+execution store's default (configs/sharding.yaml).
+
+A read the proxy answers in two stages is shown stage by stage: each
+subquery with its own routing and merge (the SQL every shard receives), then
+the statement stage 2 runs on the default shard (proxy.default_shard, else
+the map's first shard) over the subqueries' rows.`,
 		Example: `  pgshard route "SELECT data FROM executions WHERE id = \$1" 0123456789abcdef0123456789abcdef
   pgshard route --types int8 --binary "DELETE FROM outbox WHERE seq = \$1" 1026
   pgshard route --json "SELECT id FROM executions ORDER BY id LIMIT 10 OFFSET 5"`,
@@ -51,7 +59,7 @@ config's proxy.schema, else it is the execution store's default
 	}
 	cfgPath := addConfigFlag(cmd)
 	cmd.Flags().StringVar(&schemaFile, "schema", "", "sharding schema YAML file (default: the config's proxy.schema, else the execution store's)")
-	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file (instead of the config's map)")
+	cmd.Flags().StringVar(&mapFile, "map", "", "shard map YAML file, or a pgshard config file (instead of --config)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&null, "null", `\N`, "the PARAM value that stands for NULL")
 	cmd.Flags().StringVar(&types, "types", "", "comma-separated declared parameter types (text, int8, int4, int2, uuid, varchar, ...; empty = unspecified)")
@@ -61,11 +69,11 @@ config's proxy.schema, else it is the execution store's default
 		if err != nil {
 			return err
 		}
-		m, schema, err := routeInputs(cmd, *cfgPath, mapFile, schemaFile)
+		in, err := routeInputs(cmd, *cfgPath, mapFile, schemaFile)
 		if err != nil {
 			return err
 		}
-		r, err := route.New(m, schema, route.Options{CacheSize: -1})
+		r, err := route.New(in.m, in.schema, route.Options{CacheSize: -1})
 		if err != nil {
 			return err
 		}
@@ -87,7 +95,9 @@ config's proxy.schema, else it is the execution store's default
 		}
 		var out []routeReport
 		for _, st := range sts {
-			out = append(out, report(r, r.Explain(st, params, formats, oids)))
+			rep := report(r, r.Explain(st, params, formats, oids))
+			rep.explainStages(r, in.defShard, params, formats, oids)
+			out = append(out, rep)
 		}
 		w := cmd.OutOrStdout()
 		if asJSON {
@@ -106,38 +116,87 @@ config's proxy.schema, else it is the execution store's default
 	return cmd
 }
 
-// routeInputs loads the shard map and the sharding schema.
-func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (*shardmap.Map, route.Schema, error) {
-	var m *shardmap.Map
-	schema := route.DefaultSchema()
+// routeInput is what a route explanation is made against.
+type routeInput struct {
+	m      *shardmap.Map
+	schema route.Schema
+	// defShard is where the proxy runs statements that need one fixed
+	// shard (stage 2 of a read in two stages): proxy.default_shard, else
+	// the map's first shard.
+	defShard string
+}
+
+// routeInputs loads the shard map and the sharding schema. --map takes a
+// shard map file or a config file (told apart by content, as --config
+// does): a config file is read as --config would read it.
+func routeInputs(cmd *cobra.Command, cfgPath, mapFile, schemaFile string) (routeInput, error) {
+	in := routeInput{schema: route.DefaultSchema()}
+	var cfg *config.Config
 	if mapFile != "" {
-		raw, err := os.ReadFile(mapFile)
+		c, m, err := readMapFlag("--map", mapFile)
 		if err != nil {
-			return nil, schema, fmt.Errorf("--map: %w", err)
+			return in, err
 		}
-		if m, err = shardmap.Parse(raw); err != nil {
-			return nil, schema, fmt.Errorf("--map %s: %w", mapFile, err)
+		if c != nil && cfgPath != "" {
+			return in, usagef("--map %s is a config file, and --config %s is given too: pass one config (as --config, or as --map) or a shard map file as --map", mapFile, cfgPath)
 		}
+		cfg, in.m = c, m
 	} else {
-		cfg, cm, err := loadMap(cmd, cfgPath)
+		c, m, err := loadMap(cmd, cfgPath)
 		if err != nil {
-			return nil, schema, err
+			return in, err
 		}
-		m = cm
-		if schema, err = cfg.Proxy.Schema.Route(); err != nil {
-			return nil, schema, fmt.Errorf("config: proxy.schema: %w", err)
+		cfg, in.m = c, m
+	}
+	if cfg != nil {
+		var err error
+		if in.schema, err = cfg.Proxy.Schema.Route(); err != nil {
+			return in, fmt.Errorf("config %s: proxy.schema: %w", cfg.Path, err)
 		}
+		in.defShard = cfg.Proxy.DefaultShard
+	}
+	if in.defShard == "" && len(in.m.Shards) > 0 {
+		in.defShard = in.m.Shards[0].Name
 	}
 	if schemaFile != "" {
 		raw, err := os.ReadFile(schemaFile)
 		if err != nil {
-			return nil, schema, fmt.Errorf("--schema: %w", err)
+			return in, fmt.Errorf("--schema: %w", err)
 		}
-		if schema, err = config.ParseSchema(raw); err != nil {
-			return nil, schema, fmt.Errorf("--schema %s: %w", schemaFile, err)
+		if in.schema, err = config.ParseSchema(raw); err != nil {
+			return in, fmt.Errorf("--schema %s: %w", schemaFile, err)
 		}
 	}
-	return m, schema, nil
+	return in, nil
+}
+
+// readMapFlag reads the file a --map flag names: a shard map file (top-level
+// shards/ranges), or else a pgshard config file, whose shard map (inline or
+// its shardmap_file) is taken, with the config itself (nil for a map file).
+func readMapFlag(flag, path string) (*config.Config, *shardmap.Map, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	var top map[string]any
+	if err := yaml.Unmarshal(raw, &top); err != nil {
+		return nil, nil, fmt.Errorf("%s %s: not YAML: %s", flag, path, oneLine(err))
+	}
+	if top == nil || config.IsBareMap(top) {
+		m, err := shardmap.Parse(raw)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s %s: %w", flag, path, err)
+		}
+		return nil, m, nil
+	}
+	cfg, err := config.Load(config.Options{Path: path})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s (read as a pgshard config file: it has no top-level shards or ranges): %w", flag, path, err)
+	}
+	if cfg.Map == nil {
+		return nil, nil, fmt.Errorf("%s %s: a pgshard config file without a shard map (no shardmap_file or shardmap); pass a shard map file, or a config that has one", flag, path)
+	}
+	return cfg, cfg.Map, nil
 }
 
 func parseTypes(s string) ([]uint32, error) {
@@ -241,6 +300,46 @@ type routeReport struct {
 	Steps      []string       `json:"steps"`
 	Refusal    *route.Refusal `json:"refusal,omitempty"`
 	Merge      *mergeReport   `json:"merge,omitempty"`
+	// Stages, for a read in two stages, replaces Merge: what each stage
+	// sends and where.
+	Stages *stagesReport `json:"stages,omitempty"`
+}
+
+// stagesReport is a read in two stages (route.Stages), as the proxy runs
+// it: stage 1 routes each subquery as a statement of its own, stage 2 runs
+// the outer statement over their rows on the default shard.
+type stagesReport struct {
+	// Stage1 explains each inner statement: its SQL, where it runs and
+	// its own merge (with the SQL each shard receives).
+	Stage1 []routeReport `json:"stage1"`
+	// Stage2 is the outer statement.
+	Stage2 stage2Report `json:"stage2"`
+}
+
+type stage2Report struct {
+	Shard string `json:"shard"`
+	// SQL is the statement sent to Shard, with subquery i's rows standing
+	// where Markers[i] is.
+	SQL     string   `json:"sql"`
+	Markers []string `json:"markers"`
+}
+
+// explainStages fills Stages for a read in two stages.
+func (rep *routeReport) explainStages(r *route.Table, defShard string, params [][]byte, formats []int16, oids []uint32) {
+	if rep.Merge == nil || rep.Merge.stages == nil {
+		return
+	}
+	sg := rep.Merge.stages
+	rep.Merge, rep.Stages = nil, &stagesReport{Stage2: stage2Report{Shard: defShard, SQL: sg.Outer}}
+	for i, in := range sg.Inner {
+		sub := report(r, r.Explain(in, params, formats, oids))
+		if mg := sub.Merge; mg != nil && mg.SQL == "" && len(mg.Plan) > 0 {
+			// "the client's statement" is the subquery's text here.
+			mg.SQL, mg.Plan[0] = in.SQL, "per-shard SQL: "+oneLineSQL(in.SQL)
+		}
+		rep.Stages.Stage1 = append(rep.Stages.Stage1, sub)
+		rep.Stages.Stage2.Markers = append(rep.Stages.Stage2.Markers, route.StageMarker(i))
+	}
 }
 
 type mergeReport struct {
@@ -251,6 +350,9 @@ type mergeReport struct {
 	Groups  *route.GroupMerge `json:"groups,omitempty"`
 	// Plan is the merge, step by step, as the text output prints it.
 	Plan []string `json:"plan"`
+	// stages is the Merge's two stages (explainStages replaces the merge
+	// by them).
+	stages *route.Stages
 }
 
 func report(r *route.Table, ex route.Explanation) routeReport {
@@ -272,59 +374,87 @@ func report(r *route.Table, ex route.Explanation) routeReport {
 		}
 	}
 	if mg := d.Merge; mg != nil {
-		rep.Merge = &mergeReport{SQL: mg.SQL, OrderBy: mg.OrderBy, Limit: mg.Limit, Offset: mg.Offset, Groups: mg.Groups, Plan: mg.Describe()}
+		rep.Merge = &mergeReport{SQL: mg.SQL, OrderBy: mg.OrderBy, Limit: mg.Limit, Offset: mg.Offset, Groups: mg.Groups, Plan: mg.Describe(), stages: mg.Stages}
 	}
 	return rep
 }
 
 func writeRouteReport(w io.Writer, rep routeReport, i, n int) {
 	fmt.Fprintf(w, "statement %d of %d: %s\n", i, n, oneLineSQL(rep.SQL))
+	writeRouteBody(w, rep, "  ")
+}
+
+// writeRouteBody prints a statement's routing, each line after ind.
+func writeRouteBody(w io.Writer, rep routeReport, ind string) {
 	ro := ""
 	if rep.ReadOnly {
 		ro = " (read-only)"
 	}
-	fmt.Fprintf(w, "  kind:     %s%s\n", rep.Kind, ro)
+	fmt.Fprintf(w, "%skind:     %s%s\n", ind, rep.Kind, ro)
 	if len(rep.Tables) > 0 {
-		fmt.Fprintf(w, "  tables:   %s\n", strings.Join(rep.Tables, ", "))
+		fmt.Fprintf(w, "%stables:   %s\n", ind, strings.Join(rep.Tables, ", "))
 	}
 	if rep.Setting != "" {
-		fmt.Fprintf(w, "  setting:  %s\n", rep.Setting)
+		fmt.Fprintf(w, "%ssetting:  %s\n", ind, rep.Setting)
 	}
-	switch rep.Dest {
-	case "shard":
-		fmt.Fprintf(w, "  dest:     shard %s (ordinal %d)\n", rep.Shard, *rep.Ordinal)
-	case "all":
-		fmt.Fprintf(w, "  dest:     all shards\n")
-	case "any":
-		fmt.Fprintf(w, "  dest:     any shard\n")
-	case "refuse":
-		fmt.Fprintf(w, "  dest:     refused\n")
+	switch {
+	case rep.Stages != nil:
+		fmt.Fprintf(w, "%sdest:     in two stages (below)\n", ind)
+	case rep.Dest == "shard":
+		fmt.Fprintf(w, "%sdest:     shard %s (ordinal %d)\n", ind, rep.Shard, *rep.Ordinal)
+	case rep.Dest == "all":
+		fmt.Fprintf(w, "%sdest:     all shards\n", ind)
+	case rep.Dest == "any":
+		fmt.Fprintf(w, "%sdest:     any shard\n", ind)
+	case rep.Dest == "refuse":
+		fmt.Fprintf(w, "%sdest:     refused\n", ind)
 	}
 	if rep.Key != "" || rep.Bucket != nil {
-		fmt.Fprintf(w, "  key:      %s\n", strconv.Quote(rep.Key))
+		fmt.Fprintf(w, "%skey:      %s\n", ind, strconv.Quote(rep.Key))
 	}
 	if rep.Bucket != nil {
-		fmt.Fprintf(w, "  bucket:   %d\n", *rep.Bucket)
+		fmt.Fprintf(w, "%sbucket:   %d\n", ind, *rep.Bucket)
 	}
 	if rf := rep.Refusal; rf != nil {
-		fmt.Fprintf(w, "  error:    SQLSTATE %s: %s\n", rf.SQLState, rf.Message)
+		fmt.Fprintf(w, "%serror:    SQLSTATE %s: %s\n", ind, rf.SQLState, rf.Message)
 		if rf.Detail != "" {
-			fmt.Fprintf(w, "  detail:   %s\n", rf.Detail)
+			fmt.Fprintf(w, "%sdetail:   %s\n", ind, rf.Detail)
 		}
 		if rf.Hint != "" {
-			fmt.Fprintf(w, "  hint:     %s\n", rf.Hint)
+			fmt.Fprintf(w, "%shint:     %s\n", ind, rf.Hint)
 		}
 	}
-	fmt.Fprintf(w, "  why:\n")
+	fmt.Fprintf(w, "%swhy:\n", ind)
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "    - %s\n", s)
+		fmt.Fprintf(w, "%s  - %s\n", ind, s)
 	}
 	if mg := rep.Merge; mg != nil {
-		fmt.Fprintf(w, "  merge:\n")
+		fmt.Fprintf(w, "%smerge:\n", ind)
 		for _, l := range mg.Plan {
-			fmt.Fprintf(w, "    %s\n", l)
+			fmt.Fprintf(w, "%s  %s\n", ind, l)
 		}
 	}
+	if sg := rep.Stages; sg != nil {
+		writeStages(w, sg, ind)
+	}
+}
+
+// writeStages prints a read in two stages: what each stage sends where,
+// and how the answer is made of them.
+func writeStages(w io.Writer, sg *stagesReport, ind string) {
+	n, def := len(sg.Stage1), sg.Stage2.Shard
+	fmt.Fprintf(w, "%sdescribe: the client's statement is described on shard %s (Parse + Describe: parameter and column types; not run)\n", ind, def)
+	fmt.Fprintf(w, "%sstage 1:  each subquery runs alone, with the client's parameters, where its own routing below sends it; the proxy keeps its merged rows (more than %d: refused, SQLSTATE 54000)\n", ind, route.PullLimit)
+	for i, sub := range sg.Stage1 {
+		fmt.Fprintf(w, "%s  subquery %d of %d: %s\n", ind, i+1, n, oneLineSQL(sub.SQL))
+		writeRouteBody(w, sub, ind+"    ")
+	}
+	fmt.Fprintf(w, "%sstage 2:  on shard %s (the default shard), after stage 1:\n", ind, def)
+	fmt.Fprintf(w, "%s  SQL:    %s\n", ind, oneLineSQL(sg.Stage2.SQL))
+	for i, mk := range sg.Stage2.Markers {
+		fmt.Fprintf(w, "%s  where  %s is subquery %d's merged rows: SELECT * FROM (VALUES ($k, ...), ...) AS pgshard_v(its columns), sent as binary parameters numbered after the client's\n", ind, mk, i+1)
+	}
+	fmt.Fprintf(w, "%sresult:   stage 2's rows, as shard %s returns them (no merge)\n", ind, def)
 }
 
 func oneLineSQL(s string) string {

@@ -21,6 +21,9 @@ func TestRoute(t *testing.T) {
 		{"SET LOCAL pgshard.key = 'abc'"},
 		{"SELECT avg(version) FROM executions"},
 		{"SELECT * FROM executions WHERE id = $1", `\N`},
+		// Reads in two stages: each stage's own SQL, where it runs.
+		{"SELECT d.id, rank() OVER (ORDER BY d.id) FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d"},
+		{"SELECT count(*) FROM executions e JOIN outbox o ON o.target_id = e.id WHERE e.version > $1", "3"},
 	} {
 		r := mustRun(t, "", append([]string{"route", "--map", testMap}, args...)...)
 		out.WriteString("$ pgshard route " + strings.Join(args, " ") + "\n" + r.stdout + "\n")
@@ -93,6 +96,116 @@ func TestRouteInputs(t *testing.T) {
 		{[]string{"route", "--map", testMap, "--types", "float8", "--binary", "SELECT 1", "1.5"}, 2, "cannot encode type OID 701"},
 		{[]string{"route", "--map", "nope.yaml", "SELECT 1"}, 1, "--map"},
 		{[]string{"route", "--map", testMap, "--schema", testMap, "SELECT 1"}, 1, "--schema"},
+	} {
+		r := run(t, "", c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d mentioning %q", c.args, r.code, r.stderr, c.code, c.msg)
+		}
+	}
+}
+
+// TestRouteTwoStages checks that a read in two stages is explained by what
+// each stage sends: stage 1's subqueries with their own per-shard SQL,
+// stage 2's statement and its shard — never "the client's statement".
+func TestRouteTwoStages(t *testing.T) {
+	const sql = "WITH c AS (SELECT count(*) AS n FROM timers) SELECT n + 1 FROM c"
+	r := mustRun(t, "", "route", "--map", testMap, sql)
+	for _, want := range []string{
+		"dest:     in two stages (below)",
+		"subquery 1 of 1: SELECT count(*) AS n FROM timers",
+		"per-shard SQL: SELECT count(*) AS n, pg_catalog.current_setting('extra_float_digits') AS pgshard_2 FROM timers",
+		"stage 2:  on shard s0 (the default shard)",
+		"SQL:    WITH c AS (SELECT * FROM pgshard_stage_1_) SELECT n + 1 FROM c",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "the client's statement\n") {
+		t.Errorf("a stage's SQL shown as the client's statement:\n%s", r.stdout)
+	}
+	r = mustRun(t, "", "route", "--map", testMap, "--json", sql)
+	var reps []struct {
+		Dest   string          `json:"dest"`
+		Merge  json.RawMessage `json:"merge"`
+		Stages *struct {
+			Stage1 []struct {
+				SQL   string `json:"sql"`
+				Dest  string `json:"dest"`
+				Merge struct {
+					SQL string `json:"sql"`
+				} `json:"merge"`
+			} `json:"stage1"`
+			Stage2 struct {
+				Shard   string   `json:"shard"`
+				SQL     string   `json:"sql"`
+				Markers []string `json:"markers"`
+			} `json:"stage2"`
+		} `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &reps); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if len(reps) != 1 || reps[0].Stages == nil || reps[0].Merge != nil || len(reps[0].Stages.Stage1) != 1 {
+		t.Fatalf("want one statement with one stage-1 subquery and no top-level merge:\n%s", r.stdout)
+	}
+	s1, s2 := reps[0].Stages.Stage1[0], reps[0].Stages.Stage2
+	if s1.Dest != "all" || !strings.HasPrefix(s1.Merge.SQL, "SELECT count(*) AS n, ") {
+		t.Errorf("stage 1: %+v", s1)
+	}
+	if s2.Shard != "s0" || len(s2.Markers) != 1 || !strings.Contains(s2.SQL, s2.Markers[0]) {
+		t.Errorf("stage 2: %+v", s2)
+	}
+	// The config's proxy.default_shard runs stage 2.
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pgshard.yaml")
+	abs, err := filepath.Abs(testMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("shardmap_file: "+abs+"\nproxy:\n  default_shard: s2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, "", "route", "--config", cfg, sql)
+	if !strings.Contains(r.stdout, "stage 2:  on shard s2 (the default shard)") {
+		t.Errorf("proxy.default_shard s2:\n%s", r.stdout)
+	}
+}
+
+// TestRouteMapConfig: --map takes a config file as well as a map file,
+// told apart by content (as --config does), with the config's schema.
+func TestRouteMapConfig(t *testing.T) {
+	const sql = "SELECT 1 FROM trace WHERE execution_id = 'x'"
+	viaConfig := mustRun(t, "", "route", "--config", "../../configs/pgshard.yaml", sql)
+	viaMap := mustRun(t, "", "route", "--map", "../../configs/pgshard.yaml", sql)
+	if viaMap.stdout != viaConfig.stdout || !strings.Contains(viaMap.stdout, "dest:     shard ") {
+		t.Errorf("--map CONFIG:\n%s\n--config CONFIG:\n%s", viaMap.stdout, viaConfig.stdout)
+	}
+	dir := t.TempDir()
+	abs, err := filepath.Abs(testMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "pgshard.yaml")
+	if err := os.WriteFile(cfg, []byte("shardmap_file: "+abs+"\nproxy:\n  schema:\n    tables: [{table: ledger, column: acct, type: int8}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, "", "route", "--map", cfg, "SELECT * FROM ledger WHERE acct = 42")
+	if !strings.Contains(r.stdout, `key:      "42"`) {
+		t.Errorf("--map CONFIG with proxy.schema:\n%s", r.stdout)
+	}
+	noMap := filepath.Join(dir, "nomap.yaml")
+	if err := os.WriteFile(noMap, []byte("proxy:\n  listen: 127.0.0.1:7000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"route", "--map", cfg, "--config", cfg, "SELECT 1"}, 2, "is a config file, and --config"},
+		{[]string{"route", "--map", noMap, "SELECT 1"}, 1, "a pgshard config file without a shard map"},
+		{[]string{"route", "--map", "../../configs/sharding.yaml", "SELECT 1"}, 1, "read as a pgshard config file"},
 	} {
 		r := run(t, "", c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
