@@ -845,6 +845,15 @@ func deparse(n *pg.Node) (string, error) {
 // step the engine takes.
 func (mg *Merge) Describe() []string {
 	var out []string
+	if st := mg.Stages; st != nil {
+		// No statement of the client's goes to the shards as it is:
+		// each stage-1 statement is routed (and merged) on its own, then
+		// stage 2 runs on one shard.
+		for i, in := range st.Inner {
+			out = append(out, fmt.Sprintf("stage 1.%d SQL: %s (routed on its own)", i+1, in.SQL))
+		}
+		return append(out, "stage 2 SQL:   "+st.Outer+" (on the default shard, each marker a VALUES list of stage 1's rows)")
+	}
 	if mg.SQL != "" {
 		out = append(out, "per-shard SQL: "+mg.SQL)
 	} else {

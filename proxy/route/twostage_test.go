@@ -74,5 +74,11 @@ func TestTwoStage(t *testing.T) {
 		if strings.Join(got, "; ") != strings.Join(c.inner, "; ") || sg.Outer != c.outer {
 			t.Errorf("%s:\n got inner %q outer %q\nwant inner %q outer %q", c.sql, got, sg.Outer, c.inner, c.outer)
 		}
+		// Describe shows the stages' own SQL, never the client's
+		// statement as the shards' SQL.
+		desc := strings.Join(d.Merge.Describe(), "\n")
+		if strings.Contains(desc, "the client's statement") || !strings.Contains(desc, sg.Outer) || !strings.Contains(desc, sg.Inner[0].SQL) {
+			t.Errorf("%s: Describe does not show the stages:\n%s", c.sql, desc)
+		}
 	}
 }
