@@ -3,6 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -186,5 +190,83 @@ func TestPlanPipelineValue(t *testing.T) {
 	}
 	if s.txn.tx != txIdle || len(s.cc.out) != 0 {
 		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.txn.tx, len(s.cc.out))
+	}
+}
+
+// TestPlanTerminate: whether a pg_terminate_backend of PIDs is the
+// proxy's is decided without I/O (resolve: the session register), and
+// the call is planned as a step (stepTerminate) that the executor takes:
+// only then does the other session get its FATAL and lose its client.
+func TestPlanTerminate(t *testing.T) {
+	s := planSession(t)
+	reg := NewRegistry(obs.NewMetrics())
+	s.host = &HostEnv{Clients: reg}
+	clientEnd, proxyEnd := net.Pipe()
+	defer clientEnd.Close()
+	other := &Session{cc: clientConn{conn: proxyEnd}}
+	for _, x := range []*Session{s, other} {
+		if !reg.register(x, 10) {
+			t.Fatal("register refused")
+		}
+	}
+	stranger := uint32(1)
+	for i := 0; i < 10 && reg.byPID(stranger) != nil; i++ {
+		stranger++
+	}
+	arr := func(pids ...uint32) [][]byte {
+		var b strings.Builder
+		for i, pid := range pids {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatUint(uint64(pid), 10))
+		}
+		return [][]byte{[]byte("{" + b.String() + "}")}
+	}
+	many := analyze(t, s, "select pg_terminate_backend(n) from unnest($1::int[]) n")
+	if c := parseTerminate(many, arr(other.pid, stranger), nil); c == nil || c.resolve(s) || c.targets != nil {
+		t.Fatalf("a PID that is no session's: %+v, want it sent on", c)
+	}
+	c := parseTerminate(many, arr(other.pid), nil)
+	if c == nil || !c.resolve(s) || len(c.targets) != 1 || c.targets[0] != other {
+		t.Fatalf("another session's PID: %+v, want it resolved to that session", c)
+	}
+	act := terminateAction(c)
+	if act.step == nil || act.step.kind != stepTerminate || act.step.term != c || act.err != nil {
+		t.Fatalf("plan: %+v, want a stepTerminate", act)
+	}
+	if other.closed || s.terminateSelf {
+		t.Fatal("planning ended a session")
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(clientEnd)
+		got <- b
+	}()
+	if done := s.newPlanner(context.Background()).exec().take(act); done.step != nil || done.err != nil {
+		t.Errorf("take: %+v", done)
+	}
+	if b := <-got; !other.closed || len(b) == 0 || b[0] != 'E' || !bytes.Contains(b, []byte("57P01")) {
+		t.Errorf("the other session: closed %v, its client got %q; want FATAL 57P01", other.closed, b)
+	}
+	if s.terminateSelf {
+		t.Error("the caller's session is to end too")
+	}
+
+	// Its own session (the self form): the answer is the FATAL; the
+	// executor's step marks the session to end.
+	c = parseTerminate(analyze(t, s, "select pg_terminate_backend(pg_backend_pid())"), nil, nil)
+	if c == nil || !c.resolve(s) || len(c.pids) != 1 || c.pids[0] != s.pid {
+		t.Fatalf("self: %+v", c)
+	}
+	act = terminateAction(c)
+	if act.step == nil || act.step.kind != stepTerminate || act.err == nil || act.err.Code != "57P01" || act.err.Severity != "FATAL" {
+		t.Fatalf("self: plan %+v, want a stepTerminate answered with FATAL 57P01", act)
+	}
+	if s.terminateSelf || s.selfFatalSent {
+		t.Fatal("self: planning marked the session")
+	}
+	if done := s.newPlanner(context.Background()).exec().take(act); done.err != act.err || !s.terminateSelf || !s.selfFatalSent {
+		t.Errorf("self: take %+v, terminateSelf %v selfFatalSent %v", done, s.terminateSelf, s.selfFatalSent)
 	}
 }
