@@ -158,6 +158,32 @@ func TestPlanQueryValue(t *testing.T) {
 	}
 }
 
+// planPipeline plans s.grp (Parse, Bind, Describe, Execute, Sync) as
+// runPipeline does, without running it.
+func planPipeline(s *Session) pipePlanner {
+	p := pipePlanner{s.newPlanner(context.Background())}
+	p.planner.pipeline = true
+	for i, m := range s.grp {
+		p.planner.cur = i
+		if p.planner.failed && m.typ != 'S' {
+			continue
+		}
+		switch m.typ {
+		case 'P':
+			p.parse(m.raw)
+		case 'B':
+			p.bind(m.raw, i)
+		case 'D':
+			p.describe(m.raw, i)
+		case 'E':
+			p.execute(m.raw)
+		case 'S':
+			p.sync(m.raw)
+		}
+	}
+	return p
+}
+
 // TestPlanPipelineValue: an extended-protocol pipeline the proxy answers
 // itself (Parse/Bind/Execute of BEGIN, Sync) is planned into the plan
 // value likewise.
@@ -169,21 +195,7 @@ func TestPlanPipelineValue(t *testing.T) {
 		{'E', pgwire.AppendExecute(nil, "", 0)},
 		{'S', []byte{'S', 0, 0, 0, 4}},
 	}
-	p := pipePlanner{s.newPlanner(context.Background())}
-	p.planner.pipeline = true
-	for i, m := range s.grp {
-		p.planner.cur = i
-		switch m.typ {
-		case 'P':
-			p.parse(m.raw)
-		case 'B':
-			p.bind(m.raw, i)
-		case 'E':
-			p.execute(m.raw)
-		case 'S':
-			p.sync(m.raw)
-		}
-	}
+	p := planPipeline(s)
 	kinds, local := planShape(p.planner)
 	if p.planner.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.planner.plan.bw) != 0 || len(p.planner.plan.portals) != 1 || !p.planner.plan.portals[0].local {
 		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.planner.plan.bw), p.planner.plan.portals, p.planner.protoErr)
@@ -268,5 +280,62 @@ func TestPlanTerminate(t *testing.T) {
 	}
 	if done := s.newPlanner(context.Background()).exec().take(act); done.err != act.err || !s.terminateSelf || !s.selfFatalSent {
 		t.Errorf("self: take %+v, terminateSelf %v selfFatalSent %v", done, s.terminateSelf, s.selfFatalSent)
+	}
+}
+
+// TestPlanTerminatePipeline: a pipeline's pg_cancel_backend of a proxy
+// session is answered by the proxy (nothing for a backend), its result
+// in the format the Bind asked for; pg_terminate_backend(pg_backend_pid())
+// is answered with its FATAL, and the rest of the pipeline skipped.
+func TestPlanTerminatePipeline(t *testing.T) {
+	s := planSession(t)
+	reg := NewRegistry(obs.NewMetrics())
+	s.host = &HostEnv{Clients: reg}
+	other := new(Session) // no backend: its cancel does no I/O
+	for _, x := range []*Session{s, other} {
+		if !reg.register(x, 10) {
+			t.Fatal("register refused")
+		}
+	}
+	pid := []byte(strconv.FormatUint(uint64(other.pid), 10))
+	for _, binary := range []bool{false, true} {
+		bind := pgwire.AppendBindText(nil, "", "", [][]byte{pid})
+		if binary {
+			var bv pgwire.BindView
+			if err := bv.Decode(bind); err != nil {
+				t.Fatal(err)
+			}
+			bind = pgwire.AppendBindFormats(nil, bind, &bv, []int16{1})
+		}
+		s.grp = []cmsg{
+			{'P', pgwire.AppendParseMsg(nil, "", "select pg_cancel_backend($1)", nil)},
+			{'B', bind},
+			{'D', pgwire.AppendDescribe(nil, 'P', "")},
+			{'E', pgwire.AppendExecute(nil, "", 0)},
+			{'S', []byte{'S', 0, 0, 0, 4}},
+		}
+		p := planPipeline(s)
+		kinds, local := planShape(p.planner)
+		if p.planner.protoErr != nil || string(local) != "12TDCZ" || len(p.planner.plan.bw) != 0 {
+			t.Fatalf("binary %v: items %v, local messages %q, %d bytes for a backend (%v)", binary, kinds, local, len(p.planner.plan.bw), p.planner.protoErr)
+		}
+		// The column's format code (RowDescription), then its row.
+		want := []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 'D', 0, 0, 0, 11, 0, 1, 0, 0, 0, 1, 't'}
+		if binary {
+			want[5], want[len(want)-1] = 1, 1
+		}
+		if !bytes.Contains(p.planner.plan.lbuf, want) {
+			t.Errorf("binary %v: the answer %q has no row %q", binary, p.planner.plan.lbuf, want)
+		}
+	}
+	s.grp = []cmsg{
+		{'P', pgwire.AppendParseMsg(nil, "", "select pg_terminate_backend(pg_backend_pid())", nil)},
+		{'B', pgwire.AppendBindText(nil, "", "", nil)},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	p := planPipeline(s)
+	if _, local := planShape(p.planner); string(local) != "1EZ" || !p.planner.failed || !s.terminateSelf || !s.selfFatalSent {
+		t.Errorf("self: local messages %q, failed %v, terminateSelf %v selfFatalSent %v", local, p.planner.failed, s.terminateSelf, s.selfFatalSent)
 	}
 }
