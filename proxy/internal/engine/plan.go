@@ -44,7 +44,8 @@ func txnControl(k route.Kind) bool {
 // the bytes to send to a backend (bw) and the items that say how to
 // answer the client (items, lbuf), or a fan-out (fan). It simulates the
 // transaction state as it goes; the session's real state changes only
-// through item effects and the backend's final ReadyForQuery.
+// through item effects and the backend's final ReadyForQuery, and as the
+// executor takes a backend or an action's step (below).
 //
 // Its parts, one concern each:
 //
@@ -61,7 +62,8 @@ func txnControl(k route.Kind) bool {
 //	                               (acquire, readers, replay, soft moves,
 //	                               the fence's probe and asserts) and an
 //	                               action's step (take: the ROLLBACK of a
-//	                               soft move, a session SET's probe)
+//	                               soft move, a session SET's probe, the
+//	                               call of a pg_terminate_backend)
 //
 // The proxy's own answers are values: localAction returns an action,
 // with the I/O it needs first as its step (actionStep: stepMoveSoft,
@@ -94,16 +96,17 @@ func txnControl(k route.Kind) bool {
 // once per pool); (4) where the plan fails: an acquisition's error
 // fails the pipeline at that message, and the later ones are planned as
 // a failed pipeline's; (5) the session state a cancel and the exchange
-// read (Session.setBackend, txn.shard, the readers taken or a held
-// backend demoted to one). A design without it: the planner records
-// the need as a step of the plan (this shard, or any from it, before
-// item k) and writes the cache-dependent parts as operations (prepare
-// statement vs, close what the cache evicts) instead of bytes; the
-// executor acquires, probes the fence, then renders bw against that
-// connection's cache; an acquisition error, or a fall-back to another
-// shard, ends the plan at that step, and the executor plans the rest of
-// the pipeline afresh from that message on the state it found (as
-// runPipeline does after a read of every shard).
+// read, written as the backend is taken (Session.setBackend, txn.shard,
+// txn.hintBound, fenceBuckets, the readers taken or a held backend
+// demoted to one). A design without it: the planner records the need
+// as a step of the plan (this shard, or any from it, before item k) and
+// writes the cache-dependent parts as operations (prepare statement vs,
+// close what the cache evicts) instead of bytes; the executor acquires,
+// probes the fence, then renders bw against that connection's cache; an
+// acquisition error, or a fall-back to another shard, ends the plan at
+// that step, and the executor plans the rest of the pipeline afresh
+// from that message on the state it found (as runPipeline does after a
+// read of every shard).
 type planner struct {
 	s   *Session
 	ctx context.Context
