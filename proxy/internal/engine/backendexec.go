@@ -16,7 +16,8 @@ import (
 // its backend), demotes the transaction's backend to a reader, probes
 // and asserts the map fence (fence.go, fenceretry.go), and takes the
 // I/O step of a local action (take: a soft move's ROLLBACK, a session
-// SET's probe). The planner's other parts (plan.go, router.go,
+// SET's probe, the ending or cancelling of sessions a
+// pg_terminate_backend / pg_cancel_backend names). The planner's other parts (plan.go, router.go,
 // txnsim.go, stmtbook.go) do none of this; the extended-protocol and
 // simple-query planners call it through planner.exec where a statement
 // needs its backend or an action has a step.
@@ -256,6 +257,9 @@ func (p backendExec) take(act action) action {
 		return act
 	case stepProbeSet:
 		return p.probeSet(st)
+	case stepTerminate:
+		st.term.carryOut(p.planner.ctx, p.planner.s)
+		return act
 	}
 	return action{err: pgwire.NewError(pgwire.CodeInternalError, "pgshard planned an unknown step")}
 }

@@ -47,7 +47,8 @@
 //	                 the items, the local answers and the bytes of one
 //	                 backend write, which the exchange runs) and the
 //	                 proxy's own answers as action values (their I/O a
-//	                 step: a soft move's ROLLBACK, a session SET's probe);
+//	                 step: a soft move's ROLLBACK, a session SET's probe,
+//	                 a pg_terminate_backend of the proxy's sessions);
 //	                 router.go: the routing decision as a
 //	                 routePlan value (no I/O); txnsim.go: txnSim, the
 //	                 plan's simulation of the transaction (txnstate.go)
@@ -84,7 +85,8 @@
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a
 //	                 client session's PID: terminateCall, the call
 //	                 the analyzer recognized (route.Terminate) with its
-//	                 PIDs read, run and answered
+//	                 PIDs read, resolved to sessions without I/O, its
+//	                 call the executor's step (stepTerminate), answered
 //
 // Below it: proxy/route (the analyzer), internal/backend (pools),
 // internal/merge, internal/pgvalue, internal/pgwire, internal/auth,

@@ -374,22 +374,22 @@ func (p pipePlanner) bindLocal(pi portalInfo) {
 
 // bindTerminate answers a Bind (decoded in p.bv) of a
 // pg_terminate_backend/pg_cancel_backend call of sessions' PIDs
-// (terminate.go), running it; it reports whether the statement was one.
+// (terminate.go); it reports whether the statement was one. Whether it
+// is, is decided without I/O (resolve); the call itself is the action's
+// step (stepTerminate), which the executor takes before the answer.
 func (p pipePlanner) bindTerminate(pi portalInfo) bool {
-	s := p.planner.s
 	bv := &p.planner.bv
 	c := parseTerminate(pi.vs.st, bv.Params, bv.Formats)
-	if c == nil || !c.run(p.planner.ctx, s) {
+	if c == nil || !c.resolve(p.planner.s) {
 		return false
 	}
-	if c.self {
-		// The statement itself is interrupted (its FATAL is the
-		// answer); the session then ends.
-		p.planner.fail(errSelfTerminated(), nil)
-		s.selfFatalSent = true
+	c.binary = len(bv.ResultFmts) == 1 && bv.ResultFmts[0] == 1
+	if act := p.planner.exec().take(terminateAction(c)); act.err != nil {
+		// The self form: the statement itself is interrupted (its
+		// FATAL is the answer); the session then ends.
+		p.planner.fail(act.err, nil)
 		return true
 	}
-	c.binary = len(bv.ResultFmts) == 1 && bv.ResultFmts[0] == 1
 	pi.local, pi.term = true, c
 	p.bindLocal(pi)
 	return true

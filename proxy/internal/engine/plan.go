@@ -44,7 +44,8 @@ func txnControl(k route.Kind) bool {
 // the bytes to send to a backend (bw) and the items that say how to
 // answer the client (items, lbuf), or a fan-out (fan). It simulates the
 // transaction state as it goes; the session's real state changes only
-// through item effects and the backend's final ReadyForQuery.
+// through item effects and the backend's final ReadyForQuery, and as the
+// executor takes a backend or an action's step (below).
 //
 // Its parts, one concern each:
 //
@@ -61,18 +62,51 @@ func txnControl(k route.Kind) bool {
 //	                               (acquire, readers, replay, soft moves,
 //	                               the fence's probe and asserts) and an
 //	                               action's step (take: the ROLLBACK of a
-//	                               soft move, a session SET's probe)
+//	                               soft move, a session SET's probe, the
+//	                               call of a pg_terminate_backend)
 //
 // The proxy's own answers are values: localAction returns an action,
 // with the I/O it needs first as its step (actionStep: stepMoveSoft,
-// stepProbeSet), which the caller hands to the executor (take) before
-// answering. Still interleaved with planning: the executor's run and
-// ensureBackend, called as soon as a statement needs its backend (a
-// later message of the pipeline is planned for that backend: its
-// statement cache, sendParse), a read of every shard in the middle of a
-// transaction block's pipeline (runPipeline runs it, then plans the
-// rest afresh), and pg_terminate_backend of a session (bindTerminate,
-// terminate.go: whether the call is the proxy's is known by running it).
+// stepProbeSet, stepTerminate), which the caller hands to the executor
+// (take) before answering. A pg_terminate_backend / pg_cancel_backend of
+// the proxy's sessions is one (bindTerminate, terminate.go): whether the
+// call is the proxy's is decided from the session register
+// (terminateCall.resolve, a lookup in memory), and ending or cancelling
+// the sessions is its step (stepTerminate, terminateCall.carryOut).
+//
+// Still interleaved with planning:
+//
+//   - the executor's run and ensureBackend, called as soon as a
+//     statement needs its backend: the rest of the pipeline is planned
+//     for the connection acquired (below);
+//   - a read of every shard in the middle of a transaction block's
+//     pipeline (runPipeline runs it, then plans the rest afresh).
+//
+// What planning reads of the acquired backend, so that it cannot be
+// planned before the acquisition: (1) sendParse's bytes depend on that
+// connection's statement cache (bc.Stmts: none through a pooler; which
+// of the pipeline's statements it holds already, the names it evicts,
+// whose Close goes first, its epoch), on a pinned backend's own names
+// (vstmt.realOn), and parse's choice of answering an unnamed Parse
+// itself; (2) the shard it is on: with anyShard, acquire takes the next
+// shard whose pool gives a connection, and every later statement of the
+// pipeline is routed against that shard (a keyed statement for another
+// shard moves a soft transaction, or is refused); (3) whether the
+// fence's assert is written ahead (PoolFences.fenced asks the backend
+// once per pool); (4) where the plan fails: an acquisition's error
+// fails the pipeline at that message, and the later ones are planned as
+// a failed pipeline's; (5) the session state a cancel and the exchange
+// read, written as the backend is taken (Session.setBackend, txn.shard,
+// txn.hintBound, fenceBuckets, the readers taken or a held backend
+// demoted to one). A design without it: the planner records the need
+// as a step of the plan (this shard, or any from it, before item k) and
+// writes the cache-dependent parts as operations (prepare statement vs,
+// close what the cache evicts) instead of bytes; the executor acquires,
+// probes the fence, then renders bw against that connection's cache; an
+// acquisition error, or a fall-back to another shard, ends the plan at
+// that step, and the executor plans the rest of the pipeline afresh
+// from that message on the state it found (as runPipeline does after a
+// read of every shard).
 type planner struct {
 	s   *Session
 	ctx context.Context
@@ -234,6 +268,10 @@ const (
 	// pipeline's backend (on), or any shard's when on is nil. Its
 	// answer (the canonical value, Postgres's error) is the action's.
 	stepProbeSet
+	// stepTerminate: a pg_terminate_backend / pg_cancel_backend of the
+	// proxy's sessions (term, resolved without I/O, terminate.go): the
+	// executor ends or cancels them (terminateCall.carryOut).
+	stepTerminate
 )
 
 // actionStep is the I/O step of an action (action.step).
@@ -250,6 +288,8 @@ type actionStep struct {
 	name string
 	tag  string
 	on   *backend.Conn
+	// stepTerminate: the call and the sessions it names.
+	term *terminateCall
 }
 
 // localAction answers a statement isLocal accepted, advancing the

@@ -3,6 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -154,6 +158,32 @@ func TestPlanQueryValue(t *testing.T) {
 	}
 }
 
+// planPipeline plans s.grp (Parse, Bind, Describe, Execute, Sync) as
+// runPipeline does, without running it.
+func planPipeline(s *Session) pipePlanner {
+	p := pipePlanner{s.newPlanner(context.Background())}
+	p.planner.pipeline = true
+	for i, m := range s.grp {
+		p.planner.cur = i
+		if p.planner.failed && m.typ != 'S' {
+			continue
+		}
+		switch m.typ {
+		case 'P':
+			p.parse(m.raw)
+		case 'B':
+			p.bind(m.raw, i)
+		case 'D':
+			p.describe(m.raw, i)
+		case 'E':
+			p.execute(m.raw)
+		case 'S':
+			p.sync(m.raw)
+		}
+	}
+	return p
+}
+
 // TestPlanPipelineValue: an extended-protocol pipeline the proxy answers
 // itself (Parse/Bind/Execute of BEGIN, Sync) is planned into the plan
 // value likewise.
@@ -165,26 +195,147 @@ func TestPlanPipelineValue(t *testing.T) {
 		{'E', pgwire.AppendExecute(nil, "", 0)},
 		{'S', []byte{'S', 0, 0, 0, 4}},
 	}
-	p := pipePlanner{s.newPlanner(context.Background())}
-	p.planner.pipeline = true
-	for i, m := range s.grp {
-		p.planner.cur = i
-		switch m.typ {
-		case 'P':
-			p.parse(m.raw)
-		case 'B':
-			p.bind(m.raw, i)
-		case 'E':
-			p.execute(m.raw)
-		case 'S':
-			p.sync(m.raw)
-		}
-	}
+	p := planPipeline(s)
 	kinds, local := planShape(p.planner)
 	if p.planner.protoErr != nil || len(kinds) != 4 || string(local) != "12CZ" || len(p.planner.plan.bw) != 0 || len(p.planner.plan.portals) != 1 || !p.planner.plan.portals[0].local {
 		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend, portals %+v (%v)", kinds, local, len(p.planner.plan.bw), p.planner.plan.portals, p.planner.protoErr)
 	}
 	if s.txn.tx != txIdle || len(s.cc.out) != 0 {
 		t.Errorf("planning changed the session: tx %v, %d bytes for the client", s.txn.tx, len(s.cc.out))
+	}
+}
+
+// TestPlanTerminate: whether a pg_terminate_backend of PIDs is the
+// proxy's is decided without I/O (resolve: the session register), and
+// the call is planned as a step (stepTerminate) that the executor takes:
+// only then does the other session get its FATAL and lose its client.
+func TestPlanTerminate(t *testing.T) {
+	s := planSession(t)
+	reg := NewRegistry(obs.NewMetrics())
+	s.host = &HostEnv{Clients: reg}
+	clientEnd, proxyEnd := net.Pipe()
+	defer clientEnd.Close()
+	other := &Session{cc: clientConn{conn: proxyEnd}}
+	for _, x := range []*Session{s, other} {
+		if !reg.register(x, 10) {
+			t.Fatal("register refused")
+		}
+	}
+	stranger := uint32(1)
+	for i := 0; i < 10 && reg.byPID(stranger) != nil; i++ {
+		stranger++
+	}
+	arr := func(pids ...uint32) [][]byte {
+		var b strings.Builder
+		for i, pid := range pids {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatUint(uint64(pid), 10))
+		}
+		return [][]byte{[]byte("{" + b.String() + "}")}
+	}
+	many := analyze(t, s, "select pg_terminate_backend(n) from unnest($1::int[]) n")
+	if c := parseTerminate(many, arr(other.pid, stranger), nil); c == nil || c.resolve(s) || c.targets != nil {
+		t.Fatalf("a PID that is no session's: %+v, want it sent on", c)
+	}
+	c := parseTerminate(many, arr(other.pid), nil)
+	if c == nil || !c.resolve(s) || len(c.targets) != 1 || c.targets[0] != other {
+		t.Fatalf("another session's PID: %+v, want it resolved to that session", c)
+	}
+	act := terminateAction(c)
+	if act.step == nil || act.step.kind != stepTerminate || act.step.term != c || act.err != nil {
+		t.Fatalf("plan: %+v, want a stepTerminate", act)
+	}
+	if other.closed || s.terminateSelf {
+		t.Fatal("planning ended a session")
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(clientEnd)
+		got <- b
+	}()
+	if done := s.newPlanner(context.Background()).exec().take(act); done.step != nil || done.err != nil {
+		t.Errorf("take: %+v", done)
+	}
+	if b := <-got; !other.closed || len(b) == 0 || b[0] != 'E' || !bytes.Contains(b, []byte("57P01")) {
+		t.Errorf("the other session: closed %v, its client got %q; want FATAL 57P01", other.closed, b)
+	}
+	if s.terminateSelf {
+		t.Error("the caller's session is to end too")
+	}
+
+	// Its own session (the self form): the answer is the FATAL; the
+	// executor's step marks the session to end.
+	c = parseTerminate(analyze(t, s, "select pg_terminate_backend(pg_backend_pid())"), nil, nil)
+	if c == nil || !c.resolve(s) || len(c.pids) != 1 || c.pids[0] != s.pid {
+		t.Fatalf("self: %+v", c)
+	}
+	act = terminateAction(c)
+	if act.step == nil || act.step.kind != stepTerminate || act.err == nil || act.err.Code != "57P01" || act.err.Severity != "FATAL" {
+		t.Fatalf("self: plan %+v, want a stepTerminate answered with FATAL 57P01", act)
+	}
+	if s.terminateSelf || s.selfFatalSent {
+		t.Fatal("self: planning marked the session")
+	}
+	if done := s.newPlanner(context.Background()).exec().take(act); done.err != act.err || !s.terminateSelf || !s.selfFatalSent {
+		t.Errorf("self: take %+v, terminateSelf %v selfFatalSent %v", done, s.terminateSelf, s.selfFatalSent)
+	}
+}
+
+// TestPlanTerminatePipeline: a pipeline's pg_cancel_backend of a proxy
+// session is answered by the proxy (nothing for a backend), its result
+// in the format the Bind asked for; pg_terminate_backend(pg_backend_pid())
+// is answered with its FATAL, and the rest of the pipeline skipped.
+func TestPlanTerminatePipeline(t *testing.T) {
+	s := planSession(t)
+	reg := NewRegistry(obs.NewMetrics())
+	s.host = &HostEnv{Clients: reg}
+	other := new(Session) // no backend: its cancel does no I/O
+	for _, x := range []*Session{s, other} {
+		if !reg.register(x, 10) {
+			t.Fatal("register refused")
+		}
+	}
+	pid := []byte(strconv.FormatUint(uint64(other.pid), 10))
+	for _, binary := range []bool{false, true} {
+		bind := pgwire.AppendBindText(nil, "", "", [][]byte{pid})
+		if binary {
+			var bv pgwire.BindView
+			if err := bv.Decode(bind); err != nil {
+				t.Fatal(err)
+			}
+			bind = pgwire.AppendBindFormats(nil, bind, &bv, []int16{1})
+		}
+		s.grp = []cmsg{
+			{'P', pgwire.AppendParseMsg(nil, "", "select pg_cancel_backend($1)", nil)},
+			{'B', bind},
+			{'D', pgwire.AppendDescribe(nil, 'P', "")},
+			{'E', pgwire.AppendExecute(nil, "", 0)},
+			{'S', []byte{'S', 0, 0, 0, 4}},
+		}
+		p := planPipeline(s)
+		kinds, local := planShape(p.planner)
+		if p.planner.protoErr != nil || string(local) != "12TDCZ" || len(p.planner.plan.bw) != 0 {
+			t.Fatalf("binary %v: items %v, local messages %q, %d bytes for a backend (%v)", binary, kinds, local, len(p.planner.plan.bw), p.planner.protoErr)
+		}
+		// The column's format code (RowDescription), then its row.
+		want := []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 'D', 0, 0, 0, 11, 0, 1, 0, 0, 0, 1, 't'}
+		if binary {
+			want[5], want[len(want)-1] = 1, 1
+		}
+		if !bytes.Contains(p.planner.plan.lbuf, want) {
+			t.Errorf("binary %v: the answer %q has no row %q", binary, p.planner.plan.lbuf, want)
+		}
+	}
+	s.grp = []cmsg{
+		{'P', pgwire.AppendParseMsg(nil, "", "select pg_terminate_backend(pg_backend_pid())", nil)},
+		{'B', pgwire.AppendBindText(nil, "", "", nil)},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	p := planPipeline(s)
+	if _, local := planShape(p.planner); string(local) != "1EZ" || !p.planner.failed || !s.terminateSelf || !s.selfFatalSent {
+		t.Errorf("self: local messages %q, failed %v, terminateSelf %v selfFatalSent %v", local, p.planner.failed, s.terminateSelf, s.selfFatalSent)
 	}
 }

@@ -18,7 +18,10 @@ package engine
 // per PID. Any other form, or a PID that is not a session's, goes to the
 // backend as it is. The forms are recognized by the analyzer, from the
 // statement's parse tree (route.Terminate, proxy/route/terminate.go);
-// here the PIDs are read from the call's constant or Bind parameter.
+// here the PIDs are read from the call's constant or Bind parameter,
+// whether every one is a session's is decided without I/O (resolve: the
+// session register), and the call itself is the I/O step the executor
+// takes (stepTerminate, carryOut) before the answer is sent.
 
 import (
 	"context"
@@ -39,6 +42,9 @@ type terminateCall struct {
 	self bool
 	// binary: the client asked for its result in binary.
 	binary bool
+	// targets are the sessions the PIDs name, in order (resolve): what
+	// the executor's step ends or cancels (carryOut).
+	targets []*Session
 }
 
 // parseTerminate reads the call the analyzer recognized in st
@@ -148,22 +154,47 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 	return out, true
 }
 
-// run does the call, made by session s, if every PID is a session's
-// (the answer is then one "t" per PID: appendTerminateResult); ok
-// false: not ours, send it on.
-func (c *terminateCall) run(ctx context.Context, s *Session) (ok bool) {
+// resolve decides, without I/O, whether the call made by session s is
+// the proxy's: every PID one of its sessions' (the self form names s's
+// own). The answer comes from the session register (a lookup in
+// memory), and the sessions found are recorded (targets) for the step
+// that does the call (carryOut). False: not ours, send it on.
+func (c *terminateCall) resolve(s *Session) bool {
 	if c.self {
 		c.pids = []uint32{s.pid}
 	}
-	targets := make([]*Session, 0, len(c.pids))
+	c.targets = make([]*Session, 0, len(c.pids))
 	for _, pid := range c.pids {
 		t := s.host.Clients.byPID(pid)
 		if t == nil {
+			c.targets = nil
 			return false
 		}
-		targets = append(targets, t)
+		c.targets = append(c.targets, t)
 	}
-	for _, t := range targets {
+	return true
+}
+
+// terminateAction is the plan of a call resolve found to be the
+// proxy's: its I/O is the action's step (stepTerminate), which the
+// executor takes (backendExec.take) before the answer is sent. The
+// self form's answer is its FATAL (the statement itself is
+// interrupted); any other's is one "t" per PID (appendTerminateResult),
+// which the caller plans.
+func terminateAction(c *terminateCall) action {
+	act := action{step: &actionStep{kind: stepTerminate, term: c}}
+	if c.self {
+		act.err = errSelfTerminated()
+	}
+	return act
+}
+
+// carryOut does the call session s made (the I/O of stepTerminate):
+// each target's running query is cancelled, or its session ended; s's
+// own session ends after the answer (terminateSelf), at once when the
+// FATAL is the answer (selfFatalSent, the self form).
+func (c *terminateCall) carryOut(ctx context.Context, s *Session) {
+	for _, t := range c.targets {
 		if c.fn == "cancel" {
 			t.cancelBackend(ctx)
 			continue
@@ -175,7 +206,9 @@ func (c *terminateCall) run(ctx context.Context, s *Session) (ok bool) {
 		}
 		terminateSession(t)
 	}
-	return true
+	if c.self {
+		s.selfFatalSent = true
+	}
 }
 
 // errSelfTerminated is what a session that terminated itself gets.
@@ -232,14 +265,15 @@ func terminateSimple(ctx context.Context, s *Session, as []*route.Statement) boo
 		return false
 	}
 	c := parseTerminate(as[0], nil, nil)
-	if c == nil || !c.run(ctx, s) {
+	if c == nil || !c.resolve(s) {
 		return false
 	}
+	// No plan is made for it: the step is taken here, before the answer.
+	c.carryOut(ctx, s)
 	if c.self {
 		// As in Postgres the statement itself is interrupted: the FATAL
 		// is its answer, and the session ends.
 		s.cc.out = pgwire.AppendError(s.cc.out, errSelfTerminated())
-		s.selfFatalSent = true
 		return true
 	}
 	s.cc.out = appendTerminateResult(s.cc.out, c, true)
