@@ -51,7 +51,8 @@ type Options struct {
 	CatchUpRounds int
 	// DutyCycle is the share of the time, in (0, 1], that a move's
 	// background work — the bulk copy, the catch-up rounds before a
-	// freeze, the clean-up's deletes — may keep the mover busy (default
+	// freeze (those on the freeze's own connections just before its
+	// lock included), the clean-up's deletes — may keep the mover busy (default
 	// DefaultDutyCycle): after a stretch of such work that took t, the
 	// mover pauses t·(1−DutyCycle)/DutyCycle, so the shards' other
 	// ranges keep most of the CPU and I/O. 1 never pauses. A freeze is

@@ -26,7 +26,8 @@
 //	    table each side — and drop the records replayed.
 //	 5. Freeze, within a budget: first, outside it, every connection the
 //	    freeze uses acquired and warmed (each side's fence set to what it
-//	    is; catch-up rounds on them until little is left), so none is
+//	    is; catch-up rounds on them, paced, until one leaves little and
+//	    then the lock at once), so none is
 //	    dialled under the lock; then the range's lock EXCLUSIVE with lock_timeout
 //	    = the budget (writers in flight finish, new ones wait), the source's
 //	    fence frozen (committed, so writes stay refused if the mover dies),
@@ -61,11 +62,13 @@
 // completes one that has. Apply and Abort hold the catalog lease
 // LeaseOwner while they run: one mover at a time.
 //
-// Pacing: the copy, the catch-up rounds before a freeze and the
+// Pacing: the copy, the catch-up rounds before a freeze (those on the
+// freeze's connections before its lock request included) and the
 // clean-up's deletes keep the mover busy at most Options.DutyCycle of the
-// time (a pause after each stretch of work); never the freeze. A catch-up
-// whose backlog stops shrinking shortens, then drops, its pauses, so a
-// paced move converges whenever an unpaced one would.
+// time (a pause after each stretch of work, a full batch's round too);
+// never the freeze. A move whose backlog stops shrinking (or stays a full
+// batch) shortens, then drops, its pauses for the rest of it, so a paced
+// move converges whenever an unpaced one would.
 //
 // Options.Hook stops a mover at each of Steps (tests, chaos's mover
 // kills); Options.Around is given each step of a freeze (CutSteps: the

@@ -122,8 +122,11 @@ type Result struct {
 	Pauses     int
 	PaceWaived int
 
-	// pace paces this move's background work (nil: none, e.g. abort).
-	pace *pacer
+	// pace paces this move's background work (nil: none, e.g. abort);
+	// catchUp scales its pauses after the catch-up's rounds, across the
+	// move's catch-ups (nil until the first).
+	pace    *pacer
+	catchUp *catchUpPace
 
 	// flipped is the freeze that flipped, until the clean-up's journal
 	// step records it (in the move's detail; ARCHITECTURE.md §6).
@@ -287,16 +290,23 @@ func (mv *mover) prepare(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 // fails with errAbandoned).
 func (mv *mover) catchUpUntil(ctx context.Context, m catalog.MoveRecord, r *round, res *Result, rounds, small int, deadline time.Time) error {
 	var replayed, copied int64
-	// Paced only before a freeze (r.paced): the rounds on a freeze's
-	// connections, just before its lock request or under it, never.
+	// Paced (r.paced) only outside a freeze: after the copy, after an
+	// abandoned freeze, and on a freeze's connections before its lock
+	// request; under the lock, never.
 	var pace *catchUpPace
+	waived := 0
 	if r.paced && deadline.IsZero() {
-		pace = newCatchUpPace(mv.opts.CatchUpBatch)
+		if res.catchUp == nil {
+			res.catchUp = newCatchUpPace()
+		}
+		pace = res.catchUp
+		pace.reset()
+		waived = pace.waived
 		res.pace.begin()
 	}
 	defer func() {
 		if pace != nil {
-			res.PaceWaived += pace.waived
+			res.PaceWaived += pace.waived - waived
 		}
 		res.Replayed += replayed
 		if copied > 0 && deadline.IsZero() {
@@ -435,14 +445,17 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	// catch-up took 20-70 ms more under the lock, at load 10), so the
 	// fence connections set each side's fence to the state it has, and
 	// the catch-up connections replay what accumulated since the last
-	// catch-up (unpaced) until a round finds little.
+	// catch-up until a round finds little — paced as the catch-up before
+	// them (at the duty cycle, or with the pauses the move's backlog
+	// already cut), but never after the round that found little: the
+	// lock is requested right after it.
 	if err := src.setFence(ctx, cs.fc, m.Lo, m.Hi, "owned", m.From, epoch, []string{"owned"}, false); err != nil {
 		return nil, 0, err
 	}
 	if err := dst.setFence(ctx, cs.dc, m.Lo, m.Hi, "incoming", m.From, epoch, []string{"incoming"}, false); err != nil {
 		return nil, 0, err
 	}
-	if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, sc: cs.sc, dc: cs.dc}, res, preLockRounds, preLockSmall, time.Time{}); err != nil {
+	if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, sc: cs.sc, dc: cs.dc, paced: true}, res, preLockRounds, preLockSmall, time.Time{}); err != nil {
 		return nil, 0, err
 	}
 	// The flip is computed now, before the lock, as late as can be (a
@@ -585,9 +598,11 @@ func (mv *mover) freeze(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 
 // preLockRounds bounds the catch-up rounds a freeze runs on its own
 // connections just before it requests the range's lock; they stop at a
-// round that replays at most preLockSmall records.
+// round that replays at most preLockSmall records. Paced, they may need
+// more rounds than unpaced ones did (4): the pauses' fallback reaches the
+// unpaced mover within five rounds whose backlog does not shrink.
 const (
-	preLockRounds = 4
+	preLockRounds = 8
 	preLockSmall  = 64
 )
 

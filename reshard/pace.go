@@ -75,41 +75,51 @@ func (p *pacer) tick(ctx context.Context) error {
 	return p.rest(ctx, 1)
 }
 
-// catchUpPace decides the pause after each catch-up round before a
-// freeze, so that pacing never keeps the catch-up from converging: the
-// backlog is what the capture adds while the mover pauses, and a mover
-// that pauses too long never gets it small enough to freeze.
+// catchUpPace decides the pause after each catch-up round outside a
+// freeze — the rounds after the copy, after an abandoned freeze, and
+// those a freeze runs on its own connections before it requests the
+// range's lock — so that pacing never keeps the catch-up from
+// converging: the backlog is what the capture adds while the mover
+// pauses, and a mover that pauses too long never gets it small enough to
+// freeze.
 //
-//   - A round that replayed a full batch is followed by no pause: the
-//     mover is at least a batch behind and works flat out until it is not.
+//   - Every round is followed by its pause, a full batch included: a round
+//     that replayed a full batch does not say whether the backlog shrank,
+//     and an unpaced run through a large backlog (the copy leaves
+//     thousands of records) is what took the unmoved ranges' share.
 //   - A round that replayed no fewer records than the round before (the
-//     backlog did not shrink under the pace) halves the pauses for the
-//     rest of this catch-up; under a sixteenth they stop.
+//     backlog did not shrink under the pace, or two full batches in a
+//     row: it may not have) halves the pauses for the rest of the move;
+//     under a sixteenth they stop.
 //
 // So while the backlog shrinks the mover keeps its duty cycle, and when it
 // does not, it falls back within five rounds to the unpaced mover, which
 // converges as long as it replays faster than the writers change the range
-// (and otherwise the freeze's own catch-up is abandoned, as unpaced).
+// (and otherwise the freeze's own catch-up is abandoned, as unpaced). One
+// catchUpPace serves a move's every catch-up (reset): a move whose
+// backlog needed the fallback keeps it for its rounds before the lock.
 type catchUpPace struct {
-	batch int
 	scale float64 // of the pauses; starts at 1
-	prev  int     // records the previous round replayed (-1: none yet)
+	prev  int     // records the previous round of this catch-up replayed (-1: none yet)
 	// waived counts the rounds followed by no pause, or a shortened one.
 	waived int
 }
 
-func newCatchUpPace(batch int) *catchUpPace {
-	return &catchUpPace{batch: batch, scale: 1, prev: -1}
+func newCatchUpPace() *catchUpPace {
+	return &catchUpPace{scale: 1, prev: -1}
+}
+
+// reset starts another catch-up of the same move: the scale reached is
+// kept, the previous round forgotten (what accumulated in between says
+// nothing of the pace).
+func (c *catchUpPace) reset() {
+	c.prev = -1
 }
 
 // after returns the scale of the pause after a round that replayed n
 // records.
 func (c *catchUpPace) after(n int) float64 {
 	defer func() { c.prev = n }()
-	if n >= c.batch {
-		c.waived++
-		return 0
-	}
 	if c.prev >= 0 && n >= c.prev {
 		c.scale /= 2
 		if c.scale < 1.0/16 {

@@ -99,30 +99,40 @@ func TestPacerDutyCycle(t *testing.T) {
 }
 
 // TestCatchUpPaceConverges: rounds that shrink the backlog keep the full
-// pause; a full batch is followed by none; a backlog that stops
-// shrinking halves the pauses until they stop. Then a simulated capture
+// pause, a full batch included; two full batches in a row, or a backlog
+// that stops shrinking, halve the pauses until they stop; a move's next
+// catch-up keeps the scale reached. Then a simulated capture
 // whose writers add more per paced round than the freeze's threshold
 // still drains: the pauses fall away and the unpaced mover catches up.
 func TestCatchUpPaceConverges(t *testing.T) {
-	c := newCatchUpPace(2000)
+	c := newCatchUpPace()
 	for i, step := range []struct {
 		n    int
 		want float64
 	}{
-		{2000, 0},    // a batch behind: no pause
-		{1500, 1},    // shrinking: the full pause
-		{900, 1},     // shrinking
-		{1200, 0.5},  // grew: halved
-		{800, 0.5},   // shrinking: kept
-		{800, 0.25},  // not shrinking: halved again
-		{900, 0.125}, // again
-		{950, 0.0625},
+		{2000, 1},    // a batch behind: the full pause (the trend is not known yet)
+		{2000, 0.5},  // a batch behind again: it may not shrink, halved
+		{1500, 0.5},  // shrinking: kept
+		{900, 0.5},   // shrinking
+		{1200, 0.25}, // grew: halved
+		{800, 0.25},  // shrinking: kept
+		{800, 0.125}, // not shrinking: halved again
+		{900, 0.0625},
 		{960, 0}, // under a sixteenth: no pauses any more
 		{10, 0},
 	} {
 		if got := c.after(step.n); got != step.want {
 			t.Fatalf("round %d (%d records): scale %v, want %v", i, step.n, got, step.want)
 		}
+	}
+	// Another catch-up of the move (before a freeze's lock): the scale
+	// stays, the previous round is forgotten.
+	c = newCatchUpPace()
+	c.after(300)
+	c.after(400) // halved
+	c.reset()
+	if got := c.after(500); got != 0.5 {
+		t.Fatalf("first round after reset: scale %v, want the 0.5 reached before", got)
 	}
 
 	// The simulation: the writers add rate records per ms; a round
@@ -131,7 +141,7 @@ func TestCatchUpPaceConverges(t *testing.T) {
 	// Paced at full pauses the backlog settles above the threshold, so
 	// only the fallback lets it get under it.
 	const batch, small, rate, duty = 2000, 2000 / 4, 30.0, 0.2
-	c = newCatchUpPace(batch)
+	c = newCatchUpPace()
 	backlog := 3000.0
 	drained := false
 	for range 50 { // the mover's CatchUpRounds
