@@ -878,7 +878,34 @@ type Proxy struct {
 	// 0008), on or off: whether a keyed transaction asserts its key
 	// against the shard's fence.
 	Fence string `mapstructure:"fence"`
+	// Procs is how many CPUs run the proxy's Go code at once
+	// (GOMAXPROCS), set once at start: 1 (the default, PgBouncer's model)
+	// or more; 0 keeps Go's own choice (the GOMAXPROCS environment
+	// variable, else the CPUs the process may use). DefaultProxyProcs says
+	// why 1.
+	Procs int `mapstructure:"procs"`
 }
+
+// DefaultProxyProcs is proxy.procs's default. One CPU runs the proxy's Go
+// code, as one thread runs PgBouncer (PgDog's workers setting is the same
+// knob): a keyed point SELECT spends about 70 % of the proxy's CPU in the
+// kernel's loopback reads and writes, and with more than one P the Go
+// scheduler adds its own cost per round trip (threads spinning for work,
+// futex wake-ups, work stealing: 6–8 % of the profile with 2 Ps, gone
+// with 1). Measured with `make bench-proxy`'s load (pgbench -M extended,
+// keyed point SELECT, 16 and 64 clients, 2-core machine shared with other
+// work; procs 1, Go's default (2 here) and PgBouncer interleaved in each
+// run; 7 comparisons in 4 runs): procs 1 spent 0.87–0.95× the CPU per
+// transaction of Go's default while the load average stayed under 12 and
+// 0.99–1.05× at load 15–29 (when the machine has no idle core to spin
+// on); its tps was 0.73–1.30× the default's (0.85–0.90× in the quieter
+// runs) and above PgBouncer's in every run (1.22–1.81×). A proxy that must
+// serve more than one core's worth of transactions sets procs higher (or
+// 0, every CPU) and pays for the throughput in CPU per transaction.
+const DefaultProxyProcs = 1
+
+// MaxProxyProcs bounds proxy.procs.
+const MaxProxyProcs = 1024
 
 // ProxyTLS is TLS towards the proxy's clients.
 type ProxyTLS struct {
@@ -963,6 +990,7 @@ func DefaultProxy() Proxy {
 		Catalog:                "",
 		CatalogLeaseTTL:        10 * time.Second,
 		Fence:                  "auto",
+		Procs:                  DefaultProxyProcs,
 	}
 }
 
@@ -994,6 +1022,9 @@ func (x *Proxy) problems() []string {
 	}
 	if x.IdleInTransactionTimeout < 0 {
 		bad("idle_in_transaction_timeout", "must not be negative (got %s)", x.IdleInTransactionTimeout)
+	}
+	if x.Procs < 0 || x.Procs > MaxProxyProcs {
+		bad("procs", "must be in [0, %d]: 0 keeps Go's default (GOMAXPROCS, else the CPU count) (got %d)", MaxProxyProcs, x.Procs)
 	}
 	if x.StatementCacheSize < -1 {
 		bad("statement_cache_size", "must be -1 (off) or more (got %d)", x.StatementCacheSize)
