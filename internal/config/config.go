@@ -891,17 +891,18 @@ type Proxy struct {
 // knob): a keyed point SELECT spends about 70 % of the proxy's CPU in the
 // kernel's loopback reads and writes, and with more than one P the Go
 // scheduler adds its own cost per round trip (threads spinning for work,
-// futex wake-ups, work stealing: 6–8 % of the profile with 2 Ps, gone
-// with 1). Measured with `make bench-proxy`'s load (pgbench -M extended,
-// keyed point SELECT, 16 and 64 clients, 2-core machine shared with other
-// work; procs 1, Go's default (2 here) and PgBouncer interleaved in each
-// run; 7 comparisons in 4 runs): procs 1 spent 0.87–0.95× the CPU per
-// transaction of Go's default while the load average stayed under 12 and
-// 0.99–1.05× at load 15–29 (when the machine has no idle core to spin
-// on); its tps was 0.73–1.30× the default's (0.85–0.90× in the quieter
-// runs) and above PgBouncer's in every run (1.22–1.81×). A proxy that must
-// serve more than one core's worth of transactions sets procs higher (or
-// 0, every CPU) and pays for the throughput in CPU per transaction.
+// futex wake-ups, work stealing: findRunnable was 19 % of the CPU profile
+// with 2 Ps, 9 % with 1; 4.61 system calls per transaction, 4.38 with 1,
+// PgBouncer 4.15). Measured with `make bench-proxy`'s load (pgbench -M
+// extended, keyed point SELECT, 16 and 64 clients, a 2-core machine shared
+// with other work; procs 1, Go's default (2 here) and PgBouncer
+// interleaved in each run; 9 comparisons in 5 runs, load average 1–29):
+// procs 1 spent 0.87–1.05× (mean 0.96×) the CPU per transaction of Go's
+// default, the gain largest with a core to spare; its tps was 0.73–1.30×
+// the default's and 1.17–1.81× PgBouncer's, above it in every run. A proxy
+// that must serve more than one core's worth of transactions sets procs
+// higher (or 0, every CPU) and pays for the throughput in CPU per
+// transaction.
 const DefaultProxyProcs = 1
 
 // MaxProxyProcs bounds proxy.procs.
