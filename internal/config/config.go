@@ -896,8 +896,8 @@ type Proxy struct {
 // PgBouncer 4.15). Measured with `make bench-proxy`'s load (pgbench -M
 // extended, keyed point SELECT, 16 and 64 clients, a 2-core machine shared
 // with other work; procs 1, Go's default (2 here) and PgBouncer
-// interleaved in each run; 9 comparisons in 5 runs, load average 1–29):
-// procs 1 spent 0.87–1.05× (mean 0.96×) the CPU per transaction of Go's
+// interleaved in each run; 10 comparisons in 6 runs, load average 1–29):
+// procs 1 spent 0.82–1.05× (mean 0.95×) the CPU per transaction of Go's
 // default, the gain largest with a core to spare; its tps was 0.73–1.30×
 // the default's and 1.17–1.81× PgBouncer's, above it in every run. A proxy
 // that must serve more than one core's worth of transactions sets procs
