@@ -166,6 +166,12 @@ type Config struct {
 	// Fence says whether keyed transactions assert their key against the
 	// shard's fence (internal/engine/fence.go; default FenceAuto).
 	Fence FenceMode
+	// Procs is the GOMAXPROCS the proxy process runs with (proxy.procs;
+	// 0 = Go's default). `pgshard proxy` applies it once at start, before
+	// New; Serve never changes it (a library user's process is its own),
+	// and a reload with another value is reported as needing a restart.
+	// SHOW CONFIG shows it.
+	Procs int
 	// FenceRetryWait bounds, per client message, the time a statement
 	// refused by the fence before anything reached its client waits for
 	// a newer map (or a frozen range) before it is run again

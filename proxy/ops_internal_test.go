@@ -101,3 +101,20 @@ func TestValidateFenceMode(t *testing.T) {
 		t.Error("validate accepted fence mode 7")
 	}
 }
+
+// TestKeepRestartOnlyProcs: a reload keeps the running proxy.procs (the
+// GOMAXPROCS `pgshard proxy` set at start) and reports that another value
+// needs a restart.
+func TestKeepRestartOnlyProcs(t *testing.T) {
+	var res ReloadResult
+	cfg := Config{Procs: 4}
+	keepRestartOnly(Config{Procs: 1}, &cfg, &res)
+	if cfg.Procs != 1 || strings.Join(res.NeedRestart, ",") != "procs" {
+		t.Fatalf("procs %d, need restart %q; want 1 and [procs]", cfg.Procs, res.NeedRestart)
+	}
+	res = ReloadResult{}
+	keepRestartOnly(Config{Procs: 1}, &cfg, &res)
+	if len(res.NeedRestart) != 0 {
+		t.Fatalf("unchanged procs reported as needing a restart: %q", res.NeedRestart)
+	}
+}

@@ -34,8 +34,9 @@ import (
 // prepared statements are never split across two maps; its prepared
 // statements are analyzed again for the new map and schema. A rejected
 // reload changes nothing. Settings that need a new listener (listen,
-// metrics_listen, reuse_port, handover_socket) keep their running values
-// and are reported.
+// metrics_listen, reuse_port, handover_socket) or a new process (procs,
+// the GOMAXPROCS set at start) keep their running values and are
+// reported.
 
 // ReloadResult says what an applied reload changed.
 type ReloadResult struct {
@@ -186,6 +187,7 @@ func keepRestartOnly(old Config, cfg *Config, res *ReloadResult) {
 		{"metrics_listen", old.MetricsListen, cfg.MetricsListen, func() { cfg.MetricsListen = old.MetricsListen }},
 		{"reuse_port", old.ReusePort, cfg.ReusePort, func() { cfg.ReusePort = old.ReusePort }},
 		{"handover_socket", old.HandoverSocket, cfg.HandoverSocket, func() { cfg.HandoverSocket = old.HandoverSocket }},
+		{"procs", old.Procs, cfg.Procs, func() { cfg.Procs = old.Procs }},
 	} {
 		if f.old != f.new {
 			res.NeedRestart = append(res.NeedRestart, f.name)

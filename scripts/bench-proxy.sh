@@ -28,7 +28,10 @@
 # Usage: scripts/bench-proxy.sh [BIN]
 #   env: DURATION=8 (s per path per round) ROUNDS=3 CLIENTS=16 MODE=extended
 #        ROWS=100000 KEEP=0 (1 keeps the cluster in $DIR)
-#        PROXY_GOMAXPROCS= (GOMAXPROCS of the proxies; default: Go's)
+#        PROXY_PROCS= (proxy.procs of the proxies; default: the config's, 1;
+#          0 = Go's default; a BASE_BIN older than proxy.procs refuses it)
+#        PROXY_GOMAXPROCS= (GOMAXPROCS of the proxies: honoured only with
+#          PROXY_PROCS=0 or by a BASE_BIN older than proxy.procs)
 #        BASE_BIN= (another pgshard binary to compare on the keyed path)
 #        FANOUT=1 (0 skips the fan-out benchmark) FAN_CLIENTS=8 FAN_ROUNDS=2
 set -euo pipefail
@@ -116,6 +119,7 @@ proxy:
   # admin console and the metrics endpoint.
   admin_users: [postgres]
   metrics_listen: 127.0.0.1:0
+${PROXY_PROCS:+  procs: $PROXY_PROCS}
   schema:
     tables:
       - {table: executions, column: id, type: text, position: 1}

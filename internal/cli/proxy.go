@@ -10,8 +10,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,9 +142,23 @@ the lease is not live later on, statements routed by a key are refused
 		if memProfile != "" {
 			defer writeAllocProfile(memProfile, log)
 		}
+		setProcs(pc.Procs, log)
 		return runProxy(cmd.Context(), pc, cfg.Proxy.VerifyIdentity, readyFile, log)
 	}
 	return cmd
+}
+
+// setProcs applies proxy.procs once, at start (config.DefaultProxyProcs
+// says why 1 is the default); 0 keeps Go's own GOMAXPROCS. A reload never
+// changes it (the proxy reports that a restart is needed).
+func setProcs(n int, log *slog.Logger) {
+	if n <= 0 {
+		return
+	}
+	if env := os.Getenv("GOMAXPROCS"); env != "" && env != strconv.Itoa(n) {
+		log.Info("proxy.procs overrides the GOMAXPROCS environment variable (set proxy.procs: 0 to use it)", "procs", n, "GOMAXPROCS", env)
+	}
+	runtime.GOMAXPROCS(n)
 }
 
 // writeAllocProfile writes the allocation profile (pprof's "allocs": every
@@ -198,6 +214,7 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		AdminDatabase:            x.AdminDatabase,
 		ShutdownTimeout:          x.ShutdownTimeout,
 		PauseTimeout:             x.PauseTimeout,
+		Procs:                    x.Procs,
 		ReusePort:                x.ReusePort,
 		HandoverSocket:           relToConfig(cfg.Path, x.HandoverSocket),
 		PgBouncer: proxy.BouncerConfig{

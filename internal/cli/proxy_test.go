@@ -108,6 +108,8 @@ func TestProxyConfigErrors(t *testing.T) {
 		{"proxy:\n  catalog: postgres://u@127.0.0.1:1/cat\n", "proxy.catalog and shardmap_file/shardmap"},
 		{"proxy:\n  fence: sometimes\n", `proxy.fence: want auto, on or off (got "sometimes")`},
 		{"proxy:\n  catalog_dsn: x\n", `unknown key "proxy.catalog_dsn"`},
+		{"proxy:\n  procs: -1\n", "proxy.procs: must be in [0, 1024]"},
+		{"proxy:\n  procs: 4096\n", "proxy.procs: must be in [0, 1024]"},
 	}
 	for _, tc := range cases {
 		path := filepath.Join(dir, "c.yaml")

@@ -56,6 +56,11 @@ func TestDefaults(t *testing.T) {
 	if c.Map != nil {
 		t.Error("map without a shardmap key")
 	}
+	// One CPU runs the proxy unless the config says otherwise
+	// (DefaultProxyProcs gives the measurement).
+	if c.Proxy.Procs != 1 || config.DefaultProxyProcs != 1 {
+		t.Errorf("proxy.procs = %d (default %d), want 1", c.Proxy.Procs, config.DefaultProxyProcs)
+	}
 }
 
 // flags > PGSHARD_* environment > file > defaults, key by key.
