@@ -67,9 +67,7 @@ func (l *routeLog) recent() []routeEntry {
 
 // noteRoute counts and records a routing decision: shard is the chosen
 // shard's index in srv (-1 for none), fan a fan-out, refused an error.
-// The reason is msg, or d's (built only when the decision is recorded:
-// keyed ones are sampled).
-func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, msg string, d *route.Dest) {
+func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason string) {
 	name := ""
 	if shard >= 0 && shard < len(g.pools) {
 		n := g.pools[shard].Stats.Routes[kind].Add(1)
@@ -85,10 +83,6 @@ func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, msg strin
 	} else {
 		g.srv.routes.noShard[kind].Add(1)
 	}
-	reason := msg
-	if d != nil {
-		reason = d.Why()
-	}
 	g.srv.routes.record(kind, name, sql, reason)
 }
 
@@ -103,7 +97,7 @@ func (g *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool,
 		if d.Kind == route.DestShard {
 			shard = d.Shard
 		}
-		g.noteRoute(kind, shard, sql, e.Message, nil)
+		g.noteRoute(kind, shard, sql, e.Message)
 		return
 	case fan:
 		kind, shard = backend.RouteFanout, -1
@@ -112,5 +106,5 @@ func (g *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool,
 	case d.Kind == route.DestShard:
 		kind = backend.RouteKeyed
 	}
-	g.noteRoute(kind, shard, sql, "", &d)
+	g.noteRoute(kind, shard, sql, d.Reason)
 }
