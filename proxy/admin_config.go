@@ -92,7 +92,7 @@ func configRows(cfg Config, ts *auth.TLSSetup, generation uint64) []configRow {
 		{"handover_socket", cfg.HandoverSocket, "", false},
 		// procs: the config file's default (1); 0 (a Config's zero value)
 		// leaves Go's own GOMAXPROCS.
-		{"procs", str(cfg.Procs), "1", false},
+		{"procs", str(cfg.Procs), "0", false},
 		{"shardmap", fmt.Sprintf("epoch %d, %d buckets, %d shards", cfg.Map.Epoch, cfg.Map.Buckets, len(cfg.Map.Shards)), "", true},
 		{"generation", str(generation), "1", false},
 		{"fence", cfg.Fence.String(), "auto", true},

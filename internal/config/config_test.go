@@ -56,10 +56,10 @@ func TestDefaults(t *testing.T) {
 	if c.Map != nil {
 		t.Error("map without a shardmap key")
 	}
-	// One CPU runs the proxy unless the config says otherwise
-	// (DefaultProxyProcs gives the measurement).
-	if c.Proxy.Procs != 1 || config.DefaultProxyProcs != 1 {
-		t.Errorf("proxy.procs = %d (default %d), want 1", c.Proxy.Procs, config.DefaultProxyProcs)
+	// Go's own GOMAXPROCS unless the config says otherwise
+	// (DefaultProxyProcs says why not 1).
+	if c.Proxy.Procs != 0 || config.DefaultProxyProcs != 0 {
+		t.Errorf("proxy.procs = %d (default %d), want 0", c.Proxy.Procs, config.DefaultProxyProcs)
 	}
 }
 
