@@ -146,6 +146,7 @@ type History struct {
 	stats  HistoryStats
 	faults map[Kind]int
 	landed map[string]bool // fault ids counted in faults
+	acks   ackMatcher      // lost-acks corroborated by the ops (history_acks.go)
 	err    error           // the first write error; later writes are dropped
 	via    func(*loadgen.Op) string
 }
@@ -333,6 +334,9 @@ func (w *History) Observe(op *loadgen.Op) {
 		}
 	case "info":
 		w.stats.Unknown++
+		if op.Kind == loadgen.OpCommit {
+			w.acks.observeInfo(infoCommit{shard: l.Shard, t0: l.T0, t1: l.T1})
+		}
 	default:
 		if l.Conflict {
 			w.stats.Conflicts++
@@ -504,6 +508,11 @@ func (w *History) Fault(e Event) {
 		w.landed[e.ID] = true
 		w.faults[e.Kind]++
 	}
+	if e.Kind == KindLostAck {
+		for _, d := range committedDrops(e.Evidence) {
+			w.acks.observeDrop(pendingAck{fault: e.ID, shard: e.Shard, sent: w.since(d.Sent), at: w.since(d.At)})
+		}
+	}
 	w.write(l)
 }
 
@@ -515,6 +524,25 @@ func (w *History) Landed() map[Kind]int {
 	out := make(map[Kind]int, len(w.faults))
 	for k, n := range w.faults {
 		out[k] = n
+	}
+	return out
+}
+
+// Corroborated counts the faults that landed so far by kind as the
+// verifier will count them where the writer can tell online: Landed, but
+// a lost-ack counts only once one of its committed dropped replies is
+// matched to an unknown-outcome commit op of its shard around the drop
+// (history_acks.go). An extended run's goal waits on these counts.
+func (w *History) Corroborated() map[Kind]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[Kind]int, len(w.faults))
+	for k, n := range w.faults {
+		out[k] = n
+	}
+	delete(out, KindLostAck)
+	if n := len(w.acks.confirmed); n > 0 {
+		out[KindLostAck] = n
 	}
 	return out
 }
