@@ -743,12 +743,16 @@ func progress(ctx context.Context, o RunOptions, h *History, start time.Time) {
 			st := h.Stats()
 			rate := float64(st.Ops-last) / now.Sub(lastT).Seconds()
 			last, lastT = st.Ops, now
-			landed := 0
-			for _, n := range h.Landed() {
+			landed, byKind := 0, h.Landed()
+			for _, n := range byKind {
 				landed += n
 			}
 			line := fmt.Sprintf("chaos %s: %4.0fs/%s  %6.0f ops/s  %d commits  %d conflicts  %d errors  %d unknown  faults landed %d",
 				o.Scenario.Name, time.Since(start).Seconds(), total, rate, st.Commits, st.Conflicts, st.Errors, st.Unknown, landed)
+			if n := byKind[KindLostAck]; n > 0 {
+				// What the goal waits for: the lost-acks the ops corroborate.
+				line += fmt.Sprintf(" (lost-ack %d, %d corroborated)", n, h.Corroborated()[KindLostAck])
+			}
 			if o.Terminal {
 				fmt.Fprintf(o.Progress, "\r\033[K%s", line)
 			} else {
