@@ -1,7 +1,10 @@
 package chaos
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -112,5 +115,57 @@ func TestGoalWaitsForCorroboratedLostAcks(t *testing.T) {
 	}
 	if !done() {
 		t.Fatal("goal not met with 2 lost-acks corroborated (min_landed 1 and a margin of 1)")
+	}
+}
+
+// TestHistoryPutsDropsOnItsClock: a dropped reply's times in the history
+// are the history's start plus their monotonic offset from it, so that
+// the verifier's sent - started_at is the offset the ops' t0 and t1 are
+// measured by, whatever the wall clock did meanwhile.
+func TestHistoryPutsDropsOnItsClock(t *testing.T) {
+	dir := t.TempDir()
+	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "shard0", Ordinal: 0, DSN: "postgres://u@127.0.0.1:1/db"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	path := filepath.Join(dir, "history.jsonl")
+	h, err := CreateHistory(path, Header{Run: "r1", StartedAt: start.UTC(), Map: HeaderMapOf(m)}, m, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	sent := time.Now() // with its monotonic reading, as the relay reads it
+	d := DroppedReply{Conn: 1, Sent: sent, At: sent.Add(3 * time.Millisecond), Bytes: 188, Committed: &yes, Status: "I"}
+	ev := map[string]any{"replies": []DroppedReply{d}}
+	h.Fault(Event{ID: "f1", Kind: KindLostAck, Phase: "heal", Shard: "shard0", Landed: true, Evidence: ev})
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev["replies"].([]DroppedReply)[0]; got != d {
+		t.Fatalf("the event's evidence was changed: %+v", got)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr struct {
+		StartedAt time.Time `json:"started_at"`
+	}
+	var fault struct {
+		Evidence struct {
+			Replies []DroppedReply `json:"replies"`
+		} `json:"evidence"`
+	}
+	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	if len(lines) != 2 || json.Unmarshal(lines[0], &hdr) != nil || json.Unmarshal(lines[1], &fault) != nil || len(fault.Evidence.Replies) != 1 {
+		t.Fatalf("history:\n%s", data)
+	}
+	r := fault.Evidence.Replies[0]
+	if got, want := r.Sent.Sub(hdr.StartedAt), sent.Sub(start); got != want {
+		t.Errorf("sent - started_at = %v, want the monotonic offset %v", got, want)
+	}
+	if got, want := r.At.Sub(hdr.StartedAt), sent.Sub(start)+3*time.Millisecond; got != want {
+		t.Errorf("at - started_at = %v, want %v", got, want)
 	}
 }
