@@ -20,6 +20,7 @@
 //	     │        (Quiesce)  ─▶ stop the schedule, HealAll, drain outbox,            │
 //	     │                      spawns and timers, bounded                           ▼
 //	     │                                                    history.go  History: history.jsonl[.gz|.zst]
+//	     │                                                    history_acks.go  its lost-acks matched to unknown-outcome commits (the goal's count)
 //	     ▼                                                                (verify/HISTORY.md, version 2)
 //	faults.json (the plan and what each fault did), run.json (what replay needs), loadgen/ reports
 //

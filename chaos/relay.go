@@ -84,6 +84,10 @@ type DroppedReply struct {
 	Conn uint64 `json:"conn"`
 	// Sent is when the commit request was forwarded upstream, At when its
 	// reply was complete (and dropped): the op lies around [Sent, At].
+	// Both are read on the monotonic clock (Relay.now): the wall time of
+	// the relay's start plus the monotonic time since, so that a step of
+	// the wall clock during a run does not move them against the ops'
+	// times, which the history measures on the monotonic clock.
 	Sent time.Time `json:"sent"`
 	At   time.Time `json:"at"`
 	// Bytes is the size of the dropped reply.
@@ -122,6 +126,7 @@ type Relay struct {
 	dialTimeout    time.Duration
 	logf           func(format string, args ...any)
 	ln             net.Listener
+	epoch          time.Time       // the relay's start (with its monotonic reading): see now
 	ctx            context.Context // ends when the relay closes (cancels dials)
 	cancel         context.CancelFunc
 
@@ -171,12 +176,19 @@ func NewRelay(upstream string, opts RelayOptions) (*Relay, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Relay{
 		name: opts.Name, upstream: upstream, dialTimeout: opts.DialTimeout, logf: opts.Logf,
-		ln: ln, ctx: ctx, cancel: cancel,
+		ln: ln, ctx: ctx, cancel: cancel, epoch: time.Now(),
 		conns: map[*relayConn]struct{}{}, changed: make(chan struct{}), dropCh: make(chan struct{}),
 	}
 	r.wg.Go(r.acceptLoop)
 	return r, nil
 }
+
+// now is the time on the relay's clock: its start's wall time plus the
+// monotonic time since. Its wall reading (what a history records of a
+// dropped reply) follows the monotonic clock even if the wall clock is
+// stepped: a dropped reply's times stay comparable with the ops' (verify
+// matches them within 250 ms).
+func (r *Relay) now() time.Time { return r.epoch.Add(time.Since(r.epoch)) }
 
 // Addr is the relay's listening address (127.0.0.1:PORT).
 func (r *Relay) Addr() string { return r.ln.Addr().String() }
@@ -576,7 +588,7 @@ type relayConn struct {
 	downFraming atomic.Bool
 	reqs        atomic.Int64    // StartupMessage, Sync, Query and FunctionCall messages sent: each earns a ReadyForQuery
 	rfqs        atomic.Int64    // ReadyForQuery messages forwarded to the client (the down pump's rfq once written, for other goroutines)
-	sentNS      atomic.Int64    // unix ns when the commit whose reply is to drop was forwarded
+	sentNS      atomic.Int64    // ns since the relay's epoch when the commit whose reply is to drop was forwarded
 	oneByte     atomic.Int32    // one-byte answers (to SSLRequest, GSSENCRequest) the server owes
 	dropAt      atomic.Int64    // number of the ReadyForQuery whose reply is dropped; 0: none
 	commitStmts map[string]bool // prepared statements that are commits (the up pump's own)
@@ -740,7 +752,7 @@ func (c *relayConn) pump(src, dst net.Conn, upward bool) {
 			}
 			switch act {
 			case actDrop:
-				c.drop.Conn, c.drop.At = c.id, time.Now()
+				c.drop.Conn, c.drop.At = c.id, r.now()
 				if r.recordDrop(c, c.drop) {
 					r.debugf("conn %d: dropped a committed commit's reply (%d bytes)", c.id, c.drop.Bytes)
 					r.st.resets.Add(1)
@@ -820,7 +832,7 @@ const maxCommitStmts = 1024
 // no other reply. The up pump's own.
 func (c *relayConn) arm() {
 	if c.r.armedHint.Load() && c.dropAt.Load() == 0 && c.r.takeArm(c) {
-		c.sentNS.Store(time.Now().UnixNano())
+		c.sentNS.Store(int64(time.Since(c.r.epoch)))
 		c.dropAt.Store(c.reqs.Load() + 1)
 	}
 }
@@ -901,7 +913,7 @@ func (c *relayConn) scanDown(b []byte) (fwd int, act downAction) {
 				}
 				if !c.drop.Error && c.drop.Committed != nil && *c.drop.Committed && status == 'I' {
 					c.drop.Status = "I"
-					c.drop.Sent = time.Unix(0, c.sentNS.Load())
+					c.drop.Sent = c.r.epoch.Add(time.Duration(c.sentNS.Load()))
 					c.held = nil
 					return fwd, actDrop
 				}

@@ -399,7 +399,9 @@ func TestRelayLostAckFakePostgres(t *testing.T) {
 		t.Fatalf("an ordinary statement through the armed relay: %v", err)
 	}
 	before := pg.answered.Load()
+	t0 := time.Now()
 	err := execParams(c1, commitSQL)
+	t1 := time.Now()
 	if err == nil {
 		t.Fatal("the commit's reply reached the client")
 	}
@@ -433,6 +435,15 @@ func TestRelayLostAckFakePostgres(t *testing.T) {
 		if d.Committed == nil || !*d.Committed || d.Error || d.Status != "I" || d.Sent.IsZero() || d.At.Before(d.Sent) {
 			t.Errorf("drop %+v: want committed, no error, idle, sent before at", d)
 		}
+		// Read on the monotonic clock (a stepped wall clock would move
+		// them against the ops' times): Round(0) strips that reading.
+		if d.Sent == d.Sent.Round(0) || d.At == d.At.Round(0) {
+			t.Errorf("drop %+v: sent and at carry no monotonic reading", d)
+		}
+	}
+	// The first commit's drop lies within the client's call.
+	if d := drops[0]; d.Sent.Before(t0) || d.At.After(t1) {
+		t.Errorf("drop [%v, %v] outside the client's commit [%v, %v]", d.Sent, d.At, t0, t1)
 	}
 	// No arms left: the second connection (still open) commits normally.
 	if err := execParams(c2, commitSQL); err != nil {

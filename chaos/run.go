@@ -552,9 +552,13 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 }
 
 // goal is an extended run's goal: MinCommits acknowledged commits, and
-// every fault kind of the plan landed (by its own evidence) MinLanded
-// times and a margin, so that a run on a slow machine, or one whose faults land less
-// often than scheduled, goes on instead of ending vacuous.
+// every fault kind of the plan landed MinLanded times and a margin, so
+// that a run on a slow machine, or one whose faults land less often than
+// scheduled, goes on instead of ending vacuous. Landed is counted as the
+// verifier will where the writer can tell (History.Corroborated): a
+// lost-ack by a dropped reply matched to an unknown-outcome commit op,
+// not by its evidence alone — a run once stopped with 21 lost-acks by
+// evidence and 6 corroborated.
 func goal(sc *Scenario, plan []Planned, h *History) func() bool {
 	kinds := map[Kind]bool{}
 	for _, p := range plan {
@@ -566,7 +570,7 @@ func goal(sc *Scenario, plan []Planned, h *History) func() bool {
 		}
 		// The verifier recounts landings from evidence and the ops, more
 		// strictly than the writer: a margin of a fifth (at least one).
-		landed := h.Landed()
+		landed := h.Corroborated()
 		for k := range kinds {
 			n := sc.MinLandedOf(k)
 			if landed[k] < n+max(1, n/5) {
@@ -739,12 +743,16 @@ func progress(ctx context.Context, o RunOptions, h *History, start time.Time) {
 			st := h.Stats()
 			rate := float64(st.Ops-last) / now.Sub(lastT).Seconds()
 			last, lastT = st.Ops, now
-			landed := 0
-			for _, n := range h.Landed() {
+			landed, byKind := 0, h.Landed()
+			for _, n := range byKind {
 				landed += n
 			}
 			line := fmt.Sprintf("chaos %s: %4.0fs/%s  %6.0f ops/s  %d commits  %d conflicts  %d errors  %d unknown  faults landed %d",
 				o.Scenario.Name, time.Since(start).Seconds(), total, rate, st.Commits, st.Conflicts, st.Errors, st.Unknown, landed)
+			if n := byKind[KindLostAck]; n > 0 {
+				// What the goal waits for: the lost-acks the ops corroborate.
+				line += fmt.Sprintf(" (lost-ack %d, %d corroborated)", n, h.Corroborated()[KindLostAck])
+			}
 			if o.Terminal {
 				fmt.Fprintf(o.Progress, "\r\033[K%s", line)
 			} else {
