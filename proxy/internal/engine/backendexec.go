@@ -40,8 +40,9 @@ func (p backendExec) run(rp routePlan, a *route.Statement) *pgwire.Error {
 	return p.ensureBackend(rp.shard, a)
 }
 
-// ensureBackend makes the pipeline run on shard: acquires a connection,
-// replays a deferred transaction, or moves a soft one.
+// ensureBackend makes the pipeline run on shard: acquires a connection
+// (or, where mayDefer allows, plans its acquisition as the plan's step:
+// acquirestep.go), replays a deferred transaction, or moves a soft one.
 func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error {
 	s := p.planner.s
 	if p.planner.onBackend {
@@ -65,6 +66,10 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	if p.planner.sim.tx == txDeferred && !p.planner.held && s.readers.any() && p.bindReader(shard) {
 		return nil
 	}
+	if p.mayDefer(shard, a) {
+		p.planAcquire(shard, a)
+		return nil
+	}
 	pool, pre, bc, shard, e := p.acquire(shard)
 	if e != nil {
 		return e
@@ -73,6 +78,17 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	s.txn.shard = shard
 	p.planner.bc, p.planner.shard, p.planner.onBackend = bc, shard, true
 	fence := p.planner.fence.key != "" && !p.planner.noFence && s.own == nil && s.host.Fences.fenced(p.planner.ctx, s.gen, s.host.Log, pool, bc)
+	p.openTxn(pre, fence, a)
+	return nil
+}
+
+// openTxn writes what opens the pipeline's part on its backend ahead of
+// it: a deferred transaction's replay, the fence's assert (fence: the
+// statement's key is asserted), the BEGIN of a wrap for the settings
+// pre. It reads nothing of the backend, so a deferred acquisition
+// (planAcquire) plans it too.
+func (p backendExec) openTxn(pre *backend.Settings, fence bool, a *route.Statement) {
+	s := p.planner.s
 	fenceKey := ""
 	if fence {
 		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.planner.fence.key, p.planner.fence.bucket)
@@ -88,17 +104,16 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		// A pipeline up to Sync is one implicit transaction already: the
 		// assert is its first statement (no BEGIN/COMMIT wrap).
 		p.appendFenceExtended(fenceKey, fflag)
-		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
+		p.noteFenceBucket()
 	case fence && len(pre.KV) == 0 && p.planner.sim.tx == txIdle && p.planner.inlineOK && (a == nil || !a.NoTxnBlock) && inlinable(fenceKey):
 		// A simple Query's statements are one implicit transaction: the
 		// assert goes first in the client's own query string
 		// (appendClientQuery), no BEGIN/COMMIT wrap.
 		p.planner.inlineFence, p.planner.inlineFlags = fenceKey, fSwallow|fReplay|fflag
-		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
+		p.noteFenceBucket()
 	case (len(pre.KV) > 0 || fence) && p.planner.sim.tx == txIdle && (a == nil || !a.NoTxnBlock):
 		p.wrapBegin(pre, fence, fenceKey, fflag)
 	}
-	return nil
 }
 
 // demoteToReader: the held backend has only read, and the transaction
@@ -161,12 +176,17 @@ func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settin
 		bc, err = pool.Acquire(p.planner.ctx, key)
 	}
 	if err != nil {
-		if be, ok := err.(*backend.PgError); ok {
-			return pool, pre, nil, shard, pgErrorToError(be.PgErr, "ERROR")
-		}
-		return pool, pre, nil, shard, pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)})
+		return pool, pre, nil, shard, acquireError(pool, err)
 	}
 	return pool, pre, bc, shard, nil
+}
+
+// acquireError is the client's error for a failed Acquire of pool.
+func acquireError(pool *backend.Pool, err error) *pgwire.Error {
+	if be, ok := err.(*backend.PgError); ok {
+		return pgErrorToError(be.PgErr, "ERROR")
+	}
+	return pgwire.AsError(err, &pgwire.Error{Code: pgwire.CodeCannotConnect, Message: fmt.Sprintf("shard %q: %v", pool.Shard.Name, err)})
 }
 
 // replayDeferred writes the deferred transaction's start (with the
@@ -180,7 +200,7 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 	replay := replaySQL(p.planner.sim.deferred, pre)
 	if fence {
 		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
-		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
+		p.noteFenceBucket()
 	}
 	p.planner.plan.bw = pgwire.AppendQuery(p.planner.plan.bw, replay)
 	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})
@@ -200,7 +220,6 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 // fence's assert need: one Query, written in place: "BEGIN; [preamble;]
 // [assert]" (the COMMIT follows the pipeline).
 func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
-	s := p.planner.s
 	bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
 	bw = append(bw, "BEGIN;\n"...)
 	if len(pre.KV) > 0 {
@@ -211,7 +230,7 @@ func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey strin
 	}
 	if fence {
 		bw = appendFenceSQL(bw, fenceKey)
-		s.fenceBuckets = append(s.fenceBuckets, p.planner.fence.bucket)
+		p.noteFenceBucket()
 	}
 	p.planner.plan.bw = pgwire.FinishMsg(append(bw, 0), sp)
 	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fSwallow | fReplay | fflag})

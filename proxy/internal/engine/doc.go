@@ -56,7 +56,9 @@
 //	                 the plan sees them; backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
 //	                 a soft transaction, an action's step) that carries
-//	                 the plan out
+//	                 the plan out; acquirestep.go: acquireStep, an idle
+//	                 session's pipeline's acquisition of its backend as a
+//	                 step of the plan, which the executor takes
 //	  fanout.go      statements of every shard: fanPlan, the planner's
 //	                 fan-out, and fanExec, made per fan-out, that carries
 //	                 it out (reads merged by internal/merge) and sees the

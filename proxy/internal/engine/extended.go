@@ -75,7 +75,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		m := s.grp[i]
 		p.planner.cur = i
 		if p.planner.protoErr != nil {
-			return p.planner.protoErr
+			break
 		}
 		if p.planner.fan != nil {
 			if p.fanAccepts(m) {
@@ -131,6 +131,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			p.flushMsg(m.raw)
 		}
 	}
+	p.takeAcquire() // the plan's acquisition step (acquirestep.go), if any
 	if p.planner.protoErr != nil {
 		return p.planner.protoErr
 	}
@@ -237,7 +238,7 @@ func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 	if vs.realOn != nil && vs.realOn == p.planner.bc {
 		return vs.name, nil // the pinned backend has it under its own name
 	}
-	if c := p.planner.bc.Stmts; c != nil && (vs.name != "" || vs.cacheUnnamed) {
+	if c := p.planner.stmtCache(); c != nil && (vs.name != "" || vs.cacheUnnamed) {
 		// The client's Parse was answered by the proxy; the cache's
 		// statement replaces it.
 		p.planner.pendingParse = -1
@@ -356,7 +357,12 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.addLead(vs, raw, pi)
 		return
 	}
-	if e := p.planner.exec().run(rp, a); e != nil {
+	if !p.planner.onTxnBackend() && p.planner.sim.tx == txIdle {
+		p.planner.lazy = p.deferrable(vs, idx)
+	}
+	e := p.planner.exec().run(rp, a)
+	p.planner.lazy = nil
+	if e != nil {
 		p.planner.fail(e, nil)
 		return
 	}

@@ -74,7 +74,25 @@ func txnControl(k route.Kind) bool {
 // (terminateCall.resolve, a lookup in memory), and ending or cancelling
 // the sessions is its step (stepTerminate, terminateCall.carryOut).
 //
-// Still interleaved with planning:
+// A backend acquisition is a step of the plan where nothing planned
+// after it reads the connection (acquireStep, acquirestep.go): an idle
+// session's pipeline whose Bind is its first statement for a backend
+// (one shard, not "any"), whose Parse does not depend on the
+// connection's statement cache (a pooler, no cache, or an unnamed
+// statement not cached), whose fence state is known without asking the
+// backend (the configuration, or the pool's probe done already), with
+// only Describes of portals, Executes, Syncs and Flushes after it.
+// There the planner writes the fence's assert and a wrap's BEGIN as it
+// would after an acquisition and records the step (the shard, the
+// pool, the settings key, the asserted bucket, the message and the
+// planner's state at it); runPipeline takes it before the exchange
+// (pipePlanner.takeAcquire): the connection becomes the session's
+// backend, and an acquisition error plans the pipeline again from that
+// message as failed there (its Sync and Flush answered), the plan
+// before it kept. Planning such a pipeline does no I/O and writes
+// nothing of the session's (TestPlanAcquireStep).
+//
+// Still interleaved with planning everywhere else:
 //
 //   - the executor's run and ensureBackend, called as soon as a
 //     statement needs its backend: the rest of the pipeline is planned
@@ -82,31 +100,35 @@ func txnControl(k route.Kind) bool {
 //   - a read of every shard in the middle of a transaction block's
 //     pipeline (runPipeline runs it, then plans the rest afresh).
 //
-// What planning reads of the acquired backend, so that it cannot be
-// planned before the acquisition: (1) sendParse's bytes depend on that
-// connection's statement cache (bc.Stmts: none through a pooler; which
-// of the pipeline's statements it holds already, the names it evicts,
-// whose Close goes first, its epoch), on a pinned backend's own names
-// (vstmt.realOn), and parse's choice of answering an unnamed Parse
-// itself; (2) the shard it is on: with anyShard, acquire takes the next
-// shard whose pool gives a connection, and every later statement of the
-// pipeline is routed against that shard (a keyed statement for another
-// shard moves a soft transaction, or is refused); (3) whether the
-// fence's assert is written ahead (PoolFences.fenced asks the backend
-// once per pool); (4) where the plan fails: an acquisition's error
-// fails the pipeline at that message, and the later ones are planned as
-// a failed pipeline's; (5) the session state a cancel and the exchange
-// read, written as the backend is taken (Session.setBackend, txn.shard,
-// txn.hintBound, fenceBuckets, the readers taken or a held backend
-// demoted to one). A design without it: the planner records the need
-// as a step of the plan (this shard, or any from it, before item k) and
-// writes the cache-dependent parts as operations (prepare statement vs,
-// close what the cache evicts) instead of bytes; the executor acquires,
-// probes the fence, then renders bw against that connection's cache; an
-// acquisition error, or a fall-back to another shard, ends the plan at
-// that step, and the executor plans the rest of the pipeline afresh
-// from that message on the state it found (as runPipeline does after a
-// read of every shard).
+// What planning reads of the acquired backend there, so that it cannot
+// be planned before the acquisition: (1) sendParse's bytes depend on
+// that connection's statement cache (bc.Stmts: none through a pooler;
+// which of the pipeline's statements it holds already, the names it
+// evicts, whose Close goes first, its epoch), on a pinned backend's own
+// names (vstmt.realOn), and parse's choice of answering an unnamed
+// Parse itself; (2) the shard it is on: with anyShard, acquire takes
+// the next shard whose pool gives a connection, and every later
+// statement of the pipeline is routed against that shard (a keyed
+// statement for another shard moves a soft transaction, or is
+// refused); (3) whether the fence's assert is written ahead, when the
+// pool's fence state is not known yet (PoolFences.fenced asks the
+// backend once per pool); (4) where the plan fails: an acquisition's
+// error fails the pipeline at that message, and the later ones are
+// planned as a failed pipeline's (acquireStep does this by planning
+// again from a snapshot, for the later messages it allows); (5) the
+// session state a cancel and the exchange read, written as the backend
+// is taken (Session.setBackend, txn.shard, txn.hintBound, fenceBuckets,
+// the readers taken or a held backend demoted to one); (6) for a held
+// backend, a soft transaction's move (moveSoft's ROLLBACK) and a
+// deferred transaction's reader (bindReader). The rest of the design:
+// the planner writes the cache-dependent parts as operations (prepare
+// statement vs, close what the cache evicts) instead of bytes, which
+// the executor renders against the connection it took; a fall-back to
+// another shard, like an acquisition error, ends the plan at that
+// step, and the executor plans the rest of the pipeline afresh from
+// that message on the state it found (as runPipeline does after a read
+// of every shard); the first probe of a pool's fence becomes part of
+// the acquisition step, with the assert rendered after it.
 type planner struct {
 	s   *Session
 	ctx context.Context
@@ -196,6 +218,9 @@ type planner struct {
 	// with a soft transaction's (only table-less reads so far): a fence
 	// refusal of its first keyed statement may be retried (fenceretry.go).
 	fresh bool
+	// lazy: the Bind being planned (of statement lazy) may leave the
+	// acquisition of its backend to the executor (acquirestep.go).
+	lazy *vstmt
 }
 
 func (s *Session) newPlanner(ctx context.Context) *planner {

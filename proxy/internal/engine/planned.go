@@ -17,11 +17,15 @@ type planned struct {
 	// FROM STDIN to finish begin, and bwHoldItem the first item they
 	// answer (planner.holdCommit, exchange.go).
 	bwHold, bwHoldItem int
+	// acquire, when on, is the backend the executor acquires before it
+	// runs the plan (acquirestep.go): planning did not.
+	acquire acquireStep
 }
 
 // reset empties the plan, keeping its buffers.
 func (o planned) reset() planned {
-	return planned{bw: o.bw[:0], items: o.items[:0], lbuf: o.lbuf[:0], portals: o.portals[:0]}
+	return planned{bw: o.bw[:0], items: o.items[:0], lbuf: o.lbuf[:0], portals: o.portals[:0],
+		acquire: acquireStep{snap: o.acquire.snap}}
 }
 
 // addLocal appends a local item answering with the bytes appended to

@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// acquireStep is a backend acquisition the plan records instead of
+// doing it (planned.acquire): the pipeline runs on shard, whose pool
+// gives a connection for the settings key when the executor takes the
+// step (runPipeline, before the exchange). Planning wrote everything
+// else already (the fence's assert, a wrap's BEGIN): none of it reads
+// the connection.
+//
+// It is planned only where nothing after it reads the connection
+// (mayDefer, pipePlanner.deferrable): an idle session's pipeline, its
+// first statement for a backend bound by a Bind, a statement whose
+// Parse does not depend on the connection's statement cache, a fence
+// state known without asking the backend, and only Describe (of a
+// portal), Execute, Sync and Flush after it. Everywhere else the
+// planner still acquires on the spot (ensureBackend).
+type acquireStep struct {
+	on    bool
+	shard int
+	pool  *backend.Pool
+	key   *backend.Settings
+	// asserted: the plan asserts the fence of bucket; the session
+	// records it (fenceBuckets) once the backend is taken.
+	asserted bool
+	bucket   int
+	// msg is the pipeline message whose Bind needed the backend, and
+	// snap the planner as it was there: if the acquisition fails, the
+	// pipeline fails at that message, as if planned on the spot.
+	msg  int
+	snap *planner
+}
+
+// mayDefer reports whether the acquisition ensureBackend is about to do
+// for statement a on shard can be a step of the plan instead (see
+// acquireStep). planner.lazy says the message being planned allows it.
+func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
+	pl, s := p.planner, p.planner.s
+	if pl.lazy == nil || a == nil || a.Copy || !pl.pipeline || pl.simple || pl.held || pl.anyShard || pl.swapMain ||
+		pl.sim.tx != txIdle || pl.fan != nil || s.own != nil || shard < 0 || shard >= len(s.gen.Pools) {
+		return false
+	}
+	vs, pool := pl.lazy, s.gen.Pools[shard]
+	if vs.realOn != nil || (vs.name != "" || vs.cacheUnnamed) && !pool.ViaPooler && s.gen.Config.StatementCacheSize > 0 {
+		return false // its Parse depends on the connection's statement cache
+	}
+	if pl.fence.key != "" && !pl.noFence {
+		_, known := p.fenceKnown(pool)
+		return known
+	}
+	return true
+}
+
+// fenceKnown is whether transactions on pool assert their key, when
+// that is known without asking the backend (PoolFences.fenced asks).
+func (p backendExec) fenceKnown(pool *backend.Pool) (on, known bool) {
+	s := p.planner.s
+	if on, decided := s.gen.fenceByConfig(); decided {
+		return on, true
+	}
+	if s.host == nil || s.host.Fences == nil {
+		return false, false
+	}
+	v, _ := s.host.Fences.m.Load(pool)
+	switch st, _ := v.(*atomic.Int32); {
+	case st == nil:
+		return false, false
+	case st.Load() == fencePresent:
+		return true, true
+	case st.Load() == fenceAbsent:
+		return false, true
+	}
+	return false, false
+}
+
+// planAcquire plans the pipeline onto shard with the acquisition as the
+// plan's step (mayDefer said it may): what opens the transaction is
+// written now, the connection is taken by takeAcquire.
+func (p backendExec) planAcquire(shard int, a *route.Statement) {
+	pl, s := p.planner, p.planner.s
+	pool := s.gen.Pools[shard]
+	key, pre := s.cur.Split(pool.ViaPooler)
+	st := &pl.plan.acquire
+	if st.snap == nil {
+		st.snap = new(planner)
+	}
+	*st.snap = *pl
+	st.on, st.shard, st.pool, st.key, st.msg = true, shard, pool, key, pl.cur
+	st.asserted, st.bucket = false, 0
+	pl.shard, pl.onBackend = shard, true
+	fence := false
+	if pl.fence.key != "" && !pl.noFence {
+		fence, _ = p.fenceKnown(pool)
+	}
+	p.openTxn(pre, fence, a)
+}
+
+// noteFenceBucket records that the plan asserts the fence's bucket: in
+// the session's list now, or when the plan's acquisition is taken.
+func (p backendExec) noteFenceBucket() {
+	if st := &p.planner.plan.acquire; st.on {
+		st.asserted, st.bucket = true, p.planner.fence.bucket
+		return
+	}
+	p.planner.s.fenceBuckets = append(p.planner.s.fenceBuckets, p.planner.fence.bucket)
+}
+
+// takeAcquire takes the plan's acquisition step, if it has one: the
+// connection becomes the session's backend, the plan's. On an error
+// the pipeline is planned again from the step's message as failed
+// there (the plan it had up to that message is kept).
+func (p pipePlanner) takeAcquire() {
+	pl, s := p.planner, p.planner.s
+	st := &pl.plan.acquire
+	if !st.on {
+		return
+	}
+	st.on = false
+	bc, err := st.pool.Acquire(pl.ctx, st.key)
+	if err == nil {
+		s.setBackend(bc)
+		s.txn.shard = st.shard
+		pl.bc = bc
+		if st.asserted {
+			s.fenceBuckets = append(s.fenceBuckets, st.bucket)
+		}
+		return
+	}
+	snap, at, pool := st.snap, st.msg, st.pool // st is the plan's: restored below
+	*pl = *snap
+	pl.lazy = nil
+	pl.plan.acquire = acquireStep{snap: snap}
+	pl.fail(acquireError(pool, err), nil)
+	for i := at + 1; i < len(s.grp); i++ {
+		// The pipeline failed: only its Sync and Flush are answered.
+		p.planner.cur = i
+		switch m := s.grp[i]; m.typ {
+		case 'S':
+			p.sync(m.raw)
+		case 'H':
+			p.flushMsg(m.raw)
+		}
+	}
+}
+
+// deferrable reports whether the Bind of statement vs (message idx) may
+// leave the acquisition of its backend to the executor (acquireStep):
+// the messages after it up to the pipeline's end are only Describes of
+// portals, Executes, Syncs and Flushes, none of a portal the proxy
+// answers itself (whose answer may need the pipeline's backend).
+func (p pipePlanner) deferrable(vs *vstmt, idx int) *vstmt {
+	for _, m := range p.planner.s.grp[idx+1:] {
+		switch m.typ {
+		case 'S', 'H':
+			continue
+		case 'D':
+			kind, name, err := pgwire.DecodeTarget(m.raw)
+			if err != nil || kind != 'P' || !p.backendPortal(name) {
+				return nil
+			}
+		case 'E':
+			name, _, err := pgwire.DecodeExecute(m.raw)
+			if err != nil || !p.backendPortal(name) {
+				return nil
+			}
+		default:
+			return nil
+		}
+	}
+	return vs
+}
+
+// backendPortal reports whether the portal name is the one the Bind
+// being planned binds (unnamed portals and named ones alike are looked
+// up as the plan will: the last bound of that name), or one bound
+// earlier for a backend.
+func (p pipePlanner) backendPortal(name []byte) bool {
+	if string(name) == string(p.planner.bv.Portal) {
+		return true
+	}
+	pi := p.portal(name)
+	return pi == nil || !pi.local && pi.lead == 0 && pi.term == nil
+}
+
+// stmtCache is the statement cache of the pipeline's backend (nil: none,
+// or no connection yet: mayDefer plans no acquisition where a statement
+// would use one).
+func (p *planner) stmtCache() *backend.StmtCache {
+	if p.bc == nil {
+		return nil
+	}
+	return p.bc.Stmts
+}
