@@ -50,11 +50,14 @@ import (
 // backends, PgBouncers: /proc) and this process (proxy and clients)
 // spent during each chunk is summed per path and setting: CPU µs per
 // operation and on/off, which the machine's load moves much less.
+// Both measurements run in fenceReps repetitions one after the other,
+// each printed as its own on/off ratio beside the machine's load
+// average at its start, so the noise of the figures is in sight.
 // Asserts nothing:
 //
 //	go test -run '^$' -bench BenchmarkProxyFence -benchtime 2000x ./proxy/
 func BenchmarkProxyFence(b *testing.B) {
-	const workers, executions = 4, 64
+	const workers, executions = fenceWorkers, 64
 	const off, on = 0, 1
 	names := [2]string{"off", "on"}
 	ctx := context.Background()
@@ -128,28 +131,111 @@ func BenchmarkProxyFence(b *testing.B) {
 			return err
 		}},
 	}
-	// Worker w does operations i = w, w+workers, ... < b.N, each on its
-	// own executions (commits never conflict): every path, on and off.
-	lat := make([][workers][2][]time.Duration, len(paths)) // latencies
-	for j := range lat {
-		for w := range workers {
-			for mode := range 2 {
-				lat[j][w][mode] = make([]time.Duration, 0, b.N/workers+1)
-			}
-		}
-	}
+	// The operations run in reps repetitions, one after the other (the
+	// machine's load, read from /proc/loadavg at each, drifts between
+	// them): the spread of the per-repetition ratios is the noise.
+	reps := min(fenceReps, max(1, b.N/(2*workers)))
 	b.ResetTimer()
+	lat := make([][][workers][2][]time.Duration, reps) // [rep][path][worker][mode]
+	loads := make([]string, reps)
+	for r := range reps {
+		loads[r] = loadAvg()
+		lat[r] = fenceLatencies(b, r*b.N/reps, (r+1)*b.N/reps, len(paths), func(j, mode, w, x int) error {
+			if err := paths[j].op(mode, w, exes[mode][x]); err != nil {
+				return fmt.Errorf("%s, fence %s: %w", paths[j].name, names[mode], err)
+			}
+			return nil
+		})
+	}
+	b.StopTimer()
+	line := ""
+	for j, p := range paths {
+		var all [2][]time.Duration
+		var reprat []string
+		for r := range reps {
+			var one [2][]time.Duration
+			for mode := range 2 {
+				for w := range workers {
+					one[mode] = append(one[mode], lat[r][j][w][mode]...)
+				}
+				all[mode] = append(all[mode], one[mode]...)
+			}
+			_, m0 := meanMedian(one[off])
+			_, m1 := meanMedian(one[on])
+			reprat = append(reprat, fmt.Sprintf("%.2f", m1/m0))
+		}
+		var us, med [2]float64
+		for mode := range 2 {
+			us[mode], med[mode] = meanMedian(all[mode])
+			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-µs/op")
+		}
+		b.ReportMetric(us[on]/us[off], p.name+"-on/off")
+		b.ReportMetric(med[on]/med[off], p.name+"-p50-on/off")
+		line += fmt.Sprintf("\n  %-8s off %7.1f µs/op, on %7.1f; on/off %.3f (p50 off %.0f µs, on %.0f; on/off %.3f); p50 on/off by repetition: %s",
+			p.name, us[off], us[on], us[on]/us[off], med[off], med[on], med[on]/med[off], strings.Join(reprat, " "))
+	}
+	b.Logf("fence through the proxy (PgBouncer, %d shards, %d ops each, %d workers, %d repetitions; load average (1, 5, 15 min) at each: %s), latency:%s",
+		shards, b.N, workers, reps, strings.Join(loads, " | "), line)
+
+	// CPU: chunks of each path and setting, workers goroutines each,
+	// summed per repetition.
+	spent, ops, loads := fenceCPU(b, reps, len(paths), cpu, func(j, mode, w, x int) error {
+		if err := paths[j].op(mode, w, exes[mode][x]); err != nil {
+			return fmt.Errorf("%s, fence %s: %w", paths[j].name, names[mode], err)
+		}
+		return nil
+	})
+	line = ""
+	for j, p := range paths {
+		var tot [2]time.Duration
+		var reprat []string
+		for r := range reps {
+			for mode := range 2 {
+				tot[mode] += spent[r][j][mode]
+			}
+			reprat = append(reprat, fmt.Sprintf("%.2f", float64(spent[r][j][on])/float64(spent[r][j][off])))
+		}
+		var us [2]float64
+		for mode := range 2 {
+			us[mode] = float64(tot[mode].Microseconds()) / float64(ops)
+			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-cpu-µs/op")
+		}
+		b.ReportMetric(us[on]/us[off], p.name+"-cpu-on/off")
+		line += fmt.Sprintf("\n  %-8s off %7.1f CPU µs/op, on %7.1f; on/off %.3f; by repetition: %s",
+			p.name, us[off], us[on], us[on]/us[off], strings.Join(reprat, " "))
+	}
+	b.Logf("fence through the proxy, CPU of the cluster, PgBouncer, proxy and clients (%d ops each, %d repetitions; load average at each: %s):%s",
+		ops, reps, strings.Join(loads, " | "), line)
+}
+
+// fenceReps is how many repetitions BenchmarkProxyFence splits its
+// operations into (fewer when b.N is small).
+const fenceReps = 5
+
+// fenceWorkers is BenchmarkProxyFence's number of client goroutines.
+const fenceWorkers = 4
+
+// fenceLatencies runs operations [from, to) over fenceWorkers
+// goroutines, worker w taking i = from+w, from+w+workers, ...: for each,
+// every path with the fence off and on, which goes first alternating
+// by operation and path, so both settings share every moment of the
+// machine. op(path, mode, worker, execution) runs one; x, the
+// execution's index, is the worker's own (commits never conflict). It
+// returns the latencies by path, worker and mode.
+func fenceLatencies(b *testing.B, from, to, paths int, op func(j, mode, w, x int) error) [][fenceWorkers][2][]time.Duration {
+	const workers, executions = fenceWorkers, 64
+	lat := make([][workers][2][]time.Duration, paths)
 	var g errgroup.Group
 	for w := range workers {
 		g.Go(func() error {
-			for i := w; i < b.N; i += workers {
+			for i := from + w; i < to; i += workers {
 				x := (i/workers)%(executions/workers)*workers + w
-				for j, p := range paths {
+				for j := range paths {
 					for k := range 2 {
 						mode := (i/workers + j + k) % 2
 						start := time.Now()
-						if err := p.op(mode, w, exes[mode][x]); err != nil {
-							return fmt.Errorf("%s, fence %s: %w", p.name, names[mode], err)
+						if err := op(j, mode, w, x); err != nil {
+							return err
 						}
 						lat[j][w][mode] = append(lat[j][w][mode], time.Since(start))
 					}
@@ -161,73 +247,76 @@ func BenchmarkProxyFence(b *testing.B) {
 	if err := g.Wait(); err != nil {
 		b.Fatal(err)
 	}
-	b.StopTimer()
-	line := ""
-	for j, p := range paths {
-		var us, med [2]float64
-		for mode := range 2 {
-			var all []time.Duration
-			var d time.Duration
-			for w := range workers {
-				all = append(all, lat[j][w][mode]...)
-			}
-			for _, x := range all {
-				d += x
-			}
-			slices.Sort(all)
-			us[mode] = float64(d.Microseconds()) / float64(len(all))
-			med[mode] = float64(all[len(all)/2].Microseconds())
-			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-µs/op")
-		}
-		b.ReportMetric(us[on]/us[off], p.name+"-on/off")
-		b.ReportMetric(med[on]/med[off], p.name+"-p50-on/off")
-		line += fmt.Sprintf("\n  %-8s off %7.1f µs/op, on %7.1f; on/off %.3f (p50 off %.0f µs, on %.0f; on/off %.3f)",
-			p.name, us[off], us[on], us[on]/us[off], med[off], med[on], med[on]/med[off])
-	}
-	b.Logf("fence through the proxy (PgBouncer, %d shards, %d ops each, %d workers), latency:%s", shards, b.N, workers, line)
+	return lat
+}
 
-	// CPU: chunks of each path and setting, workers goroutines each.
-	const chunk = 100
-	spent := make([][2]time.Duration, len(paths))
+// fenceCPU runs b.N operations of each path and setting in reps
+// repetitions of chunks (each chunk fenceWorkers goroutines of one path
+// and one setting; on and off alternate, which goes first rotating) and
+// returns the CPU cpu measured during each, summed by repetition, path
+// and mode; the operations done per path and setting; and the load
+// average at each repetition's start.
+func fenceCPU(b *testing.B, reps, paths int, cpu func(*cpuReading) *cpuReading, op func(j, mode, w, x int) error) ([][][2]time.Duration, int, []string) {
+	const workers, executions, chunk = fenceWorkers, 64, 100
+	spent := make([][][2]time.Duration, reps)
+	loads := make([]string, reps)
 	ops := 0
-	for done, round := 0, 0; done < b.N; round++ {
-		n := min(chunk, b.N-done)
-		for j, p := range paths {
-			for k := range 2 {
-				mode := (round + k) % 2
-				before := cpu(nil)
-				var g errgroup.Group
-				for w := range workers {
-					g.Go(func() error {
-						for i := w; i < n; i += workers {
-							x := (i/workers)%(executions/workers)*workers + w
-							if err := p.op(mode, w, exes[mode][x]); err != nil {
-								return fmt.Errorf("%s, fence %s: %w", p.name, names[mode], err)
+	for r := range reps {
+		spent[r] = make([][2]time.Duration, paths)
+		loads[r] = loadAvg()
+		from, to := r*b.N/reps, (r+1)*b.N/reps
+		for done, round := from, 0; done < to; round++ {
+			n := min(chunk, to-done)
+			for j := range paths {
+				for k := range 2 {
+					mode := (round + k) % 2
+					before := cpu(nil)
+					var g errgroup.Group
+					for w := range workers {
+						g.Go(func() error {
+							for i := w; i < n; i += workers {
+								if err := op(j, mode, w, (i/workers)%(executions/workers)*workers+w); err != nil {
+									return err
+								}
 							}
-						}
-						return nil
-					})
+							return nil
+						})
+					}
+					if err := g.Wait(); err != nil {
+						b.Fatal(err)
+					}
+					spent[r][j][mode] += cpu(before).spent
 				}
-				if err := g.Wait(); err != nil {
-					b.Fatal(err)
-				}
-				spent[j][mode] += cpu(before).spent
 			}
+			ops += n
+			done += n
 		}
-		ops += n
-		done += n
 	}
-	line = ""
-	for j, p := range paths {
-		var us [2]float64
-		for mode := range 2 {
-			us[mode] = float64(spent[j][mode].Microseconds()) / float64(ops)
-			b.ReportMetric(us[mode], p.name+"-"+names[mode]+"-cpu-µs/op")
-		}
-		b.ReportMetric(us[on]/us[off], p.name+"-cpu-on/off")
-		line += fmt.Sprintf("\n  %-8s off %7.1f CPU µs/op, on %7.1f; on/off %.3f", p.name, us[off], us[on], us[on]/us[off])
+	return spent, ops, loads
+}
+
+// meanMedian returns the mean and the median of d in µs (0 for none);
+// it sorts d.
+func meanMedian(d []time.Duration) (mean, median float64) {
+	if len(d) == 0 {
+		return 0, 0
 	}
-	b.Logf("fence through the proxy, CPU of the cluster, PgBouncer, proxy and clients (%d ops each):%s", ops, line)
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	slices.Sort(d)
+	return float64(sum.Microseconds()) / float64(len(d)), float64(d[len(d)/2].Microseconds())
+}
+
+// loadAvg is the machine's load average over 1, 5 and 15 minutes
+// (/proc/loadavg), "?" when unreadable.
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 // cpuReading is CPU time read at one moment: per process of the
