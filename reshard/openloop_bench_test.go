@@ -49,7 +49,12 @@ import (
 // workers through PgBouncer and the proxy, under faults, at 100–300
 // acknowledged commits a second; ~1,000 fault-free, README "Chaos
 // testing"), so half the saturation rate of this machine stands for
-// their load. Not in a timed test; asserts nothing:
+// their load. The log also counts the unmoved commits over slowMark by
+// the mover's last step (Options.Hook) when they were scheduled. The
+// default rate is a share of the saturation measured at the start: on a
+// machine whose load rises after it, the run becomes an overload test
+// (set RESHARD_OFFERED_RATE to compare runs). Not in a timed test;
+// asserts nothing:
 //
 //	go test -run '^$' -bench MoveAtOfferedLoad -benchtime 4x ./reshard
 func BenchmarkMoveAtOfferedLoad(b *testing.B) {
