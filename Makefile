@@ -89,7 +89,7 @@ bench-fence: ## The shard fence's cost, on vs off interleaved in one run: on one
 FENCE_PROXY_OPS ?= 2000
 
 .PHONY: bench-reshard
-bench-reshard: ## The mover on a real 2-shard cluster: a range moved back and forth under four writers (freeze p50/max at the 100 ms budget, freezes abandoned, rows copied/s, changes replayed) and the moving range's commit latency as clients see it (p50/p99/max) and the unmoved range's commits/s during moves vs outside them; the capture triggers' cost per commit; asserts nothing
+bench-reshard: ## The mover on a real 2-shard cluster: a range moved back and forth under four writers (freeze p50/max at the 100 ms budget, freezes abandoned, rows copied/s, changes replayed) and the moving range's commit latency as clients see it (p50/p99/max) and the unmoved range's commits/s during moves vs outside them, both at saturation (closed-loop writers) and at a fixed offered load (open loop at half the measured saturation rate: the unmoved range's commits/s as a fraction of offered, its p50/p99, the freeze as clients see it); the capture triggers' cost per commit; asserts nothing
 	$(GO) test -run '^$$' -bench 'BenchmarkMove|BenchmarkCaptureCost' -benchtime 4x -count 1 ./reshard/
 
 .PHONY: bench-loadgen
