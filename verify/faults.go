@@ -36,9 +36,12 @@ const (
 // that was blocked, a pool noticing a dead connection).
 const corroborationSlack = 3 * time.Second
 
-// dropTolerance is how far the wall-clock times a lost-ack records for a
-// dropped reply (sent, at) may lie outside the op's [t0, t1], which is
-// measured on the monotonic clock from the header's started_at.
+// dropTolerance is how far the times a lost-ack records for a
+// dropped reply (sent, at) may lie outside the op's [t0, t1]. Both are on
+// the history's clock: the op's times are monotonic offsets from the
+// header's started_at, and a drop's are written as started_at plus its
+// monotonic offset (HISTORY.md), so a step of the wall clock during a run
+// moves neither.
 const dropTolerance = 250 * time.Millisecond
 
 // landedByEvidence reads a fault's evidence (the injection's with its
