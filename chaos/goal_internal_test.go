@@ -169,3 +169,30 @@ func TestHistoryPutsDropsOnItsClock(t *testing.T) {
 		t.Errorf("at - started_at = %v, want %v", got, want)
 	}
 }
+
+// TestLandedMargin: kinds the verifier credits only with an op no other
+// fault's window overlaps wait for 2.5× the floor by evidence (a ci run
+// once had 9 of 19 partitions corroborated); lost-ack, matched online
+// as the verifier matches it, and kinds read from evidence alone keep a
+// fifth; a floor of one waits for two either way.
+func TestLandedMargin(t *testing.T) {
+	for _, c := range []struct {
+		k    Kind
+		n, m int
+	}{
+		{KindPartition, 10, 15}, {KindStall, 10, 15}, {KindTerminate, 10, 15}, {KindReset, 10, 15},
+		{KindLatency, 10, 15}, {KindShardCrash, 3, 4},
+		{KindLostAck, 10, 2}, {KindPgBouncerPause, 10, 2}, {KindMove, 20, 4},
+		{KindPartition, 1, 1}, {KindLostAck, 1, 1},
+	} {
+		if got := landedMargin(c.k, c.n); got != c.m {
+			t.Errorf("landedMargin(%s, %d) = %d, want %d", c.k, c.n, got, c.m)
+		}
+	}
+	sc := &Scenario{MinLanded: 10, MinCommits: 0, MaxDuration: Duration(time.Minute)}
+	h, _, _ := goalHistory(t)
+	done := goal(sc, []Planned{{ID: "p", Kind: KindPartition}}, h)
+	if done() {
+		t.Fatal("goal met with no partition landed")
+	}
+}
