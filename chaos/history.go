@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -558,11 +559,7 @@ func (w *History) rebaseDrops(ev map[string]any) map[string]any {
 func (w *History) Landed() map[Kind]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[Kind]int, len(w.faults))
-	for k, n := range w.faults {
-		out[k] = n
-	}
-	return out
+	return maps.Clone(w.faults)
 }
 
 // Corroborated counts the faults that landed so far by kind as the
@@ -573,10 +570,7 @@ func (w *History) Landed() map[Kind]int {
 func (w *History) Corroborated() map[Kind]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[Kind]int, len(w.faults))
-	for k, n := range w.faults {
-		out[k] = n
-	}
+	out := maps.Clone(w.faults)
 	delete(out, KindLostAck)
 	if n := len(w.acks.confirmed); n > 0 {
 		out[KindLostAck] = n
