@@ -536,10 +536,7 @@ func (w *History) rebaseDrops(ev map[string]any) map[string]any {
 	if !ok || len(drops) == 0 {
 		return ev
 	}
-	out := make(map[string]any, len(ev))
-	for k, v := range ev {
-		out[k] = v
-	}
+	out := maps.Clone(ev)
 	re := make([]DroppedReply, len(drops))
 	for i, d := range drops {
 		if !d.Sent.IsZero() {
