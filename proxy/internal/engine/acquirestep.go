@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sync/atomic"
-
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -62,22 +60,11 @@ func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
 // that is known without asking the backend (PoolFences.fenced asks).
 func (p backendExec) fenceKnown(pool *backend.Pool) (on, known bool) {
 	s := p.planner.s
-	if on, decided := s.gen.fenceByConfig(); decided {
-		return on, true
+	var f *PoolFences
+	if s.host != nil {
+		f = s.host.Fences
 	}
-	if s.host == nil || s.host.Fences == nil {
-		return false, false
-	}
-	v, _ := s.host.Fences.m.Load(pool)
-	switch st, _ := v.(*atomic.Int32); {
-	case st == nil:
-		return false, false
-	case st.Load() == fencePresent:
-		return true, true
-	case st.Load() == fenceAbsent:
-		return false, true
-	}
-	return false, false
+	return f.decided(s.gen, pool)
 }
 
 // planAcquire plans the pipeline onto shard with the acquisition as the

@@ -166,16 +166,10 @@ func (f *PoolFences) state(pool *backend.Pool) *atomic.Int32 {
 // failed question leaves the state unknown (asked again next time) and
 // does not fence. log is the server's (HostEnv.Log).
 func (f *PoolFences) fenced(ctx context.Context, g *GenerationEnv, log *slog.Logger, pool *backend.Pool, bc *backend.Conn) bool {
-	if on, decided := g.fenceByConfig(); decided {
+	if on, known := f.decided(g, pool); known {
 		return on
 	}
 	st := f.state(pool)
-	switch st.Load() {
-	case fencePresent:
-		return true
-	case fenceAbsent:
-		return false
-	}
 	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, fenceDetectSQL)
 	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
 		return false
@@ -257,12 +251,31 @@ func (c *StandInTexts) standIns(buckets int) []string {
 // known reports whether pool's shard is known to have the fence under
 // generation g (never asks: the backend may have bytes queued).
 func (f *PoolFences) known(g *GenerationEnv, pool *backend.Pool) bool {
+	on, _ := f.decided(g, pool)
+	return on
+}
+
+// decided is whether transactions on pool assert their key under
+// generation g, when that is known without asking the backend (by the
+// configuration, or by an earlier question of the pool: fenced asks). A
+// nil f knows only what the configuration says.
+func (f *PoolFences) decided(g *GenerationEnv, pool *backend.Pool) (on, known bool) {
 	if on, decided := g.fenceByConfig(); decided {
-		return on
+		return on, true
+	}
+	if f == nil {
+		return false, false
 	}
 	v, _ := f.m.Load(pool)
-	st, _ := v.(*atomic.Int32)
-	return st != nil && st.Load() == fencePresent
+	switch st, _ := v.(*atomic.Int32); {
+	case st == nil:
+		return false, false
+	case st.Load() == fencePresent:
+		return true, true
+	case st.Load() == fenceAbsent:
+		return false, true
+	}
+	return false, false
 }
 
 // fencePortalName is the assert's portal inside a pipeline: named, so
