@@ -67,7 +67,9 @@ func (l *routeLog) recent() []routeEntry {
 
 // noteRoute counts and records a routing decision: shard is the chosen
 // shard's index in srv (-1 for none), fan a fan-out, refused an error.
-func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason string) {
+// The reason is msg, or d's (built only when the decision is recorded:
+// keyed ones are sampled).
+func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, msg string, d *route.Dest) {
 	name := ""
 	if shard >= 0 && shard < len(g.pools) {
 		n := g.pools[shard].Stats.Routes[kind].Add(1)
@@ -83,6 +85,10 @@ func (g *generation) noteRoute(kind backend.RouteKind, shard int, sql, reason st
 	} else {
 		g.srv.routes.noShard[kind].Add(1)
 	}
+	reason := msg
+	if d != nil {
+		reason = d.Why()
+	}
 	g.srv.routes.record(kind, name, sql, reason)
 }
 
@@ -97,7 +103,7 @@ func (g *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool,
 		if d.Kind == route.DestShard {
 			shard = d.Shard
 		}
-		g.noteRoute(kind, shard, sql, e.Message)
+		g.noteRoute(kind, shard, sql, e.Message, nil)
 		return
 	case fan:
 		kind, shard = backend.RouteFanout, -1
@@ -106,5 +112,5 @@ func (g *generation) NoteDecision(sql string, d route.Dest, shard int, fan bool,
 	case d.Kind == route.DestShard:
 		kind = backend.RouteKeyed
 	}
-	g.noteRoute(kind, shard, sql, d.Reason)
+	g.noteRoute(kind, shard, sql, "", &d)
 }

@@ -358,7 +358,7 @@ type mergeReport struct {
 func report(r *route.Table, ex route.Explanation) routeReport {
 	st, d := ex.Statement, ex.Dest
 	rep := routeReport{SQL: st.SQL, Kind: st.Kind.String(), ReadOnly: st.ReadOnly, Tables: st.Tables, NumParams: st.NumParams,
-		ParseError: st.ParseError, Dest: d.Kind.String(), Key: d.Key, Reason: d.Reason, Steps: ex.Steps, Refusal: d.Refusal}
+		ParseError: st.ParseError, Dest: d.Kind.String(), Key: d.KeyText(), Reason: d.Why(), Steps: ex.Steps, Refusal: d.Refusal}
 	if st.SetName != "" {
 		rep.Setting = st.SetName
 		if st.SetValue != "" {

@@ -64,7 +64,7 @@ func BenchmarkRouteKinds(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if d := r.Route(st, c.params, c.formats, nil); d.Kind == route.DestRefuse {
-					b.Fatal(d.Reason)
+					b.Fatal(d.Why())
 				}
 			}
 		})
@@ -179,7 +179,7 @@ func BenchmarkAnalyzeDistinctLiterals(b *testing.B) {
 						b.Fatal(err)
 					}
 					if d := r.Route(sts[0], nil, nil, nil); d.Kind != route.DestShard {
-						b.Fatal(d.Reason)
+						b.Fatal(d.Why())
 					}
 				}
 			})

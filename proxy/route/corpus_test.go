@@ -124,7 +124,7 @@ func sameDest(a, b route.Dest) bool {
 			return false
 		}
 	}
-	return a.Kind == b.Kind && a.Shard == b.Shard && a.Key == b.Key && a.Bucket == b.Bucket && a.Reason == b.Reason
+	return a.Kind == b.Kind && a.Shard == b.Shard && a.KeyText() == b.KeyText() && a.Bucket == b.Bucket && a.Why() == b.Why()
 }
 
 // sameStages compares two-stage plans by their texts (each router has
@@ -167,22 +167,22 @@ func checkExpect(t *testing.T, m *shardmap.Map, expect string, d route.Dest) {
 			}
 		}
 		if d.Kind != route.DestShard || d.Shard != want {
-			t.Fatalf("want shard %s (%s), got %s %d: %s", m.Shards[want].Name, expect, d.Kind, d.Shard, d.Reason)
+			t.Fatalf("want shard %s (%s), got %s %d: %s", m.Shards[want].Name, expect, d.Kind, d.Shard, d.Why())
 		}
-		if verb != "shard" && d.Key != arg {
-			t.Errorf("Key = %q, want %q", d.Key, arg)
+		if verb != "shard" && d.KeyText() != arg {
+			t.Errorf("Key = %q, want %q", d.KeyText(), arg)
 		}
 	case "all":
 		if d.Kind != route.DestAll {
-			t.Fatalf("want all, got %s: %s", d.Kind, d.Reason)
+			t.Fatalf("want all, got %s: %s", d.Kind, d.Why())
 		}
 	case "default":
 		if d.Kind != route.DestAny || !d.Default {
-			t.Fatalf("want any on the default shard, got %s (default %v): %s", d.Kind, d.Default, d.Reason)
+			t.Fatalf("want any on the default shard, got %s (default %v): %s", d.Kind, d.Default, d.Why())
 		}
 	case "any":
 		if d.Kind != route.DestAny {
-			t.Fatalf("want any, got %s: %s", d.Kind, d.Reason)
+			t.Fatalf("want any, got %s: %s", d.Kind, d.Why())
 		}
 	case "refuse":
 		if d.Kind != route.DestRefuse || d.Refusal == nil || d.Refusal.SQLState != arg {
@@ -190,7 +190,7 @@ func checkExpect(t *testing.T, m *shardmap.Map, expect string, d route.Dest) {
 			if d.Refusal != nil {
 				state = d.Refusal.SQLState
 			}
-			t.Fatalf("want refusal %s, got %s %s: %s", arg, d.Kind, state, d.Reason)
+			t.Fatalf("want refusal %s, got %s %s: %s", arg, d.Kind, state, d.Why())
 		}
 	default:
 		t.Fatalf("bad expectation %q", expect)
@@ -200,7 +200,7 @@ func checkExpect(t *testing.T, m *shardmap.Map, expect string, d route.Dest) {
 // checkInvariants holds for every decision.
 func checkInvariants(t testing.TB, m *shardmap.Map, st *route.Statement, d route.Dest) {
 	t.Helper()
-	if d.Reason == "" {
+	if d.Why() == "" {
 		t.Error("decision without a reason")
 	}
 	switch d.Kind {

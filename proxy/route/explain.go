@@ -29,8 +29,8 @@ func (r *Table) Explain(st *Statement, params [][]byte, formats []int16, paramOI
 		e.decide(p)
 		ex.Steps = append(ex.Steps, steps...)
 	}
-	if n := len(ex.Steps); n == 0 || ex.Steps[n-1] != ex.Dest.Reason {
-		ex.Steps = append(ex.Steps, ex.Dest.Reason)
+	if n, why := len(ex.Steps), ex.Dest.Why(); n == 0 || ex.Steps[n-1] != why {
+		ex.Steps = append(ex.Steps, why)
 	}
 	return ex
 }

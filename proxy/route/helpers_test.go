@@ -133,14 +133,14 @@ func describe(m *shardmap.Map, st *route.Statement, ex route.Explanation) string
 	switch d.Kind {
 	case route.DestShard:
 		fmt.Fprintf(&b, "dest:    shard %s", m.Shards[d.Shard].Name)
-		if d.Key != "" {
-			fmt.Fprintf(&b, " (key %q, bucket %d)", d.Key, d.Bucket)
+		if d.KeyText() != "" {
+			fmt.Fprintf(&b, " (key %q, bucket %d)", d.KeyText(), d.Bucket)
 		}
 		b.WriteString("\n")
 	default:
 		fmt.Fprintf(&b, "dest:    %s\n", d.Kind)
 	}
-	fmt.Fprintf(&b, "reason:  %s\n", d.Reason)
+	fmt.Fprintf(&b, "reason:  %s\n", d.Why())
 	if r := d.Refusal; r != nil {
 		fmt.Fprintf(&b, "refusal: %s %s\n", r.SQLState, r.Message)
 		if r.Hint != "" {

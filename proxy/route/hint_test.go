@@ -59,7 +59,7 @@ func TestHints(t *testing.T) {
 				t.Errorf("%q: want refusal %s, got %+v", c.sql, c.state, d)
 			}
 		case c.key != "":
-			if d.Kind != route.DestShard || d.Shard != keyShard(c.key) || d.Key != c.key {
+			if d.Kind != route.DestShard || d.Shard != keyShard(c.key) || d.KeyText() != c.key {
 				t.Errorf("%q: want key %q on shard %d, got %+v", c.sql, c.key, keyShard(c.key), d)
 			}
 		case c.shard != "":

@@ -114,7 +114,7 @@ func TestParamDecode(t *testing.T) {
 					t.Fatalf("want refusal %s, got %+v", c.state, d)
 				}
 			case c.wantKey != "" || c.kind == route.DestShard:
-				if d.Kind != route.DestShard || d.Key != c.wantKey {
+				if d.Kind != route.DestShard || d.KeyText() != c.wantKey {
 					t.Fatalf("want key %q, got %+v", c.wantKey, d)
 				}
 				m := r.Map()
@@ -130,7 +130,7 @@ func TestParamDecode(t *testing.T) {
 					want = m.ShardIndexForBucket(m.Bucket(c.wantKey))
 				}
 				if d.Shard != want {
-					t.Fatalf("key %q on shard %d, want %d", d.Key, d.Shard, want)
+					t.Fatalf("key %q on shard %d, want %d", d.KeyText(), d.Shard, want)
 				}
 			default:
 				if d.Kind != c.kind {
@@ -162,7 +162,7 @@ func TestParamCounts(t *testing.T) {
 	} {
 		d := r.Route(st, c.params, c.formats, nil)
 		if c.state == "" {
-			if d.Kind != route.DestShard || d.Key != "b" {
+			if d.Kind != route.DestShard || d.KeyText() != "b" {
 				t.Errorf("%d params, formats %v: %+v", len(c.params), c.formats, d)
 			}
 			continue
@@ -170,5 +170,46 @@ func TestParamCounts(t *testing.T) {
 		if d.Kind != route.DestRefuse || d.Refusal.SQLState != c.state {
 			t.Errorf("%d params, formats %v: want %s, got %+v", len(c.params), c.formats, c.state, d)
 		}
+	}
+}
+
+// TestRouteKeyedAllocatesNothing: routing a cached keyed point statement by
+// a Bind parameter (text or binary, text or integer key) allocates
+// nothing: the reason is built only when read (Dest.Why), a text key
+// aliases the parameter, an integer key is carried as the number. The
+// reason read afterwards is the one the decision would have had eagerly.
+func TestRouteKeyedAllocatesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name, schema, sql string
+		param             []byte
+		format            int16
+		why               string
+		key               string
+	}{
+		{"text key, text param", "default", pointSelect, []byte("abc"), 0,
+			"executions.id = $1 → 'abc' → bucket ", "abc"},
+		{"text key, binary param", "default", pointSelect, []byte("abc"), 1,
+			"executions.id = $1 → 'abc' → bucket ", "abc"},
+		{"int8 key, text param", "int8", "SELECT 1 FROM accounts WHERE k = $1", []byte("42"), 0,
+			"accounts.k = $1 → 42 → bucket ", "42"},
+		{"int8 key, binary param", "int8", "SELECT 1 FROM accounts WHERE k = $1", be(64, 42), 1,
+			"accounts.k = $1 → 42 → bucket ", "42"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRouter(t, c.schema)
+			st, err := r.Analyze(c.sql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params, formats := [][]byte{c.param}, []int16{c.format}
+			var d route.Dest
+			if n := testing.AllocsPerRun(100, func() { d = r.Route(st, params, formats, nil) }); n != 0 {
+				t.Errorf("Route allocates %v times per call, want 0", n)
+			}
+			if d.Kind != route.DestShard || d.KeyText() != c.key || !strings.HasPrefix(d.Why(), c.why) ||
+				!strings.HasSuffix(d.Why(), " → "+r.Map().Shards[d.Shard].Name) {
+				t.Errorf("routed %v key %q: %s", d.Kind, d.KeyText(), d.Why())
+			}
+		})
 	}
 }

@@ -101,21 +101,23 @@ func (pl *placer) place(v kval, s *source) placed {
 }
 
 // shardDest is the decision for one placed key; agree counts the keyed
-// references that agree on its shard. The reason and the key are one
-// allocation (the key may alias Bind bytes: it is copied).
+// references that agree on its shard. It allocates nothing for a key from
+// a parameter or a constant: the reason is built on demand (Dest.Why), a
+// text key aliases the value (a Bind parameter's bytes), an integer key is
+// carried as the number. A key from a literal of the text (whose values the
+// pooled normalizer reuses) is built now: the reason and the key in one
+// allocation.
 func (pl *placer) shardDest(p placed, agree int, lits []literal) Dest {
-	var buf [256]byte
-	b := append(buf[:0], p.src.col...)
-	b = append(b, " = "...)
-	b = p.src.appendExpr(b, lits)
-	b = append(b, " → "...)
-	b = appendKey(b, p.v)
-	b = pl.appendPlace(b, p)
-	if agree > 1 {
-		b = append(b, " ("...)
-		b = strconv.AppendInt(b, int64(agree), 10)
-		b = append(b, " keyed references agree)"...)
+	why := keyedWhy{m: pl.m, src: p.src, v: p.v, agree: agree}
+	if p.src.lit == 0 {
+		d := Dest{Kind: DestShard, Shard: p.shard, Bucket: p.bucket, keyed: why}
+		if p.v.kind != kInt {
+			d.Key = p.v.text()
+		}
+		return d
 	}
+	var buf [256]byte
+	b := appendWhy(buf[:0], why, p.shard, p.bucket, lits...)
 	reason := len(b)
 	if p.v.kind == kInt {
 		b = strconv.AppendInt(b, p.v.i, 10)
@@ -126,21 +128,38 @@ func (pl *placer) shardDest(p placed, agree int, lits []literal) Dest {
 	return Dest{Kind: DestShard, Shard: p.shard, Key: s[reason:], Bucket: p.bucket, Reason: s[:reason]}
 }
 
-// appendPlace appends " → bucket N → shard" (or the ordinal of a
-// sequence key) for p.
-func (pl *placer) appendPlace(b []byte, p placed) []byte {
-	if p.bucket >= 0 {
-		b = append(b, " → bucket "...)
-		b = strconv.AppendInt(b, int64(p.bucket), 10)
-	} else {
-		b = append(b, " → ordinal "...)
-		b = strconv.AppendInt(b, int64(pl.m.Shards[p.shard].Ordinal), 10)
-	}
+// appendWhy appends the reason of a keyed decision on shard (bucket):
+// "col = expr → key → bucket N → shard (k keyed references agree)".
+func appendWhy(b []byte, w keyedWhy, shard, bucket int, lits ...literal) []byte {
+	b = append(b, w.src.col...)
+	b = append(b, " = "...)
+	b = w.src.appendExpr(b, lits)
 	b = append(b, " → "...)
-	return append(b, pl.name(p.shard)...)
+	b = appendKey(b, w.v)
+	b = appendPlace(b, w.m, shard, bucket)
+	if w.agree > 1 {
+		b = append(b, " ("...)
+		b = strconv.AppendInt(b, int64(w.agree), 10)
+		b = append(b, " keyed references agree)"...)
+	}
+	return b
 }
 
-func (pl *placer) placeWhy(p placed) string { return string(pl.appendPlace(nil, p)) }
+// appendPlace appends " → bucket N → shard" (or, with bucket -1, the
+// ordinal of a sequence key's shard) for shard of map m.
+func appendPlace(b []byte, m *shardmap.Map, shard, bucket int) []byte {
+	if bucket >= 0 {
+		b = append(b, " → bucket "...)
+		b = strconv.AppendInt(b, int64(bucket), 10)
+	} else {
+		b = append(b, " → ordinal "...)
+		b = strconv.AppendInt(b, int64(m.Shards[shard].Ordinal), 10)
+	}
+	b = append(b, " → "...)
+	return append(b, m.Shards[shard].Name...)
+}
+
+func (pl *placer) placeWhy(p placed) string { return string(appendPlace(nil, pl.m, p.shard, p.bucket)) }
 
 // routeKey routes an explicit key (Table.RouteKey).
 func (pl *placer) routeKey(key string, t KeyType) Dest {
@@ -191,13 +210,13 @@ func (pl *placer) bound(d Dest, bound int) Dest {
 		}
 		ref := &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("statement belongs to shard %s but the transaction runs on shard %s", pl.name(d.Shard), pl.name(bound)),
-			Detail:  d.Reason,
+			Detail:  d.Why(),
 			Hint:    "A transaction must stay on one shard: roll back and run the statement in its own transaction."}
-		return Dest{Kind: DestRefuse, Shard: d.Shard, Key: d.Key, Bucket: d.Bucket, Reason: ref.Message, Refusal: ref}
+		return Dest{Kind: DestRefuse, Shard: d.Shard, Key: d.KeyText(), Bucket: d.Bucket, Reason: ref.Message, Refusal: ref}
 	case DestAll:
 		ref := &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("statement needs every shard but the transaction runs on shard %s", pl.name(bound)),
-			Detail:  d.Reason,
+			Detail:  d.Why(),
 			Hint:    "Add a key predicate, or run the statement outside the transaction."}
 		return Dest{Kind: DestRefuse, Bucket: -1, Reason: ref.Message, Refusal: ref}
 	}

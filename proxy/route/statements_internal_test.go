@@ -33,7 +33,7 @@ func TestStatementsShareShape(t *testing.T) {
 			t.Fatalf("%s: SQL %q, binding %+v", sql, st.SQL, st.lit)
 		}
 		want := pl.routeKey(k, KeyText)
-		if d := st.lit.dest; d.Kind != DestShard || d.Shard != want.Shard || d.Key != k {
+		if d := st.lit.dest; d.Kind != DestShard || d.Shard != want.Shard || d.KeyText() != k {
 			t.Errorf("%s: decided %+v, want shard %d key %s", sql, d, want.Shard, k)
 		}
 		if again := s.cachedBytes([]byte(sql)); again == nil || again.one != st {

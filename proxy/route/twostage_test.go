@@ -58,12 +58,12 @@ func TestTwoStage(t *testing.T) {
 		d := r.Route(st, []([]byte){[]byte("1"), []byte("2")}, nil, nil)
 		if c.inner == nil {
 			if d.Kind != route.DestRefuse {
-				t.Errorf("%s: want refused, got %v %s", c.sql, d.Kind, d.Reason)
+				t.Errorf("%s: want refused, got %v %s", c.sql, d.Kind, d.Why())
 			}
 			continue
 		}
 		if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages == nil {
-			t.Errorf("%s: want two stages, got %v %s", c.sql, d.Kind, d.Reason)
+			t.Errorf("%s: want two stages, got %v %s", c.sql, d.Kind, d.Why())
 			continue
 		}
 		sg := d.Merge.Stages

@@ -4,6 +4,7 @@ package route
 // proxy's session engine (package proxy). Change it only in agreement.
 
 import (
+	"strconv"
 	"sync/atomic"
 	"unsafe"
 
@@ -163,11 +164,17 @@ func (k DestKind) String() string {
 
 // Dest is a routing decision, a value (not an action).
 type Dest struct {
-	Kind    DestKind // where: any, one shard, all, or refused
-	Shard   int      // index into the map's Shards, for DestShard
-	Key     string   // the key that decided (text form), for explanations
-	Bucket  int      // its bucket, -1 when not from a key
-	Reason  string   // one line: why ("executions.id = $1 → 'abc…' → bucket 17 → shard1")
+	Kind  DestKind // where: any, one shard, all, or refused
+	Shard int      // index into the map's Shards, for DestShard
+	// Key is the text key that decided; "" for an integer key, which
+	// KeyInt carries (KeyText renders either). A key from a Bind
+	// parameter aliases its bytes: valid while they are.
+	Key    string
+	Bucket int // its bucket, -1 when not from a key
+	// Reason is one line: why; "" for a keyed decision, whose text Why
+	// builds on demand (the route log samples it, errors and Explain read
+	// it) from what the decision keeps in keyed. Read it through Why.
+	Reason  string
 	Refusal *Refusal // the error to send, for DestRefuse
 	// Merge is the fan-out plan of a DestAll read; nil for DestAll DDL
 	// (send the statement unchanged to every shard and expect the same
@@ -179,6 +186,45 @@ type Dest struct {
 	// or procedure the schema does not know, a DO block), which live
 	// there.
 	Default bool
+	keyed   keyedWhy
+}
+
+// keyedWhy is what a keyed decision keeps to build its reason on demand
+// (appendWhy): the placed value, its source, how many keyed
+// references agree. src is nil for a decision whose Reason is set.
+type keyedWhy struct {
+	m     *shardmap.Map // not the placer: a Route's evaluator would escape with it
+	src   *source
+	v     kval
+	agree int
+}
+
+// Why is the decision's one-line reason ("executions.id = $1 → 'abc…' →
+// bucket 17 → shard1"): Reason, or for a keyed decision the text built
+// now (an allocation: the hot path never calls it).
+func (d *Dest) Why() string {
+	if d.keyed.src == nil {
+		return d.Reason
+	}
+	var buf [256]byte
+	return string(appendWhy(buf[:0], d.keyed, d.Shard, d.Bucket))
+}
+
+// KeyInt is the integer key that decided, if one did.
+func (d *Dest) KeyInt() (int64, bool) {
+	if d.keyed.src != nil && d.keyed.v.kind == kInt {
+		return d.keyed.v.i, true
+	}
+	return 0, false
+}
+
+// KeyText is the key that decided in text form ("" for none): Key, or an
+// integer key rendered now.
+func (d *Dest) KeyText() string {
+	if n, ok := d.KeyInt(); ok {
+		return strconv.FormatInt(n, 10)
+	}
+	return d.Key
 }
 
 // Refusal is an error the engine sends to the client instead of routing.

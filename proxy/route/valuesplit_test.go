@@ -38,7 +38,7 @@ func TestSplitValues(t *testing.T) {
 		}
 		d := r.Route(st, [][]byte{[]byte("1")}, nil, nil)
 		if d.Kind != route.DestAll || d.Merge == nil || len(d.Merge.ShardSQL) != len(m.Shards) {
-			t.Fatalf("%s\n  want a split fan-out, got %v %s %v", q, d.Kind, d.Reason, d.Refusal)
+			t.Fatalf("%s\n  want a split fan-out, got %v %s %v", q, d.Kind, d.Why(), d.Refusal)
 		}
 		// Every row goes to exactly one shard: its key's.
 		for i, k := range keys {
@@ -50,8 +50,8 @@ func TestSplitValues(t *testing.T) {
 				}
 			}
 		}
-		if !strings.Contains(d.Reason, "split by its key") {
-			t.Errorf("%s: the reason does not say the list is split: %s", q, d.Reason)
+		if !strings.Contains(d.Why(), "split by its key") {
+			t.Errorf("%s: the reason does not say the list is split: %s", q, d.Why())
 		}
 	}
 	refused := []string{
@@ -87,7 +87,7 @@ func TestSplitValues(t *testing.T) {
 		d := r.Route(st, nil, nil, nil)
 		if d.Kind != route.DestRefuse && (d.Merge == nil || d.Merge.Stages == nil) {
 			// not split: refused, or answered in two stages (twostage.go)
-			t.Errorf("%s\n  want refused or two stages, got %v %s", q, d.Kind, d.Reason)
+			t.Errorf("%s\n  want refused or two stages, got %v %s", q, d.Kind, d.Why())
 		}
 	}
 }

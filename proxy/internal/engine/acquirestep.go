@@ -49,7 +49,7 @@ func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
 	if vs.realOn != nil || (vs.name != "" || vs.cacheUnnamed) && !pool.ViaPooler && s.gen.Config.StatementCacheSize > 0 {
 		return false // its Parse depends on the connection's statement cache
 	}
-	if pl.fence.key != "" && !pl.noFence {
+	if pl.fence.set() && !pl.noFence {
 		_, known := p.fenceKnown(pool)
 		return known
 	}
@@ -83,7 +83,7 @@ func (p backendExec) planAcquire(shard int, a *route.Statement) {
 	st.asserted, st.bucket = false, 0
 	pl.shard, pl.onBackend = shard, true
 	fence := false
-	if pl.fence.key != "" && !pl.noFence {
+	if pl.fence.set() && !pl.noFence {
 		fence, _ = p.fenceKnown(pool)
 	}
 	p.openTxn(pre, fence, a)

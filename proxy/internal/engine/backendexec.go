@@ -33,8 +33,8 @@ func (p *planner) exec() backendExec { return backendExec{p} }
 func (p backendExec) run(rp routePlan, a *route.Statement) *pgwire.Error {
 	p.planner.anyShard = p.planner.anyShard || rp.anyShard
 	p.planner.swapMain = p.planner.swapMain || rp.swapMain
-	p.planner.fence.key = ""
-	if rp.fence.key != "" && rp.shard == rp.fence.shard {
+	p.planner.fence.clear()
+	if rp.fence.set() && rp.shard == rp.fence.shard {
 		p.planner.fence = rp.fence // only a statement run on its key's shard asserts it
 	}
 	return p.ensureBackend(rp.shard, a)
@@ -77,7 +77,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	s.setBackend(bc)
 	s.txn.shard = shard
 	p.planner.bc, p.planner.shard, p.planner.onBackend = bc, shard, true
-	fence := p.planner.fence.key != "" && !p.planner.noFence && s.own == nil && s.host.Fences.fenced(p.planner.ctx, s.gen, s.host.Log, pool, bc)
+	fence := p.planner.fence.set() && !p.planner.noFence && s.own == nil && s.host.Fences.fenced(p.planner.ctx, s.gen, s.host.Log, pool, bc)
 	p.openTxn(pre, fence, a)
 	return nil
 }
@@ -91,9 +91,9 @@ func (p backendExec) openTxn(pre *backend.Settings, fence bool, a *route.Stateme
 	s := p.planner.s
 	fenceKey := ""
 	if fence {
-		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.planner.fence.key, p.planner.fence.bucket)
+		fenceKey = s.host.StandIns.fenceKeyFor(s.gen.Config.Map, p.planner.fence.text(), p.planner.fence.bucket)
 	}
-	p.planner.fence.key = "" // used once
+	p.planner.fence.clear() // used once
 	// The assert may be retried after a refusal only when it is the
 	// transaction's first step (fenceretry.go).
 	fflag := p.fenceRetryFlag(fence)

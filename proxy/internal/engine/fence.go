@@ -295,15 +295,15 @@ const fencePortalName = "pgshard_fence"
 // error is the client's, and the client's statement's 25P02 dropped.
 func (p backendExec) fenceHeld() {
 	s := p.planner.s
-	defer func() { p.planner.fence.key = "" }() // used once
-	if p.planner.fence.key == "" || p.planner.noFence || s.own != nil || s.bc == nil || s.txn.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
+	defer p.planner.fence.clear() // used once
+	if !p.planner.fence.set() || p.planner.noFence || s.own != nil || s.bc == nil || s.txn.bstatus == 'E' || !s.host.Fences.known(s.gen, s.bc.Pool) {
 		return
 	}
 	m := s.gen.Config.Map
 	if slices.Contains(s.fenceBuckets, p.planner.fence.bucket) {
 		return
 	}
-	key := s.host.StandIns.fenceKeyFor(m, p.planner.fence.key, p.planner.fence.bucket)
+	key := s.host.StandIns.fenceKeyFor(m, p.planner.fence.text(), p.planner.fence.bucket)
 	// A soft transaction's first keyed statement may be retried.
 	fl := fSwallow | fReplay | p.fenceRetryFlag(true)
 	switch {

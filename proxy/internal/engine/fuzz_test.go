@@ -82,7 +82,7 @@ func FuzzBindRouting(f *testing.F) {
 			if binaryFmt {
 				return
 			}
-			t.Fatalf("int8 key %d routed %v (%s)", want, d.Kind, d.Reason)
+			t.Fatalf("int8 key %d routed %v (%s)", want, d.Kind, d.Why())
 		}
 		if got, exp := d.Shard, m.ShardIndexForBucket(m.BucketInt8(want)); got != exp {
 			t.Fatalf("int8 key %d routed to shard %d, its bucket belongs to %d", want, got, exp)

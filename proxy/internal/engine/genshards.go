@@ -162,7 +162,7 @@ func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest 
 	if len(srv.Pools) == 1 {
 		switch d.Kind {
 		case route.DestAll:
-			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Reason}
+			return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard: " + d.Why()}
 		case route.DestRefuse:
 			if a.Kind != route.KindUnsupported && d.Refusal != nil && oneShardOverrides(d.Refusal.SQLState) {
 				return route.Dest{Kind: route.DestShard, Shard: 0, Bucket: -1, Reason: "one shard (else refused: " + d.Refusal.Message + ")"}
@@ -177,9 +177,9 @@ func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest 
 	case route.DestShard:
 		if d.Shard != srv.DefaultShard {
 			srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
-			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
+			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Why(), Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
 				Message: fmt.Sprintf("statement joins unsharded tables (%s), which live on the default shard %q, with rows of shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard), srv.shardName(d.Shard)),
-				Detail:  "Routing: " + d.Reason,
+				Detail:  "Routing: " + d.Why(),
 				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
 		}
 	case route.DestAll:
@@ -187,9 +187,9 @@ func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest 
 			return d
 		}
 		srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
-		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Reason, Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
+		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Why(), Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("statement reads every shard but also unsharded tables (%s), which exist only on the default shard %q", strings.Join(a.Unsharded, ", "), srv.shardName(srv.DefaultShard)),
-			Detail:  "Routing: " + d.Reason,
+			Detail:  "Routing: " + d.Why(),
 			Hint:    "Add a key, read the unsharded tables in a statement of their own, or add them to the sharding schema as global tables."}}
 	}
 	return d

@@ -417,7 +417,7 @@ func (p *planner) hintAction(a *route.Statement) action {
 		if d.Kind != route.DestShard {
 			return p.failLocal(pgwire.NewError(pgwire.CodeInvalidParameterValue, fmt.Sprintf("pgshard.key %q does not name a shard", st.SetValue)))
 		}
-		shard, reason = d.Shard, d.Reason
+		shard, reason = d.Shard, d.Why()
 	case "pgshard.shard":
 		shard = -1
 		for i, sh := range srv.Config.Map.Shards {
@@ -529,7 +529,7 @@ func (p *planner) takeRoute(rp routePlan) {
 	if rp.softOff {
 		p.soft = false
 	}
-	p.fence.key = "" // a key of an earlier statement is not asserted for this one
+	p.fence.clear() // a key of an earlier statement is not asserted for this one
 }
 
 // pinnedRoute is the router's decision for a statement of a pinned

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -62,9 +63,25 @@ func (in *routeIn) fanReadsInTxn() bool {
 // fenceTarget is the key that routed a statement to its shard: the
 // executor asserts it (fence.go) when it opens the transaction there.
 type fenceTarget struct {
-	key    string // "": none
+	key    string // a text key ("": none, unless isNum); may alias Bind bytes
+	num    int64  // an integer key, when isNum (rendered only to assert it)
+	isNum  bool
 	bucket int
 	shard  int
+}
+
+// set reports whether there is a key to assert.
+func (f *fenceTarget) set() bool { return f.key != "" || f.isNum }
+
+// clear drops the key (the bucket stays for the caller's bookkeeping).
+func (f *fenceTarget) clear() { f.key, f.isNum = "", false }
+
+// text is the key's text form, for fenceKeyFor.
+func (f *fenceTarget) text() string {
+	if f.isNum {
+		return strconv.FormatInt(f.num, 10)
+	}
+	return f.key
 }
 
 // routePlan is a routing decision.
@@ -105,6 +122,7 @@ func (r router) decide(a *route.Statement, d route.Dest, in *routeIn) routePlan 
 			return rp
 		}
 		rp.fence = fenceTarget{key: d.Key, bucket: d.Bucket, shard: d.Shard}
+		rp.fence.num, rp.fence.isNum = d.KeyInt()
 	}
 	if in.pinned {
 		if ok := r.pinned(a, d, in, &rp); ok {
@@ -117,7 +135,7 @@ func (r router) decide(a *route.Statement, d route.Dest, in *routeIn) routePlan 
 		if d.Refusal != nil {
 			rp.err = refusalError(d.Refusal)
 		} else {
-			rp.err = pgwire.NewError(pgwire.CodeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Reason)
+			rp.err = pgwire.NewError(pgwire.CodeFeatureNotSupported, "pgshard cannot route this statement correctly: "+d.Why())
 		}
 		return rp
 	case route.DestAll:
@@ -137,7 +155,7 @@ func (r router) decide(a *route.Statement, d route.Dest, in *routeIn) routePlan 
 	case in.onTxnBackend():
 		r.inTxn(a, d, in, want, &rp)
 	case in.hint >= 0 && want >= 0 && want != in.hint:
-		rp.err, rp.refusal = r.crossShard(in, want, in.hint, d.Reason), "cross_shard"
+		rp.err, rp.refusal = r.crossShard(in, want, in.hint, d.Why()), "cross_shard"
 	case in.hint >= 0:
 		rp.shard = in.hint
 	case want >= 0:
@@ -184,16 +202,16 @@ func (r router) all(a *route.Statement, d route.Dest, in *routeIn, rp *routePlan
 	rp.refusal = "fanout_in_transaction"
 	switch {
 	case in.setAhead && in.tx == txIdle && !in.held:
-		rp.err = errSettingsAhead(d.Reason)
+		rp.err = errSettingsAhead(d.Why())
 	case a.Kind == route.KindDDL || d.Merge == nil:
 		rp.err = &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a statement that must change every shard's schema cannot run inside a transaction block",
-			Detail:  d.Reason,
+			Detail:  d.Why(),
 			Hint:    "Run it outside a transaction block (pgshard then runs it on every shard)."}
 	default:
 		rp.err = &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "a statement that must read every shard must be alone in its pipeline (or implicit transaction): earlier statements of it run on one shard",
-			Detail:  d.Reason,
+			Detail:  d.Why(),
 			Hint:    "Send a Sync before it (inside a transaction block the read then runs on every shard), or add a key."}
 	}
 }
@@ -221,7 +239,7 @@ func (r router) inTxn(a *route.Statement, d route.Dest, in *routeIn, want int, r
 	case inTxn && !a.ReadOnly && !in.mainWrote:
 		rp.shard, rp.swapMain = want, true
 	default:
-		rp.err, rp.refusal = r.crossShard(in, want, in.shard, d.Reason), "cross_shard"
+		rp.err, rp.refusal = r.crossShard(in, want, in.shard, d.Why()), "cross_shard"
 	}
 }
 
@@ -307,7 +325,7 @@ func (r router) pinned(a *route.Statement, d route.Dest, in *routeIn, rp *routeP
 		return false
 	case route.DestShard:
 		if d.Shard != in.pinShard {
-			rp.shard, rp.err, rp.refusal = 0, r.pinnedElsewhere(in, d.Shard, d.Reason), "pinned"
+			rp.shard, rp.err, rp.refusal = 0, r.pinnedElsewhere(in, d.Shard, d.Why()), "pinned"
 		}
 		return true
 	case route.DestAll:
@@ -322,12 +340,12 @@ func (r router) pinned(a *route.Statement, d route.Dest, in *routeIn, rp *routeP
 		rp.shard, rp.refusal = 0, "pinned"
 		rp.err = &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", in.pinReasons, r.gen.shardName(in.pinShard), note),
-			Detail:  d.Reason,
+			Detail:  d.Why(),
 			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
 		return true
 	}
 	if d.Default && in.pinShard != r.gen.DefaultShard {
-		rp.shard, rp.err, rp.refusal = 0, r.pinnedElsewhere(in, r.gen.DefaultShard, d.Reason), "pinned"
+		rp.shard, rp.err, rp.refusal = 0, r.pinnedElsewhere(in, r.gen.DefaultShard, d.Why()), "pinned"
 	}
 	return true
 }

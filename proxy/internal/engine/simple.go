@@ -337,7 +337,7 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 		if s.own.forwards(a) {
 			d = route.Dest{Kind: route.DestShard, Shard: s.own.shard, Bucket: -1, Reason: "the pinned session's backend"}
 		} else if d.Kind == route.DestAny && d.Default {
-			d = route.Dest{Kind: route.DestShard, Shard: s.gen.DefaultShard, Bucket: -1, Reason: d.Reason}
+			d = route.Dest{Kind: route.DestShard, Shard: s.gen.DefaultShard, Bucket: -1, Reason: d.Why()}
 		}
 		switch d.Kind {
 		case route.DestRefuse:
@@ -348,7 +348,7 @@ func (p queryPlanner) multiRoute(as []*route.Statement) (first int, firstDest ro
 		case route.DestShard:
 			if shard >= 0 && d.Shard != shard {
 				p.planner.multi = true // the conflict is within the string
-				p.failQuery(p.planner.crossShard(d.Shard, shard, d.Reason))
+				p.failQuery(p.planner.crossShard(d.Shard, shard, d.Why()))
 				return first, firstDest, fanAll, false
 			}
 			shard = d.Shard
@@ -440,7 +440,7 @@ func (p queryPlanner) settingsAheadOfAll(as []*route.Statement) *pgwire.Error {
 			continue
 		}
 		if d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil)); d.Kind == route.DestAll {
-			return errSettingsAhead(d.Reason)
+			return errSettingsAhead(d.Why())
 		}
 	}
 	return nil

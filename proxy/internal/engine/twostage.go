@@ -58,7 +58,7 @@ func (x *fanExec) runTwoStage() error {
 	if f.inTxn || len(f.leads) > 0 {
 		return x.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone, outside a transaction block",
-			Detail:  f.dest.Reason,
+			Detail:  f.dest.Why(),
 			Hint:    "Run it outside a transaction block, in a pipeline of its own."})
 	}
 	sg := f.dest.Merge.Stages
@@ -191,7 +191,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	case d.Kind == route.DestAny:
 		only = x.gen.DefaultShard + 1
 	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
-		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Reason+")", "")
+		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Why()+")", "")
 	}
 	if only > 0 {
 		m = singleMerge
