@@ -90,9 +90,9 @@ func configRows(cfg Config, ts *auth.TLSSetup, generation uint64) []configRow {
 		{"pause_timeout", str(cfg.PauseTimeout), str(d.PauseTimeout), true},
 		{"reuse_port", str(cfg.ReusePort), "false", false},
 		{"handover_socket", cfg.HandoverSocket, "", false},
-		// procs: the config file's default (1); 0 (a Config's zero value)
-		// leaves Go's own GOMAXPROCS.
-		{"procs", str(cfg.Procs), "0", false},
+		// procs: the config file's default (1); 0 leaves Go's own
+		// GOMAXPROCS.
+		{"procs", str(cfg.Procs), "1", false},
 		{"shardmap", fmt.Sprintf("epoch %d, %d buckets, %d shards", cfg.Map.Epoch, cfg.Map.Buckets, len(cfg.Map.Shards)), "", true},
 		{"generation", str(generation), "1", false},
 		{"fence", cfg.Fence.String(), "auto", true},

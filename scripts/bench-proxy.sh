@@ -28,7 +28,7 @@
 # Usage: scripts/bench-proxy.sh [BIN]
 #   env: DURATION=8 (s per path per round) ROUNDS=3 CLIENTS=16 MODE=extended
 #        ROWS=100000 KEEP=0 (1 keeps the cluster in $DIR)
-#        PROXY_PROCS= (proxy.procs of the proxies; default: the config's, 0;
+#        PROXY_PROCS= (proxy.procs of the proxies; default: the config's, 1;
 #          0 = Go's default; a BASE_BIN older than proxy.procs refuses it)
 #        PROXY_GOMAXPROCS= (GOMAXPROCS of the proxies: honoured only with
 #          PROXY_PROCS=0 or by a BASE_BIN older than proxy.procs)

@@ -879,14 +879,14 @@ type Proxy struct {
 	// against the shard's fence.
 	Fence string `mapstructure:"fence"`
 	// Procs is how many CPUs run the proxy's Go code at once
-	// (GOMAXPROCS), set once at start: 1 (PgBouncer's model) or more; 0,
-	// the default, keeps Go's own choice (the GOMAXPROCS environment
+	// (GOMAXPROCS), set once at start: 1, the default (PgBouncer's model),
+	// or more; 0 keeps Go's own choice (the GOMAXPROCS environment
 	// variable, else the CPUs the process may use). DefaultProxyProcs says
-	// why 1 is not (yet) the default.
+	// why 1.
 	Procs int `mapstructure:"procs"`
 }
 
-// DefaultProxyProcs is proxy.procs's default: 0, Go's own choice. With 1,
+// DefaultProxyProcs is proxy.procs's default: 1. With 1,
 // one CPU runs the proxy's Go code, as one thread runs PgBouncer (PgDog's workers setting is the same
 // knob): a keyed point SELECT spends about 70 % of the proxy's CPU in the
 // kernel's loopback reads and writes, and with more than one P the Go
@@ -902,14 +902,13 @@ type Proxy struct {
 // the default's and 1.17–1.81× PgBouncer's, above it in every run. A proxy
 // that must serve more than one core's worth of transactions sets procs
 // higher (or 0, every CPU) and pays for the throughput in CPU per
-// transaction. 1 is not the default yet: a fresh-clone chaos run with it
-// corroborated 6 of 21 lost acknowledgements (VACUOUS). Since traced to
-// the machine's wall clock, not to procs (the relay timed dropped replies
-// on the wall clock, which ran 0.5 % ahead of the monotonic one and
-// jumped 26 s; chaos now times them on the history's monotonic clock),
-// and chaos runs at procs 1 landed every lost ack; 1 becomes the default
-// once a whole fresh-clone CI has run with it.
-const DefaultProxyProcs = 0
+// transaction. A fresh-clone chaos run with 1 once corroborated 6 of 21
+// lost acknowledgements (VACUOUS); that was the machine's wall clock, not
+// procs (the relay timed dropped replies on the wall clock, which ran
+// 0.5 % ahead of the monotonic one and jumped 26 s; chaos now times them
+// on the history's monotonic clock), and chaos runs at procs 1 have
+// landed every lost ack since.
+const DefaultProxyProcs = 1
 
 // MaxProxyProcs bounds proxy.procs.
 const MaxProxyProcs = 1024

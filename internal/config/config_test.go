@@ -56,10 +56,10 @@ func TestDefaults(t *testing.T) {
 	if c.Map != nil {
 		t.Error("map without a shardmap key")
 	}
-	// Go's own GOMAXPROCS unless the config says otherwise
-	// (DefaultProxyProcs says why not 1).
-	if c.Proxy.Procs != 0 || config.DefaultProxyProcs != 0 {
-		t.Errorf("proxy.procs = %d (default %d), want 0", c.Proxy.Procs, config.DefaultProxyProcs)
+	// One CPU runs the proxy's Go code unless the config says otherwise
+	// (DefaultProxyProcs says why).
+	if c.Proxy.Procs != 1 || config.DefaultProxyProcs != 1 {
+		t.Errorf("proxy.procs = %d (default %d), want 1", c.Proxy.Procs, config.DefaultProxyProcs)
 	}
 }
 
