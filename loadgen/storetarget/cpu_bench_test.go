@@ -14,6 +14,8 @@ import (
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/loadgen/loadgentest"
+	"github.com/pgshard/pgshard/loadgen/storetarget"
+	"github.com/pgshard/pgshard/store"
 )
 
 // cpuGoalUS is the generator's budget: its own CPU per worker operation,
@@ -31,11 +33,14 @@ const cpuGoalUS = 50.0
 //	go test -run '^$' -bench GeneratorCPU -benchtime 1x ./loadgen/storetarget
 //
 // PGSHARD_BENCH_RATE (ops/s, default 600) and PGSHARD_BENCH_SECONDS
-// (default 10) change the run; PGSHARD_BENCH_CPUPROFILE names a file for
-// a CPU profile of the same interval.
+// (default 10) change the run; PGSHARD_BENCH_EXECMODE (exec, the
+// default, or cache-statement) the store's pgx exec mode;
+// PGSHARD_BENCH_CPUPROFILE names a file for a CPU profile of the same
+// interval. It also prints the CPU per target call (every call is at
+// least one round trip), which does not move with the relays' backlog.
 func BenchmarkGeneratorCPU(b *testing.B) {
 	m := clustertest.MigratedOneShard(b, clustertest.Get(b))
-	tg := openStore(b, m.Shards[0].DSN, 16)
+	tg := openBenchStore(b, m.Shards[0].DSN)
 	rate := envFloat(b, "PGSHARD_BENCH_RATE", 600)
 	secs := envFloat(b, "PGSHARD_BENCH_SECONDS", 10)
 	rt := roundTripCPU(b, m.Shards[0].DSN)
@@ -72,12 +77,40 @@ func BenchmarkGeneratorCPU(b *testing.B) {
 		calls := float64(ct.calls.Load()) / float64(res.Ops)
 		b.ReportMetric(calls, "target-calls/op")
 		b.ReportMetric(rt, "pgx-round-trip-cpu-µs")
-		b.Logf("anchor: a bare pgx round trip (SELECT 1, the store's exec mode, one connection) costs this process %.1f µs of CPU here; %.2f target calls per operation (each at least one round trip) put the floor of a real-database run near %.0f µs/op before the generator does anything",
-			rt, calls, rt*calls)
+		// CPU per target call divides out the relay backlog, which
+		// varies between runs (the relays' deliveries and acks are
+		// target calls too) and moves µs/op with it.
+		perCall := float64(cpu.Microseconds()) / float64(ct.calls.Load())
+		b.ReportMetric(perCall, "cpu-µs/call")
+		b.Logf("anchor: a bare pgx round trip (SELECT 1, the store's exec mode, one connection) costs this process %.1f µs of CPU here; %.2f target calls per operation (each at least one round trip) put the floor of a real-database run near %.0f µs/op before the generator does anything; measured %.1f µs per call (%.2f× the bare round trip)",
+			rt, calls, rt*calls, perCall, perCall/rt)
 		b.Logf("open loop %.0f ops/s for %s: %d worker ops (+%d relay deliveries, %d timer fires), %.2f CPU-s: %.1f µs/op (goal %.0f µs: %.2f×); self-check %.1f µs/op, gen %.0f%% of %d CPUs",
 			rate, o.Duration, res.Ops, res.Relays.OutboxDelivered, res.Relays.TimersFired, cpu.Seconds(), us, cpuGoalUS, us/cpuGoalUS,
 			res.SelfCheck.GenCPUPerOpUS, 100*res.SelfCheck.GenCPU, res.SelfCheck.CPUs)
 	}
+}
+
+// openBenchStore opens the store as openStore does, in the exec mode
+// PGSHARD_BENCH_EXECMODE names ("exec", the store's default, or
+// "cache-statement": named prepared statements, a direct connection only).
+func openBenchStore(b *testing.B, dsn string) *storetarget.Target {
+	opts := store.Options{MaxConns: 16, ConnectAttempts: 3}
+	switch m := os.Getenv("PGSHARD_BENCH_EXECMODE"); m {
+	case "", "exec":
+	case "cache-statement":
+		opts.ExecMode = pgx.QueryExecModeCacheStatement
+	default:
+		b.Fatalf("PGSHARD_BENCH_EXECMODE=%q: want exec or cache-statement", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, dsn, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tg := storetarget.New(s)
+	b.Cleanup(tg.Close)
+	return tg
 }
 
 func envFloat(b *testing.B, name string, def float64) float64 {
