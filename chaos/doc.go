@@ -20,7 +20,9 @@
 //	     │        (Quiesce)  ─▶ stop the schedule, HealAll, drain outbox,            │
 //	     │                      spawns and timers, bounded                           ▼
 //	     │                                                    history.go  History: history.jsonl[.gz|.zst]
-//	     │                                                    history_acks.go  its lost-acks matched to unknown-outcome commits (the goal's count)
+//	     │                                                    history_acks.go  its lost-acks matched to unknown-outcome commits ┐ the goal's count:
+//	     │                                                    history_corr.go  the other kinds' ops credited by the verifier's  ┘ Corroborated
+//	     │                                                                     rule, online (a lower bound of the verdict's)
 //	     ▼                                                                (verify/HISTORY.md, version 2)
 //	faults.json (the plan and what each fault did), run.json (what replay needs), loadgen/ reports
 //

@@ -170,29 +170,41 @@ func TestHistoryPutsDropsOnItsClock(t *testing.T) {
 	}
 }
 
-// TestLandedMargin: kinds the verifier credits only with an op no other
-// fault's window overlaps wait for 2.5× the floor by evidence (a ci run
-// once had 9 of 19 partitions corroborated); lost-ack, matched online
-// as the verifier matches it, and kinds read from evidence alone keep a
-// fifth; a floor of one waits for two either way.
+// TestLandedMargin: the goal waits for the floor as the verifier counts
+// it (History.Corroborated), with no margin by evidence; a lost-ack waits
+// for one more (the verifier also wants its claimed commit in the final
+// state); a floor of 0 waits for none.
 func TestLandedMargin(t *testing.T) {
 	for _, c := range []struct {
 		k    Kind
 		n, m int
 	}{
-		{KindPartition, 10, 15}, {KindStall, 10, 15}, {KindTerminate, 10, 15}, {KindReset, 10, 15},
-		{KindLatency, 10, 15}, {KindShardCrash, 3, 4},
-		{KindLostAck, 10, 2}, {KindPgBouncerPause, 10, 2}, {KindMove, 20, 4},
-		{KindPartition, 1, 1}, {KindLostAck, 1, 1},
+		{KindPartition, 10, 0}, {KindStall, 10, 0}, {KindTerminate, 10, 0}, {KindReset, 10, 0},
+		{KindLatency, 10, 0}, {KindShardCrash, 3, 0}, {KindPgBouncerPause, 10, 0}, {KindMove, 20, 0},
+		{KindLostAck, 10, 1}, {KindLostAck, 1, 1}, {KindLostAck, 0, 0},
 	} {
 		if got := landedMargin(c.k, c.n); got != c.m {
 			t.Errorf("landedMargin(%s, %d) = %d, want %d", c.k, c.n, got, c.m)
 		}
 	}
-	sc := &Scenario{MinLanded: 10, MinCommits: 0, MaxDuration: Duration(time.Minute)}
-	h, _, _ := goalHistory(t)
+}
+
+// TestGoalWaitsForCorroboratedPartitions: a partition whose evidence says
+// it landed does not meet the goal until an op the verifier credits to it
+// does (in flight in its window, failed or waiting past the heal, in no
+// other fault's window).
+func TestGoalWaitsForCorroboratedPartitions(t *testing.T) {
+	sc := &Scenario{MinLanded: 1, MinCommits: 0, MaxDuration: Duration(time.Minute)}
+	h, start, exe := goalHistory(t)
+	h.ScheduleStarted(0)
 	done := goal(sc, []Planned{{ID: "p", Kind: KindPartition}}, h)
-	if done() {
-		t.Fatal("goal met with no partition landed")
+	s := time.Second
+	window(h, "p", KindPartition, "shard0", 1*s, 2*s, nil)
+	if got := h.Landed()[KindPartition]; got != 1 || done() {
+		t.Fatalf("landed %d by evidence, goal met %v: want 1 and not met", got, done())
+	}
+	h.Observe(failedOp(start, exe["shard0"], 1500*time.Millisecond, 2500*time.Millisecond, true))
+	if !done() {
+		t.Fatal("goal not met with the partition corroborated")
 	}
 }

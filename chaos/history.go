@@ -148,6 +148,7 @@ type History struct {
 	faults map[Kind]int
 	landed map[string]bool // fault ids counted in faults
 	acks   ackMatcher      // lost-acks corroborated by the ops (history_acks.go)
+	corr   corrMatcher     // the other kinds corroborated by the ops (history_corr.go)
 	err    error           // the first write error; later writes are dropped
 	via    func(*loadgen.Op) string
 }
@@ -170,7 +171,7 @@ func CreateHistory(path string, h Header, m *shardmap.Map, start time.Time) (*Hi
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	w := &History{m: m, start: start, f: f, faults: map[Kind]int{}, landed: map[string]bool{}}
+	w := &History{m: m, start: start, f: f, faults: map[Kind]int{}, landed: map[string]bool{}, corr: newCorrMatcher(h.Schedule)}
 	var out io.Writer = f
 	switch {
 	case strings.HasSuffix(path, ".gz"):
@@ -345,7 +346,25 @@ func (w *History) Observe(op *loadgen.Op) {
 			w.stats.Errors++
 		}
 	}
+	bucket := -1
+	if op.ExecutionID != "" && w.m != nil {
+		bucket = w.m.Bucket(op.ExecutionID)
+	}
+	w.corr.observe(corrOp{shard: l.Shard, bucket: bucket, t0: l.T0, t1: l.T1,
+		bad: l.Outcome == "info" || (l.Outcome == "fail" && !l.Conflict), ok: l.Outcome == "ok",
+		info: l.Outcome == "info" && op.Kind == loadgen.OpCommit})
 	w.write(l)
+}
+
+// ScheduleStarted says when the fault schedule's clock began, as an
+// offset from the history's start: no fault injects before offset plus
+// its planned time, which tells the online corroboration (history_corr.go)
+// when an op can no longer be overlapped by a fault not yet reported.
+// Until it is called no op is decided.
+func (w *History) ScheduleStarted(offset time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.corr.start(int64(offset))
 }
 
 func (w *History) line(op *loadgen.Op) *opLine {
@@ -517,6 +536,7 @@ func (w *History) Fault(e Event) {
 			w.acks.observeDrop(pendingAck{fault: e.ID, shard: e.Shard, sent: w.since(d.Sent), at: w.since(d.At)})
 		}
 	}
+	w.corr.fault(e, l.Evidence, w.since(time.Now()))
 	w.write(l)
 }
 
@@ -560,17 +580,29 @@ func (w *History) Landed() map[Kind]int {
 }
 
 // Corroborated counts the faults that landed so far by kind as the
-// verifier will count them where the writer can tell online: Landed, but
-// a lost-ack counts only once one of its committed dropped replies is
-// matched to an unknown-outcome commit op of its shard around the drop
-// (history_acks.go). An extended run's goal waits on these counts.
+// verifier will count them, a lower bound of its count: a kind the
+// verifier credits by evidence alone as Landed; a lost-ack only once one
+// of its committed dropped replies is matched to an unknown-outcome
+// commit op of its shard around the drop (history_acks.go); the other
+// kinds the ops corroborate only once their evidence says they landed as
+// the verifier reads it and an op credits them by the verifier's rule
+// (history_corr.go).
+// An extended run's goal waits on these counts.
 func (w *History) Corroborated() map[Kind]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := maps.Clone(w.faults)
 	delete(out, KindLostAck)
+	for k := range corrRules {
+		delete(out, k)
+	}
 	if n := len(w.acks.confirmed); n > 0 {
 		out[KindLostAck] = n
+	}
+	for id, k := range w.corr.credited {
+		if w.corr.landed[id] {
+			out[k]++
+		}
 	}
 	return out
 }
