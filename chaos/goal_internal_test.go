@@ -171,17 +171,17 @@ func TestHistoryPutsDropsOnItsClock(t *testing.T) {
 }
 
 // TestLandedMargin: the goal waits for the floor as the verifier counts
-// it (History.Corroborated), with no margin by evidence; a lost-ack waits
-// for one more (the verifier also wants its claimed commit in the final
-// state); a floor of 0 waits for none.
+// it (History.Corroborated) and one to spare, no margin by evidence; a
+// lost-ack waits for a fifth more (the verifier also wants its claimed
+// commit in the final state); a floor of 0 waits for none.
 func TestLandedMargin(t *testing.T) {
 	for _, c := range []struct {
 		k    Kind
 		n, m int
 	}{
-		{KindPartition, 10, 0}, {KindStall, 10, 0}, {KindTerminate, 10, 0}, {KindReset, 10, 0},
-		{KindLatency, 10, 0}, {KindShardCrash, 3, 0}, {KindPgBouncerPause, 10, 0}, {KindMove, 20, 0},
-		{KindLostAck, 10, 1}, {KindLostAck, 1, 1}, {KindLostAck, 0, 0},
+		{KindPartition, 10, 1}, {KindStall, 10, 1}, {KindTerminate, 10, 1}, {KindReset, 10, 1},
+		{KindLatency, 10, 1}, {KindShardCrash, 3, 1}, {KindPgBouncerPause, 10, 1}, {KindMove, 20, 1},
+		{KindPartition, 0, 0}, {KindLostAck, 10, 2}, {KindLostAck, 21, 4}, {KindLostAck, 1, 1}, {KindLostAck, 0, 0},
 	} {
 		if got := landedMargin(c.k, c.n); got != c.m {
 			t.Errorf("landedMargin(%s, %d) = %d, want %d", c.k, c.n, got, c.m)
@@ -197,14 +197,19 @@ func TestGoalWaitsForCorroboratedPartitions(t *testing.T) {
 	sc := &Scenario{MinLanded: 1, MinCommits: 0, MaxDuration: Duration(time.Minute)}
 	h, start, exe := goalHistory(t)
 	h.ScheduleStarted(0)
-	done := goal(sc, []Planned{{ID: "p", Kind: KindPartition}}, h)
+	done := goal(sc, []Planned{{ID: "p", Kind: KindPartition}, {ID: "p2", Kind: KindPartition}}, h)
 	s := time.Second
 	window(h, "p", KindPartition, "shard0", 1*s, 2*s, nil)
 	if got := h.Landed()[KindPartition]; got != 1 || done() {
 		t.Fatalf("landed %d by evidence, goal met %v: want 1 and not met", got, done())
 	}
 	h.Observe(failedOp(start, exe["shard0"], 1500*time.Millisecond, 2500*time.Millisecond, true))
+	if got := h.Corroborated()[KindPartition]; got != 1 || done() {
+		t.Fatalf("corroborated %d, goal met %v: want 1 and not met (the floor and one to spare)", got, done())
+	}
+	window(h, "p2", KindPartition, "shard0", 5*s, 6*s, nil)
+	h.Observe(failedOp(start, exe["shard0"], 5500*time.Millisecond, 6500*time.Millisecond, true))
 	if !done() {
-		t.Fatal("goal not met with the partition corroborated")
+		t.Fatal("goal not met with two partitions corroborated")
 	}
 }
