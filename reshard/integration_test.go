@@ -107,12 +107,21 @@ func newEnv(t testing.TB, executions int) *env {
 // one emitted event, a timer, a trace entry and (every third version) a
 // spawn intent: every keyed table gets a row per version.
 func (e *env) commit(id string) error {
+	_, err := e.commitSplit(id)
+	return err
+}
+
+// commitSplit is commit, also returning how long its load took (the rest
+// is the commit's).
+func (e *env) commitSplit(id string) (load time.Duration, err error) {
+	t0 := time.Now()
 	exe, err := e.rt.Load(e.ctx, id)
+	load = time.Since(t0)
 	if errors.Is(err, store.ErrNotFound) {
 		exe, err = &store.Execution{ID: id, DefinitionID: "reshard-test", Status: "running"}, nil
 	}
 	if err != nil {
-		return err
+		return load, err
 	}
 	v := exe.Version + 1
 	ev, _ := json.Marshal(map[string]any{"from": id, "v": v})
@@ -127,7 +136,7 @@ func (e *env) commit(id string) error {
 		e.acked[id] = max(e.acked[id], v)
 		e.mu.Unlock()
 	}
-	return err
+	return load, err
 }
 
 // workload commits through the router from n goroutines until stop is

@@ -89,6 +89,7 @@ func BenchmarkMoveAtOfferedLoad(b *testing.B) {
 	for msg, n := range ol.errs {
 		b.Logf("failed %d×: %s", n, msg)
 	}
+	ol.logMovingSlow(b)
 	per := offered / 2
 	outside := float64(ol.done[1][0]+ol.done[1][2]) / (2 * window.Seconds() * per)
 	in := float64(ol.done[1][1]) / (during.Seconds() * per)
@@ -239,7 +240,8 @@ type openLoop struct {
 	step atomic.Pointer[string]
 
 	mu      sync.Mutex
-	slow    map[string][2]int64 // unmoved commits over slowMark by the step they were scheduled in: slow, all
+	slow    map[string][2]int64   // unmoved commits over slowMark by the step they were scheduled in: slow, all
+	mvSlow  map[string]*slowSplit // moving commits over movingSlowMark during the moves, by the steps they were scheduled in and ended in
 	busy    map[string]bool
 	lat     [2][3]*hdr.Histogram
 	done    [2][3]int64 // acknowledged, by key set and the phase at acknowledgement
@@ -269,7 +271,7 @@ const openLoopWorkers = 64
 
 func newOpenLoop(e *env, rate float64, moving, unmoved []string) *openLoop {
 	ol := &openLoop{e: e, rate: rate, keys: [2][]string{moving, unmoved}, quit: make(chan struct{}),
-		busy: map[string]bool{}, errs: map[string]int{}, slow: map[string][2]int64{}}
+		busy: map[string]bool{}, errs: map[string]int{}, slow: map[string][2]int64{}, mvSlow: map[string]*slowSplit{}}
 	for s := range 2 {
 		for p := range 3 {
 			ol.lat[s][p] = hdr.New(1, int64(time.Minute/time.Microsecond), 3)
@@ -334,8 +336,16 @@ func (ol *openLoop) worker(s, w int, jobs <-chan time.Time) {
 			step = *sp
 		}
 		id := ol.take(rng, ol.keys[s])
-		err := ol.e.commit(id)
+		started := time.Now()
+		load, err := ol.e.commitSplit(id)
 		d := time.Since(at)
+		if s == 0 && p == 1 && err == nil && d > movingSlowMark {
+			end := "start"
+			if sp := ol.step.Load(); sp != nil {
+				end = *sp
+			}
+			ol.noteMovingSlow(step+" … "+end, started.Sub(at), load, d-started.Sub(at)-load)
+		}
 		ol.mu.Lock()
 		delete(ol.busy, id)
 		if err != nil {
@@ -354,6 +364,45 @@ func (ol *openLoop) worker(s, w int, jobs <-chan time.Time) {
 			}
 		}
 		ol.mu.Unlock()
+	}
+}
+
+// movingSlowMark is the moving range's commit latency (from its scheduled
+// start) whose time is broken down in the log.
+const movingSlowMark = 100 * time.Millisecond
+
+// slowSplit sums the parts of slow commits: the wait for a worker (open
+// loop queueing), the load, the commit.
+type slowSplit struct {
+	n                   int
+	queue, load, commit time.Duration
+	maxTotal            time.Duration
+}
+
+func (ol *openLoop) noteMovingSlow(steps string, queue, load, commit time.Duration) {
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	sp := ol.mvSlow[steps]
+	if sp == nil {
+		sp = &slowSplit{}
+		ol.mvSlow[steps] = sp
+	}
+	sp.n++
+	sp.queue += queue
+	sp.load += load
+	sp.commit += commit
+	sp.maxTotal = max(sp.maxTotal, queue+load+commit)
+}
+
+// logMovingSlow logs the moving range's slow commits by the mover's steps
+// they were scheduled in and ended in, with their mean split.
+func (ol *openLoop) logMovingSlow(b *testing.B) {
+	for _, st := range slices.Sorted(maps.Keys(ol.mvSlow)) {
+		sp := ol.mvSlow[st]
+		n := time.Duration(sp.n)
+		b.Logf("moving commits over %v, scheduled … ended in step %s: %d, mean queue %v, load %v, commit %v; max %v",
+			movingSlowMark, st, sp.n, (sp.queue / n).Round(time.Millisecond), (sp.load / n).Round(time.Millisecond),
+			(sp.commit / n).Round(time.Millisecond), sp.maxTotal.Round(time.Millisecond))
 	}
 }
 

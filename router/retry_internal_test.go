@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -82,5 +84,64 @@ func TestKeyedRetryPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKeyedRefusalsShareOneReload: the keyed operations one flip refuses
+// together (all routed by the same map) reload the map once between them:
+// the first reads the catalog, the others find its newer map in force and
+// retry on it without reading the catalog again.
+func TestKeyedRefusalsShareOneReload(t *testing.T) {
+	const n = 8
+	r := fakeRouter(t, 2)
+	r.opts.Maps = noMaps{}
+	first := r.rt.Load()
+	next := &routing{m: first.m.Clone(), stores: []*store.Store{new(store.Store), new(store.Store)}}
+	next.m.Epoch = max(first.m.Epoch+1, 2) // fencedErr's epoch is 2
+	var mu sync.Mutex
+	reloads := 0
+	r.reloadHook = func(context.Context) (bool, error) {
+		mu.Lock()
+		reloads++
+		mu.Unlock()
+		r.rt.Store(next)
+		return true, nil
+	}
+	// Every operation is refused only once all n were routed by the first
+	// map, as a flip refuses the range's clients in flight.
+	var entered sync.WaitGroup
+	entered.Add(n)
+	all := make(chan struct{})
+	go func() { entered.Wait(); close(all) }()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			calls := 0
+			_, errs[i] = keyed(context.Background(), r, "x", func(s *store.Store) (int, error) {
+				calls++
+				if calls > 1 {
+					return 0, nil
+				}
+				entered.Done()
+				select {
+				case <-all:
+				case <-time.After(30 * time.Second):
+					return 0, errors.New("the other operations never came")
+				}
+				return 0, fencedErr()
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("operation %d: %v", i, err)
+		}
+	}
+	if reloads != 1 {
+		t.Errorf("%d reloads for %d operations refused by one flip, want 1", reloads, n)
 	}
 }

@@ -81,6 +81,9 @@ type Router struct {
 	// reloadHook, when set (tests of the retry policy), replaces Reload
 	// in keyed.
 	reloadHook func(context.Context) (bool, error)
+	// reloadMu makes the keyed operations refused by one flip share one
+	// catalog read (reloadAfter) instead of each reading the whole map.
+	reloadMu sync.Mutex
 }
 
 // routing is one map with a store per shard; never changed once built.
@@ -386,11 +389,7 @@ func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Stor
 	if err == nil || !errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrOutcomeUnknown) || r.opts.Maps == nil {
 		return v, wrap(name, err)
 	}
-	reload := r.Reload
-	if r.reloadHook != nil {
-		reload = r.reloadHook
-	}
-	if _, rerr := reload(ctx); rerr != nil {
+	if rerr := reloadAfter(ctx, r, rt, err); rerr != nil {
 		return v, errors.Join(wrap(name, err), rerr)
 	}
 	if r.rt.Load() == rt { // the map in force is the one refused
@@ -400,6 +399,34 @@ func keyed[T any](ctx context.Context, r *Router, id string, op func(*store.Stor
 	s, name = rt.forKey(id)
 	v, err = untilFlipped(ctx, rt, s, op)
 	return v, wrap(name, err)
+}
+
+// reloadAfter reloads the map after a keyed operation routed by rt was
+// refused by a fence (refusal), unless a map that already answers the
+// refusal is in force: one installed since rt at an epoch no older than
+// the refusing fence's. The operations one flip refuses at once (every
+// client of the range in flight) wait for one another's reload instead of
+// each reading the catalog: the first reads it, the others find its map.
+func reloadAfter(ctx context.Context, r *Router, rt *routing, refusal error) error {
+	answered := func() bool {
+		cur := r.rt.Load()
+		var fe *store.FenceError
+		return cur != rt && errors.As(refusal, &fe) && cur.m.Epoch >= fe.Epoch
+	}
+	if answered() {
+		return nil
+	}
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
+	if answered() {
+		return nil
+	}
+	reload := r.Reload
+	if r.reloadHook != nil {
+		reload = r.reloadHook
+	}
+	_, err := reload(ctx)
+	return err
 }
 
 // flipWait bounds how long an operation waits for a destination shard
