@@ -81,9 +81,10 @@ type Router struct {
 	// reloadHook, when set (tests of the retry policy), replaces Reload
 	// in keyed.
 	reloadHook func(context.Context) (bool, error)
-	// reloadMu makes the keyed operations refused by one flip share one
-	// catalog read (reloadAfter) instead of each reading the whole map.
-	reloadMu sync.Mutex
+	// reloading (capacity 1) makes the keyed operations refused by one
+	// flip share one catalog read (reloadAfter) instead of each reading
+	// the whole map; a channel, so that waiting for it honours ctx.
+	reloading chan struct{}
 }
 
 // routing is one map with a store per shard; never changed once built.
@@ -144,7 +145,7 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 	if opts.Store.ConnectTimeout <= 0 {
 		opts.Store.ConnectTimeout = DefaultConnectTimeout
 	}
-	r := &Router{opts: opts, open: map[string]*store.Store{}, verified: map[string]migrations.Identity{}}
+	r := &Router{opts: opts, open: map[string]*store.Store{}, verified: map[string]migrations.Identity{}, reloading: make(chan struct{}, 1)}
 	if err := r.SetMap(ctx, m); err != nil {
 		r.Close()
 		return nil, err
@@ -416,8 +417,12 @@ func reloadAfter(ctx context.Context, r *Router, rt *routing, refusal error) err
 	if answered() {
 		return nil
 	}
-	r.reloadMu.Lock()
-	defer r.reloadMu.Unlock()
+	select {
+	case r.reloading <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.reloading }()
 	if answered() {
 		return nil
 	}
