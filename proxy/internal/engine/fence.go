@@ -23,29 +23,31 @@ import (
 //
 // A statement routed to one shard by a key (route.Dest with a bucket)
 // that opens the backend transaction carries the assert of its key in the
-// same transaction, in the same write (no extra round trip):
+// same transaction, in the same write (no extra round trip), as CALL of
+// migration 0013's procedure (SELECT pgshard_fence_assert('k') on a
+// shard migrated only through 0012: callForm):
 //
 //	implicit transaction of a pipeline up to Sync (no settings preamble):
-//	    Parse "" "SELECT pgshard_fence_assert('k')", Bind/Execute/Close of
+//	    Parse "" "CALL pgshard_fence_enter('k')", Bind/Execute/Close of
 //	        portal pgshard_fence (swallowed; its error is the client's) —
 //	        the pipeline's own implicit transaction, no BEGIN/COMMIT
 //	    the client's Parse..Execute..Sync (unchanged)
 //	implicit transaction of a simple Query (no settings preamble, an
 //	ASCII key):
-//	    Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//	    Query "CALL pgshard_fence_enter('k');\n<the client's string>"
 //	        — the string's own implicit transaction, no BEGIN/COMMIT:
 //	        the assert's answers swallowed (an itQueryHead item), its
 //	        error the client's (Postgres skips the rest of the string);
 //	        positions in the client's errors and notices moved back by
 //	        the assert's length (appendClientQuery, shiftPosition)
 //	implicit transaction with a settings preamble, or of a SQL EXECUTE:
-//	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
+//	    Query "BEGIN; [settings preamble;] CALL pgshard_fence_enter('k')"
 //	        (swallowed; its error is the client's, and its 25P02 echo dropped)
 //	    the client's Query / Parse..Execute (unchanged)
 //	    Query "COMMIT" at the end (swallowed; carries the client's
 //	        ReadyForQuery) — the wrap the settings preamble already uses
 //	explicit transaction (BEGIN deferred until the first keyed statement):
-//	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
+//	    the replay "BEGIN ...; [SET LOCAL ...;] CALL pgshard_fence_enter('k')"
 //
 // The router's plan carries the key of the statement being targeted
 // (routePlan.fence, router.go); backendExec.run keeps it only when the
@@ -402,7 +404,7 @@ func inlinable(key string) bool {
 // inline (planner.inlineFence, set by ensureBackend or fenceHeld), the
 // Query sent is the assert, then the client's query string:
 //
-//	Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//	Query "CALL pgshard_fence_enter('k');\n<the client's string>"
 //
 // one implicit transaction (or a part of the client's transaction
 // block), answered by an itQueryHead item (the assert's row and
