@@ -123,13 +123,13 @@ const syncPing = "-- ping"
 
 // fenceDetectSQL is the proxy's question whether a shard has the fence
 // (proxy/internal/engine/fence.go).
-const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL, to_regprocedure('pgshard_fence_enter(text)') IS NOT NULL"
 
 // refused reports whether stmt is an assert the shard refuses.
 func (f *fakePG) refused(stmt string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.refuse && strings.Contains(stmt, "pgshard_fence_assert(")
+	return f.refuse && (strings.Contains(stmt, "pgshard_fence_assert(") || strings.Contains(stmt, "pgshard_fence_enter("))
 }
 
 // setFence says whether the shard has the fence and refuses every key.
@@ -217,8 +217,9 @@ func (f *fakePG) serve(c net.Conn) {
 				v = []byte("t")
 			}
 			f.mu.Unlock()
-			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("has"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}}})
-			be.Send(&pgproto3.DataRow{Values: [][]byte{v}})
+			has := pgproto3.FieldDescription{Name: []byte("has"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}
+			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{has, has}})
+			be.Send(&pgproto3.DataRow{Values: [][]byte{v, v}})
 			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
 			if be.Flush() != nil {
@@ -262,6 +263,11 @@ func (f *fakePG) serve(c net.Conn) {
 					be.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 				case strings.HasPrefix(up, "SET"):
 					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SET")})
+					erred = false
+				case strings.HasPrefix(up, "CALL"):
+					// as Postgres: a procedure without OUT arguments
+					// answers no row description and no row
+					be.Send(&pgproto3.CommandComplete{CommandTag: []byte("CALL")})
 					erred = false
 				default:
 					be.Send(desc)
@@ -315,6 +321,8 @@ func (f *fakePG) serve(c net.Conn) {
 					status = 'E'
 				}
 				skipping = true
+			} else if !skipping && strings.HasPrefix(portals[m.Portal], "CALL") {
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("CALL")})
 			} else if !skipping {
 				row()
 				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})

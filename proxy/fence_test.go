@@ -48,7 +48,7 @@ func TestEngineFenceImplicit(t *testing.T) {
 	q := fmt.Sprintf("SELECT note FROM accounts WHERE aid = %d", k)
 	c.send(&pgproto3.Query{String: q})
 	expect(t, "simple keyed", c.until(), "T D:conn1 C:SELECT 1 Z:I")
-	want := fmt.Sprintf("1:Q:SELECT pgshard_fence_assert('%s');\n%s", fenceText(fe.m, k), q)
+	want := fmt.Sprintf("1:Q:CALL pgshard_fence_enter('%s');\n%s", fenceText(fe.m, k), q)
 	expect(t, "shard1 received", filterLog(fe.shards[1].messages()), want)
 
 	c.send(&pgproto3.Parse{Query: "SELECT note FROM accounts WHERE aid = $1"},
@@ -56,7 +56,7 @@ func TestEngineFenceImplicit(t *testing.T) {
 		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	expect(t, "extended keyed", c.until(), "1 2 T D:conn1 C:SELECT 1 Z:I")
 	got := filterLog(fe.shards[1].messages())
-	if !strings.HasPrefix(got, fmt.Sprintf("1:P::SELECT pgshard_fence_assert('%s') | 1:B:pgshard_fence: | 1:E:pgshard_fence | 1:C:P:pgshard_fence | 1:P:", fenceText(fe.m, k))) || !strings.HasSuffix(got, "1:E: | 1:S") || strings.Contains(got, "BEGIN") || strings.Contains(got, "COMMIT") {
+	if !strings.HasPrefix(got, fmt.Sprintf("1:P::CALL pgshard_fence_enter('%s') | 1:B:pgshard_fence: | 1:E:pgshard_fence | 1:C:P:pgshard_fence | 1:P:", fenceText(fe.m, k))) || !strings.HasSuffix(got, "1:E: | 1:S") || strings.Contains(got, "BEGIN") || strings.Contains(got, "COMMIT") {
 		t.Fatalf("shard1 received %s: want the assert first, in the pipeline's write, and no BEGIN/COMMIT", got)
 	}
 	// A key-less statement is not fenced.
@@ -84,7 +84,7 @@ func TestEngineFenceExplicit(t *testing.T) {
 	expect(t, "again", c.until(), "T D:conn1 C:SELECT 1 Z:T")
 	c.send(&pgproto3.Query{String: "COMMIT"})
 	expect(t, "COMMIT", c.until(), "C:COMMIT Z:I")
-	want := fmt.Sprintf("1:Q:BEGIN;\nSELECT pgshard_fence_assert('%s') | 1:Q:%s | 1:Q:%s | 1:Q:COMMIT", fenceText(fe.m, k), q, q)
+	want := fmt.Sprintf("1:Q:BEGIN;\nCALL pgshard_fence_enter('%s') | 1:Q:%s | 1:Q:%s | 1:Q:COMMIT", fenceText(fe.m, k), q, q)
 	expect(t, "shard0 received", filterLog(fe.shards[0].messages()), want)
 }
 
@@ -127,7 +127,7 @@ func TestEngineFenceAuto(t *testing.T) {
 	if got := filterLog(fe.shards[1].messages()); strings.Contains(got, "fence") || strings.Contains(got, "BEGIN") {
 		t.Fatalf("shard1 (no fence) received %s", got)
 	}
-	if got := filterLog(fe.shards[0].messages()); strings.Count(got, "pgshard_fence_assert") != 3 {
+	if got := filterLog(fe.shards[0].messages()); strings.Count(got, "pgshard_fence_enter") != 3 {
 		t.Fatalf("shard0 (fence) received %s: want three asserts", got)
 	}
 	for i, f := range fe.shards {
@@ -277,7 +277,7 @@ func TestEngineFenceLater(t *testing.T) {
 	for _, f := range fe.shards {
 		all += filterLog(f.messages()) + "\n"
 	}
-	if n := strings.Count(all, "pgshard_fence_assert"); n != 1 {
+	if n := strings.Count(all, "pgshard_fence_enter"); n != 1 {
 		t.Fatalf("%d asserts for one key in one transaction, want 1:\n%s", n, all)
 	}
 }

@@ -76,6 +76,8 @@ func BenchmarkFenceBackendCPU(b *testing.B) {
 		{"assert+select", "SELECT pgshard_fence_assert('%[1]s');\nSELECT data FROM executions WHERE id = '%[1]s'"},
 		{"cas", `SELECT pgshard_bench_cas_unfenced('%[1]s', 'bench', 'x', 999999, NULL)`},
 		{"cas+assert", `SELECT pgshard_cas('%[1]s', 'bench', 'x', 999999, NULL)`},
+		// the proxy's form since migration 0013: CALL of the procedure
+		{"call+select", "CALL pgshard_fence_enter('%[1]s');\nSELECT data FROM executions WHERE id = '%[1]s'"},
 	}
 	spent := make([][]int64, reps) // [rep][variant] ns
 	loads := make([]string, reps)
@@ -123,6 +125,7 @@ func BenchmarkFenceBackendCPU(b *testing.B) {
 	}
 	b.ReportMetric(float64(tot[1])/float64(tot[0]), "select-on/off")
 	b.ReportMetric(float64(tot[3])/float64(tot[2]), "cas-on/off")
+	b.ReportMetric(float64(tot[4])/float64(tot[0]), "select-call-on/off")
 	b.Logf("fence, backend CPU µs per operation (one shard, %d ops each): select %.1f, assert+select %.1f (×%.3f, the assert %.1f); cas %.1f, cas+assert %.1f (×%.3f, the assert %.1f)",
 		b.N, perOp(tot[0]), perOp(tot[1]), float64(tot[1])/float64(tot[0]), perOp(tot[1]-tot[0]),
 		perOp(tot[2]), perOp(tot[3]), float64(tot[3])/float64(tot[2]), perOp(tot[3]-tot[2]))

@@ -29,7 +29,7 @@ const settleTimeout = 10 * time.Second
 // before calling restore: run restore (or Configure's undo by hand) on a
 // cluster that must keep its acknowledged commits.
 //
-// ShardNotFencing: CREATE OR REPLACE of pgshard_fence_assert and
+// ShardNotFencing: CREATE OR REPLACE of pgshard_fence_assert, pgshard_fence_enter and
 // pgshard_fence_check (migration 0008) with functions that admit every
 // key (writers still take the range's lock: only the refusal is gone);
 // restore: the definitions read

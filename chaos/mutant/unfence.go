@@ -16,7 +16,7 @@ import (
 // a definition that holds it is the mutant's, never one to restore.
 const unfenceMark = "pgshard mutant shard-not-fencing"
 
-// unfenced are the fence's checks (migration 0008) and what
+// unfenced are the fence's checks (migrations 0008, 0013) and what
 // ShardNotFencing replaces each with.
 var unfenced = []struct{ sig, replace string }{
 	{"pgshard_fence_assert(text)", `CREATE OR REPLACE FUNCTION pgshard_fence_assert(p_key TEXT) RETURNS VOID
@@ -27,6 +27,20 @@ DECLARE
 BEGIN
     -- ` + unfenceMark + `: admits every key; the range's lock is
     -- still taken SHARED, so a mover's freeze still drains the writers.
+    SELECT x.lo INTO lo FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
+    IF lo IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(pgshard_fence_lock_class(), lo);
+    END IF;
+END;
+$$`},
+	{"pgshard_fence_enter(text)", `CREATE OR REPLACE PROCEDURE pgshard_fence_enter(p_key TEXT)
+LANGUAGE plpgsql AS $$
+DECLARE
+    b  INT := pgshard_fence_bucket(p_key, pgshard_fence_nb());
+    lo INT;
+BEGIN
+    -- ` + unfenceMark + `: the proxy's assert (migration 0013's
+    -- procedure) admits every key, the range's lock still taken SHARED.
     SELECT x.lo INTO lo FROM pgshard_fence x WHERE x.lo <= b ORDER BY x.lo DESC LIMIT 1;
     IF lo IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock_shared(pgshard_fence_lock_class(), lo);
@@ -94,7 +108,7 @@ func fenceDefs(ctx context.Context, sh shardmap.Shard) ([]string, error) {
 	for _, u := range unfenced {
 		var def string
 		if err := conn.QueryRow(ctx, `SELECT pg_get_functiondef($1::text::regprocedure)`, u.sig).Scan(&def); err != nil {
-			return nil, fail(fmt.Errorf("read %s (is the shard migrated to 0008?): %w", u.sig, err))
+			return nil, fail(fmt.Errorf("read %s (is the shard migrated to 0013?): %w", u.sig, err))
 		}
 		if strings.Contains(def, unfenceMark) {
 			return nil, fail(fmt.Errorf("%s is already the mutant's (a former mutant run died before restoring it): restore it by hand from migrations/sql/0008_fence.sql, or recreate the cluster", u.sig))

@@ -199,7 +199,7 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 	}
 	replay := replaySQL(p.planner.sim.deferred, pre)
 	if fence {
-		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey))
+		replay = string(appendFenceSQL(append([]byte(replay), ";\n"...), fenceKey, p.planner.fenceCall()))
 		p.noteFenceBucket()
 	}
 	p.planner.plan.bw = pgwire.AppendQuery(p.planner.plan.bw, replay)
@@ -229,7 +229,7 @@ func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey strin
 		}
 	}
 	if fence {
-		bw = appendFenceSQL(bw, fenceKey)
+		bw = appendFenceSQL(bw, fenceKey, p.planner.fenceCall())
 		p.noteFenceBucket()
 	}
 	p.planner.plan.bw = pgwire.FinishMsg(append(bw, 0), sp)

@@ -23,29 +23,31 @@ import (
 //
 // A statement routed to one shard by a key (route.Dest with a bucket)
 // that opens the backend transaction carries the assert of its key in the
-// same transaction, in the same write (no extra round trip):
+// same transaction, in the same write (no extra round trip), as CALL of
+// migration 0013's procedure (SELECT pgshard_fence_assert('k') on a
+// shard migrated only through 0012: callForm):
 //
 //	implicit transaction of a pipeline up to Sync (no settings preamble):
-//	    Parse "" "SELECT pgshard_fence_assert('k')", Bind/Execute/Close of
+//	    Parse "" "CALL pgshard_fence_enter('k')", Bind/Execute/Close of
 //	        portal pgshard_fence (swallowed; its error is the client's) —
 //	        the pipeline's own implicit transaction, no BEGIN/COMMIT
 //	    the client's Parse..Execute..Sync (unchanged)
 //	implicit transaction of a simple Query (no settings preamble, an
 //	ASCII key):
-//	    Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//	    Query "CALL pgshard_fence_enter('k');\n<the client's string>"
 //	        — the string's own implicit transaction, no BEGIN/COMMIT:
 //	        the assert's answers swallowed (an itQueryHead item), its
 //	        error the client's (Postgres skips the rest of the string);
 //	        positions in the client's errors and notices moved back by
 //	        the assert's length (appendClientQuery, shiftPosition)
 //	implicit transaction with a settings preamble, or of a SQL EXECUTE:
-//	    Query "BEGIN; [settings preamble;] SELECT pgshard_fence_assert('k')"
+//	    Query "BEGIN; [settings preamble;] CALL pgshard_fence_enter('k')"
 //	        (swallowed; its error is the client's, and its 25P02 echo dropped)
 //	    the client's Query / Parse..Execute (unchanged)
 //	    Query "COMMIT" at the end (swallowed; carries the client's
 //	        ReadyForQuery) — the wrap the settings preamble already uses
 //	explicit transaction (BEGIN deferred until the first keyed statement):
-//	    the replay "BEGIN ...; [SET LOCAL ...;] SELECT pgshard_fence_assert('k')"
+//	    the replay "BEGIN ...; [SET LOCAL ...;] CALL pgshard_fence_enter('k')"
 //
 // The router's plan carries the key of the statement being targeted
 // (routePlan.fence, router.go); backendExec.run keeps it only when the
@@ -115,14 +117,16 @@ func ParseFenceMode(s string) (FenceMode, error) {
 	return FenceAuto, fmt.Errorf("fence mode %q: want auto, on or off", s)
 }
 
-// fenceDetectSQL says whether the shard's database has the fence.
-const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL"
+// fenceDetectSQL says whether the shard's database has the fence
+// (migration 0008's function), and the assert's procedure (0013).
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL, to_regprocedure('pgshard_fence_enter(text)') IS NOT NULL"
 
 // A pool's fence state (PoolFences): unknown until asked.
 const (
 	fenceUnknown int32 = iota
 	fenceAbsent
-	fencePresent
+	fencePresent // the function only (0008-0012): SELECT pgshard_fence_assert
+	fenceCall    // the procedure too (0013): CALL pgshard_fence_enter
 )
 
 // fenceByConfig says whether the configuration alone decides the fence:
@@ -171,12 +175,17 @@ func (f *PoolFences) fenced(ctx context.Context, g *GenerationEnv, log *slog.Log
 	}
 	st := f.state(pool)
 	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, fenceDetectSQL)
-	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 2 {
 		return false
 	}
 	if string(res[0].Rows[0][0]) == "t" {
+		if string(res[0].Rows[0][1]) == "t" {
+			st.Store(fenceCall)
+			log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+			return true
+		}
 		st.Store(fencePresent)
-		log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+		log.Info("shard has the fence without its procedure (migration 0013): keyed transactions assert their key by SELECT", "shard", pool.Shard.Name)
 		return true
 	}
 	st.Store(fenceAbsent)
@@ -185,11 +194,19 @@ func (f *PoolFences) fenced(ctx context.Context, g *GenerationEnv, log *slog.Log
 }
 
 // appendFenceSQL appends the assert of key as one SQL statement (no
-// terminating semicolon). The key is a string literal: quotes doubled,
-// and an escape-string literal (E'...') when it holds a backslash (right whatever
+// terminating semicolon): CALL pgshard_fence_enter('k') when call
+// (migration 0013's procedure: no result row, CommandComplete "CALL"),
+// else SELECT pgshard_fence_assert('k') (0008's function: one VOID row).
+// The two decide and refuse alike; the CALL costs the backend less.
+// The key is a string literal: quotes doubled, and an escape-string
+// literal (E'...') when it holds a backslash (right whatever
 // standard_conforming_strings says).
-func appendFenceSQL(b []byte, key string) []byte {
-	b = append(b, "SELECT pgshard_fence_assert("...)
+func appendFenceSQL(b []byte, key string, call bool) []byte {
+	if call {
+		b = append(b, "CALL pgshard_fence_enter("...)
+	} else {
+		b = append(b, "SELECT pgshard_fence_assert("...)
+	}
 	if strings.IndexByte(key, '\\') >= 0 {
 		b = append(b, 'E')
 	}
@@ -270,12 +287,46 @@ func (f *PoolFences) decided(g *GenerationEnv, pool *backend.Pool) (on, known bo
 	switch st, _ := v.(*atomic.Int32); {
 	case st == nil:
 		return false, false
-	case st.Load() == fencePresent:
+	case st.Load() == fencePresent, st.Load() == fenceCall:
 		return true, true
 	case st.Load() == fenceAbsent:
 		return false, true
 	}
 	return false, false
+}
+
+// callForm reports whether the assert on pool goes as CALL of 0013's
+// procedure: under FenceOn always (the configuration says the shards
+// have the fence's migrations, through 0013); under FenceAuto when the
+// pool's question found the procedure (a shard migrated only through
+// 0012 gets SELECT of the function).
+func (f *PoolFences) callForm(g *GenerationEnv, pool *backend.Pool) bool {
+	if g.Config.Fence == FenceOn {
+		return true
+	}
+	if f == nil || pool == nil {
+		return false
+	}
+	v, _ := f.m.Load(pool)
+	st, _ := v.(*atomic.Int32)
+	return st != nil && st.Load() == fenceCall
+}
+
+// fenceCall reports whether the plan's assert goes as CALL (callForm)
+// on the transaction's backend, or else the plan's shard.
+func (pl *planner) fenceCall() bool {
+	s := pl.s
+	var f *PoolFences
+	if s.host != nil {
+		f = s.host.Fences
+	}
+	switch {
+	case s.bc != nil:
+		return f.callForm(s.gen, s.bc.Pool)
+	case pl.shard >= 0 && pl.shard < len(s.gen.Pools):
+		return f.callForm(s.gen, s.gen.Pools[pl.shard])
+	}
+	return f.callForm(s.gen, nil)
 }
 
 // fencePortalName is the assert's portal inside a pipeline: named, so
@@ -311,7 +362,7 @@ func (p backendExec) fenceHeld() {
 		p.planner.inlineFence, p.planner.inlineFlags = key, fl
 	case p.planner.simple:
 		bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
-		p.planner.plan.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key), 0), sp)
+		p.planner.plan.bw = pgwire.FinishMsg(append(appendFenceSQL(bw, key, p.planner.fenceCall()), 0), sp)
 		p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: fl})
 	default:
 		p.appendFenceExtended(key, fl&fFence)
@@ -326,7 +377,7 @@ func (p backendExec) fenceHeld() {
 // answer swallowed, its error the client's. flag is fFence or 0.
 func (p backendExec) appendFenceExtended(key string, flag itemFlags) {
 	fl := fSwallow | fReplay | flag
-	p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", fenceSQL(key), nil)
+	p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", fenceSQL(key, p.planner.fenceCall()), nil)
 	p.planner.plan.bw = pgwire.AppendBindText(p.planner.plan.bw, fencePortalName, "", nil)
 	p.planner.plan.bw = pgwire.AppendExecute(p.planner.plan.bw, fencePortalName, 0)
 	p.planner.plan.bw = pgwire.AppendClose(p.planner.plan.bw, 'P', fencePortalName)
@@ -353,7 +404,7 @@ func inlinable(key string) bool {
 // inline (planner.inlineFence, set by ensureBackend or fenceHeld), the
 // Query sent is the assert, then the client's query string:
 //
-//	Query "SELECT pgshard_fence_assert('k');\n<the client's string>"
+//	Query "CALL pgshard_fence_enter('k');\n<the client's string>"
 //
 // one implicit transaction (or a part of the client's transaction
 // block), answered by an itQueryHead item (the assert's row and
@@ -372,7 +423,7 @@ func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
 	p.planner.inlineFence = ""
 	bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
 	start := len(bw)
-	bw = append(appendFenceSQL(bw, key), ";\n"...)
+	bw = append(appendFenceSQL(bw, key, p.planner.fenceCall()), ";\n"...)
 	shift := int32(len(bw) - start)
 	bw = append(bw, pgwire.Body(msg)...) // the client's string and its NUL
 	p.planner.plan.bw = pgwire.FinishMsg(bw, sp)
@@ -412,7 +463,9 @@ func shiftPosition(dst, msg []byte, shift int32) []byte {
 }
 
 // fenceSQL is appendFenceSQL as a string.
-func fenceSQL(key string) string { return string(appendFenceSQL(make([]byte, 0, len(key)+40), key)) }
+func fenceSQL(key string, call bool) string {
+	return string(appendFenceSQL(make([]byte, 0, len(key)+40), key, call))
+}
 
 // CodeFenceRefused is the fence's SQLSTATE: the shard does not own the
 // key's bucket (the proxy's map is stale, or the range is moving).

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -21,8 +22,12 @@ func TestFenceSQL(t *testing.T) {
 		"x'); --":  "SELECT pgshard_fence_assert('x''); --')",
 		"ünïcødé€": "SELECT pgshard_fence_assert('ünïcødé€')",
 	} {
-		if got := fenceSQL(key); got != want {
+		if got := fenceSQL(key, false); got != want {
 			t.Errorf("fenceSQL(%q) = %s, want %s", key, got, want)
+		}
+		call := "CALL pgshard_fence_enter(" + strings.TrimPrefix(want, "SELECT pgshard_fence_assert(")
+		if got := fenceSQL(key, true); got != call {
+			t.Errorf("fenceSQL(%q, call) = %s, want %s", key, got, call)
 		}
 	}
 }
