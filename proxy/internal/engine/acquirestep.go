@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -17,9 +19,11 @@ import (
 // (mayDefer, pipePlanner.deferrable): an idle session's pipeline, its
 // first statement for a backend bound by a Bind, a statement whose
 // Parse does not depend on the connection's statement cache, a fence
-// state known without asking the backend, and only Describe (of a
-// portal), Execute, Sync and Flush after it. Everywhere else the
-// planner still acquires on the spot (ensureBackend).
+// state known without asking the backend or an assert planned alone
+// (no settings to wrap) that the executor keeps or cuts out after its
+// first question of the pool (probe), and only Describe (of a portal),
+// Execute, Sync and Flush after it. Everywhere else the planner still
+// acquires on the spot (ensureBackend).
 type acquireStep struct {
 	on    bool
 	shard int
@@ -29,6 +33,14 @@ type acquireStep struct {
 	// records it (fenceBuckets) once the backend is taken.
 	asserted bool
 	bucket   int
+	// probe: the pool's fence state was not known when planned (fence
+	// auto, the pool not asked yet). The plan asserts the key, its
+	// assert being bw[bwLo:bwHi] and items[itLo:itHi]; the executor asks
+	// the backend it took (PoolFences.fenced) and cuts the assert out
+	// of the plan when the shard has no fence.
+	probe      bool
+	bwLo, bwHi int
+	itLo, itHi int
 	// msg is the pipeline message whose Bind needed the backend, and
 	// snap the planner as it was there: if the acquisition fails, the
 	// pipeline fails at that message, as if planned on the spot.
@@ -51,9 +63,24 @@ func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
 	}
 	if pl.fence.set() && !pl.noFence {
 		_, known := p.fenceKnown(pool)
-		return known
+		return known || p.mayProbe(pool, a)
 	}
 	return true
+}
+
+// mayProbe reports whether the first question of pool's fence can be
+// part of the acquisition step: the assert would be the pipeline's
+// first statement on its own (openTxn's appendFenceExtended: no
+// settings to wrap, a statement that may run in a transaction), so the
+// executor can cut it out of the plan when the shard has no fence. Not
+// the hot path: a pool's fence is asked about once.
+func (p backendExec) mayProbe(pool *backend.Pool, a *route.Statement) bool {
+	s := p.planner.s
+	if s.host == nil || s.host.Fences == nil || a.NoTxnBlock {
+		return false
+	}
+	_, pre := s.cur.Split(pool.ViaPooler)
+	return len(pre.KV) == 0
 }
 
 // fenceKnown is whether transactions on pool assert their key, when
@@ -80,13 +107,19 @@ func (p backendExec) planAcquire(shard int, a *route.Statement) {
 	}
 	*st.snap = *pl
 	st.on, st.shard, st.pool, st.key, st.msg = true, shard, pool, key, pl.cur
-	st.asserted, st.bucket = false, 0
+	st.asserted, st.bucket, st.probe = false, 0, false
 	pl.shard, pl.onBackend = shard, true
-	fence := false
+	fence, known := false, true
 	if pl.fence.set() && !pl.noFence {
-		fence, _ = p.fenceKnown(pool)
+		fence, known = p.fenceKnown(pool)
+	}
+	if !known {
+		// mayProbe: the assert alone, kept or cut by the executor.
+		st.probe, st.bwLo, st.itLo = true, len(pl.plan.bw), len(pl.plan.items)
+		fence = true
 	}
 	p.openTxn(pre, fence, a)
+	st.bwHi, st.itHi = len(pl.plan.bw), len(pl.plan.items)
 }
 
 // noteFenceBucket records that the plan asserts the fence's bucket: in
@@ -115,6 +148,9 @@ func (p pipePlanner) takeAcquire() {
 		s.setBackend(bc)
 		s.txn.shard = st.shard
 		pl.bc = bc
+		if st.probe && !s.host.Fences.fenced(pl.ctx, s.gen, s.host.Log, st.pool, bc) {
+			p.cutAssert(st)
+		}
 		if st.asserted {
 			s.fenceBuckets = append(s.fenceBuckets, st.bucket)
 		}
@@ -135,6 +171,16 @@ func (p pipePlanner) takeAcquire() {
 			p.flushMsg(m.raw)
 		}
 	}
+}
+
+// cutAssert takes the assert planned ahead of the step's statement out
+// of the plan: the executor's question of the pool said its shard has
+// no fence (or could not tell: not fenced, asked again next time).
+func (p pipePlanner) cutAssert(st *acquireStep) {
+	pl := &p.planner.plan
+	pl.bw = slices.Delete(pl.bw, st.bwLo, st.bwHi)
+	pl.items = slices.Delete(pl.items, st.itLo, st.itHi)
+	st.asserted, st.probe = false, false
 }
 
 // deferrable reports whether the Bind of statement vs (message idx) may

@@ -35,6 +35,9 @@ type stepBackend struct {
 	mu    sync.Mutex
 	conns int
 	got   []byte
+	// probe, when set, answers a Query with one row of it (the fence's
+	// question: "t" or "f").
+	probe string
 }
 
 func newStepBackend(t *testing.T) *stepBackend {
@@ -89,7 +92,16 @@ func (b *stepBackend) serve(c net.Conn) {
 		switch m.(type) {
 		case *pgproto3.Query:
 			typ = 'Q'
-			be.Send(&pgproto3.EmptyQueryResponse{})
+			b.mu.Lock()
+			probe := b.probe
+			b.mu.Unlock()
+			if probe == "" {
+				be.Send(&pgproto3.EmptyQueryResponse{})
+			} else {
+				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}}})
+				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe)}})
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			}
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		case *pgproto3.Parse:
 			typ = 'P'
@@ -130,7 +142,7 @@ func (b *stepBackend) seen() (conns int, got string) {
 
 // stepSession is planSession with a pool of each shard (at addr: none
 // is opened by planning), a host and the generation's operations.
-func stepSession(t *testing.T, addr string, fence FenceMode) *Session {
+func stepSession(t testing.TB, addr string, fence FenceMode) *Session {
 	t.Helper()
 	s := planSession(t)
 	log := slog.New(slog.DiscardHandler)
@@ -227,5 +239,93 @@ func TestPlanAcquireStepFails(t *testing.T) {
 	if string(local) != "1EZ" || len(p.planner.plan.bw) != 0 || p.planner.onBackend || !p.planner.failed || s.bc != nil || len(s.fenceBuckets) != 0 {
 		t.Fatalf("after the failed step: items %v, local messages %q, %d bytes for a backend, on backend %v, failed %v, buckets %v",
 			kinds, local, len(p.planner.plan.bw), p.planner.onBackend, p.planner.failed, s.fenceBuckets)
+	}
+}
+
+// TestPlanAcquireStepProbe: under fence auto, a pool not asked yet
+// whether its shard has the fence still gets the acquisition as a step
+// of the plan: planning asks nothing (no connection, nothing of the
+// session written) and plans the assert; the executor asks the backend
+// it took once, keeps the assert when the shard has the fence and cuts
+// it out when not. The pool's state is known afterwards: the next
+// pipeline plans no question.
+func TestPlanAcquireStepProbe(t *testing.T) {
+	for _, probe := range []string{"t", "f"} {
+		pg := newStepBackend(t)
+		pg.mu.Lock()
+		pg.probe = probe
+		pg.mu.Unlock()
+		s := stepSession(t, pg.ln.Addr().String(), FenceAuto)
+		s.gen.Config.Follows = true
+		want := s.gen.Config.Analyzer.RouteKey("k1", route.KeyText).Shard
+		p := planPipeline(s)
+		st := p.planner.plan.acquire
+		if !st.on || !st.probe || !st.asserted || st.shard != want || st.msg != 1 || p.planner.bc != nil {
+			t.Fatalf("probe %s: step %+v (bc %v), want an acquisition of shard %d at message 1 with the fence's question", probe, st, p.planner.bc, want)
+		}
+		if n, _ := pg.seen(); n != 0 || s.bc != nil || len(s.fenceBuckets) != 0 {
+			t.Fatalf("probe %s: planning opened %d connections, session backend %v, buckets %v", probe, n, s.bc, s.fenceBuckets)
+		}
+		if _, known := s.host.Fences.decided(s.gen, st.pool); known {
+			t.Fatalf("probe %s: planning decided the pool's fence", probe)
+		}
+		p.takeAcquire()
+		fenced := probe == "t"
+		if s.bc == nil || len(s.fenceBuckets) != map[bool]int{false: 0, true: 1}[fenced] {
+			t.Fatalf("probe %s: after the step: backend %v, buckets %v", probe, s.bc, s.fenceBuckets)
+		}
+		if on, known := s.host.Fences.decided(s.gen, st.pool); !known || on != fenced {
+			t.Fatalf("probe %s: the pool's fence after the step: on %v, known %v", probe, on, known)
+		}
+		if err := s.finish(p.planner, 'S'); err != nil {
+			t.Fatal(err)
+		}
+		out := s.cc.out
+		_, local := planShape(&planner{plan: planned{items: []item{{kind: itLocal, hi: int32(len(out))}}, lbuf: out}})
+		if string(local) != "12nDCZ" {
+			t.Errorf("probe %s: the client got %q, want ParseComplete, BindComplete, NoData, a row, CommandComplete, ReadyForQuery", probe, local)
+		}
+		wantSent := "QPBDES"
+		if fenced {
+			wantSent = "QPBECPBDES" // the question, then the assert: Parse, Bind, Execute, Close
+		}
+		if n, got := pg.seen(); n != 1 || got != wantSent {
+			t.Errorf("probe %s: the backend got %q over %d connections, want %q over 1", probe, got, n, wantSent)
+		}
+		s.dropBackend(true)
+		s.cc.out = s.cc.out[:0]
+		p = planPipeline(s)
+		if st := p.planner.plan.acquire; !st.on || st.probe || st.asserted != fenced {
+			t.Errorf("probe %s: the next pipeline's step %+v, want one without a question, asserting %v", probe, st, fenced)
+		}
+		p.planner.plan.acquire.on = false
+	}
+}
+
+// TestPlanAcquireStepProbeFails: under fence auto, a failed acquisition
+// of a step that would ask the pool's fence fails the pipeline at its
+// Bind (its Sync answered), asks nothing and leaves the pool unknown.
+func TestPlanAcquireStepProbeFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there
+	s := stepSession(t, addr, FenceAuto)
+	s.gen.Config.Follows = true
+	p := planPipeline(s)
+	st := p.planner.plan.acquire
+	if !st.on || !st.probe {
+		t.Fatalf("step %+v, want an acquisition with the fence's question", st)
+	}
+	p.takeAcquire()
+	kinds, local := planShape(p.planner)
+	if string(local) != "1EZ" || len(p.planner.plan.bw) != 0 || p.planner.onBackend || !p.planner.failed || s.bc != nil || len(s.fenceBuckets) != 0 {
+		t.Fatalf("after the failed step: items %v, local messages %q, %d bytes for a backend, on backend %v, failed %v, buckets %v",
+			kinds, local, len(p.planner.plan.bw), p.planner.onBackend, p.planner.failed, s.fenceBuckets)
+	}
+	if _, known := s.host.Fences.decided(s.gen, st.pool); known {
+		t.Error("a failed acquisition decided the pool's fence")
 	}
 }
