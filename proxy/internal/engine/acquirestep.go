@@ -12,13 +12,15 @@ import (
 // doing it (planned.acquire): the pipeline runs on shard, whose pool
 // gives a connection for the settings key when the executor takes the
 // step (runPipeline, before the exchange). Planning wrote everything
-// else already (the fence's assert, a wrap's BEGIN): none of it reads
-// the connection.
+// else already (the fence's assert, a wrap's BEGIN) but a Bind that
+// needs the connection's statement cache (render): none of it reads the
+// connection.
 //
 // It is planned only where nothing after it reads the connection
 // (mayDefer, pipePlanner.deferrable): an idle session's pipeline, its
-// first statement for a backend bound by a Bind, a statement whose
-// Parse does not depend on the connection's statement cache, a fence
+// first statement for a backend bound by a Bind (not a pinned
+// backend's own statement; a Bind that needs the connection's statement
+// cache is written by the executor: render), a fence
 // state known without asking the backend or an assert planned alone
 // (no settings to wrap) that the executor keeps or cuts out after its
 // first question of the pool (probe), and only Describe (of a portal),
@@ -41,6 +43,14 @@ type acquireStep struct {
 	probe      bool
 	bwLo, bwHi int
 	itLo, itHi int
+	// render: the Bind's statement needs the connection's statement
+	// cache (a named or cached unnamed statement, no pooler): the plan
+	// leaves its Closes, Parse and Bind out, and the executor writes
+	// them against the connection it took (renderBind) at bw[bindBw:]
+	// and items[bindIt:], ahead of what was planned after the Bind.
+	render         bool
+	vs             *vstmt
+	bindBw, bindIt int
 	// msg is the pipeline message whose Bind needed the backend, and
 	// snap the planner as it was there: if the acquisition fails, the
 	// pipeline fails at that message, as if planned on the spot.
@@ -57,10 +67,10 @@ func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
 		pl.sim.tx != txIdle || pl.fan != nil || s.own != nil || shard < 0 || shard >= len(s.gen.Pools) {
 		return false
 	}
-	vs, pool := pl.lazy, s.gen.Pools[shard]
-	if vs.realOn != nil || (vs.name != "" || vs.cacheUnnamed) && !pool.ViaPooler && s.gen.Config.StatementCacheSize > 0 {
-		return false // its Parse depends on the connection's statement cache
+	if pl.lazy.realOn != nil {
+		return false // its Parse depends on the pinned backend's own names
 	}
+	pool := s.gen.Pools[shard]
 	if pl.fence.set() && !pl.noFence {
 		_, known := p.fenceKnown(pool)
 		return known || p.mayProbe(pool, a)
@@ -107,7 +117,7 @@ func (p backendExec) planAcquire(shard int, a *route.Statement) {
 	}
 	*st.snap = *pl
 	st.on, st.shard, st.pool, st.key, st.msg = true, shard, pool, key, pl.cur
-	st.asserted, st.bucket, st.probe = false, 0, false
+	st.asserted, st.bucket, st.probe, st.render, st.vs = false, 0, false, false, nil
 	pl.shard, pl.onBackend = shard, true
 	fence, known := false, true
 	if pl.fence.set() && !pl.noFence {
@@ -148,6 +158,9 @@ func (p pipePlanner) takeAcquire() {
 		s.setBackend(bc)
 		s.txn.shard = st.shard
 		pl.bc = bc
+		if st.render {
+			p.renderBind(st)
+		}
 		if st.probe && !s.host.Fences.fenced(pl.ctx, s.gen, s.host.Log, st.pool, bc) {
 			p.cutAssert(st)
 		}
@@ -171,6 +184,55 @@ func (p pipePlanner) takeAcquire() {
 			p.flushMsg(m.raw)
 		}
 	}
+}
+
+// cachedBind reports whether the Bind of vs being planned is the
+// acquisition step's and its statement needs the connection's statement
+// cache: bindOnBackend leaves it to the executor (renderBind).
+func (p pipePlanner) cachedBind(vs *vstmt) bool {
+	pl, s := p.planner, p.planner.s
+	st := &pl.plan.acquire
+	if !st.on || pl.bc != nil || st.msg != pl.cur || vs.name == "" && !vs.cacheUnnamed {
+		return false
+	}
+	if st.pool.ViaPooler || s.gen.Config.StatementCacheSize <= 0 {
+		return false
+	}
+	st.render, st.vs, st.bindBw, st.bindIt = true, vs, len(pl.plan.bw), len(pl.plan.items)
+	return true
+}
+
+// renderBind writes the step's Bind against the connection taken (its
+// statement cache: the Closes of what it evicts, the statement's Parse
+// if it does not hold it, the Bind under the cache's name) where the
+// plan left it (bw[bindBw:], items[bindIt:]): written at the plan's
+// end, then rotated into place, no allocation once the plan's buffers
+// have grown.
+func (p pipePlanner) renderBind(st *acquireStep) {
+	pl := p.planner
+	bw0, it0 := len(pl.plan.bw), len(pl.plan.items)
+	raw := pl.s.grp[st.msg].raw
+	if err := pl.bv.Decode(raw); err != nil {
+		pl.protoErr = err // decoded once already when planned: not reached
+		return
+	}
+	name, cs := p.sendParse(st.vs)
+	pl.plan.bw = pgwire.AppendBindAs(pl.plan.bw, raw, &pl.bv, name)
+	var fl itemFlags
+	if st.vs.epoch != pl.s.gen.StmtEpoch.Load() {
+		fl = fStale
+	}
+	pl.plan.items = append(pl.plan.items, item{kind: itBind, cs: cs, flags: fl})
+	rotate(pl.plan.bw[st.bindBw:], bw0-st.bindBw)
+	rotate(pl.plan.items[st.bindIt:], it0-st.bindIt)
+	st.render, st.vs = false, nil
+}
+
+// rotate moves x[k:] ahead of x[:k], in place.
+func rotate[T any](x []T, k int) {
+	slices.Reverse(x[:k])
+	slices.Reverse(x[k:])
+	slices.Reverse(x)
 }
 
 // cutAssert takes the assert planned ahead of the step's statement out

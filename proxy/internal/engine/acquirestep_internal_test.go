@@ -144,14 +144,22 @@ func (b *stepBackend) seen() (conns int, got string) {
 // is opened by planning), a host and the generation's operations.
 func stepSession(t testing.TB, addr string, fence FenceMode) *Session {
 	t.Helper()
+	return stepSessionCached(t, addr, fence, 0)
+}
+
+// stepSessionCached is stepSession whose direct connections have a
+// statement cache of cache statements (0: none).
+func stepSessionCached(t testing.TB, addr string, fence FenceMode, cache int) *Session {
+	t.Helper()
 	s := planSession(t)
+	s.gen.Config.StatementCacheSize = cache
 	log := slog.New(slog.DiscardHandler)
 	s.gen.Config.Fence = fence
 	s.gen.Config.PoolTimeout = 30 * time.Second
 	s.gen.Ops = new(stepOps)
 	s.gen.Log = log
 	env := &backend.Env{PoolSize: 2, PoolTimeout: 30 * time.Second, ConnectTimeout: 30 * time.Second,
-		Log: log, StmtEpoch: s.gen.StmtEpoch, Map: s.gen.Config.Map, BackendErrors: s.gen.Metrics.BackendErrors}
+		StatementCacheSize: s.gen.Config.StatementCacheSize, Log: log, StmtEpoch: s.gen.StmtEpoch, Map: s.gen.Config.Map, BackendErrors: s.gen.Metrics.BackendErrors}
 	for _, sh := range s.gen.Config.Map.Shards {
 		sh.DSN = "postgres://x@" + addr + "/d?sslmode=disable"
 		pool, err := backend.NewPool(env, sh, false)
@@ -327,5 +335,53 @@ func TestPlanAcquireStepProbeFails(t *testing.T) {
 	}
 	if _, known := s.host.Fences.decided(s.gen, st.pool); known {
 		t.Error("a failed acquisition decided the pool's fence")
+	}
+}
+
+// TestPlanAcquireStepNamed: a named statement through a direct
+// connection with a statement cache is planned with the acquisition as
+// the plan's step too: the plan leaves out the Bind (and the Parse the
+// cache may need), planning opens nothing and touches no cache, and
+// the executor writes them against the connection it took: the first
+// pipeline parses the statement under the cache's name, the next one on
+// that connection binds it without a Parse.
+func TestPlanAcquireStepNamed(t *testing.T) {
+	for _, fence := range []FenceMode{FenceOff, FenceOn} {
+		pg := newStepBackend(t)
+		s := stepSessionCached(t, pg.ln.Addr().String(), fence, 8)
+		bindS1 := cmsg{'B', pgwire.AppendBindText(nil, "", "s1", [][]byte{[]byte("k1")})}
+		s.grp[0] = cmsg{'P', pgwire.AppendParseMsg(nil, "s1", "select * from executions where id = $1", nil)}
+		s.grp[1] = bindS1
+		assertSent := map[bool]string{false: "", true: "PBEC"}[fence == FenceOn]
+		for run := range 2 {
+			p := planPipeline(s)
+			st := p.planner.plan.acquire
+			if !st.on || !st.render || st.msg != 1-run || p.planner.bc != nil || st.bindBw >= len(p.planner.plan.bw) || p.planner.plan.bw[st.bindBw] != 'D' {
+				t.Fatalf("fence %v, run %d: step %+v, plan %q, want the Bind left to the executor", fence, run, st, p.planner.plan.bw)
+			}
+			if n, _ := pg.seen(); n > 1 || s.bc != nil || len(s.fenceBuckets) != 0 {
+				t.Fatalf("fence %v, run %d: planning opened connections (%d), session backend %v, buckets %v", fence, run, n, s.bc, s.fenceBuckets)
+			}
+			p.takeAcquire()
+			if s.bc == nil || s.bc.Stmts == nil {
+				t.Fatalf("fence %v, run %d: after the step: backend %v", fence, run, s.bc)
+			}
+			if err := s.finish(p.planner, 'S'); err != nil {
+				t.Fatal(err)
+			}
+			out := s.cc.out
+			_, local := planShape(&planner{plan: planned{items: []item{{kind: itLocal, hi: int32(len(out))}}, lbuf: out}})
+			if wantLocal := map[int]string{0: "12nDCZ", 1: "2nDCZ"}[run]; string(local) != wantLocal {
+				t.Errorf("fence %v, run %d: the client got %q, want %q", fence, run, local, wantLocal)
+			}
+			s.dropBackend(true)
+			s.cc.out = s.cc.out[:0]
+			if run == 0 {
+				s.grp = []cmsg{bindS1, s.grp[2], s.grp[3], s.grp[4]} // the statement is the session's now
+			}
+		}
+		if n, got := pg.seen(); n != 1 || got != assertSent+"PBDES"+assertSent+"BDES" {
+			t.Errorf("fence %v: the backend got %q over %d connections, want %q over 1", fence, got, n, assertSent+"PBDES"+assertSent+"BDES")
+		}
 	}
 }

@@ -77,9 +77,12 @@ func txnControl(k route.Kind) bool {
 // A backend acquisition is a step of the plan where nothing planned
 // after it reads the connection (acquireStep, acquirestep.go): an idle
 // session's pipeline whose Bind is its first statement for a backend
-// (one shard, not "any"), whose Parse does not depend on the
-// connection's statement cache (a pooler, no cache, or an unnamed
-// statement not cached), whose fence state is known without asking the
+// (one shard, not "any"), whose Parse and Bind the planner writes or,
+// when they depend on the connection's statement cache (a named or
+// cached unnamed statement through a direct connection), leaves to the
+// executor (acquireStep.render: the cache's Closes, Parse and Bind
+// written against the connection taken), not a pinned backend's own
+// statement name, whose fence state is known without asking the
 // backend (the configuration, or the pool's probe done already) or is
 // the pool's first question with the assert alone ahead of the
 // statement (no session settings to wrap: acquireStep.probe), with
@@ -106,7 +109,9 @@ func txnControl(k route.Kind) bool {
 //     pipeline (runPipeline runs it, then plans the rest afresh).
 //
 // What planning reads of the acquired backend there, so that it cannot
-// be planned before the acquisition: (1) sendParse's bytes depend on
+// be planned before the acquisition: (1) outside the step's one Bind
+// (a later Parse, Bind, Describe of a statement or Close in the
+// pipeline, or any statement of a held backend), sendParse's bytes depend on
 // that connection's statement cache (bc.Stmts: none through a pooler;
 // which of the pipeline's statements it holds already, the names it
 // evicts, whose Close goes first, its epoch), on a pinned backend's own
