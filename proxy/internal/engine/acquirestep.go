@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -10,16 +12,20 @@ import (
 // doing it (planned.acquire): the pipeline runs on shard, whose pool
 // gives a connection for the settings key when the executor takes the
 // step (runPipeline, before the exchange). Planning wrote everything
-// else already (the fence's assert, a wrap's BEGIN): none of it reads
-// the connection.
+// else already (the fence's assert, a wrap's BEGIN) but a Bind that
+// needs the connection's statement cache (render): none of it reads the
+// connection.
 //
 // It is planned only where nothing after it reads the connection
 // (mayDefer, pipePlanner.deferrable): an idle session's pipeline, its
-// first statement for a backend bound by a Bind, a statement whose
-// Parse does not depend on the connection's statement cache, a fence
-// state known without asking the backend, and only Describe (of a
-// portal), Execute, Sync and Flush after it. Everywhere else the
-// planner still acquires on the spot (ensureBackend).
+// first statement for a backend bound by a Bind (not a pinned
+// backend's own statement; a Bind that needs the connection's statement
+// cache is written by the executor: render), a fence
+// state known without asking the backend or an assert planned alone
+// (no settings to wrap) that the executor keeps or cuts out after its
+// first question of the pool (probe), and only Describe (of a portal),
+// Execute, Sync and Flush after it. Everywhere else the planner still
+// acquires on the spot (ensureBackend).
 type acquireStep struct {
 	on    bool
 	shard int
@@ -29,6 +35,22 @@ type acquireStep struct {
 	// records it (fenceBuckets) once the backend is taken.
 	asserted bool
 	bucket   int
+	// probe: the pool's fence state was not known when planned (fence
+	// auto, the pool not asked yet). The plan asserts the key, its
+	// assert being bw[bwLo:bwHi] and items[itLo:itHi]; the executor asks
+	// the backend it took (PoolFences.fenced) and cuts the assert out
+	// of the plan when the shard has no fence.
+	probe      bool
+	bwLo, bwHi int
+	itLo, itHi int
+	// render: the Bind's statement needs the connection's statement
+	// cache (a named or cached unnamed statement, no pooler): the plan
+	// leaves its Closes, Parse and Bind out, and the executor writes
+	// them against the connection it took (renderBind) at bw[bindBw:]
+	// and items[bindIt:], ahead of what was planned after the Bind.
+	render         bool
+	vs             *vstmt
+	bindBw, bindIt int
 	// msg is the pipeline message whose Bind needed the backend, and
 	// snap the planner as it was there: if the acquisition fails, the
 	// pipeline fails at that message, as if planned on the spot.
@@ -45,15 +67,30 @@ func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
 		pl.sim.tx != txIdle || pl.fan != nil || s.own != nil || shard < 0 || shard >= len(s.gen.Pools) {
 		return false
 	}
-	vs, pool := pl.lazy, s.gen.Pools[shard]
-	if vs.realOn != nil || (vs.name != "" || vs.cacheUnnamed) && !pool.ViaPooler && s.gen.Config.StatementCacheSize > 0 {
-		return false // its Parse depends on the connection's statement cache
+	if pl.lazy.realOn != nil {
+		return false // its Parse depends on the pinned backend's own names
 	}
+	pool := s.gen.Pools[shard]
 	if pl.fence.set() && !pl.noFence {
 		_, known := p.fenceKnown(pool)
-		return known
+		return known || p.mayProbe(pool, a)
 	}
 	return true
+}
+
+// mayProbe reports whether the first question of pool's fence can be
+// part of the acquisition step: the assert would be the pipeline's
+// first statement on its own (openTxn's appendFenceExtended: no
+// settings to wrap, a statement that may run in a transaction), so the
+// executor can cut it out of the plan when the shard has no fence. Not
+// the hot path: a pool's fence is asked about once.
+func (p backendExec) mayProbe(pool *backend.Pool, a *route.Statement) bool {
+	s := p.planner.s
+	if s.host == nil || s.host.Fences == nil || a.NoTxnBlock {
+		return false
+	}
+	_, pre := s.cur.Split(pool.ViaPooler)
+	return len(pre.KV) == 0
 }
 
 // fenceKnown is whether transactions on pool assert their key, when
@@ -80,13 +117,19 @@ func (p backendExec) planAcquire(shard int, a *route.Statement) {
 	}
 	*st.snap = *pl
 	st.on, st.shard, st.pool, st.key, st.msg = true, shard, pool, key, pl.cur
-	st.asserted, st.bucket = false, 0
+	st.asserted, st.bucket, st.probe, st.render, st.vs = false, 0, false, false, nil
 	pl.shard, pl.onBackend = shard, true
-	fence := false
+	fence, known := false, true
 	if pl.fence.set() && !pl.noFence {
-		fence, _ = p.fenceKnown(pool)
+		fence, known = p.fenceKnown(pool)
+	}
+	if !known {
+		// mayProbe: the assert alone, kept or cut by the executor.
+		st.probe, st.bwLo, st.itLo = true, len(pl.plan.bw), len(pl.plan.items)
+		fence = true
 	}
 	p.openTxn(pre, fence, a)
+	st.bwHi, st.itHi = len(pl.plan.bw), len(pl.plan.items)
 }
 
 // noteFenceBucket records that the plan asserts the fence's bucket: in
@@ -115,6 +158,12 @@ func (p pipePlanner) takeAcquire() {
 		s.setBackend(bc)
 		s.txn.shard = st.shard
 		pl.bc = bc
+		if st.render {
+			p.renderBind(st)
+		}
+		if st.probe && !s.host.Fences.fenced(pl.ctx, s.gen, s.host.Log, st.pool, bc) {
+			p.cutAssert(st)
+		}
 		if st.asserted {
 			s.fenceBuckets = append(s.fenceBuckets, st.bucket)
 		}
@@ -135,6 +184,65 @@ func (p pipePlanner) takeAcquire() {
 			p.flushMsg(m.raw)
 		}
 	}
+}
+
+// cachedBind reports whether the Bind of vs being planned is the
+// acquisition step's and its statement needs the connection's statement
+// cache: bindOnBackend leaves it to the executor (renderBind).
+func (p pipePlanner) cachedBind(vs *vstmt) bool {
+	pl, s := p.planner, p.planner.s
+	st := &pl.plan.acquire
+	if !st.on || pl.bc != nil || st.msg != pl.cur || vs.name == "" && !vs.cacheUnnamed {
+		return false
+	}
+	if st.pool.ViaPooler || s.gen.Config.StatementCacheSize <= 0 {
+		return false
+	}
+	st.render, st.vs, st.bindBw, st.bindIt = true, vs, len(pl.plan.bw), len(pl.plan.items)
+	return true
+}
+
+// renderBind writes the step's Bind against the connection taken (its
+// statement cache: the Closes of what it evicts, the statement's Parse
+// if it does not hold it, the Bind under the cache's name) where the
+// plan left it (bw[bindBw:], items[bindIt:]): written at the plan's
+// end, then rotated into place, no allocation once the plan's buffers
+// have grown.
+func (p pipePlanner) renderBind(st *acquireStep) {
+	pl := p.planner
+	bw0, it0 := len(pl.plan.bw), len(pl.plan.items)
+	raw := pl.s.grp[st.msg].raw
+	if err := pl.bv.Decode(raw); err != nil {
+		pl.protoErr = err // decoded once already when planned: not reached
+		return
+	}
+	name, cs := p.sendParse(st.vs)
+	pl.plan.bw = pgwire.AppendBindAs(pl.plan.bw, raw, &pl.bv, name)
+	var fl itemFlags
+	if st.vs.epoch != pl.s.gen.StmtEpoch.Load() {
+		fl = fStale
+	}
+	pl.plan.items = append(pl.plan.items, item{kind: itBind, cs: cs, flags: fl})
+	rotate(pl.plan.bw[st.bindBw:], bw0-st.bindBw)
+	rotate(pl.plan.items[st.bindIt:], it0-st.bindIt)
+	st.render, st.vs = false, nil
+}
+
+// rotate moves x[k:] ahead of x[:k], in place.
+func rotate[T any](x []T, k int) {
+	slices.Reverse(x[:k])
+	slices.Reverse(x[k:])
+	slices.Reverse(x)
+}
+
+// cutAssert takes the assert planned ahead of the step's statement out
+// of the plan: the executor's question of the pool said its shard has
+// no fence (or could not tell: not fenced, asked again next time).
+func (p pipePlanner) cutAssert(st *acquireStep) {
+	pl := &p.planner.plan
+	pl.bw = slices.Delete(pl.bw, st.bwLo, st.bwHi)
+	pl.items = slices.Delete(pl.items, st.itLo, st.itHi)
+	st.asserted, st.probe = false, false
 }
 
 // deferrable reports whether the Bind of statement vs (message idx) may

@@ -35,6 +35,9 @@ type stepBackend struct {
 	mu    sync.Mutex
 	conns int
 	got   []byte
+	// probe, when set, answers a Query with one row of it (the fence's
+	// question: "t" or "f").
+	probe string
 }
 
 func newStepBackend(t *testing.T) *stepBackend {
@@ -89,7 +92,16 @@ func (b *stepBackend) serve(c net.Conn) {
 		switch m.(type) {
 		case *pgproto3.Query:
 			typ = 'Q'
-			be.Send(&pgproto3.EmptyQueryResponse{})
+			b.mu.Lock()
+			probe := b.probe
+			b.mu.Unlock()
+			if probe == "" {
+				be.Send(&pgproto3.EmptyQueryResponse{})
+			} else {
+				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}}})
+				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe)}})
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			}
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		case *pgproto3.Parse:
 			typ = 'P'
@@ -130,16 +142,24 @@ func (b *stepBackend) seen() (conns int, got string) {
 
 // stepSession is planSession with a pool of each shard (at addr: none
 // is opened by planning), a host and the generation's operations.
-func stepSession(t *testing.T, addr string, fence FenceMode) *Session {
+func stepSession(t testing.TB, addr string, fence FenceMode) *Session {
+	t.Helper()
+	return stepSessionCached(t, addr, fence, 0)
+}
+
+// stepSessionCached is stepSession whose direct connections have a
+// statement cache of cache statements (0: none).
+func stepSessionCached(t testing.TB, addr string, fence FenceMode, cache int) *Session {
 	t.Helper()
 	s := planSession(t)
+	s.gen.Config.StatementCacheSize = cache
 	log := slog.New(slog.DiscardHandler)
 	s.gen.Config.Fence = fence
 	s.gen.Config.PoolTimeout = 30 * time.Second
 	s.gen.Ops = new(stepOps)
 	s.gen.Log = log
 	env := &backend.Env{PoolSize: 2, PoolTimeout: 30 * time.Second, ConnectTimeout: 30 * time.Second,
-		Log: log, StmtEpoch: s.gen.StmtEpoch, Map: s.gen.Config.Map, BackendErrors: s.gen.Metrics.BackendErrors}
+		StatementCacheSize: s.gen.Config.StatementCacheSize, Log: log, StmtEpoch: s.gen.StmtEpoch, Map: s.gen.Config.Map, BackendErrors: s.gen.Metrics.BackendErrors}
 	for _, sh := range s.gen.Config.Map.Shards {
 		sh.DSN = "postgres://x@" + addr + "/d?sslmode=disable"
 		pool, err := backend.NewPool(env, sh, false)
@@ -227,5 +247,141 @@ func TestPlanAcquireStepFails(t *testing.T) {
 	if string(local) != "1EZ" || len(p.planner.plan.bw) != 0 || p.planner.onBackend || !p.planner.failed || s.bc != nil || len(s.fenceBuckets) != 0 {
 		t.Fatalf("after the failed step: items %v, local messages %q, %d bytes for a backend, on backend %v, failed %v, buckets %v",
 			kinds, local, len(p.planner.plan.bw), p.planner.onBackend, p.planner.failed, s.fenceBuckets)
+	}
+}
+
+// TestPlanAcquireStepProbe: under fence auto, a pool not asked yet
+// whether its shard has the fence still gets the acquisition as a step
+// of the plan: planning asks nothing (no connection, nothing of the
+// session written) and plans the assert; the executor asks the backend
+// it took once, keeps the assert when the shard has the fence and cuts
+// it out when not. The pool's state is known afterwards: the next
+// pipeline plans no question.
+func TestPlanAcquireStepProbe(t *testing.T) {
+	for _, probe := range []string{"t", "f"} {
+		pg := newStepBackend(t)
+		pg.mu.Lock()
+		pg.probe = probe
+		pg.mu.Unlock()
+		s := stepSession(t, pg.ln.Addr().String(), FenceAuto)
+		s.gen.Config.Follows = true
+		want := s.gen.Config.Analyzer.RouteKey("k1", route.KeyText).Shard
+		p := planPipeline(s)
+		st := p.planner.plan.acquire
+		if !st.on || !st.probe || !st.asserted || st.shard != want || st.msg != 1 || p.planner.bc != nil {
+			t.Fatalf("probe %s: step %+v (bc %v), want an acquisition of shard %d at message 1 with the fence's question", probe, st, p.planner.bc, want)
+		}
+		if n, _ := pg.seen(); n != 0 || s.bc != nil || len(s.fenceBuckets) != 0 {
+			t.Fatalf("probe %s: planning opened %d connections, session backend %v, buckets %v", probe, n, s.bc, s.fenceBuckets)
+		}
+		if _, known := s.host.Fences.decided(s.gen, st.pool); known {
+			t.Fatalf("probe %s: planning decided the pool's fence", probe)
+		}
+		p.takeAcquire()
+		fenced := probe == "t"
+		if s.bc == nil || len(s.fenceBuckets) != map[bool]int{false: 0, true: 1}[fenced] {
+			t.Fatalf("probe %s: after the step: backend %v, buckets %v", probe, s.bc, s.fenceBuckets)
+		}
+		if on, known := s.host.Fences.decided(s.gen, st.pool); !known || on != fenced {
+			t.Fatalf("probe %s: the pool's fence after the step: on %v, known %v", probe, on, known)
+		}
+		if err := s.finish(p.planner, 'S'); err != nil {
+			t.Fatal(err)
+		}
+		out := s.cc.out
+		_, local := planShape(&planner{plan: planned{items: []item{{kind: itLocal, hi: int32(len(out))}}, lbuf: out}})
+		if string(local) != "12nDCZ" {
+			t.Errorf("probe %s: the client got %q, want ParseComplete, BindComplete, NoData, a row, CommandComplete, ReadyForQuery", probe, local)
+		}
+		wantSent := "QPBDES"
+		if fenced {
+			wantSent = "QPBECPBDES" // the question, then the assert: Parse, Bind, Execute, Close
+		}
+		if n, got := pg.seen(); n != 1 || got != wantSent {
+			t.Errorf("probe %s: the backend got %q over %d connections, want %q over 1", probe, got, n, wantSent)
+		}
+		s.dropBackend(true)
+		s.cc.out = s.cc.out[:0]
+		p = planPipeline(s)
+		if st := p.planner.plan.acquire; !st.on || st.probe || st.asserted != fenced {
+			t.Errorf("probe %s: the next pipeline's step %+v, want one without a question, asserting %v", probe, st, fenced)
+		}
+		p.planner.plan.acquire.on = false
+	}
+}
+
+// TestPlanAcquireStepProbeFails: under fence auto, a failed acquisition
+// of a step that would ask the pool's fence fails the pipeline at its
+// Bind (its Sync answered), asks nothing and leaves the pool unknown.
+func TestPlanAcquireStepProbeFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there
+	s := stepSession(t, addr, FenceAuto)
+	s.gen.Config.Follows = true
+	p := planPipeline(s)
+	st := p.planner.plan.acquire
+	if !st.on || !st.probe {
+		t.Fatalf("step %+v, want an acquisition with the fence's question", st)
+	}
+	p.takeAcquire()
+	kinds, local := planShape(p.planner)
+	if string(local) != "1EZ" || len(p.planner.plan.bw) != 0 || p.planner.onBackend || !p.planner.failed || s.bc != nil || len(s.fenceBuckets) != 0 {
+		t.Fatalf("after the failed step: items %v, local messages %q, %d bytes for a backend, on backend %v, failed %v, buckets %v",
+			kinds, local, len(p.planner.plan.bw), p.planner.onBackend, p.planner.failed, s.fenceBuckets)
+	}
+	if _, known := s.host.Fences.decided(s.gen, st.pool); known {
+		t.Error("a failed acquisition decided the pool's fence")
+	}
+}
+
+// TestPlanAcquireStepNamed: a named statement through a direct
+// connection with a statement cache is planned with the acquisition as
+// the plan's step too: the plan leaves out the Bind (and the Parse the
+// cache may need), planning opens nothing and touches no cache, and
+// the executor writes them against the connection it took: the first
+// pipeline parses the statement under the cache's name, the next one on
+// that connection binds it without a Parse.
+func TestPlanAcquireStepNamed(t *testing.T) {
+	for _, fence := range []FenceMode{FenceOff, FenceOn} {
+		pg := newStepBackend(t)
+		s := stepSessionCached(t, pg.ln.Addr().String(), fence, 8)
+		bindS1 := cmsg{'B', pgwire.AppendBindText(nil, "", "s1", [][]byte{[]byte("k1")})}
+		s.grp[0] = cmsg{'P', pgwire.AppendParseMsg(nil, "s1", "select * from executions where id = $1", nil)}
+		s.grp[1] = bindS1
+		assertSent := map[bool]string{false: "", true: "PBEC"}[fence == FenceOn]
+		for run := range 2 {
+			p := planPipeline(s)
+			st := p.planner.plan.acquire
+			if !st.on || !st.render || st.msg != 1-run || p.planner.bc != nil || st.bindBw >= len(p.planner.plan.bw) || p.planner.plan.bw[st.bindBw] != 'D' {
+				t.Fatalf("fence %v, run %d: step %+v, plan %q, want the Bind left to the executor", fence, run, st, p.planner.plan.bw)
+			}
+			if n, _ := pg.seen(); n > 1 || s.bc != nil || len(s.fenceBuckets) != 0 {
+				t.Fatalf("fence %v, run %d: planning opened connections (%d), session backend %v, buckets %v", fence, run, n, s.bc, s.fenceBuckets)
+			}
+			p.takeAcquire()
+			if s.bc == nil || s.bc.Stmts == nil {
+				t.Fatalf("fence %v, run %d: after the step: backend %v", fence, run, s.bc)
+			}
+			if err := s.finish(p.planner, 'S'); err != nil {
+				t.Fatal(err)
+			}
+			out := s.cc.out
+			_, local := planShape(&planner{plan: planned{items: []item{{kind: itLocal, hi: int32(len(out))}}, lbuf: out}})
+			if wantLocal := map[int]string{0: "12nDCZ", 1: "2nDCZ"}[run]; string(local) != wantLocal {
+				t.Errorf("fence %v, run %d: the client got %q, want %q", fence, run, local, wantLocal)
+			}
+			s.dropBackend(true)
+			s.cc.out = s.cc.out[:0]
+			if run == 0 {
+				s.grp = []cmsg{bindS1, s.grp[2], s.grp[3], s.grp[4]} // the statement is the session's now
+			}
+		}
+		if n, got := pg.seen(); n != 1 || got != assertSent+"PBDES"+assertSent+"BDES" {
+			t.Errorf("fence %v: the backend got %q over %d connections, want %q over 1", fence, got, n, assertSent+"PBDES"+assertSent+"BDES")
+		}
 	}
 }

@@ -58,7 +58,8 @@
 //	                 a soft transaction, an action's step) that carries
 //	                 the plan out; acquirestep.go: acquireStep, an idle
 //	                 session's pipeline's acquisition of its backend as a
-//	                 step of the plan, which the executor takes
+//	                 step of the plan, which the executor takes (and
+//	                 asks the pool's fence on, the first time)
 //	  fanout.go      statements of every shard: fanPlan, the planner's
 //	                 fan-out, and fanExec, made per fan-out, that carries
 //	                 it out (reads merged by internal/merge) and sees the

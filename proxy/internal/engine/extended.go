@@ -414,6 +414,10 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	p.planner.notePinOp(a)
 	p.planner.copyIn = p.planner.copyIn || a.Copy
 	p.planner.setAhead = p.planner.setAhead || setsOnlyLocal(a)
+	p.planner.plan.portals = append(p.planner.plan.portals, pi)
+	if p.cachedBind(vs) {
+		return // written by the executor against the connection it takes
+	}
 	name, cs := p.sendParse(vs)
 	if len(bv.Stmt) == 0 && name == "" {
 		p.planner.plan.bw = append(p.planner.plan.bw, raw...)
@@ -425,7 +429,6 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 		fl = fStale
 	}
 	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, cs: cs, flags: fl})
-	p.planner.plan.portals = append(p.planner.plan.portals, pi)
 }
 
 // recordSoft keeps the SET LOCAL and savepoint commands a transaction

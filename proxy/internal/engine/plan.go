@@ -77,20 +77,28 @@ func txnControl(k route.Kind) bool {
 // A backend acquisition is a step of the plan where nothing planned
 // after it reads the connection (acquireStep, acquirestep.go): an idle
 // session's pipeline whose Bind is its first statement for a backend
-// (one shard, not "any"), whose Parse does not depend on the
-// connection's statement cache (a pooler, no cache, or an unnamed
-// statement not cached), whose fence state is known without asking the
-// backend (the configuration, or the pool's probe done already), with
+// (one shard, not "any"), whose Parse and Bind the planner writes or,
+// when they depend on the connection's statement cache (a named or
+// cached unnamed statement through a direct connection), leaves to the
+// executor (acquireStep.render: the cache's Closes, Parse and Bind
+// written against the connection taken), not a pinned backend's own
+// statement name, whose fence state is known without asking the
+// backend (the configuration, or the pool's probe done already) or is
+// the pool's first question with the assert alone ahead of the
+// statement (no session settings to wrap: acquireStep.probe), with
 // only Describes of portals, Executes, Syncs and Flushes after it.
 // There the planner writes the fence's assert and a wrap's BEGIN as it
 // would after an acquisition and records the step (the shard, the
-// pool, the settings key, the asserted bucket, the message and the
-// planner's state at it); runPipeline takes it before the exchange
+// pool, the settings key, the asserted bucket, where the assert is in
+// the plan when the pool's fence is still to be asked, the message and
+// the planner's state at it); runPipeline takes it before the exchange
 // (pipePlanner.takeAcquire): the connection becomes the session's
-// backend, and an acquisition error plans the pipeline again from that
-// message as failed there (its Sync and Flush answered), the plan
-// before it kept. Planning such a pipeline does no I/O and writes
-// nothing of the session's (TestPlanAcquireStep).
+// backend, the pool's fence is asked on it if the step says so (the
+// assert cut out of the plan when the shard has none), and an
+// acquisition error plans the pipeline again from that message as
+// failed there (its Sync and Flush answered), the plan before it kept.
+// Planning such a pipeline does no I/O and writes nothing of the
+// session's (TestPlanAcquireStep, TestPlanAcquireStepProbe).
 //
 // Still interleaved with planning everywhere else:
 //
@@ -101,7 +109,9 @@ func txnControl(k route.Kind) bool {
 //     pipeline (runPipeline runs it, then plans the rest afresh).
 //
 // What planning reads of the acquired backend there, so that it cannot
-// be planned before the acquisition: (1) sendParse's bytes depend on
+// be planned before the acquisition: (1) outside the step's one Bind
+// (a later Parse, Bind, Describe of a statement or Close in the
+// pipeline, or any statement of a held backend), sendParse's bytes depend on
 // that connection's statement cache (bc.Stmts: none through a pooler;
 // which of the pipeline's statements it holds already, the names it
 // evicts, whose Close goes first, its epoch), on a pinned backend's own
@@ -112,7 +122,11 @@ func txnControl(k route.Kind) bool {
 // statement for another shard moves a soft transaction, or is
 // refused); (3) whether the fence's assert is written ahead, when the
 // pool's fence state is not known yet (PoolFences.fenced asks the
-// backend once per pool); (4) where the plan fails: an acquisition's
+// backend once per pool) and the assert goes into a BEGIN wrap with
+// the session's settings, or into a simple Query, a deferred
+// transaction's replay or a held backend's transaction (the
+// acquisition step asks only where the assert stands alone in an idle
+// pipeline); (4) where the plan fails: an acquisition's
 // error fails the pipeline at that message, and the later ones are
 // planned as a failed pipeline's (acquireStep does this by planning
 // again from a snapshot, for the later messages it allows); (5) the
@@ -127,8 +141,9 @@ func txnControl(k route.Kind) bool {
 // another shard, like an acquisition error, ends the plan at that
 // step, and the executor plans the rest of the pipeline afresh from
 // that message on the state it found (as runPipeline does after a read
-// of every shard); the first probe of a pool's fence becomes part of
-// the acquisition step, with the assert rendered after it.
+// of every shard); the first probe of a pool's fence is part of the
+// acquisition step for every way the assert is written (done for the
+// assert alone in an idle pipeline: acquireStep.probe).
 type planner struct {
 	s   *Session
 	ctx context.Context

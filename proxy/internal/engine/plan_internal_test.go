@@ -20,7 +20,7 @@ import (
 // planSession is a session that can plan but not run anything: no pools,
 // no backend, no client connection. Any I/O in planning (an Acquire, a
 // query on a backend, a write to the client) panics or fails the test.
-func planSession(t *testing.T) *Session {
+func planSession(t testing.TB) *Session {
 	t.Helper()
 	m, err := shardmap.Even(16, []shardmap.Shard{
 		{Name: "s0", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"},
