@@ -15,7 +15,10 @@
 -- string's implicit transaction, or in an extended-protocol pipeline
 -- before Sync runs in the caller's transaction (the advisory lock it
 -- takes is held to that transaction's end), through PgBouncer's
--- transaction mode too.
+-- transaction mode too. Its body repeats 0012's fast path instead of
+-- PERFORM pgshard_fence_assert(p_key): a nested PL/pgSQL call would put
+-- back a function call per transaction, part of what the CALL saves (not
+-- measured on its own); the slow path is shared (0012's general function).
 CREATE PROCEDURE pgshard_fence_enter(p_key TEXT)
 LANGUAGE plpgsql AS $$
 DECLARE
