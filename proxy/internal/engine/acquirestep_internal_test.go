@@ -35,8 +35,9 @@ type stepBackend struct {
 	mu    sync.Mutex
 	conns int
 	got   []byte
-	// probe, when set, answers a Query with one row of it (the fence's
-	// question: "t" or "f").
+	// probe, when set, answers a Query with one row of it twice (the
+	// fence's question, fenceDetectSQL: the function, the procedure; "t"
+	// or "f").
 	probe string
 }
 
@@ -98,8 +99,9 @@ func (b *stepBackend) serve(c net.Conn) {
 			if probe == "" {
 				be.Send(&pgproto3.EmptyQueryResponse{})
 			} else {
-				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}}})
-				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe)}})
+				col := pgproto3.FieldDescription{Name: []byte("x"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}
+				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{col, col}})
+				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe), []byte(probe)}})
 				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 			}
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
