@@ -145,3 +145,22 @@ func TestKeyedRefusalsShareOneReload(t *testing.T) {
 		t.Errorf("%d reloads for %d operations refused by one flip, want 1", reloads, n)
 	}
 }
+
+// TestReloadGate: the zero value is ready; a second reload waits for the
+// first and gives up when its context ends.
+func TestReloadGate(t *testing.T) {
+	var g reloadGate
+	if err := g.enter(context.Background()); err != nil {
+		t.Fatalf("first enter: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.enter(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("enter while held, context ended: %v, want context.Canceled", err)
+	}
+	g.leave()
+	if err := g.enter(context.Background()); err != nil {
+		t.Fatalf("enter after leave: %v", err)
+	}
+	g.leave()
+}

@@ -81,10 +81,9 @@ type Router struct {
 	// reloadHook, when set (tests of the retry policy), replaces Reload
 	// in keyed.
 	reloadHook func(context.Context) (bool, error)
-	// reloading (capacity 1) makes the keyed operations refused by one
-	// flip share one catalog read (reloadAfter) instead of each reading
-	// the whole map; a channel, so that waiting for it honours ctx.
-	reloading chan struct{}
+	// reloading makes the keyed operations refused by one flip share one
+	// catalog read (reloadAfter) instead of each reading the whole map.
+	reloading reloadGate
 }
 
 // routing is one map with a store per shard; never changed once built.
@@ -145,7 +144,7 @@ func Open(ctx context.Context, m *shardmap.Map, opts Options) (*Router, error) {
 	if opts.Store.ConnectTimeout <= 0 {
 		opts.Store.ConnectTimeout = DefaultConnectTimeout
 	}
-	r := &Router{opts: opts, open: map[string]*store.Store{}, verified: map[string]migrations.Identity{}, reloading: make(chan struct{}, 1)}
+	r := &Router{opts: opts, open: map[string]*store.Store{}, verified: map[string]migrations.Identity{}}
 	if err := r.SetMap(ctx, m); err != nil {
 		r.Close()
 		return nil, err
@@ -417,12 +416,10 @@ func reloadAfter(ctx context.Context, r *Router, rt *routing, refusal error) err
 	if answered() {
 		return nil
 	}
-	select {
-	case r.reloading <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := r.reloading.enter(ctx); err != nil {
+		return err
 	}
-	defer func() { <-r.reloading }()
+	defer r.reloading.leave()
 	if answered() {
 		return nil
 	}
@@ -433,6 +430,25 @@ func reloadAfter(ctx context.Context, r *Router, rt *routing, refusal error) err
 	_, err := reload(ctx)
 	return err
 }
+
+// reloadGate lets one reload run at a time; waiting for it honours ctx
+// (a channel, not a mutex). Its zero value is ready to use.
+type reloadGate struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (g *reloadGate) enter(ctx context.Context) error {
+	g.once.Do(func() { g.ch = make(chan struct{}, 1) })
+	select {
+	case g.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *reloadGate) leave() { <-g.ch }
 
 // flipWait bounds how long an operation waits for a destination shard
 // that has not yet taken a flip its map already shows.
