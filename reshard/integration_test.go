@@ -44,6 +44,40 @@ type env struct {
 
 	mu    sync.Mutex
 	acked map[string]int // id → highest acknowledged version
+
+	reloads reloadTimes // the router's map loads from the catalog
+}
+
+// reloadTimes times the router's map loads (its reloads after a fence
+// refusal), for the benchmarks' logs.
+type reloadTimes struct {
+	mu           sync.Mutex
+	n            int
+	total, worst time.Duration
+}
+
+func (r *reloadTimes) get() (int, time.Duration, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n, r.total, r.worst
+}
+
+// timedMaps is the catalog as the router's map source, timing each load.
+type timedMaps struct {
+	cat *catalog.Catalog
+	t   *reloadTimes
+}
+
+func (m timedMaps) Load(ctx context.Context) (*shardmap.Map, error) {
+	t0 := time.Now()
+	mp, err := m.cat.Load(ctx)
+	d := time.Since(t0)
+	m.t.mu.Lock()
+	defer m.t.mu.Unlock()
+	m.t.n++
+	m.t.total += d
+	m.t.worst = max(m.t.worst, d)
+	return mp, err
 }
 
 func newEnv(t testing.TB, executions int) *env {
@@ -78,12 +112,13 @@ func newEnv(t testing.TB, executions int) *env {
 	if err := cat.Push(ctx, m, 0); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := router.Open(ctx, m, router.Options{Maps: cat})
+	e := &env{t: t, ctx: ctx, cat: cat, pools: map[string]*pgxpool.Pool{}, shards: m.Shards, acked: map[string]int{}}
+	rt, err := router.Open(ctx, m, router.Options{Maps: timedMaps{cat, &e.reloads}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rt.Close)
-	e := &env{t: t, ctx: ctx, cat: cat, rt: rt, pools: map[string]*pgxpool.Pool{}, shards: m.Shards, acked: map[string]int{}}
+	e.rt = rt
 	for _, s := range m.Shards {
 		p, err := pgxpool.New(ctx, s.DSN)
 		if err != nil {

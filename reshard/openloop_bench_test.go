@@ -64,8 +64,16 @@ func BenchmarkMoveAtOfferedLoad(b *testing.B) {
 	sat := e.saturation(b, moving, unmoved, window)
 	offered := offeredRate(b, sat)
 	ol := newOpenLoop(e, offered/2, moving, unmoved)
+	ws := newWaitSampler(b, e.ctx, e.shards, func() string {
+		if sp := ol.step.Load(); sp != nil {
+			return *sp
+		}
+		return "start"
+	})
 	ol.start()
 	defer ol.stop()
+	ws.start(e.ctx)
+	defer ws.stop()
 
 	time.Sleep(window)
 	t1 := time.Now()
@@ -90,6 +98,9 @@ func BenchmarkMoveAtOfferedLoad(b *testing.B) {
 		b.Logf("failed %d×: %s", n, msg)
 	}
 	ol.logMovingSlow(b)
+	ws.log(b, 3)
+	n, total, longest := e.reloads.get()
+	b.Logf("router reloads (catalog map loads): %d, mean %v, max %v", n, (total / time.Duration(max(n, 1))).Round(time.Microsecond), longest.Round(time.Microsecond))
 	per := offered / 2
 	outside := float64(ol.done[1][0]+ol.done[1][2]) / (2 * window.Seconds() * per)
 	in := float64(ol.done[1][1]) / (during.Seconds() * per)
