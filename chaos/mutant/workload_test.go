@@ -1,8 +1,6 @@
 package mutant_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +8,7 @@ import (
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/loadgen"
+	"github.com/pgshard/pgshard/loadgen/loadgentest"
 	"github.com/pgshard/pgshard/loadgen/storetarget"
 	"github.com/pgshard/pgshard/store"
 )
@@ -35,14 +34,12 @@ func TestWorkloadOnControl(t *testing.T) {
 			o.Duration = 2 * time.Second
 			o.RelayInterval = 10 * time.Millisecond
 			o.DrainTimeout = 3 * time.Second
-			// At least 2 s, then on until a redelivery was recognised, an
-			// outbox row delivered and a timer fired (what the checks below
-			// want to have seen), at most a minute: a loaded machine ran 2 s
-			// through PgBouncer at 19 ops/s and fired no timer.
-			tg := &seenTarget{Target: storetarget.New(s)}
-			o.Until = tg.sawAll
-			o.MaxDuration = time.Minute
-			res, err := loadgen.Run(ctxT(t), tg, loadgen.MapLocator(m), o)
+			// At least 2 s, then on until every kind was measured (a
+			// redelivery recognised, an outbox row delivered, a timer
+			// fired), at most a minute: a loaded machine ran 2 s through
+			// PgBouncer at 19 ops/s and fired no timer.
+			loadgentest.AttachEveryKind(&o, time.Minute)
+			res, err := loadgen.Run(ctxT(t), storetarget.New(s), loadgen.MapLocator(m), o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,40 +76,4 @@ func TestWorkloadOnControl(t *testing.T) {
 			t.Logf("%s: %.0f ops/s, %.0f commits/s, relays %+v, outcomes %v", name, res.Throughput, res.CommitRate, res.Relays, res.Outcomes)
 		})
 	}
-}
-
-// seenTarget counts what the workload's checks want to have happened: an
-// event recognised as processed (a redelivery), an outbox row acked, a
-// timer deleted by its firing.
-type seenTarget struct {
-	loadgen.Target
-	processed, acked, fired atomic.Int64
-}
-
-func (t *seenTarget) LoadForEvent(ctx context.Context, id, eventID string) (*loadgen.Execution, bool, error) {
-	e, done, err := t.Target.LoadForEvent(ctx, id, eventID)
-	if err == nil && done {
-		t.processed.Add(1)
-	}
-	return e, done, err
-}
-
-func (t *seenTarget) AckOutbox(ctx context.Context, seq int64) error {
-	err := t.Target.AckOutbox(ctx, seq)
-	if err == nil {
-		t.acked.Add(1)
-	}
-	return err
-}
-
-func (t *seenTarget) DeleteTimer(ctx context.Context, id, path string, fireAt float64) (bool, error) {
-	ok, err := t.Target.DeleteTimer(ctx, id, path, fireAt)
-	if err == nil && ok {
-		t.fired.Add(1)
-	}
-	return ok, err
-}
-
-func (t *seenTarget) sawAll() bool {
-	return t.processed.Load() > 0 && t.acked.Load() > 0 && t.fired.Load() > 0
 }
