@@ -1,3 +1,9 @@
+//go:build replay
+
+// A debugging aid, not part of the suite: built only with the replay tag,
+// so `go test ./...` neither runs nor skips it. Run it on a recorded run:
+//
+//	PGSHARD_CORR_REPLAY=out/history.jsonl go test -tags replay -run TestCorroborationReplay -v ./chaos/
 package chaos
 
 import (
@@ -16,7 +22,7 @@ import (
 func TestCorroborationReplay(t *testing.T) {
 	path := os.Getenv("PGSHARD_CORR_REPLAY")
 	if path == "" {
-		t.Skip("PGSHARD_CORR_REPLAY not set")
+		t.Fatal("set PGSHARD_CORR_REPLAY to a history.jsonl to replay")
 	}
 	f, err := os.Open(path)
 	if err != nil {
