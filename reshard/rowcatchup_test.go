@@ -258,3 +258,105 @@ func TestCatchUpReplaysRows(t *testing.T) {
 	}
 	e.ownedOnce(0, buckets-1)
 }
+
+// TestCatchUpDoesNotCopyAgain: outbox rows are written once, so a copy the
+// move made is right for good. A relay may read (PendingOutbox is not
+// fenced) and ack a copy on the destination before the flip; a change
+// record of its source row replayed afterwards must not make a second
+// copy — that resurrected an acked event under a new seq, a second
+// redelivery from one move (found by chaos: one event in three rows). A
+// source row changed after the copy keeps its copy's seq, its content
+// refreshed, and one the source deleted loses its copy.
+func TestCatchUpDoesNotCopyAgain(t *testing.T) {
+	e := newEnv(t, 20)
+	const lo, hi = 0, buckets/2 - 1
+	src, dst := e.pools[e.shards[0].Name], e.pools[e.shards[1].Name]
+	var in []string
+	for _, id := range e.ids {
+		if b := shardmap.BucketText(id, buckets); b >= lo && b <= hi {
+			in = append(in, id)
+		}
+	}
+	if len(in) < 3 {
+		t.Fatalf("%d executions in the range, want 3", len(in))
+	}
+	// acked: its copy is acked on dst; changed: its source row changes
+	// after the copy; deleted: its source row is acked after the copy.
+	seqOf := map[string]int64{}
+	for i, name := range []string{"acked", "changed", "deleted"} {
+		ev := fmt.Sprintf(`{"from": %q, "name": %q}`, in[i], name)
+		var seq int64
+		if err := src.QueryRow(e.ctx, `INSERT INTO outbox (target_id, event) VALUES ($1::text, $2::text) RETURNING seq`, in[i], ev).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		seqOf[name] = seq
+	}
+	copyOf := func(ctx context.Context, name string) (int64, error) {
+		var s int64
+		err := dst.QueryRow(ctx, `SELECT dst_seq FROM pgshard_move_seqs WHERE tbl = 'outbox' AND src_seq = $1::bigint`, seqOf[name]).Scan(&s)
+		return s, err
+	}
+	if _, err := reshard.Plan(e.ctx, e.cat, reshard.Request{Lo: lo, Hi: hi, To: e.shards[1].Name}); err != nil {
+		t.Fatal(err)
+	}
+	var changedCopy int64
+	var atFlip map[string]int
+	hook := func(ctx context.Context, step string, _ catalog.MoveRecord) error {
+		switch step {
+		case "copied":
+			acked, err := copyOf(ctx, "acked")
+			if err != nil {
+				return fmt.Errorf("the copy of the acked row: %w", err)
+			}
+			if changedCopy, err = copyOf(ctx, "changed"); err != nil {
+				return fmt.Errorf("the copy of the changed row: %w", err)
+			}
+			// A relay on dst delivers and acks the copy; then each
+			// source row gets a change record (an update that changes
+			// nothing, one that does, a delete).
+			for _, q := range []struct {
+				p   *pgxpool.Pool
+				sql string
+				arg int64
+			}{
+				{dst, `DELETE FROM outbox WHERE seq = $1::bigint`, acked},
+				{src, `UPDATE outbox SET target_id = target_id WHERE seq = $1::bigint`, seqOf["acked"]},
+				{src, `UPDATE outbox SET target_id = 'elsewhere' WHERE seq = $1::bigint`, seqOf["changed"]},
+				{src, `DELETE FROM outbox WHERE seq = $1::bigint`, seqOf["deleted"]},
+			} {
+				if _, err := q.p.Exec(ctx, q.sql, q.arg); err != nil {
+					return err
+				}
+			}
+		case "flip":
+			atFlip = map[string]int{}
+			rows, err := dst.Query(ctx, `SELECT event::json->>'name', seq, target_id FROM outbox WHERE event::json->>'name' IS NOT NULL`)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var name, target string
+				var seq int64
+				if err := rows.Scan(&name, &seq, &target); err != nil {
+					return err
+				}
+				atFlip[name]++
+				if name == "changed" && (seq != changedCopy || target != "elsewhere") {
+					t.Errorf("the changed row's copy is seq %d, target %q: want seq %d (its copy's, kept), target elsewhere", seq, target, changedCopy)
+				}
+			}
+			return rows.Err()
+		}
+		return nil
+	}
+	if _, err := reshard.Apply(e.ctx, e.cat, reshard.Options{FreezeBudget: 5 * time.Second, Hook: hook, Log: logf(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if atFlip == nil {
+		t.Fatal("the move never reached its flip")
+	}
+	want := map[string]int{"changed": 1}
+	if atFlip["acked"] != 0 || atFlip["changed"] != 1 || atFlip["deleted"] != 0 {
+		t.Errorf("rows on the destination at the flip, by name: %v; want %v (the acked copy not made again, the deleted one gone)", atFlip, want)
+	}
+}

@@ -127,15 +127,14 @@ func copyTable(ctx context.Context, src, dst pgx.Tx, t table, p *pacer, where st
 	return n, rows.Err()
 }
 
-// copySeqTable replaces on dst every copy move made of t's source rows by
-// fresh copies of src's rows matching where, each numbered from dst's
-// sequence and mapped in pgshard_move_seqs.
+// copySeqTable brings dst's copies of t's source rows matching where (read
+// in src's snapshot) to what the snapshot holds: a copy this move made
+// already stays with its seq (its content refreshed), a row not copied
+// yet gets a fresh copy numbered from dst's sequence and mapped in
+// pgshard_move_seqs, and copies of rows the source no longer has go. A
+// copy that a relay acked on dst meanwhile (delivered) is not made again:
+// a copy run twice — a mover resumed at its copy — is once.
 func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, p *pacer, where string, args ...any) (int64, error) {
-	_, err := dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text RETURNING dst_seq)
-			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name)
-	if err != nil {
-		return 0, fmt.Errorf("clear %s copies on the destination: %w", t.name, err)
-	}
 	rows, err := src.Query(ctx, "SELECT seq, "+strings.Join(t.cols, ", ")+" FROM "+t.name+" WHERE "+where, args...)
 	if err != nil {
 		return 0, fmt.Errorf("read %s on the source: %w", t.name, err)
@@ -161,14 +160,18 @@ func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, p *
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("read %s on the source: %w", t.name, err)
 	}
-	// Inserted in chunks, so that the pacer can pause between them.
+	if _, err := dst.Exec(ctx, `WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND NOT (src_seq = ANY($3::bigint[])) RETURNING dst_seq)
+			DELETE FROM `+t.name+` WHERE seq IN (SELECT dst_seq FROM m)`, move, t.name, seqs); err != nil {
+		return 0, fmt.Errorf("clear %s copies on the destination: %w", t.name, err)
+	}
+	// Written in chunks, so that the pacer can pause between them.
 	for lo := 0; lo < len(seqs); lo += seqCopyChunk {
 		hi := min(lo+seqCopyChunk, len(seqs))
 		chunk := make([][]*string, len(cols))
 		for i := range cols {
 			chunk[i] = cols[i][lo:hi]
 		}
-		q, args2 := seqInsertSQL(t, move, seqs[lo:hi], chunk)
+		q, args2 := seqUpsertSQL(t, move, seqs[lo:hi], chunk)
 		if _, err := dst.Exec(ctx, q, args2...); err != nil {
 			return 0, fmt.Errorf("copy %s: %w", t.name, err)
 		}
@@ -183,23 +186,32 @@ func copySeqTable(ctx context.Context, src, dst pgx.Tx, t table, move int64, p *
 // inserts.
 const seqCopyChunk = 1000
 
-// seqInsertSQL is the statement that inserts on the destination copies of
-// t's source rows (their seqs, and their columns as text), each numbered
-// from the destination's sequence and mapped in pgshard_move_seqs.
-func seqInsertSQL(t table, move int64, seqs []int64, cols [][]*string) (string, []any) {
+// seqUpsertSQL is the statement that brings to dst t's source rows (their
+// seqs, and their columns as text): a source seq the move has mapped
+// (pgshard_move_seqs) keeps its copy, whose columns it sets in place — or,
+// if that copy is gone (a relay acked it on dst: delivered), stays
+// without one; an unmapped seq gets a copy numbered from dst's sequence,
+// and its mapping. Outbox and spawn rows are written once and never
+// updated by the store, so a copy made is right for good; an event is
+// never copied twice by one move (at most one redelivery per move).
+func seqUpsertSQL(t table, move int64, seqs []int64, cols [][]*string) (string, []any) {
 	params := []string{"$3::bigint[]"}
 	names := []string{"src_seq"}
 	args := []any{move, t.name, seqs}
+	set := make([]string, len(t.cols))
 	for i, c := range t.cols {
 		params = append(params, fmt.Sprintf("$%d::text[]", i+4))
 		names = append(names, c)
 		args = append(args, cols[i])
+		set[i] = fmt.Sprintf("%s = s.%s", c, c)
 	}
 	cl := strings.Join(t.cols, ", ")
-	return `WITH s AS (SELECT * FROM unnest(` + strings.Join(params, ", ") + `) AS s(` + strings.Join(names, ", ") + `)),
-		n AS MATERIALIZED (SELECT s.*, nextval(pg_get_serial_sequence('` + t.name + `', 'seq')) AS dst_seq FROM s),
-		ins AS (INSERT INTO ` + t.name + ` (seq, ` + cl + `) SELECT dst_seq, ` + cl + ` FROM n)
-		INSERT INTO pgshard_move_seqs (move_id, tbl, src_seq, dst_seq) SELECT $1::bigint, $2::text, src_seq, dst_seq FROM n`, args
+	return `WITH s AS (SELECT u.*, ms.dst_seq FROM unnest(` + strings.Join(params, ", ") + `) AS u(` + strings.Join(names, ", ") + `)
+			LEFT JOIN pgshard_move_seqs ms ON ms.move_id = $1::bigint AND ms.tbl = $2::text AND ms.src_seq = u.src_seq),
+		upd AS (UPDATE ` + t.name + ` d SET ` + strings.Join(set, ", ") + ` FROM s WHERE s.dst_seq IS NOT NULL AND d.seq = s.dst_seq),
+		n AS MATERIALIZED (SELECT s.*, nextval(pg_get_serial_sequence('` + t.name + `', 'seq')) AS new_seq FROM s WHERE s.dst_seq IS NULL),
+		ins AS (INSERT INTO ` + t.name + ` (seq, ` + cl + `) SELECT new_seq, ` + cl + ` FROM n)
+		INSERT INTO pgshard_move_seqs (move_id, tbl, src_seq, dst_seq) SELECT $1::bigint, $2::text, src_seq, new_seq FROM n`, args
 }
 
 // pair runs f with a REPEATABLE READ read-only transaction on src (one
@@ -547,21 +559,34 @@ type stmt struct {
 // reads them): those found upserted, the others deleted.
 func replaySQL(t table, move int64, pks [][]string, found [][]*string) []stmt {
 	if t.seq {
-		seqs := seqsOf(pks)
-		out := []stmt{{`WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
-			DELETE FROM ` + t.name + ` WHERE seq IN (SELECT dst_seq FROM m)`, []any{move, t.name, seqs}}}
-		if len(found) > 0 {
-			srcSeqs := make([]int64, len(found))
-			cols := make([][]*string, len(t.cols))
-			for j, r := range found {
-				if r[0] != nil {
-					srcSeqs[j], _ = strconv.ParseInt(*r[0], 10, 64)
-				}
-				for i := range t.cols {
-					cols[i] = append(cols[i], r[i+1])
-				}
+		// The rows the source no longer has lose their copies; those it
+		// has are upserted by their mapping (seqUpsertSQL: a copy made
+		// stays, one a relay acked on dst is not made again).
+		srcSeqs := make([]int64, len(found))
+		has := make(map[int64]bool, len(found))
+		cols := make([][]*string, len(t.cols))
+		for j, r := range found {
+			if r[0] != nil {
+				srcSeqs[j], _ = strconv.ParseInt(*r[0], 10, 64)
+				has[srcSeqs[j]] = true
 			}
-			q, args := seqInsertSQL(t, move, srcSeqs, cols)
+			for i := range t.cols {
+				cols[i] = append(cols[i], r[i+1])
+			}
+		}
+		var gone []int64
+		for _, seq := range seqsOf(pks) {
+			if !has[seq] {
+				gone = append(gone, seq)
+			}
+		}
+		var out []stmt
+		if len(gone) > 0 {
+			out = append(out, stmt{`WITH m AS (DELETE FROM pgshard_move_seqs WHERE move_id = $1::bigint AND tbl = $2::text AND src_seq = ANY($3::bigint[]) RETURNING dst_seq)
+			DELETE FROM ` + t.name + ` WHERE seq IN (SELECT dst_seq FROM m)`, []any{move, t.name, gone}})
+		}
+		if len(found) > 0 {
+			q, args := seqUpsertSQL(t, move, srcSeqs, cols)
 			out = append(out, stmt{q, args})
 		}
 		return out
