@@ -135,7 +135,7 @@ A plan is refused while moves of an earlier one are unfinished.`,
 func newReshardApplyCmd() *cobra.Command {
 	var opts reshard.Options
 	cmd := &cobra.Command{
-		Use:   "apply [--max-parallel N] [--freeze-budget 100ms] [--duty-cycle 0.5]",
+		Use:   "apply [--max-parallel N] [--freeze-budget 100ms] [--duty-cycle 0.5] [--cleanup-batch 1000]",
 		Short: "Run the journal's unfinished moves to done (resuming interrupted ones)",
 		Args:  cobra.NoArgs,
 	}
