@@ -25,6 +25,10 @@ const (
 	DefaultDDLLockTimeout = 2 * time.Second
 	DefaultLeaseTTL       = 30 * time.Second
 	DefaultDutyCycle      = 0.5
+	DefaultCleanupBatch   = 1000
+	// MaxCleanupBatch bounds Options.CleanupBatch: a batch that large is
+	// already the long transaction the batches exist to avoid.
+	MaxCleanupBatch = 1000000
 )
 
 // LeaseOwner is the owner name of the mover's lease in the catalog: one
@@ -60,6 +64,13 @@ type Options struct {
 	// and then drops its pauses, so a paced move still converges
 	// (ARCHITECTURE.md §6). Each of MaxParallel moves is paced alone.
 	DutyCycle float64
+	// CleanupBatch is the most rows of one table the clean-up deletes
+	// per transaction (default DefaultCleanupBatch; at most
+	// MaxCleanupBatch): after a flip the moved range's rows are deleted
+	// on the source in committed batches, paced by DutyCycle between
+	// them, so that no transaction holds their row locks or produces
+	// their WAL all at once. Abort empties the destination the same way.
+	CleanupBatch int
 	// DDLLockTimeout bounds the wait of starting and stopping a capture
 	// (its triggers wait for the writers of each table; default 2 s).
 	DDLLockTimeout time.Duration
@@ -95,6 +106,7 @@ func (o Options) withDefaults() Options {
 	orDefault(&o.CatchUpBatch, DefaultCatchUpBatch)
 	orDefault(&o.CatchUpRounds, DefaultCatchUpRounds)
 	orDefault(&o.DDLLockTimeout, DefaultDDLLockTimeout)
+	orDefault(&o.CleanupBatch, DefaultCleanupBatch)
 	orDefault(&o.LeaseTTL, DefaultLeaseTTL)
 	if o.DutyCycle <= 0 {
 		o.DutyCycle = DefaultDutyCycle
@@ -105,6 +117,15 @@ func (o Options) withDefaults() Options {
 		o.Owner = fmt.Sprintf("pgshard-reshard@%s:%d", host, os.Getpid())
 	}
 	return o
+}
+
+// validate refuses options no default stands for (zero values are
+// defaults).
+func (o Options) validate() error {
+	if o.CleanupBatch < 0 || o.CleanupBatch > MaxCleanupBatch {
+		return fmt.Errorf("reshard: CleanupBatch must be in 1..%d rows (0: the default %d), got %d", MaxCleanupBatch, DefaultCleanupBatch, o.CleanupBatch)
+	}
+	return nil
 }
 
 // orDefault sets *v to d unless it is positive.
@@ -142,6 +163,9 @@ func newMover(ctx context.Context, cat *catalog.Catalog, opts Options) (*mover, 
 // returns what each move did and every move's error, joined; moves that
 // failed stay in the journal for the next Apply (or Abort).
 func Apply(ctx context.Context, cat *catalog.Catalog, opts Options) ([]*Result, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	moves, err := cat.Moves(ctx, true)
 	if err != nil {
 		return nil, err
@@ -243,6 +267,9 @@ func apply(ctx context.Context, cat *catalog.Catalog, opts Options) ([]*Result, 
 // Abort rolls back every unfinished move that has not flipped and
 // completes those that have (a flipped move is past its commit point).
 func Abort(ctx context.Context, cat *catalog.Catalog, opts Options) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
 	moves, err := cat.Moves(ctx, true)
 	if err != nil || len(moves) == 0 {
 		return err

@@ -50,8 +50,12 @@
 //	    that waited re-read the fence, are refused with PS001 naming the new
 //	    owner, and a router reloads and retries there.
 //	 7. Clean-up: the capture stopped (its triggers dropped), the
-//	    range's rows deleted on the source, other shards' fences told the new
-//	    owner; done.
+//	    range's rows deleted on the source in committed batches of at most
+//	    Options.CleanupBatch rows per table (each a TID range scan from the
+//	    ctid the batch before reached: no index serves the bucket
+//	    predicate; a last sweep from the first page confirms none is left),
+//	    other shards' fences told the new owner; done. A clean-up cut off
+//	    is resumed from the journal's cleaning: the deletes are idempotent.
 //
 // Resume (apply again) decides by the journal: before flipped the move
 // restarts from the copy, or from the catch-up when the copy was journaled
@@ -65,7 +69,8 @@
 // Pacing: the copy, the catch-up rounds before a freeze (those on the
 // freeze's connections before its lock request included) and the
 // clean-up's deletes keep the mover busy at most Options.DutyCycle of the
-// time (a pause after each stretch of work, a full batch's round too);
+// time (a pause after each stretch of work, a full batch's round too; the
+// clean-up's between its batches);
 // never the freeze. A move whose backlog stops shrinking (or stays a full
 // batch) shortens, then drops, its pauses for the rest of it, so a paced
 // move converges whenever an unpaced one would.

@@ -11,3 +11,12 @@ func WithPause(o Options, pause func(context.Context, time.Duration) error) Opti
 	o.pause = pause
 	return o
 }
+
+// WithClock returns o with the pacer reading now instead of the clock.
+func WithClock(o Options, now func() time.Time) Options {
+	o.now = now
+	return o
+}
+
+// ValidateOptions is Options.validate.
+func ValidateOptions(o Options) error { return o.validate() }

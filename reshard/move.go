@@ -59,7 +59,7 @@ func (mv *mover) around(ctx context.Context, name string, m catalog.MoveRecord, 
 		return real(ctx)
 	}
 	return mv.opts.Around(ctx, CutStep{Name: name, Move: m, Run: real, DeleteSource: func(ctx context.Context) error {
-		_, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb, nil)
+		_, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb, mv.opts.CleanupBatch, nil)
 		return err
 	}})
 }
@@ -121,6 +121,12 @@ type Result struct {
 	Paused     time.Duration
 	Pauses     int
 	PaceWaived int
+	// CleanupRows are the rows the clean-up deleted on the source, in
+	// CleanupBatches committed batches (Options.CleanupBatch rows at
+	// most each); a clean-up resumed from the journal counts only what
+	// it deleted itself.
+	CleanupRows    int64
+	CleanupBatches int
 
 	// pace paces this move's background work (nil: none, e.g. abort);
 	// catchUp scales its pauses after the catch-up's rounds, across the
@@ -640,8 +646,10 @@ func (cs *freezeConns) release() {
 
 // finish completes a flipped move: the fences as the flip says (again:
 // a mover may have died between the flip and the fences), then the
-// clean-up — the capture stopped, the range's rows on the source deleted,
-// the other shards' fences told the new owner — and done.
+// clean-up — the capture stopped, the range's rows on the source deleted
+// in committed batches (a clean-up cut off is resumed from the journal's
+// cleaning and finishes the job), the other shards' fences told the new
+// owner — and done.
 func (mv *mover) finish(ctx context.Context, m catalog.MoveRecord, src, dst *shard, res *Result) error {
 	ms, err := mv.cat.Moves(ctx, false)
 	if err != nil {
@@ -689,14 +697,17 @@ func (mv *mover) finish(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	}); err != nil {
 		return fmt.Errorf("shard %s: stop the capture: %w", src.name, err)
 	}
-	deleted, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb, res.pace)
+	c, err := deleteRange(ctx, src, m.Lo, m.Hi, mv.nb, mv.opts.CleanupBatch, res.pace)
+	res.CleanupRows += c.rows
+	res.CleanupBatches += c.batches
 	if err != nil {
 		return err
 	}
 	if err := dropSeqMap(ctx, dst, m.ID); err != nil {
 		return err
 	}
-	mv.logf("move %d (%d-%d %s→%s): cleaned up, %d rows deleted on %s", m.ID, m.Lo, m.Hi, m.From, m.To, deleted, src.name)
+	mv.logf("move %d (%d-%d %s→%s): cleaned up, %d rows deleted on %s in %d batches of at most %d", m.ID, m.Lo, m.Hi, m.From, m.To,
+		c.rows, src.name, c.batches, mv.opts.CleanupBatch)
 	for name, s := range mv.shards {
 		if name == m.From || name == m.To {
 			continue
@@ -708,7 +719,8 @@ func (mv *mover) finish(ctx context.Context, m catalog.MoveRecord, src, dst *sha
 	if err := mv.hook(ctx, "cleaned", m); err != nil {
 		return err
 	}
-	return mv.journal(ctx, m, []string{catalog.PhaseCleaning}, catalog.MoveUpdate{Phase: catalog.PhaseDone})
+	return mv.journal(ctx, m, []string{catalog.PhaseCleaning}, catalog.MoveUpdate{Phase: catalog.PhaseDone,
+		Detail: mustJSON(map[string]any{"cleanup_rows": c.rows, "cleanup_batches": c.batches})})
 }
 
 // abort rolls back a move that has not flipped: the destination refuses
@@ -737,7 +749,7 @@ func (mv *mover) abort(ctx context.Context, m catalog.MoveRecord) error {
 	if err := dst.setFence(ctx, nil, m.Lo, m.Hi, "moved", m.From, epoch, []string{"incoming", "moved"}, true); err != nil {
 		return err
 	}
-	if _, err := deleteRange(ctx, dst, m.Lo, m.Hi, mv.nb, nil); err != nil {
+	if _, err := deleteRange(ctx, dst, m.Lo, m.Hi, mv.nb, mv.opts.CleanupBatch, nil); err != nil {
 		return err
 	}
 	if err := dropSeqMap(ctx, dst, m.ID); err != nil {

@@ -665,28 +665,93 @@ func pending(ctx context.Context, src *shard, move int64) (int64, error) {
 	return n, err
 }
 
-// deleteRange deletes every row of buckets lo..hi on s, paced by p (nil:
-// not paced) between tables.
-func deleteRange(ctx context.Context, s *shard, lo, hi, buckets int, p *pacer) (int64, error) {
-	var total int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		p.begin()
-		for _, t := range tables {
-			if err := p.tick(ctx); err != nil {
-				return err
-			}
-			tag, err := tx.Exec(ctx, "DELETE FROM "+t.name+" WHERE "+inRange(t), lo, hi, buckets)
-			if err != nil {
-				return fmt.Errorf("delete %s: %w", t.name, err)
-			}
-			total += tag.RowsAffected()
+// cleanup is what a deleteRange did: rows deleted, in batches.
+type cleanup struct {
+	rows    int64
+	batches int
+}
+
+// deleteRange deletes every row of buckets lo..hi on s, table by table, in
+// committed batches of at most batch rows (deleteBatches), paced by p
+// (nil: not paced) between batches: no transaction holds the range's row
+// locks, or its WAL, for more than one batch, and the shard keeps
+// serving its other buckets meanwhile. The deletes are idempotent: a
+// deleteRange cut off (its mover died) and run again finishes the job.
+func deleteRange(ctx context.Context, s *shard, lo, hi, buckets, batch int, p *pacer) (cleanup, error) {
+	var c cleanup
+	p.begin()
+	for _, t := range tables {
+		if err := deleteBatches(ctx, s, t, lo, hi, buckets, batch, p, &c); err != nil {
+			return c, fmt.Errorf("shard %s: delete buckets %d-%d: %w", s.name, lo, hi, err)
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("shard %s: delete buckets %d-%d: %w", s.name, lo, hi, err)
 	}
-	return total, nil
+	return c, nil
+}
+
+// deleteBatchSQL deletes, in one statement (its own transaction), at
+// most $5 rows of t in buckets $1..$2 whose ctid is past $4, and returns
+// how many it deleted and the highest ctid deleted ($4 if none).
+//
+// No table has an index on its key's bucket (migrations: the keys'
+// indexes are on the key itself, or none for outbox's emitter), so the
+// range's predicate filters a scan. The ctid cursor makes each batch a
+// TID range scan from where the last one stopped, so a sweep reads each
+// table about once; without it every batch would rescan from the first
+// page, past the dead rows of the batches before (a quadratic sweep).
+func deleteBatchSQL(t table) string {
+	return "WITH d AS (DELETE FROM " + t.name + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + t.name +
+		" WHERE ctid > $4::tid AND " + inRange(t) + " LIMIT $5::int)) RETURNING ctid)" +
+		" SELECT count(*), coalesce(max(ctid), $4::tid)::text FROM d"
+}
+
+// firstTID is below every row's ctid (line pointers start at 1).
+const firstTID = "(0,0)"
+
+// deleteBatches deletes t's rows of buckets lo..hi on s in batches (c
+// counts them), in sweeps of the heap: a sweep starts at the first page,
+// each batch goes on from the ctid the one before reached, and a batch
+// that deletes less than a full batch ends the sweep. A sweep whose first
+// batch ends it saw every row of the range left, whatever order the scan
+// returned them in, and deleted them all: it is the last. The scan
+// returns rows in ctid order, so the second sweep is normally the last,
+// one batch that deletes nothing. The batches are bounded by the rows of
+// the range counted at the start (the source's fence refuses new ones):
+// a sweep that is not the last begins with a full batch, so there are at
+// most count/batch full batches and one partial batch per sweep.
+func deleteBatches(ctx context.Context, s *shard, t table, lo, hi, buckets, batch int, p *pacer, c *cleanup) error {
+	var count int64
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+t.name+" WHERE "+inRange(t), lo, hi, buckets).Scan(&count); err != nil {
+		return fmt.Errorf("count %s: %w", t.name, err)
+	}
+	if count == 0 {
+		return nil
+	}
+	full := int(count / int64(batch))
+	limit := 2*full + 3
+	q := deleteBatchSQL(t)
+	cursor := firstTID
+	for range limit {
+		if err := p.tick(ctx); err != nil {
+			return err
+		}
+		var n int64
+		var last string
+		if err := s.pool.QueryRow(ctx, q, lo, hi, buckets, cursor, batch).Scan(&n, &last); err != nil {
+			return fmt.Errorf("delete %s: %w", t.name, err)
+		}
+		c.rows += n
+		c.batches++
+		switch {
+		case n >= int64(batch):
+			cursor = last
+		case cursor == firstTID:
+			return nil
+		default:
+			cursor = firstTID
+		}
+	}
+	return fmt.Errorf("delete %s: %d rows of the range were counted, and %d batches of at most %d did not delete them all (rows keep appearing in a moved range?)",
+		t.name, count, limit, batch)
 }
 
 // withLockTimeout runs f in a transaction on s with lock_timeout d (SET

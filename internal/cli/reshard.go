@@ -135,7 +135,7 @@ A plan is refused while moves of an earlier one are unfinished.`,
 func newReshardApplyCmd() *cobra.Command {
 	var opts reshard.Options
 	cmd := &cobra.Command{
-		Use:   "apply [--max-parallel N] [--freeze-budget 100ms] [--duty-cycle 0.5]",
+		Use:   "apply [--max-parallel N] [--freeze-budget 100ms] [--duty-cycle 0.5] [--cleanup-batch 1000]",
 		Short: "Run the journal's unfinished moves to done (resuming interrupted ones)",
 		Args:  cobra.NoArgs,
 	}
@@ -143,7 +143,11 @@ func newReshardApplyCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&opts.FreezeBudget, "freeze-budget", reshard.DefaultFreezeBudget, "longest write freeze of one range; a freeze over it is abandoned and retried")
 	cmd.Flags().IntVar(&opts.FreezeAttempts, "freeze-attempts", reshard.DefaultFreezeAttempts, "freezes tried per move before apply gives up on it (apply again retries)")
 	cmd.Flags().Float64Var(&opts.DutyCycle, "duty-cycle", reshard.DefaultDutyCycle, "share of the time a move's copy, catch-up (up to a freeze's lock request) and clean-up may keep the mover busy, in (0, 1]; it pauses the rest (1: never; the freeze itself is never paced, and a catch-up whose backlog stops shrinking drops its pauses)")
+	cmd.Flags().IntVar(&opts.CleanupBatch, "cleanup-batch", reshard.DefaultCleanupBatch, "rows of one table the clean-up after a flip deletes per transaction on the source (committed batches, paced by --duty-cycle)")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if opts.CleanupBatch < 1 || opts.CleanupBatch > reshard.MaxCleanupBatch {
+			return usagef("--cleanup-batch must be in 1..%d, got %d", reshard.MaxCleanupBatch, opts.CleanupBatch)
+		}
 		if opts.MaxParallel < 1 || opts.FreezeBudget <= 0 || opts.FreezeAttempts < 1 {
 			return usagef("--max-parallel, --freeze-budget and --freeze-attempts must be positive")
 		}

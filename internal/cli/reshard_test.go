@@ -38,6 +38,11 @@ func TestReshardCLI(t *testing.T) {
 			t.Errorf("apply --duty-cycle %s: exit %d %q", d, r.code, r.stderr)
 		}
 	}
+	for _, n := range []string{"0", "-5", "1000001"} {
+		if r := run(t, "", "reshard", "apply", "--cleanup-batch", n); r.code == 0 || !strings.Contains(r.stderr, "--cleanup-batch must be in 1..1000000") {
+			t.Errorf("apply --cleanup-batch %s: exit %d %q", n, r.code, r.stderr)
+		}
+	}
 	if err := cluster.Local().(cluster.SpecChecker).AvailableFor(context.Background(), cluster.Spec{PgBouncer: true}); err != nil {
 		clustertest.SkipOrFail(t, err)
 	}
