@@ -20,3 +20,13 @@ func WithClock(o Options, now func() time.Time) Options {
 
 // ValidateOptions is Options.validate.
 func ValidateOptions(o Options) error { return o.validate() }
+
+// DeleteBatchSQL is the clean-up's batch statement on table name.
+func DeleteBatchSQL(name string) string {
+	for _, t := range tables {
+		if t.name == name {
+			return deleteBatchSQL(t)
+		}
+	}
+	return ""
+}

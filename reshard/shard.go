@@ -688,9 +688,11 @@ func deleteRange(ctx context.Context, s *shard, lo, hi, buckets, batch int, p *p
 	return c, nil
 }
 
-// deleteBatchSQL deletes, in one statement (its own transaction), at
-// most $5 rows of t in buckets $1..$2 whose ctid is past $4, and returns
-// how many it deleted and the highest ctid deleted ($4 if none).
+// deleteBatchSQL deletes, in one statement (its own transaction), the
+// rows of t in buckets $1..$2 among the first $5 whose ctid is past $4,
+// and returns how many it selected, how many it deleted (fewer when a
+// relay's ack deleted some meanwhile) and the highest ctid selected ($4
+// if none).
 //
 // No table has an index on its key's bucket (migrations: the keys'
 // indexes are on the key itself, or none for outbox's emitter), so the
@@ -699,9 +701,9 @@ func deleteRange(ctx context.Context, s *shard, lo, hi, buckets, batch int, p *p
 // table about once; without it every batch would rescan from the first
 // page, past the dead rows of the batches before (a quadratic sweep).
 func deleteBatchSQL(t table) string {
-	return "WITH d AS (DELETE FROM " + t.name + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + t.name +
-		" WHERE ctid > $4::tid AND " + inRange(t) + " LIMIT $5::int)) RETURNING ctid)" +
-		" SELECT count(*), coalesce(max(ctid), $4::tid)::text FROM d"
+	return "WITH s AS (SELECT ARRAY(SELECT ctid FROM " + t.name + " WHERE ctid > $4::tid AND " + inRange(t) + " LIMIT $5::int) AS a)," +
+		" d AS (DELETE FROM " + t.name + " WHERE ctid = ANY((SELECT a FROM s)::tid[]) RETURNING ctid)" +
+		" SELECT cardinality(a), (SELECT count(*) FROM d), coalesce((SELECT max(x) FROM unnest(a) AS x), $4::tid)::text FROM s"
 }
 
 // firstTID is below every row's ctid (line pointers start at 1).
@@ -710,7 +712,7 @@ const firstTID = "(0,0)"
 // deleteBatches deletes t's rows of buckets lo..hi on s in batches (c
 // counts them), in sweeps of the heap: a sweep starts at the first page,
 // each batch goes on from the ctid the one before reached, and a batch
-// that deletes less than a full batch ends the sweep. A sweep whose first
+// that selects less than a full batch ends the sweep. A sweep whose first
 // batch ends it saw every row of the range left, whatever order the scan
 // returned them in, and deleted them all: it is the last. The scan
 // returns rows in ctid order, so the second sweep is normally the last,
@@ -734,12 +736,14 @@ func deleteBatches(ctx context.Context, s *shard, t table, lo, hi, buckets, batc
 		if err := p.tick(ctx); err != nil {
 			return err
 		}
-		var n int64
+		var n, deleted int64
 		var last string
-		if err := s.pool.QueryRow(ctx, q, lo, hi, buckets, cursor, batch).Scan(&n, &last); err != nil {
+		if err := s.pool.QueryRow(ctx, q, lo, hi, buckets, cursor, batch).Scan(&n, &deleted, &last); err != nil {
 			return fmt.Errorf("delete %s: %w", t.name, err)
 		}
-		c.rows += n
+		// n, the rows selected, decides (a full selection may hide more
+		// rows past it even when an ack deleted some of it meanwhile).
+		c.rows += deleted
 		c.batches++
 		switch {
 		case n >= int64(batch):
