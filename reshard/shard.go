@@ -199,16 +199,22 @@ func seqUpsertSQL(t table, move int64, seqs []int64, cols [][]*string) (string, 
 	names := []string{"src_seq"}
 	args := []any{move, t.name, seqs}
 	set := make([]string, len(t.cols))
+	dcols, scols := make([]string, len(t.cols)), make([]string, len(t.cols))
 	for i, c := range t.cols {
 		params = append(params, fmt.Sprintf("$%d::text[]", i+4))
 		names = append(names, c)
 		args = append(args, cols[i])
 		set[i] = fmt.Sprintf("%s = s.%s", c, c)
+		dcols[i], scols[i] = "d."+c, fmt.Sprintf("s.%s::%s", c, t.types[i])
 	}
 	cl := strings.Join(t.cols, ", ")
+	// A copy already equal to its source row is not written again: the
+	// usual replay (the record of a row inserted before the copy) is
+	// one, and the last catch-up runs under the range's lock.
 	return `WITH s AS (SELECT u.*, ms.dst_seq FROM unnest(` + strings.Join(params, ", ") + `) AS u(` + strings.Join(names, ", ") + `)
 			LEFT JOIN pgshard_move_seqs ms ON ms.move_id = $1::bigint AND ms.tbl = $2::text AND ms.src_seq = u.src_seq),
-		upd AS (UPDATE ` + t.name + ` d SET ` + strings.Join(set, ", ") + ` FROM s WHERE s.dst_seq IS NOT NULL AND d.seq = s.dst_seq),
+		upd AS (UPDATE ` + t.name + ` d SET ` + strings.Join(set, ", ") + ` FROM s WHERE s.dst_seq IS NOT NULL AND d.seq = s.dst_seq
+			AND (` + strings.Join(dcols, ", ") + `) IS DISTINCT FROM (` + strings.Join(scols, ", ") + `)),
 		n AS MATERIALIZED (SELECT s.*, nextval(pg_get_serial_sequence('` + t.name + `', 'seq')) AS new_seq FROM s WHERE s.dst_seq IS NULL),
 		ins AS (INSERT INTO ` + t.name + ` (seq, ` + cl + `) SELECT new_seq, ` + cl + ` FROM n)
 		INSERT INTO pgshard_move_seqs (move_id, tbl, src_seq, dst_seq) SELECT $1::bigint, $2::text, src_seq, new_seq FROM n`, args
