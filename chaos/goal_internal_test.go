@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/pgshard/pgshard/chaos/mutant"
 	"github.com/pgshard/pgshard/loadgen"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -211,5 +213,50 @@ func TestGoalWaitsForCorroboratedPartitions(t *testing.T) {
 	h.Observe(failedOp(start, exe["shard0"], 5500*time.Millisecond, 6500*time.Millisecond, true))
 	if !done() {
 		t.Fatal("goal not met with two partitions corroborated")
+	}
+}
+
+// TestMutantRunWaitsOnlyForItsFaults: a mutant's extended run waits for the
+// kinds the mutant needs (its NeedsFaults) and no other; the control run
+// (no mutant) waits for every kind of the plan.
+func TestMutantRunWaitsOnlyForItsFaults(t *testing.T) {
+	plan := []Planned{{ID: "a", Kind: KindLostAck}, {ID: "b", Kind: KindShardCrash}, {ID: "c", Kind: KindPartition}, {ID: "d", Kind: KindShardCrash}}
+	kinds := func(ps []Planned) []Kind {
+		var ks []Kind
+		for _, p := range ps {
+			ks = append(ks, p.Kind)
+		}
+		return ks
+	}
+	if got := waitedFor(plan, mutant.Mutant{}); !slices.Equal(kinds(got), kinds(plan)) {
+		t.Errorf("control waits for %v, want the whole plan %v", kinds(got), kinds(plan))
+	}
+	crash, err := mutant.Lookup(mutant.SynchronousCommitOff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kinds(waitedFor(plan, crash)), []Kind{KindShardCrash, KindShardCrash}; !slices.Equal(got, want) {
+		t.Errorf("%s waits for %v, want %v", crash.Kind, got, want)
+	}
+	cas, err := mutant.Lookup(mutant.CASWithoutVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitedFor(plan, cas); len(got) != 0 {
+		t.Errorf("%s needs no fault, waits for %v", cas.Kind, kinds(got))
+	}
+	// Its goal is then the commit floor alone.
+	sc := &Scenario{MinLanded: 1, MinCommits: 1, MaxDuration: Duration(time.Minute)}
+	h, start, exe := goalHistory(t)
+	done := goal(sc, waitedFor(plan, cas), h)
+	if done() {
+		t.Fatal("goal met before any commit")
+	}
+	h.Observe(commitOp(start, exe["shard0"], time.Second, time.Second+time.Millisecond, true))
+	if !done() {
+		t.Fatal("goal of a mutant that needs no fault not met at the commit floor")
+	}
+	if goal(sc, plan, h)() {
+		t.Fatal("the control's goal met with no fault landed")
 	}
 }

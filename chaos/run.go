@@ -475,7 +475,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	lo.Quiesce = &loadgen.Quiesce{Timeout: time.Duration(sc.QuiesceTimeout), Heal: heal}
 	lo.OnStart = func(s time.Time) { workloadStart = s; started <- s }
 	if sc.extended() {
-		lo.Until = goal(sc, plan, h)
+		lo.Until = goal(sc, waitedFor(plan, mut), h)
 	}
 	lo.Label = sc.Name
 	if o.Mutant != "" {
@@ -550,6 +550,27 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		runErr = werr
 	}
 	return res, runErr
+}
+
+// waitedFor is the part of the plan an extended run waits to land: all of
+// it, or in a mutant's run only the kinds the mutant needs to show
+// (mutant.Mutant.NeedsFaults). A mutant is caught by the violations it
+// causes, not by the run's coverage, and a store-level mutant stops some
+// kinds landing at all (a lost acknowledgement needs the production
+// commit's reply to drop): waiting for every kind ran seven of the ten
+// mutants to max_duration, four times as long as their floors, for
+// nothing the verdict uses. The control run (no mutant) waits for all.
+func waitedFor(plan []Planned, mut mutant.Mutant) []Planned {
+	if mut.Kind == "" {
+		return plan
+	}
+	var out []Planned
+	for _, p := range plan {
+		if slices.Contains(mut.NeedsFaults, string(p.Kind)) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // goal is an extended run's goal: MinCommits acknowledged commits, and

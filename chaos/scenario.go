@@ -88,7 +88,8 @@ type Scenario struct {
 	// MaxDuration, when set (with MinCommits), makes Duration the
 	// shortest period of load and faults: the run goes on, faults and
 	// all, until MinCommits commits are acknowledged and every fault
-	// kind landed MinLanded times, or MaxDuration has passed, so a slow
+	// kind landed MinLanded times (in a mutant's run, every kind the
+	// mutant needs: waitedFor), or MaxDuration has passed, so a slow
 	// machine runs longer instead of failing a floor tuned on a fast
 	// one. Only a run that hits the ceiling short of its goal is vacuous.
 	MaxDuration Duration `yaml:"max_duration,omitempty" json:"max_duration,omitempty"`

@@ -198,7 +198,11 @@ func (s *chaosSetup) runAndVerify(cmd *cobra.Command, f *chaosFlags, k string, p
 		}
 		period := time.Duration(s.sc.Duration).String()
 		if s.sc.MaxDuration > 0 && s.sc.MinCommits > 0 {
-			period = fmt.Sprintf("%s to %s (until %d commits and every kind landed)", period, time.Duration(s.sc.MaxDuration), s.sc.MinCommits)
+			landed := "every kind landed"
+			if k != "" {
+				landed = "the faults the mutant needs landed"
+			}
+			period = fmt.Sprintf("%s to %s (until %d commits and %s)", period, time.Duration(s.sc.MaxDuration), s.sc.MinCommits, landed)
 		}
 		fmt.Fprintf(errw, "chaos: %s: target %s, %d shards, %s of load and faults, seed %d; output in %s\n",
 			what, s.sc.Target, len(s.m.Shards), period, s.sc.Seed, out)
