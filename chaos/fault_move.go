@@ -157,6 +157,17 @@ func pickMove(m *shardmap.Map, width int, hot []int, rng *rand.Rand) (movePick, 
 	return movePick{Lo: lo, Hi: hi, From: r.Shard, To: others[rng.IntN(len(others))]}, nil
 }
 
+// movedPart returns a bucket of pick that m places on a shard other than
+// pick.From, and that shard ("" when From owns every bucket of it).
+func movedPart(m *shardmap.Map, pick movePick) (int, string) {
+	for b := pick.Lo; b <= pick.Hi; b++ {
+		if s := m.ShardForBucket(b); s.Name != pick.From {
+			return b, s.Name
+		}
+	}
+	return 0, ""
+}
+
 // moveRun is what one fault's mover did: the evidence of a move.
 type moveRun struct {
 	pick     movePick
@@ -204,11 +215,14 @@ func startMove(ctx context.Context, env *Env, p Params, rng *rand.Rand, opts res
 				return nil
 			}
 		}
-		if owner := m.ShardForBucket(mr.pick.Lo).Name; owner != mr.pick.From {
-			// An earlier move finished meanwhile moved it: draw again.
-			lo := mr.pick.Lo
+		if b, owner := movedPart(m, mr.pick); owner != "" {
+			// An earlier move finished meanwhile moved part of it: draw
+			// again. Every bucket, not just the first: the evidence names
+			// one source for the whole range (the verifier credits a
+			// move's copies to its source and destination), so a pick
+			// Plan would split across owners must not be moved.
 			mr.pick = movePick{}
-			return fmt.Errorf("bucket %d moved to %s meanwhile", lo, owner)
+			return fmt.Errorf("bucket %d moved to %s meanwhile", b, owner)
 		}
 		recs, err := reshard.Plan(ctx, env.Catalog, reshard.Request{Lo: mr.pick.Lo, Hi: mr.pick.Hi, To: mr.pick.To})
 		if err != nil {

@@ -207,3 +207,34 @@ func TestFreezeEvidence(t *testing.T) {
 		t.Errorf("no freezes: %v, want freeze_ms [] and no freeze_t", f)
 	}
 }
+
+// movedPart finds any bucket of a pick its source no longer owns, not
+// only its first: a move finished meanwhile may have taken the pick's
+// tail, and the fault then draws again rather than move a range with two
+// sources under evidence that names one.
+func TestMovedPart(t *testing.T) {
+	m := moveTestMap(t)
+	r := m.RangesOf("shard1")[0]
+	pick := movePick{Lo: r.Lo, Hi: r.Lo + 15, From: "shard1", To: "shard2"}
+	if b, owner := movedPart(m, pick); owner != "" {
+		t.Fatalf("whole pick owned by shard1: got bucket %d of %s", b, owner)
+	}
+	// The pick's last bucket now on shard0.
+	moved := &shardmap.Map{Epoch: m.Epoch + 1, Buckets: m.Buckets, Shards: m.Shards}
+	for _, x := range m.Ranges {
+		if x.Lo == r.Lo {
+			moved.Ranges = append(moved.Ranges,
+				shardmap.Range{Lo: x.Lo, Hi: pick.Hi - 1, Shard: "shard1"},
+				shardmap.Range{Lo: pick.Hi, Hi: pick.Hi, Shard: "shard0"},
+				shardmap.Range{Lo: pick.Hi + 1, Hi: x.Hi, Shard: "shard1"})
+			continue
+		}
+		moved.Ranges = append(moved.Ranges, x)
+	}
+	if err := moved.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if b, owner := movedPart(moved, pick); b != pick.Hi || owner != "shard0" {
+		t.Fatalf("tail moved to shard0: got bucket %d of %q, want %d of shard0", b, owner, pick.Hi)
+	}
+}
