@@ -34,6 +34,9 @@
 #          PROXY_PROCS=0 or by a BASE_BIN older than proxy.procs)
 #        BASE_BIN= (another pgshard binary to compare on the keyed path)
 #        FANOUT=1 (0 skips the fan-out benchmark) FAN_CLIENTS=8 FAN_ROUNDS=2
+#        PROXY_CPUPROFILE= (a directory: each proxy writes a CPU profile of
+#          its whole run there, <proxy>.pprof, px_direct being the pgshard
+#          path's; read with go tool pprof -top bin/pgshard FILE)
 set -euo pipefail
 bin=${1:-bin/pgshard}
 duration=${DURATION:-8}
@@ -125,7 +128,12 @@ ${PROXY_PROCS:+  procs: $PROXY_PROCS}
       - {table: executions, column: id, type: text, position: 1}
       - {table: pgbench_accounts, column: aid, type: int8, position: 1}
 EOF
-	GOMAXPROCS=${PROXY_GOMAXPROCS:-} "$pbin" proxy --config "$cfg" --listen 127.0.0.1:0 --ready-file "$dir/$1.ready" --log-level warn >"$dir/$1.log" 2>&1 &
+	local prof=()
+	if [ -n "${PROXY_CPUPROFILE:-}" ]; then
+		mkdir -p "$PROXY_CPUPROFILE"
+		prof=(--cpuprofile "$PROXY_CPUPROFILE/$1.pprof")
+	fi
+	GOMAXPROCS=${PROXY_GOMAXPROCS:-} "$pbin" proxy --config "$cfg" --listen 127.0.0.1:0 --ready-file "$dir/$1.ready" --log-level warn "${prof[@]}" >"$dir/$1.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 1 200); do [ -s "$dir/$1.ready" ] && break; sleep 0.05; done
 	[ -s "$dir/$1.ready" ] || { echo "proxy $1 did not start:"; cat "$dir/$1.log"; exit 1; }
