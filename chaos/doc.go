@@ -17,6 +17,8 @@
 //	     ├─▶ loadgen.Run: setup, workers, outbox relay, timer sweeper ──▶ every op ─┐
 //	     │        (OnStart) ─▶ Execute (schedule.go): Plan drawn from the seed,      │
 //	     │                      each fault's Inject/Heal + evidence ──▶ every event ─┤
+//	     │        meanwhile  ─▶ the PgBouncer watch (pooler_watch.go): one that      │
+//	     │                      exited on its own is started again, logged           │
 //	     │        (Quiesce)  ─▶ stop the schedule, HealAll, drain outbox,            │
 //	     │                      spawns and timers, bounded                           ▼
 //	     │                                                    history.go  History: history.jsonl[.gz|.zst]

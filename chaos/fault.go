@@ -333,6 +333,10 @@ type Env struct {
 	// catchUps matches shard crashes aimed at a catch-up with the moves
 	// (catchup.go); set by Run with the run's catalog, nil otherwise.
 	catchUps *catchUpBoard
+	// poolers guards stopping and starting the PgBouncers between the
+	// pgbouncer-kill fault and the watch (pooler_watch.go); set by Run
+	// before the faults start, nil outside a run (no watch).
+	poolers *poolerGuard
 }
 
 func (e *Env) logf(format string, args ...any) {

@@ -36,7 +36,9 @@ func (f *pgbouncerKill) Inject(ctx context.Context, env *Env, shard int, _ Param
 	f.mu.Lock()
 	f.oldPID = old
 	f.mu.Unlock()
-	if err := env.Cluster.StopPooler(ctx, ci, cluster.Kill); err != nil {
+	// Held down until Heal: the watch that restarts a PgBouncer that
+	// exited on its own (pooler_watch.go) leaves this one alone.
+	if err := env.holdPooler(ci, func() error { return env.Cluster.StopPooler(ctx, ci, cluster.Kill) }); err != nil {
 		return Evidence{Fields: map[string]any{"old_pid": old}}, fmt.Errorf("pgbouncer-kill: %w", err)
 	}
 	return Evidence{Landed: old != 0, Fields: map[string]any{"old_pid": old}}, nil
@@ -52,7 +54,7 @@ func (f *pgbouncerKill) Heal(ctx context.Context, env *Env, shard int) (Evidence
 	f.mu.Lock()
 	old := f.oldPID
 	f.mu.Unlock()
-	err = env.Cluster.StartPooler(ctx, ci)
+	err = env.releasePooler(ci, func() error { return env.Cluster.StartPooler(ctx, ci) })
 	newPID := env.Cluster.Shard(ci).PoolerPID
 	ev := Evidence{Landed: old != 0 && newPID != 0 && newPID != old, Fields: map[string]any{"old_pid": old, "new_pid": newPID}}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -508,5 +509,69 @@ func TestProxyFaults(t *testing.T) {
 		}
 		w.waitCommits(t, 20)
 	})
+	w.logErrors(t)
+}
+
+// TestPoolerWatch: during a run's faults a PgBouncer that exits on its own
+// (PgBouncer 1.18 does, pgbouncer/pgbouncer#822) is started again, as a
+// supervisor would, and the clients commit through it again; one that a
+// pgbouncer-kill fault holds down stays down until the fault heals it.
+func TestPoolerWatch(t *testing.T) {
+	r := newRig(t, 1, true)
+	w := startWorkload(t, r.rt, 3)
+	w.waitCommits(t, 10)
+	chaos.GuardPoolers(r.env)
+	ctx, cancel := context.WithCancel(context.Background())
+	var restarts int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		restarts = chaos.WatchPoolers(ctx, r.env)
+	}()
+	stop := func() int { // the watch's owner: ends it and waits for it
+		cancel()
+		<-done
+		return restarts
+	}
+	defer stop()
+	within := func(what string, cond func() bool) {
+		t.Helper()
+		for range 600 { // 60 s: a PgBouncer start on a loaded machine
+			if cond() {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("no %s within 60 s", what)
+	}
+
+	// Held down by the fault: the watch leaves it (it looks every 200 ms).
+	f, ev := inject(t, r.env, chaos.KindPgBouncerKill, 0, nil)
+	if !ev.Landed {
+		t.Fatalf("inject: %v", ev.Fields)
+	}
+	time.Sleep(time.Second)
+	if r.c.PoolerRunning(0) || r.c.Shard(0).PoolerPID != 0 {
+		t.Fatalf("the watch started a PgBouncer a pgbouncer-kill fault holds down (pid %d)", r.c.Shard(0).PoolerPID)
+	}
+	heal(t, r.env, f, 0)
+	w.waitCommits(t, 10)
+
+	// Exits on its own: started again.
+	old := r.c.Shard(0).PoolerPID
+	if old == 0 {
+		t.Fatal("no PgBouncer pid after the heal")
+	}
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	within("PgBouncer started again by the watch", func() bool {
+		pid := r.c.Shard(0).PoolerPID
+		return pid != 0 && pid != old && r.c.PoolerRunning(0)
+	})
+	w.waitCommits(t, 10)
+	if n := stop(); n != 1 {
+		t.Errorf("the watch counted %d restarts, want 1", n)
+	}
 	w.logErrors(t)
 }

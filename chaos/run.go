@@ -99,6 +99,9 @@ type RunResult struct {
 	Landed map[Kind]int
 	// Duration is the whole run, setup and quiesce included.
 	Duration time.Duration
+	// PoolerRestarts counts the PgBouncers that exited on their own
+	// during the faults and were started again (pooler_watch.go).
+	PoolerRestarts int
 }
 
 // RunRecord is run.json: what `chaos replay` needs to run it again.
@@ -110,6 +113,9 @@ type RunRecord struct {
 	Compress  string    `json:"compress,omitempty"`
 	Ops       int64     `json:"ops"`
 	Seconds   float64   `json:"seconds"`
+	// PoolerRestarts counts the PgBouncers that exited on their own and
+	// were started again during the faults (pooler_watch.go).
+	PoolerRestarts int `json:"pooler_restarts,omitempty"`
 }
 
 // FaultsRecord is faults.json: the schedule drawn and what happened.
@@ -439,6 +445,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	defer stopFaults()
 	var faults errgroup.Group
 	var faultErr error
+	env.poolers = newPoolerGuard() // before any fault runs
 	faults.Go(func() error {
 		var s time.Time
 		select {
@@ -452,6 +459,12 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 			e.T += offset // history times count from the history's start
 			record(e)
 		})
+		return nil
+	})
+	// A PgBouncer that exits on its own during the faults is started
+	// again (pooler_watch.go), until the heal, which starts every one.
+	faults.Go(func() error {
+		res.PoolerRestarts = watchPoolers(faultCtx, env)
 		return nil
 	})
 	var healOnce sync.Once
@@ -492,6 +505,9 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 	// On an early end (setup failed, interrupted) the faults still heal.
 	if herr := heal(context.WithoutCancel(ctx)); herr != nil && runErr == nil && (load == nil || load.Quiesce == nil) {
 		runErr = fmt.Errorf("heal: %w", herr)
+	}
+	if res.PoolerRestarts > 0 {
+		env.logf("chaos: %d PgBouncer(s) exited on their own during the faults and were started again (PgBouncer 1.18's cancel-request crash, pgbouncer/pgbouncer#822: see each one's log line above)", res.PoolerRestarts)
 	}
 	// Execute ends with its context's error when the heal stopped it
 	// before the last planned fault: that is the plan's end, not an error.
@@ -545,7 +561,7 @@ func Run(ctx context.Context, o RunOptions) (res *RunResult, err error) {
 		runErr = werr
 	}
 	rec := RunRecord{RunID: runID, StartedAt: start, Scenario: *sc, Mutant: string(o.Mutant), Compress: o.Compress,
-		Ops: res.Ops, Seconds: res.Duration.Seconds()}
+		Ops: res.Ops, Seconds: res.Duration.Seconds(), PoolerRestarts: res.PoolerRestarts}
 	if werr := writeJSON(filepath.Join(o.Out, RunFile), rec); werr != nil && runErr == nil {
 		runErr = werr
 	}

@@ -360,6 +360,16 @@ func (c *Cluster) StartPooler(ctx context.Context, i int) error {
 	return c.backend.startPooler(ctx, c, i)
 }
 
+// PoolerRunning reports whether shard i's PgBouncer process runs (no
+// query: see Status for that). False without PgBouncer.
+func (c *Cluster) PoolerRunning(i int) bool {
+	if c.check(i) != nil || !c.Spec.PgBouncer {
+		return false
+	}
+	_, pooler := c.backend.alive(c, i)
+	return pooler
+}
+
 // RestartPooler stops shard i's PgBouncer with mode and starts it again.
 func (c *Cluster) RestartPooler(ctx context.Context, i int, mode StopMode) error {
 	if err := c.StopPooler(ctx, i, mode); err != nil {
