@@ -27,6 +27,12 @@ import (
 //	cas            pgshard_cas losing its CAS (the UPDATE's probe, no
 //	               write), without its assert (0007's body, a copy)
 //	cas+assert     pgshard_cas as installed: its assert first
+//	call+select    the proxy's assert as a CALL (migration 0013), then the SELECT
+//	select+check   the SELECT with pgshard_fence_check in its WHERE (the
+//	               store's form: a One-Time Filter, no second statement)
+//	wrapped        the SELECT left as it is inside SELECT * FROM (…) q
+//	               WHERE pgshard_fence_check(key): what a proxy could send
+//	               for a keyed read instead of an assert
 //
 // The operations run in repetitions (which variant goes first rotates);
 // each repetition prints its on/off ratios beside the machine's load
@@ -78,6 +84,12 @@ func BenchmarkFenceBackendCPU(b *testing.B) {
 		{"cas+assert", `SELECT pgshard_cas('%[1]s', 'bench', 'x', 999999, NULL)`},
 		// the proxy's form since migration 0013: CALL of the procedure
 		{"call+select", "CALL pgshard_fence_enter('%[1]s');\nSELECT data FROM executions WHERE id = '%[1]s'"},
+		// the check inside the read itself, as the store's reads do it
+		// (a One-Time Filter): no second statement
+		{"select+check", `SELECT data FROM executions WHERE id = '%[1]s' AND pgshard_fence_check('%[1]s')`},
+		// the same around a client's statement left as it is: the form a
+		// proxy could send in place of an assert for a keyed read
+		{"wrapped", `SELECT * FROM (SELECT data FROM executions WHERE id = '%[1]s') q WHERE pgshard_fence_check('%[1]s')`},
 	}
 	spent := make([][]int64, reps) // [rep][variant] ns
 	loads := make([]string, reps)
@@ -126,6 +138,8 @@ func BenchmarkFenceBackendCPU(b *testing.B) {
 	b.ReportMetric(float64(tot[1])/float64(tot[0]), "select-on/off")
 	b.ReportMetric(float64(tot[3])/float64(tot[2]), "cas-on/off")
 	b.ReportMetric(float64(tot[4])/float64(tot[0]), "select-call-on/off")
+	b.ReportMetric(float64(tot[5])/float64(tot[0]), "select-check-on/off")
+	b.ReportMetric(float64(tot[6])/float64(tot[0]), "wrapped-on/off")
 	b.Logf("fence, backend CPU µs per operation (one shard, %d ops each): select %.1f, assert+select %.1f (×%.3f, the assert %.1f); cas %.1f, cas+assert %.1f (×%.3f, the assert %.1f)",
 		b.N, perOp(tot[0]), perOp(tot[1]), float64(tot[1])/float64(tot[0]), perOp(tot[1]-tot[0]),
 		perOp(tot[2]), perOp(tot[3]), float64(tot[3])/float64(tot[2]), perOp(tot[3]-tot[2]))
