@@ -104,28 +104,29 @@ func newPoolerGuard() *poolerGuard { return &poolerGuard{held: map[int]bool{}} }
 
 // holdPooler marks cluster shard ci's PgBouncer as down by a fault's
 // design (the watch leaves it alone) and runs stop under the guard.
-func (env *Env) holdPooler(ci int, stop func() error) error {
-	g := env.poolers
-	if g == nil {
-		return stop()
-	}
-	unlock := g.lock()
-	defer unlock()
-	g.held[ci] = true
-	return stop()
-}
+func (env *Env) holdPooler(ci int, stop func() error) error { return env.guardPooler(ci, true, stop) }
 
 // releasePooler runs start under the guard and hands cluster shard ci's
 // PgBouncer back to the watch.
 func (env *Env) releasePooler(ci int, start func() error) error {
+	return env.guardPooler(ci, false, start)
+}
+
+// guardPooler marks cluster shard ci's PgBouncer held (or not) and runs f,
+// both under the guard; without a guard (outside a run) it only runs f.
+func (env *Env) guardPooler(ci int, held bool, f func() error) error {
 	g := env.poolers
 	if g == nil {
-		return start()
+		return f()
 	}
 	unlock := g.lock()
 	defer unlock()
-	delete(g.held, ci)
-	return start()
+	if held {
+		g.held[ci] = true
+	} else {
+		delete(g.held, ci)
+	}
+	return f()
 }
 
 // lastFatal returns the last line of PgBouncer's log at path holding
