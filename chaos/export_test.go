@@ -9,5 +9,8 @@ func WatchPoolers(ctx context.Context, env *Env) int {
 	return watchPoolers(ctx, env)
 }
 
+// LookAtPoolers is one look of the watch (run with a guard set).
+func LookAtPoolers(ctx context.Context, env *Env) int { return lookAtPoolers(ctx, env) }
+
 // GuardPoolers gives env the pooler guard Run gives it before the faults.
 func GuardPoolers(env *Env) { env.poolers = newPoolerGuard() }

@@ -545,13 +545,12 @@ func TestPoolerWatch(t *testing.T) {
 		t.Fatalf("no %s within 60 s", what)
 	}
 
-	// Held down by the fault: the watch leaves it (it looks every 200 ms).
+	// Held down by the fault: a look of the watch leaves it.
 	f, ev := inject(t, r.env, chaos.KindPgBouncerKill, 0, nil)
 	if !ev.Landed {
 		t.Fatalf("inject: %v", ev.Fields)
 	}
-	time.Sleep(time.Second)
-	if r.c.PoolerRunning(0) || r.c.Shard(0).PoolerPID != 0 {
+	if n := chaos.LookAtPoolers(context.Background(), r.env); n != 0 || r.c.PoolerRunning(0) || r.c.Shard(0).PoolerPID != 0 {
 		t.Fatalf("the watch started a PgBouncer a pgbouncer-kill fault holds down (pid %d)", r.c.Shard(0).PoolerPID)
 	}
 	heal(t, r.env, f, 0)

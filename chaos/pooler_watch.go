@@ -1,10 +1,8 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,64 +27,58 @@ import (
 // poolerWatchEvery is how often the watch looks at each PgBouncer.
 const poolerWatchEvery = 200 * time.Millisecond
 
-// poolerGuard serializes what stops and starts one shard's PgBouncer:
-// the pgbouncer-kill fault (held while its PgBouncer is down by design)
-// and the watch.
+// poolerGuard serializes what stops and starts the PgBouncers: the
+// pgbouncer-kill fault (its PgBouncer held while down by design) and the
+// watch. One lock for every shard: a restart is rare and short.
 type poolerGuard struct {
 	mu   sync.Mutex
 	held map[int]bool // by cluster shard index
-	// Restarts counts the watch's restarts (read after the watch ended).
-	restarts int
 }
 
-// lock takes the guard of cluster shard ci; the returned func releases it.
-func (g *poolerGuard) lock() func() {
-	g.mu.Lock()
-	return g.mu.Unlock
-}
+// newPoolerGuard is a guard with no PgBouncer held.
+func newPoolerGuard() *poolerGuard { return &poolerGuard{held: map[int]bool{}} }
 
 // watchPoolers runs until ctx is done: every poolerWatchEvery, each
 // shard's PgBouncer that is not running and not held down by a fault is
 // started again. It returns how many it restarted.
 func watchPoolers(ctx context.Context, env *Env) int {
-	if env == nil || env.Cluster == nil || !env.Cluster.Spec.PgBouncer || env.Cluster.Provider != "local" || env.Map == nil {
-		return 0
-	}
-	g := env.poolers
-	if g == nil {
+	if env == nil || env.poolers == nil || env.Cluster == nil || !env.Cluster.Spec.PgBouncer ||
+		env.Cluster.Provider != "local" || env.Map == nil {
 		return 0
 	}
 	t := time.NewTicker(poolerWatchEvery)
 	defer t.Stop()
+	restarts := 0
 	for {
 		select {
 		case <-ctx.Done():
-			unlock := g.lock()
-			n := g.restarts
-			unlock()
-			return n
+			return restarts
 		case <-t.C:
 		}
-		for i := range env.Map.Shards {
-			if ctx.Err() != nil {
-				break
-			}
-			ci, err := env.clusterShard(i)
-			if err != nil {
-				continue
-			}
-			env.restartPoolerIfDead(ctx, g, i, ci)
-		}
+		restarts += lookAtPoolers(ctx, env)
 	}
 }
 
+// lookAtPoolers is one look of the watch at every shard's PgBouncer; it
+// returns how many it started again.
+func lookAtPoolers(ctx context.Context, env *Env) int {
+	n := 0
+	for i := range env.Map.Shards {
+		if ci, err := env.clusterShard(i); err == nil && ctx.Err() == nil && env.restartPoolerIfDead(ctx, i, ci) {
+			n++
+		}
+	}
+	return n
+}
+
 // restartPoolerIfDead starts shard i's (cluster shard ci's) PgBouncer again
-// when it exited and no fault holds it down.
-func (env *Env) restartPoolerIfDead(ctx context.Context, g *poolerGuard, i, ci int) {
-	unlock := g.lock()
-	defer unlock()
+// when it exited and no fault holds it down; it reports whether it did.
+func (env *Env) restartPoolerIfDead(ctx context.Context, i, ci int) bool {
+	g := env.poolers
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.held[ci] || env.Cluster.PoolerRunning(ci) {
-		return
+		return false
 	}
 	sh := env.Cluster.Shard(ci)
 	env.logf("chaos: %s's PgBouncer (pid %d) exited on its own (%s): starting it again, as its supervisor would",
@@ -94,13 +86,10 @@ func (env *Env) restartPoolerIfDead(ctx context.Context, g *poolerGuard, i, ci i
 	// Bounded by the cluster's start timeout; ctx ends it with the faults.
 	if err := env.Cluster.StartPooler(ctx, ci); err != nil {
 		env.logf("chaos: %s's PgBouncer: restart failed (the next look tries again): %v", env.shardName(i), err)
-		return
+		return false
 	}
-	g.restarts++
+	return true
 }
-
-// newPoolerGuard is a guard with no PgBouncer held.
-func newPoolerGuard() *poolerGuard { return &poolerGuard{held: map[int]bool{}} }
 
 // holdPooler marks cluster shard ci's PgBouncer as down by a fault's
 // design (the watch leaves it alone) and runs stop under the guard.
@@ -119,8 +108,8 @@ func (env *Env) guardPooler(ci int, held bool, f func() error) error {
 	if g == nil {
 		return f()
 	}
-	unlock := g.lock()
-	defer unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if held {
 		g.held[ci] = true
 	} else {
@@ -129,32 +118,15 @@ func (env *Env) guardPooler(ci int, held bool, f func() error) error {
 	return f()
 }
 
-// lastFatal returns the last line of PgBouncer's log at path holding
-// "FATAL" (read from its last 16 KiB), or a note that there is none.
+// lastFatal returns the last FATAL line in the last 16 KiB of PgBouncer's
+// log at path, or a note that there is none.
 func lastFatal(path string) string {
 	if path == "" {
 		return "no log"
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "log: " + err.Error()
+	lines := logLines(path, max(0, fileSize(path)-16<<10), []string{"FATAL"})
+	if len(lines) == 0 {
+		return "no FATAL line in its log"
 	}
-	defer f.Close()
-	const tail = 16 << 10
-	if st, err := f.Stat(); err == nil && st.Size() > tail {
-		if _, err := f.Seek(st.Size()-tail, io.SeekStart); err != nil {
-			return "log: " + err.Error()
-		}
-	}
-	b, err := io.ReadAll(io.LimitReader(f, tail))
-	if err != nil {
-		return "log: " + err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	for j := len(lines) - 1; j >= 0; j-- {
-		if bytes.Contains(lines[j], []byte("FATAL")) {
-			return "its log: " + string(bytes.TrimSpace(lines[j]))
-		}
-	}
-	return "no FATAL line in its log"
+	return "its log: " + strings.TrimSpace(lines[len(lines)-1])
 }
