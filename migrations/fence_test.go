@@ -314,6 +314,84 @@ func TestFenceRepeatableReadSeesFlip(t *testing.T) {
 	}
 }
 
+// TestFenceReadOnlySnapshot: a READ ONLY transaction at REPEATABLE READ
+// or SERIALIZABLE asserts the fence without a row lock (migration 0014;
+// FOR SHARE fails with 25006 in a read-only transaction): the procedure
+// the proxy calls and the function both serve a key this shard owns and
+// refuse one it does not, and a snapshot taken before a flip is served as
+// of that snapshot — the range and its rows as they were then — while a
+// read-write transaction at the same level still fails.
+func TestFenceReadOnlySnapshot(t *testing.T) {
+	_, m := freshMap(t)
+	mustApply(t, m, migrations.Options{})
+	ctx := ctxT(t)
+	dsn := m.Shards[0].DSN
+	mine, theirs := keyOn(t, m, m.Shards[0].Name), keyOn(t, m, m.Shards[1].Name)
+	a, b := connect(t, dsn), connect(t, dsn)
+	if _, err := b.Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'ro', '{}', 1)`, mine); err != nil {
+		t.Fatal(err)
+	}
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		for _, call := range []string{`CALL pgshard_fence_enter($1)`, `SELECT pgshard_fence_assert($1)`} {
+			tx, err := a.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso, AccessMode: pgx.ReadOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, call, mine); err != nil {
+				t.Errorf("%s read only, %s of an owned key: %v", iso, call, err)
+			}
+			_ = tx.Rollback(ctx)
+			tx, err = a.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso, AccessMode: pgx.ReadOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = tx.Exec(ctx, call, theirs)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != migrations.FenceSQLState {
+				t.Errorf("%s read only, %s of another shard's key: %v, want %s", iso, call, err, migrations.FenceSQLState)
+			}
+			_ = tx.Rollback(ctx)
+		}
+	}
+
+	// A snapshot from before a flip reads the range as it was.
+	tx, err := a.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM executions LIMIT 1`); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, `UPDATE pgshard_fence SET state = 'moved', owner = 'shard9', epoch = epoch + 1
+		WHERE lo <= pgshard_bucket($1::text) AND pgshard_bucket($1::text) <= hi`, mine); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, `DELETE FROM executions WHERE id = $1`, mine); err != nil { // the mover's clean-up
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `CALL pgshard_fence_enter($1)`, mine); err != nil {
+		t.Fatalf("a read-only snapshot from before the flip: %v", err)
+	}
+	var version int
+	if err := tx.QueryRow(ctx, `SELECT version FROM executions WHERE id = $1`, mine).Scan(&version); err != nil || version != 1 {
+		t.Errorf("the snapshot's row: version %d, %v", version, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// After the flip, a new read-only snapshot is refused, and a writer too.
+	for _, mode := range []pgx.TxAccessMode{pgx.ReadOnly, pgx.ReadWrite} {
+		tx, err := a.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctx, `CALL pgshard_fence_enter($1)`, mine)
+		fenceErr(t, err)
+		_ = tx.Rollback(ctx)
+	}
+}
+
 // waitFor polls cond until it holds, bounded by a generous deadline.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

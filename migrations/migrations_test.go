@@ -44,6 +44,7 @@ func TestReleasedMigrationsUnchanged(t *testing.T) {
 		"0010_capture_rows":                   "380a9e8f5337f69e1ecef7ce78e395efaedeb06c61c8dbf91f8780af08164fc7",
 		"0011_fence_messages":                 "e9e91055ec81ecfb150dce3425bea04008e4d5f374c3b21f38f46bf8f43f7584",
 		"0012_fence_assert_fast_path":         "dc652b98995965bd86c02936cc6b6391ed01f4e8bd092de09e40cdb43f9e3a5d",
+		"0013_fence_assert_procedure":         "0a0ab3c7f0ef7c3119c52aca8dfb3242e9adec6bc99bd9b8a0bb965d42cf5c7b",
 	}
 	seen := 0
 	for _, m := range migrations.All() {

@@ -63,3 +63,34 @@ func pgErrorOf(t *testing.T, f func() error) *pgconn.PgError {
 	}
 	return pe
 }
+
+// TestProxyFenceReadOnlyTxn: with the fence on, a READ ONLY transaction
+// block at every isolation level reads a key through the proxy, which
+// asserts the key at the block's start, in the simple and the extended
+// protocol (the assert must not lock a row: Postgres refuses row locks in
+// a read-only transaction, 25006).
+func TestProxyFenceReadOnlyTxn(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	e := startProxy(t, func(c *proxy.Config) { c.Fence = proxy.FenceOn })
+	id := "readonly-" + t.Name()
+	setup := e.connect(t)
+	if _, err := setup.Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'ro', '{}', 1)`, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
+		for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+			tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso, AccessMode: pgx.ReadOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var version int
+			if err := tx.QueryRow(ctx, `SELECT version FROM executions WHERE id = $1`, id).Scan(&version); err != nil || version != 1 {
+				t.Errorf("%v, %s read only: version %d, %v", mode, iso, version, err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Errorf("%v, %s read only: commit: %v", mode, iso, err)
+			}
+		}
+	}
+}
