@@ -648,3 +648,33 @@ func TestSettingsInTransactionWire(t *testing.T) {
 		})
 	}
 }
+
+// TestFanoutRowLimitRefused: an Execute with a row limit (JDBC's fetch
+// size, node-postgres's cursors) of a read of every shard is refused
+// with 0A000 saying so — outside and inside a transaction block — and
+// the session goes on: the same read fetched whole works after it.
+func TestFanoutRowLimitRefused(t *testing.T) {
+	e := startProxy(t)
+	px := dialRaw(t, e.addr)
+	px.startup(e.db.name)
+	const read = "SELECT id FROM executions ORDER BY id"
+	limited := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
+		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}}
+	refused := func(name string, got []string, status string) {
+		t.Helper()
+		if !slices.ContainsFunc(got, func(m string) bool {
+			return strings.HasPrefix(m, "Error ERROR 0A000") && strings.Contains(m, "cannot be fetched in parts (Execute with a row limit of 2)")
+		}) || got[len(got)-1] != "ReadyForQuery "+status {
+			t.Errorf("%s: pgshard answered\n %s\nwant the row limit's refusal and ReadyForQuery %s", name, strings.Join(got, "\n "), status)
+		}
+	}
+	refused("implicit transaction", replies(t, px, limited), "I")
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
+	refused("transaction block", replies(t, px, limited), "E")
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}})
+	whole := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
+		&pgproto3.Execute{}, &pgproto3.Sync{}})
+	if got := whole[len(whole)-2]; !strings.HasPrefix(got, "CommandComplete SELECT") {
+		t.Errorf("the read fetched whole after the refusals: %s", strings.Join(whole, "\n "))
+	}
+}

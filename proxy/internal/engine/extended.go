@@ -45,6 +45,24 @@ func (p pipePlanner) portal(name []byte) *portalInfo {
 	return nil
 }
 
+// fanRowLimit is the refusal of an Execute with a row limit (JDBC's
+// fetch size, node-postgres's cursors) of a read of every shard: the
+// merge runs to its end in one exchange and cannot stop at the limit and
+// go on at the client's next Execute (which would need a portal held open
+// on every shard between the client's messages). Nil when m is not one.
+func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
+	if m.typ != 'E' {
+		return nil
+	}
+	portal, maxRows, err := pgwire.DecodeExecute(m.raw)
+	if err != nil || maxRows == 0 || string(portal) != f.portal || f.executed {
+		return nil
+	}
+	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: fmt.Sprintf("a read of every shard cannot be fetched in parts (Execute with a row limit of %d): its rows are merged from every shard in one pass", maxRows),
+		Hint:    "Fetch it whole (a fetch size of 0, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
+}
+
 // runPipeline plans and runs the buffered extended-protocol messages (the
 // last one is Sync or Flush).
 func (s *Session) runPipeline(ctx context.Context) error {
@@ -82,6 +100,11 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				continue
 			}
 			f := p.planner.fan
+			if e := fanRowLimit(f, m); e != nil {
+				p.planner.fan = nil
+				p.planner.fail(e, nil)
+				continue
+			}
 			if !f.inTxn || !f.executed {
 				// Outside a transaction block a fan-out is its pipeline's
 				// implicit transaction: it must be alone in it.
