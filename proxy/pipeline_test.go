@@ -330,6 +330,8 @@ func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []stri
 		case *pgproto3.ReadyForQuery:
 			out = append(out, "ReadyForQuery "+string(m.TxStatus))
 			rfq--
+		case *pgproto3.ParameterDescription:
+			out = append(out, fmt.Sprint("ParameterDescription ", m.ParameterOIDs))
 		default:
 			out = append(out, fmt.Sprintf("%T", m))
 		}
@@ -650,8 +652,9 @@ func TestSettingsInTransactionWire(t *testing.T) {
 }
 
 // TestFanoutRowLimitRefused: an Execute with a row limit (JDBC's fetch
-// size, node-postgres's cursors) of a read of every shard is refused
-// with 0A000 saying so — outside and inside a transaction block — and
+// size, postgres.js's cursors) of a read of every shard, or a Flush
+// before its Execute (node-postgres's cursors), is refused with 0A000
+// saying so — outside and inside a transaction block — and
 // the session goes on: the same read fetched whole works after it.
 func TestFanoutRowLimitRefused(t *testing.T) {
 	e := startProxy(t)
@@ -672,9 +675,87 @@ func TestFanoutRowLimitRefused(t *testing.T) {
 	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
 	refused("transaction block", replies(t, px, limited), "E")
 	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}})
+	// node-postgres's pg-cursor: Bind, Describe, Flush, then Executes of
+	// a few rows each.
+	cursor := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
+		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Flush{}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Flush{}, &pgproto3.Sync{}})
+	if !slices.ContainsFunc(cursor, func(m string) bool {
+		return strings.HasPrefix(m, "Error ERROR 0A000") && strings.Contains(m, "flushed before its Execute")
+	}) || cursor[len(cursor)-1] != "ReadyForQuery I" {
+		t.Errorf("a cursor's Flush: pgshard answered\n %s\nwant the refusal and ReadyForQuery I", strings.Join(cursor, "\n "))
+	}
 	whole := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
 		&pgproto3.Execute{}, &pgproto3.Sync{}})
 	if got := whole[len(whole)-2]; !strings.HasPrefix(got, "CommandComplete SELECT") {
 		t.Errorf("the read fetched whole after the refusals: %s", strings.Join(whole, "\n "))
+	}
+}
+
+// TestFanoutDescribeStatementFirst: a read of every shard whose statement
+// is described in its own pipeline before its Bind — Parse, Describe
+// (statement), Bind, Execute, Sync: JDBC for parameters of unknown type,
+// postgres.js for cursors — gets exactly the replies one Postgres sends,
+// in an implicit transaction and in a transaction block, named and
+// unnamed, with a session setting (the describe then runs in a
+// transaction that carries it), and with a statement that fails on the
+// shard (its error in place of the ParseComplete). Through PgBouncer and
+// directly. It was refused (0A000): the Describe took a backend of one
+// shard, which the read then followed.
+func TestFanoutDescribeStatementFirst(t *testing.T) {
+	for i, tc := range []struct {
+		name string
+		opts []envOpt
+		set  string
+	}{
+		{"pgbouncer", nil, ""},
+		{"pgbouncer with a setting", nil, "SET work_mem = '7MB'"},
+		{"direct", []envOpt{direct()}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startProxy(t, tc.opts...)
+			env := newSettingsEnv(t, e, 9_300_000+int64(i)*10_000)
+			px := dialRaw(t, e.addr)
+			px.startup(e.db.name)
+			ref := dialRaw(t, env.refAddr)
+			ref.startup(env.refDB)
+			if tc.set != "" {
+				for _, c := range []*rawClient{px, ref} {
+					replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: tc.set}})
+				}
+			}
+			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+			read := "SELECT aid, abalance, current_setting('work_mem') AS wm FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
+			describedRead := func(name string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: read}, &pgproto3.Describe{ObjectType: 'S', Name: name},
+					&pgproto3.Bind{PreparedStatement: name, Parameters: [][]byte{lo, hi}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			}
+			begin := []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}
+			commit := []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}
+			cases := []struct {
+				name string
+				msgs []pgproto3.FrontendMessage
+			}{
+				{"unnamed", describedRead("")},
+				{"named", describedRead("described_read")},
+				{"with a Describe of the portal too", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Describe{ObjectType: 'S'},
+					&pgproto3.Bind{Parameters: [][]byte{lo, hi}}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"begin", begin},
+				{"in a transaction block", describedRead("")},
+				{"commit", commit},
+				{"a statement the shard refuses", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT nope FROM accounts WHERE aid BETWEEN $1 AND $2"},
+					&pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Bind{Parameters: [][]byte{lo, hi}}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"afterwards", describedRead("")},
+			}
+			for _, c := range cases {
+				want := replies(t, ref, c.msgs)
+				got := replies(t, px, c.msgs)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+			}
+			if n := len(replies(t, ref, describedRead(""))); n < 4+env.n {
+				t.Fatalf("the read answers %d messages: the data set is too small to test it", n)
+			}
+		})
 	}
 }

@@ -79,3 +79,72 @@ func (c *Conn) RunSimple(ctx context.Context, timeout time.Duration, queries ...
 	}
 	return out, nil
 }
+
+// Described is what DescribeStmt read: the server's answer to a Describe
+// of a statement, or its error.
+type Described struct {
+	// Msgs are the ParameterDescription and RowDescription (or NoData)
+	// messages, as the server sent them.
+	Msgs []byte
+	// ErrRaw is the server's first ErrorResponse (a copy), nil on
+	// success; Parsed says whether its Parse had succeeded before it.
+	ErrRaw []byte
+	Parsed bool
+}
+
+// DescribeStmt parses sql (parameter types oids) as the unnamed statement
+// and describes it, in a transaction of its own that changes nothing:
+// begin, when not empty, is a query string run first (BEGIN and the
+// session's settings, which name resolution may depend on), and a
+// ROLLBACK ends it. An error means the connection failed; it is then
+// marked broken.
+func (c *Conn) DescribeStmt(ctx context.Context, timeout time.Duration, begin, sql string, oids []uint32) (Described, error) {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.NetConn.SetDeadline(deadline)
+	defer c.NetConn.SetDeadline(time.Time{})
+	var buf []byte
+	ready := 1
+	if begin != "" {
+		buf = pgwire.AppendQuery(buf, begin)
+		ready++
+	}
+	buf = pgwire.AppendParseMsg(buf, "", sql, oids)
+	buf = pgwire.AppendDescribe(buf, 'S', "")
+	buf = pgwire.AppendEmpty(buf, 'S')
+	if begin != "" {
+		buf = pgwire.AppendQuery(buf, "ROLLBACK")
+		ready++
+	}
+	if err := c.Write(buf); err != nil {
+		return Described{}, err
+	}
+	var d Described
+	for ready > 0 {
+		typ, msg, err := c.Reader.Next()
+		if err != nil {
+			c.Broken = true
+			return d, err
+		}
+		switch typ {
+		case '1':
+			d.Parsed = true
+		case 't', 'T', 'n':
+			if d.Parsed { // not the rows of begin's settings
+				d.Msgs = append(d.Msgs, msg...)
+			}
+		case 'E':
+			if d.ErrRaw == nil {
+				d.ErrRaw = append([]byte(nil), msg...)
+			}
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
+				c.Broken = true
+			}
+		case 'Z':
+			ready--
+		}
+	}
+	return d, nil
+}

@@ -14,7 +14,8 @@ import (
 // any shard would do), takes a reader for the transaction, replays a
 // deferred transaction's start, moves a soft transaction (a ROLLBACK on
 // its backend), demotes the transaction's backend to a reader, probes
-// and asserts the map fence (fence.go, fenceretry.go), and takes the
+// and asserts the map fence (fence.go, fenceretry.go), describes a
+// statement in a transaction of its own (describeApart), and takes the
 // I/O step of a local action (take: a soft move's ROLLBACK, a session
 // SET's probe, the ending or cancelling of sessions a
 // pg_terminate_backend / pg_cancel_backend names). The planner's other parts (plan.go, router.go,
@@ -179,6 +180,36 @@ func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settin
 		return pool, pre, nil, shard, acquireError(pool, err)
 	}
 	return pool, pre, bc, shard, nil
+}
+
+// describeApart describes statement vs on shard in a transaction of its
+// own, on a connection taken for it and given back (the planner's
+// describeApart says when): the shard's description, or the error the
+// client gets — the shard's own, or the failure to reach it.
+func (p backendExec) describeApart(shard int, vs *vstmt) (backend.Described, *pgwire.Error) {
+	s := p.planner.s
+	pool := s.gen.Pools[shard]
+	key, pre := s.cur.Split(pool.ViaPooler)
+	bc, err := pool.Acquire(p.planner.ctx, key)
+	if err != nil {
+		return backend.Described{}, acquireError(pool, err)
+	}
+	begin := ""
+	switch {
+	case p.planner.sim.tx == txDeferred:
+		begin = replaySQL(p.planner.sim.deferred, pre)
+	case len(pre.KV) > 0:
+		begin = "BEGIN;\n" + pre.PreambleSQL()
+	}
+	d, err := bc.DescribeStmt(p.planner.ctx, s.gen.Config.PoolTimeout, begin, vs.st.SQL, vs.oids)
+	pool.Release(bc)
+	if err != nil {
+		return d, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("describing the statement on shard %q failed: %v", pool.Shard.Name, err))
+	}
+	if d.ErrRaw != nil {
+		return d, &pgwire.Error{Code: pgwire.ErrorField(d.ErrRaw, 'C'), Message: pgwire.ErrorField(d.ErrRaw, 'M'), Raw: d.ErrRaw}
+	}
+	return d, nil
 }
 
 // acquireError is the client's error for a failed Acquire of pool.

@@ -46,11 +46,19 @@ func (p pipePlanner) portal(name []byte) *portalInfo {
 }
 
 // fanRowLimit is the refusal of an Execute with a row limit (JDBC's
-// fetch size, node-postgres's cursors) of a read of every shard: the
+// fetch size, node-postgres's cursors), or of a Flush before the
+// Execute, of a read of every shard: the
 // merge runs to its end in one exchange and cannot stop at the limit and
 // go on at the client's next Execute (which would need a portal held open
 // on every shard between the client's messages). Nil when m is not one.
 func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
+	if m.typ == 'H' && !f.executed {
+		// A Flush between the Bind and its Execute: a cursor's way
+		// (node-postgres's pg-cursor), which then fetches in parts.
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "a read of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does): its rows are merged from every shard in one pass",
+			Hint:    "Fetch it whole (Bind, Execute and Sync together, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
+	}
 	if m.typ != 'E' {
 		return nil
 	}
@@ -528,9 +536,12 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			return
 		}
 		if !p.planner.onBackend {
-			ahead := -1
+			ahead, next := -1, (*nextStmt)(nil)
 			if !p.planner.held {
-				ahead = p.lookahead(idx, false)
+				ahead, next = p.lookaheadStmt(idx, false)
+			}
+			if next.readsEveryShard() && p.describeApart(vs) {
+				return
 			}
 			unsharded := func() bool {
 				return len(vs.st.Unsharded) > 0 || s.gen.Config.Analyzer.Route(vs.st, nil, nil, vs.oids).Default
@@ -577,6 +588,45 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 	}
 }
 
+// describeApart answers a Describe of statement vs that comes before
+// anything of its transaction ran on a shard — an implicit transaction's
+// first message for a backend, or a transaction block still deferred
+// (only BEGIN, SET LOCAL, ... so far) — when the pipeline's next
+// statement reads every shard (Parse, Describe, Bind, Execute, Sync in
+// one pipeline: JDBC for a statement with parameters of unknown type,
+// the postgres.js driver's cursors): one shard describes it in a
+// transaction of its own that repeats what the client's has set (the
+// session's settings, the deferred BEGIN and SET LOCALs) and is rolled
+// back, and the description is the proxy's answer. Described on a
+// backend of the client's transaction instead, the read would follow a
+// statement of one shard, which the proxy refuses. It reports false,
+// and the Describe is planned as before, where that does not hold.
+func (p pipePlanner) describeApart(vs *vstmt) bool {
+	pl, s := p.planner, p.planner.s
+	if pl.held || pl.onBackend || !(pl.sim.tx == txIdle || pl.sim.tx == txDeferred && !s.readers.any()) || pl.simple || !pl.pipeline || pl.fan != nil ||
+		s.own != nil || pl.sim.hint >= 0 || len(s.gen.Pools) < 2 || len(vs.st.Unsharded) > 0 {
+		return false
+	}
+	desc, e := pl.exec().describeApart(s.gen.pickAny(), vs)
+	if e != nil {
+		if !desc.Parsed && pl.pendingParse >= 0 && pl.pendingParse == len(pl.plan.items)-1 && pl.pendingVs == vs {
+			// The client's Parse came just before and failed on the
+			// shard: its error replaces the ParseComplete the proxy
+			// planned, as Postgres answers.
+			it := pl.plan.items[pl.pendingParse]
+			pl.plan.items = pl.plan.items[:pl.pendingParse]
+			pl.plan.lbuf = pl.plan.lbuf[:it.lo]
+			pl.pendingParse = -1
+		}
+		pl.fail(e, nil)
+		return true
+	}
+	lo := len(pl.plan.lbuf)
+	pl.plan.lbuf = append(pl.plan.lbuf, desc.Msgs...)
+	pl.plan.addLocal(lo, nil)
+	return true
+}
+
 // appendParamDesc appends a ParameterDescription for a statement the proxy
 // answers itself (utility statements take no parameters).
 func appendParamDesc(dst []byte, vs *vstmt) []byte {
@@ -607,6 +657,14 @@ func appendParamDesc(dst []byte, vs *vstmt) []byte {
 // the messages in between and after it have the shape fanlead.go runs
 // (leadShape): the settings run on every shard, ahead of the read.
 func (p pipePlanner) lookahead(idx int, lead bool) int {
+	ahead, _ := p.lookaheadStmt(idx, lead)
+	return ahead
+}
+
+// lookaheadStmt is lookahead, with the statement it found when that
+// statement has no shard of its own (aheadAny): next's route says whether
+// it reads every shard.
+func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next *nextStmt) {
 	s := p.planner.s
 	var pv pgwire.ParseView
 	var bv pgwire.BindView
@@ -618,15 +676,15 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 	for i, m := range s.grp[idx+1:] {
 		switch m.typ {
 		case 'S':
-			return -1
+			return -1, nil
 		case 'P':
 			if pv.Decode(m.raw) != nil {
-				return -1
+				return -1, nil
 			}
 			lead = lead && ls.parse(&pv)
 			a, err := s.gen.Config.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
-				return -1
+				return -1, nil
 			}
 			if parsed == nil {
 				parsed = map[string]*vstmt{}
@@ -639,14 +697,14 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 			continue
 		}
 		if bv.Decode(m.raw) != nil {
-			return -1
+			return -1, nil
 		}
 		vs := parsed[string(bv.Stmt)]
 		if vs == nil {
 			vs = p.planner.book.lookup(bv.Stmt)
 		}
 		if vs == nil {
-			return -1
+			return -1, nil
 		}
 		if setsOnlyLocal(vs.st) {
 			// Inside a transaction block SET LOCAL is kept by the proxy
@@ -655,11 +713,11 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 			continue
 		}
 		if p.planner.isLocal(vs.st) {
-			return -1
+			return -1, nil
 		}
 		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
 		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
-			return aheadFan
+			return aheadFan, nil
 		}
 		switch {
 		case d.Kind == route.DestShard:
@@ -668,14 +726,27 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 			// default shard runs it (as target decides).
 			d.Shard = s.gen.DefaultShard
 		default:
-			return aheadAny
+			return aheadAny, &nextStmt{vs: vs, dest: d}
 		}
 		if p.planner.sim.hint >= 0 {
-			return p.planner.sim.hint
+			return p.planner.sim.hint, nil
 		}
-		return d.Shard
+		return d.Shard, nil
 	}
-	return -1
+	return -1, nil
+}
+
+// nextStmt is a statement lookaheadStmt found ahead in the pipeline, and
+// its route.
+type nextStmt struct {
+	vs   *vstmt
+	dest route.Dest
+}
+
+// readsEveryShard: the statement is a read the proxy merges from every
+// shard.
+func (n *nextStmt) readsEveryShard() bool {
+	return n != nil && n.dest.Kind == route.DestAll && n.dest.Merge != nil && n.vs.st.Select
 }
 
 func (p pipePlanner) execute(raw []byte) {

@@ -106,7 +106,11 @@ func txnControl(k route.Kind) bool {
 //     statement needs its backend: the rest of the pipeline is planned
 //     for the connection acquired (below);
 //   - a read of every shard in the middle of a transaction block's
-//     pipeline (runPipeline runs it, then plans the rest afresh).
+//     pipeline (runPipeline runs it, then plans the rest afresh);
+//   - a Describe of a statement ahead of a read of every shard, before
+//     its transaction ran anything on a shard (pipePlanner.describeApart:
+//     one shard describes it in a transaction of its own, and the
+//     answer is planned as the proxy's).
 //
 // What planning reads of the acquired backend there, so that it cannot
 // be planned before the acquisition: (1) outside the step's one Bind
