@@ -42,7 +42,9 @@
 //	                 reported parameters (ParameterStatus)
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
-//	                 (pipePlanner); both over the shared planner state
+//	                 (pipePlanner); both over the shared planner state;
+//	                 pipecut.go: a pipeline of reads of several shards
+//	                 cut into implicit transactions of one shard each
 //	  plan.go        planner: route.Statement → the plan value (planned.go:
 //	                 the items, the local answers and the bytes of one
 //	                 backend write, which the exchange runs) and the

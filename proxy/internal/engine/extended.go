@@ -113,7 +113,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				p.planner.fail(e, nil)
 				continue
 			}
-			if !f.inTxn || !f.executed {
+			if !f.executed || !f.inTxn && !cutAfterFan(f) {
 				// Outside a transaction block a fan-out is its pipeline's
 				// implicit transaction: it must be alone in it.
 				p.planner.fan = nil
@@ -124,7 +124,8 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			}
 			// Inside a transaction block the pipeline goes on after the
 			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
-			// now, the rest is planned afresh.
+			// now, the rest is planned afresh. Outside one, a plain read
+			// ends a part of the pipeline of its own (pipecut.go).
 			f.continues = true
 			if err := newFanExec(p.planner).run(); err != nil {
 				return err
@@ -141,6 +142,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			p = pipePlanner{s.newPlanner(ctx)}
 			p.planner.pipeline = true
 			p.planner.cur = i
+			p.planner.fresh = p.planner.fresh && f.inTxn // no fence retry after a part ran
 		}
 		if p.planner.failed && m.typ != 'S' && m.typ != 'H' {
 			continue
@@ -150,6 +152,16 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			p.parse(m.raw)
 		case 'B':
 			p.bind(m.raw, i)
+			if p.planner.cut {
+				if done, err := s.runCut(p, term); done || err != nil {
+					return err
+				}
+				p = pipePlanner{s.newPlanner(ctx)}
+				p.planner.pipeline = true
+				p.planner.cur = i
+				p.planner.fresh = false // a fence refusal is not retried: the part before ran
+				p.bind(m.raw, i)
+			}
 		case 'D':
 			p.describe(m.raw, i)
 		case 'E':
@@ -375,6 +387,10 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		pi.replay, pi.setting = replay, replay != ""
 	}
 	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
+	if p.cutBefore(a, d) {
+		p.planner.cut = true // runPipeline runs what came before, then plans this Bind again
+		return
+	}
 	rp := p.planner.target(a, d)
 	if rp.err != nil {
 		p.planner.fail(rp.err, nil)
@@ -445,6 +461,7 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	p.planner.notePinOp(a)
 	p.planner.copyIn = p.planner.copyIn || a.Copy
 	p.planner.setAhead = p.planner.setAhead || setsOnlyLocal(a)
+	p.planner.notRead = p.planner.notRead || !plainRead(a) || pi.setting || pi.replay != ""
 	p.planner.plan.portals = append(p.planner.plan.portals, pi)
 	if p.cachedBind(vs) {
 		return // written by the executor against the connection it takes

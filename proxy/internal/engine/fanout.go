@@ -635,7 +635,9 @@ func (x *fanExec) fanEnd() {
 				st.bc.Pool.Release(st.bc)
 			}
 		}
-		x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
+		if !f.continues {
+			x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
+		}
 		return
 	}
 	if !f.continues {

@@ -222,6 +222,11 @@ type planner struct {
 	// setAhead: a statement that only sets transaction-local state went
 	// to the backend in this pipeline's implicit transaction.
 	setAhead bool
+	// notRead: a statement sent to the backend in this pipeline is not a
+	// plain read, so the pipeline is never cut after it; cut: planning
+	// stopped before the message being planned, which runPipeline plans
+	// again after running what came before (pipecut.go).
+	notRead, cut bool
 	// fence is the key that routed the statement being targeted (key "":
 	// none); ensureBackend asserts it when it opens the transaction
 	// (fence.go). noFence: the query string manages its own transaction.

@@ -80,8 +80,11 @@ func (x *fanExec) runTwoStage() error {
 	}
 	if fail != nil {
 		x.cc.out = append(x.cc.out, fail...)
+		f.failed = true
 	}
-	x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
+	if !f.continues {
+		x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
+	}
 	return nil
 }
 
