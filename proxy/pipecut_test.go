@@ -20,8 +20,10 @@ import (
 // and unnamed statements, a read of every shard among them, an error in
 // the middle (the rest skipped up to the Sync) — through PgBouncer with
 // and without a session setting, directly, and with the fence on (the
-// internal/engine/pipecut.go cut). A write after reads of another shard
-// is still refused, and so are reads in a transaction block.
+// internal/engine/pipecut.go cut); in a transaction block too, with a
+// write of one shard among them. A write after reads of another shard
+// outside a block is still refused, and so are writes of two shards and
+// reads of two shards under REPEATABLE READ.
 func TestPipelineReadsSeveralShards(t *testing.T) {
 	for i, tc := range []struct {
 		name string
@@ -75,6 +77,14 @@ func TestPipelineReadsSeveralShards(t *testing.T) {
 				{"an error in the middle", append(append(append(reads("", keys[:1]), failing...), reads("", keys[2:])...), sync)},
 				{"a failing read of every shard, then keyed reads", append(append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1 / (aid - aid) FROM accounts WHERE aid BETWEEN $1 AND $2"},
 					&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)}}, &pgproto3.Execute{}}, reads("", keys[1:3])...), sync)},
+				{"begin", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}},
+				{"in a transaction block", append(append(reads("", keys), all...), sync)},
+				{"a write, then reads of other shards", append(append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "UPDATE accounts SET note = note WHERE aid = $1"},
+					&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, keys[0])}}, &pgproto3.Execute{}}, reads("", keys[1:])...), sync)},
+				{"an error in the middle of the block", append(append(append(reads("", keys[:1]), failing...), reads("", keys[2:])...), sync)},
+				{"rollback", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}},
+				{"begin and the reads in one pipeline", append(append([]pgproto3.FrontendMessage{&pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Execute{}},
+					reads("", keys)...), &pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Execute{}, sync)},
 				{"two pipelines", append(append(reads("", keys[:2]), sync), append(reads("", keys[2:]), sync)...)},
 			}
 			for _, c := range cases {
@@ -90,7 +100,10 @@ func TestPipelineReadsSeveralShards(t *testing.T) {
 			}{
 				{"a write after a read of another shard", append(append(reads("", keys[:1]), &pgproto3.Parse{Query: "UPDATE accounts SET note = note WHERE aid = $1"},
 					&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, keys[1])}}, &pgproto3.Execute{}), sync)},
-				{"reads of two shards in a transaction block", append(append([]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, reads("", keys[:2])...), sync, &pgproto3.Query{String: "ROLLBACK"})},
+				{"reads of two shards in a REPEATABLE READ block", append(append([]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN ISOLATION LEVEL REPEATABLE READ"}}, reads("", keys[:2])...), sync, &pgproto3.Query{String: "ROLLBACK"})},
+				{"writes of two shards in a transaction block", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+					&pgproto3.Parse{Query: "UPDATE accounts SET note = note WHERE aid = $1"}, &pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, keys[0])}}, &pgproto3.Execute{},
+					&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, keys[1])}}, &pgproto3.Execute{}, sync, &pgproto3.Query{String: "ROLLBACK"}}},
 			}
 			for _, c := range refused {
 				got := replies(t, px, c.msgs)

@@ -17,9 +17,13 @@ import (
 // reads committed data of its own moment under READ COMMITTED, as in one
 // database. An error in the first part ends the pipeline as Postgres
 // would: the rest is skipped up to its Sync. Writes, transaction-local
-// settings, named portals (which the first part's end would close) and
-// transaction blocks are never cut: a second shard there is refused as
-// before (a transaction writes one shard).
+// settings and named portals (which the first part's end would close)
+// are never cut: a second shard there is refused as before (a
+// transaction writes one shard). Inside a transaction block (READ
+// COMMITTED, no pgshard hint) the part so far runs up to a Flush the
+// client does not see, and the read of another shard goes to its
+// reader, as it would at the start of a pipeline: a transaction reads
+// many shards and writes one.
 //
 //	runPipeline ─ bind ─ cutBefore? ─ yes ─▶ planner.cut
 //	     │                                       │
@@ -30,9 +34,24 @@ import (
 // route d (see above).
 func (p pipePlanner) cutBefore(a *route.Statement, d route.Dest) bool {
 	pl, s := p.planner, p.planner.s
-	if !pl.pipeline || pl.simple || !pl.onBackend || pl.held || pl.explicit || pl.sim.tx != txIdle ||
-		pl.failed || pl.notRead || pl.setAhead || pl.copyIn || pl.fan != nil || len(pl.leads) > 0 ||
-		pl.swapMain || pl.sim.hint >= 0 || s.own != nil || s.readers.any() || !plainRead(a) {
+	if !pl.pipeline || pl.simple || !pl.onBackend || pl.failed || pl.copyIn || pl.fan != nil || len(pl.leads) > 0 ||
+		pl.swapMain || pl.sim.hint >= 0 || s.own != nil || !plainRead(a) {
+		return false
+	}
+	switch {
+	case pl.explicit && pl.sim.tx == txBound:
+		// In a transaction block: the part so far runs up to a Flush,
+		// and the read goes to its shard's reader as at the start of a
+		// pipeline (router.inTxn), unless the isolation level or a hint
+		// keeps the transaction on one shard.
+		if s.txn.hintBound || s.txn.bstatus == 'E' || strictIsolation(pl.sim.deferred) {
+			return false
+		}
+	case !pl.held && !pl.explicit && pl.sim.tx == txIdle:
+		if pl.notRead || pl.setAhead || s.readers.any() {
+			return false
+		}
+	default:
 		return false
 	}
 	for _, pi := range pl.plan.portals {
@@ -80,6 +99,24 @@ func (s *Session) runCut(p pipePlanner, term byte) (done bool, err error) {
 	}
 	if pl.protoErr != nil {
 		return true, pl.protoErr
+	}
+	if pl.explicit {
+		// The transaction goes on: the part runs up to a Flush the
+		// client does not see, as a Flush-terminated pipeline.
+		p.flushMsg(nil)
+		if err := s.finish(pl, 'H'); err != nil {
+			return true, err
+		}
+		if !s.txn.skipUntilSync {
+			return false, nil
+		}
+		if term == 'S' { // the part failed: the rest is skipped up to the Sync
+			s.txn.skipUntilSync = false
+			if !s.pinFatal {
+				s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
+			}
+		}
+		return true, nil
 	}
 	pl.plan.bw = pgwire.AppendEmpty(pl.plan.bw, 'S')
 	pl.plan.items = append(pl.plan.items, item{kind: itSync})
