@@ -182,11 +182,50 @@ func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settin
 	return pool, pre, bc, shard, nil
 }
 
-// describeApart describes statement vs on shard in a transaction of its
-// own, on a connection taken for it and given back (the planner's
-// describeApart says when): the shard's description, or the error the
-// client gets — the shard's own, or the failure to reach it.
-func (p backendExec) describeApart(shard int, vs *vstmt) (backend.Described, *pgwire.Error) {
+// describeApart answers a Describe of statement vs that comes before
+// anything of its transaction ran on a shard — an implicit transaction's
+// first message for a backend, or a transaction block still deferred
+// (only BEGIN, SET LOCAL, ... so far) — when the pipeline's next
+// statement reads every shard (Parse, Describe, Bind, Execute, Sync in
+// one pipeline: JDBC for a statement with parameters of unknown type,
+// the postgres.js driver's cursors): one shard describes it in a
+// transaction of its own that repeats what the client's has set (the
+// session's settings, the deferred BEGIN and SET LOCALs) and is rolled
+// back, and the description is the proxy's answer. Described on a
+// backend of the client's transaction instead, the read would follow a
+// statement of one shard, which the proxy refuses. It reports false,
+// and the Describe is planned as before, where that does not hold.
+func (p backendExec) describeApart(vs *vstmt) bool {
+	pl, s := p.planner, p.planner.s
+	if pl.held || pl.onBackend || !(pl.sim.tx == txIdle || pl.sim.tx == txDeferred && !s.readers.any()) || pl.simple || !pl.pipeline || pl.fan != nil ||
+		s.own != nil || pl.sim.hint >= 0 || len(s.gen.Pools) < 2 || len(vs.st.Unsharded) > 0 {
+		return false
+	}
+	desc, e := p.describeOn(s.gen.pickAny(), vs)
+	if e != nil {
+		if !desc.Parsed && pl.pendingParse >= 0 && pl.pendingParse == len(pl.plan.items)-1 && pl.pendingVs == vs {
+			// The client's Parse came just before and failed on the
+			// shard: its error replaces the ParseComplete the proxy
+			// planned, as Postgres answers.
+			it := pl.plan.items[pl.pendingParse]
+			pl.plan.items = pl.plan.items[:pl.pendingParse]
+			pl.plan.lbuf = pl.plan.lbuf[:it.lo]
+			pl.pendingParse = -1
+		}
+		pl.fail(e, nil)
+		return true
+	}
+	lo := len(pl.plan.lbuf)
+	pl.plan.lbuf = append(pl.plan.lbuf, desc.Msgs...)
+	pl.plan.addLocal(lo, nil)
+	return true
+}
+
+// describeOn describes statement vs on shard in a transaction of its
+// own, on a connection taken for it and given back (describeApart): the
+// shard's description, or the error the client gets — the shard's own,
+// or the failure to reach it.
+func (p backendExec) describeOn(shard int, vs *vstmt) (backend.Described, *pgwire.Error) {
 	s := p.planner.s
 	pool := s.gen.Pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)

@@ -43,8 +43,9 @@
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
 //	                 (pipePlanner); both over the shared planner state;
-//	                 pipecut.go: a pipeline of reads of several shards
-//	                 cut into implicit transactions of one shard each
+//	                 pipecut.go: pipeParts, a pipeline run in parts (reads
+//	                 of several shards, a read of every shard with more
+//	                 after it), each part on one shard
 //	  plan.go        planner: route.Statement → the plan value (planned.go:
 //	                 the items, the local answers and the bytes of one
 //	                 backend write, which the exchange runs) and the

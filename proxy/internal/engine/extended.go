@@ -45,32 +45,6 @@ func (p pipePlanner) portal(name []byte) *portalInfo {
 	return nil
 }
 
-// fanRowLimit is the refusal of an Execute with a row limit (JDBC's
-// fetch size, node-postgres's cursors), or of a Flush before the
-// Execute, of a read of every shard: the
-// merge runs to its end in one exchange and cannot stop at the limit and
-// go on at the client's next Execute (which would need a portal held open
-// on every shard between the client's messages). Nil when m is not one.
-func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
-	if m.typ == 'H' && !f.executed {
-		// A Flush between the Bind and its Execute: a cursor's way
-		// (node-postgres's pg-cursor), which then fetches in parts.
-		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "a read of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does): its rows are merged from every shard in one pass",
-			Hint:    "Fetch it whole (Bind, Execute and Sync together, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
-	}
-	if m.typ != 'E' {
-		return nil
-	}
-	portal, maxRows, err := pgwire.DecodeExecute(m.raw)
-	if err != nil || maxRows == 0 || string(portal) != f.portal || f.executed {
-		return nil
-	}
-	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-		Message: fmt.Sprintf("a read of every shard cannot be fetched in parts (Execute with a row limit of %d): its rows are merged from every shard in one pass", maxRows),
-		Hint:    "Fetch it whole (a fetch size of 0, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
-}
-
 // runPipeline plans and runs the buffered extended-protocol messages (the
 // last one is Sync or Flush).
 func (s *Session) runPipeline(ctx context.Context) error {
@@ -95,8 +69,8 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		}
 		return nil
 	}
-	p := pipePlanner{s.newPlanner(ctx)}
-	p.planner.pipeline = true
+	parts := pipeParts{s, term}
+	p := parts.next(ctx, 0)
 	for i := range s.grp {
 		m := s.grp[i]
 		p.planner.cur = i
@@ -107,42 +81,19 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			if p.fanAccepts(m) {
 				continue
 			}
-			f := p.planner.fan
-			if e := fanRowLimit(f, m); e != nil {
+			if e := fanStop(p.planner.fan, m); e != nil {
 				p.planner.fan = nil
 				p.planner.fail(e, nil)
 				continue
 			}
-			if !f.executed || !f.inTxn && !cutAfterFan(f) {
-				// Outside a transaction block a fan-out is its pipeline's
-				// implicit transaction: it must be alone in it.
-				p.planner.fan = nil
-				p.planner.fail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync) outside a transaction block",
-					Hint:    "Send a Sync after it, or add a key."}, nil)
-				continue
-			}
-			// Inside a transaction block the pipeline goes on after the
-			// read (BEGIN; SELECT ...; COMMIT in one batch): the read runs
-			// now, the rest is planned afresh. Outside one, a plain read
-			// ends a part of the pipeline of its own (pipecut.go).
-			f.continues = true
-			if err := newFanExec(p.planner).run(); err != nil {
+			// The pipeline goes on after the read (pipecut.go): the read
+			// runs now, the rest is planned afresh.
+			inTxn := p.planner.fan.inTxn
+			if done, err := parts.runFan(p.planner); done || err != nil {
 				return err
 			}
-			if f.failed {
-				// Postgres skips the rest of the pipeline up to its Sync.
-				if term == 'S' {
-					s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
-				} else {
-					s.txn.skipUntilSync = true
-				}
-				return nil
-			}
-			p = pipePlanner{s.newPlanner(ctx)}
-			p.planner.pipeline = true
-			p.planner.cur = i
-			p.planner.fresh = p.planner.fresh && f.inTxn // no fence retry after a part ran
+			p = parts.next(ctx, i)
+			p.planner.fresh = p.planner.fresh && inTxn // no fence retry after a part ran
 		}
 		if p.planner.failed && m.typ != 'S' && m.typ != 'H' {
 			continue
@@ -153,12 +104,10 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		case 'B':
 			p.bind(m.raw, i)
 			if p.planner.cut {
-				if done, err := s.runCut(p, term); done || err != nil {
+				if done, err := parts.runCut(p); done || err != nil {
 					return err
 				}
-				p = pipePlanner{s.newPlanner(ctx)}
-				p.planner.pipeline = true
-				p.planner.cur = i
+				p = parts.next(ctx, i)
 				p.planner.fresh = false // a fence refusal is not retried: the part before ran
 				p.bind(m.raw, i)
 			}
@@ -387,7 +336,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		pi.replay, pi.setting = replay, replay != ""
 	}
 	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
-	if p.cutBefore(a, d) {
+	if cutBefore(p.planner, a, d) {
 		p.planner.cut = true // runPipeline runs what came before, then plans this Bind again
 		return
 	}
@@ -557,7 +506,7 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			if !p.planner.held {
 				ahead, next = p.lookaheadStmt(idx, false)
 			}
-			if next.readsEveryShard() && p.describeApart(vs) {
+			if next.readsEveryShard() && p.planner.exec().describeApart(vs) {
 				return
 			}
 			unsharded := func() bool {
@@ -603,45 +552,6 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 	default:
 		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("portal %q does not exist", name)), nil)
 	}
-}
-
-// describeApart answers a Describe of statement vs that comes before
-// anything of its transaction ran on a shard — an implicit transaction's
-// first message for a backend, or a transaction block still deferred
-// (only BEGIN, SET LOCAL, ... so far) — when the pipeline's next
-// statement reads every shard (Parse, Describe, Bind, Execute, Sync in
-// one pipeline: JDBC for a statement with parameters of unknown type,
-// the postgres.js driver's cursors): one shard describes it in a
-// transaction of its own that repeats what the client's has set (the
-// session's settings, the deferred BEGIN and SET LOCALs) and is rolled
-// back, and the description is the proxy's answer. Described on a
-// backend of the client's transaction instead, the read would follow a
-// statement of one shard, which the proxy refuses. It reports false,
-// and the Describe is planned as before, where that does not hold.
-func (p pipePlanner) describeApart(vs *vstmt) bool {
-	pl, s := p.planner, p.planner.s
-	if pl.held || pl.onBackend || !(pl.sim.tx == txIdle || pl.sim.tx == txDeferred && !s.readers.any()) || pl.simple || !pl.pipeline || pl.fan != nil ||
-		s.own != nil || pl.sim.hint >= 0 || len(s.gen.Pools) < 2 || len(vs.st.Unsharded) > 0 {
-		return false
-	}
-	desc, e := pl.exec().describeApart(s.gen.pickAny(), vs)
-	if e != nil {
-		if !desc.Parsed && pl.pendingParse >= 0 && pl.pendingParse == len(pl.plan.items)-1 && pl.pendingVs == vs {
-			// The client's Parse came just before and failed on the
-			// shard: its error replaces the ParseComplete the proxy
-			// planned, as Postgres answers.
-			it := pl.plan.items[pl.pendingParse]
-			pl.plan.items = pl.plan.items[:pl.pendingParse]
-			pl.plan.lbuf = pl.plan.lbuf[:it.lo]
-			pl.pendingParse = -1
-		}
-		pl.fail(e, nil)
-		return true
-	}
-	lo := len(pl.plan.lbuf)
-	pl.plan.lbuf = append(pl.plan.lbuf, desc.Msgs...)
-	pl.plan.addLocal(lo, nil)
-	return true
 }
 
 // appendParamDesc appends a ParameterDescription for a statement the proxy

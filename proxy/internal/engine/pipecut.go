@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -27,13 +30,17 @@ import (
 //
 //	runPipeline ─ bind ─ cutBefore? ─ yes ─▶ planner.cut
 //	     │                                       │
-//	     ◀── plan the Bind again, afresh ◀── runCut: the part so far,
-//	                                          its own implicit transaction
+//	     ◀── parts.next: the Bind again ◀── pipeParts.runCut: the part so
+//	     │   on a fresh planner              far (its own implicit
+//	     │                                   transaction, or up to a Flush)
+//	     └─ fan-out planned, more follows ─▶ fanStop? refused
+//	                                         pipeParts.runFan: the read,
+//	                                         then parts.next for the rest
 
-// cutBefore reports whether the pipeline is cut before statement a of
+// cutBefore reports whether pl's pipeline is cut before statement a of
 // route d (see above).
-func (p pipePlanner) cutBefore(a *route.Statement, d route.Dest) bool {
-	pl, s := p.planner, p.planner.s
+func cutBefore(pl *planner, a *route.Statement, d route.Dest) bool {
+	s := pl.s
 	if !pl.pipeline || pl.simple || !pl.onBackend || pl.failed || pl.copyIn || pl.fan != nil || len(pl.leads) > 0 ||
 		pl.swapMain || pl.sim.hint >= 0 || s.own != nil || !plainRead(a) {
 		return false
@@ -82,14 +89,21 @@ func plainRead(a *route.Statement) bool {
 	return a.Select && a.ReadOnly && a.Settings == nil && !a.Copy
 }
 
+// pipeParts runs a pipeline in parts (see above): the session, and the
+// pipeline's last message (Sync or Flush).
+type pipeParts struct {
+	s    *Session
+	term byte
+}
+
 // runCut runs the part of the pipeline planned before the cut
 // (p.planner.cut) as an implicit transaction of its own and gives its
 // backend back. done says the pipeline ended there (the part failed: the
 // rest is skipped up to the Sync, whose ReadyForQuery is written; or the
 // backend's acquisition failed, and the whole pipeline was answered as
 // failed); else the caller plans the rest afresh.
-func (s *Session) runCut(p pipePlanner, term byte) (done bool, err error) {
-	pl := p.planner
+func (r pipeParts) runCut(p pipePlanner) (done bool, err error) {
+	s, term, pl := r.s, r.term, p.planner
 	pl.cut = false
 	if pl.plan.acquire.on {
 		p.takeAcquire()
@@ -110,12 +124,8 @@ func (s *Session) runCut(p pipePlanner, term byte) (done bool, err error) {
 		if !s.txn.skipUntilSync {
 			return false, nil
 		}
-		if term == 'S' { // the part failed: the rest is skipped up to the Sync
-			s.txn.skipUntilSync = false
-			if !s.pinFatal {
-				s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
-			}
-		}
+		s.txn.skipUntilSync = false // the part failed: the rest is skipped
+		r.skipRest()
 		return true, nil
 	}
 	pl.plan.bw = pgwire.AppendEmpty(pl.plan.bw, 'S')
@@ -135,15 +145,86 @@ func (s *Session) runCut(p pipePlanner, term byte) (done bool, err error) {
 		s.afterReady(pl, res.status)
 	}
 	if res.lost || res.errored || pl.failed || res.status != 'I' {
-		// Postgres skips the rest of the pipeline up to its Sync.
-		if term == 'S' {
-			if !s.pinFatal {
-				s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
-			}
-		} else {
-			s.txn.skipUntilSync = true
-		}
+		r.skipRest()
 		return true, nil
 	}
 	return false, nil
+}
+
+// next is the planner of the pipeline from its message i: the whole
+// of it (i = 0), or its rest after a part of it ran.
+func (r pipeParts) next(ctx context.Context, i int) pipePlanner {
+	p := pipePlanner{r.s.newPlanner(ctx)}
+	p.planner.pipeline, p.planner.cur = true, i
+	return p
+}
+
+// skipRest answers the rest of a pipeline after a part of it that ran
+// failed: Postgres skips it up to its Sync.
+func (r pipeParts) skipRest() {
+	s := r.s
+	if r.term == 'S' {
+		s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
+	} else {
+		s.txn.skipUntilSync = true
+	}
+}
+
+// fanStop is the refusal of message m after the read of every shard f,
+// nil when the pipeline goes on past it (a part of its own outside a
+// transaction block: cutAfterFan; inside one, BEGIN; SELECT ...; COMMIT
+// in one batch).
+func fanStop(f *fanPlan, m cmsg) *pgwire.Error {
+	if e := fanRowLimit(f, m); e != nil {
+		return e
+	}
+	if !f.executed || !f.inTxn && !cutAfterFan(f) {
+		// Outside a transaction block a fan-out that is not a plain
+		// read is its pipeline's implicit transaction: it must be alone.
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "a statement that runs on every shard must be alone in its pipeline (Parse, Bind, Describe, Execute, Sync) outside a transaction block",
+			Hint:    "Send a Sync after it, or add a key."}
+	}
+	return nil
+}
+
+// runFan runs the read of every shard pl planned as a part of its
+// pipeline; done says the pipeline ended there (the read failed).
+func (r pipeParts) runFan(pl *planner) (done bool, err error) {
+	f := pl.fan
+	f.continues = true
+	if err := newFanExec(pl).run(); err != nil {
+		return true, err
+	}
+	if f.failed {
+		r.skipRest()
+		return true, nil
+	}
+	return false, nil
+}
+
+// fanRowLimit is the refusal of an Execute with a row limit (JDBC's
+// fetch size, node-postgres's cursors), or of a Flush before the
+// Execute, of a read of every shard: the
+// merge runs to its end in one exchange and cannot stop at the limit and
+// go on at the client's next Execute (which would need a portal held open
+// on every shard between the client's messages). Nil when m is not one.
+func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
+	if m.typ == 'H' && !f.executed {
+		// A Flush between the Bind and its Execute: a cursor's way
+		// (node-postgres's pg-cursor), which then fetches in parts.
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "a read of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does): its rows are merged from every shard in one pass",
+			Hint:    "Fetch it whole (Bind, Execute and Sync together, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
+	}
+	if m.typ != 'E' {
+		return nil
+	}
+	portal, maxRows, err := pgwire.DecodeExecute(m.raw)
+	if err != nil || maxRows == 0 || string(portal) != f.portal || f.executed {
+		return nil
+	}
+	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: fmt.Sprintf("a read of every shard cannot be fetched in parts (Execute with a row limit of %d): its rows are merged from every shard in one pass", maxRows),
+		Hint:    "Fetch it whole (a fetch size of 0, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
 }
