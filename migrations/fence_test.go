@@ -295,19 +295,8 @@ func TestFenceRepeatableReadSeesFlip(t *testing.T) {
 	dsn := m.Shards[0].DSN
 	key := keyOn(t, m, m.Shards[0].Name)
 	a, b := connect(t, dsn), connect(t, dsn)
-	tx, err := a.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM executions LIMIT 1`); err != nil { // takes the snapshot
-		t.Fatal(err)
-	}
-	if _, err := b.Exec(ctx, `UPDATE pgshard_fence SET state = 'moved', owner = 'shard9', epoch = epoch + 1
-		WHERE lo <= pgshard_bucket($1::text) AND pgshard_bucket($1::text) <= hi`, key); err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `SELECT pgshard_fence_assert($1)`, key)
+	tx := snapshotThenFlip(t, a, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, key)
+	_, err := tx.Exec(ctx, `SELECT pgshard_fence_assert($1)`, key)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != migrations.FenceSQLState) {
 		t.Fatalf("a repeatable-read writer after a flip: %v, want 40001 or %s", err, migrations.FenceSQLState)
@@ -355,18 +344,7 @@ func TestFenceReadOnlySnapshot(t *testing.T) {
 	}
 
 	// A snapshot from before a flip reads the range as it was.
-	tx, err := a.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM executions LIMIT 1`); err != nil { // takes the snapshot
-		t.Fatal(err)
-	}
-	if _, err := b.Exec(ctx, `UPDATE pgshard_fence SET state = 'moved', owner = 'shard9', epoch = epoch + 1
-		WHERE lo <= pgshard_bucket($1::text) AND pgshard_bucket($1::text) <= hi`, mine); err != nil {
-		t.Fatal(err)
-	}
+	tx := snapshotThenFlip(t, a, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, mine)
 	if _, err := b.Exec(ctx, `DELETE FROM executions WHERE id = $1`, mine); err != nil { // the mover's clean-up
 		t.Fatal(err)
 	}
@@ -390,6 +368,27 @@ func TestFenceReadOnlySnapshot(t *testing.T) {
 		fenceErr(t, err)
 		_ = tx.Rollback(ctx)
 	}
+}
+
+// snapshotThenFlip begins a transaction of opts on a, takes its snapshot,
+// then flips the range of key away from the shard (moved to "shard9",
+// the next epoch) on b; the transaction is rolled back at the test's end.
+func snapshotThenFlip(t *testing.T, a, b *pgx.Conn, opts pgx.TxOptions, key string) pgx.Tx {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := a.BeginTx(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM executions LIMIT 1`); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, `UPDATE pgshard_fence SET state = 'moved', owner = 'shard9', epoch = epoch + 1
+		WHERE lo <= pgshard_bucket($1::text) AND pgshard_bucket($1::text) <= hi`, key); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // waitFor polls cond until it holds, bounded by a generous deadline.

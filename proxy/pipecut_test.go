@@ -25,28 +25,9 @@ import (
 // outside a block is still refused, and so are writes of two shards and
 // reads of two shards under REPEATABLE READ.
 func TestPipelineReadsSeveralShards(t *testing.T) {
-	for i, tc := range []struct {
-		name string
-		opts []envOpt
-		set  string
-	}{
-		{"pgbouncer", nil, ""},
-		{"pgbouncer with a setting", nil, "SET work_mem = '7MB'"},
-		{"direct", []envOpt{direct()}, ""},
-		{"fence on", []envOpt{fenceMode(proxy.FenceOn)}, ""},
-	} {
+	for i, tc := range append(slices.Clone(wireSetups), wireSetup{"fence on", []envOpt{fenceMode(proxy.FenceOn)}, ""}) {
 		t.Run(tc.name, func(t *testing.T) {
-			e := startProxy(t, tc.opts...)
-			env := newSettingsEnv(t, e, 9_500_000+int64(i)*10_000)
-			px := dialRaw(t, e.addr)
-			px.startup(e.db.name)
-			ref := dialRaw(t, env.refAddr)
-			ref.startup(env.refDB)
-			if tc.set != "" {
-				for _, c := range []*rawClient{px, ref} {
-					replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: tc.set}})
-				}
-			}
+			e, env, px, ref := startWirePair(t, tc, 9_500_000+int64(i)*10_000)
 			var keys []int64
 			for s := range e.db.m.Shards {
 				keys = append(keys, e.db.keysOn(s, 1, env.lo)[0])
@@ -66,10 +47,7 @@ func TestPipelineReadsSeveralShards(t *testing.T) {
 				&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)}}, &pgproto3.Execute{}}
 			failing := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1 / (aid - aid) FROM accounts WHERE aid = $1"},
 				&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, keys[1])}}, &pgproto3.Execute{}}
-			cases := []struct {
-				name string
-				msgs []pgproto3.FrontendMessage
-			}{
+			cases := []wireCase{
 				{"unnamed reads of every shard in turn", append(reads("", keys), sync)},
 				{"named", append(reads("cut_read", keys), sync)},
 				{"a read of every shard among them", append(append(reads("", keys[:2]), all...), sync)},
@@ -87,17 +65,8 @@ func TestPipelineReadsSeveralShards(t *testing.T) {
 					reads("", keys)...), &pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Execute{}, sync)},
 				{"two pipelines", append(append(reads("", keys[:2]), sync), append(reads("", keys[2:]), sync)...)},
 			}
-			for _, c := range cases {
-				want := replies(t, ref, c.msgs)
-				got := replies(t, px, c.msgs)
-				if !slices.Equal(got, want) {
-					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
-				}
-			}
-			refused := []struct {
-				name string
-				msgs []pgproto3.FrontendMessage
-			}{
+			expectSameReplies(t, px, ref, cases)
+			refused := []wireCase{
 				{"a write after a read of another shard", append(append(reads("", keys[:1]), &pgproto3.Parse{Query: "UPDATE accounts SET note = note WHERE aid = $1"},
 					&pgproto3.Bind{Parameters: [][]byte{fmt.Append(nil, keys[1])}}, &pgproto3.Execute{}), sync)},
 				{"reads of two shards in a REPEATABLE READ block", append(append([]pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN ISOLATION LEVEL REPEATABLE READ"}}, reads("", keys[:2])...), sync, &pgproto3.Query{String: "ROLLBACK"})},

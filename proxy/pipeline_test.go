@@ -339,6 +339,61 @@ func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []stri
 	return out
 }
 
+// wireCase is a named pipeline of messages a wire-exact test sends.
+type wireCase struct {
+	name string
+	msgs []pgproto3.FrontendMessage
+}
+
+// expectSameReplies sends each case to the reference database and to the
+// proxy, and fails on any difference in their replies.
+func expectSameReplies(t *testing.T, px, ref *rawClient, cases []wireCase) {
+	t.Helper()
+	for _, c := range cases {
+		want := replies(t, ref, c.msgs)
+		got := replies(t, px, c.msgs)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+		}
+	}
+}
+
+// wireSetup is a proxy set-up the wire-exact tests run in: its name,
+// its options, and a session setting sent first (to the proxy and to the
+// reference database alike).
+type wireSetup struct {
+	name string
+	opts []envOpt
+	set  string
+}
+
+// wireSetups: through PgBouncer, with and without a client setting
+// (which wraps each shard's part in BEGIN/COMMIT), and directly.
+var wireSetups = []wireSetup{
+	{"pgbouncer", nil, ""},
+	{"pgbouncer with a setting", nil, "SET work_mem = '7MB'"},
+	{"direct", []envOpt{direct()}, ""},
+}
+
+// startWirePair starts ws's proxy over newSettingsEnv's rows (keys from
+// base) and returns it with a raw client of it and one of the reference
+// database, each after ws's setting.
+func startWirePair(t *testing.T, ws wireSetup, base int64) (*proxyEnv, *settingsEnv, *rawClient, *rawClient) {
+	t.Helper()
+	e := startProxy(t, ws.opts...)
+	env := newSettingsEnv(t, e, base)
+	px := dialRaw(t, e.addr)
+	px.startup(e.db.name)
+	ref := dialRaw(t, env.refAddr)
+	ref.startup(env.refDB)
+	if ws.set != "" {
+		for _, c := range []*rawClient{px, ref} {
+			replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: ws.set}})
+		}
+	}
+	return e, env, px, ref
+}
+
 // TestSettingsAheadOfFanoutWire: settings ahead of a read of every shard
 // in one implicit transaction get exactly the replies one Postgres sends
 // — every message, in order — in the extended protocol (the store's
@@ -348,36 +403,15 @@ func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []stri
 // after it. Through PgBouncer (with and without a client setting, which
 // wraps each shard's part in BEGIN/COMMIT) and directly.
 func TestSettingsAheadOfFanoutWire(t *testing.T) {
-	for i, tc := range []struct {
-		name string
-		opts []envOpt
-		set  string
-	}{
-		{"pgbouncer", nil, ""},
-		{"pgbouncer with a setting", nil, "SET work_mem = '7MB'"},
-		{"direct", []envOpt{direct()}, ""},
-	} {
+	for i, tc := range wireSetups {
 		t.Run(tc.name, func(t *testing.T) {
-			e := startProxy(t, tc.opts...)
-			env := newSettingsEnv(t, e, 9_100_000+int64(i)*10_000)
-			px := dialRaw(t, e.addr)
-			px.startup(e.db.name)
-			ref := dialRaw(t, env.refAddr)
-			ref.startup(env.refDB)
-			if tc.set != "" {
-				for _, c := range []*rawClient{px, ref} {
-					replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: tc.set}})
-				}
-			}
+			_, env, px, ref := startWirePair(t, tc, 9_100_000+int64(i)*10_000)
 			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
 			read := "SELECT aid, abalance, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
 			readSQL := fmt.Sprintf("SELECT aid, abalance, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)
 			setTimeout := "SELECT set_config('statement_timeout', $1::text, true)"
 			bin := func(b ...[]byte) [][]byte { return b }
-			cases := []struct {
-				name string
-				msgs []pgproto3.FrontendMessage
-			}{
+			cases := []wireCase{
 				{"the store's shape", []pgproto3.FrontendMessage{
 					&pgproto3.Parse{Query: setTimeout}, &pgproto3.Bind{Parameters: bin([]byte("4s"))}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
 					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
@@ -453,20 +487,11 @@ func TestSettingsAheadOfFanoutWire(t *testing.T) {
 				{"afterwards", []pgproto3.FrontendMessage{
 					&pgproto3.Query{String: readSQL}}},
 			}
-			for _, c := range cases {
-				want := replies(t, ref, c.msgs)
-				got := replies(t, px, c.msgs)
-				if !slices.Equal(got, want) {
-					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
-				}
-			}
+			expectSameReplies(t, px, ref, cases)
 			// What is not provably transaction-local state, or not in the
 			// shape pgshard runs, ahead of a read of every shard is refused
 			// as before (one database would answer; pgshard says 0A000).
-			refused := []struct {
-				name string
-				msgs []pgproto3.FrontendMessage
-			}{
+			refused := []wireCase{
 				{"a setting computed by an expression", []pgproto3.FrontendMessage{
 					&pgproto3.Parse{Query: "SELECT set_config('statement_timeout', $1 || 's', true)"}, &pgproto3.Bind{Parameters: bin([]byte("4"))}, &pgproto3.Execute{},
 					&pgproto3.Parse{Query: read}, &pgproto3.Bind{Parameters: bin(lo, hi)}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
@@ -705,27 +730,9 @@ func TestFanoutRowLimitRefused(t *testing.T) {
 // directly. It was refused (0A000): the Describe took a backend of one
 // shard, which the read then followed.
 func TestFanoutDescribeStatementFirst(t *testing.T) {
-	for i, tc := range []struct {
-		name string
-		opts []envOpt
-		set  string
-	}{
-		{"pgbouncer", nil, ""},
-		{"pgbouncer with a setting", nil, "SET work_mem = '7MB'"},
-		{"direct", []envOpt{direct()}, ""},
-	} {
+	for i, tc := range wireSetups {
 		t.Run(tc.name, func(t *testing.T) {
-			e := startProxy(t, tc.opts...)
-			env := newSettingsEnv(t, e, 9_300_000+int64(i)*10_000)
-			px := dialRaw(t, e.addr)
-			px.startup(e.db.name)
-			ref := dialRaw(t, env.refAddr)
-			ref.startup(env.refDB)
-			if tc.set != "" {
-				for _, c := range []*rawClient{px, ref} {
-					replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: tc.set}})
-				}
-			}
+			_, env, px, ref := startWirePair(t, tc, 9_300_000+int64(i)*10_000)
 			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
 			read := "SELECT aid, abalance, current_setting('work_mem') AS wm FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
 			describedRead := func(name string) []pgproto3.FrontendMessage {
@@ -734,10 +741,7 @@ func TestFanoutDescribeStatementFirst(t *testing.T) {
 			}
 			begin := []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}
 			commit := []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}
-			cases := []struct {
-				name string
-				msgs []pgproto3.FrontendMessage
-			}{
+			cases := []wireCase{
 				{"unnamed", describedRead("")},
 				{"named", describedRead("described_read")},
 				{"with a Describe of the portal too", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Describe{ObjectType: 'S'},
@@ -749,13 +753,7 @@ func TestFanoutDescribeStatementFirst(t *testing.T) {
 					&pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Bind{Parameters: [][]byte{lo, hi}}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 				{"afterwards", describedRead("")},
 			}
-			for _, c := range cases {
-				want := replies(t, ref, c.msgs)
-				got := replies(t, px, c.msgs)
-				if !slices.Equal(got, want) {
-					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
-				}
-			}
+			expectSameReplies(t, px, ref, cases)
 			if n := len(replies(t, ref, describedRead(""))); n < 4+env.n {
 				t.Fatalf("the read answers %d messages: the data set is too small to test it", n)
 			}

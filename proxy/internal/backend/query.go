@@ -23,15 +23,21 @@ type SimpleResult struct {
 	Status   byte
 }
 
-// RunSimple sends queries as Query messages in one write and reads every
-// result (the proxy's own queries: probes, ROLLBACK). An error means the
-// connection failed; it is then marked broken.
-func (c *Conn) RunSimple(ctx context.Context, timeout time.Duration, queries ...string) ([]SimpleResult, error) {
+// setDeadline bounds the proxy's own exchange on c by timeout and ctx's
+// deadline, whichever comes first.
+func (c *Conn) setDeadline(ctx context.Context, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	_ = c.NetConn.SetDeadline(deadline)
+}
+
+// RunSimple sends queries as Query messages in one write and reads every
+// result (the proxy's own queries: probes, ROLLBACK). An error means the
+// connection failed; it is then marked broken.
+func (c *Conn) RunSimple(ctx context.Context, timeout time.Duration, queries ...string) ([]SimpleResult, error) {
+	c.setDeadline(ctx, timeout)
 	defer c.NetConn.SetDeadline(time.Time{})
 	var buf []byte
 	for _, q := range queries {
@@ -99,11 +105,7 @@ type Described struct {
 // ROLLBACK ends it. An error means the connection failed; it is then
 // marked broken.
 func (c *Conn) DescribeStmt(ctx context.Context, timeout time.Duration, begin, sql string, oids []uint32) (Described, error) {
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = c.NetConn.SetDeadline(deadline)
+	c.setDeadline(ctx, timeout)
 	defer c.NetConn.SetDeadline(time.Time{})
 	var buf []byte
 	ready := 1

@@ -834,15 +834,9 @@ func (s *Session) finish(p *planner, term byte) error {
 	}
 	release := term == 'H' && p.statementsOnly()
 	if release {
-		// Close the backend's implicit transaction (a Sync the client
-		// does not see), so that the backend can go back to its pool.
-		p.plan.bw = pgwire.AppendEmpty(p.plan.bw, 'S')
-		p.plan.items = append(p.plan.items, item{kind: itSync})
-		if p.wrap {
-			p.holdCommit()
-			p.plan.bw = pgwire.AppendQuery(p.plan.bw, "COMMIT")
-			p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow})
-		}
+		// Close the backend's implicit transaction, so that the backend
+		// can go back to its pool.
+		appendUnseenSync(p)
 	}
 	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.cc.out)
 	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
@@ -889,6 +883,18 @@ func (s *Session) finish(p *planner, term byte) error {
 	p.exErrored = res.errored
 	s.afterReady(p, res.status)
 	return nil
+}
+
+// appendUnseenSync ends the plan's implicit transaction with a Sync the
+// client does not see (and the COMMIT of a settings wrap after it).
+func appendUnseenSync(p *planner) {
+	p.plan.bw = pgwire.AppendEmpty(p.plan.bw, 'S')
+	p.plan.items = append(p.plan.items, item{kind: itSync})
+	if p.wrap {
+		p.holdCommit()
+		p.plan.bw = pgwire.AppendQuery(p.plan.bw, "COMMIT")
+		p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fSwallow})
+	}
 }
 
 // statementsOnly reports whether a Flush-terminated pipeline that took a

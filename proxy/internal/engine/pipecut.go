@@ -128,13 +128,7 @@ func (r pipeParts) runCut(p pipePlanner) (done bool, err error) {
 		r.skipRest()
 		return true, nil
 	}
-	pl.plan.bw = pgwire.AppendEmpty(pl.plan.bw, 'S')
-	pl.plan.items = append(pl.plan.items, item{kind: itSync})
-	if pl.wrap {
-		pl.holdCommit()
-		pl.plan.bw = pgwire.AppendQuery(pl.plan.bw, "COMMIT")
-		pl.plan.items = append(pl.plan.items, item{kind: itQuery, flags: fSwallow})
-	}
+	appendUnseenSync(pl)
 	s.fretry.armed = false // the fence's retry reruns a whole pipeline: not after a part of it ran
 	res, err := runExchange(s, &pl.plan, pl.bc, false)
 	if err != nil {
