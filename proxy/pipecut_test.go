@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,7 +97,6 @@ func TestPipelineReadsSeveralShards(t *testing.T) {
 			if err := br.Close(); err != nil {
 				t.Fatal(err)
 			}
-			_ = context.Background()
 		})
 	}
 }

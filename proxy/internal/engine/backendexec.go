@@ -246,7 +246,10 @@ func (p backendExec) describeOn(shard int, vs *vstmt) (backend.Described, *pgwir
 		return d, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("describing the statement on shard %q failed: %v", pool.Shard.Name, err))
 	}
 	if d.ErrRaw != nil {
-		return d, &pgwire.Error{Code: pgwire.ErrorField(d.ErrRaw, 'C'), Message: pgwire.ErrorField(d.ErrRaw, 'M'), Raw: d.ErrRaw}
+		if e := pgwire.DecodeError(d.ErrRaw); e != nil {
+			return d, e
+		}
+		return d, pgwire.NewError(pgwire.CodeInternalError, fmt.Sprintf("shard %q answered the statement's Describe with a malformed error", pool.Shard.Name))
 	}
 	return d, nil
 }

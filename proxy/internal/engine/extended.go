@@ -502,7 +502,7 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			return
 		}
 		if !p.planner.onBackend {
-			ahead, next := -1, (*nextStmt)(nil)
+			ahead, next := -1, nextStmt{}
 			if !p.planner.held {
 				ahead, next = p.lookaheadStmt(idx, false)
 			}
@@ -589,9 +589,10 @@ func (p pipePlanner) lookahead(idx int, lead bool) int {
 }
 
 // lookaheadStmt is lookahead, with the statement it found when that
-// statement has no shard of its own (aheadAny): next's route says whether
-// it reads every shard.
-func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next *nextStmt) {
+// statement has no shard of its own (aheadAny; else next is zero): next's
+// route says whether it reads every shard. A value, not a pointer: the
+// keyless routing of every pipeline statement calls lookahead.
+func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next nextStmt) {
 	s := p.planner.s
 	var pv pgwire.ParseView
 	var bv pgwire.BindView
@@ -603,15 +604,15 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next *nextStm
 	for i, m := range s.grp[idx+1:] {
 		switch m.typ {
 		case 'S':
-			return -1, nil
+			return -1, nextStmt{}
 		case 'P':
 			if pv.Decode(m.raw) != nil {
-				return -1, nil
+				return -1, nextStmt{}
 			}
 			lead = lead && ls.parse(&pv)
 			a, err := s.gen.Config.Analyzer.AnalyzeBytes(pv.Query)
 			if err != nil {
-				return -1, nil
+				return -1, nextStmt{}
 			}
 			if parsed == nil {
 				parsed = map[string]*vstmt{}
@@ -624,14 +625,14 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next *nextStm
 			continue
 		}
 		if bv.Decode(m.raw) != nil {
-			return -1, nil
+			return -1, nextStmt{}
 		}
 		vs := parsed[string(bv.Stmt)]
 		if vs == nil {
 			vs = p.planner.book.lookup(bv.Stmt)
 		}
 		if vs == nil {
-			return -1, nil
+			return -1, nextStmt{}
 		}
 		if setsOnlyLocal(vs.st) {
 			// Inside a transaction block SET LOCAL is kept by the proxy
@@ -640,11 +641,11 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next *nextStm
 			continue
 		}
 		if p.planner.isLocal(vs.st) {
-			return -1, nil
+			return -1, nextStmt{}
 		}
 		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
 		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
-			return aheadFan, nil
+			return aheadFan, nextStmt{}
 		}
 		switch {
 		case d.Kind == route.DestShard:
@@ -653,18 +654,18 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next *nextStm
 			// default shard runs it (as target decides).
 			d.Shard = s.gen.DefaultShard
 		default:
-			return aheadAny, &nextStmt{vs: vs, dest: d}
+			return aheadAny, nextStmt{vs: vs, dest: d}
 		}
 		if p.planner.sim.hint >= 0 {
-			return p.planner.sim.hint, nil
+			return p.planner.sim.hint, nextStmt{}
 		}
-		return d.Shard, nil
+		return d.Shard, nextStmt{}
 	}
-	return -1, nil
+	return -1, nextStmt{}
 }
 
 // nextStmt is a statement lookaheadStmt found ahead in the pipeline, and
-// its route.
+// its route (vs nil: none).
 type nextStmt struct {
 	vs   *vstmt
 	dest route.Dest
@@ -672,8 +673,8 @@ type nextStmt struct {
 
 // readsEveryShard: the statement is a read the proxy merges from every
 // shard.
-func (n *nextStmt) readsEveryShard() bool {
-	return n != nil && n.dest.Kind == route.DestAll && n.dest.Merge != nil && n.vs.st.Select
+func (n nextStmt) readsEveryShard() bool {
+	return n.vs != nil && n.dest.Kind == route.DestAll && n.dest.Merge != nil && n.vs.st.Select
 }
 
 func (p pipePlanner) execute(raw []byte) {

@@ -129,7 +129,8 @@ func (r pipeParts) runCut(p pipePlanner) (done bool, err error) {
 		return true, nil
 	}
 	appendUnseenSync(pl)
-	s.fretry.armed = false // the fence's retry reruns a whole pipeline: not after a part of it ran
+	// The fence's retry is not armed (finish arms it for its own exchange
+	// only): it reruns a whole pipeline, not a part of one.
 	res, err := runExchange(s, &pl.plan, pl.bc, false)
 	if err != nil {
 		return true, err
@@ -198,11 +199,11 @@ func (r pipeParts) runFan(pl *planner) (done bool, err error) {
 }
 
 // fanRowLimit is the refusal of an Execute with a row limit (JDBC's
-// fetch size, node-postgres's cursors), or of a Flush before the
-// Execute, of a read of every shard: the
-// merge runs to its end in one exchange and cannot stop at the limit and
-// go on at the client's next Execute (which would need a portal held open
-// on every shard between the client's messages). Nil when m is not one.
+// fetch size, postgres.js's cursors), or of a Flush before the Execute
+// (node-postgres's pg-cursor), of a read of every shard: the merge runs
+// to its end in one exchange and cannot stop at the limit and go on at
+// the client's next Execute (which would need a portal held open on
+// every shard between the client's messages). Nil when m is not one.
 func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
 	if m.typ == 'H' && !f.executed {
 		// A Flush between the Bind and its Execute: a cursor's way
