@@ -220,15 +220,18 @@ func (c *classifying) explain(ex *pg.ExplainStmt) {
 	c.a.query(ex.Query, nil, false)
 }
 
-// copy: COPY (query) TO routes as its query (never merged); COPY of a
-// sharded table is refused, of another table runs where the table lives;
-// server files and programs are refused.
+// copy: COPY of a keyed query runs on its shard. COPY ... TO STDOUT of a
+// sharded table, or of a key-less query whose rows merge as they come,
+// reads every shard: the answer is each shard's COPY output in shard
+// order (copyPlan). COPY FROM into a sharded table is refused; of another
+// table it runs where the table lives; server files and programs are
+// refused.
 func (c *classifying) copy(cp *pg.CopyStmt) {
 	a := c.a
 	switch {
 	case cp.Query != nil:
-		a.query(cp.Query, nil, false)
-		c.p.mergeWhy = "COPY (query) TO of a key-less query cannot be merged"
+		a.query(cp.Query, nil, true)
+		c.p.copyOut = &CopyOut{Header: copyHeader(cp.Options)}
 	case cp.Relation != nil:
 		a.addTable(cp.Relation.Relname)
 		if t := c.s.sc.tables[cp.Relation.Relname]; t != nil {
@@ -237,8 +240,9 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 				a.refuse("0A000", "COPY "+cp.Relation.Relname+" FROM would need each row routed by its key",
 					"Use INSERT (one shard per statement), or route the COPY to one shard with /* pgshard:shard=NAME */.")
 			} else {
-				a.refuse("0A000", "COPY "+cp.Relation.Relname+" TO reads a sharded table from every shard; COPY output is not merged",
-					"COPY (SELECT ... WHERE key = ...) TO, or route it with /* pgshard:shard=NAME */.")
+				// Analysed as the read it is: SELECT * FROM the table.
+				a.query(selectAll(cp.Relation), nil, true)
+				c.p.copyOut = &CopyOut{Header: copyHeader(cp.Options)}
 			}
 		} else if cp.IsFrom {
 			a.setWrite("COPY into " + cp.Relation.Relname)
@@ -247,6 +251,46 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 	if cp.Filename != "" || cp.IsProgram {
 		a.refuse("0A000", "COPY to or from a server file or program is not routed by pgshard", "Use COPY ... STDIN/STDOUT.")
 	}
+}
+
+// selectAll is SELECT * FROM rel.
+func selectAll(rel *pg.RangeVar) *pg.Node {
+	star := &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{{Node: &pg.Node_AStar{AStar: &pg.A_Star{}}}}}}}
+	return &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{
+		TargetList: []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: star}}}},
+		FromClause: []*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: rel}}},
+	}}}
+}
+
+// copyHeader reports whether COPY's options ask for a header line.
+func copyHeader(opts []*pg.Node) bool {
+	h := false
+	for _, o := range opts {
+		d := o.GetDefElem()
+		if d == nil || d.Defname != "header" {
+			continue
+		}
+		// HEADER alone; the old syntax's HEADER (a Boolean); HEADER
+		// true/on/1/match (a String or an Integer).
+		switch {
+		case d.Arg == nil:
+			h = true
+		case d.Arg.GetBoolean() != nil:
+			h = d.Arg.GetBoolean().Boolval
+		case d.Arg.GetString_() != nil:
+			switch strings.ToLower(d.Arg.GetString_().Sval) {
+			case "t", "true", "on", "yes", "y", "1", "match":
+				h = true
+			default:
+				h = false
+			}
+		case d.Arg.GetInteger() != nil:
+			h = d.Arg.GetInteger().Ival != 0
+		default:
+			h = isTrue(d.Arg)
+		}
+	}
+	return h
 }
 
 // call: CALL is a write routed by its keyed arguments; a procedure the
@@ -737,7 +781,10 @@ func (p *plan) takeAnalysis(a *analyzer) {
 		p.notReadOnly = "it locks rows (FOR UPDATE/SHARE)"
 	}
 	p.refusal = a.refusal
-	if p.mergeWhy == "" {
+	switch {
+	case p.copyOut != nil:
+		p.merge, p.mergeWhy = a.copyPlan(p.copyOut)
+	case p.mergeWhy == "":
 		p.merge, p.mergeWhy = a.mergePlan()
 	}
 }

@@ -337,6 +337,12 @@
 // count(t.path) FROM (VALUES ('id1'), ('id2')) v(k) FULL JOIN timers t ON
 // t.execution_id = v.k GROUP BY v.k.
 //
+// COPY ... TO STDOUT of a sharded table is analysed as SELECT * FROM the
+// table, COPY (query) TO STDOUT as its query; either fans out when the
+// read does and its merge is the shards' rows as they come (no ORDER BY,
+// LIMIT, DISTINCT, aggregate or per-shard text): Merge.CopyOut, every
+// shard's COPY output in turn (copyPlan; the engine makes them one COPY).
+//
 // # Reads in two stages
 //
 // A read-only SELECT that the rules above refuse only because it needs

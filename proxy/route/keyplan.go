@@ -104,6 +104,8 @@ type plan struct {
 	// reads: they live on the default shard only, so it never fans out.
 	unsharded string
 	mergeWhy  string
+	// copyOut: a COPY ... TO whose fan-out concatenates (copyPlan).
+	copyOut *CopyOut
 
 	// refusal, when set, refuses the statement unless a hint routes it.
 	refusal *Refusal

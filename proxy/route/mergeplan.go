@@ -106,6 +106,31 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 	return m.finish()
 }
 
+// copyPlan plans COPY ... TO STDOUT of every shard (co: its options):
+// each shard runs the statement as the client wrote it and the engine
+// sends their outputs one after the other. That is the table's rows for
+// COPY table; for COPY (query) it is right only when the query's merge
+// is the shards' rows as they come, in any order: no ORDER BY, LIMIT,
+// DISTINCT or aggregate, and no text rewritten per shard.
+func (a *analyzer) copyPlan(co *CopyOut) (*mergePlan, string) {
+	cp := &mergePlan{merge: Merge{Width: -1, Limit: -1, Offset: -1, CopyOut: co},
+		desc: "each shard's COPY output in turn"}
+	if a.top == nil {
+		return cp, "" // COPY table TO
+	}
+	mp, why := a.mergePlan()
+	if mp == nil {
+		return nil, "COPY (query) TO: " + why
+	}
+	m := &mp.merge
+	if m.SQL != "" || m.ShardSQL != nil || m.Hidden > 0 || len(m.OrderBy) > 0 || m.Distinct ||
+		m.DistinctOn > 0 || m.Limit >= 0 || m.Offset >= 0 || mp.limit != nil || mp.offset != nil ||
+		m.Groups != nil || m.Stages != nil {
+		return nil, "COPY (query) TO sends each shard's COPY output in turn, and this query's rows need merging across shards (ORDER BY, LIMIT, DISTINCT or aggregates)"
+	}
+	return cp, ""
+}
+
 // topCalls says where the top-level SELECT calls window functions and
 // aggregates: in its select list, its ORDER BY, its HAVING.
 type topCalls struct {
@@ -853,6 +878,14 @@ func (mg *Merge) Describe() []string {
 			out = append(out, fmt.Sprintf("stage 1.%d SQL: %s (routed on its own)", i+1, in.SQL))
 		}
 		return append(out, "stage 2 SQL:   "+st.Outer+" (on the default shard, each marker a VALUES list of stage 1's rows)")
+	}
+	if co := mg.CopyOut; co != nil {
+		out = append(out, "per-shard SQL: the client's statement",
+			"copy out:      one COPY: each shard's output in shard order, row counts summed")
+		if co.Header {
+			out = append(out, "header:        the first shard's header line only")
+		}
+		return append(out, "if binary:     the first shard's file header, one trailer at the end")
 	}
 	if mg.SQL != "" {
 		out = append(out, "per-shard SQL: "+mg.SQL)

@@ -296,6 +296,18 @@ type Merge struct {
 	// Stages, when set, is a read answered in two stages (twostage.go):
 	// the engine answers it with Stages, not with the fields above.
 	Stages *Stages
+	// CopyOut, when set, is a COPY ... TO STDOUT: every shard runs the
+	// statement as it is and the answer is their COPY outputs one after
+	// the other, in shard order (the fields above are unused).
+	CopyOut *CopyOut
+}
+
+// CopyOut is how the COPY outputs of every shard make one.
+type CopyOut struct {
+	// Header: each output starts with a header line (HEADER, in text or
+	// CSV format); only the first shard's is kept. A binary output's
+	// header and trailer are recognised by their bytes.
+	Header bool
 }
 
 // Stages is a read whose sharded tables all lie in FROM subqueries or
