@@ -70,9 +70,10 @@
 //	                 fanstream.go: fanStream, one shard's answer (a
 //	                 merge.Source); fanlead.go: settings ahead of a read;
 //	                 twostage.go: reads in two stages, each stage a
-//	                 fanExec of its own; readtxns.go: readerSet, the
-//	                 read-only backend transactions of a transaction's
-//	                 other shards
+//	                 fanExec of its own; copyout.go: COPY ... TO STDOUT
+//	                 of every shard, their outputs made one COPY;
+//	                 readtxns.go: readerSet, the read-only backend
+//	                 transactions of a transaction's other shards
 //	  pin.go         pinning (PoolMode, PinnedSession) and pinner, the
 //	                 pin's life (pinning, publishing, applying what the
 //	                 pinned backend ran, ending it); ownbackend.go:

@@ -644,7 +644,7 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next nextStmt
 			return -1, nextStmt{}
 		}
 		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
-		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && vs.st.Select && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
+		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && fanRead(vs.st) && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
 			return aheadFan, nextStmt{}
 		}
 		switch {
@@ -674,7 +674,7 @@ type nextStmt struct {
 // readsEveryShard: the statement is a read the proxy merges from every
 // shard.
 func (n nextStmt) readsEveryShard() bool {
-	return n.vs != nil && n.dest.Kind == route.DestAll && n.dest.Merge != nil && n.vs.st.Select
+	return n.vs != nil && n.dest.Kind == route.DestAll && n.dest.Merge != nil && fanRead(n.vs.st)
 }
 
 func (p pipePlanner) execute(raw []byte) {

@@ -257,7 +257,7 @@ func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 		}
 	}
 	last := as[len(as)-1]
-	if last.Kind != route.KindOther || !last.Select {
+	if last.Kind != route.KindOther || !fanRead(last) {
 		return nil
 	}
 	d := s.gen.Config.Analyzer.Route(last, nil, nil, nil)

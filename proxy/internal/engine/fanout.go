@@ -205,7 +205,7 @@ func (x *fanExec) run() error {
 	if f.only > 0 {
 		mplan = singleMerge
 	}
-	bytewise := mplan != nil && f.only == 0 && x.gen.textBytewise(x.ctx)
+	bytewise := mplan != nil && f.only == 0 && !f.st.Copy && x.gen.textBytewise(x.ctx)
 	if e := x.fanParts(); e != nil {
 		return x.fanFail(e)
 	}
@@ -219,7 +219,7 @@ func (x *fanExec) run() error {
 		}
 	}
 	var formats []int16
-	if mplan != nil {
+	if mplan != nil && !f.st.Copy {
 		formats = merge.ShardFormats(mplan, bv.ResultFmts)
 	}
 	for _, st := range streams {
@@ -242,9 +242,12 @@ func (x *fanExec) run() error {
 		x.cc.out = pgwire.AppendEmpty(x.cc.out, '2') // BindComplete
 	}
 	var runErr error
-	if mplan == nil {
+	switch {
+	case f.st.Copy:
+		runErr = x.fanCopy(bindAt) // copyout.go
+	case mplan == nil:
 		x.fanCollect()
-	} else {
+	default:
 		runErr = x.fanMerge(mplan, &bv, bytewise, bindAt)
 	}
 	x.fanEnd()

@@ -189,7 +189,7 @@ func (r router) all(a *route.Statement, d route.Dest, in *routeIn, rp *routePlan
 		}
 		return
 	}
-	if d.Merge != nil && a.Select && !in.onBackend && (in.tx == txDeferred || in.tx == txBound && in.explicit) {
+	if d.Merge != nil && fanRead(a) && !in.onBackend && (in.tx == txDeferred || in.tx == txBound && in.explicit) {
 		// A read of every shard inside the client's transaction: each
 		// shard reads in a backend transaction of its own (fanout.go).
 		if in.held && in.bstatus == 'E' {
@@ -234,7 +234,7 @@ func (r router) inTxn(a *route.Statement, d route.Dest, in *routeIn, want int, r
 	// hint put it on its shard).
 	inTxn := !in.onBackend && in.held && in.tx == txBound && in.explicit && !in.hintBound && !in.strict
 	switch {
-	case inTxn && a.ReadOnly && a.Select:
+	case inTxn && a.ReadOnly && fanRead(a):
 		rp.shard, rp.fan, rp.fanInTxn, rp.fanOnly = -1, true, true, want+1 // a read there, in its reader
 	case inTxn && !a.ReadOnly && !in.mainWrote:
 		rp.shard, rp.swapMain = want, true

@@ -6,7 +6,9 @@
 //	bytes ──▶ MsgReader (wire.go: framing, size limits, hold/release of a
 //	          │          pipeline's messages without copying; a lending
 //	          │          reader's buffer is back in a pool while it waits)
-//	          ├─▶ ParseView, BindView, Decode* (wire.go: views into a message)
+//	          ├─▶ ParseView, BindView, Decode* (wire.go: views into a message;
+//	          │   CopyBinaryHeaderLen, IsCopyBinaryTrailer: a binary COPY
+//	          │   file's header and trailer in CopyData)
 //	          └─▶ StartupPacket (startup.go: startup, SSLRequest, CancelRequest,
 //	                             GSSENCRequest, "options")
 //	Append* ──▶ bytes (wire.go: message builders; errors.go: ErrorResponse,

@@ -30,6 +30,7 @@ const (
 	CodeIdleInTxnTimeout      = "25P03"
 	CodeInvalidParameterValue = "22023"
 	CodeSyntaxError           = "42601"
+	CodeDatatypeMismatch      = "42804"
 	CodeInternalError         = "XX000"
 	CodeCannotConnectNow      = "57P03"
 	CodeInsufficientPrivilege = "42501"

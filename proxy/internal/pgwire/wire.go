@@ -513,6 +513,39 @@ func AppendCommandComplete(dst []byte, tag string) []byte {
 	return FinishMsg(dst, sp)
 }
 
+// AppendCopyData appends a CopyData carrying data.
+func AppendCopyData(dst, data []byte) []byte {
+	dst, sp := BeginMsg(dst, 'd')
+	dst = append(dst, data...)
+	return FinishMsg(dst, sp)
+}
+
+// copySignature opens every binary COPY file (the format's 11-byte
+// signature), followed by a 32-bit flags field and a 32-bit length of a
+// header extension.
+const copySignature = "PGCOPY\n\xff\r\n\x00"
+
+// CopyBinaryHeaderLen is the length of the binary COPY file header at the
+// start of data (signature, flags, extension); false when data does not
+// start with one.
+func CopyBinaryHeaderLen(data []byte) (int, bool) {
+	const fixed = len(copySignature) + 8
+	if len(data) < fixed || string(data[:len(copySignature)]) != copySignature {
+		return 0, false
+	}
+	ext := binary.BigEndian.Uint32(data[fixed-4 : fixed])
+	if uint64(len(data)-fixed) < uint64(ext) {
+		return 0, false
+	}
+	return fixed + int(ext), true
+}
+
+// IsCopyBinaryTrailer reports whether data is a binary COPY file's
+// trailer: a field count of -1 (a row's count is never negative).
+func IsCopyBinaryTrailer(data []byte) bool {
+	return len(data) == 2 && data[0] == 0xff && data[1] == 0xff
+}
+
 // AppendParameterStatus appends a ParameterStatus.
 func AppendParameterStatus(dst []byte, name, value string) []byte {
 	dst, sp := BeginMsg(dst, 'S')
