@@ -463,6 +463,29 @@ func diffExtended(ctx context.Context, conn *pgconn.PgConn, dc diffCase, formats
 	return diffResult{fields: r.FieldDescriptions, rows: r.Rows, tag: r.CommandTag.String()}
 }
 
+// diffCopyMode runs a case as COPY (case) TO STDOUT: its text lines, one
+// row each, sorted (a COPY of every shard is their outputs one after the
+// other), and its "COPY n". A read whose rows need merging is refused
+// (0A000); any other must give one database's lines.
+var diffCopyMode = diffMode{name: "copy", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
+	defer cancel()
+	var buf bytes.Buffer
+	tag, err := conn.CopyTo(ctx, &buf, "COPY ("+interpolate(dc.sql, dc.params)+") TO STDOUT")
+	if err != nil {
+		return diffErr(err)
+	}
+	lines := strings.SplitAfter(buf.String(), "\n")
+	slices.Sort(lines)
+	var rows [][][]byte
+	for _, l := range lines {
+		if l != "" {
+			rows = append(rows, [][]byte{[]byte(l)})
+		}
+	}
+	return diffResult{rows: rows, tag: tag.String()}
+}}
+
 func diffErr(err error) diffResult {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

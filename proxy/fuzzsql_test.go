@@ -15,7 +15,8 @@ import (
 // TestFuzzSQL is the random differential test: a seeded generator
 // (fuzzsql_gen_test.go) writes read queries over the store's tables; each
 // runs against one plain Postgres and against pgshard over 3 shards
-// holding the same rows, in simple, extended and binary modes, and must be
+// holding the same rows, in simple, extended and binary modes and as COPY
+// (query) TO STDOUT (its lines as a multiset), and must be
 // answered the same (wire values, column descriptions, command tag — in
 // order when the query's ORDER BY is total, else as a multiset) or
 // refused with 0A000. A different answer, a different error or a hang
@@ -52,7 +53,7 @@ func TestFuzzSQL(t *testing.T) {
 	for _, x := range env.execs {
 		ids = append(ids, x.id)
 	}
-	modes := diffModes("")[:3] // simple, extended, binary
+	modes := append(diffModes("")[:3:3], diffCopyMode) // simple, extended, binary; COPY (query) TO
 	verbose := os.Getenv("PGSHARD_DIFF_VERBOSE") == "1"
 	tally := map[string]int{}
 	perMode := map[string]int{} // "mode verdict" -> cases

@@ -100,7 +100,9 @@ func TestSessionFeatures(t *testing.T) {
 }
 
 // TestCopy: COPY FROM STDIN to the shard a hint names, COPY TO STDOUT of a
-// keyed query; a COPY that would need every shard is refused.
+// keyed query and of a sharded table (every shard's rows: copyout_test.go
+// compares them with one database's); COPY FROM STDIN without a key and
+// COPY of a key-less query whose rows need merging are refused.
 func TestCopy(t *testing.T) {
 	psql := needBinary(t, "psql", "/usr/bin/psql")
 	e := startProxy(t)
@@ -119,9 +121,20 @@ func TestCopy(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "2" {
 		t.Fatalf("COPY TO STDOUT: %v %q", err, out)
 	}
-	out, err = run(t, time.Minute, "", psql, "-X", "-At", "-d", e.dsn, "-c", "COPY accounts TO STDOUT")
-	if err == nil || !strings.Contains(out, "every shard") {
-		t.Fatalf("COPY of a sharded table: %v %q (want a refusal)", err, out)
+	out, err = run(t, time.Minute, "", psql, "-X", "-At", "-d", e.dsn, "-c", "COPY accounts (aid, abalance) TO STDOUT")
+	for i, key := range k {
+		if err != nil || !strings.Contains("\n"+out, fmt.Sprintf("\n%d\t%d\n", key, i+1)) {
+			t.Fatalf("COPY of a sharded table (every shard): %v, no row %d in %.200q", err, key, out)
+		}
+	}
+	out, err = run(t, time.Minute, "", psql, "-X", "-At", "-d", e.dsn, "-c", "COPY (SELECT aid FROM accounts ORDER BY aid) TO STDOUT")
+	if err == nil || !strings.Contains(out, "need merging across shards") {
+		t.Fatalf("COPY of an ordered key-less query: %v %.200q (want a refusal)", err, out)
+	}
+	cmd = exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", e.dsn, "-c", "COPY accounts (aid, abalance) FROM STDIN")
+	cmd.Stdin = strings.NewReader(data)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "routed by its key") {
+		t.Fatalf("COPY FROM STDIN into a sharded table without a hint: %v %q (want a refusal)", err, out)
 	}
 	var n int
 	if err := e.db.shardConn(t, 2).QueryRow(ctx, "SELECT count(*) FROM accounts WHERE aid = ANY($1)", k).Scan(&n); err != nil || n != 3 {

@@ -286,57 +286,67 @@ func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []stri
 		if err != nil {
 			t.Fatalf("after %q: %v", out, err)
 		}
-		switch m := m.(type) {
-		case *pgproto3.ParseComplete:
-			out = append(out, "ParseComplete")
-		case *pgproto3.BindComplete:
-			out = append(out, "BindComplete")
-		case *pgproto3.NoData:
-			out = append(out, "NoData")
-		case *pgproto3.CloseComplete:
-			out = append(out, "CloseComplete")
-		case *pgproto3.EmptyQueryResponse:
-			out = append(out, "EmptyQuery")
-		case *pgproto3.PortalSuspended:
-			out = append(out, "PortalSuspended")
-		case *pgproto3.ParameterStatus:
-		case *pgproto3.RowDescription:
-			var b strings.Builder
-			b.WriteString("RowDescription")
-			for _, f := range m.Fields {
-				fmt.Fprintf(&b, " %s:%d:%d:%d:%d", f.Name, f.DataTypeOID, f.TypeModifier, f.Format, f.TableAttributeNumber)
-			}
-			out = append(out, b.String())
-		case *pgproto3.DataRow:
-			var vs []string
-			for _, v := range m.Values {
-				if v == nil {
-					vs = append(vs, "NULL")
-				} else {
-					vs = append(vs, strconv.Quote(string(v)))
-				}
-			}
-			out = append(out, "DataRow "+strings.Join(vs, " "))
-		case *pgproto3.CommandComplete:
-			out = append(out, "CommandComplete "+string(m.CommandTag))
-		case *pgproto3.ErrorResponse:
-			detail := m.Detail
-			if i := strings.Index(detail, "pgshard ran the statement on every shard"); i >= 0 {
-				detail = strings.TrimSuffix(detail[:i], "\n")
-			}
-			out = append(out, fmt.Sprintf("Error %s %s %q detail=%q hint=%q", m.Severity, m.Code, m.Message, detail, m.Hint))
-		case *pgproto3.NoticeResponse:
-			out = append(out, fmt.Sprintf("Notice %s %s %q", m.Severity, m.Code, m.Message))
-		case *pgproto3.ReadyForQuery:
-			out = append(out, "ReadyForQuery "+string(m.TxStatus))
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
 			rfq--
-		case *pgproto3.ParameterDescription:
-			out = append(out, fmt.Sprint("ParameterDescription ", m.ParameterOIDs))
-		default:
-			out = append(out, fmt.Sprintf("%T", m))
+		}
+		if r := replyText(m); r != "" {
+			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// replyText is a reply as replies shows it ("" for a ParameterStatus).
+func replyText(m pgproto3.BackendMessage) string {
+	switch m := m.(type) {
+	case *pgproto3.ParseComplete:
+		return "ParseComplete"
+	case *pgproto3.BindComplete:
+		return "BindComplete"
+	case *pgproto3.NoData:
+		return "NoData"
+	case *pgproto3.CloseComplete:
+		return "CloseComplete"
+	case *pgproto3.EmptyQueryResponse:
+		return "EmptyQuery"
+	case *pgproto3.PortalSuspended:
+		return "PortalSuspended"
+	case *pgproto3.ParameterStatus:
+	case *pgproto3.RowDescription:
+		var b strings.Builder
+		b.WriteString("RowDescription")
+		for _, f := range m.Fields {
+			fmt.Fprintf(&b, " %s:%d:%d:%d:%d", f.Name, f.DataTypeOID, f.TypeModifier, f.Format, f.TableAttributeNumber)
+		}
+		return b.String()
+	case *pgproto3.DataRow:
+		var vs []string
+		for _, v := range m.Values {
+			if v == nil {
+				vs = append(vs, "NULL")
+			} else {
+				vs = append(vs, strconv.Quote(string(v)))
+			}
+		}
+		return "DataRow " + strings.Join(vs, " ")
+	case *pgproto3.CommandComplete:
+		return "CommandComplete " + string(m.CommandTag)
+	case *pgproto3.ErrorResponse:
+		detail := m.Detail
+		if i := strings.Index(detail, "pgshard ran the statement on every shard"); i >= 0 {
+			detail = strings.TrimSuffix(detail[:i], "\n")
+		}
+		return fmt.Sprintf("Error %s %s %q detail=%q hint=%q", m.Severity, m.Code, m.Message, detail, m.Hint)
+	case *pgproto3.NoticeResponse:
+		return fmt.Sprintf("Notice %s %s %q", m.Severity, m.Code, m.Message)
+	case *pgproto3.ReadyForQuery:
+		return "ReadyForQuery " + string(m.TxStatus)
+	case *pgproto3.ParameterDescription:
+		return fmt.Sprint("ParameterDescription ", m.ParameterOIDs)
+	default:
+		return fmt.Sprintf("%T", m)
+	}
+	return ""
 }
 
 // wireCase is a named pipeline of messages a wire-exact test sends.

@@ -1,0 +1,294 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgshard/pgshard/cluster/clustertest"
+	"github.com/pgshard/pgshard/proxy/route"
+)
+
+// copyEnv is a sharded table of its own (copy_rows_N, keyed by id) with
+// rows on every shard, and the same rows in one reference database.
+type copyEnv struct {
+	table      string
+	px, ref    *rawClient
+	keys       []int64 // by shard: keys[i] is on shard i
+	pxC, refC  *pgx.Conn
+	shardCount int
+}
+
+// newCopyEnv starts ws's proxy with copy_rows_<n> in its sharding
+// schema, the table on every shard and in a fresh reference database,
+// and rows whose text needs COPY's escaping on every shard.
+func newCopyEnv(t *testing.T, ws wireSetup, n int) *copyEnv {
+	t.Helper()
+	d := db(t)
+	table := fmt.Sprintf("copy_rows_%d", n)
+	ddl := fmt.Sprintf("DROP TABLE IF EXISTS %[1]s; CREATE TABLE %[1]s (id int8 PRIMARY KEY, n int NOT NULL, note text, at timestamptz)", table)
+	ctx := ctxT(t, time.Minute)
+	for _, s := range d.m.Shards {
+		if err := execDirect(ctx, s.DSN, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	schema := testSchema()
+	schema.Tables = append(schema.Tables, route.TableKey{Table: table, Column: "id", Type: route.KeyInt8, Position: 1})
+	e := startProxy(t, append(slices.Clone(ws.opts), withSchema(d.m, schema))...)
+	c := clustertest.Get(t)
+	refDB := clustertest.FreshDatabase(t, c)
+	ref, err := pgx.Connect(ctx, c.Shards[0].DSN(refDB, c.Spec.User))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close(context.Background()) })
+	if _, err := ref.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	pxC := e.connect(t)
+	env := &copyEnv{table: table, pxC: pxC, refC: ref, shardCount: len(d.m.Shards)}
+	notes := []string{"plain", "tab\there", "new\nline", `back\slash`, `"quoted", with comma`, "ünïcødé", ""}
+	for s := range d.m.Shards {
+		keys := d.keysOn(s, 4, 8_000_000+int64(n)*100_000)
+		env.keys = append(env.keys, keys[0])
+		for j, k := range keys {
+			var note any = notes[(int(k)+j)%len(notes)]
+			if j == 3 {
+				note = nil
+			}
+			for _, q := range []*pgx.Conn{pxC, ref} {
+				if _, err := q.Exec(ctx, fmt.Sprintf("INSERT INTO %s (id, n, note, at) VALUES ($1, $2, $3, '2026-12-05 10:00:00+00'::timestamptz + $2::int * interval '1 minute')", table),
+					k, int32(j+1), note); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	env.px = dialRaw(t, e.addr)
+	env.px.startup(e.db.name)
+	env.ref = dialRaw(t, net.JoinHostPort(c.Shards[0].Host, strconv.Itoa(c.Shards[0].Port)))
+	env.ref.startup(refDB)
+	if ws.set != "" {
+		for _, rc := range []*rawClient{env.px, env.ref} {
+			replies(t, rc, []pgproto3.FrontendMessage{&pgproto3.Query{String: ws.set}})
+		}
+	}
+	return env
+}
+
+// copyReplies is replies for exchanges that may COPY out: a run of
+// CopyData is shown as one line holding its rows sorted (the shards'
+// outputs come one after the other, one database's in its own order), a
+// binary output's rows decoded past its file header up to its trailer,
+// which must end it.
+func copyReplies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []string {
+	t.Helper()
+	rfq := 0
+	for _, m := range msgs {
+		c.fe.Send(m)
+		switch m.(type) {
+		case *pgproto3.Sync, *pgproto3.Query:
+			rfq++
+		}
+	}
+	c.flush()
+	var out []string
+	var data []byte
+	inData, bin := false, false
+	for rfq > 0 {
+		m, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("after %q: %v", out, err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.CopyOutResponse:
+			bin = m.OverallFormat == 1
+			out = append(out, fmt.Sprintf("CopyOutResponse format=%d columns=%v", m.OverallFormat, m.ColumnFormatCodes))
+			continue
+		case *pgproto3.CopyData:
+			data, inData = append(data, m.Data...), true
+			continue
+		}
+		if inData {
+			out = append(out, "CopyData "+copyRows(t, data, bin))
+			data, inData = data[:0], false
+		}
+		switch m := m.(type) {
+		case *pgproto3.CopyDone:
+			out = append(out, "CopyDone")
+		case *pgproto3.ReadyForQuery:
+			rfq--
+			out = append(out, replyText(m))
+		default:
+			if r := replyText(m); r != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// copyRows is a COPY output's rows, sorted: text lines, or a binary
+// output's rows in hex.
+func copyRows(t *testing.T, data []byte, bin bool) string {
+	t.Helper()
+	if !bin {
+		lines := strings.SplitAfter(string(data), "\n")
+		if lines[len(lines)-1] != "" {
+			t.Fatalf("a text COPY output does not end with a newline: %q", data)
+		}
+		lines = lines[:len(lines)-1]
+		slices.Sort(lines)
+		return fmt.Sprintf("%q", lines)
+	}
+	const header = "PGCOPY\n\xff\r\n\x00"
+	if len(data) < 19 || string(data[:11]) != header || binary.BigEndian.Uint32(data[15:19]) != 0 {
+		t.Fatalf("a binary COPY output without its file header: %x", data)
+	}
+	rest := data[19:]
+	var rows []string
+	for {
+		if len(rest) < 2 {
+			t.Fatalf("a binary COPY output cut short: %x", data)
+		}
+		n := int16(binary.BigEndian.Uint16(rest))
+		if n == -1 {
+			if len(rest) != 2 {
+				t.Fatalf("a binary COPY output goes on after its trailer (%d bytes more)", len(rest)-2)
+			}
+			break
+		}
+		row := rest[:2]
+		p := 2
+		for range n {
+			l := int32(binary.BigEndian.Uint32(rest[p:]))
+			p += 4
+			if l > 0 {
+				p += int(l)
+			}
+		}
+		row, rest = rest[:p], rest[p:]
+		rows = append(rows, hex.EncodeToString(row))
+	}
+	slices.Sort(rows)
+	return fmt.Sprint(rows)
+}
+
+// TestCopyOutEveryShard: COPY ... TO STDOUT of a sharded table, and of a
+// key-less query whose rows need no merge, answers what one Postgres
+// holding every row answers — every message, in order; the rows as a
+// multiset, since the shards' outputs come one after the other — in text,
+// CSV with a header (both syntaxes) and binary (one file header, one
+// trailer), by the simple and the extended protocol (with a Describe of
+// the portal), inside a transaction block (its own rows included), a
+// keyed COPY of another shard than the transaction's, an output with no
+// rows, and a column that does not exist. A shard that fails after
+// others sent rows ends the COPY with its error (no CopyDone), as one
+// database ends a COPY that fails; the connection goes on. Through
+// PgBouncer (with and without a client setting, which wraps each shard's
+// part in BEGIN/COMMIT) and directly.
+func TestCopyOutEveryShard(t *testing.T) {
+	for i, ws := range wireSetups {
+		t.Run(ws.name, func(t *testing.T) {
+			env := newCopyEnv(t, ws, i)
+			tb := env.table
+			q := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+			}
+			ext := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'},
+					&pgproto3.Execute{}, &pgproto3.Sync{}}
+			}
+			other := env.keys[len(env.keys)-1]
+			cases := []wireCase{
+				{"text", q("COPY " + tb + " TO STDOUT")},
+				{"csv with a header", q("COPY " + tb + " (id, note) TO STDOUT (FORMAT csv, HEADER)")},
+				{"csv header, psql's \\copy syntax", q("COPY " + tb + " (note, id) TO STDOUT csv header")},
+				{"binary", q("COPY " + tb + " TO STDOUT (FORMAT binary)")},
+				{"a key-less query", q("COPY (SELECT id, n * 2, note FROM " + tb + " WHERE n > 1) TO STDOUT")},
+				{"no rows, binary", q("COPY (SELECT * FROM " + tb + " WHERE n < 0) TO STDOUT (FORMAT binary)")},
+				{"no rows, csv header", q("COPY (SELECT * FROM " + tb + " WHERE n < 0) TO STDOUT (FORMAT csv, HEADER)")},
+				{"extended protocol", ext("COPY " + tb + " TO STDOUT (FORMAT csv)")},
+				{"extended protocol, binary", ext("COPY " + tb + " (at, id) TO STDOUT (FORMAT binary)")},
+				{"a column that does not exist", q("COPY " + tb + " (nope) TO STDOUT")},
+				{"begin", q("BEGIN")},
+				{"a row of the transaction's own", q(fmt.Sprintf("INSERT INTO %s (id, n, note) VALUES (%d, 9, 'mine')", tb, env.keys[0]+1_000_000_000))},
+				{"in the transaction", q("COPY " + tb + " TO STDOUT (FORMAT csv, HEADER)")},
+				{"keyed, of another shard than the transaction's", q(fmt.Sprintf("COPY (SELECT * FROM %s WHERE id = %d) TO STDOUT", tb, other))},
+				{"rollback", q("ROLLBACK")},
+				{"afterwards", q("COPY " + tb + " TO STDOUT (FORMAT binary)")},
+			}
+			for _, c := range cases {
+				want := copyReplies(t, env.ref, c.msgs)
+				got := copyReplies(t, env.px, c.msgs)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+			}
+
+			// A shard fails after the first shard's rows went out: the
+			// COPY ends with its error, no CopyDone; the session goes on.
+			fail := fmt.Sprintf("COPY (SELECT id, 1 / (id - %d) FROM %s) TO STDOUT", other, tb)
+			got := copyReplies(t, env.px, q(fail))
+			if len(got) != 4 || !strings.HasPrefix(got[0], "CopyOutResponse") || !strings.HasPrefix(got[1], "CopyData") ||
+				!strings.HasPrefix(got[2], "Error ERROR 22012") || got[3] != "ReadyForQuery I" {
+				t.Errorf("a shard failing after another's rows: %q", got)
+			}
+			if want, got := copyReplies(t, env.ref, q("COPY "+tb+" TO STDOUT")), copyReplies(t, env.px, q("COPY "+tb+" TO STDOUT")); !slices.Equal(got, want) {
+				t.Errorf("after a failed COPY:\n pgshard:      %q\n one database: %q", got, want)
+			}
+
+			// A transaction at REPEATABLE READ cannot read every shard
+			// (no snapshot spans them): refused, as for a SELECT.
+			copyReplies(t, env.px, q("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+			got = copyReplies(t, env.px, q("COPY "+tb+" TO STDOUT"))
+			if len(got) != 2 || !strings.HasPrefix(got[0], "Error ERROR 0A000") || got[1] != "ReadyForQuery E" {
+				t.Errorf("COPY of every shard at REPEATABLE READ: %q", got)
+			}
+			copyReplies(t, env.px, q("ROLLBACK"))
+
+			// The data set spreads over every shard (or the test proves
+			// nothing about concatenation).
+			if len(env.keys) != env.shardCount || env.shardCount < 2 {
+				t.Fatalf("rows on %d of %d shards", len(env.keys), env.shardCount)
+			}
+		})
+	}
+}
+
+// TestCopyOutPgx: pgx's CopyTo (what its users call) gets every shard's
+// rows and their count through the proxy.
+func TestCopyOutPgx(t *testing.T) {
+	env := newCopyEnv(t, wireSetups[0], len(wireSetups))
+	ctx := ctxT(t, time.Minute)
+	var want, got bytes.Buffer
+	wt, err := env.refC.PgConn().CopyTo(ctx, &want, "COPY "+env.table+" TO STDOUT (FORMAT csv, HEADER)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt, err := env.pxC.PgConn().CopyTo(ctx, &got, "COPY "+env.table+" TO STDOUT (FORMAT csv, HEADER)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gt.String() != wt.String() || gt.RowsAffected() != int64(4*env.shardCount) {
+		t.Errorf("tags: pgshard %q, one database %q", gt, wt)
+	}
+	if g, w := copyRows(t, got.Bytes(), false), copyRows(t, want.Bytes(), false); g != w {
+		t.Errorf("rows:\n pgshard:      %s\n one database: %s", g, w)
+	}
+	if !strings.HasPrefix(got.String(), "id,n,note,at\n") || strings.Count(got.String(), "id,n,note,at\n") != 1 {
+		t.Errorf("want exactly one header line, first: %q", got.String())
+	}
+}
