@@ -96,6 +96,7 @@ func newDevUpCmd() *cobra.Command {
 	var shards, buckets int
 	var pgbouncer, fsync, withProxy, withTLS, withCatalog, withCatalogServer bool
 	var proxyBin, poolMode string
+	var proxyPort int
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start (or reuse) a local cluster, migrate it and write DIR/pgshard.yaml",
@@ -108,7 +109,8 @@ Ctrl-C while starting stops everything started so far.
 The config's proxy section turns on the admin console (database
 pgshard_admin, for the cluster user), Prometheus metrics (a free port) and
 PgBouncer readings; --proxy runs the proxy (dev status --json reports
-proxy_dsn, admin_dsn and metrics_url). --tls makes a local CA and a server
+proxy_dsn, admin_dsn and metrics_url) on the port it had last in DIR
+while that is free, or on --proxy-port. --tls makes a local CA and a server
 certificate in DIR/tls, turns TLS on in every PostgreSQL and in the proxy
 (tls.mode allow: verify with sslmode=verify-full sslrootcert=DIR/tls/ca.crt;
 plain-text clients still work, set require to refuse them).
@@ -146,9 +148,16 @@ by dev add-shard is not refused for having more than asked).`,
 	cmd.Flags().BoolVar(&withCatalogServer, "catalog-server", false, "run the catalog on a PostgreSQL server of its own (DIR/"+cluster.CatalogServerName+"), not shard0's; implies --catalog")
 	cmd.Flags().StringVar(&proxyBin, "proxy-bin", "", "pgshard binary to run the proxy with (default: this one)")
 	cmd.Flags().StringVar(&poolMode, "pool-mode", "", "with --proxy: transaction (default) or session pooling")
+	cmd.Flags().IntVar(&proxyPort, "proxy-port", 0, "with --proxy: the port it listens on (default: its port of the last run in DIR while free, else a free one)")
 	_ = cmd.Flags().MarkHidden("proxy-bin")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
+		switch {
+		case proxyPort != 0 && !withProxy:
+			return errors.New("--proxy-port needs --proxy")
+		case proxyPort < 0 || proxyPort > 65535:
+			return fmt.Errorf("--proxy-port %d: not a TCP port (1-65535)", proxyPort)
+		}
 		findDevDir(cmd, dir)
 		loaded, loadErr := cluster.Load(*dir)
 		fresh := loadErr != nil
@@ -265,7 +274,7 @@ by dev add-shard is not refused for having more than asked).`,
 			}
 		}
 		if withProxy {
-			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User, poolMode)
+			r, reused, err := startDevProxy(ctx, *dir, proxyBin, c.Spec.User, poolMode, proxyPort)
 			if err != nil {
 				return err
 			}

@@ -481,6 +481,41 @@ func removeReadyFileIfOurs(path string) {
 // devProxyFile is where the dev proxy announces itself.
 func devProxyFile(dir string) string { return filepath.Join(dir, "proxy.json") }
 
+// devProxyAddrFile keeps the address the dev proxy last listened on, so a
+// restarted proxy (dev down, dev up) keeps its DSN.
+func devProxyAddrFile(dir string) string { return filepath.Join(dir, "proxy.addr") }
+
+// devProxyListen is the address a new dev proxy listens on: 127.0.0.1:port
+// when port is set (it must be free), else the one it had last while it
+// is free, else any free port.
+func devProxyListen(dir string, port int) (string, error) {
+	if port > 0 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err := portFree(addr); err != nil {
+			return "", fmt.Errorf("--proxy-port %d: %w", port, err)
+		}
+		return addr, nil
+	}
+	if b, err := os.ReadFile(devProxyAddrFile(dir)); err == nil {
+		if addr := strings.TrimSpace(string(b)); portFree(addr) == nil {
+			return addr, nil
+		}
+	}
+	return "127.0.0.1:0", nil
+}
+
+// portFree reports why addr cannot be listened on (nil: it can).
+func portFree(addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" || port == "" {
+		return fmt.Errorf("%q is not a host:port", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
 // devProxyLog is the dev proxy's log.
 func devProxyLog(dir string) string { return filepath.Join(dir, "proxy.log") }
 
@@ -527,11 +562,18 @@ func devProxyDSN(r *proxyReady, user, database string) string {
 
 // startDevProxy starts (or reuses) the dev cluster's proxy and waits until
 // it accepts connections.
-func startDevProxy(ctx context.Context, dir, bin, user, poolMode string) (*proxyReady, bool, error) {
+func startDevProxy(ctx context.Context, dir, bin, user, poolMode string, port int) (*proxyReady, bool, error) {
 	if r := readDevProxy(dir); r != nil {
+		if _, p, _ := net.SplitHostPort(r.Addr); port > 0 && p != strconv.Itoa(port) {
+			return nil, false, fmt.Errorf("the dev proxy already runs on %s, not port %d: `pgshard dev down --dir %s` first to move it", r.Addr, port, dir)
+		}
 		return r, true, nil
 	}
 	_ = os.Remove(devProxyFile(dir))
+	listen, err := devProxyListen(dir, port)
+	if err != nil {
+		return nil, false, err
+	}
 	if bin == "" {
 		var err error
 		if bin, err = os.Executable(); err != nil {
@@ -551,7 +593,7 @@ func startDevProxy(ctx context.Context, dir, bin, user, poolMode string) (*proxy
 	if err != nil {
 		return nil, false, err
 	}
-	args := []string{"proxy", "--config", cfgPath, "--listen", "127.0.0.1:0", "--trust-user", user, "--ready-file", ready}
+	args := []string{"proxy", "--config", cfgPath, "--listen", listen, "--trust-user", user, "--ready-file", ready}
 	if poolMode != "" {
 		args = append(args, "--pool-mode", poolMode)
 	}
@@ -571,6 +613,7 @@ func startDevProxy(ctx context.Context, dir, bin, user, poolMode string) (*proxy
 			conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
 			if err == nil {
 				_ = conn.Close()
+				_ = os.WriteFile(devProxyAddrFile(dir), []byte(r.Addr+"\n"), 0o644) // the next start's address
 				return r, false, nil
 			}
 		}

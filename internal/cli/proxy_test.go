@@ -84,6 +84,23 @@ func TestDevProxy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "proxy.json")); !os.IsNotExist(err) {
 		t.Fatalf("proxy.json left behind: %v", err)
 	}
+
+	// Up again: the proxy keeps its DSN (its port is still free).
+	r = mustRun(t, "", "dev", "up", "--dir", dir, "--shards", "2", "--fsync=false", "--proxy", "--proxy-bin", bin)
+	t.Cleanup(func() { run(t, "", "dev", "down", "--dir", dir) })
+	raw = mustRun(t, "", "dev", "status", "--dir", dir, "--json").stdout
+	var again struct {
+		ProxyDSN string `json:"proxy_dsn"`
+	}
+	if err := json.Unmarshal([]byte(raw), &again); err != nil || again.ProxyDSN != st.ProxyDSN {
+		t.Fatalf("after dev down and up the proxy moved: %q, was %q (%v)\n%s", again.ProxyDSN, st.ProxyDSN, err, r.stdout)
+	}
+	if r := run(t, "", "dev", "up", "--dir", dir, "--proxy", "--proxy-port", "1", "--proxy-bin", bin); r.code == 0 || !strings.Contains(r.stderr, "already runs on") {
+		t.Fatalf("--proxy-port of a running proxy's other port: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := run(t, "", "dev", "up", "--dir", dir, "--proxy-port", "7000"); r.code == 0 || !strings.Contains(r.stderr, "--proxy-port needs --proxy") {
+		t.Fatalf("--proxy-port without --proxy: exit %d\n%s", r.code, r.stderr)
+	}
 }
 
 // TestProxyConfigErrors: bad proxy settings fail with one line naming the
