@@ -222,6 +222,17 @@ func TestCopyOutEveryShard(t *testing.T) {
 				{"no rows, csv header", q("COPY (SELECT * FROM " + tb + " WHERE n < 0) TO STDOUT (FORMAT csv, HEADER)")},
 				{"extended protocol", ext("COPY " + tb + " TO STDOUT (FORMAT csv)")},
 				{"extended protocol, binary", ext("COPY " + tb + " (at, id) TO STDOUT (FORMAT binary)")},
+				{"a Describe of the statement first", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "COPY " + tb + " TO STDOUT"}, &pgproto3.Describe{ObjectType: 'S'},
+					&pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"after a keyed read in one pipeline", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: fmt.Sprintf("SELECT note FROM %s WHERE id = %d", tb, env.keys[0])}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: "COPY " + tb + " (id) TO STDOUT"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"before a keyed read in one pipeline", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "COPY " + tb + " (id) TO STDOUT"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: fmt.Sprintf("SELECT note FROM %s WHERE id = %d", tb, env.keys[1])}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+				{"keyed, after a keyed read of another shard in one pipeline", []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: fmt.Sprintf("SELECT note FROM %s WHERE id = %d", tb, env.keys[1])}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Query: fmt.Sprintf("COPY (SELECT * FROM %s WHERE id = %d) TO STDOUT", tb, other)}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
 				{"a column that does not exist", q("COPY " + tb + " (nope) TO STDOUT")},
 				{"begin", q("BEGIN")},
 				{"a row of the transaction's own", q(fmt.Sprintf("INSERT INTO %s (id, n, note) VALUES (%d, 9, 'mine')", tb, env.keys[0]+1_000_000_000))},
