@@ -95,15 +95,7 @@ func newCopyEnv(t *testing.T, ws wireSetup, n int) *copyEnv {
 // which must end it.
 func copyReplies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []string {
 	t.Helper()
-	rfq := 0
-	for _, m := range msgs {
-		c.fe.Send(m)
-		switch m.(type) {
-		case *pgproto3.Sync, *pgproto3.Query:
-			rfq++
-		}
-	}
-	c.flush()
+	rfq := c.sendAll(msgs)
 	var out []string
 	var data []byte
 	inData, bin := false, false

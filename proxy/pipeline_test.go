@@ -271,15 +271,7 @@ func newSettingsEnv(t *testing.T, e *proxyEnv, base int64) *settingsEnv {
 // pgshard adds to an error of a read of every shard left out too).
 func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []string {
 	t.Helper()
-	rfq := 0
-	for _, m := range msgs {
-		c.fe.Send(m)
-		switch m.(type) {
-		case *pgproto3.Sync, *pgproto3.Query:
-			rfq++
-		}
-	}
-	c.flush()
+	rfq := c.sendAll(msgs)
 	var out []string
 	for rfq > 0 {
 		m, err := c.fe.Receive()
@@ -294,6 +286,21 @@ func replies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []stri
 		}
 	}
 	return out
+}
+
+// sendAll sends msgs and returns how many ReadyForQuery they get (one
+// per Sync and Query).
+func (c *rawClient) sendAll(msgs []pgproto3.FrontendMessage) (rfq int) {
+	c.t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+		switch m.(type) {
+		case *pgproto3.Sync, *pgproto3.Query:
+			rfq++
+		}
+	}
+	c.flush()
+	return rfq
 }
 
 // replyText is a reply as replies shows it ("" for a ParameterStatus).
