@@ -13,6 +13,8 @@
 //	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
 //	                      shardcolumns.go, valuesplit.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, once per text)
+//	a per-shard text of a read of every shard ─► its served form: each keyed
+//	  table read in the buckets the shard serves (served.go, once per text)
 //	*Statement + Bind params (input.go) ─► decode key params (value.go)
 //	  ─► key → bucket → shard (placer.go) ─► shard sets (sset.go)
 //	  ─► Dest (evaluator.go; explain.go records the steps)                Route (route.go)

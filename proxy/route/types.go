@@ -591,6 +591,9 @@ type Statement struct {
 	// first Route that refuses it otherwise; a copy of the Statement for
 	// another text carries it too, so it is used only for its own SQL.
 	stages unsafe.Pointer
+	// served is the served form of a per-shard text (*servedCache:
+	// served.go), built on first use.
+	served unsafe.Pointer
 
 	// plan holds where keys come from (constants, $n params with their
 	// cast type, hints), the tables touched and the merge plan. Route uses
@@ -631,6 +634,9 @@ type Analyzer interface {
 	// all, else per parameter) and the parameter type OIDs the client
 	// declared in Parse (0 = unspecified).
 	Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest
+	// ServedSQL is the served form of base, a text every shard runs for
+	// st's read of every shard (served.go): "" when it has none.
+	ServedSQL(st *Statement, base string) string
 	// RouteKey routes an explicit key (hints: SET LOCAL pgshard.key).
 	RouteKey(key string, t KeyType) Dest
 	// Map is the shard map routes refer to.

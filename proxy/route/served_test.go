@@ -1,0 +1,67 @@
+package route_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestServedSQL: the served form reads every keyed table — at any depth,
+// under its alias and column aliases, schema-qualified — through a
+// filter on the buckets the shard serves (text keys through
+// pgshard_fence_bucket, int8 keys through hashint8extended), leaves a CTE
+// that shadows a table's name, catalogs, global and unsharded tables
+// alone, and has none for a text that reads no keyed table; COPY of a
+// table (with a column list) or a query becomes COPY (the filtered read).
+func TestServedSQL(t *testing.T) {
+	const served = "<@ COALESCE((SELECT s.served FROM pgshard_fence_served() s), '{[0,)}'::pg_catalog.int4multirange)"
+	// The test map's 4096 buckets: mask 4095, 5305509591434766563 & 4095 = 2275.
+	filtered := func(table, col string) string {
+		return "(SELECT * FROM " + table + " WHERE (((pg_catalog.hashtextextended(" + table + "." + col + "::text, 8816678312871386365) & 4095) + 2275) & 4095)::int4 " + served + ")"
+	}
+	for _, c := range []struct {
+		schema, sql string
+		want        []string // substrings, in order
+		none        bool
+	}{
+		{sql: "SELECT count(*) FROM executions", want: []string{"SELECT count(*) FROM " + filtered("executions", "id") + " executions"}},
+		{sql: "SELECT e.id FROM executions e JOIN timers t ON t.execution_id = e.id WHERE e.version > $1",
+			want: []string{filtered("executions", "id") + " e JOIN " + filtered("timers", "execution_id") + " t ON", "$1"}},
+		{sql: "SELECT x.a FROM public.executions AS x (a, b)", want: []string{"(SELECT * FROM public.executions WHERE (((pg_catalog.hashtextextended(executions.id::text", ") x(a, b)"}},
+		{sql: "SELECT id FROM executions WHERE EXISTS (SELECT 1 FROM trace r WHERE r.execution_id = executions.id)",
+			want: []string{filtered("executions", "id") + " executions", filtered("trace", "execution_id") + " r"}},
+		{sql: "WITH executions AS (SELECT 1 AS id) SELECT id FROM executions", none: true},
+		{sql: "WITH c AS (SELECT id FROM executions) SELECT count(*) FROM c", want: []string{"FROM " + filtered("executions", "id") + " executions"}},
+		{sql: "SELECT e.id, d.body FROM executions e JOIN definitions d ON d.id = e.definition_id", want: []string{filtered("executions", "id") + " e JOIN definitions d"}},
+		{sql: "SELECT relname FROM pg_class", none: true},
+		{sql: "SELECT * FROM app_settings", none: true},
+		{sql: "COPY executions (id, version) TO STDOUT (FORMAT csv, HEADER)",
+			want: []string{"COPY (SELECT id, version FROM " + filtered("executions", "id") + " executions) TO STDOUT WITH (FORMAT CSV, HEADER)"}},
+		{sql: "COPY (SELECT id FROM executions WHERE version > 1) TO STDOUT", want: []string{"COPY (SELECT id FROM " + filtered("executions", "id") + " executions WHERE version > 1) TO STDOUT"}},
+		{schema: "int8", sql: "SELECT sum(k) FROM accounts", want: []string{`pg_catalog.hashint8extended(accounts.k::int8, 8816678312871386365)`, served + ") accounts"}},
+	} {
+		r := newRouter(t, c.schema)
+		st, err := r.Analyze(c.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		got := r.ServedSQL(st, st.SQL)
+		if c.none {
+			if got != "" {
+				t.Errorf("%s: want no served form, got %s", c.sql, got)
+			}
+			continue
+		}
+		rest := got
+		for _, w := range c.want {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				t.Errorf("%s:\n got  %s\n want %s (in order)", c.sql, got, w)
+				break
+			}
+			rest = rest[i+len(w):]
+		}
+		if again := r.ServedSQL(st, st.SQL); again != got {
+			t.Errorf("%s: a second call gave another text", c.sql)
+		}
+	}
+}
