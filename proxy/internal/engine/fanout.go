@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,7 +34,10 @@ import (
 //	  transaction that read N shards holds N backends (PoolSize bounds
 //	  them per shard);
 //	settings ahead of the read in its implicit transaction (fanlead.go):
-//	  every shard runs them first, in the same write.
+//	  every shard runs them first, in the same write;
+//	a shard whose pool has the fence reads the served form of its text
+//	  (shardText: each keyed table in the buckets the shard serves), so
+//	  a range being moved is not read on both its shards.
 
 // fanPlan is a fan-out statement of a pipeline or simple query.
 type fanPlan struct {
@@ -153,6 +157,11 @@ type fanExec struct {
 	mu      *sync.Mutex
 	fanning *[]*backend.Conn
 	sess    fanSession
+	// fences and log are the server's (HostEnv; nil without one): a
+	// participant whose pool has the fence reads in the served form
+	// (route.Merge.ServedSQL).
+	fences *PoolFences
+	log    *slog.Logger
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -167,8 +176,36 @@ type fanSession interface {
 // newFanExec is the executor of the planner's fan-out, p.fan.
 func newFanExec(p *planner) *fanExec {
 	s := p.s
-	return &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
+	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
+	if s.host != nil {
+		x.fences, x.log = s.host.Fences, s.host.Log
+	}
+	return x
+}
+
+// shardText is the text participant st runs for the read, base: its
+// served form (route.Analyzer.ServedSQL: each keyed table read only in
+// the buckets the shard serves) when st's pool has the fence — asked on
+// a connection of this fan-out's own, never inside the client's
+// transaction — else base.
+func (x *fanExec) shardText(st *fanStream, base string) string {
+	if x.fences == nil || x.f.only > 0 || x.f.dest.Merge == nil {
+		return base // a keyed read in its shard's reader; DDL
+	}
+	on := false
+	if st.role == partOwn || st.role == partNewReader {
+		on = x.fences.fenced(x.ctx, x.gen, x.log, st.bc.Pool, st.bc)
+	} else {
+		on, _ = x.fences.decided(x.gen, st.bc.Pool)
+	}
+	if !on {
+		return base
+	}
+	if sv := x.gen.Config.Analyzer.ServedSQL(x.f.st, base); sv != "" {
+		return sv
+	}
+	return base
 }
 
 // stage is the executor of fp, a stage of x's read: a fan-out of its own
@@ -344,6 +381,7 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		if st.shard < len(merge.ShardSQL) {
 			sql = merge.ShardSQL[st.shard]
 		}
+		sql = x.shardText(st, sql)
 		buf = pgwire.AppendParseMsg(buf, "", sql, nil)
 		buf = pgwire.AppendBindNoParams(buf, formats)
 		buf = pgwire.AppendDescribe(buf, 'P', "")
@@ -357,6 +395,7 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		if merge != nil && st.shard < len(merge.ShardSQL) {
 			sql = merge.ShardSQL[st.shard]
 		}
+		sql = x.shardText(st, sql)
 		buf = pgwire.AppendParseMsg(buf, "", sql, f.vs.oids)
 		if merge != nil {
 			buf = pgwire.AppendBindFormats(buf, f.bind, bv, formats)
