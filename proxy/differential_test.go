@@ -122,9 +122,10 @@ type diffEnv struct {
 	px     *proxyEnv
 }
 
-// setupDiffEnv creates the reference database and the 3 shards, loads the
-// data set into both and starts a proxy over the shards.
-func setupDiffEnv(ctx context.Context, t *testing.T) *diffEnv {
+// setupDiffEnv creates the reference database and the 3 shards (their
+// fence set from the map), loads the data set into both and starts a
+// proxy over the shards, with opts.
+func setupDiffEnv(ctx context.Context, t *testing.T, opts ...envOpt) *diffEnv {
 	t.Helper()
 	c := clustertest.Get(t)
 	if len(c.Shards) < 4 {
@@ -168,7 +169,7 @@ func setupDiffEnv(ctx context.Context, t *testing.T) *diffEnv {
 	}
 	schema := route.DefaultSchema()
 	schema.Tables = append(schema.Tables, route.TableKey{Table: "vals", Column: "id", Type: route.KeyText, Position: 1})
-	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, direct(), withSchema(m, schema))
+	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, append([]envOpt{direct(), withSchema(m, schema)}, opts...)...)
 
 	return &diffEnv{m: m, execs: execs, refDSN: refDSN, px: e}
 }
