@@ -255,9 +255,8 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 
 // selectAll is SELECT * FROM rel.
 func selectAll(rel *pg.RangeVar) *pg.Node {
-	star := &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{{Node: &pg.Node_AStar{AStar: &pg.A_Star{}}}}}}}
 	return &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{
-		TargetList: []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: star}}}},
+		TargetList: []*pg.Node{starTarget()},
 		FromClause: []*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: rel}}},
 	}}}
 }
