@@ -293,7 +293,7 @@ func checkPlacement(ctx context.Context, tx pgx.Tx, ad *adoption) ([]string, err
 	}
 	var p []string
 	for _, k := range keyedColumns {
-		b := fmt.Sprintf(bucketSQL, pgx.Identifier{k.column}.Sanitize(), int64(shardmap.HashPartitionSeed), int64(0x49a0f4dd15e5a8e3), ad.m.Buckets)
+		b := fmt.Sprintf(bucketSQL, pgx.Identifier{k.column}.Sanitize(), int64(shardmap.HashPartitionSeed), int64(shardmap.HashCombineConst), ad.m.Buckets)
 		var n int64
 		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT %s AS b FROM %s) x WHERE NOT (%s)`,
 			b, pgx.Identifier{k.table}.Sanitize(), owns)).Scan(&n); err != nil {

@@ -6,8 +6,9 @@ import "math/bits"
 // the seed every hash-partitioned table passes to the extended hash functions.
 const HashPartitionSeed uint64 = 0x7A5B22367996DCFD
 
-// hashCombineConst is the additive constant of Postgres's hash_combine64.
-const hashCombineConst uint64 = 0x49a0f4dd15e5a8e3
+// HashCombineConst is the additive constant of Postgres's hash_combine64:
+// a key's partition hash is hash_combine64(0, h) = h + HashCombineConst.
+const HashCombineConst uint64 = 0x49a0f4dd15e5a8e3
 
 // HashText returns hashtextextended(key, seed) for a text value under a
 // deterministic collation: Bob Jenkins' lookup3 over the raw UTF-8 bytes, as
@@ -96,12 +97,12 @@ func HashInt8(v int64, seed uint64) uint64 {
 // PartitionHashText is the row hash Postgres's PARTITION BY HASH computes for
 // a single text partition key: hash_combine64(0, hashtextextended(key, seed)).
 func PartitionHashText(key string) uint64 {
-	return HashText(key, HashPartitionSeed) + hashCombineConst
+	return HashText(key, HashPartitionSeed) + HashCombineConst
 }
 
 // PartitionHashInt8 is PartitionHashText for a single int8 partition key.
 func PartitionHashInt8(v int64) uint64 {
-	return HashInt8(v, HashPartitionSeed) + hashCombineConst
+	return HashInt8(v, HashPartitionSeed) + HashCombineConst
 }
 
 // le32 reads a little-endian uint32 from the first four bytes of s (the
