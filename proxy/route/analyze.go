@@ -878,10 +878,17 @@ func isTrue(n *pg.Node) bool {
 		return b.Boolval.Boolval
 	}
 	if s, ok := c.Val.(*pg.A_Const_Sval); ok {
-		switch strings.ToLower(s.Sval.Sval) {
-		case "t", "true", "on", "yes", "y", "1":
-			return true
-		}
+		return truthy(s.Sval.Sval)
+	}
+	return false
+}
+
+// truthy reports whether a string is a boolean option's true value as
+// Postgres reads one (t, true, on, yes, y, 1; any case).
+func truthy(s string) bool {
+	switch strings.ToLower(s) {
+	case "t", "true", "on", "yes", "y", "1":
+		return true
 	}
 	return false
 }

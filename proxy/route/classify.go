@@ -277,12 +277,8 @@ func copyHeader(opts []*pg.Node) bool {
 		case d.Arg.GetBoolean() != nil:
 			h = d.Arg.GetBoolean().Boolval
 		case d.Arg.GetString_() != nil:
-			switch strings.ToLower(d.Arg.GetString_().Sval) {
-			case "t", "true", "on", "yes", "y", "1", "match":
-				h = true
-			default:
-				h = false
-			}
+			v := d.Arg.GetString_().Sval
+			h = truthy(v) || strings.EqualFold(v, "match")
 		case d.Arg.GetInteger() != nil:
 			h = d.Arg.GetInteger().Ival != 0
 		default:
