@@ -76,8 +76,6 @@ func (j *copyJoin) stream(st *fanStream, first bool) error {
 			return nil
 		}
 		switch typ {
-		case '2':
-			st.bound = true
 		case 'n':
 			if first && !j.stop && !j.x.f.simple && j.x.f.describe {
 				j.x.cc.out = pgwire.AppendEmpty(j.x.cc.out, 'n') // the portal's NoData
@@ -92,25 +90,13 @@ func (j *copyJoin) stream(st *fanStream, first bool) error {
 				return err
 			}
 			firstData = false
-		case 'C':
-			if n, ok := tagCount(pgwire.CommandTag(msg)); ok {
-				j.total += n
-			}
-		case 'E':
-			if st.errRaw == nil {
-				st.errRaw = append([]byte(nil), msg...)
-			}
-			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				st.bc.Broken = true
-			}
-			j.stop = true
-		case 'N':
-			st.notices = append(st.notices, append([]byte(nil), msg...))
-		case 'Z':
-			st.rfqLeft--
-			st.status = pgwire.ReadyStatus(msg)
-			st.rowsDone = true
+		default:
+			st.take(typ, msg)
 		}
+		j.stop = j.stop || st.errRaw != nil
+	}
+	if n, ok := tagCount(st.tag); ok {
+		j.total += n
 	}
 	return nil
 }
@@ -176,8 +162,9 @@ func (j *copyJoin) data(st *fanStream, msg []byte, first, firstData bool) error 
 func (j *copyJoin) finish() {
 	x := j.x
 	if e := x.gen.fanResultError(x.streams); e != nil {
-		if j.resp == nil && j.bindAt >= 0 && j.bindAt+5 == len(x.cc.out) && !firstFailed(x.streams).bound {
-			x.cc.out = x.cc.out[:j.bindAt] // failed at Bind: no BindComplete
+		// Nothing was flushed before the CopyOutResponse: bindAt holds.
+		if first := firstFailed(x.streams); j.resp == nil && first != nil && x.failedAtBind(first, j.bindAt) {
+			x.cc.out = x.cc.out[:j.bindAt]
 		}
 		x.cc.out = append(x.cc.out, e...)
 		return
@@ -190,14 +177,4 @@ func (j *copyJoin) finish() {
 		x.cc.out = append(x.cc.out, n...)
 	}
 	x.cc.out = pgwire.AppendCommandComplete(x.cc.out, "COPY "+strconv.FormatInt(j.total, 10))
-}
-
-// firstFailed is the first stream that failed (fanResultError reports it).
-func firstFailed(streams []*fanStream) *fanStream {
-	for _, st := range streams {
-		if st.failed() {
-			return st
-		}
-	}
-	return streams[0]
 }

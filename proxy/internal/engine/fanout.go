@@ -159,7 +159,7 @@ type fanExec struct {
 	sess    fanSession
 	// fences and log are the server's (HostEnv; nil without one): a
 	// participant whose pool has the fence reads in the served form
-	// (route.Merge.ServedSQL).
+	// (shardText).
 	fences *PoolFences
 	log    *slog.Logger
 }
@@ -628,32 +628,43 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 // query of the proxy's own comes after BindComplete.
 func (x *fanExec) fanErrorsSoFar(r *merge.Run, bindAt int) bool {
 	streams := x.streams
-	var first *fanStream
-	for _, st := range streams {
-		if st.failed() {
-			first = st
-			break
-		}
-	}
+	first := firstFailed(streams)
 	if first == nil {
 		return false
 	}
 	for _, x := range streams {
 		x.drain()
 	}
-	if first.lost == nil && first.leadErr == 0 {
-		switch {
-		case !first.bound && bindAt >= 0 && bindAt+5 == len(x.cc.out):
-			x.cc.out = x.cc.out[:bindAt]
-		case first.rowDesc != nil && r.Describe:
-			r.RawDesc = first.rowDesc
-			if d, e := r.Description(); e == nil {
-				x.cc.out = append(x.cc.out, d...)
-			}
+	switch {
+	case x.failedAtBind(first, bindAt):
+		x.cc.out = x.cc.out[:bindAt]
+	case first.lost == nil && first.leadErr == 0 && first.rowDesc != nil && r.Describe:
+		r.RawDesc = first.rowDesc
+		if d, e := r.Description(); e == nil {
+			x.cc.out = append(x.cc.out, d...)
 		}
 	}
 	x.cc.out = append(x.cc.out, x.gen.fanResultError(streams)...)
 	return true
+}
+
+// firstFailed is the first participant that failed — the one whose error
+// fanResultError reports — nil if none did.
+func firstFailed(streams []*fanStream) *fanStream {
+	for _, st := range streams {
+		if st.failed() {
+			return st
+		}
+	}
+	return nil
+}
+
+// failedAtBind reports whether first, the participant whose error is
+// reported, failed at its Bind (its own statement's error, before its
+// BindComplete) while the client's BindComplete at bindAt (>= 0) is the
+// last thing written for it: one database would not have sent it.
+func (x *fanExec) failedAtBind(first *fanStream, bindAt int) bool {
+	return first.lost == nil && first.leadErr == 0 && !first.bound && bindAt >= 0 && bindAt+5 == len(x.cc.out)
 }
 
 // fanEnd returns or keeps every participant's connection and answers the

@@ -108,13 +108,6 @@ func (f *fanStream) nextRow() bool {
 			return false
 		}
 		switch typ {
-		case 'Z':
-			f.rfqLeft--
-			f.status = pgwire.ReadyStatus(msg)
-			f.rowsDone = true
-			return false
-		case '2':
-			f.bound = true
 		case 'D':
 			f.row = msg
 			var e error
@@ -123,29 +116,49 @@ func (f *fanStream) nextRow() bool {
 				return false
 			}
 			return true
-		case 'T':
-			f.rowDesc = append([]byte(nil), msg...)
-		case 't':
-			f.paramDesc = append([]byte(nil), msg...)
-		case 'C':
-			f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
-		case 'E':
-			if f.errRaw == nil {
-				f.errRaw = append([]byte(nil), msg...)
-			}
-			if pgwire.ErrorField(msg, 'S') == "FATAL" {
-				f.bc.Broken = true
-			}
-		case 'N':
-			f.notices = append(f.notices, append([]byte(nil), msg...))
 		case 'G', 'H', 'W':
-			// COPY cannot fan out; the analyzer refuses it.
+			// A COPY out of every shard is read by copyJoin (copyout.go),
+			// and COPY FROM never fans out.
 			f.errRaw = pgwire.AppendError(nil, pgwire.NewError(pgwire.CodeFeatureNotSupported, "COPY cannot run on every shard through pgshard"))
 			f.bc.Broken = true
 			f.rowsDone = true
 			f.rfqLeft = 0
 			return false
+		default:
+			if f.take(typ, msg); f.rowsDone {
+				return false
+			}
 		}
+	}
+}
+
+// take records a message of the statement's answer that every reader of
+// a stream keeps alike (ReadyForQuery, which ends the rows; BindComplete;
+// the descriptions; the command tag; the first error; notices) and
+// ignores any other.
+func (f *fanStream) take(typ byte, msg []byte) {
+	switch typ {
+	case 'Z':
+		f.rfqLeft--
+		f.status = pgwire.ReadyStatus(msg)
+		f.rowsDone = true
+	case '2':
+		f.bound = true
+	case 'T':
+		f.rowDesc = append([]byte(nil), msg...)
+	case 't':
+		f.paramDesc = append([]byte(nil), msg...)
+	case 'C':
+		f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
+	case 'E':
+		if f.errRaw == nil {
+			f.errRaw = append([]byte(nil), msg...)
+		}
+		if pgwire.ErrorField(msg, 'S') == "FATAL" {
+			f.bc.Broken = true
+		}
+	case 'N':
+		f.notices = append(f.notices, append([]byte(nil), msg...))
 	}
 }
 

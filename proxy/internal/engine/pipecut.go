@@ -42,7 +42,7 @@ import (
 func cutBefore(pl *planner, a *route.Statement, d route.Dest) bool {
 	s := pl.s
 	if !pl.pipeline || pl.simple || !pl.onBackend || pl.failed || pl.copyIn || pl.fan != nil || len(pl.leads) > 0 ||
-		pl.swapMain || pl.sim.hint >= 0 || s.own != nil || !(plainRead(a) || copyOut(a)) {
+		pl.swapMain || pl.sim.hint >= 0 || s.own != nil || !cutRead(a) {
 		return false
 	}
 	switch {
@@ -81,7 +81,7 @@ func cutBefore(pl *planner, a *route.Statement, d route.Dest) bool {
 // own: a plain read with no settings ahead of it (they would hold for
 // the rest of the implicit transaction).
 func cutAfterFan(f *fanPlan) bool {
-	return !f.inTxn && !f.simple && f.executed && f.only == 0 && len(f.leads) == 0 && f.dest.Merge != nil && (plainRead(f.st) || copyOut(f.st))
+	return !f.inTxn && !f.simple && f.executed && f.only == 0 && len(f.leads) == 0 && f.dest.Merge != nil && cutRead(f.st)
 }
 
 // plainRead: a is a read that changes nothing and sets nothing.
@@ -89,11 +89,11 @@ func plainRead(a *route.Statement) bool {
 	return a.Select && a.ReadOnly && a.Settings == nil && !a.Copy
 }
 
-// copyOut: a is a COPY ... TO STDOUT, a read too; the parts before it may
-// be cut off like a plain read's, but none after it once it is in a part
-// (planner.copyIn: the exchange relays its COPY).
-func copyOut(a *route.Statement) bool {
-	return a.Copy && a.ReadOnly && a.Settings == nil
+// cutRead: a pipeline may be cut before a, a plain read or a COPY ...
+// TO (a read too, but none is cut after once it is in a part:
+// planner.copyIn, the exchange relays its COPY).
+func cutRead(a *route.Statement) bool {
+	return fanRead(a) && a.ReadOnly && a.Settings == nil
 }
 
 // pipeParts runs a pipeline in parts (see above): the session, and the
