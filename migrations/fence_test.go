@@ -402,3 +402,69 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestFenceServedBy: pgshard_fence_served_by returns the served set when
+// it is the ranges the given map gives the shard, raises PS002 naming
+// both sets and the fence's epoch (DETAIL epoch=N) when it is not — a
+// map where the shard owns one more range, or one less — and returns
+// NULL, checking nothing, with the fence off.
+func TestFenceServedBy(t *testing.T) {
+	_, m := freshMap(t)
+	mustApply(t, m, migrations.Options{})
+	ctx := ctxT(t)
+	conn := connect(t, m.Shards[0].DSN)
+	args := func(m *shardmap.Map) (los, his []int32, owners []string) {
+		for _, r := range m.Ranges {
+			los, his, owners = append(los, int32(r.Lo)), append(his, int32(r.Hi)), append(owners, r.Shard)
+		}
+		return
+	}
+	servedBy := func(m *shardmap.Map) (*string, error) {
+		los, his, owners := args(m)
+		var got *string
+		err := conn.QueryRow(ctx, `SELECT pgshard_fence_served_by($1, $2, $3, $4)::text`, int64(m.Epoch), los, his, owners).Scan(&got)
+		return got, err
+	}
+	got, err := servedBy(m)
+	var mine []string
+	for _, r := range m.RangesOf(m.Shards[0].Name) {
+		mine = append(mine, fmt.Sprintf("[%d,%d)", r.Lo, r.Hi+1))
+	}
+	if want := "{" + strings.Join(mine, ",") + "}"; err != nil || got == nil || *got != want {
+		t.Fatalf("the map's own ranges: %v, %v; want %s", got, err, want)
+	}
+	for _, to := range []string{m.Shards[0].Name, m.Shards[1].Name} {
+		// One bucket of another shard given to shard0, or one of shard0's taken away.
+		b := m.Bucket(keyOn(t, m, m.Shards[1].Name))
+		if to == m.Shards[1].Name {
+			b = m.Bucket(keyOn(t, m, m.Shards[0].Name))
+		}
+		other := m.Clone()
+		other.Ranges = nil
+		for _, r := range m.Ranges {
+			switch {
+			case b < r.Lo || b > r.Hi:
+				other.Ranges = append(other.Ranges, r)
+			default:
+				for _, p := range []shardmap.Range{{Lo: r.Lo, Hi: b - 1, Shard: r.Shard}, {Lo: b, Hi: b, Shard: to}, {Lo: b + 1, Hi: r.Hi, Shard: r.Shard}} {
+					if p.Lo <= p.Hi {
+						other.Ranges = append(other.Ranges, p)
+					}
+				}
+			}
+		}
+		other.Epoch = m.Epoch + 1
+		_, err := servedBy(other)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "PS002" || !strings.Contains(pe.Detail, fmt.Sprintf("epoch=%d map_epoch=%d", m.Epoch, other.Epoch)) ||
+			!strings.Contains(pe.Message, `shard "`+m.Shards[0].Name+`" serves buckets`) {
+			t.Fatalf("bucket %d given to %s: %v; want PS002 naming the shard, its fence's epoch and the map's", b, to, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `SELECT pgshard_fence_off()`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := servedBy(m); err != nil || got != nil {
+		t.Fatalf("fence off: %v, %v; want NULL", got, err)
+	}
+}
