@@ -123,7 +123,7 @@ const syncPing = "-- ping"
 
 // fenceDetectSQL is the proxy's question whether a shard has the fence
 // (proxy/internal/engine/fence.go).
-const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL, to_regprocedure('pgshard_fence_enter(text)') IS NOT NULL"
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL, to_regprocedure('pgshard_fence_enter(text)') IS NOT NULL, to_regprocedure('pgshard_fence_served_by(bigint,int[],int[],text[])') IS NOT NULL"
 
 // refused reports whether stmt is an assert the shard refuses.
 func (f *fakePG) refused(stmt string) bool {
@@ -218,8 +218,8 @@ func (f *fakePG) serve(c net.Conn) {
 			}
 			f.mu.Unlock()
 			has := pgproto3.FieldDescription{Name: []byte("has"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}
-			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{has, has}})
-			be.Send(&pgproto3.DataRow{Values: [][]byte{v, v}})
+			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{has, has, has}})
+			be.Send(&pgproto3.DataRow{Values: [][]byte{v, v, v}})
 			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
 			if be.Flush() != nil {

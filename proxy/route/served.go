@@ -2,6 +2,8 @@ package route
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -23,19 +25,52 @@ import (
 // A subquery in FROM keeps what clients see: Postgres takes a column's
 // table and attribute for RowDescription from inside it
 // (markTargetListOrigins), and SELECT * keeps the table's columns in
-// order. <served> is an uncorrelated scalar subquery of the fence
-// (migration 0008's pgshard_fence_served): one InitPlan per statement,
-// not a probe per row; a fence that is off serves every bucket. The key's
-// bucket is computed as the map computes it, the bucket count (fixed for
-// a cluster's life) a constant (servedPred). Tables placed by a seq key
-// only are read whole.
+// order. <served> is an uncorrelated scalar subquery of the fence: one
+// InitPlan per table reference and statement, not a probe per row; a
+// fence that is off serves every bucket. Checked (servedCheck), it is
+// migration 0015's pgshard_fence_served_by with the map the statement
+// was routed by: the shard raises PS002 before the first row of the
+// table leaves it when the buckets it serves are not the ones that map
+// gives it — a range move flipping between the shards' snapshots, or a
+// map behind the shards — so that parts that all pass cover every bucket
+// exactly once; unchecked, 0008's pgshard_fence_served (a shard migrated
+// before 0015). The key's bucket is computed as the map computes it, the
+// bucket count (fixed for a cluster's life) a constant (servedPred).
+// Tables placed by a seq key only are read whole.
 
 // servedSet is the buckets this shard serves to reads, every one when its
-// fence is off.
+// fence is off, unchecked.
 const servedSet = `coalesce((SELECT s.served FROM pgshard_fence_served() s), '{[0,)}'::pg_catalog.int4multirange)`
 
+// servedCheck is the served set checked against the map m: its epoch,
+// and its ranges as parallel arrays of first buckets, last buckets and
+// owners (shard names are letters, digits, '_' and '-': no quoting
+// inside the array literals).
+func servedCheck(m *shardmap.Map) string {
+	var los, his, owners strings.Builder
+	for i, r := range m.Ranges {
+		if i > 0 {
+			los.WriteByte(',')
+			his.WriteByte(',')
+			owners.WriteByte(',')
+		}
+		los.WriteString(strconv.Itoa(r.Lo))
+		his.WriteString(strconv.Itoa(r.Hi))
+		owners.WriteString(r.Shard)
+	}
+	return fmt.Sprintf(`coalesce((SELECT pgshard_fence_served_by(%d, '{%s}'::pg_catalog.int4[], '{%s}'::pg_catalog.int4[], '{%s}'::pg_catalog.text[])), '{[0,)}'::pg_catalog.int4multirange)`,
+		m.Epoch, los.String(), his.String(), owners.String())
+}
+
+// servedBy is what a served form filters by: the bucket count and the
+// served set's expression (servedSet or servedCheck).
+type servedBy struct {
+	nb  int
+	set string
+}
+
 // servedPred is the filter of table t's rows (rel: its relation name)
-// among nb buckets: the key's bucket as shardmap computes it (Postgres's
+// among by.nb buckets, by by.set: the key's bucket as shardmap computes it (Postgres's
 // partition hash, hashtextextended or hashint8extended with
 // HashPartitionSeed, plus HashCombineConst, modulo nb), written inline
 // with nb a constant so that it folds to one hash per row. Migration
@@ -43,21 +78,21 @@ const servedSet = `coalesce((SELECT s.served FROM pgshard_fence_served() s), '{[
 // 0008's pgshard_fence_bucket given the bucket count by a subquery: on a
 // quiet shard a 200,000-row count took 280 and 180 ms with them, 25 ms
 // with this predicate, 35 ms unfiltered (parallel plans either way).
-func servedPred(t *tableInfo, rel string, nb int) *pg.Node {
+func servedPred(t *tableInfo, rel string, by servedBy) *pg.Node {
 	k := t.keys[t.place]
 	col, hashFn, cast := pgx.Identifier{rel, k.col}.Sanitize(), "hashtextextended", "text"
 	if k.typ == KeyInt8 {
 		hashFn, cast = "hashint8extended", "int8"
 	}
-	mask := uint64(nb - 1)
+	mask := uint64(by.nb - 1)
 	bucket := fmt.Sprintf("((((pg_catalog.%s(%s::%s, %d) & %d) + %d) & %d)::int4)",
 		hashFn, col, cast, int64(shardmap.HashPartitionSeed), mask, shardmap.HashCombineConst&mask, mask)
-	return mustExpr(bucket + " <@ " + servedSet)
+	return mustExpr(bucket + " <@ " + by.set)
 }
 
 // servedForm returns a copy of the read stmt whose keyed tables are read
 // in the buckets the shard serves, or nil when it reads none.
-func (sc *compiled) servedForm(stmt *pg.Node, nb int) *pg.Node {
+func (sc *compiled) servedForm(stmt *pg.Node, by servedBy) *pg.Node {
 	out := proto.Clone(stmt).(*pg.Node)
 	ctes := map[string]bool{} // a CTE of the statement shadows a table of its name
 	inspect(out, func(n *pg.Node) bool {
@@ -91,7 +126,7 @@ func (sc *compiled) servedForm(stmt *pg.Node, nb int) *pg.Node {
 			Subquery: &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: &pg.SelectStmt{
 				TargetList:  []*pg.Node{starTarget()},
 				FromClause:  []*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: inner}}},
-				WhereClause: servedPred(t, rv.Relname, nb),
+				WhereClause: servedPred(t, rv.Relname, by),
 			}}},
 			Alias: alias,
 		}}
@@ -105,38 +140,53 @@ func starTarget() *pg.Node {
 	return &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: star}}}
 }
 
-// servedCache is a statement's served form of one per-shard text.
-type servedCache struct{ base, sql string }
+// servedCache is a statement's served form of one per-shard text,
+// checked or not.
+type servedCache struct {
+	base, sql string
+	checked   bool
+}
 
 // ServedSQL returns the served form of base — the text a shard runs for
 // st's read of every shard: Merge.SQL, a Merge.ShardSQL entry, or st.SQL
-// — or "" when base reads no keyed table or its form cannot be written.
-// It is built once per statement and base and kept in st (a parse and a
-// deparse; only shards whose fence is on read it).
-func (r *Table) ServedSQL(st *Statement, base string) string {
-	if c := (*servedCache)(atomic.LoadPointer(&st.served)); c != nil && c.base == base {
+// — or "" when base reads no keyed table or its form cannot be written;
+// checked, its served sets are checked against r's map (servedCheck). It
+// is built once per statement, base and form and kept in st (a parse and
+// a deparse; only shards whose fence is on read it).
+func (r *Table) ServedSQL(st *Statement, base string, checked bool) string {
+	if c := (*servedCache)(atomic.LoadPointer(&st.served)); c != nil && c.base == base && c.checked == checked {
 		return c.sql
 	}
-	c := &servedCache{base: base, sql: r.sc.servedText(base, r.pl.m.Buckets)}
+	by := servedBy{nb: r.pl.m.Buckets, set: servedSet}
+	if checked {
+		by.set = r.servedCheck()
+	}
+	c := &servedCache{base: base, checked: checked, sql: r.sc.servedText(base, by)}
 	atomic.StorePointer(&st.served, unsafe.Pointer(c))
 	return c.sql
 }
 
+// servedCheck is servedCheck of r's map, built once.
+func (r *Table) servedCheck() string {
+	r.checkOnce.Do(func() { r.check = servedCheck(r.pl.m) })
+	return r.check
+}
+
 // servedText is the served form of the one statement sql, a read (a
 // SELECT, or COPY ... TO of a table or a query).
-func (sc *compiled) servedText(sql string, nb int) string {
+func (sc *compiled) servedText(sql string, by servedBy) string {
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
 		return ""
 	}
 	n := res.Stmts[0].Stmt
 	if cp := n.GetCopyStmt(); cp != nil {
-		return sc.copyServed(cp, nb)
+		return sc.copyServed(cp, by)
 	}
 	if n.GetSelectStmt() == nil {
 		return ""
 	}
-	sf := sc.servedForm(n, nb)
+	sf := sc.servedForm(n, by)
 	if sf == nil {
 		return ""
 	}
@@ -149,7 +199,7 @@ func (sc *compiled) servedText(sql string, nb int) string {
 
 // copyServed is the served form of a COPY ... TO STDOUT: COPY (the read,
 // filtered) TO STDOUT with the statement's options.
-func (sc *compiled) copyServed(cp *pg.CopyStmt, nb int) string {
+func (sc *compiled) copyServed(cp *pg.CopyStmt, by servedBy) string {
 	if cp.IsFrom {
 		return ""
 	}
@@ -168,7 +218,7 @@ func (sc *compiled) copyServed(cp *pg.CopyStmt, nb int) string {
 			}
 		}
 	}
-	sf := sc.servedForm(q, nb)
+	sf := sc.servedForm(q, by)
 	if sf == nil {
 		return ""
 	}

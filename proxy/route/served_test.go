@@ -12,8 +12,19 @@ import (
 // that shadows a table's name, catalogs, global and unsharded tables
 // alone, and has none for a text that reads no keyed table; COPY of a
 // table (with a column list) or a query becomes COPY (the filtered read).
+// Checked, the served set is pgshard_fence_served_by with the map's epoch
+// and ranges (the test map: four shards, 1024 buckets each).
 func TestServedSQL(t *testing.T) {
-	const served = "<@ COALESCE((SELECT s.served FROM pgshard_fence_served() s), '{[0,)}'::pg_catalog.int4multirange)"
+	for _, checked := range []bool{false, true} {
+		served := "<@ COALESCE((SELECT s.served FROM pgshard_fence_served() s), '{[0,)}'::pg_catalog.int4multirange)"
+		if checked {
+			served = "<@ COALESCE((SELECT pgshard_fence_served_by(1, '{0,1024,2048,3072}'::int[], '{1023,2047,3071,4095}'::int[], '{s0,s1,s2,s3}'::pg_catalog.text[])), '{[0,)}'::pg_catalog.int4multirange)"
+		}
+		testServedSQL(t, served, checked)
+	}
+}
+
+func testServedSQL(t *testing.T, served string, checked bool) {
 	// The test map's 4096 buckets: mask 4095, 5305509591434766563 & 4095 = 2275.
 	filtered := func(table, col string) string {
 		return "(SELECT * FROM " + table + " WHERE (((pg_catalog.hashtextextended(" + table + "." + col + "::text, 8816678312871386365) & 4095) + 2275) & 4095)::int4 " + served + ")"
@@ -44,7 +55,7 @@ func TestServedSQL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.sql, err)
 		}
-		got := r.ServedSQL(st, st.SQL)
+		got := r.ServedSQL(st, st.SQL, checked)
 		if c.none {
 			if got != "" {
 				t.Errorf("%s: want no served form, got %s", c.sql, got)
@@ -60,8 +71,11 @@ func TestServedSQL(t *testing.T) {
 			}
 			rest = rest[i+len(w):]
 		}
-		if again := r.ServedSQL(st, st.SQL); again != got {
+		if again := r.ServedSQL(st, st.SQL, checked); again != got {
 			t.Errorf("%s: a second call gave another text", c.sql)
+		}
+		if other := r.ServedSQL(st, st.SQL, !checked); other == got {
+			t.Errorf("%s: checked and unchecked forms are the same text", c.sql)
 		}
 	}
 }

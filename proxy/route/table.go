@@ -3,6 +3,7 @@ package route
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -43,6 +44,9 @@ type Table struct {
 	sc     *compiled
 	pl     placer     // the map and where keys live on it (placer.go)
 	stmts  statements // each text's analysis, cached (statements.go)
+	// check is the checked served set of the map (served.go), built once.
+	checkOnce sync.Once
+	check     string
 }
 
 var _ Analyzer = (*Table)(nil)

@@ -635,8 +635,9 @@ type Analyzer interface {
 	// declared in Parse (0 = unspecified).
 	Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest
 	// ServedSQL is the served form of base, a text every shard runs for
-	// st's read of every shard (served.go): "" when it has none.
-	ServedSQL(st *Statement, base string) string
+	// st's read of every shard (served.go): "" when it has none;
+	// checked, each shard's served set is checked against the map.
+	ServedSQL(st *Statement, base string, checked bool) string
 	// RouteKey routes an explicit key (hints: SET LOCAL pgshard.key).
 	RouteKey(key string, t KeyType) Dest
 	// Map is the shard map routes refer to.

@@ -35,9 +35,9 @@ type stepBackend struct {
 	mu    sync.Mutex
 	conns int
 	got   []byte
-	// probe, when set, answers a Query with one row of it twice (the
-	// fence's question, fenceDetectSQL: the function, the procedure; "t"
-	// or "f").
+	// probe, when set, answers a Query with one row of it thrice (the
+	// fence's question, fenceDetectSQL: the function, the procedure, the
+	// checked served set; "t" or "f").
 	probe string
 }
 
@@ -101,7 +101,7 @@ func (b *stepBackend) serve(c net.Conn) {
 			} else {
 				col := pgproto3.FieldDescription{Name: []byte("x"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}
 				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{col, col}})
-				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe), []byte(probe)}})
+				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe), []byte(probe), []byte(probe)}})
 				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 			}
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})

@@ -22,8 +22,11 @@ type clientConn struct {
 	rd   *pgwire.MsgReader
 	// limit is the size limit of a client message by type (rd's).
 	limit func(byte) int
-	// out is what the session sends the client at its next flush.
-	out []byte
+	// out is what the session sends the client at its next flush;
+	// flushes counts the flushes that wrote some (a read of every shard
+	// runs again only if none happened since it began: servedretry.go).
+	out     []byte
+	flushes uint64
 	// wmu serializes writes to the client (the session's flush, the
 	// watcher's forwards, another session's terminate).
 	wmu sync.Mutex
@@ -45,6 +48,7 @@ func (c *clientConn) flush() error {
 	if len(c.out) == 0 {
 		return nil
 	}
+	c.flushes++
 	c.wmu.Lock()
 	_, err := c.io.Write(c.out)
 	c.wmu.Unlock()

@@ -88,7 +88,10 @@
 //	                 PoolFences: each pool's fence, asked once);
 //	                 fenceretry.go: fenceRetrier, the retry after a
 //	                 refused assert (its budget, its deadline, the
-//	                 client's output it drops)
+//	                 client's output it drops); servedretry.go: a read
+//	                 of every shard whose parts' served sets are not
+//	                 its map's (PS002 at a move's flip): run again or
+//	                 answered 40001
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a
 //	                 client session's PID: terminateCall, the call
 //	                 the analyzer recognized (route.Terminate) with its

@@ -162,6 +162,14 @@ type fanExec struct {
 	// (shardText).
 	fences *PoolFences
 	log    *slog.Logger
+	// outStart and flushes are the client's output and flush count when
+	// the read began; pure: the answers planned before it have no effect
+	// a run again would repeat; retryEpoch is the fence epoch of a
+	// served-set mismatch being retried (servedretry.go).
+	outStart   int
+	flushes    uint64
+	pure       bool
+	retryEpoch uint64
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -171,13 +179,18 @@ type fanExec struct {
 type fanSession interface {
 	apply(e *effect)
 	dropBackend(clean bool)
+	// servedRetryable and awaitServed: a run again after a served-set
+	// mismatch (servedretry.go).
+	servedRetryable() bool
+	awaitServed(ctx context.Context, epoch uint64) bool
 }
 
 // newFanExec is the executor of the planner's fan-out, p.fan.
 func newFanExec(p *planner) *fanExec {
 	s := p.s
 	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
-		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s}
+		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s,
+		outStart: len(s.cc.out), flushes: s.cc.flushes}
 	if s.host != nil {
 		x.fences, x.log = s.host.Fences, s.host.Log
 	}
@@ -202,7 +215,7 @@ func (x *fanExec) shardText(st *fanStream, base string) string {
 	if !on {
 		return base
 	}
-	if sv := x.gen.Config.Analyzer.ServedSQL(x.f.st, base); sv != "" {
+	if sv := x.gen.Config.Analyzer.ServedSQL(x.f.st, base, x.fences.servedChecked(x.gen, st.bc.Pool)); sv != "" {
 		return sv
 	}
 	return base
@@ -230,6 +243,7 @@ func (x *fanExec) run() error {
 	if len(f.leads) > 0 {
 		first = slices.IndexFunc(x.items, func(it item) bool { return it.kind == itLead })
 	}
+	x.pure = pureItems(x.items[:first])
 	for i := range x.items[:first] {
 		it := &x.items[i]
 		x.cc.out = append(x.cc.out, x.lbuf[it.lo:it.hi]...)
@@ -288,6 +302,13 @@ func (x *fanExec) run() error {
 		runErr = x.fanMerge(mplan, &bv, bytewise, bindAt)
 	}
 	x.fanEnd()
+	if runErr == errServedRetry {
+		x.cc.out = x.cc.out[:x.outStart]
+		if !x.sess.awaitServed(x.ctx, x.retryEpoch) {
+			return x.ctx.Err()
+		}
+		return errFenceRetry
+	}
 	return runErr
 }
 
@@ -462,7 +483,7 @@ func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 		case st.errRaw != nil:
 			failed = append(failed, name)
 			if first == nil {
-				first, firstShard = st.errRaw, name
+				first, firstShard = clientServedError(st.errRaw), name
 			}
 		default:
 			ok = append(ok, name)
@@ -586,6 +607,12 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 		Out: &x.cc.out, Flush: x.cc.flush}
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
+	}
+	if first := firstFailed(streams); first != nil && x.servedRetryable(first) {
+		for _, st := range streams {
+			st.drain()
+		}
+		return errServedRetry
 	}
 	if x.fanErrorsSoFar(r, bindAt) {
 		return nil

@@ -118,8 +118,9 @@ func ParseFenceMode(s string) (FenceMode, error) {
 }
 
 // fenceDetectSQL says whether the shard's database has the fence
-// (migration 0008's function), and the assert's procedure (0013).
-const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL, to_regprocedure('pgshard_fence_enter(text)') IS NOT NULL"
+// (migration 0008's function), the assert's procedure (0013) and the
+// checked served set (0015).
+const fenceDetectSQL = "SELECT to_regprocedure('pgshard_fence_assert(text)') IS NOT NULL, to_regprocedure('pgshard_fence_enter(text)') IS NOT NULL, to_regprocedure('pgshard_fence_served_by(bigint,int[],int[],text[])') IS NOT NULL"
 
 // A pool's fence state (PoolFences): unknown until asked.
 const (
@@ -127,6 +128,7 @@ const (
 	fenceAbsent
 	fencePresent // the function only (0008-0012): SELECT pgshard_fence_assert
 	fenceCall    // the procedure too (0013): CALL pgshard_fence_enter
+	fenceServed  // and the checked served set (0015): servedChecked
 )
 
 // fenceByConfig says whether the configuration alone decides the fence:
@@ -175,13 +177,18 @@ func (f *PoolFences) fenced(ctx context.Context, g *GenerationEnv, log *slog.Log
 	}
 	st := f.state(pool)
 	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, fenceDetectSQL)
-	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 2 {
+	if err != nil || len(res) != 1 || res[0].ErrRaw != nil || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 3 {
 		return false
 	}
 	if string(res[0].Rows[0][0]) == "t" {
+		if string(res[0].Rows[0][1]) == "t" && string(res[0].Rows[0][2]) == "t" {
+			st.Store(fenceServed)
+			log.Info("shard has the fence: keyed transactions assert their key, reads of every shard check its served set", "shard", pool.Shard.Name)
+			return true
+		}
 		if string(res[0].Rows[0][1]) == "t" {
 			st.Store(fenceCall)
-			log.Info("shard has the fence: keyed transactions assert their key", "shard", pool.Shard.Name)
+			log.Info("shard has the fence without its checked served set (migration 0015): keyed transactions assert their key, reads of every shard are filtered unchecked", "shard", pool.Shard.Name)
 			return true
 		}
 		st.Store(fencePresent)
@@ -287,7 +294,7 @@ func (f *PoolFences) decided(g *GenerationEnv, pool *backend.Pool) (on, known bo
 	switch st, _ := v.(*atomic.Int32); {
 	case st == nil:
 		return false, false
-	case st.Load() == fencePresent, st.Load() == fenceCall:
+	case st.Load() >= fencePresent:
 		return true, true
 	case st.Load() == fenceAbsent:
 		return false, true
@@ -297,7 +304,7 @@ func (f *PoolFences) decided(g *GenerationEnv, pool *backend.Pool) (on, known bo
 
 // callForm reports whether the assert on pool goes as CALL of 0013's
 // procedure: under FenceOn always (the configuration says the shards
-// have the fence's migrations, through 0013); under FenceAuto when the
+// have the fence's migrations, through 0015); under FenceAuto when the
 // pool's question found the procedure (a shard migrated only through
 // 0012 gets SELECT of the function).
 func (f *PoolFences) callForm(g *GenerationEnv, pool *backend.Pool) bool {
@@ -309,7 +316,23 @@ func (f *PoolFences) callForm(g *GenerationEnv, pool *backend.Pool) bool {
 	}
 	v, _ := f.m.Load(pool)
 	st, _ := v.(*atomic.Int32)
-	return st != nil && st.Load() == fenceCall
+	return st != nil && st.Load() >= fenceCall
+}
+
+// servedChecked reports whether a read of every shard checks pool's
+// served set against the map (route.Table.ServedSQL, servedretry.go):
+// under FenceOn always (the shards have the fence's migrations, through
+// 0015); under FenceAuto when the pool's question found 0015's function.
+func (f *PoolFences) servedChecked(g *GenerationEnv, pool *backend.Pool) bool {
+	if g.Config.Fence == FenceOn {
+		return true
+	}
+	if f == nil || pool == nil {
+		return false
+	}
+	v, _ := f.m.Load(pool)
+	st, _ := v.(*atomic.Int32)
+	return st != nil && st.Load() == fenceServed
 }
 
 // fenceCall reports whether the plan's assert goes as CALL (callForm)

@@ -67,6 +67,7 @@ var errFenceRetry = errors.New("pgshard: retry after a fence refusal")
 type fenceRetrier struct {
 	tries    int       // retries made
 	frozen   int       // of which for a frozen or incoming range
+	served   int       // of which of a read of every shard (servedretry.go)
 	deadline time.Time // end of the waits (zero until the first)
 	// armed: finish runs an exchange whose fence refusal may be retried
 	// (a Query, or a pipeline ending with Sync).
@@ -127,7 +128,7 @@ func (r *fenceRetrier) retryable(s *Session, before []item, msg []byte) bool {
 			return false
 		}
 	case fe.Epoch > s.gen.Config.Map.Epoch || s.host.Ops.CurrentEnv().Config.Map.Epoch > s.gen.Config.Map.Epoch:
-		if r.tries-r.frozen >= fenceRetryMax {
+		if r.tries-r.frozen-r.served >= fenceRetryMax {
 			return false
 		}
 	default:

@@ -40,7 +40,7 @@ func NewMetrics() *Metrics {
 		Cancels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
 		FenceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_fence_retries_total", Help: "Statements the proxy ran again after the shard's fence refused their opening assert before anything reached the client, by the range's state (moved: after a newer map; frozen: after a back-off)."}, []string{"state"}),
+			Name: "pgshard_proxy_fence_retries_total", Help: "Statements the proxy ran again after a shard's fence refused them before anything reached the client: by the range's state, after their opening assert was refused (moved: after a newer map; frozen: after a back-off), or served: a read of every shard whose parts' served sets were not its map's (a range move's flip)."}, []string{"state"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
 	}

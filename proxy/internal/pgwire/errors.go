@@ -172,6 +172,12 @@ func AppendErrorDetail(dst, raw []byte, d string) []byte {
 	})
 }
 
+// AppendErrorCode re-encodes a raw ErrorResponse with another SQLSTATE,
+// every other field unchanged.
+func AppendErrorCode(dst, raw []byte, code string) []byte {
+	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) { e.Code = code })
+}
+
 // AppendErrorSeverity re-encodes a raw ErrorResponse with another
 // severity (a backend's FATAL the client gets as ERROR).
 func AppendErrorSeverity(dst, raw []byte, severity string) []byte {

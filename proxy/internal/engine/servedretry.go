@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// A read of every shard at a range move's flip (ARCHITECTURE.md §6).
+// Each shard's part reads the served form of the statement, checked
+// against the map the read was routed by (route.Table.ServedSQL, migration
+// 0015): a shard whose served set, in the snapshot its part reads, is not
+// the ranges that map gives it raises PS002 before the first row of the
+// table leaves it. Parts that all pass cover every bucket exactly once;
+// a read whose parts took their snapshots on either side of a flip's
+// fence commits, or that was routed by a map behind the shards, fails
+// instead of missing the moving range or reading it twice.
+//
+//	fanMerge: every part stands at its first row; the first that failed
+//	  │ failed with PS002, and the read may be run again: outside a
+//	  │ transaction block, alone in its message (no settings ahead of it,
+//	  │ nothing after it), every answer planned before it without an
+//	  │ effect but an unnamed statement's Parse, nothing flushed to the
+//	  │ client since the read began, the proxy follows a catalog, and the
+//	  │ message's retry budget (fenceRetrier) is not spent
+//	  ▼
+//	run: the parts are drained and their connections released, the
+//	  │ client's output of the read dropped; wait: for the catalog's map
+//	  │ to reach the shard's fence epoch when it is newer than the read's
+//	  │ map (the flip is in the catalog and on that shard), else a short
+//	  │ back-off (the catalog flipped, the shard's fence not yet); the
+//	  │ session moves to the newest generation
+//	  ▼
+//	serve runs the client's message again (errFenceRetry).
+//
+// Otherwise — a COPY (its first shard's rows may already be out), a read
+// in two stages, one in a transaction, or the budget spent — the client
+// gets the shard's error as 40001 (serialization_failure: clients and
+// their retry loops run the transaction again), its message naming the
+// shard, the buckets it serves and the ones the map gives it.
+
+// CodeServedMismatch is the SQLSTATE a shard raises when the buckets it
+// serves to reads are not the ones the read's map gives it (migration
+// 0015's pgshard_fence_served_by).
+const CodeServedMismatch = "PS002"
+
+// codeSerializationFailure is what the client gets for a part's
+// CodeServedMismatch that was not retried.
+const codeSerializationFailure = "40001"
+
+// servedRetryMax bounds the runs again of one client message after a
+// served-set mismatch (each after a wait), within Config.FenceRetryWait.
+const servedRetryMax = 6
+
+// errServedRetry tells run that fanMerge found a served-set mismatch it
+// may retry: the parts are drained, nothing was answered.
+var errServedRetry = errors.New("pgshard: a read of every shard met a range move's flip")
+
+// servedEpoch returns the fence epoch a PS002 ErrorResponse's Detail
+// names ("epoch=N ..."), false when msg is not one.
+func servedEpoch(msg []byte) (uint64, bool) {
+	if pgwire.ErrorField(msg, 'C') != CodeServedMismatch {
+		return 0, false
+	}
+	for _, kv := range strings.Fields(pgwire.ErrorField(msg, 'D')) {
+		if v, ok := strings.CutPrefix(kv, "epoch="); ok {
+			n, err := strconv.ParseUint(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// servedRetryable reports whether the read may run again after first,
+// the part whose error is the answer, failed with a served-set mismatch
+// (the diagram above); the session's budget is taken then, and
+// x.retryEpoch set.
+func (x *fanExec) servedRetryable(first *fanStream) bool {
+	f := x.f
+	if first.lost != nil || f.inTxn || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil ||
+		!x.pure || x.cc.flushes != x.flushes {
+		return false
+	}
+	ep, ok := servedEpoch(first.errRaw)
+	if !ok || !x.sess.servedRetryable() {
+		return false
+	}
+	x.retryEpoch = ep
+	return true
+}
+
+// servedRetryable takes a run again of the client's message from its
+// retry budget (fenceRetrier, shared with the fence's refusals), false
+// when there is none: no catalog to reload, a pinned or handed-over
+// session, a transaction's backend or readers held, the budget or its
+// time spent.
+func (s *Session) servedRetryable() bool {
+	r := &s.fretry
+	if s.host == nil || !s.gen.Config.Follows || s.gen.Home != s.host || s.own != nil || s.bc != nil || s.readers.any() {
+		return false
+	}
+	now := time.Now()
+	switch {
+	case r.deadline.IsZero():
+		r.deadline = now.Add(s.gen.Config.FenceRetryWait)
+	case now.After(r.deadline):
+		return false
+	}
+	if r.served >= servedRetryMax {
+		return false
+	}
+	r.served++
+	r.tries++
+	return true
+}
+
+// awaitServed waits before a read's run again: for the newest generation's
+// map to reach epoch, the fence epoch of the shard that refused, when it is
+// newer than the session's map; else a back-off of 5, 10, 20, ... ms (the
+// shard's fence is behind the catalog: its flip is being committed). Then
+// the session moves to the newest generation. False when ctx ended.
+func (s *Session) awaitServed(ctx context.Context, epoch uint64) bool {
+	r := &s.fretry
+	s.host.Metrics.FenceRetries.WithLabelValues("served").Inc()
+	s.log.Debug("a read of every shard met a range move's flip before anything reached the client: retrying", "fence_epoch", epoch, "map_epoch", s.gen.Config.Map.Epoch, "try", r.served)
+	if epoch > s.gen.Config.Map.Epoch {
+		s.host.awaitEpoch(ctx, epoch, r.deadline)
+	} else if !sleepCtx(ctx, min(5*time.Millisecond<<(r.served-1), time.Until(r.deadline))) {
+		return false
+	}
+	r.switchGeneration(s)
+	return ctx.Err() == nil
+}
+
+// pureItems reports whether running the answers items again changes
+// nothing: none has an effect but an unnamed statement's Parse (which
+// the run again parses the same).
+func pureItems(items []item) bool {
+	for _, it := range items {
+		if e := it.eff; e != nil && (e.kind != effStmtPut || e.name != "") {
+			return false
+		}
+	}
+	return true
+}
+
+// clientServedError is a part's PS002 as the client gets it: 40001.
+func clientServedError(raw []byte) []byte {
+	if pgwire.ErrorField(raw, 'C') != CodeServedMismatch {
+		return raw
+	}
+	return pgwire.AppendErrorCode(nil, raw, codeSerializationFailure)
+}
