@@ -263,7 +263,8 @@ func TestProxyRetriesFenceRefusal(t *testing.T) {
 // TestProxyRetriesDuringMoves: keyed reads and writes through a proxy
 // following the catalog while the mover moves a range there and back:
 // every statement succeeds (a refusal by the fence is retried on the
-// new owner), and every write is on the range's final owner.
+// new owner), and every write is on the range's final owner; a read of
+// every shard beside them always counts the range's rows once each.
 func TestProxyRetriesDuringMoves(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	d, cat, catDB := catalogTestDB(t, ctx)
@@ -307,7 +308,7 @@ func TestProxyRetriesDuringMoves(t *testing.T) {
 	const clients, perClient = 4, 5000
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
+	errs := make(chan error, clients+1)
 	writes := make([]map[string]int, clients)
 	for c := range clients {
 		conn := p.connect(t)
@@ -342,6 +343,32 @@ func TestProxyRetriesDuringMoves(t *testing.T) {
 			}
 		}()
 	}
+	// A reader of every shard: the range's rows, counted while they
+	// move, are always all there, each once (each part's served set is
+	// checked against the read's map; one straddling a flip runs again).
+	reads := 0
+	readConn := p.connect(t)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range perClient {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mode := pgx.QueryExecModeExec
+			if i%2 == 1 {
+				mode = pgx.QueryExecModeSimpleProtocol
+			}
+			var n int
+			if err := readConn.QueryRow(ctx, `SELECT count(*) FROM executions WHERE definition_id = 'moves'`, mode).Scan(&n); err != nil || n != len(ids) {
+				errs <- fmt.Errorf("read of every shard %d: %d rows, %v; want %d", i, n, err, len(ids))
+				return
+			}
+			reads++
+		}
+	}()
 	// Two moves: the range to the next shard and back.
 	to := (from + 1) % len(old.Shards)
 	for _, dest := range []int{to, from} {
@@ -381,5 +408,6 @@ func TestProxyRetriesDuringMoves(t *testing.T) {
 	for _, w := range want {
 		n += w
 	}
-	t.Logf("%d writes; fence retries: %v", n, metricSum(t, p.srv, "pgshard_proxy_fence_retries_total"))
+	t.Logf("%d writes, %d reads of every shard; fence retries: %v (of reads of every shard: %v)", n, reads,
+		metricSum(t, p.srv, "pgshard_proxy_fence_retries_total"), metricSum(t, p.srv, "pgshard_proxy_fence_retries_total", "state", "served"))
 }
