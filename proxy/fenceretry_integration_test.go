@@ -92,6 +92,25 @@ func (g *gatedFollower) release() {
 	g.mu.Unlock()
 }
 
+// startGatedProxy starts a proxy over d following catalog cat (database
+// catDB) through a gated follower of owner, with a retry wait of a
+// minute (a test opens the gate once a statement waits), and waits for
+// its lease.
+func startGatedProxy(t *testing.T, d *testDB, cat *catalog.Catalog, catDB, owner string) (*proxyEnv, *gatedFollower) {
+	t.Helper()
+	f, err := cat.NewFollower(catalog.FollowOptions{Owner: owner, Kind: "proxy", TTL: 8 * time.Second, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gf := newGatedFollower(f)
+	p := startProxyFor(t, d, func(c *proxy.Config) {
+		c.Follow, c.CatalogName = gf, "catalog "+catDB
+		c.FenceRetryWait = time.Minute
+	})
+	within(t, time.Minute, "lease acquired", func() error { return f.Check(time.Now()) })
+	return p, gf
+}
+
 // TestProxyRetriesFenceRefusal: a proxy following a catalog whose map
 // has not reached it yet (the follower's gate is held) sends a moved
 // key's statements to the old owner; the fence refuses the assert the
@@ -105,16 +124,7 @@ func TestProxyRetriesFenceRefusal(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	d, cat, catDB := catalogTestDB(t, ctx)
 	old := d.m
-	f, err := cat.NewFollower(catalog.FollowOptions{Owner: "proxy-retry-test", Kind: "proxy", TTL: 8 * time.Second, Interval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gf := newGatedFollower(f)
-	p := startProxyFor(t, d, func(c *proxy.Config) {
-		c.Follow, c.CatalogName = gf, "catalog "+catDB
-		c.FenceRetryWait = time.Minute // the test opens the gate once the statement waits
-	})
-	within(t, time.Minute, "lease acquired", func() error { return f.Check(time.Now()) })
+	p, gf := startGatedProxy(t, d, cat, catDB, "proxy-retry-test")
 	conn := p.connect(t)
 	cur := old
 

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgshard/pgshard/catalog"
 	"github.com/pgshard/pgshard/migrations"
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/shardmap"
@@ -171,16 +170,7 @@ func (d *testDB) withFence(t *testing.T, ctx context.Context, m *shardmap.Map) {
 func TestProxyRetriesServedMismatch(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	d, cat, catDB := catalogTestDB(t, ctx)
-	f, err := cat.NewFollower(catalog.FollowOptions{Owner: "proxy-served-test", Kind: "proxy", TTL: 8 * time.Second, Interval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gf := newGatedFollower(f)
-	p := startProxyFor(t, d, func(c *proxy.Config) {
-		c.Follow, c.CatalogName = gf, "catalog "+catDB
-		c.FenceRetryWait = time.Minute // the test opens the gate once the read waits
-	})
-	within(t, time.Minute, "lease acquired", func() error { return f.Check(time.Now()) })
+	p, gf := startGatedProxy(t, d, cat, catDB, "proxy-served-test")
 	conn := p.connect(t)
 	retries := func() float64 { return metricSum(t, p.srv, "pgshard_proxy_fence_retries_total", "state", "served") }
 	cur := d.m

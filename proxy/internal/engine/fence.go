@@ -308,22 +308,22 @@ func (f *PoolFences) decided(g *GenerationEnv, pool *backend.Pool) (on, known bo
 // pool's question found the procedure (a shard migrated only through
 // 0012 gets SELECT of the function).
 func (f *PoolFences) callForm(g *GenerationEnv, pool *backend.Pool) bool {
-	if g.Config.Fence == FenceOn {
-		return true
-	}
-	if f == nil || pool == nil {
-		return false
-	}
-	v, _ := f.m.Load(pool)
-	st, _ := v.(*atomic.Int32)
-	return st != nil && st.Load() >= fenceCall
+	return f.atLeast(g, pool, fenceCall)
 }
 
 // servedChecked reports whether a read of every shard checks pool's
 // served set against the map (route.Table.ServedSQL, servedretry.go):
-// under FenceOn always (the shards have the fence's migrations, through
-// 0015); under FenceAuto when the pool's question found 0015's function.
+// under FenceOn always; under FenceAuto when the pool's question found
+// 0015's function.
 func (f *PoolFences) servedChecked(g *GenerationEnv, pool *backend.Pool) bool {
+	return f.atLeast(g, pool, fenceServed)
+}
+
+// atLeast reports whether pool's shard has the fence's migrations up to
+// the state want (fenceCall, fenceServed): under FenceOn always (the
+// configuration says the shards have them all, through 0015), under
+// FenceAuto as the pool's question found.
+func (f *PoolFences) atLeast(g *GenerationEnv, pool *backend.Pool, want int32) bool {
 	if g.Config.Fence == FenceOn {
 		return true
 	}
@@ -332,7 +332,7 @@ func (f *PoolFences) servedChecked(g *GenerationEnv, pool *backend.Pool) bool {
 	}
 	v, _ := f.m.Load(pool)
 	st, _ := v.(*atomic.Int32)
-	return st != nil && st.Load() == fenceServed
+	return st != nil && st.Load() >= want
 }
 
 // fenceCall reports whether the plan's assert goes as CALL (callForm)
