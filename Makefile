@@ -82,7 +82,7 @@ bench-idle: build ## Memory per idle client (goal ≤ 8 KiB at 5,000): STEPS (de
 	@scripts/bench-idle.sh $(BIN)
 
 .PHONY: bench-fence
-bench-fence: ## The shard fence's cost, on vs off interleaved in one run: on one real shard (fast-path commit, keyed point read; then the backend's own CPU: assert+SELECT vs SELECT, pgshard_cas vs unfenced, by repetition with the load), then through the proxy and PgBouncer (keyed point SELECT in the simple and extended protocol, the store's fast-path commit and Load); prints µs/op and on/off (goal ≤ 1.05) per repetition beside the load average; asserts nothing
+bench-fence: ## The shard fence's cost, on vs off interleaved in one run: on one real shard (fast-path commit, keyed point read; then the backend's own CPU: assert+SELECT vs SELECT, pgshard_cas vs unfenced, by repetition with the load), then through the proxy and PgBouncer (keyed point SELECT in the simple and extended protocol, the store's fast-path commit and Load, a read of every shard: each part through the served form, checked against the map, vs the table as is); prints µs/op and on/off (goal ≤ 1.05) per repetition beside the load average; asserts nothing
 	$(GO) test -run '^$$' -bench 'BenchmarkFence' -benchtime 4000x -count 1 ./store/
 	$(GO) test -v -run '^$$' -bench 'BenchmarkProxyFence' -benchtime $(FENCE_PROXY_OPS)x -count 1 ./proxy/
 

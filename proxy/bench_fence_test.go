@@ -33,6 +33,10 @@ import (
 //	          prepared statement)
 //	commit    the store's fast-path commit (pgshard_commit_cas)
 //	load      the store's keyed read (Load: the fence's verdict in SQL)
+//	fanout    a read of every shard (a count of the 64 executions): on,
+//	          each shard's part reads the table through the served
+//	          form, its served set checked against the map
+//	          (route/served.go, migration 0015); off, the table as is
 //
 // On: a migrated database (its fence set from the map) behind a proxy
 // with Config.Fence on (each keyed transaction asserts its key:
@@ -111,6 +115,7 @@ func BenchmarkProxyFence(b *testing.B) {
 		}
 	}
 	const pointSQL = `SELECT data FROM executions WHERE id = $1`
+	const fanoutSQL = `SELECT count(*) FROM executions WHERE definition_id = 'bench'`
 	paths := []struct {
 		name string
 		op   func(mode, w int, e *store.Execution) error
@@ -129,6 +134,16 @@ func BenchmarkProxyFence(b *testing.B) {
 		{"load", func(mode, w int, e *store.Execution) error {
 			_, err := stores[mode].Load(ctx, e.ID)
 			return err
+		}},
+		{"fanout", func(mode, w int, e *store.Execution) error {
+			var n int
+			if err := conns[mode][w].QueryRow(ctx, fanoutSQL).Scan(&n); err != nil {
+				return err
+			}
+			if n != executions {
+				return fmt.Errorf("%s: %d rows, want %d", fanoutSQL, n, executions)
+			}
+			return nil
 		}},
 	}
 	// The operations run in reps repetitions, one after the other (the

@@ -27,11 +27,18 @@ DECLARE
     want  INT4MULTIRANGE;
     me    TEXT;
     fep   BIGINT;
+    on_   BOOLEAN;
 BEGIN
-    SELECT s.served INTO got FROM pgshard_fence_served() s;
-    IF got IS NULL THEN
+    -- pgshard_fence_served()'s set, read here: a SQL function is planned
+    -- again at every call, these statements once per session. STABLE: they
+    -- read the calling statement's snapshot, the one the part reads.
+    SELECT c.enabled, c.epoch INTO on_, fep FROM pgshard_fence_config c;
+    IF NOT coalesce(on_, false) THEN
         RETURN NULL;
     END IF;
+    SELECT coalesce(range_agg(int4range(f.lo, f.hi, '[]')), '{}'::int4multirange) INTO got
+      FROM pgshard_fence f
+     WHERE f.state IN ('owned', 'frozen');
     SELECT shard_name INTO me FROM pgshard_identity;
     SELECT coalesce(range_agg(int4range(u.lo, u.hi, '[]')), '{}'::int4multirange) INTO want
       FROM unnest(p_los, p_his, p_shards) AS u(lo, hi, shard)
@@ -39,7 +46,6 @@ BEGIN
     IF got = want THEN
         RETURN got;
     END IF;
-    SELECT c.epoch INTO fep FROM pgshard_fence_config c;
     RAISE USING ERRCODE = 'PS002',
         MESSAGE = format('pgshard fence: shard "%s" serves buckets %s to reads at fence epoch %s, not %s as the map of epoch %s says: a range move is flipping',
                          me, got, fep, want, p_epoch),
