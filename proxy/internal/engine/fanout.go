@@ -170,6 +170,9 @@ type fanExec struct {
 	flushes    uint64
 	pure       bool
 	retryEpoch uint64
+	// servedFail is the error of a read in two stages' stage whose part
+	// failed first (twostage.go), for servedretry.go.
+	servedFail []byte
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -296,6 +299,9 @@ func (x *fanExec) run() error {
 	switch {
 	case f.st.Copy:
 		runErr = x.fanCopy(bindAt) // copyout.go
+		if runErr == nil && x.servedRetryable(firstFailed(x.streams)) {
+			runErr = errServedRetry
+		}
 	case mplan == nil:
 		x.fanCollect()
 	default:
@@ -303,11 +309,7 @@ func (x *fanExec) run() error {
 	}
 	x.fanEnd()
 	if runErr == errServedRetry {
-		x.cc.out = x.cc.out[:x.outStart]
-		if !x.sess.awaitServed(x.ctx, x.retryEpoch) {
-			return x.ctx.Err()
-		}
-		return errFenceRetry
+		return x.servedRetry()
 	}
 	return runErr
 }
@@ -608,7 +610,7 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
 	}
-	if first := firstFailed(streams); first != nil && x.servedRetryable(first) {
+	if x.servedRetryable(firstFailed(streams)) {
 		for _, st := range streams {
 			st.drain()
 		}

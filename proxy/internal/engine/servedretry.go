@@ -20,7 +20,8 @@ import (
 // fence commits, or that was routed by a map behind the shards, fails
 // instead of missing the moving range or reading it twice.
 //
-//	fanMerge: every part stands at its first row; the first that failed
+//	fanMerge: every part stands at its first row (a COPY: every part was
+//	  │ read; a read in two stages: a stage failed), the first that failed
 //	  │ failed with PS002, and the read may be run again: outside a
 //	  │ transaction block, alone in its message (no settings ahead of it,
 //	  │ nothing after it), every answer planned before it without an
@@ -37,8 +38,8 @@ import (
 //	  ▼
 //	serve runs the client's message again (errFenceRetry).
 //
-// Otherwise — a COPY (its first shard's rows may already be out), a read
-// in two stages, one in a transaction, or the budget spent — the client
+// Otherwise — a COPY whose first shards' rows were flushed already (64 KiB
+// of them), one in a transaction, or the budget spent — the client
 // gets the shard's error as 40001 (serialization_failure: clients and
 // their retry loops run the transaction again), its message naming the
 // shard, the buckets it serves and the ones the map gives it.
@@ -76,21 +77,35 @@ func servedEpoch(msg []byte) (uint64, bool) {
 }
 
 // servedRetryable reports whether the read may run again after first,
-// the part whose error is the answer, failed with a served-set mismatch
-// (the diagram above); the session's budget is taken then, and
-// x.retryEpoch set.
+// the part whose error is the answer (nil: none failed), failed with a
+// served-set mismatch (the diagram above); the session's budget is
+// taken then, and x.retryEpoch set.
 func (x *fanExec) servedRetryable(first *fanStream) bool {
+	return first != nil && first.lost == nil && x.servedRetryableErr(first.errRaw)
+}
+
+// servedRetryableErr is servedRetryable of a part's error errRaw.
+func (x *fanExec) servedRetryableErr(errRaw []byte) bool {
 	f := x.f
-	if first.lost != nil || f.inTxn || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil ||
-		!x.pure || x.cc.flushes != x.flushes {
+	if f.inTxn || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil || !x.pure || x.cc.flushes != x.flushes {
 		return false
 	}
-	ep, ok := servedEpoch(first.errRaw)
+	ep, ok := servedEpoch(errRaw)
 	if !ok || !x.sess.servedRetryable() {
 		return false
 	}
 	x.retryEpoch = ep
 	return true
+}
+
+// servedRetry drops the client's output of the read, waits (awaitServed)
+// and returns errFenceRetry, for serve to run the message again.
+func (x *fanExec) servedRetry() error {
+	x.cc.out = x.cc.out[:x.outStart]
+	if !x.sess.awaitServed(x.ctx, x.retryEpoch) {
+		return x.ctx.Err()
+	}
+	return errFenceRetry
 }
 
 // servedRetryable takes a run again of the client's message from its

@@ -78,6 +78,9 @@ func (x *fanExec) runTwoStage() error {
 	if fail == nil {
 		fail = x.stageFinal(sg, &bv, oids, orig, sets)
 	}
+	if fail != nil && x.servedFail != nil && x.servedRetryableErr(x.servedFail) {
+		return x.servedRetry()
+	}
 	if fail != nil {
 		x.cc.out = append(x.cc.out, fail...)
 		f.failed = true
@@ -206,11 +209,12 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	}
 	streams := sx.streams
 	defer stageEnd(streams)
-	for _, st := range streams {
-		if st.failed() {
-			st.drain()
-			return nil, sx.stageError()
+	if first := firstFailed(streams); first != nil {
+		first.drain()
+		if first.lost == nil {
+			x.servedFail = first.errRaw // a read run again after PS002 (servedretry.go)
 		}
+		return nil, sx.stageError()
 	}
 	var out []byte
 	rs := &stageRows{}
