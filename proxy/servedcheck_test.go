@@ -73,8 +73,9 @@ func (h *halfFlip) count(ctx context.Context, conn *pgx.Conn, mode pgx.QueryExec
 }
 
 // readKinds are the ways countBy reads: a merged read in both protocols,
-// COPY (its lines), a read in two stages (a cast with a type modifier).
-var readKinds = []string{"extended", "simple", "copy", "two stages"}
+// COPY (its lines), a read in two stages (a cast with a type modifier),
+// the first read of a transaction block.
+var readKinds = []string{"extended", "simple", "copy", "two stages", "first read of a transaction"}
 
 // countBy is count read the way kind says (readKinds).
 func (h *halfFlip) countBy(ctx context.Context, conn *pgx.Conn, kind string) (int, error) {
@@ -85,6 +86,17 @@ func (h *halfFlip) countBy(ctx context.Context, conn *pgx.Conn, kind string) (in
 		var buf bytes.Buffer
 		_, err := conn.PgConn().CopyTo(ctx, &buf, fmt.Sprintf("COPY (SELECT id FROM executions WHERE definition_id = '%s') TO STDOUT", h.tag))
 		return strings.Count(buf.String(), "\n"), err
+	case "first read of a transaction":
+		tx, err := conn.Begin(ctx) // BEGIN in a message of its own, as psql and psycopg send it
+		if err != nil {
+			return 0, err
+		}
+		n, err := h.count(ctx, tx.Conn(), pgx.QueryExecModeExec)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return n, err
+		}
+		return n, tx.Commit(ctx)
 	case "two stages":
 		var n float64
 		err := conn.QueryRow(ctx, `SELECT count(*)::numeric(10,2) FROM executions WHERE definition_id = $1`, h.tag).Scan(&n)
@@ -185,8 +197,8 @@ func (d *testDB) withFence(t *testing.T, ctx context.Context, m *shardmap.Map) {
 // destination refuses its part (PS002) before anything reached the
 // client, the proxy waits for the catalog's map and — once the flip is
 // complete and the gate opens — runs the read again: the client gets
-// the row once and no error: a merged read in both protocols, COPY and
-// a read in two stages.
+// the row once and no error: a merged read in both protocols, COPY, a
+// read in two stages and the first read of a transaction block.
 func TestProxyRetriesServedMismatch(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	d, cat, catDB := catalogTestDB(t, ctx)

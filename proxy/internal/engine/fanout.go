@@ -307,10 +307,13 @@ func (x *fanExec) run() error {
 	default:
 		runErr = x.fanMerge(mplan, &bv, bytewise, bindAt)
 	}
-	x.fanEnd()
 	if runErr == errServedRetry {
+		if !f.inTxn {
+			x.fanEnd()
+		}
 		return x.servedRetry()
 	}
+	x.fanEnd()
 	return runErr
 }
 

@@ -23,26 +23,30 @@ import (
 //	fanMerge: every part stands at its first row (a COPY: every part was
 //	  │ read; a read in two stages: a stage failed), the first that failed
 //	  │ failed with PS002, and the read may be run again: outside a
-//	  │ transaction block, alone in its message (no settings ahead of it,
-//	  │ nothing after it), every answer planned before it without an
-//	  │ effect but an unnamed statement's Parse, nothing flushed to the
-//	  │ client since the read began, the proxy follows a catalog, and the
-//	  │ message's retry budget (fenceRetrier) is not spent
+//	  │ transaction block or as its first read (every part opened by it),
+//	  │ alone in its message (no settings ahead of it, nothing after it),
+//	  │ every answer planned before it without an effect but an unnamed
+//	  │ statement's Parse, nothing flushed to the client since the read
+//	  │ began, the proxy follows a catalog, and the message's retry budget
+//	  │ (fenceRetrier) is not spent
 //	  ▼
-//	run: the parts are drained and their connections released, the
-//	  │ client's output of the read dropped; wait: for the catalog's map
-//	  │ to reach the shard's fence epoch when it is newer than the read's
-//	  │ map (the flip is in the catalog and on that shard), else a short
-//	  │ back-off (the catalog flipped, the shard's fence not yet); the
-//	  │ session moves to the newest generation
+//	run: the parts are drained and their connections released (rolled
+//	  │ back first in a transaction block, whose BEGIN stays deferred),
+//	  │ the client's output of the read dropped; wait: for the catalog's
+//	  │ map to reach the shard's fence epoch when it is newer than the
+//	  │ read's map (the flip is in the catalog and on that shard), else a
+//	  │ short back-off (the catalog flipped, the shard's fence not yet);
+//	  │ the session moves to the newest generation
 //	  ▼
 //	serve runs the client's message again (errFenceRetry).
 //
-// Otherwise — a COPY whose first shards' rows were flushed already (64 KiB
-// of them), one in a transaction, or the budget spent — the client
-// gets the shard's error as 40001 (serialization_failure: clients and
-// their retry loops run the transaction again), its message naming the
-// shard, the buckets it serves and the ones the map gives it.
+// Otherwise — a COPY whose first shards' rows were flushed already (64
+// KiB of them), a read in a transaction block that ran something on a
+// shard before it (or whose BEGIN came in the same message, as JDBC
+// sends it), or the budget spent — the client gets the shard's error as
+// 40001 (serialization_failure: clients and their retry loops run the
+// transaction again), its message naming the shard, the buckets it
+// serves and the ones the map gives it.
 
 // CodeServedMismatch is the SQLSTATE a shard raises when the buckets it
 // serves to reads are not the ones the read's map gives it (migration
@@ -87,7 +91,7 @@ func (x *fanExec) servedRetryable(first *fanStream) bool {
 // servedRetryableErr is servedRetryable of a part's error errRaw.
 func (x *fanExec) servedRetryableErr(errRaw []byte) bool {
 	f := x.f
-	if f.inTxn || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil || !x.pure || x.cc.flushes != x.flushes {
+	if f.inTxn && !x.openedAll() || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil || !x.pure || x.cc.flushes != x.flushes {
 		return false
 	}
 	ep, ok := servedEpoch(errRaw)
@@ -98,9 +102,40 @@ func (x *fanExec) servedRetryableErr(errRaw []byte) bool {
 	return true
 }
 
+// openedAll reports whether the read opened every participant's backend
+// transaction (the first read of a transaction block that ran nothing on
+// a shard yet: partNewReader, the client's BEGIN deferred): a run again
+// after rolling them back starts the block afresh.
+func (x *fanExec) openedAll() bool {
+	if x.bc != nil {
+		return false
+	}
+	for _, st := range x.streams {
+		if st.role != partNewReader {
+			return false
+		}
+	}
+	return true
+}
+
 // servedRetry drops the client's output of the read, waits (awaitServed)
-// and returns errFenceRetry, for serve to run the message again.
+// and returns errFenceRetry, for serve to run the message again. The
+// participants' connections were released (fanEnd) or, opened by a read
+// in a transaction block, are rolled back and released first (the
+// block's BEGIN stays deferred: nothing of it ran).
 func (x *fanExec) servedRetry() error {
+	if x.f.inTxn {
+		for _, st := range x.streams {
+			st.drain()
+			if st.lost == nil && !st.bc.Broken {
+				if _, err := st.bc.RunSimple(x.ctx, x.gen.Config.PoolTimeout, "ROLLBACK"); err == nil {
+					st.bc.Pool.Release(st.bc)
+					continue
+				}
+			}
+			st.bc.Pool.Discard(st.bc)
+		}
+	}
 	x.cc.out = x.cc.out[:x.outStart]
 	if !x.sess.awaitServed(x.ctx, x.retryEpoch) {
 		return x.ctx.Err()
