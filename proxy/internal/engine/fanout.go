@@ -299,7 +299,7 @@ func (x *fanExec) run() error {
 	switch {
 	case f.st.Copy:
 		runErr = x.fanCopy(bindAt) // copyout.go
-		if runErr == nil && x.servedRetryable(firstFailed(x.streams)) {
+		if runErr == nil && x.servedRetryable(partError(firstFailed(x.streams))) {
 			runErr = errServedRetry
 		}
 	case mplan == nil:
@@ -613,7 +613,7 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids
 	}
-	if x.servedRetryable(firstFailed(streams)) {
+	if x.servedRetryable(partError(firstFailed(streams))) {
 		for _, st := range streams {
 			st.drain()
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -80,18 +81,22 @@ func servedEpoch(msg []byte) (uint64, bool) {
 	return 0, false
 }
 
-// servedRetryable reports whether the read may run again after first,
-// the part whose error is the answer (nil: none failed), failed with a
-// served-set mismatch (the diagram above); the session's budget is
-// taken then, and x.retryEpoch set.
-func (x *fanExec) servedRetryable(first *fanStream) bool {
-	return first != nil && first.lost == nil && x.servedRetryableErr(first.errRaw)
+// partError is the shard's error of first, the part whose error is the
+// answer: nil when none failed or its connection was lost.
+func partError(first *fanStream) []byte {
+	if first == nil || first.lost != nil {
+		return nil
+	}
+	return first.errRaw
 }
 
-// servedRetryableErr is servedRetryable of a part's error errRaw.
-func (x *fanExec) servedRetryableErr(errRaw []byte) bool {
+// servedRetryable reports whether the read may run again after errRaw,
+// the error of the part whose error is the answer (partError), is a
+// served-set mismatch (the diagram above); the session's budget is
+// taken then, and x.retryEpoch set.
+func (x *fanExec) servedRetryable(errRaw []byte) bool {
 	f := x.f
-	if f.inTxn && !x.openedAll() || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil || !x.pure || x.cc.flushes != x.flushes {
+	if errRaw == nil || f.inTxn && !openedAll(x.bc, x.streams) || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil || !x.pure || x.cc.flushes != x.flushes {
 		return false
 	}
 	ep, ok := servedEpoch(errRaw)
@@ -102,15 +107,16 @@ func (x *fanExec) servedRetryableErr(errRaw []byte) bool {
 	return true
 }
 
-// openedAll reports whether the read opened every participant's backend
-// transaction (the first read of a transaction block that ran nothing on
-// a shard yet: partNewReader, the client's BEGIN deferred): a run again
-// after rolling them back starts the block afresh.
-func (x *fanExec) openedAll() bool {
-	if x.bc != nil {
+// openedAll reports whether a read in a transaction block opened every
+// participant's backend transaction, streams (the block's first read: no
+// transaction backend bc, every part partNewReader, the client's BEGIN
+// deferred): a run again after rolling them back starts the block
+// afresh.
+func openedAll(bc *backend.Conn, streams []*fanStream) bool {
+	if bc != nil {
 		return false
 	}
-	for _, st := range x.streams {
+	for _, st := range streams {
 		if st.role != partNewReader {
 			return false
 		}

@@ -78,7 +78,7 @@ func (x *fanExec) runTwoStage() error {
 	if fail == nil {
 		fail = x.stageFinal(sg, &bv, oids, orig, sets)
 	}
-	if fail != nil && x.servedFail != nil && x.servedRetryableErr(x.servedFail) {
+	if fail != nil && x.servedRetryable(x.servedFail) {
 		return x.servedRetry()
 	}
 	if fail != nil {
@@ -211,9 +211,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	defer stageEnd(streams)
 	if first := firstFailed(streams); first != nil {
 		first.drain()
-		if first.lost == nil {
-			x.servedFail = first.errRaw // a read run again after PS002 (servedretry.go)
-		}
+		x.servedFail = partError(first) // a read run again after PS002 (servedretry.go)
 		return nil, sx.stageError()
 	}
 	var out []byte
