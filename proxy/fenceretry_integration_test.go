@@ -320,9 +320,9 @@ func TestProxyRetriesDuringMoves(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, clients+1)
 	writes := make([]map[string]int, clients)
-	for c := range clients {
-		conn := p.connect(t)
-		writes[c] = map[string]int{}
+	// loop runs body(i) for i < perClient in a goroutine of its own
+	// until the moves are done or body fails (its error goes to errs).
+	loop := func(body func(i int) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -332,53 +332,54 @@ func TestProxyRetriesDuringMoves(t *testing.T) {
 					return
 				default:
 				}
-				id := ids[(c+i)%len(ids)]
-				var err error
-				switch i % 3 {
-				case 0:
-					var v int
-					err = conn.QueryRow(ctx, `SELECT version FROM executions WHERE id = $1`, id).Scan(&v)
-				case 1:
-					_, err = conn.Exec(ctx, `UPDATE executions SET version = version + 1 WHERE id = $1`, id)
-				default:
-					_, err = conn.Exec(ctx, `UPDATE executions SET version = version + 1 WHERE id = '`+id+`'`, pgx.QueryExecModeSimpleProtocol)
-				}
-				if err != nil {
-					errs <- fmt.Errorf("client %d statement %d (%s): %w", c, i, id, err)
+				if err := body(i); err != nil {
+					errs <- err
 					return
-				}
-				if i%3 != 0 {
-					writes[c][id]++
 				}
 			}
 		}()
+	}
+	for c := range clients {
+		conn := p.connect(t)
+		writes[c] = map[string]int{}
+		loop(func(i int) error {
+			id := ids[(c+i)%len(ids)]
+			var err error
+			switch i % 3 {
+			case 0:
+				var v int
+				err = conn.QueryRow(ctx, `SELECT version FROM executions WHERE id = $1`, id).Scan(&v)
+			case 1:
+				_, err = conn.Exec(ctx, `UPDATE executions SET version = version + 1 WHERE id = $1`, id)
+			default:
+				_, err = conn.Exec(ctx, `UPDATE executions SET version = version + 1 WHERE id = '`+id+`'`, pgx.QueryExecModeSimpleProtocol)
+			}
+			if err != nil {
+				return fmt.Errorf("client %d statement %d (%s): %w", c, i, id, err)
+			}
+			if i%3 != 0 {
+				writes[c][id]++
+			}
+			return nil
+		})
 	}
 	// A reader of every shard: the range's rows, counted while they
 	// move, are always all there, each once (each part's served set is
 	// checked against the read's map; one straddling a flip runs again).
 	reads := 0
 	readConn := p.connect(t)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range perClient {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			mode := pgx.QueryExecModeExec
-			if i%2 == 1 {
-				mode = pgx.QueryExecModeSimpleProtocol
-			}
-			var n int
-			if err := readConn.QueryRow(ctx, `SELECT count(*) FROM executions WHERE definition_id = 'moves'`, mode).Scan(&n); err != nil || n != len(ids) {
-				errs <- fmt.Errorf("read of every shard %d: %d rows, %v; want %d", i, n, err, len(ids))
-				return
-			}
-			reads++
+	loop(func(i int) error {
+		mode := pgx.QueryExecModeExec
+		if i%2 == 1 {
+			mode = pgx.QueryExecModeSimpleProtocol
 		}
-	}()
+		var n int
+		if err := readConn.QueryRow(ctx, `SELECT count(*) FROM executions WHERE definition_id = 'moves'`, mode).Scan(&n); err != nil || n != len(ids) {
+			return fmt.Errorf("read of every shard %d: %d rows, %v; want %d", i, n, err, len(ids))
+		}
+		reads++
+		return nil
+	})
 	// Two moves: the range to the next shard and back.
 	to := (from + 1) % len(old.Shards)
 	for _, dest := range []int{to, from} {
