@@ -85,8 +85,9 @@ const (
 	// wrap), a cost to pay where moves happen, not on every static
 	// deployment (make bench-fence measures it: BenchmarkProxyFence).
 	FenceAuto FenceMode = iota
-	// FenceOn asserts on every shard (a shard without the fence fails
-	// keyed transactions with 42883).
+	// FenceOn asserts on every shard and checks every shard's part of a
+	// read of every shard (a shard migrated before 0015 fails them with
+	// 42883).
 	FenceOn
 	// FenceOff never asserts (for comparisons; a stale map then routes
 	// unchecked).
