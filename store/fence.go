@@ -74,8 +74,7 @@ func AsFenceError(err error) (*FenceError, bool) {
 		return nil, false
 	}
 	fe = &FenceError{Lo: -1, Hi: -1, Err: pe}
-	for _, kv := range strings.Fields(pe.Detail) {
-		k, v, _ := strings.Cut(kv, "=")
+	detailPairs(pe.Detail, func(k, v string) {
 		switch k {
 		case "bucket":
 			fe.Bucket = atoiOr(v, 0)
@@ -94,8 +93,55 @@ func AsFenceError(err error) (*FenceError, bool) {
 		case "shard":
 			fe.Shard = v
 		}
-	}
+	})
 	return fe, true
+}
+
+// detailPairs calls pair with each key=value pair of a fence error's
+// DETAIL (space-separated; a word without '=' is a key with no value).
+func detailPairs(detail string, pair func(k, v string)) {
+	for _, kv := range strings.Fields(detail) {
+		k, v, _ := strings.Cut(kv, "=")
+		pair(k, v)
+	}
+}
+
+// ServedSQLState is the SQLSTATE of a shard refusing its part of a read of
+// every shard because the buckets it serves to reads are not the ones the
+// reader's map gives it (migration 0015's pgshard_fence_served_by): a
+// range move flipping between the parts' snapshots, or a map behind the
+// shards.
+const ServedSQLState = "PS002"
+
+// ServedMismatch is such a refusal, parsed from its DETAIL (key=value
+// pairs: epoch, map_epoch, shard, served, expected).
+type ServedMismatch struct {
+	// Shard is the refusing shard's name.
+	Shard string
+	// Epoch is the epoch the shard's fence was set at; MapEpoch the
+	// reader's map's. A fence newer than the map: reload the map; else
+	// the shard's fence is still to flip.
+	Epoch, MapEpoch uint64
+}
+
+// AsServedMismatch parses a server error with ServedSQLState; ok is false
+// for any other error or a DETAIL without the fence's epoch.
+func AsServedMismatch(pe *pgconn.PgError) (sm ServedMismatch, ok bool) {
+	if pe == nil || pe.Code != ServedSQLState {
+		return sm, false
+	}
+	detailPairs(pe.Detail, func(k, v string) {
+		switch k {
+		case "epoch":
+			n, err := strconv.ParseUint(v, 10, 64)
+			sm.Epoch, ok = n, err == nil
+		case "map_epoch":
+			sm.MapEpoch, _ = strconv.ParseUint(v, 10, 64)
+		case "shard":
+			sm.Shard = v
+		}
+	})
+	return sm, ok
 }
 
 func atoiOr(s string, def int) int {

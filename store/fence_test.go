@@ -68,6 +68,29 @@ func TestAsFenceError(t *testing.T) {
 	}
 }
 
+// TestAsServedMismatch parses migration 0015's refusal (PS002) — the
+// DETAIL the migrations test reads from a real shard — and nothing else:
+// another SQLSTATE, or a DETAIL without the fence's epoch (no database).
+func TestAsServedMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pe   *pgconn.PgError
+		want store.ServedMismatch
+		ok   bool
+	}{
+		{"refusal", &pgconn.PgError{Code: "PS002", Detail: "epoch=7 map_epoch=6 shard=s1 served={[0,64)} expected={[0,32)}"},
+			store.ServedMismatch{Shard: "s1", Epoch: 7, MapEpoch: 6}, true},
+		{"no epoch", &pgconn.PgError{Code: "PS002", Detail: "map_epoch=6 shard=s1"}, store.ServedMismatch{Shard: "s1", MapEpoch: 6}, false},
+		{"garbled epoch", &pgconn.PgError{Code: "PS002", Detail: "epoch=x"}, store.ServedMismatch{}, false},
+		{"a fence refusal", &pgconn.PgError{Code: "PS001", Detail: "bucket=3 epoch=2 shard=s0"}, store.ServedMismatch{}, false},
+		{"none", nil, store.ServedMismatch{}, false},
+	} {
+		if got, ok := store.AsServedMismatch(tc.pe); ok != tc.ok || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
 // moveHalf sets the fence of d's shard (64 buckets, all its own) so that
 // buckets 32..63 are moved to "elsewhere" at the next epoch.
 func moveHalf(t *testing.T, s *store.Store, d testDB) {

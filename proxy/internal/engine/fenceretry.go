@@ -118,8 +118,7 @@ func (r *fenceRetrier) retryable(s *Session, before []item, msg []byte) bool {
 	if !ok {
 		return false
 	}
-	now := time.Now()
-	if !r.deadline.IsZero() && now.After(r.deadline) {
+	if !r.inTime(s.gen.Config.FenceRetryWait) {
 		return false
 	}
 	switch {
@@ -166,27 +165,48 @@ func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult
 	if frozen {
 		r.frozen++
 	}
-	if r.deadline.IsZero() {
-		r.deadline = time.Now().Add(s.gen.Config.FenceRetryWait)
-	}
 	state := "moved"
 	if frozen {
 		state = "frozen"
 	}
 	s.host.Metrics.FenceRetries.WithLabelValues(state).Inc()
 	s.log.Debug("fence refused a statement before anything reached the client: retrying", "range_lo", fe.Lo, "range_hi", fe.Hi, "state", fe.State, "epoch", fe.Epoch, "try", r.tries)
+	// A frozen range flips (or thaws) within the move's freeze budget:
+	// back off, then look for a newer map as well.
+	var backoff time.Duration
 	if frozen {
-		// A frozen range flips (or thaws) within the move's freeze
-		// budget: back off, then look for a newer map as well.
-		wait := min(10*time.Millisecond<<(r.frozen-1), time.Until(r.deadline))
-		if !sleepCtx(ctx, wait) {
-			return ctx.Err()
+		backoff = 10 * time.Millisecond << (r.frozen - 1)
+	}
+	if !r.pause(ctx, s, fe.Epoch, backoff) {
+		return ctx.Err()
+	}
+	return errFenceRetry
+}
+
+// inTime reports whether the message's retries may go on: its clock,
+// wait long (Config.FenceRetryWait), starts at its first retry.
+func (r *fenceRetrier) inTime(wait time.Duration) bool {
+	now := time.Now()
+	if r.deadline.IsZero() {
+		r.deadline = now.Add(wait)
+		return true
+	}
+	return !now.After(r.deadline)
+}
+
+// pause waits before a retry, at most until the deadline: backoff when
+// set, else until the newest generation's map has epoch (awaitEpoch);
+// then s moves to the newest generation. False when ctx ended.
+func (r *fenceRetrier) pause(ctx context.Context, s *Session, epoch uint64, backoff time.Duration) bool {
+	if backoff > 0 {
+		if !sleepCtx(ctx, min(backoff, time.Until(r.deadline))) {
+			return false
 		}
 	} else {
-		s.host.awaitEpoch(ctx, fe.Epoch, r.deadline)
+		s.host.awaitEpoch(ctx, epoch, r.deadline)
 	}
 	r.switchGeneration(s)
-	return errFenceRetry
+	return ctx.Err() == nil
 }
 
 // awaitEpoch waits until the newest generation's map has at least epoch

@@ -3,12 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+	"github.com/pgshard/pgshard/store"
 )
 
 // A read of every shard at a range move's flip (ARCHITECTURE.md §6).
@@ -49,13 +50,8 @@ import (
 // transaction again), its message naming the shard, the buckets it
 // serves and the ones the map gives it.
 
-// CodeServedMismatch is the SQLSTATE a shard raises when the buckets it
-// serves to reads are not the ones the read's map gives it (migration
-// 0015's pgshard_fence_served_by).
-const CodeServedMismatch = "PS002"
-
 // codeSerializationFailure is what the client gets for a part's
-// CodeServedMismatch that was not retried.
+// store.ServedSQLState that was not retried.
 const codeSerializationFailure = "40001"
 
 // servedRetryMax bounds the runs again of one client message after a
@@ -66,19 +62,11 @@ const servedRetryMax = 6
 // may retry: the parts are drained, nothing was answered.
 var errServedRetry = errors.New("pgshard: a read of every shard met a range move's flip")
 
-// servedEpoch returns the fence epoch a PS002 ErrorResponse's Detail
-// names ("epoch=N ..."), false when msg is not one.
+// servedEpoch returns the fence epoch a PS002 ErrorResponse names
+// (store.AsServedMismatch), false when msg is not one.
 func servedEpoch(msg []byte) (uint64, bool) {
-	if pgwire.ErrorField(msg, 'C') != CodeServedMismatch {
-		return 0, false
-	}
-	for _, kv := range strings.Fields(pgwire.ErrorField(msg, 'D')) {
-		if v, ok := strings.CutPrefix(kv, "epoch="); ok {
-			n, err := strconv.ParseUint(v, 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
+	sm, ok := store.AsServedMismatch(&pgconn.PgError{Code: pgwire.ErrorField(msg, 'C'), Detail: pgwire.ErrorField(msg, 'D')})
+	return sm.Epoch, ok
 }
 
 // partError is the shard's error of first, the part whose error is the
@@ -96,7 +84,7 @@ func partError(first *fanStream) []byte {
 // taken then, and x.retryEpoch set.
 func (x *fanExec) servedRetryable(errRaw []byte) bool {
 	f := x.f
-	if errRaw == nil || f.inTxn && !openedAll(x.bc, x.streams) || f.only > 0 || f.continues || len(f.leads) > 0 || f.raw != nil || !x.pure || x.cc.flushes != x.flushes {
+	if errRaw == nil || f.inTxn && !openedAll(x.bc, x.streams) || f.continues || len(f.leads) > 0 || !x.pure || x.cc.flushes != x.flushes {
 		return false
 	}
 	ep, ok := servedEpoch(errRaw)
@@ -159,14 +147,7 @@ func (s *Session) servedRetryable() bool {
 	if s.host == nil || !s.gen.Config.Follows || s.gen.Home != s.host || s.own != nil || s.bc != nil || s.readers.any() {
 		return false
 	}
-	now := time.Now()
-	switch {
-	case r.deadline.IsZero():
-		r.deadline = now.Add(s.gen.Config.FenceRetryWait)
-	case now.After(r.deadline):
-		return false
-	}
-	if r.served >= servedRetryMax {
+	if !r.inTime(s.gen.Config.FenceRetryWait) || r.served >= servedRetryMax {
 		return false
 	}
 	r.served++
@@ -183,13 +164,11 @@ func (s *Session) awaitServed(ctx context.Context, epoch uint64) bool {
 	r := &s.fretry
 	s.host.Metrics.FenceRetries.WithLabelValues("served").Inc()
 	s.log.Debug("a read of every shard met a range move's flip before anything reached the client: retrying", "fence_epoch", epoch, "map_epoch", s.gen.Config.Map.Epoch, "try", r.served)
-	if epoch > s.gen.Config.Map.Epoch {
-		s.host.awaitEpoch(ctx, epoch, r.deadline)
-	} else if !sleepCtx(ctx, min(5*time.Millisecond<<(r.served-1), time.Until(r.deadline))) {
-		return false
+	var backoff time.Duration
+	if epoch <= s.gen.Config.Map.Epoch {
+		backoff = 5 * time.Millisecond << (r.served - 1)
 	}
-	r.switchGeneration(s)
-	return ctx.Err() == nil
+	return r.pause(ctx, s, epoch, backoff)
 }
 
 // pureItems reports whether running the answers items again changes
@@ -206,7 +185,7 @@ func pureItems(items []item) bool {
 
 // clientServedError is a part's PS002 as the client gets it: 40001.
 func clientServedError(raw []byte) []byte {
-	if pgwire.ErrorField(raw, 'C') != CodeServedMismatch {
+	if pgwire.ErrorField(raw, 'C') != store.ServedSQLState {
 		return raw
 	}
 	return pgwire.AppendErrorCode(nil, raw, codeSerializationFailure)
