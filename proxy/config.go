@@ -31,6 +31,7 @@ const (
 	DefaultAdminDatabase      = "pgshard"
 	DefaultBouncerPoll        = time.Second
 	DefaultMergeGroupLimit    = 100000
+	DefaultCursorBufferBytes  = 64 << 20
 )
 
 // Config configures a Server. Map and Analyzer are required; zero values of
@@ -106,6 +107,11 @@ type Config struct {
 	// fail the statement with 54000 instead of using memory without bound.
 	// Groups ordered by their GROUP BY columns stream and need no bound.
 	MergeGroupLimit int
+	// CursorBufferBytes bounds the rows a read of every shard fetched in
+	// parts (an Execute with a row limit: JDBC's fetch size, a cursor)
+	// keeps in the proxy between the client's fetches; more fail the
+	// read with 54000. A read fetched whole streams and needs no bound.
+	CursorBufferBytes int
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
 	MetricsListen string
 	// PoolMode is how clients use backends (internal/engine/pin.go): PoolTransaction (the
@@ -295,6 +301,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MergeGroupLimit == 0 {
 		c.MergeGroupLimit = DefaultMergeGroupLimit
+	}
+	if c.CursorBufferBytes == 0 {
+		c.CursorBufferBytes = DefaultCursorBufferBytes
 	}
 	if c.MaxPinned == 0 {
 		c.MaxPinned = DefaultMaxPinned

@@ -696,46 +696,6 @@ func TestSettingsInTransactionWire(t *testing.T) {
 	}
 }
 
-// TestFanoutRowLimitRefused: an Execute with a row limit (JDBC's fetch
-// size, postgres.js's cursors) of a read of every shard, or a Flush
-// before its Execute (node-postgres's cursors), is refused with 0A000
-// saying so — outside and inside a transaction block — and
-// the session goes on: the same read fetched whole works after it.
-func TestFanoutRowLimitRefused(t *testing.T) {
-	e := startProxy(t)
-	px := dialRaw(t, e.addr)
-	px.startup(e.db.name)
-	const read = "SELECT id FROM executions ORDER BY id"
-	limited := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
-		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Sync{}}
-	refused := func(name string, got []string, status string) {
-		t.Helper()
-		if !slices.ContainsFunc(got, func(m string) bool {
-			return strings.HasPrefix(m, "Error ERROR 0A000") && strings.Contains(m, "cannot be fetched in parts (Execute with a row limit of 2)")
-		}) || got[len(got)-1] != "ReadyForQuery "+status {
-			t.Errorf("%s: pgshard answered\n %s\nwant the row limit's refusal and ReadyForQuery %s", name, strings.Join(got, "\n "), status)
-		}
-	}
-	refused("implicit transaction", replies(t, px, limited), "I")
-	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
-	refused("transaction block", replies(t, px, limited), "E")
-	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}})
-	// node-postgres's pg-cursor: Bind, Describe, Flush, then Executes of
-	// a few rows each.
-	cursor := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
-		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Flush{}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Flush{}, &pgproto3.Sync{}})
-	if !slices.ContainsFunc(cursor, func(m string) bool {
-		return strings.HasPrefix(m, "Error ERROR 0A000") && strings.Contains(m, "flushed before its Execute")
-	}) || cursor[len(cursor)-1] != "ReadyForQuery I" {
-		t.Errorf("a cursor's Flush: pgshard answered\n %s\nwant the refusal and ReadyForQuery I", strings.Join(cursor, "\n "))
-	}
-	whole := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{},
-		&pgproto3.Execute{}, &pgproto3.Sync{}})
-	if got := whole[len(whole)-2]; !strings.HasPrefix(got, "CommandComplete SELECT") {
-		t.Errorf("the read fetched whole after the refusals: %s", strings.Join(whole, "\n "))
-	}
-}
-
 // TestFanoutDescribeStatementFirst: a read of every shard whose statement
 // is described in its own pipeline before its Bind — Parse, Describe
 // (statement), Bind, Execute, Sync: JDBC for parameters of unknown type,

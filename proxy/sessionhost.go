@@ -23,6 +23,7 @@ func newSessionConfig(c *Config) *engine.SessionConfig {
 		Databases:      c.Databases, AdminDatabase: c.AdminDatabase, AdminUsers: c.AdminUsers,
 		StartupTimeout: c.StartupTimeout, IdleInTransactionTimeout: c.IdleInTransactionTimeout,
 		MaxMessageSize: c.MaxMessageSize, MaxPipelineBytes: c.MaxPipelineBytes, MergeGroupLimit: c.MergeGroupLimit,
+		CursorBufferBytes:  c.CursorBufferBytes,
 		StatementCacheSize: c.StatementCacheSize, UnnamedStatements: c.UnnamedStatements,
 	}
 	for _, u := range c.Users {

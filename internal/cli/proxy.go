@@ -205,6 +205,7 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 		StatementCacheSize:       x.StatementCacheSize,
 		UnnamedStatements:        unnamedMode(x.CacheUnnamedStatements),
 		MergeGroupLimit:          x.MergeGroupLimit,
+		CursorBufferBytes:        x.CursorBufferBytes,
 		VerifyIdentity:           x.VerifyIdentity,
 		MetricsListen:            x.MetricsListen,
 		MaxPinned:                x.MaxPinned,

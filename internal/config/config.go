@@ -821,6 +821,9 @@ type Proxy struct {
 	// MergeGroupLimit bounds the merged groups a read of every shard may
 	// buffer to sort them (GROUP BY ordered by an aggregate).
 	MergeGroupLimit int `mapstructure:"merge_group_limit"`
+	// CursorBufferBytes bounds the rows a read of every shard fetched in
+	// parts (JDBC's fetch size, a cursor) keeps in the proxy.
+	CursorBufferBytes int `mapstructure:"cursor_buffer_bytes"`
 	// VerifyIdentity checks every shard's identity record against the map.
 	VerifyIdentity bool `mapstructure:"verify_identity"`
 	// MetricsListen, when set, serves Prometheus metrics at /metrics.
@@ -982,6 +985,7 @@ func DefaultProxy() Proxy {
 		StatementCacheSize:     256,
 		CacheUnnamedStatements: true,
 		MergeGroupLimit:        100000,
+		CursorBufferBytes:      64 << 20,
 		PoolMode:               "transaction",
 		MaxPinned:              100,
 		VerifyIdentity:         true,
@@ -1065,6 +1069,9 @@ func (x *Proxy) problems() []string {
 	}
 	if x.MergeGroupLimit < 1 {
 		bad("merge_group_limit", "must be at least 1 (got %d)", x.MergeGroupLimit)
+	}
+	if x.CursorBufferBytes < 1 {
+		bad("cursor_buffer_bytes", "must be at least 1 (got %d)", x.CursorBufferBytes)
 	}
 	seen := map[string]bool{}
 	for i, u := range x.Users {

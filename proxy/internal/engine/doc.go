@@ -72,6 +72,9 @@
 //	                 twostage.go: reads in two stages, each stage a
 //	                 fanExec of its own; copyout.go: COPY ... TO STDOUT
 //	                 of every shard, their outputs made one COPY;
+//	                 cursor.go: a read fetched in parts (an Execute
+//	                 with a row limit, a Flush before it): fanCursor,
+//	                 its rows kept, and cursorSet, the session's;
 //	                 readtxns.go: readerSet, the read-only backend
 //	                 transactions of a transaction's other shards
 //	  pin.go         pinning (PoolMode, PinnedSession) and pinner, the

@@ -534,6 +534,7 @@ const (
 	effStmtClear
 	effTx
 	effSettings
+	effCursor // cursor.go
 )
 
 // effect is a change of session state that an answer implies; it is
@@ -549,6 +550,8 @@ type effect struct {
 	// real, with effStmtPut, is the pinned backend the statement was
 	// parsed on under its own name.
 	real *backend.Conn
+	// cur, with effCursor, is where a cursor's fetch left it.
+	cur cursorAt
 }
 
 // txSnap is a transaction state to switch to.
@@ -572,6 +575,8 @@ func (s *Session) apply(e *effect) {
 		delete(s.stmts, e.name)
 	case effStmtClear:
 		clear(s.stmts)
+	case effCursor:
+		s.cursors.apply(e.cur)
 	case effTx:
 		if s.readers.any() && (e.tx.tx == txIdle || e.tx.tx == txFailed || !slices.Equal(s.txn.deferred, e.tx.deferred)) {
 			// The transaction ended, failed, or its start changed (a SET

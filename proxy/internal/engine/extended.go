@@ -280,6 +280,10 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.planner.protoErr = err
 		return
 	}
+	// A Bind replaces the portal of its name: the session's cursor of
+	// it is gone (cursor.go) — the one write planning makes of the
+	// session, idempotent, and made whatever the Bind's fate.
+	s.cursors.drop(string(bv.Portal))
 	vs := p.planner.book.lookup(bv.Stmt)
 	if vs == nil {
 		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
@@ -542,6 +546,8 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
 		}
 		p.planner.plan.addLocal(lo, nil)
+	case pi == nil && cursorOf(p, name) != nil:
+		planCursorDescribe(p, cursorOf(p, name)) // cursor.go
 	case pi != nil || p.planner.held:
 		if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e != nil {
 			p.planner.fail(e, nil)
@@ -678,7 +684,7 @@ func (n nextStmt) readsEveryShard() bool {
 }
 
 func (p pipePlanner) execute(raw []byte) {
-	portal, _, err := pgwire.DecodeExecute(raw)
+	portal, maxRows, err := pgwire.DecodeExecute(raw)
 	if err != nil {
 		p.planner.protoErr = err
 		return
@@ -693,6 +699,8 @@ func (p pipePlanner) execute(raw []byte) {
 		p.planner.leads[pi.lead-1].executed = true
 	case pi != nil && pi.local:
 		p.planner.answer(p.planner.exec().take(p.planner.localAction(pi.vs.st)))
+	case pi == nil && cursorOf(p, portal) != nil:
+		planCursorExecute(p, cursorOf(p, portal), rowLimit(maxRows)) // cursor.go
 	case pi != nil || p.planner.held:
 		if e := p.planner.exec().ensureBackend(p.planner.shard, nil); e != nil {
 			p.planner.fail(e, nil)
@@ -760,6 +768,10 @@ func (p pipePlanner) close(raw []byte) {
 			eff = &effect{kind: effStmtDel, name: n}
 		}
 		p.planner.plan.addLocal(lo, eff)
+		return
+	}
+	if fc := cursorOf(p, name); fc != nil {
+		planCursorClose(p, fc) // cursor.go
 		return
 	}
 	if p.planner.onTxnBackend() {

@@ -70,6 +70,9 @@ type fanPlan struct {
 	// raw, when set, is the request sent in place of the statement (a
 	// stage of a read in two stages: twostage.go).
 	raw []byte
+	// fetch, when not 0, is the row limit of the read's Execute, or
+	// fetchAtFlush: the client fetches the portal in parts (cursor.go).
+	fetch int32
 }
 
 // startFan records a DestAll Bind, routed by rp; the rest of the
@@ -77,6 +80,12 @@ type fanPlan struct {
 func (p pipePlanner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx int, rp routePlan) {
 	s := p.planner.s
 	p.planner.fan = &fanPlan{st: a, dest: d, vs: vs, bind: append([]byte(nil), s.grp[idx].raw...), portal: string(p.planner.bv.Portal), inTxn: rp.fanInTxn, only: rp.fanOnly, leads: p.planner.leads}
+}
+
+// fetchable reports whether f's portal may be fetched in parts
+// (cursor.go): a merged read, not a COPY.
+func (f *fanPlan) fetchable() bool {
+	return f.dest.Merge != nil && !f.st.Copy && !f.simple
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -95,10 +104,10 @@ func (p pipePlanner) fanAccepts(m cmsg) bool {
 		return true
 	case 'E':
 		portal, maxRows, err := pgwire.DecodeExecute(m.raw)
-		if err != nil || string(portal) != f.portal || maxRows != 0 || f.executed {
+		if err != nil || string(portal) != f.portal || f.executed || rowLimit(maxRows) != 0 && !f.fetchable() {
 			return false
 		}
-		f.executed = true
+		f.executed, f.fetch = true, rowLimit(maxRows)
 		return true
 	case 'S':
 		return f.executed
@@ -173,6 +182,10 @@ type fanExec struct {
 	// servedFail is the error of a read in two stages' stage whose part
 	// failed first (twostage.go), for servedretry.go.
 	servedFail []byte
+	// cursors are the session's cursors; capt, while a read fetched in
+	// parts runs, is the client's output kept for its cursor (cursor.go).
+	cursors *cursorSet
+	capt    *cursorCapture
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -193,7 +206,7 @@ func newFanExec(p *planner) *fanExec {
 	s := p.s
 	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s,
-		outStart: len(s.cc.out), flushes: s.cc.flushes}
+		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors}
 	if s.host != nil {
 		x.fences, x.log = s.host.Fences, s.host.Log
 	}
@@ -235,6 +248,9 @@ func (x *fanExec) stage(fp *fanPlan) *fanExec {
 // run executes x.f on every shard and answers the client.
 func (x *fanExec) run() error {
 	f := x.f
+	if f.fetch != 0 && x.capt == nil {
+		return x.runCursor() // cursor.go: this, into the portal's cursor
+	}
 	srv := x.gen
 	srv.Metrics.Fanouts.Inc()
 	if f.inTxn {
@@ -633,6 +649,13 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 	if err := x.gen.fanResultError(streams); err != nil {
 		x.cc.out = append(x.cc.out[:lo], err...)
 		return nil
+	}
+	if e == nil && x.capt != nil {
+		// Fetched in parts: the capture keeps the rows up to its bound
+		// (cursor.go); beyond it the error follows them (runCursor
+		// leaves them out).
+		_ = x.cc.flush()
+		e, lo = x.capt.tooBig(), 0
 	}
 	if e != nil {
 		x.cc.out = pgwire.AppendError(x.cc.out[:lo], e)

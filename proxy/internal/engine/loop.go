@@ -75,6 +75,9 @@ func (s *Session) serve(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			if typ == 'S' && s.txn.tx == txIdle {
+				s.cursors.clear() // their (implicit) transaction ended
+			}
 		case 'Q', 'F':
 			if ignore, err := s.runPipelineBefore(ctx); err != nil {
 				return err
@@ -93,6 +96,9 @@ func (s *Session) serve(ctx context.Context) error {
 			s.cc.rd.Release()
 			if err != nil {
 				return err
+			}
+			if s.txn.tx == txIdle {
+				s.cursors.clear() // a COMMIT or ROLLBACK, or a query outside a block
 			}
 		case 'X':
 			return nil

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -205,28 +204,20 @@ func (r pipeParts) runFan(pl *planner) (done bool, err error) {
 	return false, nil
 }
 
-// fanRowLimit is the refusal of an Execute with a row limit (JDBC's
-// fetch size, postgres.js's cursors), or of a Flush before the Execute
-// (node-postgres's pg-cursor), of a read of every shard: the merge runs
-// to its end in one exchange and cannot stop at the limit and go on at
-// the client's next Execute (which would need a portal held open on
-// every shard between the client's messages). Nil when m is not one.
+// fanRowLimit is the refusal of a Flush between a read of every shard's
+// Bind and its Execute (node-postgres's pg-cursor, which then fetches in
+// parts) when the read cannot be fetched in parts; when it can, the
+// read runs at the Flush into its portal's cursor (cursor.go) and nil is
+// returned. Nil when m is not such a Flush.
 func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
-	if m.typ == 'H' && !f.executed {
-		// A Flush between the Bind and its Execute: a cursor's way
-		// (node-postgres's pg-cursor), which then fetches in parts.
-		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "a read of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does): its rows are merged from every shard in one pass",
-			Hint:    "Fetch it whole (Bind, Execute and Sync together, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
-	}
-	if m.typ != 'E' {
+	if m.typ != 'H' || f.executed {
 		return nil
 	}
-	portal, maxRows, err := pgwire.DecodeExecute(m.raw)
-	if err != nil || maxRows == 0 || string(portal) != f.portal || f.executed {
+	if f.fetchable() {
+		f.executed, f.fetch = true, fetchAtFlush
 		return nil
 	}
 	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-		Message: fmt.Sprintf("a read of every shard cannot be fetched in parts (Execute with a row limit of %d): its rows are merged from every shard in one pass", maxRows),
-		Hint:    "Fetch it whole (a fetch size of 0, no cursor), add a LIMIT, or add a key so that it runs on one shard."}
+		Message: "this statement of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does)",
+		Hint:    "Fetch it whole (Bind, Execute and Sync together, no cursor), or add a key so that it runs on one shard."}
 }

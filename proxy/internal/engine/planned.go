@@ -20,12 +20,15 @@ type planned struct {
 	// acquire, when on, is the backend the executor acquires before it
 	// runs the plan (acquirestep.go): planning did not.
 	acquire acquireStep
+	// cursors are where the pipeline's Executes of the session's
+	// cursors leave them (cursor.go).
+	cursors []cursorAt
 }
 
 // reset empties the plan, keeping its buffers.
 func (o planned) reset() planned {
 	return planned{bw: o.bw[:0], items: o.items[:0], lbuf: o.lbuf[:0], portals: o.portals[:0],
-		acquire: acquireStep{snap: o.acquire.snap}}
+		acquire: acquireStep{snap: o.acquire.snap}, cursors: o.cursors[:0]}
 }
 
 // addLocal appends a local item answering with the bytes appended to

@@ -70,6 +70,9 @@ type Session struct {
 	readers readerSet
 	// fanning are the connections a fan-out is reading (cancel reaches all).
 	fanning []*backend.Conn
+	// cursors are the reads of every shard the client fetches in parts
+	// (cursor.go), until its transaction ends.
+	cursors cursorSet
 
 	// own, when set, keeps s.bc as the client's own backend across
 	// transactions: the session is pinned (pin.go, ownbackend.go).

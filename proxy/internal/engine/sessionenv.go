@@ -127,6 +127,7 @@ type SessionConfig struct {
 	MaxMessageSize           int
 	MaxPipelineBytes         int
 	MergeGroupLimit          int
+	CursorBufferBytes        int
 	// Statements: the backends' statement cache, the unnamed statement.
 	StatementCacheSize int
 	UnnamedStatements  UnnamedMode

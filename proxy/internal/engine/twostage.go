@@ -407,6 +407,12 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 	if st.failed() {
 		return x.gen.fanResultError(streams)
 	}
+	if x.capt != nil {
+		_ = x.cc.flush() // fetched in parts: the capture bounds the rows it keeps (cursor.go)
+		if e := x.capt.tooBig(); e != nil {
+			return pgwire.AppendError(nil, e)
+		}
+	}
 	for _, n := range st.notices {
 		x.cc.out = append(x.cc.out, n...)
 	}

@@ -1,0 +1,139 @@
+package proxy_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgshard/pgshard/proxy"
+)
+
+// TestFanoutFetchedInParts: a read of every shard fetched in parts — an
+// Execute with a row limit (JDBC's fetch size with autocommit off, its
+// setMaxRows, postgres.js's cursors), or a Flush between the Bind and
+// its Execute (node-postgres's pg-cursor) — gets exactly the replies one
+// Postgres sends: at most the limit per Execute with PortalSuspended,
+// the last fetch's CommandComplete counting its own rows (SELECT 0 after
+// a limit met exactly), the portal's description, several Executes in
+// one pipeline, Close, and the portal gone once its transaction ends
+// (34000 for an Execute after it). In an implicit transaction and in a
+// transaction block, named and unnamed portals, through PgBouncer and
+// directly. It was refused (0A000) before.
+func TestFanoutFetchedInParts(t *testing.T) {
+	for i, tc := range wireSetups {
+		t.Run(tc.name, func(t *testing.T) {
+			_, env, px, ref := startWirePair(t, tc, 9_500_000+int64(i)*10_000)
+			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+			const read = "SELECT aid, abalance, note FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
+			bind := func(portal string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{DestinationPortal: portal, Parameters: [][]byte{lo, hi}}}
+			}
+			exec := func(portal string, n int) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: portal, MaxRows: uint32(n)}}
+			}
+			seq := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return slices.Concat(parts...) }
+			sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
+			flush := []pgproto3.FrontendMessage{&pgproto3.Flush{}}
+			descP := func(portal string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'P', Name: portal}}
+			}
+			closeP := func(portal string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: portal}}
+			}
+			q := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+			}
+			extQ := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+			}
+			failing := func(portal string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT aid, 1 / (abalance - abalance) AS z FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"},
+					&pgproto3.Bind{DestinationPortal: portal, Parameters: [][]byte{lo, hi}}}
+			}
+			cases := []struct {
+				name  string
+				steps [][]pgproto3.FrontendMessage
+			}{
+				{"implicit transaction: the first rows, then the portal is gone", [][]pgproto3.FrontendMessage{
+					seq(bind(""), descP(""), exec("", 2), sync), seq(exec("", 2), sync)}},
+				{"setMaxRows: a limit above the rows", [][]pgproto3.FrontendMessage{
+					seq(bind(""), exec("", env.n+5), sync)}},
+				{"transaction block, named portal", [][]pgproto3.FrontendMessage{
+					q("BEGIN"),
+					seq(bind("c1"), descP("c1"), exec("c1", 2), sync),
+					seq(exec("c1", 2), sync),
+					seq(exec("c1", 1), exec("c1", 2), sync),
+					seq(descP("c1"), exec("c1", 0), sync),
+					seq(exec("c1", 3), sync),
+					seq(closeP("c1"), sync),
+					seq(exec("c1", 1), sync),
+					q("ROLLBACK")}},
+				{"a limit met exactly, then SELECT 0", [][]pgproto3.FrontendMessage{
+					q("BEGIN"),
+					seq(bind("c2"), exec("c2", env.n), sync),
+					seq(exec("c2", env.n), sync),
+					q("COMMIT"),
+					seq(exec("c2", 1), sync)}},
+				{"JDBC: BEGIN in the first fetch's pipeline, portal closed, COMMIT", [][]pgproto3.FrontendMessage{
+					seq(extQ("BEGIN"), bind("C_1"), descP("C_1"), exec("C_1", 3), sync),
+					seq(exec("C_1", 3), sync),
+					seq(closeP("C_1"), extQ("COMMIT"), sync)}},
+				{"pg-cursor: a Flush before the Execute, fetches ended by Flush", [][]pgproto3.FrontendMessage{
+					seq(bind(""), descP(""), flush, exec("", 2), flush, exec("", 2), flush, exec("", 1000), flush, sync)}},
+				{"a read that fails, described", [][]pgproto3.FrontendMessage{
+					q("BEGIN"), seq(failing("f"), descP("f"), exec("f", 2), sync), q("ROLLBACK"),
+					seq(bind(""), exec("", 1), sync)}},
+				{"a read that fails, not described", [][]pgproto3.FrontendMessage{
+					seq(failing(""), exec("", 2), sync), seq(bind(""), exec("", 1), sync)}},
+				{"a Bind of the portal's name replaces it", [][]pgproto3.FrontendMessage{
+					q("BEGIN"),
+					seq(bind(""), exec("", 2), sync),
+					seq(bind(""), exec("", 1), sync),
+					seq(exec("", 1), sync),
+					q("COMMIT")}},
+			}
+			for _, c := range cases {
+				var got, want []string
+				for _, st := range c.steps {
+					want = append(want, replies(t, ref, st)...)
+					got = append(got, replies(t, px, st)...)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+				if !slices.Contains(got, "PortalSuspended") && c.name != "setMaxRows: a limit above the rows" {
+					t.Errorf("%s: no PortalSuspended in %q: the case does not fetch in parts", c.name, got)
+				}
+			}
+		})
+	}
+}
+
+// TestFanoutFetchedInPartsBound: the rows a read of every shard fetched
+// in parts keeps in the proxy are bounded (proxy.cursor_buffer_bytes):
+// beyond it the read fails with 54000 naming the setting, no row is
+// sent, the transaction block fails as on a shard's error, and the
+// session goes on (the same read fetched whole works after a ROLLBACK).
+func TestFanoutFetchedInPartsBound(t *testing.T) {
+	ws := wireSetup{name: "bounded", opts: []envOpt{func(c *proxy.Config) { c.CursorBufferBytes = 40 }}}
+	_, env, px, _ := startWirePair(t, ws, 9_600_000)
+	lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+	read := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT aid, note FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"},
+		&pgproto3.Bind{DestinationPortal: "c", Parameters: [][]byte{lo, hi}}}
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
+	got := replies(t, px, slices.Concat(read, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "c", MaxRows: 1}, &pgproto3.Sync{}}))
+	if slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "DataRow") }) ||
+		!slices.ContainsFunc(got, func(m string) bool {
+			return strings.HasPrefix(m, "Error ERROR 54000") && strings.Contains(m, "proxy.cursor_buffer_bytes")
+		}) || got[len(got)-1] != "ReadyForQuery E" {
+		t.Errorf("a read fetched in parts over the bound: pgshard answered\n %s\nwant 54000, no rows, ReadyForQuery E", strings.Join(got, "\n "))
+	}
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}})
+	whole := replies(t, px, slices.Concat(read, []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "c"}, &pgproto3.Sync{}}))
+	if n := len(whole); n < 2 || whole[n-2] != fmt.Sprintf("CommandComplete SELECT %d", env.n) {
+		t.Errorf("the read fetched whole after it: %s", strings.Join(whole, "\n "))
+	}
+}
