@@ -137,3 +137,70 @@ func TestFanoutFetchedInPartsBound(t *testing.T) {
 		t.Errorf("the read fetched whole after it: %s", strings.Join(whole, "\n "))
 	}
 }
+
+// TestFanoutSQLCursor: DECLARE ... CURSOR FOR a read of every shard
+// (psql's FETCH_COUNT, psycopg 2's named cursors in the simple protocol,
+// psycopg 3's in the extended one: DECLARE with Bind parameters, a
+// Describe of the cursor's portal, FETCH through Parse/Bind/Execute)
+// gets exactly the replies one Postgres sends for FETCH FORWARD n, NEXT,
+// ALL, MOVE, past the end, CLOSE, the cursor gone at COMMIT (34000 from
+// the shard after it), and DECLARE outside a transaction block (25P01).
+// A fetch backwards is refused with 0A000 saying forward only. Through
+// PgBouncer and directly. DECLARE was refused (0A000) before.
+func TestFanoutSQLCursor(t *testing.T) {
+	for i, tc := range wireSetups {
+		t.Run(tc.name, func(t *testing.T) {
+			_, env, px, ref := startWirePair(t, tc, 9_700_000+int64(i)*10_000)
+			read := fmt.Sprintf("SELECT aid, abalance, note FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)
+			q := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+			}
+			ext := func(sql string, params ...[]byte) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: params},
+					&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			}
+			cases := []struct {
+				name  string
+				steps [][]pgproto3.FrontendMessage
+			}{
+				{"psql's FETCH_COUNT", [][]pgproto3.FrontendMessage{
+					q("BEGIN"), q("DECLARE _psql_cursor NO SCROLL CURSOR FOR\n" + read),
+					q("FETCH FORWARD 2 FROM _psql_cursor"), q("FETCH FORWARD 2 FROM _psql_cursor"),
+					q("FETCH NEXT FROM _psql_cursor"), q("MOVE FORWARD 1 IN _psql_cursor"), q("FETCH _psql_cursor"),
+					q("FETCH ALL FROM _psql_cursor"), q("FETCH FORWARD 5 FROM _psql_cursor"), q("MOVE ALL IN _psql_cursor"),
+					q("CLOSE _psql_cursor"), q("COMMIT")}},
+				{"gone with its transaction", [][]pgproto3.FrontendMessage{
+					q("BEGIN"), q(`DECLARE "c" CURSOR WITHOUT HOLD FOR ` + read), q(`FETCH FORWARD 3 FROM "c"`), q("COMMIT"),
+					q(`FETCH FORWARD 3 FROM "c"`)}},
+				{"outside a transaction block", [][]pgproto3.FrontendMessage{q("DECLARE c CURSOR FOR " + read)}},
+				{"declared twice", [][]pgproto3.FrontendMessage{
+					q("BEGIN"), q("DECLARE d CURSOR FOR " + read), q("DECLARE d CURSOR FOR " + read), q("ROLLBACK")}},
+				{"psycopg 3: DECLARE with parameters, Describe of the cursor, FETCH and CLOSE extended", [][]pgproto3.FrontendMessage{
+					q("BEGIN"),
+					ext(`DECLARE "srv" CURSOR FOR SELECT aid, note FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid`, fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)),
+					{&pgproto3.Describe{ObjectType: 'P', Name: "srv"}, &pgproto3.Sync{}},
+					ext(`FETCH FORWARD 2 FROM "srv"`), ext(`FETCH FORWARD 100 FROM "srv"`), ext(`MOVE 1 FROM "srv"`),
+					ext(`CLOSE "srv"`), q("COMMIT")}},
+			}
+			for _, c := range cases {
+				var got, want []string
+				for _, st := range c.steps {
+					want = append(want, replies(t, ref, st)...)
+					got = append(got, replies(t, px, st)...)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+			}
+			replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
+			replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "DECLARE b CURSOR FOR " + read}})
+			back := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "FETCH BACKWARD 1 FROM b"}})
+			if !slices.ContainsFunc(back, func(m string) bool {
+				return strings.HasPrefix(m, "Error ERROR 0A000") && strings.Contains(m, "forward only")
+			}) {
+				t.Errorf("FETCH BACKWARD of a cursor over every shard: %q, want 0A000 forward only", back)
+			}
+			replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}})
+		})
+	}
+}

@@ -220,6 +220,13 @@
 // fan-out is its pipeline's implicit transaction and must be alone in it,
 // but for statements that only set transaction-local settings ahead of it.
 //
+// A read of every shard fetched in parts — an Execute with a row limit, a
+// Flush between its Bind and Execute, or a SQL DECLARE ... CURSOR over it
+// and its FETCH/MOVE FORWARD and CLOSE — is merged to its end at the first
+// fetch; the proxy keeps the rows (at most Config.CursorBufferBytes per
+// read, 54000 beyond) and answers each fetch from them as Postgres answers
+// a portal's, until the transaction ends (engine/cursor.go, sqlcursor.go).
+//
 // # Settings ahead of a read of every shard
 //
 // pgshard's own store (with a statement timeout) and drivers send

@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,8 +12,32 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// cursorOptHold is CURSOR_OPT_HOLD (parsenodes.h): DECLARE ... WITH HOLD.
-const cursorOptHold = 0x0020
+// cursorOptHold is CURSOR_OPT_HOLD (parsenodes.h): DECLARE ... WITH HOLD;
+// cursorOptBinary CURSOR_OPT_BINARY: DECLARE BINARY.
+const (
+	cursorOptHold   = 0x0020
+	cursorOptBinary = 0x0001
+)
+
+// fetchAll is FETCH_ALL (parsenodes.h): LONG_MAX rows.
+const fetchAll = math.MaxInt64
+
+// cursorOf is the Cursor of a FETCH, MOVE or CLOSE node.
+func cursorOf(node *pg.Node) *Cursor {
+	if cp := node.GetClosePortalStmt(); cp != nil {
+		return &Cursor{Verb: CursorClose, Name: cp.Portalname}
+	}
+	fs := node.GetFetchStmt()
+	cur := &Cursor{Verb: CursorFetch, Name: fs.Portalname, Count: fs.HowMany}
+	if fs.Ismove {
+		cur.Verb = CursorMove
+	}
+	cur.Forward = fs.Direction == pg.FetchDirection_FETCH_FORWARD && fs.HowMany > 0
+	if fs.HowMany == fetchAll {
+		cur.Count = -1
+	}
+	return cur
+}
 
 // analyzeStmt classifies one parsed statement and builds its plan. text is
 // the statement's own text (hints are read from its comments).
@@ -94,6 +119,7 @@ func (c *classifying) classify(node *pg.Node) (query bool) {
 	case *pg.Node_ClosePortalStmt, *pg.Node_FetchStmt:
 		st.ReadOnly = true
 		p.anyReason = "a cursor lives on the shard of its transaction"
+		st.Cursor = cursorOf(node)
 	case *pg.Node_ExplainStmt:
 		c.explain(x.ExplainStmt)
 		return true
@@ -199,6 +225,12 @@ func (c *classifying) session(node *pg.Node) {
 // declareCursor: a cursor WITH HOLD is session state (refused); another
 // is its query, never merged across shards.
 func (c *classifying) declareCursor(dc *pg.DeclareCursorStmt) (query bool) {
+	inner := "SELECT 1"
+	if out, err := deparse(dc.Query); err == nil {
+		inner = out
+	}
+	c.st.Cursor = &Cursor{Verb: CursorDeclare, Name: dc.Portalname, Query: c.s.analyzeStmt(inner, dc.Query),
+		Binary: dc.Options&cursorOptBinary != 0, Hold: dc.Options&cursorOptHold != 0}
 	if dc.Options&cursorOptHold != 0 {
 		c.unsupported("hold-cursor", "DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
 		return false

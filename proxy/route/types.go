@@ -486,6 +486,35 @@ type Operand struct {
 // Statement is the cached analysis of one SQL statement text. It is
 // shared between sessions and immutable, except for the flag MarkUnnamed
 // sets.
+// Cursor is a SQL cursor statement: DECLARE name CURSOR FOR query, FETCH
+// and MOVE of name, CLOSE name (Name "" for CLOSE ALL).
+type Cursor struct {
+	Verb CursorVerb
+	Name string
+	// Query, for DECLARE, is the analysis of the cursor's query as a
+	// statement of its own (routed by Analyzer.Route: a read of every
+	// shard is merged); Binary: DECLARE BINARY; Hold: WITH HOLD.
+	Query        *Statement
+	Binary, Hold bool
+	// Count, for FETCH and MOVE FORWARD (and NEXT, and a plain FETCH
+	// name), is how many rows, -1 for ALL; Forward is false for every
+	// other direction (BACKWARD, PRIOR, FIRST, LAST, ABSOLUTE, RELATIVE,
+	// FORWARD 0).
+	Count   int64
+	Forward bool
+}
+
+// CursorVerb is a Cursor statement's verb.
+type CursorVerb uint8
+
+// The verbs of Cursor statements.
+const (
+	CursorDeclare CursorVerb = iota + 1
+	CursorFetch
+	CursorMove
+	CursorClose
+)
+
 type Statement struct {
 	SQL  string // the statement's text
 	Kind Kind   // what it is
@@ -573,6 +602,10 @@ type Statement struct {
 	// CLOSE ALL, "advisory-lock" for a call of pg_advisory_unlock_all;
 	// release.go), "" for every other statement.
 	Releases string
+	// Cursor, for DECLARE, FETCH, MOVE and CLOSE of a cursor, is what
+	// the proxy needs to keep a cursor over a read of every shard itself
+	// (its Route stays that of the statement as Postgres runs it).
+	Cursor *Cursor
 	// Unsharded lists the tables the statement references that are
 	// neither keyed nor global in the sharding schema (lowercase,
 	// unqualified): they live on the database's default shard.

@@ -192,14 +192,25 @@ func (x *fanExec) runCursor() error {
 	x.capt = nil
 	captured := append(capt.buf, x.cc.out...)
 	x.cc, x.outStart, f.describe = cc, outStart, asked
-	fc, rest := cutCursor(captured, f.portal, asked)
+	name := f.portal
+	if f.fetch == fetchDeclare {
+		name = f.cursor
+	}
+	fc, rest := cutCursor(captured, name, asked && f.fetch != fetchDeclare)
 	if fc == nil {
-		cc.out = append(cc.out, dropRows(captured, !asked)...)
+		cc.out = append(cc.out, dropRows(captured, !asked || f.fetch == fetchDeclare)...)
 		return err
 	}
 	cc.out = append(cc.out, rest[0]...)
 	pos, atEnd := 0, false
-	if f.fetch != fetchAtFlush {
+	switch f.fetch {
+	case fetchAtFlush:
+	case fetchDeclare:
+		if asked {
+			cc.out = pgwire.AppendEmpty(cc.out, 'n') // a DECLARE's portal describes no rows
+		}
+		cc.out = pgwire.AppendCommandComplete(cc.out, "DECLARE CURSOR")
+	default:
 		cc.out, pos, atEnd = fc.appendFetch(cc.out, 0, false, f.fetch)
 	}
 	cc.out = append(cc.out, rest[1]...)
@@ -310,28 +321,28 @@ func cursorOf(p pipePlanner, name []byte) *fanCursor {
 // the answer is sent.
 func planCursorExecute(p pipePlanner, fc *fanCursor, limit int32) {
 	pl := &p.planner.plan
-	at := cursorAt{name: fc.name, pos: fc.pos, atEnd: fc.atEnd}
-	for i := len(pl.cursors) - 1; i >= 0; i-- {
-		if pl.cursors[i].name == fc.name {
-			at = pl.cursors[i]
-			break
-		}
-	}
+	at := cursorPos(pl, fc)
 	lo := len(pl.lbuf)
 	pl.lbuf, at.pos, at.atEnd = fc.appendFetch(pl.lbuf, at.pos, at.atEnd, limit)
 	pl.cursors = append(pl.cursors, at)
 	pl.addLocal(lo, &effect{kind: effCursor, cur: at})
 }
 
+// cursorPos is where the plan's Executes and FETCHes so far leave fc.
+func cursorPos(pl *planned, fc *fanCursor) cursorAt {
+	for i := len(pl.cursors) - 1; i >= 0; i-- {
+		if pl.cursors[i].name == fc.name {
+			return pl.cursors[i]
+		}
+	}
+	return cursorAt{name: fc.name, pos: fc.pos, atEnd: fc.atEnd}
+}
+
 // planCursorDescribe answers a Describe of fc's portal.
 func planCursorDescribe(p pipePlanner, fc *fanCursor) {
 	pl := &p.planner.plan
 	lo := len(pl.lbuf)
-	if fc.desc != nil {
-		pl.lbuf = append(pl.lbuf, fc.desc...)
-	} else {
-		pl.lbuf = pgwire.AppendEmpty(pl.lbuf, 'n')
-	}
+	pl.lbuf = appendCursorDesc(pl.lbuf, fc)
 	pl.addLocal(lo, nil)
 }
 

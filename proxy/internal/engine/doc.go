@@ -75,6 +75,8 @@
 //	                 cursor.go: a read fetched in parts (an Execute
 //	                 with a row limit, a Flush before it): fanCursor,
 //	                 its rows kept, and cursorSet, the session's;
+//	                 sqlcursor.go: DECLARE over a read of every shard,
+//	                 FETCH/MOVE/CLOSE of a cursor the proxy keeps;
 //	                 readtxns.go: readerSet, the read-only backend
 //	                 transactions of a transaction's other shards
 //	  pin.go         pinning (PoolMode, PinnedSession) and pinner, the

@@ -27,6 +27,9 @@ type portalInfo struct {
 	// SET LOCAL of the pipeline's implicit transaction): execute looks
 	// closer.
 	setting bool
+	// cursor, for a local portal, is a FETCH, MOVE or CLOSE of a cursor
+	// the proxy keeps (sqlcursor.go).
+	cursor *route.Cursor
 }
 
 // pipePlanner is the planner of an extended-protocol pipeline: each
@@ -310,6 +313,9 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 			pi.setting = true
 		}
 	}
+	if a.Cursor != nil && !local && bindCursor(p, pi, idx) {
+		return // sqlcursor.go
+	}
 	if local {
 		pi.local = true
 		p.bindLocal(pi)
@@ -538,6 +544,14 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 	switch {
 	case pi != nil && pi.lead > 0:
 		p.planner.leads[pi.lead-1].describe = true // answered with the lead's answer
+	case pi != nil && pi.cursor != nil:
+		lo := len(p.planner.plan.lbuf)
+		if fc := p.planner.s.cursors.get(pi.cursor.Name); fc != nil && pi.cursor.Verb == route.CursorFetch {
+			p.planner.plan.lbuf = appendCursorDesc(p.planner.plan.lbuf, fc)
+		} else {
+			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
+		}
+		p.planner.plan.addLocal(lo, nil)
 	case pi != nil && pi.local:
 		lo := len(p.planner.plan.lbuf)
 		if pi.term != nil {
@@ -697,6 +711,12 @@ func (p pipePlanner) execute(raw []byte) {
 		p.planner.plan.addLocal(lo, nil)
 	case pi != nil && pi.lead > 0:
 		p.planner.leads[pi.lead-1].executed = true
+	case pi != nil && pi.cursor != nil:
+		if fc := p.planner.s.cursors.get(pi.cursor.Name); fc != nil {
+			planCursorStmt(p.planner, fc, pi.cursor, false) // sqlcursor.go
+		} else {
+			p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("cursor %q does not exist", pi.cursor.Name)), nil)
+		}
 	case pi != nil && pi.local:
 		p.planner.answer(p.planner.exec().take(p.planner.localAction(pi.vs.st)))
 	case pi == nil && cursorOf(p, portal) != nil:

@@ -71,8 +71,11 @@ type fanPlan struct {
 	// stage of a read in two stages: twostage.go).
 	raw []byte
 	// fetch, when not 0, is the row limit of the read's Execute, or
-	// fetchAtFlush: the client fetches the portal in parts (cursor.go).
-	fetch int32
+	// fetchAtFlush: the client fetches the portal in parts (cursor.go);
+	// or fetchDeclare: the read is a DECLAREd cursor's, named cursor
+	// (sqlcursor.go).
+	fetch  int32
+	cursor string
 }
 
 // startFan records a DestAll Bind, routed by rp; the rest of the
@@ -107,7 +110,10 @@ func (p pipePlanner) fanAccepts(m cmsg) bool {
 		if err != nil || string(portal) != f.portal || f.executed || rowLimit(maxRows) != 0 && !f.fetchable() {
 			return false
 		}
-		f.executed, f.fetch = true, rowLimit(maxRows)
+		f.executed = true
+		if f.fetch != fetchDeclare {
+			f.fetch = rowLimit(maxRows) // a DECLARE answers only its tag, whatever the limit
+		}
 		return true
 	case 'S':
 		return f.executed
@@ -286,6 +292,9 @@ func (x *fanExec) run() error {
 	if !f.simple {
 		if err := bv.Decode(f.bind); err != nil {
 			return err
+		}
+		if f.fetch == fetchDeclare {
+			bv.ResultFmts = nil // a cursor's rows are text, whatever the DECLARE's Bind asked
 		}
 	}
 	var formats []int16

@@ -86,6 +86,9 @@ func (p *planner) queryFlags() itemFlags {
 func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 	s := p.planner.s
 	st := a
+	if a.Cursor != nil && simpleCursor(p, msg, a) {
+		return // sqlcursor.go
+	}
 	if p.planner.isLocal(a) {
 		if st.Kind == route.KindExecute && p.planner.sim.tx != txFailed {
 			p.sqlExecute(a)
