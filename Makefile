@@ -57,7 +57,7 @@ SEEDS ?= 1,2,3,4,5
 CASES ?= 2000
 
 .PHONY: fuzz-sql
-fuzz-sql: deps ## Random differential SQL: SEEDS (comma-separated) × CASES generated reads × 4 modes (simple, extended, binary, COPY), pgshard (fence on) over 3 shards vs one Postgres (0 wrong or it fails)
+fuzz-sql: deps ## Random differential SQL: SEEDS (comma-separated) × CASES generated reads × 5 modes (simple, extended, binary, COPY, a SQL cursor), pgshard (fence on) over 3 shards vs one Postgres (0 wrong or it fails)
 	PGSHARD_FUZZSQL_SEEDS=$(SEEDS) PGSHARD_FUZZSQL_CASES=$(CASES) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestFuzzSQL$$' -v ./proxy/
 
 .PHONY: demo

@@ -487,6 +487,53 @@ var diffCopyMode = diffMode{name: "copy", run: func(ctx context.Context, conn *p
 	return diffResult{rows: rows, tag: tag.String()}
 }}
 
+// diffCursorMode runs a case through a SQL cursor, as psql's FETCH_COUNT
+// and psycopg's named cursors do: BEGIN, DECLARE, FETCH FORWARD 7 until a
+// fetch returns fewer rows, COMMIT (ROLLBACK after an error). Its answer
+// is the fetches' rows put together, the first fetch's description and
+// "SELECT n" of the rows, or the first error. A read of every shard is
+// kept by the proxy at the DECLARE and fetched from it (cursor.go), so
+// this checks that every merge shape survives being kept and fetched in
+// parts.
+var diffCursorMode = diffMode{name: "cursor", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+	if r := diffSimpleSQL(ctx, conn, "BEGIN"); r.code != "" || r.broken != nil {
+		return r
+	}
+	r := diffCursorFetch(ctx, conn, dc)
+	end := "COMMIT"
+	if r.code != "" {
+		end = "ROLLBACK"
+	}
+	if e := diffSimpleSQL(ctx, conn, end); e.broken != nil && r.broken == nil {
+		r.broken = e.broken
+	}
+	return r
+}}
+
+// diffCursorFetch declares the case's cursor and fetches it whole, at
+// most 100,000 fetches.
+func diffCursorFetch(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+	if r := diffSimpleSQL(ctx, conn, "DECLARE pgshard_diff CURSOR FOR "+interpolate(dc.sql, dc.params)); r.code != "" || r.broken != nil {
+		return r
+	}
+	var out diffResult
+	for i := 0; i < 100_000; i++ {
+		r := diffSimpleSQL(ctx, conn, "FETCH FORWARD 7 FROM pgshard_diff")
+		if r.code != "" || r.broken != nil {
+			return r
+		}
+		if i == 0 {
+			out.fields = r.fields
+		}
+		out.rows = append(out.rows, r.rows...)
+		if len(r.rows) < 7 {
+			break
+		}
+	}
+	out.tag = fmt.Sprintf("SELECT %d", len(out.rows))
+	return out
+}
+
 func diffErr(err error) diffResult {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
