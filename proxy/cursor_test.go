@@ -96,14 +96,7 @@ func TestFanoutFetchedInParts(t *testing.T) {
 					q("COMMIT")}},
 			}
 			for _, c := range cases {
-				var got, want []string
-				for _, st := range c.steps {
-					want = append(want, replies(t, ref, st)...)
-					got = append(got, replies(t, px, st)...)
-				}
-				if !slices.Equal(got, want) {
-					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
-				}
+				got := sameReplies(t, px, ref, c.name, c.steps)
 				if !slices.Contains(got, "PortalSuspended") && c.name != "setMaxRows: a limit above the rows" {
 					t.Errorf("%s: no PortalSuspended in %q: the case does not fetch in parts", c.name, got)
 				}
@@ -183,14 +176,7 @@ func TestFanoutSQLCursor(t *testing.T) {
 					ext(`CLOSE "srv"`), q("COMMIT")}},
 			}
 			for _, c := range cases {
-				var got, want []string
-				for _, st := range c.steps {
-					want = append(want, replies(t, ref, st)...)
-					got = append(got, replies(t, px, st)...)
-				}
-				if !slices.Equal(got, want) {
-					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
-				}
+				sameReplies(t, px, ref, c.name, c.steps)
 			}
 			replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
 			replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "DECLARE b CURSOR FOR " + read}})

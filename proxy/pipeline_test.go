@@ -303,6 +303,22 @@ func (c *rawClient) sendAll(msgs []pgproto3.FrontendMessage) (rfq int) {
 	return rfq
 }
 
+// sameReplies sends each of steps to the proxy's client px and to the
+// reference database's ref, fails the test (naming the case) unless both
+// answer the same, and returns the proxy's replies.
+func sameReplies(t *testing.T, px, ref *rawClient, name string, steps [][]pgproto3.FrontendMessage) []string {
+	t.Helper()
+	var got, want []string
+	for _, st := range steps {
+		want = append(want, replies(t, ref, st)...)
+		got = append(got, replies(t, px, st)...)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n pgshard:      %s\n one database: %s", name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+	}
+	return got
+}
+
 // replyText is a reply as replies shows it ("" for a ParameterStatus).
 func replyText(m pgproto3.BackendMessage) string {
 	switch m := m.(type) {
@@ -675,14 +691,7 @@ func TestSettingsInTransactionWire(t *testing.T) {
 					q(readSQL), q("COMMIT")}})
 			}
 			for _, c := range cases {
-				var got, want []string
-				for _, st := range c.steps {
-					want = append(want, replies(t, ref, st)...)
-					got = append(got, replies(t, px, st)...)
-				}
-				if !slices.Equal(got, want) {
-					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
-				}
+				sameReplies(t, px, ref, c.name, c.steps)
 			}
 			// A value pgshard cannot repeat as the server reads it is refused.
 			got := replies(t, px, seq(q("BEGIN"), []pgproto3.FrontendMessage{
