@@ -25,8 +25,14 @@ import (
 func TestFanoutFetchedInParts(t *testing.T) {
 	for i, tc := range wireSetups {
 		t.Run(tc.name, func(t *testing.T) {
-			_, env, px, ref := startWirePair(t, tc, 9_500_000+int64(i)*10_000)
+			base := 9_500_000 + int64(i)*10_000
+			e, env, px, ref := startWirePair(t, tc, base)
 			lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+			// A transaction that wrote on shard 0 reads keys of shard 1 in
+			// that shard's reader.
+			k0, k1 := e.db.keysOn(0, 1, base)[0], e.db.keysOn(1, 3, base)
+			other := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT aid, note FROM accounts WHERE aid IN ($1, $2, $3) ORDER BY aid"},
+				&pgproto3.Bind{DestinationPortal: "k", Parameters: [][]byte{fmt.Append(nil, k1[0]), fmt.Append(nil, k1[1]), fmt.Append(nil, k1[2])}}}
 			const read = "SELECT aid, abalance, note FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"
 			bind := func(portal string) []pgproto3.FrontendMessage {
 				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: read}, &pgproto3.Bind{DestinationPortal: portal, Parameters: [][]byte{lo, hi}}}
@@ -88,6 +94,9 @@ func TestFanoutFetchedInParts(t *testing.T) {
 					seq(bind(""), exec("", 1), sync)}},
 				{"a read that fails, not described", [][]pgproto3.FrontendMessage{
 					seq(failing(""), exec("", 2), sync), seq(bind(""), exec("", 1), sync)}},
+				{"a keyed read of another shard than the transaction's, in its reader", [][]pgproto3.FrontendMessage{
+					q("BEGIN"), q(fmt.Sprintf("UPDATE accounts SET note = note WHERE aid = %d", k0)),
+					seq(other, descP("k"), exec("k", 2), sync), seq(exec("k", 2), sync), q("COMMIT")}},
 				{"a Bind of the portal's name replaces it", [][]pgproto3.FrontendMessage{
 					q("BEGIN"),
 					seq(bind(""), exec("", 2), sync),

@@ -86,9 +86,10 @@ func (p pipePlanner) startFan(a *route.Statement, d route.Dest, vs *vstmt, idx i
 }
 
 // fetchable reports whether f's portal may be fetched in parts
-// (cursor.go): a merged read, not a COPY.
+// (cursor.go): a merged read, or a keyed read in its shard's reader, not
+// a COPY.
 func (f *fanPlan) fetchable() bool {
-	return f.dest.Merge != nil && !f.st.Copy && !f.simple
+	return (f.dest.Merge != nil || f.only > 0 && f.st.Select) && !f.st.Copy && !f.simple
 }
 
 // singleMerge is the merge of a read on one shard: its rows as they are.
@@ -107,12 +108,15 @@ func (p pipePlanner) fanAccepts(m cmsg) bool {
 		return true
 	case 'E':
 		portal, maxRows, err := pgwire.DecodeExecute(m.raw)
-		if err != nil || string(portal) != f.portal || f.executed || rowLimit(maxRows) != 0 && !f.fetchable() {
+		if err != nil || string(portal) != f.portal || f.executed {
 			return false
 		}
 		f.executed = true
-		if f.fetch != fetchDeclare {
-			f.fetch = rowLimit(maxRows) // a DECLARE answers only its tag, whatever the limit
+		if f.fetch != fetchDeclare && f.fetchable() {
+			// A DECLARE answers only its tag, and a statement without
+			// rows (DDL) runs whole, whatever the limit (as Postgres
+			// ignores it for them).
+			f.fetch = rowLimit(maxRows)
 		}
 		return true
 	case 'S':
