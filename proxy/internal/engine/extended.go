@@ -286,7 +286,9 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 	// A Bind replaces the portal of its name: the session's cursor of
 	// it is gone (cursor.go) — the one write planning makes of the
 	// session, idempotent, and made whatever the Bind's fate.
-	s.cursors.drop(string(bv.Portal))
+	if len(s.cursors.list) > 0 {
+		s.cursors.drop(string(bv.Portal))
+	}
 	vs := p.planner.book.lookup(bv.Stmt)
 	if vs == nil {
 		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
