@@ -212,7 +212,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	if first := firstFailed(streams); first != nil {
 		first.drain()
 		x.servedFail = partError(first) // a read run again after PS002 (servedretry.go)
-		return nil, sx.stageError()
+		return nil, sx.stageError(x.f.simple)
 	}
 	var out []byte
 	rs := &stageRows{}
@@ -244,7 +244,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
 			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own.")
 	case x.gen.fanResultError(streams) != nil:
-		return nil, sx.stageError()
+		return nil, sx.stageError(x.f.simple)
 	case e != nil:
 		return nil, pgwire.AppendError(nil, e)
 	}
@@ -253,12 +253,14 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 
 // stageError is the error of a failed stage, after a BindComplete when a
 // shard failed after binding the client's parameters (as one database
-// fails at Execute).
-func (x *fanExec) stageError() []byte {
+// fails at Execute) and the client's statement is extended (simple is
+// the client's protocol: a Query is answered without BindComplete,
+// whatever protocol the stage itself ran in).
+func (x *fanExec) stageError(simple bool) []byte {
 	streams := x.streams
 	var out []byte
 	for _, st := range streams {
-		if st.failed() && st.bound && st.lost == nil {
+		if !simple && st.failed() && st.bound && st.lost == nil {
 			out = pgwire.AppendEmpty(out, '2')
 			break
 		}
@@ -379,7 +381,7 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 	st := streams[0]
 	if st.failed() {
 		st.drain()
-		return sx.stageError()
+		return sx.stageError(x.f.simple)
 	}
 	fs, err := pgvalue.ParseRowDesc(st.rowDesc)
 	if err != nil || !sameColumns(fs, orig) {
