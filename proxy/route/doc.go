@@ -380,9 +380,11 @@
 // read in, which stage 1 does not keep (string_agg, array_agg, json_agg,
 // ... without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
 // or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a type modifier; writes, FOR
-// UPDATE; inside a transaction block or after settings in its pipeline;
-// more than 65535 parameters in stage 2. The stages are separate
-// transactions (no snapshot across shards, as for every fan-out).
+// UPDATE; after settings in its pipeline; inside a transaction block
+// that is not READ COMMITTED, has written, or has SET LOCAL (the stages
+// run outside the block: the engine decides, twostage.go); more than
+// 65535 parameters in stage 2. The stages are separate transactions (no
+// snapshot across shards, as for every fan-out).
 //
 // Answered in two stages: SELECT d.id, rank() OVER (ORDER BY d.id)
 // FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d; WITH c AS

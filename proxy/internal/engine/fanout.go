@@ -76,6 +76,9 @@ type fanPlan struct {
 	// (sqlcursor.go).
 	fetch  int32
 	cursor string
+	// isoCheck: the request begins with stageIsoCheckSQL (the first
+	// stage of a read in two stages inside a transaction block).
+	isoCheck bool
 }
 
 // startFan records a DestAll Bind, routed by rp; the rest of the
@@ -410,7 +413,11 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		buf = pgwire.AppendQuery(buf, replaySQL(x.txn.deferred, pre))
 		st.lead = append(st.lead, leadSetup)
 	}
-	if f.inTxn && !st.bc.TxnChecked {
+	switch {
+	case f.isoCheck:
+		buf = pgwire.AppendQuery(buf, stageIsoCheckSQL)
+		st.lead = append(st.lead, leadCheck)
+	case f.inTxn && !st.bc.TxnChecked:
 		buf = pgwire.AppendQuery(buf, isoCheckSQL)
 		st.lead = append(st.lead, leadCheck)
 	}

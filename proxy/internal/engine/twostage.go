@@ -14,8 +14,9 @@ import (
 )
 
 // A read in two stages (route.Stages; the rule is in package route's
-// twostage.go), outside a transaction block, each step on pooled
-// connections taken and returned like a fan-out's:
+// twostage.go), outside a transaction block — or inside one that reads
+// what its stages read (stagesInBlock), the stages then outside it —
+// each step on pooled connections taken and returned like a fan-out's:
 //
 //	describe: the client's statement is described on the default shard
 //	  (Parse + Describe S): the types of all its parameters and its
@@ -55,11 +56,11 @@ type stageRows struct {
 // runTwoStage answers a read in two stages (f.dest.Merge.Stages).
 func (x *fanExec) runTwoStage() error {
 	f := x.f
-	if f.inTxn || len(f.leads) > 0 {
+	if len(f.leads) > 0 || f.inTxn && !stagesInBlock(x.txn) {
 		return x.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone, outside a transaction block",
+			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone in its pipeline, outside a transaction block or in a READ COMMITTED one that has written nothing and set nothing (SET LOCAL) yet",
 			Detail:  f.dest.Why(),
-			Hint:    "Run it outside a transaction block, in a pipeline of its own."})
+			Hint:    "Run it outside the transaction block, or before its writes, in a pipeline of its own."})
 	}
 	sg := f.dest.Merge.Stages
 	var bv pgwire.BindView
@@ -78,18 +79,50 @@ func (x *fanExec) runTwoStage() error {
 	if fail == nil {
 		fail = x.stageFinal(sg, &bv, oids, orig, sets)
 	}
-	if fail != nil && x.servedRetryable(x.servedFail) {
+	if fail != nil && !f.inTxn && x.servedRetryable(x.servedFail) {
 		return x.servedRetry()
 	}
 	if fail != nil {
 		x.cc.out = append(x.cc.out, fail...)
 		f.failed = true
+		if f.inTxn {
+			x.failTxn(nil) // the block fails as on a shard's error
+		}
 	}
 	if !f.continues {
-		x.cc.out = pgwire.AppendRFQ(x.cc.out, 'I')
+		x.cc.out = pgwire.AppendRFQ(x.cc.out, x.txn.status())
 	}
 	return nil
 }
+
+// stagesInBlock reports whether a read in two stages may run inside the
+// transaction block t. Its stages run outside the block, each a
+// transaction of its own on connections of their own, which reads what
+// a statement of the block would only when the block reads committed
+// data statement by statement (READ COMMITTED: the BEGIN's level here,
+// the session's default checked on the first stage's connection,
+// stageIsoCheckSQL), has written nothing its own statements would see,
+// and has set nothing for itself (SET LOCAL, which the stages would not
+// carry). A hint binding the block to a shard keeps its reads there.
+func stagesInBlock(t *transaction) bool {
+	if t.mainWrote || t.hintBound || strictIsolation(t.deferred) {
+		return false
+	}
+	for _, d := range t.deferred {
+		if d.setLocal {
+			return false
+		}
+	}
+	return true
+}
+
+// stageIsoCheckSQL fails (22P02, reported as the isolation refusal)
+// unless a transaction the session begins without a level reads
+// committed data: the first stage of a read in two stages inside a
+// transaction block checks the session's default there (its settings
+// are set in its own transaction already, so transaction_isolation
+// would show the server's).
+const stageIsoCheckSQL = "SELECT CASE WHEN pg_catalog.current_setting('default_transaction_isolation') IN ('read committed', 'read uncommitted') THEN NULL ELSE pg_catalog.current_setting('default_transaction_isolation')::pg_catalog.int4 END /* pgshard: a read in two stages in a transaction block needs READ COMMITTED */"
 
 // stageErr is a refusal of the proxy's own, as the client's error message.
 func stageErr(code, msg, hint string) []byte {
@@ -149,7 +182,7 @@ func (x *fanExec) stageDescribe() ([]uint32, []pgvalue.Field, []byte) {
 	raw := pgwire.AppendParseMsg(nil, "", f.st.SQL, declared)
 	raw = pgwire.AppendDescribe(raw, 'S', "")
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: x.gen.DefaultShard + 1, raw: raw}
+	fp := &fanPlan{st: f.st, dest: f.dest, only: x.gen.DefaultShard + 1, raw: raw, isoCheck: f.inTxn}
 	sx, _, fail := x.stageStart(fp, nil, nil)
 	if fail != nil {
 		return nil, nil, fail
