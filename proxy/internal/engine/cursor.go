@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"strconv"
@@ -91,13 +90,12 @@ type cursorAt struct {
 }
 
 // appendFetch appends the answer to an Execute of fc with row limit
-// limit (0: every row left) from row pos, and returns where it leaves
+// limit (rowLimit's; 0: every row left) from row pos, and returns where it leaves
 // fc: at most limit rows, then PortalSuspended when the limit was reached,
 // else the rest and CommandComplete (as Postgres ends a portal's fetch:
 // a limit met exactly still suspends, and the next Execute completes
 // with SELECT 0).
 func (fc *fanCursor) appendFetch(dst []byte, pos int, atEnd bool, limit int32) ([]byte, int, bool) {
-	limit = rowLimit(limit)
 	if atEnd {
 		return pgwire.AppendCommandComplete(dst, "SELECT 0"), pos, true
 	}
@@ -142,13 +140,8 @@ func (c *cursorCapture) Read([]byte) (int, error) { return 0, io.EOF }
 
 // Write keeps the whole messages of p (a flush writes whole messages).
 func (c *cursorCapture) Write(p []byte) (int, error) {
-	for rest := p; len(rest) >= 5; {
-		n := 1 + int(binary.BigEndian.Uint32(rest[1:5]))
-		if n > len(rest) {
-			n = len(rest)
-		}
-		c.keep(rest[:n])
-		rest = rest[n:]
+	for msg := range pgwire.Msgs(p) {
+		c.keep(msg)
 	}
 	return len(p), nil
 }
@@ -165,10 +158,16 @@ func (c *cursorCapture) keep(msg []byte) {
 }
 
 // tooBig is the error of a read fetched in parts whose rows exceeded the
-// proxy's bound (nil if they did not): the merge answers it in place of
-// its CommandComplete, and the read fails as if a shard had failed it.
-func (c *cursorCapture) tooBig() *pgwire.Error {
-	if c == nil || c.dropped == 0 {
+// proxy's bound (nil if they did not, or if c is nil: no read fetched in
+// parts), once the rows still in cc's buffer are flushed to the capture:
+// the merge answers it in place of its CommandComplete, and the read
+// fails as if a shard had failed it.
+func (c *cursorCapture) tooBig(cc *clientConn) *pgwire.Error {
+	if c == nil {
+		return nil
+	}
+	_ = cc.flush() // into the capture, which counts the rows it keeps
+	if c.dropped == 0 {
 		return nil
 	}
 	limit, dropped := c.limit, c.dropped
@@ -221,7 +220,7 @@ func (x *fanExec) runCursor() error {
 
 // rowLimit is an Execute's row limit as Postgres reads it: a signed
 // count, none (0) when not positive.
-func rowLimit[T int32 | uint32](n T) int32 { return max(int32(n), 0) }
+func rowLimit(n uint32) int32 { return max(int32(n), 0) }
 
 // fetchAtFlush is fanPlan.fetch for a portal flushed before its Execute:
 // the read runs then, and every Execute is answered from the cursor.
@@ -236,10 +235,12 @@ const fetchAtFlush = -1
 // read did not end that way (an error: the answers go out as they are).
 func cutCursor(out []byte, name string, asked bool) (*fanCursor, [2][]byte) {
 	var at []int // where each message begins
-	for i := 0; i+5 <= len(out); {
-		at = append(at, i)
-		i += 1 + int(binary.BigEndian.Uint32(out[i+1:i+5]))
+	off := 0
+	for msg := range pgwire.Msgs(out) {
+		at = append(at, off)
+		off += len(msg)
 	}
+	out = out[:off]
 	end := func(k int) int {
 		if k+1 < len(at) {
 			return at[k+1]
@@ -286,9 +287,8 @@ func cutCursor(out []byte, name string, asked bool) (*fanCursor, [2][]byte) {
 func dropRows(out []byte, desc bool) []byte {
 	kept := out[:0:0]
 	descAt := -1 // where a RowDescription kept begins
-	for i := 0; i+5 <= len(out); {
-		n := 1 + int(binary.BigEndian.Uint32(out[i+1:i+5]))
-		switch out[i] {
+	for msg := range pgwire.Msgs(out) {
+		switch msg[0] {
 		case 'D':
 		case 'E':
 			if desc && descAt >= 0 {
@@ -297,12 +297,11 @@ func dropRows(out []byte, desc bool) []byte {
 			fallthrough
 		default:
 			descAt = -1
-			if out[i] == 'T' {
+			if msg[0] == 'T' {
 				descAt = len(kept)
 			}
-			kept = append(kept, out[i:i+n]...)
+			kept = append(kept, msg...)
 		}
-		i += n
 	}
 	return kept
 }

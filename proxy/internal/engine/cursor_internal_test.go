@@ -144,11 +144,21 @@ func TestCursorCapture(t *testing.T) {
 	if got := msgTypes(t, c.buf); got != "2 Da Db" || c.dropped != 2 {
 		t.Errorf("kept %q, dropped %d", got, c.dropped)
 	}
-	if e := c.tooBig(); e == nil || e.Code != pgwire.CodeProgramLimitExceeded || !strings.Contains(e.Hint, "proxy.cursor_buffer_bytes") {
+	if e := c.tooBig(&clientConn{io: c}); e == nil || e.Code != pgwire.CodeProgramLimitExceeded || !strings.Contains(e.Hint, "proxy.cursor_buffer_bytes") {
 		t.Errorf("tooBig: %+v", e)
 	}
 	var none *cursorCapture
-	if none.tooBig() != nil || (&cursorCapture{limit: 1 << 20}).tooBig() != nil {
-		t.Errorf("tooBig without rows over the bound")
+	if none.tooBig(&clientConn{}) != nil {
+		t.Errorf("tooBig without a capture")
+	}
+	// The rows still in the client buffer are flushed into the capture
+	// first, and counted.
+	roomy := &cursorCapture{limit: 1 << 20}
+	if roomy.tooBig(&clientConn{io: roomy, out: dataRow("z")}) != nil || msgTypes(t, roomy.buf) != "Dz" {
+		t.Errorf("tooBig within the bound: kept %q", roomy.buf)
+	}
+	tight := &cursorCapture{limit: 1}
+	if tight.tooBig(&clientConn{io: tight, out: dataRow("z")}) == nil {
+		t.Errorf("tooBig: a row over the bound left in the client buffer was not counted")
 	}
 }

@@ -671,11 +671,9 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 		return nil
 	}
 	if e == nil && x.capt != nil {
-		// Fetched in parts: the capture keeps the rows up to its bound
-		// (cursor.go); beyond it the error follows them (runCursor
-		// leaves them out).
-		_ = x.cc.flush()
-		e, lo = x.capt.tooBig(), 0
+		// Fetched in parts: beyond the capture's bound the error follows
+		// the rows flushed to it (runCursor leaves them out).
+		e, lo = x.capt.tooBig(x.cc), 0
 	}
 	if e != nil {
 		x.cc.out = pgwire.AppendError(x.cc.out[:lo], e)

@@ -176,7 +176,7 @@ func (r pipeParts) skipRest() {
 // transaction block: cutAfterFan; inside one, BEGIN; SELECT ...; COMMIT
 // in one batch).
 func fanStop(f *fanPlan, m cmsg) *pgwire.Error {
-	if e := fanRowLimit(f, m); e != nil {
+	if e := fanFlushFirst(f, m); e != nil {
 		return e
 	}
 	if !f.executed || !f.inTxn && !cutAfterFan(f) {
@@ -204,12 +204,12 @@ func (r pipeParts) runFan(pl *planner) (done bool, err error) {
 	return false, nil
 }
 
-// fanRowLimit is the refusal of a Flush between a read of every shard's
+// fanFlushFirst is the refusal of a Flush between a read of every shard's
 // Bind and its Execute (node-postgres's pg-cursor, which then fetches in
 // parts) when the read cannot be fetched in parts; when it can, the
 // read runs at the Flush into its portal's cursor (cursor.go) and nil is
 // returned. Nil when m is not such a Flush.
-func fanRowLimit(f *fanPlan, m cmsg) *pgwire.Error {
+func fanFlushFirst(f *fanPlan, m cmsg) *pgwire.Error {
 	if m.typ != 'H' || f.executed {
 		return nil
 	}

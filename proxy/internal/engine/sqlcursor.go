@@ -66,10 +66,11 @@ func declareError(pl *planner, cur *route.Cursor) *pgwire.Error {
 }
 
 // planDeclare plans a DECLARE whose query reads every shard (route d) as
-// the fan-out of that query kept as cursor cur.Name; false when the
-// transaction's routing keeps the query off the fan-out (the DECLARE
-// then goes the way of any statement). vs, bind and idx are the
-// extended protocol's (nil vs: a simple query).
+// the fan-out of that query kept as cursor cur.Name, returned for the
+// caller to complete with its protocol's fields; nil and true when the
+// DECLARE is refused (planned as failed); false when the transaction's
+// routing keeps the query off the fan-out (the DECLARE then goes the
+// way of any statement).
 func planDeclare(pl *planner, cur *route.Cursor, d route.Dest) (*fanPlan, bool) {
 	if e := declareError(pl, cur); e != nil {
 		pl.fail(e, nil)

@@ -303,11 +303,8 @@ func (x *fanExec) stageError(simple bool) []byte {
 
 // take moves the merge's answer in out (RowDescription, DataRows) into rs.
 func (rs *stageRows) take(out *[]byte) error {
-	b := *out
-	for len(b) >= 5 {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
-		msg := b[:n]
-		switch b[0] {
+	for msg := range pgwire.Msgs(*out) {
+		switch msg[0] {
 		case 'T':
 			fs, err := pgvalue.ParseRowDesc(msg)
 			if err != nil {
@@ -326,9 +323,8 @@ func (rs *stageRows) take(out *[]byte) error {
 				}
 			}
 			rs.rows = append(rs.rows, row)
-			rs.bytes += n
+			rs.bytes += len(msg)
 		}
-		b = b[n:]
 	}
 	*out = (*out)[:0]
 	if len(rs.rows) > stageRowLimit || rs.bytes > stageByteLimit {
@@ -442,11 +438,8 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 	if st.failed() {
 		return x.gen.fanResultError(streams)
 	}
-	if x.capt != nil {
-		_ = x.cc.flush() // fetched in parts: the capture bounds the rows it keeps (cursor.go)
-		if e := x.capt.tooBig(); e != nil {
-			return pgwire.AppendError(nil, e)
-		}
+	if e := x.capt.tooBig(x.cc); e != nil {
+		return pgwire.AppendError(nil, e) // fetched in parts, beyond the bound (cursor.go)
 	}
 	for _, n := range st.notices {
 		x.cc.out = append(x.cc.out, n...)

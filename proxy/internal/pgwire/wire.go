@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"strings"
 	"sync"
 )
@@ -254,6 +255,21 @@ func (m *MsgReader) BytesRead() uint64 { return m.nread }
 
 // Body returns the message's body (after the 5-byte header).
 func Body(msg []byte) []byte { return msg[HeaderLen:] }
+
+// Msgs yields the whole messages laid back to back in b (answers the
+// proxy buffered), each with its header; it stops at a partial or
+// malformed message at the end.
+func Msgs(b []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for len(b) >= HeaderLen {
+			n := 1 + int(binary.BigEndian.Uint32(b[1:HeaderLen]))
+			if n < HeaderLen || n > len(b) || !yield(b[:n]) {
+				return
+			}
+			b = b[n:]
+		}
+	}
+}
 
 // CString reads a NUL-terminated string from b at i, returning it and the
 // index after the NUL.
