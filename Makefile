@@ -19,7 +19,7 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install missing system packages (postgresql, pgbouncer, python3-psycopg, a JDK with pgJDBC, node and npm: scripts/install-deps.sh) and Go modules
+deps: ## Install missing system packages (postgresql, pgbouncer, python3-psycopg, python3-asyncpg, a JDK with pgJDBC, node and npm: scripts/install-deps.sh) and Go modules
 	@scripts/install-deps.sh
 	@$(GO) mod download
 

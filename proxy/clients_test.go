@@ -346,3 +346,115 @@ with psycopg.connect(dsn, autocommit=True) as conn:
     assert s == 224, s
 print("OK")
 `
+
+// TestAsyncpg runs asyncpg (Debian's python3-asyncpg, for
+// /usr/bin/python3) with its defaults — a statement cache of named
+// prepared statements, binary results, type introspection — and the
+// patterns it is known for: cursors inside a transaction (the portal
+// bound in a pipeline of its own, then fetched in later ones; it used to
+// hang: the Sync after the refused Bind got no ReadyForQuery), a pool
+// whose reset on release ("SELECT pg_advisory_unlock_all(); CLOSE ALL;
+// UNLISTEN *; RESET ALL") must not pin the connection, executemany on one
+// shard and its refusal across shards, COPY out of every shard.
+func TestAsyncpg(t *testing.T) {
+	py := needBinary(t, "python3", "/usr/bin/python3")
+	if out, err := run(t, time.Minute, "", py, "-c", "import asyncpg"); err != nil {
+		clustertest.SkipOrFail(t, fmt.Errorf("python3-asyncpg is not installed: %s", out))
+	}
+	for _, via := range []string{"pgbouncer", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			var opts []envOpt
+			base := int64(3_700_000)
+			if via == "direct" {
+				opts = append(opts, direct())
+				base = 3_800_000
+			}
+			e := startProxy(t, opts...)
+			k0 := e.db.keysOn(0, 3, base)
+			k1 := e.db.keysOn(1, 1, base)
+			dir := t.TempDir()
+			src := fmt.Sprintf(asyncpgScript, k0[0], k0[1], k0[2], k1[0])
+			if err := os.WriteFile(filepath.Join(dir, "t.py"), []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := run(t, 2*time.Minute, dir, py, "t.py", e.dsn)
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "OK") {
+				t.Fatalf("asyncpg: %v\n%s", err, out)
+			}
+			t.Log(strings.TrimSpace(out))
+		})
+	}
+}
+
+const asyncpgScript = `
+import asyncio, io, sys
+import asyncpg
+
+dsn = sys.argv[1]
+k0, k1, k2, other = %d, %d, %d, %d
+mine = [k0, k1, k2, other]
+
+async def main():
+    conn = await asyncpg.connect(dsn)
+    for k in mine:
+        await conn.execute("INSERT INTO accounts (aid, abalance, note) VALUES ($1, 0, 'apg')", k)
+    # The statement cache: the same query 10 times is one named statement.
+    for i in range(10):
+        for k in mine:
+            row = await conn.fetchrow("SELECT aid, abalance, note FROM accounts WHERE aid = $1", k)
+            assert row["aid"] == k and row["note"] == "apg", row
+    rows = await conn.fetch("SELECT aid FROM accounts WHERE aid = ANY($1::int8[]) ORDER BY aid DESC", mine)
+    assert [r["aid"] for r in rows] == sorted(mine, reverse=True), rows
+    st = await conn.prepare("SELECT aid, note FROM accounts WHERE aid = ANY($1::int8[]) ORDER BY aid")
+    assert [a.name for a in st.get_attributes()] == ["aid", "note"], st.get_attributes()
+    assert len(await st.fetch(mine)) == 4
+    # Cursors (a transaction, a portal bound apart, fetched in parts).
+    async with conn.transaction():
+        got = [r["aid"] async for r in conn.cursor("SELECT aid FROM accounts WHERE aid = ANY($1::int8[]) ORDER BY aid", mine, prefetch=2)]
+        assert got == sorted(mine), got
+        cur = await conn.cursor("SELECT aid FROM accounts WHERE aid = ANY($1::int8[]) ORDER BY aid", mine)
+        first = await cur.fetch(3)
+        last = await cur.fetchrow()
+        assert [r["aid"] for r in first] + [last["aid"]] == sorted(mine), (first, last)
+        assert await cur.fetchrow() is None
+    # A transaction block on one shard, rolled back.
+    try:
+        async with conn.transaction():
+            await conn.execute("UPDATE accounts SET abalance = -1 WHERE aid = $1", k0)
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+    assert await conn.fetchval("SELECT abalance FROM accounts WHERE aid = $1", k0) == 0
+    # executemany: one implicit transaction, so one shard.
+    await conn.executemany("UPDATE accounts SET note = $1 WHERE aid = $2", [("many", k) for k in (k0, k1, k2)])
+    try:
+        await conn.executemany("UPDATE accounts SET note = $1 WHERE aid = $2", [("across", k) for k in (k0, other)])
+        raise SystemExit("executemany across shards was not refused")
+    except asyncpg.exceptions.FeatureNotSupportedError as e:
+        assert "Sync" in (e.hint or ""), e.hint
+    notes = [await conn.fetchval("SELECT note FROM accounts WHERE aid = $1", k) for k in mine]
+    assert notes == ["many"] * 3 + ["apg"], notes
+    # COPY out of every shard.
+    buf = io.BytesIO()
+    await conn.copy_from_query("SELECT aid FROM accounts WHERE aid = ANY($1::int8[])", mine, output=buf)
+    assert sorted(int(x) for x in buf.getvalue().split()) == sorted(mine), buf.getvalue()
+    # Type introspection (an array of a type it has not seen yet).
+    assert await conn.fetchval("SELECT $1::numeric[]", [1, 2]) == [1, 2]
+    await conn.close()
+
+    # A pool: each release resets the connection; the next acquire must
+    # still reach every shard.
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    async def one(k):
+        async with pool.acquire() as c:
+            await c.execute("SET work_mem = '5MB'")
+            return await c.fetchval("SELECT aid FROM accounts WHERE aid = $1", k)
+    for _ in range(3):
+        assert await asyncio.gather(*[one(k) for k in mine]) == mine
+    async with pool.acquire() as c:
+        assert await c.fetchval("SHOW work_mem") != "5MB", "RESET ALL of the pool's reset did not hold"
+    await pool.close()
+
+asyncio.run(main())
+print("OK")
+`

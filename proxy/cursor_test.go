@@ -97,6 +97,18 @@ func TestFanoutFetchedInParts(t *testing.T) {
 				{"a keyed read of another shard than the transaction's, in its reader", [][]pgproto3.FrontendMessage{
 					q("BEGIN"), q(fmt.Sprintf("UPDATE accounts SET note = note WHERE aid = %d", k0)),
 					seq(other, descP("k"), exec("k", 2), sync), seq(exec("k", 2), sync), q("COMMIT")}},
+				{"asyncpg: the portal bound in a pipeline of its own, fetched in later ones", [][]pgproto3.FrontendMessage{
+					q("BEGIN"),
+					seq([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "s1", Query: read}, &pgproto3.Describe{ObjectType: 'S', Name: "s1"}}, flush),
+					seq([]pgproto3.FrontendMessage{&pgproto3.Bind{DestinationPortal: "p1", PreparedStatement: "s1", Parameters: [][]byte{lo, hi}}}, sync),
+					seq(exec("p1", 2), sync),
+					seq(exec("p1", 1), sync),
+					seq(descP("p1"), exec("p1", 0), sync),
+					q("COMMIT")}},
+				{"a portal bound and synced outside a block is gone at its Sync", [][]pgproto3.FrontendMessage{
+					seq(bind("p2"), sync),
+					seq(exec("p2", 1), sync),
+					seq(bind(""), exec("", 1), sync)}},
 				{"a Bind of the portal's name replaces it", [][]pgproto3.FrontendMessage{
 					q("BEGIN"),
 					seq(bind(""), exec("", 2), sync),
@@ -106,11 +118,32 @@ func TestFanoutFetchedInParts(t *testing.T) {
 			}
 			for _, c := range cases {
 				got := sameReplies(t, px, ref, c.name, c.steps)
-				if !slices.Contains(got, "PortalSuspended") && c.name != "setMaxRows: a limit above the rows" {
+				if !slices.Contains(got, "PortalSuspended") && c.name != "setMaxRows: a limit above the rows" && !strings.HasPrefix(c.name, "a portal bound and synced") {
 					t.Errorf("%s: no PortalSuspended in %q: the case does not fetch in parts", c.name, got)
 				}
 			}
 		})
+	}
+}
+
+// TestFanoutCopyBoundThenSynced: a COPY of every shard whose Bind is
+// followed by a Sync instead of its Execute cannot run in a later
+// pipeline (a read can: TestFanoutFetchedInParts): it is refused with 0A000 — and the Sync is still answered
+// (it used to get no ReadyForQuery, and the client waited forever) —
+// and the session goes on after the block's ROLLBACK.
+func TestFanoutCopyBoundThenSynced(t *testing.T) {
+	_, _, px, _ := startWirePair(t, wireSetups[0], 7_700_000)
+	// As asyncpg sends it: the statement parsed and described (Flush),
+	// then bound in a pipeline of its own.
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "w", Query: "COPY accounts (aid) TO STDOUT"},
+		&pgproto3.Describe{ObjectType: 'S', Name: "w"}, &pgproto3.Flush{}})
+	got := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Bind{DestinationPortal: "w", PreparedStatement: "w"}, &pgproto3.Sync{}})
+	if len(got) < 2 || !strings.HasPrefix(got[len(got)-2], "Error ERROR 0A000") || got[len(got)-1] != "ReadyForQuery E" {
+		t.Errorf("a COPY of every shard bound, then synced: pgshard answered\n %s\nwant 0A000, ReadyForQuery E", strings.Join(got, "\n "))
+	}
+	if got := replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}); !slices.Equal(got, []string{"CommandComplete ROLLBACK", "ReadyForQuery I"}) {
+		t.Errorf("ROLLBACK after it: %q", got)
 	}
 }
 

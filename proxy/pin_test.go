@@ -204,6 +204,74 @@ func TestSettingsInTransactionsAndQueryStrings(t *testing.T) {
 	}
 }
 
+// TestQueryStringEndingWithSettings: session settings after the other
+// statements of a query string take effect with the string, and the
+// session is not left pinned — asyncpg's pool resets every connection it
+// takes back with "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN
+// *; RESET ALL;", which used to pin each of them for good (to the shard
+// of its first statement: every later key of another shard was refused).
+// A string whose SET fails changes nothing; a PREPARE in a query string
+// is kept for later EXECUTEs (its pin lasts).
+func TestQueryStringEndingWithSettings(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
+	show := func() string {
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW work_mem").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// Keys of two shards: a pinned session would refuse one of them.
+	keys := []int64{e.db.keysOn(0, 1, 7_800_000)[0], e.db.keysOn(1, 1, 7_800_000)[0]}
+	unpinned := func(after string) {
+		t.Helper()
+		waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+		for _, k := range keys {
+			if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k); err != nil {
+				t.Fatalf("after %q, key %d: %v", after, k, err)
+			}
+		}
+	}
+	before := show()
+	q := "SELECT 1; SET work_mem = '13MB'"
+	if _, err := conn.Exec(ctx, q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if got := show(); got != "13MB" {
+		t.Fatalf("work_mem after %q = %s, want 13MB", q, got)
+	}
+	unpinned(q)
+	q = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;"
+	if _, err := conn.Exec(ctx, q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if got := show(); got != before {
+		t.Fatalf("work_mem after asyncpg's reset = %s, want %s", got, before)
+	}
+	unpinned(q)
+	q = "SELECT 1; SET work_mem = 'lots'"
+	if _, err := conn.Exec(ctx, q); pgCode(err) != "22023" {
+		t.Fatalf("%s: %v, want 22023", q, err)
+	}
+	if got := show(); got != before {
+		t.Fatalf("work_mem after a string whose SET failed = %s, want %s", got, before)
+	}
+	unpinned(q)
+	for _, q := range []string{"SELECT 2; PREPARE ends_with_prepare AS SELECT 42", "PREPARE starts_with_prepare AS SELECT 43; SELECT 3"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for name, want := range map[string]int{"ends_with_prepare": 42, "starts_with_prepare": 43} {
+		var got int
+		if err := conn.QueryRow(ctx, "EXECUTE "+name).Scan(&got); err != nil || got != want {
+			t.Fatalf("EXECUTE %s: %d, %v; want %d", name, got, err, want)
+		}
+	}
+}
+
 // TestSessionPoolMode: every client has a backend of its own for its
 // session: the same backend PID in every transaction, session state of any
 // kind, RESET to the startup value, LISTEN/NOTIFY delivered while idle.

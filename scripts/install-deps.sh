@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what pgshard's demo and tests need on Debian/Ubuntu, skipping what
 # is already there: PostgreSQL (server + client + pgbench), PgBouncer, and the
-# real client drivers the proxy tests drive (psycopg 3, pgJDBC, node-postgres).
+# real client drivers the proxy tests drive (psycopg 3, asyncpg, pgJDBC, node-postgres).
 # Usage: scripts/install-deps.sh        (as root, or with sudo available)
 set -euo pipefail
 
-packages=(postgresql postgresql-contrib pgbouncer python3-psycopg libpostgresql-jdbc-java)
+packages=(postgresql postgresql-contrib pgbouncer python3-psycopg python3-asyncpg libpostgresql-jdbc-java)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -85,18 +85,20 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				continue
 			}
 			if e := fanStop(p.planner.fan, m); e != nil {
+				// m is planned as a failed pipeline's (a Sync or Flush
+				// still answered).
 				p.planner.fan = nil
 				p.planner.fail(e, nil)
-				continue
+			} else {
+				// The pipeline goes on after the read (pipecut.go): the read
+				// runs now, the rest is planned afresh.
+				inTxn := p.planner.fan.inTxn
+				if done, err := parts.runFan(p.planner); done || err != nil {
+					return err
+				}
+				p = parts.next(ctx, i)
+				p.planner.fresh = p.planner.fresh && inTxn // no fence retry after a part ran
 			}
-			// The pipeline goes on after the read (pipecut.go): the read
-			// runs now, the rest is planned afresh.
-			inTxn := p.planner.fan.inTxn
-			if done, err := parts.runFan(p.planner); done || err != nil {
-				return err
-			}
-			p = parts.next(ctx, i)
-			p.planner.fresh = p.planner.fresh && inTxn // no fence retry after a part ran
 		}
 		if p.planner.failed && m.typ != 'S' && m.typ != 'H' {
 			continue

@@ -236,6 +236,11 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 	}
 	for _, a := range as {
 		if r := s.gen.pinTriggerOf(a, multi, s.txn.tx != txIdle); r != 0 {
+			if releasesOnly(a) && s.txn.tx == txIdle {
+				// It ends the state it names (pg_advisory_unlock_all()):
+				// a server session of its own for this query only.
+				r = pinSetsOnce
+			}
 			why |= r
 			temps = append(temps, a.TempTables...)
 			if a.Kind == route.KindPrepare {
@@ -243,9 +248,14 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 			}
 		}
 	}
-	if why == pinSettings && s.txn.tx == txIdle && setsAhead(as) {
-		// Only settings in a query string with other statements: one
-		// server session for this query, on the query's shard.
+	if why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle && multi && !sqlPrepared(as) {
+		// Only settings in a query string with other statements, ahead
+		// of them (they apply to them) or after them (they take effect
+		// only if the whole string does, as in its implicit transaction:
+		// asyncpg's pool resets each connection it takes back with
+		// "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET
+		// ALL"): one server session for this query, on the query's
+		// shard; the proxy keeps the settings after it (applyPinOps).
 		why = pinSetsOnce
 	}
 	if why == 0 && len(as) == 1 && as[0].NoTxnBlock && s.txn.tx == txIdle && s.bc == nil {
@@ -270,20 +280,25 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 	return p.pinTo(ctx, shard, why, temps)
 }
 
-// setsAhead reports whether a session SET (or DISCARD, PREPARE, ...)
-// comes before another statement, so that it must apply to it.
-func setsAhead(as []*route.Statement) bool {
-	local := false
+// sqlPrepared reports whether a query string uses SQL-level prepared
+// statements (PREPARE, EXECUTE, DEALLOCATE): the server session they run
+// on keeps them, so a pin for them lasts (pinSettings), not only for the
+// query (pinSetsOnce), which would lose a PREPARE with its session.
+func sqlPrepared(as []*route.Statement) bool {
 	for _, a := range as {
-		switch {
-		case a.Kind == route.KindEmpty || txnControl(a.Kind):
-		case localKind(a.Kind):
-			local = true
-		case local:
+		switch a.Kind {
+		case route.KindPrepare, route.KindExecute, route.KindDeallocate:
 			return true
 		}
 	}
 	return false
+}
+
+// releasesOnly reports whether a ends the session state it names, all of
+// it, and makes none (a call of pg_advisory_unlock_all()): it needs a
+// server session of its own to run on, but leaves nothing to pin after it.
+func releasesOnly(a *route.Statement) bool {
+	return a.Kind == route.KindUnsupported && a.Releases != "" && a.Releases == a.SessionState
 }
 
 // pinForPipeline is pinForQuery for a buffered extended-protocol

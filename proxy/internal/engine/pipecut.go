@@ -210,12 +210,17 @@ func (r pipeParts) runFan(pl *planner) (done bool, err error) {
 // read runs at the Flush into its portal's cursor (cursor.go) and nil is
 // returned. Nil when m is not such a Flush.
 func fanFlushFirst(f *fanPlan, m cmsg) *pgwire.Error {
-	if m.typ != 'H' || f.executed {
+	if m.typ != 'H' && m.typ != 'S' || f.executed {
 		return nil
 	}
 	if f.fetchable() {
 		f.executed, f.fetch = true, fetchAtFlush
 		return nil
+	}
+	if m.typ == 'S' {
+		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: "this statement of every shard cannot be executed in a later pipeline than its Bind (its Bind was followed by a Sync, not by its Execute)",
+			Hint:    "Send its Execute before the Sync, or add a key so that it runs on one shard."}
 	}
 	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: "this statement of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does)",
