@@ -243,29 +243,36 @@ END;
 // settings: auto-prepare after 5 executions of a query, inside and outside
 // transactions, binary and text, executemany, a cross-shard refusal.
 func TestPsycopg(t *testing.T) {
+	pythonClient(t, "psycopg", "python3-psycopg", psycopgScript, 3_000_000, 3_500_000)
+}
+
+// pythonClient runs script (its four %d: three keys of shard 0, one of
+// shard 1; its argument: the proxy's DSN) with Debian's /usr/bin/python3,
+// which must import module (from package pkg), through PgBouncer (keys
+// from base) and directly (from baseDirect); it must print OK last.
+func pythonClient(t *testing.T, module, pkg, script string, base, baseDirect int64) {
 	py := needBinary(t, "python3", "/usr/bin/python3")
-	if out, err := run(t, time.Minute, "", py, "-c", "import psycopg"); err != nil {
-		clustertest.SkipOrFail(t, fmt.Errorf("python3-psycopg is not installed: %s", out))
+	if out, err := run(t, time.Minute, "", py, "-c", "import "+module); err != nil {
+		clustertest.SkipOrFail(t, fmt.Errorf("%s is not installed: %s", pkg, out))
 	}
 	for _, via := range []string{"pgbouncer", "direct"} {
 		t.Run(via, func(t *testing.T) {
 			var opts []envOpt
-			base := int64(3_000_000)
+			from := base
 			if via == "direct" {
-				opts = append(opts, direct())
-				base = 3_500_000
+				opts, from = append(opts, direct()), baseDirect
 			}
 			e := startProxy(t, opts...)
-			k0 := e.db.keysOn(0, 3, base)
-			k1 := e.db.keysOn(1, 1, base)
+			k0 := e.db.keysOn(0, 3, from)
+			k1 := e.db.keysOn(1, 1, from)
 			dir := t.TempDir()
-			src := fmt.Sprintf(psycopgScript, k0[0], k0[1], k0[2], k1[0])
+			src := fmt.Sprintf(script, k0[0], k0[1], k0[2], k1[0])
 			if err := os.WriteFile(filepath.Join(dir, "t.py"), []byte(src), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			out, err := run(t, 2*time.Minute, dir, py, "t.py", e.dsn)
 			if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "OK") {
-				t.Fatalf("psycopg: %v\n%s", err, out)
+				t.Fatalf("%s: %v\n%s", module, err, out)
 			}
 			t.Log(strings.TrimSpace(out))
 		})
@@ -355,35 +362,10 @@ print("OK")
 // hang: the Sync after the refused Bind got no ReadyForQuery), a pool
 // whose reset on release ("SELECT pg_advisory_unlock_all(); CLOSE ALL;
 // UNLISTEN *; RESET ALL") must not pin the connection, executemany on one
-// shard and its refusal across shards, COPY out of every shard.
+// shard and its refusal across shards, COPY out of every shard (merged
+// too: ORDER BY).
 func TestAsyncpg(t *testing.T) {
-	py := needBinary(t, "python3", "/usr/bin/python3")
-	if out, err := run(t, time.Minute, "", py, "-c", "import asyncpg"); err != nil {
-		clustertest.SkipOrFail(t, fmt.Errorf("python3-asyncpg is not installed: %s", out))
-	}
-	for _, via := range []string{"pgbouncer", "direct"} {
-		t.Run(via, func(t *testing.T) {
-			var opts []envOpt
-			base := int64(3_700_000)
-			if via == "direct" {
-				opts = append(opts, direct())
-				base = 3_800_000
-			}
-			e := startProxy(t, opts...)
-			k0 := e.db.keysOn(0, 3, base)
-			k1 := e.db.keysOn(1, 1, base)
-			dir := t.TempDir()
-			src := fmt.Sprintf(asyncpgScript, k0[0], k0[1], k0[2], k1[0])
-			if err := os.WriteFile(filepath.Join(dir, "t.py"), []byte(src), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := run(t, 2*time.Minute, dir, py, "t.py", e.dsn)
-			if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "OK") {
-				t.Fatalf("asyncpg: %v\n%s", err, out)
-			}
-			t.Log(strings.TrimSpace(out))
-		})
-	}
+	pythonClient(t, "asyncpg", "python3-asyncpg", asyncpgScript, 3_700_000, 3_800_000)
 }
 
 const asyncpgScript = `
@@ -438,6 +420,11 @@ async def main():
     buf = io.BytesIO()
     await conn.copy_from_query("SELECT aid FROM accounts WHERE aid = ANY($1::int8[])", mine, output=buf)
     assert sorted(int(x) for x in buf.getvalue().split()) == sorted(mine), buf.getvalue()
+    # COPY of a merged read (ORDER BY): in its order, with its header.
+    buf = io.BytesIO()
+    await conn.copy_from_query("SELECT aid, note FROM accounts WHERE aid = ANY($1::int8[]) ORDER BY aid DESC", mine, output=buf, format="csv", header=True)
+    lines = buf.getvalue().decode().splitlines()
+    assert lines[0] == "aid,note" and [int(l.split(",")[0]) for l in lines[1:]] == sorted(mine, reverse=True), lines
     # Type introspection (an array of a type it has not seen yet).
     assert await conn.fetchval("SELECT $1::numeric[]", [1, 2]) == [1, 2]
     await conn.close()

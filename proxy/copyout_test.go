@@ -95,6 +95,13 @@ func newCopyEnv(t *testing.T, ws wireSetup, n int) *copyEnv {
 // which must end it.
 func copyReplies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []string {
 	t.Helper()
+	return copyRepliesAs(t, false, c, msgs)
+}
+
+// copyRepliesAs is copyReplies, or with exact every CopyData's bytes as
+// they came (a merged COPY's rows are in its order).
+func copyRepliesAs(t *testing.T, exact bool, c *rawClient, msgs []pgproto3.FrontendMessage) []string {
+	t.Helper()
 	rfq := c.sendAll(msgs)
 	var out []string
 	var data []byte
@@ -110,7 +117,11 @@ func copyReplies(t *testing.T, c *rawClient, msgs []pgproto3.FrontendMessage) []
 			out = append(out, fmt.Sprintf("CopyOutResponse format=%d columns=%v", m.OverallFormat, m.ColumnFormatCodes))
 			continue
 		case *pgproto3.CopyData:
-			data, inData = append(data, m.Data...), true
+			if exact {
+				out = append(out, "CopyData "+strconv.Quote(string(m.Data)))
+			} else {
+				data, inData = append(data, m.Data...), true
+			}
 			continue
 		}
 		if inData {
@@ -293,5 +304,68 @@ func TestCopyOutPgx(t *testing.T) {
 	}
 	if !strings.HasPrefix(got.String(), "id,n,note,at\n") || strings.Count(got.String(), "id,n,note,at\n") != 1 {
 		t.Errorf("want exactly one header line, first: %q", got.String())
+	}
+}
+
+// TestCopyOutMerged: COPY (query) TO STDOUT of a query whose rows need
+// merging across shards (ORDER BY, LIMIT, aggregates, GROUP BY) gets the
+// bytes one database sends, message by message: text, CSV and binary;
+// HEADER, DELIMITER, NULL, QUOTE, ESCAPE, FORCE_QUOTE; values that need
+// COPY's escaping and quoting (tab, newline, backslash, quote and comma,
+// non-ASCII, empty, NULL, a lone \. in one column); no rows; a shard's
+// error (before any row); inside a transaction block. It was refused
+// (0A000) before.
+func TestCopyOutMerged(t *testing.T) {
+	for i, ws := range wireSetups {
+		t.Run(ws.name, func(t *testing.T) {
+			env := newCopyEnv(t, ws, 10+i)
+			tb := env.table
+			q := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+			}
+			other := env.keys[len(env.keys)-1]
+			all := "SELECT id, n, note, at FROM " + tb
+			cases := []wireCase{
+				{"text", q("COPY (" + all + " ORDER BY id) TO STDOUT")},
+				{"text, DELIMITER, NULL, HEADER", q("COPY (SELECT note, id FROM " + tb + " ORDER BY id DESC) TO STDOUT (DELIMITER '|', NULL 'NULL', HEADER)")},
+				{"text, a delimiter inside the values", q("COPY (SELECT note, id FROM " + tb + " ORDER BY id) TO STDOUT (DELIMITER ',')")},
+				{"csv, HEADER, ordered by text", q("COPY (SELECT id, note FROM " + tb + " ORDER BY note, id) TO STDOUT (FORMAT csv, HEADER)")},
+				{"csv, psql's \\copy syntax", q("COPY (" + all + " ORDER BY id LIMIT 6) TO STDOUT csv header")},
+				{"csv, FORCE_QUOTE *, QUOTE, ESCAPE", q("COPY (" + all + " ORDER BY id) TO STDOUT (FORMAT csv, FORCE_QUOTE *, QUOTE '''', ESCAPE '\\')")},
+				{"csv, FORCE_QUOTE a column, NULL", q("COPY (SELECT id, note FROM " + tb + " ORDER BY id) TO STDOUT (FORMAT csv, FORCE_QUOTE (note), NULL 'NA', DELIMITER ';')")},
+				{"csv, one column, a lone \\.", q("COPY (SELECT CASE WHEN n = 1 THEN '\\.' ELSE note END FROM " + tb + " ORDER BY id) TO STDOUT (FORMAT csv)")},
+				{"binary", q("COPY (" + all + " ORDER BY id LIMIT 5) TO STDOUT (FORMAT binary)")},
+				{"binary, no rows", q("COPY (SELECT id FROM " + tb + " WHERE n < 0 ORDER BY id) TO STDOUT BINARY")},
+				{"csv, no rows, HEADER", q("COPY (SELECT id, note FROM " + tb + " WHERE n < 0 ORDER BY id) TO STDOUT (FORMAT csv, HEADER)")},
+				{"aggregates", q("COPY (SELECT count(*), sum(n), max(note), min(at) FROM " + tb + ") TO STDOUT")},
+				{"GROUP BY", q("COPY (SELECT n, count(*), max(note) FROM " + tb + " GROUP BY n ORDER BY n) TO STDOUT (FORMAT csv)")},
+				{"LIMIT and OFFSET", q("COPY (SELECT id FROM " + tb + " ORDER BY id LIMIT 3 OFFSET 2) TO STDOUT")},
+				{"a FORCE_QUOTE column the query does not have", q("COPY (SELECT id FROM " + tb + " ORDER BY id) TO STDOUT (FORMAT csv, FORCE_QUOTE (nope))")},
+				{"afterwards", q("COPY (SELECT id FROM " + tb + " ORDER BY id LIMIT 2) TO STDOUT")},
+				{"begin", q("BEGIN")},
+				{"in a transaction block", q("COPY (" + all + " ORDER BY n, id) TO STDOUT (FORMAT csv)")},
+				{"commit", q("COMMIT")},
+			}
+			for _, c := range cases {
+				want := copyRepliesAs(t, true, env.ref, c.msgs)
+				got := copyRepliesAs(t, true, env.px, c.msgs)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s:\n pgshard:      %s\n one database: %s", c.name, strings.Join(got, "\n               "), strings.Join(want, "\n               "))
+				}
+			}
+			// A shard fails: the merge answers its error before any row
+			// (one database sends the rows before the failing one first),
+			// after the CopyOutResponse as Postgres does; the session goes on.
+			got := copyRepliesAs(t, true, env.px, q(fmt.Sprintf("COPY (SELECT id, 1 / (id - %d) FROM %s ORDER BY id) TO STDOUT", other, tb)))
+			if !slices.Equal(got, []string{"CopyOutResponse format=0 columns=[0 0]", `Error ERROR 22012 "division by zero" detail="" hint=""`, "ReadyForQuery I"}) {
+				t.Errorf("a merged COPY whose shard fails: %q", got)
+			}
+			// The extended protocol: refused with a hint, the session goes on.
+			got = copyRepliesAs(t, true, env.px, []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "COPY (SELECT id FROM " + tb + " ORDER BY id) TO STDOUT"},
+				&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+			if n := len(got); n < 2 || !strings.HasPrefix(got[n-2], "Error ERROR 0A000") || got[n-1] != "ReadyForQuery I" {
+				t.Errorf("a merged COPY in the extended protocol: %q", got)
+			}
+		})
 	}
 }

@@ -466,8 +466,9 @@ func diffExtended(ctx context.Context, conn *pgconn.PgConn, dc diffCase, formats
 
 // diffCopyMode runs a case as COPY (case) TO STDOUT: its text lines, one
 // row each, sorted (a COPY of every shard is their outputs one after the
-// other), and its "COPY n". A read whose rows need merging is refused
-// (0A000); any other must give one database's lines.
+// other; ties of an ORDER BY come in any order), and its "COPY n". A
+// read whose rows need merging is merged and written as the COPY by
+// pgshard (copyrows.go); either must give one database's lines.
 var diffCopyMode = diffMode{name: "copy", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
 	ctx, cancel := context.WithTimeout(ctx, diffTimeout)
 	defer cancel()

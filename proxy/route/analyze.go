@@ -50,6 +50,10 @@ type analyzer struct {
 	everywhere map[string]bool
 	refusal    *Refusal // refused unless hinted
 	top        *topInfo
+	// copyQuery and copyOpts: a COPY (query) TO's query and options
+	// (copyrows.go).
+	copyQuery *pg.Node
+	copyOpts  []*pg.Node
 }
 
 // newAnalyzer returns an analyzer of the sharding schema sc over the map m.

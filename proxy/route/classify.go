@@ -264,6 +264,7 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 	case cp.Query != nil:
 		a.query(cp.Query, nil, true)
 		c.p.copyOut = &CopyOut{Header: copyHeader(cp.Options)}
+		a.copyQuery, a.copyOpts = cp.Query, cp.Options
 	case cp.Relation != nil:
 		a.addTable(cp.Relation.Relname)
 		if t := c.s.sc.tables[cp.Relation.Relname]; t != nil {

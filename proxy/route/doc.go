@@ -54,7 +54,8 @@
 //	selectlist.go (the top-level select list and how ORDER BY / GROUP BY
 //	terms name its entries: selectList), groupplan.go (GROUP BY,
 //	aggregates, HAVING over partial groups: groupPlan) and shardcolumns.go
-//	(the per-shard columns the plan adds: shardColumns).
+//	(the per-shard columns the plan adds: shardColumns); copyrows.go a
+//	COPY (query) TO whose rows merge (its options, CopyFormat).
 //
 // # Parsing and the cache
 //
@@ -344,6 +345,10 @@
 // read does and its merge is the shards' rows as they come (no ORDER BY,
 // LIMIT, DISTINCT, aggregate or per-shard text): Merge.CopyOut, every
 // shard's COPY output in turn (copyPlan; the engine makes them one COPY).
+// When its rows need a merge, the shards run the query as a read
+// (Merge.SQL) and the engine writes the merged rows as the COPY in the
+// format and with the options it names (CopyOut.Rows; copyrows.go reads
+// the options, refusing those it cannot write exactly).
 //
 // # Reads in two stages
 //

@@ -109,9 +109,10 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 // copyPlan plans COPY ... TO STDOUT of every shard (co: its options):
 // each shard runs the statement as the client wrote it and the engine
 // sends their outputs one after the other. That is the table's rows for
-// COPY table; for COPY (query) it is right only when the query's merge
-// is the shards' rows as they come, in any order: no ORDER BY, LIMIT,
-// DISTINCT or aggregate, and no text rewritten per shard.
+// COPY table, and for COPY (query) when the query's merge is the shards'
+// rows as they come, in any order: no ORDER BY, LIMIT, DISTINCT or
+// aggregate, and no text rewritten per shard. Otherwise the shards run
+// the query and the engine writes the merged rows as the COPY (copyRows).
 func (a *analyzer) copyPlan(co *CopyOut) (*mergePlan, string) {
 	cp := &mergePlan{merge: Merge{Width: -1, Limit: -1, Offset: -1, CopyOut: co},
 		desc: "each shard's COPY output in turn"}
@@ -126,7 +127,7 @@ func (a *analyzer) copyPlan(co *CopyOut) (*mergePlan, string) {
 	if m.SQL != "" || m.ShardSQL != nil || m.Hidden > 0 || len(m.OrderBy) > 0 || m.Distinct ||
 		m.DistinctOn > 0 || m.Limit >= 0 || m.Offset >= 0 || mp.limit != nil || mp.offset != nil ||
 		m.Groups != nil || m.Stages != nil {
-		return nil, "COPY (query) TO sends each shard's COPY output in turn, and this query's rows need merging across shards (ORDER BY, LIMIT, DISTINCT or aggregates)"
+		return copyRows(a, co, mp) // copyrows.go
 	}
 	return cp, ""
 }
@@ -879,7 +880,9 @@ func (mg *Merge) Describe() []string {
 		}
 		return append(out, "stage 2 SQL:   "+st.Outer+" (on the default shard, each marker a VALUES list of stage 1's rows)")
 	}
-	if co := mg.CopyOut; co != nil {
+	if co := mg.CopyOut; co != nil && co.Rows {
+		out = append(out, "copy out:      the merged rows, written as one COPY in "+co.Format.String()+" format by pgshard")
+	} else if co != nil {
 		out = append(out, "per-shard SQL: the client's statement",
 			"copy out:      one COPY: each shard's output in shard order, row counts summed")
 		if co.Header {

@@ -308,6 +308,19 @@ type CopyOut struct {
 	// CSV format); only the first shard's is kept. A binary output's
 	// header and trailer are recognised by their bytes.
 	Header bool
+	// Rows: the query's rows need a merge, so the shards run the query
+	// (Merge.SQL) and the engine writes the merged rows as the COPY's
+	// output, as the options below say (copyrows.go).
+	Rows bool
+	// Format, and for text and CSV: the delimiter, the NULL string, and
+	// for CSV the quote and escape characters and the columns always
+	// quoted (FORCE_QUOTE names, or all).
+	Format        CopyFormat
+	Delim         byte
+	Null          string
+	Quote, Escape byte
+	ForceQuote    []string
+	ForceQuoteAll bool
 }
 
 // Stages is a read whose sharded tables all lie in FROM subqueries or

@@ -72,6 +72,8 @@
 //	                 twostage.go: reads in two stages, each stage a
 //	                 fanExec of its own; copyout.go: COPY ... TO STDOUT
 //	                 of every shard, their outputs made one COPY;
+//	                 copyrows.go: COPY (query) TO of a merged read, the
+//	                 merge's answer written as the COPY (copyRowsWriter);
 //	                 cursor.go: a read fetched in parts (an Execute
 //	                 with a row limit, a Flush before it): fanCursor,
 //	                 its rows kept, and cursorSet, the session's;

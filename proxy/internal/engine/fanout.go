@@ -288,7 +288,13 @@ func (x *fanExec) run() error {
 	if f.only > 0 {
 		mplan = singleMerge
 	}
-	bytewise := mplan != nil && f.only == 0 && !f.st.Copy && x.gen.textBytewise(x.ctx)
+	copyRows := f.st.Copy && mplan != nil && mplan.CopyOut != nil && mplan.CopyOut.Rows
+	if copyRows {
+		if e := copyRowsCheck(f, *x.cur); e != nil {
+			return x.fanFail(e)
+		}
+	}
+	bytewise := mplan != nil && f.only == 0 && (!f.st.Copy || copyRows) && x.gen.textBytewise(x.ctx)
 	if e := x.fanParts(); e != nil {
 		return x.fanFail(e)
 	}
@@ -304,8 +310,11 @@ func (x *fanExec) run() error {
 			bv.ResultFmts = nil // a cursor's rows are text, whatever the DECLARE's Bind asked
 		}
 	}
+	if copyRows && mplan.CopyOut.Format == route.CopyBinary {
+		bv.ResultFmts = []int16{1} // a binary COPY's tuples are binary rows
+	}
 	var formats []int16
-	if mplan != nil && !f.st.Copy {
+	if mplan != nil && (!f.st.Copy || copyRows) {
 		formats = merge.ShardFormats(mplan, bv.ResultFmts)
 	}
 	for _, st := range streams {
@@ -329,6 +338,8 @@ func (x *fanExec) run() error {
 	}
 	var runErr error
 	switch {
+	case copyRows:
+		runErr = runCopyRows(x, mplan, &bv, bytewise) // copyrows.go
 	case f.st.Copy:
 		runErr = x.fanCopy(bindAt) // copyout.go
 		if runErr == nil && x.servedRetryable(partError(firstFailed(x.streams))) {

@@ -31,6 +31,7 @@ const (
 	CodeInvalidParameterValue = "22023"
 	CodeSyntaxError           = "42601"
 	CodeDatatypeMismatch      = "42804"
+	CodeUndefinedColumn       = "42703"
 	CodeInternalError         = "XX000"
 	CodeCannotConnectNow      = "57P03"
 	CodeInsufficientPrivilege = "42501"

@@ -541,6 +541,23 @@ func AppendCopyData(dst, data []byte) []byte {
 // header extension.
 const copySignature = "PGCOPY\n\xff\r\n\x00"
 
+// AppendCopyBinaryHeader appends a binary COPY file's header: its
+// signature, no flags, no header extension.
+func AppendCopyBinaryHeader(dst []byte) []byte {
+	return append(append(dst, copySignature...), 0, 0, 0, 0, 0, 0, 0, 0)
+}
+
+// AppendCopyOutResponse appends a CopyOutResponse: the overall format
+// (0 text, 1 binary) and the same format for each of ncols columns.
+func AppendCopyOutResponse(dst []byte, format int8, ncols int) []byte {
+	dst, sp := BeginMsg(dst, 'H')
+	dst = append(dst, byte(format), byte(ncols>>8), byte(ncols))
+	for range ncols {
+		dst = append(dst, 0, byte(format))
+	}
+	return FinishMsg(dst, sp)
+}
+
 // CopyBinaryHeaderLen is the length of the binary COPY file header at the
 // start of data (signature, flags, extension); false when data does not
 // start with one.
