@@ -232,3 +232,35 @@ func TestFanoutSQLCursor(t *testing.T) {
 		})
 	}
 }
+
+// TestCursorMetrics: the reads fetched in parts whose rows the proxy
+// keeps are counted (pgshard_proxy_cursors, pgshard_proxy_cursor_bytes)
+// while kept: none after the transaction ends, none after a client that
+// went away with one.
+func TestCursorMetrics(t *testing.T) {
+	e, env, px, _ := startWirePair(t, wireSetups[0], 7_900_000)
+	lo, hi := fmt.Append(nil, env.lo), fmt.Append(nil, env.hi)
+	fetch := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT aid, note FROM accounts WHERE aid BETWEEN $1 AND $2 ORDER BY aid"},
+		&pgproto3.Bind{DestinationPortal: "c", Parameters: [][]byte{lo, hi}}, &pgproto3.Execute{Portal: "c", MaxRows: 1}, &pgproto3.Sync{}}
+	kept := func(c *rawClient) {
+		t.Helper()
+		replies(t, c, []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}})
+		if got := replies(t, c, fetch); !slices.Contains(got, "PortalSuspended") {
+			t.Fatalf("the fetch in parts: %q", got)
+		}
+		waitMetric(t, e.srv, "pgshard_proxy_cursors", 1)
+		if b := metricSum(t, e.srv, "pgshard_proxy_cursor_bytes"); b < float64(env.n-1)*10 {
+			t.Fatalf("pgshard_proxy_cursor_bytes = %v with %d rows kept", b, env.n-1)
+		}
+	}
+	kept(px)
+	replies(t, px, []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}})
+	waitMetric(t, e.srv, "pgshard_proxy_cursors", 0)
+	waitMetric(t, e.srv, "pgshard_proxy_cursor_bytes", 0)
+	other := dialRaw(t, e.addr)
+	other.startup(e.db.name)
+	kept(other)
+	_ = other.conn.Close()
+	waitMetric(t, e.srv, "pgshard_proxy_cursors", 0)
+	waitMetric(t, e.srv, "pgshard_proxy_cursor_bytes", 0)
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -51,8 +52,20 @@ type fanCursor struct {
 }
 
 // cursorSet is a session's cursors (at most a few: one per portal the
-// client fetches in parts).
-type cursorSet struct{ list []*fanCursor }
+// client fetches in parts), counted in metrics (nil: not counted).
+type cursorSet struct {
+	list    []*fanCursor
+	metrics *obs.Metrics
+}
+
+// count adds n cursors like fc (n = 1 or -1) to the metrics.
+func (c *cursorSet) count(fc *fanCursor, n int) {
+	if c.metrics == nil {
+		return
+	}
+	c.metrics.Cursors.Add(float64(n))
+	c.metrics.CursorBytes.Add(float64(n * (len(fc.desc) + len(fc.rows) + 8*len(fc.offs))))
+}
 
 func (c *cursorSet) get(name string) *fanCursor {
 	for _, fc := range c.list {
@@ -67,19 +80,27 @@ func (c *cursorSet) get(name string) *fanCursor {
 func (c *cursorSet) put(fc *fanCursor) {
 	c.drop(fc.name)
 	c.list = append(c.list, fc)
+	c.count(fc, 1)
 }
 
 func (c *cursorSet) drop(name string) {
 	for i, fc := range c.list {
 		if fc.name == name {
 			c.list = append(c.list[:i], c.list[i+1:]...)
+			c.count(fc, -1)
 			return
 		}
 	}
 }
 
 // clear drops every cursor: the transaction that held them ended.
-func (c *cursorSet) clear() { c.list = c.list[:0] }
+func (c *cursorSet) clear() {
+	for _, fc := range c.list {
+		c.count(fc, -1)
+	}
+	clear(c.list)
+	c.list = c.list[:0]
+}
 
 // cursorAt is where a pipeline's plan left a cursor (its Executes so
 // far), read by the next Execute of the same pipeline.

@@ -163,6 +163,7 @@ func NewSession(gen *GenerationEnv, host *HostEnv, conn net.Conn) *Session {
 		txn:       transaction{hint: -1},
 		stmts:     map[string]*vstmt{},
 		ps:        paramStatus{seen: map[string]string{}},
+		cursors:   cursorSet{metrics: host.Metrics},
 	}
 	s.cc.init(conn, s.messageLimit)
 	return s
@@ -236,6 +237,7 @@ func pgErrorToError(pe *pgconn.PgError, severity string) *pgwire.Error {
 
 // releaseAll returns or discards what the session holds when it ends.
 func (s *Session) releaseAll() {
+	s.cursors.clear()
 	s.readers.discard()
 	s.mu.Lock()
 	bc := s.bc

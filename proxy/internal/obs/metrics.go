@@ -18,6 +18,10 @@ type Metrics struct {
 	Reloads        *prometheus.CounterVec
 	TxnReads       prometheus.Counter
 	FenceRetries   *prometheus.CounterVec
+	// Cursors and CursorBytes: the reads of every shard fetched in parts
+	// whose merged rows the sessions keep, and those rows' bytes.
+	Cursors     prometheus.Gauge
+	CursorBytes prometheus.Gauge
 }
 
 // NewMetrics makes the handles, not yet registered.
@@ -41,6 +45,10 @@ func NewMetrics() *Metrics {
 			Name: "pgshard_proxy_cancel_requests_total", Help: "Cancel requests forwarded to a backend."}),
 		FenceRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_fence_retries_total", Help: "Statements the proxy ran again after a shard's fence refused them before anything reached the client: by the range's state, after their opening assert was refused (moved: after a newer map; frozen: after a back-off), or served: a read of every shard whose parts' served sets were not its map's (a range move's flip)."}, []string{"state"}),
+		Cursors: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pgshard_proxy_cursors", Help: "Reads of every shard fetched in parts (a row limit, a Flush before the Execute, DECLARE CURSOR) whose merged rows the proxy keeps, over all sessions."}),
+		CursorBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pgshard_proxy_cursor_bytes", Help: "Bytes of merged rows kept for those reads, over all sessions (each read at most proxy.cursor_buffer_bytes)."}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_config_reloads_total", Help: "Configuration reloads (RELOAD, SIGHUP), by result (applied, rejected)."}, []string{"result"}),
 	}
@@ -49,5 +57,5 @@ func NewMetrics() *Metrics {
 // Collectors are the handles, for registering them.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Clients, m.ClientsTotal, m.ClientsRefused, m.Refusals,
-		m.BackendErrors, m.Fanouts, m.TxnReads, m.FenceRetries, m.Cancels, m.Reloads}
+		m.BackendErrors, m.Fanouts, m.TxnReads, m.FenceRetries, m.Cancels, m.Reloads, m.Cursors, m.CursorBytes}
 }
