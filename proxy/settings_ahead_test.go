@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // TestSettingsAheadOfEveryDestination: a transaction-local setting
@@ -134,6 +135,38 @@ func TestSettingsAheadOfEveryDestination(t *testing.T) {
 				}
 			}
 			_ = execDirect(context.Background(), e.dsn, "DROP TABLE IF EXISTS settings_u")
+		})
+	}
+}
+
+// TestSessionSetAheadOfFanRead: a session SET ahead of a read of every
+// shard in one query string ("SET statement_timeout = 5000; SELECT
+// count(*) FROM ...", as scripts send with psql -c) holds for the read on
+// every shard and for the session afterwards — not if the string failed
+// (its SET's value or its read), as on one database; replies compared
+// with one Postgres, through PgBouncer and directly. It was refused
+// (0A000) before.
+func TestSessionSetAheadOfFanRead(t *testing.T) {
+	for i, ws := range wireSetups {
+		t.Run(ws.name, func(t *testing.T) {
+			_, env, px, ref := startWirePair(t, ws, 7_600_000+int64(i)*10_000)
+			where := fmt.Sprintf(" FROM accounts WHERE aid BETWEEN %d AND %d", env.lo, env.hi)
+			q := func(sql string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+			}
+			steps := [][]pgproto3.FrontendMessage{
+				q("SET work_mem = '9MB'; SELECT count(*), current_setting('work_mem')" + where),
+				q("SHOW work_mem"),
+				q("SET statement_timeout = 5000; SET work_mem = 'bogus'; SELECT count(*)" + where),
+				q("SHOW statement_timeout"), q("SHOW work_mem"),
+				q("SET search_path = public, pg_catalog; SET enable_seqscan TO off; SELECT count(*), current_setting('search_path'), current_setting('enable_seqscan')" + where),
+				q("SHOW search_path"), q("SHOW enable_seqscan"),
+				q("SET work_mem = '11MB'; SELECT aid, 1 / (abalance - abalance)" + where + " ORDER BY aid"),
+				q("SHOW work_mem"),
+				q("SET LOCAL work_mem = '12MB'; SET statement_timeout = '7s'; SELECT max(aid), current_setting('work_mem')" + where),
+				q("SHOW statement_timeout"), q("SHOW work_mem"),
+			}
+			sameReplies(t, px, ref, "session SETs ahead of reads of every shard", steps)
 		})
 	}
 }

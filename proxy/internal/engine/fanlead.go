@@ -16,7 +16,9 @@ import (
 // read of every shard in the same implicit transaction — the store's
 // SELECT set_config('statement_timeout', $1, true) before its relay reads
 // in one pipeline (one Sync), or SET LOCAL ...; SELECT ... in one query
-// string. On one database the settings apply to the read; so every shard
+// string (or a session SET there, which the shards run as SET LOCAL and
+// the proxy keeps once the string succeeded: sessionLead). On one
+// database the settings apply to the read; so every shard
 // the read runs on runs them first, in the same implicit transaction:
 //
 //	client:  P1 B1 [D1] E1 … P2 B2 [D2] E2 S     (or Q "SET LOCAL …; SELECT …")
@@ -62,6 +64,61 @@ type fanLead struct {
 	// replay, inside a transaction block, repeats the settings on the
 	// transaction's other backends later (settingsReplay).
 	replay string
+	// session: the lead is a session SET of a query string (sessionLead),
+	// which the shards run as SET LOCAL (st.SetLocalSQL) and the proxy
+	// keeps for the session once the whole string has succeeded.
+	session bool
+}
+
+// sessionLead reports whether a session SET may lead a read of every
+// shard in a query string ("SET statement_timeout = 5000; SELECT count(*)
+// FROM ..."): a plain SET of a value that the shards can run as SET LOCAL
+// in the read's implicit transaction, whose value the proxy then keeps as
+// written — not a setting Postgres reports to the client
+// (ParameterStatus), refused by pgshard, or transaction-local already.
+func sessionLead(a *route.Statement) bool {
+	name := strings.ToLower(a.SetName)
+	_, refused := refusedSettings[name]
+	_, reported := backend.ReportedParams[name]
+	return a.Kind == route.KindSetSession && !a.Reset && !a.ToDefault && a.SetValue != "" && a.SetLocalSQL != "" &&
+		name != "all" && !strings.Contains(name, " ") && !strings.HasPrefix(name, "pgshard.") && !refused && !reported
+}
+
+// setsLeadRead reports whether a query string's statements are settings
+// that may lead (leadable, sessionLead) and then one read of every shard
+// that takes leads, and returns that read's destination.
+func (g *GenerationEnv) setsLeadRead(as []*route.Statement) (route.Dest, bool) {
+	if len(as) < 2 {
+		return route.Dest{}, false
+	}
+	for _, a := range as[:len(as)-1] {
+		if !leadable(a) && !sessionLead(a) {
+			return route.Dest{}, false
+		}
+	}
+	last := as[len(as)-1]
+	if last.Kind != route.KindOther || !fanRead(last) {
+		return route.Dest{}, false
+	}
+	d := g.Config.Analyzer.Route(last, nil, nil, nil)
+	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages != nil {
+		return route.Dest{}, false // (a read in two stages takes no leads: twostage.go)
+	}
+	return d, true
+}
+
+// keepSessionLeads keeps the session SETs that led x's read in the
+// session's settings, once the read answered without an error (on one
+// database they hold from then on, the string having committed).
+func keepSessionLeads(x *fanExec) {
+	if x.f.failed || firstFailed(x.streams) != nil {
+		return
+	}
+	for _, l := range x.f.leads {
+		if l.session {
+			*x.cur = (*x.cur).With(strings.ToLower(l.st.SetName), l.st.SetValue)
+		}
+	}
 }
 
 // setsOnlyLocal reports whether a statement only sets transaction-local
@@ -248,25 +305,17 @@ func (p pipePlanner) addLead(vs *vstmt, raw []byte, pi portalInfo) {
 // as is not of that shape.
 func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 	s := p.planner.s
-	if p.planner.sim.tx != txIdle || p.planner.onTxnBackend() || len(as) < 2 {
+	if p.planner.sim.tx != txIdle || p.planner.onTxnBackend() {
 		return nil
 	}
-	for _, a := range as[:len(as)-1] {
-		if !leadable(a) {
-			return nil
-		}
+	d, ok := s.gen.setsLeadRead(as)
+	if !ok {
+		return nil
 	}
 	last := as[len(as)-1]
-	if last.Kind != route.KindOther || !fanRead(last) {
-		return nil
-	}
-	d := s.gen.Config.Analyzer.Route(last, nil, nil, nil)
-	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages != nil {
-		return nil // (a read in two stages takes no leads: twostage.go)
-	}
 	f := &fanPlan{simple: true, st: last, dest: d, query: string(msg)}
 	for _, a := range as[:len(as)-1] {
-		f.leads = append(f.leads, fanLead{st: a, describe: true, executed: true})
+		f.leads = append(f.leads, fanLead{st: a, describe: true, executed: true, session: sessionLead(a)})
 		p.planner.plan.items = append(p.planner.plan.items, item{kind: itLead, lo: int32(len(f.leads) - 1)})
 	}
 	return f
@@ -275,7 +324,11 @@ func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 // appendLead appends what a shard is sent for lead l (ahead of the read,
 // in the same write and implicit transaction).
 func appendLead(dst []byte, l *fanLead) []byte {
-	dst = pgwire.AppendParseMsg(dst, "", l.st.SQL, l.oids)
+	sql := l.st.SQL
+	if l.session {
+		sql = l.st.SetLocalSQL
+	}
+	dst = pgwire.AppendParseMsg(dst, "", sql, l.oids)
 	if l.bind != nil {
 		dst = append(dst, l.bind...)
 	} else {
@@ -304,7 +357,7 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 	// Postgres warns about SET LOCAL as it starts to run it, ahead of its
 	// CommandComplete or of an error about its value.
 	warn := l.st.Kind == route.KindSetLocal && !simple
-	setLocal := l.st.Kind == route.KindSetLocal
+	setLocal := l.st.Kind == route.KindSetLocal || l.session // a session SET runs as SET LOCAL
 	bound := false
 	for !f.failed() {
 		typ, msg, ok := f.recv()

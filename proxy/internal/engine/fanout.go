@@ -350,11 +350,21 @@ func (x *fanExec) run() error {
 	default:
 		runErr = x.fanMerge(mplan, &bv, bytewise, bindAt)
 	}
+	return fanRunEnd(x, runErr)
+}
+
+// fanRunEnd ends x's run: the read again after a served-set refusal
+// (servedretry.go), or the session SETs that led it kept (fanlead.go);
+// the participants given back.
+func fanRunEnd(x *fanExec, runErr error) error {
 	if runErr == errServedRetry {
-		if !f.inTxn {
+		if !x.f.inTxn {
 			x.fanEnd()
 		}
 		return x.servedRetry()
+	}
+	if runErr == nil {
+		keepSessionLeads(x)
 	}
 	x.fanEnd()
 	return runErr

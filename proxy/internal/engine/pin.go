@@ -248,7 +248,12 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 			}
 		}
 	}
-	if why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle && multi && !sqlPrepared(as) {
+	if _, leads := s.gen.setsLeadRead(as); why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle && leads {
+		// Session settings ahead of a read of every shard: they lead it
+		// on every shard as SET LOCAL, and the proxy keeps them after it
+		// (fanlead.go).
+		why = 0
+	} else if why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle && multi && !sqlPrepared(as) {
 		// Only settings in a query string with other statements, ahead
 		// of them (they apply to them) or after them (they take effect
 		// only if the whole string does, as in its implicit transaction:

@@ -200,14 +200,14 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.multiLocal(as)
 		return
 	}
+	if f := p.simpleLeads(msg, as); f != nil {
+		p.planner.fan = f // settings, then a read of every shard (fanlead.go)
+		return
+	}
 	if sh.anyLocal {
 		p.failQuery(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "session settings, DEALLOCATE, DISCARD, PREPARE/EXECUTE and pgshard hints cannot be combined with other statements in one query string",
 			Hint:    "Send them as separate queries."})
-		return
-	}
-	if f := p.simpleLeads(msg, as); f != nil {
-		p.planner.fan = f // settings, then a read of every shard (fanlead.go)
 		return
 	}
 	if e := p.settingsAheadOfAll(as); e != nil {
