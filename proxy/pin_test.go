@@ -136,6 +136,40 @@ func TestPinSessionState(t *testing.T) {
 	}
 }
 
+// TestPinReasonsFollowState: a pin held for two reasons shows the one
+// left once the other's state is gone (SHOW CLIENTS' pinned column,
+// Server.PinnedSessions), and ends with it.
+func TestPinReasonsFollowState(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	reason := func() string {
+		ps := e.srv.PinnedSessions()
+		if len(ps) != 1 {
+			t.Fatalf("pinned sessions: %+v, want 1", ps)
+		}
+		return ps[0].Reason
+	}
+	for _, q := range []string{"SELECT pg_advisory_lock(4244)", "CREATE TEMP TABLE pin_r (a int)"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if r := reason(); !strings.Contains(r, "advisory") || !strings.Contains(r, "temporary") {
+		t.Fatalf("pinned for %q, want both the lock and the temporary table", r)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	if r := reason(); r != "temporary objects" {
+		t.Fatalf("after the lock was released: pinned for %q, want temporary objects", r)
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE pin_r"); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+}
+
 // TestPinNotEndedByText: what ends a pin is recognized from the parse
 // tree — the name pg_advisory_unlock_all in a string or a comment, or
 // UNLISTEN of one channel, leaves a session holding an advisory lock

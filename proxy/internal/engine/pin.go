@@ -510,7 +510,13 @@ func (p pinner) setPin(shard int, why pinReason, temps []string) {
 	}
 	s.own.add(why, temps)
 	s.host.PinsTotal.WithLabelValues(why.String()).Inc()
-	s.pinnedAs.Store(&PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(shard), Reason: s.own.reasons.String(), Since: s.own.since})
+	publishPin(s)
+}
+
+// publishPin publishes s's pin as it stands (Registry.Pinned, the
+// console's SHOW CLIENTS): again whenever its reasons change.
+func publishPin(s *Session) {
+	s.pinnedAs.Store(&PinnedSession{PID: s.pid, User: s.user, DB: s.db, Shard: s.gen.shardName(s.own.shard), Reason: s.own.reasons.String(), Since: s.own.since})
 }
 
 // clearPin forgets the pin (its backend is being dropped or closed).
@@ -623,6 +629,8 @@ func (p pinner) applyPinOps(ops []pinOp, idle bool) {
 	}
 	if s.own.settle(idle) {
 		p.unpin()
+	} else if len(ops) > 0 {
+		publishPin(s) // its reasons may have changed (a lock released, ...)
 	}
 }
 
