@@ -207,9 +207,7 @@ func TestCopyOutEveryShard(t *testing.T) {
 		t.Run(ws.name, func(t *testing.T) {
 			env := newCopyEnv(t, ws, i)
 			tb := env.table
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			ext := func(sql string) []pgproto3.FrontendMessage {
 				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'},
 					&pgproto3.Execute{}, &pgproto3.Sync{}}
@@ -320,9 +318,7 @@ func TestCopyOutMerged(t *testing.T) {
 		t.Run(ws.name, func(t *testing.T) {
 			env := newCopyEnv(t, ws, 10+i)
 			tb := env.table
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			other := env.keys[len(env.keys)-1]
 			all := "SELECT id, n, note, at FROM " + tb
 			cases := []wireCase{

@@ -49,9 +49,7 @@ func TestFanoutFetchedInParts(t *testing.T) {
 			closeP := func(portal string) []pgproto3.FrontendMessage {
 				return []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'P', Name: portal}}
 			}
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			extQ := func(sql string) []pgproto3.FrontendMessage {
 				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
 			}
@@ -187,9 +185,7 @@ func TestFanoutSQLCursor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, env, px, ref := startWirePair(t, tc, 9_700_000+int64(i)*10_000)
 			read := fmt.Sprintf("SELECT aid, abalance, note FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			ext := func(sql string, params ...[]byte) []pgproto3.FrontendMessage {
 				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: params},
 					&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}

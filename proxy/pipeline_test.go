@@ -319,6 +319,11 @@ func sameReplies(t *testing.T, px, ref *rawClient, name string, steps [][]pgprot
 	return got
 }
 
+// simpleQuery is a simple Query of sql, as a step of replies.
+func simpleQuery(sql string) []pgproto3.FrontendMessage {
+	return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+}
+
 // replyText is a reply as replies shows it ("" for a ParameterStatus).
 func replyText(m pgproto3.BackendMessage) string {
 	switch m := m.(type) {
@@ -644,9 +649,7 @@ func TestSettingsInTransactionWire(t *testing.T) {
 				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: params}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}}
 			}
 			seq := func(parts ...[]pgproto3.FrontendMessage) []pgproto3.FrontendMessage { return slices.Concat(parts...) }
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			sync := []pgproto3.FrontendMessage{&pgproto3.Sync{}}
 			setTimeout := "SELECT set_config('statement_timeout', $1::text, true)"
 			type step = []pgproto3.FrontendMessage

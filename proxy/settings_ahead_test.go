@@ -151,9 +151,7 @@ func TestSessionSetAheadOfFanRead(t *testing.T) {
 		t.Run(ws.name, func(t *testing.T) {
 			_, env, px, ref := startWirePair(t, ws, 7_600_000+int64(i)*10_000)
 			where := fmt.Sprintf(" FROM accounts WHERE aid BETWEEN %d AND %d", env.lo, env.hi)
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			steps := [][]pgproto3.FrontendMessage{
 				q("SET work_mem = '9MB'; SELECT count(*), current_setting('work_mem')" + where),
 				q("SHOW work_mem"),

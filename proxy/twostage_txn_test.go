@@ -25,9 +25,7 @@ func TestTwoStageInTransaction(t *testing.T) {
 			_, env, px, ref := startWirePair(t, tc, 8_400_000+int64(i)*10_000)
 			read := fmt.Sprintf("SELECT aid, rank() OVER (ORDER BY abalance, aid) AS r FROM accounts WHERE aid BETWEEN %d AND %d ORDER BY aid", env.lo, env.hi)
 			failing := fmt.Sprintf("SELECT aid, rank() OVER (ORDER BY abalance / (abalance - abalance)) FROM accounts WHERE aid BETWEEN %d AND %d", env.lo, env.hi)
-			q := func(sql string) []pgproto3.FrontendMessage {
-				return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
-			}
+			q := simpleQuery
 			ext := func(sql string) []pgproto3.FrontendMessage {
 				return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}
 			}
