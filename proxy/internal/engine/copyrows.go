@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,16 +97,16 @@ func (w *copyRowsWriter) begin(out, msg []byte) []byte {
 	}
 	co := w.co
 	w.quoted, w.single = make([]bool, len(fs)), len(fs) == 1
+	for i := range w.quoted {
+		w.quoted[i] = co.ForceQuoteAll
+	}
 	for _, name := range co.ForceQuote {
-		i := slicesIndexField(fs, name)
+		i := slices.IndexFunc(fs, func(f pgvalue.Field) bool { return f.Name == name })
 		if i < 0 {
 			w.failed = true
 			return pgwire.AppendError(out, &pgwire.Error{Code: pgwire.CodeUndefinedColumn, Message: fmt.Sprintf("column %q does not exist", name)})
 		}
 		w.quoted[i] = true
-	}
-	for i := range w.quoted {
-		w.quoted[i] = w.quoted[i] || co.ForceQuoteAll
 	}
 	if co.Format == route.CopyBinary {
 		w.head = true
@@ -125,25 +126,11 @@ func (w *copyRowsWriter) begin(out, msg []byte) []byte {
 	return out
 }
 
-// slicesIndexField is the index of the column named name, -1 if none.
-func slicesIndexField(fs []pgvalue.Field, name string) int {
-	for i, f := range fs {
-		if f.Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
 // row answers one DataRow with its CopyData.
 func (w *copyRowsWriter) row(out, msg []byte) []byte {
 	co := w.co
 	if co.Format == route.CopyBinary {
-		w.line = w.line[:0]
-		if w.head {
-			w.line, w.head = pgwire.AppendCopyBinaryHeader(w.line), false
-		}
-		return pgwire.AppendCopyData(out, append(w.line, pgwire.Body(msg)...))
+		return pgwire.AppendCopyData(out, append(w.binaryStart(), pgwire.Body(msg)...))
 	}
 	cols, err := pgwire.DataRowCols(w.cols[:0], msg)
 	w.cols = cols
@@ -160,7 +147,7 @@ func (w *copyRowsWriter) row(out, msg []byte) []byte {
 			w.line = append(w.line, co.Null...)
 			continue
 		}
-		w.line = w.value(w.line, v, w.quoted[min(i, len(w.quoted)-1)])
+		w.line = w.value(w.line, v, i < len(w.quoted) && w.quoted[i])
 	}
 	return pgwire.AppendCopyData(out, append(w.line, '\n'))
 }
@@ -173,14 +160,21 @@ func (w *copyRowsWriter) end(out, msg []byte) []byte {
 		n, _ = strconv.ParseInt(string(tag[len("SELECT "):]), 10, 64)
 	}
 	if w.co.Format == route.CopyBinary {
-		w.line = w.line[:0]
-		if w.head {
-			w.line, w.head = pgwire.AppendCopyBinaryHeader(w.line), false
-		}
-		out = pgwire.AppendCopyData(out, append(w.line, 0xff, 0xff))
+		out = pgwire.AppendCopyData(out, append(w.binaryStart(), 0xff, 0xff))
 	}
 	out = pgwire.AppendEmpty(out, 'c')
 	return pgwire.AppendCommandComplete(out, "COPY "+strconv.FormatInt(n, 10))
+}
+
+// binaryStart empties the line for a binary COPY's next CopyData, which
+// begins with the file header if none went out yet (Postgres sends it
+// with the first tuple, or with the trailer when there is none).
+func (w *copyRowsWriter) binaryStart() []byte {
+	w.line = w.line[:0]
+	if w.head {
+		w.line, w.head = pgwire.AppendCopyBinaryHeader(w.line), false
+	}
+	return w.line
 }
 
 // value appends one non-null value as the COPY's format writes it.
@@ -240,8 +234,30 @@ func appendCopyCSV(dst, v []byte, co *route.CopyOut, force, single bool) []byte 
 
 // clientOnlyEncodings are the client encodings whose multibyte
 // characters may hold ASCII bytes (a backslash, a delimiter): Postgres
-// steps over them character by character, the writer would not.
-var clientOnlyEncodings = map[string]bool{"sjis": true, "shift_jis_2004": true, "big5": true, "gbk": true, "uhc": true, "gb18030": true, "johab": true}
+// steps over them character by character, the writer would not. Under
+// every name Postgres takes for them (its encoding aliases), written as
+// it compares them: lower case, letters and digits only.
+var clientOnlyEncodings = map[string]bool{
+	"sjis": true, "shiftjis": true, "mskanji": true, "win932": true, "windows932": true, "shiftjis2004": true,
+	"big5": true, "win950": true, "windows950": true,
+	"gbk": true, "cp936": true, "win936": true, "windows936": true,
+	"uhc": true, "cp949": true, "win949": true, "windows949": true,
+	"gb18030": true, "johab": true,
+}
+
+// encodingKey is an encoding name as Postgres compares names: lower
+// case, letters and digits only ("Shift_JIS" is "shiftjis").
+func encodingKey(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return -1
+	}, name)
+}
 
 // copyRowsCheck refuses what the writer cannot write as Postgres would:
 // the extended protocol (a COPY's portal would need its own answers), a
@@ -252,7 +268,7 @@ func copyRowsCheck(f *fanPlan, cur *backend.Settings) *pgwire.Error {
 			Message: "a COPY (query) TO whose rows pgshard merges runs only as a simple query",
 			Hint:    "Send the COPY as a simple query (as psql, pgx's CopyTo and JDBC's CopyManager do)."}
 	}
-	if enc, ok := cur.Get("client_encoding"); ok && clientOnlyEncodings[strings.ToLower(strings.ReplaceAll(enc, "-", "_"))] {
+	if enc, ok := cur.Get("client_encoding"); ok && clientOnlyEncodings[encodingKey(enc)] {
 		return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("a COPY (query) TO whose rows pgshard merges is not written in client encoding %s", enc),
 			Hint:    "Use a UTF8 client encoding for the COPY, or SELECT the rows."}

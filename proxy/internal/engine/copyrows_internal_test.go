@@ -54,3 +54,14 @@ func TestCopyEscaping(t *testing.T) {
 		}
 	}
 }
+
+// TestClientOnlyEncodingNames: a client-only encoding is recognised under
+// the names Postgres takes for it; UTF8 and LATIN1 are not one.
+func TestClientOnlyEncodingNames(t *testing.T) {
+	for name, want := range map[string]bool{"SJIS": true, "Shift_JIS": true, "shift-jis-2004": true, "WIN932": true, "Big5": true,
+		"GBK": true, "CP949": true, "GB18030": true, "UTF8": false, "utf-8": false, "LATIN1": false, "EUC_JP": false} {
+		if got := clientOnlyEncodings[encodingKey(name)]; got != want {
+			t.Errorf("%s: client-only %v, want %v", name, got, want)
+		}
+	}
+}

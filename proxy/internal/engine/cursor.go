@@ -198,7 +198,7 @@ func (c *cursorCapture) tooBig(cc *clientConn) *pgwire.Error {
 }
 
 // runCursor runs x's read, fetched in parts (x.f.fetch: its first
-// Execute's row limit, or fetchAtFlush), into a capture, and answers the
+// Execute's row limit, or fetchApart), into a capture, and answers the
 // client with what a portal fetched that way answers; the rows left
 // become the session's cursor of the portal.
 func (x *fanExec) runCursor() error {
@@ -224,7 +224,7 @@ func (x *fanExec) runCursor() error {
 	cc.out = append(cc.out, rest[0]...)
 	pos, atEnd := 0, false
 	switch f.fetch {
-	case fetchAtFlush:
+	case fetchApart:
 	case fetchDeclare:
 		if asked {
 			cc.out = pgwire.AppendEmpty(cc.out, 'n') // a DECLARE's portal describes no rows
@@ -243,9 +243,10 @@ func (x *fanExec) runCursor() error {
 // count, none (0) when not positive.
 func rowLimit(n uint32) int32 { return max(int32(n), 0) }
 
-// fetchAtFlush is fanPlan.fetch for a portal flushed before its Execute:
-// the read runs then, and every Execute is answered from the cursor.
-const fetchAtFlush = -1
+// fetchApart is fanPlan.fetch for a portal flushed or synced before its
+// Execute: the read runs then, and every Execute is answered from the
+// cursor.
+const fetchApart = -1
 
 // cutCursor splits the answers of a read fetched in parts: the rows of
 // its last CommandComplete ("SELECT n", only notices and ReadyForQuery

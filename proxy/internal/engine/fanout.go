@@ -71,7 +71,7 @@ type fanPlan struct {
 	// stage of a read in two stages: twostage.go).
 	raw []byte
 	// fetch, when not 0, is the row limit of the read's Execute, or
-	// fetchAtFlush: the client fetches the portal in parts (cursor.go);
+	// fetchApart: the client fetches the portal in parts (cursor.go);
 	// or fetchDeclare: the read is a DECLAREd cursor's, named cursor
 	// (sqlcursor.go).
 	fetch  int32

@@ -248,20 +248,23 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 			}
 		}
 	}
-	if _, leads := s.gen.setsLeadRead(as); why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle && leads {
-		// Session settings ahead of a read of every shard: they lead it
-		// on every shard as SET LOCAL, and the proxy keeps them after it
-		// (fanlead.go).
-		why = 0
-	} else if why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle && multi && !sqlPrepared(as) {
-		// Only settings in a query string with other statements, ahead
-		// of them (they apply to them) or after them (they take effect
-		// only if the whole string does, as in its implicit transaction:
-		// asyncpg's pool resets each connection it takes back with
-		// "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET
-		// ALL"): one server session for this query, on the query's
-		// shard; the proxy keeps the settings after it (applyPinOps).
-		why = pinSetsOnce
+	if why&^pinSetsOnce == pinSettings && s.txn.tx == txIdle {
+		if _, leads := s.gen.setsLeadRead(as); leads {
+			// Session settings ahead of a read of every shard: they lead
+			// it on every shard as SET LOCAL, and the proxy keeps them
+			// after it (fanlead.go).
+			why = 0
+		} else if multi && !sqlPrepared(as) {
+			// Only settings in a query string with other statements,
+			// ahead of them (they apply to them) or after them (they take
+			// effect only if the whole string does, as in its implicit
+			// transaction: asyncpg's pool resets each connection it takes
+			// back with "SELECT pg_advisory_unlock_all(); CLOSE ALL;
+			// UNLISTEN *; RESET ALL"): one server session for this query,
+			// on the query's shard; the proxy keeps the settings after it
+			// (applyPinOps).
+			why = pinSetsOnce
+		}
 	}
 	if why == 0 && len(as) == 1 && as[0].NoTxnBlock && s.txn.tx == txIdle && s.bc == nil {
 		// A statement that cannot run in a transaction block (VACUUM,

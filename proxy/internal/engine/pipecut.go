@@ -176,7 +176,7 @@ func (r pipeParts) skipRest() {
 // transaction block: cutAfterFan; inside one, BEGIN; SELECT ...; COMMIT
 // in one batch).
 func fanStop(f *fanPlan, m cmsg) *pgwire.Error {
-	if e := fanFlushFirst(f, m); e != nil {
+	if e := fanBoundApart(f, m); e != nil {
 		return e
 	}
 	if !f.executed || !f.inTxn && !cutAfterFan(f) {
@@ -204,17 +204,17 @@ func (r pipeParts) runFan(pl *planner) (done bool, err error) {
 	return false, nil
 }
 
-// fanFlushFirst is the refusal of a Flush between a read of every shard's
-// Bind and its Execute (node-postgres's pg-cursor, which then fetches in
-// parts) when the read cannot be fetched in parts; when it can, the
-// read runs at the Flush into its portal's cursor (cursor.go) and nil is
-// returned. Nil when m is not such a Flush.
-func fanFlushFirst(f *fanPlan, m cmsg) *pgwire.Error {
+// fanBoundApart is the refusal of a Flush or a Sync between a read of
+// every shard's Bind and its Execute (node-postgres's pg-cursor flushes,
+// asyncpg's cursor syncs, then each fetches in parts) when the read
+// cannot be fetched in parts; when it can, the read runs there into its
+// portal's cursor (cursor.go) and nil is returned. Nil when m is neither.
+func fanBoundApart(f *fanPlan, m cmsg) *pgwire.Error {
 	if m.typ != 'H' && m.typ != 'S' || f.executed {
 		return nil
 	}
 	if f.fetchable() {
-		f.executed, f.fetch = true, fetchAtFlush
+		f.executed, f.fetch = true, fetchApart
 		return nil
 	}
 	if m.typ == 'S' {
