@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgshard/pgshard/proxy"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -815,5 +816,71 @@ func TestPreparePinsOnOneShard(t *testing.T) {
 	}
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("after DEALLOCATE, pg_prepared_statements: %d, %v", n, err)
+	}
+}
+
+// TestPreparedAcrossPin: SQL-level prepared statements behave as on one
+// Postgres when the session is pinned after, and unpinned between, their
+// PREPARE and EXECUTE: one namespace for the statements the proxy keeps
+// and those of the pinned backend (a statement made before a pin runs on
+// it, one made while pinned outlives the pin, a name is never prepared
+// twice), reply by reply against one database, through PgBouncer, with a
+// setting and directly.
+func TestPreparedAcrossPin(t *testing.T) {
+	for i, ws := range wireSetups {
+		t.Run(ws.name, func(t *testing.T) {
+			e, _, px, ref := startWirePair(t, ws, 7_500_000+int64(i)*10_000)
+			q := simpleQuery
+			bindPy := func(v string) []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "py", Parameters: [][]byte{[]byte(v)}},
+					&pgproto3.Execute{}, &pgproto3.Sync{}}
+			}
+			steps := func(sqls ...string) [][]pgproto3.FrontendMessage {
+				var out [][]pgproto3.FrontendMessage
+				for _, s := range sqls {
+					out = append(out, q(s))
+				}
+				return out
+			}
+			sameReplies(t, px, ref, "before the pin", steps(
+				"PREPARE px AS SELECT 7 AS seven",
+				"EXECUTE px",
+				"PREPARE py(int) AS SELECT $1 + 1 AS next",
+			))
+			sameReplies(t, px, ref, "pinned by a temporary table", append(steps(
+				"CREATE TEMP TABLE tt (a int)",
+				"EXECUTE px",
+				"PREPARE px AS SELECT 8",
+				"EXECUTE py(3)",
+				"INSERT INTO tt VALUES (5)",
+				"PREPARE pz AS SELECT a FROM tt",
+				"EXECUTE pz",
+				"BEGIN",
+				"EXECUTE px",
+				"PREPARE pw AS SELECT 'w' AS w",
+				"COMMIT",
+			), bindPy("10")))
+			if got := metricSum(t, e.srv, "pgshard_proxy_pinned_sessions"); got != 1 {
+				t.Fatalf("pinned sessions with a temporary table = %v, want 1", got)
+			}
+			sameReplies(t, px, ref, "the pin ended", append(steps(
+				"DROP TABLE tt",
+				"EXECUTE py(4)",
+				"EXECUTE px",
+				"EXECUTE pw",
+				"EXECUTE pz",
+				"PREPARE pw AS SELECT 1",
+				"DEALLOCATE py",
+				"EXECUTE py(1)",
+			), bindPy("11")))
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+			sameReplies(t, px, ref, "in a query string", steps(
+				"SELECT 1; EXECUTE px",
+				"CREATE TEMP TABLE t2 (a int); EXECUTE pw",
+				"EXECUTE px; DEALLOCATE px; EXECUTE px",
+				"DEALLOCATE ALL",
+				"EXECUTE pw",
+			))
+		})
 	}
 }

@@ -150,3 +150,48 @@ func (c *Conn) DescribeStmt(ctx context.Context, timeout time.Duration, begin, s
 	}
 	return d, nil
 }
+
+// NamedStmt is a statement to prepare under a name of the session's own
+// (ParseNamed).
+type NamedStmt struct {
+	Name string
+	SQL  string
+	Oids []uint32
+}
+
+// ParseNamed prepares stmts on c under their names (Parse messages and one
+// Sync), as a client's Parse would: it returns the server's first
+// ErrorResponse (a copy; nil when every one was prepared) and the status
+// of the ReadyForQuery that ended it. Inside a transaction block a failed
+// Parse fails the transaction, as the client's own statement would have.
+// An error means the connection failed; it is then marked broken.
+func (c *Conn) ParseNamed(ctx context.Context, timeout time.Duration, stmts []NamedStmt) (errRaw []byte, status byte, err error) {
+	c.setDeadline(ctx, timeout)
+	defer c.NetConn.SetDeadline(time.Time{})
+	var buf []byte
+	for _, st := range stmts {
+		buf = pgwire.AppendParseMsg(buf, st.Name, st.SQL, st.Oids)
+	}
+	buf = pgwire.AppendEmpty(buf, 'S')
+	if err := c.Write(buf); err != nil {
+		return nil, 0, err
+	}
+	for {
+		typ, msg, err := c.Reader.Next()
+		if err != nil {
+			c.Broken = true
+			return errRaw, 0, err
+		}
+		switch typ {
+		case 'E':
+			if errRaw == nil {
+				errRaw = append([]byte(nil), msg...)
+			}
+			if pgwire.ErrorField(msg, 'S') == "FATAL" {
+				c.Broken = true
+			}
+		case 'Z':
+			return errRaw, pgwire.ReadyStatus(msg), nil
+		}
+	}
+}

@@ -85,7 +85,10 @@
 //	                 pin's life (pinning, publishing, applying what the
 //	                 pinned backend ran, ending it); ownbackend.go:
 //	                 ownBackend, a pinned session's own backend (shard,
-//	                 reasons, what ends them); fastpath.go: FunctionCall
+//	                 reasons, what ends them); pinstmts.go: a pinned
+//	                 session's prepared statements (the proxy's made real
+//	                 on its backend, the backend's kept past the pin);
+//	                 fastpath.go: FunctionCall
 //	                 messages (large objects); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:

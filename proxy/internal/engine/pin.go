@@ -620,6 +620,8 @@ func (p pinner) applyPinOps(ops []pinOp, idle bool) {
 				s.unnamed = nil
 				p.resetStmtCache()
 			}
+		case route.KindPrepare:
+			p.keepPrepared(a) // pinstmts.go
 		case route.KindDeallocate:
 			if a.PrepareName == "" {
 				clear(s.stmts)

@@ -24,7 +24,12 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 		return nil
 	}
 	if err == nil {
-		if e := pinning(s).pinForQuery(ctx, as); e != nil {
+		pn := pinning(s)
+		e := pn.pinForQuery(ctx, as)
+		if e == nil {
+			e = pn.realizeNamed(ctx, as)
+		}
+		if e != nil {
 			s.cc.out = pgwire.AppendError(s.cc.out, e)
 			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 			return nil
