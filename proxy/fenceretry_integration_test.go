@@ -168,12 +168,23 @@ func TestProxyRetriesFenceRefusal(t *testing.T) {
 		before := retries()
 		done := make(chan error, 1)
 		go func() { done <- stmt() }()
+		var early error
 		within(t, time.Minute, what+": the proxy retries", func() error {
 			if retries() > before {
 				return nil
 			}
+			select {
+			case err := <-done:
+				early = fmt.Errorf("it ended with no retry: %v", err)
+				return nil
+			default:
+			}
 			return errors.New("no retry yet")
 		})
+		if early != nil {
+			gf.release()
+			t.Fatalf("%s: %v", what, early)
+		}
 		gf.release()
 		if err := <-done; err != nil {
 			t.Fatalf("%s: %v; want the new owner's answer and no error", what, err)
@@ -228,6 +239,28 @@ func TestProxyRetriesFenceRefusal(t *testing.T) {
 	})
 	if err := d.shardConn(t, dst).QueryRow(ctx, `SELECT version FROM executions WHERE id = $1`, id).Scan(&v); err != nil || v != 11 {
 		t.Fatalf("the new owner's row after the retried transaction: version %d, %v; want 11", v, err)
+	}
+
+	// A transaction block begun in the pipeline of its first statement
+	// (JDBC with autocommit off sends BEGIN, the statement and one
+	// Sync): the retry runs the BEGIN again too.
+	id = newID(4)
+	_, dst = move(id)
+	retried("BEGIN in the pipeline of the block's first statement", func() error {
+		got, err := beginAndReadInOnePipeline(ctx, conn.PgConn(), `SELECT data FROM executions WHERE id = $1`, id)
+		if err == nil && got != "v1" {
+			err = fmt.Errorf("read %q, want the new owner's v1", got)
+		}
+		if err == nil {
+			_, err = conn.Exec(ctx, `UPDATE executions SET version = version + 5 WHERE id = $1`, id)
+		}
+		if err == nil {
+			_, err = conn.Exec(ctx, "COMMIT")
+		}
+		return err
+	})
+	if err := d.shardConn(t, dst).QueryRow(ctx, `SELECT version FROM executions WHERE id = $1`, id).Scan(&v); err != nil || v != 6 {
+		t.Fatalf("the new owner's row after the retried pipeline's transaction: version %d, %v; want 6", v, err)
 	}
 
 	// A transaction that already ran a statement (another key of the
@@ -421,4 +454,42 @@ func TestProxyRetriesDuringMoves(t *testing.T) {
 	}
 	t.Logf("%d writes, %d reads of every shard; fence retries: %v (of reads of every shard: %v)", n, reads,
 		metricSum(t, p.srv, "pgshard_proxy_fence_retries_total"), metricSum(t, p.srv, "pgshard_proxy_fence_retries_total", "state", "served"))
+}
+
+// beginAndReadInOnePipeline sends BEGIN and the one-row read sql(arg) in
+// one pipeline ended by one Sync, as JDBC does with autocommit off, and
+// returns the value read; the transaction stays open.
+func beginAndReadInOnePipeline(ctx context.Context, pc *pgconn.PgConn, sql, arg string) (string, error) {
+	pl := pc.StartPipeline(ctx)
+	pl.SendQueryParams("BEGIN", nil, nil, nil, nil)
+	pl.SendQueryParams(sql, [][]byte{[]byte(arg)}, nil, nil, nil)
+	if err := pl.Sync(); err != nil {
+		_ = pl.Close()
+		return "", err
+	}
+	var got string
+	var firstErr error
+	for done := false; !done; {
+		res, err := pl.GetResults()
+		if err != nil {
+			_ = pl.Close()
+			return "", err
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			rr := r.Read()
+			if rr.Err != nil && firstErr == nil {
+				firstErr = rr.Err
+			}
+			if len(rr.Rows) == 1 {
+				got = string(rr.Rows[0][0])
+			}
+		case *pgconn.PipelineSync:
+			done = true
+		}
+	}
+	if err := pl.Close(); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return got, firstErr
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +75,9 @@ func (h *halfFlip) count(ctx context.Context, conn *pgx.Conn, mode pgx.QueryExec
 
 // readKinds are the ways countBy reads: a merged read in both protocols,
 // COPY (its lines), a read in two stages (a cast with a type modifier),
-// the first read of a transaction block.
-var readKinds = []string{"extended", "simple", "copy", "two stages", "first read of a transaction"}
+// the first read of a transaction block, with its BEGIN in a message of
+// its own and in the read's pipeline.
+var readKinds = []string{"extended", "simple", "copy", "two stages", "first read of a transaction", "BEGIN in the read's pipeline"}
 
 // countBy is count read the way kind says (readKinds).
 func (h *halfFlip) countBy(ctx context.Context, conn *pgx.Conn, kind string) (int, error) {
@@ -97,6 +99,20 @@ func (h *halfFlip) countBy(ctx context.Context, conn *pgx.Conn, kind string) (in
 			return n, err
 		}
 		return n, tx.Commit(ctx)
+	case "BEGIN in the read's pipeline":
+		// BEGIN, the read and one Sync, as JDBC sends them with
+		// autocommit off.
+		got, err := beginAndReadInOnePipeline(ctx, conn.PgConn(), `SELECT count(*) FROM executions WHERE definition_id = $1`, h.tag)
+		if err != nil {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+			return 0, err
+		}
+		n, err := strconv.Atoi(got)
+		if err != nil {
+			return 0, err
+		}
+		_, err = conn.Exec(ctx, "COMMIT")
+		return n, err
 	case "two stages":
 		var n float64
 		err := conn.QueryRow(ctx, `SELECT count(*)::numeric(10,2) FROM executions WHERE definition_id = $1`, h.tag).Scan(&n)

@@ -875,7 +875,7 @@ func (s *Session) finish(p *planner, term byte) error {
 		// can go back to its pool.
 		appendUnseenSync(p)
 	}
-	s.fretry.armed, s.fretry.outStart = term != 'H', len(s.cc.out)
+	s.fretry.armed, s.fretry.outStart, s.fretry.idleStart = term != 'H', len(s.cc.out), p.idleStart
 	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {

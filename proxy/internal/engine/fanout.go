@@ -192,6 +192,10 @@ type fanExec struct {
 	flushes    uint64
 	pure       bool
 	retryEpoch uint64
+	// idleStart: the message began outside a transaction block
+	// (planner.idleStart): a BEGIN answered before the read is undone by
+	// a run again, which answers it again.
+	idleStart bool
 	// servedFail is the error of a read in two stages' stage whose part
 	// failed first (twostage.go), for servedretry.go.
 	servedFail []byte
@@ -219,7 +223,7 @@ func newFanExec(p *planner) *fanExec {
 	s := p.s
 	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s,
-		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors}
+		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors, idleStart: p.idleStart}
 	if s.host != nil {
 		x.fences, x.log = s.host.Fences, s.host.Log
 	}
@@ -275,7 +279,7 @@ func (x *fanExec) run() error {
 	if len(f.leads) > 0 {
 		first = slices.IndexFunc(x.items, func(it item) bool { return it.kind == itLead })
 	}
-	x.pure = pureItems(x.items[:first])
+	x.pure = pureItems(x.items[:first], x.idleStart)
 	for i := range x.items[:first] {
 		it := &x.items[i]
 		x.cc.out = append(x.cc.out, x.lbuf[it.lo:it.hi]...)

@@ -19,7 +19,10 @@ import (
 //	  │ no reader, no pin and no pgshard hint, and no soft move or swap)
 //	  ▼
 //	exchange: the fFence item answers PS001, every item before it is a
-//	  │ local answer with no effect, nothing was flushed, the pipeline ends
+//	  │ local answer with no effect (or, in a pipeline that began outside
+//	  │ a transaction block, one that only opened it: a BEGIN in the same
+//	  │ pipeline, as JDBC sends it with autocommit off), nothing was
+//	  │ flushed, the pipeline ends
 //	  │ with Sync (or is a Query), retries are left, and the error names a
 //	  │ newer epoch than the session's map or a frozen/incoming range
 //	  │    ─▶ discard: the rest of the exchange is read (the backend's
@@ -27,7 +30,8 @@ import (
 //	  │       it reaches the client, no effect is applied
 //	  ▼
 //	finish ─▶ fenceRetrier.retry: the client's output of this exchange
-//	  │       dropped, the backend rolled back and released; wait (bounded
+//	  │       dropped, the backend rolled back and released, the session's
+//	  │       transaction state as the pipeline found it; wait (bounded
 //	  │       by fenceRetryWait per client message) for the catalog's map to
 //	  │       reach the error's epoch (or, for a frozen range, a short
 //	  │       back-off); the session moves to the newest generation
@@ -41,8 +45,9 @@ import (
 // backend answers), a transaction that already ran a statement on a
 // backend (fenceHeld's asserts), a COMMIT, a Flush-terminated pipeline,
 // a pipeline whose earlier messages changed session state (a named
-// Parse, BEGIN in the same pipeline), pinned sessions and proxies with
-// no catalog (nothing to reload).
+// Parse, a SET, a SET LOCAL or SAVEPOINT in a transaction block begun
+// before it), pinned sessions and proxies with no catalog (nothing to
+// reload).
 
 // fenceRetryMax bounds the retries of one client message refused by the
 // fence; Config.FenceRetryWait bounds the time it waits for a newer map
@@ -74,6 +79,10 @@ type fenceRetrier struct {
 	armed bool
 	// outStart is len(s.out) when the armed exchange began.
 	outStart int
+	// idleStart: the armed exchange's pipeline began outside a
+	// transaction block (planner.idleStart): local answers that only
+	// change the transaction's state are undone by a retry.
+	idleStart bool
 	// err is the refusal being retried.
 	err *store.FenceError
 }
@@ -110,9 +119,10 @@ func (r *fenceRetrier) retryable(s *Session, before []item, msg []byte) bool {
 		return false
 	}
 	for _, it := range before {
-		if it.flags&fFence == 0 && (it.kind != itLocal || it.eff != nil) {
-			return false // a local answer with an effect, or another statement sent first
+		if it.flags&fFence != 0 || it.kind == itLocal && (it.eff == nil || r.idleStart && it.eff.kind == effTx) {
+			continue
 		}
+		return false // a local answer with another effect, or another statement sent first
 	}
 	fe, ok := store.AsFenceError(&pgconn.PgError{Code: pgwire.ErrorField(msg, 'C'), Detail: pgwire.ErrorField(msg, 'D')})
 	if !ok {
@@ -152,7 +162,11 @@ func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult
 		}
 	}
 	s.txn.pipelineHeld, s.txn.wrapped, s.txn.soft, s.txn.hintBound, s.txn.mainWrote = false, false, false, false, false
-	if s.txn.tx == txBound {
+	if r.idleStart {
+		// The pipeline began outside a transaction block: a BEGIN in it
+		// runs again with it.
+		s.txn.tx, s.txn.bstatus, s.txn.deferred, s.txn.hint = txIdle, 0, s.txn.deferred[:0], -1
+	} else if s.txn.tx == txBound {
 		// A soft transaction (only table-less reads): its start is
 		// replayed on the new owner, as moveSoft does.
 		s.txn.tx, s.txn.bstatus = txDeferred, 0

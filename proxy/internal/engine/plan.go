@@ -242,6 +242,9 @@ type planner struct {
 	// with a soft transaction's (only table-less reads so far): a fence
 	// refusal of its first keyed statement may be retried (fenceretry.go).
 	fresh bool
+	// idleStart: the pipeline started outside a transaction block (a
+	// BEGIN in it is undone by a fence retry: fenceretry.go).
+	idleStart bool
 	// lazy: the Bind being planned (of statement lazy) may leave the
 	// acquisition of its backend to the executor (acquirestep.go).
 	lazy *vstmt
@@ -256,6 +259,7 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 		book: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1,
 		plan: p.plan.reset(), pv: p.pv, bv: p.bv}
 	p.fresh = (s.bc == nil || s.txn.soft && s.txn.tx == txBound) && s.own == nil && !s.readers.any() && !s.txn.hintBound
+	p.idleStart = p.fresh && s.txn.tx == txIdle
 	if s.bc != nil {
 		p.held = true
 		p.bc = s.bc

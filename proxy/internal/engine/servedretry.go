@@ -42,10 +42,13 @@ import (
 //	  ▼
 //	serve runs the client's message again (errFenceRetry).
 //
+// A BEGIN in the same message as the read (JDBC with autocommit off
+// sends BEGIN, the read and one Sync) is answered again by the run
+// again: the session's transaction is back to none first.
+//
 // Otherwise — a COPY whose first shards' rows were flushed already (64
 // KiB of them), a read in a transaction block that ran something on a
-// shard before it (or whose BEGIN came in the same message, as JDBC
-// sends it), or the budget spent — the client gets the shard's error as
+// shard before it, or the budget spent — the client gets the shard's error as
 // 40001 (serialization_failure: clients and their retry loops run the
 // transaction again), its message naming the shard, the buckets it
 // serves and the ones the map gives it.
@@ -130,6 +133,11 @@ func (x *fanExec) servedRetry() error {
 			st.bc.Pool.Discard(st.bc)
 		}
 	}
+	if x.idleStart {
+		// Its BEGIN came in the same message: answered again by the run
+		// again.
+		x.txn.tx, x.txn.bstatus, x.txn.deferred, x.txn.hint = txIdle, 0, x.txn.deferred[:0], -1
+	}
 	x.cc.out = x.cc.out[:x.outStart]
 	if !x.sess.awaitServed(x.ctx, x.retryEpoch) {
 		return x.ctx.Err()
@@ -173,10 +181,13 @@ func (s *Session) awaitServed(ctx context.Context, epoch uint64) bool {
 
 // pureItems reports whether running the answers items again changes
 // nothing: none has an effect but an unnamed statement's Parse (which
-// the run again parses the same).
-func pureItems(items []item) bool {
+// the run again parses the same) or, when the message began outside a
+// transaction block (idleStart), the transaction state's (a BEGIN in
+// the same message, as JDBC sends it: the run again starts from no
+// transaction, servedRetry).
+func pureItems(items []item, idleStart bool) bool {
 	for _, it := range items {
-		if e := it.eff; e != nil && (e.kind != effStmtPut || e.name != "") {
+		if e := it.eff; e != nil && (e.kind != effStmtPut || e.name != "") && !(idleStart && e.kind == effTx) {
 			return false
 		}
 	}
