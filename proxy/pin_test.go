@@ -884,3 +884,64 @@ func TestPreparedAcrossPin(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedExecuteRoutes: a pinned session's EXECUTE goes by the
+// statement it runs, as an unpinned session's does: a key of the pinned
+// shard is answered, a key of another shard is refused as a statement
+// for another shard is (its backend would have answered no row), and so
+// is a statement of every shard; in a query string too.
+func TestPinnedExecuteRoutes(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
+	exec := func(q string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("PREPARE before_pin(int) AS SELECT abalance FROM accounts WHERE aid = $1")
+	exec("PREPARE every_shard AS SELECT count(*) FROM accounts")
+	exec("CREATE TEMP TABLE pinning (a int)")
+	pinned := e.srv.PinnedSessions()
+	if len(pinned) != 1 {
+		t.Fatalf("pinned sessions after CREATE TEMP TABLE: %v, want 1", pinned)
+	}
+	exec("PREPARE while_pinned(int) AS SELECT abalance FROM accounts WHERE aid = $1")
+	var here, there int64
+	for i, sh := range e.db.m.Shards {
+		k := e.db.keysOn(i, 1, 7_400_000)[0]
+		if _, err := e.db.shardConn(t, i).Exec(ctx, "INSERT INTO accounts (aid, abalance) VALUES ($1, 74) ON CONFLICT (aid) DO UPDATE SET abalance = 74", k); err != nil {
+			t.Fatal(err)
+		}
+		if sh.Name == pinned[0].Shard {
+			here = k
+		} else {
+			there = k
+		}
+	}
+	for _, name := range []string{"before_pin", "while_pinned"} {
+		for _, q := range []string{"EXECUTE %s(%d)", "EXECUTE %s(%d); SELECT 1"} {
+			var got int
+			if err := conn.QueryRow(ctx, fmt.Sprintf(q, name, here)).Scan(&got); err != nil || got != 74 {
+				t.Fatalf("%s, a key of the pinned shard: %d, %v; want 74", fmt.Sprintf(q, name, here), got, err)
+			}
+			err := conn.QueryRow(ctx, fmt.Sprintf(q, name, there)).Scan(&got)
+			if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
+				t.Fatalf("%s, a key of another shard: %d, %v; want 0A000 naming the pin", fmt.Sprintf(q, name, there), got, err)
+			}
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "EXECUTE every_shard").Scan(&n); pgCode(err) != "0A000" {
+		t.Fatalf("EXECUTE of a read of every shard, pinned: %d, %v; want 0A000", n, err)
+	}
+	exec("DROP TABLE pinning")
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+	for _, name := range []string{"before_pin", "while_pinned"} {
+		var got int
+		if err := conn.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, there)).Scan(&got); err != nil || got != 74 {
+			t.Fatalf("EXECUTE %s(%d) after the pin: %d, %v; want 74", name, there, got, err)
+		}
+	}
+}

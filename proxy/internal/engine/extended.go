@@ -209,6 +209,22 @@ func (p pipePlanner) parse(raw []byte) {
 	p.planner.pendingParse, p.planner.pendingRaw, p.planner.pendingVs = len(p.planner.plan.items)-1, raw, vs
 }
 
+// bindDest is the destination of a Bind's statement a: an SQL-level
+// PREPARE or EXECUTE is refused unless the session is pinned (its
+// backend runs them), and a pinned session's EXECUTE goes by the
+// statement it runs (pinnedExecuteDest).
+func bindDest(p *planner, a *route.Statement, bv *pgwire.BindView, oids []uint32) (route.Dest, *pgwire.Error) {
+	s := p.s
+	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
+		return route.Dest{}, pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements")
+	}
+	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)
+	if a.Kind == route.KindExecute && s.own != nil {
+		return pinnedExecuteDest(p, a, d) // pinstmts.go
+	}
+	return d, nil
+}
+
 func equalOids(a, b []uint32) bool {
 	if len(a) != len(b) {
 		return false
@@ -325,10 +341,6 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		p.bindLocal(pi)
 		return
 	}
-	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
-		p.planner.fail(pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements"), nil)
-		return
-	}
 	if a.Kind == route.KindOther && p.planner.sim.tx != txFailed && !(p.planner.held && s.txn.bstatus == 'E') && p.bindTerminate(pi) {
 		return
 	}
@@ -349,7 +361,11 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		}
 		pi.replay, pi.setting = replay, replay != ""
 	}
-	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, vs.oids)
+	d, e := bindDest(p.planner, a, bv, vs.oids)
+	if e != nil {
+		p.planner.fail(e, nil)
+		return
+	}
 	if cutBefore(p.planner, a, d) {
 		p.planner.cut = true // runPipeline runs what came before, then plans this Bind again
 		return
@@ -370,7 +386,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 	if !p.planner.onTxnBackend() && p.planner.sim.tx == txIdle {
 		p.planner.lazy = p.deferrable(vs, idx)
 	}
-	e := p.planner.exec().run(rp, a)
+	e = p.planner.exec().run(rp, a)
 	p.planner.lazy = nil
 	if e != nil {
 		p.planner.fail(e, nil)

@@ -689,7 +689,14 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 			continue
 		}
 		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		ok, e := p.planner.pinnedRoute(a, d)
+		var e *pgwire.Error
+		if a.Kind == route.KindExecute {
+			d, e = pinnedExecuteDest(p.planner, a, d) // pinstmts.go
+		}
+		ok := false
+		if e == nil {
+			ok, e = p.planner.pinnedRoute(a, d)
+		}
 		if e == nil && !ok {
 			if d.Kind == route.DestRefuse && d.Refusal != nil {
 				e = refusalError(d.Refusal)

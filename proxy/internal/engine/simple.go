@@ -105,6 +105,14 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
+	if st.Kind == route.KindExecute && s.own != nil {
+		var e *pgwire.Error
+		if d, e = pinnedExecuteDest(p.planner, st, d); e != nil { // pinstmts.go
+			p.planner.fail(e, nil)
+			p.endQuery()
+			return
+		}
+	}
 	rp := p.planner.target(a, d)
 	if rp.err != nil {
 		p.planner.fail(rp.err, nil)
