@@ -945,3 +945,107 @@ func TestPinnedExecuteRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionStateStatementsRoute: a statement that keeps session state
+// (and so pins the session) and reads sharded rows runs where the rows
+// are, not on the pin's usual shard: CREATE TEMP TABLE ... AS of a key of
+// another shard holds that key's row (the session is pinned there, its
+// temporary table is found there), a session advisory lock or setting
+// taken in a keyed read and a cursor WITH HOLD over one return the row, in
+// the simple and the extended protocol; one whose rows are every shard's
+// is refused (it read only the default shard's before), and once pinned a
+// key of another shard is refused.
+func TestSessionStateStatementsRoute(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, 2*time.Minute)
+	def := -1
+	keys := make([]int64, len(e.db.m.Shards))
+	for i := range e.db.m.Shards {
+		keys[i] = e.db.keysOn(i, 1, 7_300_000)[0]
+		if _, err := e.db.shardConn(t, i).Exec(ctx, "INSERT INTO accounts (aid, abalance) VALUES ($1, 73) ON CONFLICT (aid) DO UPDATE SET abalance = 73", keys[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The default shard pins a CREATE TEMP TABLE of no rows: find it.
+	probe := e.connect(t)
+	if _, err := probe.Exec(ctx, "CREATE TEMP TABLE default_probe (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	for i, sh := range e.db.m.Shards {
+		if p := e.srv.PinnedSessions(); len(p) == 1 && p[0].Shard == sh.Name {
+			def = i
+		}
+	}
+	probe.Close(ctx)
+	waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+	if def < 0 {
+		t.Fatal("no session pinned by CREATE TEMP TABLE")
+	}
+	there := keys[(def+1)%len(keys)]
+	here := keys[def]
+	pinnedOn := func(want int) {
+		t.Helper()
+		p := e.srv.PinnedSessions()
+		if len(p) != 1 || p[0].Shard != e.db.m.Shards[want].Name {
+			t.Fatalf("pinned sessions %v, want one on %s", p, e.db.m.Shards[want].Name)
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
+			one := func(q string, args ...any) (int, error) {
+				var v int
+				err := conn.QueryRow(ctx, q, args...).Scan(&v)
+				return v, err
+			}
+			want73 := func(what string, v int, err error) {
+				t.Helper()
+				if err != nil || v != 73 {
+					t.Fatalf("%s: %d, %v; want 73", what, v, err)
+				}
+			}
+			exec := func(q string, args ...any) {
+				t.Helper()
+				if _, err := conn.Exec(ctx, q, args...); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if _, err := conn.Exec(ctx, "CREATE TEMP TABLE all_rows AS SELECT * FROM accounts"); pgCode(err) != "0A000" {
+				t.Fatalf("CREATE TEMP TABLE AS of every shard's rows: %v; want 0A000", err)
+			}
+			exec("CREATE TEMP TABLE one_row AS SELECT aid, abalance FROM accounts WHERE aid = $1", there)
+			pinnedOn(e.db.m.ShardIndexForBucket(e.db.m.BucketInt8(there)))
+			v, err := one("SELECT abalance FROM one_row")
+			want73("the temporary table made of another shard's key", v, err)
+			v, err = one("SELECT a.abalance FROM one_row o JOIN accounts a ON a.aid = o.aid WHERE a.aid = $1", there)
+			want73("the temporary table joined with its key's row", v, err)
+			if _, err := one("SELECT abalance FROM accounts WHERE aid = $1", here); pgCode(err) != "0A000" {
+				t.Fatalf("a key of another shard than the pin's: %v; want 0A000", err)
+			}
+			exec("DROP TABLE one_row")
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+
+			var locked bool
+			if err := conn.QueryRow(ctx, "SELECT pg_advisory_lock(73) IS NULL, abalance FROM accounts WHERE aid = $1", there).Scan(&locked, &v); err != nil || v != 73 {
+				t.Fatalf("a session lock taken in a keyed read of another shard: %d, %v; want 73", v, err)
+			}
+			exec("SELECT pg_advisory_unlock_all()")
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+
+			var setting string
+			if err := conn.QueryRow(ctx, "SELECT set_config('work_mem', '6MB', false), abalance FROM accounts WHERE aid = $1", there).Scan(&setting, &v); err != nil || v != 73 {
+				t.Fatalf("set_config(..., false) in a keyed read of another shard: %d, %v; want 73", v, err)
+			}
+			exec("DISCARD ALL")
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+
+			exec("BEGIN")
+			exec(fmt.Sprintf("DECLARE held CURSOR WITH HOLD FOR SELECT abalance FROM accounts WHERE aid = %d", there))
+			exec("COMMIT")
+			v, err = one("FETCH NEXT FROM held")
+			want73("a cursor WITH HOLD over another shard's key", v, err)
+			exec("CLOSE ALL")
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+		})
+	}
+}

@@ -48,6 +48,13 @@ func (s *statements) analyzeStmt(text string, node *pg.Node) *Statement {
 // analyzeStmtLit is analyzeStmt for a normalized text when lc is set: the
 // $n that lc names are literal slots.
 func (s *statements) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Statement {
+	return s.analyzeWith(text, node, lc, false)
+}
+
+// analyzeWith is analyzeStmtLit; own analyzes the statement as a server
+// session of its own runs it (Table.OnOwnSession): the session state it
+// keeps is that session's, so what it reads and writes routes it.
+func (s *statements) analyzeWith(text string, node *pg.Node, lc *litCtx, own bool) *Statement {
 	st := &Statement{SQL: text, Kind: KindOther}
 	lr := lex(text, false, 0)
 	st.NumParams = lr.maxParam
@@ -61,7 +68,7 @@ func (s *statements) analyzeStmtLit(text string, node *pg.Node, lc *litCtx) *Sta
 
 	a := newAnalyzer(s.sc, s.pl.m)
 	a.rd.lit = lc
-	c := &classifying{s: s, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}}
+	c := &classifying{s: s, st: st, a: a, p: &plan{anyReason: "touches no sharded table"}, own: own}
 	query := c.classify(node)
 	c.noteDDL(node)
 	c.noteFacts(text, node)
@@ -85,6 +92,9 @@ type classifying struct {
 	st *Statement
 	a  *analyzer
 	p  *plan
+	// own: the statement runs on a server session of its own (analyzeWith):
+	// session state is no reason to refuse it.
+	own bool
 }
 
 // unsupported makes the statement KindUnsupported: it keeps session
@@ -231,7 +241,7 @@ func (c *classifying) declareCursor(dc *pg.DeclareCursorStmt) (query bool) {
 	}
 	c.st.Cursor = &Cursor{Verb: CursorDeclare, Name: dc.Portalname, Query: c.s.analyzeStmt(inner, dc.Query),
 		Binary: dc.Options&cursorOptBinary != 0, Hold: dc.Options&cursorOptHold != 0}
-	if dc.Options&cursorOptHold != 0 {
+	if dc.Options&cursorOptHold != 0 && !c.own {
 		c.unsupported("hold-cursor", "DECLARE ... WITH HOLD creates a cursor that outlives the transaction on one server session; declare it WITHOUT HOLD inside a transaction")
 		return false
 	}
@@ -395,6 +405,11 @@ func (c *classifying) createTableAs(ct *pg.CreateTableAsStmt) (query bool) {
 	st, a, p := c.st, c.a, c.p
 	if ct.Into != nil && temp(ct.Into.Rel) && ct.Into.OnCommit != pg.OnCommitAction_ONCOMMIT_DROP {
 		st.TempTables = []string{ct.Into.Rel.Relname}
+		if c.own {
+			// The table is the session's: the rows it reads route it.
+			a.query(ct.Query, nil, false)
+			return true
+		}
 		c.unsupported("temp", "CREATE TEMP TABLE ... AS creates a table that outlives the transaction in one server session; add ON COMMIT DROP")
 		return false
 	}
@@ -439,7 +454,7 @@ func (c *classifying) noteFacts(text string, node *pg.Node) {
 	if sel := node.GetSelectStmt(); sel != nil {
 		st.Select = sel.IntoClause == nil
 	}
-	if a.unsupported != "" && st.Kind != KindUnsupported {
+	if a.unsupported != "" && st.Kind != KindUnsupported && !(c.own && a.unsupportedState != "") {
 		c.unsupported(a.unsupportedState, a.unsupported)
 	}
 	if p.defaultWhy == "" && !p.ddl && st.Kind != KindUnsupported {

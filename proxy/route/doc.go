@@ -32,7 +32,10 @@
 //	makes a classifying (classify.go) that classifies it and finishes its
 //	plan; per shape, a shape (shape.go) that binds each text's literals;
 //	per read refused across shards, a stageBuilder (twostage.go) that
-//	plans its two stages once, kept in the statement.
+//	plans its two stages once, kept in the statement. Table.OnOwnSession
+//	classifies a statement refused for the session state it keeps again,
+//	as a pinned session's own server session runs it (classifying.own:
+//	its rows route it), on demand and uncached.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
 //	setlocal.go the statements that only set transaction-local settings;

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	pg "github.com/pganalyze/pg_query_go/v6"
+
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -121,6 +123,30 @@ func (r *Table) SplitBytes(sql []byte) ([]*Statement, error) {
 		return a.list, nil
 	}
 	return r.Split(string(sql))
+}
+
+// OnOwnSession is st, a statement refused for the session state it keeps
+// on the server session that runs it (KindUnsupported with SessionState),
+// analyzed as a server session of its own — a pinned client's — runs it:
+// routed by the rows it reads and writes (a CREATE TEMP TABLE ... AS by
+// its query, a DECLARE ... WITH HOLD by its cursor's, a query calling
+// pg_advisory_lock or set_config(..., false) as that query). nil for a
+// statement of another kind, or one that names no table (any shard's
+// session runs it). Not cached: it parses st's text again, and only
+// statements that pin a session ask.
+func (r *Table) OnOwnSession(st *Statement) *Statement {
+	if st.Kind != KindUnsupported || st.SessionState == "" || st.ParseError != "" {
+		return nil
+	}
+	res, err := pg.Parse(st.SQL)
+	if err != nil || len(res.Stmts) != 1 {
+		return nil
+	}
+	own := r.stmts.analyzeWith(st.SQL, res.Stmts[0].Stmt, nil, true)
+	if len(own.Tables) == 0 {
+		return nil
+	}
+	return own
 }
 
 // RouteKey routes an explicit key (SET LOCAL pgshard.key, a hint). An int8

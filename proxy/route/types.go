@@ -686,6 +686,9 @@ type Analyzer interface {
 	ServedSQL(st *Statement, base string, checked bool) string
 	// RouteKey routes an explicit key (hints: SET LOCAL pgshard.key).
 	RouteKey(key string, t KeyType) Dest
+	// OnOwnSession is st analyzed as a server session of its own runs it,
+	// when st keeps session state (Table.OnOwnSession); nil otherwise.
+	OnOwnSession(st *Statement) *Statement
 	// Map is the shard map routes refer to.
 	Map() *shardmap.Map
 }

@@ -88,6 +88,9 @@
 //	                 reasons, what ends them); pinstmts.go: a pinned
 //	                 session's prepared statements (the proxy's made real
 //	                 on its backend, the backend's kept past the pin);
+//	                 pinroute.go: where what a pinned backend runs as
+//	                 sent reads (EXECUTE, statements that keep session
+//	                 state), the pin's shard, its temporary tables;
 //	                 fastpath.go: FunctionCall
 //	                 messages (large objects); setreset.go: a
 //	                 client's SET/RESET; sessiongen.go: moving to a newer

@@ -211,16 +211,16 @@ func (p pipePlanner) parse(raw []byte) {
 
 // bindDest is the destination of a Bind's statement a: an SQL-level
 // PREPARE or EXECUTE is refused unless the session is pinned (its
-// backend runs them), and a pinned session's EXECUTE goes by the
-// statement it runs (pinnedExecuteDest).
+// backend runs them), and what a pinned session's backend runs as sent
+// goes by what it reads and writes (pinnedForwardDest).
 func bindDest(p *planner, a *route.Statement, bv *pgwire.BindView, oids []uint32) (route.Dest, *pgwire.Error) {
 	s := p.s
 	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
 		return route.Dest{}, pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements")
 	}
 	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)
-	if a.Kind == route.KindExecute && s.own != nil {
-		return pinnedExecuteDest(p, a, d) // pinstmts.go
+	if s.own != nil {
+		return pinnedForwardDest(p, a, d, bv.Params, bv.Formats, oids) // pinroute.go
 	}
 	return d, nil
 }

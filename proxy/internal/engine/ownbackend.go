@@ -43,6 +43,17 @@ func (o *ownBackend) add(why pinReason, temps []string) {
 	}
 }
 
+// holdsAll reports whether every name is one of the session's temporary
+// objects.
+func (o *ownBackend) holdsAll(names []string) bool {
+	for _, n := range names {
+		if !o.temps[n] {
+			return false
+		}
+	}
+	return true
+}
+
 // forwards reports whether a statement the proxy answers itself in
 // transaction pooling goes to the backend because the session is pinned
 // (o nil: it is not).

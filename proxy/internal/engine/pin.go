@@ -285,7 +285,11 @@ func (p pinner) pinForQuery(ctx context.Context, as []*route.Statement) *pgwire.
 	if why&(pinSessionMode|pinSetsOnce) != 0 {
 		shard = s.gen.firstShard(as)
 	}
-	return p.pinTo(ctx, shard, why, temps)
+	own, e := stateShard(s, as) // pinroute.go
+	if e != nil {
+		return e
+	}
+	return p.pinOn(ctx, shard, own, why, temps)
 }
 
 // sqlPrepared reports whether a query string uses SQL-level prepared
@@ -321,6 +325,8 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 	var pv pgwire.ParseView
 	bv := &s.bv // scratch: the planner decodes each Bind again
 	var sets, others bool
+	var parsed *route.Statement // the last Parse's, for an unnamed Bind
+	own := -1                   // the shard of the statements that keep session state (pinroute.go)
 	for _, m := range s.grp {
 		var a *route.Statement
 		switch m.typ {
@@ -332,14 +338,22 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if err != nil {
 				return nil
 			}
-			a = st
+			a, parsed = st, st
 		case 'B':
 			if bv.Decode(m.raw) != nil {
 				return nil
 			}
+			bound, oids := parsed, pv.Oids
 			if len(bv.Stmt) > 0 {
+				bound = nil
 				if vs := s.stmts[string(bv.Stmt)]; vs != nil {
-					a = vs.st
+					a, bound, oids = vs.st, vs.st, vs.oids
+				}
+			}
+			if bound != nil && bound.Kind == route.KindUnsupported && bound.SessionState != "" {
+				var e *pgwire.Error
+				if own, e = stateShardOf(s, own, bound, bv.Params, bv.Formats, oids); e != nil {
+					return e
 				}
 			}
 		}
@@ -372,7 +386,7 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 	if why&(pinSessionMode|pinSetsOnce) != 0 {
 		shard = p.pipelineShard()
 	}
-	return p.pinTo(ctx, shard, why, temps)
+	return p.pinOn(ctx, shard, own, why, temps)
 }
 
 // pipelineShard is the shard of the first Bind of the buffered pipeline
@@ -688,11 +702,8 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
 		}
-		d := s.gen.adjustDest(a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		var e *pgwire.Error
-		if a.Kind == route.KindExecute {
-			d, e = pinnedExecuteDest(p.planner, a, d) // pinstmts.go
-		}
+		d := pinAdjust(s, a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
+		d, e := pinnedForwardDest(p.planner, a, d, nil, nil, nil) // pinroute.go
 		ok := false
 		if e == nil {
 			ok, e = p.planner.pinnedRoute(a, d)

@@ -89,35 +89,3 @@ func (p pinner) keepPrepared(a *route.Statement) {
 	vs.realOn = s.bc
 	s.stmts[a.PrepareName] = vs
 }
-
-// pinnedExecuteDest routes a pinned session's EXECUTE (sent to its
-// backend as the client wrote it) by the statement it runs, as an
-// unpinned session's is (sqlExecute): a statement the proxy knows whose
-// arguments name a key of another shard is refused as any statement for
-// another shard is (the pinned backend would answer it from its own
-// rows: none), one that reads every shard is refused too, and a keyed
-// one gets the fence's assert of its key. d is the EXECUTE's own
-// destination, returned when the statement is not the proxy's to know
-// (the server answers it).
-func pinnedExecuteDest(p *planner, a *route.Statement, d route.Dest) (route.Dest, *pgwire.Error) {
-	vs := p.book.lookup([]byte(a.PrepareName))
-	if vs == nil || p.isLocal(vs.st) || p.sim.tx == txFailed {
-		return d, nil
-	}
-	vd := p.s.gen.adjustDest(vs.st, p.s.gen.Config.Analyzer.Route(vs.st, a.ExecuteArgs, nil, vs.oids))
-	ok, e := p.pinnedRoute(vs.st, vd)
-	switch {
-	case e != nil:
-		return d, e
-	case ok:
-		return vd, nil
-	case a.ExecuteArgs == nil && a.Reason != "":
-		return d, pgwire.NewError(pgwire.CodeFeatureNotSupported, a.Reason)
-	case vd.Kind == route.DestRefuse && vd.Refusal != nil:
-		return d, refusalError(vd.Refusal)
-	}
-	return d, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-		Message: "EXECUTE of a prepared statement that runs on every shard is not supported by pgshard in a pinned session",
-		Detail:  vd.Why(),
-		Hint:    "Run the statement itself."}
-}

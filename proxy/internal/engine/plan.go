@@ -507,7 +507,7 @@ func (p *planner) target(a *route.Statement, d route.Dest) routePlan {
 		srv.StmtEpoch.Add(1) // see Server.stmtEpoch
 		srv.Collation.Store(collationUnknown)
 	}
-	ad := p.s.gen.adjustDest(a, d)
+	ad := pinAdjust(p.s, a, d) // pinroute.go
 	in := p.routeState()
 	in.forward = p.s.own.forwards(a)
 	if ad.Kind == route.DestShard && ad.Bucket >= 0 {

@@ -105,9 +105,9 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 		return
 	}
 	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
-	if st.Kind == route.KindExecute && s.own != nil {
+	if s.own != nil {
 		var e *pgwire.Error
-		if d, e = pinnedExecuteDest(p.planner, st, d); e != nil { // pinstmts.go
+		if d, e = pinnedForwardDest(p.planner, st, d, nil, nil, nil); e != nil { // pinroute.go
 			p.planner.fail(e, nil)
 			p.endQuery()
 			return
