@@ -846,7 +846,10 @@ func TestPreparedAcrossPin(t *testing.T) {
 				"PREPARE px AS SELECT 7 AS seven",
 				"EXECUTE px",
 				"PREPARE py(int) AS SELECT $1 + 1 AS next",
+				"PREPARE pe AS SELECT 'e' AS e",
 			))
+			executePe := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "EXECUTE pe"}, &pgproto3.Bind{},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}
 			sameReplies(t, px, ref, "pinned by a temporary table", append(steps(
 				"CREATE TEMP TABLE tt (a int)",
 				"EXECUTE px",
@@ -859,7 +862,7 @@ func TestPreparedAcrossPin(t *testing.T) {
 				"EXECUTE px",
 				"PREPARE pw AS SELECT 'w' AS w",
 				"COMMIT",
-			), bindPy("10")))
+			), bindPy("10"), executePe))
 			if got := metricSum(t, e.srv, "pgshard_proxy_pinned_sessions"); got != 1 {
 				t.Fatalf("pinned sessions with a temporary table = %v, want 1", got)
 			}

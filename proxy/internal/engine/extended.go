@@ -63,7 +63,12 @@ func (s *Session) runPipeline(ctx context.Context) error {
 		s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())
 		return nil
 	}
-	if e := pinning(s).pinForPipeline(ctx); e != nil {
+	pn := pinning(s)
+	e := pn.pinForPipeline(ctx)
+	if e == nil && s.own != nil {
+		e = pn.realizeNamed(ctx, pipelineNamed(s)) // pinstmts.go
+	}
+	if e != nil {
 		s.cc.out = pgwire.AppendError(s.cc.out, e)
 		if term == 'S' {
 			s.cc.out = pgwire.AppendRFQ(s.cc.out, s.txn.status())

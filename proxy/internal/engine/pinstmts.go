@@ -89,3 +89,22 @@ func (p pinner) keepPrepared(a *route.Statement) {
 	vs.realOn = s.bc
 	s.stmts[a.PrepareName] = vs
 }
+
+// pipelineNamed is the SQL-level PREPARE, EXECUTE and DEALLOCATE
+// statements the buffered pipeline parses (for realizeNamed).
+func pipelineNamed(s *Session) []*route.Statement {
+	var out []*route.Statement
+	var pv pgwire.ParseView
+	for _, m := range s.grp {
+		if m.typ != 'P' || pv.Decode(m.raw) != nil {
+			continue
+		}
+		if a, err := s.gen.Config.Analyzer.AnalyzeBytes(pv.Query); err == nil {
+			switch a.Kind {
+			case route.KindPrepare, route.KindExecute, route.KindDeallocate:
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
