@@ -30,6 +30,19 @@ func (g *GenerationEnv) pickAny() int {
 	return start
 }
 
+// pickHome returns the shard for a read that touches no sharded table:
+// the default shard, which holds every object — the unsharded tables,
+// views and sequences, and so the whole catalog: a read of pg_class or
+// information_schema, a regclass cast, pg_relation_size('t') answer
+// there as on one database, where another shard's catalog lacks them —
+// or, while it is down, any shard that is up (SELECT 1 still answers).
+func (g *GenerationEnv) pickHome() int {
+	if g.Pools[g.DefaultShard].Down.Load() == nil {
+		return g.DefaultShard
+	}
+	return g.pickAny()
+}
+
 const (
 	collationUnknown int32 = iota
 	collationC

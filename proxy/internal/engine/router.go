@@ -247,7 +247,7 @@ func (r router) inTxn(a *route.Statement, d route.Dest, in *routeIn, want int, r
 // outside a transaction's backend and hint: the shard of the pipeline's
 // next keyed statement (ahead, lookahead's answer; -1 outside a
 // pipeline), every shard for a setting ahead of a read of every shard,
-// any shard for a read, else the default shard.
+// else the default shard (a read: any shard while it is down, pickHome).
 func (r router) keyless(a *route.Statement, in *routeIn, ahead int, rp *routePlan) {
 	rp.needAhead = false
 	switch {
@@ -257,7 +257,7 @@ func (r router) keyless(a *route.Statement, in *routeIn, ahead int, rp *routePla
 		rp.shard, rp.leadNext = -1, true
 	case a.ReadOnly:
 		rp.softOn = in.tx == txDeferred
-		rp.shard, rp.anyShard = r.gen.pickAny(), true
+		rp.shard, rp.anyShard = r.gen.pickHome(), true
 	default:
 		rp.shard = r.gen.DefaultShard
 	}
@@ -267,8 +267,9 @@ func (r router) keyless(a *route.Statement, in *routeIn, ahead int, rp *routePla
 // pipeline runs on a backend: the held backend's, else the shard of the
 // pipeline's next keyed statement (ahead, -1: none), else the default
 // shard when the statement's objects live there only (unsharded, asked
-// only then), else the hint's, else any shard (a deferred transaction
-// then binds only softly for it).
+// only then), else the hint's, else the default shard or, while it is
+// down, any (pickHome; a deferred transaction then binds only softly
+// for it).
 func (r router) describer(in *routeIn, ahead int, unsharded func() bool) routePlan {
 	rp := routePlan{shard: in.shard}
 	if !in.held {
@@ -284,7 +285,7 @@ func (r router) describer(in *routeIn, ahead int, unsharded func() bool) routePl
 		rp.shard, rp.hinted = in.hint, true
 		return rp
 	}
-	rp.shard, rp.anyShard = r.gen.pickAny(), true
+	rp.shard, rp.anyShard = r.gen.pickHome(), true
 	rp.softOn = in.tx == txDeferred
 	return rp
 }

@@ -1,0 +1,43 @@
+package proxy_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestTablelessReadsSeeEveryObject: a read that touches no sharded table
+// runs on the default shard, which holds every object: the catalog reads
+// a client's introspection makes (psql's \dt, SQLAlchemy's and an ORM's
+// has_table, information_schema), a regclass name lookup and a size of an
+// unsharded table see it on every try, in both protocols. They ran on any
+// shard in turn, where another shard's catalog lacks it: counts of 0 and
+// "relation does not exist" on some tries.
+func TestTablelessReadsSeeEveryObject(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	setup := e.connect(t)
+	if _, err := setup.Exec(ctx, "CREATE TABLE IF NOT EXISTS tableless_probe (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	reads := []string{
+		"SELECT count(*) FROM pg_class WHERE relname = 'tableless_probe'",
+		"SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = 'tableless_probe'",
+		"SELECT count(*) FROM information_schema.tables WHERE table_name = 'tableless_probe'",
+		"SELECT count(*) FROM pg_attribute WHERE attrelid = 'tableless_probe'::regclass AND attname = 'a'",
+		"SELECT (to_regclass('tableless_probe') IS NOT NULL)::int",
+		"SELECT (pg_relation_size('tableless_probe') >= 0)::int",
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
+		for try := 0; try < 2*len(e.db.m.Shards); try++ {
+			for _, q := range reads {
+				var n int
+				if err := conn.QueryRow(ctx, q).Scan(&n); err != nil || n != 1 {
+					t.Fatalf("%v, try %d: %s: %d, %v; want 1 (the default shard's catalog)", mode, try, q, n, err)
+				}
+			}
+		}
+	}
+}
