@@ -25,7 +25,10 @@ import (
 //     WITH HOLD, a session advisory lock or set_config(..., false) in a
 //     query — goes by the rows it reads and writes
 //     (route.Analyzer.OnOwnSession: ownDest), when pinning the session
-//     (stateShard) and once pinned (pinnedForwardDest).
+//     (stateShard, pinOn) and once pinned (pinnedForwardDest);
+//   - the session's temporary tables are on its pinned backend, wherever
+//     the pin is, not on the default shard with the unsharded tables
+//     (pinAdjust).
 
 // pinnedForwardDest is the destination of a's run on a pinned session's
 // backend (d is a's own, kept when the proxy has nothing to add): an
