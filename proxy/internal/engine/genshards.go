@@ -18,16 +18,23 @@ import (
 // routing decision (adjustDest).
 
 // pickAny returns a shard for a statement that may run anywhere.
-// Shards found down are skipped while others are up.
+// Shards found down, or paused by an operator (PAUSE), are skipped while
+// others serve.
 func (g *GenerationEnv) pickAny() int {
 	n := len(g.Pools)
 	start := int(g.RR.Add(1) % uint32(n))
 	for k := 0; k < n; k++ {
-		if i := (start + k) % n; g.Pools[i].Down.Load() == nil {
+		if i := (start + k) % n; serving(g.Pools[i]) {
 			return i
 		}
 	}
 	return start
+}
+
+// serving reports whether pool's shard takes new transactions now: not
+// found down, not paused.
+func serving(pool *backend.Pool) bool {
+	return pool.Down.Load() == nil && !pool.Ops.Paused.Load()
 }
 
 // pickHome returns the shard for a read that touches no sharded table:
@@ -35,9 +42,10 @@ func (g *GenerationEnv) pickAny() int {
 // views and sequences, and so the whole catalog: a read of pg_class or
 // information_schema, a regclass cast, pg_relation_size('t') answer
 // there as on one database, where another shard's catalog lacks them —
-// or, while it is down, any shard that is up (SELECT 1 still answers).
+// or, while it is down or paused, any shard that serves (SELECT 1 still
+// answers).
 func (g *GenerationEnv) pickHome() int {
-	if g.Pools[g.DefaultShard].Down.Load() == nil {
+	if serving(g.Pools[g.DefaultShard]) {
 		return g.DefaultShard
 	}
 	return g.pickAny()
