@@ -953,8 +953,9 @@ func TestPinnedExecuteRoutes(t *testing.T) {
 // (and so pins the session) and reads sharded rows runs where the rows
 // are, not on the pin's usual shard: CREATE TEMP TABLE ... AS of a key of
 // another shard holds that key's row (the session is pinned there, its
-// temporary table is found there), a session advisory lock or setting
-// taken in a keyed read and a cursor WITH HOLD over one return the row, in
+// temporary table is found there), a temporary view of it reads it, a
+// session advisory lock or setting taken in a keyed read and a cursor
+// WITH HOLD over one return the row, in
 // the simple and the extended protocol; one whose rows are every shard's
 // is refused (it read only the default shard's before), and once pinned a
 // key of another shard is refused.
@@ -1039,6 +1040,15 @@ func TestSessionStateStatementsRoute(t *testing.T) {
 			if err := conn.QueryRow(ctx, "SELECT set_config('work_mem', '6MB', false), abalance FROM accounts WHERE aid = $1", there).Scan(&setting, &v); err != nil || v != 73 {
 				t.Fatalf("set_config(..., false) in a keyed read of another shard: %d, %v; want 73", v, err)
 			}
+			exec("DISCARD ALL")
+			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+
+			if _, err := conn.Exec(ctx, "CREATE TEMP VIEW all_rows AS SELECT * FROM accounts"); pgCode(err) != "0A000" {
+				t.Fatalf("CREATE TEMP VIEW of every shard's rows: %v; want 0A000", err)
+			}
+			exec(fmt.Sprintf("CREATE TEMP VIEW one_row AS SELECT abalance FROM accounts WHERE aid = %d", there))
+			v, err = one("SELECT abalance FROM one_row")
+			want73("a temporary view of another shard's key", v, err)
 			exec("DISCARD ALL")
 			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
 

@@ -390,6 +390,12 @@ func (c *classifying) create(node *pg.Node) (query bool) {
 	}
 	if tempRel != nil && temp(tempRel) {
 		st.TempTables = []string{tempRel.Relname}
+		if v := node.GetViewStmt(); v != nil && c.own {
+			// The view is the session's: the rows its query reads, which
+			// its later reads read on the pinned backend, route it.
+			c.a.query(v.Query, nil, false)
+			return true
+		}
 		c.unsupported("temp", tempWhy)
 		return false
 	}

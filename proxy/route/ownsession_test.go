@@ -11,7 +11,7 @@ import (
 // read on its key's shard, a key-less one refused (it cannot be merged
 // into one session's state), a global table's anywhere, a statement of
 // no table nowhere in particular (nil); the session state (a temporary
-// table, a cursor WITH HOLD, a session lock or setting) is no reason to
+// table or view, a cursor WITH HOLD, a session lock or setting) is no reason to
 // refuse it there, any other reason still is.
 func TestOnOwnSession(t *testing.T) {
 	r := newRouter(t, "default")
@@ -29,6 +29,9 @@ func TestOnOwnSession(t *testing.T) {
 		{"DECLARE c CURSOR WITH HOLD FOR SELECT * FROM executions WHERE id = $1", [][]byte{[]byte("k6")}, route.DestShard},
 		{"DECLARE c CURSOR WITH HOLD FOR SELECT * FROM executions", nil, route.DestRefuse},
 		{"DECLARE c CURSOR WITH HOLD FOR SELECT * FROM definitions", nil, route.DestAny}, // a global table
+		{"CREATE TEMP VIEW v AS SELECT * FROM executions WHERE id = 'k6'", nil, route.DestShard},
+		{"CREATE TEMP VIEW v AS SELECT * FROM executions", nil, route.DestRefuse},
+		{"CREATE TEMP TABLE t (LIKE executions)", nil, -1}, // no rows
 		{"SELECT pg_advisory_lock(1)", nil, -1},
 		{"CREATE TEMP TABLE z (a int)", nil, -1},
 		{"LISTEN chan", nil, -1},
