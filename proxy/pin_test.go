@@ -955,10 +955,12 @@ func TestPinnedExecuteRoutes(t *testing.T) {
 // another shard holds that key's row (the session is pinned there, its
 // temporary table is found there), a temporary view of it reads it, a
 // session advisory lock or setting taken in a keyed read and a cursor
-// WITH HOLD over one return the row, in
-// the simple and the extended protocol; one whose rows are every shard's
-// is refused (it read only the default shard's before), and once pinned a
-// key of another shard is refused.
+// WITH HOLD over one return the row — in the simple protocol and in
+// pgx's extended modes (Parse, Bind and Execute in one pipeline; a
+// statement described first and bound in a later pipeline, which pins
+// at its Bind); one whose rows are every shard's is refused (it read
+// only the default shard's before), and once pinned a key of another
+// shard is refused.
 func TestSessionStateStatementsRoute(t *testing.T) {
 	e := startProxy(t)
 	ctx := ctxT(t, 2*time.Minute)
@@ -994,7 +996,7 @@ func TestSessionStateStatementsRoute(t *testing.T) {
 			t.Fatalf("pinned sessions %v, want one on %s", p, e.db.m.Shards[want].Name)
 		}
 	}
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
 		t.Run(mode.String(), func(t *testing.T) {
 			conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
 			one := func(q string, args ...any) (int, error) {
@@ -1012,6 +1014,15 @@ func TestSessionStateStatementsRoute(t *testing.T) {
 				t.Helper()
 				if _, err := conn.Exec(ctx, q, args...); err != nil {
 					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			discardAll := func() {
+				t.Helper()
+				exec("DISCARD ALL")
+				// Its prepared statements are gone too, as on one
+				// Postgres: pgx's statement cache must forget them.
+				if err := conn.DeallocateAll(ctx); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if _, err := conn.Exec(ctx, "CREATE TEMP TABLE all_rows AS SELECT * FROM accounts"); pgCode(err) != "0A000" {
@@ -1040,7 +1051,7 @@ func TestSessionStateStatementsRoute(t *testing.T) {
 			if err := conn.QueryRow(ctx, "SELECT set_config('work_mem', '6MB', false), abalance FROM accounts WHERE aid = $1", there).Scan(&setting, &v); err != nil || v != 73 {
 				t.Fatalf("set_config(..., false) in a keyed read of another shard: %d, %v; want 73", v, err)
 			}
-			exec("DISCARD ALL")
+			discardAll()
 			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
 
 			if _, err := conn.Exec(ctx, "CREATE TEMP VIEW all_rows AS SELECT * FROM accounts"); pgCode(err) != "0A000" {
@@ -1049,7 +1060,7 @@ func TestSessionStateStatementsRoute(t *testing.T) {
 			exec(fmt.Sprintf("CREATE TEMP VIEW one_row AS SELECT abalance FROM accounts WHERE aid = %d", there))
 			v, err = one("SELECT abalance FROM one_row")
 			want73("a temporary view of another shard's key", v, err)
-			exec("DISCARD ALL")
+			discardAll()
 			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
 
 			exec("BEGIN")

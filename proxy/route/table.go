@@ -132,10 +132,18 @@ func (r *Table) SplitBytes(sql []byte) ([]*Statement, error) {
 // its query, a DECLARE ... WITH HOLD by its cursor's, a query calling
 // pg_advisory_lock or set_config(..., false) as that query). nil for a
 // statement of another kind, or one that names no table (any shard's
-// session runs it). Not cached: it parses st's text again, and only
-// statements that pin a session ask.
+// session runs it). Not cached: it parses st's text again — only for a
+// statement whose query may name a table — and only statements that pin
+// a session ask.
 func (r *Table) OnOwnSession(st *Statement) *Statement {
 	if st.Kind != KindUnsupported || st.SessionState == "" || st.ParseError != "" {
+		return nil
+	}
+	if len(st.Tables) == 0 && st.Cursor == nil && len(st.TempTables) == 0 {
+		// Its query names no table (a call of pg_advisory_lock(k) or
+		// set_config(…, false) alone, LISTEN): nothing for a parse to find.
+		// Only a CREATE TEMP … AS, a temporary view and a cursor WITH HOLD
+		// leave their query unread when refused.
 		return nil
 	}
 	res, err := pg.Parse(st.SQL)

@@ -995,12 +995,7 @@ func (s *Session) afterReady(p *planner, st byte) {
 			s.readers.end() // the transaction failed: nothing more to read
 		}
 	default:
-		s.txn.tx = txIdle
-		s.txn.bstatus = 0
-		s.txn.deferred = s.txn.deferred[:0]
-		s.txn.hint = -1
-		s.txn.soft = false
-		s.txn.mainWrote, s.txn.hintBound = false, false
+		s.txn.reset()
 		if s.own != nil {
 			if !p.exErrored {
 				pinning(s).applyPinOps(p.pinOps, true)

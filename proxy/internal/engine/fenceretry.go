@@ -165,7 +165,7 @@ func (r *fenceRetrier) retry(ctx context.Context, s *Session, res exchangeResult
 	if r.idleStart {
 		// The pipeline began outside a transaction block: a BEGIN in it
 		// runs again with it.
-		s.txn.tx, s.txn.bstatus, s.txn.deferred, s.txn.hint = txIdle, 0, s.txn.deferred[:0], -1
+		s.txn.reset()
 	} else if s.txn.tx == txBound {
 		// A soft transaction (only table-less reads): its start is
 		// replayed on the new owner, as moveSoft does.

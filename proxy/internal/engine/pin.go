@@ -38,6 +38,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -325,8 +326,16 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 	var pv pgwire.ParseView
 	bv := &s.bv // scratch: the planner decodes each Bind again
 	var sets, others bool
-	var parsed *route.Statement // the last Parse's, for an unnamed Bind
-	own := -1                   // the shard of the statements that keep session state (pinroute.go)
+	// parsed is the unnamed statement an unnamed Bind binds (the last
+	// Parse's, or one parsed before the pipeline); own the shard of the
+	// statements that keep session state (pinroute.go).
+	var parsed *route.Statement
+	var parsedOids []uint32
+	if s.unnamed != nil {
+		parsed, parsedOids = s.unnamed.st, s.unnamed.oids
+	}
+	own := -1
+	var err2 *pgwire.Error
 	for _, m := range s.grp {
 		var a *route.Statement
 		switch m.typ {
@@ -338,22 +347,38 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if err != nil {
 				return nil
 			}
-			a, parsed = st, st
+			a = st
+			if len(pv.Name) == 0 {
+				parsed, parsedOids = st, nil
+				if keepsState(st) {
+					parsedOids = slices.Clone(pv.Oids) // pv's are reused; only these are read
+				}
+			}
+			if keepsState(st) {
+				if st.NumParams > 0 {
+					// Its rows' shard is its Bind's to say (pgx describes
+					// a statement in a pipeline of its own, then binds it):
+					// the Bind pins it.
+					a = nil
+				} else if own, err2 = stateShardOf(s, own, st, nil, nil, pv.Oids); err2 != nil {
+					return err2
+				}
+			}
 		case 'B':
 			if bv.Decode(m.raw) != nil {
 				return nil
 			}
-			bound, oids := parsed, pv.Oids
+			bound, oids := parsed, parsedOids
 			if len(bv.Stmt) > 0 {
 				bound = nil
 				if vs := s.stmts[string(bv.Stmt)]; vs != nil {
 					a, bound, oids = vs.st, vs.st, vs.oids
 				}
 			}
-			if bound != nil && bound.Kind == route.KindUnsupported && bound.SessionState != "" {
-				var e *pgwire.Error
-				if own, e = stateShardOf(s, own, bound, bv.Params, bv.Formats, oids); e != nil {
-					return e
+			if bound != nil && keepsState(bound) {
+				a = bound
+				if own, err2 = stateShardOf(s, own, bound, bv.Params, bv.Formats, oids); err2 != nil {
+					return err2
 				}
 			}
 		}
@@ -387,6 +412,13 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 		shard = p.pipelineShard()
 	}
 	return p.pinOn(ctx, shard, own, why, temps)
+}
+
+// keepsState reports whether a is refused in transaction pooling for the
+// session state it keeps, which pins the session (on the shard its rows
+// are on: pinroute.go).
+func keepsState(a *route.Statement) bool {
+	return a.Kind == route.KindUnsupported && a.SessionState != ""
 }
 
 // pipelineShard is the shard of the first Bind of the buffered pipeline

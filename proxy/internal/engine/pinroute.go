@@ -101,21 +101,25 @@ func stateShard(s *Session, as []*route.Statement) (int, *pgwire.Error) {
 func stateShardOf(s *Session, shard int, a *route.Statement, params [][]byte, formats []int16, oids []uint32) (int, *pgwire.Error) {
 	g := s.gen
 	_, d, ok := ownDest(s, a, params, formats, oids)
+	want := -1
 	switch {
 	case !ok:
 		return shard, nil
-	case d.Kind == route.DestShard && shard >= 0 && d.Shard != shard:
-		return -1, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: fmt.Sprintf("statements that keep session state touch shards %q and %q: a session of its own is on one shard", g.shardName(shard), g.shardName(d.Shard)),
-			Hint:    "Send them from two sessions."}
-	case d.Kind == route.DestShard:
-		return d.Shard, nil
 	case d.Kind == route.DestRefuse, d.Kind == route.DestAll:
 		return -1, ownRefusal(d)
+	case d.Kind == route.DestShard:
+		want = d.Shard
 	case d.Default:
-		return g.DefaultShard, nil
+		want = g.DefaultShard
+	default:
+		return shard, nil
 	}
-	return shard, nil
+	if shard >= 0 && want != shard {
+		return -1, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+			Message: fmt.Sprintf("statements that keep session state touch shards %q and %q: a session of its own is on one shard", g.shardName(shard), g.shardName(want)),
+			Hint:    "Send them from two sessions."}
+	}
+	return want, nil
 }
 
 // pinnedExecuteDest routes a pinned session's EXECUTE (sent to its
@@ -158,9 +162,7 @@ func (p pinner) pinOn(ctx context.Context, shard, own int, why pinReason, temps 
 	s := p.s
 	if own >= 0 {
 		if s.bc != nil && s.txn.shard != own {
-			return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-				Message: fmt.Sprintf("statement touches shard %q but the transaction is on shard %q", s.gen.shardName(own), s.gen.shardName(s.txn.shard)),
-				Hint:    "A transaction runs on one shard: roll it back, then run the statement in its own transaction."}
+			return router{gen: s.gen}.crossShard(&routeIn{tx: s.txn.tx, explicit: s.txn.tx != txIdle}, own, s.txn.shard, "")
 		}
 		shard = own
 	}

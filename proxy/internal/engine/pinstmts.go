@@ -84,8 +84,7 @@ func (p pinner) keepPrepared(a *route.Statement) {
 		s.own.add(pinPrepare, []string{"\x00prepare\x00" + a.PrepareName})
 		return
 	}
-	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
-	vs.epoch = s.gen.StmtEpoch.Load()
+	vs := preparedVstmt(a, s.gen.StmtEpoch.Load())
 	vs.realOn = s.bc
 	s.stmts[a.PrepareName] = vs
 }
@@ -93,6 +92,9 @@ func (p pinner) keepPrepared(a *route.Statement) {
 // pipelineNamed is the SQL-level PREPARE, EXECUTE and DEALLOCATE
 // statements the buffered pipeline parses (for realizeNamed).
 func pipelineNamed(s *Session) []*route.Statement {
+	if len(s.stmts) == 0 {
+		return nil // none to prepare on the backend: no Parse to read
+	}
 	var out []*route.Statement
 	var pv pgwire.ParseView
 	for _, m := range s.grp {

@@ -136,7 +136,7 @@ func (x *fanExec) servedRetry() error {
 	if x.idleStart {
 		// Its BEGIN came in the same message: answered again by the run
 		// again.
-		x.txn.tx, x.txn.bstatus, x.txn.deferred, x.txn.hint = txIdle, 0, x.txn.deferred[:0], -1
+		x.txn.reset()
 	}
 	x.cc.out = x.cc.out[:x.outStart]
 	if !x.sess.awaitServed(x.ctx, x.retryEpoch) {

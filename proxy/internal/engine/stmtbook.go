@@ -68,6 +68,14 @@ func (b *stmtBook) deallocate(a *route.Statement) (action, *pgwire.Error) {
 	return action{tag: "DEALLOCATE", eff: &effect{kind: effStmtDel, name: a.PrepareName}}, nil
 }
 
+// preparedVstmt is the statement an SQL-level PREPARE a makes, of the
+// statement epoch epoch.
+func preparedVstmt(a *route.Statement, epoch uint64) *vstmt {
+	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
+	vs.epoch = epoch
+	return vs
+}
+
 // prepare answers PREPARE: a virtual statement of the session, of the
 // statement epoch epoch.
 func (b *stmtBook) prepare(a *route.Statement, epoch uint64) (action, *pgwire.Error) {
@@ -77,8 +85,7 @@ func (b *stmtBook) prepare(a *route.Statement, epoch uint64) (action, *pgwire.Er
 	if b.lookup([]byte(a.PrepareName)) != nil {
 		return action{}, pgwire.NewError(pgwire.CodeDuplicatePstatement, fmt.Sprintf("prepared statement %q already exists", a.PrepareName))
 	}
-	vs := newVstmt(a.PrepareName, a.Prepared, a.PrepareTypes)
-	vs.epoch = epoch
+	vs := preparedVstmt(a, epoch)
 	b.overlayPut(a.PrepareName, vs)
 	return action{tag: "PREPARE", eff: &effect{kind: effStmtPut, name: a.PrepareName, vs: vs}}, nil
 }

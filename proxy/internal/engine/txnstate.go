@@ -89,6 +89,13 @@ func isStrict(iso string) bool { return iso == "repeatable read" || iso == "seri
 // status is the ReadyForQuery status the client should see now.
 func (t *transaction) status() byte { return t.tx.status(t.bstatus) }
 
+// reset makes t no transaction, as after its end: nothing deferred, no
+// hint, none of a bound transaction's flags.
+func (t *transaction) reset() {
+	t.tx, t.bstatus, t.deferred, t.hint = txIdle, 0, t.deferred[:0], -1
+	t.soft, t.mainWrote, t.hintBound = false, false, false
+}
+
 // status is the ReadyForQuery status of state x; bstatus is the bound
 // backend's last status.
 func (x txState) status(bstatus byte) byte {
