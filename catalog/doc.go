@@ -53,7 +53,9 @@
 // with set_config(..., true)), transaction-level advisory locks only (the
 // installer's), unnamed statements (pgx's QueryExecModeExec), and reads of
 // the map in one statement, so one snapshot. Watch polls; it does not
-// LISTEN.
+// LISTEN. A process that learns from a shard that the map moved on asks
+// for a poll now (WatchOptions.Wake, Follower.Nudge) instead of waiting
+// out the interval.
 //
 // The schema is installed by Install from embedded, versioned SQL
 // (sql/NNNN_*.sql) with a ledger (pgshard_catalog.schema_versions) in the
@@ -70,9 +72,9 @@
 //	catalog.go  Open, Options, Close, errors for a catalog not installed
 //	install.go  the embedded schema versions, the ledger, Install
 //	maps.go     Push (compare-and-swap), Load, LoadGeneration, Epoch, CheckSuccessor
-//	watch.go    Watch: bounded polling for new epochs
+//	watch.go    Watch: bounded polling for new epochs, sooner when woken
 //	lease.go    Acquire, Renew, Release, Live
-//	follow.go   Follower: Watch plus a lease renewed every TTL/3, for a
+//	follow.go   Follower: Watch (Nudge wakes it) plus a lease renewed every TTL/3, for a
 //	            router or proxy; Check refuses once the lease lapsed,
 //	            WaitLive waits (bounded) for the first live lease
 //	moves.go    the move journal: PlanMoves, Moves, UpdateMove,

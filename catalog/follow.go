@@ -93,6 +93,20 @@ type Follower struct {
 	// or held, under mu (publish).
 	base time.Time
 	live atomic.Int64
+
+	// wake asks Run's watch for a poll now (Nudge; one pending at most).
+	wake chan struct{}
+}
+
+// Nudge asks the follower to poll the catalog now rather than at its next
+// Interval: the caller learnt that the map moved on (a shard's fence named
+// a newer epoch). It never blocks; nudges while one is pending are one,
+// and polls are at most one per WakeGap.
+func (f *Follower) Nudge() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
 }
 
 // publish records the lease's local bound for Check's fast path; under
@@ -119,7 +133,7 @@ func (c *Catalog) NewFollower(opts FollowOptions) (*Follower, error) {
 	if opts.TTL < 30*time.Millisecond {
 		return nil, fmt.Errorf("lease %q: ttl %v is below 30ms (renewed every ttl/3)", opts.Owner, opts.TTL)
 	}
-	return &Follower{c: c, opts: opts, base: time.Now()}, nil
+	return &Follower{c: c, opts: opts, base: time.Now(), wake: make(chan struct{}, 1)}, nil
 }
 
 // Check returns nil while the lease is live by its local bound at now,
@@ -179,7 +193,7 @@ func (f *Follower) report(err error) {
 }
 
 // Run follows the catalog until ctx ends: it watches the epoch (Watch,
-// every Interval) and hands each newer map to apply (e.g. the router's
+// every Interval, and at once after a Nudge) and hands each newer map to apply (e.g. the router's
 // SetMap; an error is reported and the map retried at the next renewal),
 // and acquires and renews the lease every TTL/3 with the epoch served()
 // reports. Before each acquire it loads the catalog's map and applies it
@@ -189,7 +203,7 @@ func (f *Follower) report(err error) {
 func (f *Follower) Run(ctx context.Context, served func() uint64, apply func(context.Context, *shardmap.Map) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return f.c.Watch(gctx, served(), WatchOptions{Interval: f.opts.Interval, OnError: f.report},
+		return f.c.Watch(gctx, served(), WatchOptions{Interval: f.opts.Interval, OnError: f.report, Wake: f.wake},
 			func(m *shardmap.Map) error {
 				if err := apply(gctx, m); err != nil {
 					f.report(fmt.Errorf("switch to the catalog's map (epoch %d): %w", m.Epoch, err))

@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -502,6 +503,69 @@ func TestWatchSeesNewEpochs(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// TestWatchWakes: a Watch whose interval is an hour sees a new epoch only
+// when woken (WatchOptions.Wake, as Follower.Nudge does): the first poll
+// is immediate, then nothing until the wake; a wake sent while nothing
+// changed delivers nothing.
+func TestWatchWakes(t *testing.T) {
+	ctx := testCtx(t)
+	c, dsn := installed(t, "pgbouncer")
+	if err := c.Push(ctx, testMap(t, 1, 64), 0); err != nil {
+		t.Fatal(err)
+	}
+	follower := open(t, dsn)
+	wctx, stop := context.WithCancel(ctx)
+	seen := make(chan uint64, 16)
+	wake := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- follower.Watch(wctx, 0, catalog.WatchOptions{Interval: time.Hour, Wake: wake}, func(m *shardmap.Map) error {
+			seen <- m.Epoch
+			return nil
+		})
+	}()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch ended with %v, want context.Canceled", err)
+		}
+	}()
+	next := func(what string) uint64 {
+		t.Helper()
+		select {
+		case e := <-seen:
+			return e
+		case err := <-done:
+			t.Fatalf("%s: Watch ended early: %v", what, err)
+		case <-ctx.Done():
+			t.Fatalf("%s: nothing delivered", what)
+		}
+		return 0
+	}
+	if e := next("first poll"); e != 1 {
+		t.Fatalf("first poll delivered epoch %d, want 1", e)
+	}
+	for epoch := uint64(2); epoch <= 4; epoch++ {
+		if err := c.Push(ctx, testMap(t, epoch, 64), epoch-1); err != nil {
+			t.Fatal(err)
+		}
+		wake <- struct{}{}
+		if e := next(fmt.Sprintf("wake for epoch %d", epoch)); e != epoch {
+			t.Fatalf("woken, Watch delivered epoch %d, want %d", e, epoch)
+		}
+	}
+	// A wake with nothing new delivers nothing: the next delivery is
+	// epoch 5's, not epoch 4 again.
+	wake <- struct{}{}
+	if err := c.Push(ctx, testMap(t, 5, 64), 4); err != nil {
+		t.Fatal(err)
+	}
+	wake <- struct{}{}
+	if e := next("wake for epoch 5"); e != 5 {
+		t.Fatalf("woken, Watch delivered epoch %d, want 5", e)
+	}
 }
 
 func TestWatchReportsErrorsAndStopsOnCallbackError(t *testing.T) {

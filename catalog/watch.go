@@ -21,7 +21,18 @@ type WatchOptions struct {
 	// OnError, when set, is told of each failed poll; Watch keeps
 	// polling after one (the catalog may come back).
 	OnError func(error)
+	// Wake, when set, makes Watch poll at once on each receive instead of
+	// waiting out Interval (a process that learnt from a shard that the
+	// map moved on asks for it now: Follower.Nudge), but not sooner than
+	// WakeGap after the previous poll began.
+	Wake <-chan struct{}
 }
+
+// WakeGap is the least time between the starts of two polls that
+// WatchOptions.Wake asked for: a burst of refusals (every client of a
+// range that just flipped) costs the catalog one poll per WakeGap, not
+// one per client.
+const WakeGap = 5 * time.Millisecond
 
 // Watch follows the catalog by polling its epoch: it calls fn with each
 // map whose epoch is greater than since, in increasing epoch order (an
@@ -29,7 +40,8 @@ type WatchOptions struct {
 // newest), and returns when ctx ends (ctx.Err()) or fn fails (fn's
 // error). The first poll is immediate. Polls never overlap and each is
 // bounded by PollTimeout; a failed poll goes to OnError and Watch polls
-// again after Interval. A poll costs one statement reading the head row;
+// again after Interval. A receive from Wake polls sooner (at most one
+// poll per WakeGap). A poll costs one statement reading the head row;
 // the map is loaded only when the epoch grew. Watch runs in the caller's
 // goroutine and starts none.
 func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn func(*shardmap.Map) error) error {
@@ -41,12 +53,19 @@ func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var began time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-opts.Wake:
+			t.Stop() // (Go 1.23 timers: no stale tick after Stop)
+			if gap := WakeGap - time.Since(began); gap > 0 && !sleepCtx(ctx, gap) {
+				return ctx.Err()
+			}
 		}
+		began = time.Now()
 		m, err := c.poll(ctx, since, opts.PollTimeout)
 		switch {
 		case err != nil:
@@ -63,6 +82,18 @@ func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn
 			since = m.Epoch
 		}
 		t.Reset(opts.Interval)
+	}
+}
+
+// sleepCtx sleeps d; false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 //	            route.Table for m) ─▶ Server.Reload: a new generation;
 //	            sessions move to it between transactions (reload.go)
 //	  lease:  acquired and renewed by the follower every TTL/3
+//	  Nudge:  a fence refusal naming a newer epoch (the engine's retry,
+//	          HostOps.NudgeCatalog) asks for a poll now
 //
 //	the engine's router (router.decide): a statement routed by a key while
 //	Follow.Check(now) != nil is refused with 57P03 (the map in use can no
@@ -48,6 +50,10 @@ type MapFollower interface {
 	Run(ctx context.Context, served func() uint64, apply func(context.Context, *shardmap.Map) error) error
 	// Check returns nil while the lease is live at now.
 	Check(now time.Time) error
+	// Nudge asks for a poll of the catalog now rather than at the next
+	// interval (a shard's fence refused a statement naming a newer
+	// epoch than the proxy's map); it never blocks.
+	Nudge()
 }
 
 // follow runs Config.Follow until ctx ends (the server's hard stop).

@@ -186,9 +186,9 @@ type Config struct {
 }
 
 // DefaultFenceRetryWait is Config.FenceRetryWait's default: ten times a
-// move's freeze budget (100 ms). A new map reaches the proxy with its
-// follower's next poll of the catalog (no forced read), so the follower's
-// interval (proxy.catalog) should be at most half of it.
+// move's freeze budget (100 ms). A refusal naming a newer epoch asks the
+// follower to poll the catalog now (MapFollower.Nudge), so the new map
+// arrives within one poll's round trip, whatever the follower's interval.
 const DefaultFenceRetryWait = time.Second
 
 // DefaultLeaseWait is Config.LeaseWait's default: below the hand-over's

@@ -199,6 +199,8 @@ func (f *fakeFollower) Check(time.Time) error {
 	return f.lapsed
 }
 
+func (f *fakeFollower) Nudge() {}
+
 func (f *fakeFollower) setLapsed(err error) {
 	f.mu.Lock()
 	f.lapsed = err

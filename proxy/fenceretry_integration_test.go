@@ -80,6 +80,8 @@ func (g *gatedFollower) Run(ctx context.Context, served func() uint64, apply fun
 
 func (g *gatedFollower) Check(now time.Time) error { return g.f.Check(now) }
 
+func (g *gatedFollower) Nudge() { g.f.Nudge() }
+
 func (g *gatedFollower) hold() {
 	g.mu.Lock()
 	g.gate = make(chan struct{})
@@ -111,6 +113,73 @@ func startGatedProxy(t *testing.T, d *testDB, cat *catalog.Catalog, catDB, owner
 	return p, gf
 }
 
+// moveKeyInCatalog moves id's bucket from its shard in cur to the next
+// shard as the mover's flip does: the row copied, every shard's fence at
+// the next epoch (the source's row then made stale: a stale read would
+// show it), and the catalog's map pushed. It returns the new map, the
+// source and the destination.
+func moveKeyInCatalog(t *testing.T, ctx context.Context, d *testDB, cat *catalog.Catalog, cur *shardmap.Map, id string) (next *shardmap.Map, src, dst int) {
+	t.Helper()
+	b := cur.Bucket(id)
+	src = cur.ShardIndexForBucket(b)
+	dst = (src + 1) % len(cur.Shards)
+	next = moveOneBucket(t, cur, b, cur.Shards[dst].Name)
+	var data string
+	var version int
+	if err := d.shardConn(t, src).QueryRow(ctx, `SELECT data, version FROM executions WHERE id = $1`, id).Scan(&data, &version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.shardConn(t, dst).Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'retry', $2, $3)`, id, data, version); err != nil {
+		t.Fatal(err)
+	}
+	for i := range next.Shards {
+		if _, err := migrations.SetFence(ctx, d.shardConn(t, i), next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.shardConn(t, src).Exec(ctx, `UPDATE executions SET data = 'stale' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Push(ctx, next, cur.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	return next, src, dst
+}
+
+// TestProxyNudgesItsFollower: a proxy whose follower polls the catalog
+// only once an hour still serves a key the fence says moved, within the
+// default retry wait (1 s): the refusal names a newer epoch, the proxy
+// asks its follower to poll now (Follower.Nudge) and runs the statement
+// again on the new owner. Before the nudge, a refusal met just after a
+// poll waited out the next one (the default interval is 1 s too) and
+// the client got PS001.
+func TestProxyNudgesItsFollower(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	d, cat, catDB := catalogTestDB(t, ctx)
+	f, err := cat.NewFollower(catalog.FollowOptions{Owner: "proxy-nudge-test", Kind: "proxy", TTL: 8 * time.Second, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxyFor(t, d, func(c *proxy.Config) { c.Follow, c.CatalogName = f, "catalog "+catDB })
+	within(t, time.Minute, "lease acquired", func() error { return f.Check(time.Now()) })
+	conn := p.connect(t)
+	cur := d.m
+	for i := range 3 {
+		id := fmt.Sprintf("nudge-%d-%d", i, time.Now().UnixNano())
+		if _, err := conn.Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'retry', 'v1', 1)`, id); err != nil {
+			t.Fatal(err)
+		}
+		cur, _, _ = moveKeyInCatalog(t, ctx, d, cat, cur, id)
+		var data string
+		if err := conn.QueryRow(ctx, `SELECT data FROM executions WHERE id = $1`, id).Scan(&data); err != nil || data != "v1" {
+			t.Fatalf("move %d: read of the moved key: %q, %v; want the new owner's v1 and no error", i, data, err)
+		}
+	}
+	if got := p.srv.CurrentEnv().Config.Map.Epoch; got != cur.Epoch {
+		t.Fatalf("the proxy serves epoch %d, want the catalog's %d", got, cur.Epoch)
+	}
+}
+
 // TestProxyRetriesFenceRefusal: a proxy following a catalog whose map
 // has not reached it yet (the follower's gate is held) sends a moved
 // key's statements to the old owner; the fence refuses the assert the
@@ -128,36 +197,13 @@ func TestProxyRetriesFenceRefusal(t *testing.T) {
 	conn := p.connect(t)
 	cur := old
 
-	// move moves id's bucket to the next shard as the mover's flip does
-	// (row copied, every shard's fence at the next epoch), with the
-	// proxy's map held back; it returns the source and destination.
+	// move moves id's bucket to the next shard as the mover's flip does,
+	// with the proxy's map held back; it returns the source and
+	// destination.
 	move := func(id string) (src, dst int) {
 		t.Helper()
-		b := cur.Bucket(id)
-		src = cur.ShardIndexForBucket(b)
-		dst = (src + 1) % len(cur.Shards)
-		next := moveOneBucket(t, cur, b, cur.Shards[dst].Name)
-		var data string
-		var version int
-		if err := d.shardConn(t, src).QueryRow(ctx, `SELECT data, version FROM executions WHERE id = $1`, id).Scan(&data, &version); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.shardConn(t, dst).Exec(ctx, `INSERT INTO executions (id, definition_id, data, version) VALUES ($1, 'retry', $2, $3)`, id, data, version); err != nil {
-			t.Fatal(err)
-		}
 		gf.hold()
-		for i := range next.Shards {
-			if _, err := migrations.SetFence(ctx, d.shardConn(t, i), next); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := d.shardConn(t, src).Exec(ctx, `UPDATE executions SET data = 'stale' WHERE id = $1`, id); err != nil {
-			t.Fatal(err) // a stale read would show it
-		}
-		if err := cat.Push(ctx, next, cur.Epoch); err != nil {
-			t.Fatal(err)
-		}
-		cur = next
+		cur, src, dst = moveKeyInCatalog(t, ctx, d, cat, cur, id)
 		return src, dst
 	}
 	retries := func() float64 { return metricSum(t, p.srv, "pgshard_proxy_fence_retries_total") }

@@ -65,6 +65,13 @@ func (g *generation) DatabaseEnv(name string) *engine.GenerationEnv {
 // CurrentEnv implements engine.HostOps.
 func (s *Server) CurrentEnv() *engine.GenerationEnv { return s.current().env() }
 
+// NudgeCatalog implements engine.HostOps: Config.Follow polls now.
+func (s *Server) NudgeCatalog() {
+	if f := s.current().cfg.Follow; f != nil {
+		f.Nudge()
+	}
+}
+
 // ConsoleQuery implements engine.HostOps: admin.Query over an adminHost
 // acting for by; a SHUTDOWN among the commands begins once the answer
 // reached the console (after).

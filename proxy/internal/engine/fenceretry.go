@@ -33,8 +33,9 @@ import (
 //	  │       dropped, the backend rolled back and released, the session's
 //	  │       transaction state as the pipeline found it; wait (bounded
 //	  │       by fenceRetryWait per client message) for the catalog's map to
-//	  │       reach the error's epoch (or, for a frozen range, a short
-//	  │       back-off); the session moves to the newest generation
+//	  │       reach the error's epoch, the follower asked to poll now (or,
+//	  │       for a frozen range, a short back-off); the session moves to
+//	  │       the newest generation
 //	  ▼
 //	serve runs the same Query / pipeline again (errFenceRetry, through
 //	fenceRetrier.run), at most fenceRetryMax times; then the shard's
@@ -225,7 +226,14 @@ func (r *fenceRetrier) pause(ctx context.Context, s *Session, epoch uint64, back
 
 // awaitEpoch waits until the newest generation's map has at least epoch
 // (the catalog follower applies it), at most until deadline or ctx ends.
+// The follower is asked to poll the catalog now (HostOps.NudgeCatalog):
+// its interval (1 s by default) is as long as the whole wait, so a
+// refusal met just after a poll would otherwise wait out the next one
+// and give up.
 func (h *HostEnv) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Time) {
+	if h.Ops.CurrentEnv().Config.Map.Epoch < epoch {
+		h.Ops.NudgeCatalog()
+	}
 	for h.Ops.CurrentEnv().Config.Map.Epoch < epoch {
 		left := time.Until(deadline)
 		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {

@@ -173,6 +173,10 @@ type HostEnv struct {
 type HostOps interface {
 	// CurrentEnv is the current generation's environment.
 	CurrentEnv() *GenerationEnv
+	// NudgeCatalog asks the catalog follower, if any, to poll the
+	// catalog now: a shard's fence named an epoch newer than the map's.
+	// It never blocks.
+	NudgeCatalog()
 	// ConsoleQuery runs the admin console's commands of one query string
 	// for session s and appends their answer to out. after, when not nil,
 	// is what a command left for once the answer reached the client (a
