@@ -139,6 +139,18 @@ o, errs = r.get("outcomes", {}), r.get("errors", {})
 failed = o.get("error", 0)
 print("operations: %d in %.1f s (%.0f/s), commits %.0f/s" % (r["ops"], r["measured_seconds"], r["throughput"], r["commit_rate"]))
 print("failed transactions: %d%s" % (failed, "" if failed else " (goal met)"))
+# What clients felt at the freezes: the per-second windows a freeze or the
+# second after it overlaps (where its refused clients are served by the new
+# owner) against the others (a window's t is its end, 1 s long).
+fz, ws = r.get("freezes") or [], r.get("windows") or []
+def overlaps(w):
+    return any(f.get("start_s") is not None and w["t"] - 1 <= f["start_s"] + f.get("duration_ms", 0) / 1000 + 1 and w["t"] >= f["start_s"] for f in fz)
+hit = [w for w in ws if overlaps(w)]
+rest = [w for w in ws if not overlaps(w) and w.get("ops_per_s")]
+if hit and rest:
+    print("operations in the %d seconds of a freeze or just after: p99 up to %.0f ms, slowest %.0f ms; in the other %d seconds: p99 up to %.0f ms, slowest %.0f ms" % (
+        len(hit), max(w["p99_ms"] for w in hit), max(w["max_ms"] for w in hit),
+        len(rest), max(w["p99_ms"] for w in rest), max(w["max_ms"] for w in rest)))
 rel = r.get("relays", {})
 print("errors by kind (failed operations and the outbox/timer relays' errors, %d of them):" % rel.get("errors", 0) if errs else "errors: 0")
 for k in sorted(errs):
