@@ -24,7 +24,9 @@ type WatchOptions struct {
 	// Wake, when set, makes Watch poll at once on each receive instead of
 	// waiting out Interval (a process that learnt from a shard that the
 	// map moved on asks for it now: Follower.Nudge), but not sooner than
-	// WakeGap after the previous poll began.
+	// WakeGap after the previous poll began, and not while the last poll
+	// failed (an unreachable catalog is polled, and its errors reported,
+	// at Interval however many clients the fence refuses meanwhile).
 	Wake <-chan struct{}
 }
 
@@ -54,12 +56,16 @@ func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var began time.Time
+	failed := false // the last poll failed
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		case <-opts.Wake:
+			if failed {
+				continue // a catalog that just failed is polled at Interval
+			}
 			t.Stop() // (Go 1.23 timers: no stale tick after Stop)
 			if gap := WakeGap - time.Since(began); gap > 0 && !sleepCtx(ctx, gap) {
 				return ctx.Err()
@@ -67,6 +73,7 @@ func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn
 		}
 		began = time.Now()
 		m, err := c.poll(ctx, since, opts.PollTimeout)
+		failed = err != nil
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
