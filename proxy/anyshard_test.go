@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,6 +30,14 @@ func TestTablelessReadsSeeEveryObject(t *testing.T) {
 		"SELECT (to_regclass('tableless_probe') IS NOT NULL)::int",
 		"SELECT (pg_relation_size('tableless_probe') >= 0)::int",
 	}
+	// A key of another shard than the default (shard 0): a transaction
+	// that read it runs there.
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("tableless-%d", i); e.db.m.ShardIndexForBucket(e.db.m.Bucket(k)) != 0 {
+			key = k
+		}
+	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
 		conn := e.connect(t, func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = mode })
 		for try := 0; try < 2*len(e.db.m.Shards); try++ {
@@ -38,6 +47,29 @@ func TestTablelessReadsSeeEveryObject(t *testing.T) {
 					t.Fatalf("%v, try %d: %s: %d, %v; want 1 (the default shard's catalog)", mode, try, q, n, err)
 				}
 			}
+		}
+		// Inside a transaction that runs on another shard: the reads of
+		// which objects exist go to the default shard's catalog (in its
+		// reader), the transaction's own statements stay where they run.
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid, n int
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid(), (SELECT count(*) FROM executions WHERE id = $1)::int", key).Scan(&pid, &n); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range reads {
+			if err := tx.QueryRow(ctx, q).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("%v, in a transaction on another shard: %s: %d, %v; want 1 (the default shard's catalog)", mode, q, n, err)
+			}
+		}
+		var again int
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&again); err != nil || again != pid {
+			t.Fatalf("%v: the transaction's backend after the catalog reads: pid %d, %v; want %d", mode, again, err, pid)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -48,8 +48,11 @@ type analyzer struct {
 	unsupportedState string
 	// everywhere are relations on every shard (catalogs, pgshard's own).
 	everywhere map[string]bool
-	refusal    *Refusal // refused unless hinted
-	top        *topInfo
+	// objects: the statement reads which schema objects exist
+	// (Statement.ReadsObjects).
+	objects bool
+	refusal *Refusal // refused unless hinted
+	top     *topInfo
 	// copyQuery and copyOpts: a COPY (query) TO's query and options
 	// (copyrows.go).
 	copyQuery *pg.Node
@@ -93,6 +96,9 @@ func strName(n *pg.Node) string {
 // sharding schema says: a system catalog or view, or pgshard's own tables
 // (pgshard_identity, pgshard_migrations). It is not unsharded.
 func (a *analyzer) noteCatalog(rv *pg.RangeVar) {
+	if rv.Schemaname == "information_schema" || objectCatalogs[rv.Relname] && (rv.Schemaname == "" || rv.Schemaname == "pg_catalog") {
+		a.objects = true
+	}
 	if isCatalog(rv.Schemaname, rv.Relname) || strings.HasPrefix(rv.Relname, "pgshard_") {
 		if a.everywhere == nil {
 			a.everywhere = map[string]bool{}
@@ -796,6 +802,10 @@ func (a *analyzer) walk(n *pg.Node, sc *scope) {
 			return false
 		case *pg.Node_FuncCall:
 			a.funcCall(y.FuncCall, sc)
+		case *pg.Node_TypeCast:
+			if tn := y.TypeCast.TypeName; tn != nil && len(tn.Names) > 0 && objectTypes[strName(tn.Names[len(tn.Names)-1])] {
+				a.objects = true
+			}
 		case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt:
 			a.query(x, sc, false)
 			return false
@@ -825,6 +835,9 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 	schema, name := funcName(fc)
 	builtin := schema == "" || schema == "pg_catalog"
 	if builtin {
+		if objectFuncs[name] {
+			a.objects = true
+		}
 		if why, ok := sessionFuncs[name]; ok && a.unsupported == "" {
 			a.unsupported, a.unsupportedState = why, sessionFuncState[name]
 		}
@@ -865,7 +878,7 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 	if a.unknownFn == "" && !(builtin && pgBuiltin[name]) {
 		a.unknownFn = name
 	}
-	if a.notRO == "" && !(builtin && (readOnlyFuncs[name] || aggregates[name])) {
+	if a.notRO == "" && !(builtin && (readOnlyFuncs[name] || aggregates[name] || objectFuncs[name])) {
 		a.notRO = fmt.Sprintf("it calls %s(), which pgshard cannot prove read-only", name)
 	}
 }

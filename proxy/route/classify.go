@@ -474,7 +474,7 @@ func (c *classifying) noteFacts(text string, node *pg.Node) {
 		// An object created in (or altered in) the session's temporary schema.
 		c.unsupported("temp", "DDL in pg_temp creates session-private objects, which a transaction pooler shares")
 	}
-	st.Tables = a.tables
+	st.Tables, st.ReadsObjects = a.tables, a.objects
 	for _, t := range a.tables {
 		if s.sc.tables[t] == nil && !s.sc.global[t] && !a.everywhere[t] {
 			st.Unsharded = append(st.Unsharded, t)

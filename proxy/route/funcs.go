@@ -28,6 +28,41 @@ var sessionFuncState = map[string]string{
 	"pg_advisory_unlock_all": "advisory-lock", "dblink_connect": "dblink",
 }
 
+// objectCatalogs are the system catalogs and views that list schema
+// objects (tables, columns, indexes, types, functions, ...): what they
+// answer depends on which objects the server holds, and only the default
+// shard holds the unsharded ones (Statement.ReadsObjects). information_schema
+// is all of that kind. Not here: the catalogs of a session's or a
+// server's state (pg_locks, pg_stat_activity, pg_settings, pg_cursors,
+// pg_prepared_statements, ...), which a transaction reads on its own
+// backend.
+var objectCatalogs = setOf(
+	"pg_class", "pg_namespace", "pg_attribute", "pg_attrdef", "pg_index", "pg_constraint", "pg_type",
+	"pg_proc", "pg_description", "pg_depend", "pg_inherits", "pg_trigger", "pg_rewrite", "pg_sequence",
+	"pg_enum", "pg_range", "pg_operator", "pg_aggregate", "pg_am", "pg_opclass", "pg_collation",
+	"pg_extension", "pg_policy", "pg_partitioned_table", "pg_statistic_ext", "pg_publication_rel",
+	"pg_tables", "pg_views", "pg_indexes", "pg_sequences", "pg_matviews", "pg_policies", "pg_rules",
+	"pg_stats", "pg_stat_user_tables", "pg_stat_all_tables", "pg_statio_user_tables",
+)
+
+// objectFuncs are built-in functions whose answer depends on which schema
+// objects exist (a name looked up, an object's definition or size); all
+// of them read only.
+var objectFuncs = setOf(
+	"to_regclass", "to_regtype", "to_regproc", "to_regprocedure", "to_regoper", "to_regoperator",
+	"to_regnamespace", "to_regrole", "to_regcollation", "to_regtypemod",
+	"pg_relation_size", "pg_total_relation_size", "pg_table_size", "pg_indexes_size", "pg_relation_filenode",
+	"pg_relation_filepath", "pg_get_viewdef", "pg_get_indexdef", "pg_get_constraintdef", "pg_get_triggerdef",
+	"pg_get_functiondef", "pg_get_serial_sequence", "pg_table_is_visible", "pg_type_is_visible",
+	"pg_function_is_visible", "has_table_privilege", "has_column_privilege", "has_sequence_privilege",
+	"has_function_privilege", "has_any_column_privilege", "obj_description", "col_description",
+	"format_type", "pg_get_expr",
+)
+
+// objectTypes are the OID alias types whose input looks a name up
+// ('t'::regclass): a cast to one reads which objects exist.
+var objectTypes = setOf("regclass", "regtype", "regproc", "regprocedure", "regoper", "regoperator", "regnamespace", "regcollation")
+
 // aggregates are the built-in aggregate functions. A select list that uses
 // them reads one group (or row) from every shard; only count, sum, min and
 // max combine across shards.

@@ -619,6 +619,14 @@ type Statement struct {
 	// the proxy needs to keep a cursor over a read of every shard itself
 	// (its Route stays that of the statement as Postgres runs it).
 	Cursor *Cursor
+	// ReadsObjects: the statement's answer depends on which schema objects
+	// exist — it reads a catalog of them (pg_class, pg_attribute, pg_tables,
+	// information_schema, ...), looks a name up (to_regclass, a ::regclass
+	// cast) or reads an object's definition or size. Only the default
+	// shard holds every object (the unsharded ones live there alone): an
+	// engine runs such a read there rather than on another shard's
+	// transaction backend.
+	ReadsObjects bool
 	// Unsharded lists the tables the statement references that are
 	// neither keyed nor global in the sharding schema (lowercase,
 	// unqualified): they live on the database's default shard.

@@ -221,6 +221,17 @@ func (r router) all(a *route.Statement, d route.Dest, in *routeIn, rp *routePlan
 // backend, a read in another shard's reader, a move of a soft transaction
 // or of one that has only read, or a refusal.
 func (r router) inTxn(a *route.Statement, d route.Dest, in *routeIn, want int, rp *routePlan) {
+	// A transaction reads any shards and writes one (unless a pgshard
+	// hint put it on its shard).
+	inTxn := !in.onBackend && in.held && in.tx == txBound && in.explicit && !in.hintBound && !in.strict
+	if want < 0 && a.ReadsObjects && a.ReadOnly && fanRead(a) && in.shard != r.gen.DefaultShard && inTxn && serving(r.gen.Pools[r.gen.DefaultShard]) {
+		// A read of which objects exist (pg_class, information_schema,
+		// to_regclass, ...) in a transaction on another shard: the default
+		// shard's catalog alone has the unsharded ones. Read there, in its
+		// reader, as a keyed read of another shard is.
+		rp.shard, rp.fan, rp.fanInTxn, rp.fanOnly = -1, true, true, r.gen.DefaultShard+1
+		return
+	}
 	if want < 0 || want == in.shard {
 		rp.shard = in.shard
 		rp.softOff = want >= 0
@@ -230,9 +241,6 @@ func (r router) inTxn(a *route.Statement, d route.Dest, in *routeIn, want int, r
 		rp.shard = want // ensureBackend moves the soft transaction
 		return
 	}
-	// A transaction reads any shards and writes one (unless a pgshard
-	// hint put it on its shard).
-	inTxn := !in.onBackend && in.held && in.tx == txBound && in.explicit && !in.hintBound && !in.strict
 	switch {
 	case inTxn && a.ReadOnly && fanRead(a):
 		rp.shard, rp.fan, rp.fanInTxn, rp.fanOnly = -1, true, true, want+1 // a read there, in its reader

@@ -70,6 +70,52 @@ func TestRouterDecide(t *testing.T) {
 	}
 }
 
+// TestRouterObjectReads: a read of which schema objects exist, in a
+// transaction on another shard than the default, reads the default
+// shard's catalog in its reader (the unsharded objects live there
+// alone); on the default shard's transaction, under a hint, in a
+// REPEATABLE READ transaction, or while the default shard is paused, it
+// stays on the transaction's backend, as does a table-less read of
+// nothing of the kind.
+func TestRouterObjectReads(t *testing.T) {
+	pools := []*backend.Pool{{}, {}}
+	gen := &GenerationEnv{DefaultShard: 1, Pools: pools,
+		Config: &SessionConfig{Map: &shardmap.Map{Shards: []shardmap.Shard{{Name: "s0"}, {Name: "s1"}}}}}
+	r := router{gen: gen}
+	any := route.Dest{Kind: route.DestAny, Bucket: -1}
+	objects := &route.Statement{Kind: route.KindOther, Select: true, ReadOnly: true, ReadsObjects: true}
+	plain := &route.Statement{Kind: route.KindOther, Select: true, ReadOnly: true}
+	on := func(shard int) routeIn {
+		return routeIn{tx: txBound, hint: -1, held: true, explicit: true, shard: shard, bstatus: 'T'}
+	}
+	reader := func(rp routePlan) bool { return rp.fan && rp.fanInTxn && rp.fanOnly == 2 && rp.err == nil }
+	backendOf := func(shard int) func(routePlan) bool {
+		return func(rp routePlan) bool { return !rp.fan && rp.shard == shard && rp.err == nil }
+	}
+	strict, hinted := on(0), on(0)
+	strict.strict, hinted.hintBound = true, true
+	for _, c := range []struct {
+		name  string
+		a     *route.Statement
+		in    routeIn
+		pause bool
+		check func(routePlan) bool
+	}{
+		{"objects, another shard's transaction", objects, on(0), false, reader},
+		{"objects, the default shard's transaction", objects, on(1), false, backendOf(1)},
+		{"objects, REPEATABLE READ", objects, strict, false, backendOf(0)},
+		{"objects, hinted", objects, hinted, false, backendOf(0)},
+		{"objects, the default shard paused", objects, on(0), true, backendOf(0)},
+		{"no objects", plain, on(0), false, backendOf(0)},
+	} {
+		pools[1].Ops.Paused.Store(c.pause)
+		in := c.in
+		if rp := r.decide(c.a, any, &in); !c.check(rp) {
+			t.Errorf("%s: plan %+v (err %v)", c.name, rp, rp.err)
+		}
+	}
+}
+
 // TestRouterKeyless: a key-less statement of a pipeline follows the
 // pipeline's next keyed statement, or leads its read of every shard.
 func TestRouterKeyless(t *testing.T) {
