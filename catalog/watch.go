@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgshard/pgshard/internal/ctxtime"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -67,7 +68,7 @@ func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn
 				continue // a catalog that just failed is polled at Interval
 			}
 			t.Stop() // (Go 1.23 timers: no stale tick after Stop)
-			if gap := WakeGap - time.Since(began); gap > 0 && !sleepCtx(ctx, gap) {
+			if gap := WakeGap - time.Since(began); gap > 0 && ctxtime.Sleep(ctx, gap) != nil {
 				return ctx.Err()
 			}
 		}
@@ -89,18 +90,6 @@ func (c *Catalog) Watch(ctx context.Context, since uint64, opts WatchOptions, fn
 			since = m.Epoch
 		}
 		t.Reset(opts.Interval)
-	}
-}
-
-// sleepCtx sleeps d; false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

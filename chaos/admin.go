@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 // Application names that the faults never touch: the chaos tool's own
@@ -197,18 +199,6 @@ WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid
 	})
 }
 
-// sleepCtx waits d or until ctx ends (then it returns ctx's error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // fileSize is the size of path, 0 if it cannot be read.
 func fileSize(path string) int64 {
 	fi, err := os.Stat(path)
@@ -294,7 +284,7 @@ func waitAccepting(ctx context.Context, env *Env, i int) error {
 			return nil
 		}
 		last = err
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return fmt.Errorf("shard %s does not accept connections: %w (last error: %v)", env.shardName(i), err, last)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 var backendKillInfo = kindInfo{
@@ -124,7 +126,7 @@ func waitLog(ctx context.Context, path string, offset int64, s string, d time.Du
 		if anyContains(logLines(path, offset, []string{s}), s) {
 			return true
 		}
-		if time.Now().After(deadline) || sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if time.Now().After(deadline) || ctxtime.Sleep(ctx, 20*time.Millisecond) != nil {
 			return false
 		}
 	}

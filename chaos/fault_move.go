@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgshard/pgshard/catalog"
+	"github.com/pgshard/pgshard/internal/ctxtime"
 	"github.com/pgshard/pgshard/reshard"
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -52,7 +53,7 @@ func retrying(ctx context.Context, env *Env, what string, f func(context.Context
 			return err
 		}
 		env.logf("chaos: %s (try %d): %v", what, attempt, err)
-		if sleepCtx(ctx, moveRetryPause) != nil {
+		if ctxtime.Sleep(ctx, moveRetryPause) != nil {
 			return err
 		}
 	}

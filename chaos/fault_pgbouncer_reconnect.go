@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 var pgbouncerReconnectInfo = kindInfo{
@@ -60,7 +62,7 @@ func (f *pgbouncerReconnect) Inject(ctx context.Context, env *Env, shard int, _ 
 			n, err := poolColumn(ctx, env, shard, "sv_login")
 			quiet = err == nil && n == 0
 		}
-		if quiet || sleepCtx(wctx, 100*time.Millisecond) != nil {
+		if quiet || ctxtime.Sleep(wctx, 100*time.Millisecond) != nil {
 			break
 		}
 	}
@@ -109,7 +111,7 @@ func (f *pgbouncerReconnect) Heal(ctx context.Context, env *Env, shard int) (Evi
 				}
 			}
 		}
-		if (closed > 0 && fresh > 0) || sleepCtx(ctx, 100*time.Millisecond) != nil {
+		if (closed > 0 && fresh > 0) || ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
 			break
 		}
 	}

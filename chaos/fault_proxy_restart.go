@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 var proxyRestartInfo = kindInfo{
@@ -54,7 +56,7 @@ func (f *proxyRestart) Inject(ctx context.Context, env *Env, _ int, _ Params, _ 
 	if env.ProxyRelay != nil {
 		deadline := time.Now().Add(clientsCutWait)
 		for env.ProxyRelay.Stats().Closed-before.Closed < before.Active && time.Now().Before(deadline) {
-			if sleepCtx(ctx, 10*time.Millisecond) != nil {
+			if ctxtime.Sleep(ctx, 10*time.Millisecond) != nil {
 				break
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 var resetInfo = kindInfo{
@@ -37,7 +39,7 @@ func (*reset) Inject(ctx context.Context, env *Env, shard int, p Params, _ *rand
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	for r.InFlight() == 0 {
-		if sleepCtx(wctx, 5*time.Millisecond) != nil {
+		if ctxtime.Sleep(wctx, 5*time.Millisecond) != nil {
 			break // none came: reset anyway (and say it did not land)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 var terminateInfo = kindInfo{
@@ -69,7 +71,7 @@ func (*terminate) Inject(ctx context.Context, env *Env, shard int, p Params, rng
 		if len(terminated) > 0 || !time.Now().Before(deadline) {
 			break
 		}
-		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 10*time.Millisecond); err != nil {
 			break
 		}
 	}

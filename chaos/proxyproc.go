@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 // The chaos-owned proxy: `pgshard proxy` run as a child process, so that
@@ -182,7 +184,7 @@ func (p *ProxyProcess) Start(ctx context.Context) error {
 			p.mu.Unlock()
 			return nil
 		}
-		if !errors.Is(err, errExitedEarly) || sleepCtx(ctx, 500*time.Millisecond) != nil {
+		if !errors.Is(err, errExitedEarly) || ctxtime.Sleep(ctx, 500*time.Millisecond) != nil {
 			return err
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 // The fault schedule: Plan draws it from a seed before the run, Check
@@ -415,7 +417,7 @@ func Execute(ctx context.Context, env *Env, plan []Planned, start time.Time, rec
 
 // runPlanned injects and heals one planned fault.
 func runPlanned(ctx context.Context, env *Env, p Planned, start time.Time, lock chan struct{}, rec func(Event)) {
-	if sleepCtx(ctx, time.Until(start.Add(p.At))) != nil {
+	if ctxtime.Sleep(ctx, time.Until(start.Add(p.At))) != nil {
 		return
 	}
 	select {
@@ -436,7 +438,7 @@ func runPlanned(ctx context.Context, env *Env, p Planned, start time.Time, lock 
 		ev.Err = err.Error()
 	}
 	rec(ev)
-	_ = sleepCtx(ctx, time.Until(start.Add(p.At+p.Hold)))
+	_ = ctxtime.Sleep(ctx, time.Until(start.Add(p.At+p.Hold)))
 	// The schedule's end (ctx canceled) cuts the hold short, never the
 	// heal: a heal canceled midway (a PgBouncer half restarted) would
 	// leave the fault's evidence broken and HealAll to clean up.

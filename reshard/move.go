@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgshard/pgshard/catalog"
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 // Steps are the points of a move at which Options.Hook is called, in the
@@ -360,7 +361,7 @@ func (mv *mover) retryLocked(ctx context.Context, f func() error) error {
 		if err = f(); err == nil || !isLockTimeout(err) {
 			return err
 		}
-		if err := sleep(ctx, mv.opts.RetryPause*time.Duration(i+1)); err != nil {
+		if err := ctxtime.Sleep(ctx, mv.opts.RetryPause*time.Duration(i+1)); err != nil {
 			return err
 		}
 	}
@@ -408,7 +409,7 @@ func (mv *mover) cutOver(ctx context.Context, m catalog.MoveRecord, src, dst *sh
 			Error: fmt.Sprintf("freeze attempt %d abandoned: %v", attempt, err), Freezes: []catalog.FreezeRecord{f.Record()}}); err != nil {
 			return err
 		}
-		if err := sleep(ctx, mv.opts.RetryPause*time.Duration(attempt)); err != nil {
+		if err := ctxtime.Sleep(ctx, mv.opts.RetryPause*time.Duration(attempt)); err != nil {
 			return err
 		}
 		if err := mv.catchUpUntil(ctx, m, &round{src: src, dst: dst, paced: true}, res, mv.opts.CatchUpRounds, mv.opts.CatchUpBatch/4, time.Time{}); err != nil {
@@ -767,17 +768,6 @@ func (mv *mover) abort(ctx context.Context, m catalog.MoveRecord) error {
 		return err
 	}
 	return mv.journal(ctx, m, []string{catalog.PhaseAborting}, catalog.MoveUpdate{Phase: catalog.PhaseAborted, Error: ""})
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -3,6 +3,8 @@ package reshard
 import (
 	"context"
 	"time"
+
+	"github.com/pgshard/pgshard/internal/ctxtime"
 )
 
 // paceSlice is how long the copy and the clean-up work before the pacer
@@ -27,7 +29,7 @@ type pacer struct {
 }
 
 func newPacer(o Options) *pacer {
-	p := &pacer{duty: o.DutyCycle, now: time.Now, pause: sleep}
+	p := &pacer{duty: o.DutyCycle, now: time.Now, pause: ctxtime.Sleep}
 	if o.pause != nil {
 		p.pause = o.pause
 	}

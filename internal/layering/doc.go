@@ -34,6 +34,7 @@
 //	verify           shardmap                 (a checker must not share the code it checks)
 //	internal/config  shardmap, proxy/route
 //	internal/sqlver  nothing of ours          (a foundation: every package may use it)
+//	internal/ctxtime nothing of ours          (a foundation: the sleep bounded by a context)
 //
 //	inside the proxy (one way: proxy → internal/engine → internal/merge → route, internal/pgvalue → internal/pgwire;
 //	internal/engine → internal/auth, internal/backend, internal/obs; proxy → internal/admin → internal/pgwire):

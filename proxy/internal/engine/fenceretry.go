@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgshard/pgshard/internal/ctxtime"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/store"
 )
@@ -243,19 +244,7 @@ func (h *HostEnv) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Ti
 }
 
 // sleepCtx sleeps d; false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) bool { return ctxtime.Sleep(ctx, d) == nil }
 
 // switchGeneration moves s to the newest generation between the
 // attempts of a retried message: its transaction, if any, is deferred
