@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgshard/pgshard/internal/ctxtime"
 	"github.com/pgshard/pgshard/reshard"
 )
 
@@ -44,14 +45,7 @@ func TestPacedMoveConverges(t *testing.T) {
 			pauses++
 			total += d
 			mu.Unlock()
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-				return nil
-			}
+			return ctxtime.Sleep(ctx, d)
 		}
 		opts := reshard.WithPause(reshard.Options{DutyCycle: 0.2, FreezeBudget: 2 * time.Second, Log: logf(t)}, pause)
 		res, err := reshard.Apply(e.ctx, e.cat, opts)
