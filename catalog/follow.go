@@ -193,8 +193,9 @@ func (f *Follower) report(err error) {
 }
 
 // Run follows the catalog until ctx ends: it watches the epoch (Watch,
-// every Interval, and at once after a Nudge) and hands each newer map to apply (e.g. the router's
-// SetMap; an error is reported and the map retried at the next renewal),
+// every Interval, and at once after a Nudge) and hands each newer map to
+// apply (e.g. the router's SetMap; an error is reported and the map
+// retried at the next renewal),
 // and acquires and renews the lease every TTL/3 with the epoch served()
 // reports. Before each acquire it loads the catalog's map and applies it
 // if newer. It returns ctx.Err() when ctx ends, after releasing the lease

@@ -215,7 +215,7 @@ func (r *fenceRetrier) inTime(wait time.Duration) bool {
 // then s moves to the newest generation. False when ctx ended.
 func (r *fenceRetrier) pause(ctx context.Context, s *Session, epoch uint64, backoff time.Duration) bool {
 	if backoff > 0 {
-		if !sleepCtx(ctx, min(backoff, time.Until(r.deadline))) {
+		if ctxtime.Sleep(ctx, min(backoff, time.Until(r.deadline))) != nil {
 			return false
 		}
 	} else {
@@ -237,14 +237,11 @@ func (h *HostEnv) awaitEpoch(ctx context.Context, epoch uint64, deadline time.Ti
 	}
 	for h.Ops.CurrentEnv().Config.Map.Epoch < epoch {
 		left := time.Until(deadline)
-		if left <= 0 || !sleepCtx(ctx, min(5*time.Millisecond, left)) {
+		if left <= 0 || ctxtime.Sleep(ctx, min(5*time.Millisecond, left)) != nil {
 			return
 		}
 	}
 }
-
-// sleepCtx sleeps d; false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool { return ctxtime.Sleep(ctx, d) == nil }
 
 // switchGeneration moves s to the newest generation between the
 // attempts of a retried message: its transaction, if any, is deferred
