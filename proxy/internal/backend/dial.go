@@ -55,7 +55,13 @@ func (d *dialer) open(ctx context.Context, key *Settings, user string) (*Conn, e
 	for k, v := range key.runtimeParams(d.viaPooler) {
 		cfg.RuntimeParams[k] = v
 	}
-	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+	// Straight to Postgres a client that sets no application_name (or an
+	// empty one) sees Postgres's default, '', as directly. PgBouncer 1.18
+	// ignores an empty or absent one — its server connection would keep
+	// whatever name its previous client set, another client's — so towards
+	// it such a client's connections say "pgshard proxy", which PgBouncer
+	// then sets for each of them. One in the shard's DSN stands either way.
+	if d.viaPooler && cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "pgshard proxy"
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.Env().ConnectTimeout)

@@ -518,7 +518,8 @@ func (x *fanExec) fanFail(e *pgwire.Error) error {
 
 // fanResultError picks the error to report: an isolation refusal, or the
 // first shard's error in map order, with the shard named in its Detail and
-// where the statement did succeed (DDL is not atomic across shards).
+// where the statement did succeed (DDL is not atomic across shards) —
+// unless every shard failed with the same error, which then goes as is.
 func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 	for _, st := range streams {
 		if st.leadErr == int(leadCheck)+1 {
@@ -537,11 +538,12 @@ func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 	var failed, ok []string
 	var first []byte
 	firstShard := ""
+	same := true // every shard failed with one error (code and message)
 	for _, st := range streams {
 		name := g.shardName(st.shard)
 		switch {
 		case st.lost != nil:
-			failed = append(failed, name)
+			failed, same = append(failed, name), false
 			if first == nil {
 				first = pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: fmt.Sprintf("lost the connection to shard %q: %s", name, backend.ShortErr(st.lost))})
 				firstShard = name
@@ -550,6 +552,9 @@ func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 			failed = append(failed, name)
 			if first == nil {
 				first, firstShard = clientServedError(st.errRaw), name
+			} else if same {
+				same = pgwire.ErrorField(st.errRaw, 'C') == pgwire.ErrorField(first, 'C') &&
+					pgwire.ErrorField(st.errRaw, 'M') == pgwire.ErrorField(first, 'M')
 			}
 		default:
 			ok = append(ok, name)
@@ -557,6 +562,12 @@ func (g *GenerationEnv) fanResultError(streams []*fanStream) []byte {
 	}
 	if first == nil {
 		return nil
+	}
+	if same && len(ok) == 0 {
+		// One Postgres would have said just this, and nothing changed
+		// anywhere: the error goes as it is (its Detail is the client's
+		// to read, as directly).
+		return first
 	}
 	d := fmt.Sprintf("pgshard ran the statement on every shard: it failed on %s", strings.Join(failed, ", "))
 	if len(ok) > 0 {

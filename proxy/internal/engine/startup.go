@@ -158,23 +158,26 @@ func (u *startup) chooseDatabase() *pgwire.Error {
 }
 
 // startupParams are the settings the startup packet gives the session:
-// its parameters but those only startup takes, then those of its
-// options; a pgshard hint among them is refused.
+// those of its options, then its parameters but those only startup takes
+// — Postgres's order (process_startup_options: the options' switches
+// first, then the packet's parameters), so a parameter overrides the same
+// setting in options (last wins in backend.NewSettings); a pgshard hint
+// among them is refused.
 func startupParams(pkt *pgwire.StartupPacket) ([][2]string, *pgwire.Error) {
 	var kv [][2]string
-	for _, p := range pkt.Params {
-		name := strings.ToLower(p[0])
-		if backend.StartupOnly[name] {
-			continue
-		}
-		kv = append(kv, [2]string{name, p[1]})
-	}
 	if opts, ok := pkt.Param("options"); ok {
 		o, err := pgwire.ParseOptions(opts)
 		if err != nil {
 			return nil, pgwire.AsError(err, pgwire.NewFatal(pgwire.CodeProtocolViolation, err.Error()))
 		}
 		kv = append(kv, o...)
+	}
+	for _, p := range pkt.Params {
+		name := strings.ToLower(p[0])
+		if backend.StartupOnly[name] {
+			continue
+		}
+		kv = append(kv, [2]string{name, p[1]})
 	}
 	for _, p := range kv {
 		if strings.HasPrefix(p[0], "pgshard.") {
