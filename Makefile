@@ -42,7 +42,7 @@ chaos: deps build ## CI chaos suite: every fault kind against 3 shards (PgBounce
 COMPAT_OUT ?= compat-out
 
 .PHONY: compat
-compat: deps build ## pgx's test suite and PostgreSQL's regression suite through pgshard (session and transaction pooling) vs direct and PgBouncer: scoreboard in $(COMPAT_OUT), thresholds in scripts/compat-thresholds.txt
+compat: deps build ## pgx's and lib/pq's test suites and PostgreSQL's regression suite through pgshard (session and transaction pooling) vs direct and PgBouncer: scoreboard in $(COMPAT_OUT), thresholds in scripts/compat-thresholds.txt
 	@scripts/compat.sh $(BIN) $(COMPAT_OUT) scripts/compat-thresholds.txt
 
 .PHONY: test-short

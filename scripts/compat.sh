@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make compat: pgx's own test suite and PostgreSQL's regression suite through
+# make compat: pgx's and lib/pq's own test suites and PostgreSQL's regression suite through
 # pgshard (and, for comparison, directly and through PgBouncer in session and
 # transaction pooling), with a scoreboard and thresholds.
 #
@@ -15,8 +15,8 @@
 # of the installed server's exact version (pg_regress, headers to build
 # regress.so), dpkg-dev, and the server's Debian source package (the
 # regression tests and their expected output) through a deb-src entry it
-# adds for Debian's own archive. pgx's suite is fetched by `go` at the
-# version internal/tools/compat asks for (no vendoring).
+# adds for Debian's own archive. The drivers' suites are fetched by `go` at
+# the versions internal/tools/compat asks for (no vendoring).
 set -euo pipefail
 bin=$1
 out=$2

@@ -1,10 +1,11 @@
-// Command compat runs two real client test suites through pgshard and
-// prints a scoreboard: pgx's own test suite (fetched by version with `go`,
-// never vendored) and PostgreSQL's regression suite (parallel_schedule, from
+// Command compat runs real client test suites through pgshard and prints a
+// scoreboard: the own test suites of two Go drivers with protocol
+// implementations of their own, pgx and lib/pq (fetched by version with
+// `go`, never vendored), and PostgreSQL's regression suite (parallel_schedule, from
 // Debian's source package, run by pg_regress with psql), each against
 // Postgres directly, PgBouncer in session and transaction pooling, and
-// pgshard in session and transaction pooling (one shard; pgx also on two
-// shards, its tables unsharded on the default shard). Every run is bounded
+// pgshard in session and transaction pooling (one shard; the drivers also
+// on two shards, their tables unsharded on the default shard). Every run is bounded
 // in time. The scoreboard (passed / failed / skipped / not reached per
 // target) is written as text and JSON, with every difference from direct
 // Postgres and its reason; with -thresholds it exits 1 when a count is
@@ -12,7 +13,7 @@
 //
 //	compat ─▶ cluster.Up (2 shards, PgBouncer txn each) + PgBouncer session (shard0)
 //	       ─▶ pgshard proxy × 3 (session/1, transaction/1, transaction/2)
-//	       ─▶ pgx suite (pgx.go) and pg_regress (regress.go) per target
+//	       ─▶ pgx and lib/pq suites (gosuite.go), pg_regress (regress.go) per target
 //	       ─▶ score.go: scoreboard.txt, scoreboard.json, thresholds
 //
 // Usage (scripts/compat.sh prepares the regression sources and regress.so):
@@ -41,10 +42,11 @@ func main() {
 	flag.StringVar(&o.regressLib, "regress-lib", "", "directory holding regress.so, autoinc.so and refint.so (pg_regress --dlpath)")
 	flag.StringVar(&o.pgRegress, "pg-regress", "/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress", "pg_regress executable")
 	flag.StringVar(&o.pgxVersion, "pgx-version", "v5.12.0", "pgx version whose test suite runs")
-	flag.StringVar(&o.suites, "suites", "pgx,regress", "suites to run")
+	flag.StringVar(&o.libpqVersion, "libpq-version", "v1.12.3", "lib/pq version whose test suite runs")
+	flag.StringVar(&o.suites, "suites", "pgx,libpq,regress", "suites to run")
 	flag.StringVar(&o.targets, "targets", "", "comma-separated targets to run (default: all)")
-	flag.DurationVar(&o.pgxTimeout, "pgx-timeout", 10*time.Minute, "bound of one pgx suite run")
-	flag.DurationVar(&o.pgxPackageTimeout, "pgx-package-timeout", 4*time.Minute, "bound of one pgx package's tests (go test -timeout)")
+	flag.DurationVar(&o.pgxTimeout, "pgx-timeout", 10*time.Minute, "bound of one Go driver suite's run (pgx, lib/pq)")
+	flag.DurationVar(&o.pgxPackageTimeout, "pgx-package-timeout", 4*time.Minute, "bound of one Go driver package's tests (go test -timeout)")
 	flag.DurationVar(&o.regressTimeout, "regress-timeout", 6*time.Minute, "bound of one regression suite run")
 	flag.DurationVar(&o.timeout, "timeout", 75*time.Minute, "bound of the whole run")
 	flag.StringVar(&o.thresholds, "thresholds", "", "file of floors: lines `SUITE TARGET passed>=N` (exit 1 when one is not met)")
@@ -62,15 +64,15 @@ func main() {
 }
 
 type options struct {
-	pgshard, out, regressSrc, regressLib, pgRegress, pgxVersion, suites, targets, thresholds string
-	pgxTimeout, pgxPackageTimeout, regressTimeout, timeout                                   time.Duration
+	pgshard, out, regressSrc, regressLib, pgRegress, pgxVersion, libpqVersion, suites, targets, thresholds string
+	pgxTimeout, pgxPackageTimeout, regressTimeout, timeout                                                 time.Duration
 }
 
 func (o options) wants(suite, target string) bool {
 	if !strings.Contains(","+o.suites+",", ","+suite+",") {
 		return false
 	}
-	return o.targets == "" || strings.Contains(","+o.targets+",", ","+target+",")
+	return o.targets == "" || target == "" || strings.Contains(","+o.targets+",", ","+target+",")
 }
 
 func run(ctx context.Context, o options) (int, error) {
@@ -94,17 +96,20 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	var results []*result
-	if o.wants("pgx", "") || strings.Contains(o.suites, "pgx") {
-		mod, err := preparePgx(ctx, o)
+	for _, su := range []goSuite{pgxSuite(o.pgxVersion), libpqSuite(o.libpqVersion)} {
+		if !o.wants(su.name, "") {
+			continue
+		}
+		mod, err := prepareGoSuite(ctx, o, su, env.targets("pgx_test")[0])
 		if err != nil {
 			return 0, err
 		}
 		for _, t := range env.targets("pgx_test") {
-			if !o.wants("pgx", t.name) {
+			if !o.wants(su.name, t.name) {
 				continue
 			}
-			r := runPgx(ctx, o, mod, t)
-			logf("pgx %s: %s", t.name, r.summary())
+			r := runGoSuite(ctx, o, mod, t)
+			logf("%s %s: %s", su.name, t.name, r.summary())
 			results = append(results, r)
 			if ctx.Err() != nil {
 				break

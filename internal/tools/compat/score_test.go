@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-func TestScorePgx(t *testing.T) {
+func TestScoreGoSuite(t *testing.T) {
 	const pkg = "github.com/jackc/pgx/v5/pgconn"
-	list := map[string][]string{pkg: {"TestA", "TestB", "TestC", "TestD", "TestE", pgxCrashesPgBouncer}}
+	m := &goModule{goSuite: pgxSuite("v0"), list: map[string][]string{pkg: {"TestA", "TestB", "TestC", "TestD", "TestE", pgxCrashesPgBouncer}}}
 	evs := []event{
 		{Action: "run", Package: pkg, Test: "TestA"},
 		{Action: "pass", Package: pkg, Test: "TestA"},
@@ -25,7 +25,8 @@ func TestScorePgx(t *testing.T) {
 		{Action: "output", Package: pkg, Test: "TestD", Output: "panic: test timed out after 5m0s\n"},
 	}
 	r := newResult("pgx", "x")
-	scorePgx(r, list, evs, true)
+	leftOut, _ := m.leftOut(target{viaBouncer: true})
+	m.score(r, evs, leftOut)
 	if r.Passed != 1 || r.Failed != 2 || r.Skipped != 2 || r.NotReached != 1 {
 		t.Fatalf("got %+v", r)
 	}
@@ -39,6 +40,20 @@ func TestScorePgx(t *testing.T) {
 	}
 	if got := r.Reasons["pgconn.TestD"]; !strings.Contains(got, "did not finish") || !strings.Contains(got, "timed out") {
 		t.Errorf("reason of TestD: %q", got)
+	}
+
+	// A suite's own left-out pattern: skipped with its reason on every
+	// target, never "not reached"; the root package's tests go by name.
+	lq := &goModule{goSuite: libpqSuite("v0"), list: map[string][]string{"github.com/lib/pq": {"TestSSLMode", "TestAuth", "TestAuthX", "TestBytea"}}}
+	r = newResult("libpq", "x")
+	lq.score(r, []event{{Action: "run", Package: "github.com/lib/pq", Test: "TestBytea"}, {Action: "pass", Package: "github.com/lib/pq", Test: "TestBytea"}}, nil)
+	for test, want := range map[string]string{"TestSSLMode": "skip", "TestAuth": "skip", "TestAuthX": "notrun", "TestBytea": "pass"} {
+		if got := r.Outcomes[test]; got != want {
+			t.Errorf("libpq %s: %s, want %s", test, got, want)
+		}
+	}
+	if got := r.Reasons["TestAuth"]; !strings.Contains(got, "lib/pq's own CI") {
+		t.Errorf("reason of TestAuth: %q", got)
 	}
 }
 
