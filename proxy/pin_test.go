@@ -659,7 +659,8 @@ func TestWildcardUserAsItself(t *testing.T) {
 
 // TestTerminateSessionByPID: pg_terminate_backend / pg_cancel_backend of a
 // client session's BackendKeyData PID act on that session (its PID is the
-// proxy's, no backend's), in the forms drivers and tools use.
+// proxy's, no backend's), in the forms drivers and tools use; SELECT
+// pg_backend_pid() answers that PID.
 func TestTerminateSessionByPID(t *testing.T) {
 	e := startProxy(t)
 	ctx := ctxT(t, time.Minute)
@@ -706,6 +707,47 @@ func TestTerminateSessionByPID(t *testing.T) {
 		}
 		if !self.IsClosed() {
 			t.Fatal("the session survived its own pg_terminate_backend(pg_backend_pid())")
+		}
+	})
+	t.Run("pg_backend_pid() is the session's", func(t *testing.T) {
+		// The PID the calls above take, in every protocol form, alone or
+		// inside a transaction on a pooled backend; its row is Postgres's
+		// (int4, named after the function or its alias).
+		conn := e.connect(t)
+		want := conn.PgConn().PID()
+		k := e.db.keysOn(1, 1, 9_500_000)[0]
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+			for _, q := range []string{"SELECT pg_backend_pid()", "select pg_catalog.pg_backend_pid() AS pid"} {
+				var pid uint32
+				if err := conn.QueryRow(ctx, q, mode).Scan(&pid); err != nil || pid != want {
+					t.Fatalf("%s (%v): %d (%v), want the session's %d", q, mode, pid, err, want)
+				}
+			}
+		}
+		rows, err := conn.Query(ctx, "SELECT pg_backend_pid() AS mine")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd := rows.FieldDescriptions()
+		rows.Close()
+		if len(fd) != 1 || fd[0].Name != "mine" || fd[0].DataTypeOID != 23 {
+			t.Fatalf("row description %+v, want one int4 column \"mine\"", fd)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		var pid uint32
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE aid = $1", k); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil || pid != want {
+			t.Fatalf("in a transaction: %d (%v), want %d", pid, err, want)
+		}
+		var backend uint32
+		if err := tx.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&backend); err != nil || backend == want {
+			t.Fatalf("inside a larger statement pg_backend_pid() is the backend's: %d (%v)", backend, err)
 		}
 	})
 	t.Run("cancel", func(t *testing.T) {

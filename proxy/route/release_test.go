@@ -38,8 +38,9 @@ func TestReleases(t *testing.T) {
 }
 
 // TestTerminateCalls: pg_terminate_backend / pg_cancel_backend calls in
-// the forms tools send are recognized — also when texts differing only
-// in the PID share an analysis — and nothing else is.
+// the forms tools send, and pg_backend_pid() alone, are recognized — also
+// when texts differing only in the PID share an analysis — and nothing
+// else is.
 func TestTerminateCalls(t *testing.T) {
 	cases := []struct {
 		sql  string
@@ -63,6 +64,15 @@ func TestTerminateCalls(t *testing.T) {
 		{"SELECT x.pg_terminate_backend(1)", nil},
 		{"SELECT pg_terminate_backend(pid => 1)", nil},
 		{"SELECT pg_reload_conf()", nil},
+		{"SELECT pg_terminate_backend(1234) AS ended", &route.Terminate{PID: 1234, Column: "ended"}},
+		{"SELECT pg_backend_pid()", &route.Terminate{Own: true}},
+		{"select pg_catalog.pg_backend_pid() as pid;", &route.Terminate{Own: true, Column: "pid"}},
+		{"SELECT pg_backend_pid() FROM executions", nil},
+		{"SELECT pg_backend_pid(), 1", nil},
+		{"SELECT pg_backend_pid()::text", nil},
+		{"SELECT pg_backend_pid() WHERE true", nil},
+		{"SELECT pid FROM pg_stat_activity WHERE pid = pg_backend_pid()", nil},
+		{"SELECT x.pg_backend_pid()", nil},
 	}
 	shared := newRouter(t, "default")
 	for _, c := range cases {

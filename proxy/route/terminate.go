@@ -21,6 +21,15 @@ import (
 // either function, schema-qualified with pg_catalog or not, the call the
 // only entry of a select list with nothing else (no WHERE, ORDER BY,
 // LIMIT, WITH, set operation …) and the function's one-argument form.
+//
+// So is SELECT pg_backend_pid() alone (Own): for a session without a
+// backend of its own the engine answers the session's PID — the one its
+// BackendKeyData gave the client and these calls take — not that of
+// whichever pooled backend would run it, which the session's next
+// transaction would not run on and which a pg_terminate_backend would
+// take for another client's. A pinned session's own backend answers it.
+// Inside a larger statement (WHERE pid = pg_backend_pid()) it is the
+// backend's, as that statement compares it with the backend's own views.
 
 // Terminate is a recognized call.
 type Terminate struct {
@@ -34,11 +43,18 @@ type Terminate struct {
 	PID   int64
 	// Array: the unnest form, one call per element of $Param.
 	Array bool
+	// Own: SELECT pg_backend_pid(), the calling session's PID.
+	Own bool
+	// Column is the select list entry's alias ("": the function's name).
+	Column string
 }
 
-// Fn is the function's short name: "terminate" or "cancel".
+// Fn is the function's short name: "terminate", "cancel" or "pid".
 func (t *Terminate) Fn() string {
-	if t.Cancel {
+	switch {
+	case t.Own:
+		return "pid"
+	case t.Cancel:
 		return "cancel"
 	}
 	return "terminate"
@@ -58,10 +74,13 @@ func terminateCall(node *pg.Node, lc *litCtx) *Terminate {
 		return nil
 	}
 	fc := rt.Val.GetFuncCall()
+	if fc != nil && len(fc.Args) == 0 && len(sel.FromClause) == 0 && isBackendPID(fc) {
+		return &Terminate{Own: true, Column: rt.Name}
+	}
 	if fc == nil || len(fc.Args) != 1 || !plainCall(fc) {
 		return nil
 	}
-	t := &Terminate{}
+	t := &Terminate{Column: rt.Name}
 	switch schema, name := funcName(fc); {
 	case len(fc.Funcname) > 2 || schema != "" && schema != "pg_catalog":
 		return nil
@@ -78,8 +97,7 @@ func terminateCall(node *pg.Node, lc *litCtx) *Terminate {
 		return nil
 	}
 	if pf := arg.GetFuncCall(); pf != nil {
-		if schema, name := funcName(pf); len(pf.Args) > 0 || !plainCall(pf) || len(pf.Funcname) > 2 ||
-			name != "pg_backend_pid" || schema != "" && schema != "pg_catalog" {
+		if len(pf.Args) > 0 || !isBackendPID(pf) {
 			return nil
 		}
 		t.Self = true
@@ -100,6 +118,13 @@ func terminateCall(node *pg.Node, lc *litCtx) *Terminate {
 		}
 	}
 	return nil
+}
+
+// isBackendPID reports whether fc is a plain call of pg_backend_pid,
+// schema-qualified with pg_catalog or not.
+func isBackendPID(fc *pg.FuncCall) bool {
+	schema, name := funcName(fc)
+	return plainCall(fc) && len(fc.Funcname) <= 2 && name == "pg_backend_pid" && (schema == "" || schema == "pg_catalog")
 }
 
 // unnestTerminate completes t for the form FROM unnest($n) alias, the

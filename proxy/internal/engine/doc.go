@@ -106,7 +106,8 @@
 //	                 its map's (PS002 at a move's flip): run again or
 //	                 answered 40001
 //	  terminate.go   pg_terminate_backend / pg_cancel_backend of a
-//	                 client session's PID: terminateCall, the call
+//	                 client session's PID, and SELECT pg_backend_pid()
+//	                 (that PID, unless pinned): terminateCall, the call
 //	                 the analyzer recognized (route.Terminate) with its
 //	                 PIDs read, resolved to sessions without I/O, its
 //	                 call the executor's step (stepTerminate), answered

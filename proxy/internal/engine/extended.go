@@ -580,7 +580,7 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 	case pi != nil && pi.local:
 		lo := len(p.planner.plan.lbuf)
 		if pi.term != nil {
-			p.planner.plan.lbuf = appendBoolRowDescription(p.planner.plan.lbuf, "pg_"+pi.term.fn+"_backend", pi.term.binary)
+			p.planner.plan.lbuf = appendTerminateDesc(p.planner.plan.lbuf, pi.term)
 		} else {
 			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
 		}

@@ -1,6 +1,7 @@
 package engine
 
-// pg_terminate_backend / pg_cancel_backend of a client session's PID.
+// pg_terminate_backend / pg_cancel_backend of a client session's PID, and
+// SELECT pg_backend_pid() (the session's PID, unless it is pinned).
 //
 // A client's BackendKeyData PID is the proxy's key for its session (a
 // backend's real PID only for a session pinned at startup): no backend has
@@ -36,8 +37,12 @@ import (
 
 // terminateCall is a recognized call: the function and the PIDs.
 type terminateCall struct {
-	fn   string // "terminate" or "cancel"
+	fn   string // "terminate", "cancel" or "pid" (pg_backend_pid())
 	pids []uint32
+	// own: SELECT pg_backend_pid(); pids then holds the session's PID.
+	own bool
+	// column is the result column's name.
+	column string
 	// self: the PID is pg_backend_pid(), the calling session's own.
 	self bool
 	// binary: the client asked for its result in binary.
@@ -55,8 +60,16 @@ func parseTerminate(st *route.Statement, params [][]byte, formats []int16) *term
 	if t == nil {
 		return nil
 	}
-	c := &terminateCall{fn: t.Fn()}
+	c := &terminateCall{fn: t.Fn(), column: t.Column}
+	if c.column == "" {
+		c.column = "pg_" + c.fn + "_backend"
+		if t.Own {
+			c.column = "pg_backend_pid"
+		}
+	}
 	switch {
+	case t.Own:
+		c.own = true
 	case t.Self:
 		if t.Cancel {
 			return nil // the backend running it cancels itself, as Postgres does
@@ -160,6 +173,18 @@ func readPIDArray(v []byte, format int16) ([]uint32, bool) {
 // memory), and the sessions found are recorded (targets) for the step
 // that does the call (carryOut). False: not ours, send it on.
 func (c *terminateCall) resolve(s *Session) bool {
+	if c.own {
+		// A session with a backend of its own (pinned) asks that backend,
+		// as on a direct connection: its NOTIFYs carry that PID, and its
+		// views (pg_stat_activity, pg_locks) show it. Any other session's
+		// backend changes from transaction to transaction: the proxy
+		// answers with the session's PID.
+		if s.own != nil {
+			return false
+		}
+		c.pids = []uint32{s.pid}
+		return true
+	}
 	if c.self {
 		c.pids = []uint32{s.pid}
 	}
@@ -226,10 +251,19 @@ func terminateSession(t *Session) {
 }
 
 // appendTerminateResult appends the result of a recognized call: one bool
-// column named after the function, one "t" row per PID.
+// column, one "t" row per PID — or, for pg_backend_pid(), one integer
+// row, the session's PID.
 func appendTerminateResult(dst []byte, c *terminateCall, describe bool) []byte {
 	if describe {
-		dst = appendBoolRowDescription(dst, "pg_"+c.fn+"_backend", c.binary)
+		dst = appendTerminateDesc(dst, c)
+	}
+	if c.own {
+		v := []byte(strconv.FormatUint(uint64(c.pids[0]), 10))
+		if c.binary {
+			v = binary.BigEndian.AppendUint32(nil, c.pids[0])
+		}
+		dst = pgwire.AppendDataRow(dst, [][]byte{v})
+		return pgwire.AppendCommandComplete(dst, "SELECT 1")
 	}
 	v := []byte("t")
 	if c.binary {
@@ -241,16 +275,22 @@ func appendTerminateResult(dst []byte, c *terminateCall, describe bool) []byte {
 	return pgwire.AppendCommandComplete(dst, "SELECT "+strconv.Itoa(len(c.pids)))
 }
 
-func appendBoolRowDescription(dst []byte, name string, binary bool) []byte {
+// appendTerminateDesc appends the RowDescription Postgres gives c's
+// statement: one column, bool (the calls) or integer (pg_backend_pid).
+func appendTerminateDesc(dst []byte, c *terminateCall) []byte {
+	oid, size := uint32(16), uint16(1) // bool
+	if c.own {
+		oid, size = 23, 4 // int4
+	}
 	dst, sp := pgwire.BeginMsg(dst, 'T')
 	dst = pgwire.AppendU16(dst, 1)
-	dst = pgwire.AppendCStr(dst, name)
-	dst = pgwire.AppendU32(dst, 0)  // table
-	dst = pgwire.AppendU16(dst, 0)  // attribute
-	dst = pgwire.AppendU32(dst, 16) // bool
-	dst = pgwire.AppendU16(dst, 1)  // size
+	dst = pgwire.AppendCStr(dst, c.column)
+	dst = pgwire.AppendU32(dst, 0) // table
+	dst = pgwire.AppendU16(dst, 0) // attribute
+	dst = pgwire.AppendU32(dst, oid)
+	dst = pgwire.AppendU16(dst, size)
 	dst = pgwire.AppendU32(dst, 0xFFFFFFFF)
-	if binary {
+	if c.binary {
 		dst = pgwire.AppendU16(dst, 1)
 	} else {
 		dst = pgwire.AppendU16(dst, 0)
