@@ -657,6 +657,24 @@ func TestWildcardUserAsItself(t *testing.T) {
 	}
 }
 
+// TestWildcardUserPoolerRefusal: a role the shards' PgBouncer does not
+// admit, logging in through the "*" login, is refused with Postgres's
+// SQLSTATE for it (28000), not PgBouncer's 08P01, and the shard named.
+func TestWildcardUserPoolerRefusal(t *testing.T) {
+	e := startProxy(t, withUsers(proxy.User{Name: "*", Trust: true}))
+	ctx := ctxT(t, time.Minute)
+	cfg, err := pgx.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = "no_such_role_anywhere"
+	_, err = pgx.ConnectConfig(ctx, cfg)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "28000" || !strings.Contains(pe.Message, "PgBouncer of shard") {
+		t.Fatalf("login of a role PgBouncer does not know: %v, want 28000 naming the shard's PgBouncer", err)
+	}
+}
+
 // TestTerminateSessionByPID: pg_terminate_backend / pg_cancel_backend of a
 // client session's BackendKeyData PID act on that session (its PID is the
 // proxy's, no backend's), in the forms drivers and tools use; SELECT

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -118,6 +119,9 @@ func (d *dialer) open(ctx context.Context, key *Settings, user string) (*Conn, e
 func (d *dialer) connectError(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		if d.viaPooler {
+			pe = bouncerLoginError(pe, d.shard.Name)
+		}
 		return &PgError{PgErr: pe, shard: d.shard.Name}
 	}
 	e := &pgwire.Error{Code: pgwire.CodeConnectionFailure,
@@ -130,6 +134,33 @@ func (d *dialer) connectError(err error) error {
 		}
 	}
 	return e
+}
+
+// bouncerLoginError gives PgBouncer's refusal of a login the SQLSTATE
+// Postgres gives its own: PgBouncer 1.18 sends every error as 08P01
+// (protocol violation), so a client would take a role PgBouncer does not
+// know, or a wrong password, for a bug in the wire protocol. Its login
+// refusals ("trust" / password / SASL authentication failed, no such
+// user) become 28000 (invalid authorization) or, for a password, 28P01,
+// with the shard named; any other error is e itself.
+func bouncerLoginError(e *pgconn.PgError, shard string) *pgconn.PgError {
+	if e.Code != pgwire.CodeProtocolViolation {
+		return e
+	}
+	code := ""
+	switch m := e.Message; {
+	case strings.Contains(m, "password authentication failed"), strings.Contains(m, "SASL authentication failed"):
+		code = "28P01"
+	case strings.Contains(m, "authentication failed"), strings.HasPrefix(m, "no such user"):
+		code = "28000"
+	default:
+		return e
+	}
+	c := *e
+	c.Code = code
+	c.Message = fmt.Sprintf("the PgBouncer of shard %q refused the login: %s", shard, e.Message)
+	c.Hint = "The role must be one that PgBouncer admits (its auth_file, or its auth_query), with the password it holds."
+	return &c
 }
 
 // PgError is a Postgres error returned while connecting.
