@@ -81,6 +81,10 @@ func (s *statements) analyzeWith(text string, node *pg.Node, lc *litCtx, own boo
 	if st.Kind == KindOther || st.Kind == KindUnsupported {
 		st.Releases = releases(node)
 	}
+	if st.Terminate != nil && st.Terminate.Own && (h.present() || hintErr != nil) {
+		// Routed to a shard by hand: that shard's backend answers.
+		st.Terminate = nil
+	}
 	c.finish(h, hintErr)
 	return st
 }

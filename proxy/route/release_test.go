@@ -73,6 +73,7 @@ func TestTerminateCalls(t *testing.T) {
 		{"SELECT pg_backend_pid() WHERE true", nil},
 		{"SELECT pid FROM pg_stat_activity WHERE pid = pg_backend_pid()", nil},
 		{"SELECT x.pg_backend_pid()", nil},
+		{"SELECT pg_backend_pid() /* pgshard:shard=s0 */", nil},
 	}
 	shared := newRouter(t, "default")
 	for _, c := range cases {

@@ -27,7 +27,8 @@ import (
 // BackendKeyData gave the client and these calls take — not that of
 // whichever pooled backend would run it, which the session's next
 // transaction would not run on and which a pg_terminate_backend would
-// take for another client's. A pinned session's own backend answers it.
+// take for another client's. A pinned session's own backend answers it,
+// as does the backend of a shard a hint routes it to.
 // Inside a larger statement (WHERE pid = pg_backend_pid()) it is the
 // backend's, as that statement compares it with the backend's own views.
 
