@@ -303,3 +303,18 @@ func metricSum(t testing.TB, srv *proxy.Server, name string, labels ...string) f
 	}
 	return n
 }
+
+// forEachPath runs f as two subtests, "pgbouncer" and "direct": with a
+// proxy reaching the shards through their PgBouncers, then straight to
+// Postgres.
+func forEachPath(t *testing.T, f func(t *testing.T, via string, e *proxyEnv)) {
+	for _, via := range []string{"pgbouncer", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			var opts []envOpt
+			if via == "direct" {
+				opts = append(opts, direct())
+			}
+			f(t, via, startProxy(t, opts...))
+		})
+	}
+}

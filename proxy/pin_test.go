@@ -40,65 +40,58 @@ func sessionMode() envOpt { return func(c *proxy.Config) { c.PoolMode = proxy.Po
 // is dropped; meanwhile a statement for another shard is refused, and
 // the session's own transactions see the table.
 func TestPinTemporaryTable(t *testing.T) {
-	for _, via := range []string{"pgbouncer", "direct"} {
-		t.Run(via, func(t *testing.T) {
-			var opts []envOpt
-			if via == "direct" {
-				opts = append(opts, direct())
-			}
-			e := startProxy(t, opts...)
-			ctx := ctxT(t, time.Minute)
-			conn := e.connect(t)
-			pid := func() int {
-				var p int
-				if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
-			if _, err := conn.Exec(ctx, "CREATE TEMP TABLE pin_t (a int)"); err != nil {
+	forEachPath(t, func(t *testing.T, via string, e *proxyEnv) {
+		ctx := ctxT(t, time.Minute)
+		conn := e.connect(t)
+		pid := func() int {
+			var p int
+			if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
 				t.Fatal(err)
 			}
-			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 1)
-			p1 := pid()
-			for i := 0; i < 3; i++ {
-				if _, err := conn.Exec(ctx, "INSERT INTO pin_t VALUES ($1)", i); err != nil {
-					t.Fatal(err)
-				}
-			}
-			tx, err := conn.Begin(ctx)
-			if err != nil {
+			return p
+		}
+		if _, err := conn.Exec(ctx, "CREATE TEMP TABLE pin_t (a int)"); err != nil {
+			t.Fatal(err)
+		}
+		waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 1)
+		p1 := pid()
+		for i := 0; i < 3; i++ {
+			if _, err := conn.Exec(ctx, "INSERT INTO pin_t VALUES ($1)", i); err != nil {
 				t.Fatal(err)
 			}
-			var n int
-			if err := tx.QueryRow(ctx, "SELECT count(*) FROM pin_t").Scan(&n); err != nil || n != 3 {
-				t.Fatalf("count = %d, %v", n, err)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if p2 := pid(); p2 != p1 {
-				t.Fatalf("backend changed while pinned: %d then %d", p1, p2)
-			}
-			// A keyed statement for the default shard runs; for another, refused.
-			k0 := e.db.keysOn(0, 1, 9_100_000)[0]
-			if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k0); err != nil {
-				t.Fatalf("default shard's key: %v", err)
-			}
-			k1 := e.db.keysOn(1, 1, 9_100_000)[0]
-			_, err = conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k1)
-			if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
-				t.Fatalf("other shard's key while pinned: %v", err)
-			}
-			if _, err := conn.Exec(ctx, "DROP TABLE pin_t"); err != nil {
-				t.Fatal(err)
-			}
-			waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
-			if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k1); err != nil {
-				t.Fatalf("other shard's key after the pin ended: %v", err)
-			}
-		})
-	}
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pin_t").Scan(&n); err != nil || n != 3 {
+			t.Fatalf("count = %d, %v", n, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p2 := pid(); p2 != p1 {
+			t.Fatalf("backend changed while pinned: %d then %d", p1, p2)
+		}
+		// A keyed statement for the default shard runs; for another, refused.
+		k0 := e.db.keysOn(0, 1, 9_100_000)[0]
+		if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k0); err != nil {
+			t.Fatalf("default shard's key: %v", err)
+		}
+		k1 := e.db.keysOn(1, 1, 9_100_000)[0]
+		_, err = conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k1)
+		if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
+			t.Fatalf("other shard's key while pinned: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLE pin_t"); err != nil {
+			t.Fatal(err)
+		}
+		waitMetric(t, e.srv, "pgshard_proxy_pinned_sessions", 0)
+		if _, err := conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1", k1); err != nil {
+			t.Fatalf("other shard's key after the pin ended: %v", err)
+		}
+	})
 }
 
 // TestPinSessionState: the kinds of session state that pin, and what

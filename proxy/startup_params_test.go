@@ -28,52 +28,45 @@ func TestStartupParametersAsPostgres(t *testing.T) {
 		{"parameter-over-options", map[string]string{"options": "-c work_mem=5MB -c application_name=from-options", "work_mem": "7MB", "application_name": "from-parameter"}, false},
 		{"options-only", map[string]string{"options": "-c work_mem=5MB --application_name=from-options"}, false},
 	}
-	for _, via := range []string{"pgbouncer", "direct"} {
-		t.Run(via, func(t *testing.T) {
-			var opts []envOpt
-			if via == "direct" {
-				opts = append(opts, direct())
+	forEachPath(t, func(t *testing.T, via string, e *proxyEnv) {
+		ctx := ctxT(t, time.Minute)
+		// seen is what a session of conn is told and reads.
+		seen := func(t *testing.T, conn *pgx.Conn) [3]string {
+			t.Helper()
+			var app, mem string
+			if err := conn.QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('work_mem')").Scan(&app, &mem); err != nil {
+				t.Fatal(err)
 			}
-			e := startProxy(t, opts...)
-			ctx := ctxT(t, time.Minute)
-			// seen is what a session of conn is told and reads.
-			seen := func(t *testing.T, conn *pgx.Conn) [3]string {
-				t.Helper()
-				var app, mem string
-				if err := conn.QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('work_mem')").Scan(&app, &mem); err != nil {
+			return [3]string{conn.PgConn().ParameterStatus("application_name"), app, mem}
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				set := func(cfg *pgx.ConnConfig) {
+					for k, v := range c.params {
+						cfg.RuntimeParams[k] = v
+					}
+				}
+				cfg, err := pgx.ParseConfig(e.db.m.Shards[0].DSN)
+				if err != nil {
 					t.Fatal(err)
 				}
-				return [3]string{conn.PgConn().ParameterStatus("application_name"), app, mem}
-			}
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					set := func(cfg *pgx.ConnConfig) {
-						for k, v := range c.params {
-							cfg.RuntimeParams[k] = v
-						}
-					}
-					cfg, err := pgx.ParseConfig(e.db.m.Shards[0].DSN)
-					if err != nil {
-						t.Fatal(err)
-					}
-					set(cfg)
-					dc, err := pgx.ConnectConfig(ctx, cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer dc.Close(ctx)
-					want := seen(t, dc)
-					if via == "pgbouncer" && c.noName {
-						// PgBouncer 1.18 carries no empty name (dial.go):
-						// told and read alike, another client's never.
-						want[0], want[1] = "pgshard proxy", "pgshard proxy"
-					}
-					if got := seen(t, e.connect(t, set)); got != want {
-						t.Fatalf("through pgshard: told application_name %q, current_setting %q, work_mem %q; directly: %q, %q, %q",
-							got[0], got[1], got[2], want[0], want[1], want[2])
-					}
-				})
-			}
-		})
-	}
+				set(cfg)
+				dc, err := pgx.ConnectConfig(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer dc.Close(ctx)
+				want := seen(t, dc)
+				if via == "pgbouncer" && c.noName {
+					// PgBouncer 1.18 carries no empty name (dial.go):
+					// told and read alike, another client's never.
+					want[0], want[1] = "pgshard proxy", "pgshard proxy"
+				}
+				if got := seen(t, e.connect(t, set)); got != want {
+					t.Fatalf("through pgshard: told application_name %q, current_setting %q, work_mem %q; directly: %q, %q, %q",
+						got[0], got[1], got[2], want[0], want[1], want[2])
+				}
+			})
+		}
+	})
 }

@@ -257,67 +257,60 @@ func TestCASRace(t *testing.T) {
 // TestCancel: a cancel request stops the client's own query on its
 // backend; other clients are not affected.
 func TestCancel(t *testing.T) {
-	for _, via := range []string{"pgbouncer", "direct"} {
-		t.Run(via, func(t *testing.T) {
-			var opts []envOpt
-			if via == "direct" {
-				opts = append(opts, direct())
-			}
-			e := startProxy(t, opts...)
-			ctx := ctxT(t, time.Minute)
-			victim := e.connect(t)
-			other := e.connect(t)
-			k := e.db.keysOn(1, 1, 4_800_000)[0]
-			start := time.Now()
-			errc := make(chan error, 1)
-			go func() {
-				_, err := victim.Exec(ctx, "SELECT pg_sleep(20) FROM accounts WHERE aid = $1 UNION ALL SELECT pg_sleep(20)", k)
-				errc <- err
-			}()
-			// Wait until the query runs on a backend (poll pg_stat_activity).
-			sh := e.db.shardConn(t, 1)
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				var n int
-				if err := sh.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(20)%' AND state = 'active'").Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				if n > 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the sleeping query never started")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			// Another client is served meanwhile, including on the same shard.
-			var one int
-			if err := other.QueryRow(ctx, "SELECT 1 FROM pgshard_identity WHERE shard_name = 'shard1' /* pgshard:shard=shard1 */").Scan(&one); err != nil || one != 1 {
-				t.Fatalf("other client: %d %v", one, err)
-			}
-			if err := victim.PgConn().CancelRequest(ctx); err != nil {
+	forEachPath(t, func(t *testing.T, via string, e *proxyEnv) {
+		ctx := ctxT(t, time.Minute)
+		victim := e.connect(t)
+		other := e.connect(t)
+		k := e.db.keysOn(1, 1, 4_800_000)[0]
+		start := time.Now()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := victim.Exec(ctx, "SELECT pg_sleep(20) FROM accounts WHERE aid = $1 UNION ALL SELECT pg_sleep(20)", k)
+			errc <- err
+		}()
+		// Wait until the query runs on a backend (poll pg_stat_activity).
+		sh := e.db.shardConn(t, 1)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			if err := sh.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(20)%' AND state = 'active'").Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			var err error
-			select {
-			case err = <-errc:
-			case <-time.After(15 * time.Second):
-				t.Fatal("the cancelled query did not end within 15s")
+			if n > 0 {
+				break
 			}
-			if pgCode(err) != "57014" {
-				t.Fatalf("cancelled query: %v, want 57014", err)
+			if time.Now().After(deadline) {
+				t.Fatal("the sleeping query never started")
 			}
-			if time.Since(start) > 15*time.Second {
-				t.Fatalf("cancel took %v", time.Since(start))
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Another client is served meanwhile, including on the same shard.
+		var one int
+		if err := other.QueryRow(ctx, "SELECT 1 FROM pgshard_identity WHERE shard_name = 'shard1' /* pgshard:shard=shard1 */").Scan(&one); err != nil || one != 1 {
+			t.Fatalf("other client: %d %v", one, err)
+		}
+		if err := victim.PgConn().CancelRequest(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the cancelled query did not end within 15s")
+		}
+		if pgCode(err) != "57014" {
+			t.Fatalf("cancelled query: %v, want 57014", err)
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("cancel took %v", time.Since(start))
+		}
+		// Both sessions go on.
+		for _, c := range []*pgx.Conn{victim, other} {
+			if err := c.QueryRow(ctx, "SELECT 2").Scan(&one); err != nil || one != 2 {
+				t.Fatalf("after cancel: %d %v", one, err)
 			}
-			// Both sessions go on.
-			for _, c := range []*pgx.Conn{victim, other} {
-				if err := c.QueryRow(ctx, "SELECT 2").Scan(&one); err != nil || one != 2 {
-					t.Fatalf("after cancel: %d %v", one, err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestBackendKilled: the backend of an open transaction is terminated; the

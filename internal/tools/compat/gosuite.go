@@ -169,15 +169,8 @@ func suffix(ss []string, s string) []string {
 
 // goCmd runs go in dir, bounded by d; it returns stdout+stderr.
 func goCmd(ctx context.Context, dir string, d time.Duration, env []string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off"), env...)
-	cmd.WaitDelay = 10 * time.Second
 	var b bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &b, &b
-	err := cmd.Run()
+	err := goRun(ctx, dir, d, env, &b, args...)
 	return b.Bytes(), err
 }
 
@@ -189,13 +182,18 @@ func goCmdTo(ctx context.Context, dir string, d time.Duration, env []string, pat
 		return err
 	}
 	defer f.Close()
+	return goRun(ctx, dir, d, env, f, args...)
+}
+
+// goRun runs go in dir, bounded by d, its stdout and stderr to out.
+func goRun(ctx context.Context, dir string, d time.Duration, env []string, out io.Writer, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off"), env...)
 	cmd.WaitDelay = 10 * time.Second
-	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Stdout, cmd.Stderr = out, out
 	return cmd.Run()
 }
 
