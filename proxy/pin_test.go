@@ -355,6 +355,30 @@ func TestSessionPoolMode(t *testing.T) {
 	}
 }
 
+// TestPinnedPingSeesItsBackend: a ping (an empty query: pgx's "-- ping",
+// lib/pq's ";") of a pinned session is its own backend's to answer, so a
+// backend terminated since the session's last statement ends the session
+// at the ping, as on a direct connection.
+func TestPinnedPingSeesItsBackend(t *testing.T) {
+	e := startProxy(t, sessionMode())
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		t.Fatalf("ping of a live pinned session: %v", err)
+	}
+	var ok bool
+	if err := e.db.shardConn(t, 0).QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminating the session's backend %d: %v, %v", pid, ok, err)
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Fatal("the ping succeeded after the session's own backend was terminated")
+	}
+}
+
 // TestListenInTransactionMode: LISTEN pins the session; a NOTIFY from
 // another client reaches it while it is idle, in order.
 func TestListenInTransactionMode(t *testing.T) {

@@ -66,6 +66,12 @@ func (o *ownBackend) forwards(a *route.Statement) bool {
 		return !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard.")
 	case route.KindDiscard, route.KindPrepare, route.KindExecute, route.KindDeallocate:
 		return true
+	case route.KindEmpty:
+		// A ping (lib/pq's ";", pgx's "-- ping"): the session's own
+		// backend answers, so a backend terminated since its last
+		// statement ends the session now, as on a direct connection,
+		// not at the next statement.
+		return true
 	case route.KindUnsupported:
 		return a.SessionState != ""
 	}
