@@ -46,7 +46,8 @@ type Terminate struct {
 	Array bool
 	// Own: SELECT pg_backend_pid(), the calling session's PID.
 	Own bool
-	// Column is the select list entry's alias ("": the function's name).
+	// Column is the result column's name: the select list entry's
+	// alias, else the function's name (as Postgres names it).
 	Column string
 }
 
@@ -76,20 +77,17 @@ func terminateCall(node *pg.Node, lc *litCtx) *Terminate {
 	}
 	fc := rt.Val.GetFuncCall()
 	if fc != nil && len(fc.Args) == 0 && len(sel.FromClause) == 0 && isBackendPID(fc) {
-		return &Terminate{Own: true, Column: rt.Name}
+		return &Terminate{Own: true, Column: column(rt.Name, "pg_backend_pid")}
 	}
 	if fc == nil || len(fc.Args) != 1 || !plainCall(fc) {
 		return nil
 	}
-	t := &Terminate{Column: rt.Name}
-	switch schema, name := funcName(fc); {
-	case len(fc.Funcname) > 2 || schema != "" && schema != "pg_catalog":
-		return nil
-	case name == "pg_cancel_backend":
-		t.Cancel = true
-	case name != "pg_terminate_backend":
+	schema, name := funcName(fc)
+	if len(fc.Funcname) > 2 || schema != "" && schema != "pg_catalog" ||
+		name != "pg_cancel_backend" && name != "pg_terminate_backend" {
 		return nil
 	}
+	t := &Terminate{Cancel: name == "pg_cancel_backend", Column: column(rt.Name, name)}
 	if len(sel.FromClause) == 1 {
 		return unnestTerminate(t, sel.FromClause[0], fc.Args[0], lc)
 	}
@@ -119,6 +117,15 @@ func terminateCall(node *pg.Node, lc *litCtx) *Terminate {
 		}
 	}
 	return nil
+}
+
+// column is the name Postgres gives a select list entry: its alias, else
+// the function's name fn.
+func column(alias, fn string) string {
+	if alias != "" {
+		return alias
+	}
+	return fn
 }
 
 // isBackendPID reports whether fc is a plain call of pg_backend_pid,

@@ -96,15 +96,16 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	var results []*result
+	drivers := env.targets("pgx_test") // the drivers' suites share the pgx_test database
 	for _, su := range []goSuite{pgxSuite(o.pgxVersion), libpqSuite(o.libpqVersion)} {
 		if !o.wants(su.name, "") {
 			continue
 		}
-		mod, err := prepareGoSuite(ctx, o, su, env.targets("pgx_test")[0])
+		mod, err := prepareGoSuite(ctx, o, su, drivers[0])
 		if err != nil {
 			return 0, err
 		}
-		for _, t := range env.targets("pgx_test") {
+		for _, t := range drivers {
 			if !o.wants(su.name, t.name) {
 				continue
 			}

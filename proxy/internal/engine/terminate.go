@@ -61,12 +61,6 @@ func parseTerminate(st *route.Statement, params [][]byte, formats []int16) *term
 		return nil
 	}
 	c := &terminateCall{fn: t.Fn(), column: t.Column}
-	if c.column == "" {
-		c.column = "pg_" + c.fn + "_backend"
-		if t.Own {
-			c.column = "pg_backend_pid"
-		}
-	}
 	switch {
 	case t.Own:
 		c.own = true
