@@ -202,6 +202,57 @@ func (s *Settings) PreambleSQL() string {
 	return b.String()
 }
 
+// Isolation returns the client's default isolation level (its
+// default_transaction_isolation, as Postgres spells the level: "read
+// committed", "repeatable read", "serializable", "read uncommitted"), ""
+// when it set none or a value that names no level.
+func (s *Settings) Isolation() string {
+	v, ok := s.Get("default_transaction_isolation")
+	if !ok {
+		return ""
+	}
+	v = strings.Join(strings.Fields(strings.ToLower(strings.Trim(strings.TrimSpace(v), `'"`))), " ")
+	switch v {
+	case "read committed", "repeatable read", "serializable", "read uncommitted":
+		return v
+	}
+	return ""
+}
+
+// TxnModes returns the transaction modes of s that must be fixed before a
+// transaction's first query — the default isolation level and
+// deferrable — as the mode list of a BEGIN or SET TRANSACTION
+// ("ISOLATION LEVEL SERIALIZABLE, DEFERRABLE"), leaving out the isolation
+// when noIso and deferrable when noDeferrable (the client's own BEGIN
+// names them); "" when there is none. The preamble (a query, so too late
+// for them: check_XactIsoLevel refuses a level once a snapshot is taken)
+// cannot carry them, and through PgBouncer nothing is SET on a pooled
+// connection: a transaction the proxy begins for a client through a
+// pooler names them, so it runs at the client's level as directly.
+func (s *Settings) TxnModes(noIso, noDeferrable bool) string {
+	var m []string
+	if iso := s.Isolation(); iso != "" && !noIso {
+		m = append(m, "ISOLATION LEVEL "+strings.ToUpper(iso))
+	}
+	if v, ok := s.Get("default_transaction_deferrable"); ok && !noDeferrable {
+		if isOn(v) {
+			m = append(m, "DEFERRABLE")
+		} else {
+			m = append(m, "NOT DEFERRABLE")
+		}
+	}
+	return strings.Join(m, ", ")
+}
+
+// BeginSQL is the BEGIN of a transaction the proxy begins for a client
+// with settings s through a pooler (TxnModes).
+func (s *Settings) BeginSQL() string {
+	if m := s.TxnModes(false, false); m != "" {
+		return "BEGIN " + m
+	}
+	return "BEGIN"
+}
+
 // isOn reports whether a boolean setting's value means on.
 func isOn(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {

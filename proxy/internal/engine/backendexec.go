@@ -238,7 +238,7 @@ func (p backendExec) describeOn(shard int, vs *vstmt) (backend.Described, *pgwir
 	case p.planner.sim.tx == txDeferred:
 		begin = replaySQL(p.planner.sim.deferred, pre)
 	case len(pre.KV) > 0:
-		begin = "BEGIN;\n" + pre.PreambleSQL()
+		begin = pre.BeginSQL() + ";\n" + pre.PreambleSQL()
 	}
 	d, err := bc.DescribeStmt(p.planner.ctx, s.gen.Config.PoolTimeout, begin, vs.st.SQL, vs.oids)
 	pool.Release(bc)
@@ -294,7 +294,7 @@ func (p backendExec) replayDeferred(pre *backend.Settings, fence bool, fenceKey 
 // [assert]" (the COMMIT follows the pipeline).
 func (p backendExec) wrapBegin(pre *backend.Settings, fence bool, fenceKey string, fflag itemFlags) {
 	bw, sp := pgwire.BeginMsg(p.planner.plan.bw, 'Q')
-	bw = append(bw, "BEGIN;\n"...)
+	bw = append(append(bw, pre.BeginSQL()...), ";\n"...)
 	if len(pre.KV) > 0 {
 		bw = append(bw, pre.PreambleSQL()...)
 		if fence {

@@ -430,7 +430,7 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 	switch st.role {
 	case partOwn:
 		if len(pre.KV) > 0 && !f.st.NoTxnBlock {
-			buf = pgwire.AppendQuery(buf, "BEGIN;\n"+pre.PreambleSQL())
+			buf = pgwire.AppendQuery(buf, pre.BeginSQL()+";\n"+pre.PreambleSQL())
 			st.lead = append(st.lead, leadSetup)
 			wrap = true
 		}

@@ -131,7 +131,7 @@ func (g *GenerationEnv) validatePreamble(ctx context.Context, p *backend.Pool, k
 	if err != nil {
 		return nil, pgwire.AsError(err, pgwire.NewError(pgwire.CodeCannotConnect, err.Error()))
 	}
-	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, "BEGIN;\n"+pre.PreambleSQL(), "ROLLBACK")
+	res, err := bc.RunSimple(ctx, g.Config.PoolTimeout, pre.BeginSQL()+";\n"+pre.PreambleSQL(), "ROLLBACK")
 	if err != nil {
 		p.Discard(bc)
 		return nil, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("shard %q: %v", p.Shard.Name, err))

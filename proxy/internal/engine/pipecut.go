@@ -50,7 +50,7 @@ func cutBefore(pl *planner, a *route.Statement, d route.Dest) bool {
 		// and the read goes to its shard's reader as at the start of a
 		// pipeline (router.inTxn), unless the isolation level or a hint
 		// keeps the transaction on one shard.
-		if s.txn.hintBound || s.txn.bstatus == 'E' || strictIsolation(pl.sim.deferred) {
+		if s.txn.hintBound || s.txn.bstatus == 'E' || strictIsolation(pl.sim.deferred, s.cur.Isolation()) {
 			return false
 		}
 	case !pl.held && !pl.explicit && pl.sim.tx == txIdle:

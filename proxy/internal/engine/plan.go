@@ -536,7 +536,7 @@ func (p *planner) routeState() routeIn {
 		bstatus: s.txn.bstatus, hintBound: s.txn.hintBound, mainWrote: s.txn.mainWrote,
 		setAhead: p.setAhead, multi: p.multi, pipeline: p.pipeline}
 	if p.held && p.sim.tx == txBound && p.explicit {
-		in.strict = strictIsolation(p.sim.deferred) // read only then (router.inTxn)
+		in.strict = strictIsolation(p.sim.deferred, s.cur.Isolation()) // read only then (router.inTxn)
 	}
 	if s.own != nil {
 		in.pinned, in.pinShard, in.pinReasons = true, s.own.shard, s.own.reasons
@@ -651,6 +651,10 @@ func (p *planner) answer(act action) {
 // (preamble) right after BEGIN and any SET TRANSACTION (which must precede
 // every query, and the preamble is a query); SET LOCALs recorded before
 // that point run again after it, so the client's own SET LOCAL wins.
+// The session's default isolation level and deferrable (which the
+// preamble, a query, comes too late for) go right after the BEGIN as a
+// SET TRANSACTION, leaving out what the BEGIN names itself, so a later
+// SET TRANSACTION of the client's still wins.
 func replaySQL(deferred []deferredStmt, pre *backend.Settings) string {
 	var b strings.Builder
 	add := func(sql string) {
@@ -667,8 +671,13 @@ func replaySQL(deferred []deferredStmt, pre *backend.Settings) string {
 			}
 		}
 	}
-	for _, d := range deferred[:at] {
+	for i, d := range deferred[:at] {
 		add(d.sql)
+		if i == 0 && len(pre.KV) > 0 {
+			if m := pre.TxnModes(d.iso != "", strings.Contains(strings.ToLower(d.sql), "deferrable")); m != "" {
+				add("SET TRANSACTION " + m)
+			}
+		}
 	}
 	if len(pre.KV) > 0 {
 		add(pre.PreambleSQL())

@@ -56,7 +56,7 @@ type stageRows struct {
 // runTwoStage answers a read in two stages (f.dest.Merge.Stages).
 func (x *fanExec) runTwoStage() error {
 	f := x.f
-	if len(f.leads) > 0 || f.inTxn && !stagesInBlock(x.txn) {
+	if len(f.leads) > 0 || f.inTxn && !stagesInBlock(x.txn, (*x.cur).Isolation()) {
 		return x.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone in its pipeline, outside a transaction block or in a READ COMMITTED one that has written nothing and set nothing (SET LOCAL) yet",
 			Detail:  f.dest.Why(),
@@ -99,13 +99,13 @@ func (x *fanExec) runTwoStage() error {
 // transaction block t. Its stages run outside the block, each a
 // transaction of its own on connections of their own, which reads what
 // a statement of the block would only when the block reads committed
-// data statement by statement (READ COMMITTED: the BEGIN's level here,
-// the session's default checked on the first stage's connection,
-// stageIsoCheckSQL), has written nothing its own statements would see,
+// data statement by statement (READ COMMITTED: the BEGIN's level, else
+// the session's default def here, and the server's default checked on
+// the first stage's connection, stageIsoCheckSQL), has written nothing its own statements would see,
 // and has set nothing for itself (SET LOCAL, which the stages would not
 // carry). A hint binding the block to a shard keeps its reads there.
-func stagesInBlock(t *transaction) bool {
-	if t.mainWrote || t.hintBound || strictIsolation(t.deferred) {
+func stagesInBlock(t *transaction, def string) bool {
+	if t.mainWrote || t.hintBound || strictIsolation(t.deferred, def) {
 		return false
 	}
 	for _, d := range t.deferred {

@@ -69,19 +69,26 @@ type deferredStmt struct {
 	// savepoint names the savepoint a SAVEPOINT statement created ("" for
 	// other statements), for ROLLBACK TO in a failed deferred transaction.
 	savepoint string
-	// strict: it asks for REPEATABLE READ or SERIALIZABLE.
+	// iso is the isolation level it names (a BEGIN's or a SET
+	// TRANSACTION's), "" if none; strict: that level is REPEATABLE READ
+	// or SERIALIZABLE.
+	iso    string
 	strict bool
 }
 
-// strictIsolation reports whether a transaction's start asks for an
-// isolation level that needs one snapshot (it then stays on one shard).
-func strictIsolation(ds []deferredStmt) bool {
+// strictIsolation reports whether a transaction runs at an isolation
+// level that needs one snapshot (it then stays on one shard): one its
+// start names, else the session's default (def, its
+// default_transaction_isolation: backend.Settings.Isolation).
+func strictIsolation(ds []deferredStmt, def string) bool {
+	named := false
 	for _, d := range ds {
 		if d.strict {
 			return true
 		}
+		named = named || d.iso != ""
 	}
-	return false
+	return !named && isStrict(def)
 }
 
 func isStrict(iso string) bool { return iso == "repeatable read" || iso == "serializable" }
