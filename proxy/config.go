@@ -81,9 +81,11 @@ type Config struct {
 	// but carry no key (sequence or advisory-lock calls and other writes
 	// that touch no sharded table); "" = the map's first shard.
 	DefaultShard string
-	// Databases, when not empty, lists the database names clients may
-	// connect to; empty accepts any name (the proxy is one database).
-	// The names of ExtraDatabases are accepted too.
+	// Databases lists the database names clients may connect to; empty
+	// accepts the database names of the map's shards (each DSN's dbname,
+	// else its user, as Postgres defaults it), and "*" any name (the
+	// proxy is one database). The names of ExtraDatabases are accepted
+	// too. Any other name is refused as Postgres refuses it (3D000).
 	Databases []string
 	// ExtraDatabases are further logical databases served on the same
 	// listener (databases.go): a client whose dbname is one of them is

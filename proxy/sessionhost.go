@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/proxy/internal/admin"
 	"github.com/pgshard/pgshard/proxy/internal/engine"
@@ -20,7 +23,7 @@ func newSessionConfig(c *Config) *engine.SessionConfig {
 		Fence: c.Fence, FenceRetryWait: c.FenceRetryWait,
 		PoolMode: c.PoolMode, MaxPinned: c.MaxPinned, MaxClients: c.MaxClients, PoolTimeout: c.PoolTimeout,
 		ConnectTimeout: c.ConnectTimeout,
-		Databases:      c.Databases, AdminDatabase: c.AdminDatabase, AdminUsers: c.AdminUsers,
+		Databases:      acceptedDatabases(c), AdminDatabase: c.AdminDatabase, AdminUsers: c.AdminUsers,
 		StartupTimeout: c.StartupTimeout, IdleInTransactionTimeout: c.IdleInTransactionTimeout,
 		MaxMessageSize: c.MaxMessageSize, MaxPipelineBytes: c.MaxPipelineBytes, MergeGroupLimit: c.MergeGroupLimit,
 		CursorBufferBytes:  c.CursorBufferBytes,
@@ -32,6 +35,38 @@ func newSessionConfig(c *Config) *engine.SessionConfig {
 		}
 	}
 	return sc
+}
+
+// acceptedDatabases is the list of database names the sessions accept
+// (Config.Databases): as configured, or the map's shards' own names; nil
+// (any name) for "*".
+func acceptedDatabases(c *Config) []string {
+	if slices.Contains(c.Databases, "*") {
+		return nil
+	}
+	if len(c.Databases) > 0 || c.Map == nil {
+		return c.Databases
+	}
+	var names []string
+	for _, sh := range c.Map.Shards {
+		for _, dsn := range []string{sh.DSN, sh.PoolerDSN} {
+			if dsn == "" {
+				continue
+			}
+			pc, err := pgconn.ParseConfig(dsn)
+			if err != nil {
+				continue // the pool reports it
+			}
+			name := pc.Database
+			if name == "" {
+				name = pc.User
+			}
+			if name != "" && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
 }
 
 // env returns the generation's environment, made once.

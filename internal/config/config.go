@@ -788,7 +788,8 @@ type Proxy struct {
 	// they are, like PgBouncer's [databases]: {} is the config's sharded
 	// database (the shard map above), {dsn: ...} one backend database
 	// passed through unsharded, {map: FILE} a sharded database of its own.
-	// Empty: any name is the config's sharded database. A list of names
+	// Empty: the shards' own database names (each shard DSN's dbname);
+	// "*": {} accepts any name as the sharded database. A list of names
 	// is accepted as {name: {}} for each.
 	Databases map[string]ProxyDatabase `mapstructure:"databases"`
 	// PoolSize bounds the backend connections per shard.

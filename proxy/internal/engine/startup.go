@@ -48,15 +48,20 @@ func (u *startup) run(ctx context.Context) (bool, error) {
 	if s.admin {
 		return u.adminStartup(ctx)
 	}
-	if e := u.chooseDatabase(); e != nil {
-		return s.cc.fail(e)
-	}
+	dbErr := u.chooseDatabase()
 	kv, e := startupParams(pkt)
 	if e != nil {
 		return s.cc.fail(e)
 	}
 	if ok, err := u.admit(); !ok {
 		return false, err
+	}
+	if dbErr != nil {
+		// Refused after authentication, as Postgres does (InitPostgres):
+		// who may not log in learns nothing of the names served.
+		s.host.Clients.unregister(s)
+		s.host.Metrics.ClientsRefused.WithLabelValues("no_database").Inc()
+		return s.cc.fail(dbErr)
 	}
 	if pkt.Minor > 0 || len(pkt.ProtocolOptions) > 0 {
 		s.cc.out = appendNegotiateProtocol(s.cc.out, pkt.ProtocolOptions)

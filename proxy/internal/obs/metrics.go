@@ -32,7 +32,7 @@ func NewMetrics() *Metrics {
 		ClientsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgshard_proxy_client_connections_total", Help: "Client connections accepted."}),
 		ClientsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgshard_proxy_client_refused_total", Help: "Client connections refused, by reason (max_clients, auth, tls_required, disabled, shutting_down, not_admin)."}, []string{"reason"}),
+			Name: "pgshard_proxy_client_refused_total", Help: "Client connections refused, by reason (max_clients, auth, tls_required, disabled, shutting_down, not_admin, no_database)."}, []string{"reason"}),
 		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgshard_proxy_refusals_total", Help: "Statements refused instead of routed, by reason."}, []string{"reason"}),
 		BackendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
