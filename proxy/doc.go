@@ -28,7 +28,8 @@
 //	                  │        adminHost; internal/admin)
 //	                  │
 //	                  │  Query ──────────────────┐   Parse/Bind/Describe/Execute/Close
-//	                  │  (engine/simple.go)      │   buffered up to Sync/Flush
+//	                  │  (engine/simple.go)      │   buffered up to Sync/Flush, or a
+//	                  │                          │   50 ms pause (engine/loop.go)
 //	                  │                          │   (engine/extended.go)
 //	                  ▼                          ▼
 //	               planner (engine/plan.go) ◀── route.Statement: route.Analyzer parses

@@ -35,7 +35,8 @@
 //	                 SSLRequest and the handshake; adminsession.go:
 //	                 consoleSession, a console's side
 //	                                                 ▼
-//	  loop.go        serve, the session's message loop
+//	  loop.go        serve, the session's message loop (a pipeline whose
+//	                 client pauses before Sync runs as if flushed)
 //	  exchange.go    exchanger: one exchange with one backend (items,
 //	                 effects, a lost backend, COPY FROM STDIN);
 //	                 paramstatus.go: what the client was told of the

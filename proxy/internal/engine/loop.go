@@ -41,7 +41,23 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
 		}
+		stalled := false
+		if len(s.grp) > 0 && s.cc.rd.Buffered() == 0 {
+			// Part of a pipeline, no Sync or Flush yet, nothing more to
+			// read at once: wait a little for the rest (stallFlush).
+			stalled = true
+			_ = s.cc.conn.SetReadDeadline(time.Now().Add(stallFlush))
+		}
 		typ, msg, err := s.cc.readWatching(pinning(s).watched())
+		if stalled {
+			_ = s.cc.conn.SetReadDeadline(time.Time{}) // the loop sets the idle one again
+			if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+				if err := s.flushStalled(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if err != nil {
 			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any()) {
 				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
@@ -108,6 +124,29 @@ func (s *Session) serve(ctx context.Context) error {
 			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
 		}
 	}
+}
+
+// stallFlush is how long a client may pause in the middle of a pipeline
+// (extended-protocol messages without Sync or Flush) before the proxy runs
+// what it has as if flushed (flushStalled).
+const stallFlush = 50 * time.Millisecond
+
+// flushStalled runs the messages of a pipeline whose client stopped
+// sending before its Sync or Flush as if a Flush followed them. Postgres
+// runs each message as it arrives and sends the answers at an error
+// without waiting for Sync or Flush (libpq's pipeline mode relies on it:
+// a client that sends statements and no Sync reads the error of the
+// first failing one, psycopg's test_pipeline_communicate_uniqviol); the
+// proxy plans a pipeline whole, up to its Sync or Flush, and would wait
+// for one that never comes while the client waits for an answer. Answers
+// sent early are read as they come: a client cannot tell them from a
+// server's that flushed.
+func (s *Session) flushStalled(ctx context.Context) error {
+	s.grp = append(s.grp, cmsg{typ: 'H'})
+	err := s.fretry.run(func() error { return s.runPipeline(ctx) })
+	s.grp = s.grp[:0]
+	s.cc.rd.Release()
+	return err
 }
 
 // runPipelineBefore runs the extended-protocol messages buffered before a
