@@ -943,10 +943,54 @@ func ddlTables(n *pg.Node) []string {
 	for _, t := range dropTables(n) {
 		add(t)
 	}
+	for _, t := range onTables(n) {
+		add(t)
+	}
 	if n.GetCreateFunctionStmt() != nil {
 		return out // a function exists on every shard, whatever its body reads
 	}
 	rangeVars(n.ProtoReflect(), func(rv *pg.RangeVar) { add(rv.Relname) })
+	return out
+}
+
+// onTables returns the relation that COMMENT ON, SECURITY LABEL ON or
+// DROP names as a list of names rather than a RangeVar: a relation (TABLE,
+// VIEW, SEQUENCE, INDEX, ...), a column's table, or the table an object
+// is ON (a constraint, trigger, policy or rule), so the statement goes
+// where that relation is, as the statements that made it did.
+func onTables(n *pg.Node) []string {
+	var typ pg.ObjectType
+	var objs []*pg.Node
+	switch {
+	case n.GetCommentStmt() != nil:
+		typ, objs = n.GetCommentStmt().Objtype, []*pg.Node{n.GetCommentStmt().Object}
+	case n.GetSecLabelStmt() != nil:
+		typ, objs = n.GetSecLabelStmt().Objtype, []*pg.Node{n.GetSecLabelStmt().Object}
+	case n.GetDropStmt() != nil:
+		typ, objs = n.GetDropStmt().RemoveType, n.GetDropStmt().Objects
+	default:
+		return nil
+	}
+	back := 0 // how far from the end of the name list the relation is
+	switch typ {
+	case pg.ObjectType_OBJECT_TABLE, pg.ObjectType_OBJECT_VIEW, pg.ObjectType_OBJECT_SEQUENCE,
+		pg.ObjectType_OBJECT_INDEX, pg.ObjectType_OBJECT_MATVIEW, pg.ObjectType_OBJECT_FOREIGN_TABLE:
+		if n.GetDropStmt() != nil {
+			return nil // dropTables
+		}
+		back = 1
+	case pg.ObjectType_OBJECT_COLUMN, pg.ObjectType_OBJECT_TABCONSTRAINT, pg.ObjectType_OBJECT_TRIGGER,
+		pg.ObjectType_OBJECT_POLICY, pg.ObjectType_OBJECT_RULE:
+		back = 2
+	default:
+		return nil
+	}
+	var out []string
+	for _, o := range objs {
+		if l := o.GetList(); l != nil && len(l.Items) >= back {
+			out = append(out, strName(l.Items[len(l.Items)-back]))
+		}
+	}
 	return out
 }
 
