@@ -744,6 +744,40 @@ func TestTerminateSessionByPID(t *testing.T) {
 			t.Fatal("the session survived its own pg_terminate_backend(pg_backend_pid())")
 		}
 	})
+	t.Run("its own session, by its PID", func(t *testing.T) {
+		// The caller's own PID as a number (psycopg's test_broken passes
+		// its BackendKeyData PID as a parameter), in a transaction block
+		// or not, in the extended or the simple protocol: the statement
+		// is interrupted by the FATAL, as on a direct connection, whose
+		// backend signals itself — no row before it.
+		for _, form := range []string{"param", "literal", "param-in-block", "literal-simple"} {
+			self := e.connect(t)
+			pid := self.PgConn().PID()
+			if strings.HasSuffix(form, "in-block") {
+				if _, err := self.Exec(ctx, "BEGIN"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			switch form {
+			case "param", "param-in-block":
+				var ok bool
+				err = self.QueryRow(ctx, "select pg_terminate_backend($1)", pid).Scan(&ok)
+			case "literal":
+				var ok bool
+				err = self.QueryRow(ctx, fmt.Sprintf("select pg_terminate_backend(%d)", pid)).Scan(&ok)
+			case "literal-simple":
+				_, err = self.PgConn().Exec(ctx, fmt.Sprintf("select pg_terminate_backend(%d)", pid)).ReadAll()
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "57P01" || pe.SeverityUnlocalized != "FATAL" {
+				t.Fatalf("%s: self-termination by PID: %v, want FATAL 57P01", form, err)
+			}
+			if _, err := self.Exec(ctx, "SELECT 1"); err == nil {
+				t.Fatalf("%s: the session survived pg_terminate_backend of its own PID", form)
+			}
+		}
+	})
 	t.Run("pg_backend_pid() is the session's", func(t *testing.T) {
 		// The PID the calls above take, in every protocol form, alone or
 		// inside a transaction on a pooled backend; its row is Postgres's

@@ -43,7 +43,8 @@ type terminateCall struct {
 	own bool
 	// column is the result column's name.
 	column string
-	// self: the PID is pg_backend_pid(), the calling session's own.
+	// self: pg_terminate_backend of the calling session's own PID
+	// (pg_backend_pid(), or its number: resolve).
 	self bool
 	// binary: the client asked for its result in binary.
 	binary bool
@@ -190,6 +191,13 @@ func (c *terminateCall) resolve(s *Session) bool {
 			return false
 		}
 		c.targets = append(c.targets, t)
+		if t == s && c.fn == "terminate" {
+			// The caller's own PID, however it was written (a literal, a
+			// parameter: psycopg's conn.pgconn.backend_pid): as in
+			// Postgres, whose backend signals itself, the statement is
+			// interrupted — its answer is the FATAL, not a row.
+			c.self = true
+		}
 	}
 	return true
 }
@@ -210,8 +218,8 @@ func terminateAction(c *terminateCall) action {
 
 // carryOut does the call session s made (the I/O of stepTerminate):
 // each target's running query is cancelled, or its session ended; s's
-// own session ends after the answer (terminateSelf), at once when the
-// FATAL is the answer (selfFatalSent, the self form).
+// own session ends with the FATAL as the statement's answer
+// (terminateSelf, selfFatalSent: the self form).
 func (c *terminateCall) carryOut(ctx context.Context, s *Session) {
 	for _, t := range c.targets {
 		if c.fn == "cancel" {
@@ -219,8 +227,7 @@ func (c *terminateCall) carryOut(ctx context.Context, s *Session) {
 			continue
 		}
 		if t == s {
-			// Its own session: the answer goes first, then the FATAL.
-			s.terminateSelf = true
+			s.terminateSelf = true // c.self: the FATAL is the answer
 			continue
 		}
 		terminateSession(t)
