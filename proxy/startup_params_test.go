@@ -70,3 +70,41 @@ func TestStartupParametersAsPostgres(t *testing.T) {
 		}
 	})
 }
+
+// TestStartupStatusesAsPostgres: the ParameterStatus values a client is
+// told at startup for the parameters PgBouncer tracks are Postgres's
+// canonical spellings of what it sent ("euc-jp" is EUC_JP, "iso, dmy" is
+// "ISO, DMY"), as a direct connection reports them — PgBouncer echoes a
+// client's own spelling, and drivers compare against these (psycopg's
+// connection encoding).
+func TestStartupStatusesAsPostgres(t *testing.T) {
+	params := map[string]string{"client_encoding": "euc-jp", "DateStyle": "iso, dmy", "TimeZone": "utc", "standard_conforming_strings": "ON"}
+	forEachPath(t, func(t *testing.T, via string, e *proxyEnv) {
+		ctx := ctxT(t, time.Minute)
+		told := func(dsn string) map[string]string {
+			cfg, err := pgx.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range params {
+				cfg.RuntimeParams[k] = v
+			}
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			out := map[string]string{}
+			for k := range params {
+				out[k] = conn.PgConn().ParameterStatus(k)
+			}
+			return out
+		}
+		want, got := told(e.db.m.Shards[0].DSN), told(e.dsn)
+		for k := range params {
+			if got[k] != want[k] {
+				t.Errorf("%s (%s): pgshard reports %q, Postgres %q", k, via, got[k], want[k])
+			}
+		}
+	})
+}

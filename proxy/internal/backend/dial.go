@@ -77,6 +77,13 @@ func (d *dialer) open(ctx context.Context, key *Settings, user string) (*Conn, e
 			return nil, err
 		}
 	}
+	var canon map[string]string
+	if d.viaPooler {
+		if canon, err = canonicalStatuses(ctx, pc, key); err != nil {
+			_ = pc.Close(context.Background())
+			return nil, d.connectError(err)
+		}
+	}
 	// pgconn may still be reading in the background (its reader starts
 	// when a write takes over 15ms, as on a loaded machine, and stops only
 	// after its read in progress returns) or hold buffered bytes: taken
@@ -103,6 +110,9 @@ func (d *dialer) open(ctx context.Context, key *Settings, user string) (*Conn, e
 		Secret:   hc.SecretKey,
 		opened:   time.Now(),
 	}
+	for n, v := range canon {
+		c.Statuses[n] = v
+	}
 	_, c.TLS = hc.Conn.(*tls.Conn)
 	c.Reader.Ready = hc.TxStatus
 	c.peekFn = c.peek
@@ -111,6 +121,47 @@ func (d *dialer) open(ctx context.Context, key *Settings, user string) (*Conn, e
 		c.Stmts.Epoch = d.Env().StmtEpoch.Load()
 	}
 	return c, nil
+}
+
+// canonicalStatuses replaces, in pc's ParameterStatus values, those of the
+// parameters PgBouncer tracks that key sets with the values the server
+// reports for them: PgBouncer reports a client's own spelling of its
+// startup parameters ("utf8", "euc-jp", "iso, dmy"), where Postgres
+// reports its canonical one ("UTF8", "EUC_JP", "ISO, DMY"), which drivers
+// compare against (psycopg's connection encoding). One round trip, only
+// on a new connection whose settings name any of them.
+func canonicalStatuses(ctx context.Context, pc *pgconn.PgConn, key *Settings) (map[string]string, error) {
+	var names []string
+	for _, p := range key.KV {
+		if n, ok := poolerTracked[p[0]]; ok && n != "application_name" {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range names {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("pg_catalog.current_setting(")
+		q.WriteString(QuoteLiteral(n))
+		q.WriteString(")")
+	}
+	res, err := pc.Exec(ctx, q.String()).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != len(names) {
+		return nil, fmt.Errorf("reading the server's values of %s: unexpected answer", strings.Join(names, ", "))
+	}
+	canon := make(map[string]string, len(names))
+	for i, n := range names {
+		canon[n] = string(res[0].Rows[0][i])
+	}
+	return canon, nil
 }
 
 // connectError turns a connect failure into the client's error: a
