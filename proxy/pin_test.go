@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -776,6 +779,47 @@ func TestTerminateSessionByPID(t *testing.T) {
 			if _, err := self.Exec(ctx, "SELECT 1"); err == nil {
 				t.Fatalf("%s: the session survived pg_terminate_backend of its own PID", form)
 			}
+		}
+		// On the wire: the FATAL and then the end of the connection, no
+		// ReadyForQuery for the pipeline's Sync (libpq would take one as
+		// the connection living on: psycopg's test_broken).
+		c := dialRaw(t, e.addr)
+		c.fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": "postgres", "database": e.db.name}})
+		c.flush()
+		var pid uint32
+		for pid == 0 {
+			m, err := c.fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k, ok := m.(*pgproto3.BackendKeyData); ok {
+				pid = k.ProcessID
+			}
+		}
+		c.until('Z', "startup")
+		c.sendAll([]pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "select pg_terminate_backend($1)", ParameterOIDs: []uint32{23}},
+			&pgproto3.Bind{Parameters: [][]byte{[]byte(strconv.FormatUint(uint64(pid), 10))}},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}})
+		var seen []string
+		for {
+			m, err := c.fe.Receive()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Fatalf("after %v: %v, want the connection closed", seen, err)
+				}
+				break
+			}
+			seen = append(seen, fmt.Sprintf("%T", m))
+			if e, ok := m.(*pgproto3.ErrorResponse); ok && (e.Code != "57P01" || e.Severity != "FATAL") {
+				t.Fatalf("error %s %s %q, want FATAL 57P01", e.Severity, e.Code, e.Message)
+			}
+		}
+		// (Postgres answers the Bind and the Describe before its Execute
+		// fails; pgshard carries the call out at the Bind, whose answer
+		// the FATAL then is.)
+		if want := []string{"*pgproto3.ParseComplete", "*pgproto3.ErrorResponse"}; !slices.Equal(seen, want) {
+			t.Errorf("on the wire: %v, want %v then the connection's end", seen, want)
 		}
 	})
 	t.Run("pg_backend_pid() is the session's", func(t *testing.T) {

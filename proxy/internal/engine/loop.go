@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +18,15 @@ import (
 func (s *Session) serve(ctx context.Context) error {
 	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
 	for {
+		if s.terminateSelf && s.selfFatalSent {
+			// The FATAL was the statement's answer and, as in Postgres,
+			// whose backend exits there, nothing follows it (a pipeline's
+			// ReadyForQuery after it would tell libpq the connection
+			// lives on).
+			s.cc.out = cutAfterSelfFatal(s.cc.out)
+			_ = s.cc.flush()
+			return nil
+		}
 		if err := s.cc.flush(); err != nil {
 			return err
 		}
@@ -30,9 +41,6 @@ func (s *Session) serve(ctx context.Context) error {
 			}
 		}
 		if s.terminateSelf {
-			if s.selfFatalSent {
-				return nil // the FATAL was the statement's answer
-			}
 			return errSelfTerminated()
 		}
 		if s.pinLost {
@@ -124,6 +132,26 @@ func (s *Session) serve(ctx context.Context) error {
 			return pgwire.ProtoErrorf("invalid frontend message type %d", typ)
 		}
 	}
+}
+
+// selfFatal is the FATAL that answers a session's termination of itself.
+var selfFatal = pgwire.AppendError(nil, errSelfTerminated())
+
+// cutAfterSelfFatal returns out (a session's answers not yet sent, whole
+// messages) up to the self-termination's FATAL; empty when the FATAL is
+// not in it (sent already: whatever follows it goes nowhere).
+func cutAfterSelfFatal(out []byte) []byte {
+	for pos := 0; pos+pgwire.HeaderLen <= len(out); {
+		end := pos + 1 + int(binary.BigEndian.Uint32(out[pos+1:]))
+		if end > len(out) {
+			break
+		}
+		if bytes.Equal(out[pos:end], selfFatal) {
+			return out[:end]
+		}
+		pos = end
+	}
+	return out[:0]
 }
 
 // stallFlush is how long a client may pause in the middle of a pipeline
