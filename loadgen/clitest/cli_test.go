@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/internal/cli"
 	"github.com/pgshard/pgshard/loadgen"
@@ -120,9 +122,15 @@ func TestRunReportsThresholdsAndCompare(t *testing.T) {
 // outbox relay and the timer sweeper, whose fan-out reads the proxy merges —
 // runs through its one DSN without an error, and loads every shard.
 func TestProxyTarget(t *testing.T) {
-	cfg, _ := devConfig(t)
+	cfg, m := devConfig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The proxy serves the shards' own database name (proxy.databases
+	// empty): the migrated map's.
+	sc, err := pgconn.ParseConfig(m.Shards[0].DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ready := filepath.Join(t.TempDir(), "proxy.json")
 	proxyCtx, stopProxy := context.WithCancel(ctx)
 	proxyDone := make(chan string, 1)
@@ -157,7 +165,7 @@ func TestProxyTarget(t *testing.T) {
 		}
 	}
 	out := filepath.Join(t.TempDir(), "proxy")
-	dsn := "postgres://postgres@" + addr + "/pgshard?sslmode=disable"
+	dsn := "postgres://postgres@" + addr + "/" + sc.Database + "?sslmode=disable"
 	// 400 operations (every shard gets some: 300 executions spread over 4
 	// shards), however long a loaded machine takes, up to a minute.
 	code, text := pgshard(ctx, nil, "loadgen", "run", "--config", cfg, "--target", "proxy", "--dsn", dsn, "--duration", "60s", "--ops", "400",

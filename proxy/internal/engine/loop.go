@@ -16,61 +16,17 @@ import (
 // extended-protocol messages are buffered (without copying: the reader
 // holds them) up to Sync or Flush, then planned and run as one exchange.
 func (s *Session) serve(ctx context.Context) error {
-	idleTxTimeout := s.gen.Config.IdleInTransactionTimeout
+	l := msgLoop{s: s, idleTxTimeout: s.gen.Config.IdleInTransactionTimeout}
 	for {
-		if s.terminateSelf && s.selfFatalSent {
-			// The FATAL was the statement's answer and, as in Postgres,
-			// whose backend exits there, nothing follows it (a pipeline's
-			// ReadyForQuery after it would tell libpq the connection
-			// lives on).
-			s.cc.out = cutAfterSelfFatal(s.cc.out)
-			_ = s.cc.flush()
-			return nil
-		}
-		if err := s.cc.flush(); err != nil {
+		if done, err := l.between(ctx); done {
 			return err
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if idleTxTimeout > 0 && len(s.grp) == 0 {
-			if s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any() {
-				_ = s.cc.conn.SetReadDeadline(time.Now().Add(idleTxTimeout))
-			} else {
-				_ = s.cc.conn.SetReadDeadline(time.Time{})
-			}
-		}
-		if s.terminateSelf {
-			return errSelfTerminated()
-		}
-		if s.pinLost {
-			if s.pinFatal {
-				return nil // the backend's FATAL was forwarded: the session ends
-			}
-			return pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
-		}
-		stalled := false
-		if len(s.grp) > 0 && s.cc.rd.Buffered() == 0 {
-			// Part of a pipeline, no Sync or Flush yet, nothing more to
-			// read at once: wait a little for the rest (stallFlush).
-			stalled = true
-			_ = s.cc.conn.SetReadDeadline(time.Now().Add(stallFlush))
-		}
-		typ, msg, err := s.cc.readWatching(pinning(s).watched())
-		if stalled {
-			_ = s.cc.conn.SetReadDeadline(time.Time{}) // the loop sets the idle one again
-			if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-				if err := s.flushStalled(ctx); err != nil {
-					return err
-				}
-				continue
-			}
-		}
+		typ, msg, flushed, err := l.next(ctx)
 		if err != nil {
-			if idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && (s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any()) {
-				return pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
-			}
 			return err
+		}
+		if flushed {
+			continue
 		}
 		if s.txn.skipUntilSync && typ != 'S' && typ != 'X' {
 			continue
@@ -134,6 +90,81 @@ func (s *Session) serve(ctx context.Context) error {
 	}
 }
 
+// msgLoop is serve's own: the session and its idle-in-transaction bound.
+type msgLoop struct {
+	s             *Session
+	idleTxTimeout time.Duration
+}
+
+// between runs what comes between two client messages: the answers so
+// far go out, and a session that must end does (done, with the error the
+// client gets, nil for none): it terminated itself, its pinned backend
+// was lost, or the server stops.
+func (l msgLoop) between(ctx context.Context) (done bool, err error) {
+	s := l.s
+	if s.terminateSelf && s.selfFatalSent {
+		// The FATAL was the statement's answer and, as in Postgres, whose
+		// backend exits there, nothing follows it (a pipeline's
+		// ReadyForQuery after it would tell libpq the connection lives on).
+		s.cc.out = cutAfterSelfFatal(s.cc.out)
+		_ = s.cc.flush()
+		return true, nil
+	}
+	if err := s.cc.flush(); err != nil {
+		return true, err
+	}
+	if ctx.Err() != nil {
+		return true, nil
+	}
+	if l.idleTxTimeout > 0 && len(s.grp) == 0 {
+		if l.inTxn() {
+			_ = s.cc.conn.SetReadDeadline(time.Now().Add(l.idleTxTimeout))
+		} else {
+			_ = s.cc.conn.SetReadDeadline(time.Time{})
+		}
+	}
+	if s.terminateSelf {
+		return true, errSelfTerminated()
+	}
+	if s.pinLost {
+		if s.pinFatal {
+			return true, nil // the backend's FATAL was forwarded: the session ends
+		}
+		return true, pgwire.NewFatal(pgwire.CodeConnectionFailure, "terminating the session: its server session (pinned backend) was lost")
+	}
+	return false, nil
+}
+
+// inTxn reports whether the session holds a transaction (or a
+// pipeline's backend) while it waits for its client.
+func (l msgLoop) inTxn() bool {
+	s := l.s
+	return s.txn.tx == txBound || s.txn.pipelineHeld || s.readers.any()
+}
+
+// next reads the client's next message. A client that stops in the
+// middle of a pipeline (no Sync or Flush yet, nothing more buffered) is
+// waited for stallFlush; then its pipeline runs as if flushed
+// (flushStalled) and flushed is true, with no message.
+func (l msgLoop) next(ctx context.Context) (typ byte, msg []byte, flushed bool, err error) {
+	s := l.s
+	stalled := len(s.grp) > 0 && s.cc.rd.Buffered() == 0
+	if stalled {
+		_ = s.cc.conn.SetReadDeadline(time.Now().Add(stallFlush))
+	}
+	typ, msg, err = s.cc.readWatching(pinning(s).watched())
+	if stalled {
+		_ = s.cc.conn.SetReadDeadline(time.Time{}) // between sets the idle one again
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, nil, true, l.flushStalled(ctx)
+		}
+	}
+	if err != nil && l.idleTxTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && l.inTxn() {
+		return 0, nil, false, pgwire.NewFatal(pgwire.CodeIdleInTxnTimeout, "terminating connection due to idle-in-transaction timeout")
+	}
+	return typ, msg, false, err
+}
+
 // selfFatal is the FATAL that answers a session's termination of itself.
 var selfFatal = pgwire.AppendError(nil, errSelfTerminated())
 
@@ -169,7 +200,8 @@ const stallFlush = 50 * time.Millisecond
 // for one that never comes while the client waits for an answer. Answers
 // sent early are read as they come: a client cannot tell them from a
 // server's that flushed.
-func (s *Session) flushStalled(ctx context.Context) error {
+func (l msgLoop) flushStalled(ctx context.Context) error {
+	s := l.s
 	s.grp = append(s.grp, cmsg{typ: 'H'})
 	err := s.fretry.run(func() error { return s.runPipeline(ctx) })
 	s.grp = s.grp[:0]
