@@ -107,8 +107,11 @@ func (a *analyzer) noteCatalog(rv *pg.RangeVar) {
 	}
 }
 
+// isCatalog reports whether a relation is a system catalog or view:
+// qualified by pg_catalog or information_schema, or unqualified and one
+// of pg_catalog's (catalogs.go) — a user's table may begin with pg_.
 func isCatalog(schema, rel string) bool {
-	return schema == "pg_catalog" || schema == "information_schema" || (schema == "" && strings.HasPrefix(rel, "pg_"))
+	return schema == "pg_catalog" || schema == "information_schema" || (schema == "" && catalogRelations[rel])
 }
 
 // ---- queries ----
