@@ -38,6 +38,8 @@
 //	its rows route it), on demand and uncached.
 //	types.go is the contract with the proxy (Statement, Dest, Merge);
 //	schema.go the sharding schema; funcs.go the built-in function lists;
+//	catalogs.go the names of pg_catalog's relations (one of them
+//	unqualified is the system catalog; any other pg_ name a user's table);
 //	setlocal.go the statements that only set transaction-local settings;
 //	terminate.go the pg_terminate_backend / pg_cancel_backend calls the
 //	engine answers for its sessions' PIDs; release.go the statements
