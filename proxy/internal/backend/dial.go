@@ -123,9 +123,9 @@ func (d *dialer) open(ctx context.Context, key *Settings, user string) (*Conn, e
 	return c, nil
 }
 
-// canonicalStatuses replaces, in pc's ParameterStatus values, those of the
-// parameters PgBouncer tracks that key sets with the values the server
-// reports for them: PgBouncer reports a client's own spelling of its
+// canonicalStatuses returns, for the parameters PgBouncer tracks that key
+// sets, the values the server reports for them, which open puts in place
+// of the connection's ParameterStatus values: PgBouncer reports a client's own spelling of its
 // startup parameters ("utf8", "euc-jp", "iso, dmy"), where Postgres
 // reports its canonical one ("UTF8", "EUC_JP", "ISO, DMY"), which drivers
 // compare against (psycopg's connection encoding). One round trip, only

@@ -476,7 +476,7 @@ func (p *planner) recordSoft(a *route.Statement) {
 		if !inTxn {
 			return
 		}
-		d := deferredStmt{sql: a.SQL, setLocal: a.Kind == route.KindSetLocal, setTxn: a.SetName == "transaction", iso: a.Isolation, strict: isStrict(a.Isolation)}
+		d := deferredStmt{sql: a.SQL, setLocal: a.Kind == route.KindSetLocal, setTxn: a.SetName == "transaction", iso: a.Isolation}
 		if a.Kind == route.KindSavepoint && a.SavepointVerb == "SAVEPOINT" {
 			d.savepoint = a.SavepointName
 		}

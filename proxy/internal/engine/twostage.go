@@ -101,9 +101,9 @@ func (x *fanExec) runTwoStage() error {
 // a statement of the block would only when the block reads committed
 // data statement by statement (READ COMMITTED: the BEGIN's level, else
 // the session's default def here, and the server's default checked on
-// the first stage's connection, stageIsoCheckSQL), has written nothing its own statements would see,
-// and has set nothing for itself (SET LOCAL, which the stages would not
-// carry). A hint binding the block to a shard keeps its reads there.
+// the first stage's connection, stageIsoCheckSQL), has written nothing
+// its own statements would see, and has set nothing for itself (SET
+// LOCAL, which the stages would not carry). A hint binding the block to a shard keeps its reads there.
 func stagesInBlock(t *transaction, def string) bool {
 	if t.mainWrote || t.hintBound || strictIsolation(t.deferred, def) {
 		return false

@@ -71,7 +71,7 @@ func (t *txnSim) beginAction(a *route.Statement) action {
 	}
 	t.tx = txDeferred
 	t.hint = -1
-	t.setDeferred([]deferredStmt{{sql: a.SQL, iso: a.Isolation, strict: isStrict(a.Isolation)}})
+	t.setDeferred([]deferredStmt{{sql: a.SQL, iso: a.Isolation}})
 	return action{tag: "BEGIN", eff: t.txEffect()}
 }
 
@@ -123,7 +123,7 @@ func (t *txnSim) setLocalAction(a *route.Statement) action {
 	if t.tx == txIdle {
 		return action{notice: &pgwire.Error{Severity: "WARNING", Code: pgwire.CodeNoActiveTransaction, Message: "SET LOCAL can only be used in transaction blocks"}, tag: "SET"}
 	}
-	t.addDeferred(deferredStmt{sql: a.SQL, setLocal: true, setTxn: a.SetName == "transaction", iso: a.Isolation, strict: isStrict(a.Isolation)})
+	t.addDeferred(deferredStmt{sql: a.SQL, setLocal: true, setTxn: a.SetName == "transaction", iso: a.Isolation})
 	return action{tag: "SET", eff: t.txEffect()}
 }
 

@@ -70,10 +70,8 @@ type deferredStmt struct {
 	// other statements), for ROLLBACK TO in a failed deferred transaction.
 	savepoint string
 	// iso is the isolation level it names (a BEGIN's or a SET
-	// TRANSACTION's), "" if none; strict: that level is REPEATABLE READ
-	// or SERIALIZABLE.
-	iso    string
-	strict bool
+	// TRANSACTION's), "" if none.
+	iso string
 }
 
 // strictIsolation reports whether a transaction runs at an isolation
@@ -83,7 +81,7 @@ type deferredStmt struct {
 func strictIsolation(ds []deferredStmt, def string) bool {
 	named := false
 	for _, d := range ds {
-		if d.strict {
+		if isStrict(d.iso) {
 			return true
 		}
 		named = named || d.iso != ""
