@@ -472,7 +472,8 @@ func TestSettingsNoLeak(t *testing.T) {
 }
 
 // TestFanout: key-less reads are merged across shards; key-less DDL that
-// names no unsharded table (a schema here) runs on every shard.
+// names no unsharded table (a schema, a composite type) runs on every
+// shard.
 func TestFanout(t *testing.T) {
 	e := startProxy(t)
 	ctx := ctxT(t, time.Minute)
@@ -500,6 +501,23 @@ func TestFanout(t *testing.T) {
 	_, err = conn.Exec(ctx, "CREATE SCHEMA fan_ddl")
 	if !errors.As(err, &pe) || pe.Code != "42P06" || !strings.Contains(pe.Detail, "succeeded on "+e.db.m.Shards[1].Name) {
 		t.Fatalf("DDL failing on some shards: %v (detail %q), want 42P06 naming where it ran", err, detailOf(pe))
+	}
+	// A composite type is a type like any other: created, altered and
+	// dropped on every shard (it went to the default shard alone, so its
+	// DROP TYPE, which every type's goes everywhere, failed elsewhere).
+	for _, q := range []string{"DROP TYPE IF EXISTS fan_pair", "CREATE TYPE fan_pair AS (a int, b text)", "ALTER TYPE fan_pair ADD ATTRIBUTE c int"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for i := range e.db.m.Shards {
+		var n int
+		if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('fan_pair') AND attnum > 0").Scan(&n); err != nil || n != 3 {
+			t.Fatalf("composite type on shard %d: %d attributes, %v; want 3", i, n, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "DROP TYPE fan_pair"); err != nil {
+		t.Fatalf("DROP TYPE of a composite type: %v", err)
 	}
 	// Rows on every shard.
 	var want []int64

@@ -932,7 +932,8 @@ func maxParamUpTo(text string, limit int) int {
 
 // ddlTables returns the relations a utility statement names (every
 // RangeVar in it, and the objects of DROP TABLE / VIEW / SEQUENCE / INDEX
-// / MATERIALIZED VIEW / FOREIGN TABLE), unqualified, in order.
+// / MATERIALIZED VIEW / FOREIGN TABLE), unqualified, in order; none for a
+// composite type's CREATE TYPE or ALTER TYPE (a type, on every shard).
 func ddlTables(n *pg.Node) []string {
 	var out []string
 	add := func(name string) {
@@ -948,6 +949,12 @@ func ddlTables(n *pg.Node) []string {
 	}
 	if n.GetCreateFunctionStmt() != nil {
 		return out // a function exists on every shard, whatever its body reads
+	}
+	if n.GetCompositeTypeStmt() != nil || n.GetAlterTableStmt() != nil && n.GetAlterTableStmt().Objtype == pg.ObjectType_OBJECT_TYPE {
+		// A composite type is a relation to Postgres but a type to its
+		// users: like every other type (an enum, a domain, DROP TYPE), it
+		// exists on every shard, so any table may use it.
+		return out
 	}
 	rangeVars(n.ProtoReflect(), func(rv *pg.RangeVar) { add(rv.Relname) })
 	return out
