@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/cluster/clustertest"
 	"github.com/pgshard/pgshard/proxy"
@@ -217,5 +218,84 @@ func TestPreparedStatementAfterDDL(t *testing.T) {
 	}
 	if n, err := count(); err != nil || n != 2 {
 		t.Fatalf("prepared again: %d columns, %v; want 2", n, err)
+	}
+}
+
+// TestPreparedStatementResultChange: a client's prepared statement whose
+// result columns a schema change made through the proxy altered — a
+// column's type, or a column dropped and another of the same type added
+// (the values would shift silently) — is refused with Postgres's 0A000
+// "cached plan must not change result type" at every run until the client
+// prepares it again, where the proxy parses its text afresh on each
+// backend (through PgBouncer) as on its own statements (direct); one
+// whose columns did not change runs. Each step is compared with the same
+// statements on a direct connection to the shard.
+func TestPreparedStatementResultChange(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []envOpt
+	}{{"pgbouncer", nil}, {"direct", []envOpt{direct()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			e := startProxy(t, mode.opts...)
+			ctx := ctxT(t, time.Minute)
+			table := "public.ddl_result_" + mode.name
+			via := e.connect(t).PgConn()
+			ref := e.db.shardConn(t, 0).PgConn() // the default shard, where unsharded tables are
+			setup := []string{"DROP TABLE IF EXISTS " + table, "CREATE TABLE " + table + " (a int PRIMARY KEY, b int, c int)",
+				"INSERT INTO " + table + " VALUES (1, 2, 3)"}
+			for _, q := range setup {
+				if err := via.Exec(ctx, q).Close(); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			t.Cleanup(func() { _ = e.connect(t).PgConn().Exec(context.Background(), "DROP TABLE IF EXISTS "+table).Close() })
+			stmts := map[string]string{
+				"typed":   "SELECT b, c FROM " + table + " WHERE a = $1",
+				"same":    "SELECT c FROM " + table + " WHERE a = $1",
+				"shifted": "SELECT * FROM " + table + " WHERE a = $1",
+			}
+			for name, q := range stmts {
+				for _, c := range []*pgconn.PgConn{via, ref} {
+					if _, err := c.Prepare(ctx, name, q, nil); err != nil {
+						t.Fatalf("prepare %s: %v", name, err)
+					}
+				}
+			}
+			run := func(c *pgconn.PgConn, name string) (string, error) {
+				res := c.ExecPrepared(ctx, name, [][]byte{[]byte("1")}, nil, nil).Read()
+				var vals []string
+				for _, r := range res.Rows {
+					for _, v := range r {
+						vals = append(vals, string(v))
+					}
+				}
+				return strings.Join(vals, ","), res.Err
+			}
+			step := func(what string, want map[string]string) {
+				t.Helper()
+				for name, w := range want {
+					got, err := run(via, name)
+					exp, rerr := run(ref, name)
+					if err != nil {
+						got = "error " + pgCode(err)
+					}
+					if rerr != nil {
+						exp = "error " + pgCode(rerr)
+					}
+					if got != w || exp != w {
+						t.Fatalf("%s, %s: through the proxy %q (%v), directly %q; want %q", what, name, got, err, exp, w)
+					}
+				}
+			}
+			step("before", map[string]string{"typed": "2,3", "same": "3", "shifted": "1,2,3"})
+			for _, q := range []string{"ALTER TABLE " + table + " ALTER COLUMN b TYPE text", "ALTER TABLE " + table + " DROP COLUMN c",
+				"ALTER TABLE " + table + " ADD COLUMN c int", "UPDATE " + table + " SET c = 4"} {
+				if err := via.Exec(ctx, q).Close(); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			step("after the schema change", map[string]string{"typed": "error 0A000", "same": "4", "shifted": "error 0A000"})
+			step("again", map[string]string{"typed": "error 0A000", "same": "4", "shifted": "error 0A000"})
+		})
 	}
 }

@@ -57,7 +57,10 @@
 //	                 routePlan value (no I/O); txnsim.go: txnSim, the
 //	                 plan's simulation of the transaction (txnstate.go)
 //	                 and its local answers; stmtbook.go: prepared statements as
-//	                 the plan sees them; backendexec.go: backendExec,
+//	                 the plan sees them; staledesc.go: a client's
+//	                 statement described before a schema change,
+//	                 described again at its Bind and refused (0A000)
+//	                 when its columns changed; backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
 //	                 a soft transaction, an action's step) that carries
 //	                 the plan out; acquirestep.go: acquireStep, an idle

@@ -71,6 +71,9 @@ type item struct {
 	// posShift: the length of an assert inlined ahead of the client's
 	// query string; error and notice positions are moved back by it.
 	posShift int32
+	// vs, with itDescStmt, is the client's statement described: its
+	// answer's result shape is kept in it (staledesc.go).
+	vs *vstmt
 }
 
 // exchangeResult says how an exchange ended.
@@ -253,6 +256,11 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 		}
 		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
 			s.cc.out = append(s.cc.out, msg...)
+			if it.vs != nil && (typ == 'T' || typ == 'n') {
+				if shape, ok := resultShape(msg); ok {
+					it.vs.desc = shape
+				}
+			}
 		}
 	}
 	return false, nil

@@ -367,7 +367,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 		pi.replay, pi.setting = replay, replay != ""
 	}
 	d, e := bindDest(p.planner, a, bv, vs.oids)
-	if e != nil {
+	if e = p.staleResult(vs, d, e); e != nil { // staledesc.go
 		p.planner.fail(e, nil)
 		return
 	}
@@ -562,7 +562,7 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 		}
 		bname, cs := p.sendParse(vs)
 		p.planner.plan.bw = pgwire.AppendDescribe(p.planner.plan.bw, 'S', bname)
-		p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescStmt, cs: cs})
+		p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescStmt, cs: cs, vs: vs})
 		return
 	}
 	pi := p.portal(name)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -131,6 +132,9 @@ type vstmt struct {
 	// under a later epoch (a schema change since) may find its result
 	// columns changed (fStale).
 	epoch uint64
+	// desc is the result shape (resultShape) of the client's last
+	// Describe of it, nil if it never described it (staledesc.go).
+	desc []pgvalue.Field
 }
 
 func newVstmt(name string, st *route.Statement, oids []uint32) *vstmt {
