@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -296,6 +297,27 @@ func TestPreparedStatementResultChange(t *testing.T) {
 			}
 			step("after the schema change", map[string]string{"typed": "error 0A000", "same": "4", "shifted": "error 0A000"})
 			step("again", map[string]string{"typed": "error 0A000", "same": "4", "shifted": "error 0A000"})
+			// As Postgres's: drivers tell it by its routine (asyncpg).
+			_, err := run(via, "typed")
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Routine != "RevalidateCachedQuery" || pe.File != "plancache.c" {
+				t.Fatalf("the refusal: %v, want routine RevalidateCachedQuery of plancache.c", err)
+			}
+			// First in a transaction block, as outside one.
+			for _, c := range []*pgconn.PgConn{via, ref} {
+				if err := c.Exec(ctx, "ALTER TABLE "+table+" ALTER COLUMN c TYPE text").Close(); c == via && err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Exec(ctx, "BEGIN").Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			step("first in a transaction", map[string]string{"same": "error 0A000"})
+			for _, c := range []*pgconn.PgConn{via, ref} {
+				if err := c.Exec(ctx, "ROLLBACK").Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -323,7 +323,7 @@ func (x *exchanger) forwardError(it *item, msg []byte, code string, fatalErr boo
 	case it.flags&fReplaceErr != 0:
 		s.cc.out = append(s.cc.out, x.pl.lbuf[it.lo:it.hi]...)
 	case it.flags&fStale != 0 && pgwire.IsFormatCountMismatch(msg):
-		s.cc.out = pgwire.AppendError(s.cc.out, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "cached plan must not change result type"})
+		s.cc.out = pgwire.AppendError(s.cc.out, pgwire.ResultTypeChanged())
 	case x.replayFailed && it.flags&fClientPart != 0 && code == pgwire.CodeInFailedTransaction:
 		// consequence of the replay's error, already reported
 	case fatalErr && s.own != nil:

@@ -19,12 +19,13 @@ import (
 // So the description the client got (its Describe of the statement) is
 // kept in the statement (vstmt.desc, resultShape), and a Bind of it under
 // a later statement epoch — a schema change this proxy saw — outside a
-// transaction describes it again on its shard first (describeOn: a
-// connection and a transaction of its own) and refuses it as Postgres
-// would when the columns differ; when they do not, the statement moves
-// to the current epoch and is not described again. Inside a transaction
-// (whose own schema changes a separate connection cannot see) the
-// column-count check of fStale remains. A schema change made elsewhere
+// transaction, or first in one (nothing of it ran on a backend yet),
+// describes it again on its shard first (describeOn: a connection and a
+// transaction of its own) and refuses it as Postgres would when the
+// columns differ; when they do not, the statement moves to the current
+// epoch and is not described again. Later in a transaction (whose own
+// schema changes a separate connection cannot see) the column-count
+// check of fStale remains. A schema change made elsewhere
 // (another proxy, a direct connection) moves no epoch here: the
 // statement is then run as parsed now, as before.
 
@@ -82,7 +83,7 @@ func rowDescOf(msgs []byte) []byte {
 func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error) *pgwire.Error {
 	pl, s := p.planner, p.planner.s
 	if bindErr != nil || vs.desc == nil || vs.epoch == s.gen.StmtEpoch.Load() || s.own != nil || pl.held || pl.onBackend ||
-		pl.sim.tx != txIdle || len(pl.plan.bw) > 0 {
+		!(pl.sim.tx == txIdle || pl.sim.tx == txDeferred && !s.readers.any()) || len(pl.plan.bw) > 0 {
 		return nil
 	}
 	shard := d.Shard
@@ -106,7 +107,7 @@ func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error)
 		return nil
 	}
 	if !sameShape(now, vs.desc) {
-		return pgwire.NewError(pgwire.CodeFeatureNotSupported, "cached plan must not change result type")
+		return pgwire.ResultTypeChanged()
 	}
 	vs.epoch = epoch // checked: the client's columns hold under this epoch
 	return nil

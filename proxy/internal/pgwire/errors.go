@@ -47,6 +47,10 @@ type Error struct {
 	Message  string
 	Detail   string
 	Hint     string
+	// File and Routine, when set, name where in Postgres's source the
+	// error comes from, as Postgres reports them (F, R): for an error the
+	// proxy gives in Postgres's place, which drivers recognise by them.
+	File, Routine string
 	// raw, when set, is a backend's ErrorResponse sent unchanged.
 	Raw []byte
 }
@@ -62,6 +66,15 @@ func (e *Error) Error() string {
 
 // SQLState returns the error's SQLSTATE.
 func (e *Error) SQLState() string { return e.Code }
+
+// ResultTypeChanged is Postgres's error for a prepared statement whose
+// result columns a schema change altered (0A000, from
+// RevalidateCachedQuery in plancache.c: asyncpg recognises it by that
+// routine and prepares the statement again).
+func ResultTypeChanged() *Error {
+	return &Error{Code: CodeFeatureNotSupported, Message: "cached plan must not change result type",
+		File: "plancache.c", Routine: "RevalidateCachedQuery"}
+}
 
 // NewError returns an ERROR with code and msg.
 func NewError(code, msg string) *Error { return &Error{Code: code, Message: msg} }
@@ -85,6 +98,8 @@ func AppendError(dst []byte, e *Error) []byte {
 		Message:             e.Message,
 		Detail:              e.Detail,
 		Hint:                e.Hint,
+		File:                e.File,
+		Routine:             e.Routine,
 	}
 	out, err := msg.Encode(dst)
 	if err != nil {
