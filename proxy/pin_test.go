@@ -282,6 +282,32 @@ func TestQueryStringEndingWithSettings(t *testing.T) {
 		t.Fatalf("work_mem after asyncpg's reset = %s, want %s", got, before)
 	}
 	unpinned(q)
+	// The same reset inside a transaction, after its ROLLBACK (asyncpg
+	// gives a connection back so when its transaction was left open):
+	// the transaction ends (its write undone), then the reset runs.
+	fresh := e.db.keysOn(1, 1, 7_900_000)[0]
+	for _, failed := range []bool{false, true} {
+		for _, q := range []string{"BEGIN", "SET LOCAL work_mem = '14MB'", fmt.Sprintf("INSERT INTO accounts (aid, abalance, note) VALUES (%d, 1, 'reset')", fresh)} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		if _, err := conn.Exec(ctx, "SELECT 1/0"); failed && pgCode(err) != "22012" {
+			t.Fatalf("failing the transaction: %v", err)
+		}
+		q = "ROLLBACK;\nSELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;"
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s (transaction failed: %v): %v", q, failed, err)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE aid = $1", fresh).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("rows after the reset's ROLLBACK: %d, %v; want 0", n, err)
+		}
+		if got := show(); got != before {
+			t.Fatalf("work_mem after the reset in a transaction = %s, want %s", got, before)
+		}
+		unpinned(q)
+	}
 	q = "SELECT 1; SET work_mem = 'lots'"
 	if _, err := conn.Exec(ctx, q); pgCode(err) != "22023" {
 		t.Fatalf("%s: %v, want 22023", q, err)

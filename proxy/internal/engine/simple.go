@@ -23,6 +23,9 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	if err == nil && terminateSimple(ctx, s, as) {
 		return nil
 	}
+	if err == nil && endsTxnBeforePin(s, as) {
+		return s.simpleAfterTxnEnd(ctx, string(sql), as)
+	}
 	if err == nil {
 		pn := pinning(s)
 		e := pn.pinForQuery(ctx, as)
@@ -512,4 +515,66 @@ func (p queryPlanner) ddlSubsets(as []*route.Statement) ([]byte, bool) {
 		return nil, false
 	}
 	return pgwire.AppendQuery(nil, strings.Join(all, ";\n")), true
+}
+
+// endsTxnBeforePin reports whether a query string sent inside a
+// transaction block first ends it (COMMIT or ROLLBACK, without AND
+// CHAIN) and then has a statement that needs a server session of its own
+// for the query (a session reset, as asyncpg's pool sends with the
+// ROLLBACK of a connection given back inside a transaction:
+// "ROLLBACK; SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+// RESET ALL"). Such a session cannot be the pooled connection the
+// transaction runs on; once the transaction has ended it need not be.
+func endsTxnBeforePin(s *Session, as []*route.Statement) bool {
+	if len(as) < 2 || s.txn.tx == txIdle || s.own != nil || as[0].Chain ||
+		as[0].Kind != route.KindCommit && as[0].Kind != route.KindRollback {
+		return false
+	}
+	for _, a := range as[1:] {
+		if txnControl(a.Kind) {
+			return false // the rest opens or ends transactions itself: as it is
+		}
+		if s.gen.pinTriggerOf(a, true, false) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// simpleAfterTxnEnd runs a query string that ends the client's
+// transaction and then needs a server session (endsTxnBeforePin) as
+// Postgres runs it — the COMMIT or ROLLBACK, then the rest in an implicit
+// transaction of its own — in two steps: the first statement as a query
+// of its own (its ReadyForQuery withheld), then, unless it failed (an
+// error skips the rest of a query string), the rest as one query from an
+// idle session, which may then have a server session for it. One
+// difference remains: an error position in the rest counts from the
+// rest's start, not from the client's string's.
+func (s *Session) simpleAfterTxnEnd(ctx context.Context, sql string, as []*route.Statement) error {
+	start := len(s.cc.out)
+	if err := s.simpleQuery(ctx, pgwire.AppendQuery(nil, as[0].SQL)); err != nil {
+		return err
+	}
+	out := s.cc.out
+	if len(out)-start < 6 || out[len(out)-6] != 'Z' || hasError(out[start:]) {
+		return nil // it failed (or its answer went out already): the string ends here, as in Postgres
+	}
+	s.cc.out = out[:len(out)-6]
+	rest := sql
+	if i := strings.Index(sql, as[0].SQL); i >= 0 {
+		rest = sql[i+len(as[0].SQL):]
+	}
+	rest = strings.TrimLeft(rest, "; \t\r\n")
+	return s.simpleQuery(ctx, pgwire.AppendQuery(nil, rest))
+}
+
+// hasError reports whether a run of backend messages holds an
+// ErrorResponse.
+func hasError(msgs []byte) bool {
+	for msg, rest, ok := pgwire.NextMsg(msgs); ok; msg, rest, ok = pgwire.NextMsg(rest) {
+		if msg[0] == 'E' {
+			return true
+		}
+	}
+	return false
 }

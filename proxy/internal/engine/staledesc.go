@@ -63,15 +63,10 @@ func sameShape(a, b []pgvalue.Field) bool {
 // rowDescOf returns the RowDescription or NoData among a Describe's
 // answers (ParameterDescription first), nil if none.
 func rowDescOf(msgs []byte) []byte {
-	for len(msgs) >= 5 {
-		n := 1 + int(uint32(msgs[1])<<24|uint32(msgs[2])<<16|uint32(msgs[3])<<8|uint32(msgs[4]))
-		if n < 5 || n > len(msgs) {
-			return nil
+	for msg, rest, ok := pgwire.NextMsg(msgs); ok; msg, rest, ok = pgwire.NextMsg(rest) {
+		if msg[0] == 'T' || msg[0] == 'n' {
+			return msg
 		}
-		if msgs[0] == 'T' || msgs[0] == 'n' {
-			return msgs[:n]
-		}
-		msgs = msgs[n:]
 	}
 	return nil
 }

@@ -787,3 +787,17 @@ func IsFormatCountMismatch(msg []byte) bool {
 func IsResultTypeChanged(msg []byte) bool {
 	return ErrorField(msg, 'C') == CodeFeatureNotSupported && ErrorField(msg, 'R') == "RevalidateCachedQuery"
 }
+
+// NextMsg splits the first message off a run of framed messages (type
+// byte, length, body): msg is it, rest what follows; ok is false when b
+// holds no whole message.
+func NextMsg(b []byte) (msg, rest []byte, ok bool) {
+	if len(b) < 5 {
+		return nil, b, false
+	}
+	n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+	if n < 5 || n > len(b) {
+		return nil, b, false
+	}
+	return b[:n], b[n:], true
+}
