@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -518,6 +519,71 @@ func TestFanout(t *testing.T) {
 	}
 	if _, err := conn.Exec(ctx, "DROP TYPE fan_pair"); err != nil {
 		t.Fatalf("DROP TYPE of a composite type: %v", err)
+	}
+	// An index named alone (DROP / ALTER / COMMENT ON / REINDEX INDEX)
+	// changes where its table is: every shard for a keyed table's (it
+	// went to the default shard alone, the others kept it), the default
+	// shard for an unsharded table's — inside a transaction block too.
+	indexOn := func(name string) []int {
+		var n []int
+		for i := range e.db.m.Shards {
+			var c int
+			if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relname = $1 AND relkind = 'i'", name).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			n = append(n, c)
+		}
+		return n
+	}
+	every, none := []int{1, 1, 1, 1}[:len(e.db.m.Shards)], make([]int, len(e.db.m.Shards))
+	onDefault := slices.Clone(none)
+	onDefault[0] = 1
+	for _, st := range []struct {
+		sql, index string
+		want       []int
+		extended   bool
+	}{
+		{"DROP TABLE IF EXISTS fan_local", "", nil, false},
+		{"CREATE INDEX fan_idx ON accounts (note)", "fan_idx", every, false},
+		{"ALTER INDEX fan_idx RENAME TO fan_idx2", "fan_idx2", every, false},
+		{"COMMENT ON INDEX public.fan_idx2 IS 'note'", "", nil, false},
+		{"ALTER INDEX fan_idx2 SET (fillfactor = 80)", "", nil, true},
+		{"REINDEX INDEX fan_idx2", "", nil, false},
+		{"DROP INDEX fan_idx2", "fan_idx2", none, true},
+		{"CREATE TABLE fan_local (a int)", "", nil, false},
+		{"CREATE INDEX fan_local_idx ON fan_local (a)", "fan_local_idx", onDefault, false},
+		{"ALTER INDEX fan_local_idx RENAME TO fan_local_idx2", "fan_local_idx2", onDefault, false},
+		{"DROP INDEX fan_local_idx2", "fan_local_idx2", none, false},
+		{"DROP TABLE fan_local", "", nil, false},
+	} {
+		var err error
+		if st.extended {
+			err = conn.PgConn().ExecParams(ctx, st.sql, nil, nil, nil, nil).Read().Err
+		} else {
+			_, err = conn.Exec(ctx, st.sql)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", st.sql, err)
+		}
+		if st.index != "" {
+			if got := indexOn(st.index); !slices.Equal(got, st.want) {
+				t.Fatalf("after %s: index %s on the shards %v, want %v", st.sql, st.index, got, st.want)
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, "CREATE INDEX fan_idx3 ON accounts (note)"); err != nil {
+		t.Fatal(err)
+	}
+	itx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := itx.Exec(ctx, "DROP INDEX fan_idx3"); pgCode(err) != "0A000" {
+		t.Fatalf("DROP INDEX of a keyed table's index in a transaction block: %v, want 0A000 (every shard's schema)", err)
+	}
+	_ = itx.Rollback(ctx)
+	if _, err := conn.Exec(ctx, "DROP INDEX fan_idx3"); err != nil || !slices.Equal(indexOn("fan_idx3"), none) {
+		t.Fatalf("DROP INDEX fan_idx3: %v, on the shards %v", err, indexOn("fan_idx3"))
 	}
 	// Rows on every shard.
 	var want []int64

@@ -448,6 +448,7 @@ func (c *classifying) noteDDL(node *pg.Node) {
 	}
 	c.p.ddlTables = ddlTables(node)
 	c.st.DropTables = dropTables(node)
+	c.st.IndexNames = indexNames(node)
 	for _, t := range c.p.ddlTables {
 		c.a.addTable(t)
 	}
@@ -1093,3 +1094,48 @@ var sqlTypeAlias = map[string]bool{"integer": true, "int": true, "smallint": tru
 	"double": true, "boolean": true, "decimal": true, "dec": true, "character": true, "char": true, "varchar": true,
 	"timestamp": true, "timestamptz": true, "time": true, "timetz": true, "interval": true, "float": true, "serial": true,
 	"bigserial": true, "smallserial": true}
+
+// indexNames returns the indexes a schema change names by their own name
+// alone — DROP INDEX, ALTER INDEX (RENAME, SET, ATTACH PARTITION, DEPENDS
+// ON EXTENSION), REINDEX INDEX, COMMENT ON INDEX — as written (schema-
+// qualified when they are): which table each belongs to, and so where it
+// lives, only the database can say (Statement.IndexNames).
+func indexNames(n *pg.Node) []string {
+	var objs []*pg.Node
+	var rv *pg.RangeVar
+	switch {
+	case n.GetDropStmt() != nil && n.GetDropStmt().RemoveType == pg.ObjectType_OBJECT_INDEX:
+		objs = n.GetDropStmt().Objects
+	case n.GetCommentStmt() != nil && n.GetCommentStmt().Objtype == pg.ObjectType_OBJECT_INDEX:
+		objs = []*pg.Node{n.GetCommentStmt().Object}
+	case n.GetRenameStmt() != nil && n.GetRenameStmt().RenameType == pg.ObjectType_OBJECT_INDEX:
+		rv = n.GetRenameStmt().Relation
+	case n.GetAlterTableStmt() != nil && n.GetAlterTableStmt().Objtype == pg.ObjectType_OBJECT_INDEX:
+		rv = n.GetAlterTableStmt().Relation
+	case n.GetAlterObjectDependsStmt() != nil && n.GetAlterObjectDependsStmt().ObjectType == pg.ObjectType_OBJECT_INDEX:
+		rv = n.GetAlterObjectDependsStmt().Relation
+	case n.GetReindexStmt() != nil && n.GetReindexStmt().Kind == pg.ReindexObjectType_REINDEX_OBJECT_INDEX:
+		rv = n.GetReindexStmt().Relation
+	default:
+		return nil
+	}
+	if rv != nil {
+		if rv.Schemaname != "" {
+			return []string{rv.Schemaname + "." + rv.Relname}
+		}
+		return []string{rv.Relname}
+	}
+	var out []string
+	for _, o := range objs {
+		l := o.GetList()
+		if l == nil || len(l.Items) == 0 {
+			continue
+		}
+		parts := make([]string, 0, len(l.Items))
+		for _, it := range l.Items {
+			parts = append(parts, strName(it))
+		}
+		out = append(out, strings.Join(parts, "."))
+	}
+	return out
+}

@@ -32,5 +32,8 @@ func (r *Table) Explain(st *Statement, params [][]byte, formats []int16, paramOI
 	if n, why := len(ex.Steps), ex.Dest.Why(); n == 0 || ex.Steps[n-1] != why {
 		ex.Steps = append(ex.Steps, why)
 	}
+	if len(st.IndexNames) > 0 && ex.Dest.Kind == DestAny {
+		ex.Steps = append(ex.Steps, "the proxy first asks the default shard which table each index named is of: on every shard if one is a keyed or global table's")
+	}
 	return ex
 }

@@ -300,3 +300,33 @@ func TestStatementFacts(t *testing.T) {
 		t.Fatal("second MarkUnnamed did not report the first")
 	}
 }
+
+// TestIndexNames: the statements that name an index by its name alone
+// list it as written (case folded, quotes removed, schema kept); others
+// list none, a table's index statements included (their table says where).
+func TestIndexNames(t *testing.T) {
+	r := newRouter(t, "default")
+	for sql, want := range map[string][]string{
+		`DROP INDEX a_idx`: {"a_idx"},
+		`DROP INDEX CONCURRENTLY IF EXISTS s.A_idx, "B x"`:    {"s.a_idx", "B x"},
+		`ALTER INDEX a_idx RENAME TO b_idx`:                   {"a_idx"},
+		`ALTER INDEX s.a_idx SET (fillfactor = 70)`:           {"s.a_idx"},
+		`ALTER INDEX a_idx ALTER COLUMN 1 SET STATISTICS 100`: {"a_idx"},
+		`ALTER INDEX a_idx ATTACH PARTITION p_idx`:            {"a_idx"},
+		`ALTER INDEX a_idx DEPENDS ON EXTENSION hstore`:       {"a_idx"},
+		`REINDEX INDEX CONCURRENTLY a_idx`:                    {"a_idx"},
+		`COMMENT ON INDEX a_idx IS 'x'`:                       {"a_idx"},
+		`CREATE INDEX a_idx ON executions (status)`:           nil,
+		`REINDEX TABLE executions`:                            nil,
+		`DROP TABLE a_idx`:                                    nil,
+		`ALTER TABLE executions RENAME TO e2`:                 nil,
+	} {
+		st, err := r.Analyze(sql)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if !slices.Equal(st.IndexNames, want) {
+			t.Errorf("%s: IndexNames %q, want %q", sql, st.IndexNames, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package route
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -79,6 +80,12 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 
 // Map returns the shard map that Dest.Shard indexes refer to.
 func (r *Table) Map() *shardmap.Map { return r.pl.m }
+
+// IsPlaced reports whether the schema places table: keyed or global.
+func (r *Table) IsPlaced(table string) bool {
+	t := strings.ToLower(table)
+	return r.sc.tables[t] != nil || r.sc.global[t]
+}
 
 // Schema returns the sharding schema.
 func (r *Table) Schema() Schema { return r.schema }

@@ -637,6 +637,13 @@ type Statement struct {
 	TempTables []string
 	// DropTables lists the relations a DROP statement drops.
 	DropTables []string
+	// IndexNames lists the indexes a schema change names by their name
+	// alone (DROP INDEX, ALTER INDEX, REINDEX INDEX, COMMENT ON INDEX),
+	// as written: Route sends it where an unsharded table's index is (the
+	// default shard), which is right unless an index belongs to a keyed
+	// or global table — an engine asks the database which table each is
+	// of (IsPlaced) and runs it on every shard then.
+	IndexNames []string
 
 	// unnamedSeen: a client has parsed this text as an unnamed
 	// statement (see MarkUnnamed). Mutable, like stages.
@@ -699,4 +706,7 @@ type Analyzer interface {
 	OnOwnSession(st *Statement) *Statement
 	// Map is the shard map routes refer to.
 	Map() *shardmap.Map
+	// IsPlaced reports whether the sharding schema places table (an
+	// unqualified name, any case): keyed, or global on every shard.
+	IsPlaced(table string) bool
 }

@@ -60,7 +60,10 @@
 //	                 the plan sees them; staledesc.go: a client's
 //	                 statement described before a schema change,
 //	                 described again at its Bind and refused (0A000)
-//	                 when its columns changed; backendexec.go: backendExec,
+//	                 when its columns changed; indexddl.go: a schema
+//	                 change naming an index alone, on every shard when
+//	                 the default shard says its table is placed there
+//	                 (a side query); backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
 //	                 a soft transaction, an action's step) that carries
 //	                 the plan out; acquirestep.go: acquireStep, an idle

@@ -223,7 +223,7 @@ func bindDest(p *planner, a *route.Statement, bv *pgwire.BindView, oids []uint32
 	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
 		return route.Dest{}, pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements")
 	}
-	d := s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)
+	d := indexDest(p, a, s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)) // indexddl.go
 	if s.own != nil {
 		return pinnedForwardDest(p, a, d, bv.Params, bv.Formats, oids) // pinroute.go
 	}

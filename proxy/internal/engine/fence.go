@@ -215,12 +215,19 @@ func appendFenceSQL(b []byte, key string, call bool) []byte {
 	} else {
 		b = append(b, "SELECT pgshard_fence_assert("...)
 	}
-	if strings.IndexByte(key, '\\') >= 0 {
+	return append(appendLiteral(b, key), ')')
+}
+
+// appendLiteral appends s as an SQL string literal: quotes doubled, and
+// an escape-string literal (E'...') when it holds a backslash (right
+// whatever standard_conforming_strings says).
+func appendLiteral(b []byte, s string) []byte {
+	if strings.IndexByte(s, '\\') >= 0 {
 		b = append(b, 'E')
 	}
 	b = append(b, '\'')
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
 		case '\'':
 			b = append(b, '\'', '\'')
 		case '\\':
@@ -229,7 +236,7 @@ func appendFenceSQL(b []byte, key string, call bool) []byte {
 			b = append(b, c)
 		}
 	}
-	return append(b, "')"...)
+	return append(b, '\'')
 }
 
 // StandInTexts are the fence's stand-in texts: for the cluster's bucket

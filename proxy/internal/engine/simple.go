@@ -107,7 +107,7 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 		p.endQuery()
 		return
 	}
-	d := s.gen.Config.Analyzer.Route(st, nil, nil, nil)
+	d := indexDest(p.planner, st, s.gen.Config.Analyzer.Route(st, nil, nil, nil)) // indexddl.go
 	if s.own != nil {
 		var e *pgwire.Error
 		if d, e = pinnedForwardDest(p.planner, st, d, nil, nil, nil); e != nil { // pinroute.go
