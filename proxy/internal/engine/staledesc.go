@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -47,19 +49,6 @@ func resultShape(msg []byte) (shape []pgvalue.Field, ok bool) {
 	return fs, true
 }
 
-// sameShape reports whether two result shapes are Postgres's equal.
-func sameShape(a, b []pgvalue.Field) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // rowDescOf returns the RowDescription or NoData among a Describe's
 // answers (ParameterDescription first), nil if none.
 func rowDescOf(msgs []byte) []byte {
@@ -101,7 +90,7 @@ func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error)
 	if !ok {
 		return nil
 	}
-	if !sameShape(now, vs.desc) {
+	if !slices.Equal(now, vs.desc) { // the fields resultShape keeps, compared as Postgres does
 		return pgwire.ResultTypeChanged()
 	}
 	vs.epoch = epoch // checked: the client's columns hold under this epoch
