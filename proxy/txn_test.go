@@ -582,6 +582,15 @@ func TestFanout(t *testing.T) {
 		t.Fatalf("DROP INDEX of a keyed table's index in a transaction block: %v, want 0A000 (every shard's schema)", err)
 	}
 	_ = itx.Rollback(ctx)
+	// In a query string with other statements: refused, nothing changed
+	// (a string is routed by the analyzer alone); an unsharded table's
+	// index there runs as before.
+	if _, err := conn.Exec(ctx, "SELECT 1; DROP INDEX fan_idx3"); pgCode(err) != "0A000" || !slices.Equal(indexOn("fan_idx3"), every) {
+		t.Fatalf("DROP INDEX of a keyed table's index in a query string: %v, on the shards %v; want 0A000 and %v", err, indexOn("fan_idx3"), every)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE fan_local2 (a int); CREATE INDEX fan_local2_idx ON fan_local2 (a); DROP INDEX fan_local2_idx; DROP TABLE fan_local2"); err != nil {
+		t.Fatalf("DROP INDEX of an unsharded table's index in a query string: %v", err)
+	}
 	if _, err := conn.Exec(ctx, "DROP INDEX fan_idx3"); err != nil || !slices.Equal(indexOn("fan_idx3"), none) {
 		t.Fatalf("DROP INDEX fan_idx3: %v, on the shards %v", err, indexOn("fan_idx3"))
 	}

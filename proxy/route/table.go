@@ -3,7 +3,6 @@ package route
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -83,8 +82,7 @@ func (r *Table) Map() *shardmap.Map { return r.pl.m }
 
 // IsPlaced reports whether the schema places table: keyed or global.
 func (r *Table) IsPlaced(table string) bool {
-	t := strings.ToLower(table)
-	return r.sc.tables[t] != nil || r.sc.global[t]
+	return r.sc.tables[table] != nil || r.sc.global[table]
 }
 
 // Schema returns the sharding schema.

@@ -707,6 +707,7 @@ type Analyzer interface {
 	// Map is the shard map routes refer to.
 	Map() *shardmap.Map
 	// IsPlaced reports whether the sharding schema places table (an
-	// unqualified name, any case): keyed, or global on every shard.
+	// unqualified name as Postgres spells it: a quoted "Executions" is
+	// not executions): keyed, or global on every shard.
 	IsPlaced(table string) bool
 }

@@ -20,7 +20,8 @@ import (
 // belong to (indexTablesSQL, on a connection of its own), and the
 // statement runs on every shard when the schema places one of them
 // (outside a transaction block; inside one it is refused, as every
-// schema change of every shard is). An index the default shard does not
+// schema change of every shard is; in a query string with other
+// statements, indexesAlone refuses it). An index the default shard does not
 // have (a typo, IF EXISTS) leaves the statement where it was: Postgres
 // answers it there.
 
@@ -104,4 +105,29 @@ func (p backendExec) indexTables(names []string) ([]string, *pgwire.Error) {
 		}
 	}
 	return out, nil
+}
+
+// indexesAlone refuses a query string of several statements one of which
+// changes an index of a table the schema places (indexDest: every
+// shard). A query string is routed statement by statement from the
+// analyzer's decisions alone (multiRoute and its kin), which cannot know
+// whose index a name is; rather than change it on the default shard
+// alone, the string is refused. The default shard is asked once per such
+// statement; an unsharded table's index lets the string run as before.
+func indexesAlone(p *planner, as []*route.Statement) *pgwire.Error {
+	g := p.s.gen
+	for _, a := range as {
+		if len(a.IndexNames) == 0 {
+			continue
+		}
+		switch d := indexDest(p, a, g.adjustDest(a, g.Config.Analyzer.Route(a, nil, nil, nil))); d.Kind {
+		case route.DestRefuse:
+			return refusalError(d.Refusal)
+		case route.DestAll:
+			return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+				Message: "a schema change of an index of a sharded table must be alone in its query string: " + d.Why(),
+				Hint:    "Send it as a separate query, outside a transaction block: pgshard then runs it on every shard."}
+		}
+	}
+	return nil
 }

@@ -204,6 +204,12 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 // each other.
 func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.planner.s
+	if p.planner.sim.tx != txFailed {
+		if e := indexesAlone(p.planner, as); e != nil {
+			p.failQuery(e) // indexddl.go
+			return
+		}
+	}
 	if s.own != nil && p.planner.sim.tx != txFailed {
 		p.pinnedMulti(msg, as)
 		return
@@ -560,11 +566,16 @@ func (s *Session) simpleAfterTxnEnd(ctx context.Context, sql string, as []*route
 		return nil // it failed (or its answer went out already): the string ends here, as in Postgres
 	}
 	s.cc.out = out[:len(out)-6]
-	rest := sql
+	var rest string
 	if i := strings.Index(sql, as[0].SQL); i >= 0 {
-		rest = sql[i+len(as[0].SQL):]
+		rest = strings.TrimLeft(sql[i+len(as[0].SQL):], "; \t\r\n")
+	} else {
+		parts := make([]string, 0, len(as)-1)
+		for _, a := range as[1:] {
+			parts = append(parts, a.SQL)
+		}
+		rest = strings.Join(parts, ";\n") // not found as written: the rest's statements
 	}
-	rest = strings.TrimLeft(rest, "; \t\r\n")
 	return s.simpleQuery(ctx, pgwire.AppendQuery(nil, rest))
 }
 

@@ -31,7 +31,7 @@ import (
 // (another proxy, a direct connection) moves no epoch here: the
 // statement is then run as parsed now, as before.
 
-// resultShape is what of a RowDescription (or NoData: "") Postgres
+// resultShape is what of a RowDescription (or NoData: no columns) Postgres
 // compares when it re-plans a prepared statement: each column's name,
 // type and typmod; not its table, attribute number or format. ok is
 // false for a malformed message.
@@ -68,6 +68,9 @@ func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error)
 	pl, s := p.planner, p.planner.s
 	if bindErr != nil || vs.desc == nil || vs.epoch == s.gen.StmtEpoch.Load() || s.own != nil || pl.held || pl.onBackend ||
 		!(pl.sim.tx == txIdle || pl.sim.tx == txDeferred && !s.readers.any()) || len(pl.plan.bw) > 0 {
+		// (bw: earlier statements of the pipeline, a schema change among
+		// them perhaps, have not run yet: a description now would be of
+		// the schema before them.)
 		return nil
 	}
 	shard := d.Shard
@@ -86,7 +89,11 @@ func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error)
 	if e != nil {
 		return nil // the Bind's own run reports what is wrong
 	}
-	now, ok := resultShape(rowDescOf(desc.Msgs))
+	rd := rowDescOf(desc.Msgs)
+	if rd == nil {
+		return nil // nothing to compare: the Bind's own run answers
+	}
+	now, ok := resultShape(rd)
 	if !ok {
 		return nil
 	}
