@@ -21,16 +21,7 @@ import (
 func TestJDBC(t *testing.T) {
 	javac := needBinary(t, "javac", "/usr/bin/javac")
 	java := needBinary(t, "java", "/usr/bin/java")
-	jar := ""
-	for _, p := range []string{"/usr/share/java/postgresql.jar", "/usr/share/java/postgresql-jdbc4.jar"} {
-		if _, err := os.Stat(p); err == nil {
-			jar = p
-			break
-		}
-	}
-	if jar == "" {
-		clustertest.SkipOrFail(t, fmt.Errorf("pgJDBC is not installed (Debian libpostgresql-jdbc-java)"))
-	}
+	jar := jdbcJar(t)
 	e := startProxy(t)
 	k := e.db.keysOn(3, 3, 6_000_000)
 	other := e.db.keysOn(0, 1, 6_000_000)[0]

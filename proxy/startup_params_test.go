@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,59 @@ func TestStartupStatusesAsPostgres(t *testing.T) {
 		for k := range params {
 			if got[k] != want[k] {
 				t.Errorf("%s (%s): pgshard reports %q, Postgres %q", k, via, got[k], want[k])
+			}
+		}
+	})
+}
+
+// TestSetReportsAsPostgres: after each session SET of a parameter Postgres
+// reports (GUC_REPORT), the client holds the value a direct connection
+// holds after the same SETs — also when a SET returns a parameter to a
+// value the pooled backend that checked it already had (the backend then
+// reports nothing: the proxy reports the change itself). SET SESSION
+// CHARACTERISTICS AS TRANSACTION is default_transaction_<mode>.
+func TestSetReportsAsPostgres(t *testing.T) {
+	steps := []string{
+		"SET default_transaction_read_only = on",
+		"SET default_transaction_read_only = off",
+		"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+		"SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
+		"SET TimeZone = 'Europe/Paris'",
+		"SET TimeZone = 'UTC'",
+		"SET DateStyle = 'German'",
+		"SET DateStyle = 'ISO, MDY'",
+		"SET IntervalStyle = 'iso_8601'",
+		"SET IntervalStyle = 'postgres'",
+		"SET application_name = 'set-reports'",
+		"SET application_name = 'setrep'",
+	}
+	watched := []string{"default_transaction_read_only", "TimeZone", "DateStyle", "IntervalStyle", "application_name"}
+	forEachPath(t, func(t *testing.T, via string, e *proxyEnv) {
+		ctx := ctxT(t, time.Minute)
+		told := func(dsn string) []string {
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var out []string
+			for _, s := range steps {
+				if _, err := conn.Exec(ctx, s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+				var vals []string
+				for _, k := range watched {
+					vals = append(vals, k+"="+conn.PgConn().ParameterStatus(k))
+				}
+				out = append(out, strings.Join(vals, " "))
+			}
+			return out
+		}
+		dsn := func(base string) string { return base + "&application_name=setrep" }
+		want, got := told(dsn(e.db.m.Shards[0].DSN)), told(dsn(e.dsn))
+		for i, s := range steps {
+			if got[i] != want[i] {
+				t.Errorf("%s (%s): pgshard reports %s\n  Postgres: %s", s, via, got[i], want[i])
 			}
 		}
 	})

@@ -585,6 +585,18 @@ func (c *classifying) set(v *pg.VariableSetStmt) {
 			st.Isolation = isolationOf(v.Args)
 		case "session characteristics":
 			st.Kind = KindSetSession
+			if d := oneSessionCharacteristic(v.Args); d != nil {
+				// SET SESSION CHARACTERISTICS AS TRANSACTION <one mode>
+				// is, in Postgres, SET default_transaction_<mode> (its
+				// grammar builds the same assignment): a session setting
+				// like any other, kept by the proxy (pgJDBC's
+				// setTransactionIsolation sends it).
+				name = "default_" + d.Defname
+				st.SetName = name
+				st.SetValue = setValuePlain([]*pg.Node{d.Arg})
+				st.SetLocalSQL = "SET LOCAL " + name + " TO " + setValueSQL([]*pg.Node{d.Arg})
+				return
+			}
 			var parts []string
 			for _, a := range v.Args {
 				if d := a.GetDefElem(); d != nil {
@@ -652,6 +664,26 @@ func (c *classifying) set(v *pg.VariableSetStmt) {
 
 // setValuePlain is a SET value list as plain text: constants unquoted,
 // joined by ", ".
+// oneSessionCharacteristic is the mode of SET SESSION CHARACTERISTICS AS
+// TRANSACTION when it names exactly one (transaction_isolation,
+// transaction_read_only or transaction_deferrable, as the parser names
+// them) with a constant value; nil otherwise (several modes stay one
+// statement the proxy cannot split into session settings).
+func oneSessionCharacteristic(args []*pg.Node) *pg.DefElem {
+	if len(args) != 1 {
+		return nil
+	}
+	d := args[0].GetDefElem()
+	if d == nil || d.Arg == nil || d.Arg.GetAConst() == nil {
+		return nil
+	}
+	switch d.Defname {
+	case "transaction_isolation", "transaction_read_only", "transaction_deferrable":
+		return d
+	}
+	return nil
+}
+
 func setValuePlain(args []*pg.Node) string {
 	var parts []string
 	for _, a := range args {

@@ -49,8 +49,14 @@ func TestKinds(t *testing.T) {
 		{"RESET work_mem", route.Statement{Kind: route.KindSetSession, SetName: "work_mem", SetLocalSQL: "SET LOCAL work_mem TO DEFAULT", ReadOnly: true}},
 		{"RESET ALL", route.Statement{Kind: route.KindSetSession, SetName: "all", ReadOnly: true}},
 		{"SET ROLE app", route.Statement{Kind: route.KindSetSession, SetName: "role", SetValue: "app", SetLocalSQL: "SET LOCAL role TO 'app'", ReadOnly: true}},
+		// One mode is SET default_transaction_<mode>, a session setting
+		// the proxy keeps; several stay one statement (it pins).
 		{"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ", route.Statement{Kind: route.KindSetSession,
-			SetName: "session characteristics", SetLocalSQL: "SET LOCAL transaction_isolation TO 'repeatable read'", ReadOnly: true}},
+			SetName: "default_transaction_isolation", SetValue: "repeatable read", SetLocalSQL: "SET LOCAL default_transaction_isolation TO 'repeatable read'", ReadOnly: true}},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", route.Statement{Kind: route.KindSetSession,
+			SetName: "default_transaction_read_only", SetValue: "1", SetLocalSQL: "SET LOCAL default_transaction_read_only TO 1", ReadOnly: true}},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ ONLY, DEFERRABLE", route.Statement{Kind: route.KindSetSession,
+			SetName: "session characteristics", SetLocalSQL: "SET LOCAL transaction_isolation TO 'serializable'; SET LOCAL transaction_read_only TO 1; SET LOCAL transaction_deferrable TO 1", ReadOnly: true}},
 		{"SHOW TIME ZONE", route.Statement{Kind: route.KindShow, SetName: "timezone", ReadOnly: true}},
 		{"SHOW ALL", route.Statement{Kind: route.KindShow, SetName: "all", ReadOnly: true}},
 		{"DEALLOCATE p1", route.Statement{Kind: route.KindDeallocate, PrepareName: "p1", ReadOnly: true}},

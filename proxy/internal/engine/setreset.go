@@ -90,10 +90,19 @@ func (p backendExec) probeSet(st *actionStep) action {
 		return action{err: e}
 	}
 	rep := s.ps.reported
-	if len(statuses) > 0 {
+	// A reported setting (GUC_REPORT) is reported when its value differs
+	// from what the client was last told, as Postgres does. The probe's
+	// backend reports only a change of its own value, which a pooled
+	// backend may already hold (SET x back to the server default says
+	// nothing there), so the value read back decides too.
+	canon, reported := backend.ReportedParams[st.name]
+	if len(statuses) > 0 || (reported && rep[canon] != value) {
 		rep = maps.Clone(s.ps.reported)
 		for _, kv := range statuses {
 			rep[kv[0]] = kv[1]
+		}
+		if reported {
+			rep[canon] = value
 		}
 	}
 	return action{tag: st.tag, eff: &effect{kind: effSettings, set: s.cur.With(st.name, value), rep: rep}}
