@@ -362,8 +362,18 @@ public class Features {
             x(c, "INSERT INTO features_tmp VALUES (1), (2)");
             return q(c, "SELECT sum(a) FROM features_tmp");
         });
-        sec("client-info", "", c -> { c.setClientInfo("ApplicationName", "features"); return q(c, "SHOW application_name"); });
-        sec("schema", "", c -> { c.setSchema("public"); return c.getSchema(); });
+        sec("read-only-always", "&readOnlyMode=always", c -> {
+            // pgJDBC sends SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY
+            c.setReadOnly(true);
+            String r;
+            try { x(c, "UPDATE accounts SET abalance = 0 WHERE aid = " + k0); r = "not refused"; } catch (SQLException e) { r = e.getSQLState(); }
+            String b = balances(c);
+            c.setReadOnly(false);
+            x(c, "UPDATE accounts SET version = version + 1 WHERE aid = " + k2);
+            return r + " " + b + " " + balances(c);
+        });
+        sec("client-info", "", c -> { c.setClientInfo("ApplicationName", "features"); return q(c, "SHOW application_name") + " " + balances(c); });
+        sec("schema", "", c -> { c.setSchema("public"); return c.getSchema() + " " + balances(c); });
         sec("final", "", c -> balances(c));
         System.out.println("DONE");
     }
