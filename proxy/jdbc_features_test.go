@@ -3,13 +3,8 @@ package proxy_test
 import (
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/pgshard/pgshard/cluster/clustertest"
 )
 
 // TestJDBCFeatures runs one pgJDBC program — metadata, savepoints and
@@ -26,22 +21,12 @@ import (
 // any of it runs (the transcript's later lines show that nothing of it
 // was applied).
 func TestJDBCFeatures(t *testing.T) {
-	javac := needBinary(t, "javac", "/usr/bin/javac")
-	java := needBinary(t, "java", "/usr/bin/java")
-	jar := jdbcJar(t)
 	pooled := startProxy(t)
 	directEnv := startProxy(t, direct())
 	const shard = 2
 	k := pooled.db.keysOn(shard, 3, 52_000_000)
 	other := pooled.db.keysOn(0, 1, 52_000_000)[0]
-	dir := t.TempDir()
-	src := fmt.Sprintf(jdbcFeaturesSource, k[0], k[1], k[2], other)
-	if err := os.WriteFile(filepath.Join(dir, "Features.java"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := run(t, 2*time.Minute, dir, javac, "-cp", jar, "Features.java"); err != nil {
-		t.Fatalf("javac: %v\n%s", err, out)
-	}
+	prog := compileJDBC(t, "Features", fmt.Sprintf(jdbcFeaturesSource, k[0], k[1], k[2], other))
 	transcript := func(dsn string, xshard bool) []string {
 		t.Helper()
 		u, err := url.Parse(dsn)
@@ -50,11 +35,11 @@ func TestJDBCFeatures(t *testing.T) {
 		}
 		db := strings.TrimPrefix(u.Path, "/")
 		jdbcURL := fmt.Sprintf("jdbc:postgresql://%s/%s?user=postgres&sslmode=disable", u.Host, db)
-		args := []string{"-cp", jar + ":.", "Features", jdbcURL}
+		args := []string{jdbcURL}
 		if xshard {
 			args = append(args, "xshard")
 		}
-		out, err := run(t, 3*time.Minute, dir, java, args...)
+		out, err := prog.run(t, args...)
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "DONE") {
 			t.Fatalf("java against %s: %v\n%s", u.Host, err, out)
 		}
@@ -83,18 +68,6 @@ func TestJDBCFeatures(t *testing.T) {
 			j++
 		}
 	}
-}
-
-// jdbcJar is pgJDBC's jar (Debian's libpostgresql-jdbc-java).
-func jdbcJar(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/share/java/postgresql.jar", "/usr/share/java/postgresql-jdbc4.jar"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	clustertest.SkipOrFail(t, fmt.Errorf("pgJDBC is not installed (Debian libpostgresql-jdbc-java)"))
-	return ""
 }
 
 // jdbcFeaturesSource prints one line per section: its name and what it

@@ -19,26 +19,51 @@ import (
 // startup parameters extra_float_digits, DateStyle, TimeZone, ...), which
 // PgBouncer 1.18 alone refuses at startup.
 func TestJDBC(t *testing.T) {
-	javac := needBinary(t, "javac", "/usr/bin/javac")
-	java := needBinary(t, "java", "/usr/bin/java")
-	jar := jdbcJar(t)
 	e := startProxy(t)
 	k := e.db.keysOn(3, 3, 6_000_000)
 	other := e.db.keysOn(0, 1, 6_000_000)[0]
-	dir := t.TempDir()
-	src := fmt.Sprintf(jdbcSource, k[0], k[1], k[2], other)
-	if err := os.WriteFile(filepath.Join(dir, "ProxyTest.java"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := run(t, 2*time.Minute, dir, javac, "-cp", jar, "ProxyTest.java"); err != nil {
-		t.Fatalf("javac: %v\n%s", err, out)
-	}
+	prog := compileJDBC(t, "ProxyTest", fmt.Sprintf(jdbcSource, k[0], k[1], k[2], other))
 	u, _ := url.Parse(e.dsn)
 	jdbcURL := fmt.Sprintf("jdbc:postgresql://%s/%s?user=postgres&sslmode=disable", u.Host, e.db.name)
-	out, err := run(t, 2*time.Minute, dir, java, "-cp", jar+":.", "ProxyTest", jdbcURL)
+	out, err := prog.run(t, jdbcURL)
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "OK") {
 		t.Fatalf("java: %v\n%s", err, out)
 	}
+}
+
+// jdbcProgram is a compiled Java program using pgJDBC.
+type jdbcProgram struct {
+	java, jar, dir, class string
+}
+
+// compileJDBC compiles the Java source of class with Debian's pgJDBC
+// (libpostgresql-jdbc-java) on the class path.
+func compileJDBC(t *testing.T, class, src string) jdbcProgram {
+	t.Helper()
+	javac := needBinary(t, "javac", "/usr/bin/javac")
+	p := jdbcProgram{java: needBinary(t, "java", "/usr/bin/java"), dir: t.TempDir(), class: class}
+	for _, jar := range []string{"/usr/share/java/postgresql.jar", "/usr/share/java/postgresql-jdbc4.jar"} {
+		if _, err := os.Stat(jar); err == nil {
+			p.jar = jar
+			break
+		}
+	}
+	if p.jar == "" {
+		clustertest.SkipOrFail(t, fmt.Errorf("pgJDBC is not installed (Debian libpostgresql-jdbc-java)"))
+	}
+	if err := os.WriteFile(filepath.Join(p.dir, class+".java"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, 2*time.Minute, p.dir, javac, "-cp", p.jar, class+".java"); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	return p
+}
+
+// run runs the program with args (bounded: 3 minutes).
+func (p jdbcProgram) run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return run(t, 3*time.Minute, p.dir, p.java, append([]string{"-cp", p.jar + ":.", p.class}, args...)...)
 }
 
 const jdbcSource = `
