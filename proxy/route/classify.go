@@ -662,8 +662,6 @@ func (c *classifying) set(v *pg.VariableSetStmt) {
 	}
 }
 
-// setValuePlain is a SET value list as plain text: constants unquoted,
-// joined by ", ".
 // oneSessionCharacteristic is the mode of SET SESSION CHARACTERISTICS AS
 // TRANSACTION when it names exactly one (transaction_isolation,
 // transaction_read_only or transaction_deferrable, as the parser names
@@ -684,6 +682,8 @@ func oneSessionCharacteristic(args []*pg.Node) *pg.DefElem {
 	return nil
 }
 
+// setValuePlain is a SET value list as plain text: constants unquoted,
+// joined by ", ".
 func setValuePlain(args []*pg.Node) string {
 	var parts []string
 	for _, a := range args {
