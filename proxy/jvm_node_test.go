@@ -23,9 +23,7 @@ func TestJDBC(t *testing.T) {
 	k := e.db.keysOn(3, 3, 6_000_000)
 	other := e.db.keysOn(0, 1, 6_000_000)[0]
 	prog := compileJDBC(t, "ProxyTest", fmt.Sprintf(jdbcSource, k[0], k[1], k[2], other))
-	u, _ := url.Parse(e.dsn)
-	jdbcURL := fmt.Sprintf("jdbc:postgresql://%s/%s?user=postgres&sslmode=disable", u.Host, e.db.name)
-	out, err := prog.run(t, jdbcURL)
+	out, err := prog.run(t, jdbcURL(t, e.dsn))
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "OK") {
 		t.Fatalf("java: %v\n%s", err, out)
 	}
@@ -58,6 +56,17 @@ func compileJDBC(t *testing.T, class, src string) jdbcProgram {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
 	return p
+}
+
+// jdbcURL is the JDBC URL of a postgres:// DSN (its host, port and
+// database; user postgres, no TLS).
+func jdbcURL(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("jdbc:postgresql://%s%s?user=postgres&sslmode=disable", u.Host, u.Path)
 }
 
 // run runs the program with args (bounded: 3 minutes).
