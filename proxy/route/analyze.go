@@ -850,6 +850,9 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 		if name == "set_config" && len(fc.Args) == 3 && a.rd.lit.has(fc.Args[0]) {
 			a.rd.lit.taintf("set_config()'s first argument is a literal: the setting it names decides whether the statement only sets transaction-local state")
 		}
+		if name == "set_config" && len(fc.Args) == 3 && a.rd.lit.has(fc.Args[1]) {
+			a.rd.lit.taintf("set_config()'s second argument is a literal: it is the value the statement sets")
+		}
 		if name == "set_config" && len(fc.Args) == 3 && !isTrue(fc.Args[2]) && a.unsupported == "" {
 			a.unsupportedState = "set-config"
 			a.unsupported = "set_config(..., false) changes a session setting, which would stay behind on a pooled server connection; use set_config(..., true) or SET LOCAL inside a transaction"

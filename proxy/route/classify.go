@@ -467,6 +467,9 @@ func (c *classifying) noteFacts(text string, node *pg.Node) {
 	}
 	if a.unsupported != "" && st.Kind != KindUnsupported && !(c.own && a.unsupportedState != "") {
 		c.unsupported(a.unsupportedState, a.unsupported)
+		if a.unsupportedState == "set-config" {
+			st.SetConfig = sessionSetConfig(node)
+		}
 	}
 	if p.defaultWhy == "" && !p.ddl && st.Kind != KindUnsupported {
 		if tn := userType(node); tn != "" {

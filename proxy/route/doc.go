@@ -41,6 +41,8 @@
 //	catalogs.go the names of pg_catalog's relations (one of them
 //	unqualified is the system catalog; any other pg_ name a user's table);
 //	setlocal.go the statements that only set transaction-local settings;
+//	setconfig.go the one set_config(name, value, false) an engine may keep
+//	as a session setting (Statement.SetConfig);
 //	terminate.go the pg_terminate_backend / pg_cancel_backend calls the
 //	engine answers for its sessions' PIDs; release.go the statements
 //	that end a session state entirely (UNLISTEN *, CLOSE ALL,
@@ -482,6 +484,14 @@
 // — carries them in Statement.Settings and is read-only: the engine may
 // run it on every shard ahead of a read of every shard in its implicit
 // transaction, and repeat it on a transaction's other backends.
+//
+// A statement that is nothing but SELECT set_config(name, value, false)
+// — one call, the name a plain constant the proxy may keep, the value a
+// constant or a parameter (setconfig.go) — stays KindUnsupported with
+// SessionState "set-config" and carries the setting in
+// Statement.SetConfig: an engine that keeps session settings may keep it
+// as it keeps SET name = value, and answer the call's row, rather than
+// pin the session.
 //
 // # Cost
 //

@@ -64,3 +64,56 @@ func TestLocalSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionSetConfig: exactly a statement that is nothing but one
+// set_config(name, value, false) of a setting the proxy may keep carries
+// SetConfig (it stays KindUnsupported, "set-config": where the engine
+// cannot keep it, it pins); anything else carries none.
+func TestSessionSetConfig(t *testing.T) {
+	sc := func(name, value, col string) *route.SetConfig {
+		return &route.SetConfig{Setting: route.Setting{Name: name, Value: value}, Column: col}
+	}
+	cases := []struct {
+		sql  string
+		want *route.SetConfig
+	}{
+		{"SELECT pg_catalog.set_config('search_path', '', false);", sc("search_path", "", "set_config")},
+		{"SELECT pg_catalog.set_config('search_path', 'public, app', false)", sc("search_path", "public, app", "set_config")},
+		{"select SET_CONFIG('App.Tenant', $1, FALSE)", &route.SetConfig{Setting: route.Setting{Name: "app.tenant", Param: 1}, Column: "set_config"}},
+		{"SELECT set_config('app.user'::text, $2::varchar, 'off') AS who", &route.SetConfig{Setting: route.Setting{Name: "app.user", Param: 2}, Column: "who"}},
+		{"SELECT set_config('statement_timeout', '5s', 'f'::bool) s", sc("statement_timeout", "5s", "s")},
+		{"SELECT set_config('work_mem', 'it''s', false)", sc("work_mem", "it's", "set_config")},
+		// Not one call of a setting the proxy keeps, or not provably
+		// session-level.
+		{"SELECT set_config('search_path', '', true)", nil},
+		{"SELECT set_config('search_path', '', $1)", nil},
+		{"SELECT set_config('search_path', NULL::text, false)", nil},
+		{"SELECT set_config($1, 'x', false)", nil},
+		{"SELECT set_config('role', 'app', false)", nil},
+		{"SELECT set_config('session_authorization', 'app', false)", nil},
+		{"SELECT set_config('transaction_isolation', 'serializable', false)", nil},
+		{"SELECT set_config('pgshard.key', 'abc', false)", nil},
+		{"SELECT set_config('bad name', 'x', false)", nil},
+		{"SELECT set_config('a.b', 'x', false), set_config('a.c', 'y', false)", nil},
+		{"SELECT set_config('a.b', 'x', false), 1", nil},
+		{"SELECT set_config('a.b', 'x' || 'y', false)", nil},
+		{"SELECT set_config('a.b', 5, false)", nil},
+		{"SELECT set_config('a.b', $1::varchar(3), false)", nil},
+		{"SELECT set_config('a.b', 'x', false) FROM executions", nil},
+		{"SELECT set_config('a.b', 'x', false) WHERE true", nil},
+		{"SELECT myschema.set_config('a.b', 'x', false)", nil},
+		{"SELECT * FROM set_config('a.b', 'x', false)", nil},
+		{"SELECT 1", nil},
+	}
+	shared := newRouter(t, "default")
+	for _, c := range cases {
+		for _, st := range analyzedTwice(t, shared, c.sql) {
+			if !reflect.DeepEqual(st.SetConfig, c.want) {
+				t.Errorf("%s: SetConfig %+v, want %+v", c.sql, st.SetConfig, c.want)
+			}
+			if c.want != nil && (st.Kind != route.KindUnsupported || st.SessionState != "set-config") {
+				t.Errorf("%s: kind %s, session state %q: want unsupported, set-config", c.sql, st.Kind, st.SessionState)
+			}
+		}
+	}
+}

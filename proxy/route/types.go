@@ -610,6 +610,12 @@ type Statement struct {
 	// keep the client on one server session (pinning) runs the statement
 	// there; "" for statements refused for other reasons (pgshard.*).
 	SessionState string
+	// SetConfig, for a statement that is nothing but SELECT
+	// set_config(name, value, false) (SessionState "set-config";
+	// setconfig.go says exactly which), is the session setting it makes:
+	// an engine that keeps session settings itself may keep this one
+	// instead of pinning, and answer the call's row. nil otherwise.
+	SetConfig *SetConfig
 	// Releases names the session state the statement ends entirely (in
 	// SessionState's terms: "listen" for UNLISTEN *, "hold-cursor" for
 	// CLOSE ALL, "advisory-lock" for a call of pg_advisory_unlock_all;
