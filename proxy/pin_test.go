@@ -109,7 +109,9 @@ func TestPinSessionState(t *testing.T) {
 	}{
 		{"WITH HOLD cursor", []string{"BEGIN", "DECLARE c CURSOR WITH HOLD FOR SELECT generate_series(1, 3)", "COMMIT"}, []string{"CLOSE ALL"}, "FETCH 1 FROM c"},
 		{"session advisory lock", []string{"SELECT pg_advisory_lock(4242)"}, []string{"SELECT pg_advisory_unlock_all()"}, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"},
-		{"set_config(false)", []string{"SELECT set_config('application_name', 'pinned_app', false)"}, []string{"DISCARD ALL"}, "SELECT 1 WHERE current_setting('application_name') = 'pinned_app'"},
+		// Alone and outside a transaction block it is a session setting
+		// the proxy keeps (TestSetConfigSession); inside one it pins.
+		{"set_config(false)", []string{"BEGIN", "SELECT set_config('application_name', 'pinned_app', false)", "COMMIT"}, []string{"DISCARD ALL"}, "SELECT 1 WHERE current_setting('application_name') = 'pinned_app'"},
 		{"DISCARD TEMP ends a temp pin", []string{"CREATE TEMP TABLE pin_d (a int)"}, []string{"DISCARD TEMP"}, "SELECT count(*) FROM pin_d"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

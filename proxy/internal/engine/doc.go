@@ -100,7 +100,9 @@
 //	                 state), the pin's shard, its temporary tables;
 //	                 fastpath.go: FunctionCall
 //	                 messages (large objects); setreset.go: a
-//	                 client's SET/RESET; sessiongen.go: moving to a newer
+//	                 client's SET/RESET; setconfig.go: a set_config(name,
+//	                 value, false) sent alone, kept as a SET and answered
+//	                 with its row; sessiongen.go: moving to a newer
 //	                 generation between transactions; genshards.go:
 //	                 pickAny, the shards' text order, the preamble check,
 //	                 adjustDest (placement: one shard, unsharded tables)

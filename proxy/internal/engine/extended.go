@@ -18,6 +18,9 @@ type portalInfo struct {
 	// term, for a local portal, is a pg_terminate_backend/pg_cancel_backend
 	// call of sessions' PIDs the proxy answered (terminate.go).
 	term *terminateCall
+	// setcfg, for a local portal, is a set_config(name, value, false)
+	// the proxy keeps as a session setting (setconfig.go).
+	setcfg *setConfigCall
 	// lead is the fan-out lead (p.leads, +1) the portal runs, 0 if none.
 	lead int
 	// replay repeats the settings the portal makes inside a transaction
@@ -302,25 +305,11 @@ func (p pipePlanner) sendParse(vs *vstmt) (string, *backend.CachedStmt) {
 func (p pipePlanner) bind(raw []byte, idx int) {
 	s := p.planner.s
 	bv := &p.planner.bv
-	if err := bv.Decode(raw); err != nil {
-		p.planner.protoErr = err
+	pi, ok := bindPortal(p, raw)
+	if !ok {
 		return
 	}
-	// A Bind replaces the portal of its name: the session's cursor of
-	// it is gone (cursor.go) — the one write planning makes of the
-	// session, idempotent, and made whatever the Bind's fate.
-	if len(s.cursors.list) > 0 {
-		s.cursors.drop(string(bv.Portal))
-	}
-	vs := p.planner.book.lookup(bv.Stmt)
-	if vs == nil {
-		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
-		return
-	}
-	pi := portalInfo{vs: vs}
-	if len(bv.Portal) > 0 {
-		pi.name = string(bv.Portal)
-	}
+	vs := pi.vs
 	a := vs.st
 	local := p.planner.isLocal(a)
 	if local && a.Kind == route.KindSetLocal && p.planner.pipeline && p.planner.sim.tx == txIdle && !p.planner.onTxnBackend() && setsOnlyLocal(a) {
@@ -340,6 +329,11 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 	}
 	if a.Cursor != nil && !local && bindCursor(p, pi, idx) {
 		return // sqlcursor.go
+	}
+	if local && a.SetConfig != nil && p.planner.sim.tx != txFailed {
+		if pi.setcfg = bindSetConfig(p.planner, vs); pi.setcfg == nil {
+			return // failed
+		}
 	}
 	if local {
 		pi.local = true
@@ -400,6 +394,33 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 	p.bindOnBackend(raw, pi)
 }
 
+// bindPortal decodes a Bind (into p.bv) and finds its statement: the
+// portal it makes, or false when it fails (the planner holds why).
+func bindPortal(p pipePlanner, raw []byte) (portalInfo, bool) {
+	s := p.planner.s
+	bv := &p.planner.bv
+	if err := bv.Decode(raw); err != nil {
+		p.planner.protoErr = err
+		return portalInfo{}, false
+	}
+	// A Bind replaces the portal of its name: the session's cursor of
+	// it is gone (cursor.go) — the one write planning makes of the
+	// session, idempotent, and made whatever the Bind's fate.
+	if len(s.cursors.list) > 0 {
+		s.cursors.drop(string(bv.Portal))
+	}
+	vs := p.planner.book.lookup(bv.Stmt)
+	if vs == nil {
+		p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", bv.Stmt)), nil)
+		return portalInfo{}, false
+	}
+	pi := portalInfo{vs: vs}
+	if len(bv.Portal) > 0 {
+		pi.name = string(bv.Portal)
+	}
+	return pi, true
+}
+
 // bindLocal answers the Bind of a portal the proxy runs itself (pi.local)
 // with its BindComplete.
 func (p pipePlanner) bindLocal(pi portalInfo) {
@@ -443,6 +464,7 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	p.planner.recordSoft(a)
 	p.planner.noteWrite(a)
 	p.planner.notePinOp(a)
+	noteSetConfigValue(p.planner, a, bv.Params, vs.oids) // setconfig.go
 	p.planner.copyIn = p.planner.copyIn || a.Copy
 	p.planner.setAhead = p.planner.setAhead || setsOnlyLocal(a)
 	p.planner.notRead = p.planner.notRead || !plainRead(a) || pi.setting || pi.replay != ""
@@ -529,7 +551,9 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 			p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedPstatement, fmt.Sprintf("prepared statement %q does not exist", name)), nil)
 			return
 		}
-		if p.planner.isLocal(vs.st) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
+		// A set_config the proxy keeps (setconfig.go) is described by a
+		// shard, as a statement it runs: describing it sets nothing.
+		if p.planner.isLocal(vs.st) && (vs.st.SetConfig == nil || p.planner.sim.tx == txFailed) || (vs.st.Kind == route.KindPrepare || vs.st.Kind == route.KindExecute) && !s.own.forwards(vs.st) {
 			lo := len(p.planner.plan.lbuf)
 			p.planner.plan.lbuf = appendParamDesc(p.planner.plan.lbuf, vs)
 			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
@@ -579,9 +603,12 @@ func (p pipePlanner) describe(raw []byte, idx int) {
 		p.planner.plan.addLocal(lo, nil)
 	case pi != nil && pi.local:
 		lo := len(p.planner.plan.lbuf)
-		if pi.term != nil {
+		switch {
+		case pi.term != nil:
 			p.planner.plan.lbuf = appendTerminateDesc(p.planner.plan.lbuf, pi.term)
-		} else {
+		case pi.setcfg != nil:
+			p.planner.plan.lbuf = appendSetConfigDesc(p.planner.plan.lbuf, pi.setcfg)
+		default:
 			p.planner.plan.lbuf = pgwire.AppendEmpty(p.planner.plan.lbuf, 'n')
 		}
 		p.planner.plan.addLocal(lo, nil)
@@ -742,6 +769,8 @@ func (p pipePlanner) execute(raw []byte) {
 		} else {
 			p.planner.fail(pgwire.NewError(pgwire.CodeUndefinedCursor, fmt.Sprintf("cursor %q does not exist", pi.cursor.Name)), nil)
 		}
+	case pi != nil && pi.setcfg != nil && p.planner.sim.tx != txFailed:
+		p.planner.answer(p.planner.exec().take(setConfigAction(p.planner, pi.vs.st, pi.setcfg)))
 	case pi != nil && pi.local:
 		p.planner.answer(p.planner.exec().take(p.planner.localAction(pi.vs.st)))
 	case pi == nil && cursorOf(p, portal) != nil:

@@ -144,6 +144,10 @@ func reasonOf(state string) pinReason {
 // applied when the exchange succeeded (afterReady).
 type pinOp struct {
 	st *route.Statement
+	// value, for a Bind of a set_config(name, $n, false) (bound), is $n's
+	// value (setconfig.go).
+	value string
+	bound bool
 }
 
 // PinnedSession describes one pinned client session (admin console).
@@ -175,6 +179,9 @@ func (g *GenerationEnv) poolMode(user string) PoolMode {
 func pinTrigger(a *route.Statement, inMulti, inTxn bool) pinReason {
 	switch a.Kind {
 	case route.KindUnsupported:
+		if a.SetConfig != nil && !inMulti && !inTxn { // its Bind's value: keepsSetConfig
+			return 0 // kept as a session setting (setconfig.go)
+		}
 		return reasonOf(a.SessionState)
 	case route.KindSetSession:
 		if strings.HasPrefix(strings.ToLower(a.SetName), "pgshard.") {
@@ -338,6 +345,8 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 	var err2 *pgwire.Error
 	for _, m := range s.grp {
 		var a *route.Statement
+		var params [][]byte // a Bind's, for keepsSetConfig
+		var poids []uint32
 		switch m.typ {
 		case 'P':
 			if pv.Decode(m.raw) != nil {
@@ -368,15 +377,12 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 			if bv.Decode(m.raw) != nil {
 				return nil
 			}
-			bound, oids := parsed, parsedOids
+			bound, oids := boundStatement(s, bv, parsed, parsedOids)
 			if len(bv.Stmt) > 0 {
-				bound = nil
-				if vs := s.stmts[string(bv.Stmt)]; vs != nil {
-					a, bound, oids = vs.st, vs.st, vs.oids
-				}
+				a = bound
 			}
 			if bound != nil && keepsState(bound) {
-				a = bound
+				a, params, poids = bound, bv.Params, oids
 				if own, err2 = stateShardOf(s, own, bound, bv.Params, bv.Formats, oids); err2 != nil {
 					return err2
 				}
@@ -385,12 +391,15 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 		if a == nil {
 			continue
 		}
-		if r := s.gen.pinTriggerOf(a, false, s.txn.tx != txIdle); r != 0 {
+		// A set_config(..., false) with a text value is a session setting
+		// the proxy keeps, like a SET (setconfig.go); else it pins.
+		keep := keepsSetConfig(a, params, poids)
+		if r := s.gen.pinTriggerOf(a, a.SetConfig != nil && !keep, s.txn.tx != txIdle); r != 0 {
 			why |= r
 			temps = append(temps, a.TempTables...)
 		}
 		switch {
-		case a.Kind == route.KindSetSession && !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard."):
+		case a.Kind == route.KindSetSession && !strings.HasPrefix(strings.ToLower(a.SetName), "pgshard."), keep:
 			sets = true
 		case sets && !localKind(a.Kind) && !txnControl(a.Kind):
 			others = true
@@ -412,6 +421,18 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 		shard = p.pipelineShard()
 	}
 	return p.pinOn(ctx, shard, own, why, temps)
+}
+
+// boundStatement is the statement a Bind (decoded in bv) binds, with its
+// declared parameter types: a named one's, or parsed (the unnamed one).
+func boundStatement(s *Session, bv *pgwire.BindView, parsed *route.Statement, parsedOids []uint32) (*route.Statement, []uint32) {
+	if len(bv.Stmt) == 0 {
+		return parsed, parsedOids
+	}
+	if vs := s.stmts[string(bv.Stmt)]; vs != nil {
+		return vs.st, vs.oids
+	}
+	return nil, nil
 }
 
 // keepsState reports whether a is refused in transaction pooling for the
@@ -674,6 +695,20 @@ func (p pinner) applyPinOps(ops []pinOp, idle bool) {
 				p.resetStmtCache()
 			} else {
 				delete(s.stmts, a.PrepareName)
+			}
+		case route.KindUnsupported:
+			if sc := a.SetConfig; sc != nil && (sc.Param == 0 || op.bound) {
+				// A set_config(name, value, false) is kept as SET name =
+				// value is; once its transaction has ended it needs no
+				// pin (setconfig.go).
+				v := sc.Value
+				if op.bound {
+					v = op.value
+				}
+				s.cur = s.cur.With(sc.Name, v)
+				if idle {
+					continue
+				}
 			}
 		}
 		s.own.apply(a)

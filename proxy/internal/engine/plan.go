@@ -302,6 +302,7 @@ type action struct {
 	notice *pgwire.Error // a WARNING Postgres would have sent first
 	tag    string        // CommandComplete tag
 	empty  bool          // EmptyQueryResponse instead of a tag
+	rows   []byte        // result messages before the tag (RowDescription, DataRows)
 	err    *pgwire.Error
 	eff    *effect
 	step   *actionStep
@@ -343,6 +344,9 @@ type actionStep struct {
 	on   *backend.Conn
 	// stepTerminate: the call and the sessions it names.
 	term *terminateCall
+	// stepProbeSet of a set_config(name, value, false): the call, which
+	// is the probe, and whose row is the answer (setconfig.go).
+	cfg *setConfigCall
 }
 
 // localAction answers a statement isLocal accepted, advancing the
@@ -381,6 +385,11 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
+		if a.SetConfig != nil && a.SetConfig.Param == 0 {
+			c, _ := parseSetConfig(a, nil, nil) // a constant: no error
+			c.describe = true
+			return setConfigAction(p, a, c) // setconfig.go
+		}
 		p.s.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()
 		reason := a.Reason
 		if reason == "" {
@@ -635,6 +644,7 @@ func (p *planner) answer(act action) {
 	if act.notice != nil {
 		p.plan.lbuf = pgwire.AppendNotice(p.plan.lbuf, act.notice.Severity, act.notice.Code, act.notice.Message)
 	}
+	p.plan.lbuf = append(p.plan.lbuf, act.rows...)
 	if act.empty {
 		p.plan.lbuf = pgwire.AppendEmpty(p.plan.lbuf, 'I')
 	} else {

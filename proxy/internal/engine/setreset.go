@@ -34,9 +34,7 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 	st := a
 	name := strings.ToLower(st.SetName)
 	if p.sim.tx != txIdle || p.held {
-		return p.failLocal(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
-			Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."})
+		return p.failLocal(errSessionSetInTxn())
 	}
 	if strings.HasPrefix(name, "pgshard.") {
 		return action{err: &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: name + " is transaction-local: use SET LOCAL " + name + " inside a transaction"}}
@@ -73,12 +71,25 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 	return action{tag: tag, step: step}
 }
 
+// errSessionSetInTxn refuses a session setting planned inside a
+// transaction block (one that reaches the planner: a session pins for
+// it first, pinTrigger).
+func errSessionSetInTxn() *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: "a session-level SET or RESET inside a transaction block is not supported by pgshard",
+		Hint:    "Use SET LOCAL inside the transaction, or SET before BEGIN."}
+}
+
 // probeSet runs a session SET's validation (stepProbeSet) and answers
 // with what the shard said: the setting's canonical value in the
 // client's settings, or Postgres's error.
 func (p backendExec) probeSet(st *actionStep) action {
 	s := p.planner.s
-	value, statuses, raw, e := s.probeSet(p.planner.ctx, st.st, st.name, st.on)
+	sql := st.st.SQL
+	if st.cfg != nil {
+		sql = st.cfg.probeSQL() // set_config(name, value, false): setconfig.go
+	}
+	value, statuses, raw, e := s.probeSet(p.planner.ctx, sql, st.name, st.on)
 	if e != nil {
 		return action{err: e}
 	}
@@ -105,10 +116,14 @@ func (p backendExec) probeSet(st *actionStep) action {
 			rep[canon] = value
 		}
 	}
-	return action{tag: st.tag, eff: &effect{kind: effSettings, set: s.cur.With(st.name, value), rep: rep}}
+	act := action{tag: st.tag, eff: &effect{kind: effSettings, set: s.cur.With(st.name, value), rep: rep}}
+	if st.cfg != nil {
+		act.rows = appendSetConfigRow(nil, st.cfg, value)
+	}
+	return act
 }
 
-// probeSet runs the client's SET in a transaction that is rolled back, on
+// probeSet runs the client's SET (sql) in a transaction that is rolled back, on
 // any shard: Postgres validates it (the client gets Postgres's own error)
 // and reports the canonical value; nothing stays on the connection.
 //
@@ -117,8 +132,8 @@ func (p backendExec) probeSet(st *actionStep) action {
 // another connection while holding one can wait for itself (the same
 // shard's pool being full) or for sessions that wait likewise, until
 // PoolTimeout.
-func (s *Session) probeSet(ctx context.Context, a *route.Statement, name string, own *backend.Conn) (string, [][2]string, []byte, *pgwire.Error) {
-	probe := []string{"BEGIN", a.SQL, "SELECT pg_catalog.current_setting(" + backend.QuoteLiteral(name) + ")", "ROLLBACK"}
+func (s *Session) probeSet(ctx context.Context, sql, name string, own *backend.Conn) (string, [][2]string, []byte, *pgwire.Error) {
+	probe := []string{"BEGIN", sql, "SELECT pg_catalog.current_setting(" + backend.QuoteLiteral(name) + ")", "ROLLBACK"}
 	if own != nil {
 		res, err := own.RunSimple(ctx, s.gen.Config.PoolTimeout, probe...)
 		if err != nil || len(res) != 4 || res[3].Status != 'I' {
