@@ -4,16 +4,24 @@ package engine
 // SET (pg_dump's first line; applications that set a tenant or user for
 // row-level security pass it as a parameter). The analyzer recognizes the
 // statement that is nothing but one such call of a setting the proxy may
-// keep (route.Statement.SetConfig, proxy/route/setconfig.go). Sent alone
-// — the only statement of its query string, or the only Bind of its
-// pipeline — outside a transaction block, it is kept as SET name = value
-// is: validated on a shard in a transaction rolled back (the step
-// stepProbeSet, Session.probeSet, here with the call itself as the
-// probe), recorded in the client's settings and applied to each of its
-// transactions; its answer is the call's own, one text column with the
-// setting's value as Postgres reports it. Anywhere else (with other
-// statements, inside a transaction block, a session already pinned) it
-// pins the session as before (pinTrigger).
+// keep (route.Statement.SetConfig, proxy/route/setconfig.go). Outside a
+// transaction block it is kept as SET name = value is:
+//
+//   - sent alone (its query string's only statement, or planned on its
+//     own in a pipeline), it is validated on a shard in a transaction
+//     rolled back (the step stepProbeSet, Session.probeSet, here with the
+//     call itself as the probe), recorded in the client's settings and
+//     applied to each of its transactions; its answer is the call's own,
+//     one text column with the setting's value as Postgres reports it;
+//   - with other statements (a query string, with a constant value, or a
+//     pipeline) it runs with them on a server session of that exchange's
+//     (pinSetsOnce), Postgres answering; the value is kept once the
+//     exchange has succeeded (pinner.applyPinOps, noteSetConfigValue).
+//
+// A NULL value (a reset to what the session started with, which only
+// the client's own server session knows), a value of another type, and
+// a call inside a transaction block pin the session as before
+// (pinTrigger, keepsSetConfig).
 
 import (
 	"fmt"
