@@ -34,7 +34,7 @@ func TestSetConfigSession(t *testing.T) {
 		keys := e.db.keysOn(shard, 2, 53_000_000)
 		setup := e.connect(t)
 		for i, k := range keys {
-			if _, err := setup.Exec(ctx, "INSERT INTO accounts (aid, abalance, note) VALUES ($1, $2, 'sc') ON CONFLICT (aid) DO UPDATE SET abalance = EXCLUDED.abalance", k, 10+i); err != nil {
+			if _, err := setup.Exec(ctx, "INSERT INTO accounts (aid, abalance, note) VALUES ($1, $2, 'setcfg') ON CONFLICT (aid) DO UPDATE SET abalance = EXCLUDED.abalance, note = EXCLUDED.note", k, 10+i); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -145,6 +145,15 @@ func TestSetConfigSession(t *testing.T) {
 			batch("batch set last", []any{read, keys[1]}, []any{"SELECT set_config('app.batch', $1, false)", "two"})
 			batch("batch bad value", []any{"SELECT set_config('work_mem', $1, false)", "bogus"}, []any{read, keys[0]})
 			simple("SELECT current_setting('app.batch')")
+			// Ahead of a read of every shard in a query string, as a
+			// session SET there (its rows are all on the keys' shard, so
+			// one Postgres counts the same). In a pipeline both are still
+			// refused (0A000): the pipeline's server session is one
+			// shard's.
+			count := "SELECT count(*)::text FROM accounts WHERE note = 'setcfg'"
+			simple("SELECT set_config('app.fan', 'f2', false) AS \"a col\"; " + count)
+			simple("SELECT set_config('work_mem', 'bogus', false); " + count)
+			simple("SELECT current_setting('app.fan')")
 			balance("after the session settings")
 			if proxied {
 				if p := e.srv.PinnedSessions(); len(p) != 0 {

@@ -76,12 +76,37 @@ type fanLead struct {
 // in the read's implicit transaction, whose value the proxy then keeps as
 // written — not a setting Postgres reports to the client
 // (ParameterStatus), refused by pgshard, or transaction-local already.
+//
+// A constant set_config(name, value, false) (setconfig.go) leads alike:
+// the shards run it as set_config(name, value, true), whose row is the
+// same.
 func sessionLead(a *route.Statement) bool {
-	name := strings.ToLower(a.SetName)
+	name, value := sessionLeadSetting(a)
 	_, refused := refusedSettings[name]
 	_, reported := backend.ReportedParams[name]
-	return a.Kind == route.KindSetSession && !a.Reset && !a.ToDefault && a.SetValue != "" && a.SetLocalSQL != "" &&
+	if sc := a.SetConfig; sc != nil {
+		return sc.Param == 0 && !refused && !reported
+	}
+	return a.Kind == route.KindSetSession && !a.Reset && !a.ToDefault && value != "" && a.SetLocalSQL != "" &&
 		name != "all" && !strings.Contains(name, " ") && !strings.HasPrefix(name, "pgshard.") && !refused && !reported
+}
+
+// sessionLeadSetting is the setting (name lower case) and value a session
+// lead keeps.
+func sessionLeadSetting(a *route.Statement) (string, string) {
+	if sc := a.SetConfig; sc != nil {
+		return sc.Name, sc.Value
+	}
+	return strings.ToLower(a.SetName), a.SetValue
+}
+
+// sessionLeadSQL is what the shards run for a session lead: its
+// transaction-local form.
+func sessionLeadSQL(a *route.Statement) string {
+	if sc := a.SetConfig; sc != nil {
+		return "SELECT pg_catalog.set_config(" + backend.QuoteLiteral(sc.Name) + ", " + backend.QuoteLiteral(sc.Value) + `, true) AS "` + strings.ReplaceAll(sc.Column, `"`, `""`) + `"`
+	}
+	return a.SetLocalSQL
 }
 
 // setsLeadRead reports whether a query string's statements are settings
@@ -116,7 +141,7 @@ func keepSessionLeads(x *fanExec) {
 	}
 	for _, l := range x.f.leads {
 		if l.session {
-			*x.cur = (*x.cur).With(strings.ToLower(l.st.SetName), l.st.SetValue)
+			*x.cur = (*x.cur).With(sessionLeadSetting(l.st))
 		}
 	}
 }
@@ -326,7 +351,7 @@ func (p queryPlanner) simpleLeads(msg []byte, as []*route.Statement) *fanPlan {
 func appendLead(dst []byte, l *fanLead) []byte {
 	sql := l.st.SQL
 	if l.session {
-		sql = l.st.SetLocalSQL
+		sql = sessionLeadSQL(l.st)
 	}
 	dst = pgwire.AppendParseMsg(dst, "", sql, l.oids)
 	if l.bind != nil {

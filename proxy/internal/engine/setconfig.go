@@ -16,7 +16,11 @@ package engine
 //   - with other statements (a query string, with a constant value, or a
 //     pipeline) it runs with them on a server session of that exchange's
 //     (pinSetsOnce), Postgres answering; the value is kept once the
-//     exchange has succeeded (pinner.applyPinOps, noteSetConfigValue).
+//     exchange has succeeded (pinner.applyPinOps, noteSetConfigValue);
+//   - ahead of a read of every shard in a query string (a constant
+//     value), every shard runs it as set_config(name, value, true) ahead
+//     of the read, as it runs a session SET there as SET LOCAL (sessionLead,
+//     fanlead.go), and the proxy keeps it once the string has succeeded.
 //
 // A NULL value (a reset to what the session started with, which only
 // the client's own server session knows), a value of another type, and
