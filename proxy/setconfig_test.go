@@ -145,12 +145,15 @@ func TestSetConfigSession(t *testing.T) {
 			batch("batch set last", []any{read, keys[1]}, []any{"SELECT set_config('app.batch', $1, false)", "two"})
 			batch("batch bad value", []any{"SELECT set_config('work_mem', $1, false)", "bogus"}, []any{read, keys[0]})
 			simple("SELECT current_setting('app.batch')")
-			// Ahead of a read of every shard in a query string, as a
-			// session SET there (its rows are all on the keys' shard, so
-			// one Postgres counts the same). In a pipeline both are still
-			// refused (0A000): the pipeline's server session is one
-			// shard's.
+			// Ahead of a read of every shard, in a query string or a
+			// pipeline, as a session SET there (its rows are all on the
+			// keys' shard, so one Postgres counts the same).
 			count := "SELECT count(*)::text FROM accounts WHERE note = 'setcfg'"
+			batch("batch set_config, read every shard", []any{"SELECT set_config('app.fan', 'f0', false)"}, []any{count})
+			batch("batch set_config $1, read every shard", []any{"SELECT set_config('app.fan', $1, false)", "f1"}, []any{count})
+			batch("batch SET, read every shard", []any{"SET work_mem = '5MB'"}, []any{count})
+			batch("batch bad set_config, read every shard", []any{"SELECT set_config('work_mem', 'bogus', false)"}, []any{count})
+			simple("SELECT current_setting('app.fan') || ' ' || current_setting('work_mem')")
 			simple("SELECT set_config('app.fan', 'f2', false) AS \"a col\"; " + count)
 			simple("SELECT set_config('work_mem', 'bogus', false); " + count)
 			simple("SELECT current_setting('app.fan')")

@@ -327,6 +327,14 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 			pi.setting = true
 		}
 	}
+	if local && sessionLead(a) && p.planner.sim.tx == txIdle && !p.planner.onTxnBackend() && p.lookahead(idx, true) == aheadFan {
+		// A session SET (or constant set_config) ahead of a read of every
+		// shard: every shard runs it transaction-locally ahead of the
+		// read, and the proxy keeps it once the read succeeded (fanlead.go).
+		p.addLead(vs, raw, pi)
+		p.planner.leads[len(p.planner.leads)-1].session = true
+		return
+	}
 	if a.Cursor != nil && !local && bindCursor(p, pi, idx) {
 		return // sqlcursor.go
 	}
@@ -710,6 +718,10 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next nextStmt
 			// Inside a transaction block SET LOCAL is kept by the proxy
 			// (replayed on every backend), not a lead.
 			lead = lead && leadable(vs.st) && (p.planner.sim.tx == txIdle || vs.st.Settings != nil) && ls.bind(m)
+			continue
+		}
+		if lead && sessionLead(vs.st) && p.planner.sim.tx == txIdle {
+			lead = ls.bind(m) // a session setting leads the read too
 			continue
 		}
 		if p.planner.isLocal(vs.st) {

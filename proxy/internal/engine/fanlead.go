@@ -16,8 +16,9 @@ import (
 // read of every shard in the same implicit transaction — the store's
 // SELECT set_config('statement_timeout', $1, true) before its relay reads
 // in one pipeline (one Sync), or SET LOCAL ...; SELECT ... in one query
-// string (or a session SET there, which the shards run as SET LOCAL and
-// the proxy keeps once the string succeeded: sessionLead). On one
+// string (or a session SET or constant set_config(..., false) in either,
+// which the shards run transaction-locally and the proxy keeps once the
+// read succeeded: sessionLead). On one
 // database the settings apply to the read; so every shard
 // the read runs on runs them first, in the same implicit transaction:
 //

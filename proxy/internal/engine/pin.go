@@ -332,7 +332,7 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 	var temps []string
 	var pv pgwire.ParseView
 	bv := &s.bv // scratch: the planner decodes each Bind again
-	var sets, others bool
+	var sets, others, nonFan bool
 	// parsed is the unnamed statement an unnamed Bind binds (the last
 	// Parse's, or one parsed before the pipeline); own the shard of the
 	// statements that keep session state (pinroute.go).
@@ -378,7 +378,7 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 				return nil
 			}
 			bound, oids := boundStatement(s, bv, parsed, parsedOids)
-			if len(bv.Stmt) > 0 {
+			if poids = oids; len(bv.Stmt) > 0 {
 				a = bound
 			}
 			if bound != nil && keepsState(bound) {
@@ -403,11 +403,12 @@ func (p pinner) pinForPipeline(ctx context.Context) *pgwire.Error {
 			sets = true
 		case sets && !localKind(a.Kind) && !txnControl(a.Kind):
 			others = true
+			nonFan = nonFan || !s.gen.plainFanRead(a, m.typ == 'B', bv, poids)
 		}
 	}
-	if sets && others && why == 0 && s.txn.tx == txIdle {
-		// A session SET ahead of other statements in one pipeline applies
-		// to them, in order, as on one server session.
+	if sets && others && nonFan && why == 0 && s.txn.tx == txIdle {
+		// A session SET ahead of other statements applies to them, as on
+		// one server session (ahead of a read of every shard: fanlead.go).
 		why = pinSetsOnce
 	}
 	if s.gen.poolMode(s.user) == PoolSession {
@@ -433,6 +434,22 @@ func boundStatement(s *Session, bv *pgwire.BindView, parsed *route.Statement, pa
 		return vs.st, vs.oids
 	}
 	return nil, nil
+}
+
+// plainFanRead reports whether a, a Parse's statement or (bound) the one
+// a Bind decoded in bv binds (oids its parameter types), is a read of
+// every shard the proxy merges, known without a parameter's value.
+func (g *GenerationEnv) plainFanRead(a *route.Statement, bound bool, bv *pgwire.BindView, oids []uint32) bool {
+	if !fanRead(a) || !bound && a.NumParams > 0 {
+		return false
+	}
+	var d route.Dest
+	if bound {
+		d = g.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)
+	} else {
+		d = g.Config.Analyzer.Route(a, nil, nil, oids)
+	}
+	return d.Kind == route.DestAll && d.Merge != nil
 }
 
 // keepsState reports whether a is refused in transaction pooling for the
