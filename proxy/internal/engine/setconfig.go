@@ -33,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -125,20 +126,15 @@ func setConfigAction(p *planner, a *route.Statement, c *setConfigCall) action {
 // appendSetConfigDesc appends the RowDescription Postgres gives the call:
 // one text column.
 func appendSetConfigDesc(dst []byte, c *setConfigCall) []byte {
-	dst, sp := pgwire.BeginMsg(dst, 'T')
-	dst = pgwire.AppendU16(dst, 1)
-	dst = pgwire.AppendCStr(dst, c.column)
-	dst = pgwire.AppendU32(dst, 0) // table
-	dst = pgwire.AppendU16(dst, 0) // attribute
-	dst = pgwire.AppendU32(dst, pgtype.TextOID)
-	dst = pgwire.AppendU16(dst, 0xFFFF) // variable length
-	dst = pgwire.AppendU32(dst, 0xFFFFFFFF)
-	if c.binary {
-		dst = pgwire.AppendU16(dst, 1)
-	} else {
-		dst = pgwire.AppendU16(dst, 0)
+	return pgvalue.AppendRowDesc(dst, []pgvalue.Field{{Name: c.column, OID: pgtype.TextOID, Typlen: -1, Typmod: -1, Format: formatCode(c.binary)}})
+}
+
+// formatCode is the wire's format code: 1 binary, 0 text.
+func formatCode(binary bool) int16 {
+	if binary {
+		return 1
 	}
-	return pgwire.FinishMsg(dst, sp)
+	return 0
 }
 
 // appendSetConfigRow appends the call's result rows: the setting's value

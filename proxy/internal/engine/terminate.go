@@ -279,24 +279,11 @@ func appendTerminateResult(dst []byte, c *terminateCall, describe bool) []byte {
 // appendTerminateDesc appends the RowDescription Postgres gives c's
 // statement: one column, bool (the calls) or integer (pg_backend_pid).
 func appendTerminateDesc(dst []byte, c *terminateCall) []byte {
-	oid, size := uint32(16), uint16(1) // bool
+	oid, size := uint32(16), int16(1) // bool
 	if c.own {
 		oid, size = 23, 4 // int4
 	}
-	dst, sp := pgwire.BeginMsg(dst, 'T')
-	dst = pgwire.AppendU16(dst, 1)
-	dst = pgwire.AppendCStr(dst, c.column)
-	dst = pgwire.AppendU32(dst, 0) // table
-	dst = pgwire.AppendU16(dst, 0) // attribute
-	dst = pgwire.AppendU32(dst, oid)
-	dst = pgwire.AppendU16(dst, size)
-	dst = pgwire.AppendU32(dst, 0xFFFFFFFF)
-	if c.binary {
-		dst = pgwire.AppendU16(dst, 1)
-	} else {
-		dst = pgwire.AppendU16(dst, 0)
-	}
-	return pgwire.FinishMsg(dst, sp)
+	return pgvalue.AppendRowDesc(dst, []pgvalue.Field{{Name: c.column, OID: oid, Typlen: size, Typmod: -1, Format: formatCode(c.binary)}})
 }
 
 // terminateSimple answers session s's simple query (its statements as)
