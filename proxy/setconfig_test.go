@@ -121,6 +121,7 @@ func TestSetConfigSession(t *testing.T) {
 			params("SELECT set_config('application_name', $1, false)", []string{"setcfg-two"}, nil, 0)
 			report("application_name")
 			simple("SELECT set_config('work_mem', 'bogus', false)")
+			simple("SELECT set_config('app.tenant', $1, false)") // a query string has no $1
 			params("SELECT set_config('work_mem', $1, false)", []string{"bogus"}, nil, 0)
 			simple("SELECT set_config('DateStyle', 'German', 'off') AS ds")
 			report("DateStyle")

@@ -385,10 +385,13 @@ func (p *planner) localAction(a *route.Statement) action {
 	case route.KindExecute:
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
-		if a.SetConfig != nil && a.SetConfig.Param == 0 {
-			c, _ := parseSetConfig(a, nil, nil) // a constant: no error
+		if a.SetConfig != nil { // a query string's (a Bind's is the portal's: setconfig.go)
+			c, e := parseSetConfig(a, nil, nil)
+			if e != nil {
+				return p.failLocal(e)
+			}
 			c.describe = true
-			return setConfigAction(p, a, c) // setconfig.go
+			return setConfigAction(p, a, c)
 		}
 		p.s.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()
 		reason := a.Reason

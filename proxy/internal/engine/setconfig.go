@@ -52,7 +52,7 @@ type setConfigCall struct {
 
 // parseSetConfig reads the call the analyzer recognized in st with its
 // Bind's params and the statement's declared parameter types (both nil
-// for a simple query).
+// for a query string, which has no parameters).
 func parseSetConfig(st *route.Statement, params [][]byte, oids []uint32) (*setConfigCall, *pgwire.Error) {
 	sc := st.SetConfig
 	c := &setConfigCall{name: sc.Name, value: sc.Value, column: sc.Column}
@@ -60,6 +60,10 @@ func parseSetConfig(st *route.Statement, params [][]byte, oids []uint32) (*setCo
 		return c, nil
 	}
 	i := sc.Param - 1
+	if params == nil {
+		// A query string has no parameters: Postgres's own error.
+		return nil, &pgwire.Error{Code: "42P02", Message: fmt.Sprintf("there is no parameter $%d", sc.Param)}
+	}
 	if i >= len(params) {
 		return nil, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but set_config's value is $%d", len(params), sc.Param))
 	}
@@ -149,7 +153,11 @@ func appendSetConfigRow(dst []byte, c *setConfigCall, value string) []byte {
 // bindSetConfig reads the call a Bind (decoded in p.bv) of vs makes; nil
 // when it fails (the planner then holds its error).
 func bindSetConfig(p *planner, vs *vstmt) *setConfigCall {
-	c, e := parseSetConfig(vs.st, p.bv.Params, vs.oids)
+	params := p.bv.Params
+	if params == nil {
+		params = [][]byte{} // a Bind's, even of no values (nil: a query string)
+	}
+	c, e := parseSetConfig(vs.st, params, vs.oids)
 	if e != nil {
 		p.fail(e, nil)
 		return nil
