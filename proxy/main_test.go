@@ -318,3 +318,27 @@ func forEachPath(t *testing.T, f func(t *testing.T, via string, e *proxyEnv)) {
 		})
 	}
 }
+
+// lineDiff is a line where two transcripts differ (1-based; "" past one's end).
+type lineDiff struct {
+	line      int
+	got, want string
+}
+
+// differingLines compares two transcripts line by line.
+func differingLines(got, want []string) []lineDiff {
+	var out []lineDiff
+	for i := range max(len(got), len(want)) {
+		var g, w string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			out = append(out, lineDiff{i + 1, g, w})
+		}
+	}
+	return out
+}

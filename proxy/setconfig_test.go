@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -187,19 +186,8 @@ func TestSetConfigSession(t *testing.T) {
 		}
 		want := transcript(e.db.m.Shards[shard].DSN, false)
 		got := transcript(e.dsn, true)
-		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			for i := range max(len(got), len(want)) {
-				var g, w string
-				if i < len(got) {
-					g = got[i]
-				}
-				if i < len(want) {
-					w = want[i]
-				}
-				if g != w {
-					t.Errorf("through pgshard (%s): %s\n  Postgres: %s", via, g, w)
-				}
-			}
+		for _, d := range differingLines(got, want) {
+			t.Errorf("through pgshard (%s): %s\n  Postgres: %s", via, d.got, d.want)
 		}
 	})
 }
