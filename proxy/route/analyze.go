@@ -889,21 +889,32 @@ func (a *analyzer) funcCall(fc *pg.FuncCall, sc *scope) {
 	}
 }
 
-func isTrue(n *pg.Node) bool {
+// isTrue and isFalse report whether n is the constant true or false (a
+// boolean, or a string Postgres reads as one), cast at most.
+func isTrue(n *pg.Node) bool { v, ok := constBool(n); return ok && v }
+
+func isFalse(n *pg.Node) bool { v, ok := constBool(n); return ok && !v }
+
+// constBool reads a boolean constant: ok is false for anything else.
+func constBool(n *pg.Node) (v, ok bool) {
 	for n.GetTypeCast() != nil {
 		n = n.GetTypeCast().Arg
 	}
 	c := n.GetAConst()
-	if c == nil {
-		return false
+	if c == nil || c.Isnull {
+		return false, false
 	}
-	if b, ok := c.Val.(*pg.A_Const_Boolval); ok {
-		return b.Boolval.Boolval
+	switch x := c.Val.(type) {
+	case *pg.A_Const_Boolval:
+		return x.Boolval.Boolval, true
+	case *pg.A_Const_Sval:
+		switch strings.ToLower(x.Sval.Sval) {
+		case "f", "false", "off", "no", "n", "0":
+			return false, true
+		}
+		return true, truthy(x.Sval.Sval)
 	}
-	if s, ok := c.Val.(*pg.A_Const_Sval); ok {
-		return truthy(s.Sval.Sval)
-	}
-	return false
+	return false, false
 }
 
 // truthy reports whether a string is a boolean option's true value as

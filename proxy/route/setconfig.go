@@ -85,44 +85,13 @@ func sessionSetConfig(node *pg.Node) *SetConfig {
 }
 
 // sessionSettingName reports whether set_config(name, ..., false) may be
-// kept as a session setting: a plain name, and none the proxy refuses or
-// cannot keep per transaction.
+// kept as a session setting: a plain name that the transaction-local form
+// may set too (localSettingName), and not role (a SET ROLE pins).
 func sessionSettingName(name string) bool {
-	if name == "" {
-		return false
-	}
 	for _, r := range name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.') {
 			return false
 		}
 	}
-	n := strings.ToLower(name)
-	switch {
-	case strings.HasPrefix(n, "transaction_"), strings.HasPrefix(n, "pgshard."),
-		n == "session_authorization", n == "role":
-		return false
-	}
-	return true
-}
-
-// isFalse reports whether n is the constant false (a boolean, or a
-// string Postgres reads as false), cast at most.
-func isFalse(n *pg.Node) bool {
-	for n.GetTypeCast() != nil {
-		n = n.GetTypeCast().Arg
-	}
-	c := n.GetAConst()
-	if c == nil || c.Isnull {
-		return false
-	}
-	switch v := c.Val.(type) {
-	case *pg.A_Const_Boolval:
-		return !v.Boolval.Boolval
-	case *pg.A_Const_Sval:
-		switch strings.ToLower(v.Sval.Sval) {
-		case "f", "false", "off", "no", "n", "0":
-			return true
-		}
-	}
-	return false
+	return localSettingName(name) && !strings.EqualFold(name, "role")
 }

@@ -386,11 +386,10 @@ func (p *planner) localAction(a *route.Statement) action {
 		return p.failLocal(pgwire.NewError(pgwire.CodeFeatureNotSupported, "EXECUTE of an SQL-level prepared statement is not supported inside an extended-protocol statement or a multi-statement query"))
 	case route.KindUnsupported:
 		if a.SetConfig != nil { // a query string's (a Bind's is the portal's: setconfig.go)
-			c, e := parseSetConfig(a, nil, nil)
+			c, e := querySetConfig(a)
 			if e != nil {
 				return p.failLocal(e)
 			}
-			c.describe = true
 			return setConfigAction(p, a, c)
 		}
 		p.s.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()

@@ -17,10 +17,12 @@ package engine
 //     pipeline) it runs with them on a server session of that exchange's
 //     (pinSetsOnce), Postgres answering; the value is kept once the
 //     exchange has succeeded (pinner.applyPinOps, noteSetConfigValue);
-//   - ahead of a read of every shard in a query string (a constant
-//     value), every shard runs it as set_config(name, value, true) ahead
-//     of the read, as it runs a session SET there as SET LOCAL (sessionLead,
-//     fanlead.go), and the proxy keeps it once the string has succeeded.
+//   - ahead of a read of every shard (and nothing else) in a query string
+//     or a pipeline, a constant value leads it: every shard runs it as
+//     set_config(name, value, true) ahead of the read, as it runs a
+//     session SET there as SET LOCAL (sessionLead, fanlead.go), and the
+//     proxy keeps it once the read has succeeded; a $n value there is
+//     kept first (alone, above), then the read runs with it.
 //
 // A NULL value (a reset to what the session started with, which only
 // the client's own server session knows), a value of another type, and
@@ -50,9 +52,19 @@ type setConfigCall struct {
 	describe bool
 }
 
+// querySetConfig reads the call the analyzer recognized in st, a query
+// string's statement: its value is a constant (a query string has no
+// parameters: Postgres's own error).
+func querySetConfig(st *route.Statement) (*setConfigCall, *pgwire.Error) {
+	sc := st.SetConfig
+	if sc.Param > 0 {
+		return nil, &pgwire.Error{Code: "42P02", Message: fmt.Sprintf("there is no parameter $%d", sc.Param)}
+	}
+	return &setConfigCall{name: sc.Name, value: sc.Value, column: sc.Column, describe: true}, nil
+}
+
 // parseSetConfig reads the call the analyzer recognized in st with its
-// Bind's params and the statement's declared parameter types (both nil
-// for a query string, which has no parameters).
+// Bind's params and the statement's declared parameter types.
 func parseSetConfig(st *route.Statement, params [][]byte, oids []uint32) (*setConfigCall, *pgwire.Error) {
 	sc := st.SetConfig
 	c := &setConfigCall{name: sc.Name, value: sc.Value, column: sc.Column}
@@ -60,10 +72,6 @@ func parseSetConfig(st *route.Statement, params [][]byte, oids []uint32) (*setCo
 		return c, nil
 	}
 	i := sc.Param - 1
-	if params == nil {
-		// A query string has no parameters: Postgres's own error.
-		return nil, &pgwire.Error{Code: "42P02", Message: fmt.Sprintf("there is no parameter $%d", sc.Param)}
-	}
 	if i >= len(params) {
 		return nil, pgwire.NewError(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but set_config's value is $%d", len(params), sc.Param))
 	}
@@ -153,11 +161,7 @@ func appendSetConfigRow(dst []byte, c *setConfigCall, value string) []byte {
 // bindSetConfig reads the call a Bind (decoded in p.bv) of vs makes; nil
 // when it fails (the planner then holds its error).
 func bindSetConfig(p *planner, vs *vstmt) *setConfigCall {
-	params := p.bv.Params
-	if params == nil {
-		params = [][]byte{} // a Bind's, even of no values (nil: a query string)
-	}
-	c, e := parseSetConfig(vs.st, params, vs.oids)
+	c, e := parseSetConfig(vs.st, p.bv.Params, vs.oids)
 	if e != nil {
 		p.fail(e, nil)
 		return nil
