@@ -1256,3 +1256,62 @@ func TestSessionStateStatementsRoute(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedDDLString: a query string of DDL statements that change
+// every shard's schema (a migration file; pgx's tests send `DROP TYPE IF
+// EXISTS t; CREATE TYPE t ...`) runs on every shard from a pinned session
+// too — pinned by a temporary table, and by session pooling — as from a
+// session without state; with a statement for the pinned backend, or
+// inside a transaction block, it stays refused.
+func TestPinnedDDLString(t *testing.T) {
+	for _, mode := range []string{"temp", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			var opts []envOpt
+			if mode == "session" {
+				opts = append(opts, sessionMode())
+			}
+			e := startProxy(t, opts...)
+			ctx := ctxT(t, time.Minute)
+			conn := e.connect(t)
+			if _, err := conn.Exec(ctx, "CREATE TEMP TABLE pin_ddl_tmp (a int)"); err != nil {
+				t.Fatal(err)
+			}
+			typ := "pin_ddl_" + mode
+			q := fmt.Sprintf("DROP TYPE IF EXISTS %[1]s; CREATE TYPE %[1]s AS (a text, b int4); COMMENT ON TYPE %[1]s IS 'x'", typ)
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("DDL string in a pinned session: %v", err)
+			}
+			for i := range e.db.m.Shards {
+				var c *string
+				if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT obj_description(to_regtype($1), 'pg_type')", typ).Scan(&c); err != nil {
+					t.Fatal(err)
+				}
+				if c == nil || *c != "x" {
+					t.Errorf("shard %d: type %s's comment = %v, want x on every shard", i, typ, c)
+				}
+			}
+			// The pinned backend still holds the session's state.
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM pin_ddl_tmp").Scan(&n); err != nil {
+				t.Fatalf("temporary table after the DDL string: %v", err)
+			}
+			for _, bad := range []string{
+				"CREATE INDEX ON pin_ddl_tmp (a); DROP TYPE " + typ, // one statement needs the pinned backend
+				"BEGIN; DROP TYPE " + typ + "; COMMIT",
+			} {
+				if _, err := conn.Exec(ctx, bad); pgCode(err) != "0A000" {
+					t.Errorf("%s: err = %v, want 0A000", bad, err)
+				}
+			}
+			if _, err := conn.Exec(ctx, "DROP TYPE "+typ+"; DROP TYPE IF EXISTS "+typ); err != nil {
+				t.Fatal(err)
+			}
+			for i := range e.db.m.Shards {
+				var exists bool
+				if err := e.db.shardConn(t, i).QueryRow(ctx, "SELECT to_regtype($1) IS NOT NULL", typ).Scan(&exists); err != nil || exists {
+					t.Errorf("shard %d: type still there (%v, %v)", i, exists, err)
+				}
+			}
+		})
+	}
+}

@@ -780,8 +780,17 @@ func (p pinner) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Er
 // pinnedMulti runs a query string of several statements in a pinned
 // session: as it is, on the pinned backend, if every statement may run
 // there (Postgres then runs it exactly as on a direct connection).
+//
+// A string of DDL statements that all change every shard's schema (a
+// migration file, `DROP TYPE IF EXISTS t; CREATE TYPE t ...`) runs as it
+// does in a session without state: on every shard, the pinned backend
+// left idle (router.pinned fans such DDL out on pooled connections).
 func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	s := p.planner.s
+	if p.pinnedFansAll(as) {
+		p.multiEveryShard(msg, as, p.multiShapeOf(as))
+		return
+	}
 	for _, a := range as {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
@@ -818,6 +827,29 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	p.planner.plan.bw = append(p.planner.plan.bw, msg...)
 	p.planner.plan.items = append(p.planner.plan.items, item{kind: itQuery, flags: p.planner.queryFlags()})
 	p.endQuery()
+}
+
+// pinnedFansAll reports whether every statement of a pinned session's
+// query string is DDL that the pinned session fans out to every shard.
+func (p queryPlanner) pinnedFansAll(as []*route.Statement) bool {
+	s := p.planner.s
+	for _, a := range as {
+		if a.Kind != route.KindDDL {
+			return false
+		}
+		d := pinAdjust(s, a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
+		d, e := pinnedForwardDest(p.planner, a, d, nil, nil, nil)
+		if e != nil || d.Kind != route.DestAll {
+			return false
+		}
+		in := p.planner.routeState()
+		in.forward = s.own.forwards(a)
+		var rp routePlan
+		if (router{gen: s.gen}).pinned(a, d, &in, &rp) || rp.err != nil {
+			return false // runs on the pinned backend, or refused (counted there)
+		}
+	}
+	return true
 }
 
 // canRelay reports whether the session's protocol can be relayed as it
