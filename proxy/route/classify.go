@@ -870,6 +870,7 @@ func (p *plan) takeAnalysis(a *analyzer) {
 		p.notReadOnly = "it locks rows (FOR UPDATE/SHARE)"
 	}
 	p.refusal = a.refusal
+	p.setop = a.top != nil && a.top.setop
 	switch {
 	case p.copyOut != nil:
 		p.merge, p.mergeWhy = a.copyPlan(p.copyOut)

@@ -303,7 +303,7 @@ func (e *evaluator) fanOutDest(p *plan, gs []gstate, multi int) Dest {
 			Hint:    hintAdvice}
 		return refuseDest(ref)
 	}
-	if ref := notColocated(p, gs, g); ref != nil {
+	if ref := notColocated(p, gs, g, spread); ref != nil {
 		return refuseDest(ref)
 	}
 	if ref := cannotFanOut(p, spread); ref != nil {
@@ -344,8 +344,10 @@ func (e *evaluator) spread(g *group, gst *gstate) string {
 
 // notColocated refuses a fan-out when another group that needs a shard is
 // not joined to g on the key (or is a subquery whose result needs every
-// shard's rows): one shard's answer would be wrong.
-func notColocated(p *plan, gs []gstate, g *group) *Refusal {
+// shard's rows): one shard's answer would be wrong. The branches of a
+// set operation are not joined at all: there the refusal says that set
+// operations are not merged (cannotFanOut).
+func notColocated(p *plan, gs []gstate, g *group, spread string) *Refusal {
 	for i := range gs {
 		if gs[i].set.empty() || p.groups[i].coloc == g.coloc {
 			continue
@@ -355,6 +357,9 @@ func notColocated(p *plan, gs []gstate, g *group) *Refusal {
 				Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, g, &p.groups[i])),
 				Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
 				Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
+		}
+		if p.setop && p.merge == nil {
+			return cannotFanOut(p, spread)
 		}
 		return &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", g.desc, p.groups[i].desc),

@@ -104,6 +104,8 @@ type plan struct {
 	// reads: they live on the default shard only, so it never fans out.
 	unsharded string
 	mergeWhy  string
+	// setop: the statement is a UNION/INTERSECT/EXCEPT (never merged).
+	setop bool
 	// copyOut: a COPY ... TO whose fan-out concatenates (copyPlan).
 	copyOut *CopyOut
 
