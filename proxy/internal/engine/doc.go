@@ -22,7 +22,8 @@
 //	                 registered without its startup (the console's golden
 //	                 tests in package proxy)
 //	                                                 │
-//	  session.go     Session: what lives past the startup, Run, the
+//	  session.go     Session: what lives past the startup, Run (where
+//	                 an idle session waits for its client: errIdle), the
 //	                 backend it holds, cancel; startup.go: startup, the
 //	                 startup phase and its state (negotiation, identity,
 //	                 database, admission, authentication (internal/auth),
@@ -36,7 +37,8 @@
 //	                 consoleSession, a console's side
 //	                                                 ▼
 //	  loop.go        serve, the session's message loop (a pipeline whose
-//	                 client pauses before Sync runs as if flushed)
+//	                 client pauses before Sync runs as if flushed; it
+//	                 returns to Run when it must wait for the client)
 //	  exchange.go    exchanger: one exchange with one backend (items,
 //	                 effects, a lost backend, COPY FROM STDIN);
 //	                 paramstatus.go: what the client was told of the

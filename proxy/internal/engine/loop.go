@@ -18,8 +18,14 @@ import (
 func (s *Session) serve(ctx context.Context) error {
 	l := msgLoop{s: s, idleTxTimeout: s.gen.Config.IdleInTransactionTimeout}
 	for {
-		if done, err := l.between(ctx); done {
+		if s.waited {
+			// Back from Run's wait: between ran just before it, and what
+			// it does is done (as when the loop's own read returns).
+			s.waited = false
+		} else if done, err := l.between(ctx); done {
 			return err
+		} else if l.idle() {
+			return errIdle // Run waits for the client
 		}
 		typ, msg, flushed, err := l.next(ctx)
 		if err != nil {
@@ -135,6 +141,15 @@ func (l msgLoop) between(ctx context.Context) (done bool, err error) {
 	return false, nil
 }
 
+// idle reports whether the next message must be read from the client's
+// socket with nothing else to do meanwhile: no message buffered, no
+// pipeline waiting for its end, no pinned backend to watch, and no
+// error of Run's wait to report.
+func (l msgLoop) idle() bool {
+	s := l.s
+	return s.idleErr == nil && len(s.grp) == 0 && s.cc.rd.Buffered() == 0 && pinning(s).watched() == nil
+}
+
 // inTxn reports whether the session holds a transaction (or a
 // pipeline's backend) while it waits for its client.
 func (l msgLoop) inTxn() bool {
@@ -152,7 +167,11 @@ func (l msgLoop) next(ctx context.Context) (typ byte, msg []byte, flushed bool, 
 	if stalled {
 		_ = s.cc.conn.SetReadDeadline(time.Now().Add(stallFlush))
 	}
-	typ, msg, err = s.cc.readWatching(pinning(s).watched())
+	if err = s.idleErr; err != nil {
+		s.idleErr = nil // Run's wait failed: the read's error
+	} else {
+		typ, msg, err = s.cc.readWatching(pinning(s).watched())
+	}
 	if stalled {
 		_ = s.cc.conn.SetReadDeadline(time.Time{}) // between sets the idle one again
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {

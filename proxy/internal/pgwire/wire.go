@@ -146,6 +146,11 @@ func (m *MsgReader) PeekType() (byte, error) {
 	return m.buf[m.pos], nil
 }
 
+// Wait waits until a message header is buffered (or the read fails):
+// the read Next would make, made where the caller chooses — a session
+// waits for its idle client at the top of its goroutine's stack.
+func (m *MsgReader) Wait() error { return m.fill(HeaderLen) }
+
 // next returns the next message (type and raw bytes, header included).
 func (m *MsgReader) Next() (byte, []byte, error) {
 	if err := m.fill(HeaderLen); err != nil {
