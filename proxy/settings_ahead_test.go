@@ -2,12 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -166,5 +168,45 @@ func TestSessionSetAheadOfFanRead(t *testing.T) {
 			}
 			sameReplies(t, px, ref, "session SETs ahead of reads of every shard", steps)
 		})
+	}
+}
+
+// TestSettingsAheadOfFanAndKeyedHint: a batch of a session SET, a read of
+// every shard and a keyed statement cannot run (the SET pins the batch to
+// one server session, where the read of every shard cannot run); the
+// refusal's hint says how to send it, and sent that way — the SET first,
+// on its own — the rest runs with the setting.
+func TestSettingsAheadOfFanAndKeyedHint(t *testing.T) {
+	e := startProxy(t)
+	ctx := ctxT(t, time.Minute)
+	conn := e.connect(t)
+	k1 := e.db.keysOn(1, 1, 54_000_000)[0]
+	b := &pgx.Batch{}
+	b.Queue("SET work_mem = '6MB'")
+	b.Queue("SELECT count(*) FROM accounts")
+	b.Queue("SELECT abalance FROM accounts WHERE aid = $1", k1)
+	err := conn.SendBatch(ctx, b).Close()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Hint, "of its own first") {
+		t.Fatalf("batch of SET, a read of every shard and a keyed read: %v (%+v), want 0A000 with the hint to send the SET first", err, pe)
+	}
+	if _, err := conn.Exec(ctx, "SET work_mem = '6MB'"); err != nil {
+		t.Fatal(err)
+	}
+	b = &pgx.Batch{}
+	b.Queue("SELECT count(*), current_setting('work_mem') FROM accounts")
+	b.Queue("SELECT current_setting('work_mem'), abalance FROM accounts WHERE aid = $1", k1)
+	br := conn.SendBatch(ctx, b)
+	var n int64
+	var wm string
+	if err := br.QueryRow().Scan(&n, &wm); err != nil || wm != "6MB" {
+		t.Fatalf("read of every shard after the SET: %v, work_mem %q", err, wm)
+	}
+	var bal *int32
+	if err := br.QueryRow().Scan(&wm, &bal); err != nil && !errors.Is(err, pgx.ErrNoRows) || err == nil && wm != "6MB" {
+		t.Fatalf("keyed read after the SET: %v, work_mem %q", err, wm)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -350,7 +350,7 @@ func (r router) pinned(a *route.Statement, d route.Dest, in *routeIn, rp *routeP
 		rp.err = &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("a statement for every shard cannot run in this pinned session (%s on shard %q)%s", in.pinReasons, r.gen.shardName(in.pinShard), note),
 			Detail:  d.Why(),
-			Hint:    "Run it outside a transaction block, from a session without session state, or add a key."}
+			Hint:    pinnedHint(in, "Run it outside a transaction block, from a session without session state, or add a key.")}
 		return true
 	}
 	if d.Default && in.pinShard != r.gen.DefaultShard {
@@ -359,12 +359,23 @@ func (r router) pinned(a *route.Statement, d route.Dest, in *routeIn, rp *routeP
 	return true
 }
 
+// pinnedHint is a pinned session's refusal hint: def, unless the pin is
+// only the one exchange's (a session SET ahead of other statements in a
+// query string or pipeline), which ends by itself — sent first, on its
+// own, the setting is kept for the session and nothing pins.
+func pinnedHint(in *routeIn, def string) string {
+	if in.pinReasons == pinSetsOnce {
+		return "Send the session SET (or set_config(..., false)) as a query or batch of its own first: pgshard keeps it for the session, and the statements after it then run wherever they need to."
+	}
+	return def
+}
+
 // pinnedElsewhere is the refusal of a statement for another shard than
 // the pinned session's.
 func (r router) pinnedElsewhere(in *routeIn, want int, reason string) *pgwire.Error {
 	e := &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: fmt.Sprintf("statement touches shard %q but this session is pinned to shard %q (%s)", r.gen.shardName(want), r.gen.shardName(in.pinShard), in.pinReasons),
-		Hint:    "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL)."}
+		Hint:    pinnedHint(in, "A pinned session runs on one shard: use another connection for other shards, or end the session state (DISCARD ALL).")}
 	if reason != "" {
 		e.Detail = "Routing: " + reason
 	}
