@@ -215,8 +215,12 @@ func (s *Session) Run(ctx context.Context) {
 	}
 	defer s.host.Clients.unregister(s)
 	defer s.releaseAll()
+	if done, err := serveConsoleOrRelay(ctx, s); done {
+		sessionEnded(s, err)
+		return
+	}
 	for {
-		err := serveClient(ctx, s)
+		err := s.serve(ctx)
 		if err != errIdle {
 			sessionEnded(s, err)
 			return
@@ -241,16 +245,19 @@ func startSession(ctx context.Context, s *Session) bool {
 	return ok
 }
 
-// serveClient serves the started session: the console, a relay or the
-// engine.
-func serveClient(ctx context.Context, s *Session) error {
+// serveConsoleOrRelay serves a console session, or relays a session
+// that needs no routing (pinner.canRelay), to its end (done); decided
+// once, after the startup. Any other session is the engine's (serve).
+//
+//go:noinline
+func serveConsoleOrRelay(ctx context.Context, s *Session) (done bool, err error) {
 	switch {
 	case s.admin:
-		return s.console.serve(ctx, &s.cc, s.host, ConsoleCaller{User: s.user, Log: s.log})
+		return true, s.console.serve(ctx, &s.cc, s.host, ConsoleCaller{User: s.user, Log: s.log})
 	case pinning(s).canRelay():
-		return s.cc.relay(s.bc)
+		return true, s.cc.relay(s.bc)
 	}
-	return s.serve(ctx)
+	return false, nil
 }
 
 // sessionEnded tells the client why its session ended, if it can still hear it.
