@@ -358,7 +358,7 @@ func notColocated(p *plan, gs []gstate, g *group, spread string) *Refusal {
 				Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
 				Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
 		}
-		if p.setop && p.merge == nil {
+		if p.setop { // never merged (mergePlan): say so
 			return cannotFanOut(p, spread)
 		}
 		return &Refusal{SQLState: "0A000",

@@ -15,13 +15,16 @@ import (
 // serve is the session's message loop: simple queries run one at a time;
 // extended-protocol messages are buffered (without copying: the reader
 // holds them) up to Sync or Flush, then planned and run as one exchange.
-func (s *Session) serve(ctx context.Context) error {
-	l := msgLoop{s: s, idleTxTimeout: s.gen.Config.IdleInTransactionTimeout}
+// It returns errIdle when it must wait for the client, and Run enters it
+// again once it has (waited; waitErr: that read's error, which ends the
+// loop as its own read's would).
+func (s *Session) serve(ctx context.Context, waited bool, waitErr error) error {
+	l := msgLoop{s: s, idleTxTimeout: s.gen.Config.IdleInTransactionTimeout, waitErr: waitErr}
 	for {
-		if s.waited {
+		if waited {
 			// Back from Run's wait: between ran just before it, and what
 			// it does is done (as when the loop's own read returns).
-			s.waited = false
+			waited = false
 		} else if done, err := l.between(ctx); done {
 			return err
 		} else if l.idle() {
@@ -96,10 +99,12 @@ func (s *Session) serve(ctx context.Context) error {
 	}
 }
 
-// msgLoop is serve's own: the session and its idle-in-transaction bound.
+// msgLoop is serve's own: the session, its idle-in-transaction bound,
+// and the error of Run's wait for the client (its first read's).
 type msgLoop struct {
 	s             *Session
 	idleTxTimeout time.Duration
+	waitErr       error
 }
 
 // between runs what comes between two client messages: the answers so
@@ -143,11 +148,10 @@ func (l msgLoop) between(ctx context.Context) (done bool, err error) {
 
 // idle reports whether the next message must be read from the client's
 // socket with nothing else to do meanwhile: no message buffered, no
-// pipeline waiting for its end, no pinned backend to watch, and no
-// error of Run's wait to report.
+// pipeline waiting for its end, no pinned backend to watch.
 func (l msgLoop) idle() bool {
 	s := l.s
-	return s.idleErr == nil && len(s.grp) == 0 && s.cc.rd.Buffered() == 0 && pinning(s).watched() == nil
+	return len(s.grp) == 0 && s.cc.rd.Buffered() == 0 && pinning(s).watched() == nil
 }
 
 // inTxn reports whether the session holds a transaction (or a
@@ -167,9 +171,7 @@ func (l msgLoop) next(ctx context.Context) (typ byte, msg []byte, flushed bool, 
 	if stalled {
 		_ = s.cc.conn.SetReadDeadline(time.Now().Add(stallFlush))
 	}
-	if err = s.idleErr; err != nil {
-		s.idleErr = nil // Run's wait failed: the read's error
-	} else {
+	if err = l.waitErr; err == nil { // a failed wait ends the loop
 		typ, msg, err = s.cc.readWatching(pinning(s).watched())
 	}
 	if stalled {

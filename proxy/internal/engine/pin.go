@@ -787,10 +787,7 @@ func (p pinner) pinAtStartup(ctx context.Context) (map[string]string, *pgwire.Er
 // left idle (router.pinned fans such DDL out on pooled connections).
 func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	s := p.planner.s
-	if p.pinnedFansAll(as) {
-		p.multiEveryShard(msg, as, p.multiShapeOf(as))
-		return
-	}
+	fans := 0 // DDL statements router.pinned fans out on pooled connections
 	for _, a := range as {
 		if txnControl(a.Kind) || a.Kind == route.KindEmpty {
 			continue
@@ -802,12 +799,14 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 			ok, e = p.planner.pinnedRoute(a, d)
 		}
 		if e == nil && !ok {
-			if d.Kind == route.DestRefuse && d.Refusal != nil {
+			switch {
+			case d.Kind == route.DestRefuse && d.Refusal != nil:
 				e = refusalError(d.Refusal)
-			} else {
-				e = &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: "a statement that runs on every shard cannot be combined with other statements in a query string",
-					Hint:    "Send it as a separate query."}
+			case a.Kind == route.KindDDL && d.Kind == route.DestAll:
+				fans++
+				continue
+			default:
+				e = everyShardCombined()
 			}
 		}
 		if e != nil {
@@ -815,6 +814,15 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 			p.endQuery()
 			return
 		}
+	}
+	switch {
+	case fans == len(as):
+		p.multiEveryShard(msg, as, p.multiShapeOf(as))
+		return
+	case fans > 0:
+		p.planner.fail(everyShardCombined(), nil)
+		p.endQuery()
+		return
 	}
 	if e := p.planner.exec().ensureBackend(s.own.shard, as[0]); e != nil {
 		p.planner.fail(e, nil)
@@ -829,27 +837,12 @@ func (p queryPlanner) pinnedMulti(msg []byte, as []*route.Statement) {
 	p.endQuery()
 }
 
-// pinnedFansAll reports whether every statement of a pinned session's
-// query string is DDL that the pinned session fans out to every shard.
-func (p queryPlanner) pinnedFansAll(as []*route.Statement) bool {
-	s := p.planner.s
-	for _, a := range as {
-		if a.Kind != route.KindDDL {
-			return false
-		}
-		d := pinAdjust(s, a, s.gen.Config.Analyzer.Route(a, nil, nil, nil))
-		d, e := pinnedForwardDest(p.planner, a, d, nil, nil, nil)
-		if e != nil || d.Kind != route.DestAll {
-			return false
-		}
-		in := p.planner.routeState()
-		in.forward = s.own.forwards(a)
-		var rp routePlan
-		if (router{gen: s.gen}).pinned(a, d, &in, &rp) || rp.err != nil {
-			return false // runs on the pinned backend, or refused (counted there)
-		}
-	}
-	return true
+// everyShardCombined refuses a pinned session's query string in which a
+// statement for every shard comes with statements for its backend.
+func everyShardCombined() *pgwire.Error {
+	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: "a statement that runs on every shard cannot be combined with other statements in a query string",
+		Hint:    "Send it as a separate query."}
 }
 
 // canRelay reports whether the session's protocol can be relayed as it

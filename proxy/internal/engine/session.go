@@ -35,12 +35,8 @@ type Session struct {
 	host *HostEnv
 	log  *slog.Logger
 	// clientConn is the client socket: its reader, the output buffer
-	// (s.out) and the write lock (clientconn.go). waited: Run has waited
-	// for an idle client's next message (Session.Run), idleErr is that
-	// read's error, for the loop to report as its own read's.
-	cc      clientConn
-	waited  bool
-	idleErr error
+	// (s.out) and the write lock (clientconn.go).
+	cc clientConn
 
 	pid, secret uint32
 	user, db    string
@@ -202,7 +198,7 @@ func (s *Session) closeClient() {
 // goroutine's stack: the message loop returns errIdle when the next
 // message must be read from the socket and nothing else is pending, Run
 // waits for it (MsgReader.Wait) and enters the loop again, which finds
-// the message buffered (or the read's error in s.idleErr). The Go runtime
+// the message buffered (or reports the wait's error as its read's). The Go runtime
 // halves a goroutine's stack at a collection only while it uses less
 // than a quarter of it (less 800 bytes); parked deep in the loop, an idle
 // session kept the 8 KiB stack its first query grew, parked here it uses
@@ -219,13 +215,14 @@ func (s *Session) Run(ctx context.Context) {
 		sessionEnded(s, err)
 		return
 	}
+	waited, werr := false, error(nil)
 	for {
-		err := s.serve(ctx)
+		err := s.serve(ctx, waited, werr)
 		if err != errIdle {
 			sessionEnded(s, err)
 			return
 		}
-		s.idleErr, s.waited = s.cc.rd.Wait(), true
+		waited, werr = true, s.cc.rd.Wait()
 	}
 }
 
