@@ -63,6 +63,15 @@ type ggen struct {
 	// pendingWhere are join conditions of comma-joined FROM items, for
 	// the WHERE clause.
 	pendingWhere []string
+	// only, when set, is the one shape generated (PGSHARD_FUZZSQL_SHAPE).
+	only func(*ggen) gquery
+}
+
+// ggenShapes are the shapes PGSHARD_FUZZSQL_SHAPE may name.
+var ggenShapes = map[string]func(*ggen) gquery{
+	"plain": (*ggen).plain, "aggregate": (*ggen).aggregate, "semi": (*ggen).semi, "cte": (*ggen).cte,
+	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
+	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -366,6 +375,11 @@ func (g *ggen) gen() gquery {
 		g.np = 8
 	}
 	var qq gquery
+	if g.only != nil {
+		qq = g.only(g)
+		qq.params = g.params
+		return qq
+	}
 	switch k := g.n(100); {
 	case k < 30:
 		qq = g.plain()
@@ -756,28 +770,97 @@ func (g *ggen) derived() gquery {
 	return gquery{sql: s + ord, ordered: total}
 }
 
+// setop writes 2 or 3 branches of 1 or 2 columns joined by set
+// operations (UNION [ALL] mostly, nested now and then), a branch being a
+// filtered table, a table joined to executions on its key, or a keyed
+// read; ordered by every output column (a total order of the answer's
+// rows), maybe with LIMIT/OFFSET.
 func (g *ggen) setop() gquery {
-	t := g.table()
-	c := t.cols[g.n(len(t.cols))]
-	u := g.table()
-	var uc gcol
-	for _, x := range u.cols {
-		if x.kind == c.kind {
-			uc = x
+	first := g.table()
+	var kinds []string
+	var outs []string
+	for i := 0; i < 1+g.n(2); i++ {
+		c := first.cols[g.n(len(first.cols))]
+		kinds = append(kinds, c.kind)
+		outs = append(outs, "c"+strconv.Itoa(i+1))
+	}
+	branch := func(i int) string {
+		t := first
+		if i > 0 {
+			t = g.table()
 		}
+		a := rel{alias: "a" + strconv.Itoa(i), t: t}
+		var cols []string
+		for j, k := range kinds {
+			var pick []string
+			for _, c := range t.cols {
+				if c.kind == k {
+					pick = append(pick, c.name)
+				}
+			}
+			if len(pick) == 0 {
+				// no column of that kind: a constant of it (a branch of
+				// constants over a table is still one row per table row)
+				pick = []string{map[string]string{"t": "'x'", "i": "7", "f": "1.5::float8", "j": "'{}'"}[k]}
+			} else {
+				pick = []string{cref(a, g.pick(pick))}
+			}
+			c := pick[0]
+			if i == 0 {
+				c += " AS " + outs[j]
+			}
+			cols = append(cols, c)
+		}
+		from := t.name + " " + a.alias
+		rels := []rel{a}
+		if t.key != "" && t.name != "executions" && g.p(25) {
+			e := rel{alias: "e" + strconv.Itoa(i), t: gtableByName("executions")}
+			from += " JOIN executions " + e.alias + " ON " + cref(e, "id") + " = " + cref(a, t.key)
+			rels = append(rels, e)
+		}
+		w := ""
+		switch {
+		case t.key != "" && g.p(20):
+			w = " WHERE " + cref(a, t.key) + " = " + g.konst(t.name, t.key, "t")
+		case g.p(60):
+			w = " WHERE " + g.pred(rels, 1)
+		}
+		return "SELECT " + strings.Join(cols, ", ") + " FROM " + from + w
 	}
-	if uc.name == "" {
-		u, uc = t, c
+	ops := []string{"UNION ALL", "UNION ALL", "UNION", "UNION", "INTERSECT", "EXCEPT", "INTERSECT ALL", "EXCEPT ALL"}
+	s := branch(0) + " " + g.pick(ops) + " " + branch(1)
+	if g.p(35) {
+		third := branch(2)
+		if g.p(50) {
+			s = "(" + s + ")"
+		} else {
+			third = "(" + third + ")"
+		}
+		s += " " + g.pick(ops) + " " + third
 	}
-	a := rel{alias: "a", t: t}
-	b := rel{alias: "b", t: u}
-	op := g.pick([]string{"UNION", "UNION ALL", "INTERSECT", "EXCEPT", "INTERSECT ALL", "EXCEPT ALL"})
-	s := "SELECT a." + c.name + " FROM " + t.name + " a WHERE " + g.pred([]rel{a}, 1) + " " + op + " SELECT b." + uc.name + " FROM " + u.name + " b WHERE " + g.pred([]rel{b}, 1)
-	if g.p(40) && !strings.HasSuffix(op, "ALL") {
-		s += " ORDER BY 1 LIMIT " + strconv.Itoa(1+g.n(20))
-		return gquery{sql: s, ordered: true}
+	if !g.p(60) {
+		return gquery{sql: s}
 	}
-	return gquery{sql: s}
+	var keys []string
+	for i := range outs {
+		k := strconv.Itoa(i + 1)
+		if g.p(50) {
+			k = outs[i]
+		}
+		if g.p(30) {
+			k += " DESC"
+		}
+		keys = append(keys, k)
+	}
+	g.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	s += " ORDER BY " + strings.Join(keys, ", ")
+	switch g.n(3) {
+	case 0:
+		s += " LIMIT " + g.val(strconv.Itoa(1+g.n(20)), strconv.Itoa(1+g.n(20)), "::int8")
+	case 1:
+		s += " LIMIT " + strconv.Itoa(1+g.n(20)) + " OFFSET " + strconv.Itoa(g.n(10))
+	}
+	return gquery{sql: s, ordered: true}
 }
 
 func (g *ggen) window() gquery {

@@ -27,7 +27,9 @@ import (
 //
 // PGSHARD_FUZZSQL_SEEDS (comma-separated, default "1") and
 // PGSHARD_FUZZSQL_CASES (per seed, default 1000) size the run: `make
-// fuzz-sql SEEDS=1,2,3,4,5 CASES=2000` is a long run. The test logs the
+// fuzz-sql SEEDS=1,2,3,4,5 CASES=2000` is a long run;
+// PGSHARD_FUZZSQL_SHAPE (plain, aggregate, semi, cte, setop, window,
+// values, scalar or derived) generates one shape only. The test logs the
 // answer rate (answered / (answered + refused), over the cases the
 // reference database answers) and the refusals by reason.
 func TestFuzzSQL(t *testing.T) {
@@ -50,6 +52,12 @@ func TestFuzzSQL(t *testing.T) {
 		}
 		cases = v
 	}
+	var shape func(*ggen) gquery
+	if s := os.Getenv("PGSHARD_FUZZSQL_SHAPE"); s != "" {
+		if shape = ggenShapes[s]; shape == nil {
+			t.Fatalf("PGSHARD_FUZZSQL_SHAPE: %q is not a shape (plain, aggregate, semi, cte, setop, window, values, scalar, derived)", s)
+		}
+	}
 	ctx := ctxT(t, time.Duration(len(seeds)*cases)*30*time.Millisecond*3+10*time.Minute)
 	// The fence on: each shard's part of a read of every shard reads the
 	// buckets it serves only (route.Analyzer.ServedSQL), as on a
@@ -69,6 +77,7 @@ func TestFuzzSQL(t *testing.T) {
 	start := time.Now()
 	for _, seed := range seeds {
 		g := newGgen(seed, ids)
+		g.only = shape
 		var qs []gquery
 		for i := 0; i < cases; i++ {
 			qs = append(qs, g.gen())

@@ -19,6 +19,9 @@ type topInfo struct {
 	setop          bool
 	other          bool // a non-sharded item in its FROM
 	derivedSharded bool // a subquery/CTE in its FROM reads keyed tables
+	// leaves are a top-level set operation's branches (its SELECTs and
+	// VALUES lists, left to right: setop.go).
+	leaves []setLeaf
 }
 
 // analyzer walks one statement: its queries, FROM items, DML targets and
@@ -53,6 +56,10 @@ type analyzer struct {
 	objects bool
 	refusal *Refusal // refused unless hinted
 	top     *topInfo
+	// setTop is the top-level set operation whose branch the next
+	// selectStmt analyzes (nil for any other query): set just before
+	// each branch, taken at selectStmt's start.
+	setTop *topInfo
 	// copyQuery and copyOpts: a COPY (query) TO's query and options
 	// (copyrows.go).
 	copyQuery *pg.Node
@@ -179,27 +186,15 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 	if s == nil {
 		return &derived{}
 	}
+	owner := a.setTop // this query is a branch of owner's set operation
+	a.setTop = nil
 	sc := &scope{parent: parent}
 	a.with(s.WithClause, sc)
-	if s.Op != pg.SetOperation_SETOP_NONE && s.Op != pg.SetOperation_SET_OPERATION_UNDEFINED {
-		l := a.selectStmt(s.Larg, sc, false)
-		a.selectStmt(s.Rarg, sc, false)
-		a.walkList(s.SortClause, sc)
-		a.walk(s.LimitCount, sc)
-		a.walk(s.LimitOffset, sc)
-		if len(s.LockingClause) > 0 {
-			a.locking = true
-		}
-		d := &derived{known: l.known, localWhy: "a UNION/INTERSECT/EXCEPT combines every shard's rows"}
-		for _, c := range l.cols {
-			d.cols = append(d.cols, outCol{name: c.name})
-		}
-		if top {
-			a.top = &topInfo{sel: s, sc: sc, setop: true}
-		}
-		return d
+	if isSetOp(s) {
+		return setOpStmt(a, s, sc, owner, top) // setop.go
 	}
 	if len(s.ValuesLists) > 0 {
+		owner.addLeaf(s, sc, "a VALUES list would be produced by every shard")
 		d := &derived{known: true}
 		for i, row := range s.ValuesLists {
 			for j, v := range row.GetList().GetItems() {
@@ -255,6 +250,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 	}
 	if !top {
 		d.localWhy = a.localWhy(s, sc)
+		owner.addLeaf(s, sc, d.localWhy)
 		if why := a.globalSelect(s, sc); why != "" {
 			// Its rows depend on every shard's rows, so no row of it is
 			// tied to one key: none of its columns carries a key's origin

@@ -825,9 +825,12 @@ func (p *plan) groupRefs(a *analyzer) {
 			if _, ok := colocOf[c]; !ok {
 				colocOf[c] = len(colocOf)
 			}
-			p.groups = append(p.groups, group{coloc: colocOf[c]})
+			p.groups = append(p.groups, group{coloc: colocOf[c], leaf: leafOf(a.top, ref)})
 		}
 		g := &p.groups[gi]
+		if g.leaf != leafOf(a.top, ref) {
+			g.leaf = -1
+		}
 		if g.sub == "" {
 			g.sub = ref.sub
 		}
@@ -877,6 +880,15 @@ func (p *plan) takeAnalysis(a *analyzer) {
 	case p.mergeWhy == "":
 		p.merge, p.mergeWhy = a.mergePlan()
 	}
+}
+
+// leafOf is the branch of the top-level set operation t that ref is in,
+// -1 for none (t is not a set operation, or ref is outside its branches).
+func leafOf(t *topInfo, ref *tref) int {
+	if t == nil || !t.setop {
+		return -1
+	}
+	return t.leafOf(ref.sc)
 }
 
 func containsEdge(es [][2]int, a, b int) bool {

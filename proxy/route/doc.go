@@ -11,7 +11,7 @@
 //	                   ─► keyed references, groups, edges (analyze.go, scope.go, refgraph.go,
 //	                      exprreader.go, coverage.go) ─► plan (keyplan.go)
 //	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
-//	                      shardcolumns.go, valuesplit.go) ─► hints (hint.go)
+//	                      shardcolumns.go, valuesplit.go, setop.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, once per text)
 //	a per-shard text of a read of every shard ─► its served form: each keyed
 //	  table read in the buckets the shard serves (served.go, once per text)
@@ -61,8 +61,10 @@
 //	selectlist.go (the top-level select list and how ORDER BY / GROUP BY
 //	terms name its entries: selectList), groupplan.go (GROUP BY,
 //	aggregates, HAVING over partial groups: groupPlan) and shardcolumns.go
-//	(the per-shard columns the plan adds: shardColumns); copyrows.go a
-//	COPY (query) TO whose rows merge (its options, CopyFormat).
+//	(the per-shard columns the plan adds: shardColumns); setop.go a
+//	top-level UNION [ALL] (its branches: setLeaf, and their merge);
+//	copyrows.go a COPY (query) TO whose rows merge (its options,
+//	CopyFormat).
 //
 // # Parsing and the cache
 //
@@ -324,6 +326,18 @@
 //     not text, varchar or bpchar, the statement is refused at run time
 //     with 0A000. A group's values are held in memory, as the answer holds
 //     them (string_agg) or as one shard's row does (count).
+//  7. A top-level UNION ALL fans out when each of its branches is a read
+//     that rules 1–5 would concatenate on its own (rows each from one
+//     shard, no aggregate, DISTINCT or LIMIT over every shard's rows) and
+//     every set operation under it is a UNION ALL: the shards' answers
+//     concatenated are the one database's. A top-level UNION (distinct)
+//     over such branches (UNION or UNION ALL under it) is merged as
+//     SELECT DISTINCT: each shard sorts by every column, the merge drops
+//     duplicates that meet. ORDER BY result columns and LIMIT/OFFSET are
+//     merged as a plain read's. The branches are not joined to each
+//     other, so co-location (rule 2) holds within each branch; branches
+//     keyed to different shards fan out too (setop.go). INTERSECT and
+//     EXCEPT are refused: a row's fate depends on other shards' rows.
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -421,8 +435,14 @@
 // o.seq FROM outbox o JOIN executions e ON e.id = o.target_id; SELECT
 // count(*) FROM (SELECT DISTINCT definition_id FROM executions) d; SELECT
 // id, (SELECT count(*) FROM trace) FROM executions; SELECT id FROM
-// executions UNION SELECT execution_id FROM timers; SELECT
+// executions INTERSECT SELECT execution_id FROM timers; SELECT id FROM
+// executions UNION ALL SELECT 'x' (a row of no shard); SELECT
 // row_number() OVER (ORDER BY id) FROM executions.
+//
+// Merged (rule 7): SELECT id FROM executions UNION SELECT execution_id
+// FROM timers ORDER BY 1 LIMIT 10; SELECT e.id, t.path FROM executions e
+// JOIN timers t ON t.execution_id = e.id UNION ALL SELECT parent_id,
+// root_path FROM spawns.
 //
 // proxy.TestFuzzSQL checks the rule with random queries against one plain
 // Postgres (make fuzz-sql SEEDS=... for long runs).

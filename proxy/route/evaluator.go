@@ -149,6 +149,10 @@ func (e *evaluator) decide(p *plan) Dest {
 	// One shard for every group, or a fan-out, or a refusal.
 	on := onShards(gs)
 	switch {
+	case on.conflict >= 0 && p.setop && p.merge != nil:
+		// Branches of a merged UNION keyed to different shards: every
+		// shard runs it (a branch reads nothing on another's shard).
+		return e.fanOutDest(p, gs, on.conflict)
 	case on.conflict >= 0:
 		return e.conflict(p, gs, on.single, on.conflict)
 	case on.multi < 0:
@@ -345,28 +349,56 @@ func (e *evaluator) spread(g *group, gst *gstate) string {
 // notColocated refuses a fan-out when another group that needs a shard is
 // not joined to g on the key (or is a subquery whose result needs every
 // shard's rows): one shard's answer would be wrong. The branches of a
-// set operation are not joined at all: there the refusal says that set
-// operations are not merged (cannotFanOut).
+// merged UNION are not joined: there every two groups of one branch must
+// be (setop.go); an unmerged set operation is refused as one
+// (cannotFanOut says why it is not merged).
 func notColocated(p *plan, gs []gstate, g *group, spread string) *Refusal {
+	if p.setop && p.merge != nil {
+		for i := range gs {
+			for j := i + 1; j < len(gs); j++ {
+				a, b := &p.groups[i], &p.groups[j]
+				if gs[i].set.empty() || gs[j].set.empty() || a.sub == "" && b.sub == "" && a.leaf >= 0 && b.leaf >= 0 && a.leaf != b.leaf {
+					continue
+				}
+				if ref := apart(p, a, b); ref != nil {
+					return ref
+				}
+			}
+		}
+		return nil
+	}
 	for i := range gs {
-		if gs[i].set.empty() || p.groups[i].coloc == g.coloc {
+		if gs[i].set.empty() {
 			continue
 		}
-		if sub := firstNonEmpty(g.sub, p.groups[i].sub); sub != "" {
-			return &Refusal{SQLState: "0A000",
-				Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, g, &p.groups[i])),
-				Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
-				Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
-		}
-		if p.setop { // never merged (mergePlan): say so
+		if p.setop && p.groups[i].coloc != g.coloc && g.sub == "" && p.groups[i].sub == "" {
 			return cannotFanOut(p, spread)
 		}
-		return &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", g.desc, p.groups[i].desc),
-			Detail:  "Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
-			Hint:    hintAdvice}
+		if ref := apart(p, g, &p.groups[i]); ref != nil {
+			return ref
+		}
 	}
 	return nil
+}
+
+// apart refuses groups a and b in one statement when they are not
+// co-located (nil when they are): one of them is read by a subquery
+// whose result needs every shard's rows, or they are not joined on their
+// keys.
+func apart(p *plan, a, b *group) *Refusal {
+	if a.coloc == b.coloc {
+		return nil
+	}
+	if sub := firstNonEmpty(a.sub, b.sub); sub != "" {
+		return &Refusal{SQLState: "0A000",
+			Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, a, b)),
+			Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
+			Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
+	}
+	return &Refusal{SQLState: "0A000",
+		Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", a.desc, b.desc),
+		Detail:  "Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
+		Hint:    hintAdvice}
 }
 
 // cannotFanOut refuses a co-located read that still cannot fan out: it is

@@ -81,6 +81,9 @@ type group struct {
 	coloc int    // co-location class: groups joined on the key
 	desc  string // "executions e, timers t"
 	sub   string // why a subquery reads it from every shard at once (tref.sub)
+	// leaf is the branch of a top-level set operation its refs are in
+	// (topInfo.leafOf; -1: none, or refs in several).
+	leaf int
 }
 
 // plan is the routing plan of one statement.
@@ -104,7 +107,8 @@ type plan struct {
 	// reads: they live on the default shard only, so it never fans out.
 	unsharded string
 	mergeWhy  string
-	// setop: the statement is a UNION/INTERSECT/EXCEPT (never merged).
+	// setop: the statement is a UNION/INTERSECT/EXCEPT (merged when
+	// merge is set: setop.go).
 	setop bool
 	// copyOut: a COPY ... TO whose fan-out concatenates (copyPlan).
 	copyOut *CopyOut

@@ -49,7 +49,9 @@ import (
 // A VALUES list kept whole by the statement's one outer join on a sharding
 // key is split by shard (valuesplit.go: Merge.ShardSQL).
 //
-// Refused: window functions, set operations, DISTINCT ON, GROUPING SETS,
+// A top-level UNION [ALL] is merged by setop.go's rules.
+//
+// Refused: window functions, INTERSECT/EXCEPT, DISTINCT ON, GROUPING SETS,
 // FETCH WITH TIES over aggregates or with a parameter count, other
 // aggregates (string_agg ordered otherwise) and expressions of aggregates, ORDER
 // BY ... USING, collations other than "C", and reads of sharded tables
@@ -61,7 +63,7 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 		return nil, "only a plain SELECT can be fanned out and merged"
 	}
 	if t.setop {
-		return nil, "UNION/INTERSECT/EXCEPT cannot be merged across shards"
+		return setOpPlan(a, t) // setop.go
 	}
 	anchors, why := a.mergeableFrom(t)
 	if why != "" {

@@ -23,9 +23,12 @@ type selectList struct {
 // newSelectList reads the top-level SELECT's select list and where its
 // first * is.
 func newSelectList(t *topInfo, anchors []*tref, rd *exprReader) *selectList {
-	s := t.sel
-	sl := &selectList{t: t, s: s, anchors: anchors, starAt: -1, rd: rd}
-	for _, n := range s.TargetList {
+	return readTargets(&selectList{t: t, s: t.sel, anchors: anchors, starAt: -1, rd: rd}, t.sel.TargetList)
+}
+
+// readTargets reads the select list list into sl.
+func readTargets(sl *selectList, list []*pg.Node) *selectList {
+	for _, n := range list {
 		if rt := n.GetResTarget(); rt != nil {
 			if cr := rt.Val.GetColumnRef(); sl.starAt < 0 && cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
 				sl.starAt = len(sl.targets)

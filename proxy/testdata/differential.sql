@@ -399,6 +399,28 @@ SELECT DISTINCT * FROM timers ORDER BY 1, 2
 SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
 SELECT DISTINCT definition_id FROM executions ORDER BY 1 LIMIT $1 ;; ["2"]
 
+# --- UNION [ALL] of reads whose rows are each on one shard ----------------
+@answered SELECT execution_id FROM timers UNION SELECT execution_id FROM trace
+@answered SELECT execution_id FROM timers UNION ALL SELECT execution_id FROM trace
+@answered SELECT definition_id FROM executions UNION SELECT root_path FROM spawns ORDER BY 1
+@answered SELECT definition_id FROM executions UNION SELECT path FROM timers ORDER BY 1 DESC LIMIT 4 OFFSET 1
+@answered SELECT g, b FROM vals UNION SELECT definition_id, version > 2 FROM executions ORDER BY 1 NULLS FIRST, 2
+@answered SELECT n FROM vals UNION SELECT version FROM executions ORDER BY n
+@answered SELECT f8 FROM vals UNION SELECT fire_at FROM timers ORDER BY 1 LIMIT 30
+@answered @ties=1 SELECT version AS v, id FROM executions WHERE version > 5 UNION ALL SELECT idx, execution_id FROM trace ORDER BY v DESC
+@answered SELECT id AS k FROM executions UNION ALL SELECT execution_id FROM timers ORDER BY k, 1 LIMIT $1 OFFSET $2 ;; ["7", "3"]
+@answered SELECT e.id, t.path FROM executions e JOIN timers t ON t.execution_id = e.id WHERE e.version < 4 UNION ALL SELECT parent_id, root_path FROM spawns UNION ALL SELECT execution_id, event_id FROM processed_events
+@answered SELECT execution_id, count(*) FROM trace GROUP BY execution_id UNION ALL SELECT id, version FROM executions ORDER BY 1, 2
+@answered SELECT id FROM executions WHERE id = '{exec1}' UNION ALL SELECT id FROM executions WHERE id = '{exec2}' UNION ALL SELECT execution_id FROM timers WHERE execution_id = '{exec3}'
+@answered SELECT id, version FROM executions WHERE id = $1 UNION SELECT execution_id, idx FROM trace WHERE execution_id = $2 ORDER BY 2, 1 ;; ["{exec4}", "{exec5}"]
+@answered SELECT definition_id FROM executions UNION (SELECT path FROM timers UNION ALL SELECT root_path FROM spawns) ORDER BY 1 FETCH FIRST 5 ROWS WITH TIES
+@answered SELECT * FROM timers WHERE fire_at < 1010 UNION ALL SELECT * FROM timers WHERE fire_at > 1090
+SELECT execution_id FROM timers UNION ALL VALUES ('x')
+SELECT execution_id FROM timers UNION ALL SELECT 'x'
+(SELECT id FROM executions UNION SELECT execution_id FROM timers) UNION ALL SELECT execution_id FROM trace
+SELECT id FROM executions UNION ALL (SELECT execution_id FROM timers ORDER BY 1 LIMIT 3)
+SELECT id FROM executions EXCEPT SELECT execution_id FROM trace
+
 # --- joins on the key, lateral functions -----------------------------------
 SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at, e.id, t.path LIMIT 20
 SELECT e.id, r.idx FROM executions e LEFT JOIN trace r ON r.execution_id = e.id WHERE e.version > 10 ORDER BY e.id, r.idx
@@ -450,8 +472,6 @@ SELECT id FROM executions e WHERE version = (SELECT max(version) FROM executions
 # --- shapes that need every shard's rows at once ---------------------------
 @unordered SELECT id, rank() OVER (ORDER BY version) FROM executions
 SELECT id, row_number() OVER (PARTITION BY definition_id ORDER BY id) FROM executions
-SELECT execution_id FROM timers UNION SELECT execution_id FROM trace
-SELECT execution_id FROM timers UNION ALL SELECT execution_id FROM trace
 SELECT id FROM executions INTERSECT SELECT execution_id FROM trace
 SELECT id FROM executions WHERE version = 1 FOR UPDATE
 SELECT id, version FROM executions TABLESAMPLE BERNOULLI (100) ORDER BY 1
