@@ -337,7 +337,8 @@
 //     merged as a plain read's. The branches are not joined to each
 //     other, so co-location (rule 2) holds within each branch; branches
 //     keyed to different shards fan out too (setop.go). INTERSECT and
-//     EXCEPT are refused: a row's fate depends on other shards' rows.
+//     EXCEPT are not merged (a row's fate depends on other shards' rows):
+//     they are answered in two stages (below).
 //
 // Answered (fan-out): SELECT e.id, t.path FROM executions e LEFT JOIN
 // timers t ON t.execution_id = e.id ORDER BY e.id LIMIT 10; SELECT
@@ -384,6 +385,9 @@
 //   - a sharded table in the top-level FROM (a join item too) becomes the
 //     inner statement SELECT * FROM t LIMIT PullLimit+1, read under the
 //     table's name or alias;
+//   - each branch of a top-level set operation (one rule 7 does not
+//     merge: INTERSECT, EXCEPT, a branch with aggregates or LIMIT) that
+//     reads a sharded table becomes an inner statement, as written;
 //   - stage 1 runs each inner statement with the client's parameters as
 //     Route decides for it alone (merged from every shard, or on its one
 //     shard; refused → the whole statement keeps its refusal) and keeps
@@ -400,8 +404,7 @@
 // The outer statement must read no sharded table itself. Not in two
 // stages (the refusal stands): a sharded table in a subquery of WHERE,
 // the select list or ORDER BY, or in a LATERAL subquery (correlated); an
-// inner subquery that reads a CTE of the statement; set operations at the
-// top; recursive CTEs; COLLATE or a system column (ctid, xmin, tableoid,
+// inner subquery that reads a CTE of the statement; recursive CTEs; COLLATE or a system column (ctid, xmin, tableoid,
 // ...) anywhere in the text; an answer that depends on the order rows are
 // read in, which stage 1 does not keep (string_agg, array_agg, json_agg,
 // ... without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
@@ -417,7 +420,8 @@
 // (SELECT count(*) AS n FROM timers) SELECT n + 1 FROM c; SELECT id,
 // rank() OVER (ORDER BY version) FROM executions; SELECT a.id FROM
 // executions a JOIN outbox b ON b.target_id = a.id; SELECT e.version FROM
-// generate_series(0, 3) v(w) LEFT JOIN executions e ON e.version = v.w.
+// generate_series(0, 3) v(w) LEFT JOIN executions e ON e.version = v.w;
+// SELECT id FROM executions INTERSECT SELECT execution_id FROM timers.
 // Still refused: SELECT e.id FROM executions e WHERE e.id IN (SELECT
 // target_id FROM outbox LIMIT 3); SELECT * FROM executions e, LATERAL
 // (SELECT count(*) FROM timers t WHERE t.fire_at > e.version) x; SELECT
@@ -435,9 +439,9 @@
 // o.seq FROM outbox o JOIN executions e ON e.id = o.target_id; SELECT
 // count(*) FROM (SELECT DISTINCT definition_id FROM executions) d; SELECT
 // id, (SELECT count(*) FROM trace) FROM executions; SELECT id FROM
-// executions INTERSECT SELECT execution_id FROM timers; SELECT id FROM
 // executions UNION ALL SELECT 'x' (a row of no shard); SELECT
-// row_number() OVER (ORDER BY id) FROM executions.
+// row_number() OVER (ORDER BY id) FROM executions (both answered in two
+// stages, below).
 //
 // Merged (rule 7): SELECT id FROM executions UNION SELECT execution_id
 // FROM timers ORDER BY 1 LIMIT 10; SELECT e.id, t.path FROM executions e

@@ -27,11 +27,12 @@ import (
 //
 // The branches are not joined: each branch's keyed tables must be
 // co-located among themselves only (notColocated, by branch: group.leaf).
-// Refused: INTERSECT and EXCEPT (a row's fate depends on rows of other
-// shards), a UNION under a UNION ALL, a parenthesized set operation with
-// LIMIT/OFFSET, a VALUES branch or a branch over no keyed table (every
-// shard would produce its rows), and ORDER BY of anything but a result
-// column.
+// Not merged (then answered in two stages, twostage.go's branches, when
+// each branch can be a statement of its own): INTERSECT and EXCEPT (a
+// row's fate depends on rows of other shards), a UNION under a UNION
+// ALL, a parenthesized set operation with LIMIT/OFFSET, a VALUES branch
+// or a branch over no keyed table (every shard would produce its rows),
+// and ORDER BY of anything but a result column.
 
 // setLeaf is one branch of a top-level set operation: its query, scope
 // and why its rows are not each from one shard ("" when they are).
@@ -52,6 +53,7 @@ func setOpStmt(a *analyzer, s *pg.SelectStmt, sc *scope, owner *topInfo, top boo
 	l := a.selectStmt(s.Larg, sc, false)
 	a.setTop = owner
 	a.selectStmt(s.Rarg, sc, false)
+	a.setTop = nil // (a branch that is nil never took it)
 	a.walkList(s.SortClause, sc)
 	a.walk(s.LimitCount, sc)
 	a.walk(s.LimitOffset, sc)

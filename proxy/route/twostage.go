@@ -24,8 +24,11 @@ import (
 // per statement (cached in the Statement). Not answered in two stages:
 // a LATERAL subquery (correlated), a sharded table outside the inner
 // subqueries (in the outer FROM, WHERE, select list), an inner that reads
-// a CTE of the statement, recursive CTEs, set operations at the top,
-// COLLATE anywhere (a column's collation would be lost), writes.
+// a CTE of the statement, recursive CTEs, COLLATE anywhere (a column's
+// collation would be lost), writes. A set operation at the top that
+// setop.go does not merge (INTERSECT, EXCEPT, a branch with aggregates or
+// LIMIT) has each branch that reads a sharded table as an inner statement
+// (branches): stage 2 computes the set operation on the default shard.
 
 // acrossShards reports whether ref refuses a read only because it needs
 // several shards' rows at once (what two stages may answer), not for an
@@ -96,7 +99,7 @@ func (b *stageBuilder) plan(sql string) *Stages {
 		return noStages
 	}
 	sel := root.GetSelectStmt()
-	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
+	if sel == nil || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
 		return noStages
 	}
 	b.ctes = map[string]bool{}
@@ -114,6 +117,10 @@ func (b *stageBuilder) plan(sql string) *Stages {
 			}
 			b.stage(&cte.Ctequery)
 		}
+	}
+	if isSetOp(sel) {
+		b.branches(&sel.Larg)
+		b.branches(&sel.Rarg)
 	}
 	for _, it := range sel.FromClause {
 		b.from(it)
@@ -164,6 +171,26 @@ func (b *stageBuilder) from(n *pg.Node) {
 		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
 			b.stage(&rs.Subquery)
 		}
+	}
+}
+
+// branches makes each branch of a set operation that reads a sharded
+// table an inner statement of its own (INTERSECT, EXCEPT, or a UNION
+// setop.go does not merge: stage 2 computes the set operation over the
+// branches' merged rows).
+func (b *stageBuilder) branches(s **pg.SelectStmt) {
+	if isSetOp(*s) {
+		b.branches(&(*s).Larg)
+		b.branches(&(*s).Rarg)
+		return
+	}
+	if len((*s).ValuesLists) > 0 {
+		return
+	}
+	n := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: *s}}
+	b.stage(&n)
+	if sel := n.GetSelectStmt(); sel != nil {
+		*s = sel
 	}
 }
 

@@ -400,6 +400,9 @@ SELECT DISTINCT ON (definition_id) id FROM executions ORDER BY definition_id, id
 SELECT DISTINCT definition_id FROM executions ORDER BY 1 LIMIT $1 ;; ["2"]
 
 # --- UNION [ALL] of reads whose rows are each on one shard ----------------
+# (merged: @answered); then set operations answered in two stages (each
+# branch merged alone, the set operation on the default shard), which are
+# refused behind transaction-local settings, as every two-stage read
 @answered SELECT execution_id FROM timers UNION SELECT execution_id FROM trace
 @answered SELECT execution_id FROM timers UNION ALL SELECT execution_id FROM trace
 @answered SELECT definition_id FROM executions UNION SELECT root_path FROM spawns ORDER BY 1
@@ -418,8 +421,12 @@ SELECT DISTINCT definition_id FROM executions ORDER BY 1 LIMIT $1 ;; ["2"]
 SELECT execution_id FROM timers UNION ALL VALUES ('x')
 SELECT execution_id FROM timers UNION ALL SELECT 'x'
 (SELECT id FROM executions UNION SELECT execution_id FROM timers) UNION ALL SELECT execution_id FROM trace
-SELECT id FROM executions UNION ALL (SELECT execution_id FROM timers ORDER BY 1 LIMIT 3)
+@unordered SELECT id FROM executions UNION ALL (SELECT execution_id FROM timers ORDER BY 1 LIMIT 3)
 SELECT id FROM executions EXCEPT SELECT execution_id FROM trace
+SELECT definition_id, version FROM executions INTERSECT ALL SELECT definition_id, version FROM executions WHERE version > 1 ORDER BY 1, 2 LIMIT 10
+SELECT path FROM timers EXCEPT ALL SELECT path FROM timers WHERE fire_at > 1050 ORDER BY 1
+SELECT count(*) FROM timers UNION ALL SELECT count(*) FROM trace
+SELECT e.id FROM executions e, timers t UNION ALL SELECT execution_id FROM trace
 
 # --- joins on the key, lateral functions -----------------------------------
 SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at, e.id, t.path LIMIT 20
