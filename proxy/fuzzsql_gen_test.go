@@ -71,7 +71,7 @@ type ggen struct {
 var ggenShapes = map[string]func(*ggen) gquery{
 	"plain": (*ggen).plain, "aggregate": (*ggen).aggregate, "semi": (*ggen).semi, "cte": (*ggen).cte,
 	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
-	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived,
+	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived, "nofrom": (*ggen).noFrom,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -863,6 +863,37 @@ func (g *ggen) setop() gquery {
 	return gquery{sql: s, ordered: true}
 }
 
+// noFrom writes a SELECT without FROM over subqueries of the tables:
+// EXISTS / NOT EXISTS, an aggregate, IN, or a WHERE EXISTS.
+func (g *ggen) noFrom() gquery {
+	sub := func() (string, []rel) {
+		t := g.table()
+		b := rel{alias: "b", t: t}
+		return t.name + " b" + g.where([]rel{b}, 70), []rel{b}
+	}
+	var outs []string
+	for i := 0; i < 1+g.n(3); i++ {
+		from, rels := sub()
+		switch g.n(4) {
+		case 0:
+			outs = append(outs, "EXISTS (SELECT 1 FROM "+from+")")
+		case 1:
+			outs = append(outs, "NOT EXISTS (SELECT 1 FROM "+from+")")
+		case 2:
+			outs = append(outs, "(SELECT "+g.agg(rels)+" FROM "+from+")")
+		default:
+			c := rels[0].t.cols[g.n(len(rels[0].t.cols))]
+			outs = append(outs, g.konst(rels[0].t.name, c.name, c.kind)+" IN (SELECT b."+c.name+" FROM "+from+")")
+		}
+	}
+	w := ""
+	if g.p(25) {
+		from, _ := sub()
+		w = " WHERE EXISTS (SELECT 1 FROM " + from + ")"
+	}
+	return gquery{sql: "SELECT " + strings.Join(outs, ", ") + w}
+}
+
 func (g *ggen) window() gquery {
 	t := g.table()
 	a := rel{alias: "a", t: t}
@@ -976,6 +1007,9 @@ func colIndexOK(t gtable, c string) bool {
 }
 
 func (g *ggen) scalarSub() gquery {
+	if g.p(25) {
+		return g.noFrom()
+	}
 	t := g.table()
 	a := rel{alias: "a", t: t}
 	rels := []rel{a}

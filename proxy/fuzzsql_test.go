@@ -29,7 +29,7 @@ import (
 // PGSHARD_FUZZSQL_CASES (per seed, default 1000) size the run: `make
 // fuzz-sql SEEDS=1,2,3,4,5 CASES=2000` is a long run;
 // PGSHARD_FUZZSQL_SHAPE (plain, aggregate, semi, cte, setop, window,
-// values, scalar or derived) generates one shape only. The test logs the
+// values, scalar, derived or nofrom) generates one shape only. The test logs the
 // answer rate (answered / (answered + refused), over the cases the
 // reference database answers) and the refusals by reason.
 func TestFuzzSQL(t *testing.T) {
@@ -55,7 +55,7 @@ func TestFuzzSQL(t *testing.T) {
 	var shape func(*ggen) gquery
 	if s := os.Getenv("PGSHARD_FUZZSQL_SHAPE"); s != "" {
 		if shape = ggenShapes[s]; shape == nil {
-			t.Fatalf("PGSHARD_FUZZSQL_SHAPE: %q is not a shape (plain, aggregate, semi, cte, setop, window, values, scalar, derived)", s)
+			t.Fatalf("PGSHARD_FUZZSQL_SHAPE: %q is not a shape (plain, aggregate, semi, cte, setop, window, values, scalar, derived, nofrom)", s)
 		}
 	}
 	ctx := ctxT(t, time.Duration(len(seeds)*cases)*30*time.Millisecond*3+10*time.Minute)

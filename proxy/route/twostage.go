@@ -29,6 +29,9 @@ import (
 // setop.go does not merge (INTERSECT, EXCEPT, a branch with aggregates or
 // LIMIT) has each branch that reads a sharded table as an inner statement
 // (branches): stage 2 computes the set operation on the default shard.
+// A SELECT without FROM has each subquery that reads a sharded table as
+// an inner statement (sublinks): SELECT EXISTS (SELECT 1 FROM t WHERE
+// ...), SELECT (SELECT count(*) FROM t) AS n.
 
 // acrossShards reports whether ref refuses a read only because it needs
 // several shards' rows at once (what two stages may answer), not for an
@@ -121,6 +124,8 @@ func (b *stageBuilder) plan(sql string) *Stages {
 	if isSetOp(sel) {
 		b.branches(&sel.Larg)
 		b.branches(&sel.Rarg)
+	} else if len(sel.FromClause) == 0 {
+		b.sublinks(sel)
 	}
 	for _, it := range sel.FromClause {
 		b.from(it)
@@ -191,6 +196,28 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 	b.stage(&n)
 	if sel := n.GetSelectStmt(); sel != nil {
 		*s = sel
+	}
+}
+
+// sublinks makes each subquery of a SELECT without FROM that reads a
+// sharded table an inner statement (SELECT EXISTS (...), SELECT (SELECT
+// count(*) FROM t), SELECT 1 WHERE EXISTS (...)): with no FROM at the
+// top, nothing there can correlate it. Stage 1 reads one row of an
+// EXISTS (LIMIT 1 when it has none: the same truth value).
+func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
+	ns := append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...)
+	for _, n := range ns {
+		inspect(n, func(x *pg.Node) bool {
+			sl := x.GetSubLink()
+			if sl == nil {
+				return true
+			}
+			if q := sl.Subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && q != nil && q.LimitCount == nil && q.LimitOffset == nil {
+				q.LimitCount, q.LimitOption = pg.MakeAConstIntNode(1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
+			}
+			b.stage(&sl.Subselect)
+			return false
+		})
 	}
 }
 

@@ -428,6 +428,17 @@ SELECT path FROM timers EXCEPT ALL SELECT path FROM timers WHERE fire_at > 1050 
 SELECT count(*) FROM timers UNION ALL SELECT count(*) FROM trace
 SELECT e.id FROM executions e, timers t UNION ALL SELECT execution_id FROM trace
 
+# --- subqueries of a SELECT without FROM: answered in two stages -----------
+SELECT EXISTS(SELECT 1 FROM executions WHERE version = 3)
+SELECT EXISTS(SELECT 1 FROM executions WHERE version = 99) AS e, NOT EXISTS (SELECT FROM timers) AS none
+SELECT (SELECT count(*) FROM executions) AS n, (SELECT max(fire_at) FROM timers) AS last, (SELECT sum(idx) FROM trace)
+SELECT 1 AS one WHERE EXISTS (SELECT 1 FROM timers WHERE path = $1) ;; ["root/t3"]
+SELECT 'order' IN (SELECT definition_id FROM executions), 'nope' = ANY (SELECT definition_id FROM executions)
+SELECT ARRAY(SELECT id FROM executions WHERE version = 2 ORDER BY id)
+SELECT (SELECT id FROM executions ORDER BY id LIMIT 1 OFFSET $1) ;; ["4"]
+SELECT (SELECT id FROM executions)
+WITH c AS (SELECT id FROM executions) SELECT (SELECT count(*) FROM c)
+
 # --- joins on the key, lateral functions -----------------------------------
 SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at, e.id, t.path LIMIT 20
 SELECT e.id, r.idx FROM executions e LEFT JOIN trace r ON r.execution_id = e.id WHERE e.version > 10 ORDER BY e.id, r.idx
