@@ -874,6 +874,7 @@ func (p *plan) takeAnalysis(a *analyzer) {
 	}
 	p.refusal = a.refusal
 	p.setop = a.top != nil && a.top.setop
+	p.noFrom = a.top != nil && !a.top.setop && len(a.top.sel.FromClause) == 0 && len(a.top.sel.ValuesLists) == 0
 	switch {
 	case p.copyOut != nil:
 		p.merge, p.mergeWhy = a.copyPlan(p.copyOut)

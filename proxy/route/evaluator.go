@@ -149,11 +149,11 @@ func (e *evaluator) decide(p *plan) Dest {
 	// One shard for every group, or a fan-out, or a refusal.
 	on := onShards(gs)
 	switch {
-	case on.conflict >= 0 && p.setop:
-		// Branches of a set operation keyed to different shards: a
-		// merged UNION runs on every shard (a branch reads nothing on
-		// another's shard); another is refused as one across shards,
-		// which two stages may answer.
+	case on.conflict >= 0 && (p.setop || p.noFrom):
+		// Branches of a set operation (or subqueries of a SELECT without
+		// FROM) keyed to different shards: a merged UNION runs on every
+		// shard (a branch reads nothing on another's shard); another is
+		// refused as one across shards, which two stages may answer.
 		return e.fanOutDest(p, gs, on.conflict)
 	case on.conflict >= 0:
 		return e.conflict(p, gs, on.single, on.conflict)

@@ -110,6 +110,9 @@ type plan struct {
 	// setop: the statement is a UNION/INTERSECT/EXCEPT (merged when
 	// merge is set: setop.go).
 	setop bool
+	// noFrom: the statement is a SELECT without FROM (its keyed tables
+	// are in subqueries: answered in two stages when they need shards).
+	noFrom bool
 	// copyOut: a COPY ... TO whose fan-out concatenates (copyPlan).
 	copyOut *CopyOut
 
