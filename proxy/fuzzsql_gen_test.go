@@ -770,6 +770,10 @@ func (g *ggen) derived() gquery {
 	return gquery{sql: s + ord, ordered: total}
 }
 
+// setopConst is a constant of each column kind, for a set operation's
+// branch without a column of that kind.
+var setopConst = map[string]string{"t": "'x'", "i": "7", "f": "1.5::float8", "j": "'{}'"}
+
 // setop writes 2 or 3 branches of 1 or 2 columns joined by set
 // operations (UNION [ALL] mostly, nested now and then), a branch being a
 // filtered table, a table joined to executions on its key, or a keyed
@@ -792,20 +796,18 @@ func (g *ggen) setop() gquery {
 		a := rel{alias: "a" + strconv.Itoa(i), t: t}
 		var cols []string
 		for j, k := range kinds {
-			var pick []string
+			var names []string
 			for _, c := range t.cols {
 				if c.kind == k {
-					pick = append(pick, c.name)
+					names = append(names, c.name)
 				}
 			}
-			if len(pick) == 0 {
-				// no column of that kind: a constant of it (a branch of
-				// constants over a table is still one row per table row)
-				pick = []string{map[string]string{"t": "'x'", "i": "7", "f": "1.5::float8", "j": "'{}'"}[k]}
-			} else {
-				pick = []string{cref(a, g.pick(pick))}
+			// no column of that kind: a constant of it (a branch of
+			// constants over a table is still one row per table row)
+			c := setopConst[k]
+			if len(names) > 0 {
+				c = cref(a, g.pick(names))
 			}
-			c := pick[0]
 			if i == 0 {
 				c += " AS " + outs[j]
 			}

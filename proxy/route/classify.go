@@ -816,7 +816,7 @@ func (p *plan) groupRefs(a *analyzer) {
 	groupOf := map[int]int{}
 	colocOf := map[int]int{}
 	for _, ref := range a.g.refs {
-		root := find(a.g.uf, ref.id)
+		root, leaf := find(a.g.uf, ref.id), leafOf(a.top, ref)
 		gi, ok := groupOf[root]
 		if !ok {
 			gi = len(p.groups)
@@ -825,10 +825,10 @@ func (p *plan) groupRefs(a *analyzer) {
 			if _, ok := colocOf[c]; !ok {
 				colocOf[c] = len(colocOf)
 			}
-			p.groups = append(p.groups, group{coloc: colocOf[c], leaf: leafOf(a.top, ref)})
+			p.groups = append(p.groups, group{coloc: colocOf[c], leaf: leaf})
 		}
 		g := &p.groups[gi]
-		if g.leaf != leafOf(a.top, ref) {
+		if g.leaf != leaf {
 			g.leaf = -1
 		}
 		if g.sub == "" {
