@@ -322,6 +322,9 @@ type stage2Report struct {
 	// where Markers[i] is.
 	SQL     string   `json:"sql"`
 	Markers []string `json:"markers"`
+	// Routed, for a spread plan (route.Stages.Spread), is the statement's
+	// own routing: where it runs (Shard is then empty) and its merge.
+	Routed *routeReport `json:"routed,omitempty"`
 }
 
 // explainStages fills Stages for a read in two stages.
@@ -339,6 +342,10 @@ func (rep *routeReport) explainStages(r *route.Table, defShard string, params []
 		}
 		rep.Stages.Stage1 = append(rep.Stages.Stage1, sub)
 		rep.Stages.Stage2.Markers = append(rep.Stages.Stage2.Markers, route.StageMarker(i))
+	}
+	if sg.Spread {
+		out := report(r, r.Explain(sg.OuterStatement(), params, formats, oids))
+		rep.Stages.Stage2.Shard, rep.Stages.Stage2.Routed = "", &out
 	}
 }
 
@@ -443,16 +450,28 @@ func writeRouteBody(w io.Writer, rep routeReport, ind string) {
 // and how the answer is made of them.
 func writeStages(w io.Writer, sg *stagesReport, ind string) {
 	n, def := len(sg.Stage1), sg.Stage2.Shard
+	if sg.Stage2.Routed != nil {
+		def = "the default shard"
+	}
 	fmt.Fprintf(w, "%sdescribe: the client's statement is described on shard %s (Parse + Describe: parameter and column types; not run)\n", ind, def)
 	fmt.Fprintf(w, "%sstage 1:  each subquery runs alone, with the client's parameters, where its own routing below sends it; the proxy keeps its merged rows (more than %d: refused, SQLSTATE 54000)\n", ind, route.PullLimit)
 	for i, sub := range sg.Stage1 {
 		fmt.Fprintf(w, "%s  subquery %d of %d: %s\n", ind, i+1, n, oneLineSQL(sub.SQL))
 		writeRouteBody(w, sub, ind+"    ")
 	}
-	fmt.Fprintf(w, "%sstage 2:  on shard %s (the default shard), after stage 1:\n", ind, def)
+	if sg.Stage2.Routed != nil {
+		fmt.Fprintf(w, "%sstage 2:  after stage 1, the statement with the subqueries' rows, routed on its own (its key, or every shard merged):\n", ind)
+	} else {
+		fmt.Fprintf(w, "%sstage 2:  on shard %s (the default shard), after stage 1:\n", ind, def)
+	}
 	fmt.Fprintf(w, "%s  SQL:    %s\n", ind, oneLineSQL(sg.Stage2.SQL))
 	for i, mk := range sg.Stage2.Markers {
 		fmt.Fprintf(w, "%s  where  %s is subquery %d's merged rows: SELECT * FROM (VALUES ($k, ...), ...) AS pgshard_v(its columns), sent as binary parameters numbered after the client's\n", ind, mk, i+1)
+	}
+	if sg.Stage2.Routed != nil {
+		writeRouteBody(w, *sg.Stage2.Routed, ind+"  ")
+		fmt.Fprintf(w, "%sresult:   stage 2's rows, merged as its routing says\n", ind)
+		return
 	}
 	fmt.Fprintf(w, "%sresult:   stage 2's rows, as shard %s returns them (no merge)\n", ind, def)
 }

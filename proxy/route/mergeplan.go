@@ -880,6 +880,9 @@ func (mg *Merge) Describe() []string {
 		for i, in := range st.Inner {
 			out = append(out, fmt.Sprintf("stage 1.%d SQL: %s (routed on its own)", i+1, in.SQL))
 		}
+		if st.Spread {
+			return append(out, "stage 2 SQL:   "+st.Outer+" (routed on its own, each marker a VALUES list of stage 1's rows)")
+		}
 		return append(out, "stage 2 SQL:   "+st.Outer+" (on the default shard, each marker a VALUES list of stage 1's rows)")
 	}
 	if co := mg.CopyOut; co != nil && co.Rows {

@@ -70,12 +70,21 @@ func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
 			return refused
 		}
 	}
-	if d := one(sg.outer); d.Kind != DestAny {
+	d := one(sg.outer)
+	if !sg.Spread && d.Kind != DestAny || d.Kind == DestRefuse || d.Kind == DestAll && (d.Merge == nil || d.Merge.Stages != nil) {
 		return refused
 	}
-	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge,
-		Reason: "in two stages: " + itoa(int64(len(sg.Inner))) + " subquer" + plural(len(sg.Inner), "y", "ies") + " merged from every shard, then the statement over their rows on the default shard"}
+	n := len(sg.Inner)
+	why := "in two stages: " + itoa(int64(n)) + " subquer" + plural(n, "y", "ies") + " merged from every shard, then the statement over their rows on the default shard"
+	if sg.Spread {
+		why = "in two stages: " + itoa(int64(n)) + " subquer" + plural(n, "y", "ies") + " answered first, then the statement with their rows where it routes (" + d.Why() + ")"
+	}
+	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge, Reason: why}
 }
+
+// OuterStatement is Outer's analysis: Route decides where stage 2 runs
+// (a spread plan's; any other's runs on the default shard).
+func (sg *Stages) OuterStatement() *Statement { return sg.outer }
 
 func plural(n int, one, many string) string {
 	if n == 1 {
@@ -85,7 +94,9 @@ func plural(n int, one, many string) string {
 }
 
 // plan builds the two-stage plan of a SELECT's text, noStages if it has
-// none.
+// none: the spread plan (its outer statement routed as any read) when
+// it has one, else the one whose outer statement runs on the default
+// shard.
 func (b *stageBuilder) plan(sql string) *Stages {
 	low := strings.ToLower(sql)
 	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
@@ -93,6 +104,19 @@ func (b *stageBuilder) plan(sql string) *Stages {
 			return noStages // a marker, a collation or a system column a stage would lose
 		}
 	}
+	if sg := b.build(sql, true); sg != noStages {
+		return sg
+	}
+	return b.build(sql, false)
+}
+
+// build builds one kind of two-stage plan of sql: spread, only the
+// subqueries of the WHERE, HAVING and select list of a SELECT with FROM
+// as inner statements (its FROM stays, and stage 2 runs where Route
+// sends it); else every part reading a sharded table that can be one,
+// stage 2 on the default shard.
+func (b *stageBuilder) build(sql string, spread bool) *Stages {
+	b.inner, b.fail = nil, false
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
 		return noStages
@@ -102,7 +126,7 @@ func (b *stageBuilder) plan(sql string) *Stages {
 		return noStages
 	}
 	sel := root.GetSelectStmt()
-	if sel == nil || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
+	if sel == nil || len(sel.ValuesLists) > 0 || sel.IntoClause != nil || spread && (isSetOp(sel) || len(sel.FromClause) == 0) {
 		return noStages
 	}
 	b.ctes = map[string]bool{}
@@ -118,17 +142,26 @@ func (b *stageBuilder) plan(sql string) *Stages {
 			if cte == nil || cte.Ctequery.GetSelectStmt() == nil {
 				return noStages
 			}
-			b.stage(&cte.Ctequery)
+			if !spread {
+				b.stage(&cte.Ctequery)
+			}
 		}
 	}
-	if isSetOp(sel) {
+	switch {
+	case isSetOp(sel):
 		b.branches(&sel.Larg)
 		b.branches(&sel.Rarg)
-	} else if len(sel.FromClause) == 0 {
+	case len(sel.FromClause) == 0:
 		b.sublinks(sel)
-	}
-	for _, it := range sel.FromClause {
-		b.from(it)
+	case spread:
+		decorrelate(sel) // decorrelate.go
+		b.sublinks(sel)
+	default:
+		decorrelate(sel)
+		b.sublinks(sel)
+		for _, it := range sel.FromClause {
+			b.from(it)
+		}
 	}
 	if b.fail || len(b.inner) == 0 {
 		return noStages
@@ -143,10 +176,14 @@ func (b *stageBuilder) plan(sql string) *Stages {
 		}
 	}
 	ost, err := b.analyze(outer)
-	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly || b.keyed(ost) {
+	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly {
 		return noStages
 	}
-	sg := &Stages{Inner: b.inner, Outer: outer, outer: ost, sql: sql}
+	if spread && ost.plan != nil && ost.plan.static != nil && ost.plan.static.Kind == DestRefuse ||
+		!spread && b.keyed(ost) {
+		return noStages
+	}
+	sg := &Stages{Inner: b.inner, Outer: outer, Spread: spread, outer: ost, sql: sql}
 	sg.merge = &Merge{Width: -1, Limit: -1, Offset: -1, Stages: sg}
 	return sg
 }
@@ -199,11 +236,15 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 	}
 }
 
-// sublinks makes each subquery of a SELECT without FROM that reads a
-// sharded table an inner statement (SELECT EXISTS (...), SELECT (SELECT
-// count(*) FROM t), SELECT 1 WHERE EXISTS (...)): with no FROM at the
-// top, nothing there can correlate it. Stage 1 reads one row of an
-// EXISTS (LIMIT 1 when it has none: the same truth value).
+// sublinks makes each subquery in the WHERE, HAVING and select list of
+// sel that reads a sharded table and names no relation of the statement
+// around it (correlated) an inner statement: with no FROM (SELECT EXISTS
+// (...), SELECT (SELECT count(*) FROM t), SELECT 1 WHERE EXISTS (...)),
+// or over the statement's own FROM (WHERE a.k IN (SELECT ... FROM t b
+// WHERE ...)). Stage 1 reads one row of an EXISTS (LIMIT 1 when it has
+// none: the same truth value). A subquery that names a column of the
+// statement around it without a qualifier shows as correlated only when
+// it runs alone (the engine refuses the read then: twostage.go there).
 func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 	ns := append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...)
 	for _, n := range ns {
@@ -212,6 +253,9 @@ func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 			if sl == nil {
 				return true
 			}
+			if correlated(sl.Subselect) {
+				return false
+			}
 			if q := sl.Subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && q != nil && q.LimitCount == nil && q.LimitOffset == nil {
 				q.LimitCount, q.LimitOption = pg.MakeAConstIntNode(1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
 			}
@@ -219,6 +263,21 @@ func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 			return false
 		})
 	}
+}
+
+// correlated reports whether subquery q qualifies a column by a relation
+// it does not have itself (a.id in EXISTS (SELECT 1 FROM t b WHERE b.k =
+// a.id)): a column of the statement around it.
+func correlated(q *pg.Node) bool {
+	names := relationNames(q)
+	outer := false
+	inspect(q, func(n *pg.Node) bool {
+		if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) >= 2 && !names[strName(cr.Fields[len(cr.Fields)-2])] {
+			outer = true
+		}
+		return !outer
+	})
+	return outer
 }
 
 // PullLimit bounds the rows stage 1 reads of a sharded table in FROM:

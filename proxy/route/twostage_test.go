@@ -12,9 +12,10 @@ import (
 func TestTwoStage(t *testing.T) {
 	r := newRouter(t, "")
 	cases := []struct {
-		sql   string
-		inner []string // "" = refused
-		outer string
+		sql    string
+		inner  []string // "" = refused
+		outer  string
+		spread bool // stage 2 routed as any read (Stages.Spread)
 	}{
 		{sql: "SELECT d.id, rank() OVER (ORDER BY d.id) FROM (SELECT id FROM executions ORDER BY id LIMIT 3) AS d",
 			inner: []string{"SELECT id FROM executions ORDER BY id LIMIT 3"},
@@ -40,7 +41,40 @@ func TestTwoStage(t *testing.T) {
 			outer: "SELECT a.id FROM (SELECT * FROM pgshard_stage_1_) a JOIN (SELECT * FROM pgshard_stage_2_) b ON b.target_id = a.id"},
 		{sql: "SELECT public.executions.id FROM public.executions, outbox b WHERE b.target_id = public.executions.id"},
 		{sql: "SELECT e.ctid FROM executions e, outbox b WHERE b.target_id = e.id"},
-		{sql: "SELECT e.id FROM executions e WHERE e.id IN (SELECT target_id FROM outbox LIMIT 3)"},
+		// subqueries of WHERE and the select list that do not refer to
+		// the statement's rows: stage 2 keeps its FROM and is routed as
+		// any read (every shard merged, or its key's shard)
+		{sql: "SELECT e.id FROM executions e WHERE e.id IN (SELECT target_id FROM outbox LIMIT 3)",
+			inner:  []string{"SELECT target_id FROM outbox LIMIT 3"},
+			outer:  "SELECT e.id FROM executions e WHERE e.id IN (SELECT * FROM pgshard_stage_1_)",
+			spread: true},
+		{sql: "SELECT count(*), max(t.path) FROM timers t WHERE t.fire_at > (SELECT avg(version) FROM executions) AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event = 'x')",
+			inner:  []string{"SELECT avg(version) FROM executions", "SELECT 1 FROM outbox o WHERE o.event = 'x' LIMIT 1"},
+			outer:  "SELECT count(*), max(t.path) FROM timers t WHERE t.fire_at > (SELECT * FROM pgshard_stage_1_) AND NOT EXISTS (SELECT * FROM pgshard_stage_2_)",
+			spread: true},
+		{sql: "SELECT s.seq, (SELECT max(version) FROM executions) FROM spawns s WHERE s.parent_id = $1 AND s.child_id NOT IN (SELECT execution_id FROM processed_events)",
+			inner:  []string{"SELECT execution_id FROM processed_events", "SELECT max(version) FROM executions"},
+			outer:  "SELECT s.seq, (SELECT * FROM pgshard_stage_2_) FROM spawns s WHERE s.parent_id = $1 AND NOT s.child_id IN (SELECT * FROM pgshard_stage_1_)",
+			spread: true},
+		// an EXISTS tied to the row by one equality of qualified columns
+		// is the IN of a subquery that is not (decorrelate.go)
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id) ORDER BY a.seq",
+			inner:  []string{"SELECT DISTINCT b.id FROM executions b"},
+			outer:  "SELECT a.seq FROM outbox a WHERE COALESCE(a.target_id IN (SELECT * FROM pgshard_stage_1_), false) ORDER BY a.seq",
+			spread: true},
+		{sql: "SELECT count(*) FROM timers t WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event = 'x' AND t.execution_id = o.target_id AND o.seq > $1)",
+			inner:  []string{"SELECT DISTINCT o.target_id FROM outbox o WHERE o.event = 'x' AND o.seq > $1"},
+			outer:  "SELECT count(*) FROM timers t WHERE NOT COALESCE(t.execution_id IN (SELECT * FROM pgshard_stage_1_), false)",
+			spread: true},
+		// not rewritten: another conjunct names the row; GROUP BY in the
+		// subquery; no equality with the row
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id AND b.version > a.seq)"},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id GROUP BY b.id)"},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.version > a.seq)"},
+		// a subquery naming the statement's relation is correlated: it
+		// stays, and the read is refused
+		{sql: "SELECT a.id FROM executions a WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id <> a.id)"},
+		{sql: "SELECT a.id FROM executions a WHERE a.version > (SELECT count(*) FROM timers t WHERE t.path = a.data)"},
 		{sql: "SELECT * FROM executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at > e.version LIMIT 1) x"},
 		{sql: "WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM executions, c LIMIT 2) d"},
 		// a CTE over a sharded table is an inner statement of its own
@@ -48,7 +82,11 @@ func TestTwoStage(t *testing.T) {
 			inner: []string{"SELECT id FROM executions"},
 			outer: "WITH c AS (SELECT * FROM pgshard_stage_1_) SELECT * FROM (SELECT id FROM c LIMIT 2) d"},
 		{sql: `SELECT d.id FROM (SELECT id COLLATE "C" AS id FROM executions ORDER BY 1 LIMIT 2) d ORDER BY d.id`},
-		{sql: "SELECT (SELECT count(*) FROM executions) + d.n FROM (SELECT count(*) AS n FROM timers) d"},
+		// a subquery of the select list over a FROM that needs a stage of
+		// its own: both inner, stage 2 on the default shard
+		{sql: "SELECT (SELECT count(*) FROM executions) + d.n FROM (SELECT count(*) AS n FROM timers) d",
+			inner: []string{"SELECT count(*) FROM executions", "SELECT count(*) AS n FROM timers"},
+			outer: "SELECT (SELECT * FROM pgshard_stage_1_) + d.n FROM (SELECT * FROM pgshard_stage_2_) d"},
 	}
 	for _, c := range cases {
 		st, err := r.Analyze(c.sql)
@@ -71,8 +109,8 @@ func TestTwoStage(t *testing.T) {
 		for _, in := range sg.Inner {
 			got = append(got, in.SQL)
 		}
-		if strings.Join(got, "; ") != strings.Join(c.inner, "; ") || sg.Outer != c.outer {
-			t.Errorf("%s:\n got inner %q outer %q\nwant inner %q outer %q", c.sql, got, sg.Outer, c.inner, c.outer)
+		if strings.Join(got, "; ") != strings.Join(c.inner, "; ") || sg.Outer != c.outer || sg.Spread != c.spread {
+			t.Errorf("%s:\n got inner %q outer %q spread %v\nwant inner %q outer %q spread %v", c.sql, got, sg.Outer, sg.Spread, c.inner, c.outer, c.spread)
 		}
 		// Describe shows the stages' own SQL, never the client's
 		// statement as the shards' SQL.

@@ -325,17 +325,24 @@ type CopyOut struct {
 
 // Stages is a read whose sharded tables all lie in FROM subqueries or
 // CTEs that need a merge of their own (LIMIT, aggregates, DISTINCT, ...
-// inside): stage 1 runs each Inner statement as a statement of its own
-// (routed by Route with the client's parameters: merged across shards,
-// or on its one shard), collecting its merged rows; stage 2 runs Outer
-// on the default shard, with StageMarker(i) replaced by a relation of
+// inside), or in subqueries of its WHERE, HAVING or select list that do
+// not refer to its rows: stage 1 runs each Inner statement as a
+// statement of its own (routed by Route with the client's parameters:
+// merged across shards, or on its one shard), collecting its merged
+// rows; stage 2 runs Outer with StageMarker(i) replaced by a relation of
 // Inner[i]'s rows (a VALUES list of parameters typed by the rows' type
-// OIDs). Shared: do not modify.
+// OIDs): on the default shard, or, when Spread, where Route sends
+// OuterStatement (one shard, or every shard merged as any read).
+// Shared: do not modify.
 type Stages struct {
 	Inner []*Statement
 	Outer string
-	sql   string // the text they are the stages of ("" for noStages)
-	// outer is Outer's analysis (it must touch no sharded table).
+	// Spread: Outer keeps the statement's FROM with its sharded tables
+	// (only subqueries of its WHERE, HAVING and select list are Inner).
+	Spread bool
+	sql    string // the text they are the stages of ("" for noStages)
+	// outer is Outer's analysis (without Spread it touches no sharded
+	// table).
 	outer *Statement
 	// merge is the Merge a Dest of these stages carries.
 	merge *Merge

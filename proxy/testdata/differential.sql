@@ -14,6 +14,8 @@
 #   @ties=1,3    rows as a multiset, and the sequence of those columns must
 #                match (an ORDER BY with ties)
 #   @answered    pgshard must answer it (a refusal fails the test)
+#   @staged      a read in two stages: pgshard must answer it except behind
+#                transaction-local settings (which it refuses then)
 #   {execN}      the id of the data set's execution N (0..239)
 # Parameters are text ("..."), null is NULL.
 #
@@ -439,6 +441,32 @@ SELECT (SELECT id FROM executions ORDER BY id LIMIT 1 OFFSET $1) ;; ["4"]
 SELECT (SELECT id FROM executions)
 WITH c AS (SELECT id FROM executions) SELECT (SELECT count(*) FROM c)
 
+# --- subqueries of WHERE / the select list that do not refer to the row: two stages, the statement routed as any read ---
+@staged SELECT count(*) FROM executions WHERE id IN (SELECT execution_id FROM timers)
+@staged SELECT id, version FROM executions WHERE version > (SELECT avg(version) FROM executions) ORDER BY version DESC, id LIMIT 7
+@staged SELECT id FROM executions WHERE id NOT IN (SELECT execution_id FROM timers WHERE fire_at < 1010) ORDER BY id OFFSET 200
+@staged SELECT id FROM executions WHERE id NOT IN (SELECT target_id FROM outbox) ORDER BY id
+@staged SELECT count(*) FROM executions WHERE id NOT IN (SELECT execution_id FROM timers WHERE fire_at > 99999)
+@staged SELECT definition_id, count(*), max(version) FROM executions WHERE EXISTS (SELECT 1 FROM timers WHERE fire_at > $1) GROUP BY 1 ORDER BY 1 ;; ["1050"]
+@staged SELECT count(*) FROM executions WHERE NOT EXISTS (SELECT 1 FROM timers WHERE fire_at > $1) ;; ["1050"]
+@staged SELECT id, (SELECT max(fire_at) FROM timers) AS last, (SELECT count(*) FROM trace) FROM executions WHERE version = 3 ORDER BY id
+@staged SELECT id, data FROM executions WHERE id = '{exec7}' AND version <= (SELECT max(version) FROM executions)
+@staged SELECT seq FROM spawns WHERE parent_id = '{exec3}' AND child_id NOT IN (SELECT execution_id FROM processed_events) ORDER BY seq
+@staged SELECT path, fire_at FROM timers WHERE execution_id = $1 AND fire_at >= (SELECT min(fire_at) FROM timers) ORDER BY path ;; ["{exec11}"]
+@staged SELECT e.id, t.path FROM executions e JOIN timers t ON t.execution_id = e.id WHERE t.fire_at = (SELECT max(fire_at) FROM timers) ORDER BY 1, 2
+@staged SELECT definition_id FROM executions GROUP BY definition_id HAVING count(*) > (SELECT count(*) FROM executions) / 10 ORDER BY 1
+@staged SELECT id FROM executions WHERE version = ANY (SELECT idx FROM trace WHERE idx < 3) AND id < '{exec50}' ORDER BY id
+@staged SELECT DISTINCT version FROM executions WHERE version < ALL (SELECT idx + 3 FROM trace) ORDER BY 1
+@staged SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = o.target_id AND e.version > 3) ORDER BY o.seq
+@staged SELECT count(*), count(o.target_id) FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = o.target_id)
+@staged SELECT o.seq, o.target_id FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE o.target_id = t.execution_id AND t.fire_at < $1) ORDER BY 1 LIMIT 40 ;; ["1030"]
+@staged SELECT e.id, EXISTS (SELECT 1 FROM spawns s WHERE s.child_id = e.id) AS spawned FROM executions e WHERE e.version = 2 ORDER BY 1
+@staged SELECT s.parent_id, count(*) FROM spawns s WHERE EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = s.child_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5
+SELECT id FROM executions WHERE id = (SELECT execution_id FROM timers ORDER BY fire_at DESC, execution_id, path LIMIT 1)
+SELECT id FROM executions WHERE version = (SELECT version FROM executions)
+SELECT id FROM executions e WHERE version > (SELECT count(*) FROM timers t WHERE t.path = e.definition_id) ORDER BY id
+SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM outbox WHERE target_id = id)
+
 # --- joins on the key, lateral functions -----------------------------------
 SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at, e.id, t.path LIMIT 20
 SELECT e.id, r.idx FROM executions e LEFT JOIN trace r ON r.execution_id = e.id WHERE e.version > 10 ORDER BY e.id, r.idx
@@ -466,10 +494,10 @@ SELECT id, (SELECT count(*) FROM timers t WHERE t.execution_id = e.id) AS n FROM
 SELECT id, (SELECT max(idx) FROM trace r WHERE r.execution_id = e.id) FROM executions e WHERE version = 5 ORDER BY 1
 SELECT e.id FROM executions e WHERE EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = e.id ORDER BY t.fire_at LIMIT 1) ORDER BY 1
 SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers GROUP BY execution_id HAVING count(*) > 2) ORDER BY id
-SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
-SELECT id FROM executions WHERE id = ANY (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
+SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5) ORDER BY id
+@unordered SELECT id FROM executions WHERE id = ANY (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
 SELECT id FROM executions WHERE id = '{exec11}' AND id IN (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
-SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers OFFSET 100)
+@unordered SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers ORDER BY execution_id, path OFFSET 100)
 SELECT id FROM executions WHERE id IN (SELECT DISTINCT ON (path) execution_id FROM timers ORDER BY path, fire_at)
 SELECT id FROM executions WHERE id IN (SELECT execution_id FROM (SELECT execution_id, row_number() OVER (ORDER BY fire_at) AS rn FROM timers) x WHERE rn <= 5)
 SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions) ORDER BY id

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -79,6 +80,10 @@ type fanPlan struct {
 	// isoCheck: the request begins with stageIsoCheckSQL (the first
 	// stage of a read in two stages inside a transaction block).
 	isoCheck bool
+	// repl, when set, replaces each route.StageMarker in the text each
+	// shard runs (stage 2 of a spread read in two stages: the
+	// subqueries' rows, as parameters after the client's in bind).
+	repl []string
 }
 
 // startFan records a DestAll Bind, routed by rp; the rest of the
@@ -460,7 +465,7 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		buf = append(buf, f.others...) // DDL every shard needs
 	case merge == nil && f.simple:
 		buf = append(buf, f.query...) // DDL: the client's query string
-	case f.simple:
+	case f.simple && f.repl == nil:
 		sql := f.st.SQL
 		if merge.SQL != "" {
 			sql = merge.SQL
@@ -483,6 +488,11 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 			sql = merge.ShardSQL[st.shard]
 		}
 		sql = x.shardText(st, sql)
+		if f.repl != nil {
+			if sql = stageText(sql, f.repl); sql == "" {
+				return nil, errors.New("pgshard: a stage's marker is not in the text a shard runs")
+			}
+		}
 		buf = pgwire.AppendParseMsg(buf, "", sql, f.vs.oids)
 		if merge != nil {
 			buf = pgwire.AppendBindFormats(buf, f.bind, bv, formats)

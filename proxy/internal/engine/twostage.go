@@ -76,13 +76,14 @@ func (x *fanExec) runTwoStage() error {
 		rs, fail = x.stageCollect(sg.Inner[i], &bv, oids)
 		sets = append(sets, rs)
 	}
+	answered := false // stage 2's error, if any, is in the client's output
 	if fail == nil {
-		fail = x.stageFinal(sg, &bv, oids, orig, sets)
+		fail, answered = x.stageFinal(sg, &bv, oids, orig, sets)
 	}
-	if fail != nil && !f.inTxn && x.servedRetryable(x.servedFail) {
+	if (fail != nil || answered) && !f.inTxn && x.servedRetryable(x.servedFail) {
 		return x.servedRetry()
 	}
-	if fail != nil {
+	if fail != nil || answered {
 		x.cc.out = append(x.cc.out, fail...)
 		f.failed = true
 		if f.inTxn {
@@ -244,6 +245,9 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	defer stageEnd(streams)
 	if first := firstFailed(streams); first != nil {
 		first.drain()
+		if c := pgwire.ErrorField(partError(first), 'C'); c == "42703" || c == "42P01" {
+			return nil, correlatedRefusal(in.SQL)
+		}
 		x.servedFail = partError(first) // a read run again after PS002 (servedretry.go)
 		return nil, sx.stageError(x.f.simple)
 	}
@@ -282,6 +286,19 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 		return nil, pgwire.AppendError(nil, e)
 	}
 	return rs, nil
+}
+
+// correlatedRefusal answers a read in two stages whose subquery sql
+// failed alone for a column or relation it does not have (42703, 42P01)
+// after the whole statement was described without error: it names a
+// column of the statement around it without a qualifier — a correlated
+// subquery, which runs only where its rows and the statement's are on
+// one shard.
+func correlatedRefusal(sql string) []byte {
+	return pgwire.AppendError(nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+		Message: "cannot run across shards: a subquery refers to the rows of the statement around it (a correlated subquery), and they are not joined on their keys",
+		Detail:  "The subquery " + sql + " does not run alone: it names a column of the statement around it. Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
+		Hint:    "Join the subquery's table to the statement's on their key (b.key = a.key), or write the subquery so that it does not depend on the statement's row."})
 }
 
 // stageError is the error of a failed stage, after a BindComplete when a
@@ -333,21 +350,21 @@ func (rs *stageRows) take(out *[]byte) error {
 	return nil
 }
 
-// stageSQL is stage 2's statement: the outer text with each inner's rows
-// as a VALUES list of parameters numbered after the client's, the
-// parameters' types and values.
-func stageSQL(sg *route.Stages, oids []uint32, sets []*stageRows) (string, []uint32, [][]byte, []byte) {
-	sql := sg.Outer
+// stageValues is what stands for each inner statement's rows in stage
+// 2's statement (repl[i] for StageMarker(i)): a VALUES list of parameters
+// numbered after the client's; with the parameters' types and values.
+func stageValues(oids []uint32, sets []*stageRows) ([]string, []uint32, [][]byte, []byte) {
 	types := append([]uint32(nil), oids...)
 	var vals [][]byte
-	for i, rs := range sets {
+	var repl []string
+	for _, rs := range sets {
 		if len(rs.fields) == 0 {
-			return "", nil, nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages returns no columns", "")
+			return nil, nil, nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages returns no columns", "")
 		}
 		var names []string
 		for _, f := range rs.fields {
 			if f.Typmod != -1 {
-				return "", nil, nil, stageErr(pgwire.CodeFeatureNotSupported,
+				return nil, nil, nil, stageErr(pgwire.CodeFeatureNotSupported,
 					fmt.Sprintf("cannot run across shards: column %q of a subquery of a read in two stages has a type modifier, which its rows would lose", f.Name),
 					"Cast the column to its type without a modifier (x::numeric, x::varchar) in the subquery.")
 			}
@@ -374,48 +391,79 @@ func stageSQL(sg *route.Stages, oids []uint32, sets []*stageRows) (string, []uin
 			b.WriteByte(')')
 		}
 		b.WriteString(") AS pgshard_v(" + strings.Join(names, ", ") + ")" + where)
-		sql = strings.Replace(sql, route.StageMarker(i), b.String(), 1)
+		repl = append(repl, b.String())
 	}
 	if len(types) > stageMaxParams {
-		return "", nil, nil, stageErr(pgwire.CodeProgramLimitExceeded,
+		return nil, nil, nil, stageErr(pgwire.CodeProgramLimitExceeded,
 			fmt.Sprintf("cannot run across shards: the subqueries of a read in two stages return more than %d values in all", stageMaxParams-len(oids)),
 			"Narrow the subqueries (a key, a filter, a LIMIT), or run them as statements of their own.")
 	}
-	return sql, types, vals, nil
+	return repl, types, vals, nil
 }
 
-// stageFinal runs stage 2 on the default shard and streams its answer to
-// the client; it returns the error to answer instead, if any.
-func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) []byte {
+// stageText is sql, a text of stage 2's statement (as written, or the
+// form a shard runs), with each marker replaced by repl's; "" when a
+// marker is not in it exactly once.
+func stageText(sql string, repl []string) string {
+	for i, r := range repl {
+		mk := route.StageMarker(i)
+		if strings.Count(sql, mk) != 1 {
+			return ""
+		}
+		sql = strings.Replace(sql, mk, r, 1)
+	}
+	return sql
+}
+
+// stageFinal runs stage 2 — on the default shard, or where Route sends
+// a spread plan's outer statement — and streams its answer to the
+// client. It returns the error to answer instead, if any; answered
+// reports that stage 2 failed with its error already in the client's
+// output (a merge of every shard's answers: stageFan).
+func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint32, orig []pgvalue.Field, sets []*stageRows) (fail []byte, answered bool) {
 	f := x.f
 	if len(bv.Params) != len(oids) {
-		return stageErr(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but prepared statement \"\" requires %d", len(bv.Params), len(oids)), "")
+		return stageErr(pgwire.CodeProtocolViolation, fmt.Sprintf("bind message supplies %d parameters, but prepared statement \"\" requires %d", len(bv.Params), len(oids)), ""), false
 	}
-	sql, types, vals, fail := stageSQL(sg, oids, sets)
+	repl, types, vals, fail := stageValues(oids, sets)
 	if fail != nil {
-		return fail
+		return fail, false
 	}
+	only := x.gen.DefaultShard + 1
+	if sg.Spread {
+		d := x.gen.Config.Analyzer.Route(sg.OuterStatement(), bv.Params, bv.Formats, oids)
+		switch {
+		case d.Kind == route.DestShard:
+			only = d.Shard + 1
+		case d.Kind == route.DestAll && d.Merge != nil && d.Merge.Stages == nil:
+			return stageFan(x, sg.OuterStatement(), d, bv, repl, types, vals)
+		case d.Kind != route.DestAny:
+			return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the statement over its subqueries' rows cannot run ("+d.Why()+")", ""), false
+		}
+	}
+	sql := stageText(sg.Outer, repl)
 	raw := pgwire.AppendParseMsg(nil, "", sql, types)
 	raw = appendStageBind(raw, bv, vals)
 	raw = pgwire.AppendDescribe(raw, 'P', "")
 	raw = pgwire.AppendExecute(raw, "", 0)
 	raw = pgwire.AppendEmpty(raw, 'S')
-	fp := &fanPlan{st: f.st, dest: f.dest, only: x.gen.DefaultShard + 1, raw: raw}
+	fp := &fanPlan{st: f.st, dest: f.dest, only: only, raw: raw}
 	sx, live, fail := x.stageStart(fp, nil, nil)
 	if fail != nil {
-		return fail
+		return fail, false
 	}
 	streams := sx.streams
 	defer stageEnd(streams)
 	st := streams[0]
 	if st.failed() {
 		st.drain()
-		return sx.stageError(x.f.simple)
+		x.servedFail = partError(st)
+		return sx.stageError(x.f.simple), false
 	}
 	fs, err := pgvalue.ParseRowDesc(st.rowDesc)
 	if err != nil || !sameColumns(fs, orig) {
 		st.drain()
-		return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the read in two stages would not describe its columns as the statement does", "Run the subqueries as statements of their own.")
+		return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the read in two stages would not describe its columns as the statement does", "Run the subqueries as statements of their own."), false
 	}
 	if !f.simple {
 		x.cc.out = pgwire.AppendEmpty(x.cc.out, '2') // BindComplete
@@ -430,22 +478,67 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 		x.cc.out = append(x.cc.out, st.row...)
 		if len(x.cc.out) > 64*1024 {
 			if err := x.cc.flush(); err != nil {
-				return nil
+				return nil, false
 			}
 		}
 	}
 	st.drain()
 	if st.failed() {
-		return x.gen.fanResultError(streams)
+		return x.gen.fanResultError(streams), false
 	}
 	if e := x.capt.tooBig(x.cc); e != nil {
-		return pgwire.AppendError(nil, e) // fetched in parts, beyond the bound (cursor.go)
+		return pgwire.AppendError(nil, e), false // fetched in parts, beyond the bound (cursor.go)
 	}
 	for _, n := range st.notices {
 		x.cc.out = append(x.cc.out, n...)
 	}
 	x.cc.out = pgwire.AppendCommandComplete(x.cc.out, string(st.tag))
-	return nil
+	return nil, false
+}
+
+// stageFan runs a spread plan's stage 2 that reads every shard: outer,
+// with the subqueries' rows as parameters (repl, types, vals:
+// stageValues), as a fan-out of its own whose merge answers the client
+// as the statement's would. Its participants are connections of its own
+// (outside a transaction block, as every stage).
+func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindView, repl []string, types []uint32, vals [][]byte) ([]byte, bool) {
+	f := x.f
+	fp := &fanPlan{simple: f.simple, st: outer, dest: d, vs: &vstmt{st: outer, oids: types}, describe: f.describe,
+		continues: true, repl: repl}
+	fp.bind = appendStageBind(nil, bv, vals)
+	var sbv pgwire.BindView
+	if err := sbv.Decode(fp.bind); err != nil {
+		return stageErr(pgwire.CodeProgramLimitExceeded, "cannot run across shards: the subqueries' rows do not fit one Bind message", ""), false
+	}
+	sx := x.stage(fp)
+	if e := sx.fanParts(); e != nil {
+		x.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
+		return pgwire.AppendError(nil, e), false
+	}
+	sx.setFanning(sx.streams)
+	defer sx.setFanning(nil)
+	formats := merge.ShardFormats(d.Merge, sbv.ResultFmts)
+	for _, st := range sx.streams {
+		buf, err := sx.fanRequest(st, &sbv, formats)
+		if err == nil {
+			err = st.bc.Write(buf)
+		}
+		if err != nil {
+			st.loseConn(err)
+		}
+	}
+	bindAt := -1
+	if !f.simple {
+		bindAt = len(x.cc.out)
+		x.cc.out = pgwire.AppendEmpty(x.cc.out, '2') // BindComplete
+	}
+	err := sx.fanMerge(d.Merge, &sbv, x.gen.textBytewise(x.ctx), bindAt)
+	x.servedFail = partError(firstFailed(sx.streams))
+	sx.fanEnd()
+	if err != nil {
+		return nil, false // the client's connection failed
+	}
+	return nil, fp.failed
 }
 
 // sameColumns reports whether stage 2's columns are the statement's:

@@ -17,10 +17,11 @@ func TestStageSQL(t *testing.T) {
 	rows := &stageRows{fields: []pgvalue.Field{{Name: "a", OID: 20, Typmod: -1}, {Name: `b"x`, OID: 25, Typmod: -1}},
 		rows: [][][]byte{{[]byte("1"), nil}, {[]byte("2"), []byte("t")}}}
 	empty := &stageRows{fields: []pgvalue.Field{{Name: "c", OID: 1700, Typmod: -1}}}
-	sql, types, vals, fail := stageSQL(sg, []uint32{23}, []*stageRows{rows, empty})
+	repl, types, vals, fail := stageValues([]uint32{23}, []*stageRows{rows, empty})
 	if fail != nil {
 		t.Fatalf("refused: %q", fail)
 	}
+	sql := stageText(sg.Outer, repl)
 	want := `SELECT d.a FROM (SELECT * FROM (VALUES ($2, $3), ($4, $5)) AS pgshard_v("a", "b""x")) d JOIN (SELECT * FROM (VALUES ($6)) AS pgshard_v("c") WHERE false) e ON true WHERE d.a > $1`
 	if sql != want {
 		t.Errorf("stage 2:\n got %s\nwant %s", sql, want)
@@ -32,7 +33,14 @@ func TestStageSQL(t *testing.T) {
 		t.Errorf("values %q", vals)
 	}
 	mod := &stageRows{fields: []pgvalue.Field{{Name: "v", OID: 1043, Typmod: 14}}}
-	if _, _, _, fail := stageSQL(&route.Stages{Outer: route.StageMarker(0)}, nil, []*stageRows{mod}); fail == nil || !strings.Contains(string(fail), "type modifier") {
+	if _, _, _, fail := stageValues(nil, []*stageRows{mod}); fail == nil || !strings.Contains(string(fail), "type modifier") {
 		t.Errorf("a type modifier: got %q", fail)
+	}
+	// A marker missing from a shard's text (or there twice) is no text.
+	if got := stageText("SELECT 1", repl); got != "" {
+		t.Errorf("no marker: got %q", got)
+	}
+	if got := stageText(sg.Outer+" UNION ALL "+route.StageMarker(0), repl); got != "" {
+		t.Errorf("a marker twice: got %q", got)
 	}
 }

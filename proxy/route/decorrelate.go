@@ -1,0 +1,173 @@
+package route
+
+import (
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// Decorrelating an EXISTS for a read in two stages. A semi- or anti-join
+// whose subquery is tied to the statement's row by one equality that is
+// not on both tables' sharding keys (outbox a WHERE EXISTS (SELECT 1 FROM
+// executions b WHERE b.id = a.target_id AND ...)) cannot run per shard.
+// The same truth value, for every row and NULL, is
+//
+//	EXISTS (SELECT 1 FROM t b WHERE b.k = a.x AND rest)
+//	  ≡ COALESCE(a.x IN (SELECT DISTINCT b.k FROM t b WHERE rest), false)
+//
+// (a.x NULL: EXISTS is false, IN is NULL or false; a.x not NULL: IN is
+// true where some b.k equals it, else NULL or false), and the IN's
+// subquery no longer refers to the row: stage 1 merges it, stage 2 runs
+// the statement where it routes (twostage.go, spread). Only a plain
+// subquery is rewritten (FROM and WHERE, no GROUP BY, HAVING, DISTINCT,
+// LIMIT, WITH, window or set operation), and only when every column of
+// the equality is qualified — by a relation of the subquery on one side,
+// by one it does not have on the other: an unqualified column may be
+// either's, which only the catalog knows. A column of the statement's
+// row left unqualified in rest makes the rewritten subquery fail alone
+// (42703), which the engine answers as the correlated refusal.
+
+// decorrelate rewrites the EXISTS subqueries of sel's WHERE, HAVING and
+// select list that it can (see above) and reports whether it rewrote one.
+func decorrelate(sel *pg.SelectStmt) bool {
+	done := false
+	ns := append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...)
+	for _, n := range ns {
+		inspect(n, func(x *pg.Node) bool {
+			sl := x.GetSubLink()
+			if sl == nil {
+				return true
+			}
+			if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK {
+				if in := existsAsIn(sl); in != nil {
+					x.Node, done = in.Node, true
+				}
+			}
+			return false
+		})
+	}
+	return done
+}
+
+// existsAsIn is the COALESCE(x IN (...), false) standing for EXISTS
+// subquery sl, nil when sl is not one decorrelate rewrites.
+func existsAsIn(sl *pg.SubLink) *pg.Node {
+	q := sl.Subselect.GetSelectStmt()
+	if q == nil || len(q.FromClause) == 0 || q.WhereClause == nil || isSetOp(q) || q.WithClause != nil ||
+		len(q.GroupClause) > 0 || q.HavingClause != nil || len(q.DistinctClause) > 0 || len(q.WindowClause) > 0 ||
+		q.LimitCount != nil || q.LimitOffset != nil || len(q.LockingClause) > 0 || len(q.ValuesLists) > 0 {
+		return nil
+	}
+	own := relationNames(sl.Subselect)
+	conj := []*pg.Node{q.WhereClause}
+	if be := q.WhereClause.GetBoolExpr(); be != nil && be.Boolop == pg.BoolExprType_AND_EXPR {
+		conj = be.Args
+	}
+	for i, c := range conj {
+		inner, outer := correlation(c, own)
+		if inner == nil {
+			continue
+		}
+		rest := append(append([]*pg.Node(nil), conj[:i]...), conj[i+1:]...)
+		sub := &pg.SelectStmt{DistinctClause: []*pg.Node{{}}, FromClause: q.FromClause,
+			TargetList:  []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: inner}}}},
+			LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT, Op: pg.SetOperation_SETOP_NONE}
+		switch len(rest) {
+		case 0:
+		case 1:
+			sub.WhereClause = rest[0]
+		default:
+			sub.WhereClause = &pg.Node{Node: &pg.Node_BoolExpr{BoolExpr: &pg.BoolExpr{Boolop: pg.BoolExprType_AND_EXPR, Args: rest}}}
+		}
+		subq := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sub}}
+		if correlated(subq) {
+			return nil // rest names the row too
+		}
+		in := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_ANY_SUBLINK, Testexpr: outer, Subselect: subq}}}
+		no := &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Boolval{Boolval: &pg.Boolean{}}}}}
+		return &pg.Node{Node: &pg.Node_CoalesceExpr{CoalesceExpr: &pg.CoalesceExpr{Args: []*pg.Node{in, no}}}}
+	}
+	return nil
+}
+
+// correlation splits c, a conjunct inner = outer (either way round), into
+// its side over the subquery's own relations (names own) and its side
+// over the statement's row; nil, nil when c is not such an equality with
+// every column qualified.
+func correlation(c *pg.Node, own map[string]bool) (inner, outer *pg.Node) {
+	ae := c.GetAExpr()
+	if ae == nil || ae.Kind != pg.A_Expr_Kind_AEXPR_OP || len(ae.Name) != 1 || strName(ae.Name[0]) != "=" {
+		return nil, nil
+	}
+	l, r := sideOf(ae.Lexpr, own), sideOf(ae.Rexpr, own)
+	switch {
+	case l == sideOwn && r == sideRow:
+		return ae.Lexpr, ae.Rexpr
+	case l == sideRow && r == sideOwn:
+		return ae.Rexpr, ae.Lexpr
+	}
+	return nil, nil
+}
+
+const (
+	sideNone = iota // no column, an unqualified one, a subquery, or both sides' columns
+	sideOwn         // only columns of the subquery's relations
+	sideRow         // only columns of the statement's row
+)
+
+// sideOf tells whose columns expression e reads (see the constants).
+func sideOf(e *pg.Node, own map[string]bool) int {
+	side, bad := sideNone, false
+	inspect(e, func(n *pg.Node) bool {
+		if n.GetSubLink() != nil {
+			bad = true
+		}
+		cr := n.GetColumnRef()
+		if cr == nil || bad {
+			return !bad
+		}
+		if len(cr.Fields) < 2 || cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+			bad = true
+			return false
+		}
+		s := sideRow
+		if own[strName(cr.Fields[len(cr.Fields)-2])] {
+			s = sideOwn
+		}
+		if side != sideNone && side != s {
+			bad = true
+		}
+		side = s
+		return !bad
+	})
+	if bad {
+		return sideNone
+	}
+	return side
+}
+
+// relationNames are the names subquery q gives its relations at any
+// depth: tables (and their aliases), subqueries, functions, joins, CTEs.
+func relationNames(q *pg.Node) map[string]bool {
+	names := map[string]bool{}
+	alias := func(a *pg.Alias) {
+		if a != nil {
+			names[a.Aliasname] = true
+		}
+	}
+	inspect(q, func(n *pg.Node) bool {
+		switch x := n.Node.(type) {
+		case *pg.Node_RangeVar:
+			names[x.RangeVar.Relname] = true
+			alias(x.RangeVar.Alias)
+		case *pg.Node_RangeSubselect:
+			alias(x.RangeSubselect.Alias)
+		case *pg.Node_RangeFunction:
+			alias(x.RangeFunction.Alias)
+		case *pg.Node_JoinExpr:
+			alias(x.JoinExpr.Alias)
+		case *pg.Node_CommonTableExpr:
+			names[x.CommonTableExpr.Ctename] = true
+		}
+		return true
+	})
+	return names
+}
