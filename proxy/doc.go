@@ -58,7 +58,9 @@
 //	    engine/twostage.go: a read in two stages (route.Stages): describe the
 //	    statement, run each inner statement as a fan-out (or on its shard)
 //	    collecting its merged rows, then the outer statement over them as
-//	    typed VALUES on the default shard, its answer streamed to the client.
+//	    typed VALUES on the default shard (a spread plan: where Route sends
+//	    it, every shard merged as a fan-out of its own), its answer streamed
+//	    to the client.
 //	    engine/fanlead.go: transaction-local settings ahead of a read of every shard
 //	    in its implicit transaction (set_config(..., true), SET LOCAL) run on
 //	    every shard first; inside a transaction block set_config is repeated

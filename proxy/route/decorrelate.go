@@ -25,11 +25,11 @@ import (
 // row left unqualified in rest makes the rewritten subquery fail alone
 // (42703), which the engine answers as the correlated refusal.
 
-// decorrelate rewrites the EXISTS subqueries of sel's WHERE, HAVING and
-// select list that it can (see above) and reports whether it rewrote one.
+// decorrelate rewrites the EXISTS subqueries of sel's WHERE, HAVING,
+// select list and ORDER BY that it can (see above) and reports whether it rewrote one.
 func decorrelate(sel *pg.SelectStmt) bool {
 	done := false
-	ns := append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...)
+	ns := append(append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...), sel.SortClause...)
 	for _, n := range ns {
 		inspect(n, func(x *pg.Node) bool {
 			sl := x.GetSubLink()

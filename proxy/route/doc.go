@@ -12,7 +12,8 @@
 //	                      exprreader.go, coverage.go) ─► plan (keyplan.go)
 //	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
 //	                      shardcolumns.go, valuesplit.go, setop.go) ─► hints (hint.go)
-//	a read refused across shards ─► two-stage plan (twostage.go, once per text)
+//	a read refused across shards ─► two-stage plan (twostage.go, an EXISTS
+//	  decorrelated into an IN: decorrelate.go; once per text)
 //	a per-shard text of a read of every shard ─► its served form: each keyed
 //	  table read in the buckets the shard serves (served.go, once per text)
 //	*Statement + Bind params (input.go) ─► decode key params (value.go)
@@ -380,40 +381,61 @@
 // sharded table it reads can be taken out as a statement of its own
 // (twostage.go; the engine's side is proxy/internal/engine/twostage.go):
 //
-//   - a FROM subquery (not LATERAL) or a CTE (not recursive) that reads a
-//     sharded table becomes an inner statement, as written;
+//   - a subquery of the WHERE, HAVING or select list of a SELECT with
+//     FROM that reads a sharded table and qualifies no column by a
+//     relation it does not have (correlated) becomes an inner statement,
+//     as written (an EXISTS reads one row: LIMIT 1); an EXISTS tied to
+//     the row by one equality of qualified columns, b.k = a.x, with no
+//     other reference to the row, first becomes COALESCE(a.x IN (SELECT
+//     DISTINCT b.k FROM ... WHERE the rest), false) — the same truth
+//     value for every row and NULL (decorrelate.go) — whose subquery does
+//     not refer to the row. When only such subqueries are inner (the
+//     spread plan, tried first), the statement keeps its FROM, and stage
+//     2 is routed as any read: its key's shard, or every shard merged;
+//   - else a FROM subquery (not LATERAL) or a CTE (not recursive) that
+//     reads a sharded table becomes an inner statement, as written;
 //   - a sharded table in the top-level FROM (a join item too) becomes the
 //     inner statement SELECT * FROM t LIMIT PullLimit+1, read under the
 //     table's name or alias;
 //   - each branch of a top-level set operation (one rule 7 does not
 //     merge: INTERSECT, EXCEPT, a branch with aggregates or LIMIT) that
 //     reads a sharded table becomes an inner statement, as written;
+//   - a subquery of a SELECT without FROM that reads a sharded table
+//     becomes an inner statement (nothing there can correlate it);
 //   - stage 1 runs each inner statement with the client's parameters as
 //     Route decides for it alone (merged from every shard, or on its one
 //     shard; refused → the whole statement keeps its refusal) and keeps
-//     its merged rows, at most PullLimit rows (54000 beyond);
-//   - stage 2 runs the rest (Stages.Outer) on the default shard, each
+//     its merged rows, at most PullLimit rows (54000 beyond); an inner
+//     statement that fails alone for a column or relation it does not
+//     have (42703, 42P01: it names a column of the row without a
+//     qualifier) is refused as a correlated subquery (0A000);
+//   - stage 2 runs the rest (Stages.Outer) — on the default shard, or
+//     for the spread plan where Route sends it — each
 //     inner replaced by (SELECT * FROM (VALUES ($n, ...), ...) AS
 //     pgshard_v(columns)) — parameters of the rows' type OIDs, in binary
 //     — so Postgres itself evaluates windows, aggregates, joins, ORDER BY,
 //     LIMIT over them; an empty result is the same list of NULLs WHERE
-//     false. The answer's columns must be the statement's (names, types,
-//     type modifiers, else 0A000); their originating table columns are the
-//     statement's, from a Describe of it.
+//     false. On one shard the answer's columns must be the statement's
+//     (names, types, type modifiers, else 0A000); their originating
+//     table columns are the statement's, from a Describe of it.
 //
-// The outer statement must read no sharded table itself. Not in two
-// stages (the refusal stands): a sharded table in a subquery of WHERE,
-// the select list or ORDER BY, or in a LATERAL subquery (correlated); an
-// inner subquery that reads a CTE of the statement; recursive CTEs; COLLATE or a system column (ctid, xmin, tableoid,
-// ...) anywhere in the text; an answer that depends on the order rows are
-// read in, which stage 1 does not keep (string_agg, array_agg, json_agg,
-// ... without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
-// or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a type modifier; writes, FOR
-// UPDATE; after settings in its pipeline; inside a transaction block
-// that is not READ COMMITTED, has written, or has SET LOCAL (the stages
-// run outside the block: the engine decides, twostage.go); more than
-// 65535 parameters in stage 2. The stages are separate transactions (no
-// snapshot across shards, as for every fan-out).
+// Without the spread plan the outer statement must read no sharded table
+// itself. Not in two stages (the refusal stands): a correlated subquery
+// over another shard's rows (other than the EXISTS above), in WHERE, the
+// select list or a LATERAL subquery; a sharded table in an ORDER BY or
+// GROUP BY subquery; an inner subquery that reads a CTE of the
+// statement; an inner that is itself answered in two stages; recursive
+// CTEs; COLLATE or a system column (ctid, xmin, tableoid, ...) anywhere
+// in the text; an answer that depends on the order rows are read in,
+// which stage 1 does not keep (string_agg, array_agg, json_agg, ...
+// without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
+// or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a
+// type modifier; writes, FOR UPDATE; after settings in its pipeline;
+// inside a transaction block that is not READ COMMITTED, has written, or
+// has SET LOCAL (the stages run outside the block: the engine decides,
+// twostage.go); more than 65535 parameters in stage 2. The stages are
+// separate transactions (no snapshot across shards, as for every
+// fan-out).
 //
 // Answered in two stages: SELECT d.id, rank() OVER (ORDER BY d.id)
 // FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d; WITH c AS
@@ -421,13 +443,16 @@
 // rank() OVER (ORDER BY version) FROM executions; SELECT a.id FROM
 // executions a JOIN outbox b ON b.target_id = a.id; SELECT e.version FROM
 // generate_series(0, 3) v(w) LEFT JOIN executions e ON e.version = v.w;
-// SELECT id FROM executions INTERSECT SELECT execution_id FROM timers.
-// Still refused: SELECT e.id FROM executions e WHERE e.id IN (SELECT
-// target_id FROM outbox LIMIT 3); SELECT * FROM executions e, LATERAL
-// (SELECT count(*) FROM timers t WHERE t.fire_at > e.version) x; SELECT
-// (SELECT count(*) FROM executions) + d.n FROM (SELECT count(*) AS n FROM
-// timers) d; WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM
-// executions, c LIMIT 2) d.
+// SELECT id FROM executions INTERSECT SELECT execution_id FROM timers;
+// SELECT e.id FROM executions e WHERE e.id IN (SELECT target_id FROM
+// outbox LIMIT 3) (spread: stage 2 fans out); SELECT a.seq FROM outbox a
+// WHERE NOT EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id)
+// (decorrelated, spread); SELECT (SELECT count(*) FROM executions) + d.n
+// FROM (SELECT count(*) AS n FROM timers) d. Still refused: SELECT * FROM
+// executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at >
+// e.version) x; SELECT a.id FROM executions a WHERE a.version > (SELECT
+// count(*) FROM timers t WHERE t.path = a.data); WITH c AS (SELECT 1 AS
+// one) SELECT * FROM (SELECT id FROM executions, c LIMIT 2) d.
 //
 // Refused: SELECT e.version, v.w FROM (VALUES ('id1', 0)) v(k, w) LEFT
 // JOIN executions e ON e.definition_id = v.k (not on the key: a VALUES

@@ -11,19 +11,25 @@ import (
 
 // Reads in two stages: a read refused because a FROM subquery or CTE
 // needs every shard's rows at once (LIMIT, aggregates, DISTINCT, a window
-// inside it) is answered when every sharded table it reads lies in such
-// subqueries and each of them is answerable alone:
+// inside it), or a subquery of its WHERE or select list reads other
+// shards' rows than its own, is answered when every sharded table it
+// reads outside its own FROM lies in subqueries each answerable alone:
 //
 //	SELECT ... FROM (inner 1) AS d JOIN (inner 2) AS e ... WITH c AS (inner 3) ...
 //	  stage 1: each inner, as a statement of its own, routed by Route
 //	           (fanned out and merged, or on its one shard)
 //	  stage 2: the outer statement, each inner replaced by its rows,
 //	           on the default shard, where Postgres evaluates the rest
+//	SELECT ... FROM t a WHERE a.x IN (inner 1) AND EXISTS (inner 2) ...
+//	  the spread plan (tried first): the same, but the outer statement
+//	  keeps its FROM and stage 2 is routed as any read (its key's shard,
+//	  or every shard merged)
 //
 // Stages are looked for only when Route refuses a read-only SELECT, once
 // per statement (cached in the Statement). Not answered in two stages:
-// a LATERAL subquery (correlated), a sharded table outside the inner
-// subqueries (in the outer FROM, WHERE, select list), an inner that reads
+// a LATERAL subquery or a subquery qualifying a column by a relation of
+// the statement around it (correlated; an EXISTS tied to the row by one
+// equality is decorrelated first: decorrelate.go), an inner that reads
 // a CTE of the statement, recursive CTEs, COLLATE anywhere (a column's
 // collation would be lost), writes. A set operation at the top that
 // setop.go does not merge (INTERSECT, EXCEPT, a branch with aggregates or
@@ -35,10 +41,19 @@ import (
 
 // acrossShards reports whether ref refuses a read only because it needs
 // several shards' rows at once (what two stages may answer), not for an
-// error of the statement or its parameters.
+// error of the statement or its parameters: keys of two shards too
+// (twoShards), which only a spread plan answers.
 func acrossShards(ref *Refusal) bool {
 	return ref != nil && ref.SQLState == "0A000" &&
-		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: "))
+		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: ") || twoShards(ref))
+}
+
+// twoShards reports whether ref refuses a statement whose keys name two
+// shards (evaluator.conflict): answered in two stages only by a spread
+// plan (a subquery keyed to another shard than the statement's), never
+// by reading the statement's tables whole.
+func twoShards(ref *Refusal) bool {
+	return ref != nil && strings.HasPrefix(ref.Message, "statement touches two shards: ")
 }
 
 // noStages marks a statement without a two-stage plan.
@@ -61,7 +76,7 @@ func (s *statements) stages(st *Statement) *Stages {
 // for the whole statement) when sg is noStages or a stage is refused;
 // one routes a stage's statement alone (Route without two stages).
 func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
-	if sg == noStages {
+	if sg == noStages || !sg.Spread && twoShards(refused.Refusal) {
 		return refused
 	}
 	for _, in := range sg.Inner {
@@ -236,8 +251,8 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 	}
 }
 
-// sublinks makes each subquery in the WHERE, HAVING and select list of
-// sel that reads a sharded table and names no relation of the statement
+// sublinks makes each subquery in the WHERE, HAVING, select list and
+// ORDER BY of sel that reads a sharded table and names no relation of the statement
 // around it (correlated) an inner statement: with no FROM (SELECT EXISTS
 // (...), SELECT (SELECT count(*) FROM t), SELECT 1 WHERE EXISTS (...)),
 // or over the statement's own FROM (WHERE a.k IN (SELECT ... FROM t b
@@ -246,7 +261,7 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 // statement around it without a qualifier shows as correlated only when
 // it runs alone (the engine refuses the read then: twostage.go there).
 func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
-	ns := append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...)
+	ns := append(append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...), sel.SortClause...)
 	for _, n := range ns {
 		inspect(n, func(x *pg.Node) bool {
 			sl := x.GetSubLink()

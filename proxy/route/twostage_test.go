@@ -66,6 +66,13 @@ func TestTwoStage(t *testing.T) {
 			inner:  []string{"SELECT DISTINCT o.target_id FROM outbox o WHERE o.event = 'x' AND o.seq > $1"},
 			outer:  "SELECT count(*) FROM timers t WHERE NOT COALESCE(t.execution_id IN (SELECT * FROM pgshard_stage_1_), false)",
 			spread: true},
+		// a subquery keyed to another shard than the statement's key
+		{sql: "SELECT data FROM executions WHERE id = 'a' AND version > (SELECT max(version) FROM executions WHERE id = 'zz')",
+			inner:  []string{"SELECT max(version) FROM executions WHERE id = 'zz'"},
+			outer:  "SELECT data FROM executions WHERE id = 'a' AND version > (SELECT * FROM pgshard_stage_1_)",
+			spread: true},
+		// keys of two shards in the statement itself: refused, never read whole
+		{sql: "SELECT e.data, t.path FROM executions e, timers t WHERE e.id = 'a' AND t.execution_id = 'zz'"},
 		// not rewritten: another conjunct names the row; GROUP BY in the
 		// subquery; no equality with the row
 		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id AND b.version > a.seq)"},

@@ -462,6 +462,9 @@ WITH c AS (SELECT id FROM executions) SELECT (SELECT count(*) FROM c)
 @staged SELECT o.seq, o.target_id FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE o.target_id = t.execution_id AND t.fire_at < $1) ORDER BY 1 LIMIT 40 ;; ["1030"]
 @staged SELECT e.id, EXISTS (SELECT 1 FROM spawns s WHERE s.child_id = e.id) AS spawned FROM executions e WHERE e.version = 2 ORDER BY 1
 @staged SELECT s.parent_id, count(*) FROM spawns s WHERE EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = s.child_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5
+@staged SELECT id, (SELECT count(*) FROM timers) AS n FROM executions WHERE version = 2 ORDER BY (SELECT count(*) FROM timers), id
+@staged SELECT seq, (SELECT min(fire_at) FROM timers) FROM outbox ORDER BY (SELECT max(version) FROM executions) DESC, seq LIMIT 10 OFFSET 3
+@staged SELECT data FROM executions WHERE id = '{exec5}' AND EXISTS (SELECT 1 FROM timers WHERE execution_id = '{exec9}')
 SELECT id FROM executions WHERE id = (SELECT execution_id FROM timers ORDER BY fire_at DESC, execution_id, path LIMIT 1)
 SELECT id FROM executions WHERE version = (SELECT version FROM executions)
 SELECT id FROM executions e WHERE version > (SELECT count(*) FROM timers t WHERE t.path = e.definition_id) ORDER BY id

@@ -33,6 +33,14 @@ import (
 //	  client, with the columns' originating tables from the describe
 //	  (after checking that its columns are the statement's: names, types,
 //	  type modifiers)
+//	  — or, for a spread plan (route.Stages.Spread), where Route sends
+//	  the outer statement with the client's parameters: its one shard as
+//	  above, or every shard as a fan-out of its own (stageFan: each
+//	  shard's text, served form included, with the markers replaced,
+//	  merged by internal/merge as the statement's read would be)
+//	an inner statement that fails alone with 42703 or 42P01 after the
+//	  statement described without error names a column of the statement
+//	  around it: refused as a correlated subquery (correlatedRefusal)
 //
 // The stages are separate transactions: like every read of several
 // shards, it has no snapshot across them.
@@ -402,15 +410,17 @@ func stageValues(oids []uint32, sets []*stageRows) ([]string, []uint32, [][]byte
 }
 
 // stageText is sql, a text of stage 2's statement (as written, or the
-// form a shard runs), with each marker replaced by repl's; "" when a
-// marker is not in it exactly once.
+// form a shard runs), with each marker replaced by repl's — every time
+// it occurs: a merge's text may repeat an expression (an ORDER BY term as
+// a hidden column), and the parameters it names may be read twice; ""
+// when a marker is not in it.
 func stageText(sql string, repl []string) string {
 	for i, r := range repl {
 		mk := route.StageMarker(i)
-		if strings.Count(sql, mk) != 1 {
+		if !strings.Contains(sql, mk) {
 			return ""
 		}
-		sql = strings.Replace(sql, mk, r, 1)
+		sql = strings.ReplaceAll(sql, mk, r)
 	}
 	return sql
 }
