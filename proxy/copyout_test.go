@@ -337,9 +337,16 @@ func TestCopyOutMerged(t *testing.T) {
 				{"GROUP BY", q("COPY (SELECT n, count(*), max(note) FROM " + tb + " GROUP BY n ORDER BY n) TO STDOUT (FORMAT csv)")},
 				{"LIMIT and OFFSET", q("COPY (SELECT id FROM " + tb + " ORDER BY id LIMIT 3 OFFSET 2) TO STDOUT")},
 				{"a FORCE_QUOTE column the query does not have", q("COPY (SELECT id FROM " + tb + " ORDER BY id) TO STDOUT (FORMAT csv, FORCE_QUOTE (nope))")},
+				// A query answered in two stages (its subquery merged
+				// first): stage 2's rows are written as the COPY.
+				{"in two stages: a WHERE subquery, csv", q("COPY (SELECT id, note FROM " + tb + " WHERE n > (SELECT avg(n) FROM " + tb + ") ORDER BY id) TO STDOUT (FORMAT csv, HEADER)")},
+				{"in two stages: an IN subquery with LIMIT, binary", q("COPY (SELECT id, at FROM " + tb + " WHERE id IN (SELECT id FROM " + tb + " ORDER BY n DESC, id LIMIT 3) ORDER BY id) TO STDOUT (FORMAT binary)")},
+				{"in two stages: INTERSECT, text", q("COPY (SELECT n FROM " + tb + " INTERSECT SELECT n + 1 FROM " + tb + " ORDER BY 1) TO STDOUT")},
+				{"in two stages: no FROM", q("COPY (SELECT EXISTS (SELECT 1 FROM " + tb + " WHERE n = 2), (SELECT count(*) FROM " + tb + ")) TO STDOUT (FORMAT csv)")},
 				{"afterwards", q("COPY (SELECT id FROM " + tb + " ORDER BY id LIMIT 2) TO STDOUT")},
 				{"begin", q("BEGIN")},
 				{"in a transaction block", q("COPY (" + all + " ORDER BY n, id) TO STDOUT (FORMAT csv)")},
+				{"in two stages in a transaction block", q("COPY (SELECT count(*), max(d.n) FROM (SELECT n FROM " + tb + " ORDER BY id LIMIT 4) d) TO STDOUT")},
 				{"commit", q("COMMIT")},
 			}
 			for _, c := range cases {

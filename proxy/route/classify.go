@@ -878,6 +878,7 @@ func (p *plan) takeAnalysis(a *analyzer) {
 	switch {
 	case p.copyOut != nil:
 		p.merge, p.mergeWhy = a.copyPlan(p.copyOut)
+		p.copyStaged = copyStagedOf(a)
 	case p.mergeWhy == "":
 		p.merge, p.mergeWhy = a.mergePlan()
 	}

@@ -152,12 +152,10 @@ func (co *CopyOut) check(delim, null, quote, escape *string, seen map[string]boo
 
 // copyRows plans COPY (query) TO whose rows merge (mp, the query's
 // merge; a, the COPY's analysis): the shards run the query, the engine
-// writes the COPY.
+// writes the COPY. A query answered in two stages has its COPY planned
+// apart (copyStagedOf), as Route finds the stages.
 func copyRows(a *analyzer, co *CopyOut, mp *mergePlan) (*mergePlan, string) {
 	m := &mp.merge
-	if m.Stages != nil {
-		return nil, "COPY (query) TO of a read in two stages is not merged; run the query as a SELECT"
-	}
 	if why := copyRowsOptions(co, a.copyOpts); why != "" {
 		return nil, "COPY (query) TO, whose rows pgshard merges and writes itself: " + why
 	}
@@ -173,4 +171,29 @@ func copyRows(a *analyzer, co *CopyOut, mp *mergePlan) (*mergePlan, string) {
 	m.CopyOut = co
 	mp.desc += "; the merged rows written as one COPY in " + co.Format.String() + " format"
 	return mp, ""
+}
+
+// copyStaged is a COPY (query) TO whose query may be answered in two
+// stages: query is its text, co the COPY the engine writes of stage 2's
+// rows (Rows set, the options read).
+type copyStaged struct {
+	query string
+	co    *CopyOut
+}
+
+// copyStagedOf is the copyStaged of a COPY (query) TO analyzed by a, nil
+// for any other statement or options pgshard cannot write itself.
+func copyStagedOf(a *analyzer) *copyStaged {
+	if a.copyQuery == nil {
+		return nil
+	}
+	co := &CopyOut{Header: copyHeader(a.copyOpts), Rows: true}
+	if copyRowsOptions(co, a.copyOpts) != "" {
+		return nil
+	}
+	q, err := deparse(a.copyQuery)
+	if err != nil {
+		return nil
+	}
+	return &copyStaged{query: q, co: co}
 }

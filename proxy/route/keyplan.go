@@ -115,6 +115,10 @@ type plan struct {
 	noFrom bool
 	// copyOut: a COPY ... TO whose fan-out concatenates (copyPlan).
 	copyOut *CopyOut
+	// copyStaged, for COPY (query) TO whose options pgshard can write
+	// itself: the query's text and the COPY it writes, should the query
+	// be answered in two stages (twostage.go).
+	copyStaged *copyStaged
 
 	// refusal, when set, refuses the statement unless a hint routes it.
 	refusal *Refusal

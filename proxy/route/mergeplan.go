@@ -869,21 +869,33 @@ func deparse(n *pg.Node) (string, error) {
 	return pg.Deparse(&pg.ParseResult{Version: parseVersion(), Stmts: []*pg.RawStmt{{Stmt: n}}})
 }
 
+// describeStages is Describe of a read in two stages. No statement of
+// the client's goes to the shards as it is: each stage-1 statement is
+// routed (and merged) on its own, then stage 2 runs on one shard, or
+// where it routes.
+func (mg *Merge) describeStages() []string {
+	st := mg.Stages
+	var out []string
+	for i, in := range st.Inner {
+		out = append(out, fmt.Sprintf("stage 1.%d SQL: %s (routed on its own)", i+1, in.SQL))
+	}
+	if st.Spread {
+		out = append(out, "stage 2 SQL:   "+st.Outer+" (routed on its own, each marker a VALUES list of stage 1's rows)")
+	} else {
+		out = append(out, "stage 2 SQL:   "+st.Outer+" (on the default shard, each marker a VALUES list of stage 1's rows)")
+	}
+	if co := mg.CopyOut; co != nil {
+		out = append(out, "copy out:      stage 2's rows, written as one COPY in "+co.Format.String()+" format by pgshard")
+	}
+	return out
+}
+
 // Describe renders the plan for people (pgshard route): one line per
 // step the engine takes.
 func (mg *Merge) Describe() []string {
 	var out []string
-	if st := mg.Stages; st != nil {
-		// No statement of the client's goes to the shards as it is:
-		// each stage-1 statement is routed (and merged) on its own, then
-		// stage 2 runs on one shard.
-		for i, in := range st.Inner {
-			out = append(out, fmt.Sprintf("stage 1.%d SQL: %s (routed on its own)", i+1, in.SQL))
-		}
-		if st.Spread {
-			return append(out, "stage 2 SQL:   "+st.Outer+" (routed on its own, each marker a VALUES list of stage 1's rows)")
-		}
-		return append(out, "stage 2 SQL:   "+st.Outer+" (on the default shard, each marker a VALUES list of stage 1's rows)")
+	if mg.Stages != nil {
+		return mg.describeStages()
 	}
 	if co := mg.CopyOut; co != nil && co.Rows {
 		out = append(out, "copy out:      the merged rows, written as one COPY in "+co.Format.String()+" format by pgshard")

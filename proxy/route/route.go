@@ -4,7 +4,7 @@ package route
 // malformed input becomes a DestRefuse with the SQLSTATE Postgres would use.
 func (r *Table) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	d := r.routeOne(st, params, formats, paramOIDs)
-	if d.Kind == DestRefuse && st.Select && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
+	if d.Kind == DestRefuse && (st.Select || st.Copy && st.plan != nil && st.plan.copyStaged != nil) && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
 		one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
 		return r.stmts.stages(st).route(d, one) // twostage.go
 	}

@@ -64,13 +64,25 @@ var noStages = &Stages{}
 // the shape's pointer, for another text, and builds its own).
 func (s *statements) stages(st *Statement) *Stages {
 	sg := (*Stages)(atomic.LoadPointer(&st.stages))
-	if sg == nil || sg.sql != st.SQL && sg != noStages {
+	if sg == nil || sg.stmt != st.SQL && sg != noStages {
 		b := stageBuilder{analyze: s.analyze, sc: s.sc}
-		sg = b.plan(st.SQL)
+		query, co := st.SQL, (*CopyOut)(nil)
+		if st.Copy {
+			query, co = st.plan.copyStaged.query, st.plan.copyStaged.co
+		}
+		sg = b.plan(query)
+		if sg != noStages {
+			sg.stmt, sg.merge.CopyOut = st.SQL, co
+		}
 		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
 	}
 	return sg
 }
+
+// Query is the SELECT these are the stages of: the client's statement,
+// or a COPY (query) TO's query (its Merge has CopyOut: the engine writes
+// stage 2's rows as the COPY).
+func (sg *Stages) Query() string { return sg.sql }
 
 // route is the Dest of these stages, or refused (the Dest Route decided
 // for the whole statement) when sg is noStages or a stage is refused;

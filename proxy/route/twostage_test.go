@@ -127,3 +127,38 @@ func TestTwoStage(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoStageCopy checks that COPY (query) TO of a read in two stages
+// gets the query's stages with the COPY to write (its options read), and
+// that options pgshard cannot write keep the refusal.
+func TestTwoStageCopy(t *testing.T) {
+	r := newRouter(t, "")
+	query := "SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions)"
+	st, err := r.Analyze("COPY (" + query + ") TO STDOUT (FORMAT csv, HEADER)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Route(st, nil, nil, nil)
+	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages == nil {
+		t.Fatalf("want two stages, got %v %s", d.Kind, d.Why())
+	}
+	sg, co := d.Merge.Stages, d.Merge.CopyOut
+	if sg.Query() != query || !sg.Spread || co == nil || !co.Rows || co.Format != route.CopyCSV || !co.Header {
+		t.Errorf("stages of %q (spread %v), copy %+v", sg.Query(), sg.Spread, co)
+	}
+	// The SELECT itself has stages of its own, without a COPY.
+	sel, err := r.Analyze(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Route(sel, nil, nil, nil); d.Merge == nil || d.Merge.Stages == nil || d.Merge.CopyOut != nil {
+		t.Errorf("the SELECT: %v %s", d.Kind, d.Why())
+	}
+	bad, err := r.Analyze("COPY (" + query + ") TO STDOUT (ENCODING 'LATIN1')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Route(bad, nil, nil, nil); d.Kind != route.DestRefuse {
+		t.Errorf("COPY with ENCODING: want refused, got %v %s", d.Kind, d.Why())
+	}
+}

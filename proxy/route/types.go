@@ -340,7 +340,8 @@ type Stages struct {
 	// Spread: Outer keeps the statement's FROM with its sharded tables
 	// (only subqueries of its WHERE, HAVING and select list are Inner).
 	Spread bool
-	sql    string // the text they are the stages of ("" for noStages)
+	sql    string // the SELECT they are the stages of ("" for noStages): Query
+	stmt   string // the statement's text (a COPY's, for its query's stages)
 	// outer is Outer's analysis (without Spread it touches no sharded
 	// table).
 	outer *Statement

@@ -280,16 +280,29 @@ func copyRowsCheck(f *fanPlan, cur *backend.Settings) *pgwire.Error {
 // connection's writer swapped for a copyRowsWriter; what x answered
 // before the COPY goes out first.
 func runCopyRows(x *fanExec, m *route.Merge, bv *pgwire.BindView, bytewise bool) error {
-	cc := x.cc
-	if err := cc.flush(); err != nil {
+	restore, err := copyRowsSwap(x, m.CopyOut)
+	if err != nil {
 		return err
 	}
-	w := &copyRowsWriter{dst: cc, co: m.CopyOut}
-	x.cc = &clientConn{io: w, flushes: cc.flushes}
-	err := x.fanMerge(m, bv, bytewise, -1)
-	tail := w.convert(nil, x.cc.out)
-	cc.flushes = x.cc.flushes
-	x.cc = cc
-	cc.out = append(cc.out, tail...)
+	err = x.fanMerge(m, bv, bytewise, -1)
+	restore()
 	return err
+}
+
+// copyRowsSwap swaps x's client connection for a copyRowsWriter of co,
+// after flushing what x answered before the COPY; restore converts what
+// is left unflushed and swaps the connection back.
+func copyRowsSwap(x *fanExec, co *route.CopyOut) (restore func(), err error) {
+	cc := x.cc
+	if err := cc.flush(); err != nil {
+		return nil, err
+	}
+	w := &copyRowsWriter{dst: cc, co: co}
+	x.cc = &clientConn{io: w, flushes: cc.flushes}
+	return func() {
+		tail := w.convert(nil, x.cc.out)
+		cc.flushes = x.cc.flushes
+		x.cc = cc
+		cc.out = append(cc.out, tail...)
+	}, nil
 }

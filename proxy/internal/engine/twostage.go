@@ -77,7 +77,22 @@ func (x *fanExec) runTwoStage() error {
 			return err
 		}
 	}
-	oids, orig, fail := x.stageDescribe()
+	restore := func() {}
+	if co := f.dest.Merge.CopyOut; co != nil {
+		// COPY (query) TO of a read in two stages: stage 2's answer is
+		// written as the COPY (copyrows.go).
+		if e := copyRowsCheck(f, *x.cur); e != nil {
+			return x.fanFail(e)
+		}
+		if co.Format == route.CopyBinary {
+			bv.ResultFmts = []int16{1} // a binary COPY's tuples are binary rows
+		}
+		var err error
+		if restore, err = copyRowsSwap(x, co); err != nil {
+			return err
+		}
+	}
+	oids, orig, fail := x.stageDescribe(sg)
 	var sets []*stageRows
 	for i := 0; fail == nil && i < len(sg.Inner); i++ {
 		var rs *stageRows
@@ -88,6 +103,7 @@ func (x *fanExec) runTwoStage() error {
 	if fail == nil {
 		fail, answered = x.stageFinal(sg, &bv, oids, orig, sets)
 	}
+	restore()
 	if (fail != nil || answered) && !f.inTxn && x.servedRetryable(x.servedFail) {
 		return x.servedRetry()
 	}
@@ -179,16 +195,16 @@ func stageEnd(streams []*fanStream) {
 	}
 }
 
-// stageDescribe describes the client's statement on the default shard:
-// the types of its parameters (the client's where declared) and its
-// result columns.
-func (x *fanExec) stageDescribe() ([]uint32, []pgvalue.Field, []byte) {
+// stageDescribe describes the client's statement (a COPY's query) on the
+// default shard: the types of its parameters (the client's where
+// declared) and its result columns.
+func (x *fanExec) stageDescribe(sg *route.Stages) ([]uint32, []pgvalue.Field, []byte) {
 	f := x.f
 	var declared []uint32
 	if !f.simple {
 		declared = f.vs.oids
 	}
-	raw := pgwire.AppendParseMsg(nil, "", f.st.SQL, declared)
+	raw := pgwire.AppendParseMsg(nil, "", sg.Query(), declared)
 	raw = pgwire.AppendDescribe(raw, 'S', "")
 	raw = pgwire.AppendEmpty(raw, 'S')
 	fp := &fanPlan{st: f.st, dest: f.dest, only: x.gen.DefaultShard + 1, raw: raw, isoCheck: f.inTxn}
