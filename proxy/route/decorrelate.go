@@ -26,25 +26,31 @@ import (
 // (42703), which the engine answers as the correlated refusal.
 
 // decorrelate rewrites the EXISTS subqueries of sel's WHERE, HAVING,
-// select list and ORDER BY that it can (see above) and reports whether it rewrote one.
-func decorrelate(sel *pg.SelectStmt) bool {
-	done := false
+// select list and ORDER BY that it can (see above).
+func decorrelate(sel *pg.SelectStmt) {
+	topSublinks(sel, func(x *pg.Node, sl *pg.SubLink) {
+		if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK {
+			if in := existsAsIn(sl); in != nil {
+				x.Node = in.Node
+			}
+		}
+	})
+}
+
+// topSublinks calls fn for each subquery of sel's WHERE, HAVING, select
+// list and ORDER BY that is not inside another (x is its node, for fn to
+// replace).
+func topSublinks(sel *pg.SelectStmt, fn func(x *pg.Node, sl *pg.SubLink)) {
 	ns := append(append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...), sel.SortClause...)
 	for _, n := range ns {
 		inspect(n, func(x *pg.Node) bool {
-			sl := x.GetSubLink()
-			if sl == nil {
-				return true
+			if sl := x.GetSubLink(); sl != nil {
+				fn(x, sl)
+				return false
 			}
-			if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK {
-				if in := existsAsIn(sl); in != nil {
-					x.Node, done = in.Node, true
-				}
-			}
-			return false
+			return true
 		})
 	}
-	return done
 }
 
 // existsAsIn is the COALESCE(x IN (...), false) standing for EXISTS

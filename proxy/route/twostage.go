@@ -273,23 +273,15 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 // statement around it without a qualifier shows as correlated only when
 // it runs alone (the engine refuses the read then: twostage.go there).
 func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
-	ns := append(append([]*pg.Node{sel.WhereClause, sel.HavingClause}, sel.TargetList...), sel.SortClause...)
-	for _, n := range ns {
-		inspect(n, func(x *pg.Node) bool {
-			sl := x.GetSubLink()
-			if sl == nil {
-				return true
-			}
-			if correlated(sl.Subselect) {
-				return false
-			}
-			if q := sl.Subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && q != nil && q.LimitCount == nil && q.LimitOffset == nil {
-				q.LimitCount, q.LimitOption = pg.MakeAConstIntNode(1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
-			}
-			b.stage(&sl.Subselect)
-			return false
-		})
-	}
+	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
+		if correlated(sl.Subselect) {
+			return
+		}
+		if q := sl.Subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && q != nil && q.LimitCount == nil && q.LimitOffset == nil {
+			q.LimitCount, q.LimitOption = pg.MakeAConstIntNode(1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
+		}
+		b.stage(&sl.Subselect)
+	})
 }
 
 // correlated reports whether subquery q qualifies a column by a relation
