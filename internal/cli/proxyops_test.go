@@ -128,6 +128,21 @@ func (p *proxyProc) output() string {
 	return p.log.String()
 }
 
+// logged reports whether the proxy's output comes to contain s within d.
+// What it wrote before its ready file reaches the buffer through a pipe
+// copied by a goroutine of exec's, which may be behind the file under
+// load.
+func (p *proxyProc) logged(s string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.output(), s) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // waitExit waits for the process to end and returns its exit code.
 func (p *proxyProc) waitExit(t *testing.T, d time.Duration) int {
 	t.Helper()
@@ -285,7 +300,7 @@ func TestProxyRestartUnderPgbench(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	second := startProxyProc(t, bin, cfg, ready) // takes the socket over
-	if !strings.Contains(second.output(), "took the listening socket over") {
+	if !second.logged("took the listening socket over", 30*time.Second) {
 		t.Errorf("the second proxy did not report a hand-over:\n%s", second.output())
 	}
 	time.Sleep(4 * time.Second)

@@ -384,7 +384,9 @@
 //   - a subquery of the WHERE, HAVING or select list of a SELECT with
 //     FROM that reads a sharded table and qualifies no column by a
 //     relation it does not have (correlated) becomes an inner statement,
-//     as written (an EXISTS reads one row: LIMIT 1); an EXISTS tied to
+//     as written (an EXISTS reads one row: LIMIT 1; an IN, ANY, ALL or
+//     ARRAY subquery without LIMIT gets LIMIT PullLimit+1, so that every
+//     shard stops where stage 1 would refuse the rows anyway); an EXISTS tied to
 //     the row by one equality of qualified columns, b.k = a.x, with no
 //     other reference to the row, first becomes COALESCE(a.x IN (SELECT
 //     DISTINCT b.k FROM ... WHERE the rest), false) — the same truth

@@ -269,9 +269,10 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 // (...), SELECT (SELECT count(*) FROM t), SELECT 1 WHERE EXISTS (...)),
 // or over the statement's own FROM (WHERE a.k IN (SELECT ... FROM t b
 // WHERE ...)). Stage 1 reads one row of an EXISTS (LIMIT 1 when it has
-// none: the same truth value). A subquery that names a column of the
-// statement around it without a qualifier shows as correlated only when
-// it runs alone (the engine refuses the read then: twostage.go there).
+// none: the same truth value), and at most PullLimit+1 of an IN, ANY,
+// ALL or ARRAY (bound). A subquery that names a column of the statement around it
+// without a qualifier shows as correlated only when it runs alone (the
+// engine refuses the read then: twostage.go there).
 func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
 		if correlated(sl.Subselect) {
@@ -279,9 +280,34 @@ func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 		}
 		if q := sl.Subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && q != nil && q.LimitCount == nil && q.LimitOffset == nil {
 			q.LimitCount, q.LimitOption = pg.MakeAConstIntNode(1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
+		} else if sl.SubLinkType != pg.SubLinkType_EXPR_SUBLINK {
+			b.bound(sl.Subselect) // a scalar subquery reads one row or fails
 		}
 		b.stage(&sl.Subselect)
 	})
+}
+
+// bound gives subquery q, a SELECT without LIMIT or OFFSET, LIMIT
+// PullLimit+1: more rows than that are refused anyway (54000), and the
+// limit lets every shard stop there (an index scan stops early) rather
+// than read, and sort for a merge, a whole table first. Fewer rows are
+// the subquery's all, so the answer is the same. Left without it when the
+// limit would make q a read pgshard does not merge, or q stays in the
+// outer statement (it reads no sharded table, or a CTE of the statement:
+// stage), where the limit would change its answer.
+func (b *stageBuilder) bound(q *pg.Node) {
+	sel := q.GetSelectStmt()
+	if sel == nil || isSetOp(sel) || sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.ValuesLists) > 0 {
+		return
+	}
+	sel.LimitCount, sel.LimitOption = pg.MakeAConstIntNode(PullLimit+1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
+	if text, err := deparse(q); err == nil {
+		if st, err := b.analyze(text); err == nil && st.ParseError == "" && b.keyed(st) && !b.ctesRead(st) &&
+			(st.plan == nil || st.plan.static == nil || st.plan.static.Kind != DestRefuse) {
+			return // an inner statement (stage), merged as it is
+		}
+	}
+	sel.LimitCount, sel.LimitOption = nil, pg.LimitOption_LIMIT_OPTION_DEFAULT
 }
 
 // correlated reports whether subquery q qualifies a column by a relation
@@ -348,11 +374,9 @@ func (b *stageBuilder) stage(q **pg.Node) {
 	if !b.keyed(st) {
 		return // stays in the outer statement
 	}
-	for _, t := range st.Tables {
-		if b.ctes[t] {
-			b.fail = true // reads a CTE of the statement: not a statement alone
-			return
-		}
+	if b.ctesRead(st) {
+		b.fail = true // reads a CTE of the statement: not a statement alone
+		return
 	}
 	mk, err := pg.Parse(StageMarker(len(b.inner)))
 	if err != nil {
@@ -361,6 +385,16 @@ func (b *stageBuilder) stage(q **pg.Node) {
 	}
 	*q = mk.Stmts[0].Stmt
 	b.inner = append(b.inner, st)
+}
+
+// ctesRead reports whether st reads a CTE of the statement.
+func (b *stageBuilder) ctesRead(st *Statement) bool {
+	for _, t := range st.Tables {
+		if b.ctes[t] {
+			return true
+		}
+	}
+	return false
 }
 
 // keyed reports whether st reads a table of the sharding schema.

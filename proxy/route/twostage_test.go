@@ -53,17 +53,17 @@ func TestTwoStage(t *testing.T) {
 			outer:  "SELECT count(*), max(t.path) FROM timers t WHERE t.fire_at > (SELECT * FROM pgshard_stage_1_) AND NOT EXISTS (SELECT * FROM pgshard_stage_2_)",
 			spread: true},
 		{sql: "SELECT s.seq, (SELECT max(version) FROM executions) FROM spawns s WHERE s.parent_id = $1 AND s.child_id NOT IN (SELECT execution_id FROM processed_events)",
-			inner:  []string{"SELECT execution_id FROM processed_events", "SELECT max(version) FROM executions"},
+			inner:  []string{"SELECT execution_id FROM processed_events LIMIT 10001", "SELECT max(version) FROM executions"},
 			outer:  "SELECT s.seq, (SELECT * FROM pgshard_stage_2_) FROM spawns s WHERE s.parent_id = $1 AND NOT s.child_id IN (SELECT * FROM pgshard_stage_1_)",
 			spread: true},
 		// an EXISTS tied to the row by one equality of qualified columns
 		// is the IN of a subquery that is not (decorrelate.go)
 		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id) ORDER BY a.seq",
-			inner:  []string{"SELECT DISTINCT b.id FROM executions b"},
+			inner:  []string{"SELECT DISTINCT b.id FROM executions b LIMIT 10001"},
 			outer:  "SELECT a.seq FROM outbox a WHERE COALESCE(a.target_id IN (SELECT * FROM pgshard_stage_1_), false) ORDER BY a.seq",
 			spread: true},
 		{sql: "SELECT count(*) FROM timers t WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event = 'x' AND t.execution_id = o.target_id AND o.seq > $1)",
-			inner:  []string{"SELECT DISTINCT o.target_id FROM outbox o WHERE o.event = 'x' AND o.seq > $1"},
+			inner:  []string{"SELECT DISTINCT o.target_id FROM outbox o WHERE o.event = 'x' AND o.seq > $1 LIMIT 10001"},
 			outer:  "SELECT count(*) FROM timers t WHERE NOT COALESCE(t.execution_id IN (SELECT * FROM pgshard_stage_1_), false)",
 			spread: true},
 		// a subquery keyed to another shard than the statement's key
