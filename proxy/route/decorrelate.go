@@ -18,7 +18,8 @@ import (
 // subquery no longer refers to the row: stage 1 merges it, stage 2 runs
 // the statement where it routes (twostage.go, spread). Only a plain
 // subquery is rewritten (FROM and WHERE, no GROUP BY, HAVING, DISTINCT,
-// LIMIT, WITH, window or set operation), and only when every column of
+// LIMIT, WITH, window or set operation; a select list of constants and
+// columns only: plainTargets), and only when every column of
 // the equality is qualified — by a relation of the subquery on one side,
 // by one it does not have on the other: an unqualified column may be
 // either's, which only the catalog knows. A column of the statement's
@@ -62,6 +63,9 @@ func existsAsIn(sl *pg.SubLink) *pg.Node {
 		q.LimitCount != nil || q.LimitOffset != nil || len(q.LockingClause) > 0 || len(q.ValuesLists) > 0 {
 		return nil
 	}
+	if !plainTargets(q.TargetList) {
+		return nil
+	}
 	own := relationNames(sl.Subselect)
 	conj := []*pg.Node{q.WhereClause}
 	if be := q.WhereClause.GetBoolExpr(); be != nil && be.Boolop == pg.BoolExprType_AND_EXPR {
@@ -92,6 +96,28 @@ func existsAsIn(sl *pg.SubLink) *pg.Node {
 		return &pg.Node{Node: &pg.Node_CoalesceExpr{CoalesceExpr: &pg.CoalesceExpr{Args: []*pg.Node{in, no}}}}
 	}
 	return nil
+}
+
+// plainTargets reports whether an EXISTS subquery's select list is
+// only constants and columns (SELECT 1, SELECT *, SELECT b.id): its rows
+// are then its FROM's rows that pass WHERE, which the rewrite keeps. An
+// aggregate would make one row of none (EXISTS (SELECT count(*) ...) is
+// always true), a set-returning function none or several of one.
+func plainTargets(ts []*pg.Node) bool {
+	for _, t := range ts {
+		rt := t.GetResTarget()
+		if rt == nil {
+			return false
+		}
+		v := rt.Val
+		if tc := v.GetTypeCast(); tc != nil {
+			v = tc.Arg
+		}
+		if v.GetAConst() == nil && v.GetColumnRef() == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // correlation splits c, a conjunct inner = outer (either way round), into

@@ -78,6 +78,10 @@ func TestTwoStage(t *testing.T) {
 		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id AND b.version > a.seq)"},
 		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id GROUP BY b.id)"},
 		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.version > a.seq)"},
+		// an aggregate or a set-returning function in the select list
+		// decides EXISTS itself (count(*) is always one row): kept
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT count(*) FROM executions b WHERE b.id = a.target_id)"},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT generate_series(1, b.version) FROM executions b WHERE b.id = a.target_id)"},
 		// a subquery naming the statement's relation is correlated: it
 		// stays, and the read is refused
 		{sql: "SELECT a.id FROM executions a WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id <> a.id)"},

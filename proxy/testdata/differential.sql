@@ -465,6 +465,8 @@ WITH c AS (SELECT id FROM executions) SELECT (SELECT count(*) FROM c)
 @staged SELECT id, (SELECT count(*) FROM timers) AS n FROM executions WHERE version = 2 ORDER BY (SELECT count(*) FROM timers), id
 @staged SELECT seq, (SELECT min(fire_at) FROM timers) FROM outbox ORDER BY (SELECT max(version) FROM executions) DESC, seq LIMIT 10 OFFSET 3
 @staged SELECT data FROM executions WHERE id = '{exec5}' AND EXISTS (SELECT 1 FROM timers WHERE execution_id = '{exec9}')
+SELECT count(*) FROM outbox o WHERE EXISTS (SELECT count(*) FROM executions e WHERE e.id = o.target_id)
+SELECT count(*) FROM outbox o WHERE NOT EXISTS (SELECT generate_series(1, e.version - 3) FROM executions e WHERE e.id = o.target_id)
 SELECT id FROM executions WHERE id = (SELECT execution_id FROM timers ORDER BY fire_at DESC, execution_id, path LIMIT 1)
 SELECT id FROM executions WHERE version = (SELECT version FROM executions)
 SELECT id FROM executions e WHERE version > (SELECT count(*) FROM timers t WHERE t.path = e.definition_id) ORDER BY id
