@@ -388,7 +388,8 @@
 //     ARRAY subquery without LIMIT gets LIMIT PullLimit+1, so that every
 //     shard stops where stage 1 would refuse the rows anyway); an EXISTS tied to
 //     the row by one equality of qualified columns, b.k = a.x, with no
-//     other reference to the row, first becomes COALESCE(a.x IN (SELECT
+//     other reference to the row and a select list of constants and
+//     columns, first becomes COALESCE(a.x IN (SELECT
 //     DISTINCT b.k FROM ... WHERE the rest), false) — the same truth
 //     value for every row and NULL (decorrelate.go) — whose subquery does
 //     not refer to the row. When only such subqueries are inner (the
