@@ -307,8 +307,12 @@ type routeReport struct {
 
 // stagesReport is a read in two stages (route.Stages), as the proxy runs
 // it: stage 1 routes each subquery as a statement of its own, stage 2 runs
-// the outer statement over their rows on the default shard.
+// the outer statement over their rows on the default shard (or, for a
+// spread plan, where its own routing sends it).
 type stagesReport struct {
+	// DescribeShard is where the client's statement is described first
+	// (the default shard).
+	DescribeShard string `json:"describe_shard"`
 	// Stage1 explains each inner statement: its SQL, where it runs and
 	// its own merge (with the SQL each shard receives).
 	Stage1 []routeReport `json:"stage1"`
@@ -333,7 +337,7 @@ func (rep *routeReport) explainStages(r *route.Table, defShard string, params []
 		return
 	}
 	sg := rep.Merge.stages
-	rep.Merge, rep.Stages = nil, &stagesReport{Stage2: stage2Report{Shard: defShard, SQL: sg.Outer}}
+	rep.Merge, rep.Stages = nil, &stagesReport{DescribeShard: defShard, Stage2: stage2Report{Shard: defShard, SQL: sg.Outer}}
 	for i, in := range sg.Inner {
 		sub := report(r, r.Explain(in, params, formats, oids))
 		if mg := sub.Merge; mg != nil && mg.SQL == "" && len(mg.Plan) > 0 {
@@ -449,31 +453,28 @@ func writeRouteBody(w io.Writer, rep routeReport, ind string) {
 // writeStages prints a read in two stages: what each stage sends where,
 // and how the answer is made of them.
 func writeStages(w io.Writer, sg *stagesReport, ind string) {
-	n, def := len(sg.Stage1), sg.Stage2.Shard
-	if sg.Stage2.Routed != nil {
-		def = "the default shard"
-	}
-	fmt.Fprintf(w, "%sdescribe: the client's statement is described on shard %s (Parse + Describe: parameter and column types; not run)\n", ind, def)
+	n, routed := len(sg.Stage1), sg.Stage2.Routed
+	fmt.Fprintf(w, "%sdescribe: the client's statement is described on shard %s (Parse + Describe: parameter and column types; not run)\n", ind, sg.DescribeShard)
 	fmt.Fprintf(w, "%sstage 1:  each subquery runs alone, with the client's parameters, where its own routing below sends it; the proxy keeps its merged rows (more than %d: refused, SQLSTATE 54000)\n", ind, route.PullLimit)
 	for i, sub := range sg.Stage1 {
 		fmt.Fprintf(w, "%s  subquery %d of %d: %s\n", ind, i+1, n, oneLineSQL(sub.SQL))
 		writeRouteBody(w, sub, ind+"    ")
 	}
-	if sg.Stage2.Routed != nil {
+	if routed != nil {
 		fmt.Fprintf(w, "%sstage 2:  after stage 1, the statement with the subqueries' rows, routed on its own (its key, or every shard merged):\n", ind)
 	} else {
-		fmt.Fprintf(w, "%sstage 2:  on shard %s (the default shard), after stage 1:\n", ind, def)
+		fmt.Fprintf(w, "%sstage 2:  on shard %s (the default shard), after stage 1:\n", ind, sg.Stage2.Shard)
 	}
 	fmt.Fprintf(w, "%s  SQL:    %s\n", ind, oneLineSQL(sg.Stage2.SQL))
 	for i, mk := range sg.Stage2.Markers {
 		fmt.Fprintf(w, "%s  where  %s is subquery %d's merged rows: SELECT * FROM (VALUES ($k, ...), ...) AS pgshard_v(its columns), sent as binary parameters numbered after the client's\n", ind, mk, i+1)
 	}
-	if sg.Stage2.Routed != nil {
-		writeRouteBody(w, *sg.Stage2.Routed, ind+"  ")
+	if routed != nil {
+		writeRouteBody(w, *routed, ind+"  ")
 		fmt.Fprintf(w, "%sresult:   stage 2's rows, merged as its routing says\n", ind)
 		return
 	}
-	fmt.Fprintf(w, "%sresult:   stage 2's rows, as shard %s returns them (no merge)\n", ind, def)
+	fmt.Fprintf(w, "%sresult:   stage 2's rows, as shard %s returns them (no merge)\n", ind, sg.Stage2.Shard)
 }
 
 func oneLineSQL(s string) string {

@@ -110,17 +110,12 @@ func TestRouteInputs(t *testing.T) {
 func TestRouteTwoStages(t *testing.T) {
 	const sql = "WITH c AS (SELECT count(*) AS n FROM timers) SELECT n + 1 FROM c"
 	r := mustRun(t, "", "route", "--map", testMap, sql)
-	for _, want := range []string{
+	wantLines(t, "two stages", r.stdout,
 		"dest:     in two stages (below)",
 		"subquery 1 of 1: SELECT count(*) AS n FROM timers",
 		"per-shard SQL: SELECT count(*) AS n, pg_catalog.current_setting('extra_float_digits') AS pgshard_2 FROM timers",
 		"stage 2:  on shard s0 (the default shard)",
-		"SQL:    WITH c AS (SELECT * FROM pgshard_stage_1_) SELECT n + 1 FROM c",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("missing %q:\n%s", want, r.stdout)
-		}
-	}
+		"SQL:    WITH c AS (SELECT * FROM pgshard_stage_1_) SELECT n + 1 FROM c")
 	if strings.Contains(r.stdout, "the client's statement\n") {
 		t.Errorf("a stage's SQL shown as the client's statement:\n%s", r.stdout)
 	}
@@ -169,6 +164,46 @@ func TestRouteTwoStages(t *testing.T) {
 	r = mustRun(t, "", "route", "--config", cfg, sql)
 	if !strings.Contains(r.stdout, "stage 2:  on shard s2 (the default shard)") {
 		t.Errorf("proxy.default_shard s2:\n%s", r.stdout)
+	}
+	// A spread plan: the statement keeps its FROM and stage 2 is routed
+	// on its own (every shard here), described on the default shard.
+	spread := "SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions)"
+	r = mustRun(t, "", "route", "--map", testMap, spread)
+	wantLines(t, "spread plan", r.stdout,
+		"described on shard s0 (",
+		"subquery 1 of 1: SELECT avg(version) FROM executions",
+		"stage 2:  after stage 1, the statement with the subqueries' rows, routed on its own",
+		"SQL:    SELECT id FROM executions WHERE version > (SELECT * FROM pgshard_stage_1_)",
+		"dest:     all shards",
+		"result:   stage 2's rows, merged as its routing says")
+	r = mustRun(t, "", "route", "--map", testMap, "--json", spread)
+	var sp []struct {
+		Stages *struct {
+			DescribeShard string `json:"describe_shard"`
+			Stage2        struct {
+				Shard  string `json:"shard"`
+				Routed *struct {
+					Dest string `json:"dest"`
+				} `json:"routed"`
+			} `json:"stage2"`
+		} `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sp); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if len(sp) != 1 || sp[0].Stages == nil || sp[0].Stages.DescribeShard != "s0" || sp[0].Stages.Stage2.Shard != "" ||
+		sp[0].Stages.Stage2.Routed == nil || sp[0].Stages.Stage2.Routed.Dest != "all" {
+		t.Errorf("spread plan, JSON:\n%s", r.stdout)
+	}
+}
+
+// wantLines fails the test for each of wants that out (what) lacks.
+func wantLines(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: missing %q:\n%s", what, want, out)
+		}
 	}
 }
 

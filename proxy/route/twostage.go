@@ -102,9 +102,11 @@ func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
 		return refused
 	}
 	n := len(sg.Inner)
-	why := "in two stages: " + itoa(int64(n)) + " subquer" + plural(n, "y", "ies") + " merged from every shard, then the statement over their rows on the default shard"
+	why := "in two stages: " + itoa(int64(n)) + " subquer" + plural(n, "y", "ies")
 	if sg.Spread {
-		why = "in two stages: " + itoa(int64(n)) + " subquer" + plural(n, "y", "ies") + " answered first, then the statement with their rows where it routes (" + d.Why() + ")"
+		why += " answered first, then the statement with their rows where it routes (" + d.Why() + ")"
+	} else {
+		why += " merged from every shard, then the statement over their rows on the default shard"
 	}
 	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge, Reason: why}
 }
@@ -180,13 +182,13 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 		b.branches(&sel.Rarg)
 	case len(sel.FromClause) == 0:
 		b.sublinks(sel)
-	case spread:
+	default:
 		decorrelate(sel) // decorrelate.go
 		b.sublinks(sel)
-	default:
-		decorrelate(sel)
-		b.sublinks(sel)
 		for _, it := range sel.FromClause {
+			if spread {
+				break // the spread plan keeps the FROM as it is
+			}
 			b.from(it)
 		}
 	}
