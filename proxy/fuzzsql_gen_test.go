@@ -72,6 +72,7 @@ var ggenShapes = map[string]func(*ggen) gquery{
 	"plain": (*ggen).plain, "aggregate": (*ggen).aggregate, "semi": (*ggen).semi, "cte": (*ggen).cte,
 	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
 	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived, "nofrom": (*ggen).noFrom,
+	"semiwide": (*ggen).semiWide,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -385,8 +386,10 @@ func (g *ggen) gen() gquery {
 		qq = g.plain()
 	case k < 45:
 		qq = g.aggregate()
-	case k < 55:
+	case k < 50:
 		qq = g.semi()
+	case k < 55:
+		qq = g.semiWide()
 	case k < 63:
 		qq = g.cte()
 	case k < 69:

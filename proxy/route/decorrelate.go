@@ -2,6 +2,7 @@ package route
 
 import (
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 )
 
 // Decorrelating an EXISTS for a read in two stages. A semi- or anti-join
@@ -38,6 +39,35 @@ func decorrelate(sel *pg.SelectStmt) {
 	})
 }
 
+// plainSubquery reports whether q is a SELECT of FROM and WHERE only (no
+// GROUP BY, HAVING, DISTINCT, LIMIT, WITH, window, set operation,
+// locking or VALUES), which a rewrite may take apart.
+func plainSubquery(q *pg.SelectStmt) bool {
+	return q != nil && len(q.FromClause) > 0 && q.WhereClause != nil && !isSetOp(q) && q.WithClause == nil &&
+		len(q.GroupClause) == 0 && q.HavingClause == nil && len(q.DistinctClause) == 0 && len(q.WindowClause) == 0 &&
+		q.LimitCount == nil && q.LimitOffset == nil && len(q.LockingClause) == 0 && len(q.ValuesLists) == 0
+}
+
+// conjuncts are the terms of w's top-level AND (w itself if it is not
+// one).
+func conjuncts(w *pg.Node) []*pg.Node {
+	if be := w.GetBoolExpr(); be != nil && be.Boolop == pg.BoolExprType_AND_EXPR {
+		return be.Args
+	}
+	return []*pg.Node{w}
+}
+
+// and is the conjunction of terms: nil for none.
+func and(terms []*pg.Node) *pg.Node {
+	switch len(terms) {
+	case 0:
+		return nil
+	case 1:
+		return terms[0]
+	}
+	return &pg.Node{Node: &pg.Node_BoolExpr{BoolExpr: &pg.BoolExpr{Boolop: pg.BoolExprType_AND_EXPR, Args: terms}}}
+}
+
 // topSublinks calls fn for each subquery of sel's WHERE, HAVING, select
 // list and ORDER BY that is not inside another (x is its node, for fn to
 // replace).
@@ -58,19 +88,15 @@ func topSublinks(sel *pg.SelectStmt, fn func(x *pg.Node, sl *pg.SubLink)) {
 // subquery sl, nil when sl is not one decorrelate rewrites.
 func existsAsIn(sl *pg.SubLink) *pg.Node {
 	q := sl.Subselect.GetSelectStmt()
-	if q == nil || len(q.FromClause) == 0 || q.WhereClause == nil || isSetOp(q) || q.WithClause != nil ||
-		len(q.GroupClause) > 0 || q.HavingClause != nil || len(q.DistinctClause) > 0 || len(q.WindowClause) > 0 ||
-		q.LimitCount != nil || q.LimitOffset != nil || len(q.LockingClause) > 0 || len(q.ValuesLists) > 0 {
-		return nil
+	if q != nil && rowsKept(q) {
+		q = proto.Clone(q).(*pg.SelectStmt)
+		q.LimitCount, q.LimitOffset, q.LimitOption, q.SortClause = nil, nil, pg.LimitOption_LIMIT_OPTION_DEFAULT, nil
 	}
-	if !plainTargets(q.TargetList) {
+	if !plainSubquery(q) || !plainTargets(q.TargetList) {
 		return nil
 	}
 	own := relationNames(sl.Subselect)
-	conj := []*pg.Node{q.WhereClause}
-	if be := q.WhereClause.GetBoolExpr(); be != nil && be.Boolop == pg.BoolExprType_AND_EXPR {
-		conj = be.Args
-	}
+	conj := conjuncts(q.WhereClause)
 	for i, c := range conj {
 		inner, outer := correlation(c, own)
 		if inner == nil {
@@ -79,14 +105,7 @@ func existsAsIn(sl *pg.SubLink) *pg.Node {
 		rest := append(append([]*pg.Node(nil), conj[:i]...), conj[i+1:]...)
 		sub := &pg.SelectStmt{DistinctClause: []*pg.Node{{}}, FromClause: q.FromClause,
 			TargetList:  []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: inner}}}},
-			LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT, Op: pg.SetOperation_SETOP_NONE}
-		switch len(rest) {
-		case 0:
-		case 1:
-			sub.WhereClause = rest[0]
-		default:
-			sub.WhereClause = &pg.Node{Node: &pg.Node_BoolExpr{BoolExpr: &pg.BoolExpr{Boolop: pg.BoolExprType_AND_EXPR, Args: rest}}}
-		}
+			WhereClause: and(rest), LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT, Op: pg.SetOperation_SETOP_NONE}
 		subq := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sub}}
 		if correlated(subq) {
 			return nil // rest names the row too
@@ -96,6 +115,27 @@ func existsAsIn(sl *pg.SubLink) *pg.Node {
 		return &pg.Node{Node: &pg.Node_CoalesceExpr{CoalesceExpr: &pg.CoalesceExpr{Args: []*pg.Node{in, no}}}}
 	}
 	return nil
+}
+
+// rowsKept reports whether EXISTS subquery q's LIMIT and OFFSET leave it
+// a row whenever it has one without them: a constant LIMIT of at least 1
+// (EXISTS (SELECT 1 ... LIMIT 1), as ORMs write it), no OFFSET or OFFSET
+// 0. Its ORDER BY then does not matter either.
+func rowsKept(q *pg.SelectStmt) bool {
+	if q.LimitCount == nil && q.LimitOffset == nil {
+		return false
+	}
+	return (q.LimitCount == nil || intConst(q.LimitCount) >= 1) && (q.LimitOffset == nil || intConst(q.LimitOffset) == 0)
+}
+
+// intConst is n's value when it is an integer constant, else -1.
+func intConst(n *pg.Node) int32 {
+	if c := n.GetAConst(); c != nil && !c.Isnull {
+		if iv, ok := c.Val.(*pg.A_Const_Ival); ok {
+			return iv.Ival.GetIval()
+		}
+	}
+	return -1
 }
 
 // plainTargets reports whether an EXISTS subquery's select list is

@@ -394,8 +394,8 @@ func apart(p *plan, a, b *group) *Refusal {
 	if sub := firstNonEmpty(a.sub, b.sub); sub != "" {
 		return &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, a, b)),
-			Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard does not do that.",
-			Hint:    "Run the subquery as its own statement (pgshard merges it) and pass its result in, or correlate it by the key (... WHERE t.execution_id = e.id)."}
+			Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard computes it first (a read in two stages) only when it does not refer to the statement's rows.",
+			Hint:    "Correlate it by the sharding key (... WHERE t.execution_id = e.id), or join what it computes grouped by the column it is tied to (LEFT JOIN (SELECT target_id, count(*) AS n FROM outbox GROUP BY 1) o ON o.target_id = e.id), which pgshard reads in two stages; or run it as its own statement and pass its result in."}
 	}
 	return &Refusal{SQLState: "0A000",
 		Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", a.desc, b.desc),

@@ -86,6 +86,20 @@ func TestTwoStage(t *testing.T) {
 		// stays, and the read is refused
 		{sql: "SELECT a.id FROM executions a WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id <> a.id)"},
 		{sql: "SELECT a.id FROM executions a WHERE a.version > (SELECT count(*) FROM timers t WHERE t.path = a.data)"},
+		// LIMIT 1 (or any positive constant) and OFFSET 0 leave an
+		// EXISTS its truth value: dropped with the ORDER BY, and the EXISTS
+		// decorrelated; LIMIT 0 and OFFSET 1 do not
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 AS a FROM executions b WHERE b.id = a.target_id ORDER BY b.version LIMIT 1 OFFSET 0)",
+			inner:  []string{"SELECT DISTINCT b.id FROM executions b LIMIT 10001"},
+			outer:  "SELECT a.seq FROM outbox a WHERE COALESCE(a.target_id IN (SELECT * FROM pgshard_stage_1_), false)",
+			spread: true},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id LIMIT 0)"},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id OFFSET 1)"},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id LIMIT $1)"},
+		// a scalar aggregate tied to the row off the keys is refused: as a
+		// lookup in the aggregate grouped by the tied column, Postgres
+		// would scan the stage's rows once per row of the statement
+		{sql: "SELECT a.id, (SELECT count(*) FROM outbox b WHERE b.target_id = a.id AND b.seq > $1) FROM executions a"},
 		{sql: "SELECT * FROM executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at > e.version LIMIT 1) x"},
 		{sql: "WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM executions, c LIMIT 2) d"},
 		// a CTE over a sharded table is an inner statement of its own

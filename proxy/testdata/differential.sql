@@ -470,6 +470,14 @@ SELECT count(*) FROM outbox o WHERE NOT EXISTS (SELECT generate_series(1, e.vers
 SELECT id FROM executions WHERE id = (SELECT execution_id FROM timers ORDER BY fire_at DESC, execution_id, path LIMIT 1)
 SELECT id FROM executions WHERE version = (SELECT version FROM executions)
 SELECT id FROM executions e WHERE version > (SELECT count(*) FROM timers t WHERE t.path = e.definition_id) ORDER BY id
+SELECT e.id, (SELECT count(*) FROM outbox o WHERE o.target_id = e.id) AS n FROM executions e ORDER BY 2 DESC, 1 LIMIT 10
+SELECT o.seq, (SELECT min(t.fire_at) FROM timers t WHERE t.execution_id = o.target_id), (SELECT avg(r.idx) FROM trace r WHERE r.execution_id = o.target_id) FROM outbox o ORDER BY 1
+@staged SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 AS a FROM executions e WHERE e.id = o.target_id LIMIT 1) ORDER BY 1
+@staged SELECT o.seq FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = o.target_id ORDER BY t.fire_at LIMIT 1 OFFSET 0) ORDER BY 1
+SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = o.target_id LIMIT 0)
+SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = o.target_id OFFSET 1) ORDER BY 1
+SELECT e.id, (SELECT count(*) + 1 FROM outbox o WHERE o.target_id = e.id) FROM executions e ORDER BY 1
+SELECT e.id, (SELECT max(o.seq) FROM outbox o WHERE o.target_id = e.id GROUP BY o.event) FROM executions e WHERE e.version = 3 ORDER BY 1
 SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM outbox WHERE target_id = id)
 
 # --- joins on the key, lateral functions -----------------------------------
