@@ -13,7 +13,8 @@
 //	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
 //	                      shardcolumns.go, valuesplit.go, setop.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, an EXISTS
-//	  decorrelated into an IN: decorrelate.go; once per text)
+//	  decorrelated into an IN: decorrelate.go; once per text; planned
+//	  again from a stage's 42703 for a column of the row: learn.go)
 //	a per-shard text of a read of every shard ─► its served form: each keyed
 //	  table read in the buckets the shard serves (served.go, once per text)
 //	*Statement + Bind params (input.go) ─► decode key params (value.go)

@@ -73,6 +73,7 @@ func (s *statements) stages(st *Statement) *Stages {
 		sg = b.plan(query)
 		if sg != noStages {
 			sg.stmt, sg.merge.CopyOut = st.SQL, co
+			sg.learn = &stageLearn{analyze: s.analyze, sc: s.sc}
 		}
 		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
 	}
@@ -183,6 +184,14 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 	case len(sel.FromClause) == 0:
 		b.sublinks(sel)
 	default:
+		if len(b.rowCols) > 0 { // learn.go
+			if sg := b.direct(sql); sg != nil {
+				return sg
+			}
+			if !qualify(sel, b.rowCols, true) {
+				return noStages
+			}
+		}
 		decorrelate(sel) // decorrelate.go
 		b.sublinks(sel)
 		for _, it := range sel.FromClause {
@@ -227,6 +236,8 @@ type stageBuilder struct {
 	ctes    map[string]bool // the statement's CTE names
 	inner   []*Statement
 	fail    bool
+	// rowCols are columns learned to be the statement's row's (learn.go).
+	rowCols []string
 }
 
 // from replaces the sharded subqueries of a FROM item.

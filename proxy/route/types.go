@@ -347,6 +347,10 @@ type Stages struct {
 	outer *Statement
 	// merge is the Merge a Dest of these stages carries.
 	merge *Merge
+	// rowCols are the columns learned to be the statement's row's, and
+	// learn the plans learned from this one (learn.go).
+	rowCols []string
+	learn   *stageLearn
 }
 
 // StageMarker is the text standing for the i-th (0-based) inner

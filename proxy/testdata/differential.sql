@@ -478,7 +478,13 @@ SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id =
 SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = o.target_id OFFSET 1) ORDER BY 1
 SELECT e.id, (SELECT count(*) + 1 FROM outbox o WHERE o.target_id = e.id) FROM executions e ORDER BY 1
 SELECT e.id, (SELECT max(o.seq) FROM outbox o WHERE o.target_id = e.id GROUP BY o.event) FROM executions e WHERE e.version = 3 ORDER BY 1
-SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM outbox WHERE target_id = id)
+@staged SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM outbox WHERE target_id = id)
+@staged SELECT seq, target_id FROM outbox WHERE NOT EXISTS (SELECT 1 FROM executions WHERE id = target_id) ORDER BY seq
+@staged SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions WHERE version > 4 AND target_id = id) ORDER BY 1
+@staged SELECT id FROM executions e WHERE EXISTS (SELECT 1 FROM timers WHERE execution_id = id AND fire_at > $1) ORDER BY id ;; ["1050"]
+@staged SELECT id, (SELECT count(*) FROM timers WHERE execution_id = id) AS n FROM executions ORDER BY n DESC, id LIMIT 20
+SELECT s.seq, (SELECT max(version) FROM executions WHERE id = child_id) FROM spawns s ORDER BY 1
+SELECT seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions WHERE id = target_id AND version > seq)
 
 # --- joins on the key, lateral functions -----------------------------------
 SELECT e.id, t.path, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY t.fire_at, e.id, t.path LIMIT 20

@@ -40,7 +40,10 @@ import (
 //	  merged by internal/merge as the statement's read would be)
 //	an inner statement that fails alone with 42703 or 42P01 after the
 //	  statement described without error names a column of the statement
-//	  around it: refused as a correlated subquery (correlatedRefusal)
+//	  around it: for 42703 the plan is learned again knowing that the
+//	  column is the row's (stageInners, route.Stages.Learn) and stage 1
+//	  runs again; where nothing is learned, refused as a correlated
+//	  subquery (correlatedRefusal)
 //
 // The stages are separate transactions: like every read of several
 // shards, it has no snapshot across them.
@@ -94,10 +97,8 @@ func (x *fanExec) runTwoStage() error {
 	}
 	oids, orig, fail := x.stageDescribe(sg)
 	var sets []*stageRows
-	for i := 0; fail == nil && i < len(sg.Inner); i++ {
-		var rs *stageRows
-		rs, fail = x.stageCollect(sg.Inner[i], &bv, oids)
-		sets = append(sets, rs)
+	if fail == nil {
+		sg, sets, fail = stageInners(x, sg, &bv, oids)
 	}
 	answered := false // stage 2's error, if any, is in the client's output
 	if fail == nil {
@@ -243,6 +244,36 @@ func parseParamDesc(msg []byte) ([]uint32, error) {
 	return oids, nil
 }
 
+// stageInners runs stage 1: each inner statement of sg (stageCollect).
+// When one fails for a column its subquery does not have (42703), sg is
+// planned again knowing it (route.Stages.Learn: the column is the
+// statement's row's) and stage 1 runs again — as many times as Learn
+// finds a new plan, a few at most. It returns the plan whose stage 1 ran.
+func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint32) (*route.Stages, []*stageRows, []byte) {
+	var first []byte // the refusal of the client's own subquery
+	for {
+		var sets []*stageRows
+		var fail []byte
+		x.stageMissing = ""
+		for i := 0; fail == nil && i < len(sg.Inner); i++ {
+			var rs *stageRows
+			rs, fail = x.stageCollect(sg.Inner[i], bv, oids)
+			sets = append(sets, rs)
+		}
+		if first == nil {
+			first = fail
+		}
+		if fail == nil || x.stageMissing == "" {
+			return sg, sets, fail
+		}
+		next := sg.Learn(x.stageMissing)
+		if next == nil {
+			return sg, sets, first
+		}
+		sg = next
+	}
+}
+
 // stageCollect runs one inner statement where Route sends it and
 // collects its merged rows in binary.
 func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
@@ -270,6 +301,9 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	if first := firstFailed(streams); first != nil {
 		first.drain()
 		if c := pgwire.ErrorField(partError(first), 'C'); c == "42703" || c == "42P01" {
+			if c == "42703" {
+				x.stageMissing = pgwire.ErrorField(partError(first), 'M')
+			}
 			return nil, correlatedRefusal(in.SQL)
 		}
 		x.servedFail = partError(first) // a read run again after PS002 (servedretry.go)
