@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -42,16 +43,25 @@ func (g *ggen) semiWide() gquery {
 		w += " AND " + g.pred(rels, 1)
 	}
 	if g.p(20) {
-		return gquery{sql: "SELECT count(*), " + g.agg(rels) + " FROM " + t.name + " a" + w, ordered: true}
+		return g.unqualify(gquery{sql: "SELECT count(*), " + g.agg(rels) + " FROM " + t.name + " a" + w, ordered: true}, rels)
 	}
 	return g.semiOuter(t, rels, outs, w)
 }
 
-// semiOuter finishes a semi-join query: FROM t a, WHERE w, ORDER BY.
+// semiOuter finishes a semi-join query: FROM t a, WHERE w, ORDER BY;
+// now and then with the subqueries' columns, or every column, named
+// without their qualifiers (Postgres then resolves each to the nearest
+// relation that has it: the subquery's own first).
 func (g *ggen) semiOuter(t gtable, rels []rel, outs []string, w string) gquery {
 	ord, total := g.orderLimit(outs, pksOf(rels), false)
-	return gquery{sql: "SELECT " + strings.Join(outs, ", ") + " FROM " + t.name + " a" + w + ord, ordered: total}
+	qq := gquery{sql: "SELECT " + strings.Join(outs, ", ") + " FROM " + t.name + " a" + w + ord, ordered: total}
+	if g.p(30) {
+		qq.sql = innerQualRe.ReplaceAllString(qq.sql, "")
+	}
+	return g.unqualify(qq, rels)
 }
+
+var innerQualRe = regexp.MustCompile(`\b[bc]\.`)
 
 // semiTest is a boolean test of row a against a subquery.
 func (g *ggen) semiTest(a rel) string {

@@ -14,7 +14,9 @@ import (
 // id = target_id)) looks, without the catalog, like one that names only
 // its own columns: its spread plan runs it alone, and the shard answers
 // 42703 for the column it does not have. That answer is a fact about
-// the subquery's relation, and Learn plans the statement again with it:
+// the subquery's relation (the one the failed stage came from: other
+// subqueries may have a column of that name), and Learn plans the
+// statement again with it:
 //
 //	a subquery of one relation (one table in FROM, no join, no subquery
 //	inside it, no GROUP BY, HAVING, ORDER BY, window, DISTINCT ON, WITH
@@ -28,9 +30,11 @@ import (
 //	  are left for Postgres to resolve)
 //	  else every other unqualified column is qualified by the subquery's
 //	  own relation too (Postgres looks there first; if it has none, stage
-//	  1 fails again with 42703 and that column is learned next), an
+//	  1 fails again with 42703 and that column is learned next), the
 //	  EXISTS tied by one equality is decorrelated (decorrelate.go), and
-//	  the plan built as any
+//	  the plan built as any — only if it is decorrelated: a subquery
+//	  qualified so is never left in the statement, where no stage would
+//	  check its columns
 //
 // Nothing is assumed: a learned plan is reached only through the shard's
 // 42703 on this execution (the engine starts from the statement's own
@@ -40,60 +44,81 @@ import (
 // maxLearned bounds the columns learned for one statement.
 const maxLearned = 4
 
-// stageLearn holds the plans learned from a plan, by learned column.
+// learnedCol is a column learned to be the statement's row's where
+// subquery sub (its ordinal among topSublinks) names it.
+type learnedCol struct {
+	sub int
+	col string
+}
+
+// stageLearn holds the plans learned from a plan.
 type stageLearn struct {
 	analyze func(sql string) (*Statement, error)
 	sc      *compiled
 	mu      sync.Mutex
-	plans   map[string]*Stages
+	plans   map[learnedCol]*Stages
 }
 
 // Learn is the spread plan of the same statement knowing what msg, a
-// shard's 42703 message for a stage of sg ("column \"x\" does not
-// exist"), says: that its column is not one of the subquery that names
-// it; nil when there is none (msg names no column, not a spread plan,
-// the column learned already, too many learned, or no subquery of the
-// form above names it).
-func (sg *Stages) Learn(msg string) *Stages {
+// shard's 42703 message for sg's inner statement inner ("column \"x\"
+// does not exist"), says: that its column is not one of the subquery
+// that inner statement came from; nil when there is none (msg names no
+// column, not a spread plan, the column learned already, too many
+// learned, or that subquery is not of the form above or does not name
+// the column).
+func (sg *Stages) Learn(inner int, msg string) *Stages {
 	col := missingColumn(msg)
-	if col == "" || sg == noStages || !sg.Spread || sg.learn == nil || slices.Contains(sg.rowCols, col) || len(sg.rowCols) >= maxLearned {
+	if col == "" || sg == noStages || !sg.Spread || sg.learn == nil || inner < 0 || inner >= len(sg.innerSub) ||
+		sg.innerSub[inner] < 0 || len(sg.learned) >= maxLearned {
+		return nil
+	}
+	lc := learnedCol{sub: sg.innerSub[inner], col: col}
+	if slices.Contains(sg.learned, lc) {
 		return nil
 	}
 	l := sg.learn
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p, ok := l.plans[col]; ok {
+	if p, ok := l.plans[lc]; ok {
 		return p
 	}
-	b := stageBuilder{analyze: l.analyze, sc: l.sc, rowCols: append(slices.Clone(sg.rowCols), col)}
+	b := stageBuilder{analyze: l.analyze, sc: l.sc, learned: append(slices.Clone(sg.learned), lc)}
 	p := b.build(sg.sql, true)
 	if p == noStages {
 		p = nil
 	} else {
 		p.stmt, p.merge.CopyOut = sg.stmt, sg.merge.CopyOut
-		p.rowCols = b.rowCols
+		p.learned = b.learned
 		p.learn = &stageLearn{analyze: l.analyze, sc: l.sc}
 	}
 	if l.plans == nil {
-		l.plans = map[string]*Stages{}
+		l.plans = map[learnedCol]*Stages{}
 	}
-	l.plans[col] = p
+	l.plans[lc] = p
 	return p
 }
 
-// qualify qualifies the unqualified columns of the subqueries of sel
-// that are of one relation (see above): a column of rowCols by sel's
-// table, with own any other by the subquery's own relation. It reports
-// whether a column of rowCols was qualified.
-func qualify(sel *pg.SelectStmt, rowCols []string, own bool) bool {
+// qualify qualifies the unqualified columns of the subqueries of sel of
+// one relation (see above) that learned names: a learned column by sel's
+// table, with own any other by the subquery's own relation. It returns
+// the subqueries it qualified a learned column of (nil for none).
+func qualify(sel *pg.SelectStmt, learned []learnedCol, own bool) []*pg.SubLink {
 	row := oneTable(sel.FromClause)
 	if row == "" {
-		return false
+		return nil
 	}
-	learned := false
+	var done []*pg.SubLink
+	k := -1
 	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
+		k++
+		var cols []string
+		for _, lc := range learned {
+			if lc.sub == k {
+				cols = append(cols, lc.col)
+			}
+		}
 		q := sl.Subselect.GetSelectStmt()
-		if q == nil || isSetOp(q) || q.WithClause != nil || len(q.GroupClause) > 0 || q.HavingClause != nil ||
+		if len(cols) == 0 || q == nil || isSetOp(q) || q.WithClause != nil || len(q.GroupClause) > 0 || q.HavingClause != nil ||
 			len(q.SortClause) > 0 || len(q.WindowClause) > 0 || len(q.DistinctClause) > 0 && q.DistinctClause[0].GetNode() != nil {
 			return
 		}
@@ -101,6 +126,7 @@ func qualify(sel *pg.SelectStmt, rowCols []string, own bool) bool {
 		if rel == "" || rel == row || nested(q) {
 			return
 		}
+		hit := false
 		for _, n := range append([]*pg.Node{q.WhereClause}, q.TargetList...) {
 			inspect(n, func(x *pg.Node) bool {
 				cr := x.GetColumnRef()
@@ -109,16 +135,29 @@ func qualify(sel *pg.SelectStmt, rowCols []string, own bool) bool {
 				}
 				name := strName(cr.Fields[0])
 				switch {
-				case slices.Contains(rowCols, name):
-					cr.Fields, learned = []*pg.Node{pg.MakeStrNode(row), pg.MakeStrNode(name)}, true
+				case slices.Contains(cols, name):
+					cr.Fields, hit = []*pg.Node{pg.MakeStrNode(row), pg.MakeStrNode(name)}, true
 				case own:
 					cr.Fields = []*pg.Node{pg.MakeStrNode(rel), pg.MakeStrNode(name)}
 				}
 				return true
 			})
 		}
+		if hit {
+			done = append(done, sl)
+		}
 	})
-	return learned
+	return done
+}
+
+// decorrelated reports whether none of subs is left among sel's
+// subqueries (decorrelate replaced each).
+func decorrelated(sel *pg.SelectStmt, subs []*pg.SubLink) bool {
+	left := false
+	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
+		left = left || slices.Contains(subs, sl)
+	})
+	return !left
 }
 
 // direct is the plan of statement sql with its learned columns
@@ -128,7 +167,7 @@ func qualify(sel *pg.SelectStmt, rowCols []string, own bool) bool {
 func (b *stageBuilder) direct(sql string) *Stages {
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 || res.Stmts[0].Stmt.GetSelectStmt() == nil ||
-		!qualify(res.Stmts[0].Stmt.GetSelectStmt(), b.rowCols, false) {
+		qualify(res.Stmts[0].Stmt.GetSelectStmt(), b.learned, false) == nil {
 		return nil
 	}
 	text, err := deparse(res.Stmts[0].Stmt)

@@ -13,6 +13,7 @@ import (
 func TestStagesLearn(t *testing.T) {
 	r := newRouter(t, "")
 	type step struct {
+		at    int      // the inner statement that failed
 		msg   string   // the 42703 message the previous plan's stage 1 got
 		inner []string // nil: Learn finds no plan
 		outer string
@@ -50,6 +51,19 @@ func TestStagesLearn(t *testing.T) {
 				{msg: `column executions.seq does not exist`}, // still tied to the row off the keys: refused
 			},
 		},
+		{ // learned for the subquery that failed only: the other one has
+			// a column of that name, which stays its own
+			sql:   "SELECT s.seq FROM spawns s WHERE EXISTS (SELECT 1 FROM executions WHERE version = seq) AND EXISTS (SELECT 1 FROM outbox WHERE seq > 5)",
+			first: []string{"SELECT 1 FROM executions WHERE version = seq LIMIT 1", "SELECT 1 FROM outbox WHERE seq > 5 LIMIT 1"},
+			steps: []step{
+				{msg: `column "seq" does not exist`,
+					inner: []string{"SELECT DISTINCT executions.version FROM executions LIMIT 10001", "SELECT 1 FROM outbox WHERE seq > 5 LIMIT 1"},
+					outer: "SELECT s.seq FROM spawns s WHERE COALESCE(s.seq IN (SELECT * FROM pgshard_stage_1_), false) AND EXISTS (SELECT * FROM pgshard_stage_2_)"},
+				// were the other subquery's seq the row's, it would be tied
+				// to the row by no equality: left correlated, no plan
+				{at: 1, msg: `column "seq" does not exist`},
+			},
+		},
 		{ // nothing to learn: the statement reads two tables; the subquery
 			// reads a join; the subquery's table is the statement's
 			sql:   "SELECT o.seq FROM outbox o, spawns s WHERE s.seq = o.seq AND EXISTS (SELECT 1 FROM executions WHERE id = target_id)",
@@ -82,7 +96,7 @@ func TestStagesLearn(t *testing.T) {
 			t.Errorf("%s: inner %q, want %q", c.sql, got, c.first)
 		}
 		for i, s := range c.steps {
-			next := sg.Learn(s.msg)
+			next := sg.Learn(s.at, s.msg)
 			if s.inner == nil {
 				if next != nil {
 					t.Errorf("%s: step %d (%s): want no plan, got inner %q outer %q", c.sql, i, s.msg, innerSQL(next), next.Outer)
@@ -96,7 +110,7 @@ func TestStagesLearn(t *testing.T) {
 			if got := innerSQL(next); strings.Join(got, "; ") != strings.Join(s.inner, "; ") || next.Outer != s.outer || !next.Spread || next.Query() != c.sql {
 				t.Errorf("%s: step %d (%s):\n got inner %q outer %q\nwant inner %q outer %q", c.sql, i, s.msg, got, next.Outer, s.inner, s.outer)
 			}
-			if again := sg.Learn(s.msg); again != next {
+			if again := sg.Learn(s.at, s.msg); again != next {
 				t.Errorf("%s: step %d: a second Learn planned again", c.sql, i)
 			}
 			sg = next

@@ -146,7 +146,7 @@ func (b *stageBuilder) plan(sql string) *Stages {
 // sends it); else every part reading a sharded table that can be one,
 // stage 2 on the default shard.
 func (b *stageBuilder) build(sql string, spread bool) *Stages {
-	b.inner, b.fail = nil, false
+	b.inner, b.innerSub, b.fail, b.sub = nil, nil, false, -1
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
 		return noStages
@@ -184,15 +184,19 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 	case len(sel.FromClause) == 0:
 		b.sublinks(sel)
 	default:
-		if len(b.rowCols) > 0 { // learn.go
+		var subs []*pg.SubLink
+		if len(b.learned) > 0 { // learn.go
 			if sg := b.direct(sql); sg != nil {
 				return sg
 			}
-			if !qualify(sel, b.rowCols, true) {
+			if subs = qualify(sel, b.learned, true); subs == nil {
 				return noStages
 			}
 		}
 		decorrelate(sel) // decorrelate.go
+		if subs != nil && !decorrelated(sel, subs) {
+			return noStages // a subquery qualified by its own relation stays unverified
+		}
 		b.sublinks(sel)
 		for _, it := range sel.FromClause {
 			if spread {
@@ -221,7 +225,7 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 		!spread && b.keyed(ost) {
 		return noStages
 	}
-	sg := &Stages{Inner: b.inner, Outer: outer, Spread: spread, outer: ost, sql: sql}
+	sg := &Stages{Inner: b.inner, Outer: outer, Spread: spread, outer: ost, sql: sql, innerSub: b.innerSub}
 	sg.merge = &Merge{Width: -1, Limit: -1, Offset: -1, Stages: sg}
 	return sg
 }
@@ -236,8 +240,12 @@ type stageBuilder struct {
 	ctes    map[string]bool // the statement's CTE names
 	inner   []*Statement
 	fail    bool
-	// rowCols are columns learned to be the statement's row's (learn.go).
-	rowCols []string
+	// learned are columns learned to be the statement's row's (learn.go);
+	// sub is the ordinal of the subquery sublinks stages, innerSub each
+	// inner statement's (-1: not a subquery of sublinks).
+	learned  []learnedCol
+	sub      int
+	innerSub []int
 }
 
 // from replaces the sharded subqueries of a FROM item.
@@ -287,7 +295,10 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 // without a qualifier shows as correlated only when it runs alone (the
 // engine refuses the read then: twostage.go there).
 func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
+	b.sub = -1
+	defer func() { b.sub = -1 }()
 	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
+		b.sub++
 		if correlated(sl.Subselect) {
 			return
 		}
@@ -397,7 +408,7 @@ func (b *stageBuilder) stage(q **pg.Node) {
 		return
 	}
 	*q = mk.Stmts[0].Stmt
-	b.inner = append(b.inner, st)
+	b.inner, b.innerSub = append(b.inner, st), append(b.innerSub, b.sub)
 }
 
 // ctesRead reports whether st reads a CTE of the statement.

@@ -347,10 +347,13 @@ type Stages struct {
 	outer *Statement
 	// merge is the Merge a Dest of these stages carries.
 	merge *Merge
-	// rowCols are the columns learned to be the statement's row's, and
-	// learn the plans learned from this one (learn.go).
-	rowCols []string
-	learn   *stageLearn
+	// learned are the columns learned to be the statement's row's,
+	// innerSub the subquery (ordinal among topSublinks, -1 for none) each
+	// of Inner comes from, learn the plans learned from this one
+	// (learn.go).
+	learned  []learnedCol
+	innerSub []int
+	learn    *stageLearn
 }
 
 // StageMarker is the text standing for the i-th (0-based) inner

@@ -255,7 +255,8 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 		var sets []*stageRows
 		var fail []byte
 		x.stageMissing = ""
-		for i := 0; fail == nil && i < len(sg.Inner); i++ {
+		i := 0
+		for ; fail == nil && i < len(sg.Inner); i++ {
 			var rs *stageRows
 			rs, fail = x.stageCollect(sg.Inner[i], bv, oids)
 			sets = append(sets, rs)
@@ -266,7 +267,7 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 		if fail == nil || x.stageMissing == "" {
 			return sg, sets, fail
 		}
-		next := sg.Learn(x.stageMissing)
+		next := sg.Learn(i-1, x.stageMissing)
 		if next == nil {
 			return sg, sets, first
 		}
