@@ -28,10 +28,10 @@ func (g *ggen) semiWide() gquery {
 	outs := g.selectList(rels)
 	switch g.n(6) {
 	case 0:
-		outs = append(outs, p+" AS hit")
+		outs = append(outs, p)
 		return g.semiOuter(t, rels, outs, g.where(rels, 40))
 	case 1:
-		outs = append(outs, "CASE WHEN "+p+" THEN 'y' ELSE 'n' END AS hit")
+		outs = append(outs, "CASE WHEN "+p+" THEN 'y' ELSE 'n' END")
 		return g.semiOuter(t, rels, outs, g.where(rels, 40))
 	case 2:
 		p = "NOT (" + p + ")"

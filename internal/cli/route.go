@@ -456,6 +456,9 @@ func writeStages(w io.Writer, sg *stagesReport, ind string) {
 	n, routed := len(sg.Stage1), sg.Stage2.Routed
 	fmt.Fprintf(w, "%sdescribe: the client's statement is described on shard %s (Parse + Describe: parameter and column types; not run)\n", ind, sg.DescribeShard)
 	fmt.Fprintf(w, "%sstage 1:  each subquery runs alone, with the client's parameters, where its own routing below sends it; the proxy keeps its merged rows (more than %d: refused, SQLSTATE 54000)\n", ind, route.PullLimit)
+	if routed != nil {
+		fmt.Fprintf(w, "%s          (a subquery that fails alone with 42703, naming a column of the statement's row without a qualifier, is planned again with that column qualified: routed as it is or decorrelated; the plan below is the statement's own)\n", ind)
+	}
 	for i, sub := range sg.Stage1 {
 		fmt.Fprintf(w, "%s  subquery %d of %d: %s\n", ind, i+1, n, oneLineSQL(sub.SQL))
 		writeRouteBody(w, sub, ind+"    ")
