@@ -6,7 +6,7 @@ import (
 )
 
 // Decorrelating an EXISTS for a read in two stages. A semi- or anti-join
-// whose subquery is tied to the statement's row by one equality that is
+// whose subquery is tied to the statement's row by equalities that are
 // not on both tables' sharding keys (outbox a WHERE EXISTS (SELECT 1 FROM
 // executions b WHERE b.id = a.target_id AND ...)) cannot run per shard.
 // The same truth value, for every row and NULL, is
@@ -17,19 +17,31 @@ import (
 // (a.x NULL: EXISTS is false, IN is NULL or false; a.x not NULL: IN is
 // true where some b.k equals it, else NULL or false), and the IN's
 // subquery no longer refers to the row: stage 1 merges it, stage 2 runs
-// the statement where it routes (twostage.go, spread). Only a plain
-// subquery is rewritten (FROM and WHERE, no GROUP BY, HAVING, DISTINCT,
-// LIMIT, WITH, window or set operation; a select list of constants and
+// the statement where it routes (twostage.go, spread). Several equalities
+// make a row IN, (a.x, a.y) IN (SELECT DISTINCT b.k, b.m ...): true
+// where one row has every equality true, NULL or false otherwise. Only a
+// plain subquery is rewritten (FROM and WHERE, no GROUP BY, HAVING,
+// DISTINCT, LIMIT — LIMIT 1 and OFFSET 0 are dropped first: rowsKept —,
+// WITH, window or set operation; a select list of constants and
 // columns only: plainTargets), and only when every column of
-// the equality is qualified — by a relation of the subquery on one side,
+// an equality is qualified — by a relation of the subquery on one side,
 // by one it does not have on the other: an unqualified column may be
-// either's, which only the catalog knows. A column of the statement's
-// row left unqualified in rest makes the rewritten subquery fail alone
-// (42703), which the engine answers as the correlated refusal.
+// either's, which only the catalog or a shard's 42703 knows (learn.go). A
+// column of the statement's row left unqualified in rest makes the
+// rewritten subquery fail alone (42703), which the engine learns from
+// or answers as the correlated refusal.
 
 // decorrelate rewrites the EXISTS subqueries of sel's WHERE, HAVING,
 // select list and ORDER BY that it can (see above).
 func decorrelate(sel *pg.SelectStmt) {
+	// A select-list item that is an EXISTS and has no name is the column
+	// "exists"; rewritten, it would be "coalesce": named as it was.
+	var bare []*pg.ResTarget
+	for _, t := range sel.TargetList {
+		if rt := t.GetResTarget(); rt != nil && rt.Name == "" && rt.Val.GetSubLink().GetSubLinkType() == pg.SubLinkType_EXISTS_SUBLINK {
+			bare = append(bare, rt)
+		}
+	}
 	topSublinks(sel, func(x *pg.Node, sl *pg.SubLink) {
 		if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK {
 			if in := existsAsIn(sl); in != nil {
@@ -37,6 +49,11 @@ func decorrelate(sel *pg.SelectStmt) {
 			}
 		}
 	})
+	for _, rt := range bare {
+		if rt.Val.GetSubLink() == nil {
+			rt.Name = "exists"
+		}
+	}
 }
 
 // plainSubquery reports whether q is a SELECT of FROM and WHERE only (no
@@ -96,25 +113,35 @@ func existsAsIn(sl *pg.SubLink) *pg.Node {
 		return nil
 	}
 	own := relationNames(sl.Subselect)
-	conj := conjuncts(q.WhereClause)
-	for i, c := range conj {
-		inner, outer := correlation(c, own)
-		if inner == nil {
-			continue
+	var inners, outers, rest []*pg.Node
+	for _, c := range conjuncts(q.WhereClause) {
+		if inner, outer := correlation(c, own); inner != nil {
+			inners, outers = append(inners, inner), append(outers, outer)
+		} else {
+			rest = append(rest, c)
 		}
-		rest := append(append([]*pg.Node(nil), conj[:i]...), conj[i+1:]...)
-		sub := &pg.SelectStmt{DistinctClause: []*pg.Node{{}}, FromClause: q.FromClause,
-			TargetList:  []*pg.Node{{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: inner}}}},
-			WhereClause: and(rest), LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT, Op: pg.SetOperation_SETOP_NONE}
-		subq := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sub}}
-		if correlated(subq) {
-			return nil // rest names the row too
-		}
-		in := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_ANY_SUBLINK, Testexpr: outer, Subselect: subq}}}
-		no := &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Boolval{Boolval: &pg.Boolean{}}}}}
-		return &pg.Node{Node: &pg.Node_CoalesceExpr{CoalesceExpr: &pg.CoalesceExpr{Args: []*pg.Node{in, no}}}}
 	}
-	return nil
+	if len(inners) == 0 {
+		return nil
+	}
+	sub := &pg.SelectStmt{DistinctClause: []*pg.Node{{}}, FromClause: q.FromClause,
+		WhereClause: and(rest), LimitOption: pg.LimitOption_LIMIT_OPTION_DEFAULT, Op: pg.SetOperation_SETOP_NONE}
+	for _, in := range inners {
+		sub.TargetList = append(sub.TargetList, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: in}}})
+	}
+	subq := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sub}}
+	if correlated(subq) {
+		return nil // rest names the row too
+	}
+	test := outers[0]
+	if len(outers) > 1 {
+		// (a.x, a.y) IN (SELECT b.k, b.m ...): true where one row has
+		// both equalities true, as EXISTS with both
+		test = &pg.Node{Node: &pg.Node_RowExpr{RowExpr: &pg.RowExpr{Args: outers, RowFormat: pg.CoercionForm_COERCE_IMPLICIT_CAST}}}
+	}
+	in := &pg.Node{Node: &pg.Node_SubLink{SubLink: &pg.SubLink{SubLinkType: pg.SubLinkType_ANY_SUBLINK, Testexpr: test, Subselect: subq}}}
+	no := &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Boolval{Boolval: &pg.Boolean{}}}}}
+	return &pg.Node{Node: &pg.Node_CoalesceExpr{CoalesceExpr: &pg.CoalesceExpr{Args: []*pg.Node{in, no}}}}
 }
 
 // rowsKept reports whether EXISTS subquery q's LIMIT and OFFSET leave it

@@ -86,6 +86,16 @@ func TestTwoStage(t *testing.T) {
 		// stays, and the read is refused
 		{sql: "SELECT a.id FROM executions a WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id <> a.id)"},
 		{sql: "SELECT a.id FROM executions a WHERE a.version > (SELECT count(*) FROM timers t WHERE t.path = a.data)"},
+		// a bare EXISTS in the select list keeps its column's name
+		{sql: "SELECT a.seq, EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id) FROM outbox a",
+			inner:  []string{"SELECT DISTINCT b.id FROM executions b LIMIT 10001"},
+			outer:  `SELECT a.seq, COALESCE(a.target_id IN (SELECT * FROM pgshard_stage_1_), false) AS "exists" FROM outbox a`,
+			spread: true},
+		// tied by two equalities: a row IN
+		{sql: "SELECT a.seq FROM spawns a WHERE NOT EXISTS (SELECT 1 FROM executions b WHERE b.id = a.child_id AND a.root_path = b.definition_id AND b.version > 2)",
+			inner:  []string{"SELECT DISTINCT b.id, b.definition_id FROM executions b WHERE b.version > 2 LIMIT 10001"},
+			outer:  "SELECT a.seq FROM spawns a WHERE NOT COALESCE((a.child_id, a.root_path) IN (SELECT * FROM pgshard_stage_1_), false)",
+			spread: true},
 		// LIMIT 1 (or any positive constant) and OFFSET 0 leave an
 		// EXISTS its truth value: dropped with the ORDER BY, and the EXISTS
 		// decorrelated; LIMIT 0 and OFFSET 1 do not

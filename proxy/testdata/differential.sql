@@ -479,6 +479,10 @@ SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM timers t WHERE t.executio
 SELECT e.id, (SELECT count(*) + 1 FROM outbox o WHERE o.target_id = e.id) FROM executions e ORDER BY 1
 SELECT e.id, (SELECT max(o.seq) FROM outbox o WHERE o.target_id = e.id GROUP BY o.event) FROM executions e WHERE e.version = 3 ORDER BY 1
 @staged SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM outbox WHERE target_id = id)
+@staged SELECT o.seq, EXISTS (SELECT 1 FROM executions e WHERE e.id = o.target_id), NOT EXISTS (SELECT 1 FROM timers t WHERE t.execution_id = o.target_id) FROM outbox o ORDER BY 1
+@staged SELECT s.seq, s.child_id FROM spawns s WHERE EXISTS (SELECT 1 FROM executions e WHERE e.id = s.child_id AND e.version = s.seq % 13) ORDER BY 1
+@staged SELECT count(*) FROM spawns s WHERE NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = s.child_id AND e.version = s.seq % 13 AND e.definition_id <> 'x')
+@staged SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM processed_events p WHERE p.execution_id = o.target_id AND p.event_id = 'ev-' || (o.seq % 220)) ORDER BY 1
 @staged SELECT seq, target_id FROM outbox WHERE NOT EXISTS (SELECT 1 FROM executions WHERE id = target_id) ORDER BY seq
 @staged SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions WHERE version > 4 AND target_id = id) ORDER BY 1
 @staged SELECT id FROM executions e WHERE EXISTS (SELECT 1 FROM timers WHERE execution_id = id AND fire_at > $1) ORDER BY id ;; ["1050"]
