@@ -199,29 +199,20 @@ func (g *ggen) tie(a, b rel) string {
 	return g.joinCond(a, b)
 }
 
-// sameKind is "b.x op a.y" over two columns of one kind (integers and
-// floats compare with each other; JSON is left out), ok false when the
-// tables have no such pair.
+// sameKind is "b.x op a.y" over two columns of one kind, ok false when
+// the tables have no such pair.
 func (g *ggen) sameKind(a, b rel, op string) (string, bool) {
-	var pairs [][2]string
-	for _, ca := range a.t.cols {
-		for _, cb := range b.t.cols {
-			num := (ca.kind == "i" || ca.kind == "f") && (cb.kind == "i" || cb.kind == "f")
-			if num || ca.kind == "t" && cb.kind == "t" {
-				pairs = append(pairs, [2]string{cref(b, cb.name), cref(a, ca.name)})
-			}
-		}
-	}
+	pairs := comparablePairs(a, b)
 	if len(pairs) == 0 {
 		return "", false
 	}
 	p := pairs[g.n(len(pairs))]
-	return p[0] + op + p[1], true
+	return p[1] + op + p[0], true
 }
 
-// quantified is a column of a against a subquery's column by IN, NOT IN,
-// ANY, SOME or ALL (of one kind), tied to the row or not.
-func (g *ggen) quantified(a, b rel) string {
+// comparablePairs are the pairs (a's column, b's column) of one kind
+// (integers and floats compare with each other; JSON is left out).
+func comparablePairs(a, b rel) [][2]string {
 	var pairs [][2]string
 	for _, ca := range a.t.cols {
 		for _, cb := range b.t.cols {
@@ -231,6 +222,13 @@ func (g *ggen) quantified(a, b rel) string {
 			}
 		}
 	}
+	return pairs
+}
+
+// quantified is a column of a against a subquery's column by IN, NOT IN,
+// ANY, SOME or ALL (of one kind), tied to the row or not.
+func (g *ggen) quantified(a, b rel) string {
+	pairs := comparablePairs(a, b)
 	if len(pairs) == 0 {
 		return "EXISTS (" + g.existsBody(a, b) + ")"
 	}
