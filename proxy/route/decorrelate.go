@@ -32,8 +32,8 @@ import (
 // or answers as the correlated refusal.
 
 // decorrelate rewrites the EXISTS subqueries of sel's WHERE, HAVING,
-// select list and ORDER BY that it can (see above).
-func decorrelate(sel *pg.SelectStmt) {
+// select list and ORDER BY that it can (see above), and returns them.
+func decorrelate(sel *pg.SelectStmt) (done []*pg.SubLink) {
 	// A select-list item that is an EXISTS and has no name is the column
 	// "exists"; rewritten, it would be "coalesce": named as it was.
 	var bare []*pg.ResTarget
@@ -45,7 +45,7 @@ func decorrelate(sel *pg.SelectStmt) {
 	topSublinks(sel, func(x *pg.Node, sl *pg.SubLink) {
 		if sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK {
 			if in := existsAsIn(sl); in != nil {
-				x.Node = in.Node
+				x.Node, done = in.Node, append(done, sl)
 			}
 		}
 	})
@@ -54,6 +54,7 @@ func decorrelate(sel *pg.SelectStmt) {
 			rt.Name = "exists"
 		}
 	}
+	return done
 }
 
 // plainSubquery reports whether q is a SELECT of FROM and WHERE only (no

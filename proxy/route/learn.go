@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 )
 
 // Learning which columns of a subquery are the statement's. A subquery
@@ -150,27 +151,16 @@ func qualify(sel *pg.SelectStmt, learned []learnedCol, own bool) []*pg.SubLink {
 	return done
 }
 
-// decorrelated reports whether none of subs is left among sel's
-// subqueries (decorrelate replaced each).
-func decorrelated(sel *pg.SelectStmt, subs []*pg.SubLink) bool {
-	left := false
-	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
-		left = left || slices.Contains(subs, sl)
-	})
-	return !left
-}
-
-// direct is the plan of statement sql with its learned columns
-// qualified, as it is: no stage 1, the statement routed as any read; nil
-// when no learned column is qualified or Route refuses it whatever its
-// parameters.
-func (b *stageBuilder) direct(sql string) *Stages {
-	res, err := pg.Parse(sql)
-	if err != nil || len(res.Stmts) != 1 || res.Stmts[0].Stmt.GetSelectStmt() == nil ||
-		qualify(res.Stmts[0].Stmt.GetSelectStmt(), b.learned, false) == nil {
+// direct is the plan of statement sql (root, parsed; left as it is) with
+// its learned columns qualified, as it is: no stage 1, the statement
+// routed as any read; nil when no learned column is qualified or Route
+// refuses it whatever its parameters.
+func (b *stageBuilder) direct(root *pg.Node, sql string) *Stages {
+	root = proto.Clone(root).(*pg.Node)
+	if qualify(root.GetSelectStmt(), b.learned, false) == nil {
 		return nil
 	}
-	text, err := deparse(res.Stmts[0].Stmt)
+	text, err := deparse(root)
 	if err != nil {
 		return nil
 	}

@@ -64,6 +64,13 @@ func TestStagesLearn(t *testing.T) {
 				{at: 1, msg: `column "seq" does not exist`},
 			},
 		},
+		{ // a subquery qualified by its own relation that is not
+			// decorrelated (a scalar max) would stay in stage 2 with its
+			// other columns unverified: no plan
+			sql:   "SELECT id, (SELECT max(fire_at) FROM timers WHERE execution_id = id) FROM executions WHERE version > (SELECT avg(version) FROM executions)",
+			first: []string{"SELECT avg(version) FROM executions", "SELECT max(fire_at) FROM timers WHERE execution_id = id"},
+			steps: []step{{at: 1, msg: `column "id" does not exist`}},
+		},
 		{ // nothing to learn: the statement reads two tables; the subquery
 			// reads a join; the subquery's table is the statement's
 			sql:   "SELECT o.seq FROM outbox o, spawns s WHERE s.seq = o.seq AND EXISTS (SELECT 1 FROM executions WHERE id = target_id)",

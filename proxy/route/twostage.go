@@ -1,6 +1,7 @@
 package route
 
 import (
+	"slices"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -186,16 +187,18 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 	default:
 		var subs []*pg.SubLink
 		if len(b.learned) > 0 { // learn.go
-			if sg := b.direct(sql); sg != nil {
+			if sg := b.direct(root, sql); sg != nil {
 				return sg
 			}
 			if subs = qualify(sel, b.learned, true); subs == nil {
 				return noStages
 			}
 		}
-		decorrelate(sel) // decorrelate.go
-		if subs != nil && !decorrelated(sel, subs) {
-			return noStages // a subquery qualified by its own relation stays unverified
+		done := decorrelate(sel) // decorrelate.go
+		for _, sl := range subs {
+			if !slices.Contains(done, sl) {
+				return noStages // a subquery qualified by its own relation stays unverified
+			}
 		}
 		b.sublinks(sel)
 		for _, it := range sel.FromClause {

@@ -204,9 +204,6 @@ type fanExec struct {
 	// servedFail is the error of a read in two stages' stage whose part
 	// failed first (twostage.go), for servedretry.go.
 	servedFail []byte
-	// stageMissing is the message of a stage's 42703 (a column its
-	// subquery does not have), for stageInners to learn from.
-	stageMissing string
 	// cursors are the session's cursors; capt, while a read fetched in
 	// parts runs, is the client's output kept for its cursor (cursor.go).
 	cursors *cursorSet

@@ -254,20 +254,22 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 	for {
 		var sets []*stageRows
 		var fail []byte
-		x.stageMissing = ""
-		i := 0
-		for ; fail == nil && i < len(sg.Inner); i++ {
+		missing, failed := "", -1
+		for i, in := range sg.Inner {
 			var rs *stageRows
-			rs, fail = x.stageCollect(sg.Inner[i], bv, oids)
+			if rs, fail, missing = x.stageCollect(in, bv, oids); fail != nil {
+				failed = i
+				break
+			}
 			sets = append(sets, rs)
 		}
 		if first == nil {
 			first = fail
 		}
-		if fail == nil || x.stageMissing == "" {
+		if fail == nil || missing == "" {
 			return sg, sets, fail
 		}
-		next := sg.Learn(i-1, x.stageMissing)
+		next := sg.Learn(failed, missing)
 		if next == nil {
 			return sg, sets, first
 		}
@@ -276,8 +278,9 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 }
 
 // stageCollect runs one inner statement where Route sends it and
-// collects its merged rows in binary.
-func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte) {
+// collects its merged rows in binary. When it fails for a column it does
+// not have, missing is the shard's 42703 message.
+func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte, string) {
 	f := x.f
 	d := x.gen.Config.Analyzer.Route(in, bv.Params, bv.Formats, oids)
 	m, only := d.Merge, 0
@@ -287,7 +290,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	case d.Kind == route.DestAny:
 		only = x.gen.DefaultShard + 1
 	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
-		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Why()+")", "")
+		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Why()+")", ""), ""
 	}
 	if only > 0 {
 		m = singleMerge
@@ -295,20 +298,21 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	fp := &fanPlan{simple: f.simple, st: in, dest: d, vs: &vstmt{st: in, oids: oids}, bind: f.bind, only: only}
 	sx, live, fail := x.stageStart(fp, bv, merge.ShardFormats(m, []int16{1}))
 	if fail != nil {
-		return nil, fail
+		return nil, fail, ""
 	}
 	streams := sx.streams
 	defer stageEnd(streams)
 	if first := firstFailed(streams); first != nil {
 		first.drain()
 		if c := pgwire.ErrorField(partError(first), 'C'); c == "42703" || c == "42P01" {
+			missing := ""
 			if c == "42703" {
-				x.stageMissing = pgwire.ErrorField(partError(first), 'M')
+				missing = pgwire.ErrorField(partError(first), 'M')
 			}
-			return nil, correlatedRefusal(in.SQL)
+			return nil, correlatedRefusal(in.SQL), missing
 		}
 		x.servedFail = partError(first) // a read run again after PS002 (servedretry.go)
-		return nil, sx.stageError(x.f.simple)
+		return nil, sx.stageError(x.f.simple), ""
 	}
 	var out []byte
 	rs := &stageRows{}
@@ -338,13 +342,13 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	case limit:
 		return nil, stageErr(pgwire.CodeProgramLimitExceeded,
 			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
-			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own.")
+			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own."), ""
 	case x.gen.fanResultError(streams) != nil:
-		return nil, sx.stageError(x.f.simple)
+		return nil, sx.stageError(x.f.simple), ""
 	case e != nil:
-		return nil, pgwire.AppendError(nil, e)
+		return nil, pgwire.AppendError(nil, e), ""
 	}
-	return rs, nil
+	return rs, nil, ""
 }
 
 // correlatedRefusal answers a read in two stages whose subquery sql
