@@ -29,6 +29,12 @@ const diffValsDDL = `CREATE TABLE vals (
 	f4 real, f8 float8, fbig float8, ftiny float8, f4big real,
 	t text, b bool, d date, ts timestamptz, u uuid)`
 
+// diffLookupDDL is a table outside the sharding schema (unsharded): its
+// rows live on the default shard (index 0) alone. Every shard has the
+// table, the others empty, so a read of it anywhere else answers wrong
+// rather than failing.
+const diffLookupDDL = `CREATE TABLE lookup (k text, v text, n numeric, w int4)`
+
 // diffRow is one row of one table: its shard and its values.
 type diffRow struct {
 	table string
@@ -43,6 +49,7 @@ var diffColumns = map[string][]string{
 	"spawns":           {"seq", "parent_id", "child_id", "root_path", "context"},
 	"trace":            {"execution_id", "idx", "entry"},
 	"processed_events": {"execution_id", "event_id"},
+	"lookup":           {"k", "v", "n", "w"},
 	"vals":             {"id", "g", "i2", "i4", "i8", "n", "f4", "f8", "fbig", "ftiny", "f4big", "t", "b", "d", "ts", "u"},
 }
 
@@ -186,6 +193,27 @@ func diffData(m *shardmap.Map) ([]diffRow, []diffExec) {
 			nul(base.Add(time.Duration(rng.IntN(1_000_000))*time.Second)),
 			nul(fmt.Sprintf("%08x-0000-4000-8000-%012x", rng.Uint32(), i)),
 		)
+	}
+	// lookup (unsharded, on the default shard): 60 rows keyed by an
+	// execution's id (every fourth) or by no execution's, with a
+	// definition name or NULL, numerics, small ints and NULLs.
+	lr := rand.New(rand.NewPCG(13, 17))
+	lnul := func(v any) any {
+		if lr.IntN(8) == 0 {
+			return nil
+		}
+		return v
+	}
+	for i := 0; i < 60; i++ {
+		k := "none-" + fmt.Sprint(i)
+		if i%5 != 4 {
+			k = execs[(i*4)%len(execs)].id
+		}
+		var v any = defs[lr.IntN(len(defs))]
+		if i%7 == 6 {
+			v = nil
+		}
+		add("lookup", 0, k, v, lnul(fmt.Sprintf("%d.%02d", lr.IntN(200)-50, lr.IntN(100))), lnul(int32(1+lr.IntN(12))))
 	}
 	return rows, execs
 }

@@ -158,7 +158,7 @@ func setupDiffEnv(ctx context.Context, t *testing.T, opts ...envOpt) *diffEnv {
 			t.Fatal(err)
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, diffValsDDL); err != nil {
+		if _, err := conn.Exec(ctx, diffValsDDL+";"+diffLookupDDL); err != nil {
 			t.Fatal(err)
 		}
 		loaders = append(loaders, conn)

@@ -413,7 +413,7 @@ func cannotFanOut(p *plan, spread string) *Refusal {
 			Hint:    hintAdvice}
 	case p.unsharded != "":
 		return &Refusal{SQLState: "0A000",
-			Message: fmt.Sprintf("cannot fan out (%s): the statement also reads %s, which is not sharded and lives on the default shard only", spread, p.unsharded),
+			Message: fmt.Sprintf("cannot fan out (%s): the statement also reads %s, %s", spread, p.unsharded, unshardedFanOut),
 			Detail:  "Every shard would run the statement without that table's rows.",
 			Hint:    "Read the unsharded table and the sharded rows in separate statements, or give the sharded rows a key."}
 	case p.merge == nil:

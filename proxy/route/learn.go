@@ -153,8 +153,9 @@ func qualify(sel *pg.SelectStmt, learned []learnedCol, own bool) []*pg.SubLink {
 
 // direct is the plan of statement sql (root, parsed; left as it is) with
 // its learned columns qualified, as it is: no stage 1, the statement
-// routed as any read; nil when no learned column is qualified or Route
-// refuses it whatever its parameters.
+// routed as any read; nil when no learned column is qualified, the
+// statement reads an unsharded table, or Route refuses it whatever its
+// parameters.
 func (b *stageBuilder) direct(root *pg.Node, sql string) *Stages {
 	root = proto.Clone(root).(*pg.Node)
 	if qualify(root.GetSelectStmt(), b.learned, false) == nil {
@@ -165,9 +166,9 @@ func (b *stageBuilder) direct(root *pg.Node, sql string) *Stages {
 		return nil
 	}
 	st, err := b.analyze(text)
-	if err != nil || st.ParseError != "" || !st.Select || !st.ReadOnly ||
+	if err != nil || st.ParseError != "" || !st.Select || !st.ReadOnly || len(st.Unsharded) > 0 ||
 		st.plan != nil && st.plan.static != nil && st.plan.static.Kind == DestRefuse {
-		return nil
+		return nil // an unsharded table is read on the default shard alone: stage it
 	}
 	sg := &Stages{Outer: text, Spread: true, outer: st, sql: sql}
 	sg.merge = &Merge{Width: -1, Limit: -1, Offset: -1, Stages: sg}

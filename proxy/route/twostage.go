@@ -46,8 +46,15 @@ import (
 // (twoShards), which only a spread plan answers.
 func acrossShards(ref *Refusal) bool {
 	return ref != nil && ref.SQLState == "0A000" &&
-		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: ") || twoShards(ref))
+		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: ") ||
+			strings.HasSuffix(ref.Message, unshardedFanOut) || twoShards(ref))
 }
+
+// unshardedFanOut ends the refusal of a read of every shard that also
+// reads an unsharded table (cannotFanOut): answered in two stages when
+// the unsharded table is read by a subquery of its own (stage 1 on the
+// default shard), or stage 2 runs there.
+const unshardedFanOut = "which is not sharded and lives on the default shard only"
 
 // twoShards reports whether ref refuses a statement whose keys name two
 // shards (evaluator.conflict): answered in two stages only by a spread
@@ -95,12 +102,13 @@ func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
 	}
 	for _, in := range sg.Inner {
 		d := one(in)
-		if d.Kind == DestRefuse || d.Kind == DestAll && d.Merge == nil {
-			return refused
+		if d.Kind == DestRefuse || d.Kind == DestAll && d.Merge == nil || len(in.Unsharded) > 0 && d.Kind != DestAny {
+			return refused // an unsharded table is read on the default shard alone
 		}
 	}
 	d := one(sg.outer)
-	if !sg.Spread && d.Kind != DestAny || d.Kind == DestRefuse || d.Kind == DestAll && (d.Merge == nil || d.Merge.Stages != nil) {
+	if !sg.Spread && d.Kind != DestAny || d.Kind == DestRefuse || d.Kind == DestAll && (d.Merge == nil || d.Merge.Stages != nil) ||
+		len(sg.outer.Unsharded) > 0 && d.Kind != DestAny {
 		return refused
 	}
 	n := len(sg.Inner)
@@ -147,7 +155,7 @@ func (b *stageBuilder) plan(sql string) *Stages {
 // sends it); else every part reading a sharded table that can be one,
 // stage 2 on the default shard.
 func (b *stageBuilder) build(sql string, spread bool) *Stages {
-	b.inner, b.innerSub, b.fail, b.sub = nil, nil, false, -1
+	b.inner, b.innerSub, b.fail, b.sub, b.spread = nil, nil, false, -1, spread
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
 		return noStages
@@ -224,7 +232,7 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 	if err != nil || ost.ParseError != "" || !ost.Select || !ost.ReadOnly {
 		return noStages
 	}
-	if spread && ost.plan != nil && ost.plan.static != nil && ost.plan.static.Kind == DestRefuse ||
+	if spread && (len(ost.Unsharded) > 0 || ost.plan != nil && ost.plan.static != nil && ost.plan.static.Kind == DestRefuse) ||
 		!spread && b.keyed(ost) {
 		return noStages
 	}
@@ -243,6 +251,10 @@ type stageBuilder struct {
 	ctes    map[string]bool // the statement's CTE names
 	inner   []*Statement
 	fail    bool
+	// spread: the plan being built keeps the statement's FROM, and stage
+	// 2 runs where Route sends it — possibly not on the default shard, so
+	// a subquery reading an unsharded table is an inner statement too.
+	spread bool
 	// learned are columns learned to be the statement's row's (learn.go);
 	// sub is the ordinal of the subquery sublinks stages, innerSub each
 	// inner statement's (-1: not a subquery of sublinks).
@@ -329,7 +341,7 @@ func (b *stageBuilder) bound(q *pg.Node) {
 	}
 	sel.LimitCount, sel.LimitOption = pg.MakeAConstIntNode(PullLimit+1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
 	if text, err := deparse(q); err == nil {
-		if st, err := b.analyze(text); err == nil && st.ParseError == "" && b.keyed(st) && !b.ctesRead(st) &&
+		if st, err := b.analyze(text); err == nil && st.ParseError == "" && b.staged(st) && !b.ctesRead(st) &&
 			(st.plan == nil || st.plan.static == nil || st.plan.static.Kind != DestRefuse) {
 			return // an inner statement (stage), merged as it is
 		}
@@ -398,7 +410,7 @@ func (b *stageBuilder) stage(q **pg.Node) {
 		b.fail = true
 		return
 	}
-	if !b.keyed(st) {
+	if !b.staged(st) {
 		return // stays in the outer statement
 	}
 	if b.ctesRead(st) {
@@ -432,6 +444,14 @@ func (b *stageBuilder) keyed(st *Statement) bool {
 		}
 	}
 	return false
+}
+
+// staged reports whether subquery st is an inner statement: it reads a
+// sharded table, or, in a spread plan (whose stage 2 may run on other
+// shards than the default one), an unsharded one (stage 1 reads it on
+// the default shard, where it lives).
+func (b *stageBuilder) staged(st *Statement) bool {
+	return b.keyed(st) || b.spread && len(st.Unsharded) > 0
 }
 
 // keyedTable reports whether t is a table of the sharding schema.

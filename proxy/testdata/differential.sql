@@ -705,3 +705,39 @@ SELECT x.id FROM (SELECT id FROM executions WHERE version < 0 ORDER BY id LIMIT 
 SELECT x.n + $2::int FROM (SELECT count(*) AS n FROM executions WHERE version > $1::int) x ;; ["2", "5"]
 WITH c AS (SELECT definition_id, count(*) AS n FROM executions GROUP BY definition_id) SELECT max(n), sum(n) FROM c
 SELECT v.w, count(e.id) FROM generate_series(0, 4) AS v(w) LEFT JOIN executions e ON e.version = v.w GROUP BY v.w ORDER BY v.w
+
+# --- an unsharded table (lookup: on the default shard alone; the other
+# shards have it empty) beside sharded ones: its subqueries are read on
+# the default shard first (stage 1), the statement then fans out with
+# their rows; joined with a sharded table, the sharded rows are read
+# first and the join runs on the default shard --------------------------
+@staged SELECT id, version FROM executions WHERE id IN (SELECT k FROM lookup) ORDER BY id
+@staged SELECT count(*) FROM executions WHERE id NOT IN (SELECT k FROM lookup WHERE k IS NOT NULL)
+@staged SELECT count(*) FROM executions WHERE definition_id IN (SELECT v FROM lookup)
+@staged SELECT definition_id, count(*) FROM executions WHERE definition_id NOT IN (SELECT v FROM lookup) GROUP BY 1 ORDER BY 1
+@staged SELECT definition_id, count(*) FROM executions WHERE definition_id NOT IN (SELECT v FROM lookup WHERE v IS NOT NULL) GROUP BY 1 ORDER BY 1
+@staged SELECT id, (SELECT max(n) FROM lookup) AS top FROM executions ORDER BY id LIMIT 5
+@staged SELECT id, (SELECT n FROM lookup WHERE k = 'none-4') FROM executions ORDER BY id LIMIT 3
+@staged SELECT id, (SELECT w FROM lookup ORDER BY w DESC NULLS LAST, k LIMIT 1) FROM executions ORDER BY id DESC LIMIT 3
+@staged SELECT count(*) FROM executions WHERE version > ALL (SELECT w FROM lookup WHERE w IS NOT NULL)
+@staged SELECT count(*) FROM executions WHERE version > ALL (SELECT w FROM lookup)
+@staged SELECT count(*) FROM executions WHERE version = ANY (SELECT w FROM lookup)
+@staged SELECT count(*), sum(version) FROM executions WHERE version < (SELECT avg(w) FROM lookup)
+@staged SELECT id FROM executions e WHERE EXISTS (SELECT 1 FROM lookup l WHERE l.k = e.id) ORDER BY id
+@staged SELECT id FROM executions e WHERE NOT EXISTS (SELECT 1 FROM lookup l WHERE l.k = e.id) ORDER BY id LIMIT 10
+@staged SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM lookup WHERE w > 11)
+@staged SELECT count(*) FROM outbox WHERE target_id IN (SELECT k FROM lookup WHERE w > 6)
+@staged SELECT t.execution_id, count(*) FROM timers t WHERE t.execution_id IN (SELECT k FROM lookup WHERE v = $1) GROUP BY 1 ORDER BY 2 DESC, 1 ;; ["order"]
+@staged SELECT id, definition_id FROM executions WHERE definition_id IN (SELECT v FROM lookup WHERE w = $1) ORDER BY id LIMIT 7 ;; ["3"]
+@staged SELECT e.id, l.n, l.w FROM executions e JOIN lookup l ON l.k = e.id ORDER BY e.id
+@staged SELECT l.v, count(e.id) FROM lookup l LEFT JOIN executions e ON e.id = l.k GROUP BY 1 ORDER BY 1
+@staged SELECT l.k, e.version FROM lookup l JOIN executions e ON e.id = l.k WHERE l.w > $1 ORDER BY 1 ;; ["8"]
+SELECT id FROM executions WHERE id = '{exec8}' AND id IN (SELECT k FROM lookup)
+SELECT count(*), sum(n), max(w) FROM lookup
+SELECT v, sum(n) FROM lookup GROUP BY 1 ORDER BY 1
+@staged SELECT count(*) FROM executions WHERE EXISTS (SELECT 1 FROM lookup WHERE k = id)
+@staged SELECT id FROM executions WHERE NOT EXISTS (SELECT 1 FROM lookup WHERE k = id AND w > 3) ORDER BY id LIMIT 5
+SELECT count(*) FROM executions e WHERE EXISTS (SELECT 1 FROM lookup l WHERE l.w > e.version)
+@staged SELECT id FROM executions UNION ALL SELECT k FROM lookup
+@staged SELECT k FROM lookup INTERSECT SELECT id FROM executions
+SELECT count(*) FROM (SELECT v FROM lookup EXCEPT SELECT definition_id FROM executions) x

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/merge"
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
 )
@@ -84,6 +85,10 @@ type fanPlan struct {
 	// shard runs (stage 2 of a spread read in two stages: the
 	// subqueries' rows, as parameters after the client's in bind).
 	repl []string
+	// want, when set, are the columns the client's statement describes
+	// (stage 2 of a spread read in two stages): the merged answer must
+	// describe them (sameColumns), else it is refused before any row.
+	want []pgvalue.Field
 }
 
 // startFan records a DestAll Bind, routed by rp; the rest of the
@@ -704,6 +709,9 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 	if x.fanErrorsSoFar(r, bindAt) {
 		return nil
 	}
+	if f.want != nil && !mergeDescribes(x, r, f.want, bindAt) {
+		return nil
+	}
 	lo := len(x.cc.out)
 	e := r.Answer()
 	if e == merge.ErrStop {
@@ -765,6 +773,30 @@ func (x *fanExec) fanErrorsSoFar(r *merge.Run, bindAt int) bool {
 	}
 	x.cc.out = append(x.cc.out, x.gen.fanResultError(streams)...)
 	return true
+}
+
+// mergeDescribes reports whether r's answer describes the columns want
+// (names, types, type modifiers); when not, it refuses the read in their
+// place (the BindComplete at bindAt taken back, f failed): a rewritten
+// statement must never answer under other columns than the client's.
+func mergeDescribes(x *fanExec, r *merge.Run, want []pgvalue.Field, bindAt int) bool {
+	d, e := r.Description()
+	var fs []pgvalue.Field
+	if e == nil {
+		var err error
+		if fs, err = pgvalue.ParseRowDesc(d); err == nil && sameColumns(fs, want) {
+			return true
+		}
+	}
+	for _, st := range x.streams {
+		st.drain()
+	}
+	if bindAt >= 0 {
+		x.cc.out = x.cc.out[:bindAt]
+	}
+	x.cc.out = append(x.cc.out, stageColumnsRefusal()...)
+	x.f.failed = true
+	return false
 }
 
 // firstFailed is the first participant that failed — the one whose error

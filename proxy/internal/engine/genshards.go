@@ -177,7 +177,8 @@ func (g *GenerationEnv) firstShard(as []*route.Statement) int {
 // (reads of "every shard", DDL in transactions, shapes no merge supports,
 // keys the analyzer could not read); unsharded objects live on the default
 // shard, so a statement that joins them with sharded tables of another
-// shard, or reads them on every shard, is refused.
+// shard, or reads them on every shard, is refused — unless it is read in
+// two stages, each of which reads them on the default shard alone.
 func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest {
 	srv := g
 	if len(srv.Pools) == 1 {
@@ -204,8 +205,8 @@ func (g *GenerationEnv) adjustDest(a *route.Statement, d route.Dest) route.Dest 
 				Hint:    "Read the unsharded tables in a statement of their own, or add them to the sharding schema (keyed or global)."}}
 		}
 	case route.DestAll:
-		if a.Kind == route.KindDDL {
-			return d
+		if a.Kind == route.KindDDL || d.Merge != nil && d.Merge.Stages != nil {
+			return d // a read in two stages reads each unsharded table on the default shard (route.Stages)
 		}
 		srv.Metrics.Refusals.WithLabelValues("unsharded").Inc()
 		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Why(), Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,

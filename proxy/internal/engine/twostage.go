@@ -501,7 +501,7 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 		case d.Kind == route.DestShard:
 			only = d.Shard + 1
 		case d.Kind == route.DestAll && d.Merge != nil && d.Merge.Stages == nil:
-			return stageFan(x, sg.OuterStatement(), d, bv, repl, types, vals)
+			return stageFan(x, sg.OuterStatement(), d, bv, repl, types, vals, orig)
 		case d.Kind != route.DestAny:
 			return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the statement over its subqueries' rows cannot run ("+d.Why()+")", ""), false
 		}
@@ -528,7 +528,7 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 	fs, err := pgvalue.ParseRowDesc(st.rowDesc)
 	if err != nil || !sameColumns(fs, orig) {
 		st.drain()
-		return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the read in two stages would not describe its columns as the statement does", "Run the subqueries as statements of their own."), false
+		return stageColumnsRefusal(), false
 	}
 	if !f.simple {
 		x.cc.out = pgwire.AppendEmpty(x.cc.out, '2') // BindComplete
@@ -564,12 +564,13 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 // stageFan runs a spread plan's stage 2 that reads every shard: outer,
 // with the subqueries' rows as parameters (repl, types, vals:
 // stageValues), as a fan-out of its own whose merge answers the client
-// as the statement's would. Its participants are connections of its own
+// as the statement's would — under the columns it describes (orig),
+// checked as on the default shard (fanPlan.want). Its participants are connections of its own
 // (outside a transaction block, as every stage).
-func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindView, repl []string, types []uint32, vals [][]byte) ([]byte, bool) {
+func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindView, repl []string, types []uint32, vals [][]byte, orig []pgvalue.Field) ([]byte, bool) {
 	f := x.f
 	fp := &fanPlan{simple: f.simple, st: outer, dest: d, vs: &vstmt{st: outer, oids: types}, describe: f.describe,
-		continues: true, repl: repl}
+		continues: true, repl: repl, want: orig}
 	fp.bind = appendStageBind(nil, bv, vals)
 	var sbv pgwire.BindView
 	if err := sbv.Decode(fp.bind); err != nil {
@@ -604,6 +605,12 @@ func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindV
 		return nil, false // the client's connection failed
 	}
 	return nil, fp.failed
+}
+
+// stageColumnsRefusal refuses a stage 2 whose columns are not the ones
+// the client's statement describes (sameColumns).
+func stageColumnsRefusal() []byte {
+	return stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: the read in two stages would not describe its columns as the statement does", "Run the subqueries as statements of their own.")
 }
 
 // sameColumns reports whether stage 2's columns are the statement's:
