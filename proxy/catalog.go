@@ -137,7 +137,7 @@ func defaultRemap(_ context.Context, cfg Config, m *shardmap.Map) (Config, error
 	if !ok {
 		return Config{}, fmt.Errorf("the analyzer is a %T: set Config.Remap to build one for a new map", cfg.Analyzer)
 	}
-	an, err := route.New(m, r.Schema(), route.Options{})
+	an, err := route.New(m, r.Schema(), route.Options{DefaultShard: cfg.DefaultShard})
 	if err != nil {
 		return Config{}, err
 	}

@@ -33,7 +33,8 @@ const diffValsDDL = `CREATE TABLE vals (
 // rows live on the default shard (index 0) alone. Every shard has the
 // table, the others empty, so a read of it anywhere else answers wrong
 // rather than failing.
-const diffLookupDDL = `CREATE TABLE lookup (k text, v text, n numeric, w int4)`
+const diffLookupDDL = `CREATE TABLE lookup (k text, v text, n numeric, w int4,
+	vc varchar(12), nm numeric(8,2), tsp timestamp(3), ch char(3))`
 
 // diffRow is one row of one table: its shard and its values.
 type diffRow struct {
@@ -49,7 +50,7 @@ var diffColumns = map[string][]string{
 	"spawns":           {"seq", "parent_id", "child_id", "root_path", "context"},
 	"trace":            {"execution_id", "idx", "entry"},
 	"processed_events": {"execution_id", "event_id"},
-	"lookup":           {"k", "v", "n", "w"},
+	"lookup":           {"k", "v", "n", "w", "vc", "nm", "tsp", "ch"},
 	"vals":             {"id", "g", "i2", "i4", "i8", "n", "f4", "f8", "fbig", "ftiny", "f4big", "t", "b", "d", "ts", "u"},
 }
 
@@ -196,7 +197,9 @@ func diffData(m *shardmap.Map) ([]diffRow, []diffExec) {
 	}
 	// lookup (unsharded, on the default shard): 60 rows keyed by an
 	// execution's id (every fourth) or by no execution's, with a
-	// definition name or NULL, numerics, small ints and NULLs.
+	// definition name or NULL, numerics, small ints, columns with type
+	// modifiers (varchar(12), numeric(8,2), timestamp(3), char(3)) and
+	// NULLs.
 	lr := rand.New(rand.NewPCG(13, 17))
 	lnul := func(v any) any {
 		if lr.IntN(8) == 0 {
@@ -213,7 +216,9 @@ func diffData(m *shardmap.Map) ([]diffRow, []diffExec) {
 		if i%7 == 6 {
 			v = nil
 		}
-		add("lookup", 0, k, v, lnul(fmt.Sprintf("%d.%02d", lr.IntN(200)-50, lr.IntN(100))), lnul(int32(1+lr.IntN(12))))
+		add("lookup", 0, k, v, lnul(fmt.Sprintf("%d.%02d", lr.IntN(200)-50, lr.IntN(100))), lnul(int32(1+lr.IntN(12))),
+			lnul(k[:min(len(k), 12)]), lnul(fmt.Sprintf("%d.%d", lr.IntN(2000)-1000, lr.IntN(100))),
+			lnul(time.Date(2026, 1, 1+lr.IntN(300), lr.IntN(24), 0, 0, lr.IntN(1000)*1_000_000, time.UTC)), lnul(fmt.Sprint(lr.IntN(100))))
 	}
 	return rows, execs
 }

@@ -87,6 +87,17 @@ func TestPinTemporaryTable(t *testing.T) {
 		if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
 			t.Fatalf("other shard's key while pinned: %v", err)
 		}
+		// The temporary table is the session's, on its backend, not an
+		// unsharded table of the default shard: a keyed read that also
+		// reads it runs there (never in two stages, which would read it
+		// on a pooled connection), and is refused for another shard.
+		if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM pin_t) + 0 * count(*) FROM accounts WHERE aid = $1", k0).Scan(&n); err != nil || n != 3 {
+			t.Fatalf("default shard's key with the temporary table: %d, %v", n, err)
+		}
+		_, err = conn.Exec(ctx, "SELECT abalance FROM accounts WHERE aid = $1 AND aid IN (SELECT a FROM pin_t)", k1)
+		if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
+			t.Fatalf("other shard's key with the temporary table while pinned: %v", err)
+		}
 		if _, err := conn.Exec(ctx, "DROP TABLE pin_t"); err != nil {
 			t.Fatal(err)
 		}

@@ -183,7 +183,7 @@ func proxyConfig(cfg *config.Config, trustUsers []string, log *slog.Logger) (pro
 	if err != nil {
 		return proxy.Config{}, fmt.Errorf("config: proxy.schema: %w", err)
 	}
-	an, err := route.New(cfg.Map, schema, route.Options{})
+	an, err := route.New(cfg.Map, schema, route.Options{DefaultShard: x.DefaultShard})
 	if err != nil {
 		return proxy.Config{}, fmt.Errorf("proxy: %w", err)
 	}
@@ -739,7 +739,7 @@ func addDatabases(pc *proxy.Config, cfg *config.Config, schema route.Schema) err
 				return fmt.Errorf("config: proxy.databases.%s.map %s: %w", name, p, err)
 			}
 		}
-		an, err := route.New(m, schema, route.Options{})
+		an, err := route.New(m, schema, route.Options{DefaultShard: d.DefaultShard})
 		if err != nil {
 			return fmt.Errorf("config: proxy.databases.%s: %w", name, err)
 		}

@@ -73,7 +73,7 @@ the map's first shard) over the subqueries' rows.`,
 		if err != nil {
 			return err
 		}
-		r, err := route.New(in.m, in.schema, route.Options{CacheSize: -1})
+		r, err := route.New(in.m, in.schema, route.Options{CacheSize: -1, DefaultShard: in.defShard})
 		if err != nil {
 			return err
 		}

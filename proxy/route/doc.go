@@ -406,6 +406,18 @@
 //     reads a sharded table becomes an inner statement, as written;
 //   - a subquery of a SELECT without FROM that reads a sharded table
 //     becomes an inner statement (nothing there can correlate it);
+//   - unsharded tables (on the default shard alone): a read of every
+//     shard that also reads one ("... which is not sharded and lives on
+//     the default shard only"), or a keyed read of another shard than
+//     the default one (Options.DefaultShard) that does ("one shard
+//     cannot read both"; Dest.OnKeyShard keeps its key's decision for a
+//     pinned session whose temporary tables they are), is tried in two
+//     stages too: in the spread plan a subquery reading an unsharded
+//     table is an inner statement (stage 1 reads it on the default
+//     shard), and an outer or inner statement that still reads one runs
+//     only there (DestAny) — else refused; without the spread plan the
+//     unsharded tables stay in the outer statement, on the default
+//     shard (never for a keyed read: its tables would be read whole);
 //   - stage 1 runs each inner statement with the client's parameters as
 //     Route decides for it alone (merged from every shard, or on its one
 //     shard; refused → the whole statement keeps its refusal) and keeps
@@ -419,8 +431,10 @@
 //     pgshard_v(columns)) — parameters of the rows' type OIDs, in binary
 //     — so Postgres itself evaluates windows, aggregates, joins, ORDER BY,
 //     LIMIT over them; an empty result is the same list of NULLs WHERE
-//     false. On one shard the answer's columns must be the statement's
-//     (names, types, type modifiers, else 0A000); their originating
+//     false; a column with a type modifier (varchar(12), numeric(8,2),
+//     timestamp(3)) is cast back to it. The answer's columns must be the
+//     statement's (names, types, type modifiers, else 0A000 before any
+//     row, on one shard or merged from every shard); their originating
 //     table columns are the statement's, from a Describe of it.
 //
 // Without the spread plan the outer statement must read no sharded table
@@ -434,7 +448,7 @@
 // which stage 1 does not keep (string_agg, array_agg, json_agg, ...
 // without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
 // or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a
-// type modifier; writes, FOR UPDATE; after settings in its pipeline;
+// type modifier pgshard cannot write (interval's fields); writes, FOR UPDATE; after settings in its pipeline;
 // inside a transaction block that is not READ COMMITTED, has written, or
 // has SET LOCAL (the stages run outside the block: the engine decides,
 // twostage.go); more than 65535 parameters in stage 2. The stages are

@@ -19,6 +19,11 @@ type Options struct {
 	// MaxCachedSQL is the longest text that is cached (default 64 KiB):
 	// longer ones are analyzed on every use.
 	MaxCachedSQL int
+	// DefaultShard names the shard the unsharded tables live on ("": the
+	// map's first shard), as the proxy's default_shard: a keyed read of
+	// another shard that also reads one of them is answered in two stages
+	// (Route) or refused.
+	DefaultShard string
 	// KeepLiterals turns literal normalization off: every distinct text is
 	// parsed and analyzed in full, as if its constants mattered to its
 	// shape (see the package documentation). Normalization needs the
@@ -49,6 +54,8 @@ type Table struct {
 	// check is the checked served set of the map (served.go), built once.
 	checkOnce sync.Once
 	check     string
+	// defShard is the index of Options.DefaultShard in the map.
+	defShard int
 }
 
 var _ Analyzer = (*Table)(nil)
@@ -72,7 +79,15 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 	if opts.MaxCachedSQL <= 0 {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
-	r := &Table{schema: schema, sc: compile(schema), pl: newPlacer(mc)}
+	r := &Table{schema: schema, sc: compile(schema), pl: newPlacer(mc), defShard: -1}
+	for i, sh := range mc.Shards {
+		if sh.Name == opts.DefaultShard || opts.DefaultShard == "" && i == 0 {
+			r.defShard = i
+		}
+	}
+	if r.defShard < 0 {
+		return nil, fmt.Errorf("route: the default shard %q is not a shard of the map", opts.DefaultShard)
+	}
 	r.stmts = newStatements(r.sc, &r.pl, opts)
 	return r, nil
 }

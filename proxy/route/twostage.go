@@ -47,8 +47,14 @@ import (
 func acrossShards(ref *Refusal) bool {
 	return ref != nil && ref.SQLState == "0A000" &&
 		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: ") ||
-			strings.HasSuffix(ref.Message, unshardedFanOut) || twoShards(ref))
+			strings.HasSuffix(ref.Message, unshardedFanOut) || strings.HasSuffix(ref.Message, unshardedKeyed) || twoShards(ref))
 }
+
+// unshardedKeyed ends the refusal of a keyed read of another shard than
+// the default one that also reads an unsharded table (unshardedElsewhere):
+// a spread plan answers it when the unsharded table is read by a
+// subquery of its own.
+const unshardedKeyed = "one shard cannot read both"
 
 // unshardedFanOut ends the refusal of a read of every shard that also
 // reads an unsharded table (cannotFanOut): answered in two stages when
@@ -97,8 +103,8 @@ func (sg *Stages) Query() string { return sg.sql }
 // for the whole statement) when sg is noStages or a stage is refused;
 // one routes a stage's statement alone (Route without two stages).
 func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
-	if sg == noStages || !sg.Spread && twoShards(refused.Refusal) {
-		return refused
+	if sg == noStages || !sg.Spread && (twoShards(refused.Refusal) || strings.HasSuffix(refused.Refusal.Message, unshardedKeyed)) {
+		return refused // a keyed read is never answered by reading its tables whole
 	}
 	for _, in := range sg.Inner {
 		d := one(in)

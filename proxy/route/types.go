@@ -186,7 +186,12 @@ type Dest struct {
 	// or procedure the schema does not know, a DO block), which live
 	// there.
 	Default bool
-	keyed   keyedWhy
+	// OnKeyShard, for a keyed read that also reads unsharded tables on
+	// another shard than the default one (answered in two stages, or
+	// refused), is the decision its key alone makes: a pinned session
+	// whose temporary tables are those "unsharded" tables runs it there.
+	OnKeyShard *Dest
+	keyed      keyedWhy
 }
 
 // keyedWhy is what a keyed decision keeps to build its reason on demand

@@ -741,3 +741,14 @@ SELECT count(*) FROM executions e WHERE EXISTS (SELECT 1 FROM lookup l WHERE l.w
 @staged SELECT id FROM executions UNION ALL SELECT k FROM lookup
 @staged SELECT k FROM lookup INTERSECT SELECT id FROM executions
 SELECT count(*) FROM (SELECT v FROM lookup EXCEPT SELECT definition_id FROM executions) x
+# lookup's columns with type modifiers: stage 2 casts their rows back
+@staged SELECT id, (SELECT vc FROM lookup WHERE vc IS NOT NULL ORDER BY vc LIMIT 1) FROM executions ORDER BY id LIMIT 3
+@staged SELECT id, (SELECT nm FROM lookup WHERE k = 'none-9'), (SELECT tsp FROM lookup ORDER BY tsp NULLS LAST LIMIT 1), (SELECT ch FROM lookup ORDER BY ch LIMIT 1) FROM executions ORDER BY id LIMIT 3
+@staged SELECT count(*) FROM executions WHERE id IN (SELECT vc FROM lookup)
+@staged SELECT id, version FROM executions WHERE version::numeric IN (SELECT nm FROM lookup) OR id IN (SELECT vc FROM lookup WHERE nm > 0) ORDER BY id
+@staged SELECT e.id, l.vc, l.nm, l.tsp, l.ch FROM executions e JOIN lookup l ON l.k = e.id ORDER BY e.id
+@staged SELECT l.* FROM lookup l JOIN executions e ON e.id = l.vc ORDER BY l.k
+@staged SELECT k, vc, nm FROM lookup WHERE vc IN (SELECT id FROM executions WHERE version > 6) ORDER BY k
+@staged SELECT max(l.nm), min(l.tsp), count(l.ch) FROM lookup l WHERE l.k IN (SELECT id FROM executions)
+SELECT id FROM executions WHERE id = '{exec12}' AND id IN (SELECT vc FROM lookup)
+SELECT e.id, l.nm FROM executions e JOIN lookup l ON l.k = e.id WHERE e.id = '{exec12}'

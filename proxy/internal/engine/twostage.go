@@ -424,21 +424,16 @@ func stageValues(oids []uint32, sets []*stageRows) ([]string, []uint32, [][]byte
 		if len(rs.fields) == 0 {
 			return nil, nil, nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages returns no columns", "")
 		}
-		var names []string
-		for _, f := range rs.fields {
-			if f.Typmod != -1 {
-				return nil, nil, nil, stageErr(pgwire.CodeFeatureNotSupported,
-					fmt.Sprintf("cannot run across shards: column %q of a subquery of a read in two stages has a type modifier, which its rows would lose", f.Name),
-					"Cast the column to its type without a modifier (x::numeric, x::varchar) in the subquery.")
-			}
-			names = append(names, `"`+strings.ReplaceAll(f.Name, `"`, `""`)+`"`)
+		names, proj, fail := stageColumns(rs.fields)
+		if fail != nil {
+			return nil, nil, nil, fail
 		}
 		rows, where := rs.rows, ""
 		if len(rows) == 0 {
 			rows, where = [][][]byte{make([][]byte, len(rs.fields))}, " WHERE false" // a typed empty relation
 		}
 		var b strings.Builder
-		b.WriteString("SELECT * FROM (VALUES ")
+		b.WriteString("SELECT " + proj + " FROM (VALUES ")
 		for k, row := range rows {
 			if k > 0 {
 				b.WriteString(", ")
@@ -453,7 +448,7 @@ func stageValues(oids []uint32, sets []*stageRows) ([]string, []uint32, [][]byte
 			}
 			b.WriteByte(')')
 		}
-		b.WriteString(") AS pgshard_v(" + strings.Join(names, ", ") + ")" + where)
+		b.WriteString(") AS pgshard_v(" + names + ")" + where)
 		repl = append(repl, b.String())
 	}
 	if len(types) > stageMaxParams {
@@ -462,6 +457,41 @@ func stageValues(oids []uint32, sets []*stageRows) ([]string, []uint32, [][]byte
 			"Narrow the subqueries (a key, a filter, a LIMIT), or run them as statements of their own.")
 	}
 	return repl, types, vals, nil
+}
+
+// stageColumns are the column names of an inner statement's VALUES list
+// (pgshard_v(names)) and the select list over it (proj): * when no
+// column has a type modifier; else each column by its position, those
+// with a modifier cast back to it (varchar(7), numeric(10,2):
+// pgvalue.TypeName; a value of that column is unchanged by the cast),
+// named as the inner statement names it — so stage 2 sees its rows as
+// the subquery's, modifiers included. A modifier TypeName cannot write
+// is refused (fail).
+func stageColumns(fields []pgvalue.Field) (names, proj string, fail []byte) {
+	quote := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+	var ns, ps []string
+	cast := false
+	for i, f := range fields {
+		ns = append(ns, quote(f.Name))
+		col := "c" + strconv.Itoa(i+1)
+		if f.Typmod != -1 {
+			t, ok := pgvalue.TypeName(f.OID, f.Typmod)
+			if !ok {
+				return "", "", stageErr(pgwire.CodeFeatureNotSupported,
+					fmt.Sprintf("cannot run across shards: column %q of a subquery of a read in two stages has a type modifier pgshard cannot restore, which its rows would lose", f.Name),
+					"Cast the column to its type without a modifier (x::interval) in the subquery.")
+			}
+			col, cast = col+"::"+t, true
+		}
+		ps = append(ps, col+" AS "+quote(f.Name))
+	}
+	if !cast {
+		return strings.Join(ns, ", "), "*", nil
+	}
+	for i := range ns {
+		ns[i] = "c" + strconv.Itoa(i+1)
+	}
+	return strings.Join(ns, ", "), strings.Join(ps, ", "), nil
 }
 
 // stageText is sql, a text of stage 2's statement (as written, or the

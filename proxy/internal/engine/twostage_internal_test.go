@@ -10,8 +10,8 @@ import (
 
 // TestStageSQL checks stage 2's text and parameters: the inner rows as a
 // VALUES list of parameters numbered after the client's, typed by the
-// rows' OIDs; an empty result as one row of NULLs WHERE false; a column
-// with a type modifier refused.
+// rows' OIDs; an empty result as one row of NULLs WHERE false; columns
+// with a type modifier cast back to it.
 func TestStageSQL(t *testing.T) {
 	sg := &route.Stages{Outer: "SELECT d.a FROM (" + route.StageMarker(0) + ") d JOIN (" + route.StageMarker(1) + ") e ON true WHERE d.a > $1"}
 	rows := &stageRows{fields: []pgvalue.Field{{Name: "a", OID: 20, Typmod: -1}, {Name: `b"x`, OID: 25, Typmod: -1}},
@@ -32,9 +32,18 @@ func TestStageSQL(t *testing.T) {
 	if len(vals) != 5 || string(vals[0]) != "1" || vals[1] != nil || vals[4] != nil {
 		t.Errorf("values %q", vals)
 	}
-	mod := &stageRows{fields: []pgvalue.Field{{Name: "v", OID: 1043, Typmod: 14}}}
-	if _, _, _, fail := stageValues(nil, []*stageRows{mod}); fail == nil || !strings.Contains(string(fail), "type modifier") {
-		t.Errorf("a type modifier: got %q", fail)
+	// Columns with a type modifier are cast back to it, each column by
+	// its position (two may have one name), named as the subquery names
+	// them; a modifier pgvalue.TypeName cannot write is refused.
+	mod := &stageRows{fields: []pgvalue.Field{{Name: "v", OID: 1043, Typmod: 14}, {Name: "v", OID: 20, Typmod: -1}, {Name: "n", OID: 1700, Typmod: 655366}},
+		rows: [][][]byte{{[]byte("a"), []byte("1"), []byte("2.50")}}}
+	mrepl, _, _, fail := stageValues(nil, []*stageRows{mod})
+	if want := `SELECT c1::varchar(10) AS "v", c2 AS "v", c3::numeric(10,2) AS "n" FROM (VALUES ($1, $2, $3)) AS pgshard_v(c1, c2, c3)`; fail != nil || len(mrepl) != 1 || mrepl[0] != want {
+		t.Errorf("type modifiers: got %q, %q\nwant %s", mrepl, fail, want)
+	}
+	interval := &stageRows{fields: []pgvalue.Field{{Name: "i", OID: 1186, Typmod: 2147418118}}}
+	if _, _, _, fail := stageValues(nil, []*stageRows{interval}); fail == nil || !strings.Contains(string(fail), "type modifier") {
+		t.Errorf("a modifier pgshard cannot restore: got %q", fail)
 	}
 	// A marker missing from a shard's text is no text; one there twice (a
 	// merge's hidden sort column) is replaced twice, by the same

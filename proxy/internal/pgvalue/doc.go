@@ -15,8 +15,14 @@
 //	                              array_agg partials, pg_terminate_backend's
 //	                              argument)
 //
-//	values.go  all of the above (Dec: exact decimals with numeric's
-//	           display scale; floats formatted per extra_float_digits)
+//	type OID + modifier ──TypeName──▶ varchar(7), numeric(10,2), ... (a
+//	                                  read in two stages casts its rows
+//	                                  back to their column's modifier)
+//
+//	values.go  all of the above but TypeName (Dec: exact decimals with
+//	           numeric's display scale; floats formatted per
+//	           extra_float_digits)
+//	typmod.go  TypeName: the SQL name of a type with its modifier
 //
 // Errors are *pgwire.Error with Postgres's SQLSTATE (22003 out of range,
 // 0A000 for what a merge cannot compute).
