@@ -36,6 +36,9 @@ var gtables = []gtable{
 	{"processed_events", []gcol{{"execution_id", "t"}, {"event_id", "t"}}, []string{"execution_id", "event_id"}, "execution_id"},
 	{"spawns", []gcol{{"seq", "i"}, {"parent_id", "t"}, {"child_id", "t"}, {"root_path", "t"}, {"context", "j"}}, []string{"seq"}, "parent_id"},
 	{"outbox", []gcol{{"seq", "i"}, {"target_id", "t"}, {"event", "j"}}, []string{"seq"}, ""},
+	// unsharded (on the default shard): only the unsharded shape reads it
+	// (fuzzsql_unsharded_test.go)
+	{"lookup", []gcol{{"k", "t"}, {"v", "t"}, {"n", "f"}, {"w", "i"}, {"vc", "t"}, {"nm", "f"}, {"ch", "t"}}, []string{"k"}, ""},
 }
 
 func gtableByName(n string) gtable {
@@ -65,6 +68,9 @@ type ggen struct {
 	pendingWhere []string
 	// only, when set, is the one shape generated (PGSHARD_FUZZSQL_SHAPE).
 	only func(*ggen) gquery
+	// unsharded: table() may pick the unsharded table (the unsharded
+	// shape's queries).
+	unsharded bool
 }
 
 // ggenShapes are the shapes PGSHARD_FUZZSQL_SHAPE may name.
@@ -72,7 +78,7 @@ var ggenShapes = map[string]func(*ggen) gquery{
 	"plain": (*ggen).plain, "aggregate": (*ggen).aggregate, "semi": (*ggen).semi, "cte": (*ggen).cte,
 	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
 	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived, "nofrom": (*ggen).noFrom,
-	"semiwide": (*ggen).semiWide,
+	"semiwide": (*ggen).semiWide, "unsharded": (*ggen).unshardedMix,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -101,13 +107,16 @@ func q(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 // data set's values.
 func (g *ggen) konst(t, col, kind string) string {
 	switch {
-	case col == "id" || col == "execution_id" || col == "parent_id" || col == "child_id" || col == "target_id":
+	case col == "id" || col == "execution_id" || col == "parent_id" || col == "child_id" || col == "target_id" || col == "k" || col == "vc":
 		id := g.pick(g.ids)
 		if g.p(5) {
 			id = "nope"
 		}
 		return g.val(q(id), id, "")
-	case col == "definition_id":
+	case col == "n" || col == "nm":
+		v := strconv.Itoa(g.n(150) - 50)
+		return g.val(v, v, "::numeric")
+	case col == "definition_id" || col == "v":
 		v := g.pick([]string{"order", "payment", "shipment", "Refund", "ärger"})
 		return g.val(q(v), v, "")
 	case col == "path":
@@ -310,6 +319,9 @@ func firstText(t gtable) string {
 }
 
 func (g *ggen) table() gtable {
+	if g.unsharded && g.p(35) {
+		return gtableByName("lookup")
+	}
 	// weight the keyed tables
 	w := []int{4, 3, 3, 2, 2, 2}
 	n := g.n(16)
@@ -390,6 +402,8 @@ func (g *ggen) gen() gquery {
 		qq = g.semi()
 	case k < 55:
 		qq = g.semiWide()
+	case k < 59:
+		qq = g.unshardedMix()
 	case k < 63:
 		qq = g.cte()
 	case k < 69:

@@ -417,7 +417,10 @@
 //     shard), and an outer or inner statement that still reads one runs
 //     only there (DestAny) — else refused; without the spread plan the
 //     unsharded tables stay in the outer statement, on the default
-//     shard (never for a keyed read: its tables would be read whole);
+//     shard, and so does a subquery, CTE or set operation's branch that
+//     reads one beside a sharded table, with its own sharded parts taken
+//     out as above (never for a keyed read: its tables would be read
+//     whole);
 //   - stage 1 runs each inner statement with the client's parameters as
 //     Route decides for it alone (merged from every shard, or on its one
 //     shard; refused → the whole statement keeps its refusal) and keeps

@@ -348,6 +348,7 @@ func (b *stageBuilder) bound(q *pg.Node) {
 	sel.LimitCount, sel.LimitOption = pg.MakeAConstIntNode(PullLimit+1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
 	if text, err := deparse(q); err == nil {
 		if st, err := b.analyze(text); err == nil && st.ParseError == "" && b.staged(st) && !b.ctesRead(st) &&
+			(b.spread || !b.keyed(st) || !b.readsUnsharded(st)) && // not taken apart (stage)
 			(st.plan == nil || st.plan.static == nil || st.plan.static.Kind != DestRefuse) {
 			return // an inner statement (stage), merged as it is
 		}
@@ -419,6 +420,18 @@ func (b *stageBuilder) stage(q **pg.Node) {
 	if !b.staged(st) {
 		return // stays in the outer statement
 	}
+	if b.keyed(st) && b.readsUnsharded(st) {
+		// It reads an unsharded table too, so it is no statement alone
+		// (its read would need two stages itself). In the spread plan it
+		// would be one: no spread plan. Else it stays in the outer
+		// statement, on the default shard, its sharded parts taken out.
+		if b.spread {
+			b.fail = true
+			return
+		}
+		b.inside((*q).GetSelectStmt())
+		return
+	}
 	if b.ctesRead(st) {
 		b.fail = true // reads a CTE of the statement: not a statement alone
 		return
@@ -430,6 +443,47 @@ func (b *stageBuilder) stage(q **pg.Node) {
 	}
 	*q = mk.Stmts[0].Stmt
 	b.inner, b.innerSub = append(b.inner, st), append(b.innerSub, b.sub)
+}
+
+// inside takes out the sharded parts of sel, a subquery, CTE or set
+// operation's branch that stays in the outer statement of a plan whose
+// stage 2 runs on the default shard (a part that also reads an unsharded
+// table: stage), as build does the statement's: its subqueries that do
+// not refer to a row around them and its FROM's subqueries and sharded
+// tables. Its inner statements are no subquery of the statement's own
+// (innerSub -1: nothing is learned for them, learn.go).
+func (b *stageBuilder) inside(sel *pg.SelectStmt) {
+	if sel == nil {
+		b.fail = true
+		return
+	}
+	sub, n0 := b.sub, len(b.inner)
+	defer func() {
+		b.sub = sub
+		for i := n0; i < len(b.innerSub); i++ {
+			b.innerSub[i] = -1
+		}
+	}()
+	if isSetOp(sel) {
+		b.branches(&sel.Larg)
+		b.branches(&sel.Rarg)
+		return
+	}
+	b.sublinks(sel)
+	for _, it := range sel.FromClause {
+		b.from(it)
+	}
+}
+
+// readsUnsharded reports whether st reads an unsharded table (a CTE of
+// the statement is no table: st was analyzed alone).
+func (b *stageBuilder) readsUnsharded(st *Statement) bool {
+	for _, t := range st.Unsharded {
+		if !b.ctes[t] {
+			return true
+		}
+	}
+	return false
 }
 
 // ctesRead reports whether st reads a CTE of the statement.
@@ -457,7 +511,7 @@ func (b *stageBuilder) keyed(st *Statement) bool {
 // shards than the default one), an unsharded one (stage 1 reads it on
 // the default shard, where it lives).
 func (b *stageBuilder) staged(st *Statement) bool {
-	return b.keyed(st) || b.spread && len(st.Unsharded) > 0
+	return b.keyed(st) || b.spread && b.readsUnsharded(st)
 }
 
 // keyedTable reports whether t is a table of the sharding schema.

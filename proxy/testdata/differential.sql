@@ -752,3 +752,9 @@ SELECT count(*) FROM (SELECT v FROM lookup EXCEPT SELECT definition_id FROM exec
 @staged SELECT max(l.nm), min(l.tsp), count(l.ch) FROM lookup l WHERE l.k IN (SELECT id FROM executions)
 SELECT id FROM executions WHERE id = '{exec12}' AND id IN (SELECT vc FROM lookup)
 SELECT e.id, l.nm FROM executions e JOIN lookup l ON l.k = e.id WHERE e.id = '{exec12}'
+# a CTE, derived table or set operation's branch that joins lookup with a
+# sharded table stays on the default shard, its sharded table read first
+@staged WITH c AS (SELECT e.id, e.version, l.v FROM executions e JOIN lookup l ON l.k = e.id) SELECT v, count(*), sum(version) FROM c GROUP BY v ORDER BY v
+@staged SELECT d.v, d.n FROM (SELECT l.v, count(*) AS n FROM lookup l LEFT JOIN timers t ON t.execution_id = l.k GROUP BY l.v) d ORDER BY 1
+@staged SELECT x.k FROM (SELECT k FROM lookup UNION SELECT id FROM executions WHERE version > 10) x ORDER BY 1
+@staged SELECT count(*) FROM executions WHERE id IN (SELECT l.k FROM lookup l JOIN timers t ON t.execution_id = l.k)
