@@ -98,6 +98,10 @@ func TestPinTemporaryTable(t *testing.T) {
 		if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "pinned") {
 			t.Fatalf("other shard's key with the temporary table while pinned: %v", err)
 		}
+		_, err = conn.Exec(ctx, "SELECT count(*) FROM accounts WHERE aid IN (SELECT a FROM pin_t)")
+		if pgCode(err) != "0A000" || !strings.Contains(err.Error(), "temporary table pin_t") {
+			t.Fatalf("every shard's rows with the temporary table: %v", err)
+		}
 		if _, err := conn.Exec(ctx, "DROP TABLE pin_t"); err != nil {
 			t.Fatal(err)
 		}

@@ -54,6 +54,17 @@ func (o *ownBackend) holdsAll(names []string) bool {
 	return true
 }
 
+// heldOf is the first of names that is one of the session's temporary
+// tables, "" for none.
+func (o *ownBackend) heldOf(names []string) string {
+	for _, n := range names {
+		if o.temps[n] {
+			return n
+		}
+	}
+	return ""
+}
+
 // forwards reports whether a statement the proxy answers itself in
 // transaction pooling goes to the backend because the session is pinned
 // (o nil: it is not).

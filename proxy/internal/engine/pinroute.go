@@ -178,6 +178,14 @@ func pinAdjust(s *Session, a *route.Statement, d route.Dest) route.Dest {
 	if s.own != nil && len(a.Unsharded) > 0 && s.own.holdsAll(a.Unsharded) && d.OnKeyShard != nil {
 		d = *d.OnKeyShard // not the default shard's tables: its key's decision
 	}
+	if s.own != nil && d.Kind == route.DestAll && d.Merge != nil && d.Merge.Stages != nil {
+		if t := s.own.heldOf(a.Unsharded); t != "" {
+			return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: d.Why(), Refusal: &route.Refusal{SQLState: pgwire.CodeFeatureNotSupported,
+				Message: fmt.Sprintf("a read in two stages cannot read the session's temporary table %s: its stages run on connections of their own", t),
+				Detail:  "Routing: " + d.Why(),
+				Hint:    "Read the temporary table in a statement of its own, or give the sharded rows a key of the pinned shard."}}
+		}
+	}
 	if s.own == nil || len(a.Unsharded) == 0 || !s.own.holdsAll(a.Unsharded) || d.Kind == route.DestAll || d.Kind == route.DestRefuse {
 		return s.gen.adjustDest(a, d)
 	}
