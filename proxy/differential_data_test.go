@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"slices"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -36,6 +37,14 @@ const diffValsDDL = `CREATE TABLE vals (
 const diffLookupDDL = `CREATE TABLE lookup (k text, v text, n numeric, w int4,
 	vc varchar(12), nm numeric(8,2), tsp timestamp(3), ch char(3))`
 
+// diffGlobalDDL is a global table (route.Schema.Global): the same rows
+// on every shard, so a read that takes them from more than one shard
+// answers them twice.
+const diffGlobalDDL = `CREATE TABLE gdefs (name text PRIMARY KEY, owner text, rank int4)`
+
+// allShards is the diffRow.shard of a global table's rows: every shard.
+const allShards = -1
+
 // diffRow is one row of one table: its shard and its values.
 type diffRow struct {
 	table string
@@ -51,6 +60,7 @@ var diffColumns = map[string][]string{
 	"trace":            {"execution_id", "idx", "entry"},
 	"processed_events": {"execution_id", "event_id"},
 	"lookup":           {"k", "v", "n", "w", "vc", "nm", "tsp", "ch"},
+	"gdefs":            {"name", "owner", "rank"},
 	"vals":             {"id", "g", "i2", "i4", "i8", "n", "f4", "f8", "fbig", "ftiny", "f4big", "t", "b", "d", "ts", "u"},
 }
 
@@ -220,6 +230,15 @@ func diffData(m *shardmap.Map) ([]diffRow, []diffExec) {
 			lnul(k[:min(len(k), 12)]), lnul(fmt.Sprintf("%d.%d", lr.IntN(2000)-1000, lr.IntN(100))),
 			lnul(time.Date(2026, 1, 1+lr.IntN(300), lr.IntN(24), 0, 0, lr.IntN(1000)*1_000_000, time.UTC)), lnul(fmt.Sprint(lr.IntN(100))))
 	}
+	// gdefs (global): the definition names and two that no execution
+	// has, with owners (some NULL) and ranks.
+	for i, name := range append(slices.Clone(defs), "archive", "none") {
+		var owner any = []string{"team-a", "team-b", "team-c"}[i%3]
+		if i == 2 || i == 6 {
+			owner = nil
+		}
+		add("gdefs", allShards, name, owner, int32(7-i))
+	}
 	return rows, execs
 }
 
@@ -240,6 +259,12 @@ func loadDiffData(ctx context.Context, rows []diffRow, ref *pgx.Conn, shards []*
 		per := make([][][]any, len(shards))
 		for _, r := range byTable[table] {
 			all = append(all, r.vals)
+			if r.shard == allShards {
+				for i := range per {
+					per[i] = append(per[i], r.vals)
+				}
+				continue
+			}
 			per[r.shard] = append(per[r.shard], r.vals)
 		}
 		if ref != nil {

@@ -158,7 +158,7 @@ func setupDiffEnv(ctx context.Context, t *testing.T, opts ...envOpt) *diffEnv {
 			t.Fatal(err)
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, diffValsDDL+";"+diffLookupDDL); err != nil {
+		if _, err := conn.Exec(ctx, diffValsDDL+";"+diffLookupDDL+";"+diffGlobalDDL); err != nil {
 			t.Fatal(err)
 		}
 		loaders = append(loaders, conn)
@@ -169,6 +169,7 @@ func setupDiffEnv(ctx context.Context, t *testing.T, opts ...envOpt) *diffEnv {
 	}
 	schema := route.DefaultSchema()
 	schema.Tables = append(schema.Tables, route.TableKey{Table: "vals", Column: "id", Type: route.KeyText, Position: 1})
+	schema.Global = append(schema.Global, "gdefs")
 	e := startProxyFor(t, &testDB{c: c, name: db, m: m}, append([]envOpt{direct(), withSchema(m, schema)}, opts...)...)
 
 	return &diffEnv{m: m, execs: execs, refDSN: refDSN, px: e}

@@ -39,6 +39,8 @@ var gtables = []gtable{
 	// unsharded (on the default shard): only the unsharded shape reads it
 	// (fuzzsql_unsharded_test.go)
 	{"lookup", []gcol{{"k", "t"}, {"v", "t"}, {"n", "f"}, {"w", "i"}, {"vc", "t"}, {"nm", "f"}, {"ch", "t"}}, []string{"k"}, ""},
+	// global (the same rows on every shard): likewise
+	{"gdefs", []gcol{{"name", "t"}, {"owner", "t"}, {"rank", "i"}}, []string{"name"}, ""},
 }
 
 func gtableByName(n string) gtable {
@@ -116,7 +118,7 @@ func (g *ggen) konst(t, col, kind string) string {
 	case col == "n" || col == "nm":
 		v := strconv.Itoa(g.n(150) - 50)
 		return g.val(v, v, "::numeric")
-	case col == "definition_id" || col == "v":
+	case col == "definition_id" || col == "v" || col == "name":
 		v := g.pick([]string{"order", "payment", "shipment", "Refund", "ärger"})
 		return g.val(q(v), v, "")
 	case col == "path":
@@ -320,7 +322,7 @@ func firstText(t gtable) string {
 
 func (g *ggen) table() gtable {
 	if g.unsharded && g.p(35) {
-		return gtableByName("lookup")
+		return gtableByName(g.pick([]string{"lookup", "lookup", "gdefs"}))
 	}
 	// weight the keyed tables
 	w := []int{4, 3, 3, 2, 2, 2}

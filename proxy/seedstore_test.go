@@ -54,7 +54,7 @@ func newSeedStoreEnv(t *testing.T, opts ...envOpt) *seedStoreEnv {
 	}
 	var store []diffRow
 	for _, r := range rows {
-		if r.table != "vals" && r.table != "lookup" {
+		if r.table != "vals" && r.table != "lookup" && r.table != "gdefs" {
 			store = append(store, r)
 		}
 	}

@@ -758,3 +758,20 @@ SELECT e.id, l.nm FROM executions e JOIN lookup l ON l.k = e.id WHERE e.id = '{e
 @staged SELECT d.v, d.n FROM (SELECT l.v, count(*) AS n FROM lookup l LEFT JOIN timers t ON t.execution_id = l.k GROUP BY l.v) d ORDER BY 1
 @staged SELECT x.k FROM (SELECT k FROM lookup UNION SELECT id FROM executions WHERE version > 10) x ORDER BY 1
 @staged SELECT count(*) FROM executions WHERE id IN (SELECT l.k FROM lookup l JOIN timers t ON t.execution_id = l.k)
+# --- a global table (gdefs: the same rows on every shard) beside sharded ones
+SELECT count(*), sum(rank) FROM gdefs
+SELECT name, owner FROM gdefs ORDER BY rank
+SELECT g.name, count(e.id) FROM gdefs g LEFT JOIN executions e ON e.definition_id = g.name GROUP BY 1 ORDER BY 1
+SELECT e.id, g.owner FROM executions e JOIN gdefs g ON g.name = e.definition_id ORDER BY e.id LIMIT 20
+SELECT g.owner, count(*) FROM executions e JOIN gdefs g ON g.name = e.definition_id GROUP BY 1 ORDER BY 1
+SELECT name FROM gdefs UNION ALL SELECT definition_id FROM executions WHERE version = 3
+SELECT name FROM gdefs UNION SELECT definition_id FROM executions
+SELECT name FROM gdefs EXCEPT SELECT definition_id FROM executions
+SELECT g.name FROM gdefs g WHERE EXISTS (SELECT 1 FROM executions e WHERE e.definition_id = g.name) ORDER BY 1
+SELECT g.name FROM gdefs g WHERE NOT EXISTS (SELECT 1 FROM executions e WHERE e.definition_id = g.name) ORDER BY 1
+SELECT count(*) FROM executions WHERE definition_id IN (SELECT name FROM gdefs WHERE owner = 'team-a')
+SELECT * FROM executions e RIGHT JOIN gdefs g ON e.definition_id = g.name WHERE e.id IS NULL
+SELECT count(*) FROM gdefs, executions
+SELECT data FROM executions e JOIN gdefs g ON g.name = e.definition_id WHERE e.id = '{exec3}'
+SELECT count(*) FROM gdefs g JOIN lookup l ON l.v = g.name
+SELECT count(*) FROM executions e JOIN gdefs g ON g.name = e.definition_id JOIN lookup l ON l.k = e.id
