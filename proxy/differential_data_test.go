@@ -2,12 +2,12 @@ package proxy_test
 
 import (
 	"context"
-	"slices"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
