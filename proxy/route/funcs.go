@@ -114,7 +114,10 @@ var readOnlyFuncs = setOf(
 	"regexp_replace", "regexp_match", "regexp_matches", "regexp_like", "regexp_count", "regexp_substr",
 	"regexp_split_to_array", "regexp_split_to_table", "string_to_array", "array_to_string", "quote_ident",
 	"quote_literal", "quote_nullable", "to_hex", "ascii", "chr", "overlay", "unistr", "normalize",
-	"convert_from", "convert_to",
+	"convert_from", "convert_to", "is_normalized", "pg_collation_for",
+	// what the grammar makes of LIKE/ILIKE ... ESCAPE, SIMILAR TO and
+	// OVERLAPS
+	"like_escape", "similar_to_escape", "overlaps",
 	// numbers
 	"abs", "ceil", "ceiling", "floor", "round", "trunc", "mod", "div", "power", "pow", "sqrt", "cbrt", "exp",
 	"ln", "log", "log10", "sign", "greatest", "least", "width_bucket", "gcd", "lcm", "random", "scale",

@@ -775,3 +775,86 @@ SELECT count(*) FROM gdefs, executions
 SELECT data FROM executions e JOIN gdefs g ON g.name = e.definition_id WHERE e.id = '{exec3}'
 SELECT count(*) FROM gdefs g JOIN lookup l ON l.v = g.name
 SELECT count(*) FROM executions e JOIN gdefs g ON g.name = e.definition_id JOIN lookup l ON l.k = e.id
+
+# --- ad-hoc shapes a random query generator writes (ternary-logic partitions, NoREC sums, GROUP BY ROLLUP / GROUPING SETS, table column aliases, TABLE, ONLY, LIKE ... ESCAPE, SIMILAR TO, OVERLAPS, ...)
+SELECT DISTINCT ON (definition_id) definition_id, id FROM executions ORDER BY definition_id, id DESC
+SELECT definition_id, count(*) FILTER (WHERE version > 5), bool_or(version = 3) FROM executions GROUP BY ROLLUP (definition_id)
+SELECT count(*) FROM executions WHERE (version > 5) IS NOT TRUE
+SELECT count(*) FROM executions WHERE (version > 5) IS NULL
+SELECT max(version) FROM (SELECT version FROM executions WHERE version > 3 UNION ALL SELECT version FROM executions WHERE NOT version > 3 UNION ALL SELECT version FROM executions WHERE version > 3 IS NULL) t
+SELECT sum(CAST((version > 5) IS TRUE AS int)) FROM executions
+SELECT id FROM executions ORDER BY version DESC NULLS FIRST, id COLLATE "C" LIMIT 5 OFFSET 3
+SELECT version % 4 AS m, count(*) FROM executions GROUP BY 1 HAVING count(*) > 10 ORDER BY 2 DESC, 1
+SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY version) FROM executions
+SELECT count(DISTINCT (definition_id, version)) FROM executions
+SELECT array_agg(DISTINCT version ORDER BY version) FROM executions
+SELECT string_agg(DISTINCT definition_id, ',' ORDER BY definition_id) FROM executions
+SELECT min(id), max(id), min(definition_id), max(definition_id) FROM executions
+SELECT g, avg(i4), stddev_pop(i4), var_samp(i8) FROM vals GROUP BY g
+SELECT sum(n) / count(*) FROM vals
+SELECT i2 + i2 FROM vals ORDER BY 1 LIMIT 3
+SELECT t, count(*) FROM vals GROUP BY t ORDER BY t COLLATE "C"
+SELECT lower(t) AS lt, count(*) FROM vals GROUP BY lt ORDER BY count(*) DESC, lt COLLATE "C"
+SELECT count(*) FROM vals WHERE f8 = 'NaN'::float8
+SELECT max(f8), min(f8), max(f4), min(f4) FROM vals
+SELECT DISTINCT b FROM vals
+SELECT count(*) FROM vals WHERE u > '80000000-0000-0000-0000-000000000000'
+SELECT date_trunc('month', ts) AS m, count(*) FROM vals GROUP BY 1 ORDER BY 1
+SELECT ts::date, count(*) FROM vals GROUP BY 1 ORDER BY 1 LIMIT 5
+SELECT to_char(ts, 'YYYY-MM'), count(*) FROM vals GROUP BY 1 ORDER BY 1
+SELECT count(*) FILTER (WHERE b), count(*) FILTER (WHERE NOT b), count(*) FILTER (WHERE b IS NULL) FROM vals
+SELECT x FROM generate_series(1, 14) x WHERE x IN (SELECT version FROM executions) ORDER BY 1
+SELECT v.x FROM (VALUES (1), (2), (13), (99)) v(x) WHERE NOT EXISTS (SELECT 1 FROM executions WHERE version = v.x)
+SELECT count(*) FROM executions e1 JOIN executions e2 USING (id)
+SELECT e1.id FROM executions e1 NATURAL JOIN executions e2 ORDER BY 1 LIMIT 3
+SELECT count(*) FROM executions e, timers t WHERE e.id = t.execution_id AND t.fire_at > e.version * 100
+SELECT id, version, sum(version) OVER (PARTITION BY id) FROM executions ORDER BY id LIMIT 5
+SELECT count(*) FROM executions WHERE id = ANY (ARRAY[(SELECT min(id) FROM executions)])
+SELECT definition_id, count(*) FROM executions GROUP BY GROUPING SETS ((definition_id), ())
+SELECT CASE WHEN version > 5 THEN 'hi' ELSE 'lo' END AS b, count(*) FROM executions GROUP BY 1 ORDER BY 1
+SELECT count(*) FROM executions WHERE version BETWEEN SYMMETRIC 8 AND 3
+SELECT definition_id FROM executions GROUP BY definition_id HAVING max(version) - min(version) > 5 ORDER BY 1
+SELECT sum(version)::numeric / nullif(count(*), 0) FROM executions
+SELECT avg(version)::numeric(10,3) FROM executions
+SELECT round(avg(i4), 2), round(avg(n), 3) FROM vals
+SELECT count(*) AS c FROM executions HAVING count(*) > 1000
+SELECT 1 FROM executions HAVING count(*) > 0
+SELECT count(*) FROM executions LIMIT 0
+SELECT id FROM executions ORDER BY id LIMIT ALL OFFSET 235
+SELECT id FROM executions ORDER BY id FETCH FIRST 0 ROWS ONLY
+TABLE executions ORDER BY id LIMIT 3
+SELECT * FROM ONLY executions ORDER BY id LIMIT 2
+SELECT e.i, e.d FROM executions AS e(i, d) ORDER BY e.i LIMIT 2
+SELECT count(*) FROM executions AS e(i, d) WHERE e.i = '{exec5}'
+SELECT count(*) FROM executions WHERE id IN ('x', NULL)
+SELECT count(*) FROM executions WHERE id NOT IN ('x', NULL)
+SELECT count(*) FROM executions WHERE (id, version) = ('{exec3}', 3)
+SELECT count(*) FROM executions WHERE (id, version) IN (('{exec3}', 3), ('{exec4}', 1))
+SELECT count(*), max(version) FROM executions WHERE id IN (SELECT id FROM executions WHERE version = 3) AND version IN (SELECT version FROM executions WHERE id = '{exec3}')
+SELECT sum(version) FROM executions GROUP BY () 
+SELECT count(*) FROM executions GROUP BY true
+SELECT id FROM executions WHERE id LIKE 'a%' ORDER BY id DESC LIMIT 3
+SELECT count(*) FROM executions WHERE id ~ '^[0-9a]'
+SELECT count(*) FROM executions WHERE definition_id ILIKE 'r%'
+@answered SELECT count(*) FROM executions WHERE definition_id SIMILAR TO '(o|p)%'
+SELECT version, count(*) FROM executions GROUP BY version ORDER BY count(*) DESC, version FETCH FIRST 3 ROWS WITH TIES
+SELECT max(length(data)), min(length(data)) FROM executions
+SELECT count(*) FROM executions WHERE data::jsonb ? 'status'
+SELECT data::jsonb->>'status' AS s, count(*) FROM executions GROUP BY 1 ORDER BY 1 NULLS FIRST
+SELECT count(*) FROM (SELECT DISTINCT definition_id, version FROM executions) d
+SELECT count(*) FROM executions e WHERE e.version = (SELECT max(version) FROM executions e2 WHERE e2.id = e.id)
+SELECT count(*) FROM executions WHERE version IN (SELECT max(version) FROM executions GROUP BY definition_id)
+SELECT id IS NULL, count(*) FROM executions GROUP BY 1
+SELECT count(*) FROM executions WHERE id IS DISTINCT FROM NULL AND version IS NOT DISTINCT FROM 3
+SELECT abs(-version), sign(version - 6), count(*) FROM executions GROUP BY 1, 2 ORDER BY 1, 2
+SELECT count(*) FROM executions WHERE coalesce(nullif(definition_id, 'order'), 'x') = 'x'
+SELECT greatest(version, 5), least(version, 5), count(*) FROM executions GROUP BY 1, 2 ORDER BY 1, 2
+SELECT count(*) FROM executions CROSS JOIN generate_series(1, 2)
+SELECT count(*) FROM executions e LEFT JOIN LATERAL (SELECT * FROM timers t WHERE t.execution_id = e.id ORDER BY fire_at LIMIT 1) t1 ON true WHERE t1.path IS NULL
+SELECT count(*) FROM executions e WHERE (SELECT count(*) FROM trace r WHERE r.execution_id = e.id) = 0
+SELECT id FROM executions INTERSECT ALL SELECT execution_id FROM timers ORDER BY 1 LIMIT 5
+SELECT version FROM executions EXCEPT ALL SELECT idx FROM trace ORDER BY 1
+@answered SELECT count(*) FROM executions WHERE definition_id LIKE 'o\_%' ESCAPE '\'
+@answered SELECT count(*) FROM executions WHERE definition_id NOT SIMILAR TO '%(e|a)%'
+@answered SELECT count(*) FROM vals WHERE (d, d + 30) OVERLAPS ('2026-01-01'::date, '2026-03-01'::date)
+@answered SELECT count(*) FROM vals WHERE t IS NFC NORMALIZED
