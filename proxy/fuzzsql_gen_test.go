@@ -80,7 +80,7 @@ var ggenShapes = map[string]func(*ggen) gquery{
 	"plain": (*ggen).plain, "aggregate": (*ggen).aggregate, "semi": (*ggen).semi, "cte": (*ggen).cte,
 	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
 	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived, "nofrom": (*ggen).noFrom,
-	"semiwide": (*ggen).semiWide, "unsharded": (*ggen).unshardedMix,
+	"semiwide": (*ggen).semiWide, "unsharded": (*ggen).unshardedMix, "lateral": (*ggen).lateral,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -406,6 +406,8 @@ func (g *ggen) gen() gquery {
 		qq = g.semiWide()
 	case k < 59:
 		qq = g.unshardedMix()
+	case k < 61:
+		qq = g.lateral()
 	case k < 63:
 		qq = g.cte()
 	case k < 69:

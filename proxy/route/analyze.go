@@ -68,8 +68,10 @@ type analyzer struct {
 
 // newAnalyzer returns an analyzer of the sharding schema sc over the map m.
 func newAnalyzer(sc *compiled, m *shardmap.Map) *analyzer {
-	return &analyzer{m: m, sc: sc, rd: exprReader{sublinks: map[*pg.SubLink]*derived{}},
+	a := &analyzer{m: m, sc: sc, rd: exprReader{sublinks: map[*pg.SubLink]*derived{}},
 		cov: coverage{subs: map[*pg.RangeSubselect]*derived{}, tables: sc.tables, m: m}}
+	a.cov.g = &a.g
+	return a
 }
 
 func (a *analyzer) addTable(name string) {
@@ -249,6 +251,7 @@ func (a *analyzer) selectStmt(s *pg.SelectStmt, parent *scope, top bool) *derive
 		ti.cols = d.cols
 	}
 	if !top {
+		d.refLo, d.refHi = firstRef, len(a.g.refs)
 		d.localWhy = a.localWhy(s, sc)
 		owner.addLeaf(s, sc, d.localWhy)
 		if why := a.globalSelect(s, sc); why != "" {

@@ -24,6 +24,9 @@ type coverage struct {
 	split  *valuesSplit
 	tables map[string]*tableInfo
 	m      *shardmap.Map
+	// g is the analysis's refs and their links (a LATERAL subquery's
+	// tie to the row: tiedToRow).
+	g *refGraph
 }
 
 // fromLocal says why a FROM item reads a derived table or CTE over keyed
@@ -39,6 +42,9 @@ func (cv *coverage) fromLocal(from []*pg.Node, sc *scope) string {
 			switch x := n.GetNode().(type) {
 			case *pg.Node_RangeSubselect:
 				d = cv.subs[x.RangeSubselect]
+				if d != nil && x.RangeSubselect.Lateral && cv.tiedToRow(d, sc) {
+					return false // evaluated per row of sc, on that row's shard
+				}
 			case *pg.Node_RangeVar:
 				if x.RangeVar.Schemaname == "" {
 					d = sc.cte(x.RangeVar.Relname)
@@ -57,6 +63,38 @@ func (cv *coverage) fromLocal(from []*pg.Node, sc *scope) string {
 		})
 	}
 	return why
+}
+
+// tiedToRow reports whether LATERAL subquery d reads only rows on the
+// shard of the FROM row it is evaluated for: it reads keyed tables, each
+// co-located with a keyed table of sc's own FROM (tied to it by the
+// sharding key: t.execution_id = e.id in its WHERE). Its LIMIT,
+// aggregates, DISTINCT or windows then pick among that row's shard's
+// rows only, as they would among one database's (SELECT ... FROM
+// executions e LEFT JOIN LATERAL (SELECT ... FROM timers t WHERE
+// t.execution_id = e.id ORDER BY fire_at LIMIT 1) t1 ON true).
+func (cv *coverage) tiedToRow(d *derived, sc *scope) bool {
+	if cv.g == nil || d.refHi <= d.refLo || d.refHi > len(cv.g.refs) {
+		return false
+	}
+	tied := false
+	for _, r := range cv.g.refs[d.refLo:d.refHi] {
+		if r.t == nil {
+			continue
+		}
+		ok := false
+		for _, o := range cv.g.refs[:d.refLo] {
+			if o.sc == sc && o.t != nil && find(cv.g.co, o.id) == find(cv.g.co, r.id) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+		tied = true
+	}
+	return tied
 }
 
 // uncovered says why some row of a FROM list may contain no row of a keyed

@@ -287,7 +287,11 @@
 //     have no LIMIT/OFFSET/FETCH, DISTINCT ON, DISTINCT, aggregates or
 //     GROUP BY unless by a key of their own (non-nullable) tables, window
 //     functions unless PARTITION BY such a key, set operations, or
-//     recursion; a CTE over keyed tables is read at most once.
+//     recursion; a CTE over keyed tables is read at most once. A LATERAL
+//     subquery whose keyed tables are each tied by the sharding key to a
+//     keyed table of the FROM it joins (WHERE t.execution_id = e.id) may
+//     have any of these: it runs once per row of that table, over the
+//     rows of that row's shard only (coverage.tiedToRow).
 //  4. Subqueries elsewhere (select list, WHERE) over keyed tables either
 //     correlate by the key or are refused when their result needs every
 //     shard's rows (an uncorrelated count(*), min, LIMIT, ...).

@@ -60,6 +60,11 @@ type derived struct {
 	localWhy string
 	// uses counts the FROM items that read it (a CTE may be read twice).
 	uses int
+	// refLo, refHi are the ids of the refs made while analyzing a
+	// SELECT's FROM, WHERE, select list ... (its subqueries' too): a
+	// LATERAL subquery's tie to the row (coverage.tiedToRow). Zero for
+	// a set operation or VALUES.
+	refLo, refHi int
 }
 
 func (d *derived) col(name string) (outCol, bool) {

@@ -858,3 +858,17 @@ SELECT version FROM executions EXCEPT ALL SELECT idx FROM trace ORDER BY 1
 @answered SELECT count(*) FROM executions WHERE definition_id NOT SIMILAR TO '%(e|a)%'
 @answered SELECT count(*) FROM vals WHERE (d, d + 30) OVERLAPS ('2026-01-01'::date, '2026-03-01'::date)
 @answered SELECT count(*) FROM vals WHERE t IS NFC NORMALIZED
+# a LATERAL subquery tied to the row by the sharding key is evaluated per
+# row on that row's shard: its LIMIT, aggregates, DISTINCT, windows fan out
+@answered SELECT e.id, t1.path, t1.fire_at FROM executions e CROSS JOIN LATERAL (SELECT path, fire_at FROM timers t WHERE t.execution_id = e.id ORDER BY fire_at DESC, path LIMIT 2) t1 ORDER BY 1, 2
+@answered SELECT e.id, t1.path FROM executions e LEFT JOIN LATERAL (SELECT path FROM timers t WHERE t.execution_id = e.id ORDER BY fire_at, path LIMIT 1) t1 ON true ORDER BY e.id LIMIT 30
+@answered SELECT count(*), count(t1.n) FROM executions e LEFT JOIN LATERAL (SELECT count(*) AS n FROM trace r WHERE r.execution_id = e.id HAVING count(*) > 2) t1 ON true
+@answered SELECT e.definition_id, sum(x.n) FROM executions e, LATERAL (SELECT count(DISTINCT r.entry) AS n FROM trace r WHERE r.execution_id = e.id) x GROUP BY 1 ORDER BY 1
+@answered SELECT e.id, x.rn, x.path FROM executions e, LATERAL (SELECT path, row_number() OVER (ORDER BY fire_at, path) AS rn FROM timers t WHERE t.execution_id = e.id) x WHERE x.rn <= 2 ORDER BY 1, 2
+@answered SELECT e.id, x.event_id FROM executions e, LATERAL (SELECT DISTINCT p.event_id FROM processed_events p WHERE p.execution_id = e.id ORDER BY 1 OFFSET 1 LIMIT 2) x ORDER BY 1, 2
+@answered SELECT x.path, count(*) FROM executions e, LATERAL (SELECT t.path FROM timers t WHERE t.execution_id = e.id AND t.fire_at > $1 ORDER BY t.fire_at LIMIT 1) x GROUP BY 1 ORDER BY 2 DESC, 1 ;; ["1010"]
+@answered SELECT e.id, x.idx FROM executions e JOIN LATERAL (SELECT r.idx FROM trace r JOIN timers t ON t.execution_id = r.execution_id WHERE r.execution_id = e.id ORDER BY r.idx DESC LIMIT 1) x ON true WHERE e.version > 6 ORDER BY 1
+SELECT e.id, x.n FROM executions e, LATERAL (SELECT count(*) AS n FROM outbox o WHERE o.target_id = e.id) x ORDER BY 1
+SELECT e.id, x.path FROM executions e, LATERAL (SELECT path FROM timers t WHERE t.fire_at > e.version * 100 ORDER BY fire_at, execution_id, path LIMIT 1) x ORDER BY 1
+SELECT e.id, x.path FROM executions e, LATERAL (SELECT path FROM timers t WHERE t.execution_id = e.id OR t.path = 'root/t1' ORDER BY fire_at, execution_id, path LIMIT 1) x ORDER BY 1
+SELECT e.id, x.m FROM executions e, LATERAL (SELECT max(t.fire_at) AS m FROM timers t WHERE t.execution_id = e.id AND t.path IN (SELECT path FROM timers t2 ORDER BY fire_at LIMIT 3)) x ORDER BY 1
