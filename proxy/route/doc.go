@@ -418,8 +418,11 @@
 //     pinned session whose temporary tables they are), is tried in two
 //     stages too: in the spread plan a subquery reading an unsharded
 //     table is an inner statement (stage 1 reads it on the default
-//     shard), and an outer or inner statement that still reads one runs
-//     only there (DestAny) — else refused; without the spread plan the
+//     shard), and so is an unsharded table of its FROM, read whole (SELECT
+//     * FROM t LIMIT PullLimit+1, under its name or alias); an outer or
+//     inner statement that still reads one runs only there (DestAny) —
+//     else refused; a spread plan refused for the parameters it is given
+//     falls back to the other plan (Stages.alt); without the spread plan the
 //     unsharded tables stay in the outer statement, on the default
 //     shard, and so does a subquery, CTE or set operation's branch that
 //     reads one beside a sharded table, with its own sharded parts taken

@@ -85,9 +85,9 @@ func (s *statements) stages(st *Statement) *Stages {
 			query, co = st.plan.copyStaged.query, st.plan.copyStaged.co
 		}
 		sg = b.plan(query)
-		if sg != noStages {
-			sg.stmt, sg.merge.CopyOut = st.SQL, co
-			sg.learn = &stageLearn{analyze: s.analyze, sc: s.sc}
+		for x := sg; x != nil && x != noStages; x = x.alt {
+			x.stmt, x.merge.CopyOut = st.SQL, co
+			x.learn = &stageLearn{analyze: s.analyze, sc: s.sc}
 		}
 		atomic.StorePointer(&st.stages, unsafe.Pointer(sg))
 	}
@@ -103,6 +103,15 @@ func (sg *Stages) Query() string { return sg.sql }
 // for the whole statement) when sg is noStages or a stage is refused;
 // one routes a stage's statement alone (Route without two stages).
 func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
+	d := sg.routeThis(refused, one)
+	if d.Kind == DestRefuse && sg.alt != nil {
+		return sg.alt.routeThis(refused, one)
+	}
+	return d
+}
+
+// routeThis is route for sg's own plan (not its alternative).
+func (sg *Stages) routeThis(refused Dest, one func(*Statement) Dest) Dest {
 	if sg == noStages || !sg.Spread && (twoShards(refused.Refusal) || strings.HasSuffix(refused.Refusal.Message, unshardedKeyed)) {
 		return refused // a keyed read is never answered by reading its tables whole
 	}
@@ -150,6 +159,15 @@ func (b *stageBuilder) plan(sql string) *Stages {
 		}
 	}
 	if sg := b.build(sql, true); sg != noStages {
+		// Whether Route sends the spread plan's stage 2 somewhere may
+		// depend on the parameters (a literal normalized away, a key of
+		// the wrong type): the other plan is its alternative then.
+		learned := b.learned
+		b.learned = nil
+		if alt := b.build(sql, false); alt != noStages {
+			sg.alt = alt
+		}
+		b.learned = learned
 		return sg
 	}
 	return b.build(sql, false)
@@ -217,7 +235,8 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 		b.sublinks(sel)
 		for _, it := range sel.FromClause {
 			if spread {
-				break // the spread plan keeps the FROM as it is
+				b.fromUnsharded(it) // the spread plan keeps the rest of the FROM as it is
+				continue
 			}
 			b.from(it)
 		}
@@ -375,14 +394,41 @@ func correlated(q *pg.Node) bool {
 // the inner statement asks for one more than the engine accepts.
 const PullLimit = 10000
 
+// fromUnsharded makes each unsharded table of a spread plan's FROM item
+// an inner statement, read whole (pullTable): stage 1 reads it on the
+// default shard, and stage 2 — its key's shard, or every shard — joins
+// its rows as the table's (SELECT e.data, d.owner FROM executions e JOIN
+// definitions d ON d.name = e.definition_id WHERE e.id = $1, of any
+// shard).
+func (b *stageBuilder) fromUnsharded(n *pg.Node) {
+	switch {
+	case n.GetJoinExpr() != nil:
+		b.fromUnsharded(n.GetJoinExpr().Larg)
+		b.fromUnsharded(n.GetJoinExpr().Rarg)
+	case n.GetRangeVar() != nil:
+		rv := n.GetRangeVar()
+		if !b.ctes[rv.Relname] && !b.keyedTable(rv.Relname) && !b.sc.global[rv.Relname] && !isCatalog(rv.Schemaname, rv.Relname) {
+			b.pullTable(n)
+		}
+	}
+}
+
 // pull makes a sharded table in FROM (n, a RangeVar) an inner statement
 // of its own, SELECT * FROM t LIMIT PullLimit+1, read as a subquery with
-// the table's name or alias.
+// the table's name or alias (pullTable).
 func (b *stageBuilder) pull(n *pg.Node) {
 	rv := n.GetRangeVar()
 	if b.ctes[rv.Relname] || !b.keyedTable(rv.Relname) {
 		return
 	}
+	b.pullTable(n)
+}
+
+// pullTable makes the table of RangeVar n an inner statement of its own,
+// SELECT * FROM t LIMIT PullLimit+1, read as a subquery with the table's
+// name or alias.
+func (b *stageBuilder) pullTable(n *pg.Node) {
+	rv := n.GetRangeVar()
 	if rv.Schemaname != "" && rv.Alias == nil {
 		b.fail = true // the statement may name its columns schema.table.column
 		return

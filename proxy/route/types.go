@@ -359,6 +359,10 @@ type Stages struct {
 	learned  []learnedCol
 	innerSub []int
 	learn    *stageLearn
+	// alt, for a spread plan, is the plan whose stage 2 runs on the
+	// default shard, used where Route refuses the spread one for the
+	// parameters it is given (nil: none).
+	alt *Stages
 }
 
 // StageMarker is the text standing for the i-th (0-based) inner

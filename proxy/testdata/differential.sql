@@ -872,3 +872,11 @@ SELECT e.id, x.n FROM executions e, LATERAL (SELECT count(*) AS n FROM outbox o 
 SELECT e.id, x.path FROM executions e, LATERAL (SELECT path FROM timers t WHERE t.fire_at > e.version * 100 ORDER BY fire_at, execution_id, path LIMIT 1) x ORDER BY 1
 SELECT e.id, x.path FROM executions e, LATERAL (SELECT path FROM timers t WHERE t.execution_id = e.id OR t.path = 'root/t1' ORDER BY fire_at, execution_id, path LIMIT 1) x ORDER BY 1
 SELECT e.id, x.m FROM executions e, LATERAL (SELECT max(t.fire_at) AS m FROM timers t WHERE t.execution_id = e.id AND t.path IN (SELECT path FROM timers t2 ORDER BY fire_at LIMIT 3)) x ORDER BY 1
+# a keyed read joined with an unsharded table: the table is read whole on
+# the default shard first, then joined on the key's shard
+@staged SELECT e.id, e.version, l.v, l.nm, l.tsp FROM executions e JOIN lookup l ON l.k = e.id WHERE e.id = '{exec20}'
+@staged SELECT e.id, l.vc FROM executions e LEFT JOIN lookup l ON l.k = e.id WHERE e.id = $1 ;; ["{exec21}"]
+@staged SELECT l.k, e.version FROM lookup l LEFT JOIN executions e ON e.id = l.k AND e.id = $1 ORDER BY l.k ;; ["{exec24}"]
+@staged SELECT count(*), max(l.w) FROM executions e JOIN lookup l ON l.v = e.definition_id WHERE e.id IN ($1, $2) ;; ["{exec30}", "{exec31}"]
+@staged SELECT l.v, count(*), max(e.version) FROM executions e JOIN lookup l ON l.k = e.id GROUP BY l.v ORDER BY 1
+@staged SELECT DISTINCT l.w FROM executions e JOIN lookup l ON l.k = e.id ORDER BY 1

@@ -785,6 +785,11 @@ func mergeDescribes(x *fanExec, r *merge.Run, want []pgvalue.Field, bindAt int) 
 	if e == nil {
 		var err error
 		if fs, err = pgvalue.ParseRowDesc(d); err == nil && sameColumns(fs, want) {
+			// The columns' originating tables are the statement's (a
+			// column read from a table stage 1 read whole comes from a
+			// VALUES list on the shards), as stage 2 on one shard answers
+			// them.
+			r.Origins = want
 			return true
 		}
 	}

@@ -48,7 +48,7 @@ func (r groupMerge) groups() *pgwire.Error {
 		return e
 	}
 	if r.run.Describe {
-		*r.run.Out = pgvalue.AppendRowDesc(*r.run.Out, out)
+		*r.run.Out = r.run.appendDesc(*r.run.Out, out)
 	}
 	efd := 1
 	keys := make([]sortCol, len(g.Keys))

@@ -23,6 +23,11 @@ type Run struct {
 	Describe      bool // send a RowDescription (simple query, or a portal Describe)
 	Bytewise      bool // text orders by bytes on the shards (C collation)
 	GroupLimit    int  // how many groups a sort after the merge may buffer
+	// Origins, when set, are the columns the statement describes: the
+	// answer's RowDescription gives their originating tables (Table,
+	// Attnum), not the shards' (a read in two stages, whose shards read
+	// some columns from a VALUES list).
+	Origins []pgvalue.Field
 	// Params, Formats, OIDs are the client's Bind parameters (HAVING $n).
 	Params  [][]byte
 	Formats []int16
@@ -168,16 +173,30 @@ func (r *Run) Description() ([]byte, *pgwire.Error) {
 		if e != nil {
 			return nil, e
 		}
-		return pgvalue.AppendRowDesc(nil, out), nil
+		return r.appendDesc(nil, out), nil
 	}
 	visible := len(r.fields) - r.Plan.Hidden
 	switch {
 	case visible < 0:
 		return nil, pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard returned fewer columns than the merge needs")
-	case r.Plan.Hidden == 0:
+	case r.Plan.Hidden == 0 && r.Origins == nil:
 		return r.RawDesc, nil
 	}
-	return pgvalue.AppendRowDesc(nil, r.fields[:visible]), nil
+	return r.appendDesc(nil, r.fields[:visible]), nil
+}
+
+// appendDesc appends the RowDescription of the answer's columns fs,
+// with Origins' originating tables when set.
+func (r *Run) appendDesc(dst []byte, fs []pgvalue.Field) []byte {
+	if r.Origins != nil {
+		fs = slices.Clone(fs)
+		for i := range fs {
+			if i < len(r.Origins) {
+				fs[i].Table, fs[i].Attnum = r.Origins[i].Table, r.Origins[i].Attnum
+			}
+		}
+	}
+	return pgvalue.AppendRowDesc(dst, fs)
 }
 
 // flushFull writes the client's buffer once it holds over 64 KiB; ErrStop

@@ -19,10 +19,10 @@ func (r rowMerge) rows() *pgwire.Error {
 		return e
 	}
 	if r.run.Describe {
-		if m.Hidden == 0 {
+		if m.Hidden == 0 && r.run.Origins == nil {
 			*r.run.Out = append(*r.run.Out, r.run.RawDesc...)
 		} else {
-			*r.run.Out = pgvalue.AppendRowDesc(*r.run.Out, r.run.fields[:visible])
+			*r.run.Out = r.run.appendDesc(*r.run.Out, r.run.fields[:visible])
 		}
 	}
 	skip, limit := m.Offset, m.Limit
