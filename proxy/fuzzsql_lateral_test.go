@@ -77,9 +77,7 @@ func (g *ggen) lateral() gquery {
 		return gquery{sql: "SELECT count(*), count(" + cols[0] + ")" + from + g.where([]rel{a}, 30), ordered: true}
 	}
 	outs := append(pksOf([]rel{a}), cols...)
-	sel := make([]string, len(outs))
-	copy(sel, outs)
-	s := "SELECT " + strings.Join(sel, ", ") + from + g.where([]rel{a}, 30)
+	s := "SELECT " + strings.Join(outs, ", ") + from + g.where([]rel{a}, 30)
 	var ord []string
 	for i := range outs {
 		ord = append(ord, strconv.Itoa(i+1))

@@ -3,6 +3,7 @@ package route
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -54,7 +55,8 @@ type Table struct {
 	// check is the checked served set of the map (served.go), built once.
 	checkOnce sync.Once
 	check     string
-	// defShard is the index of Options.DefaultShard in the map.
+	// defShard is the index of Options.DefaultShard in the map (0: the
+	// first shard).
 	defShard int
 }
 
@@ -79,14 +81,12 @@ func New(m *shardmap.Map, schema Schema, opts Options) (*Table, error) {
 	if opts.MaxCachedSQL <= 0 {
 		opts.MaxCachedSQL = DefaultMaxCachedSQL
 	}
-	r := &Table{schema: schema, sc: compile(schema), pl: newPlacer(mc), defShard: -1}
-	for i, sh := range mc.Shards {
-		if sh.Name == opts.DefaultShard || opts.DefaultShard == "" && i == 0 {
-			r.defShard = i
+	r := &Table{schema: schema, sc: compile(schema), pl: newPlacer(mc)}
+	if opts.DefaultShard != "" {
+		if _, err := mc.ShardByName(opts.DefaultShard); err != nil {
+			return nil, fmt.Errorf("route: the default shard: %w", err)
 		}
-	}
-	if r.defShard < 0 {
-		return nil, fmt.Errorf("route: the default shard %q is not a shard of the map", opts.DefaultShard)
+		r.defShard = slices.IndexFunc(mc.Shards, func(sh shardmap.Shard) bool { return sh.Name == opts.DefaultShard })
 	}
 	r.stmts = newStatements(r.sc, &r.pl, opts)
 	return r, nil

@@ -162,12 +162,9 @@ func (b *stageBuilder) plan(sql string) *Stages {
 		// Whether Route sends the spread plan's stage 2 somewhere may
 		// depend on the parameters (a literal normalized away, a key of
 		// the wrong type): the other plan is its alternative then.
-		learned := b.learned
-		b.learned = nil
 		if alt := b.build(sql, false); alt != noStages {
 			sg.alt = alt
 		}
-		b.learned = learned
 		return sg
 	}
 	return b.build(sql, false)

@@ -190,3 +190,30 @@ func TestTwoStageCopy(t *testing.T) {
 		t.Errorf("COPY with ENCODING: want refused, got %v %s", d.Kind, d.Why())
 	}
 }
+
+// TestUnshardedDefaultShard: a keyed read that also reads an unsharded
+// table runs as it is on the default shard the options name, and in two
+// stages on any other; a default shard the map lacks is refused.
+func TestUnshardedDefaultShard(t *testing.T) {
+	if _, err := route.New(testMap(t), testSchema(t, ""), route.Options{DefaultShard: "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("a default shard the map lacks: %v", err)
+	}
+	sql := "SELECT data FROM executions WHERE id = 'x4' AND definition_id IN (SELECT k FROM app_settings)" // x4: shard s2
+	for _, c := range []struct {
+		def  string
+		want route.DestKind
+	}{{"", route.DestAll}, {"s0", route.DestAll}, {"s2", route.DestShard}} {
+		r, err := route.New(testMap(t), testSchema(t, ""), route.Options{DefaultShard: c.def})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.Analyze(sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := r.Route(st, nil, nil, nil)
+		if d.Kind != c.want || d.Kind == route.DestShard && d.Shard != 2 || d.Kind == route.DestAll && (d.Merge == nil || d.Merge.Stages == nil || d.OnKeyShard == nil || d.OnKeyShard.Shard != 2) {
+			t.Errorf("default shard %q: %s %d (%s)", c.def, d.Kind, d.Shard, d.Why())
+		}
+	}
+}

@@ -780,11 +780,8 @@ func (x *fanExec) fanErrorsSoFar(r *merge.Run, bindAt int) bool {
 // place (the BindComplete at bindAt taken back, f failed): a rewritten
 // statement must never answer under other columns than the client's.
 func mergeDescribes(x *fanExec, r *merge.Run, want []pgvalue.Field, bindAt int) bool {
-	d, e := r.Description()
-	var fs []pgvalue.Field
-	if e == nil {
-		var err error
-		if fs, err = pgvalue.ParseRowDesc(d); err == nil && sameColumns(fs, want) {
+	if d, e := r.Description(); e == nil {
+		if fs, err := pgvalue.ParseRowDesc(d); err == nil && sameColumns(fs, want) {
 			// The columns' originating tables are the statement's (a
 			// column read from a table stage 1 read whole comes from a
 			// VALUES list on the shards), as stage 2 on one shard answers

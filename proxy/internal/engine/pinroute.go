@@ -175,7 +175,8 @@ func (p pinner) pinOn(ctx context.Context, shard, own int, why pinReason, temps 
 // whose unsharded tables are all of them runs on the pin's shard (a keyed
 // statement on its key's, which the pin then checks).
 func pinAdjust(s *Session, a *route.Statement, d route.Dest) route.Dest {
-	if s.own != nil && len(a.Unsharded) > 0 && s.own.holdsAll(a.Unsharded) && d.OnKeyShard != nil {
+	temps := s.own != nil && len(a.Unsharded) > 0 && s.own.holdsAll(a.Unsharded)
+	if temps && d.OnKeyShard != nil {
 		d = *d.OnKeyShard // not the default shard's tables: its key's decision
 	}
 	if s.own != nil && d.Kind == route.DestAll && d.Merge != nil && d.Merge.Stages != nil {
@@ -186,7 +187,7 @@ func pinAdjust(s *Session, a *route.Statement, d route.Dest) route.Dest {
 				Hint:    "Read the temporary table in a statement of its own, or give the sharded rows a key of the pinned shard."}}
 		}
 	}
-	if s.own == nil || len(a.Unsharded) == 0 || !s.own.holdsAll(a.Unsharded) || d.Kind == route.DestAll || d.Kind == route.DestRefuse {
+	if !temps || d.Kind == route.DestAll || d.Kind == route.DestRefuse {
 		return s.gen.adjustDest(a, d)
 	}
 	if d.Kind == route.DestShard {

@@ -469,11 +469,11 @@ func stageValues(oids []uint32, sets []*stageRows) ([]string, []uint32, [][]byte
 // is refused (fail).
 func stageColumns(fields []pgvalue.Field) (names, proj string, fail []byte) {
 	quote := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-	var ns, ps []string
+	var named, pos, ps []string
 	cast := false
 	for i, f := range fields {
-		ns = append(ns, quote(f.Name))
 		col := "c" + strconv.Itoa(i+1)
+		named, pos = append(named, quote(f.Name)), append(pos, col)
 		if f.Typmod != -1 {
 			t, ok := pgvalue.TypeName(f.OID, f.Typmod)
 			if !ok {
@@ -486,12 +486,9 @@ func stageColumns(fields []pgvalue.Field) (names, proj string, fail []byte) {
 		ps = append(ps, col+" AS "+quote(f.Name))
 	}
 	if !cast {
-		return strings.Join(ns, ", "), "*", nil
+		return strings.Join(named, ", "), "*", nil
 	}
-	for i := range ns {
-		ns[i] = "c" + strconv.Itoa(i+1)
-	}
-	return strings.Join(ns, ", "), strings.Join(ps, ", "), nil
+	return strings.Join(pos, ", "), strings.Join(ps, ", "), nil
 }
 
 // stageText is sql, a text of stage 2's statement (as written, or the
