@@ -408,6 +408,14 @@
 //   - each branch of a top-level set operation (one rule 7 does not
 //     merge: INTERSECT, EXCEPT, a branch with aggregates or LIMIT) that
 //     reads a sharded table becomes an inner statement, as written;
+//   - where such an inner statement is no read pgshard answers alone (a
+//     join off the keys, a window or LIMIT over one, a CTE of the
+//     statement read inside it), the deep plan, tried last, takes it
+//     apart instead: it stays in the outer statement, on the default
+//     shard, with its own sharded tables and parts taken out the same
+//     way (SELECT d.n FROM (SELECT x.id, count(*) AS n FROM executions x
+//     JOIN outbox y ON y.target_id = x.id GROUP BY x.id) d: both tables
+//     read first, the join and the grouping on the default shard);
 //   - a subquery of a SELECT without FROM that reads a sharded table
 //     becomes an inner statement (nothing there can correlate it);
 //   - unsharded tables (on the default shard alone): a read of every
@@ -451,13 +459,17 @@
 // itself. Not in two stages (the refusal stands): a correlated subquery
 // over another shard's rows (other than the EXISTS above), in WHERE, the
 // select list or a LATERAL subquery; a sharded table in an ORDER BY or
-// GROUP BY subquery; an inner subquery that reads a CTE of the
-// statement; an inner that is itself answered in two stages; recursive
+// GROUP BY subquery; a subquery that cannot be an inner statement (it
+// reads a CTE of the statement, or would need two stages itself) whose
+// taking apart leaves a sharded table in the outer statement; recursive
 // CTEs; COLLATE or a system column (ctid, xmin, tableoid, ...) anywhere
 // in the text; an answer that depends on the order rows are read in,
 // which stage 1 does not keep (string_agg, array_agg, json_agg, ...
 // without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
-// or a window frame; DISTINCT ON; FETCH ... WITH TIES); a column with a
+// or a window frame in a window without ORDER BY; DISTINCT ON in a
+// SELECT without ORDER BY; FETCH ... WITH TIES — with an ORDER BY, the
+// order of the rows it ties is Postgres's choice on one database too,
+// and stage 2's is one of its answers); a column with a
 // type modifier pgshard cannot write (interval's fields); writes, FOR UPDATE; after settings in its pipeline;
 // inside a transaction block that is not READ COMMITTED, has written, or
 // has SET LOCAL (the stages run outside the block: the engine decides,

@@ -83,14 +83,25 @@ func (sg *Stages) Learn(inner int, msg string) *Stages {
 	if p, ok := l.plans[lc]; ok {
 		return p
 	}
-	b := stageBuilder{analyze: l.analyze, sc: l.sc, learned: append(slices.Clone(sg.learned), lc)}
-	p := b.build(sg.sql, true)
+	learned := append(slices.Clone(sg.learned), lc)
+	b := stageBuilder{analyze: l.analyze, sc: l.sc, learned: learned}
+	p := b.build(sg.sql, stageSpread)
+	if p != noStages && len(p.Inner) == 0 {
+		// The direct plan: Route may refuse the statement it routes for
+		// the parameters it is given (a subquery tied to the row off the
+		// keys); the plan built without it is its alternative then.
+		b = stageBuilder{analyze: l.analyze, sc: l.sc, learned: learned, noDirect: true}
+		if q := b.build(sg.sql, stageSpread); q != noStages {
+			p.alt = q
+		}
+	}
 	if p == noStages {
 		p = nil
-	} else {
-		p.stmt, p.merge.CopyOut = sg.stmt, sg.merge.CopyOut
-		p.learned = b.learned
-		p.learn = &stageLearn{analyze: l.analyze, sc: l.sc}
+	}
+	for x := p; x != nil; x = x.alt {
+		x.stmt, x.merge.CopyOut = sg.stmt, sg.merge.CopyOut
+		x.learned = learned
+		x.learn = &stageLearn{analyze: l.analyze, sc: l.sc}
 	}
 	if l.plans == nil {
 		l.plans = map[learnedCol]*Stages{}

@@ -104,8 +104,8 @@ func (sg *Stages) Query() string { return sg.sql }
 // one routes a stage's statement alone (Route without two stages).
 func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
 	d := sg.routeThis(refused, one)
-	if d.Kind == DestRefuse && sg.alt != nil {
-		return sg.alt.routeThis(refused, one)
+	for x := sg.alt; d.Kind == DestRefuse && x != nil; x = x.alt {
+		d = x.routeThis(refused, one)
 	}
 	return d
 }
@@ -147,10 +147,21 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// plan builds the two-stage plan of a SELECT's text, noStages if it has
-// none: the spread plan (its outer statement routed as any read) when
-// it has one, else the one whose outer statement runs on the default
-// shard.
+// plan builds the two-stage plans of a SELECT's text, noStages if it
+// has none, tried in this order (each the alternative of the one
+// before: whether Route answers a plan may depend on the parameters — a
+// literal normalized away, a key of the wrong type — and on whether its
+// inner statements are answered alone):
+//
+//	spread  its outer statement keeps its FROM and is routed as any read
+//	flat    its outer statement runs on the default shard; its FROM
+//	        subqueries, CTEs and uncorrelated subqueries are inner
+//	        statements, its sharded tables in FROM read whole
+//	deep    the same, but a FROM subquery, CTE, branch or uncorrelated
+//	        subquery that reads a sharded table stays in the outer
+//	        statement, taken apart the same way (inside): for one that
+//	        is no read pgshard answers alone (a join not on the keys, a
+//	        window or LIMIT over such a join)
 func (b *stageBuilder) plan(sql string) *Stages {
 	low := strings.ToLower(sql)
 	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
@@ -158,25 +169,42 @@ func (b *stageBuilder) plan(sql string) *Stages {
 			return noStages // a marker, a collation or a system column a stage would lose
 		}
 	}
-	if sg := b.build(sql, true); sg != noStages {
-		// Whether Route sends the spread plan's stage 2 somewhere may
-		// depend on the parameters (a literal normalized away, a key of
-		// the wrong type): the other plan is its alternative then.
-		if alt := b.build(sql, false); alt != noStages {
-			sg.alt = alt
+	var first, last *Stages
+	for _, mode := range []stageMode{stageSpread, stageFlat, stageDeep} {
+		sg := b.build(sql, mode)
+		if sg == noStages || last != nil && sg.Outer == last.Outer {
+			continue // none, or the plan before it again
 		}
-		return sg
+		if first == nil {
+			first = sg
+		} else {
+			last.alt = sg
+		}
+		last = sg
 	}
-	return b.build(sql, false)
+	if first == nil {
+		return noStages
+	}
+	return first
 }
 
-// build builds one kind of two-stage plan of sql: spread, only the
-// subqueries of the WHERE, HAVING and select list of a SELECT with FROM
-// as inner statements (its FROM stays, and stage 2 runs where Route
-// sends it); else every part reading a sharded table that can be one,
-// stage 2 on the default shard.
-func (b *stageBuilder) build(sql string, spread bool) *Stages {
-	b.inner, b.innerSub, b.fail, b.sub, b.spread = nil, nil, false, -1, spread
+// stageMode is the kind of two-stage plan build builds (plan).
+type stageMode int
+
+const (
+	stageSpread stageMode = iota
+	stageFlat
+	stageDeep
+)
+
+// build builds one kind of two-stage plan of sql (plan): spread, only
+// the subqueries of the WHERE, HAVING and select list of a SELECT with
+// FROM as inner statements (its FROM stays, and stage 2 runs where Route
+// sends it); else every part reading a sharded table that can be one
+// (flat) or its sharded tables (deep), stage 2 on the default shard.
+func (b *stageBuilder) build(sql string, mode stageMode) *Stages {
+	spread := mode == stageSpread
+	b.inner, b.innerSub, b.fail, b.sub, b.spread, b.deep = nil, nil, false, -1, spread, mode == stageDeep
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
 		return noStages
@@ -203,7 +231,7 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 				return noStages
 			}
 			if !spread {
-				b.stage(&cte.Ctequery)
+				b.part(&cte.Ctequery)
 			}
 		}
 	}
@@ -216,8 +244,10 @@ func (b *stageBuilder) build(sql string, spread bool) *Stages {
 	default:
 		var subs []*pg.SubLink
 		if len(b.learned) > 0 { // learn.go
-			if sg := b.direct(root, sql); sg != nil {
-				return sg
+			if !b.noDirect {
+				if sg := b.direct(root, sql); sg != nil {
+					return sg
+				}
 			}
 			if subs = qualify(sel, b.learned, true); subs == nil {
 				return noStages
@@ -276,13 +306,18 @@ type stageBuilder struct {
 	// spread: the plan being built keeps the statement's FROM, and stage
 	// 2 runs where Route sends it — possibly not on the default shard, so
 	// a subquery reading an unsharded table is an inner statement too.
-	spread bool
+	// deep: its parts are taken apart rather than made inner statements
+	// (part).
+	spread, deep bool
 	// learned are columns learned to be the statement's row's (learn.go);
 	// sub is the ordinal of the subquery sublinks stages, innerSub each
 	// inner statement's (-1: not a subquery of sublinks).
 	learned  []learnedCol
 	sub      int
 	innerSub []int
+	// noDirect: build no direct plan (learn.go), the plan that qualifies
+	// and decorrelates instead.
+	noDirect bool
 }
 
 // from replaces the sharded subqueries of a FROM item.
@@ -296,7 +331,7 @@ func (b *stageBuilder) from(n *pg.Node) {
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
 		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
-			b.stage(&rs.Subquery)
+			b.part(&rs.Subquery)
 		}
 	}
 }
@@ -315,7 +350,7 @@ func (b *stageBuilder) branches(s **pg.SelectStmt) {
 		return
 	}
 	n := &pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: *s}}
-	b.stage(&n)
+	b.part(&n)
 	if sel := n.GetSelectStmt(); sel != nil {
 		*s = sel
 	}
@@ -344,7 +379,7 @@ func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 		} else if sl.SubLinkType != pg.SubLinkType_EXPR_SUBLINK {
 			b.bound(sl.Subselect) // a scalar subquery reads one row or fails
 		}
-		b.stage(&sl.Subselect)
+		b.part(&sl.Subselect)
 	})
 }
 
@@ -358,8 +393,8 @@ func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 // stage), where the limit would change its answer.
 func (b *stageBuilder) bound(q *pg.Node) {
 	sel := q.GetSelectStmt()
-	if sel == nil || isSetOp(sel) || sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.ValuesLists) > 0 {
-		return
+	if sel == nil || isSetOp(sel) || sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.ValuesLists) > 0 || b.deep {
+		return // (the deep plan takes it apart: part)
 	}
 	sel.LimitCount, sel.LimitOption = pg.MakeAConstIntNode(PullLimit+1, -1), pg.LimitOption_LIMIT_OPTION_COUNT
 	if text, err := deparse(q); err == nil {
@@ -446,6 +481,18 @@ func (b *stageBuilder) pullTable(n *pg.Node) {
 	sub := &pg.RangeSubselect{Subquery: q, Alias: alias}
 	b.stage(&sub.Subquery)
 	n.Node = &pg.Node_RangeSubselect{RangeSubselect: sub}
+}
+
+// part makes *q, a FROM subquery, CTE, set operation's branch or
+// uncorrelated subquery, an inner statement (stage); the deep plan takes
+// it apart instead (inside): it stays in the outer statement, on the
+// default shard, with its own sharded tables and parts read first.
+func (b *stageBuilder) part(q **pg.Node) {
+	if !b.deep {
+		b.stage(q)
+		return
+	}
+	b.inside((*q).GetSelectStmt())
 }
 
 // stage makes *q an inner statement when it reads a sharded table.
@@ -572,23 +619,71 @@ var peerOrdered = map[string]bool{"row_number": true, "ntile": true, "lag": true
 
 // orderSensitive reports whether the statement's answer may depend on
 // the order in which a relation's rows are read (which stage 1 does not
-// keep: the shards' rows come one shard after another), beyond the order
-// of its output rows: an aggregate of ordered input without ORDER BY, a
-// window function over peers or with a frame, DISTINCT ON, FETCH ... WITH
-// TIES (over a subquery Postgres may also answer it differently).
+// keep: the shards' rows come one shard after another), beyond what
+// the statement leaves to Postgres: an aggregate of ordered input
+// without ORDER BY, a window function over peers or with a frame whose
+// window has no ORDER BY, DISTINCT ON in a SELECT without ORDER BY,
+// FETCH ... WITH TIES (over a subquery Postgres may also answer it
+// differently). A window's or a DISTINCT ON's ORDER BY says which rows
+// come first; the order of rows it ties is Postgres's choice on one
+// database too (row_number() OVER (ORDER BY x) numbers rows of equal x
+// in any order), so stage 2's order among them is one of its answers.
 func orderSensitive(root *pg.Node) bool {
 	bad := false
+	named := namedWindows(root)
 	inspect(root, func(n *pg.Node) bool {
 		if fc := n.GetFuncCall(); fc != nil {
 			_, name := funcName(fc)
 			bad = bad || inputOrdered[name] && len(fc.AggOrder) == 0 ||
-				fc.Over != nil && (peerOrdered[name] || fc.Over.FrameOptions&1 != 0)
+				fc.Over != nil && (peerOrdered[name] || fc.Over.FrameOptions&1 != 0) && !windowOrdered(fc.Over, named)
 		}
 		if sel := n.GetSelectStmt(); sel != nil {
-			bad = bad || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() != nil ||
+			bad = bad || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() != nil && len(sel.SortClause) == 0 ||
 				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
 		}
 		return !bad
 	})
 	return bad
+}
+
+// namedWindows are the windows the statement names (WINDOW w AS (...)),
+// by name; a name defined twice (in two SELECTs) maps to nil: which one a
+// call means is not looked for.
+func namedWindows(root *pg.Node) map[string]*pg.WindowDef {
+	named := map[string]*pg.WindowDef{}
+	inspect(root, func(n *pg.Node) bool {
+		if sel := n.GetSelectStmt(); sel != nil {
+			for _, w := range sel.WindowClause {
+				if wd := w.GetWindowDef(); wd != nil {
+					if _, dup := named[wd.Name]; dup {
+						named[wd.Name] = nil
+					} else {
+						named[wd.Name] = wd
+					}
+				}
+			}
+		}
+		return true
+	})
+	return named
+}
+
+// windowOrdered reports whether window w (OVER (...), OVER name, or
+// OVER (name ...)) has an ORDER BY, its own or its named window's.
+func windowOrdered(w *pg.WindowDef, named map[string]*pg.WindowDef) bool {
+	for range 4 { // a named window may refer to another one
+		if len(w.OrderClause) > 0 {
+			return true
+		}
+		ref := w.Refname
+		if ref == "" {
+			ref = w.Name
+		}
+		next := named[ref]
+		if ref == "" || next == nil || next == w {
+			return false
+		}
+		w = next
+	}
+	return false
 }

@@ -111,7 +111,31 @@ func TestTwoStage(t *testing.T) {
 		// would scan the stage's rows once per row of the statement
 		{sql: "SELECT a.id, (SELECT count(*) FROM outbox b WHERE b.target_id = a.id AND b.seq > $1) FROM executions a"},
 		{sql: "SELECT * FROM executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at > e.version LIMIT 1) x"},
-		{sql: "WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM executions, c LIMIT 2) d"},
+		// the deep plan: a subquery reading a CTE of the statement, or no
+		// read answered alone (a join off the keys, a window over every
+		// shard's rows), stays in stage 2 with its sharded tables read
+		// first
+		{sql: "WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM executions, c LIMIT 2) d",
+			inner: []string{"SELECT * FROM executions LIMIT 10001"},
+			outer: "WITH c AS (SELECT 1 AS one) SELECT * FROM (SELECT id FROM (SELECT * FROM pgshard_stage_1_) executions, c LIMIT 2) d"},
+		{sql: "SELECT d.n FROM (SELECT x.id, count(*) AS n FROM executions x JOIN outbox y ON y.target_id = x.id GROUP BY x.id) d WHERE d.n > $1",
+			inner: []string{"SELECT * FROM executions LIMIT 10001", "SELECT * FROM outbox LIMIT 10001"},
+			outer: "SELECT d.n FROM (SELECT x.id, count(*) AS n FROM (SELECT * FROM pgshard_stage_1_) x JOIN (SELECT * FROM pgshard_stage_2_) y ON y.target_id = x.id GROUP BY x.id) d WHERE d.n > $1"},
+		{sql: "SELECT id FROM executions WHERE id IN (SELECT t.execution_id FROM timers t JOIN trace r ON r.idx = t.fire_at)",
+			inner: []string{"SELECT * FROM timers LIMIT 10001", "SELECT * FROM trace LIMIT 10001", "SELECT * FROM executions LIMIT 10001"},
+			outer: "SELECT id FROM (SELECT * FROM pgshard_stage_3_) executions WHERE id IN (SELECT t.execution_id FROM (SELECT * FROM pgshard_stage_1_) t JOIN (SELECT * FROM pgshard_stage_2_) r ON r.idx = t.fire_at)"},
+		// a window over peers is answered when its window has an ORDER BY
+		// (the order of the rows it ties is Postgres's choice on one
+		// database too), refused without one
+		{sql: "SELECT id, row_number() OVER (ORDER BY version) FROM executions",
+			inner: []string{"SELECT * FROM executions LIMIT 10001"},
+			outer: "SELECT id, row_number() OVER (ORDER BY version) FROM (SELECT * FROM pgshard_stage_1_) executions"},
+		{sql: "SELECT id, lag(id) OVER w FROM executions WINDOW w AS (PARTITION BY version ORDER BY id)",
+			inner: []string{"SELECT * FROM executions LIMIT 10001"},
+			outer: "SELECT id, lag(id) OVER w FROM (SELECT * FROM pgshard_stage_1_) executions WINDOW w AS (PARTITION BY version ORDER BY id)"},
+		{sql: "SELECT id, row_number() OVER () FROM executions"},
+		{sql: "SELECT id, first_value(id) OVER w FROM executions WINDOW w AS (PARTITION BY version)"},
+		{sql: "SELECT id, sum(version) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM executions"},
 		// a CTE over a sharded table is an inner statement of its own
 		{sql: "WITH c AS (SELECT id FROM executions) SELECT * FROM (SELECT id FROM c LIMIT 2) d",
 			inner: []string{"SELECT id FROM executions"},

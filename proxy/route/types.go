@@ -359,11 +359,16 @@ type Stages struct {
 	learned  []learnedCol
 	innerSub []int
 	learn    *stageLearn
-	// alt, for a spread plan, is the plan whose stage 2 runs on the
-	// default shard, used where Route refuses the spread one for the
-	// parameters it is given (nil: none).
+	// alt is the plan tried where Route refuses this one for the
+	// parameters it is given (nil: none): for a spread plan the one whose
+	// stage 2 runs on the default shard, for that one the deep plan
+	// (twostage.go plan); for a learned direct plan the one built
+	// without it (learn.go).
 	alt *Stages
 }
+
+// Alt is the plan to try where Route refuses this one (nil: none).
+func (sg *Stages) Alt() *Stages { return sg.alt }
 
 // StageMarker is the text standing for the i-th (0-based) inner
 // statement's rows in Stages.Outer: a complete SELECT, inside parentheses.

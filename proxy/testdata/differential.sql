@@ -521,8 +521,8 @@ SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers ORDER BY 
 @unordered SELECT id FROM executions WHERE id = ANY (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
 SELECT id FROM executions WHERE id = '{exec11}' AND id IN (SELECT execution_id FROM timers ORDER BY fire_at LIMIT 5)
 @unordered SELECT id FROM executions WHERE id IN (SELECT execution_id FROM timers ORDER BY execution_id, path OFFSET 100)
-SELECT id FROM executions WHERE id IN (SELECT DISTINCT ON (path) execution_id FROM timers ORDER BY path, fire_at)
-SELECT id FROM executions WHERE id IN (SELECT execution_id FROM (SELECT execution_id, row_number() OVER (ORDER BY fire_at) AS rn FROM timers) x WHERE rn <= 5)
+@unordered SELECT id FROM executions WHERE id IN (SELECT DISTINCT ON (path) execution_id FROM timers ORDER BY path, fire_at, execution_id)
+@unordered SELECT id FROM executions WHERE id IN (SELECT execution_id FROM (SELECT execution_id, row_number() OVER (ORDER BY fire_at, execution_id, path) AS rn FROM timers) x WHERE rn <= 5)
 SELECT id FROM executions WHERE version > (SELECT avg(version) FROM executions) ORDER BY id
 SELECT id FROM executions WHERE id IN (SELECT max(execution_id) FROM timers) ORDER BY id
 WITH t AS (SELECT execution_id FROM timers WHERE fire_at > 1090) SELECT id FROM executions WHERE id IN (SELECT execution_id FROM t) ORDER BY id

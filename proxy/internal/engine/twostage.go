@@ -248,9 +248,15 @@ func parseParamDesc(msg []byte) ([]uint32, error) {
 // When one fails for a column its subquery does not have (42703), sg is
 // planned again knowing it (route.Stages.Learn: the column is the
 // statement's row's) and stage 1 runs again — as many times as Learn
-// finds a new plan, a few at most. It returns the plan whose stage 1 ran.
+// finds a new plan, a few at most. A learned plan that routes the
+// statement as it is (no stage 1: the column qualified ties the
+// subquery to the row) may be a read in two stages itself (a subquery
+// tied to the row by a column that is no sharding key, decorrelated):
+// its stages are run then, once; where Route refuses it, its
+// alternative (Stages.Alt) is run. It returns the plan whose stage 1 ran.
 func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint32) (*route.Stages, []*stageRows, []byte) {
 	var first []byte // the refusal of the client's own subquery
+	nested := false
 	for {
 		var sets []*stageRows
 		var fail []byte
@@ -274,6 +280,15 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 			return sg, sets, first
 		}
 		sg = next
+		if len(sg.Inner) == 0 && !nested {
+			d := x.gen.Config.Analyzer.Route(sg.OuterStatement(), bv.Params, bv.Formats, oids)
+			switch {
+			case d.Kind == route.DestAll && d.Merge != nil && d.Merge.Stages != nil:
+				sg, nested = d.Merge.Stages, true
+			case d.Kind == route.DestRefuse && sg.Alt() != nil:
+				sg = sg.Alt() // the plan that decorrelates the subquery instead
+			}
+		}
 	}
 }
 
