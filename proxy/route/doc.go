@@ -13,8 +13,9 @@
 //	                   ─► merge plan of a key-less read (mergeplan.go, selectlist.go, groupplan.go,
 //	                      shardcolumns.go, valuesplit.go, setop.go) ─► hints (hint.go)
 //	a read refused across shards ─► two-stage plan (twostage.go, an EXISTS
-//	  decorrelated into an IN: decorrelate.go; once per text; planned
-//	  again from a stage's 42703 for a column of the row: learn.go)
+//	  decorrelated into an IN: decorrelate.go; a table read whole with
+//	  its own WHERE terms: pushdown.go; once per text; planned again from
+//	  a stage's 42703 for a column of the row: learn.go)
 //	a per-shard text of a read of every shard ─► its served form: each keyed
 //	  table read in the buckets the shard serves (served.go, once per text)
 //	*Statement + Bind params (input.go) ─► decode key params (value.go)
@@ -404,7 +405,11 @@
 //     reads a sharded table becomes an inner statement, as written;
 //   - a sharded table in the top-level FROM (a join item too) becomes the
 //     inner statement SELECT * FROM t LIMIT PullLimit+1, read under the
-//     table's name or alias;
+//     table's name or alias, with the terms of its SELECT's WHERE that
+//     name only that table copied into it where that is exact
+//     (pushdown.go: SELECT * FROM executions a WHERE a.version > $1
+//     LIMIT 10001; never a table on the nullable side of an outer
+//     join);
 //   - each branch of a top-level set operation (one rule 7 does not
 //     merge: INTERSECT, EXCEPT, a branch with aggregates or LIMIT) that
 //     reads a sharded table becomes an inner statement, as written;

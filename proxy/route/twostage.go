@@ -260,12 +260,13 @@ func (b *stageBuilder) build(sql string, mode stageMode) *Stages {
 			}
 		}
 		b.sublinks(sel)
+		push := pushable(sel)
 		for _, it := range sel.FromClause {
 			if spread {
-				b.fromUnsharded(it) // the spread plan keeps the rest of the FROM as it is
+				b.fromUnsharded(it, push) // the spread plan keeps the rest of the FROM as it is
 				continue
 			}
-			b.from(it)
+			b.from(it, push)
 		}
 	}
 	if b.fail || len(b.inner) == 0 {
@@ -320,14 +321,16 @@ type stageBuilder struct {
 	noDirect bool
 }
 
-// from replaces the sharded subqueries of a FROM item.
-func (b *stageBuilder) from(n *pg.Node) {
+// from replaces the sharded subqueries and tables of a FROM item; push
+// are the terms of its SELECT's WHERE a table may be read with
+// (pushable).
+func (b *stageBuilder) from(n *pg.Node, push map[string][]*pg.Node) {
 	switch {
 	case n.GetJoinExpr() != nil:
-		b.from(n.GetJoinExpr().Larg)
-		b.from(n.GetJoinExpr().Rarg)
+		b.from(n.GetJoinExpr().Larg, push)
+		b.from(n.GetJoinExpr().Rarg, push)
 	case n.GetRangeVar() != nil:
-		b.pull(n)
+		b.pull(n, push)
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
 		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
@@ -432,15 +435,15 @@ const PullLimit = 10000
 // its rows as the table's (SELECT e.data, d.owner FROM executions e JOIN
 // definitions d ON d.name = e.definition_id WHERE e.id = $1, of any
 // shard).
-func (b *stageBuilder) fromUnsharded(n *pg.Node) {
+func (b *stageBuilder) fromUnsharded(n *pg.Node, push map[string][]*pg.Node) {
 	switch {
 	case n.GetJoinExpr() != nil:
-		b.fromUnsharded(n.GetJoinExpr().Larg)
-		b.fromUnsharded(n.GetJoinExpr().Rarg)
+		b.fromUnsharded(n.GetJoinExpr().Larg, push)
+		b.fromUnsharded(n.GetJoinExpr().Rarg, push)
 	case n.GetRangeVar() != nil:
 		rv := n.GetRangeVar()
 		if !b.ctes[rv.Relname] && !b.keyedTable(rv.Relname) && !b.sc.global[rv.Relname] && !isCatalog(rv.Schemaname, rv.Relname) {
-			b.pullTable(n)
+			b.pullTable(n, push)
 		}
 	}
 }
@@ -448,18 +451,19 @@ func (b *stageBuilder) fromUnsharded(n *pg.Node) {
 // pull makes a sharded table in FROM (n, a RangeVar) an inner statement
 // of its own, SELECT * FROM t LIMIT PullLimit+1, read as a subquery with
 // the table's name or alias (pullTable).
-func (b *stageBuilder) pull(n *pg.Node) {
+func (b *stageBuilder) pull(n *pg.Node, push map[string][]*pg.Node) {
 	rv := n.GetRangeVar()
 	if b.ctes[rv.Relname] || !b.keyedTable(rv.Relname) {
 		return
 	}
-	b.pullTable(n)
+	b.pullTable(n, push)
 }
 
 // pullTable makes the table of RangeVar n an inner statement of its own,
 // SELECT * FROM t LIMIT PullLimit+1, read as a subquery with the table's
-// name or alias.
-func (b *stageBuilder) pullTable(n *pg.Node) {
+// name or alias; with the terms push has for that name, SELECT * FROM t
+// alias WHERE terms LIMIT PullLimit+1 (pushdown.go).
+func (b *stageBuilder) pullTable(n *pg.Node, push map[string][]*pg.Node) {
 	rv := n.GetRangeVar()
 	if rv.Schemaname != "" && rv.Alias == nil {
 		b.fail = true // the statement may name its columns schema.table.column
@@ -477,6 +481,10 @@ func (b *stageBuilder) pullTable(n *pg.Node) {
 		return
 	}
 	q := tmpl.Stmts[0].Stmt
+	if terms := push[alias.Aliasname]; len(terms) > 0 {
+		bare.Alias = rv.Alias // the terms name the table by it
+		q.GetSelectStmt().WhereClause = withTerms(terms)
+	}
 	q.GetSelectStmt().FromClause[0] = &pg.Node{Node: &pg.Node_RangeVar{RangeVar: bare}}
 	sub := &pg.RangeSubselect{Subquery: q, Alias: alias}
 	b.stage(&sub.Subquery)
@@ -560,8 +568,9 @@ func (b *stageBuilder) inside(sel *pg.SelectStmt) {
 		return
 	}
 	b.sublinks(sel)
+	push := pushable(sel)
 	for _, it := range sel.FromClause {
-		b.from(it)
+		b.from(it, push)
 	}
 }
 

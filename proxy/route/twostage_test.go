@@ -133,6 +133,19 @@ func TestTwoStage(t *testing.T) {
 		{sql: "SELECT id, lag(id) OVER w FROM executions WINDOW w AS (PARTITION BY version ORDER BY id)",
 			inner: []string{"SELECT * FROM executions LIMIT 10001"},
 			outer: "SELECT id, lag(id) OVER w FROM (SELECT * FROM pgshard_stage_1_) executions WINDOW w AS (PARTITION BY version ORDER BY id)"},
+		// a table read whole is read with the terms of the WHERE that
+		// name it alone (pushdown.go): not those of a table on the
+		// nullable side of an outer join, an unqualified column, a
+		// volatile function, a subquery
+		{sql: "SELECT a.id, lag(a.id) OVER (ORDER BY a.id) FROM executions a LEFT JOIN timers t ON t.execution_id = a.data WHERE a.version > $1 AND lower(a.definition_id) = 'd' AND t.path IS NULL AND version < 9 AND a.version < random() AND a.id IN (SELECT 'x') AND (a.id = t.path OR a.id IS NULL)",
+			inner: []string{"SELECT * FROM executions a WHERE a.version > $1 AND lower(a.definition_id) = 'd' LIMIT 10001", "SELECT * FROM timers LIMIT 10001"},
+			outer: "SELECT a.id, lag(a.id) OVER (ORDER BY a.id) FROM (SELECT * FROM pgshard_stage_1_) a LEFT JOIN (SELECT * FROM pgshard_stage_2_) t ON t.execution_id = a.data WHERE a.version > $1 AND lower(a.definition_id) = 'd' AND t.path IS NULL AND version < 9 AND a.version < random() AND a.id IN (SELECT 'x') AND (a.id = t.path OR a.id IS NULL)"},
+		{sql: "SELECT count(*) FROM trace r FULL JOIN (timers t JOIN spawns s ON s.child_id = t.execution_id) ON r.idx = t.fire_at WHERE r.idx > 2 AND t.fire_at > 3 AND s.seq > 4",
+			inner: []string{"SELECT * FROM trace LIMIT 10001", "SELECT * FROM timers LIMIT 10001", "SELECT * FROM spawns LIMIT 10001"},
+			outer: "SELECT count(*) FROM (SELECT * FROM pgshard_stage_1_) r FULL JOIN ((SELECT * FROM pgshard_stage_2_) t JOIN (SELECT * FROM pgshard_stage_3_) s ON s.child_id = t.execution_id) ON r.idx = t.fire_at WHERE r.idx > 2 AND t.fire_at > 3 AND s.seq > 4"},
+		{sql: "SELECT count(*) FROM timers t JOIN spawns s ON s.child_id = t.execution_id RIGHT JOIN trace r ON r.idx = t.fire_at WHERE r.idx > 2 AND t.fire_at > 3 AND s.seq > $1",
+			inner: []string{"SELECT * FROM timers LIMIT 10001", "SELECT * FROM spawns LIMIT 10001", "SELECT * FROM trace r WHERE r.idx > 2 LIMIT 10001"},
+			outer: "SELECT count(*) FROM (SELECT * FROM pgshard_stage_1_) t JOIN (SELECT * FROM pgshard_stage_2_) s ON s.child_id = t.execution_id RIGHT JOIN (SELECT * FROM pgshard_stage_3_) r ON r.idx = t.fire_at WHERE r.idx > 2 AND t.fire_at > 3 AND s.seq > $1"},
 		{sql: "SELECT id, row_number() OVER () FROM executions"},
 		{sql: "SELECT id, first_value(id) OVER w FROM executions WINDOW w AS (PARTITION BY version)"},
 		{sql: "SELECT id, sum(version) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM executions"},

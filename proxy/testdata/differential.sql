@@ -545,6 +545,24 @@ SELECT id FROM executions INTERSECT SELECT execution_id FROM trace
 SELECT id FROM executions WHERE version = 1 FOR UPDATE
 SELECT id, version FROM executions TABLESAMPLE BERNOULLI (100) ORDER BY 1
 SELECT nextval('outbox_seq_seq') FROM executions LIMIT 1
+# windows over peers answered in two stages when their ORDER BY says the
+# order (ties broken here, so one database's answer is the only one)
+@staged SELECT a.id, lag(a.id) OVER (ORDER BY a.id), row_number() OVER (PARTITION BY a.definition_id ORDER BY a.version, a.id) FROM executions a WHERE a.version > 1 AND lower(a.definition_id) <> 'x' ORDER BY a.id
+@staged SELECT t.execution_id, t.path, sum(t.fire_at) OVER w, first_value(t.path) OVER w FROM timers t WHERE t.fire_at > $1 WINDOW w AS (PARTITION BY t.path ORDER BY t.fire_at, t.execution_id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) ORDER BY 2, 1 ;; ["1040"]
+@staged SELECT DISTINCT ON (s.root_path) s.root_path, s.seq, s.child_id FROM spawns s ORDER BY s.root_path, s.seq DESC
+@staged SELECT a.id, count(*) OVER () FROM executions a WHERE a.id IN ('{exec1}', '{exec2}', '{exec3}') ORDER BY 1
+# terms of the WHERE copied into a table read whole: never a table on the
+# nullable side of an outer join (an anti-join by IS NULL would keep rows
+# it must drop)
+@staged SELECT e.id, s.seq FROM executions e LEFT JOIN spawns s ON s.child_id = e.id WHERE s.seq IS NULL AND e.version > 1 ORDER BY e.id
+@staged SELECT e.id, s.seq FROM spawns s RIGHT JOIN executions e ON s.child_id = e.id WHERE (s.seq IS NULL OR s.seq > 3) AND e.id <> '{exec3}' ORDER BY e.id, s.seq
+@staged SELECT r.execution_id, r.idx, t.path FROM trace r FULL JOIN timers t ON t.fire_at = r.idx + 1000 WHERE r.idx > 1 OR t.path IS NULL ORDER BY 1, 2, 3
+@staged SELECT count(*), sum(e.version) FROM executions e JOIN spawns s ON s.parent_id = e.data::jsonb->>'parent_id' WHERE e.version >= $1 AND s.root_path <> 'root/r1' ;; ["2"]
+# parts no read answers alone, taken apart (the deep plan)
+@staged SELECT d.id, d.n FROM (SELECT x.id, count(*) AS n FROM executions x JOIN spawns y ON y.child_id = x.id GROUP BY x.id) d WHERE d.n > 0 ORDER BY d.n DESC, d.id LIMIT 7
+@staged SELECT id FROM executions WHERE id IN (SELECT t.execution_id FROM timers t JOIN spawns s ON s.child_id = t.execution_id WHERE s.seq > 2) ORDER BY id
+@staged WITH c AS (SELECT 2 AS two) SELECT d.id FROM (SELECT id FROM executions, c WHERE version > c.two ORDER BY id LIMIT 5) d ORDER BY 1
+@staged SELECT e.id FROM executions e, timers t WHERE t.execution_id = e.data UNION ALL SELECT execution_id FROM trace WHERE idx = 1 ORDER BY 1
 
 # --- keyed reads: one shard answers ----------------------------------------
 SELECT * FROM vals WHERE id = 'v001'

@@ -1,0 +1,128 @@
+package route
+
+import (
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// Filters pushed into a table read whole. A table a two-stage plan reads
+// whole (pull: SELECT * FROM t LIMIT PullLimit+1) is read with the terms
+// of its SELECT's WHERE that name no other relation, as a copy: SELECT *
+// FROM t a WHERE a.version > $1 LIMIT PullLimit+1 — fewer rows to carry
+// and to hold under the limit, and a keyed term makes stage 1 a read of
+// its key's shard. Stage 2 keeps the whole WHERE, so a term pushed only
+// removes rows stage 2 would remove itself, which holds when
+//
+//   - every row stage 2 builds from a table's row has that row's values:
+//     the table is not on the nullable side of an outer join (there a
+//     row removed early turns a match into a NULL-extended row, which
+//     WHERE a.x IS NULL would keep), nor inside a join with an alias
+//     (where a.x would name another scope's a);
+//   - the term names columns of that table only, each qualified by its
+//     name or alias (an unqualified column may be another relation's, or
+//     the row's around a subquery), and reads nothing else: constants,
+//     parameters, operators, casts, AND/OR/NOT, IS [NOT] NULL, CASE,
+//     COALESCE, arrays, rows and the immutable functions of pushFuncs —
+//     no subquery, aggregate, window or volatile function (random()
+//     would be drawn twice).
+
+// pushFuncs are built-in functions a pushed term may call: immutable,
+// so stage 1 and stage 2 evaluate them alike.
+var pushFuncs = setOf("lower", "upper", "length", "char_length", "octet_length", "substr", "substring",
+	"btrim", "ltrim", "rtrim", "left", "right", "strpos", "replace", "md5", "abs", "round", "floor", "ceil",
+	"ceiling", "mod", "trunc", "sign", "jsonb_typeof", "json_typeof", "jsonb_extract_path_text",
+	"json_extract_path_text", "starts_with", "split_part", "reverse", "repeat", "lpad", "rpad", "ascii", "chr")
+
+// pushable are the terms of sel's WHERE each table of its FROM may be
+// read with, by the name sel gives the table (see above).
+func pushable(sel *pg.SelectStmt) map[string][]*pg.Node {
+	if sel == nil || sel.WhereClause == nil {
+		return nil
+	}
+	names, excluded := map[string]bool{}, map[string]bool{}
+	for _, it := range sel.FromClause {
+		fromNames(it, false, names, excluded)
+	}
+	var out map[string][]*pg.Node
+	for _, c := range conjuncts(sel.WhereClause) {
+		if rel := termRelation(c); rel != "" && names[rel] && !excluded[rel] {
+			if out == nil {
+				out = map[string][]*pg.Node{}
+			}
+			out[rel] = append(out[rel], c)
+		}
+	}
+	return out
+}
+
+// fromNames records the names FROM item n gives its tables (names), and
+// those whose rows may not reach stage 2 as they are (excluded): on the
+// nullable side of an outer join (nullable), or inside a join with an
+// alias.
+func fromNames(n *pg.Node, nullable bool, names, excluded map[string]bool) {
+	switch {
+	case n.GetJoinExpr() != nil:
+		j := n.GetJoinExpr()
+		hidden := j.Alias != nil
+		l := nullable || hidden || j.Jointype == pg.JoinType_JOIN_RIGHT || j.Jointype == pg.JoinType_JOIN_FULL
+		r := nullable || hidden || j.Jointype == pg.JoinType_JOIN_LEFT || j.Jointype == pg.JoinType_JOIN_FULL
+		fromNames(j.Larg, l, names, excluded)
+		fromNames(j.Rarg, r, names, excluded)
+	case n.GetRangeVar() != nil:
+		rv := n.GetRangeVar()
+		name := rv.Relname
+		if rv.Alias != nil {
+			name = rv.Alias.Aliasname
+		}
+		if names[name] {
+			excluded[name] = true // named twice: which one a column means is not looked for
+		}
+		names[name] = true
+		if nullable {
+			excluded[name] = true
+		}
+	}
+}
+
+// termRelation is the one relation term t names, each column qualified
+// by it, when t reads nothing a pushed term may not (see above); "" for
+// any other term.
+func termRelation(t *pg.Node) string {
+	rel, ok := "", true
+	inspect(t, func(n *pg.Node) bool {
+		switch x := n.Node.(type) {
+		case *pg.Node_ColumnRef:
+			f := x.ColumnRef.Fields
+			if len(f) != 2 || f[1].GetString_() == nil || rel != "" && strName(f[0]) != rel {
+				ok = false
+			}
+			rel = strName(f[0])
+		case *pg.Node_FuncCall:
+			fc := x.FuncCall
+			schema, name := funcName(fc)
+			if schema != "" && schema != "pg_catalog" || !pushFuncs[name] || fc.Over != nil || fc.AggStar ||
+				fc.AggDistinct || len(fc.AggOrder) > 0 || fc.AggFilter != nil || fc.AggWithinGroup {
+				ok = false
+			}
+		case *pg.Node_AConst, *pg.Node_ParamRef, *pg.Node_String_, *pg.Node_Integer, *pg.Node_Float, *pg.Node_Boolean,
+			*pg.Node_AExpr, *pg.Node_TypeCast, *pg.Node_BoolExpr, *pg.Node_List, *pg.Node_NullTest, *pg.Node_BooleanTest,
+			*pg.Node_AArrayExpr, *pg.Node_CoalesceExpr, *pg.Node_CaseExpr, *pg.Node_CaseWhen, *pg.Node_RowExpr:
+		default:
+			ok = false
+		}
+		return ok
+	})
+	if !ok {
+		return ""
+	}
+	return rel
+}
+
+// withTerms is a copy of terms for a pulled table's own WHERE.
+func withTerms(terms []*pg.Node) *pg.Node {
+	cp := make([]*pg.Node, len(terms))
+	for i, t := range terms {
+		cp[i] = proto.Clone(t).(*pg.Node)
+	}
+	return and(cp)
+}
