@@ -318,6 +318,10 @@ type stagesReport struct {
 	Stage1 []routeReport `json:"stage1"`
 	// Stage2 is the outer statement.
 	Stage2 stage2Report `json:"stage2"`
+	// Correlated are the subqueries (1-based) read for subqueries of
+	// stage 2 that refer to the row: it runs those once per row over
+	// their rows, within route.CorrelatedBudget.
+	Correlated []int `json:"correlated,omitempty"`
 }
 
 type stage2Report struct {
@@ -346,6 +350,9 @@ func (rep *routeReport) explainStages(r *route.Table, defShard string, params []
 		}
 		rep.Stages.Stage1 = append(rep.Stages.Stage1, sub)
 		rep.Stages.Stage2.Markers = append(rep.Stages.Stage2.Markers, route.StageMarker(i))
+		if sg.Correlated(i) {
+			rep.Stages.Correlated = append(rep.Stages.Correlated, i+1)
+		}
 	}
 	if sg.Spread {
 		out := report(r, r.Explain(sg.OuterStatement(), params, formats, oids))
@@ -471,6 +478,18 @@ func writeStages(w io.Writer, sg *stagesReport, ind string) {
 	fmt.Fprintf(w, "%s  SQL:    %s\n", ind, oneLineSQL(sg.Stage2.SQL))
 	for i, mk := range sg.Stage2.Markers {
 		fmt.Fprintf(w, "%s  where  %s is subquery %d's merged rows: SELECT * FROM (VALUES ($k, ...), ...) AS pgshard_v(its columns), sent as binary parameters numbered after the client's\n", ind, mk, i+1)
+	}
+	if len(sg.Correlated) > 0 {
+		nums := make([]string, len(sg.Correlated))
+		for i, k := range sg.Correlated {
+			nums[i] = strconv.Itoa(k)
+		}
+		label := "subqueries"
+		if len(nums) == 1 {
+			label = "subquery"
+		}
+		fmt.Fprintf(w, "%s  per row: %s %s read for subqueries that refer to the row; stage 2 runs those once per row over their rows (no index there): refused (SQLSTATE 54000) when their rows times the other subqueries' rows (+1) exceed %d\n",
+			ind, label, strings.Join(nums, ", "), route.CorrelatedBudget)
 	}
 	if routed != nil {
 		writeRouteBody(w, *routed, ind+"  ")

@@ -24,6 +24,7 @@ func TestRoute(t *testing.T) {
 		// Reads in two stages: each stage's own SQL, where it runs.
 		{"SELECT d.id, rank() OVER (ORDER BY d.id) FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d"},
 		{"SELECT count(*) FROM executions e JOIN outbox o ON o.target_id = e.id WHERE e.version > $1", "3"},
+		{"SELECT e.id, (SELECT count(*) FROM outbox o WHERE o.target_id = e.id) FROM executions e WHERE e.version > $1", "3"},
 		// a spread plan (stage 2 routed as any read) whose subquery names
 		// the row's column without a qualifier (learned at run time)
 		{"SELECT seq FROM outbox WHERE NOT EXISTS (SELECT 1 FROM executions WHERE id = target_id) ORDER BY seq"},

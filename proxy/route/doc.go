@@ -413,6 +413,15 @@
 //   - each branch of a top-level set operation (one rule 7 does not
 //     merge: INTERSECT, EXCEPT, a branch with aggregates or LIMIT) that
 //     reads a sharded table becomes an inner statement, as written;
+//   - a subquery that refers to the row around it off the keys (in
+//     WHERE, the select list or a LATERAL subquery; other than the EXISTS
+//     above, or one a 42703 showed it names the row's column without a
+//     qualifier: the engine asks RouteApart for this plan then) is taken
+//     apart by the correlated plan, tried after the deep one: its tables
+//     are read first (Stages.Correlated marks them), and stage 2 runs it
+//     once per row over their rows. Those have no index there, so the
+//     engine refuses the read (54000) when the rows read for it times
+//     the other rows read (+1) exceed CorrelatedBudget;
 //   - where such an inner statement is no read pgshard answers alone (a
 //     join off the keys, a window or LIMIT over one, a CTE of the
 //     statement read inside it), the deep plan, tried last, takes it
@@ -461,12 +470,10 @@
 //     table columns are the statement's, from a Describe of it.
 //
 // Without the spread plan the outer statement must read no sharded table
-// itself. Not in two stages (the refusal stands): a correlated subquery
-// over another shard's rows (other than the EXISTS above), in WHERE, the
-// select list or a LATERAL subquery; a sharded table in an ORDER BY or
-// GROUP BY subquery; a subquery that cannot be an inner statement (it
-// reads a CTE of the statement, or would need two stages itself) whose
-// taking apart leaves a sharded table in the outer statement; recursive
+// itself. Not in two stages (the refusal stands): a sharded table in an
+// ORDER BY or GROUP BY subquery; a part whose taking apart leaves a
+// sharded table in the outer statement (a FROM function over one, a
+// table named by its schema without an alias); recursive
 // CTEs; COLLATE or a system column (ctid, xmin, tableoid, ...) anywhere
 // in the text; an answer that depends on the order rows are read in,
 // which stage 1 does not keep (string_agg, array_agg, json_agg, ...

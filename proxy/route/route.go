@@ -8,20 +8,58 @@ import (
 // Route decides where st runs. It never panics on any parameter bytes:
 // malformed input becomes a DestRefuse with the SQLSTATE Postgres would use.
 func (r *Table) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
-	d := r.routeOne(st, params, formats, paramOIDs)
-	var key *Dest
+	d, key := r.routeAlone(st, params, formats, paramOIDs)
+	if stageable(st, d) {
+		one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
+		d = r.stmts.stages(st).route(d, one) // twostage.go
+	}
+	d.OnKeyShard = key
+	return d
+}
+
+// RouteApart is the Dest of st's two-stage plan that takes every part
+// apart (the deep or correlated plan: twostage.go plan), where these
+// parameters route it: no subquery of st runs alone there, only its
+// tables are read first. The engine runs it when a stage of the plan
+// Route chose failed alone for a column it does not have (a subquery
+// naming a column of the row without a qualifier) and nothing was
+// learned from that. A DestRefuse when st has no such plan.
+func (r *Table) RouteApart(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
+	d, _ := r.routeAlone(st, params, formats, paramOIDs)
+	if !stageable(st, d) {
+		return Dest{Kind: DestRefuse, Bucket: -1, Reason: "no plan taking the statement apart",
+			Refusal: &Refusal{SQLState: "0A000", Message: "cannot run across shards: no plan takes the statement apart"}}
+	}
+	one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
+	for x := r.stmts.stages(st); x != nil && x != noStages; x = x.alt {
+		if x.apart {
+			if a := x.routeThis(d, one); a.Kind != DestRefuse {
+				return a
+			}
+		}
+	}
+	return d
+}
+
+// routeAlone is where st runs by its own routing, without two stages: a
+// keyed read of another shard than the default one that also reads an
+// unsharded table is refused (unshardedElsewhere), its key's decision
+// kept (key).
+func (r *Table) routeAlone(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) (d Dest, key *Dest) {
+	d = r.routeOne(st, params, formats, paramOIDs)
 	if d.Kind == DestShard && d.Shard != r.defShard && len(st.Unsharded) > 0 && st.Select && st.ReadOnly && st.ParseError == "" &&
 		(st.plan == nil || st.plan.hint == nil) { // a hint's shard is the client's choice
 		kd := d
 		key = &kd
 		d = r.unshardedElsewhere(st, d)
 	}
-	if d.Kind == DestRefuse && (st.Select || st.Copy && st.plan != nil && st.plan.copyStaged != nil) && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal) {
-		one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
-		d = r.stmts.stages(st).route(d, one) // twostage.go
-	}
-	d.OnKeyShard = key
-	return d
+	return d, key
+}
+
+// stageable reports whether d, st's own routing, refuses a read that
+// two stages may answer.
+func stageable(st *Statement, d Dest) bool {
+	return d.Kind == DestRefuse && (st.Select || st.Copy && st.plan != nil && st.plan.copyStaged != nil) && st.ReadOnly && st.ParseError == "" && acrossShards(d.Refusal)
 }
 
 // unshardedElsewhere refuses keyed read d of st, which also reads

@@ -162,6 +162,11 @@ func plural(n int, one, many string) string {
 //	        statement, taken apart the same way (inside): for one that
 //	        is no read pgshard answers alone (a join not on the keys, a
 //	        window or LIMIT over such a join)
+//	correlated  the same, and so is a subquery that refers to the row
+//	        around it (in WHERE, the select list, a LATERAL subquery):
+//	        stage 2 runs it once per row over its tables' rows, which
+//	        have no index there, so the engine refuses it beyond a
+//	        budget of rows compared (Stages.Correlated)
 func (b *stageBuilder) plan(sql string) *Stages {
 	low := strings.ToLower(sql)
 	for _, w := range []string{"pgshard_stage_", "pgshard_v", "collate", "ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"} {
@@ -170,7 +175,7 @@ func (b *stageBuilder) plan(sql string) *Stages {
 		}
 	}
 	var first, last *Stages
-	for _, mode := range []stageMode{stageSpread, stageFlat, stageDeep} {
+	for _, mode := range []stageMode{stageSpread, stageFlat, stageDeep, stageCorrelated} {
 		sg := b.build(sql, mode)
 		if sg == noStages || last != nil && sg.Outer == last.Outer {
 			continue // none, or the plan before it again
@@ -195,6 +200,7 @@ const (
 	stageSpread stageMode = iota
 	stageFlat
 	stageDeep
+	stageCorrelated
 )
 
 // build builds one kind of two-stage plan of sql (plan): spread, only
@@ -204,7 +210,8 @@ const (
 // (flat) or its sharded tables (deep), stage 2 on the default shard.
 func (b *stageBuilder) build(sql string, mode stageMode) *Stages {
 	spread := mode == stageSpread
-	b.inner, b.innerSub, b.fail, b.sub, b.spread, b.deep = nil, nil, false, -1, spread, mode == stageDeep
+	b.inner, b.innerSub, b.corrInner, b.fail, b.sub = nil, nil, nil, false, -1
+	b.spread, b.deep, b.corr, b.inCorr = spread, mode >= stageDeep, mode == stageCorrelated, 0
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
 		return noStages
@@ -289,7 +296,7 @@ func (b *stageBuilder) build(sql string, mode stageMode) *Stages {
 		!spread && b.keyed(ost) {
 		return noStages
 	}
-	sg := &Stages{Inner: b.inner, Outer: outer, Spread: spread, outer: ost, sql: sql, innerSub: b.innerSub}
+	sg := &Stages{Inner: b.inner, Outer: outer, Spread: spread, outer: ost, sql: sql, innerSub: b.innerSub, corr: b.corrInner, apart: b.deep}
 	sg.merge = &Merge{Width: -1, Limit: -1, Offset: -1, Stages: sg}
 	return sg
 }
@@ -308,8 +315,12 @@ type stageBuilder struct {
 	// 2 runs where Route sends it — possibly not on the default shard, so
 	// a subquery reading an unsharded table is an inner statement too.
 	// deep: its parts are taken apart rather than made inner statements
-	// (part).
-	spread, deep bool
+	// (part); corr: so are its correlated subqueries (inCorr counts those
+	// being taken apart, corrInner marks the inner statements read for
+	// them).
+	spread, deep, corr bool
+	inCorr             int
+	corrInner          []bool
 	// learned are columns learned to be the statement's row's (learn.go);
 	// sub is the ordinal of the subquery sublinks stages, innerSub each
 	// inner statement's (-1: not a subquery of sublinks).
@@ -333,8 +344,12 @@ func (b *stageBuilder) from(n *pg.Node, push map[string][]*pg.Node) {
 		b.pull(n, push)
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
-		if !rs.Lateral && rs.Subquery.GetSelectStmt() != nil {
+		switch {
+		case rs.Subquery.GetSelectStmt() == nil:
+		case !rs.Lateral:
 			b.part(&rs.Subquery)
+		case b.corr:
+			b.correlatedPart(rs.Subquery.GetSelectStmt())
 		}
 	}
 }
@@ -375,6 +390,9 @@ func (b *stageBuilder) sublinks(sel *pg.SelectStmt) {
 	topSublinks(sel, func(_ *pg.Node, sl *pg.SubLink) {
 		b.sub++
 		if correlated(sl.Subselect) {
+			if b.corr {
+				b.correlatedPart(sl.Subselect.GetSelectStmt())
+			}
 			return
 		}
 		if q := sl.Subselect.GetSelectStmt(); sl.SubLinkType == pg.SubLinkType_EXISTS_SUBLINK && q != nil && q.LimitCount == nil && q.LimitOffset == nil {
@@ -428,6 +446,14 @@ func correlated(q *pg.Node) bool {
 // PullLimit bounds the rows stage 1 reads of a sharded table in FROM:
 // the inner statement asks for one more than the engine accepts.
 const PullLimit = 10000
+
+// CorrelatedBudget bounds the rows stage 2 compares for its subqueries
+// that refer to the row (Stages.Correlated): the rows stage 1 read for
+// them times the other rows it read (+1), beyond which the engine
+// refuses the read (54000). About 0.4 s of one core on the machines
+// pgshard is tested on: 2,000 × 2,000 rows of a LATERAL ... LIMIT over
+// VALUES lists took 390 ms.
+const CorrelatedBudget = 4_000_000
 
 // fromUnsharded makes each unsharded table of a spread plan's FROM item
 // an inner statement, read whole (pullTable): stage 1 reads it on the
@@ -503,6 +529,15 @@ func (b *stageBuilder) part(q **pg.Node) {
 	b.inside((*q).GetSelectStmt())
 }
 
+// correlatedPart takes apart sel, a subquery that refers to the row
+// around it (the correlated plan: inside), its inner statements marked
+// as read for it.
+func (b *stageBuilder) correlatedPart(sel *pg.SelectStmt) {
+	b.inCorr++
+	defer func() { b.inCorr-- }()
+	b.inside(sel)
+}
+
 // stage makes *q an inner statement when it reads a sharded table.
 func (b *stageBuilder) stage(q **pg.Node) {
 	text, err := deparse(*q)
@@ -540,7 +575,7 @@ func (b *stageBuilder) stage(q **pg.Node) {
 		return
 	}
 	*q = mk.Stmts[0].Stmt
-	b.inner, b.innerSub = append(b.inner, st), append(b.innerSub, b.sub)
+	b.inner, b.innerSub, b.corrInner = append(b.inner, st), append(b.innerSub, b.sub), append(b.corrInner, b.inCorr > 0)
 }
 
 // inside takes out the sharded parts of sel, a subquery, CTE or set

@@ -16,6 +16,10 @@ func TestTwoStage(t *testing.T) {
 		inner  []string // "" = refused
 		outer  string
 		spread bool // stage 2 routed as any read (Stages.Spread)
+		// corr: answered only by the correlated plan (a subquery that
+		// refers to the row, its tables read for stage 2 to run it per
+		// row: Stages.Correlated); inner and outer not compared
+		corr bool
 	}{
 		{sql: "SELECT d.id, rank() OVER (ORDER BY d.id) FROM (SELECT id FROM executions ORDER BY id LIMIT 3) AS d",
 			inner: []string{"SELECT id FROM executions ORDER BY id LIMIT 3"},
@@ -73,19 +77,21 @@ func TestTwoStage(t *testing.T) {
 			spread: true},
 		// keys of two shards in the statement itself: refused, never read whole
 		{sql: "SELECT e.data, t.path FROM executions e, timers t WHERE e.id = 'a' AND t.execution_id = 'zz'"},
-		// not rewritten: another conjunct names the row; GROUP BY in the
-		// subquery; no equality with the row
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id AND b.version > a.seq)"},
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id GROUP BY b.id)"},
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.version > a.seq)"},
+		// not rewritten (answered by the correlated plan): another
+		// conjunct names the row; GROUP BY in the subquery; no equality
+		// with the row
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id AND b.version > a.seq)", corr: true},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id GROUP BY b.id)", corr: true},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.version > a.seq)", corr: true},
 		// an aggregate or a set-returning function in the select list
-		// decides EXISTS itself (count(*) is always one row): kept
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT count(*) FROM executions b WHERE b.id = a.target_id)"},
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT generate_series(1, b.version) FROM executions b WHERE b.id = a.target_id)"},
+		// decides EXISTS itself (count(*) is always one row): kept (the
+		// correlated plan)
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT count(*) FROM executions b WHERE b.id = a.target_id)", corr: true},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT generate_series(1, b.version) FROM executions b WHERE b.id = a.target_id)", corr: true},
 		// a subquery naming the statement's relation is correlated: it
-		// stays, and the read is refused
-		{sql: "SELECT a.id FROM executions a WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id <> a.id)"},
-		{sql: "SELECT a.id FROM executions a WHERE a.version > (SELECT count(*) FROM timers t WHERE t.path = a.data)"},
+		// stays in stage 2, its tables read first (the correlated plan)
+		{sql: "SELECT a.id FROM executions a WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id <> a.id)", corr: true},
+		{sql: "SELECT a.id FROM executions a WHERE a.version > (SELECT count(*) FROM timers t WHERE t.path = a.data)", corr: true},
 		// a bare EXISTS in the select list keeps its column's name
 		{sql: "SELECT a.seq, EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id) FROM outbox a",
 			inner:  []string{"SELECT DISTINCT b.id FROM executions b LIMIT 10001"},
@@ -103,14 +109,14 @@ func TestTwoStage(t *testing.T) {
 			inner:  []string{"SELECT DISTINCT b.id FROM executions b LIMIT 10001"},
 			outer:  "SELECT a.seq FROM outbox a WHERE COALESCE(a.target_id IN (SELECT * FROM pgshard_stage_1_), false)",
 			spread: true},
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id LIMIT 0)"},
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id OFFSET 1)"},
-		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id LIMIT $1)"},
-		// a scalar aggregate tied to the row off the keys is refused: as a
-		// lookup in the aggregate grouped by the tied column, Postgres
-		// would scan the stage's rows once per row of the statement
-		{sql: "SELECT a.id, (SELECT count(*) FROM outbox b WHERE b.target_id = a.id AND b.seq > $1) FROM executions a"},
-		{sql: "SELECT * FROM executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at > e.version LIMIT 1) x"},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id LIMIT 0)", corr: true},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id OFFSET 1)", corr: true},
+		{sql: "SELECT a.seq FROM outbox a WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = a.target_id LIMIT $1)", corr: true},
+		// a scalar aggregate tied to the row off the keys: Postgres scans
+		// the stage's rows once per row of the statement (the correlated
+		// plan, bounded by the engine)
+		{sql: "SELECT a.id, (SELECT count(*) FROM outbox b WHERE b.target_id = a.id AND b.seq > $1) FROM executions a", corr: true},
+		{sql: "SELECT * FROM executions e, LATERAL (SELECT count(*) FROM timers t WHERE t.fire_at > e.version LIMIT 1) x", corr: true},
 		// the deep plan: a subquery reading a CTE of the statement, or no
 		// read answered alone (a join off the keys, a window over every
 		// shard's rows), stays in stage 2 with its sharded tables read
@@ -166,6 +172,12 @@ func TestTwoStage(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := r.Route(st, []([]byte){[]byte("1"), []byte("2")}, nil, nil)
+		if c.corr {
+			if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages == nil || d.Merge.Stages.Spread || !anyCorrelated(d.Merge.Stages) {
+				t.Errorf("%s: want the correlated plan, got %v %s", c.sql, d.Kind, d.Why())
+			}
+			continue
+		}
 		if c.inner == nil {
 			if d.Kind != route.DestRefuse {
 				t.Errorf("%s: want refused, got %v %s", c.sql, d.Kind, d.Why())
@@ -253,4 +265,15 @@ func TestUnshardedDefaultShard(t *testing.T) {
 			t.Errorf("default shard %q: %s %d (%s)", c.def, d.Kind, d.Shard, d.Why())
 		}
 	}
+}
+
+// anyCorrelated reports whether sg reads an inner statement for a
+// subquery that refers to the row (the correlated plan).
+func anyCorrelated(sg *route.Stages) bool {
+	for i := range sg.Inner {
+		if sg.Correlated(i) {
+			return true
+		}
+	}
+	return false
 }

@@ -359,6 +359,11 @@ type Stages struct {
 	learned  []learnedCol
 	innerSub []int
 	learn    *stageLearn
+	// corr marks the inner statements read for correlated subqueries
+	// (Correlated); apart: the deep or correlated plan, whose inner
+	// statements are only its tables read whole (RouteApart).
+	corr  []bool
+	apart bool
 	// alt is the plan tried where Route refuses this one for the
 	// parameters it is given (nil: none): for a spread plan the one whose
 	// stage 2 runs on the default shard, for that one the deep plan
@@ -366,6 +371,16 @@ type Stages struct {
 	// without it (learn.go).
 	alt *Stages
 }
+
+// Correlated reports whether inner statement i is read for a subquery
+// that refers to the row around it (the correlated plan): stage 2 runs
+// that subquery once per row over those rows, which have no index
+// there, so the engine bounds the rows it would compare.
+func (sg *Stages) Correlated(i int) bool { return i < len(sg.corr) && sg.corr[i] }
+
+// Apart reports whether this is the plan that takes every part apart
+// (Table.RouteApart): no subquery runs alone.
+func (sg *Stages) Apart() bool { return sg.apart }
 
 // Alt is the plan to try where Route refuses this one (nil: none).
 func (sg *Stages) Alt() *Stages { return sg.alt }
@@ -730,6 +745,9 @@ type Analyzer interface {
 	// all, else per parameter) and the parameter type OIDs the client
 	// declared in Parse (0 = unspecified).
 	Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest
+	// RouteApart is Route of st's two-stage plan that takes every part
+	// apart (no subquery runs alone; Table.RouteApart).
+	RouteApart(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest
 	// ServedSQL is the served form of base, a text every shard runs for
 	// st's read of every shard (served.go): "" when it has none;
 	// checked, each shard's served set is checked against the map.

@@ -563,6 +563,16 @@ SELECT nextval('outbox_seq_seq') FROM executions LIMIT 1
 @staged SELECT id FROM executions WHERE id IN (SELECT t.execution_id FROM timers t JOIN spawns s ON s.child_id = t.execution_id WHERE s.seq > 2) ORDER BY id
 @staged WITH c AS (SELECT 2 AS two) SELECT d.id FROM (SELECT id FROM executions, c WHERE version > c.two ORDER BY id LIMIT 5) d ORDER BY 1
 @staged SELECT e.id FROM executions e, timers t WHERE t.execution_id = e.data UNION ALL SELECT execution_id FROM trace WHERE idx = 1 ORDER BY 1
+# subqueries that refer to the row off the keys: their tables read first,
+# stage 2 runs them per row (the correlated plan), within a budget
+@staged SELECT e.id, (SELECT count(*) FROM spawns s WHERE s.child_id = e.id AND s.seq > 1) AS n FROM executions e WHERE e.version > 1 ORDER BY n DESC, e.id
+@staged SELECT e.id, x.seq FROM executions e JOIN LATERAL (SELECT s.seq FROM spawns s WHERE s.child_id = e.id ORDER BY s.seq DESC LIMIT 2) x ON true ORDER BY 1, 2
+@staged SELECT e.id, x.seq FROM executions e LEFT JOIN LATERAL (SELECT s.seq FROM spawns s WHERE s.root_path <> e.definition_id AND s.parent_id = e.data::jsonb->>'parent_id' ORDER BY s.seq LIMIT 1) x ON true WHERE e.version < 4 ORDER BY 1, 2
+@staged SELECT o.seq FROM outbox o WHERE EXISTS (SELECT 1 FROM executions b WHERE b.id = o.target_id AND b.version > o.seq % 5) ORDER BY 1
+@staged SELECT o.seq FROM outbox o WHERE o.seq > ALL (SELECT s.seq FROM spawns s WHERE s.parent_id = o.target_id) ORDER BY 1
+@staged SELECT count(*) FROM timers WHERE NOT EXISTS (SELECT 1 FROM spawns b WHERE child_id = execution_id)
+@staged SELECT lower(definition_id), version FROM executions WHERE (SELECT count(*) FROM spawns b WHERE child_id <> id) >= 2 AND version BETWEEN 2 AND $1::int ORDER BY 1, 2 ;; ["9"]
+@staged SELECT seq, CASE WHEN EXISTS (SELECT NULL FROM timers b WHERE execution_id = target_id AND fire_at <= 1050) THEN 'y' ELSE 'n' END FROM outbox ORDER BY 1
 
 # --- keyed reads: one shard answers ----------------------------------------
 SELECT * FROM vals WHERE id = 'v001'

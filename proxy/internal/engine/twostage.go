@@ -38,6 +38,10 @@ import (
 //	  above, or every shard as a fan-out of its own (stageFan: each
 //	  shard's text, served form included, with the markers replaced,
 //	  merged by internal/merge as the statement's read would be)
+//	a subquery that refers to the row (the correlated plan:
+//	  route.Stages.Correlated) runs in stage 2 once per row over its
+//	  tables' rows: refused (54000) when those rows times the others
+//	  exceed stageCorrBudget (correlatedBudget)
 //	an inner statement that fails alone with 42703 or 42P01 after the
 //	  statement described without error names a column of the statement
 //	  around it: for 42703 the plan is learned again knowing that the
@@ -49,9 +53,10 @@ import (
 // shards, it has no snapshot across them.
 
 const (
-	stageRowLimit  = route.PullLimit
-	stageByteLimit = 16 << 20
-	stageMaxParams = 65535
+	stageRowLimit   = route.PullLimit
+	stageByteLimit  = 16 << 20
+	stageMaxParams  = 65535
+	stageCorrBudget = route.CorrelatedBudget
 )
 
 // errStageLimit stops a stage whose rows exceed the limits.
@@ -99,6 +104,9 @@ func (x *fanExec) runTwoStage() error {
 	var sets []*stageRows
 	if fail == nil {
 		sg, sets, fail = stageInners(x, sg, &bv, oids)
+	}
+	if fail == nil {
+		fail = correlatedBudget(sg, sets)
 	}
 	answered := false // stage 2's error, if any, is in the client's output
 	if fail == nil {
@@ -256,14 +264,14 @@ func parseParamDesc(msg []byte) ([]uint32, error) {
 // alternative (Stages.Alt) is run. It returns the plan whose stage 1 ran.
 func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint32) (*route.Stages, []*stageRows, []byte) {
 	var first []byte // the refusal of the client's own subquery
-	nested := false
+	nested, apart := false, sg.Apart()
 	for {
 		var sets []*stageRows
 		var fail []byte
-		missing, failed := "", -1
+		missing, failed, alone := "", -1, false
 		for i, in := range sg.Inner {
 			var rs *stageRows
-			if rs, fail, missing = x.stageCollect(in, bv, oids); fail != nil {
+			if rs, fail, missing, alone = x.stageCollect(in, bv, oids); fail != nil {
 				failed = i
 				break
 			}
@@ -272,12 +280,24 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 		if first == nil {
 			first = fail
 		}
-		if fail == nil || missing == "" {
+		if fail == nil || !alone {
 			return sg, sets, fail
 		}
 		next := sg.Learn(failed, missing)
 		if next == nil {
-			return sg, sets, first
+			if apart {
+				return sg, sets, first
+			}
+			// Nothing learned: the plan that runs no subquery alone (its
+			// tables read first, the statement on the default shard),
+			// once.
+			apart = true
+			d := x.gen.Config.Analyzer.RouteApart(x.f.st, bv.Params, bv.Formats, oids)
+			if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages == nil {
+				return sg, sets, first
+			}
+			sg = d.Merge.Stages
+			continue
 		}
 		sg = next
 		if len(sg.Inner) == 0 && !nested {
@@ -292,10 +312,37 @@ func stageInners(x *fanExec, sg *route.Stages, bv *pgwire.BindView, oids []uint3
 	}
 }
 
+// correlatedBudget refuses a plan whose stage 2 would run subqueries
+// that refer to the row (route.Stages.Correlated) over more rows than
+// stageCorrBudget allows: Postgres runs such a subquery once per row
+// of the statement, and the rows stage 1 read for it are a VALUES list
+// there, with no index, so it reads them all each time. The rows of
+// the statement are estimated by the other stage-1 rows, + 1: rows it
+// reads elsewhere (an unsharded table, a VALUES list of its own, a
+// join that multiplies them) are not counted — an estimate that stops
+// the reads that would surely be slow, not a proof of the others.
+func correlatedBudget(sg *route.Stages, sets []*stageRows) []byte {
+	var outer, corr int64
+	for i, rs := range sets {
+		if sg.Correlated(i) {
+			corr += int64(len(rs.rows))
+		} else {
+			outer += int64(len(rs.rows))
+		}
+	}
+	if cost := (outer + 1) * corr; cost > stageCorrBudget {
+		return stageErr(pgwire.CodeProgramLimitExceeded,
+			fmt.Sprintf("cannot run across shards: a subquery that refers to the row around it would read its %d rows once for each of %d rows on the default shard (%d rows compared, at most %d)", corr, outer, cost, stageCorrBudget),
+			"Tie the subquery to the row by the sharding key, narrow its tables and the statement's with WHERE terms of their own, or write it as a join with what it computes grouped by the column it is tied to (LEFT JOIN (SELECT target_id, count(*) AS n FROM outbox GROUP BY 1) o ON o.target_id = e.id).")
+	}
+	return nil
+}
+
 // stageCollect runs one inner statement where Route sends it and
-// collects its merged rows in binary. When it fails for a column it does
-// not have, missing is the shard's 42703 message.
-func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (*stageRows, []byte, string) {
+// collects its merged rows in binary. When it fails alone for a column
+// or relation it does not have (42703, 42P01: it names the row's),
+// alone is set, and for a column missing is the shard's 42703 message.
+func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (rows *stageRows, fail []byte, missing string, alone bool) {
 	f := x.f
 	d := x.gen.Config.Analyzer.Route(in, bv.Params, bv.Formats, oids)
 	m, only := d.Merge, 0
@@ -305,7 +352,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	case d.Kind == route.DestAny:
 		only = x.gen.DefaultShard + 1
 	case d.Kind != route.DestAll || m == nil || m.Stages != nil:
-		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Why()+")", ""), ""
+		return nil, stageErr(pgwire.CodeFeatureNotSupported, "cannot run across shards: a subquery of a read in two stages cannot run alone ("+d.Why()+")", ""), "", false
 	}
 	if only > 0 {
 		m = singleMerge
@@ -313,7 +360,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	fp := &fanPlan{simple: f.simple, st: in, dest: d, vs: &vstmt{st: in, oids: oids}, bind: f.bind, only: only}
 	sx, live, fail := x.stageStart(fp, bv, merge.ShardFormats(m, []int16{1}))
 	if fail != nil {
-		return nil, fail, ""
+		return nil, fail, "", false
 	}
 	streams := sx.streams
 	defer stageEnd(streams)
@@ -324,10 +371,10 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 			if c == "42703" {
 				missing = pgwire.ErrorField(partError(first), 'M')
 			}
-			return nil, correlatedRefusal(in.SQL), missing
+			return nil, correlatedRefusal(in.SQL), missing, true
 		}
 		x.servedFail = partError(first) // a read run again after PS002 (servedretry.go)
-		return nil, sx.stageError(x.f.simple), ""
+		return nil, sx.stageError(x.f.simple), "", false
 	}
 	var out []byte
 	rs := &stageRows{}
@@ -357,13 +404,13 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	case limit:
 		return nil, stageErr(pgwire.CodeProgramLimitExceeded,
 			fmt.Sprintf("cannot run across shards: a subquery of a read in two stages returned more than %d rows or %d MiB (%s)", stageRowLimit, stageByteLimit>>20, in.SQL),
-			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own."), ""
+			"Narrow the subquery (a key, a filter, a LIMIT), or run it as a statement of its own."), "", false
 	case x.gen.fanResultError(streams) != nil:
-		return nil, sx.stageError(x.f.simple), ""
+		return nil, sx.stageError(x.f.simple), "", false
 	case e != nil:
-		return nil, pgwire.AppendError(nil, e), ""
+		return nil, pgwire.AppendError(nil, e), "", false
 	}
-	return rs, nil, ""
+	return rs, nil, "", false
 }
 
 // correlatedRefusal answers a read in two stages whose subquery sql

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/route"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // TestStageSQL checks stage 2's text and parameters: the inner rows as a
@@ -54,5 +55,52 @@ func TestStageSQL(t *testing.T) {
 	twice := stageText("SELECT ("+route.StageMarker(0)+"), ("+route.StageMarker(1)+") ORDER BY ("+route.StageMarker(0)+")", repl)
 	if strings.Count(twice, "($2, $3), ($4, $5)") != 2 || strings.Contains(twice, "pgshard_stage_") {
 		t.Errorf("a marker twice: got %q", twice)
+	}
+}
+
+// TestCorrelatedBudget checks the bound on a subquery that refers to the
+// row (the correlated plan): stage 2 runs it once per row over the rows
+// stage 1 read for it, so their product with the other rows read is
+// bounded; within it, no refusal.
+func TestCorrelatedBudget(t *testing.T) {
+	m, err := shardmap.Even(64, []shardmap.Shard{{Name: "a", Ordinal: 0, DSN: "postgres://x@127.0.0.1:1/d"}, {Name: "b", Ordinal: 1, DSN: "postgres://x@127.0.0.1:2/d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	an, err := route.New(m, route.DefaultSchema(), route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := an.Analyze("SELECT a.id, (SELECT count(*) FROM outbox b WHERE b.target_id = a.id AND b.seq > 2) FROM executions a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := an.Route(st, nil, nil, nil)
+	if d.Merge == nil || d.Merge.Stages == nil || len(d.Merge.Stages.Inner) != 2 {
+		t.Fatalf("want the correlated plan, got %s", d.Why())
+	}
+	sg := d.Merge.Stages
+	if !sg.Correlated(0) || sg.Correlated(1) {
+		t.Fatalf("correlated inner statements: %v %v (%s; %s)", sg.Correlated(0), sg.Correlated(1), sg.Inner[0].SQL, sg.Inner[1].SQL)
+	}
+	rowsOf := func(n int) *stageRows { return &stageRows{rows: make([][][]byte, n)} }
+	for _, c := range []struct {
+		corr, outer int
+		refused     bool
+	}{
+		{0, 50000, false}, {2000, 1999, false}, {2000, 2000, true}, {route.CorrelatedBudget, 0, false}, {route.CorrelatedBudget + 1, 0, true}, {3, 2_000_000, true},
+	} {
+		fail := correlatedBudget(sg, []*stageRows{rowsOf(c.corr), rowsOf(c.outer)})
+		if got := fail != nil; got != c.refused {
+			t.Errorf("%d rows for the subquery, %d others: refused %v, want %v", c.corr, c.outer, got, c.refused)
+		}
+		if fail != nil && (!strings.Contains(string(fail), "54000") || !strings.Contains(string(fail), "refers to the row")) {
+			t.Errorf("refusal %q", fail)
+		}
+	}
+	// A plan without a correlated subquery is never bounded so.
+	plain := &route.Stages{Inner: sg.Inner}
+	if fail := correlatedBudget(plain, []*stageRows{rowsOf(9000), rowsOf(9000)}); fail != nil {
+		t.Errorf("no correlated subquery: %q", fail)
 	}
 }
