@@ -803,6 +803,11 @@ SELECT count(*) FROM gdefs, executions
 SELECT data FROM executions e JOIN gdefs g ON g.name = e.definition_id WHERE e.id = '{exec3}'
 SELECT count(*) FROM gdefs g JOIN lookup l ON l.v = g.name
 SELECT count(*) FROM executions e JOIN gdefs g ON g.name = e.definition_id JOIN lookup l ON l.k = e.id
+# a subquery naming the row's columns without a qualifier, one of them
+# named like an aggregate (rank: b.rank would read as rank(b))
+@staged SELECT count(*), sum(length(name)) FROM gdefs WHERE EXISTS (SELECT 1 FROM spawns b WHERE b.root_path <> name AND b.seq > rank AND b.seq IS NOT NULL)
+@staged SELECT count(*), sum(length(name)) FROM gdefs WHERE EXISTS (SELECT 1 FROM outbox b WHERE b.target_id = name AND b.seq = rank AND b.seq IS NOT NULL)
+@staged SELECT name, (SELECT count(*) FROM executions b WHERE definition_id = name AND version > rank) AS n FROM gdefs ORDER BY 1
 
 # --- ad-hoc shapes a random query generator writes (ternary-logic partitions, NoREC sums, GROUP BY ROLLUP / GROUPING SETS, table column aliases, TABLE, ONLY, LIKE ... ESCAPE, SIMILAR TO, OVERLAPS, ...)
 SELECT DISTINCT ON (definition_id) definition_id, id FROM executions ORDER BY definition_id, id DESC

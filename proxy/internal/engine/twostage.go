@@ -42,12 +42,15 @@ import (
 //	  route.Stages.Correlated) runs in stage 2 once per row over its
 //	  tables' rows: refused (54000) when those rows times the others
 //	  exceed stageCorrBudget (correlatedBudget)
-//	an inner statement that fails alone with 42703 or 42P01 after the
-//	  statement described without error names a column of the statement
-//	  around it: for 42703 the plan is learned again knowing that the
-//	  column is the row's (stageInners, route.Stages.Learn) and stage 1
-//	  runs again; where nothing is learned, refused as a correlated
-//	  subquery (correlatedRefusal)
+//	an inner statement that fails alone (42703, 42P01, 42809, 42883:
+//	  failedAlone) after the statement described without error names a
+//	  column of the statement around it: for 42703 the plan is learned
+//	  again knowing that the column is the row's (stageInners,
+//	  route.Stages.Learn) and stage 1 runs again; where nothing is
+//	  learned, the plan that runs no subquery alone (route's RouteApart:
+//	  its tables read first, the statement on the default shard), once;
+//	  where there is none, refused as a correlated subquery
+//	  (correlatedRefusal)
 //
 // The stages are separate transactions: like every read of several
 // shards, it has no snapshot across them.
@@ -340,8 +343,8 @@ func correlatedBudget(sg *route.Stages, sets []*stageRows) []byte {
 
 // stageCollect runs one inner statement where Route sends it and
 // collects its merged rows in binary. When it fails alone for a column
-// or relation it does not have (42703, 42P01: it names the row's),
-// alone is set, and for a column missing is the shard's 42703 message.
+// or relation it does not have (failedAlone: it names the row's), alone
+// is set, and for a column missing is the shard's 42703 message.
 func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []uint32) (rows *stageRows, fail []byte, missing string, alone bool) {
 	f := x.f
 	d := x.gen.Config.Analyzer.Route(in, bv.Params, bv.Formats, oids)
@@ -366,7 +369,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	defer stageEnd(streams)
 	if first := firstFailed(streams); first != nil {
 		first.drain()
-		if c := pgwire.ErrorField(partError(first), 'C'); c == "42703" || c == "42P01" {
+		if c := pgwire.ErrorField(partError(first), 'C'); failedAlone(c) {
 			missing := ""
 			if c == "42703" {
 				missing = pgwire.ErrorField(partError(first), 'M')
@@ -411,6 +414,17 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 		return nil, pgwire.AppendError(nil, e), "", false
 	}
 	return rs, nil, "", false
+}
+
+// failedAlone reports whether SQLSTATE c, an inner statement's error
+// where the whole statement was described without one, says that the
+// subquery names what only the statement around it has: a column
+// (42703), a relation (42P01), or a column a learned plan qualified by
+// the subquery's own relation, which Postgres then reads as a function
+// of its row (b.rank as rank(b): 42809 for an aggregate, 42883 for no
+// such function).
+func failedAlone(c string) bool {
+	return c == "42703" || c == "42P01" || c == "42809" || c == "42883"
 }
 
 // correlatedRefusal answers a read in two stages whose subquery sql
