@@ -334,7 +334,7 @@ func (x *exchanger) forwardError(it *item, msg []byte, code string, fatalErr boo
 	case fatalErr:
 		// The backend is going away; the client's session is
 		// not: report the same error, as ERROR.
-		s.cc.out = pgwire.AppendErrorSeverity(s.cc.out, msg, "ERROR")
+		s.cc.out = pgwire.AppendShardFatal(s.cc.out, msg, x.bc.Pool.Shard.Name)
 	default:
 		s.cc.out = shiftPosition(s.cc.out, msg, it.posShift)
 	}

@@ -489,7 +489,7 @@ func (x *fanExec) leadError() []byte {
 	}
 	if alike && first != nil {
 		if pgwire.ErrorField(first.errRaw, 'S') == "FATAL" {
-			return pgwire.AppendErrorSeverity(nil, first.errRaw, "ERROR") // the client's session survives
+			return pgwire.AppendShardFatal(nil, first.errRaw, first.bc.Pool.Shard.Name) // the client's session survives
 		}
 		return first.errRaw
 	}

@@ -2,6 +2,7 @@ package pgwire
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -163,7 +164,7 @@ func AppendPgError(dst []byte, pe *pgconn.PgError, severity string) []byte {
 // Errors the proxy makes are Error values (AppendError); errors from a
 // shard travel as their raw bytes and are decoded only to be changed:
 // DecodeError reads the fields the engine looks at (ErrorField reads one
-// without allocating), AppendErrorDetail and AppendErrorSeverity re-encode
+// without allocating), AppendErrorDetail and AppendShardFatal re-encode
 // one with every field kept.
 
 // DecodeError decodes a raw ErrorResponse into an Error that is sent as
@@ -194,11 +195,15 @@ func AppendErrorCode(dst, raw []byte, code string) []byte {
 	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) { e.Code = code })
 }
 
-// AppendErrorSeverity re-encodes a raw ErrorResponse with another
-// severity (a backend's FATAL the client gets as ERROR).
-func AppendErrorSeverity(dst, raw []byte, severity string) []byte {
+// AppendShardFatal re-encodes a shard's FATAL ErrorResponse as the
+// ERROR its client gets: the connection to the shard ends, the client's
+// session does not. The message names the shard (a 57P01 of a shard
+// shutting down reads like the client's own connection ending
+// otherwise); every other field is kept.
+func AppendShardFatal(dst, raw []byte, shard string) []byte {
 	return reencodeError(dst, raw, func(e *pgproto3.ErrorResponse) {
-		e.Severity, e.SeverityUnlocalized = severity, severity
+		e.Severity, e.SeverityUnlocalized = "ERROR", "ERROR"
+		e.Message = "shard " + strconv.Quote(shard) + " ended the connection: " + e.Message
 	})
 }
 
