@@ -479,9 +479,11 @@
 // which stage 1 does not keep (string_agg, array_agg, json_agg, ...
 // without ORDER BY; row_number, ntile, lag, lead, first/last/nth_value
 // or a window frame in a window without ORDER BY; DISTINCT ON in a
-// SELECT without ORDER BY; FETCH ... WITH TIES — with an ORDER BY, the
-// order of the rows it ties is Postgres's choice on one database too,
-// and stage 2's is one of its answers); a column with a
+// SELECT without ORDER BY — with an ORDER BY, the order of the rows it
+// ties is Postgres's choice on one database too, and stage 2's is one
+// of its answers); FETCH ... WITH TIES over aggregates without GROUP BY
+// (one database may fail it with 21000, its min/max read by an index,
+// where stage 2's VALUES list has none); a column with a
 // type modifier pgshard cannot write (interval's fields); writes, FOR UPDATE; after settings in its pipeline;
 // inside a transaction block that is not READ COMMITTED, has written, or
 // has SET LOCAL (the stages run outside the block: the engine decides,

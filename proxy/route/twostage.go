@@ -666,12 +666,16 @@ var peerOrdered = map[string]bool{"row_number": true, "ntile": true, "lag": true
 // keep: the shards' rows come one shard after another), beyond what
 // the statement leaves to Postgres: an aggregate of ordered input
 // without ORDER BY, a window function over peers or with a frame whose
-// window has no ORDER BY, DISTINCT ON in a SELECT without ORDER BY,
-// FETCH ... WITH TIES (over a subquery Postgres may also answer it
-// differently). A window's or a DISTINCT ON's ORDER BY says which rows
-// come first; the order of rows it ties is Postgres's choice on one
-// database too (row_number() OVER (ORDER BY x) numbers rows of equal x
-// in any order), so stage 2's order among them is one of its answers.
+// window has no ORDER BY, DISTINCT ON in a SELECT without ORDER BY. A
+// window's or a DISTINCT ON's ORDER BY says which rows come first; the
+// order of rows it ties is Postgres's choice on one database too
+// (row_number() OVER (ORDER BY x) numbers rows of equal x in any
+// order), so stage 2's order among them is one of its answers. FETCH
+// ... WITH TIES keeps every row that ties with the last one: the same
+// rows whatever order they are read in — but over aggregates without
+// GROUP BY one database may fail it where stage 2 does not (21000: its
+// min/max read by an index, evaluated again by the tie test), so that
+// one is not answered.
 func orderSensitive(root *pg.Node) bool {
 	bad := false
 	named := namedWindows(root)
@@ -683,7 +687,7 @@ func orderSensitive(root *pg.Node) bool {
 		}
 		if sel := n.GetSelectStmt(); sel != nil {
 			bad = bad || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() != nil && len(sel.SortClause) == 0 ||
-				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES
+				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(sel.GroupClause) == 0 && aggregated(sel)
 		}
 		return !bad
 	})
@@ -730,4 +734,21 @@ func windowOrdered(w *pg.WindowDef, named map[string]*pg.WindowDef) bool {
 		w = next
 	}
 	return false
+}
+
+// aggregated reports whether sel computes aggregates (in its select
+// list, ORDER BY or HAVING, or has a HAVING): without GROUP BY, one row.
+func aggregated(sel *pg.SelectStmt) bool {
+	found := sel.HavingClause != nil
+	for _, n := range append(slices.Clone(sel.TargetList), sel.SortClause...) {
+		inspect(n, func(x *pg.Node) bool {
+			if fc := x.GetFuncCall(); fc != nil && fc.Over == nil {
+				if _, name := funcName(fc); aggregates[name] {
+					found = true
+				}
+			}
+			return !found
+		})
+	}
+	return found
 }

@@ -698,6 +698,11 @@ SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) d
 @unordered SELECT e.id, t.fire_at FROM executions e JOIN timers t ON t.execution_id = e.id ORDER BY e.version FETCH FIRST 1 ROW WITH TIES
 @unordered SELECT id FROM executions ORDER BY version FETCH FIRST 0 ROWS WITH TIES
 @unordered SELECT id FROM executions ORDER BY version FETCH FIRST $1 ROWS WITH TIES ;; ["3"]
+# FETCH ... WITH TIES that no merge answers, in two stages (the rows that
+# tie with the last are all kept: the same rows in any order read)
+@staged @unordered SELECT DISTINCT definition_id FROM executions ORDER BY definition_id FETCH FIRST 2 ROWS WITH TIES
+@staged @unordered SELECT a.seq + 1 FROM outbox a RIGHT JOIN timers b ON b.execution_id = a.target_id ORDER BY a.seq + 1 NULLS LAST FETCH FIRST 6 ROWS WITH TIES
+@staged @unordered SELECT s.root_path, s.seq FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY s.root_path FETCH FIRST 3 ROWS WITH TIES
 
 # --- string_agg ordered by its value, count(DISTINCT x) of a non-key (issue 18) ---
 # The shards send array_agg of their values; the merge orders / dedups the
