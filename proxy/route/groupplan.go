@@ -338,6 +338,11 @@ func (gp *groupPlan) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 		if len(fc.Args) != 1 {
 			return spec, false, "counts distinct values of several shards"
 		}
+		if fc.Args[0].GetRowExpr() != nil {
+			// A row's values are records, whose arrays the merge cannot
+			// read (answered in two stages instead).
+			return spec, false, "counts distinct rows (a, b): their record values are not merged"
+		}
 		o, ok := gp.sel.t.sc.keyOrigin(fc.Args[0])
 		if (!ok || o.ref == nil) && name == "count" && !fc.AggStar {
 			// Each shard sends its distinct values; the merge counts

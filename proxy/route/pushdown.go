@@ -20,7 +20,9 @@ import (
 //     (where a.x would name another scope's a);
 //   - the term names columns of that table only, each qualified by its
 //     name or alias (an unqualified column may be another relation's, or
-//     the row's around a subquery), and reads nothing else: constants,
+//     the row's around a subquery) — or unqualified in the statement's
+//     own SELECT (not a subquery) when its FROM is that one table — and
+//     reads nothing else: constants,
 //     parameters, operators, casts, AND/OR/NOT, IS [NOT] NULL, CASE,
 //     COALESCE, arrays, rows and the immutable functions of pushFuncs —
 //     no subquery, aggregate, window or volatile function (random()
@@ -34,8 +36,9 @@ var pushFuncs = setOf("lower", "upper", "length", "char_length", "octet_length",
 	"json_extract_path_text", "starts_with", "split_part", "reverse", "repeat", "lpad", "rpad", "ascii", "chr")
 
 // pushable are the terms of sel's WHERE each table of its FROM may be
-// read with, by the name sel gives the table (see above).
-func pushable(sel *pg.SelectStmt) map[string][]*pg.Node {
+// read with, by the name sel gives the table (see above); top: sel is
+// the statement's own SELECT, not a subquery.
+func pushable(sel *pg.SelectStmt, top bool) map[string][]*pg.Node {
 	if sel == nil || sel.WhereClause == nil {
 		return nil
 	}
@@ -43,9 +46,13 @@ func pushable(sel *pg.SelectStmt) map[string][]*pg.Node {
 	for _, it := range sel.FromClause {
 		fromNames(it, false, names, excluded)
 	}
+	only := ""
+	if top && len(sel.FromClause) == 1 {
+		only = oneTable(sel.FromClause)
+	}
 	var out map[string][]*pg.Node
 	for _, c := range conjuncts(sel.WhereClause) {
-		if rel := termRelation(c); rel != "" && names[rel] && !excluded[rel] {
+		if rel := termRelation(c, only); rel != "" && names[rel] && !excluded[rel] {
 			if out == nil {
 				out = map[string][]*pg.Node{}
 			}
@@ -85,18 +92,26 @@ func fromNames(n *pg.Node, nullable bool, names, excluded map[string]bool) {
 }
 
 // termRelation is the one relation term t names, each column qualified
-// by it, when t reads nothing a pushed term may not (see above); "" for
-// any other term.
-func termRelation(t *pg.Node) string {
+// by it (or unqualified, when only is the one table they can name), when
+// t reads nothing a pushed term may not (see above); "" for any other
+// term.
+func termRelation(t *pg.Node, only string) string {
 	rel, ok := "", true
 	inspect(t, func(n *pg.Node) bool {
 		switch x := n.Node.(type) {
 		case *pg.Node_ColumnRef:
 			f := x.ColumnRef.Fields
-			if len(f) != 2 || f[1].GetString_() == nil || rel != "" && strName(f[0]) != rel {
+			name := ""
+			switch {
+			case len(f) == 1 && f[0].GetString_() != nil && only != "":
+				name = only
+			case len(f) == 2 && f[1].GetString_() != nil:
+				name = strName(f[0])
+			}
+			if name == "" || rel != "" && name != rel {
 				ok = false
 			}
-			rel = strName(f[0])
+			rel = name
 		case *pg.Node_FuncCall:
 			fc := x.FuncCall
 			schema, name := funcName(fc)

@@ -267,7 +267,7 @@ func (b *stageBuilder) build(sql string, mode stageMode) *Stages {
 			}
 		}
 		b.sublinks(sel)
-		push := pushable(sel)
+		push := pushable(sel, true)
 		for _, it := range sel.FromClause {
 			if spread {
 				b.fromUnsharded(it, push) // the spread plan keeps the rest of the FROM as it is
@@ -603,7 +603,7 @@ func (b *stageBuilder) inside(sel *pg.SelectStmt) {
 		return
 	}
 	b.sublinks(sel)
-	push := pushable(sel)
+	push := pushable(sel, false)
 	for _, it := range sel.FromClause {
 		b.from(it, push)
 	}

@@ -38,7 +38,7 @@ func TestTwoStage(t *testing.T) {
 			inner: []string{"SELECT * FROM executions LIMIT 10001", "SELECT execution_id FROM timers LIMIT 2"},
 			outer: "SELECT e.id FROM (SELECT * FROM pgshard_stage_1_) e JOIN (SELECT * FROM pgshard_stage_2_) t ON t.execution_id = e.id"},
 		{sql: "SELECT id, rank() OVER (ORDER BY version) FROM executions WHERE version > 2",
-			inner: []string{"SELECT * FROM executions LIMIT 10001"},
+			inner: []string{"SELECT * FROM executions WHERE version > 2 LIMIT 10001"},
 			outer: "SELECT id, rank() OVER (ORDER BY version) FROM (SELECT * FROM pgshard_stage_1_) executions WHERE version > 2"},
 		{sql: "SELECT a.id FROM executions a JOIN outbox b ON b.target_id = a.id",
 			inner: []string{"SELECT * FROM executions LIMIT 10001", "SELECT * FROM outbox LIMIT 10001"},

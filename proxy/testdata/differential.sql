@@ -551,6 +551,9 @@ SELECT nextval('outbox_seq_seq') FROM executions LIMIT 1
 @staged SELECT t.execution_id, t.path, sum(t.fire_at) OVER w, first_value(t.path) OVER w FROM timers t WHERE t.fire_at > $1 WINDOW w AS (PARTITION BY t.path ORDER BY t.fire_at, t.execution_id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) ORDER BY 2, 1 ;; ["1040"]
 @staged SELECT DISTINCT ON (s.root_path) s.root_path, s.seq, s.child_id FROM spawns s ORDER BY s.root_path, s.seq DESC
 @staged SELECT a.id, count(*) OVER () FROM executions a WHERE a.id IN ('{exec1}', '{exec2}', '{exec3}') ORDER BY 1
+@staged SELECT id, lag(id) OVER (ORDER BY id), version FROM executions WHERE version > 3 AND definition_id <> 'x' ORDER BY id
+@staged SELECT count(DISTINCT (definition_id, version)), count(DISTINCT ROW(version % 3, definition_id)) FROM executions
+@staged SELECT count(DISTINCT (definition_id, version)) FROM executions WHERE version > 2
 # terms of the WHERE copied into a table read whole: never a table on the
 # nullable side of an outer join (an anti-join by IS NULL would keep rows
 # it must drop)
