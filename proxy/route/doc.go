@@ -481,7 +481,7 @@
 // or a window frame in a window without ORDER BY; DISTINCT ON in a
 // SELECT without ORDER BY — with an ORDER BY, the order of the rows it
 // ties is Postgres's choice on one database too, and stage 2's is one
-// of its answers); FETCH ... WITH TIES over aggregates without GROUP BY
+// of its answers); FETCH ... WITH TIES over min or max without GROUP BY
 // (one database may fail it with 21000, its min/max read by an index,
 // where stage 2's VALUES list has none); a column with a
 // type modifier pgshard cannot write (interval's fields); writes, FOR UPDATE; after settings in its pipeline;

@@ -672,10 +672,10 @@ var peerOrdered = map[string]bool{"row_number": true, "ntile": true, "lag": true
 // (row_number() OVER (ORDER BY x) numbers rows of equal x in any
 // order), so stage 2's order among them is one of its answers. FETCH
 // ... WITH TIES keeps every row that ties with the last one: the same
-// rows whatever order they are read in — but over aggregates without
+// rows whatever order they are read in — but over min or max without
 // GROUP BY one database may fail it where stage 2 does not (21000: its
-// min/max read by an index, evaluated again by the tie test), so that
-// one is not answered.
+// min/max read by an index, an InitPlan the tie test evaluates again),
+// so that one is not answered.
 func orderSensitive(root *pg.Node) bool {
 	bad := false
 	named := namedWindows(root)
@@ -687,7 +687,7 @@ func orderSensitive(root *pg.Node) bool {
 		}
 		if sel := n.GetSelectStmt(); sel != nil {
 			bad = bad || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() != nil && len(sel.SortClause) == 0 ||
-				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(sel.GroupClause) == 0 && aggregated(sel)
+				sel.LimitOption == pg.LimitOption_LIMIT_OPTION_WITH_TIES && len(sel.GroupClause) == 0 && minMaxed(sel)
 		}
 		return !bad
 	})
@@ -736,14 +736,14 @@ func windowOrdered(w *pg.WindowDef, named map[string]*pg.WindowDef) bool {
 	return false
 }
 
-// aggregated reports whether sel computes aggregates (in its select
-// list, ORDER BY or HAVING, or has a HAVING): without GROUP BY, one row.
-func aggregated(sel *pg.SelectStmt) bool {
-	found := sel.HavingClause != nil
-	for _, n := range append(slices.Clone(sel.TargetList), sel.SortClause...) {
+// minMaxed reports whether sel computes min or max (in its select list,
+// ORDER BY or HAVING): the aggregates Postgres may read by an index.
+func minMaxed(sel *pg.SelectStmt) bool {
+	found := false
+	for _, n := range append(append(slices.Clone(sel.TargetList), sel.SortClause...), sel.HavingClause) {
 		inspect(n, func(x *pg.Node) bool {
 			if fc := x.GetFuncCall(); fc != nil && fc.Over == nil {
-				if _, name := funcName(fc); aggregates[name] {
+				if _, name := funcName(fc); name == "min" || name == "max" {
 					found = true
 				}
 			}
