@@ -448,8 +448,11 @@
 //     unsharded tables stay in the outer statement, on the default
 //     shard, and so does a subquery, CTE or set operation's branch that
 //     reads one beside a sharded table, with its own sharded parts taken
-//     out as above (never for a keyed read: its tables would be read
-//     whole);
+//     out as above (for a keyed read only where each sharded table read
+//     first is read on its key's shard, its key pushed into it: never
+//     whole); so is a read whose keys name two shards (SELECT ... FROM
+//     executions e, timers t WHERE e.id = $1 AND t.execution_id = $2:
+//     each table read on its key's shard, the join on the default one);
 //   - stage 1 runs each inner statement with the client's parameters as
 //     Route decides for it alone (merged from every shard, or on its one
 //     shard; refused → the whole statement keeps its refusal) and keeps

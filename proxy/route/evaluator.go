@@ -444,8 +444,8 @@ func (e *evaluator) conflict(p *plan, gs []gstate, first, at int) Dest {
 	second := gs[at].set.one()
 	ref := &Refusal{SQLState: "0A000",
 		Message: fmt.Sprintf("statement touches two shards: %s, but %s", describe(first), describe(second)),
-		Detail:  "A statement runs on exactly one shard, or (a key-less read) on all of them.",
-		Hint:    "Split the statement per key."}
+		Detail:  "A statement runs on exactly one shard, or (a key-less read) on all of them; a read is answered in two stages when each table keyed to another shard can be read there first (its key in the WHERE, naming that table alone).",
+		Hint:    "Split the statement per key, or write each table's key in the WHERE as table.key = value."}
 	return refuseDest(ref)
 }
 

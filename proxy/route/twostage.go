@@ -63,9 +63,10 @@ const unshardedKeyed = "one shard cannot read both"
 const unshardedFanOut = "which is not sharded and lives on the default shard only"
 
 // twoShards reports whether ref refuses a statement whose keys name two
-// shards (evaluator.conflict): answered in two stages only by a spread
-// plan (a subquery keyed to another shard than the statement's), never
-// by reading the statement's tables whole.
+// shards (evaluator.conflict): answered in two stages by a spread plan
+// (a subquery keyed to another shard than the statement's), or by one
+// whose tables are each read on its key's shard first (its key pushed
+// into it), never by reading a table whole (routeThis).
 func twoShards(ref *Refusal) bool {
 	return ref != nil && strings.HasPrefix(ref.Message, "statement touches two shards: ")
 }
@@ -112,13 +113,17 @@ func (sg *Stages) route(refused Dest, one func(*Statement) Dest) Dest {
 
 // routeThis is route for sg's own plan (not its alternative).
 func (sg *Stages) routeThis(refused Dest, one func(*Statement) Dest) Dest {
-	if sg == noStages || !sg.Spread && (twoShards(refused.Refusal) || strings.HasSuffix(refused.Refusal.Message, unshardedKeyed)) {
-		return refused // a keyed read is never answered by reading its tables whole
+	if sg == noStages {
+		return refused
 	}
+	// A keyed read is never answered by reading its tables whole: without
+	// the spread plan, only where each table read first is read on its
+	// key's shard (its key pushed into it: pushdown.go).
+	keyed := !sg.Spread && (twoShards(refused.Refusal) || strings.HasSuffix(refused.Refusal.Message, unshardedKeyed))
 	for _, in := range sg.Inner {
 		d := one(in)
-		if d.Kind == DestRefuse || d.Kind == DestAll && d.Merge == nil || len(in.Unsharded) > 0 && d.Kind != DestAny {
-			return refused // an unsharded table is read on the default shard alone
+		if d.Kind == DestRefuse || d.Kind == DestAll && (d.Merge == nil || keyed) || len(in.Unsharded) > 0 && d.Kind != DestAny {
+			return refused // (an unsharded table is read on the default shard alone)
 		}
 	}
 	d := one(sg.outer)
@@ -131,7 +136,7 @@ func (sg *Stages) routeThis(refused Dest, one func(*Statement) Dest) Dest {
 	if sg.Spread {
 		why += " answered first, then the statement with their rows where it routes (" + d.Why() + ")"
 	} else {
-		why += " merged from every shard, then the statement over their rows on the default shard"
+		why += " read first (each where its own routing sends it), then the statement over their rows on the default shard"
 	}
 	return Dest{Kind: DestAll, Bucket: -1, Merge: sg.merge, Reason: why}
 }

@@ -75,8 +75,12 @@ func TestTwoStage(t *testing.T) {
 			inner:  []string{"SELECT max(version) FROM executions WHERE id = 'zz'"},
 			outer:  "SELECT data FROM executions WHERE id = 'a' AND version > (SELECT * FROM pgshard_stage_1_)",
 			spread: true},
-		// keys of two shards in the statement itself: refused, never read whole
-		{sql: "SELECT e.data, t.path FROM executions e, timers t WHERE e.id = 'a' AND t.execution_id = 'zz'"},
+		// keys of two shards in the statement itself: each table read on
+		// its key's shard (never whole: a key not pushed is refused)
+		{sql: "SELECT e.data, t.path FROM executions e, timers t WHERE e.id = 'a' AND t.execution_id = 'zz'",
+			inner: []string{"SELECT * FROM executions e WHERE e.id = 'a' LIMIT 10001", "SELECT * FROM timers t WHERE t.execution_id = 'zz' LIMIT 10001"},
+			outer: "SELECT e.data, t.path FROM (SELECT * FROM pgshard_stage_1_) e, (SELECT * FROM pgshard_stage_2_) t WHERE e.id = 'a' AND t.execution_id = 'zz'"},
+		{sql: "SELECT e.data, t.path FROM executions e JOIN timers t ON t.execution_id = 'zz' AND t.path <> e.data WHERE e.id = 'a'"},
 		// not rewritten (answered by the correlated plan): another
 		// conjunct names the row; GROUP BY in the subquery; no equality
 		// with the row

@@ -561,6 +561,11 @@ SELECT nextval('outbox_seq_seq') FROM executions LIMIT 1
 @staged SELECT e.id, s.seq FROM spawns s RIGHT JOIN executions e ON s.child_id = e.id WHERE (s.seq IS NULL OR s.seq > 3) AND e.id <> '{exec3}' ORDER BY e.id, s.seq
 @staged SELECT r.execution_id, r.idx, t.path FROM trace r FULL JOIN timers t ON t.fire_at = r.idx + 1000 WHERE r.idx > 1 OR t.path IS NULL ORDER BY 1, 2, 3
 @staged SELECT count(*), sum(e.version) FROM executions e JOIN spawns s ON s.parent_id = e.data::jsonb->>'parent_id' WHERE e.version >= $1 AND s.root_path <> 'root/r1' ;; ["2"]
+# keys of two shards, or a keyed read of another shard beside an unsharded
+# table: each table read on its key's shard first (never whole)
+@staged SELECT e.data, t.path FROM executions e, timers t WHERE e.id = '{exec1}' AND t.execution_id = '{exec2}' ORDER BY 2
+@staged SELECT e.id, count(t.path) FROM executions e LEFT JOIN timers t ON t.execution_id = $2 WHERE e.id = $1 GROUP BY 1 ;; ["{exec5}", "{exec6}"]
+@staged SELECT a.version FROM executions a WHERE NOT EXISTS (SELECT 1 FROM lookup b WHERE b.k = a.id AND b.v > 'm') AND a.id IN ('{exec7}', '{exec8}') ORDER BY 1
 # parts no read answers alone, taken apart (the deep plan)
 @staged SELECT d.id, d.n FROM (SELECT x.id, count(*) AS n FROM executions x JOIN spawns y ON y.child_id = x.id GROUP BY x.id) d WHERE d.n > 0 ORDER BY d.n DESC, d.id LIMIT 7
 @staged SELECT id FROM executions WHERE id IN (SELECT t.execution_id FROM timers t JOIN spawns s ON s.child_id = t.execution_id WHERE s.seq > 2) ORDER BY id
