@@ -484,9 +484,10 @@
 // or a window frame in a window without ORDER BY; DISTINCT ON in a
 // SELECT without ORDER BY — with an ORDER BY, the order of the rows it
 // ties is Postgres's choice on one database too, and stage 2's is one
-// of its answers); FETCH ... WITH TIES over min or max without GROUP BY
-// (one database may fail it with 21000, its min/max read by an index,
-// where stage 2's VALUES list has none); a column with a
+// of its answers); FETCH ... WITH TIES over min and max of one table
+// without GROUP BY (one database may fail it with 21000, its min/max
+// read by an index, where stage 2's VALUES list has none); a column
+// with a
 // type modifier pgshard cannot write (interval's fields); writes, FOR UPDATE; after settings in its pipeline;
 // inside a transaction block that is not READ COMMITTED, has written, or
 // has SET LOCAL (the stages run outside the block: the engine decides,

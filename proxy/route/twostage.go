@@ -677,10 +677,10 @@ var peerOrdered = map[string]bool{"row_number": true, "ntile": true, "lag": true
 // (row_number() OVER (ORDER BY x) numbers rows of equal x in any
 // order), so stage 2's order among them is one of its answers. FETCH
 // ... WITH TIES keeps every row that ties with the last one: the same
-// rows whatever order they are read in — but over min or max without
-// GROUP BY one database may fail it where stage 2 does not (21000: its
-// min/max read by an index, an InitPlan the tie test evaluates again),
-// so that one is not answered.
+// rows whatever order they are read in — but over min and max of one
+// table without GROUP BY one database may fail it where stage 2 does not
+// (21000: Postgres reads such aggregates by an index, as InitPlans the
+// tie test evaluates again), so that one is not answered.
 func orderSensitive(root *pg.Node) bool {
 	bad := false
 	named := namedWindows(root)
@@ -741,19 +741,26 @@ func windowOrdered(w *pg.WindowDef, named map[string]*pg.WindowDef) bool {
 	return false
 }
 
-// minMaxed reports whether sel computes min or max (in its select list,
-// ORDER BY or HAVING): the aggregates Postgres may read by an index.
+// minMaxed reports whether sel is a read Postgres may answer by index
+// (its min/max optimization): one table in FROM, and its aggregates (in
+// the select list, ORDER BY or HAVING) min and max only.
 func minMaxed(sel *pg.SelectStmt) bool {
-	found := false
+	if len(sel.FromClause) != 1 || sel.FromClause[0].GetRangeVar() == nil {
+		return false
+	}
+	minMax, other := false, false
 	for _, n := range append(append(slices.Clone(sel.TargetList), sel.SortClause...), sel.HavingClause) {
 		inspect(n, func(x *pg.Node) bool {
 			if fc := x.GetFuncCall(); fc != nil && fc.Over == nil {
-				if _, name := funcName(fc); name == "min" || name == "max" {
-					found = true
+				switch _, name := funcName(fc); {
+				case name == "min" || name == "max":
+					minMax = true
+				case aggregates[name]:
+					other = true
 				}
 			}
-			return !found
+			return true
 		})
 	}
-	return found
+	return minMax && !other
 }

@@ -712,6 +712,8 @@ SELECT count(*) FROM (SELECT DISTINCT definition_id FROM executions) d
 @staged SELECT count(*), sum(version) FROM executions ORDER BY count(*) FETCH FIRST 3 ROWS WITH TIES
 @staged SELECT count(*) FROM executions WHERE version > 2 HAVING count(*) > 1 ORDER BY 1 OFFSET 1 FETCH FIRST 2 ROWS WITH TIES
 @staged SELECT avg(t.fire_at), count(*) FROM timers t JOIN spawns s ON s.child_id = t.execution_id ORDER BY 2 DESC FETCH FIRST 1 ROW WITH TIES
+@staged SELECT min(b.version), max(a.fire_at) FROM timers a RIGHT JOIN executions b ON b.id = a.execution_id ORDER BY min(b.version) DESC, 1 DESC FETCH FIRST 2 ROWS WITH TIES
+@staged SELECT min(a.execution_id), count(*) FROM timers a WHERE a.fire_at < 1025 ORDER BY min(a.execution_id) DESC NULLS FIRST, min(a.execution_id) FETCH FIRST 3 ROWS WITH TIES
 @staged @unordered SELECT a.seq + 1 FROM outbox a RIGHT JOIN timers b ON b.execution_id = a.target_id ORDER BY a.seq + 1 NULLS LAST FETCH FIRST 6 ROWS WITH TIES
 @staged @unordered SELECT s.root_path, s.seq FROM spawns s JOIN executions e ON e.id = s.child_id ORDER BY s.root_path FETCH FIRST 3 ROWS WITH TIES
 
