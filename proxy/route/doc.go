@@ -409,7 +409,9 @@
 //     name only that table copied into it where that is exact
 //     (pushdown.go: SELECT * FROM executions a WHERE a.version > $1
 //     LIMIT 10001; never a table on the nullable side of an outer
-//     join);
+//     join), and so are the ON terms of a join that name one of its
+//     tables where the join drops that table's rows failing them (an
+//     inner join's sides, an outer join's nullable side);
 //   - each branch of a top-level set operation (one rule 7 does not
 //     merge: INTERSECT, EXCEPT, a branch with aggregates or LIMIT) that
 //     reads a sharded table becomes an inner statement, as written;

@@ -27,6 +27,12 @@ import (
 //     COALESCE, arrays, rows and the immutable functions of pushFuncs —
 //     no subquery, aggregate, window or volatile function (random()
 //     would be drawn twice).
+//
+// A join's ON terms that name one table are pushed the same way where
+// the join drops that table's rows failing them: either side of an
+// inner join, the nullable side of an outer one (a LEFT JOIN t ON
+// t.path = 'x' matches only t's rows with that path; its preserved
+// side keeps every row, so a term naming only it is never pushed).
 
 // pushFuncs are built-in functions a pushed term may call: immutable,
 // so stage 1 and stage 2 evaluate them alike.
@@ -35,14 +41,15 @@ var pushFuncs = setOf("lower", "upper", "length", "char_length", "octet_length",
 	"ceiling", "mod", "trunc", "sign", "jsonb_typeof", "json_typeof", "jsonb_extract_path_text",
 	"json_extract_path_text", "starts_with", "split_part", "reverse", "repeat", "lpad", "rpad", "ascii", "chr")
 
-// pushable are the terms of sel's WHERE each table of its FROM may be
-// read with, by the name sel gives the table (see above); top: sel is
-// the statement's own SELECT, not a subquery.
+// pushable are the terms of sel's WHERE and ON clauses each table of
+// its FROM may be read with, by the name sel gives the table (see
+// above); top: sel is the statement's own SELECT, not a subquery. A
+// name given twice (a self-join inside an aliased join) gets none.
 func pushable(sel *pg.SelectStmt, top bool) map[string][]*pg.Node {
-	if sel == nil || sel.WhereClause == nil {
+	if sel == nil {
 		return nil
 	}
-	names, excluded := map[string]bool{}, map[string]bool{}
+	names, excluded := map[string]int{}, map[string]bool{}
 	for _, it := range sel.FromClause {
 		fromNames(it, false, names, excluded)
 	}
@@ -50,23 +57,25 @@ func pushable(sel *pg.SelectStmt, top bool) map[string][]*pg.Node {
 	if top && len(sel.FromClause) == 1 {
 		only = oneTable(sel.FromClause)
 	}
-	var out map[string][]*pg.Node
-	for _, c := range conjuncts(sel.WhereClause) {
-		if rel := termRelation(c, only); rel != "" && names[rel] && !excluded[rel] {
-			if out == nil {
-				out = map[string][]*pg.Node{}
+	out := map[string][]*pg.Node{}
+	if sel.WhereClause != nil {
+		for _, c := range conjuncts(sel.WhereClause) {
+			if rel := termRelation(c, only); names[rel] == 1 && !excluded[rel] {
+				out[rel] = append(out[rel], c)
 			}
-			out[rel] = append(out[rel], c)
 		}
+	}
+	for _, it := range sel.FromClause {
+		onTerms(it, names, out)
 	}
 	return out
 }
 
-// fromNames records the names FROM item n gives its tables (names), and
-// those whose rows may not reach stage 2 as they are (excluded): on the
-// nullable side of an outer join (nullable), or inside a join with an
-// alias.
-func fromNames(n *pg.Node, nullable bool, names, excluded map[string]bool) {
+// fromNames counts the names FROM item n gives its tables (names), and
+// records those whose rows may not reach stage 2 as they are (excluded):
+// on the nullable side of an outer join (nullable), or inside a join
+// with an alias (where a WHERE's a.x names another scope's a).
+func fromNames(n *pg.Node, nullable bool, names map[string]int, excluded map[string]bool) {
 	switch {
 	case n.GetJoinExpr() != nil:
 		j := n.GetJoinExpr()
@@ -81,12 +90,39 @@ func fromNames(n *pg.Node, nullable bool, names, excluded map[string]bool) {
 		if rv.Alias != nil {
 			name = rv.Alias.Aliasname
 		}
-		if names[name] {
-			excluded[name] = true // named twice: which one a column means is not looked for
-		}
-		names[name] = true
+		names[name]++
 		if nullable {
 			excluded[name] = true
+		}
+	}
+}
+
+// onTerms adds to out the ON terms of the joins in FROM item n that one
+// of their tables may be read with (see above); names counts the names
+// of the statement's FROM.
+func onTerms(n *pg.Node, names map[string]int, out map[string][]*pg.Node) {
+	j := n.GetJoinExpr()
+	if j == nil {
+		return
+	}
+	onTerms(j.Larg, names, out)
+	onTerms(j.Rarg, names, out)
+	if j.Quals == nil {
+		return
+	}
+	l, r, skip := map[string]int{}, map[string]int{}, map[string]bool{}
+	fromNames(j.Larg, false, l, skip)
+	fromNames(j.Rarg, false, r, skip)
+	for _, c := range conjuncts(j.Quals) {
+		rel := termRelation(c, "")
+		if names[rel] != 1 {
+			continue // no such table here, or two of that name
+		}
+		switch {
+		case j.Jointype == pg.JoinType_JOIN_INNER && l[rel]+r[rel] == 1,
+			j.Jointype == pg.JoinType_JOIN_LEFT && r[rel] == 1,
+			j.Jointype == pg.JoinType_JOIN_RIGHT && l[rel] == 1:
+			out[rel] = append(out[rel], c)
 		}
 	}
 }

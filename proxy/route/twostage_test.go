@@ -80,7 +80,16 @@ func TestTwoStage(t *testing.T) {
 		{sql: "SELECT e.data, t.path FROM executions e, timers t WHERE e.id = 'a' AND t.execution_id = 'zz'",
 			inner: []string{"SELECT * FROM executions e WHERE e.id = 'a' LIMIT 10001", "SELECT * FROM timers t WHERE t.execution_id = 'zz' LIMIT 10001"},
 			outer: "SELECT e.data, t.path FROM (SELECT * FROM pgshard_stage_1_) e, (SELECT * FROM pgshard_stage_2_) t WHERE e.id = 'a' AND t.execution_id = 'zz'"},
-		{sql: "SELECT e.data, t.path FROM executions e JOIN timers t ON t.execution_id = 'zz' AND t.path <> e.data WHERE e.id = 'a'"},
+		{sql: "SELECT e.data, t.path FROM executions e JOIN timers t ON t.execution_id = 'zz' AND t.path <> e.data WHERE e.id = 'a'",
+			inner: []string{"SELECT * FROM executions e WHERE e.id = 'a' LIMIT 10001", "SELECT * FROM timers t WHERE t.execution_id = 'zz' LIMIT 10001"},
+			outer: "SELECT e.data, t.path FROM (SELECT * FROM pgshard_stage_1_) e JOIN (SELECT * FROM pgshard_stage_2_) t ON t.execution_id = 'zz' AND t.path <> e.data WHERE e.id = 'a'"},
+		{sql: "SELECT e.data, t.path FROM executions e LEFT JOIN timers t ON t.path <> e.data WHERE e.id = 'a' AND t.execution_id = 'zz'"},
+		// ON terms naming one table: pushed into either side of an inner
+		// join and the nullable side of an outer one, never its preserved
+		// side
+		{sql: "SELECT count(*) FROM trace r LEFT JOIN timers t ON t.fire_at > 3 AND r.idx > 2 AND t.path = r.entry JOIN spawns s ON s.seq > $1 AND s.child_id = r.execution_id RIGHT JOIN outbox o ON o.seq > 5 AND o.target_id = s.parent_id AND s.root_path = 'x'",
+			inner: []string{"SELECT * FROM trace LIMIT 10001", "SELECT * FROM timers t WHERE t.fire_at > 3 LIMIT 10001", "SELECT * FROM spawns s WHERE s.seq > $1 AND s.root_path = 'x' LIMIT 10001", "SELECT * FROM outbox LIMIT 10001"},
+			outer: "SELECT count(*) FROM (SELECT * FROM pgshard_stage_1_) r LEFT JOIN (SELECT * FROM pgshard_stage_2_) t ON t.fire_at > 3 AND r.idx > 2 AND t.path = r.entry JOIN (SELECT * FROM pgshard_stage_3_) s ON s.seq > $1 AND s.child_id = r.execution_id RIGHT JOIN (SELECT * FROM pgshard_stage_4_) o ON o.seq > 5 AND o.target_id = s.parent_id AND s.root_path = 'x'"},
 		// not rewritten (answered by the correlated plan): another
 		// conjunct names the row; GROUP BY in the subquery; no equality
 		// with the row

@@ -561,6 +561,13 @@ SELECT nextval('outbox_seq_seq') FROM executions LIMIT 1
 @staged SELECT e.id, s.seq FROM spawns s RIGHT JOIN executions e ON s.child_id = e.id WHERE (s.seq IS NULL OR s.seq > 3) AND e.id <> '{exec3}' ORDER BY e.id, s.seq
 @staged SELECT r.execution_id, r.idx, t.path FROM trace r FULL JOIN timers t ON t.fire_at = r.idx + 1000 WHERE r.idx > 1 OR t.path IS NULL ORDER BY 1, 2, 3
 @staged SELECT count(*), sum(e.version) FROM executions e JOIN spawns s ON s.parent_id = e.data::jsonb->>'parent_id' WHERE e.version >= $1 AND s.root_path <> 'root/r1' ;; ["2"]
+# ON terms naming one table: pushed into an inner join's sides and an
+# outer join's nullable side, never its preserved side (whose rows all
+# stay, NULL-extended)
+@staged SELECT e.id, s.seq FROM executions e LEFT JOIN spawns s ON s.child_id = e.id AND s.seq > 3 AND e.version > 5 ORDER BY 1, 2
+@staged SELECT e.id, s.seq FROM spawns s RIGHT JOIN executions e ON s.child_id = e.id AND s.root_path = 'root/r2' AND e.version < 3 ORDER BY 1, 2
+@staged SELECT count(*), count(s.seq), count(t.path) FROM executions e JOIN spawns s ON s.child_id = e.id AND e.version > 1 LEFT JOIN timers t ON t.execution_id = s.parent_id AND t.fire_at > 1040 AND s.seq > 2
+@staged SELECT r.execution_id, t.path FROM trace r FULL JOIN timers t ON t.fire_at = r.idx + 1000 AND t.path = 'root/t3' AND r.idx > 1 ORDER BY 1, 2
 # keys of two shards, or a keyed read of another shard beside an unsharded
 # table: each table read on its key's shard first (never whole)
 @staged SELECT e.data, t.path FROM executions e, timers t WHERE e.id = '{exec1}' AND t.execution_id = '{exec2}' ORDER BY 2
