@@ -10,8 +10,7 @@ import (
 func (r *Table) Route(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest {
 	d, key := r.routeAlone(st, params, formats, paramOIDs)
 	if stageable(st, d) {
-		one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
-		d = r.stmts.stages(st).route(d, one) // twostage.go
+		d = r.stmts.stages(st).route(d, r.stageRouter(params, formats, paramOIDs)) // twostage.go
 	}
 	d.OnKeyShard = key
 	return d
@@ -30,7 +29,7 @@ func (r *Table) RouteApart(st *Statement, params [][]byte, formats []int16, para
 		return Dest{Kind: DestRefuse, Bucket: -1, Reason: "no plan taking the statement apart",
 			Refusal: &Refusal{SQLState: "0A000", Message: "cannot run across shards: no plan takes the statement apart"}}
 	}
-	one := func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
+	one := r.stageRouter(params, formats, paramOIDs)
 	for x := r.stmts.stages(st); x != nil && x != noStages; x = x.alt {
 		if x.apart {
 			if a := x.routeThis(d, one); a.Kind != DestRefuse {
@@ -39,6 +38,12 @@ func (r *Table) RouteApart(st *Statement, params [][]byte, formats []int16, para
 		}
 	}
 	return d
+}
+
+// stageRouter routes a stage's statement alone (without two stages of
+// its own) with the client's parameters.
+func (r *Table) stageRouter(params [][]byte, formats []int16, paramOIDs []uint32) func(*Statement) Dest {
+	return func(x *Statement) Dest { return r.routeOne(x, params, formats, paramOIDs) }
 }
 
 // routeAlone is where st runs by its own routing, without two stages: a

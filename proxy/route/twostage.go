@@ -182,8 +182,15 @@ func (b *stageBuilder) plan(sql string) *Stages {
 	var first, last *Stages
 	for _, mode := range []stageMode{stageSpread, stageFlat, stageDeep, stageCorrelated} {
 		sg := b.build(sql, mode)
-		if sg == noStages || last != nil && sg.Outer == last.Outer {
-			continue // none, or the plan before it again
+		if sg == noStages {
+			continue
+		}
+		if last != nil && sg.Outer == last.Outer {
+			// The plan before it again (the same outer statement, so the
+			// same inner ones): as much a plan that takes every part
+			// apart as this one is.
+			last.apart = last.apart || sg.apart
+			continue
 		}
 		if first == nil {
 			first = sg

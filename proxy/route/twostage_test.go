@@ -290,3 +290,43 @@ func anyCorrelated(sg *route.Stages) bool {
 	}
 	return false
 }
+
+// TestRouteApart: the plan that runs no subquery alone is found where
+// the deep plan takes apart what the flat one made an inner statement,
+// and where the two are the same plan (only tables read first); a
+// statement Route answers alone has none.
+func TestRouteApart(t *testing.T) {
+	r := newRouter(t, "")
+	for _, c := range []struct {
+		sql   string
+		inner []string // nil: no such plan
+	}{
+		{"SELECT id FROM executions e WHERE e.version > (SELECT count(*) FROM timers)",
+			[]string{"SELECT * FROM timers LIMIT 10001", "SELECT * FROM executions LIMIT 10001"}},
+		{"SELECT id, rank() OVER (ORDER BY version) FROM executions", []string{"SELECT * FROM executions LIMIT 10001"}},
+		{"SELECT id FROM executions WHERE id = 'a'", nil},
+	} {
+		st, err := r.Analyze(c.sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := r.RouteApart(st, nil, nil, nil)
+		if c.inner == nil {
+			if d.Kind != route.DestRefuse {
+				t.Errorf("%s: want no plan, got %v %s", c.sql, d.Kind, d.Why())
+			}
+			continue
+		}
+		if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages == nil || !d.Merge.Stages.Apart() {
+			t.Errorf("%s: want the plan taking it apart, got %v %s", c.sql, d.Kind, d.Why())
+			continue
+		}
+		var got []string
+		for _, in := range d.Merge.Stages.Inner {
+			got = append(got, in.SQL)
+		}
+		if strings.Join(got, "; ") != strings.Join(c.inner, "; ") {
+			t.Errorf("%s: inner %q, want %q", c.sql, got, c.inner)
+		}
+	}
+}
