@@ -281,8 +281,28 @@ func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 		p.planner.notePinOp(a)
 		p.planner.copyIn = p.planner.copyIn || a.Copy
 	}
-	p.appendClientQuery(msg, nil)
+	p.appendClientQuery(msg, p.multiSettings(as, sh))
 	p.endQuery()
+}
+
+// multiSettings keeps what a query string run on the transaction's
+// backend set for the transaction block (SET LOCAL, set_config(...,
+// true)), as simpleOne does for one statement: the block's other
+// backends (readers of other shards, a read in two stages' stages)
+// repeat it. The effect that records it, nil when there is none or the
+// string is not inside the client's block (or opens or ends one).
+func (p queryPlanner) multiSettings(as []*route.Statement, sh multiShape) *effect {
+	if sh.blockCtl || !(p.planner.sim.tx == txBound || p.planner.explicit) {
+		return nil
+	}
+	var eff *effect
+	for _, a := range as {
+		if a.Settings != nil || a.Kind == route.KindSetLocal && setsOnlyLocal(a) {
+			p.planner.sim.addDeferred(deferredStmt{sql: a.SQL, setLocal: true, setTxn: a.Kind == route.KindSetLocal && a.SetName == "transaction", iso: a.Isolation})
+			eff = p.planner.sim.txEffectKeep()
+		}
+	}
+	return eff
 }
 
 // failQuery ends the query string with the local error e.
