@@ -57,8 +57,8 @@ SEEDS ?= 1,2,3,4,5
 CASES ?= 2000
 
 .PHONY: fuzz-sql
-fuzz-sql: deps ## Random differential SQL: SEEDS (comma-separated) × CASES generated reads × 5 modes (simple, extended, binary, COPY, a SQL cursor), pgshard (fence on) over 3 shards vs one Postgres (0 wrong or it fails); SHAPE=setop (etc.) generates one shape
-	PGSHARD_FUZZSQL_SEEDS=$(SEEDS) PGSHARD_FUZZSQL_CASES=$(CASES) PGSHARD_FUZZSQL_SHAPE=$(SHAPE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestFuzzSQL$$' -v ./proxy/
+fuzz-sql: deps ## Random differential SQL: SEEDS (comma-separated) × CASES generated reads × 5 modes (simple, extended, binary, COPY, a SQL cursor), pgshard (fence on) over 3 shards vs one Postgres (0 wrong or it fails); SHAPE=setop (etc.) generates one shape; MODES=set-pipe,txn-set (etc.) runs those modes instead
+	PGSHARD_FUZZSQL_SEEDS=$(SEEDS) PGSHARD_FUZZSQL_CASES=$(CASES) PGSHARD_FUZZSQL_SHAPE=$(SHAPE) PGSHARD_FUZZSQL_MODES=$(MODES) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestFuzzSQL$$' -v ./proxy/
 
 .PHONY: demo
 demo: deps build ## Bring up a 4-shard cluster (PgBouncer, a catalog, the proxy following it), show it working, grow it to 5 shards online under load (DEV_DIR= to choose its directory)

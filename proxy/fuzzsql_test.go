@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,7 +30,11 @@ import (
 // PGSHARD_FUZZSQL_CASES (per seed, default 1000) size the run: `make
 // fuzz-sql SEEDS=1,2,3,4,5 CASES=2000` is a long run;
 // PGSHARD_FUZZSQL_SHAPE (plain, aggregate, semi, cte, setop, window,
-// values, scalar, derived or nofrom) generates one shape only. The test logs the
+// values, scalar, derived or nofrom) generates one shape only;
+// PGSHARD_FUZZSQL_MODES (comma-separated names of TestDifferential's
+// modes, copy, cursor) runs those modes instead of the default five
+// (txn-set, set-pipe and set-query put transaction-local settings ahead
+// of each query). The test logs the
 // answer rate (answered / (answered + refused), over the cases the
 // reference database answers) and the refusals by reason.
 func TestFuzzSQL(t *testing.T) {
@@ -68,7 +73,7 @@ func TestFuzzSQL(t *testing.T) {
 	for _, x := range env.execs {
 		ids = append(ids, x.id)
 	}
-	modes := append(diffModes("")[:3:3], diffCopyMode, diffCursorMode) // simple, extended, binary; COPY (query) TO; a cursor
+	modes := fuzzModes(t, os.Getenv("PGSHARD_FUZZSQL_MODES"))
 	verbose := os.Getenv("PGSHARD_DIFF_VERBOSE") == "1"
 	tally := map[string]int{}
 	perMode := map[string]int{} // "mode verdict" -> cases
@@ -182,4 +187,27 @@ func TestFuzzSQLGenerator(t *testing.T) {
 			t.Logf("%v %s %s", x.ordered, x.sql, paramsText(x.params))
 		}
 	}
+}
+
+// fuzzModes is the modes TestFuzzSQL runs: names (comma-separated) of
+// TestDifferential's modes, copy or cursor; "" is simple, extended,
+// binary, COPY (query) TO and a cursor.
+func fuzzModes(t *testing.T, names string) []diffMode {
+	all := append(diffModes(""), diffCopyMode, diffCursorMode)
+	if names == "" {
+		return append(all[:3:3], diffCopyMode, diffCursorMode)
+	}
+	var modes []diffMode
+	for _, n := range strings.Split(names, ",") {
+		i := slices.IndexFunc(all, func(m diffMode) bool { return m.name == strings.TrimSpace(n) })
+		if i < 0 {
+			var known []string
+			for _, m := range all {
+				known = append(known, m.name)
+			}
+			t.Fatalf("PGSHARD_FUZZSQL_MODES: %q is not a mode (%s)", n, strings.Join(known, ", "))
+		}
+		modes = append(modes, all[i])
+	}
+	return modes
 }
