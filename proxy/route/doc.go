@@ -489,13 +489,15 @@
 // of its answers); FETCH ... WITH TIES over min and max of one table
 // without GROUP BY (one database may fail it with 21000, its min/max
 // read by an index, where stage 2's VALUES list has none); a column
-// with a
-// type modifier pgshard cannot write (interval's fields); writes, FOR UPDATE; after settings in its pipeline;
-// inside a transaction block that is not READ COMMITTED, has written, or
-// has SET LOCAL (the stages run outside the block: the engine decides,
+// with a type modifier pgshard cannot write (interval's fields);
+// writes, FOR UPDATE; inside a transaction block that is not READ
+// COMMITTED or has written, or behind settings in the same pipeline
+// inside one (the stages run outside the block: the engine decides,
 // twostage.go); more than 65535 parameters in stage 2. The stages are
 // separate transactions (no snapshot across shards, as for every
-// fan-out).
+// fan-out); transaction-local settings — the block's SET LOCALs, or
+// settings ahead of the read in its implicit transaction — run first
+// in each of them.
 //
 // Answered in two stages: SELECT d.id, rank() OVER (ORDER BY d.id)
 // FROM (SELECT id FROM executions ORDER BY id LIMIT 3) d; WITH c AS

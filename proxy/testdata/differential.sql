@@ -1,12 +1,13 @@
 # The differential corpus (TestDifferential): one read statement per line,
 # run against one plain Postgres database and against pgshard over 3 shards
 # holding the same rows, in simple protocol, extended protocol, binary
-# results, inside a transaction (alone, and after a keyed read bound it),
-# with extra_float_digits = 0, and behind transaction-local settings in its
-# implicit transaction (set_config(..., true) and SET LOCAL
-# extra_float_digits = 0 ahead of it in one pipeline, or in one query
-# string). Each must be answered the same (rows, column types, command
-# tag) or refused with 0A000.
+# results, inside a transaction (alone, after a keyed read bound it, and
+# after SET LOCAL extra_float_digits = 0 and set_config(..., true) in the
+# block), with extra_float_digits = 0, and behind transaction-local
+# settings in its implicit transaction (set_config(..., true) and SET
+# LOCAL extra_float_digits = 0 ahead of it in one pipeline, or in one
+# query string). Each must be answered the same (rows, column types,
+# command tag) or refused with 0A000.
 #
 # Line format:  [@unordered | @ties=COLS] SQL [ ;; JSON array of parameters ]
 #   @unordered   compare the rows as a multiset (default when the statement
@@ -14,8 +15,8 @@
 #   @ties=1,3    rows as a multiset, and the sequence of those columns must
 #                match (an ORDER BY with ties)
 #   @answered    pgshard must answer it (a refusal fails the test)
-#   @staged      a read in two stages: pgshard must answer it except behind
-#                transaction-local settings (which it refuses then)
+#   @staged      a read in two stages: pgshard must answer it (in every
+#                mode, as @answered)
 #   {execN}      the id of the data set's execution N (0..239)
 # Parameters are text ("..."), null is NULL.
 #
@@ -938,3 +939,11 @@ SELECT e.id, x.m FROM executions e, LATERAL (SELECT max(t.fire_at) AS m FROM tim
 @staged SELECT count(*), max(l.w) FROM executions e JOIN lookup l ON l.v = e.definition_id WHERE e.id IN ($1, $2) ;; ["{exec30}", "{exec31}"]
 @staged SELECT l.v, count(*), max(e.version) FROM executions e JOIN lookup l ON l.k = e.id GROUP BY l.v ORDER BY 1
 @staged SELECT DISTINCT l.w FROM executions e JOIN lookup l ON l.k = e.id ORDER BY 1
+
+# --- reads in two stages whose stages compute what settings change: behind
+# extra_float_digits = 0 (the set-pipe, set-query and txn-set modes) each
+# stage must set it first, stage 1 (on every shard) as much as stage 2
+@staged SELECT count(*) FROM executions e WHERE (e.version::float8 / 3)::text IN (SELECT (o.seq::float8 / 3)::text FROM outbox o)
+@staged SELECT e.id FROM executions e WHERE length((e.version::float8 / 3)::text) + 2 > (SELECT max(length((o.seq::float8 / 3)::text)) FROM outbox o) ORDER BY e.id
+@staged SELECT d.t, d.n FROM (SELECT (x.version::float8 / 7)::text AS t, count(*) AS n FROM executions x JOIN outbox y ON y.target_id = x.id GROUP BY 1) d ORDER BY 1
+@staged SELECT e.id, (SELECT (max(o.seq)::float8 / 3)::text FROM outbox o WHERE o.event = e.definition_id) FROM executions e ORDER BY e.id LIMIT 20

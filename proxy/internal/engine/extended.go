@@ -728,7 +728,10 @@ func (p pipePlanner) lookaheadStmt(idx int, lead bool) (ahead int, next nextStmt
 			return -1, nextStmt{}
 		}
 		d := s.gen.Config.Analyzer.Route(vs.st, bv.Params, bv.Formats, vs.oids)
-		if d.Kind == route.DestAll && lead && d.Merge != nil && d.Merge.Stages == nil && fanRead(vs.st) && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
+		// (A read in two stages takes leads in an implicit transaction
+		// only: its stages run them first, twostage.go; inside a block
+		// they run outside it.)
+		if d.Kind == route.DestAll && lead && d.Merge != nil && (d.Merge.Stages == nil || p.planner.sim.tx == txIdle) && fanRead(vs.st) && ls.fan(s.grp[idx+1+i:], p.planner.sim.tx != txIdle) {
 			return aheadFan, nextStmt{}
 		}
 		switch {

@@ -127,8 +127,8 @@ func (g *GenerationEnv) setsLeadRead(as []*route.Statement) (route.Dest, bool) {
 		return route.Dest{}, false
 	}
 	d := g.Config.Analyzer.Route(last, nil, nil, nil)
-	if d.Kind != route.DestAll || d.Merge == nil || d.Merge.Stages != nil {
-		return route.Dest{}, false // (a read in two stages takes no leads: twostage.go)
+	if d.Kind != route.DestAll || d.Merge == nil {
+		return route.Dest{}, false // (a read in two stages runs them ahead of each stage: twostage.go)
 	}
 	return d, true
 }
@@ -434,8 +434,9 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 // local answers in the client's order), reading every shard's answer to
 // each lead. It returns false when a lead failed: the error is written in
 // its place and the rest of the pipeline is skipped, as Postgres skips to
-// the Sync.
-func (x *fanExec) fanLeads(items []item) bool {
+// the Sync. simple: the client sent a query string (fanPlan.simple; a
+// read in two stages' stage answers the client's leads: stageLeads).
+func (x *fanExec) fanLeads(items []item, simple bool) bool {
 	f, streams := x.f, x.streams
 	answers := make([][]byte, len(streams))
 	for i := range items {
@@ -448,7 +449,7 @@ func (x *fanExec) fanLeads(items []item) bool {
 		l := &f.leads[it.lo]
 		failed := false
 		for k, st := range streams {
-			answers[k] = st.readLead(answers[k][:0], l, f.simple)
+			answers[k] = st.readLead(answers[k][:0], l, simple)
 			failed = failed || st.failed()
 		}
 		if failed {

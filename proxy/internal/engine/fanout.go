@@ -81,6 +81,12 @@ type fanPlan struct {
 	// isoCheck: the request begins with stageIsoCheckSQL (the first
 	// stage of a read in two stages inside a transaction block).
 	isoCheck bool
+	// blockSets: a stage of a read in two stages inside a transaction
+	// block that set transaction-local settings (SET LOCAL,
+	// set_config(..., true)): its own transaction begins as the block's
+	// (replaySQL: the BEGIN, the session's settings, the SET LOCALs) and
+	// commits after the stage.
+	blockSets bool
 	// repl, when set, replaces each route.StageMarker in the text each
 	// shard runs (stage 2 of a spread read in two stages: the
 	// subqueries' rows, as parameters after the client's in bind).
@@ -209,6 +215,9 @@ type fanExec struct {
 	// servedFail is the error of a read in two stages' stage whose part
 	// failed first (twostage.go), for servedretry.go.
 	servedFail []byte
+	// leadsRead: a read in two stages answered its leads (its first
+	// stage); leadFailed: one failed there (twostage.go stageLeads).
+	leadsRead, leadFailed bool
 	// cursors are the session's cursors; capt, while a read fetched in
 	// parts runs, is the client's output kept for its cursor (cursor.go).
 	cursors *cursorSet
@@ -341,7 +350,7 @@ func (x *fanExec) run() error {
 			st.loseConn(err)
 		}
 	}
-	if first < len(x.items) && !x.fanLeads(x.items[first:]) {
+	if first < len(x.items) && !x.fanLeads(x.items[first:], f.simple) {
 		x.fanEnd()
 		return nil
 	}
@@ -439,7 +448,11 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 	wrap := false
 	switch st.role {
 	case partOwn:
-		if len(pre.KV) > 0 && !f.st.NoTxnBlock {
+		if f.blockSets {
+			buf = pgwire.AppendQuery(buf, replaySQL(x.txn.deferred, pre))
+			st.lead = append(st.lead, leadSetup)
+			wrap = true
+		} else if len(pre.KV) > 0 && !f.st.NoTxnBlock {
 			buf = pgwire.AppendQuery(buf, pre.BeginSQL()+";\n"+pre.PreambleSQL())
 			st.lead = append(st.lead, leadSetup)
 			wrap = true

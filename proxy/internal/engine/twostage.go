@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -51,6 +52,13 @@ import (
 //	  its tables read first, the statement on the default shard), once;
 //	  where there is none, refused as a correlated subquery
 //	  (correlatedRefusal)
+//	settings that lead the read in its implicit transaction (fanlead.go:
+//	  SET LOCAL, set_config(..., true), a session SET of a query string)
+//	  run ahead of every stage, each stage's own transaction: the
+//	  describe's answers to them are the client's (its first stage),
+//	  the later stages' are read and dropped (stageLeads). On one
+//	  database they apply to the whole statement; so they apply to each
+//	  of its stages (a statement_timeout, then, to each stage alone)
 //
 // The stages are separate transactions: like every read of several
 // shards, it has no snapshot across them.
@@ -75,9 +83,9 @@ type stageRows struct {
 // runTwoStage answers a read in two stages (f.dest.Merge.Stages).
 func (x *fanExec) runTwoStage() error {
 	f := x.f
-	if len(f.leads) > 0 || f.inTxn && !stagesInBlock(x.txn, (*x.cur).Isolation()) {
+	if f.inTxn && (len(f.leads) > 0 || !stagesInBlock(x.txn, (*x.cur).Isolation())) {
 		return x.fanFail(&pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone in its pipeline, outside a transaction block or in a READ COMMITTED one that has written nothing and set nothing (SET LOCAL) yet",
+			Message: "cannot run across shards: a read answered in two stages (a subquery merged from every shard first) must run alone in its pipeline, outside a transaction block or in a READ COMMITTED one that has written nothing yet",
 			Detail:  f.dest.Why(),
 			Hint:    "Run it outside the transaction block, or before its writes, in a pipeline of its own."})
 	}
@@ -104,6 +112,16 @@ func (x *fanExec) runTwoStage() error {
 		}
 	}
 	oids, orig, fail := x.stageDescribe(sg)
+	if x.leadFailed {
+		// A lead failed: its error is in the client's output, and the
+		// implicit transaction skips the rest (fanLeads).
+		restore()
+		f.failed = true
+		if !f.continues {
+			x.cc.out = pgwire.AppendRFQ(x.cc.out, x.txn.status())
+		}
+		return nil
+	}
 	var sets []*stageRows
 	if fail == nil {
 		sg, sets, fail = stageInners(x, sg, &bv, oids)
@@ -125,6 +143,8 @@ func (x *fanExec) runTwoStage() error {
 		if f.inTxn {
 			x.failTxn(nil) // the block fails as on a shard's error
 		}
+	} else {
+		keepSessionLeads(x)
 	}
 	if !f.continues {
 		x.cc.out = pgwire.AppendRFQ(x.cc.out, x.txn.status())
@@ -138,19 +158,28 @@ func (x *fanExec) runTwoStage() error {
 // a statement of the block would only when the block reads committed
 // data statement by statement (READ COMMITTED: the BEGIN's level, else
 // the session's default def here, and the server's default checked on
-// the first stage's connection, stageIsoCheckSQL), has written nothing
-// its own statements would see, and has set nothing for itself (SET
-// LOCAL, which the stages would not carry). A hint binding the block to a shard keeps its reads there.
+// the first stage's connection, stageIsoCheckSQL) and has written
+// nothing its own statements would see. What the block set for itself
+// (SET LOCAL, set_config(..., true)) each stage's transaction sets
+// first (blockSets). A hint binding the block to a shard keeps its
+// reads there.
 func stagesInBlock(t *transaction, def string) bool {
-	if t.mainWrote || t.hintBound || strictIsolation(t.deferred, def) {
+	return !t.mainWrote && !t.hintBound && !strictIsolation(t.deferred, def)
+}
+
+// blockSets reports whether the stages of x's read, inside a transaction
+// block, begin their transactions as the block's (fanPlan.blockSets):
+// the block set something for itself.
+func blockSets(x *fanExec) bool {
+	if !x.f.inTxn || len(x.txn.deferred) == 0 {
 		return false
 	}
-	for _, d := range t.deferred {
+	for _, d := range x.txn.deferred {
 		if d.setLocal {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // stageIsoCheckSQL fails (22P02, reported as the isolation refusal)
@@ -169,7 +198,12 @@ func stageErr(code, msg, hint string) []byte {
 // stageStart runs fp, a stage, as a fan-out of its own (x.stage): each
 // participant is sent its request; the stage's streams stand at their
 // first row (live). A nil stage comes with the error to answer.
+//
+// Every stage runs the client's leads first (fp.leads, stageLeads); when
+// the first stage's lead fails, x.leadFailed is set, its error is in the
+// client's output and no stream is live.
 func (x *fanExec) stageStart(fp *fanPlan, bv *pgwire.BindView, formats []int16) (*fanExec, []bool, []byte) {
+	fp.leads, fp.blockSets = x.f.leads, blockSets(x)
 	sx := x.stage(fp)
 	if e := sx.fanParts(); e != nil {
 		x.gen.Metrics.Refusals.WithLabelValues("shard_unavailable").Inc()
@@ -186,12 +220,44 @@ func (x *fanExec) stageStart(fp *fanPlan, bv *pgwire.BindView, formats []int16) 
 		}
 	}
 	live := make([]bool, len(streams))
+	if !stageLeads(x, sx) {
+		return sx, live, nil
+	}
 	for i, st := range streams {
-		if st.lost == nil {
+		if st.lost == nil && !st.failed() {
 			live[i] = st.nextRow()
 		}
 	}
 	return sx, live, nil
+}
+
+// stageLeads reads every participant's answers to the leads of x's stage sx
+// (sent ahead of its statement: fanRequest). The first stage's are the
+// client's (fanLeads: the items from the first lead on, in order); it
+// returns false when one failed there (x.leadFailed: the error is
+// written in the lead's place). A later stage's answers are dropped; a
+// lead failing there fails its participant, as the stage's error.
+func stageLeads(x, sx *fanExec) bool {
+	leads := sx.f.leads
+	if len(leads) == 0 {
+		return true
+	}
+	if !x.leadsRead {
+		x.leadsRead = true
+		first := slices.IndexFunc(x.items, func(it item) bool { return it.kind == itLead })
+		if first >= 0 && !sx.fanLeads(x.items[first:], x.f.simple) {
+			x.leadFailed = true
+			return false
+		}
+		return true
+	}
+	var scratch []byte
+	for _, st := range sx.streams {
+		for i := range leads {
+			scratch = st.readLead(scratch[:0], &leads[i], x.f.simple)
+		}
+	}
+	return true
 }
 
 // stageEnd reads the rest of every participant's answer and returns its
@@ -226,6 +292,9 @@ func (x *fanExec) stageDescribe(sg *route.Stages) ([]uint32, []pgvalue.Field, []
 	}
 	streams := sx.streams
 	defer stageEnd(streams)
+	if x.leadFailed {
+		return nil, nil, nil
+	}
 	st := streams[0]
 	st.drain()
 	if st.failed() {
@@ -673,7 +742,7 @@ func (x *fanExec) stageFinal(sg *route.Stages, bv *pgwire.BindView, oids []uint3
 func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindView, repl []string, types []uint32, vals [][]byte, orig []pgvalue.Field) ([]byte, bool) {
 	f := x.f
 	fp := &fanPlan{simple: f.simple, st: outer, dest: d, vs: &vstmt{st: outer, oids: types}, describe: f.describe,
-		continues: true, repl: repl, want: orig}
+		continues: true, repl: repl, want: orig, leads: f.leads, blockSets: blockSets(x)}
 	fp.bind = appendStageBind(nil, bv, vals)
 	var sbv pgwire.BindView
 	if err := sbv.Decode(fp.bind); err != nil {
@@ -696,6 +765,7 @@ func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindV
 			st.loseConn(err)
 		}
 	}
+	stageLeads(x, sx) // a later stage: the answers are dropped
 	bindAt := -1
 	if !f.simple {
 		bindAt = len(x.cc.out)
