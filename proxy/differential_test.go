@@ -297,22 +297,9 @@ func diffModes(bindKey string) []diffMode {
 		}
 	}
 	inTxn := func(before string) func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
-		return func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
-			if r := diffSimpleSQL(ctx, conn, "BEGIN"); r.code != "" || r.broken != nil {
-				return r
-			}
-			if before != "" {
-				if r := diffSimpleSQL(ctx, conn, before); r.code != "" || r.broken != nil {
-					return r
-				}
-			}
-			r := diffExtended(ctx, conn, dc, nil)
-			end := diffSimpleSQL(ctx, conn, "COMMIT")
-			if end.broken != nil && r.broken == nil {
-				r.broken = end.broken
-			}
-			return r
-		}
+		return inTxnRun(before, func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			return diffExtended(ctx, conn, dc, nil)
+		})
 	}
 	return []diffMode{
 		{name: "simple", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
@@ -327,16 +314,39 @@ func diffModes(bindKey string) []diffMode {
 			return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))
 		}},
 		{name: "set-pipe", run: diffSettingsPipeline},
+		{name: "txn-set-pipe", run: inTxnRun("", diffSettingsPipeline)},
 		{name: "set-query", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
 			return diffSettingsQuery(ctx, conn, interpolate(dc.sql, dc.params))
 		}},
 	}
 }
 
+// inTxnRun runs a case with run inside a transaction block: BEGIN, before
+// (a query string, if any), the case, COMMIT.
+func inTxnRun(before string, run func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult) func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+	return func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+		if r := diffSimpleSQL(ctx, conn, "BEGIN"); r.code != "" || r.broken != nil {
+			return r
+		}
+		if before != "" {
+			if r := diffSimpleSQL(ctx, conn, before); r.code != "" || r.broken != nil {
+				return r
+			}
+		}
+		r := run(ctx, conn, dc)
+		end := diffSimpleSQL(ctx, conn, "COMMIT")
+		if end.broken != nil && r.broken == nil {
+			r.broken = end.broken
+		}
+		return r
+	}
+}
+
 // The settings modes run each case behind transaction-local settings in
 // its implicit transaction, as pgshard's store and drivers send them: in
 // one pipeline (set-pipe: SELECT set_config(...) with a parameter, SET
-// LOCAL, the case, one Sync) or one query string (set-query). The
+// LOCAL, the case, one Sync) or one query string (set-query), and the
+// pipeline inside a transaction block (txn-set-pipe). The
 // settings must apply to the case on every shard it runs on:
 // extra_float_digits 0 changes how floats print (values the merge
 // computes included).
