@@ -4,10 +4,10 @@
 # results, inside a transaction (alone, after a keyed read bound it, and
 # after SET LOCAL extra_float_digits = 0 and set_config(..., true) in the
 # block), with extra_float_digits = 0, and behind transaction-local
-# settings in its implicit transaction (set_config(..., true) and SET
-# LOCAL extra_float_digits = 0 ahead of it in one pipeline, or in one
-# query string). Each must be answered the same (rows, column types,
-# command tag) or refused with 0A000.
+# settings (set_config(..., true) and SET LOCAL extra_float_digits = 0
+# ahead of it in one pipeline — in its implicit transaction or inside a
+# block — or in one query string). Each must be answered the same (rows,
+# column types, command tag) or refused with 0A000.
 #
 # Line format:  [@unordered | @ties=COLS] SQL [ ;; JSON array of parameters ]
 #   @unordered   compare the rows as a multiset (default when the statement
