@@ -395,12 +395,13 @@ func apart(p *plan, a, b *group) *Refusal {
 		return &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("cannot run across shards: %s (%s); one shard's part of it would be wrong", sub, subDesc(p, a, b)),
 			Detail:  "The subquery's result must be computed from every shard's rows before the rest of the statement uses it; pgshard computes it first (a read in two stages) only when it does not refer to the statement's rows.",
-			Hint:    "Correlate it by the sharding key (... WHERE t.execution_id = e.id), or join what it computes grouped by the column it is tied to (LEFT JOIN (SELECT target_id, count(*) AS n FROM outbox GROUP BY 1) o ON o.target_id = e.id), which pgshard reads in two stages; or run it as its own statement and pass its result in."}
+			Hint:    "Correlate it by the sharding key (... WHERE t.execution_id = e.id), or join what it computes grouped by the column it is tied to (LEFT JOIN (SELECT target_id, count(*) AS n FROM outbox GROUP BY 1) o ON o.target_id = e.id), which pgshard reads in two stages; or run it as its own statement and pass its result in.",
+			Cause:   CauseApart}
 	}
 	return &Refusal{SQLState: "0A000",
 		Message: fmt.Sprintf("cannot run across shards: %s and %s are not joined on their keys", a.desc, b.desc),
 		Detail:  "Each shard would see only its own rows of both, so a per-shard answer would be wrong.",
-		Hint:    hintAdvice}
+		Hint:    hintAdvice, Cause: CauseApart}
 }
 
 // cannotFanOut refuses a co-located read that still cannot fan out: it is
@@ -415,12 +416,13 @@ func cannotFanOut(p *plan, spread string) *Refusal {
 		return &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("cannot fan out (%s): the statement also reads %s, %s", spread, p.unsharded, unshardedFanOut),
 			Detail:  "Every shard would run the statement without that table's rows.",
-			Hint:    "Read the unsharded table and the sharded rows in separate statements, or give the sharded rows a key."}
+			Hint:    "Read the unsharded table and the sharded rows in separate statements, or give the sharded rows a key.",
+			Cause:   CauseUnshardedFanOut}
 	case p.merge == nil:
 		return &Refusal{SQLState: "0A000",
 			Message: fmt.Sprintf("cannot merge a key-less read across shards: %s", p.mergeWhy),
 			Detail:  spread + ".",
-			Hint:    hintAdvice}
+			Hint:    hintAdvice, Cause: CauseMerge}
 	}
 	return nil
 }
@@ -445,7 +447,8 @@ func (e *evaluator) conflict(p *plan, gs []gstate, first, at int) Dest {
 	ref := &Refusal{SQLState: "0A000",
 		Message: fmt.Sprintf("statement touches two shards: %s, but %s", describe(first), describe(second)),
 		Detail:  "A statement runs on exactly one shard, or (a key-less read) on all of them; a read is answered in two stages when each table keyed to another shard can be read there first (its key in the WHERE, naming that table alone).",
-		Hint:    "Split the statement per key, or write each table's key in the WHERE as table.key = value."}
+		Hint:    "Split the statement per key, or write each table's key in the WHERE as table.key = value.",
+		Cause:   CauseTwoShards}
 	return refuseDest(ref)
 }
 

@@ -25,3 +25,10 @@ func (r *Table) ShapeOf(sql string) (normalizes bool, fallback string) {
 	}
 	return true, ""
 }
+
+// RouteAlone is where st runs by its own routing, without a read in two
+// stages: its refusal, if any, as the two-stage plan sees it.
+func (r *Table) RouteAlone(st *Statement) Dest {
+	d, _ := r.routeAlone(st, nil, nil, nil)
+	return d
+}

@@ -78,7 +78,8 @@ func (r *Table) unshardedElsewhere(st *Statement, d Dest) Dest {
 		strings.Join(st.Unsharded, ", "), shards[r.defShard].Name, shards[d.Shard].Name, unshardedKeyed)
 	return Dest{Kind: DestRefuse, Bucket: -1, Reason: d.Why(), Refusal: &Refusal{SQLState: "0A000", Message: msg,
 		Detail: "Routing: " + d.Why(),
-		Hint:   "Read the unsharded tables in a subquery of their own (answered in two stages) or a statement of their own, or add them to the sharding schema (keyed or global)."}}
+		Hint:   "Read the unsharded tables in a subquery of their own (answered in two stages) or a statement of their own, or add them to the sharding schema (keyed or global).",
+		Cause:  CauseUnshardedKeyed}}
 }
 
 // routeOne is Route without the two-stage plan.

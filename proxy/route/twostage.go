@@ -41,25 +41,23 @@ import (
 // ...), SELECT (SELECT count(*) FROM t) AS n.
 
 // acrossShards reports whether ref refuses a read only because it needs
-// several shards' rows at once (what two stages may answer), not for an
-// error of the statement or its parameters: keys of two shards too
-// (twoShards), which only a spread plan answers.
+// several shards' rows at once (what two stages may answer: its Cause),
+// not for an error of the statement or its parameters: keys of two
+// shards too (twoShards), which only a spread plan answers.
 func acrossShards(ref *Refusal) bool {
-	return ref != nil && ref.SQLState == "0A000" &&
-		(strings.HasPrefix(ref.Message, "cannot run across shards: ") || strings.HasPrefix(ref.Message, "cannot merge a key-less read across shards: ") ||
-			strings.HasSuffix(ref.Message, unshardedFanOut) || strings.HasSuffix(ref.Message, unshardedKeyed) || twoShards(ref))
+	return ref != nil && ref.SQLState == "0A000" && ref.Cause != CauseNone
 }
 
-// unshardedKeyed ends the refusal of a keyed read of another shard than
-// the default one that also reads an unsharded table (unshardedElsewhere):
-// a spread plan answers it when the unsharded table is read by a
-// subquery of its own.
+// unshardedKeyed ends the message of a keyed read of another shard than
+// the default one that also reads an unsharded table (unshardedElsewhere,
+// CauseUnshardedKeyed): a spread plan answers it when the unsharded table
+// is read by a subquery of its own.
 const unshardedKeyed = "one shard cannot read both"
 
-// unshardedFanOut ends the refusal of a read of every shard that also
-// reads an unsharded table (cannotFanOut): answered in two stages when
-// the unsharded table is read by a subquery of its own (stage 1 on the
-// default shard), or stage 2 runs there.
+// unshardedFanOut ends the message of a read of every shard that also
+// reads an unsharded table (cannotFanOut, CauseUnshardedFanOut):
+// answered in two stages when the unsharded table is read by a subquery
+// of its own (stage 1 on the default shard), or stage 2 runs there.
 const unshardedFanOut = "which is not sharded and lives on the default shard only"
 
 // twoShards reports whether ref refuses a statement whose keys name two
@@ -68,7 +66,7 @@ const unshardedFanOut = "which is not sharded and lives on the default shard onl
 // whose tables are each read on its key's shard first (its key pushed
 // into it), never by reading a table whole (routeThis).
 func twoShards(ref *Refusal) bool {
-	return ref != nil && strings.HasPrefix(ref.Message, "statement touches two shards: ")
+	return ref != nil && ref.Cause == CauseTwoShards
 }
 
 // noStages marks a statement without a two-stage plan.
@@ -119,7 +117,7 @@ func (sg *Stages) routeThis(refused Dest, one func(*Statement) Dest) Dest {
 	// A keyed read is never answered by reading its tables whole: without
 	// the spread plan, only where each table read first is read on its
 	// key's shard (its key pushed into it: pushdown.go).
-	keyed := !sg.Spread && (twoShards(refused.Refusal) || strings.HasSuffix(refused.Refusal.Message, unshardedKeyed))
+	keyed := !sg.Spread && (twoShards(refused.Refusal) || refused.Refusal != nil && refused.Refusal.Cause == CauseUnshardedKeyed)
 	for _, in := range sg.Inner {
 		d := one(in)
 		if d.Kind == DestRefuse || d.Kind == DestAll && (d.Merge == nil || keyed) || len(in.Unsharded) > 0 && d.Kind != DestAny {

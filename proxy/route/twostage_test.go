@@ -1,6 +1,7 @@
 package route_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -327,6 +328,58 @@ func TestRouteApart(t *testing.T) {
 		}
 		if strings.Join(got, "; ") != strings.Join(c.inner, "; ") {
 			t.Errorf("%s: inner %q, want %q", c.sql, got, c.inner)
+		}
+	}
+}
+
+// TestRefusalCause: a refusal says why it refused (Refusal.Cause) where a
+// read in two stages may answer it — tables not co-located, no merge,
+// an unsharded table beside a read of every shard or a keyed read of
+// another shard, keys of two shards — and CauseNone where it may not
+// (locks, side effects): the two-stage plan reads the cause, never the
+// message.
+func TestRefusalCause(t *testing.T) {
+	r := newRouter(t, "")
+	shardOf := func(key string) int {
+		st, err := r.Analyze("SELECT data FROM executions WHERE id = '" + key + "'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Route(st, nil, nil, nil).Shard
+	}
+	other := ""
+	for i := 0; i < 50 && other == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); shardOf(k) != shardOf("x4") {
+			other = k
+		}
+	}
+	if other == "" {
+		t.Fatal("no key of another shard than x4's among 50")
+	}
+	for _, c := range []struct {
+		sql  string
+		want route.Cause
+	}{
+		{"SELECT e.id FROM executions e JOIN timers t ON t.path = e.data", route.CauseApart},
+		{"SELECT e.id, (SELECT count(*) FROM outbox o WHERE o.event = e.data) FROM executions e", route.CauseApart},
+		{"SELECT json_agg(id) FROM executions", route.CauseMerge},
+		{"SELECT e.id FROM executions e, app_settings a WHERE a.k = e.data", route.CauseUnshardedFanOut},
+		{"SELECT data FROM executions WHERE id = 'x4' AND definition_id IN (SELECT k FROM app_settings)", route.CauseUnshardedKeyed},
+		{"SELECT e.data, t.path FROM executions e, timers t WHERE e.id = 'x4' AND t.execution_id = '" + other + "'", route.CauseTwoShards},
+		{"SELECT nextval('s') FROM executions", route.CauseNone},
+		{"SELECT id FROM executions FOR UPDATE", route.CauseNone},
+	} {
+		st, err := r.Analyze(c.sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := r.RouteAlone(st)
+		if d.Kind != route.DestRefuse || d.Refusal == nil {
+			t.Errorf("%s: not refused alone (%v %s)", c.sql, d.Kind, d.Why())
+			continue
+		}
+		if d.Refusal.Cause != c.want {
+			t.Errorf("%s: cause %d, want %d (%s)", c.sql, d.Refusal.Cause, c.want, d.Refusal.Message)
 		}
 	}
 }

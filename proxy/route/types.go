@@ -238,7 +238,36 @@ type Refusal struct {
 	Message  string // the primary message (one line)
 	Detail   string // optional detail
 	Hint     string // optional advice: what to change
+	// Cause says why a read was refused where a read in two stages may
+	// answer it (twostage.go acrossShards); CauseNone for every other
+	// refusal. The plan reads it, never the message.
+	Cause Cause
 }
+
+// Cause is why a read was refused only because it needs several shards'
+// rows at once.
+type Cause uint8
+
+const (
+	// CauseNone: any other refusal (an error of the statement or its
+	// parameters, a write, a side effect).
+	CauseNone Cause = iota
+	// CauseApart: tables, or a subquery's result, not co-located: each
+	// shard would see only its own rows of both (evaluator.apart).
+	CauseApart
+	// CauseMerge: a read of every shard that no merge answers.
+	CauseMerge
+	// CauseUnshardedFanOut: a read of every shard that also reads a
+	// table outside the sharding schema, which lives on the default
+	// shard only.
+	CauseUnshardedFanOut
+	// CauseUnshardedKeyed: a keyed read of another shard than the
+	// default one that also reads such a table (unshardedElsewhere).
+	CauseUnshardedKeyed
+	// CauseTwoShards: the statement's keys name two shards
+	// (evaluator.conflict).
+	CauseTwoShards
+)
 
 // Error makes a Refusal usable as an error: "SQLSTATE: message".
 func (r *Refusal) Error() string { return r.SQLState + ": " + r.Message }
