@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
@@ -50,6 +51,7 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		p.fenceHeld()
 		return nil
 	}
+	heldAtEntry := p.planner.held
 	if p.planner.held && p.planner.swapMain {
 		p.demoteToReader()
 	}
@@ -71,15 +73,27 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		p.planAcquire(shard, a)
 		return nil
 	}
-	pool, pre, bc, shard, e := p.acquire(shard)
-	if e != nil {
-		return e
+	g := p.useGiven(shard)
+	switch {
+	case g != nil && g.err != nil:
+		return g.err
+	case g == nil && p.mayStop(heldAtEntry):
+		return p.stop(shard) // the runner takes it (acquireneed.go)
+	case g == nil:
+		pool, pre, bc, sh, e := acquireOn(p.planner.ctx, s, shard, p.planner.anyShard)
+		if e != nil {
+			return e
+		}
+		g = &givenConn{pool: pool, pre: pre, bc: bc, shard: sh}
+		if p.planner.fence.set() && !p.planner.noFence && s.own == nil {
+			g.fenced = s.host.Fences.fenced(p.planner.ctx, s.gen, s.host.Log, pool, bc)
+		}
 	}
-	s.setBackend(bc)
-	s.txn.shard = shard
-	p.planner.bc, p.planner.shard, p.planner.onBackend = bc, shard, true
-	fence := p.planner.fence.set() && !p.planner.noFence && s.own == nil && s.host.Fences.fenced(p.planner.ctx, s.gen, s.host.Log, pool, bc)
-	p.openTxn(pre, fence, a)
+	s.setBackend(g.bc)
+	s.txn.shard = g.shard
+	p.planner.bc, p.planner.shard, p.planner.onBackend = g.bc, g.shard, true
+	fence := p.planner.fence.set() && !p.planner.noFence && s.own == nil && g.fenced
+	p.openTxn(g.pre, fence, a)
 	return nil
 }
 
@@ -159,22 +173,21 @@ func (p backendExec) bindReader(shard int) bool {
 	return true
 }
 
-// acquire takes a connection of shard's pool keyed by the session's
-// settings (with p.anyShard, of the next shard whose pool can give one);
+// acquireOn takes a connection of shard's pool keyed by the session's
+// settings (with anyShard, of the next shard whose pool can give one);
 // pre is the settings the transaction must apply itself.
-func (p backendExec) acquire(shard int) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
-	s := p.planner.s
+func acquireOn(ctx context.Context, s *Session, shard int, anyShard bool) (pool *backend.Pool, pre *backend.Settings, bc *backend.Conn, _ int, _ *pgwire.Error) {
 	pool = s.gen.Pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)
-	bc, err := pool.Acquire(p.planner.ctx, key)
-	for k := 1; err != nil && p.planner.anyShard && k < len(s.gen.Pools); k++ {
+	bc, err := pool.Acquire(ctx, key)
+	for k := 1; err != nil && anyShard && k < len(s.gen.Pools); k++ {
 		if _, isPg := err.(*backend.PgError); isPg {
 			break
 		}
 		shard = (shard + 1) % len(s.gen.Pools)
 		pool = s.gen.Pools[shard]
 		key, pre = s.cur.Split(pool.ViaPooler)
-		bc, err = pool.Acquire(p.planner.ctx, key)
+		bc, err = pool.Acquire(ctx, key)
 	}
 	if err != nil {
 		return pool, pre, nil, shard, acquireError(pool, err)
@@ -227,6 +240,7 @@ func (p backendExec) describeApart(vs *vstmt) bool {
 // or the failure to reach it.
 func (p backendExec) describeOn(shard int, vs *vstmt) (backend.Described, *pgwire.Error) {
 	s := p.planner.s
+	p.planner.stepped = true // I/O while planning: the part is not planned again
 	pool := s.gen.Pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)
 	bc, err := pool.Acquire(p.planner.ctx, key)
@@ -340,6 +354,7 @@ func (p backendExec) take(act action) action {
 		return act
 	}
 	act.step = nil
+	p.planner.stepped = true // its I/O is done: the part is not planned again
 	switch st.kind {
 	case stepMoveSoft:
 		if e := p.rollbackSoft(st.from); e != nil {

@@ -71,7 +71,11 @@
 //	                 the plan out; acquirestep.go: acquireStep, an idle
 //	                 session's pipeline's acquisition of its backend as a
 //	                 step of the plan, which the executor takes (and
-//	                 asks the pool's fence on, the first time)
+//	                 asks the pool's fence on, the first time);
+//	                 acquireneed.go: every other acquisition of a
+//	                 backend without one held: planning stops for it
+//	                 (acquireNeed), the runner takes it and plans the
+//	                 part again with the connection given
 //	  fanout.go      statements of every shard: fanPlan, the planner's
 //	                 fan-out, and fanExec, made per fan-out, that carries
 //	                 it out (reads merged by internal/merge) and sees the

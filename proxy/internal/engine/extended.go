@@ -82,7 +82,16 @@ func (s *Session) runPipeline(ctx context.Context) error {
 	}
 	parts := pipeParts{s, term}
 	p := parts.next(ctx, 0)
-	for i := range s.grp {
+	start := 0 // the first message of the part being planned
+	for i := 0; ; i++ {
+		if p.planner.need.on {
+			// Planning stopped for a backend: the runner takes it and
+			// plans the part again (acquireneed.go).
+			p, i = parts.again(ctx, p, start), start
+		}
+		if i >= len(s.grp) {
+			break
+		}
 		m := s.grp[i]
 		p.planner.cur = i
 		if p.planner.protoErr != nil {
@@ -104,7 +113,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				if done, err := parts.runFan(p.planner); done || err != nil {
 					return err
 				}
-				p = parts.next(ctx, i)
+				p, start = parts.next(ctx, i), i
 				p.planner.fresh = p.planner.fresh && inTxn // no fence retry after a part ran
 			}
 		}
@@ -120,7 +129,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 				if done, err := parts.runCut(p); done || err != nil {
 					return err
 				}
-				p = parts.next(ctx, i)
+				p, start = parts.next(ctx, i), i
 				p.planner.fresh = false // a fence refusal is not retried: the part before ran
 				p.bind(m.raw, i)
 			}
@@ -136,6 +145,7 @@ func (s *Session) runPipeline(ctx context.Context) error {
 			p.flushMsg(m.raw)
 		}
 	}
+	dropGiven(p.planner)
 	p.takeAcquire() // the plan's acquisition step (acquirestep.go), if any
 	if p.planner.protoErr != nil {
 		return p.planner.protoErr

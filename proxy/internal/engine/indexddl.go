@@ -79,6 +79,7 @@ func indexDest(p *planner, a *route.Statement, d route.Dest) route.Dest {
 // belong to, on a connection taken for it and given back.
 func (p backendExec) indexTables(names []string) ([]string, *pgwire.Error) {
 	s := p.planner.s
+	p.planner.stepped = true // I/O while planning: the part is not planned again
 	pool := s.gen.Pools[s.gen.DefaultShard]
 	key, _ := s.cur.Split(pool.ViaPooler)
 	bc, err := pool.Acquire(p.planner.ctx, key)

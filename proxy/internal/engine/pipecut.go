@@ -156,7 +156,7 @@ func (r pipeParts) runCut(p pipePlanner) (done bool, err error) {
 // of it (i = 0), or its rest after a part of it ran.
 func (r pipeParts) next(ctx context.Context, i int) pipePlanner {
 	p := pipePlanner{r.s.newPlanner(ctx)}
-	p.planner.pipeline, p.planner.cur = true, i
+	p.planner.pipeline, p.planner.cur, p.planner.restartable = true, i, true
 	return p
 }
 
@@ -225,4 +225,18 @@ func fanBoundApart(f *fanPlan, m cmsg) *pgwire.Error {
 	return &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 		Message: "this statement of every shard cannot be fetched in parts (its portal was flushed before its Execute, as a cursor does)",
 		Hint:    "Fetch it whole (Bind, Execute and Sync together, no cursor), or add a key so that it runs on one shard."}
+}
+
+// again plans the part from its message start again after planning
+// stopped for a backend (p.planner.need, acquireneed.go): the runner
+// takes the connection, which the new plan is given. The part's start
+// is as it was (fresh: whether a fence refusal may be retried).
+func (r pipeParts) again(ctx context.Context, p pipePlanner, start int) pipePlanner {
+	old, restarts, fresh := p.planner.need, p.planner.restarts, p.planner.fresh
+	dropGiven(p.planner)
+	g := takeNeed(ctx, r.s, p.planner)
+	q := r.next(ctx, start) // the same planner, reset
+	q.planner.fresh = fresh
+	replanFrom(q.planner, old, restarts, g)
+	return q
 }

@@ -100,54 +100,56 @@ func txnControl(k route.Kind) bool {
 // Planning such a pipeline does no I/O and writes nothing of the
 // session's (TestPlanAcquireStep, TestPlanAcquireStepProbe).
 //
-// Still interleaved with planning everywhere else:
+// Every other acquisition of a backend while none is held — a deferred
+// transaction's first statement for a shard, a key-less read any shard
+// answers (the next shard whose pool gives a connection), a query
+// string, a statement after the assert of a pool whose fence is not
+// known yet, a pipeline's acquisition after other statements — stops
+// planning instead (acquireneed.go): the plan records what it needs
+// (planner.need), the runner (runPipeline, simpleQuery) takes the
+// connection and asks its pool's fence where the plan asserts a key,
+// and the part is planned again from its first message with the
+// connection given, which the same acquisition uses. Planning the part
+// again is exact because planning up to there changed nothing of the
+// session's (the routing decisions it noted are not noted twice:
+// planner.muted). Planning such a part does no I/O
+// (TestPlanStopsForBackend).
 //
-//   - the executor's run and ensureBackend, called as soon as a
-//     statement needs its backend: the rest of the pipeline is planned
-//     for the connection acquired (below);
+// Still done on the spot, while planning:
+//
+//   - what is I/O on a backend the session holds: a soft transaction's
+//     move to another shard (moveSoft's ROLLBACK), the swap of a
+//     transaction's backend that only read for the write's shard
+//     (demoteToReader, then the write's acquisition), a deferred
+//     transaction's reader taken (bindReader: no I/O, the session's
+//     readers change), and the statements of a pinned session;
+//   - an action's step (take: the ROLLBACK of a soft move, a session
+//     SET's probe, the call of a pg_terminate_backend), a Describe of a
+//     statement ahead of a read of every shard before its transaction
+//     ran anything on a shard (pipePlanner.describeApart: one shard
+//     describes it in a transaction of its own, and the answer is
+//     planned as the proxy's), and the lookup of an index's table for a
+//     schema change naming an index alone (indexddl.go) — after any of
+//     them, an acquisition later in the same part is made on the spot
+//     too (planner.stepped: the part is not planned again, which would
+//     repeat its I/O);
 //   - a read of every shard in the middle of a transaction block's
-//     pipeline (runPipeline runs it, then plans the rest afresh);
-//   - a Describe of a statement ahead of a read of every shard, before
-//     its transaction ran anything on a shard (pipePlanner.describeApart:
-//     one shard describes it in a transaction of its own, and the
-//     answer is planned as the proxy's).
+//     pipeline: runPipeline runs it, then plans the rest afresh (the
+//     plan ends there, as at a stop).
 //
-// What planning reads of the acquired backend there, so that it cannot
-// be planned before the acquisition: (1) outside the step's one Bind
-// (a later Parse, Bind, Describe of a statement or Close in the
-// pipeline, or any statement of a held backend), sendParse's bytes depend on
-// that connection's statement cache (bc.Stmts: none through a pooler;
-// which of the pipeline's statements it holds already, the names it
-// evicts, whose Close goes first, its epoch), on a pinned backend's own
-// names (vstmt.realOn), and parse's choice of answering an unnamed
-// Parse itself; (2) the shard it is on: with anyShard, acquire takes
-// the next shard whose pool gives a connection, and every later
-// statement of the pipeline is routed against that shard (a keyed
-// statement for another shard moves a soft transaction, or is
-// refused); (3) whether the fence's assert is written ahead, when the
-// pool's fence state is not known yet (PoolFences.fenced asks the
-// backend once per pool) and the assert goes into a BEGIN wrap with
-// the session's settings, or into a simple Query, a deferred
-// transaction's replay or a held backend's transaction (the
-// acquisition step asks only where the assert stands alone in an idle
-// pipeline); (4) where the plan fails: an acquisition's
-// error fails the pipeline at that message, and the later ones are
-// planned as a failed pipeline's (acquireStep does this by planning
-// again from a snapshot, for the later messages it allows); (5) the
-// session state a cancel and the exchange read, written as the backend
-// is taken (Session.setBackend, txn.shard, txn.hintBound, fenceBuckets,
-// the readers taken or a held backend demoted to one); (6) for a held
-// backend, a soft transaction's move (moveSoft's ROLLBACK) and a
-// deferred transaction's reader (bindReader). The rest of the design:
-// the planner writes the cache-dependent parts as operations (prepare
-// statement vs, close what the cache evicts) instead of bytes, which
-// the executor renders against the connection it took; a fall-back to
-// another shard, like an acquisition error, ends the plan at that
-// step, and the executor plans the rest of the pipeline afresh from
-// that message on the state it found (as runPipeline does after a read
-// of every shard); the first probe of a pool's fence is part of the
-// acquisition step for every way the assert is written (done for the
-// assert alone in an idle pipeline: acquireStep.probe).
+// What planning reads of the acquired backend, so that it is planned
+// only once the connection is taken: (1) outside the acquisition
+// step's one Bind, sendParse's bytes depend on that connection's
+// statement cache (bc.Stmts: none through a pooler; which of the
+// pipeline's statements it holds already, the names it evicts, whose
+// Close goes first, its epoch), on a pinned backend's own names
+// (vstmt.realOn), and parse's choice of answering an unnamed Parse
+// itself; (2) the shard it is on: with anyShard, the next shard whose
+// pool gives a connection, against which every later statement of the
+// pipeline is routed; (3) whether the fence's assert is written ahead
+// (PoolFences.fenced asks the backend once per pool); (4) where the
+// plan fails: an acquisition's error fails the pipeline at that
+// message.
 type planner struct {
 	s   *Session
 	ctx context.Context
@@ -248,6 +250,21 @@ type planner struct {
 	// lazy: the Bind being planned (of statement lazy) may leave the
 	// acquisition of its backend to the executor (acquirestep.go).
 	lazy *vstmt
+	// need: planning stopped for a backend's acquisition, which the
+	// runner takes and then plans the part again with it given
+	// (acquireneed.go); restartable: the runner does that, restarts times
+	// so far for this part. stepped: I/O was done while planning this
+	// part (an action's step, a Describe answered apart, a lookup of
+	// indexes), so it is not planned again. noted: the routing decisions
+	// noted so far; muted: how many of the first ones a part planned
+	// again leaves unnoted (noted already).
+	need        acquireNeed
+	given       *givenConn
+	restartable bool
+	restarts    int
+	stepped     bool
+	noted       int
+	muted       int
 }
 
 func (s *Session) newPlanner(ctx context.Context) *planner {
@@ -535,7 +552,12 @@ func (p *planner) target(a *route.Statement, d route.Dest) routePlan {
 		r.keyless(a, &in, pipePlanner{p}.lookahead(p.cur, leadable(a) && p.s.grp[p.cur].typ == 'B'), &rp)
 	}
 	p.takeRoute(rp)
-	srv.Ops.NoteDecision(a.SQL, d, rp.shard, rp.fan, rp.err, p.sim.hint >= 0 || p.s.txn.hintBound)
+	p.noted++
+	if p.muted > 0 {
+		p.muted-- // noted when this part was planned first (acquireneed.go)
+	} else {
+		srv.Ops.NoteDecision(a.SQL, d, rp.shard, rp.fan, rp.err, p.sim.hint >= 0 || p.s.txn.hintBound)
+	}
 	return rp
 }
 

@@ -145,7 +145,7 @@ func TestPlanQueryValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := s.planQuery(context.Background(), msg, as, nil)
+	p := s.planQuery(context.Background(), msg, as, nil, nil)
 	kinds, local := planShape(p)
 	if len(kinds) != 3 || kinds[0] != itLocal || kinds[1] != itLocal || kinds[2] != itLocal || string(local) != "CCZ" || len(p.plan.bw) != 0 {
 		t.Fatalf("plan: items %v, local messages %q, %d bytes for a backend", kinds, local, len(p.plan.bw))

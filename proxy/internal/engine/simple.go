@@ -38,15 +38,35 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 			return nil
 		}
 	}
-	return s.finish(s.planQuery(ctx, msg, as, err), 'Q')
+	p := s.planQuery(ctx, msg, as, err, nil)
+	for p.need.on { // at most twice (backendExec.mayStop)
+		// Planning stopped for a backend: taken, and the query planned
+		// again with it (acquireneed.go).
+		p = s.planQuery(ctx, msg, as, err, p)
+	}
+	dropGiven(p)
+	return s.finish(p, 'Q')
 }
 
 // planQuery plans the Query message msg, its statements as (or err, the
 // analyzer's error): its plan (planner.plan, or planner.fan) is what
-// finish runs.
-func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error) *planner {
-	p := queryPlanner{s.newPlanner(ctx)}
-	p.planner.simple = true
+// finish runs. stopped, when set, is the plan that stopped for a
+// backend's acquisition: the runner takes it, and the query is planned
+// again with it given.
+func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error, stopped *planner) *planner {
+	var g *givenConn
+	var old acquireNeed
+	restarts := 0
+	if stopped != nil {
+		old, restarts = stopped.need, stopped.restarts
+		dropGiven(stopped)
+		g = takeNeed(ctx, s, stopped)
+	}
+	p := queryPlanner{s.newPlanner(ctx)} // (stopped's planner, reset)
+	p.planner.simple, p.planner.restartable = true, true
+	if g != nil {
+		replanFrom(p.planner, old, restarts, g)
+	}
 	switch {
 	case err != nil:
 		p.planner.fail(pgwire.NewError(pgwire.CodeSyntaxError, err.Error()), nil)

@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// TestPlanStopsForBackend: where the plan cannot leave the acquisition
+// to the executor as a step (a query string; here a deferred
+// transaction's first keyed statement and a key-less read any shard
+// answers), planning stops instead of taking a connection: no
+// connection opened, nothing of the session's changed, the need
+// recorded. Planned again with the connection the runner took, the plan
+// runs on it, and the routing decision is noted once. Where planning did
+// I/O already in the part (stepped), it acquires on the spot as before.
+func TestPlanStopsForBackend(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, sql string
+		deferred  bool
+	}{
+		{"a key-less read", "SELECT 1", false},
+		{"a deferred transaction's keyed statement", "SELECT data FROM executions WHERE id = 'k1'", true},
+	} {
+		pg := newStepBackend(t)
+		s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+		ops := s.gen.Ops.(*stepOps)
+		if c.deferred {
+			s.txn.tx = txDeferred
+			s.txn.deferred = []deferredStmt{{sql: "BEGIN"}}
+		}
+		msg := pgwire.AppendQuery(nil, c.sql)
+		as, err := s.gen.Config.Analyzer.SplitBytes([]byte(c.sql))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.planQuery(ctx, msg, as, nil, nil)
+		if !p.need.on || p.bc != nil || p.onBackend {
+			t.Fatalf("%s: need %+v, backend %v (on backend %v): planning did not stop for it", c.name, p.need, p.bc, p.onBackend)
+		}
+		if n, _ := pg.seen(); n != 0 || s.bc != nil || s.txn.tx != map[bool]txState{false: txIdle, true: txDeferred}[c.deferred] {
+			t.Fatalf("%s: planning opened %d connections, session backend %v, tx %v", c.name, n, s.bc, s.txn.tx)
+		}
+		p = s.planQuery(ctx, msg, as, nil, p)
+		if p.need.on || p.bc == nil || !p.onBackend || p.given != nil || p.failed {
+			t.Fatalf("%s: planned again: need %+v, backend %v, given %v, failed %v", c.name, p.need, p.bc, p.given, p.failed)
+		}
+		if n, _ := pg.seen(); n != 1 || s.bc != p.bc || len(p.plan.bw) == 0 {
+			t.Fatalf("%s: %d connections, session backend %v (plan's %v), %d bytes for it", c.name, n, s.bc, p.bc, len(p.plan.bw))
+		}
+		if got := ops.decisions.Load(); got != 1 {
+			t.Errorf("%s: %d routing decisions noted, want 1", c.name, got)
+		}
+		s.dropBackend(true)
+	}
+
+	// I/O done in the part already: the acquisition happens on the spot.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: the acquisition fails, and says so
+	s := stepSession(t, addr, FenceOff)
+	p := queryPlanner{s.newPlanner(ctx)}
+	p.planner.simple, p.planner.restartable, p.planner.stepped = true, true, true
+	if e := p.planner.exec().ensureBackend(0, nil); e == nil || e == errPlanStopped || p.planner.need.on {
+		t.Errorf("after I/O in the part: %v (need %+v), want the acquisition's own error", e, p.planner.need)
+	}
+	// Not a runner that plans again: likewise.
+	p = queryPlanner{s.newPlanner(ctx)}
+	p.planner.simple = true
+	if e := p.planner.exec().ensureBackend(0, nil); e == nil || e == errPlanStopped || p.planner.need.on {
+		t.Errorf("no runner planning again: %v (need %+v), want the acquisition's own error", e, p.planner.need)
+	}
+}
+
+// BenchmarkPlanQueryStop plans a keyed simple Query of an idle session
+// up to where it stops for its backend (acquireneed.go): what planning
+// the part again adds to such a query (nothing listens at the pools'
+// address; nothing is taken).
+func BenchmarkPlanQueryStop(b *testing.B) {
+	s := stepSession(b, "127.0.0.1:1", FenceOff)
+	sql := "SELECT data FROM executions WHERE id = 'k1'"
+	msg := pgwire.AppendQuery(nil, sql)
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := s.planQuery(context.Background(), msg, as, nil, nil); !p.need.on {
+			b.Fatal("planning did not stop")
+		}
+	}
+}
