@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
@@ -52,6 +53,24 @@ type acquireNeed struct {
 	// noted: the routing decisions noted before the stop (planned again:
 	// not noted twice).
 	noted int
+	// describe: planning stopped for the Describe of a statement
+	// answered apart (describeApart) at message msg: sql with parameter
+	// types oids, described on shard in a transaction that repeats the
+	// deferred one's start (deferredTx: deferred).
+	describe   bool
+	msg        int
+	sql        string
+	oids       []uint32
+	deferred   []deferredStmt
+	deferredTx bool
+}
+
+// givenDescribe is the description the runner got for the Describe of
+// message msg planning stopped for, or the error the client gets.
+type givenDescribe struct {
+	msg  int
+	desc backend.Described
+	err  *pgwire.Error
 }
 
 // givenConn is the connection the runner took for the acquisition
@@ -72,6 +91,14 @@ type givenConn struct {
 func (p backendExec) mayStop(heldAtEntry bool) bool {
 	pl := p.planner
 	return pl.restartable && pl.restarts < 2 && !heldAtEntry && !pl.stepped && pl.s.own == nil
+}
+
+// stopDescribe records the Describe of vs answered apart as the plan's
+// need (describeApart).
+func (p backendExec) stopDescribe(vs *vstmt) {
+	pl := p.planner
+	pl.need = acquireNeed{on: true, describe: true, shard: pl.s.gen.pickAny(), msg: pl.cur, sql: vs.st.SQL,
+		oids: slices.Clone(vs.oids), deferred: slices.Clone(pl.sim.deferred), deferredTx: pl.sim.tx == txDeferred, noted: pl.noted}
 }
 
 // stop records the acquisition of shard as the plan's need.
@@ -103,23 +130,27 @@ func (p backendExec) useGiven(shard int) *givenConn {
 // takeNeed takes the connection planning stopped for (p.need), and asks
 // its pool's fence where the plan asserts a key; the part is then
 // planned again with it (planner.given).
-func takeNeed(ctx context.Context, s *Session, p *planner) *givenConn {
+func takeNeed(ctx context.Context, s *Session, p *planner) (*givenConn, *givenDescribe) {
 	n := p.need
+	if n.describe {
+		d, e := describeOn(ctx, s, n.shard, n.sql, n.oids, n.deferred, n.deferredTx)
+		return nil, &givenDescribe{msg: n.msg, desc: d, err: e}
+	}
 	pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
 	if e != nil {
-		return &givenConn{pool: pool, shard: shard, err: e}
+		return &givenConn{pool: pool, shard: shard, err: e}, nil
 	}
 	g := &givenConn{pool: pool, pre: pre, bc: bc, shard: shard}
 	if n.fence {
 		g.fenced = s.host.Fences.fenced(ctx, s.gen, s.host.Log, pool, bc)
 	}
-	return g
+	return g, nil
 }
 
 // replanFrom readies planner p, new for the part being planned again,
 // with the connection given for what the part before it stopped for.
-func replanFrom(p *planner, old acquireNeed, restarts int, g *givenConn) {
-	p.given, p.restartable, p.restarts, p.muted = g, true, restarts+1, old.noted
+func replanFrom(p *planner, old acquireNeed, restarts int, g *givenConn, gd *givenDescribe) {
+	p.given, p.givenDesc, p.restartable, p.restarts, p.muted = g, gd, true, restarts+1, old.noted
 }
 
 // dropGiven gives back a connection given that the plan did not use

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
@@ -95,5 +96,41 @@ func BenchmarkPlanQueryStop(b *testing.B) {
 		if p := s.planQuery(context.Background(), msg, as, nil, nil); !p.need.on {
 			b.Fatal("planning did not stop")
 		}
+	}
+}
+
+// TestPlanStopsForDescribe: a Describe of a statement ahead of a read of
+// every shard in an idle session's pipeline (answered apart by one
+// shard: describeApart) stops planning too — no connection opened — and
+// records what the runner describes: the statement and the message.
+func TestPlanStopsForDescribe(t *testing.T) {
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	s.gen.RR = new(atomic.Uint32)
+	sql := "SELECT id FROM executions WHERE version > $1"
+	s.grp = []cmsg{
+		{'P', pgwire.AppendParseMsg(nil, "", sql, nil)},
+		{'D', pgwire.AppendDescribe(nil, 'S', "")},
+		{'B', pgwire.AppendBindText(nil, "", "", [][]byte{[]byte("1")})},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	pl := pipePlanner{s.newPlanner(context.Background())}
+	pl.planner.pipeline, pl.planner.restartable = true, true
+	for i, m := range s.grp[:2] {
+		pl.planner.cur = i
+		switch m.typ {
+		case 'P':
+			pl.parse(m.raw)
+		case 'D':
+			pl.describe(m.raw, i)
+		}
+	}
+	n := pl.planner.need
+	if !n.on || !n.describe || n.msg != 1 || n.sql != sql || n.deferredTx {
+		t.Fatalf("need %+v, want the Describe of message 1", n)
+	}
+	if c, _ := pg.seen(); c != 0 || s.bc != nil {
+		t.Fatalf("planning opened %d connections (session backend %v)", c, s.bc)
 	}
 }

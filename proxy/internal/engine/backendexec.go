@@ -214,7 +214,19 @@ func (p backendExec) describeApart(vs *vstmt) bool {
 		s.own != nil || pl.sim.hint >= 0 || len(s.gen.Pools) < 2 || len(vs.st.Unsharded) > 0 {
 		return false
 	}
-	desc, e := p.describeOn(s.gen.pickAny(), vs)
+	var desc backend.Described
+	var e *pgwire.Error
+	switch gd := pl.givenDesc; {
+	case gd != nil && gd.msg == pl.cur:
+		pl.givenDesc = nil
+		desc, e = gd.desc, gd.err // described by the runner (acquireneed.go)
+	case p.mayStop(pl.held):
+		p.stopDescribe(vs)
+		return true
+	default:
+		pl.stepped = true // I/O while planning: the part is not planned again
+		desc, e = describeOn(pl.ctx, s, s.gen.pickAny(), vs.st.SQL, vs.oids, pl.sim.deferred, pl.sim.tx == txDeferred)
+	}
 	if e != nil {
 		if !desc.Parsed && pl.pendingParse >= 0 && pl.pendingParse == len(pl.plan.items)-1 && pl.pendingVs == vs {
 			// The client's Parse came just before and failed on the
@@ -234,27 +246,27 @@ func (p backendExec) describeApart(vs *vstmt) bool {
 	return true
 }
 
-// describeOn describes statement vs on shard in a transaction of its
-// own, on a connection taken for it and given back (describeApart): the
-// shard's description, or the error the client gets — the shard's own,
-// or the failure to reach it.
-func (p backendExec) describeOn(shard int, vs *vstmt) (backend.Described, *pgwire.Error) {
-	s := p.planner.s
-	p.planner.stepped = true // I/O while planning: the part is not planned again
+// describeOn describes statement sql (parameter types oids) on shard in
+// a transaction of its own that repeats what the client's has set (the
+// session's settings; deferredTx: the deferred BEGIN and SET LOCALs
+// deferred), on a connection taken for it and given back
+// (describeApart): the shard's description, or the error the client
+// gets — the shard's own, or the failure to reach it.
+func describeOn(ctx context.Context, s *Session, shard int, sql string, oids []uint32, deferred []deferredStmt, deferredTx bool) (backend.Described, *pgwire.Error) {
 	pool := s.gen.Pools[shard]
 	key, pre := s.cur.Split(pool.ViaPooler)
-	bc, err := pool.Acquire(p.planner.ctx, key)
+	bc, err := pool.Acquire(ctx, key)
 	if err != nil {
 		return backend.Described{}, acquireError(pool, err)
 	}
 	begin := ""
 	switch {
-	case p.planner.sim.tx == txDeferred:
-		begin = replaySQL(p.planner.sim.deferred, pre)
+	case deferredTx:
+		begin = replaySQL(deferred, pre)
 	case len(pre.KV) > 0:
 		begin = pre.BeginSQL() + ";\n" + pre.PreambleSQL()
 	}
-	d, err := bc.DescribeStmt(p.planner.ctx, s.gen.Config.PoolTimeout, begin, vs.st.SQL, vs.oids)
+	d, err := bc.DescribeStmt(ctx, s.gen.Config.PoolTimeout, begin, sql, oids)
 	pool.Release(bc)
 	if err != nil {
 		return d, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("describing the statement on shard %q failed: %v", pool.Shard.Name, err))

@@ -232,11 +232,14 @@ func fanBoundApart(f *fanPlan, m cmsg) *pgwire.Error {
 // takes the connection, which the new plan is given. The part's start
 // is as it was (fresh: whether a fence refusal may be retried).
 func (r pipeParts) again(ctx context.Context, p pipePlanner, start int) pipePlanner {
-	old, restarts, fresh := p.planner.need, p.planner.restarts, p.planner.fresh
+	old, restarts, fresh, gd := p.planner.need, p.planner.restarts, p.planner.fresh, p.planner.givenDesc
 	dropGiven(p.planner)
-	g := takeNeed(ctx, r.s, p.planner)
+	g, d := takeNeed(ctx, r.s, p.planner)
+	if d != nil {
+		gd = d
+	}
 	q := r.next(ctx, start) // the same planner, reset
 	q.planner.fresh = fresh
-	replanFrom(q.planner, old, restarts, g)
+	replanFrom(q.planner, old, restarts, g, gd)
 	return q
 }

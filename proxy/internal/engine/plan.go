@@ -100,7 +100,8 @@ func txnControl(k route.Kind) bool {
 // Planning such a pipeline does no I/O and writes nothing of the
 // session's (TestPlanAcquireStep, TestPlanAcquireStepProbe).
 //
-// Every other acquisition of a backend while none is held — a deferred
+// Every other acquisition of a backend while none is held, and a
+// Describe answered apart (describeApart, the same way) — a deferred
 // transaction's first statement for a shard, a key-less read any shard
 // answers (the next shard whose pool gives a connection), a query
 // string, a statement after the assert of a pool whose fence is not
@@ -128,11 +129,14 @@ func txnControl(k route.Kind) bool {
 //     statement ahead of a read of every shard before its transaction
 //     ran anything on a shard (pipePlanner.describeApart: one shard
 //     describes it in a transaction of its own, and the answer is
-//     planned as the proxy's), and the lookup of an index's table for a
-//     schema change naming an index alone (indexddl.go) — after any of
-//     them, an acquisition later in the same part is made on the spot
-//     too (planner.stepped: the part is not planned again, which would
-//     repeat its I/O);
+//     planned as the proxy's) where the runner cannot do it (the part
+//     planned twice already, or after another of these), the check of
+//     a statement described before a schema change (staledesc.go: a
+//     Describe on a shard at its Bind), and the lookup of an index's
+//     table for a schema change naming an index alone (indexddl.go) —
+//     after any of them, an acquisition later in the same part is made
+//     on the spot too (planner.stepped: the part is not planned again,
+//     which would repeat its I/O);
 //   - a read of every shard in the middle of a transaction block's
 //     pipeline: runPipeline runs it, then plans the rest afresh (the
 //     plan ends there, as at a stop).
@@ -260,6 +264,7 @@ type planner struct {
 	// again leaves unnoted (noted already).
 	need        acquireNeed
 	given       *givenConn
+	givenDesc   *givenDescribe
 	restartable bool
 	restarts    int
 	stepped     bool

@@ -60,12 +60,12 @@ func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Stateme
 	if stopped != nil {
 		old, restarts = stopped.need, stopped.restarts
 		dropGiven(stopped)
-		g = takeNeed(ctx, s, stopped)
+		g, _ = takeNeed(ctx, s, stopped) // (no Describe apart in a query)
 	}
 	p := queryPlanner{s.newPlanner(ctx)} // (stopped's planner, reset)
 	p.planner.simple, p.planner.restartable = true, true
 	if g != nil {
-		replanFrom(p.planner, old, restarts, g)
+		replanFrom(p.planner, old, restarts, g, nil)
 	}
 	switch {
 	case err != nil:

@@ -85,7 +85,8 @@ func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error)
 		return nil
 	}
 	epoch := s.gen.StmtEpoch.Load()
-	desc, e := p.planner.exec().describeOn(shard, vs)
+	pl.stepped = true // I/O while planning: the part is not planned again
+	desc, e := describeOn(pl.ctx, s, shard, vs.st.SQL, vs.oids, pl.sim.deferred, pl.sim.tx == txDeferred)
 	if e != nil {
 		return nil // the Bind's own run reports what is wrong
 	}
