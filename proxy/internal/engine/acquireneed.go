@@ -8,7 +8,8 @@ import (
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
-// An acquisition planning stops for. Where the plan cannot leave a
+// What planning stops for: a backend's acquisition, a Describe answered
+// apart, an action's step. Where the plan cannot leave a
 // backend's acquisition to the executor as a step of its own
 // (acquireStep: only an idle session's pipeline whose Bind is its first
 // statement for a backend, nothing after it reading the connection),
@@ -18,7 +19,12 @@ import (
 // simpleQuery) takes the connection — with its pool's fence asked on it
 // where the plan asserts a key (takeNeed) — and plans the part again
 // from its first message with the connection given (planner.given),
-// which the same acquisition then uses: planning does no I/O there.
+// which the same acquisition then uses: planning does no I/O there. A
+// Describe answered apart (describeApart) and a session SET's probe on
+// any shard (an action's step that needs no backend of the pipeline)
+// stop it alike: the runner describes or probes, and the part is
+// planned again with the result given (the probes in order:
+// planner.given.steps).
 //
 //	plan ──► ensureBackend: no connection yet ──► need, stop
 //	runner: takeNeed (Acquire, the fence's question) ──► given
@@ -29,20 +35,24 @@ import (
 // the session as the executor runs the plan; the routing decisions
 // planned twice are counted once: planner.muted). The planner stops
 // only where that holds: a runner that plans again (planner.restartable,
-// at most twice per part), no backend held when the acquisition comes
+// at most maxRestarts times per part), no backend held when the
+// acquisition comes
 // (a soft transaction's move or a swap of the transaction's backend is
 // I/O on the held backend, done on the spot), no step of an action taken
 // and no Describe answered apart in the part yet (their I/O is done),
 // not a pinned session. Elsewhere ensureBackend acquires on the spot, as
 // before.
 
-// errPlanStopped is what ensureBackend returns when planning stopped
-// for an acquisition (planner.need): the callers fail the statement as
-// for any error, and the runner throws that plan away. A client never
-// sees it.
+// errPlanStopped is what planning returns where it stopped
+// (planner.need): the callers fail the statement as for any error, and
+// the runner throws that plan away. A client never sees it.
 var errPlanStopped = &pgwire.Error{Code: pgwire.CodeInternalError, Message: "pgshard: planning stopped for a backend (not an answer)"}
 
-// acquireNeed is the acquisition planning stopped for.
+// maxRestarts bounds how many times a part is planned again; past it,
+// what it needs is done on the spot.
+const maxRestarts = 3
+
+// acquireNeed is what planning stopped for.
 type acquireNeed struct {
 	on    bool
 	shard int
@@ -63,6 +73,19 @@ type acquireNeed struct {
 	oids       []uint32
 	deferred   []deferredStmt
 	deferredTx bool
+	// step: planning stopped for an action's step (a session SET's probe
+	// on any shard), the part's next one.
+	step *actionStep
+}
+
+// givens is what the runner did for a part that stopped, given to the
+// part planned again: the connection of its acquisition, the
+// description of its Describe answered apart, its steps' results in
+// order (steps[i] is the i-th step take meets).
+type givens struct {
+	conn  *givenConn
+	desc  *givenDescribe
+	steps []givenStep
 }
 
 // givenDescribe is the description the runner got for the Describe of
@@ -71,6 +94,12 @@ type givenDescribe struct {
 	msg  int
 	desc backend.Described
 	err  *pgwire.Error
+}
+
+// givenStep is an action's step the runner took: a session SET's probe
+// (stepProbeSet) and what it read.
+type givenStep struct {
+	probe probeRead
 }
 
 // givenConn is the connection the runner took for the acquisition
@@ -85,18 +114,17 @@ type givenConn struct {
 	err    *pgwire.Error
 }
 
-// mayStop reports whether ensureBackend, about to acquire on the spot,
-// may stop planning instead (see above). heldAtEntry: the planner held
-// a backend when ensureBackend began.
-func (p backendExec) mayStop(heldAtEntry bool) bool {
+// mayStop reports whether planning may stop where it would otherwise do
+// I/O on the spot (see above). held: the planner holds a backend there
+// (an acquisition's: when ensureBackend began).
+func (p backendExec) mayStop(held bool) bool {
 	pl := p.planner
-	return pl.restartable && pl.restarts < 2 && !heldAtEntry && !pl.stepped && pl.s.own == nil
+	return pl.restartable && pl.restarts < maxRestarts && !held && !pl.stepped && pl.s.own == nil
 }
 
 // stopDescribe records the Describe of vs answered apart as the plan's
 // need (describeApart).
-func (p backendExec) stopDescribe(vs *vstmt) {
-	pl := p.planner
+func stopDescribe(pl *planner, vs *vstmt) {
 	pl.need = acquireNeed{on: true, describe: true, shard: pl.s.gen.pickAny(), msg: pl.cur, sql: vs.st.SQL,
 		oids: slices.Clone(vs.oids), deferred: slices.Clone(pl.sim.deferred), deferredTx: pl.sim.tx == txDeferred, noted: pl.noted}
 }
@@ -109,17 +137,39 @@ func (p backendExec) stop(shard int) *pgwire.Error {
 	return errPlanStopped
 }
 
+// givenStepFor is the runner's result for the action step take meets
+// now (nil: none given; the step is the plan's next, in order), or
+// stops planning for it where it may (stopped).
+func (p backendExec) givenStepFor(st *actionStep) (g *givenStep, stopped bool) {
+	pl := p.planner
+	if st.kind != stepProbeSet || st.on != nil {
+		// I/O on the session's backend, or a terminate: on the spot (the
+		// sessions it ends leave the register planning reads: planned
+		// again, the call would name none).
+		return nil, false
+	}
+	if pl.stepAt < len(pl.given.steps) {
+		pl.stepAt++
+		return &pl.given.steps[pl.stepAt-1], false
+	}
+	if !p.mayStop(pl.held || pl.onBackend) {
+		return nil, false
+	}
+	pl.need = acquireNeed{on: true, step: st, noted: pl.noted}
+	return nil, true
+}
+
 // useGiven takes the connection given for this acquisition, if any:
 // one of shard (any shard when the plan allows it). A connection of
 // another shard (not reached: planning is the same) goes back to its
 // pool, and the acquisition happens on the spot.
 func (p backendExec) useGiven(shard int) *givenConn {
 	pl := p.planner
-	g := pl.given
+	g := pl.given.conn
 	if g == nil {
 		return nil
 	}
-	pl.given = nil
+	pl.given.conn = nil
 	if g.err == nil && g.shard != shard && !pl.anyShard {
 		g.pool.Release(g.bc)
 		return nil
@@ -127,37 +177,44 @@ func (p backendExec) useGiven(shard int) *givenConn {
 	return g
 }
 
-// takeNeed takes the connection planning stopped for (p.need), and asks
-// its pool's fence where the plan asserts a key; the part is then
-// planned again with it (planner.given).
-func takeNeed(ctx context.Context, s *Session, p *planner) (*givenConn, *givenDescribe) {
-	n := p.need
-	if n.describe {
+// takeNeed does what planning stopped for (p.need) and adds its result
+// to what the part planned again is given: the connection (its pool's
+// fence asked where the plan asserts a key), the description, the
+// step's result.
+func takeNeed(ctx context.Context, s *Session, p *planner) givens {
+	n, g := p.need, p.given
+	g.conn = nil // (dropped by the caller if unused)
+	switch {
+	case n.describe:
 		d, e := describeOn(ctx, s, n.shard, n.sql, n.oids, n.deferred, n.deferredTx)
-		return nil, &givenDescribe{msg: n.msg, desc: d, err: e}
+		g.desc = &givenDescribe{msg: n.msg, desc: d, err: e}
+	case n.step != nil:
+		g.steps = append(slices.Clip(g.steps), givenStep{probe: probeStep(ctx, s, n.step)})
+	default:
+		pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
+		if e != nil {
+			g.conn = &givenConn{pool: pool, shard: shard, err: e}
+			break
+		}
+		g.conn = &givenConn{pool: pool, pre: pre, bc: bc, shard: shard}
+		if n.fence {
+			g.conn.fenced = s.host.Fences.fenced(ctx, s.gen, s.host.Log, pool, bc)
+		}
 	}
-	pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
-	if e != nil {
-		return &givenConn{pool: pool, shard: shard, err: e}, nil
-	}
-	g := &givenConn{pool: pool, pre: pre, bc: bc, shard: shard}
-	if n.fence {
-		g.fenced = s.host.Fences.fenced(ctx, s.gen, s.host.Log, pool, bc)
-	}
-	return g, nil
+	return g
 }
 
 // replanFrom readies planner p, new for the part being planned again,
-// with the connection given for what the part before it stopped for.
-func replanFrom(p *planner, old acquireNeed, restarts int, g *givenConn, gd *givenDescribe) {
-	p.given, p.givenDesc, p.restartable, p.restarts, p.muted = g, gd, true, restarts+1, old.noted
+// with what the runner did for the part before it (g).
+func replanFrom(p *planner, old acquireNeed, restarts int, g givens) {
+	p.given, p.restartable, p.restarts, p.muted = g, true, restarts+1, old.noted
 }
 
 // dropGiven gives back a connection given that the plan did not use
 // (planning stopped again elsewhere, or ended before).
 func dropGiven(p *planner) {
-	if g := p.given; g != nil {
-		p.given = nil
+	if g := p.given.conn; g != nil {
+		p.given.conn = nil
 		if g.err == nil {
 			g.pool.Release(g.bc)
 		}

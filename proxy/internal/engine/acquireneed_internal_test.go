@@ -46,7 +46,7 @@ func TestPlanStopsForBackend(t *testing.T) {
 			t.Fatalf("%s: planning opened %d connections, session backend %v, tx %v", c.name, n, s.bc, s.txn.tx)
 		}
 		p = s.planQuery(ctx, msg, as, nil, p)
-		if p.need.on || p.bc == nil || !p.onBackend || p.given != nil || p.failed {
+		if p.need.on || p.bc == nil || !p.onBackend || p.given.conn != nil || p.failed {
 			t.Fatalf("%s: planned again: need %+v, backend %v, given %v, failed %v", c.name, p.need, p.bc, p.given, p.failed)
 		}
 		if n, _ := pg.seen(); n != 1 || s.bc != p.bc || len(p.plan.bw) == 0 {
@@ -132,5 +132,52 @@ func TestPlanStopsForDescribe(t *testing.T) {
 	}
 	if c, _ := pg.seen(); c != 0 || s.bc != nil {
 		t.Fatalf("planning opened %d connections (session backend %v)", c, s.bc)
+	}
+}
+
+// TestPlanStopsForStep: a session SET of an idle session, whose probe
+// runs on any shard, stops planning (no connection opened); planned
+// again with the probe's answer given, it is answered from it (SET, the
+// setting changed by the plan's effect) without I/O.
+func TestPlanStopsForStep(t *testing.T) {
+	ctx := context.Background()
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	s.gen.RR = new(atomic.Uint32)
+	sql := "SET search_path = app"
+	msg := pgwire.AppendQuery(nil, sql)
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.planQuery(ctx, msg, as, nil, nil)
+	if !p.need.on || p.need.step == nil || p.need.step.kind != stepProbeSet || p.need.step.name != "search_path" {
+		t.Fatalf("need %+v, want the SET's probe", p.need)
+	}
+	if c, _ := pg.seen(); c != 0 {
+		t.Fatalf("planning opened %d connections", c)
+	}
+	old := p.need
+	q := queryPlanner{s.newPlanner(ctx)}
+	q.planner.simple = true
+	replanFrom(q.planner, old, 0, givens{steps: []givenStep{{probe: probeRead{value: "app"}}}})
+	q.simpleOne(msg, as[0])
+	if q.planner.need.on || q.planner.failed || q.planner.stepped {
+		t.Fatalf("planned again: need %+v, failed %v, stepped %v", q.planner.need, q.planner.failed, q.planner.stepped)
+	}
+	var set *effect
+	for _, it := range q.planner.plan.items {
+		if it.eff != nil && it.eff.kind == effSettings {
+			set = it.eff
+		}
+	}
+	if set == nil {
+		t.Fatalf("no effect setting search_path in %+v", q.planner.plan.items)
+	}
+	if v, _ := set.set.Get("search_path"); v != "app" {
+		t.Fatalf("the effect sets search_path to %q, want app", v)
+	}
+	if c, _ := pg.seen(); c != 0 {
+		t.Fatalf("planning again opened %d connections", c)
 	}
 }

@@ -216,12 +216,12 @@ func (p backendExec) describeApart(vs *vstmt) bool {
 	}
 	var desc backend.Described
 	var e *pgwire.Error
-	switch gd := pl.givenDesc; {
+	switch gd := pl.given.desc; {
 	case gd != nil && gd.msg == pl.cur:
-		pl.givenDesc = nil
+		pl.given.desc = nil
 		desc, e = gd.desc, gd.err // described by the runner (acquireneed.go)
 	case p.mayStop(pl.held):
-		p.stopDescribe(vs)
+		stopDescribe(pl, vs)
 		return true
 	default:
 		pl.stepped = true // I/O while planning: the part is not planned again
@@ -366,6 +366,12 @@ func (p backendExec) take(act action) action {
 		return act
 	}
 	act.step = nil
+	switch g, stopped := p.givenStepFor(st); {
+	case stopped:
+		return action{err: errPlanStopped} // the runner takes it (acquireneed.go)
+	case g != nil:
+		return probeAction(p.planner.s, st, g.probe) // probed by the runner
+	}
 	p.planner.stepped = true // its I/O is done: the part is not planned again
 	switch st.kind {
 	case stepMoveSoft:

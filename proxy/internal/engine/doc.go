@@ -73,9 +73,11 @@
 //	                 step of the plan, which the executor takes (and
 //	                 asks the pool's fence on, the first time);
 //	                 acquireneed.go: every other acquisition of a
-//	                 backend without one held: planning stops for it
-//	                 (acquireNeed), the runner takes it and plans the
-//	                 part again with the connection given
+//	                 backend without one held, a Describe answered
+//	                 apart, a session SET's probe on any shard:
+//	                 planning stops for it (acquireNeed), the
+//	                 runner does it and plans the part again with the
+//	                 result given (givens)
 //	  fanout.go      statements of every shard: fanPlan, the planner's
 //	                 fan-out, and fanExec, made per fan-out, that carries
 //	                 it out (reads merged by internal/merge) and sees the

@@ -232,14 +232,11 @@ func fanBoundApart(f *fanPlan, m cmsg) *pgwire.Error {
 // takes the connection, which the new plan is given. The part's start
 // is as it was (fresh: whether a fence refusal may be retried).
 func (r pipeParts) again(ctx context.Context, p pipePlanner, start int) pipePlanner {
-	old, restarts, fresh, gd := p.planner.need, p.planner.restarts, p.planner.fresh, p.planner.givenDesc
+	old, restarts, fresh := p.planner.need, p.planner.restarts, p.planner.fresh
 	dropGiven(p.planner)
-	g, d := takeNeed(ctx, r.s, p.planner)
-	if d != nil {
-		gd = d
-	}
+	g := takeNeed(ctx, r.s, p.planner)
 	q := r.next(ctx, start) // the same planner, reset
 	q.planner.fresh = fresh
-	replanFrom(q.planner, old, restarts, g, gd)
+	replanFrom(q.planner, old, restarts, g)
 	return q
 }

@@ -100,8 +100,7 @@ func txnControl(k route.Kind) bool {
 // Planning such a pipeline does no I/O and writes nothing of the
 // session's (TestPlanAcquireStep, TestPlanAcquireStepProbe).
 //
-// Every other acquisition of a backend while none is held, and a
-// Describe answered apart (describeApart, the same way) — a deferred
+// Every other acquisition of a backend while none is held — a deferred
 // transaction's first statement for a shard, a key-less read any shard
 // answers (the next shard whose pool gives a connection), a query
 // string, a statement after the assert of a pool whose fence is not
@@ -114,7 +113,10 @@ func txnControl(k route.Kind) bool {
 // again is exact because planning up to there changed nothing of the
 // session's (the routing decisions it noted are not noted twice:
 // planner.muted). Planning such a part does no I/O
-// (TestPlanStopsForBackend).
+// (TestPlanStopsForBackend). A Describe answered apart (describeApart)
+// and a session SET's probe on any shard stop it the same way: the
+// runner describes or probes, and the part is planned again with the
+// result given (TestPlanStopsForDescribe, TestPlanStopsForStep).
 //
 // Still done on the spot, while planning:
 //
@@ -124,13 +126,13 @@ func txnControl(k route.Kind) bool {
 //     (demoteToReader, then the write's acquisition), a deferred
 //     transaction's reader taken (bindReader: no I/O, the session's
 //     readers change), and the statements of a pinned session;
-//   - an action's step (take: the ROLLBACK of a soft move, a session
-//     SET's probe, the call of a pg_terminate_backend), a Describe of a
-//     statement ahead of a read of every shard before its transaction
-//     ran anything on a shard (pipePlanner.describeApart: one shard
-//     describes it in a transaction of its own, and the answer is
-//     planned as the proxy's) where the runner cannot do it (the part
-//     planned twice already, or after another of these), the check of
+//   - an action's step on the session's backend (take: the ROLLBACK of
+//     a soft move, a session SET's probe on the backend the pipeline
+//     took), the sessions a pg_terminate_backend of the proxy's sessions
+//     ends (planned again, the call would name none: the register
+//     planning reads changed), and the probes and Describes above where the
+//     runner cannot take them (the part planned maxRestarts times
+//     already, a backend held, or after one of these), the check of
 //     a statement described before a schema change (staledesc.go: a
 //     Describe on a shard at its Bind), and the lookup of an index's
 //     table for a schema change naming an index alone (indexddl.go) —
@@ -263,8 +265,8 @@ type planner struct {
 	// noted so far; muted: how many of the first ones a part planned
 	// again leaves unnoted (noted already).
 	need        acquireNeed
-	given       *givenConn
-	givenDesc   *givenDescribe
+	given       givens
+	stepAt      int // the next of given.steps
 	restartable bool
 	restarts    int
 	stepped     bool

@@ -84,12 +84,35 @@ func errSessionSetInTxn() *pgwire.Error {
 // with what the shard said: the setting's canonical value in the
 // client's settings, or Postgres's error.
 func (p backendExec) probeSet(st *actionStep) action {
-	s := p.planner.s
+	return probeAction(p.planner.s, st, probeStep(p.planner.ctx, p.planner.s, st))
+}
+
+// probeRead is what a session SET's probe read: the setting's value,
+// the ParameterStatus messages the backend sent, the shard's error (raw)
+// or the proxy's (err).
+type probeRead struct {
+	value    string
+	statuses [][2]string
+	raw      []byte
+	err      *pgwire.Error
+}
+
+// probeStep runs step st's probe (probeSet): on its backend, or any shard's.
+func probeStep(ctx context.Context, s *Session, st *actionStep) probeRead {
 	sql := st.st.SQL
 	if st.cfg != nil {
 		sql = st.cfg.probeSQL() // set_config(name, value, false): setconfig.go
 	}
-	value, statuses, raw, e := s.probeSet(p.planner.ctx, sql, st.name, st.on)
+	var r probeRead
+	r.value, r.statuses, r.raw, r.err = s.probeSet(ctx, sql, st.name, st.on)
+	return r
+}
+
+// probeAction is the answer to a session SET whose probe read r: its
+// error, or its tag and the session's settings (and reported
+// parameters) changed.
+func probeAction(s *Session, st *actionStep, r probeRead) action {
+	value, statuses, raw, e := r.value, r.statuses, r.raw, r.err
 	if e != nil {
 		return action{err: e}
 	}

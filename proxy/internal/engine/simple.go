@@ -39,7 +39,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 		}
 	}
 	p := s.planQuery(ctx, msg, as, err, nil)
-	for p.need.on { // at most twice (backendExec.mayStop)
+	for p.need.on { // at most maxRestarts times (backendExec.mayStop)
 		// Planning stopped for a backend: taken, and the query planned
 		// again with it (acquireneed.go).
 		p = s.planQuery(ctx, msg, as, err, p)
@@ -54,18 +54,18 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 // backend's acquisition: the runner takes it, and the query is planned
 // again with it given.
 func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error, stopped *planner) *planner {
-	var g *givenConn
+	var g givens
 	var old acquireNeed
 	restarts := 0
 	if stopped != nil {
 		old, restarts = stopped.need, stopped.restarts
 		dropGiven(stopped)
-		g, _ = takeNeed(ctx, s, stopped) // (no Describe apart in a query)
+		g = takeNeed(ctx, s, stopped)
 	}
 	p := queryPlanner{s.newPlanner(ctx)} // (stopped's planner, reset)
 	p.planner.simple, p.planner.restartable = true, true
-	if g != nil {
-		replanFrom(p.planner, old, restarts, g, nil)
+	if stopped != nil {
+		replanFrom(p.planner, old, restarts, g)
 	}
 	switch {
 	case err != nil:
