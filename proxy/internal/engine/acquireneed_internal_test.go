@@ -79,13 +79,28 @@ func TestPlanStopsForBackend(t *testing.T) {
 	}
 }
 
-// BenchmarkPlanQueryStop plans a keyed simple Query of an idle session
-// up to where it stops for its backend (acquireneed.go): what planning
-// the part again adds to such a query (nothing listens at the pools'
-// address; nothing is taken).
+// BenchmarkPlanQueryStop plans a key-less simple Query of an idle
+// session up to where it stops for its backend (acquireneed.go): what
+// planning the part again adds to such a query (nothing listens at the
+// pools' address; nothing is taken). A keyed one is planned with its
+// acquisition as a step instead, once (BenchmarkPlanQueryStep).
 func BenchmarkPlanQueryStop(b *testing.B) {
+	benchPlanQuery(b, "SELECT 1", func(p *planner) bool { return p.need.on })
+}
+
+// BenchmarkPlanQueryStep plans a keyed simple Query of an idle session:
+// its acquisition a step of the plan, planned once, no I/O.
+func BenchmarkPlanQueryStep(b *testing.B) {
+	benchPlanQuery(b, "SELECT data FROM executions WHERE id = 'k1'", func(p *planner) bool {
+		on := p.plan.acquire.on
+		p.plan.acquire.on = false
+		return on && !p.need.on
+	})
+}
+
+func benchPlanQuery(b *testing.B, sql string, ok func(*planner) bool) {
 	s := stepSession(b, "127.0.0.1:1", FenceOff)
-	sql := "SELECT data FROM executions WHERE id = 'k1'"
+	s.gen.RR = new(atomic.Uint32)
 	msg := pgwire.AppendQuery(nil, sql)
 	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
 	if err != nil {
@@ -93,9 +108,58 @@ func BenchmarkPlanQueryStop(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := s.planQuery(context.Background(), msg, as, nil, nil); !p.need.on {
-			b.Fatal("planning did not stop")
+		if p := s.planQuery(context.Background(), msg, as, nil, nil); !ok(p) {
+			b.Fatal("not planned as expected")
 		}
+	}
+}
+
+// TestPlanQueryAcquireStep: a keyed simple Query of an idle session
+// carries its backend's acquisition as a step of the plan (planned once,
+// no connection opened while planning); taken, the query runs on that
+// connection. When the step cannot be taken, the Query is answered with
+// the acquisition's error.
+func TestPlanQueryAcquireStep(t *testing.T) {
+	ctx := context.Background()
+	sql := "SELECT data FROM executions WHERE id = 'k1'"
+	msg := pgwire.AppendQuery(nil, sql)
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.planQuery(ctx, msg, as, nil, nil)
+	if !p.plan.acquire.on || p.need.on || p.bc != nil {
+		t.Fatalf("step %+v, need %+v, backend %v: want the acquisition as a step", p.plan.acquire, p.need, p.bc)
+	}
+	if c, _ := pg.seen(); c != 0 || s.bc != nil {
+		t.Fatalf("planning opened %d connections (session backend %v)", c, s.bc)
+	}
+	takeQueryAcquire(p)
+	if s.bc == nil || p.bc != s.bc {
+		t.Fatalf("after the step: session backend %v, plan's %v", s.bc, p.bc)
+	}
+	if err := s.finish(p, 'Q'); err != nil {
+		t.Fatal(err)
+	}
+	if c, got := pg.seen(); c != 1 || got != "Q" {
+		t.Errorf("the backend got %q over %d connections, want one Query", got, c)
+	}
+	s.dropBackend(true)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there
+	s = stepSession(t, addr, FenceOff)
+	p = s.planQuery(ctx, msg, as, nil, nil)
+	takeQueryAcquire(p)
+	_, local := planShape(p)
+	if string(local) != "EZ" || len(p.plan.bw) != 0 || p.onBackend || s.bc != nil {
+		t.Fatalf("after the failed step: local messages %q, %d bytes for a backend, on backend %v", local, len(p.plan.bw), p.onBackend)
 	}
 }
 

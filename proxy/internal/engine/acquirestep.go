@@ -17,7 +17,9 @@ import (
 // connection.
 //
 // It is planned only where nothing after it reads the connection
-// (mayDefer, pipePlanner.deferrable): an idle session's pipeline, its
+// (mayDefer, pipePlanner.deferrable): an idle session's Query of one
+// shard whose fence state is known (taken by takeQueryAcquire), or an
+// idle session's pipeline, its
 // first statement for a backend bound by a Bind (not a pinned
 // backend's own statement; a Bind that needs the connection's statement
 // cache is written by the executor: render), a fence
@@ -63,17 +65,28 @@ type acquireStep struct {
 // acquireStep). planner.lazy says the message being planned allows it.
 func (p backendExec) mayDefer(shard int, a *route.Statement) bool {
 	pl, s := p.planner, p.planner.s
-	if pl.lazy == nil || a == nil || a.Copy || !pl.pipeline || pl.simple || pl.held || pl.anyShard || pl.swapMain ||
+	if a == nil || a.Copy || pl.held || pl.anyShard || pl.swapMain ||
 		pl.sim.tx != txIdle || pl.fan != nil || s.own != nil || shard < 0 || shard >= len(s.gen.Pools) {
 		return false
 	}
-	if pl.lazy.realOn != nil {
+	switch {
+	case pl.simple:
+		// A Query: only where the client's string follows the
+		// acquisition and nothing else (inlineOK: simpleOne,
+		// simpleMulti), and no probe of the fence (its assert would be
+		// inside the client's string).
+		if !pl.inlineOK {
+			return false
+		}
+	case pl.lazy == nil || !pl.pipeline:
+		return false
+	case pl.lazy.realOn != nil:
 		return false // its Parse depends on the pinned backend's own names
 	}
 	pool := s.gen.Pools[shard]
 	if pl.fence.set() && !pl.noFence {
 		_, known := p.fenceKnown(pool)
-		return known || p.mayProbe(pool, a)
+		return known || !pl.simple && p.mayProbe(pool, a)
 	}
 	return true
 }
@@ -184,6 +197,33 @@ func (p pipePlanner) takeAcquire() {
 			p.flushMsg(m.raw)
 		}
 	}
+}
+
+// takeQueryAcquire takes the acquisition step of a Query's plan, if it
+// has one (mayDefer: an idle session's statement of one shard): the
+// connection becomes the session's backend. On an error the Query is
+// planned again from the step as failed there, as if acquired on the
+// spot (failQuery).
+func takeQueryAcquire(pl *planner) {
+	s, st := pl.s, &pl.plan.acquire
+	if !st.on {
+		return
+	}
+	st.on = false
+	bc, err := st.pool.Acquire(pl.ctx, st.key)
+	if err == nil {
+		s.setBackend(bc)
+		s.txn.shard = st.shard
+		pl.bc = bc
+		if st.asserted {
+			s.fenceBuckets = append(s.fenceBuckets, st.bucket)
+		}
+		return
+	}
+	snap, pool := st.snap, st.pool
+	*pl = *snap
+	pl.plan.acquire = acquireStep{snap: snap}
+	queryPlanner{pl}.failQuery(acquireError(pool, err))
 }
 
 // cachedBind reports whether the Bind of vs being planned is the

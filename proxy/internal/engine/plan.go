@@ -76,7 +76,10 @@ func txnControl(k route.Kind) bool {
 //
 // A backend acquisition is a step of the plan where nothing planned
 // after it reads the connection (acquireStep, acquirestep.go): an idle
-// session's pipeline whose Bind is its first statement for a backend
+// session's Query (one statement or a string) of one shard whose pool's
+// fence state is known, taken by takeQueryAcquire before the exchange
+// (TestPlanQueryAcquireStep); an idle session's pipeline whose Bind is
+// its first statement for a backend
 // (one shard, not "any"), whose Parse and Bind the planner writes or,
 // when they depend on the connection's statement cache (a named or
 // cached unnamed statement through a direct connection), leaves to the

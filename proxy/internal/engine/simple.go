@@ -45,6 +45,7 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 		p = s.planQuery(ctx, msg, as, err, p)
 	}
 	dropGiven(p)
+	takeQueryAcquire(p) // the plan's acquisition step (acquirestep.go), if any
 	return s.finish(p, 'Q')
 }
 
