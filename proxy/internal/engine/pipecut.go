@@ -111,6 +111,7 @@ type pipeParts struct {
 func (r pipeParts) runCut(p pipePlanner) (done bool, err error) {
 	s, term, pl := r.s, r.term, p.planner
 	pl.cut = false
+	dropGiven(pl) // (used by now, if the part had one)
 	if pl.plan.acquire.on {
 		p.takeAcquire()
 		if pl.failed {
@@ -192,6 +193,7 @@ func fanStop(f *fanPlan, m cmsg) *pgwire.Error {
 // runFan runs the read of every shard pl planned as a part of its
 // pipeline; done says the pipeline ended there (the read failed).
 func (r pipeParts) runFan(pl *planner) (done bool, err error) {
+	dropGiven(pl) // (used by now, if the part had one)
 	f := pl.fan
 	f.continues = true
 	if err := newFanExec(pl).run(); err != nil {
