@@ -165,16 +165,12 @@ func (p pipePlanner) takeAcquire() {
 	if !st.on {
 		return
 	}
-	st.on = false
-	bc, err := st.pool.Acquire(pl.ctx, st.key)
+	err := takeStepConn(pl)
 	if err == nil {
-		s.setBackend(bc)
-		s.txn.shard = st.shard
-		pl.bc = bc
 		if st.render {
 			p.renderBind(st)
 		}
-		if st.probe && !s.host.Fences.fenced(pl.ctx, s.gen, s.host.Log, st.pool, bc) {
+		if st.probe && !s.host.Fences.fenced(pl.ctx, s.gen, s.host.Log, st.pool, pl.bc) {
 			p.cutAssert(st)
 		}
 		if st.asserted {
@@ -209,12 +205,8 @@ func takeQueryAcquire(pl *planner) {
 	if !st.on {
 		return
 	}
-	st.on = false
-	bc, err := st.pool.Acquire(pl.ctx, st.key)
+	err := takeStepConn(pl)
 	if err == nil {
-		s.setBackend(bc)
-		s.txn.shard = st.shard
-		pl.bc = bc
 		if st.asserted {
 			s.fenceBuckets = append(s.fenceBuckets, st.bucket)
 		}
@@ -224,6 +216,22 @@ func takeQueryAcquire(pl *planner) {
 	*pl = *snap
 	pl.plan.acquire = acquireStep{snap: snap}
 	queryPlanner{pl}.failQuery(acquireError(pool, err))
+}
+
+// takeStepConn takes the connection of pl's acquisition step: it
+// becomes the session's backend and the plan's. On an error the plan
+// and the session are as they were (the caller plans the failure).
+func takeStepConn(pl *planner) error {
+	s, st := pl.s, &pl.plan.acquire
+	st.on = false
+	bc, err := st.pool.Acquire(pl.ctx, st.key)
+	if err != nil {
+		return err
+	}
+	s.setBackend(bc)
+	s.txn.shard = st.shard
+	pl.bc = bc
+	return nil
 }
 
 // cachedBind reports whether the Bind of vs being planned is the
