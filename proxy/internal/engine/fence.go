@@ -465,7 +465,8 @@ func (p queryPlanner) appendClientQuery(msg []byte, eff *effect) {
 // shiftPosition returns the ErrorResponse or NoticeResponse msg with its
 // position field ('P') moved back by shift characters (an inlined
 // assert's length), appended to dst; msg as is when it has no position
-// past the assert.
+// past the assert. A negative shift (noPosition) drops the field: the
+// position is in a text the client did not send.
 func shiftPosition(dst, msg []byte, shift int32) []byte {
 	if shift == 0 {
 		return append(dst, msg...)
@@ -476,6 +477,12 @@ func shiftPosition(dst, msg []byte, shift int32) []byte {
 		v, j, err := pgwire.CString(b, i+1)
 		if err != nil {
 			break
+		}
+		if code == 'P' && shift < 0 {
+			out, sp := pgwire.BeginMsg(dst, msg[0])
+			out = append(out, b[:i]...)
+			out = append(out, b[j:]...) // the fields after it
+			return pgwire.FinishMsg(out, sp)
 		}
 		if code == 'P' {
 			n, err := strconv.Atoi(string(v))
@@ -492,6 +499,12 @@ func shiftPosition(dst, msg []byte, shift int32) []byte {
 	}
 	return append(dst, msg...)
 }
+
+// noPosition is the posShift of the items of a statement the proxy runs
+// for the client's EXECUTE (sqlExecute): an error's position is in the
+// prepared statement's text, not the client's, and Postgres reports
+// none there.
+const noPosition = -1
 
 // fenceSQL is appendFenceSQL as a string.
 func fenceSQL(key string, call bool) string {

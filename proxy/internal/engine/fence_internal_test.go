@@ -73,7 +73,8 @@ func TestFenceStandIns(t *testing.T) {
 
 // TestShiftPosition: an inlined assert's length is taken off the
 // position of an error or notice pointing past it; other fields, and
-// messages without a position (or one inside the assert), are kept.
+// messages without a position (or one inside the assert), are kept;
+// noPosition drops the position.
 func TestShiftPosition(t *testing.T) {
 	msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "42703",
 		Message: `column "nope" does not exist`, Position: 50, Hint: "h"}).Encode(nil)
@@ -94,6 +95,20 @@ func TestShiftPosition(t *testing.T) {
 	}
 	if string(shiftPosition(nil, msg, 50)) != string(msg) {
 		t.Error("a position inside the assert was changed")
+	}
+	// noPosition (an EXECUTE's statement: the position is in a text the
+	// client did not send) drops the field, and only it.
+	dropped := shiftPosition(nil, msg, noPosition)
+	if p := pgwire.ErrorField(dropped, 'P'); p != "" {
+		t.Errorf("noPosition kept position %q", p)
+	}
+	for _, f := range []byte{'C', 'M', 'H', 'S'} {
+		if a, b := pgwire.ErrorField(dropped, f), pgwire.ErrorField(msg, f); a != b {
+			t.Errorf("noPosition: field %c: %q, want %q", f, a, b)
+		}
+	}
+	if e := pgwire.DecodeError(dropped); e == nil || e.Message != `column "nope" does not exist` {
+		t.Errorf("noPosition: the message decodes as %+v", e)
 	}
 	plain := pgwire.AppendError(nil, &pgwire.Error{Code: "PS001", Message: "refused"})
 	if string(shiftPosition([]byte("x"), plain, 42)) != "x"+string(plain) {

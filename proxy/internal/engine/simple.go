@@ -201,14 +201,16 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 		p.planner.fail(e, nil)
 		return
 	}
+	// (noPosition: an error's position is in the statement's text, not
+	// the client's EXECUTE; Postgres reports none.)
 	p.planner.plan.bw = pgwire.AppendParseMsg(p.planner.plan.bw, "", vs.st.SQL, vs.oids)
-	p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, flags: fSwallow | fClientPart})
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itParse, flags: fSwallow | fClientPart, posShift: noPosition})
 	p.planner.plan.bw = pgwire.AppendBindText(p.planner.plan.bw, "", "", st.ExecuteArgs)
-	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, flags: fSwallow})
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, flags: fSwallow, posShift: noPosition})
 	p.planner.plan.bw = pgwire.AppendDescribe(p.planner.plan.bw, 'P', "")
-	p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescPortal, flags: fDropNoData})
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itDescPortal, flags: fDropNoData, posShift: noPosition})
 	p.planner.plan.bw = pgwire.AppendExecute(p.planner.plan.bw, "", 0)
-	p.planner.plan.items = append(p.planner.plan.items, item{kind: itExecute})
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itExecute, posShift: noPosition})
 	p.planner.plan.bw = pgwire.AppendEmpty(p.planner.plan.bw, 'S')
 	if p.planner.wrap {
 		p.planner.plan.items = append(p.planner.plan.items, item{kind: itSync})
