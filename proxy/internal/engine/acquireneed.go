@@ -183,7 +183,7 @@ func (p backendExec) useGiven(shard int) *givenConn {
 // step's result.
 func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 	n, g := p.need, p.given
-	g.conn = nil // (dropped by the caller if unused)
+	g.conn = nil // (dropped by takeStop if unused)
 	switch {
 	case n.describe:
 		d, e := describeOn(ctx, s, n.shard, n.sql, n.oids, n.deferred, n.deferredTx)
@@ -204,10 +204,27 @@ func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 	return g
 }
 
-// replanFrom readies planner p, new for the part being planned again,
-// with what the runner did for the part before it (g).
-func replanFrom(p *planner, old acquireNeed, restarts int, g givens) {
-	p.given, p.restartable, p.restarts, p.muted = g, true, restarts+1, old.noted
+// resume is what a part planned again starts from: what the runner did
+// for the plan that stopped (takeStop).
+type resume struct {
+	noted, restarts int
+	given           givens
+}
+
+// takeStop does what the plan stopped for (p.need; a connection given
+// to it and not used goes back to its pool first) and returns what the
+// part planned again starts from.
+func takeStop(ctx context.Context, s *Session, p *planner) resume {
+	r := resume{noted: p.need.noted, restarts: p.restarts}
+	dropGiven(p)
+	r.given = takeNeed(ctx, s, p)
+	return r
+}
+
+// on readies planner p, new for the part being planned again: what the
+// runner did is given, the decisions noted already are not noted again.
+func (r resume) on(p *planner) {
+	p.given, p.restartable, p.restarts, p.muted = r.given, true, r.restarts+1, r.noted
 }
 
 // dropGiven gives back a connection given that the plan did not use

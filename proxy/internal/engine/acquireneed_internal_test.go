@@ -45,7 +45,8 @@ func TestPlanStopsForBackend(t *testing.T) {
 		if n, _ := pg.seen(); n != 0 || s.bc != nil || s.txn.tx != map[bool]txState{false: txIdle, true: txDeferred}[c.deferred] {
 			t.Fatalf("%s: planning opened %d connections, session backend %v, tx %v", c.name, n, s.bc, s.txn.tx)
 		}
-		p = s.planQuery(ctx, msg, as, nil, p)
+		res := takeStop(ctx, s, p)
+		p = s.planQuery(ctx, msg, as, nil, &res)
 		if p.need.on || p.bc == nil || !p.onBackend || p.given.conn != nil || p.failed {
 			t.Fatalf("%s: planned again: need %+v, backend %v, given %v, failed %v", c.name, p.need, p.bc, p.given, p.failed)
 		}
@@ -224,7 +225,7 @@ func TestPlanStopsForStep(t *testing.T) {
 	old := p.need
 	q := queryPlanner{s.newPlanner(ctx)}
 	q.planner.simple = true
-	replanFrom(q.planner, old, 0, givens{steps: []givenStep{{probe: probeRead{value: "app"}}}})
+	resume{noted: old.noted, given: givens{steps: []givenStep{{probe: probeRead{value: "app"}}}}}.on(q.planner)
 	q.simpleOne(msg, as[0])
 	if q.planner.need.on || q.planner.failed || q.planner.stepped {
 		t.Fatalf("planned again: need %+v, failed %v, stepped %v", q.planner.need, q.planner.failed, q.planner.stepped)

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -428,6 +429,12 @@ func (f *fanStream) readLead(dst []byte, l *fanLead, simple bool) []byte {
 		}
 	}
 	return dst
+}
+
+// firstLead is the index of the first lead among a plan's items (-1:
+// none).
+func firstLead(items []item) int {
+	return slices.IndexFunc(items, func(it item) bool { return it.kind == itLead })
 }
 
 // fanLeads answers the items from the fan-out's first lead on (leads and

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,7 +295,7 @@ func (x *fanExec) run() error {
 	// ...), up to its first lead, which needs the shards' answers.
 	first := len(x.items)
 	if len(f.leads) > 0 {
-		first = slices.IndexFunc(x.items, func(it item) bool { return it.kind == itLead })
+		first = firstLead(x.items)
 	}
 	x.pure = pureItems(x.items[:first], x.idleStart)
 	for i := range x.items[:first] {

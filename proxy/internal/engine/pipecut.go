@@ -234,11 +234,10 @@ func fanBoundApart(f *fanPlan, m cmsg) *pgwire.Error {
 // takes the connection, which the new plan is given. The part's start
 // is as it was (fresh: whether a fence refusal may be retried).
 func (r pipeParts) again(ctx context.Context, p pipePlanner, start int) pipePlanner {
-	old, restarts, fresh := p.planner.need, p.planner.restarts, p.planner.fresh
-	dropGiven(p.planner)
-	g := takeNeed(ctx, r.s, p.planner)
+	fresh := p.planner.fresh
+	res := takeStop(ctx, r.s, p.planner)
 	q := r.next(ctx, start) // the same planner, reset
 	q.planner.fresh = fresh
-	replanFrom(q.planner, old, restarts, g)
+	res.on(q.planner)
 	return q
 }

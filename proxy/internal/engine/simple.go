@@ -42,7 +42,8 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 	for p.need.on { // at most maxRestarts times (backendExec.mayStop)
 		// Planning stopped for a backend: taken, and the query planned
 		// again with it (acquireneed.go).
-		p = s.planQuery(ctx, msg, as, err, p)
+		res := takeStop(ctx, s, p)
+		p = s.planQuery(ctx, msg, as, err, &res)
 	}
 	dropGiven(p)
 	takeQueryAcquire(p) // the plan's acquisition step (acquirestep.go), if any
@@ -51,22 +52,13 @@ func (s *Session) simpleQuery(ctx context.Context, msg []byte) error {
 
 // planQuery plans the Query message msg, its statements as (or err, the
 // analyzer's error): its plan (planner.plan, or planner.fan) is what
-// finish runs. stopped, when set, is the plan that stopped for a
-// backend's acquisition: the runner takes it, and the query is planned
-// again with it given.
-func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error, stopped *planner) *planner {
-	var g givens
-	var old acquireNeed
-	restarts := 0
-	if stopped != nil {
-		old, restarts = stopped.need, stopped.restarts
-		dropGiven(stopped)
-		g = takeNeed(ctx, s, stopped)
-	}
-	p := queryPlanner{s.newPlanner(ctx)} // (stopped's planner, reset)
+// finish runs. res, when set, is what the runner did for the plan that
+// stopped (acquireneed.go): the query is planned again with it given.
+func (s *Session) planQuery(ctx context.Context, msg []byte, as []*route.Statement, err error, res *resume) *planner {
+	p := queryPlanner{s.newPlanner(ctx)}
 	p.planner.simple, p.planner.restartable = true, true
-	if stopped != nil {
-		replanFrom(p.planner, old, restarts, g)
+	if res != nil {
+		res.on(p.planner)
 	}
 	switch {
 	case err != nil:

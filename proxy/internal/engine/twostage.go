@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -244,7 +243,7 @@ func stageLeads(x, sx *fanExec) bool {
 	}
 	if !x.leadsRead {
 		x.leadsRead = true
-		first := slices.IndexFunc(x.items, func(it item) bool { return it.kind == itLead })
+		first := firstLead(x.items)
 		if first >= 0 && !sx.fanLeads(x.items[first:], x.f.simple) {
 			x.leadFailed = true
 			return false
