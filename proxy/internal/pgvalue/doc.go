@@ -19,10 +19,16 @@
 //	                                  read in two stages casts its rows
 //	                                  back to their column's modifier)
 //
-//	values.go  all of the above but TypeName (Dec: exact decimals with
+//	RowDescription, ParameterDescription ──EditRowDesc, EditParamDesc──▶
+//	                                  the same, their table OIDs, attnums
+//	                                  and type OIDs rewritten in place
+//
+//	values.go  all of the above but TypeName and the edits (Dec: exact decimals with
 //	           numeric's display scale; floats formatted per
 //	           extra_float_digits)
 //	typmod.go  TypeName: the SQL name of a type with its modifier
+//	relabel.go EditRowDesc, EditParamDesc, RowDescUserOIDs,
+//	           ParamDescUserOIDs, FirstUserOID
 //
 // Errors are *pgwire.Error with Postgres's SQLSTATE (22003 out of range,
 // 0A000 for what a merge cannot compute).

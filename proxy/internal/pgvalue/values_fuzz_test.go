@@ -15,7 +15,8 @@ import (
 // DataRow, a RowDescription, numeric and float values in text and binary
 // — never panic; what decodes re-encodes to the same bytes (DataRow,
 // RowDescription, numeric binary in its canonical form) or reads back the
-// same (numeric text).
+// same (numeric text); the in-place description edits (relabel.go)
+// accept only what decodes and never panic.
 func FuzzShardAnswer(f *testing.F) {
 	f.Add(pgwire.AppendDataRow(nil, [][]byte{[]byte("abc"), nil, {}}), []byte("12.500"))
 	f.Add(AppendRowDesc(nil, []Field{{Name: "a", OID: pgtype.Int8OID, Typlen: 8, Typmod: -1}, {Name: "b", OID: pgtype.NumericOID, Typlen: -1, Typmod: -1, Format: 1}}), []byte("-0.0001"))
@@ -29,6 +30,24 @@ func FuzzShardAnswer(f *testing.F) {
 				if again := pgwire.AppendDataRow(nil, cols); !bytes.Equal(again, framed) {
 					t.Fatalf("DataRow %x re-encodes as %x", framed, again)
 				}
+			}
+			framed[0] = 'T'
+			// The in-place edit accepts only what decodes, and an
+			// edit that changes nothing leaves the bytes alone.
+			before := append([]byte(nil), framed...)
+			_ = RowDescUserOIDs(framed)
+			same := func(t uint32, a uint16, o uint32) (uint32, uint16, uint32) { return t, a, o }
+			if _, err := ParseRowDesc(framed); err != nil && EditRowDesc(framed, same) {
+				t.Fatalf("EditRowDesc accepts %x, which does not decode: %v", framed, err)
+			}
+			if !bytes.Equal(before, framed) {
+				t.Fatalf("an identity edit changed %x into %x", before, framed)
+			}
+			framed[0] = 't'
+			_ = ParamDescUserOIDs(framed)
+			EditParamDesc(framed, same)
+			if !bytes.Equal(before[1:], framed[1:]) {
+				t.Fatalf("an identity edit changed ParameterDescription %x", framed)
 			}
 			framed[0] = 'T'
 			if fs, err := ParseRowDesc(framed); err == nil {
