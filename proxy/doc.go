@@ -179,6 +179,20 @@
 // reads of "every shard", DDL inside transactions and shapes no merge
 // supports run on that shard.
 //
+// The catalog a client reads (pg_class, information_schema, regclass
+// casts) is the default shard's, which holds every object. Each shard
+// numbers its objects itself, so the table OIDs, attribute numbers and
+// type OIDs (of types made after initdb) in a RowDescription or
+// ParameterDescription another shard answers are told in the default
+// shard's numbers before the client sees them (engine/relabel.go: learned
+// on the first description that names them, again after a schema change;
+// a column the default shard lacks is told as no table's, 0): else
+// pgJDBC's updatable result sets and ResultSetMetaData, or any client
+// that looks a column up by its table OID, find another table or none.
+// Not told: OIDs inside values (SELECT tableoid, a binary array's element
+// type), the parameter types a client's Parse names, and what a pinned
+// session reads (it reads the catalog on its own backend).
+//
 // # Reads of every shard (fan-out)
 //
 // A key-less read (or an IN list of keys on several shards) runs on every

@@ -35,6 +35,7 @@ func testSchema() route.Schema {
 		route.TableKey{Table: "accounts", Column: "aid", Type: route.KeyInt8, Position: 1},
 		route.TableKey{Table: "pgbench_accounts", Column: "aid", Type: route.KeyInt8, Position: 1},
 		route.TableKey{Table: "kinds", Column: "id", Type: route.KeyInt8, Position: 1},
+		route.TableKey{Table: "relabel_t", Column: "id", Type: route.KeyInt8, Position: 1},
 	)
 	return s
 }
@@ -45,6 +46,26 @@ CREATE TABLE IF NOT EXISTS accounts (aid int8 PRIMARY KEY, abalance int NOT NULL
 CREATE TABLE IF NOT EXISTS pgbench_accounts (aid int8 PRIMARY KEY, bid int, abalance int NOT NULL DEFAULT 0, filler char(84));
 CREATE TABLE IF NOT EXISTS kinds (id int8 PRIMARY KEY, t text, n numeric, f float8, ts timestamptz, b bytea, j jsonb);
 `
+
+// oidDivergence makes shard i number the test tables unlike the other
+// shards, as a production cluster's shards do once their histories
+// differ (an unsharded table on the default shard alone, a shard added
+// later): it spends a different number of OIDs on each shard first, and
+// on odd shards accounts gets a column dropped before its last one, so
+// that note's attribute number differs too. Every test then runs with
+// shards whose OIDs and attnums are not the default shard's.
+func oidDivergence(i int) string {
+	sql := fmt.Sprintf(`DO $$BEGIN FOR k IN 1..%d LOOP
+  CREATE TABLE pgshard_oid_pad (); DROP TABLE pgshard_oid_pad;
+END LOOP; END$$;
+`, 2*i+1)
+	if i%2 == 1 {
+		sql += `CREATE TABLE IF NOT EXISTS accounts (aid int8 PRIMARY KEY, abalance int NOT NULL DEFAULT 0, version int NOT NULL DEFAULT 1, pgshard_pad int, note text);
+ALTER TABLE accounts DROP COLUMN IF EXISTS pgshard_pad;
+`
+	}
+	return sql
+}
 
 // testDB is a database on the shared cluster with the schema migrated and
 // the test tables created, shared by the package's tests (each test uses
@@ -86,8 +107,8 @@ func newTestDB(c *cluster.Cluster, name string) (*testDB, error) {
 	if _, err := migrations.Apply(ctx, m, migrations.Options{}); err != nil {
 		return nil, err
 	}
-	for _, s := range m.Shards {
-		if err := execDirect(ctx, s.DSN, testTables); err != nil {
+	for i, s := range m.Shards {
+		if err := execDirect(ctx, s.DSN, oidDivergence(i)+testTables); err != nil {
 			return nil, err
 		}
 	}

@@ -85,7 +85,7 @@ func (g *generation) makeEnv() {
 	g.genv = &engine.GenerationEnv{
 		Config: newSessionConfig(&g.cfg), Pools: g.pools, DefaultShard: g.defaultShard, Users: g.users,
 		Metrics: g.srv.metrics, Log: g.srv.log, StmtEpoch: &g.srv.stmtEpoch, Collation: &g.collation, RR: &g.rr,
-		Home: g.srv.henv, Ops: g,
+		OIDs: &engine.OIDMaps{}, Home: g.srv.henv, Ops: g,
 	}
 }
 

@@ -110,6 +110,10 @@ func (c *Conn) FlushPending() error {
 	return nil
 }
 
+// Close ends a connection of no pool's (OpenOutside): Terminate,
+// then the socket.
+func (c *Conn) Close() { c.close() }
+
 // close closes the network connection (politely: Terminate first).
 func (c *Conn) close() {
 	_ = c.NetConn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))

@@ -18,7 +18,8 @@
 //	env.go             Env, BouncerConfig: what a pool is handed (SetEnv)
 //	pool.go            Pool: acquire/release/wait, connect (a slot's new
 //	                   connection, registered), reaping, CloseIdle, shutdown;
-//	                   AcquireAs for pinned sessions' own connections; the
+//	                   AcquireAs for pinned sessions' own connections;
+//	                   OpenOutside, a connection of no slot's; the
 //	                   connections' user, database, server version; SendCancel
 //	dial.go            dialer: making a connection (pgconn, identity check,
 //	                   then Hijack) and its connect errors; the Pool owns one

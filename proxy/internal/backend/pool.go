@@ -503,6 +503,17 @@ func (p *Pool) AcquireAs(ctx context.Context, key *Settings, user string) (*Conn
 	}
 }
 
+// OpenOutside opens a connection to p's server that is none of the
+// pool's slots (no key's settings): for the proxy's own short reads that
+// must not wait behind sessions holding every slot (the engine's catalog
+// lookups, relabel.go). The caller ends it with Close.
+func OpenOutside(ctx context.Context, p *Pool) (*Conn, error) {
+	if e := p.IsDown(); e != nil {
+		return nil, e
+	}
+	return p.dial.open(ctx, NoSettings, "")
+}
+
 // BackendUser is the user the pool's connections log in as.
 func (p *Pool) BackendUser() string { return p.dial.base.User }
 

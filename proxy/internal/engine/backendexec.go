@@ -268,6 +268,7 @@ func describeOn(ctx context.Context, s *Session, shard int, sql string, oids []u
 	}
 	d, err := bc.DescribeStmt(ctx, s.gen.Config.PoolTimeout, begin, sql, oids)
 	pool.Release(bc)
+	relabelFor(ctx, s, pool).describedMsgs(d.Msgs)
 	if err != nil {
 		return d, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("describing the statement on shard %q failed: %v", pool.Shard.Name, err))
 	}

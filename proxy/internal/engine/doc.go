@@ -42,7 +42,9 @@
 //	  exchange.go    exchanger: one exchange with one backend (items,
 //	                 effects, a lost backend, COPY FROM STDIN);
 //	                 paramstatus.go: what the client was told of the
-//	                 reported parameters (ParameterStatus)
+//	                 reported parameters (ParameterStatus); relabel.go:
+//	                 OIDMaps, another shard's descriptions told in the
+//	                 default shard's table OIDs, attnums and type OIDs
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
 //	                 (pipePlanner); both over the shared planner state;

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -94,8 +95,8 @@ type exchangeResult struct {
 // item by item (pl.items): one exchange. explicit: the client's transaction is
 // explicit (a lost backend fails it). It returns an error only when the
 // client connection failed.
-func runExchange(s *Session, pl *planned, bc *backend.Conn, explicit bool) (exchangeResult, error) {
-	x := exchanger{s: s, pl: pl, bc: bc, explicit: explicit}
+func runExchange(ctx context.Context, s *Session, pl *planned, bc *backend.Conn, explicit bool) (exchangeResult, error) {
+	x := exchanger{s: s, pl: pl, bc: bc, explicit: explicit, rl: relabelFor(ctx, s, bc.Pool)}
 	return x.run()
 }
 
@@ -181,6 +182,8 @@ type exchanger struct {
 	replayFailed bool
 	// flushed: part of the client's answer was written.
 	flushed bool
+	// rl tells the backend's descriptions in the default shard's OIDs.
+	rl relabeler
 }
 
 // stop ends the exchange with res (err only when the client connection
@@ -256,6 +259,13 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 		}
 		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
 			s.cc.out = append(s.cc.out, msg...)
+			switch typ {
+			case 'T':
+				msg = s.cc.out[len(s.cc.out)-len(msg):]
+				x.rl.rowDesc(msg)
+			case 't':
+				x.rl.paramDesc(s.cc.out[len(s.cc.out)-len(msg):])
+			}
 			if it.vs != nil && (typ == 'T' || typ == 'n') {
 				if shape, ok := resultShape(msg); ok {
 					it.vs.desc = shape

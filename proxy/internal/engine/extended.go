@@ -951,7 +951,7 @@ func (s *Session) finish(p *planner, term byte) error {
 		appendUnseenSync(p)
 	}
 	s.fretry.armed, s.fretry.outStart, s.fretry.idleStart = term != 'H', len(s.cc.out), p.idleStart
-	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
+	res, err := runExchange(p.ctx, s, &p.plan, p.bc, p.explicit)
 	s.fretry.armed = false
 	if err != nil {
 		return err

@@ -221,6 +221,9 @@ type fanExec struct {
 	// parts runs, is the client's output kept for its cursor (cursor.go).
 	cursors *cursorSet
 	capt    *cursorCapture
+	// ownCatalog: a pinned session, which reads the catalog on its own
+	// backend: the shards' descriptions go out as written (relabel.go).
+	ownCatalog bool
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -241,7 +244,8 @@ func newFanExec(p *planner) *fanExec {
 	s := p.s
 	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s,
-		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors, idleStart: p.idleStart}
+		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors, idleStart: p.idleStart,
+		ownCatalog: s.own != nil}
 	if s.host != nil {
 		x.fences, x.log = s.host.Fences, s.host.Log
 	}
@@ -432,6 +436,9 @@ func (x *fanExec) fanParts() *pgwire.Error {
 			if f.inTxn {
 				st.role = partNewReader
 			}
+		}
+		if !x.ownCatalog {
+			st.rl = relabelPool(x.ctx, x.gen, pool)
 		}
 		streams = append(streams, st)
 	}

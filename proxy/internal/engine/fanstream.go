@@ -54,6 +54,8 @@ type fanStream struct {
 	lost     error
 	// bound: the statement's BindComplete arrived.
 	bound bool
+	// rl tells the shard's descriptions in the default shard's OIDs.
+	rl relabeler
 }
 
 // failed reports whether the shard's answer is an error or its connection
@@ -146,8 +148,10 @@ func (f *fanStream) take(typ byte, msg []byte) {
 		f.bound = true
 	case 'T':
 		f.rowDesc = append([]byte(nil), msg...)
+		f.rl.rowDesc(f.rowDesc)
 	case 't':
 		f.paramDesc = append([]byte(nil), msg...)
+		f.rl.paramDesc(f.paramDesc)
 	case 'C':
 		f.tag = append([]byte(nil), pgwire.CommandTag(msg)...)
 	case 'E':

@@ -27,7 +27,7 @@ func (s *Session) fastpath(ctx context.Context, msg []byte) error {
 	p.onBackend = true
 	p.plan.bw = append(p.plan.bw, msg...)
 	p.plan.items = append(p.plan.items, item{kind: itQuery, flags: fClientPart | fRFQ})
-	res, err := runExchange(s, &p.plan, p.bc, p.explicit)
+	res, err := runExchange(ctx, s, &p.plan, p.bc, p.explicit)
 	if err != nil {
 		return err
 	}

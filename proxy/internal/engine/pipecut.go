@@ -138,7 +138,7 @@ func (r pipeParts) runCut(p pipePlanner) (done bool, err error) {
 	appendUnseenSync(pl)
 	// The fence's retry is not armed (finish arms it for its own exchange
 	// only): it reruns a whole pipeline, not a part of one.
-	res, err := runExchange(s, &pl.plan, pl.bc, false)
+	res, err := runExchange(pl.ctx, s, &pl.plan, pl.bc, false)
 	if err != nil {
 		return true, err
 	}

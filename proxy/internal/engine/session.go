@@ -37,6 +37,9 @@ type Session struct {
 	// clientConn is the client socket: its reader, the output buffer
 	// (s.out) and the write lock (clientconn.go).
 	cc clientConn
+	// descs is the last description another shard answered, told in the
+	// default shard's OIDs (relabel.go).
+	descs descMemo
 
 	pid, secret uint32
 	user, db    string

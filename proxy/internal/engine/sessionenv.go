@@ -72,6 +72,9 @@ type GenerationEnv struct {
 	Collation *atomic.Int32
 	// RR spreads key-less read-only statements over the shards (pickAny).
 	RR *atomic.Uint32
+	// OIDs tells other shards' descriptions in the default shard's OIDs
+	// (relabel.go; nil: they go out as the shards wrote them).
+	OIDs *OIDMaps
 	// Home is the host environment of the server the generation belongs
 	// to: the accepting server's, or an extra database's.
 	Home *HostEnv

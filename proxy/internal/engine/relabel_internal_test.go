@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+)
+
+// relabelFixture is a generation of two shards whose OIDMaps know shard
+// 1's table 16500 (the default shard's 17000, attnums 1 → 1, 2 → 3) and
+// type 16600 (17100).
+func relabelFixture() (*GenerationEnv, *backend.Pool) {
+	def, other := &backend.Pool{}, &backend.Pool{}
+	g := &GenerationEnv{Pools: []*backend.Pool{def, other}, StmtEpoch: &atomic.Uint64{}, OIDs: &OIDMaps{}}
+	g.OIDs.snap.Store(&oidSnap{
+		rels:  map[oidKey]relOIDs{{other, 16500}: {oid: 17000, cols: []uint16{0, 1, 3, noColumn}}},
+		types: map[oidKey]uint32{{other, 16600}: 17100},
+	})
+	return g, other
+}
+
+func TestRelabelKnown(t *testing.T) {
+	g, other := relabelFixture()
+	msg := pgvalue.AppendRowDesc(nil, []pgvalue.Field{
+		{Name: "a", Table: 16500, Attnum: 1, OID: pgtype.Int8OID, Typlen: 8, Typmod: -1},
+		{Name: "b", Table: 16500, Attnum: 2, OID: 16600, Typlen: 4, Typmod: -1},
+		{Name: "c", Table: 16500, Attnum: 3, OID: pgtype.TextOID, Typlen: -1, Typmod: -1},
+		{Name: "ctid", Table: 16500, Attnum: 0xFFFF, OID: pgtype.TIDOID, Typlen: 6, Typmod: -1},
+	})
+	orig := append([]byte(nil), msg...)
+	relabeler{gen: g, pool: other}.rowDesc(msg)
+	// A session's memo tells the same description the same way, the
+	// second time from the memo.
+	memo := &descMemo{}
+	for range 2 {
+		again := append([]byte(nil), orig...)
+		relabeler{gen: g, pool: other, memo: memo}.rowDesc(again)
+		if string(again) != string(msg) {
+			t.Fatalf("told with a memo as %x, without as %x", again, msg)
+		}
+	}
+	if memo.snap == nil {
+		t.Error("the memo was not kept")
+	}
+	fs, err := pgvalue.ParseRowDesc(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][3]uint32{{17000, 1, pgtype.Int8OID}, {17000, 3, 17100}, {0, 0, pgtype.TextOID}, {17000, 0xFFFF, pgtype.TIDOID}}
+	for i, f := range fs {
+		if got := [3]uint32{f.Table, uint32(f.Attnum), f.OID}; got != want[i] {
+			t.Errorf("column %s: %v, want %v", f.Name, got, want[i])
+		}
+	}
+	// The default shard's own descriptions, and a pinned session's, are
+	// left alone; so is everything after a schema change (the snapshot
+	// is of an older epoch) until it is learned again.
+	if rl := relabelPool(nil, g, g.Pools[0]); rl.gen != nil {
+		t.Error("the default shard's descriptions would be relabeled")
+	}
+	if snap := g.OIDs.current(g); snap == nil {
+		t.Fatal("no current snapshot")
+	}
+	g.StmtEpoch.Add(1)
+	if snap := g.OIDs.current(g); snap != nil {
+		t.Error("a snapshot of an older schema epoch is current")
+	}
+}
+
+// BenchmarkRelabelRowDesc is the cost the hot path pays per
+// RowDescription of another shard than the default one (a keyed point
+// SELECT of 4 columns whose OIDs are known): the session's memo holds
+// the same description (a statement run again), or none (a fan-out).
+func BenchmarkRelabelRowDesc(b *testing.B) {
+	b.Run("memo", func(b *testing.B) { benchRelabel(b, true) })
+	b.Run("none", func(b *testing.B) { benchRelabel(b, false) })
+}
+
+func benchRelabel(b *testing.B, memo bool) {
+	g, other := relabelFixture()
+	msg := pgvalue.AppendRowDesc(nil, []pgvalue.Field{
+		{Name: "aid", Table: 16500, Attnum: 1, OID: pgtype.Int8OID, Typlen: 8, Typmod: -1},
+		{Name: "abalance", Table: 16500, Attnum: 2, OID: pgtype.Int4OID, Typlen: 4, Typmod: -1},
+		{Name: "x", OID: pgtype.Int4OID, Typlen: 4, Typmod: -1},
+		{Name: "y", OID: pgtype.TextOID, Typlen: -1, Typmod: -1},
+	})
+	orig := append([]byte(nil), msg...)
+	rl := relabeler{gen: g, pool: other}
+	if memo {
+		rl.memo = &descMemo{}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(msg, orig)
+		rl.rowDesc(msg)
+	}
+}
