@@ -189,9 +189,12 @@
 // a column the default shard lacks is told as no table's, 0): else
 // pgJDBC's updatable result sets and ResultSetMetaData, or any client
 // that looks a column up by its table OID, find another table or none.
-// Not told: OIDs inside values (SELECT tableoid, a binary array's element
-// type), the parameter types a client's Parse names, and what a pinned
-// session reads (it reads the catalog on its own backend).
+// The other way, the parameter types a client's Parse names by the
+// default shard's OIDs (psycopg, Npgsql and pgJDBC name a user type so)
+// reach each shard in its own numbers: else "cache lookup failed for
+// type", or another type. Not told: OIDs inside values (SELECT tableoid,
+// a binary array's element type), and what a pinned session sends and
+// reads (it reads the catalog on its own backend).
 //
 // # Reads of every shard (fan-out)
 //

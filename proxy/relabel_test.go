@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy"
 )
@@ -52,7 +53,8 @@ func readCatalogIDs(ctx context.Context, t *testing.T, conn *pgx.Conn, table, ty
 // it gets — of a keyed read of another shard (simple and extended
 // protocol), of a read merged from shards the default one is not among,
 // a statement's parameter types — names the default shard's table OID,
-// attnums and type OIDs, also after schema changes (a column added, the
+// attnums and type OIDs, and a Parse naming the default shard's type
+// reaches each shard in its own number, also after schema changes (a column added, the
 // table made again), or nothing (0) where the default shard has no such
 // column.
 //
@@ -165,6 +167,18 @@ func TestDescriptionsInDefaultShardOIDs(t *testing.T) {
 				t.Fatalf("%s: extended read of key %d: %v (%d rows)", when, k, r.Err, len(r.Rows))
 			}
 			checkFields(fmt.Sprintf("extended, key %d", k), fds)
+		}
+		// A Parse that names the type by the OID the client read in the
+		// catalog (psycopg, Npgsql, pgJDBC do): each shard gets its own.
+		for _, k := range keys {
+			r := conn.PgConn().ExecParams(ctx, "SELECT id FROM relabel_t WHERE id = $1 AND m <> $2", [][]byte{fmt.Appendf(nil, "%d", k), []byte("calm")}, []uint32{pgtype.Int8OID, want.typ}, nil, nil).Read()
+			if r.Err != nil || len(r.Rows) != 1 {
+				t.Errorf("%s: a Parse naming relabel_mood as %d, key %d: %v (%d rows)", when, want.typ, k, r.Err, len(r.Rows))
+			}
+		}
+		r := conn.PgConn().ExecParams(ctx, "SELECT count(*) FROM relabel_t WHERE m <> $1", [][]byte{[]byte("calm")}, []uint32{want.typ}, nil, nil).Read()
+		if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != fmt.Sprint(len(keys)) {
+			t.Errorf("%s: a read of every shard whose Parse names relabel_mood as %d: %v %q", when, want.typ, r.Err, r.Rows)
 		}
 		// Merged from shards 0 and 2 (the default shard is not among them).
 		sql := fmt.Sprintf("SELECT %s FROM relabel_t WHERE id IN (%d, %d) ORDER BY id", cols, keys[0], keys[len(keys)-1])

@@ -266,9 +266,10 @@ func describeOn(ctx context.Context, s *Session, shard int, sql string, oids []u
 	case len(pre.KV) > 0:
 		begin = pre.BeginSQL() + ";\n" + pre.PreambleSQL()
 	}
-	d, err := bc.DescribeStmt(ctx, s.gen.Config.PoolTimeout, begin, sql, oids)
+	rl := relabelFor(ctx, s, pool)
+	d, err := bc.DescribeStmt(ctx, s.gen.Config.PoolTimeout, begin, sql, rl.paramTypes(oids))
 	pool.Release(bc)
-	relabelFor(ctx, s, pool).describedMsgs(d.Msgs)
+	rl.describedMsgs(d.Msgs)
 	if err != nil {
 		return d, pgwire.NewError(pgwire.CodeConnectionFailure, fmt.Sprintf("describing the statement on shard %q failed: %v", pool.Shard.Name, err))
 	}

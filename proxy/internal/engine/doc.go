@@ -44,7 +44,8 @@
 //	                 paramstatus.go: what the client was told of the
 //	                 reported parameters (ParameterStatus); relabel.go:
 //	                 OIDMaps, another shard's descriptions told in the
-//	                 default shard's table OIDs, attnums and type OIDs
+//	                 default shard's table OIDs, attnums and type OIDs,
+//	                 a client's Parse's types in the shard's
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
 //	                 (pipePlanner); both over the shared planner state;

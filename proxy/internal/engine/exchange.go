@@ -115,6 +115,10 @@ func (x *exchanger) run() (exchangeResult, error) {
 		out, restItem = x.pl.bw[:h], x.pl.bwHoldItem
 	}
 	x.pl.bwHold = 0
+	x.rl.parseTypes(out)
+	if rest != nil {
+		x.rl.parseTypes(rest)
+	}
 	var err error
 	if rest != nil {
 		err = bc.Write(out)

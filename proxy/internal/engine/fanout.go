@@ -532,6 +532,7 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		buf = pgwire.AppendQuery(buf, "COMMIT")
 		st.rfqLeft++
 	}
+	st.rl.parseTypes(buf)
 	return buf, nil
 }
 

@@ -3,7 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,12 +32,16 @@ import (
 // column's table or type up by OID find another table, or none (an
 // UPDATE of column "" — 42601 — or of the wrong column).
 //
+// The other way, the parameter types a client's Parse names (psycopg,
+// Npgsql and pgJDBC name a user type by the OID they read in the
+// catalog, the default shard's) are told in the shard's numbers before
+// the Parse reaches it (parseTypes): else the shard finds no such type,
+// or another one.
+//
 // What is not told: a value that is an OID (SELECT tableoid, a regclass
-// cast to oid), the element type inside a binary array or record, and the
-// parameter types a client's Parse names (the client's OIDs, the default
-// shard's, reach the other shard as they are). A pinned session reads
-// the catalog on its own backend's shard: its descriptions are left as
-// the shards wrote them.
+// cast to oid) and the element type inside a binary array or record. A
+// pinned session reads the catalog on its own backend's shard: what it
+// sends and gets is left as it is.
 
 // OIDMaps is one generation's translation of each shard's OIDs of user
 // objects (tables, their columns, types) into the default shard's,
@@ -60,6 +67,10 @@ type oidSnap struct {
 	epoch uint64
 	rels  map[oidKey]relOIDs
 	types map[oidKey]uint32 // the default shard's OID (0: none there)
+	// back are the default shard's types as a shard numbers them (keyed
+	// by the shard's pool and the default shard's OID; 0: none there):
+	// the parameter types a client's Parse names.
+	back map[oidKey]uint32
 }
 
 // oidKey is one shard's (its pool's) OID.
@@ -183,6 +194,106 @@ func (r relabeler) paramDesc(msg []byte) {
 	pgvalue.EditParamDesc(msg, func(_ uint32, _ uint16, o uint32) (uint32, uint16, uint32) {
 		return 0, 0, snap.relabelType(r.pool, o)
 	})
+}
+
+// parseTypes tells the parameter types of the Parse messages among buf
+// (what a backend is sent) in place, from the default shard's numbers
+// into the shard's. A type the shard has not is left as it is (the
+// shard then says so).
+func (r relabeler) parseTypes(buf []byte) {
+	if r.gen == nil {
+		return
+	}
+	for msg := range pgwire.Msgs(buf) {
+		if msg[0] != 'P' {
+			continue
+		}
+		at, n := parseTypesAt(msg)
+		for k := range n {
+			if binary.BigEndian.Uint32(msg[at+4*k:]) >= pgvalue.FirstUserOID {
+				r.backTypes(msg[at : at+4*n])
+				break
+			}
+		}
+	}
+}
+
+// paramTypes returns oids (a Parse's parameter types) told in the
+// shard's numbers: oids itself when nothing changes, else a copy.
+func (r relabeler) paramTypes(oids []uint32) []uint32 {
+	if r.gen == nil || !slices.ContainsFunc(oids, func(o uint32) bool { return o >= pgvalue.FirstUserOID }) {
+		return oids
+	}
+	b := make([]byte, 4*len(oids))
+	for i, o := range oids {
+		binary.BigEndian.PutUint32(b[4*i:], o)
+	}
+	r.backTypes(b)
+	out := make([]uint32, len(oids))
+	for i := range out {
+		out[i] = binary.BigEndian.Uint32(b[4*i:])
+	}
+	return out
+}
+
+// backTypes tells the big-endian type OIDs of b in place.
+func (r relabeler) backTypes(b []byte) {
+	var oids []uint32
+	for i := 0; i+4 <= len(b); i += 4 {
+		if o := binary.BigEndian.Uint32(b[i:]); o >= pgvalue.FirstUserOID {
+			oids = append(oids, o)
+		}
+	}
+	snap := r.gen.OIDs.current(r.gen)
+	if len(snap.missingBack(r.pool, oids)) > 0 {
+		snap = r.gen.OIDs.learnBack(r.ctx, r.gen, r.pool, oids)
+	}
+	if snap == nil {
+		return
+	}
+	for i := 0; i+4 <= len(b); i += 4 {
+		if d := snap.back[oidKey{r.pool, binary.BigEndian.Uint32(b[i:])}]; d != 0 {
+			binary.BigEndian.PutUint32(b[i:], d)
+		}
+	}
+}
+
+// parseTypesAt returns where the parameter types of Parse msg begin and
+// how many there are (0 when msg is malformed).
+func parseTypesAt(msg []byte) (int, int) {
+	i := pgwire.HeaderLen
+	for range 2 { // the statement's name, its text
+		z := bytes.IndexByte(msg[i:], 0)
+		if z < 0 {
+			return 0, 0
+		}
+		i += z + 1
+	}
+	if len(msg)-i < 2 {
+		return 0, 0
+	}
+	n := int(binary.BigEndian.Uint16(msg[i:]))
+	if len(msg)-(i+2) < 4*n {
+		return 0, 0
+	}
+	return i + 2, n
+}
+
+// missingBack returns the default shard's types among oids that snap
+// does not know pool's number of.
+func (snap *oidSnap) missingBack(pool *backend.Pool, oids []uint32) []uint32 {
+	var out []uint32
+	for _, o := range oids {
+		if snap != nil {
+			if _, ok := snap.back[oidKey{pool, o}]; ok {
+				continue
+			}
+		}
+		if !has(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // describedMsgs tells a Describe's messages (ParameterDescription,
@@ -317,16 +428,38 @@ func (m *OIDMaps) current(g *GenerationEnv) *oidSnap {
 
 // learn looks up what description msg of pool names and the current
 // snapshot does not know, publishes the snapshot with it and returns it.
-// A lookup that fails (a shard down, its pool exhausted past
-// oidLookupTimeout) is logged and publishes nothing: the description
-// goes out as the shard wrote it.
+// A lookup that fails (a shard down, or slower than oidLookupTimeout) is
+// logged and publishes nothing: the description goes out as the shard
+// wrote it.
 func (m *OIDMaps) learn(ctx context.Context, g *GenerationEnv, pool *backend.Pool, msg []byte) *oidSnap {
+	return m.lookup(ctx, g, pool, func(snap *oidSnap) oidAsk {
+		rels, types := snap.missing(pool, msg)
+		return oidAsk{rels: rels, types: types}
+	})
+}
+
+// learnBack is learn for the default shard's types oids as pool numbers
+// them.
+func (m *OIDMaps) learnBack(ctx context.Context, g *GenerationEnv, pool *backend.Pool, oids []uint32) *oidSnap {
+	return m.lookup(ctx, g, pool, func(snap *oidSnap) oidAsk {
+		return oidAsk{back: snap.missingBack(pool, oids)}
+	})
+}
+
+// oidAsk is what one lookup asks: pool's relations and types, the
+// default shard's types (back).
+type oidAsk struct{ rels, types, back []uint32 }
+
+// lookup asks what ask (given the current snapshot) says the snapshot
+// lacks, under the lock (one lookup at a time: the second finds the
+// first's answer), and publishes the snapshot with the answer.
+func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, pool *backend.Pool, ask func(*oidSnap) oidAsk) *oidSnap {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	epoch := g.StmtEpoch.Load()
 	snap := m.current(g)
-	rels, types := snap.missing(pool, msg)
-	if len(rels) == 0 && len(types) == 0 {
+	q := ask(snap)
+	if len(q.rels) == 0 && len(q.types) == 0 && len(q.back) == 0 {
 		return snap
 	}
 	if time.Now().Before(m.retryAt[pool]) {
@@ -334,7 +467,10 @@ func (m *OIDMaps) learn(ctx context.Context, g *GenerationEnv, pool *backend.Poo
 	}
 	ctx, cancel := context.WithTimeout(ctx, oidLookupTimeout)
 	defer cancel()
-	found, err := lookupOIDs(ctx, g, pool, rels, types)
+	found, err := lookupOIDs(ctx, g, pool, q.rels, q.types)
+	if err == nil && len(q.back) > 0 {
+		found.back, err = lookupBack(ctx, g, pool, q.back)
+	}
 	if err != nil {
 		if m.retryAt == nil {
 			m.retryAt = map[*backend.Pool]time.Time{}
@@ -344,15 +480,12 @@ func (m *OIDMaps) learn(ctx context.Context, g *GenerationEnv, pool *backend.Poo
 			"shard", pool.Shard.Name, "err", err)
 		return snap
 	}
-	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}}
+	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}, back: map[oidKey]uint32{}}
 	if snap != nil {
 		next.epoch = snap.epoch
-		for k, v := range snap.rels {
-			next.rels[k] = v
-		}
-		for k, v := range snap.types {
-			next.types[k] = v
-		}
+		maps.Copy(next.rels, snap.rels)
+		maps.Copy(next.types, snap.types)
+		maps.Copy(next.back, snap.back)
 	}
 	for oid, r := range found.rels {
 		next.rels[oidKey{pool, oid}] = r
@@ -360,14 +493,19 @@ func (m *OIDMaps) learn(ctx context.Context, g *GenerationEnv, pool *backend.Poo
 	for oid, d := range found.types {
 		next.types[oidKey{pool, oid}] = d
 	}
+	for oid, d := range found.back {
+		next.back[oidKey{pool, oid}] = d
+	}
 	m.snap.Store(next)
 	return next
 }
 
-// oidsFound is what one lookup learned: by the shard's OID.
+// oidsFound is what one lookup learned: by the shard's OID (back: by
+// the default shard's).
 type oidsFound struct {
 	rels  map[uint32]relOIDs
 	types map[uint32]uint32
+	back  map[uint32]uint32
 }
 
 // qualName is an object's schema and name.
@@ -467,6 +605,38 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, pool *backend.Pool, rels,
 		}
 	}
 	return found, nil
+}
+
+// lookupBack reads the names of the default shard's types oids there,
+// then their OIDs on pool's shard (0: it has no such type).
+func lookupBack(ctx context.Context, g *GenerationEnv, pool *backend.Pool, oids []uint32) (map[uint32]uint32, error) {
+	back := map[uint32]uint32{}
+	res, err := catalogRead(ctx, g, g.Pools[g.DefaultShard], shardTypesSQL(oids), "")
+	if err != nil {
+		return nil, err
+	}
+	name := map[uint32]qualName{}
+	var names []qualName
+	for _, row := range res[0].Rows {
+		if string(row[3]) != "t" {
+			name[rowOID(row[0])] = qualName{string(row[1]), string(row[2])}
+			names = append(names, name[rowOID(row[0])])
+		}
+	}
+	there := map[qualName]uint32{}
+	if len(names) > 0 {
+		sres, err := catalogRead(ctx, g, pool, defaultTypesSQL(names), "")
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range sres[0].Rows {
+			there[qualName{string(row[0]), string(row[1])}] = rowOID(row[2])
+		}
+	}
+	for _, oid := range oids {
+		back[oid] = there[name[oid]]
+	}
+	return back, nil
 }
 
 // catalogRead runs the two catalog queries on pool's shard ("" skips
