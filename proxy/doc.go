@@ -192,9 +192,10 @@
 // The other way, the parameter types a client's Parse names by the
 // default shard's OIDs (psycopg, Npgsql and pgJDBC name a user type so)
 // reach each shard in its own numbers: else "cache lookup failed for
-// type", or another type. Not told: OIDs inside values (SELECT tableoid,
-// a binary array's element type), and what a pinned session sends and
-// reads (it reads the catalog on its own backend).
+// type", or another type. A pinned session reads the catalog on its own
+// backend: what other shards answer it is told in its shard's numbers.
+// Not told: OIDs inside values (SELECT tableoid, a binary array's element
+// type).
 //
 // # Reads of every shard (fan-out)
 //

@@ -232,4 +232,37 @@ func TestDescriptionsInDefaultShardOIDs(t *testing.T) {
 		}
 	}
 	check("a column added behind the proxy's back", "w", "z")
+
+	// A session pinned to a backend of its own (here by a cursor WITH
+	// HOLD over shard 1's rows) reads the catalog on that backend: a read
+	// of every shard is described in its shard's numbers, whichever shard
+	// the merge's description came from.
+	pinned := env.connect(t)
+	if _, err := pinned.Exec(ctx, fmt.Sprintf("DECLARE relabel_c CURSOR WITH HOLD FOR SELECT v FROM relabel_t WHERE id = %d", keys[1])); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, env.srv, "pgshard_proxy_pinned_sessions", 1)
+	var table uint32
+	var wAt, zAt int16
+	if err := pinned.QueryRow(ctx, `SELECT 'relabel_t'::regclass::oid,
+		(SELECT attnum FROM pg_attribute WHERE attrelid = 'relabel_t'::regclass AND attname = 'w'),
+		(SELECT attnum FROM pg_attribute WHERE attrelid = 'relabel_t'::regclass AND attname = 'z')`).Scan(&table, &wAt, &zAt); err != nil {
+		t.Fatal(err)
+	}
+	res, err := pinned.PgConn().Exec(ctx, "SELECT id, w, z FROM relabel_t ORDER BY id").ReadAll()
+	if err != nil || len(res) != 1 || res[0].Err != nil || len(res[0].Rows) != len(keys) {
+		t.Fatalf("a read of every shard in a session of its own: %v %v", err, res)
+	}
+	if o := readCatalogIDs(ctx, t, shard1, "relabel_t", "relabel_mood"); o.table != table || uint16(wAt) != o.cols["w"] {
+		t.Fatalf("the pinned session reads a catalog that is not shard 1's (relabel_t %d, w %d; shard 1: %d, %d)", table, wAt, o.table, o.cols["w"])
+	}
+	for _, fd := range res[0].FieldDescriptions {
+		want := map[string]uint16{"id": 1, "w": uint16(wAt), "z": uint16(zAt)}[fd.Name]
+		if fd.TableOID != table || fd.TableAttributeNumber != want {
+			t.Errorf("a pinned session: column %s is table %d attnum %d; its catalog says %d, %d", fd.Name, fd.TableOID, fd.TableAttributeNumber, table, want)
+		}
+	}
+	if _, err := pinned.Exec(ctx, "CLOSE relabel_c"); err != nil {
+		t.Fatal(err)
+	}
 }

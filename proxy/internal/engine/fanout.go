@@ -221,9 +221,9 @@ type fanExec struct {
 	// parts runs, is the client's output kept for its cursor (cursor.go).
 	cursors *cursorSet
 	capt    *cursorCapture
-	// ownCatalog: a pinned session, which reads the catalog on its own
-	// backend: the shards' descriptions go out as written (relabel.go).
-	ownCatalog bool
+	// catalog is the shard whose catalog the client reads: the other
+	// shards' descriptions are told in its numbers (relabel.go).
+	catalog int
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -245,7 +245,7 @@ func newFanExec(p *planner) *fanExec {
 	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s,
 		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors, idleStart: p.idleStart,
-		ownCatalog: s.own != nil}
+		catalog: catalogShard(s)}
 	if s.host != nil {
 		x.fences, x.log = s.host.Fences, s.host.Log
 	}
@@ -437,9 +437,7 @@ func (x *fanExec) fanParts() *pgwire.Error {
 				st.role = partNewReader
 			}
 		}
-		if !x.ownCatalog {
-			st.rl = relabelPool(x.ctx, x.gen, pool)
-		}
+		st.rl = relabelPool(x.ctx, x.gen, pool, x.catalog)
 		streams = append(streams, st)
 	}
 	x.streams = streams

@@ -38,13 +38,15 @@ import (
 // the Parse reaches it (parseTypes): else the shard finds no such type,
 // or another one.
 //
-// What is not told: a value that is an OID (SELECT tableoid, a regclass
-// cast to oid) and the element type inside a binary array or record. A
-// pinned session reads the catalog on its own backend's shard: what it
-// sends and gets is left as it is.
+// A pinned session reads the catalog on its own backend's shard: what
+// other shards answer it (a read of every shard) is told in that shard's
+// numbers instead (catalogShard). What is not told: a value that is an
+// OID (SELECT tableoid, a regclass cast to oid) and the element type
+// inside a binary array or record.
 
 // OIDMaps is one generation's translation of each shard's OIDs of user
-// objects (tables, their columns, types) into the default shard's,
+// objects (tables, their columns, types) into the catalog shard's (the
+// default shard, or a pinned session's own: pair.to),
 // learned as descriptions need them: a shard's objects the first time a
 // description of it names them, again after a schema change (StmtEpoch).
 // A lookup is two catalog reads, one on the shard, one on the default
@@ -57,7 +59,7 @@ type OIDMaps struct {
 	snap atomic.Pointer[oidSnap]
 	// retryAt: a failed lookup of a pool is not tried again before then
 	// (its descriptions stay as the shard wrote them meanwhile).
-	retryAt map[*backend.Pool]time.Time
+	retryAt map[pair]time.Time
 }
 
 // oidSnap is what OIDMaps knows, never changed once published.
@@ -66,33 +68,37 @@ type oidSnap struct {
 	// schema change the snapshot is not used.
 	epoch uint64
 	rels  map[oidKey]relOIDs
-	types map[oidKey]uint32 // the default shard's OID (0: none there)
-	// back are the default shard's types as a shard numbers them (keyed
-	// by the shard's pool and the default shard's OID; 0: none there):
-	// the parameter types a client's Parse names.
+	types map[oidKey]uint32 // the catalog shard's OID (0: none there)
+	// back are the catalog shard's types as the shard that answers
+	// numbers them (keyed by the catalog shard's OID; 0: none there): the
+	// parameter types a client's Parse names.
 	back map[oidKey]uint32
 }
 
-// oidKey is one shard's (its pool's) OID.
+// oidKey is an OID of what shards.from numbers, as told to shards.to.
 type oidKey struct {
-	pool *backend.Pool
-	oid  uint32
+	shards pair
+	oid    uint32
 }
 
-// relOIDs is a shard's relation as the default shard numbers it.
+// pair is a shard that answered (from: its pool) and the shard whose
+// catalog the client reads (to: the default shard, or a pinned session's).
+type pair struct{ from, to *backend.Pool }
+
+// relOIDs is a shard's relation as the catalog shard numbers it.
 type relOIDs struct {
-	// oid is the default shard's (0: it has no such relation).
+	// oid is the catalog shard's (0: it has no such relation).
 	oid uint32
 	// keep: a temporary relation, the session's own: left as it is.
 	keep bool
-	// cols[attnum] is the default shard's attnum of the shard's column
-	// attnum: noColumn when the default shard has no such column, 0 when
+	// cols[attnum] is the catalog shard's attnum of the shard's column
+	// attnum: noColumn when the catalog shard has no such column, 0 when
 	// the shard had none when it was read (a column added since without
 	// the proxy: the relation is read again).
 	cols []uint16
 }
 
-// noColumn marks a column the default shard does not have (relOIDs.cols).
+// noColumn marks a column the catalog shard does not have (relOIDs.cols).
 const noColumn = 0xFFFF
 
 // oidLookupTimeout bounds a lookup (its two connections and reads): a
@@ -103,78 +109,89 @@ const oidLookupTimeout = 5 * time.Second
 // oidRetryAfter is how long a pool whose lookup failed is not asked again.
 const oidRetryAfter = time.Second
 
-// relabeler tells one shard's descriptions in the default shard's
+// relabeler tells one shard's descriptions in the catalog shard's
 // numbers for one session (its zero value leaves them alone).
 type relabeler struct {
-	ctx  context.Context
-	gen  *GenerationEnv
-	pool *backend.Pool
+	ctx context.Context
+	gen *GenerationEnv
+	p   pair
 	// memo, when set, is the session's last description told: a
 	// session's descriptions mostly repeat (one statement run again and
 	// again), and one the same as the last is told as it was.
 	memo *descMemo
 }
 
-// descMemo is a RowDescription of pool as it came (in) and as it was
+// descMemo is a RowDescription of p.from as it came (in) and as it was
 // told (out) by snapshot snap.
 type descMemo struct {
 	snap    *oidSnap
-	pool    *backend.Pool
+	p       pair
 	in, out []byte
 }
 
-// relabelFor returns the relabeler of descriptions bc's shard answers to
-// s: none for the default shard, a pinned session or a generation
-// without OIDMaps.
+// relabelFor returns the relabeler of what s exchanges with a backend
+// of pool: none when pool's shard is the one whose catalog s reads
+// (catalogShard) or the generation has no OIDMaps.
 func relabelFor(ctx context.Context, s *Session, pool *backend.Pool) relabeler {
-	if s.own != nil {
-		return relabeler{}
-	}
-	rl := relabelPool(ctx, s.gen, pool)
+	rl := relabelPool(ctx, s.gen, pool, catalogShard(s))
 	if rl.gen != nil {
 		rl.memo = &s.descs
 	}
 	return rl
 }
 
-// relabelPool is relabelFor for a session that reads the catalog on the
-// default shard.
-func relabelPool(ctx context.Context, g *GenerationEnv, pool *backend.Pool) relabeler {
-	if g.OIDs == nil || pool == nil || pool == g.Pools[g.DefaultShard] {
-		return relabeler{}
+// catalogShard is the shard whose catalog s reads: the default shard
+// (pickHome), or a pinned session's own (its backend runs every
+// statement it can).
+func catalogShard(s *Session) int {
+	if s.own != nil {
+		return s.own.shard
 	}
-	return relabeler{ctx: ctx, gen: g, pool: pool}
+	return s.gen.DefaultShard
 }
 
-// rowDesc tells RowDescription msg (in place) in the default shard's
+// relabelPool is relabelFor for a client that reads the catalog on
+// shard catalog.
+func relabelPool(ctx context.Context, g *GenerationEnv, pool *backend.Pool, catalog int) relabeler {
+	if g.OIDs == nil || pool == nil || catalog < 0 || catalog >= len(g.Pools) {
+		return relabeler{}
+	}
+	to := g.Pools[catalog]
+	if pool == to || pool.Shard.Name == to.Shard.Name {
+		return relabeler{} // the same shard (a pinned backend's pool is a direct one)
+	}
+	return relabeler{ctx: ctx, gen: g, p: pair{from: pool, to: to}}
+}
+
+// rowDesc tells RowDescription msg (in place) in the catalog shard's
 // numbers.
 func (r relabeler) rowDesc(msg []byte) {
 	if r.gen == nil {
 		return
 	}
 	snap := r.gen.OIDs.current(r.gen)
-	if m := r.memo; m != nil && snap != nil && m.snap == snap && m.pool == r.pool && bytes.Equal(m.in, msg) {
+	if m := r.memo; m != nil && snap != nil && m.snap == snap && m.p == r.p && bytes.Equal(m.in, msg) {
 		copy(msg, m.out)
 		return
 	}
 	if !pgvalue.RowDescUserOIDs(msg) {
 		return
 	}
-	covered := snap.covers(r.pool, msg)
+	covered := snap.covers(r.p, msg)
 	if !covered {
-		snap = r.gen.OIDs.learn(r.ctx, r.gen, r.pool, msg)
-		covered = snap.covers(r.pool, msg)
+		snap = r.gen.OIDs.learn(r.ctx, r.gen, r.p, msg)
+		covered = snap.covers(r.p, msg)
 	}
 	m := r.memo
 	if !covered {
 		m = nil // told in part: told again (learned again) next time
 	}
 	if m != nil {
-		m.snap, m.pool, m.in = snap, r.pool, append(m.in[:0], msg...)
+		m.snap, m.p, m.in = snap, r.p, append(m.in[:0], msg...)
 	}
 	pgvalue.EditRowDesc(msg, func(t uint32, a uint16, o uint32) (uint32, uint16, uint32) {
-		t, a = snap.relabelColumn(r.pool, t, a)
-		return t, a, snap.relabelType(r.pool, o)
+		t, a = snap.relabelColumn(r.p, t, a)
+		return t, a, snap.relabelType(r.p, o)
 	})
 	if m != nil {
 		m.out = append(m.out[:0], msg...)
@@ -188,16 +205,16 @@ func (r relabeler) paramDesc(msg []byte) {
 		return
 	}
 	snap := r.gen.OIDs.current(r.gen)
-	if !snap.covers(r.pool, msg) {
-		snap = r.gen.OIDs.learn(r.ctx, r.gen, r.pool, msg)
+	if !snap.covers(r.p, msg) {
+		snap = r.gen.OIDs.learn(r.ctx, r.gen, r.p, msg)
 	}
 	pgvalue.EditParamDesc(msg, func(_ uint32, _ uint16, o uint32) (uint32, uint16, uint32) {
-		return 0, 0, snap.relabelType(r.pool, o)
+		return 0, 0, snap.relabelType(r.p, o)
 	})
 }
 
 // parseTypes tells the parameter types of the Parse messages among buf
-// (what a backend is sent) in place, from the default shard's numbers
+// (what a backend is sent) in place, from the catalog shard's numbers
 // into the shard's. A type the shard has not is left as it is (the
 // shard then says so).
 func (r relabeler) parseTypes(buf []byte) {
@@ -245,14 +262,14 @@ func (r relabeler) backTypes(b []byte) {
 		}
 	}
 	snap := r.gen.OIDs.current(r.gen)
-	if len(snap.missingBack(r.pool, oids)) > 0 {
-		snap = r.gen.OIDs.learnBack(r.ctx, r.gen, r.pool, oids)
+	if len(snap.missingBack(r.p, oids)) > 0 {
+		snap = r.gen.OIDs.learnBack(r.ctx, r.gen, r.p, oids)
 	}
 	if snap == nil {
 		return
 	}
 	for i := 0; i+4 <= len(b); i += 4 {
-		if d := snap.back[oidKey{r.pool, binary.BigEndian.Uint32(b[i:])}]; d != 0 {
+		if d := snap.back[oidKey{r.p, binary.BigEndian.Uint32(b[i:])}]; d != 0 {
 			binary.BigEndian.PutUint32(b[i:], d)
 		}
 	}
@@ -279,13 +296,13 @@ func parseTypesAt(msg []byte) (int, int) {
 	return i + 2, n
 }
 
-// missingBack returns the default shard's types among oids that snap
-// does not know pool's number of.
-func (snap *oidSnap) missingBack(pool *backend.Pool, oids []uint32) []uint32 {
+// missingBack returns the catalog shard's types among oids that snap
+// does not know p.from's number of.
+func (snap *oidSnap) missingBack(p pair, oids []uint32) []uint32 {
 	var out []uint32
 	for _, o := range oids {
 		if snap != nil {
-			if _, ok := snap.back[oidKey{pool, o}]; ok {
+			if _, ok := snap.back[oidKey{p, o}]; ok {
 				continue
 			}
 		}
@@ -317,15 +334,15 @@ func (r relabeler) describedMsgs(msgs []byte) {
 	}
 }
 
-// relabelColumn is the default shard's (table, attnum) of pool's column
+// relabelColumn is the catalog shard's (table, attnum) of p.from's column
 // (t, a): as it is when not learned (a failed lookup) or the session's
-// own temporary table, (0, 0) when the default shard has no such table
+// own temporary table, (0, 0) when the catalog shard has no such table
 // or column.
-func (snap *oidSnap) relabelColumn(pool *backend.Pool, t uint32, a uint16) (uint32, uint16) {
+func (snap *oidSnap) relabelColumn(p pair, t uint32, a uint16) (uint32, uint16) {
 	if t < pgvalue.FirstUserOID || snap == nil {
 		return t, a
 	}
-	r, ok := snap.rels[oidKey{pool, t}]
+	r, ok := snap.rels[oidKey{p, t}]
 	switch {
 	case !ok || r.keep:
 		return t, a
@@ -339,39 +356,39 @@ func (snap *oidSnap) relabelColumn(pool *backend.Pool, t uint32, a uint16) (uint
 	return 0, 0
 }
 
-// relabelType is the default shard's OID of pool's type o (as it is when
+// relabelType is the catalog shard's OID of p.from's type o (as it is when
 // not learned or not there).
-func (snap *oidSnap) relabelType(pool *backend.Pool, o uint32) uint32 {
+func (snap *oidSnap) relabelType(p pair, o uint32) uint32 {
 	if o < pgvalue.FirstUserOID || snap == nil {
 		return o
 	}
-	if d, ok := snap.types[oidKey{pool, o}]; ok && d != 0 {
+	if d, ok := snap.types[oidKey{p, o}]; ok && d != 0 {
 		return d
 	}
 	return o
 }
 
 // covers reports whether snap knows every user object that description
-// msg (a RowDescription or a ParameterDescription) of pool names.
-func (snap *oidSnap) covers(pool *backend.Pool, msg []byte) bool {
+// msg (a RowDescription or a ParameterDescription) of p.from names.
+func (snap *oidSnap) covers(p pair, msg []byte) bool {
 	if snap == nil {
 		return false
 	}
-	rels, types := snap.missing(pool, msg)
+	rels, types := snap.missing(p, msg)
 	return len(rels) == 0 && len(types) == 0
 }
 
-// missing returns the user objects description msg of pool names that
+// missing returns the user objects description msg of p.from names that
 // snap does not know (nil snap: all of them).
-func (snap *oidSnap) missing(pool *backend.Pool, msg []byte) (rels, types []uint32) {
+func (snap *oidSnap) missing(p pair, msg []byte) (rels, types []uint32) {
 	note := func(t uint32, a uint16, o uint32) (uint32, uint16, uint32) {
 		if t >= pgvalue.FirstUserOID {
-			if r, ok := snap.relsOf(pool, t); (!ok || r.unknownColumn(a)) && !has(rels, t) {
+			if r, ok := snap.relsOf(p, t); (!ok || r.unknownColumn(a)) && !has(rels, t) {
 				rels = append(rels, t)
 			}
 		}
 		if o >= pgvalue.FirstUserOID {
-			if _, ok := snap.typeOf(pool, o); !ok && !has(types, o) {
+			if _, ok := snap.typeOf(p, o); !ok && !has(types, o) {
 				types = append(types, o)
 			}
 		}
@@ -391,19 +408,19 @@ func (r relOIDs) unknownColumn(a uint16) bool {
 	return r.oid != 0 && int16(a) > 0 && (int(a) >= len(r.cols) || r.cols[a] == 0)
 }
 
-func (snap *oidSnap) relsOf(pool *backend.Pool, t uint32) (relOIDs, bool) {
+func (snap *oidSnap) relsOf(p pair, t uint32) (relOIDs, bool) {
 	if snap == nil {
 		return relOIDs{}, false
 	}
-	r, ok := snap.rels[oidKey{pool, t}]
+	r, ok := snap.rels[oidKey{p, t}]
 	return r, ok
 }
 
-func (snap *oidSnap) typeOf(pool *backend.Pool, o uint32) (uint32, bool) {
+func (snap *oidSnap) typeOf(p pair, o uint32) (uint32, bool) {
 	if snap == nil {
 		return 0, false
 	}
-	d, ok := snap.types[oidKey{pool, o}]
+	d, ok := snap.types[oidKey{p, o}]
 	return d, ok
 }
 
@@ -426,34 +443,34 @@ func (m *OIDMaps) current(g *GenerationEnv) *oidSnap {
 	return snap
 }
 
-// learn looks up what description msg of pool names and the current
+// learn looks up what description msg of p.from names and the current
 // snapshot does not know, publishes the snapshot with it and returns it.
 // A lookup that fails (a shard down, or slower than oidLookupTimeout) is
 // logged and publishes nothing: the description goes out as the shard
 // wrote it.
-func (m *OIDMaps) learn(ctx context.Context, g *GenerationEnv, pool *backend.Pool, msg []byte) *oidSnap {
-	return m.lookup(ctx, g, pool, func(snap *oidSnap) oidAsk {
-		rels, types := snap.missing(pool, msg)
+func (m *OIDMaps) learn(ctx context.Context, g *GenerationEnv, p pair, msg []byte) *oidSnap {
+	return m.lookup(ctx, g, p, func(snap *oidSnap) oidAsk {
+		rels, types := snap.missing(p, msg)
 		return oidAsk{rels: rels, types: types}
 	})
 }
 
-// learnBack is learn for the default shard's types oids as pool numbers
+// learnBack is learn for the catalog shard's types oids as p.from numbers
 // them.
-func (m *OIDMaps) learnBack(ctx context.Context, g *GenerationEnv, pool *backend.Pool, oids []uint32) *oidSnap {
-	return m.lookup(ctx, g, pool, func(snap *oidSnap) oidAsk {
-		return oidAsk{back: snap.missingBack(pool, oids)}
+func (m *OIDMaps) learnBack(ctx context.Context, g *GenerationEnv, p pair, oids []uint32) *oidSnap {
+	return m.lookup(ctx, g, p, func(snap *oidSnap) oidAsk {
+		return oidAsk{back: snap.missingBack(p, oids)}
 	})
 }
 
-// oidAsk is what one lookup asks: pool's relations and types, the
-// default shard's types (back).
+// oidAsk is what one lookup asks: p.from's relations and types, the
+// catalog shard's types (back).
 type oidAsk struct{ rels, types, back []uint32 }
 
 // lookup asks what ask (given the current snapshot) says the snapshot
 // lacks, under the lock (one lookup at a time: the second finds the
 // first's answer), and publishes the snapshot with the answer.
-func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, pool *backend.Pool, ask func(*oidSnap) oidAsk) *oidSnap {
+func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, p pair, ask func(*oidSnap) oidAsk) *oidSnap {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	epoch := g.StmtEpoch.Load()
@@ -462,22 +479,22 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, pool *backend.Po
 	if len(q.rels) == 0 && len(q.types) == 0 && len(q.back) == 0 {
 		return snap
 	}
-	if time.Now().Before(m.retryAt[pool]) {
+	if time.Now().Before(m.retryAt[p]) {
 		return snap
 	}
 	ctx, cancel := context.WithTimeout(ctx, oidLookupTimeout)
 	defer cancel()
-	found, err := lookupOIDs(ctx, g, pool, q.rels, q.types)
+	found, err := lookupOIDs(ctx, g, p, q.rels, q.types)
 	if err == nil && len(q.back) > 0 {
-		found.back, err = lookupBack(ctx, g, pool, q.back)
+		found.back, err = lookupBack(ctx, g, p, q.back)
 	}
 	if err != nil {
 		if m.retryAt == nil {
-			m.retryAt = map[*backend.Pool]time.Time{}
+			m.retryAt = map[pair]time.Time{}
 		}
-		m.retryAt[pool] = time.Now().Add(oidRetryAfter)
-		g.Log.Warn("cannot tell a shard's column descriptions in the default shard's OIDs; they go to clients as the shard wrote them",
-			"shard", pool.Shard.Name, "err", err)
+		m.retryAt[p] = time.Now().Add(oidRetryAfter)
+		g.Log.Warn("cannot tell a shard's column descriptions in the OIDs of the shard whose catalog clients read; they go to clients as the shard wrote them",
+			"shard", p.from.Shard.Name, "err", err)
 		return snap
 	}
 	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}, back: map[oidKey]uint32{}}
@@ -488,20 +505,20 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, pool *backend.Po
 		maps.Copy(next.back, snap.back)
 	}
 	for oid, r := range found.rels {
-		next.rels[oidKey{pool, oid}] = r
+		next.rels[oidKey{p, oid}] = r
 	}
 	for oid, d := range found.types {
-		next.types[oidKey{pool, oid}] = d
+		next.types[oidKey{p, oid}] = d
 	}
 	for oid, d := range found.back {
-		next.back[oidKey{pool, oid}] = d
+		next.back[oidKey{p, oid}] = d
 	}
 	m.snap.Store(next)
 	return next
 }
 
 // oidsFound is what one lookup learned: by the shard's OID (back: by
-// the default shard's).
+// the catalog shard's).
 type oidsFound struct {
 	rels  map[uint32]relOIDs
 	types map[uint32]uint32
@@ -511,13 +528,13 @@ type oidsFound struct {
 // qualName is an object's schema and name.
 type qualName struct{ schema, name string }
 
-// lookupOIDs reads the names of pool's relations rels (with their
-// columns) and types on pool's shard, then their OIDs (and attnums) on
-// the default shard. Every OID asked gets an entry: one the shard does
-// not have (dropped since) or the default shard lacks maps to 0.
-func lookupOIDs(ctx context.Context, g *GenerationEnv, pool *backend.Pool, rels, types []uint32) (oidsFound, error) {
+// lookupOIDs reads the names of p.from's relations rels (with their
+// columns) and types there, then their OIDs (and attnums) on the catalog
+// shard p.to. Every OID asked gets an entry: one the shard does not have
+// (dropped since) or the catalog shard lacks maps to 0.
+func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uint32) (oidsFound, error) {
 	found := oidsFound{rels: map[uint32]relOIDs{}, types: map[uint32]uint32{}}
-	res, err := catalogRead(ctx, g, pool, shardRelsSQL(rels), shardTypesSQL(types))
+	res, err := catalogRead(ctx, g, p.from, shardRelsSQL(rels), shardTypesSQL(types))
 	if err != nil {
 		return found, err
 	}
@@ -552,8 +569,7 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, pool *backend.Pool, rels,
 	for _, n := range typeName {
 		defTypes = append(defTypes, n)
 	}
-	def := g.Pools[g.DefaultShard]
-	dres, err := catalogRead(ctx, g, def, defaultRelsSQL(defRels), defaultTypesSQL(defTypes))
+	dres, err := catalogRead(ctx, g, p.to, defaultRelsSQL(defRels), defaultTypesSQL(defTypes))
 	if err != nil {
 		return found, err
 	}
@@ -607,11 +623,11 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, pool *backend.Pool, rels,
 	return found, nil
 }
 
-// lookupBack reads the names of the default shard's types oids there,
-// then their OIDs on pool's shard (0: it has no such type).
-func lookupBack(ctx context.Context, g *GenerationEnv, pool *backend.Pool, oids []uint32) (map[uint32]uint32, error) {
+// lookupBack reads the names of the catalog shard's types oids there,
+// then their OIDs on p.from (0: it has no such type).
+func lookupBack(ctx context.Context, g *GenerationEnv, p pair, oids []uint32) (map[uint32]uint32, error) {
 	back := map[uint32]uint32{}
-	res, err := catalogRead(ctx, g, g.Pools[g.DefaultShard], shardTypesSQL(oids), "")
+	res, err := catalogRead(ctx, g, p.to, shardTypesSQL(oids), "")
 	if err != nil {
 		return nil, err
 	}
@@ -625,7 +641,7 @@ func lookupBack(ctx context.Context, g *GenerationEnv, pool *backend.Pool, oids 
 	}
 	there := map[qualName]uint32{}
 	if len(names) > 0 {
-		sres, err := catalogRead(ctx, g, pool, defaultTypesSQL(names), "")
+		sres, err := catalogRead(ctx, g, p.from, defaultTypesSQL(names), "")
 		if err != nil {
 			return nil, err
 		}
@@ -691,7 +707,7 @@ func catalogRead(ctx context.Context, g *GenerationEnv, pool *backend.Pool, q1, 
 // The catalog reads. A relation's columns come with it (a LEFT JOIN: a
 // relation without columns still answers); temporary objects (a
 // session's pg_temp_N, pg_toast_temp_N) are marked: they are the
-// session's own, never the default shard's.
+// session's own, never another shard's.
 const (
 	tempSchema  = `n.nspname ~ '^pg_(toast_)?temp_'`
 	relCols     = ` LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped`

@@ -8,19 +8,21 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/shardmap"
 )
 
 // relabelFixture is a generation of two shards whose OIDMaps know shard
 // 1's table 16500 (the default shard's 17000, attnums 1 → 1, 2 → 3) and
-// type 16600 (17100).
-func relabelFixture() (*GenerationEnv, *backend.Pool) {
-	def, other := &backend.Pool{}, &backend.Pool{}
+// type 16600 (17100); the pair is shard 1 told to the default shard.
+func relabelFixture() (*GenerationEnv, pair) {
+	def, other := &backend.Pool{Shard: shardmap.Shard{Name: "s0"}}, &backend.Pool{Shard: shardmap.Shard{Name: "s1"}}
 	g := &GenerationEnv{Pools: []*backend.Pool{def, other}, StmtEpoch: &atomic.Uint64{}, OIDs: &OIDMaps{}}
+	p := pair{from: other, to: def}
 	g.OIDs.snap.Store(&oidSnap{
-		rels:  map[oidKey]relOIDs{{other, 16500}: {oid: 17000, cols: []uint16{0, 1, 3, noColumn}}},
-		types: map[oidKey]uint32{{other, 16600}: 17100},
+		rels:  map[oidKey]relOIDs{{p, 16500}: {oid: 17000, cols: []uint16{0, 1, 3, noColumn}}},
+		types: map[oidKey]uint32{{p, 16600}: 17100},
 	})
-	return g, other
+	return g, p
 }
 
 func TestRelabelKnown(t *testing.T) {
@@ -32,13 +34,13 @@ func TestRelabelKnown(t *testing.T) {
 		{Name: "ctid", Table: 16500, Attnum: 0xFFFF, OID: pgtype.TIDOID, Typlen: 6, Typmod: -1},
 	})
 	orig := append([]byte(nil), msg...)
-	relabeler{gen: g, pool: other}.rowDesc(msg)
+	relabeler{gen: g, p: other}.rowDesc(msg)
 	// A session's memo tells the same description the same way, the
 	// second time from the memo.
 	memo := &descMemo{}
 	for range 2 {
 		again := append([]byte(nil), orig...)
-		relabeler{gen: g, pool: other, memo: memo}.rowDesc(again)
+		relabeler{gen: g, p: other, memo: memo}.rowDesc(again)
 		if string(again) != string(msg) {
 			t.Fatalf("told with a memo as %x, without as %x", again, msg)
 		}
@@ -59,8 +61,14 @@ func TestRelabelKnown(t *testing.T) {
 	// The default shard's own descriptions, and a pinned session's, are
 	// left alone; so is everything after a schema change (the snapshot
 	// is of an older epoch) until it is learned again.
-	if rl := relabelPool(nil, g, g.Pools[0]); rl.gen != nil {
+	if rl := relabelPool(nil, g, g.Pools[0], 0); rl.gen != nil {
 		t.Error("the default shard's descriptions would be relabeled")
+	}
+	if rl := relabelPool(nil, g, g.Pools[1], 0); rl.p != other {
+		t.Errorf("shard 1's descriptions to a client of shard 0's catalog: %+v", rl.p)
+	}
+	if rl := relabelPool(nil, g, g.Pools[0], 1); rl.p != (pair{g.Pools[0], g.Pools[1]}) {
+		t.Errorf("shard 0's descriptions to a session pinned on shard 1: %+v", rl.p)
 	}
 	if snap := g.OIDs.current(g); snap == nil {
 		t.Fatal("no current snapshot")
@@ -89,7 +97,7 @@ func benchRelabel(b *testing.B, memo bool) {
 		{Name: "y", OID: pgtype.TextOID, Typlen: -1, Typmod: -1},
 	})
 	orig := append([]byte(nil), msg...)
-	rl := relabeler{gen: g, pool: other}
+	rl := relabeler{gen: g, p: other}
 	if memo {
 		rl.memo = &descMemo{}
 	}
