@@ -1,10 +1,18 @@
 package engine
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
@@ -105,5 +113,54 @@ func benchRelabel(b *testing.B, memo bool) {
 	for b.Loop() {
 		copy(msg, orig)
 		rl.rowDesc(msg)
+	}
+}
+
+// TestRelabelLookupFails: a lookup that cannot reach a shard (nothing
+// listens at its address) leaves the description as the shard wrote it,
+// logs why, and is not tried again before oidRetryAfter — a description
+// then costs no second wait.
+func TestRelabelLookupFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var logs bytes.Buffer
+	env := &backend.Env{ConnectTimeout: 2 * time.Second, Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		BackendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"shard", "kind"}), StmtEpoch: &atomic.Uint64{}}
+	var pools []*backend.Pool
+	for i := range 2 {
+		p, err := backend.NewPool(env, shardmap.Shard{Name: fmt.Sprintf("s%d", i), DSN: "postgres://u@" + addr + "/db?sslmode=disable"}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, p)
+	}
+	g := &GenerationEnv{Pools: pools, StmtEpoch: &atomic.Uint64{}, OIDs: &OIDMaps{}, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	msg := pgvalue.AppendRowDesc(nil, []pgvalue.Field{{Name: "a", Table: 16500, Attnum: 1, OID: pgtype.Int8OID, Typlen: 8, Typmod: -1}})
+	orig := append([]byte(nil), msg...)
+	rl := relabelPool(context.Background(), g, pools[1], 0)
+	if rl.gen == nil {
+		t.Fatal("shard 1's descriptions to a client of shard 0's catalog are not told")
+	}
+	rl.rowDesc(msg)
+	if !bytes.Equal(msg, orig) {
+		t.Fatalf("a description whose lookup failed was changed: %x, was %x", msg, orig)
+	}
+	if !strings.Contains(logs.String(), "cannot tell a shard's column descriptions") {
+		t.Errorf("the failed lookup was not logged: %s", logs.String())
+	}
+	at := g.OIDs.retryAt[rl.p]
+	if !at.After(time.Now()) {
+		t.Fatalf("the failed lookup is tried again at once (retry at %v)", at)
+	}
+	rl.rowDesc(msg) // within oidRetryAfter: no lookup
+	if g.OIDs.retryAt[rl.p] != at || strings.Count(logs.String(), "cannot tell") != 1 {
+		t.Errorf("a lookup was tried again within oidRetryAfter")
+	}
+	if got := rl.paramTypes([]uint32{16600, pgtype.Int4OID}); got[0] != 16600 || got[1] != pgtype.Int4OID {
+		t.Errorf("parameter types whose lookup failed were changed: %v", got)
 	}
 }
