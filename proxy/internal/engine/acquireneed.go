@@ -9,7 +9,7 @@ import (
 )
 
 // What planning stops for: a backend's acquisition, a Describe answered
-// apart, an action's step. Where the plan cannot leave a
+// apart, an action's step, the tables of indexes a schema change names. Where the plan cannot leave a
 // backend's acquisition to the executor as a step of its own
 // (acquireStep: only an idle session's pipeline whose Bind is its first
 // statement for a backend, nothing after it reading the connection),
@@ -20,11 +20,13 @@ import (
 // where the plan asserts a key (takeNeed) — and plans the part again
 // from its first message with the connection given (planner.given),
 // which the same acquisition then uses: planning does no I/O there. A
-// Describe answered apart (describeApart) and a session SET's probe on
+// Describe answered apart (describeApart), a session SET's probe on
 // any shard (an action's step that needs no backend of the pipeline)
-// stop it alike: the runner describes or probes, and the part is
-// planned again with the result given (the probes in order:
-// planner.given.steps).
+// and the default shard's answer to which tables the indexes a schema
+// change names belong to (indexddl.go) stop it alike: the runner
+// describes, probes or asks, and the part is planned again with the
+// result given (the probes in order: planner.given.steps; the index
+// answers by their names: planner.given.indexes).
 //
 //	plan ──► ensureBackend: no connection yet ──► need, stop
 //	runner: takeNeed (Acquire, the fence's question) ──► given
@@ -76,6 +78,9 @@ type acquireNeed struct {
 	// step: planning stopped for an action's step (a session SET's probe
 	// on any shard), the part's next one.
 	step *actionStep
+	// index: planning stopped for the tables of the indexes a schema
+	// change names alone (indexddl.go), asked of the default shard.
+	index []string
 }
 
 // givens is what the runner did for a part that stopped, given to the
@@ -83,9 +88,18 @@ type acquireNeed struct {
 // description of its Describe answered apart, its steps' results in
 // order (steps[i] is the i-th step take meets).
 type givens struct {
-	conn  *givenConn
-	desc  *givenDescribe
-	steps []givenStep
+	conn    *givenConn
+	desc    *givenDescribe
+	steps   []givenStep
+	indexes []givenIndex
+}
+
+// givenIndex is the tables the default shard said the indexes names
+// belong to (indexTables), or the error asking it failed with.
+type givenIndex struct {
+	names  []string
+	tables []string
+	err    *pgwire.Error
 }
 
 // givenDescribe is the description the runner got for the Describe of
@@ -127,6 +141,14 @@ func (p backendExec) mayStop(held bool) bool {
 func stopDescribe(pl *planner, vs *vstmt) {
 	pl.need = acquireNeed{on: true, describe: true, shard: pl.s.gen.pickAny(), msg: pl.cur, sql: vs.st.SQL,
 		oids: slices.Clone(vs.oids), deferred: slices.Clone(pl.sim.deferred), deferredTx: pl.sim.tx == txDeferred, noted: pl.noted}
+}
+
+// failUnlessStopped fails pl's statement with e, unless e says planning
+// stopped (the runner throws the plan away and plans the part again).
+func failUnlessStopped(pl *planner, e *pgwire.Error) {
+	if e != errPlanStopped {
+		pl.fail(e, nil)
+	}
 }
 
 // stop records the acquisition of shard as the plan's need.
@@ -190,6 +212,9 @@ func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 		g.desc = &givenDescribe{msg: n.msg, desc: d, err: e}
 	case n.step != nil:
 		g.steps = append(slices.Clip(g.steps), givenStep{probe: probeStep(ctx, s, n.step)})
+	case n.index != nil:
+		tables, e := indexTablesOn(ctx, s, n.index)
+		g.indexes = append(slices.Clip(g.indexes), givenIndex{names: n.index, tables: tables, err: e})
 	default:
 		pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
 		if e != nil {

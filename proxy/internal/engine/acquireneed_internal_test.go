@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -241,6 +243,59 @@ func TestPlanStopsForStep(t *testing.T) {
 	}
 	if v, _ := set.set.Get("search_path"); v != "app" {
 		t.Fatalf("the effect sets search_path to %q, want app", v)
+	}
+	if c, _ := pg.seen(); c != 0 {
+		t.Fatalf("planning again opened %d connections", c)
+	}
+}
+
+// TestPlanStopsForIndexTables: a schema change naming an index alone
+// stops planning for the default shard's answer to whose index it is (no
+// connection opened); planned again with the answer given, an index of a
+// sharded table goes to every shard, an unsharded table's stays where it
+// was, and a failed question refuses the statement — all without I/O.
+func TestPlanStopsForIndexTables(t *testing.T) {
+	ctx := context.Background()
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	s.gen.RR, s.gen.Collation = new(atomic.Uint32), new(atomic.Int32)
+	sql := "DROP INDEX executions_id_c_idx"
+	msg := pgwire.AppendQuery(nil, sql)
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.planQuery(ctx, msg, as, nil, nil)
+	if !p.need.on || !slices.Equal(p.need.index, []string{"executions_id_c_idx"}) {
+		t.Fatalf("need %+v, want the tables of index executions_id_c_idx", p.need)
+	}
+	if c, _ := pg.seen(); c != 0 {
+		t.Fatalf("planning opened %d connections", c)
+	}
+	names, noted := p.need.index, p.need.noted // (the session's planner is reused)
+	again := func(gi givenIndex) *planner {
+		t.Helper()
+		q := queryPlanner{s.newPlanner(ctx)}
+		q.planner.simple = true
+		resume{noted: noted, given: givens{indexes: []givenIndex{gi}}}.on(q.planner)
+		q.simpleOne(msg, as[0])
+		if q.planner.stepped {
+			t.Fatalf("planned again with the answer given, planning did I/O")
+		}
+		if len(q.planner.given.indexes) != 0 {
+			t.Fatalf("the answer given was not used: %+v", q.planner.given.indexes)
+		}
+		return q.planner
+	}
+	if q := again(givenIndex{names: names, tables: []string{"executions"}}); q.fan == nil || q.failed {
+		t.Fatalf("an index of a sharded table: fan %v, failed %v; want every shard", q.fan != nil, q.failed)
+	}
+	if q := again(givenIndex{names: names, tables: []string{"app_notes"}}); q.fan != nil || q.failed {
+		t.Fatalf("an index of an unsharded table: fan %v, failed %v; want the default shard", q.fan != nil, q.failed)
+	}
+	q := again(givenIndex{names: names, err: pgwire.NewError(pgwire.CodeConnectionFailure, "shard down")})
+	if !q.failed || !bytes.Contains(q.plan.lbuf, []byte("could not learn which table the index belongs to")) {
+		t.Fatalf("a failed question: failed %v, answers %q", q.failed, q.plan.lbuf)
 	}
 	if c, _ := pg.seen(); c != 0 {
 		t.Fatalf("planning again opened %d connections", c)

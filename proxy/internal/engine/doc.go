@@ -68,7 +68,7 @@
 //	                 when its columns changed; indexddl.go: a schema
 //	                 change naming an index alone, on every shard when
 //	                 the default shard says its table is placed there
-//	                 (a side query); backendexec.go: backendExec,
+//	                 (a question planning stops for); backendexec.go: backendExec,
 //	                 the planner's I/O (acquire, readers, replay, moving
 //	                 a soft transaction, an action's step) that carries
 //	                 the plan out; acquirestep.go: acquireStep, an idle
@@ -77,7 +77,8 @@
 //	                 asks the pool's fence on, the first time);
 //	                 acquireneed.go: every other acquisition of a
 //	                 backend without one held, a Describe answered
-//	                 apart, a session SET's probe on any shard:
+//	                 apart, a session SET's probe on any shard, whose
+//	                 index a schema change names:
 //	                 planning stops for it (acquireNeed), the
 //	                 runner does it and plans the part again with the
 //	                 result given (givens)

@@ -236,7 +236,10 @@ func bindDest(p *planner, a *route.Statement, bv *pgwire.BindView, oids []uint32
 	if (a.Kind == route.KindPrepare || a.Kind == route.KindExecute) && !s.own.forwards(a) {
 		return route.Dest{}, pgwire.NewError(pgwire.CodeFeatureNotSupported, "SQL-level PREPARE/EXECUTE through the extended protocol is not supported by pgshard; use protocol-level prepared statements")
 	}
-	d := indexDest(p, a, s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)) // indexddl.go
+	d, stopped := indexDest(p, a, s.gen.Config.Analyzer.Route(a, bv.Params, bv.Formats, oids)) // indexddl.go
+	if stopped {
+		return route.Dest{}, errPlanStopped // the runner asks the default shard (acquireneed.go)
+	}
 	if s.own != nil {
 		return pinnedForwardDest(p, a, d, bv.Params, bv.Formats, oids) // pinroute.go
 	}
@@ -380,7 +383,7 @@ func (p pipePlanner) bind(raw []byte, idx int) {
 	}
 	d, e := bindDest(p.planner, a, bv, vs.oids)
 	if e = p.staleResult(vs, d, e); e != nil { // staledesc.go
-		p.planner.fail(e, nil)
+		failUnlessStopped(p.planner, e)
 		return
 	}
 	if cutBefore(p.planner, a, d) {

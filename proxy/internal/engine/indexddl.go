@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
@@ -21,7 +23,9 @@ import (
 // statement runs on every shard when the schema places one of them
 // (outside a transaction block; inside one it is refused, as every
 // schema change of every shard is; in a query string with other
-// statements, indexesAlone refuses it). An index the default shard does not
+// statements, indexesAlone refuses it). Planning stops for the question
+// where it may (indexTablesFor): the runner asks, and plans the part
+// again with the answer. An index the default shard does not
 // have (a typo, IF EXISTS) leaves the statement where it was: Postgres
 // answers it there.
 
@@ -53,40 +57,63 @@ func quoteQualified(name string) string {
 // indexDest is where a (planned by p), a schema change naming indexes by name alone,
 // runs: every shard when one of them is of a table the schema places,
 // else d. Nothing to ask for other statements, a single shard, or a
-// statement routed elsewhere than the default shard.
-func indexDest(p *planner, a *route.Statement, d route.Dest) route.Dest {
+// statement routed elsewhere than the default shard. The default shard
+// is asked by the runner where planning may stop for it (stopped: p.need
+// says what for; the part is planned again with the answer given,
+// acquireneed.go), else on the spot.
+func indexDest(p *planner, a *route.Statement, d route.Dest) (_ route.Dest, stopped bool) {
 	g := p.s.gen
 	if len(a.IndexNames) == 0 || len(g.Pools) < 2 || a.Kind != route.KindDDL ||
 		!(d.Kind == route.DestAny || d.Kind == route.DestShard && d.Shard == g.DefaultShard) {
-		return d
+		return d, false
 	}
-	tables, e := p.exec().indexTables(a.IndexNames)
+	tables, e, stopped := indexTablesFor(p, a.IndexNames)
+	if stopped {
+		return d, true
+	}
 	if e != nil {
 		return route.Dest{Kind: route.DestRefuse, Bucket: -1, Reason: "asking which table an index is of",
 			Refusal: &route.Refusal{SQLState: e.Code, Message: "pgshard could not learn which table the index belongs to: " + e.Message,
-				Hint: "The statement changes every shard's schema when the index is of a sharded table: retry when the default shard answers."}}
+				Hint: "The statement changes every shard's schema when the index is of a sharded table: retry when the default shard answers."}}, false
 	}
 	for _, t := range tables {
 		if g.Config.Analyzer.IsPlaced(t) {
 			return route.Dest{Kind: route.DestAll, Bucket: -1,
-				Reason: fmt.Sprintf("a schema change of index %s, of table %s, which every shard has: applied to every shard", strings.Join(a.IndexNames, ", "), t)}
+				Reason: fmt.Sprintf("a schema change of index %s, of table %s, which every shard has: applied to every shard", strings.Join(a.IndexNames, ", "), t)}, false
 		}
 	}
-	return d
+	return d, false
 }
 
-// indexTables asks the default shard which tables the indexes in names
+// indexTablesFor is the default shard's answer to which tables the
+// indexes names belong to: given by the runner, or planning stops for
+// it (stopped) where it may, else asked on the spot.
+func indexTablesFor(p *planner, names []string) (tables []string, e *pgwire.Error, stopped bool) {
+	for i, gi := range p.given.indexes {
+		if slices.Equal(gi.names, names) {
+			p.given.indexes = slices.Delete(slices.Clip(p.given.indexes), i, i+1)
+			return gi.tables, gi.err, false
+		}
+	}
+	if p.exec().mayStop(p.held || p.onBackend) {
+		p.need = acquireNeed{on: true, index: slices.Clone(names), noted: p.noted}
+		return nil, nil, true
+	}
+	p.stepped = true // I/O while planning: the part is not planned again
+	tables, e = indexTablesOn(p.ctx, p.s, names)
+	return tables, e, false
+}
+
+// indexTablesOn asks the default shard which tables the indexes in names
 // belong to, on a connection taken for it and given back.
-func (p backendExec) indexTables(names []string) ([]string, *pgwire.Error) {
-	s := p.planner.s
-	p.planner.stepped = true // I/O while planning: the part is not planned again
+func indexTablesOn(ctx context.Context, s *Session, names []string) ([]string, *pgwire.Error) {
 	pool := s.gen.Pools[s.gen.DefaultShard]
 	key, _ := s.cur.Split(pool.ViaPooler)
-	bc, err := pool.Acquire(p.planner.ctx, key)
+	bc, err := pool.Acquire(ctx, key)
 	if err != nil {
 		return nil, acquireError(pool, err)
 	}
-	res, err := bc.RunSimple(p.planner.ctx, s.gen.Config.PoolTimeout, indexTablesSQL(names))
+	res, err := bc.RunSimple(ctx, s.gen.Config.PoolTimeout, indexTablesSQL(names))
 	pool.Release(bc)
 	switch {
 	case err != nil:
@@ -121,7 +148,11 @@ func indexesAlone(p *planner, as []*route.Statement) *pgwire.Error {
 		if len(a.IndexNames) == 0 {
 			continue
 		}
-		switch d := indexDest(p, a, g.adjustDest(a, g.Config.Analyzer.Route(a, nil, nil, nil))); d.Kind {
+		d, stopped := indexDest(p, a, g.adjustDest(a, g.Config.Analyzer.Route(a, nil, nil, nil)))
+		if stopped {
+			return errPlanStopped // the runner asks (acquireneed.go)
+		}
+		switch d.Kind {
 		case route.DestRefuse:
 			return refusalError(d.Refusal)
 		case route.DestAll:

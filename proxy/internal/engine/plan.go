@@ -116,10 +116,12 @@ func txnControl(k route.Kind) bool {
 // again is exact because planning up to there changed nothing of the
 // session's (the routing decisions it noted are not noted twice:
 // planner.muted). Planning such a part does no I/O
-// (TestPlanStopsForBackend). A Describe answered apart (describeApart)
-// and a session SET's probe on any shard stop it the same way: the
-// runner describes or probes, and the part is planned again with the
-// result given (TestPlanStopsForDescribe, TestPlanStopsForStep).
+// (TestPlanStopsForBackend). A Describe answered apart (describeApart),
+// a session SET's probe on any shard and the question of whose index a
+// schema change names alone (indexddl.go) stop it the same way: the
+// runner describes, probes or asks, and the part is planned again with
+// the result given (TestPlanStopsForDescribe, TestPlanStopsForStep,
+// TestPlanStopsForIndexTables).
 //
 // Still done on the spot, while planning:
 //
@@ -135,10 +137,9 @@ func txnControl(k route.Kind) bool {
 //     ends (planned again, the call would name none: the register
 //     planning reads changed), and the probes and Describes above where the
 //     runner cannot take them (the part planned maxRestarts times
-//     already, a backend held, or after one of these), the check of
-//     a statement described before a schema change (staledesc.go: a
-//     Describe on a shard at its Bind), and the lookup of an index's
-//     table for a schema change naming an index alone (indexddl.go) —
+//     already, a backend held, or after one of these: the index
+//     question too), and the check of a statement described before a
+//     schema change (staledesc.go: a Describe on a shard at its Bind) —
 //     after any of them, an acquisition later in the same part is made
 //     on the spot too (planner.stepped: the part is not planned again,
 //     which would repeat its I/O);

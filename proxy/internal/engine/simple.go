@@ -120,7 +120,10 @@ func (p queryPlanner) simpleOne(msg []byte, a *route.Statement) {
 		p.endQuery()
 		return
 	}
-	d := indexDest(p.planner, st, s.gen.Config.Analyzer.Route(st, nil, nil, nil)) // indexddl.go
+	d, stopped := indexDest(p.planner, st, s.gen.Config.Analyzer.Route(st, nil, nil, nil)) // indexddl.go
+	if stopped {
+		return // the runner asks the default shard (acquireneed.go)
+	}
 	if s.own != nil {
 		var e *pgwire.Error
 		if d, e = pinnedForwardDest(p.planner, st, d, nil, nil, nil); e != nil { // pinroute.go
@@ -220,7 +223,9 @@ func (p queryPlanner) sqlExecute(a *route.Statement) {
 func (p queryPlanner) simpleMulti(msg []byte, as []*route.Statement) {
 	s := p.planner.s
 	if p.planner.sim.tx != txFailed {
-		if e := indexesAlone(p.planner, as); e != nil {
+		if e := indexesAlone(p.planner, as); e == errPlanStopped {
+			return // the runner asks the default shard (acquireneed.go)
+		} else if e != nil {
 			p.failQuery(e) // indexddl.go
 			return
 		}

@@ -66,7 +66,10 @@ func rowDescOf(msgs []byte) []byte {
 // or when the check does not apply).
 func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error) *pgwire.Error {
 	pl, s := p.planner, p.planner.s
-	if bindErr != nil || vs.desc == nil || vs.epoch == s.gen.StmtEpoch.Load() || s.own != nil || pl.held || pl.onBackend ||
+	if bindErr != nil {
+		return bindErr
+	}
+	if vs.desc == nil || vs.epoch == s.gen.StmtEpoch.Load() || s.own != nil || pl.held || pl.onBackend ||
 		!(pl.sim.tx == txIdle || pl.sim.tx == txDeferred && !s.readers.any()) || len(pl.plan.bw) > 0 {
 		// (bw: earlier statements of the pipeline, a schema change among
 		// them perhaps, have not run yet: a description now would be of
