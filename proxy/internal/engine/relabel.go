@@ -198,7 +198,7 @@ func (r relabeler) rowDesc(msg []byte) {
 	}
 }
 
-// paramDesc tells ParameterDescription msg (in place) in the default
+// paramDesc tells ParameterDescription msg (in place) in the catalog
 // shard's numbers.
 func (r relabeler) paramDesc(msg []byte) {
 	if r.gen == nil || !pgvalue.ParamDescUserOIDs(msg) {
@@ -319,18 +319,13 @@ func (r relabeler) describedMsgs(msgs []byte) {
 	if r.gen == nil {
 		return
 	}
-	for i := 0; i+5 <= len(msgs); {
-		n := 1 + int(uint32(msgs[i+1])<<24|uint32(msgs[i+2])<<16|uint32(msgs[i+3])<<8|uint32(msgs[i+4]))
-		if n < 5 || i+n > len(msgs) {
-			return
-		}
-		switch msgs[i] {
+	for msg := range pgwire.Msgs(msgs) {
+		switch msg[0] {
 		case 'T':
-			r.rowDesc(msgs[i : i+n])
+			r.rowDesc(msg)
 		case 't':
-			r.paramDesc(msgs[i : i+n])
+			r.paramDesc(msg)
 		}
-		i += n
 	}
 }
 
@@ -547,12 +542,7 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uin
 			continue
 		}
 		relName[oid] = name
-		if relCols[oid] == nil {
-			relCols[oid] = map[string]uint16{}
-		}
-		if row[4] != nil {
-			relCols[oid][string(row[5])] = uint16(rowOID(row[4]))
-		}
+		noteColumn(relCols, oid, row[4], row[5])
 	}
 	typeName := map[uint32]qualName{}
 	for _, row := range res[1].Rows {
@@ -578,12 +568,7 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uin
 	for _, row := range dres[0].Rows {
 		n := qualName{string(row[0]), string(row[1])}
 		defRel[n] = rowOID(row[2])
-		if defCols[n] == nil {
-			defCols[n] = map[string]uint16{}
-		}
-		if row[3] != nil {
-			defCols[n][string(row[4])] = uint16(rowOID(row[3]))
-		}
+		noteColumn(defCols, n, row[3], row[4])
 	}
 	defType := map[qualName]uint32{}
 	for _, row := range dres[1].Rows {
@@ -773,6 +758,17 @@ func namesValues(names []qualName) string {
 		b = append(b, "::pg_catalog.name)"...)
 	}
 	return string(b)
+}
+
+// noteColumn records relation k's column attname at attnum (both NULL:
+// the relation has no column, it is still recorded) in cols.
+func noteColumn[K comparable](cols map[K]map[string]uint16, k K, attnum, attname []byte) {
+	if cols[k] == nil {
+		cols[k] = map[string]uint16{}
+	}
+	if attnum != nil {
+		cols[k][string(attname)] = uint16(rowOID(attnum))
+	}
 }
 
 // rowOID reads a text OID or attnum (0 when it is not one).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/shardmap"
 )
 
@@ -65,6 +66,18 @@ func TestRelabelKnown(t *testing.T) {
 		if got := [3]uint32{f.Table, uint32(f.Attnum), f.OID}; got != want[i] {
 			t.Errorf("column %s: %v, want %v", f.Name, got, want[i])
 		}
+	}
+	// A Describe's answer: both its messages told.
+	pd, sp := pgwire.BeginMsg(nil, 't')
+	pd = pgwire.AppendU16(pd, 2)
+	pd = pgwire.AppendU32(pgwire.AppendU32(pd, 16600), pgtype.Int4OID)
+	msgs := append(pgwire.FinishMsg(pd, sp), orig...)
+	relabeler{gen: g, p: other}.describedMsgs(msgs)
+	if got := msgs[pgwire.HeaderLen+2 : pgwire.HeaderLen+10]; !bytes.Equal(got, pgwire.AppendU32(pgwire.AppendU32(nil, 17100), pgtype.Int4OID)) {
+		t.Errorf("a Describe's parameter types told as %x", got)
+	}
+	if !bytes.Equal(msgs[len(pd):], msg) {
+		t.Errorf("a Describe's RowDescription told as %x, want %x", msgs[len(pd):], msg)
 	}
 	// The default shard's own descriptions, and a pinned session's, are
 	// left alone; so is everything after a schema change (the snapshot
