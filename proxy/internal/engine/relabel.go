@@ -157,7 +157,7 @@ func relabelPool(ctx context.Context, g *GenerationEnv, pool *backend.Pool, cata
 		return relabeler{}
 	}
 	to := g.Pools[catalog]
-	if pool == to || pool.Shard.Name == to.Shard.Name {
+	if pool.Shard.Name == to.Shard.Name {
 		return relabeler{} // the same shard (a pinned backend's pool is a direct one)
 	}
 	return relabeler{ctx: ctx, gen: g, p: pair{from: pool, to: to}}
@@ -226,10 +226,16 @@ func (r relabeler) parseTypes(buf []byte) {
 			continue
 		}
 		at, n := parseTypesAt(msg)
+		var user []uint32
 		for k := range n {
-			if binary.BigEndian.Uint32(msg[at+4*k:]) >= pgvalue.FirstUserOID {
-				r.backTypes(msg[at : at+4*n])
-				break
+			if o := binary.BigEndian.Uint32(msg[at+4*k:]); o >= pgvalue.FirstUserOID {
+				user = append(user, o)
+			}
+		}
+		if snap := r.backSnap(user); snap != nil {
+			for k := range n {
+				j := at + 4*k
+				binary.BigEndian.PutUint32(msg[j:], snap.tellBack(r.p, binary.BigEndian.Uint32(msg[j:])))
 			}
 		}
 	}
@@ -238,41 +244,47 @@ func (r relabeler) parseTypes(buf []byte) {
 // paramTypes returns oids (a Parse's parameter types) told in the
 // shard's numbers: oids itself when nothing changes, else a copy.
 func (r relabeler) paramTypes(oids []uint32) []uint32 {
-	if r.gen == nil || !slices.ContainsFunc(oids, func(o uint32) bool { return o >= pgvalue.FirstUserOID }) {
+	if r.gen == nil {
 		return oids
 	}
-	b := make([]byte, 4*len(oids))
-	for i, o := range oids {
-		binary.BigEndian.PutUint32(b[4*i:], o)
+	var user []uint32
+	for _, o := range oids {
+		if o >= pgvalue.FirstUserOID {
+			user = append(user, o)
+		}
 	}
-	r.backTypes(b)
+	snap := r.backSnap(user)
+	if snap == nil {
+		return oids
+	}
 	out := make([]uint32, len(oids))
-	for i := range out {
-		out[i] = binary.BigEndian.Uint32(b[4*i:])
+	for i, o := range oids {
+		out[i] = snap.tellBack(r.p, o)
 	}
 	return out
 }
 
-// backTypes tells the big-endian type OIDs of b in place.
-func (r relabeler) backTypes(b []byte) {
-	var oids []uint32
-	for i := 0; i+4 <= len(b); i += 4 {
-		if o := binary.BigEndian.Uint32(b[i:]); o >= pgvalue.FirstUserOID {
-			oids = append(oids, o)
-		}
+// backSnap is the snapshot that knows how p.from numbers the catalog
+// shard's user types oids, learned if need be (nil: none to tell, or
+// none known).
+func (r relabeler) backSnap(oids []uint32) *oidSnap {
+	if len(oids) == 0 {
+		return nil
 	}
 	snap := r.gen.OIDs.current(r.gen)
 	if len(snap.missingBack(r.p, oids)) > 0 {
 		snap = r.gen.OIDs.learnBack(r.ctx, r.gen, r.p, oids)
 	}
-	if snap == nil {
-		return
+	return snap
+}
+
+// tellBack is p.from's number of the catalog shard's type o (o itself
+// when not learned, or when p.from has no such type: the shard says so).
+func (snap *oidSnap) tellBack(p pair, o uint32) uint32 {
+	if d := snap.back[oidKey{p, o}]; d != 0 {
+		return d
 	}
-	for i := 0; i+4 <= len(b); i += 4 {
-		if d := snap.back[oidKey{r.p, binary.BigEndian.Uint32(b[i:])}]; d != 0 {
-			binary.BigEndian.PutUint32(b[i:], d)
-		}
-	}
+	return o
 }
 
 // parseTypesAt returns where the parameter types of Parse msg begin and
@@ -306,7 +318,7 @@ func (snap *oidSnap) missingBack(p pair, oids []uint32) []uint32 {
 				continue
 			}
 		}
-		if !has(out, o) {
+		if !slices.Contains(out, o) {
 			out = append(out, o)
 		}
 	}
@@ -378,12 +390,12 @@ func (snap *oidSnap) covers(p pair, msg []byte) bool {
 func (snap *oidSnap) missing(p pair, msg []byte) (rels, types []uint32) {
 	note := func(t uint32, a uint16, o uint32) (uint32, uint16, uint32) {
 		if t >= pgvalue.FirstUserOID {
-			if r, ok := snap.relsOf(p, t); (!ok || r.unknownColumn(a)) && !has(rels, t) {
+			if r, ok := snap.relsOf(p, t); (!ok || r.unknownColumn(a)) && !slices.Contains(rels, t) {
 				rels = append(rels, t)
 			}
 		}
 		if o >= pgvalue.FirstUserOID {
-			if _, ok := snap.typeOf(p, o); !ok && !has(types, o) {
+			if _, ok := snap.typeOf(p, o); !ok && !slices.Contains(types, o) {
 				types = append(types, o)
 			}
 		}
@@ -417,15 +429,6 @@ func (snap *oidSnap) typeOf(p pair, o uint32) (uint32, bool) {
 	}
 	d, ok := snap.types[oidKey{p, o}]
 	return d, ok
-}
-
-func has(xs []uint32, x uint32) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // current is the snapshot of this schema epoch (nil: none yet, or a
@@ -494,7 +497,6 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, p pair, ask func
 	}
 	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}, back: map[oidKey]uint32{}}
 	if snap != nil {
-		next.epoch = snap.epoch
 		maps.Copy(next.rels, snap.rels)
 		maps.Copy(next.types, snap.types)
 		maps.Copy(next.back, snap.back)
@@ -597,13 +599,7 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uin
 		found.rels[oid] = r
 	}
 	for _, oid := range types {
-		n, ok := typeName[oid]
-		switch {
-		case ok:
-			found.types[oid] = defType[n]
-		default:
-			found.types[oid] = 0
-		}
+		found.types[oid] = defType[typeName[oid]] // 0: a name it lacks, or none
 	}
 	return found, nil
 }
