@@ -22,12 +22,15 @@
 //	RowDescription, ParameterDescription ──EditRowDesc, EditParamDesc──▶
 //	                                  the same, their table OIDs, attnums
 //	                                  and type OIDs rewritten in place
+//	binary array or record value ──ValueOIDs──▶ where the type OIDs
+//	                                  inside it are
 //
-//	values.go  all of the above but TypeName and the edits (Dec: exact decimals with
+//	values.go  all of the above but TypeName, the edits and ValueOIDs (Dec: exact decimals with
 //	           numeric's display scale; floats formatted per
 //	           extra_float_digits)
 //	typmod.go  TypeName: the SQL name of a type with its modifier
-//	relabel.go EditRowDesc, EditParamDesc, RowDescUserOIDs,
+//	valueoids.go ValueOIDs, RecordOID, RecordArrayOID
+//	relabel.go RowDescColumns, EditRowDesc, EditParamDesc, RowDescUserOIDs,
 //	           ParamDescUserOIDs, FirstUserOID
 //
 // Errors are *pgwire.Error with Postgres's SQLSTATE (22003 out of range,

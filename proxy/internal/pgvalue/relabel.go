@@ -56,6 +56,22 @@ func RowDescUserOIDs(msg []byte) bool {
 	return false
 }
 
+// RowDescColumns calls fn with each column of RowDescription msg: its
+// index, type OID and format code. It reports false, calling fn for no
+// column, when msg is malformed.
+func RowDescColumns(msg []byte, fn func(k int, typ uint32, format uint16)) bool {
+	n, ok := rowDescCheck(msg)
+	if !ok {
+		return false
+	}
+	for k, i := 0, pgwire.HeaderLen+2; k < n; k++ {
+		j := i + bytes.IndexByte(msg[i:], 0) + 1
+		fn(k, binary.BigEndian.Uint32(msg[j+6:]), binary.BigEndian.Uint16(msg[j+16:]))
+		i = j + 18
+	}
+	return true
+}
+
 // rowDescCheck returns the number of columns of RowDescription msg, and
 // false when msg is malformed (a name without its end, a column cut
 // short, bytes after the last column).

@@ -16,13 +16,26 @@ import (
 // — never panic; what decodes re-encodes to the same bytes (DataRow,
 // RowDescription, numeric binary in its canonical form) or reads back the
 // same (numeric text); the in-place description edits (relabel.go)
-// accept only what decodes and never panic.
+// accept only what decodes and never panic; the type OIDs found inside a
+// binary array or record (valueoids.go) are inside it and user types'.
 func FuzzShardAnswer(f *testing.F) {
 	f.Add(pgwire.AppendDataRow(nil, [][]byte{[]byte("abc"), nil, {}}), []byte("12.500"))
 	f.Add(AppendRowDesc(nil, []Field{{Name: "a", OID: pgtype.Int8OID, Typlen: 8, Typmod: -1}, {Name: "b", OID: pgtype.NumericOID, Typlen: -1, Typmod: -1, Format: 1}}), []byte("-0.0001"))
 	f.Add([]byte{'D', 0, 0, 0, 6, 0, 1}, []byte("NaN"))
 	f.Add(Dec{Coef: big.NewInt(-123456789), Scale: 4}.AppendBinary(nil), []byte("Infinity"))
+	f.Add(binRecord(field{tMoodArray, binArrayN(tMood, []int32{2}, []byte("a"), nil)}, field{tPair, binRecord()}), []byte("0"))
 	f.Fuzz(func(t *testing.T, msg []byte, text []byte) {
+		for _, typ := range []uint32{tMoodArray, tPair} {
+			offs, ok := ValueOIDs(nil, msg, typ, testKind)
+			if !ok && len(offs) != 0 {
+				t.Fatalf("ValueOIDs refused %x but found OIDs at %v", msg, offs)
+			}
+			for _, at := range offs {
+				if at < 0 || at+4 > len(msg) || binary.BigEndian.Uint32(msg[at:]) < FirstUserOID {
+					t.Fatalf("ValueOIDs(%x, %d) found an OID at %d, which is not a user type's", msg, typ, at)
+				}
+			}
+		}
 		if len(msg) >= pgwire.HeaderLen {
 			framed := append([]byte{'D'}, binary.BigEndian.AppendUint32(nil, uint32(len(msg)-1))...)
 			framed = append(framed, msg[pgwire.HeaderLen:]...)
