@@ -36,6 +36,7 @@ func testSchema() route.Schema {
 		route.TableKey{Table: "pgbench_accounts", Column: "aid", Type: route.KeyInt8, Position: 1},
 		route.TableKey{Table: "kinds", Column: "id", Type: route.KeyInt8, Position: 1},
 		route.TableKey{Table: "relabel_t", Column: "id", Type: route.KeyInt8, Position: 1},
+		route.TableKey{Table: "relabel_v", Column: "id", Type: route.KeyInt8, Position: 1},
 	)
 	return s
 }

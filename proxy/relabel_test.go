@@ -266,3 +266,105 @@ func TestDescriptionsInDefaultShardOIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBinaryValuesInDefaultShardOIDs: a value in binary format names
+// types itself (an array its element type, a record or composite each
+// field's), in the numbers of the shard that sends it; psycopg decodes
+// them by those numbers. Through the proxy, a row read from any shard —
+// a keyed read, a read of every shard merged — is byte for byte what the
+// default shard sends for the same values: arrays of a user enum, a
+// composite holding one and an array of it, a domain over the array, an
+// array of composites and an anonymous record.
+func TestBinaryValuesInDefaultShardOIDs(t *testing.T) {
+	d := db(t)
+	last := len(d.m.Shards) - 1
+	env := startProxyFor(t, d, func(c *proxy.Config) { c.DefaultShard = d.m.Shards[last].Name })
+	ctx := ctxT(t, 2*time.Minute)
+	conn := env.connect(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	drop := func() {
+		for _, sql := range []string{"DROP TABLE IF EXISTS relabel_v", "DROP DOMAIN IF EXISTS relabel_vlist", "DROP TYPE IF EXISTS relabel_vpair", "DROP TYPE IF EXISTS relabel_vmood"} {
+			_, _ = conn.Exec(ctx, sql)
+		}
+	}
+	t.Cleanup(drop)
+	shard1 := env.db.shardConn(t, 1)
+	def := env.db.shardConn(t, last)
+	typeOID := func(c *pgx.Conn, name string) uint32 {
+		t.Helper()
+		var o uint32
+		if err := c.QueryRow(ctx, "SELECT $1::regtype::oid", name).Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for attempt := 0; ; attempt++ {
+		drop()
+		exec("CREATE TYPE relabel_vmood AS ENUM ('calm', 'busy')")
+		exec("CREATE TYPE relabel_vpair AS (m relabel_vmood, n int, ms relabel_vmood[])")
+		exec("CREATE DOMAIN relabel_vlist AS relabel_vmood[]")
+		if typeOID(shard1, "relabel_vmood") != typeOID(def, "relabel_vmood") && typeOID(shard1, "relabel_vpair") != typeOID(def, "relabel_vpair") {
+			break
+		}
+		if attempt == 3 {
+			t.Fatal("shard 1 numbers the types as the default shard does, after 3 tries")
+		}
+		if _, err := def.Exec(ctx, "CREATE TABLE relabel_pad (); DROP TABLE relabel_pad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("CREATE TABLE relabel_v (id int8 PRIMARY KEY, m relabel_vmood[], p relabel_vpair, d relabel_vlist, pa relabel_vpair[])")
+	var keys []int64 // one on each shard; the default shard's last
+	for i := range d.m.Shards {
+		k := env.db.keysOn(i, 1, 54_000_000)[0]
+		keys = append(keys, k)
+		exec(fmt.Sprintf(`INSERT INTO relabel_v VALUES (%d, '{calm,busy}', ROW('busy', 7, '{calm,NULL}'), '{busy}',
+			ARRAY[ROW('calm', 1, '{busy}')::relabel_vpair, NULL, ROW(NULL, 2, '{}')::relabel_vpair])`, k))
+	}
+	const cols = "m, p, d, pa, ROW(m[1], 5, p), ARRAY[ROW(m)]"
+	binary := []int16{1}
+	read := func(c *pgconn.PgConn, sql string, args ...[]byte) [][][]byte {
+		t.Helper()
+		r := c.ExecParams(ctx, sql, args, nil, nil, binary).Read()
+		if r.Err != nil {
+			t.Fatalf("%s: %v", sql, r.Err)
+		}
+		return r.Rows
+	}
+	byKey := "SELECT " + cols + " FROM relabel_v WHERE id = $1"
+	want := read(def.PgConn(), byKey, fmt.Appendf(nil, "%d", keys[last]))
+	if len(want) != 1 {
+		t.Fatalf("the default shard has %d rows of key %d", len(want), keys[last])
+	}
+	// The premise: shard 1 itself sends other numbers in the same values.
+	if got := read(shard1.PgConn(), byKey, fmt.Appendf(nil, "%d", keys[1])); fmt.Sprint(got) == fmt.Sprint(want) {
+		t.Fatal("shard 1 sends the same bytes as the default shard: the test proves nothing")
+	}
+	same := func(what string, row [][]byte) {
+		t.Helper()
+		for i := range want[0] {
+			if i >= len(row) || string(row[i]) != string(want[0][i]) {
+				t.Errorf("%s: column %d is %x; the default shard sends %x", what, i, row[i], want[0][i])
+			}
+		}
+	}
+	for _, k := range keys {
+		rows := read(conn.PgConn(), byKey, fmt.Appendf(nil, "%d", k))
+		if len(rows) != 1 {
+			t.Fatalf("key %d: %d rows", k, len(rows))
+		}
+		same(fmt.Sprintf("key %d", k), rows[0])
+	}
+	rows := read(conn.PgConn(), "SELECT "+cols+" FROM relabel_v ORDER BY id")
+	if len(rows) != len(keys) {
+		t.Fatalf("a read of every shard: %d rows, want %d", len(rows), len(keys))
+	}
+	for i, row := range rows {
+		same(fmt.Sprintf("a read of every shard, row %d", i), row)
+	}
+}

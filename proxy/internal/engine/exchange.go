@@ -188,6 +188,9 @@ type exchanger struct {
 	flushed bool
 	// rl tells the backend's descriptions in the default shard's OIDs.
 	rl relabeler
+	// vals: the rows of the description just forwarded carry the
+	// backend's type OIDs in their values (relabelvalues.go).
+	vals *rowValues
 }
 
 // stop ends the exchange with res (err only when the client connection
@@ -232,6 +235,7 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 			continue
 		case 'E':
 			var over bool
+			x.vals = nil
 			if done, over, err = x.itemError(i, msg); over {
 				return true, err
 			}
@@ -261,12 +265,20 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 		if ok, done = it.accept(typ); !ok {
 			return x.stop(x.desync(typ, it.kind))
 		}
+		switch typ {
+		case 'T', '2', 'C', 's', 'I', 'n':
+			x.vals = nil // rows to come are another result's
+		}
 		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
 			s.cc.out = append(s.cc.out, msg...)
 			switch typ {
+			case 'D':
+				if x.vals != nil {
+					x.rl.dataRow(x.vals, s.cc.out[len(s.cc.out)-len(msg):])
+				}
 			case 'T':
 				msg = s.cc.out[len(s.cc.out)-len(msg):]
-				x.rl.rowDesc(msg)
+				x.vals = x.rl.rowDesc(msg)
 			case 't':
 				x.rl.paramDesc(s.cc.out[len(s.cc.out)-len(msg):])
 			}

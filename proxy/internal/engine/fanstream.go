@@ -56,6 +56,9 @@ type fanStream struct {
 	bound bool
 	// rl tells the shard's descriptions in the default shard's OIDs.
 	rl relabeler
+	// vals: the rows of its description carry the shard's type OIDs in
+	// their values (relabelvalues.go).
+	vals *rowValues
 }
 
 // failed reports whether the shard's answer is an error or its connection
@@ -111,6 +114,9 @@ func (f *fanStream) nextRow() bool {
 		}
 		switch typ {
 		case 'D':
+			if f.vals != nil {
+				f.rl.dataRow(f.vals, msg)
+			}
 			f.row = msg
 			var e error
 			if f.cols, e = pgwire.DataRowCols(f.cols[:0], msg); e != nil {
@@ -140,6 +146,10 @@ func (f *fanStream) nextRow() bool {
 // ignores any other.
 func (f *fanStream) take(typ byte, msg []byte) {
 	switch typ {
+	case '2', 'C', 's', 'I', 'n', 'E', 'Z':
+		f.vals = nil // rows to come are another result's
+	}
+	switch typ {
 	case 'Z':
 		f.rfqLeft--
 		f.status = pgwire.ReadyStatus(msg)
@@ -148,7 +158,7 @@ func (f *fanStream) take(typ byte, msg []byte) {
 		f.bound = true
 	case 'T':
 		f.rowDesc = append([]byte(nil), msg...)
-		f.rl.rowDesc(f.rowDesc)
+		f.vals = f.rl.rowDesc(f.rowDesc)
 	case 't':
 		f.paramDesc = append([]byte(nil), msg...)
 		f.rl.paramDesc(f.paramDesc)

@@ -40,9 +40,11 @@ import (
 //
 // A pinned session reads the catalog on its own backend's shard: what
 // other shards answer it (a read of every shard) is told in that shard's
-// numbers instead (catalogShard). What is not told: a value that is an
-// OID (SELECT tableoid, a regclass cast to oid) and the element type
-// inside a binary array or record.
+// numbers instead (catalogShard). The type OIDs inside a value a shard
+// sends in binary — an array's element type, a record's field types —
+// are told the same way (relabelvalues.go). What is not told: a value
+// that is an OID (SELECT tableoid, a regclass cast to oid), the type OIDs
+// inside a client's binary parameters and inside a binary COPY.
 
 // OIDMaps is one generation's translation of each shard's OIDs of user
 // objects (tables, their columns, types) into the catalog shard's (the
@@ -73,6 +75,9 @@ type oidSnap struct {
 	// numbers them (keyed by the catalog shard's OID; 0: none there): the
 	// parameter types a client's Parse names.
 	back map[oidKey]uint32
+	// shapes is what each of types is (keyed alike): whether its binary
+	// values carry type OIDs (relabelvalues.go).
+	shapes map[oidKey]typeShape
 }
 
 // oidKey is an OID of what shards.from numbers, as told to shards.to.
@@ -127,6 +132,7 @@ type descMemo struct {
 	snap    *oidSnap
 	p       pair
 	in, out []byte
+	vals    *rowValues
 }
 
 // relabelFor returns the relabeler of what s exchanges with a backend
@@ -164,18 +170,20 @@ func relabelPool(ctx context.Context, g *GenerationEnv, pool *backend.Pool, cata
 }
 
 // rowDesc tells RowDescription msg (in place) in the catalog shard's
-// numbers.
-func (r relabeler) rowDesc(msg []byte) {
+// numbers, and returns what its rows carry of the shard's type OIDs
+// (nil: nothing; relabelvalues.go).
+func (r relabeler) rowDesc(msg []byte) *rowValues {
 	if r.gen == nil {
-		return
+		return nil
 	}
 	snap := r.gen.OIDs.current(r.gen)
 	if m := r.memo; m != nil && snap != nil && m.snap == snap && m.p == r.p && bytes.Equal(m.in, msg) {
 		copy(msg, m.out)
-		return
+		return m.vals
 	}
+	snap, vals := r.rowValuesOf(snap, msg)
 	if !pgvalue.RowDescUserOIDs(msg) {
-		return
+		return vals
 	}
 	covered := snap.covers(r.p, msg)
 	if !covered {
@@ -187,7 +195,7 @@ func (r relabeler) rowDesc(msg []byte) {
 		m = nil // told in part: told again (learned again) next time
 	}
 	if m != nil {
-		m.snap, m.p, m.in = snap, r.p, append(m.in[:0], msg...)
+		m.snap, m.p, m.in, m.vals = snap, r.p, append(m.in[:0], msg...), vals
 	}
 	pgvalue.EditRowDesc(msg, func(t uint32, a uint16, o uint32) (uint32, uint16, uint32) {
 		t, a = snap.relabelColumn(r.p, t, a)
@@ -196,6 +204,7 @@ func (r relabeler) rowDesc(msg []byte) {
 	if m != nil {
 		m.out = append(m.out[:0], msg...)
 	}
+	return vals
 }
 
 // paramDesc tells ParameterDescription msg (in place) in the catalog
@@ -495,17 +504,19 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, p pair, ask func
 			"shard", p.from.Shard.Name, "err", err)
 		return snap
 	}
-	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}, back: map[oidKey]uint32{}}
+	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}, back: map[oidKey]uint32{}, shapes: map[oidKey]typeShape{}}
 	if snap != nil {
 		maps.Copy(next.rels, snap.rels)
 		maps.Copy(next.types, snap.types)
 		maps.Copy(next.back, snap.back)
+		maps.Copy(next.shapes, snap.shapes)
 	}
 	for oid, r := range found.rels {
 		next.rels[oidKey{p, oid}] = r
 	}
 	for oid, d := range found.types {
 		next.types[oidKey{p, oid}] = d
+		next.shapes[oidKey{p, oid}] = found.shapes[oid]
 	}
 	for oid, d := range found.back {
 		next.back[oidKey{p, oid}] = d
@@ -517,9 +528,10 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, p pair, ask func
 // oidsFound is what one lookup learned: by the shard's OID (back: by
 // the catalog shard's).
 type oidsFound struct {
-	rels  map[uint32]relOIDs
-	types map[uint32]uint32
-	back  map[uint32]uint32
+	rels   map[uint32]relOIDs
+	types  map[uint32]uint32
+	back   map[uint32]uint32
+	shapes map[uint32]typeShape // of types (plain: one the shard has not)
 }
 
 // qualName is an object's schema and name.
@@ -530,7 +542,7 @@ type qualName struct{ schema, name string }
 // shard p.to. Every OID asked gets an entry: one the shard does not have
 // (dropped since) or the catalog shard lacks maps to 0.
 func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uint32) (oidsFound, error) {
-	found := oidsFound{rels: map[uint32]relOIDs{}, types: map[uint32]uint32{}}
+	found := oidsFound{rels: map[uint32]relOIDs{}, types: map[uint32]uint32{}, shapes: map[uint32]typeShape{}}
 	res, err := catalogRead(ctx, g, p.from, shardRelsSQL(rels), shardTypesSQL(types))
 	if err != nil {
 		return found, err
@@ -549,6 +561,7 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uin
 	typeName := map[uint32]qualName{}
 	for _, row := range res[1].Rows {
 		oid := rowOID(row[0])
+		found.shapes[oid] = shapeOf(row[4:])
 		if string(row[3]) == "t" {
 			continue // a temporary table's row type: left as it is
 		}
@@ -709,7 +722,7 @@ func shardTypesSQL(oids []uint32) string {
 	if len(oids) == 0 {
 		return ""
 	}
-	return "SELECT t.oid, n.nspname, t.typname, " + tempSchema + typeFrom +
+	return "SELECT t.oid, n.nspname, t.typname, " + tempSchema + ", " + typeShapeCols + typeFrom +
 		" WHERE t.oid = ANY ('{" + joinOIDs(oids) + oidArrayEnd
 }
 

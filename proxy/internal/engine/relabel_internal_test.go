@@ -3,9 +3,11 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -181,5 +183,61 @@ func TestRelabelLookupFails(t *testing.T) {
 	}
 	if got := rl.paramTypes([]uint32{16600, pgtype.Int4OID}); got[0] != 16600 || got[1] != pgtype.Int4OID {
 		t.Errorf("parameter types whose lookup failed were changed: %v", got)
+	}
+}
+
+// TestRelabelDataRow: the type OIDs inside a shard's binary values of a
+// described row (an array of a user enum, a record holding one and an
+// array of it) are told in the default shard's numbers; a column in text
+// format, a value that is not what its type says and a type that cannot
+// be learned are left as they are.
+func TestRelabelDataRow(t *testing.T) {
+	g, other := relabelFixture()
+	snap := g.OIDs.snap.Load()
+	snap.types[oidKey{other, 16601}] = 17101
+	snap.shapes = map[oidKey]typeShape{
+		{other, 16600}: {},
+		{other, 16601}: {kind: shapeArray, inner: 16600},
+		{other, 16602}: {kind: shapeDomain, inner: 16601},
+	}
+	g.OIDs.retryAt = map[pair]time.Time{other: time.Now().Add(time.Hour)} // no lookup
+	desc := pgvalue.AppendRowDesc(nil, []pgvalue.Field{
+		{Name: "a", OID: pgtype.Int8OID, Typlen: 8, Typmod: -1, Format: 1},
+		{Name: "b", OID: 16601, Typlen: -1, Typmod: -1, Format: 1},
+		{Name: "c", OID: 16601, Typlen: -1, Typmod: -1},
+		{Name: "d", OID: pgvalue.RecordOID, Typlen: -1, Typmod: -1, Format: 1},
+		{Name: "e", OID: 16602, Typlen: -1, Typmod: -1, Format: 1},
+	})
+	vals := relabeler{gen: g, p: other}.rowDesc(desc)
+	if vals == nil || len(vals.cols) != 3 || vals.cols[0] != (valueCol{1, 16601}) || vals.cols[1] != (valueCol{3, pgvalue.RecordOID}) || vals.cols[2] != (valueCol{4, 16602}) {
+		t.Fatalf("the columns to walk: %+v", vals)
+	}
+	u32 := func(b []byte, vs ...uint32) []byte {
+		for _, v := range vs {
+			b = binary.BigEndian.AppendUint32(b, v)
+		}
+		return b
+	}
+	array := func(elem uint32) []byte { return append(u32(nil, 1, 0, elem, 1, 1, 4), "calm"...) }
+	field := func(typ uint32, v []byte) []byte { return append(u32(nil, typ, uint32(len(v))), v...) }
+	record := slices.Concat(u32(nil, 3), field(16600, []byte("busy")), field(16601, array(16600)), field(16900, []byte("?")))
+	row := pgwire.AppendDataRow(nil, [][]byte{u32(nil, 0, 7), array(16600), array(16600), record, array(16600)})
+	relabeler{gen: g, p: other}.dataRow(vals, row)
+	got, err := pgwire.DataRowCols(nil, row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRecord := slices.Concat(u32(nil, 3), field(17100, []byte("busy")), field(17101, array(17100)), field(16900, []byte("?")))
+	for i, want := range [][]byte{u32(nil, 0, 7), array(17100), array(16600), wantRecord, array(17100)} {
+		if !bytes.Equal(got[i], want) {
+			t.Errorf("column %d: %x, want %x", i, got[i], want)
+		}
+	}
+	// Not an array: left alone.
+	bad := pgwire.AppendDataRow(nil, [][]byte{nil, []byte("calm"), nil, nil, nil})
+	before := append([]byte(nil), bad...)
+	relabeler{gen: g, p: other}.dataRow(vals, bad)
+	if !bytes.Equal(bad, before) {
+		t.Errorf("a value that is not an array was changed: %x", bad)
 	}
 }

@@ -1,0 +1,242 @@
+package engine
+
+import (
+	"encoding/binary"
+
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
+	"github.com/pgshard/pgshard/proxy/internal/pgwire"
+)
+
+// A value in binary format can name types itself: array_send writes the
+// element type's OID ahead of the elements, record_send (a row value, a
+// composite type) each field's type ahead of the field. A shard writes
+// its own numbers there, and psycopg picks the decoder of a binary
+// array's elements and of a record's fields by them: an array of a user
+// enum that another shard answers comes back as a list of bytes, not of
+// the enum's values. So the DataRows that follow a RowDescription told in
+// the catalog shard's numbers (relabel.go) are told alike: the columns in
+// binary format whose type is an array of a user type, a composite type,
+// a record or a domain over one of them (rowValues, from the
+// description) have the type OIDs inside their values rewritten in
+// place — an OID is four bytes either way — by what the snapshot knows
+// of each type (typeShape: learned with the type's number, one catalog
+// read). A value that does not decode as its type is left alone.
+//
+// The rows of a result are known to follow its description only within
+// one answer: a RowDescription, then its rows up to CommandComplete (a
+// query string's result, a portal described before its Execute). The rows
+// of a portal the client did not describe in the same round trip (it
+// knows the description from before) are not walked.
+
+// typeShape is what a type is, as far as the OIDs in its binary values
+// go.
+type typeShape struct {
+	kind shapeKind
+	// inner is an array's element type, a domain's base type.
+	inner uint32
+}
+
+type shapeKind uint8
+
+const (
+	shapePlain  shapeKind = iota // its values name no type
+	shapeArray                   // array_send's values
+	shapeRecord                  // record_send's values (a composite type)
+	shapeDomain                  // its base type's values
+)
+
+// typeShapeCols are the columns of pg_type a typeShape is read from
+// (shapeOf), after the type's OID, name and whether it is temporary.
+const typeShapeCols = `t.typtype, t.typcategory, t.typelem, t.typbasetype`
+
+// shapeOf reads the typeShape of a type from typeShapeCols' values.
+func shapeOf(cols [][]byte) typeShape {
+	if len(cols) < 4 {
+		return typeShape{}
+	}
+	typtype, category := string(cols[0]), string(cols[1])
+	switch {
+	case typtype == "c":
+		return typeShape{kind: shapeRecord}
+	case typtype == "d":
+		return typeShape{kind: shapeDomain, inner: rowOID(cols[3])}
+	case category == "A" && rowOID(cols[2]) != 0:
+		return typeShape{kind: shapeArray, inner: rowOID(cols[2])}
+	}
+	return typeShape{}
+}
+
+// maxDomainChain bounds how many domains over domains kind follows.
+const maxDomainChain = 8
+
+// kind is how binary values of p.from's type o carry type OIDs, and
+// whether snap knows (a type not known is taken as plain).
+func (snap *oidSnap) kind(p pair, o uint32) (pgvalue.ValueKind, bool) {
+	for range maxDomainChain {
+		switch {
+		case o == pgvalue.RecordOID:
+			return pgvalue.ValueRecord, true
+		case o == pgvalue.RecordArrayOID:
+			return pgvalue.ValueArray, true
+		case o < pgvalue.FirstUserOID:
+			return pgvalue.ValuePlain, true // built-in arrays hold built-in types
+		case snap == nil:
+			return pgvalue.ValuePlain, false
+		}
+		sh, ok := snap.shapes[oidKey{p, o}]
+		switch {
+		case !ok:
+			return pgvalue.ValuePlain, false
+		case sh.kind == shapeArray:
+			return pgvalue.ValueArray, true
+		case sh.kind == shapeRecord:
+			return pgvalue.ValueRecord, true
+		case sh.kind != shapeDomain:
+			return pgvalue.ValuePlain, true
+		}
+		o = sh.inner
+	}
+	return pgvalue.ValuePlain, true
+}
+
+// rowValues are the columns of a shard's rows whose binary values carry
+// type OIDs (nil: none).
+type rowValues struct {
+	cols []valueCol
+	// scratch: a row's values, where one value's OIDs are
+	vals [][]byte
+	offs []int
+}
+
+// valueCol is a column by its index and its type (the shard's number).
+type valueCol struct {
+	at  int
+	typ uint32
+}
+
+// rowValuesOf returns the columns of the rows that RowDescription msg
+// (in the shard's numbers, before it is told) describes whose values are
+// to be walked, and the snapshot that knows their types (learned if need
+// be: the columns' types, then the types those hold, a few levels deep).
+func (r relabeler) rowValuesOf(snap *oidSnap, msg []byte) (*oidSnap, *rowValues) {
+	var cand []valueCol
+	pgvalue.RowDescColumns(msg, func(k int, typ uint32, format uint16) {
+		if format == 1 && (typ >= pgvalue.FirstUserOID || typ == pgvalue.RecordOID || typ == pgvalue.RecordArrayOID) {
+			cand = append(cand, valueCol{at: k, typ: typ})
+		}
+	})
+	if len(cand) == 0 {
+		return snap, nil
+	}
+	var types []uint32
+	for _, c := range cand {
+		types = append(types, c.typ)
+	}
+	snap = r.learnTypes(snap, types)
+	var v rowValues
+	for _, c := range cand {
+		if k, _ := snap.kind(r.p, c.typ); k != pgvalue.ValuePlain {
+			v.cols = append(v.cols, c)
+		}
+	}
+	if len(v.cols) == 0 {
+		return snap, nil
+	}
+	return snap, &v
+}
+
+// maxLearnRounds bounds learnTypes: an array of a domain over a composite
+// is three rounds.
+const maxLearnRounds = 4
+
+// learnTypes returns a snapshot that knows the shapes and numbers of
+// p.from's types and of the types they hold (an array's element, a
+// domain's base), learning what it lacks. A failed lookup leaves some
+// unknown: their values are taken as plain, their OIDs left as they are.
+func (r relabeler) learnTypes(snap *oidSnap, types []uint32) *oidSnap {
+	for range maxLearnRounds {
+		var missing []uint32
+		seen := map[uint32]bool{}
+		for len(types) > 0 {
+			o := types[len(types)-1]
+			types = types[:len(types)-1]
+			if o < pgvalue.FirstUserOID || seen[o] {
+				continue
+			}
+			seen[o] = true
+			sh, ok := snap.shape(r.p, o)
+			if !ok {
+				missing = append(missing, o)
+			} else if sh.inner != 0 {
+				types = append(types, sh.inner)
+			}
+		}
+		if len(missing) == 0 {
+			return snap
+		}
+		snap = r.gen.OIDs.lookup(r.ctx, r.gen, r.p, func(snap *oidSnap) oidAsk {
+			var ask []uint32
+			for _, o := range missing {
+				if _, ok := snap.shape(r.p, o); !ok {
+					ask = append(ask, o)
+				}
+			}
+			return oidAsk{types: ask}
+		})
+		types = append(types[:0], missing...)
+	}
+	return snap
+}
+
+func (snap *oidSnap) shape(p pair, o uint32) (typeShape, bool) {
+	if snap == nil {
+		return typeShape{}, false
+	}
+	sh, ok := snap.shapes[oidKey{p, o}]
+	return sh, ok
+}
+
+// dataRow tells the type OIDs inside DataRow msg's values of v's columns
+// (in place) in the catalog shard's numbers. A record's fields name their
+// types only in the values, so a type first seen there is learned then.
+func (r relabeler) dataRow(v *rowValues, msg []byte) {
+	var err error
+	if v.vals, err = pgwire.DataRowCols(v.vals[:0], msg); err != nil {
+		return
+	}
+	snap := r.gen.OIDs.current(r.gen)
+	for _, c := range v.cols {
+		if c.at >= len(v.vals) || v.vals[c.at] == nil {
+			continue
+		}
+		val, typ := v.vals[c.at], c.typ
+		var ok bool
+		for round := 0; ; round++ {
+			kind := func(o uint32) pgvalue.ValueKind { k, _ := snap.kind(r.p, o); return k }
+			if v.offs, ok = pgvalue.ValueOIDs(v.offs[:0], val, typ, kind); !ok {
+				break
+			}
+			var missing []uint32
+			for _, at := range v.offs {
+				if o := binary.BigEndian.Uint32(val[at:]); !snap.knowsType(r.p, o) {
+					missing = append(missing, o)
+				}
+			}
+			if len(missing) == 0 || round == maxLearnRounds {
+				break
+			}
+			snap = r.learnTypes(snap, missing)
+		}
+		if !ok {
+			continue
+		}
+		for _, at := range v.offs {
+			binary.BigEndian.PutUint32(val[at:], snap.relabelType(r.p, binary.BigEndian.Uint32(val[at:])))
+		}
+	}
+}
+
+func (snap *oidSnap) knowsType(p pair, o uint32) bool {
+	_, ok := snap.shape(p, o)
+	return ok
+}
