@@ -65,8 +65,8 @@ type acquireNeed struct {
 	// noted: the routing decisions noted before the stop (planned again:
 	// not noted twice).
 	noted int
-	// describe: planning stopped for the Describe of a statement
-	// answered apart (describeApart) at message msg: sql with parameter
+	// describe: planning stopped for the description of a statement at
+	// message msg (describeApart's Describe, staleResult's Bind): sql with parameter
 	// types oids, described on shard in a transaction that repeats the
 	// deferred one's start (deferredTx: deferred).
 	describe   bool
@@ -84,14 +84,28 @@ type acquireNeed struct {
 }
 
 // givens is what the runner did for a part that stopped, given to the
-// part planned again: the connection of its acquisition, the
-// description of its Describe answered apart, its steps' results in
-// order (steps[i] is the i-th step take meets).
+// part planned again: the connection of its acquisition (used once), the
+// descriptions of its messages (a Describe answered apart, a stale
+// statement's check at its Bind: by message), its steps' results in
+// order (steps[i] is the i-th step take meets), its index questions' (by
+// their names). All but the connection hold for every time the part is
+// planned again: a part that stops twice is given both.
 type givens struct {
 	conn    *givenConn
-	desc    *givenDescribe
+	descs   []givenDescribe
 	steps   []givenStep
 	indexes []givenIndex
+}
+
+// describedAt is the description given for message msg of the part
+// (nil: none).
+func (g *givens) describedAt(msg int) *givenDescribe {
+	for i := range g.descs {
+		if g.descs[i].msg == msg {
+			return &g.descs[i]
+		}
+	}
+	return nil
 }
 
 // givenIndex is the tables the default shard said the indexes names
@@ -102,12 +116,15 @@ type givenIndex struct {
 	err    *pgwire.Error
 }
 
-// givenDescribe is the description the runner got for the Describe of
-// message msg planning stopped for, or the error the client gets.
+// givenDescribe is the description the runner got for message msg
+// (a Describe, or a stale statement's Bind) planning stopped for, or the
+// error it failed with.
 type givenDescribe struct {
 	msg  int
 	desc backend.Described
 	err  *pgwire.Error
+	// epoch is the statement epoch before it was described.
+	epoch uint64
 }
 
 // givenStep is an action's step the runner took: a session SET's probe
@@ -136,10 +153,12 @@ func (p backendExec) mayStop(held bool) bool {
 	return pl.restartable && pl.restarts < maxRestarts && !held && !pl.stepped && pl.s.own == nil
 }
 
-// stopDescribe records the Describe of vs answered apart as the plan's
-// need (describeApart).
-func stopDescribe(pl *planner, vs *vstmt) {
-	pl.need = acquireNeed{on: true, describe: true, shard: pl.s.gen.pickAny(), msg: pl.cur, sql: vs.st.SQL,
+// stopDescribe records the description of vs on shard as the plan's
+// need: for its Describe answered apart (describeApart), for the check
+// of its Bind when the schema changed since the client described it
+// (staleResult).
+func stopDescribe(pl *planner, vs *vstmt, shard int) {
+	pl.need = acquireNeed{on: true, describe: true, shard: shard, msg: pl.cur, sql: vs.st.SQL,
 		oids: slices.Clone(vs.oids), deferred: slices.Clone(pl.sim.deferred), deferredTx: pl.sim.tx == txDeferred, noted: pl.noted}
 }
 
@@ -208,8 +227,9 @@ func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 	g.conn = nil // (dropped by takeStop if unused)
 	switch {
 	case n.describe:
+		epoch := s.gen.StmtEpoch.Load()
 		d, e := describeOn(ctx, s, n.shard, n.sql, n.oids, n.deferred, n.deferredTx)
-		g.desc = &givenDescribe{msg: n.msg, desc: d, err: e}
+		g.descs = append(slices.Clip(g.descs), givenDescribe{msg: n.msg, desc: d, err: e, epoch: epoch})
 	case n.step != nil:
 		g.steps = append(slices.Clip(g.steps), givenStep{probe: probeStep(ctx, s, n.step)})
 	case n.index != nil:

@@ -8,6 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
 
@@ -296,6 +300,77 @@ func TestPlanStopsForIndexTables(t *testing.T) {
 	q := again(givenIndex{names: names, err: pgwire.NewError(pgwire.CodeConnectionFailure, "shard down")})
 	if !q.failed || !bytes.Contains(q.plan.lbuf, []byte("could not learn which table the index belongs to")) {
 		t.Fatalf("a failed question: failed %v, answers %q", q.failed, q.plan.lbuf)
+	}
+	if c, _ := pg.seen(); c != 0 {
+		t.Fatalf("planning again opened %d connections", c)
+	}
+}
+
+// TestPlanStopsForStaleCheck: the Bind of a statement the client
+// described before a schema change stops planning for its description
+// on its shard (no connection opened); planned again with the
+// description given, a changed result fails the Bind as Postgres does
+// (0A000, no I/O), and the same result lets it run (it goes on to its
+// acquisition, the statement moved to the epoch before the description).
+func TestPlanStopsForStaleCheck(t *testing.T) {
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	sql := "SELECT id, version FROM executions WHERE id = $1"
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		t.Fatal(err)
+	}
+	described := []pgvalue.Field{{Name: "id", OID: pgtype.TextOID, Typmod: -1}, {Name: "version", OID: pgtype.Int8OID, Typmod: -1}}
+	grp := []cmsg{
+		{'B', pgwire.AppendBindText(nil, "", "s1", [][]byte{[]byte("exec-1")})},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	plan := func(r resume) *planner {
+		vs := newVstmt("s1", as[0], nil)
+		vs.desc, vs.epoch = described, 1
+		s.stmts = map[string]*vstmt{"s1": vs}
+		s.grp = grp
+		pl := pipePlanner{s.newPlanner(context.Background())}
+		pl.planner.pipeline, pl.planner.restartable = true, true
+		r.on(pl.planner)
+		pl.planner.cur = 0
+		pl.bind(grp[0].raw, 0)
+		return pl.planner
+	}
+	s.gen.StmtEpoch.Store(2) // a schema change since the client described it
+	pl := plan(resume{restarts: -1})
+	n := pl.need
+	if !n.on || !n.describe || n.msg != 0 || n.sql != sql || n.shard < 0 {
+		t.Fatalf("need %+v, want the description of the Bind's statement", n)
+	}
+	if c, _ := pg.seen(); c != 0 || s.bc != nil {
+		t.Fatalf("planning opened %d connections (session backend %v)", c, s.bc)
+	}
+	rowDesc := func(fs []pgvalue.Field) backend.Described {
+		return backend.Described{Msgs: pgvalue.AppendRowDesc(nil, fs), Parsed: true}
+	}
+	changed := slices.Clone(described)
+	changed[1].OID = pgtype.Int4OID
+	pl = plan(resume{given: givens{descs: []givenDescribe{{msg: 0, desc: rowDesc(changed), epoch: 2}}}})
+	if !pl.failed || pl.need.on || pl.stepped {
+		t.Fatalf("a changed result: failed %v, need %+v, stepped %v", pl.failed, pl.need, pl.stepped)
+	}
+	var code string
+	for msg := range pgwire.Msgs(pl.plan.lbuf) {
+		if msg[0] == 'E' {
+			code = pgwire.ErrorField(msg, 'C')
+		}
+	}
+	if code != pgwire.CodeFeatureNotSupported {
+		t.Fatalf("a changed result answered %q, want 0A000", code)
+	}
+	pl = plan(resume{given: givens{descs: []givenDescribe{{msg: 0, desc: rowDesc(described), epoch: 2}}}})
+	if pl.failed || pl.need.describe || pl.stepped {
+		t.Fatalf("the same result: failed %v, need %+v, stepped %v", pl.failed, pl.need, pl.stepped)
+	}
+	if vs := s.stmts["s1"]; vs.epoch != 2 {
+		t.Errorf("the statement checked is of epoch %d, want 2", vs.epoch)
 	}
 	if c, _ := pg.seen(); c != 0 {
 		t.Fatalf("planning again opened %d connections", c)

@@ -216,12 +216,11 @@ func (p backendExec) describeApart(vs *vstmt) bool {
 	}
 	var desc backend.Described
 	var e *pgwire.Error
-	switch gd := pl.given.desc; {
-	case gd != nil && gd.msg == pl.cur:
-		pl.given.desc = nil
+	switch gd := pl.given.describedAt(pl.cur); {
+	case gd != nil:
 		desc, e = gd.desc, gd.err // described by the runner (acquireneed.go)
 	case p.mayStop(pl.held):
-		stopDescribe(pl, vs)
+		stopDescribe(pl, vs, s.gen.pickAny())
 		return true
 	default:
 		pl.stepped = true // I/O while planning: the part is not planned again

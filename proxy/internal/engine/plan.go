@@ -117,11 +117,13 @@ func txnControl(k route.Kind) bool {
 // session's (the routing decisions it noted are not noted twice:
 // planner.muted). Planning such a part does no I/O
 // (TestPlanStopsForBackend). A Describe answered apart (describeApart),
-// a session SET's probe on any shard and the question of whose index a
-// schema change names alone (indexddl.go) stop it the same way: the
-// runner describes, probes or asks, and the part is planned again with
-// the result given (TestPlanStopsForDescribe, TestPlanStopsForStep,
-// TestPlanStopsForIndexTables).
+// the Bind of a statement described before a schema change (its
+// description on its shard: staledesc.go), a session SET's probe on any
+// shard and the question of whose index a schema change names alone
+// (indexddl.go) stop it the same way: the runner describes, probes or
+// asks, and the part is planned again with the result given
+// (TestPlanStopsForDescribe, TestPlanStopsForStaleCheck,
+// TestPlanStopsForStep, TestPlanStopsForIndexTables).
 //
 // Still done on the spot, while planning:
 //
@@ -138,9 +140,8 @@ func txnControl(k route.Kind) bool {
 //     planning reads changed), and the probes and Describes above where the
 //     runner cannot take them (the part planned maxRestarts times
 //     already, a backend held, or after one of these: the index
-//     question too), and the check of a statement described before a
-//     schema change (staledesc.go: a Describe on a shard at its Bind) —
-//     after any of them, an acquisition later in the same part is made
+//     question and the stale statement's check too) — after any of
+//     them, an acquisition later in the same part is made
 //     on the spot too (planner.stepped: the part is not planned again,
 //     which would repeat its I/O);
 //   - a read of every shard in the middle of a transaction block's

@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 
+	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 	"github.com/pgshard/pgshard/proxy/route"
@@ -23,7 +24,8 @@ import (
 // a later statement epoch — a schema change this proxy saw — outside a
 // transaction, or first in one (nothing of it ran on a backend yet),
 // describes it again on its shard first (describeOn: a connection and a
-// transaction of its own) and refuses it as Postgres would when the
+// transaction of its own, taken by the runner while planning stops for
+// it: acquireneed.go) and refuses it as Postgres would when the
 // columns differ; when they do not, the statement moves to the current
 // epoch and is not described again. Later in a transaction (whose own
 // schema changes a separate connection cannot see) the column-count
@@ -88,8 +90,18 @@ func (p pipePlanner) staleResult(vs *vstmt, d route.Dest, bindErr *pgwire.Error)
 		return nil
 	}
 	epoch := s.gen.StmtEpoch.Load()
-	pl.stepped = true // I/O while planning: the part is not planned again
-	desc, e := describeOn(pl.ctx, s, shard, vs.st.SQL, vs.oids, pl.sim.deferred, pl.sim.tx == txDeferred)
+	var desc backend.Described
+	var e *pgwire.Error
+	switch gd := pl.given.describedAt(pl.cur); {
+	case gd != nil:
+		desc, e, epoch = gd.desc, gd.err, gd.epoch // described by the runner (acquireneed.go)
+	case pl.exec().mayStop(pl.held):
+		stopDescribe(pl, vs, shard)
+		return errPlanStopped
+	default:
+		pl.stepped = true // I/O while planning: the part is not planned again
+		desc, e = describeOn(pl.ctx, s, shard, vs.st.SQL, vs.oids, pl.sim.deferred, pl.sim.tx == txDeferred)
+	}
 	if e != nil {
 		return nil // the Bind's own run reports what is wrong
 	}
