@@ -9,7 +9,9 @@ import (
 )
 
 // What planning stops for: a backend's acquisition, a Describe answered
-// apart, an action's step, the tables of indexes a schema change names. Where the plan cannot leave a
+// apart (or a stale statement's at its Bind), an action's step, the
+// tables of indexes a schema change names, a soft transaction's move off
+// its backend. Where the plan cannot leave a
 // backend's acquisition to the executor as a step of its own
 // (acquireStep: only an idle session's pipeline whose Bind is its first
 // statement for a backend, nothing after it reading the connection),
@@ -26,7 +28,12 @@ import (
 // change names belong to (indexddl.go) stop it alike: the runner
 // describes, probes or asks, and the part is planned again with the
 // result given (the probes in order: planner.given.steps; the index
-// answers by their names: planner.given.indexes).
+// answers by their names: planner.given.indexes; the descriptions by
+// message: planner.given.descs). A soft transaction's move (moveSoftOff:
+// the ROLLBACK on the backend it holds, the backend released, the
+// transaction deferred again) is done by the runner alike: the part
+// planned again finds no backend held and replays the transaction on
+// the shard its statement names; a failed move fails that statement.
 //
 //	plan ──► ensureBackend: no connection yet ──► need, stop
 //	runner: takeNeed (Acquire, the fence's question) ──► given
@@ -39,8 +46,9 @@ import (
 // only where that holds: a runner that plans again (planner.restartable,
 // at most maxRestarts times per part), no backend held when the
 // acquisition comes
-// (a soft transaction's move or a swap of the transaction's backend is
-// I/O on the held backend, done on the spot), no step of an action taken
+// (a swap of the transaction's backend is I/O on the held backend, done
+// on the spot; a soft move is not, as nothing of the part ran on the
+// backend it leaves), no step of an action taken
 // and no Describe answered apart in the part yet (their I/O is done),
 // not a pinned session. Elsewhere ensureBackend acquires on the spot, as
 // before.
@@ -81,6 +89,11 @@ type acquireNeed struct {
 	// index: planning stopped for the tables of the indexes a schema
 	// change names alone (indexddl.go), asked of the default shard.
 	index []string
+	// soft: planning stopped at message msg for a soft transaction's
+	// move off its backend (of shard from): a ROLLBACK there, the
+	// backend released, the transaction deferred again (moveSoftOff).
+	soft bool
+	from int
 }
 
 // givens is what the runner did for a part that stopped, given to the
@@ -95,6 +108,24 @@ type givens struct {
 	descs   []givenDescribe
 	steps   []givenStep
 	indexes []givenIndex
+	// moveErr: the soft transaction's move the part stopped for at
+	// message msg failed with err (the statement there fails with it).
+	moveErr *givenErr
+}
+
+// givenErr is an error the runner met doing what message msg needed.
+type givenErr struct {
+	msg int
+	err *pgwire.Error
+}
+
+// movedErr is the error of the soft move message msg stopped for (nil:
+// none, or it succeeded).
+func (g *givens) movedErr(msg int) *pgwire.Error {
+	if g.moveErr != nil && g.moveErr.msg == msg {
+		return g.moveErr.err
+	}
+	return nil
 }
 
 // describedAt is the description given for message msg of the part
@@ -147,7 +178,9 @@ type givenConn struct {
 
 // mayStop reports whether planning may stop where it would otherwise do
 // I/O on the spot (see above). held: the planner holds a backend there
-// (an acquisition's: when ensureBackend began).
+// (an acquisition's: when ensureBackend began). A soft transaction's
+// move is I/O on the held backend that planning may stop for all the
+// same (held false): nothing of the part runs on that backend before it.
 func (p backendExec) mayStop(held bool) bool {
 	pl := p.planner
 	return pl.restartable && pl.restarts < maxRestarts && !held && !pl.stepped && pl.s.own == nil
@@ -170,6 +203,15 @@ func failUnlessStopped(pl *planner, e *pgwire.Error) {
 	}
 }
 
+// stopMoveSoft records the move of pl's soft transaction off its backend
+// (of shard from) as the plan's need, the plan's side of it done
+// (leaveSoft).
+func stopMoveSoft(pl *planner, from int) *pgwire.Error {
+	pl.leaveSoft()
+	pl.need = acquireNeed{on: true, soft: true, from: from, msg: pl.cur, noted: pl.noted}
+	return errPlanStopped
+}
+
 // stop records the acquisition of shard as the plan's need.
 func (p backendExec) stop(shard int) *pgwire.Error {
 	pl := p.planner
@@ -183,6 +225,10 @@ func (p backendExec) stop(shard int) *pgwire.Error {
 // stops planning for it where it may (stopped).
 func (p backendExec) givenStepFor(st *actionStep) (g *givenStep, stopped bool) {
 	pl := p.planner
+	if st.kind == stepMoveSoft && p.mayStop(false) {
+		stopMoveSoft(pl, st.from)
+		return nil, true
+	}
 	if st.kind != stepProbeSet || st.on != nil {
 		// I/O on the session's backend, or a terminate: on the spot (the
 		// sessions it ends leave the register planning reads: planned
@@ -235,6 +281,10 @@ func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 	case n.index != nil:
 		tables, e := indexTablesOn(ctx, s, n.index)
 		g.indexes = append(slices.Clip(g.indexes), givenIndex{names: n.index, tables: tables, err: e})
+	case n.soft:
+		if e := moveSoftOff(ctx, s, n.from); e != nil {
+			g.moveErr = &givenErr{msg: n.msg, err: e}
+		}
 	default:
 		pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
 		if e != nil {

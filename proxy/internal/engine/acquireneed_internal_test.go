@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -375,4 +376,85 @@ func TestPlanStopsForStaleCheck(t *testing.T) {
 	if c, _ := pg.seen(); c != 0 {
 		t.Fatalf("planning again opened %d connections", c)
 	}
+}
+
+// TestPlanStopsForSoftMove: a soft transaction (only table-less reads
+// on its backend so far) whose next statement is a key of another shard
+// stops planning for its move (nothing sent to the held backend while
+// planning); the runner rolls the backend back and releases it, the
+// transaction is deferred again with what it replays, and the part
+// planned again goes on to the key's shard (here: stops for its
+// backend). A move that failed fails the statement with its error.
+func TestPlanStopsForSoftMove(t *testing.T) {
+	ctx := context.Background()
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); s.gen.Config.Map.Lookup(k).Name == "s1" {
+			key = k
+		}
+	}
+	sql := "SELECT data FROM executions WHERE id = '" + key + "'"
+	msg := pgwire.AppendQuery(nil, sql)
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		t.Fatal(err)
+	}
+	soft := func() {
+		t.Helper()
+		_, _, bc, _, e := acquireOn(ctx, s, 0, false)
+		if e != nil {
+			t.Fatal(e)
+		}
+		s.setBackend(bc)
+		s.txn = transaction{tx: txBound, soft: true, shard: 0, bstatus: 'T', hint: -1, deferred: []deferredStmt{{sql: "BEGIN"}}}
+	}
+	soft()
+	_, before := pg.seen()
+	p := s.planQuery(ctx, msg, as, nil, nil)
+	if !p.need.on || !p.need.soft || p.need.from != 0 || p.need.msg != 0 {
+		t.Fatalf("need %+v, want the soft transaction's move off shard 0", p.need)
+	}
+	if _, got := pg.seen(); got != before || s.bc == nil || s.txn.tx != txBound || !s.txn.soft {
+		t.Fatalf("planning sent %q to the held backend (session backend %v, tx %v, soft %v)", got[len(before):], s.bc, s.txn.tx, s.txn.soft)
+	}
+	res := takeStop(ctx, s, p)
+	if _, got := pg.seen(); got != before+"Q" || s.bc != nil || s.txn.tx != txDeferred || s.txn.soft || len(s.txn.deferred) != 1 {
+		t.Fatalf("the runner's move: sent %q, session backend %v, tx %v, soft %v, deferred %v", got[len(before):], s.bc, s.txn.tx, s.txn.soft, s.txn.deferred)
+	}
+	p = s.planQuery(ctx, msg, as, nil, &res)
+	if !p.need.on || p.need.soft || p.need.shard != 1 || p.need.any {
+		t.Fatalf("planned again: need %+v; want it to stop for shard 1's backend", p.need)
+	}
+
+	// A shard hint naming another shard moves it the same way.
+	soft()
+	hint := "SET LOCAL pgshard.shard = 's1'"
+	has, err := s.gen.Config.Analyzer.SplitBytes([]byte(hint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hmsg := pgwire.AppendQuery(nil, hint)
+	if p = s.planQuery(ctx, hmsg, has, nil, nil); !p.need.on || !p.need.soft || p.need.from != 0 {
+		t.Fatalf("a hint of shard 1: need %+v, want the move off shard 0", p.need)
+	}
+	res = takeStop(ctx, s, p)
+	if p = s.planQuery(ctx, hmsg, has, nil, &res); p.need.on || p.failed || p.stepped {
+		t.Fatalf("a hint planned again: need %+v, failed %v, stepped %v", p.need, p.failed, p.stepped)
+	}
+
+	soft()
+	failed := pgwire.NewError(pgwire.CodeConnectionFailure, "moving failed")
+	p = s.planQuery(ctx, msg, as, nil, &resume{given: givens{moveErr: &givenErr{msg: 0, err: failed}}})
+	var code string
+	for m := range pgwire.Msgs(p.plan.lbuf) {
+		if m[0] == 'E' {
+			code = pgwire.ErrorField(m, 'C')
+		}
+	}
+	if !p.failed || code != pgwire.CodeConnectionFailure || p.need.on {
+		t.Fatalf("a failed move: failed %v, error %q, need %+v", p.failed, code, p.need)
+	}
+	s.dropBackend(true)
 }

@@ -51,6 +51,9 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		p.fenceHeld()
 		return nil
 	}
+	if e := p.planner.given.movedErr(p.planner.cur); e != nil {
+		return e // the soft move this statement stopped for failed
+	}
 	heldAtEntry := p.planner.held
 	if p.planner.held && p.planner.swapMain {
 		p.demoteToReader()
@@ -61,7 +64,11 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 			p.fenceHeld()
 			return nil
 		}
-		// A soft transaction (only table-less reads so far) moves.
+		// A soft transaction (only table-less reads so far) moves: the
+		// runner rolls it back (acquireneed.go), or here.
+		if p.mayStop(false) {
+			return stopMoveSoft(p.planner, p.planner.shard)
+		}
 		if e := p.moveSoft(); e != nil {
 			return e
 		}
@@ -348,8 +355,22 @@ func (p backendExec) moveSoft() *pgwire.Error {
 // rollbackSoft is the I/O of moving a soft transaction off its backend
 // (of shard from): a ROLLBACK there, and the backend released.
 func (p backendExec) rollbackSoft(from int) *pgwire.Error {
-	s := p.planner.s
-	_, err := s.bc.RunSimple(p.planner.ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
+	return rollbackSoftOn(p.planner.ctx, p.planner.s, from)
+}
+
+// moveSoftOff is the runner's move of s's soft transaction off its
+// backend (of shard from) that planning stopped for: the ROLLBACK, the
+// backend released, the transaction deferred again (what it replays
+// kept), as the plan's leaveSoft left it; after a failure too (the
+// backend is gone; the statement that needed the move fails).
+func moveSoftOff(ctx context.Context, s *Session, from int) *pgwire.Error {
+	e := rollbackSoftOn(ctx, s, from)
+	s.txn.tx, s.txn.bstatus = txDeferred, 0
+	return e
+}
+
+func rollbackSoftOn(ctx context.Context, s *Session, from int) *pgwire.Error {
+	_, err := s.bc.RunSimple(ctx, s.gen.Config.PoolTimeout, "ROLLBACK")
 	s.dropBackend(err == nil)
 	s.txn.soft = false
 	if err != nil {
@@ -362,6 +383,9 @@ func (p backendExec) rollbackSoft(from int) *pgwire.Error {
 // has one, and returns the answer: the planned one when the step
 // succeeded, else the step's error or finding.
 func (p backendExec) take(act action) action {
+	if e := p.planner.given.movedErr(p.planner.cur); e != nil {
+		return action{err: e} // the soft move this statement stopped for failed
+	}
 	st := act.step
 	if st == nil {
 		return act
