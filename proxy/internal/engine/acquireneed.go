@@ -11,7 +11,8 @@ import (
 // What planning stops for: a backend's acquisition, a Describe answered
 // apart (or a stale statement's at its Bind), an action's step, the
 // tables of indexes a schema change names, a soft transaction's move off
-// its backend. Where the plan cannot leave a
+// its backend, a swap of its backend for a write's shard. Where the plan
+// cannot leave a
 // backend's acquisition to the executor as a step of its own
 // (acquireStep: only an idle session's pipeline whose Bind is its first
 // statement for a backend, nothing after it reading the connection),
@@ -33,7 +34,9 @@ import (
 // the ROLLBACK on the backend it holds, the backend released, the
 // transaction deferred again) is done by the runner alike: the part
 // planned again finds no backend held and replays the transaction on
-// the shard its statement names; a failed move fails that statement.
+// the shard its statement names; a failed move fails that statement. A
+// swap (demoteSession: the backend that only read becomes its shard's
+// reader, the transaction deferred again) likewise, without I/O.
 //
 //	plan ──► ensureBackend: no connection yet ──► need, stop
 //	runner: takeNeed (Acquire, the fence's question) ──► given
@@ -46,9 +49,8 @@ import (
 // only where that holds: a runner that plans again (planner.restartable,
 // at most maxRestarts times per part), no backend held when the
 // acquisition comes
-// (a swap of the transaction's backend is I/O on the held backend, done
-// on the spot; a soft move is not, as nothing of the part ran on the
-// backend it leaves), no step of an action taken
+// (a soft move and a swap may stop while it is held: nothing of the part
+// ran on the backend they leave), no step of an action taken
 // and no Describe answered apart in the part yet (their I/O is done),
 // not a pinned session. Elsewhere ensureBackend acquires on the spot, as
 // before.
@@ -94,6 +96,10 @@ type acquireNeed struct {
 	// backend released, the transaction deferred again (moveSoftOff).
 	soft bool
 	from int
+	// swap: planning stopped at message msg for the swap of the
+	// transaction's backend, which only read, for the write's shard: the
+	// backend becomes its shard's reader (demoteSession).
+	swap bool
 }
 
 // givens is what the runner did for a part that stopped, given to the
@@ -212,6 +218,14 @@ func stopMoveSoft(pl *planner, from int) *pgwire.Error {
 	return errPlanStopped
 }
 
+// stopSwap records the swap of pl's transaction backend for a write's
+// shard as the plan's need, the plan's side of it done (leaveForReader).
+func stopSwap(pl *planner) *pgwire.Error {
+	leaveForReader(pl)
+	pl.need = acquireNeed{on: true, swap: true, msg: pl.cur, noted: pl.noted}
+	return errPlanStopped
+}
+
 // stop records the acquisition of shard as the plan's need.
 func (p backendExec) stop(shard int) *pgwire.Error {
 	pl := p.planner
@@ -285,6 +299,8 @@ func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 		if e := moveSoftOff(ctx, s, n.from); e != nil {
 			g.moveErr = &givenErr{msg: n.msg, err: e}
 		}
+	case n.swap:
+		demoteSession(s)
 	default:
 		pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
 		if e != nil {

@@ -458,3 +458,53 @@ func TestPlanStopsForSoftMove(t *testing.T) {
 	}
 	s.dropBackend(true)
 }
+
+// TestPlanStopsForSwap: a transaction whose backend has only read, and
+// whose next statement writes another shard, stops planning for the
+// swap (the session's backend and readers untouched while planning);
+// the runner makes the backend its shard's reader and defers the
+// transaction again, and the part planned again goes on to the write's
+// shard (here: stops for its backend).
+func TestPlanStopsForSwap(t *testing.T) {
+	ctx := context.Background()
+	pg := newStepBackend(t)
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); s.gen.Config.Map.Lookup(k).Name == "s1" {
+			key = k
+		}
+	}
+	sql := "UPDATE executions SET data = 'x' WHERE id = '" + key + "'"
+	msg := pgwire.AppendQuery(nil, sql)
+	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, bc, _, e := acquireOn(ctx, s, 0, false)
+	if e != nil {
+		t.Fatal(e)
+	}
+	s.setBackend(bc)
+	s.txn = transaction{tx: txBound, shard: 0, bstatus: 'T', hint: -1, deferred: []deferredStmt{{sql: "BEGIN"}}}
+	_, before := pg.seen()
+	p := s.planQuery(ctx, msg, as, nil, nil)
+	if !p.need.on || !p.need.swap || p.need.msg != 0 {
+		t.Fatalf("need %+v, want the swap of the transaction's backend", p.need)
+	}
+	if _, got := pg.seen(); got != before || s.bc != bc || s.readers.any() || s.txn.tx != txBound {
+		t.Fatalf("planning changed the session: sent %q, backend %v, readers %v, tx %v", got[len(before):], s.bc, s.readers.any(), s.txn.tx)
+	}
+	res := takeStop(ctx, s, p)
+	if s.bc != nil || s.readers.get(0) != bc || s.txn.tx != txDeferred || len(s.txn.deferred) != 1 {
+		t.Fatalf("the runner's swap: backend %v, reader of shard 0 %v, tx %v, deferred %v", s.bc, s.readers.get(0), s.txn.tx, s.txn.deferred)
+	}
+	p = s.planQuery(ctx, msg, as, nil, &res)
+	if !p.need.on || p.need.swap || p.need.shard != 1 || p.need.any {
+		t.Fatalf("planned again: need %+v; want it to stop for shard 1's backend", p.need)
+	}
+	if _, got := pg.seen(); got != before {
+		t.Fatalf("the swap sent %q", got[len(before):])
+	}
+	s.readers.discard()
+}

@@ -56,6 +56,9 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 	}
 	heldAtEntry := p.planner.held
 	if p.planner.held && p.planner.swapMain {
+		if p.mayStop(false) {
+			return stopSwap(p.planner) // the runner demotes it (acquireneed.go)
+		}
 		p.demoteToReader()
 	}
 	if p.planner.held {
@@ -143,11 +146,23 @@ func (p backendExec) openTxn(pre *backend.Settings, fence bool, a *route.Stateme
 // reader of its shard, and the transaction continues on the write's
 // shard (its reader, or a replay of the transaction's start there).
 func (p backendExec) demoteToReader() {
-	s := p.planner.s
-	s.readers.add(p.planner.shard, s.bc, len(s.gen.Pools))
+	demoteSession(p.planner.s)
+	leaveForReader(p.planner)
+}
+
+// demoteSession is the session's side of demoteToReader: its backend
+// becomes the reader of its shard, its transaction deferred again (what
+// it replays kept).
+func demoteSession(s *Session) {
+	s.readers.add(s.txn.shard, s.bc, len(s.gen.Pools))
 	s.setBackend(nil)
-	p.planner.held, p.planner.bc, p.planner.soft = false, nil, false
-	p.planner.sim.tx, p.planner.explicit = txDeferred, false
+	s.txn.tx, s.txn.soft = txDeferred, false
+}
+
+// leaveForReader is the plan's side of demoteToReader.
+func leaveForReader(pl *planner) {
+	pl.held, pl.bc, pl.soft = false, nil, false
+	pl.sim.tx, pl.explicit = txDeferred, false
 }
 
 // bindReader makes the reader of shard (with p.anyShard, of the first

@@ -120,32 +120,33 @@ func txnControl(k route.Kind) bool {
 // the Bind of a statement described before a schema change (its
 // description on its shard: staledesc.go), a session SET's probe on any
 // shard, the question of whose index a schema change names alone
-// (indexddl.go) and a soft transaction's move off the backend it holds
+// (indexddl.go), a soft transaction's move off the backend it holds
 // (the ROLLBACK there: a keyed statement or a shard hint of another
-// shard, before anything of the part ran on that backend) stop it the
-// same way: the runner describes, probes, asks or moves, and the part is
-// planned again with the result given (TestPlanStopsForDescribe,
+// shard, before anything of the part ran on that backend) and the swap
+// of a transaction's backend that only read for a write's shard (the
+// backend becomes its shard's reader) stop it the same way: the runner
+// describes, probes, asks, moves or swaps, and the part is planned again
+// with the result given (TestPlanStopsForDescribe,
 // TestPlanStopsForStaleCheck, TestPlanStopsForStep,
-// TestPlanStopsForIndexTables, TestPlanStopsForSoftMove).
+// TestPlanStopsForIndexTables, TestPlanStopsForSoftMove,
+// TestPlanStopsForSwap).
 //
 // Still done on the spot, while planning:
 //
-//   - what is I/O on a backend the session holds: the swap of a
-//     transaction's backend that only read for the write's shard
-//     (demoteToReader, then the write's acquisition), a deferred
-//     transaction's reader taken (bindReader: no I/O, the session's
-//     readers change), and the statements of a pinned session;
+//   - what changes the session's backends: a deferred transaction's
+//     reader taken (bindReader: no I/O, the session's readers change),
+//     and the statements of a pinned session;
 //   - an action's step on the session's backend (take: a session SET's
 //     probe on the backend the pipeline took), the sessions a
-//     pg_terminate_backend of the proxy's sessions
-//     ends (planned again, the call would name none: the register
-//     planning reads changed), and the probes, Describes and soft moves
-//     above where the runner cannot take them (the part planned maxRestarts times
-//     already, a backend held, or after one of these: the index
-//     question and the stale statement's check too) — after any of
-//     them, an acquisition later in the same part is made
-//     on the spot too (planner.stepped: the part is not planned again,
-//     which would repeat its I/O);
+//     pg_terminate_backend of the proxy's sessions ends (planned again,
+//     the call would name none: the register planning reads changed),
+//     and the probes, Describes, soft moves and swaps above where the
+//     runner cannot take them (the part planned maxRestarts times
+//     already, a backend held, or after one of these: the index question
+//     and the stale statement's check too) — after any of them, an
+//     acquisition later in the same part is made on the spot too
+//     (planner.stepped: the part is not planned again, which would
+//     repeat its I/O);
 //   - a read of every shard in the middle of a transaction block's
 //     pipeline: runPipeline runs it, then plans the rest afresh (the
 //     plan ends there, as at a stop).
