@@ -11,8 +11,9 @@ import (
 // What planning stops for: a backend's acquisition, a Describe answered
 // apart (or a stale statement's at its Bind), an action's step, the
 // tables of indexes a schema change names, a soft transaction's move off
-// its backend, a swap of its backend for a write's shard. Where the plan
-// cannot leave a
+// its backend, a swap of its backend for a write's shard, a call of
+// pg_terminate_backend / pg_cancel_backend of the proxy's sessions. Where
+// the plan cannot leave a
 // backend's acquisition to the executor as a step of its own
 // (acquireStep: only an idle session's pipeline whose Bind is its first
 // statement for a backend, nothing after it reading the connection),
@@ -36,7 +37,10 @@ import (
 // planned again finds no backend held and replays the transaction on
 // the shard its statement names; a failed move fails that statement. A
 // swap (demoteSession: the backend that only read becomes its shard's
-// reader, the transaction deferred again) likewise, without I/O.
+// reader, the transaction deferred again) likewise, without I/O; so is a
+// terminate call (carryOut), answered when planned again as it was
+// resolved before (planner.given.terms: the sessions it ended have left
+// the register).
 //
 //	plan ──► ensureBackend: no connection yet ──► need, stop
 //	runner: takeNeed (Acquire, the fence's question) ──► given
@@ -96,6 +100,10 @@ type acquireNeed struct {
 	// backend released, the transaction deferred again (moveSoftOff).
 	soft bool
 	from int
+	// term: planning stopped at message msg for the call of a
+	// pg_terminate_backend / pg_cancel_backend of the proxy's sessions
+	// (carryOut).
+	term *terminateCall
 	// swap: planning stopped at message msg for the swap of the
 	// transaction's backend, which only read, for the write's shard: the
 	// backend becomes its shard's reader (demoteSession).
@@ -117,6 +125,27 @@ type givens struct {
 	// moveErr: the soft transaction's move the part stopped for at
 	// message msg failed with err (the statement there fails with it).
 	moveErr *givenErr
+	// terms are the calls of pg_terminate_backend / pg_cancel_backend
+	// the runner made, by message: planned again, the call is answered
+	// as it was resolved then (the sessions it ended have left the
+	// register since).
+	terms []givenTerm
+}
+
+// givenTerm is the call of message msg the runner carried out.
+type givenTerm struct {
+	msg  int
+	call *terminateCall
+}
+
+// terminatedAt is the call carried out for message msg (nil: none).
+func (g *givens) terminatedAt(msg int) *terminateCall {
+	for _, t := range g.terms {
+		if t.msg == msg {
+			return t.call
+		}
+	}
+	return nil
 }
 
 // givenErr is an error the runner met doing what message msg needed.
@@ -243,6 +272,10 @@ func (p backendExec) givenStepFor(st *actionStep) (g *givenStep, stopped bool) {
 		stopMoveSoft(pl, st.from)
 		return nil, true
 	}
+	if st.kind == stepTerminate && p.mayStop(pl.held || pl.onBackend) {
+		pl.need = acquireNeed{on: true, term: st.term, msg: pl.cur, noted: pl.noted}
+		return nil, true
+	}
 	if st.kind != stepProbeSet || st.on != nil {
 		// I/O on the session's backend, or a terminate: on the spot (the
 		// sessions it ends leave the register planning reads: planned
@@ -301,6 +334,9 @@ func takeNeed(ctx context.Context, s *Session, p *planner) givens {
 		}
 	case n.swap:
 		demoteSession(s)
+	case n.term != nil:
+		n.term.carryOut(ctx, s)
+		g.terms = append(slices.Clip(g.terms), givenTerm{msg: n.msg, call: n.term})
 	default:
 		pool, pre, bc, shard, e := acquireOn(ctx, s, n.shard, n.any)
 		if e != nil {

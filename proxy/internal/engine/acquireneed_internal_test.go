@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
+	"github.com/pgshard/pgshard/proxy/internal/obs"
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
@@ -507,4 +510,76 @@ func TestPlanStopsForSwap(t *testing.T) {
 		t.Fatalf("the swap sent %q", got[len(before):])
 	}
 	s.readers.discard()
+}
+
+// TestPlanStopsForTerminate: a pipeline's pg_terminate_backend of
+// another of the proxy's sessions stops planning for the call (no
+// session ended while planning); the runner ends it, and the pipeline
+// planned again answers the call as it was resolved ("t"), though the
+// session it ended has left the register since, without ending anything
+// again.
+func TestPlanStopsForTerminate(t *testing.T) {
+	s := planSession(t)
+	reg := NewRegistry(obs.NewMetrics())
+	s.host = &HostEnv{Clients: reg}
+	clientEnd, proxyEnd := net.Pipe()
+	defer clientEnd.Close()
+	other := &Session{cc: clientConn{conn: proxyEnd}}
+	for _, x := range []*Session{s, other} {
+		if !reg.register(x, 10) {
+			t.Fatal("register refused")
+		}
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(clientEnd)
+		got <- b
+	}()
+	s.grp = []cmsg{
+		{'P', pgwire.AppendParseMsg(nil, "", "select pg_terminate_backend($1)", nil)},
+		{'B', pgwire.AppendBindText(nil, "", "", [][]byte{[]byte(strconv.FormatUint(uint64(other.pid), 10))})},
+		{'D', pgwire.AppendDescribe(nil, 'P', "")},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	plan := func(r resume) *planner {
+		p := pipePlanner{s.newPlanner(context.Background())}
+		p.planner.pipeline, p.planner.restartable = true, true
+		r.on(p.planner)
+		for i, m := range s.grp {
+			p.planner.cur = i
+			if p.planner.need.on || p.planner.failed && m.typ != 'S' {
+				continue
+			}
+			switch m.typ {
+			case 'P':
+				p.parse(m.raw)
+			case 'B':
+				p.bind(m.raw, i)
+			case 'D':
+				p.describe(m.raw, i)
+			case 'E':
+				p.execute(m.raw)
+			case 'S':
+				p.sync(m.raw)
+			}
+		}
+		return p.planner
+	}
+	p := plan(resume{restarts: -1})
+	if !p.need.on || p.need.term == nil || p.need.msg != 1 {
+		t.Fatalf("need %+v, want the call of message 1", p.need)
+	}
+	if other.closed {
+		t.Fatal("planning ended a session")
+	}
+	res := takeStop(context.Background(), s, p)
+	if b := <-got; !other.closed || !bytes.Contains(b, []byte("57P01")) {
+		t.Fatalf("the runner's call: the other session closed %v, its client got %q", other.closed, b)
+	}
+	reg.unregister(other)
+	p = plan(res)
+	if _, local := planShape(p); p.need.on || p.failed || string(local) != "12TDCZ" || !bytes.Contains(p.plan.lbuf, []byte{'D', 0, 0, 0, 11, 0, 1, 0, 0, 0, 1, 't'}) {
+		t.Fatalf("planned again: need %+v, failed %v, local messages %q (%q)", p.need, p.failed, local, p.plan.lbuf)
+	}
 }

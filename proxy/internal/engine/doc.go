@@ -79,8 +79,10 @@
 //	                 asks the pool's fence on, the first time);
 //	                 acquireneed.go: every other acquisition of a
 //	                 backend without one held, a Describe answered
-//	                 apart, a session SET's probe on any shard, whose
-//	                 index a schema change names:
+//	                 apart or of a stale statement, a session SET's
+//	                 probe on any shard, whose index a schema change
+//	                 names, a soft transaction's move, a swap of the
+//	                 transaction's backend, a terminate call:
 //	                 planning stops for it (acquireNeed), the
 //	                 runner does it and plans the part again with the
 //	                 result given (givens)

@@ -458,12 +458,19 @@ func (p pipePlanner) bindLocal(pi portalInfo) {
 // step (stepTerminate), which the executor takes before the answer.
 func (p pipePlanner) bindTerminate(pi portalInfo) bool {
 	bv := &p.planner.bv
-	c := parseTerminate(pi.vs.st, bv.Params, bv.Formats)
-	if c == nil || !c.resolve(p.planner.s) {
-		return false
+	c := p.planner.given.terminatedAt(p.planner.cur)
+	done := c != nil // carried out by the runner, planning stopped for it (acquireneed.go)
+	if !done {
+		if c = parseTerminate(pi.vs.st, bv.Params, bv.Formats); c == nil || !c.resolve(p.planner.s) {
+			return false
+		}
 	}
 	c.binary = len(bv.ResultFmts) == 1 && bv.ResultFmts[0] == 1
-	if act := p.planner.exec().take(terminateAction(c)); act.err != nil {
+	act := terminateAction(c)
+	if done {
+		act.step = nil
+	}
+	if act = p.planner.exec().take(act); act.err != nil {
 		// The self form: the statement itself is interrupted (its
 		// FATAL is the answer); the session then ends.
 		p.planner.fail(act.err, nil)

@@ -72,7 +72,9 @@ func txnControl(k route.Kind) bool {
 // the proxy's sessions is one (bindTerminate, terminate.go): whether the
 // call is the proxy's is decided from the session register
 // (terminateCall.resolve, a lookup in memory), and ending or cancelling
-// the sessions is its step (stepTerminate, terminateCall.carryOut).
+// the sessions is its step (stepTerminate, terminateCall.carryOut), which
+// planning stops for: the runner carries it out, and the part planned
+// again answers the call as resolved then (TestPlanStopsForTerminate).
 //
 // A backend acquisition is a step of the plan where nothing planned
 // after it reads the connection (acquireStep, acquirestep.go): an idle
@@ -137,15 +139,12 @@ func txnControl(k route.Kind) bool {
 //     reader taken (bindReader: no I/O, the session's readers change),
 //     and the statements of a pinned session;
 //   - an action's step on the session's backend (take: a session SET's
-//     probe on the backend the pipeline took), the sessions a
-//     pg_terminate_backend of the proxy's sessions ends (planned again,
-//     the call would name none: the register planning reads changed),
-//     and the probes, Describes, soft moves and swaps above where the
+//     probe on the backend the pipeline took), and the probes,
+//     Describes, soft moves, swaps and terminate calls above where the
 //     runner cannot take them (the part planned maxRestarts times
-//     already, a backend held, or after one of these: the index question
-//     and the stale statement's check too) — after any of them, an
-//     acquisition later in the same part is made on the spot too
-//     (planner.stepped: the part is not planned again, which would
+//     already, a backend held, or after one of these) — after any of
+//     them, an acquisition later in the same part is made on the spot
+//     too (planner.stepped: the part is not planned again, which would
 //     repeat its I/O);
 //   - a read of every shard in the middle of a transaction block's
 //     pipeline: runPipeline runs it, then plans the rest afresh (the

@@ -209,7 +209,10 @@ func (c *terminateCall) resolve(s *Session) bool {
 // interrupted); any other's is one "t" per PID (appendTerminateResult),
 // which the caller plans.
 func terminateAction(c *terminateCall) action {
-	act := action{step: &actionStep{kind: stepTerminate, term: c}}
+	var act action
+	if !c.own { // pg_backend_pid() is answered without a step
+		act.step = &actionStep{kind: stepTerminate, term: c}
+	}
 	if c.self {
 		act.err = errSelfTerminated()
 	}
