@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy"
@@ -366,5 +367,38 @@ func TestBinaryValuesInDefaultShardOIDs(t *testing.T) {
 	}
 	for i, row := range rows {
 		same(fmt.Sprintf("a read of every shard, row %d", i), row)
+	}
+	// A prepared statement described once, then run without a Describe
+	// (Npgsql's way): Bind, Execute, Sync.
+	pc := conn.PgConn()
+	if _, err := pc.Prepare(ctx, "relabel_vs", byKey, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		fe := pc.Frontend()
+		fe.Send(&pgproto3.Bind{PreparedStatement: "relabel_vs", Parameters: [][]byte{fmt.Appendf(nil, "%d", k)}, ResultFormatCodes: binary})
+		fe.Send(&pgproto3.Execute{})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var row [][]byte
+		for done := false; !done; {
+			m, err := pc.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.DataRow:
+				for _, v := range m.Values {
+					row = append(row, append([]byte(nil), v...))
+				}
+			case *pgproto3.ErrorResponse:
+				t.Fatalf("key %d run without a Describe: %s", k, m.Message)
+			case *pgproto3.ReadyForQuery:
+				done = true
+			}
+		}
+		same(fmt.Sprintf("key %d run without a Describe", k), row)
 	}
 }

@@ -270,7 +270,7 @@ func (p pipePlanner) renderBind(st *acquireStep) {
 	if st.vs.epoch != pl.s.gen.StmtEpoch.Load() {
 		fl = fStale
 	}
-	pl.plan.items = append(pl.plan.items, item{kind: itBind, cs: cs, flags: fl})
+	pl.plan.items = append(pl.plan.items, item{kind: itBind, cs: cs, flags: fl, rows: bindRows(st.vs, pl.bv.ResultFmts)})
 	rotate(pl.plan.bw[st.bindBw:], bw0-st.bindBw)
 	rotate(pl.plan.items[st.bindIt:], it0-st.bindIt)
 	st.render, st.vs = false, nil

@@ -47,7 +47,8 @@
 //	                 default shard's table OIDs, attnums and type OIDs,
 //	                 a client's Parse's types in the shard's;
 //	                 relabelvalues.go: the type OIDs inside the binary
-//	                 values of the rows that follow (arrays, records)
+//	                 values of the rows that follow, or that a portal's
+//	                 Bind announces (arrays, records)
 //	  simple.go      Query messages (queryPlanner); extended.go: Parse/
 //	                 Bind/Describe/Execute/Close buffered up to Sync/Flush
 //	                 (pipePlanner); both over the shared planner state;

@@ -75,6 +75,9 @@ type item struct {
 	// vs, with itDescStmt, is the client's statement described: its
 	// answer's result shape is kept in it (staledesc.go).
 	vs *vstmt
+	// rows, with itBind, is what the portal's rows will be when their
+	// binary values may carry type OIDs (relabelvalues.go).
+	rows *portalRows
 }
 
 // exchangeResult says how an exchange ended.
@@ -268,6 +271,9 @@ func (x *exchanger) readItem(i int) (end bool, err error) {
 		switch typ {
 		case 'T', '2', 'C', 's', 'I', 'n':
 			x.vals = nil // rows to come are another result's
+			if typ == '2' && it.rows != nil {
+				x.vals = x.rl.portalValues(it.rows) // a portal run without its description
+			}
 		}
 		if it.flags&fSwallow == 0 && !(typ == 'n' && it.flags&fDropNoData != 0) {
 			s.cc.out = append(s.cc.out, msg...)

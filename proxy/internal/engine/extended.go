@@ -510,7 +510,7 @@ func (p pipePlanner) bindOnBackend(raw []byte, pi portalInfo) {
 	if vs.epoch != s.gen.StmtEpoch.Load() {
 		fl = fStale
 	}
-	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, cs: cs, flags: fl})
+	p.planner.plan.items = append(p.planner.plan.items, item{kind: itBind, cs: cs, flags: fl, rows: bindRows(vs, bv.ResultFmts)})
 }
 
 // recordSoft keeps the SET LOCAL and savepoint commands a transaction

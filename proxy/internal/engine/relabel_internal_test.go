@@ -241,3 +241,36 @@ func TestRelabelDataRow(t *testing.T) {
 		t.Errorf("a value that is not an array was changed: %x", bad)
 	}
 }
+
+// TestRelabelPortalRows: a portal run without its description is walked
+// by what its Bind says (the statement's columns as the client was told
+// them, told back into the shard's numbers; the result formats): only
+// its binary columns of a type that may hold OIDs, and not one whose
+// type the shard's number is not known of.
+func TestRelabelPortalRows(t *testing.T) {
+	g, other := relabelFixture()
+	snap := g.OIDs.snap.Load()
+	snap.types[oidKey{other, 16601}] = 17101
+	snap.shapes = map[oidKey]typeShape{{other, 16600}: {}, {other, 16601}: {kind: shapeArray, inner: 16600}}
+	snap.back = map[oidKey]uint32{{other, 17101}: 16601, {other, 17999}: 0}
+	g.OIDs.retryAt = map[pair]time.Time{other: time.Now().Add(time.Hour)} // no lookup
+	vs := &vstmt{desc: []pgvalue.Field{{Name: "a", OID: pgtype.Int8OID}, {Name: "b", OID: 17101}, {Name: "c", OID: 17999}, {Name: "d", OID: pgvalue.RecordOID}}}
+	for _, fmts := range [][]int16{nil, {0}, {1, 0, 0, 0}} {
+		if pr := bindRows(vs, fmts); pr != nil {
+			t.Errorf("formats %v: rows %+v, want none to walk", fmts, pr)
+		}
+	}
+	if pr := bindRows(&vstmt{}, []int16{1}); pr != nil {
+		t.Errorf("a statement never described: rows %+v", pr)
+	}
+	for _, fmts := range [][]int16{{1}, {0, 1, 1, 1}} {
+		pr := bindRows(vs, fmts)
+		if pr == nil {
+			t.Fatalf("formats %v: no rows to walk", fmts)
+		}
+		v := relabeler{gen: g, p: other}.portalValues(pr)
+		if v == nil || len(v.cols) != 2 || v.cols[0] != (valueCol{1, 16601}) || v.cols[1] != (valueCol{3, pgvalue.RecordOID}) {
+			t.Fatalf("formats %v: columns to walk %+v, want b as shard 1's 16601 and d", fmts, v)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
@@ -22,11 +23,14 @@ import (
 // of each type (typeShape: learned with the type's number, one catalog
 // read). A value that does not decode as its type is left alone.
 //
-// The rows of a result are known to follow its description only within
-// one answer: a RowDescription, then its rows up to CommandComplete (a
-// query string's result, a portal described before its Execute). The rows
-// of a portal the client did not describe in the same round trip (it
-// knows the description from before) are not walked.
+// The rows of a result follow its description within one answer: a
+// RowDescription, then its rows up to CommandComplete (a query string's
+// result, a portal described before its Execute). A portal the client
+// runs without describing it (Npgsql's prepared statements: it knows the
+// columns from the statement's Describe, in an earlier round trip) is
+// known from its Bind instead (portalRows: the statement's columns as
+// the client was told them, in the catalog shard's numbers, told back
+// into the shard's; the Bind's result formats).
 
 // typeShape is what a type is, as far as the OIDs in its binary values
 // go.
@@ -114,6 +118,12 @@ type valueCol struct {
 	typ uint32
 }
 
+// mayHoldOIDs reports whether binary values of type typ may carry type
+// OIDs: a user type (an array, a composite, a domain: learned), a record.
+func mayHoldOIDs(typ uint32) bool {
+	return typ >= pgvalue.FirstUserOID || typ == pgvalue.RecordOID || typ == pgvalue.RecordArrayOID
+}
+
 // rowValuesOf returns the columns of the rows that RowDescription msg
 // (in the shard's numbers, before it is told) describes whose values are
 // to be walked, and the snapshot that knows their types (learned if need
@@ -121,10 +131,16 @@ type valueCol struct {
 func (r relabeler) rowValuesOf(snap *oidSnap, msg []byte) (*oidSnap, *rowValues) {
 	var cand []valueCol
 	pgvalue.RowDescColumns(msg, func(k int, typ uint32, format uint16) {
-		if format == 1 && (typ >= pgvalue.FirstUserOID || typ == pgvalue.RecordOID || typ == pgvalue.RecordArrayOID) {
+		if format == 1 && mayHoldOIDs(typ) {
 			cand = append(cand, valueCol{at: k, typ: typ})
 		}
 	})
+	return r.walkable(snap, cand)
+}
+
+// walkable returns the columns among cand (in the shard's numbers) whose
+// values are to be walked, their types learned.
+func (r relabeler) walkable(snap *oidSnap, cand []valueCol) (*oidSnap, *rowValues) {
 	if len(cand) == 0 {
 		return snap, nil
 	}
@@ -239,4 +255,79 @@ func (r relabeler) dataRow(v *rowValues, msg []byte) {
 func (snap *oidSnap) knowsType(p pair, o uint32) bool {
 	_, ok := snap.shape(p, o)
 	return ok
+}
+
+// portalRows is what a Bind tells of the rows its portal will send: the
+// statement's result columns as the client was told them (vstmt.desc, in
+// the catalog shard's numbers) and the result formats the Bind asks for.
+type portalRows struct {
+	desc    []pgvalue.Field
+	formats []int16
+}
+
+// bindRows returns the portalRows of a Bind of vs asking result formats
+// fmts, nil when no column in binary may carry type OIDs (the common
+// case) or vs was never described.
+func bindRows(vs *vstmt, fmts []int16) *portalRows {
+	for k, f := range vs.desc {
+		if resultFormat(fmts, k) == 1 && mayHoldOIDs(f.OID) {
+			return &portalRows{desc: vs.desc, formats: slices.Clone(fmts)}
+		}
+	}
+	return nil
+}
+
+// resultFormat is column k's format code of a Bind's result formats
+// (none: all text; one: all alike; else one per column).
+func resultFormat(fmts []int16, k int) int16 {
+	switch {
+	case len(fmts) == 1:
+		return fmts[0]
+	case k < len(fmts):
+		return fmts[k]
+	}
+	return 0
+}
+
+// portalValues is rowValuesOf for a portal run without its description
+// (portalRows): each column's type told back into the shard's numbers;
+// a column whose type the shard's number is not known of is not walked.
+func (r relabeler) portalValues(pr *portalRows) *rowValues {
+	if r.gen == nil {
+		return nil
+	}
+	var cand []valueCol
+	var user []uint32
+	for k, f := range pr.desc {
+		if resultFormat(pr.formats, k) == 1 && mayHoldOIDs(f.OID) {
+			cand = append(cand, valueCol{at: k, typ: f.OID})
+			if f.OID >= pgvalue.FirstUserOID {
+				user = append(user, f.OID)
+			}
+		}
+	}
+	snap := r.gen.OIDs.current(r.gen)
+	if len(user) > 0 {
+		snap = r.backSnap(user)
+	}
+	kept := cand[:0]
+	for _, c := range cand {
+		if c.typ >= pgvalue.FirstUserOID {
+			if c.typ = snap.backOf(r.p, c.typ); c.typ == 0 {
+				continue
+			}
+		}
+		kept = append(kept, c)
+	}
+	_, v := r.walkable(snap, kept)
+	return v
+}
+
+// backOf is p.from's number of the catalog shard's type o (0: not known,
+// or p.from has none).
+func (snap *oidSnap) backOf(p pair, o uint32) uint32 {
+	if snap == nil {
+		return 0
+	}
+	return snap.back[oidKey{p, o}]
 }
