@@ -47,6 +47,25 @@ func readCatalogIDs(ctx context.Context, t *testing.T, conn *pgx.Conn, table, ty
 	return ids
 }
 
+// startLastDefault starts a proxy whose default shard is the test
+// database's last one (so that a merged read's first shard, whose
+// description the merge answers with, is another), and returns a client
+// of it and exec, which runs a statement through it or fails the test.
+func startLastDefault(t *testing.T) (*testDB, *proxyEnv, context.Context, *pgx.Conn, func(string)) {
+	t.Helper()
+	d := db(t)
+	env := startProxyFor(t, d, func(c *proxy.Config) { c.DefaultShard = d.m.Shards[len(d.m.Shards)-1].Name })
+	ctx := ctxT(t, 2*time.Minute)
+	conn := env.connect(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	return d, env, ctx, conn, exec
+}
+
 // TestDescriptionsInDefaultShardOIDs: the shards number their tables,
 // columns and types each in its own way (the test database makes them
 // differ: oidDivergence, and a column dropped on one shard here); a
@@ -62,17 +81,8 @@ func readCatalogIDs(ctx context.Context, t *testing.T, conn *pgx.Conn, table, ty
 // The default shard is the last one here, so that a merged read's first
 // shard, whose description the merge answers with, is another one.
 func TestDescriptionsInDefaultShardOIDs(t *testing.T) {
-	d := db(t)
+	d, env, ctx, conn, exec := startLastDefault(t)
 	last := len(d.m.Shards) - 1
-	env := startProxyFor(t, d, func(c *proxy.Config) { c.DefaultShard = d.m.Shards[last].Name })
-	ctx := ctxT(t, 2*time.Minute)
-	conn := env.connect(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -277,17 +287,8 @@ func TestDescriptionsInDefaultShardOIDs(t *testing.T) {
 // composite holding one and an array of it, a domain over the array, an
 // array of composites and an anonymous record.
 func TestBinaryValuesInDefaultShardOIDs(t *testing.T) {
-	d := db(t)
+	d, env, ctx, conn, exec := startLastDefault(t)
 	last := len(d.m.Shards) - 1
-	env := startProxyFor(t, d, func(c *proxy.Config) { c.DefaultShard = d.m.Shards[last].Name })
-	ctx := ctxT(t, 2*time.Minute)
-	conn := env.connect(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
 	drop := func() {
 		for _, sql := range []string{"DROP TABLE IF EXISTS relabel_v", "DROP DOMAIN IF EXISTS relabel_vlist", "DROP TYPE IF EXISTS relabel_vpair", "DROP TYPE IF EXISTS relabel_vmood"} {
 			_, _ = conn.Exec(ctx, sql)

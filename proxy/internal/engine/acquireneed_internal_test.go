@@ -392,12 +392,7 @@ func TestPlanStopsForSoftMove(t *testing.T) {
 	ctx := context.Background()
 	pg := newStepBackend(t)
 	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("k%d", i); s.gen.Config.Map.Lookup(k).Name == "s1" {
-			key = k
-		}
-	}
+	key := textKeyOn(s, "s1")
 	sql := "SELECT data FROM executions WHERE id = '" + key + "'"
 	msg := pgwire.AppendQuery(nil, sql)
 	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
@@ -472,12 +467,7 @@ func TestPlanStopsForSwap(t *testing.T) {
 	ctx := context.Background()
 	pg := newStepBackend(t)
 	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("k%d", i); s.gen.Config.Map.Lookup(k).Name == "s1" {
-			key = k
-		}
-	}
+	key := textKeyOn(s, "s1")
 	sql := "UPDATE executions SET data = 'x' WHERE id = '" + key + "'"
 	msg := pgwire.AppendQuery(nil, sql)
 	as, err := s.gen.Config.Analyzer.SplitBytes([]byte(sql))
@@ -542,30 +532,7 @@ func TestPlanStopsForTerminate(t *testing.T) {
 		{'E', pgwire.AppendExecute(nil, "", 0)},
 		{'S', []byte{'S', 0, 0, 0, 4}},
 	}
-	plan := func(r resume) *planner {
-		p := pipePlanner{s.newPlanner(context.Background())}
-		p.planner.pipeline, p.planner.restartable = true, true
-		r.on(p.planner)
-		for i, m := range s.grp {
-			p.planner.cur = i
-			if p.planner.need.on || p.planner.failed && m.typ != 'S' {
-				continue
-			}
-			switch m.typ {
-			case 'P':
-				p.parse(m.raw)
-			case 'B':
-				p.bind(m.raw, i)
-			case 'D':
-				p.describe(m.raw, i)
-			case 'E':
-				p.execute(m.raw)
-			case 'S':
-				p.sync(m.raw)
-			}
-		}
-		return p.planner
-	}
+	plan := func(r resume) *planner { return planPipelineFrom(s, &r).planner }
 	p := plan(resume{restarts: -1})
 	if !p.need.on || p.need.term == nil || p.need.msg != 1 {
 		t.Fatalf("need %+v, want the call of message 1", p.need)
@@ -581,5 +548,14 @@ func TestPlanStopsForTerminate(t *testing.T) {
 	p = plan(res)
 	if _, local := planShape(p); p.need.on || p.failed || string(local) != "12TDCZ" || !bytes.Contains(p.plan.lbuf, []byte{'D', 0, 0, 0, 11, 0, 1, 0, 0, 0, 1, 't'}) {
 		t.Fatalf("planned again: need %+v, failed %v, local messages %q (%q)", p.need, p.failed, local, p.plan.lbuf)
+	}
+}
+
+// textKeyOn is a text key of shard name in s's map.
+func textKeyOn(s *Session, name string) string {
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("k%d", i); s.gen.Config.Map.Lookup(k).Name == name {
+			return k
+		}
 	}
 }

@@ -160,12 +160,21 @@ func TestPlanQueryValue(t *testing.T) {
 
 // planPipeline plans s.grp (Parse, Bind, Describe, Execute, Sync) as
 // runPipeline does, without running it.
-func planPipeline(s *Session) pipePlanner {
+func planPipeline(s *Session) pipePlanner { return planPipelineFrom(s, nil) }
+
+// planPipelineFrom is planPipeline for a runner that plans again (r:
+// what it did for the plan that stopped; nil: the first plan), up to
+// where planning stops.
+func planPipelineFrom(s *Session, r *resume) pipePlanner {
 	p := pipePlanner{s.newPlanner(context.Background())}
 	p.planner.pipeline = true
+	if r != nil {
+		p.planner.restartable = true
+		r.on(p.planner)
+	}
 	for i, m := range s.grp {
 		p.planner.cur = i
-		if p.planner.failed && m.typ != 'S' {
+		if p.planner.need.on || p.planner.failed && m.typ != 'S' {
 			continue
 		}
 		switch m.typ {

@@ -270,23 +270,11 @@ type portalRows struct {
 // case) or vs was never described.
 func bindRows(vs *vstmt, fmts []int16) *portalRows {
 	for k, f := range vs.desc {
-		if resultFormat(fmts, k) == 1 && mayHoldOIDs(f.OID) {
+		if pgwire.FormatAt(fmts, k) == 1 && mayHoldOIDs(f.OID) {
 			return &portalRows{desc: vs.desc, formats: slices.Clone(fmts)}
 		}
 	}
 	return nil
-}
-
-// resultFormat is column k's format code of a Bind's result formats
-// (none: all text; one: all alike; else one per column).
-func resultFormat(fmts []int16, k int) int16 {
-	switch {
-	case len(fmts) == 1:
-		return fmts[0]
-	case k < len(fmts):
-		return fmts[k]
-	}
-	return 0
 }
 
 // portalValues is rowValuesOf for a portal run without its description
@@ -299,7 +287,7 @@ func (r relabeler) portalValues(pr *portalRows) *rowValues {
 	var cand []valueCol
 	var user []uint32
 	for k, f := range pr.desc {
-		if resultFormat(pr.formats, k) == 1 && mayHoldOIDs(f.OID) {
+		if pgwire.FormatAt(pr.formats, k) == 1 && mayHoldOIDs(f.OID) {
 			cand = append(cand, valueCol{at: k, typ: f.OID})
 			if f.OID >= pgvalue.FirstUserOID {
 				user = append(user, f.OID)

@@ -79,7 +79,7 @@ func parseTerminate(st *route.Statement, params [][]byte, formats []int16) *term
 		if t.Param > len(params) || params[t.Param-1] == nil {
 			return nil
 		}
-		v, f := params[t.Param-1], paramFormat(formats, t.Param-1)
+		v, f := params[t.Param-1], pgwire.FormatAt(formats, t.Param-1)
 		if t.Array {
 			pids, ok := readPIDArray(v, f)
 			if !ok || len(pids) == 0 {
@@ -95,18 +95,6 @@ func parseTerminate(st *route.Statement, params [][]byte, formats []int16) *term
 		}
 	}
 	return c
-}
-
-// paramFormat is parameter i's format code in a Bind's formats (none: all
-// text; one: all that one).
-func paramFormat(formats []int16, i int) int16 {
-	switch {
-	case len(formats) == 1:
-		return formats[0]
-	case i < len(formats):
-		return formats[i]
-	}
-	return 0
 }
 
 func readPID(v []byte, format int16) (uint32, bool) {

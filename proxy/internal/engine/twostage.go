@@ -808,15 +808,7 @@ func appendStageBind(dst []byte, bv *pgwire.BindView, vals [][]byte) []byte {
 	n := len(bv.Params) + len(vals)
 	dst = pgwire.AppendU16(dst, uint16(n))
 	for i := range bv.Params {
-		var fm int16
-		switch len(bv.Formats) {
-		case 0:
-		case 1:
-			fm = bv.Formats[0]
-		default:
-			fm = bv.Formats[i]
-		}
-		dst = pgwire.AppendU16(dst, uint16(fm))
+		dst = pgwire.AppendU16(dst, uint16(pgwire.FormatAt(bv.Formats, i)))
 	}
 	for range vals {
 		dst = pgwire.AppendU16(dst, 1)

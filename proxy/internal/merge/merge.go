@@ -74,18 +74,7 @@ type Source interface {
 var ErrStop = &pgwire.Error{Code: pgwire.CodeConnectionFailure, Message: "the client connection failed"}
 
 // clientFormat is the format the client asked for column i.
-func (r *Run) clientFormat(i int) int16 {
-	switch len(r.ClientFormats) {
-	case 0:
-		return 0
-	case 1:
-		return r.ClientFormats[0]
-	}
-	if i < len(r.ClientFormats) {
-		return r.ClientFormats[i]
-	}
-	return 0
-}
+func (r *Run) clientFormat(i int) int16 { return pgwire.FormatAt(r.ClientFormats, i) }
 
 // ShardFormats are the result formats to ask every shard for: the
 // client's on the client's columns, binary on the proxy's own (hidden

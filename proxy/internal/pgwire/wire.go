@@ -320,6 +320,19 @@ func (v *ParseView) Decode(msg []byte) error {
 	return nil
 }
 
+// FormatAt is the format code of parameter or result column i among a
+// Bind's format codes: none means all text, one applies to all, else one
+// each (0 past their end).
+func FormatAt(formats []int16, i int) int16 {
+	switch {
+	case len(formats) == 1:
+		return formats[0]
+	case i < len(formats):
+		return formats[i]
+	}
+	return 0
+}
+
 // BindView is a decoded Bind message; slices point into the message. A
 // NULL parameter is a nil slice, an empty one a non-nil empty slice.
 type BindView struct {
