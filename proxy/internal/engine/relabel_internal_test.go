@@ -240,6 +240,15 @@ func TestRelabelDataRow(t *testing.T) {
 	if !bytes.Equal(bad, before) {
 		t.Errorf("a value that is not an array was changed: %x", bad)
 	}
+	// A schema change after the description: the rows' types are learned
+	// again (here the lookup may not run: nothing is known, nothing told).
+	g.StmtEpoch.Add(1)
+	again := pgwire.AppendDataRow(nil, [][]byte{u32(nil, 0, 7), array(16600), array(16600), record, array(16600)})
+	before = append([]byte(nil), again...)
+	relabeler{gen: g, p: other}.dataRow(vals, again)
+	if !bytes.Equal(again, before) {
+		t.Errorf("told by an older epoch's snapshot: %x", again)
+	}
 }
 
 // TestRelabelPortalRows: a portal run without its description is walked

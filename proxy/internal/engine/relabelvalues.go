@@ -226,6 +226,11 @@ func (r relabeler) dataRow(v *rowValues, msg []byte) {
 			continue
 		}
 		val, typ := v.vals[c.at], c.typ
+		if _, known := snap.kind(r.p, typ); !known {
+			// Not in this snapshot: a schema change since the
+			// description was told (a new epoch's snapshot starts empty).
+			snap = r.learnTypes(snap, []uint32{typ})
+		}
 		var ok bool
 		for round := 0; ; round++ {
 			kind := func(o uint32) pgvalue.ValueKind { k, _ := snap.kind(r.p, o); return k }
