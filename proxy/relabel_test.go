@@ -285,7 +285,9 @@ func TestDescriptionsInDefaultShardOIDs(t *testing.T) {
 // a keyed read, a read of every shard merged — is byte for byte what the
 // default shard sends for the same values: arrays of a user enum, a
 // composite holding one and an array of it, a domain over the array, an
-// array of composites and an anonymous record.
+// array of composites and an anonymous record — by key, merged from
+// every shard, by a prepared statement run without a Describe and by a
+// binary cursor.
 func TestBinaryValuesInDefaultShardOIDs(t *testing.T) {
 	d, env, ctx, conn, exec := startLastDefault(t)
 	last := len(d.m.Shards) - 1
@@ -401,5 +403,14 @@ func TestBinaryValuesInDefaultShardOIDs(t *testing.T) {
 			}
 		}
 		same(fmt.Sprintf("key %d run without a Describe", k), row)
+	}
+	// A binary cursor in a transaction, fetched by simple queries: its
+	// FETCH answers in binary.
+	for _, k := range keys {
+		res, err := pc.Exec(ctx, fmt.Sprintf("BEGIN; DECLARE relabel_c BINARY CURSOR FOR SELECT %s FROM relabel_v WHERE id = %d; FETCH ALL relabel_c; COMMIT", cols, k)).ReadAll()
+		if err != nil || len(res) != 4 || len(res[2].Rows) != 1 {
+			t.Fatalf("key %d by a binary cursor: %v %v", k, err, res)
+		}
+		same(fmt.Sprintf("key %d by a binary cursor", k), res[2].Rows[0])
 	}
 }
