@@ -40,7 +40,9 @@ import (
 // reader, the transaction deferred again) likewise, without I/O; so is a
 // terminate call (carryOut), answered when planned again as it was
 // resolved before (planner.given.terms: the sessions it ended have left
-// the register).
+// the register). A stop after the part took the connection the runner
+// gave it (a session SET's probe on it) gives the part planned again the
+// same connection, the session left as the part began (takeStop).
 //
 //	plan ──► ensureBackend: no connection yet ──► need, stop
 //	runner: takeNeed (Acquire, the fence's question) ──► given
@@ -276,17 +278,26 @@ func (p backendExec) givenStepFor(st *actionStep) (g *givenStep, stopped bool) {
 		pl.need = acquireNeed{on: true, term: st.term, msg: pl.cur, noted: pl.noted}
 		return nil, true
 	}
-	if st.kind != stepProbeSet || st.on != nil {
-		// I/O on the session's backend, or a terminate: on the spot (the
-		// sessions it ends leave the register planning reads: planned
-		// again, the call would name none).
+	if st.kind != stepProbeSet {
+		return nil, false
+	}
+	// A probe on the pipeline's backend may stop only when that backend
+	// is the connection the runner gave this part (took) and has no
+	// statement cache: the part planned again is given it again
+	// (takeStop), the probe taken on it by the runner first. Planning
+	// writes nothing else of that connection; a statement cache it
+	// writes (the statements it marks parsed there, the ones it evicts),
+	// which a plan thrown away would leave wrong. Elsewhere, and on a
+	// backend held before the part: on the spot.
+	onTook := st.on != nil && pl.took != nil && st.on == pl.took.bc && st.on.Stmts == nil && !pl.held
+	if st.on != nil && !onTook {
 		return nil, false
 	}
 	if pl.stepAt < len(pl.given.steps) {
 		pl.stepAt++
 		return &pl.given.steps[pl.stepAt-1], false
 	}
-	if !p.mayStop(pl.held || pl.onBackend) {
+	if !p.mayStop(pl.held || pl.onBackend && !onTook) {
 		return nil, false
 	}
 	pl.need = acquireNeed{on: true, step: st, noted: pl.noted}
@@ -360,11 +371,22 @@ type resume struct {
 
 // takeStop does what the plan stopped for (p.need; a connection given
 // to it and not used goes back to its pool first) and returns what the
-// part planned again starts from.
+// part planned again starts from. A plan that stopped after it took the
+// connection given to it (p.took: a probe on it) leaves the session as
+// the part began (no backend, its transaction shard) and gives the part
+// planned again the same connection.
 func takeStop(ctx context.Context, s *Session, p *planner) resume {
 	r := resume{noted: p.need.noted, restarts: p.restarts}
 	dropGiven(p)
+	took := p.took
+	if took != nil {
+		s.setBackend(nil)
+		s.txn.shard = p.shard0
+	}
 	r.given = takeNeed(ctx, s, p)
+	if took != nil {
+		r.given.conn = took
+	}
 	return r
 }
 

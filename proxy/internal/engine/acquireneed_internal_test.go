@@ -559,3 +559,87 @@ func textKeyOn(s *Session, name string) string {
 		}
 	}
 }
+
+// TestPlanStopsForProbeOnTaken: a session SET after a statement that
+// took the pipeline's backend (given by the runner) stops planning for
+// its probe on that connection instead of probing while planning; the
+// runner probes on it, leaves the session without a backend as the
+// part began, and gives the part planned again the same connection, on
+// which it is planned to the end without I/O (the SET answered from the
+// probe).
+func TestPlanStopsForProbeOnTaken(t *testing.T) {
+	ctx := context.Background()
+	pg := newStepBackend(t)
+	pg.mu.Lock()
+	pg.setting = "app"
+	pg.mu.Unlock()
+	s := stepSession(t, pg.ln.Addr().String(), FenceOff)
+	t.Cleanup(func() { s.dropBackend(false) }) // the fake's connection closes when a check fails too
+	key := textKeyOn(s, "s1")
+	grp := []cmsg{
+		{'P', pgwire.AppendParseMsg(nil, "", "SELECT data FROM executions WHERE id = $1", nil)},
+		{'B', pgwire.AppendBindText(nil, "", "", [][]byte{[]byte(key)})},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'P', pgwire.AppendParseMsg(nil, "", "SET search_path = app", nil)},
+		{'B', pgwire.AppendBindText(nil, "", "", nil)},
+		{'E', pgwire.AppendExecute(nil, "", 0)},
+		{'S', []byte{'S', 0, 0, 0, 4}},
+	}
+	s.grp = grp
+	p := planPipelineFrom(s, &resume{restarts: -1}).planner
+	if !p.need.on || p.need.step != nil || p.need.shard != 1 {
+		t.Fatalf("need %+v, want shard 1's backend first", p.need)
+	}
+	res := takeStop(ctx, s, p)
+	p = planPipelineFrom(s, &res).planner
+	n := p.need
+	if !n.on || n.step == nil || n.step.kind != stepProbeSet || p.took == nil || n.step.on != p.took.bc {
+		t.Fatalf("need %+v (took %+v), want the SET's probe on the connection taken", n, p.took)
+	}
+	took := p.took.bc
+	if conns, got := pg.seen(); conns != 1 || got != "" || s.bc != took {
+		t.Fatalf("planning: %d connections, sent %q, session backend %v", conns, got, s.bc)
+	}
+	res = takeStop(ctx, s, p)
+	if _, got := pg.seen(); got != "QQQQ" || s.bc != nil || res.given.conn == nil || res.given.conn.bc != took || len(res.given.steps) != 1 {
+		t.Fatalf("the runner's probe: sent %q, session backend %v, given %+v", got, s.bc, res.given)
+	}
+	p = planPipelineFrom(s, &res).planner
+	if p.need.on || p.failed || p.stepped || s.bc != took {
+		var errs []string
+		for m := range pgwire.Msgs(p.plan.lbuf) {
+			if m[0] == 'E' {
+				errs = append(errs, pgwire.ErrorField(m, 'M'))
+			}
+		}
+		t.Fatalf("planned again: need %+v, failed %v (%q), stepped %v, the session's backend the one taken %v", p.need, p.failed, errs, p.stepped, s.bc == took)
+	}
+	var set *effect
+	for _, it := range p.plan.items {
+		if it.eff != nil && it.eff.kind == effSettings {
+			set = it.eff
+		}
+	}
+	if set == nil {
+		t.Fatal("no effect setting search_path")
+	}
+	if v, _ := set.set.Get("search_path"); v != "app" {
+		t.Errorf("the effect sets search_path to %q, want app", v)
+	}
+	if conns, got := pg.seen(); conns != 1 || got != "QQQQ" {
+		t.Errorf("planning again: %d connections, sent %q", conns, got)
+	}
+	s.dropBackend(true)
+
+	// A direct connection with a statement cache, which planning writes:
+	// the probe runs on the spot, nothing thrown away.
+	s = stepSessionCached(t, pg.ln.Addr().String(), FenceOff, 8)
+	s.grp = grp
+	p = planPipelineFrom(s, &resume{restarts: -1}).planner
+	res = takeStop(ctx, s, p)
+	p = planPipelineFrom(s, &res).planner
+	if p.need.on || p.failed || !p.stepped {
+		t.Fatalf("with a statement cache: need %+v, failed %v, stepped %v; want the probe made on the spot", p.need, p.failed, p.stepped)
+	}
+	s.dropBackend(true)
+}

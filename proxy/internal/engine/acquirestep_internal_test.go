@@ -39,6 +39,9 @@ type stepBackend struct {
 	// fence's question, fenceDetectSQL: the function, the procedure, the
 	// checked served set; "t" or "f").
 	probe string
+	// setting, when set, answers a Query with one row of one column of
+	// it (a session SET's probe: current_setting).
+	setting string
 }
 
 func newStepBackend(t *testing.T) *stepBackend {
@@ -94,11 +97,16 @@ func (b *stepBackend) serve(c net.Conn) {
 		case *pgproto3.Query:
 			typ = 'Q'
 			b.mu.Lock()
-			probe := b.probe
+			probe, setting := b.probe, b.setting
 			b.mu.Unlock()
-			if probe == "" {
+			switch {
+			case setting != "":
+				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x"), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1}}})
+				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(setting)}})
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			case probe == "":
 				be.Send(&pgproto3.EmptyQueryResponse{})
-			} else {
+			default:
 				col := pgproto3.FieldDescription{Name: []byte("x"), DataTypeOID: 16, DataTypeSize: 1, TypeModifier: -1}
 				be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{col, col}})
 				be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(probe), []byte(probe), []byte(probe)}})

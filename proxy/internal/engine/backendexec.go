@@ -84,9 +84,12 @@ func (p backendExec) ensureBackend(shard int, a *route.Statement) *pgwire.Error 
 		return nil
 	}
 	g := p.useGiven(shard)
+	p.planner.took = nil
 	switch {
 	case g != nil && g.err != nil:
 		return g.err
+	case g != nil:
+		p.planner.took = g // given by the runner (acquireneed.go)
 	case g == nil && p.mayStop(heldAtEntry):
 		return p.stop(shard) // the runner takes it (acquireneed.go)
 	case g == nil:

@@ -138,14 +138,18 @@ func txnControl(k route.Kind) bool {
 //   - what changes the session's backends: a deferred transaction's
 //     reader taken (bindReader: no I/O, the session's readers change),
 //     and the statements of a pinned session;
-//   - an action's step on the session's backend (take: a session SET's
-//     probe on the backend the pipeline took), and the probes,
-//     Describes, soft moves, swaps and terminate calls above where the
-//     runner cannot take them (the part planned maxRestarts times
-//     already, a backend held, or after one of these) — after any of
-//     them, an acquisition later in the same part is made on the spot
+//   - the probes, Describes, soft moves, swaps and terminate calls above
+//     where the runner cannot take them (the part planned maxRestarts
+//     times already, a backend held, or after one of these) — after any
+//     of them, an acquisition later in the same part is made on the spot
 //     too (planner.stepped: the part is not planned again, which would
-//     repeat its I/O);
+//     repeat its I/O). A session SET's probe on the backend its own
+//     pipeline took stops too when the runner gave that connection to
+//     the part and it has no statement cache (through a pooler;
+//     planner.took: the part planned again is given it again, the
+//     session left as the part began: TestPlanStopsForProbeOnTaken);
+//     on a direct connection with a statement cache, or after an
+//     acquisition made on the spot, it runs on the spot;
 //   - a read of every shard in the middle of a transaction block's
 //     pipeline: runPipeline runs it, then plans the rest afresh (the
 //     plan ends there, as at a stop).
@@ -271,9 +275,15 @@ type planner struct {
 	// indexes), so it is not planned again. noted: the routing decisions
 	// noted so far; muted: how many of the first ones a part planned
 	// again leaves unnoted (noted already).
-	need        acquireNeed
-	given       givens
-	stepAt      int // the next of given.steps
+	need   acquireNeed
+	given  givens
+	stepAt int // the next of given.steps
+	// took: the connection given for this part's acquisition, taken
+	// (the session's backend from then on); shard0: the session's
+	// transaction shard when the part began. A stop after it gives the
+	// same connection to the part planned again (takeStop).
+	took        *givenConn
+	shard0      int
 	restartable bool
 	restarts    int
 	stepped     bool
@@ -289,6 +299,7 @@ func (s *Session) newPlanner(ctx context.Context) *planner {
 	*p = planner{s: s, ctx: ctx, sim: txnSim{tx: s.txn.tx, deferred: s.txn.deferred, hint: s.txn.hint},
 		book: stmtBook{stmts: s.stmts, unnamed: &s.unnamed}, shard: -1, pendingParse: -1,
 		plan: p.plan.reset(), pv: p.pv, bv: p.bv}
+	p.shard0 = s.txn.shard
 	p.fresh = (s.bc == nil || s.txn.soft && s.txn.tx == txBound) && s.own == nil && !s.readers.any() && !s.txn.hintBound
 	p.idleStart = p.fresh && s.txn.tx == txIdle
 	if s.bc != nil {
