@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgshard/pgshard/proxy/internal/backend"
-	"github.com/pgshard/pgshard/proxy/internal/obs"
 	"github.com/pgshard/pgshard/proxy/internal/pgvalue"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
 )
@@ -509,17 +508,7 @@ func TestPlanStopsForSwap(t *testing.T) {
 // session it ended has left the register since, without ending anything
 // again.
 func TestPlanStopsForTerminate(t *testing.T) {
-	s := planSession(t)
-	reg := NewRegistry(obs.NewMetrics())
-	s.host = &HostEnv{Clients: reg}
-	clientEnd, proxyEnd := net.Pipe()
-	defer clientEnd.Close()
-	other := &Session{cc: clientConn{conn: proxyEnd}}
-	for _, x := range []*Session{s, other} {
-		if !reg.register(x, 10) {
-			t.Fatal("register refused")
-		}
-	}
+	s, reg, other, clientEnd := terminateFixture(t)
 	got := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(clientEnd)

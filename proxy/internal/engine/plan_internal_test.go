@@ -214,22 +214,30 @@ func TestPlanPipelineValue(t *testing.T) {
 	}
 }
 
-// TestPlanTerminate: whether a pg_terminate_backend of PIDs is the
-// proxy's is decided without I/O (resolve: the session register), and
-// the call is planned as a step (stepTerminate) that the executor takes:
-// only then does the other session get its FATAL and lose its client.
-func TestPlanTerminate(t *testing.T) {
-	s := planSession(t)
-	reg := NewRegistry(obs.NewMetrics())
+// terminateFixture is a session s and another, other, registered in
+// reg; clientEnd is other's client's end of its connection.
+func terminateFixture(t *testing.T) (s *Session, reg *Registry, other *Session, clientEnd net.Conn) {
+	t.Helper()
+	s = planSession(t)
+	reg = NewRegistry(obs.NewMetrics())
 	s.host = &HostEnv{Clients: reg}
 	clientEnd, proxyEnd := net.Pipe()
-	defer clientEnd.Close()
-	other := &Session{cc: clientConn{conn: proxyEnd}}
+	t.Cleanup(func() { clientEnd.Close() })
+	other = &Session{cc: clientConn{conn: proxyEnd}}
 	for _, x := range []*Session{s, other} {
 		if !reg.register(x, 10) {
 			t.Fatal("register refused")
 		}
 	}
+	return s, reg, other, clientEnd
+}
+
+// TestPlanTerminate: whether a pg_terminate_backend of PIDs is the
+// proxy's is decided without I/O (resolve: the session register), and
+// the call is planned as a step (stepTerminate) that the executor takes:
+// only then does the other session get its FATAL and lose its client.
+func TestPlanTerminate(t *testing.T) {
+	s, reg, other, clientEnd := terminateFixture(t)
 	stranger := uint32(1)
 	for i := 0; i < 10 && reg.byPID(stranger) != nil; i++ {
 		stranger++
