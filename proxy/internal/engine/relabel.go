@@ -70,14 +70,18 @@ type oidSnap struct {
 	// schema change the snapshot is not used.
 	epoch uint64
 	rels  map[oidKey]relOIDs
-	types map[oidKey]uint32 // the catalog shard's OID (0: none there)
+	types map[oidKey]typeOIDs
 	// back are the catalog shard's types as the shard that answers
 	// numbers them (keyed by the catalog shard's OID; 0: none there): the
 	// parameter types a client's Parse names.
 	back map[oidKey]uint32
-	// shapes is what each of types is (keyed alike): whether its binary
-	// values carry type OIDs (relabelvalues.go).
-	shapes map[oidKey]typeShape
+}
+
+// typeOIDs is a shard's type as the catalog shard numbers it (to: 0 when
+// it has none such), and what the type is (relabelvalues.go).
+type typeOIDs struct {
+	to    uint32
+	shape typeShape
 }
 
 // oidKey is an OID of what shards.from numbers, as told to shards.to.
@@ -378,7 +382,7 @@ func (snap *oidSnap) relabelType(p pair, o uint32) uint32 {
 	if o < pgvalue.FirstUserOID || snap == nil {
 		return o
 	}
-	if d, ok := snap.types[oidKey{p, o}]; ok && d != 0 {
+	if d := snap.types[oidKey{p, o}].to; d != 0 {
 		return d
 	}
 	return o
@@ -404,7 +408,7 @@ func (snap *oidSnap) missing(p pair, msg []byte) (rels, types []uint32) {
 			}
 		}
 		if o >= pgvalue.FirstUserOID {
-			if _, ok := snap.typeOf(p, o); !ok && !slices.Contains(types, o) {
+			if !snap.knows(p, o) && !slices.Contains(types, o) {
 				types = append(types, o)
 			}
 		}
@@ -432,12 +436,18 @@ func (snap *oidSnap) relsOf(p pair, t uint32) (relOIDs, bool) {
 	return r, ok
 }
 
-func (snap *oidSnap) typeOf(p pair, o uint32) (uint32, bool) {
+// knows reports whether snap has learned p.from's type o.
+func (snap *oidSnap) knows(p pair, o uint32) bool {
+	_, ok := snap.typeOf(p, o)
+	return ok
+}
+
+func (snap *oidSnap) typeOf(p pair, o uint32) (typeOIDs, bool) {
 	if snap == nil {
-		return 0, false
+		return typeOIDs{}, false
 	}
-	d, ok := snap.types[oidKey{p, o}]
-	return d, ok
+	t, ok := snap.types[oidKey{p, o}]
+	return t, ok
 }
 
 // current is the snapshot of this schema epoch (nil: none yet, or a
@@ -504,19 +514,17 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, p pair, ask func
 			"shard", p.from.Shard.Name, "err", err)
 		return snap
 	}
-	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]uint32{}, back: map[oidKey]uint32{}, shapes: map[oidKey]typeShape{}}
+	next := &oidSnap{epoch: epoch, rels: map[oidKey]relOIDs{}, types: map[oidKey]typeOIDs{}, back: map[oidKey]uint32{}}
 	if snap != nil {
 		maps.Copy(next.rels, snap.rels)
 		maps.Copy(next.types, snap.types)
 		maps.Copy(next.back, snap.back)
-		maps.Copy(next.shapes, snap.shapes)
 	}
 	for oid, r := range found.rels {
 		next.rels[oidKey{p, oid}] = r
 	}
-	for oid, d := range found.types {
-		next.types[oidKey{p, oid}] = d
-		next.shapes[oidKey{p, oid}] = found.shapes[oid]
+	for oid, t := range found.types {
+		next.types[oidKey{p, oid}] = t
 	}
 	for oid, d := range found.back {
 		next.back[oidKey{p, oid}] = d
@@ -528,10 +536,9 @@ func (m *OIDMaps) lookup(ctx context.Context, g *GenerationEnv, p pair, ask func
 // oidsFound is what one lookup learned: by the shard's OID (back: by
 // the catalog shard's).
 type oidsFound struct {
-	rels   map[uint32]relOIDs
-	types  map[uint32]uint32
-	back   map[uint32]uint32
-	shapes map[uint32]typeShape // of types (plain: one the shard has not)
+	rels  map[uint32]relOIDs
+	types map[uint32]typeOIDs // every type asked (to 0, shape plain: one the shard has not)
+	back  map[uint32]uint32
 }
 
 // qualName is an object's schema and name.
@@ -542,7 +549,7 @@ type qualName struct{ schema, name string }
 // shard p.to. Every OID asked gets an entry: one the shard does not have
 // (dropped since) or the catalog shard lacks maps to 0.
 func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uint32) (oidsFound, error) {
-	found := oidsFound{rels: map[uint32]relOIDs{}, types: map[uint32]uint32{}, shapes: map[uint32]typeShape{}}
+	found := oidsFound{rels: map[uint32]relOIDs{}, types: map[uint32]typeOIDs{}}
 	res, err := catalogRead(ctx, g, p.from, shardRelsSQL(rels), shardTypesSQL(types))
 	if err != nil {
 		return found, err
@@ -559,9 +566,10 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uin
 		noteColumn(relCols, oid, row[4], row[5])
 	}
 	typeName := map[uint32]qualName{}
+	shapes := map[uint32]typeShape{}
 	for _, row := range res[1].Rows {
 		oid := rowOID(row[0])
-		found.shapes[oid] = shapeOf(row[4:])
+		shapes[oid] = shapeOf(row[4:])
 		if string(row[3]) == "t" {
 			continue // a temporary table's row type: left as it is
 		}
@@ -612,7 +620,7 @@ func lookupOIDs(ctx context.Context, g *GenerationEnv, p pair, rels, types []uin
 		found.rels[oid] = r
 	}
 	for _, oid := range types {
-		found.types[oid] = defType[typeName[oid]] // 0: a name it lacks, or none
+		found.types[oid] = typeOIDs{to: defType[typeName[oid]], shape: shapes[oid]} // to 0: a name it lacks, or none
 	}
 	return found, nil
 }

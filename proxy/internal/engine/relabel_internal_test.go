@@ -31,7 +31,7 @@ func relabelFixture() (*GenerationEnv, pair) {
 	p := pair{from: other, to: def}
 	g.OIDs.snap.Store(&oidSnap{
 		rels:  map[oidKey]relOIDs{{p, 16500}: {oid: 17000, cols: []uint16{0, 1, 3, noColumn}}},
-		types: map[oidKey]uint32{{p, 16600}: 17100},
+		types: map[oidKey]typeOIDs{{p, 16600}: {to: 17100}},
 	})
 	return g, p
 }
@@ -194,12 +194,8 @@ func TestRelabelLookupFails(t *testing.T) {
 func TestRelabelDataRow(t *testing.T) {
 	g, other := relabelFixture()
 	snap := g.OIDs.snap.Load()
-	snap.types[oidKey{other, 16601}] = 17101
-	snap.shapes = map[oidKey]typeShape{
-		{other, 16600}: {},
-		{other, 16601}: {kind: shapeArray, inner: 16600},
-		{other, 16602}: {kind: shapeDomain, inner: 16601},
-	}
+	snap.types[oidKey{other, 16601}] = typeOIDs{to: 17101, shape: typeShape{kind: shapeArray, inner: 16600}}
+	snap.types[oidKey{other, 16602}] = typeOIDs{shape: typeShape{kind: shapeDomain, inner: 16601}}
 	g.OIDs.retryAt = map[pair]time.Time{other: time.Now().Add(time.Hour)} // no lookup
 	desc := pgvalue.AppendRowDesc(nil, []pgvalue.Field{
 		{Name: "a", OID: pgtype.Int8OID, Typlen: 8, Typmod: -1, Format: 1},
@@ -259,8 +255,7 @@ func TestRelabelDataRow(t *testing.T) {
 func TestRelabelPortalRows(t *testing.T) {
 	g, other := relabelFixture()
 	snap := g.OIDs.snap.Load()
-	snap.types[oidKey{other, 16601}] = 17101
-	snap.shapes = map[oidKey]typeShape{{other, 16600}: {}, {other, 16601}: {kind: shapeArray, inner: 16600}}
+	snap.types[oidKey{other, 16601}] = typeOIDs{to: 17101, shape: typeShape{kind: shapeArray, inner: 16600}}
 	snap.back = map[oidKey]uint32{{other, 17101}: 16601, {other, 17999}: 0}
 	g.OIDs.retryAt = map[pair]time.Time{other: time.Now().Add(time.Hour)} // no lookup
 	vs := &vstmt{desc: []pgvalue.Field{{Name: "a", OID: pgtype.Int8OID}, {Name: "b", OID: 17101}, {Name: "c", OID: 17999}, {Name: "d", OID: pgvalue.RecordOID}}}

@@ -87,7 +87,8 @@ func (snap *oidSnap) kind(p pair, o uint32) (pgvalue.ValueKind, bool) {
 		case snap == nil:
 			return pgvalue.ValuePlain, false
 		}
-		sh, ok := snap.shapes[oidKey{p, o}]
+		t, ok := snap.types[oidKey{p, o}]
+		sh := t.shape
 		switch {
 		case !ok:
 			return pgvalue.ValuePlain, false
@@ -180,11 +181,10 @@ func (r relabeler) learnTypes(snap *oidSnap, types []uint32) *oidSnap {
 				continue
 			}
 			seen[o] = true
-			sh, ok := snap.shape(r.p, o)
-			if !ok {
+			if t, ok := snap.typeOf(r.p, o); !ok {
 				missing = append(missing, o)
-			} else if sh.inner != 0 {
-				types = append(types, sh.inner)
+			} else if t.shape.inner != 0 {
+				types = append(types, t.shape.inner)
 			}
 		}
 		if len(missing) == 0 {
@@ -193,7 +193,7 @@ func (r relabeler) learnTypes(snap *oidSnap, types []uint32) *oidSnap {
 		snap = r.gen.OIDs.lookup(r.ctx, r.gen, r.p, func(snap *oidSnap) oidAsk {
 			var ask []uint32
 			for _, o := range missing {
-				if _, ok := snap.shape(r.p, o); !ok {
+				if !snap.knows(r.p, o) {
 					ask = append(ask, o)
 				}
 			}
@@ -202,14 +202,6 @@ func (r relabeler) learnTypes(snap *oidSnap, types []uint32) *oidSnap {
 		types = append(types[:0], missing...)
 	}
 	return snap
-}
-
-func (snap *oidSnap) shape(p pair, o uint32) (typeShape, bool) {
-	if snap == nil {
-		return typeShape{}, false
-	}
-	sh, ok := snap.shapes[oidKey{p, o}]
-	return sh, ok
 }
 
 // dataRow tells the type OIDs inside DataRow msg's values of v's columns
@@ -239,7 +231,7 @@ func (r relabeler) dataRow(v *rowValues, msg []byte) {
 			}
 			var missing []uint32
 			for _, at := range v.offs {
-				if o := binary.BigEndian.Uint32(val[at:]); !snap.knowsType(r.p, o) {
+				if o := binary.BigEndian.Uint32(val[at:]); !snap.knows(r.p, o) {
 					missing = append(missing, o)
 				}
 			}
@@ -255,11 +247,6 @@ func (r relabeler) dataRow(v *rowValues, msg []byte) {
 			binary.BigEndian.PutUint32(val[at:], snap.relabelType(r.p, binary.BigEndian.Uint32(val[at:])))
 		}
 	}
-}
-
-func (snap *oidSnap) knowsType(p pair, o uint32) bool {
-	_, ok := snap.shape(p, o)
-	return ok
 }
 
 // portalRows is what a Bind tells of the rows its portal will send: the

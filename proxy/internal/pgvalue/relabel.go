@@ -23,50 +23,51 @@ type DescEdit func(table uint32, attnum uint16, typ uint32) (uint32, uint16, uin
 // false, and changes nothing, when msg is not a well-formed
 // RowDescription.
 func EditRowDesc(msg []byte, edit DescEdit) bool {
-	n, ok := rowDescCheck(msg)
-	if !ok {
-		return false
-	}
-	for k, i := 0, pgwire.HeaderLen+2; k < n; k++ {
-		j := i + bytes.IndexByte(msg[i:], 0) + 1
+	return rowDescFields(msg, func(_, j int) bool {
 		t, a, o := edit(binary.BigEndian.Uint32(msg[j:]), binary.BigEndian.Uint16(msg[j+4:]), binary.BigEndian.Uint32(msg[j+6:]))
 		binary.BigEndian.PutUint32(msg[j:], t)
 		binary.BigEndian.PutUint16(msg[j+4:], a)
 		binary.BigEndian.PutUint32(msg[j+6:], o)
-		i = j + 18
-	}
-	return true
+		return true
+	})
 }
 
 // RowDescUserOIDs reports whether a column of RowDescription msg names a
 // table or a type made after initdb (FirstUserOID): only such a
 // description can differ between two servers with the same schema.
 func RowDescUserOIDs(msg []byte) bool {
-	n, ok := rowDescCheck(msg)
-	if !ok {
-		return false
-	}
-	for k, i := 0, pgwire.HeaderLen+2; k < n; k++ {
-		j := i + bytes.IndexByte(msg[i:], 0) + 1
-		if binary.BigEndian.Uint32(msg[j:]) >= FirstUserOID || binary.BigEndian.Uint32(msg[j+6:]) >= FirstUserOID {
-			return true
-		}
-		i = j + 18
-	}
-	return false
+	user := false
+	rowDescFields(msg, func(_, j int) bool {
+		user = binary.BigEndian.Uint32(msg[j:]) >= FirstUserOID || binary.BigEndian.Uint32(msg[j+6:]) >= FirstUserOID
+		return !user
+	})
+	return user
 }
 
 // RowDescColumns calls fn with each column of RowDescription msg: its
 // index, type OID and format code. It reports false, calling fn for no
 // column, when msg is malformed.
 func RowDescColumns(msg []byte, fn func(k int, typ uint32, format uint16)) bool {
+	return rowDescFields(msg, func(k, j int) bool {
+		fn(k, binary.BigEndian.Uint32(msg[j+6:]), binary.BigEndian.Uint16(msg[j+16:]))
+		return true
+	})
+}
+
+// rowDescFields calls fn with each column k of RowDescription msg and
+// where its fixed fields begin (j: the table OID, then the attnum, type
+// OID, length, modifier, format) until fn returns false. It reports
+// false, calling fn for no column, when msg is malformed.
+func rowDescFields(msg []byte, fn func(k, j int) bool) bool {
 	n, ok := rowDescCheck(msg)
 	if !ok {
 		return false
 	}
 	for k, i := 0, pgwire.HeaderLen+2; k < n; k++ {
 		j := i + bytes.IndexByte(msg[i:], 0) + 1
-		fn(k, binary.BigEndian.Uint32(msg[j+6:]), binary.BigEndian.Uint16(msg[j+16:]))
+		if !fn(k, j) {
+			break
+		}
 		i = j + 18
 	}
 	return true
