@@ -14,7 +14,8 @@ import (
 // [ON], ORDER BY with NULLS and expressions, LIMIT / OFFSET / FETCH WITH
 // TIES, joins (co-located on the execution id and not), semi- and
 // anti-joins, scalar subqueries, derived tables, CTEs, set operations,
-// window functions, VALUES and generate_series — and says how its answer
+// window functions, VALUES and generate_series, and what the rich shape
+// adds (fuzzsql_rich_test.go) — and says how its answer
 // may be compared: in order when its ORDER BY is total, else as a
 // multiset. It never uses a LIMIT without a total order (the rows picked
 // would be the database's choice) nor volatile functions.
@@ -81,6 +82,7 @@ var ggenShapes = map[string]func(*ggen) gquery{
 	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
 	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived, "nofrom": (*ggen).noFrom,
 	"semiwide": (*ggen).semiWide, "unsharded": (*ggen).unshardedMix, "lateral": (*ggen).lateral,
+	"rich": (*ggen).rich,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -396,8 +398,10 @@ func (g *ggen) gen() gquery {
 		return qq
 	}
 	switch k := g.n(100); {
-	case k < 30:
+	case k < 26:
 		qq = g.plain()
+	case k < 34:
+		qq = g.rich()
 	case k < 45:
 		qq = g.aggregate()
 	case k < 50:
@@ -414,9 +418,9 @@ func (g *ggen) gen() gquery {
 		qq = g.setop()
 	case k < 76:
 		qq = g.window()
-	case k < 86:
+	case k < 82:
 		qq = g.valuesJoin()
-	case k < 92:
+	case k < 90:
 		qq = g.scalarSub()
 	default:
 		qq = g.derived()
