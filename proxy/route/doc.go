@@ -18,6 +18,9 @@
 //	  a stage's 42703 for a column of the row: learn.go)
 //	a per-shard text of a read of every shard ─► its served form: each keyed
 //	  table read in the buckets the shard serves (served.go, once per text)
+//	every tree the planner writes back as SQL (per-shard statements, stages,
+//	  served forms) ─► pg_query's deparser with the parentheses it drops put
+//	  back, the text proven to parse back to the tree (deparse.go)
 //	*Statement + Bind params (input.go) ─► decode key params (value.go)
 //	  ─► key → bucket → shard (placer.go) ─► shard sets (sset.go)
 //	  ─► Dest (evaluator.go; explain.go records the steps)                Route (route.go)

@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -550,7 +549,7 @@ func (m *merger) limits(perShard bool) string {
 		if offSrc != nil {
 			// LIMIT ALL, written so that the OFFSET parameter is still used
 			// (and typed int8, as one database types it).
-			sc.LimitCount = mustExpr("CASE WHEN " + paramInt8(offSrc.param) + " IS NULL THEN NULL::pg_catalog.int8 END")
+			sc.LimitCount = mustExpr("CASE WHEN " + paramInt8(offSrc.placeholder()) + " IS NULL THEN NULL::pg_catalog.int8 END")
 		} else {
 			sc.LimitCount = nil
 		}
@@ -571,6 +570,15 @@ func (m *merger) limits(perShard bool) string {
 		sc.LimitCount = mustExpr(fmt.Sprintf("CASE WHEN %s > 9223372036854775807 - %s THEN NULL ELSE %s + %s END", n, o, n, o))
 	}
 	return ""
+}
+
+// placeholder is the $n of src, a parameter or a normalized text's
+// literal slot.
+func (src *source) placeholder() int {
+	if src.param == 0 && src.lit > 0 {
+		return slotBase + src.lit
+	}
+	return src.param
 }
 
 func paramInt8(n int) string { return "$" + strconv.Itoa(n) + "::pg_catalog.int8" }
@@ -810,8 +818,8 @@ func sameExpr(x, y *pg.Node) bool {
 func clearLocations(m protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case fd.Name() == "location" && fd.Kind() == protoreflect.Int32Kind:
-			m.Clear(fd)
+		case strings.HasSuffix(string(fd.Name()), "location") && fd.Kind() == protoreflect.Int32Kind:
+			m.Clear(fd) // location, arg_location, stmt_location
 		case fd.Message() != nil && fd.IsList():
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
@@ -852,21 +860,6 @@ func isAggregate(n *pg.Node) bool {
 	}
 	_, name := funcName(fc)
 	return aggregates[name] || fc.AggStar || fc.AggDistinct || fc.AggWithinGroup || len(fc.AggOrder) > 0 || fc.AggFilter != nil
-}
-
-// parseVersion is the parse-tree version Deparse expects (the grammar's
-// PG_VERSION_NUM), taken from a parse.
-var parseVersion = sync.OnceValue(func() int32 {
-	res, err := pg.Parse("SELECT 1")
-	if err != nil {
-		return 0
-	}
-	return res.Version
-})
-
-// deparse renders one statement as SQL.
-func deparse(n *pg.Node) (string, error) {
-	return pg.Deparse(&pg.ParseResult{Version: parseVersion(), Stmts: []*pg.RawStmt{{Stmt: n}}})
 }
 
 // describeStages is Describe of a read in two stages. No statement of

@@ -947,3 +947,18 @@ SELECT e.id, x.m FROM executions e, LATERAL (SELECT max(t.fire_at) AS m FROM tim
 @staged SELECT e.id FROM executions e WHERE length((e.version::float8 / 3)::text) + 2 > (SELECT max(length((o.seq::float8 / 3)::text)) FROM outbox o) ORDER BY e.id
 @staged SELECT d.t, d.n FROM (SELECT (x.version::float8 / 7)::text AS t, count(*) AS n FROM executions x JOIN outbox y ON y.target_id = x.id GROUP BY 1) d ORDER BY 1
 @staged SELECT e.id, (SELECT (max(o.seq)::float8 / 3)::text FROM outbox o WHERE o.event = e.definition_id) FROM executions e ORDER BY e.id LIMIT 20
+
+# --- operators under operators: what pgshard writes for the shards must put
+# back the parentheses the statement had (pg_query's deparser writes
+# (a OR b) IS NULL as a OR b IS NULL and (a IS DISTINCT FROM 1) IS NULL as
+# a syntax error; route/deparse.go)
+@answered SELECT id FROM executions WHERE (version IS DISTINCT FROM 2) IS NOT NULL ORDER BY id LIMIT 7 OFFSET 3
+@answered SELECT id, (version > 3 OR version < 1) IS NOT TRUE FROM executions ORDER BY id LIMIT 9 OFFSET 1
+@answered SELECT (version = 1) IN (true) AS v1, count(*) FROM executions GROUP BY 1 ORDER BY 1
+@answered SELECT ((version % 2 = 0) OR (version > 5)) IS NULL AS n, avg(version) FROM executions GROUP BY 1 ORDER BY 1
+@answered SELECT id, (NOT version > 2) = (version IS NULL) FROM executions ORDER BY id DESC LIMIT 5 OFFSET 5
+@answered SELECT g, count(*) FILTER (WHERE (i4 > 0 AND i8 > 0) IS NOT FALSE), avg(i4) FROM vals GROUP BY g ORDER BY g NULLS FIRST
+@answered SELECT id FROM vals WHERE (t LIKE 'a%') IS DISTINCT FROM (b IS TRUE) ORDER BY id LIMIT 11 OFFSET 2
+@answered SELECT id, (i4 BETWEEN -5 AND 5) BETWEEN false AND true FROM vals ORDER BY id LIMIT 6 OFFSET 1
+@answered SELECT max((i2 + 1) * 2), min(-(i4 - 3)), sum(2 ^ (i2 % 3)) FROM vals WHERE (i2 = 0 OR i2 = 1) IS NOT NULL
+@staged SELECT e.id FROM executions e WHERE (e.version IS DISTINCT FROM 1) IS NOT NULL AND e.id IN (SELECT o.target_id FROM outbox o WHERE (o.seq > 3 OR o.seq < 2) IS TRUE) ORDER BY e.id
