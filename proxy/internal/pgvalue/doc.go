@@ -28,6 +28,9 @@
 //	values.go  all of the above but TypeName, the edits and ValueOIDs (Dec: exact decimals with
 //	           numeric's display scale; floats formatted per
 //	           extra_float_digits)
+//	shortest.go the shortest digits of a float as Postgres's Ryu picks
+//	           them (never a decimal halfway to a neighbour, which Go's
+//	           strconv takes when the mantissa is even)
 //	typmod.go  TypeName: the SQL name of a type with its modifier
 //	valueoids.go ValueOIDs, RecordOID, RecordArrayOID
 //	relabel.go RowDescColumns, EditRowDesc, EditParamDesc, RowDescUserOIDs,

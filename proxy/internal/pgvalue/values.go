@@ -981,10 +981,10 @@ func formatFloat(f float64, bits, efd int) string {
 		return "-Infinity"
 	}
 	if efd > 0 {
-		// Shortest exact digits (Ryu in Postgres, the same digits in Go),
-		// in fixed notation for decimal exponents -4 <= exp < 15 (float8)
-		// or 6 (float4), else scientific.
-		e := strconv.FormatFloat(f, 'e', -1, bits)
+		// Shortest exact digits (Ryu in Postgres: shortestE), in fixed
+		// notation for decimal exponents -4 <= exp < 15 (float8) or 6
+		// (float4), else scientific.
+		e := shortestE(f, bits)
 		i := strings.LastIndexByte(e, 'e')
 		exp, _ := strconv.Atoi(e[i+1:])
 		limit := 15
@@ -992,7 +992,7 @@ func formatFloat(f float64, bits, efd int) string {
 			limit = 6
 		}
 		if exp >= -4 && exp < limit {
-			return strconv.FormatFloat(f, 'f', -1, bits)
+			return fixedFromE(e[:i], exp)
 		}
 		return e
 	}
@@ -1004,6 +1004,24 @@ func formatFloat(f float64, bits, efd int) string {
 		digits = 1
 	}
 	return formatG(f, digits)
+}
+
+// fixedFromE writes mant×10^exp (mant: strconv's 'e' mantissa, [-]d[.ddd])
+// in fixed notation with no more digits than mant has.
+func fixedFromE(mant string, exp int) string {
+	sign := ""
+	if mant[0] == '-' {
+		sign, mant = "-", mant[1:]
+	}
+	digits := strings.Replace(mant, ".", "", 1)
+	point := 1 + exp // digits before the decimal point
+	switch {
+	case point <= 0:
+		return sign + "0." + strings.Repeat("0", -point) + digits
+	case point >= len(digits):
+		return sign + digits + strings.Repeat("0", point-len(digits))
+	}
+	return sign + digits[:point] + "." + digits[point:]
 }
 
 // formatG is C's printf("%.*g", digits, f).
