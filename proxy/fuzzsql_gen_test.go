@@ -15,7 +15,8 @@ import (
 // TIES, joins (co-located on the execution id and not), semi- and
 // anti-joins, scalar subqueries, derived tables, CTEs, set operations,
 // window functions, VALUES and generate_series, and what the rich shape
-// adds (fuzzsql_rich_test.go) — and says how its answer
+// adds (fuzzsql_rich_test.go) and reads of the typed values of the vals
+// table (fuzzsql_vals_test.go) — and says how its answer
 // may be compared: in order when its ORDER BY is total, else as a
 // multiset. It never uses a LIMIT without a total order (the rows picked
 // would be the database's choice) nor volatile functions.
@@ -82,7 +83,7 @@ var ggenShapes = map[string]func(*ggen) gquery{
 	"setop": (*ggen).setop, "window": (*ggen).window, "values": (*ggen).valuesJoin,
 	"scalar": (*ggen).scalarSub, "derived": (*ggen).derived, "nofrom": (*ggen).noFrom,
 	"semiwide": (*ggen).semiWide, "unsharded": (*ggen).unshardedMix, "lateral": (*ggen).lateral,
-	"rich": (*ggen).rich,
+	"rich": (*ggen).rich, "vals": (*ggen).vals,
 }
 
 func newGgen(seed uint64, ids []string) *ggen {
@@ -398,8 +399,10 @@ func (g *ggen) gen() gquery {
 		return qq
 	}
 	switch k := g.n(100); {
-	case k < 26:
+	case k < 21:
 		qq = g.plain()
+	case k < 26:
+		qq = g.vals()
 	case k < 34:
 		qq = g.rich()
 	case k < 45:

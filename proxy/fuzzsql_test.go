@@ -30,7 +30,8 @@ import (
 // PGSHARD_FUZZSQL_CASES (per seed, default 1000) size the run: `make
 // fuzz-sql SEEDS=1,2,3,4,5 CASES=2000` is a long run;
 // PGSHARD_FUZZSQL_SHAPE (plain, aggregate, semi, cte, setop, window,
-// values, scalar, derived, nofrom, semiwide, unsharded, lateral or rich)
+// values, scalar, derived, nofrom, semiwide, unsharded, lateral, rich or
+// vals)
 // generates one shape only;
 // PGSHARD_FUZZSQL_MODES (comma-separated names of TestDifferential's
 // modes, copy, cursor) runs those modes instead of the default five
@@ -61,7 +62,7 @@ func TestFuzzSQL(t *testing.T) {
 	var shape func(*ggen) gquery
 	if s := os.Getenv("PGSHARD_FUZZSQL_SHAPE"); s != "" {
 		if shape = ggenShapes[s]; shape == nil {
-			t.Fatalf("PGSHARD_FUZZSQL_SHAPE: %q is not a shape (plain, aggregate, semi, cte, setop, window, values, scalar, derived, nofrom, semiwide, unsharded, lateral, rich)", s)
+			t.Fatalf("PGSHARD_FUZZSQL_SHAPE: %q is not a shape (plain, aggregate, semi, cte, setop, window, values, scalar, derived, nofrom, semiwide, unsharded, lateral, rich, vals)", s)
 		}
 	}
 	ctx := ctxT(t, time.Duration(len(seeds)*cases)*30*time.Millisecond*3+10*time.Minute)
