@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestStartupParametersAsPostgres: the settings a startup packet gives a
@@ -158,6 +159,64 @@ func TestSetReportsAsPostgres(t *testing.T) {
 		for i, s := range steps {
 			if got[i] != want[i] {
 				t.Errorf("%s (%s): pgshard reports %s\n  Postgres: %s", s, via, got[i], want[i])
+			}
+		}
+	})
+}
+
+// TestSetsInOneQueryStringAsPostgres: several session SETs, RESETs and
+// set_config calls in one query string each apply on top of the one
+// before, as on one server — the settings every later statement runs
+// with, what SHOW says and what the client was told (ParameterStatus)
+// are what a direct connection has after the same strings (each SET was
+// applied alone over the session's settings before the string: only the
+// last one stayed).
+func TestSetsInOneQueryStringAsPostgres(t *testing.T) {
+	steps := []string{
+		"SET DateStyle = 'German'; SET TimeZone = 'Asia/Kathmandu'; SET IntervalStyle = 'sql_standard'",
+		"SET extra_float_digits = 0; RESET TimeZone; SELECT set_config('statement_timeout', '9s', false)",
+		"SET TimeZone = 'America/St_Johns'; SET DateStyle = 'SQL, DMY'; RESET ALL; SET IntervalStyle = 'iso_8601'",
+		"SET application_name = 'a1'; SET TimeZone = 'Europe/Paris'; SET application_name = 'a2'",
+	}
+	watched := []string{"TimeZone", "DateStyle", "IntervalStyle", "application_name"}
+	const probe = "SELECT current_setting('DateStyle'), current_setting('TimeZone'), current_setting('IntervalStyle'), " +
+		"current_setting('extra_float_digits'), current_setting('statement_timeout'), " +
+		"TIMESTAMPTZ '2024-03-01 12:00:00+00', DATE '2024-03-09', INTERVAL '1 day 2 hours', 1::float8 / 3"
+	forEachPath(t, func(t *testing.T, via string, e *proxyEnv) {
+		ctx := ctxT(t, time.Minute)
+		states := func(dsn string) []string {
+			conn, err := pgconn.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var out []string
+			for _, s := range steps {
+				if _, err := conn.Exec(ctx, s).ReadAll(); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+				var vals []string
+				for _, k := range watched {
+					vals = append(vals, k+"="+conn.ParameterStatus(k))
+				}
+				rs, err := conn.Exec(ctx, probe).ReadAll()
+				if err != nil {
+					t.Fatalf("%s: %v", probe, err)
+				}
+				for _, v := range rs[0].Rows[0] {
+					vals = append(vals, string(v))
+				}
+				out = append(out, strings.Join(vals, " | "))
+			}
+			return out
+		}
+		// an application_name of its own: through PgBouncer a client
+		// without one reads "pgshard proxy" (TestStartupParametersAsPostgres)
+		dsn := func(base string) string { return base + "&application_name=one" }
+		want, got := states(dsn(e.db.m.Shards[0].DSN)), states(dsn(e.dsn))
+		for i, s := range steps {
+			if got[i] != want[i] {
+				t.Errorf("after %q (%s):\n  pgshard:  %s\n  Postgres: %s", s, via, got[i], want[i])
 			}
 		}
 	})

@@ -413,7 +413,7 @@ func (p backendExec) take(act action) action {
 	case stopped:
 		return action{err: errPlanStopped} // the runner takes it (acquireneed.go)
 	case g != nil:
-		return probeAction(p.planner.s, st, g.probe) // probed by the runner
+		return probeAction(p.planner, st, g.probe) // probed by the runner
 	}
 	p.planner.stepped = true // its I/O is done: the part is not planned again
 	switch st.kind {

@@ -111,15 +111,15 @@ func (ps *paramStatus) told(n string) string {
 
 // appendSettingStatus appends the ParameterStatus messages a settings
 // change implies (after its CommandComplete, as Postgres does before
-// ReadyForQuery).
-func (ps *paramStatus) appendSettingStatus(dst []byte, e *effect) []byte {
+// ReadyForQuery): the reported parameters it changes from before.
+func appendSettingStatus(dst []byte, e *effect, before map[string]string) []byte {
 	names := make([]string, 0, len(e.rep))
 	for n := range e.rep {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if v := e.rep[n]; ps.reported[n] != v {
+		if v := e.rep[n]; before[n] != v {
 			dst = pgwire.AppendParameterStatus(dst, n, v)
 		}
 	}

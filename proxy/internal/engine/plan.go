@@ -684,7 +684,6 @@ func (p *planner) fail(e *pgwire.Error, eff *effect) {
 
 // answer emits a local action's answer (when it succeeded).
 func (p *planner) answer(act action) {
-	s := p.s
 	if act.err != nil {
 		p.fail(act.err, act.eff)
 		return
@@ -700,7 +699,8 @@ func (p *planner) answer(act action) {
 		p.plan.lbuf = pgwire.AppendCommandComplete(p.plan.lbuf, act.tag)
 	}
 	if act.eff != nil && act.eff.kind == effSettings {
-		p.plan.lbuf = s.ps.appendSettingStatus(p.plan.lbuf, act.eff)
+		_, before := settingsNow(p) // this change's item is not added yet
+		p.plan.lbuf = appendSettingStatus(p.plan.lbuf, act.eff, before)
 	}
 	p.plan.addLocal(lo, act.eff)
 }

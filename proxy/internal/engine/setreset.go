@@ -51,13 +51,14 @@ func (p *planner) setSessionAction(a *route.Statement) action {
 		return action{tag: "RESET", eff: &effect{kind: effSettings, set: s.startup, rep: s.ps.startupReported}}
 	}
 	if st.ToDefault {
-		set := s.cur.Without(name)
+		cur, reported := settingsNow(p)
+		set := cur.Without(name)
 		if v, ok := s.startup.Get(name); ok {
-			set = s.cur.With(name, v)
+			set = cur.With(name, v)
 		}
-		rep := s.ps.reported
+		rep := reported
 		if canon, ok := backend.ReportedParams[name]; ok {
-			rep = maps.Clone(s.ps.reported)
+			rep = maps.Clone(reported)
 			if v, ok := s.ps.startupReported[canon]; ok {
 				rep[canon] = v
 			}
@@ -84,7 +85,20 @@ func errSessionSetInTxn() *pgwire.Error {
 // with what the shard said: the setting's canonical value in the
 // client's settings, or Postgres's error.
 func (p backendExec) probeSet(st *actionStep) action {
-	return probeAction(p.planner.s, st, probeStep(p.planner.ctx, p.planner.s, st))
+	return probeAction(p.planner, st, probeStep(p.planner.ctx, p.planner.s, st))
+}
+
+// settingsNow is the session's settings and the parameters its client was
+// told, as the plan has them so far: after the last settings change
+// planned before (a query string or pipeline may set several, each on top
+// of the one before), else the session's own.
+func settingsNow(p *planner) (*backend.Settings, map[string]string) {
+	for i := len(p.plan.items) - 1; i >= 0; i-- {
+		if e := p.plan.items[i].eff; e != nil && e.kind == effSettings {
+			return e.set, e.rep
+		}
+	}
+	return p.s.cur, p.s.ps.reported
 }
 
 // probeRead is what a session SET's probe read: the setting's value,
@@ -110,8 +124,8 @@ func probeStep(ctx context.Context, s *Session, st *actionStep) probeRead {
 
 // probeAction is the answer to a session SET whose probe read r: its
 // error, or its tag and the session's settings (and reported
-// parameters) changed.
-func probeAction(s *Session, st *actionStep, r probeRead) action {
+// parameters) changed, on top of the plan's so far (settingsNow).
+func probeAction(p *planner, st *actionStep, r probeRead) action {
 	value, statuses, raw, e := r.value, r.statuses, r.raw, r.err
 	if e != nil {
 		return action{err: e}
@@ -123,7 +137,8 @@ func probeAction(s *Session, st *actionStep, r probeRead) action {
 		}
 		return action{err: e}
 	}
-	rep := s.ps.reported
+	cur, told := settingsNow(p)
+	rep := told
 	// A reported setting (GUC_REPORT) is reported when its value differs
 	// from what the client was last told, as Postgres does. The probe's
 	// backend reports only a change of its own value, which a pooled
@@ -131,7 +146,7 @@ func probeAction(s *Session, st *actionStep, r probeRead) action {
 	// nothing there), so the value read back decides too.
 	canon, reported := backend.ReportedParams[st.name]
 	if len(statuses) > 0 || (reported && rep[canon] != value) {
-		rep = maps.Clone(s.ps.reported)
+		rep = maps.Clone(told)
 		for _, kv := range statuses {
 			rep[kv[0]] = kv[1]
 		}
@@ -139,7 +154,7 @@ func probeAction(s *Session, st *actionStep, r probeRead) action {
 			rep[canon] = value
 		}
 	}
-	act := action{tag: st.tag, eff: &effect{kind: effSettings, set: s.cur.With(st.name, value), rep: rep}}
+	act := action{tag: st.tag, eff: &effect{kind: effSettings, set: cur.With(st.name, value), rep: rep}}
 	if st.cfg != nil {
 		act.rows = appendSetConfigRow(nil, st.cfg, value)
 	}
