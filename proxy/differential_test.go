@@ -283,7 +283,9 @@ type diffResult struct {
 type diffMode struct {
 	name    string
 	startup map[string]string
-	run     func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult
+	// init is run once on each new connection (session settings).
+	init string
+	run  func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult
 }
 
 func diffModes(bindKey string) []diffMode {
@@ -318,6 +320,16 @@ func diffModes(bindKey string) []diffMode {
 		{name: "set-query", run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
 			return diffSettingsQuery(ctx, conn, interpolate(dc.sql, dc.params))
 		}},
+		// Session styles every value a shard writes as text depends on
+		// (timestamps, dates, intervals, floats), given at startup and by
+		// SET: every shard a read runs on, and every value the merge or a
+		// second stage writes itself, must follow them.
+		{name: "styles", startup: map[string]string{"TimeZone": "America/St_Johns", "DateStyle": "SQL, DMY", "IntervalStyle": "postgres_verbose"},
+			run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+				return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))
+			}},
+		{name: "styles-set", init: "SET TimeZone = 'Asia/Kathmandu'; SET DateStyle = 'German'; SET IntervalStyle = 'sql_standard'; SET extra_float_digits = 0",
+			run: ext(false)},
 	}
 }
 
@@ -693,11 +705,12 @@ func clipReason(s string) string {
 type diffConn struct {
 	dsn     string
 	startup map[string]string
+	init    string
 	conn    *pgconn.PgConn
 }
 
 func diffConnect(ctx context.Context, t *testing.T, dsn string, mode diffMode) *diffConn {
-	return &diffConn{dsn: dsn, startup: mode.startup}
+	return &diffConn{dsn: dsn, startup: mode.startup, init: mode.init}
 }
 
 func (d *diffConn) get(ctx context.Context, t *testing.T) *pgconn.PgConn {
@@ -717,6 +730,11 @@ func (d *diffConn) get(ctx context.Context, t *testing.T) *pgconn.PgConn {
 	conn, err := pgconn.ConnectConfig(cctx, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if d.init != "" {
+		if _, err := conn.Exec(cctx, d.init).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", d.init, err)
+		}
 	}
 	d.conn = conn
 	return conn

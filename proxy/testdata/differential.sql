@@ -6,7 +6,9 @@
 # block), with extra_float_digits = 0, and behind transaction-local
 # settings (set_config(..., true) and SET LOCAL extra_float_digits = 0
 # ahead of it in one pipeline — in its implicit transaction or inside a
-# block — or in one query string). Each must be answered the same (rows,
+# block — or in one query string), and under session TimeZone, DateStyle,
+# IntervalStyle and extra_float_digits given at startup or by SET. Each
+# must be answered the same (rows,
 # column types, command tag) or refused with 0A000.
 #
 # Line format:  [@unordered | @ties=COLS] SQL [ ;; JSON array of parameters ]
