@@ -165,8 +165,8 @@ func TestSetReportsAsPostgres(t *testing.T) {
 }
 
 // TestSetsInOneQueryStringAsPostgres: several session SETs, RESETs and
-// set_config calls in one query string each apply on top of the one
-// before, as on one server — the settings every later statement runs
+// set_config calls in one query string (or one pipeline) each apply on
+// top of the one before, as on one server — the settings every later statement runs
 // with, what SHOW says and what the client was told (ParameterStatus)
 // are what a direct connection has after the same strings (each SET was
 // applied alone over the session's settings before the string: only the
@@ -177,6 +177,8 @@ func TestSetsInOneQueryStringAsPostgres(t *testing.T) {
 		"SET extra_float_digits = 0; RESET TimeZone; SELECT set_config('statement_timeout', '9s', false)",
 		"SET TimeZone = 'America/St_Johns'; SET DateStyle = 'SQL, DMY'; RESET ALL; SET IntervalStyle = 'iso_8601'",
 		"SET application_name = 'a1'; SET TimeZone = 'Europe/Paris'; SET application_name = 'a2'",
+		// one pipeline (extended protocol, one Sync)
+		"pipe:SET DateStyle = 'Postgres, DMY'; SET TimeZone = 'Pacific/Chatham'; SET IntervalStyle = 'postgres_verbose'",
 	}
 	watched := []string{"TimeZone", "DateStyle", "IntervalStyle", "application_name"}
 	const probe = "SELECT current_setting('DateStyle'), current_setting('TimeZone'), current_setting('IntervalStyle'), " +
@@ -192,7 +194,15 @@ func TestSetsInOneQueryStringAsPostgres(t *testing.T) {
 			defer conn.Close(ctx)
 			var out []string
 			for _, s := range steps {
-				if _, err := conn.Exec(ctx, s).ReadAll(); err != nil {
+				if pipe, ok := strings.CutPrefix(s, "pipe:"); ok {
+					b := &pgconn.Batch{}
+					for _, q := range strings.Split(pipe, "; ") {
+						b.ExecParams(q, nil, nil, nil, nil)
+					}
+					if _, err := conn.ExecBatch(ctx, b).ReadAll(); err != nil {
+						t.Fatalf("%s: %v", s, err)
+					}
+				} else if _, err := conn.Exec(ctx, s).ReadAll(); err != nil {
 					t.Fatalf("%s: %v", s, err)
 				}
 				var vals []string
