@@ -3,10 +3,13 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgshard/pgshard/proxy"
 )
@@ -102,4 +105,31 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestFanoutUnservableRefused: with the fence on, a read of every shard
+// whose served form cannot be written is refused with 0A000 — run as it
+// is, it could read a moving range on both shards — and the session goes
+// on; with the fence off the same read is answered.
+func TestFanoutUnservableRefused(t *testing.T) {
+	on := startProxy(t, fenceMode(proxy.FenceOn))
+	off := startProxy(t, fenceMode(proxy.FenceOff))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// deparse's own marker in a literal beside an operator under an
+	// operator: no faithful text of the served form exists
+	const sql = "SELECT aid, 'pgshard_paren_0_x' FROM accounts WHERE (abalance > 1 OR abalance < 0) IS NULL"
+	if _, err := off.connect(t).Exec(ctx, sql); err != nil {
+		t.Fatalf("fence off: %v", err)
+	}
+	c := on.connect(t)
+	_, err := c.Exec(ctx, sql)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Message, "buckets it serves") {
+		t.Fatalf("fence on: %v; want 0A000 naming the served buckets", err)
+	}
+	var one int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE aid + 0 < 0").Scan(&one); err != nil {
+		t.Fatalf("the session after the refusal: %v", err)
+	}
 }

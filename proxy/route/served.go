@@ -145,25 +145,39 @@ func starTarget() *pg.Node {
 type servedCache struct {
 	base, sql string
 	checked   bool
+	err       error
 }
 
 // ServedSQL returns the served form of base — the text a shard runs for
 // st's read of every shard: Merge.SQL, a Merge.ShardSQL entry, or st.SQL
-// — or "" when base reads no keyed table or its form cannot be written;
-// checked, its served sets are checked against r's map (servedCheck). It
-// is built once per statement, base and form and kept in st (a parse and
-// a deparse; only shards whose fence is on read it).
-func (r *Table) ServedSQL(st *Statement, base string, checked bool) string {
+// — or "" when base reads no keyed table (or is not a read, or does not
+// parse: the shard says so); checked, its served sets are checked against
+// r's map (servedCheck). A read of keyed tables whose served form cannot
+// be written is an error (0A000): run as it is, it could read a moving
+// range on both shards. It is built once per statement, base and form and
+// kept in st (a parse and a deparse; only shards whose fence is on read
+// it).
+func (r *Table) ServedSQL(st *Statement, base string, checked bool) (string, error) {
 	if c := (*servedCache)(atomic.LoadPointer(&st.served)); c != nil && c.base == base && c.checked == checked {
-		return c.sql
+		return c.sql, c.err
 	}
 	by := servedBy{nb: r.pl.m.Buckets, set: servedSet}
 	if checked {
 		by.set = r.servedCheck()
 	}
-	c := &servedCache{base: base, checked: checked, sql: r.sc.servedText(base, by)}
+	c := &servedCache{base: base, checked: checked}
+	c.sql, c.err = r.sc.servedText(base, by)
 	atomic.StorePointer(&st.served, unsafe.Pointer(c))
-	return c.sql
+	return c.sql, c.err
+}
+
+// unservable is the error of a read of keyed tables whose served form
+// could not be written.
+func unservable(err error) error {
+	return &Refusal{SQLState: "0A000",
+		Message: "pgshard cannot write this read of every shard so that each shard reads only the buckets it serves (the shards' fence is on)",
+		Detail:  err.Error(),
+		Hint:    "Write the read another way (a simpler expression), or read each shard with /* pgshard:shard=NAME */."}
 }
 
 // servedCheck is servedCheck of r's map, built once.
@@ -174,39 +188,39 @@ func (r *Table) servedCheck() string {
 
 // servedText is the served form of the one statement sql, a read (a
 // SELECT, or COPY ... TO of a table or a query).
-func (sc *compiled) servedText(sql string, by servedBy) string {
+func (sc *compiled) servedText(sql string, by servedBy) (string, error) {
 	res, err := pg.Parse(sql)
 	if err != nil || len(res.Stmts) != 1 {
-		return ""
+		return "", nil
 	}
 	n := res.Stmts[0].Stmt
 	if cp := n.GetCopyStmt(); cp != nil {
 		return sc.copyServed(cp, by)
 	}
 	if n.GetSelectStmt() == nil {
-		return ""
+		return "", nil
 	}
 	sf := sc.servedForm(n, by)
 	if sf == nil {
-		return ""
+		return "", nil
 	}
 	out, err := deparse(sf)
 	if err != nil {
-		return ""
+		return "", unservable(err)
 	}
-	return out
+	return out, nil
 }
 
 // copyServed is the served form of a COPY ... TO STDOUT: COPY (the read,
 // filtered) TO STDOUT with the statement's options.
-func (sc *compiled) copyServed(cp *pg.CopyStmt, by servedBy) string {
+func (sc *compiled) copyServed(cp *pg.CopyStmt, by servedBy) (string, error) {
 	if cp.IsFrom {
-		return ""
+		return "", nil
 	}
 	q := cp.Query
 	if q == nil {
 		if cp.Relation == nil {
-			return ""
+			return "", nil
 		}
 		q = selectAll(cp.Relation)
 		if len(cp.Attlist) > 0 {
@@ -220,11 +234,11 @@ func (sc *compiled) copyServed(cp *pg.CopyStmt, by servedBy) string {
 	}
 	sf := sc.servedForm(q, by)
 	if sf == nil {
-		return ""
+		return "", nil
 	}
 	out, err := deparse(&pg.Node{Node: &pg.Node_CopyStmt{CopyStmt: &pg.CopyStmt{Query: sf, Options: cp.Options}}})
 	if err != nil {
-		return ""
+		return "", unservable(err)
 	}
-	return out
+	return out, nil
 }

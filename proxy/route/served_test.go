@@ -1,8 +1,11 @@
 package route_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/pgshard/pgshard/proxy/route"
 )
 
 // TestServedSQL: the served form reads every keyed table — at any depth,
@@ -55,7 +58,10 @@ func testServedSQL(t *testing.T, served string, checked bool) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.sql, err)
 		}
-		got := r.ServedSQL(st, st.SQL, checked)
+		got, err := r.ServedSQL(st, st.SQL, checked)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
 		if c.none {
 			if got != "" {
 				t.Errorf("%s: want no served form, got %s", c.sql, got)
@@ -71,11 +77,37 @@ func testServedSQL(t *testing.T, served string, checked bool) {
 			}
 			rest = rest[i+len(w):]
 		}
-		if again := r.ServedSQL(st, st.SQL, checked); again != got {
+		if again, _ := r.ServedSQL(st, st.SQL, checked); again != got {
 			t.Errorf("%s: a second call gave another text", c.sql)
 		}
-		if other := r.ServedSQL(st, st.SQL, !checked); other == got {
+		if other, _ := r.ServedSQL(st, st.SQL, !checked); other == got {
 			t.Errorf("%s: checked and unchecked forms are the same text", c.sql)
 		}
+	}
+}
+
+// TestServedSQLUnwritable: a read of keyed tables whose served form
+// cannot be written is refused (0A000), never run as it is (it could
+// read a moving range on two shards); a statement that reads no keyed
+// table has no served form and no error.
+func TestServedSQLUnwritable(t *testing.T) {
+	r := newRouter(t, "")
+	// The name of deparse's own marker in a literal beside an operator
+	// under an operator: the text cannot be written back faithfully.
+	st, err := r.Analyze("SELECT id, 'pgshard_paren_0_x' FROM executions WHERE (version > 1 OR version < 0) IS NOT NULL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := r.ServedSQL(st, st.SQL, true)
+	var ref *route.Refusal
+	if sv != "" || !errors.As(err, &ref) || ref.SQLState != "0A000" {
+		t.Fatalf("served form %q, %v: want a 0A000 refusal", sv, err)
+	}
+	st, err = r.Analyze("SELECT 'pgshard_paren_0_x', (1 > 0 OR 2 < 1) IS NOT NULL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sv, err := r.ServedSQL(st, st.SQL, true); sv != "" || err != nil {
+		t.Fatalf("a read of no keyed table: %q, %v", sv, err)
 	}
 }

@@ -778,9 +778,11 @@ type Analyzer interface {
 	// apart (no subquery runs alone; Table.RouteApart).
 	RouteApart(st *Statement, params [][]byte, formats []int16, paramOIDs []uint32) Dest
 	// ServedSQL is the served form of base, a text every shard runs for
-	// st's read of every shard (served.go): "" when it has none;
-	// checked, each shard's served set is checked against the map.
-	ServedSQL(st *Statement, base string, checked bool) string
+	// st's read of every shard (served.go): "" when it has none, an
+	// error (0A000) when it reads keyed tables and its form cannot be
+	// written; checked, each shard's served set is checked against the
+	// map.
+	ServedSQL(st *Statement, base string, checked bool) (string, error)
 	// RouteKey routes an explicit key (hints: SET LOCAL pgshard.key).
 	RouteKey(key string, t KeyType) Dest
 	// OnOwnSession is st analyzed as a server session of its own runs it,

@@ -257,9 +257,9 @@ func newFanExec(p *planner) *fanExec {
 // the buckets the shard serves) when st's pool has the fence — asked on
 // a connection of this fan-out's own, never inside the client's
 // transaction — else base.
-func (x *fanExec) shardText(st *fanStream, base string) string {
+func (x *fanExec) shardText(st *fanStream, base string) (string, error) {
 	if x.fences == nil || x.f.only > 0 || x.f.dest.Merge == nil {
-		return base // a keyed read in its shard's reader; DDL
+		return base, nil // a keyed read in its shard's reader; DDL
 	}
 	on := false
 	if st.role == partOwn || st.role == partNewReader {
@@ -268,12 +268,20 @@ func (x *fanExec) shardText(st *fanStream, base string) string {
 		on, _ = x.fences.decided(x.gen, st.bc.Pool)
 	}
 	if !on {
-		return base
+		return base, nil
 	}
-	if sv := x.gen.Config.Analyzer.ServedSQL(x.f.st, base, x.fences.servedChecked(x.gen, st.bc.Pool)); sv != "" {
-		return sv
+	sv, err := x.gen.Config.Analyzer.ServedSQL(x.f.st, base, x.fences.servedChecked(x.gen, st.bc.Pool))
+	var r *route.Refusal
+	switch {
+	case errors.As(err, &r):
+		x.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()
+		return "", refusalError(r) // nothing sent: the stream answers it (fanStream.refuse)
+	case err != nil:
+		return "", err
+	case sv != "":
+		return sv, nil
 	}
-	return base
+	return base, nil
 }
 
 // stage is the executor of fp, a stage of x's read: a fan-out of its own
@@ -346,7 +354,7 @@ func (x *fanExec) run() error {
 	for _, st := range streams {
 		buf, err := x.fanRequest(st, &bv, formats)
 		if err != nil {
-			st.loseConn(err)
+			st.failRequest(err)
 			continue
 		}
 		if err := st.bc.Write(buf); err != nil {
@@ -495,7 +503,10 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		if st.shard < len(merge.ShardSQL) {
 			sql = merge.ShardSQL[st.shard]
 		}
-		sql = x.shardText(st, sql)
+		sql, err := x.shardText(st, sql)
+		if err != nil {
+			return nil, err
+		}
 		buf = pgwire.AppendParseMsg(buf, "", sql, nil)
 		buf = pgwire.AppendBindNoParams(buf, formats)
 		buf = pgwire.AppendDescribe(buf, 'P', "")
@@ -509,7 +520,10 @@ func (x *fanExec) fanRequest(st *fanStream, bv *pgwire.BindView, formats []int16
 		if merge != nil && st.shard < len(merge.ShardSQL) {
 			sql = merge.ShardSQL[st.shard]
 		}
-		sql = x.shardText(st, sql)
+		sql, err := x.shardText(st, sql)
+		if err != nil {
+			return nil, err
+		}
 		if f.repl != nil {
 			if sql = stageText(sql, f.repl); sql == "" {
 				return nil, errors.New("pgshard: a stage's marker is not in the text a shard runs")

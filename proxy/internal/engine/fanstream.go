@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"github.com/pgshard/pgshard/proxy/internal/backend"
 	"github.com/pgshard/pgshard/proxy/internal/merge"
 	"github.com/pgshard/pgshard/proxy/internal/pgwire"
@@ -174,6 +176,20 @@ func (f *fanStream) take(typ byte, msg []byte) {
 	case 'N':
 		f.notices = append(f.notices, append([]byte(nil), msg...))
 	}
+}
+
+// failRequest ends a stream whose request could not be written (nothing
+// was sent): a refusal (*pgwire.Error) is its answer and its connection
+// stays good; anything else loses the connection.
+func (f *fanStream) failRequest(err error) {
+	var e *pgwire.Error
+	if !errors.As(err, &e) {
+		f.loseConn(err)
+		return
+	}
+	f.errRaw = pgwire.AppendError(nil, e)
+	f.rowsDone = true
+	f.rfqLeft = 0
 }
 
 func (f *fanStream) loseConn(err error) {

@@ -211,10 +211,11 @@ func (x *fanExec) stageStart(fp *fanPlan, bv *pgwire.BindView, formats []int16) 
 	streams := sx.streams
 	for _, st := range streams {
 		buf, err := sx.fanRequest(st, bv, formats)
-		if err == nil {
-			err = st.bc.Write(buf)
-		}
 		if err != nil {
+			st.failRequest(err)
+			continue
+		}
+		if err := st.bc.Write(buf); err != nil {
 			st.loseConn(err)
 		}
 	}
@@ -757,10 +758,11 @@ func stageFan(x *fanExec, outer *route.Statement, d route.Dest, bv *pgwire.BindV
 	formats := merge.ShardFormats(d.Merge, sbv.ResultFmts)
 	for _, st := range sx.streams {
 		buf, err := sx.fanRequest(st, &sbv, formats)
-		if err == nil {
-			err = st.bc.Write(buf)
-		}
 		if err != nil {
+			st.failRequest(err)
+			continue
+		}
+		if err := st.bc.Write(buf); err != nil {
 			st.loseConn(err)
 		}
 	}
