@@ -964,3 +964,14 @@ SELECT e.id, x.m FROM executions e, LATERAL (SELECT max(t.fire_at) AS m FROM tim
 @answered SELECT id, (i4 BETWEEN -5 AND 5) BETWEEN false AND true FROM vals ORDER BY id LIMIT 6 OFFSET 1
 @answered SELECT max((i2 + 1) * 2), min(-(i4 - 3)), sum(2 ^ (i2 % 3)) FROM vals WHERE (i2 = 0 OR i2 = 1) IS NOT NULL
 @staged SELECT e.id FROM executions e WHERE (e.version IS DISTINCT FROM 1) IS NOT NULL AND e.id IN (SELECT o.target_id FROM outbox o WHERE (o.seq > 3 OR o.seq < 2) IS TRUE) ORDER BY e.id
+
+# --- NOT IN / ALL / ANY over a subquery that yields NULLs (three-valued
+# logic: NOT IN a set holding NULL is never true)
+SELECT id FROM vals WHERE i2 NOT IN (SELECT i2 FROM vals WHERE g = 'a') ORDER BY id
+SELECT id FROM vals WHERE i4 NOT IN (SELECT v.i4 FROM vals v WHERE v.i4 IS NOT NULL AND v.g = 'b') ORDER BY id
+SELECT count(*) FROM vals WHERE t NOT IN (SELECT t FROM vals WHERE id < 'v010')
+SELECT id FROM vals WHERE (i2, g) NOT IN (SELECT i2, g FROM vals WHERE b) ORDER BY id
+SELECT id FROM vals WHERE i2 > ALL (SELECT i2 FROM vals WHERE g = 'c') ORDER BY id
+SELECT id FROM vals WHERE i2 = ANY (SELECT i2 FROM vals WHERE g = 'c' AND i2 IS NULL) ORDER BY id
+SELECT id, i2 NOT IN (SELECT i2 FROM vals WHERE g = 'd') AS n FROM vals ORDER BY id LIMIT 30
+SELECT g, count(*) FILTER (WHERE i2 NOT IN (SELECT i2 FROM vals WHERE g = 'e')) FROM vals GROUP BY g ORDER BY g NULLS FIRST
