@@ -1,7 +1,9 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -412,5 +414,56 @@ func TestBinaryValuesInDefaultShardOIDs(t *testing.T) {
 			t.Fatalf("key %d by a binary cursor: %v %v", k, err, res)
 		}
 		same(fmt.Sprintf("key %d by a binary cursor", k), res[2].Rows[0])
+	}
+	// A binary COPY of a query and of a table's listed columns: its
+	// tuples' values, byte for byte.
+	for _, sql := range []string{
+		"COPY (SELECT " + cols + " FROM relabel_v) TO STDOUT (FORMAT binary)",
+		"COPY relabel_v (m, p, d, pa) TO STDOUT (FORMAT binary)",
+	} {
+		var buf bytes.Buffer
+		if _, err := pc.CopyTo(ctx, &buf, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		tuples := copyTuples(t, buf.Bytes())
+		if len(tuples) != len(keys) {
+			t.Fatalf("%s: %d tuples, want %d", sql, len(tuples), len(keys))
+		}
+		for i, tu := range tuples {
+			for j, v := range tu {
+				if string(v) != string(want[0][j]) {
+					t.Errorf("%s, tuple %d: field %d is %x; the default shard sends %x", sql, i, j, v, want[0][j])
+				}
+			}
+		}
+	}
+}
+
+// copyTuples reads a binary COPY file: its tuples' field values.
+func copyTuples(t *testing.T, b []byte) [][][]byte {
+	t.Helper()
+	const sig = "PGCOPY\n\xff\r\n\x00"
+	if len(b) < len(sig)+8 || string(b[:len(sig)]) != sig {
+		t.Fatalf("not a binary COPY file: %x", b[:min(len(b), 19)])
+	}
+	b = b[len(sig)+8+int(binary.BigEndian.Uint32(b[len(sig)+4:])):]
+	var out [][][]byte
+	for {
+		n := int16(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		if n == -1 {
+			return out
+		}
+		var tu [][]byte
+		for range n {
+			l := int32(binary.BigEndian.Uint32(b))
+			b = b[4:]
+			if l < 0 {
+				tu = append(tu, nil)
+				continue
+			}
+			tu, b = append(tu, b[:l]), b[l:]
+		}
+		out = append(out, tu)
 	}
 }

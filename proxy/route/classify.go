@@ -290,6 +290,11 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 				// Analysed as the read it is: SELECT * FROM the table.
 				a.query(selectAll(cp.Relation), nil, true)
 				c.p.copyOut = &CopyOut{Header: copyHeader(cp.Options)}
+				if len(cp.Attlist) > 0 && copyBinary(cp.Options) {
+					// Written by pgshard from the rows of SELECT cols
+					// (copyPlan): a binary value's type numbers told.
+					a.copyQuery, a.copyOpts = selectCols(cp.Relation, cp.Attlist), cp.Options
+				}
 			}
 		} else if cp.IsFrom {
 			a.setWrite("COPY into " + cp.Relation.Relname)
@@ -298,6 +303,28 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 	if cp.Filename != "" || cp.IsProgram {
 		a.refuse("0A000", "COPY to or from a server file or program is not routed by pgshard", "Use COPY ... STDIN/STDOUT.")
 	}
+}
+
+// selectCols is SELECT cols FROM rel.
+func selectCols(rel *pg.RangeVar, cols []*pg.Node) *pg.Node {
+	q := selectAll(rel)
+	sel := q.GetSelectStmt()
+	sel.TargetList = nil
+	for _, c := range cols {
+		col := &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{c}}}}
+		sel.TargetList = append(sel.TargetList, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: col}}})
+	}
+	return q
+}
+
+// copyBinary reports whether a COPY's options name the binary format.
+func copyBinary(opts []*pg.Node) bool {
+	for _, o := range opts {
+		if d := o.GetDefElem(); d != nil && d.Defname == "format" && strings.EqualFold(d.Arg.GetString_().GetSval(), "binary") {
+			return true
+		}
+	}
+	return false
 }
 
 // selectAll is SELECT * FROM rel.

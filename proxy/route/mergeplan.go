@@ -112,8 +112,10 @@ func (a *analyzer) mergePlan() (*mergePlan, string) {
 // sends their outputs one after the other. That is the table's rows for
 // COPY table, and for COPY (query) when the query's merge is the shards'
 // rows as they come, in any order: no ORDER BY, LIMIT, DISTINCT or
-// aggregate, and no text rewritten per shard. Otherwise the shards run
-// the query and the engine writes the merged rows as the COPY (copyRows).
+// aggregate, and no text rewritten per shard. Otherwise — and for a
+// binary COPY (query) or of a table's listed columns, whose values may
+// name types by the shard's numbers — the shards run the query and the
+// engine writes the merged rows as the COPY (copyRows).
 func (a *analyzer) copyPlan(co *CopyOut) (*mergePlan, string) {
 	cp := &mergePlan{merge: Merge{Width: -1, Limit: -1, Offset: -1, CopyOut: co},
 		desc: "each shard's COPY output in turn"}
@@ -125,6 +127,12 @@ func (a *analyzer) copyPlan(co *CopyOut) (*mergePlan, string) {
 		return nil, "COPY (query) TO: " + why
 	}
 	m := &mp.merge
+	if a.copyQuery != nil && copyBinary(a.copyOpts) {
+		// A binary value of a user's array, composite or record names
+		// its types by the shard's numbers: the rows are told in the
+		// catalog's (engine/relabelvalues.go) and pgshard writes them.
+		return copyRows(a, co, mp)
+	}
 	if m.SQL != "" || m.ShardSQL != nil || m.Hidden > 0 || len(m.OrderBy) > 0 || m.Distinct ||
 		m.DistinctOn > 0 || m.Limit >= 0 || m.Offset >= 0 || mp.limit != nil || mp.offset != nil ||
 		m.Groups != nil || m.Stages != nil {

@@ -224,12 +224,7 @@ func (sc *compiled) copyServed(cp *pg.CopyStmt, by servedBy) (string, error) {
 		}
 		q = selectAll(cp.Relation)
 		if len(cp.Attlist) > 0 {
-			sel := q.GetSelectStmt()
-			sel.TargetList = nil
-			for _, c := range cp.Attlist {
-				col := &pg.Node{Node: &pg.Node_ColumnRef{ColumnRef: &pg.ColumnRef{Fields: []*pg.Node{c}}}}
-				sel.TargetList = append(sel.TargetList, &pg.Node{Node: &pg.Node_ResTarget{ResTarget: &pg.ResTarget{Val: col}}})
-			}
+			q = selectCols(cp.Relation, cp.Attlist)
 		}
 	}
 	sf := sc.servedForm(q, by)
