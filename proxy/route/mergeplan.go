@@ -127,16 +127,23 @@ func (a *analyzer) copyPlan(co *CopyOut) (*mergePlan, string) {
 		return nil, "COPY (query) TO: " + why
 	}
 	m := &mp.merge
-	if a.copyQuery != nil && copyBinary(a.copyOpts) {
-		// A binary value of a user's array, composite or record names
-		// its types by the shard's numbers: the rows are told in the
-		// catalog's (engine/relabelvalues.go) and pgshard writes them.
-		return copyRows(a, co, mp)
-	}
 	if m.SQL != "" || m.ShardSQL != nil || m.Hidden > 0 || len(m.OrderBy) > 0 || m.Distinct ||
 		m.DistinctOn > 0 || m.Limit >= 0 || m.Offset >= 0 || mp.limit != nil || mp.offset != nil ||
 		m.Groups != nil || m.Stages != nil {
 		return copyRows(a, co, mp) // copyrows.go
+	}
+	if a.copyQuery != nil && copyBinary(a.copyOpts) {
+		// A binary value of a user's array, composite or record names
+		// its types by the shard's numbers: the rows are told in the
+		// catalog's (engine/relabelvalues.go) and pgshard writes them,
+		// or where it cannot, each shard's output passes (Passthrough).
+		pass := *cp
+		pass.merge.CopyOut = &CopyOut{Header: co.Header}
+		if rp, why := copyRows(a, co, mp); rp != nil {
+			co.Passthrough = &pass.merge
+			return rp, why
+		}
+		return &pass, ""
 	}
 	return cp, ""
 }

@@ -355,6 +355,12 @@ type CopyOut struct {
 	Quote, Escape byte
 	ForceQuote    []string
 	ForceQuoteAll bool
+	// Passthrough, of a binary COPY whose rows need no merge: the plan
+	// that sends each shard's COPY output in turn, right but for the type
+	// numbers inside a user type's array or composite values, for the
+	// engine to take where it cannot write the rows (the extended
+	// protocol, a client-only encoding).
+	Passthrough *Merge
 }
 
 // Stages is a read whose sharded tables all lie in FROM subqueries or

@@ -325,7 +325,12 @@ func (x *fanExec) run() error {
 	copyRows := f.st.Copy && mplan != nil && mplan.CopyOut != nil && mplan.CopyOut.Rows
 	if copyRows {
 		if e := copyRowsCheck(f, *x.cur); e != nil {
-			return x.fanFail(e)
+			pass := mplan.CopyOut.Passthrough
+			if pass == nil || f.only > 0 {
+				return x.fanFail(e)
+			}
+			// each shard's own binary COPY output, as it is
+			mplan, copyRows, f.dest.Merge = pass, false, pass
 		}
 	}
 	bytewise := mplan != nil && f.only == 0 && (!f.st.Copy || copyRows) && x.gen.textBytewise(x.ctx)
