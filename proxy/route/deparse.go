@@ -232,17 +232,15 @@ func needsParens(n *pg.Node, pos int) bool {
 // value (LIMIT_OPTION_DEFAULT, SETOP_NONE, ...), and a LIMIT option
 // without a LIMIT is no option.
 func sameStatement(built, parsed *pg.Node) bool {
-	a, b := proto.Clone(built).(*pg.Node), proto.Clone(parsed).(*pg.Node)
-	for _, m := range []protoreflect.Message{a.ProtoReflect(), b.ProtoReflect()} {
-		clearLocations(m)
-		parserDefaults(m)
-	}
-	return proto.Equal(a, b)
+	a := proto.Clone(built).(*pg.Node) // parsed is the caller's own, built is not
+	normalizeTree(a.ProtoReflect())
+	normalizeTree(parsed.ProtoReflect())
+	return proto.Equal(a, parsed)
 }
 
-// parserDefaults sets under m what the parser sets and a built tree may
-// leave unset (sameStatement).
-func parserDefaults(m protoreflect.Message) {
+// normalizeTree clears every location under m and sets what the parser
+// sets and a built tree may leave unset (sameStatement), in one walk.
+func normalizeTree(m protoreflect.Message) {
 	switch x := m.Interface().(type) {
 	case *pg.SelectStmt:
 		if x.LimitCount == nil && x.LimitOption == pg.LimitOption_LIMIT_OPTION_COUNT {
@@ -253,32 +251,49 @@ func parserDefaults(m protoreflect.Message) {
 			x.Arg = &pg.Node{Node: &pg.Node_Boolean{Boolean: &pg.Boolean{Boolval: b}}}
 		}
 	}
-	var unset []protoreflect.FieldDescriptor
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case fd.Kind() == protoreflect.EnumKind && !fd.IsList():
+		case fd.Kind() == protoreflect.Int32Kind && strings.HasSuffix(string(fd.Name()), "location"):
+			m.Clear(fd) // location, arg_location, stmt_location: the current field
 		case fd.Message() == nil || fd.IsMap():
 		case fd.IsList():
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				parserDefaults(l.Get(i).Message())
+				normalizeTree(l.Get(i).Message())
 			}
 		default:
-			parserDefaults(v.Message())
+			normalizeTree(v.Message())
 		}
 		return true
 	})
-	// Range skips fields at their zero value: walk the enums by name.
-	fields := m.Descriptor().Fields()
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		if fd.Kind() == protoreflect.EnumKind && !fd.IsList() && m.Get(fd).Enum() == 0 && fd.Enum().Values().Len() > 1 {
-			unset = append(unset, fd)
+	// Range skips fields at their zero value: an enum left 0 is set to
+	// its first value.
+	for _, fd := range enumFields(m.Descriptor()) {
+		if m.Get(fd).Enum() == 0 {
+			m.Set(fd, protoreflect.ValueOfEnum(fd.Enum().Values().Get(1).Number()))
 		}
 	}
-	for _, fd := range unset {
-		m.Set(fd, protoreflect.ValueOfEnum(fd.Enum().Values().Get(1).Number()))
+}
+
+// enumFieldsOf caches enumFields per message type.
+var enumFieldsOf sync.Map // protoreflect.FullName → []protoreflect.FieldDescriptor
+
+// enumFields are md's singular enum fields with a value besides 0 (pg_query's
+// UNDEFINED).
+func enumFields(md protoreflect.MessageDescriptor) []protoreflect.FieldDescriptor {
+	if v, ok := enumFieldsOf.Load(md.FullName()); ok {
+		return v.([]protoreflect.FieldDescriptor)
 	}
+	var out []protoreflect.FieldDescriptor
+	fields := md.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Kind() == protoreflect.EnumKind && !fd.IsList() && fd.Enum().Values().Len() > 1 {
+			out = append(out, fd)
+		}
+	}
+	enumFieldsOf.Store(md.FullName(), out)
+	return out
 }
 
 // copyBoolean is the value of a COPY option that takes a boolean, written
