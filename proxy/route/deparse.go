@@ -85,6 +85,9 @@ func parenMarker(i int) string { return "pgshard_paren_" + strconv.Itoa(i) + "_x
 // renderParens renders n with each operator-like child of an
 // operator-like parent rendered on its own, in parentheses.
 func renderParens(n *pg.Node) (string, error) {
+	if !guardParens(n.ProtoReflect(), posOther, nil) {
+		return rawDeparse(n) // nothing to parenthesize: no copy
+	}
 	n = proto.Clone(n).(*pg.Node)
 	var subs []*pg.Node
 	guardParens(n.ProtoReflect(), posOther, &subs)
@@ -122,8 +125,11 @@ const (
 // guardParens replaces, under m, each child that needs parentheses in its
 // position (pos: m's own, passed on by a node's wrapper and a list) by a
 // marker column, appending the child to subs; it does not look inside a
-// child it replaced (renderParens renders it on its own).
-func guardParens(m protoreflect.Message, pos int, subs *[]*pg.Node) {
+// child it replaced (renderParens renders it on its own). With subs nil
+// it changes nothing and stops at the first such child. It reports
+// whether there was one.
+func guardParens(m protoreflect.Message, pos int, subs *[]*pg.Node) bool {
+	found := false
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		if fd.Message() == nil || fd.IsMap() {
 			return true
@@ -133,20 +139,37 @@ func guardParens(m protoreflect.Message, pos int, subs *[]*pg.Node) {
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
 				if node, ok := l.Get(i).Message().Interface().(*pg.Node); ok && needsParens(node, cpos) {
+					found = true
+					if subs == nil {
+						return false
+					}
 					l.Set(i, protoreflect.ValueOfMessage(markerFor(node, subs).ProtoReflect()))
 					continue
 				}
-				guardParens(l.Get(i).Message(), cpos, subs)
+				if guardParens(l.Get(i).Message(), cpos, subs) {
+					found = true
+					if subs == nil {
+						return false
+					}
+				}
 			}
 			return true
 		}
 		if node, ok := v.Message().Interface().(*pg.Node); ok && needsParens(node, cpos) {
+			found = true
+			if subs == nil {
+				return false
+			}
 			m.Set(fd, protoreflect.ValueOfMessage(markerFor(node, subs).ProtoReflect()))
 			return true
 		}
-		guardParens(v.Message(), cpos, subs)
+		if guardParens(v.Message(), cpos, subs) {
+			found = true
+			return subs != nil
+		}
 		return true
 	})
+	return found
 }
 
 // markerFor records node as the next parenthesized child and returns the
