@@ -26,10 +26,10 @@ import (
 // Postgres writes, as strconv's 'e' format: d.ddde±XX. f is finite.
 func shortestE(f float64, bits int) string {
 	e := strconv.FormatFloat(f, 'e', -1, bits)
-	if f == 0 {
-		return e
-	}
 	a := math.Abs(f)
+	if a < tieFloor(bits) {
+		return e // no midpoint of a value this small has so few digits
+	}
 	lo, hi := midpoints(a, bits)
 	d, ok := new(big.Rat).SetString(strings.TrimPrefix(e, "-"))
 	if !ok || d.Cmp(lo) != 0 && d.Cmp(hi) != 0 {
@@ -40,6 +40,21 @@ func shortestE(f float64, bits int) string {
 		return "-" + s
 	}
 	return s
+}
+
+// tieFloor is the least magnitude whose midpoints with its neighbours can
+// be written in as few digits as the shortest form has (9 for float4, 17
+// for float8), so that below it Go's digits are Postgres's with no
+// arithmetic. A midpoint is odd×2^j with odd ≥ 2^24 (float4) or 2^53
+// (float8); for j < 0 its decimal form is odd×5^-j / 10^-j, whose digits
+// are odd×5^-j's: at most 9 only for j ≥ -2, a value of at least 2^22
+// (float4), at most 17 only for j ≥ -1, at least 2^52 (float8).
+// Subnormals' midpoints (j = -150, -1075) have hundreds of digits.
+func tieFloor(bits int) float64 {
+	if bits == 32 {
+		return 1 << 22
+	}
+	return 1 << 52
 }
 
 // midpoints are the exact midpoints between a (> 0) and its neighbours
