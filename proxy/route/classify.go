@@ -305,9 +305,12 @@ func (c *classifying) copy(cp *pg.CopyStmt) {
 	}
 }
 
-// selectCols is SELECT cols FROM rel.
+// selectCols is SELECT cols FROM rel (SELECT * without cols).
 func selectCols(rel *pg.RangeVar, cols []*pg.Node) *pg.Node {
 	q := selectAll(rel)
+	if len(cols) == 0 {
+		return q
+	}
 	sel := q.GetSelectStmt()
 	sel.TargetList = nil
 	for _, c := range cols {

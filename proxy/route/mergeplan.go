@@ -8,7 +8,6 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/pgshard/pgshard/shardmap"
 )
@@ -819,32 +818,16 @@ func bytewiseCollation(name []*pg.Node) bool {
 	return c == "C" || c == "POSIX"
 }
 
-// sameExpr compares two expressions, ignoring where they are in the text.
+// sameExpr compares two expressions, ignoring where they are in the text
+// (normalizeTree, deparse.go).
 func sameExpr(x, y *pg.Node) bool {
 	if x == nil || y == nil {
 		return x == y
 	}
 	cx, cy := proto.Clone(x).(*pg.Node), proto.Clone(y).(*pg.Node)
-	clearLocations(cx.ProtoReflect())
-	clearLocations(cy.ProtoReflect())
+	normalizeTree(cx.ProtoReflect())
+	normalizeTree(cy.ProtoReflect())
 	return proto.Equal(cx, cy)
-}
-
-func clearLocations(m protoreflect.Message) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case strings.HasSuffix(string(fd.Name()), "location") && fd.Kind() == protoreflect.Int32Kind:
-			m.Clear(fd) // location, arg_location, stmt_location
-		case fd.Message() != nil && fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				clearLocations(l.Get(i).Message())
-			}
-		case fd.Message() != nil && !fd.IsMap():
-			clearLocations(v.Message())
-		}
-		return true
-	})
 }
 
 // topLevelCalls reports window functions and aggregates in ns, outside

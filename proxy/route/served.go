@@ -222,10 +222,7 @@ func (sc *compiled) copyServed(cp *pg.CopyStmt, by servedBy) (string, error) {
 		if cp.Relation == nil {
 			return "", nil
 		}
-		q = selectAll(cp.Relation)
-		if len(cp.Attlist) > 0 {
-			q = selectCols(cp.Relation, cp.Attlist)
-		}
+		q = selectCols(cp.Relation, cp.Attlist)
 	}
 	sf := sc.servedForm(q, by)
 	if sf == nil {

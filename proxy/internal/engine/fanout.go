@@ -275,7 +275,7 @@ func (x *fanExec) shardText(st *fanStream, base string) (string, error) {
 	switch {
 	case errors.As(err, &r):
 		x.gen.Metrics.Refusals.WithLabelValues("unsupported").Inc()
-		return "", refusalError(r) // nothing sent: the stream answers it (fanStream.refuse)
+		return "", refusalError(r) // nothing sent: the stream answers it (fanStream.failRequest)
 	case err != nil:
 		return "", err
 	case sv != "":
