@@ -330,6 +330,12 @@ func diffModes(bindKey string) []diffMode {
 			}},
 		{name: "styles-set", init: "SET TimeZone = 'Asia/Kathmandu'; SET DateStyle = 'German'; SET IntervalStyle = 'sql_standard'; SET extra_float_digits = 0",
 			run: ext(false)},
+		// The Postgres style (day names, month names, zone abbreviations
+		// of a zone whose saving time is negative), in the session and
+		// set transaction-locally, where pgshard is not told the style
+		// until the transaction's first ReadyForQuery.
+		{name: "styles-pg", startup: map[string]string{"TimeZone": "Europe/Dublin", "DateStyle": "Postgres, YMD"}, run: ext(false)},
+		{name: "styles-txn", run: inTxn("SET LOCAL DateStyle = 'Postgres, DMY'; SET LOCAL TimeZone = 'America/New_York'")},
 	}
 }
 

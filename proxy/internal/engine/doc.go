@@ -42,7 +42,9 @@
 //	  exchange.go    exchanger: one exchange with one backend (items,
 //	                 effects, a lost backend, COPY FROM STDIN);
 //	                 paramstatus.go: what the client was told of the
-//	                 reported parameters (ParameterStatus); relabel.go:
+//	                 reported parameters (ParameterStatus);
+//	                 timestyle.go: the DateStyle and TimeZone a read's
+//	                 merge orders dates and times by; relabel.go:
 //	                 OIDMaps, another shard's descriptions told in the
 //	                 default shard's table OIDs, attnums and type OIDs,
 //	                 a client's Parse's types in the shard's;

@@ -224,6 +224,10 @@ type fanExec struct {
 	// catalog is the shard whose catalog the client reads: the other
 	// shards' descriptions are told in its numbers (relabel.go).
 	catalog int
+	// ps is the session's reported parameters; times, how the shards
+	// write dates and times in this read (timestyle.go), set as it runs.
+	ps    *paramStatus
+	times *pgvalue.TimeStyle
 }
 
 // fanSession is what a fan-out changes of its session through the
@@ -245,7 +249,7 @@ func newFanExec(p *planner) *fanExec {
 	x := &fanExec{ctx: p.ctx, gen: s.gen, f: p.fan, cc: &s.cc, items: p.plan.items, lbuf: p.plan.lbuf,
 		cur: &s.cur, txn: &s.txn, bc: s.bc, readers: &s.readers, mu: &s.mu, fanning: &s.fanning, sess: s,
 		outStart: len(s.cc.out), flushes: s.cc.flushes, cursors: &s.cursors, idleStart: p.idleStart,
-		catalog: catalogShard(s)}
+		catalog: catalogShard(s), ps: &s.ps}
 	if s.host != nil {
 		x.fences, x.log = s.host.Fences, s.host.Log
 	}
@@ -315,6 +319,7 @@ func (x *fanExec) run() error {
 		x.cc.out = append(x.cc.out, x.lbuf[it.lo:it.hi]...)
 		x.sess.apply(it.eff)
 	}
+	x.times = timeStyleOf(x)
 	mplan := f.dest.Merge
 	if mplan != nil && mplan.Stages != nil && f.only == 0 {
 		return x.runTwoStage() // twostage.go
@@ -732,7 +737,7 @@ func (x *fanExec) fanMerge(m *route.Merge, bv *pgwire.BindView, bytewise bool, b
 		sources[i] = st
 	}
 	r := &merge.Run{Plan: m, Sources: sources, Live: live, RawDesc: rd, ClientFormats: bv.ResultFmts,
-		Describe: f.simple || f.describe, Bytewise: bytewise, GroupLimit: x.gen.Config.MergeGroupLimit,
+		Describe: f.simple || f.describe, Bytewise: bytewise, Times: x.times, GroupLimit: x.gen.Config.MergeGroupLimit,
 		Out: &x.cc.out, Flush: x.cc.flush}
 	if !f.simple {
 		r.Params, r.Formats, r.OIDs = bv.Params, bv.Formats, f.vs.oids

@@ -451,7 +451,7 @@ func (x *fanExec) stageCollect(in *route.Statement, bv *pgwire.BindView, oids []
 	var out []byte
 	rs := &stageRows{}
 	r := &merge.Run{Plan: m, Sources: make([]merge.Source, len(streams)), Live: live, ClientFormats: []int16{1},
-		Describe: true, Bytewise: only == 0 && x.gen.textBytewise(x.ctx), GroupLimit: x.gen.Config.MergeGroupLimit,
+		Describe: true, Bytewise: only == 0 && x.gen.textBytewise(x.ctx), Times: x.times, GroupLimit: x.gen.Config.MergeGroupLimit,
 		Params: bv.Params, Formats: bv.Formats, OIDs: oids, Out: &out, Flush: func() error { return rs.take(&out) }}
 	for i, st := range streams {
 		r.Sources[i] = st

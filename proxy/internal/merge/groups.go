@@ -376,7 +376,7 @@ func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 				a.raw, a.have = slices.Clone(v), true
 				continue
 			}
-			c, e := pgvalue.CompareValues(v, a.raw, f, r.run.Bytewise || o.Bytewise)
+			c, e := pgvalue.CompareValues(v, a.raw, f, r.run.Bytewise || o.Bytewise, r.run.Times)
 			if e != nil {
 				return e
 			}
@@ -514,7 +514,7 @@ func (r groupMerge) compareOut(a, b outVal, j int, finals []pgvalue.Field, k rou
 	} else {
 		var e *pgwire.Error
 		bytewise := r.run.Bytewise || k.Bytewise || r.run.Plan.Groups.Outputs[j].Bytewise
-		if c, e = pgvalue.CompareValues(a.raw, b.raw, &finals[j], bytewise); e != nil {
+		if c, e = pgvalue.CompareValues(a.raw, b.raw, &finals[j], bytewise, r.run.Times); e != nil {
 			return 0, e
 		}
 	}
@@ -567,7 +567,7 @@ func (a *acc) addArray(v []byte, f *pgvalue.Field) *pgwire.Error {
 func (r groupMerge) sortElems(a *acc, bytewise, desc, dedup bool) *pgwire.Error {
 	var err *pgwire.Error
 	cmp := func(x, y []byte) int {
-		c, e := pgvalue.CompareValues(x, y, &a.elem, bytewise)
+		c, e := pgvalue.CompareValues(x, y, &a.elem, bytewise, r.run.Times)
 		if e != nil && err == nil {
 			err = e
 		}

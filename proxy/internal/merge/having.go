@@ -213,7 +213,7 @@ func (r groupMerge) compareOperands(lo, ro route.Operand, vals []outVal, finals 
 		c, e := r.compareTextOperand(rv, l.text)
 		return -c, false, e
 	case l.field != nil && rv.field != nil:
-		c, e := pgvalue.CompareValues(l.raw, rv.raw, l.field, r.run.Bytewise)
+		c, e := pgvalue.CompareValues(l.raw, rv.raw, l.field, r.run.Bytewise, r.run.Times)
 		return c, false, e
 	}
 	return 0, false, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: "pgshard cannot compare these values of a merged HAVING"}
@@ -226,7 +226,7 @@ func (r groupMerge) compareTextOperand(v operandVal, text []byte) (int, *pgwire.
 		tf := *f
 		tf.Format = 0
 		raw := v.raw
-		return pgvalue.CompareValues(raw, text, &tf, r.run.Bytewise || r.run.Plan.Groups.Outputs[v.output].Bytewise)
+		return pgvalue.CompareValues(raw, text, &tf, r.run.Bytewise || r.run.Plan.Groups.Outputs[v.output].Bytewise, r.run.Times)
 	}
 	return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot compare column %q (type oid %d) with a constant in a merged HAVING", f.Name, f.OID)}
 }

@@ -22,7 +22,10 @@ type Run struct {
 	ClientFormats []int16
 	Describe      bool // send a RowDescription (simple query, or a portal Describe)
 	Bytewise      bool // text orders by bytes on the shards (C collation)
-	GroupLimit    int  // how many groups a sort after the merge may buffer
+	// Times is how the shards write dates and times as text (their
+	// session's DateStyle and TimeZone; nil: not known).
+	Times      *pgvalue.TimeStyle
+	GroupLimit int // how many groups a sort after the merge may buffer
 	// Origins, when set, are the columns the statement describes: the
 	// answer's RowDescription gives their originating tables (Table,
 	// Attnum), not the shards' (a read in two stages, whose shards read

@@ -202,7 +202,7 @@ func (r *Run) compareNullable(av, bv []byte, col int, k route.SortKey) (int, *pg
 		}
 		return -1, nil
 	}
-	c, e := pgvalue.CompareValues(av, bv, &r.fields[col], r.Bytewise || k.Bytewise)
+	c, e := pgvalue.CompareValues(av, bv, &r.fields[col], r.Bytewise || k.Bytewise, r.Times)
 	if e != nil {
 		return 0, e
 	}
@@ -222,7 +222,7 @@ func (r rowMerge) equalCols(a, b [][]byte, n int) (bool, *pgwire.Error) {
 		case a[i] == nil || b[i] == nil:
 			return false, nil
 		}
-		c, e := pgvalue.CompareValues(a[i], b[i], &r.run.fields[i], r.run.Bytewise)
+		c, e := pgvalue.CompareValues(a[i], b[i], &r.run.fields[i], r.run.Bytewise, r.run.Times)
 		if e != nil {
 			return false, e
 		}

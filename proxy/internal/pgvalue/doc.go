@@ -6,7 +6,8 @@
 //
 //	RowDescription ──ParseRowDesc──▶ []Field ──AppendRowDesc──▶ RowDescription
 //	shard values ──CompareValues──▶ Postgres's order (ints, floats, numeric,
-//	                                text by bytes, bool, uuid, timestamps)
+//	                                text by bytes, bool, uuid, dates and
+//	                                times in any DateStyle: TimeStyle)
 //	             ──DecodeNum──▶ Num ──NumAdd / NumAvg / NumCast──▶ Num
 //	                                ──AppendNum──▶ text or binary, as
 //	                                  int2/4/8out, numeric_out/send,
@@ -28,6 +29,9 @@
 //	values.go  all of the above but TypeName, the edits and ValueOIDs (Dec: exact decimals with
 //	           numeric's display scale; floats formatted per
 //	           extra_float_digits)
+//	times.go   dates and times written in any DateStyle read as the
+//	           instants they name (TimeStyle: DateStyle's day/month
+//	           order, the TimeZone an abbreviation belongs to)
 //	shortest.go the shortest digits of a float as Postgres's Ryu picks
 //	           them (never a decimal halfway to a neighbour, which Go's
 //	           strconv takes when the mantissa is even)

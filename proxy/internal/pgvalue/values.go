@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -97,10 +96,11 @@ func AppendRowDesc(dst []byte, fs []Field) []byte {
 
 // ---- comparison ----
 
-// valueOrder compares non-NULL values of one column as Postgres orders
+// CompareValues compares non-NULL values of one column as Postgres orders
 // them. bytewise says text orders by bytes (the database's collation is
-// C/POSIX, or the term says COLLATE "C").
-func CompareValues(a, b []byte, f *Field, bytewise bool) (int, *pgwire.Error) {
+// C/POSIX, or the term says COLLATE "C"); ts is how the shards write
+// dates and times (nil: nothing known of it, ISO texts are still read).
+func CompareValues(a, b []byte, f *Field, bytewise bool, ts *TimeStyle) (int, *pgwire.Error) {
 	unsupported := func() (int, *pgwire.Error) {
 		return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q (type oid %d, %s format)", f.Name, f.OID, formatName(f.Format)),
@@ -183,9 +183,12 @@ func CompareValues(a, b []byte, f *Field, bytewise bool) (int, *pgwire.Error) {
 		}
 		return CmpNum(x, y), nil
 	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
-		c, ok := cmpTime(string(a), string(b))
+		c, ok := cmpTime(string(a), string(b), f.OID, ts)
 		if !ok {
-			return unsupported()
+			return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
+				Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q: it cannot tell which of %q and %q comes first as written", f.Name, a, b),
+				Detail:  "A date written day and month as numbers (DateStyle SQL or Postgres) needs DateStyle's order, a time zone abbreviation needs the session's TimeZone and must name one instant there; neither is known inside a transaction block, where SET LOCAL may have changed them.",
+				Hint:    "Use DateStyle ISO, ask for binary results, order outside a transaction block, or add a key so that one shard answers."}
 		}
 		return c, nil
 	}
@@ -235,42 +238,16 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// cmpTime compares ISO-format date/timestamp texts (DateStyle ISO):
-// parsed when they carry a time zone offset, else compared as text (which
-// orders ISO values correctly). infinity sorts last, -infinity first.
-func cmpTime(a, b string) (int, bool) {
-	rank := func(s string) int {
-		switch s {
-		case "-infinity":
-			return 0
-		case "infinity":
-			return 2
-		}
-		return 1
+// cmpTime orders date, timestamp and timestamptz texts as Postgres
+// orders their values: ISO dates and timestamps of years 1 to 9999 by
+// their text (which orders them), anything else by the instant it names
+// (times.go), read in the style ts gives.
+func cmpTime(a, b string, oid uint32, ts *TimeStyle) (int, bool) {
+	iso := func(s string) bool { return len(s) >= 10 && s[4] == '-' && !strings.HasSuffix(s, " BC") }
+	if oid != pgtype.TimestamptzOID && iso(a) && iso(b) {
+		return strings.Compare(a, b), true
 	}
-	ra, rb := rank(a), rank(b)
-	if ra != rb || ra != 1 {
-		return cmpInt(int64(ra), int64(rb)), true
-	}
-	if strings.HasSuffix(a, " BC") || strings.HasSuffix(b, " BC") || len(a) < 10 || len(b) < 10 || a[4] != '-' || b[4] != '-' {
-		return 0, false
-	}
-	ta, erra := parseTimestamptz(a)
-	tb, errb := parseTimestamptz(b)
-	if erra == nil && errb == nil {
-		return ta.Compare(tb), true
-	}
-	return strings.Compare(a, b), true
-}
-
-func parseTimestamptz(s string) (time.Time, error) {
-	// Postgres prints offsets as +HH, +HH:MM or +HH:MM:SS.
-	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05.999999-07:00:00"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("not a timestamptz")
+	return cmpTimeStyled(a, b, oid == pgtype.TimestamptzOID, ts)
 }
 
 // ---- numbers ----

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/big"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -24,6 +25,8 @@ func FuzzShardAnswer(f *testing.F) {
 	f.Add([]byte{'D', 0, 0, 0, 6, 0, 1}, []byte("NaN"))
 	f.Add(Dec{Coef: big.NewInt(-123456789), Scale: 4}.AppendBinary(nil), []byte("Infinity"))
 	f.Add(binRecord(field{tMoodArray, binArrayN(tMood, []int32{2}, []byte("a"), nil)}, field{tPair, binRecord()}), []byte("0"))
+	f.Add([]byte("Sat Dec 05 13:04:05.5 2020 CET"), []byte("05.12.2020 13:04:05 +0545 BC"))
+	f.Add([]byte("12/05/2020 01:30:00 EDT"), []byte("2020-12-05 13:04:05.123456-04:56:02"))
 	f.Fuzz(func(t *testing.T, msg []byte, text []byte) {
 		for _, typ := range []uint32{tMoodArray, tPair} {
 			offs, ok := ValueOIDs(nil, msg, typ, testKind)
@@ -83,9 +86,21 @@ func FuzzShardAnswer(f *testing.F) {
 				}
 				_ = AppendNum(nil, n, format, 1)
 				f := Field{OID: oid, Format: format}
-				if _, e := CompareValues(v, v, &f, true); e != nil {
+				if _, e := CompareValues(v, v, &f, true, nil); e != nil {
 					t.Fatalf("a value that decodes (%x, oid %d) does not compare: %v", v, oid, e)
 				}
+			}
+		}
+		// Date and time texts (times.go): any bytes are read or refused,
+		// never a panic; what is read is equal to itself.
+		berlin, _ := time.LoadLocation("Europe/Berlin")
+		for _, oid := range []uint32{pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID} {
+			for _, ts := range []*TimeStyle{nil, {Order: 'D', Zone: berlin}, {Order: 'M'}} {
+				f := Field{OID: oid}
+				if c, e := CompareValues(text, text, &f, true, ts); e == nil && c != 0 {
+					t.Fatalf("%q (oid %d) is not equal to itself", text, oid)
+				}
+				_, _ = CompareValues(text, msg, &f, true, ts)
 			}
 		}
 		if d, ok := decFromBinary(msg); ok && d.Special == 0 {
