@@ -88,7 +88,7 @@ func TestDifferential(t *testing.T) {
 				t.Errorf("%s line %d: %s: %s\n  %s", mode.name, dc.line, v, detail, dc.sql)
 			case "refused":
 				reasons[clipReason(got.msg)]++
-				if dc.answered || dc.staged {
+				if (dc.answered || dc.staged) && !(mode.unknownStyle && strings.Contains(got.msg, "comes first as written")) {
 					t.Errorf("%s line %d: refused a shape pgshard answers (@answered): %s\n  %s", mode.name, dc.line, got.msg, dc.sql)
 				}
 				if verbose {
@@ -285,6 +285,11 @@ type diffMode struct {
 	startup map[string]string
 	// init is run once on each new connection (session settings).
 	init string
+	// unknownStyle: the mode sets DateStyle and TimeZone where pgshard
+	// does not know them (SET LOCAL in a block): an @answered line
+	// ordering dates written day and month as numbers, or zone
+	// abbreviations, may be refused.
+	unknownStyle bool
 	run  func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult
 }
 
@@ -335,7 +340,7 @@ func diffModes(bindKey string) []diffMode {
 		// set transaction-locally, where pgshard is not told the style
 		// until the transaction's first ReadyForQuery.
 		{name: "styles-pg", startup: map[string]string{"TimeZone": "Europe/Dublin", "DateStyle": "Postgres, YMD"}, run: ext(false)},
-		{name: "styles-txn", run: inTxn("SET LOCAL DateStyle = 'Postgres, DMY'; SET LOCAL TimeZone = 'America/New_York'")},
+		{name: "styles-txn", unknownStyle: true, run: inTxn("SET LOCAL DateStyle = 'Postgres, DMY'; SET LOCAL TimeZone = 'America/New_York'")},
 	}
 }
 

@@ -152,6 +152,17 @@ SELECT id, d FROM vals ORDER BY d DESC, id
 SELECT id, ts FROM vals ORDER BY ts, id
 SELECT id, ts FROM vals ORDER BY ts DESC NULLS LAST, id
 SELECT id, u FROM vals ORDER BY u, id
+# Intervals (any IntervalStyle; '1 mon' equals '30 days'), times, times
+# with time zone (ordered by UTC, then by zone), dates BC and past 9999.
+@answered SELECT id, ts - timestamptz '2020-01-01' AS age FROM vals ORDER BY age, id
+@answered SELECT id, make_interval(months => i4 % 3, days => (i2 % 40) - 20, secs => i4 % 7 * 0.25) AS iv FROM vals ORDER BY iv DESC, id LIMIT 40
+@answered SELECT max(ts - timestamptz '2020-01-01'), min(make_interval(days => i4 % 30, hours => -(i2 % 9))) FROM vals
+@answered SELECT DISTINCT make_interval(months => i4 % 2, days => i4 % 3) AS iv FROM vals ORDER BY iv
+@answered SELECT g, max(make_interval(mins => i4 % 100)) AS m FROM vals GROUP BY g ORDER BY m, g
+@answered SELECT id, ts::time AS tm FROM vals ORDER BY tm, id
+@answered SELECT id, (ts::time AT TIME ZONE 'UTC') AT TIME ZONE interval '+05:30' AS tz FROM vals ORDER BY tz DESC NULLS LAST, id
+@answered SELECT id, d - 800000 AS bc FROM vals ORDER BY bc, id
+@answered SELECT id, d + 3000000 AS far, ts + interval '9000 years' AS farts FROM vals ORDER BY far DESC, farts, id
 SELECT id, g FROM vals ORDER BY g NULLS FIRST, id
 SELECT id FROM vals ORDER BY i4 + i2, id
 SELECT id FROM vals ORDER BY n * 2 DESC, id

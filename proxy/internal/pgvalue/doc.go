@@ -7,7 +7,9 @@
 //	RowDescription ──ParseRowDesc──▶ []Field ──AppendRowDesc──▶ RowDescription
 //	shard values ──CompareValues──▶ Postgres's order (ints, floats, numeric,
 //	                                text by bytes, bool, uuid, dates and
-//	                                times in any DateStyle: TimeStyle)
+//	                                times in any DateStyle: TimeStyle;
+//	                                intervals in any IntervalStyle; time,
+//	                                timetz)
 //	             ──DecodeNum──▶ Num ──NumAdd / NumAvg / NumCast──▶ Num
 //	                                ──AppendNum──▶ text or binary, as
 //	                                  int2/4/8out, numeric_out/send,
@@ -32,6 +34,8 @@
 //	times.go   dates and times written in any DateStyle read as the
 //	           instants they name (TimeStyle: DateStyle's day/month
 //	           order, the TimeZone an abbreviation belongs to)
+//	intervals.go intervals (by their span), times and times with time
+//	           zone (by UTC, then zone) ordered as Postgres orders them
 //	shortest.go the shortest digits of a float as Postgres's Ryu picks
 //	           them (never a decimal halfway to a neighbour, which Go's
 //	           strconv takes when the mantissa is even)

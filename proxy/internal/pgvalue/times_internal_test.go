@@ -254,3 +254,97 @@ func TestSplitTime(t *testing.T) {
 		}
 	}
 }
+
+// TestIntervalAndClockOrderAgainstPostgres has a live server write
+// intervals in each IntervalStyle, in text and binary — mixed signs,
+// spans equal in different units ('1 mon' and '30 days'), fractions of a
+// second, years past the thousands — and times and times with time zone
+// (offsets to the second), and checks CompareValues against the
+// server's order: every neighbour and random pairs, none unordered.
+func TestIntervalAndClockOrderAgainstPostgres(t *testing.T) {
+	c := clustertest.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, c.Shards[0].DSN("postgres", c.Spec.User))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rng := rand.New(rand.NewPCG(21, 22))
+	var ivs, clocks []string
+	for i := 0; i < 400; i++ {
+		m := int64(rng.IntN(61) - 30)
+		d := int64(rng.IntN(121) - 60)
+		us := rng.Int64N(200*86400*1_000_000) - 100*86400*1_000_000
+		switch rng.IntN(6) {
+		case 0: // a span written in other units: '1 mon' = '30 days' = '720 hours'
+			m, d, us = int64(rng.IntN(5)), int64(rng.IntN(5)*30), int64(rng.IntN(5))*86400*1_000_000
+		case 1:
+			us = int64(rng.IntN(7)-3) * 1_000_000 / int64(1+rng.IntN(9))
+		case 2:
+			m = rng.Int64N(2_000_000_000) - 1_000_000_000
+			us = rng.Int64N(1<<62) - 1<<61
+		case 3:
+			m, d = 0, 0
+		}
+		ivs = append(ivs, fmt.Sprintf(`"%d mons %d days %d microseconds"`, m, d, us))
+		h, mi, s := rng.IntN(24), rng.IntN(60), rng.IntN(60)
+		frac := ""
+		if rng.IntN(2) == 0 {
+			frac = fmt.Sprintf(".%d", rng.IntN(1_000_000))
+		}
+		off := []string{"+00", "-05", "+05:30", "+05:53:28", "-00:30", "+14", "-12", "+01"}[rng.IntN(8)]
+		clocks = append(clocks, fmt.Sprintf(`"%02d:%02d:%02d%s%s"`, h, mi, s, frac, off))
+	}
+	ivs = append(ivs, `"0"`, `"-1 mons"`, `"30 days"`, `"1 mon"`, `"-720 hours"`, `"00:00:00.000001"`, `"-00:00:00.000001"`)
+	clocks = append(clocks, `"24:00:00+00"`, `"00:00:00+00"`, `"00:00:00-14"`, `"23:59:59.999999+14"`,
+		`"10:00:00+02"`, `"08:00:00+00"`, `"13:30:00+05:30"`, `"03:00:00-05"`) // one UTC time, four zones
+	rank := func(sql string, arr []string, format int16) ([][]byte, []int) {
+		t.Helper()
+		r := conn.ExecParams(ctx, sql, [][]byte{[]byte("{" + strings.Join(arr, ",") + "}")}, nil, nil, []int16{format, 0}).Read()
+		if r.Err != nil {
+			t.Fatalf("%s: %v", sql, r.Err)
+		}
+		vals := make([][]byte, len(r.Rows))
+		ranks := make([]int, len(r.Rows))
+		for i, row := range r.Rows {
+			vals[i] = row[0]
+			fmt.Sscan(string(row[1]), &ranks[i])
+		}
+		return vals, ranks
+	}
+	check := func(what string, f Field, vals [][]byte, ranks []int) {
+		t.Helper()
+		pair := func(i, j int) {
+			got, e := CompareValues(vals[i], vals[j], &f, false, nil)
+			if e != nil {
+				t.Fatalf("%s: %q vs %q not ordered: %s", what, vals[i], vals[j], e.Message)
+			}
+			if want := cmpInt(int64(ranks[i]), int64(ranks[j])); got != want {
+				t.Fatalf("%s: %q vs %q: got %d, Postgres %d", what, vals[i], vals[j], got, want)
+			}
+		}
+		for i := 1; i < len(vals); i++ {
+			pair(i-1, i)
+			pair(i, i-1)
+		}
+		for k := 0; k < 2000; k++ {
+			pair(rng.IntN(len(vals)), rng.IntN(len(vals)))
+		}
+	}
+	for _, style := range []string{"postgres", "postgres_verbose", "sql_standard", "iso_8601"} {
+		if _, err := conn.Exec(ctx, "SET IntervalStyle = "+style).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		for _, format := range []int16{0, 1} {
+			vals, ranks := rank(`SELECT x, dense_rank() OVER (ORDER BY x)::text FROM (SELECT DISTINCT v::interval AS x FROM unnest($1::text[]) v) s ORDER BY 2`, ivs, format)
+			check(fmt.Sprintf("interval %s format %d", style, format), Field{OID: pgtype.IntervalOID, Format: format}, vals, ranks)
+		}
+	}
+	for _, format := range []int16{0, 1} {
+		vals, ranks := rank(`SELECT x, dense_rank() OVER (ORDER BY x)::text FROM (SELECT DISTINCT v::timetz AS x FROM unnest($1::text[]) v) s ORDER BY 2`, clocks, format)
+		check(fmt.Sprintf("timetz format %d", format), Field{OID: pgtype.TimetzOID, Format: format}, vals, ranks)
+		vals, ranks = rank(`SELECT x, dense_rank() OVER (ORDER BY x)::text FROM (SELECT DISTINCT v::timetz::time AS x FROM unnest($1::text[]) v) s ORDER BY 2`, clocks, format)
+		check(fmt.Sprintf("time format %d", format), Field{OID: pgtype.TimeOID, Format: format}, vals, ranks)
+	}
+}

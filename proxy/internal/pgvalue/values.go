@@ -104,7 +104,7 @@ func CompareValues(a, b []byte, f *Field, bytewise bool, ts *TimeStyle) (int, *p
 	unsupported := func() (int, *pgwire.Error) {
 		return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 			Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q (type oid %d, %s format)", f.Name, f.OID, formatName(f.Format)),
-			Hint:    "Order, group or aggregate by an integer, numeric, float, boolean, text, uuid, date or timestamp value, or add a key so that one shard answers."}
+			Hint:    "Order, group or aggregate by an integer, numeric, float, boolean, text, uuid, date, time, timestamp or interval value, or add a key so that one shard answers."}
 	}
 	textLike := func() (int, *pgwire.Error) {
 		if !bytewise {
@@ -132,6 +132,18 @@ func CompareValues(a, b []byte, f *Field, bytewise bool, ts *TimeStyle) (int, *p
 	case pgtype.ByteaOID:
 		if f.Format == 1 || bytes.HasPrefix(a, []byte(`\x`)) && bytes.HasPrefix(b, []byte(`\x`)) {
 			return bytes.Compare(a, b), nil // hex preserves byte order
+		}
+		return unsupported()
+	}
+	switch f.OID {
+	case pgtype.IntervalOID:
+		if c, ok := cmpInterval(a, b, f.Format); ok {
+			return c, nil
+		}
+		return unsupported()
+	case pgtype.TimeOID, pgtype.TimetzOID:
+		if c, ok := cmpClock(a, b, f.OID == pgtype.TimetzOID, f.Format); ok {
+			return c, nil
 		}
 		return unsupported()
 	}

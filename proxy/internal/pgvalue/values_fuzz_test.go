@@ -27,6 +27,9 @@ func FuzzShardAnswer(f *testing.F) {
 	f.Add(binRecord(field{tMoodArray, binArrayN(tMood, []int32{2}, []byte("a"), nil)}, field{tPair, binRecord()}), []byte("0"))
 	f.Add([]byte("Sat Dec 05 13:04:05.5 2020 CET"), []byte("05.12.2020 13:04:05 +0545 BC"))
 	f.Add([]byte("12/05/2020 01:30:00 EDT"), []byte("2020-12-05 13:04:05.123456-04:56:02"))
+	f.Add([]byte("@ 1 year 2 mons -3 days 4 hours 5 mins 6.5 secs ago"), []byte("+1-2 -3 +4:05:06.25"))
+	f.Add([]byte("P1Y-2M3DT-4H5M-6.5S"), []byte("-1 years +2 mons -04:05:06"))
+	f.Add([]byte("13:30:00.5+05:53:28"), []byte("24:00:00"))
 	f.Fuzz(func(t *testing.T, msg []byte, text []byte) {
 		for _, typ := range []uint32{tMoodArray, tPair} {
 			offs, ok := ValueOIDs(nil, msg, typ, testKind)
@@ -101,6 +104,20 @@ func FuzzShardAnswer(f *testing.F) {
 					t.Fatalf("%q (oid %d) is not equal to itself", text, oid)
 				}
 				_, _ = CompareValues(text, msg, &f, true, ts)
+			}
+		}
+		// Intervals, times and times with time zone (intervals.go), text
+		// and binary, likewise.
+		for _, oid := range []uint32{pgtype.IntervalOID, pgtype.TimeOID, pgtype.TimetzOID} {
+			for _, format := range []int16{0, 1} {
+				v := text
+				if format == 1 {
+					v = msg
+				}
+				f := Field{OID: oid, Format: format}
+				if c, e := CompareValues(v, v, &f, true, nil); e == nil && c != 0 {
+					t.Fatalf("%q (oid %d, format %d) is not equal to itself", v, oid, format)
+				}
 			}
 		}
 		if d, ok := decFromBinary(msg); ok && d.Special == 0 {
