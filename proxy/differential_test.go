@@ -290,7 +290,7 @@ type diffMode struct {
 	// ordering dates written day and month as numbers, or zone
 	// abbreviations, may be refused.
 	unknownStyle bool
-	run  func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult
+	run          func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult
 }
 
 func diffModes(bindKey string) []diffMode {
