@@ -10,7 +10,8 @@ import (
 // columns hold every type a merge must treat as one database does — int2,
 // int4 and int8 (sums beyond 64 bits), numeric of several scales, real and
 // double precision (NaN, values near 2^70 and 2^-30, every sum exact),
-// text in the database's collation, bool, date, timestamptz and uuid, NULLs
+// text in the database's collation, bool, date, timestamptz and uuid (and
+// BC dates, intervals, times and times with time zone made of them), NULLs
 // everywhere — grouped or not, with the aggregates a merge combines
 // (sum, avg, min, max, count [DISTINCT], bool_and / bool_or, exact
 // variances of integers and numerics), expressions of those types in the
@@ -51,9 +52,11 @@ func (g *ggen) valsExpr() (string, string) {
 	case "b":
 		return g.pick([]string{r, "NOT " + r, r + "::int", "coalesce(" + r + ", false)"}), "b"
 	case "d":
-		return g.pick([]string{r, r + " + 3", "date_part('month', " + r + ")", "to_char(" + r + ", 'YYYY-MM')", r + " - DATE '2024-03-01'"}), "d"
+		return g.pick([]string{r, r + " + 3", "date_part('month', " + r + ")", "to_char(" + r + ", 'YYYY-MM')", r + " - DATE '2024-03-01'",
+			r + " - 800000", "make_interval(days => " + r + " - DATE '2024-03-01')"}), "d"
 	case "s":
-		return g.pick([]string{r, "date_trunc('day', " + r + ")", "extract(epoch FROM " + r + ")", r + " + interval '1 hour'", r + "::date"}), "s"
+		return g.pick([]string{r, "date_trunc('day', " + r + ")", "extract(epoch FROM " + r + ")", r + " + interval '1 hour'", r + "::date",
+			r + " - TIMESTAMPTZ '2024-03-01 00:00:00+00'", r + "::time", r + "::timetz", "age(" + r + ", TIMESTAMPTZ '2020-01-01 00:00:00+00')"}), "s"
 	}
 	return g.pick([]string{r, r + "::text", "substr(" + r + "::text, 1, 4)"}), "u"
 }
