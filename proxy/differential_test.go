@@ -340,6 +340,10 @@ func diffModes(bindKey string) []diffMode {
 		// set transaction-locally, where pgshard is not told the style
 		// until the transaction's first ReadyForQuery.
 		{name: "styles-pg", startup: map[string]string{"TimeZone": "Europe/Dublin", "DateStyle": "Postgres, YMD"}, run: ext(false)},
+		{name: "latin1", startup: map[string]string{"client_encoding": "LATIN1"}, run: ext(false)},
+		{name: "euc-jp", startup: map[string]string{"client_encoding": "EUC_JP"}, run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
+			return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))
+		}},
 		{name: "styles-txn", unknownStyle: true, run: inTxn("SET LOCAL DateStyle = 'Postgres, DMY'; SET LOCAL TimeZone = 'America/New_York'")},
 	}
 }

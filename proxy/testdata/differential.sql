@@ -7,7 +7,9 @@
 # settings (set_config(..., true) and SET LOCAL extra_float_digits = 0
 # ahead of it in one pipeline — in its implicit transaction or inside a
 # block — or in one query string), and under session TimeZone, DateStyle,
-# IntervalStyle and extra_float_digits given at startup or by SET. Each
+# IntervalStyle and extra_float_digits given at startup or by SET (and
+# DateStyle and TimeZone by SET LOCAL in a block), and under the client
+# encodings LATIN1 and EUC_JP. Each
 # must be answered the same (rows,
 # column types, command tag) or refused with 0A000.
 #
