@@ -339,7 +339,7 @@ func diffModes(bindKey string) []diffMode {
 		// of a zone whose saving time is negative), in the session and
 		// set transaction-locally, where pgshard is not told the style
 		// until the transaction's first ReadyForQuery.
-		{name: "styles-pg", startup: map[string]string{"TimeZone": "Europe/Dublin", "DateStyle": "Postgres, YMD"}, run: ext(false)},
+		{name: "styles-pg", startup: map[string]string{"TimeZone": "Europe/Dublin", "DateStyle": "Postgres, YMD", "IntervalStyle": "iso_8601"}, run: ext(false)},
 		{name: "latin1", startup: map[string]string{"client_encoding": "LATIN1"}, run: ext(false)},
 		{name: "euc-jp", startup: map[string]string{"client_encoding": "EUC_JP"}, run: func(ctx context.Context, conn *pgconn.PgConn, dc diffCase) diffResult {
 			return diffSimpleSQL(ctx, conn, interpolate(dc.sql, dc.params))

@@ -108,6 +108,11 @@ func (g *ggen) valsAgg() string {
 		return g.pick([]string{"bool_and(", "bool_or(", "count(", "every("}) + r + ")"
 	case "u":
 		return g.pick([]string{"count(", "count(DISTINCT "}) + r + ")" // no min(uuid)
+	case "s":
+		if g.p(40) { // intervals: added field by field, avg as interval_div
+			return g.pick([]string{"sum(", "avg(", "min(", "max("}) + g.pick([]string{r + " - TIMESTAMPTZ '2024-03-01 00:00:00+00'",
+				"age(" + r + ", TIMESTAMPTZ '2020-01-01 00:00:00+00')", "make_interval(days => v.i4 % 40, secs => v.i2 * 0.5)"}) + ")"
+		}
 	}
 	return g.pick([]string{"min(", "max(", "count(", "count(DISTINCT "}) + r + ")"
 }

@@ -307,7 +307,11 @@
 //     The merged aggregates are count, sum, avg, min, max, and bool_and /
 //     every (the least of the shards' values: false < true) and bool_or
 //     (the greatest); a shard without rows answers NULL, which the merge
-//     skips. count/sum/avg(DISTINCT x) merge (as sums) only when x is a
+//     skips. sum and avg of intervals merge too (added field by field as
+//     interval_pl adds them; avg divides as interval_div does), written in
+//     the IntervalStyle each shard reports in a hidden column
+//     (GroupMerge.StyleColumn, as extra_float_digits in DigitsColumn).
+//     count/sum/avg(DISTINCT x) merge (as sums) only when x is a
 //     key column of a keyed table — also an outer join's nullable side or
 //     through a derived table or CTE: a non-NULL value is on one shard.
 //     DISTINCT ON expressions without a sharding key merge when they are

@@ -215,7 +215,7 @@ func (gp *groupPlan) output(e *pg.Node, alias string, visible bool) (Output, str
 		}
 		return Output{Agg: AggNone, Column: gp.cols.put(e, alias, visible), Name: name}, ""
 	}
-	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name}
+	out := Output{Agg: spec.agg, Cast: spec.cast, Name: name, Count: spec.count}
 	if spec.agg == AggAvg {
 		sum := proto.Clone(spec.call).(*pg.FuncCall)
 		sum.Funcname = []*pg.Node{pg.MakeStrNode("pg_catalog"), pg.MakeStrNode("sum")}
@@ -257,9 +257,10 @@ func (gp *groupPlan) arrayOutput(spec aggSpec, e *pg.Node, alias string, visible
 
 // aggSpec is a merged aggregate: the aggregate call and what follows.
 type aggSpec struct {
-	agg  Agg
-	cast Cast
-	call *pg.FuncCall // the call to send to the shards (sum/count/min/max, array_agg)
+	agg   Agg
+	cast  Cast
+	count bool         // count(...): an AggSum that never adds up intervals
+	call  *pg.FuncCall // the call to send to the shards (sum/count/min/max, array_agg)
 	// string_agg: the separator, the order of its values, DISTINCT, and
 	// whether the order is bytewise (ORDER BY x COLLATE "C").
 	sep                      string
@@ -306,7 +307,7 @@ func (gp *groupPlan) aggSpec(e *pg.Node) (aggSpec, bool, string) {
 	}
 	switch name {
 	case "count":
-		spec.agg = AggSum
+		spec.agg, spec.count = AggSum, true
 	case "sum":
 		spec.agg = AggSum
 	case "min":

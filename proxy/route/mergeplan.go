@@ -629,7 +629,7 @@ func (m *merger) groups() string {
 	if m.sel.starAt < len(m.sel.targets) {
 		return "* together with aggregates or GROUP BY cannot be merged"
 	}
-	g := &GroupMerge{DigitsColumn: -1}
+	g := &GroupMerge{DigitsColumn: -1, StyleColumn: -1}
 	m.mp.merge.Groups = g
 	m.shard = proto.Clone(m.sel.s).(*pg.SelectStmt)
 	m.shard.TargetList = nil
@@ -649,10 +649,17 @@ func (m *merger) groups() string {
 		return why
 	}
 	gp.groupSortKeys(keys, keyOrder)
-	// extra_float_digits as the shard applies it, for floats the proxy prints.
+	// extra_float_digits and IntervalStyle as the shard applies them, for
+	// the floats and intervals the proxy prints.
 	for _, o := range g.Outputs {
 		if o.Agg == AggSum || o.Agg == AggAvg || o.Cast != CastNone {
 			g.DigitsColumn = m.cols.add(mustExpr("pg_catalog.current_setting('extra_float_digits')"))
+			break
+		}
+	}
+	for _, o := range g.Outputs {
+		if o.Agg == AggSum && !o.Count || o.Agg == AggAvg {
+			g.StyleColumn = m.cols.add(mustExpr("pg_catalog.current_setting('IntervalStyle')"))
 			break
 		}
 	}
@@ -946,6 +953,9 @@ func (mg *Merge) Describe() []string {
 		}
 		if g.DigitsColumn >= 0 {
 			out = append(out, fmt.Sprintf("float digits:  per-shard column %d (extra_float_digits as the shard applies it)", g.DigitsColumn+1))
+		}
+		if g.StyleColumn >= 0 {
+			out = append(out, fmt.Sprintf("interval style: per-shard column %d (IntervalStyle as the shard applies it)", g.StyleColumn+1))
 		}
 	} else {
 		if len(mg.OrderBy) > 0 {

@@ -457,8 +457,9 @@ type GroupMerge struct {
 	OrderBy   []SortKey
 	SortAfter bool
 	// DigitsColumn is the hidden column holding extra_float_digits as in
-	// effect on the shard (for float values the proxy prints), -1 if none.
-	DigitsColumn int
+	// effect on the shard (for float values the proxy prints), -1 if none;
+	// StyleColumn, IntervalStyle (for merged interval sums and averages).
+	DigitsColumn, StyleColumn int
 }
 
 // Output is one column of a merged group.
@@ -479,6 +480,9 @@ type Output struct {
 	// Bytewise: min/max of x COLLATE "C" (text compares by bytes whatever
 	// the database's collation); string_agg ordered by x COLLATE "C".
 	Bytewise bool
+	// Count: the AggSum of a count(...), which never adds up intervals
+	// (no IntervalStyle needed to write it).
+	Count bool
 	// Sep is string_agg's separator (AggStringAgg); Desc says its values
 	// are ordered descending; Distinct is string_agg(DISTINCT ...).
 	Sep      string

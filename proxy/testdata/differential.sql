@@ -165,6 +165,12 @@ SELECT id, u FROM vals ORDER BY u, id
 @answered SELECT id, (ts::time AT TIME ZONE 'UTC') AT TIME ZONE interval '+05:30' AS tz FROM vals ORDER BY tz DESC NULLS LAST, id
 @answered SELECT id, d - 800000 AS bc FROM vals ORDER BY bc, id
 @answered SELECT id, d + 3000000 AS far, ts + interval '9000 years' AS farts FROM vals ORDER BY far DESC, farts, id
+# Sums and averages of intervals (added field by field; avg divides as
+# interval_div does), written in the session's IntervalStyle.
+@answered SELECT sum(ts - timestamptz '2020-01-01'), avg(ts - timestamptz '2020-01-01'), count(*) FROM vals
+@answered SELECT g, sum(make_interval(months => i4 % 3, days => i2 % 40, secs => i4 % 7 * 0.25)) AS s, avg(make_interval(days => i4 % 30, secs => i2 * 0.5)) AS a FROM vals GROUP BY g ORDER BY g
+@answered SELECT g, avg(make_interval(months => i4 % 5 - 2)) AS a FROM vals GROUP BY g ORDER BY a DESC, g
+@answered SELECT b, sum(make_interval(hours => -i2)) FILTER (WHERE i2 > 0) AS s FROM vals GROUP BY b HAVING sum(make_interval(hours => -i2)) FILTER (WHERE i2 > 0) IS NOT NULL ORDER BY s
 SELECT id, g FROM vals ORDER BY g NULLS FIRST, id
 SELECT id FROM vals ORDER BY i4 + i2, id
 SELECT id FROM vals ORDER BY n * 2 DESC, id

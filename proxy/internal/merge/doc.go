@@ -20,8 +20,9 @@
 //	rows.go    rowMerge: the k-way merge of rows; row comparison by sort
 //	           keys (Run's, groups compare their keys with it too)
 //	groups.go  groupMerge: aggregates combined and finished (string_agg
-//	           and count(DISTINCT x) from the shards' arrays of values),
-//	           the bounded sort after grouping
+//	           and count(DISTINCT x) from the shards' arrays of values;
+//	           sums and averages of intervals in the shards'
+//	           IntervalStyle), the bounded sort after grouping
 //	having.go  groupMerge's HAVING over merged groups, constants and Bind
 //	           parameters
 package merge

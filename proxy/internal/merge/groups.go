@@ -31,6 +31,9 @@ type acc struct {
 	raw   []byte
 	sum   pgvalue.Num
 	count int64
+	// iv is the sum of an interval's partial sums (ivSum set).
+	iv    pgvalue.Interval
+	ivSum bool
 	// elems are the non-NULL values of the shards' arrays (string_agg,
 	// count(DISTINCT x)), of type elem (binary format).
 	elems [][]byte
@@ -50,7 +53,8 @@ func (r groupMerge) groups() *pgwire.Error {
 	if r.run.Describe {
 		*r.run.Out = r.run.appendDesc(*r.run.Out, out)
 	}
-	efd := 1
+	var efd int
+	var style string
 	keys := make([]sortCol, len(g.Keys))
 	for i, k := range g.Keys {
 		keys[i] = sortCol{col: k.Column, SortKey: k}
@@ -74,12 +78,8 @@ func (r groupMerge) groups() *pgwire.Error {
 			break
 		}
 		lead := r.run.Sources[members[0]]
-		if first && g.DigitsColumn >= 0 {
-			if v := lead.Cols()[g.DigitsColumn]; v != nil {
-				if d, err := strconv.Atoi(string(v)); err == nil {
-					efd = d
-				}
-			}
+		if first {
+			efd, style = shardSettings(g, lead.Cols())
 		}
 		if len(keys) > 0 {
 			if lastKey, lastKeyCols, e = r.keyAscends(lead, keys, lastKey, lastKeyCols); e != nil {
@@ -87,7 +87,7 @@ func (r groupMerge) groups() *pgwire.Error {
 			}
 		}
 		first = false
-		vals, failed, e := r.combine(members, accs, finals, out, efd)
+		vals, failed, e := r.combine(members, accs, finals, out, efd, style)
 		if e != nil || failed {
 			return e
 		}
@@ -158,14 +158,14 @@ func (r groupMerge) keyAscends(lead Source, keys []sortCol, lastKey []byte, last
 // combine merges the members' rows of one group into its finished
 // values and advances the members; failed: a member's answer failed (the
 // caller reports it).
-func (r groupMerge) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int) ([]outVal, bool, *pgwire.Error) {
+func (r groupMerge) combine(members []int, accs []acc, finals, out []pgvalue.Field, efd int, style string) ([]outVal, bool, *pgwire.Error) {
 	clear(accs)
 	for _, i := range members {
 		if e := r.accumulate(accs, r.run.Sources[i].Cols()); e != nil {
 			return nil, false, e
 		}
 	}
-	vals, e := r.finish(accs, finals, out, efd)
+	vals, e := r.finish(accs, finals, out, efd, style)
 	if e != nil {
 		return nil, false, e
 	}
@@ -301,10 +301,10 @@ func (r groupMerge) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Err
 			f.OID, computed = pgtype.Int8OID, true
 		case route.AggSum:
 			switch f.OID {
-			case pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+			case pgtype.Int8OID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID, pgtype.IntervalOID:
 			default:
 				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric and floats", f.Name, f.OID),
+					Message: fmt.Sprintf("pgshard cannot add up column %q of every shard (type oid %d): it merges sums of integers, numeric, floats and intervals", f.Name, f.OID),
 					Hint:    "Add a key so that one shard answers."}
 			}
 			computed = true
@@ -312,10 +312,10 @@ func (r groupMerge) groupFields() ([]pgvalue.Field, []pgvalue.Field, *pgwire.Err
 			switch f.OID {
 			case pgtype.Int8OID, pgtype.NumericOID:
 				f.OID = pgtype.NumericOID
-			case pgtype.Float8OID:
+			case pgtype.Float8OID, pgtype.IntervalOID:
 			default:
 				return nil, nil, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
-					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric and double precision", f.Name, f.OID),
+					Message: fmt.Sprintf("pgshard cannot merge avg of %q (its sum has type oid %d): it merges avg of integers, numeric, double precision and intervals", f.Name, f.OID),
 					Hint:    "Cast the argument (avg(x::float8)), or add a key so that one shard answers."}
 			}
 			computed = true
@@ -397,6 +397,12 @@ func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 			if v == nil {
 				continue
 			}
+			if f.OID == pgtype.IntervalOID {
+				if e := a.addInterval(v, f); e != nil {
+					return e
+				}
+				continue
+			}
 			n, e := pgvalue.DecodeNum(v, f.OID, f.Format)
 			if e != nil {
 				return e
@@ -414,7 +420,7 @@ func (r groupMerge) accumulate(accs []acc, cols [][]byte) *pgwire.Error {
 }
 
 // finish computes a group's merged columns.
-func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int) ([]outVal, *pgwire.Error) {
+func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Field, efd int, style string) ([]outVal, *pgwire.Error) {
 	g := r.run.Plan.Groups
 	vals := make([]outVal, len(g.Outputs))
 	for j, o := range g.Outputs {
@@ -449,6 +455,17 @@ func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Fie
 			if n, e = pgvalue.DecodeNum(a.raw, f.OID, f.Format); e != nil {
 				return nil, e
 			}
+		case route.AggSum, route.AggAvg:
+			if a.ivSum || r.run.fields[o.Column].OID == pgtype.IntervalOID {
+				v, e := r.intervalOut(a, o, format, style)
+				if e != nil {
+					return nil, e
+				}
+				vals[j] = v
+				continue
+			}
+		}
+		switch o.Agg {
 		case route.AggSum:
 			if !a.have {
 				vals[j] = outVal{null: true}
@@ -627,4 +644,54 @@ func (r groupMerge) countDistinct(a *acc, o route.Output) (int64, *pgwire.Error)
 		return 0, e
 	}
 	return int64(len(a.elems)), nil
+}
+
+// addInterval adds a shard's partial interval sum (binary) to a.
+func (a *acc) addInterval(v []byte, f *pgvalue.Field) *pgwire.Error {
+	iv, ok := pgvalue.DecodeInterval(v)
+	if !ok || f.Format != 1 {
+		return pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard sent a malformed interval")
+	}
+	if !a.ivSum {
+		a.iv, a.ivSum = iv, true
+		return nil
+	}
+	var e *pgwire.Error
+	a.iv, e = a.iv.Add(iv)
+	return e
+}
+
+// intervalOut is a merged sum or avg of intervals, written in format
+// (text in the shards' IntervalStyle, style).
+func (r groupMerge) intervalOut(a *acc, o route.Output, format int16, style string) (outVal, *pgwire.Error) {
+	if !a.ivSum || o.Agg == route.AggAvg && a.count == 0 {
+		return outVal{null: true}, nil
+	}
+	if o.Cast != route.CastNone {
+		return outVal{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot cast the merged interval %q to %s", o.Name, o.Cast)}
+	}
+	iv := a.iv
+	if o.Agg == route.AggAvg {
+		iv = iv.Div(a.count)
+	}
+	raw, ok := pgvalue.AppendInterval(nil, iv, format, style)
+	if !ok {
+		return outVal{}, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported, Message: fmt.Sprintf("pgshard cannot write the merged interval %q in IntervalStyle %q", o.Name, style)}
+	}
+	return outVal{raw: raw}, nil
+}
+
+// shardSettings are extra_float_digits (1 when not asked for) and
+// IntervalStyle as a shard applies them, from its hidden columns.
+func shardSettings(g *route.GroupMerge, cols [][]byte) (efd int, style string) {
+	efd = 1
+	if g.DigitsColumn >= 0 {
+		if d, err := strconv.Atoi(string(cols[g.DigitsColumn])); err == nil {
+			efd = d
+		}
+	}
+	if g.StyleColumn >= 0 {
+		style = string(cols[g.StyleColumn])
+	}
+	return efd, style
 }

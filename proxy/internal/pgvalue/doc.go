@@ -36,6 +36,9 @@
 //	           order, the TimeZone an abbreviation belongs to)
 //	intervals.go intervals (by their span), times and times with time
 //	           zone (by UTC, then zone) ordered as Postgres orders them
+//	intervalsum.go Interval: merged sums (interval_pl) and averages
+//	           (interval_div) of intervals, written as interval_out writes
+//	           them in each IntervalStyle
 //	shortest.go the shortest digits of a float as Postgres's Ryu picks
 //	           them (never a decimal halfway to a neighbour, which Go's
 //	           strconv takes when the mantissa is even)

@@ -148,34 +148,8 @@ func CompareValues(a, b []byte, f *Field, bytewise bool, ts *TimeStyle) (int, *p
 		return unsupported()
 	}
 	if f.Format == 1 {
-		switch f.OID {
-		case pgtype.Int2OID:
-			if len(a) != 2 || len(b) != 2 {
-				return unsupported()
-			}
-			return cmpInt(int64(int16(binary.BigEndian.Uint16(a))), int64(int16(binary.BigEndian.Uint16(b)))), nil
-		case pgtype.Int4OID, pgtype.DateOID:
-			if len(a) != 4 || len(b) != 4 {
-				return unsupported()
-			}
-			return cmpInt(int64(int32(binary.BigEndian.Uint32(a))), int64(int32(binary.BigEndian.Uint32(b)))), nil
-		case pgtype.OIDOID:
-			if len(a) != 4 || len(b) != 4 {
-				return unsupported()
-			}
-			return cmpInt(int64(binary.BigEndian.Uint32(a)), int64(binary.BigEndian.Uint32(b))), nil
-		case pgtype.Int8OID, pgtype.TimestampOID, pgtype.TimestamptzOID:
-			if len(a) != 8 || len(b) != 8 {
-				return unsupported()
-			}
-			return cmpInt(int64(binary.BigEndian.Uint64(a)), int64(binary.BigEndian.Uint64(b))), nil
-		case pgtype.Float4OID, pgtype.Float8OID, pgtype.NumericOID:
-			x, e1 := DecodeNum(a, f.OID, 1)
-			y, e2 := DecodeNum(b, f.OID, 1)
-			if e1 != nil || e2 != nil {
-				return unsupported()
-			}
-			return CmpNum(x, y), nil
+		if c, ok := compareBinary(a, b, f.OID); ok {
+			return c, nil
 		}
 		return unsupported()
 	}
@@ -205,6 +179,36 @@ func CompareValues(a, b []byte, f *Field, bytewise bool, ts *TimeStyle) (int, *p
 		return c, nil
 	}
 	return unsupported()
+}
+
+// compareBinary orders two binary values of the integer, date,
+// timestamp and number types; false for another type or a malformed value.
+func compareBinary(a, b []byte, oid uint32) (int, bool) {
+	switch oid {
+	case pgtype.Int2OID:
+		if len(a) == 2 && len(b) == 2 {
+			return cmpInt(int64(int16(binary.BigEndian.Uint16(a))), int64(int16(binary.BigEndian.Uint16(b)))), true
+		}
+	case pgtype.Int4OID, pgtype.DateOID:
+		if len(a) == 4 && len(b) == 4 {
+			return cmpInt(int64(int32(binary.BigEndian.Uint32(a))), int64(int32(binary.BigEndian.Uint32(b)))), true
+		}
+	case pgtype.OIDOID:
+		if len(a) == 4 && len(b) == 4 {
+			return cmpInt(int64(binary.BigEndian.Uint32(a)), int64(binary.BigEndian.Uint32(b))), true
+		}
+	case pgtype.Int8OID, pgtype.TimestampOID, pgtype.TimestamptzOID:
+		if len(a) == 8 && len(b) == 8 {
+			return cmpInt(int64(binary.BigEndian.Uint64(a)), int64(binary.BigEndian.Uint64(b))), true
+		}
+	case pgtype.Float4OID, pgtype.Float8OID, pgtype.NumericOID:
+		x, e1 := DecodeNum(a, oid, 1)
+		y, e2 := DecodeNum(b, oid, 1)
+		if e1 == nil && e2 == nil {
+			return CmpNum(x, y), true
+		}
+	}
+	return 0, false
 }
 
 func formatName(f int16) string {
@@ -955,6 +959,8 @@ func TypeLen(oid uint32) int16 {
 		return 4
 	case pgtype.Int8OID, pgtype.Float8OID:
 		return 8
+	case pgtype.IntervalOID:
+		return 16
 	}
 	return -1
 }
