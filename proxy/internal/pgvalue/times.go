@@ -120,6 +120,12 @@ func readTimeKey(s string, tz bool, ts *TimeStyle) (timeKey, bool) {
 	case "infinity":
 		return timeKey{rank: 2}, true
 	}
+	if k, zone, ok := isoTime(s); ok {
+		if zone != tz {
+			return timeKey{}, false
+		}
+		return k, true
+	}
 	order := byte(0)
 	if ts != nil {
 		order = ts.Order
@@ -147,6 +153,85 @@ func readTimeKey(s string, tz bool, ts *TimeStyle) (timeKey, bool) {
 		return timeKey{}, false
 	}
 	return k.minus(off), true
+}
+
+// isoTime reads the common case without allocating: an ISO date or
+// time of a year of four digits, AD, "2024-03-05[ 10:11:12[.123456]
+// [+01[:00[:00]]]]", as UTC when it has an offset (zone). false for
+// anything else, which splitTime reads.
+func isoTime(s string) (k timeKey, zone, ok bool) {
+	two := func(i int) (int64, bool) {
+		if i+2 > len(s) || s[i] < '0' || s[i] > '9' || s[i+1] < '0' || s[i+1] > '9' {
+			return 0, false
+		}
+		return int64(s[i]-'0')*10 + int64(s[i+1]-'0'), true
+	}
+	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
+		return k, false, false
+	}
+	y1, ok1 := two(0)
+	y2, ok2 := two(2)
+	m, ok3 := two(5)
+	d, ok4 := two(8)
+	y := y1*100 + y2
+	if !ok1 || !ok2 || !ok3 || !ok4 || y < 1 || m < 1 || m > 12 || d < 1 || d > int64(daysIn(y, int(m))) {
+		return k, false, false
+	}
+	k = timeKey{rank: 1, day: civilDay(y, int(m), int(d))}
+	if len(s) == 10 {
+		return k, false, true
+	}
+	if len(s) < 19 || s[10] != ' ' || s[13] != ':' || s[16] != ':' {
+		return k, false, false
+	}
+	h, ok1 := two(11)
+	mi, ok2 := two(14)
+	sec, ok3 := two(17)
+	if !ok1 || !ok2 || !ok3 || h > 24 || mi > 59 || sec > 60 {
+		return k, false, false
+	}
+	us, i := int64(0), 19
+	if i < len(s) && s[i] == '.' {
+		n := 0
+		for i++; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			if n++; n > 6 {
+				return k, false, false
+			}
+			us = us*10 + int64(s[i]-'0')
+		}
+		if n == 0 {
+			return k, false, false
+		}
+		for ; n < 6; n++ {
+			us *= 10
+		}
+	}
+	k.usec = ((h*60+mi)*60+sec)*1_000_000 + us
+	if i == len(s) {
+		return k, false, true
+	}
+	if s[i] != '+' && s[i] != '-' {
+		return k, false, false // " BC" and the like: splitTime
+	}
+	off, neg := int64(0), s[i] == '-'
+	for part := 0; part < 3; part++ {
+		off *= 60
+		if part == 0 || i < len(s) && s[i] == ':' {
+			v, ok := two(i + 1)
+			if !ok {
+				return k, false, false
+			}
+			off += v
+			i += 3
+		}
+	}
+	if i != len(s) {
+		return k, false, false
+	}
+	if neg {
+		off = -off
+	}
+	return k.minus(off), true, true
 }
 
 // minus is k moved back by off seconds (local time to UTC).

@@ -149,6 +149,10 @@ func timeSamples(t *testing.T, rng *rand.Rand, zones []string) []string {
 		return fmt.Sprintf(`"%04d-%02d-%02d %02d:%02d:%02d.%06d+00%s"`, y, u.Month(), u.Day(), u.Hour(), u.Minute(), u.Second(), u.Nanosecond()/1000, bc)
 	}
 	out := []string{`"infinity"`, `"-infinity"`}
+	// one second apart only in its fraction, AD and BC
+	for _, frac := range []int64{0, 9, 10, 99, 100, 999_999, 900_000, 899_999, 100_000, 90_000, 9_999, 500_000} {
+		out = append(out, iso(time.Date(2024, 3, 5, 10, 11, 12, int(frac)*1000, time.UTC)), iso(time.Date(-43, 3, 15, 10, 11, 12, int(frac)*1000, time.UTC)))
+	}
 	lo := time.Date(-4712, 1, 2, 0, 0, 0, 0, time.UTC).Unix()
 	hi := time.Date(200000, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
 	for i := 0; i < 250; i++ {
