@@ -19,33 +19,16 @@ import (
 //     first (timetz_cmp: '10:00+02' sorts before '08:00+00', equal in
 //     UTC, since Postgres keeps the zone in seconds west).
 
-// spanKey is an interval's span: days and the microseconds within a day
-// (0 to 86,399,999,999), rank 0 -infinity, 2 infinity (Postgres 17's).
-type spanKey struct {
-	rank int
-	day  int64
-	usec int64
-}
-
-func (a spanKey) compare(b spanKey) int {
-	switch {
-	case a.rank != b.rank:
-		return cmpInt(int64(a.rank), int64(b.rank))
-	case a.day != b.day:
-		return cmpInt(a.day, b.day)
-	}
-	return cmpInt(a.usec, b.usec)
-}
-
-// span is the key of months, days and microseconds; false on overflow.
-func span(months, days, usec int64) (spanKey, bool) {
+// span is the key of months, days and microseconds (a timeKey: days and
+// the microseconds within a day, 0 to 86,399,999,999); false on overflow.
+func span(months, days, usec int64) (timeKey, bool) {
 	const dayUsec = 86400 * 1_000_000
 	d, ok := mulAdd(months, 30, days)
 	if !ok {
-		return spanKey{}, false
+		return timeKey{}, false
 	}
 	d, ok = addInt(d, floorDiv(usec, dayUsec))
-	return spanKey{rank: 1, day: d, usec: floorMod(usec, dayUsec)}, ok
+	return timeKey{rank: 1, day: d, usec: floorMod(usec, dayUsec)}, ok
 }
 
 // cmpInterval orders two interval values (text in any IntervalStyle, or
@@ -62,28 +45,28 @@ func cmpInterval(a, b []byte, format int16) (int, bool) {
 	return ka.compare(kb), true
 }
 
-func readSpan(v []byte, format int16) (spanKey, bool) {
+func readSpan(v []byte, format int16) (timeKey, bool) {
 	if format == 1 {
 		if len(v) != 16 {
-			return spanKey{}, false
+			return timeKey{}, false
 		}
 		usec := int64(binary.BigEndian.Uint64(v))
 		day := int64(int32(binary.BigEndian.Uint32(v[8:])))
 		mon := int64(int32(binary.BigEndian.Uint32(v[12:])))
 		switch {
 		case usec == -1<<63 && day == -1<<31 && mon == -1<<31:
-			return spanKey{rank: 0}, true
+			return timeKey{rank: 0}, true
 		case usec == 1<<63-1 && day == 1<<31-1 && mon == 1<<31-1:
-			return spanKey{rank: 2}, true
+			return timeKey{rank: 2}, true
 		}
 		return span(mon, day, usec)
 	}
 	s := string(v)
 	switch s {
 	case "-infinity":
-		return spanKey{rank: 0}, true
+		return timeKey{rank: 0}, true
 	case "infinity":
-		return spanKey{rank: 2}, true
+		return timeKey{rank: 2}, true
 	}
 	var iv ivParts
 	var ok bool
@@ -98,7 +81,7 @@ func readSpan(v []byte, format int16) (spanKey, bool) {
 		ok = iv.sqlStandard(s)
 	}
 	if !ok {
-		return spanKey{}, false
+		return timeKey{}, false
 	}
 	return span(iv.months, iv.days, iv.usec)
 }

@@ -2,7 +2,6 @@ package pgvalue
 
 import (
 	"bytes"
-	"context"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/pgshard/pgshard/cluster/clustertest"
 )
 
 // TestIntervalArithmeticAgainstPostgres checks the merged interval sums
@@ -20,14 +17,7 @@ import (
 // a count, byte for byte, on random intervals with mixed signs,
 // fractions of a second and fields near their limits.
 func TestIntervalArithmeticAgainstPostgres(t *testing.T) {
-	c := clustertest.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	conn, err := pgconn.Connect(ctx, c.Shards[0].DSN("postgres", c.Spec.User))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	ctx, conn := serverConn(t, 3*time.Minute)
 	rng := rand.New(rand.NewPCG(31, 32))
 	random := func() Interval {
 		iv := Interval{Months: int32(rng.IntN(41) - 20), Days: int32(rng.IntN(81) - 40), Usec: rng.Int64N(400*86400*1_000_000) - 200*86400*1_000_000}

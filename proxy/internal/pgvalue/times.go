@@ -67,8 +67,8 @@ func NewTimeStyle(dateStyle, timeZone string) TimeStyle {
 }
 
 // timeKey is the instant a date or time text names, in days and
-// microseconds of the day (UTC for a timestamptz, else local); rank 0 is
-// -infinity, 2 infinity.
+// microseconds of the day (UTC for a timestamptz, else local), or an
+// interval's span (intervals.go); rank 0 is -infinity, 2 infinity.
 type timeKey struct {
 	rank int
 	day  int64

@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/pgshard/pgshard/cluster/clustertest"
 )
 
 // TestTimeOrderAgainstPostgres has a live server write dates,
@@ -24,14 +22,7 @@ import (
 // unordered; with nothing known (a transaction that may have SET LOCAL
 // DateStyle) a value may go unordered but is never misordered.
 func TestTimeOrderAgainstPostgres(t *testing.T) {
-	c := clustertest.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	conn, err := pgconn.Connect(ctx, c.Shards[0].DSN("postgres", c.Spec.User))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	ctx, conn := serverConn(t, 3*time.Minute)
 	exec := func(sql string) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
@@ -266,14 +257,7 @@ func TestSplitTime(t *testing.T) {
 // (offsets to the second), and checks CompareValues against the
 // server's order: every neighbour and random pairs, none unordered.
 func TestIntervalAndClockOrderAgainstPostgres(t *testing.T) {
-	c := clustertest.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	conn, err := pgconn.Connect(ctx, c.Shards[0].DSN("postgres", c.Spec.User))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	ctx, conn := serverConn(t, 3*time.Minute)
 	rng := rand.New(rand.NewPCG(21, 22))
 	var ivs, clocks []string
 	for i := 0; i < 400; i++ {

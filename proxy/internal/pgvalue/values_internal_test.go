@@ -18,19 +18,27 @@ import (
 	"github.com/pgshard/pgshard/cluster/clustertest"
 )
 
+// serverConn connects to the test cluster's first shard, for a test that
+// checks the codec against a live server; closed when the test ends.
+func serverConn(t *testing.T, timeout time.Duration) (context.Context, *pgconn.PgConn) {
+	t.Helper()
+	c := clustertest.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	conn, err := pgconn.Connect(ctx, c.Shards[0].DSN("postgres", c.Spec.User))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return ctx, conn
+}
+
 // TestValueCodecAgainstPostgres checks the values the merge computes
 // against a live server, byte for byte: float4out/float8out at several
 // extra_float_digits, numeric division (avg's scale and rounding),
 // numeric and float binary encodings, and the casts of merged aggregates.
 func TestValueCodecAgainstPostgres(t *testing.T) {
-	c := clustertest.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	conn, err := pgconn.Connect(ctx, c.Shards[0].DSN("postgres", c.Spec.User))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	ctx, conn := serverConn(t, 2*time.Minute)
 	rng := rand.New(rand.NewPCG(3, 5))
 	one := func(sql string, params [][]byte, formats []int16) []byte {
 		t.Helper()
