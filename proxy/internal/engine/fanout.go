@@ -319,8 +319,8 @@ func (x *fanExec) run() error {
 		x.cc.out = append(x.cc.out, x.lbuf[it.lo:it.hi]...)
 		x.sess.apply(it.eff)
 	}
-	x.times = timeStyleOf(x)
 	mplan := f.dest.Merge
+	x.times = timeStyleOf(x)
 	if mplan != nil && mplan.Stages != nil && f.only == 0 {
 		return x.runTwoStage() // twostage.go
 	}

@@ -15,8 +15,12 @@ import (
 // lead, a deferred SET LOCAL), the shards may run with values the proxy
 // has not been told yet (Postgres reports a change at ReadyForQuery):
 // nothing is known then, and only texts that say everything themselves
-// (ISO, German, numeric offsets) are ordered.
+// (ISO, German, numeric offsets) are ordered. nil for a read that merges
+// nothing of several shards.
 func timeStyleOf(x *fanExec) *pgvalue.TimeStyle {
+	if x.f.dest.Merge == nil || x.f.only > 0 {
+		return nil
+	}
 	if x.txn.tx != txIdle || timeSetting(x) {
 		return &pgvalue.TimeStyle{}
 	}

@@ -31,9 +31,8 @@ type acc struct {
 	raw   []byte
 	sum   pgvalue.Num
 	count int64
-	// iv is the sum of an interval's partial sums (ivSum set).
-	iv    pgvalue.Interval
-	ivSum bool
+	// iv is the sum of an interval's partial sums (have: one was added).
+	iv pgvalue.Interval
 	// elems are the non-NULL values of the shards' arrays (string_agg,
 	// count(DISTINCT x)), of type elem (binary format).
 	elems [][]byte
@@ -427,6 +426,14 @@ func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Fie
 		a := &accs[j]
 		format := finals[j].Format
 		var n pgvalue.Num
+		if (o.Agg == route.AggSum || o.Agg == route.AggAvg) && r.run.fields[o.Column].OID == pgtype.IntervalOID {
+			v, e := r.intervalOut(a, o, format, style)
+			if e != nil {
+				return nil, e
+			}
+			vals[j] = v
+			continue
+		}
 		switch o.Agg {
 		case route.AggStringAgg:
 			text, null, e := r.stringAgg(a, o)
@@ -455,17 +462,6 @@ func (r groupMerge) finish(accs []acc, finals []pgvalue.Field, out []pgvalue.Fie
 			if n, e = pgvalue.DecodeNum(a.raw, f.OID, f.Format); e != nil {
 				return nil, e
 			}
-		case route.AggSum, route.AggAvg:
-			if a.ivSum || r.run.fields[o.Column].OID == pgtype.IntervalOID {
-				v, e := r.intervalOut(a, o, format, style)
-				if e != nil {
-					return nil, e
-				}
-				vals[j] = v
-				continue
-			}
-		}
-		switch o.Agg {
 		case route.AggSum:
 			if !a.have {
 				vals[j] = outVal{null: true}
@@ -652,8 +648,8 @@ func (a *acc) addInterval(v []byte, f *pgvalue.Field) *pgwire.Error {
 	if !ok || f.Format != 1 {
 		return pgwire.NewError(pgwire.CodeInternalError, "pgshard merge: a shard sent a malformed interval")
 	}
-	if !a.ivSum {
-		a.iv, a.ivSum = iv, true
+	if !a.have {
+		a.iv, a.have = iv, true
 		return nil
 	}
 	var e *pgwire.Error
@@ -664,7 +660,7 @@ func (a *acc) addInterval(v []byte, f *pgvalue.Field) *pgwire.Error {
 // intervalOut is a merged sum or avg of intervals, written in format
 // (text in the shards' IntervalStyle, style).
 func (r groupMerge) intervalOut(a *acc, o route.Output, format int16, style string) (outVal, *pgwire.Error) {
-	if !a.ivSum || o.Agg == route.AggAvg && a.count == 0 {
+	if !a.have || o.Agg == route.AggAvg && a.count == 0 {
 		return outVal{null: true}, nil
 	}
 	if o.Cast != route.CastNone {

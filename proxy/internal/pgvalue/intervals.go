@@ -224,8 +224,8 @@ func (iv *ivParts) sqlStandard(s string) bool {
 	yearMonth := func(p string) bool {
 		neg := strings.HasPrefix(p, "-")
 		y, m, ok := strings.Cut(strings.TrimLeft(p, "+-"), "-")
-		yn, ok1 := digitsAny(y)
-		mn, ok2 := digitsAny(m)
+		yn, ok1 := digits(y)
+		mn, ok2 := digits(m)
 		if !ok || !ok1 || !ok2 || mn > 11 || !iv.add(yn, "year") || !iv.add(mn, "mon") {
 			return false
 		}
@@ -253,7 +253,7 @@ func (iv *ivParts) sqlStandard(s string) bool {
 	case len(f) == 1:
 		ok = iv.clock(body)
 	case len(f) == 2:
-		d, ok1 := digitsAny(strings.TrimPrefix(f[0], "-"))
+		d, ok1 := digits(strings.TrimPrefix(f[0], "-"))
 		ok = ok1 && iv.add(d, "day") && iv.clock(f[1])
 	}
 	if neg {
@@ -270,8 +270,8 @@ func (iv *ivParts) clock(c string) bool {
 	if len(p) != 3 || len(p[1]) != 2 {
 		return false
 	}
-	h, ok1 := digitsAny(p[0])
-	m, ok2 := digitsAny(p[1])
+	h, ok1 := digits(p[0])
+	m, ok2 := digits(p[1])
 	us, ok3 := seconds(p[2])
 	if !ok1 || !ok2 || !ok3 || m > 59 || us < 0 || len(p[2]) < 2 || p[2][1] == '.' {
 		return false
@@ -292,7 +292,7 @@ func seconds(s string) (int64, bool) {
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
 	whole, frac, hasFrac := strings.Cut(s, ".")
-	w, ok := digitsAny(whole)
+	w, ok := digits(whole)
 	if !ok || hasFrac && (frac == "" || len(frac) > 6) {
 		return 0, false
 	}
@@ -320,26 +320,11 @@ func signedInt(s string) (int64, bool) {
 	if neg || strings.HasPrefix(s, "+") {
 		s = s[1:]
 	}
-	n, ok := digitsAny(s)
+	n, ok := digits(s)
 	if neg {
 		n = -n
 	}
 	return n, ok
-}
-
-// digitsAny reads a run of ASCII digits of any length that fits an int64.
-func digitsAny(s string) (int64, bool) {
-	if s == "" || len(s) > 18 {
-		return 0, false
-	}
-	n := int64(0)
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(s[i]-'0')
-	}
-	return n, true
 }
 
 func isUnit(u string, names ...string) bool {

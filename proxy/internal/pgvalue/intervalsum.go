@@ -114,7 +114,7 @@ func appendSeconds(dst []byte, sec, usec int64, pad bool) []byte {
 	if usec == 0 {
 		return dst
 	}
-	frac := []byte{'0', '0', '0', '0', '0', '0'}
+	var frac [6]byte
 	for i := 5; i >= 0; i-- {
 		frac[i] = byte('0' + usec%10)
 		usec /= 10

@@ -1,7 +1,7 @@
 package pgvalue
 
 import (
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,10 +96,11 @@ type timeText struct {
 	dow         string // the day of the week written (Postgres style)
 }
 
-// cmpTimeStyled orders two date (withZone false, clock false),
-// timestamp or timestamptz texts by the instants they name; false when
-// either cannot be read with certainty.
-func cmpTimeStyled(a, b string, tz bool, ts *TimeStyle) (int, bool) {
+// cmpTime orders two date, timestamp or timestamptz (tz) texts as
+// Postgres orders their values: by the instants they name (ISO ones read
+// without allocating, isoTime); false when either cannot be read with
+// certainty.
+func cmpTime(a, b string, tz bool, ts *TimeStyle) (int, bool) {
 	ka, ok := readTimeKey(a, tz, ts)
 	if !ok {
 		return 0, false
@@ -295,7 +296,7 @@ func splitTime(s string, order byte) (timeText, bool) {
 			ok = t.clockAndZone(f[1:])
 		}
 	}
-	if !ok || t.year < 1 {
+	if !ok || t.year < 1 || t.year > 9_999_999 { // Postgres writes years up to 5874897
 		return t, false
 	}
 	if bc {
@@ -475,7 +476,7 @@ func abbrevOffset(k timeKey, abbr string, loc *time.Location) (int64, bool) {
 	var offs []int64
 	for _, h := range []int64{0, -1, 1, -3, 3, -6, 6, -12, 12, -26, 26} {
 		_, o := time.Unix(local+h*3600, 0).In(loc).Zone()
-		if !containsInt(offs, int64(o)) {
+		if !slices.Contains(offs, int64(o)) {
 			offs = append(offs, int64(o))
 		}
 	}
@@ -487,15 +488,6 @@ func abbrevOffset(k timeKey, abbr string, loc *time.Location) (int64, bool) {
 		}
 	}
 	return found, n == 1
-}
-
-func containsInt(xs []int64, x int64) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func daysIn(y int64, m int) int {
@@ -511,18 +503,19 @@ func daysIn(y int64, m int) int {
 	return 31
 }
 
-// digits reads a run of ASCII digits (at most 9, any Postgres year).
+// digits reads a run of ASCII digits that fits an int64 (at most 18).
 func digits(s string) (int64, bool) {
-	if s == "" || len(s) > 9 {
+	if s == "" || len(s) > 18 {
 		return 0, false
 	}
+	n := int64(0)
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, false
 		}
+		n = n*10 + int64(s[i]-'0')
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	return v, err == nil
+	return n, true
 }
 
 func isLetters(s string) bool {

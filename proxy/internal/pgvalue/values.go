@@ -169,7 +169,7 @@ func CompareValues(a, b []byte, f *Field, bytewise bool, ts *TimeStyle) (int, *p
 		}
 		return CmpNum(x, y), nil
 	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
-		c, ok := cmpTime(string(a), string(b), f.OID, ts)
+		c, ok := cmpTime(string(a), string(b), f.OID == pgtype.TimestamptzOID, ts)
 		if !ok {
 			return 0, &pgwire.Error{Code: pgwire.CodeFeatureNotSupported,
 				Message: fmt.Sprintf("pgshard cannot merge rows of every shard by column %q: it cannot tell which of %q and %q comes first as written", f.Name, a, b),
@@ -252,18 +252,6 @@ func cmpFloat(a, b float64) int {
 		return 1
 	}
 	return 0
-}
-
-// cmpTime orders date, timestamp and timestamptz texts as Postgres
-// orders their values: ISO dates and timestamps of years 1 to 9999 by
-// their text (which orders them), anything else by the instant it names
-// (times.go), read in the style ts gives.
-func cmpTime(a, b string, oid uint32, ts *TimeStyle) (int, bool) {
-	iso := func(s string) bool { return len(s) >= 10 && s[4] == '-' && !strings.HasSuffix(s, " BC") }
-	if oid != pgtype.TimestamptzOID && iso(a) && iso(b) {
-		return strings.Compare(a, b), true
-	}
-	return cmpTimeStyled(a, b, oid == pgtype.TimestamptzOID, ts)
 }
 
 // ---- numbers ----

@@ -30,6 +30,7 @@ func FuzzShardAnswer(f *testing.F) {
 	f.Add([]byte("@ 1 year 2 mons -3 days 4 hours 5 mins 6.5 secs ago"), []byte("+1-2 -3 +4:05:06.25"))
 	f.Add([]byte("P1Y-2M3DT-4H5M-6.5S"), []byte("-1 years +2 mons -04:05:06"))
 	f.Add([]byte("13:30:00.5+05:53:28"), []byte("24:00:00"))
+	berlin, _ := time.LoadLocation("Europe/Berlin")
 	f.Fuzz(func(t *testing.T, msg []byte, text []byte) {
 		for _, typ := range []uint32{tMoodArray, tPair} {
 			offs, ok := ValueOIDs(nil, msg, typ, testKind)
@@ -96,7 +97,6 @@ func FuzzShardAnswer(f *testing.F) {
 		}
 		// Date and time texts (times.go): any bytes are read or refused,
 		// never a panic; what is read is equal to itself.
-		berlin, _ := time.LoadLocation("Europe/Berlin")
 		for _, oid := range []uint32{pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID} {
 			for _, ts := range []*TimeStyle{nil, {Order: 'D', Zone: berlin}, {Order: 'M'}} {
 				f := Field{OID: oid}
